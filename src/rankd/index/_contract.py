@@ -1,0 +1,273 @@
+"""The contract every rank index implementation honours.
+
+There are two implementations of :class:`RankIndex`: the native one
+(``rankd._skiplist``, a Cython skip list with a C hash table) and the
+pure-Python fallback (``rankd.index._fallback``, on ``sortedcontainers``).
+They share the names, argument names, results, exceptions and the dump
+format defined here, so a snapshot written by one loads in the other and
+every test runs against both.
+
+Vocabulary
+----------
+* **rank** is 1-based: rank 1 is the best member.  "Best" means the highest
+  score for ``order="desc"`` and the lowest for ``order="asc"``.
+* **unique rank** (``rank``) gives every member its own position: 1, 2, 3, 4.
+  Equal scores are ordered by the tie-break policy:
+
+  - ``"first"``: whoever reached that score first ranks higher.  Every write
+    that changes a member's score stamps it with an *arrival sequence*; the
+    lower sequence wins.  The caller may pass the sequence explicitly (the
+    engine passes its event sequence, so replaying a log reproduces the
+    exact order); otherwise the index uses its own counter, ``next_seq``.
+  - ``"member"``: by member, ascending in UTF-8 byte order (which equals
+    code point order), in *both* board orders.  Redis orders ties of a
+    descending ``ZREVRANGE`` by member descending; rankd does not, because
+    alphabetical order among ties is what a leaderboard reader expects.
+
+* **competition rank** ("1224"): 1 + the number of members with a strictly
+  better score.
+* **dense rank** ("1223"): 1 + the number of distinct scores strictly better.
+* **percentile**: the share of members whose score is equal to or worse than
+  the member's, in percent: ``100 * (len - competition_rank + 1) / len``.
+  The best member is at 100; a member alone is at 100.
+
+Results of writes
+-----------------
+Every write returns ``(old, new, changed)``: the score before (``None`` if
+the member was absent), the score after (``None`` if absent after) and
+whether anything changed.  Callers log and broadcast from it without a
+second lookup.  :meth:`RankIndexAPI.apply_batch` adds the unique rank after
+the operation: ``(old, new, changed, rank)``.
+
+Validation
+----------
+Invalid input raises and changes nothing:
+
+* a member that is not a ``str`` raises ``TypeError``; an empty member, one
+  that is not encodable as UTF-8 (lone surrogates) or longer than
+  :data:`MAX_MEMBER_BYTES` bytes in UTF-8 raises ``ValueError``;
+* a score or delta that is not an ``int``/``float`` (``bool`` included)
+  raises ``TypeError``; NaN or an infinity raises ``ValueError``; an ``int``
+  whose magnitude exceeds :data:`MAX_EXACT_INT` raises ``ValueError``
+  because a float64 cannot hold it exactly;
+* an increment whose result is not finite raises ``ValueError``;
+* a ``seq`` outside ``0 <= seq <= MAX_SEQ`` raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterable, Iterator
+from typing import Protocol, TypeAlias
+
+#: Longest member, in UTF-8 bytes.
+MAX_MEMBER_BYTES = 256
+#: Largest integer score accepted: every integer up to it is exact in float64.
+MAX_EXACT_INT = 2**53
+#: Largest arrival sequence (fits a signed 64-bit integer).
+MAX_SEQ = 2**63 - 1
+
+ORDERS = ("desc", "asc")
+TIE_BREAKS = ("first", "member")
+
+
+class When(enum.IntEnum):
+    """Condition of :meth:`RankIndexAPI.set` (Redis ``ZADD`` NX/XX/GT/LT)."""
+
+    #: Add or update unconditionally.
+    ALWAYS = 0
+    #: Only add a new member; never update an existing one (``NX``).
+    NEW = 1
+    #: Only update an existing member; never add (``XX``).
+    EXISTS = 2
+    #: Add, or update only when the new score ranks strictly better.
+    BETTER = 3
+    #: Add, or update only when the new score ranks strictly worse.
+    WORSE = 4
+
+
+class Op(enum.IntEnum):
+    """Operation codes of :meth:`RankIndexAPI.apply_batch`.
+
+    The ``SET_*`` codes equal the matching :class:`When` values.
+    """
+
+    SET = 0
+    SET_NEW = 1
+    SET_EXISTS = 2
+    SET_BETTER = 3
+    SET_WORSE = 4
+    INCR = 5
+    REMOVE = 6
+
+
+WriteResult: TypeAlias = tuple[float | None, float | None, bool]
+BatchResult: TypeAlias = tuple[float | None, float | None, bool, int | None]
+Entry: TypeAlias = tuple[int, str, float]
+"""A ranked entry: ``(rank, member, score)`` with the unique 1-based rank."""
+
+# --- dump format, version 1 (all integers little-endian) -------------------
+#
+#   header  magic b"RKIX" | u8 version | u8 order (0 desc, 1 asc)
+#           | u8 tie_break (0 first, 1 member) | u8 reserved = 0
+#           | u64 count | u64 next_seq
+#   count records, in rank order (best first):
+#           f64 score | u64 seq | u16 member length | member UTF-8 bytes
+#   trailer u32 CRC-32 (zlib.crc32) of everything before it
+#
+# load() rejects a wrong magic/version/CRC, a truncated or over-long body,
+# records out of rank order, duplicate members and non-finite scores.
+DUMP_MAGIC = b"RKIX"
+DUMP_VERSION = 1
+DUMP_HEADER = struct.Struct("<4sBBBBQQ")
+DUMP_RECORD = struct.Struct("<dQH")
+DUMP_TRAILER = struct.Struct("<I")
+
+
+class RankIndexAPI(Protocol):
+    """What ``rankd.index.RankIndex`` provides, whichever implementation.
+
+    ``RankIndex(order="desc", tie_break="first", *, max_level=32,
+    branching=4, seed=None)`` creates an empty index.  ``max_level``
+    (1..32), ``branching`` (2..64, the skip list's 1/p) and ``seed`` (of its
+    level generator) tune the native skip list's shape; tests shrink them to
+    force deep or flat lists.  The fallback validates and ignores them.
+    """
+
+    order: str
+    tie_break: str
+
+    @property
+    def next_seq(self) -> int:
+        """The arrival sequence the next unsequenced write will get."""
+
+    def __len__(self) -> int: ...
+
+    def __contains__(self, member: object) -> bool:
+        """``True`` if ``member`` is present (``False`` for non-strings)."""
+
+    def __iter__(self) -> Iterator[tuple[str, float]]:
+        """``(member, score)`` in rank order.
+
+        Changing the index while iterating raises ``RuntimeError``.
+        """
+
+    # --- writes ------------------------------------------------------------
+
+    def set(
+        self, member: str, score: float, when: When = When.ALWAYS, seq: int | None = None
+    ) -> WriteResult:
+        """Set ``member``'s score if ``when`` allows it.  O(log n).
+
+        Setting the score a member already has changes nothing (its arrival
+        sequence is kept: it reached that score first).
+        """
+
+    def incr(self, member: str, delta: float, seq: int | None = None) -> WriteResult:
+        """Add ``delta`` to ``member``'s score (an absent member starts at 0,
+        and is added even when ``delta`` is 0).  O(log n)."""
+
+    def remove(self, member: str) -> WriteResult:
+        """Remove ``member``: ``(old, None, True)``, or ``(None, None, False)``
+        if it was absent.  O(log n)."""
+
+    def clear(self) -> None:
+        """Remove every member.  ``next_seq`` is kept, so arrival order stays
+        monotonic."""
+
+    def apply_batch(
+        self, ops: Iterable[tuple[int, str, float | None] | tuple[int, str, float | None, int | None]]
+    ) -> list[BatchResult | Exception]:
+        """Apply ``(op, member, value[, seq])`` operations in order.
+
+        ``op`` is an :class:`Op`; ``value`` is the score (``SET*``), the delta
+        (``INCR``) or ignored (``REMOVE``).  Each result is
+        ``(old, new, changed, rank)`` with the unique rank after the
+        operation (``None`` if absent), or, for an invalid operation, the
+        ``TypeError``/``ValueError`` that the single-call method would have
+        raised: that operation changes nothing and the others still apply.
+        """
+
+    # --- reads ---------------------------------------------------------------
+
+    def score(self, member: str) -> float | None:
+        """``member``'s score, or ``None``.  O(1)."""
+
+    def rank(self, member: str) -> int | None:
+        """Unique 1-based rank, or ``None``.  O(log n)."""
+
+    def competition_rank(self, member: str) -> int | None:
+        """1 + members with a strictly better score, or ``None``.  O(log n)."""
+
+    def dense_rank(self, member: str) -> int | None:
+        """1 + distinct scores strictly better, or ``None``.  O(log n)."""
+
+    def percentile(self, member: str) -> float | None:
+        """Share of members scoring equal or worse, in percent.  O(log n)."""
+
+    def ranks(self, members: Iterable[str]) -> list[int | None]:
+        """Unique ranks of many members (``None`` for absent ones)."""
+
+    def member_at(self, rank: int) -> tuple[str, float] | None:
+        """``(member, score)`` at a 1-based unique rank, or ``None`` past the
+        end.  ``rank < 1`` raises ``ValueError``.  O(log n)."""
+
+    def range_by_rank(
+        self, offset: int = 0, limit: int | None = None, *, reverse: bool = False
+    ) -> list[Entry]:
+        """Entries by rank, skipping ``offset`` and returning at most
+        ``limit`` (``None``: to the end).
+
+        ``reverse=True`` starts from the worst member; the ranks reported are
+        still the true ranks.  Negative ``offset`` or ``limit`` raises
+        ``ValueError``.  O(log n + limit).
+        """
+
+    def range_by_score(
+        self,
+        low: float,
+        high: float,
+        *,
+        low_exclusive: bool = False,
+        high_exclusive: bool = False,
+        offset: int = 0,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> list[Entry]:
+        """Entries with ``low <= score <= high`` (bounds may be excluded or be
+        infinite), in rank order (or from the worst with ``reverse``).
+
+        ``low > high`` gives an empty list; a NaN bound raises ``ValueError``.
+        O(log n + offset + limit).
+        """
+
+    def count(
+        self,
+        low: float,
+        high: float,
+        *,
+        low_exclusive: bool = False,
+        high_exclusive: bool = False,
+    ) -> int:
+        """Number of members with a score in the range.  O(log n)."""
+
+    def around(self, member: str, above: int = 5, below: int = 5) -> list[Entry] | None:
+        """Up to ``above`` entries ranked better than ``member``, the member,
+        and up to ``below`` ranked worse; ``None`` if absent.  Negative
+        counts raise ``ValueError``.  O(log n + above + below).
+        """
+
+    # --- snapshots and checks ----------------------------------------------
+
+    def dump(self) -> bytes:
+        """The whole index in the dump format above.  O(n)."""
+
+    @classmethod
+    def load(cls, data: bytes) -> RankIndexAPI:
+        """Rebuild an index from :meth:`dump` output; ``ValueError`` if the
+        data is corrupt.  O(n)."""
+
+    def _check(self) -> None:
+        """Verify every internal invariant; raise ``AssertionError`` if one
+        fails.  O(n): for tests."""
