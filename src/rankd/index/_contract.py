@@ -19,6 +19,9 @@ Vocabulary
     lower sequence wins.  The caller may pass the sequence explicitly (the
     engine passes its event sequence, so replaying a log reproduces the
     exact order); otherwise the index uses its own counter, ``next_seq``.
+    Two members can only share a sequence when the caller passes equal
+    sequences explicitly; they are then ordered by member, as below, so
+    the order is always total.
   - ``"member"``: by member, ascending in UTF-8 byte order (which equals
     code point order), in *both* board orders.  Redis orders ties of a
     descending ``ZREVRANGE`` by member descending; rankd does not, because
