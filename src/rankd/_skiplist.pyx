@@ -1,0 +1,1496 @@
+# cython: language_level=3
+"""Native rank index: a span-counting skip list plus a member hash table.
+
+Why two structures
+------------------
+A leaderboard is asked two kinds of questions: "what is member M's score
+and rank?" and "who is at ranks K..K+n?".  The hash table answers the first
+half of the first question in O(1) and hands over the member's node; the
+skip list, ordered best-first, answers everything positional in O(log n).
+Both point at the same node: the hash table owns no memory of its own
+beyond its slot array, and the skip list owns the nodes.
+
+How this skip list differs from Pugh's paper (and what it shares with the
+one in Redis's t_zset.c)
+---------------------------------------------------------------------------
+* Scores repeat.  Nodes are ordered by a total key: ``(key, seq, member)``
+  for the "first" tie-break and ``(key, member)`` for "member", where
+  ``key`` is the score negated on descending boards, so that "lower key is
+  better" holds for both orders and one comparison routine serves both.
+* Every forward link carries a *span*: how many nodes it skips over.
+  Summing spans along a search path gives a node's rank in O(log n).
+  A link to NULL spans to the end of the list.
+* Every forward link also carries a *distinct span*: how many *leaders* it
+  skips over, a leader being the first node of a run of equal scores.  The
+  number of leaders up to a node is its dense rank, so dense rank is
+  O(log n) like unique rank, with no second ordered structure.  Inserting or
+  deleting a node changes the leadership of at most itself and its level-0
+  successor, so the distinct spans are kept exact with the same update path
+  that keeps the ordinary spans.
+* Level 0 is doubly linked (``backward``) so ranges can be walked from the
+  worst member, and ``tail`` points at the worst node.
+* A node that keeps its place when its score changes is updated in place,
+  as Redis's zslUpdateScore does; otherwise it is unlinked and relinked
+  without freeing it.
+
+Memory
+------
+A node is one block from the index's arena (see the C section below): the
+header fields, ``nlevels`` level entries and the member's UTF-8 bytes, no
+Python object per member.  The hash table is
+open addressing with linear probing over node pointers, keyed by SipHash-1-3
+with a per-index random key (member names come from players, so collisions
+must not be predictable), and deletes by backward shift, so it never holds
+tombstones.
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.math cimport isfinite
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free
+from libc.string cimport memcmp, memcpy, memset
+
+import os
+import zlib
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t *size) except NULL
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+
+    typedef struct rk_node rk_node;
+
+    typedef struct rk_level {
+        rk_node *forward;
+        uint32_t span;   /* nodes in (this, forward]; to NULL: to the end */
+        uint32_t dspan;  /* leaders in (this, forward] */
+    } rk_level;
+
+    struct rk_node {
+        double key;          /* score, negated on descending boards */
+        uint64_t seq;        /* arrival sequence */
+        rk_node *backward;   /* level-0 predecessor; NULL for the first node */
+        uint32_t hash;       /* low bits of the member's SipHash */
+        uint16_t mlen;       /* member length in bytes */
+        uint8_t nlevels;
+        uint8_t unused;
+        rk_level level[];    /* nlevels entries, then the member's bytes */
+    };
+
+    #define RK_MEMBER(n) ((char *)&(n)->level[(n)->nlevels])
+    #define RK_NODE_SIZE(nlevels, mlen) \\
+        (sizeof(rk_node) + (size_t)(nlevels) * sizeof(rk_level) + (size_t)(mlen))
+
+    /* SipHash-1-3 (Aumasson and Bernstein), the variant CPython uses for
+       str hashes: fast on short keys, and keyed so that colliding member
+       names cannot be precomputed. */
+    #define RK_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+    #define RK_SIPROUND do { \\
+        v0 += v1; v1 = RK_ROTL(v1, 13); v1 ^= v0; v0 = RK_ROTL(v0, 32); \\
+        v2 += v3; v3 = RK_ROTL(v3, 16); v3 ^= v2; \\
+        v0 += v3; v3 = RK_ROTL(v3, 21); v3 ^= v0; \\
+        v2 += v1; v1 = RK_ROTL(v1, 17); v1 ^= v2; v2 = RK_ROTL(v2, 32); \\
+    } while (0)
+
+    static uint64_t rk_siphash13(uint64_t k0, uint64_t k1, const char *src, size_t len) {
+        uint64_t b = (uint64_t)len << 56;
+        uint64_t v0 = k0 ^ 0x736f6d6570736575ULL;
+        uint64_t v1 = k1 ^ 0x646f72616e646f6dULL;
+        uint64_t v2 = k0 ^ 0x6c7967656e657261ULL;
+        uint64_t v3 = k1 ^ 0x7465646279746573ULL;
+        const uint8_t *in = (const uint8_t *)src;
+        uint64_t t = 0, m;
+        while (len >= 8) {
+            memcpy(&m, in, 8);   /* little-endian hosts only; see setup.py */
+            v3 ^= m; RK_SIPROUND; v0 ^= m;
+            in += 8; len -= 8;
+        }
+        switch (len) {
+            case 7: t |= ((uint64_t)in[6]) << 48; /* fall through */
+            case 6: t |= ((uint64_t)in[5]) << 40; /* fall through */
+            case 5: t |= ((uint64_t)in[4]) << 32; /* fall through */
+            case 4: t |= ((uint64_t)in[3]) << 24; /* fall through */
+            case 3: t |= ((uint64_t)in[2]) << 16; /* fall through */
+            case 2: t |= ((uint64_t)in[1]) << 8;  /* fall through */
+            case 1: t |= ((uint64_t)in[0]);
+        }
+        b |= t;
+        v3 ^= b; RK_SIPROUND; v0 ^= b;
+        v2 ^= 0xff;
+        RK_SIPROUND; RK_SIPROUND; RK_SIPROUND;
+        return v0 ^ v1 ^ v2 ^ v3;
+    }
+
+    /* Strict UTF-8 validation (no overlong forms, no surrogates, nothing
+       above U+10FFFF): load() must not hand Python undecodable members. */
+    static int rk_utf8_valid(const uint8_t *s, size_t n) {
+        size_t i = 0;
+        while (i < n) {
+            uint8_t c = s[i];
+            if (c < 0x80) { i++; continue; }
+            size_t need; uint32_t cp;
+            if (c >= 0xC2 && c <= 0xDF) { need = 1; cp = c & 0x1F; }
+            else if (c >= 0xE0 && c <= 0xEF) { need = 2; cp = c & 0x0F; }
+            else if (c >= 0xF0 && c <= 0xF4) { need = 3; cp = c & 0x07; }
+            else return 0;
+            if (n - i <= need) return 0;
+            for (size_t k = 1; k <= need; k++) {
+                uint8_t cc = s[i + k];
+                if ((cc & 0xC0) != 0x80) return 0;
+                cp = (cp << 6) | (cc & 0x3F);
+            }
+            if ((need == 2 && cp < 0x800) || (need == 3 && cp < 0x10000)) return 0;
+            if (cp >= 0xD800 && cp <= 0xDFFF) return 0;
+            if (cp > 0x10FFFF) return 0;
+            i += need + 1;
+        }
+        return 1;
+    }
+
+    /* Tunables, with their reasons.  32 levels hold 2**64 nodes at
+       branching 4, far past the 2**32 limit the 32-bit spans set. */
+    #define RK_MAX_LEVEL 32
+    /* Redis's ZSKIPLIST_P of 1/4: ~1.33 level entries per node. */
+    #define RK_DEFAULT_BRANCHING 4
+    #define RK_MIN_TABLE_SIZE 8
+    #define RK_MAX_LENGTH 4294967294LL
+    /* Mirrors of rankd.index._contract (this module must not import the
+       rankd.index package, whose __init__ imports this module). */
+    #define RK_MAX_MEMBER_BYTES 256
+    #define RK_MAX_EXACT_INT 9007199254740992LL
+    #define RK_MAX_SEQ 9223372036854775807LL
+    #define RK_DUMP_VERSION 1
+    #define RK_DUMP_HEADER_SIZE 24
+    #define RK_DUMP_RECORD_SIZE 18
+    enum { RK_SET, RK_SET_NEW, RK_SET_EXISTS, RK_SET_BETTER, RK_SET_WORSE, RK_INCR,
+           RK_REMOVE };
+
+    /* Node arena.  Nodes come from chunks owned by their index, with one
+       free list per 8-byte size class, instead of one malloc each:
+       no per-node malloc header (memory per member), no walk over the
+       nodes to free an index (it frees its chunks), and chunks from 2 MiB
+       up are 2 MiB aligned and advised into transparent huge pages, which
+       takes most TLB misses out of the random walks a skip list does.
+       Chunks double from 4 KiB so a small board stays small.  Freed nodes
+       are reused; memory returns to the system on clear() and dealloc. */
+    #include <stdlib.h>
+    #include <sys/mman.h>
+    #define RK_HUGE_PAGE ((size_t)2 << 20)
+    #define RK_FIRST_CHUNK ((size_t)4 << 10)
+    #define RK_SIZE_CLASSES 128   /* 8-byte classes up to 1 KiB > largest node */
+
+    typedef struct rk_arena {
+        char *cur, *end;          /* bump region of the newest chunk */
+        void **chunks;
+        size_t nchunks, cap, next_chunk;
+        void *free_list[RK_SIZE_CLASSES];
+        size_t reserved;          /* bytes of chunks held */
+    } rk_arena;
+
+    static void *rk_big_alloc(size_t bytes) {
+        /* Page-aligned, and huge-page backed when it spans whole huge pages. */
+        void *p = NULL;
+        size_t align = bytes >= RK_HUGE_PAGE ? RK_HUGE_PAGE : 4096;
+        if (posix_memalign(&p, align, bytes) != 0) return NULL;
+    #ifdef MADV_HUGEPAGE
+        if (bytes >= RK_HUGE_PAGE) madvise(p, bytes, MADV_HUGEPAGE);
+    #endif
+        return p;
+    }
+
+    static void rk_arena_init(rk_arena *a) {
+        memset(a, 0, sizeof(*a));
+        a->next_chunk = RK_FIRST_CHUNK;
+    }
+
+    static void rk_arena_release(rk_arena *a) {
+        for (size_t i = 0; i < a->nchunks; i++) free(a->chunks[i]);
+        free(a->chunks);
+        rk_arena_init(a);
+    }
+
+    static void *rk_arena_alloc(rk_arena *a, size_t size) {
+        size_t cls = (size + 7) >> 3;
+        void *p = a->free_list[cls];
+        if (p != NULL) {
+            a->free_list[cls] = *(void **)p;
+            return p;
+        }
+        size = cls << 3;
+        if ((size_t)(a->end - a->cur) < size) {
+            if (a->nchunks == a->cap) {
+                size_t cap = a->cap ? a->cap * 2 : 16;
+                void **chunks = realloc(a->chunks, cap * sizeof(void *));
+                if (chunks == NULL) return NULL;
+                a->chunks = chunks;
+                a->cap = cap;
+            }
+            char *chunk = rk_big_alloc(a->next_chunk);
+            if (chunk == NULL) return NULL;
+            a->chunks[a->nchunks++] = chunk;
+            a->cur = chunk;
+            a->end = chunk + a->next_chunk;
+            a->reserved += a->next_chunk;
+            if (a->next_chunk < RK_HUGE_PAGE) a->next_chunk *= 2;
+        }
+        p = a->cur;
+        a->cur += size;
+        return p;
+    }
+
+    static void rk_arena_free(rk_arena *a, void *p, size_t size) {
+        size_t cls = (size + 7) >> 3;
+        *(void **)p = a->free_list[cls];
+        a->free_list[cls] = p;
+    }
+
+    static inline void rk_store_u16(char *p, uint16_t v) { memcpy(p, &v, 2); }
+    static inline void rk_store_u32(char *p, uint32_t v) { memcpy(p, &v, 4); }
+    static inline void rk_store_u64(char *p, uint64_t v) { memcpy(p, &v, 8); }
+    static inline void rk_store_f64(char *p, double v) { memcpy(p, &v, 8); }
+    static inline uint16_t rk_load_u16(const char *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+    static inline uint64_t rk_load_u64(const char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+    static inline double rk_load_f64(const char *p) { double v; memcpy(&v, p, 8); return v; }
+    """
+    ctypedef struct rk_node
+
+    ctypedef struct rk_level:
+        rk_node *forward
+        uint32_t span
+        uint32_t dspan
+
+    ctypedef struct rk_node:
+        double key
+        uint64_t seq
+        rk_node *backward
+        uint32_t hash
+        uint16_t mlen
+        uint8_t nlevels
+        rk_level level[1]
+
+    char *RK_MEMBER(rk_node *node) nogil
+    size_t RK_NODE_SIZE(int nlevels, Py_ssize_t mlen) nogil
+    uint64_t rk_siphash13(uint64_t k0, uint64_t k1, const char *src, size_t length) nogil
+    int rk_utf8_valid(const uint8_t *s, size_t n) nogil
+    void rk_store_u16(char *p, uint16_t v) nogil
+    void rk_store_u32(char *p, uint32_t v) nogil
+    void rk_store_u64(char *p, uint64_t v) nogil
+    void rk_store_f64(char *p, double v) nogil
+    uint16_t rk_load_u16(const char *p) nogil
+    uint64_t rk_load_u64(const char *p) nogil
+    double rk_load_f64(const char *p) nogil
+
+    ctypedef struct rk_arena:
+        size_t reserved
+    void rk_arena_init(rk_arena *arena) nogil
+    void rk_arena_release(rk_arena *arena) nogil
+    void *rk_arena_alloc(rk_arena *arena, size_t size) nogil
+    void rk_arena_free(rk_arena *arena, void *p, size_t size) nogil
+    void *rk_big_alloc(size_t size) nogil
+
+    enum:
+        MAX_LEVEL "RK_MAX_LEVEL"
+        DEFAULT_BRANCHING "RK_DEFAULT_BRANCHING"
+        MIN_TABLE_SIZE "RK_MIN_TABLE_SIZE"
+        MAX_MEMBER_BYTES "RK_MAX_MEMBER_BYTES"
+        DUMP_VERSION "RK_DUMP_VERSION"
+        DUMP_HEADER_SIZE "RK_DUMP_HEADER_SIZE"
+        DUMP_RECORD_SIZE "RK_DUMP_RECORD_SIZE"
+        OP_SET "RK_SET"
+        OP_SET_NEW "RK_SET_NEW"
+        OP_SET_EXISTS "RK_SET_EXISTS"
+        OP_SET_BETTER "RK_SET_BETTER"
+        OP_SET_WORSE "RK_SET_WORSE"
+        OP_INCR "RK_INCR"
+        OP_REMOVE "RK_REMOVE"
+    const long long MAX_LENGTH "RK_MAX_LENGTH"
+    const long long MAX_EXACT_INT "RK_MAX_EXACT_INT"
+    const long long MAX_SEQ "RK_MAX_SEQ"
+
+
+# Nodes alive in every index of the process; tests use it to prove that
+# indexes free everything they allocate.
+cdef Py_ssize_t _live_nodes = 0
+
+
+def live_nodes():
+    """Number of skip list nodes currently allocated, across all indexes."""
+    return _live_nodes
+
+
+# --- input validation --------------------------------------------------------
+#
+# Each helper raises the exception the contract names and returns -1, so a
+# write validates everything before it touches the structure.
+
+cdef inline int _member_bytes(object member, const char **data, Py_ssize_t *size) except -1:
+    if not isinstance(member, str):
+        raise TypeError(f"member must be a str, got {type(member).__name__}")
+    try:
+        data[0] = PyUnicode_AsUTF8AndSize(member, size)
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"member is not encodable as UTF-8: {exc.reason}") from None
+    if size[0] == 0:
+        raise ValueError("member must not be empty")
+    if size[0] > MAX_MEMBER_BYTES:
+        raise ValueError(
+            f"member must be at most {MAX_MEMBER_BYTES} bytes in UTF-8, got {size[0]}"
+        )
+    return 0
+
+
+cdef inline int _number(object value, double *out, str what) except -1:
+    cdef long long as_int
+    cdef int overflow = 0
+    if type(value) is float:
+        out[0] = PyFloat_AS_DOUBLE(value)
+    elif isinstance(value, bool):
+        raise TypeError(f"{what} must be an int or float, got bool")
+    elif isinstance(value, int):
+        as_int = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if overflow or as_int > MAX_EXACT_INT or as_int < -MAX_EXACT_INT:
+            raise ValueError(
+                f"{what} {value} is beyond 2**53 and cannot be stored exactly as a float"
+            )
+        out[0] = <double>as_int
+    elif isinstance(value, float):
+        out[0] = PyFloat_AS_DOUBLE(value)
+    else:
+        raise TypeError(f"{what} must be an int or float, got {type(value).__name__}")
+    if not isfinite(out[0]):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    if out[0] == 0.0:
+        out[0] = 0.0  # one zero: -0.0 and 0.0 are the same score
+    return 0
+
+
+cdef inline int _bound(object value, double *out, str what) except -1:
+    """A range bound: like a score, but infinities are allowed."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be an int or float, got {type(value).__name__}")
+    out[0] = <double>value
+    if out[0] != out[0]:
+        raise ValueError(f"{what} must not be NaN")
+    return 0
+
+
+cdef inline int _seq(object value, uint64_t *out) except -1:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"seq must be an int, got {type(value).__name__}")
+    if value < 0 or value > MAX_SEQ:
+        raise ValueError(f"seq must be between 0 and 2**63 - 1, got {value}")
+    out[0] = <uint64_t>value
+    return 0
+
+
+cdef inline int _count(object value, str what) except -1:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{what} must not be negative, got {value}")
+    return 0
+
+
+cdef object _float_or_none(bint present, double value):
+    return value if present else None
+
+
+@cython.final
+cdef class RankIndex:
+    """A leaderboard index: members ordered by score, best first.
+
+    See :mod:`rankd.index._contract` for the full contract.  Example::
+
+        >>> board = RankIndex("desc")
+        >>> board.incr("alice", 10)
+        (None, 10.0, True)
+        >>> board.set("bob", 7)
+        (None, 7.0, True)
+        >>> board.rank("bob"), board.range_by_rank(0, 1)
+        (2, [(1, 'alice', 10.0)])
+    """
+
+    cdef rk_node *header
+    cdef rk_node *tail
+    cdef Py_ssize_t length
+    cdef Py_ssize_t ndistinct       # leaders: distinct scores
+    cdef Py_ssize_t member_bytes    # sum of member lengths, for dump()
+    cdef int height                 # levels in use
+    cdef int max_level
+    cdef uint32_t branching
+    cdef uint64_t rng_state
+    cdef bint descending
+    cdef bint tie_by_member
+    cdef uint64_t _next_seq
+    cdef uint64_t hash_k0, hash_k1
+    cdef rk_node **slots
+    cdef size_t mask
+    cdef Py_ssize_t mutations       # invalidates iterators
+    cdef rk_arena arena             # owns every member node
+
+    def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
+                  int branching=DEFAULT_BRANCHING, seed=None):
+        if order not in ("desc", "asc"):
+            raise ValueError(f"order must be 'desc' or 'asc', got {order!r}")
+        if tie_break not in ("first", "member"):
+            raise ValueError(f"tie_break must be 'first' or 'member', got {tie_break!r}")
+        if not 1 <= max_level <= MAX_LEVEL:
+            raise ValueError(f"max_level must be between 1 and {MAX_LEVEL}, got {max_level}")
+        if not 2 <= branching <= 64:
+            raise ValueError(f"branching must be between 2 and 64, got {branching}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        self.descending = order == "desc"
+        self.tie_by_member = tie_break == "member"
+        self.max_level = max_level
+        self.branching = branching
+        if seed is None:
+            self.rng_state = int.from_bytes(os.urandom(8), "little")
+        else:
+            self.rng_state = (seed * 0x9E3779B97F4A7C15 + 1) & 0xFFFFFFFFFFFFFFFF
+        if self.rng_state == 0:
+            self.rng_state = 0x9E3779B97F4A7C15  # xorshift must not start at 0
+        key = os.urandom(16)
+        self.hash_k0 = int.from_bytes(key[:8], "little")
+        self.hash_k1 = int.from_bytes(key[8:], "little")
+        rk_arena_init(&self.arena)
+        self.header = <rk_node *>calloc(1, RK_NODE_SIZE(MAX_LEVEL, 0))
+        if self.header == NULL:
+            raise MemoryError()
+        self.header.nlevels = MAX_LEVEL
+        self.slots = _table_alloc(MIN_TABLE_SIZE)
+        self.mask = MIN_TABLE_SIZE - 1
+        self._reset_header()
+
+    def __dealloc__(self):
+        self._free_nodes()
+        free(self.header)
+        free(self.slots)
+
+    # --- node memory --------------------------------------------------------
+
+    cdef rk_node *_new_node(self, int nlevels, const char *member, Py_ssize_t mlen) except NULL:
+        cdef rk_node *node = <rk_node *>rk_arena_alloc(&self.arena, RK_NODE_SIZE(nlevels, mlen))
+        if node == NULL:
+            raise MemoryError()
+        global _live_nodes
+        _live_nodes += 1
+        node.nlevels = nlevels
+        node.mlen = mlen
+        node.backward = NULL
+        node.seq = 0
+        node.key = 0.0
+        node.hash = 0
+        if mlen:
+            memcpy(RK_MEMBER(node), member, mlen)
+        return node
+
+    cdef void _free_nodes(self) noexcept:
+        """Free every member node (not the header) by releasing the arena."""
+        _count_free(self.length)
+        rk_arena_release(&self.arena)
+
+    cdef void _free_node(self, rk_node *node) noexcept:
+        rk_arena_free(&self.arena, node, RK_NODE_SIZE(node.nlevels, node.mlen))
+        _count_free(1)
+
+    cdef void _reset_header(self) noexcept:
+        cdef int i
+        for i in range(MAX_LEVEL):
+            self.header.level[i].forward = NULL
+            self.header.level[i].span = 0
+            self.header.level[i].dspan = 0
+        self.header.backward = NULL
+        self.tail = NULL
+        self.length = 0
+        self.ndistinct = 0
+        self.member_bytes = 0
+        self.height = 1
+
+    @cython.cdivision(True)
+    cdef int _random_level(self) noexcept:
+        """Level of a new node: 1, then one more with probability 1/branching."""
+        cdef int level = 1
+        cdef uint64_t x
+        while level < self.max_level:
+            x = self.rng_state  # xorshift64*
+            x ^= x >> 12
+            x ^= x << 25
+            x ^= x >> 27
+            self.rng_state = x
+            if ((x * 2685821657736338717ULL) >> 32) % self.branching != 0:
+                break
+            level += 1
+        return level
+
+    # --- ordering -------------------------------------------------------------
+    #
+    # A target is described by (key, seq, member bytes); node order is total.
+
+    cdef inline bint _before(self, rk_node *node, double key, uint64_t seq,
+                             const char *member, Py_ssize_t mlen) noexcept:
+        """Whether ``node`` sorts strictly before the target."""
+        cdef int cmp
+        if node.key != key:
+            return node.key < key
+        if not self.tie_by_member and node.seq != seq:
+            return node.seq < seq
+        cmp = memcmp(RK_MEMBER(node), member, node.mlen if node.mlen < mlen else mlen)
+        if cmp != 0:
+            return cmp < 0
+        return node.mlen < mlen
+
+    cdef inline bint _node_before(self, rk_node *a, rk_node *b) noexcept:
+        return self._before(a, b.key, b.seq, RK_MEMBER(b), b.mlen)
+
+    cdef inline double _score(self, rk_node *node) noexcept:
+        return -node.key if self.descending else node.key
+
+    cdef inline double _key(self, double score) noexcept:
+        # -0.0 never reaches here: _number normalises it, and 0.0 negates to -0.0
+        # which compares equal to 0.0, so keys of zero scores compare equal.
+        return -score if self.descending else score
+
+    cdef inline bint _is_leader(self, rk_node *node) noexcept:
+        return node.backward == NULL or node.backward.key != node.key
+
+    # --- hash table -------------------------------------------------------------
+
+    cdef inline uint32_t _hash(self, const char *member, Py_ssize_t mlen) noexcept:
+        return <uint32_t>rk_siphash13(self.hash_k0, self.hash_k1, member, mlen)
+
+    cdef inline rk_node *_lookup(self, const char *member, Py_ssize_t mlen,
+                                 uint32_t h) noexcept:
+        cdef size_t i = h & self.mask
+        cdef rk_node *node = self.slots[i]
+        while node != NULL:
+            if node.hash == h and node.mlen == mlen and memcmp(RK_MEMBER(node), member, mlen) == 0:
+                return node
+            i = (i + 1) & self.mask
+            node = self.slots[i]
+        return NULL
+
+    cdef inline rk_node *_find(self, object member) except? NULL:
+        cdef const char *data
+        cdef Py_ssize_t size
+        _member_bytes(member, &data, &size)
+        return self._lookup(data, size, self._hash(data, size))
+
+    cdef int _table_reserve(self, Py_ssize_t members) except -1:
+        """Grow the table so ``members`` entries keep it at most 3/4 full."""
+        cdef size_t size = self.mask + 1
+        while <size_t>members * 4 > size * 3:
+            size *= 2
+        if size != self.mask + 1:
+            self._table_resize(size)
+        return 0
+
+    cdef void _table_insert(self, rk_node *node) noexcept:
+        """Add a node known to be absent; the caller reserved room for it."""
+        cdef size_t i = node.hash & self.mask
+        while self.slots[i] != NULL:
+            i = (i + 1) & self.mask
+        self.slots[i] = node
+
+    cdef int _table_resize(self, size_t size) except -1:
+        cdef rk_node **old = self.slots
+        cdef size_t old_size = self.mask + 1
+        cdef rk_node **slots = _table_alloc(size)
+        cdef size_t i, j
+        self.slots = slots
+        self.mask = size - 1
+        for i in range(old_size):
+            if old[i] != NULL:
+                j = old[i].hash & self.mask
+                while slots[j] != NULL:
+                    j = (j + 1) & self.mask
+                slots[j] = old[i]
+        free(old)
+        return 0
+
+    cdef void _table_remove(self, rk_node *node) noexcept:
+        """Remove a present node, shifting later entries of its probe run back
+        into the hole so lookups never need tombstones (Knuth's Algorithm R)."""
+        cdef size_t hole = node.hash & self.mask
+        cdef size_t j, home
+        while self.slots[hole] != node:
+            hole = (hole + 1) & self.mask
+        j = hole
+        while True:
+            j = (j + 1) & self.mask
+            if self.slots[j] == NULL:
+                break
+            home = self.slots[j].hash & self.mask
+            # The entry at j may move into the hole unless its home lies
+            # cyclically in (hole, j].
+            if hole <= j:
+                if hole < home <= j:
+                    continue
+            elif hole < home or home <= j:
+                continue
+            self.slots[hole] = self.slots[j]
+            hole = j
+        self.slots[hole] = NULL
+
+    # --- skip list core -----------------------------------------------------------
+
+    cdef Py_ssize_t _link(self, rk_node *x) noexcept:
+        """Insert node ``x`` (key, seq, member and nlevels set; absent from the
+        list) at its place.  Returns its 1-based rank.
+
+        Spans follow Redis's zslInsert; distinct spans additionally count the
+        leadership changes: ``dx`` for x itself, ``ds`` for its successor,
+        which stops leading its run when x joins that run in front of it.
+        """
+        cdef rk_node *update[MAX_LEVEL]
+        cdef Py_ssize_t rank[MAX_LEVEL]
+        cdef Py_ssize_t drank[MAX_LEVEL]
+        cdef rk_node *node = self.header
+        cdef rk_node *pred
+        cdef rk_node *succ
+        cdef int i, level = x.nlevels
+        cdef int dx, ds = 0
+        cdef uint32_t old_span, old_dspan
+        cdef const char *member = RK_MEMBER(x)
+
+        for i in range(self.height - 1, -1, -1):
+            rank[i] = 0 if i == self.height - 1 else rank[i + 1]
+            drank[i] = 0 if i == self.height - 1 else drank[i + 1]
+            while node.level[i].forward != NULL and self._before(
+                    node.level[i].forward, x.key, x.seq, member, x.mlen):
+                rank[i] += node.level[i].span
+                drank[i] += node.level[i].dspan
+                node = node.level[i].forward
+            update[i] = node
+
+        pred = update[0]
+        succ = pred.level[0].forward
+        dx = pred == self.header or pred.key != x.key
+        if succ != NULL:
+            ds = (succ.key != x.key) - (pred == self.header or pred.key != succ.key)
+
+        if level > self.height:
+            for i in range(self.height, level):
+                rank[i] = 0
+                drank[i] = 0
+                update[i] = self.header
+                self.header.level[i].forward = NULL
+                self.header.level[i].span = self.length
+                self.header.level[i].dspan = self.ndistinct
+            self.height = level
+
+        for i in range(level):
+            old_span = update[i].level[i].span
+            old_dspan = update[i].level[i].dspan
+            x.level[i].forward = update[i].level[i].forward
+            update[i].level[i].forward = x
+            x.level[i].span = old_span - (rank[0] - rank[i])
+            update[i].level[i].span = rank[0] - rank[i] + 1
+            x.level[i].dspan = old_dspan - (drank[0] - drank[i]) + ds
+            update[i].level[i].dspan = drank[0] - drank[i] + dx
+        for i in range(level, self.height):
+            update[i].level[i].span += 1
+            update[i].level[i].dspan += dx + ds
+
+        x.backward = NULL if pred == self.header else pred
+        if succ != NULL:
+            succ.backward = x
+        else:
+            self.tail = x
+        self.length += 1
+        self.ndistinct += dx + ds
+        return rank[0] + 1
+
+    cdef void _unlink(self, rk_node *x) noexcept:
+        """Remove node ``x`` from the list without freeing it."""
+        cdef rk_node *update[MAX_LEVEL]
+        cdef rk_node *node = self.header
+        cdef rk_node *pred
+        cdef rk_node *succ = x.level[0].forward
+        cdef int i, dx, ds = 0
+        cdef const char *member = RK_MEMBER(x)
+
+        for i in range(self.height - 1, -1, -1):
+            while node.level[i].forward != NULL and self._before(
+                    node.level[i].forward, x.key, x.seq, member, x.mlen):
+                node = node.level[i].forward
+            update[i] = node
+
+        pred = update[0]
+        dx = pred == self.header or pred.key != x.key
+        if succ != NULL:
+            ds = (pred == self.header or pred.key != succ.key) - (x.key != succ.key)
+
+        for i in range(self.height):
+            if update[i].level[i].forward == x:
+                update[i].level[i].span += x.level[i].span - 1
+                update[i].level[i].dspan += x.level[i].dspan - dx + ds
+                update[i].level[i].forward = x.level[i].forward
+            else:
+                update[i].level[i].span -= 1
+                update[i].level[i].dspan += ds - dx
+        if succ != NULL:
+            succ.backward = x.backward
+        else:
+            self.tail = x.backward
+        while self.height > 1 and self.header.level[self.height - 1].forward == NULL:
+            self.height -= 1
+        self.length -= 1
+        self.ndistinct += ds - dx
+
+    cdef bint _can_stay(self, rk_node *x, double key, uint64_t seq) noexcept:
+        """Whether ``x`` can take (key, seq) in place: it would not move, and
+        neither it nor its successor would change leadership."""
+        cdef rk_node *pred = x.backward
+        cdef rk_node *succ = x.level[0].forward
+        if pred != NULL:
+            if not self._before(pred, key, seq, RK_MEMBER(x), x.mlen):
+                return False
+            if (pred.key != x.key) != (pred.key != key):
+                return False
+        if succ != NULL:
+            if self._before(succ, key, seq, RK_MEMBER(x), x.mlen):
+                return False
+            if (succ.key != x.key) != (succ.key != key):
+                return False
+        return True
+
+    cdef Py_ssize_t _rank_of(self, rk_node *x, Py_ssize_t *dense) noexcept:
+        """1-based unique rank of a present node; its dense rank into ``dense``."""
+        cdef rk_node *node = self.header
+        cdef Py_ssize_t rank = 0, drank = 0
+        cdef int i
+        cdef const char *member = RK_MEMBER(x)
+        for i in range(self.height - 1, -1, -1):
+            while node.level[i].forward != NULL and (
+                    node.level[i].forward == x or self._before(
+                        node.level[i].forward, x.key, x.seq, member, x.mlen)):
+                rank += node.level[i].span
+                drank += node.level[i].dspan
+                node = node.level[i].forward
+            if node == x:
+                break
+        if dense != NULL:
+            dense[0] = drank
+        return rank
+
+    cdef Py_ssize_t _count_before_key(self, double key, bint inclusive) noexcept:
+        """Members whose key is < ``key`` (or <= with ``inclusive``)."""
+        cdef rk_node *node = self.header
+        cdef Py_ssize_t rank = 0
+        cdef int i
+        for i in range(self.height - 1, -1, -1):
+            while node.level[i].forward != NULL and (
+                    node.level[i].forward.key < key
+                    or (inclusive and node.level[i].forward.key == key)):
+                rank += node.level[i].span
+                node = node.level[i].forward
+        return rank
+
+    cdef rk_node *_node_at(self, Py_ssize_t rank) noexcept:
+        """Node at a 1-based rank in 1..length."""
+        cdef rk_node *node = self.header
+        cdef Py_ssize_t traversed = 0
+        cdef int i
+        for i in range(self.height - 1, -1, -1):
+            while node.level[i].forward != NULL and traversed + node.level[i].span <= rank:
+                traversed += node.level[i].span
+                node = node.level[i].forward
+            if traversed == rank:
+                return node
+        return NULL
+
+    # --- the one write path -----------------------------------------------------------
+
+    cdef Py_ssize_t _write(self, object member, double value, int op, bint has_seq,
+                           uint64_t seq, bint want_rank, double *old, bint *had,
+                           double *new, bint *has_new, bint *changed) except -2:
+        """Apply one validated-number write.  Returns the unique rank after it
+        (0 if absent or not wanted).  Raises, changing nothing, on a bad
+        member or a non-finite increment result."""
+        cdef const char *data
+        cdef Py_ssize_t size, rank = 0
+        cdef uint32_t h
+        cdef rk_node *x
+        cdef double key, target
+        _member_bytes(member, &data, &size)
+        h = self._hash(data, size)
+        x = self._lookup(data, size, h)
+        had[0] = x != NULL
+        changed[0] = False
+        if x != NULL:
+            old[0] = self._score(x)
+        if op == OP_REMOVE:
+            has_new[0] = False
+            if x == NULL:
+                return 0
+            self._unlink(x)
+            self._table_remove(x)
+            self.member_bytes -= x.mlen
+            self._free_node(x)
+            self.mutations += 1
+            changed[0] = True
+            return 0
+
+        if op == OP_INCR:
+            target = (old[0] + value) if x != NULL else value
+            if not isfinite(target):
+                raise ValueError(f"incrementing by {value!r} gives a non-finite score")
+            if target == 0.0:
+                target = 0.0
+        else:
+            target = value
+            if x != NULL:
+                key = self._key(value)
+                if (op == OP_SET_NEW
+                        or (op == OP_SET_BETTER and not key < x.key)
+                        or (op == OP_SET_WORSE and not key > x.key)):
+                    op = -1  # refused by the condition
+            elif op == OP_SET_EXISTS:
+                has_new[0] = False
+                return 0
+
+        if op == -1 or (x != NULL and old[0] == target):
+            new[0] = old[0]
+            has_new[0] = True
+            return self._rank_of(x, NULL) if want_rank else 0
+
+        if x == NULL:
+            # Everything that can fail happens before the first change.
+            if self.length >= MAX_LENGTH:
+                raise OverflowError("a rank index holds fewer than 2**32 members")
+            self._table_reserve(self.length + 1)
+            x = self._new_node(self._random_level(), data, size)
+            x.hash = h
+            self._table_insert(x)
+            self.member_bytes += size
+            x.key = self._key(target)
+            x.seq = self._stamp(has_seq, seq)
+            self._set_new(target, new, has_new, changed)
+            return self._link(x)
+        key = self._key(target)
+        seq = self._stamp(has_seq, seq)
+        self._set_new(target, new, has_new, changed)
+        if self._can_stay(x, key, seq):
+            x.key = key
+            x.seq = seq
+            return self._rank_of(x, NULL) if want_rank else 0
+        self._unlink(x)
+        x.key = key
+        x.seq = seq
+        return self._link(x)
+
+    cdef inline uint64_t _stamp(self, bint has_seq, uint64_t seq) noexcept:
+        """The arrival sequence of a write that changes a score."""
+        if not has_seq:
+            seq = self._next_seq
+        if seq >= self._next_seq:
+            self._next_seq = seq + 1
+        return seq
+
+    cdef inline void _set_new(self, double target, double *new, bint *has_new,
+                              bint *changed) noexcept:
+        new[0] = target
+        has_new[0] = True
+        changed[0] = True
+        self.mutations += 1
+
+    cdef tuple _write_result(self, bint had, double old, bint has_new, double new,
+                             bint changed):
+        return (_float_or_none(had, old), _float_or_none(has_new, new), changed)
+
+    # --- public writes ------------------------------------------------------------
+
+    def set(self, member, score, int when=OP_SET, seq=None):
+        """Set ``member``'s score if ``when`` allows it: ``(old, new, changed)``.
+
+        Runtime complexity: O(log n).
+        """
+        cdef double value, old = 0.0, new = 0.0
+        cdef bint had, has_new, changed
+        cdef uint64_t s = 0
+        if not OP_SET <= when <= OP_SET_WORSE:
+            raise ValueError(f"when must be a When value (0..4), got {when}")
+        _number(score, &value, "score")
+        if seq is not None:
+            _seq(seq, &s)
+        self._write(member, value, when, seq is not None, s, False,
+                    &old, &had, &new, &has_new, &changed)
+        return self._write_result(had, old, has_new, new, changed)
+
+    def incr(self, member, delta, seq=None):
+        """Add ``delta`` to ``member``'s score (absent members start at 0):
+        ``(old, new, changed)``.
+
+        Runtime complexity: O(log n).
+        """
+        cdef double value, old = 0.0, new = 0.0
+        cdef bint had, has_new, changed
+        cdef uint64_t s = 0
+        _number(delta, &value, "delta")
+        if seq is not None:
+            _seq(seq, &s)
+        self._write(member, value, OP_INCR, seq is not None, s, False,
+                    &old, &had, &new, &has_new, &changed)
+        return self._write_result(had, old, has_new, new, changed)
+
+    def remove(self, member):
+        """Remove ``member``: ``(old, None, True)``, or ``(None, None, False)``.
+
+        Runtime complexity: O(log n).
+        """
+        cdef double old = 0.0, new = 0.0
+        cdef bint had, has_new, changed
+        self._write(member, 0.0, OP_REMOVE, False, 0, False,
+                    &old, &had, &new, &has_new, &changed)
+        return self._write_result(had, old, has_new, new, changed)
+
+    def clear(self):
+        """Remove every member; ``next_seq`` is kept.  Runtime complexity: O(n)."""
+        self._free_nodes()
+        self._reset_header()
+        slots = _table_alloc(MIN_TABLE_SIZE)
+        free(self.slots)
+        self.slots = slots
+        self.mask = MIN_TABLE_SIZE - 1
+        self.mutations += 1
+
+    def apply_batch(self, ops):
+        """Apply ``(op, member, value[, seq])`` operations in order.
+
+        Returns one ``(old, new, changed, rank)`` per operation, or the
+        ``TypeError``/``ValueError`` of an invalid one, which changes nothing
+        while the others still apply.  This is the ingest path: one call, no
+        Python-level dispatch per operation.
+
+        Runtime complexity: O(k log n) for k operations.
+        """
+        cdef list results = []
+        cdef double value = 0.0, old = 0.0, new = 0.0
+        cdef bint had, has_new, changed
+        cdef uint64_t s = 0
+        cdef Py_ssize_t rank, n
+        cdef int op
+        cdef bint has_seq
+        for item in ops:
+            try:
+                if type(item) is not tuple:
+                    raise TypeError(f"an operation must be a tuple, got {type(item).__name__}")
+                n = len(<tuple>item)
+                if n != 3 and n != 4:
+                    raise TypeError(
+                        f"an operation is (op, member, value[, seq]), got {n} items"
+                    )
+                op_obj = (<tuple>item)[0]
+                if isinstance(op_obj, bool) or not isinstance(op_obj, int):
+                    raise TypeError(f"op must be an Op, got {type(op_obj).__name__}")
+                if not OP_SET <= op_obj <= OP_REMOVE:
+                    raise ValueError(f"op must be an Op value (0..6), got {op_obj}")
+                op = op_obj
+                if op != OP_REMOVE:
+                    _number((<tuple>item)[2], &value, "delta" if op == OP_INCR else "score")
+                has_seq = n == 4 and (<tuple>item)[3] is not None
+                if has_seq:
+                    _seq((<tuple>item)[3], &s)
+                rank = self._write((<tuple>item)[1], value, op, has_seq, s, True,
+                                   &old, &had, &new, &has_new, &changed)
+            except (TypeError, ValueError) as exc:
+                results.append(exc)
+                continue
+            results.append((_float_or_none(had, old), _float_or_none(has_new, new),
+                            changed, rank if has_new else None))
+        return results
+
+    # --- public reads ------------------------------------------------------------
+
+    @property
+    def order(self):
+        """``"desc"`` (highest score ranks first) or ``"asc"``."""
+        return "desc" if self.descending else "asc"
+
+    @property
+    def tie_break(self):
+        """``"first"`` (earliest arrival wins ties) or ``"member"``."""
+        return "member" if self.tie_by_member else "first"
+
+    @property
+    def next_seq(self):
+        """The arrival sequence the next unsequenced write will get."""
+        return self._next_seq
+
+    def __len__(self):
+        return self.length
+
+    def __contains__(self, member):
+        if not isinstance(member, str):
+            return False
+        try:
+            return self._find(member) != NULL
+        except ValueError:
+            return False
+
+    def __repr__(self):
+        return (f"RankIndex(order={self.order!r}, tie_break={self.tie_break!r}, "
+                f"members={self.length})")
+
+    def __iter__(self):
+        return _Iterator(self)
+
+    def __reduce__(self):
+        return (_load_from_dump, (self.dump(),))
+
+    def score(self, member):
+        """``member``'s score, or ``None``.  Runtime complexity: O(1)."""
+        cdef rk_node *x = self._find(member)
+        return None if x == NULL else self._score(x)
+
+    def rank(self, member):
+        """Unique 1-based rank, or ``None``.  Runtime complexity: O(log n)."""
+        cdef rk_node *x = self._find(member)
+        return None if x == NULL else self._rank_of(x, NULL)
+
+    def competition_rank(self, member):
+        """1 + members with a strictly better score, or ``None``.
+
+        Runtime complexity: O(log n).
+        """
+        cdef rk_node *x = self._find(member)
+        if x == NULL:
+            return None
+        return self._count_before_key(x.key, False) + 1
+
+    def dense_rank(self, member):
+        """1 + distinct scores strictly better, or ``None``.
+
+        Runtime complexity: O(log n).
+        """
+        cdef rk_node *x = self._find(member)
+        cdef Py_ssize_t dense = 0
+        if x == NULL:
+            return None
+        self._rank_of(x, &dense)
+        return dense
+
+    def percentile(self, member):
+        """Share of members scoring equal or worse, in percent.
+
+        Runtime complexity: O(log n).
+        """
+        cdef rk_node *x = self._find(member)
+        if x == NULL:
+            return None
+        return 100.0 * (self.length - self._count_before_key(x.key, False)) / self.length
+
+    def ranks(self, members):
+        """Unique ranks of many members (``None`` for absent ones).
+
+        Runtime complexity: O(k log n).
+        """
+        cdef list result = []
+        cdef rk_node *x
+        for member in members:
+            x = self._find(member)
+            result.append(None if x == NULL else self._rank_of(x, NULL))
+        return result
+
+    def member_at(self, rank):
+        """``(member, score)`` at a 1-based rank, ``None`` past the end.
+
+        Runtime complexity: O(log n).
+        """
+        cdef rk_node *x
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise TypeError(f"rank must be an int, got {type(rank).__name__}")
+        if rank < 1:
+            raise ValueError(f"rank must be at least 1, got {rank}")
+        if rank > self.length:
+            return None
+        x = self._node_at(rank)
+        return (self._member_str(x), self._score(x))
+
+    cdef inline str _member_str(self, rk_node *x):
+        return PyUnicode_DecodeUTF8(RK_MEMBER(x), x.mlen, NULL)
+
+    cdef list _collect(self, Py_ssize_t first, Py_ssize_t last, bint reverse):
+        """Entries of ranks first..last (1-based, inclusive, clipped by the
+        caller), best first or, with ``reverse``, worst first."""
+        cdef list entries = []
+        cdef rk_node *x
+        cdef Py_ssize_t rank
+        if first > last:
+            return entries
+        if reverse:
+            rank = last
+            x = self._node_at(last)
+            while rank >= first:
+                entries.append((rank, self._member_str(x), self._score(x)))
+                x = x.backward
+                rank -= 1
+        else:
+            rank = first
+            x = self._node_at(first)
+            while rank <= last:
+                entries.append((rank, self._member_str(x), self._score(x)))
+                x = x.level[0].forward
+                rank += 1
+        return entries
+
+    cdef list _window(self, Py_ssize_t lo, Py_ssize_t hi, object offset, object limit,
+                      bint reverse):
+        """Entries among ranks lo..hi after skipping ``offset`` and keeping at
+        most ``limit``, from the chosen end."""
+        _count(offset, "offset")
+        if limit is not None:
+            _count(limit, "limit")
+        if hi - lo + 1 <= offset:
+            return []
+        cdef Py_ssize_t available = hi - lo + 1 - <Py_ssize_t>offset
+        cdef Py_ssize_t take = available if limit is None or limit > available else limit
+        if reverse:
+            return self._collect(hi - offset - take + 1, hi - offset, True)
+        return self._collect(lo + offset, lo + offset + take - 1, False)
+
+    def range_by_rank(self, offset=0, limit=None, *, reverse=False):
+        """Entries ``(rank, member, score)`` by rank after ``offset``, at most
+        ``limit`` (``None``: to the end); ``reverse`` starts from the worst.
+
+        Runtime complexity: O(log n + limit).
+        """
+        return self._window(1, self.length, offset, limit, reverse)
+
+    cdef int _key_range(self, object low, object high, bint low_exclusive,
+                        bint high_exclusive, Py_ssize_t *lo, Py_ssize_t *hi) except -1:
+        """Ranks lo..hi (1-based, empty when lo > hi) of the score range."""
+        cdef double low_score, high_score, key_low, key_high
+        cdef bint ex_low, ex_high
+        _bound(low, &low_score, "low")
+        _bound(high, &high_score, "high")
+        if self.descending:
+            key_low, key_high = -high_score, -low_score
+            ex_low, ex_high = high_exclusive, low_exclusive
+        else:
+            key_low, key_high = low_score, high_score
+            ex_low, ex_high = low_exclusive, high_exclusive
+        if key_low > key_high:
+            lo[0], hi[0] = 1, 0
+            return 0
+        lo[0] = self._count_before_key(key_low, ex_low) + 1
+        hi[0] = self._count_before_key(key_high, not ex_high)
+        return 0
+
+    def range_by_score(self, low, high, *, low_exclusive=False, high_exclusive=False,
+                       offset=0, limit=None, reverse=False):
+        """Entries with ``low <= score <= high`` in rank order (``reverse``:
+        from the worst), after ``offset``, at most ``limit``.
+
+        Runtime complexity: O(log n + limit).
+        """
+        cdef Py_ssize_t lo, hi
+        self._key_range(low, high, low_exclusive, high_exclusive, &lo, &hi)
+        if lo > hi:
+            _count(offset, "offset")
+            if limit is not None:
+                _count(limit, "limit")
+            return []
+        return self._window(lo, hi, offset, limit, reverse)
+
+    def count(self, low, high, *, low_exclusive=False, high_exclusive=False):
+        """Members with a score in the range.  Runtime complexity: O(log n)."""
+        cdef Py_ssize_t lo, hi
+        self._key_range(low, high, low_exclusive, high_exclusive, &lo, &hi)
+        return hi - lo + 1 if hi >= lo else 0
+
+    def around(self, member, above=5, below=5):
+        """Up to ``above`` better-ranked entries, the member, and up to
+        ``below`` worse-ranked ones; ``None`` if absent.
+
+        Runtime complexity: O(log n + above + below).
+        """
+        cdef rk_node *x = self._find(member)
+        cdef Py_ssize_t rank
+        _count(above, "above")
+        _count(below, "below")
+        if x == NULL:
+            return None
+        rank = self._rank_of(x, NULL)
+        return self._collect(max(1, rank - above), min(self.length, rank + below), False)
+
+    # --- snapshots -----------------------------------------------------------------
+
+    def dump(self):
+        """The whole index as bytes (format in rankd.index._contract).
+
+        Runtime complexity: O(n).
+        """
+        cdef Py_ssize_t size = (DUMP_HEADER_SIZE + self.length * DUMP_RECORD_SIZE
+                                + self.member_bytes + 4)
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+        cdef char *p = PyBytes_AS_STRING(out)
+        cdef rk_node *x = self.header.level[0].forward
+        memcpy(p, b"RKIX", 4)
+        p[4] = DUMP_VERSION
+        p[5] = 0 if self.descending else 1
+        p[6] = 1 if self.tie_by_member else 0
+        p[7] = 0
+        rk_store_u64(p + 8, self.length)
+        rk_store_u64(p + 16, self._next_seq)
+        p += DUMP_HEADER_SIZE
+        while x != NULL:
+            rk_store_f64(p, self._score(x))
+            rk_store_u64(p + 8, x.seq)
+            rk_store_u16(p + 16, x.mlen)
+            memcpy(p + DUMP_RECORD_SIZE, RK_MEMBER(x), x.mlen)
+            p += DUMP_RECORD_SIZE + x.mlen
+            x = x.level[0].forward
+        # ``out`` is not shared yet, so finishing it in place is safe.
+        crc = zlib.crc32(memoryview(out)[:size - 4])
+        rk_store_u32(p, <uint32_t>crc)
+        return out
+
+    @classmethod
+    def load(cls, data):
+        """Rebuild an index from :meth:`dump` output.
+
+        Raises ``ValueError`` if the data is corrupt.  Records arrive in rank
+        order, so each node is appended at the tail in O(1) without a search.
+
+        Runtime complexity: O(n).
+        """
+        cdef Py_buffer view
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            return _load(cls, <const char *>view.buf, view.len, data)
+        finally:
+            PyBuffer_Release(&view)
+
+    cdef int _append_loaded(self, rk_node *x, rk_node **last, Py_ssize_t *last_rank,
+                            Py_ssize_t *last_drank) except -1:
+        """Append a node that sorts after every present node."""
+        cdef int i
+        cdef rk_node *prev = self.tail
+        cdef bint leader = prev == NULL or prev.key != x.key
+        self.length += 1
+        self.ndistinct += leader
+        if x.nlevels > self.height:
+            self.height = x.nlevels
+        for i in range(x.nlevels):
+            last[i].level[i].forward = x
+            last[i].level[i].span = self.length - last_rank[i]
+            last[i].level[i].dspan = self.ndistinct - last_drank[i]
+            last[i] = x
+            last_rank[i] = self.length
+            last_drank[i] = self.ndistinct
+            x.level[i].forward = NULL
+        x.backward = prev
+        self.tail = x
+        return 0
+
+    # --- invariants ------------------------------------------------------------------
+
+    def _check(self):
+        """Verify every invariant; ``AssertionError`` names the first broken one.
+
+        Checks, for every level, that spans and distinct spans match the
+        nodes and leaders they skip (links to NULL span to the end), that
+        the order is strict, that backward pointers and the tail are right,
+        that the hash table holds exactly the listed nodes, and the counters.
+        Runtime complexity: O(n * levels).
+        """
+        cdef rk_node *x
+        cdef rk_node *prev = NULL
+        cdef rk_node *node
+        cdef Py_ssize_t n = 0, leaders = 0, nbytes = 0, pos, dpos, i, found
+        cdef int level
+        cdef dict position = {}
+        cdef list nodes = []
+        cdef list dense = []
+        assert self.height >= 1 and self.height <= self.max_level or self.length == 0, \
+            f"height {self.height} outside 1..{self.max_level}"
+        x = self.header.level[0].forward
+        while x != NULL:
+            n += 1
+            assert x.backward == prev, f"backward pointer of rank {n} is wrong"
+            if prev != NULL:
+                assert self._node_before(prev, x), f"rank {n - 1} does not sort before rank {n}"
+            leaders += self._is_leader(x)
+            assert self._next_seq > x.seq, f"next_seq {self._next_seq} <= seq {x.seq}"
+            assert 1 <= x.nlevels <= self.height, f"rank {n} has {x.nlevels} levels"
+            nbytes += x.mlen
+            position[<size_t>x] = n
+            nodes.append(<size_t>x)
+            dense.append(leaders)
+            prev = x
+            x = x.level[0].forward
+        assert self.tail == prev, "tail is not the last node"
+        assert n == self.length, f"list holds {n} nodes, length says {self.length}"
+        assert leaders == self.ndistinct, f"{leaders} leaders, ndistinct says {self.ndistinct}"
+        assert nbytes == self.member_bytes, "member byte count is wrong"
+        for level in range(self.height):
+            node = self.header
+            pos = 0
+            dpos = 0
+            while True:
+                x = node.level[level].forward
+                if x == NULL:
+                    assert node.level[level].span == n - pos, \
+                        f"level {level}: span to the end is {node.level[level].span}, " \
+                        f"expected {n - pos}"
+                    assert node.level[level].dspan == leaders - dpos, \
+                        f"level {level}: distinct span to the end is wrong"
+                    break
+                assert x.nlevels > level, f"level {level} links a node of {x.nlevels} levels"
+                i = position[<size_t>x]
+                assert node.level[level].span == i - pos, \
+                    f"level {level}: span into rank {i} is {node.level[level].span}, " \
+                    f"expected {i - pos}"
+                assert node.level[level].dspan == dense[i - 1] - dpos, \
+                    f"level {level}: distinct span into rank {i} is wrong"
+                pos = i
+                dpos = dense[i - 1]
+                node = x
+        found = 0
+        for i in range(<Py_ssize_t>(self.mask + 1)):
+            if self.slots[i] != NULL:
+                found += 1
+                node = self.slots[i]
+                assert <size_t>node in position, "hash table holds a node not in the list"
+                assert self._lookup(RK_MEMBER(node), node.mlen, node.hash) == node, \
+                    "a member is not reachable through the hash table"
+                assert node.hash == self._hash(RK_MEMBER(node), node.mlen), "stale hash"
+        assert found == n, f"hash table holds {found} nodes, list holds {n}"
+        assert (self.mask + 1) & self.mask == 0, "table size is not a power of two"
+        assert <size_t>n * 4 <= (self.mask + 1) * 3 or n == 0, "hash table over 3/4 full"
+
+
+cdef rk_node **_table_alloc(size_t size) except NULL:
+    """A zeroed slot array; huge-page backed once it is large."""
+    cdef size_t nbytes = size * sizeof(rk_node *)
+    cdef rk_node **slots = <rk_node **>rk_big_alloc(nbytes)
+    if slots == NULL:
+        raise MemoryError()
+    memset(slots, 0, nbytes)
+    return slots
+
+
+cdef inline void _count_free(Py_ssize_t n) noexcept:
+    global _live_nodes
+    _live_nodes -= n
+
+
+cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
+    cdef RankIndex index
+    cdef rk_node *last[MAX_LEVEL]
+    cdef Py_ssize_t last_rank[MAX_LEVEL]
+    cdef Py_ssize_t last_drank[MAX_LEVEL]
+    cdef const char *p
+    cdef const char *end
+    cdef uint64_t count, next_seq, seq, i
+    cdef uint32_t h
+    cdef uint16_t mlen
+    cdef double score, key
+    cdef rk_node *x
+    cdef rk_node *prev = NULL
+    cdef int level
+    if size < DUMP_HEADER_SIZE + 4:
+        raise ValueError(f"rank index dump is truncated: {size} bytes")
+    if memcmp(buf, b"RKIX", 4) != 0:
+        raise ValueError("not a rank index dump (bad magic)")
+    if <uint8_t>buf[4] != DUMP_VERSION:
+        raise ValueError(f"unsupported rank index dump version {<uint8_t>buf[4]}")
+    if <uint8_t>buf[5] > 1 or <uint8_t>buf[6] > 1 or buf[7] != 0:
+        raise ValueError("rank index dump has an unknown order or tie-break code")
+    stored_crc = int.from_bytes(data[size - 4:size], "little")
+    if zlib.crc32(memoryview(data)[:size - 4]) != stored_crc:
+        raise ValueError("rank index dump is corrupt (CRC mismatch)")
+    count = rk_load_u64(buf + 8)
+    next_seq = rk_load_u64(buf + 16)
+    if next_seq > <uint64_t>MAX_SEQ + 1:
+        raise ValueError("rank index dump has an invalid next_seq")
+    if count > MAX_LENGTH or count > <uint64_t>(size // DUMP_RECORD_SIZE):
+        raise ValueError(f"rank index dump claims {count} members, more than it holds")
+    index = cls("desc" if buf[5] == 0 else "asc", "first" if buf[6] == 0 else "member")
+    index._next_seq = next_seq
+    index._table_reserve(count)
+    for level in range(MAX_LEVEL):
+        last[level] = index.header
+        last_rank[level] = 0
+        last_drank[level] = 0
+    p = buf + DUMP_HEADER_SIZE
+    end = buf + size - 4
+    for i in range(count):
+        if end - p < DUMP_RECORD_SIZE:
+            raise ValueError(f"rank index dump is truncated at record {i}")
+        score = rk_load_f64(p)
+        seq = rk_load_u64(p + 8)
+        mlen = rk_load_u16(p + 16)
+        p += DUMP_RECORD_SIZE
+        if mlen == 0 or mlen > MAX_MEMBER_BYTES or end - p < mlen:
+            raise ValueError(f"rank index dump has a bad member length at record {i}")
+        if not rk_utf8_valid(<const uint8_t *>p, mlen):
+            raise ValueError(f"rank index dump has a member that is not UTF-8 at record {i}")
+        if not isfinite(score):
+            raise ValueError(f"rank index dump has a non-finite score at record {i}")
+        if seq > MAX_SEQ or seq >= next_seq:
+            raise ValueError(f"rank index dump has an invalid seq at record {i}")
+        if score == 0.0:
+            score = 0.0
+        key = index._key(score)
+        if prev != NULL and not index._before(prev, key, seq, p, mlen):
+            raise ValueError(f"rank index dump is out of order at record {i}")
+        h = index._hash(p, mlen)
+        if index._lookup(p, mlen, h) != NULL:
+            raise ValueError(f"rank index dump repeats a member at record {i}")
+        x = index._new_node(index._random_level(), p, mlen)
+        x.key = key
+        x.seq = seq
+        x.hash = h
+        index._table_insert(x)
+        index._append_loaded(x, last, last_rank, last_drank)
+        index.member_bytes += mlen
+        prev = x
+        p += mlen
+    if p != end:
+        raise ValueError(f"rank index dump has {end - p} bytes after its last record")
+    # Links still pointing at NULL span to the end of the list.
+    for level in range(index.height):
+        last[level].level[level].span = index.length - last_rank[level]
+        last[level].level[level].dspan = index.ndistinct - last_drank[level]
+    return index
+
+
+def _load_from_dump(data):
+    return RankIndex.load(data)
+
+
+@cython.final
+cdef class _Iterator:
+    """Walks an index in rank order; any write to the index invalidates it."""
+
+    cdef RankIndex index
+    cdef rk_node *node
+    cdef Py_ssize_t mutations
+
+    def __cinit__(self, RankIndex index):
+        self.index = index
+        self.node = index.header.level[0].forward
+        self.mutations = index.mutations
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef rk_node *x = self.node
+        if self.index.mutations != self.mutations:
+            raise RuntimeError("rank index changed during iteration")
+        if x == NULL:
+            raise StopIteration
+        self.node = x.level[0].forward
+        return (self.index._member_str(x), self.index._score(x))
