@@ -27,6 +27,9 @@ one in Redis's t_zset.c)
   deleting a node changes the leadership of at most itself and its level-0
   successor, so the distinct spans are kept exact with the same update path
   that keeps the ordinary spans.
+* Every link caches its forward node's key, so a search step reads only
+  the node it stands on unless the keys tie; at a million members this
+  saves about one cache miss per level (8 bytes per level entry).
 * Level 0 is doubly linked (``backward``) so ranges can be walked from the
   worst member, and ``tail`` points at the worst node.
 * A node that keeps its place when its score changes is updated in place,
@@ -70,6 +73,8 @@ cdef extern from *:
 
     typedef struct rk_level {
         rk_node *forward;
+        double fkey;     /* forward->key: most search steps decide on it
+                            without touching the (likely uncached) forward node */
         uint32_t span;   /* nodes in (this, forward]; to NULL: to the end */
         uint32_t dspan;  /* leaders in (this, forward] */
     } rk_level;
@@ -252,6 +257,16 @@ cdef extern from *:
         a->free_list[cls] = p;
     }
 
+    #define rk_prefetch(p) __builtin_prefetch(p)
+    /* A node of one or two levels spans two cache lines. */
+    #define rk_prefetch_node(n) do { \
+        __builtin_prefetch(n); __builtin_prefetch((const char *)(n) + 64); } while (0)
+    /* apply_batch warms the cache for GROUP operations at a time, and only
+       once the index outgrows the caches (below that it costs more than it
+       saves). */
+    #define RK_PREFETCH_GROUP 16
+    #define RK_PREFETCH_MIN_LENGTH 32768
+
     static inline void rk_store_u16(char *p, uint16_t v) { memcpy(p, &v, 2); }
     static inline void rk_store_u32(char *p, uint32_t v) { memcpy(p, &v, 4); }
     static inline void rk_store_u64(char *p, uint64_t v) { memcpy(p, &v, 8); }
@@ -264,6 +279,7 @@ cdef extern from *:
 
     ctypedef struct rk_level:
         rk_node *forward
+        double fkey
         uint32_t span
         uint32_t dspan
 
@@ -295,6 +311,17 @@ cdef extern from *:
     void *rk_arena_alloc(rk_arena *arena, size_t size) nogil
     void rk_arena_free(rk_arena *arena, void *p, size_t size) nogil
     void *rk_big_alloc(size_t size) nogil
+    void rk_prefetch(const void *p) nogil
+    void rk_prefetch_node(const void *p) nogil
+
+    enum:
+        PREFETCH_GROUP "RK_PREFETCH_GROUP"
+        PREFETCH_MIN_LENGTH "RK_PREFETCH_MIN_LENGTH"
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    void *PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
 
     enum:
         MAX_LEVEL "RK_MAX_LEVEL"
@@ -548,6 +575,15 @@ cdef class RankIndex:
             return cmp < 0
         return node.mlen < mlen
 
+    cdef inline bint _link_before(self, rk_level *link, double key, uint64_t seq,
+                                  const char *member, Py_ssize_t mlen) noexcept:
+        """Whether ``link`` leads to a node sorting strictly before the target."""
+        if link.forward == NULL:
+            return False
+        if link.fkey != key:
+            return link.fkey < key
+        return self._before(link.forward, key, seq, member, mlen)
+
     cdef inline bint _node_before(self, rk_node *a, rk_node *b) noexcept:
         return self._before(a, b.key, b.seq, RK_MEMBER(b), b.mlen)
 
@@ -664,8 +700,7 @@ cdef class RankIndex:
         for i in range(self.height - 1, -1, -1):
             rank[i] = 0 if i == self.height - 1 else rank[i + 1]
             drank[i] = 0 if i == self.height - 1 else drank[i + 1]
-            while node.level[i].forward != NULL and self._before(
-                    node.level[i].forward, x.key, x.seq, member, x.mlen):
+            while self._link_before(&node.level[i], x.key, x.seq, member, x.mlen):
                 rank[i] += node.level[i].span
                 drank[i] += node.level[i].dspan
                 node = node.level[i].forward
@@ -691,7 +726,9 @@ cdef class RankIndex:
             old_span = update[i].level[i].span
             old_dspan = update[i].level[i].dspan
             x.level[i].forward = update[i].level[i].forward
+            x.level[i].fkey = update[i].level[i].fkey
             update[i].level[i].forward = x
+            update[i].level[i].fkey = x.key
             x.level[i].span = old_span - (rank[0] - rank[i])
             update[i].level[i].span = rank[0] - rank[i] + 1
             x.level[i].dspan = old_dspan - (drank[0] - drank[i]) + ds
@@ -709,21 +746,41 @@ cdef class RankIndex:
         self.ndistinct += dx + ds
         return rank[0] + 1
 
+    cdef Py_ssize_t _path_to(self, rk_node *x, rk_node **update) noexcept:
+        """Fill ``update[i]`` with the last node before present node ``x`` on
+        every level in use; return x's 1-based rank."""
+        cdef rk_node *node = self.header
+        cdef Py_ssize_t rank = 0
+        cdef int i
+        cdef const char *member = RK_MEMBER(x)
+        for i in range(self.height - 1, -1, -1):
+            while self._link_before(&node.level[i], x.key, x.seq, member, x.mlen):
+                rank += node.level[i].span
+                node = node.level[i].forward
+            update[i] = node
+        return rank + 1
+
+    cdef Py_ssize_t _rekey(self, rk_node *x, double key, uint64_t seq) noexcept:
+        """Give present node ``x`` a key it can take in place (see
+        ``_can_stay``), refreshing the keys its predecessors cache.
+        Returns its rank."""
+        cdef rk_node *update[MAX_LEVEL]
+        cdef Py_ssize_t rank = self._path_to(x, update)
+        cdef int i
+        x.key = key
+        x.seq = seq
+        for i in range(x.nlevels):
+            update[i].level[i].fkey = key
+        return rank
+
     cdef void _unlink(self, rk_node *x) noexcept:
         """Remove node ``x`` from the list without freeing it."""
         cdef rk_node *update[MAX_LEVEL]
-        cdef rk_node *node = self.header
         cdef rk_node *pred
         cdef rk_node *succ = x.level[0].forward
         cdef int i, dx, ds = 0
-        cdef const char *member = RK_MEMBER(x)
 
-        for i in range(self.height - 1, -1, -1):
-            while node.level[i].forward != NULL and self._before(
-                    node.level[i].forward, x.key, x.seq, member, x.mlen):
-                node = node.level[i].forward
-            update[i] = node
-
+        self._path_to(x, update)
         pred = update[0]
         dx = pred == self.header or pred.key != x.key
         if succ != NULL:
@@ -734,6 +791,7 @@ cdef class RankIndex:
                 update[i].level[i].span += x.level[i].span - 1
                 update[i].level[i].dspan += x.level[i].dspan - dx + ds
                 update[i].level[i].forward = x.level[i].forward
+                update[i].level[i].fkey = x.level[i].fkey
             else:
                 update[i].level[i].span -= 1
                 update[i].level[i].dspan += ds - dx
@@ -770,9 +828,8 @@ cdef class RankIndex:
         cdef int i
         cdef const char *member = RK_MEMBER(x)
         for i in range(self.height - 1, -1, -1):
-            while node.level[i].forward != NULL and (
-                    node.level[i].forward == x or self._before(
-                        node.level[i].forward, x.key, x.seq, member, x.mlen)):
+            while node.level[i].forward == x or self._link_before(
+                    &node.level[i], x.key, x.seq, member, x.mlen):
                 rank += node.level[i].span
                 drank += node.level[i].dspan
                 node = node.level[i].forward
@@ -789,8 +846,7 @@ cdef class RankIndex:
         cdef int i
         for i in range(self.height - 1, -1, -1):
             while node.level[i].forward != NULL and (
-                    node.level[i].forward.key < key
-                    or (inclusive and node.level[i].forward.key == key)):
+                    node.level[i].fkey < key or (inclusive and node.level[i].fkey == key)):
                 rank += node.level[i].span
                 node = node.level[i].forward
         return rank
@@ -880,9 +936,7 @@ cdef class RankIndex:
         seq = self._stamp(has_seq, seq)
         self._set_new(target, new, has_new, changed)
         if self._can_stay(x, key, seq):
-            x.key = key
-            x.seq = seq
-            return self._rank_of(x, NULL) if want_rank else 0
+            return self._rekey(x, key, seq)
         self._unlink(x)
         x.key = key
         x.seq = seq
@@ -973,14 +1027,18 @@ cdef class RankIndex:
 
         Runtime complexity: O(k log n) for k operations.
         """
+        cdef list items = ops if type(ops) is list else list(ops)
         cdef list results = []
         cdef double value = 0.0, old = 0.0, new = 0.0
         cdef bint had, has_new, changed
         cdef uint64_t s = 0
-        cdef Py_ssize_t rank, n
+        cdef Py_ssize_t rank, n, position
         cdef int op
         cdef bint has_seq
-        for item in ops:
+        for position in range(len(items)):
+            item = items[position]
+            if position % PREFETCH_GROUP == 0 and self.length >= PREFETCH_MIN_LENGTH:
+                self._prefetch_group(items, position)
             try:
                 if type(item) is not tuple:
                     raise TypeError(f"an operation must be a tuple, got {type(item).__name__}")
@@ -1008,6 +1066,108 @@ cdef class RankIndex:
             results.append((_float_or_none(had, old), _float_or_none(has_new, new),
                             changed, rank if has_new else None))
         return results
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef void _prefetch_group(self, list items, Py_ssize_t start):
+        """Warm the cache for the next PREFETCH_GROUP operations.
+
+        A single search is a chain of dependent cache misses, ~20 deep at a
+        million members, and the CPU cannot overlap them.  Here the searches
+        of a whole group (to each member's node, its current place and its
+        new place) advance in lock step, one node each per round, issuing
+        prefetches, so their misses overlap.  Nothing is written and nothing
+        is validated: a wrong guess only costs a useless prefetch, and
+        operations that are not plain ASCII-member, float/int-valued tuples
+        are simply not warmed.
+        """
+        cdef rk_node *cursor[2 * PREFETCH_GROUP]
+        cdef double target[2 * PREFETCH_GROUP]
+        cdef int level[2 * PREFETCH_GROUP]
+        cdef const char *data[PREFETCH_GROUP]
+        cdef Py_ssize_t size[PREFETCH_GROUP]
+        cdef uint32_t hashes[PREFETCH_GROUP]
+        cdef double values[PREFETCH_GROUP]
+        cdef int codes[PREFETCH_GROUP]
+        cdef Py_ssize_t stop = min(start + PREFETCH_GROUP, len(items))
+        cdef int count = 0, lanes = 0, active, j, i
+        cdef long long as_int
+        cdef int overflow
+        cdef rk_node *x
+        cdef rk_node *node
+        cdef rk_level *link
+        cdef double score
+        for position in range(start, stop):
+            item = items[position]
+            if type(item) is not tuple or len(<tuple>item) < 3:
+                continue
+            op_obj = (<tuple>item)[0]
+            member = (<tuple>item)[1]
+            value = (<tuple>item)[2]
+            if type(op_obj) is not int or type(member) is not str:
+                continue
+            if not PyUnicode_IS_COMPACT_ASCII(member):
+                continue
+            codes[count] = <int>PyLong_AsLongLongAndOverflow(op_obj, &overflow)
+            if overflow or not OP_SET <= codes[count] <= OP_REMOVE:
+                continue
+            if type(value) is float:
+                values[count] = PyFloat_AS_DOUBLE(value)
+            elif type(value) is int:
+                as_int = PyLong_AsLongLongAndOverflow(value, &overflow)
+                if overflow:
+                    continue
+                values[count] = <double>as_int
+            elif codes[count] != OP_REMOVE:
+                continue
+            data[count] = <const char *>PyUnicode_DATA(member)
+            size[count] = PyUnicode_GET_LENGTH(member)
+            if size[count] == 0 or size[count] > MAX_MEMBER_BYTES:
+                continue
+            hashes[count] = self._hash(data[count], size[count])
+            rk_prefetch(&self.slots[hashes[count] & self.mask])
+            count += 1
+        for j in range(count):
+            node = self.slots[hashes[j] & self.mask]
+            if node != NULL:
+                rk_prefetch_node(node)
+        for j in range(count):
+            x = self._lookup(data[j], size[j], hashes[j])
+            if x != NULL:
+                rk_prefetch_node(x.backward)
+                rk_prefetch_node(x.level[0].forward)
+                target[lanes] = x.key
+                lanes += 1
+            if codes[j] == OP_REMOVE:
+                continue
+            if codes[j] == OP_INCR and x != NULL:
+                score = self._score(x) + values[j]
+            else:
+                score = values[j]
+            target[lanes] = self._key(score)
+            lanes += 1
+        for j in range(lanes):
+            cursor[j] = self.header
+            level[j] = self.height - 1
+        active = lanes
+        while active > 0:
+            for j in range(lanes):
+                i = level[j]
+                if i < 0:
+                    continue
+                node = cursor[j]
+                while i >= 0:
+                    link = &node.level[i]
+                    if link.forward != NULL and link.fkey < target[j]:
+                        cursor[j] = link.forward
+                        rk_prefetch_node(link.forward)
+                        if i >= 2:
+                            rk_prefetch(&link.forward.level[i])
+                        break
+                    i -= 1
+                level[j] = i
+                if i < 0:
+                    active -= 1
 
     # --- public reads ------------------------------------------------------------
 
@@ -1283,6 +1443,7 @@ cdef class RankIndex:
             self.height = x.nlevels
         for i in range(x.nlevels):
             last[i].level[i].forward = x
+            last[i].level[i].fkey = x.key
             last[i].level[i].span = self.length - last_rank[i]
             last[i].level[i].dspan = self.ndistinct - last_drank[i]
             last[i] = x
@@ -1347,6 +1508,7 @@ cdef class RankIndex:
                         f"level {level}: distinct span to the end is wrong"
                     break
                 assert x.nlevels > level, f"level {level} links a node of {x.nlevels} levels"
+                assert node.level[level].fkey == x.key, f"level {level}: stale cached key"
                 i = position[<size_t>x]
                 assert node.level[level].span == i - pos, \
                     f"level {level}: span into rank {i} is {node.level[level].span}, " \
