@@ -52,6 +52,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.math cimport isfinite
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -1099,6 +1100,10 @@ cdef class RankIndex:
         cdef double score
         for position in range(start, stop):
             item = items[position]
+            if type(item) is tuple and len(<tuple>item) >= 3:
+                rk_prefetch(<PyObject *>(<tuple>item)[1])
+        for position in range(start, stop):
+            item = items[position]
             if type(item) is not tuple or len(<tuple>item) < 3:
                 continue
             op_obj = (<tuple>item)[0]
@@ -1160,9 +1165,11 @@ cdef class RankIndex:
                     link = &node.level[i]
                     if link.forward != NULL and link.fkey < target[j]:
                         cursor[j] = link.forward
-                        rk_prefetch_node(link.forward)
-                        if i >= 2:
-                            rk_prefetch(&link.forward.level[i])
+                        # Only the entry read next: upper levels are mostly
+                        # cached, and every extra line costs bandwidth.
+                        rk_prefetch(&link.forward.level[i])
+                        if i <= 1:
+                            rk_prefetch(link.forward)
                         break
                     i -= 1
                 level[j] = i
