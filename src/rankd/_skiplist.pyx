@@ -1410,13 +1410,11 @@ cdef class RankIndex:
         rk_store_u64(p + 8, self.length)
         rk_store_u64(p + 16, self._next_seq)
         p += DUMP_HEADER_SIZE
-        while x != NULL:
-            rk_store_f64(p, self._score(x))
-            rk_store_u64(p + 8, x.seq)
-            rk_store_u16(p + 16, x.mlen)
-            memcpy(p + DUMP_RECORD_SIZE, RK_MEMBER(x), x.mlen)
-            p += DUMP_RECORD_SIZE + x.mlen
-            x = x.level[0].forward
+        # The copy needs no Python objects, so other threads run meanwhile;
+        # the engine snapshots an index from a worker thread while making
+        # sure nothing writes to it.
+        with nogil:
+            p = _dump_nodes(x, p, self.descending)
         # ``out`` is not shared yet, so finishing it in place is safe.
         crc = zlib.crc32(memoryview(out)[:size - 4])
         rk_store_u32(p, <uint32_t>crc)
@@ -1537,6 +1535,18 @@ cdef class RankIndex:
         assert found == n, f"hash table holds {found} nodes, list holds {n}"
         assert (self.mask + 1) & self.mask == 0, "table size is not a power of two"
         assert <size_t>n * 4 <= (self.mask + 1) * 3 or n == 0, "hash table over 3/4 full"
+
+
+cdef char *_dump_nodes(rk_node *x, char *p, bint descending) noexcept nogil:
+    """Write the dump records of ``x`` and every node after it at ``p``."""
+    while x != NULL:
+        rk_store_f64(p, -x.key if descending else x.key)
+        rk_store_u64(p + 8, x.seq)
+        rk_store_u16(p + 16, x.mlen)
+        memcpy(p + DUMP_RECORD_SIZE, RK_MEMBER(x), x.mlen)
+        p += DUMP_RECORD_SIZE + x.mlen
+        x = x.level[0].forward
+    return p
 
 
 cdef rk_node **_table_alloc(size_t size) except NULL:

@@ -1,0 +1,77 @@
+"""One leaderboard: its config and a rank index per window and period.
+
+A :class:`Board` is state only.  It is changed by the engine's single
+mutation path (:meth:`rankd.engine.engine.Engine._apply`), which live
+writes and recovery share; front-ends never touch it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from rankd.engine.config import BoardConfig
+from rankd.engine.dedupe import DedupeTable
+from rankd.engine.periods import period_of
+from rankd.index import RankIndex
+
+
+class Board:
+    """A board's config, indexes, labels, dedupe table and version."""
+
+    def __init__(self, name: str, config: BoardConfig) -> None:
+        self.name = name
+        self.config = config
+        #: window -> period id -> index; periods are added in time order.
+        self.periods: dict[str, dict[str, RankIndex]] = {w: {} for w in config.windows}
+        self.labels: dict[str, str] = {}
+        self.dedupe = DedupeTable()
+        #: Bumped by every change, so readers can cache by it.
+        self.version = 0
+        self.updated_at = 0.0
+        # Cleared while a snapshot copies one of this board's indexes from
+        # another thread: writers wait, readers do not.
+        self.writable = asyncio.Event()
+        self.writable.set()
+
+    def new_index(self) -> RankIndex:
+        return RankIndex(self.config.order, self.config.tie_break)
+
+    def index(self, window: str, period: str) -> RankIndex | None:
+        """The index of a period, or ``None`` if nothing was recorded in it."""
+        return self.periods[window].get(period)
+
+    def index_for_write(self, window: str, period: str) -> RankIndex:
+        """The index of a period, created empty on its first event."""
+        periods = self.periods[window]
+        index = periods.get(period)
+        if index is None:
+            index = periods[period] = self.new_index()
+            if len(periods) > 1 and period < next(reversed(periods)):
+                # A late event opened an older period: keep time order.
+                self.periods[window] = dict(sorted(periods.items()))
+        return index
+
+    def reconfigure(self, config: BoardConfig) -> None:
+        """Adopt a new config; windows added start empty, windows removed go."""
+        self.periods = {w: self.periods.get(w, {}) for w in config.windows}
+        self.config = config
+
+    def expired_periods(self, now: float) -> list[tuple[str, str]]:
+        """``(window, period)`` of closed periods beyond ``retain``."""
+        expired = []
+        for window, periods in self.periods.items():
+            if window == "all":
+                continue
+            current = period_of(window, now)
+            closed = [period for period in periods if period < current]
+            expired.extend((window, period) for period in closed[: -self.config.retain or None]
+                           if len(closed) > self.config.retain)
+        return expired
+
+    def member_counts(self, now: float) -> dict[str, int]:
+        """Members in the current period of each window."""
+        counts = {}
+        for window in self.config.windows:
+            index = self.index(window, period_of(window, now))
+            counts[window] = 0 if index is None else len(index)
+        return counts

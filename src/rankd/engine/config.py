@@ -1,0 +1,110 @@
+"""Board configuration: how a leaderboard orders, scores and windows."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rankd.engine.errors import InvalidInput
+from rankd.engine.periods import WINDOWS
+
+BOARD_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+POLICIES = ("best", "sum", "latest")
+MAX_LABEL_CHARS = 64
+MAX_EVENT_ID_BYTES = 128
+MAX_RETAIN = 1000
+
+
+def check_board_name(name: object) -> str:
+    """Return ``name`` if it is a valid board name, else raise InvalidInput."""
+    if not isinstance(name, str) or not BOARD_NAME.match(name):
+        raise InvalidInput(
+            f"board name must match [A-Za-z0-9_.:-]{{1,64}}, got {name!r}"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class BoardConfig:
+    """A board's configuration.
+
+    ``policy`` says how a submission changes a member's score: ``best``
+    keeps the best score ever submitted (under ``order``), ``sum`` adds a
+    delta, ``latest`` replaces.  ``windows`` are the time windows kept (see
+    :mod:`rankd.engine.periods`); ``retain`` closed periods of each stay
+    queryable.  ``min_score``/``max_score`` bound every resulting score and
+    ``max_delta`` bounds how much one submission may change a score.
+    """
+
+    order: str = "desc"
+    policy: str = "best"
+    tie_break: str = "first"
+    windows: tuple[str, ...] = ("all",)
+    retain: int = 8
+    min_score: float | None = None
+    max_score: float | None = None
+    max_delta: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: object) -> BoardConfig:
+        """Validate a config given as JSON-like data; unknown fields are refused."""
+        if not isinstance(data, dict):
+            raise InvalidInput("board config must be an object")
+        known = {"order", "policy", "tie_break", "windows", "retain",
+                 "min_score", "max_score", "max_delta"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidInput(f"unknown board config field(s): {', '.join(map(str, unknown))}")
+        values: dict[str, Any] = {}
+        values["order"] = _choice(data, "order", ("desc", "asc"), "desc")
+        values["policy"] = _choice(data, "policy", POLICIES, "best")
+        values["tie_break"] = _choice(data, "tie_break", ("first", "member"), "first")
+        windows = data.get("windows", ["all"])
+        if (not isinstance(windows, list) or not windows
+                or not all(isinstance(w, str) for w in windows)):
+            raise InvalidInput("windows must be a non-empty list of window names")
+        for window in windows:
+            if window not in WINDOWS:
+                raise InvalidInput(f"unknown window {window!r}; windows are {', '.join(WINDOWS)}")
+        if len(set(windows)) != len(windows):
+            raise InvalidInput("windows must not repeat")
+        values["windows"] = tuple(windows)
+        retain = data.get("retain", 8)
+        if isinstance(retain, bool) or not isinstance(retain, int) or not 0 <= retain <= MAX_RETAIN:
+            raise InvalidInput(f"retain must be an integer from 0 to {MAX_RETAIN}")
+        values["retain"] = retain
+        for name in ("min_score", "max_score", "max_delta"):
+            value = data.get(name)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise InvalidInput(f"{name} must be a number or null")
+                if not math.isfinite(value):
+                    raise InvalidInput(f"{name} must be finite")
+                value = float(value)
+            values[name] = value
+        if values["max_delta"] is not None and values["max_delta"] <= 0:
+            raise InvalidInput("max_delta must be positive")
+        if (values["min_score"] is not None and values["max_score"] is not None
+                and values["min_score"] > values["max_score"]):
+            raise InvalidInput("min_score must not exceed max_score")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as JSON-like data (inverse of :meth:`from_dict`)."""
+        data = asdict(self)
+        data["windows"] = list(self.windows)
+        return data
+
+    @property
+    def primary_window(self) -> str:
+        """The window reads use by default: ``all`` if kept, else the first."""
+        return "all" if "all" in self.windows else self.windows[0]
+
+
+def _choice(data: dict, name: str, allowed: tuple[str, ...], default: str) -> str:
+    value = data.get(name, default)
+    if value not in allowed:
+        raise InvalidInput(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+    return value

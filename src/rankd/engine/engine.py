@@ -1,0 +1,898 @@
+"""The engine: the one place where leaderboard state changes.
+
+Every front-end (REST, live feed, TCP, CLI) calls the engine; the engine
+calls the rank indexes and the write-ahead log.  A write goes through
+three steps, all but the last synchronous, so no other coroutine can
+interleave between them:
+
+1. *prepare*: validate, answer duplicates from the dedupe table, apply the
+   board's policy and guards to compute the absolute new score in every
+   window, and build the WAL record;
+2. *apply*: :meth:`Engine._apply_records`, the single mutation path, which
+   recovery replays too (as Redis replays its AOF through the normal command
+   path).  Records with the log position as arrival sequence are applied
+   through the index's batch entry point;
+3. *commit*: append the records and wait until the WAL policy says they
+   are safe (written to the OS, or fsynced with ``fsync=always``), then
+   acknowledge.
+
+If the log cannot be written the engine stops accepting writes
+(:class:`ReadOnly`) until restarted; reads keep working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rankd.engine import records
+from rankd.engine.board import Board
+from rankd.engine.config import (
+    MAX_EVENT_ID_BYTES,
+    MAX_LABEL_CHARS,
+    BoardConfig,
+    check_board_name,
+)
+from rankd.engine.errors import (
+    Conflict,
+    EngineError,
+    GuardViolation,
+    InvalidInput,
+    NotFound,
+    ReadOnly,
+)
+from rankd.engine.periods import check_window, period_of, period_start
+from rankd.engine.snapshot import SnapshotStore
+from rankd.engine.wal import WalFailedError, WriteAheadLog
+from rankd.index import MAX_MEMBER_BYTES, Op
+
+log = logging.getLogger(__name__)
+
+FSYNC_POLICIES = ("always", "everysec", "no")
+ARCHIVE_DEPTH = 1000
+REPLAY_BATCH = 10_000
+_NO_RANK = None
+
+
+@dataclass
+class EngineConfig:
+    """Engine settings; the defaults work with no configuration at all."""
+
+    data_dir: Path = Path("rankd-data")
+    #: ``always``: acknowledge after fsync (group commit); ``everysec``:
+    #: fsync once a second (a machine crash may lose the last second; a
+    #: process crash loses nothing); ``no``: leave it to the OS.
+    fsync: str = "everysec"
+    segment_bytes: int = 64 << 20
+    snapshot_every_events: int = 1_000_000
+    snapshot_every_seconds: float = 300.0
+    dedupe_ttl: float = 86_400.0
+    #: How far an event's timestamp may be from the engine clock, seconds.
+    ts_tolerance: float = 300.0
+    housekeeping_seconds: float = 30.0
+    postgres_dsn: str | None = None
+    #: Truncate the WAL at a mid-log corruption (keeping the rest aside)
+    #: instead of refusing to start.
+    repair: bool = False
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        if self.fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, "
+                             f"got {self.fsync!r}")
+
+
+@dataclass(slots=True)
+class Submission:
+    """One score submission, as front-ends hand it to the engine."""
+
+    board: str
+    member: str
+    score: float | None = None
+    delta: float | None = None
+    event_id: str | None = None
+    ts: float | None = None
+    label: str | None = None
+
+    FIELDS = frozenset({"member", "score", "delta", "event_id", "ts", "label"})
+
+    @classmethod
+    def from_dict(cls, board: str, data: object) -> Submission:
+        """Build from JSON/msgpack data, refusing unknown fields."""
+        if not isinstance(data, dict):
+            raise InvalidInput("a submission must be an object")
+        unknown = sorted(map(str, set(data) - cls.FIELDS))
+        if unknown:
+            raise InvalidInput(f"unknown submission field(s): {', '.join(unknown)}")
+        if "member" not in data:
+            raise InvalidInput("a submission needs a member")
+        return cls(board=board, **data)
+
+
+@dataclass
+class _Batch:
+    """Records prepared for one apply/commit round, and their answers."""
+
+    records: list[tuple[int, list]] = field(default_factory=list)
+    answers: list[Any] = field(default_factory=list)
+    #: answer slot -> index into ``records`` whose result it reports
+    pending: dict[int, int] = field(default_factory=dict)
+    #: (board, event_id) -> record index, for duplicates inside the batch
+    seen: dict[tuple[str, str], int] = field(default_factory=dict)
+    overlay: dict[tuple[str, str, str, str], float | None] = field(default_factory=dict)
+
+
+class Engine:
+    """Boards, their windows and the durable log behind them."""
+
+    def __init__(self, config: EngineConfig | None = None, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config or EngineConfig()
+        self.clock = clock
+        self.boards: dict[str, Board] = {}
+        self.wal: WriteAheadLog | None = None
+        self.snapshots = SnapshotStore(self.config.data_dir / "snapshots")
+        self.shipper: Any = None
+        #: Set once recovery finished and the engine serves.
+        self.ready = False
+        #: The storage error that made the engine read-only, if any.
+        self.failure: BaseException | None = None
+        #: Called with a board name after each change (live feed, caches).
+        self.listeners: list[Callable[[str], None]] = []
+        self.last_snapshot: dict[str, Any] = {}
+        self._lock_fd: int | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._snapshot_lock = asyncio.Lock()
+        self._events_since_snapshot = 0
+        self._last_snapshot_time = 0.0
+        self._snapshot_wanted = asyncio.Event()
+        self._closed = False
+
+    # --- life cycle -------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, config: EngineConfig | None = None, *,
+                   clock: Callable[[], float] = time.time) -> Engine:
+        """Lock the data dir, recover (snapshot + WAL tail) and start serving."""
+        engine = cls(config, clock=clock)
+        await engine.start()
+        return engine
+
+    async def start(self) -> None:
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir()
+        try:
+            await asyncio.to_thread(self._recover)
+            await self.wal.start()
+            if self.config.postgres_dsn:
+                from rankd.engine.postgres import PostgresShipper
+
+                self.shipper = PostgresShipper(self.config.postgres_dsn, self.wal,
+                                               records.describe)
+                await self.shipper.start()
+        except BaseException:
+            self._unlock_data_dir()
+            raise
+        self._last_snapshot_time = time.monotonic()
+        self._tasks.append(asyncio.create_task(self._snapshot_loop(), name="rankd-snapshots"))
+        self._tasks.append(asyncio.create_task(self._housekeeping_loop(),
+                                               name="rankd-housekeeping"))
+        self.ready = True
+
+    async def close(self, *, snapshot: bool = True) -> None:
+        """Flush the WAL, snapshot (unless told not to) and release the data dir."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        try:
+            if self.wal is not None and self.failure is None:
+                with contextlib.suppress(WalFailedError):
+                    await self.wal.commit(self.wal.last_lsn)
+                if snapshot and self.ready:
+                    await self.snapshot()
+            if self.shipper is not None:
+                await self.shipper.stop()
+        finally:
+            if self.wal is not None:
+                await self.wal.close()
+            self._unlock_data_dir()
+
+    def _lock_data_dir(self) -> None:
+        path = self.config.data_dir / "LOCK"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = path.read_text().strip() or "another process"
+            raise RuntimeError(
+                f"data dir {self.config.data_dir} is in use by {holder}; "
+                "a second rankd cannot share it"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = None
+
+    # --- recovery -----------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Latest valid snapshot, then the WAL tail through the normal apply path."""
+        started = time.monotonic()
+        snapshot_lsn = 0
+        latest = self.snapshots.latest()
+        if latest is not None:
+            snapshot_lsn, sections = latest
+            self._load_snapshot(sections)
+        self.wal = WriteAheadLog(self.config.data_dir / "wal", fsync=self.config.fsync,
+                                 segment_bytes=self.config.segment_bytes,
+                                 repair=self.config.repair)
+        first = self.wal.first_lsn
+        if first is not None and first > snapshot_lsn + 1:
+            raise RuntimeError(
+                f"the WAL starts at position {first} but the snapshot covers only up to "
+                f"{snapshot_lsn}: records in between are missing"
+            )
+        total = max(0, self.wal.last_lsn - snapshot_lsn)
+        replayed = 0
+        batch: list[tuple[int, tuple]] = []
+        for lsn, payload in self.wal.iter_records(snapshot_lsn + 1):
+            batch.append((lsn, records.decode(payload)))
+            if len(batch) == REPLAY_BATCH:
+                self._apply_records(batch, want_ranks=False)
+                replayed += len(batch)
+                batch = []
+                if replayed % (REPLAY_BATCH * 20) == 0:
+                    log.info("recovery: replayed %d of %d WAL records (%.0f%%)",
+                             replayed, total, 100 * replayed / max(total, 1))
+        self._apply_records(batch, want_ranks=False)
+        replayed += len(batch)
+        self._events_since_snapshot = replayed
+        log.info("recovered %d boards from snapshot @%d and %d WAL records in %.2fs",
+                 len(self.boards), snapshot_lsn, replayed, time.monotonic() - started)
+
+    def _load_snapshot(self, sections: list[bytes]) -> None:
+        from rankd.index import RankIndex
+
+        for payload in sections:
+            section = records.decode(payload)
+            kind = section[0]
+            if kind == "board":
+                _, name, config, version, updated_at = section
+                board = self.boards[name] = Board(name, BoardConfig.from_dict(dict(config)))
+                board.version, board.updated_at = version, updated_at
+            elif kind == "index":
+                _, name, window, period, dump = section
+                self.boards[name].periods[window][period] = RankIndex.load(dump)
+            elif kind == "labels":
+                self.boards[section[1]].labels.update(section[2])
+            elif kind == "dedupe":
+                table = self.boards[section[1]].dedupe
+                for event_id, expires_at, result in section[2]:
+                    table.remember(event_id, expires_at, tuple(result))
+
+    # --- the single mutation path ----------------------------------------------------
+
+    def _apply_records(self, batch: Sequence[tuple[int, Any]], *,
+                       want_ranks: bool) -> None:
+        """Apply logged records in log order.  Live writes and replay both
+        come through here.
+
+        Consecutive SUBMIT records of one board go to each index in one
+        ``apply_batch`` call.  With ``want_ranks`` (live writes) the rank in
+        the primary window is written into each SUBMIT record's result.
+        """
+        start = 0
+        while start < len(batch):
+            lsn, record = batch[start]
+            if record[0] != records.SUBMIT:
+                self._apply_other(lsn, record)
+                start += 1
+                continue
+            stop = start + 1
+            while (stop < len(batch) and batch[stop][1][0] == records.SUBMIT
+                   and batch[stop][1][1] == record[1]):
+                stop += 1
+            self._apply_submits(batch[start:stop], want_ranks)
+            start = stop
+
+    def _apply_submits(self, group: Sequence[tuple[int, Any]], want_ranks: bool) -> None:
+        board = self.boards.get(group[0][1][1])
+        if board is None:
+            return  # replaying into a board a later record dropped
+        primary = board.config.primary_window
+        ops: dict[tuple[str, str], list[tuple]] = {}
+        primary_slots: list[tuple[tuple[str, str], int] | None] = []
+        for lsn, record in group:
+            member, updates = record[2], record[9]
+            slot = None
+            for window, period, score in updates:
+                if window not in board.periods:
+                    continue  # the window was removed by a later config change
+                key = (window, period)
+                batch = ops.setdefault(key, [])
+                if window == primary:
+                    slot = (key, len(batch))
+                batch.append((Op.SET, member, score, lsn))
+            if want_ranks and slot is None:
+                # Unchanged in the primary window: a no-op SET of the current
+                # score yields the rank at this point of the sequence.
+                key = (primary, period_of(primary, record[6] / 1000))
+                index = board.index(*key)
+                current = None if index is None else index.score(member)
+                if current is not None:
+                    batch = ops.setdefault(key, [])
+                    slot = (key, len(batch))
+                    batch.append((Op.SET, member, current, lsn))
+            primary_slots.append(slot)
+        results = {key: board.index_for_write(*key).apply_batch(batch)
+                   for key, batch in ops.items()}
+        ttl = self.config.dedupe_ttl
+        for (lsn, record), slot in zip(group, primary_slots, strict=True):
+            result = record[10]
+            if want_ranks and slot is not None:
+                result[1] = results[slot[0]][slot[1]][3]
+            label = record[8]
+            if label is not None:
+                board.labels[record[2]] = label
+            if record[5] is not None:
+                board.dedupe.remember(record[5], record[7] / 1000 + ttl, tuple(result))
+            if record[9]:
+                board.version += 1
+                board.updated_at = record[7] / 1000
+        for key, batch_results in results.items():
+            for outcome in batch_results:
+                if isinstance(outcome, Exception):  # prepare validated everything
+                    raise RuntimeError(f"index rejected a logged write in {key}: {outcome}")
+
+    def _apply_other(self, lsn: int, record: Any) -> None:
+        kind = record[0]
+        if kind == records.BOARD_PUT:
+            _, name, config, ts_ms = record
+            config = BoardConfig.from_dict(dict(config))
+            board = self.boards.get(name)
+            if board is None:
+                board = self.boards[name] = Board(name, config)
+            else:
+                board.reconfigure(config)
+            board.version += 1
+            board.updated_at = ts_ms / 1000
+        elif kind == records.BOARD_DROP:
+            self.boards.pop(record[1], None)
+        elif kind == records.REMOVE:
+            _, name, member, ts_ms = record
+            board = self.boards.get(name)
+            if board is None:
+                return
+            for periods in board.periods.values():
+                for index in periods.values():
+                    index.remove(member)
+            board.labels.pop(member, None)
+            board.version += 1
+            board.updated_at = ts_ms / 1000
+        else:
+            raise RuntimeError(f"unknown WAL record kind {kind!r} at position {lsn}")
+
+    # --- writes ---------------------------------------------------------------------
+
+    async def put_board(self, name: str, config: object) -> tuple[BoardConfig, bool]:
+        """Create or change a board: ``(config, created)``."""
+        check_board_name(name)
+        parsed = BoardConfig.from_dict(config)
+        board = self.boards.get(name)
+        if board is not None:
+            if board.config == parsed:
+                return parsed, False
+            if ((parsed.order, parsed.tie_break) != (board.config.order, board.config.tie_break)
+                    and any(len(i) for p in board.periods.values() for i in p.values())):
+                raise Conflict("order and tie_break cannot change on a board with members; "
+                               "delete and recreate it")
+            await board.writable.wait()
+        now_ms = self._now_ms()
+        await self._write([[records.BOARD_PUT, name, parsed.to_dict(), now_ms]])
+        return parsed, board is None
+
+    async def delete_board(self, name: str) -> None:
+        """Delete a board and all its windows."""
+        board = self._board(name)
+        await board.writable.wait()
+        await self._write([[records.BOARD_DROP, name, self._now_ms()]])
+
+    async def remove_member(self, name: str, member: str) -> bool:
+        """Remove a member from every window and period; ``False`` if absent."""
+        board = self._board(name)
+        _check_member(member)
+        present = member in board.labels or any(
+            member in index for periods in board.periods.values() for index in periods.values())
+        if not present:
+            return False
+        await board.writable.wait()
+        await self._write([[records.REMOVE, name, member, self._now_ms()]])
+        return True
+
+    async def submit(self, submission: Submission) -> dict[str, Any]:
+        """Apply one submission and return its result (raises EngineError)."""
+        (answer,) = await self.submit_many([submission])
+        if isinstance(answer, EngineError):
+            raise answer
+        return answer
+
+    async def submit_many(self, submissions: Iterable[Submission]
+                          ) -> list[dict[str, Any] | EngineError]:
+        """Apply submissions in order, one result or error each.
+
+        A bad submission gets its own error and does not fail the others.
+        All are logged in one append and acknowledged by one commit.
+        """
+        submissions = list(submissions)
+        await self._wait_writable({s.board for s in submissions})
+        self._check_writable()
+        batch = _Batch()
+        now = self.clock()
+        next_lsn = self.wal.last_lsn + 1
+        for submission in submissions:
+            try:
+                self._prepare(submission, now, batch, next_lsn + len(batch.records))
+            except EngineError as error:
+                batch.answers.append(error)
+        if batch.records:
+            self._apply_records(batch.records, want_ranks=True)
+            await self._commit(batch.records)
+        for slot, position in batch.pending.items():
+            record = batch.records[position][1]
+            duplicate = batch.answers[slot] == "duplicate"
+            batch.answers[slot] = _result(record[2], record[5], record[10], duplicate)
+        return batch.answers
+
+    def _prepare(self, sub: Submission, now: float, batch: _Batch, lsn: int) -> None:
+        """Validate one submission and add its record (or its answer) to ``batch``."""
+        board = self._board(sub.board)
+        config = board.config
+        member = _check_member(sub.member)
+        if sub.label is not None and (not isinstance(sub.label, str)
+                                      or len(sub.label) > MAX_LABEL_CHARS):
+            raise InvalidInput(f"label must be a string of at most {MAX_LABEL_CHARS} characters")
+        event_id = sub.event_id
+        if event_id is not None:
+            if (not isinstance(event_id, str) or not event_id
+                    or len(event_id.encode("utf-8", "surrogatepass")) > MAX_EVENT_ID_BYTES):
+                raise InvalidInput(f"event_id must be a non-empty string of at most "
+                                   f"{MAX_EVENT_ID_BYTES} bytes")
+            earlier = batch.seen.get((sub.board, event_id))
+            if earlier is not None:
+                batch.pending[len(batch.answers)] = earlier
+                batch.answers.append("duplicate")
+                return
+            remembered = board.dedupe.get(event_id, now)
+            if remembered is not None:
+                batch.answers.append(_result(member, event_id, remembered, True))
+                return
+        ts = now if sub.ts is None else _number(sub.ts, "ts")
+        if abs(ts - now) > self.config.ts_tolerance:
+            raise InvalidInput(f"ts {ts} is more than {self.config.ts_tolerance:g}s away from "
+                               f"the server clock ({now:.3f})")
+        if config.policy == "sum":
+            if sub.delta is None or sub.score is not None:
+                raise InvalidInput(f"board {sub.board!r} sums deltas: submit 'delta', not 'score'")
+            value = _number(sub.delta, "delta")
+            if config.max_delta is not None and abs(value) > config.max_delta:
+                raise GuardViolation(f"delta {value:g} exceeds max_delta {config.max_delta:g}")
+        else:
+            if sub.score is None or sub.delta is not None:
+                raise InvalidInput(f"board {sub.board!r} keeps the {config.policy} score: "
+                                   "submit 'score', not 'delta'")
+            value = _number(sub.score, "score")
+
+        updates = []
+        primary = (None, None)
+        for window in config.windows:
+            period = period_of(window, ts)
+            key = (sub.board, window, period, member)
+            if key in batch.overlay:
+                old = batch.overlay[key]
+            else:
+                index = board.index(window, period)
+                old = None if index is None else index.score(member)
+            new = self._new_score(config, old, value)
+            if new != old:
+                updates.append([window, period, new])
+                batch.overlay[key] = new
+            if window == config.primary_window:
+                primary = (new, old)
+        score, previous = primary
+        result = [score, _NO_RANK, previous, bool(updates)]
+        record = [records.SUBMIT, sub.board, member, value, config.policy == "sum", event_id,
+                  round(ts * 1000), round(now * 1000), sub.label, updates, result]
+        if event_id is not None:
+            batch.seen[(sub.board, event_id)] = len(batch.records)
+        batch.pending[len(batch.answers)] = len(batch.records)
+        batch.answers.append(None)
+        batch.records.append((lsn, record))
+
+    @staticmethod
+    def _new_score(config: BoardConfig, old: float | None, value: float) -> float | None:
+        """Apply the policy and guards: the member's score after ``value``."""
+        if config.policy == "sum":
+            new = (old or 0.0) + value
+            if not math.isfinite(new):
+                raise InvalidInput("the resulting score is not finite")
+        elif config.policy == "best" and old is not None:
+            better = value > old if config.order == "desc" else value < old
+            new = value if better else old
+        else:
+            new = value
+        if new == old:
+            return old
+        if config.min_score is not None and new < config.min_score:
+            raise GuardViolation(f"score {new:g} is below min_score {config.min_score:g}")
+        if config.max_score is not None and new > config.max_score:
+            raise GuardViolation(f"score {new:g} is above max_score {config.max_score:g}")
+        if (config.max_delta is not None and old is not None and config.policy != "sum"
+                and abs(new - old) > config.max_delta):
+            raise GuardViolation(f"a change of {abs(new - old):g} exceeds max_delta "
+                                 f"{config.max_delta:g}")
+        return new
+
+    async def _write(self, logged: list[list]) -> None:
+        """Apply and commit non-submission records (board changes, removals)."""
+        self._check_writable()
+        next_lsn = self.wal.last_lsn + 1
+        batch = [(next_lsn + i, record) for i, record in enumerate(logged)]
+        self._apply_records(batch, want_ranks=False)
+        await self._commit(batch)
+
+    async def _commit(self, batch: list[tuple[int, list]]) -> None:
+        """Append applied records and wait until the fsync policy is met."""
+        try:
+            for lsn, record in batch:
+                assigned = self.wal.append(records.encode(record))
+                assert assigned == lsn, f"WAL assigned {assigned}, expected {lsn}"
+            last = batch[-1][0]
+            self._events_since_snapshot += len(batch)
+            changed = {record[1] for _, record in batch}
+            for name in changed:
+                for listener in self.listeners:
+                    listener(name)
+            await self.wal.commit(last)
+        except WalFailedError as exc:
+            self._fail(exc)
+            raise ReadOnly(f"the write-ahead log failed ({exc}); rankd accepts no writes "
+                           "until it is restarted") from exc
+        if self.shipper is not None:
+            self.shipper.notify()
+        if self._events_since_snapshot >= self.config.snapshot_every_events:
+            self._snapshot_wanted.set()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.failure is None:
+            log.critical("write-ahead log failure, refusing writes until restart: %s", exc)
+            self.failure = exc
+
+    def _check_writable(self) -> None:
+        if self.failure is not None or (self.wal is not None and self.wal.failed):
+            self._fail(self.failure or RuntimeError("WAL failed"))
+            raise ReadOnly("rankd stopped accepting writes after a storage failure "
+                           f"({self.failure}); restart it after fixing the disk")
+        if not self.ready:
+            raise ReadOnly("rankd is not serving yet")
+
+    async def _wait_writable(self, names: set[str]) -> None:
+        while True:
+            blocked = [self.boards[n] for n in names
+                       if n in self.boards and not self.boards[n].writable.is_set()]
+            if not blocked:
+                return
+            await blocked[0].writable.wait()
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def _board(self, name: str) -> Board:
+        board = self.boards.get(name)
+        if board is None:
+            if not isinstance(name, str):
+                raise InvalidInput("board name must be a string")
+            raise NotFound(f"no board named {name!r}")
+        return board
+
+    def _view(self, name: str, window: str | None, period: str | None):
+        """Resolve (board, window, period, index-or-None) for a read."""
+        board = self._board(name)
+        window = window or board.config.primary_window
+        try:
+            check_window(window)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+        if window not in board.periods:
+            raise NotFound(f"board {name!r} does not keep the {window!r} window")
+        current = period_of(window, self.clock())
+        if period is None or period == current:
+            return board, window, current, board.index(window, current)
+        try:
+            period_start(window, period)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+        index = board.index(window, period)
+        if index is None:
+            raise NotFound(f"period {period!r} of the {window} window is not retained")
+        return board, window, period, index
+
+    def top(self, name: str, *, window: str | None = None, period: str | None = None,
+            offset: int = 0, limit: int = 10) -> dict[str, Any]:
+        """The leaderboard page ``offset..offset+limit`` of a window."""
+        board, window, period, index = self._view(name, window, period)
+        entries = [] if index is None else index.range_by_rank(offset, limit)
+        labels = board.labels
+        return {
+            "entries": [{"rank": rank, "member": member, "score": score,
+                         "label": labels.get(member)} for rank, member, score in entries],
+            "total": 0 if index is None else len(index),
+            "window": window,
+            "period": period,
+            "version": board.version,
+            "updated_at": board.updated_at,
+        }
+
+    def standing(self, name: str, member: str, *, window: str | None = None,
+                 period: str | None = None) -> dict[str, Any] | None:
+        """A member's score and ranks in a window, or ``None`` if absent."""
+        board, window, period, index = self._view(name, window, period)
+        _check_member(member)
+        if index is None or member not in index:
+            return None
+        return {
+            "member": member,
+            "score": index.score(member),
+            "rank": index.rank(member),
+            "competition_rank": index.competition_rank(member),
+            "dense_rank": index.dense_rank(member),
+            "percentile": index.percentile(member),
+            "total": len(index),
+            "label": board.labels.get(member),
+            "window": window,
+            "period": period,
+            "version": board.version,
+        }
+
+    def around(self, name: str, member: str, *, above: int = 4, below: int = 4,
+               window: str | None = None, period: str | None = None
+               ) -> list[dict[str, Any]] | None:
+        """Entries around a member (included), or ``None`` if absent."""
+        board, _, _, index = self._view(name, window, period)
+        _check_member(member)
+        entries = None if index is None else index.around(member, above, below)
+        if entries is None:
+            return None
+        return [{"rank": r, "member": m, "score": s, "label": board.labels.get(m)}
+                for r, m, s in entries]
+
+    def ranks(self, name: str, members: Sequence[str], *, window: str | None = None,
+              period: str | None = None) -> dict[str, Any]:
+        """A friends board: the given members ordered, with global and list ranks."""
+        board, window, period, index = self._view(name, window, period)
+        for member in members:
+            _check_member(member)
+        found = []
+        missing = []
+        for member in dict.fromkeys(members):
+            rank = None if index is None else index.rank(member)
+            if rank is None:
+                missing.append(member)
+            else:
+                found.append((rank, member))
+        found.sort()
+        return {
+            "entries": [{"rank": rank, "list_rank": position, "member": member,
+                         "score": index.score(member), "label": board.labels.get(member)}
+                        for position, (rank, member) in enumerate(found, 1)],
+            "missing": missing,
+            "window": window,
+            "period": period,
+        }
+
+    def periods(self, name: str, window: str | None = None) -> dict[str, Any]:
+        """The current period of a window and the closed ones retained."""
+        board, window, current, _ = self._view(name, window, None)
+        return {"window": window, "current": current,
+                "retained": [p for p in board.periods[window] if p < current][::-1]}
+
+    def board_info(self, name: str) -> dict[str, Any]:
+        """A board's config, member counts per window and version."""
+        board = self._board(name)
+        return {"name": name, "config": board.config.to_dict(),
+                "members": board.member_counts(self.clock()),
+                "version": board.version, "updated_at": board.updated_at}
+
+    def list_boards(self) -> list[dict[str, Any]]:
+        return [self.board_info(name) for name in sorted(self.boards)]
+
+    def digest(self, name: str | None = None) -> str:
+        """An order-sensitive hash of boards' configs, members, scores, ranks
+        and labels, to compare two states cheaply."""
+        digest = hashlib.blake2b(digest_size=16)
+        for board_name in sorted(self.boards) if name is None else [self._board(name).name]:
+            board = self.boards[board_name]
+            digest.update(json.dumps([board_name, board.config.to_dict()]).encode())
+            for window in sorted(board.periods):
+                for period, index in sorted(board.periods[window].items()):
+                    digest.update(f"{window}/{period}".encode())
+                    # The dump without its header (which holds next_seq, an
+                    # artefact of history) and its CRC trailer.
+                    digest.update(memoryview(index.dump())[24:-4])
+            digest.update(json.dumps(sorted(board.labels.items())).encode())
+        return digest.hexdigest()
+
+    # --- snapshots and housekeeping ----------------------------------------------------
+
+    async def snapshot(self) -> Path:
+        """Write every board to a new snapshot, then drop WAL segments it covers.
+
+        Each index is copied in a worker thread (the copy runs without the
+        GIL) while writes to *that board* wait; the event loop keeps serving.
+        """
+        async with self._snapshot_lock:
+            started = time.monotonic()
+            lsn = self.wal.last_lsn
+            writer = await asyncio.to_thread(self.snapshots.begin, lsn)
+            try:
+                for name, board in list(self.boards.items()):
+                    if self.boards.get(name) is not board:
+                        continue  # dropped meanwhile; the WAL replays the drop
+                    await self._snapshot_board(writer, board)
+                path = await asyncio.to_thread(writer.commit)
+            except BaseException:
+                await asyncio.to_thread(writer.abort)
+                raise
+            self._events_since_snapshot = max(0, self.wal.last_lsn - lsn)
+            self._last_snapshot_time = time.monotonic()
+            self.last_snapshot = {"lsn": lsn, "path": str(path), "bytes": writer.size,
+                                  "seconds": time.monotonic() - started}
+            log.info("snapshot @%d: %d boards, %d bytes in %.2fs", lsn, len(self.boards),
+                     writer.size, self.last_snapshot["seconds"])
+            await self._drop_covered_segments()
+            return path
+
+    async def _snapshot_board(self, writer: Any, board: Board) -> None:
+        add = writer.add
+        await asyncio.to_thread(add, records.encode(
+            ["board", board.name, board.config.to_dict(), board.version, board.updated_at]))
+        for window, periods in board.periods.items():
+            for period, index in list(periods.items()):
+                board.writable.clear()
+                try:
+                    dump = await asyncio.to_thread(index.dump)
+                finally:
+                    board.writable.set()
+                await asyncio.to_thread(add, records.encode(
+                    ["index", board.name, window, period, dump]))
+        for chunk in _chunks(list(board.labels.items()), 50_000):
+            await asyncio.to_thread(add, records.encode(["labels", board.name, dict(chunk)]))
+        for chunk in _chunks(list(board.dedupe.items()), 50_000):
+            await asyncio.to_thread(add, records.encode(["dedupe", board.name, chunk]))
+
+    async def _drop_covered_segments(self) -> None:
+        keep_from = self.snapshots.oldest_kept_lsn() + 1
+        if self.shipper is not None:
+            keep_from = min(keep_from, self.shipper.shipped_lsn + 1)
+        await asyncio.to_thread(self.wal.remove_segments_before, keep_from)
+
+    async def _snapshot_loop(self) -> None:
+        interval = self.config.snapshot_every_seconds
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._snapshot_wanted.wait(), timeout=min(interval, 5))
+            self._snapshot_wanted.clear()
+            due = time.monotonic() - self._last_snapshot_time >= interval
+            if self._events_since_snapshot and (
+                    due or self._events_since_snapshot >= self.config.snapshot_every_events):
+                try:
+                    await self.snapshot()
+                except Exception:
+                    log.exception("snapshot failed; the WAL keeps everything meanwhile")
+
+    async def _housekeeping_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.housekeeping_seconds)
+            try:
+                await self.housekeeping()
+            except Exception:
+                log.exception("housekeeping failed")
+
+    async def housekeeping(self) -> None:
+        """Expire dedupe entries and retire periods beyond ``retain``,
+        archiving their final standings first."""
+        now = self.clock()
+        for board in list(self.boards.values()):
+            board.dedupe.expire(now)
+            for window, period in board.expired_periods(now):
+                index = board.periods[window].get(period)
+                if index is None:
+                    continue
+                entries = [{"rank": r, "member": m, "score": s, "label": board.labels.get(m)}
+                           for r, m, s in index.range_by_rank(0, ARCHIVE_DEPTH)]
+                await self._archive(board.name, window, period, entries)
+                board.periods[window].pop(period, None)
+                log.info("retired period %s of %s/%s (%d members)", period, board.name,
+                         window, len(index))
+
+    async def _archive(self, board: str, window: str, period: str,
+                       entries: list[dict[str, Any]]) -> None:
+        if self.config.postgres_dsn:
+            from rankd.engine.postgres import archive_standings
+
+            await archive_standings(self.config.postgres_dsn, board, window, period, entries)
+            return
+        path = self.config.data_dir / "archive" / board / window / f"{period}.json"
+        await asyncio.to_thread(_write_json_atomically, path, {
+            "board": board, "window": window, "period": period, "entries": entries})
+
+    def _now_ms(self) -> int:
+        return round(self.clock() * 1000)
+
+
+def _result(member: str, event_id: str | None, result: Sequence, duplicate: bool
+            ) -> dict[str, Any]:
+    score, rank, previous, changed = result
+    return {"member": member, "score": score, "rank": rank, "previous": previous,
+            "changed": changed, "duplicate": duplicate, "event_id": event_id}
+
+
+def _check_member(member: object) -> str:
+    if not isinstance(member, str) or not member:
+        raise InvalidInput("member must be a non-empty string")
+    try:
+        size = len(member.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput("member is not valid UTF-8 text") from None
+    if size > MAX_MEMBER_BYTES:
+        raise InvalidInput(f"member must be at most {MAX_MEMBER_BYTES} bytes in UTF-8, "
+                           f"got {size}")
+    return member
+
+
+def _number(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{what} must be a number")
+    if isinstance(value, int) and abs(value) > 2**53:
+        raise InvalidInput(f"{what} {value} is beyond 2**53 and cannot be stored exactly")
+    value = float(value)
+    if not math.isfinite(value):
+        raise InvalidInput(f"{what} must be finite")
+    return value
+
+
+def _chunks(items: list, size: int) -> Iterable[list]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _write_json_atomically(path: Path, data: Any) -> None:
+    from rankd.engine.snapshot import fsync_directory
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as handle:
+        json.dump(data, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fsync_directory(path.parent)

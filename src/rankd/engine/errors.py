@@ -1,0 +1,53 @@
+"""Errors the engine reports to its callers.
+
+Every error carries a stable machine-readable ``code`` that front-ends map
+to a status (HTTP) or an error frame (TCP), and a message for people.
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """A request the engine refused; nothing was changed."""
+
+    code = "invalid"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+class InvalidInput(EngineError):
+    """Malformed or out-of-range input (HTTP 422)."""
+
+    code = "invalid"
+
+
+class GuardViolation(EngineError):
+    """A submission outside the board's score guards (HTTP 422)."""
+
+    code = "guard"
+
+
+class NotFound(EngineError):
+    """No such board, member or period (HTTP 404)."""
+
+    code = "not_found"
+
+
+class Conflict(EngineError):
+    """The request contradicts the current state (HTTP 409)."""
+
+    code = "conflict"
+
+
+class ReadOnly(EngineError):
+    """The engine stopped accepting writes after a storage failure (HTTP 503).
+
+    Reads keep working; a restart is needed to accept writes again.
+    """
+
+    code = "read_only"

@@ -1,0 +1,64 @@
+"""WAL record payloads: what the engine logs, encoded with msgpack.
+
+Every record is a msgpack array whose first item is its kind.  A submission
+records what was submitted *and* the absolute state it produced (the new
+score in every window it changed, and the result it answered), so replaying
+it sets state rather than re-deriving it: replay is idempotent and a
+duplicate event answers exactly what it answered the first time, also after
+a restart.  The arrival sequence of a change is the record's log position.
+
+=========  ===============================================================
+kind       items after the kind
+=========  ===============================================================
+BOARD_PUT  name, config (dict), ts_ms
+BOARD_DROP name, ts_ms
+SUBMIT     board, member, value, is_delta, event_id, ts_ms, now_ms, label,
+           updates [[window, period, score], ...],
+           result [score, rank, previous, changed]
+REMOVE     board, member, ts_ms
+=========  ===============================================================
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import msgpack
+
+BOARD_PUT = 1
+BOARD_DROP = 2
+SUBMIT = 3
+REMOVE = 4
+
+KIND_NAMES = {BOARD_PUT: "board_put", BOARD_DROP: "board_drop", SUBMIT: "submit",
+              REMOVE: "remove"}
+
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+def encode(record: tuple | list) -> bytes:
+    """Encode one record."""
+    return _packer.pack(record)
+
+
+def decode(payload: bytes) -> tuple:
+    """Decode one record (arrays come back as tuples)."""
+    return msgpack.unpackb(payload, raw=False, use_list=False, strict_map_key=False)
+
+
+def describe(payload: bytes) -> dict[str, Any]:
+    """Columns for the Postgres event history: kind, board, member, value, time."""
+    record = decode(payload)
+    kind = record[0]
+    columns: dict[str, Any] = {"kind": KIND_NAMES.get(kind, str(kind)), "board": record[1]}
+    if kind == SUBMIT:
+        columns["member"] = record[2]
+        columns["value"] = float(record[3])
+        columns["event_ts"] = datetime.fromtimestamp(record[6] / 1000, UTC)
+    elif kind == REMOVE:
+        columns["member"] = record[2]
+        columns["event_ts"] = datetime.fromtimestamp(record[3] / 1000, UTC)
+    else:
+        columns["event_ts"] = datetime.fromtimestamp(record[-1] / 1000, UTC)
+    return columns

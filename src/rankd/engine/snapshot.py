@@ -1,0 +1,176 @@
+"""Snapshot files: the whole engine state as of a log position.
+
+A snapshot is a sequence of opaque *sections* (the engine writes msgpack:
+board configs, index dumps, dedupe tables) framed like WAL records::
+
+    header   magic b"RKSNAP01" | u64 lsn
+    section  u32 length | u32 CRC-32 of the payload | payload     (repeated)
+    end      u32 0xFFFFFFFF | u32 CRC-32 of the header           (exactly once)
+
+``lsn`` is the log position the snapshot was *started* at: every record
+after it is replayed on top.  Because WAL records carry absolute state,
+replaying a record whose effect the snapshot already holds changes nothing,
+so the engine may keep serving writes while it snapshots board by board.
+
+Files are written to a temporary name, fsynced, renamed into place and the
+directory fsynced, so a crash leaves either the old snapshot set or the new
+one.  The store keeps the two newest snapshots: if the newest turns out
+unreadable the previous one still has its WAL tail, because the engine only
+removes segments older than the *oldest* kept snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"RKSNAP01"
+_HEADER = struct.Struct("<8sQ")
+_FRAME = struct.Struct("<II")
+_END = 0xFFFFFFFF
+KEEP = 2
+
+
+class SnapshotError(Exception):
+    """A snapshot file is unreadable (truncated, corrupt or not a snapshot)."""
+
+
+def _name(lsn: int) -> str:
+    return f"snapshot-{lsn:020d}.snap"
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename or unlink in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SnapshotWriter:
+    """Writes one snapshot; all methods block (run them in an executor)."""
+
+    def __init__(self, store: SnapshotStore, lsn: int) -> None:
+        self.lsn = lsn
+        self.path = store.directory / _name(lsn)
+        self._store = store
+        self._tmp = self.path.with_suffix(".tmp")
+        self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed by commit/abort
+        self._header = _HEADER.pack(MAGIC, lsn)
+        self._file.write(self._header)
+        self.size = len(self._header)
+
+    def add(self, payload: bytes) -> None:
+        """Append one section."""
+        self._file.write(_FRAME.pack(len(payload), zlib.crc32(payload)))
+        self._file.write(payload)
+        self.size += _FRAME.size + len(payload)
+
+    def commit(self) -> Path:
+        """Seal, fsync and publish the snapshot; prune old ones."""
+        self._file.write(_FRAME.pack(_END, zlib.crc32(self._header)))
+        self.size += _FRAME.size
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self._tmp, self.path)
+        fsync_directory(self._store.directory)
+        self._store.prune()
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the unfinished snapshot."""
+        self._file.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+class SnapshotStore:
+    """The snapshot files of one data directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        for leftover in directory.glob("snapshot-*.tmp"):
+            leftover.unlink()  # an interrupted snapshot; the previous ones stand
+
+    def begin(self, lsn: int) -> SnapshotWriter:
+        """Start a snapshot of the state as of log position ``lsn``."""
+        return SnapshotWriter(self, lsn)
+
+    def snapshots(self) -> list[tuple[int, Path]]:
+        """``(lsn, path)`` of every published snapshot, oldest first."""
+        found = []
+        for path in self.directory.glob("snapshot-*.snap"):
+            try:
+                found.append((int(path.stem.removeprefix("snapshot-")), path))
+            except ValueError:
+                log.warning("ignoring %s: not a snapshot name", path)
+        return sorted(found)
+
+    def oldest_kept_lsn(self) -> int:
+        """Log position the WAL must be kept from (0: keep everything)."""
+        snapshots = self.snapshots()
+        return snapshots[0][0] if snapshots else 0
+
+    def prune(self) -> None:
+        """Remove all but the newest :data:`KEEP` snapshots."""
+        snapshots = self.snapshots()
+        for _, path in snapshots[:-KEEP]:
+            path.unlink()
+        if len(snapshots) > KEEP:
+            fsync_directory(self.directory)
+
+    def latest(self) -> tuple[int, list[bytes]] | None:
+        """The newest readable snapshot as ``(lsn, sections)``.
+
+        An unreadable newest snapshot is logged and skipped for the previous
+        one.  Returns ``None`` when there is no snapshot at all, and raises
+        :class:`SnapshotError` when snapshots exist but none is readable.
+        """
+        snapshots = self.snapshots()
+        errors = []
+        for lsn, path in reversed(snapshots):
+            try:
+                return lsn, list(read_sections(path))
+            except SnapshotError as exc:
+                log.error("snapshot %s is unreadable (%s); trying an older one", path, exc)
+                errors.append(str(exc))
+        if errors:
+            raise SnapshotError("no readable snapshot: " + "; ".join(errors))
+        return None
+
+
+def read_sections(path: Path) -> Iterator[bytes]:
+    """Yield the sections of a snapshot file, checking every frame."""
+    data = path.read_bytes()
+    if len(data) < _HEADER.size or data[:8] != MAGIC:
+        raise SnapshotError(f"{path}: not a snapshot file")
+    header = data[: _HEADER.size]
+    offset = _HEADER.size
+    sections = []
+    while True:
+        if offset + _FRAME.size > len(data):
+            raise SnapshotError(f"{path}: truncated at byte {offset}")
+        length, crc = _FRAME.unpack_from(data, offset)
+        offset += _FRAME.size
+        if length == _END:
+            if crc != zlib.crc32(header):
+                raise SnapshotError(f"{path}: bad end marker")
+            if offset != len(data):
+                raise SnapshotError(f"{path}: {len(data) - offset} bytes after the end marker")
+            break
+        payload = data[offset : offset + length]
+        if len(payload) != length:
+            raise SnapshotError(f"{path}: truncated at byte {offset}")
+        if zlib.crc32(payload) != crc:
+            raise SnapshotError(f"{path}: checksum mismatch in the section at byte {offset}")
+        sections.append(payload)
+        offset += length
+    yield from sections
