@@ -1,0 +1,76 @@
+"""Fixtures shared by the index tests.
+
+``index_cls`` runs a test once per implementation of the rank index: the
+pure-Python fallback ("python") and the Cython skip list ("native").  When the
+extension is not built the "native" runs are skipped, unless
+``RANKD_REQUIRE_NATIVE=1`` (CI sets it): then they fail, so a broken build
+cannot pass CI by silently testing only the fallback.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default",
+    deadline=None,
+    print_blob=True,
+    derandomize=False,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "ci",
+    parent=settings.get_profile("default"),
+    # CI machines are slow and shared: no deadline, and keep the run bounded.
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def native_required() -> bool:
+    return os.environ.get("RANKD_REQUIRE_NATIVE", "") == "1"
+
+
+def load_implementation(name: str) -> type:
+    """The ``RankIndex`` class of one implementation, or skip/fail the test."""
+    if name == "python":
+        from rankd.index._fallback import RankIndex
+
+        return RankIndex
+    try:
+        from rankd._skiplist import RankIndex
+    except ImportError as exc:
+        message = f"native rank index (rankd._skiplist) cannot be imported: {exc}"
+        if native_required():
+            pytest.fail(f"RANKD_REQUIRE_NATIVE=1 but {message}", pytrace=False)
+        pytest.skip(message)
+    return RankIndex
+
+
+@pytest.fixture(scope="session", params=["python", "native"])
+def index_cls(request: pytest.FixtureRequest) -> type:
+    """Each implementation of ``RankIndex`` in turn."""
+    return load_implementation(request.param)
+
+
+@pytest.fixture(scope="session")
+def python_cls() -> type:
+    return load_implementation("python")
+
+
+@pytest.fixture(scope="session")
+def native_cls() -> type:
+    return load_implementation("native")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    try:
+        import rankd._skiplist  # noqa: F401
+    except ImportError as exc:
+        state = f"NOT importable ({exc})"
+    else:
+        state = "importable"
+    return f"rankd native index: {state}; RANKD_REQUIRE_NATIVE={int(native_required())}"

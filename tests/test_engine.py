@@ -1,0 +1,390 @@
+"""Engine behaviour: policies, orders, windows, guards, labels, dedupe,
+batches, boards, and restart consistency."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_helpers import SUNDAY, FakeClock, run, sub, with_engine
+from rankd.engine.engine import Engine, Submission
+from rankd.engine.errors import Conflict, GuardViolation, InvalidInput, NotFound
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def scenario(tmp_path, clock, body, **overrides):
+    return run(with_engine(tmp_path / "data", clock, body, **overrides))
+
+
+def test_best_policy_keeps_the_best_score_in_both_orders(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("hi", {"policy": "best"})
+        await engine.put_board("golf", {"policy": "best", "order": "asc"})
+        first = await engine.submit(sub("hi", "ann", score=50))
+        worse = await engine.submit(sub("hi", "ann", score=40))
+        better = await engine.submit(sub("hi", "ann", score=70))
+        await engine.submit(sub("golf", "ann", score=72))
+        golf_worse = await engine.submit(sub("golf", "ann", score=80))
+        golf_better = await engine.submit(sub("golf", "ann", score=68))
+        return first, worse, better, golf_worse, golf_better, engine.standing("golf", "ann")
+
+    first, worse, better, golf_worse, golf_better, golf = scenario(tmp_path, clock, body)
+    assert first == {
+        "member": "ann",
+        "score": 50.0,
+        "rank": 1,
+        "previous": None,
+        "changed": True,
+        "duplicate": False,
+        "event_id": None,
+    }
+    assert (worse["score"], worse["previous"], worse["changed"]) == (50.0, 50.0, False)
+    assert (better["score"], better["previous"], better["changed"]) == (70.0, 50.0, True)
+    assert (golf_worse["score"], golf_worse["changed"]) == (72.0, False)
+    assert (golf_better["score"], golf_better["changed"]) == (68.0, True)
+    assert golf["score"] == 68.0
+
+
+def test_sum_policy_adds_deltas_and_latest_replaces(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("wins", {"policy": "sum"})
+        await engine.put_board("elo", {"policy": "latest"})
+        for delta in (1, 1, 3, -2):
+            await engine.submit(sub("wins", "bo", delta=delta))
+        for score in (1500, 1480, 1510):
+            await engine.submit(sub("elo", "bo", score=score))
+        return engine.standing("wins", "bo")["score"], engine.standing("elo", "bo")["score"]
+
+    assert scenario(tmp_path, clock, body) == (3.0, 1510.0)
+
+
+def test_policy_decides_score_or_delta(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("wins", {"policy": "sum"})
+        await engine.put_board("hi", {"policy": "best"})
+        with pytest.raises(InvalidInput, match="delta"):
+            await engine.submit(sub("wins", "a", score=3))
+        with pytest.raises(InvalidInput, match="score"):
+            await engine.submit(sub("hi", "a", delta=3))
+        with pytest.raises(InvalidInput):
+            await engine.submit(sub("hi", "a", score=1, delta=1))
+        return engine.digest()
+
+    scenario(tmp_path, clock, body)
+
+
+def test_ranks_reflect_order_and_first_arrival_tie_break(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("b", {})
+        await engine.submit(sub("b", "early", score=10))
+        await engine.submit(sub("b", "late", score=10))
+        top = await engine.submit(sub("b", "top", score=11))
+        return engine.top("b")["entries"], top["rank"]
+
+    entries, top_rank = scenario(tmp_path, clock, body)
+    assert [(e["rank"], e["member"]) for e in entries] == [(1, "top"), (2, "early"), (3, "late")]
+    assert top_rank == 1
+
+
+def test_member_tie_break_orders_ties_by_name(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("b", {"tie_break": "member"})
+        for member in ("zed", "amy", "kim"):
+            await engine.submit(sub("b", member, score=5))
+        return [e["member"] for e in engine.top("b")["entries"]]
+
+    assert scenario(tmp_path, clock, body) == ["amy", "kim", "zed"]
+
+
+def test_standing_reports_all_rank_modes(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("b", {})
+        for member, score in [("a", 9), ("b", 7), ("c", 7), ("d", 5)]:
+            await engine.submit(sub("b", member, score=score))
+        return engine.standing("b", "c"), engine.standing("b", "nobody")
+
+    standing, absent = scenario(tmp_path, clock, body)
+    assert standing["rank"] == 3
+    assert standing["competition_rank"] == 2
+    assert standing["dense_rank"] == 2
+    assert standing["percentile"] == pytest.approx(75.0)
+    assert standing["total"] == 4
+    assert absent is None
+
+
+def test_windows_update_atomically_and_roll_over_at_exact_boundaries(tmp_path):
+    clock = FakeClock(SUNDAY + 86400 - 0.001)  # Sunday 23:59:59.999
+
+    async def body(engine: Engine):
+        await engine.put_board(
+            "b", {"policy": "sum", "windows": ["all", "daily", "weekly", "monthly"]}
+        )
+        await engine.submit(sub("b", "ann", delta=1))
+        before = {w: engine.periods("b", w)["current"] for w in ("daily", "weekly")}
+        # An event stamped exactly at midnight belongs to the new day and week,
+        # even when it is processed a little earlier.
+        await engine.submit(sub("b", "ann", delta=10, ts=SUNDAY + 86400))
+        clock.advance(0.002)
+        after = {w: engine.periods("b", w) for w in ("daily", "weekly")}
+        return (
+            before,
+            after,
+            {
+                w: engine.standing("b", "ann", window=w)["score"]
+                for w in ("all", "daily", "weekly", "monthly")
+            },
+            engine.standing("b", "ann", window="daily", period="2026-11-22")["score"],
+        )
+
+    before, after, scores, yesterday = scenario(tmp_path, clock, body)
+    assert before == {"daily": "2026-11-22", "weekly": "2026-W47"}
+    assert after["daily"] == {
+        "window": "daily",
+        "current": "2026-11-23",
+        "retained": ["2026-11-22"],
+    }
+    assert after["weekly"]["current"] == "2026-W48"
+    assert scores == {"all": 11.0, "daily": 10.0, "weekly": 10.0, "monthly": 11.0}
+    assert yesterday == 1.0
+
+
+def test_new_period_starts_empty_and_closed_periods_are_retained_then_archived(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("b", {"windows": ["daily"], "retain": 2})
+        for day in range(4):
+            await engine.submit(sub("b", f"p{day}", score=day))
+            clock.advance(86400)
+        empty_today = engine.top("b")
+        await engine.housekeeping()
+        return empty_today, engine.periods("b")
+
+    empty_today, periods = scenario(tmp_path, clock, body)
+    assert empty_today["entries"] == [] and empty_today["total"] == 0
+    assert periods["current"] == "2026-11-26"
+    assert periods["retained"] == ["2026-11-25", "2026-11-24"]
+    archive = tmp_path / "data" / "archive" / "b" / "daily"
+    assert sorted(p.name for p in archive.iterdir()) == ["2026-11-22.json", "2026-11-23.json"]
+
+
+def test_closed_period_not_retained_is_not_found(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("b", {"windows": ["daily"]})
+        with pytest.raises(NotFound):
+            engine.top("b", period="2020-01-01")
+        with pytest.raises(InvalidInput):
+            engine.top("b", period="2020-13-01")
+        with pytest.raises(NotFound):
+            engine.top("b", window="weekly")
+
+    scenario(tmp_path, clock, body)
+
+
+def test_guards_reject_and_change_nothing(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board(
+            "b", {"policy": "sum", "min_score": 0, "max_score": 100, "max_delta": 10}
+        )
+        await engine.submit(sub("b", "a", delta=5))
+        before = engine.digest("b")
+        with pytest.raises(GuardViolation):
+            await engine.submit(sub("b", "a", delta=11))
+        with pytest.raises(GuardViolation):
+            await engine.submit(sub("b", "a", delta=-6))
+        await engine.put_board("l", {"policy": "latest", "max_delta": 50, "max_score": 1000})
+        await engine.submit(sub("l", "a", score=900))
+        with pytest.raises(GuardViolation):
+            await engine.submit(sub("l", "a", score=1001))
+        with pytest.raises(GuardViolation):
+            await engine.submit(sub("l", "a", score=800))
+        return before, engine.digest("b"), engine.standing("l", "a")["score"]
+
+    before, after, latest = scenario(tmp_path, clock, body)
+    assert before == after
+    assert latest == 900.0
+
+
+def test_invalid_submissions_are_rejected_with_clear_errors(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("b", {})
+        digest = engine.digest()
+        bad = [
+            sub("nope", "a", score=1),
+            sub("b", "", score=1),
+            sub("b", "x" * 257, score=1),
+            sub("b", "a", score=float("nan")),
+            sub("b", "a", score=True),
+            sub("b", "a", score="1"),
+            sub("b", "a", score=2**60),
+            sub("b", "a", score=1, label="x" * 65),
+            sub("b", "a", score=1, event_id="e" * 129),
+            sub("b", "a", score=1, ts=clock() - 3600),
+        ]
+        answers = await engine.submit_many(bad)
+        return answers, digest, engine.digest()
+
+    answers, before, after = scenario(tmp_path, clock, body)
+    assert [type(a).__name__ for a in answers] == ["NotFound"] + ["InvalidInput"] * 9
+    assert all(a.message for a in answers)
+    assert before == after
+
+
+def test_labels_are_carried_and_returned(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("b", {})
+        await engine.submit(sub("b", "p1", score=3, label="Ann the Great"))
+        await engine.submit(sub("b", "p1", score=4))  # no label: keeps the old one
+        return engine.top("b")["entries"][0]["label"], engine.standing("b", "p1")["label"]
+
+    assert scenario(tmp_path, clock, body) == ("Ann the Great", "Ann the Great")
+
+
+def test_duplicate_event_returns_original_result_within_ttl_only(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("b", {"policy": "sum"})
+        first = await engine.submit(sub("b", "a", delta=5, event_id="e1"))
+        await engine.submit(sub("b", "z", delta=50))  # changes a's rank
+        again = await engine.submit(sub("b", "a", delta=5, event_id="e1"))
+        clock.advance(86400 + 1)
+        await engine.housekeeping()
+        later = await engine.submit(sub("b", "a", delta=5, event_id="e1", ts=clock()))
+        return first, again, later
+
+    first, again, later = scenario(tmp_path, clock, body)
+    assert again == {**first, "duplicate": True}
+    assert first["rank"] == 1 and again["rank"] == 1
+    assert later["duplicate"] is False and later["score"] == 10.0
+
+
+def test_duplicates_inside_one_batch_apply_once(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("b", {"policy": "sum"})
+        answers = await engine.submit_many(
+            [
+                sub("b", "a", delta=1, event_id="x"),
+                sub("b", "a", delta=1, event_id="x"),
+                sub("b", "a", delta=1),
+            ]
+        )
+        return answers, engine.standing("b", "a")["score"]
+
+    answers, score = scenario(tmp_path, clock, body)
+    assert answers[0]["duplicate"] is False and answers[1]["duplicate"] is True
+    assert answers[1]["score"] == answers[0]["score"] == 1.0
+    assert answers[2]["score"] == score == 2.0
+
+
+def test_batch_results_report_rank_after_each_event(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("b", {"policy": "latest"})
+        return await engine.submit_many(
+            [
+                sub("b", "a", score=10),
+                sub("b", "b", score=20),
+                sub("b", "a", score=30),
+                Submission(board="b", member="c", score=float("inf")),
+                sub("b", "c", score=5),
+            ]
+        )
+
+    answers = scenario(tmp_path, clock, body)
+    assert [a["rank"] if isinstance(a, dict) else "error" for a in answers] == [1, 1, 1, "error", 3]
+
+
+def test_board_lifecycle(tmp_path, clock):
+    async def body(engine: Engine):
+        created = await engine.put_board("b", {"order": "asc"})
+        same = await engine.put_board("b", {"order": "asc"})
+        changed = await engine.put_board("b", {"order": "asc", "windows": ["all", "daily"]})
+        await engine.submit(sub("b", "a", score=1))
+        with pytest.raises(Conflict):
+            await engine.put_board("b", {"order": "desc"})
+        with pytest.raises(InvalidInput):
+            await engine.put_board("bad name", {})
+        with pytest.raises(InvalidInput):
+            await engine.put_board("b2", {"colour": "red"})
+        info = engine.board_info("b")
+        await engine.delete_board("b")
+        with pytest.raises(NotFound):
+            engine.top("b")
+        return created[1], same[1], changed[1], info, engine.list_boards()
+
+    created, same, changed, info, boards = scenario(tmp_path, clock, body)
+    assert (created, same, changed) == (True, False, False)
+    assert info["members"] == {"all": 1, "daily": 1}
+    assert info["config"]["windows"] == ["all", "daily"]
+    assert boards == []
+
+
+def test_remove_member_from_every_window(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("b", {"windows": ["all", "daily"]})
+        await engine.submit(sub("b", "a", score=1, label="A"))
+        await engine.submit(sub("b", "b", score=2))
+        removed = await engine.remove_member("b", "a")
+        again = await engine.remove_member("b", "a")
+        return removed, again, engine.board_info("b")["members"], engine.standing("b", "a")
+
+    assert scenario(tmp_path, clock, body) == (True, False, {"all": 1, "daily": 1}, None)
+
+
+def test_friends_ranks_and_around(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("b", {})
+        await engine.submit_many([sub("b", f"p{i}", score=i) for i in range(10)])
+        return (
+            engine.ranks("b", ["p2", "ghost", "p7", "p2"]),
+            engine.around("b", "p5", above=1, below=2),
+            engine.around("b", "ghost"),
+        )
+
+    ranks, around, ghost = scenario(tmp_path, clock, body)
+    assert [(e["member"], e["rank"], e["list_rank"]) for e in ranks["entries"]] == [
+        ("p7", 3, 1),
+        ("p2", 8, 2),
+    ]
+    assert ranks["missing"] == ["ghost"]
+    assert [e["member"] for e in around] == ["p6", "p5", "p4", "p3"]
+    assert ghost is None
+
+
+def test_state_survives_restart_exactly(tmp_path, clock):
+    async def fill(engine: Engine):
+        await engine.put_board("b", {"policy": "sum", "windows": ["all", "weekly"]})
+        await engine.put_board("c", {"tie_break": "member", "order": "asc"})
+        await engine.submit_many(
+            [
+                sub(
+                    "b",
+                    f"m{i % 37}",
+                    delta=i % 5,
+                    event_id=f"e{i}",
+                    label=f"L{i}" if i % 3 == 0 else None,
+                )
+                for i in range(500)
+            ]
+        )
+        await engine.submit_many([sub("c", f"m{i}", score=i % 7) for i in range(100)])
+        await engine.remove_member("b", "m3")
+        return engine.digest()
+
+    async def reopen(engine: Engine):
+        dup = await engine.submit(sub("b", "m1", delta=4, event_id="e1"))
+        return engine.digest(), dup
+
+    live = run(with_engine(tmp_path / "data", clock, fill))
+    # once from the WAL alone (no snapshot), once from the snapshot taken at close
+    recovered, dup = run(with_engine(tmp_path / "data", clock, reopen))
+    assert recovered == live
+    assert dup["duplicate"] is True
+    assert list((tmp_path / "data" / "snapshots").glob("*.snap"))
+
+
+def test_second_engine_on_same_data_dir_is_refused(tmp_path, clock):
+    async def body(engine: Engine):
+        with pytest.raises(RuntimeError, match="in use"):
+            await Engine.open(engine.config, clock=clock)
+
+    scenario(tmp_path, clock, body)

@@ -1,0 +1,181 @@
+"""Recovery: snapshot + WAL tail, torn tails, mid-log corruption, repair,
+and a crash test that SIGKILLs a live engine again and again."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine_helpers import FakeClock, engine_config, run, sub
+from rankd.engine.engine import Engine
+
+HERE = Path(__file__).parent
+
+
+async def _fill(engine: Engine, events: range) -> None:
+    if "b" not in engine.boards:
+        await engine.put_board("b", {"policy": "sum", "windows": ["all", "daily"]})
+    await engine.submit_many(
+        [sub("b", f"m{i % 50}", delta=1 + i % 3, event_id=f"e{i}") for i in events]
+    )
+
+
+async def _open(data_dir: Path, clock: FakeClock, **overrides) -> Engine:
+    return await Engine.open(engine_config(data_dir, **overrides), clock=clock)
+
+
+def _segments(data_dir: Path) -> list[Path]:
+    return sorted((data_dir / "wal").glob("*.log"))
+
+
+def test_recovery_from_snapshot_plus_wal_tail_and_from_wal_alone(tmp_path):
+    clock = FakeClock()
+
+    async def scenario():
+        engine = await _open(tmp_path, clock)
+        await _fill(engine, range(0, 300))
+        await engine.snapshot()
+        await _fill(engine, range(300, 700))
+        live = engine.digest()
+        await engine.close(snapshot=False)
+        engine = await _open(tmp_path, clock)
+        recovered = engine.digest()
+        await engine.close(snapshot=False)
+        for snapshot in (tmp_path / "snapshots").glob("*.snap"):
+            snapshot.unlink()  # the WAL still holds everything: no segment was covered twice
+        engine = await _open(tmp_path, clock, segment_bytes=1 << 30)
+        from_wal = engine.digest()
+        await engine.close(snapshot=False)
+        return live, recovered, from_wal
+
+    live, recovered, from_wal = run(scenario())
+    assert recovered == live
+    assert from_wal == live
+
+
+def test_torn_final_record_is_truncated_with_a_warning(tmp_path, caplog):
+    clock = FakeClock()
+
+    async def write():
+        engine = await _open(tmp_path, clock)
+        await _fill(engine, range(0, 100))
+        before_last = engine.digest()
+        await _fill(engine, range(100, 101))
+        await engine.close(snapshot=False)
+        return before_last
+
+    before_last = run(write())
+    last = _segments(tmp_path)[-1]
+    with open(last, "r+b") as handle:
+        handle.truncate(last.stat().st_size - 5)
+
+    async def reopen():
+        engine = await _open(tmp_path, clock)
+        digest = engine.digest()
+        await engine.close(snapshot=False)
+        return digest
+
+    with caplog.at_level(logging.WARNING):
+        assert run(reopen()) == before_last
+    assert any("bytes" in r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+
+
+def test_mid_log_corruption_stops_start_and_repair_keeps_the_prefix(tmp_path):
+    clock = FakeClock()
+
+    async def write():
+        engine = await _open(tmp_path, clock)
+        await _fill(engine, range(0, 200))
+        await engine.close(snapshot=False)
+
+    run(write())
+    segment = _segments(tmp_path)[-1]
+    data = bytearray(segment.read_bytes())
+    middle = len(data) // 2
+    data[middle] ^= 0xFF
+    segment.write_bytes(bytes(data))
+
+    with pytest.raises(Exception, match=str(segment.name)) as failure:
+        run(_open(tmp_path, clock))
+    assert "offset" in str(failure.value) or "byte" in str(failure.value)
+
+    async def repaired():
+        engine = await _open(tmp_path, clock, repair=True)
+        standing = {m: engine.standing("b", m) for m in ("m0", "m1")}
+        total = sum(e["score"] for e in engine.top("b", limit=1000)["entries"])
+        await engine.close(snapshot=False)
+        return standing, total
+
+    standing, total = run(repaired())
+    full_total = sum(1 + i % 3 for i in range(200))
+    assert 0 < total < full_total
+    assert standing["m0"] is not None
+    assert any((tmp_path / "wal").glob("corrupt-*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fsync", ["everysec", "always"])
+def test_sigkill_never_loses_an_acknowledged_event(tmp_path, fsync):
+    data_dir = tmp_path / "data"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
+    rng = random.Random(7)
+    acked: dict[str, int] = {}
+    cycles = 20 if fsync == "everysec" else 10
+    for cycle in range(cycles):
+        child = subprocess.Popen(
+            [sys.executable, str(HERE / "crash_child.py"), str(data_dir), str(cycle), fsync],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        assert child.stdout.readline().strip() == "READY", child.stderr.read()
+        deadline = time.monotonic() + rng.uniform(0.05, 0.6)
+        lines = []
+        while time.monotonic() < deadline:
+            line = child.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+        child.send_signal(signal.SIGKILL)
+        rest, _ = child.communicate(timeout=30)
+        lines.extend(rest.splitlines())  # acknowledged before the kill landed
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "ACK":
+                acked[parts[1]] = acked.get(parts[1], 0) + 1
+    assert len(acked) > 1000
+
+    async def check():
+        engine = await Engine.open(engine_config(data_dir, fsync=fsync))
+        try:
+            index_scores = {
+                e["member"]: e["score"]
+                for e in engine.top("crash", limit=1000, offset=0)["entries"]
+            }
+            missing = [eid for eid in acked if engine.standing("crash", eid) is None]
+            doubled = [
+                eid for eid in acked if (s := engine.standing("crash", eid)) and s["score"] != 1.0
+            ]
+            total = engine.board_info("crash")["members"]["all"]
+            over = [m for m, score in index_scores.items() if score != 1.0]
+            return missing, doubled, total, over
+        finally:
+            await engine.close()
+
+    missing, doubled, total, over = run(check())
+    assert missing == [], f"{len(missing)} acknowledged events lost"
+    assert doubled == [], f"{len(doubled)} events applied twice"
+    assert over == []
+    assert total >= len(acked)
