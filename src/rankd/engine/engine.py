@@ -169,9 +169,15 @@ class Engine:
         await engine.start()
         return engine
 
+    def lock(self) -> None:
+        """Take the data dir's lock; ``RuntimeError`` if another process has it."""
+        if self._lock_fd is None:
+            self.config.data_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_data_dir()
+
     async def start(self) -> None:
-        self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        self._lock_data_dir()
+        """Recover and start serving (takes the lock first if needed)."""
+        self.lock()
         try:
             await asyncio.to_thread(self._recover)
             await self.wal.start()
@@ -635,6 +641,13 @@ class Engine:
         if index is None:
             raise NotFound(f"period {period!r} of the {window} window is not retained")
         return board, window, period, index
+
+    def read_version(self, name: str, window: str | None = None, period: str | None = None
+                     ) -> tuple[int, str, str]:
+        """``(version, window, period)`` a read would see: callers cache
+        serialized reads by it (any write to the board bumps the version)."""
+        board, window, period, _ = self._view(name, window, period)
+        return board.version, window, period
 
     def top(self, name: str, *, window: str | None = None, period: str | None = None,
             offset: int = 0, limit: int = 10) -> dict[str, Any]:

@@ -1,0 +1,140 @@
+"""Daemon settings: command-line flags > ``RANKD_*`` environment > TOML file
+> defaults.
+
+Every option is declared once in :data:`OPTIONS`; the ``rankd serve`` flags,
+the environment variable names, the TOML keys and ``--help`` all come from
+that table, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from rankd.engine.engine import FSYNC_POLICIES, EngineConfig
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "RANKD_" + self.name.upper()
+
+
+OPTIONS = (
+    Option("host", str, "127.0.0.1", "address the HTTP and TCP listeners bind to"),
+    Option("port", int, 7700, "HTTP port (REST, live feed, page)"),
+    Option("tcp_port", int, 7701, "msgpack TCP protocol port (0 disables it)"),
+    Option("data_dir", Path, Path("rankd-data"), "directory for the WAL, snapshots and archive"),
+    Option("fsync", str, "everysec",
+           "WAL fsync policy: always (ack after fsync, group commit), everysec (a machine "
+           "crash may lose the last second), no (left to the OS)", FSYNC_POLICIES),
+    Option("postgres_dsn", str, None, "ship every event to this PostgreSQL database"),
+    Option("snapshot_every_events", int, 1_000_000, "snapshot after this many events"),
+    Option("snapshot_every_seconds", float, 300.0, "snapshot at least this often when busy"),
+    Option("dedupe_ttl", float, 86_400.0, "seconds an event_id is remembered"),
+    Option("ts_tolerance", float, 300.0, "how far an event timestamp may be from now, seconds"),
+    Option("log_format", str, "text", "log format", ("text", "json")),
+    Option("log_level", str, "info", "log level", ("debug", "info", "warning", "error")),
+)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Resolved daemon settings."""
+
+    host: str = "127.0.0.1"
+    port: int = 7700
+    tcp_port: int = 7701
+    data_dir: Path = Path("rankd-data")
+    fsync: str = "everysec"
+    postgres_dsn: str | None = None
+    snapshot_every_events: int = 1_000_000
+    snapshot_every_seconds: float = 300.0
+    dedupe_ttl: float = 86_400.0
+    ts_tolerance: float = 300.0
+    log_format: str = "text"
+    log_level: str = "info"
+
+    def engine_config(self) -> EngineConfig:
+        engine_fields = {f.name for f in fields(EngineConfig)}
+        return EngineConfig(**{f.name: getattr(self, f.name) for f in fields(self)
+                               if f.name in engine_fields})
+
+
+class ConfigError(Exception):
+    """A setting has a bad value or name; the message says which and where."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--config`` and one flag per option to ``parser``."""
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="TOML file with any of the settings below (env: RANKD_CONFIG)")
+    for option in OPTIONS:
+        default = "none" if option.default is None else option.default
+        parser.add_argument(option.flag, dest=option.name, default=None, metavar=option.name.upper(),
+                            choices=option.choices,
+                            help=f"{option.help} (env: {option.env}; default: {default})")
+
+
+def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> ServerConfig:
+    """Merge flags, environment, config file and defaults, checking every value."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {option.name: option.default for option in OPTIONS}
+    config_path = args.config or (Path(environ["RANKD_CONFIG"]) if "RANKD_CONFIG" in environ
+                                  else None)
+    if config_path is not None:
+        values.update(_from_file(config_path))
+    for option in OPTIONS:
+        if option.env in environ:
+            values[option.name] = _convert(option, environ[option.env], option.env)
+        given = getattr(args, option.name, None)
+        if given is not None:
+            values[option.name] = _convert(option, given, option.flag)
+    return ServerConfig(**values)
+
+
+def _from_file(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    by_name = {option.name: option for option in OPTIONS}
+    unknown = sorted(set(data) - set(by_name))
+    if unknown:
+        raise ConfigError(f"unknown setting(s) in {path}: {', '.join(unknown)}")
+    return {name: _convert(by_name[name], value, f"{path}: {name}")
+            for name, value in data.items()}
+
+
+def _convert(option: Option, value: Any, where: str) -> Any:
+    if option.type is Path:
+        return Path(value)
+    try:
+        if option.type is int and (isinstance(value, bool) or isinstance(value, float)):
+            raise ValueError(value)
+        converted = option.type(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected {option.type.__name__}, got {value!r}") from None
+    if option.choices and converted not in option.choices:
+        raise ConfigError(f"{where}: must be one of {', '.join(option.choices)}, got {value!r}")
+    if option.type in (int, float) and converted < 0:
+        raise ConfigError(f"{where}: must not be negative, got {value!r}")
+    return converted

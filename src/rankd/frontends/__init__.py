@@ -1,0 +1,1 @@
+"""Front-ends: REST, live feed and TCP, all calling the engine."""

@@ -1,0 +1,107 @@
+"""The daemon: one process serving REST (and later the live feed and TCP)
+over one engine.
+
+Start-up order matters: the data dir is locked first (a second daemon
+fails before it listens), then HTTP starts so ``/v1/health`` can answer 503
+while recovery runs, then the engine recovers and serves.  SIGTERM and
+SIGINT stop accepting, let in-flight requests finish, flush the WAL, take a
+snapshot and exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+
+from rankd import __version__
+from rankd.config import ServerConfig
+from rankd.engine.engine import Engine
+from rankd.frontends.rest import create_app
+from rankd.index import IMPLEMENTATION
+
+log = logging.getLogger("rankd")
+
+SHUTDOWN_GRACE_SECONDS = 10.0
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log shippers."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def setup_logging(config: ServerConfig) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if config.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(config.log_level.upper())
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
+                stop: asyncio.Event | None = None) -> None:
+    """Run the daemon until ``stop`` is set or SIGTERM/SIGINT arrives."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+
+    engine = Engine(config.engine_config())
+    engine.lock()
+    runner = web.AppRunner(create_app(engine), access_log=None,
+                           shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port)
+    try:
+        await site.start()
+        began = time.monotonic()
+        await engine.start()
+        log.info(
+            "rankd %s serving: index=%s data_dir=%s fsync=%s http=%s:%d postgres=%s "
+            "(recovered in %.2fs)", __version__, IMPLEMENTATION, config.data_dir.resolve(),
+            config.fsync, config.host, config.port,
+            "on" if config.postgres_dsn else "off", time.monotonic() - began)
+        if started is not None:
+            started.set()
+        await stop.wait()
+        log.info("shutting down: finishing in-flight requests")
+    finally:
+        # Stops listening, then waits for in-flight requests.
+        await runner.cleanup()
+        await engine.close()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    log.info("stopped cleanly")
+
+
+def run(config: ServerConfig) -> None:
+    """Run the daemon on uvloop when it is installed."""
+    setup_logging(config)
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(config))
+    else:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(serve(config))
