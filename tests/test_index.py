@@ -678,6 +678,22 @@ def test_explicit_sequence_bounds(index_cls):
     assert loaded.dump() == index.dump()
 
 
+def test_snapshot_still_loads_after_the_largest_explicit_sequence(index_cls):
+    # seq=MAX_SEQ is valid.  Whatever the next unsequenced write does (the
+    # contract does not say), it must not stamp a seq beyond MAX_SEQ: the
+    # index's own dump has to stay loadable.
+    index = index_cls()
+    index.set("a", 1, seq=MAX_SEQ)
+    assert index_cls.load(index.dump()).dump() == index.dump()
+    try:
+        index.set("b", 1)
+    except (ValueError, OverflowError):
+        assert "b" not in index
+    index._check()
+    assert all(r.seq <= MAX_SEQ for r in decode_dump(index.dump()).records)
+    assert index_cls.load(index.dump()).dump() == index.dump()
+
+
 def test_explicit_sequence_is_ignored_when_nothing_changes(index_cls):
     index = build(index_cls, [("a", 1), ("b", 1)])
     before = index.dump()
@@ -857,6 +873,25 @@ def test_range_by_score_rejects_bad_bounds_and_windows(index_cls):
     ):
         with pytest.raises(TypeError):
             call()
+
+
+def test_huge_integer_bounds_act_like_infinities_or_are_rejected(index_cls):
+    # The contract allows infinite bounds and rejects only NaN; an int too big
+    # for a float is beyond every score.  Accepting it (as +-inf) or raising
+    # ValueError are both defensible; anything else (OverflowError) is not.
+    index = build(index_cls, SCORED)
+    calls = {
+        "range": lambda: index.range_by_score(-(10**400), 10**400),
+        "count": lambda: index.count(-(10**400), 10**400),
+        "empty": lambda: index.count(10**400, 10**401),
+    }
+    expected = {"range": index.range_by_rank(), "count": 5, "empty": 0}
+    for name, call in calls.items():
+        try:
+            result = call()
+        except ValueError:
+            continue
+        assert result == expected[name], name
 
 
 # --- around -------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from hypothesis.stateful import (
 from index_model import ModelIndex, assert_index_matches
 from rankd.index import MAX_SEQ, ORDERS, TIE_BREAKS, Op, When
 
-STATEFUL_SETTINGS = settings(max_examples=40, stateful_step_count=50, deadline=None)
+STATEFUL_SETTINGS = settings(max_examples=75, stateful_step_count=50, deadline=None)
 PROPERTY_SETTINGS = settings(max_examples=200, deadline=None)
 
 MEMBERS = ["a", "b", "c", "d", "ab", "é", "😀"]

@@ -54,7 +54,7 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.math cimport isfinite
+from libc.math cimport INFINITY, isfinite
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy, memset
@@ -404,7 +404,11 @@ cdef inline int _bound(object value, double *out, str what) except -1:
     """A range bound: like a score, but infinities are allowed."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be an int or float, got {type(value).__name__}")
-    out[0] = <double>value
+    try:
+        out[0] = <double>value
+    except OverflowError:
+        # An int beyond float range lies beyond every score.
+        out[0] = INFINITY if value > 0 else -INFINITY
     if out[0] != out[0]:
         raise ValueError(f"{what} must not be NaN")
     return 0
@@ -920,6 +924,9 @@ cdef class RankIndex:
             has_new[0] = True
             return self._rank_of(x, NULL) if want_rank else 0
 
+        if not has_seq and self._next_seq > MAX_SEQ:
+            raise ValueError("arrival sequences are exhausted (next_seq is past 2**63 - 1); "
+                             "pass seq explicitly")
         if x == NULL:
             # Everything that can fail happens before the first change.
             if self.length >= MAX_LENGTH:

@@ -62,7 +62,7 @@ class BoardConfig:
         values["policy"] = _choice(data, "policy", POLICIES, "best")
         values["tie_break"] = _choice(data, "tie_break", ("first", "member"), "first")
         windows = data.get("windows", ["all"])
-        if (not isinstance(windows, list) or not windows
+        if (not isinstance(windows, list | tuple) or not windows
                 or not all(isinstance(w, str) for w in windows)):
             raise InvalidInput("windows must be a non-empty list of window names")
         for window in windows:

@@ -252,7 +252,7 @@ class Engine:
             self._load_snapshot(sections)
         self.wal = WriteAheadLog(self.config.data_dir / "wal", fsync=self.config.fsync,
                                  segment_bytes=self.config.segment_bytes,
-                                 repair=self.config.repair)
+                                 repair=self.config.repair, after_lsn=snapshot_lsn)
         first = self.wal.first_lsn
         if first is not None and first > snapshot_lsn + 1:
             raise RuntimeError(

@@ -1,0 +1,24 @@
+"""The engine: the one place where leaderboard state changes.
+
+Front-ends (REST, live feed, TCP) call :class:`Engine`; the engine applies
+changes to the rank indexes, logs them to the write-ahead log, snapshots
+them and ships them to Postgres.
+
+==============  ==========================================================
+``engine``      boards, submissions, reads, recovery, snapshot scheduling
+``board``       one board's windows, periods, labels and dedupe table
+``config``      board configuration and its validation
+``periods``     UTC windows (all/daily/weekly/monthly) and period ids
+``records``     the msgpack records written to the WAL
+``wal``         segmented, checksummed write-ahead log with group commit
+``snapshot``    atomic snapshot files
+``dedupe``      event-id table with a TTL
+``postgres``    schema, WAL shipping and restore (optional)
+``errors``      the errors front-ends map to responses
+==============  ==========================================================
+"""
+
+from rankd.engine.engine import Engine, EngineConfig, Submission
+from rankd.engine.errors import EngineError
+
+__all__ = ["Engine", "EngineConfig", "EngineError", "Submission"]

@@ -1,0 +1,493 @@
+"""The write-ahead log: append-only segment files of checksummed records.
+
+Every change the engine acknowledges is a record here first.  A record is
+identified by its *log position* (LSN): 1, 2, 3... without gaps.  Records
+are framed as::
+
+    u32 CRC-32 of (length, lsn, payload) | u32 length | u64 lsn | payload
+
+and stored in segment files named after their first LSN
+(``00000000000000000001.log``).  A new segment starts once the current one
+holds ``segment_bytes``; segments wholly covered by a snapshot (and shipped
+to Postgres, when configured) are deleted by the engine.
+
+Durability is the ``fsync`` policy:
+
+``always``
+    ``commit`` returns only after the records are fsynced.  Concurrent
+    committers share one write+fsync (group commit): while one fsync runs in
+    a worker thread, later records pile up and go out together with the next.
+    Loses nothing, not even on power loss.
+``everysec`` (default)
+    ``commit`` writes the records to the OS (so a crash of rankd loses
+    nothing) and a background task fsyncs once a second: an OS crash or
+    power loss can lose about the last second of acknowledged writes.
+``no``
+    Written to the OS at ``commit``, fsynced only at close: an OS crash or
+    power loss loses whatever the kernel had not yet written back (on Linux
+    up to ~30 s by default).
+
+A failed write or fsync is never retried: after ``fsync`` fails the kernel
+may have dropped the dirty pages, so retrying could report success for data
+that is gone.  The log turns *failed* instead, every later append or commit
+raises :class:`WalFailedError`, and the engine stops taking writes until it
+is restarted (and recovers from what is really on disk).
+
+Recovery reads segments back with :meth:`WriteAheadLog.iter_records`.  A
+record cut short at the very end of the log (a crash mid-write) is a *torn
+tail*: it is truncated with a warning.  Any other bad record is corruption:
+opening stops with :class:`WalCorruptError` naming the file and offset,
+unless ``repair`` is set, which truncates the log there and moves everything
+after it aside to ``corrupt-*`` files in the WAL directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from rankd.engine.snapshot import fsync_directory
+
+log = logging.getLogger(__name__)
+
+FSYNC_POLICIES = ("always", "everysec", "no")
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+#: A record larger than this is a corrupt length, not a record.
+MAX_RECORD_BYTES = 256 * 1024 * 1024
+
+_HEADER = struct.Struct("<IIQ")
+_CHECKED = struct.Struct("<IQ")  # the (length, lsn) part the CRC covers
+HEADER_BYTES = _HEADER.size
+_SUFFIX = ".log"
+
+
+class WalFailedError(Exception):
+    """A write or fsync failed; the log accepts nothing until reopened."""
+
+
+class WalCorruptError(Exception):
+    """A record in the middle of the log is unreadable."""
+
+    def __init__(self, path: Path, offset: int, reason: str) -> None:
+        super().__init__(
+            f"write-ahead log corrupt in {path.name} at byte offset {offset}: {reason}; "
+            f"start with repair enabled to truncate the log there and keep the rest aside "
+            f"(in {path.parent})"
+        )
+        self.path = path
+        self.offset = offset
+
+
+def frame(lsn: int, payload: bytes) -> bytes:
+    """One record as stored on disk (used by tools and tests)."""
+    checked = _CHECKED.pack(len(payload), lsn)
+    return _HEADER.pack(zlib.crc32(payload, zlib.crc32(checked)), len(payload), lsn) + payload
+
+
+def segment_name(first_lsn: int) -> str:
+    return f"{first_lsn:020d}{_SUFFIX}"
+
+
+class _BadFrame(Exception):
+    def __init__(self, offset: int, reason: str, torn: bool) -> None:
+        super().__init__(reason)
+        self.offset = offset
+        self.reason = reason
+        #: True when the frame runs past the end of the data (cut short).
+        self.torn = torn
+
+
+def _frames(data: bytes | memoryview, first_lsn: int) -> Iterator[tuple[int, int, int]]:
+    """Yield ``(lsn, start, end)`` of each payload; raise ``_BadFrame`` at the first bad one."""
+    size = len(data)
+    offset = 0
+    expected = first_lsn
+    unpack = _HEADER.unpack_from
+    crc32 = zlib.crc32
+    checked = _CHECKED.pack
+    while offset < size:
+        if size - offset < HEADER_BYTES:
+            raise _BadFrame(offset, "incomplete record header", torn=True)
+        crc, length, lsn = unpack(data, offset)
+        start = offset + HEADER_BYTES
+        end = start + length
+        if length > MAX_RECORD_BYTES:
+            raise _BadFrame(offset, f"impossible record length {length}", torn=False)
+        if end > size:
+            raise _BadFrame(offset, f"record of {length} bytes runs past the end", torn=True)
+        if crc32(data[start:end], crc32(checked(length, lsn))) != crc:
+            raise _BadFrame(offset, "checksum mismatch", torn=end == size)
+        if lsn != expected:
+            raise _BadFrame(offset, f"log position {lsn} where {expected} was expected",
+                            torn=False)
+        yield lsn, start, end
+        expected += 1
+        offset = end
+
+
+class WriteAheadLog:
+    """Append-only, checksummed, segmented log with group commit.
+
+    The constructor opens ``directory`` (creating it), checks the final
+    segment and truncates a torn tail.  ``after_lsn`` is the position state
+    is already known up to (the snapshot's): new records never reuse a
+    position at or below it, even if the log itself ends earlier.
+
+    :meth:`append` only buffers; :meth:`commit` makes records as durable as
+    the policy promises.  All methods are for the event loop's thread; blocking
+    I/O for ``always`` and the once-a-second fsync run in worker threads.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, fsync: str = "everysec",
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, repair: bool = False,
+                 after_lsn: int = 0) -> None:
+        if fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync policy must be one of {', '.join(FSYNC_POLICIES)}, "
+                             f"not {fsync!r}")
+        if segment_bytes < 4096:
+            raise ValueError("segment_bytes must be at least 4096")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.fsync = fsync
+        self.segment_bytes = segment_bytes
+        self.repair = repair
+        #: (first lsn, path) of every segment, oldest first.
+        self._segments: list[tuple[int, Path]] = []
+        self._last_lsn = 0
+        # Buffered records not yet handed to the OS, and where new segments
+        # start inside that buffer: (offset in buffer, first lsn).
+        self._pending = bytearray()
+        self._rolls: list[tuple[int, int]] = []
+        self._active_bytes = 0
+        self._fd: int | None = None
+        self._retired: list[int] = []  # fds of finished segments awaiting fsync+close
+        self._dir_dirty = False
+        self._fd_lock = threading.Lock()
+        self._written_lsn = 0
+        self._durable_lsn = 0
+        self._failure: BaseException | None = None
+        self._flush: asyncio.Future | None = None
+        self._syncer: asyncio.Task | None = None
+        self._closed = False
+        self._open_existing(after_lsn)
+
+    # --- opening ----------------------------------------------------------------
+
+    def _open_existing(self, after_lsn: int) -> None:
+        for path in sorted(self.directory.glob("*" + _SUFFIX)):
+            try:
+                first = int(path.name[: -len(_SUFFIX)])
+            except ValueError:
+                continue
+            self._segments.append((first, path))
+        if self._segments:
+            first, path = self._segments[-1]
+            count, valid_bytes = self._check_segment(first, path, final=True)
+            self._last_lsn = first + count - 1
+            self._active_bytes = valid_bytes
+        if self._last_lsn < after_lsn or not self._segments:
+            # Nothing to append to, or the log ends before state known from a
+            # snapshot: the next record opens a new segment at the right position.
+            self._last_lsn = max(self._last_lsn, after_lsn)
+            self._rolls.append((0, self._last_lsn + 1))
+        self._written_lsn = self._durable_lsn = self._last_lsn
+
+    def _check_segment(self, first: int, path: Path, *, final: bool) -> tuple[int, int]:
+        """Validate one segment: (records, valid bytes).  Fixes or raises on damage."""
+        data = path.read_bytes()
+        count = 0
+        valid_end = 0
+        try:
+            for _, _, end in _frames(data, first):
+                count += 1
+                valid_end = end
+        except _BadFrame as bad:
+            self._damaged(path, data, bad, final=final)
+        return count, valid_end
+
+    def _damaged(self, path: Path, data: bytes, bad: _BadFrame, *, final: bool) -> None:
+        rest = data[bad.offset:]
+        torn = final and (bad.torn or not any(rest))
+        if torn:
+            log.warning("write-ahead log %s ends with a torn record at byte offset %d "
+                        "(a crash mid-write); dropping its %d bytes",
+                        path.name, bad.offset, len(rest))
+            self._truncate(path, bad.offset)
+            return
+        if not self.repair:
+            raise WalCorruptError(path, bad.offset, bad.reason)
+        self._move_aside_from(path, bad.offset, data)
+
+    def _truncate(self, path: Path, length: int) -> None:
+        with open(path, "r+b") as handle:
+            handle.truncate(length)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _move_aside_from(self, path: Path, offset: int, data: bytes) -> None:
+        """Repair: keep ``path`` up to ``offset``; everything after goes to corrupt-* files."""
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        aside = self.directory / f"corrupt-{stamp}-{path.stem}-at-{offset}{_SUFFIX}.bad"
+        aside.write_bytes(data[offset:])
+        self._truncate(path, offset)
+        position = next(i for i, (_, p) in enumerate(self._segments) if p == path)
+        for _, later in self._segments[position + 1:]:
+            later.rename(self.directory / f"corrupt-{stamp}-{later.name}.bad")
+        del self._segments[position + 1:]
+        fsync_directory(self.directory)
+        log.error("write-ahead log repaired: truncated %s at byte offset %d; %d bytes and "
+                  "every later segment moved aside as corrupt-%s-*", path.name, offset,
+                  len(data) - offset, stamp)
+
+    # --- positions ------------------------------------------------------------------
+
+    @property
+    def first_lsn(self) -> int | None:
+        """Position of the oldest record on disk, or None when there is none."""
+        for first, path in self._segments:
+            if path.stat().st_size > 0:
+                return first
+        return None
+
+    @property
+    def last_lsn(self) -> int:
+        """Position of the newest record appended (committed or not)."""
+        return self._last_lsn
+
+    @property
+    def written_lsn(self) -> int:
+        """Newest position handed to the OS (readable from the files)."""
+        return self._written_lsn
+
+    @property
+    def durable_lsn(self) -> int:
+        """Newest position known to be fsynced."""
+        return self._durable_lsn
+
+    @property
+    def failed(self) -> bool:
+        return self._failure is not None
+
+    def segments(self) -> list[tuple[int, Path]]:
+        """(first lsn, path) of each segment, oldest first."""
+        return list(self._segments)
+
+    # --- reading ---------------------------------------------------------------------
+
+    def iter_records(self, from_lsn: int = 1) -> Iterator[tuple[int, bytes]]:
+        """Yield ``(lsn, payload)`` of every written record at or after ``from_lsn``.
+
+        Damage in a segment other than the last raises ``WalCorruptError``
+        (or, with ``repair``, truncates there and ends the iteration).
+        """
+        position = 0
+        while position < len(self._segments):
+            first, path = self._segments[position]
+            upper = (self._segments[position + 1][0] if position + 1 < len(self._segments)
+                     else None)
+            position += 1
+            if upper is not None and upper <= from_lsn:
+                continue
+            data = path.read_bytes()
+            view = memoryview(data)
+            try:
+                for lsn, start, end in _frames(view, first):
+                    if lsn > self._written_lsn:
+                        return
+                    if lsn >= from_lsn:
+                        yield lsn, bytes(view[start:end])
+            except _BadFrame as bad:
+                view.release()
+                final = position == len(self._segments)
+                self._damaged(path, data, bad, final=final)
+                # Repaired: the log now ends in this segment.
+                count = sum(1 for _ in _frames(path.read_bytes(), first))
+                self._reset_end(first + count - 1, path)
+                return
+
+    def _reset_end(self, last_lsn: int, path: Path) -> None:
+        self._last_lsn = self._written_lsn = self._durable_lsn = last_lsn
+        self._active_bytes = path.stat().st_size
+        self._pending.clear()
+        self._rolls = []
+
+    # --- writing -------------------------------------------------------------------------
+
+    def append(self, payload: bytes) -> int:
+        """Buffer one record; returns its log position.  Not durable until ``commit``."""
+        if self._failure is not None:
+            raise WalFailedError(f"write-ahead log failed earlier: {self._failure}")
+        lsn = self._last_lsn + 1
+        length = len(payload)
+        if self._active_bytes and self._active_bytes + HEADER_BYTES + length > self.segment_bytes:
+            self._rolls.append((len(self._pending), lsn))
+            self._active_bytes = 0
+        crc = zlib.crc32(payload, zlib.crc32(_CHECKED.pack(length, lsn)))
+        pending = self._pending
+        pending += _HEADER.pack(crc, length, lsn)
+        pending += payload
+        self._active_bytes += HEADER_BYTES + length
+        self._last_lsn = lsn
+        return lsn
+
+    async def commit(self, lsn: int) -> None:
+        """Return once record ``lsn`` (and all before it) meets the fsync policy."""
+        if self.fsync != "always":
+            if self._written_lsn < lsn:
+                self._write_out()
+            return
+        while self._durable_lsn < lsn:
+            if self._failure is not None:
+                raise WalFailedError(f"write-ahead log failed: {self._failure}")
+            if self._flush is None:
+                self._flush = asyncio.ensure_future(self._flush_and_sync())
+            # Shielded: a cancelled committer must not cancel the shared fsync.
+            await asyncio.shield(self._flush)
+
+    async def _flush_and_sync(self) -> None:
+        try:
+            taken = self._take_pending()
+            await asyncio.to_thread(self._write_and_sync, *taken)
+        finally:
+            self._flush = None
+
+    def _take_pending(self) -> tuple[bytearray, list[tuple[int, int]], int]:
+        taken = (self._pending, self._rolls, self._last_lsn)
+        self._pending = bytearray()
+        self._rolls = []
+        return taken
+
+    def _write_out(self) -> None:
+        """Hand buffered records to the OS (no fsync), in the caller's thread."""
+        if self._failure is not None:
+            raise WalFailedError(f"write-ahead log failed: {self._failure}")
+        data, rolls, last = self._take_pending()
+        self._guarded(self._write, data, rolls)
+        self._written_lsn = last
+
+    def _write_and_sync(self, data: bytearray, rolls: list[tuple[int, int]], last: int) -> None:
+        if self._failure is not None:
+            raise WalFailedError(f"write-ahead log failed: {self._failure}")
+        self._guarded(self._write, data, rolls)
+        self._written_lsn = last
+        self._guarded(self._sync)
+        self._durable_lsn = last
+
+    def _guarded(self, operation, *args) -> None:
+        try:
+            operation(*args)
+        except OSError as exc:
+            self._failure = exc
+            log.critical("write-ahead log I/O failed, not retrying: %s", exc)
+            raise WalFailedError(f"write-ahead log I/O failed: {exc}") from exc
+
+    def _write(self, data: bytearray, rolls: list[tuple[int, int]]) -> None:
+        view = memoryview(data)
+        start = 0
+        for offset, first_lsn in [*rolls, (len(data), 0)]:
+            if offset > start:
+                self._write_all(view[start:offset])
+            if first_lsn:
+                self._start_segment(first_lsn)
+            start = offset
+
+    def _write_all(self, chunk: memoryview) -> None:
+        if self._fd is None:
+            self._fd = os.open(self._segments[-1][1], os.O_WRONLY | os.O_APPEND)
+        while chunk:
+            written = os.write(self._fd, chunk)
+            chunk = chunk[written:]
+
+    def _start_segment(self, first_lsn: int) -> None:
+        path = self.directory / segment_name(first_lsn)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o644)
+        with self._fd_lock:
+            if self._fd is not None:
+                self._retired.append(self._fd)
+            self._fd = fd
+            self._dir_dirty = True
+        self._segments.append((first_lsn, path))
+
+    def _sync(self) -> None:
+        """fsync every file written since the last sync (blocking)."""
+        with self._fd_lock:
+            retired, self._retired = self._retired, []
+            current = self._fd
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+        for fd in retired:
+            os.fsync(fd)
+            os.close(fd)
+        if current is not None:
+            os.fsync(current)
+        if dir_dirty:
+            fsync_directory(self.directory)
+
+    # --- background fsync, close ----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the once-a-second fsync (policy ``everysec``)."""
+        if self.fsync == "everysec" and self._syncer is None:
+            self._syncer = asyncio.create_task(self._sync_every_second(), name="rankd-wal-fsync")
+
+    async def _sync_every_second(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            await self.sync()
+
+    async def sync(self) -> None:
+        """Write out and fsync everything appended so far."""
+        if self._failure is not None:
+            return
+        if self._written_lsn < self._last_lsn:
+            with contextlib.suppress(WalFailedError):
+                self._write_out()
+        target = self._written_lsn
+        if self._durable_lsn < target:
+            with contextlib.suppress(WalFailedError):
+                await asyncio.to_thread(self._guarded, self._sync)
+                self._durable_lsn = max(self._durable_lsn, target)
+
+    async def close(self) -> None:
+        """Write out and fsync everything (unless failed), then close the files."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._syncer is not None:
+            self._syncer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._syncer
+        if self._flush is not None:
+            with contextlib.suppress(WalFailedError):
+                await asyncio.shield(self._flush)
+        await self.sync()
+        with self._fd_lock:
+            fds = [*self._retired, *([self._fd] if self._fd is not None else [])]
+            self._retired, self._fd = [], None
+        for fd in fds:
+            os.close(fd)
+
+    # --- compaction ------------------------------------------------------------------------
+
+    def remove_segments_before(self, lsn: int) -> int:
+        """Delete segments whose records all precede ``lsn``; returns how many.
+
+        The active segment is never deleted.
+        """
+        removed = 0
+        while len(self._segments) > 1 and self._segments[1][0] <= lsn:
+            if self._segments[1][0] > self._written_lsn + 1:
+                break  # the next segment exists only in the buffer so far
+            _, path = self._segments.pop(0)
+            path.unlink(missing_ok=True)
+            removed += 1
+        if removed:
+            fsync_directory(self.directory)
+        return removed
