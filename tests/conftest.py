@@ -74,3 +74,35 @@ def pytest_report_header(config: pytest.Config) -> str:
     else:
         state = "importable"
     return f"rankd native index: {state}; RANKD_REQUIRE_NATIVE={int(native_required())}"
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A Postgres server for the session (throwaway cluster or RANKD_TEST_POSTGRES_DSN)."""
+    from pgcluster import start_server
+
+    server = start_server()
+    yield server
+    if server.cluster is not None:
+        server.cluster.destroy()
+
+
+@pytest.fixture
+def pg_dsn(pg_server) -> str:
+    """DSN of a fresh, empty database."""
+    return pg_server.create_database()
+
+
+@pytest.fixture
+def pg_cluster():
+    """A private cluster this test may stop and start."""
+    from pgcluster import Cluster, _bin_dir, unavailable
+
+    bin_dir = _bin_dir()
+    if bin_dir is None:
+        unavailable("no PostgreSQL server binaries (initdb) to run a private cluster")
+    cluster = Cluster(bin_dir)
+    cluster.init()
+    cluster.start()
+    yield cluster
+    cluster.destroy()

@@ -19,7 +19,36 @@ def build_parser() -> argparse.ArgumentParser:
                     "environment variables, else the --config TOML file, else defaults; "
                     "with none at all it serves on 127.0.0.1 with data in ./rankd-data.")
     config.add_arguments(serve)
+    restore = commands.add_parser(
+        "restore", help="rebuild a data dir from Postgres",
+        description="Rebuild a data dir from the events rankd shipped to Postgres (for when "
+                    "the local disk is lost).  The data dir must be new or empty.")
+    restore.add_argument("--from-postgres", dest="dsn", required=True, metavar="DSN",
+                         help="PostgreSQL DSN rankd shipped its events to")
+    restore.add_argument("--data-dir", required=True, metavar="DIR",
+                         help="data dir to create")
     return parser
+
+
+def _restore(dsn: str, data_dir: str) -> int:
+    import asyncio
+    import logging
+
+    from rankd.engine.postgres import restore
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    def progress(done: int, total: int) -> None:
+        print(f"restore: {done} of {total} events", file=sys.stderr)
+
+    try:
+        last = asyncio.run(restore(dsn, data_dir, progress=progress))
+    except (RuntimeError, OSError) as exc:
+        print(f"rankd: restore failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"restored {data_dir} up to event {last}; start it with "
+          f"rankd serve --data-dir {data_dir}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as exc:  # e.g. the data dir is locked by another daemon
             print(f"rankd: {exc}", file=sys.stderr)
             return 1
+    elif args.command == "restore":
+        return _restore(args.dsn, args.data_dir)
     return 0
 
 

@@ -11,7 +11,7 @@ import asyncio
 
 from rankd.engine.config import BoardConfig
 from rankd.engine.dedupe import DedupeTable
-from rankd.engine.periods import period_of
+from rankd.engine.periods import oldest_retained, period_of
 from rankd.index import RankIndex
 
 
@@ -62,10 +62,8 @@ class Board:
         for window, periods in self.periods.items():
             if window == "all":
                 continue
-            current = period_of(window, now)
-            closed = [period for period in periods if period < current]
-            expired.extend((window, period) for period in closed[: -self.config.retain or None]
-                           if len(closed) > self.config.retain)
+            oldest = oldest_retained(window, now, self.config.retain)
+            expired.extend((window, period) for period in sorted(periods) if period < oldest)
         return expired
 
     def member_counts(self, now: float) -> dict[str, int]:

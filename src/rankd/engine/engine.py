@@ -213,6 +213,10 @@ class Engine:
                 if snapshot and self.ready:
                     await self.snapshot()
             if self.shipper is not None:
+                if self.shipper.connected and self.failure is None:
+                    # Give a live connection a moment to catch up before exit.
+                    with contextlib.suppress(TimeoutError):
+                        await self.shipper.wait_shipped(self.wal.written_lsn, timeout=5)
                 await self.shipper.stop()
         finally:
             if self.wal is not None:

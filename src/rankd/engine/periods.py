@@ -91,3 +91,15 @@ def period_bounds(window: str, period: str) -> tuple[float, float]:
 
 def _midnight(day: date) -> float:
     return datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
+
+
+def oldest_retained(window: str, now: float, retain: int) -> str:
+    """The id of the oldest closed period still kept when ``retain`` are kept.
+
+    Retention counts calendar periods, not the ones that saw events: with
+    ``retain=8`` a daily board keeps the last eight days, however sparse.
+    """
+    start, _ = period_bounds(window, period_of(window, now))
+    for _ in range(retain):
+        start, _ = period_bounds(window, period_of(window, start - 1))
+    return period_of(window, start)

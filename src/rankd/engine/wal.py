@@ -491,3 +491,89 @@ class WriteAheadLog:
         if removed:
             fsync_directory(self.directory)
         return removed
+
+
+class WalReader:
+    """Follows a live log from a position: what the Postgres shipper tails.
+
+    Reads only records already handed to the OS (``written_lsn``), from the
+    files, and moves on to the next segment when one starts.  The engine
+    never deletes a segment the reader has not passed (it keeps unshipped
+    segments).
+    """
+
+    def __init__(self, wal: WriteAheadLog, from_lsn: int = 1,
+                 chunk_bytes: int = 4 * 1024 * 1024) -> None:
+        self._wal = wal
+        self._chunk_bytes = chunk_bytes
+        self.seek(from_lsn)
+
+    @property
+    def next_lsn(self) -> int:
+        return self._next
+
+    def seek(self, lsn: int) -> None:
+        """Continue from record ``lsn``."""
+        self._next = lsn
+        self._segment: tuple[int, Path] | None = None
+        self._offset = 0
+        self._file_lsn = 0  # lsn of the record at self._offset
+
+    def _locate(self) -> bool:
+        """Find the segment holding ``self._next``; False if none does yet."""
+        candidates = [s for s in self._wal.segments() if s[0] <= self._next]
+        if not candidates:
+            first = self._wal.first_lsn
+            if first is not None and first > self._next:
+                raise WalCorruptError(self._wal.directory, 0,
+                                      f"record {self._next} was removed before it was read")
+            return False
+        self._segment = candidates[-1]
+        self._offset = 0
+        self._file_lsn = self._segment[0]
+        return True
+
+    def read(self, limit: int) -> list[tuple[int, bytes]]:
+        """Up to ``limit`` records from the current position (may be fewer, or none)."""
+        out: list[tuple[int, bytes]] = []
+        while len(out) < limit and self._next <= self._wal.written_lsn:
+            if self._segment is None and not self._locate():
+                break
+            before = len(out)
+            self._read_chunk(out, limit)
+            if len(out) == before and not self._advance_segment():
+                break
+        return out
+
+    def _read_chunk(self, out: list[tuple[int, bytes]], limit: int) -> None:
+        first, path = self._segment
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read(self._chunk_bytes)
+        except FileNotFoundError:
+            self._segment = None
+            return
+        written = self._wal.written_lsn
+        try:
+            for lsn, start, end in _frames(data, self._file_lsn):
+                if lsn > written or len(out) >= limit:
+                    break
+                if lsn >= self._next:
+                    out.append((lsn, data[start:end]))
+                    self._next = lsn + 1
+                self._offset += end - start + HEADER_BYTES
+                self._file_lsn = lsn + 1
+        except _BadFrame as bad:
+            if not bad.torn:  # a record cut by the chunk boundary is read next time
+                raise WalCorruptError(path, self._offset + bad.offset, bad.reason) from None
+
+    def _advance_segment(self) -> bool:
+        """Move to the next segment if the current one is finished."""
+        later = [s for s in self._wal.segments() if s[0] > self._segment[0]]
+        if later and later[0][0] == self._next:
+            self._segment = later[0]
+            self._offset = 0
+            self._file_lsn = later[0][0]
+            return True
+        return False

@@ -1,0 +1,246 @@
+"""Postgres: shipping the WAL exactly once, surviving Postgres outages,
+restoring a data dir from Postgres alone, archives and migrations."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from engine_helpers import SUNDAY, FakeClock, engine_config, run, sub
+from rankd.engine import postgres
+from rankd.engine.engine import Engine
+
+
+async def _events(dsn: str) -> tuple[int, int, int, int]:
+    """(rows, distinct lsns, min lsn, max lsn) in rankd_events."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        row = await conn.fetchrow(
+            "SELECT count(*), count(DISTINCT lsn), coalesce(min(lsn), 0), coalesce(max(lsn), 0)"
+            " FROM rankd_events")
+        shipped = await conn.fetchval("SELECT shipped_lsn FROM rankd_shipper")
+    finally:
+        await conn.close()
+    assert shipped == row[3]
+    return tuple(row)
+
+
+async def _open(data_dir, dsn, clock=None, **overrides) -> Engine:
+    return await Engine.open(engine_config(data_dir, postgres_dsn=dsn, **overrides),
+                             clock=clock or FakeClock())
+
+
+async def _fill(engine: Engine, start: int, stop: int, board: str = "b") -> None:
+    if board not in engine.boards:
+        await engine.put_board(board, {"policy": "sum", "windows": ["all", "daily"]})
+    for chunk in range(start, stop, 500):
+        await engine.submit_many([
+            sub(board, f"m{i % 97}", delta=1 + i % 5, event_id=f"{board}-{i}",
+                label=f"Player {i % 97}")
+            for i in range(chunk, min(chunk + 500, stop))
+        ])
+
+
+def test_every_record_is_shipped_once_with_queryable_columns(tmp_path, pg_dsn):
+    async def scenario():
+        engine = await _open(tmp_path, pg_dsn)
+        try:
+            await _fill(engine, 0, 3000)
+            await engine.remove_member("b", "m3")
+            await engine.shipper.wait_shipped(engine.wal.last_lsn)
+            last = engine.wal.last_lsn
+            status = engine.shipper.status()
+        finally:
+            await engine.close()
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            kinds = dict(await conn.fetch("SELECT kind, count(*) FROM rankd_events GROUP BY 1"))
+            sample = await conn.fetchrow(
+                "SELECT board, member, value FROM rankd_events WHERE kind = 'submit' "
+                "ORDER BY lsn LIMIT 1")
+        finally:
+            await conn.close()
+        return last, status, kinds, sample, await _events(pg_dsn)
+
+    last, status, kinds, sample, events = run(scenario())
+    assert events == (last, last, 1, last)
+    assert status["connected"] and status["lag_records"] == 0
+    assert kinds == {"board_put": 1, "submit": 3000, "remove": 1}
+    assert tuple(sample) == ("b", "m0", 1.0)
+
+
+def test_exactly_once_across_shipper_and_engine_restarts(tmp_path, pg_dsn):
+    async def scenario():
+        engine = await _open(tmp_path, pg_dsn)
+        await _fill(engine, 0, 1000)
+        await engine.shipper.wait_shipped(engine.wal.last_lsn)
+        await engine.shipper.stop()  # the shipper dies; writes go on
+        await _fill(engine, 1000, 2500)
+        await engine.shipper.start()
+        await engine.shipper.wait_shipped(engine.wal.last_lsn)
+        await engine.shipper.stop()
+        await _fill(engine, 2500, 3000)  # not shipped before the engine stops
+        await engine.close(snapshot=True)
+        engine = await _open(tmp_path, pg_dsn)  # resumes from Postgres' shipped position
+        await _fill(engine, 3000, 3200)
+        await engine.shipper.wait_shipped(engine.wal.last_lsn)
+        last = engine.wal.last_lsn
+        await engine.close()
+        return last, await _events(pg_dsn)
+
+    last, events = run(scenario())
+    assert last == 1 + 3200
+    assert events == (last, last, 1, last)
+
+
+def test_postgres_outage_never_blocks_writes_and_shipping_catches_up(tmp_path, pg_cluster):
+    dsn = pg_cluster.admin_dsn
+
+    async def scenario():
+        engine = await _open(tmp_path, dsn, segment_bytes=16 * 1024)
+        await _fill(engine, 0, 500)
+        await engine.shipper.wait_shipped(engine.wal.last_lsn)
+        pg_cluster.stop("immediate")
+        await asyncio.sleep(0.2)
+        # Writes are acknowledged at full speed while Postgres is down...
+        await _fill(engine, 500, 4000)
+        for _ in range(200):  # the shipper notices on its next attempt
+            if not engine.shipper.status()["connected"]:
+                break
+            await asyncio.sleep(0.05)
+        status = engine.shipper.status()
+        # ...and a snapshot meanwhile must keep the unshipped segments.
+        segments_before = len(engine.wal.segments())
+        await engine.snapshot()
+        kept = engine.wal.segments()[0][0] <= engine.shipper.shipped_lsn + 1
+        segments_after = len(engine.wal.segments())
+        pg_cluster.start()
+        await engine.shipper.wait_shipped(engine.wal.last_lsn, timeout=60)
+        last = engine.wal.last_lsn
+        await engine.snapshot()  # now everything is shipped: segments can go
+        segments_final = len(engine.wal.segments())
+        await engine.close()
+        return status, kept, segments_before, segments_after, segments_final, last
+
+    status, kept, before, after, final, last = run(scenario())
+    assert not status["connected"] and status["lag_records"] > 0
+    assert status["last_error"]
+    assert kept  # only segments already shipped before the outage may go
+    assert after > 1
+    assert final < after
+    assert run(_events(dsn)) == (last, last, 1, last)
+
+
+def test_restore_from_postgres_rebuilds_the_live_state(tmp_path, pg_dsn):
+    clock = FakeClock()
+
+    async def live():
+        engine = await _open(tmp_path / "live", pg_dsn, clock)
+        await _fill(engine, 0, 2000)
+        await engine.put_board("golf", {"policy": "best", "order": "asc",
+                                        "windows": ["all", "weekly"], "tie_break": "member"})
+        await engine.submit_many([sub("golf", f"g{i}", score=60 + i % 17) for i in range(300)])
+        await engine.snapshot()  # compaction must not matter: Postgres has everything
+        await engine.remove_member("golf", "g5")
+        await engine.put_board("tmp", {})
+        await engine.submit(sub("tmp", "x", score=1))
+        await engine.delete_board("tmp")
+        await engine.shipper.wait_shipped(engine.wal.last_lsn)
+        digest = engine.digest()
+        await engine.close()
+        return digest
+
+    live_digest = run(live())
+    restored_dir = tmp_path / "restored"
+    last = run(postgres.restore(pg_dsn, restored_dir))
+
+    async def restored():
+        engine = await Engine.open(engine_config(restored_dir), clock=clock)
+        try:
+            again = await engine.submit(sub("b", "m1", delta=1, event_id="b-1"))
+            return engine.digest(), engine.wal.last_lsn, again, sorted(engine.boards)
+        finally:
+            await engine.close()
+
+    digest, restored_last, again, boards = run(restored())
+    assert digest == live_digest
+    assert restored_last == last
+    assert again["duplicate"] is True
+    assert boards == ["b", "golf"]
+
+
+def test_restore_refuses_a_used_data_dir_and_an_empty_database(tmp_path, pg_dsn):
+    async def used():
+        engine = await _open(tmp_path / "live", None)
+        await engine.put_board("b", {})
+        await engine.close()
+
+    run(used())
+    with pytest.raises(RuntimeError, match="not empty"):
+        run(postgres.restore(pg_dsn, tmp_path / "live"))
+    with pytest.raises(RuntimeError, match="no rankd events"):
+        run(postgres.restore(pg_dsn, tmp_path / "new"))
+
+
+def test_closed_periods_are_archived_in_postgres(tmp_path, pg_dsn):
+    clock = FakeClock(SUNDAY + 3600)
+
+    async def scenario():
+        engine = await _open(tmp_path, pg_dsn, clock)
+        await engine.put_board("d", {"policy": "best", "windows": ["daily"], "retain": 1})
+        await engine.submit_many([sub("d", f"p{i}", score=i, label=f"P{i}") for i in range(5)])
+        clock.advance(3 * 86400)
+        await engine.housekeeping()
+        await engine.close()
+        return await postgres.fetch_archive(pg_dsn, "d", "daily", "2026-11-22")
+
+    archived = run(scenario())
+    assert [(e["rank"], e["member"], e["score"], e["label"]) for e in archived] == [
+        (1, "p4", 4.0, "P4"), (2, "p3", 3.0, "P3"), (3, "p2", 2.0, "P2"),
+        (4, "p1", 1.0, "P1"), (5, "p0", 0.0, "P0")]
+
+
+def test_migrations_are_idempotent_and_a_newer_schema_is_refused(pg_dsn):
+    async def scenario():
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            first = await postgres.migrate(conn)
+            second = await postgres.migrate(conn)
+            await conn.execute("INSERT INTO rankd_schema VALUES ($1)",
+                               postgres.SCHEMA_VERSION + 1)
+            with pytest.raises(RuntimeError, match="newer"):
+                await postgres.migrate(conn)
+        finally:
+            await conn.close()
+        return first, second
+
+    assert run(scenario()) == (0, postgres.SCHEMA_VERSION)
+
+
+def test_restore_command_line(tmp_path, pg_dsn):
+    from rankd.cli import main
+
+    async def live():
+        engine = await _open(tmp_path / "live", pg_dsn)
+        await _fill(engine, 0, 300)
+        await engine.shipper.wait_shipped(engine.wal.last_lsn)
+        digest = engine.digest()
+        await engine.close()
+        return digest
+
+    digest = run(live())
+    assert main(["restore", "--from-postgres", pg_dsn, "--data-dir",
+                 str(tmp_path / "new")]) == 0
+    assert main(["restore", "--from-postgres", pg_dsn, "--data-dir",
+                 str(tmp_path / "new")]) == 1  # not into a used data dir
+
+    async def reopened():
+        engine = await Engine.open(engine_config(tmp_path / "new"))
+        try:
+            return engine.digest()
+        finally:
+            await engine.close()
+
+    assert run(reopened()) == digest
