@@ -1,0 +1,500 @@
+"""Engine benchmark: ingest rate, group-commit acknowledgements and recovery time.
+
+Measures :class:`rankd.engine.engine.Engine` in-process (no network, no
+front-end) and prints one table:
+
+1. **batch ingest** - ``submit_many`` in batches of ``--batch`` (1000) delta
+   submissions with event ids on a ``sum`` board, members drawn from
+   ``--members`` (100_000) distinct names, ``--events`` (1_000_000) in all.
+   Target: >= 300,000 events/s with WAL fsync ``everysec`` and windows
+   ``["all"]``.  The same with windows ``["all", "daily", "weekly"]`` and
+   with fsync ``always`` is reported for information.
+2. **acknowledged submits** - fsync ``always``, ``--concurrency`` (64)
+   coroutines each awaiting ``engine.submit`` one at a time for
+   ``--seconds`` (10); the WAL's group commit shares fsyncs between them.
+   Target: >= 20,000 acknowledged events/s; p50/p99 latency is reported.
+3. **recovery** - a data dir holding a snapshot of a ``--recovery-members``
+   (1_000_000) member board plus a WAL tail of ``--recovery-events``
+   (1_000_000) events; ``Engine.open`` on it is timed.  Target: < 5 s.
+   The digest after reopening must equal the digest before closing.
+   The split into snapshot read / snapshot load / WAL open+replay comes from
+   a subclass that times the engine's private recovery steps (the engine's
+   own log line gives only the total); files are in the page cache (warm).
+4. **Postgres shipping** - placeholder, skipped unless ``--postgres-dsn``.
+
+Every figure is the median of ``--repeats`` runs (default 3 for 1 and 2,
+1 for 3), each run in a fresh ``tempfile.TemporaryDirectory`` under /tmp.
+Submission objects are built before timing starts (and frozen out of the
+cyclic GC, so the benchmark's own garbage does not slow the engine down).
+Automatic snapshots and housekeeping are disabled while measuring.
+
+Run from the project root (the package installed, the native index built)::
+
+    python bench/bench_engine.py                 # full run, a few minutes
+    python bench/bench_engine.py --quick         # smoke run with tiny sizes
+    python bench/bench_engine.py --only ingest --repeats 1
+    python bench/bench_engine.py --profile       # cProfile of one ingest run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import logging
+import pstats
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rankd.engine.engine import Engine, EngineConfig, Submission
+from rankd.engine.errors import EngineError
+from rankd.index import IMPLEMENTATION
+
+BOARD = "bench"
+FIGURES = ("ingest", "ack", "recovery", "postgres")
+NEVER = 1e12  # seconds / events: keeps snapshots and housekeeping out of the way
+
+
+# --- results ------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One line of the result table."""
+
+    figure: str
+    value: float
+    unit: str
+    target: float | None = None
+    higher_is_better: bool = True
+    note: str = ""
+
+    def verdict(self) -> str:
+        if self.target is None:
+            return "info"
+        ok = self.value >= self.target if self.higher_is_better else self.value < self.target
+        return "PASS" if ok else "MISS"
+
+    def measured(self) -> str:
+        return f"{_num(self.value)} {self.unit}"
+
+    def wanted(self) -> str:
+        if self.target is None:
+            return "-"
+        return f"{'>=' if self.higher_is_better else '<'} {_num(self.target)} {self.unit}"
+
+
+@dataclass
+class Report:
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        print(f"  -> {row.figure}: {row.measured()} [{row.verdict()}] {row.note}", flush=True)
+
+
+def _num(value: float) -> str:
+    if value >= 1000:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}" if value < 0.1 else f"{value:.2f}"
+
+
+def print_table(report: Report) -> None:
+    headers = ("figure", "measured", "target", "result", "note")
+    lines = [(r.figure, r.measured(), r.wanted(), r.verdict(), r.note) for r in report.rows]
+    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h)
+              for i, h in enumerate(headers)]
+    rule = "  ".join("-" * w for w in widths)
+    print()
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+    print(rule)
+    for line in lines:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+    print(rule)
+    for note in report.notes:
+        print(note)
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def engine_config(data_dir: Path, fsync: str) -> EngineConfig:
+    return EngineConfig(data_dir=data_dir, fsync=fsync, snapshot_every_events=int(NEVER),
+                        snapshot_every_seconds=NEVER, housekeeping_seconds=NEVER)
+
+
+@contextmanager
+def data_dir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="rankd-bench-") as path:
+        yield Path(path)
+
+
+@contextmanager
+def gc_frozen() -> Iterator[None]:
+    """Move prebuilt inputs out of the cyclic GC's generations while timing."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def median_of(runs: int, measure: Callable[[], float]) -> tuple[float, list[float]]:
+    values = [measure() for _ in range(runs)]
+    return statistics.median(values), values
+
+
+def runs_note(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
+    if len(values) < 2:
+        return ""
+    return "runs " + "/".join(fmt.format(v) for v in values)
+
+
+def submissions(count: int, members: int, prefix: str, seed: int) -> list[Submission]:
+    """Delta submissions with unique event ids on members drawn at random."""
+    rng = random.Random(seed)
+    pick = rng.randrange
+    return [Submission(board=BOARD, member=f"member-{pick(members)}", delta=1 + i % 7,
+                       event_id=f"{prefix}{i}") for i in range(count)]
+
+
+def distinct(count: int, prefix: str) -> list[Submission]:
+    """One submission for each of ``count`` distinct members."""
+    return [Submission(board=BOARD, member=f"member-{i}", delta=1 + i % 7,
+                       event_id=f"{prefix}{i}") for i in range(count)]
+
+
+def batches(items: list[Submission], size: int) -> list[list[Submission]]:
+    return [items[start:start + size] for start in range(0, len(items), size)]
+
+
+async def open_board(path: Path, fsync: str, windows: Sequence[str]) -> Engine:
+    engine = await Engine.open(engine_config(path, fsync))
+    await engine.put_board(BOARD, {"policy": "sum", "windows": list(windows)})
+    return engine
+
+
+async def feed(engine: Engine, chunks: Sequence[list[Submission]]) -> int:
+    """submit_many every chunk; returns the number of events; fails on any error."""
+    done = 0
+    for chunk in chunks:
+        answers = await engine.submit_many(chunk)
+        for answer in answers:
+            if isinstance(answer, EngineError):
+                raise RuntimeError(f"engine refused a submission: {answer!r}")
+        done += len(answers)
+    return done
+
+
+# --- figure 1: batch ingest ----------------------------------------------------------------
+
+
+async def _ingest_once(chunks: Sequence[list[Submission]], fsync: str,
+                       windows: Sequence[str]) -> float:
+    with data_dir() as path:
+        engine = await open_board(path, fsync, windows)
+        try:
+            started = time.perf_counter()
+            done = await feed(engine, chunks)
+            elapsed = time.perf_counter() - started
+        finally:
+            await engine.close(snapshot=False)
+    return done / elapsed
+
+
+def ingest_rate(chunks: Sequence[list[Submission]], fsync: str, windows: Sequence[str]
+                ) -> float:
+    with gc_frozen():
+        return asyncio.run(_ingest_once(chunks, fsync, windows))
+
+
+def bench_ingest(args: argparse.Namespace, report: Report) -> None:
+    print(f"[1] batch ingest: {args.events:,} events, batches of {args.batch}, "
+          f"{args.members:,} members", flush=True)
+    chunks = batches(submissions(args.events, args.members, "e", seed=1), args.batch)
+    cases = [
+        ("ingest everysec, windows all", "everysec", ["all"], 300_000.0),
+        ("ingest everysec, all+daily+weekly", "everysec", ["all", "daily", "weekly"], None),
+        ("ingest always (batches), windows all", "always", ["all"], None),
+    ]
+    for name, fsync, windows, target in cases:
+        value, values = median_of(args.repeats,
+                                  lambda f=fsync, w=windows: ingest_rate(chunks, f, w))
+        report.add(Row(name, value, "ev/s", target, note=runs_note(values)))
+
+
+# --- figure 2: acknowledged submits with group commit ---------------------------------------
+
+
+@dataclass
+class AckRun:
+    events: int
+    seconds: float
+    latencies: list[float]
+    exhausted: bool
+
+
+async def _submitter(engine: Engine, pool: list[Submission], deadline: float,
+                     latencies: list[float]) -> bool:
+    """Submit one at a time until the deadline; True if the pool ran out first."""
+    clock = time.perf_counter
+    record = latencies.append
+    for submission in pool:
+        if clock() >= deadline:
+            return False
+        started = clock()
+        await engine.submit(submission)
+        record(clock() - started)
+    return True
+
+
+async def _ack_once(pools: list[list[Submission]], warmup: list[list[Submission]],
+                    seconds: float) -> AckRun:
+    with data_dir() as path:
+        engine = await open_board(path, "always", ["all"])
+        try:
+            await feed(engine, warmup)
+            latencies: list[float] = []
+            started = time.perf_counter()
+            deadline = started + seconds
+            exhausted = await asyncio.gather(
+                *(_submitter(engine, pool, deadline, latencies) for pool in pools))
+            elapsed = time.perf_counter() - started
+        finally:
+            await engine.close(snapshot=False)
+    return AckRun(len(latencies), elapsed, latencies, any(exhausted))
+
+
+def _percentile(sorted_values: Sequence[float], fraction: float) -> float:
+    position = min(len(sorted_values) - 1, round(fraction * (len(sorted_values) - 1)))
+    return sorted_values[position]
+
+
+def bench_ack(args: argparse.Namespace, report: Report) -> None:
+    print(f"[2] acknowledged submits: fsync always, {args.concurrency} submitters, "
+          f"{args.seconds:g} s", flush=True)
+    per_worker = int(args.ack_pool_rate * args.seconds / args.concurrency) + 1
+    pools = [submissions(per_worker, args.members, f"a{w}-", seed=100 + w)
+             for w in range(args.concurrency)]
+    warmup = batches(distinct(args.members, "w"), args.batch)
+    runs = []
+    for _ in range(args.repeats):
+        with gc_frozen():
+            runs.append(asyncio.run(_ack_once(pools, warmup, args.seconds)))
+    rates = [run.events / run.seconds for run in runs]
+    chosen = runs[rates.index(statistics.median_low(rates))]
+    ordered = sorted(chosen.latencies)
+    note = runs_note(rates)
+    if any(run.exhausted for run in runs):
+        note += " (pool exhausted: raise --ack-pool-rate)"
+    report.add(Row("acked submits, fsync always, x64", statistics.median(rates), "ev/s",
+                   20_000.0, note=note.strip()))
+    report.add(Row("  ack latency p50", _percentile(ordered, 0.50) * 1000, "ms", None))
+    report.add(Row("  ack latency p99", _percentile(ordered, 0.99) * 1000, "ms", None))
+
+
+# --- figure 3: recovery -----------------------------------------------------------------------
+
+
+class TimedEngine(Engine):
+    """An Engine that times its recovery steps (reads private methods only)."""
+
+    phases: dict[str, float]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.phases = {}
+        self.snapshots.latest = self._timed("snapshot read", self.snapshots.latest)
+
+    def _timed(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - started
+        return timed
+
+    def _load_snapshot(self, sections: list[bytes]) -> None:
+        self._timed("snapshot load", super()._load_snapshot)(sections)
+
+    def _recover(self) -> None:
+        self._timed("recover", super()._recover)()
+
+
+class LogCapture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+async def build_recovery_dir(path: Path, members: int, events: int, batch: int) -> str:
+    """Snapshot of ``members`` distinct members plus a WAL tail of ``events``; the digest."""
+    first = batches(distinct(members, "s"), batch)
+    tail = batches(submissions(events, members, "t", seed=3), batch)
+    engine = await open_board(path, "no", ["all"])
+    try:
+        await feed(engine, first)
+        await engine.snapshot()
+        await feed(engine, tail)
+        digest = engine.digest()
+    finally:
+        await engine.close(snapshot=False)
+    return digest
+
+
+@dataclass
+class RecoveryRun:
+    total: float
+    phases: dict[str, float]
+    matched: bool
+    log_line: str
+
+
+async def _reopen(path: Path) -> tuple[float, TimedEngine]:
+    started = time.perf_counter()
+    engine = TimedEngine(engine_config(path, "everysec"))
+    await engine.start()  # what Engine.open does
+    return time.perf_counter() - started, engine
+
+
+def recovery_once(args: argparse.Namespace) -> RecoveryRun:
+    capture = LogCapture()
+    logger = logging.getLogger("rankd.engine.engine")
+    with data_dir() as path:
+        digest = asyncio.run(build_recovery_dir(path, args.recovery_members,
+                                                args.recovery_events, args.batch))
+        gc.collect()
+        logger.addHandler(capture)
+        logger.setLevel(logging.INFO)
+        try:
+            total, engine = asyncio.run(_reopen(path))
+        finally:
+            logger.removeHandler(capture)
+        matched = engine.digest() == digest
+        asyncio.run(engine.close(snapshot=False))
+    line = next((m for m in capture.messages if m.startswith("recovered")), "")
+    return RecoveryRun(total, engine.phases, matched, line)
+
+
+def bench_recovery(args: argparse.Namespace, report: Report) -> None:
+    print(f"[3] recovery: snapshot of {args.recovery_members:,} members + WAL tail of "
+          f"{args.recovery_events:,} events", flush=True)
+    runs = [recovery_once(args) for _ in range(args.recovery_repeats)]
+    totals = [run.total for run in runs]
+    chosen = runs[totals.index(statistics.median_low(totals))]
+    matched = all(run.matched for run in runs)
+    report.add(Row("recovery: Engine.open total", statistics.median(totals), "s", 5.0,
+                   higher_is_better=False, note=runs_note(totals, "{:.2f}")))
+    phases = chosen.phases
+    replay = phases.get("recover", 0.0) - phases.get("snapshot read", 0.0) \
+        - phases.get("snapshot load", 0.0)
+    for name, value in (("  snapshot read (file+CRC)", phases.get("snapshot read", 0.0)),
+                        ("  snapshot load (decode+index)", phases.get("snapshot load", 0.0)),
+                        ("  WAL open + replay", replay)):
+        report.add(Row(name, value, "s", None))
+    report.add(Row("recovery digest matches", 1.0 if matched else 0.0, "(1=yes)", 1.0,
+                   note="digest matched" if matched else "DIGEST MISMATCH"))
+    report.notes.append(f"engine log: {chosen.log_line or '(no recovery log line seen)'}")
+    print(f"  digest after reopen {'matched' if matched else 'DID NOT MATCH'} the digest "
+          "before closing", flush=True)
+
+
+# --- figure 4: Postgres shipping (placeholder) ------------------------------------------------
+
+
+def bench_postgres_shipping(args: argparse.Namespace, report: Report) -> None:
+    """PLACEHOLDER - the lead fills this in (WAL shipping to Postgres).
+
+    Skipped unless ``--postgres-dsn`` is given; nothing is measured yet.
+    """
+    if not args.postgres_dsn:
+        print("[4] postgres shipping: skipped (no --postgres-dsn)", flush=True)
+        report.notes.append("postgres shipping: skipped (no --postgres-dsn)")
+        return
+    print("[4] postgres shipping: not implemented yet (placeholder)", flush=True)
+    report.notes.append("postgres shipping: placeholder, not implemented yet")
+
+
+# --- profiling ---------------------------------------------------------------------------------
+
+
+def profile_ingest(args: argparse.Namespace, top: int = 15) -> None:
+    """One figure-1 run (everysec, windows all) under cProfile; top functions by self time."""
+    chunks = batches(submissions(args.events, args.members, "e", seed=1), args.batch)
+    profiler = cProfile.Profile()
+    with gc_frozen():
+        profiler.enable()
+        rate = asyncio.run(_ingest_once(chunks, "everysec", ["all"]))
+        profiler.disable()
+    print(f"profiled ingest run: {rate:,.0f} ev/s under cProfile")
+    pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(top)
+
+
+# --- main ----------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    add = parser.add_argument
+    add("--events", type=int, default=1_000_000, help="events for figure 1")
+    add("--members", type=int, default=100_000, help="distinct members, figures 1-2")
+    add("--batch", type=int, default=1000, help="submissions per submit_many")
+    add("--seconds", type=float, default=10.0, help="duration of figure 2")
+    add("--concurrency", type=int, default=64, help="submitters in figure 2")
+    add("--ack-pool-rate", type=float, default=100_000.0,
+        help="prebuilt submissions per second of figure 2 (its ceiling)")
+    add("--recovery-members", type=int, default=1_000_000)
+    add("--recovery-events", type=int, default=1_000_000)
+    add("--repeats", type=int, default=None,
+        help="runs per figure, median reported (default 3; 1 for recovery)")
+    add("--only", choices=FIGURES, action="append", help="run only these figures")
+    add("--postgres-dsn", default=None, help="enable the Postgres shipping figure")
+    add("--quick", action="store_true", help="smoke run with tiny sizes")
+    add("--profile", action="store_true",
+        help="instead of the table, cProfile one figure-1 run and print the top 15")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.events, args.members, args.seconds = 20_000, 2_000, 1.0
+        args.recovery_members, args.recovery_events = 20_000, 20_000
+        args.repeats = args.repeats or 1
+    args.recovery_repeats = args.repeats or 1
+    args.repeats = args.repeats or 3
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    print(f"rankd engine benchmark - index {IMPLEMENTATION}, python "
+          f"{sys.version.split()[0]}, repeats {args.repeats}/{args.recovery_repeats}", flush=True)
+    if args.profile:
+        profile_ingest(args)
+        return 0
+    report = Report()
+    steps = {"ingest": bench_ingest, "ack": bench_ack, "recovery": bench_recovery,
+             "postgres": bench_postgres_shipping}
+    for name in args.only or FIGURES:
+        steps[name](args, report)
+    print_table(report)
+    return 0 if all(row.verdict() != "MISS" for row in report.rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""The write-ahead log on its own: framing, segments, policies, failures,
+torn tails, corruption, repair and the tail reader."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+
+import pytest
+
+from engine_helpers import engine_config, run, sub
+from rankd.engine import wal as wal_module
+from rankd.engine.engine import Engine
+from rankd.engine.errors import ReadOnly
+from rankd.engine.wal import (
+    HEADER_BYTES,
+    WalCorruptError,
+    WalFailedError,
+    WalReader,
+    WriteAheadLog,
+    frame,
+)
+
+
+def payload(i: int) -> bytes:
+    return f"record-{i}".encode() * (1 + i % 7)
+
+
+async def write(directory, count: int, start: int = 0, **options) -> WriteAheadLog:
+    log = WriteAheadLog(directory, **options)
+    await log.start()
+    for i in range(start, start + count):
+        log.append(payload(i))
+    await log.commit(log.last_lsn)
+    await log.close()
+    return log
+
+
+def records(directory, from_lsn: int = 1, **options) -> list[tuple[int, bytes]]:
+    return list(WriteAheadLog(directory, **options).iter_records(from_lsn))
+
+
+@pytest.mark.parametrize("fsync", ["always", "everysec", "no"])
+def test_records_come_back_in_order_across_segments_and_reopens(tmp_path, fsync):
+    run(write(tmp_path, 300, fsync=fsync, segment_bytes=4096))
+    run(write(tmp_path, 200, start=300, fsync=fsync, segment_bytes=4096))
+    log = WriteAheadLog(tmp_path, segment_bytes=4096)
+    assert len(log.segments()) > 5
+    assert all(path.stat().st_size <= 4096 + 200 for _, path in log.segments())
+    got = list(log.iter_records())
+    assert got == [(i + 1, payload(i)) for i in range(500)]
+    assert list(log.iter_records(450)) == got[449:]
+    assert log.first_lsn == 1 and log.last_lsn == 500
+
+
+def test_frame_layout_is_crc_length_lsn_payload(tmp_path):
+    run(write(tmp_path, 2))
+    data = (tmp_path / wal_module.segment_name(1)).read_bytes()
+    assert data == frame(1, payload(0)) + frame(2, payload(1))
+    assert len(frame(1, b"xyz")) == HEADER_BYTES + 3
+
+
+def test_group_commit_shares_fsyncs_between_concurrent_committers(tmp_path, monkeypatch):
+    calls = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd):
+        calls.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(wal_module.os, "fsync", counting_fsync)
+
+    async def scenario():
+        log = WriteAheadLog(tmp_path, fsync="always")
+        await log.start()
+
+        async def committer(n):
+            for i in range(20):
+                lsn = log.append(payload(n * 100 + i))
+                await log.commit(lsn)
+                assert log.durable_lsn >= lsn
+
+        await asyncio.gather(*(committer(n) for n in range(32)))
+        await log.close()
+        return log.last_lsn
+
+    assert run(scenario()) == 640
+    assert len(calls) < 640 / 4  # many commits per fsync
+    assert len(records(tmp_path)) == 640
+
+
+def test_everysec_writes_before_ack_and_fsyncs_in_the_background(tmp_path):
+    async def scenario():
+        log = WriteAheadLog(tmp_path, fsync="everysec")
+        await log.start()
+        lsn = log.append(b"x")
+        await log.commit(lsn)
+        written = (log.written_lsn, log.durable_lsn)
+        on_disk = list(WriteAheadLog(tmp_path).iter_records())  # visible to a reader now
+        await asyncio.sleep(1.3)
+        durable = log.durable_lsn
+        await log.close()
+        return written, on_disk, durable
+
+    written, on_disk, durable = run(scenario())
+    assert written == (1, 0)
+    assert on_disk == [(1, b"x")]
+    assert durable == 1
+
+
+def test_a_failed_write_is_never_retried_and_the_engine_turns_read_only(tmp_path, monkeypatch):
+    async def scenario():
+        engine = await Engine.open(engine_config(tmp_path, fsync="always"))
+        await engine.put_board("b", {"policy": "sum"})
+        await engine.submit(sub("b", "ann", delta=1))
+
+        def broken_write(fd, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(wal_module.os, "write", broken_write)
+        with pytest.raises(ReadOnly, match="No space left"):
+            await engine.submit(sub("b", "ann", delta=1))
+        monkeypatch.undo()  # the disk is fine again: still no writes until restart
+        with pytest.raises(ReadOnly):
+            await engine.submit(sub("b", "bob", delta=1))
+        reads = engine.standing("b", "ann")
+        await engine.close()
+        return reads
+
+    reads = run(scenario())
+    assert reads is not None  # reads keep working
+
+    async def restart():
+        engine = await Engine.open(engine_config(tmp_path))
+        try:
+            return engine.standing("b", "ann")["score"], engine.standing("b", "bob")
+        finally:
+            await engine.close()
+
+    # Only the acknowledged event is there after a restart.
+    assert run(restart()) == (1.0, None)
+
+
+def test_a_failed_fsync_fails_the_log(tmp_path, monkeypatch):
+    def broken_fsync(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    async def scenario():
+        log = WriteAheadLog(tmp_path, fsync="always")
+        log.append(b"a")
+        monkeypatch.setattr(wal_module.os, "fsync", broken_fsync)
+        with pytest.raises(WalFailedError, match="Input/output error"):
+            await log.commit(1)
+        monkeypatch.undo()
+        assert log.failed
+        with pytest.raises(WalFailedError):
+            log.append(b"b")
+        with pytest.raises(WalFailedError):
+            await log.commit(1)
+        await log.close()
+
+    run(scenario())
+
+
+def test_torn_tail_is_truncated_and_appends_continue_after_it(tmp_path, caplog):
+    run(write(tmp_path, 10))
+    segment = tmp_path / wal_module.segment_name(1)
+    with open(segment, "ab") as handle:
+        handle.write(frame(11, b"torn record")[:-3])
+    with caplog.at_level("WARNING"):
+        log = WriteAheadLog(tmp_path)
+    assert log.last_lsn == 10
+    assert "dropping its" in caplog.text and "bytes" in caplog.text
+    run(write(tmp_path, 1, start=10))
+    assert [lsn for lsn, _ in records(tmp_path)] == list(range(1, 12))
+
+
+def test_zeroed_tail_counts_as_torn(tmp_path):
+    run(write(tmp_path, 5))
+    segment = tmp_path / wal_module.segment_name(1)
+    with open(segment, "ab") as handle:
+        handle.write(bytes(64))
+    assert WriteAheadLog(tmp_path).last_lsn == 5
+
+
+def test_damage_in_an_older_segment_is_corruption_and_repair_moves_the_rest_aside(tmp_path):
+    run(write(tmp_path, 400, segment_bytes=4096))
+    segments = WriteAheadLog(tmp_path, segment_bytes=4096).segments()
+    first_lsn, victim = segments[1]
+    data = bytearray(victim.read_bytes())
+    data[HEADER_BYTES + 2] ^= 0x55  # inside the first record's payload
+    victim.write_bytes(bytes(data))
+    with pytest.raises(WalCorruptError, match=f"{victim.name} at byte offset 0"):
+        records(tmp_path)
+    repaired = WriteAheadLog(tmp_path, segment_bytes=4096, repair=True)
+    kept = list(repaired.iter_records())
+    assert [lsn for lsn, _ in kept] == list(range(1, first_lsn))
+    assert repaired.last_lsn == first_lsn - 1
+    aside = sorted(p.name for p in tmp_path.glob("corrupt-*"))
+    assert len(aside) == len(segments) - 1  # the damaged tail and every later segment
+    # New records continue right after the kept prefix.
+    lsn = repaired.append(b"after repair")
+    run(repaired.commit(lsn))
+    run(repaired.close())
+    assert records(tmp_path)[-1] == (first_lsn, b"after repair")
+
+
+def test_a_snapshot_position_beyond_the_log_starts_a_new_segment(tmp_path):
+    run(write(tmp_path, 3))
+    log = WriteAheadLog(tmp_path, after_lsn=10)
+    assert log.last_lsn == 10
+    assert log.append(b"eleven") == 11
+    run(log.commit(11))
+    run(log.close())
+    names = sorted(p.name for p in tmp_path.glob("*.log"))
+    assert names == [wal_module.segment_name(1), wal_module.segment_name(11)]
+
+
+def test_remove_segments_before_keeps_the_active_segment(tmp_path):
+    run(write(tmp_path, 300, segment_bytes=4096))
+    log = WriteAheadLog(tmp_path, segment_bytes=4096)
+    segments = log.segments()
+    cut = segments[3][0]
+    assert log.remove_segments_before(cut) == 3
+    assert log.first_lsn == cut
+    log.remove_segments_before(10**9)
+    assert len(log.segments()) == 1
+    assert list(log.iter_records())[-1][0] == 300
+
+
+def test_reader_follows_a_live_log_across_segments(tmp_path):
+    async def scenario():
+        log = WriteAheadLog(tmp_path, segment_bytes=4096)
+        reader = WalReader(log, 1)
+        seen = []
+        for round_ in range(10):
+            for i in range(round_ * 37, (round_ + 1) * 37):
+                log.append(payload(i))
+            assert reader.read(1000) == []  # nothing reaches readers before commit
+            await log.commit(log.last_lsn)
+            while batch := reader.read(25):
+                seen.extend(batch)
+        reader.seek(100)
+        again = reader.read(5)
+        await log.close()
+        return seen, again
+
+    seen, again = run(scenario())
+    assert seen == [(i + 1, payload(i)) for i in range(370)]
+    assert [lsn for lsn, _ in again] == [100, 101, 102, 103, 104]
+
+
+def test_bad_options_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="fsync policy"):
+        WriteAheadLog(tmp_path, fsync="sometimes")
+    with pytest.raises(ValueError, match="segment_bytes"):
+        WriteAheadLog(tmp_path, segment_bytes=10)
