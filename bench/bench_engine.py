@@ -77,6 +77,8 @@ class Row:
     target: float | None = None
     higher_is_better: bool = True
     note: str = ""
+    #: Shown instead of the number (yes/no figures); ``value`` still decides.
+    text: str | None = None
 
     def verdict(self) -> str:
         if self.target is None:
@@ -85,11 +87,13 @@ class Row:
         return "PASS" if ok else "MISS"
 
     def measured(self) -> str:
-        return f"{_num(self.value)} {self.unit}"
+        return self.text if self.text is not None else f"{_num(self.value)} {self.unit}"
 
     def wanted(self) -> str:
         if self.target is None:
             return "-"
+        if self.text is not None:
+            return self.unit
         return f"{'>=' if self.higher_is_better else '<'} {_num(self.target)} {self.unit}"
 
 
@@ -118,7 +122,7 @@ def print_table(report: Report) -> None:
               for i, h in enumerate(headers)]
     rule = "  ".join("-" * w for w in widths)
     print()
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     print(rule)
     for line in lines:
         print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
@@ -382,11 +386,15 @@ def recovery_once(args: argparse.Namespace) -> RecoveryRun:
                                                 args.recovery_events, args.batch))
         gc.collect()
         logger.addHandler(capture)
+        level, propagate = logger.level, logger.propagate
         logger.setLevel(logging.INFO)
+        logger.propagate = False  # keep INFO lines off the console
         try:
             total, engine = asyncio.run(_reopen(path))
         finally:
             logger.removeHandler(capture)
+            logger.setLevel(level)
+            logger.propagate = propagate
         matched = engine.digest() == digest
         asyncio.run(engine.close(snapshot=False))
     line = next((m for m in capture.messages if m.startswith("recovered")), "")
@@ -409,8 +417,8 @@ def bench_recovery(args: argparse.Namespace, report: Report) -> None:
                         ("  snapshot load (decode+index)", phases.get("snapshot load", 0.0)),
                         ("  WAL open + replay", replay)):
         report.add(Row(name, value, "s", None))
-    report.add(Row("recovery digest matches", 1.0 if matched else 0.0, "(1=yes)", 1.0,
-                   note="digest matched" if matched else "DIGEST MISMATCH"))
+    report.add(Row("recovery: digest after reopen", float(matched), "equal", 1.0,
+                   text="matched" if matched else "MISMATCH"))
     report.notes.append(f"engine log: {chosen.log_line or '(no recovery log line seen)'}")
     print(f"  digest after reopen {'matched' if matched else 'DID NOT MATCH'} the digest "
           "before closing", flush=True)

@@ -28,10 +28,8 @@ async def main(data_dir: str, cycle: int, fsync: str) -> None:
     async def submitter() -> None:
         while True:
             n = next(counter)
-            if n % 10 == 0 and cycle > 0:
-                event_id = f"c{cycle - 1}-{n // 10}"
-            else:
-                event_id = f"c{cycle}-{n}"
+            resend = n % 10 == 0 and cycle > 0
+            event_id = f"c{cycle - 1}-{n // 10}" if resend else f"c{cycle}-{n}"
             result = await engine.submit(
                 Submission(board="crash", member=event_id, delta=1, event_id=event_id)
             )

@@ -124,7 +124,7 @@ def test_postgres_outage_never_blocks_writes_and_shipping_catches_up(tmp_path, p
         await engine.close()
         return status, kept, segments_before, segments_after, segments_final, last
 
-    status, kept, before, after, final, last = run(scenario())
+    status, kept, _, after, final, last = run(scenario())
     assert not status["connected"] and status["lag_records"] > 0
     assert status["last_error"]
     assert kept  # only segments already shipped before the outage may go

@@ -86,7 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="TOML file with any of the settings below (env: RANKD_CONFIG)")
     for option in OPTIONS:
         default = "none" if option.default is None else option.default
-        parser.add_argument(option.flag, dest=option.name, default=None, metavar=option.name.upper(),
+        parser.add_argument(option.flag, dest=option.name, default=None,
+                            metavar=option.name.upper(),
                             choices=option.choices,
                             help=f"{option.help} (env: {option.env}; default: {default})")
 
@@ -128,7 +129,7 @@ def _convert(option: Option, value: Any, where: str) -> Any:
     if option.type is Path:
         return Path(value)
     try:
-        if option.type is int and (isinstance(value, bool) or isinstance(value, float)):
+        if option.type is int and isinstance(value, bool | float):
             raise ValueError(value)
         converted = option.type(value)
     except (TypeError, ValueError):

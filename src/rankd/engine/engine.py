@@ -358,7 +358,7 @@ class Engine:
         results = {key: board.index_for_write(*key).apply_batch(batch)
                    for key, batch in ops.items()}
         ttl = self.config.dedupe_ttl
-        for (lsn, record), slot in zip(group, primary_slots, strict=True):
+        for (_, record), slot in zip(group, primary_slots, strict=True):
             result = record[10]
             if want_ranks and slot is not None:
                 result[1] = results[slot[0]][slot[1]][3]

@@ -546,7 +546,7 @@ class WalReader:
         return out
 
     def _read_chunk(self, out: list[tuple[int, bytes]], limit: int) -> None:
-        first, path = self._segment
+        _, path = self._segment
         try:
             with open(path, "rb") as handle:
                 handle.seek(self._offset)

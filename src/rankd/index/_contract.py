@@ -180,7 +180,8 @@ class RankIndexAPI(Protocol):
         monotonic."""
 
     def apply_batch(
-        self, ops: Iterable[tuple[int, str, float | None] | tuple[int, str, float | None, int | None]]
+        self,
+        ops: Iterable[tuple[int, str, float | None] | tuple[int, str, float | None, int | None]],
     ) -> list[BatchResult | Exception]:
         """Apply ``(op, member, value[, seq])`` operations in order.
 
