@@ -25,7 +25,8 @@ MAX_RANKS_MEMBERS = 1000
 MAX_LIMIT = 1000
 
 STATUS = {"invalid": 422, "guard": 422, "not_found": 404, "conflict": 409, "read_only": 503,
-          "bad_request": 400, "too_large": 413, "method_not_allowed": 405}
+          "bad_request": 400, "too_large": 413, "method_not_allowed": 405,
+          "unsupported_media_type": 415}
 
 routes = web.RouteTableDef()
 
@@ -72,8 +73,13 @@ async def error_middleware(request: web.Request,
 # --- request parsing ---------------------------------------------------------------
 
 async def read_json(request: web.Request) -> Any:
-    if request.content_type not in ("application/json", ""):
-        raise RequestError("request body must be application/json", "bad_request")
+    # curl -d sends form-urlencoded by default; the body is JSON all the same.
+    content_type = request.content_type
+    if not (content_type in ("application/json", "", "application/x-www-form-urlencoded",
+                             "application/octet-stream")
+            or content_type.endswith("+json")):
+        raise RequestError(f"request body must be JSON, not {content_type}",
+                           "unsupported_media_type")
     body = await request.read()
     try:
         return orjson.loads(body)
