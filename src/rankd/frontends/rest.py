@@ -13,16 +13,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from rankd.engine.engine import Engine, Submission
+from rankd.engine.engine import Engine
 from rankd.engine.errors import EngineError
+from rankd.frontends.service import Service
 
-ENGINE = web.AppKey("engine", Engine)
-TOP_CACHE = web.AppKey("top_cache", dict)
+SERVICE = web.AppKey("service", Service)
 
 MAX_BODY_BYTES = 1 << 20
-MAX_BATCH = 10_000
-MAX_RANKS_MEMBERS = 1000
-MAX_LIMIT = 1000
 
 STATUS = {"invalid": 422, "guard": 422, "not_found": 404, "conflict": 409, "read_only": 503,
           "bad_request": 400, "too_large": 413, "method_not_allowed": 405,
@@ -105,16 +102,11 @@ def query(request: web.Request, allowed: dict[str, Callable[[str], Any]]) -> dic
     return values
 
 
-def bounded_int(low: int, high: int) -> Callable[[str], int]:
-    def convert(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise ValueError(f"expected an integer, got {text!r}") from None
-        if not low <= value <= high:
-            raise ValueError(f"must be between {low} and {high}, got {value}")
-        return value
-    return convert
+def integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"expected an integer, got {text!r}") from None
 
 
 def text(value: str) -> str:
@@ -123,168 +115,117 @@ def text(value: str) -> str:
     return value
 
 
-def members_list(value: str) -> list[str]:
-    return [m for m in value.split(",") if m]
-
-
 VIEW = {"window": text, "period": text}
 
 
-def engine_of(request: web.Request) -> Engine:
-    return request.app[ENGINE]
+def service_of(request: web.Request) -> Service:
+    return request.app[SERVICE]
+
+
+def body_field(data: Any, field: str, kind: type, example: str) -> Any:
+    """The one field of a ``{field: ...}`` body."""
+    if not isinstance(data, dict) or set(data) != {field} or not isinstance(data[field], kind):
+        raise RequestError(f"the body is {example} and nothing else", "invalid")
+    return data[field]
 
 
 # --- endpoints --------------------------------------------------------------------------
 
 @routes.get("/v1/health")
 async def health(request: web.Request) -> web.Response:
-    if engine_of(request).ready:
-        return json_response({"status": "ok"})
-    return json_response({"status": "recovering"}, 503)
+    state = service_of(request).health()
+    return json_response(state, 200 if state["status"] == "ok" else 503)
 
 
 @routes.get("/v1/boards")
 async def list_boards(request: web.Request) -> web.Response:
     query(request, {})
-    return json_response({"boards": engine_of(request).list_boards()})
+    return json_response(service_of(request).list_boards())
 
 
 @routes.put("/v1/boards/{board}")
 async def put_board(request: web.Request) -> web.Response:
     query(request, {})
-    name = request.match_info["board"]
-    engine = engine_of(request)
-    _, created = await engine.put_board(name, await read_json(request))
-    return json_response(engine.board_info(name), 201 if created else 200)
+    info, created = await service_of(request).put_board(request.match_info["board"],
+                                                        await read_json(request))
+    return json_response(info, 201 if created else 200)
 
 
 @routes.get("/v1/boards/{board}")
 async def get_board(request: web.Request) -> web.Response:
     query(request, {})
-    return json_response(engine_of(request).board_info(request.match_info["board"]))
+    return json_response(service_of(request).get_board(request.match_info["board"]))
 
 
 @routes.delete("/v1/boards/{board}")
 async def delete_board(request: web.Request) -> web.Response:
     query(request, {})
-    await engine_of(request).delete_board(request.match_info["board"])
+    await service_of(request).delete_board(request.match_info["board"])
     return web.Response(status=204)
 
 
 @routes.post("/v1/boards/{board}/scores")
 async def submit(request: web.Request) -> web.Response:
     query(request, {})
-    data = await read_json(request)
-    submission = Submission.from_dict(request.match_info["board"], data)
-    return json_response(await engine_of(request).submit(submission))
+    return json_response(await service_of(request).submit(request.match_info["board"],
+                                                          await read_json(request)))
 
 
 @routes.post("/v1/boards/{board}/scores/batch")
 async def submit_batch(request: web.Request) -> web.Response:
     query(request, {})
-    data = await read_json(request)
-    if not isinstance(data, dict) or set(data) != {"events"} or not isinstance(data["events"],
-                                                                               list):
-        raise RequestError('a batch body is {"events": [...]} and nothing else', "invalid")
-    events = data["events"]
-    if len(events) > MAX_BATCH:
-        raise RequestError(f"a batch holds at most {MAX_BATCH} events, got {len(events)}",
-                           "too_large")
+    events = body_field(await read_json(request), "events", list, '{"events": [...]}')
     board = request.match_info["board"]
-    slots: list[Any] = []
-    submissions = []
-    for event in events:
-        try:
-            submissions.append(Submission.from_dict(board, event))
-            slots.append(None)
-        except EngineError as exc:
-            slots.append({"error": exc.to_dict()})
-    answers = iter(await engine_of(request).submit_many(submissions))
-    results = []
-    for slot in slots:
-        if slot is not None:
-            results.append(slot)
-            continue
-        answer = next(answers)
-        results.append({"error": answer.to_dict()} if isinstance(answer, EngineError) else answer)
+    results = await service_of(request).submit_many([(board, event) for event in events])
     return json_response({"results": results})
 
 
 @routes.get("/v1/boards/{board}/top")
 async def top(request: web.Request) -> web.Response:
-    params = query(request, {**VIEW, "limit": bounded_int(1, MAX_LIMIT),
-                             "offset": bounded_int(0, 2**31)})
-    engine = engine_of(request)
-    name = request.match_info["board"]
-    window, period = params.get("window"), params.get("period")
-    version, window, period = engine.read_version(name, window, period)
-    key = (name, window, period, params.get("offset", 0), params.get("limit", 10))
-    cache = request.app[TOP_CACHE]
-    cached = cache.get(key)
-    if cached is None or cached[0] != version:
-        page = engine.top(name, window=window, period=period, offset=key[3], limit=key[4])
-        if len(cache) > 10_000:
-            cache.clear()  # many distinct pages: start over rather than grow
-        cached = cache[key] = (version, orjson.dumps(page))
-    return web.Response(body=cached[1], content_type="application/json")
+    params = query(request, {**VIEW, "limit": integer, "offset": integer})
+    body = service_of(request).top_json(request.match_info["board"], **params)
+    return web.Response(body=body, content_type="application/json")
 
 
 @routes.get("/v1/boards/{board}/members/{member}")
 async def member(request: web.Request) -> web.Response:
     params = query(request, VIEW)
-    standing = engine_of(request).standing(request.match_info["board"],
-                                           request.match_info["member"], **params)
-    if standing is None:
-        return error_response("not_found", f"no member {request.match_info['member']!r} "
-                                           "in that window")
-    return json_response(standing)
+    return json_response(service_of(request).member(
+        request.match_info["board"], request.match_info["member"], **params))
 
 
 @routes.get("/v1/boards/{board}/members/{member}/around")
 async def around(request: web.Request) -> web.Response:
-    params = query(request, {**VIEW, "above": bounded_int(0, 100), "below": bounded_int(0, 100)})
-    entries = engine_of(request).around(request.match_info["board"],
-                                        request.match_info["member"], **params)
-    if entries is None:
-        return error_response("not_found", f"no member {request.match_info['member']!r} "
-                                           "in that window")
-    return json_response({"entries": entries})
+    params = query(request, {**VIEW, "above": integer, "below": integer})
+    return json_response(service_of(request).around(
+        request.match_info["board"], request.match_info["member"], **params))
 
 
 @routes.delete("/v1/boards/{board}/members/{member}")
 async def remove_member(request: web.Request) -> web.Response:
     query(request, {})
-    removed = await engine_of(request).remove_member(request.match_info["board"],
-                                                     request.match_info["member"])
-    if not removed:
-        return error_response("not_found", f"no member {request.match_info['member']!r}")
+    await service_of(request).remove_member(request.match_info["board"],
+                                            request.match_info["member"])
     return web.Response(status=204)
 
 
 @routes.post("/v1/boards/{board}/ranks")
 async def ranks(request: web.Request) -> web.Response:
     params = query(request, VIEW)
-    data = await read_json(request)
-    if not isinstance(data, dict) or set(data) != {"members"} or not isinstance(
-            data["members"], list):
-        raise RequestError('the body is {"members": [...]} and nothing else', "invalid")
-    if len(data["members"]) > MAX_RANKS_MEMBERS:
-        raise RequestError(f"at most {MAX_RANKS_MEMBERS} members", "too_large")
-    return json_response(engine_of(request).ranks(request.match_info["board"],
-                                                  data["members"], **params))
+    members = body_field(await read_json(request), "members", list, '{"members": [...]}')
+    return json_response(service_of(request).ranks(request.match_info["board"], members,
+                                                    **params))
 
 
 @routes.get("/v1/boards/{board}/periods")
 async def periods(request: web.Request) -> web.Response:
     params = query(request, {"window": text})
-    return json_response(engine_of(request).periods(request.match_info["board"],
-                                                    params.get("window")))
+    return json_response(service_of(request).periods(request.match_info["board"], **params))
 
 
 def create_app(engine: Engine) -> web.Application:
     """The REST application over ``engine``."""
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
-    app[ENGINE] = engine
-    app[TOP_CACHE] = {}
+    app[SERVICE] = Service(engine)
     app.add_routes(routes)
     return app

@@ -1,0 +1,742 @@
+#!/usr/bin/env python3
+"""Benchmark the rank index: native skip list vs pure-Python fallback vs Redis sorted sets.
+
+What it measures
+----------------
+One board of N members ``"player:<i>"`` (integer scores drawn with
+``random.Random(42)`` in 0..1_000_000, order ``desc``, tie-break ``first``) is
+built in each contestant, then:
+
+1. bulk load: ``apply_batch`` of ``(Op.SET, member, score)`` in chunks of
+   10_000 (seconds; Redis: pipelined ``ZADD`` of 10_000 pairs per command);
+2. ``incr(member, 1)`` then ``rank(member)`` per call on random existing
+   members (pairs/s; Redis: one ``EVAL`` doing ``ZINCRBY`` + ``ZREVRANK``);
+3. ``apply_batch`` of ``(Op.INCR, member, 1.0)`` in batches of 1000, whose
+   results include the rank (ops/s; Redis: ``ZINCRBY``, which returns the
+   score only);
+4. top-10 read ``range_by_rank(0, 10)`` (reads/s; Redis:
+   ``ZREVRANGE lb 0 9 WITHSCORES``);
+5. ``rank(member)`` of a random member (reads/s; Redis: ``ZREVRANK``);
+6. ``around(member, 5, 5)`` (reads/s; Redis: one ``EVAL`` doing ``ZREVRANK``
+   then ``ZREVRANGE r-5 r+5 WITHSCORES``);
+7. ``ranks(100 random members)`` (members/s; Redis: one ``EVAL`` doing 100
+   ``ZREVRANK`` calls);
+8. ``dump()`` and ``load()`` (seconds; Redis: ``DUMP`` and ``RESTORE`` of the
+   key, through a loopback socket);
+9. memory per member: growth of the resident set size (``/proc/self/statm``,
+   after ``gc.collect()``) from the state before the first load to the
+   populated index, divided by N (Redis: growth of ``INFO memory``
+   ``used_memory``).
+
+Each rankd implementation runs in a fresh child process (this script with
+the hidden ``--worker`` option) so that memory figures start from a clean
+interpreter and one contestant's heap does not disturb the next.  Random
+member choices are drawn before the clock starts; every timed figure is the
+median of ``--repeats`` runs, timed with ``time.perf_counter``.
+
+Redis is measured with its own ``redis-benchmark`` (``-c 50``, once without
+pipelining and once with ``-P 64``) against a private ``redis-server`` that
+this script starts on a free loopback port and always stops.  Its
+``__rand_int__`` placeholder expands to 12-digit zero-padded numbers, so the
+Redis board's members are named ``player:%012d`` (every benchmark command
+hits an existing member; the script checks that ``ZCARD`` did not grow).
+
+How to run
+----------
+::
+
+    python bench/bench_index.py --quick          # smoke run, a few seconds
+    python bench/bench_index.py                  # 1M members, ~4-5 minutes
+    python bench/bench_index.py --no-redis --no-fallback --members 100000
+
+Redis needs ``redis-server`` and ``redis-benchmark`` on the PATH (Debian:
+``apt-get install -y redis-server redis-tools``); it is a benchmark-only
+tool, not a rankd dependency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import gc
+import io
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+LOAD_CHUNK = 10_000
+INCR_BATCH = 1_000
+RANKS_BATCH = 100
+MAX_SCORE = 1_000_000
+SEED = 42
+REDIS_KEY = "lb"
+REDIS_CLIENTS = 50
+REDIS_PIPELINE = 64
+QUICK = {"members": 20_000, "ops": 2_000, "repeats": 1}
+
+Results = dict[str, Any]
+
+
+# --- dataset -------------------------------------------------------------------------------
+
+
+def make_dataset(n: int) -> tuple[list[str], list[int]]:
+    """Members ``player:<i>`` and their scores, the same in every process."""
+    rng = random.Random(SEED)
+    members = [f"player:{i}" for i in range(n)]
+    scores = [rng.randint(0, MAX_SCORE) for _ in range(n)]
+    return members, scores
+
+
+def pick(members: Sequence[str], count: int, seed: int) -> list[str]:
+    """``count`` random existing members, drawn before any clock starts."""
+    rng = random.Random(seed)
+    return [members[rng.randrange(len(members))] for _ in range(count)]
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process, after a full collection."""
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        resident_pages = int(f.read().split()[1])
+    return resident_pages * resource.getpagesize()
+
+
+def str_block_bytes(members: Sequence[str]) -> float:
+    """Mean pymalloc block size of the member ``str`` objects (16-byte classes)."""
+    total = sum((sys.getsizeof(m) + 15) // 16 * 16 for m in members)
+    return total / len(members)
+
+
+# --- rankd worker (runs in a child process) ------------------------------------------------
+
+
+def load_index(cls: type, members: list[str], scores: list[int]) -> tuple[Any, float]:
+    """Build a board with chunked ``apply_batch`` SETs; only the calls are timed."""
+    from rankd.index import Op
+
+    index = cls(order="desc", tie_break="first")
+    elapsed = 0.0
+    for start in range(0, len(members), LOAD_CHUNK):
+        end = start + LOAD_CHUNK
+        chunk = list(zip(repeat(Op.SET), members[start:end], scores[start:end], strict=False))
+        t0 = time.perf_counter()
+        index.apply_batch(chunk)
+        elapsed += time.perf_counter() - t0
+    if len(index) != len(members):
+        raise RuntimeError(f"loaded {len(index)} members, expected {len(members)}")
+    return index, elapsed
+
+
+def time_rate(func: Callable[[], int], repeats: int) -> float:
+    """Median of ``items / seconds`` over ``repeats`` runs of ``func`` (which
+    returns how many items it processed)."""
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        items = func()
+        rates.append(items / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def bench_incr_rank(index: Any, touch: list[str]) -> Callable[[], int]:
+    incr, rank = index.incr, index.rank
+
+    def run() -> int:
+        for member in touch:
+            incr(member, 1)
+            rank(member)
+        return len(touch)
+
+    return run
+
+
+def bench_incr_batch(index: Any, touch: list[str]) -> Callable[[], int]:
+    from rankd.index import Op
+
+    batches = [[(Op.INCR, m, 1.0) for m in touch[i : i + INCR_BATCH]]
+               for i in range(0, len(touch), INCR_BATCH)]
+    apply_batch = index.apply_batch
+
+    def run() -> int:
+        for batch in batches:
+            apply_batch(batch)
+        return len(touch)
+
+    return run
+
+
+def bench_top10(index: Any, calls: int) -> Callable[[], int]:
+    range_by_rank = index.range_by_rank
+
+    def run() -> int:
+        for _ in range(calls):
+            range_by_rank(0, 10)
+        return calls
+
+    return run
+
+
+def bench_rank(index: Any, touch: list[str]) -> Callable[[], int]:
+    rank = index.rank
+
+    def run() -> int:
+        for member in touch:
+            rank(member)
+        return len(touch)
+
+    return run
+
+
+def bench_around(index: Any, touch: list[str]) -> Callable[[], int]:
+    around = index.around
+
+    def run() -> int:
+        for member in touch:
+            around(member, 5, 5)
+        return len(touch)
+
+    return run
+
+
+def bench_ranks(index: Any, touch: list[str]) -> Callable[[], int]:
+    groups = [touch[i : i + RANKS_BATCH] for i in range(0, len(touch), RANKS_BATCH)]
+    ranks = index.ranks
+
+    def run() -> int:
+        for group in groups:
+            ranks(group)
+        return sum(len(g) for g in groups)
+
+    return run
+
+
+def time_dump_load(cls: type, index: Any, repeats: int) -> tuple[float, float, int]:
+    """Median seconds of ``dump()`` and of ``cls.load()``, and the dump size."""
+    dumps, loads = [], []
+    data = b""
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        data = index.dump()
+        dumps.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        copy = cls.load(data)
+        loads.append(time.perf_counter() - t0)
+        if len(copy) != len(index):
+            raise RuntimeError("load() returned a different number of members")
+        del copy
+    return statistics.median(dumps), statistics.median(loads), len(data)
+
+
+def worker_class(impl: str) -> type:
+    if impl == "native":
+        from rankd._skiplist import RankIndex
+    else:
+        from rankd.index._fallback import RankIndex
+    return RankIndex
+
+
+def run_worker(impl: str, n: int, ops: int, repeats: int) -> Results:
+    """Every rankd figure for one implementation; runs in its own process."""
+    cls = worker_class(impl)
+    members, scores = make_dataset(n)
+    touch = pick(members, ops, SEED + 1)
+    gc.collect()
+    baseline = rss_bytes()
+    index, first_load = load_index(cls, members, scores)
+    grown = rss_bytes() - baseline
+    loads = [first_load]
+    for _ in range(repeats - 1):
+        del index
+        gc.collect()
+        index, seconds = load_index(cls, members, scores)
+        loads.append(seconds)
+    del scores  # transient; the members stay, the reads pick from them
+    log(f"  {impl}: loaded {n:,} members, {statistics.median(loads):.2f} s")
+    res: Results = {
+        "load_s": statistics.median(loads),
+        "mem_b": grown / n,
+        "str_b": str_block_bytes(members) if impl == "python" else 0.0,
+        "ops": ops,
+        "members": n,
+    }
+    res.update(run_timed(index, touch, ops, repeats))
+    res["dump_s"], res["load2_s"], res["dump_bytes"] = time_dump_load(cls, index, repeats)
+    return res
+
+
+def run_timed(index: Any, touch: list[str], ops: int, repeats: int) -> Results:
+    """The per-operation throughput figures, each the median of ``repeats``."""
+    benches: dict[str, Callable[[], int]] = {
+        "incr_rank": bench_incr_rank(index, touch),
+        "incr_batch": bench_incr_batch(index, touch),
+        "top10": bench_top10(index, ops),
+        "rank": bench_rank(index, touch),
+        "around": bench_around(index, touch),
+        "ranks": bench_ranks(index, touch),
+    }
+    out: Results = {}
+    for name, func in benches.items():
+        out[name] = time_rate(func, repeats)
+    return out
+
+
+# --- Redis: server, raw RESP client, redis-benchmark ---------------------------------------
+
+
+class RedisError(Exception):
+    """An error reply from Redis."""
+
+
+class Resp:
+    """A minimal RESP2 client: pipelined commands, blocking replies."""
+
+    def __init__(self, port: int, timeout: float = 600.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.reader = self.sock.makefile("rb", buffering=1 << 20)
+
+    def close(self) -> None:
+        self.reader.close()
+        self.sock.close()
+
+    @staticmethod
+    def encode(*args: bytes | str | int | float) -> bytes:
+        parts = [b"*%d\r\n" % len(args)]
+        for arg in args:
+            raw = arg if isinstance(arg, bytes) else str(arg).encode()
+            parts.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+        return b"".join(parts)
+
+    def send(self, payload: bytes) -> None:
+        self.sock.sendall(payload)
+
+    def reply(self) -> Any:
+        line = self.reader.readline()
+        if not line:
+            raise ConnectionError("Redis closed the connection")
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RedisError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            size = int(rest)
+            return None if size < 0 else self.reader.read(size + 2)[:-2]
+        if kind == b"*":
+            count = int(rest)
+            return None if count < 0 else [self.reply() for _ in range(count)]
+        raise RedisError(f"unexpected reply line {line!r}")
+
+    def call(self, *args: bytes | str | int | float) -> Any:
+        self.send(self.encode(*args))
+        return self.reply()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[int]:
+    """A private redis-server on a free loopback port; stopped on exit, whatever happens."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="rankd-bench-redis-") as tmp:
+        cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--daemonize", "no", "--dir", tmp,
+               "--logfile", os.path.join(tmp, "redis.log")]
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        try:
+            wait_ready(port, proc)
+            yield port
+        finally:
+            stop(proc)
+
+
+def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited early with status {proc.returncode}")
+        try:
+            client = Resp(port, timeout=2.0)
+        except OSError:
+            time.sleep(0.05)
+            continue
+        try:
+            if client.call("PING") == "PONG":
+                return
+        except (OSError, RedisError):  # LOADING, or still starting
+            time.sleep(0.05)
+        finally:
+            client.close()
+    raise RuntimeError("redis-server did not become ready")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def redis_member(i: int) -> str:
+    """Redis members match what redis-benchmark's ``__rand_int__`` expands to."""
+    return f"player:{i:012d}"
+
+
+def used_memory(client: Resp) -> int:
+    info = client.call("INFO", "memory").decode()
+    for line in info.splitlines():
+        if line.startswith("used_memory:"):
+            return int(line.split(":", 1)[1])
+    raise RedisError("INFO memory has no used_memory")
+
+
+def redis_load(client: Resp, n: int) -> float:
+    """Pipelined multi-member ZADDs, 10_000 pairs each; only the I/O is timed."""
+    _, scores = make_dataset(n)
+    commands = []
+    for start in range(0, n, LOAD_CHUNK):
+        args: list[bytes | str | int | float] = ["ZADD", REDIS_KEY]
+        for i in range(start, min(start + LOAD_CHUNK, n)):
+            args += [scores[i], redis_member(i)]
+        commands.append(Resp.encode(*args))
+    payload = b"".join(commands)
+    t0 = time.perf_counter()
+    client.send(payload)
+    added = sum(client.reply() for _ in commands)
+    elapsed = time.perf_counter() - t0
+    if added != n:
+        raise RuntimeError(f"ZADD added {added} members, expected {n}")
+    return elapsed
+
+
+def redis_dump_restore(client: Resp, repeats: int) -> tuple[float, float, int]:
+    """Median seconds of ``DUMP lb`` and ``RESTORE lb:copy``, and the payload size."""
+    dumps, restores = [], []
+    data = b""
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        data = client.call("DUMP", REDIS_KEY)
+        dumps.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        client.call("RESTORE", f"{REDIS_KEY}:copy", 0, data, "REPLACE")
+        restores.append(time.perf_counter() - t0)
+        client.call("DEL", f"{REDIS_KEY}:copy")
+    return statistics.median(dumps), statistics.median(restores), len(data)
+
+
+LUA_INCR_RANK = ("redis.call('ZINCRBY', KEYS[1], 1, ARGV[1]) "
+                 "return redis.call('ZREVRANK', KEYS[1], ARGV[1])")
+LUA_AROUND = ("local r = redis.call('ZREVRANK', KEYS[1], ARGV[1]) "
+              "if not r then return false end "
+              "local s = r - 5 if s < 0 then s = 0 end "
+              "return redis.call('ZREVRANGE', KEYS[1], s, r + 5, 'WITHSCORES')")
+LUA_RANKS = ("local t = {} for i, m in ipairs(ARGV) do "
+             "t[i] = redis.call('ZREVRANK', KEYS[1], m) end return t")
+RAND = "player:__rand_int__"
+
+
+@dataclass(frozen=True)
+class RedisBench:
+    """One redis-benchmark command and how to turn its requests/s into the row's unit.
+
+    With ``script``, the command is ``EVALSHA <sha> 1 lb *args`` after a
+    ``SCRIPT LOAD`` (as a real client would run it), else ``command *args``.
+    """
+
+    key: str
+    command: tuple[str, ...]
+    script: str | None = None
+    items_per_request: int = 1
+    requests_divisor: int = 1
+
+    def argv(self, client: Resp) -> list[str]:
+        if self.script is None:
+            return list(self.command)
+        sha = client.call("SCRIPT", "LOAD", self.script).decode()
+        return ["EVALSHA", sha, "1", REDIS_KEY, *self.command]
+
+
+REDIS_BENCHES = (
+    RedisBench("incr_rank", (RAND,), script=LUA_INCR_RANK),
+    RedisBench("incr_batch", ("ZINCRBY", REDIS_KEY, "1", RAND)),
+    RedisBench("top10", ("ZREVRANGE", REDIS_KEY, "0", "9", "WITHSCORES")),
+    RedisBench("rank", ("ZREVRANK", REDIS_KEY, RAND)),
+    RedisBench("around", (RAND,), script=LUA_AROUND),
+    RedisBench("ranks", (RAND,) * RANKS_BATCH, script=LUA_RANKS,
+               items_per_request=RANKS_BATCH, requests_divisor=10),
+)
+
+
+def redis_benchmark(port: int, n: int, requests: int, pipeline: int, argv: Sequence[str]) -> float:
+    """Requests per second reported by one ``redis-benchmark --csv`` run."""
+    cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-n", str(requests),
+           "-r", str(n), "-c", str(REDIS_CLIENTS), "-P", str(pipeline), "--csv", *argv]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600).stdout
+    for row in csv.reader(io.StringIO(out)):
+        if len(row) >= 2 and row[0] != "test":
+            return float(row[1])
+    raise RuntimeError(f"no figure in redis-benchmark output: {out!r}")
+
+
+def run_redis(n: int, ops: int, repeats: int) -> Results:
+    """Every Redis figure, against a private server that is stopped afterwards."""
+    res: Results = {}
+    with redis_server() as port:
+        client = Resp(port)
+        try:
+            res["version"] = redis_version(client)
+            before = used_memory(client)
+            res["load_s"] = redis_load(client, n)
+            res["mem_b"] = (used_memory(client) - before) / n
+            log(f"  redis: loaded {n:,} members, {res['load_s']:.2f} s")
+            res["dump_s"], res["load2_s"], res["dump_bytes"] = redis_dump_restore(client, repeats)
+            for pipeline in (1, REDIS_PIPELINE):
+                for bench in REDIS_BENCHES:
+                    requests = max(ops // bench.requests_divisor, 100)
+                    argv = bench.argv(client)
+                    rps = statistics.median(
+                        redis_benchmark(port, n, requests, pipeline, argv)
+                        for _ in range(repeats))
+                    res[f"{bench.key}_p{pipeline}"] = rps * bench.items_per_request
+                log(f"  redis: redis-benchmark -P {pipeline} done")
+            res["zcard_after"] = client.call("ZCARD", REDIS_KEY)
+        finally:
+            client.close()
+    return res
+
+
+def redis_version(client: Resp) -> str:
+    for line in client.call("INFO", "server").decode().splitlines():
+        if line.startswith("redis_version:"):
+            return line.split(":", 1)[1]
+    return "?"
+
+
+# --- report --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: which figure, its unit, and where Redis's come from."""
+
+    label: str
+    unit: str
+    key: str
+    redis_p1: str | None
+    redis_p64: str | None
+
+
+ROWS = (
+    Row("bulk load (apply_batch SET x10k)", "s", "load_s", None, "load_s"),
+    Row("incr+rank, per call", "pairs/s", "incr_rank", "incr_rank_p1", "incr_rank_p64"),
+    Row("apply_batch INCR x1000", "ops/s", "incr_batch", "incr_batch_p1", "incr_batch_p64"),
+    Row("top-10 range_by_rank(0, 10)", "reads/s", "top10", "top10_p1", "top10_p64"),
+    Row("rank(member)", "reads/s", "rank", "rank_p1", "rank_p64"),
+    Row("around(member, 5, 5)", "reads/s", "around", "around_p1", "around_p64"),
+    Row("ranks(100 members)", "members/s", "ranks", "ranks_p1", "ranks_p64"),
+    Row("dump()", "s", "dump_s", "dump_s", None),
+    Row("load()", "s", "load2_s", "load2_s", None),
+    Row("memory per member (RSS growth)", "B", "mem_b", "mem_b", None),
+)
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        return f"{value:.3f}"
+    if unit == "B":
+        return f"{value:.1f}"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    return f"{value / 1e3:.1f}k"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
+
+
+def table(native: Results | None, fallback: Results | None, redis: Results | None) -> str:
+    head = ("operation", "unit", "native", "fallback", "redis P=1", f"redis P={REDIS_PIPELINE}",
+            "nat/redis P=1", f"nat/redis P={REDIS_PIPELINE}")
+    lines = [head]
+    for row in ROWS:
+        nat = native.get(row.key) if native else None
+        fb = fallback.get(row.key) if fallback else None
+        r1 = redis.get(row.redis_p1) if redis and row.redis_p1 else None
+        r64 = redis.get(row.redis_p64) if redis and row.redis_p64 else None
+        lines.append((row.label, row.unit, fmt(nat, row.unit), fmt(fb, row.unit),
+                      fmt(r1, row.unit), fmt(r64, row.unit), ratio(nat, r1), ratio(nat, r64)))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = []
+    for k, line in enumerate(lines):
+        cells = [line[0].ljust(widths[0]), line[1].ljust(widths[1])]
+        cells += [cell.rjust(w) for cell, w in zip(line[2:], widths[2:], strict=True)]
+        out.append("  ".join(cells))
+        if k == 0:
+            out.append("-" * len(out[0]))
+    return "\n".join(out)
+
+
+def cpu_model() -> str:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "?"
+
+
+def machine_info() -> str:
+    import rankd
+    import rankd.index
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return "\n".join([
+        f"CPU: {cpu_model()}; cores usable: {cores} (os.cpu_count={os.cpu_count()})",
+        f"Python {platform.python_version()} ({platform.python_implementation()}), "
+        f"{platform.system()} {platform.release()}",
+        f"rankd {rankd.__version__}; rankd.index.IMPLEMENTATION = "
+        f"{rankd.index.IMPLEMENTATION!r}",
+    ])
+
+
+def notes(args: argparse.Namespace, fallback: Results | None, redis: Results | None) -> str:
+    lines = [
+        "Notes:",
+        f"* rates are medians of {args.repeats} run(s); 'k' = 1e3, 'M' = 1e6. Ratio = native ÷ "
+        "redis in the row's unit: for /s above 1 means native is faster; for s and B below 1 "
+        "means native is better.",
+        "* rankd figures are in-process calls from a Python loop (call overhead included, no "
+        "network). Redis figures are requests/s measured by redis-benchmark over loopback TCP "
+        f"with {REDIS_CLIENTS} clients, so they include the round trips, protocol parsing and "
+        "redis-benchmark sharing the machine's cores with the server. P=1 is the fair match for "
+        "per-call rows, P=64 for batched rows (apply_batch, ranks).",
+        "* redis 'incr+rank' and 'around' use one EVALSHA (Lua) per request; 'ranks(100)' is "
+        "one EVALSHA of 100 ZREVRANKs (members/s = requests/s x 100); 'apply_batch INCR' is "
+        "compared with ZINCRBY, which returns the new score but not the rank.",
+        "* redis bulk load: pipelined ZADD of 10k pairs per command, client-side encoding not "
+        "timed; dump()/load() compare with DUMP/RESTORE of the key (payload sent over loopback).",
+        "* redis memory: growth of INFO used_memory; members are 'player:%012d' (19 bytes, to "
+        "match redis-benchmark's __rand_int__) against 'player:<i>' (8-13 bytes) in rankd.",
+    ]
+    if fallback:
+        lines.append(
+            f"* fallback: {fallback['members']:,} members, {fallback['ops']:,} ops per figure. "
+            f"Its memory figure excludes the member str objects it references, which this "
+            f"benchmark's own list also holds (about {fallback['str_b']:.0f} B/member more "
+            "when the index alone owns them); the native index copies member bytes into its "
+            "own nodes, so its figure includes them.")
+    if redis:
+        lines.append(
+            f"* redis {redis['version']}: ZCARD after all benchmarks = {redis['zcard_after']:,} "
+            f"(expected {args.members:,}: every command hit an existing member). Ties in "
+            "ZREVRANK/ZREVRANGE are ordered by member, not by arrival.")
+    return "\n".join(lines)
+
+
+# --- driver --------------------------------------------------------------------------------
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def spawn_worker(impl: str, n: int, ops: int, repeats: int) -> Results:
+    """Run one rankd implementation in a fresh interpreter and collect its JSON figures."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, "--members", str(n),
+           "--ops", str(ops), "--repeats", str(repeats)]
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--members", type=int, default=None, help="board size N (default 1_000_000)")
+    p.add_argument("--ops", type=int, default=None, help="operations per figure (default 200_000)")
+    p.add_argument("--repeats", type=int, default=None, help="runs per figure, median (default 3)")
+    p.add_argument("--fallback-members", type=int, default=None,
+                   help="board size for the fallback (default: --members)")
+    p.add_argument("--fallback-ops", type=int, default=None,
+                   help="operations per figure for the fallback (default: --ops / 4)")
+    p.add_argument("--no-redis", action="store_true", help="skip Redis")
+    p.add_argument("--no-fallback", action="store_true", help="skip the pure-Python fallback")
+    p.add_argument("--quick", action="store_true",
+                   help=f"smoke run: {QUICK['members']:,} members, {QUICK['ops']:,} ops, 1 repeat")
+    p.add_argument("--worker", choices=("native", "python"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    defaults = QUICK if args.quick else {"members": 1_000_000, "ops": 200_000, "repeats": 3}
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.fallback_members is None:
+        args.fallback_members = args.members
+    if args.fallback_ops is None:
+        args.fallback_ops = max(args.ops // 4, 100)
+    if min(args.members, args.ops, args.repeats, args.fallback_members, args.fallback_ops) < 1:
+        p.error("sizes and repeats must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        res = run_worker(args.worker, args.members, args.ops, args.repeats)
+        print(json.dumps(res))
+        return 0
+    if not args.no_redis and not (shutil.which("redis-server") and shutil.which("redis-benchmark")):
+        log("redis-server/redis-benchmark not found: apt-get install -y redis-server "
+            "redis-tools, or pass --no-redis")
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
+    started = time.perf_counter()
+    log(f"native: {args.members:,} members, {args.ops:,} ops, {args.repeats} repeat(s)")
+    native = spawn_worker("native", args.members, args.ops, args.repeats)
+    fallback = None
+    if not args.no_fallback:
+        log(f"fallback: {args.fallback_members:,} members, {args.fallback_ops:,} ops")
+        fallback = spawn_worker("python", args.fallback_members, args.fallback_ops, args.repeats)
+    redis = None
+    if not args.no_redis:
+        log(f"redis: {args.members:,} members, {args.ops:,} requests per run")
+        redis = run_redis(args.members, args.ops, args.repeats)
+    print(machine_info())
+    print(f"Board: {args.members:,} members, order desc, tie_break first; {args.ops:,} ops per "
+          f"figure; median of {args.repeats}; total wall time "
+          f"{time.perf_counter() - started:.0f} s\n")
+    print(table(native, fallback, redis))
+    print()
+    print(notes(args, fallback, redis))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        log("interrupted")
+        sys.exit(130)

@@ -1,0 +1,179 @@
+"""The operations every front-end offers, in one place.
+
+REST and the TCP protocol both decode a request into an operation name and
+typed arguments and call :class:`Service`; the service checks the
+arguments (ranges, sizes, unknown fields), calls the engine and returns
+plain data.  Each front-end then only encodes: JSON and HTTP statuses for
+REST, msgpack frames for TCP.  So an operation behaves the same whichever
+way it arrives, and its limits are defined once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from rankd.engine.engine import Engine, Submission
+from rankd.engine.errors import EngineError, InvalidInput, NotFound
+
+MAX_BATCH = 10_000
+MAX_RANKS_MEMBERS = 1000
+MAX_LIMIT = 1000
+MAX_AROUND = 100
+MAX_OFFSET = 2**31
+TOP_CACHE_ENTRIES = 10_000
+
+
+class TooLarge(EngineError):
+    """A request beyond a size limit (HTTP 413)."""
+
+    code = "too_large"
+
+
+def integer(value: object, name: str, low: int, high: int) -> int:
+    """``value`` as an int in ``low..high``, else ``InvalidInput`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{name} must be an integer")
+    if not low <= value <= high:
+        raise InvalidInput(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def optional_text(value: object, name: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{name} must be a non-empty string")
+    return value
+
+
+class Service:
+    """Front-end operations over one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        #: (board, window, period, offset, limit) -> (board version, JSON bytes)
+        self._top_cache: dict[tuple, tuple[int, bytes]] = {}
+
+    # --- boards -------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok" if self.engine.ready else "recovering"}
+
+    def list_boards(self) -> dict[str, Any]:
+        return {"boards": self.engine.list_boards()}
+
+    def get_board(self, board: str) -> dict[str, Any]:
+        return self.engine.board_info(board)
+
+    async def put_board(self, board: str, config: object) -> tuple[dict[str, Any], bool]:
+        """``(board info, created)``."""
+        _, created = await self.engine.put_board(board, config)
+        return self.engine.board_info(board), created
+
+    async def delete_board(self, board: str) -> None:
+        await self.engine.delete_board(board)
+
+    # --- writes -----------------------------------------------------------------------
+
+    async def submit(self, board: str, event: object) -> dict[str, Any]:
+        return await self.engine.submit(Submission.from_dict(board, event))
+
+    async def submit_many(self, items: list[tuple[str, object]]) -> list[dict[str, Any]]:
+        """``(board, event)`` pairs in order: a result or ``{"error": ...}`` each.
+
+        One bad event gets its own error; the rest go through the engine's
+        batch path in one call (one WAL append, one commit).
+        """
+        if len(items) > MAX_BATCH:
+            raise TooLarge(f"a batch holds at most {MAX_BATCH} events, got {len(items)}")
+        slots: list[Any] = []
+        submissions = []
+        for board, event in items:
+            try:
+                submissions.append(Submission.from_dict(board, event))
+                slots.append(None)
+            except EngineError as exc:
+                slots.append({"error": exc.to_dict()})
+        answers = iter(await self.engine.submit_many(submissions))
+        results = []
+        for slot in slots:
+            if slot is None:
+                answer = next(answers)
+                slot = {"error": answer.to_dict()} if isinstance(answer, EngineError) else answer
+            results.append(slot)
+        return results
+
+    async def remove_member(self, board: str, member: str) -> None:
+        if not await self.engine.remove_member(board, member):
+            raise NotFound(f"no member {member!r}")
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def top(self, board: str, *, window: str | None = None, period: str | None = None,
+            offset: int = 0, limit: int = 10) -> dict[str, Any]:
+        return orjson.loads(self.top_json(board, window=window, period=period, offset=offset,
+                                          limit=limit))
+
+    def top_json(self, board: str, *, window: str | None = None, period: str | None = None,
+                 offset: int = 0, limit: int = 10) -> bytes:
+        """The page as JSON, cached per board version: a burst of identical
+        reads between two writes serializes once and ranks nothing."""
+        limit = integer(limit, "limit", 1, MAX_LIMIT)
+        offset = integer(offset, "offset", 0, MAX_OFFSET)
+        version, window, period = self.engine.read_version(
+            board, optional_text(window, "window"), optional_text(period, "period"))
+        key = (board, window, period, offset, limit)
+        cached = self._top_cache.get(key)
+        if cached is None or cached[0] != version:
+            page = self.engine.top(board, window=window, period=period, offset=offset,
+                                   limit=limit)
+            if len(self._top_cache) >= TOP_CACHE_ENTRIES:
+                self._top_cache.clear()  # many distinct pages: start over rather than grow
+            cached = self._top_cache[key] = (version, orjson.dumps(page))
+        return cached[1]
+
+    def member(self, board: str, member: str, *, window: str | None = None,
+               period: str | None = None) -> dict[str, Any]:
+        standing = self.engine.standing(board, member, window=optional_text(window, "window"),
+                                        period=optional_text(period, "period"))
+        if standing is None:
+            raise NotFound(f"no member {member!r} in that window")
+        return standing
+
+    def around(self, board: str, member: str, *, above: int = 4, below: int = 4,
+               window: str | None = None, period: str | None = None) -> dict[str, Any]:
+        entries = self.engine.around(
+            board, member, above=integer(above, "above", 0, MAX_AROUND),
+            below=integer(below, "below", 0, MAX_AROUND),
+            window=optional_text(window, "window"), period=optional_text(period, "period"))
+        if entries is None:
+            raise NotFound(f"no member {member!r} in that window")
+        return {"entries": entries}
+
+    def ranks(self, board: str, members: object, *, window: str | None = None,
+              period: str | None = None) -> dict[str, Any]:
+        if not isinstance(members, list):
+            raise InvalidInput("members must be a list of member names")
+        if len(members) > MAX_RANKS_MEMBERS:
+            raise TooLarge(f"at most {MAX_RANKS_MEMBERS} members, got {len(members)}")
+        return self.engine.ranks(board, members, window=optional_text(window, "window"),
+                                 period=optional_text(period, "period"))
+
+    def periods(self, board: str, *, window: str | None = None) -> dict[str, Any]:
+        return self.engine.periods(board, optional_text(window, "window"))
+
+
+def check_fields(data: object, required: set[str], optional: set[str], what: str
+                 ) -> dict[str, Any]:
+    """``data`` as a dict with the required fields and no unknown ones."""
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{what} must be an object")
+    missing = sorted(required - set(data))
+    if missing:
+        raise InvalidInput(f"{what} needs field(s): {', '.join(missing)}")
+    unknown = sorted(map(str, set(data) - required - optional))
+    if unknown:
+        raise InvalidInput(f"unknown field(s) in {what}: {', '.join(unknown)}")
+    return data
