@@ -24,6 +24,8 @@ from rankd import __version__
 from rankd.config import ServerConfig
 from rankd.engine.engine import Engine
 from rankd.frontends.rest import create_app
+from rankd.frontends.service import Service
+from rankd.frontends.tcp import TcpServer
 from rankd.index import IMPLEMENTATION
 
 log = logging.getLogger("rankd")
@@ -69,7 +71,9 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
 
     engine = Engine(config.engine_config())
     engine.lock()
-    runner = web.AppRunner(create_app(engine), access_log=None,
+    service = Service(engine)
+    tcp = TcpServer(service)
+    runner = web.AppRunner(create_app(service), access_log=None,
                            shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
@@ -77,10 +81,14 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
         await site.start()
         began = time.monotonic()
         await engine.start()
+        tcp_address = "off"
+        if config.tcp_port:
+            tcp_port = await tcp.start(config.host, config.tcp_port)
+            tcp_address = f"{config.host}:{tcp_port}"
         log.info(
-            "rankd %s serving: index=%s data_dir=%s fsync=%s http=%s:%d postgres=%s "
+            "rankd %s serving: index=%s data_dir=%s fsync=%s http=%s:%d tcp=%s postgres=%s "
             "(recovered in %.2fs)", __version__, IMPLEMENTATION, config.data_dir.resolve(),
-            config.fsync, config.host, config.port,
+            config.fsync, config.host, config.port, tcp_address,
             "on" if config.postgres_dsn else "off", time.monotonic() - began)
         if started is not None:
             started.set()
@@ -88,6 +96,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
         log.info("shutting down: finishing in-flight requests")
     finally:
         # Stops listening, then waits for in-flight requests.
+        await tcp.close(SHUTDOWN_GRACE_SECONDS)
         await runner.cleanup()
         await engine.close()
         for signum in (signal.SIGTERM, signal.SIGINT):

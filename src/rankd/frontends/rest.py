@@ -13,7 +13,6 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from rankd.engine.engine import Engine
 from rankd.engine.errors import EngineError
 from rankd.frontends.service import Service
 
@@ -223,9 +222,9 @@ async def periods(request: web.Request) -> web.Response:
     return json_response(service_of(request).periods(request.match_info["board"], **params))
 
 
-def create_app(engine: Engine) -> web.Application:
-    """The REST application over ``engine``."""
+def create_app(service: Service) -> web.Application:
+    """The REST application over the engine behind ``service``."""
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
-    app[SERVICE] = Service(engine)
+    app[SERVICE] = service
     app.add_routes(routes)
     return app

@@ -1,0 +1,56 @@
+"""Python client for rankd's msgpack TCP protocol (``protocol/PROTOCOL.md``).
+
+:class:`AsyncClient` (asyncio) and :class:`Client` (blocking) have the same
+methods.  Concurrent calls on one ``AsyncClient`` are pipelined over one
+connection and matched to their answers by request id::
+
+    async with AsyncClient("127.0.0.1", 7701) as client:
+        await client.put_board("arena", {"policy": "sum"})
+        results = await asyncio.gather(*(client.submit("arena", f"p{i}", delta=1)
+                                         for i in range(1000)))
+        top = await client.top("arena", limit=10)
+
+    with Client("127.0.0.1", 7701) as client:
+        client.submit("arena", "ann", delta=3, event_id="match-17:ann")
+
+Errors the server reports raise the :class:`RankdError` subclass of their
+code.  A lost connection is re-established with backoff.  Reads are retried
+on it automatically; a write is retried only when it is idempotent (a
+submission carrying an ``event_id``, a board put), since otherwise its
+first attempt may have been applied already: :class:`ConnectionLost` then
+tells the caller.
+"""
+
+from __future__ import annotations
+
+from rankd.client._async import AsyncClient
+from rankd.client._sync import Client
+from rankd.client.errors import (
+    Conflict,
+    ConnectionLost,
+    GuardViolation,
+    InvalidInput,
+    NotFound,
+    ProtocolError,
+    RankdError,
+    ReadOnly,
+    RequestTimeout,
+    TooLarge,
+    Unavailable,
+)
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "Conflict",
+    "ConnectionLost",
+    "GuardViolation",
+    "InvalidInput",
+    "NotFound",
+    "ProtocolError",
+    "RankdError",
+    "ReadOnly",
+    "RequestTimeout",
+    "TooLarge",
+    "Unavailable",
+]

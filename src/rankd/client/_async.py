@@ -1,0 +1,192 @@
+"""The asyncio client: pipelined requests over one connection."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+from rankd import __version__, wire
+from rankd.client._operations import Operations
+from rankd.client.errors import (
+    ConnectionLost,
+    ProtocolError,
+    RankdError,
+    RequestTimeout,
+    Unavailable,
+    error_for,
+)
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP connection: writes request frames, resolves futures by id."""
+
+    def __init__(self, max_frame: int) -> None:
+        self.decoder = wire.FrameDecoder(max_frame)
+        self.pending: dict[int, asyncio.Future] = {}
+        self.transport: asyncio.Transport | None = None
+        self.lost: RankdError | None = None
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for message in self.decoder.feed(data):
+                request_id, ok, body = wire.parse_response(message)
+                if request_id == 0:  # the server gave up on the stream
+                    self._fail_all(error_for(body["code"], body["message"]))
+                    self.transport.close()
+                    return
+                future = self.pending.pop(request_id, None)
+                if future is not None and not future.done():
+                    if ok:
+                        future.set_result(body)
+                    else:
+                        future.set_exception(error_for(body["code"], body["message"]))
+        except wire.FrameError as exc:
+            self._fail_all(ProtocolError(f"undecodable answer from the server: {exc.message}"))
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail_all(ConnectionLost(f"connection to rankd lost ({exc or 'closed'})"))
+        self.can_write.set()
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    def _fail_all(self, error: RankdError) -> None:
+        if self.lost is None:
+            self.lost = error
+        pending, self.pending = self.pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+
+class AsyncClient(Operations):
+    """asyncio client for rankd's TCP protocol (see :mod:`rankd.client`).
+
+    ``timeout`` bounds each call; ``retries`` is how many times a call that
+    may be retried is sent again after a lost connection, with exponential
+    backoff from ``backoff`` seconds up to ``max_backoff``.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 7701, *, timeout: float = 10.0,
+                 connect_timeout: float = 5.0, retries: int = 5, backoff: float = 0.05,
+                 max_backoff: float = 2.0, client_name: str = f"rankd-python/{__version__}",
+                 max_frame: int = wire.MAX_FRAME) -> None:
+        self.host = host
+        self.port = port
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.client_name = client_name
+        self.max_frame = max_frame
+        self.server_info: dict[str, Any] | None = None
+        self._connection: _Connection | None = None
+        self._connecting: asyncio.Future | None = None
+        self._ids = itertools.cycle(range(1, wire.MAX_ID + 1))
+        self._closed = False
+
+    async def __aenter__(self) -> AsyncClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Connect and say hello (done lazily by the first call otherwise)."""
+        await self._connected()
+
+    async def close(self) -> None:
+        self._closed = True
+        connection, self._connection = self._connection, None
+        if connection is not None and connection.transport is not None:
+            connection.transport.close()
+
+    async def _connected(self) -> _Connection:
+        connection = self._connection
+        if connection is not None and connection.lost is None:
+            return connection
+        if self._closed:
+            raise ConnectionLost("the client was closed")
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(self._open())
+        try:
+            return await asyncio.shield(self._connecting)
+        finally:
+            if self._connecting is not None and self._connecting.done():
+                self._connecting = None
+
+    async def _open(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(self.max_frame), self.host,
+                                       self.port), self.connect_timeout)
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionLost(f"cannot connect to rankd at {self.host}:{self.port}: "
+                                 f"{exc}") from exc
+        self.server_info = await self._send(connection, "hello", {
+            "version": wire.VERSION, "client": self.client_name})
+        self._connection = connection
+        return connection
+
+    async def _send(self, connection: _Connection, op: str, args: dict[str, Any]) -> Any:
+        if connection.lost is not None:
+            raise connection.lost
+        request_id = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        connection.pending[request_id] = future
+        try:
+            frame = wire.request(request_id, op, args)
+        except ValueError as exc:
+            connection.pending.pop(request_id, None)
+            raise error_for("too_large", str(exc)) from None
+        connection.transport.write(frame)
+        if not connection.can_write.is_set():
+            await connection.can_write.wait()
+        # A timer rather than wait_for: no extra task per request.
+        timer = asyncio.get_running_loop().call_later(
+            self.timeout, _expire, connection, request_id, op, self.timeout)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+
+    async def _call(self, op: str, args: dict[str, Any], idempotent: bool) -> Any:
+        delay = self.backoff
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                connection = await self._connected()
+            except ConnectionLost:
+                if last:
+                    raise
+            else:
+                try:
+                    return await self._send(connection, op, args)
+                except (ConnectionLost, Unavailable):
+                    # Sent: retrying is only safe when applying twice is harmless.
+                    if last or not idempotent:
+                        raise
+                    if self._connection is connection:
+                        self._connection = None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.max_backoff)
+        raise AssertionError("unreachable")
+
+
+def _expire(connection: _Connection, request_id: int, op: str, timeout: float) -> None:
+    future = connection.pending.pop(request_id, None)
+    if future is not None and not future.done():
+        future.set_exception(RequestTimeout(f"{op}: no answer within {timeout}s"))

@@ -1,0 +1,81 @@
+"""Exceptions of the rankd client, one per protocol error code."""
+
+from __future__ import annotations
+
+
+class RankdError(Exception):
+    """An error answered by the server (``code`` as in the protocol spec)."""
+
+    code = "error"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class InvalidInput(RankdError):
+    code = "invalid"
+
+
+class GuardViolation(RankdError):
+    code = "guard"
+
+
+class NotFound(RankdError):
+    code = "not_found"
+
+
+class Conflict(RankdError):
+    code = "conflict"
+
+
+class TooLarge(RankdError):
+    code = "too_large"
+
+
+class ReadOnly(RankdError):
+    """The server stopped taking writes after a storage failure; reads work."""
+
+    code = "read_only"
+
+
+class Unavailable(RankdError):
+    """The server is recovering or shutting down: retry later."""
+
+    code = "unavailable"
+
+
+class ProtocolError(RankdError):
+    """The client and server disagree about the protocol (a bug, or a version)."""
+
+    code = "protocol"
+
+
+class ConnectionLost(RankdError, ConnectionError):
+    """The connection broke before the answer came; the request may or may not
+    have been applied."""
+
+    code = "connection_lost"
+
+
+class RequestTimeout(RankdError, TimeoutError):
+    """No answer within the timeout; the request may or may not have been applied."""
+
+    code = "timeout"
+
+
+_BY_CODE: dict[str, type[RankdError]] = {
+    cls.code: cls for cls in (InvalidInput, GuardViolation, NotFound, Conflict, TooLarge,
+                              ReadOnly, Unavailable)
+}
+_PROTOCOL_CODES = {"bad_frame", "bad_request", "unknown_op", "hello_required",
+                   "unsupported_version"}
+
+
+def error_for(code: str, message: str) -> RankdError:
+    """The exception for an error body ``{"code", "message"}``."""
+    if code in _PROTOCOL_CODES:
+        return ProtocolError(message, code)
+    return _BY_CODE.get(code, RankdError)(message, code)

@@ -1,0 +1,301 @@
+"""The msgpack TCP front-end (``protocol/PROTOCOL.md``).
+
+One :class:`TcpConnection` (an ``asyncio.Protocol``) per client.  Bytes are
+split into frames by :class:`rankd.wire.FrameDecoder`; the decoded requests
+queue up and one worker task per connection (not per request) drains the
+queue in order.  Consecutive ``submit`` requests in the queue go to the
+engine as one batch (one WAL append and one commit), which is what makes
+pipelining pay off.  Reads are answered synchronously.
+
+A connection that sends too much without reading its answers is paused
+(``pause_reading``) until its queue drains, and writing waits while the
+transport's buffer is full, so a slow or hostile client cannot make the
+server buffer without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from rankd import __version__, wire
+from rankd.engine.errors import EngineError, InvalidInput
+from rankd.frontends.service import MAX_BATCH, Service, check_fields
+
+log = logging.getLogger(__name__)
+
+QUEUE_HIGH_WATER = 4096
+QUEUE_LOW_WATER = 512
+SUBMIT_FIELDS = {"member", "score", "delta", "event_id", "ts", "label"}
+VIEW_FIELDS = {"window", "period"}
+
+Handler = Callable[[Service, dict[str, Any]], Any]
+
+
+def _view(args: dict[str, Any]) -> dict[str, Any]:
+    return {name: args[name] for name in VIEW_FIELDS if name in args}
+
+
+def _event(args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(board, submission fields)`` of a submit request or batch event."""
+    if not isinstance(args, dict):
+        raise InvalidInput("an event must be a map")
+    board = args.get("board")
+    if not isinstance(board, str):
+        raise InvalidInput("an event needs a board (a string)")
+    return board, {key: value for key, value in args.items() if key != "board"}
+
+
+async def _put_board(service: Service, args: dict[str, Any]) -> dict[str, Any]:
+    info, created = await service.put_board(args["board"], args["config"])
+    return {"created": created, "board": info}
+
+
+async def _delete_board(service: Service, args: dict[str, Any]) -> dict[str, Any]:
+    await service.delete_board(args["board"])
+    return {}
+
+
+async def _remove_member(service: Service, args: dict[str, Any]) -> dict[str, Any]:
+    await service.remove_member(args["board"], args["member"])
+    return {}
+
+
+async def _submit_many(service: Service, args: dict[str, Any]) -> dict[str, Any]:
+    events = args["events"]
+    if not isinstance(events, list):
+        raise InvalidInput("events must be a list")
+    items: list[tuple[str, Any]] = []
+    errors: dict[int, dict[str, Any]] = {}
+    for position, event in enumerate(events):
+        try:
+            items.append(_event(event))
+        except EngineError as exc:
+            errors[position] = {"error": exc.to_dict()}
+    answers = iter(await service.submit_many(items))
+    return {"results": [errors[i] if i in errors else next(answers)
+                        for i in range(len(events))]}
+
+
+#: op -> (required args, optional args, handler)
+OPERATIONS: dict[str, tuple[set[str], set[str], Handler]] = {
+    "health": (set(), set(), lambda s, a: s.health()),
+    "list_boards": (set(), set(), lambda s, a: s.list_boards()),
+    "get_board": ({"board"}, set(), lambda s, a: s.get_board(a["board"])),
+    "put_board": ({"board", "config"}, set(), _put_board),
+    "delete_board": ({"board"}, set(), _delete_board),
+    "submit_many": ({"events"}, set(), _submit_many),
+    "top": ({"board"}, {"limit", "offset", *VIEW_FIELDS},
+            lambda s, a: s.top(a["board"], limit=a.get("limit", 10),
+                               offset=a.get("offset", 0), **_view(a))),
+    "member": ({"board", "member"}, VIEW_FIELDS,
+               lambda s, a: s.member(a["board"], a["member"], **_view(a))),
+    "around": ({"board", "member"}, {"above", "below", *VIEW_FIELDS},
+               lambda s, a: s.around(a["board"], a["member"], above=a.get("above", 4),
+                                     below=a.get("below", 4), **_view(a))),
+    "ranks": ({"board", "members"}, VIEW_FIELDS,
+              lambda s, a: s.ranks(a["board"], a["members"], **_view(a))),
+    "remove_member": ({"board", "member"}, set(), _remove_member),
+    "periods": ({"board"}, {"window"}, lambda s, a: s.periods(a["board"], **_view(a))),
+}
+
+
+class TcpConnection(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, server: TcpServer) -> None:
+        self.server = server
+        self.service = server.service
+        self.decoder = wire.FrameDecoder(server.max_frame)
+        self.queue: collections.deque[Any] = collections.deque()
+        self.transport: asyncio.Transport | None = None
+        self.worker: asyncio.Task | None = None
+        self.greeted = False
+        self.closing = False
+        self.reading_paused = False
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+
+    # --- asyncio.Protocol ---------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.connections.discard(self)
+        self.queue.clear()
+        self.can_write.set()
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            messages = self.decoder.feed(data)
+        except wire.FrameError as exc:
+            self.queue.append(exc)  # answered in order, then the connection closes
+            messages = []
+        self.queue.extend(messages)
+        if len(self.queue) >= QUEUE_HIGH_WATER and not self.reading_paused:
+            self.transport.pause_reading()
+            self.reading_paused = True
+        if self.worker is None and self.queue:
+            self.worker = asyncio.get_running_loop().create_task(self._drain())
+
+    # --- processing ------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        try:
+            while self.queue and not self.closing:
+                out: list[bytes] = []
+                head = self.queue[0]
+                if isinstance(head, wire.FrameError):
+                    self.queue.popleft()
+                    self._close_with(out, 0, head.code, head.message)
+                elif self._is_submit(head):
+                    await self._submit_group(out)
+                else:
+                    self.queue.popleft()
+                    await self._one(head, out)
+                if out and not self.closing:
+                    self.transport.writelines(out)
+                if self.reading_paused and len(self.queue) <= QUEUE_LOW_WATER:
+                    self.reading_paused = False
+                    self.transport.resume_reading()
+                await self.can_write.wait()
+        except Exception:  # never let one connection's bug go unnoticed or kill others
+            log.exception("TCP connection failed; closing it")
+            self.transport.abort()
+        finally:
+            self.worker = None
+
+    def _is_submit(self, message: Any) -> bool:
+        return (self.greeted and isinstance(message, list) and len(message) == 3
+                and message[1] == "submit")
+
+    async def _one(self, message: Any, out: list[bytes]) -> None:
+        try:
+            request_id, op, args = wire.parse_request(message)
+        except wire.RequestShapeError as exc:
+            out.append(wire.error(exc.request_id, "bad_request", exc.message))
+            return
+        if not self.greeted:
+            self._hello(request_id, op, args, out)
+            return
+        if op == "hello":
+            out.append(wire.error(request_id, "bad_request", "hello was already done"))
+            return
+        operation = OPERATIONS.get(op)
+        if operation is None:
+            out.append(wire.error(request_id, "unknown_op", f"unknown operation {op!r}"))
+            return
+        required, optional, handler = operation
+        try:
+            check_fields(args, required, optional, f"{op} arguments")
+            result = handler(self.service, args)
+            if isinstance(result, Awaitable):
+                result = await result
+        except EngineError as exc:
+            out.append(wire.error(request_id, exc.code, exc.message))
+            return
+        out.append(wire.ok(request_id, result))
+
+    def _hello(self, request_id: int, op: str, args: dict[str, Any], out: list[bytes]) -> None:
+        if op != "hello":
+            self._close_with(out, request_id, "hello_required",
+                             "the first request on a connection must be hello")
+            return
+        version = args.get("version")
+        if version != wire.VERSION:
+            self._close_with(out, request_id, "unsupported_version",
+                             f"this server speaks protocol version {wire.VERSION}, "
+                             f"not {version!r}")
+            return
+        try:
+            check_fields(args, {"version"}, {"client"}, "hello arguments")
+        except EngineError as exc:
+            self._close_with(out, request_id, exc.code, exc.message)
+            return
+        self.greeted = True
+        out.append(wire.ok(request_id, {"version": wire.VERSION, "server": f"rankd {__version__}",
+                                        "max_frame": self.server.max_frame}))
+
+    async def _submit_group(self, out: list[bytes]) -> None:
+        """Consecutive submit requests at the head of the queue, as one batch."""
+        group: list[tuple[int, tuple[str, Any] | EngineError]] = []
+        while self.queue and len(group) < MAX_BATCH and self._is_submit(self.queue[0]):
+            message = self.queue.popleft()
+            request_id = message[0]
+            try:
+                request_id, _, args = wire.parse_request(message)
+                group.append((request_id, _event(args)))
+            except wire.RequestShapeError as exc:
+                group.append((exc.request_id, InvalidInput(exc.message)))
+            except EngineError as exc:
+                group.append((request_id, exc))
+        items = [item for _, item in group if not isinstance(item, EngineError)]
+        try:
+            answers = iter(await self.service.submit_many(items))
+        except EngineError as exc:  # e.g. read-only: every submit gets the error
+            answers = iter([{"error": exc.to_dict()}] * len(items))
+        for request_id, item in group:
+            if isinstance(item, EngineError):
+                out.append(wire.error(request_id, item.code, item.message))
+                continue
+            answer = next(answers)
+            if "error" in answer:
+                out.append(wire.error(request_id, answer["error"]["code"],
+                                      answer["error"]["message"]))
+            else:
+                out.append(wire.ok(request_id, answer))
+
+    def _close_with(self, out: list[bytes], request_id: int, code: str, message: str) -> None:
+        out.append(wire.error(request_id, code, message))
+        self.transport.writelines(out)
+        out.clear()
+        self.closing = True
+        self.queue.clear()
+        self.transport.close()
+
+
+class TcpServer:
+    """Listens for protocol connections; :meth:`close` drains them gracefully."""
+
+    def __init__(self, service: Service, *, max_frame: int = wire.MAX_FRAME) -> None:
+        self.service = service
+        self.max_frame = max_frame
+        self.connections: set[TcpConnection] = set()
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen; returns the port (useful with port 0)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: TcpConnection(self), host, port,
+                                                reuse_address=True)
+        return self._server.sockets[0].getsockname()[1]
+
+    async def close(self, grace: float = 10.0) -> None:
+        """Stop accepting, let queued requests finish, close every connection."""
+        if self._server is None:
+            return
+        self._server.close()
+        workers = [c.worker for c in self.connections if c.worker is not None]
+        if workers:
+            await asyncio.wait(workers, timeout=grace)
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 2)
+        self._server = None

@@ -1,0 +1,140 @@
+"""The TCP protocol's wire format, shared by the server and the client.
+
+Only framing and message shapes live here, no business logic: see
+``protocol/PROTOCOL.md`` for the specification.  A frame is a big-endian
+u32 length and one msgpack value; a request is ``[id, op, args]`` and a
+response ``[id, status, body]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+VERSION = 1
+MAX_FRAME = 1 << 20
+MAX_ID = 2**32 - 1
+OK = 0
+ERROR = 1
+_LENGTH_BYTES = 4
+
+#: Errors after which the server closes the connection (with id 0: always).
+FATAL_CODES = frozenset({"bad_frame", "hello_required", "unsupported_version"})
+
+
+class FrameError(Exception):
+    """The byte stream cannot be decoded; the connection must be closed."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class RequestShapeError(Exception):
+    """A decoded frame that is not a valid request (the id, if known, is kept)."""
+
+    def __init__(self, request_id: int, message: str) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.message = message
+
+
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+def encode(message: Any) -> bytes:
+    """One frame holding ``message``."""
+    payload = _packer.pack(message)
+    if len(payload) > MAX_FRAME:
+        raise ValueError(f"a frame holds at most {MAX_FRAME} bytes, this one {len(payload)}")
+    return len(payload).to_bytes(_LENGTH_BYTES, "big") + payload
+
+
+def request(request_id: int, op: str, args: dict[str, Any]) -> bytes:
+    return encode([request_id, op, args])
+
+
+def ok(request_id: int, body: Any) -> bytes:
+    return encode([request_id, OK, body])
+
+
+def error(request_id: int, code: str, message: str) -> bytes:
+    return encode([request_id, ERROR, {"code": code, "message": message}])
+
+
+class FrameDecoder:
+    """Splits a byte stream into decoded messages.
+
+    ``feed`` returns every complete message so far; an incomplete frame waits
+    for more bytes.  A frame longer than ``max_frame`` or an undecodable
+    payload raises :class:`FrameError` (the stream is lost after that).
+    """
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        buffer = self._buffer
+        buffer += data
+        messages = []
+        position = 0
+        size = len(buffer)
+        while size - position >= _LENGTH_BYTES:
+            length = int.from_bytes(buffer[position:position + _LENGTH_BYTES], "big")
+            if length == 0 or length > self.max_frame:
+                raise FrameError("too_large" if length else "bad_frame",
+                                 f"frame length {length} is outside 1..{self.max_frame}")
+            end = position + _LENGTH_BYTES + length
+            if end > size:
+                break
+            try:
+                messages.append(msgpack.unpackb(
+                    memoryview(buffer)[position + _LENGTH_BYTES:end], raw=False,
+                    strict_map_key=True))
+            except Exception as exc:  # msgpack raises several kinds; all mean a bad frame
+                raise FrameError("bad_frame", f"undecodable msgpack payload: {exc}") from None
+            position = end
+        if position:
+            del buffer[:position]
+        return messages
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._buffer)
+
+
+def parse_request(message: Any) -> tuple[int, str, dict[str, Any]]:
+    """``(id, op, args)`` of a decoded request, or :class:`RequestShapeError`."""
+    if not isinstance(message, list) or len(message) != 3:
+        request_id = _id_of(message)
+        raise RequestShapeError(request_id, "a request is [id, op, args]")
+    request_id, op, args = message
+    if isinstance(request_id, bool) or not isinstance(request_id, int) \
+            or not 1 <= request_id <= MAX_ID:
+        raise RequestShapeError(0, f"a request id is an integer in 1..{MAX_ID}")
+    if not isinstance(op, str):
+        raise RequestShapeError(request_id, "op must be a string")
+    if not isinstance(args, dict):
+        raise RequestShapeError(request_id, "args must be a map")
+    return request_id, op, args
+
+
+def _id_of(message: Any) -> int:
+    if isinstance(message, list) and message and isinstance(message[0], int) \
+            and not isinstance(message[0], bool) and 1 <= message[0] <= MAX_ID:
+        return message[0]
+    return 0
+
+
+def parse_response(message: Any) -> tuple[int, bool, Any]:
+    """``(id, ok, body)`` of a decoded response; ``FrameError`` if malformed."""
+    if (not isinstance(message, list) or len(message) != 3
+            or not isinstance(message[0], int) or message[1] not in (OK, ERROR)):
+        raise FrameError("bad_frame", f"not a response: {message!r:.100}")
+    request_id, status, body = message
+    if status == ERROR and not (isinstance(body, dict) and "code" in body):
+        raise FrameError("bad_frame", f"malformed error body: {body!r:.100}")
+    return request_id, status == OK, body
