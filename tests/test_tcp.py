@@ -1,0 +1,257 @@
+"""The msgpack TCP protocol: wire vectors, the server through raw sockets,
+and the Python clients, all against the real daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon import Daemon
+from rankd import wire
+from rankd.client import (
+    AsyncClient,
+    Client,
+    ConnectionLost,
+    GuardViolation,
+    InvalidInput,
+    NotFound,
+    ProtocolError,
+    TooLarge,
+)
+
+VECTORS = json.loads((Path(__file__).parent.parent / "protocol" / "vectors.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    with Daemon(tmp_path_factory.mktemp("tcp") / "data") as running:
+        with Client("127.0.0.1", running.tcp_port) as client:
+            client.put_board("arena", {"policy": "best"})
+            client.put_board("wins", {"policy": "sum", "max_delta": 10})
+        yield running
+
+
+class Raw:
+    """A bare socket speaking frames, to test the server without the client."""
+
+    def __init__(self, port: int, hello: bool = True) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.decoder = wire.FrameDecoder()
+        self.backlog: list[Any] = []
+        if hello:
+            self.send(wire.request(1, "hello", {"version": 1}))
+            assert self.receive()[1] == wire.OK
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def receive(self) -> Any:
+        while not self.backlog:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("closed by the server")
+            self.backlog.extend(self.decoder.feed(data))
+        return self.backlog.pop(0)
+
+    def closed_by_server(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+# --- the wire format ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vector", VECTORS["frames"], ids=lambda v: v["name"])
+def test_frames_encode_and_decode_exactly_as_the_vectors_say(vector):
+    data = bytes.fromhex(vector["hex"])
+    assert wire.encode(vector["value"]) == data
+    assert wire.FrameDecoder().feed(data) == [vector["value"]]
+
+
+def test_frames_split_anywhere_decode_the_same():
+    stream = b"".join(bytes.fromhex(v["hex"]) for v in VECTORS["frames"])
+    for step in (1, 2, 3, 7, 64):
+        decoder = wire.FrameDecoder()
+        messages = []
+        for start in range(0, len(stream), step):
+            messages.extend(decoder.feed(stream[start:start + step]))
+        assert messages == [v["value"] for v in VECTORS["frames"]]
+        assert decoder.pending_bytes == 0
+
+
+@pytest.mark.parametrize("vector", VECTORS["malformed"], ids=lambda v: v["name"])
+def test_malformed_frames_are_refused_by_the_decoder(vector):
+    with pytest.raises(wire.FrameError) as failure:
+        wire.FrameDecoder().feed(bytes.fromhex(vector["hex"]))
+    assert failure.value.code == vector["error"]
+
+
+# --- the server, through raw frames --------------------------------------------------
+
+
+@pytest.mark.parametrize("vector", VECTORS["malformed"], ids=lambda v: v["name"])
+def test_server_answers_a_malformed_frame_with_id_0_and_closes(daemon, vector):
+    raw = Raw(daemon.tcp_port)
+    raw.send(bytes.fromhex(vector["hex"]))
+    request_id, status, body = raw.receive()
+    assert (request_id, status, body["code"]) == (0, wire.ERROR, vector["error"])
+    assert raw.closed_by_server()
+    raw.close()
+
+
+@pytest.mark.parametrize("vector", VECTORS["bad_requests"], ids=lambda v: v["name"])
+def test_server_answers_bad_requests_and_keeps_the_connection(daemon, vector):
+    raw = Raw(daemon.tcp_port)
+    raw.send(bytes.fromhex(vector["hex"]))
+    request_id, status, body = raw.receive()
+    expected_id, expected_status, expected_body = vector["response"]
+    assert (request_id, status, body["code"]) == (expected_id, expected_status,
+                                                  expected_body["code"])
+    assert body["message"]
+    raw.send(wire.request(99, "health", {}))
+    assert raw.receive() == [99, wire.OK, {"status": "ok"}]
+    raw.close()
+
+
+def test_hello_is_required_first_and_versions_are_checked(daemon):
+    raw = Raw(daemon.tcp_port, hello=False)
+    raw.send(wire.request(5, "top", {"board": "arena"}))
+    assert raw.receive()[:2] == [5, wire.ERROR]
+    assert raw.closed_by_server()
+    raw = Raw(daemon.tcp_port, hello=False)
+    raw.send(wire.request(1, "hello", {"version": 99}))
+    request_id, status, body = raw.receive()
+    assert (request_id, status, body["code"]) == (1, wire.ERROR, "unsupported_version")
+    assert raw.closed_by_server()
+
+
+def test_pipelined_requests_are_answered_in_order_and_submits_batched(daemon):
+    raw = Raw(daemon.tcp_port)
+    frames = []
+    for i in range(2, 3002):
+        if i % 3:
+            frames.append(wire.request(i, "submit", {"board": "wins", "member": f"w{i % 50}",
+                                                     "delta": 1, "event_id": f"pipe-{i}"}))
+        else:
+            frames.append(wire.request(i, "member", {"board": "wins", "member": "nobody"}))
+    raw.send(b"".join(frames))
+    answers = [raw.receive() for _ in range(3000)]
+    assert [a[0] for a in answers] == list(range(2, 3002))
+    for request_id, status, body in answers:
+        if request_id % 3:
+            assert status == wire.OK and body["event_id"] == f"pipe-{request_id}"
+        else:
+            assert status == wire.ERROR and body["code"] == "not_found"
+    raw.close()
+
+
+# --- the clients ------------------------------------------------------------------------
+
+
+def test_blocking_client_covers_every_operation(daemon):
+    with Client("127.0.0.1", daemon.tcp_port) as client:
+        assert client.server_info["version"] == 1
+        assert client.health() == {"status": "ok"}
+        created = client.put_board("golf", {"order": "asc", "policy": "best",
+                                            "windows": ["all", "weekly"]})
+        assert created["created"] is True and created["board"]["config"]["order"] == "asc"
+        assert client.put_board("golf", {"order": "asc", "policy": "best",
+                                         "windows": ["all", "weekly"]})["created"] is False
+        assert "golf" in [b["name"] for b in client.list_boards()["boards"]]
+        first = client.submit("golf", "ann", score=72, label="Ann")
+        assert (first["rank"], first["score"], first["changed"]) == (1, 72.0, True)
+        client.submit("golf", "bo", score=68)
+        client.submit("golf", "cy", score=75)
+        again = client.submit("golf", "ann", score=80)  # worse in golf: kept 72
+        assert (again["score"], again["changed"]) == (72.0, False)
+        top = client.top("golf", limit=2)
+        assert [(e["rank"], e["member"]) for e in top["entries"]] == [(1, "bo"), (2, "ann")]
+        assert top["total"] == 3
+        standing = client.member("golf", "ann")
+        assert (standing["rank"], standing["label"], standing["percentile"]) == (
+            2, "Ann", pytest.approx(200 / 3))
+        assert [e["member"] for e in client.around("golf", "ann", above=1, below=1)[
+            "entries"]] == ["bo", "ann", "cy"]
+        ranks = client.ranks("golf", ["cy", "ann", "zed"])
+        assert [(e["member"], e["list_rank"]) for e in ranks["entries"]] == [("ann", 1),
+                                                                            ("cy", 2)]
+        assert ranks["missing"] == ["zed"]
+        assert client.periods("golf", window="weekly")["current"].count("-W") == 1
+        results = client.submit_many([{"member": "dee", "score": 70},
+                                      {"member": "eve", "score": "x"}], board="golf")
+        assert results["results"][0]["rank"] == 2
+        assert results["results"][1]["error"]["code"] == "invalid"
+        assert client.remove_member("golf", "dee") == {}
+        with pytest.raises(NotFound):
+            client.remove_member("golf", "dee")
+        assert client.get_board("golf")["members"]["all"] == 3
+        assert client.delete_board("golf") == {}
+        with pytest.raises(NotFound):
+            client.top("golf")
+
+
+def test_client_errors_map_to_exceptions(daemon):
+    with Client("127.0.0.1", daemon.tcp_port) as client:
+        with pytest.raises(InvalidInput):
+            client.submit("wins", "ann", score=3)  # a sum board takes deltas
+        with pytest.raises(GuardViolation):
+            client.submit("wins", "ann", delta=11)
+        with pytest.raises(InvalidInput):
+            client.top("wins", limit=0)
+        with pytest.raises(TooLarge):
+            client.ranks("wins", [f"m{i}" for i in range(1001)])
+        with pytest.raises(ProtocolError):
+            client._call("flush_all", {}, False)
+        with pytest.raises(TooLarge):
+            client.submit("wins", "x" * 10, delta=1, label="y" * (2 << 20))
+        assert client.health() == {"status": "ok"}  # the connection is still fine
+
+
+def test_async_client_pipelines_concurrent_calls(daemon):
+    async def scenario():
+        async with AsyncClient("127.0.0.1", daemon.tcp_port) as client:
+            results = await asyncio.gather(*(
+                client.submit("wins", f"a{i % 10}", delta=1, event_id=f"async-{i}")
+                for i in range(500)))
+            top = await client.top("wins", limit=1000)
+            return results, top
+
+    results, top = asyncio.run(scenario())
+    assert len({r["event_id"] for r in results}) == 500
+    scores = {e["member"]: e["score"] for e in top["entries"]}
+    assert all(scores[f"a{i}"] >= 50 for i in range(10))
+
+
+def test_client_reconnects_and_retries_only_idempotent_writes(tmp_path):
+    data_dir = tmp_path / "data"
+    first = Daemon(data_dir).start()
+    port = first.tcp_port
+    client = Client("127.0.0.1", port, retries=40, backoff=0.05, max_backoff=0.2)
+    try:
+        client.put_board("b", {"policy": "sum"})
+        client.submit("b", "ann", delta=1, event_id="e1")
+        first.stop()
+        second = Daemon(data_dir)
+        second.tcp_port = port  # same address: the client reconnects to it
+        second.start()
+        try:
+            # Idempotent (event_id): retried over the new connection.
+            assert client.submit("b", "ann", delta=1, event_id="e2")["score"] == 2.0
+            assert client.submit("b", "ann", delta=1, event_id="e1")["duplicate"] is True
+            assert client.top("b")["entries"][0]["score"] == 2.0
+        finally:
+            second.stop()
+        with pytest.raises(ConnectionLost):
+            client.submit("b", "ann", delta=1)  # not idempotent, server gone: no retry
+    finally:
+        client.close()
