@@ -1,0 +1,207 @@
+"""The daemon as a whole: settings, start-up, the data-dir lock, graceful
+shutdown, hostile bytes, and a crash test under REST and TCP load."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from daemon import SRC, Daemon
+from rankd.cli import build_parser
+from rankd.client import Client, RankdError
+from rankd.config import ConfigError, resolve
+
+
+def settings(argv, environ=None):
+    return resolve(build_parser().parse_args(["serve", *argv]), environ or {})
+
+
+def test_settings_come_from_flags_then_env_then_file_then_defaults(tmp_path):
+    defaults = settings([])
+    assert (defaults.host, defaults.port, defaults.tcp_port, defaults.fsync) == (
+        "127.0.0.1", 7700, 7701, "everysec")
+    assert str(defaults.data_dir) == "rankd-data" and defaults.postgres_dsn is None
+    config = tmp_path / "rankd.toml"
+    config.write_text('port = 9000\nfsync = "always"\ntcp_port = 9001\n')
+    from_file = settings(["--config", str(config)])
+    assert (from_file.port, from_file.fsync, from_file.tcp_port) == (9000, "always", 9001)
+    from_env = settings(["--config", str(config)], {"RANKD_PORT": "9100"})
+    assert from_env.port == 9100 and from_env.fsync == "always"
+    from_flag = settings(["--config", str(config), "--port", "9200"], {"RANKD_PORT": "9100"})
+    assert from_flag.port == 9200
+
+
+@pytest.mark.parametrize("argv, environ, message", [
+    (["--port", "http"], {}, "--port: expected int"),
+    ([], {"RANKD_FSYNC": "sometimes"}, "RANKD_FSYNC: must be one of"),
+    ([], {"RANKD_PORT": "-1"}, "must not be negative"),
+])
+def test_bad_settings_are_refused_with_where_they_came_from(argv, environ, message):
+    with pytest.raises(ConfigError, match=message):
+        settings(argv, environ)
+
+
+def test_unknown_setting_in_the_config_file_is_refused(tmp_path):
+    config = tmp_path / "rankd.toml"
+    config.write_text("prot = 1\n")
+    with pytest.raises(ConfigError, match="unknown setting"):
+        settings(["--config", str(config)])
+
+
+def test_help_documents_every_option():
+    result = subprocess.run([sys.executable, "-m", "rankd.cli", "serve", "--help"],
+                            capture_output=True, text=True, env={"PYTHONPATH": str(SRC)})
+    for flag in ("--host", "--port", "--tcp-port", "--data-dir", "--fsync", "--postgres-dsn",
+                 "--config", "RANKD_FSYNC"):
+        assert flag in result.stdout
+
+
+def test_startup_summary_second_daemon_refused_and_graceful_stop(tmp_path):
+    data_dir = tmp_path / "data"
+    with Daemon(data_dir) as first:
+        first.request("PUT", "/v1/boards/b", {"policy": "sum"})
+        first.request("POST", "/v1/boards/b/scores", {"member": "ann", "delta": 2})
+        summary = first.log()
+        assert "serving: index=native" in summary or "serving: index=python" in summary
+        for part in ("fsync=everysec", f"tcp=127.0.0.1:{first.tcp_port}", "postgres=off",
+                     str(data_dir)):
+            assert part in summary
+        second = subprocess.run(
+            [sys.executable, "-m", "rankd.cli", "serve", "--data-dir", str(data_dir),
+             "--port", "0", "--tcp-port", "0"],
+            capture_output=True, text=True, env={"PYTHONPATH": str(SRC)}, timeout=60)
+        assert second.returncode == 1
+        assert "in use" in second.stderr
+        assert first.stop(signal.SIGTERM) == 0
+    assert "snapshot @" in first.log() and "stopped cleanly" in first.log()
+    with Daemon(data_dir) as again:
+        status, standing = again.request("GET", "/v1/boards/b/members/ann")
+        assert status == 200 and standing["score"] == 2.0
+
+
+def test_sigterm_finishes_in_flight_requests(tmp_path):
+    with Daemon(tmp_path / "data") as daemon:
+        daemon.request("PUT", "/v1/boards/b", {"policy": "sum"})
+        client = Client("127.0.0.1", daemon.tcp_port)
+        acknowledged = []
+        errors = []
+
+        def load():
+            try:
+                for i in range(100_000):
+                    acknowledged.append(client.submit("b", f"m{i % 10}", delta=1,
+                                                      event_id=f"e{i}"))
+            except RankdError as exc:
+                errors.append(exc)
+
+        worker = threading.Thread(target=load)
+        worker.start()
+        time.sleep(0.5)
+        assert daemon.stop(signal.SIGTERM) == 0
+        worker.join(60)
+        client.close()
+    assert acknowledged and errors  # the load was cut by the shutdown, not by a crash
+    with Daemon(tmp_path / "data") as daemon:
+        status, page = daemon.request("GET", "/v1/boards/b/top?limit=10")
+    assert status == 200
+    assert sum(e["score"] for e in page["entries"]) >= len(acknowledged)
+
+
+def test_hostile_bytes_do_not_take_the_daemon_down(tmp_path):
+    rng = random.Random(3)
+    with Daemon(tmp_path / "data") as daemon:
+        for port in (daemon.port, daemon.tcp_port):
+            for _ in range(30):
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                    try:
+                        sock.sendall(rng.randbytes(rng.randint(1, 4096)))
+                        sock.settimeout(0.5)
+                        sock.recv(4096)
+                    except OSError:
+                        pass
+        status, _ = daemon.request("GET", "/v1/health")
+        assert status == 200
+        status, body = daemon.request("POST", "/v1/boards/x/scores", raw=b"\xff\xfe{")
+        assert status == 400 and body["error"]["code"] == "bad_request"
+        assert daemon.process.poll() is None
+
+
+@pytest.mark.slow
+def test_sigkill_under_rest_and_tcp_load_never_loses_an_acknowledged_submission(tmp_path):
+    data_dir = tmp_path / "data"
+    acked: set[str] = set()
+    rng = random.Random(11)
+    for cycle in range(10):
+        daemon = Daemon(data_dir, "--fsync", rng.choice(["everysec", "always"])).start()
+        daemon.request("PUT", "/v1/boards/crash", {"policy": "sum"})
+        stop = threading.Event()
+        lock = threading.Lock()
+
+        def rest_load(worker: int, daemon=daemon, stop=stop, lock=lock, cycle=cycle):
+            n = 0
+            while not stop.is_set():
+                event_id = f"r{cycle}-{worker}-{n}"
+                n += 1
+                try:
+                    status, _ = daemon.request("POST", "/v1/boards/crash/scores", {
+                        "member": event_id, "delta": 1, "event_id": event_id}, timeout=5)
+                except OSError:
+                    return
+                if status == 200:
+                    with lock:
+                        acked.add(event_id)
+
+        def tcp_load(worker: int, daemon=daemon, stop=stop, lock=lock, cycle=cycle):
+            client = Client("127.0.0.1", daemon.tcp_port, retries=0, timeout=5)
+            n = 0
+            try:
+                while not stop.is_set():
+                    batch = [{"member": f"t{cycle}-{worker}-{n + i}", "delta": 1,
+                              "event_id": f"t{cycle}-{worker}-{n + i}"} for i in range(20)]
+                    n += 20
+                    results = client.submit_many(batch, board="crash")["results"]
+                    with lock:
+                        acked.update(r["event_id"] for r in results if "error" not in r)
+            except (RankdError, OSError):
+                pass
+            finally:
+                client.close()
+
+        threads = [threading.Thread(target=rest_load, args=(w,)) for w in range(4)]
+        threads += [threading.Thread(target=tcp_load, args=(w,)) for w in range(4)]
+        for thread in threads:
+            thread.start()
+        time.sleep(rng.uniform(0.3, 1.0))
+        daemon.process.send_signal(signal.SIGKILL)
+        daemon.process.wait(30)
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        daemon.stop()
+
+    with Daemon(data_dir) as daemon:
+        status, info = daemon.request("GET", "/v1/boards/crash")
+        assert status == 200
+        members = info["members"]["all"]
+        with Client("127.0.0.1", daemon.tcp_port) as client:
+            sample = sorted(acked)
+            ranks = {}
+            for start in range(0, len(sample), 1000):
+                chunk = sample[start:start + 1000]
+                found = client.ranks("crash", chunk)
+                ranks.update({e["member"]: e["score"] for e in found["entries"]})
+    assert len(acked) > 500
+    missing = [event for event in acked if event not in ranks]
+    doubled = [event for event, score in ranks.items() if score != 1.0]
+    assert missing == [], f"{len(missing)} acknowledged submissions lost"
+    assert doubled == [], f"{len(doubled)} submissions applied twice"
+    assert members >= len(acked)
+    assert json.dumps(info)  # the board info survived intact
