@@ -31,8 +31,10 @@ class DedupeTable:
         return entry[1]
 
     def remember(self, event_id: str, expires_at: float, result: tuple) -> None:
-        self._entries[event_id] = (expires_at, result)
-        self._entries.move_to_end(event_id)  # insertion order stays expiry order
+        entries = self._entries
+        if event_id in entries:
+            entries.move_to_end(event_id)  # insertion order stays expiry order
+        entries[event_id] = (expires_at, result)
 
     def expire(self, now: float) -> int:
         """Forget expired entries; return how many."""

@@ -63,6 +63,7 @@ FSYNC_POLICIES = ("always", "everysec", "no")
 ARCHIVE_DEPTH = 1000
 REPLAY_BATCH = 10_000
 _NO_RANK = None
+_SET = int(Op.SET)
 
 
 @dataclass
@@ -343,7 +344,7 @@ class Engine:
                 batch = ops.setdefault(key, [])
                 if window == primary:
                     slot = (key, len(batch))
-                batch.append((Op.SET, member, score, lsn))
+                batch.append((_SET, member, score, lsn))
             if want_ranks and slot is None:
                 # Unchanged in the primary window: a no-op SET of the current
                 # score yields the rank at this point of the sequence.
@@ -353,7 +354,7 @@ class Engine:
                 if current is not None:
                     batch = ops.setdefault(key, [])
                     slot = (key, len(batch))
-                    batch.append((Op.SET, member, current, lsn))
+                    batch.append((_SET, member, current, lsn))
             primary_slots.append(slot)
         results = {key: board.index_for_write(*key).apply_batch(batch)
                    for key, batch in ops.items()}
@@ -515,6 +516,7 @@ class Engine:
 
         updates = []
         primary = (None, None)
+        primary_window = config.primary_window
         for window in config.windows:
             period = period_of(window, ts)
             key = (sub.board, window, period, member)
@@ -527,7 +529,7 @@ class Engine:
             if new != old:
                 updates.append([window, period, new])
                 batch.overlay[key] = new
-            if window == config.primary_window:
+            if window == primary_window:
                 primary = (new, old)
         score, previous = primary
         result = [score, _NO_RANK, previous, bool(updates)]
@@ -874,6 +876,8 @@ def _result(member: str, event_id: str | None, result: Sequence, duplicate: bool
 
 
 def _check_member(member: object) -> str:
+    if type(member) is str and 0 < len(member) <= MAX_MEMBER_BYTES and member.isascii():
+        return member  # the common case, without encoding
     if not isinstance(member, str) or not member:
         raise InvalidInput("member must be a non-empty string")
     try:
@@ -887,6 +891,8 @@ def _check_member(member: object) -> str:
 
 
 def _number(value: object, what: str) -> float:
+    if type(value) is float and math.isfinite(value):
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(f"{what} must be a number")
     if isinstance(value, int) and abs(value) > 2**53:

@@ -34,10 +34,26 @@ def check_window(window: str) -> str:
     return window
 
 
+_DAY_SECONDS = 86400
+_period_cache: dict[tuple[str, int], str] = {}
+
+
 def period_of(window: str, ts: float) -> str:
     """The id of the period of ``window`` that contains ``ts`` (Unix seconds)."""
     if window == "all":
         return "all"
+    # Every period is made of whole UTC days: cache by (window, day number),
+    # since nearly every event falls on one of a handful of days.
+    key = (window, int(ts // _DAY_SECONDS))
+    period = _period_cache.get(key)
+    if period is None:
+        if len(_period_cache) > 4096:
+            _period_cache.clear()
+        period = _period_cache[key] = _period_of_day(window, ts)
+    return period
+
+
+def _period_of_day(window: str, ts: float) -> str:
     day = datetime.fromtimestamp(ts, UTC).date()
     if window == "daily":
         return day.isoformat()
