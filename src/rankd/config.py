@@ -48,6 +48,11 @@ OPTIONS = (
     Option("snapshot_every_seconds", float, 300.0, "snapshot at least this often when busy"),
     Option("dedupe_ttl", float, 86_400.0, "seconds an event_id is remembered"),
     Option("ts_tolerance", float, 300.0, "how far an event timestamp may be from now, seconds"),
+    Option("live_interval", float, 0.25,
+           "seconds between live-feed pushes (changes in between are coalesced)"),
+    Option("live_send_timeout", float, 10.0,
+           "seconds a live subscriber may leave a push unread before it is disconnected"),
+    Option("live_max_per_address", int, 1000, "live-feed connections allowed per client address"),
     Option("log_format", str, "text", "log format", ("text", "json")),
     Option("log_level", str, "info", "log level", ("debug", "info", "warning", "error")),
 )
@@ -67,6 +72,9 @@ class ServerConfig:
     snapshot_every_seconds: float = 300.0
     dedupe_ttl: float = 86_400.0
     ts_tolerance: float = 300.0
+    live_interval: float = 0.25
+    live_send_timeout: float = 10.0
+    live_max_per_address: int = 1000
     log_format: str = "text"
     log_level: str = "info"
 

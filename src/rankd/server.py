@@ -23,6 +23,8 @@ from aiohttp import web
 from rankd import __version__
 from rankd.config import ServerConfig
 from rankd.engine.engine import Engine
+from rankd.frontends.live import LiveFeed
+from rankd.frontends.live_http import add_live_routes
 from rankd.frontends.rest import create_app
 from rankd.frontends.service import Service
 from rankd.frontends.tcp import TcpServer
@@ -73,7 +75,11 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     engine.lock()
     service = Service(engine)
     tcp = TcpServer(service)
-    runner = web.AppRunner(create_app(service), access_log=None,
+    app = create_app(service)
+    add_live_routes(app, LiveFeed(engine, interval=config.live_interval,
+                                  send_timeout=config.live_send_timeout,
+                                  max_per_address=config.live_max_per_address))
+    runner = web.AppRunner(app, access_log=None,
                            shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)

@@ -581,15 +581,16 @@ class Engine:
                 assert assigned == lsn, f"WAL assigned {assigned}, expected {lsn}"
             last = batch[-1][0]
             self._events_since_snapshot += len(batch)
-            changed = {record[1] for _, record in batch}
-            for name in changed:
-                for listener in self.listeners:
-                    listener(name)
             await self.wal.commit(last)
         except WalFailedError as exc:
             self._fail(exc)
             raise ReadOnly(f"the write-ahead log failed ({exc}); rankd accepts no writes "
                            "until it is restarted") from exc
+        # Only now, once durable as promised, may anyone be told (live feed).
+        if self.listeners:
+            for name in {record[1] for _, record in batch}:
+                for listener in self.listeners:
+                    listener(name)
         if self.shipper is not None:
             self.shipper.notify()
         if self._events_since_snapshot >= self.config.snapshot_every_events:

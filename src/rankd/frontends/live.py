@@ -1,0 +1,299 @@
+"""The live feed: top-N and followed members pushed to WebSocket and SSE
+subscribers.
+
+Writes only mark a board *dirty* (an engine listener, O(1)).  A tick every
+``interval`` seconds renders, for each dirty board, each distinct
+``(window, limit)`` that someone watches once, compares a checksum of the
+rendered top-N with what was last pushed, and when it changed serializes
+one message and hands the *same bytes* to every subscriber of that group.
+Followed members are looked up once per tick per ``(window, member)``,
+however many subscribers follow them.  So the cost of a tick grows with
+the number of distinct views, not of subscribers.
+
+Each subscriber has a small bounded queue and its own sender.  A newer
+top-N replaces an older one still queued (it supersedes it); a subscriber
+whose queue stays full is disconnected with close code 4008, so a slow
+reader never slows the others or grows memory without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from rankd.engine.engine import Engine
+from rankd.engine.errors import EngineError, InvalidInput
+from rankd.engine.periods import period_of
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL = 0.25
+MAX_LIMIT = 100
+MAX_FOLLOWS = 100
+MAX_QUEUE = 64
+#: WebSocket close code for a subscriber that cannot keep up.
+CLOSE_TOO_SLOW = 4008
+CLOSE_TOO_MANY = 4029
+
+Send = Callable[[bytes], Any]
+
+
+@dataclass(eq=False)
+class Subscriber:
+    """One WebSocket or SSE connection watching one board and window."""
+
+    board: str
+    window: str
+    limit: int
+    follows: set[str] = field(default_factory=set)
+    queue: collections.deque = field(default_factory=collections.deque)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set when the feed drops the subscriber: (close code, reason).
+    dropped: tuple[int, str] | None = None
+    address: str = ""
+
+    def offer(self, key: str | None, message: bytes) -> bool:
+        """Queue a message; one with the same ``key`` still queued is replaced.
+
+        Returns False when the queue is full (the subscriber is too slow).
+        """
+        if key is not None:
+            for position, (queued_key, _) in enumerate(self.queue):
+                if queued_key == key:
+                    self.queue[position] = (key, message)
+                    return True
+        if len(self.queue) >= MAX_QUEUE:
+            return False
+        self.queue.append((key, message))
+        self.wakeup.set()
+        return True
+
+    async def next_message(self) -> bytes | None:
+        """The next message to send, or None once dropped."""
+        while not self.queue:
+            if self.dropped is not None:
+                return None
+            self.wakeup.clear()
+            await self.wakeup.wait()
+        if self.dropped is not None:
+            return None
+        return self.queue.popleft()[1]
+
+
+@dataclass
+class _View:
+    """What was last pushed for one (board, window, limit)."""
+
+    subscribers: set[Subscriber] = field(default_factory=set)
+    checksum: bytes = b""
+    period: str = ""
+
+
+class LiveFeed:
+    """Coalesces board changes into pushes for subscribers (see module doc)."""
+
+    def __init__(self, engine: Engine, *, interval: float = DEFAULT_INTERVAL,
+                 send_timeout: float = 10.0, max_per_address: int = 1000) -> None:
+        self.engine = engine
+        self.interval = interval
+        #: How long a push may wait for a subscriber's socket before it is dropped.
+        self.send_timeout = send_timeout
+        self.max_per_address = max_per_address
+        self.views: dict[tuple[str, str, int], _View] = {}
+        #: (board, window) -> member -> subscribers following it
+        self.follows: dict[tuple[str, str], dict[str, set[Subscriber]]] = {}
+        #: (board, window, member) -> (score, rank) last pushed
+        self.member_state: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self.per_address: collections.Counter[str] = collections.Counter()
+        self.dirty: set[str] = set()
+        self.ticks = 0
+        self.pushes = 0
+        self._task: asyncio.Task | None = None
+        engine.listeners.append(self._changed)
+
+    def _changed(self, board: str) -> None:
+        self.dirty.add(board)
+
+    # --- life cycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="rankd-live")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for view in self.views.values():
+            for subscriber in view.subscribers:
+                self._drop(subscriber, 1001, "server shutting down")
+
+    async def _run(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                self.tick()
+            except Exception:
+                log.exception("live feed tick failed")
+            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+
+    # --- subscriptions -----------------------------------------------------------------
+
+    def subscribe(self, board: str, window: str | None, limit: int, members: list[str],
+                  address: str = "") -> Subscriber:
+        """Register a subscriber and queue its initial snapshot.
+
+        Raises ``EngineError`` for a bad board, window, limit or member list.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}")
+        _, window, _ = self.engine.read_version(board, window, None)
+        if self.per_address[address] >= self.max_per_address:
+            raise TooManyConnections(f"at most {self.max_per_address} live connections "
+                                     "per client address")
+        subscriber = Subscriber(board, window, limit, address=address)
+        self.follow(subscriber, members)
+        self.per_address[address] += 1
+        view = self.views.setdefault((board, window, limit), _View())
+        view.subscribers.add(subscriber)
+        top, checksum, period = self._render_top(board, window, limit)
+        if not view.checksum:
+            view.checksum, view.period = checksum, period
+        subscriber.offer("top", top)
+        for member in subscriber.follows:
+            subscriber.offer(None, self._render_member(board, window, member)[0])
+        return subscriber
+
+    def follow(self, subscriber: Subscriber, members: object) -> list[str]:
+        """Follow more members (validated); returns those added."""
+        if not isinstance(members, list) or not all(
+                isinstance(m, str) and 0 < len(m) <= 256 for m in members):
+            raise InvalidInput("members must be a list of member names")
+        added = [m for m in dict.fromkeys(members) if m not in subscriber.follows]
+        if len(subscriber.follows) + len(added) > MAX_FOLLOWS:
+            raise InvalidInput(f"a connection follows at most {MAX_FOLLOWS} members")
+        followers = self.follows.setdefault((subscriber.board, subscriber.window), {})
+        for member in added:
+            subscriber.follows.add(member)
+            followers.setdefault(member, set()).add(subscriber)
+        return added
+
+    def unfollow(self, subscriber: Subscriber, members: object) -> None:
+        if not isinstance(members, list):
+            raise InvalidInput("members must be a list of member names")
+        followers = self.follows.get((subscriber.board, subscriber.window), {})
+        for member in members:
+            if member in subscriber.follows:
+                subscriber.follows.discard(member)
+                watching = followers.get(member)
+                if watching is not None:
+                    watching.discard(subscriber)
+                    if not watching:
+                        del followers[member]
+                        self.member_state.pop((subscriber.board, subscriber.window, member),
+                                              None)
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        key = (subscriber.board, subscriber.window, subscriber.limit)
+        view = self.views.get(key)
+        if view is not None and subscriber in view.subscribers:
+            view.subscribers.discard(subscriber)
+            self.per_address[subscriber.address] -= 1
+            if self.per_address[subscriber.address] <= 0:
+                del self.per_address[subscriber.address]
+            if not view.subscribers:
+                del self.views[key]
+        self.unfollow(subscriber, list(subscriber.follows))
+        subscriber.dropped = subscriber.dropped or (1000, "unsubscribed")
+        subscriber.wakeup.set()
+
+    def _drop(self, subscriber: Subscriber, code: int, reason: str) -> None:
+        subscriber.dropped = (code, reason)
+        subscriber.queue.clear()
+        subscriber.wakeup.set()
+
+    # --- rendering ----------------------------------------------------------------------
+
+    def _render_top(self, board: str, window: str, limit: int) -> tuple[bytes, bytes, str]:
+        page = self.engine.top(board, window=window, limit=limit)
+        top = page["entries"]
+        checksum = hashlib.blake2b(orjson.dumps([page["period"], top]), digest_size=16).digest()
+        message = orjson.dumps({"type": "leaderboard.updated", "board": board, "window": window,
+                                "period": page["period"], "version": page["version"],
+                                "top": top, "ts": time.time()})
+        return message, checksum, page["period"]
+
+    def _render_member(self, board: str, window: str, member: str
+                       ) -> tuple[bytes, tuple[Any, Any]]:
+        standing = self.engine.standing(board, member, window=window)
+        state = (None, None) if standing is None else (standing["score"], standing["rank"])
+        version = self.engine.read_version(board, window, None)[0]
+        message = orjson.dumps({"type": "user.rank.updated", "board": board, "window": window,
+                                "member": member, "score": state[0], "rank": state[1],
+                                "version": version, "ts": time.time()})
+        return message, state
+
+    def tick(self) -> None:
+        """Push what changed since the last tick (called every ``interval``)."""
+        self.ticks += 1
+        dirty, self.dirty = self.dirty, set()
+        now = self.engine.clock()
+        for (board, window, limit), view in list(self.views.items()):
+            if board not in self.engine.boards:
+                for subscriber in list(view.subscribers):
+                    self._drop(subscriber, 4004, "the board was deleted")
+                continue
+            rolled = window != "all" and period_of(window, now) != view.period
+            if board not in dirty and not rolled:
+                continue
+            message, checksum, period = self._render_top(board, window, limit)
+            if checksum == view.checksum:
+                continue  # something changed, but not what these subscribers see
+            view.checksum, view.period = checksum, period
+            self._fan_out(view.subscribers, "top", message)
+        for (board, window), followers in list(self.follows.items()):
+            if board not in dirty or board not in self.engine.boards:
+                continue
+            for member, subscribers in list(followers.items()):
+                message, state = self._render_member(board, window, member)
+                key = (board, window, member)
+                if self.member_state.get(key) == state:
+                    continue
+                self.member_state[key] = state
+                self._fan_out(subscribers, None, message)
+
+    def _fan_out(self, subscribers: set[Subscriber], key: str | None, message: bytes) -> None:
+        for subscriber in list(subscribers):
+            if subscriber.dropped is None and not subscriber.offer(key, message):
+                log.info("live subscriber at %s too slow: disconnecting", subscriber.address)
+                self._drop(subscriber, CLOSE_TOO_SLOW, "subscriber too slow")
+            else:
+                self.pushes += 1
+
+
+class TooManyConnections(EngineError):
+    code = "too_many_connections"
+
+
+def parse_client_message(data: str) -> tuple[str, Any]:
+    """``(action, members)`` of a subscriber's message, or ``InvalidInput``."""
+    try:
+        message = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise InvalidInput("messages are JSON objects") from None
+    if not isinstance(message, dict) or set(message) != {"action", "members"}:
+        raise InvalidInput('a message is {"action": "follow"|"unfollow", "members": [...]}')
+    if message["action"] not in ("follow", "unfollow"):
+        raise InvalidInput("action must be follow or unfollow")
+    return message["action"], message["members"]

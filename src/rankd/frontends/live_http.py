@@ -1,0 +1,188 @@
+"""HTTP endpoints of the live feed: WebSocket, SSE, and the live page.
+
+``GET /v1/boards/{board}/live``   WebSocket (query: window, limit, members)
+``GET /v1/boards/{board}/events`` Server-Sent Events, same events and query
+``GET /``                         the live leaderboard page (static files)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket as socket_module
+from importlib import resources
+
+from aiohttp import WSMsgType, web
+
+from rankd.engine.errors import EngineError
+from rankd.frontends.live import CLOSE_TOO_SLOW, LiveFeed, Subscriber, parse_client_message
+from rankd.frontends.rest import RequestError
+
+log = logging.getLogger(__name__)
+
+FEED = web.AppKey("live_feed", LiveFeed)
+HEARTBEAT_SECONDS = 20.0
+SSE_KEEPALIVE_SECONDS = 15.0
+SEND_BUFFER_BYTES = 128 * 1024
+
+routes = web.RouteTableDef()
+
+
+def _subscription(request: web.Request) -> tuple[str | None, int, list[str]]:
+    query = request.query
+    unknown = sorted(set(query) - {"window", "limit", "members"})
+    if unknown:
+        raise RequestError(f"unknown query parameter(s): {', '.join(unknown)}")
+    try:
+        limit = int(query.get("limit", "10"))
+    except ValueError:
+        raise RequestError("query parameter 'limit': expected an integer") from None
+    members = [m for m in query.get("members", "").split(",") if m]
+    return query.get("window") or None, limit, members
+
+
+def _subscribe(request: web.Request) -> Subscriber:
+    window, limit, members = _subscription(request)
+    feed = request.app[FEED]
+    return feed.subscribe(request.match_info["board"], window, limit, members,
+                          address=request.remote or "")
+
+
+@routes.get("/v1/boards/{board}/live")
+async def live_socket(request: web.Request) -> web.StreamResponse:
+    subscriber = _subscribe(request)  # errors answer as plain HTTP, before the upgrade
+    feed = request.app[FEED]
+    socket = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS, max_msg_size=64 * 1024)
+    _bound_send_buffer(request)
+    await socket.prepare(request)
+    sender = asyncio.get_running_loop().create_task(
+        _send_loop(socket, request.transport, subscriber, feed.send_timeout))
+    try:
+        async for message in socket:
+            if message.type != WSMsgType.TEXT:
+                await socket.send_json({"type": "error", "code": "invalid",
+                                        "message": "send JSON text messages"})
+                continue
+            try:
+                action, members = parse_client_message(message.data)
+                if action == "follow":
+                    for member in feed.follow(subscriber, members):
+                        subscriber.offer(None, feed._render_member(
+                            subscriber.board, subscriber.window, member)[0])
+                else:
+                    feed.unfollow(subscriber, members)
+            except EngineError as exc:
+                await socket.send_json({"type": "error", **exc.to_dict()})
+    finally:
+        feed.unsubscribe(subscriber)
+        sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sender
+    return socket
+
+
+def _bound_send_buffer(request: web.Request) -> None:
+    """Cap the kernel's send buffer of a long-lived push connection.
+
+    Autotuning would let each subscriber park megabytes in the kernel, and a
+    reader that stopped reading would go unnoticed for that long.
+    """
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket_module.SOL_SOCKET, socket_module.SO_SNDBUF, SEND_BUFFER_BYTES)
+
+
+async def _send_loop(socket: web.WebSocketResponse, transport: asyncio.Transport | None,
+                     subscriber: Subscriber, send_timeout: float) -> None:
+    while True:
+        message = await subscriber.next_message()
+        if message is None:
+            code, reason = subscriber.dropped or (1000, "")
+            await socket.close(code=code, message=reason.encode())
+            return
+        try:
+            await asyncio.wait_for(socket.send_str(message.decode()), send_timeout)
+        except (TimeoutError, ConnectionResetError):
+            log.info("live subscriber at %s too slow: disconnecting", subscriber.address)
+            subscriber.dropped = (CLOSE_TOO_SLOW, "subscriber too slow")
+            # The close frame cannot get through a full buffer: do not wait for it.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(socket.close(code=CLOSE_TOO_SLOW,
+                                                    message=b"subscriber too slow"), 1)
+            if transport is not None:
+                transport.abort()
+            return
+
+
+@routes.get("/v1/boards/{board}/events")
+async def live_events(request: web.Request) -> web.StreamResponse:
+    subscriber = _subscribe(request)
+    feed = request.app[FEED]
+    _bound_send_buffer(request)
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no"})
+    try:
+        await response.prepare(request)
+        while True:
+            try:
+                message = await asyncio.wait_for(subscriber.next_message(),
+                                                 SSE_KEEPALIVE_SECONDS)
+            except TimeoutError:
+                await response.write(b": keep-alive\n\n")
+                continue
+            if message is None:
+                code, reason = subscriber.dropped or (1000, "")
+                await response.write(f"event: closed\ndata: {code} {reason}\n\n".encode())
+                break
+            kind = b"leaderboard.updated" if message.startswith(
+                b'{"type":"leaderboard') else b"user.rank.updated"
+            await asyncio.wait_for(response.write(b"event: " + kind + b"\ndata: " + message
+                                                  + b"\n\n"), feed.send_timeout)
+    except (ConnectionResetError, TimeoutError):
+        pass
+    finally:
+        feed.unsubscribe(subscriber)
+    return response
+
+
+def _static(name: str) -> bytes:
+    return resources.files("rankd.frontends").joinpath("static", name).read_bytes()
+
+
+_CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+
+
+@routes.get("/")
+async def page(request: web.Request) -> web.Response:
+    return web.Response(body=_static("index.html"), content_type="text/html", charset="utf-8")
+
+
+@routes.get("/static/{name}")
+async def static_file(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    suffix = name[name.rfind("."):] if "." in name else ""
+    if "/" in name or suffix not in _CONTENT_TYPES:
+        raise web.HTTPNotFound()
+    try:
+        body = _static(name)
+    except FileNotFoundError:
+        raise web.HTTPNotFound() from None
+    return web.Response(body=body, content_type=_CONTENT_TYPES[suffix], charset="utf-8")
+
+
+def add_live_routes(app: web.Application, feed: LiveFeed) -> None:
+    """Mount the live feed and the page on ``app``; start/stop the feed with it."""
+    app[FEED] = feed
+    app.add_routes(routes)
+
+    async def on_startup(_: web.Application) -> None:
+        feed.start()
+
+    async def on_cleanup(_: web.Application) -> None:
+        await feed.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_cleanup)

@@ -1,0 +1,247 @@
+"""The live feed against the real daemon: snapshots, coalescing, follows,
+versions, rollover-free windows, slow consumers, malformed messages, SSE."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import socket
+import time
+
+import aiohttp
+import pytest
+
+from daemon import Daemon
+from rankd.client import AsyncClient
+
+INTERVAL = 0.2
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    with Daemon(tmp_path_factory.mktemp("live") / "data", "--live-interval", str(INTERVAL),
+                "--live-send-timeout", "1.5", "--fsync", "no") as running:
+        yield running
+
+
+def ws_url(daemon: Daemon, board: str, query: str = "") -> str:
+    return f"ws://127.0.0.1:{daemon.port}/v1/boards/{board}/live{query}"
+
+
+async def receive(ws: aiohttp.ClientWebSocketResponse, timeout: float = 3.0) -> dict:
+    message = await ws.receive(timeout=timeout)
+    assert message.type == aiohttp.WSMsgType.TEXT, message
+    return json.loads(message.data)
+
+
+async def quiet(ws: aiohttp.ClientWebSocketResponse, seconds: float) -> list[dict]:
+    """Everything received within ``seconds``."""
+    got = []
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            got.append(await receive(ws, left))
+        except TimeoutError:
+            break
+    return got
+
+
+async def new_board(client: AsyncClient, name: str, **config) -> None:
+    await client.put_board(name, {"policy": "sum", **config})
+
+
+def run_with_client(daemon: Daemon, scenario):
+    async def main():
+        async with AsyncClient("127.0.0.1", daemon.tcp_port) as client, \
+                aiohttp.ClientSession() as session:
+            return await scenario(client, session)
+
+    return asyncio.run(main())
+
+
+def test_snapshot_on_connect_then_coalesced_pushes(daemon):
+    async def scenario(client, session):
+        await new_board(client, "coal")
+        await client.submit_many([{"member": f"p{i}", "delta": i} for i in range(1, 6)],
+                                 board="coal")
+        async with session.ws_connect(ws_url(daemon, "coal", "?limit=3&members=p1")) as ws:
+            first = await receive(ws)
+            follow = await receive(ws)
+            # One batch of 50 submissions: one push with the final state.
+            await client.submit_many([{"member": f"p{i % 5 + 1}", "delta": 1}
+                                      for i in range(50)], board="coal")
+            pushes = await quiet(ws, INTERVAL * 4)
+            # 20 separate pipelined submissions, all well inside a couple of intervals.
+            await asyncio.gather(*(client.submit("coal", "p1", delta=1) for _ in range(20)))
+            more = await quiet(ws, INTERVAL * 4)
+            final = await client.top("coal", limit=3)
+            return first, follow, pushes, more, final
+
+    first, follow, pushes, more, final = run_with_client(daemon, scenario)
+    assert first["type"] == "leaderboard.updated"
+    assert [e["member"] for e in first["top"]] == ["p5", "p4", "p3"]
+    assert (first["board"], first["window"], first["period"]) == ("coal", "all", "all")
+    assert follow == {**follow, "type": "user.rank.updated", "member": "p1", "rank": 5,
+                      "score": 1.0}
+    tops = [m for m in pushes if m["type"] == "leaderboard.updated"]
+    assert len(tops) == 1
+    assert [e["score"] for e in tops[0]["top"]] == [15.0, 14.0, 13.0]
+    member_pushes = [m for m in pushes if m["type"] == "user.rank.updated"]
+    assert len(member_pushes) == 1 and member_pushes[0]["score"] == 11.0
+    more_tops = [m for m in more if m["type"] == "leaderboard.updated"]
+    assert 1 <= len(more_tops) <= 2  # 20 writes may straddle one tick boundary
+    assert more_tops[-1]["top"] == final["entries"]
+    versions = [m["version"] for m in [first, follow, *pushes, *more]]
+    assert versions == sorted(versions)
+
+
+def test_no_push_when_the_visible_top_did_not_change(daemon):
+    async def scenario(client, session):
+        await new_board(client, "still")
+        await client.submit_many([{"member": f"p{i}", "delta": 100 - i} for i in range(10)],
+                                 board="still")
+        async with session.ws_connect(ws_url(daemon, "still", "?limit=3")) as ws:
+            await receive(ws)
+            await client.submit("still", "p9", delta=1)  # rank 10 -> still outside the top 3
+            unchanged = await quiet(ws, INTERVAL * 4)
+            await client.submit("still", "p9", delta=50)
+            changed = await quiet(ws, INTERVAL * 4)
+            return unchanged, changed
+
+    unchanged, changed = run_with_client(daemon, scenario)
+    assert unchanged == []
+    assert len(changed) == 1 and changed[0]["top"][0]["member"] == "p9"
+
+
+def test_follow_and_unfollow_over_the_socket_and_malformed_messages(daemon):
+    async def scenario(client, session):
+        await new_board(client, "fol")
+        await client.submit("fol", "ann", delta=5)
+        async with session.ws_connect(ws_url(daemon, "fol")) as ws:
+            await receive(ws)
+            await ws.send_str(json.dumps({"action": "follow", "members": ["ann", "bob"]}))
+            initial = [await receive(ws), await receive(ws)]
+            await ws.send_str("not json")
+            bad_json = await receive(ws)
+            await ws.send_str(json.dumps({"action": "dance", "members": []}))
+            bad_action = await receive(ws)
+            await ws.send_bytes(b"\x00\x01")
+            bad_type = await receive(ws)
+            await ws.send_str(json.dumps({"action": "unfollow", "members": ["ann"]}))
+            await asyncio.sleep(0.05)
+            await client.submit("fol", "bob", delta=7)
+            await client.submit("fol", "ann", delta=1)
+            later = await quiet(ws, INTERVAL * 4)
+            return initial, bad_json, bad_action, bad_type, later
+
+    initial, bad_json, bad_action, bad_type, later = run_with_client(daemon, scenario)
+    assert {(m["member"], m["rank"]) for m in initial} == {("ann", 1), ("bob", None)}
+    for error in (bad_json, bad_action, bad_type):
+        assert error["type"] == "error" and error["code"] == "invalid" and error["message"]
+    member_updates = [m for m in later if m["type"] == "user.rank.updated"]
+    assert [(m["member"], m["rank"]) for m in member_updates] == [("bob", 1)]
+
+
+def test_bad_subscriptions_are_refused_before_the_upgrade(daemon):
+    async def scenario(client, session):
+        await new_board(client, "refuse")
+        answers = []
+        for query in ("?limit=0", "?limit=x", "?window=hourly", "?color=red"):
+            async with session.get(f"http://127.0.0.1:{daemon.port}/v1/boards/refuse/live"
+                                   f"{query}") as response:
+                answers.append((response.status, (await response.json())["error"]["code"]))
+        async with session.get(f"http://127.0.0.1:{daemon.port}/v1/boards/none/live") as r:
+            answers.append((r.status, (await r.json())["error"]["code"]))
+        return answers
+
+    answers = run_with_client(daemon, scenario)
+    assert [status for status, _ in answers] == [422, 400, 422, 400, 404]
+
+
+def _silent_websocket(port: int, path: str) -> socket.socket:
+    """A WebSocket client that upgrades and then never reads."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                  "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+    return sock
+
+
+def test_a_slow_subscriber_is_dropped_and_others_keep_receiving(daemon):
+    async def scenario(client, session):
+        await new_board(client, "slow")
+        names = [f"{i:03d}-" + "x" * 200 for i in range(100)]
+        await client.submit_many([{"member": n, "delta": 1} for n in names], board="slow")
+        silent = _silent_websocket(daemon.port, "/v1/boards/slow/live?limit=100")
+        delays = []
+        async with session.ws_connect(ws_url(daemon, "slow", "?limit=100")) as ws:
+            await receive(ws)
+            for round_ in range(40):  # ~8 s of a changing top-100 with 25 KB messages
+                sent = time.monotonic()
+                await client.submit_many([{"member": n, "delta": 1 + (i + round_) % 7}
+                                          for i, n in enumerate(names)], board="slow")
+                message = await receive(ws, timeout=5)
+                delays.append(time.monotonic() - sent)
+                assert message["type"] == "leaderboard.updated"
+        silent.settimeout(10)
+        closed = False
+        try:
+            while silent.recv(1 << 20):
+                pass
+            closed = True  # end of stream: the server hung up on it
+        except ConnectionResetError:
+            closed = True
+        except TimeoutError:
+            pass
+        silent.close()
+        return delays, closed
+
+    delays, closed = run_with_client(daemon, scenario)
+    assert max(delays) < 2.0  # the silent one never held the others back
+    assert closed
+    assert "too slow" in daemon.log()
+
+
+def test_server_sent_events_carry_the_same_events(daemon):
+    async def scenario(client, session):
+        await new_board(client, "sse")
+        await client.submit("sse", "ann", delta=3)
+        url = f"http://127.0.0.1:{daemon.port}/v1/boards/sse/events?limit=5&members=ann"
+        async with session.get(url) as response:
+            content_type = response.headers["Content-Type"]
+            events = []
+            await client.submit("sse", "ann", delta=1)
+            while len(events) < 4:
+                line = (await asyncio.wait_for(response.content.readline(), 5)).decode()
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+            return content_type, events
+
+    content_type, events = run_with_client(daemon, scenario)
+    assert content_type.startswith("text/event-stream")
+    assert [e["type"] for e in events[:2]] == ["leaderboard.updated", "user.rank.updated"]
+    assert {e["type"] for e in events[2:]} == {"leaderboard.updated", "user.rank.updated"}
+    assert events[2]["top"][0]["score"] == 4.0 or events[3]["top"][0]["score"] == 4.0
+
+
+def test_the_page_and_its_assets_are_served(daemon):
+    async def scenario(client, session):
+        answers = {}
+        for path in ("/", "/static/app.js", "/static/style.css", "/static/missing.js",
+                     "/static/..%2Fserver.py"):
+            async with session.get(f"http://127.0.0.1:{daemon.port}{path}") as response:
+                answers[path] = (response.status, response.content_type, await response.text())
+        return answers
+
+    answers = run_with_client(daemon, scenario)
+    assert answers["/"][:2] == (200, "text/html") and "rankd" in answers["/"][2]
+    assert answers["/static/app.js"][:2] == (200, "text/javascript")
+    assert answers["/static/style.css"][:2] == (200, "text/css")
+    assert answers["/static/missing.js"][0] == 404
+    assert answers["/static/..%2Fserver.py"][0] == 404
+    assert "http://" not in answers["/"][2] and "https://" not in answers["/"][2]
