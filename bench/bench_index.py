@@ -73,6 +73,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -105,8 +106,7 @@ def make_dataset(n: int) -> tuple[list[str], list[int]]:
 
 def pick(members: Sequence[str], count: int, seed: int) -> list[str]:
     """``count`` random existing members, drawn before any clock starts."""
-    rng = random.Random(seed)
-    return [members[rng.randrange(len(members))] for _ in range(count)]
+    return random.Random(seed).choices(members, k=count)
 
 
 def rss_bytes() -> int:
@@ -143,48 +143,53 @@ def load_index(cls: type, members: list[str], scores: list[int]) -> tuple[Any, f
     return index, elapsed
 
 
-def time_rate(func: Callable[[], int], repeats: int) -> float:
-    """Median of ``items / seconds`` over ``repeats`` runs of ``func`` (which
-    returns how many items it processed)."""
+Touches = list[list[str]]
+"""One list of random members per repeat, so no repeat reads a cache warmed by the last."""
+Bench = Callable[[int], int]
+"""Runs repeat number ``i`` and returns how many items it processed."""
+
+
+def time_rate(func: Bench, repeats: int) -> float:
+    """Median of ``items / seconds`` over ``repeats`` runs of ``func``."""
     rates = []
-    for _ in range(repeats):
+    for i in range(repeats):
         t0 = time.perf_counter()
-        items = func()
+        items = func(i)
         rates.append(items / (time.perf_counter() - t0))
     return statistics.median(rates)
 
 
-def bench_incr_rank(index: Any, touch: list[str]) -> Callable[[], int]:
+def bench_incr_rank(index: Any, touches: Touches) -> Bench:
     incr, rank = index.incr, index.rank
 
-    def run() -> int:
-        for member in touch:
+    def run(i: int) -> int:
+        for member in touches[i]:
             incr(member, 1)
             rank(member)
-        return len(touch)
+        return len(touches[i])
 
     return run
 
 
-def bench_incr_batch(index: Any, touch: list[str]) -> Callable[[], int]:
+def bench_incr_batch(index: Any, touches: Touches) -> Bench:
     from rankd.index import Op
 
-    batches = [[(Op.INCR, m, 1.0) for m in touch[i : i + INCR_BATCH]]
-               for i in range(0, len(touch), INCR_BATCH)]
+    batches = [[[(Op.INCR, m, 1.0) for m in touch[j : j + INCR_BATCH]]
+                for j in range(0, len(touch), INCR_BATCH)] for touch in touches]
     apply_batch = index.apply_batch
 
-    def run() -> int:
-        for batch in batches:
+    def run(i: int) -> int:
+        for batch in batches[i]:
             apply_batch(batch)
-        return len(touch)
+        return len(touches[i])
 
     return run
 
 
-def bench_top10(index: Any, calls: int) -> Callable[[], int]:
+def bench_top10(index: Any, calls: int) -> Bench:
     range_by_rank = index.range_by_rank
 
-    def run() -> int:
+    def run(_: int) -> int:
         for _ in range(calls):
             range_by_rank(0, 10)
         return calls
@@ -192,36 +197,37 @@ def bench_top10(index: Any, calls: int) -> Callable[[], int]:
     return run
 
 
-def bench_rank(index: Any, touch: list[str]) -> Callable[[], int]:
+def bench_rank(index: Any, touches: Touches) -> Bench:
     rank = index.rank
 
-    def run() -> int:
-        for member in touch:
+    def run(i: int) -> int:
+        for member in touches[i]:
             rank(member)
-        return len(touch)
+        return len(touches[i])
 
     return run
 
 
-def bench_around(index: Any, touch: list[str]) -> Callable[[], int]:
+def bench_around(index: Any, touches: Touches) -> Bench:
     around = index.around
 
-    def run() -> int:
-        for member in touch:
+    def run(i: int) -> int:
+        for member in touches[i]:
             around(member, 5, 5)
-        return len(touch)
+        return len(touches[i])
 
     return run
 
 
-def bench_ranks(index: Any, touch: list[str]) -> Callable[[], int]:
-    groups = [touch[i : i + RANKS_BATCH] for i in range(0, len(touch), RANKS_BATCH)]
+def bench_ranks(index: Any, touches: Touches) -> Bench:
+    groups = [[touch[j : j + RANKS_BATCH] for j in range(0, len(touch), RANKS_BATCH)]
+              for touch in touches]
     ranks = index.ranks
 
-    def run() -> int:
-        for group in groups:
+    def run(i: int) -> int:
+        for group in groups[i]:
             ranks(group)
-        return sum(len(g) for g in groups)
+        return len(touches[i])
 
     return run
 
@@ -251,17 +257,18 @@ def worker_class(impl: str) -> type:
     return RankIndex
 
 
-def run_worker(impl: str, n: int, ops: int, repeats: int) -> Results:
+def run_worker(impl: str, n: int, ops: int, repeats: int, load_repeats: int) -> Results:
     """Every rankd figure for one implementation; runs in its own process."""
     cls = worker_class(impl)
     members, scores = make_dataset(n)
-    touch = pick(members, ops, SEED + 1)
+    touches = {name: [pick(members, ops, SEED + 100 * k + i) for i in range(repeats)]
+               for k, name in enumerate(TOUCHING, start=1)}
     gc.collect()
     baseline = rss_bytes()
     index, first_load = load_index(cls, members, scores)
     grown = rss_bytes() - baseline
     loads = [first_load]
-    for _ in range(repeats - 1):
+    for _ in range(load_repeats - 1):
         del index
         gc.collect()
         index, seconds = load_index(cls, members, scores)
@@ -274,25 +281,34 @@ def run_worker(impl: str, n: int, ops: int, repeats: int) -> Results:
         "str_b": str_block_bytes(members) if impl == "python" else 0.0,
         "ops": ops,
         "members": n,
+        "load_repeats": load_repeats,
     }
-    res.update(run_timed(index, touch, ops, repeats))
+    res.update(run_timed(index, touches, ops, repeats))
     res["dump_s"], res["load2_s"], res["dump_bytes"] = time_dump_load(cls, index, repeats)
     return res
 
 
-def run_timed(index: Any, touch: list[str], ops: int, repeats: int) -> Results:
-    """The per-operation throughput figures, each the median of ``repeats``."""
-    benches: dict[str, Callable[[], int]] = {
-        "incr_rank": bench_incr_rank(index, touch),
-        "incr_batch": bench_incr_batch(index, touch),
+TOUCHING = ("incr_rank", "incr_batch", "rank", "around", "ranks")
+
+
+def run_timed(index: Any, touches: dict[str, Touches], ops: int, repeats: int) -> Results:
+    """The per-operation throughput figures, each the median of ``repeats``.
+
+    Every input (member lists, batches) is built here, before any clock starts.
+    """
+    benches: dict[str, Bench] = {
+        "incr_rank": bench_incr_rank(index, touches["incr_rank"]),
+        "incr_batch": bench_incr_batch(index, touches["incr_batch"]),
         "top10": bench_top10(index, ops),
-        "rank": bench_rank(index, touch),
-        "around": bench_around(index, touch),
-        "ranks": bench_ranks(index, touch),
+        "rank": bench_rank(index, touches["rank"]),
+        "around": bench_around(index, touches["around"]),
+        "ranks": bench_ranks(index, touches["ranks"]),
     }
     out: Results = {}
     for name, func in benches.items():
+        t0 = time.perf_counter()
         out[name] = time_rate(func, repeats)
+        log(f"    {name}: {time.perf_counter() - t0:.1f} s")
     return out
 
 
@@ -487,7 +503,7 @@ REDIS_BENCHES = (
     RedisBench("rank", ("ZREVRANK", REDIS_KEY, RAND)),
     RedisBench("around", (RAND,), script=LUA_AROUND),
     RedisBench("ranks", (RAND,) * RANKS_BATCH, script=LUA_RANKS,
-               items_per_request=RANKS_BATCH, requests_divisor=10),
+               items_per_request=RANKS_BATCH, requests_divisor=50),
 )
 
 
@@ -502,7 +518,7 @@ def redis_benchmark(port: int, n: int, requests: int, pipeline: int, argv: Seque
     raise RuntimeError(f"no figure in redis-benchmark output: {out!r}")
 
 
-def run_redis(n: int, ops: int, repeats: int) -> Results:
+def run_redis(n: int, ops: int, p1_ops: int, repeats: int) -> Results:
     """Every Redis figure, against a private server that is stopped afterwards."""
     res: Results = {}
     with redis_server() as port:
@@ -514,15 +530,16 @@ def run_redis(n: int, ops: int, repeats: int) -> Results:
             res["mem_b"] = (used_memory(client) - before) / n
             log(f"  redis: loaded {n:,} members, {res['load_s']:.2f} s")
             res["dump_s"], res["load2_s"], res["dump_bytes"] = redis_dump_restore(client, repeats)
-            for pipeline in (1, REDIS_PIPELINE):
+            for pipeline, total in ((1, p1_ops), (REDIS_PIPELINE, ops)):
+                t0 = time.perf_counter()
                 for bench in REDIS_BENCHES:
-                    requests = max(ops // bench.requests_divisor, 100)
+                    requests = max(total // bench.requests_divisor, 100)
                     argv = bench.argv(client)
                     rps = statistics.median(
                         redis_benchmark(port, n, requests, pipeline, argv)
                         for _ in range(repeats))
                     res[f"{bench.key}_p{pipeline}"] = rps * bench.items_per_request
-                log(f"  redis: redis-benchmark -P {pipeline} done")
+                log(f"  redis: redis-benchmark -P {pipeline}: {time.perf_counter() - t0:.1f} s")
             res["zcard_after"] = client.call("ZCARD", REDIS_KEY)
         finally:
             client.close()
@@ -610,6 +627,15 @@ def cpu_model() -> str:
     return platform.processor() or "?"
 
 
+def load_average() -> str:
+    """The 1-minute load average: other jobs on a shared machine skew every figure."""
+    try:
+        with open("/proc/loadavg") as f:
+            return f.read().split()[0]
+    except OSError:
+        return "?"
+
+
 def machine_info() -> str:
     import rankd
     import rankd.index
@@ -645,17 +671,27 @@ def notes(args: argparse.Namespace, fallback: Results | None, redis: Results | N
     ]
     if fallback:
         lines.append(
-            f"* fallback: {fallback['members']:,} members, {fallback['ops']:,} ops per figure. "
-            f"Its memory figure excludes the member str objects it references, which this "
+            f"* fallback: {fallback['members']:,} members, {fallback['ops']:,} ops per figure "
+            f"(fewer, to keep the run short), bulk load timed over "
+            f"{fallback['load_repeats']} load(s). Its memory figure excludes the member str "
+            "objects it references, which this "
             f"benchmark's own list also holds (about {fallback['str_b']:.0f} B/member more "
             "when the index alone owns them); the native index copies member bytes into its "
             "own nodes, so its figure includes them.")
     if redis:
+        ranks_div = REDIS_BENCHES[-1].requests_divisor
+        lines.append(
+            f"* redis requests per redis-benchmark run: {args.redis_unpipelined_ops:,} at P=1, "
+            f"{args.ops:,} at P={REDIS_PIPELINE} (ranks(100): those / {ranks_div}, at "
+            "least 100), "
+            f"-c {REDIS_CLIENTS}, -r {args.members:,}.")
         lines.append(
             f"* redis {redis['version']}: ZCARD after all benchmarks = {redis['zcard_after']:,} "
             f"(expected {args.members:,}: every command hit an existing member). Ties in "
             "ZREVRANK/ZREVRANGE are ordered by member, not by arrival.")
-    return "\n".join(lines)
+    wrapped = [textwrap.fill(line, 100, subsequent_indent="  ", break_on_hyphens=False)
+               for line in lines]
+    return "\n".join(wrapped)
 
 
 # --- driver --------------------------------------------------------------------------------
@@ -665,10 +701,10 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def spawn_worker(impl: str, n: int, ops: int, repeats: int) -> Results:
+def spawn_worker(impl: str, n: int, ops: int, repeats: int, load_repeats: int) -> Results:
     """Run one rankd implementation in a fresh interpreter and collect its JSON figures."""
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, "--members", str(n),
-           "--ops", str(ops), "--repeats", str(repeats)]
+           "--ops", str(ops), "--repeats", str(repeats), "--load-repeats", str(load_repeats)]
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -683,11 +719,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="board size for the fallback (default: --members)")
     p.add_argument("--fallback-ops", type=int, default=None,
                    help="operations per figure for the fallback (default: --ops / 4)")
+    p.add_argument("--fallback-load-repeats", type=int, default=1,
+                   help="bulk loads of the fallback board (default 1: ~30 s each at 1M)")
+    p.add_argument("--redis-unpipelined-ops", type=int, default=None,
+                   help="requests per unpipelined redis-benchmark run (default: --ops / 4)")
     p.add_argument("--no-redis", action="store_true", help="skip Redis")
     p.add_argument("--no-fallback", action="store_true", help="skip the pure-Python fallback")
     p.add_argument("--quick", action="store_true",
                    help=f"smoke run: {QUICK['members']:,} members, {QUICK['ops']:,} ops, 1 repeat")
     p.add_argument("--worker", choices=("native", "python"), help=argparse.SUPPRESS)
+    p.add_argument("--load-repeats", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     defaults = QUICK if args.quick else {"members": 1_000_000, "ops": 200_000, "repeats": 3}
     for name, value in defaults.items():
@@ -697,7 +738,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.fallback_members = args.members
     if args.fallback_ops is None:
         args.fallback_ops = max(args.ops // 4, 100)
-    if min(args.members, args.ops, args.repeats, args.fallback_members, args.fallback_ops) < 1:
+    if args.redis_unpipelined_ops is None:
+        args.redis_unpipelined_ops = max(args.ops // 4, 100)
+    if args.load_repeats is None:
+        args.load_repeats = args.repeats
+    if args.quick:
+        args.fallback_load_repeats = min(args.fallback_load_repeats, args.repeats)
+    sizes = (args.members, args.ops, args.repeats, args.fallback_members, args.fallback_ops,
+             args.fallback_load_repeats, args.redis_unpipelined_ops, args.load_repeats)
+    if min(sizes) < 1:
         p.error("sizes and repeats must be positive")
     return args
 
@@ -705,7 +754,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
-        res = run_worker(args.worker, args.members, args.ops, args.repeats)
+        res = run_worker(args.worker, args.members, args.ops, args.repeats, args.load_repeats)
         print(json.dumps(res))
         return 0
     if not args.no_redis and not (shutil.which("redis-server") and shutil.which("redis-benchmark")):
@@ -714,20 +763,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
     started = time.perf_counter()
+    load_before = load_average()
     log(f"native: {args.members:,} members, {args.ops:,} ops, {args.repeats} repeat(s)")
-    native = spawn_worker("native", args.members, args.ops, args.repeats)
+    native = spawn_worker("native", args.members, args.ops, args.repeats, args.repeats)
+    log(f"  native done at {time.perf_counter() - started:.0f} s")
     fallback = None
     if not args.no_fallback:
         log(f"fallback: {args.fallback_members:,} members, {args.fallback_ops:,} ops")
-        fallback = spawn_worker("python", args.fallback_members, args.fallback_ops, args.repeats)
+        fallback = spawn_worker("python", args.fallback_members, args.fallback_ops, args.repeats,
+                                args.fallback_load_repeats)
+        log(f"  fallback done at {time.perf_counter() - started:.0f} s")
     redis = None
     if not args.no_redis:
         log(f"redis: {args.members:,} members, {args.ops:,} requests per run")
-        redis = run_redis(args.members, args.ops, args.repeats)
+        redis = run_redis(args.members, args.ops, args.redis_unpipelined_ops, args.repeats)
     print(machine_info())
     print(f"Board: {args.members:,} members, order desc, tie_break first; {args.ops:,} ops per "
           f"figure; median of {args.repeats}; total wall time "
-          f"{time.perf_counter() - started:.0f} s\n")
+          f"{time.perf_counter() - started:.0f} s")
+    print(f"1-min load average: {load_before} at start, {load_average()} at end "
+          f"(this benchmark alone keeps it near 1-2)\n")
     print(table(native, fallback, redis))
     print()
     print(notes(args, fallback, redis))

@@ -367,7 +367,9 @@ class Engine:
             if label is not None:
                 board.labels[record[2]] = label
             if record[5] is not None:
-                board.dedupe.remember(record[5], record[7] / 1000 + ttl, tuple(result))
+                # The original answer, member included: a duplicate repeats it.
+                board.dedupe.remember(record[5], record[7] / 1000 + ttl,
+                                      (*result, record[2]))
             if record[9]:
                 board.version += 1
                 board.updated_at = record[7] / 1000
@@ -384,6 +386,9 @@ class Engine:
             board = self.boards.get(name)
             if board is None:
                 board = self.boards[name] = Board(name, config)
+                # Versions continue from the log position, so a board deleted
+                # and created again never repeats a version readers cached.
+                board.version = lsn - 1
             else:
                 board.reconfigure(config)
             board.version += 1
@@ -496,7 +501,8 @@ class Engine:
                 return
             remembered = board.dedupe.get(event_id, now)
             if remembered is not None:
-                batch.answers.append(_result(member, event_id, remembered, True))
+                original = remembered[4] if len(remembered) > 4 else member
+                batch.answers.append(_result(original, event_id, remembered, True))
                 return
         ts = now if sub.ts is None else _number(sub.ts, "ts")
         if abs(ts - now) > self.config.ts_tolerance:
@@ -871,7 +877,7 @@ class Engine:
 
 def _result(member: str, event_id: str | None, result: Sequence, duplicate: bool
             ) -> dict[str, Any]:
-    score, rank, previous, changed = result
+    score, rank, previous, changed = result[:4]
     return {"member": member, "score": score, "rank": rank, "previous": previous,
             "changed": changed, "duplicate": duplicate, "event_id": event_id}
 

@@ -14,6 +14,7 @@ import orjson
 from aiohttp import web
 
 from rankd.engine.errors import EngineError
+from rankd.frontends.openapi import openapi_document
 from rankd.frontends.service import Service
 
 SERVICE = web.AppKey("service", Service)
@@ -132,8 +133,15 @@ def body_field(data: Any, field: str, kind: type, example: str) -> Any:
 
 @routes.get("/v1/health")
 async def health(request: web.Request) -> web.Response:
+    query(request, {})
     state = service_of(request).health()
     return json_response(state, 200 if state["status"] == "ok" else 503)
+
+
+@routes.get("/v1/openapi.json")
+async def openapi(request: web.Request) -> web.Response:
+    query(request, {})
+    return json_response(openapi_document())
 
 
 @routes.get("/v1/boards")

@@ -1,0 +1,716 @@
+"""Daemon benchmark: submissions/s and latency of ``rankd serve`` over REST
+and the msgpack TCP protocol, side by side with Redis ``ZINCRBY``.
+
+The daemon runs as a subprocess (``tests/daemon.py``'s harness, free
+loopback ports, a fresh temporary data dir removed afterwards, WAL fsync
+``--fsync``, default ``everysec``).  Every load generator runs in a process
+of its own, so the daemon keeps one core of a 2-core machine to itself.
+Board ``bench`` has policy ``sum``; every submission is ``delta`` 1 for a
+member drawn from 100,000 names, with a unique ``event_id``.
+
+1. **REST** - 64 keep-alive connections POSTing
+   ``{"member", "delta": 1, "event_id"}`` to ``/v1/boards/bench/scores``
+   for ``--seconds``.  Driven by ``wrk`` (one thread, a Lua script) when it
+   is installed, else by an aiohttp ``ClientSession`` with 64 workers.
+   Target: >= 10,000/s with p99 <= 50 ms.
+2. **TCP** - a lean raw-socket asyncio load generator (``asyncio.Protocol``
+   over uvloop, frames built and decoded with ``rankd.wire``), 50
+   connections, each keeping 1 (non-pipelined) or 16 (pipelined) submit
+   requests in flight.  Target for pipelined: >= 200,000/s.
+3. **Redis** - when ``redis-server`` is installed, one is started on a free
+   loopback port (``--save "" --appendonly no``) and driven with
+   ``ZINCRBY bench 1 <member>`` by the same load generator design (raw
+   RESP), 50 connections at depth 1 and 16; ``redis-benchmark -c 50 -P 1``
+   and ``-P 16`` are run for reference.  Redis is always stopped at the end.
+
+Throughput counts the replies received in a measuring window that starts
+after a warm-up; latency is from writing a request to reading its reply.
+The notes under the table give client and server CPU use (a generator near
+100 % of its core means it, not the server, was the limit), errors, and any
+other ``bench_`` process found running (the CPU was then shared).
+
+Run from the project root (the package installed)::
+
+    python bench/bench_daemon.py                  # full run, about 1.5 minutes
+    python bench/bench_daemon.py --quick          # 2 s per scenario
+    python bench/bench_daemon.py --no-redis --fsync always
+    python bench/bench_daemon.py --profile /tmp/daemon_tcp.txt  # + py-spy, pipelined TCP
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rankd import wire
+
+ROOT = Path(__file__).resolve().parent.parent
+BOARD = "bench"
+MEMBERS = 100_000
+REST_CONNECTIONS = 64
+TCP_CONNECTIONS = 50
+PIPELINE_DEPTH = 16
+REST_TARGET = 10_000
+REST_P99_TARGET_MS = 50.0
+PIPELINED_TARGET = 200_000
+DRAIN_SECONDS = 5.0
+
+WRK_SCRIPT = """\
+local counter = 0
+local threads = 0
+function setup(thread)
+  thread:set("tid", threads)
+  threads = threads + 1
+end
+function init(args)
+  math.randomseed(os.time() + tid * 7919)
+  wrk.method = "POST"
+  wrk.headers["Content-Type"] = "application/json"
+end
+function request()
+  counter = counter + 1
+  local body = string.format('{"member":"m%d","delta":1,"event_id":"rest-%d-%d"}',
+                             math.random(0, 99999), tid, counter)
+  return wrk.format(nil, nil, nil, body)
+end
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('WRKJSON {"requests":%d,"duration_us":%d,"connect":%d,"read":%d,'
+    .. '"write":%d,"status":%d,"timeout":%d,"p50_us":%d,"p99_us":%d,"max_us":%d}\\n',
+    summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(99), latency.max))
+end
+"""
+
+
+# --- results --------------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    """One measured scenario on one server."""
+
+    rate: float
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    errors: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_worker(cls, data: dict[str, Any]) -> Result:
+        notes = [f"client CPU {data['client_cpu']:.0%}, server CPU {data['server_cpu']:.0%}"]
+        if data["errors"]:
+            notes.append(f"{data['errors']} error replies, first: {data['first_error']}")
+        if data["lost"]:
+            notes.append(f"{len(data['lost'])} connections lost: {data['lost'][0]}")
+        return cls(data["rate"], data["p50_ms"], data["p99_ms"],
+                   data["errors"] + len(data["lost"]), notes)
+
+
+@dataclass
+class Row:
+    scenario: str
+    rankd: Result | None
+    redis: Result | None
+    target: str = "-"
+    passed: bool | None = None
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all its threads) so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentile_ms(sorted_ns: list[int], fraction: float) -> float | None:
+    if not sorted_ns:
+        return None
+    return sorted_ns[min(len(sorted_ns) - 1, int(fraction * len(sorted_ns)))] / 1e6
+
+
+# --- the load generator (runs in a worker process) --------------------------------------
+
+@dataclass
+class Load:
+    """State shared by every connection of one load run."""
+
+    depth: int
+    started: bool = False
+    recording: bool = False
+    stopping: bool = False
+    latencies: list[int] = field(default_factory=list)
+    errors: int = 0
+    first_error: str | None = None
+    lost: list[str] = field(default_factory=list)
+
+
+class LoadConnection(asyncio.Protocol):
+    """Keeps ``load.depth`` requests in flight; subclasses speak the protocol."""
+
+    greeting: bytes | None = None
+
+    def __init__(self, load: Load, index: int, order: list[Any]) -> None:
+        self.load = load
+        self.index = index
+        self.order = order
+        self.cursor = random.randrange(len(order))
+        self.transport: asyncio.Transport | None = None
+        self.pending: dict[int, int] = {}
+        self.next_id = 2  # id 1 is the greeting's
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if self.greeting is None:
+            self.ready.set_result(None)
+        else:
+            self.transport.write(self.greeting)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.load.stopping:
+            self.load.lost.append(repr(exc) if exc else "closed by the server")
+        if not self.ready.done():
+            self.ready.set_exception(ConnectionError("closed before the greeting"))
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter_ns()
+        load = self.load
+        pending = self.pending
+        latencies = load.latencies if load.recording else None
+        for request_id, error in self.replies(data):
+            sent = pending.pop(request_id)
+            if latencies is not None:
+                latencies.append(now - sent)
+            if error is not None:
+                load.errors += 1
+                load.first_error = load.first_error or error
+        self.fill()
+
+    def fill(self) -> None:
+        """Top the requests in flight up to the depth, in one write."""
+        load = self.load
+        missing = load.depth - len(self.pending)
+        if missing <= 0 or load.stopping or not load.started:
+            return
+        now = time.perf_counter_ns()
+        frames = []
+        for _ in range(missing):
+            request_id = self.next_id
+            self.next_id += 1
+            self.pending[request_id] = now
+            frames.append(self.request(request_id))
+        self.transport.write(b"".join(frames))
+
+    def next_item(self) -> Any:
+        self.cursor += 1
+        return self.order[self.cursor % len(self.order)]
+
+    def request(self, request_id: int) -> bytes:
+        raise NotImplementedError
+
+    def replies(self, data: bytes) -> list[tuple[int, str | None]]:
+        """``(request id, error or None)`` of every complete reply in ``data``."""
+        raise NotImplementedError
+
+
+class RankdConnection(LoadConnection):
+    """rankd TCP protocol: hello, then ``submit`` frames matched by id."""
+
+    greeting = wire.request(1, "hello", {"version": wire.VERSION, "client": "bench_daemon"})
+
+    def __init__(self, load: Load, index: int, order: list[Any], tag: str) -> None:
+        super().__init__(load, index, order)
+        self.decoder = wire.FrameDecoder()
+        self.event_prefix = f"{tag}-{index}-"
+
+    def request(self, request_id: int) -> bytes:
+        return wire.request(request_id, "submit", {
+            "board": BOARD, "member": self.next_item(), "delta": 1,
+            "event_id": f"{self.event_prefix}{request_id}"})
+
+    def replies(self, data: bytes) -> list[tuple[int, str | None]]:
+        done = []
+        for message in self.decoder.feed(data):
+            request_id, ok, body = wire.parse_response(message)
+            error = None if ok else f"{body['code']}: {body['message']}"
+            if not self.ready.done():
+                if error:
+                    self.ready.set_exception(ConnectionError(f"hello refused: {error}"))
+                else:
+                    self.ready.set_result(None)
+                continue
+            done.append((request_id, error))
+        return done
+
+
+class RedisConnection(LoadConnection):
+    """RESP ``ZINCRBY``; replies come in request order, so ids are implicit."""
+
+    def __init__(self, load: Load, index: int, order: list[Any]) -> None:
+        super().__init__(load, index, order)
+        self.buffer = bytearray()
+        self.reply_id = 2
+
+    def request(self, request_id: int) -> bytes:
+        return self.next_item()
+
+    def replies(self, data: bytes) -> list[tuple[int, str | None]]:
+        buffer = self.buffer
+        buffer += data
+        done = []
+        position = 0
+        while (end := buffer.find(b"\r\n", position)) >= 0:
+            kind = buffer[position]
+            error = None
+            if kind == 0x24:  # "$": bulk string, the new score
+                length = int(buffer[position + 1:end])
+                stop = end + 4 + length if length >= 0 else end + 2
+                if stop > len(buffer):
+                    break
+                position = stop
+            else:
+                if kind == 0x2D:  # "-": an error
+                    error = buffer[position + 1:end].decode(errors="replace")
+                position = end + 2
+            done.append((self.reply_id, error))
+            self.reply_id += 1
+        del buffer[:position]
+        return done
+
+
+def member_names() -> list[str]:
+    names = [f"m{n}" for n in range(MEMBERS)]
+    random.shuffle(names)
+    return names
+
+
+def redis_commands(names: list[str]) -> list[bytes]:
+    return [b"*4\r\n$7\r\nZINCRBY\r\n$%d\r\n%s\r\n$1\r\n1\r\n$%d\r\n%s\r\n"
+            % (len(BOARD), BOARD.encode(), len(name), name.encode()) for name in names]
+
+
+async def measure(load: Load, spec: dict[str, Any]) -> tuple[float, float, float]:
+    """Warm up, then record for ``spec["seconds"]``: (elapsed, client CPU, server CPU)."""
+    await asyncio.sleep(spec["warmup"])
+    cpu, server_cpu, began = time.process_time(), cpu_seconds(spec["server_pid"]), \
+        time.perf_counter()
+    load.recording = True
+    await asyncio.sleep(spec["seconds"])
+    load.recording = False
+    elapsed = time.perf_counter() - began
+    return (elapsed, (time.process_time() - cpu) / elapsed,
+            (cpu_seconds(spec["server_pid"]) - server_cpu) / elapsed)
+
+
+def summary(load: Load, elapsed: float, client_cpu: float, server_cpu: float
+            ) -> dict[str, Any]:
+    latencies = sorted(load.latencies)
+    return {"rate": len(latencies) / elapsed, "replies": len(latencies), "elapsed": elapsed,
+            "p50_ms": percentile_ms(latencies, 0.50), "p99_ms": percentile_ms(latencies, 0.99),
+            "max_ms": percentile_ms(latencies, 1.0), "errors": load.errors,
+            "first_error": load.first_error, "lost": load.lost,
+            "client_cpu": client_cpu, "server_cpu": server_cpu}
+
+
+async def run_socket_load(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec["connections"]`` connections at ``spec["depth"]`` in flight each."""
+    load = Load(depth=spec["depth"])
+    names = member_names()
+    if spec["protocol"] == "rankd":
+        factory: Callable[..., LoadConnection] = functools.partial(
+            RankdConnection, load, order=names, tag=spec["tag"])
+    else:
+        factory = functools.partial(RedisConnection, load, order=redis_commands(names))
+    loop = asyncio.get_running_loop()
+    connections: list[LoadConnection] = []
+    for index in range(spec["connections"]):
+        _, connection = await loop.create_connection(functools.partial(factory, index),
+                                                     "127.0.0.1", spec["port"])
+        connections.append(connection)
+    await asyncio.gather(*(connection.ready for connection in connections))
+    load.started = True
+    for connection in connections:
+        connection.fill()
+    measured = await measure(load, spec)
+    load.stopping = True
+    deadline = time.monotonic() + DRAIN_SECONDS
+    while any(c.pending for c in connections) and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    for connection in connections:
+        connection.transport.close()
+    return summary(load, *measured)
+
+
+async def rest_worker(session: Any, url: str, load: Load, prefix: str) -> None:
+    count = 0
+    while not load.stopping:
+        count += 1
+        body = json.dumps({"member": f"m{random.randrange(MEMBERS)}", "delta": 1,
+                           "event_id": f"{prefix}{count}"})
+        began = time.perf_counter_ns()
+        async with session.post(url, data=body,
+                                headers={"Content-Type": "application/json"}) as response:
+            await response.read()
+        if load.recording:
+            load.latencies.append(time.perf_counter_ns() - began)
+        if response.status != 200:
+            load.errors += 1
+            load.first_error = load.first_error or f"HTTP {response.status}"
+
+
+async def run_rest_load(spec: dict[str, Any]) -> dict[str, Any]:
+    """aiohttp fallback for REST when wrk is not installed."""
+    import aiohttp
+
+    load = Load(depth=1, started=True)
+    url = f"http://127.0.0.1:{spec['port']}/v1/boards/{BOARD}/scores"
+    connector = aiohttp.TCPConnector(limit=spec["connections"])
+    async with aiohttp.ClientSession(connector=connector) as session:
+        tasks = [asyncio.create_task(rest_worker(session, url, load, f"{spec['tag']}-{index}-"))
+                 for index in range(spec["connections"])]
+        measured = await measure(load, spec)
+        load.stopping = True
+        await asyncio.wait(tasks, timeout=DRAIN_SECONDS)
+    return summary(load, *measured)
+
+
+def worker_main(spec: dict[str, Any]) -> dict[str, Any]:
+    coroutine: Coroutine[Any, Any, dict[str, Any]] = (
+        run_rest_load(spec) if spec["protocol"] == "rest" else run_socket_load(spec))
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coroutine)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coroutine)
+
+
+# --- orchestration (the main process) -------------------------------------------------------
+
+def run_worker(spec: dict[str, Any]) -> Result:
+    """The load generator in a process of its own."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
+    timeout = spec["warmup"] + spec["seconds"] + DRAIN_SECONDS + 60
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"load generator failed ({done.returncode}):\n{done.stderr}")
+    return Result.from_worker(json.loads(done.stdout))
+
+
+def run_wrk(port: int, seconds: float, server_pid: int, workdir: Path) -> Result:
+    script = workdir / "submit.lua"
+    script.write_text(WRK_SCRIPT)
+    command = ["wrk", "-t1", f"-c{REST_CONNECTIONS}", f"-d{max(1, round(seconds))}s",
+               "--timeout", "5s", "-s", str(script),
+               f"http://127.0.0.1:{port}/v1/boards/{BOARD}/scores"]
+    cpu = cpu_seconds(server_pid)
+    done = subprocess.run(command, capture_output=True, text=True, check=True,
+                          timeout=seconds + 60)
+    match = re.search(r"^WRKJSON (.*)$", done.stdout, re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f"unexpected wrk output:\n{done.stdout}\n{done.stderr}")
+    data = json.loads(match.group(1))
+    elapsed = data["duration_us"] / 1e6
+    errors = sum(data[key] for key in ("connect", "read", "write", "status", "timeout"))
+    notes = [f"wrk -t1 (Lua script), server CPU {(cpu_seconds(server_pid) - cpu) / elapsed:.0%}"]
+    if errors:
+        notes.append("wrk errors: " + ", ".join(
+            f"{key} {data[key]}" for key in ("connect", "read", "write", "status", "timeout")))
+    return Result(data["requests"] / elapsed, data["p50_us"] / 1e3, data["p99_us"] / 1e3,
+                  errors, notes)
+
+
+def run_redis_benchmark(port: int, pipeline: int, requests: int) -> Result:
+    command = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c",
+               str(TCP_CONNECTIONS), "-P", str(pipeline), "-n", str(requests), "-r",
+               str(MEMBERS), "--csv", "ZINCRBY", "bench", "1", "m__rand_int__"]
+    done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=600)
+    rows = [line.replace('"', "").split(",") for line in done.stdout.splitlines()]
+    header, values = rows[0], rows[-1]
+    data = dict(zip(header, values, strict=True))
+    return Result(float(data["rps"]), float(data["p50_latency_ms"]),
+                  float(data["p99_latency_ms"]), notes=[" ".join(command[:9])])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def redis_server(workdir: Path) -> Iterator[tuple[int, int]]:
+    """A throwaway redis-server: ``(port, pid)``; always stopped afterwards."""
+    port = free_port()
+    process = subprocess.Popen(
+        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+         "--appendonly", "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_redis(port, process)
+        yield port, process.pid
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_for_redis(port: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {process.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"PING\r\n")
+            if s.recv(64).startswith(b"+PONG"):
+                return
+        time.sleep(0.05)
+    raise RuntimeError("redis-server did not answer PING")
+
+
+def start_daemon(data_dir: Path, fsync: str) -> Any:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from daemon import Daemon
+
+    daemon = Daemon(data_dir, "--fsync", fsync).start()
+    status, body = daemon.request("PUT", f"/v1/boards/{BOARD}", {"policy": "sum"})
+    if status not in (200, 201):
+        raise RuntimeError(f"PUT /v1/boards/{BOARD} answered {status}: {body}")
+    return daemon
+
+
+def socket_spec(protocol: str, port: int, depth: int, pid: int, seconds: float,
+                tag: str = "") -> dict[str, Any]:
+    return {"protocol": protocol, "port": port, "connections": TCP_CONNECTIONS,
+            "depth": depth, "server_pid": pid, "seconds": seconds,
+            "warmup": min(1.0, seconds / 4), "tag": tag}
+
+
+def bench_rankd(daemon: Any, seconds: float, workdir: Path) -> list[Row]:
+    pid = daemon.process.pid
+    if shutil.which("wrk"):
+        rest = run_wrk(daemon.port, seconds, pid, workdir)
+    else:
+        spec = {**socket_spec("rest", daemon.port, 1, pid, seconds, tag="rest"),
+                "connections": REST_CONNECTIONS}
+        rest = run_worker(spec)
+        rest.notes.insert(0, "aiohttp ClientSession, 64 workers (wrk not installed)")
+    rest_ok = rest.rate >= REST_TARGET and (rest.p99_ms or 0) <= REST_P99_TARGET_MS
+    rows = [Row(f"REST {REST_CONNECTIONS} conns keep-alive", rest, None,
+                f">={REST_TARGET:,}/s p99<={REST_P99_TARGET_MS:g}ms", rest_ok and not rest.errors)]
+    for depth in (1, PIPELINE_DEPTH):
+        result = run_worker(socket_spec("rankd", daemon.tcp_port, depth, pid, seconds,
+                                        tag=f"tcp{depth}-{time.time_ns()}"))
+        passed = (result.rate >= PIPELINED_TARGET and not result.errors) if depth > 1 else None
+        target = f">={PIPELINED_TARGET:,}/s" if depth > 1 else "-"
+        rows.append(Row(tcp_name(depth), result, None, target, passed))
+    return rows
+
+
+def tcp_name(depth: int) -> str:
+    return f"TCP {TCP_CONNECTIONS} conns depth {depth}" + (" (pipelined)" if depth > 1 else "")
+
+
+def bench_redis(rows: list[Row], seconds: float, workdir: Path) -> None:
+    """Fill the redis column of the TCP rows and add redis-benchmark rows."""
+    with redis_server(workdir) as (port, pid):
+        for row, depth in zip(rows[1:], (1, PIPELINE_DEPTH), strict=True):
+            row.redis = run_worker(socket_spec("redis", port, depth, pid, seconds))
+        for row, depth in zip(rows[1:], (1, PIPELINE_DEPTH), strict=True):
+            requests = max(50_000, int(row.redis.rate * seconds))
+            result = run_redis_benchmark(port, depth, requests)
+            rows.append(Row(f"redis-benchmark -c {TCP_CONNECTIONS} -P {depth}", None, result))
+
+
+def profile_daemon(daemon: Any, seconds: float, output: Path) -> str:
+    """py-spy on the daemon under pipelined TCP load; the top frames by self time."""
+    duration = max(1, round(seconds))
+    spy = subprocess.Popen(["py-spy", "record", "-f", "raw", "--pid", str(daemon.process.pid),
+                            "-d", str(duration), "-o", str(output)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    load = run_worker(socket_spec("rankd", daemon.tcp_port, PIPELINE_DEPTH,
+                                  daemon.process.pid, duration + 1.0,
+                                  tag=f"profile-{time.time_ns()}"))
+    spy_output, _ = spy.communicate(timeout=60)
+    if spy.returncode != 0:
+        return f"py-spy failed ({spy.returncode}): {spy_output.strip()}"
+    return (f"py-spy profile of the daemon under pipelined TCP load ({load.rate:,.0f}/s while "
+            f"sampled), raw stacks in {output}\n" + top_frames(output))
+
+
+def top_frames(path: Path, count: int = 20) -> str:
+    """The ``count`` leaf frames with the most samples (self time), line numbers merged."""
+    totals: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        stack, _, samples = line.rpartition(" ")
+        if not stack or not samples.isdigit():
+            continue
+        leaf = re.sub(r":\d+\)$", ")", stack.rsplit(";", 1)[-1])
+        totals[leaf] = totals.get(leaf, 0) + int(samples)
+    grand = sum(totals.values()) or 1
+    ranked = sorted(totals.items(), key=lambda item: -item[1])[:count]
+    lines = [f"  {'self %':>6}  {'samples':>7}  frame", *(
+        f"  {100 * n / grand:6.1f}  {n:7d}  {frame}" for frame, n in ranked)]
+    return "\n".join([f"  {grand} samples", *lines])
+
+
+# --- reporting -----------------------------------------------------------------------------
+
+def other_benchmarks() -> list[str]:
+    """Other ``bench_`` processes running now (not this one or its ancestors)."""
+    mine = {os.getpid()}
+    pid = os.getppid()
+    while pid > 1 and pid not in mine:
+        mine.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    listed = subprocess.run(["pgrep", "-fa", "bench_"], capture_output=True, text=True,
+                            check=False).stdout.splitlines()
+    return [line for line in listed
+            if int(line.split()[0]) not in mine and "--worker" not in line]
+
+
+def fmt_rate(result: Result | None) -> str:
+    return "-" if result is None else f"{result.rate:,.0f}"
+
+
+def fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def fmt_pair(rankd: Result | None, redis: Result | None, attribute: str) -> str:
+    values = [fmt_ms(getattr(r, attribute)) for r in (rankd, redis) if r is not None]
+    return " / ".join(values) if values else "-"
+
+
+def row_cells(row: Row) -> list[str]:
+    ratio = (f"{row.rankd.rate / row.redis.rate:.2f}x"
+             if row.rankd and row.redis and row.redis.rate else "-")
+    verdict = {True: "PASS", False: "MISS", None: "info"}[row.passed]
+    if row.rankd and row.rankd.errors:
+        verdict += " (errors)"
+    return [row.scenario, fmt_rate(row.rankd), fmt_rate(row.redis), ratio,
+            fmt_pair(row.rankd, row.redis, "p50_ms"), fmt_pair(row.rankd, row.redis, "p99_ms"),
+            row.target, verdict]
+
+
+def print_table(rows: list[Row]) -> None:
+    header = ["scenario", "rankd/s", "redis/s", "ratio", "p50 ms", "p99 ms", "target",
+              "result"]
+    table = [header, *(row_cells(row) for row in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    right = {1, 2, 3}
+    for line in table:
+        print("  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                        for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip())
+    print("p50/p99: rankd / redis where both ran; redis-benchmark rows: its own figures.")
+
+
+def print_notes(rows: list[Row]) -> None:
+    for row in rows:
+        for server, result in (("rankd", row.rankd), ("redis", row.redis)):
+            for note in result.notes if result else []:
+                print(f"  {row.scenario} [{server}]: {note}")
+
+
+def daemon_health(daemon: Any) -> list[str]:
+    """Problems seen in the daemon's exit code and log."""
+    problems = []
+    code = daemon.stop()
+    if code != 0:
+        problems.append(f"the daemon exited with {code}")
+    lines = daemon.log().splitlines()
+    bad = [i for i, line in enumerate(lines) if "Traceback" in line or " ERROR " in line]
+    if bad:
+        start = max(0, bad[0] - 2)
+        problems.append("daemon log excerpt:\n" + "\n".join(lines[start:start + 40]))
+    return problems
+
+
+# --- main -------------------------------------------------------------------------------------
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="measuring time of each scenario (default 10)")
+    parser.add_argument("--quick", action="store_true", help="2 s per scenario")
+    parser.add_argument("--no-redis", action="store_true", help="skip the Redis comparison")
+    parser.add_argument("--fsync", default="everysec", choices=("always", "everysec", "no"),
+                        help="the daemon's WAL fsync policy (default everysec)")
+    parser.add_argument("--profile", type=Path, metavar="FILE",
+                        help="also run py-spy (raw format, to FILE) on the daemon under "
+                             "pipelined TCP load and print the top 20 frames by self time")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def run_all(args: argparse.Namespace, seconds: float, workdir: Path) -> tuple[list[Row], str]:
+    daemon = start_daemon(workdir / "data", args.fsync)
+    profile = ""
+    try:
+        rows = bench_rankd(daemon, seconds, workdir)
+        if args.profile:
+            profile = profile_daemon(daemon, seconds, args.profile)
+    finally:
+        problems = daemon_health(daemon)
+    for problem in problems:
+        print(f"DAEMON PROBLEM: {problem}", file=sys.stderr)
+    if not args.no_redis and shutil.which("redis-server"):
+        bench_redis(rows, seconds, workdir)
+    elif not args.no_redis:
+        print("redis-server is not installed: no Redis comparison "
+              "(apt-get install -y redis-server redis-tools)", file=sys.stderr)
+    return rows, profile
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker_main(json.loads(args.worker))))
+        return 0
+    seconds = 2.0 if args.quick else args.seconds
+    before = other_benchmarks()
+    print(f"rankd daemon benchmark: {seconds:g} s per scenario, fsync={args.fsync}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="rankd-bench-") as tmp:
+        rows, profile = run_all(args, seconds, Path(tmp))
+    after = other_benchmarks()
+    print()
+    print_table(rows)
+    print("notes:")
+    print_notes(rows)
+    shared = sorted(set(before) | set(after))
+    print("  other bench_ processes: " + ("none (the CPU was not shared)" if not shared else
+                                          "SHARED CPU with:\n    " + "\n    ".join(shared)))
+    if profile:
+        print(profile)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

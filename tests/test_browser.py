@@ -1,0 +1,83 @@
+"""The live page in a real headless Chromium, against the real daemon.
+
+Needs Debian's ``chromium`` and the ``playwright`` package (its driver only:
+the system browser is used).  Skipped when either is missing, except under
+``RANKD_REQUIRE_BROWSER=1`` (CI sets it), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from daemon import Daemon
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+
+
+def _browser_or_skip() -> tuple[object, str]:
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    if executable is None or sync_playwright is None:
+        reason = "needs Debian's chromium and the playwright package"
+        if os.environ.get("RANKD_REQUIRE_BROWSER", "") not in ("", "0"):
+            pytest.fail(f"browser tests are required: {reason}")
+        pytest.skip(reason)
+    return sync_playwright, executable
+
+
+def test_live_page_shows_scores_changing_and_a_followed_member(tmp_path):
+    sync_playwright, executable = _browser_or_skip()
+    with Daemon(tmp_path / "data", "--live-interval", "0.1") as daemon:
+        daemon.request("PUT", "/v1/boards/arena", {"policy": "sum", "windows": ["all", "daily"]})
+        daemon.request("POST", "/v1/boards/arena/scores/batch", {"events": [
+            {"member": f"player{i}", "delta": 10 * i, "label": f"Player {i}"}
+            for i in range(1, 13)]})
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=executable,
+                                                 args=CHROMIUM_FLAGS)
+            try:
+                page = browser.new_page(viewport={"width": 390, "height": 844})  # a phone
+                page.goto(f"{daemon.url}/?board=arena")
+                page.wait_for_selector("#state.live", timeout=15_000)
+                page.wait_for_function(
+                    "document.querySelectorAll('#top tbody tr').length === 10")
+                first = page.inner_text("#top tbody tr:first-child td.member")
+                assert first == "Player 12"
+
+                # A submission over REST moves player3 from 10th to first on the page.
+                daemon.request("POST", "/v1/boards/arena/scores",
+                               {"member": "player3", "delta": 500})
+                page.wait_for_function(
+                    "document.querySelector('#top tbody tr td.member').textContent"
+                    " === 'Player 3'", timeout=10_000)
+                assert page.inner_text("#top tbody tr:first-child td.move") == "▲9"
+
+                # Follow a member: their rank shows, and moves live.
+                page.fill("#follow-name", "player5")
+                page.click("#follow-form button")
+                page.wait_for_function(
+                    "document.querySelector('#followed').textContent.includes('rank 9')",
+                    timeout=10_000)
+                daemon.request("POST", "/v1/boards/arena/scores",
+                               {"member": "player5", "delta": 1000})
+                page.wait_for_function(
+                    "document.querySelector('#followed').textContent.includes('rank 1')",
+                    timeout=10_000)
+                page.wait_for_selector("#around tr.me", timeout=10_000)
+                ARTIFACTS.mkdir(exist_ok=True)
+                page.screenshot(path=str(ARTIFACTS / "live-page.png"), full_page=True)
+                # Readable at phone width: nothing wider than the viewport.
+                assert page.evaluate("document.documentElement.scrollWidth") <= 390
+            finally:
+                browser.close()
+    assert (ARTIFACTS / "live-page.png").stat().st_size > 10_000
