@@ -33,8 +33,11 @@ from rankd.frontends.openapi import openapi_document
 
 MiB = 1 << 20
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
-#: Documented statuses no test can provoke without breaking the disk.
-UNREACHABLE = {"503"}
+#: Documented statuses this module cannot provoke: 503 needs a failing disk;
+#: 401, 403 and 429 need credentials and limits (tests/test_security.py).
+UNREACHABLE = {"503", "401", "403", "429"}
+#: A caller's own standing needs a token with a subject (tests/test_security.py).
+NEEDS_CREDENTIALS = {("/v1/me/{board}", "get", "200"), ("/v1/me/{board}", "get", "404")}
 
 
 # --- the OpenAPI conformance checker ------------------------------------------------------
@@ -326,7 +329,7 @@ def test_head_answers_every_get_route_without_a_body(api: Api) -> None:
 # --- boards ----------------------------------------------------------------------------------
 
 DEFAULTS = {"order": "desc", "policy": "best", "tie_break": "first", "windows": ["all"],
-            "retain": 8, "min_score": None, "max_score": None, "max_delta": None}
+            "retain": 8, "min_score": None, "max_score": None, "max_delta": None, "signed": False}
 
 
 def test_board_create_change_get_list_delete(api: Api) -> None:
@@ -935,6 +938,26 @@ def test_health_refuses_unknown_query_parameter(api: Api) -> None:
     assert_error(reply, 400, "bad_request", "colour")
 
 
+# --- endpoints for credentials and operators ---------------------------------------------------
+
+def test_me_needs_a_token_subject(api: Api) -> None:
+    make_board(api, "mine")
+    assert_error(api("GET", "/v1/me/mine"), 422, "invalid", "authentication")
+    assert_error(api("GET", "/v1/me/mine?colour=red"), 400, "bad_request")
+
+
+def test_realtime_token_and_digest(api: Api) -> None:
+    status, body = api("GET", "/v1/realtime/token")
+    assert status == 200 and body["expires_in"] == 60 and body["token"].count(".") == 2
+    assert_error(api("GET", "/v1/realtime/token?x=1"), 400, "bad_request")
+    assert_error(api("GET", "/v1/admin/digest?x=1"), 400, "bad_request")
+    before = api("GET", "/v1/admin/digest")[1]["digest"]
+    make_board(api, "digested")
+    submit(api, "digested", "ann", score=1)
+    after = api("GET", "/v1/admin/digest")[1]["digest"]
+    assert before != after and api("GET", "/v1/admin/digest")[1]["digest"] == after
+
+
 # --- conformance: keep last --------------------------------------------------------------------
 
 def test_every_response_matches_the_openapi_document(server: Api,
@@ -953,5 +976,6 @@ def test_every_response_matches_the_openapi_document(server: Api,
     operations = conformance.operations()
     covered = {(path, method) for path, method, _ in conformance.seen}
     assert operations - covered == set(), "operations never exercised"
-    missing = {s for s in conformance.statuses() - conformance.seen if s[2] not in UNREACHABLE}
+    missing = {s for s in conformance.statuses() - conformance.seen
+               if s[2] not in UNREACHABLE and s not in NEEDS_CREDENTIALS}
     assert missing == set(), "documented statuses never seen"

@@ -19,6 +19,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "environment variables, else the --config TOML file, else defaults; "
                     "with none at all it serves on 127.0.0.1 with data in ./rankd-data.")
     config.add_arguments(serve)
+    keygen = commands.add_parser(
+        "keygen", help="make a new API key",
+        description="Print a new API key (give it to the game server) and the entry to add "
+                    "to --api-keys (the server keeps only its hash).")
+    keygen.add_argument("key_id", help="a name for the key (letters and digits)")
+    keygen.add_argument("--scopes", default="write", help="e.g. write, read+write, admin")
     restore = commands.add_parser(
         "restore", help="rebuild a data dir from Postgres",
         description="Rebuild a data dir from the events rankd shipped to Postgres (for when "
@@ -63,9 +69,22 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             run(settings)
+        except config.ConfigError as exc:
+            print(f"rankd: {exc}", file=sys.stderr)
+            return 2
         except RuntimeError as exc:  # e.g. the data dir is locked by another daemon
             print(f"rankd: {exc}", file=sys.stderr)
             return 1
+    elif args.command == "keygen":
+        from rankd.security.auth import new_api_key
+
+        try:
+            key, entry = new_api_key(args.key_id, args.scopes)
+        except ValueError as exc:
+            print(f"rankd: {exc}", file=sys.stderr)
+            return 2
+        print(f"API key (secret, shown once):  {key}")
+        print(f"server entry for --api-keys:    {entry}")
     elif args.command == "restore":
         return _restore(args.dsn, args.data_dir)
     return 0

@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from rankd.engine.engine import FSYNC_POLICIES, EngineConfig
+from rankd.security import Gate
+from rankd.security.auth import AuthConfig, Authenticator
+from rankd.security.limits import LimitsConfig, RateLimiter, is_loopback
+
+
+def is_loopback_host(host: str) -> bool:
+    return host == "localhost" or is_loopback(host)
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,21 @@ OPTIONS = (
     Option("live_send_timeout", float, 10.0,
            "seconds a live subscriber may leave a push unread before it is disconnected"),
     Option("live_max_per_address", int, 1000, "live-feed connections allowed per client address"),
+    Option("jwt_secret", str, None, "accept HS256 JWTs signed with this secret"),
+    Option("jwt_public_key", Path, None, "accept RS256/ES256 JWTs verified with this PEM key"),
+    Option("api_keys", str, None, "accepted API keys, comma-separated id:sha256hex:scopes "
+                                  "entries (see rankd keygen); only hashes, never keys"),
+    Option("signing_secret", str, None, "HMAC secret of signed submissions (boards with "
+                                        "\"signed\": true)"),
+    Option("insecure_no_auth", bool, False, "allow listening beyond loopback without any "
+                                            "credential configured"),
+    Option("rate_address_writes", float, 2000.0,
+           "writes/s per client address (0: unlimited; loopback is exempt)"),
+    Option("rate_address_reads", float, 5000.0, "reads/s per client address (0: unlimited)"),
+    Option("rate_credential_writes", float, 0.0, "writes/s per credential (0: unlimited)"),
+    Option("rate_credential_reads", float, 0.0, "reads/s per credential (0: unlimited)"),
+    Option("tls_cert", Path, None, "serve HTTP and TCP over TLS with this certificate (PEM)"),
+    Option("tls_key", Path, None, "private key (PEM) of --tls-cert"),
     Option("log_format", str, "text", "log format", ("text", "json")),
     Option("log_level", str, "info", "log level", ("debug", "info", "warning", "error")),
 )
@@ -75,8 +98,51 @@ class ServerConfig:
     live_interval: float = 0.25
     live_send_timeout: float = 10.0
     live_max_per_address: int = 1000
+    jwt_secret: str | None = None
+    jwt_public_key: Path | None = None
+    api_keys: str | None = None
+    signing_secret: str | None = None
+    insecure_no_auth: bool = False
+    rate_address_writes: float = 2000.0
+    rate_address_reads: float = 5000.0
+    rate_credential_writes: float = 0.0
+    rate_credential_reads: float = 0.0
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
     log_format: str = "text"
     log_level: str = "info"
+
+    def gate(self) -> Gate:
+        """Authentication, scopes and rate limits as configured."""
+        keys = [entry for entry in (self.api_keys or "").split(",") if entry.strip()]
+        try:
+            authenticator = Authenticator(AuthConfig(self.jwt_secret, self.jwt_public_key,
+                                                     keys))
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"credentials: {exc}") from None
+        limits = LimitsConfig(self.rate_address_writes, self.rate_address_reads,
+                              self.rate_credential_writes, self.rate_credential_reads)
+        return Gate(authenticator, RateLimiter(limits), self.signing_secret)
+
+    def check_exposure(self, gate: Gate) -> None:
+        """Secure by default: no credentials means loopback only."""
+        if gate.auth_enabled or self.insecure_no_auth or is_loopback_host(self.host):
+            return
+        raise ConfigError(f"refusing to listen on {self.host} without authentication: "
+                          "configure --jwt-secret, --jwt-public-key or --api-keys, or pass "
+                          "--insecure-no-auth to accept anyone who can reach it")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if self.tls_cert is None and self.tls_key is None:
+            return None
+        if self.tls_cert is None or self.tls_key is None:
+            raise ConfigError("TLS needs both --tls-cert and --tls-key")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(self.tls_cert, self.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot load the TLS certificate or key: {exc}") from None
+        return context
 
     def engine_config(self) -> EngineConfig:
         engine_fields = {f.name for f in fields(EngineConfig)}
@@ -94,6 +160,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="TOML file with any of the settings below (env: RANKD_CONFIG)")
     for option in OPTIONS:
         default = "none" if option.default is None else option.default
+        if option.type is bool:
+            parser.add_argument(option.flag, dest=option.name, default=None,
+                                action="store_const", const=True,
+                                help=f"{option.help} (env: {option.env}=1)")
+            continue
         parser.add_argument(option.flag, dest=option.name, default=None,
                             metavar=option.name.upper(),
                             choices=option.choices,
@@ -136,6 +207,15 @@ def _from_file(path: Path) -> dict[str, Any]:
 def _convert(option: Option, value: Any, where: str) -> Any:
     if option.type is Path:
         return Path(value)
+    if option.type is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off", ""):
+            return False
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
     try:
         if option.type is int and isinstance(value, bool | float):
             raise ValueError(value)

@@ -71,31 +71,37 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
 
+    gate = config.gate()
+    config.check_exposure(gate)
+    tls = config.ssl_context()
     engine = Engine(config.engine_config())
     engine.lock()
-    service = Service(engine)
-    tcp = TcpServer(service)
-    app = create_app(service)
+    service = Service(engine, signing_secret=config.signing_secret)
+    tcp = TcpServer(service, gate)
+    app = create_app(service, gate)
     add_live_routes(app, LiveFeed(engine, interval=config.live_interval,
                                   send_timeout=config.live_send_timeout,
                                   max_per_address=config.live_max_per_address))
     runner = web.AppRunner(app, access_log=None,
                            shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port)
+    site = web.TCPSite(runner, config.host, config.port, ssl_context=tls)
     try:
         await site.start()
         began = time.monotonic()
         await engine.start()
         tcp_address = "off"
         if config.tcp_port:
-            tcp_port = await tcp.start(config.host, config.tcp_port)
+            tcp_port = await tcp.start(config.host, config.tcp_port, ssl=tls)
             tcp_address = f"{config.host}:{tcp_port}"
         log.info(
             "rankd %s serving: index=%s data_dir=%s fsync=%s http=%s:%d tcp=%s postgres=%s "
-            "(recovered in %.2fs)", __version__, IMPLEMENTATION, config.data_dir.resolve(),
-            config.fsync, config.host, config.port, tcp_address,
-            "on" if config.postgres_dsn else "off", time.monotonic() - began)
+            "auth=%s tls=%s (recovered in %.2fs)", __version__, IMPLEMENTATION,
+            config.data_dir.resolve(), config.fsync, config.host, config.port, tcp_address,
+            "on" if config.postgres_dsn else "off",
+            "on" if gate.auth_enabled else "off (loopback only)" if not config.insecure_no_auth
+            else "OFF (--insecure-no-auth)", "on" if tls else "off",
+            time.monotonic() - began)
         if started is not None:
             started.set()
         await stop.wait()

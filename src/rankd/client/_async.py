@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl as ssl_module
 from typing import Any
 
 from rankd import __version__, wire
@@ -80,7 +81,8 @@ class AsyncClient(Operations):
     def __init__(self, host: str = "127.0.0.1", port: int = 7701, *, timeout: float = 10.0,
                  connect_timeout: float = 5.0, retries: int = 5, backoff: float = 0.05,
                  max_backoff: float = 2.0, client_name: str = f"rankd-python/{__version__}",
-                 max_frame: int = wire.MAX_FRAME) -> None:
+                 max_frame: int = wire.MAX_FRAME, token: str | None = None,
+                 ssl: ssl_module.SSLContext | None = None) -> None:
         self.host = host
         self.port = port
         self.timeout = timeout
@@ -90,6 +92,10 @@ class AsyncClient(Operations):
         self.max_backoff = max_backoff
         self.client_name = client_name
         self.max_frame = max_frame
+        #: A JWT or API key, sent in an auth request after hello.
+        self.token = token
+        self.ssl = ssl
+        self.principal: dict[str, Any] | None = None
         self.server_info: dict[str, Any] | None = None
         self._connection: _Connection | None = None
         self._connecting: asyncio.Future | None = None
@@ -132,12 +138,14 @@ class AsyncClient(Operations):
         try:
             _, connection = await asyncio.wait_for(
                 loop.create_connection(lambda: _Connection(self.max_frame), self.host,
-                                       self.port), self.connect_timeout)
+                                       self.port, ssl=self.ssl), self.connect_timeout)
         except (OSError, TimeoutError) as exc:
             raise ConnectionLost(f"cannot connect to rankd at {self.host}:{self.port}: "
                                  f"{exc}") from exc
         self.server_info = await self._send(connection, "hello", {
             "version": wire.VERSION, "client": self.client_name})
+        if self.token is not None:
+            self.principal = await self._send(connection, "auth", {"token": self.token})
         self._connection = connection
         return connection
 

@@ -47,6 +47,24 @@ class Unavailable(RankdError):
     code = "unavailable"
 
 
+class Unauthorized(RankdError):
+    """No valid credential."""
+
+    code = "unauthorized"
+
+
+class Forbidden(RankdError):
+    """The credential lacks the scope the operation needs."""
+
+    code = "forbidden"
+
+
+class RateLimited(RankdError):
+    """Over a rate limit: slow down."""
+
+    code = "rate_limited"
+
+
 class ProtocolError(RankdError):
     """The client and server disagree about the protocol (a bug, or a version)."""
 
@@ -68,7 +86,7 @@ class RequestTimeout(RankdError, TimeoutError):
 
 _BY_CODE: dict[str, type[RankdError]] = {
     cls.code: cls for cls in (InvalidInput, GuardViolation, NotFound, Conflict, TooLarge,
-                              ReadOnly, Unavailable)
+                              ReadOnly, Unavailable, Unauthorized, Forbidden, RateLimited)
 }
 _PROTOCOL_CODES = {"bad_frame", "bad_request", "unknown_op", "hello_required",
                    "unsupported_version"}

@@ -46,6 +46,8 @@ class BoardConfig:
     min_score: float | None = None
     max_score: float | None = None
     max_delta: float | None = None
+    #: Submissions must carry an HMAC signature (see rankd.security.signing).
+    signed: bool = False
 
     @classmethod
     def from_dict(cls, data: object) -> BoardConfig:
@@ -53,7 +55,7 @@ class BoardConfig:
         if not isinstance(data, dict):
             raise InvalidInput("board config must be an object")
         known = {"order", "policy", "tie_break", "windows", "retain",
-                 "min_score", "max_score", "max_delta"}
+                 "min_score", "max_score", "max_delta", "signed"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise InvalidInput(f"unknown board config field(s): {', '.join(map(str, unknown))}")
@@ -89,6 +91,10 @@ class BoardConfig:
         if (values["min_score"] is not None and values["max_score"] is not None
                 and values["min_score"] > values["max_score"]):
             raise InvalidInput("min_score must not exceed max_score")
+        signed = data.get("signed", False)
+        if not isinstance(signed, bool):
+            raise InvalidInput("signed must be true or false")
+        values["signed"] = signed
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:

@@ -39,6 +39,10 @@ ERROR_STATUS = {
     "invalid": 422,
     "guard": 422,
     "read_only": 503,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "rate_limited": 429,
+    "too_many_connections": 429,
 }
 
 #: Reusable error responses (``components/responses``) by status.
@@ -60,6 +64,12 @@ ERROR_RESPONSES = {
     422: ("Unprocessable", "Well-formed JSON that the server refuses: unknown fields, wrong "
                            "types, values out of range (`invalid`) or outside the board's "
                            "score guards (`guard`)."),
+    401: ("Unauthorized", "No valid credential: send `Authorization: Bearer <JWT or API "
+                          "key>` (only when the server is configured with credentials)."),
+    403: ("Forbidden", "The credential lacks the scope this operation needs (`read`, "
+                       "`write` or `admin`)."),
+    429: ("RateLimited", "Over a rate limit for this credential or client address; "
+                         "`Retry-After` says when to retry."),
     503: ("ReadOnly", "rankd accepts no writes: it is still recovering, or it stopped "
                       "accepting writes after a storage failure (reads go on; restart it)."),
 }
@@ -134,6 +144,9 @@ def schemas() -> dict[str, Any]:
                 "max_delta": {"anyOf": [{"type": "number", "exclusiveMinimum": 0},
                                         {"type": "null"}], "default": None,
                               "description": "The most one submission may change a score."},
+                "signed": {"type": "boolean", "default": False,
+                           "description": "Every submission must carry an HMAC-SHA256 "
+                                          "`signature`, an `event_id` and a `ts`."},
             },
             "additionalProperties": False,
         },
@@ -141,7 +154,7 @@ def schemas() -> dict[str, Any]:
             "name": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$"},
             "config": {"allOf": [ref("BoardConfig")],
                        "required": ["order", "policy", "tie_break", "windows", "retain",
-                                    "min_score", "max_score", "max_delta"]},
+                                    "min_score", "max_score", "max_delta", "signed"]},
             "members": {"type": "object", "propertyNames": WINDOW,
                         "additionalProperties": COUNT,
                         "description": "Members in the current period of each window."},
@@ -165,6 +178,9 @@ def schemas() -> dict[str, Any]:
                                            "from the server clock by the configured "
                                            "tolerance (300 s by default)."}),
             "label": LABEL,
+            "signature": {"type": "string",
+                          "description": "Hex HMAC-SHA256 of `board|member|value|event_id|ts` "
+                                         "(numbers as printf %.17g), on `signed` boards."},
         }, required=["member"],
             description="One score submission: `score` on `best` and `latest` boards, "
                         "`delta` on `sum` boards (the other one absent or null).  Numbers "
@@ -249,6 +265,11 @@ def schemas() -> dict[str, Any]:
         }, description="Every error: a stable machine-readable code and a message for "
                        "people.  " + ", ".join(f"`{code}` {status}"
                                                for code, status in ERROR_STATUS.items()) + "."),
+        "JoinToken": obj({"token": {"type": "string"},
+                          "expires_in": {"type": "integer", "minimum": 1}},
+                         description="A short-lived `read` token for the live feed's query "
+                                     "string (`?token=`)."),
+        "Digest": obj({"digest": {"type": "string", "pattern": "^[0-9a-f]{32}$"}}),
         "OpenAPIDocument": {"type": "object", "required": ["openapi", "info", "paths"],
                             "description": "This document."},
     }
@@ -311,11 +332,19 @@ def ok(schema: str, description: str) -> dict[str, Any]:
 NO_CONTENT = {"description": "Done; no body."}
 
 
+#: Operations anyone may call, with or without credentials.
+OPEN_OPERATIONS = frozenset({"health", "openapi"})
+
+
 def operation(operation_id: str, summary: str, tag: str, responses: dict[int, Any], *,
               errors: tuple[int, ...] = (), parameters: list[dict[str, Any]] | None = None,
               body: dict[str, Any] | None = None, description: str | None = None
               ) -> dict[str, Any]:
     op: dict[str, Any] = {"operationId": operation_id, "summary": summary, "tags": [tag]}
+    if operation_id in OPEN_OPERATIONS:
+        op["security"] = [{}]
+    else:
+        errors = (*errors, 401, 403, 429)
     if description:
         op["description"] = description
     if parameters:
@@ -438,6 +467,25 @@ def paths() -> dict[str, Any]:
                 description=f"More than {MAX_RANKS_MEMBERS} members: 413; a body that is not "
                             "`{\"members\": [...]}` or a member that is not a name: 422."),
         },
+        "/v1/me/{board}": {
+            "parameters": [BOARD],
+            "get": operation(
+                "me", "The caller's own standing", "reads",
+                {200: ok("Standing", "The standing of the member the token names (`sub`).")},
+                errors=(400, 404, 422), parameters=VIEW_PARAMS,
+                description="Any valid token whose subject is a member, no scope needed. "
+                            "422 when the server runs without authentication or the token "
+                            "has no subject."),
+        },
+        "/v1/realtime/token": {"get": operation(
+            "realtimeToken", "A join token for the live feed", "service",
+            {200: ok("JoinToken", "A 60-second read token.")}, errors=(400,),
+            description="Browsers cannot set headers on a WebSocket or EventSource: pass "
+                        "this token as `?token=` on `/live` and `/events`.")},
+        "/v1/admin/digest": {"get": operation(
+            "digest", "A hash of every board's state", "service",
+            {200: ok("Digest", "Equal digests mean equal states.")}, errors=(400,),
+            description="Needs the `admin` scope.")},
         board_path + "/periods": {
             "parameters": [BOARD],
             "get": operation(
@@ -474,7 +522,13 @@ def openapi_document() -> dict[str, Any]:
             {"name": "reads", "description": "Leaderboards, standings and periods."},
         ],
         "paths": paths(),
+        "security": [{"bearer": []}],
         "components": {
+            "securitySchemes": {"bearer": {
+                "type": "http", "scheme": "bearer",
+                "description": "A JWT (HS256, RS256 or ES256; scopes in `scope`), or an API "
+                               "key `rk_<id>_<secret>`.  Not needed when the server runs "
+                               "without credentials (loopback only)."}},
             "schemas": schemas(),
             "responses": {name: error_response(status)
                           for status, (name, _) in ERROR_RESPONSES.items()},

@@ -7,6 +7,7 @@ fitting status; unknown body fields and query parameters are refused.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,6 +17,8 @@ from aiohttp import web
 from rankd.engine.errors import EngineError
 from rankd.frontends.openapi import openapi_document
 from rankd.frontends.service import Service
+from rankd.security import Gate, RateLimited, Unauthorized
+from rankd.security.auth import JOIN_TOKEN_SECONDS
 
 SERVICE = web.AppKey("service", Service)
 
@@ -23,7 +26,12 @@ MAX_BODY_BYTES = 1 << 20
 
 STATUS = {"invalid": 422, "guard": 422, "not_found": 404, "conflict": 409, "read_only": 503,
           "bad_request": 400, "too_large": 413, "method_not_allowed": 405,
-          "unsupported_media_type": 415}
+          "unsupported_media_type": 415, "unauthorized": 401, "forbidden": 403,
+          "rate_limited": 429, "too_many_connections": 429}
+GATE = web.AppKey("gate", Gate)
+#: Operations that take their credential from the query string too (browsers
+#: cannot set headers on a WebSocket or an EventSource).
+QUERY_TOKEN_OPERATIONS = frozenset({"live_socket", "live_events"})
 
 routes = web.RouteTableDef()
 
@@ -53,7 +61,12 @@ async def error_middleware(request: web.Request,
     try:
         return await handler(request)
     except EngineError as exc:
-        return error_response(exc.code, exc.message)
+        response = error_response(exc.code, exc.message)
+        if isinstance(exc, Unauthorized):
+            response.headers["WWW-Authenticate"] = 'Bearer realm="rankd"'
+        elif isinstance(exc, RateLimited):
+            response.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+        return response
     except RequestError as exc:
         return error_response(exc.code, exc.message)
     except web.HTTPRequestEntityTooLarge:
@@ -65,6 +78,40 @@ async def error_middleware(request: web.Request,
         return response
     except web.HTTPNotFound:
         return error_response("not_found", f"no route {request.path}")
+
+
+PRINCIPAL = "rankd.principal"
+
+
+def credential_of(request: web.Request, operation: str) -> str | None:
+    header = request.headers.get("Authorization", "")
+    if header[:7].lower() == "bearer ":
+        return header[7:].strip()
+    if header:
+        raise Unauthorized("the Authorization header must be 'Bearer <token or API key>'")
+    if operation in QUERY_TOKEN_OPERATIONS:
+        return request.query.get("token")
+    return None
+
+
+@web.middleware
+async def gate_middleware(request: web.Request,
+                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                          ) -> web.StreamResponse:
+    """Authenticate, check the scope of the route's operation, rate-limit."""
+    route_handler = request.match_info.handler
+    if request.match_info.http_exception is not None:
+        return await handler(request)
+    operation = getattr(route_handler, "__name__", "unknown")
+    gate = request.app[GATE]
+    address = request.remote or ""
+    # A batch is charged per event once its body is read.
+    cost = 0 if operation == "submit_batch" else 1
+    principal = gate.admitted(credential_of(request, operation), operation, address, cost)
+    request[PRINCIPAL] = principal
+    response = await handler(request)
+    gate.done(principal, operation, address, board=request.match_info.get("board"))
+    return response
 
 
 # --- request parsing ---------------------------------------------------------------
@@ -182,6 +229,8 @@ async def submit(request: web.Request) -> web.Response:
 async def submit_batch(request: web.Request) -> web.Response:
     query(request, {})
     events = body_field(await read_json(request), "events", list, '{"events": [...]}')
+    request.app[GATE].admit(request[PRINCIPAL], "submit_batch", request.remote or "",
+                            max(1, len(events)))
     board = request.match_info["board"]
     results = await service_of(request).submit_many([(board, event) for event in events])
     return json_response({"results": results})
@@ -230,9 +279,39 @@ async def periods(request: web.Request) -> web.Response:
     return json_response(service_of(request).periods(request.match_info["board"], **params))
 
 
-def create_app(service: Service) -> web.Application:
+@routes.get("/v1/me/{board}")
+async def me(request: web.Request) -> web.Response:
+    """The caller's own standing: a player's token reads its member."""
+    params = query(request, VIEW)
+    subject = request[PRINCIPAL].subject
+    if subject is None:
+        raise RequestError("no member: this server runs without authentication, or the "
+                           "token has no subject", "invalid")
+    return json_response(service_of(request).member(request.match_info["board"], subject,
+                                                    **params))
+
+
+@routes.get("/v1/realtime/token")
+async def realtime_token(request: web.Request) -> web.Response:
+    """A short-lived token for the live feed's query string."""
+    query(request, {})
+    gate = request.app[GATE]
+    return json_response({"token": gate.authenticator.join_token(request[PRINCIPAL]),
+                          "expires_in": JOIN_TOKEN_SECONDS})
+
+
+@routes.get("/v1/admin/digest")
+async def digest(request: web.Request) -> web.Response:
+    """An order-sensitive hash of every board's state, to compare states cheaply."""
+    query(request, {})
+    return json_response({"digest": service_of(request).engine.digest()})
+
+
+def create_app(service: Service, gate: Gate | None = None) -> web.Application:
     """The REST application over the engine behind ``service``."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(middlewares=[error_middleware, gate_middleware],
+                          client_max_size=MAX_BODY_BYTES)
     app[SERVICE] = service
+    app[GATE] = gate or Gate.open()
     app.add_routes(routes)
     return app

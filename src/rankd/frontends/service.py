@@ -16,6 +16,7 @@ import orjson
 
 from rankd.engine.engine import Engine, Submission
 from rankd.engine.errors import EngineError, InvalidInput, NotFound
+from rankd.security import signing
 
 MAX_BATCH = 10_000
 MAX_RANKS_MEMBERS = 1000
@@ -51,8 +52,10 @@ def optional_text(value: object, name: str) -> str | None:
 class Service:
     """Front-end operations over one engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, signing_secret: str | None = None) -> None:
         self.engine = engine
+        #: Verifies submissions to boards configured ``"signed": true``.
+        self.signing_secret = signing_secret
         #: (board, window, period, offset, limit) -> (board version, JSON bytes)
         self._top_cache: dict[tuple, tuple[int, bytes]] = {}
 
@@ -78,7 +81,14 @@ class Service:
     # --- writes -----------------------------------------------------------------------
 
     async def submit(self, board: str, event: object) -> dict[str, Any]:
-        return await self.engine.submit(Submission.from_dict(board, event))
+        return await self.engine.submit(Submission.from_dict(board, self._checked(board, event)))
+
+    def _checked(self, board: str, event: object) -> object:
+        """``event`` with its signature verified and removed, on signed boards."""
+        known = self.engine.boards.get(board)
+        if known is not None and known.config.signed:
+            return signing.verify(self.signing_secret, board, event, self.engine.clock())
+        return event
 
     async def submit_many(self, items: list[tuple[str, object]]) -> list[dict[str, Any]]:
         """``(board, event)`` pairs in order: a result or ``{"error": ...}`` each.
@@ -92,7 +102,7 @@ class Service:
         submissions = []
         for board, event in items:
             try:
-                submissions.append(Submission.from_dict(board, event))
+                submissions.append(Submission.from_dict(board, self._checked(board, event)))
                 slots.append(None)
             except EngineError as exc:
                 slots.append({"error": exc.to_dict()})

@@ -19,17 +19,21 @@ import asyncio
 import collections
 import contextlib
 import logging
+import ssl as ssl_module
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rankd import __version__, wire
 from rankd.engine.errors import EngineError, InvalidInput
 from rankd.frontends.service import MAX_BATCH, Service, check_fields
+from rankd.security import ANONYMOUS_ALL, Gate, Principal, Unauthorized
 
 log = logging.getLogger(__name__)
 
 QUEUE_HIGH_WATER = 4096
 QUEUE_LOW_WATER = 512
+#: Unauthenticated or failed requests before the connection is closed.
+MAX_AUTH_FAILURES = 3
 SUBMIT_FIELDS = {"member", "score", "delta", "event_id", "ts", "label"}
 VIEW_FIELDS = {"window", "period"}
 
@@ -110,6 +114,11 @@ class TcpConnection(asyncio.Protocol):
     def __init__(self, server: TcpServer) -> None:
         self.server = server
         self.service = server.service
+        self.gate = server.gate
+        #: Who is calling: set by ``auth`` (or everyone, without credentials configured).
+        self.principal: Principal | None = None if self.gate.auth_enabled else ANONYMOUS_ALL
+        self.auth_failures = 0
+        self.address = ""
         self.decoder = wire.FrameDecoder(server.max_frame)
         self.queue: collections.deque[Any] = collections.deque()
         self.transport: asyncio.Transport | None = None
@@ -124,6 +133,8 @@ class TcpConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.address = str(peer[0]) if isinstance(peer, tuple) else ""
         self.server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -181,8 +192,8 @@ class TcpConnection(asyncio.Protocol):
             self.worker = None
 
     def _is_submit(self, message: Any) -> bool:
-        return (self.greeted and isinstance(message, list) and len(message) == 3
-                and message[1] == "submit")
+        return (self.greeted and self.principal is not None and isinstance(message, list)
+                and len(message) == 3 and message[1] == "submit")
 
     async def _one(self, message: Any, out: list[bytes]) -> None:
         try:
@@ -196,20 +207,53 @@ class TcpConnection(asyncio.Protocol):
         if op == "hello":
             out.append(wire.error(request_id, "bad_request", "hello was already done"))
             return
+        if op == "auth":
+            self._auth(request_id, args, out)
+            return
         operation = OPERATIONS.get(op)
         if operation is None:
             out.append(wire.error(request_id, "unknown_op", f"unknown operation {op!r}"))
             return
         required, optional, handler = operation
         try:
+            principal = self._admit(op, args)
             check_fields(args, required, optional, f"{op} arguments")
             result = handler(self.service, args)
             if isinstance(result, Awaitable):
                 result = await result
         except EngineError as exc:
             out.append(wire.error(request_id, exc.code, exc.message))
+            if isinstance(exc, Unauthorized) and self.auth_failures >= MAX_AUTH_FAILURES:
+                self._close_with(out, 0, "unauthorized", "too many unauthenticated requests")
             return
+        self.gate.done(principal, op, self.address, board=args.get("board"))
         out.append(wire.ok(request_id, result))
+
+    def _admit(self, op: str, args: dict[str, Any]) -> Principal:
+        """The caller, if it may run ``op`` now (scope and rate limits)."""
+        if self.principal is None:
+            self.auth_failures += 1
+            raise Unauthorized("authenticate first: send an auth request with a token")
+        events = args.get("events") if op == "submit_many" else None
+        cost = len(events) if isinstance(events, list) and events else 1
+        self.gate.admit(self.principal, op, self.address, cost)
+        return self.principal
+
+    def _auth(self, request_id: int, args: dict[str, Any], out: list[bytes]) -> None:
+        token = args.get("token")
+        try:
+            check_fields(args, {"token"}, set(), "auth arguments")
+            if not isinstance(token, str):
+                raise Unauthorized("token must be a string")
+            self.principal = self.gate.identify(token, "auth", self.address)
+        except EngineError as exc:
+            self.auth_failures += 1
+            out.append(wire.error(request_id, exc.code, exc.message))
+            if self.auth_failures >= MAX_AUTH_FAILURES:
+                self._close_with(out, 0, "unauthorized", "too many failed authentications")
+            return
+        out.append(wire.ok(request_id, {"principal": self.principal.name,
+                                        "scopes": sorted(self.principal.scopes)}))
 
     def _hello(self, request_id: int, op: str, args: dict[str, Any], out: list[bytes]) -> None:
         if op != "hello":
@@ -239,6 +283,7 @@ class TcpConnection(asyncio.Protocol):
             request_id = message[0]
             try:
                 request_id, _, args = wire.parse_request(message)
+                self._admit("submit", args)
                 group.append((request_id, _event(args)))
             except wire.RequestShapeError as exc:
                 group.append((exc.request_id, InvalidInput(exc.message)))
@@ -272,17 +317,20 @@ class TcpConnection(asyncio.Protocol):
 class TcpServer:
     """Listens for protocol connections; :meth:`close` drains them gracefully."""
 
-    def __init__(self, service: Service, *, max_frame: int = wire.MAX_FRAME) -> None:
+    def __init__(self, service: Service, gate: Gate | None = None, *,
+                 max_frame: int = wire.MAX_FRAME) -> None:
         self.service = service
+        self.gate = gate or Gate.open()
         self.max_frame = max_frame
         self.connections: set[TcpConnection] = set()
         self._server: asyncio.AbstractServer | None = None
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, ssl: ssl_module.SSLContext | None = None
+                    ) -> int:
         """Listen; returns the port (useful with port 0)."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: TcpConnection(self), host, port,
-                                                reuse_address=True)
+                                                reuse_address=True, ssl=ssl)
         return self._server.sockets[0].getsockname()[1]
 
     async def close(self, grace: float = 10.0) -> None:

@@ -1,0 +1,111 @@
+"""Token-bucket rate limits, per credential and per client address.
+
+Reads and writes have separate buckets.  A bucket holds up to ``burst``
+tokens and refills at ``rate`` per second; each operation (each event of a
+batch) takes one.  When a bucket is empty the caller is told how long until
+enough tokens are back (``Retry-After``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from rankd.engine.errors import EngineError
+
+MAX_TRACKED = 100_000
+
+
+class RateLimited(EngineError):
+    """Over a rate limit (HTTP 429)."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    updated: float
+
+
+class TokenBuckets:
+    """One bucket per key, created full; the least recently used are forgotten."""
+
+    def __init__(self, rate: float, burst: float, clock=time.monotonic) -> None:
+        self.rate = rate
+        self.burst = max(burst, 1.0)
+        self.clock = clock
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+
+    def take(self, key: str, cost: float = 1.0) -> float:
+        """Take ``cost`` tokens; 0 if allowed, else seconds until it would be."""
+        now = self.clock()
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(self.burst, now)
+            if len(self._buckets) > MAX_TRACKED:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(key)
+            bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.updated) * self.rate)
+            bucket.updated = now
+        if bucket.tokens >= cost:
+            bucket.tokens -= cost
+            return 0.0
+        return (min(cost, self.burst) - bucket.tokens) / self.rate
+
+
+@dataclass
+class LimitsConfig:
+    """Rates per second (0: unlimited) and bursts."""
+
+    address_writes: float = 2000.0
+    address_reads: float = 5000.0
+    credential_writes: float = 0.0
+    credential_reads: float = 0.0
+    #: Loopback clients (same machine) are trusted with unlimited rates.
+    exempt_loopback: bool = True
+
+
+def is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%")[0]).is_loopback
+    except ValueError:
+        return address in ("", "localhost") or address.startswith("/")  # unix sockets
+
+
+class RateLimiter:
+    """Checks an operation against the address and credential buckets."""
+
+    def __init__(self, config: LimitsConfig) -> None:
+        self.config = config
+        self._buckets: dict[tuple[str, str], TokenBuckets] = {}
+        for who, rates in (("address", (config.address_reads, config.address_writes)),
+                           ("credential", (config.credential_reads, config.credential_writes))):
+            for kind, rate in zip(("read", "write"), rates, strict=True):
+                if rate > 0:
+                    self._buckets[(who, kind)] = TokenBuckets(rate, 2 * rate)
+
+    def check(self, kind: str, address: str, credential: str, cost: int = 1) -> None:
+        """Raise :class:`RateLimited` when over a limit (``kind``: read or write)."""
+        if not self._buckets:
+            return
+        for who, key in (("address", address), ("credential", credential)):
+            if who == "address" and self.config.exempt_loopback and is_loopback(address):
+                continue
+            if who == "credential" and credential == "anonymous":
+                continue
+            buckets = self._buckets.get((who, kind))
+            if buckets is None:
+                continue
+            wait = buckets.take(key, cost)
+            if wait:
+                raise RateLimited(f"too many {kind}s from this {who}; retry in "
+                                  f"{math.ceil(wait)} s", wait)
