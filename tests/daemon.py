@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -27,7 +28,9 @@ def free_port() -> int:
 class Daemon:
     """``rankd serve`` in a child process; stopped by :meth:`stop` or ``with``."""
 
-    def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context
         self.data_dir = Path(data_dir)
         self.port = free_port()
         self.tcp_port = free_port()
@@ -38,7 +41,8 @@ class Daemon:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> Daemon:
         command = [sys.executable, "-m", "rankd.cli", "serve", "--host", "127.0.0.1",
@@ -71,7 +75,8 @@ class Daemon:
                                          headers={"Content-Type": "application/json",
                                                   **(headers or {})})
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout,
+                                        context=self.ssl_context) as response:
                 payload = response.read()
                 status = response.status
         except urllib.error.HTTPError as error:

@@ -31,7 +31,7 @@ routes = web.RouteTableDef()
 
 def _subscription(request: web.Request) -> tuple[str | None, int, list[str]]:
     query = request.query
-    unknown = sorted(set(query) - {"window", "limit", "members"})
+    unknown = sorted(set(query) - {"window", "limit", "members", "token"})
     if unknown:
         raise RequestError(f"unknown query parameter(s): {', '.join(unknown)}")
     try:

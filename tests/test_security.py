@@ -1,0 +1,311 @@
+"""Authentication, scopes, join tokens, signed submissions, rate limits,
+audit lines, secure defaults and TLS, against the real daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import ipaddress
+import json
+import socket
+import ssl
+import time
+import urllib.request
+
+import aiohttp
+import jwt
+import pytest
+
+from daemon import Daemon
+from rankd import wire
+from rankd.client import Client, Forbidden, Unauthorized
+from rankd.config import ConfigError, ServerConfig
+from rankd.security import Gate
+from rankd.security.auth import AuthConfig, Authenticator, new_api_key
+from rankd.security.limits import LimitsConfig, RateLimiter, TokenBuckets
+from rankd.security.signing import sign
+
+SECRET = "test-secret-" + "x" * 20
+SIGNING = "signing-secret-" + "y" * 20
+WRITER_KEY, WRITER_ENTRY = new_api_key("gs1", "write")
+READER_KEY, READER_ENTRY = new_api_key("rd1", "read")
+
+
+def token(scopes: str = "", *, sub: str | None = None, secret: str = SECRET,
+          expires_in: float = 300, not_before: float | None = None) -> str:
+    now = time.time()
+    claims: dict = {"scope": scopes, "exp": int(now + expires_in)}
+    if sub is not None:
+        claims["sub"] = sub
+    if not_before is not None:
+        claims["nbf"] = int(now + not_before)
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+ADMIN = token("admin")
+WRITER = token("write")
+READER = token("read")
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    with Daemon(tmp_path_factory.mktemp("sec") / "data", "--jwt-secret", SECRET,
+                "--api-keys", f"{WRITER_ENTRY},{READER_ENTRY}", "--signing-secret", SIGNING,
+                "--rate-credential-writes", "20") as running:
+        auth = {"Authorization": f"Bearer {ADMIN}"}
+        running.request("PUT", "/v1/boards/b", {"policy": "sum"}, headers=auth)
+        running.request("PUT", "/v1/boards/signed", {"policy": "sum", "signed": True},
+                        headers=auth)
+        running.request("POST", "/v1/boards/b/scores", {"member": "ann", "delta": 5},
+                        headers={"Authorization": f"Bearer {token('write', sub='x1')}"})
+        yield running
+
+
+def call(daemon, method, path, body=None, credential=None):
+    headers = {"Authorization": f"Bearer {credential}"} if credential else {}
+    return daemon.request(method, path, body, headers=headers)
+
+
+# (method, path, body, scope)
+ENDPOINTS = [
+    ("GET", "/v1/boards", None, "read"),
+    ("GET", "/v1/boards/b", None, "read"),
+    ("GET", "/v1/boards/b/top", None, "read"),
+    ("GET", "/v1/boards/b/members/ann", None, "read"),
+    ("GET", "/v1/boards/b/members/ann/around", None, "read"),
+    ("POST", "/v1/boards/b/ranks", {"members": ["ann"]}, "read"),
+    ("GET", "/v1/boards/b/periods", None, "read"),
+    ("GET", "/v1/realtime/token", None, "read"),
+    ("POST", "/v1/boards/b/scores", {"member": "zed", "delta": 1}, "write"),
+    ("POST", "/v1/boards/b/scores/batch", {"events": [{"member": "zed", "delta": 1}]},
+     "write"),
+    ("DELETE", "/v1/boards/b/members/nobody", None, "write"),
+    ("PUT", "/v1/boards/made", {}, "admin"),
+    ("DELETE", "/v1/boards/made", None, "admin"),
+    ("GET", "/v1/admin/digest", None, "admin"),
+]
+RIGHT = {"read": READER, "write": WRITER, "admin": ADMIN}
+WRONG = {"read": WRITER, "write": READER, "admin": WRITER}
+
+
+@pytest.mark.parametrize("method, path, body, scope", ENDPOINTS,
+                         ids=[f"{m} {p}" for m, p, _, _ in ENDPOINTS])
+def test_every_endpoint_checks_credentials_and_scope(daemon, method, path, body, scope):
+    for credential, reason in ((None, "credential is required"),
+                               (token(scope, expires_in=-60), "expired"),
+                               (token(scope, secret="another-secret-" + "z" * 20),
+                                "invalid token"),
+                               (token(scope, not_before=120), "not valid yet"),
+                               ("garbage", "malformed")):
+        status, answer = call(daemon, method, path, body, credential)
+        assert (status, answer["error"]["code"]) == (401, "unauthorized"), (credential, answer)
+        assert reason in answer["error"]["message"]
+    status, answer = call(daemon, method, path, body, WRONG[scope])
+    assert (status, answer["error"]["code"]) == (403, "forbidden")
+    status, _ = call(daemon, method, path, body, RIGHT[scope])
+    assert status in (200, 201, 204, 404), (method, path, status)
+
+
+def test_open_endpoints_need_no_credential(daemon):
+    for path in ("/v1/health", "/v1/openapi.json", "/", "/static/app.js"):
+        with urllib.request.urlopen(daemon.url + path, timeout=5) as response:
+            assert response.status == 200, path
+
+
+def test_a_player_token_reads_only_its_own_standing(daemon):
+    player = token("", sub="ann")
+    status, mine = call(daemon, "GET", "/v1/me/b", credential=player)
+    assert status == 200 and (mine["member"], mine["score"]) == ("ann", 5.0)
+    assert call(daemon, "GET", "/v1/boards/b/members/ann", credential=player)[0] == 403
+    assert call(daemon, "GET", "/v1/me/b", credential=token("", sub="nobody"))[0] == 404
+    assert call(daemon, "GET", "/v1/me/b", credential=READER)[0] == 403  # no subject
+
+
+def test_api_keys(daemon):
+    status, result = call(daemon, "POST", "/v1/boards/b/scores", {"member": "kay", "delta": 2},
+                          WRITER_KEY)
+    assert status == 200 and result["score"] == 2.0
+    assert call(daemon, "GET", "/v1/boards/b/top", credential=WRITER_KEY)[0] == 403
+    assert call(daemon, "GET", "/v1/boards/b/top", credential=READER_KEY)[0] == 200
+    forged = WRITER_KEY[:-4] + "AAAA"
+    assert call(daemon, "GET", "/v1/boards/b/top", credential=forged)[0] == 401
+    status, answer = daemon.request("GET", "/v1/boards/b/top",
+                                    headers={"Authorization": f"Basic {WRITER_KEY}"})
+    assert status == 401 and "Bearer" in answer["error"]["message"]
+
+
+def test_join_tokens_open_the_live_feed_for_browsers(daemon):
+    join = call(daemon, "GET", "/v1/realtime/token", credential=READER)[1]["token"]
+    base = f"127.0.0.1:{daemon.port}/v1/boards/b"
+
+    async def scenario():
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(f"ws://{base}/live?token={join}") as ws:
+                first = json.loads((await ws.receive(timeout=5)).data)
+            refused = []
+            for query in ("", "?token=nope", f"?token={WRITER}"):
+                async with session.get(f"http://{base}/live{query}") as response:
+                    refused.append(response.status)
+            async with session.get(f"http://{base}/events?token={join}") as response:
+                line = b""
+                while not line.startswith(b"data: "):
+                    line = await asyncio.wait_for(response.content.readline(), 5)
+            return first, refused, json.loads(line[6:])
+
+    first, refused, event = asyncio.run(scenario())
+    assert first["type"] == "leaderboard.updated" and first["board"] == "b"
+    assert refused == [401, 401, 403]
+    assert event["type"] == "leaderboard.updated"
+    # A join token is good for the live feed's reads only.
+    assert call(daemon, "POST", "/v1/boards/b/scores", {"member": "j", "delta": 1}, join)[0] \
+        == 403
+
+
+def test_tcp_requires_auth_first_and_closes_after_repeated_failures(daemon):
+    with Client("127.0.0.1", daemon.tcp_port, token=WRITER) as writer:
+        assert writer.submit("b", "tcp", delta=1)["score"] == 1.0
+        with pytest.raises(Forbidden):
+            writer.top("b")
+    with pytest.raises(Unauthorized):
+        Client("127.0.0.1", daemon.tcp_port, token="bad", retries=0).connect()
+    sock = socket.create_connection(("127.0.0.1", daemon.tcp_port), timeout=5)
+    decoder = wire.FrameDecoder()
+    sock.sendall(wire.request(1, "hello", {"version": 1}))
+    answers = []
+    while len(answers) < 1:
+        answers += decoder.feed(sock.recv(65536))
+    assert answers[0][1] == wire.OK
+    sock.sendall(b"".join(wire.request(i, "top", {"board": "b"}) for i in range(2, 6)))
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    answers = decoder.feed(received)
+    assert [a[2]["code"] for a in answers[:3]] == ["unauthorized"] * 3
+    assert answers[-1][0] == 0  # then the connection was closed
+    sock.close()
+
+
+def test_signed_submissions(daemon):
+    now = time.time()
+
+    def signed(member, delta, event_id, ts, signature=None):
+        return {"member": member, "delta": delta, "event_id": event_id, "ts": ts,
+                "signature": signature or sign(SIGNING, "signed", member, delta, event_id, ts)}
+
+    good = signed("sam", 3, "s1", now)
+    status, result = call(daemon, "POST", "/v1/boards/signed/scores", good, WRITER)
+    assert status == 200 and result["score"] == 3.0
+    tampered = {**signed("sam", 3, "s2", now), "delta": 30}
+    assert call(daemon, "POST", "/v1/boards/signed/scores", tampered, WRITER)[0] == 401
+    stale = signed("sam", 3, "s3", now - 120)
+    status, answer = call(daemon, "POST", "/v1/boards/signed/scores", stale, WRITER)
+    assert status == 401 and "away from the server clock" in answer["error"]["message"]
+    unsigned = {"member": "sam", "delta": 3, "event_id": "s4", "ts": now}
+    assert call(daemon, "POST", "/v1/boards/signed/scores", unsigned, WRITER)[0] == 401
+    status, replay = call(daemon, "POST", "/v1/boards/signed/scores", good, WRITER)
+    assert status == 200 and replay["duplicate"] is True
+    assert call(daemon, "GET", "/v1/boards/signed/members/sam", credential=READER)[1][
+        "score"] == 3.0
+
+
+def test_rate_limits_are_hit_and_recover(daemon):
+    limited = token("write", sub="burst")
+    statuses = [call(daemon, "POST", "/v1/boards/b/scores", {"member": "rl", "delta": 1},
+                     limited)[0] for _ in range(60)]
+    assert statuses.count(200) >= 40 and 429 in statuses
+    request = urllib.request.Request(
+        f"{daemon.url}/v1/boards/b/scores", data=b'{"member": "rl", "delta": 1}',
+        method="POST", headers={"Authorization": f"Bearer {limited}",
+                                "Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(request, timeout=5)
+        retry_after = None
+    except urllib.error.HTTPError as error:
+        retry_after = error.headers.get("Retry-After")
+    assert retry_after is not None and int(retry_after) >= 1
+    time.sleep(1.2)
+    assert call(daemon, "POST", "/v1/boards/b/scores", {"member": "rl", "delta": 1},
+                limited)[0] == 200
+
+
+def test_audit_log_has_rejections_and_admin_actions_without_secrets(daemon):
+    call(daemon, "PUT", "/v1/boards/audited", {}, ADMIN)
+    call(daemon, "GET", "/v1/boards", credential="wrong")
+    log = daemon.log()
+    assert "admin_action operation=put_board principal=jwt:? " in log
+    assert "auth_rejected operation=list_boards" in log
+    for secret in (SECRET, SIGNING, WRITER_KEY, READER_KEY, ADMIN, WRITER):
+        assert secret not in log
+
+
+def test_token_buckets_and_address_limits_with_a_fake_clock():
+    now = [0.0]
+    buckets = TokenBuckets(rate=10, burst=20, clock=lambda: now[0])
+    assert all(buckets.take("a") == 0 for _ in range(20))
+    assert buckets.take("a") == pytest.approx(0.1)
+    assert buckets.take("b") == 0  # separate keys
+    now[0] += 0.5
+    assert all(buckets.take("a") == 0 for _ in range(5))
+    limiter = RateLimiter(LimitsConfig(address_writes=1, address_reads=100))
+    limiter.check("write", "203.0.113.9", "anonymous")
+    limiter.check("write", "203.0.113.9", "anonymous")
+    with pytest.raises(Exception, match="too many writes"):
+        limiter.check("write", "203.0.113.9", "anonymous")
+    for _ in range(100):
+        limiter.check("write", "127.0.0.1", "anonymous")  # loopback is exempt
+
+
+def test_secure_by_default_exposure_rules():
+    open_gate = Gate.open()
+    ServerConfig(host="127.0.0.1").check_exposure(open_gate)
+    ServerConfig(host="::1").check_exposure(open_gate)
+    with pytest.raises(ConfigError, match=r"refusing to listen on 0\.0\.0\.0 without auth"):
+        ServerConfig(host="0.0.0.0").check_exposure(open_gate)
+    ServerConfig(host="0.0.0.0", insecure_no_auth=True).check_exposure(open_gate)
+    secured = Gate(Authenticator(AuthConfig(jwt_secret=SECRET)), open_gate.limiter)
+    ServerConfig(host="0.0.0.0").check_exposure(secured)
+
+
+def test_api_key_entries_hold_only_hashes():
+    key, entry = new_api_key("ops", "admin+read")
+    assert key not in entry
+    assert entry.split(":")[1] == hashlib.sha256(key.encode()).hexdigest()
+    assert entry.endswith(":admin+read")
+
+
+def _self_signed(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_tls_for_http_and_tcp(tmp_path):
+    cert, key = _self_signed(tmp_path)
+    context = ssl.create_default_context(cafile=str(cert))
+    with Daemon(tmp_path / "data", "--tls-cert", str(cert), "--tls-key", str(key),
+                ssl_context=context) as daemon:
+        assert daemon.request("GET", "/v1/health")[0] == 200
+        assert "tls=on" in daemon.log()
+        with Client("127.0.0.1", daemon.tcp_port, ssl=context) as client:
+            assert client.health() == {"status": "ok"}
+        with pytest.raises(OSError):  # plain HTTP is not served on the TLS port
+            urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/v1/health", timeout=2)
