@@ -30,6 +30,8 @@ class FrameError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+        #: Messages decoded from the same data before the bad frame.
+        self.decoded: list[Any] = []
 
 
 class RequestShapeError(Exception):
@@ -69,7 +71,8 @@ class FrameDecoder:
 
     ``feed`` returns every complete message so far; an incomplete frame waits
     for more bytes.  A frame longer than ``max_frame`` or an undecodable
-    payload raises :class:`FrameError` (the stream is lost after that).
+    payload raises :class:`FrameError` (the stream is lost after that); the
+    messages decoded before it are in the error's ``decoded``.
     """
 
     def __init__(self, max_frame: int = MAX_FRAME) -> None:
@@ -85,8 +88,10 @@ class FrameDecoder:
         while size - position >= _LENGTH_BYTES:
             length = int.from_bytes(buffer[position:position + _LENGTH_BYTES], "big")
             if length == 0 or length > self.max_frame:
-                raise FrameError("too_large" if length else "bad_frame",
-                                 f"frame length {length} is outside 1..{self.max_frame}")
+                error = FrameError("too_large" if length else "bad_frame",
+                                   f"frame length {length} is outside 1..{self.max_frame}")
+                error.decoded = messages
+                raise error
             end = position + _LENGTH_BYTES + length
             if end > size:
                 break
@@ -95,7 +100,9 @@ class FrameDecoder:
                     memoryview(buffer)[position + _LENGTH_BYTES:end], raw=False,
                     strict_map_key=True))
             except Exception as exc:  # msgpack raises several kinds; all mean a bad frame
-                raise FrameError("bad_frame", f"undecodable msgpack payload: {exc}") from None
+                error = FrameError("bad_frame", f"undecodable msgpack payload: {exc}")
+                error.decoded = messages
+                raise error from None
             position = end
         if position:
             del buffer[:position]

@@ -35,7 +35,17 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            for message in self.decoder.feed(data):
+            messages = self.decoder.feed(data)
+        except wire.FrameError as exc:
+            self._deliver(exc.decoded)
+            self._fail_all(ProtocolError(f"undecodable answer from the server: {exc.message}"))
+            self.transport.abort()
+            return
+        self._deliver(messages)
+
+    def _deliver(self, messages: list[Any]) -> None:
+        try:
+            for message in messages:
                 request_id, ok, body = wire.parse_response(message)
                 if request_id == 0:  # the server gave up on the stream
                     self._fail_all(error_for(body["code"], body["message"]))

@@ -155,8 +155,8 @@ class TcpConnection(asyncio.Protocol):
         try:
             messages = self.decoder.feed(data)
         except wire.FrameError as exc:
-            self.queue.append(exc)  # answered in order, then the connection closes
-            messages = []
+            # What came before the bad frame is answered, then the error, then close.
+            messages = [*exc.decoded, exc]
         self.queue.extend(messages)
         if len(self.queue) >= QUEUE_HIGH_WATER and not self.reading_paused:
             self.transport.pause_reading()
