@@ -309,3 +309,49 @@ def test_tls_for_http_and_tcp(tmp_path):
             assert client.health() == {"status": "ok"}
         with pytest.raises(OSError):  # plain HTTP is not served on the TLS port
             urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/v1/health", timeout=2)
+
+
+# (op, args, scope) of every TCP operation that needs a credential
+TCP_OPS = [
+    ("list_boards", {}, "read"),
+    ("get_board", {"board": "b"}, "read"),
+    ("top", {"board": "b"}, "read"),
+    ("member", {"board": "b", "member": "ann"}, "read"),
+    ("around", {"board": "b", "member": "ann"}, "read"),
+    ("ranks", {"board": "b", "members": ["ann"]}, "read"),
+    ("periods", {"board": "b"}, "read"),
+    ("submit", {"board": "b", "member": "t", "delta": 1}, "write"),
+    ("submit_many", {"events": [{"board": "b", "member": "t", "delta": 1}]}, "write"),
+    ("remove_member", {"board": "b", "member": "nobody"}, "write"),
+    ("put_board", {"board": "tcpmade", "config": {}}, "admin"),
+    ("delete_board", {"board": "tcpmade"}, "admin"),
+]
+
+
+def _tcp(port: int, *frames: bytes) -> list:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(wire.request(1, "hello", {"version": 1}) + b"".join(frames))
+        decoder = wire.FrameDecoder()
+        answers: list = []
+        while len(answers) < 1 + len(frames):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answers += decoder.feed(chunk)
+        return answers[1:]
+
+
+@pytest.mark.parametrize("op, args, scope", TCP_OPS, ids=[op for op, _, _ in TCP_OPS])
+def test_every_tcp_operation_checks_credentials_and_scope(daemon, op, args, scope):
+    (unauthenticated,) = _tcp(daemon.tcp_port, wire.request(2, op, args))
+    assert unauthenticated[1:] == [wire.ERROR, unauthenticated[2]]
+    assert unauthenticated[2]["code"] == "unauthorized"
+    expired = _tcp(daemon.tcp_port, wire.request(2, "auth", {"token": token(scope,
+                                                                           expires_in=-60)}))
+    assert expired[0][2]["code"] == "unauthorized"
+    wrong = _tcp(daemon.tcp_port, wire.request(2, "auth", {"token": WRONG[scope]}),
+                 wire.request(3, op, args))
+    assert wrong[0][1] == wire.OK and wrong[1][2]["code"] == "forbidden"
+    right = _tcp(daemon.tcp_port, wire.request(2, "auth", {"token": RIGHT[scope]}),
+                 wire.request(3, op, args))
+    assert right[1][1] == wire.OK or right[1][2]["code"] == "not_found", right
