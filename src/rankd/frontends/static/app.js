@@ -11,8 +11,14 @@ function setState(kind, text) {
   el.textContent = text;
 }
 
+// On a server with credentials, open the page as /?token=<a read token>: REST
+// calls send it as a bearer token and the live feed gets a short join token.
+const credential = new URLSearchParams(location.search).get("token");
+
 async function getJSON(path) {
-  const response = await fetch(path, { headers: { Accept: "application/json" } });
+  const headers = { Accept: "application/json" };
+  if (credential) headers.Authorization = "Bearer " + credential;
+  const response = await fetch(path, { headers });
   if (!response.ok) throw new Error(path + ": " + response.status);
   return response.json();
 }
@@ -86,12 +92,16 @@ function stopFeed() {
   if (state.pollTimer) { clearInterval(state.pollTimer); state.pollTimer = null; }
 }
 
-function startFeed() {
+async function startFeed() {
   stopFeed();
   state.version = 0;
   state.lastRanks = new Map();
   const params = new URLSearchParams({ window: state.window, limit: state.limit });
   if (state.follow) params.set("members", state.follow);
+  if (credential) {
+    try { params.set("token", (await getJSON("/v1/realtime/token")).token); }
+    catch (error) { setState("offline", "not authorized"); return; }
+  }
   const scheme = location.protocol === "https:" ? "wss://" : "ws://";
   const url = scheme + location.host + "/v1/boards/" + encodeURIComponent(state.board) +
               "/live?" + params;
