@@ -169,6 +169,10 @@ class Conformance:
         if exchange.method == "HEAD" or "content" not in response:
             assert exchange.payload == b"", f"expected no body: {exchange}"
             return
+        if "text/plain" in response["content"]:  # /metrics
+            assert exchange.headers.get("Content-Type", "").startswith("text/plain"), (
+                str(exchange))
+            return
         assert exchange.headers.get("Content-Type", "").startswith("application/json"), (
             str(exchange))
         self.validate(pointer + "/content/application~1json/schema",
@@ -230,13 +234,14 @@ class Api:
         except urllib.error.HTTPError as error:
             status, payload, reply_headers = error.code, error.read(), error.headers
         self.headers = dict(reply_headers.items())
+        self.last_payload = payload
         sent = None if data is None else decoded(data)  # a copy: callers reuse their lists
         exchange = Exchange(self.test, method, path, sent, status, self.headers, payload)
         if record:
             EXCHANGES.append(exchange)
             if self.conformance is not None:
                 self.conformance.check(exchange)
-        if not payload:
+        if not payload or self.headers.get("Content-Type", "").startswith("text/plain"):
             return status, None
         try:
             return status, json.loads(payload)
@@ -944,6 +949,29 @@ def test_me_needs_a_token_subject(api: Api) -> None:
     make_board(api, "mine")
     assert_error(api("GET", "/v1/me/mine"), 422, "invalid", "authentication")
     assert_error(api("GET", "/v1/me/mine?colour=red"), 400, "bad_request")
+
+
+def test_ready_metrics_and_snapshot(api: Api) -> None:
+    status, ready = api("GET", "/v1/ready")
+    assert status == 200 and ready == {"ready": True,
+                                       "checks": {"recovered": True, "wal_writable": True}}
+    make_board(api, "metered")
+    submit(api, "metered", "ann", score=3)
+    status, info = api("POST", "/v1/admin/snapshot")
+    assert status == 200 and info["bytes"] > 0 and info["path"].endswith(".snap")
+    status, _ = api("GET", "/metrics")
+    assert status == 200
+    text = api.last_payload.decode()
+    for name in ("rankd_submissions_total{outcome=\"applied\"}", "rankd_wal_appends_total",
+                 "rankd_wal_fsyncs_total", "rankd_snapshot_bytes", "rankd_live_subscribers",
+                 "rankd_tcp_connections", "rankd_process_rss_bytes",
+                 'rankd_board_members{board="metered",window="all"} 1.0',
+                 'rankd_http_requests_total{operation="submit",status="200"}',
+                 "rankd_http_request_seconds_bucket"):
+        assert name in text, name
+    for bad in ("/v1/ready?x=1", "/metrics?x=1"):
+        assert_error(api("GET", bad), 400, "bad_request")
+    assert_error(api("POST", "/v1/admin/snapshot?x=1"), 400, "bad_request")
 
 
 def test_realtime_token_and_digest(api: Api) -> None:

@@ -29,6 +29,7 @@ from rankd.frontends.rest import create_app
 from rankd.frontends.service import Service
 from rankd.frontends.tcp import TcpServer
 from rankd.index import IMPLEMENTATION
+from rankd.metrics import DaemonCollector, Metrics
 
 log = logging.getLogger("rankd")
 
@@ -78,10 +79,13 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     engine.lock()
     service = Service(engine, signing_secret=config.signing_secret)
     tcp = TcpServer(service, gate)
-    app = create_app(service, gate)
-    add_live_routes(app, LiveFeed(engine, interval=config.live_interval,
-                                  send_timeout=config.live_send_timeout,
-                                  max_per_address=config.live_max_per_address))
+    feed = LiveFeed(engine, interval=config.live_interval,
+                    send_timeout=config.live_send_timeout,
+                    max_per_address=config.live_max_per_address)
+    metrics = Metrics()
+    metrics.add(DaemonCollector(engine, tcp, feed))
+    app = create_app(service, gate, metrics)
+    add_live_routes(app, feed)
     runner = web.AppRunner(app, access_log=None,
                            shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()

@@ -152,6 +152,8 @@ class Engine:
         #: Called with a board name after each change (live feed, caches).
         self.listeners: list[Callable[[str], None]] = []
         self.last_snapshot: dict[str, Any] = {}
+        #: Submissions by outcome, for metrics.
+        self.stats = {"applied": 0, "duplicate": 0, "rejected": 0}
         self._lock_fd: int | None = None
         self._tasks: list[asyncio.Task] = []
         self._snapshot_lock = asyncio.Lock()
@@ -466,11 +468,17 @@ class Engine:
         batch = _Batch()
         now = self.clock()
         next_lsn = self.wal.last_lsn + 1
+        rejected = 0
         for submission in submissions:
             try:
                 self._prepare(submission, now, batch, next_lsn + len(batch.records))
             except EngineError as error:
                 batch.answers.append(error)
+                rejected += 1
+        stats = self.stats
+        stats["applied"] += len(batch.records)
+        stats["rejected"] += rejected
+        stats["duplicate"] += len(submissions) - len(batch.records) - rejected
         if batch.records:
             self._apply_records(batch.records, want_ranks=True)
             await self._commit(batch.records)

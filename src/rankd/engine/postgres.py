@@ -106,6 +106,8 @@ class PostgresShipper:
         self.connected = False
         self.last_error: str | None = None
         self.shipped_total = 0
+        self.errors = 0
+        self._caught_up_at = time.monotonic()
         self._reader = WalReader(wal, 1)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -135,8 +137,11 @@ class PostgresShipper:
 
     def status(self) -> dict[str, Any]:
         """Shipping state for health checks and metrics."""
+        lag = max(0, self.wal.written_lsn - self.shipped_lsn)
+        if lag == 0:
+            self._caught_up_at = time.monotonic()
         return {"connected": self.connected, "shipped_lsn": self.shipped_lsn,
-                "lag_records": max(0, self.wal.written_lsn - self.shipped_lsn),
+                "lag_records": lag, "lag_seconds": time.monotonic() - self._caught_up_at,
                 "last_error": self.last_error}
 
     async def wait_shipped(self, lsn: int, timeout: float = 30.0) -> None:
@@ -183,6 +188,7 @@ class PostgresShipper:
             log.warning("Postgres shipping paused (%s); retrying, the WAL keeps the backlog",
                         message)
         self.last_error = message
+        self.errors += 1
         self.connected = False
 
     async def _ship_loop(self, conn: asyncpg.Connection) -> None:
@@ -224,6 +230,8 @@ class PostgresShipper:
                 last)
         self.shipped_lsn = last
         self.shipped_total += len(batch)
+        if last >= self.wal.written_lsn:
+            self._caught_up_at = time.monotonic()
 
 
 async def archive_standings(dsn: str, board: str, window: str, period: str,

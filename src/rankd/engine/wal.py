@@ -52,6 +52,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from rankd.engine.snapshot import fsync_directory
@@ -67,6 +68,17 @@ _HEADER = struct.Struct("<IIQ")
 _CHECKED = struct.Struct("<IQ")  # the (length, lsn) part the CRC covers
 HEADER_BYTES = _HEADER.size
 _SUFFIX = ".log"
+
+
+@dataclass
+class WalStats:
+    """Counters for metrics (plain ints: the append path stays cheap)."""
+
+    appends: int = 0
+    bytes: int = 0
+    fsyncs: int = 0
+    fsync_seconds: float = 0.0
+    last_fsync_seconds: float = 0.0
 
 
 class WalFailedError(Exception):
@@ -177,6 +189,7 @@ class WriteAheadLog:
         self._flush: asyncio.Future | None = None
         self._syncer: asyncio.Task | None = None
         self._closed = False
+        self.stats = WalStats()
         self._open_existing(after_lsn)
 
     # --- opening ----------------------------------------------------------------
@@ -336,6 +349,9 @@ class WriteAheadLog:
         pending += payload
         self._active_bytes += HEADER_BYTES + length
         self._last_lsn = lsn
+        stats = self.stats
+        stats.appends += 1
+        stats.bytes += HEADER_BYTES + length
         return lsn
 
     async def commit(self, lsn: int) -> None:
@@ -422,6 +438,7 @@ class WriteAheadLog:
             retired, self._retired = self._retired, []
             current = self._fd
             dir_dirty, self._dir_dirty = self._dir_dirty, False
+        started = time.monotonic()
         for fd in retired:
             os.fsync(fd)
             os.close(fd)
@@ -429,6 +446,10 @@ class WriteAheadLog:
             os.fsync(current)
         if dir_dirty:
             fsync_directory(self.directory)
+        elapsed = time.monotonic() - started
+        self.stats.fsyncs += 1
+        self.stats.fsync_seconds += elapsed
+        self.stats.last_fsync_seconds = elapsed
 
     # --- background fsync, close ----------------------------------------------------------
 

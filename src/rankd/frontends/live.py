@@ -117,6 +117,7 @@ class LiveFeed:
         self.dirty: set[str] = set()
         self.ticks = 0
         self.pushes = 0
+        self.drops = 0
         self._task: asyncio.Task | None = None
         engine.listeners.append(self._changed)
 
@@ -219,6 +220,8 @@ class LiveFeed:
         subscriber.wakeup.set()
 
     def _drop(self, subscriber: Subscriber, code: int, reason: str) -> None:
+        if code == CLOSE_TOO_SLOW:
+            self.drops += 1
         subscriber.dropped = (code, reason)
         subscriber.queue.clear()
         subscriber.wakeup.set()

@@ -269,6 +269,13 @@ def schemas() -> dict[str, Any]:
                           "expires_in": {"type": "integer", "minimum": 1}},
                          description="A short-lived `read` token for the live feed's query "
                                      "string (`?token=`)."),
+        "Ready": obj({"ready": {"type": "boolean"},
+                      "checks": {"type": "object",
+                                 "additionalProperties": {"type": "boolean"}}}),
+        "SnapshotInfo": obj({"position": {"type": "integer", "minimum": 0},
+                             "path": {"type": "string"},
+                             "bytes": {"type": "integer", "minimum": 0},
+                             "seconds": {"type": "number", "minimum": 0}}),
         "Digest": obj({"digest": {"type": "string", "pattern": "^[0-9a-f]{32}$"}}),
         "OpenAPIDocument": {"type": "object", "required": ["openapi", "info", "paths"],
                             "description": "This document."},
@@ -333,7 +340,7 @@ NO_CONTENT = {"description": "Done; no body."}
 
 
 #: Operations anyone may call, with or without credentials.
-OPEN_OPERATIONS = frozenset({"health", "openapi"})
+OPEN_OPERATIONS = frozenset({"health", "openapi", "ready"})
 
 
 def operation(operation_id: str, summary: str, tag: str, responses: dict[int, Any], *,
@@ -482,6 +489,23 @@ def paths() -> dict[str, Any]:
             {200: ok("JoinToken", "A 60-second read token.")}, errors=(400,),
             description="Browsers cannot set headers on a WebSocket or EventSource: pass "
                         "this token as `?token=` on `/live` and `/events`.")},
+        "/v1/ready": {"get": operation(
+            "ready", "Whether rankd is ready for traffic", "service",
+            {200: ok("Ready", "Recovered, the WAL takes writes, Postgres reachable when "
+                              "configured."),
+             503: ok("Ready", "Not ready: `checks` says what is missing.")},
+            errors=(400,))},
+        "/metrics": {"get": {
+            **operation("metrics", "Prometheus metrics", "service",
+                        {200: {"description": "Prometheus text exposition format.",
+                               "content": {"text/plain": {"schema": {"type": "string"}}}}},
+                        errors=(400,)),
+        }},
+        "/v1/admin/snapshot": {"post": operation(
+            "snapshot", "Write a snapshot now", "service",
+            {200: ok("SnapshotInfo", "The snapshot written.")}, errors=(400, 503),
+            description="Needs the `admin` scope.  Also drops the WAL segments it covers "
+                        "(and that Postgres has, when configured).")},
         "/v1/admin/digest": {"get": operation(
             "digest", "A hash of every board's state", "service",
             {200: ok("Digest", "Equal digests mean equal states.")}, errors=(400,),

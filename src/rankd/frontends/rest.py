@@ -8,6 +8,7 @@ fitting status; unknown body fields and query parameters are refused.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from aiohttp import web
 from rankd.engine.errors import EngineError
 from rankd.frontends.openapi import openapi_document
 from rankd.frontends.service import Service
+from rankd.metrics import CONTENT_TYPE, Metrics
 from rankd.security import Gate, RateLimited, Unauthorized
 from rankd.security.auth import JOIN_TOKEN_SECONDS
 
@@ -29,6 +31,7 @@ STATUS = {"invalid": 422, "guard": 422, "not_found": 404, "conflict": 409, "read
           "unsupported_media_type": 415, "unauthorized": 401, "forbidden": 403,
           "rate_limited": 429, "too_many_connections": 429}
 GATE = web.AppKey("gate", Gate)
+METRICS = web.AppKey("metrics", Metrics)
 #: Operations that take their credential from the query string too (browsers
 #: cannot set headers on a WebSocket or an EventSource).
 QUERY_TOKEN_OPERATIONS = frozenset({"live_socket", "live_events"})
@@ -111,6 +114,19 @@ async def gate_middleware(request: web.Request,
     request[PRINCIPAL] = principal
     response = await handler(request)
     gate.done(principal, operation, address, board=request.match_info.get("board"))
+    return response
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request,
+                             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                             ) -> web.StreamResponse:
+    started = time.perf_counter()
+    response = await handler(request)
+    operation = ("unmatched" if request.match_info.http_exception is not None
+                 else getattr(request.match_info.handler, "__name__", "unknown"))
+    request.app[METRICS].observe_request(operation, response.status,
+                                         time.perf_counter() - started)
     return response
 
 
@@ -300,6 +316,39 @@ async def realtime_token(request: web.Request) -> web.Response:
                           "expires_in": JOIN_TOKEN_SECONDS})
 
 
+@routes.get("/v1/ready")
+async def ready(request: web.Request) -> web.Response:
+    """Recovered, the WAL takes writes, and Postgres is reachable when configured."""
+    query(request, {})
+    engine = service_of(request).engine
+    checks = {"recovered": engine.ready,
+              "wal_writable": engine.failure is None and engine.wal is not None
+              and not engine.wal.failed}
+    if engine.config.postgres_dsn:
+        checks["postgres"] = engine.shipper is not None and engine.shipper.connected
+    ready_now = all(checks.values())
+    return json_response({"ready": ready_now, "checks": checks}, 200 if ready_now else 503)
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus metrics."""
+    query(request, {})
+    return web.Response(body=request.app[METRICS].render(),
+                        headers={"Content-Type": CONTENT_TYPE})
+
+
+@routes.post("/v1/admin/snapshot")
+async def snapshot(request: web.Request) -> web.Response:
+    """Write a snapshot now (and drop the WAL segments it covers)."""
+    query(request, {})
+    engine = service_of(request).engine
+    await engine.snapshot()
+    info = engine.last_snapshot
+    return json_response({"position": info["lsn"], "path": info["path"], "bytes": info["bytes"],
+                          "seconds": round(info["seconds"], 4)})
+
+
 @routes.get("/v1/admin/digest")
 async def digest(request: web.Request) -> web.Response:
     """An order-sensitive hash of every board's state, to compare states cheaply."""
@@ -307,10 +356,12 @@ async def digest(request: web.Request) -> web.Response:
     return json_response({"digest": service_of(request).engine.digest()})
 
 
-def create_app(service: Service, gate: Gate | None = None) -> web.Application:
+def create_app(service: Service, gate: Gate | None = None,
+               metrics_registry: Metrics | None = None) -> web.Application:
     """The REST application over the engine behind ``service``."""
-    app = web.Application(middlewares=[error_middleware, gate_middleware],
+    app = web.Application(middlewares=[metrics_middleware, error_middleware, gate_middleware],
                           client_max_size=MAX_BODY_BYTES)
+    app[METRICS] = metrics_registry or Metrics()
     app[SERVICE] = service
     app[GATE] = gate or Gate.open()
     app.add_routes(routes)

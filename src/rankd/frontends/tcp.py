@@ -225,9 +225,11 @@ class TcpConnection(asyncio.Protocol):
             if isinstance(result, Awaitable):
                 result = await result
         except EngineError as exc:
+            self.server.stats[(op, exc.code)] += 1
             out.append(wire.error(request_id, exc.code, exc.message))
             return
         self.gate.done(principal, op, self.address, board=args.get("board"))
+        self.server.stats[(op, "ok")] += 1
         out.append(wire.ok(request_id, result))
 
     def _unauthenticated(self, request_id: int, out: list[bytes]) -> None:
@@ -301,16 +303,22 @@ class TcpConnection(asyncio.Protocol):
             answers = iter(await self.service.submit_many(items))
         except EngineError as exc:  # e.g. read-only: every submit gets the error
             answers = iter([{"error": exc.to_dict()}] * len(items))
+        ok = 0
+        stats = self.server.stats
         for request_id, item in group:
             if isinstance(item, EngineError):
+                stats[("submit", item.code)] += 1
                 out.append(wire.error(request_id, item.code, item.message))
                 continue
             answer = next(answers)
             if "error" in answer:
+                stats[("submit", answer["error"]["code"])] += 1
                 out.append(wire.error(request_id, answer["error"]["code"],
                                       answer["error"]["message"]))
             else:
+                ok += 1
                 out.append(wire.ok(request_id, answer))
+        stats[("submit", "ok")] += ok
 
     def _close_with(self, out: list[bytes], request_id: int, code: str, message: str) -> None:
         out.append(wire.error(request_id, code, message))
@@ -330,6 +338,8 @@ class TcpServer:
         self.gate = gate or Gate.open()
         self.max_frame = max_frame
         self.connections: set[TcpConnection] = set()
+        #: (op, "ok" or error code) -> requests, for metrics.
+        self.stats: collections.Counter[tuple[str, str]] = collections.Counter()
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self, host: str, port: int, ssl: ssl_module.SSLContext | None = None

@@ -28,16 +28,16 @@ audit_log = logging.getLogger("rankd.audit")
 #: need ``admin``: a new endpoint is closed until someone opens it.
 OPERATION_SCOPES: dict[str, str | None] = {
     "health": None, "openapi": None, "page": None, "static_file": None,
-    "hello": None, "auth": None,
+    "hello": None, "auth": None, "ready": None, "metrics": "read",
     "list_boards": "read", "get_board": "read", "top": "read", "member": "read",
     "around": "read", "ranks": "read", "periods": "read", "live_socket": "read",
     "live_events": "read", "realtime_token": "read",
     "submit": "write", "submit_batch": "write", "submit_many": "write",
     "remove_member": "write",
-    "put_board": "admin", "delete_board": "admin", "digest": "admin",
+    "put_board": "admin", "delete_board": "admin", "digest": "admin", "snapshot": "admin",
     "me": "self",
 }
-ADMIN_ACTIONS = frozenset({"put_board", "delete_board"})
+ADMIN_ACTIONS = frozenset({"put_board", "delete_board", "snapshot"})
 
 __all__ = [
     "ANONYMOUS_ALL",

@@ -1,0 +1,160 @@
+"""Prometheus metrics (``GET /metrics``).
+
+Hot paths only bump plain integers (the WAL, the TCP front-end, the live
+feed keep their own counters); a collector reads them, and the engine's
+state, when Prometheus scrapes.  Only REST requests go through
+prometheus-client objects directly, since an HTTP request costs far more
+than the observation.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Metrics:
+    """The registry of one daemon, and the REST request metrics."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("rankd_http_requests", "REST requests by operation and status",
+                                ["operation", "status"], registry=self.registry)
+        self.latency = Histogram("rankd_http_request_seconds", "REST request latency",
+                                 ["operation"], registry=self.registry,
+                                 buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                          0.25, 0.5, 1.0, 2.5))
+
+    def observe_request(self, operation: str, status: int, seconds: float) -> None:
+        self.requests.labels(operation, str(status)).inc()
+        self.latency.labels(operation).observe(seconds)
+
+    def add(self, collector: Collector) -> None:
+        self.registry.register(collector)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class DaemonCollector(Collector):
+    """Reads the engine, WAL, shipper, TCP front-end and live feed at scrape time."""
+
+    def __init__(self, engine: Any, tcp: Any = None, feed: Any = None) -> None:
+        self.engine = engine
+        self.tcp = tcp
+        self.feed = feed
+        self.started = time.time()
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._engine()
+        yield from self._wal()
+        yield from self._shipper()
+        yield from self._tcp()
+        yield from self._live()
+        yield from self._process()
+
+    def _engine(self) -> Iterator[Metric]:
+        engine = self.engine
+        submissions = CounterMetricFamily("rankd_submissions", "Submissions by outcome",
+                                          labels=["outcome"])
+        for outcome, count in engine.stats.items():
+            submissions.add_metric([outcome], count)
+        yield submissions
+        members = GaugeMetricFamily("rankd_board_members",
+                                    "Members in the current period of each board window",
+                                    labels=["board", "window"])
+        now = engine.clock()
+        for name, board in list(engine.boards.items()):
+            for window, count in board.member_counts(now).items():
+                members.add_metric([name, window], count)
+        yield members
+        yield GaugeMetricFamily("rankd_boards", "Boards", value=len(engine.boards))
+        yield GaugeMetricFamily("rankd_read_only", "1 after a storage failure",
+                                value=int(engine.failure is not None))
+        snapshot = engine.last_snapshot
+        if snapshot:
+            yield GaugeMetricFamily("rankd_snapshot_seconds", "Duration of the last snapshot",
+                                    value=snapshot["seconds"])
+            yield GaugeMetricFamily("rankd_snapshot_bytes", "Size of the last snapshot",
+                                    value=snapshot["bytes"])
+
+    def _wal(self) -> Iterator[Metric]:
+        wal = self.engine.wal
+        if wal is None:
+            return
+        stats = wal.stats
+        yield CounterMetricFamily("rankd_wal_appends", "Records appended", value=stats.appends)
+        yield CounterMetricFamily("rankd_wal_bytes", "Bytes appended", value=stats.bytes)
+        yield CounterMetricFamily("rankd_wal_fsyncs", "fsync calls", value=stats.fsyncs)
+        yield CounterMetricFamily("rankd_wal_fsync_seconds", "Time spent in fsync",
+                                  value=stats.fsync_seconds)
+        yield GaugeMetricFamily("rankd_wal_last_fsync_seconds", "Duration of the last fsync",
+                                value=stats.last_fsync_seconds)
+        yield GaugeMetricFamily("rankd_wal_segments", "Segment files",
+                                value=len(wal.segments()))
+        yield GaugeMetricFamily("rankd_wal_last_position", "Newest log position",
+                                value=wal.last_lsn)
+
+    def _shipper(self) -> Iterator[Metric]:
+        shipper = self.engine.shipper
+        if shipper is None:
+            return
+        status = shipper.status()
+        yield GaugeMetricFamily("rankd_postgres_connected", "Shipper connected",
+                                value=int(status["connected"]))
+        yield GaugeMetricFamily("rankd_postgres_lag_records", "Records not yet in Postgres",
+                                value=status["lag_records"])
+        yield GaugeMetricFamily("rankd_postgres_lag_seconds",
+                                "Seconds since the shipper last caught up",
+                                value=status["lag_seconds"])
+        yield CounterMetricFamily("rankd_postgres_shipped", "Records shipped",
+                                  value=shipper.shipped_total)
+        yield CounterMetricFamily("rankd_postgres_errors", "Shipping errors",
+                                  value=shipper.errors)
+
+    def _tcp(self) -> Iterator[Metric]:
+        if self.tcp is None:
+            return
+        yield GaugeMetricFamily("rankd_tcp_connections", "Open TCP protocol connections",
+                                value=len(self.tcp.connections))
+        requests = CounterMetricFamily("rankd_tcp_requests", "TCP requests by op and status",
+                                       labels=["op", "status"])
+        for (op, status), count in list(self.tcp.stats.items()):
+            requests.add_metric([op, status], count)
+        yield requests
+
+    def _live(self) -> Iterator[Metric]:
+        feed = self.feed
+        if feed is None:
+            return
+        yield GaugeMetricFamily("rankd_live_subscribers", "Live-feed subscribers",
+                                value=sum(feed.per_address.values()))
+        yield CounterMetricFamily("rankd_live_pushes", "Messages queued for subscribers",
+                                  value=feed.pushes)
+        yield CounterMetricFamily("rankd_live_drops", "Subscribers dropped as too slow",
+                                  value=feed.drops)
+        yield CounterMetricFamily("rankd_live_ticks", "Live-feed ticks", value=feed.ticks)
+
+    def _process(self) -> Iterator[Metric]:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        yield GaugeMetricFamily("rankd_process_max_rss_bytes", "Peak resident memory",
+                                value=usage.ru_maxrss * 1024)
+        try:
+            with open("/proc/self/statm") as handle:
+                rss_pages = int(handle.read().split()[1])
+            yield GaugeMetricFamily("rankd_process_rss_bytes", "Resident memory",
+                                    value=rss_pages * resource.getpagesize())
+        except OSError:
+            pass
+        yield CounterMetricFamily("rankd_process_cpu_seconds", "CPU time used",
+                                  value=usage.ru_utime + usage.ru_stime)
+        yield GaugeMetricFamily("rankd_uptime_seconds", "Seconds since start",
+                                value=time.time() - self.started)
