@@ -46,7 +46,7 @@ How to run
 ::
 
     python bench/bench_index.py --quick          # smoke run, a few seconds
-    python bench/bench_index.py                  # 1M members, ~4-5 minutes
+    python bench/bench_index.py                  # 1M members, about 4 minutes
     python bench/bench_index.py --no-redis --no-fallback --members 100000
 
 Redis needs ``redis-server`` and ``redis-benchmark`` on the PATH (Debian:
@@ -720,7 +720,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fallback-ops", type=int, default=None,
                    help="operations per figure for the fallback (default: --ops / 4)")
     p.add_argument("--fallback-load-repeats", type=int, default=1,
-                   help="bulk loads of the fallback board (default 1: ~30 s each at 1M)")
+                   help="bulk loads of the fallback board (default 1: ~40 s each at 1M here)")
     p.add_argument("--redis-unpipelined-ops", type=int, default=None,
                    help="requests per unpipelined redis-benchmark run (default: --ops / 4)")
     p.add_argument("--no-redis", action="store_true", help="skip Redis")
