@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from rankd import __version__, config
 
@@ -33,61 +35,156 @@ def build_parser() -> argparse.ArgumentParser:
                          help="PostgreSQL DSN rankd shipped its events to")
     restore.add_argument("--data-dir", required=True, metavar="DIR",
                          help="data dir to create")
+    wal = commands.add_parser("wal", help="inspect the write-ahead log")
+    wal_commands = wal.add_subparsers(dest="wal_command", required=True, metavar="ACTION")
+    inspect = wal_commands.add_parser(
+        "inspect", help="segments, records, positions and checksum status (read-only)")
+    inspect.add_argument("data_dir", type=Path, metavar="DATA_DIR")
+
+    def remote(name: str, help_text: str) -> argparse.ArgumentParser:
+        command = commands.add_parser(name, help=help_text, description=help_text)
+        command.add_argument("--url", default=admin_default_url(),
+                             help="the daemon's HTTP address (env: RANKD_URL)")
+        command.add_argument("--token", default=None,
+                             help="a JWT or API key (env: RANKD_TOKEN)")
+        return command
+
+    remote("snapshot", "ask a running daemon to write a snapshot now")
+    for name, help_text in (("export", "write a board's standings as CSV or JSONL"),
+                            ("top", "show a board's leaderboard in the terminal")):
+        command = remote(name, help_text)
+        command.add_argument("board")
+        command.add_argument("--window")
+        command.add_argument("--period")
+        if name == "export":
+            command.add_argument("--format", choices=("csv", "jsonl"), default="csv")
+            command.add_argument("--output", type=Path, help="file (default: stdout)")
+        else:
+            command.add_argument("--limit", type=int, default=10)
+    load = remote("import", "bulk-load submissions from CSV or JSONL into a board")
+    load.add_argument("file", type=Path, help="CSV with a header (member, score or delta, "
+                                              "event_id, label) or JSONL")
+    load.add_argument("--board", required=True)
+    load.add_argument("--format", choices=("csv", "jsonl"),
+                      help="default: from the file's extension")
     return parser
 
 
-def _restore(dsn: str, data_dir: str) -> int:
+def admin_default_url() -> str:
+    return os.environ.get("RANKD_URL", "http://127.0.0.1:7700")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        settings = config.resolve(args)
+    except config.ConfigError as exc:
+        print(f"rankd: {exc}", file=sys.stderr)
+        return 2
+    from rankd.server import run
+
+    try:
+        run(settings)
+    except config.ConfigError as exc:
+        print(f"rankd: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # e.g. the data dir is locked by another daemon
+        print(f"rankd: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    from rankd.security.auth import new_api_key
+
+    key, entry = new_api_key(args.key_id, args.scopes)
+    print(f"API key (secret, shown once):  {key}")
+    print(f"server entry for --api-keys:    {entry}")
+    return 0
+
+
+def _restore(args: argparse.Namespace) -> int:
     import asyncio
     import logging
+
+    from tqdm import tqdm
 
     from rankd.engine.postgres import restore
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    with tqdm(unit="event", file=sys.stderr, desc="restore") as bar:
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
 
-    def progress(done: int, total: int) -> None:
-        print(f"restore: {done} of {total} events", file=sys.stderr)
-
-    try:
-        last = asyncio.run(restore(dsn, data_dir, progress=progress))
-    except (RuntimeError, OSError) as exc:
-        print(f"rankd: restore failed: {exc}", file=sys.stderr)
-        return 1
-    print(f"restored {data_dir} up to event {last}; start it with "
-          f"rankd serve --data-dir {data_dir}")
+        last = asyncio.run(restore(args.dsn, args.data_dir, progress=progress))
+    print(f"restored {args.data_dir} up to event {last}; start it with "
+          f"rankd serve --data-dir {args.data_dir}")
     return 0
+
+
+def _wal(args: argparse.Namespace) -> int:
+    from rankd.admin import wal_inspect
+
+    return wal_inspect(args.data_dir)
+
+
+def _snapshot(args: argparse.Namespace) -> int:
+    from rankd.admin import Api
+
+    info = Api(args.url, args.token).call("POST", "/v1/admin/snapshot")
+    print(f"snapshot at position {info['position']}: {info['bytes']} bytes in "
+          f"{info['seconds']:.2f}s ({info['path']})")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from rankd.admin import Api, export
+
+    api = Api(args.url, args.token)
+    if args.output is None:
+        count = export(api, args.board, args.window, args.period, args.format)
+    else:
+        with open(args.output, "w", newline="", encoding="utf-8") as out:
+            count = export(api, args.board, args.window, args.period, args.format, out)
+    print(f"exported {count} members", file=sys.stderr)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from rankd.admin import Api, import_events, read_events
+
+    fmt = args.format or ("jsonl" if args.file.suffix in (".jsonl", ".ndjson") else "csv")
+    with open(args.file, encoding="utf-8") as source:
+        total = max(0, sum(1 for line in source if line.strip()) - (fmt == "csv"))
+    with open(args.file, newline="", encoding="utf-8") as source:
+        applied, errors = import_events(Api(args.url, args.token), args.board,
+                                        read_events(source, fmt), total)
+    for error in errors[:20]:
+        print(f"rejected {error}", file=sys.stderr)
+    print(f"imported {applied} of {applied + len(errors)} events", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def _top(args: argparse.Namespace) -> int:
+    from rankd.admin import Api, top_table
+
+    top_table(Api(args.url, args.token), args.board, args.window, args.period, args.limit)
+    return 0
+
+
+COMMANDS = {"serve": _serve, "keygen": _keygen, "restore": _restore, "wal": _wal,
+            "snapshot": _snapshot, "export": _export, "import": _import, "top": _top}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "serve":
-        try:
-            settings = config.resolve(args)
-        except config.ConfigError as exc:
-            print(f"rankd: {exc}", file=sys.stderr)
-            return 2
-        from rankd.server import run
+    from rankd.admin import AdminError
 
-        try:
-            run(settings)
-        except config.ConfigError as exc:
-            print(f"rankd: {exc}", file=sys.stderr)
-            return 2
-        except RuntimeError as exc:  # e.g. the data dir is locked by another daemon
-            print(f"rankd: {exc}", file=sys.stderr)
-            return 1
-    elif args.command == "keygen":
-        from rankd.security.auth import new_api_key
-
-        try:
-            key, entry = new_api_key(args.key_id, args.scopes)
-        except ValueError as exc:
-            print(f"rankd: {exc}", file=sys.stderr)
-            return 2
-        print(f"API key (secret, shown once):  {key}")
-        print(f"server entry for --api-keys:    {entry}")
-    elif args.command == "restore":
-        return _restore(args.dsn, args.data_dir)
-    return 0
+    try:
+        return COMMANDS[args.command](args)
+    except (AdminError, ValueError, RuntimeError, OSError) as exc:
+        print(f"rankd {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

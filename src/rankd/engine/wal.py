@@ -145,6 +145,23 @@ def _frames(data: bytes | memoryview, first_lsn: int) -> Iterator[tuple[int, int
         offset = end
 
 
+def inspect_segment(path: Path) -> dict[str, object]:
+    """Records, positions and checksum status of one segment, read-only."""
+    data = path.read_bytes()
+    first = int(path.name[: -len(_SUFFIX)])
+    report: dict[str, object] = {"records": 0, "first_lsn": first, "last_lsn": first - 1,
+                                 "bytes": len(data), "status": "ok"}
+    try:
+        for lsn, _, _ in _frames(data, first):
+            report["records"] = int(report["records"]) + 1
+            report["last_lsn"] = lsn
+    except _BadFrame as bad:
+        kind = "torn tail" if bad.torn or not any(data[bad.offset:]) else "CORRUPT"
+        report["status"] = (f"{kind} at byte offset {bad.offset} ({bad.reason}; "
+                            f"{len(data) - bad.offset} bytes after it)")
+    return report
+
+
 class WriteAheadLog:
     """Append-only, checksummed, segmented log with group commit.
 

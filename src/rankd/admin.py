@@ -1,0 +1,203 @@
+"""Operator commands of the ``rankd`` CLI.
+
+``wal inspect`` reads a data dir offline (read-only: it never truncates or
+repairs).  The others talk to a running daemon over its REST API
+(``--url``, default ``http://127.0.0.1:7700``; ``--token`` or
+``RANKD_TOKEN`` for servers with credentials), so they go through the same
+checks as any client.  Long operations show a progress bar (tqdm) with rate
+and ETA on stderr.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from tqdm import tqdm
+
+from rankd.engine.wal import HEADER_BYTES, inspect_segment
+
+DEFAULT_URL = "http://127.0.0.1:7700"
+PAGE = 1000
+BATCH = 1000
+
+
+class AdminError(Exception):
+    """A command failed; the message says why."""
+
+
+class Api:
+    """A tiny blocking REST client for the admin commands."""
+
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else os.environ.get("RANKD_TOKEN")
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(self.url + path, data=data, method=method,
+                                         headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as error:
+            try:
+                detail = json.loads(error.read())["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                detail = error.reason
+            raise AdminError(f"{method} {path}: {error.code} {detail}") from None
+        except OSError as error:
+            raise AdminError(f"cannot reach rankd at {self.url}: {error}") from None
+        return json.loads(payload) if payload else None
+
+
+def _view_query(window: str | None, period: str | None, **extra: Any) -> str:
+    params = {name: value for name, value in
+              {"window": window, "period": period, **extra}.items() if value is not None}
+    return "?" + urllib.parse.urlencode(params) if params else ""
+
+
+# --- wal inspect -------------------------------------------------------------------------
+
+
+def wal_inspect(data_dir: Path, out: TextIO | None = None) -> int:
+    """Print each segment's records, positions and checksum status; 1 if any is damaged."""
+    out = out or sys.stdout
+    wal_dir = Path(data_dir) / "wal"
+    segments = sorted(wal_dir.glob("*.log"))
+    if not segments:
+        raise AdminError(f"no WAL segments in {wal_dir}")
+    damaged = 0
+    out.write(f"{'segment':<26} {'records':>9} {'first':>12} {'last':>12} {'bytes':>12}  status\n")
+    for path in segments:
+        report = inspect_segment(path)
+        first = report["first_lsn"] if report["records"] else "-"
+        last = report["last_lsn"] if report["records"] else "-"
+        out.write(f"{path.name:<26} {report['records']:>9} {first!s:>12} {last!s:>12} "
+                  f"{report['bytes']:>12}  {report['status']}\n")
+        damaged += report["status"] != "ok"
+    for aside in sorted(wal_dir.glob("corrupt-*")):
+        out.write(f"set aside by a repair: {aside.name} ({aside.stat().st_size} bytes)\n")
+    out.write(f"record header: {HEADER_BYTES} bytes (CRC-32, length, position)\n")
+    return 1 if damaged else 0
+
+
+# --- standings out and in ----------------------------------------------------------------
+
+
+def iterate_standings(api: Api, board: str, window: str | None, period: str | None,
+                      progress: bool = True) -> Iterator[dict[str, Any]]:
+    path = f"/v1/boards/{urllib.parse.quote(board, safe='')}/top"
+    first = api.call("GET", path + _view_query(window, period, limit=1))
+    total = first["total"]
+    with tqdm(total=total, unit="member", disable=not progress, file=sys.stderr) as bar:
+        offset = 0
+        while offset < total:
+            page = api.call("GET", path + _view_query(window, period, limit=PAGE,
+                                                      offset=offset))
+            if not page["entries"]:
+                break
+            yield from page["entries"]
+            offset += len(page["entries"])
+            bar.update(len(page["entries"]))
+
+
+def export(api: Api, board: str, window: str | None, period: str | None, fmt: str,
+           out: TextIO | None = None, progress: bool = True) -> int:
+    """Write a window's standings as CSV or JSONL; returns how many."""
+    out = out or sys.stdout
+    count = 0
+    writer = None
+    if fmt == "csv":
+        writer = csv.writer(out)
+        writer.writerow(["rank", "member", "score", "label"])
+    for entry in iterate_standings(api, board, window, period, progress):
+        if writer is not None:
+            writer.writerow([entry["rank"], entry["member"], repr(entry["score"]),
+                             entry["label"] or ""])
+        else:
+            out.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        count += 1
+    return count
+
+
+def read_events(source: TextIO, fmt: str) -> Iterator[dict[str, Any]]:
+    """Submissions from CSV (header: member, score|delta, [event_id], [label]) or JSONL."""
+    if fmt == "jsonl":
+        for number, line in enumerate(source, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except ValueError as exc:
+                    raise AdminError(f"line {number}: not JSON ({exc})") from None
+        return
+    for number, row in enumerate(csv.DictReader(source), 2):
+        event: dict[str, Any] = {}
+        for name, value in row.items():
+            if value in (None, "") or name in ("rank",):
+                continue
+            if name in ("score", "delta", "ts"):
+                try:
+                    event[name] = float(value)
+                except ValueError:
+                    raise AdminError(f"line {number}: {name} {value!r} is not a number") \
+                        from None
+            else:
+                event[name] = value
+        yield event
+
+
+def import_events(api: Api, board: str, events: Iterator[dict[str, Any]], total: int | None,
+                  progress: bool = True) -> tuple[int, list[str]]:
+    """Submit events in batches; returns (applied, error messages)."""
+    path = f"/v1/boards/{urllib.parse.quote(board, safe='')}/scores/batch"
+    applied = 0
+    errors: list[str] = []
+    batch: list[dict[str, Any]] = []
+    with tqdm(total=total, unit="event", disable=not progress, file=sys.stderr) as bar:
+        def flush() -> None:
+            nonlocal applied
+            results = api.call("POST", path, {"events": batch})["results"]
+            for event, result in zip(batch, results, strict=True):
+                if "error" in result:
+                    errors.append(f"{event.get('member')!r}: {result['error']['message']}")
+                else:
+                    applied += 1
+            bar.update(len(batch))
+            batch.clear()
+
+        for event in events:
+            batch.append(event)
+            if len(batch) == BATCH:
+                flush()
+        if batch:
+            flush()
+    return applied, errors
+
+
+def top_table(api: Api, board: str, window: str | None, period: str | None, limit: int,
+              out: TextIO | None = None) -> None:
+    """A leaderboard as a table in the terminal."""
+    out = out or sys.stdout
+    path = f"/v1/boards/{urllib.parse.quote(board, safe='')}/top"
+    page = api.call("GET", path + _view_query(window, period, limit=limit))
+    rows = [(str(e["rank"]), e["label"] or e["member"], f"{e['score']:g}")
+            for e in page["entries"]]
+    widths = [max([len(h), *(len(r[i]) for r in rows)])
+              for i, h in enumerate(("#", "member", "score"))]
+    out.write(f"{board} · {page['window']} {page['period']} · {page['total']} members\n")
+    out.write(f"{'#':>{widths[0]}}  {'member':<{widths[1]}}  {'score':>{widths[2]}}\n")
+    out.write(f"{'-' * widths[0]}  {'-' * widths[1]}  {'-' * widths[2]}\n")
+    for rank, member, score in rows:
+        out.write(f"{rank:>{widths[0]}}  {member:<{widths[1]}}  {score:>{widths[2]}}\n")
