@@ -56,6 +56,8 @@ OPTIONS = (
     Option("snapshot_every_seconds", float, 300.0, "snapshot at least this often when busy"),
     Option("dedupe_ttl", float, 86_400.0, "seconds an event_id is remembered"),
     Option("ts_tolerance", float, 300.0, "how far an event timestamp may be from now, seconds"),
+    Option("repair", bool, False, "start even if the WAL is corrupt mid-log: truncate it there "
+                                  "and move the rest aside to wal/corrupt-* files"),
     Option("live_interval", float, 0.25,
            "seconds between live-feed pushes (changes in between are coalesced)"),
     Option("live_send_timeout", float, 10.0,
@@ -95,6 +97,7 @@ class ServerConfig:
     snapshot_every_seconds: float = 300.0
     dedupe_ttl: float = 86_400.0
     ts_tolerance: float = 300.0
+    repair: bool = False
     live_interval: float = 0.25
     live_send_timeout: float = 10.0
     live_max_per_address: int = 1000
