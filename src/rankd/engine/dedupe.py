@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterator
 
 
 class DedupeTable:
     """``event_id -> (expires_at, result)`` for one board.
 
-    Entries are added in log order, and the time-to-live is the same for
-    all, so insertion order is also expiry order: expiring is popping from
-    the front, O(1) per entry, no scan and no heap.  (An OrderedDict, since
-    popping the front of a plain dict again and again degrades.)
+    Entries are added in log order and all live equally long, so insertion
+    order is also expiry order: expiring walks from the front and stops at
+    the first live entry, with no heap and no full scan.  A plain dict keeps
+    that order, and copies and iterates several times faster than an
+    OrderedDict, which matters when a snapshot writes a million of them.
     """
 
     __slots__ = ("_entries",)
 
     def __init__(self) -> None:
-        self._entries: OrderedDict[str, tuple[float, tuple]] = OrderedDict()
+        self._entries: dict[str, tuple[float, tuple]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -33,21 +33,21 @@ class DedupeTable:
     def remember(self, event_id: str, expires_at: float, result: tuple) -> None:
         entries = self._entries
         if event_id in entries:
-            entries.move_to_end(event_id)  # insertion order stays expiry order
+            del entries[event_id]  # re-insert at the end: insertion order stays expiry order
         entries[event_id] = (expires_at, result)
 
     def expire(self, now: float) -> int:
         """Forget expired entries; return how many."""
-        entries = self._entries
-        expired = 0
-        while entries:
-            event_id = next(iter(entries))
-            if entries[event_id][0] > now:
+        expired = []
+        for event_id, (expires_at, _) in self._entries.items():
+            if expires_at > now:
                 break
-            entries.popitem(last=False)
-            expired += 1
-        return expired
+            expired.append(event_id)
+        for event_id in expired:
+            del self._entries[event_id]
+        return len(expired)
 
     def items(self) -> Iterator[tuple[str, float, tuple]]:
+        """``(event_id, expires_at, result)`` in expiry order (do not write meanwhile)."""
         for event_id, (expires_at, result) in self._entries.items():
             yield event_id, expires_at, result

@@ -26,12 +26,13 @@ import asyncio
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 FSYNC_POLICIES = ("always", "everysec", "no")
 ARCHIVE_DEPTH = 1000
 REPLAY_BATCH = 10_000
+#: Labels or event ids encoded per step of a snapshot (~10 ms of event-loop time).
+SNAPSHOT_CHUNK = 20_000
 _NO_RANK = None
 _SET = int(Op.SET)
 
@@ -806,22 +809,26 @@ class Engine:
             return path
 
     async def _snapshot_board(self, writer: Any, board: Board) -> None:
-        add = writer.add
-        await asyncio.to_thread(add, records.encode(
-            ["board", board.name, board.config.to_dict(), board.version, board.updated_at]))
-        for window, periods in board.periods.items():
-            for period, index in list(periods.items()):
-                board.writable.clear()
-                try:
+        """Write one board.  Its writers wait meanwhile (other boards' do not); the
+        event loop never waits long: indexes are copied in a worker thread
+        without the GIL, and labels and event ids are encoded a chunk at a time."""
+        async def add(section: list) -> None:
+            await asyncio.to_thread(writer.add, records.encode(section))
+
+        board.writable.clear()
+        try:
+            await add(["board", board.name, board.config.to_dict(), board.version,
+                       board.updated_at])
+            for window, periods in board.periods.items():
+                for period, index in list(periods.items()):
                     dump = await asyncio.to_thread(index.dump)
-                finally:
-                    board.writable.set()
-                await asyncio.to_thread(add, records.encode(
-                    ["index", board.name, window, period, dump]))
-        for chunk in _chunks(list(board.labels.items()), 50_000):
-            await asyncio.to_thread(add, records.encode(["labels", board.name, dict(chunk)]))
-        for chunk in _chunks(list(board.dedupe.items()), 50_000):
-            await asyncio.to_thread(add, records.encode(["dedupe", board.name, chunk]))
+                    await add(["index", board.name, window, period, dump])
+            async for chunk in _chunks(board.labels.items()):
+                await add(["labels", board.name, dict(chunk)])
+            async for chunk in _chunks(board.dedupe.items()):
+                await add(["dedupe", board.name, chunk])
+        finally:
+            board.writable.set()
 
     async def _drop_covered_segments(self) -> None:
         keep_from = self.snapshots.oldest_kept_lsn() + 1
@@ -856,6 +863,7 @@ class Engine:
         archiving their final standings first."""
         now = self.clock()
         for board in list(self.boards.values()):
+            await board.writable.wait()  # not while a snapshot reads this board
             board.dedupe.expire(now)
             for window, period in board.expired_periods(now):
                 index = board.periods[window].get(period)
@@ -918,9 +926,12 @@ def _number(value: object, what: str) -> float:
     return value
 
 
-def _chunks(items: list, size: int) -> Iterable[list]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
+async def _chunks(items: Iterable, size: int = SNAPSHOT_CHUNK) -> AsyncIterator[list]:
+    """``items`` in lists of ``size``, letting the event loop run between them."""
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+        await asyncio.sleep(0)
 
 
 def _write_json_atomically(path: Path, data: Any) -> None:

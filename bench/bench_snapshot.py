@@ -1,0 +1,78 @@
+"""How long a snapshot of a big board holds up the event loop.
+
+Fills one board with ``--members`` members (each with an event id, every
+tenth with a label), then takes a snapshot while a ticker task sleeps 2 ms
+at a time and records how late it wakes up.  The longest gap is the longest
+the event loop was blocked.  Target: under 100 ms at 1M members.
+
+    python bench/bench_snapshot.py [--members 1000000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import statistics
+import tempfile
+import time
+
+from rankd.engine.engine import Engine, EngineConfig, Submission
+
+
+async def fill(engine: Engine, members: int) -> None:
+    await engine.put_board("big", {"policy": "sum"})
+    for start in range(0, members, 10_000):
+        await engine.submit_many([
+            Submission(board="big", member=f"player:{i}", delta=1.0, event_id=f"e{i}",
+                       label=f"P{i}" if i % 10 == 0 else None)
+            for i in range(start, min(start + 10_000, members))])
+
+
+async def one_snapshot(engine: Engine) -> tuple[float, float, float]:
+    """(seconds, longest event-loop gap, p99 gap) of one snapshot."""
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.002)
+            now = time.perf_counter()
+            gaps.append(now - last - 0.002)
+            last = now
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0.05)
+    started = time.perf_counter()
+    await engine.snapshot()
+    took = time.perf_counter() - started
+    done.set()
+    await task
+    gaps.sort()
+    return took, gaps[-1], gaps[int(len(gaps) * 0.99)]
+
+
+async def main(members: int, repeats: int) -> None:
+    with tempfile.TemporaryDirectory() as data_dir:
+        engine = await Engine.open(EngineConfig(data_dir=data_dir, fsync="no",
+                                                snapshot_every_events=10**12))
+        await fill(engine, members)
+        gc.freeze()  # as the daemon does after recovery
+        runs = [await one_snapshot(engine) for _ in range(repeats)]
+        await engine.close(snapshot=False)
+    seconds = statistics.median(r[0] for r in runs)
+    worst = max(r[1] for r in runs)
+    p99 = statistics.median(r[2] for r in runs)
+    print(f"snapshot of {members:,} members with {members:,} event ids and {members // 10:,} "
+          f"labels: median {seconds:.2f} s over {repeats} runs")
+    print(f"longest event-loop gap: {worst * 1000:.0f} ms (target < 100 ms: "
+          f"{'PASS' if worst < 0.1 else 'MISS'}); median p99 gap {p99 * 1000:.1f} ms")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    options = parser.parse_args()
+    asyncio.run(main(options.members, options.repeats))
