@@ -47,6 +47,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import socket
 import subprocess
@@ -110,16 +111,23 @@ class Result:
     p99_ms: float | None = None
     errors: int = 0
     notes: list[str] = field(default_factory=list)
+    other_cpu: float = 0.0  # CPU share of other processes while measuring
 
     @classmethod
     def from_worker(cls, data: dict[str, Any]) -> Result:
-        notes = [f"client CPU {data['client_cpu']:.0%}, server CPU {data['server_cpu']:.0%}"]
+        notes = [cpu_note(data["client_cpu"], data["server_cpu"], data["other_cpu"])]
         if data["errors"]:
             notes.append(f"{data['errors']} error replies, first: {data['first_error']}")
         if data["lost"]:
             notes.append(f"{len(data['lost'])} connections lost: {data['lost'][0]}")
         return cls(data["rate"], data["p50_ms"], data["p99_ms"],
-                   data["errors"] + len(data["lost"]), notes)
+                   data["errors"] + len(data["lost"]), notes, data["other_cpu"])
+
+
+def cpu_note(client: float, server: float, other: float) -> str:
+    """CPU use in % of one core; ``other``: the rest of the machine (shared CPU)."""
+    return (f"CPU (100% = one core): client {client:.0%}, server {server:.0%}, "
+            f"other processes {max(0.0, other):.0%}")
 
 
 @dataclass
@@ -138,6 +146,17 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all processes of the machine have used (from /proc/stat)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def percentile_ms(sorted_ns: list[int], fraction: float) -> float | None:
@@ -307,27 +326,38 @@ def redis_commands(names: list[str]) -> list[bytes]:
             % (len(BOARD), BOARD.encode(), len(name), name.encode()) for name in names]
 
 
-async def measure(load: Load, spec: dict[str, Any]) -> tuple[float, float, float]:
-    """Warm up, then record for ``spec["seconds"]``: (elapsed, client CPU, server CPU)."""
+def cpu_sample(server_pid: int) -> tuple[float, float, float, float]:
+    """(wall clock, this process's CPU, the server's CPU, the machine's CPU) now."""
+    return (time.perf_counter(), time.process_time(), cpu_seconds(server_pid),
+            machine_busy_seconds())
+
+
+def cpu_shares(before: tuple[float, ...], after: tuple[float, ...]
+               ) -> tuple[float, float, float, float]:
+    """(elapsed, client, server, others' CPU share) between two :func:`cpu_sample`."""
+    elapsed, client, server, machine = (b - a for a, b in zip(before, after, strict=True))
+    return (elapsed, client / elapsed, server / elapsed,
+            (machine - client - server) / elapsed)
+
+
+async def measure(load: Load, spec: dict[str, Any]) -> tuple[float, float, float, float]:
+    """Warm up, then record for ``spec["seconds"]``; CPU shares as :func:`cpu_shares`."""
     await asyncio.sleep(spec["warmup"])
-    cpu, server_cpu, began = time.process_time(), cpu_seconds(spec["server_pid"]), \
-        time.perf_counter()
+    before = cpu_sample(spec["server_pid"])
     load.recording = True
     await asyncio.sleep(spec["seconds"])
     load.recording = False
-    elapsed = time.perf_counter() - began
-    return (elapsed, (time.process_time() - cpu) / elapsed,
-            (cpu_seconds(spec["server_pid"]) - server_cpu) / elapsed)
+    return cpu_shares(before, cpu_sample(spec["server_pid"]))
 
 
-def summary(load: Load, elapsed: float, client_cpu: float, server_cpu: float
-            ) -> dict[str, Any]:
+def summary(load: Load, elapsed: float, client_cpu: float, server_cpu: float,
+            other_cpu: float) -> dict[str, Any]:
     latencies = sorted(load.latencies)
     return {"rate": len(latencies) / elapsed, "replies": len(latencies), "elapsed": elapsed,
             "p50_ms": percentile_ms(latencies, 0.50), "p99_ms": percentile_ms(latencies, 0.99),
             "max_ms": percentile_ms(latencies, 1.0), "errors": load.errors,
             "first_error": load.first_error, "lost": load.lost,
-            "client_cpu": client_cpu, "server_cpu": server_cpu}
+            "client_cpu": client_cpu, "server_cpu": server_cpu, "other_cpu": other_cpu}
 
 
 async def run_socket_load(spec: dict[str, Any]) -> dict[str, Any]:
@@ -422,21 +452,24 @@ def run_wrk(port: int, seconds: float, server_pid: int, workdir: Path) -> Result
     command = ["wrk", "-t1", f"-c{REST_CONNECTIONS}", f"-d{max(1, round(seconds))}s",
                "--timeout", "5s", "-s", str(script),
                f"http://127.0.0.1:{port}/v1/boards/{BOARD}/scores"]
-    cpu = cpu_seconds(server_pid)
+    before = (time.perf_counter(), children_cpu_seconds(), cpu_seconds(server_pid),
+              machine_busy_seconds())
     done = subprocess.run(command, capture_output=True, text=True, check=True,
                           timeout=seconds + 60)
+    shares = cpu_shares(before, (time.perf_counter(), children_cpu_seconds(),
+                                 cpu_seconds(server_pid), machine_busy_seconds()))
     match = re.search(r"^WRKJSON (.*)$", done.stdout, re.MULTILINE)
     if match is None:
         raise RuntimeError(f"unexpected wrk output:\n{done.stdout}\n{done.stderr}")
     data = json.loads(match.group(1))
     elapsed = data["duration_us"] / 1e6
     errors = sum(data[key] for key in ("connect", "read", "write", "status", "timeout"))
-    notes = [f"wrk -t1 (Lua script), server CPU {(cpu_seconds(server_pid) - cpu) / elapsed:.0%}"]
+    notes = [" ".join(command[:4]) + " -s submit.lua (wrk, not aiohttp)", cpu_note(*shares[1:])]
     if errors:
         notes.append("wrk errors: " + ", ".join(
             f"{key} {data[key]}" for key in ("connect", "read", "write", "status", "timeout")))
     return Result(data["requests"] / elapsed, data["p50_us"] / 1e3, data["p99_us"] / 1e3,
-                  errors, notes)
+                  errors, notes, shares[3])
 
 
 def run_redis_benchmark(port: int, pipeline: int, requests: int) -> Result:
@@ -591,7 +624,25 @@ def other_benchmarks() -> list[str]:
     listed = subprocess.run(["pgrep", "-fa", "bench_"], capture_output=True, text=True,
                             check=False).stdout.splitlines()
     return [line for line in listed
-            if int(line.split()[0]) not in mine and "--worker" not in line]
+            if int(line.split()[0]) not in mine and "--worker" not in line
+            and re.search(r"bench_\w+\.py", line) and not same_group(int(line.split()[0]))]
+
+
+def same_group(pid: int) -> bool:
+    """In this process's group (e.g. a ``| tee`` beside it)?"""
+    try:
+        return os.getpgid(pid) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def source_version() -> str:
+    """The git commit the package is run from, ``+dirty`` with local changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                              check=False).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def fmt_rate(result: Result | None) -> str:
@@ -635,6 +686,16 @@ def print_notes(rows: list[Row]) -> None:
         for server, result in (("rankd", row.rankd), ("redis", row.redis)):
             for note in result.notes if result else []:
                 print(f"  {row.scenario} [{server}]: {note}")
+
+
+def print_sharing(rows: list[Row], others: list[str]) -> None:
+    """Whether other processes took CPU from the measurement."""
+    busiest = max((result.other_cpu for row in rows for result in (row.rankd, row.redis)
+                   if result), default=0.0)
+    print(f"  other processes used up to {busiest:.0%} of a core during a scenario"
+          + (" (the CPU was shared)" if busiest >= 0.1 else ""))
+    print("  other bench_ processes seen: " + ("none" if not others else
+                                               "\n    " + "\n    ".join(others)))
 
 
 def daemon_health(daemon: Any) -> list[str]:
@@ -695,8 +756,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     seconds = 2.0 if args.quick else args.seconds
     before = other_benchmarks()
-    print(f"rankd daemon benchmark: {seconds:g} s per scenario, fsync={args.fsync}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"rankd daemon benchmark (source {source_version()}): {seconds:g} s per scenario, "
+          f"fsync={args.fsync}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
     with tempfile.TemporaryDirectory(prefix="rankd-bench-") as tmp:
         rows, profile = run_all(args, seconds, Path(tmp))
     after = other_benchmarks()
@@ -704,9 +766,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows)
     print("notes:")
     print_notes(rows)
-    shared = sorted(set(before) | set(after))
-    print("  other bench_ processes: " + ("none (the CPU was not shared)" if not shared else
-                                          "SHARED CPU with:\n    " + "\n    ".join(shared)))
+    print_sharing(rows, sorted(set(before) | set(after)))
     if profile:
         print(profile)
     return 0

@@ -212,10 +212,32 @@ async def feed(engine: Engine, chunks: Sequence[list[Submission]]) -> int:
 
 @dataclass
 class Rate:
-    """Events per wall-clock second, and per CPU second of this process."""
+    """Events per wall-clock second and per CPU second; share of time in the cyclic GC."""
 
     wall: float
     cpu: float
+    gc_share: float
+
+
+class GcTimer:
+    """Wall time spent in cyclic garbage collections while active."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __enter__(self) -> GcTimer:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
 
 
 async def _ingest_once(chunks: Sequence[list[Submission]], fsync: str,
@@ -223,14 +245,15 @@ async def _ingest_once(chunks: Sequence[list[Submission]], fsync: str,
     with data_dir() as path:
         engine = await open_board(path, fsync, windows)
         try:
-            cpu = time.process_time()
-            started = time.perf_counter()
-            done = await feed(engine, chunks)
-            elapsed = time.perf_counter() - started
-            cpu = time.process_time() - cpu
+            with GcTimer() as collector:
+                cpu = time.process_time()
+                started = time.perf_counter()
+                done = await feed(engine, chunks)
+                elapsed = time.perf_counter() - started
+                cpu = time.process_time() - cpu
         finally:
             await engine.close(snapshot=False)
-    return Rate(done / elapsed, done / cpu)
+    return Rate(done / elapsed, done / cpu, collector.seconds / elapsed)
 
 
 def ingest_rate(chunks: Sequence[list[Submission]], fsync: str, windows: Sequence[str]
@@ -251,7 +274,8 @@ def bench_ingest(args: argparse.Namespace, report: Report) -> None:
     for name, fsync, windows, target in cases:
         rates = [ingest_rate(chunks, fsync, windows) for _ in range(args.repeats)]
         walls = [rate.wall for rate in rates]
-        note = f"{statistics.median(rate.cpu for rate in rates):,.0f} ev/cpu-s"
+        note = (f"{statistics.median(rate.cpu for rate in rates):,.0f} ev/cpu-s, "
+                f"gc {statistics.median(rate.gc_share for rate in rates):.0%} of time")
         if len(rates) > 1:
             note = f"{runs_note(walls)}; {note}"
         report.add(Row(name, statistics.median(walls), "ev/s", target, note=note))
@@ -389,10 +413,13 @@ class RecoveryRun:
 
 
 async def _reopen(path: Path) -> tuple[float, TimedEngine]:
-    started = time.perf_counter()
-    engine = TimedEngine(engine_config(path, "everysec"))
-    await engine.start()  # what Engine.open does
-    return time.perf_counter() - started, engine
+    with GcTimer() as collector:
+        started = time.perf_counter()
+        engine = TimedEngine(engine_config(path, "everysec"))
+        await engine.start()  # what Engine.open does
+        elapsed = time.perf_counter() - started
+    engine.phases["gc"] = collector.seconds
+    return elapsed, engine
 
 
 def recovery_once(args: argparse.Namespace) -> RecoveryRun:
@@ -432,7 +459,8 @@ def bench_recovery(args: argparse.Namespace, report: Report) -> None:
         - phases.get("snapshot load", 0.0)
     for name, value in (("  snapshot read (file+CRC)", phases.get("snapshot read", 0.0)),
                         ("  snapshot load (decode+index)", phases.get("snapshot load", 0.0)),
-                        ("  WAL open + replay", replay)):
+                        ("  WAL open + replay", replay),
+                        ("  (of all these: cyclic GC)", phases.get("gc", 0.0))):
         report.add(Row(name, value, "s", None))
     report.add(Row("recovery: digest after reopen", float(matched), "equal", 1.0,
                    text="matched" if matched else "MISMATCH"))

@@ -11,6 +11,7 @@ snapshot and exit 0.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import signal
@@ -94,6 +95,10 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
         await site.start()
         began = time.monotonic()
         await engine.start()
+        # The recovered state lives as long as the process: keep the cyclic
+        # collector from walking it again and again (long pauses on big boards).
+        gc.collect()
+        gc.freeze()
         tcp_address = "off"
         if config.tcp_port:
             tcp_port = await tcp.start(config.host, config.tcp_port, ssl=tls)
