@@ -33,7 +33,7 @@ READER_KEY, READER_ENTRY = new_api_key("rd1", "read")
 
 
 def token(scopes: str = "", *, sub: str | None = None, secret: str = SECRET,
-          expires_in: float = 300, not_before: float | None = None) -> str:
+          expires_in: float = 3 * 3600, not_before: float | None = None) -> str:
     now = time.time()
     claims: dict = {"scope": scopes, "exp": int(now + expires_in)}
     if sub is not None:
@@ -43,6 +43,7 @@ def token(scopes: str = "", *, sub: str | None = None, secret: str = SECRET,
     return jwt.encode(claims, secret, algorithm="HS256")
 
 
+# Made at import: valid for hours, since a full test run can take many minutes.
 ADMIN = token("admin")
 WRITER = token("write")
 READER = token("read")
