@@ -143,8 +143,8 @@ def print_table(report: Report) -> None:
 # --- helpers ------------------------------------------------------------------------------
 
 
-def engine_config(data_dir: Path, fsync: str) -> EngineConfig:
-    return EngineConfig(data_dir=data_dir, fsync=fsync, snapshot_every_events=int(NEVER),
+def engine_config(path: Path, fsync: str) -> EngineConfig:
+    return EngineConfig(data_dir=path, fsync=fsync, snapshot_every_events=int(NEVER),
                         snapshot_every_seconds=NEVER, housekeeping_seconds=NEVER)
 
 

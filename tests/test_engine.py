@@ -3,6 +3,8 @@ batches, boards, and restart consistency."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from engine_helpers import SUNDAY, FakeClock, run, sub, with_engine
@@ -388,3 +390,23 @@ def test_second_engine_on_same_data_dir_is_refused(tmp_path, clock):
             await Engine.open(engine.config, clock=clock)
 
     scenario(tmp_path, clock, body)
+
+
+def test_coalescer_merges_concurrent_callers_and_keeps_each_answer(tmp_path, clock):
+    from rankd.engine.coalescer import SubmitCoalescer
+
+    async def body(engine: Engine):
+        await engine.put_board("c", {"policy": "sum"})
+        coalescer = SubmitCoalescer(engine)
+        calls = [[sub("c", f"m{i}", delta=1)] for i in range(30)]
+        calls.append([sub("c", "m0", delta=5), sub("c", "", delta=1), sub("nope", "x", delta=1)])
+        answers = await asyncio.gather(*(coalescer.submit_many(c) for c in calls))
+        return answers, coalescer.flushes, engine.standing("c", "m0")
+
+    answers, flushes, m0 = scenario(tmp_path, clock, body)
+    assert flushes == 1  # thirty-one callers, one engine batch
+    assert [a[0]["member"] for a in answers[:30]] == [f"m{i}" for i in range(30)]
+    last = answers[30]
+    assert last[0]["score"] == 6.0 and last[0]["previous"] == 1.0
+    assert isinstance(last[1], InvalidInput) and isinstance(last[2], NotFound)
+    assert m0["score"] == 6.0
