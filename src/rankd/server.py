@@ -99,6 +99,9 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
         # collector from walking it again and again (long pauses on big boards).
         gc.collect()
         gc.freeze()
+        # Requests allocate many short-lived objects: collect the young
+        # generation less often, and the old ones rarely.
+        gc.set_threshold(50_000, 20, 100)
         tcp_address = "off"
         if config.tcp_port:
             tcp_port = await tcp.start(config.host, config.tcp_port, ssl=tls)

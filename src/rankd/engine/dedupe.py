@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 
 class DedupeTable:
@@ -35,6 +35,11 @@ class DedupeTable:
         if event_id in entries:
             del entries[event_id]  # re-insert at the end: insertion order stays expiry order
         entries[event_id] = (expires_at, result)
+
+    def load(self, entries: Iterable[tuple[str, float, Sequence]]) -> None:
+        """Add ``(event_id, expires_at, result)`` entries in expiry order (a snapshot's)."""
+        self._entries.update({event_id: (expires_at, tuple(result))
+                              for event_id, expires_at, result in entries})
 
     def expire(self, now: float) -> int:
         """Forget expired entries; return how many."""

@@ -117,14 +117,17 @@ class _BadFrame(Exception):
         self.torn = torn
 
 
-def _frames(data: bytes | memoryview, first_lsn: int) -> Iterator[tuple[int, int, int]]:
-    """Yield ``(lsn, start, end)`` of each payload; raise ``_BadFrame`` at the first bad one."""
+def _frames(data: bytes | memoryview, first_lsn: int, check: bool = True
+            ) -> Iterator[tuple[int, int, int]]:
+    """Yield ``(lsn, start, end)`` of each payload; raise ``_BadFrame`` at the first bad one.
+
+    ``check=False`` skips the checksums (for bytes validated already).
+    """
     size = len(data)
     offset = 0
     expected = first_lsn
     unpack = _HEADER.unpack_from
     crc32 = zlib.crc32
-    checked = _CHECKED.pack
     while offset < size:
         if size - offset < HEADER_BYTES:
             raise _BadFrame(offset, "incomplete record header", torn=True)
@@ -135,7 +138,8 @@ def _frames(data: bytes | memoryview, first_lsn: int) -> Iterator[tuple[int, int
             raise _BadFrame(offset, f"impossible record length {length}", torn=False)
         if end > size:
             raise _BadFrame(offset, f"record of {length} bytes runs past the end", torn=True)
-        if crc32(data[start:end], crc32(checked(length, lsn))) != crc:
+        # The CRC covers length, lsn and payload: the frame's bytes after the CRC.
+        if check and crc32(data[offset + 4:end]) != crc:
             raise _BadFrame(offset, "checksum mismatch", torn=end == size)
         if lsn != expected:
             raise _BadFrame(offset, f"log position {lsn} where {expected} was expected",
@@ -207,6 +211,7 @@ class WriteAheadLog:
         self._syncer: asyncio.Task | None = None
         self._closed = False
         self.stats = WalStats()
+        self._checked: tuple[Path | None, int] = (None, 0)
         self._open_existing(after_lsn)
 
     # --- opening ----------------------------------------------------------------
@@ -241,6 +246,7 @@ class WriteAheadLog:
                 valid_end = end
         except _BadFrame as bad:
             self._damaged(path, data, bad, final=final)
+        self._checked = (path, valid_end)
         return count, valid_end
 
     def _damaged(self, path: Path, data: bytes, bad: _BadFrame, *, final: bool) -> None:
@@ -329,7 +335,9 @@ class WriteAheadLog:
             data = path.read_bytes()
             view = memoryview(data)
             try:
-                for lsn, start, end in _frames(view, first):
+                # The final segment was checked when the log was opened.
+                check = path != self._checked[0]
+                for lsn, start, end in _frames(view, first, check):
                     if lsn > self._written_lsn:
                         return
                     if lsn >= from_lsn:
