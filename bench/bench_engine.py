@@ -469,20 +469,65 @@ def bench_recovery(args: argparse.Namespace, report: Report) -> None:
           "before closing", flush=True)
 
 
-# --- figure 4: Postgres shipping (placeholder) ------------------------------------------------
+# --- figure 4: Postgres shipping --------------------------------------------------------------
+
+
+def _throwaway_postgres() -> tuple[str, object]:
+    """A private PostgreSQL cluster on a free loopback port (the tests' helper)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from pgcluster import Cluster, _bin_dir
+
+    bin_dir = _bin_dir()
+    if bin_dir is None:
+        raise RuntimeError("no PostgreSQL server binaries (initdb) and no --postgres-dsn")
+    cluster = Cluster(bin_dir)
+    cluster.init()
+    cluster.start()
+    return cluster.admin_dsn, cluster
+
+
+async def _ship_backlog(path: Path, dsn: str, events: int, batch: int) -> tuple[int, float]:
+    """Log ``events`` without Postgres, then time how fast a shipper catches up."""
+    engine = await open_board(path, "no", ["all"])
+    for chunk in batches(submissions(events, 50_000, "pg", 7), batch):
+        await engine.submit_many(chunk)
+    last = engine.wal.last_lsn
+    await engine.close(snapshot=False)
+    config = engine_config(path, "no")
+    config.postgres_dsn = dsn
+    engine = await Engine.open(config)  # replays the log first: not part of the figure
+    try:
+        started, already = time.perf_counter(), engine.shipper.shipped_lsn
+        await engine.shipper.wait_shipped(last, timeout=600)
+        return last - already, time.perf_counter() - started
+    finally:
+        await engine.close(snapshot=False)
 
 
 def bench_postgres_shipping(args: argparse.Namespace, report: Report) -> None:
-    """PLACEHOLDER - the lead fills this in (WAL shipping to Postgres).
+    """Catch-up throughput of the WAL shipper: records copied into Postgres per second.
 
-    Skipped unless ``--postgres-dsn`` is given; nothing is measured yet.
+    Uses ``--postgres-dsn`` (an empty database) or starts a throwaway local
+    cluster.  The backlog is written with no Postgres configured; the engine
+    is then reopened with the DSN and timed until everything is shipped.
     """
-    if not args.postgres_dsn:
-        print("[4] postgres shipping: skipped (no --postgres-dsn)", flush=True)
-        report.notes.append("postgres shipping: skipped (no --postgres-dsn)")
-        return
-    print("[4] postgres shipping: not implemented yet (placeholder)", flush=True)
-    report.notes.append("postgres shipping: placeholder, not implemented yet")
+    cluster = None
+    dsn = args.postgres_dsn
+    try:
+        if not dsn:
+            dsn, cluster = _throwaway_postgres()
+        events = args.postgres_events
+        print(f"[4] postgres shipping: backlog of {events:,} events", flush=True)
+        with data_dir() as path:
+            shipped, seconds = asyncio.run(_ship_backlog(path, dsn, events, args.batch))
+        report.add(Row("postgres shipping (catch-up)", shipped / seconds, "rec/s", 50_000,
+                       note=f"{shipped:,} records in {seconds:.1f} s"))
+    except RuntimeError as exc:
+        print(f"[4] postgres shipping: skipped ({exc})", flush=True)
+        report.notes.append(f"postgres shipping: skipped ({exc})")
+    finally:
+        if cluster is not None:
+            cluster.destroy()
 
 
 # --- profiling ---------------------------------------------------------------------------------
@@ -544,7 +589,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--repeats", type=int, default=None,
         help="runs per figure, median reported (default 3; 1 for recovery)")
     add("--only", choices=FIGURES, action="append", help="run only these figures")
-    add("--postgres-dsn", default=None, help="enable the Postgres shipping figure")
+    add("--postgres-dsn", default=None,
+        help="an empty database for figure 4 (default: a throwaway local cluster)")
+    add("--postgres-events", type=int, default=500_000, help="backlog shipped in figure 4")
     add("--quick", action="store_true", help="smoke run with tiny sizes")
     add("--profile", nargs="?", const="ingest", choices=("ingest", "recovery"),
         help="instead of the table, cProfile one ingest (default) or recovery run "
@@ -553,6 +600,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.events, args.members, args.seconds = 20_000, 2_000, 1.0
         args.recovery_members, args.recovery_events = 20_000, 20_000
+        args.postgres_events = 20_000
         args.repeats = args.repeats or 1
     args.recovery_repeats = args.repeats or 1
     args.repeats = args.repeats or 3
