@@ -1,0 +1,297 @@
+"""Run every benchmark of the project in sequence; write bench/RESULTS.md and plots.
+
+    python bench/run_all.py            # the full report (about 40 minutes on 2 cores)
+    python bench/run_all.py --quick    # every script with tiny sizes, to check the pipeline
+
+Each benchmark is a separate script that prints its own table (see
+bench/README.md); this runner records the machine, the date, each exact
+command and its output in RESULTS.md, then draws PNG plots (matplotlib)
+from the figures it parses out of those tables:
+
+* ``throughput.png``: submissions/s of rankd (REST, TCP) and Redis at each
+  pipelining depth, and p99 latency,
+* ``memory.png``: bytes per member, native index vs Redis, at 100K/1M/5M,
+* ``recovery.png``: recovery time against WAL length,
+* ``live.png``: live-feed delivery latency against subscriber count.
+
+A figure whose numbers cannot be parsed (a script failed) is reported as
+missing rather than drawn from made-up data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+@dataclass
+class Run:
+    name: str
+    command: list[str]
+    output: str = ""
+    seconds: float = 0.0
+    status: int = 0
+
+
+@dataclass
+class Plan:
+    runs: list[Run] = field(default_factory=list)
+
+    def add(self, name: str, script: str, *args: object) -> Run:
+        run = Run(name, [sys.executable, str(HERE / script), *map(str, args)])
+        self.runs.append(run)
+        return run
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{model}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+            f"{platform.system()} {platform.release()}")
+
+
+def execute(run: Run) -> None:
+    print(f"== {run.name}: {' '.join(run.command[1:])}", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    result = subprocess.run(run.command, capture_output=True, text=True, cwd=ROOT)
+    run.seconds = time.monotonic() - started
+    run.output = result.stdout + (f"\n[stderr tail]\n{result.stderr[-2000:]}"
+                                  if result.returncode not in (0, 1) else "")
+    run.status = result.returncode
+
+
+# --- parsing the scripts' tables -----------------------------------------------------------------
+
+_NUMBER = re.compile(r"(-?[\d,]+(?:\.\d+)?)\s*([kM]?)")
+
+
+def number(text: str) -> float | None:
+    match = _NUMBER.search(text)
+    if match is None:
+        return None
+    value = float(match.group(1).replace(",", ""))
+    return value * {"": 1, "k": 1e3, "M": 1e6}[match.group(2)]
+
+
+def row_cells(output: str, label: str) -> list[str] | None:
+    """The cells (split on 2+ spaces) of the first table row starting with ``label``."""
+    for line in output.splitlines():
+        if line.strip().startswith(label):
+            return re.split(r"\s{2,}", line.strip())
+    return None
+
+
+# --- plots ---------------------------------------------------------------------------------------
+
+
+def plot_memory(index_runs: dict[int, Run], out: Path) -> str:
+    sizes, native, redis = [], [], []
+    for members, run in sorted(index_runs.items()):
+        cells = row_cells(run.output, "memory per member")
+        if cells is None or len(cells) < 5:
+            continue
+        sizes.append(members)
+        native.append(number(cells[2]))
+        redis.append(number(cells[4]) if cells[4] != "-" else None)
+    if not sizes:
+        return "memory plot: no figures parsed"
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    axes.plot(sizes, native, "o-", label="rankd native index (RSS growth)")
+    if any(value is not None for value in redis):
+        axes.plot(sizes, redis, "s--", label="Redis sorted set (used_memory)")
+    axes.set_xscale("log")
+    axes.set_xlabel("members")
+    axes.set_ylabel("bytes per member")
+    axes.set_title("Memory per member")
+    axes.legend()
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(out / "memory.png", dpi=110)
+    plt.close(figure)
+    return "memory.png"
+
+
+def plot_recovery(recovery_runs: dict[int, Run], out: Path) -> str:
+    lengths, seconds = [], []
+    for events, run in sorted(recovery_runs.items()):
+        cells = row_cells(run.output, "recovery: Engine.open total")
+        if cells is None or len(cells) < 2:
+            continue
+        lengths.append(events)
+        seconds.append(number(cells[1]))
+    if not lengths:
+        return "recovery plot: no figures parsed"
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    axes.plot(lengths, seconds, "o-", label="snapshot of the same size + WAL tail")
+    axes.axhline(5, color="grey", linestyle=":", label="target for 1M + 1M: 5 s")
+    axes.set_xlabel("WAL records replayed (and members in the snapshot)")
+    axes.set_ylabel("seconds to recover")
+    axes.set_title("Recovery time against WAL length")
+    axes.legend()
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(out / "recovery.png", dpi=110)
+    plt.close(figure)
+    return "recovery.png"
+
+
+def plot_throughput(daemon_run: Run | None, out: Path) -> str:
+    if daemon_run is None:
+        return "throughput plot: not run"
+    rows = []
+    for line in daemon_run.output.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) >= 3 and cells[0].startswith(("REST", "TCP")):
+            rows.append(cells)
+    if not rows:
+        return "throughput plot: no figures parsed"
+    import matplotlib.pyplot as plt
+
+    labels = [cells[0] for cells in rows]
+    rankd = [number(cells[1]) or 0 for cells in rows]
+    redis = [number(cells[2]) or 0 if cells[2] not in ("-", "") else 0 for cells in rows]
+    figure, axes = plt.subplots(figsize=(7, 4))
+    positions = range(len(labels))
+    axes.bar([p - 0.2 for p in positions], rankd, width=0.4, label="rankd")
+    axes.bar([p + 0.2 for p in positions], redis, width=0.4, label="Redis ZINCRBY")
+    axes.set_xticks(list(positions), labels, rotation=15, fontsize=8)
+    axes.set_ylabel("submissions/s")
+    axes.set_title("Submissions per second by protocol and pipelining depth")
+    axes.legend()
+    axes.grid(alpha=0.3, axis="y")
+    figure.tight_layout()
+    figure.savefig(out / "throughput.png", dpi=110)
+    plt.close(figure)
+    return "throughput.png"
+
+
+def plot_live(live_runs: dict[int, Run], out: Path) -> str:
+    counts, p50, p99 = [], [], []
+    for subscribers, run in sorted(live_runs.items()):
+        cells50 = row_cells(run.output, "delivery latency p50")
+        cells99 = row_cells(run.output, "delivery latency p99")
+        if cells50 is None or cells99 is None:
+            continue
+        counts.append(subscribers)
+        p50.append(number(cells50[1]))
+        p99.append(number(cells99[1]))
+    if not counts:
+        return "live plot: no figures parsed"
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    axes.plot(counts, p50, "o-", label="p50")
+    axes.plot(counts, p99, "s-", label="p99")
+    axes.axhline(500, color="grey", linestyle=":", label="target p99: 500 ms")
+    axes.set_xlabel("WebSocket subscribers")
+    axes.set_ylabel("ms from acknowledgement to receipt")
+    axes.set_title("Live-feed delivery latency")
+    axes.legend()
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(out / "live.png", dpi=110)
+    plt.close(figure)
+    return "live.png"
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+
+def plan(quick: bool) -> tuple[Plan, dict[str, dict[int, Run]]]:
+    work = Plan()
+    sweeps: dict[str, dict[int, Run]] = {"index": {}, "recovery": {}, "live": {}, "daemon": {}}
+    if quick:
+        sweeps["index"][20_000] = work.add("index, 20K members", "bench_index.py", "--quick")
+        for size in (5_000, 20_000):
+            sweeps["recovery"][size] = work.add(
+                f"engine recovery, {size:,}", "bench_engine.py", "--only", "recovery",
+                "--recovery-members", size, "--recovery-events", size)
+        work.add("engine", "bench_engine.py", "--quick")
+        work.add("snapshot stall", "bench_snapshot.py", "--members", 50_000, "--repeats", 1)
+        sweeps["daemon"][0] = work.add("daemon", "bench_daemon.py", "--quick")
+        sweeps["live"][500] = work.add("live feed", "bench_live.py", "--quick")
+        return work, sweeps
+    sweeps["index"][1_000_000] = work.add("index, 1M members", "bench_index.py")
+    for members in (100_000, 5_000_000):
+        sweeps["index"][members] = work.add(
+            f"index memory, {members:,} members", "bench_index.py", "--members", members,
+            "--ops", 50_000, "--repeats", 1, "--no-fallback")
+    work.add("engine", "bench_engine.py", "--only", "ingest", "--only", "ack", "--only",
+             "postgres")
+    for size in (100_000, 300_000, 1_000_000):
+        sweeps["recovery"][size] = work.add(
+            f"engine recovery, {size:,}", "bench_engine.py", "--only", "recovery",
+            "--recovery-members", size, "--recovery-events", size)
+    work.add("snapshot stall", "bench_snapshot.py")
+    sweeps["daemon"][0] = work.add("daemon", "bench_daemon.py")
+    for subscribers in (1_000, 5_000, 10_000):
+        sweeps["live"][subscribers] = work.add(
+            f"live feed, {subscribers:,} subscribers", "bench_live.py", "--subscribers",
+            subscribers)
+    return work, sweeps
+
+
+def write_report(work: Plan, plots: list[str], started: datetime.datetime,
+                 path: Path) -> None:
+    lines = ["# Benchmark results\n\n",
+             f"Machine: {machine()}  \n",
+             f"Date: {started:%Y-%m-%d %H:%M} UTC; total {sum(r.seconds for r in work.runs):.0f} s"
+             "  \n",
+             "Produced by `python bench/run_all.py`; every figure below is the output of the "
+             "command above it, unedited.  The machine is shared and noisy: compare figures "
+             "within one run (side by side) rather than across runs.\n\n",
+             "## Plots\n\n"]
+    for plot in plots:
+        lines.append(f"![{plot}]({plot})\n\n" if plot.endswith(".png") else f"- {plot}\n")
+    for run in work.runs:
+        lines.append(f"\n## {run.name}\n\n`{' '.join(['python', *run.command[1:]])}` "
+                     f"({run.seconds:.0f} s, exit {run.status})\n\n```\n{run.output.strip()}\n"
+                     "```\n")
+    path.write_text("".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the runner")
+    parser.add_argument("--output", type=Path, default=HERE,
+                        help="where RESULTS.md and the plots go (default: bench/)")
+    options = parser.parse_args(argv)
+    started = datetime.datetime.now(datetime.UTC)
+    work, sweeps = plan(options.quick)
+    for run in work.runs:
+        execute(run)
+    options.output.mkdir(parents=True, exist_ok=True)
+    daemon = next(iter(sweeps["daemon"].values()), None)
+    plots = [plot_throughput(daemon, options.output),
+             plot_memory(sweeps["index"], options.output),
+             plot_recovery(sweeps["recovery"], options.output),
+             plot_live(sweeps["live"], options.output)]
+    write_report(work, plots, started, options.output / "RESULTS.md")
+    print(f"wrote {options.output / 'RESULTS.md'} and {sum(p.endswith('.png') for p in plots)} "
+          "plots", file=sys.stderr)
+    return 0 if all(run.status in (0, 1) for run in work.runs) else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
