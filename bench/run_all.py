@@ -101,6 +101,21 @@ def row_cells(output: str, label: str) -> list[str] | None:
 # --- plots ---------------------------------------------------------------------------------------
 
 
+def _finish(figure, axes, title: str, xlabel: str, ylabel: str, path: Path) -> str:
+    """Label, save and close a plot; returns its file name."""
+    axes.set_title(title)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.legend()
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+    return path.name
+
+
 def plot_memory(index_runs: dict[int, Run], out: Path) -> str:
     sizes, native, redis = [], [], []
     for members, run in sorted(index_runs.items()):
@@ -119,15 +134,8 @@ def plot_memory(index_runs: dict[int, Run], out: Path) -> str:
     if any(value is not None for value in redis):
         axes.plot(sizes, redis, "s--", label="Redis sorted set (used_memory)")
     axes.set_xscale("log")
-    axes.set_xlabel("members")
-    axes.set_ylabel("bytes per member")
-    axes.set_title("Memory per member")
-    axes.legend()
-    axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(out / "memory.png", dpi=110)
-    plt.close(figure)
-    return "memory.png"
+    return _finish(figure, axes, "Memory per member", "members", "bytes per member",
+                   out / "memory.png")
 
 
 def plot_recovery(recovery_runs: dict[int, Run], out: Path) -> str:
@@ -145,15 +153,9 @@ def plot_recovery(recovery_runs: dict[int, Run], out: Path) -> str:
     figure, axes = plt.subplots(figsize=(6, 4))
     axes.plot(lengths, seconds, "o-", label="snapshot of the same size + WAL tail")
     axes.axhline(5, color="grey", linestyle=":", label="target for 1M + 1M: 5 s")
-    axes.set_xlabel("WAL records replayed (and members in the snapshot)")
-    axes.set_ylabel("seconds to recover")
-    axes.set_title("Recovery time against WAL length")
-    axes.legend()
-    axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(out / "recovery.png", dpi=110)
-    plt.close(figure)
-    return "recovery.png"
+    return _finish(figure, axes, "Recovery time against WAL length",
+                   "WAL records replayed (and members in the snapshot)", "seconds to recover",
+                   out / "recovery.png")
 
 
 def plot_throughput(daemon_run: Run | None, out: Path) -> str:
@@ -176,14 +178,8 @@ def plot_throughput(daemon_run: Run | None, out: Path) -> str:
     axes.bar([p - 0.2 for p in positions], rankd, width=0.4, label="rankd")
     axes.bar([p + 0.2 for p in positions], redis, width=0.4, label="Redis ZINCRBY")
     axes.set_xticks(list(positions), labels, rotation=15, fontsize=8)
-    axes.set_ylabel("submissions/s")
-    axes.set_title("Submissions per second by protocol and pipelining depth")
-    axes.legend()
-    axes.grid(alpha=0.3, axis="y")
-    figure.tight_layout()
-    figure.savefig(out / "throughput.png", dpi=110)
-    plt.close(figure)
-    return "throughput.png"
+    return _finish(figure, axes, "Submissions per second by protocol and pipelining depth",
+                   "", "submissions/s", out / "throughput.png")
 
 
 def plot_live(live_runs: dict[int, Run], out: Path) -> str:
@@ -204,15 +200,8 @@ def plot_live(live_runs: dict[int, Run], out: Path) -> str:
     axes.plot(counts, p50, "o-", label="p50")
     axes.plot(counts, p99, "s-", label="p99")
     axes.axhline(500, color="grey", linestyle=":", label="target p99: 500 ms")
-    axes.set_xlabel("WebSocket subscribers")
-    axes.set_ylabel("ms from acknowledgement to receipt")
-    axes.set_title("Live-feed delivery latency")
-    axes.legend()
-    axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(out / "live.png", dpi=110)
-    plt.close(figure)
-    return "live.png"
+    return _finish(figure, axes, "Live-feed delivery latency", "WebSocket subscribers",
+                   "ms from acknowledgement to receipt", out / "live.png")
 
 
 # --- the report ----------------------------------------------------------------------------------
