@@ -356,3 +356,68 @@ def test_every_tcp_operation_checks_credentials_and_scope(daemon, op, args, scop
     right = _tcp(daemon.tcp_port, wire.request(2, "auth", {"token": RIGHT[scope]}),
                  wire.request(3, op, args))
     assert right[1][1] == wire.OK or right[1][2]["code"] == "not_found", right
+
+
+def _public_key_pair(kind: str) -> tuple[object, bytes]:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    if kind == "RS256":
+        private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    else:
+        private = ec.generate_private_key(ec.SECP256R1())
+    public = private.public_key().public_bytes(serialization.Encoding.PEM,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo)
+    return private, public
+
+
+@pytest.mark.parametrize("algorithm", ["RS256", "ES256"])
+def test_public_key_tokens(tmp_path, algorithm):
+    private, public = _public_key_pair(algorithm)
+    key_file = tmp_path / "public.pem"
+    key_file.write_bytes(public)
+    other, _ = _public_key_pair(algorithm)
+    claims = {"scope": "admin read", "exp": int(time.time()) + 600}
+    good = jwt.encode(claims, private, algorithm=algorithm)
+    forged = jwt.encode(claims, other, algorithm=algorithm)
+    hs256 = token("admin read")  # no HS256 secret configured on this server
+    with Daemon(tmp_path / "data", "--jwt-public-key", str(key_file)) as daemon:
+        assert call(daemon, "PUT", "/v1/boards/pk", {}, good)[0] == 201
+        assert call(daemon, "GET", "/v1/boards/pk", credential=good)[0] == 200
+        for bad in (forged, hs256):
+            status, answer = call(daemon, "GET", "/v1/boards/pk", credential=bad)
+            assert (status, answer["error"]["code"]) == (401, "unauthorized")
+
+
+def test_tcp_rate_limit_answers_error_frames(daemon):
+    limited = token("write", sub="tcp-burst")
+    frames = [wire.request(2, "auth", {"token": limited})]
+    frames += [wire.request(3 + i, "submit", {"board": "b", "member": "tb", "delta": 1})
+               for i in range(100)]
+    answers = _tcp(daemon.tcp_port, *frames)
+    codes = [answer[2]["code"] if answer[1] == wire.ERROR else "ok" for answer in answers[1:]]
+    assert codes.count("ok") >= 20 and "rate_limited" in codes
+    limited_answer = next(a for a in answers if a[1] == wire.ERROR)
+    assert "retry in" in limited_answer[2]["message"]
+
+
+def test_websocket_messages_are_rate_limited_with_a_close_code(tmp_path):
+    reader = token("read", sub="chatty")
+    with Daemon(tmp_path / "data", "--jwt-secret", SECRET, "--rate-credential-reads", "5"
+                ) as daemon:
+        call(daemon, "PUT", "/v1/boards/ws", {}, ADMIN)
+
+        async def scenario():
+            async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {reader}"}
+                                             ) as session:
+                url = f"ws://127.0.0.1:{daemon.port}/v1/boards/ws/live"
+                async with session.ws_connect(url) as ws:
+                    await ws.receive(timeout=5)
+                    for _ in range(30):
+                        await ws.send_str(json.dumps({"action": "follow", "members": ["x"]}))
+                    while True:
+                        message = await ws.receive(timeout=5)
+                        if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
+                            return ws.close_code
+
+        assert asyncio.run(scenario()) == 4029

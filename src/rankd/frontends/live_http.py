@@ -16,8 +16,15 @@ from importlib import resources
 from aiohttp import WSMsgType, web
 
 from rankd.engine.errors import EngineError
-from rankd.frontends.live import CLOSE_TOO_SLOW, LiveFeed, Subscriber, parse_client_message
-from rankd.frontends.rest import RequestError
+from rankd.frontends.live import (
+    CLOSE_TOO_MANY,
+    CLOSE_TOO_SLOW,
+    LiveFeed,
+    Subscriber,
+    parse_client_message,
+)
+from rankd.frontends.rest import GATE, PRINCIPAL, RequestError
+from rankd.security import RateLimited
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +60,7 @@ def _subscribe(request: web.Request) -> Subscriber:
 async def live_socket(request: web.Request) -> web.StreamResponse:
     subscriber = _subscribe(request)  # errors answer as plain HTTP, before the upgrade
     feed = request.app[FEED]
+    gate, principal, address = request.app[GATE], request[PRINCIPAL], request.remote or ""
     socket = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS, max_msg_size=64 * 1024)
     _bound_send_buffer(request)
     await socket.prepare(request)
@@ -60,6 +68,11 @@ async def live_socket(request: web.Request) -> web.StreamResponse:
         _send_loop(socket, request.transport, subscriber, feed.send_timeout))
     try:
         async for message in socket:
+            try:  # each message a subscriber sends counts as a read
+                gate.admit(principal, "live_socket", address)
+            except RateLimited:
+                await socket.close(code=CLOSE_TOO_MANY, message=b"rate limited")
+                break
             if message.type != WSMsgType.TEXT:
                 await socket.send_json({"type": "error", "code": "invalid",
                                         "message": "send JSON text messages"})
