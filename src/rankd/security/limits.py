@@ -8,6 +8,7 @@ enough tokens are back (``Retry-After``).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import time
@@ -74,6 +75,7 @@ class LimitsConfig:
     exempt_loopback: bool = True
 
 
+@functools.lru_cache(maxsize=4096)
 def is_loopback(address: str) -> bool:
     try:
         return ipaddress.ip_address(address.split("%")[0]).is_loopback
