@@ -410,3 +410,19 @@ def test_coalescer_merges_concurrent_callers_and_keeps_each_answer(tmp_path, clo
     assert last[0]["score"] == 6.0 and last[0]["previous"] == 1.0
     assert isinstance(last[1], InvalidInput) and isinstance(last[2], NotFound)
     assert m0["score"] == 6.0
+
+
+def test_text_that_cannot_be_logged_is_refused_before_anything_changes(tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("u", {"policy": "sum"})
+        before = engine.digest()
+        answers = await engine.submit_many([
+            sub("u", "ann", delta=1, event_id="bad\ud800"),
+            sub("u", "ann", delta=1, label="bad\udfff"),
+            sub("u", "bob", delta=1, event_id="é" * 65),  # 130 bytes of UTF-8
+        ])
+        return before, engine.digest(), answers
+
+    before, after, answers = scenario(tmp_path, clock, body)
+    assert all(isinstance(answer, InvalidInput) for answer in answers)
+    assert before == after

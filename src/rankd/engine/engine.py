@@ -510,12 +510,13 @@ class Engine:
         config = board.config
         member = _check_member(sub.member)
         if sub.label is not None and (not isinstance(sub.label, str)
-                                      or len(sub.label) > MAX_LABEL_CHARS):
-            raise InvalidInput(f"label must be a string of at most {MAX_LABEL_CHARS} characters")
+                                      or len(sub.label) > MAX_LABEL_CHARS
+                                      or _utf8_size(sub.label) is None):
+            raise InvalidInput(f"label must be text of at most {MAX_LABEL_CHARS} characters")
         event_id = sub.event_id
         if event_id is not None:
             if (not isinstance(event_id, str) or not event_id
-                    or len(event_id.encode("utf-8", "surrogatepass")) > MAX_EVENT_ID_BYTES):
+                    or not 0 < (_utf8_size(event_id) or 0) <= MAX_EVENT_ID_BYTES):
                 raise InvalidInput(f"event_id must be a non-empty string of at most "
                                    f"{MAX_EVENT_ID_BYTES} bytes")
             earlier = batch.seen.get((sub.board, event_id))
@@ -909,6 +910,16 @@ def _result(member: str, event_id: str | None, result: Sequence, duplicate: bool
     score, rank, previous, changed = result[:4]
     return {"member": member, "score": score, "rank": rank, "previous": previous,
             "changed": changed, "duplicate": duplicate, "event_id": event_id}
+
+
+def _utf8_size(text: str) -> int | None:
+    """Bytes of ``text`` in UTF-8, or None if it cannot be encoded (lone surrogates)."""
+    if text.isascii():
+        return len(text)
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
 
 
 def _check_member(member: object) -> str:
