@@ -245,3 +245,20 @@ def test_the_page_and_its_assets_are_served(daemon):
     assert answers["/static/missing.js"][0] == 404
     assert answers["/static/..%2Fserver.py"][0] == 404
     assert "http://" not in answers["/"][2] and "https://" not in answers["/"][2]
+
+
+@pytest.mark.parametrize("size", [0, 125, 126, 65535, 65536, 70000])
+def test_prebuilt_frames_are_valid_unmasked_text_frames(size):
+    from rankd.frontends.live import websocket_frame
+
+    payload = b"x" * size
+    frame = websocket_frame(payload)
+    assert frame[0] == 0x81  # FIN, text
+    assert frame[1] & 0x80 == 0  # servers never mask
+    length, offset = frame[1], 2
+    if length == 126:
+        length, offset = int.from_bytes(frame[2:4], "big"), 4
+    elif length == 127:
+        length, offset = int.from_bytes(frame[2:10], "big"), 10
+    assert length == size and frame[offset:] == payload
+    assert (size < 126) == (offset == 2) and (size >= 65536) == (offset == 10)

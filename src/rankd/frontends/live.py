@@ -43,6 +43,8 @@ MAX_QUEUE = 64
 #: WebSocket close code for a subscriber that cannot keep up.
 CLOSE_TOO_SLOW = 4008
 CLOSE_TOO_MANY = 4029
+#: Above this many unsent bytes a subscriber's pushes queue up (and supersede).
+DIRECT_WRITE_LIMIT = 64 * 1024
 
 Send = Callable[[bytes], Any]
 
@@ -60,6 +62,21 @@ class Subscriber:
     #: Set when the feed drops the subscriber: (close code, reason).
     dropped: tuple[int, str] | None = None
     address: str = ""
+    #: A WebSocket's transport, once open: pushes are written to it directly.
+    transport: asyncio.Transport | None = None
+
+    def push(self, key: str | None, message: bytes, frame: Callable[[], bytes]) -> bool:
+        """Send now when the socket keeps up and nothing is queued; else queue.
+
+        The direct path writes the same pre-built WebSocket frame that every
+        subscriber gets, without waking this subscriber's sender task.
+        """
+        transport = self.transport
+        if (transport is not None and not self.queue and not transport.is_closing()
+                and transport.get_write_buffer_size() < DIRECT_WRITE_LIMIT):
+            transport.write(frame())
+            return True
+        return self.offer(key, message)
 
     def offer(self, key: str | None, message: bytes) -> bool:
         """Queue a message; one with the same ``key`` still queued is replaced.
@@ -277,12 +294,31 @@ class LiveFeed:
                 self._fan_out(subscribers, None, message)
 
     def _fan_out(self, subscribers: set[Subscriber], key: str | None, message: bytes) -> None:
+        built: list[bytes] = []
+
+        def frame() -> bytes:  # built once, for the first subscriber that needs it
+            if not built:
+                built.append(websocket_frame(message))
+            return built[0]
+
         for subscriber in list(subscribers):
-            if subscriber.dropped is None and not subscriber.offer(key, message):
+            if subscriber.dropped is None and not subscriber.push(key, message, frame):
                 log.info("live subscriber at %s too slow: disconnecting", subscriber.address)
                 self._drop(subscriber, CLOSE_TOO_SLOW, "subscriber too slow")
             else:
                 self.pushes += 1
+
+
+def websocket_frame(message: bytes) -> bytes:
+    """``message`` as one unmasked text frame, as a server sends it (RFC 6455 5.2)."""
+    length = len(message)
+    if length < 126:
+        header = bytes((0x81, length))
+    elif length < 65536:
+        header = bytes((0x81, 126)) + length.to_bytes(2, "big")
+    else:
+        header = bytes((0x81, 127)) + length.to_bytes(8, "big")
+    return header + message
 
 
 class TooManyConnections(EngineError):

@@ -19,6 +19,7 @@ from rankd.engine.errors import EngineError
 from rankd.frontends.live import (
     CLOSE_TOO_MANY,
     CLOSE_TOO_SLOW,
+    DIRECT_WRITE_LIMIT,
     LiveFeed,
     Subscriber,
     parse_client_message,
@@ -61,9 +62,12 @@ async def live_socket(request: web.Request) -> web.StreamResponse:
     subscriber = _subscribe(request)  # errors answer as plain HTTP, before the upgrade
     feed = request.app[FEED]
     gate, principal, address = request.app[GATE], request[PRINCIPAL], request.remote or ""
-    socket = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS, max_msg_size=64 * 1024)
+    # No per-message compression: pushes are written as pre-built frames.
+    socket = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS, max_msg_size=64 * 1024,
+                                   compress=False)
     _bound_send_buffer(request)
     await socket.prepare(request)
+    subscriber.transport = request.transport
     sender = asyncio.get_running_loop().create_task(
         _send_loop(socket, request.transport, subscriber, feed.send_timeout))
     try:
@@ -116,8 +120,14 @@ async def _send_loop(socket: web.WebSocketResponse, transport: asyncio.Transport
             await socket.close(code=code, message=reason.encode())
             return
         try:
-            await asyncio.wait_for(socket.send_str(message.decode()), send_timeout)
-        except (TimeoutError, ConnectionResetError):
+            if transport is not None and transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT:
+                await asyncio.wait_for(socket.send_frame(message, WSMsgType.TEXT), send_timeout)
+            else:  # writes at once; a timer per message would cost more than the write
+                await socket.send_frame(message, WSMsgType.TEXT)
+        except ConnectionResetError:
+            subscriber.dropped = (1006, "connection lost")
+            return
+        except TimeoutError:
             log.info("live subscriber at %s too slow: disconnecting", subscriber.address)
             subscriber.dropped = (CLOSE_TOO_SLOW, "subscriber too slow")
             # The close frame cannot get through a full buffer: do not wait for it.
