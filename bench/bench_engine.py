@@ -20,12 +20,15 @@ front-end) and prints one table:
    The split into snapshot read / snapshot load / WAL open+replay comes from
    a subclass that times the engine's private recovery steps (the engine's
    own log line gives only the total); files are in the page cache (warm).
-4. **Postgres shipping** - placeholder, skipped unless ``--postgres-dsn``.
+4. **Postgres shipping** - a backlog of ``--postgres-events`` shipped to an
+   empty database (``--postgres-dsn``, default a throwaway local cluster).
 
 Every figure is the median of ``--repeats`` runs (default 3 for 1 and 2,
 1 for 3), each run in a fresh ``tempfile.TemporaryDirectory`` under /tmp.
-Submission objects are built before timing starts (and frozen out of the
-cyclic GC, so the benchmark's own garbage does not slow the engine down).
+Submission objects are built before timing starts; while timing, the cyclic
+GC is set up as the daemon sets it once it serves
+(:func:`rankd.engine.collector.settle`: inputs frozen out of the collector's
+generations, young collections every 50,000 allocations).
 Automatic snapshots and housekeeping are disabled while measuring.  The
 exit status is 1 when a target is missed.  Other busy processes on the
 machine skew every figure: the load average is printed at start and end.
@@ -58,6 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rankd.engine import collector
 from rankd.engine.engine import Engine, EngineConfig, Submission
 from rankd.engine.errors import EngineError
 from rankd.index import IMPLEMENTATION
@@ -154,17 +158,6 @@ def data_dir() -> Iterator[Path]:
         yield Path(path)
 
 
-@contextmanager
-def gc_frozen() -> Iterator[None]:
-    """Move prebuilt inputs out of the cyclic GC's generations while timing."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
 def runs_note(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
     if len(values) < 2:
         return ""
@@ -258,7 +251,7 @@ async def _ingest_once(chunks: Sequence[list[Submission]], fsync: str,
 
 def ingest_rate(chunks: Sequence[list[Submission]], fsync: str, windows: Sequence[str]
                 ) -> Rate:
-    with gc_frozen():
+    with collector.settled():
         return asyncio.run(_ingest_once(chunks, fsync, windows))
 
 
@@ -337,7 +330,7 @@ def bench_ack(args: argparse.Namespace, report: Report) -> None:
     warmup = batches(distinct(args.members, "w"), args.batch)
     runs = []
     for _ in range(args.repeats):
-        with gc_frozen():
+        with collector.settled():
             runs.append(asyncio.run(_ack_once(pools, warmup, args.seconds)))
     rates = [run.events / run.seconds for run in runs]
     chosen = runs[rates.index(statistics.median_low(rates))]
@@ -541,7 +534,7 @@ def profile_ingest(args: argparse.Namespace, top: int = 15) -> None:
     """One figure-1 run (everysec, windows all) under cProfile; top functions by self time."""
     chunks = batches(submissions(args.events, args.members, "e", seed=1), args.batch)
     profiler = cProfile.Profile()
-    with gc_frozen():
+    with collector.settled():
         profiler.enable()
         rate = asyncio.run(_ingest_once(chunks, "everysec", ["all"]))
         profiler.disable()

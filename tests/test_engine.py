@@ -426,3 +426,17 @@ def test_text_that_cannot_be_logged_is_refused_before_anything_changes(tmp_path,
     before, after, answers = scenario(tmp_path, clock, body)
     assert all(isinstance(answer, InvalidInput) for answer in answers)
     assert before == after
+
+
+def test_collector_settle_freezes_state_and_settled_restores_thresholds():
+    import gc
+
+    from rankd.engine import collector
+
+    before = gc.get_threshold()
+    survivor = [object() for _ in range(100)]
+    with collector.settled():
+        assert gc.get_threshold() == collector.THRESHOLDS
+        assert gc.get_freeze_count() >= len(survivor)
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0

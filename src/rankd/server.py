@@ -11,7 +11,6 @@ snapshot and exit 0.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import signal
@@ -23,6 +22,7 @@ from aiohttp import web
 
 from rankd import __version__
 from rankd.config import ServerConfig
+from rankd.engine import collector
 from rankd.engine.engine import Engine
 from rankd.frontends.live import LiveFeed
 from rankd.frontends.live_http import add_live_routes
@@ -95,13 +95,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
         await site.start()
         began = time.monotonic()
         await engine.start()
-        # The recovered state lives as long as the process: keep the cyclic
-        # collector from walking it again and again (long pauses on big boards).
-        gc.collect()
-        gc.freeze()
-        # Requests allocate many short-lived objects: collect the young
-        # generation less often, and the old ones rarely.
-        gc.set_threshold(50_000, 20, 100)
+        collector.settle()
         tcp_address = "off"
         if config.tcp_port:
             tcp_port = await tcp.start(config.host, config.tcp_port, ssl=tls)
