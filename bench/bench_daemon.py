@@ -16,7 +16,7 @@ member drawn from 100,000 names, with a unique ``event_id``.
 2. **TCP** - a lean raw-socket asyncio load generator (``asyncio.Protocol``
    over uvloop, frames built and decoded with ``rankd.wire``), 50
    connections, each keeping 1 (non-pipelined) or 16 (pipelined) submit
-   requests in flight.  Target for pipelined: >= 200,000/s.
+   requests in flight (``--depths`` picks other depths).  Target for pipelined: >= 200,000/s.
 3. **Redis** - when ``redis-server`` is installed, one is started on a free
    loopback port (``--save "" --appendonly no``) and driven with
    ``ZINCRBY bench 1 <member>`` by the same load generator design (raw
@@ -541,7 +541,7 @@ def socket_spec(protocol: str, port: int, depth: int, pid: int, seconds: float,
             "warmup": min(1.0, seconds / 4), "tag": tag}
 
 
-def bench_rankd(daemon: Any, seconds: float, workdir: Path) -> list[Row]:
+def bench_rankd(daemon: Any, seconds: float, workdir: Path, depths: list[int]) -> list[Row]:
     pid = daemon.process.pid
     if shutil.which("wrk"):
         rest = run_wrk(daemon.port, seconds, pid, workdir)
@@ -553,11 +553,12 @@ def bench_rankd(daemon: Any, seconds: float, workdir: Path) -> list[Row]:
     rest_ok = rest.rate >= REST_TARGET and (rest.p99_ms or 0) <= REST_P99_TARGET_MS
     rows = [Row(f"REST {REST_CONNECTIONS} conns keep-alive", rest, None,
                 f">={REST_TARGET:,}/s p99<={REST_P99_TARGET_MS:g}ms", rest_ok and not rest.errors)]
-    for depth in (1, PIPELINE_DEPTH):
+    for depth in depths:
         result = run_worker(socket_spec("rankd", daemon.tcp_port, depth, pid, seconds,
                                         tag=f"tcp{depth}-{time.time_ns()}"))
-        passed = (result.rate >= PIPELINED_TARGET and not result.errors) if depth > 1 else None
-        target = f">={PIPELINED_TARGET:,}/s" if depth > 1 else "-"
+        targeted = depth == PIPELINE_DEPTH
+        passed = (result.rate >= PIPELINED_TARGET and not result.errors) if targeted else None
+        target = f">={PIPELINED_TARGET:,}/s" if targeted else "-"
         rows.append(Row(tcp_name(depth), result, None, target, passed))
     return rows
 
@@ -566,12 +567,13 @@ def tcp_name(depth: int) -> str:
     return f"TCP {TCP_CONNECTIONS} conns depth {depth}" + (" (pipelined)" if depth > 1 else "")
 
 
-def bench_redis(rows: list[Row], seconds: float, workdir: Path) -> None:
+def bench_redis(rows: list[Row], seconds: float, workdir: Path, depths: list[int]) -> None:
     """Fill the redis column of the TCP rows and add redis-benchmark rows."""
+    tcp_rows = rows[1:]
     with redis_server(workdir) as (port, pid):
-        for row, depth in zip(rows[1:], (1, PIPELINE_DEPTH), strict=True):
+        for row, depth in zip(tcp_rows, depths, strict=True):
             row.redis = run_worker(socket_spec("redis", port, depth, pid, seconds))
-        for row, depth in zip(rows[1:], (1, PIPELINE_DEPTH), strict=True):
+        for row, depth in zip(tcp_rows, depths, strict=True):
             requests = max(50_000, int(row.redis.rate * seconds))
             result = run_redis_benchmark(port, depth, requests)
             rows.append(Row(f"redis-benchmark -c {TCP_CONNECTIONS} -P {depth}", None, result))
@@ -726,15 +728,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", type=Path, metavar="FILE",
                         help="also run py-spy (raw format, to FILE) on the daemon under "
                              "pipelined TCP load and print the top 20 frames by self time")
+    parser.add_argument("--depths", type=depth_list, default=[1, PIPELINE_DEPTH],
+                        metavar="N,N,...",
+                        help=f"TCP pipelining depths, rankd and Redis alike (default "
+                             f"1,{PIPELINE_DEPTH}; the target applies at {PIPELINE_DEPTH})")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def depth_list(text: str) -> list[int]:
+    try:
+        depths = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of depths: {text!r}") from None
+    if not depths or min(depths) < 1:
+        raise argparse.ArgumentTypeError("depths are positive integers")
+    return depths
 
 
 def run_all(args: argparse.Namespace, seconds: float, workdir: Path) -> tuple[list[Row], str]:
     daemon = start_daemon(workdir / "data", args.fsync)
     profile = ""
     try:
-        rows = bench_rankd(daemon, seconds, workdir)
+        rows = bench_rankd(daemon, seconds, workdir, args.depths)
         if args.profile:
             profile = profile_daemon(daemon, seconds, args.profile)
     finally:
@@ -742,7 +759,7 @@ def run_all(args: argparse.Namespace, seconds: float, workdir: Path) -> tuple[li
     for problem in problems:
         print(f"DAEMON PROBLEM: {problem}", file=sys.stderr)
     if not args.no_redis and shutil.which("redis-server"):
-        bench_redis(rows, seconds, workdir)
+        bench_redis(rows, seconds, workdir, args.depths)
     elif not args.no_redis:
         print("redis-server is not installed: no Redis comparison "
               "(apt-get install -y redis-server redis-tools)", file=sys.stderr)

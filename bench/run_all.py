@@ -8,8 +8,8 @@ bench/README.md); this runner records the machine, the date, each exact
 command and its output in RESULTS.md, then draws PNG plots (matplotlib)
 from the figures it parses out of those tables:
 
-* ``throughput.png``: submissions/s of rankd (REST, TCP) and Redis at each
-  pipelining depth, and p99 latency,
+* ``throughput.png``: submissions/s and p99 latency of rankd (TCP, and REST
+  for reference) and Redis against pipelining depth (1, 4, 16, 64),
 * ``memory.png``: bytes per member, native index vs Redis, at 100K/1M/5M,
 * ``recovery.png``: recovery time against WAL length,
 * ``live.png``: live-feed delivery latency against subscriber count.
@@ -101,13 +101,19 @@ def row_cells(output: str, label: str) -> list[str] | None:
 # --- plots ---------------------------------------------------------------------------------------
 
 
-def _finish(figure, axes, title: str, xlabel: str, ylabel: str, path: Path) -> str:
-    """Label, save and close a plot; returns its file name."""
+def _finish(figure, axes, title: str, xlabel: str, ylabel: str, path: Path, *,
+            save: bool = True) -> str:
+    """Label the axes; unless ``save`` is false, save and close the figure.
+
+    Returns the file name.
+    """
     axes.set_title(title)
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
-    axes.legend()
+    axes.legend(fontsize=8)
     axes.grid(alpha=0.3)
+    if not save:
+        return path.name
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     import matplotlib.pyplot as plt
@@ -158,28 +164,60 @@ def plot_recovery(recovery_runs: dict[int, Run], out: Path) -> str:
                    out / "recovery.png")
 
 
+def _pair(cell: str) -> tuple[float | None, float | None]:
+    """``"2.57 / 0.79"`` -> (2.57, 0.79); a single figure -> (figure, None)."""
+    parts = [number(part) for part in cell.split("/")]
+    return parts[0], parts[1] if len(parts) > 1 else None
+
+
 def plot_throughput(daemon_run: Run | None, out: Path) -> str:
+    """Submissions/s and p99 latency against pipelining depth, rankd and Redis."""
     if daemon_run is None:
         return "throughput plot: not run"
-    rows = []
+    tcp: dict[int, list[str]] = {}
+    benchmark: dict[int, list[str]] = {}
+    rest = None
     for line in daemon_run.output.splitlines():
         cells = re.split(r"\s{2,}", line.strip())
-        if len(cells) >= 3 and cells[0].startswith(("REST", "TCP")):
-            rows.append(cells)
-    if not rows:
+        if len(cells) < 6:
+            continue
+        if match := re.match(r"TCP \d+ conns depth (\d+)", cells[0]):
+            tcp[int(match.group(1))] = cells
+        elif match := re.match(r"redis-benchmark .*-P (\d+)", cells[0]):
+            benchmark[int(match.group(1))] = cells
+        elif cells[0].startswith("REST"):
+            rest = cells
+    if not tcp:
         return "throughput plot: no figures parsed"
     import matplotlib.pyplot as plt
 
-    labels = [cells[0] for cells in rows]
-    rankd = [number(cells[1]) or 0 for cells in rows]
-    redis = [number(cells[2]) or 0 if cells[2] not in ("-", "") else 0 for cells in rows]
-    figure, axes = plt.subplots(figsize=(7, 4))
-    positions = range(len(labels))
-    axes.bar([p - 0.2 for p in positions], rankd, width=0.4, label="rankd")
-    axes.bar([p + 0.2 for p in positions], redis, width=0.4, label="Redis ZINCRBY")
-    axes.set_xticks(list(positions), labels, rotation=15, fontsize=8)
-    return _finish(figure, axes, "Submissions per second by protocol and pipelining depth",
-                   "", "submissions/s", out / "throughput.png")
+    depths = sorted(tcp)
+    figure, (rate_axes, latency_axes) = plt.subplots(1, 2, figsize=(10, 4))
+    rate_axes.plot(depths, [number(tcp[d][1]) for d in depths], "o-", label="rankd TCP")
+    latency_axes.plot(depths, [_pair(tcp[d][5])[0] for d in depths], "o-", label="rankd TCP")
+    redis_depths = [d for d in depths if tcp[d][2] != "-"]
+    if redis_depths:
+        rate_axes.plot(redis_depths, [number(tcp[d][2]) for d in redis_depths], "s--",
+                       label="Redis ZINCRBY, same generator")
+        latency_axes.plot(redis_depths, [_pair(tcp[d][5])[1] for d in redis_depths], "s--",
+                          label="Redis ZINCRBY, same generator")
+    if benchmark:
+        marks = sorted(benchmark)
+        rate_axes.plot(marks, [number(benchmark[d][2]) for d in marks], "^:",
+                       label="redis-benchmark ZINCRBY")
+        latency_axes.plot(marks, [number(benchmark[d][5]) for d in marks], "^:",
+                          label="redis-benchmark ZINCRBY")
+    if rest is not None:
+        rate_axes.plot([1], [number(rest[1])], "D", label="rankd REST (wrk, 64 conns)")
+        latency_axes.plot([1], [number(rest[5])], "D", label="rankd REST (wrk, 64 conns)")
+    for axes in (rate_axes, latency_axes):
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(depths, [str(d) for d in depths])
+    _finish(figure, latency_axes, "p99 latency", "requests in flight per connection",
+            "ms", out / "throughput.png", save=False)
+    return _finish(figure, rate_axes, "Submissions/s, 50 connections",
+                   "requests in flight per connection", "submissions/s",
+                   out / "throughput.png")
 
 
 def plot_live(live_runs: dict[int, Run], out: Path) -> str:
@@ -218,7 +256,8 @@ def plan(quick: bool) -> tuple[Plan, dict[str, dict[int, Run]]]:
                 "--recovery-members", size, "--recovery-events", size)
         work.add("engine", "bench_engine.py", "--quick")
         work.add("snapshot stall", "bench_snapshot.py", "--members", 50_000, "--repeats", 1)
-        sweeps["daemon"][0] = work.add("daemon", "bench_daemon.py", "--quick")
+        sweeps["daemon"][0] = work.add("daemon", "bench_daemon.py", "--quick", "--depths",
+                                       "1,16")
         sweeps["live"][500] = work.add("live feed", "bench_live.py", "--quick")
         return work, sweeps
     sweeps["index"][1_000_000] = work.add("index, 1M members", "bench_index.py")
@@ -233,7 +272,7 @@ def plan(quick: bool) -> tuple[Plan, dict[str, dict[int, Run]]]:
             f"engine recovery, {size:,}", "bench_engine.py", "--only", "recovery",
             "--recovery-members", size, "--recovery-events", size)
     work.add("snapshot stall", "bench_snapshot.py")
-    sweeps["daemon"][0] = work.add("daemon", "bench_daemon.py")
+    sweeps["daemon"][0] = work.add("daemon", "bench_daemon.py", "--depths", "1,4,16,64")
     for subscribers in (1_000, 5_000, 10_000):
         sweeps["live"][subscribers] = work.add(
             f"live feed, {subscribers:,} subscribers", "bench_live.py", "--subscribers",
