@@ -55,6 +55,21 @@ def test_any_msgpack_value_round_trips_through_a_frame(value):
 
 
 @FUZZ
+@given(st.lists(st.lists(st.integers(0, 2**32) | st.text(max_size=30), max_size=4),
+                min_size=1, max_size=8),
+       st.lists(st.integers(0, 400), max_size=10))
+def test_a_stream_cut_anywhere_decodes_to_the_same_messages(messages, cuts):
+    stream = b"".join(wire.encode(message) for message in messages)
+    bounds = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
+    decoder = wire.FrameDecoder()
+    decoded = []
+    for start, stop in zip(bounds, bounds[1:]):
+        decoded += decoder.feed(stream[start:stop])
+    assert decoded == messages
+    assert decoder.pending_bytes == 0
+
+
+@FUZZ
 @given(msgpack_values)
 def test_parse_request_accepts_or_refuses_cleanly(value):
     try:

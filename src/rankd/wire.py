@@ -8,6 +8,7 @@ response ``[id, status, body]``.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import msgpack
@@ -44,6 +45,8 @@ class RequestShapeError(Exception):
 
 
 _packer = msgpack.Packer(use_bin_type=True)
+_unpackb = msgpack.unpackb
+_read_length = struct.Struct(">I").unpack_from
 
 
 def encode(message: Any) -> bytes:
@@ -81,31 +84,40 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[Any]:
         buffer = self._buffer
-        buffer += data
-        messages = []
+        if buffer:
+            buffer += data
+            view = memoryview(buffer)
+        else:
+            view = memoryview(data)  # the usual case: frames start at this read
+        messages: list[Any] = []
         position = 0
-        size = len(buffer)
-        while size - position >= _LENGTH_BYTES:
-            length = int.from_bytes(buffer[position:position + _LENGTH_BYTES], "big")
-            if length == 0 or length > self.max_frame:
-                error = FrameError("too_large" if length else "bad_frame",
-                                   f"frame length {length} is outside 1..{self.max_frame}")
-                error.decoded = messages
-                raise error
-            end = position + _LENGTH_BYTES + length
-            if end > size:
-                break
-            try:
-                messages.append(msgpack.unpackb(
-                    memoryview(buffer)[position + _LENGTH_BYTES:end], raw=False,
-                    strict_map_key=True))
-            except Exception as exc:  # msgpack raises several kinds; all mean a bad frame
-                error = FrameError("bad_frame", f"undecodable msgpack payload: {exc}")
-                error.decoded = messages
-                raise error from None
-            position = end
-        if position:
+        size = len(view)
+        max_frame = self.max_frame
+        try:
+            while size - position >= _LENGTH_BYTES:
+                (length,) = _read_length(view, position)
+                if length == 0 or length > max_frame:
+                    error = FrameError("too_large" if length else "bad_frame",
+                                       f"frame length {length} is outside 1..{max_frame}")
+                    error.decoded = messages
+                    raise error
+                end = position + _LENGTH_BYTES + length
+                if end > size:
+                    break
+                try:
+                    messages.append(_unpackb(view[position + _LENGTH_BYTES:end], raw=False,
+                                             strict_map_key=True))
+                except Exception as exc:  # msgpack raises several kinds; all mean a bad frame
+                    error = FrameError("bad_frame", f"undecodable msgpack payload: {exc}")
+                    error.decoded = messages
+                    raise error from None
+                position = end
+        finally:
+            view.release()  # a bytearray cannot be resized while a view is exported
+        if buffer:
             del buffer[:position]
+        elif position < size:
+            buffer += data[position:]  # keep the incomplete frame for the next read
         return messages
 
     @property
