@@ -43,6 +43,12 @@ class Run:
     seconds: float = 0.0
     status: int = 0
 
+    @property
+    def shell_command(self) -> str:
+        """The command as typed in the project root."""
+        script = Path(self.command[1]).relative_to(ROOT).as_posix()
+        return " ".join(["python", script, *self.command[2:]])
+
 
 @dataclass
 class Plan:
@@ -101,9 +107,20 @@ def row_cells(output: str, label: str) -> list[str] | None:
 # --- plots ---------------------------------------------------------------------------------------
 
 
+#: Printed under every plot: the machine, the date and the commands behind it.
+CAPTION = {"machine": "", "date": ""}
+
+
+def _caption(figure, runs: list[Run]) -> None:
+    commands = "; ".join(run.shell_command for run in runs)
+    figure.text(0.01, 0.01, f"{CAPTION['machine']}, {CAPTION['date']}\n{commands}",
+                fontsize=6, color="dimgrey", va="bottom", wrap=True)
+    figure.subplots_adjust(bottom=0.28)
+
+
 def _finish(figure, axes, title: str, xlabel: str, ylabel: str, path: Path, *,
-            save: bool = True) -> str:
-    """Label the axes; unless ``save`` is false, save and close the figure.
+            save: bool = True, runs: list[Run] | None = None) -> str:
+    """Label the axes; unless ``save`` is false, caption, save and close the figure.
 
     Returns the file name.
     """
@@ -115,6 +132,7 @@ def _finish(figure, axes, title: str, xlabel: str, ylabel: str, path: Path, *,
     if not save:
         return path.name
     figure.tight_layout()
+    _caption(figure, runs or [])
     figure.savefig(path, dpi=110)
     import matplotlib.pyplot as plt
 
@@ -141,7 +159,7 @@ def plot_memory(index_runs: dict[int, Run], out: Path) -> str:
         axes.plot(sizes, redis, "s--", label="Redis sorted set (used_memory)")
     axes.set_xscale("log")
     return _finish(figure, axes, "Memory per member", "members", "bytes per member",
-                   out / "memory.png")
+                   out / "memory.png", runs=[run for _, run in sorted(index_runs.items())])
 
 
 def plot_recovery(recovery_runs: dict[int, Run], out: Path) -> str:
@@ -161,7 +179,8 @@ def plot_recovery(recovery_runs: dict[int, Run], out: Path) -> str:
     axes.axhline(5, color="grey", linestyle=":", label="target for 1M + 1M: 5 s")
     return _finish(figure, axes, "Recovery time against WAL length",
                    "WAL records replayed (and members in the snapshot)", "seconds to recover",
-                   out / "recovery.png")
+                   out / "recovery.png",
+                   runs=[run for _, run in sorted(recovery_runs.items())])
 
 
 def _pair(cell: str) -> tuple[float | None, float | None]:
@@ -217,7 +236,7 @@ def plot_throughput(daemon_run: Run | None, out: Path) -> str:
             "ms", out / "throughput.png", save=False)
     return _finish(figure, rate_axes, "Submissions/s, 50 connections",
                    "requests in flight per connection", "submissions/s",
-                   out / "throughput.png")
+                   out / "throughput.png", runs=[daemon_run])
 
 
 def plot_live(live_runs: dict[int, Run], out: Path) -> str:
@@ -239,7 +258,8 @@ def plot_live(live_runs: dict[int, Run], out: Path) -> str:
     axes.plot(counts, p99, "s-", label="p99")
     axes.axhline(500, color="grey", linestyle=":", label="target p99: 500 ms")
     return _finish(figure, axes, "Live-feed delivery latency", "WebSocket subscribers",
-                   "ms from acknowledgement to receipt", out / "live.png")
+                   "ms from acknowledgement to receipt", out / "live.png",
+                   runs=[run for _, run in sorted(live_runs.items())])
 
 
 # --- the report ----------------------------------------------------------------------------------
@@ -293,10 +313,31 @@ def write_report(work: Plan, plots: list[str], started: datetime.datetime,
     for plot in plots:
         lines.append(f"![{plot}]({plot})\n\n" if plot.endswith(".png") else f"- {plot}\n")
     for run in work.runs:
-        lines.append(f"\n## {run.name}\n\n`{' '.join(['python', *run.command[1:]])}` "
+        lines.append(f"\n## {run.name}\n\n`{run.shell_command}` "
                      f"({run.seconds:.0f} s, exit {run.status})\n\n```\n{run.output.strip()}\n"
                      "```\n")
     path.write_text("".join(lines))
+
+
+_SECTION = re.compile(r"^## (?P<name>[^\n]+)\n\n`python (?P<command>[^`]+)` \((?P<seconds>\d+) s, "
+                      r"exit (?P<status>-?\d+)\)\n\n```\n(?P<output>.*?)\n```$",
+                      re.MULTILINE | re.DOTALL)
+
+
+def read_report(path: Path, work: Plan) -> datetime.datetime:
+    """Fill ``work``'s runs from an earlier RESULTS.md (to redraw its plots)."""
+    text = path.read_text()
+    by_name = {match["name"]: match for match in _SECTION.finditer(text)}
+    for run in work.runs:
+        match = by_name.get(run.name)
+        if match is None:
+            raise SystemExit(f"{path} has no section {run.name!r}")
+        run.output, run.seconds, run.status = (match["output"], float(match["seconds"]),
+                                               int(match["status"]))
+    date = re.search(r"^Date: (\d{4}-\d\d-\d\d \d\d:\d\d) UTC", text, re.MULTILINE)
+    if date is None:
+        raise SystemExit(f"{path} has no date line")
+    return datetime.datetime.strptime(date[1], "%Y-%m-%d %H:%M").replace(tzinfo=datetime.UTC)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -304,11 +345,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the runner")
     parser.add_argument("--output", type=Path, default=HERE,
                         help="where RESULTS.md and the plots go (default: bench/)")
+    parser.add_argument("--replot", action="store_true",
+                        help="run nothing: redraw the plots (and rewrite RESULTS.md) from the "
+                             "figures of the RESULTS.md already in --output")
     options = parser.parse_args(argv)
-    started = datetime.datetime.now(datetime.UTC)
     work, sweeps = plan(options.quick)
-    for run in work.runs:
-        execute(run)
+    if options.replot:
+        started = read_report(options.output / "RESULTS.md", work)
+    else:
+        started = datetime.datetime.now(datetime.UTC)
+        for run in work.runs:
+            execute(run)
+    CAPTION.update(machine=machine(), date=f"{started:%Y-%m-%d} UTC")
     options.output.mkdir(parents=True, exist_ok=True)
     daemon = next(iter(sweeps["daemon"].values()), None)
     plots = [plot_throughput(daemon, options.output),
