@@ -5,6 +5,7 @@ with the engine's digest before and after)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import socket
@@ -63,7 +64,7 @@ def test_a_stream_cut_anywhere_decodes_to_the_same_messages(messages, cuts):
     bounds = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
     decoder = wire.FrameDecoder()
     decoded = []
-    for start, stop in zip(bounds, bounds[1:]):
+    for start, stop in itertools.pairwise(bounds):
         decoded += decoder.feed(stream[start:stop])
     assert decoded == messages
     assert decoder.pending_bytes == 0
