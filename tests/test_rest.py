@@ -974,6 +974,21 @@ def test_ready_metrics_and_snapshot(api: Api) -> None:
     assert_error(api("POST", "/v1/admin/snapshot?x=1"), 400, "bad_request")
 
 
+def test_request_metrics_count_every_observation() -> None:
+    from rankd.metrics import Metrics
+
+    metrics = Metrics()
+    for status in (200, 200, 404):
+        metrics.observe_request("submit", status, 0.002)
+    metrics.observe_request("top", 200, 0.0004)
+    text = metrics.render().decode()
+    assert 'rankd_http_requests_total{operation="submit",status="200"} 2.0' in text
+    assert 'rankd_http_requests_total{operation="submit",status="404"} 1.0' in text
+    assert 'rankd_http_requests_total{operation="top",status="200"} 1.0' in text
+    assert 'rankd_http_request_seconds_count{operation="submit"} 3.0' in text
+    assert 'rankd_http_request_seconds_bucket{le="0.0005",operation="top"} 1.0' in text
+
+
 def test_realtime_token_and_digest(api: Api) -> None:
     status, body = api("GET", "/v1/realtime/token")
     assert status == 200 and body["expires_in"] == 60 and body["token"].count(".") == 2

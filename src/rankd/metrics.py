@@ -32,10 +32,18 @@ class Metrics:
                                  ["operation"], registry=self.registry,
                                  buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
                                           0.25, 0.5, 1.0, 2.5))
+        #: (operation, status) -> (counter child, histogram child); operations are
+        #: route handler names and statuses HTTP codes, so this stays small.
+        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     def observe_request(self, operation: str, status: int, seconds: float) -> None:
-        self.requests.labels(operation, str(status)).inc()
-        self.latency.labels(operation).observe(seconds)
+        # Resolving label values costs more than counting: keep the children.
+        children = self._children.get((operation, status))
+        if children is None:
+            children = self._children[(operation, status)] = (
+                self.requests.labels(operation, str(status)), self.latency.labels(operation))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def add(self, collector: Collector) -> None:
         self.registry.register(collector)

@@ -117,8 +117,8 @@ class Submission:
         """Build from JSON/msgpack data, refusing unknown fields."""
         if not isinstance(data, dict):
             raise InvalidInput("a submission must be an object")
-        unknown = sorted(map(str, set(data) - cls.FIELDS))
-        if unknown:
+        if not cls.FIELDS.issuperset(data):
+            unknown = sorted(map(str, set(data) - cls.FIELDS))
             raise InvalidInput(f"unknown submission field(s): {', '.join(unknown)}")
         if "member" not in data:
             raise InvalidInput("a submission needs a member")

@@ -149,6 +149,8 @@ async def read_json(request: web.Request) -> Any:
 
 def query(request: web.Request, allowed: dict[str, Callable[[str], Any]]) -> dict[str, Any]:
     """Parse the query string: only ``allowed`` names, each once, converted."""
+    if not request.query_string:
+        return {}  # the common case for writes, without building the query mapping
     unknown = sorted(set(request.query) - set(allowed))
     if unknown:
         raise RequestError(f"unknown query parameter(s): {', '.join(unknown)}")
