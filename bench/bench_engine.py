@@ -11,7 +11,9 @@ front-end) and prints one table:
    with fsync ``always`` is reported for information.
 2. **acknowledged submits** - fsync ``always``, ``--concurrency`` (64)
    coroutines each awaiting ``engine.submit`` one at a time for
-   ``--seconds`` (10); the WAL's group commit shares fsyncs between them.
+   ``--seconds`` (10); the engine applies the submissions that arrive in
+   one pass of the event loop as one batch, and the WAL's group commit
+   shares fsyncs between batches.
    Target: >= 20,000 acknowledged events/s; p50/p99 latency is reported.
 3. **recovery** - a data dir holding a snapshot of a ``--recovery-members``
    (1_000_000) member board plus a WAL tail of ``--recovery-events``

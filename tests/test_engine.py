@@ -392,24 +392,26 @@ def test_second_engine_on_same_data_dir_is_refused(tmp_path, clock):
     scenario(tmp_path, clock, body)
 
 
-def test_coalescer_merges_concurrent_callers_and_keeps_each_answer(tmp_path, clock):
-    from rankd.engine.coalescer import SubmitCoalescer
-
+def test_concurrent_submitters_share_one_batch_and_keep_their_own_answers(tmp_path, clock):
     async def body(engine: Engine):
         await engine.put_board("c", {"policy": "sum"})
-        coalescer = SubmitCoalescer(engine)
+        flushes, appends = engine.coalescer.flushes, engine.wal.stats.appends
         calls = [[sub("c", f"m{i}", delta=1)] for i in range(30)]
         calls.append([sub("c", "m0", delta=5), sub("c", "", delta=1), sub("nope", "x", delta=1)])
-        answers = await asyncio.gather(*(coalescer.submit_many(c) for c in calls))
-        return answers, coalescer.flushes, engine.standing("c", "m0")
+        singles = [engine.submit(sub("c", "solo", delta=2)) for _ in range(3)]
+        answers = await asyncio.gather(*(engine.submit_many(c) for c in calls), *singles)
+        return (answers, engine.coalescer.flushes - flushes, engine.wal.stats.appends - appends,
+                engine.standing("c", "m0"))
 
-    answers, flushes, m0 = scenario(tmp_path, clock, body)
-    assert flushes == 1  # thirty-one callers, one engine batch
+    answers, flushes, appends, m0 = scenario(tmp_path, clock, body)
+    assert flushes == 1  # thirty-four callers, one engine batch
+    assert appends == 34  # every valid submission logged, in that one batch
     assert [a[0]["member"] for a in answers[:30]] == [f"m{i}" for i in range(30)]
     last = answers[30]
     assert last[0]["score"] == 6.0 and last[0]["previous"] == 1.0
     assert isinstance(last[1], InvalidInput) and isinstance(last[2], NotFound)
     assert m0["score"] == 6.0
+    assert [a["score"] for a in answers[31:]] == [2.0, 4.0, 6.0]  # in call order
 
 
 def test_text_that_cannot_be_logged_is_refused_before_anything_changes(tmp_path, clock):

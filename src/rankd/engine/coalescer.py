@@ -1,42 +1,47 @@
 """Merge submissions that arrive together into one engine batch.
 
-Front-ends serve many connections at once; each request alone would pay
-for its own WAL append, commit (a write, or an fsync under ``always``) and
-bookkeeping.  The coalescer collects every submission handed to it during
-one pass of the event loop and applies them with a single
-:meth:`Engine.submit_many` call on the next pass, then gives each caller
-its own answers.  Order is kept: callers are served in the order they
-called.
+Many callers submit at once (connections of a server, tasks of an
+application); each submission alone would pay for its own WAL append, commit
+(a write, or an fsync under ``always``) and bookkeeping.  The coalescer
+collects every submission handed to it during one pass of the event loop
+and applies them with a single call of the batch function on the next pass,
+then gives each caller its own answers.  Order is kept: callers are served
+in the order they called.  :class:`rankd.engine.engine.Engine` puts every
+submission through one.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
-from rankd.engine.engine import Engine, Submission
 from rankd.engine.errors import EngineError
+
+if TYPE_CHECKING:
+    from rankd.engine.engine import Submission
+
+Answers = list[dict[str, Any] | EngineError]
 
 #: A flush never grows past this many submissions (the rest wait one pass).
 MAX_COALESCED = 20_000
 
 
 class SubmitCoalescer:
-    """Batches concurrent :meth:`submit_many` calls of one engine."""
+    """Batches concurrent :meth:`submit_many` calls into calls of ``apply``."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, apply: Callable[[list[Submission]], Awaitable[Answers]]) -> None:
+        self.apply = apply
         self._pending: list[tuple[list[Submission], asyncio.Future]] = []
         self._pending_count = 0
         self._scheduled = False
         self._running: set[asyncio.Future] = set()
-        #: Engine calls made, and submissions they carried (for metrics).
+        #: Batches applied, and submissions they carried (for metrics).
         self.flushes = 0
         self.coalesced = 0
 
-    async def submit_many(self, submissions: list[Submission]
-                          ) -> list[dict[str, Any] | EngineError]:
-        """Like :meth:`Engine.submit_many`, sharing the engine call with concurrent callers."""
+    async def submit_many(self, submissions: list[Submission]) -> Answers:
+        """``apply(submissions)``, sharing the call with concurrent callers."""
         if not submissions:
             return []
         loop = asyncio.get_running_loop()
@@ -71,7 +76,7 @@ class SubmitCoalescer:
         self.flushes += 1
         self.coalesced += len(everything)
         try:
-            answers = await self.engine.submit_many(everything)
+            answers = await self.apply(everything)
         except BaseException as exc:  # e.g. read-only: every caller gets the error
             for _, future in taken:
                 if not future.done():

@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 
-from rankd.engine.coalescer import SubmitCoalescer
 from rankd.engine.engine import Engine, Submission
 from rankd.engine.errors import EngineError, InvalidInput, NotFound
 from rankd.security import signing
@@ -55,8 +54,6 @@ class Service:
 
     def __init__(self, engine: Engine, *, signing_secret: str | None = None) -> None:
         self.engine = engine
-        #: Submissions of concurrent requests share one engine batch.
-        self.coalescer = SubmitCoalescer(engine)
         #: Verifies submissions to boards configured ``"signed": true``.
         self.signing_secret = signing_secret
         #: (board, window, period, offset, limit) -> (board version, JSON bytes)
@@ -84,11 +81,7 @@ class Service:
     # --- writes -----------------------------------------------------------------------
 
     async def submit(self, board: str, event: object) -> dict[str, Any]:
-        submission = Submission.from_dict(board, self._checked(board, event))
-        (answer,) = await self.coalescer.submit_many([submission])
-        if isinstance(answer, EngineError):
-            raise answer
-        return answer
+        return await self.engine.submit(Submission.from_dict(board, self._checked(board, event)))
 
     def _checked(self, board: str, event: object) -> object:
         """``event`` with its signature verified and removed, on signed boards."""
@@ -113,7 +106,7 @@ class Service:
                 slots.append(None)
             except EngineError as exc:
                 slots.append({"error": exc.to_dict()})
-        answers = iter(await self.coalescer.submit_many(submissions))
+        answers = iter(await self.engine.submit_many(submissions))
         results = []
         for slot in slots:
             if slot is None:
