@@ -6,6 +6,7 @@ them and ships them to Postgres.
 
 ==============  ==========================================================
 ``engine``      boards, submissions, reads, recovery, snapshot scheduling
+``coalescer``   merges concurrent callers' submissions into one batch
 ``board``       one board's windows, periods, labels and dedupe table
 ``config``      board configuration and its validation
 ``periods``     UTC windows (all/daily/weekly/monthly) and period ids
@@ -15,6 +16,7 @@ them and ships them to Postgres.
 ``dedupe``      event-id table with a TTL
 ``postgres``    schema, WAL shipping and restore (optional)
 ``errors``      the errors front-ends map to responses
+``collector``   garbage-collector settings for a process holding big boards
 ==============  ==========================================================
 """
 
