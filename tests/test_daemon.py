@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -82,9 +83,15 @@ def test_startup_summary_second_daemon_refused_and_graceful_stop(tmp_path):
         assert "in use" in second.stderr
         assert first.stop(signal.SIGTERM) == 0
     assert "snapshot @" in first.log() and "stopped cleanly" in first.log()
-    with Daemon(data_dir) as again:
+    # stderr is a file here, so the default log format is one JSON object per line
+    entries = [json.loads(line) for line in first.log().splitlines() if line.strip()]
+    assert {"ts", "level", "logger", "message"} <= set(entries[0])
+    assert any(entry["message"].startswith("rankd ") and "serving:" in entry["message"]
+               for entry in entries)
+    with Daemon(data_dir, "--log-format", "text") as again:
         status, standing = again.request("GET", "/v1/boards/b/members/ann")
         assert status == 200 and standing["score"] == 2.0
+    assert re.search(r"^\S+ \S+ INFO rankd: rankd \S+ serving:", again.log(), re.MULTILINE)
 
 
 def test_sigterm_finishes_in_flight_requests(tmp_path):

@@ -78,7 +78,9 @@ OPTIONS = (
     Option("rate_credential_reads", float, 0.0, "reads/s per credential (0: unlimited)"),
     Option("tls_cert", Path, None, "serve HTTP and TCP over TLS with this certificate (PEM)"),
     Option("tls_key", Path, None, "private key (PEM) of --tls-cert"),
-    Option("log_format", str, "text", "log format", ("text", "json")),
+    Option("log_format", str, "auto",
+           "log format; auto: JSON lines when stderr is not a terminal (systemd, containers, "
+           "files), text on a terminal", ("auto", "text", "json")),
     Option("log_level", str, "info", "log level", ("debug", "info", "warning", "error")),
 )
 
@@ -112,7 +114,7 @@ class ServerConfig:
     rate_credential_reads: float = 0.0
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    log_format: str = "text"
+    log_format: str = "auto"
     log_level: str = "info"
 
     def gate(self) -> Gate:

@@ -55,7 +55,10 @@ class JsonFormatter(logging.Formatter):
 
 def setup_logging(config: ServerConfig) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if config.log_format == "json":
+    log_format = config.log_format
+    if log_format == "auto":
+        log_format = "text" if sys.stderr.isatty() else "json"
+    if log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
