@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from neighbours import other_benchmarks
 from rankd import wire
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -613,31 +614,6 @@ def top_frames(path: Path, count: int = 20) -> str:
 
 
 # --- reporting -----------------------------------------------------------------------------
-
-def other_benchmarks() -> list[str]:
-    """Other ``bench_`` processes running now (not this one or its ancestors)."""
-    mine = {os.getpid()}
-    pid = os.getppid()
-    while pid > 1 and pid not in mine:
-        mine.add(pid)
-        try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    listed = subprocess.run(["pgrep", "-fa", "bench_"], capture_output=True, text=True,
-                            check=False).stdout.splitlines()
-    return [line for line in listed
-            if int(line.split()[0]) not in mine and "--worker" not in line
-            and re.search(r"bench_\w+\.py", line) and not same_group(int(line.split()[0]))]
-
-
-def same_group(pid: int) -> bool:
-    """In this process's group (e.g. a ``| tee`` beside it)?"""
-    try:
-        return os.getpgid(pid) == os.getpgrp()
-    except OSError:
-        return False
-
 
 def source_version() -> str:
     """The git commit the package is run from, ``+dirty`` with local changes."""

@@ -84,6 +84,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from neighbours import other_benchmarks
 from rankd import wire
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -834,22 +835,6 @@ def error_notes(run: Run) -> Iterator[str]:
     for lost in run.load["lost"][:3]:
         yield f"submit connection lost: {lost}"
     yield from (f"DAEMON PROBLEM: {p}" for p in run.problems)
-
-
-def other_benchmarks() -> list[str]:
-    """Other ``bench_*.py`` processes running now (not this one or its ancestors)."""
-    mine = {os.getpid()}
-    pid = os.getppid()
-    while pid > 1 and pid not in mine:
-        mine.add(pid)
-        try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    listed = subprocess.run(["pgrep", "-fa", "bench_"], capture_output=True, text=True,
-                            check=False).stdout.splitlines()
-    return [line[:120] for line in listed
-            if int(line.split()[0]) not in mine and re.search(r"bench_\w+\.py", line)]
 
 
 # --- main ---------------------------------------------------------------------------------
