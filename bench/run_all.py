@@ -96,6 +96,19 @@ def number(text: str) -> float | None:
     return value * {"": 1, "k": 1e3, "M": 1e6}[match.group(2)]
 
 
+def sweep_rows(runs: dict[int, Run], *labels: str, cells: int = 2
+               ) -> list[tuple[int, list[list[str]]]]:
+    """For each run of a sweep, in order of its size: the cells of its rows
+    starting with each of ``labels``; runs missing one (or with fewer than
+    ``cells`` cells in it) are left out."""
+    found = []
+    for size, run in sorted(runs.items()):
+        rows = [row_cells(run.output, label) for label in labels]
+        if all(row is not None and len(row) >= cells for row in rows):
+            found.append((size, rows))
+    return found
+
+
 def row_cells(output: str, label: str) -> list[str] | None:
     """The cells (split on 2+ spaces) of the first table row starting with ``label``."""
     for line in output.splitlines():
@@ -141,14 +154,10 @@ def _finish(figure, axes, title: str, xlabel: str, ylabel: str, path: Path, *,
 
 
 def plot_memory(index_runs: dict[int, Run], out: Path) -> str:
-    sizes, native, redis = [], [], []
-    for members, run in sorted(index_runs.items()):
-        cells = row_cells(run.output, "memory per member")
-        if cells is None or len(cells) < 5:
-            continue
-        sizes.append(members)
-        native.append(number(cells[2]))
-        redis.append(number(cells[4]) if cells[4] != "-" else None)
+    found = sweep_rows(index_runs, "memory per member", cells=5)
+    sizes = [members for members, _ in found]
+    native = [number(cells[2]) for _, (cells,) in found]
+    redis = [number(cells[4]) if cells[4] != "-" else None for _, (cells,) in found]
     if not sizes:
         return "memory plot: no figures parsed"
     import matplotlib.pyplot as plt
@@ -163,13 +172,9 @@ def plot_memory(index_runs: dict[int, Run], out: Path) -> str:
 
 
 def plot_recovery(recovery_runs: dict[int, Run], out: Path) -> str:
-    lengths, seconds = [], []
-    for events, run in sorted(recovery_runs.items()):
-        cells = row_cells(run.output, "recovery: Engine.open total")
-        if cells is None or len(cells) < 2:
-            continue
-        lengths.append(events)
-        seconds.append(number(cells[1]))
+    found = sweep_rows(recovery_runs, "recovery: Engine.open total")
+    lengths = [events for events, _ in found]
+    seconds = [number(cells[1]) for _, (cells,) in found]
     if not lengths:
         return "recovery plot: no figures parsed"
     import matplotlib.pyplot as plt
@@ -240,15 +245,10 @@ def plot_throughput(daemon_run: Run | None, out: Path) -> str:
 
 
 def plot_live(live_runs: dict[int, Run], out: Path) -> str:
-    counts, p50, p99 = [], [], []
-    for subscribers, run in sorted(live_runs.items()):
-        cells50 = row_cells(run.output, "delivery latency p50")
-        cells99 = row_cells(run.output, "delivery latency p99")
-        if cells50 is None or cells99 is None:
-            continue
-        counts.append(subscribers)
-        p50.append(number(cells50[1]))
-        p99.append(number(cells99[1]))
+    found = sweep_rows(live_runs, "delivery latency p50", "delivery latency p99")
+    counts = [subscribers for subscribers, _ in found]
+    p50 = [number(cells50[1]) for _, (cells50, _) in found]
+    p99 = [number(cells99[1]) for _, (_, cells99) in found]
     if not counts:
         return "live plot: no figures parsed"
     import matplotlib.pyplot as plt
