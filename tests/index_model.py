@@ -228,6 +228,18 @@ class ModelIndex:
                 results.append(exc)
         return results
 
+    def set_states(self, states):
+        checked = []
+        for item in states:
+            if not isinstance(item, tuple) or len(item) != 3:
+                raise TypeError("a state is a tuple (member, score, seq)")
+            member, score, seq = item
+            check_member(member)
+            checked.append((member, check_number(score), check_seq(seq)))
+        for member, score, seq in checked:
+            self.scores[member] = score
+            self.seqs[member] = self._stamp(seq)
+
     # --- reads -------------------------------------------------------------------
 
     def __len__(self) -> int:

@@ -295,6 +295,28 @@ def test_batch_results_report_rank_after_each_event(tmp_path, clock):
     assert [a["rank"] if isinstance(a, dict) else "error" for a in answers] == [1, 1, 1, "error", 3]
 
 
+def test_unchanged_submission_after_a_change_in_the_same_batch_keeps_the_change(
+        tmp_path, clock):
+    # The second submission of "ann" changes nothing (not her best), so its
+    # rank is read at that point of the batch: it must see the 90 the first
+    # one set, not the 10 she had before the batch, and must not undo it.
+    async def body(engine: Engine):
+        await engine.put_board("b", {"policy": "best"})
+        await engine.submit_many([sub("b", "ann", score=10), sub("b", "bob", score=50)])
+        answers = await engine.submit_many([
+            sub("b", "ann", score=90), sub("b", "ann", score=20),
+            sub("b", "cid", score=70), sub("b", "cid", score=60),
+        ])
+        return answers, engine.top("b")["entries"], engine.digest()
+
+    answers, entries, live = scenario(tmp_path, clock, body)
+    assert [(a["score"], a["rank"], a["changed"]) for a in answers] == [
+        (90.0, 1, True), (90.0, 1, False), (70.0, 2, True), (70.0, 2, False)]
+    assert [(e["member"], e["score"]) for e in entries] == [
+        ("ann", 90.0), ("cid", 70.0), ("bob", 50.0)]
+    assert scenario(tmp_path, clock, lambda engine: asyncio.sleep(0, engine.digest())) == live
+
+
 def test_board_lifecycle(tmp_path, clock):
     async def body(engine: Engine):
         created = await engine.put_board("b", {"order": "asc"})

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import FakeClock, engine_config, run, sub
+from rankd.engine import engine as engine_module
 from rankd.engine.engine import Engine
 
 HERE = Path(__file__).parent
@@ -59,6 +60,61 @@ def test_recovery_from_snapshot_plus_wal_tail_and_from_wal_alone(tmp_path):
     live, recovered, from_wal = run(scenario())
     assert recovered == live
     assert from_wal == live
+
+
+@pytest.mark.parametrize("pending_limit", [None, 97])
+def test_replay_applies_gathered_states_before_other_records_of_their_board(
+        tmp_path, monkeypatch, pending_limit):
+    # Replay gathers the states SUBMIT records carry and hands them to the
+    # indexes late and at once (large batches re-thread an index in one
+    # pass).  Removals, reconfigurations and drops in between must still see
+    # exactly the state the live engine saw; with a tiny pending limit the
+    # states are also applied in many partial flushes.
+    if pending_limit is not None:
+        monkeypatch.setattr(engine_module, "REPLAY_PENDING_STATES", pending_limit)
+    clock = FakeClock()
+    rng = random.Random(7)
+
+    async def submit_round(engine, board, count, start):
+        await engine.submit_many(
+            [sub(board, f"m{rng.randrange(3000)}", delta=rng.randrange(1, 4),
+                 event_id=f"{board}-{start + i}") for i in range(count)])
+
+    async def scenario():
+        engine = await _open(tmp_path, clock)
+        await engine.put_board("a", {"policy": "sum", "windows": ["all", "daily"]})
+        await engine.put_board("b", {"policy": "best", "order": "asc"})
+        await engine.submit_many([sub("b", f"p{i}", score=i % 40) for i in range(2500)])
+        await submit_round(engine, "a", 2500, 0)
+        await engine.snapshot()
+        for step in range(4):
+            await submit_round(engine, "a", 1500, 10_000 * (step + 1))
+            await engine.submit_many(
+                [sub("b", f"p{rng.randrange(2600)}", score=rng.randrange(-50, 40))
+                 for _ in range(1200)])
+            await engine.remove_member("a", f"m{rng.randrange(3000)}")
+            await engine.remove_member("b", f"p{step}")
+        await engine.put_board("a", {"policy": "sum", "windows": ["all"]})
+        await submit_round(engine, "a", 1200, 90_000)
+        await engine.put_board("a", {"policy": "sum", "windows": ["all", "weekly"]})
+        await submit_round(engine, "a", 1200, 95_000)
+        await engine.put_board("c", {"policy": "latest"})
+        await engine.submit_many([sub("c", f"q{i}", score=i) for i in range(1100)])
+        await engine.delete_board("c")
+        await engine.put_board("c", {"policy": "latest"})
+        await engine.submit_many([sub("c", f"q{i}", score=-i) for i in range(300)])
+        live = engine.digest()
+        replayed_answer = await engine.submit(sub("a", "late", delta=1, event_id="a-10005"))
+        await engine.close(snapshot=False)
+        engine = await _open(tmp_path, clock)
+        recovered = engine.digest()
+        answer = await engine.submit(sub("a", "late", delta=1, event_id="a-10005"))
+        await engine.close(snapshot=False)
+        return live, recovered, replayed_answer, answer
+
+    live, recovered, before, after = run(scenario())
+    assert recovered == live
+    assert after == before and after["duplicate"]
 
 
 def test_torn_final_record_is_truncated_with_a_warning(tmp_path, caplog):

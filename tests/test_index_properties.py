@@ -182,6 +182,14 @@ class IndexMachine(RuleBasedStateMachine):
         assert_reads_match(self.index, self.model, data)
 
     @rule(
+        states=st.lists(st.tuples(members, scores, st.integers(0, 12)), max_size=8),
+        data=st.data(),
+    )
+    def set_states(self, states, data):
+        self.write("set_states", states)
+        assert_reads_match(self.index, self.model, data)
+
+    @rule(
         call=st.one_of(
             st.tuples(st.just("set"), bad_members, scores, whens, seqs),
             st.tuples(st.just("set"), members, bad_scores, whens, seqs),
@@ -190,6 +198,12 @@ class IndexMachine(RuleBasedStateMachine):
             st.tuples(st.just("incr"), members, bad_scores),
             st.tuples(st.just("incr"), members, scores, bad_seqs),
             st.tuples(st.just("remove"), bad_members),
+            st.tuples(st.just("set_states"), st.lists(
+                st.one_of(st.tuples(bad_members, scores, st.integers(0, 12)),
+                          st.tuples(members, bad_scores, st.integers(0, 12)),
+                          st.tuples(members, scores, bad_seqs),
+                          st.just(("a", 1)), st.just(["a", 1, 2])),
+                min_size=1, max_size=2).map(lambda bad: [("a", 1, 3), *bad])),
         )
     )
     def invalid_write(self, call):
@@ -272,3 +286,74 @@ def test_dumps_are_identical_across_implementations(
     nat._check()
     # Each loads the other's snapshot into an identical index.
     assert native_cls.load(py.dump()).dump() == python_cls.load(nat.dump()).dump() == py.dump()
+
+
+# --- set_states: large batches re-thread the whole list ------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    order=st.sampled_from(ORDERS),
+    tie_break=st.sampled_from(TIE_BREAKS),
+    knobs=KNOBS,
+    seed=st.integers(0, 2**32),
+    members=st.integers(0, 2500),
+    batch=st.sampled_from([1, 500, 1024, 1500, 4000]),
+    distinct_scores=st.sampled_from([3, 50, 10_000]),
+)
+def test_set_states_matches_the_model_at_any_batch_size(
+    index_cls, order, tie_break, knobs, seed, members, batch, distinct_scores
+):
+    # A batch of at least 1024 states and an eighth of the index is applied
+    # by re-threading every link (native); smaller ones search per state.
+    # Both must give exactly the model's state: members added, moved up and
+    # down, repeated within a batch (the last wins), unchanged scores with a
+    # new seq, and ties.
+    rng = random.Random(seed)
+    index = index_cls(order, tie_break, **knobs)
+    model = ModelIndex(order, tie_break)
+    universe = [f"m{i}" for i in range(members * 2 + 10)]
+    seq = 0
+    for name in rng.sample(universe, members):
+        seq += 1
+        score = rng.randrange(distinct_scores)
+        index.set(name, score, seq=seq)
+        model.set(name, score, seq=seq)
+    states = []
+    for _ in range(batch):
+        seq += rng.choice([1, 1, 1, 0, -3])  # mostly rising, some repeated or older
+        seq = max(seq, 0)
+        states.append((rng.choice(universe), rng.randrange(distinct_scores), seq))
+    index.set_states(states)
+    model.set_states(states)
+    # The dump pins order, scores and every seq; _check the spans and links
+    # (the model sorts on every read, so per-member reads are sampled).
+    index._check()
+    assert index.dump() == model.dump()
+    ranked = model.ranked()
+    for name in rng.sample(universe, 10):
+        assert index.rank(name) == (ranked.index(name) + 1 if name in model else None)
+        assert index.dense_rank(name) == model.dense_rank(name)
+    # Still a working index afterwards.
+    ops = [(Op.INCR, name, 1) for name in universe[:50]]
+    assert index.apply_batch(ops) == model.apply_batch(ops)
+    index._check()
+    assert index.dump() == model.dump()
+
+
+def test_invalid_set_states_change_nothing(index_cls):
+    index = index_cls()
+    index.set_states([(f"m{i}", i % 5, i) for i in range(2000)])
+    before = index.dump()
+    good = [(f"n{i}", i, 5000 + i) for i in range(1500)]
+    for bad, error in [
+        (("", 1, 1), ValueError), (("x", math.nan, 1), ValueError), (("x", 1, -1), ValueError),
+        (("x", 1), TypeError), (["x", 1, 1], TypeError), (("x", "1", 1), TypeError),
+        ((7, 1, 1), TypeError), (("x" * 257, 1, 1), ValueError),
+        (("x", 1, MAX_SEQ + 1), ValueError),
+    ]:
+        with pytest.raises(error):
+            index.set_states([*good, bad])
+        assert index.dump() == before, bad
+    index.set_states([])
+    assert index.dump() == before

@@ -56,7 +56,7 @@ from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.math cimport INFINITY, isfinite
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
 import os
@@ -87,7 +87,7 @@ cdef extern from *:
         uint32_t hash;       /* low bits of the member's SipHash */
         uint16_t mlen;       /* member length in bytes */
         uint8_t nlevels;
-        uint8_t unused;
+        uint8_t queued;      /* set_states: already in its batch of moved nodes */
         rk_level level[];    /* nlevels entries, then the member's bytes */
     };
 
@@ -268,6 +268,52 @@ cdef extern from *:
     #define RK_PREFETCH_GROUP 16
     #define RK_PREFETCH_MIN_LENGTH 32768
 
+    /* set_states re-threads the list from the untouched nodes (in order)
+       and the moved ones, sorted here by their total key. */
+    typedef struct rk_moved {
+        double key;
+        uint64_t seq;
+        rk_node *node;
+    } rk_moved;
+
+    static int rk_member_cmp(rk_node *a, rk_node *b) {
+        int c = memcmp(RK_MEMBER(a), RK_MEMBER(b), a->mlen < b->mlen ? a->mlen : b->mlen);
+        return c ? c : (int)a->mlen - (int)b->mlen;
+    }
+
+    static int rk_moved_cmp_first(const void *pa, const void *pb) {
+        const rk_moved *a = pa, *b = pb;
+        if (a->key != b->key) return a->key < b->key ? -1 : 1;
+        if (a->seq != b->seq) return a->seq < b->seq ? -1 : 1;
+        return rk_member_cmp(a->node, b->node);
+    }
+
+    static int rk_moved_cmp_member(const void *pa, const void *pb) {
+        const rk_moved *a = pa, *b = pb;
+        if (a->key != b->key) return a->key < b->key ? -1 : 1;
+        return rk_member_cmp(a->node, b->node);
+    }
+
+    static void rk_sort_moved(rk_moved *moved, size_t n, int by_member) {
+        qsort(moved, n, sizeof(rk_moved), by_member ? rk_moved_cmp_member : rk_moved_cmp_first);
+    }
+
+    /* A validated set_states entry. */
+    typedef struct rk_state {
+        const char *member;
+        Py_ssize_t mlen;
+        double key;
+        uint64_t seq;
+        uint32_t hash;
+        rk_node *node;
+    } rk_state;
+
+    /* set_states re-threads the whole list, instead of searching once per
+       entry, when entries * RK_RETHREAD_RATIO >= members (and there are at
+       least RK_RETHREAD_MIN entries). */
+    #define RK_RETHREAD_RATIO 8
+    #define RK_RETHREAD_MIN 1024
+
     static inline void rk_store_u16(char *p, uint16_t v) { memcpy(p, &v, 2); }
     static inline void rk_store_u32(char *p, uint32_t v) { memcpy(p, &v, 4); }
     static inline void rk_store_u64(char *p, uint64_t v) { memcpy(p, &v, 8); }
@@ -291,7 +337,22 @@ cdef extern from *:
         uint32_t hash
         uint16_t mlen
         uint8_t nlevels
+        uint8_t queued
         rk_level level[1]
+
+    ctypedef struct rk_moved:
+        double key
+        uint64_t seq
+        rk_node *node
+    void rk_sort_moved(rk_moved *moved, size_t n, int by_member) nogil
+
+    ctypedef struct rk_state:
+        const char *member
+        Py_ssize_t mlen
+        double key
+        uint64_t seq
+        uint32_t hash
+        rk_node *node
 
     char *RK_MEMBER(rk_node *node) nogil
     size_t RK_NODE_SIZE(int nlevels, Py_ssize_t mlen) nogil
@@ -318,6 +379,8 @@ cdef extern from *:
     enum:
         PREFETCH_GROUP "RK_PREFETCH_GROUP"
         PREFETCH_MIN_LENGTH "RK_PREFETCH_MIN_LENGTH"
+        RETHREAD_RATIO "RK_RETHREAD_RATIO"
+        RETHREAD_MIN "RK_RETHREAD_MIN"
 
 cdef extern from "Python.h":
     bint PyUnicode_IS_COMPACT_ASCII(object o)
@@ -516,6 +579,7 @@ cdef class RankIndex:
         global _live_nodes
         _live_nodes += 1
         node.nlevels = nlevels
+        node.queued = 0
         node.mlen = mlen
         node.backward = NULL
         node.seq = 0
@@ -1074,6 +1138,163 @@ cdef class RankIndex:
             results.append((_float_or_none(had, old), _float_or_none(has_new, new),
                             changed, rank if has_new else None))
         return results
+
+    def set_states(self, states):
+        """Give members exact ``(member, score, seq)`` states; a later entry
+        for the same member wins.
+
+        For replaying a log of absolute states: the arrival sequence is
+        taken as given even when the score does not change, so a log
+        collapsed to each member's last state replays to the same index.
+        Every entry is validated before anything changes.
+
+        Runtime complexity: O(k log n) for k entries; from k >= n / 8 the
+        list is re-threaded in one ordered pass instead, O(n + k log k).
+        """
+        cdef list items = list(states)
+        cdef Py_ssize_t k = len(items), i, fresh = 0
+        cdef rk_state *batch
+        cdef double score
+        cdef uint64_t top = 0
+        if k == 0:
+            return None
+        batch = <rk_state *>malloc(k * sizeof(rk_state))
+        if batch == NULL:
+            raise MemoryError()
+        try:
+            for i in range(k):
+                item = items[i]
+                if type(item) is not tuple:
+                    raise TypeError(f"a state must be a tuple, got {type(item).__name__}")
+                if len(<tuple>item) != 3:
+                    raise TypeError(
+                        f"a state is (member, score, seq), got {len(<tuple>item)} items")
+                _member_bytes((<tuple>item)[0], &batch[i].member, &batch[i].mlen)
+                _number((<tuple>item)[1], &score, "score")
+                _seq((<tuple>item)[2], &batch[i].seq)
+                batch[i].key = self._key(score)
+                batch[i].hash = self._hash(batch[i].member, batch[i].mlen)
+                batch[i].node = self._lookup(batch[i].member, batch[i].mlen, batch[i].hash)
+                fresh += batch[i].node == NULL
+                if batch[i].seq > top:
+                    top = batch[i].seq
+            if self.length + fresh > MAX_LENGTH:
+                raise OverflowError("a rank index holds fewer than 2**32 members")
+            if k >= RETHREAD_MIN and k * RETHREAD_RATIO >= self.length:
+                self._rethread(batch, k, fresh)
+            else:
+                for i in range(k):
+                    self._assign(&batch[i])
+        finally:
+            free(batch)
+        if top >= self._next_seq:
+            self._next_seq = top + 1
+        self.mutations += 1
+        return None
+
+    cdef int _assign(self, rk_state *state) except -1:
+        """Give one member an exact (key, seq), searching for its place."""
+        cdef rk_node *x = self._lookup(state.member, state.mlen, state.hash)
+        if x == NULL:
+            self._table_reserve(self.length + 1)
+            x = self._new_node(self._random_level(), state.member, state.mlen)
+            x.hash = state.hash
+            x.key = state.key
+            x.seq = state.seq
+            self._table_insert(x)
+            self.member_bytes += state.mlen
+            self._link(x)
+        elif self._can_stay(x, state.key, state.seq):
+            self._rekey(x, state.key, state.seq)
+        else:
+            self._unlink(x)
+            x.key = state.key
+            x.seq = state.seq
+            self._link(x)
+        return 0
+
+    cdef int _rethread(self, rk_state *batch, Py_ssize_t k, Py_ssize_t fresh) except -1:
+        """set_states for a batch large against the index: update the nodes in
+        place, then rebuild every link in one pass that merges the untouched
+        nodes (already in order) with the moved ones (sorted).  Node heights
+        are kept, so the list stays a fair skip list."""
+        cdef rk_moved *moved = <rk_moved *>malloc(k * sizeof(rk_moved))
+        cdef rk_node **kept = <rk_node **>malloc((self.length + 1) * sizeof(rk_node *))
+        cdef rk_node *last[MAX_LEVEL]
+        cdef Py_ssize_t last_rank[MAX_LEVEL]
+        cdef Py_ssize_t last_drank[MAX_LEVEL]
+        cdef Py_ssize_t i, nmoved = 0, nkept = 0, a = 0, b = 0, member_bytes
+        cdef rk_node *x
+        cdef int level
+        try:
+            if moved == NULL or kept == NULL:
+                raise MemoryError()
+            # 1. Everything that can fail: room in the table, nodes for new members.
+            self._table_reserve(self.length + fresh)
+            try:
+                for i in range(k):
+                    x = self._lookup(batch[i].member, batch[i].mlen, batch[i].hash)
+                    if x == NULL:
+                        x = self._new_node(self._random_level(), batch[i].member, batch[i].mlen)
+                        x.hash = batch[i].hash
+                        x.queued = 2  # new: in no list yet
+                        self._table_insert(x)
+                        self.member_bytes += batch[i].mlen
+                    batch[i].node = x
+            except MemoryError:
+                for i in range(k):
+                    x = batch[i].node
+                    if x != NULL and x.queued == 2:
+                        x.queued = 0
+                        self._table_remove(x)
+                        self.member_bytes -= x.mlen
+                        self._free_node(x)
+                raise
+            # 2. The untouched nodes, in their order (read before any link changes).
+            for i in range(k):
+                x = batch[i].node
+                if x.queued != 1:
+                    x.queued = 1
+                    moved[nmoved].node = x
+                    nmoved += 1
+                x.key = batch[i].key
+                x.seq = batch[i].seq
+            x = self.header.level[0].forward
+            while x != NULL:
+                if not x.queued:
+                    kept[nkept] = x
+                    nkept += 1
+                x = x.level[0].forward
+            # 3. The moved nodes, sorted by their final keys.
+            for i in range(nmoved):
+                moved[i].key = moved[i].node.key
+                moved[i].seq = moved[i].node.seq
+                moved[i].node.queued = 0
+            with nogil:
+                rk_sort_moved(moved, nmoved, self.tie_by_member)
+            # 4. Re-thread: append the merge of both runs at the tail.
+            member_bytes = self.member_bytes
+            self._reset_header()
+            self.member_bytes = member_bytes
+            for level in range(MAX_LEVEL):
+                last[level] = self.header
+                last_rank[level] = 0
+                last_drank[level] = 0
+            while a < nkept or b < nmoved:
+                if b == nmoved or (a < nkept and self._node_before(kept[a], moved[b].node)):
+                    x = kept[a]
+                    a += 1
+                else:
+                    x = moved[b].node
+                    b += 1
+                self._append_loaded(x, last, last_rank, last_drank)
+            for level in range(self.height):
+                last[level].level[level].span = self.length - last_rank[level]
+                last[level].level[level].dspan = self.ndistinct - last_drank[level]
+        finally:
+            free(moved)
+            free(kept)
+        return 0
 
     @cython.boundscheck(False)
     @cython.wraparound(False)

@@ -11,7 +11,9 @@ interleave between them:
 2. *apply*: :meth:`Engine._apply_records`, the single mutation path, which
    recovery replays too (as Redis replays its AOF through the normal command
    path).  Records with the log position as arrival sequence are applied
-   through the index's batch entry point;
+   through the index's batch entry point; replay gathers the absolute states
+   that records carry and hands each index many at once
+   (``RankIndex.set_states``);
 3. *commit*: append the records and wait until the WAL policy says they
    are safe (written to the OS, or fsynced with ``fsync=always``), then
    acknowledge.
@@ -65,6 +67,9 @@ log = logging.getLogger(__name__)
 FSYNC_POLICIES = ("always", "everysec", "no")
 ARCHIVE_DEPTH = 1000
 REPLAY_BATCH = 10_000
+#: Replayed index states held before they are applied: enough for a large
+#: index to take them in one re-threading pass, few enough to bound memory.
+REPLAY_PENDING_STATES = 1_000_000
 #: Labels or event ids encoded per step of a snapshot (~10 ms of event-loop time).
 SNAPSHOT_CHUNK = 20_000
 _NO_RANK = None
@@ -168,6 +173,9 @@ class Engine:
         self._last_snapshot_time = 0.0
         self._snapshot_wanted = asyncio.Event()
         self._closed = False
+        #: Replay: (board, window, period) -> states not yet in the index.
+        self._replayed: dict[tuple[str, str, str], list[tuple[str, float, int]]] = {}
+        self._replayed_count = 0
 
     # --- life cycle -------------------------------------------------------------
 
@@ -293,13 +301,14 @@ class Engine:
         for lsn, payload in self.wal.iter_records(snapshot_lsn + 1):
             batch.append((lsn, records.decode(payload)))
             if len(batch) == REPLAY_BATCH:
-                self._apply_records(batch, want_ranks=False)
+                self._apply_records(batch, live=False)
                 replayed += len(batch)
                 batch = []
                 if replayed % (REPLAY_BATCH * 20) == 0:
                     log.info("recovery: replayed %d of %d WAL records (%.0f%%)",
                              replayed, total, 100 * replayed / max(total, 1))
-        self._apply_records(batch, want_ranks=False)
+        self._apply_records(batch, live=False)
+        self._apply_replayed()
         replayed += len(batch)
         self._events_since_snapshot = replayed
         log.info("recovered %d boards from snapshot @%d and %d WAL records in %.2fs",
@@ -325,19 +334,23 @@ class Engine:
 
     # --- the single mutation path ----------------------------------------------------
 
-    def _apply_records(self, batch: Sequence[tuple[int, Any]], *,
-                       want_ranks: bool) -> None:
+    def _apply_records(self, batch: Sequence[tuple[int, Any]], *, live: bool) -> None:
         """Apply logged records in log order.  Live writes and replay both
         come through here.
 
-        Consecutive SUBMIT records of one board go to each index in one
-        ``apply_batch`` call.  With ``want_ranks`` (live writes) the rank in
-        the primary window is written into each SUBMIT record's result.
+        Live: consecutive SUBMIT records of one board go to each index in one
+        ``apply_batch`` call, and the rank in the primary window is written
+        into each SUBMIT record's result.  Replay: the states SUBMIT records
+        carry are gathered (:meth:`_replay_submits`) and reach the indexes
+        before any other record of their board, and at the end
+        (:meth:`_apply_replayed`).
         """
         start = 0
         while start < len(batch):
             lsn, record = batch[start]
             if record[0] != records.SUBMIT:
+                if self._replayed:
+                    self._apply_replayed(record[1])
                 self._apply_other(lsn, record)
                 start += 1
                 continue
@@ -345,33 +358,67 @@ class Engine:
             while (stop < len(batch) and batch[stop][1][0] == records.SUBMIT
                    and batch[stop][1][1] == record[1]):
                 stop += 1
-            self._apply_submits(batch[start:stop], want_ranks)
+            board = self.boards.get(record[1])
+            if board is None:
+                pass  # replaying into a board a later record dropped
+            elif live:
+                self._apply_submits(board, batch[start:stop])
+            else:
+                self._replay_submits(board, batch[start:stop])
             start = stop
 
-    def _apply_submits(self, group: Sequence[tuple[int, Any]], want_ranks: bool) -> None:
-        board = self.boards.get(group[0][1][1])
-        if board is None:
-            return  # replaying into a board a later record dropped
+    def _replay_submits(self, board: Board, group: Sequence[tuple[int, Any]]) -> None:
+        """Replay SUBMIT records: gather their index states, apply the rest."""
+        pending = self._replayed
+        windows = board.periods
+        ttl = self.config.dedupe_ttl
+        gathered = 0
+        for lsn, record in group:
+            member = record[2]
+            for window, period, score in record[9]:
+                if window in windows:  # else removed by a later config change
+                    key = (board.name, window, period)
+                    states = pending.get(key)
+                    if states is None:
+                        states = pending[key] = []
+                    states.append((member, score, lsn))
+                    gathered += 1
+            _note_submit(board, record, ttl)
+        self._replayed_count += gathered
+        if self._replayed_count >= REPLAY_PENDING_STATES:
+            self._apply_replayed()
+
+    def _apply_replayed(self, name: str | None = None) -> None:
+        """Hand gathered replay states to their indexes (of one board, or all)."""
+        for key in [k for k in self._replayed if name is None or k[0] == name]:
+            states = self._replayed.pop(key)
+            self._replayed_count -= len(states)
+            self.boards[key[0]].index_for_write(key[1], key[2]).set_states(states)
+
+    def _apply_submits(self, board: Board, group: Sequence[tuple[int, Any]]) -> None:
         primary = board.config.primary_window
         ops: dict[tuple[str, str], list[tuple]] = {}
         primary_slots: list[tuple[tuple[str, str], int] | None] = []
+        # (primary period, member) -> score set earlier in this group
+        set_here: dict[tuple[str, str], float] = {}
         for lsn, record in group:
             member, updates = record[2], record[9]
             slot = None
             for window, period, score in updates:
-                if window not in board.periods:
-                    continue  # the window was removed by a later config change
                 key = (window, period)
                 batch = ops.setdefault(key, [])
                 if window == primary:
                     slot = (key, len(batch))
+                    set_here[period, member] = score
                 batch.append((_SET, member, score, lsn))
-            if want_ranks and slot is None:
-                # Unchanged in the primary window: a no-op SET of the current
-                # score yields the rank at this point of the sequence.
+            if slot is None:
+                # Unchanged in the primary window: a no-op SET of the score the
+                # member has at this point of the sequence yields its rank.
                 key = (primary, period_of(primary, record[6] / 1000))
-                index = board.index(*key)
-                current = None if index is None else index.score(member)
+                current = set_here.get((key[1], member))
+                if current is None:
+                    index = board.index(*key)
+                    current = None if index is None else index.score(member)
                 if current is not None:
                     batch = ops.setdefault(key, [])
                     slot = (key, len(batch))
@@ -381,19 +428,9 @@ class Engine:
                    for key, batch in ops.items()}
         ttl = self.config.dedupe_ttl
         for (_, record), slot in zip(group, primary_slots, strict=True):
-            result = record[10]
-            if want_ranks and slot is not None:
-                result[1] = results[slot[0]][slot[1]][3]
-            label = record[8]
-            if label is not None:
-                board.labels[record[2]] = label
-            if record[5] is not None:
-                # The original answer, member included: a duplicate repeats it.
-                board.dedupe.remember(record[5], record[7] / 1000 + ttl,
-                                      (*result, record[2]))
-            if record[9]:
-                board.version += 1
-                board.updated_at = record[7] / 1000
+            if slot is not None:
+                record[10][1] = results[slot[0]][slot[1]][3]
+            _note_submit(board, record, ttl)
         for key, batch_results in results.items():
             for outcome in batch_results:
                 if isinstance(outcome, Exception):  # prepare validated everything
@@ -505,7 +542,7 @@ class Engine:
         stats["rejected"] += rejected
         stats["duplicate"] += len(submissions) - len(batch.records) - rejected
         if batch.records:
-            self._apply_records(batch.records, want_ranks=True)
+            self._apply_records(batch.records, live=True)
             await self._commit(batch.records)
         for slot, position in batch.pending.items():
             record = batch.records[position][1]
@@ -610,7 +647,7 @@ class Engine:
         self._check_writable()
         next_lsn = self.wal.last_lsn + 1
         batch = [(next_lsn + i, record) for i, record in enumerate(logged)]
-        self._apply_records(batch, want_ranks=False)
+        self._apply_records(batch, live=True)
         await self._commit(batch)
 
     async def _commit(self, batch: list[tuple[int, list]]) -> None:
@@ -912,6 +949,18 @@ class Engine:
 
     def _now_ms(self) -> int:
         return round(self.clock() * 1000)
+
+
+def _note_submit(board: Board, record: Any, ttl: float) -> None:
+    """What a SUBMIT record changes besides the indexes: label, dedupe, version."""
+    if record[8] is not None:
+        board.labels[record[2]] = record[8]
+    if record[5] is not None:
+        # The original answer, member included: a duplicate repeats it.
+        board.dedupe.remember(record[5], record[7] / 1000 + ttl, (*record[10], record[2]))
+    if record[9]:
+        board.version += 1
+        board.updated_at = record[7] / 1000
 
 
 def _result(member: str, event_id: str | None, result: Sequence, duplicate: bool

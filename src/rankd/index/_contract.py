@@ -193,6 +193,22 @@ class RankIndexAPI(Protocol):
         raised: that operation changes nothing and the others still apply.
         """
 
+    def set_states(self, states: Iterable[tuple[str, float, int]]) -> None:
+        """Give members exact ``(member, score, seq)`` states; a later entry
+        for the same member wins.
+
+        For replaying a log that recorded absolute states: unlike ``set``,
+        the arrival sequence is taken as given even when the score does not
+        change, so the outcome does not depend on the order in which
+        different members are applied (a log collapsed to each member's
+        last state replays to the same index).  Every entry is validated
+        first: an invalid one raises the error ``set`` would raise and
+        nothing changes.  ``next_seq`` moves past the largest ``seq``.
+
+        O(k log n) for k entries; a batch large against the index is
+        applied by re-threading the whole list once, O(n + k log k).
+        """
+
     # --- reads ---------------------------------------------------------------
 
     def score(self, member: str) -> float | None:

@@ -312,6 +312,24 @@ class RankIndex:
             results.append((old, new, changed, None if new is None else self._rank(item[1])))
         return results
 
+    def set_states(self, states: Iterable[tuple[str, float, int]]) -> None:
+        """Give members exact ``(member, score, seq)`` states (see the contract)."""
+        checked = []
+        for item in states:
+            if type(item) is not tuple:
+                raise TypeError(f"a state must be a tuple, got {type(item).__name__}")
+            if len(item) != 3:
+                raise TypeError(f"a state is (member, score, seq), got {len(item)} items")
+            checked.append((_member(item[0]), _number(item[1], "score"), _seq(item[2])))
+        for member, score, seq in checked:
+            if member in self._entries:
+                self._unlink(member)
+            self._link(member, score, seq)
+            if seq >= self._next_seq:
+                self._next_seq = seq + 1
+        if checked:
+            self._mutations += 1
+
     # --- reads ----------------------------------------------------------------------------
 
     def _present(self, member: object) -> str | None:
