@@ -18,9 +18,19 @@ extension = Extension(
     define_macros=[("CYTHON_TRACE", "1")] if debug else [("NDEBUG", "1")],
 )
 
+# The WAL frame scanner checksums with zlib's crc32 (zlib.h comes with
+# Python's own development headers on Debian: libpython3-dev needs zlib1g-dev).
+frames = Extension(
+    "rankd.engine._frames",
+    sources=["src/rankd/engine/_frames.pyx"],
+    libraries=["z"],
+    extra_compile_args=extension.extra_compile_args,
+    define_macros=extension.define_macros,
+)
+
 setup(
     ext_modules=cythonize(
-        [extension],
+        [extension, frames],
         language_level="3",
         compiler_directives={
             "embedsignature": True,

@@ -13,13 +13,13 @@ from engine_helpers import engine_config, run, sub
 from rankd.engine import wal as wal_module
 from rankd.engine.engine import Engine
 from rankd.engine.errors import ReadOnly
+from rankd.engine.frames import frame
 from rankd.engine.wal import (
     HEADER_BYTES,
     WalCorruptError,
     WalFailedError,
     WalReader,
     WriteAheadLog,
-    frame,
 )
 
 

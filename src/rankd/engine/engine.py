@@ -297,19 +297,16 @@ class Engine:
             )
         total = max(0, self.wal.last_lsn - snapshot_lsn)
         replayed = 0
-        batch: list[tuple[int, tuple]] = []
-        for lsn, payload in self.wal.iter_records(snapshot_lsn + 1):
-            batch.append((lsn, records.decode(payload)))
-            if len(batch) == REPLAY_BATCH:
-                self._apply_records(batch, live=False)
-                replayed += len(batch)
-                batch = []
-                if replayed % (REPLAY_BATCH * 20) == 0:
-                    log.info("recovery: replayed %d of %d WAL records (%.0f%%)",
-                             replayed, total, 100 * replayed / max(total, 1))
-        self._apply_records(batch, live=False)
+        reported = 0
+        decode = records.decode
+        for batch in self.wal.iter_batches(snapshot_lsn + 1, REPLAY_BATCH):
+            self._apply_records([(lsn, decode(payload)) for lsn, payload in batch], live=False)
+            replayed += len(batch)
+            if replayed - reported >= REPLAY_BATCH * 20:
+                reported = replayed
+                log.info("recovery: replayed %d of %d WAL records (%.0f%%)",
+                         replayed, total, 100 * replayed / max(total, 1))
         self._apply_replayed()
-        replayed += len(batch)
         self._events_since_snapshot = replayed
         log.info("recovered %d boards from snapshot @%d and %d WAL records in %.2fs",
                  len(self.boards), snapshot_lsn, replayed, time.monotonic() - started)

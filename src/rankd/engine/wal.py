@@ -47,7 +47,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import struct
 import threading
 import time
 import zlib
@@ -55,18 +54,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankd.engine.frames import CHECKED, HEADER, HEADER_BYTES, BadFrame, scan
 from rankd.engine.snapshot import fsync_directory
 
 log = logging.getLogger(__name__)
 
 FSYNC_POLICIES = ("always", "everysec", "no")
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
-#: A record larger than this is a corrupt length, not a record.
-MAX_RECORD_BYTES = 256 * 1024 * 1024
-
-_HEADER = struct.Struct("<IIQ")
-_CHECKED = struct.Struct("<IQ")  # the (length, lsn) part the CRC covers
-HEADER_BYTES = _HEADER.size
 _SUFFIX = ".log"
 
 
@@ -98,55 +92,8 @@ class WalCorruptError(Exception):
         self.offset = offset
 
 
-def frame(lsn: int, payload: bytes) -> bytes:
-    """One record as stored on disk (used by tools and tests)."""
-    checked = _CHECKED.pack(len(payload), lsn)
-    return _HEADER.pack(zlib.crc32(payload, zlib.crc32(checked)), len(payload), lsn) + payload
-
-
 def segment_name(first_lsn: int) -> str:
     return f"{first_lsn:020d}{_SUFFIX}"
-
-
-class _BadFrame(Exception):
-    def __init__(self, offset: int, reason: str, torn: bool) -> None:
-        super().__init__(reason)
-        self.offset = offset
-        self.reason = reason
-        #: True when the frame runs past the end of the data (cut short).
-        self.torn = torn
-
-
-def _frames(data: bytes | memoryview, first_lsn: int, check: bool = True
-            ) -> Iterator[tuple[int, int, int]]:
-    """Yield ``(lsn, start, end)`` of each payload; raise ``_BadFrame`` at the first bad one.
-
-    ``check=False`` skips the checksums (for bytes validated already).
-    """
-    size = len(data)
-    offset = 0
-    expected = first_lsn
-    unpack = _HEADER.unpack_from
-    crc32 = zlib.crc32
-    while offset < size:
-        if size - offset < HEADER_BYTES:
-            raise _BadFrame(offset, "incomplete record header", torn=True)
-        crc, length, lsn = unpack(data, offset)
-        start = offset + HEADER_BYTES
-        end = start + length
-        if length > MAX_RECORD_BYTES:
-            raise _BadFrame(offset, f"impossible record length {length}", torn=False)
-        if end > size:
-            raise _BadFrame(offset, f"record of {length} bytes runs past the end", torn=True)
-        # The CRC covers length, lsn and payload: the frame's bytes after the CRC.
-        if check and crc32(data[offset + 4:end]) != crc:
-            raise _BadFrame(offset, "checksum mismatch", torn=end == size)
-        if lsn != expected:
-            raise _BadFrame(offset, f"log position {lsn} where {expected} was expected",
-                            torn=False)
-        yield lsn, start, end
-        expected += 1
-        offset = end
 
 
 def inspect_segment(path: Path) -> dict[str, object]:
@@ -155,11 +102,11 @@ def inspect_segment(path: Path) -> dict[str, object]:
     first = int(path.name[: -len(_SUFFIX)])
     report: dict[str, object] = {"records": 0, "first_lsn": first, "last_lsn": first - 1,
                                  "bytes": len(data), "status": "ok"}
-    try:
-        for lsn, _, _ in _frames(data, first):
-            report["records"] = int(report["records"]) + 1
-            report["last_lsn"] = lsn
-    except _BadFrame as bad:
+    found = scan(data, first, collect=False)
+    report["records"] = found.next_lsn - first
+    report["last_lsn"] = found.next_lsn - 1
+    bad = found.bad
+    if bad is not None:
         kind = "torn tail" if bad.torn or not any(data[bad.offset:]) else "CORRUPT"
         report["status"] = (f"{kind} at byte offset {bad.offset} ({bad.reason}; "
                             f"{len(data) - bad.offset} bytes after it)")
@@ -238,18 +185,13 @@ class WriteAheadLog:
     def _check_segment(self, first: int, path: Path, *, final: bool) -> tuple[int, int]:
         """Validate one segment: (records, valid bytes).  Fixes or raises on damage."""
         data = path.read_bytes()
-        count = 0
-        valid_end = 0
-        try:
-            for _, _, end in _frames(data, first):
-                count += 1
-                valid_end = end
-        except _BadFrame as bad:
-            self._damaged(path, data, bad, final=final)
-        self._checked = (path, valid_end)
-        return count, valid_end
+        found = scan(data, first, collect=False)
+        if found.bad is not None:
+            self._damaged(path, data, found.bad, final=final)
+        self._checked = (path, found.end)
+        return found.next_lsn - first, found.end
 
-    def _damaged(self, path: Path, data: bytes, bad: _BadFrame, *, final: bool) -> None:
+    def _damaged(self, path: Path, data: bytes, bad: BadFrame, *, final: bool) -> None:
         rest = data[bad.offset:]
         torn = final and (bad.torn or not any(rest))
         if torn:
@@ -319,7 +261,15 @@ class WriteAheadLog:
     # --- reading ---------------------------------------------------------------------
 
     def iter_records(self, from_lsn: int = 1) -> Iterator[tuple[int, bytes]]:
-        """Yield ``(lsn, payload)`` of every written record at or after ``from_lsn``.
+        """Yield ``(lsn, payload)`` of every written record at or after ``from_lsn``
+        (see :meth:`iter_batches`)."""
+        for batch in self.iter_batches(from_lsn):
+            yield from batch
+
+    def iter_batches(self, from_lsn: int = 1, size: int = 10_000
+                     ) -> Iterator[list[tuple[int, bytes]]]:
+        """Lists of up to ``size`` ``(lsn, payload)``: every written record at or
+        after ``from_lsn``, in order.
 
         Damage in a segment other than the last raises ``WalCorruptError``
         (or, with ``repair``, truncates there and ends the iteration).
@@ -333,23 +283,27 @@ class WriteAheadLog:
             if upper is not None and upper <= from_lsn:
                 continue
             data = path.read_bytes()
-            view = memoryview(data)
-            try:
-                # The final segment was checked when the log was opened.
-                check = path != self._checked[0]
-                for lsn, start, end in _frames(view, first, check):
-                    if lsn > self._written_lsn:
-                        return
-                    if lsn >= from_lsn:
-                        yield lsn, bytes(view[start:end])
-            except _BadFrame as bad:
-                view.release()
-                final = position == len(self._segments)
-                self._damaged(path, data, bad, final=final)
-                # Repaired: the log now ends in this segment.
-                count = sum(1 for _ in _frames(path.read_bytes(), first))
-                self._reset_end(first + count - 1, path)
-                return
+            # The final segment was checked when the log was opened.
+            check = path != self._checked[0]
+            offset, lsn = 0, first
+            while True:
+                found = scan(memoryview(data)[offset:], lsn, check=check, from_lsn=from_lsn,
+                             upto_lsn=self._written_lsn, limit=size)
+                if found.records:
+                    yield found.records
+                if found.bad is not None:
+                    bad = found.bad._replace(offset=offset + found.bad.offset)
+                    self._damaged(path, data, bad, final=position == len(self._segments))
+                    # Repaired: the log now ends in this segment.
+                    found = scan(path.read_bytes(), first, collect=False)
+                    self._reset_end(found.next_lsn - 1, path)
+                    return
+                offset += found.end
+                lsn = found.next_lsn
+                if lsn > self._written_lsn:
+                    return
+                if offset >= len(data):
+                    break
 
     def _reset_end(self, last_lsn: int, path: Path) -> None:
         self._last_lsn = self._written_lsn = self._durable_lsn = last_lsn
@@ -368,9 +322,9 @@ class WriteAheadLog:
         if self._active_bytes and self._active_bytes + HEADER_BYTES + length > self.segment_bytes:
             self._rolls.append((len(self._pending), lsn))
             self._active_bytes = 0
-        crc = zlib.crc32(payload, zlib.crc32(_CHECKED.pack(length, lsn)))
+        crc = zlib.crc32(payload, zlib.crc32(CHECKED.pack(length, lsn)))
         pending = self._pending
-        pending += _HEADER.pack(crc, length, lsn)
+        pending += HEADER.pack(crc, length, lsn)
         pending += payload
         self._active_bytes += HEADER_BYTES + length
         self._last_lsn = lsn
@@ -600,19 +554,16 @@ class WalReader:
         except FileNotFoundError:
             self._segment = None
             return
-        written = self._wal.written_lsn
-        try:
-            for lsn, start, end in _frames(data, self._file_lsn):
-                if lsn > written or len(out) >= limit:
-                    break
-                if lsn >= self._next:
-                    out.append((lsn, data[start:end]))
-                    self._next = lsn + 1
-                self._offset += end - start + HEADER_BYTES
-                self._file_lsn = lsn + 1
-        except _BadFrame as bad:
-            if not bad.torn:  # a record cut by the chunk boundary is read next time
-                raise WalCorruptError(path, self._offset + bad.offset, bad.reason) from None
+        found = scan(data, self._file_lsn, from_lsn=self._next, upto_lsn=self._wal.written_lsn,
+                     limit=limit - len(out))
+        out.extend(found.records)
+        if found.records:
+            self._next = found.records[-1][0] + 1
+        # A record cut by the chunk boundary (torn) is read next time.
+        if found.bad is not None and not found.bad.torn:
+            raise WalCorruptError(path, self._offset + found.bad.offset, found.bad.reason)
+        self._offset += found.end
+        self._file_lsn = found.next_lsn
 
     def _advance_segment(self) -> bool:
         """Move to the next segment if the current one is finished."""

@@ -1,0 +1,72 @@
+# cython: language_level=3
+"""Native write-ahead log frame scanner.
+
+The hot loop of :func:`rankd.engine.frames.scan`, which documents the frame
+format and the arguments; ``rankd.engine.frames.scan_python`` is the
+reference it must match result for result (the tests compare them on
+random, cut and corrupted logs).  The checksum is zlib's ``crc32``, the
+function Python's ``zlib.crc32`` calls, so both implementations (and every
+log ever written) agree.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.stdint cimport uint32_t, uint64_t
+from libc.string cimport memcpy
+
+cdef extern from "zlib.h":
+    unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int length) nogil
+
+cdef enum:
+    HEADER_BYTES = 16
+    CHECKED_BYTES = 12   # length and lsn: the header bytes the CRC covers
+    MAX_RECORD_BYTES = 256 * 1024 * 1024
+
+
+def scan(data, long long first_lsn, bint check, long long from_lsn, long long upto_lsn,
+         Py_ssize_t limit, bint collect):
+    """``(records, end, next_lsn, bad)``; see ``rankd.engine.frames.scan``."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        return _scan(<const unsigned char *>view.buf, view.len, first_lsn, check, from_lsn,
+                     upto_lsn, limit, collect)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef tuple _scan(const unsigned char *buf, Py_ssize_t size, long long expected, bint check,
+                 long long from_lsn, long long upto_lsn, Py_ssize_t limit, bint collect):
+    cdef list records = []
+    cdef Py_ssize_t offset = 0, end, collected = 0
+    cdef uint32_t crc, length
+    cdef uint64_t lsn
+    bad = None
+    while offset < size and expected <= upto_lsn and collected < limit:
+        if size - offset < HEADER_BYTES:
+            bad = (offset, "incomplete record header", True)
+            break
+        # Little-endian hosts only, like the rank index (see setup.py).
+        memcpy(&crc, buf + offset, 4)
+        memcpy(&length, buf + offset + 4, 4)
+        memcpy(&lsn, buf + offset + 8, 8)
+        end = offset + HEADER_BYTES + <Py_ssize_t>length
+        if length > MAX_RECORD_BYTES:
+            bad = (offset, f"impossible record length {length}", False)
+            break
+        if end > size:
+            bad = (offset, f"record of {length} bytes runs past the end", True)
+            break
+        if check and crc32(0, buf + offset + 4, CHECKED_BYTES + length) != crc:
+            bad = (offset, "checksum mismatch", end == size)
+            break
+        if lsn != <uint64_t>expected:
+            bad = (offset, f"log position {lsn} where {expected} was expected", False)
+            break
+        if collect and expected >= from_lsn:
+            records.append((expected, PyBytes_FromStringAndSize(
+                <const char *>buf + offset + HEADER_BYTES, length)))
+            collected += 1
+        expected += 1
+        offset = end
+    return records, offset, expected, bad
