@@ -1,0 +1,11 @@
+"""Type stub for the native WAL frame scanner (see rankd.engine.frames)."""
+
+def scan(
+    data: bytes | bytearray | memoryview,
+    first_lsn: int,
+    check: bool,
+    from_lsn: int,
+    upto_lsn: int,
+    limit: int,
+    collect: bool,
+) -> tuple[list[tuple[int, bytes]], int, int, tuple[int, str, bool] | None]: ...
