@@ -464,3 +464,31 @@ def test_collector_settle_freezes_state_and_settled_restores_thresholds():
         assert gc.get_freeze_count() >= len(survivor)
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+def test_a_large_recovery_is_frozen_and_a_small_one_left_to_the_collector(tmp_path, clock):
+    import gc
+
+    from rankd.engine import collector
+
+    async def fill(engine: Engine):
+        await engine.put_board("b", {"policy": "sum"})
+        await engine.submit_many([sub("b", f"m{i}", delta=1, event_id=f"e{i}")
+                                  for i in range(2000)])
+
+    def frozen_by_recovery(threshold: int) -> int:
+        original = collector.KEEP_RECOVERED_AFTER
+        collector.KEEP_RECOVERED_AFTER = threshold
+        gc.collect()
+        try:
+            return scenario(tmp_path, clock, lambda engine: asyncio.sleep(
+                0, gc.get_freeze_count()))
+        finally:
+            collector.KEEP_RECOVERED_AFTER = original
+            gc.unfreeze()
+
+    scenario(tmp_path, clock, fill)
+    # Replaying 2,000 events with dedupe entries allocates well over 4,000
+    # objects and far fewer than ten million.
+    assert frozen_by_recovery(4_000) > 4_000
+    assert frozen_by_recovery(10_000_000) == 0

@@ -18,6 +18,25 @@ from contextlib import contextmanager
 THRESHOLDS = (50_000, 20, 100)
 
 
+#: Objects allocated with the collector paused beyond which they are frozen.
+KEEP_RECOVERED_AFTER = 100_000
+
+
+def keep_recovered() -> None:
+    """Freeze what was allocated while the collector was paused, if it is a lot.
+
+    Everything allocated since the last collection is in the young
+    generation, so after a recovery of millions of objects the first young
+    collection would walk them all (a second at a million-member board).
+    Recovered state holds no cycles and lives as long as the engine, so it
+    goes to the permanent generation instead.  A small recovery is left to
+    the collector: freezing also keeps whatever else is alive in the
+    process (a test session's garbage) out of every later collection.
+    """
+    if gc.get_count()[0] >= KEEP_RECOVERED_AFTER:
+        gc.freeze()
+
+
 def settle() -> None:
     """Freeze everything alive now and collect the young generation less often."""
     gc.collect()

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rankd.engine import records
+from rankd.engine import collector, records
 from rankd.engine.board import Board
 from rankd.engine.coalescer import SubmitCoalescer
 from rankd.engine.config import (
@@ -269,7 +269,9 @@ class Engine:
 
         The cyclic garbage collector is paused meanwhile: recovery builds
         millions of long-lived objects and no cycles, and the collector would
-        walk them again and again (it doubled recovery time).
+        walk them again and again (it doubled recovery time).  Afterwards a
+        large recovered state is frozen (:func:`collector.keep_recovered`),
+        or the first young collection would walk all of it at once.
         """
         was_enabled = gc.isenabled()
         gc.disable()
@@ -277,6 +279,7 @@ class Engine:
             self._recover_state()
         finally:
             if was_enabled:
+                collector.keep_recovered()
                 gc.enable()
 
     def _recover_state(self) -> None:
