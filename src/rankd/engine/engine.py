@@ -74,6 +74,7 @@ REPLAY_PENDING_STATES = 1_000_000
 SNAPSHOT_CHUNK = 20_000
 _NO_RANK = None
 _SET = int(Op.SET)
+_ALL_TUPLES = frozenset({tuple})
 
 
 @dataclass
@@ -406,7 +407,9 @@ class Engine:
             slot = None
             for window, period, score in updates:
                 key = (window, period)
-                batch = ops.setdefault(key, [])
+                batch = ops.get(key)
+                if batch is None:
+                    batch = ops[key] = []
                 if window == primary:
                     slot = (key, len(batch))
                     set_here[period, member] = score
@@ -432,9 +435,10 @@ class Engine:
                 record[10][1] = results[slot[0]][slot[1]][3]
             _note_submit(board, record, ttl)
         for key, batch_results in results.items():
-            for outcome in batch_results:
-                if isinstance(outcome, Exception):  # prepare validated everything
-                    raise RuntimeError(f"index rejected a logged write in {key}: {outcome}")
+            if not _ALL_TUPLES.issuperset(map(type, batch_results)):
+                # prepare validated everything
+                errors = [o for o in batch_results if isinstance(o, Exception)]
+                raise RuntimeError(f"index rejected a logged write in {key}: {errors[0]}")
 
     def _apply_other(self, lsn: int, record: Any) -> None:
         kind = record[0]
@@ -653,10 +657,9 @@ class Engine:
     async def _commit(self, batch: list[tuple[int, list]]) -> None:
         """Append applied records and wait until the fsync policy is met."""
         try:
-            for lsn, record in batch:
-                assigned = self.wal.append(records.encode(record))
-                assert assigned == lsn, f"WAL assigned {assigned}, expected {lsn}"
-            last = batch[-1][0]
+            encode = records.encode
+            last = self.wal.append_many([encode(record) for _, record in batch])
+            assert last == batch[-1][0], f"WAL assigned up to {last}, expected {batch[-1][0]}"
             self._events_since_snapshot += len(batch)
             await self.wal.commit(last)
         except WalFailedError as exc:

@@ -50,7 +50,7 @@ import os
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -315,22 +315,32 @@ class WriteAheadLog:
 
     def append(self, payload: bytes) -> int:
         """Buffer one record; returns its log position.  Not durable until ``commit``."""
+        return self.append_many((payload,))
+
+    def append_many(self, payloads: Iterable[bytes]) -> int:
+        """Buffer records in order; returns the log position of the last."""
         if self._failure is not None:
             raise WalFailedError(f"write-ahead log failed earlier: {self._failure}")
-        lsn = self._last_lsn + 1
-        length = len(payload)
-        if self._active_bytes and self._active_bytes + HEADER_BYTES + length > self.segment_bytes:
-            self._rolls.append((len(self._pending), lsn))
-            self._active_bytes = 0
-        crc = zlib.crc32(payload, zlib.crc32(CHECKED.pack(length, lsn)))
+        lsn = self._last_lsn
         pending = self._pending
-        pending += HEADER.pack(crc, length, lsn)
-        pending += payload
-        self._active_bytes += HEADER_BYTES + length
+        active = self._active_bytes
+        limit = self.segment_bytes - HEADER_BYTES
+        crc32, checked, header = zlib.crc32, CHECKED.pack, HEADER.pack
+        appended = 0
+        for payload in payloads:
+            lsn += 1
+            length = len(payload)
+            if active and active + length > limit:
+                self._rolls.append((len(pending), lsn))
+                active = 0
+            pending += header(crc32(payload, crc32(checked(length, lsn))), length, lsn)
+            pending += payload
+            active += HEADER_BYTES + length
+            appended += HEADER_BYTES + length
+        self.stats.appends += lsn - self._last_lsn
+        self.stats.bytes += appended
+        self._active_bytes = active
         self._last_lsn = lsn
-        stats = self.stats
-        stats.appends += 1
-        stats.bytes += HEADER_BYTES + length
         return lsn
 
     async def commit(self, lsn: int) -> None:
