@@ -75,6 +75,7 @@ SNAPSHOT_CHUNK = 20_000
 _NO_RANK = None
 _SET = int(Op.SET)
 _ALL_TUPLES = frozenset({tuple})
+_UNSEEN = object()
 
 
 @dataclass
@@ -556,20 +557,26 @@ class Engine:
 
     def _prepare(self, sub: Submission, now: float, batch: _Batch, lsn: int) -> None:
         """Validate one submission and add its record (or its answer) to ``batch``."""
-        board = self._board(sub.board)
+        name = sub.board
+        board = self.boards.get(name) or self._board(name)
         config = board.config
-        member = _check_member(sub.member)
-        if sub.label is not None and (not isinstance(sub.label, str)
-                                      or len(sub.label) > MAX_LABEL_CHARS
-                                      or _utf8_size(sub.label) is None):
+        member = sub.member
+        if not (type(member) is str and 0 < len(member) <= MAX_MEMBER_BYTES
+                and member.isascii()):
+            member = _check_member(member)
+        label = sub.label
+        if label is not None and (not isinstance(label, str) or len(label) > MAX_LABEL_CHARS
+                                  or _utf8_size(label) is None):
             raise InvalidInput(f"label must be text of at most {MAX_LABEL_CHARS} characters")
         event_id = sub.event_id
         if event_id is not None:
-            if (not isinstance(event_id, str) or not event_id
+            if not (type(event_id) is str and 0 < len(event_id) <= MAX_EVENT_ID_BYTES
+                    and event_id.isascii()) and (
+                    not isinstance(event_id, str) or not event_id
                     or not 0 < (_utf8_size(event_id) or 0) <= MAX_EVENT_ID_BYTES):
                 raise InvalidInput(f"event_id must be a non-empty string of at most "
                                    f"{MAX_EVENT_ID_BYTES} bytes")
-            earlier = batch.seen.get((sub.board, event_id))
+            earlier = batch.seen.get((name, event_id))
             if earlier is not None:
                 batch.pending[len(batch.answers)] = earlier
                 batch.answers.append("duplicate")
@@ -579,49 +586,59 @@ class Engine:
                 original = remembered[4] if len(remembered) > 4 else member
                 batch.answers.append(_result(original, event_id, remembered, True))
                 return
-        ts = now if sub.ts is None else _number(sub.ts, "ts")
-        if abs(ts - now) > self.config.ts_tolerance:
-            raise InvalidInput(f"ts {ts} is more than {self.config.ts_tolerance:g}s away from "
-                               f"the server clock ({now:.3f})")
-        if config.policy == "sum":
+        if sub.ts is None:
+            ts = now
+        else:
+            ts = _number(sub.ts, "ts")
+            if abs(ts - now) > self.config.ts_tolerance:
+                raise InvalidInput(f"ts {ts} is more than {self.config.ts_tolerance:g}s away "
+                                   f"from the server clock ({now:.3f})")
+        policy = config.policy
+        if policy == "sum":
             if sub.delta is None or sub.score is not None:
-                raise InvalidInput(f"board {sub.board!r} sums deltas: submit 'delta', not 'score'")
+                raise InvalidInput(f"board {name!r} sums deltas: submit 'delta', not 'score'")
             value = _number(sub.delta, "delta")
             if config.max_delta is not None and abs(value) > config.max_delta:
                 raise GuardViolation(f"delta {value:g} exceeds max_delta {config.max_delta:g}")
         else:
             if sub.score is None or sub.delta is not None:
-                raise InvalidInput(f"board {sub.board!r} keeps the {config.policy} score: "
+                raise InvalidInput(f"board {name!r} keeps the {policy} score: "
                                    "submit 'score', not 'delta'")
             value = _number(sub.score, "score")
 
         updates = []
         primary = (None, None)
         primary_window = config.primary_window
+        overlay = batch.overlay
+        # The common case of _new_score: a sum with no score guards.
+        plain_sum = policy == "sum" and config.min_score is None and config.max_score is None
         for window in config.windows:
-            period = period_of(window, ts)
-            key = (sub.board, window, period, member)
-            if key in batch.overlay:
-                old = batch.overlay[key]
-            else:
+            period = "all" if window == "all" else period_of(window, ts)
+            key = (name, window, period, member)
+            old = overlay.get(key, _UNSEEN)
+            if old is _UNSEEN:
                 index = board.index(window, period)
                 old = None if index is None else index.score(member)
-            new = self._new_score(config, old, value)
+            if plain_sum and old is not None:
+                new = old + value
+                if not math.isfinite(new):
+                    raise InvalidInput("the resulting score is not finite")
+            else:
+                new = self._new_score(config, old, value)
             if new != old:
                 updates.append([window, period, new])
-                batch.overlay[key] = new
+                overlay[key] = new
             if window == primary_window:
                 primary = (new, old)
         score, previous = primary
         result = [score, _NO_RANK, previous, bool(updates)]
-        record = [records.SUBMIT, sub.board, member, value, config.policy == "sum", event_id,
-                  round(ts * 1000), round(now * 1000), sub.label, updates, result]
+        record = [records.SUBMIT, name, member, value, policy == "sum", event_id,
+                  round(ts * 1000), round(now * 1000), label, updates, result]
         if event_id is not None:
-            batch.seen[(sub.board, event_id)] = len(batch.records)
+            batch.seen[(name, event_id)] = len(batch.records)
         batch.pending[len(batch.answers)] = len(batch.records)
         batch.answers.append(None)
         batch.records.append((lsn, record))
-
     @staticmethod
     def _new_score(config: BoardConfig, old: float | None, value: float) -> float | None:
         """Apply the policy and guards: the member's score after ``value``."""
