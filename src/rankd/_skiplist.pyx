@@ -1148,8 +1148,9 @@ cdef class RankIndex:
         collapsed to each member's last state replays to the same index.
         Every entry is validated before anything changes.
 
-        Runtime complexity: O(k log n) for k entries; from k >= n / 8 the
-        list is re-threaded in one ordered pass instead, O(n + k log k).
+        Runtime complexity: O(k log n) for k entries; a batch of at least
+        RK_RETHREAD_MIN (1024) entries and n / RK_RETHREAD_RATIO (n / 8)
+        re-threads the list in one ordered pass instead, O(n + k log k).
         """
         cdef list items = list(states)
         cdef Py_ssize_t k = len(items), i, fresh = 0
