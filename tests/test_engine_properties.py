@@ -3,8 +3,8 @@
 Hypothesis drives an engine with random batches of submissions (every
 policy and order, both tie-breaks, several windows, guards, labels, event
 ids that repeat inside and across batches, timestamps either side of a
-midnight), member removals, clock steps and restarts (with or without a
-snapshot).  After every step each answer and every page of every window
+midnight), member removals, window changes, clock steps, snapshots and
+restarts (with or without a snapshot).  After every step each answer and every page of every window
 and period must equal what ``BoardModel`` computes by sorting dicts; after
 a restart the state (digest) and the answers to repeated event ids must be
 the same as before.
@@ -161,6 +161,7 @@ steps = st.lists(
         st.tuples(st.just("advance"), st.sampled_from([1.0, 150.0, 3600.0])),
         st.tuples(st.just("windows"), st.sampled_from(SUM_WINDOWS)),
         st.tuples(st.just("restart"), st.booleans()),
+        st.tuples(st.just("snapshot")),
     ),
     min_size=1, max_size=25,
 )
@@ -208,6 +209,8 @@ def test_engine_matches_the_model_through_batches_and_restarts(tmp_path_factory,
                     config = {**BOARDS["sum"], "windows": step[1]}
                     await engine.put_board("sum", config)
                     model.reconfigure("sum", config)
+                elif step[0] == "snapshot":
+                    await engine.snapshot()  # later restarts replay the tail after it
                 elif step[0] == "advance":
                     clock.advance(step[1])
                 else:
