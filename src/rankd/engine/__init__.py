@@ -12,6 +12,8 @@ them and ships them to Postgres.
 ``periods``     UTC windows (all/daily/weekly/monthly) and period ids
 ``records``     the msgpack records written to the WAL
 ``wal``         segmented, checksummed write-ahead log with group commit
+``frames``      the WAL's on-disk record framing and its scanner (native
+                ``_frames`` when built)
 ``snapshot``    atomic snapshot files
 ``dedupe``      event-id table with a TTL
 ``postgres``    schema, WAL shipping and restore (optional)
