@@ -179,6 +179,15 @@ def churn(index_cls, rng: random.Random, size: int) -> None:
     )
     index.apply_batch([(Op.SET, member_name(i), rng.randrange(100)) for i in range(size)])
     index.apply_batch([random_op(rng, size) for _ in range(size // 2)])
+    # Exact states: a batch that re-threads the list (new members among them)
+    # and one small enough to be searched state by state.
+    seq = index.next_seq
+    index.set_states([(member_name(rng.randrange(2 * size)), rng.randrange(100), seq + i)
+                      for i in range(size // 4)])
+    index.set_states([(member_name(rng.randrange(2 * size)), 1.5, seq + size + i)
+                      for i in range(50)])
+    with pytest.raises(ValueError):
+        index.set_states([(member_name(size + 1), 1, seq), ("", 1, seq)])
     # Error paths: invalid operations and corrupt snapshots.
     index.apply_batch([(Op.SET, "", 1), (Op.INCR, "x", float("nan")), (99, "y", 1), "z"] * 50)
     data = index.dump()
