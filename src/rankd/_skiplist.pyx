@@ -747,9 +747,14 @@ cdef class RankIndex:
 
     # --- skip list core -----------------------------------------------------------
 
-    cdef Py_ssize_t _link(self, rk_node *x) noexcept:
+    cdef Py_ssize_t _link(self, rk_node *x, bint newest=False) noexcept:
         """Insert node ``x`` (key, seq, member and nlevels set; absent from the
         list) at its place.  Returns its 1-based rank.
+
+        ``newest``: x's seq is above every other node's.  On a "first" board
+        x then follows every node of its score, so each search step decides
+        on the cached key alone, without visiting the forward node to compare
+        sequences (on boards with many tied scores most steps tie).
 
         Spans follow Redis's zslInsert; distinct spans additionally count the
         leadership changes: ``dx`` for x itself, ``ds`` for its successor,
@@ -765,11 +770,14 @@ cdef class RankIndex:
         cdef int dx, ds = 0
         cdef uint32_t old_span, old_dspan
         cdef const char *member = RK_MEMBER(x)
+        cdef bint after_ties = newest and not self.tie_by_member
 
         for i in range(self.height - 1, -1, -1):
             rank[i] = 0 if i == self.height - 1 else rank[i + 1]
             drank[i] = 0 if i == self.height - 1 else drank[i + 1]
-            while self._link_before(&node.level[i], x.key, x.seq, member, x.mlen):
+            while (node.level[i].forward != NULL and node.level[i].fkey <= x.key
+                   if after_ties else
+                   self._link_before(&node.level[i], x.key, x.seq, member, x.mlen)):
                 rank[i] += node.level[i].span
                 drank[i] += node.level[i].dspan
                 node = node.level[i].forward
@@ -946,6 +954,7 @@ cdef class RankIndex:
         cdef uint32_t h
         cdef rk_node *x
         cdef double key, target
+        cdef bint newest
         _member_bytes(member, &data, &size)
         h = self._hash(data, size)
         x = self._lookup(data, size, h)
@@ -1001,10 +1010,12 @@ cdef class RankIndex:
             self._table_insert(x)
             self.member_bytes += size
             x.key = self._key(target)
+            newest = not has_seq or seq >= self._next_seq
             x.seq = self._stamp(has_seq, seq)
             self._set_new(target, new, has_new, changed)
-            return self._link(x)
+            return self._link(x, newest)
         key = self._key(target)
+        newest = not has_seq or seq >= self._next_seq
         seq = self._stamp(has_seq, seq)
         self._set_new(target, new, has_new, changed)
         if self._can_stay(x, key, seq):
@@ -1012,7 +1023,7 @@ cdef class RankIndex:
         self._unlink(x)
         x.key = key
         x.seq = seq
-        return self._link(x)
+        return self._link(x, newest)
 
     cdef inline uint64_t _stamp(self, bint has_seq, uint64_t seq) noexcept:
         """The arrival sequence of a write that changes a score."""
