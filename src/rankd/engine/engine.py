@@ -401,8 +401,6 @@ class Engine:
         primary = board.config.primary_window
         ops: dict[tuple[str, str], list[tuple]] = {}
         primary_slots: list[tuple[tuple[str, str], int] | None] = []
-        # (primary period, member) -> score set earlier in this group
-        set_here: dict[tuple[str, str], float] = {}
         for lsn, record in group:
             member, updates = record[2], record[9]
             slot = None
@@ -413,16 +411,13 @@ class Engine:
                     batch = ops[key] = []
                 if window == primary:
                     slot = (key, len(batch))
-                    set_here[period, member] = score
                 batch.append((_SET, member, score, lsn))
             if slot is None:
-                # Unchanged in the primary window: a no-op SET of the score the
-                # member has at this point of the sequence yields its rank.
+                # Unchanged in the primary window: a no-op SET of the score
+                # prepare found there at this point of the batch (the answer's
+                # score) yields the rank.
                 key = (primary, period_of(primary, record[6] / 1000))
-                current = set_here.get((key[1], member))
-                if current is None:
-                    index = board.index(*key)
-                    current = None if index is None else index.score(member)
+                current = record[10][0]
                 if current is not None:
                     batch = ops.setdefault(key, [])
                     slot = (key, len(batch))
