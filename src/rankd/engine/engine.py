@@ -1,20 +1,19 @@
 """The engine: the one place where leaderboard state changes.
 
 Every front-end (REST, live feed, TCP, CLI) calls the engine; the engine
-calls the rank indexes and the write-ahead log.  A write goes through
-three steps, all but the last synchronous, so no other coroutine can
-interleave between them:
+calls the rank indexes and the write-ahead log.  A write goes through two
+steps, the first synchronous, so no other coroutine can interleave with it:
 
-1. *prepare*: validate, answer duplicates from the dedupe table, apply the
-   board's policy and guards to compute the absolute new score in every
-   window, and build the WAL record;
-2. *apply*: :meth:`Engine._apply_records`, the single mutation path, which
-   recovery replays too (as Redis replays its AOF through the normal command
-   path).  Records with the log position as arrival sequence are applied
-   through the index's batch entry point; replay gathers the absolute states
-   that records carry and hands each index many at once
-   (``RankIndex.set_states``);
-3. *commit*: append the records and wait until the WAL policy says they
+1. *apply*: submissions go through :func:`rankd.engine.ingest.ingest`
+   (validate, answer duplicates from the dedupe table, apply the board's
+   policy and guards, write the absolute new scores to the indexes with the
+   log position as arrival sequence, build the WAL records); board changes
+   and removals through :meth:`Engine._apply_record`.  Recovery replays the
+   same records: it hands each index the absolute states SUBMIT records
+   carry, many at once (``RankIndex.set_states``), and applies the other
+   records with :meth:`Engine._apply_record`, as Redis replays its AOF
+   through the normal command path;
+2. *commit*: append the records and wait until the WAL policy says they
    are safe (written to the OS, or fsynced with ``fsync=always``), then
    acknowledge.
 
@@ -32,11 +31,10 @@ import hashlib
 import itertools
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,23 +42,20 @@ from rankd.engine import collector, records
 from rankd.engine.board import Board
 from rankd.engine.coalescer import SubmitCoalescer
 from rankd.engine.config import (
-    MAX_EVENT_ID_BYTES,
-    MAX_LABEL_CHARS,
     BoardConfig,
     check_board_name,
 )
 from rankd.engine.errors import (
     Conflict,
     EngineError,
-    GuardViolation,
     InvalidInput,
     NotFound,
     ReadOnly,
 )
+from rankd.engine.ingest import check_member, ingest, note_submit
 from rankd.engine.periods import check_window, period_of, period_start
 from rankd.engine.snapshot import SnapshotStore
 from rankd.engine.wal import WalFailedError, WriteAheadLog
-from rankd.index import MAX_MEMBER_BYTES, Op
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +67,6 @@ REPLAY_BATCH = 10_000
 REPLAY_PENDING_STATES = 1_000_000
 #: Labels or event ids encoded per step of a snapshot (~10 ms of event-loop time).
 SNAPSHOT_CHUNK = 20_000
-_NO_RANK = None
-_SET = int(Op.SET)
-_ALL_TUPLES = frozenset({tuple})
-_UNSEEN = object()
 
 
 @dataclass
@@ -131,19 +122,6 @@ class Submission:
         if "member" not in data:
             raise InvalidInput("a submission needs a member")
         return cls(board=board, **data)
-
-
-@dataclass
-class _Batch:
-    """Records prepared for one apply/commit round, and their answers."""
-
-    records: list[tuple[int, list]] = field(default_factory=list)
-    answers: list[Any] = field(default_factory=list)
-    #: answer slot -> index into ``records`` whose result it reports
-    pending: dict[int, int] = field(default_factory=dict)
-    #: (board, event_id) -> record index, for duplicates inside the batch
-    seen: dict[tuple[str, str], int] = field(default_factory=dict)
-    overlay: dict[tuple[str, str, str, str], float | None] = field(default_factory=dict)
 
 
 class Engine:
@@ -305,7 +283,7 @@ class Engine:
         reported = 0
         decode = records.decode
         for batch in self.wal.iter_batches(snapshot_lsn + 1, REPLAY_BATCH):
-            self._apply_records([(lsn, decode(payload)) for lsn, payload in batch], live=False)
+            self._replay_records([(lsn, decode(payload)) for lsn, payload in batch])
             replayed += len(batch)
             if replayed - reported >= REPLAY_BATCH * 20:
                 reported = replayed
@@ -336,16 +314,14 @@ class Engine:
 
     # --- the single mutation path ----------------------------------------------------
 
-    def _apply_records(self, batch: Sequence[tuple[int, Any]], *, live: bool) -> None:
-        """Apply logged records in log order.  Live writes and replay both
-        come through here.
+    def _replay_records(self, batch: Sequence[tuple[int, Any]]) -> None:
+        """Replay logged records in log order.
 
-        Live: consecutive SUBMIT records of one board go to each index in one
-        ``apply_batch`` call, and the rank in the primary window is written
-        into each SUBMIT record's result.  Replay: the states SUBMIT records
-        carry are gathered (:meth:`_replay_submits`) and reach the indexes
-        before any other record of their board, and at the end
-        (:meth:`_apply_replayed`).
+        The states SUBMIT records carry are gathered
+        (:meth:`_replay_submits`) and reach the indexes before any other
+        record of their board, and at the end (:meth:`_apply_replayed`);
+        every other record goes through :meth:`_apply_record`, as it did
+        live.
         """
         start = 0
         while start < len(batch):
@@ -353,7 +329,7 @@ class Engine:
             if record[0] != records.SUBMIT:
                 if self._replayed:
                     self._apply_replayed(record[1])
-                self._apply_other(lsn, record)
+                self._apply_record(lsn, record)
                 start += 1
                 continue
             stop = start + 1
@@ -361,11 +337,7 @@ class Engine:
                    and batch[stop][1][1] == record[1]):
                 stop += 1
             board = self.boards.get(record[1])
-            if board is None:
-                pass  # replaying into a board a later record dropped
-            elif live:
-                self._apply_submits(board, batch[start:stop])
-            else:
+            if board is not None:  # else a later record dropped the board
                 self._replay_submits(board, batch[start:stop])
             start = stop
 
@@ -385,7 +357,7 @@ class Engine:
                         states = pending[key] = []
                     states.append((member, score, lsn))
                     gathered += 1
-            _note_submit(board, record, ttl)
+            note_submit(board, record, ttl)
         self._replayed_count += gathered
         if self._replayed_count >= REPLAY_PENDING_STATES:
             self._apply_replayed()
@@ -397,46 +369,8 @@ class Engine:
             self._replayed_count -= len(states)
             self.boards[key[0]].index_for_write(key[1], key[2]).set_states(states)
 
-    def _apply_submits(self, board: Board, group: Sequence[tuple[int, Any]]) -> None:
-        primary = board.config.primary_window
-        ops: dict[tuple[str, str], list[tuple]] = {}
-        primary_slots: list[tuple[tuple[str, str], int] | None] = []
-        for lsn, record in group:
-            member, updates = record[2], record[9]
-            slot = None
-            for window, period, score in updates:
-                key = (window, period)
-                batch = ops.get(key)
-                if batch is None:
-                    batch = ops[key] = []
-                if window == primary:
-                    slot = (key, len(batch))
-                batch.append((_SET, member, score, lsn))
-            if slot is None:
-                # Unchanged in the primary window: a no-op SET of the score
-                # prepare found there at this point of the batch (the answer's
-                # score) yields the rank.
-                key = (primary, period_of(primary, record[6] / 1000))
-                current = record[10][0]
-                if current is not None:
-                    batch = ops.setdefault(key, [])
-                    slot = (key, len(batch))
-                    batch.append((_SET, member, current, lsn))
-            primary_slots.append(slot)
-        results = {key: board.index_for_write(*key).apply_batch(batch)
-                   for key, batch in ops.items()}
-        ttl = self.config.dedupe_ttl
-        for (_, record), slot in zip(group, primary_slots, strict=True):
-            if slot is not None:
-                record[10][1] = results[slot[0]][slot[1]][3]
-            _note_submit(board, record, ttl)
-        for key, batch_results in results.items():
-            if not _ALL_TUPLES.issuperset(map(type, batch_results)):
-                # prepare validated everything
-                errors = [o for o in batch_results if isinstance(o, Exception)]
-                raise RuntimeError(f"index rejected a logged write in {key}: {errors[0]}")
-
-    def _apply_other(self, lsn: int, record: Any) -> None:
+    def _apply_record(self, lsn: int, record: Any) -> None:
+        """Apply a board change or a removal (live, and in replay)."""
         kind = record[0]
         if kind == records.BOARD_PUT:
             _, name, config, ts_ms = record
@@ -495,7 +429,7 @@ class Engine:
     async def remove_member(self, name: str, member: str) -> bool:
         """Remove a member from every window and period; ``False`` if absent."""
         board = self._board(name)
-        _check_member(member)
+        check_member(member)
         present = member in board.labels or any(
             member in index for periods in board.periods.values() for index in periods.values())
         if not present:
@@ -527,152 +461,39 @@ class Engine:
         """Apply one coalesced batch (see :meth:`submit_many`)."""
         await self._wait_writable({s.board for s in submissions})
         self._check_writable()
-        batch = _Batch()
-        now = self.clock()
-        next_lsn = self.wal.last_lsn + 1
-        rejected = 0
-        for submission in submissions:
-            try:
-                self._prepare(submission, now, batch, next_lsn + len(batch.records))
-            except EngineError as error:
-                batch.answers.append(error)
-                rejected += 1
+        try:
+            done = ingest(self.boards, submissions, self.clock(), self.wal.last_lsn + 1,
+                          self.config.dedupe_ttl, self.config.ts_tolerance)
+        except Exception as exc:
+            # Only a bug gets here, possibly with part of a batch applied and
+            # nothing logged: refuse writes rather than diverge from the log.
+            self._fail(exc)
+            raise
         stats = self.stats
-        stats["applied"] += len(batch.records)
-        stats["rejected"] += rejected
-        stats["duplicate"] += len(submissions) - len(batch.records) - rejected
-        if batch.records:
-            self._apply_records(batch.records, live=True)
-            await self._commit(batch.records)
-        for slot, position in batch.pending.items():
-            record = batch.records[position][1]
-            duplicate = batch.answers[slot] == "duplicate"
-            batch.answers[slot] = _result(record[2], record[5], record[10], duplicate)
-        return batch.answers
-
-    def _prepare(self, sub: Submission, now: float, batch: _Batch, lsn: int) -> None:
-        """Validate one submission and add its record (or its answer) to ``batch``."""
-        name = sub.board
-        board = self.boards.get(name) or self._board(name)
-        config = board.config
-        member = sub.member
-        if not (type(member) is str and 0 < len(member) <= MAX_MEMBER_BYTES
-                and member.isascii()):
-            member = _check_member(member)
-        label = sub.label
-        if label is not None and (not isinstance(label, str) or len(label) > MAX_LABEL_CHARS
-                                  or _utf8_size(label) is None):
-            raise InvalidInput(f"label must be text of at most {MAX_LABEL_CHARS} characters")
-        event_id = sub.event_id
-        if event_id is not None:
-            if not (type(event_id) is str and 0 < len(event_id) <= MAX_EVENT_ID_BYTES
-                    and event_id.isascii()) and (
-                    not isinstance(event_id, str) or not event_id
-                    or not 0 < (_utf8_size(event_id) or 0) <= MAX_EVENT_ID_BYTES):
-                raise InvalidInput(f"event_id must be a non-empty string of at most "
-                                   f"{MAX_EVENT_ID_BYTES} bytes")
-            earlier = batch.seen.get((name, event_id))
-            if earlier is not None:
-                batch.pending[len(batch.answers)] = earlier
-                batch.answers.append("duplicate")
-                return
-            remembered = board.dedupe.get(event_id, now)
-            if remembered is not None:
-                original = remembered[4] if len(remembered) > 4 else member
-                batch.answers.append(_result(original, event_id, remembered, True))
-                return
-        if sub.ts is None:
-            ts = now
-        else:
-            ts = _number(sub.ts, "ts")
-            if abs(ts - now) > self.config.ts_tolerance:
-                raise InvalidInput(f"ts {ts} is more than {self.config.ts_tolerance:g}s away "
-                                   f"from the server clock ({now:.3f})")
-        policy = config.policy
-        if policy == "sum":
-            if sub.delta is None or sub.score is not None:
-                raise InvalidInput(f"board {name!r} sums deltas: submit 'delta', not 'score'")
-            value = _number(sub.delta, "delta")
-            if config.max_delta is not None and abs(value) > config.max_delta:
-                raise GuardViolation(f"delta {value:g} exceeds max_delta {config.max_delta:g}")
-        else:
-            if sub.score is None or sub.delta is not None:
-                raise InvalidInput(f"board {name!r} keeps the {policy} score: "
-                                   "submit 'score', not 'delta'")
-            value = _number(sub.score, "score")
-
-        updates = []
-        primary = (None, None)
-        primary_window = config.primary_window
-        overlay = batch.overlay
-        # The common case of _new_score: a sum with no score guards.
-        plain_sum = policy == "sum" and config.min_score is None and config.max_score is None
-        for window in config.windows:
-            period = "all" if window == "all" else period_of(window, ts)
-            key = (name, window, period, member)
-            old = overlay.get(key, _UNSEEN)
-            if old is _UNSEEN:
-                index = board.index(window, period)
-                old = None if index is None else index.score(member)
-            if plain_sum and old is not None:
-                new = old + value
-                if not math.isfinite(new):
-                    raise InvalidInput("the resulting score is not finite")
-            else:
-                new = self._new_score(config, old, value)
-            if new != old:
-                updates.append([window, period, new])
-                overlay[key] = new
-            if window == primary_window:
-                primary = (new, old)
-        score, previous = primary
-        result = [score, _NO_RANK, previous, bool(updates)]
-        record = [records.SUBMIT, name, member, value, policy == "sum", event_id,
-                  round(ts * 1000), round(now * 1000), label, updates, result]
-        if event_id is not None:
-            batch.seen[(name, event_id)] = len(batch.records)
-        batch.pending[len(batch.answers)] = len(batch.records)
-        batch.answers.append(None)
-        batch.records.append((lsn, record))
-    @staticmethod
-    def _new_score(config: BoardConfig, old: float | None, value: float) -> float | None:
-        """Apply the policy and guards: the member's score after ``value``."""
-        if config.policy == "sum":
-            new = (old or 0.0) + value
-            if not math.isfinite(new):
-                raise InvalidInput("the resulting score is not finite")
-        elif config.policy == "best" and old is not None:
-            better = value > old if config.order == "desc" else value < old
-            new = value if better else old
-        else:
-            new = value
-        if new == old:
-            return old
-        if config.min_score is not None and new < config.min_score:
-            raise GuardViolation(f"score {new:g} is below min_score {config.min_score:g}")
-        if config.max_score is not None and new > config.max_score:
-            raise GuardViolation(f"score {new:g} is above max_score {config.max_score:g}")
-        if (config.max_delta is not None and old is not None and config.policy != "sum"
-                and abs(new - old) > config.max_delta):
-            raise GuardViolation(f"a change of {abs(new - old):g} exceeds max_delta "
-                                 f"{config.max_delta:g}")
-        return new
+        stats["applied"] += len(done.payloads)
+        stats["rejected"] += done.rejected
+        stats["duplicate"] += done.duplicates
+        if done.payloads:
+            await self._commit(done.payloads, done.boards)
+        return done.answers
 
     async def _write(self, logged: list[list]) -> None:
         """Apply and commit non-submission records (board changes, removals)."""
         self._check_writable()
         next_lsn = self.wal.last_lsn + 1
-        batch = [(next_lsn + i, record) for i, record in enumerate(logged)]
-        self._apply_records(batch, live=True)
-        await self._commit(batch)
+        for position, record in enumerate(logged, next_lsn):
+            self._apply_record(position, record)
+        await self._commit([records.encode(record) for record in logged],
+                           {record[1] for record in logged})
 
-    async def _commit(self, batch: list[tuple[int, list]]) -> None:
-        """Append applied records and wait until the fsync policy is met."""
+    async def _commit(self, payloads: list[bytes], boards: set[str]) -> None:
+        """Append applied records and wait until the fsync policy is met, then
+        tell listeners which ``boards`` changed."""
         try:
-            encode = records.encode
-            last = self.wal.append_many([encode(record) for _, record in batch])
-            assert last == batch[-1][0], f"WAL assigned up to {last}, expected {batch[-1][0]}"
-            self._events_since_snapshot += len(batch)
+            expected = self.wal.last_lsn + len(payloads)
+            last = self.wal.append_many(payloads)
+            assert last == expected, f"WAL assigned up to {last}, expected {expected}"
+            self._events_since_snapshot += len(payloads)
             await self.wal.commit(last)
         except WalFailedError as exc:
             self._fail(exc)
@@ -680,7 +501,7 @@ class Engine:
                            "until it is restarted") from exc
         # Only now, once durable as promised, may anyone be told (live feed).
         if self.listeners:
-            for name in {record[1] for _, record in batch}:
+            for name in boards:
                 for listener in self.listeners:
                     listener(name)
         if self.shipper is not None:
@@ -690,7 +511,7 @@ class Engine:
 
     def _fail(self, exc: BaseException) -> None:
         if self.failure is None:
-            log.critical("write-ahead log failure, refusing writes until restart: %s", exc)
+            log.critical("refusing writes until restart after: %r", exc)
             self.failure = exc
 
     def _check_writable(self) -> None:
@@ -768,7 +589,7 @@ class Engine:
                  period: str | None = None) -> dict[str, Any] | None:
         """A member's score and ranks in a window, or ``None`` if absent."""
         board, window, period, index = self._view(name, window, period)
-        _check_member(member)
+        check_member(member)
         if index is None or member not in index:
             return None
         return {
@@ -790,7 +611,7 @@ class Engine:
                ) -> list[dict[str, Any]] | None:
         """Entries around a member (included), or ``None`` if absent."""
         board, _, _, index = self._view(name, window, period)
-        _check_member(member)
+        check_member(member)
         entries = None if index is None else index.around(member, above, below)
         if entries is None:
             return None
@@ -802,7 +623,7 @@ class Engine:
         """A friends board: the given members ordered, with global and list ranks."""
         board, window, period, index = self._view(name, window, period)
         for member in members:
-            _check_member(member)
+            check_member(member)
         found = []
         missing = []
         for member in dict.fromkeys(members):
@@ -964,63 +785,6 @@ class Engine:
 
     def _now_ms(self) -> int:
         return round(self.clock() * 1000)
-
-
-def _note_submit(board: Board, record: Any, ttl: float) -> None:
-    """What a SUBMIT record changes besides the indexes: label, dedupe, version."""
-    if record[8] is not None:
-        board.labels[record[2]] = record[8]
-    if record[5] is not None:
-        # The original answer, member included: a duplicate repeats it.
-        board.dedupe.remember(record[5], record[7] / 1000 + ttl, (*record[10], record[2]))
-    if record[9]:
-        board.version += 1
-        board.updated_at = record[7] / 1000
-
-
-def _result(member: str, event_id: str | None, result: Sequence, duplicate: bool
-            ) -> dict[str, Any]:
-    score, rank, previous, changed = result[:4]
-    return {"member": member, "score": score, "rank": rank, "previous": previous,
-            "changed": changed, "duplicate": duplicate, "event_id": event_id}
-
-
-def _utf8_size(text: str) -> int | None:
-    """Bytes of ``text`` in UTF-8, or None if it cannot be encoded (lone surrogates)."""
-    if text.isascii():
-        return len(text)
-    try:
-        return len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        return None
-
-
-def _check_member(member: object) -> str:
-    if type(member) is str and 0 < len(member) <= MAX_MEMBER_BYTES and member.isascii():
-        return member  # the common case, without encoding
-    if not isinstance(member, str) or not member:
-        raise InvalidInput("member must be a non-empty string")
-    try:
-        size = len(member.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidInput("member is not valid UTF-8 text") from None
-    if size > MAX_MEMBER_BYTES:
-        raise InvalidInput(f"member must be at most {MAX_MEMBER_BYTES} bytes in UTF-8, "
-                           f"got {size}")
-    return member
-
-
-def _number(value: object, what: str) -> float:
-    if type(value) is float and math.isfinite(value):
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput(f"{what} must be a number")
-    if isinstance(value, int) and abs(value) > 2**53:
-        raise InvalidInput(f"{what} {value} is beyond 2**53 and cannot be stored exactly")
-    value = float(value)
-    if not math.isfinite(value):
-        raise InvalidInput(f"{what} must be finite")
-    return value
 
 
 async def _chunks(items: Iterable, size: int = SNAPSHOT_CHUNK) -> AsyncIterator[list]:

@@ -1,0 +1,277 @@
+"""The ingest path: how a batch of submissions changes the boards.
+
+:func:`ingest` takes submissions in order and, for each one, all before
+the next:
+
+1. validates it, refusing it with its own :class:`EngineError` (the others
+   still apply);
+2. answers a repeated ``event_id`` from the board's dedupe table, changing
+   nothing (a repeat later in the same batch finds the earlier event there);
+3. applies the board's policy and guards to compute the member's new score
+   in every window, *before* changing any, so a guard violation in one
+   window changes nothing in the others;
+4. writes the changed windows to their indexes with the record's log
+   position as arrival sequence, and reads the unique rank in the board's
+   primary window;
+5. builds the WAL record (:mod:`rankd.engine.records`), which carries the
+   absolute new scores, and notes the event in the dedupe table, the labels
+   and the board version (:func:`note_submit`, which replay shares).
+
+The caller then appends the records to the WAL and acknowledges only once
+the fsync policy is met.  It runs synchronously, so no other coroutine
+sees a batch half-applied.
+
+This is the engine's hot loop, so it has a native implementation in
+``rankd.engine._ingest``, chosen at import when the native rank index is
+loaded (``RANKD_PURE_PYTHON=1`` forces the pure-Python one below).  Both
+give identical answers, records and state: the engine tests and the
+engine property test run on both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from rankd.engine import records
+from rankd.engine.config import MAX_EVENT_ID_BYTES, MAX_LABEL_CHARS, BoardConfig
+from rankd.engine.errors import EngineError, GuardViolation, InvalidInput, NotFound
+from rankd.engine.periods import period_of
+from rankd.index import IMPLEMENTATION as INDEX_IMPLEMENTATION
+from rankd.index import MAX_MEMBER_BYTES
+
+if TYPE_CHECKING:
+    from rankd.engine.board import Board
+    from rankd.engine.engine import Submission
+
+
+class Ingested(NamedTuple):
+    """What one :func:`ingest` call did."""
+
+    #: One per submission: its answer (a dict) or its ``EngineError``.
+    answers: list[dict[str, Any] | EngineError]
+    #: Encoded WAL records of the applied submissions, in log order.
+    payloads: list[bytes]
+    #: Names of the boards those records changed or touched.
+    boards: set[str]
+    rejected: int
+    duplicates: int
+
+
+def ingest_python(boards: dict[str, Board], submissions: Iterable[Submission], now: float,
+                  first_lsn: int, dedupe_ttl: float, ts_tolerance: float) -> Ingested:
+    """Apply ``submissions`` to ``boards``; the records get log positions
+    ``first_lsn, first_lsn + 1, ...`` (see the module docstring)."""
+    answers: list[dict[str, Any] | EngineError] = []
+    payloads: list[bytes] = []
+    names: set[str] = set()
+    rejected = duplicates = 0
+    now_ms = round(now * 1000)
+    for submission in submissions:
+        try:
+            answer = _ingest_one(boards, submission, now, now_ms, first_lsn + len(payloads),
+                                 dedupe_ttl, ts_tolerance, payloads)
+        except EngineError as error:
+            answers.append(error)
+            rejected += 1
+            continue
+        if answer["duplicate"]:
+            duplicates += 1
+        else:
+            names.add(submission.board)
+        answers.append(answer)
+    return Ingested(answers, payloads, names, rejected, duplicates)
+
+
+def _ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: int, lsn: int,
+                dedupe_ttl: float, ts_tolerance: float, payloads: list[bytes]
+                ) -> dict[str, Any]:
+    name = sub.board
+    board = boards.get(name) if type(name) is str else None
+    if board is None:
+        raise missing_board(name)
+    config = board.config
+    member = check_member(sub.member)
+    label = sub.label
+    if label is not None:
+        check_label(label)
+    event_id = sub.event_id
+    if event_id is not None:
+        check_event_id(event_id)
+        remembered = board.dedupe.get(event_id, now)
+        if remembered is not None:
+            return answer(remembered[4], event_id, remembered, True)
+    ts = now if sub.ts is None else check_ts(sub.ts, now, ts_tolerance)
+    value = submitted_value(name, config, sub.score, sub.delta)
+
+    changes = []
+    for window in config.windows:
+        period = period_of(window, ts)
+        index = board.index(window, period)
+        old = None if index is None else index.score(member)
+        changes.append((window, period, old, new_score(config, old, value)))
+    updates = []
+    primary = config.primary_window
+    score = previous = rank = None
+    for window, period, old, new in changes:
+        if new != old:
+            board.index_for_write(window, period).set(member, new, seq=lsn)
+            updates.append([window, period, new])
+        if window == primary:
+            score, previous = new, old
+            if new is not None:
+                rank = board.index(window, period).rank(member)
+    result = [score, rank, previous, bool(updates)]
+    record = [records.SUBMIT, name, member, value, config.policy == "sum", event_id,
+              round(ts * 1000), now_ms, label, updates, result]
+    payloads.append(records.encode(record))
+    note_submit(board, record, dedupe_ttl)
+    return answer(member, event_id, result, False)
+
+
+def note_submit(board: Board, record: Sequence, dedupe_ttl: float) -> None:
+    """What a SUBMIT record changes besides the indexes: label, dedupe, version.
+
+    Live ingest and replay share it.
+    """
+    if record[8] is not None:
+        board.labels[record[2]] = record[8]
+    if record[5] is not None:
+        # The original answer, member included: a duplicate repeats it.
+        board.dedupe.remember(record[5], record[7] / 1000 + dedupe_ttl,
+                              (*record[10], record[2]))
+    if record[9]:
+        board.version += 1
+        board.updated_at = record[7] / 1000
+
+
+def answer(member: str, event_id: str | None, result: Sequence, duplicate: bool
+           ) -> dict[str, Any]:
+    """The answer to a submission, from its record's result ``[score, rank,
+    previous, changed]``."""
+    score, rank, previous, changed = result[:4]
+    return {"member": member, "score": score, "rank": rank, "previous": previous,
+            "changed": changed, "duplicate": duplicate, "event_id": event_id}
+
+
+# --- validation ---------------------------------------------------------------------
+# The native kernel checks the common cases inline and calls these for the
+# rest, so every message is written once.
+
+
+def missing_board(name: object) -> EngineError:
+    if not isinstance(name, str):
+        return InvalidInput("board name must be a string")
+    return NotFound(f"no board named {name!r}")
+
+
+def check_member(member: object) -> str:
+    if type(member) is str and 0 < len(member) <= MAX_MEMBER_BYTES and member.isascii():
+        return member  # the common case, without encoding
+    if not isinstance(member, str) or not member:
+        raise InvalidInput("member must be a non-empty string")
+    try:
+        size = len(member.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput("member is not valid UTF-8 text") from None
+    if size > MAX_MEMBER_BYTES:
+        raise InvalidInput(f"member must be at most {MAX_MEMBER_BYTES} bytes in UTF-8, "
+                           f"got {size}")
+    return member
+
+
+def check_label(label: object) -> None:
+    if not isinstance(label, str) or len(label) > MAX_LABEL_CHARS or utf8_size(label) is None:
+        raise InvalidInput(f"label must be text of at most {MAX_LABEL_CHARS} characters")
+
+
+def check_event_id(event_id: object) -> None:
+    if type(event_id) is str and 0 < len(event_id) <= MAX_EVENT_ID_BYTES and event_id.isascii():
+        return
+    if (not isinstance(event_id, str) or not event_id
+            or not 0 < (utf8_size(event_id) or 0) <= MAX_EVENT_ID_BYTES):
+        raise InvalidInput(f"event_id must be a non-empty string of at most "
+                           f"{MAX_EVENT_ID_BYTES} bytes")
+
+
+def check_ts(ts: object, now: float, tolerance: float) -> float:
+    value = number(ts, "ts")
+    if abs(value - now) > tolerance:
+        raise InvalidInput(f"ts {value} is more than {tolerance:g}s away "
+                           f"from the server clock ({now:.3f})")
+    return value
+
+
+def submitted_value(name: str, config: BoardConfig, score: object, delta: object) -> float:
+    """The submitted number, checked against the board's policy."""
+    if config.policy == "sum":
+        if delta is None or score is not None:
+            raise InvalidInput(f"board {name!r} sums deltas: submit 'delta', not 'score'")
+        value = number(delta, "delta")
+        if config.max_delta is not None and abs(value) > config.max_delta:
+            raise GuardViolation(f"delta {value:g} exceeds max_delta {config.max_delta:g}")
+        return value
+    if score is None or delta is not None:
+        raise InvalidInput(f"board {name!r} keeps the {config.policy} score: "
+                           "submit 'score', not 'delta'")
+    return number(score, "score")
+
+
+def new_score(config: BoardConfig, old: float | None, value: float) -> float | None:
+    """Apply the policy and guards: the member's score after ``value``."""
+    if config.policy == "sum":
+        new = (old or 0.0) + value
+        if not math.isfinite(new):
+            raise InvalidInput("the resulting score is not finite")
+    elif config.policy == "best" and old is not None:
+        better = value > old if config.order == "desc" else value < old
+        new = value if better else old
+    else:
+        new = value
+    if new == old:
+        return old
+    if config.min_score is not None and new < config.min_score:
+        raise GuardViolation(f"score {new:g} is below min_score {config.min_score:g}")
+    if config.max_score is not None and new > config.max_score:
+        raise GuardViolation(f"score {new:g} is above max_score {config.max_score:g}")
+    if (config.max_delta is not None and old is not None and config.policy != "sum"
+            and abs(new - old) > config.max_delta):
+        raise GuardViolation(f"a change of {abs(new - old):g} exceeds max_delta "
+                             f"{config.max_delta:g}")
+    return new
+
+
+def number(value: object, what: str) -> float:
+    if type(value) is float and math.isfinite(value):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{what} must be a number")
+    if isinstance(value, int) and abs(value) > 2**53:
+        raise InvalidInput(f"{what} {value} is beyond 2**53 and cannot be stored exactly")
+    value = float(value)
+    if not math.isfinite(value):
+        raise InvalidInput(f"{what} must be finite")
+    return value
+
+
+def utf8_size(text: str) -> int | None:
+    """Bytes of ``text`` in UTF-8, or None if it cannot be encoded (lone surrogates)."""
+    if text.isascii():
+        return len(text)
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
+
+
+IngestFunction = Callable[..., Ingested]
+ingest: IngestFunction
+try:
+    if INDEX_IMPLEMENTATION != "native":
+        raise ImportError("the native kernel writes to the native index only")
+    from rankd.engine._ingest import ingest
+    IMPLEMENTATION = "native"
+except ImportError:
+    ingest = ingest_python
+    IMPLEMENTATION = "python"
