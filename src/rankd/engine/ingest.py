@@ -45,6 +45,10 @@ if TYPE_CHECKING:
     from rankd.engine.engine import Submission
 
 
+#: Integers beyond this do not survive the trip through a float64 score.
+_MAX_EXACT_INT = 2**53
+
+
 class Ingested(NamedTuple):
     """What one :func:`ingest` call did."""
 
@@ -242,9 +246,11 @@ def new_score(config: BoardConfig, old: float | None, value: float) -> float | N
 def number(value: object, what: str) -> float:
     if type(value) is float and math.isfinite(value):
         return value
+    if type(value) is int and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(f"{what} must be a number")
-    if isinstance(value, int) and abs(value) > 2**53:
+    if isinstance(value, int) and abs(value) > _MAX_EXACT_INT:
         raise InvalidInput(f"{what} {value} is beyond 2**53 and cannot be stored exactly")
     value = float(value)
     if not math.isfinite(value):
