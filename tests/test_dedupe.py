@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -35,9 +36,21 @@ def test_the_table_behaves_like_a_dict_in_insertion_order(entries, now):
     assert table.expire(now) == expired
     assert list(table.items()) == [(e, x, r) for e, (x, r) in list(model.items())[expired:]]
 
-    copy = DedupeTable()
-    copy.load(table.items())
-    assert list(copy.items()) == list(table.items())
+    # Both snapshot forms load back the same table: unpacked (older) and packed.
+    for load in ("load", "load_packed"):
+        copy = DedupeTable()
+        if load == "load":
+            copy.load(table.items())
+        else:
+            copy.load_packed(dict(table.packed_items()))
+        assert list(copy.items()) == list(table.items())
+
+
+def test_a_packed_entry_too_short_to_hold_a_result_is_refused():
+    table = DedupeTable()
+    with pytest.raises(ValueError, match="too short"):
+        table.load_packed({"e1": b"\x00" * 8})
+    assert len(table) == 0
 
 
 def test_negative_zero_and_none_survive_packing():

@@ -16,6 +16,8 @@ import pytest
 
 from engine_helpers import FakeClock, engine_config, run, sub
 from rankd.engine import engine as engine_module
+from rankd.engine import records
+from rankd.engine.dedupe import DedupeTable
 from rankd.engine.engine import Engine
 
 HERE = Path(__file__).parent
@@ -235,3 +237,42 @@ def test_sigkill_never_loses_an_acknowledged_event(tmp_path, fsync):
     assert doubled == [], f"{len(doubled)} events applied twice"
     assert over == []
     assert total >= len(acked)
+
+
+def test_event_ids_of_a_snapshot_in_the_older_unpacked_format_are_still_remembered(tmp_path):
+    """Snapshots written before event ids were stored packed ('dedupe'
+    sections of ``[event_id, expires_at, result]``) load the same."""
+    clock = FakeClock()
+
+    async def scenario():
+        engine = await Engine.open(engine_config(tmp_path), clock=clock)
+        await engine.put_board("b", {"policy": "sum"})
+        first = await engine.submit(sub("b", "ann", delta=5, event_id="e1"))
+        await engine.submit(sub("b", "bob", delta=7, event_id="e2"))
+        await engine.snapshot()
+        await engine.close(snapshot=False)
+
+        lsn, sections = engine.snapshots.latest()
+        old_format = []
+        for payload in sections:
+            section = records.decode(payload)
+            if section[0] == "event_ids":
+                table = DedupeTable()
+                table.load_packed(section[2])
+                section = ["dedupe", section[1],
+                           [[event_id, expires_at, list(result)]
+                            for event_id, expires_at, result in table.items()]]
+            old_format.append(records.encode(list(section)))
+        assert any(records.decode(p)[0] == "dedupe" for p in old_format)
+        writer = engine.snapshots.begin(lsn)
+        for payload in old_format:
+            writer.add(payload)
+        writer.commit()
+
+        engine = await Engine.open(engine_config(tmp_path), clock=clock)
+        again = await engine.submit(sub("b", "ann", delta=5, event_id="e1"))
+        assert again == {**first, "duplicate": True}
+        assert engine.standing("b", "ann")["score"] == 5.0
+        await engine.close(snapshot=False)
+
+    run(scenario())

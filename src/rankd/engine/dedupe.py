@@ -28,6 +28,10 @@ class DedupeTable:
     members and 2M event ids peaked at 1,248 MB with them, 851 MB packed).
     Bytes are also invisible to the cyclic garbage collector.  Only a
     duplicate unpacks its entry.
+
+    Snapshots store the packed entries as they are (:meth:`packed_items`,
+    :meth:`load_packed`), so the entry layout is part of the snapshot format:
+    changing it needs a new snapshot section kind.
     """
 
     __slots__ = ("_entries",)
@@ -55,6 +59,17 @@ class DedupeTable:
         """Add ``(event_id, expires_at, result)`` entries in expiry order (a snapshot's)."""
         self._entries.update({event_id: _pack(expires_at, result)
                               for event_id, expires_at, result in entries})
+
+    def packed_items(self) -> Iterator[tuple[str, bytes]]:
+        """``(event_id, packed entry)`` in expiry order, for a snapshot."""
+        return iter(self._entries.items())
+
+    def load_packed(self, entries: dict[str, bytes]) -> None:
+        """Add :meth:`packed_items` entries in expiry order (a snapshot's)."""
+        for entry in entries.values():
+            if len(entry) <= _ENTRY.size:
+                raise ValueError("a packed dedupe entry is too short")
+        self._entries.update(entries)
 
     def expire(self, now: float) -> int:
         """Forget expired entries; return how many."""

@@ -309,8 +309,13 @@ class Engine:
                 self.boards[name].periods[window][period] = RankIndex.load(dump)
             elif kind == "labels":
                 self.boards[section[1]].labels.update(section[2])
-            elif kind == "dedupe":
+            elif kind == "event_ids":
+                self.boards[section[1]].dedupe.load_packed(section[2])
+            elif kind == "dedupe":  # written before event ids were stored packed
                 self.boards[section[1]].dedupe.load(section[2])
+            else:
+                raise RuntimeError(f"unknown snapshot section {kind!r} (written by a newer "
+                                   "rankd?)")
 
     # --- the single mutation path ----------------------------------------------------
 
@@ -721,8 +726,8 @@ class Engine:
                     await add(["index", board.name, window, period, dump])
             async for chunk in _chunks(board.labels.items()):
                 await add(["labels", board.name, dict(chunk)])
-            async for chunk in _chunks(board.dedupe.items()):
-                await add(["dedupe", board.name, chunk])
+            async for chunk in _chunks(board.dedupe.packed_items()):
+                await add(["event_ids", board.name, dict(chunk)])
         finally:
             board.writable.set()
 
