@@ -9,7 +9,7 @@ import pytest
 
 from engine_helpers import SUNDAY, FakeClock, run, sub, with_engine
 from rankd.engine.engine import Engine, Submission
-from rankd.engine.errors import Conflict, GuardViolation, InvalidInput, NotFound
+from rankd.engine.errors import Conflict, GuardViolation, InvalidInput, NotFound, ReadOnly
 
 
 @pytest.fixture
@@ -493,3 +493,37 @@ def test_a_large_recovery_is_frozen_and_a_small_one_left_to_the_collector(tmp_pa
     # strings and bytes, which it does not), far fewer than ten million.
     assert frozen_by_recovery(1) > 0
     assert frozen_by_recovery(10_000_000) == 0
+
+
+def test_an_internal_error_mid_batch_stops_writes_instead_of_diverging_from_the_log(
+        tmp_path, clock, monkeypatch):
+    # An index that fails on one write stands for a bug: the batch's earlier
+    # events are applied but will never be logged, so the engine must refuse
+    # every later write (reads keep working) rather than serve a state that
+    # a restart would not rebuild.
+    from rankd.engine.board import Board
+
+    real = Board.index_for_write
+
+    def failing(board, window, period):
+        index = real(board, window, period)
+        if window == "daily":
+            raise RuntimeError("simulated index failure")
+        return index
+
+    async def body(engine: Engine):
+        await engine.put_board("b", {"policy": "sum", "windows": ["all", "daily"]})
+        await engine.submit(sub("b", "ann", delta=1))
+        logged = engine.wal.last_lsn
+        monkeypatch.setattr(Board, "index_for_write", failing)
+        with pytest.raises(RuntimeError, match="simulated"):
+            await engine.submit_many([sub("b", "bob", delta=2), sub("b", "cid", delta=3)])
+        monkeypatch.setattr(Board, "index_for_write", real)
+        with pytest.raises(ReadOnly):
+            await engine.submit(sub("b", "dan", delta=4))
+        with pytest.raises(ReadOnly):
+            await engine.put_board("c", {})
+        assert engine.wal.last_lsn == logged
+        assert engine.standing("b", "ann")["score"] == 1.0
+
+    scenario(tmp_path, clock, body)
