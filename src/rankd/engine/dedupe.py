@@ -66,9 +66,8 @@ class DedupeTable:
 
     def load_packed(self, entries: dict[str, bytes]) -> None:
         """Add :meth:`packed_items` entries in expiry order (a snapshot's)."""
-        for entry in entries.values():
-            if len(entry) <= _ENTRY.size:
-                raise ValueError("a packed dedupe entry is too short")
+        if entries and min(map(len, entries.values())) <= _ENTRY.size:
+            raise ValueError("a packed dedupe entry is too short")
         self._entries.update(entries)
 
     def expire(self, now: float) -> int:
