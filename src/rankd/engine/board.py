@@ -1,8 +1,9 @@
 """One leaderboard: its config and a rank index per window and period.
 
-A :class:`Board` is state only.  It is changed by the engine's single
-mutation path (:meth:`rankd.engine.engine.Engine._apply`), which live
-writes and recovery share; front-ends never touch it.
+A :class:`Board` is state only.  Only the engine changes it: submissions
+through :mod:`rankd.engine.ingest`, board changes and removals through
+``Engine._apply_record``, and recovery by replaying the same records;
+front-ends never touch it.
 """
 
 from __future__ import annotations

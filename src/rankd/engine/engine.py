@@ -317,7 +317,7 @@ class Engine:
                 raise RuntimeError(f"unknown snapshot section {kind!r} (written by a newer "
                                    "rankd?)")
 
-    # --- the single mutation path ----------------------------------------------------
+    # --- replay and board changes ---------------------------------------------------
 
     def _replay_records(self, batch: Sequence[tuple[int, Any]]) -> None:
         """Replay logged records in log order.
