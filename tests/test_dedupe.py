@@ -42,7 +42,7 @@ def test_the_table_behaves_like_a_dict_in_insertion_order(entries, now):
         if load == "load":
             copy.load(table.items())
         else:
-            copy.load_packed(dict(table.packed_items()))
+            copy.load_packed(dict(table.packed()))
         assert list(copy.items()) == list(table.items())
 
 

@@ -3,6 +3,7 @@ and a crash test that SIGKILLs a live engine again and again."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
@@ -273,6 +274,48 @@ def test_event_ids_of_a_snapshot_in_the_older_unpacked_format_are_still_remember
         again = await engine.submit(sub("b", "ann", delta=5, event_id="e1"))
         assert again == {**first, "duplicate": True}
         assert engine.standing("b", "ann")["score"] == 5.0
+        await engine.close(snapshot=False)
+
+    run(scenario())
+
+
+def test_writes_during_a_snapshot_survive_a_restart(tmp_path, monkeypatch):
+    """A board takes writes again while its labels and event ids are being
+    written: a restart from that snapshot and the WAL tail must give the
+    same state and remember every event id, old and new."""
+    monkeypatch.setattr(engine_module, "SNAPSHOT_CHUNK", 7)  # many steps: writes interleave
+    clock = FakeClock()
+
+    async def scenario():
+        engine = await Engine.open(engine_config(tmp_path), clock=clock)
+        await engine.put_board("b", {"policy": "sum"})
+        await engine.submit_many([sub("b", f"m{i}", delta=i, event_id=f"old{i}", label=f"L{i}")
+                                  for i in range(100)])
+        written_during = []
+        interleaved = []
+
+        async def writer():
+            for i in range(60):
+                answer = await engine.submit(sub("b", f"m{i % 30}", delta=1, event_id=f"new{i}",
+                                                 label=f"N{i}"))
+                written_during.append(answer)
+                interleaved.append(not snapshotting.done())
+                await asyncio.sleep(0)
+
+        snapshotting = asyncio.create_task(engine.snapshot())
+        await asyncio.gather(snapshotting, writer())
+        assert len(written_during) == 60 and any(interleaved)
+        digest = engine.digest()
+        labels = dict(engine.boards["b"].labels)
+        await engine.close(snapshot=False)
+
+        engine = await Engine.open(engine_config(tmp_path), clock=clock)
+        assert engine.digest() == digest
+        assert engine.boards["b"].labels == labels
+        again = await engine.submit(sub("b", "m3", delta=1, event_id="new3"))
+        assert again == {**written_during[3], "duplicate": True}
+        old = await engine.submit(sub("b", "m5", delta=5, event_id="old5"))
+        assert old["duplicate"] and old["member"] == "m5"
         await engine.close(snapshot=False)
 
     run(scenario())

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 
 #: expires_at, score, previous, rank, flags; then the member's UTF-8 bytes.
 _ENTRY = struct.Struct("<dddqB")
@@ -29,7 +30,7 @@ class DedupeTable:
     Bytes are also invisible to the cyclic garbage collector.  Only a
     duplicate unpacks its entry.
 
-    Snapshots store the packed entries as they are (:meth:`packed_items`,
+    Snapshots store the packed entries as they are (:meth:`packed`,
     :meth:`load_packed`), so the entry layout is part of the snapshot format:
     changing it needs a new snapshot section kind.
     """
@@ -60,12 +61,13 @@ class DedupeTable:
         self._entries.update({event_id: _pack(expires_at, result)
                               for event_id, expires_at, result in entries})
 
-    def packed_items(self) -> Iterator[tuple[str, bytes]]:
-        """``(event_id, packed entry)`` in expiry order, for a snapshot."""
-        return iter(self._entries.items())
+    def packed(self) -> Mapping[str, bytes]:
+        """``event_id -> packed entry`` in expiry order, for a snapshot: a
+        read-only view, which changes with the table."""
+        return MappingProxyType(self._entries)
 
     def load_packed(self, entries: dict[str, bytes]) -> None:
-        """Add :meth:`packed_items` entries in expiry order (a snapshot's)."""
+        """Add :meth:`packed` entries in expiry order (a snapshot's)."""
         if entries and min(map(len, entries.values())) <= _ENTRY.size:
             raise ValueError("a packed dedupe entry is too short")
         self._entries.update(entries)

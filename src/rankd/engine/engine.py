@@ -33,7 +33,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,7 +65,8 @@ REPLAY_BATCH = 10_000
 #: Replayed index states held before they are applied: enough for a large
 #: index to take them in one re-threading pass, few enough to bound memory.
 REPLAY_PENDING_STATES = 1_000_000
-#: Labels or event ids encoded per step of a snapshot (~10 ms of event-loop time).
+#: Labels or event ids copied, then encoded, per step of a snapshot (each a few ms
+#: of event-loop time).
 SNAPSHOT_CHUNK = 20_000
 
 
@@ -710,9 +711,11 @@ class Engine:
             return path
 
     async def _snapshot_board(self, writer: Any, board: Board) -> None:
-        """Write one board.  Its writers wait meanwhile (other boards' do not); the
-        event loop never waits long: indexes are copied in a worker thread
-        without the GIL, and labels and event ids are encoded a chunk at a time."""
+        """Write one board.  Its writers wait (other boards' do not) while its
+        indexes are dumped, in a worker thread without the GIL, and while its
+        labels and event ids are copied a chunk at a time; the copies are
+        encoded and written after writes resume.  The event loop never waits
+        long."""
         async def add(section: list) -> None:
             await asyncio.to_thread(writer.add, records.encode(section))
 
@@ -724,12 +727,14 @@ class Engine:
                 for period, index in list(periods.items()):
                     dump = await asyncio.to_thread(index.dump)
                     await add(["index", board.name, window, period, dump])
-            async for chunk in _chunks(board.labels.items()):
-                await add(["labels", board.name, dict(chunk)])
-            async for chunk in _chunks(board.dedupe.packed_items()):
-                await add(["event_ids", board.name, dict(chunk)])
+            labels = [chunk async for chunk in _copied(board.labels)]
+            event_ids = [chunk async for chunk in _copied(board.dedupe.packed())]
         finally:
             board.writable.set()
+        for keys, values in labels:
+            await add(["labels", board.name, dict(zip(keys, values, strict=True))])
+        for keys, values in event_ids:
+            await add(["event_ids", board.name, dict(zip(keys, values, strict=True))])
 
     async def _drop_covered_segments(self) -> None:
         keep_from = self.snapshots.oldest_kept_lsn() + 1
@@ -792,11 +797,12 @@ class Engine:
         return round(self.clock() * 1000)
 
 
-async def _chunks(items: Iterable, size: int = SNAPSHOT_CHUNK) -> AsyncIterator[list]:
-    """``items`` in lists of ``size``, letting the event loop run between them."""
-    iterator = iter(items)
-    while chunk := list(itertools.islice(iterator, size)):
-        yield chunk
+async def _copied(mapping: Mapping[str, Any]) -> AsyncIterator[tuple[list, list]]:
+    """``mapping``'s keys and values, in lists of ``SNAPSHOT_CHUNK``, letting the
+    event loop run between them (``mapping`` must not change meanwhile)."""
+    keys, values = iter(mapping), iter(mapping.values())
+    while chunk := list(itertools.islice(keys, SNAPSHOT_CHUNK)):
+        yield chunk, list(itertools.islice(values, len(chunk)))
         await asyncio.sleep(0)
 
 
