@@ -63,7 +63,7 @@ class Ingested(NamedTuple):
 
 
 def ingest(boards: dict[str, Board], submissions: Iterable[Submission], now: float,
-                  first_lsn: int, dedupe_ttl: float, ts_tolerance: float) -> Ingested:
+           first_lsn: int, dedupe_ttl: float, ts_tolerance: float) -> Ingested:
     """Apply ``submissions`` to ``boards``; the records get log positions
     ``first_lsn, first_lsn + 1, ...`` (see the module docstring)."""
     answers: list[dict[str, Any] | EngineError] = []
