@@ -527,3 +527,25 @@ def test_an_internal_error_mid_batch_stops_writes_instead_of_diverging_from_the_
         assert engine.standing("b", "ann")["score"] == 1.0
 
     scenario(tmp_path, clock, body)
+
+
+def test_a_board_held_by_its_snapshot_does_not_hold_other_boards_in_the_same_batch(
+        tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("big", {"policy": "sum"})
+        await engine.put_board("small", {"policy": "sum"})
+        engine.boards["big"].writable.clear()  # as while its index is being dumped
+        batch = asyncio.ensure_future(engine.submit_many([
+            sub("big", "ann", delta=1), sub("small", "bob", delta=2),
+            sub("big", "ann", delta=3), sub("nope", "cid", delta=1)]))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert engine.standing("small", "bob")["score"] == 2.0
+        assert engine.standing("big", "ann") is None and not batch.done()
+        engine.boards["big"].writable.set()
+        answers = await batch
+        assert [a["score"] for a in answers[:3]] == [1.0, 2.0, 4.0]
+        assert isinstance(answers[3], NotFound)
+        assert engine.standing("big", "ann")["score"] == 4.0
+
+    scenario(tmp_path, clock, body)

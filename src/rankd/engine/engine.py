@@ -464,8 +464,23 @@ class Engine:
 
     async def _submit_batch(self, submissions: list[Submission]
                             ) -> list[dict[str, Any] | EngineError]:
-        """Apply one coalesced batch (see :meth:`submit_many`)."""
-        await self._wait_writable({s.board for s in submissions})
+        """Apply one coalesced batch (see :meth:`submit_many`).
+
+        Submissions to a board whose snapshot holds its writes wait for it;
+        the rest of the batch does not wait with them (the order of each
+        board's submissions is kept).
+        """
+        held = {s.board for s in submissions if type(s.board) is str
+                and s.board in self.boards and not self.boards[s.board].writable.is_set()}
+        if held:
+            waiting = [type(s.board) is str and s.board in held for s in submissions]
+            free = [s for s, wait in zip(submissions, waiting, strict=True) if not wait]
+            later = [s for s, wait in zip(submissions, waiting, strict=True) if wait]
+            now_answers, later_answers = await asyncio.gather(
+                self._submit_batch(free) if free else _nothing(),
+                self._submit_when_writable(held, later))
+            first, then = iter(now_answers), iter(later_answers)
+            return [next(then) if wait else next(first) for wait in waiting]
         self._check_writable()
         try:
             done = ingest(self.boards, submissions, self.clock(), self.wal.last_lsn + 1,
@@ -528,13 +543,13 @@ class Engine:
         if not self.ready:
             raise ReadOnly("rankd is not serving yet")
 
-    async def _wait_writable(self, names: set[str]) -> None:
-        while True:
-            blocked = [self.boards[n] for n in names
-                       if n in self.boards and not self.boards[n].writable.is_set()]
-            if not blocked:
-                return
-            await blocked[0].writable.wait()
+    async def _submit_when_writable(self, names: set[str], submissions: list[Submission]
+                                    ) -> list[dict[str, Any] | EngineError]:
+        for name in names:
+            board = self.boards.get(name)
+            if board is not None:
+                await board.writable.wait()
+        return await self._submit_batch(submissions)  # held again meanwhile: it waits again
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -795,6 +810,10 @@ class Engine:
 
     def _now_ms(self) -> int:
         return round(self.clock() * 1000)
+
+
+async def _nothing() -> list:
+    return []
 
 
 async def _copied(mapping: Mapping[str, Any]) -> AsyncIterator[tuple[list, list]]:
