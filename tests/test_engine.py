@@ -549,3 +549,23 @@ def test_a_board_held_by_its_snapshot_does_not_hold_other_boards_in_the_same_bat
         assert engine.standing("big", "ann")["score"] == 4.0
 
     scenario(tmp_path, clock, body)
+
+
+def test_a_held_board_refused_after_its_wait_does_not_undo_the_other_boards_answers(
+        tmp_path, clock):
+    async def body(engine: Engine):
+        await engine.put_board("big", {"policy": "sum"})
+        await engine.put_board("small", {"policy": "sum"})
+        engine.boards["big"].writable.clear()
+        batch = asyncio.ensure_future(engine.submit_many([
+            sub("big", "ann", delta=1), sub("small", "bob", delta=2)]))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        engine.failure = OSError("simulated disk failure")  # after bob's commit
+        engine.boards["big"].writable.set()
+        answers = await batch
+        assert isinstance(answers[0], ReadOnly)
+        assert answers[1]["score"] == 2.0 and not answers[1]["duplicate"]
+        assert engine.standing("big", "ann") is None
+
+    scenario(tmp_path, clock, body)

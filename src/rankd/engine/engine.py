@@ -33,7 +33,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -476,10 +476,10 @@ class Engine:
             waiting = [type(s.board) is str and s.board in held for s in submissions]
             free = [s for s, wait in zip(submissions, waiting, strict=True) if not wait]
             later = [s for s, wait in zip(submissions, waiting, strict=True) if wait]
-            now_answers, later_answers = await asyncio.gather(
-                self._submit_batch(free) if free else _nothing(),
-                self._submit_when_writable(held, later))
-            first, then = iter(now_answers), iter(later_answers)
+            parts = await asyncio.gather(self._submit_batch(free) if free else _nothing(),
+                                         self._submit_when_writable(held, later),
+                                         return_exceptions=True)
+            first, then = [_answers_of(part) for part in parts]
             return [next(then) if wait else next(first) for wait in waiting]
         self._check_writable()
         try:
@@ -814,6 +814,17 @@ class Engine:
 
 async def _nothing() -> list:
     return []
+
+
+def _answers_of(part: list | BaseException) -> Iterator:
+    """The answers of one part of a split batch.  A part refused as a whole
+    (read-only meanwhile) answers each of its submissions with that error,
+    and the other part's answers stand."""
+    if isinstance(part, EngineError):
+        return itertools.repeat(part)
+    if isinstance(part, BaseException):
+        raise part
+    return iter(part)
 
 
 async def _copied(mapping: Mapping[str, Any]) -> AsyncIterator[tuple[list, list]]:
