@@ -529,17 +529,24 @@ def test_an_internal_error_mid_batch_stops_writes_instead_of_diverging_from_the_
     scenario(tmp_path, clock, body)
 
 
+async def _submit_while_big_is_held(engine: Engine, submissions: list) -> asyncio.Future:
+    """Boards "big" and "small"; "big" held as while its index is being dumped;
+    ``submissions`` handed to the engine and given time to run."""
+    await engine.put_board("big", {"policy": "sum"})
+    await engine.put_board("small", {"policy": "sum"})
+    engine.boards["big"].writable.clear()
+    batch = asyncio.ensure_future(engine.submit_many(submissions))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    return batch
+
+
 def test_a_board_held_by_its_snapshot_does_not_hold_other_boards_in_the_same_batch(
         tmp_path, clock):
     async def body(engine: Engine):
-        await engine.put_board("big", {"policy": "sum"})
-        await engine.put_board("small", {"policy": "sum"})
-        engine.boards["big"].writable.clear()  # as while its index is being dumped
-        batch = asyncio.ensure_future(engine.submit_many([
+        batch = await _submit_while_big_is_held(engine, [
             sub("big", "ann", delta=1), sub("small", "bob", delta=2),
-            sub("big", "ann", delta=3), sub("nope", "cid", delta=1)]))
-        for _ in range(20):
-            await asyncio.sleep(0)
+            sub("big", "ann", delta=3), sub("nope", "cid", delta=1)])
         assert engine.standing("small", "bob")["score"] == 2.0
         assert engine.standing("big", "ann") is None and not batch.done()
         engine.boards["big"].writable.set()
@@ -554,13 +561,8 @@ def test_a_board_held_by_its_snapshot_does_not_hold_other_boards_in_the_same_bat
 def test_a_held_board_refused_after_its_wait_does_not_undo_the_other_boards_answers(
         tmp_path, clock):
     async def body(engine: Engine):
-        await engine.put_board("big", {"policy": "sum"})
-        await engine.put_board("small", {"policy": "sum"})
-        engine.boards["big"].writable.clear()
-        batch = asyncio.ensure_future(engine.submit_many([
-            sub("big", "ann", delta=1), sub("small", "bob", delta=2)]))
-        for _ in range(20):
-            await asyncio.sleep(0)
+        batch = await _submit_while_big_is_held(engine, [
+            sub("big", "ann", delta=1), sub("small", "bob", delta=2)])
         engine.failure = OSError("simulated disk failure")  # after bob's commit
         engine.boards["big"].writable.set()
         answers = await batch

@@ -476,7 +476,7 @@ class Engine:
             waiting = [type(s.board) is str and s.board in held for s in submissions]
             free = [s for s, wait in zip(submissions, waiting, strict=True) if not wait]
             later = [s for s, wait in zip(submissions, waiting, strict=True) if wait]
-            parts = await asyncio.gather(self._submit_batch(free) if free else _nothing(),
+            parts = await asyncio.gather(self._submit_batch(free),
                                          self._submit_when_writable(held, later),
                                          return_exceptions=True)
             first, then = [_answers_of(part) for part in parts]
@@ -810,10 +810,6 @@ class Engine:
 
     def _now_ms(self) -> int:
         return round(self.clock() * 1000)
-
-
-async def _nothing() -> list:
-    return []
 
 
 def _answers_of(part: list | BaseException) -> Iterator:
