@@ -28,9 +28,17 @@ frames = Extension(
     define_macros=extension.define_macros,
 )
 
+# Recovery's replay of SUBMIT records (see rankd.engine.replay).
+replay = Extension(
+    "rankd.engine._replay",
+    sources=["src/rankd/engine/_replay.pyx"],
+    extra_compile_args=extension.extra_compile_args,
+    define_macros=extension.define_macros,
+)
+
 setup(
     ext_modules=cythonize(
-        [extension, frames],
+        [extension, frames, replay],
         language_level="3",
         compiler_directives={
             "embedsignature": True,

@@ -15,6 +15,8 @@ them and ships them to Postgres.
 ``wal``         segmented, checksummed write-ahead log with group commit
 ``frames``      the WAL's on-disk record framing and its scanner (native
                 ``_frames`` when built)
+``replay``      recovery's replay of SUBMIT records (native ``_replay``
+                when built)
 ``snapshot``    atomic snapshot files
 ``dedupe``      event-id table with a TTL
 ``postgres``    schema, WAL shipping and restore (optional)

@@ -52,8 +52,9 @@ from rankd.engine.errors import (
     NotFound,
     ReadOnly,
 )
-from rankd.engine.ingest import check_member, ingest, note_submit
+from rankd.engine.ingest import check_member, ingest
 from rankd.engine.periods import check_window, period_of, period_start
+from rankd.engine.replay import gather_submit, replay_submits
 from rankd.engine.snapshot import SnapshotStore
 from rankd.engine.wal import WalFailedError, WriteAheadLog
 
@@ -282,9 +283,8 @@ class Engine:
         total = max(0, self.wal.last_lsn - snapshot_lsn)
         replayed = 0
         reported = 0
-        decode = records.decode
         for batch in self.wal.iter_batches(snapshot_lsn + 1, REPLAY_BATCH):
-            self._replay_records([(lsn, decode(payload)) for lsn, payload in batch])
+            self._replay_records(batch)
             replayed += len(batch)
             if replayed - reported >= REPLAY_BATCH * 20:
                 reported = replayed
@@ -320,53 +320,34 @@ class Engine:
 
     # --- replay and board changes ---------------------------------------------------
 
-    def _replay_records(self, batch: Sequence[tuple[int, Any]]) -> None:
-        """Replay logged records in log order.
+    def _replay_records(self, batch: list[tuple[int, bytes]]) -> None:
+        """Replay logged ``(lsn, payload)`` records in log order.
 
-        The states SUBMIT records carry are gathered
-        (:meth:`_replay_submits`) and reach the indexes before any other
-        record of their board, and at the end (:meth:`_apply_replayed`);
-        every other record goes through :meth:`_apply_record`, as it did
-        live.
+        Runs of SUBMIT records go through :mod:`rankd.engine.replay`, which
+        gathers their index states; those reach the indexes before any
+        other record of their board, and at the end
+        (:meth:`_apply_replayed`).  Every other record goes through
+        :meth:`_apply_record`, as it did live.
         """
-        start = 0
-        while start < len(batch):
-            lsn, record = batch[start]
+        ttl = self.config.dedupe_ttl
+        position = 0
+        while position < len(batch):
+            lsn, payload = batch[position]
+            record = records.decode(payload)
+            position += 1
             if record[0] != records.SUBMIT:
                 if self._replayed:
                     self._apply_replayed(record[1])
                 self._apply_record(lsn, record)
-                start += 1
                 continue
-            stop = start + 1
-            while (stop < len(batch) and batch[stop][1][0] == records.SUBMIT
-                   and batch[stop][1][1] == record[1]):
-                stop += 1
             board = self.boards.get(record[1])
-            if board is not None:  # else a later record dropped the board
-                self._replay_submits(board, batch[start:stop])
-            start = stop
-
-    def _replay_submits(self, board: Board, group: Sequence[tuple[int, Any]]) -> None:
-        """Replay SUBMIT records: gather their index states, apply the rest."""
-        pending = self._replayed
-        windows = board.periods
-        ttl = self.config.dedupe_ttl
-        gathered = 0
-        for lsn, record in group:
-            member = record[2]
-            for window, period, score in record[9]:
-                if window in windows:  # else removed by a later config change
-                    key = (board.name, window, period)
-                    states = pending.get(key)
-                    if states is None:
-                        states = pending[key] = []
-                    states.append((member, score, lsn))
-                    gathered += 1
-            note_submit(board, record, ttl)
-        self._replayed_count += gathered
-        if self._replayed_count >= REPLAY_PENDING_STATES:
-            self._apply_replayed()
+            if board is None:  # a later record dropped the board
+                continue
+            gathered = gather_submit(board, lsn, record, ttl, self._replayed)
+            position, more = replay_submits(board, batch, position, ttl, self._replayed)
+            self._replayed_count += gathered + more
+            if self._replayed_count >= REPLAY_PENDING_STATES:
+                self._apply_replayed()
 
     def _apply_replayed(self, name: str | None = None) -> None:
         """Hand gathered replay states to their indexes (of one board, or all)."""

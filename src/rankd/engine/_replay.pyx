@@ -1,0 +1,339 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Native replay of SUBMIT records.
+
+The hot loop of recovery: ``rankd.engine.replay`` documents what replaying
+a SUBMIT record does, and ``replay_submits_python`` there is the reference
+this must match state for state (the tests compare them on random records).
+
+A record is read straight from its msgpack payload, in the layout
+``rankd.engine.records`` writes (an 11-item array; see that module), with
+no intermediate Python objects: only the member, event id, label, scores
+and log position the state keeps are created.  Anything else (another
+kind or board, an encoding our packer does not produce) stops the walk at
+that record, *before* any of its effects, and the caller replays it from
+its decoded form.  A record is parsed whole before it changes anything.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_Contains, PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
+from cpython.list cimport PyList_Append
+from cpython.ref cimport PyObject
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+cdef enum:
+    SUBMIT = 3
+    RECORD_ITEMS = 11
+    RESULT_ITEMS = 4
+    MAX_UPDATES = 16     # a board has at most 4 windows
+    MAX_CACHED = 32      # (window, period) pairs remembered per call
+    # rankd.engine.dedupe: expires_at, score, previous (f64), rank (i64), flags (u8)
+    ENTRY_BYTES = 33
+    CHANGED = 1
+    HAS_SCORE = 2
+    HAS_PREVIOUS = 4
+    HAS_RANK = 8
+
+
+cdef struct Reader:
+    const uint8_t *p
+    const uint8_t *end
+
+
+cdef struct Text:
+    const char *data
+    Py_ssize_t size
+    bint present          # False: nil
+
+
+cdef struct Update:
+    Text window
+    Text period
+    double score
+
+
+cdef struct Record:
+    Text board
+    Text member
+    Text event_id
+    Text label
+    int64_t now_ms
+    Py_ssize_t nupdates
+    Update updates[MAX_UPDATES]
+    double score, previous
+    int64_t rank
+    bint has_score, has_previous, has_rank, changed
+
+
+cdef struct Cached:
+    Text window
+    Text period
+    PyObject *states     # borrowed from `keep`; NULL: a window the board no longer has
+
+
+# --- msgpack readers: 0 on success, -1 for anything outside the subset ---------------
+
+cdef inline int _take(Reader *r, Py_ssize_t n, const uint8_t **out) noexcept:
+    if r.end - r.p < n:
+        return -1
+    out[0] = r.p
+    r.p += n
+    return 0
+
+
+cdef inline uint64_t _be(const uint8_t *p, int n) noexcept:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(n):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef int _array(Reader *r, Py_ssize_t *n) noexcept:
+    cdef const uint8_t *p
+    if _take(r, 1, &p) < 0:
+        return -1
+    if 0x90 <= p[0] <= 0x9f:
+        n[0] = p[0] & 0x0f
+    elif p[0] == 0xdc:
+        if _take(r, 2, &p) < 0:
+            return -1
+        n[0] = <Py_ssize_t>_be(p, 2)
+    else:
+        return -1
+    return 0
+
+
+cdef int _int(Reader *r, int64_t *out) noexcept:
+    cdef const uint8_t *p
+    cdef uint8_t tag
+    cdef uint64_t u
+    cdef int size
+    if _take(r, 1, &p) < 0:
+        return -1
+    tag = p[0]
+    if tag <= 0x7f:
+        out[0] = tag
+        return 0
+    if tag >= 0xe0:
+        out[0] = <int64_t>tag - 256
+        return 0
+    if 0xcc <= tag <= 0xcf:
+        size = 1 << (tag - 0xcc)
+        if _take(r, size, &p) < 0:
+            return -1
+        u = _be(p, size)
+        if u > <uint64_t>0x7fffffffffffffff:
+            return -1
+        out[0] = <int64_t>u
+        return 0
+    if 0xd0 <= tag <= 0xd3:
+        size = 1 << (tag - 0xd0)
+        if _take(r, size, &p) < 0:
+            return -1
+        u = _be(p, size)
+        if size < 8 and u >> (8 * size - 1):
+            u |= ~((<uint64_t>1 << (8 * size)) - 1)   # sign-extend
+        out[0] = <int64_t>u
+        return 0
+    return -1
+
+
+cdef int _float(Reader *r, double *out) noexcept:
+    """A float64: what the packer writes for every Python float."""
+    cdef const uint8_t *p
+    cdef uint64_t bits
+    if _take(r, 1, &p) < 0 or p[0] != 0xcb or _take(r, 8, &p) < 0:
+        return -1
+    bits = _be(p, 8)
+    memcpy(out, &bits, 8)
+    return 0
+
+
+cdef int _nil(Reader *r) noexcept:
+    """1 and consumed if the next item is nil, else 0."""
+    if r.p < r.end and r.p[0] == 0xc0:
+        r.p += 1
+        return 1
+    return 0
+
+
+cdef int _bool(Reader *r, bint *out) noexcept:
+    cdef const uint8_t *p
+    if _take(r, 1, &p) < 0 or (p[0] != 0xc2 and p[0] != 0xc3):
+        return -1
+    out[0] = p[0] == 0xc3
+    return 0
+
+
+cdef int _text(Reader *r, Text *out, bint nullable) noexcept:
+    cdef const uint8_t *p
+    cdef Py_ssize_t size
+    cdef int width
+    out.present = False
+    if nullable and _nil(r):
+        return 0
+    if _take(r, 1, &p) < 0:
+        return -1
+    if 0xa0 <= p[0] <= 0xbf:
+        size = p[0] & 0x1f
+    elif 0xd9 <= p[0] <= 0xdb:   # str8, str16, str32
+        width = 1 << (p[0] - 0xd9)
+        if _take(r, width, &p) < 0:
+            return -1
+        size = <Py_ssize_t>_be(p, width)
+    else:
+        return -1
+    if _take(r, size, &p) < 0:
+        return -1
+    out.data = <const char *>p
+    out.size = size
+    out.present = True
+    return 0
+
+
+cdef int _skip_number(Reader *r) noexcept:
+    cdef int64_t ignored
+    cdef double ignored_f
+    if r.p < r.end and r.p[0] == 0xcb:
+        return _float(r, &ignored_f)
+    return _int(r, &ignored)
+
+
+cdef int _parse(const uint8_t *data, Py_ssize_t size, Record *rec) noexcept:
+    """Read a whole SUBMIT record into ``rec``; -1 if it is not one we read."""
+    cdef Reader r
+    cdef Py_ssize_t n, i
+    cdef int64_t kind, ignored
+    cdef bint flag
+    r.p = data
+    r.end = data + size
+    if _array(&r, &n) < 0 or n != RECORD_ITEMS:
+        return -1
+    if _int(&r, &kind) < 0 or kind != SUBMIT:
+        return -1
+    if (_text(&r, &rec.board, False) < 0 or _text(&r, &rec.member, False) < 0
+            or _skip_number(&r) < 0 or _bool(&r, &flag) < 0
+            or _text(&r, &rec.event_id, True) < 0 or _int(&r, &ignored) < 0
+            or _int(&r, &rec.now_ms) < 0 or _text(&r, &rec.label, True) < 0):
+        return -1
+    if _array(&r, &rec.nupdates) < 0 or rec.nupdates > MAX_UPDATES:
+        return -1
+    for i in range(rec.nupdates):
+        if (_array(&r, &n) < 0 or n != 3 or _text(&r, &rec.updates[i].window, False) < 0
+                or _text(&r, &rec.updates[i].period, False) < 0
+                or _float(&r, &rec.updates[i].score) < 0):
+            return -1
+    if _array(&r, &n) < 0 or n != RESULT_ITEMS:
+        return -1
+    rec.has_score = not _nil(&r)
+    if rec.has_score and _float(&r, &rec.score) < 0:
+        return -1
+    rec.has_rank = not _nil(&r)
+    if rec.has_rank and _int(&r, &rec.rank) < 0:
+        return -1
+    rec.has_previous = not _nil(&r)
+    if rec.has_previous and _float(&r, &rec.previous) < 0:
+        return -1
+    if _bool(&r, &rec.changed) < 0:
+        return -1
+    return 0 if r.p == r.end else -1
+
+
+cdef inline bint _same(Text *a, Text *b) noexcept:
+    return a.size == b.size and memcmp(a.data, b.data, a.size) == 0
+
+
+cdef inline object _str(Text *t):
+    return PyUnicode_DecodeUTF8(t.data, t.size, NULL)
+
+
+cdef object _entry(Record *rec, double expires_at):
+    """The dedupe table's packed entry (see rankd.engine.dedupe)."""
+    cdef object entry = PyBytes_FromStringAndSize(NULL, ENTRY_BYTES + rec.member.size)
+    cdef char *p = PyBytes_AS_STRING(entry)
+    cdef double score = rec.score if rec.has_score else 0.0
+    cdef double previous = rec.previous if rec.has_previous else 0.0
+    cdef int64_t rank = rec.rank if rec.has_rank else 0
+    cdef uint8_t flags = ((CHANGED if rec.changed else 0) | (HAS_SCORE if rec.has_score else 0)
+                          | (HAS_PREVIOUS if rec.has_previous else 0)
+                          | (HAS_RANK if rec.has_rank else 0))
+    # Little-endian hosts only, like the rank index (see setup.py).
+    memcpy(p, &expires_at, 8)
+    memcpy(p + 8, &score, 8)
+    memcpy(p + 16, &previous, 8)
+    memcpy(p + 24, &rank, 8)
+    p[32] = <char>flags
+    memcpy(p + ENTRY_BYTES, rec.member.data, rec.member.size)
+    return entry
+
+
+def replay_submits(board, list batch, Py_ssize_t start, double dedupe_ttl, dict pending):
+    """``(stop, gathered)``; see ``rankd.engine.replay.replay_submits_python``."""
+    cdef Record rec
+    cdef Cached cache[MAX_CACHED]
+    cdef Py_ssize_t ncached = 0, stop = start, gathered = 0, changed = 0, i, c
+    cdef int64_t last_now_ms = 0
+    cdef bytes name = board.name.encode()
+    cdef Text board_name
+    cdef dict windows = board.periods
+    cdef dict labels = board.labels
+    cdef dict entries = board.dedupe.raw()
+    cdef list keep = []          # owns the cached state lists
+    cdef tuple item
+    cdef bytes payload
+    cdef PyObject *found
+    board_name.data = PyBytes_AS_STRING(name)
+    board_name.size = len(name)
+    while stop < len(batch):
+        item = <tuple?>batch[stop]
+        payload = <bytes?>item[1]
+        if (_parse(<const uint8_t *>PyBytes_AS_STRING(payload), len(payload), &rec) < 0
+                or not _same(&rec.board, &board_name)):
+            break
+        member = _str(&rec.member)
+        lsn = item[0]
+        for i in range(rec.nupdates):
+            for c in range(ncached):
+                if (_same(&cache[c].window, &rec.updates[i].window)
+                        and _same(&cache[c].period, &rec.updates[i].period)):
+                    break
+            else:
+                if ncached == MAX_CACHED:
+                    ncached = 0  # start over; `keep` still owns the lists
+                c = ncached
+                ncached += 1
+                cache[c].window = rec.updates[i].window
+                cache[c].period = rec.updates[i].period
+                cache[c].states = NULL
+                window = _str(&rec.updates[i].window)
+                if window in windows:  # else removed by a later config change
+                    key = (board.name, window, _str(&rec.updates[i].period))
+                    found = PyDict_GetItem(pending, key)
+                    if found == NULL:
+                        states = []
+                        PyDict_SetItem(pending, key, states)
+                    else:
+                        states = <object>found
+                    keep.append(states)
+                    cache[c].states = <PyObject *>states
+            if cache[c].states != NULL:
+                PyList_Append(<object>cache[c].states, (member, rec.updates[i].score, lsn))
+                gathered += 1
+        if rec.label.present:
+            PyDict_SetItem(labels, member, _str(&rec.label))
+        if rec.event_id.present:
+            event_id = _str(&rec.event_id)
+            if PyDict_Contains(entries, event_id):
+                PyDict_DelItem(entries, event_id)  # re-inserted last: insertion order is expiry order
+            PyDict_SetItem(entries, event_id,
+                           _entry(&rec, <double>rec.now_ms / 1000.0 + dedupe_ttl))
+        if rec.nupdates:
+            changed += 1
+            last_now_ms = rec.now_ms
+        stop += 1
+    if changed:
+        board.version += changed
+        board.updated_at = <double>last_now_ms / 1000.0
+    return stop, gathered

@@ -1,0 +1,80 @@
+"""Replaying SUBMIT records: gather their index states, apply the rest.
+
+Recovery replays a long run of SUBMIT records, most of them for one board.
+It does not write the indexes record by record: it gathers each record's
+absolute states ``(member, score, lsn)`` per ``(board, window, period)``
+into ``pending`` lists, which the engine hands to ``RankIndex.set_states``
+in bulk; labels, event ids and the board version are noted as live ingest
+notes them (:func:`rankd.engine.ingest.note_submit`).
+
+:func:`replay_submits` walks a run of one board's records from a batch of
+``(lsn, payload)``.  It is the hot loop of recovery (a million records in a
+few seconds), so it has a native implementation in
+``rankd.engine._replay``, chosen at import like the frame scanner
+(``RANKD_PURE_PYTHON=1`` forces :func:`replay_submits_python`).  The native
+one reads payloads in the layout :mod:`rankd.engine.records` writes and
+stops at the first record it does not recognise (another kind, another
+board, an unexpected encoding), which the caller then decodes and replays
+with :func:`gather_submit`; both leave exactly the same state.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from rankd.engine import records
+from rankd.engine.ingest import note_submit
+
+if TYPE_CHECKING:
+    from rankd.engine.board import Board
+
+#: ``(board, window, period) -> [(member, score, lsn), ...]``
+Pending = dict[tuple[str, str, str], list[tuple[str, float, int]]]
+
+
+def gather_submit(board: Board, lsn: int, record: Sequence[Any], dedupe_ttl: float,
+                  pending: Pending) -> int:
+    """Replay one decoded SUBMIT record of ``board``; return the states gathered."""
+    member = record[2]
+    windows = board.periods
+    gathered = 0
+    for window, period, score in record[9]:
+        if window in windows:  # else removed by a later config change
+            key = (board.name, window, period)
+            states = pending.get(key)
+            if states is None:
+                states = pending[key] = []
+            states.append((member, score, lsn))
+            gathered += 1
+    note_submit(board, record, dedupe_ttl)
+    return gathered
+
+
+def replay_submits_python(board: Board, batch: Sequence[tuple[int, bytes]], start: int,
+                          dedupe_ttl: float, pending: Pending) -> tuple[int, int]:
+    """Replay the SUBMIT records of ``board`` from ``batch[start]`` on, up to
+    the first record that is not one; return ``(stop, gathered)``: that
+    record's position in ``batch`` (or its length) and the states gathered."""
+    gathered = 0
+    stop = start
+    decode = records.decode
+    while stop < len(batch):
+        lsn, payload = batch[stop]
+        record = decode(payload)
+        if record[0] != records.SUBMIT or record[1] != board.name:
+            break
+        gathered += gather_submit(board, lsn, record, dedupe_ttl, pending)
+        stop += 1
+    return stop, gathered
+
+
+try:
+    if os.environ.get("RANKD_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("RANKD_PURE_PYTHON is set")
+    from rankd.engine._replay import replay_submits
+    IMPLEMENTATION = "native"
+except ImportError:
+    replay_submits = replay_submits_python
+    IMPLEMENTATION = "python"
