@@ -308,6 +308,9 @@ def test_writes_during_a_snapshot_survive_a_restart(tmp_path, monkeypatch):
         digest = engine.digest()
         labels = dict(engine.boards["b"].labels)
         await engine.close(snapshot=False)
+        # However many chunks they were copied in, one section each.
+        kinds = [records.decode(p)[0] for p in engine.snapshots.latest()[1]]
+        assert kinds.count("labels") == 1 and kinds.count("event_ids") == 1
 
         engine = await Engine.open(engine_config(tmp_path), clock=clock)
         assert engine.digest() == digest
@@ -316,6 +319,42 @@ def test_writes_during_a_snapshot_survive_a_restart(tmp_path, monkeypatch):
         assert again == {**written_during[3], "duplicate": True}
         old = await engine.submit(sub("b", "m5", delta=5, event_id="old5"))
         assert old["duplicate"] and old["member"] == "m5"
+        await engine.close(snapshot=False)
+
+    run(scenario())
+
+
+def test_labels_and_event_ids_of_a_snapshot_in_several_sections_load_the_same(tmp_path):
+    """Snapshots written before a board's labels and event ids went into
+    one section each held them in chunks of many sections."""
+    clock = FakeClock()
+
+    async def scenario():
+        engine = await Engine.open(engine_config(tmp_path), clock=clock)
+        await engine.put_board("b", {"policy": "sum"})
+        answers = await engine.submit_many([sub("b", f"m{i}", delta=i, event_id=f"e{i}",
+                                                label=f"L{i}") for i in range(10)])
+        await engine.snapshot()
+        await engine.close(snapshot=False)
+        digest, labels = engine.digest(), dict(engine.boards["b"].labels)
+
+        lsn, sections = engine.snapshots.latest()
+        writer = engine.snapshots.begin(lsn)
+        for payload in sections:
+            kind, *rest = records.decode(payload)
+            if kind not in ("labels", "event_ids"):
+                writer.add(payload)
+                continue
+            items = list(rest[1].items())
+            for start in range(0, len(items), 3):
+                writer.add(records.encode([kind, rest[0], dict(items[start:start + 3])]))
+        writer.commit()
+
+        engine = await Engine.open(engine_config(tmp_path), clock=clock)
+        assert engine.digest() == digest and engine.boards["b"].labels == labels
+        again = await engine.submit_many([sub("b", f"m{i}", delta=i, event_id=f"e{i}")
+                                          for i in range(10)])
+        assert again == [{**answer, "duplicate": True} for answer in answers]
         await engine.close(snapshot=False)
 
     run(scenario())

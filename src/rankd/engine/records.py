@@ -21,6 +21,7 @@ REMOVE     board, member, ts_ms
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,6 +41,23 @@ _packer = msgpack.Packer(use_bin_type=True)
 def encode(record: tuple | list) -> bytes:
     """Encode one record."""
     return _packer.pack(record)
+
+
+def encode_with_map(head: Sequence[Any], chunks: Sequence[tuple[list, list]]
+                    ) -> Iterator[bytes]:
+    """Encode ``[*head, mapping]`` in pieces, where ``mapping`` comes as
+    ``(keys, values)`` chunks (distinct keys): one map however many chunks,
+    so a reader decodes it into one dict instead of merging many.
+
+    A msgpack map is a header and then its pairs, so each chunk is encoded
+    on its own and loses its own header; the caller can let other work run
+    between pieces, and joins them.
+    """
+    header = _packer.pack_array_header(len(head) + 1) + b"".join(map(_packer.pack, head))
+    yield header + _packer.pack_map_header(sum(len(keys) for keys, _ in chunks))
+    for keys, values in chunks:
+        encoded = _packer.pack(dict(zip(keys, values, strict=True)))
+        yield encoded[len(_packer.pack_map_header(len(keys))):]
 
 
 def decode(payload: bytes) -> tuple:
