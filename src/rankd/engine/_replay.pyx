@@ -269,6 +269,34 @@ cdef object _entry(Record *rec, double expires_at):
     return entry
 
 
+cdef Py_ssize_t _cache_states(Cached *cache, Py_ssize_t *ncached, Update *update, str name,
+                              dict windows, dict pending, list keep) except -1:
+    """Remember which pending list a ``(window, period)`` feeds (``NULL``: a
+    window the board no longer has); return its cache slot."""
+    cdef Py_ssize_t c
+    cdef PyObject *found
+    if ncached[0] == MAX_CACHED:
+        ncached[0] = 0  # start over; `keep` still owns the lists
+    c = ncached[0]
+    ncached[0] += 1
+    cache[c].window = update.window
+    cache[c].period = update.period
+    cache[c].states = NULL
+    window = _str(&update.window)
+    period = _str(&update.period)  # even when unused: it must be valid UTF-8
+    if window in windows:  # else removed by a later config change
+        key = (name, window, period)
+        found = PyDict_GetItem(pending, key)
+        if found == NULL:
+            states = []
+            PyDict_SetItem(pending, key, states)
+        else:
+            states = <object>found
+        keep.append(states)
+        cache[c].states = <PyObject *>states
+    return c
+
+
 def replay_submits(board, list batch, Py_ssize_t start, double dedupe_ttl, dict pending):
     """``(stop, gathered)``; see ``rankd.engine.replay.replay_submits_python``."""
     cdef Record rec
@@ -283,7 +311,7 @@ def replay_submits(board, list batch, Py_ssize_t start, double dedupe_ttl, dict 
     cdef list keep = []          # owns the cached state lists
     cdef tuple item
     cdef bytes payload
-    cdef PyObject *found
+    cdef PyObject *targets[MAX_UPDATES]
     board_name.data = PyBytes_AS_STRING(name)
     board_name.size = len(name)
     while stop < len(batch):
@@ -292,7 +320,10 @@ def replay_submits(board, list batch, Py_ssize_t start, double dedupe_ttl, dict 
         if (_parse(<const uint8_t *>PyBytes_AS_STRING(payload), len(payload), &rec) < 0
                 or not _same(&rec.board, &board_name)):
             break
+        # Everything that can fail (UTF-8 decoding) before any effect.
         member = _str(&rec.member)
+        label = _str(&rec.label) if rec.label.present else None
+        event_id = _str(&rec.event_id) if rec.event_id.present else None
         lsn = item[0]
         for i in range(rec.nupdates):
             for c in range(ncached):
@@ -300,31 +331,16 @@ def replay_submits(board, list batch, Py_ssize_t start, double dedupe_ttl, dict 
                         and _same(&cache[c].period, &rec.updates[i].period)):
                     break
             else:
-                if ncached == MAX_CACHED:
-                    ncached = 0  # start over; `keep` still owns the lists
-                c = ncached
-                ncached += 1
-                cache[c].window = rec.updates[i].window
-                cache[c].period = rec.updates[i].period
-                cache[c].states = NULL
-                window = _str(&rec.updates[i].window)
-                if window in windows:  # else removed by a later config change
-                    key = (board.name, window, _str(&rec.updates[i].period))
-                    found = PyDict_GetItem(pending, key)
-                    if found == NULL:
-                        states = []
-                        PyDict_SetItem(pending, key, states)
-                    else:
-                        states = <object>found
-                    keep.append(states)
-                    cache[c].states = <PyObject *>states
-            if cache[c].states != NULL:
-                PyList_Append(<object>cache[c].states, (member, rec.updates[i].score, lsn))
+                c = _cache_states(cache, &ncached, &rec.updates[i], board.name, windows,
+                                  pending, keep)
+            targets[i] = cache[c].states
+        for i in range(rec.nupdates):
+            if targets[i] != NULL:
+                PyList_Append(<object>targets[i], (member, rec.updates[i].score, lsn))
                 gathered += 1
-        if rec.label.present:
-            PyDict_SetItem(labels, member, _str(&rec.label))
-        if rec.event_id.present:
-            event_id = _str(&rec.event_id)
+        if label is not None:
+            PyDict_SetItem(labels, member, label)
+        if event_id is not None:
             if PyDict_Contains(entries, event_id):
                 PyDict_DelItem(entries, event_id)  # re-inserted last: insertion order is expiry order
             PyDict_SetItem(entries, event_id,
