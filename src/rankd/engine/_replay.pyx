@@ -119,22 +119,16 @@ cdef int _int(Reader *r, int64_t *out) noexcept:
     if tag >= 0xe0:
         out[0] = <int64_t>tag - 256
         return 0
-    if 0xcc <= tag <= 0xcf:
-        size = 1 << (tag - 0xcc)
+    if 0xcc <= tag <= 0xd3:   # uint8..uint64, int8..int64
+        size = 1 << ((tag - 0xcc) & 3)
         if _take(r, size, &p) < 0:
             return -1
         u = _be(p, size)
-        if u > <uint64_t>0x7fffffffffffffff:
+        if tag >= 0xd0:
+            if size < 8 and u >> (8 * size - 1):
+                u |= ~((<uint64_t>1 << (8 * size)) - 1)   # sign-extend
+        elif u > <uint64_t>0x7fffffffffffffff:
             return -1
-        out[0] = <int64_t>u
-        return 0
-    if 0xd0 <= tag <= 0xd3:
-        size = 1 << (tag - 0xd0)
-        if _take(r, size, &p) < 0:
-            return -1
-        u = _be(p, size)
-        if size < 8 and u >> (8 * size - 1):
-            u |= ~((<uint64_t>1 << (8 * size)) - 1)   # sign-extend
         out[0] = <int64_t>u
         return 0
     return -1

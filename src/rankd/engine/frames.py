@@ -17,10 +17,11 @@ pure-Python one below; both give identical results).
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 from typing import NamedTuple
+
+from rankd._native import native_or
 
 HEADER = struct.Struct("<IIQ")
 HEADER_BYTES = HEADER.size
@@ -95,14 +96,7 @@ def scan_python(data: bytes | bytearray | memoryview, first_lsn: int, check: boo
     return records, offset, expected, bad
 
 
-try:
-    if os.environ.get("RANKD_PURE_PYTHON", "") not in ("", "0"):
-        raise ImportError("RANKD_PURE_PYTHON is set")
-    from rankd.engine._frames import scan as _scan
-    IMPLEMENTATION = "native"
-except ImportError:
-    _scan = scan_python
-    IMPLEMENTATION = "python"
+_scan, IMPLEMENTATION = native_or("rankd.engine._frames", "scan", scan_python)
 
 
 def scan(data: bytes | bytearray | memoryview, first_lsn: int, *, check: bool = True,

@@ -20,10 +20,10 @@ with :func:`gather_submit`; both leave exactly the same state.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from rankd._native import native_or
 from rankd.engine import records
 from rankd.engine.ingest import note_submit
 
@@ -70,11 +70,5 @@ def replay_submits_python(board: Board, batch: Sequence[tuple[int, bytes]], star
     return stop, gathered
 
 
-try:
-    if os.environ.get("RANKD_PURE_PYTHON", "") not in ("", "0"):
-        raise ImportError("RANKD_PURE_PYTHON is set")
-    from rankd.engine._replay import replay_submits
-    IMPLEMENTATION = "native"
-except ImportError:
-    replay_submits = replay_submits_python
-    IMPLEMENTATION = "python"
+replay_submits, IMPLEMENTATION = native_or("rankd.engine._replay", "replay_submits",
+                                           replay_submits_python)

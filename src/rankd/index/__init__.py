@@ -7,8 +7,7 @@ one was loaded: ``"native"`` or ``"python"``.  The contract both honour is
 documented in :mod:`rankd.index._contract`.
 """
 
-import os
-
+from rankd._native import native_or
 from rankd.index._contract import (
     MAX_EXACT_INT,
     MAX_MEMBER_BYTES,
@@ -22,20 +21,9 @@ from rankd.index._contract import (
     When,
     WriteResult,
 )
+from rankd.index._fallback import RankIndex as _PurePythonIndex
 
-if os.environ.get("RANKD_PURE_PYTHON", "") not in ("", "0"):
-    from rankd.index._fallback import RankIndex
-
-    IMPLEMENTATION = "python"
-else:
-    try:
-        from rankd._skiplist import RankIndex
-
-        IMPLEMENTATION = "native"
-    except ImportError:
-        from rankd.index._fallback import RankIndex
-
-        IMPLEMENTATION = "python"
+RankIndex, IMPLEMENTATION = native_or("rankd._skiplist", "RankIndex", _PurePythonIndex)
 
 __all__ = [
     "IMPLEMENTATION",
