@@ -1,4 +1,4 @@
-"""Fixtures shared by the index tests.
+"""Fixtures shared by the tests, and the way they load native extensions.
 
 ``index_cls`` runs a test once per implementation of the rank index: the
 pure-Python fallback ("python") and the Cython skip list ("native").  When the
@@ -9,7 +9,9 @@ cannot pass CI by silently testing only the fallback.
 
 from __future__ import annotations
 
+import importlib
 import os
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -34,20 +36,25 @@ def native_required() -> bool:
     return os.environ.get("RANKD_REQUIRE_NATIVE", "") == "1"
 
 
+def native(module: str, name: str) -> Any:
+    """``name`` from the native extension ``module``; the test is skipped when
+    it was not built, and fails instead under ``RANKD_REQUIRE_NATIVE=1``."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        message = f"native {module} cannot be imported: {exc}"
+        if native_required():
+            pytest.fail(f"RANKD_REQUIRE_NATIVE=1 but {message}", pytrace=False)
+        pytest.skip(message)
+
+
 def load_implementation(name: str) -> type:
     """The ``RankIndex`` class of one implementation, or skip/fail the test."""
     if name == "python":
         from rankd.index._fallback import RankIndex
 
         return RankIndex
-    try:
-        from rankd._skiplist import RankIndex
-    except ImportError as exc:
-        message = f"native rank index (rankd._skiplist) cannot be imported: {exc}"
-        if native_required():
-            pytest.fail(f"RANKD_REQUIRE_NATIVE=1 but {message}", pytrace=False)
-        pytest.skip(message)
-    return RankIndex
+    return native("rankd._skiplist", "RankIndex")
 
 
 @pytest.fixture(scope="session", params=["python", "native"])

@@ -4,24 +4,16 @@ with every combination of the scan's arguments."""
 
 from __future__ import annotations
 
-import os
-
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import native
 from rankd.engine import frames
 from rankd.engine.frames import HEADER_BYTES, MAX_LSN, frame, scan_python
 
 
 def native_scan():
-    try:
-        from rankd.engine._frames import scan
-    except ImportError as exc:
-        if os.environ.get("RANKD_REQUIRE_NATIVE", "") == "1":
-            pytest.fail(f"RANKD_REQUIRE_NATIVE=1 but rankd.engine._frames does not import: {exc}")
-        pytest.skip(f"native frame scanner not built: {exc}")
-    return scan
+    return native("rankd.engine._frames", "scan")
 
 
 payloads = st.lists(st.binary(max_size=40), max_size=12)

@@ -4,13 +4,13 @@ event ids, removed windows, and encodings the kernel leaves to the caller)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import native
 from rankd.engine import records
 from rankd.engine.board import Board
 from rankd.engine.config import BoardConfig
@@ -21,13 +21,7 @@ TTL = 86_400.0
 
 
 def native_replay():
-    try:
-        from rankd.engine._replay import replay_submits
-    except ImportError as exc:
-        if os.environ.get("RANKD_REQUIRE_NATIVE", "") == "1":
-            pytest.fail(f"RANKD_REQUIRE_NATIVE=1 but rankd.engine._replay does not import: {exc}")
-        pytest.skip(f"native replay not built: {exc}")
-    return replay_submits
+    return native("rankd.engine._replay", "replay_submits")
 
 
 text = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=40)
