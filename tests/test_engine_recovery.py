@@ -257,9 +257,9 @@ def test_event_ids_of_a_snapshot_in_the_older_unpacked_format_are_still_remember
         old_format = []
         for payload in sections:
             section = records.decode(payload)
-            if section[0] == "event_ids":
+            if section[0] == "event_id_columns":
                 table = DedupeTable()
-                table.load_packed(section[2])
+                table.load_packed(records.decode_columns(section[2], section[3]))
                 section = ["dedupe", section[1],
                            [[event_id, expires_at, list(result)]
                             for event_id, expires_at, result in table.items()]]
@@ -310,7 +310,7 @@ def test_writes_during_a_snapshot_survive_a_restart(tmp_path, monkeypatch):
         await engine.close(snapshot=False)
         # However many chunks they were copied in, one section each.
         kinds = [records.decode(p)[0] for p in engine.snapshots.latest()[1]]
-        assert kinds.count("labels") == 1 and kinds.count("event_ids") == 1
+        assert kinds.count("label_columns") == 1 and kinds.count("event_id_columns") == 1
 
         engine = await Engine.open(engine_config(tmp_path), clock=clock)
         assert engine.digest() == digest
@@ -324,9 +324,9 @@ def test_writes_during_a_snapshot_survive_a_restart(tmp_path, monkeypatch):
     run(scenario())
 
 
-def test_labels_and_event_ids_of_a_snapshot_in_several_sections_load_the_same(tmp_path):
+def test_labels_and_event_ids_of_a_snapshot_in_older_map_sections_load_the_same(tmp_path):
     """Snapshots written before a board's labels and event ids went into
-    one section each held them in chunks of many sections."""
+    two arrays each held them as maps, in chunks of many sections."""
     clock = FakeClock()
 
     async def scenario():
@@ -340,14 +340,15 @@ def test_labels_and_event_ids_of_a_snapshot_in_several_sections_load_the_same(tm
 
         lsn, sections = engine.snapshots.latest()
         writer = engine.snapshots.begin(lsn)
+        older = {"label_columns": "labels", "event_id_columns": "event_ids"}
         for payload in sections:
             kind, *rest = records.decode(payload)
-            if kind not in ("labels", "event_ids"):
+            if kind not in older:
                 writer.add(payload)
                 continue
-            items = list(rest[1].items())
+            items = list(zip(rest[1], rest[2], strict=True))
             for start in range(0, len(items), 3):
-                writer.add(records.encode([kind, rest[0], dict(items[start:start + 3])]))
+                writer.add(records.encode([older[kind], rest[0], dict(items[start:start + 3])]))
         writer.commit()
 
         engine = await Engine.open(engine_config(tmp_path), clock=clock)

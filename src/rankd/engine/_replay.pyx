@@ -15,12 +15,15 @@ its decoded form.  A record is parsed whole before it changes anything.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.dict cimport PyDict_Contains, PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
+from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
+
+cdef extern from "Python.h":
+    PyObject *PyDict_SetDefault(object mapping, object key, object default) except NULL
 
 cdef enum:
     SUBMIT = 3
@@ -335,10 +338,11 @@ def replay_submits(board, list batch, Py_ssize_t start, double dedupe_ttl, dict 
         if label is not None:
             PyDict_SetItem(labels, member, label)
         if event_id is not None:
-            if PyDict_Contains(entries, event_id):
+            entry = _entry(&rec, <double>rec.now_ms / 1000.0 + dedupe_ttl)
+            # One probe of a table of millions in the common case, a new id.
+            if PyDict_SetDefault(entries, event_id, entry) is not <PyObject *>entry:
                 PyDict_DelItem(entries, event_id)  # re-inserted last: insertion order is expiry order
-            PyDict_SetItem(entries, event_id,
-                           _entry(&rec, <double>rec.now_ms / 1000.0 + dedupe_ttl))
+                PyDict_SetItem(entries, event_id, entry)
         if rec.nupdates:
             changed += 1
             last_now_ms = rec.now_ms

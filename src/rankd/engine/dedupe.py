@@ -52,9 +52,11 @@ class DedupeTable:
 
     def remember(self, event_id: str, expires_at: float, result: Sequence) -> None:
         entries = self._entries
-        if event_id in entries:
+        entry = _pack(expires_at, result)
+        # One probe of a table of millions in the common case, a new id.
+        if entries.setdefault(event_id, entry) is not entry:
             del entries[event_id]  # re-insert at the end: insertion order stays expiry order
-        entries[event_id] = _pack(expires_at, result)
+            entries[event_id] = entry
 
     def load(self, entries: Iterable[tuple[str, float, Sequence]]) -> None:
         """Add ``(event_id, expires_at, result)`` entries in expiry order (a snapshot's)."""
