@@ -42,14 +42,16 @@ def test_the_table_behaves_like_a_dict_in_insertion_order(entries, now):
         if load == "load":
             copy.load(table.items())
         else:
-            copy.load_packed(dict(table.packed()))
+            copy.load_packed(list(table.packed()), list(table.packed().values()))
         assert list(copy.items()) == list(table.items())
 
 
 def test_a_packed_entry_too_short_to_hold_a_result_is_refused():
     table = DedupeTable()
+    with pytest.raises(ValueError, match="1 event ids but 2 entries"):
+        table.load_packed(["e1"], [b"\x00" * 40, b"\x00" * 40])
     with pytest.raises(ValueError, match="too short"):
-        table.load_packed({"e1": b"\x00" * 8})
+        table.load_packed(["e1"], [b"\x00" * 8])
     assert len(table) == 0
 
 

@@ -309,26 +309,19 @@ class Engine:
                 _, name, window, period, dump = section
                 self.boards[name].periods[window][period] = RankIndex.load(dump)
             elif kind == "label_columns":
-                self._load_labels(section[1], records.decode_columns(section[2], section[3]))
+                self.boards[section[1]].labels.update(zip(section[2], section[3], strict=True))
             elif kind == "event_id_columns":
-                entries = records.decode_columns(section[2], section[3])
-                self.boards[section[1]].dedupe.load_packed(entries)
-            elif kind == "labels":  # written as maps, possibly in chunks, until 2026-11
-                self._load_labels(section[1], section[2])
+                self.boards[section[1]].dedupe.load_packed(section[2], section[3])
+            elif kind == "labels":  # written as maps until 2026-11
+                self.boards[section[1]].labels.update(section[2])
             elif kind == "event_ids":  # likewise
-                self.boards[section[1]].dedupe.load_packed(section[2])
+                entries = section[2]
+                self.boards[section[1]].dedupe.load_packed(tuple(entries), tuple(entries.values()))
             elif kind == "dedupe":  # written before event ids were stored packed
                 self.boards[section[1]].dedupe.load(section[2])
             else:
                 raise RuntimeError(f"unknown snapshot section {kind!r} (written by a newer "
                                    "rankd?)")
-
-    def _load_labels(self, name: str, labels: dict[str, str]) -> None:
-        board = self.boards[name]
-        if board.labels:
-            board.labels.update(labels)
-        else:
-            board.labels = labels  # decoded for this board: no copy
 
     # --- replay and board changes ---------------------------------------------------
 
@@ -727,13 +720,6 @@ class Engine:
         async def add(section: list) -> None:
             await asyncio.to_thread(writer.add, records.encode(section))
 
-        async def add_columns(head: list, chunks: list[tuple[list, list]]) -> None:
-            pieces = []
-            for piece in records.encode_columns(head, chunks):
-                pieces.append(piece)
-                await asyncio.sleep(0)
-            await asyncio.to_thread(lambda: writer.add(b"".join(pieces)))
-
         board.writable.clear()
         try:
             await add(["board", board.name, board.config.to_dict(), board.version,
@@ -746,12 +732,11 @@ class Engine:
             event_ids = [chunk async for chunk in _copied(board.dedupe.packed())]
         finally:
             board.writable.set()
-        # One section each, however big: a million event ids load as one dict
-        # a third of a second faster than as fifty merged.
-        if labels:
-            await add_columns(["label_columns", board.name], labels)
-        if event_ids:
-            await add_columns(["event_id_columns", board.name], event_ids)
+        # As columns: a msgpack map's decoder would intern every key.
+        for keys, values in labels:
+            await add(["label_columns", board.name, keys, values])
+        for keys, values in event_ids:
+            await add(["event_id_columns", board.name, keys, values])
 
     async def _drop_covered_segments(self) -> None:
         keep_from = self.snapshots.oldest_kept_lsn() + 1

@@ -21,7 +21,6 @@ REMOVE     board, member, ts_ms
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,34 +40,6 @@ _packer = msgpack.Packer(use_bin_type=True)
 def encode(record: tuple | list) -> bytes:
     """Encode one record."""
     return _packer.pack(record)
-
-
-def encode_columns(head: Sequence[Any], chunks: Sequence[tuple[list, list]]
-                   ) -> Iterator[bytes]:
-    """Encode ``[*head, keys, values]`` in pieces, from ``(keys, values)``
-    chunks: two arrays however many chunks.
-
-    A mapping goes as two arrays rather than a msgpack map because the
-    decoder interns every map key, which for a million event ids costs a
-    third of a second and an interned-string table as big as the ids.  An
-    array is a header and then its items, so each chunk is encoded on its
-    own and loses its own header; the caller can let other work run between
-    pieces, and joins them.
-    """
-    total = sum(len(keys) for keys, _ in chunks)
-    yield _packer.pack_array_header(len(head) + 2) + b"".join(map(_packer.pack, head))
-    for column in (0, 1):
-        yield _packer.pack_array_header(total)
-        for chunk in chunks:
-            items = chunk[column]
-            yield _packer.pack(items)[len(_packer.pack_array_header(len(items))):]
-
-
-def decode_columns(keys: Sequence[Any], values: Sequence[Any]) -> dict[Any, Any]:
-    """The dict :func:`encode_columns` wrote as two arrays."""
-    if len(keys) != len(values):
-        raise ValueError(f"{len(keys)} keys but {len(values)} values")
-    return dict(zip(keys, values, strict=True))
 
 
 def decode(payload: bytes) -> tuple:
