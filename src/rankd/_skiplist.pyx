@@ -267,6 +267,10 @@ cdef extern from *:
        saves). */
     #define RK_PREFETCH_GROUP 16
     #define RK_PREFETCH_MIN_LENGTH 32768
+    /* set_states looks members up with prefetches this many entries ahead:
+       the slot first, then (once it has arrived) the node it points to. */
+    #define RK_SLOT_AHEAD 16
+    #define RK_NODE_AHEAD 8
 
     /* set_states re-threads the list from the untouched nodes (in order)
        and the moved ones, sorted here by their total key. */
@@ -379,6 +383,8 @@ cdef extern from *:
     enum:
         PREFETCH_GROUP "RK_PREFETCH_GROUP"
         PREFETCH_MIN_LENGTH "RK_PREFETCH_MIN_LENGTH"
+        SLOT_AHEAD "RK_SLOT_AHEAD"
+        NODE_AHEAD "RK_NODE_AHEAD"
         RETHREAD_RATIO "RK_RETHREAD_RATIO"
         RETHREAD_MIN "RK_RETHREAD_MIN"
 
@@ -1165,6 +1171,7 @@ cdef class RankIndex:
         """
         cdef list items = list(states)
         cdef Py_ssize_t k = len(items), i, fresh = 0
+        cdef rk_node *ahead
         cdef rk_state *batch
         cdef double score
         cdef uint64_t top = 0
@@ -1186,10 +1193,19 @@ cdef class RankIndex:
                 _seq((<tuple>item)[2], &batch[i].seq)
                 batch[i].key = self._key(score)
                 batch[i].hash = self._hash(batch[i].member, batch[i].mlen)
-                batch[i].node = self._lookup(batch[i].member, batch[i].mlen, batch[i].hash)
-                fresh += batch[i].node == NULL
                 if batch[i].seq > top:
                     top = batch[i].seq
+            # Each lookup is two cache misses (slot, node) on a big index:
+            # prefetching ahead lets the misses of many lookups overlap.
+            for i in range(k):
+                if i + SLOT_AHEAD < k:
+                    rk_prefetch(&self.slots[batch[i + SLOT_AHEAD].hash & self.mask])
+                if i + NODE_AHEAD < k:
+                    ahead = self.slots[batch[i + NODE_AHEAD].hash & self.mask]
+                    if ahead != NULL:
+                        rk_prefetch_node(ahead)
+                batch[i].node = self._lookup(batch[i].member, batch[i].mlen, batch[i].hash)
+                fresh += batch[i].node == NULL
             if self.length + fresh > MAX_LENGTH:
                 raise OverflowError("a rank index holds fewer than 2**32 members")
             if k >= RETHREAD_MIN and k * RETHREAD_RATIO >= self.length:
