@@ -27,6 +27,7 @@ from index_model import (
     decode_dump,
     encode_dump,
 )
+from rankd._native import pure_python_forced
 from rankd.index import MAX_EXACT_INT, MAX_MEMBER_BYTES, MAX_SEQ, ORDERS, TIE_BREAKS, Op, When
 
 INF = math.inf
@@ -131,8 +132,7 @@ def test_implementation_reports_the_loaded_class():
         assert rankd.index.IMPLEMENTATION == "python"
         from rankd.index._fallback import RankIndex
     assert rankd.index.RankIndex is RankIndex
-    forced = os.environ.get("RANKD_PURE_PYTHON", "") not in ("", "0")
-    if _native_importable() and not forced:
+    if _native_importable() and not pure_python_forced():
         assert rankd.index.IMPLEMENTATION == "native"
 
 
