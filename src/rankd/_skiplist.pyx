@@ -38,7 +38,7 @@ one in Redis's t_zset.c)
 
 Memory
 ------
-A node is one block from the index's arena (see the C section below): the
+A node is one block from the index's arena (see the C section of _skiplist.pxd): the
 header fields, ``nlevels`` level entries and the member's UTF-8 bytes, no
 Python object per member.  The hash table is
 open addressing with linear probing over node pointers, keyed by SipHash-1-3
@@ -62,356 +62,8 @@ from libc.string cimport memcmp, memcpy, memset
 import os
 import zlib
 
-cdef extern from "Python.h":
-    const char *PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t *size) except NULL
-
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-
-    typedef struct rk_node rk_node;
-
-    typedef struct rk_level {
-        rk_node *forward;
-        double fkey;     /* forward->key: most search steps decide on it
-                            without touching the (likely uncached) forward node */
-        uint32_t span;   /* nodes in (this, forward]; to NULL: to the end */
-        uint32_t dspan;  /* leaders in (this, forward] */
-    } rk_level;
-
-    struct rk_node {
-        double key;          /* score, negated on descending boards */
-        uint64_t seq;        /* arrival sequence */
-        rk_node *backward;   /* level-0 predecessor; NULL for the first node */
-        uint32_t hash;       /* low bits of the member's SipHash */
-        uint16_t mlen;       /* member length in bytes */
-        uint8_t nlevels;
-        uint8_t queued;      /* set_states: already in its batch of moved nodes */
-        rk_level level[];    /* nlevels entries, then the member's bytes */
-    };
-
-    #define RK_MEMBER(n) ((char *)&(n)->level[(n)->nlevels])
-    #define RK_NODE_SIZE(nlevels, mlen) \\
-        (sizeof(rk_node) + (size_t)(nlevels) * sizeof(rk_level) + (size_t)(mlen))
-
-    /* SipHash-1-3 (Aumasson and Bernstein), the variant CPython uses for
-       str hashes: fast on short keys, and keyed so that colliding member
-       names cannot be precomputed. */
-    #define RK_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
-    #define RK_SIPROUND do { \\
-        v0 += v1; v1 = RK_ROTL(v1, 13); v1 ^= v0; v0 = RK_ROTL(v0, 32); \\
-        v2 += v3; v3 = RK_ROTL(v3, 16); v3 ^= v2; \\
-        v0 += v3; v3 = RK_ROTL(v3, 21); v3 ^= v0; \\
-        v2 += v1; v1 = RK_ROTL(v1, 17); v1 ^= v2; v2 = RK_ROTL(v2, 32); \\
-    } while (0)
-
-    static uint64_t rk_siphash13(uint64_t k0, uint64_t k1, const char *src, size_t len) {
-        uint64_t b = (uint64_t)len << 56;
-        uint64_t v0 = k0 ^ 0x736f6d6570736575ULL;
-        uint64_t v1 = k1 ^ 0x646f72616e646f6dULL;
-        uint64_t v2 = k0 ^ 0x6c7967656e657261ULL;
-        uint64_t v3 = k1 ^ 0x7465646279746573ULL;
-        const uint8_t *in = (const uint8_t *)src;
-        uint64_t t = 0, m;
-        while (len >= 8) {
-            memcpy(&m, in, 8);   /* little-endian hosts only; see setup.py */
-            v3 ^= m; RK_SIPROUND; v0 ^= m;
-            in += 8; len -= 8;
-        }
-        switch (len) {
-            case 7: t |= ((uint64_t)in[6]) << 48; /* fall through */
-            case 6: t |= ((uint64_t)in[5]) << 40; /* fall through */
-            case 5: t |= ((uint64_t)in[4]) << 32; /* fall through */
-            case 4: t |= ((uint64_t)in[3]) << 24; /* fall through */
-            case 3: t |= ((uint64_t)in[2]) << 16; /* fall through */
-            case 2: t |= ((uint64_t)in[1]) << 8;  /* fall through */
-            case 1: t |= ((uint64_t)in[0]);
-        }
-        b |= t;
-        v3 ^= b; RK_SIPROUND; v0 ^= b;
-        v2 ^= 0xff;
-        RK_SIPROUND; RK_SIPROUND; RK_SIPROUND;
-        return v0 ^ v1 ^ v2 ^ v3;
-    }
-
-    /* Strict UTF-8 validation (no overlong forms, no surrogates, nothing
-       above U+10FFFF): load() must not hand Python undecodable members. */
-    static int rk_utf8_valid(const uint8_t *s, size_t n) {
-        size_t i = 0;
-        while (i < n) {
-            uint8_t c = s[i];
-            if (c < 0x80) { i++; continue; }
-            size_t need; uint32_t cp;
-            if (c >= 0xC2 && c <= 0xDF) { need = 1; cp = c & 0x1F; }
-            else if (c >= 0xE0 && c <= 0xEF) { need = 2; cp = c & 0x0F; }
-            else if (c >= 0xF0 && c <= 0xF4) { need = 3; cp = c & 0x07; }
-            else return 0;
-            if (n - i <= need) return 0;
-            for (size_t k = 1; k <= need; k++) {
-                uint8_t cc = s[i + k];
-                if ((cc & 0xC0) != 0x80) return 0;
-                cp = (cp << 6) | (cc & 0x3F);
-            }
-            if ((need == 2 && cp < 0x800) || (need == 3 && cp < 0x10000)) return 0;
-            if (cp >= 0xD800 && cp <= 0xDFFF) return 0;
-            if (cp > 0x10FFFF) return 0;
-            i += need + 1;
-        }
-        return 1;
-    }
-
-    /* Tunables, with their reasons.  32 levels hold 2**64 nodes at
-       branching 4, far past the 2**32 limit the 32-bit spans set. */
-    #define RK_MAX_LEVEL 32
-    /* Redis's ZSKIPLIST_P of 1/4: ~1.33 level entries per node. */
-    #define RK_DEFAULT_BRANCHING 4
-    #define RK_MIN_TABLE_SIZE 8
-    #define RK_MAX_LENGTH 4294967294LL
-    /* Mirrors of rankd.index._contract (this module must not import the
-       rankd.index package, whose __init__ imports this module). */
-    #define RK_MAX_MEMBER_BYTES 256
-    #define RK_MAX_EXACT_INT 9007199254740992LL
-    #define RK_MAX_SEQ 9223372036854775807LL
-    #define RK_DUMP_VERSION 1
-    #define RK_DUMP_HEADER_SIZE 24
-    #define RK_DUMP_RECORD_SIZE 18
-    enum { RK_SET, RK_SET_NEW, RK_SET_EXISTS, RK_SET_BETTER, RK_SET_WORSE, RK_INCR,
-           RK_REMOVE };
-
-    /* Node arena.  Nodes come from chunks owned by their index, with one
-       free list per 8-byte size class, instead of one malloc each:
-       no per-node malloc header (memory per member), no walk over the
-       nodes to free an index (it frees its chunks), and chunks from 2 MiB
-       up are 2 MiB aligned and advised into transparent huge pages, which
-       takes most TLB misses out of the random walks a skip list does.
-       Chunks double from 4 KiB so a small board stays small.  Freed nodes
-       are reused; memory returns to the system on clear() and dealloc. */
-    #include <stdlib.h>
-    #include <sys/mman.h>
-    #define RK_HUGE_PAGE ((size_t)2 << 20)
-    #define RK_FIRST_CHUNK ((size_t)4 << 10)
-    #define RK_SIZE_CLASSES 128   /* 8-byte classes up to 1 KiB > largest node */
-
-    typedef struct rk_arena {
-        char *cur, *end;          /* bump region of the newest chunk */
-        void **chunks;
-        size_t nchunks, cap, next_chunk;
-        void *free_list[RK_SIZE_CLASSES];
-        size_t reserved;          /* bytes of chunks held */
-    } rk_arena;
-
-    static void *rk_big_alloc(size_t bytes) {
-        /* Page-aligned, and huge-page backed when it spans whole huge pages. */
-        void *p = NULL;
-        size_t align = bytes >= RK_HUGE_PAGE ? RK_HUGE_PAGE : 4096;
-        if (posix_memalign(&p, align, bytes) != 0) return NULL;
-    #ifdef MADV_HUGEPAGE
-        if (bytes >= RK_HUGE_PAGE) madvise(p, bytes, MADV_HUGEPAGE);
-    #endif
-        return p;
-    }
-
-    static void rk_arena_init(rk_arena *a) {
-        memset(a, 0, sizeof(*a));
-        a->next_chunk = RK_FIRST_CHUNK;
-    }
-
-    static void rk_arena_release(rk_arena *a) {
-        for (size_t i = 0; i < a->nchunks; i++) free(a->chunks[i]);
-        free(a->chunks);
-        rk_arena_init(a);
-    }
-
-    static void *rk_arena_alloc(rk_arena *a, size_t size) {
-        size_t cls = (size + 7) >> 3;
-        void *p = a->free_list[cls];
-        if (p != NULL) {
-            a->free_list[cls] = *(void **)p;
-            return p;
-        }
-        size = cls << 3;
-        if ((size_t)(a->end - a->cur) < size) {
-            if (a->nchunks == a->cap) {
-                size_t cap = a->cap ? a->cap * 2 : 16;
-                void **chunks = realloc(a->chunks, cap * sizeof(void *));
-                if (chunks == NULL) return NULL;
-                a->chunks = chunks;
-                a->cap = cap;
-            }
-            char *chunk = rk_big_alloc(a->next_chunk);
-            if (chunk == NULL) return NULL;
-            a->chunks[a->nchunks++] = chunk;
-            a->cur = chunk;
-            a->end = chunk + a->next_chunk;
-            a->reserved += a->next_chunk;
-            if (a->next_chunk < RK_HUGE_PAGE) a->next_chunk *= 2;
-        }
-        p = a->cur;
-        a->cur += size;
-        return p;
-    }
-
-    static void rk_arena_free(rk_arena *a, void *p, size_t size) {
-        size_t cls = (size + 7) >> 3;
-        *(void **)p = a->free_list[cls];
-        a->free_list[cls] = p;
-    }
-
-    #define rk_prefetch(p) __builtin_prefetch(p)
-    /* A node of one or two levels spans two cache lines. */
-    #define rk_prefetch_node(n) do { \
-        __builtin_prefetch(n); __builtin_prefetch((const char *)(n) + 64); } while (0)
-    /* apply_batch warms the cache for GROUP operations at a time, and only
-       once the index outgrows the caches (below that it costs more than it
-       saves). */
-    #define RK_PREFETCH_GROUP 16
-    #define RK_PREFETCH_MIN_LENGTH 32768
-    /* set_states looks members up with prefetches this many entries ahead:
-       the slot first, then (once it has arrived) the node it points to. */
-    #define RK_SLOT_AHEAD 16
-    #define RK_NODE_AHEAD 8
-
-    /* set_states re-threads the list from the untouched nodes (in order)
-       and the moved ones, sorted here by their total key. */
-    typedef struct rk_moved {
-        double key;
-        uint64_t seq;
-        rk_node *node;
-    } rk_moved;
-
-    static int rk_member_cmp(rk_node *a, rk_node *b) {
-        int c = memcmp(RK_MEMBER(a), RK_MEMBER(b), a->mlen < b->mlen ? a->mlen : b->mlen);
-        return c ? c : (int)a->mlen - (int)b->mlen;
-    }
-
-    static int rk_moved_cmp_first(const void *pa, const void *pb) {
-        const rk_moved *a = pa, *b = pb;
-        if (a->key != b->key) return a->key < b->key ? -1 : 1;
-        if (a->seq != b->seq) return a->seq < b->seq ? -1 : 1;
-        return rk_member_cmp(a->node, b->node);
-    }
-
-    static int rk_moved_cmp_member(const void *pa, const void *pb) {
-        const rk_moved *a = pa, *b = pb;
-        if (a->key != b->key) return a->key < b->key ? -1 : 1;
-        return rk_member_cmp(a->node, b->node);
-    }
-
-    static void rk_sort_moved(rk_moved *moved, size_t n, int by_member) {
-        qsort(moved, n, sizeof(rk_moved), by_member ? rk_moved_cmp_member : rk_moved_cmp_first);
-    }
-
-    /* A validated set_states entry. */
-    typedef struct rk_state {
-        const char *member;
-        Py_ssize_t mlen;
-        double key;
-        uint64_t seq;
-        uint32_t hash;
-        rk_node *node;
-    } rk_state;
-
-    /* set_states re-threads the whole list, instead of searching once per
-       entry, when entries * RK_RETHREAD_RATIO >= members (and there are at
-       least RK_RETHREAD_MIN entries). */
-    #define RK_RETHREAD_RATIO 8
-    #define RK_RETHREAD_MIN 1024
-
-    static inline void rk_store_u16(char *p, uint16_t v) { memcpy(p, &v, 2); }
-    static inline void rk_store_u32(char *p, uint32_t v) { memcpy(p, &v, 4); }
-    static inline void rk_store_u64(char *p, uint64_t v) { memcpy(p, &v, 8); }
-    static inline void rk_store_f64(char *p, double v) { memcpy(p, &v, 8); }
-    static inline uint16_t rk_load_u16(const char *p) { uint16_t v; memcpy(&v, p, 2); return v; }
-    static inline uint64_t rk_load_u64(const char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
-    static inline double rk_load_f64(const char *p) { double v; memcpy(&v, p, 8); return v; }
-    """
-    ctypedef struct rk_node
-
-    ctypedef struct rk_level:
-        rk_node *forward
-        double fkey
-        uint32_t span
-        uint32_t dspan
-
-    ctypedef struct rk_node:
-        double key
-        uint64_t seq
-        rk_node *backward
-        uint32_t hash
-        uint16_t mlen
-        uint8_t nlevels
-        uint8_t queued
-        rk_level level[1]
-
-    ctypedef struct rk_moved:
-        double key
-        uint64_t seq
-        rk_node *node
-    void rk_sort_moved(rk_moved *moved, size_t n, int by_member) nogil
-
-    ctypedef struct rk_state:
-        const char *member
-        Py_ssize_t mlen
-        double key
-        uint64_t seq
-        uint32_t hash
-        rk_node *node
-
-    char *RK_MEMBER(rk_node *node) nogil
-    size_t RK_NODE_SIZE(int nlevels, Py_ssize_t mlen) nogil
-    uint64_t rk_siphash13(uint64_t k0, uint64_t k1, const char *src, size_t length) nogil
-    int rk_utf8_valid(const uint8_t *s, size_t n) nogil
-    void rk_store_u16(char *p, uint16_t v) nogil
-    void rk_store_u32(char *p, uint32_t v) nogil
-    void rk_store_u64(char *p, uint64_t v) nogil
-    void rk_store_f64(char *p, double v) nogil
-    uint16_t rk_load_u16(const char *p) nogil
-    uint64_t rk_load_u64(const char *p) nogil
-    double rk_load_f64(const char *p) nogil
-
-    ctypedef struct rk_arena:
-        size_t reserved
-    void rk_arena_init(rk_arena *arena) nogil
-    void rk_arena_release(rk_arena *arena) nogil
-    void *rk_arena_alloc(rk_arena *arena, size_t size) nogil
-    void rk_arena_free(rk_arena *arena, void *p, size_t size) nogil
-    void *rk_big_alloc(size_t size) nogil
-    void rk_prefetch(const void *p) nogil
-    void rk_prefetch_node(const void *p) nogil
-
-    enum:
-        PREFETCH_GROUP "RK_PREFETCH_GROUP"
-        PREFETCH_MIN_LENGTH "RK_PREFETCH_MIN_LENGTH"
-        SLOT_AHEAD "RK_SLOT_AHEAD"
-        NODE_AHEAD "RK_NODE_AHEAD"
-        RETHREAD_RATIO "RK_RETHREAD_RATIO"
-        RETHREAD_MIN "RK_RETHREAD_MIN"
-
-cdef extern from "Python.h":
-    bint PyUnicode_IS_COMPACT_ASCII(object o)
-    void *PyUnicode_DATA(object o)
-    Py_ssize_t PyUnicode_GET_LENGTH(object o)
-
-    enum:
-        MAX_LEVEL "RK_MAX_LEVEL"
-        DEFAULT_BRANCHING "RK_DEFAULT_BRANCHING"
-        MIN_TABLE_SIZE "RK_MIN_TABLE_SIZE"
-        MAX_MEMBER_BYTES "RK_MAX_MEMBER_BYTES"
-        DUMP_VERSION "RK_DUMP_VERSION"
-        DUMP_HEADER_SIZE "RK_DUMP_HEADER_SIZE"
-        DUMP_RECORD_SIZE "RK_DUMP_RECORD_SIZE"
-        OP_SET "RK_SET"
-        OP_SET_NEW "RK_SET_NEW"
-        OP_SET_EXISTS "RK_SET_EXISTS"
-        OP_SET_BETTER "RK_SET_BETTER"
-        OP_SET_WORSE "RK_SET_WORSE"
-        OP_INCR "RK_INCR"
-        OP_REMOVE "RK_REMOVE"
-    const long long MAX_LENGTH "RK_MAX_LENGTH"
-    const long long MAX_EXACT_INT "RK_MAX_EXACT_INT"
-    const long long MAX_SEQ "RK_MAX_SEQ"
-
+# The C structures (nodes, arena, hash) and RankIndex's fields and C methods
+# are declared in _skiplist.pxd, so that other native modules can cimport the index.
 
 # Nodes alive in every index of the process; tests use it to prove that
 # indexes free everything they allocate.
@@ -519,23 +171,6 @@ cdef class RankIndex:
         (2, [(1, 'alice', 10.0)])
     """
 
-    cdef rk_node *header
-    cdef rk_node *tail
-    cdef Py_ssize_t length
-    cdef Py_ssize_t ndistinct       # leaders: distinct scores
-    cdef Py_ssize_t member_bytes    # sum of member lengths, for dump()
-    cdef int height                 # levels in use
-    cdef int max_level
-    cdef uint32_t branching
-    cdef uint64_t rng_state
-    cdef bint descending
-    cdef bint tie_by_member
-    cdef uint64_t _next_seq
-    cdef uint64_t hash_k0, hash_k1
-    cdef rk_node **slots
-    cdef size_t mask
-    cdef Py_ssize_t mutations       # invalidates iterators
-    cdef rk_arena arena             # owns every member node
 
     def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
                   int branching=DEFAULT_BRANCHING, seed=None):
@@ -949,19 +584,18 @@ cdef class RankIndex:
 
     # --- the one write path -----------------------------------------------------------
 
-    cdef Py_ssize_t _write(self, object member, double value, int op, bint has_seq,
-                           uint64_t seq, bint want_rank, double *old, bint *had,
+    cdef Py_ssize_t _write(self, const char *data, Py_ssize_t size, double value, int op,
+                           bint has_seq, uint64_t seq, bint want_rank, double *old, bint *had,
                            double *new, bint *has_new, bint *changed) except -2:
-        """Apply one validated-number write.  Returns the unique rank after it
-        (0 if absent or not wanted).  Raises, changing nothing, on a bad
-        member or a non-finite increment result."""
-        cdef const char *data
-        cdef Py_ssize_t size, rank = 0
+        """Apply one write of a checked member (UTF-8 ``data``) and a checked
+        number.  Returns the unique rank after it (0 if absent or not
+        wanted).  Raises, changing nothing, on a non-finite increment
+        result or a full index."""
+        cdef Py_ssize_t rank = 0
         cdef uint32_t h
         cdef rk_node *x
         cdef double key, target
         cdef bint newest
-        _member_bytes(member, &data, &size)
         h = self._hash(data, size)
         x = self._lookup(data, size, h)
         had[0] = x != NULL
@@ -1050,6 +684,35 @@ cdef class RankIndex:
                              bint changed):
         return (_float_or_none(had, old), _float_or_none(has_new, new), changed)
 
+    # --- entry points for other native modules (see _skiplist.pxd) ----------------
+    #
+    # The member is UTF-8 bytes the caller has checked (non-empty, at most
+    # MAX_MEMBER_BYTES); the score is finite.  They skip the Python-level
+    # validation and result tuples of the public methods.
+
+    cdef bint c_get(self, const char *member, Py_ssize_t mlen, double *score) noexcept:
+        """Whether ``member`` is present; its score into ``score`` if so."""
+        cdef rk_node *x = self._lookup(member, mlen, self._hash(member, mlen))
+        if x == NULL:
+            return False
+        score[0] = self._score(x)
+        return True
+
+    cdef Py_ssize_t c_put(self, const char *member, Py_ssize_t mlen, double score,
+                          uint64_t seq) except -1:
+        """``set(member, score, seq=seq)``: returns the member's unique rank after it."""
+        cdef double old = 0.0, new = 0.0
+        cdef bint had, has_new, changed
+        if score == 0.0:
+            score = 0.0  # one zero, as _number makes it
+        return self._write(member, mlen, score, OP_SET, True, seq, True,
+                           &old, &had, &new, &has_new, &changed)
+
+    cdef Py_ssize_t c_rank(self, const char *member, Py_ssize_t mlen) noexcept:
+        """The unique rank of ``member``, 0 if absent."""
+        cdef rk_node *x = self._lookup(member, mlen, self._hash(member, mlen))
+        return 0 if x == NULL else self._rank_of(x, NULL)
+
     # --- public writes ------------------------------------------------------------
 
     def set(self, member, score, int when=OP_SET, seq=None):
@@ -1060,12 +723,15 @@ cdef class RankIndex:
         cdef double value, old = 0.0, new = 0.0
         cdef bint had, has_new, changed
         cdef uint64_t s = 0
+        cdef const char *data
+        cdef Py_ssize_t size
         if not OP_SET <= when <= OP_SET_WORSE:
             raise ValueError(f"when must be a When value (0..4), got {when}")
         _number(score, &value, "score")
         if seq is not None:
             _seq(seq, &s)
-        self._write(member, value, when, seq is not None, s, False,
+        _member_bytes(member, &data, &size)
+        self._write(data, size, value, when, seq is not None, s, False,
                     &old, &had, &new, &has_new, &changed)
         return self._write_result(had, old, has_new, new, changed)
 
@@ -1078,10 +744,13 @@ cdef class RankIndex:
         cdef double value, old = 0.0, new = 0.0
         cdef bint had, has_new, changed
         cdef uint64_t s = 0
+        cdef const char *data
+        cdef Py_ssize_t size
         _number(delta, &value, "delta")
         if seq is not None:
             _seq(seq, &s)
-        self._write(member, value, OP_INCR, seq is not None, s, False,
+        _member_bytes(member, &data, &size)
+        self._write(data, size, value, OP_INCR, seq is not None, s, False,
                     &old, &had, &new, &has_new, &changed)
         return self._write_result(had, old, has_new, new, changed)
 
@@ -1092,7 +761,10 @@ cdef class RankIndex:
         """
         cdef double old = 0.0, new = 0.0
         cdef bint had, has_new, changed
-        self._write(member, 0.0, OP_REMOVE, False, 0, False,
+        cdef const char *data
+        cdef Py_ssize_t size
+        _member_bytes(member, &data, &size)
+        self._write(data, size, 0.0, OP_REMOVE, False, 0, False,
                     &old, &had, &new, &has_new, &changed)
         return self._write_result(had, old, has_new, new, changed)
 
@@ -1121,7 +793,8 @@ cdef class RankIndex:
         cdef double value = 0.0, old = 0.0, new = 0.0
         cdef bint had, has_new, changed
         cdef uint64_t s = 0
-        cdef Py_ssize_t rank, n, position
+        cdef Py_ssize_t rank, n, position, size
+        cdef const char *data
         cdef int op
         cdef bint has_seq
         for position in range(len(items)):
@@ -1147,7 +820,8 @@ cdef class RankIndex:
                 has_seq = n == 4 and (<tuple>item)[3] is not None
                 if has_seq:
                     _seq((<tuple>item)[3], &s)
-                rank = self._write((<tuple>item)[1], value, op, has_seq, s, True,
+                _member_bytes((<tuple>item)[1], &data, &size)
+                rank = self._write(data, size, value, op, has_seq, s, True,
                                    &old, &had, &new, &has_new, &changed)
             except (TypeError, ValueError) as exc:
                 results.append(exc)

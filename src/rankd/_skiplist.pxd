@@ -1,0 +1,429 @@
+# cython: language_level=3
+"""C-level declarations of the native rank index.
+
+The C structures (nodes, levels, the arena, SipHash) and :class:`RankIndex`'s
+fields and C methods live here so that other native modules (the engine's
+ingest kernel, ``rankd.engine._ingest``) can cimport the index and write to it
+without a Python call per operation.  The skip list itself is explained in
+``_skiplist.pyx``; the ``c_*`` methods at the end are the entry points meant
+for other modules.
+"""
+
+cimport cython
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t *size) except NULL
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+
+    typedef struct rk_node rk_node;
+
+    typedef struct rk_level {
+        rk_node *forward;
+        double fkey;     /* forward->key: most search steps decide on it
+                            without touching the (likely uncached) forward node */
+        uint32_t span;   /* nodes in (this, forward]; to NULL: to the end */
+        uint32_t dspan;  /* leaders in (this, forward] */
+    } rk_level;
+
+    struct rk_node {
+        double key;          /* score, negated on descending boards */
+        uint64_t seq;        /* arrival sequence */
+        rk_node *backward;   /* level-0 predecessor; NULL for the first node */
+        uint32_t hash;       /* low bits of the member's SipHash */
+        uint16_t mlen;       /* member length in bytes */
+        uint8_t nlevels;
+        uint8_t queued;      /* set_states: already in its batch of moved nodes */
+        rk_level level[];    /* nlevels entries, then the member's bytes */
+    };
+
+    #define RK_MEMBER(n) ((char *)&(n)->level[(n)->nlevels])
+    #define RK_NODE_SIZE(nlevels, mlen) \\
+        (sizeof(rk_node) + (size_t)(nlevels) * sizeof(rk_level) + (size_t)(mlen))
+
+    /* SipHash-1-3 (Aumasson and Bernstein), the variant CPython uses for
+       str hashes: fast on short keys, and keyed so that colliding member
+       names cannot be precomputed. */
+    #define RK_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+    #define RK_SIPROUND do { \\
+        v0 += v1; v1 = RK_ROTL(v1, 13); v1 ^= v0; v0 = RK_ROTL(v0, 32); \\
+        v2 += v3; v3 = RK_ROTL(v3, 16); v3 ^= v2; \\
+        v0 += v3; v3 = RK_ROTL(v3, 21); v3 ^= v0; \\
+        v2 += v1; v1 = RK_ROTL(v1, 17); v1 ^= v2; v2 = RK_ROTL(v2, 32); \\
+    } while (0)
+
+    static uint64_t rk_siphash13(uint64_t k0, uint64_t k1, const char *src, size_t len) {
+        uint64_t b = (uint64_t)len << 56;
+        uint64_t v0 = k0 ^ 0x736f6d6570736575ULL;
+        uint64_t v1 = k1 ^ 0x646f72616e646f6dULL;
+        uint64_t v2 = k0 ^ 0x6c7967656e657261ULL;
+        uint64_t v3 = k1 ^ 0x7465646279746573ULL;
+        const uint8_t *in = (const uint8_t *)src;
+        uint64_t t = 0, m;
+        while (len >= 8) {
+            memcpy(&m, in, 8);   /* little-endian hosts only; see setup.py */
+            v3 ^= m; RK_SIPROUND; v0 ^= m;
+            in += 8; len -= 8;
+        }
+        switch (len) {
+            case 7: t |= ((uint64_t)in[6]) << 48; /* fall through */
+            case 6: t |= ((uint64_t)in[5]) << 40; /* fall through */
+            case 5: t |= ((uint64_t)in[4]) << 32; /* fall through */
+            case 4: t |= ((uint64_t)in[3]) << 24; /* fall through */
+            case 3: t |= ((uint64_t)in[2]) << 16; /* fall through */
+            case 2: t |= ((uint64_t)in[1]) << 8;  /* fall through */
+            case 1: t |= ((uint64_t)in[0]);
+        }
+        b |= t;
+        v3 ^= b; RK_SIPROUND; v0 ^= b;
+        v2 ^= 0xff;
+        RK_SIPROUND; RK_SIPROUND; RK_SIPROUND;
+        return v0 ^ v1 ^ v2 ^ v3;
+    }
+
+    /* Strict UTF-8 validation (no overlong forms, no surrogates, nothing
+       above U+10FFFF): load() must not hand Python undecodable members. */
+    static int rk_utf8_valid(const uint8_t *s, size_t n) {
+        size_t i = 0;
+        while (i < n) {
+            uint8_t c = s[i];
+            if (c < 0x80) { i++; continue; }
+            size_t need; uint32_t cp;
+            if (c >= 0xC2 && c <= 0xDF) { need = 1; cp = c & 0x1F; }
+            else if (c >= 0xE0 && c <= 0xEF) { need = 2; cp = c & 0x0F; }
+            else if (c >= 0xF0 && c <= 0xF4) { need = 3; cp = c & 0x07; }
+            else return 0;
+            if (n - i <= need) return 0;
+            for (size_t k = 1; k <= need; k++) {
+                uint8_t cc = s[i + k];
+                if ((cc & 0xC0) != 0x80) return 0;
+                cp = (cp << 6) | (cc & 0x3F);
+            }
+            if ((need == 2 && cp < 0x800) || (need == 3 && cp < 0x10000)) return 0;
+            if (cp >= 0xD800 && cp <= 0xDFFF) return 0;
+            if (cp > 0x10FFFF) return 0;
+            i += need + 1;
+        }
+        return 1;
+    }
+
+    /* Tunables, with their reasons.  32 levels hold 2**64 nodes at
+       branching 4, far past the 2**32 limit the 32-bit spans set. */
+    #define RK_MAX_LEVEL 32
+    /* Redis's ZSKIPLIST_P of 1/4: ~1.33 level entries per node. */
+    #define RK_DEFAULT_BRANCHING 4
+    #define RK_MIN_TABLE_SIZE 8
+    #define RK_MAX_LENGTH 4294967294LL
+    /* Mirrors of rankd.index._contract (this module must not import the
+       rankd.index package, whose __init__ imports this module). */
+    #define RK_MAX_MEMBER_BYTES 256
+    #define RK_MAX_EXACT_INT 9007199254740992LL
+    #define RK_MAX_SEQ 9223372036854775807LL
+    #define RK_DUMP_VERSION 1
+    #define RK_DUMP_HEADER_SIZE 24
+    #define RK_DUMP_RECORD_SIZE 18
+    enum { RK_SET, RK_SET_NEW, RK_SET_EXISTS, RK_SET_BETTER, RK_SET_WORSE, RK_INCR,
+           RK_REMOVE };
+
+    /* Node arena.  Nodes come from chunks owned by their index, with one
+       free list per 8-byte size class, instead of one malloc each:
+       no per-node malloc header (memory per member), no walk over the
+       nodes to free an index (it frees its chunks), and chunks from 2 MiB
+       up are 2 MiB aligned and advised into transparent huge pages, which
+       takes most TLB misses out of the random walks a skip list does.
+       Chunks double from 4 KiB so a small board stays small.  Freed nodes
+       are reused; memory returns to the system on clear() and dealloc. */
+    #include <stdlib.h>
+    #include <sys/mman.h>
+    #define RK_HUGE_PAGE ((size_t)2 << 20)
+    #define RK_FIRST_CHUNK ((size_t)4 << 10)
+    #define RK_SIZE_CLASSES 128   /* 8-byte classes up to 1 KiB > largest node */
+
+    typedef struct rk_arena {
+        char *cur, *end;          /* bump region of the newest chunk */
+        void **chunks;
+        size_t nchunks, cap, next_chunk;
+        void *free_list[RK_SIZE_CLASSES];
+        size_t reserved;          /* bytes of chunks held */
+    } rk_arena;
+
+    static void *rk_big_alloc(size_t bytes) {
+        /* Page-aligned, and huge-page backed when it spans whole huge pages. */
+        void *p = NULL;
+        size_t align = bytes >= RK_HUGE_PAGE ? RK_HUGE_PAGE : 4096;
+        if (posix_memalign(&p, align, bytes) != 0) return NULL;
+    #ifdef MADV_HUGEPAGE
+        if (bytes >= RK_HUGE_PAGE) madvise(p, bytes, MADV_HUGEPAGE);
+    #endif
+        return p;
+    }
+
+    static void rk_arena_init(rk_arena *a) {
+        memset(a, 0, sizeof(*a));
+        a->next_chunk = RK_FIRST_CHUNK;
+    }
+
+    static void rk_arena_release(rk_arena *a) {
+        for (size_t i = 0; i < a->nchunks; i++) free(a->chunks[i]);
+        free(a->chunks);
+        rk_arena_init(a);
+    }
+
+    static void *rk_arena_alloc(rk_arena *a, size_t size) {
+        size_t cls = (size + 7) >> 3;
+        void *p = a->free_list[cls];
+        if (p != NULL) {
+            a->free_list[cls] = *(void **)p;
+            return p;
+        }
+        size = cls << 3;
+        if ((size_t)(a->end - a->cur) < size) {
+            if (a->nchunks == a->cap) {
+                size_t cap = a->cap ? a->cap * 2 : 16;
+                void **chunks = realloc(a->chunks, cap * sizeof(void *));
+                if (chunks == NULL) return NULL;
+                a->chunks = chunks;
+                a->cap = cap;
+            }
+            char *chunk = rk_big_alloc(a->next_chunk);
+            if (chunk == NULL) return NULL;
+            a->chunks[a->nchunks++] = chunk;
+            a->cur = chunk;
+            a->end = chunk + a->next_chunk;
+            a->reserved += a->next_chunk;
+            if (a->next_chunk < RK_HUGE_PAGE) a->next_chunk *= 2;
+        }
+        p = a->cur;
+        a->cur += size;
+        return p;
+    }
+
+    static void rk_arena_free(rk_arena *a, void *p, size_t size) {
+        size_t cls = (size + 7) >> 3;
+        *(void **)p = a->free_list[cls];
+        a->free_list[cls] = p;
+    }
+
+    #define rk_prefetch(p) __builtin_prefetch(p)
+    /* A node of one or two levels spans two cache lines. */
+    #define rk_prefetch_node(n) do { \
+        __builtin_prefetch(n); __builtin_prefetch((const char *)(n) + 64); } while (0)
+    /* apply_batch warms the cache for GROUP operations at a time, and only
+       once the index outgrows the caches (below that it costs more than it
+       saves). */
+    #define RK_PREFETCH_GROUP 16
+    #define RK_PREFETCH_MIN_LENGTH 32768
+    /* set_states looks members up with prefetches this many entries ahead:
+       the slot first, then (once it has arrived) the node it points to. */
+    #define RK_SLOT_AHEAD 16
+    #define RK_NODE_AHEAD 8
+
+    /* set_states re-threads the list from the untouched nodes (in order)
+       and the moved ones, sorted here by their total key. */
+    typedef struct rk_moved {
+        double key;
+        uint64_t seq;
+        rk_node *node;
+    } rk_moved;
+
+    static int rk_member_cmp(rk_node *a, rk_node *b) {
+        int c = memcmp(RK_MEMBER(a), RK_MEMBER(b), a->mlen < b->mlen ? a->mlen : b->mlen);
+        return c ? c : (int)a->mlen - (int)b->mlen;
+    }
+
+    static int rk_moved_cmp_first(const void *pa, const void *pb) {
+        const rk_moved *a = pa, *b = pb;
+        if (a->key != b->key) return a->key < b->key ? -1 : 1;
+        if (a->seq != b->seq) return a->seq < b->seq ? -1 : 1;
+        return rk_member_cmp(a->node, b->node);
+    }
+
+    static int rk_moved_cmp_member(const void *pa, const void *pb) {
+        const rk_moved *a = pa, *b = pb;
+        if (a->key != b->key) return a->key < b->key ? -1 : 1;
+        return rk_member_cmp(a->node, b->node);
+    }
+
+    static void rk_sort_moved(rk_moved *moved, size_t n, int by_member) {
+        qsort(moved, n, sizeof(rk_moved), by_member ? rk_moved_cmp_member : rk_moved_cmp_first);
+    }
+
+    /* A validated set_states entry. */
+    typedef struct rk_state {
+        const char *member;
+        Py_ssize_t mlen;
+        double key;
+        uint64_t seq;
+        uint32_t hash;
+        rk_node *node;
+    } rk_state;
+
+    /* set_states re-threads the whole list, instead of searching once per
+       entry, when entries * RK_RETHREAD_RATIO >= members (and there are at
+       least RK_RETHREAD_MIN entries). */
+    #define RK_RETHREAD_RATIO 8
+    #define RK_RETHREAD_MIN 1024
+
+    static inline void rk_store_u16(char *p, uint16_t v) { memcpy(p, &v, 2); }
+    static inline void rk_store_u32(char *p, uint32_t v) { memcpy(p, &v, 4); }
+    static inline void rk_store_u64(char *p, uint64_t v) { memcpy(p, &v, 8); }
+    static inline void rk_store_f64(char *p, double v) { memcpy(p, &v, 8); }
+    static inline uint16_t rk_load_u16(const char *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+    static inline uint64_t rk_load_u64(const char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+    static inline double rk_load_f64(const char *p) { double v; memcpy(&v, p, 8); return v; }
+    """
+    ctypedef struct rk_node
+
+    ctypedef struct rk_level:
+        rk_node *forward
+        double fkey
+        uint32_t span
+        uint32_t dspan
+
+    ctypedef struct rk_node:
+        double key
+        uint64_t seq
+        rk_node *backward
+        uint32_t hash
+        uint16_t mlen
+        uint8_t nlevels
+        uint8_t queued
+        rk_level level[1]
+
+    ctypedef struct rk_moved:
+        double key
+        uint64_t seq
+        rk_node *node
+    void rk_sort_moved(rk_moved *moved, size_t n, int by_member) nogil
+
+    ctypedef struct rk_state:
+        const char *member
+        Py_ssize_t mlen
+        double key
+        uint64_t seq
+        uint32_t hash
+        rk_node *node
+
+    char *RK_MEMBER(rk_node *node) nogil
+    size_t RK_NODE_SIZE(int nlevels, Py_ssize_t mlen) nogil
+    uint64_t rk_siphash13(uint64_t k0, uint64_t k1, const char *src, size_t length) nogil
+    int rk_utf8_valid(const uint8_t *s, size_t n) nogil
+    void rk_store_u16(char *p, uint16_t v) nogil
+    void rk_store_u32(char *p, uint32_t v) nogil
+    void rk_store_u64(char *p, uint64_t v) nogil
+    void rk_store_f64(char *p, double v) nogil
+    uint16_t rk_load_u16(const char *p) nogil
+    uint64_t rk_load_u64(const char *p) nogil
+    double rk_load_f64(const char *p) nogil
+
+    ctypedef struct rk_arena:
+        size_t reserved
+    void rk_arena_init(rk_arena *arena) nogil
+    void rk_arena_release(rk_arena *arena) nogil
+    void *rk_arena_alloc(rk_arena *arena, size_t size) nogil
+    void rk_arena_free(rk_arena *arena, void *p, size_t size) nogil
+    void *rk_big_alloc(size_t size) nogil
+    void rk_prefetch(const void *p) nogil
+    void rk_prefetch_node(const void *p) nogil
+
+    enum:
+        PREFETCH_GROUP "RK_PREFETCH_GROUP"
+        PREFETCH_MIN_LENGTH "RK_PREFETCH_MIN_LENGTH"
+        SLOT_AHEAD "RK_SLOT_AHEAD"
+        NODE_AHEAD "RK_NODE_AHEAD"
+        RETHREAD_RATIO "RK_RETHREAD_RATIO"
+        RETHREAD_MIN "RK_RETHREAD_MIN"
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    void *PyUnicode_DATA(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+
+    enum:
+        MAX_LEVEL "RK_MAX_LEVEL"
+        DEFAULT_BRANCHING "RK_DEFAULT_BRANCHING"
+        MIN_TABLE_SIZE "RK_MIN_TABLE_SIZE"
+        MAX_MEMBER_BYTES "RK_MAX_MEMBER_BYTES"
+        DUMP_VERSION "RK_DUMP_VERSION"
+        DUMP_HEADER_SIZE "RK_DUMP_HEADER_SIZE"
+        DUMP_RECORD_SIZE "RK_DUMP_RECORD_SIZE"
+        OP_SET "RK_SET"
+        OP_SET_NEW "RK_SET_NEW"
+        OP_SET_EXISTS "RK_SET_EXISTS"
+        OP_SET_BETTER "RK_SET_BETTER"
+        OP_SET_WORSE "RK_SET_WORSE"
+        OP_INCR "RK_INCR"
+        OP_REMOVE "RK_REMOVE"
+    const long long MAX_LENGTH "RK_MAX_LENGTH"
+    const long long MAX_EXACT_INT "RK_MAX_EXACT_INT"
+    const long long MAX_SEQ "RK_MAX_SEQ"
+
+
+@cython.final
+cdef class RankIndex:
+    cdef rk_node *header
+    cdef rk_node *tail
+    cdef Py_ssize_t length
+    cdef Py_ssize_t ndistinct       # leaders: distinct scores
+    cdef Py_ssize_t member_bytes    # sum of member lengths, for dump()
+    cdef int height                 # levels in use
+    cdef int max_level
+    cdef uint32_t branching
+    cdef uint64_t rng_state
+    cdef bint descending
+    cdef bint tie_by_member
+    cdef uint64_t _next_seq
+    cdef uint64_t hash_k0, hash_k1
+    cdef rk_node **slots
+    cdef size_t mask
+    cdef Py_ssize_t mutations       # invalidates iterators
+    cdef rk_arena arena             # owns every member node
+
+    cdef rk_node *_new_node(self, int nlevels, const char *member, Py_ssize_t mlen) except NULL
+    cdef void _free_nodes(self) noexcept
+    cdef void _free_node(self, rk_node *node) noexcept
+    cdef void _reset_header(self) noexcept
+    cdef int _random_level(self) noexcept
+    cdef inline bint _before(self, rk_node *node, double key, uint64_t seq, const char *member, Py_ssize_t mlen) noexcept
+    cdef inline bint _link_before(self, rk_level *link, double key, uint64_t seq, const char *member, Py_ssize_t mlen) noexcept
+    cdef inline bint _node_before(self, rk_node *a, rk_node *b) noexcept
+    cdef inline double _score(self, rk_node *node) noexcept
+    cdef inline double _key(self, double score) noexcept
+    cdef inline bint _is_leader(self, rk_node *node) noexcept
+    cdef inline uint32_t _hash(self, const char *member, Py_ssize_t mlen) noexcept
+    cdef inline rk_node *_lookup(self, const char *member, Py_ssize_t mlen, uint32_t h) noexcept
+    cdef inline rk_node *_find(self, object member) except? NULL
+    cdef int _table_reserve(self, Py_ssize_t members) except -1
+    cdef void _table_insert(self, rk_node *node) noexcept
+    cdef int _table_resize(self, size_t size) except -1
+    cdef void _table_remove(self, rk_node *node) noexcept
+    cdef Py_ssize_t _link(self, rk_node *x, bint newest=*) noexcept
+    cdef Py_ssize_t _path_to(self, rk_node *x, rk_node **update) noexcept
+    cdef Py_ssize_t _rekey(self, rk_node *x, double key, uint64_t seq) noexcept
+    cdef void _unlink(self, rk_node *x) noexcept
+    cdef bint _can_stay(self, rk_node *x, double key, uint64_t seq) noexcept
+    cdef Py_ssize_t _rank_of(self, rk_node *x, Py_ssize_t *dense) noexcept
+    cdef Py_ssize_t _count_before_key(self, double key, bint inclusive) noexcept
+    cdef rk_node *_node_at(self, Py_ssize_t rank) noexcept
+    cdef Py_ssize_t _write(self, const char *data, Py_ssize_t size, double value, int op, bint has_seq, uint64_t seq, bint want_rank, double *old, bint *had, double *new, bint *has_new, bint *changed) except -2
+    cdef inline uint64_t _stamp(self, bint has_seq, uint64_t seq) noexcept
+    cdef inline void _set_new(self, double target, double *new, bint *has_new, bint *changed) noexcept
+    cdef tuple _write_result(self, bint had, double old, bint has_new, double new, bint changed)
+    cdef int _assign(self, rk_state *state) except -1
+    cdef int _rethread(self, rk_state *batch, Py_ssize_t k, Py_ssize_t fresh) except -1
+    cdef void _prefetch_group(self, list items, Py_ssize_t start)
+    cdef inline str _member_str(self, rk_node *x)
+    cdef list _collect(self, Py_ssize_t first, Py_ssize_t last, bint reverse)
+    cdef list _window(self, Py_ssize_t lo, Py_ssize_t hi, object offset, object limit, bint reverse)
+    cdef int _key_range(self, object low, object high, bint low_exclusive, bint high_exclusive, Py_ssize_t *lo, Py_ssize_t *hi) except -1
+    cdef int _append_loaded(self, rk_node *x, rk_node **last, Py_ssize_t *last_rank, Py_ssize_t *last_drank) except -1
+
+    # Entry points for other native modules (member = UTF-8 bytes, checked by the caller).
+    cdef bint c_get(self, const char *member, Py_ssize_t mlen, double *score) noexcept
+    cdef Py_ssize_t c_put(self, const char *member, Py_ssize_t mlen, double score,
+                          uint64_t seq) except -1
+    cdef Py_ssize_t c_rank(self, const char *member, Py_ssize_t mlen) noexcept
