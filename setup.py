@@ -36,9 +36,19 @@ replay = Extension(
     define_macros=extension.define_macros,
 )
 
+# The engine's ingest loop (see rankd.engine.ingest); it cimports the index
+# (_skiplist.pxd), hence the include path.
+ingest = Extension(
+    "rankd.engine._ingest",
+    sources=["src/rankd/engine/_ingest.pyx"],
+    extra_compile_args=extension.extra_compile_args,
+    define_macros=extension.define_macros,
+)
+
 setup(
     ext_modules=cythonize(
-        [extension, frames, replay],
+        [extension, frames, replay, ingest],
+        include_path=["src"],
         language_level="3",
         compiler_directives={
             "embedsignature": True,

@@ -497,7 +497,7 @@ def test_a_large_recovery_is_frozen_and_a_small_one_left_to_the_collector(tmp_pa
 
 def test_an_internal_error_mid_batch_stops_writes_instead_of_diverging_from_the_log(
         tmp_path, clock, monkeypatch):
-    # An index that fails on one write stands for a bug: the batch's earlier
+    # Opening a period that fails stands for a bug: the batch's earlier
     # events are applied but will never be logged, so the engine must refuse
     # every later write (reads keep working) rather than serve a state that
     # a restart would not rebuild.
@@ -515,6 +515,7 @@ def test_an_internal_error_mid_batch_stops_writes_instead_of_diverging_from_the_
         await engine.put_board("b", {"policy": "sum", "windows": ["all", "daily"]})
         await engine.submit(sub("b", "ann", delta=1))
         logged = engine.wal.last_lsn
+        clock.advance(86_400)  # a new day: the next write opens a daily period
         monkeypatch.setattr(Board, "index_for_write", failing)
         with pytest.raises(RuntimeError, match="simulated"):
             await engine.submit_many([sub("b", "bob", delta=2), sub("b", "cid", delta=3)])

@@ -7,7 +7,8 @@ them and ships them to Postgres.
 ==============  ==========================================================
 ``engine``      boards, submissions, reads, recovery, snapshot scheduling
 ``coalescer``   merges concurrent callers' submissions into one batch
-``ingest``      how a batch of submissions changes the boards
+``ingest``      how a batch of submissions changes the boards (native
+                ``_ingest`` when built)
 ``board``       one board's windows, periods, labels and dedupe table
 ``config``      board configuration and its validation
 ``periods``     UTC windows (all/daily/weekly/monthly) and period ids

@@ -14,13 +14,15 @@ that record, *before* any of its effects, and the caller replays it from
 its decoded form.  A record is parsed whole before it changes anything.
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING
 from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy
+
+from rankd.engine._packing cimport dedupe_entry
 
 cdef extern from "Python.h":
     PyObject *PyDict_SetDefault(object mapping, object key, object default) except NULL
@@ -31,12 +33,6 @@ cdef enum:
     RESULT_ITEMS = 4
     MAX_UPDATES = 16     # a board has at most 4 windows
     MAX_CACHED = 32      # (window, period) pairs remembered per call
-    # rankd.engine.dedupe: expires_at, score, previous (f64), rank (i64), flags (u8)
-    ENTRY_BYTES = 33
-    CHANGED = 1
-    HAS_SCORE = 2
-    HAS_PREVIOUS = 4
-    HAS_RANK = 8
 
 
 cdef struct Reader:
@@ -248,22 +244,8 @@ cdef inline object _str(Text *t):
 
 cdef object _entry(Record *rec, double expires_at):
     """The dedupe table's packed entry (see rankd.engine.dedupe)."""
-    cdef object entry = PyBytes_FromStringAndSize(NULL, ENTRY_BYTES + rec.member.size)
-    cdef char *p = PyBytes_AS_STRING(entry)
-    cdef double score = rec.score if rec.has_score else 0.0
-    cdef double previous = rec.previous if rec.has_previous else 0.0
-    cdef int64_t rank = rec.rank if rec.has_rank else 0
-    cdef uint8_t flags = ((CHANGED if rec.changed else 0) | (HAS_SCORE if rec.has_score else 0)
-                          | (HAS_PREVIOUS if rec.has_previous else 0)
-                          | (HAS_RANK if rec.has_rank else 0))
-    # Little-endian hosts only, like the rank index (see setup.py).
-    memcpy(p, &expires_at, 8)
-    memcpy(p + 8, &score, 8)
-    memcpy(p + 16, &previous, 8)
-    memcpy(p + 24, &rank, 8)
-    p[32] = <char>flags
-    memcpy(p + ENTRY_BYTES, rec.member.data, rec.member.size)
-    return entry
+    return dedupe_entry(expires_at, rec.has_score, rec.score, rec.has_previous, rec.previous,
+                        rec.has_rank, rec.rank, rec.changed, rec.member.data, rec.member.size)
 
 
 cdef Py_ssize_t _cache_states(Cached *cache, Py_ssize_t *ncached, Update *update, str name,

@@ -23,9 +23,15 @@ sees a batch half-applied.
 
 Doing each submission to the end before the next is simpler than
 preparing a whole batch against an overlay of its own pending changes and
-applying it afterwards (what rankd did before), and 1.5x faster.  The time
-left is mostly memory: the index's search paths, the dedupe table and the
-msgpack encoding (a Cython version of this loop, tried, was only 7% faster).
+applying it afterwards (what rankd did before), and 1.5x faster.
+
+This is the hot loop of every write, so like the index it has a native
+implementation, ``rankd.engine._ingest``, chosen at import
+(``RANKD_PURE_PYTHON=1`` forces :func:`ingest_python`).  The native one
+takes the common shape of submission through C (see its docstring) and
+hands every other one to :func:`ingest_one` here, so errors and rare cases
+are written once; the tests check that both leave the same answers, WAL
+records and state.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from rankd._native import native_or
 from rankd.engine import records
 from rankd.engine.config import MAX_EVENT_ID_BYTES, MAX_LABEL_CHARS, BoardConfig
 from rankd.engine.errors import EngineError, GuardViolation, InvalidInput, NotFound
@@ -62,8 +69,8 @@ class Ingested(NamedTuple):
     duplicates: int
 
 
-def ingest(boards: dict[str, Board], submissions: Iterable[Submission], now: float,
-           first_lsn: int, dedupe_ttl: float, ts_tolerance: float) -> Ingested:
+def ingest_python(boards: dict[str, Board], submissions: Iterable[Submission], now: float,
+                  first_lsn: int, dedupe_ttl: float, ts_tolerance: float) -> Ingested:
     """Apply ``submissions`` to ``boards``; the records get log positions
     ``first_lsn, first_lsn + 1, ...`` (see the module docstring)."""
     answers: list[dict[str, Any] | EngineError] = []
@@ -73,8 +80,8 @@ def ingest(boards: dict[str, Board], submissions: Iterable[Submission], now: flo
     now_ms = round(now * 1000)
     for submission in submissions:
         try:
-            answer = _ingest_one(boards, submission, now, now_ms, first_lsn + len(payloads),
-                                 dedupe_ttl, ts_tolerance, payloads)
+            answer = ingest_one(boards, submission, now, now_ms, first_lsn + len(payloads),
+                                dedupe_ttl, ts_tolerance, payloads)
         except EngineError as error:
             answers.append(error)
             rejected += 1
@@ -87,9 +94,12 @@ def ingest(boards: dict[str, Board], submissions: Iterable[Submission], now: flo
     return Ingested(answers, payloads, names, rejected, duplicates)
 
 
-def _ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: int, lsn: int,
-                dedupe_ttl: float, ts_tolerance: float, payloads: list[bytes]
-                ) -> dict[str, Any]:
+def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: int, lsn: int,
+               dedupe_ttl: float, ts_tolerance: float, payloads: list[bytes]
+               ) -> dict[str, Any]:
+    """Apply one submission (its record, at log position ``lsn``, goes to
+    ``payloads``) and return its answer, or raise its ``EngineError``
+    having changed nothing."""
     name = sub.board
     board = boards.get(name) if type(name) is str else None
     if board is None:
@@ -266,3 +276,6 @@ def utf8_size(text: str) -> int | None:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError:
         return None
+
+
+ingest, IMPLEMENTATION = native_or("rankd.engine._ingest", "ingest", ingest_python)

@@ -1,0 +1,204 @@
+# cython: language_level=3
+"""Byte layouts the engine's native modules write, in one place.
+
+* A msgpack writer for the subset :mod:`rankd.engine.records` produces
+  (arrays, ints, float64, str, nil, bool), byte for byte what
+  ``msgpack.Packer(use_bin_type=True)`` writes for the same Python values,
+  so a record encoded natively is the record ``records.encode`` would give.
+* The dedupe table's packed entry (:mod:`rankd.engine.dedupe`), which
+  live ingest (``_ingest``) and replay (``_replay``) both add.
+
+Everything is ``cdef inline``: each module that cimports this file gets
+its own copy, with no call across modules.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy
+
+cdef enum:
+    # rankd.engine.dedupe: expires_at, score, previous (f64), rank (i64), flags (u8)
+    ENTRY_BYTES = 33
+    ENTRY_CHANGED = 1
+    ENTRY_HAS_SCORE = 2
+    ENTRY_HAS_PREVIOUS = 4
+    ENTRY_HAS_RANK = 8
+
+
+cdef inline bytes dedupe_entry(double expires_at, bint has_score, double score,
+                               bint has_previous, double previous, bint has_rank,
+                               int64_t rank, bint changed, const char *member,
+                               Py_ssize_t mlen):
+    """A packed dedupe entry, as ``rankd.engine.dedupe._pack`` makes it."""
+    cdef bytes entry = PyBytes_FromStringAndSize(NULL, ENTRY_BYTES + mlen)
+    cdef char *p = PyBytes_AS_STRING(entry)
+    cdef uint8_t flags = ((ENTRY_CHANGED if changed else 0)
+                          | (ENTRY_HAS_SCORE if has_score else 0)
+                          | (ENTRY_HAS_PREVIOUS if has_previous else 0)
+                          | (ENTRY_HAS_RANK if has_rank else 0))
+    if not has_score:
+        score = 0.0
+    if not has_previous:
+        previous = 0.0
+    if not has_rank:
+        rank = 0
+    # Little-endian hosts only, like the rank index (see setup.py).
+    memcpy(p, &expires_at, 8)
+    memcpy(p + 8, &score, 8)
+    memcpy(p + 16, &previous, 8)
+    memcpy(p + 24, &rank, 8)
+    p[32] = <char>flags
+    memcpy(p + ENTRY_BYTES, member, mlen)
+    return entry
+
+
+# --- msgpack writer ------------------------------------------------------------------
+
+cdef struct Writer:
+    char *data
+    Py_ssize_t size
+    Py_ssize_t cap
+
+
+cdef inline int writer_reserve(Writer *w, Py_ssize_t more) except -1:
+    cdef Py_ssize_t cap
+    cdef char *data
+    if w.size + more <= w.cap:
+        return 0
+    cap = w.cap * 2 if w.cap else 256
+    while cap < w.size + more:
+        cap *= 2
+    data = <char *>realloc(w.data, cap)
+    if data == NULL:
+        raise MemoryError()
+    w.data = data
+    w.cap = cap
+    return 0
+
+
+cdef inline void writer_free(Writer *w) noexcept:
+    free(w.data)
+    w.data = NULL
+    w.size = w.cap = 0
+
+
+cdef inline void _put_be(Writer *w, uint64_t value, int width) noexcept:
+    cdef int i
+    for i in range(width - 1, -1, -1):
+        w.data[w.size + i] = <char>(value & 0xff)
+        value >>= 8
+    w.size += width
+
+
+cdef inline int put_tag(Writer *w, uint8_t tag) except -1:
+    writer_reserve(w, 1)
+    w.data[w.size] = <char>tag
+    w.size += 1
+    return 0
+
+
+cdef inline int put_nil(Writer *w) except -1:
+    return put_tag(w, 0xc0)
+
+
+cdef inline int put_bool(Writer *w, bint value) except -1:
+    return put_tag(w, 0xc3 if value else 0xc2)
+
+
+cdef inline int put_array(Writer *w, Py_ssize_t n) except -1:
+    writer_reserve(w, 5)
+    if n < 16:
+        w.data[w.size] = <char>(0x90 | n)
+        w.size += 1
+    elif n < 0x10000:
+        w.data[w.size] = <char>0xdc
+        w.size += 1
+        _put_be(w, n, 2)
+    else:
+        w.data[w.size] = <char>0xdd
+        w.size += 1
+        _put_be(w, n, 4)
+    return 0
+
+
+cdef inline int put_int(Writer *w, int64_t value) except -1:
+    """The shortest form, as msgpack-python's packer chooses it."""
+    cdef uint64_t u
+    writer_reserve(w, 9)
+    if value >= 0:
+        u = <uint64_t>value
+        if u < 0x80:
+            w.data[w.size] = <char>u
+            w.size += 1
+            return 0
+        if u <= 0xff:
+            w.data[w.size] = <char>0xcc
+            w.size += 1
+            _put_be(w, u, 1)
+        elif u <= 0xffff:
+            w.data[w.size] = <char>0xcd
+            w.size += 1
+            _put_be(w, u, 2)
+        elif u <= 0xffffffff:
+            w.data[w.size] = <char>0xce
+            w.size += 1
+            _put_be(w, u, 4)
+        else:
+            w.data[w.size] = <char>0xcf
+            w.size += 1
+            _put_be(w, u, 8)
+        return 0
+    if value >= -32:
+        w.data[w.size] = <char>(<uint8_t>(value & 0xff))
+        w.size += 1
+    elif value >= -128:
+        w.data[w.size] = <char>0xd0
+        w.size += 1
+        _put_be(w, <uint64_t>value, 1)
+    elif value >= -32768:
+        w.data[w.size] = <char>0xd1
+        w.size += 1
+        _put_be(w, <uint64_t>value, 2)
+    elif value >= -2147483648:
+        w.data[w.size] = <char>0xd2
+        w.size += 1
+        _put_be(w, <uint64_t>value, 4)
+    else:
+        w.data[w.size] = <char>0xd3
+        w.size += 1
+        _put_be(w, <uint64_t>value, 8)
+    return 0
+
+
+cdef inline int put_float(Writer *w, double value) except -1:
+    cdef uint64_t bits
+    memcpy(&bits, &value, 8)
+    writer_reserve(w, 9)
+    w.data[w.size] = <char>0xcb
+    w.size += 1
+    _put_be(w, bits, 8)
+    return 0
+
+
+cdef inline int put_str(Writer *w, const char *data, Py_ssize_t size) except -1:
+    """UTF-8 text (the packer's str forms with ``use_bin_type=True``)."""
+    writer_reserve(w, 5 + size)
+    if size < 32:
+        w.data[w.size] = <char>(0xa0 | size)
+        w.size += 1
+    elif size < 0x100:
+        w.data[w.size] = <char>0xd9
+        w.size += 1
+        _put_be(w, size, 1)
+    elif size < 0x10000:
+        w.data[w.size] = <char>0xda
+        w.size += 1
+        _put_be(w, size, 2)
+    else:
+        w.data[w.size] = <char>0xdb
+        w.size += 1
+        _put_be(w, size, 4)
+    memcpy(w.data + w.size, data, size)
+    w.size += size
+    return 0
