@@ -4,6 +4,7 @@ with every combination of the scan's arguments."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -96,3 +97,31 @@ def test_scan_reports_where_and_why_it_stopped():
     assert frames.scan(data, 5, limit=1).records == [(5, b"abc")]
     assert frames.scan(data, 5, collect=False) == (
         [], len(data), 7, None)
+
+
+def native_frame_into():
+    return native("rankd.engine._frames", "frame_into")
+
+
+@given(st.binary(max_size=20), st.lists(st.binary(max_size=60), max_size=12),
+       st.integers(1, 2**40), st.integers(0, 200), st.integers(16, 200))
+def test_native_framing_writes_what_the_reference_writes(prefix, records, last, active, limit):
+    """Frames, segment rolls and counts agree; the frames scan back."""
+    results = []
+    for frame_into in (native_frame_into(), frames.frame_into_python):
+        buffer, rolls = bytearray(prefix), [(0, 1)]
+        summary = frame_into(buffer, iter(records), last, active, limit, rolls)
+        results.append((bytes(buffer), rolls, summary))
+    assert results[0] == results[1]
+    data, _, (end_lsn, _, appended) = results[0]
+    assert end_lsn == last + len(records) and appended == len(data) - len(prefix)
+    scanned = scan_python(data[len(prefix):], last + 1)
+    assert scanned[0] == [(last + 1 + i, p) for i, p in enumerate(records)]
+    assert scanned[3] is None
+
+
+def test_native_framing_refuses_what_is_not_bytes_and_changes_nothing():
+    buffer = bytearray(b"x")
+    with pytest.raises(TypeError):
+        native_frame_into()(buffer, [b"ok", "text"], 0, 0, 1000, [])
+    assert buffer == b"x"

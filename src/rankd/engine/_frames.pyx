@@ -1,16 +1,18 @@
 # cython: language_level=3
-"""Native write-ahead log frame scanner.
+"""Native write-ahead log framing and frame scanner.
 
-The hot loop of :func:`rankd.engine.frames.scan`, which documents the frame
-format and the arguments; ``rankd.engine.frames.scan_python`` is the
-reference it must match result for result (the tests compare them on
+The hot loops of :func:`rankd.engine.frames.frame_into` and
+:func:`rankd.engine.frames.scan`, which document the frame format and the
+arguments; ``frame_into_python`` and ``scan_python`` there are the
+references these must match result for result (the tests compare them on
 random, cut and corrupted logs).  The checksum is zlib's ``crc32``, the
 function Python's ``zlib.crc32`` calls, so both implementations (and every
 log ever written) agree.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 
@@ -21,6 +23,45 @@ cdef enum:
     HEADER_BYTES = 16
     CHECKED_BYTES = 12   # length and lsn: the header bytes the CRC covers
     MAX_RECORD_BYTES = 256 * 1024 * 1024
+
+
+def frame_into(bytearray buffer, payloads, long long last_lsn, Py_ssize_t active,
+               Py_ssize_t limit, list rolls):
+    """``(last lsn, active bytes, bytes appended)``; see
+    ``rankd.engine.frames.frame_into_python``."""
+    cdef list items = payloads if type(payloads) is list else list(payloads)
+    cdef Py_ssize_t n = len(items), i, length, total = 0, start = PyByteArray_GET_SIZE(buffer)
+    cdef Py_ssize_t offset
+    cdef unsigned char *out
+    cdef uint32_t crc, length32
+    cdef uint64_t lsn
+    cdef bytes payload
+    for i in range(n):
+        payload = <bytes?>items[i]
+        if PyBytes_GET_SIZE(payload) > MAX_RECORD_BYTES:
+            raise ValueError(f"a record of {PyBytes_GET_SIZE(payload)} bytes is too large")
+        total += HEADER_BYTES + PyBytes_GET_SIZE(payload)
+    PyByteArray_Resize(buffer, start + total)
+    out = <unsigned char *>PyByteArray_AS_STRING(buffer)
+    offset = start
+    lsn = last_lsn
+    for i in range(n):
+        payload = <bytes>items[i]
+        length = PyBytes_GET_SIZE(payload)
+        lsn += 1
+        if active and active + length > limit:
+            rolls.append((offset, lsn))
+            active = 0
+        length32 = <uint32_t>length
+        # Little-endian hosts only, like the rank index (see setup.py).
+        memcpy(out + offset + 4, &length32, 4)
+        memcpy(out + offset + 8, &lsn, 8)
+        memcpy(out + offset + HEADER_BYTES, PyBytes_AS_STRING(payload), length)
+        crc = crc32(0, out + offset + 4, CHECKED_BYTES + length)
+        memcpy(out + offset, &crc, 4)
+        offset += HEADER_BYTES + length
+        active += HEADER_BYTES + length
+    return lsn, active, total
 
 
 def scan(data, long long first_lsn, bint check, long long from_lsn, long long upto_lsn,

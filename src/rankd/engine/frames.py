@@ -8,17 +8,19 @@ little-endian, where the CRC-32 covers the 12 header bytes after it and the
 payload, and ``lsn`` is the record's log position (consecutive within a
 segment, starting at the position in the segment's file name).
 
-:func:`scan` walks the frames of a buffer and stops at the first one that is
-bad.  It is the hot loop of recovery (a million records per second of
-replay), so it has a native implementation in ``rankd.engine._frames``,
-chosen at import like the rank index (``RANKD_PURE_PYTHON=1`` forces the
-pure-Python one below; both give identical results).
+:func:`frame_into` frames records into the log's write buffer, and
+:func:`scan` walks the frames of a buffer and stops at the first one that
+is bad.  They are the hot loops of every write and of recovery, so they
+have a native implementation in ``rankd.engine._frames``, chosen at import
+like the rank index (``RANKD_PURE_PYTHON=1`` forces the pure-Python ones
+below; both give identical results).
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from rankd._native import native_or
@@ -59,6 +61,30 @@ def frame(lsn: int, payload: bytes) -> bytes:
     return HEADER.pack(zlib.crc32(payload, zlib.crc32(checked)), len(payload), lsn) + payload
 
 
+def frame_into_python(buffer: bytearray, payloads: Iterable[bytes], last_lsn: int,
+                      active: int, limit: int, rolls: list[tuple[int, int]]
+                      ) -> tuple[int, int, int]:
+    """Append the frames of ``payloads``, at positions ``last_lsn + 1, ...``,
+    to ``buffer``.  ``active`` bytes are in the segment being written; a
+    frame that would take it past ``limit`` bytes starts a new segment,
+    noted in ``rolls`` as ``(offset in buffer, lsn)``.  Returns ``(last
+    lsn, active bytes, bytes appended)``."""
+    crc32, checked, header = zlib.crc32, CHECKED.pack, HEADER.pack
+    lsn = last_lsn
+    appended = 0
+    for payload in payloads:
+        lsn += 1
+        length = len(payload)
+        if active and active + length > limit:
+            rolls.append((len(buffer), lsn))
+            active = 0
+        buffer += header(crc32(payload, crc32(checked(length, lsn))), length, lsn)
+        buffer += payload
+        active += HEADER_BYTES + length
+        appended += HEADER_BYTES + length
+    return lsn, active, appended
+
+
 def scan_python(data: bytes | bytearray | memoryview, first_lsn: int, check: bool = True,
                 from_lsn: int = 0, upto_lsn: int = MAX_LSN, limit: int = MAX_LSN,
                 collect: bool = True) -> tuple:
@@ -97,6 +123,7 @@ def scan_python(data: bytes | bytearray | memoryview, first_lsn: int, check: boo
 
 
 _scan, IMPLEMENTATION = native_or("rankd.engine._frames", "scan", scan_python)
+frame_into, _ = native_or("rankd.engine._frames", "frame_into", frame_into_python)
 
 
 def scan(data: bytes | bytearray | memoryview, first_lsn: int, *, check: bool = True,

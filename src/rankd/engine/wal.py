@@ -49,12 +49,11 @@ import logging
 import os
 import threading
 import time
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankd.engine.frames import CHECKED, HEADER, HEADER_BYTES, BadFrame, scan
+from rankd.engine.frames import HEADER_BYTES, BadFrame, frame_into, scan
 from rankd.engine.snapshot import fsync_directory
 
 log = logging.getLogger(__name__)
@@ -321,25 +320,11 @@ class WriteAheadLog:
         """Buffer records in order; returns the log position of the last."""
         if self._failure is not None:
             raise WalFailedError(f"write-ahead log failed earlier: {self._failure}")
-        lsn = self._last_lsn
-        pending = self._pending
-        active = self._active_bytes
-        limit = self.segment_bytes - HEADER_BYTES
-        crc32, checked, header = zlib.crc32, CHECKED.pack, HEADER.pack
-        appended = 0
-        for payload in payloads:
-            lsn += 1
-            length = len(payload)
-            if active and active + length > limit:
-                self._rolls.append((len(pending), lsn))
-                active = 0
-            pending += header(crc32(payload, crc32(checked(length, lsn))), length, lsn)
-            pending += payload
-            active += HEADER_BYTES + length
-            appended += HEADER_BYTES + length
+        lsn, self._active_bytes, appended = frame_into(
+            self._pending, payloads, self._last_lsn, self._active_bytes,
+            self.segment_bytes - HEADER_BYTES, self._rolls)
         self.stats.appends += lsn - self._last_lsn
         self.stats.bytes += appended
-        self._active_bytes = active
         self._last_lsn = lsn
         return lsn
 
