@@ -535,7 +535,7 @@ async def _submit_while_big_is_held(engine: Engine, submissions: list) -> asynci
     ``submissions`` handed to the engine and given time to run."""
     await engine.put_board("big", {"policy": "sum"})
     await engine.put_board("small", {"policy": "sum"})
-    engine.boards["big"].writable.clear()
+    engine._hold(engine.boards["big"])
     batch = asyncio.ensure_future(engine.submit_many(submissions))
     for _ in range(20):
         await asyncio.sleep(0)
@@ -550,7 +550,7 @@ def test_a_board_held_by_its_snapshot_does_not_hold_other_boards_in_the_same_bat
             sub("big", "ann", delta=3), sub("nope", "cid", delta=1)])
         assert engine.standing("small", "bob")["score"] == 2.0
         assert engine.standing("big", "ann") is None and not batch.done()
-        engine.boards["big"].writable.set()
+        engine._release(engine.boards["big"])
         answers = await batch
         assert [a["score"] for a in answers[:3]] == [1.0, 2.0, 4.0]
         assert isinstance(answers[3], NotFound)
@@ -565,7 +565,7 @@ def test_a_held_board_refused_after_its_wait_does_not_undo_the_other_boards_answ
         batch = await _submit_while_big_is_held(engine, [
             sub("big", "ann", delta=1), sub("small", "bob", delta=2)])
         engine.failure = OSError("simulated disk failure")  # after bob's commit
-        engine.boards["big"].writable.set()
+        engine._release(engine.boards["big"])
         answers = await batch
         assert isinstance(answers[0], ReadOnly)
         assert answers[1]["score"] == 2.0 and not answers[1]["duplicate"]

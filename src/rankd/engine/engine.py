@@ -151,6 +151,8 @@ class Engine:
         self._lock_fd: int | None = None
         self._tasks: list[asyncio.Task] = []
         self._snapshot_lock = asyncio.Lock()
+        #: Boards whose writes wait for a snapshot (``Board.writable`` clear).
+        self._held: set[str] = set()
         self._events_since_snapshot = 0
         self._last_snapshot_time = 0.0
         self._snapshot_wanted = asyncio.Event()
@@ -456,8 +458,8 @@ class Engine:
         the rest of the batch does not wait with them (the order of each
         board's submissions is kept).
         """
-        held = {s.board for s in submissions if type(s.board) is str
-                and s.board in self.boards and not self.boards[s.board].writable.is_set()}
+        held = self._held and {s.board for s in submissions
+                               if type(s.board) is str and s.board in self._held}
         if held:
             waiting = [type(s.board) is str and s.board in held for s in submissions]
             free = [s for s, wait in zip(submissions, waiting, strict=True) if not wait]
@@ -720,7 +722,7 @@ class Engine:
         async def add(section: list) -> None:
             await asyncio.to_thread(writer.add, records.encode(section))
 
-        board.writable.clear()
+        self._hold(board)
         try:
             await add(["board", board.name, board.config.to_dict(), board.version,
                        board.updated_at])
@@ -731,12 +733,21 @@ class Engine:
             labels = [chunk async for chunk in _copied(board.labels)]
             event_ids = [chunk async for chunk in _copied(board.dedupe.packed())]
         finally:
-            board.writable.set()
+            self._release(board)
         # As columns: a msgpack map's decoder would intern every key.
         for keys, values in labels:
             await add(["label_columns", board.name, keys, values])
         for keys, values in event_ids:
             await add(["event_id_columns", board.name, keys, values])
+
+    def _hold(self, board: Board) -> None:
+        """Make ``board``'s writers wait (a snapshot is reading it)."""
+        board.writable.clear()
+        self._held.add(board.name)
+
+    def _release(self, board: Board) -> None:
+        board.writable.set()
+        self._held.discard(board.name)
 
     async def _drop_covered_segments(self) -> None:
         keep_from = self.snapshots.oldest_kept_lsn() + 1
