@@ -45,9 +45,25 @@ ingest = Extension(
     define_macros=extension.define_macros,
 )
 
+# Submissions in packed form, filled by the TCP front-end's scanner.
+packed = Extension(
+    "rankd.engine._packed",
+    sources=["src/rankd/engine/_packed.pyx"],
+    extra_compile_args=extension.extra_compile_args,
+    define_macros=extension.define_macros,
+)
+
+# The TCP protocol's fast path for plain submit requests.
+submits = Extension(
+    "rankd.frontends._submits",
+    sources=["src/rankd/frontends/_submits.pyx"],
+    extra_compile_args=extension.extra_compile_args,
+    define_macros=extension.define_macros,
+)
+
 setup(
     ext_modules=cythonize(
-        [extension, frames, replay, ingest],
+        [extension, frames, replay, ingest, packed, submits],
         include_path=["src"],
         language_level="3",
         compiler_directives={

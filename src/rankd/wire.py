@@ -90,35 +90,46 @@ class FrameDecoder:
         else:
             view = memoryview(data)  # the usual case: frames start at this read
         messages: list[Any] = []
-        position = 0
-        size = len(view)
-        max_frame = self.max_frame
         try:
-            while size - position >= _LENGTH_BYTES:
-                (length,) = _read_length(view, position)
-                if length == 0 or length > max_frame:
-                    error = FrameError("too_large" if length else "bad_frame",
-                                       f"frame length {length} is outside 1..{max_frame}")
-                    error.decoded = messages
-                    raise error
-                end = position + _LENGTH_BYTES + length
-                if end > size:
-                    break
-                try:
-                    messages.append(_unpackb(view[position + _LENGTH_BYTES:end], raw=False,
-                                             strict_map_key=True))
-                except Exception as exc:  # msgpack raises several kinds; all mean a bad frame
-                    error = FrameError("bad_frame", f"undecodable msgpack payload: {exc}")
-                    error.decoded = messages
-                    raise error from None
-                position = end
+            position = self._frames(view, messages)
         finally:
             view.release()  # a bytearray cannot be resized while a view is exported
         if buffer:
             del buffer[:position]
-        elif position < size:
+        elif position < len(data):
             buffer += data[position:]  # keep the incomplete frame for the next read
         return messages
+
+    def _frames(self, view: memoryview, messages: list[Any]) -> int:
+        """Decode the complete frames at the start of ``view`` into
+        ``messages``; return the offset after them."""
+        position = 0
+        size = len(view)
+        while size - position >= _LENGTH_BYTES:
+            (length,) = _read_length(view, position)
+            if length == 0 or length > self.max_frame:
+                raise self._bad_length(length, messages)
+            end = position + _LENGTH_BYTES + length
+            if end > size:
+                break
+            messages.append(self._decode(view[position + _LENGTH_BYTES:end], messages))
+            position = end
+        return position
+
+    def _bad_length(self, length: int, decoded: list[Any]) -> FrameError:
+        error = FrameError("too_large" if length else "bad_frame",
+                           f"frame length {length} is outside 1..{self.max_frame}")
+        error.decoded = decoded
+        return error
+
+    @staticmethod
+    def _decode(payload: memoryview, decoded: list[Any]) -> Any:
+        try:
+            return _unpackb(payload, raw=False, strict_map_key=True)
+        except Exception as exc:  # msgpack raises several kinds; all mean a bad frame
+            error = FrameError("bad_frame", f"undecodable msgpack payload: {exc}")
+            error.decoded = decoded
+            raise error from None
 
     @property
     def pending_bytes(self) -> int:

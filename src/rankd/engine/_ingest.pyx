@@ -29,11 +29,15 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_Append
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject
+from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.math cimport fabs, isfinite
 from libc.stdint cimport int64_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from rankd._skiplist cimport RankIndex
+from rankd.engine._packed cimport (
+    NUMBER_FLOAT, NUMBER_INT, NUMBER_NIL, Number, Packed, PackedResult, PackedSubmission,
+)
 from rankd.engine._packing cimport (
     Writer, dedupe_entry, put_array, put_bool, put_float, put_int, put_nil, put_str,
     writer_free,
@@ -228,186 +232,340 @@ cdef object _answer(object member, object event_id, object score, object rank, o
     return answer
 
 
+cdef struct Input:
+    # One submission the native path takes, whichever form it came in.
+    const char *member
+    Py_ssize_t member_size
+    PyObject *member_str    # the member as a str, or NULL: made when a label needs it
+    PyObject *event_id      # str or NULL
+    PyObject *label         # str or NULL
+    double value
+
+
+cdef struct Result:
+    double score
+    double previous
+    int64_t rank
+    bint has_previous
+    bint changed
+
+
+cdef class _Kernel:
+    """One ingest call's state: the plans of the boards it has met, the
+    records written so far and the counts."""
+
+    cdef dict boards
+    cdef double now
+    cdef long long now_ms
+    cdef Py_ssize_t first_lsn
+    cdef double dedupe_ttl, ts_tolerance
+    cdef list payloads
+    cdef set names
+    cdef Py_ssize_t rejected, duplicates
+    cdef Plan plans[8]
+    cdef Py_ssize_t nplans
+    cdef dict plan_of          # board name -> plan slot, or -1: reference only
+    cdef list keep             # owns what the plans point at
+    cdef Writer w
+
+    def __cinit__(self, dict boards, double now, Py_ssize_t first_lsn, double dedupe_ttl,
+                  double ts_tolerance):
+        if _Ingested is None:
+            _imports()
+        self.boards = boards
+        self.now = now
+        self.now_ms = round(now * 1000)
+        self.first_lsn = first_lsn
+        self.dedupe_ttl = dedupe_ttl
+        self.ts_tolerance = ts_tolerance
+        self.payloads = []
+        self.names = set()
+        self.rejected = self.duplicates = 0
+        self.nplans = 0
+        self.plan_of = {}
+        self.keep = []
+        self.w.data = NULL
+        self.w.size = self.w.cap = 0
+
+    def __dealloc__(self):
+        writer_free(&self.w)
+
+    cdef object result(self, list answers):
+        return _Ingested(answers, self.payloads, self.names, self.rejected, self.duplicates)
+
+    cdef Plan *plan(self, object name) except? NULL:
+        """The plan of board ``name`` (a str), NULL if it must take the reference."""
+        cdef PyObject *found = PyDict_GetItem(self.plan_of, name)
+        cdef Py_ssize_t p
+        if found != NULL:
+            p = <object>found
+        else:
+            board = self.boards.get(name)
+            p = -1
+            if board is not None and self.nplans < 8:
+                if _plan(&self.plans[self.nplans], board, self.now, self.keep) == 0:
+                    p = self.nplans
+                    self.nplans += 1
+            if board is not None:
+                self.plan_of[name] = p
+        return NULL if p < 0 else &self.plans[p]
+
+    cdef Plan *plan_by_bytes(self, const char *name, Py_ssize_t size) except? NULL:
+        """:meth:`plan` of a board named by ASCII bytes, allocating nothing
+        for a board met before."""
+        cdef Py_ssize_t p
+        cdef PyObject *known
+        for p in range(self.nplans):
+            known = self.plans[p].name
+            if (PyUnicode_GET_LENGTH(<object>known) == size
+                    and memcmp(_chars(<object>known), name, size) == 0):
+                return &self.plans[p]
+        return self.plan(PyUnicode_DecodeASCII(name, size, NULL))
+
+    cdef bint duplicate_or_live(self, Plan *plan, object event_id) noexcept:
+        """Whether ``event_id`` is remembered and not expired (the reference
+        then answers it as a duplicate)."""
+        cdef double expires_at
+        cdef PyObject *found = PyDict_GetItem(<object>plan.entries, event_id)
+        if found == NULL:
+            return False
+        memcpy(&expires_at, PyBytes_AS_STRING(<bytes>found), 8)
+        return expires_at > self.now
+
+    cdef bint score(self, Plan *plan, Input *sub, Change *changes) noexcept:
+        """Every window's change (reads only); False where the reference must
+        answer (a guard, a non-finite sum)."""
+        cdef int i
+        cdef RankIndex index
+        for i in range(plan.nwindows):
+            if plan.windows[i].index == NULL:
+                changes[i].had = False
+            else:
+                index = <RankIndex>plan.windows[i].index
+                changes[i].had = index.c_get(sub.member, sub.member_size, &changes[i].old)
+            if not _new_score(plan, changes[i].had, changes[i].old, sub.value, &changes[i].new):
+                return False
+        return True
+
+    cdef object reference(self, object sub):
+        """The reference's answer to ``sub`` (or its EngineError), counted."""
+        cdef Py_ssize_t lsn = self.first_lsn + len(self.payloads)
+        try:
+            answer = _ingest_one(self.boards, sub, self.now, self.now_ms, lsn, self.dedupe_ttl,
+                                 self.ts_tolerance, self.payloads)
+        except _EngineError as error:
+            self.rejected += 1
+            answer = error
+        else:
+            if answer["duplicate"]:
+                self.duplicates += 1
+            else:
+                self.names.add(sub.board)
+        # The reference may have opened periods: plan again.
+        self.nplans = 0
+        self.plan_of.clear()
+        self.keep = []
+        return answer
+
+    cdef int apply(self, Plan *plan, Input *sub, Change *changes, Result *out) except -1:
+        """Write a scored submission: indexes, WAL record, dedupe table,
+        labels, version.  Nothing can fail here but memory."""
+        cdef Writer *w = &self.w
+        cdef Py_ssize_t lsn = self.first_lsn + len(self.payloads), rank = 0
+        cdef int i, nupdates = 0
+        cdef bint updated
+        cdef RankIndex index
+        out.rank = 0
+        for i in range(plan.nwindows):
+            updated = not changes[i].had or changes[i].new != changes[i].old
+            if updated:
+                nupdates += 1
+                if plan.windows[i].index == NULL:
+                    created = (<object>plan.board).index_for_write(
+                        <object>plan.windows[i].name, <object>plan.windows[i].period)
+                    self.keep.append(created)
+                    plan.windows[i].index = <PyObject *>created
+                index = <RankIndex>plan.windows[i].index
+                rank = index.c_put(sub.member, sub.member_size, changes[i].new, lsn)
+            if plan.windows[i].primary:
+                out.has_previous = changes[i].had
+                out.previous = changes[i].old
+                out.score = changes[i].new
+                if updated:
+                    out.rank = rank
+                else:
+                    out.rank = (<RankIndex>plan.windows[i].index).c_rank(
+                        sub.member, sub.member_size)
+        out.changed = nupdates > 0
+
+        # The WAL record (rankd.engine.records), as the packer writes it.
+        w.size = 0
+        put_array(w, RECORD_ITEMS)
+        put_int(w, SUBMIT)
+        _put_text(w, plan.name)
+        put_str(w, sub.member, sub.member_size)
+        put_float(w, sub.value)
+        put_bool(w, plan.policy == POLICY_SUM)
+        if sub.event_id == NULL:
+            put_nil(w)
+        else:
+            _put_text(w, sub.event_id)
+        put_int(w, self.now_ms)
+        put_int(w, self.now_ms)
+        if sub.label == NULL:
+            put_nil(w)
+        else:
+            _put_text(w, sub.label)
+        put_array(w, nupdates)
+        for i in range(plan.nwindows):
+            if not changes[i].had or changes[i].new != changes[i].old:
+                put_array(w, 3)
+                _put_text(w, plan.windows[i].name)
+                _put_text(w, plan.windows[i].period)
+                put_float(w, changes[i].new)
+        put_array(w, RESULT_ITEMS)
+        put_float(w, out.score)
+        put_int(w, out.rank)
+        if out.has_previous:
+            put_float(w, out.previous)
+        else:
+            put_nil(w)
+        put_bool(w, out.changed)
+        PyList_Append(self.payloads, PyBytes_FromStringAndSize(w.data, w.size))
+
+        # What the record changes besides the indexes (ingest.note_submit).
+        if sub.label != NULL:
+            if sub.member_str == NULL:
+                member = PyUnicode_DecodeASCII(sub.member, sub.member_size, NULL)
+            else:
+                member = <object>sub.member_str
+            PyDict_SetItem(<object>plan.labels, member, <object>sub.label)
+        if sub.event_id != NULL:
+            event_id = <object>sub.event_id
+            entry = dedupe_entry(<double>self.now_ms / 1000.0 + self.dedupe_ttl, True, out.score,
+                                 out.has_previous, out.previous, True, out.rank, out.changed,
+                                 sub.member, sub.member_size)
+            # One probe of a table of millions in the common case, a new id.
+            if PyDict_SetDefault(<object>plan.entries, event_id, entry) is not <PyObject *>entry:
+                PyDict_DelItem(<object>plan.entries, event_id)  # last: expiry order
+                PyDict_SetItem(<object>plan.entries, event_id, entry)
+        if nupdates:
+            board = <object>plan.board
+            board.version += 1
+            board.updated_at = <double>self.now_ms / 1000.0
+        self.names.add(<object>plan.name)
+        return 0
+
+
 def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double dedupe_ttl,
            double ts_tolerance):
     """Native ``rankd.engine.ingest.ingest_python``: same arguments, same result."""
-    if _Ingested is None:
-        _imports()
+    cdef _Kernel kernel = _Kernel(boards, now, first_lsn, dedupe_ttl, ts_tolerance)
     cdef list answers = []
-    cdef list payloads = []
-    cdef set names = set()
-    cdef Py_ssize_t rejected = 0, duplicates = 0, lsn, rank, i, size
-    cdef long long now_ms = round(now * 1000)
-    cdef Plan plans[8]
-    cdef Py_ssize_t nplans = 0, p
-    cdef dict plan_of = {}          # board name -> plan slot, or -1: reference only
-    cdef list keep = []             # owns what the plans point at
     cdef Plan *plan
+    cdef Input sub
     cdef Change changes[MAX_WINDOWS]
-    cdef Writer w
-    cdef PyObject *found
-    cdef double value, expires_at
-    cdef bint native, updated
-    cdef RankIndex index
-    cdef const char *member_data
-    cdef Py_ssize_t member_size
-    cdef int nupdates
-    cdef int64_t primary_rank
-    cdef double primary_new = 0.0, primary_old = 0.0
-    cdef bint primary_had = False
-    w.data = NULL
-    w.size = w.cap = 0
-    try:
-        for sub in submissions:
-            lsn = first_lsn + len(payloads)
-            name = sub.board
-            native = False
-            plan = NULL
-            if type(name) is str:
-                found = PyDict_GetItem(plan_of, name)
-                if found != NULL:
-                    p = <object>found
-                else:
-                    board = boards.get(name)
-                    p = -1
-                    if board is not None and nplans < 8:
-                        if _plan(&plans[nplans], board, now, keep) == 0:
-                            p = nplans
-                            nplans += 1
-                    if board is not None:
-                        plan_of[name] = p
-                if p >= 0:
-                    plan = &plans[p]
-            member = sub.member
-            label = sub.label
-            event_id = sub.event_id
-            if (plan != NULL and _ascii(member, MAX_MEMBER_BYTES)
-                    and (label is None or (type(label) is str and PyUnicode_IS_COMPACT_ASCII(label)
-                                           and PyUnicode_GET_LENGTH(label) <= MAX_LABEL_CHARS))
-                    and (event_id is None or _ascii(event_id, MAX_EVENT_ID_BYTES))
-                    and sub.ts is None):
-                native = True
-                if event_id is not None:
-                    found = PyDict_GetItem(<object>plan.entries, event_id)
-                    if found != NULL:
-                        memcpy(&expires_at, PyBytes_AS_STRING(<bytes>found), 8)
-                        native = expires_at <= now   # live: a duplicate, the reference answers
-                if native:
-                    if plan.policy == POLICY_SUM:
-                        native = (sub.score is None and _number(sub.delta, &value)
-                                  and not (plan.has_max_delta and fabs(value) > plan.max_delta))
-                    else:
-                        native = sub.delta is None and _number(sub.score, &value)
-            if native:
-                member_data = _chars(member)
-                member_size = PyUnicode_GET_LENGTH(member)
-                for i in range(plan.nwindows):
-                    if plan.windows[i].index == NULL:
-                        changes[i].had = False
-                    else:
-                        index = <RankIndex>plan.windows[i].index
-                        changes[i].had = index.c_get(member_data, member_size, &changes[i].old)
-                    if not _new_score(plan, changes[i].had, changes[i].old, value,
-                                      &changes[i].new):
-                        native = False
-                        break
-            if not native:
-                try:
-                    answer = _ingest_one(boards, sub, now, now_ms, lsn, dedupe_ttl, ts_tolerance,
-                                         payloads)
-                except _EngineError as error:
-                    answers.append(error)
-                    rejected += 1
-                else:
-                    if answer["duplicate"]:
-                        duplicates += 1
-                    else:
-                        names.add(name)
-                    answers.append(answer)
-                # The reference may have opened periods: plan again.
-                nplans = 0
-                plan_of.clear()
-                keep = []
-                continue
-
-            # The native path: nothing can fail from here on but memory.
-            nupdates = 0
-            primary_rank = 0
-            rank = 0
-            for i in range(plan.nwindows):
-                updated = not changes[i].had or changes[i].new != changes[i].old
-                if updated:
-                    nupdates += 1
-                    if plan.windows[i].index == NULL:
-                        created = (<object>plan.board).index_for_write(
-                            <object>plan.windows[i].name, <object>plan.windows[i].period)
-                        keep.append(created)
-                        plan.windows[i].index = <PyObject *>created
-                    index = <RankIndex>plan.windows[i].index
-                    rank = index.c_put(member_data, member_size, changes[i].new, lsn)
-                if plan.windows[i].primary:
-                    primary_had = changes[i].had
-                    primary_old = changes[i].old
-                    primary_new = changes[i].new
-                    if updated:
-                        primary_rank = rank
-                    else:
-                        primary_rank = (<RankIndex>plan.windows[i].index).c_rank(
-                            member_data, member_size)
-
-            # The WAL record (rankd.engine.records), as the packer writes it.
-            w.size = 0
-            put_array(&w, RECORD_ITEMS)
-            put_int(&w, SUBMIT)
-            _put_text(&w, plan.name)
-            put_str(&w, member_data, member_size)
-            put_float(&w, value)
-            put_bool(&w, plan.policy == POLICY_SUM)
-            if event_id is None:
-                put_nil(&w)
+    cdef Result out
+    cdef bint native
+    for submission in submissions:
+        name = submission.board
+        plan = kernel.plan(name) if type(name) is str else NULL
+        member = submission.member
+        label = submission.label
+        event_id = submission.event_id
+        native = (plan != NULL and _ascii(member, MAX_MEMBER_BYTES)
+                  and (label is None or (type(label) is str and PyUnicode_IS_COMPACT_ASCII(label)
+                                         and PyUnicode_GET_LENGTH(label) <= MAX_LABEL_CHARS))
+                  and (event_id is None or (_ascii(event_id, MAX_EVENT_ID_BYTES)
+                                            and not kernel.duplicate_or_live(plan, event_id)))
+                  and submission.ts is None)
+        if native:
+            if plan.policy == POLICY_SUM:
+                native = (submission.score is None and _number(submission.delta, &sub.value)
+                          and not (plan.has_max_delta and fabs(sub.value) > plan.max_delta))
             else:
-                _put_text(&w, <PyObject *>event_id)
-            put_int(&w, now_ms)
-            put_int(&w, now_ms)
-            if label is None:
-                put_nil(&w)
-            else:
-                _put_text(&w, <PyObject *>label)
-            put_array(&w, nupdates)
-            for i in range(plan.nwindows):
-                if not changes[i].had or changes[i].new != changes[i].old:
-                    put_array(&w, 3)
-                    _put_text(&w, plan.windows[i].name)
-                    _put_text(&w, plan.windows[i].period)
-                    put_float(&w, changes[i].new)
-            put_array(&w, RESULT_ITEMS)
-            put_float(&w, primary_new)
-            put_int(&w, primary_rank)
-            if primary_had:
-                put_float(&w, primary_old)
-            else:
-                put_nil(&w)
-            put_bool(&w, nupdates > 0)
-            PyList_Append(payloads, PyBytes_FromStringAndSize(w.data, w.size))
+                native = submission.delta is None and _number(submission.score, &sub.value)
+        if native:
+            sub.member = _chars(member)
+            sub.member_size = PyUnicode_GET_LENGTH(member)
+            sub.member_str = <PyObject *>member
+            sub.event_id = NULL if event_id is None else <PyObject *>event_id
+            sub.label = NULL if label is None else <PyObject *>label
+            native = kernel.score(plan, &sub, changes)
+        if not native:
+            answers.append(kernel.reference(submission))
+            continue
+        kernel.apply(plan, &sub, changes, &out)
+        answers.append(_answer(member, event_id, out.score, out.rank,
+                               out.previous if out.has_previous else None, out.changed))
+    return kernel.result(answers)
 
-            # What the record changes besides the indexes (ingest.note_submit).
-            if label is not None:
-                PyDict_SetItem(<object>plan.labels, member, label)
-            if event_id is not None:
-                entry = dedupe_entry(<double>now_ms / 1000.0 + dedupe_ttl, True, primary_new,
-                                     primary_had, primary_old, True, primary_rank,
-                                     nupdates > 0, member_data, member_size)
-                # One probe of a table of millions in the common case, a new id.
-                if PyDict_SetDefault(<object>plan.entries, event_id, entry) is not <PyObject *>entry:
-                    PyDict_DelItem(<object>plan.entries, event_id)  # last: expiry order
-                    PyDict_SetItem(<object>plan.entries, event_id, entry)
-            if nupdates:
-                board = <object>plan.board
-                board.version += 1
-                board.updated_at = <double>now_ms / 1000.0
-            names.add(name)
-            answers.append(_answer(member, event_id, primary_new, primary_rank,
-                                   primary_old if primary_had else None, nupdates > 0))
-    finally:
-        writer_free(&w)
-    return _Ingested(answers, payloads, names, rejected, duplicates)
+
+cdef inline bint _packed_number(Number *number, double *out) noexcept:
+    """``_number`` for a number read off the wire."""
+    if number.kind == NUMBER_FLOAT:
+        out[0] = number.fval
+        return isfinite(out[0])
+    if number.kind == NUMBER_INT:
+        if number.ival > MAX_EXACT_INT or number.ival < -MAX_EXACT_INT:
+            return False
+        out[0] = <double>number.ival
+        return True
+    return False
+
+
+def ingest_packed(dict boards, Packed packed, double now, Py_ssize_t first_lsn,
+                  double dedupe_ttl, double ts_tolerance):
+    """:func:`ingest` of packed submissions: the answers go to ``packed``
+    (``results``, or ``answers`` for those the reference answered); the
+    result's ``answers`` is None."""
+    cdef _Kernel kernel = _Kernel(boards, now, first_lsn, dedupe_ttl, ts_tolerance)
+    cdef list answers = [None] * packed.count
+    cdef PackedSubmission *item
+    cdef Plan *plan
+    cdef Input sub
+    cdef Change changes[MAX_WINDOWS]
+    cdef Result out
+    cdef PackedResult *result
+    cdef Py_ssize_t i
+    cdef bint native
+    for i in range(packed.count):
+        item = &packed.items[i]
+        plan = kernel.plan_by_bytes(packed.chars(&item.board), item.board.size)
+        native = (plan != NULL and 0 < item.member.size <= MAX_MEMBER_BYTES
+                  and (not item.label.present or item.label.size <= MAX_LABEL_CHARS)
+                  and (not item.event_id.present
+                       or 0 < item.event_id.size <= MAX_EVENT_ID_BYTES))
+        event_id = None
+        if native and item.event_id.present:
+            event_id = packed.text(&item.event_id)
+            native = not kernel.duplicate_or_live(plan, event_id)
+        if native:
+            if plan.policy == POLICY_SUM:
+                native = (item.score.kind <= NUMBER_NIL
+                          and _packed_number(&item.delta, &sub.value)
+                          and not (plan.has_max_delta and fabs(sub.value) > plan.max_delta))
+            else:
+                native = (item.delta.kind <= NUMBER_NIL
+                          and _packed_number(&item.score, &sub.value))
+        label = None
+        if native:
+            sub.member = packed.chars(&item.member)
+            sub.member_size = item.member.size
+            sub.member_str = NULL
+            sub.event_id = NULL if event_id is None else <PyObject *>event_id
+            label = packed.text(&item.label)
+            sub.label = NULL if label is None else <PyObject *>label
+            native = kernel.score(plan, &sub, changes)
+        if not native:
+            answers[i] = kernel.reference(packed.submission(i))
+            continue
+        kernel.apply(plan, &sub, changes, &out)
+        result = &packed.results[i]
+        result.score = out.score
+        result.previous = out.previous
+        result.rank = out.rank
+        result.has_previous = out.has_previous
+        result.changed = out.changed
+    packed.answers = answers
+    return kernel.result(None)

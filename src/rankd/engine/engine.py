@@ -52,7 +52,7 @@ from rankd.engine.errors import (
     NotFound,
     ReadOnly,
 )
-from rankd.engine.ingest import check_member, ingest
+from rankd.engine.ingest import Ingested, check_member, ingest, ingest_packed
 from rankd.engine.periods import check_window, period_of, period_start
 from rankd.engine.replay import gather_submit, replay_submits
 from rankd.engine.snapshot import SnapshotStore
@@ -478,13 +478,41 @@ class Engine:
             # nothing logged: refuse writes rather than diverge from the log.
             self._fail(exc)
             raise
+        self._count(done)
+        if done.payloads:
+            await self._commit(done.payloads, done.boards)
+        return done.answers
+
+    async def submit_packed(self, packed: Any) -> None:
+        """Apply submissions a front-end read in packed form
+        (``rankd.engine._packed.Packed``, from the native scanner), in order;
+        their answers go into ``packed`` (see ``_ingest.ingest_packed``).
+
+        The same as :meth:`submit_many` of ``packed.submissions()``, without
+        a Python object per submission: the run is applied and committed on
+        its own (one WAL append; under ``always`` its fsync is shared with
+        concurrent commits), not merged with other callers' submissions.
+        Raises ``ReadOnly`` (nothing applied) like :meth:`submit_many`.
+        """
+        self._check_writable()
+        if self._held and not self._held.isdisjoint(packed.board_names()):
+            packed.answers = await self.submit_many(packed.submissions())
+            return
+        try:
+            done = ingest_packed(self.boards, packed, self.clock(), self.wal.last_lsn + 1,
+                                 self.config.dedupe_ttl, self.config.ts_tolerance)
+        except Exception as exc:
+            self._fail(exc)  # a bug, as in _submit_batch
+            raise
+        self._count(done)
+        if done.payloads:
+            await self._commit(done.payloads, done.boards)
+
+    def _count(self, done: Ingested) -> None:
         stats = self.stats
         stats["applied"] += len(done.payloads)
         stats["rejected"] += done.rejected
         stats["duplicate"] += done.duplicates
-        if done.payloads:
-            await self._commit(done.payloads, done.boards)
-        return done.answers
 
     async def _write(self, logged: list[list]) -> None:
         """Apply and commit non-submission records (board changes, removals)."""

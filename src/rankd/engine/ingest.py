@@ -278,4 +278,13 @@ def utf8_size(text: str) -> int | None:
         return None
 
 
+def ingest_packed_unavailable(*args: Any) -> Ingested:
+    raise RuntimeError("packed submissions come only from native front-ends, and need the "
+                       "native ingest kernel")
+
+
 ingest, IMPLEMENTATION = native_or("rankd.engine._ingest", "ingest", ingest_python)
+#: Native ingest of ``rankd.engine._packed.Packed`` submissions (see
+#: ``Engine.submit_packed``); front-ends pack only when it is built.
+ingest_packed, _ = native_or("rankd.engine._ingest", "ingest_packed",
+                             ingest_packed_unavailable)

@@ -115,6 +115,23 @@ class Service:
             results.append(slot)
         return results
 
+    def takes_packed(self, packed: Any) -> bool:
+        """Whether :meth:`submit_packed` may take these packed submissions:
+        not if one of their boards takes only signed submissions (those go
+        through :meth:`submit_many`, which verifies them)."""
+        boards = self.engine.boards
+        for name in packed.board_names():
+            known = boards.get(name)
+            if known is not None and known.config.signed:
+                return False
+        return True
+
+    async def submit_packed(self, packed: Any) -> None:
+        """Submit packed submissions (``rankd.engine._packed.Packed``, read by
+        a native front-end; see :meth:`takes_packed`); their answers go into
+        ``packed``."""
+        await self.engine.submit_packed(packed)
+
     async def remove_member(self, board: str, member: str) -> None:
         if not await self.engine.remove_member(board, member):
             raise NotFound(f"no member {member!r}")

@@ -1,11 +1,19 @@
 """The msgpack TCP front-end (``protocol/PROTOCOL.md``).
 
 One :class:`TcpConnection` (an ``asyncio.Protocol``) per client.  Bytes are
-split into frames by :class:`rankd.wire.FrameDecoder`; the decoded requests
-queue up and one worker task per connection (not per request) drains the
-queue in order.  Consecutive ``submit`` requests in the queue go to the
-engine as one batch (one WAL append and one commit), which is what makes
-pipelining pay off.  Reads are answered synchronously.
+split into frames by :class:`RequestDecoder`; the decoded requests queue up
+and one worker task per connection (not per request) drains the queue in
+order.  Consecutive ``submit`` requests in the queue go to the engine as
+one batch (one WAL append and one commit), which is what makes pipelining
+pay off.  Reads are answered synchronously.
+
+The fast path: when the native modules are built, each run of *plain*
+submit requests in a read (``rankd.frontends._submits`` says exactly which)
+is not decoded into Python objects at all: it is queued packed, applied by
+the engine's native ingest (``Engine.submit_packed``) and answered by a
+native encoder.  Anything it does not take (a signed board, a rate limit
+reached, a held board) is handed back to the general path, request by
+request, so both answer alike.
 
 A connection that sends too much without reading its answers is paused
 (``pause_reading``) until its queue drains, and writing waits while the
@@ -24,7 +32,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rankd import __version__, wire
+from rankd._native import native_or
 from rankd.engine.errors import EngineError, InvalidInput
+from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
 from rankd.frontends.service import MAX_BATCH, Service, check_fields
 from rankd.security import ANONYMOUS_ALL, Gate, Principal, Unauthorized
 
@@ -38,6 +48,35 @@ SUBMIT_FIELDS = {"member", "score", "delta", "event_id", "ts", "label"}
 VIEW_FIELDS = {"window", "period"}
 
 Handler = Callable[[Service, dict[str, Any]], Any]
+
+_split, _FAST = native_or("rankd.frontends._submits", "split", None)
+_encode_answers, _ = native_or("rankd.frontends._submits", "encode_answers", None)
+_Packed, _ = native_or("rankd.engine._packed", "Packed", None)
+#: Whether plain submit requests take the native fast path (see the module docstring).
+FAST_SUBMITS = _FAST == "native" and ingest_implementation == "native"
+
+
+class RequestDecoder(wire.FrameDecoder):
+    """The server's frame decoder: while ``pack`` is set (and the fast path
+    is built), each run of plain submit requests comes out as one packed
+    batch instead of decoded requests."""
+
+    def __init__(self, max_frame: int = wire.MAX_FRAME) -> None:
+        super().__init__(max_frame)
+        self.pack = False
+
+    def _frames(self, view: memoryview, messages: list[Any]) -> int:
+        if not (self.pack and FAST_SUBMITS):
+            return super()._frames(view, messages)
+        items, position, bad_length = _split(view, self.max_frame, True)
+        for item in items:
+            if type(item) is tuple:
+                messages.append(self._decode(view[item[0]:item[1]], messages))
+            else:
+                messages.append(item)
+        if bad_length >= 0:
+            raise self._bad_length(bad_length, messages)
+        return position
 
 
 def _view(args: dict[str, Any]) -> dict[str, Any]:
@@ -119,8 +158,10 @@ class TcpConnection(asyncio.Protocol):
         self.principal: Principal | None = None if self.gate.auth_enabled else ANONYMOUS_ALL
         self.auth_failures = 0
         self.address = ""
-        self.decoder = wire.FrameDecoder(server.max_frame)
+        self.decoder = RequestDecoder(server.max_frame)
         self.queue: collections.deque[Any] = collections.deque()
+        #: Requests in ``queue`` (a packed run holds many).
+        self.queued = 0
         self.transport: asyncio.Transport | None = None
         self.worker: asyncio.Task | None = None
         self.greeted = False
@@ -141,6 +182,7 @@ class TcpConnection(asyncio.Protocol):
         self.closing = True
         self.server.connections.discard(self)
         self.queue.clear()
+        self.queued = 0
         self.can_write.set()
 
     def pause_writing(self) -> None:
@@ -152,13 +194,15 @@ class TcpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        # Packed only once requests will be taken: the handshake goes the general way.
+        self.decoder.pack = self.greeted and self.principal is not None
         try:
             messages = self.decoder.feed(data)
         except wire.FrameError as exc:
             # What came before the bad frame is answered, then the error, then close.
             messages = [*exc.decoded, exc]
-        self.queue.extend(messages)
-        if len(self.queue) >= QUEUE_HIGH_WATER and not self.reading_paused:
+        self._enqueue(messages)
+        if self.queued >= QUEUE_HIGH_WATER and not self.reading_paused:
             self.transport.pause_reading()
             self.reading_paused = True
         if self.worker is None and self.queue:
@@ -166,22 +210,34 @@ class TcpConnection(asyncio.Protocol):
 
     # --- processing ------------------------------------------------------------------
 
+    def _enqueue(self, messages: list[Any]) -> None:
+        self.queue.extend(messages)
+        for message in messages:
+            self.queued += len(message) if type(message) is _Packed else 1
+
+    def _dequeue(self) -> Any:
+        message = self.queue.popleft()
+        self.queued -= len(message) if type(message) is _Packed else 1
+        return message
+
     async def _drain(self) -> None:
         try:
             while self.queue and not self.closing:
                 out: list[bytes] = []
                 head = self.queue[0]
-                if isinstance(head, wire.FrameError):
-                    self.queue.popleft()
+                if type(head) is _Packed:
+                    await self._submit_packed(self._dequeue(), out)
+                elif isinstance(head, wire.FrameError):
+                    self._dequeue()
                     self._close_with(out, 0, head.code, head.message)
                 elif self._is_submit(head):
                     await self._submit_group(out)
                 else:
-                    self.queue.popleft()
+                    self._dequeue()
                     await self._one(head, out)
                 if out and not self.closing:
                     self.transport.writelines(out)
-                if self.reading_paused and len(self.queue) <= QUEUE_LOW_WATER:
+                if self.reading_paused and self.queued <= QUEUE_LOW_WATER:
                     self.reading_paused = False
                     self.transport.resume_reading()
                 await self.can_write.wait()
@@ -288,7 +344,7 @@ class TcpConnection(asyncio.Protocol):
         """Consecutive submit requests at the head of the queue, as one batch."""
         group: list[tuple[int, tuple[str, Any] | EngineError]] = []
         while self.queue and len(group) < MAX_BATCH and self._is_submit(self.queue[0]):
-            message = self.queue.popleft()
+            message = self._dequeue()
             request_id = message[0]
             try:
                 request_id, _, args = wire.parse_request(message)
@@ -320,12 +376,45 @@ class TcpConnection(asyncio.Protocol):
                 out.append(wire.ok(request_id, answer))
         stats[("submit", "ok")] += ok
 
+    async def _submit_packed(self, packed: Any, out: list[bytes]) -> None:
+        """A packed run of plain submits (see the module docstring)."""
+        taken = self.principal is not None and self.service.takes_packed(packed)
+        if taken:
+            try:
+                # The run is admitted as a whole, like a submit_many; if it is
+                # refused, each of its submits is admitted (or refused) alone.
+                self.gate.admit(self.principal, "submit", self.address, len(packed))
+            except EngineError:
+                taken = False
+        if not taken:
+            requests = [wire.FrameDecoder._decode(source, []) for source in packed.sources()]
+            self.queue.extendleft(reversed(requests))
+            self.queued += len(requests)
+            return
+        try:
+            await self.service.submit_packed(packed)
+        except EngineError as exc:  # e.g. read-only: every submit gets the error
+            packed.answers = [exc] * len(packed)
+        frames, answered = _encode_answers(packed, wire.ok, wire.error)
+        out.append(frames)
+        stats = self.server.stats
+        ok = answered
+        for answer in packed.answers:
+            if answer is None:
+                continue
+            if type(answer) is dict:
+                ok += 1
+            else:
+                stats[("submit", answer.code)] += 1
+        stats[("submit", "ok")] += ok
+
     def _close_with(self, out: list[bytes], request_id: int, code: str, message: str) -> None:
         out.append(wire.error(request_id, code, message))
         self.transport.writelines(out)
         out.clear()
         self.closing = True
         self.queue.clear()
+        self.queued = 0
         self.transport.close()
 
 

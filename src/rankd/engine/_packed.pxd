@@ -1,0 +1,69 @@
+# cython: language_level=3
+"""Submissions in packed form: fields as spans of one buffer, results in C.
+
+A front-end that reads submissions off the wire (the TCP protocol's
+scanner, ``rankd.frontends._submits``) fills a :class:`Packed` with spans
+into the bytes it read instead of building a ``Submission`` object each;
+the ingest kernel (``rankd.engine._ingest.ingest_packed``) applies them and
+writes each result into ``results``; the front-end encodes its answers
+from there.  Only what the engine's state keeps becomes a Python object.
+"""
+
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+
+cdef enum NumberKind:
+    NUMBER_ABSENT = 0    # the field was not sent
+    NUMBER_NIL = 1       # sent as nil (None)
+    NUMBER_INT = 2       # an integer that fits int64 (ival)
+    NUMBER_UINT = 3      # an integer above int64 (uval)
+    NUMBER_FLOAT = 4     # a float (fval)
+
+
+cdef struct Number:
+    NumberKind kind
+    int64_t ival
+    uint64_t uval
+    double fval
+
+
+cdef struct Span:
+    # Text: ``size`` bytes at ``offset`` of the buffer (ASCII: checked by the
+    # scanner); ``present`` False for an absent or nil field.
+    Py_ssize_t offset
+    Py_ssize_t size
+    bint present
+
+
+cdef struct PackedSubmission:
+    uint32_t tag         # the front-end's (the request id); the engine ignores it
+    Span source          # the front-end's (its request frame's payload)
+    Span board
+    Span member
+    Span event_id
+    Span label
+    Number score
+    Number delta
+
+
+cdef struct PackedResult:
+    # Filled for each submission the kernel answered itself (``answers[i]``
+    # is None); the others' answers are Python objects in ``answers``.
+    double score
+    double previous
+    int64_t rank
+    bint has_previous
+    bint changed
+
+
+cdef class Packed:
+    cdef readonly bytes data           # the buffer the spans point into
+    cdef PackedSubmission *items
+    cdef PackedResult *results
+    cdef readonly Py_ssize_t count
+    cdef Py_ssize_t capacity
+    #: Per submission: None (result in ``results``), an answer dict or an EngineError.
+    cdef public list answers
+
+    cdef PackedSubmission *add(self) except NULL
+    cdef object text(self, Span *span)
+    cdef const char *chars(self, Span *span) noexcept

@@ -1,0 +1,102 @@
+# cython: language_level=3
+"""Submissions in packed form (see _packed.pxd)."""
+
+from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.unicode cimport PyUnicode_DecodeASCII
+from libc.stdlib cimport free, realloc
+
+
+cdef object _number(Number *number):
+    if number.kind == NUMBER_INT:
+        return number.ival
+    if number.kind == NUMBER_UINT:
+        return number.uval
+    if number.kind == NUMBER_FLOAT:
+        return number.fval
+    return None
+
+
+cdef class Packed:
+    """Submissions whose text fields are spans of ``data`` (see the module
+    docstring); ``len()`` of them."""
+
+    def __cinit__(self, bytes data):
+        self.data = data
+        self.items = NULL
+        self.results = NULL
+        self.count = 0
+        self.capacity = 0
+        self.answers = []
+
+    def __dealloc__(self):
+        free(self.items)
+        free(self.results)
+
+    def __len__(self):
+        return self.count
+
+    cdef PackedSubmission *add(self) except NULL:
+        """A new zeroed submission at the end."""
+        cdef Py_ssize_t capacity
+        cdef PackedSubmission *items
+        cdef PackedResult *results
+        if self.count == self.capacity:
+            capacity = self.capacity * 2 if self.capacity else 16
+            items = <PackedSubmission *>realloc(self.items, capacity * sizeof(PackedSubmission))
+            if items == NULL:
+                raise MemoryError()
+            self.items = items
+            results = <PackedResult *>realloc(self.results, capacity * sizeof(PackedResult))
+            if results == NULL:
+                raise MemoryError()
+            self.results = results
+            self.capacity = capacity
+        self.items[self.count] = PackedSubmission(
+            tag=0, source=Span(0, 0, False), board=Span(0, 0, False), member=Span(0, 0, False),
+            event_id=Span(0, 0, False), label=Span(0, 0, False),
+            score=Number(NUMBER_ABSENT, 0, 0, 0.0), delta=Number(NUMBER_ABSENT, 0, 0, 0.0))
+        self.count += 1
+        return &self.items[self.count - 1]
+
+    cdef object text(self, Span *span):
+        """The span as a ``str``, None if absent."""
+        if not span.present:
+            return None
+        return PyUnicode_DecodeASCII(self.chars(span), span.size, NULL)
+
+    cdef const char *chars(self, Span *span) noexcept:
+        return PyBytes_AS_STRING(self.data) + span.offset
+
+    def tags(self):
+        """The front-end's tag of each submission."""
+        return [self.items[i].tag for i in range(self.count)]
+
+    def board_names(self):
+        """The distinct boards submitted to."""
+        return {self.text(&self.items[i].board) for i in range(self.count)}
+
+    def submission(self, Py_ssize_t i):
+        """Submission ``i`` as a ``Submission`` object (what the engine's
+        general path takes)."""
+        from rankd.engine.engine import Submission
+        cdef PackedSubmission *item
+        if not 0 <= i < self.count:
+            raise IndexError(i)
+        item = &self.items[i]
+        return Submission(board=self.text(&item.board), member=self.text(&item.member),
+                          score=_number(&item.score), delta=_number(&item.delta),
+                          event_id=self.text(&item.event_id), label=self.text(&item.label))
+
+    def sources(self):
+        """The bytes each submission was read from (``source`` spans), for a
+        front-end that hands them back to its general path."""
+        cdef Span *span
+        out = []
+        for i in range(self.count):
+            span = &self.items[i].source
+            out.append(self.data[span.offset:span.offset + span.size])
+        return out
+
+    def submissions(self):
+        """Every submission as a ``Submission`` object."""
+        return [self.submission(i) for i in range(self.count)]
