@@ -583,7 +583,7 @@ def bench_redis(rows: list[Row], seconds: float, workdir: Path, depths: list[int
 def profile_daemon(daemon: Any, seconds: float, output: Path) -> str:
     """py-spy on the daemon under pipelined TCP load; the top frames by self time."""
     duration = max(1, round(seconds))
-    spy = subprocess.Popen(["py-spy", "record", "-f", "raw", "-r", "250",
+    spy = subprocess.Popen(["py-spy", "record", "--native", "-f", "raw", "-r", "250",
                             "--pid", str(daemon.process.pid),
                             "-d", str(duration), "-o", str(output)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

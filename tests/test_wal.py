@@ -109,6 +109,36 @@ def test_everysec_writes_before_ack_and_fsyncs_in_the_background(tmp_path):
     assert durable == 1
 
 
+@pytest.mark.parametrize("fsync", ["everysec", "no"])
+def test_committers_of_one_pass_share_one_write(tmp_path, monkeypatch, fsync):
+    """Without fsync per commit, the commits of one pass of the event loop
+    go to the OS in one write, and each returns only once it is written."""
+    writes = []
+    real_write = os.write
+
+    def counting_write(fd, data):
+        writes.append(len(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(wal_module.os, "write", counting_write)
+
+    async def scenario():
+        log = WriteAheadLog(tmp_path, fsync=fsync)
+        await log.start()
+
+        async def committer(n):
+            lsn = log.append(payload(n))
+            await log.commit(lsn)
+            assert log.written_lsn >= lsn
+
+        await asyncio.gather(*(committer(n) for n in range(50)))
+        await log.close()
+
+    run(scenario())
+    assert len(writes) == 1
+    assert len(records(tmp_path)) == 50
+
+
 def test_a_failed_write_is_never_retried_and_the_engine_turns_read_only(tmp_path, monkeypatch):
     async def scenario():
         engine = await Engine.open(engine_config(tmp_path, fsync="always"))

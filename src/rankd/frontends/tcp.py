@@ -174,6 +174,7 @@ class TcpConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.loop = asyncio.get_running_loop()
         peer = transport.get_extra_info("peername")
         self.address = str(peer[0]) if isinstance(peer, tuple) else ""
         self.server.connections.add(self)
@@ -206,7 +207,7 @@ class TcpConnection(asyncio.Protocol):
             self.transport.pause_reading()
             self.reading_paused = True
         if self.worker is None and self.queue:
-            self.worker = asyncio.get_running_loop().create_task(self._drain())
+            self.worker = self.loop.create_task(self._drain())
 
     # --- processing ------------------------------------------------------------------
 
