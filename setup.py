@@ -1,7 +1,8 @@
-"""Build the native rank index.
+"""Build rankd's native modules.
 
 All metadata lives in pyproject.toml; this file only declares the Cython
-extension.  ``RANKD_DEBUG=1`` builds it with assertions and line tracing.
+extensions.  ``RANKD_DEBUG=1`` builds them with assertions and line tracing.
+Each has a pure-Python twin chosen when it is not built (see rankd._native).
 """
 
 import os
@@ -11,60 +12,38 @@ from setuptools import Extension, setup
 
 debug = os.environ.get("RANKD_DEBUG") == "1"
 
-extension = Extension(
-    "rankd._skiplist",
-    sources=["src/rankd/_skiplist.pyx"],
-    extra_compile_args=["-O0", "-g"] if debug else ["-O3"],
-    define_macros=[("CYTHON_TRACE", "1")] if debug else [("NDEBUG", "1")],
-)
 
-# The WAL frame scanner checksums with zlib's crc32 (zlib.h comes with
-# Python's own development headers on Debian: libpython3-dev needs zlib1g-dev).
-frames = Extension(
-    "rankd.engine._frames",
-    sources=["src/rankd/engine/_frames.pyx"],
-    libraries=["z"],
-    extra_compile_args=extension.extra_compile_args,
-    define_macros=extension.define_macros,
-)
+def native(name: str, **options: object) -> Extension:
+    """The extension ``rankd.<name>``, from ``src/rankd/<name as a path>.pyx``."""
+    return Extension(
+        f"rankd.{name}",
+        sources=[f"src/rankd/{name.replace('.', '/')}.pyx"],
+        extra_compile_args=["-O0", "-g"] if debug else ["-O3"],
+        define_macros=[("CYTHON_TRACE", "1")] if debug else [("NDEBUG", "1")],
+        **options,
+    )
 
-# Recovery's replay of SUBMIT records (see rankd.engine.replay).
-replay = Extension(
-    "rankd.engine._replay",
-    sources=["src/rankd/engine/_replay.pyx"],
-    extra_compile_args=extension.extra_compile_args,
-    define_macros=extension.define_macros,
-)
 
-# The engine's ingest loop (see rankd.engine.ingest); it cimports the index
-# (_skiplist.pxd), hence the include path.
-ingest = Extension(
-    "rankd.engine._ingest",
-    sources=["src/rankd/engine/_ingest.pyx"],
-    extra_compile_args=extension.extra_compile_args,
-    define_macros=extension.define_macros,
-)
-
-# Submissions in packed form, filled by the TCP front-end's scanner.
-packed = Extension(
-    "rankd.engine._packed",
-    sources=["src/rankd/engine/_packed.pyx"],
-    extra_compile_args=extension.extra_compile_args,
-    define_macros=extension.define_macros,
-)
-
-# The TCP protocol's fast path for plain submit requests.
-submits = Extension(
-    "rankd.frontends._submits",
-    sources=["src/rankd/frontends/_submits.pyx"],
-    extra_compile_args=extension.extra_compile_args,
-    define_macros=extension.define_macros,
-)
+extensions = [
+    # The rank index (its C declarations in _skiplist.pxd, for other modules).
+    native("_skiplist"),
+    # The WAL's framing and frame scanner; they checksum with zlib's crc32
+    # (zlib.h comes with Python's development headers on Debian).
+    native("engine._frames", libraries=["z"]),
+    # Recovery's replay of SUBMIT records (see rankd.engine.replay).
+    native("engine._replay"),
+    # The ingest loop (see rankd.engine.ingest); it cimports the index.
+    native("engine._ingest"),
+    # Submissions in packed form, filled by the TCP front-end's scanner.
+    native("engine._packed"),
+    # The TCP protocol's fast path for plain submit requests.
+    native("frontends._submits"),
+]
 
 setup(
     ext_modules=cythonize(
-        [extension, frames, replay, ingest, packed, submits],
-        include_path=["src"],
+        extensions,
+        include_path=["src"],  # for cimports between the modules
         language_level="3",
         compiler_directives={
             "embedsignature": True,

@@ -1,6 +1,8 @@
 # cython: language_level=3
-"""Byte layouts the engine's native modules write, in one place.
+"""Byte layouts rankd's native modules read and write, in one place.
 
+* The first steps of reading msgpack in place (:struct:`Reader`), shared
+  by recovery's replay and the TCP protocol's scanner.
 * A msgpack writer for the subset :mod:`rankd.engine.records` produces
   (arrays, ints, float64, str, nil, bool), byte for byte what
   ``msgpack.Packer(use_bin_type=True)`` writes for the same Python values,
@@ -51,6 +53,31 @@ cdef inline bytes dedupe_entry(double expires_at, bint has_score, double score,
     p[32] = <char>flags
     memcpy(p + ENTRY_BYTES, member, mlen)
     return entry
+
+
+# --- reading in place -----------------------------------------------------------------
+
+cdef struct Reader:
+    const uint8_t *p      # the next byte to read
+    const uint8_t *end
+
+
+cdef inline bint take(Reader *r, Py_ssize_t n, const uint8_t **out) noexcept:
+    """The next ``n`` bytes into ``out``; False (nothing taken) if fewer are left."""
+    if r.end - r.p < n:
+        return False
+    out[0] = r.p
+    r.p += n
+    return True
+
+
+cdef inline uint64_t read_be(const uint8_t *p, int n) noexcept:
+    """An ``n``-byte big-endian unsigned integer."""
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(n):
+        v = (v << 8) | p[i]
+    return v
 
 
 # --- msgpack writer ------------------------------------------------------------------

@@ -22,7 +22,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
-from rankd.engine._packing cimport dedupe_entry
+from rankd.engine._packing cimport Reader, dedupe_entry, read_be, take
 
 cdef extern from "Python.h":
     PyObject *PyDict_SetDefault(object mapping, object key, object default) except NULL
@@ -33,11 +33,6 @@ cdef enum:
     RESULT_ITEMS = 4
     MAX_UPDATES = 16     # a board has at most 4 windows
     MAX_CACHED = 32      # (window, period) pairs remembered per call
-
-
-cdef struct Reader:
-    const uint8_t *p
-    const uint8_t *end
 
 
 cdef struct Text:
@@ -73,32 +68,16 @@ cdef struct Cached:
 
 # --- msgpack readers: 0 on success, -1 for anything outside the subset ---------------
 
-cdef inline int _take(Reader *r, Py_ssize_t n, const uint8_t **out) noexcept:
-    if r.end - r.p < n:
-        return -1
-    out[0] = r.p
-    r.p += n
-    return 0
-
-
-cdef inline uint64_t _be(const uint8_t *p, int n) noexcept:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(n):
-        v = (v << 8) | p[i]
-    return v
-
-
 cdef int _array(Reader *r, Py_ssize_t *n) noexcept:
     cdef const uint8_t *p
-    if _take(r, 1, &p) < 0:
+    if not take(r, 1, &p):
         return -1
     if 0x90 <= p[0] <= 0x9f:
         n[0] = p[0] & 0x0f
     elif p[0] == 0xdc:
-        if _take(r, 2, &p) < 0:
+        if not take(r, 2, &p):
             return -1
-        n[0] = <Py_ssize_t>_be(p, 2)
+        n[0] = <Py_ssize_t>read_be(p, 2)
     else:
         return -1
     return 0
@@ -109,7 +88,7 @@ cdef int _int(Reader *r, int64_t *out) noexcept:
     cdef uint8_t tag
     cdef uint64_t u
     cdef int size
-    if _take(r, 1, &p) < 0:
+    if not take(r, 1, &p):
         return -1
     tag = p[0]
     if tag <= 0x7f:
@@ -120,9 +99,9 @@ cdef int _int(Reader *r, int64_t *out) noexcept:
         return 0
     if 0xcc <= tag <= 0xd3:   # uint8..uint64, int8..int64
         size = 1 << ((tag - 0xcc) & 3)
-        if _take(r, size, &p) < 0:
+        if not take(r, size, &p):
             return -1
-        u = _be(p, size)
+        u = read_be(p, size)
         if tag >= 0xd0:
             if size < 8 and u >> (8 * size - 1):
                 u |= ~((<uint64_t>1 << (8 * size)) - 1)   # sign-extend
@@ -137,9 +116,9 @@ cdef int _float(Reader *r, double *out) noexcept:
     """A float64: what the packer writes for every Python float."""
     cdef const uint8_t *p
     cdef uint64_t bits
-    if _take(r, 1, &p) < 0 or p[0] != 0xcb or _take(r, 8, &p) < 0:
+    if not take(r, 1, &p) or p[0] != 0xcb or not take(r, 8, &p):
         return -1
-    bits = _be(p, 8)
+    bits = read_be(p, 8)
     memcpy(out, &bits, 8)
     return 0
 
@@ -154,7 +133,7 @@ cdef int _nil(Reader *r) noexcept:
 
 cdef int _bool(Reader *r, bint *out) noexcept:
     cdef const uint8_t *p
-    if _take(r, 1, &p) < 0 or (p[0] != 0xc2 and p[0] != 0xc3):
+    if not take(r, 1, &p) or (p[0] != 0xc2 and p[0] != 0xc3):
         return -1
     out[0] = p[0] == 0xc3
     return 0
@@ -167,18 +146,18 @@ cdef int _text(Reader *r, Text *out, bint nullable) noexcept:
     out.present = False
     if nullable and _nil(r):
         return 0
-    if _take(r, 1, &p) < 0:
+    if not take(r, 1, &p):
         return -1
     if 0xa0 <= p[0] <= 0xbf:
         size = p[0] & 0x1f
     elif 0xd9 <= p[0] <= 0xdb:   # str8, str16, str32
         width = 1 << (p[0] - 0xd9)
-        if _take(r, width, &p) < 0:
+        if not take(r, width, &p):
             return -1
-        size = <Py_ssize_t>_be(p, width)
+        size = <Py_ssize_t>read_be(p, width)
     else:
         return -1
-    if _take(r, size, &p) < 0:
+    if not take(r, size, &p):
         return -1
     out.data = <const char *>p
     out.size = size

@@ -33,8 +33,8 @@ from rankd.engine._packed cimport (
     PackedResult, PackedSubmission, Span,
 )
 from rankd.engine._packing cimport (
-    Writer, put_array, put_bool, put_float, put_int, put_nil, put_str, put_tag, writer_free,
-    writer_reserve,
+    Reader, Writer, put_array, put_bool, put_float, put_int, put_nil, put_str, put_tag, writer_free,
+    read_be, take, writer_reserve,
 )
 
 cdef enum:
@@ -50,33 +50,12 @@ cdef enum:
     K_TS = 64
 
 
-cdef struct Reader:
-    const uint8_t *p
-    const uint8_t *end
-
-
-cdef inline uint64_t _be(const uint8_t *p, int n) noexcept:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(n):
-        v = (v << 8) | p[i]
-    return v
-
-
-cdef inline bint _take(Reader *r, Py_ssize_t n, const uint8_t **out) noexcept:
-    if r.end - r.p < n:
-        return False
-    out[0] = r.p
-    r.p += n
-    return True
-
-
 cdef bint _text(Reader *r, const uint8_t *base, Span *span, bint nullable) noexcept:
     """An ASCII str (or nil when ``nullable``) into ``span``."""
     cdef const uint8_t *p
     cdef Py_ssize_t size, i
     cdef int width
-    if not _take(r, 1, &p):
+    if not take(r, 1, &p):
         return False
     if nullable and p[0] == 0xc0:
         span.present = False
@@ -85,12 +64,12 @@ cdef bint _text(Reader *r, const uint8_t *base, Span *span, bint nullable) noexc
         size = p[0] & 0x1f
     elif 0xd9 <= p[0] <= 0xdb:   # str8, str16, str32
         width = 1 << (p[0] - 0xd9)
-        if not _take(r, width, &p):
+        if not take(r, width, &p):
             return False
-        size = <Py_ssize_t>_be(p, width)
+        size = <Py_ssize_t>read_be(p, width)
     else:
         return False
-    if not _take(r, size, &p):
+    if not take(r, size, &p):
         return False
     for i in range(size):
         if p[i] >= 0x80:
@@ -109,7 +88,7 @@ cdef bint _number(Reader *r, Number *out) noexcept:
     cdef uint32_t bits32
     cdef float f32
     cdef int size
-    if not _take(r, 1, &p):
+    if not take(r, 1, &p):
         return False
     tag = p[0]
     if tag == 0xc0:
@@ -122,9 +101,9 @@ cdef bint _number(Reader *r, Number *out) noexcept:
         out.ival = <int64_t>tag - 256
     elif 0xcc <= tag <= 0xd3:   # uint8..uint64, int8..int64
         size = 1 << ((tag - 0xcc) & 3)
-        if not _take(r, size, &p):
+        if not take(r, size, &p):
             return False
-        u = _be(p, size)
+        u = read_be(p, size)
         if tag >= 0xd0:
             if size < 8 and u >> (8 * size - 1):
                 u |= ~((<uint64_t>1 << (8 * size)) - 1)   # sign-extend
@@ -137,15 +116,15 @@ cdef bint _number(Reader *r, Number *out) noexcept:
             out.kind = NUMBER_INT
             out.ival = <int64_t>u
     elif tag == 0xcb:
-        if not _take(r, 8, &p):
+        if not take(r, 8, &p):
             return False
-        u = _be(p, 8)
+        u = read_be(p, 8)
         memcpy(&out.fval, &u, 8)
         out.kind = NUMBER_FLOAT
     elif tag == 0xca:
-        if not _take(r, 4, &p):
+        if not take(r, 4, &p):
             return False
-        bits32 = <uint32_t>_be(p, 4)
+        bits32 = <uint32_t>read_be(p, 4)
         memcpy(&f32, &bits32, 4)
         out.fval = <double>f32
         out.kind = NUMBER_FLOAT
@@ -184,31 +163,31 @@ cdef bint _plain_submit(const uint8_t *base, const uint8_t *frame, Py_ssize_t si
     cdef uint64_t request_id
     r.p = frame
     r.end = frame + size
-    if not _take(&r, 1, &p) or p[0] != 0x93:
+    if not take(&r, 1, &p) or p[0] != 0x93:
         return False
-    if not _take(&r, 1, &p):
+    if not take(&r, 1, &p):
         return False
     if 1 <= p[0] <= 0x7f:
         request_id = p[0]
     elif 0xcc <= p[0] <= 0xce:
         n = 1 << (p[0] - 0xcc)
-        if not _take(&r, n, &p):
+        if not take(&r, n, &p):
             return False
-        request_id = _be(p, n)
+        request_id = read_be(p, n)
         if request_id == 0:
             return False
     else:
         return False
     out.tag = <uint32_t>request_id
-    if not _take(&r, 7, &p) or memcmp(p, b"\xa6submit", 7) != 0:
+    if not take(&r, 7, &p) or memcmp(p, b"\xa6submit", 7) != 0:
         return False
-    if not _take(&r, 1, &p) or not 0x80 <= p[0] <= 0x87:
+    if not take(&r, 1, &p) or not 0x80 <= p[0] <= 0x87:
         return False
     n = p[0] & 0x0f
     for i in range(n):
-        if not _take(&r, 1, &p) or not 0xa0 <= p[0] <= 0xbf:
+        if not take(&r, 1, &p) or not 0xa0 <= p[0] <= 0xbf:
             return False
-        if not _take(&r, p[0] & 0x1f, &p):
+        if not take(&r, p[0] & 0x1f, &p):
             return False
         key = _key(p, r.p - p)
         if key == 0 or seen & key:
@@ -259,7 +238,7 @@ def split(data, Py_ssize_t max_frame, bint pack):
         buf = <const uint8_t *>view.buf
         size = view.len
         while size - position >= LENGTH_BYTES:
-            length = <Py_ssize_t>_be(buf + position, LENGTH_BYTES)
+            length = <Py_ssize_t>read_be(buf + position, LENGTH_BYTES)
             if length == 0 or length > max_frame:
                 bad = length
                 break
