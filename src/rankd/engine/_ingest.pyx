@@ -31,10 +31,9 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.math cimport fabs, isfinite
-from libc.stdint cimport int64_t
 from libc.string cimport memcmp, memcpy
 
-from rankd._skiplist cimport RankIndex
+from rankd._skiplist cimport MAX_EXACT_INT, MAX_MEMBER_BYTES, RankIndex
 from rankd.engine._packed cimport (
     NUMBER_FLOAT, NUMBER_INT, NUMBER_NIL, Number, Packed, PackedResult, PackedSubmission,
 )
@@ -55,16 +54,11 @@ cdef enum:
     RECORD_ITEMS = 11
     RESULT_ITEMS = 4
     MAX_WINDOWS = 4          # rankd.engine.periods.WINDOWS
-    MAX_MEMBER_BYTES = 256   # rankd.index.MAX_MEMBER_BYTES
     MAX_EVENT_ID_BYTES = 128 # rankd.engine.config.MAX_EVENT_ID_BYTES
     MAX_LABEL_CHARS = 64     # rankd.engine.config.MAX_LABEL_CHARS
     POLICY_SUM = 0
     POLICY_BEST = 1
     POLICY_LATEST = 2
-
-#: Integers beyond this do not survive the trip through a float64 score.
-cdef long long MAX_EXACT_INT = 2 ** 53
-
 
 cdef struct Window:
     PyObject *name        # str, owned by the plan's `keep` list
@@ -91,6 +85,7 @@ cdef struct Change:
     bint had
     double old
     double new
+    bint updated          # the score changes (or the member is new) in this window
 
 
 # Built on first use: importing rankd.engine.ingest here would be circular.
@@ -105,8 +100,8 @@ cdef _imports():
     global _ingest_one, _Ingested, _EngineError, _period_of, _index_type
     from rankd.engine import ingest as reference
     from rankd.engine.errors import EngineError
-    _EngineError = EngineError
     from rankd.engine.periods import period_of
+    _EngineError = EngineError
     _ingest_one = reference.ingest_one
     _Ingested = reference.Ingested
     _period_of = period_of
@@ -242,14 +237,6 @@ cdef struct Input:
     double value
 
 
-cdef struct Result:
-    double score
-    double previous
-    int64_t rank
-    bint has_previous
-    bint changed
-
-
 cdef class _Kernel:
     """One ingest call's state: the plans of the boards it has met, the
     records written so far and the counts."""
@@ -345,6 +332,7 @@ cdef class _Kernel:
                 changes[i].had = index.c_get(sub.member, sub.member_size, &changes[i].old)
             if not _new_score(plan, changes[i].had, changes[i].old, sub.value, &changes[i].new):
                 return False
+            changes[i].updated = not changes[i].had or changes[i].new != changes[i].old
         return True
 
     cdef object reference(self, object sub):
@@ -367,18 +355,16 @@ cdef class _Kernel:
         self.keep = []
         return answer
 
-    cdef int apply(self, Plan *plan, Input *sub, Change *changes, Result *out) except -1:
+    cdef int apply(self, Plan *plan, Input *sub, Change *changes, PackedResult *out) except -1:
         """Write a scored submission: indexes, WAL record, dedupe table,
         labels, version.  Nothing can fail here but memory."""
         cdef Writer *w = &self.w
         cdef Py_ssize_t lsn = self.first_lsn + len(self.payloads), rank = 0
         cdef int i, nupdates = 0
-        cdef bint updated
         cdef RankIndex index
         out.rank = 0
         for i in range(plan.nwindows):
-            updated = not changes[i].had or changes[i].new != changes[i].old
-            if updated:
+            if changes[i].updated:
                 nupdates += 1
                 if plan.windows[i].index == NULL:
                     created = (<object>plan.board).index_for_write(
@@ -391,7 +377,7 @@ cdef class _Kernel:
                 out.has_previous = changes[i].had
                 out.previous = changes[i].old
                 out.score = changes[i].new
-                if updated:
+                if changes[i].updated:
                     out.rank = rank
                 else:
                     out.rank = (<RankIndex>plan.windows[i].index).c_rank(
@@ -418,7 +404,7 @@ cdef class _Kernel:
             _put_text(w, sub.label)
         put_array(w, nupdates)
         for i in range(plan.nwindows):
-            if not changes[i].had or changes[i].new != changes[i].old:
+            if changes[i].updated:
                 put_array(w, 3)
                 _put_text(w, plan.windows[i].name)
                 _put_text(w, plan.windows[i].period)
@@ -465,7 +451,7 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
     cdef Plan *plan
     cdef Input sub
     cdef Change changes[MAX_WINDOWS]
-    cdef Result out
+    cdef PackedResult out
     cdef bint native
     for submission in submissions:
         name = submission.board
@@ -525,8 +511,6 @@ def ingest_packed(dict boards, Packed packed, double now, Py_ssize_t first_lsn,
     cdef Plan *plan
     cdef Input sub
     cdef Change changes[MAX_WINDOWS]
-    cdef Result out
-    cdef PackedResult *result
     cdef Py_ssize_t i
     cdef bint native
     for i in range(packed.count):
@@ -560,12 +544,6 @@ def ingest_packed(dict boards, Packed packed, double now, Py_ssize_t first_lsn,
         if not native:
             answers[i] = kernel.reference(packed.submission(i))
             continue
-        kernel.apply(plan, &sub, changes, &out)
-        result = &packed.results[i]
-        result.score = out.score
-        result.previous = out.previous
-        result.rank = out.rank
-        result.has_previous = out.has_previous
-        result.changed = out.changed
+        kernel.apply(plan, &sub, changes, &packed.results[i])
     packed.answers = answers
     return kernel.result(None)

@@ -46,8 +46,9 @@ cdef struct PackedSubmission:
 
 
 cdef struct PackedResult:
-    # Filled for each submission the kernel answered itself (``answers[i]``
-    # is None); the others' answers are Python objects in ``answers``.
+    # What the ingest kernel answers a submission it applied itself (for a
+    # packed one: in ``results``, its ``answers[i]`` None; the others'
+    # answers are Python objects in ``answers``).
     double score
     double previous
     int64_t rank

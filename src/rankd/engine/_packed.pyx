@@ -4,6 +4,7 @@
 from cpython.bytes cimport PyBytes_AS_STRING
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp
 
 
 cdef object _number(Number *number):
@@ -72,8 +73,18 @@ cdef class Packed:
         return [self.items[i].tag for i in range(self.count)]
 
     def board_names(self):
-        """The distinct boards submitted to."""
-        return {self.text(&self.items[i].board) for i in range(self.count)}
+        """The distinct boards submitted to (a name is made once per run of
+        submissions to one board, not once per submission)."""
+        cdef Span *span
+        cdef Span *last = NULL
+        names = set()
+        for i in range(self.count):
+            span = &self.items[i].board
+            if (last == NULL or span.size != last.size
+                    or memcmp(self.chars(span), self.chars(last), span.size) != 0):
+                names.add(self.text(span))
+            last = span
+        return names
 
     def submission(self, Py_ssize_t i):
         """Submission ``i`` as a ``Submission`` object (what the engine's

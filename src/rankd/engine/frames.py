@@ -69,19 +69,17 @@ def frame_into_python(buffer: bytearray, payloads: Iterable[bytes], last_lsn: in
     frame that would take it past ``limit`` bytes starts a new segment,
     noted in ``rolls`` as ``(offset in buffer, lsn)``.  Returns ``(last
     lsn, active bytes, bytes appended)``."""
-    crc32, checked, header = zlib.crc32, CHECKED.pack, HEADER.pack
     lsn = last_lsn
     appended = 0
     for payload in payloads:
         lsn += 1
-        length = len(payload)
-        if active and active + length > limit:
+        if active and active + len(payload) > limit:
             rolls.append((len(buffer), lsn))
             active = 0
-        buffer += header(crc32(payload, crc32(checked(length, lsn))), length, lsn)
-        buffer += payload
-        active += HEADER_BYTES + length
-        appended += HEADER_BYTES + length
+        framed = frame(lsn, payload)
+        buffer += framed
+        active += len(framed)
+        appended += len(framed)
     return lsn, active, appended
 
 
