@@ -50,6 +50,7 @@ import re
 import resource
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -59,10 +60,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from neighbours import other_benchmarks
 from rankd import wire
 
 ROOT = Path(__file__).resolve().parent.parent
+_pack = msgpack.Packer(use_bin_type=True).pack
+#: A reply frame's length, array header, first and second byte of its payload.
+_reply_head = struct.Struct(">IBBB").unpack_from
 BOARD = "bench"
 MEMBERS = 100_000
 REST_CONNECTIONS = 64
@@ -71,6 +77,9 @@ PIPELINE_DEPTH = 16
 REST_TARGET = 10_000
 REST_P99_TARGET_MS = 50.0
 PIPELINED_TARGET = 200_000
+#: Request ids cycle through 2..127 (see request_id_of); depths stay below.
+ID_CYCLE = 126
+MAX_DEPTH = 100
 DRAIN_SECONDS = 5.0
 
 WRK_SCRIPT = """\
@@ -194,7 +203,7 @@ class LoadConnection(asyncio.Protocol):
         self.cursor = random.randrange(len(order))
         self.transport: asyncio.Transport | None = None
         self.pending: dict[int, int] = {}
-        self.next_id = 2  # id 1 is the greeting's
+        self.sent = 0
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -232,14 +241,18 @@ class LoadConnection(asyncio.Protocol):
             return
         now = time.perf_counter_ns()
         frames = []
+        pending = self.pending
         for _ in range(missing):
-            request_id = self.next_id
-            self.next_id += 1
-            self.pending[request_id] = now
+            request_id = request_id_of(self.sent)
+            self.sent += 1
+            if request_id in pending:
+                raise RuntimeError(f"request id {request_id} is still in flight")
+            pending[request_id] = now
             frames.append(self.request(request_id))
         self.transport.write(b"".join(frames))
 
     def next_item(self) -> Any:
+        """The next member's pre-encoded request part, in this connection's order."""
         self.cursor += 1
         return self.order[self.cursor % len(self.order)]
 
@@ -251,34 +264,100 @@ class LoadConnection(asyncio.Protocol):
         raise NotImplementedError
 
 
+def request_id_of(count: int) -> int:
+    """The id of a connection's ``count``-th request: ids cycle through
+    2..127 (1 is the greeting's), msgpack's one-byte integers, so the load
+    generator can read a reply's id and status without decoding it.  A
+    connection answers in order, so an id is free again long before it comes
+    round (``--depths`` stays below the cycle; :meth:`LoadConnection.fill`
+    checks)."""
+    return 2 + count % ID_CYCLE
+
+
 class RankdConnection(LoadConnection):
-    """rankd TCP protocol: hello, then ``submit`` frames matched by id."""
+    """rankd TCP protocol: hello, then ``submit`` frames matched by id.
+
+    Lean on purpose, since it shares the machine with the server: a request
+    is a pre-encoded part per member plus the id and the event id, and a
+    reply is read from its first bytes (``[id, 0, ...]`` is a success),
+    decoded only when it is an error.  :func:`check_rankd_encoding` holds
+    both to ``rankd.wire``'s encoding."""
 
     greeting = wire.request(1, "hello", {"version": wire.VERSION, "client": "bench_daemon"})
 
     def __init__(self, load: Load, index: int, order: list[Any], tag: str) -> None:
         super().__init__(load, index, order)
-        self.decoder = wire.FrameDecoder()
+        self.buffer = bytearray()
         self.event_prefix = f"{tag}-{index}-"
 
     def request(self, request_id: int) -> bytes:
-        return wire.request(request_id, "submit", {
-            "board": BOARD, "member": self.next_item(), "delta": 1,
-            "event_id": f"{self.event_prefix}{request_id}"})
+        event_id = f"{self.event_prefix}{self.sent}"
+        payload = b"".join((b"\x93", _pack(request_id), self.next_item(), _pack(event_id)))
+        return len(payload).to_bytes(4, "big") + payload
 
     def replies(self, data: bytes) -> list[tuple[int, str | None]]:
-        done = []
-        for message in self.decoder.feed(data):
-            request_id, ok, body = wire.parse_response(message)
-            error = None if ok else f"{body['code']}: {body['message']}"
-            if not self.ready.done():
-                if error:
-                    self.ready.set_exception(ConnectionError(f"hello refused: {error}"))
-                else:
-                    self.ready.set_result(None)
-                continue
-            done.append((request_id, error))
+        buffer = self.buffer
+        if buffer:
+            buffer += data
+            data = bytes(buffer)
+            buffer.clear()
+        done: list[tuple[int, str | None]] = []
+        position, size = 0, len(data)
+        while size - position >= 7:
+            length, array, request_id, status = _reply_head(data, position)
+            end = position + 4 + length
+            if end > size:
+                break
+            if array == 0x93 and 1 < request_id < 0x80 and status == wire.OK:
+                done.append((request_id, None))  # [id, 0, body]: a success
+            elif reply := self.decoded(data[position + 4:end]):
+                done.append(reply)
+            position = end
+        if position < size:
+            buffer += data[position:]
         return done
+
+    def decoded(self, payload: bytes) -> tuple[int, str | None] | None:
+        """``(id, error)`` of a reply read the long way (an error), or None
+        for the greeting's."""
+        request_id, ok, body = wire.parse_response(msgpack.unpackb(payload))
+        error = None if ok else f"{body['code']}: {body['message']}"
+        if not self.ready.done():
+            if error:
+                self.ready.set_exception(ConnectionError(f"hello refused: {error}"))
+            else:
+                self.ready.set_result(None)
+            return None
+        return request_id, error
+
+
+def submit_parts(names: list[str]) -> list[bytes]:
+    """Per member, the part of a submit request between its id and its event id."""
+    return [_pack("submit") + b"\x84" + b"".join(map(_pack, (
+        "board", BOARD, "member", name, "delta", 1, "event_id"))) for name in names]
+
+
+def check_rankd_encoding() -> None:
+    """The lean generator's frames are ``rankd.wire``'s, byte for byte."""
+    load = Load(depth=1)
+    connection = RankdConnection(load, 3, submit_parts(["m7"]), "t")
+    for count in (0, 125, 126, 1000):
+        connection.sent = count
+        request_id = request_id_of(count)
+        expected = wire.request(request_id, "submit", {
+            "board": BOARD, "member": "m7", "delta": 1, "event_id": f"t-3-{count}"})
+        if connection.request(request_id) != expected:
+            raise AssertionError("the load generator's submit frame is not rankd.wire's")
+    body = {"member": "m7", "score": 2.0, "rank": 1, "previous": 1.0, "changed": True}
+    replies = [wire.ok(request_id_of(n), body) for n in range(300)]
+    replies.insert(7, wire.error(9, "invalid", "no"))
+    connection.ready.set_result(None)
+    stream = b"".join(replies)
+    got = [reply for start in range(0, len(stream), 97)
+           for reply in connection.replies(stream[start:start + 97])]
+    if got != [*((request_id_of(n), None) for n in range(7)), (9, "invalid: no"),
+               *((request_id_of(n), None) for n in range(7, 300))]:
+        raise AssertionError("the load generator misreads rankd replies")
 
 
 class RedisConnection(LoadConnection):
@@ -287,7 +366,7 @@ class RedisConnection(LoadConnection):
     def __init__(self, load: Load, index: int, order: list[Any]) -> None:
         super().__init__(load, index, order)
         self.buffer = bytearray()
-        self.reply_id = 2
+        self.replied = 0
 
     def request(self, request_id: int) -> bytes:
         return self.next_item()
@@ -310,8 +389,8 @@ class RedisConnection(LoadConnection):
                 if kind == 0x2D:  # "-": an error
                     error = buffer[position + 1:end].decode(errors="replace")
                 position = end + 2
-            done.append((self.reply_id, error))
-            self.reply_id += 1
+            done.append((request_id_of(self.replied), error))
+            self.replied += 1
         del buffer[:position]
         return done
 
@@ -366,8 +445,9 @@ async def run_socket_load(spec: dict[str, Any]) -> dict[str, Any]:
     load = Load(depth=spec["depth"])
     names = member_names()
     if spec["protocol"] == "rankd":
+        check_rankd_encoding()
         factory: Callable[..., LoadConnection] = functools.partial(
-            RankdConnection, load, order=names, tag=spec["tag"])
+            RankdConnection, load, order=submit_parts(names), tag=spec["tag"])
     else:
         factory = functools.partial(RedisConnection, load, order=redis_commands(names))
     loop = asyncio.get_running_loop()
@@ -719,8 +799,8 @@ def depth_list(text: str) -> list[int]:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"not a comma-separated list of depths: {text!r}") from None
-    if not depths or min(depths) < 1:
-        raise argparse.ArgumentTypeError("depths are positive integers")
+    if not depths or min(depths) < 1 or max(depths) > MAX_DEPTH:
+        raise argparse.ArgumentTypeError(f"depths are integers in 1..{MAX_DEPTH}")
     return depths
 
 

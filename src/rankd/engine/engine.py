@@ -156,6 +156,11 @@ class Engine:
         self._events_since_snapshot = 0
         self._last_snapshot_time = 0.0
         self._snapshot_wanted = asyncio.Event()
+        #: The commit shared by this pass of the event loop's writes, and their boards.
+        self._pass_commit: asyncio.Future[None] | None = None
+        self._pass_boards: set[str] = set()
+        #: Packed runs gone the general way (a held board), not applied yet.
+        self._unpacked = 0
         self._closed = False
         #: Replay: (board, window, period) -> states not yet in the index.
         self._replayed: dict[tuple[str, str, str], list[tuple[str, float, int]]] = {}
@@ -489,15 +494,27 @@ class Engine:
         their answers go into ``packed`` (see ``_ingest.ingest_packed``).
 
         The same as :meth:`submit_many` of ``packed.submissions()``, without
-        a Python object per submission: the run is applied and committed on
-        its own (one WAL append; under ``always`` its fsync is shared with
-        concurrent commits), not merged with other callers' submissions.
-        Raises ``ReadOnly`` (nothing applied) like :meth:`submit_many`.
+        a Python object per submission.  Raises ``ReadOnly`` (nothing
+        applied) like :meth:`submit_many`.
+        """
+        await asyncio.shield(self.submit_packed_nowait(packed))
+
+    def submit_packed_nowait(self, packed: Any) -> asyncio.Future[None]:
+        """:meth:`submit_packed` without a coroutine, for a front-end's
+        ``data_received``: the run is applied now, and the returned future
+        is done once it is committed (``ReadOnly`` if it cannot be).
+
+        Runs of one pass of the event loop share one commit and their
+        callers need no task each, which is what lets many pipelining
+        connections cost little more than one.  Runs are applied in the
+        order of the calls: a run touching a board held by a snapshot goes
+        the general way (:meth:`submit_many`, in a task), and so does every
+        run after it until it is applied, behind it.
         """
         self._check_writable()
-        if self._held and not self._held.isdisjoint(packed.board_names()):
-            packed.answers = await self.submit_many(packed.submissions())
-            return
+        if self._unpacked or (self._held and not self._held.isdisjoint(packed.board_names())):
+            self._unpacked += 1
+            return asyncio.ensure_future(self._submit_unpacked(packed))
         try:
             done = ingest_packed(self.boards, packed, self.clock(), self.wal.last_lsn + 1,
                                  self.config.dedupe_ttl, self.config.ts_tolerance)
@@ -505,8 +522,17 @@ class Engine:
             self._fail(exc)  # a bug, as in _submit_batch
             raise
         self._count(done)
-        if done.payloads:
-            await self._commit(done.payloads, done.boards)
+        if not done.payloads:
+            answered = asyncio.get_running_loop().create_future()
+            answered.set_result(None)
+            return answered
+        return self._commit_soon(done.payloads, done.boards)
+
+    async def _submit_unpacked(self, packed: Any) -> None:
+        try:
+            packed.answers = await self.submit_many(packed.submissions())
+        finally:
+            self._unpacked -= 1
 
     def _count(self, done: Ingested) -> None:
         stats = self.stats
@@ -524,18 +550,39 @@ class Engine:
                            {record[1] for record in logged})
 
     async def _commit(self, payloads: list[bytes], boards: set[str]) -> None:
-        """Append applied records and wait until the fsync policy is met, then
-        tell listeners which ``boards`` changed."""
+        """Append applied records and wait until the fsync policy is met
+        (see :meth:`_commit_soon`)."""
+        # Shielded: the commit is shared, and one cancelled waiter must not cancel it.
+        await asyncio.shield(self._commit_soon(payloads, boards))
+
+    def _commit_soon(self, payloads: list[bytes], boards: set[str]) -> asyncio.Future[None]:
+        """Append applied records to the WAL now; the future is done once
+        they meet the fsync policy and listeners were told which ``boards``
+        changed.  Every commit of one pass of the event loop shares one
+        future (one task, one WAL commit)."""
         try:
             expected = self.wal.last_lsn + len(payloads)
             last = self.wal.append_many(payloads)
-            assert last == expected, f"WAL assigned up to {last}, expected {expected}"
-            self._events_since_snapshot += len(payloads)
-            await self.wal.commit(last)
         except WalFailedError as exc:
-            self._fail(exc)
-            raise ReadOnly(f"the write-ahead log failed ({exc}); rankd accepts no writes "
-                           "until it is restarted") from exc
+            failed = asyncio.get_running_loop().create_future()
+            failed.set_exception(self._read_only_after(exc))
+            return failed
+        assert last == expected, f"WAL assigned up to {last}, expected {expected}"
+        self._events_since_snapshot += len(payloads)
+        self._pass_boards.update(boards)
+        if self._pass_commit is None:
+            # A task's first step runs after the callbacks already queued: the
+            # other writes of this pass join it before it commits.
+            self._pass_commit = asyncio.ensure_future(self._commit_pass())
+        return self._pass_commit
+
+    async def _commit_pass(self) -> None:
+        boards, self._pass_boards = self._pass_boards, set()
+        self._pass_commit = None
+        try:
+            await self.wal.commit(self.wal.last_lsn)
+        except WalFailedError as exc:
+            raise self._read_only_after(exc) from exc
         # Only now, once durable as promised, may anyone be told (live feed).
         if self.listeners:
             for name in boards:
@@ -545,6 +592,11 @@ class Engine:
             self.shipper.notify()
         if self._events_since_snapshot >= self.config.snapshot_every_events:
             self._snapshot_wanted.set()
+
+    def _read_only_after(self, exc: WalFailedError) -> ReadOnly:
+        self._fail(exc)
+        return ReadOnly(f"the write-ahead log failed ({exc}); rankd accepts no writes "
+                        "until it is restarted")
 
     def _fail(self, exc: BaseException) -> None:
         if self.failure is None:

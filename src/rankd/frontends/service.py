@@ -10,6 +10,7 @@ way it arrives, and its limits are defined once.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -131,6 +132,11 @@ class Service:
         a native front-end; see :meth:`takes_packed`); their answers go into
         ``packed``."""
         await self.engine.submit_packed(packed)
+
+    def submit_packed_nowait(self, packed: Any) -> asyncio.Future[None]:
+        """:meth:`submit_packed` from a protocol callback: applied now, the
+        future done once committed (``Engine.submit_packed_nowait``)."""
+        return self.engine.submit_packed_nowait(packed)
 
     async def remove_member(self, board: str, member: str) -> None:
         if not await self.engine.remove_member(board, member):

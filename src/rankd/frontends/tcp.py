@@ -9,11 +9,15 @@ pay off.  Reads are answered synchronously.
 
 The fast path: when the native modules are built, each run of *plain*
 submit requests in a read (``rankd.frontends._submits`` says exactly which)
-is not decoded into Python objects at all: it is queued packed, applied by
-the engine's native ingest (``Engine.submit_packed``) and answered by a
-native encoder.  Anything it does not take (a signed board, a rate limit
-reached, a held board) is handed back to the general path, request by
-request, so both answer alike.
+is not decoded into Python objects at all.  It is applied packed by the
+engine's native ingest and answered by a native encoder.  A run that finds
+its connection idle is applied right in ``data_received``
+(``Engine.submit_packed_nowait``), and its answers are written from the
+commit's done-callback: no task and no queue, and the runs of every
+connection read in one pass of the event loop share one commit.  A run
+behind other requests waits its turn in the queue.  Anything the fast path
+does not take (a signed board, a rate limit reached) is handed back to the
+general path, request by request, so both answer alike.
 
 A connection that sends too much without reading its answers is paused
 (``pause_reading``) until its queue drains, and writing waits while the
@@ -162,6 +166,12 @@ class TcpConnection(asyncio.Protocol):
         self.queue: collections.deque[Any] = collections.deque()
         #: Requests in ``queue`` (a packed run holds many).
         self.queued = 0
+        #: Packed runs applied from ``data_received``, not answered yet, in order.
+        self.answering: collections.deque[tuple[Any, asyncio.Future[None]]] = \
+            collections.deque()
+        #: Set while ``answering`` is empty: the worker waits for it.
+        self.answered = asyncio.Event()
+        self.answered.set()
         self.transport: asyncio.Transport | None = None
         self.worker: asyncio.Task | None = None
         self.greeted = False
@@ -184,6 +194,8 @@ class TcpConnection(asyncio.Protocol):
         self.server.connections.discard(self)
         self.queue.clear()
         self.queued = 0
+        self.answering.clear()
+        self.answered.set()
         self.can_write.set()
 
     def pause_writing(self) -> None:
@@ -202,7 +214,9 @@ class TcpConnection(asyncio.Protocol):
         except wire.FrameError as exc:
             # What came before the bad frame is answered, then the error, then close.
             messages = [*exc.decoded, exc]
-        self._enqueue(messages)
+        for message in messages:
+            if not (type(message) is _Packed and not self.queue and self._submit_now(message)):
+                self._enqueue(message)
         if self.queued >= QUEUE_HIGH_WATER and not self.reading_paused:
             self.transport.pause_reading()
             self.reading_paused = True
@@ -211,10 +225,9 @@ class TcpConnection(asyncio.Protocol):
 
     # --- processing ------------------------------------------------------------------
 
-    def _enqueue(self, messages: list[Any]) -> None:
-        self.queue.extend(messages)
-        for message in messages:
-            self.queued += len(message) if type(message) is _Packed else 1
+    def _enqueue(self, message: Any) -> None:
+        self.queue.append(message)
+        self.queued += len(message) if type(message) is _Packed else 1
 
     def _dequeue(self) -> Any:
         message = self.queue.popleft()
@@ -224,6 +237,7 @@ class TcpConnection(asyncio.Protocol):
     async def _drain(self) -> None:
         try:
             while self.queue and not self.closing:
+                await self.answered.wait()  # runs applied earlier are answered first
                 out: list[bytes] = []
                 head = self.queue[0]
                 if type(head) is _Packed:
@@ -377,17 +391,53 @@ class TcpConnection(asyncio.Protocol):
                 out.append(wire.ok(request_id, answer))
         stats[("submit", "ok")] += ok
 
+    def _submit_now(self, packed: Any) -> bool:
+        """Apply a packed run straight from ``data_received`` (see the module
+        docstring); False leaves it to the queue."""
+        if not self.can_write.is_set() or not self._takes(packed):
+            return False
+        try:
+            applied = self.service.submit_packed_nowait(packed)
+        except EngineError:  # e.g. read-only: the queue's way answers it
+            return False
+        self.answering.append((packed, applied))
+        self.answered.clear()
+        applied.add_done_callback(self._applied)
+        return True
+
+    def _applied(self, _: asyncio.Future[None]) -> None:
+        """Write the answers of the runs at the head of ``answering`` that are done."""
+        answering = self.answering
+        while answering and answering[0][1].done():
+            packed, applied = answering.popleft()
+            exc = asyncio.CancelledError() if applied.cancelled() else applied.exception()
+            if exc is not None:
+                if not isinstance(exc, EngineError):
+                    log.error("a packed run failed; closing the connection", exc_info=exc)
+                    self.transport.abort()
+                    return
+                packed.answers = [exc] * len(packed)
+            if not self.closing:
+                self.transport.write(self._answers(packed))
+        if not answering:
+            self.answered.set()
+
+    def _takes(self, packed: Any) -> bool:
+        """Whether the fast path takes a packed run: if not (a signed board,
+        a rate limit reached), its requests go to the general path."""
+        if self.principal is None or not self.service.takes_packed(packed):
+            return False
+        try:
+            # The run is admitted as a whole, like a submit_many; if it is
+            # refused, each of its submits is admitted (or refused) alone.
+            self.gate.admit(self.principal, "submit", self.address, len(packed))
+        except EngineError:
+            return False
+        return True
+
     async def _submit_packed(self, packed: Any, out: list[bytes]) -> None:
-        """A packed run of plain submits (see the module docstring)."""
-        taken = self.principal is not None and self.service.takes_packed(packed)
-        if taken:
-            try:
-                # The run is admitted as a whole, like a submit_many; if it is
-                # refused, each of its submits is admitted (or refused) alone.
-                self.gate.admit(self.principal, "submit", self.address, len(packed))
-            except EngineError:
-                taken = False
-        if not taken:
+        """A queued packed run of plain submits (see the module docstring)."""
+        if not self._takes(packed):
             requests = [wire.FrameDecoder._decode(source, []) for source in packed.sources()]
             self.queue.extendleft(reversed(requests))
             self.queued += len(requests)
@@ -396,8 +446,11 @@ class TcpConnection(asyncio.Protocol):
             await self.service.submit_packed(packed)
         except EngineError as exc:  # e.g. read-only: every submit gets the error
             packed.answers = [exc] * len(packed)
+        out.append(self._answers(packed))
+
+    def _answers(self, packed: Any) -> bytes:
+        """The response frames of an applied packed run (and its statistics)."""
         frames, answered = _encode_answers(packed, wire.ok, wire.error)
-        out.append(frames)
         stats = self.server.stats
         ok = answered
         for answer in packed.answers:
@@ -408,6 +461,7 @@ class TcpConnection(asyncio.Protocol):
             else:
                 stats[("submit", answer.code)] += 1
         stats[("submit", "ok")] += ok
+        return frames
 
     def _close_with(self, out: list[bytes], request_id: int, code: str, message: str) -> None:
         out.append(wire.error(request_id, code, message))
@@ -445,9 +499,10 @@ class TcpServer:
         if self._server is None:
             return
         self._server.close()
-        workers = [c.worker for c in self.connections if c.worker is not None]
-        if workers:
-            await asyncio.wait(workers, timeout=grace)
+        busy = [c.worker for c in self.connections if c.worker is not None]
+        busy += [applied for c in self.connections for _, applied in c.answering]
+        if busy:
+            await asyncio.wait(busy, timeout=grace)
         for connection in list(self.connections):
             if connection.transport is not None:
                 connection.transport.close()
