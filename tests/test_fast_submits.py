@@ -190,7 +190,7 @@ def test_packed_ingest_answers_and_records_like_the_general_path(requests):
     fast_frames, general_frames, fast_records, general_records = [], [], [], []
     lsn = 1
     for packed in runs:
-        done = ingest_packed()(fast_boards, packed, now, lsn, ttl, tolerance)
+        done = ingest_packed()(fast_boards, [packed], now, lsn, ttl, tolerance)
         fast_records += done.payloads
         fast_frames.append(encode_answers()(packed, wire.ok, wire.error)[0])
         reference = ingest_python(general_boards, packed.submissions(), now, lsn, ttl,
@@ -280,9 +280,12 @@ def packed_run(*submits: tuple[str, str, float]) -> Any:
 
 
 def test_packed_runs_apply_in_call_order_across_a_snapshot_hold(tmp_path):
-    """A run that meets a board held by a snapshot goes the general way and
-    waits; the runs after it follow it even once the hold is over, so a
-    client's pipelined writes land in the order it sent them."""
+    """Runs are applied together at the end of the event loop's pass; a run
+    that meets a board held by a snapshot (when handed over, or when its
+    pass applies it) goes the general way and waits, and the runs after it
+    follow it even once the hold is over, so each board's writes land in
+    the order a client pipelined them (as in ``submit_many``, other boards'
+    writes do not wait for a held one)."""
     native("rankd.engine._ingest", "ingest_packed")
 
     async def body() -> None:
@@ -290,24 +293,37 @@ def test_packed_runs_apply_in_call_order_across_a_snapshot_hold(tmp_path):
         try:
             await engine.put_board("x", {"policy": "latest"})
             await engine.put_board("y", {"policy": "latest"})
-            now = engine.submit_packed_nowait(packed_run(("y", "ann", 1.0)))
-            assert engine.standing("y", "ann")["score"] == 1.0  # applied at once
-            await now
+            one, two = packed_run(("y", "ann", 1.0)), packed_run(("y", "bob", 2.0))
+            passed = [engine.submit_packed_nowait(one), engine.submit_packed_nowait(two)]
+            assert passed[0] is passed[1]  # one pass, one commit
+            assert engine.standing("y", "ann") is None  # applied when the pass ends
+            await passed[0]
+            assert [one.answers, two.answers] == [[None], [None]]  # answered natively
+            assert engine.standing("y", "bob")["rank"] == 1
+
             engine._hold(engine.boards["x"])
             first = packed_run(("x", "ann", 10.0))
             held = engine.submit_packed_nowait(first)
             engine._release(engine.boards["x"])
             then = packed_run(("x", "ann", 5.0), ("y", "ann", 2.0))
             after = engine.submit_packed_nowait(then)
-            assert engine.standing("y", "ann")["score"] == 1.0  # waits behind the held run
             await asyncio.gather(held, after)
             assert engine.standing("x", "ann")["score"] == 5.0
             assert [a["score"] for a in first.answers + then.answers] == [10.0, 5.0, 2.0]
             assert [a["previous"] for a in then.answers] == [10.0, 1.0]
             assert engine._unpacked == 0
-            fast = packed_run(("x", "ann", 7.0))
-            engine.submit_packed_nowait(fast)
-            assert engine.standing("x", "ann")["score"] == 7.0  # at once again
+
+            late, behind = packed_run(("x", "ann", 20.0)), packed_run(("y", "ann", 3.0))
+            passed = [engine.submit_packed_nowait(late), engine.submit_packed_nowait(behind)]
+            engine._hold(engine.boards["x"])  # after the hand-over, before the pass applies
+            for _ in range(10):
+                await asyncio.sleep(0)
+            assert not passed[0].done() and engine.standing("x", "ann")["score"] == 5.0
+            engine._release(engine.boards["x"])
+            await passed[0]
+            assert [a["score"] for a in late.answers + behind.answers] == [20.0, 3.0]
+            assert [a["previous"] for a in late.answers + behind.answers] == [5.0, 2.0]
+            assert engine._unpacked == 0
         finally:
             await engine.close(snapshot=False)
 

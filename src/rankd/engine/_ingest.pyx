@@ -500,12 +500,20 @@ cdef inline bint _packed_number(Number *number, double *out) noexcept:
     return False
 
 
-def ingest_packed(dict boards, Packed packed, double now, Py_ssize_t first_lsn,
+def ingest_packed(dict boards, list runs, double now, Py_ssize_t first_lsn,
                   double dedupe_ttl, double ts_tolerance):
-    """:func:`ingest` of packed submissions: the answers go to ``packed``
+    """:func:`ingest` of packed submissions: ``runs`` of them (``Packed``),
+    applied in order as one batch.  The answers go to each run
     (``results``, or ``answers`` for those the reference answered); the
     result's ``answers`` is None."""
     cdef _Kernel kernel = _Kernel(boards, now, first_lsn, dedupe_ttl, ts_tolerance)
+    cdef Packed packed
+    for packed in runs:
+        _ingest_run(kernel, packed)
+    return kernel.result(None)
+
+
+cdef int _ingest_run(_Kernel kernel, Packed packed) except -1:
     cdef list answers = [None] * packed.count
     cdef PackedSubmission *item
     cdef Plan *plan
@@ -546,4 +554,4 @@ def ingest_packed(dict boards, Packed packed, double now, Py_ssize_t first_lsn,
             continue
         kernel.apply(plan, &sub, changes, &packed.results[i])
     packed.answers = answers
-    return kernel.result(None)
+    return 0

@@ -156,9 +156,11 @@ class Engine:
         self._events_since_snapshot = 0
         self._last_snapshot_time = 0.0
         self._snapshot_wanted = asyncio.Event()
-        #: The commit shared by this pass of the event loop's writes, and their boards.
+        #: The commit shared by this pass of the event loop's writes, their
+        #: boards, and the packed runs it applies first.
         self._pass_commit: asyncio.Future[None] | None = None
         self._pass_boards: set[str] = set()
+        self._pass_runs: list[Any] = []
         #: Packed runs gone the general way (a held board), not applied yet.
         self._unpacked = 0
         self._closed = False
@@ -501,36 +503,57 @@ class Engine:
 
     def submit_packed_nowait(self, packed: Any) -> asyncio.Future[None]:
         """:meth:`submit_packed` without a coroutine, for a front-end's
-        ``data_received``: the run is applied now, and the returned future
-        is done once it is committed (``ReadOnly`` if it cannot be).
+        ``data_received``: the returned future is done once the run is
+        applied and committed (``ReadOnly`` if it cannot be).
 
-        Runs of one pass of the event loop share one commit and their
-        callers need no task each, which is what lets many pipelining
-        connections cost little more than one.  Runs are applied in the
-        order of the calls: a run touching a board held by a snapshot goes
-        the general way (:meth:`submit_many`, in a task), and so does every
-        run after it until it is applied, behind it.
+        The runs of one pass of the event loop are applied together when
+        the pass ends, as one native batch with one commit, and their
+        callers need no task each: that is what lets many pipelining
+        connections cost little more than one.  Each board's runs are
+        applied in the order of the calls: a run touching a board held by a
+        snapshot (when handed over, or when its pass applies it) goes the
+        general way (:meth:`submit_many`, in a task), and so does every run
+        after it until it is applied, behind it.
         """
         self._check_writable()
         if self._unpacked or (self._held and not self._held.isdisjoint(packed.board_names())):
-            self._unpacked += 1
-            return asyncio.ensure_future(self._submit_unpacked(packed))
-        try:
-            done = ingest_packed(self.boards, packed, self.clock(), self.wal.last_lsn + 1,
-                                 self.config.dedupe_ttl, self.config.ts_tolerance)
-        except Exception as exc:
-            self._fail(exc)  # a bug, as in _submit_batch
-            raise
-        self._count(done)
-        if not done.payloads:
-            answered = asyncio.get_running_loop().create_future()
-            answered.set_result(None)
-            return answered
-        return self._commit_soon(done.payloads, done.boards)
+            return self._unpacked_soon(packed)
+        self._pass_runs.append(packed)
+        return self._pass()
+
+    def _unpacked_soon(self, packed: Any) -> asyncio.Future[None]:
+        self._unpacked += 1
+        return asyncio.ensure_future(self._submit_unpacked(packed))
+
+    def _apply_runs(self, runs: list[Any]) -> list[asyncio.Future[None]]:
+        """Apply the packed runs of a pass and append their records; the
+        runs from the first that meets a held board on go the general way
+        (their futures are returned)."""
+        self._check_writable()
+        for position, packed in enumerate(runs):
+            if self._held and not self._held.isdisjoint(packed.board_names()):
+                unpacked = [self._unpacked_soon(later) for later in runs[position:]]
+                runs = runs[:position]
+                break
+        else:
+            unpacked = []
+        if runs:
+            try:
+                done = ingest_packed(self.boards, runs, self.clock(), self.wal.last_lsn + 1,
+                                     self.config.dedupe_ttl, self.config.ts_tolerance)
+            except Exception as exc:
+                self._fail(exc)  # a bug, as in _submit_batch
+                raise
+            self._count(done)
+            if done.payloads:
+                self._append(done.payloads, done.boards)
+        return unpacked
 
     async def _submit_unpacked(self, packed: Any) -> None:
         try:
             packed.answers = await self.submit_many(packed.submissions())
+        except EngineError as exc:  # e.g. read-only: every submission gets the error
+            packed.answers = [exc] * len(packed)
         finally:
             self._unpacked -= 1
 
@@ -561,15 +584,26 @@ class Engine:
         changed.  Every commit of one pass of the event loop shares one
         future (one task, one WAL commit)."""
         try:
+            self._append(payloads, boards)
+        except ReadOnly as exc:
+            failed = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            return failed
+        return self._pass()
+
+    def _append(self, payloads: list[bytes], boards: set[str]) -> None:
+        """Append applied records to the WAL (``ReadOnly`` if it failed)."""
+        try:
             expected = self.wal.last_lsn + len(payloads)
             last = self.wal.append_many(payloads)
         except WalFailedError as exc:
-            failed = asyncio.get_running_loop().create_future()
-            failed.set_exception(self._read_only_after(exc))
-            return failed
+            raise self._read_only_after(exc) from exc
         assert last == expected, f"WAL assigned up to {last}, expected {expected}"
         self._events_since_snapshot += len(payloads)
         self._pass_boards.update(boards)
+
+    def _pass(self) -> asyncio.Future[None]:
+        """The future of this pass's commit (see :meth:`_commit_soon`)."""
         if self._pass_commit is None:
             # A task's first step runs after the callbacks already queued: the
             # other writes of this pass join it before it commits.
@@ -577,12 +611,19 @@ class Engine:
         return self._pass_commit
 
     async def _commit_pass(self) -> None:
-        boards, self._pass_boards = self._pass_boards, set()
+        runs, self._pass_runs = self._pass_runs, []
         self._pass_commit = None
+        unpacked = self._apply_runs(runs) if runs else []
+        boards, self._pass_boards = self._pass_boards, set()
         try:
             await self.wal.commit(self.wal.last_lsn)
         except WalFailedError as exc:
             raise self._read_only_after(exc) from exc
+        finally:
+            if unpacked:  # the pass's runs that went the general way are part of it
+                for outcome in await asyncio.gather(*unpacked, return_exceptions=True):
+                    if outcome is not None:
+                        raise outcome
         # Only now, once durable as promised, may anyone be told (live feed).
         if self.listeners:
             for name in boards:
