@@ -14,9 +14,14 @@ member drawn from 100,000 names, with a unique ``event_id``.
    is installed, else by an aiohttp ``ClientSession`` with 64 workers.
    Target: >= 10,000/s with p99 <= 50 ms.
 2. **TCP** - a lean raw-socket asyncio load generator (``asyncio.Protocol``
-   over uvloop, frames built and decoded with ``rankd.wire``), 50
-   connections, each keeping 1 (non-pipelined) or 16 (pipelined) submit
-   requests in flight (``--depths`` picks other depths).  Target for pipelined: >= 200,000/s.
+   over uvloop), 50 connections, each keeping 1 (non-pipelined) or 16
+   (pipelined) submit requests in flight (``--depths`` picks other depths).
+   It shares the machine with the server, so it does little per request:
+   a submit frame is a pre-encoded part per member plus the id and the
+   event id, request ids cycle through msgpack's one-byte integers, and a
+   reply is read from its first bytes (decoded only when it is an error);
+   it checks at start that its frames are ``rankd.wire``'s, byte for byte.
+   Target for pipelined: >= 200,000/s.
 3. **Redis** - when ``redis-server`` is installed, one is started on a free
    loopback port (``--save "" --appendonly no``) and driven with
    ``ZINCRBY bench 1 <member>`` by the same load generator design (raw
