@@ -27,6 +27,7 @@ from rankd import wire
 from rankd.engine.board import Board
 from rankd.engine.config import BoardConfig
 from rankd.engine.engine import Engine
+from rankd.engine.errors import ReadOnly
 from rankd.engine.ingest import ingest_python
 from rankd.frontends import tcp
 from rankd.frontends.service import Service
@@ -266,6 +267,90 @@ def test_a_server_answers_the_same_bytes_with_and_without_the_fast_path(tmp_path
     results = [asyncio.run(serve_and_send(tmp_path_factory.mktemp("fast"), data, fast, limits,
                                           pause)) for fast in (True, False)]
     assert results[0] == results[1]
+
+
+class Connection:
+    """A raw protocol connection to an in-process server, after hello."""
+
+    async def open(self, port: int) -> Connection:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", port)
+        self.decoder = wire.FrameDecoder()
+        self.responses: list[Any] = []
+        await self.send(wire.request(1, "hello", {"version": 1}))
+        await self.read_until(1)
+        return self
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def read_until(self, count: int) -> list[Any]:
+        while len(self.responses) < count:
+            data = await asyncio.wait_for(self.reader.read(1 << 16), 10)
+            self.responses.extend(self.decoder.feed(data))
+        return self.responses
+
+
+async def with_server(tmp_path, body) -> Any:
+    """``body(engine, connection)`` against an in-process server with
+    boards "x" and "y" (policy ``latest``)."""
+    engine = await Engine.open(engine_config(tmp_path), clock=FakeClock(SUNDAY + 7200))
+    try:
+        await engine.put_board("x", {"policy": "latest"})
+        await engine.put_board("y", {"policy": "latest"})
+        server = tcp.TcpServer(Service(engine), max_frame=MAX_FRAME)
+        port = await server.start("127.0.0.1", 0)
+        connection = await Connection().open(port)
+        try:
+            return await body(engine, connection)
+        finally:
+            connection.writer.close()
+            await server.close(grace=1)
+    finally:
+        await engine.close(snapshot=False)
+
+
+def plain_submit(request_id: int, board: str, member: str, score: float) -> bytes:
+    return frame([request_id, "submit", {"board": board, "member": member, "score": score}],
+                 "plain")
+
+
+def test_a_plain_run_waits_for_the_request_the_connection_is_busy_with(tmp_path):
+    """Responses come in request order: a plain run that arrives while the
+    connection's worker waits on an earlier request (a general-path submit
+    to a board a snapshot holds) is answered after it, not from the fast
+    path meanwhile."""
+    native("rankd.frontends._submits", "split")
+
+    async def body(engine: Engine, connection: Connection) -> list[int]:
+        engine._hold(engine.boards["x"])
+        # With a ts: not plain, so it takes the general path, and waits for x.
+        await connection.send(frame([2, "submit", {"board": "x", "member": "ann", "score": 1.5,
+                                                   "ts": SUNDAY + 7200}], "plain"))
+        await asyncio.sleep(0.05)
+        await connection.send(plain_submit(3, "y", "bob", 2.0))
+        await asyncio.sleep(0.05)
+        engine._release(engine.boards["x"])
+        return [response[0] for response in await connection.read_until(3)]
+
+    assert asyncio.run(with_server(tmp_path, body)) == [1, 2, 3]
+
+
+def test_plain_submits_to_a_read_only_engine_get_its_error(tmp_path):
+    native("rankd.frontends._submits", "split")
+
+    async def body(engine: Engine, connection: Connection) -> list[Any]:
+        await connection.send(plain_submit(2, "x", "ann", 1.0))
+        await connection.read_until(2)
+        engine.failure = OSError("simulated disk failure")
+        await connection.send(plain_submit(3, "x", "ann", 2.0) + plain_submit(4, "y", "bob", 3.0))
+        await connection.read_until(4)
+        await connection.send(plain_submit(5, "x", "cy", 1.0))
+        return await connection.read_until(5)
+
+    responses = asyncio.run(with_server(tmp_path, body))
+    assert [r[:2] for r in responses] == [[1, 0], [2, 0], [3, 1], [4, 1], [5, 1]]
+    assert {r[2]["code"] for r in responses[2:]} == {ReadOnly.code}
 
 
 # --- the engine's packed runs ----------------------------------------------------------------

@@ -11,13 +11,14 @@ The fast path: when the native modules are built, each run of *plain*
 submit requests in a read (``rankd.frontends._submits`` says exactly which)
 is not decoded into Python objects at all.  It is applied packed by the
 engine's native ingest and answered by a native encoder.  A run that finds
-its connection idle is applied right in ``data_received``
-(``Engine.submit_packed_nowait``), and its answers are written from the
-commit's done-callback: no task and no queue, and the runs of every
-connection read in one pass of the event loop share one commit.  A run
-behind other requests waits its turn in the queue.  Anything the fast path
-does not take (a signed board, a rate limit reached) is handed back to the
-general path, request by request, so both answer alike.
+its connection idle (nothing queued, no worker busy) is handed to the
+engine right in ``data_received`` (``Engine.submit_packed_nowait``), and
+its answers are written from the commit's done-callback: no task and no
+queue, and the runs of every connection read in one pass of the event loop
+are applied as one batch with one commit.  A run behind other requests
+waits its turn in the queue.  Anything the fast path does not take (a
+signed board, a rate limit reached) is handed back to the general path,
+request by request, so both answer alike.
 
 A connection that sends too much without reading its answers is paused
 (``pause_reading``) until its queue drains, and writing waits while the
@@ -215,7 +216,8 @@ class TcpConnection(asyncio.Protocol):
             # What came before the bad frame is answered, then the error, then close.
             messages = [*exc.decoded, exc]
         for message in messages:
-            if not (type(message) is _Packed and not self.queue and self._submit_now(message)):
+            if not (type(message) is _Packed and not self.queue and self.worker is None
+                    and self._submit_now(message)):
                 self._enqueue(message)
         if self.queued >= QUEUE_HIGH_WATER and not self.reading_paused:
             self.transport.pause_reading()
@@ -398,8 +400,9 @@ class TcpConnection(asyncio.Protocol):
             return False
         try:
             applied = self.service.submit_packed_nowait(packed)
-        except EngineError:  # e.g. read-only: the queue's way answers it
-            return False
+        except EngineError as exc:  # e.g. read-only: every submit gets the error
+            applied = self.loop.create_future()
+            applied.set_exception(exc)
         self.answering.append((packed, applied))
         self.answered.clear()
         applied.add_done_callback(self._applied)
