@@ -572,3 +572,31 @@ def test_a_held_board_refused_after_its_wait_does_not_undo_the_other_boards_answ
         assert engine.standing("big", "ann") is None
 
     scenario(tmp_path, clock, body)
+
+
+def test_snapshots_are_wanted_after_as_many_events_as_the_last_one_wrote_entries(
+        tmp_path, clock):
+    """With a big state (members and event ids), snapshots wait for as many
+    events as the last one wrote, not snapshot_every_events: otherwise a
+    busy server rewrites its whole dedupe table every few seconds."""
+    async def body(engine: Engine):
+        await engine.put_board("b", {"policy": "sum", "windows": ["all", "weekly"]})
+
+        async def submit(count: int, start: int) -> None:
+            await engine.submit_many([sub("b", f"m{n}", delta=1, event_id=f"e{n}")
+                                      for n in range(start, start + count)])
+            for _ in range(200):  # the snapshot loop takes over, if it is due
+                await asyncio.sleep(0.005)
+                if not engine._snapshot_wanted.is_set() and not engine._snapshot_lock.locked():
+                    break
+
+        await submit(50, 0)  # over snapshot_every_events (10): a snapshot
+        first = dict(engine.last_snapshot)
+        await submit(140, 50)  # 140 < 150 entries written (50 per window, 50 event ids)
+        unchanged = dict(engine.last_snapshot)
+        await submit(20, 190)  # now 160 >= 150
+        return first, unchanged, dict(engine.last_snapshot)
+
+    first, unchanged, second = scenario(tmp_path, clock, body, snapshot_every_events=10)
+    assert first["entries"] == 150 and unchanged == first
+    assert second["lsn"] > first["lsn"] and second["entries"] == 210 * 3

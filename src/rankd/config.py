@@ -52,7 +52,9 @@ OPTIONS = (
            "WAL fsync policy: always (ack after fsync, group commit), everysec (a machine "
            "crash may lose the last second), no (left to the OS)", FSYNC_POLICIES),
     Option("postgres_dsn", str, None, "ship every event to this PostgreSQL database"),
-    Option("snapshot_every_events", int, 1_000_000, "snapshot after this many events"),
+    Option("snapshot_every_events", int, 1_000_000,
+           "snapshot after this many events (or, if more, as many as the last snapshot "
+           "wrote entries)"),
     Option("snapshot_every_seconds", float, 300.0, "snapshot at least this often when busy"),
     Option("dedupe_ttl", float, 86_400.0, "seconds an event_id is remembered"),
     Option("ts_tolerance", float, 300.0, "how far an event timestamp may be from now, seconds"),

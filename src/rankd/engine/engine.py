@@ -154,6 +154,9 @@ class Engine:
         #: Boards whose writes wait for a snapshot (``Board.writable`` clear).
         self._held: set[str] = set()
         self._events_since_snapshot = 0
+        #: Events after which a snapshot is wanted: ``snapshot_every_events``,
+        #: or as many as the last snapshot wrote entries if that is more.
+        self._snapshot_threshold = self.config.snapshot_every_events
         self._last_snapshot_time = 0.0
         self._snapshot_wanted = asyncio.Event()
         #: The commit shared by this pass of the event loop's writes, their
@@ -631,7 +634,7 @@ class Engine:
                     listener(name)
         if self.shipper is not None:
             self.shipper.notify()
-        if self._events_since_snapshot >= self.config.snapshot_every_events:
+        if self._events_since_snapshot >= self._snapshot_threshold:
             self._snapshot_wanted.set()
 
     def _read_only_after(self, exc: WalFailedError) -> ReadOnly:
@@ -811,38 +814,50 @@ class Engine:
 
         Each index is copied in a worker thread (the copy runs without the
         GIL) while writes to *that board* wait; the event loop keeps serving.
+
+        A snapshot writes the whole state, remembered event ids included, so
+        the next one is wanted only after at least as many events as this
+        one wrote entries (or ``snapshot_every_events``, if more): a busy
+        server with a big dedupe table would otherwise spend most of its time
+        rewriting it.  Snapshots then cost at most about one entry written
+        per event, and the WAL tail a restart replays stays no longer than
+        the state it restores.
         """
         async with self._snapshot_lock:
             started = time.monotonic()
             lsn = self.wal.last_lsn
             writer = await asyncio.to_thread(self.snapshots.begin, lsn)
+            entries = 0
             try:
                 for name, board in list(self.boards.items()):
                     if self.boards.get(name) is not board:
                         continue  # dropped meanwhile; the WAL replays the drop
-                    await self._snapshot_board(writer, board)
+                    entries += await self._snapshot_board(writer, board)
                 path = await asyncio.to_thread(writer.commit)
             except BaseException:
                 await asyncio.to_thread(writer.abort)
                 raise
+            self._snapshot_threshold = max(self.config.snapshot_every_events, entries)
             self._events_since_snapshot = max(0, self.wal.last_lsn - lsn)
             self._last_snapshot_time = time.monotonic()
             self.last_snapshot = {"lsn": lsn, "path": str(path), "bytes": writer.size,
-                                  "seconds": time.monotonic() - started}
+                                  "entries": entries, "seconds": time.monotonic() - started}
             log.info("snapshot @%d: %d boards, %d bytes in %.2fs", lsn, len(self.boards),
                      writer.size, self.last_snapshot["seconds"])
             await self._drop_covered_segments()
             return path
 
-    async def _snapshot_board(self, writer: Any, board: Board) -> None:
-        """Write one board.  Its writers wait (other boards' do not) while its
-        indexes are dumped, in a worker thread without the GIL, and while its
-        labels and event ids are copied a chunk at a time; the copies are
-        encoded and written after writes resume.  The event loop never waits
-        long."""
+    async def _snapshot_board(self, writer: Any, board: Board) -> int:
+        """Write one board; return how many entries (members of every
+        window and period, labels, event ids) it wrote.  Its writers wait
+        (other boards' do not) while its indexes are dumped, in a worker
+        thread without the GIL, and while its labels and event ids are
+        copied a chunk at a time; the copies are encoded and written after
+        writes resume.  The event loop never waits long."""
         async def add(section: list) -> None:
             await asyncio.to_thread(writer.add, records.encode(section))
 
+        entries = 0
         self._hold(board)
         try:
             await add(["board", board.name, board.config.to_dict(), board.version,
@@ -850,6 +865,7 @@ class Engine:
             for window, periods in board.periods.items():
                 for period, index in list(periods.items()):
                     dump = await asyncio.to_thread(index.dump)
+                    entries += len(index)
                     await add(["index", board.name, window, period, dump])
             labels = [chunk async for chunk in _copied(board.labels)]
             event_ids = [chunk async for chunk in _copied(board.dedupe.packed())]
@@ -860,6 +876,7 @@ class Engine:
             await add(["label_columns", board.name, keys, values])
         for keys, values in event_ids:
             await add(["event_id_columns", board.name, keys, values])
+        return entries + sum(len(keys) for keys, _ in labels + event_ids)
 
     def _hold(self, board: Board) -> None:
         """Make ``board``'s writers wait (a snapshot is reading it)."""
@@ -884,7 +901,7 @@ class Engine:
             self._snapshot_wanted.clear()
             due = time.monotonic() - self._last_snapshot_time >= interval
             if self._events_since_snapshot and (
-                    due or self._events_since_snapshot >= self.config.snapshot_every_events):
+                    due or self._events_since_snapshot >= self._snapshot_threshold):
                 try:
                     await self.snapshot()
                 except Exception:
