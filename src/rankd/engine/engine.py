@@ -519,10 +519,14 @@ class Engine:
         after it until it is applied, behind it.
         """
         self._check_writable()
-        if self._unpacked or (self._held and not self._held.isdisjoint(packed.board_names())):
+        if self._unpacked or self._meets_held(packed):
             return self._unpacked_soon(packed)
         self._pass_runs.append(packed)
         return self._pass()
+
+    def _meets_held(self, packed: Any) -> bool:
+        """Whether a packed run writes to a board a snapshot holds."""
+        return bool(self._held) and not self._held.isdisjoint(packed.board_names())
 
     def _unpacked_soon(self, packed: Any) -> asyncio.Future[None]:
         self._unpacked += 1
@@ -534,7 +538,7 @@ class Engine:
         (their futures are returned)."""
         self._check_writable()
         for position, packed in enumerate(runs):
-            if self._held and not self._held.isdisjoint(packed.board_names()):
+            if self._meets_held(packed):
                 unpacked = [self._unpacked_soon(later) for later in runs[position:]]
                 runs = runs[:position]
                 break
