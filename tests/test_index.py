@@ -1379,6 +1379,36 @@ def test_apply_batch_equals_single_calls(index_cls):
     assert batched.dump() == single.dump()
 
 
+def test_apply_batch_warms_enum_and_int_operations_on_a_large_index(native_cls):
+    # The native index walks groups of operations ahead of their writes once
+    # it holds 32768 members.  Op members are an IntEnum: they must be warmed
+    # like plain ints (a type check that missed them once left every batch
+    # of the benchmarks and the engine unwarmed).  What it cannot read
+    # cheaply (bools, non-ASCII or non-str members, other value types) is
+    # skipped, and a REMOVE of an absent member has nothing to walk to.
+    index = native_cls("desc", "first")
+    index.apply_batch([(Op.SET, f"w{i}", i % 5000) for i in range(40_000)])
+    before = index._warmed
+    index.apply_batch([(Op.INCR, f"w{i}", 1.0) for i in range(64)])
+    assert index._warmed - before == 64
+    before = index._warmed
+    index.apply_batch([(int(Op.SET), f"w{i}", 7) for i in range(64)])
+    assert index._warmed - before == 64
+    skipped = [
+        (True, "w1", 1),
+        (Op.SET, "wü", 1),
+        (Op.SET, 5, 1),
+        (Op.SET, "w2", "3"),
+        (Op.REMOVE, "absent", None),
+        "garbage",
+    ]
+    before = index._warmed
+    results = index.apply_batch(skipped * 8)
+    assert index._warmed - before == 0
+    assert sum(isinstance(r, Exception) for r in results) == 4 * 8
+    index._check()
+
+
 def test_apply_batch_on_a_large_index_with_odd_operations(index_cls):
     # Large enough that batch fast paths (the native index prefetches groups of
     # operations once it holds 32768 members) see unusual operations too.

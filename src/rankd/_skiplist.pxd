@@ -212,6 +212,15 @@ cdef extern from *:
     /* A node of one or two levels spans two cache lines. */
     #define rk_prefetch_node(n) do { \
         __builtin_prefetch(n); __builtin_prefetch((const char *)(n) + 64); } while (0)
+    /* Every line of a node from its level[0] to its level[i]: a search
+       that reaches it on level i reads that entry and, descending, the
+       ones below it. */
+    static inline void rk_prefetch_levels(const rk_node *n, int i) {
+        const char *p = (const char *)&n->level[0];
+        const char *last = (const char *)&n->level[i + 1] - 1;
+        for (; p <= last; p += 64) __builtin_prefetch(p);
+        __builtin_prefetch(last);
+    }
     /* apply_batch warms the cache for GROUP operations at a time, and only
        once the index outgrows the caches (below that it costs more than it
        saves). */
@@ -329,6 +338,7 @@ cdef extern from *:
     void *rk_big_alloc(size_t size) nogil
     void rk_prefetch(const void *p) nogil
     void rk_prefetch_node(const void *p) nogil
+    void rk_prefetch_levels(const rk_node *n, int i) nogil
 
     enum:
         PREFETCH_GROUP "RK_PREFETCH_GROUP"
@@ -381,6 +391,7 @@ cdef class RankIndex:
     cdef rk_node **slots
     cdef size_t mask
     cdef Py_ssize_t mutations       # invalidates iterators
+    cdef Py_ssize_t warmed          # operations apply_batch warmed (tests)
     cdef rk_arena arena             # owns every member node
 
     cdef rk_node *_new_node(self, int nlevels, const char *member, Py_ssize_t mlen) except NULL
@@ -415,7 +426,7 @@ cdef class RankIndex:
     cdef tuple _write_result(self, bint had, double old, bint has_new, double new, bint changed)
     cdef int _assign(self, rk_state *state) except -1
     cdef int _rethread(self, rk_state *batch, Py_ssize_t k, Py_ssize_t fresh) except -1
-    cdef void _prefetch_group(self, list items, Py_ssize_t start)
+    cdef int _prefetch_group(self, list items, Py_ssize_t start)
     cdef inline str _member_str(self, rk_node *x)
     cdef list _collect(self, Py_ssize_t first, Py_ssize_t last, bint reverse)
     cdef list _window(self, Py_ssize_t lo, Py_ssize_t hi, object offset, object limit, bint reverse)
