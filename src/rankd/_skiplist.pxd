@@ -225,6 +225,9 @@ cdef extern from *:
        once the index outgrows the caches (below that it costs more than it
        saves). */
     #define RK_PREFETCH_GROUP 16
+    /* _shift moves a node past at most this many neighbours on level 0;
+       a longer move costs less as an unlink and a link. */
+    #define RK_SHIFT_MAX 4
     #define RK_PREFETCH_MIN_LENGTH 32768
     /* set_states looks members up with prefetches this many entries ahead:
        the slot first, then (once it has arrived) the node it points to. */
@@ -342,6 +345,7 @@ cdef extern from *:
 
     enum:
         PREFETCH_GROUP "RK_PREFETCH_GROUP"
+        SHIFT_MAX "RK_SHIFT_MAX"
         PREFETCH_MIN_LENGTH "RK_PREFETCH_MIN_LENGTH"
         SLOT_AHEAD "RK_SLOT_AHEAD"
         NODE_AHEAD "RK_NODE_AHEAD"
@@ -417,6 +421,8 @@ cdef class RankIndex:
     cdef Py_ssize_t _rekey(self, rk_node *x, double key, uint64_t seq) noexcept
     cdef void _unlink(self, rk_node *x) noexcept
     cdef bint _can_stay(self, rk_node *x, double key, uint64_t seq) noexcept
+    cdef Py_ssize_t _shift(self, rk_node *x, double key, uint64_t seq) noexcept
+    cdef inline bint _alone(self, rk_node *pred, rk_node *x, rk_node *succ) noexcept
     cdef Py_ssize_t _rank_of(self, rk_node *x, Py_ssize_t *dense) noexcept
     cdef Py_ssize_t _count_before_key(self, double key, bint inclusive) noexcept
     cdef rk_node *_node_at(self, Py_ssize_t rank) noexcept
