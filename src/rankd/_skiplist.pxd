@@ -225,10 +225,10 @@ cdef extern from *:
        once the index outgrows the caches (below that it costs more than it
        saves). */
     #define RK_PREFETCH_GROUP 16
+    #define RK_PREFETCH_MIN_LENGTH 32768
     /* _shift moves a node past at most this many neighbours on level 0;
        a longer move costs less as an unlink and a link. */
     #define RK_SHIFT_MAX 4
-    #define RK_PREFETCH_MIN_LENGTH 32768
     /* set_states looks members up with prefetches this many entries ahead:
        the slot first, then (once it has arrived) the node it points to. */
     #define RK_SLOT_AHEAD 16
