@@ -226,8 +226,9 @@ cdef extern from *:
        saves). */
     #define RK_PREFETCH_GROUP 16
     #define RK_PREFETCH_MIN_LENGTH 32768
-    /* _shift moves a node past at most this many neighbours on level 0;
-       a longer move costs less as an unlink and a link. */
+    /* _shift moves a node past at most this many neighbours on level 0
+       (each one likely a cache miss); a longer move is an unlink and a
+       link, whose searches skip over them. */
     #define RK_SHIFT_MAX 4
     /* set_states looks members up with prefetches this many entries ahead:
        the slot first, then (once it has arrived) the node it points to. */
