@@ -33,8 +33,13 @@ one in Redis's t_zset.c)
 * Level 0 is doubly linked (``backward``) so ranges can be walked from the
   worst member, and ``tail`` points at the worst node.
 * A node that keeps its place when its score changes is updated in place,
-  as Redis's zslUpdateScore does; otherwise it is unlinked and relinked
-  without freeing it.
+  as Redis's zslUpdateScore does.  A node of one level that moves past a
+  few neighbours of one level is relinked on level 0 alone (no span above
+  it changes) and found by one search; otherwise it is unlinked and
+  relinked without freeing it.
+* ``apply_batch`` walks the searches of a group of operations in lock step
+  before writing them, so that their cache misses overlap (see
+  ``_prefetch_group``).
 
 Memory
 ------
