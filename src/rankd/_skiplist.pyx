@@ -547,8 +547,9 @@ cdef class RankIndex:
         cdef rk_node *old_succ = x.level[0].forward
         cdef rk_node *before
         cdef rk_node *touched[3]
+        cdef rk_node *update[MAX_LEVEL]
         cdef const char *member = RK_MEMBER(x)
-        cdef Py_ssize_t rank = 0
+        cdef Py_ssize_t rank
         cdef int passed = 0, i, net
         if x.nlevels != 1:
             return 0
@@ -607,16 +608,12 @@ cdef class RankIndex:
         for i in range(3):
             node = touched[i].level[0].forward
             touched[i].level[0].dspan = node != NULL and self._is_leader(node)
-        # One search: the rank, and the distinct count of every link above x.
-        node = self.header
-        for i in range(self.height - 1, -1, -1):
-            while self._link_before(&node.level[i], key, seq, member, x.mlen):
-                rank += node.level[i].span
-                node = node.level[i].forward
-            if i > 0:
-                node.level[i].dspan += net
+        # One search: the rank, and the links above x, whose distinct counts change.
+        rank = self._path_to(x, update)
+        for i in range(1, self.height):
+            update[i].level[i].dspan += net
         self.ndistinct += net
-        return rank + 1
+        return rank
 
     cdef inline bint _alone(self, rk_node *pred, rk_node *x, rk_node *succ) noexcept:
         """Whether x's score is held by neither neighbour."""
