@@ -518,7 +518,10 @@ class Engine:
         general way (:meth:`submit_many`, in a task), and so does every run
         after it until it is applied, behind it.
         """
-        self._check_writable()
+        try:
+            self._check_writable()
+        except ReadOnly as exc:
+            return _failed(exc)
         if self._unpacked or self._meets_held(packed):
             return self._unpacked_soon(packed)
         self._pass_runs.append(packed)
@@ -593,9 +596,7 @@ class Engine:
         try:
             self._append(payloads, boards)
         except ReadOnly as exc:
-            failed = asyncio.get_running_loop().create_future()
-            failed.set_exception(exc)
-            return failed
+            return _failed(exc)
         return self._pass()
 
     def _append(self, payloads: list[bytes], boards: set[str]) -> None:
@@ -961,6 +962,13 @@ def _answers_of(part: list | BaseException) -> Iterator:
     if isinstance(part, BaseException):
         raise part
     return iter(part)
+
+
+def _failed(exc: BaseException) -> asyncio.Future[None]:
+    """A future that already failed with ``exc``."""
+    failed = asyncio.get_running_loop().create_future()
+    failed.set_exception(exc)
+    return failed
 
 
 async def _copied(mapping: Mapping[str, Any]) -> AsyncIterator[tuple[list, list]]:

@@ -398,11 +398,7 @@ class TcpConnection(asyncio.Protocol):
         docstring); False leaves it to the queue."""
         if not self.can_write.is_set() or not self._takes(packed):
             return False
-        try:
-            applied = self.service.submit_packed_nowait(packed)
-        except EngineError as exc:  # e.g. read-only: every submit gets the error
-            applied = self.loop.create_future()
-            applied.set_exception(exc)
+        applied = self.service.submit_packed_nowait(packed)  # read-only: a failed future
         self.answering.append((packed, applied))
         self.answered.clear()
         applied.add_done_callback(self._applied)
