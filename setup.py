@@ -30,6 +30,9 @@ extensions = [
     # The WAL's framing and frame scanner; they checksum with zlib's crc32
     # (zlib.h comes with Python's development headers on Debian).
     native("engine._frames", libraries=["z"]),
+    # The dedupe table's store (see rankd.engine.dedupe); it cimports the
+    # index's SipHash.
+    native("engine._dedupe"),
     # Recovery's replay of SUBMIT records (see rankd.engine.replay).
     native("engine._replay"),
     # The ingest loop (see rankd.engine.ingest); it cimports the index.

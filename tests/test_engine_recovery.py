@@ -240,9 +240,11 @@ def test_sigkill_never_loses_an_acknowledged_event(tmp_path, fsync):
     assert total >= len(acked)
 
 
-def test_event_ids_of_a_snapshot_in_the_older_unpacked_format_are_still_remembered(tmp_path):
-    """Snapshots written before event ids were stored packed ('dedupe'
-    sections of ``[event_id, expires_at, result]``) load the same."""
+@pytest.mark.parametrize("old_kind", ["dedupe", "event_id_columns"])
+def test_event_ids_of_a_snapshot_in_an_older_format_are_still_remembered(tmp_path, old_kind):
+    """Snapshots written before event ids were stored as a log load the
+    same: 'event_id_columns' (packed entries, as columns) and, older still,
+    'dedupe' (``[event_id, expires_at, result]`` entries)."""
     clock = FakeClock()
 
     async def scenario():
@@ -257,14 +259,19 @@ def test_event_ids_of_a_snapshot_in_the_older_unpacked_format_are_still_remember
         old_format = []
         for payload in sections:
             section = records.decode(payload)
-            if section[0] == "event_id_columns":
+            if section[0] == "event_id_log":
                 table = DedupeTable()
-                table.load_packed(section[2], section[3])
-                section = ["dedupe", section[1],
-                           [[event_id, expires_at, list(result)]
-                            for event_id, expires_at, result in table.items()]]
+                table.load_log(section[2])
+                if old_kind == "dedupe":
+                    section = ["dedupe", section[1],
+                               [[event_id, expires_at, list(result)]
+                                for event_id, expires_at, result in table.items()]]
+                else:
+                    pairs = table.packed_items()
+                    section = ["event_id_columns", section[1], [e for e, _ in pairs],
+                               [p for _, p in pairs]]
             old_format.append(records.encode(list(section)))
-        assert any(records.decode(p)[0] == "dedupe" for p in old_format)
+        assert any(records.decode(p)[0] == old_kind for p in old_format)
         writer = engine.snapshots.begin(lsn)
         for payload in old_format:
             writer.add(payload)
@@ -283,7 +290,9 @@ def test_writes_during_a_snapshot_survive_a_restart(tmp_path, monkeypatch):
     """A board takes writes again while its labels and event ids are being
     written: a restart from that snapshot and the WAL tail must give the
     same state and remember every event id, old and new."""
-    monkeypatch.setattr(engine_module, "SNAPSHOT_CHUNK", 7)  # many steps: writes interleave
+    # Many steps, so that writes interleave.
+    monkeypatch.setattr(engine_module, "SNAPSHOT_CHUNK", 7)
+    monkeypatch.setattr(engine_module, "SNAPSHOT_LOG_BYTES", 500)
     clock = FakeClock()
 
     async def scenario():
@@ -308,10 +317,10 @@ def test_writes_during_a_snapshot_survive_a_restart(tmp_path, monkeypatch):
         digest = engine.digest()
         labels = dict(engine.boards["b"].labels)
         await engine.close(snapshot=False)
-        # Chunk by chunk, as columns.
+        # Chunk by chunk: labels as columns, event ids as a log.
         kinds = [records.decode(p)[0] for p in engine.snapshots.latest()[1]]
-        assert kinds.count("label_columns") > 1 and kinds.count("event_id_columns") > 1
-        assert "labels" not in kinds and "event_ids" not in kinds
+        assert kinds.count("label_columns") > 1 and kinds.count("event_id_log") > 1
+        assert not {"labels", "event_ids", "event_id_columns"} & set(kinds)
 
         engine = await Engine.open(engine_config(tmp_path), clock=clock)
         assert engine.digest() == digest

@@ -175,7 +175,7 @@ def make_boards() -> dict[str, Board]:
 
 
 def state(boards: dict[str, Board]) -> list[Any]:
-    return [(name, board.version, list(board.labels.items()), list(board.dedupe.raw().items()),
+    return [(name, board.version, list(board.labels.items()), board.dedupe.packed_items(),
              {(w, p): index.dump() for w, periods in board.periods.items()
               for p, index in periods.items()}) for name, board in boards.items()]
 

@@ -119,7 +119,7 @@ def board_state(board: Board) -> dict[str, Any]:
                     for window, periods in board.periods.items()
                     for period, index in periods.items()},
         "labels": list(board.labels.items()),
-        "event_ids": list(board.dedupe.raw().items()),
+        "event_ids": board.dedupe.packed_items(),
         "version": board.version,
         "updated_at": board.updated_at,
     }

@@ -70,7 +70,7 @@ def fresh_board() -> Board:
 
 
 def state(board: Board, pending: Pending) -> dict[str, Any]:
-    return {"pending": list(pending.items()), "event_ids": list(board.dedupe.raw().items()),
+    return {"pending": list(pending.items()), "event_ids": board.dedupe.packed_items(),
             "labels": list(board.labels.items()), "version": board.version,
             "updated_at": board.updated_at}
 

@@ -19,7 +19,8 @@ them and ships them to Postgres.
 ``replay``      recovery's replay of SUBMIT records (native ``_replay``
                 when built)
 ``snapshot``    atomic snapshot files
-``dedupe``      event-id table with a TTL
+``dedupe``      event-id table with a TTL (its store native ``_dedupe``
+                when built)
 ``postgres``    schema, WAL shipping and restore (optional)
 ``errors``      the errors front-ends map to responses
 ``collector``   garbage-collector settings for a process holding big boards

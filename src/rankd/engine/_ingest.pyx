@@ -24,7 +24,7 @@ So every message and every rare case is defined once, in Python.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_Append
 from cpython.long cimport PyLong_AsLongLongAndOverflow
@@ -37,13 +37,13 @@ from rankd._skiplist cimport MAX_EXACT_INT, MAX_MEMBER_BYTES, RankIndex
 from rankd.engine._packed cimport (
     NUMBER_FLOAT, NUMBER_INT, NUMBER_NIL, Number, Packed, PackedResult, PackedSubmission,
 )
+from rankd.engine._dedupe cimport PackedLog
 from rankd.engine._packing cimport (
-    Writer, dedupe_entry, put_array, put_bool, put_float, put_int, put_nil, put_str,
-    writer_free,
+    ENTRY_BYTES, Writer, put_array, put_bool, put_float, put_int, put_nil, put_str,
+    write_dedupe_entry, writer_free,
 )
 
 cdef extern from "Python.h":
-    PyObject *PyDict_SetDefault(object mapping, object key, object default) except NULL
     bint PyUnicode_IS_COMPACT_ASCII(object o)
     void *PyUnicode_DATA(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
@@ -72,7 +72,7 @@ cdef struct Plan:
     PyObject *board
     PyObject *name
     PyObject *labels      # dict
-    PyObject *entries     # the dedupe table's dict
+    PyObject *entries     # the dedupe table's store, a PackedLog
     int policy
     bint desc
     bint has_min, has_max, has_max_delta
@@ -146,7 +146,9 @@ cdef int _plan(Plan *plan, object board, object now, list keep) except -1:
     keep.append(name)
     plan.name = <PyObject *>name
     labels = board.labels
-    entries = board.dedupe.raw()
+    entries = board.dedupe.log
+    if type(entries) is not PackedLog:
+        return 1
     keep.append(labels)
     keep.append(entries)
     plan.labels = <PyObject *>labels
@@ -232,7 +234,8 @@ cdef struct Input:
     const char *member
     Py_ssize_t member_size
     PyObject *member_str    # the member as a str, or NULL: made when a label needs it
-    PyObject *event_id      # str or NULL
+    const char *event_id    # ASCII, or NULL
+    Py_ssize_t event_id_size
     PyObject *label         # str or NULL
     double value
 
@@ -309,14 +312,17 @@ cdef class _Kernel:
                 return &self.plans[p]
         return self.plan(PyUnicode_DecodeASCII(name, size, NULL))
 
-    cdef bint duplicate_or_live(self, Plan *plan, object event_id) noexcept:
+    cdef bint duplicate_or_live(self, Plan *plan, const char *event_id,
+                                Py_ssize_t event_id_size) noexcept:
         """Whether ``event_id`` is remembered and not expired (the reference
         then answers it as a duplicate)."""
         cdef double expires_at
-        cdef PyObject *found = PyDict_GetItem(<object>plan.entries, event_id)
-        if found == NULL:
+        cdef Py_ssize_t size
+        cdef const char *entry = (<PackedLog>plan.entries).c_entry(
+            event_id, event_id_size, &size)
+        if entry == NULL:
             return False
-        memcpy(&expires_at, PyBytes_AS_STRING(<bytes>found), 8)
+        memcpy(&expires_at, entry, 8)
         return expires_at > self.now
 
     cdef bint score(self, Plan *plan, Input *sub, Change *changes) noexcept:
@@ -359,7 +365,8 @@ cdef class _Kernel:
         """Write a scored submission: indexes, WAL record, dedupe table,
         labels, version.  Nothing can fail here but memory."""
         cdef Writer *w = &self.w
-        cdef Py_ssize_t lsn = self.first_lsn + len(self.payloads), rank = 0
+        cdef Py_ssize_t lsn = self.first_lsn + len(self.payloads), rank = 0, size
+        cdef char entry[ENTRY_BYTES + MAX_MEMBER_BYTES]
         cdef int i, nupdates = 0
         cdef RankIndex index
         out.rank = 0
@@ -395,7 +402,7 @@ cdef class _Kernel:
         if sub.event_id == NULL:
             put_nil(w)
         else:
-            _put_text(w, sub.event_id)
+            put_str(w, sub.event_id, sub.event_id_size)
         put_int(w, self.now_ms)
         put_int(w, self.now_ms)
         if sub.label == NULL:
@@ -427,14 +434,11 @@ cdef class _Kernel:
                 member = <object>sub.member_str
             PyDict_SetItem(<object>plan.labels, member, <object>sub.label)
         if sub.event_id != NULL:
-            event_id = <object>sub.event_id
-            entry = dedupe_entry(<double>self.now_ms / 1000.0 + self.dedupe_ttl, True, out.score,
-                                 out.has_previous, out.previous, True, out.rank, out.changed,
-                                 sub.member, sub.member_size)
-            # One probe of a table of millions in the common case, a new id.
-            if PyDict_SetDefault(<object>plan.entries, event_id, entry) is not <PyObject *>entry:
-                PyDict_DelItem(<object>plan.entries, event_id)  # last: expiry order
-                PyDict_SetItem(<object>plan.entries, event_id, entry)
+            size = write_dedupe_entry(
+                entry, <double>self.now_ms / 1000.0 + self.dedupe_ttl, True, out.score,
+                out.has_previous, out.previous, True, out.rank, out.changed, sub.member,
+                sub.member_size)
+            (<PackedLog>plan.entries).c_put(sub.event_id, sub.event_id_size, entry, size)
         if nupdates:
             board = <object>plan.board
             board.version += 1
@@ -462,9 +466,11 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
         native = (plan != NULL and _ascii(member, MAX_MEMBER_BYTES)
                   and (label is None or (type(label) is str and PyUnicode_IS_COMPACT_ASCII(label)
                                          and PyUnicode_GET_LENGTH(label) <= MAX_LABEL_CHARS))
-                  and (event_id is None or (_ascii(event_id, MAX_EVENT_ID_BYTES)
-                                            and not kernel.duplicate_or_live(plan, event_id)))
+                  and (event_id is None or _ascii(event_id, MAX_EVENT_ID_BYTES))
                   and submission.ts is None)
+        if native and event_id is not None:
+            native = not kernel.duplicate_or_live(plan, _chars(event_id),
+                                                  PyUnicode_GET_LENGTH(event_id))
         if native:
             if plan.policy == POLICY_SUM:
                 native = (submission.score is None and _number(submission.delta, &sub.value)
@@ -475,7 +481,11 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
             sub.member = _chars(member)
             sub.member_size = PyUnicode_GET_LENGTH(member)
             sub.member_str = <PyObject *>member
-            sub.event_id = NULL if event_id is None else <PyObject *>event_id
+            if event_id is None:
+                sub.event_id = NULL
+            else:
+                sub.event_id = _chars(event_id)
+                sub.event_id_size = PyUnicode_GET_LENGTH(event_id)
             sub.label = NULL if label is None else <PyObject *>label
             native = kernel.score(plan, &sub, changes)
         if not native:
@@ -528,10 +538,9 @@ cdef int _ingest_run(_Kernel kernel, Packed packed) except -1:
                   and (not item.label.present or item.label.size <= MAX_LABEL_CHARS)
                   and (not item.event_id.present
                        or 0 < item.event_id.size <= MAX_EVENT_ID_BYTES))
-        event_id = None
         if native and item.event_id.present:
-            event_id = packed.text(&item.event_id)
-            native = not kernel.duplicate_or_live(plan, event_id)
+            native = not kernel.duplicate_or_live(plan, packed.chars(&item.event_id),
+                                                  item.event_id.size)
         if native:
             if plan.policy == POLICY_SUM:
                 native = (item.score.kind <= NUMBER_NIL
@@ -545,7 +554,11 @@ cdef int _ingest_run(_Kernel kernel, Packed packed) except -1:
             sub.member = packed.chars(&item.member)
             sub.member_size = item.member.size
             sub.member_str = NULL
-            sub.event_id = NULL if event_id is None else <PyObject *>event_id
+            if item.event_id.present:
+                sub.event_id = packed.chars(&item.event_id)
+                sub.event_id_size = item.event_id.size
+            else:
+                sub.event_id = NULL
             label = packed.text(&item.label)
             sub.label = NULL if label is None else <PyObject *>label
             native = kernel.score(plan, &sub, changes)

@@ -14,7 +14,6 @@ Everything is ``cdef inline``: each module that cimports this file gets
 its own copy, with no call across modules.
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
@@ -28,13 +27,12 @@ cdef enum:
     ENTRY_HAS_RANK = 8
 
 
-cdef inline bytes dedupe_entry(double expires_at, bint has_score, double score,
-                               bint has_previous, double previous, bint has_rank,
-                               int64_t rank, bint changed, const char *member,
-                               Py_ssize_t mlen):
-    """A packed dedupe entry, as ``rankd.engine.dedupe._pack`` makes it."""
-    cdef bytes entry = PyBytes_FromStringAndSize(NULL, ENTRY_BYTES + mlen)
-    cdef char *p = PyBytes_AS_STRING(entry)
+cdef inline Py_ssize_t write_dedupe_entry(
+        char *p, double expires_at, bint has_score, double score, bint has_previous,
+        double previous, bint has_rank, int64_t rank, bint changed, const char *member,
+        Py_ssize_t mlen) noexcept:
+    """Write a packed dedupe entry, as ``rankd.engine.dedupe._pack`` makes it,
+    at ``p`` (room for ``ENTRY_BYTES + mlen``); returns its size."""
     cdef uint8_t flags = ((ENTRY_CHANGED if changed else 0)
                           | (ENTRY_HAS_SCORE if has_score else 0)
                           | (ENTRY_HAS_PREVIOUS if has_previous else 0)
@@ -52,7 +50,7 @@ cdef inline bytes dedupe_entry(double expires_at, bint has_score, double score,
     memcpy(p + 24, &rank, 8)
     p[32] = <char>flags
     memcpy(p + ENTRY_BYTES, member, mlen)
-    return entry
+    return ENTRY_BYTES + mlen
 
 
 # --- reading in place -----------------------------------------------------------------

@@ -15,17 +15,16 @@ its decoded form.  A record is parsed whole before it changes anything.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING
-from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
-from rankd.engine._packing cimport Reader, dedupe_entry, read_be, take
-
-cdef extern from "Python.h":
-    PyObject *PyDict_SetDefault(object mapping, object key, object default) except NULL
+from rankd._skiplist cimport MAX_MEMBER_BYTES
+from rankd.engine._dedupe cimport PackedLog
+from rankd.engine._packing cimport ENTRY_BYTES, Reader, read_be, take, write_dedupe_entry
 
 cdef enum:
     SUBMIT = 3
@@ -221,10 +220,14 @@ cdef inline object _str(Text *t):
     return PyUnicode_DecodeUTF8(t.data, t.size, NULL)
 
 
-cdef object _entry(Record *rec, double expires_at):
-    """The dedupe table's packed entry (see rankd.engine.dedupe)."""
-    return dedupe_entry(expires_at, rec.has_score, rec.score, rec.has_previous, rec.previous,
-                        rec.has_rank, rec.rank, rec.changed, rec.member.data, rec.member.size)
+cdef int _remember(PackedLog log, Record *rec, double expires_at) except -1:
+    """Note the record's event id and result in the dedupe table, packed as
+    ``rankd.engine.dedupe`` packs them (the member fits: see replay_submits)."""
+    cdef char entry[ENTRY_BYTES + MAX_MEMBER_BYTES]
+    cdef Py_ssize_t size = write_dedupe_entry(
+        entry, expires_at, rec.has_score, rec.score, rec.has_previous, rec.previous,
+        rec.has_rank, rec.rank, rec.changed, rec.member.data, rec.member.size)
+    return log.c_put(rec.event_id.data, rec.event_id.size, entry, size)
 
 
 cdef Py_ssize_t _cache_states(Cached *cache, Py_ssize_t *ncached, Update *update, str name,
@@ -265,18 +268,21 @@ def replay_submits(board, list batch, Py_ssize_t start, double dedupe_ttl, dict 
     cdef Text board_name
     cdef dict windows = board.periods
     cdef dict labels = board.labels
-    cdef dict entries = board.dedupe.raw()
+    log = board.dedupe.log
     cdef list keep = []          # owns the cached state lists
     cdef tuple item
     cdef bytes payload
     cdef PyObject *targets[MAX_UPDATES]
     board_name.data = PyBytes_AS_STRING(name)
     board_name.size = len(name)
+    if type(log) is not PackedLog:
+        return start, 0  # the pure-Python store: the caller replays from decoded records
     while stop < len(batch):
         item = <tuple?>batch[stop]
         payload = <bytes?>item[1]
         if (_parse(<const uint8_t *>PyBytes_AS_STRING(payload), len(payload), &rec) < 0
-                or not _same(&rec.board, &board_name)):
+                or not _same(&rec.board, &board_name)
+                or rec.member.size > MAX_MEMBER_BYTES):
             break
         # Everything that can fail (UTF-8 decoding) before any effect.
         member = _str(&rec.member)
@@ -299,11 +305,7 @@ def replay_submits(board, list batch, Py_ssize_t start, double dedupe_ttl, dict 
         if label is not None:
             PyDict_SetItem(labels, member, label)
         if event_id is not None:
-            entry = _entry(&rec, <double>rec.now_ms / 1000.0 + dedupe_ttl)
-            # One probe of a table of millions in the common case, a new id.
-            if PyDict_SetDefault(entries, event_id, entry) is not <PyObject *>entry:
-                PyDict_DelItem(entries, event_id)  # re-inserted last: insertion order is expiry order
-                PyDict_SetItem(entries, event_id, entry)
+            _remember(<PackedLog>log, &rec, <double>rec.now_ms / 1000.0 + dedupe_ttl)
         if rec.nupdates:
             changed += 1
             last_now_ms = rec.now_ms

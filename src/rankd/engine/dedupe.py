@@ -3,39 +3,26 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Iterable, Iterator, Sequence
+
+from rankd._native import native_or
 
 #: expires_at, score, previous, rank, flags; then the member's UTF-8 bytes.
 _ENTRY = struct.Struct("<dddqB")
 _EXPIRES = struct.Struct("<d")
 _CHANGED, _HAS_SCORE, _HAS_PREVIOUS, _HAS_RANK = 1, 2, 4, 8
+#: The portable log form of a snapshot: per entry, the event id's and the
+#: entry's sizes, then their bytes.
+_CHUNK_HEADER = struct.Struct("<HH")
+_MAX_FIELD = 0xFFFF
 
 
-class DedupeTable:
-    """``event_id -> (expires_at, result)`` for one board, where ``result`` is
-    ``(score, rank, previous, changed, member)``: the answer a duplicate repeats.
+class DictLog:
+    """``event id -> packed entry`` in arrival order: the pure-Python twin
+    of ``rankd.engine._dedupe.PackedLog`` (whose docstring explains the
+    design), on a dict, which keeps insertion order.
 
-    Entries are added in log order and all live equally long, so insertion
-    order is also expiry order: expiring walks from the front and stops at
-    the first live entry, with no heap and no full scan.  A plain dict keeps
-    that order, and copies and iterates several times faster than an
-    OrderedDict, which matters when a snapshot writes a million of them.
-
-    A table holds every event id of the last ``dedupe_ttl`` (a day by
-    default), so each entry is one ``bytes`` value, packed: about 80 bytes
-    besides its key.  Nested tuples of Python objects (floats, an int, the
-    member's ``str``) took about 200 bytes more per entry (recovering 1M
-    members and 2M event ids peaked at 1,248 MB with them, 851 MB packed).
-    Bytes are also invisible to the cyclic garbage collector.  Only a
-    duplicate unpacks its entry.
-
-    Snapshots store the packed entries as they are (:meth:`packed`,
-    :meth:`load_packed`), so the entry layout is part of the snapshot format:
-    changing it needs a new snapshot section kind.  They store them as two
-    arrays (event ids, entries) rather than a msgpack map, whose decoder
-    interns every key: for a million ids that cost a third of a second and
-    an interned-string table as big as the ids.
+    An entry is a packed result whose first 8 bytes are its expiry time.
     """
 
     __slots__ = ("_entries",)
@@ -46,48 +33,26 @@ class DedupeTable:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, event_id: str, now: float) -> tuple | None:
-        """The remembered result of ``event_id``, unless it expired."""
-        entry = self._entries.get(event_id)
-        if entry is None or _EXPIRES.unpack_from(entry)[0] <= now:
-            return None
-        return _unpack(entry)[1]
+    def get(self, event_id: str) -> bytes | None:
+        """The packed entry remembered for ``event_id``, or ``None``."""
+        return self._entries.get(event_id)
 
-    def remember(self, event_id: str, expires_at: float, result: Sequence) -> None:
+    def put(self, event_id: str, entry: bytes) -> None:
+        """Remember ``entry`` for ``event_id``, last in expiry order."""
+        size = len(event_id.encode())
+        if not 0 < size <= _MAX_FIELD:
+            raise ValueError(f"an event id must be 1 to {_MAX_FIELD} bytes, got {size}")
+        if not _ENTRY.size <= len(entry) <= _MAX_FIELD:
+            raise ValueError(f"a packed dedupe entry must be {_ENTRY.size} to {_MAX_FIELD} "
+                             f"bytes, got {len(entry)}")
         entries = self._entries
-        entry = _pack(expires_at, result)
-        # One probe of a table of millions in the common case, a new id.
         if entries.setdefault(event_id, entry) is not entry:
-            del entries[event_id]  # re-insert at the end: insertion order stays expiry order
+            del entries[event_id]  # re-inserted at the end: insertion order stays expiry order
             entries[event_id] = entry
 
-    def load(self, entries: Iterable[tuple[str, float, Sequence]]) -> None:
-        """Add ``(event_id, expires_at, result)`` entries in expiry order (a snapshot's)."""
-        self._entries.update({event_id: _pack(expires_at, result)
-                              for event_id, expires_at, result in entries})
-
-    def packed(self) -> Mapping[str, bytes]:
-        """``event_id -> packed entry`` in expiry order, for a snapshot: a
-        read-only view, which changes with the table."""
-        return MappingProxyType(self._entries)
-
-    def load_packed(self, event_ids: Sequence[str], entries: Sequence[bytes]) -> None:
-        """Add :meth:`packed` entries, as a column of event ids and one of
-        their entries, in expiry order (a snapshot's)."""
-        if len(event_ids) != len(entries):
-            raise ValueError(f"{len(event_ids)} event ids but {len(entries)} entries")
-        if entries and min(map(len, entries)) <= _ENTRY.size:
-            raise ValueError("a packed dedupe entry is too short")
-        self._entries.update(zip(event_ids, entries, strict=True))
-
-    def raw(self) -> dict[str, bytes]:
-        """The packed entries themselves, for recovery's native replay
-        (``rankd.engine._replay``), which adds entries as :meth:`remember`
-        does, packed in this module's layout."""
-        return self._entries
-
     def expire(self, now: float) -> int:
-        """Forget expired entries; return how many."""
+        """Forget the entries from the front that expire at or before
+        ``now``; stop at the first live one.  Returns how many."""
         expired = []
         expires_at = _EXPIRES.unpack_from
         for event_id, entry in self._entries.items():
@@ -98,9 +63,125 @@ class DedupeTable:
             del self._entries[event_id]
         return len(expired)
 
+    def items(self) -> Iterator[tuple[str, bytes]]:
+        """``(event_id, entry)`` in expiry order; the table must not change meanwhile."""
+        return iter(self._entries.items())
+
+    def log_chunks(self, max_bytes: int) -> Iterator[bytes]:
+        """The entries in the portable log form, in chunks of about ``max_bytes``."""
+        parts: list[bytes] = []
+        size = 0
+        for event_id, entry in self._entries.items():
+            data = event_id.encode()
+            parts += (_CHUNK_HEADER.pack(len(data), len(entry)), data, entry)
+            size += _CHUNK_HEADER.size + len(data) + len(entry)
+            if size >= max_bytes:
+                yield b"".join(parts)
+                parts, size = [], 0
+        if parts:
+            yield b"".join(parts)
+
+    def load_log(self, chunk: bytes) -> int:
+        """Remember the entries of a :meth:`log_chunks` chunk, in order.  A
+        malformed chunk raises ``ValueError`` and changes nothing."""
+        pairs = []
+        offset = 0
+        while offset < len(chunk):
+            if len(chunk) - offset < _CHUNK_HEADER.size:
+                raise ValueError("a dedupe log chunk ends inside an entry header")
+            id_size, entry_size = _CHUNK_HEADER.unpack_from(chunk, offset)
+            if id_size == 0 or entry_size < _ENTRY.size:
+                raise ValueError("a dedupe log chunk holds an empty event id or an entry "
+                                 "too short to hold a result")
+            offset += _CHUNK_HEADER.size
+            event_id = chunk[offset:offset + id_size]
+            entry = chunk[offset + id_size:offset + id_size + entry_size]
+            offset += id_size + entry_size
+            if offset > len(chunk):
+                raise ValueError("a dedupe log chunk ends inside an entry")
+            pairs.append((event_id.decode(), entry))
+        for event_id, entry in pairs:
+            self.put(event_id, entry)
+        return len(pairs)
+
+
+PackedLog, IMPLEMENTATION = native_or("rankd.engine._dedupe", "PackedLog", DictLog)
+
+
+class DedupeTable:
+    """``event_id -> (expires_at, result)`` for one board, where ``result`` is
+    ``(score, rank, previous, changed, member)``: the answer a duplicate repeats.
+
+    Entries are added in log order and all live equally long, so insertion
+    order is also expiry order: expiring walks from the front and stops at
+    the first live entry, with no heap and no full scan.
+
+    A table holds every event id of the last ``dedupe_ttl`` (a day by
+    default), millions on a busy board, and nearly every submission asks
+    about an id it has never seen; so the store (``log``: the native
+    ``PackedLog``, or ``DictLog``) keeps each result packed in bytes next to
+    its id, and only a duplicate unpacks its entry.  Live ingest and replay
+    use the native store's C entry points directly.
+
+    Snapshots store the store's portable log form (:meth:`log_chunks`,
+    :meth:`load_log`), whose entries are the packed results as they are, so
+    the entry layout is part of the snapshot format: changing it needs a
+    new snapshot section kind.
+    """
+
+    __slots__ = ("log",)
+
+    def __init__(self, log: PackedLog | None = None) -> None:
+        self.log = PackedLog() if log is None else log
+
+    def __len__(self) -> int:
+        return len(self.log)
+
+    def get(self, event_id: str, now: float) -> tuple | None:
+        """The remembered result of ``event_id``, unless it expired."""
+        entry = self.log.get(event_id)
+        if entry is None or _EXPIRES.unpack_from(entry)[0] <= now:
+            return None
+        return _unpack(entry)[1]
+
+    def remember(self, event_id: str, expires_at: float, result: Sequence) -> None:
+        self.log.put(event_id, _pack(expires_at, result))
+
+    def load(self, entries: Iterable[tuple[str, float, Sequence]]) -> None:
+        """Add ``(event_id, expires_at, result)`` entries in expiry order (a snapshot's)."""
+        for event_id, expires_at, result in entries:
+            self.log.put(event_id, _pack(expires_at, result))
+
+    def load_packed(self, event_ids: Sequence[str], entries: Sequence[bytes]) -> None:
+        """Add packed entries, as a column of event ids and one of their
+        entries, in expiry order (the snapshots of 2026-11)."""
+        if len(event_ids) != len(entries):
+            raise ValueError(f"{len(event_ids)} event ids but {len(entries)} entries")
+        if entries and min(map(len, entries)) <= _ENTRY.size:
+            raise ValueError("a packed dedupe entry is too short")
+        for event_id, entry in zip(event_ids, entries, strict=True):
+            self.log.put(event_id, entry)
+
+    def log_chunks(self, max_bytes: int) -> Iterator[bytes]:
+        """The entries in the portable log form, for a snapshot, in chunks of
+        about ``max_bytes`` (do not write meanwhile)."""
+        return self.log.log_chunks(max_bytes)
+
+    def load_log(self, chunk: bytes) -> int:
+        """Add the entries of a :meth:`log_chunks` chunk; returns how many."""
+        return self.log.load_log(chunk)
+
+    def packed_items(self) -> list[tuple[str, bytes]]:
+        """``(event_id, packed entry)`` in expiry order (for tests and tools)."""
+        return list(self.log.items())
+
+    def expire(self, now: float) -> int:
+        """Forget expired entries; return how many."""
+        return self.log.expire(now)
+
     def items(self) -> Iterator[tuple[str, float, tuple]]:
         """``(event_id, expires_at, result)`` in expiry order (do not write meanwhile)."""
-        for event_id, entry in self._entries.items():
+        for event_id, entry in self.log.items():
             expires_at, result = _unpack(entry)
             yield event_id, expires_at, result
 

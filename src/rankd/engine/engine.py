@@ -36,7 +36,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rankd.engine import collector, records
 from rankd.engine.board import Board
@@ -59,16 +59,21 @@ from rankd.engine.snapshot import SnapshotStore
 from rankd.engine.wal import WalFailedError, WriteAheadLog
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 FSYNC_POLICIES = ("always", "everysec", "no")
 ARCHIVE_DEPTH = 1000
 REPLAY_BATCH = 10_000
+
 #: Replayed index states held before they are applied: enough for a large
 #: index to take them in one re-threading pass, few enough to bound memory.
 REPLAY_PENDING_STATES = 1_000_000
-#: Labels or event ids copied, then encoded, per step of a snapshot (each a few ms
-#: of event-loop time).
+#: Labels copied, then encoded, per step of a snapshot (each a few ms of
+#: event-loop time).
 SNAPSHOT_CHUNK = 20_000
+#: Remembered event ids are copied for a snapshot in chunks of about this
+#: many bytes (their portable log form: see rankd.engine.dedupe).
+SNAPSHOT_LOG_BYTES = 4 << 20
 
 
 @dataclass
@@ -322,7 +327,9 @@ class Engine:
                 self.boards[name].periods[window][period] = RankIndex.load(dump)
             elif kind == "label_columns":
                 self.boards[section[1]].labels.update(zip(section[2], section[3], strict=True))
-            elif kind == "event_id_columns":
+            elif kind == "event_id_log":
+                self.boards[section[1]].dedupe.load_log(section[2])
+            elif kind == "event_id_columns":  # written as columns until 2026-11-24
                 self.boards[section[1]].dedupe.load_packed(section[2], section[3])
             elif kind == "labels":  # written as maps until 2026-11
                 self.boards[section[1]].labels.update(section[2])
@@ -873,15 +880,17 @@ class Engine:
                     entries += len(index)
                     await add(["index", board.name, window, period, dump])
             labels = [chunk async for chunk in _copied(board.labels)]
-            event_ids = [chunk async for chunk in _copied(board.dedupe.packed())]
+            event_ids = [chunk async for chunk in _yielding(
+                board.dedupe.log_chunks(SNAPSHOT_LOG_BYTES))]
+            entries += len(board.dedupe)
         finally:
             self._release(board)
         # As columns: a msgpack map's decoder would intern every key.
         for keys, values in labels:
             await add(["label_columns", board.name, keys, values])
-        for keys, values in event_ids:
-            await add(["event_id_columns", board.name, keys, values])
-        return entries + sum(len(keys) for keys, _ in labels + event_ids)
+        for chunk in event_ids:
+            await add(["event_id_log", board.name, chunk])
+        return entries + sum(len(keys) for keys, _ in labels)
 
     def _hold(self, board: Board) -> None:
         """Make ``board``'s writers wait (a snapshot is reading it)."""
@@ -969,6 +978,13 @@ def _failed(exc: BaseException) -> asyncio.Future[None]:
     failed = asyncio.get_running_loop().create_future()
     failed.set_exception(exc)
     return failed
+
+
+async def _yielding(chunks: Iterator[T]) -> AsyncIterator[T]:
+    """``chunks``, letting the event loop run after each."""
+    for chunk in chunks:
+        yield chunk
+        await asyncio.sleep(0)
 
 
 async def _copied(mapping: Mapping[str, Any]) -> AsyncIterator[tuple[list, list]]:

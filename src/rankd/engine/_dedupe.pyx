@@ -1,0 +1,349 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The dedupe table's store: event id -> packed entry, in one log.
+
+A board remembers every event id it accepted for ``dedupe_ttl`` (a day by
+default), so a busy board holds millions, and almost every submission
+asks about an id it has never seen.  A Python dict answers that with a
+chain of cache misses (its index, then an entry, often twice) and keeps
+a ``str`` and a ``bytes`` object per id.  This store keeps each id and
+its packed entry (the layout of :mod:`rankd.engine.dedupe`) in one
+append-only byte log, and finds them through an open-addressing table of
+8-byte slots that hold a 16-bit tag of the id's hash next to the
+record's offset: a new id usually costs one cache line of slots.
+
+Records are appended in arrival order, and every entry lives equally
+long, so arrival order is expiry order: expiring drops records from the
+front of the log and stops at the first live one.  Remembering an id
+again marks its old record dead and appends a new one, so the order
+stays right.  The log is compacted (the live part moved to the front)
+once its dead front is half of it; slots hold *logical* offsets, which
+compaction does not change.
+
+Snapshots copy the log in chunks of a portable form (:meth:`PackedLog.log_chunks`),
+which :class:`rankd.engine.dedupe.DictLog`, the pure-Python twin, reads
+and writes too.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport uint8_t, uint16_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.string cimport memcmp, memcpy, memmove
+
+from rankd._skiplist cimport rk_siphash13
+from rankd.engine._packing cimport ENTRY_BYTES
+
+import os
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
+
+
+cdef enum:
+    MIN_SLOTS = 16
+    MIN_LOG = 4096
+    MAX_FIELD = 65535           # ids and entries are at most this many bytes
+    CHUNK_HEADER = 4            # portable form: u16 id size, u16 entry size
+
+# Logical offsets are renumbered from 0 at a compaction once past this.
+cdef uint64_t REBASE_AT = (<uint64_t>1) << 40
+
+
+cdef class PackedLog:
+    """``event id -> packed entry`` in arrival order (see the module docstring).
+
+    The same API as :class:`rankd.engine.dedupe.DictLog`.
+    """
+
+    def __cinit__(self):
+        key = os.urandom(16)
+        self.k0 = int.from_bytes(key[:8], "little")
+        self.k1 = int.from_bytes(key[8:], "little")
+        self.slots = <uint64_t *>calloc(MIN_SLOTS, sizeof(uint64_t))
+        self.log = <char *>malloc(MIN_LOG)
+        if self.slots == NULL or self.log == NULL:
+            raise MemoryError()
+        self.mask = MIN_SLOTS - 1
+        self.capacity = MIN_LOG
+
+    def __dealloc__(self):
+        free(self.slots)
+        free(self.log)
+
+    def __len__(self):
+        return self.count
+
+    # --- C entry points ------------------------------------------------------------
+
+    cdef uint64_t _hash(self, const char *event_id, Py_ssize_t size) noexcept:
+        return rk_siphash13(self.k0, self.k1, event_id, size)
+
+    cdef dd_record *_record(self, uint64_t slot) noexcept:
+        return <dd_record *>(self.log + ((slot & DD_OFFSET_MASK) - 1 - self.base))
+
+    cdef size_t _find(self, const char *event_id, Py_ssize_t size, uint64_t h) noexcept:
+        """The slot holding ``event_id``, or the empty slot that ends its probe."""
+        cdef size_t i = h & self.mask
+        cdef uint64_t slot
+        cdef dd_record *record
+        while True:
+            slot = self.slots[i]
+            if slot == 0:
+                return i
+            if DD_TAG(slot) == DD_TAG(h):
+                record = self._record(slot)
+                if (record.hash == h and record.id_size == size
+                        and memcmp(DD_ID(record), event_id, size) == 0):
+                    return i
+            i = (i + 1) & self.mask
+
+    cdef const char *c_entry(self, const char *event_id, Py_ssize_t size,
+                             Py_ssize_t *entry_size) noexcept:
+        """The entry remembered for ``event_id`` (valid until the next
+        change), its size into ``entry_size``; NULL if there is none."""
+        cdef uint64_t slot = self.slots[self._find(event_id, size, self._hash(event_id, size))]
+        cdef dd_record *record
+        if slot == 0:
+            return NULL
+        record = self._record(slot)
+        entry_size[0] = record.entry_size
+        return DD_ENTRY(record)
+
+    cdef int c_put(self, const char *event_id, Py_ssize_t size, const char *entry,
+                   Py_ssize_t entry_size) except -1:
+        """Remember ``entry`` for ``event_id``, after every other id (an id
+        remembered before moves to the end)."""
+        cdef uint64_t h
+        cdef size_t i, need
+        cdef dd_record *record
+        if not 0 < size <= MAX_FIELD:
+            raise ValueError(f"an event id must be 1 to {MAX_FIELD} bytes, got {size}")
+        if not ENTRY_BYTES <= entry_size <= MAX_FIELD:
+            raise ValueError(f"a packed dedupe entry must be {ENTRY_BYTES} to {MAX_FIELD} "
+                             f"bytes, got {entry_size}")
+        # Room first, so that nothing changes when memory runs out.
+        if <size_t>(self.count + 1) * 2 > self.mask + 1:
+            self._resize_slots((self.mask + 1) * 2)
+        need = DD_RECORD_SIZE(size, entry_size)
+        if self.used + need > self.capacity:
+            self._make_room(need)
+        h = self._hash(event_id, size)
+        i = self._find(event_id, size, h)
+        if self.slots[i] != 0:
+            self._record(self.slots[i]).dead = 1
+            self.dead += 1
+            self.count -= 1
+        record = <dd_record *>(self.log + self.used)
+        record.hash = h
+        record.id_size = <uint16_t>size
+        record.entry_size = <uint16_t>entry_size
+        record.dead = 0
+        memcpy(<char *>DD_ID(record), event_id, size)
+        memcpy(<char *>DD_ENTRY(record), entry, entry_size)
+        self.slots[i] = (DD_TAG(h) << 48) | (self.base + self.used + 1)
+        self.used += need
+        self.count += 1
+        self.changes += 1
+        return 0
+
+    # --- memory ----------------------------------------------------------------------
+
+    cdef int _resize_slots(self, size_t size) except -1:
+        cdef uint64_t *slots = <uint64_t *>calloc(size, sizeof(uint64_t))
+        cdef uint64_t *old = self.slots
+        cdef size_t old_size = self.mask + 1, i, j
+        if slots == NULL:
+            raise MemoryError()
+        self.slots = slots
+        self.mask = size - 1
+        for i in range(old_size):
+            if old[i] != 0:
+                j = self._record(old[i]).hash & self.mask
+                while slots[j] != 0:
+                    j = (j + 1) & self.mask
+                slots[j] = old[i]
+        free(old)
+        return 0
+
+    cdef int _make_room(self, size_t need) except -1:
+        """Room for ``need`` more bytes: reuse the expired front when it is
+        at least as big as the live part (so each byte moves at most once
+        per byte appended), else grow to twice what is needed."""
+        cdef size_t live = self.used - self.head
+        cdef size_t capacity = self.capacity
+        cdef char *grown
+        if self.head >= live and live + need <= capacity:
+            self._compact()
+            return 0
+        while capacity < 2 * (live + need):
+            capacity *= 2
+        grown = <char *>realloc(self.log, capacity)
+        if grown == NULL:
+            raise MemoryError()
+        self.log = grown
+        self.capacity = capacity
+        if self.head:
+            self._compact()
+        return 0
+
+    cdef void _compact(self) noexcept:
+        """Move the live records to the front; logical offsets stay, unless
+        they grow large, when they are all renumbered from 0 (slots keep 48
+        bits of offset)."""
+        cdef size_t i
+        memmove(self.log, self.log + self.head, self.used - self.head)
+        self.base += self.head
+        self.used -= self.head
+        self.head = 0
+        if self.base > REBASE_AT:
+            for i in range(self.mask + 1):
+                if self.slots[i] != 0:
+                    self.slots[i] -= self.base
+            self.base = 0
+
+    cdef void _drop_slot(self, dd_record *record) noexcept:
+        """Free ``record``'s slot (backward-shift deletion: no tombstones)."""
+        cdef uint64_t logical = self.base + (<char *>record - self.log) + 1
+        cdef size_t hole = record.hash & self.mask, j, home
+        while (self.slots[hole] & DD_OFFSET_MASK) != logical:
+            hole = (hole + 1) & self.mask
+        j = hole
+        while True:
+            j = (j + 1) & self.mask
+            if self.slots[j] == 0:
+                break
+            home = self._record(self.slots[j]).hash & self.mask
+            # j may fill the hole if its probe started at or before it.
+            if ((j - home) & self.mask) >= ((j - hole) & self.mask):
+                self.slots[hole] = self.slots[j]
+                hole = j
+        self.slots[hole] = 0
+
+    # --- Python API ------------------------------------------------------------------
+
+    def get(self, str event_id):
+        """The packed entry remembered for ``event_id``, or ``None``."""
+        cdef Py_ssize_t size, entry_size
+        cdef const char *data = PyUnicode_AsUTF8AndSize(event_id, &size)
+        cdef const char *entry = self.c_entry(data, size, &entry_size)
+        return None if entry == NULL else PyBytes_FromStringAndSize(entry, entry_size)
+
+    def put(self, str event_id, bytes entry):
+        """Remember ``entry`` for ``event_id``, last in expiry order."""
+        cdef Py_ssize_t size
+        cdef const char *data = PyUnicode_AsUTF8AndSize(event_id, &size)
+        self.c_put(data, size, PyBytes_AS_STRING(entry), PyBytes_GET_SIZE(entry))
+
+    def expire(self, double now):
+        """Forget the entries from the front whose expiry (an entry's first
+        float64) is at or before ``now``; stop at the first live one.
+        Returns how many were forgotten."""
+        cdef dd_record *record
+        cdef double expires_at
+        cdef Py_ssize_t expired = 0
+        while self.head < self.used:
+            record = <dd_record *>(self.log + self.head)
+            if not record.dead:
+                memcpy(&expires_at, DD_ENTRY(record), 8)
+                if expires_at > now:
+                    break
+                self._drop_slot(record)
+                self.count -= 1
+                expired += 1
+            else:
+                self.dead -= 1
+            self.head += DD_RECORD_SIZE(record.id_size, record.entry_size)
+        if expired:
+            self.changes += 1
+        if self.head == self.used:  # empty: start again at the front
+            self.base += self.used
+            self.head = self.used = 0
+        return expired
+
+    def items(self):
+        """``(event_id, entry)`` in expiry order; the table must not change meanwhile."""
+        cdef size_t offset = self.head
+        cdef uint64_t changes = self.changes
+        cdef dd_record *record
+        while True:
+            if self.changes != changes:
+                raise RuntimeError("the dedupe table changed during iteration")
+            if offset >= self.used:
+                return
+            record = <dd_record *>(self.log + offset)
+            offset += DD_RECORD_SIZE(record.id_size, record.entry_size)
+            if not record.dead:
+                yield (PyUnicode_DecodeUTF8(DD_ID(record), record.id_size, NULL),
+                       PyBytes_FromStringAndSize(DD_ENTRY(record), record.entry_size))
+
+    def log_chunks(self, Py_ssize_t max_bytes):
+        """The live entries in the portable log form (see ``DictLog``), in
+        chunks of about ``max_bytes``; the table must not change meanwhile."""
+        cdef size_t offset = self.head, start, end, size
+        cdef uint64_t changes = self.changes
+        cdef dd_record *record
+        cdef char *p
+        cdef uint16_t field
+        while True:
+            if self.changes != changes:
+                raise RuntimeError("the dedupe table changed during iteration")
+            if offset >= self.used:
+                return
+            # Measure a chunk, then copy it.
+            start = end = offset
+            size = 0
+            while end < self.used and (size == 0 or size < <size_t>max_bytes):
+                record = <dd_record *>(self.log + end)
+                if not record.dead:
+                    size += CHUNK_HEADER + record.id_size + record.entry_size
+                end += DD_RECORD_SIZE(record.id_size, record.entry_size)
+            chunk = PyBytes_FromStringAndSize(NULL, size)
+            p = PyBytes_AS_STRING(chunk)
+            offset = start
+            while offset < end:
+                record = <dd_record *>(self.log + offset)
+                offset += DD_RECORD_SIZE(record.id_size, record.entry_size)
+                if record.dead:
+                    continue
+                field = record.id_size
+                memcpy(p, &field, 2)
+                field = record.entry_size
+                memcpy(p + 2, &field, 2)
+                memcpy(p + CHUNK_HEADER, DD_ID(record), record.id_size)
+                memcpy(p + CHUNK_HEADER + record.id_size, DD_ENTRY(record), record.entry_size)
+                p += CHUNK_HEADER + record.id_size + record.entry_size
+            if size:
+                yield chunk
+
+    def load_log(self, bytes chunk):
+        """Remember the entries of a :meth:`log_chunks` chunk, in order.  A
+        malformed chunk raises ``ValueError`` and changes nothing."""
+        cdef const uint8_t *data = <const uint8_t *>PyBytes_AS_STRING(chunk)
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(chunk), offset = 0, id_size, entry_size
+        cdef Py_ssize_t entries = 0
+        while offset < size:  # check it all first
+            if size - offset < CHUNK_HEADER:
+                raise ValueError("a dedupe log chunk ends inside an entry header")
+            id_size = data[offset] | (data[offset + 1] << 8)
+            entry_size = data[offset + 2] | (data[offset + 3] << 8)
+            if id_size == 0 or entry_size < ENTRY_BYTES:
+                raise ValueError("a dedupe log chunk holds an empty event id or an entry "
+                                 "too short to hold a result")
+            offset += CHUNK_HEADER + id_size + entry_size
+            if offset > size:
+                raise ValueError("a dedupe log chunk ends inside an entry")
+            entries += 1
+        offset = 0
+        while offset < size:
+            id_size = data[offset] | (data[offset + 1] << 8)
+            entry_size = data[offset + 2] | (data[offset + 3] << 8)
+            self.c_put(<const char *>data + offset + CHUNK_HEADER, id_size,
+                       <const char *>data + offset + CHUNK_HEADER + id_size, entry_size)
+            offset += CHUNK_HEADER + id_size + entry_size
+        return entries
+
+    @property
+    def nbytes(self):
+        """Bytes of memory the log and the slots hold."""
+        return self.capacity + (self.mask + 1) * sizeof(uint64_t)
+
