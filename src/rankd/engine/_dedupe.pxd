@@ -52,7 +52,7 @@ cdef class PackedLog:
     cdef size_t _find(self, const char *event_id, Py_ssize_t size, uint64_t h) noexcept
     cdef int _resize_slots(self, size_t size) except -1
     cdef int _make_room(self, size_t need) except -1
-    cdef void _compact(self) noexcept
+    cdef void _compacted(self) noexcept
     cdef void _drop_slot(self, dd_record *record) noexcept
     cdef const char *c_entry(self, const char *event_id, Py_ssize_t size,
                              Py_ssize_t *entry_size) noexcept

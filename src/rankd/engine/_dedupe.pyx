@@ -27,13 +27,28 @@ and writes too.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint8_t, uint16_t, uint64_t
-from libc.stdlib cimport calloc, free, malloc, realloc
-from libc.string cimport memcmp, memcpy, memmove
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcmp, memcpy, memmove, memset
 
-from rankd._skiplist cimport rk_siphash13
+from rankd._skiplist cimport rk_big_alloc, rk_siphash13
 from rankd.engine._packing cimport ENTRY_BYTES
 
 import os
+
+cdef extern from *:
+    """
+    #include <sys/mman.h>
+    /* Advise the whole 2 MiB pages inside [p, p + size) into huge pages. */
+    static void rk_advise_huge(void *p, size_t size) {
+    #ifdef MADV_HUGEPAGE
+        const uintptr_t huge = (uintptr_t)2 << 20;
+        uintptr_t start = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+        uintptr_t end = ((uintptr_t)p + size) & ~(huge - 1);
+        if (end > start) madvise((void *)start, end - start, MADV_HUGEPAGE);
+    #endif
+    }
+    """
+    void rk_advise_huge(void *p, size_t size) nogil
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
@@ -59,7 +74,7 @@ cdef class PackedLog:
         key = os.urandom(16)
         self.k0 = int.from_bytes(key[:8], "little")
         self.k1 = int.from_bytes(key[8:], "little")
-        self.slots = <uint64_t *>calloc(MIN_SLOTS, sizeof(uint64_t))
+        self.slots = _zeroed_slots(MIN_SLOTS)
         self.log = <char *>malloc(MIN_LOG)
         if self.slots == NULL or self.log == NULL:
             raise MemoryError()
@@ -149,49 +164,55 @@ cdef class PackedLog:
     # --- memory ----------------------------------------------------------------------
 
     cdef int _resize_slots(self, size_t size) except -1:
-        cdef uint64_t *slots = <uint64_t *>calloc(size, sizeof(uint64_t))
-        cdef uint64_t *old = self.slots
-        cdef size_t old_size = self.mask + 1, i, j
+        """Rehash into ``size`` slots, walking the log in order (the old
+        slots would send each lookup of a hash to a random record)."""
+        cdef uint64_t *slots = _zeroed_slots(size)
+        cdef size_t offset = self.head, j
+        cdef dd_record *record
         if slots == NULL:
             raise MemoryError()
+        free(self.slots)
         self.slots = slots
         self.mask = size - 1
-        for i in range(old_size):
-            if old[i] != 0:
-                j = self._record(old[i]).hash & self.mask
+        while offset < self.used:
+            record = <dd_record *>(self.log + offset)
+            if not record.dead:
+                j = record.hash & self.mask
                 while slots[j] != 0:
                     j = (j + 1) & self.mask
-                slots[j] = old[i]
-        free(old)
+                slots[j] = (DD_TAG(record.hash) << 48) | (self.base + offset + 1)
+            offset += DD_RECORD_SIZE(record.id_size, record.entry_size)
         return 0
 
     cdef int _make_room(self, size_t need) except -1:
         """Room for ``need`` more bytes: reuse the expired front when it is
         at least as big as the live part (so each byte moves at most once
-        per byte appended), else grow to twice what is needed."""
+        per byte appended), else grow to twice what is needed.  A big log
+        is advised into huge pages: hundreds of megabytes of records would
+        otherwise take a page fault every few dozen records."""
         cdef size_t live = self.used - self.head
         cdef size_t capacity = self.capacity
         cdef char *grown
-        if self.head >= live and live + need <= capacity:
-            self._compact()
-            return 0
-        while capacity < 2 * (live + need):
-            capacity *= 2
-        grown = <char *>realloc(self.log, capacity)
-        if grown == NULL:
-            raise MemoryError()
-        self.log = grown
-        self.capacity = capacity
+        if self.head < live or live + need > capacity:
+            while capacity < 2 * (live + need):
+                capacity *= 2
+            # realloc moves a big block by remapping its pages, not copying them.
+            grown = <char *>realloc(self.log, capacity)
+            if grown == NULL:
+                raise MemoryError()
+            self.log = grown
+            self.capacity = capacity
+            rk_advise_huge(grown, capacity)
         if self.head:
-            self._compact()
+            memmove(self.log, self.log + self.head, live)
+            self._compacted()
         return 0
 
-    cdef void _compact(self) noexcept:
-        """Move the live records to the front; logical offsets stay, unless
-        they grow large, when they are all renumbered from 0 (slots keep 48
-        bits of offset)."""
+    cdef void _compacted(self) noexcept:
+        """The live records were moved to the front: logical offsets stay,
+        unless they grow large, when they are all renumbered from 0 (slots
+        keep 48 bits of offset)."""
         cdef size_t i
-        memmove(self.log, self.log + self.head, self.used - self.head)
         self.base += self.head
         self.used -= self.head
         self.head = 0
@@ -255,9 +276,8 @@ cdef class PackedLog:
             self.head += DD_RECORD_SIZE(record.id_size, record.entry_size)
         if expired:
             self.changes += 1
-        if self.head == self.used:  # empty: start again at the front
-            self.base += self.used
-            self.head = self.used = 0
+        if self.head == self.used:  # empty, no slot in use: start again at the front
+            self.base = self.head = self.used = 0
         return expired
 
     def items(self):
@@ -347,3 +367,10 @@ cdef class PackedLog:
         """Bytes of memory the log and the slots hold."""
         return self.capacity + (self.mask + 1) * sizeof(uint64_t)
 
+
+cdef uint64_t *_zeroed_slots(size_t size) noexcept:
+    """A zeroed slot array, huge-page backed once it is big; NULL if out of memory."""
+    cdef uint64_t *slots = <uint64_t *>rk_big_alloc(size * sizeof(uint64_t))
+    if slots != NULL:
+        memset(slots, 0, size * sizeof(uint64_t))
+    return slots
