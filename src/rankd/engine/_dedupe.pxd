@@ -4,6 +4,8 @@ for the modules that cimport it: live ingest and recovery's replay."""
 
 from libc.stdint cimport uint8_t, uint16_t, uint64_t
 
+from rankd.engine._packing cimport Writer
+
 cdef extern from *:
     """
     /* A record: this header, the id's bytes, the entry's bytes, padding to 8. */
@@ -35,10 +37,8 @@ cdef extern from *:
 
 
 cdef class PackedLog:
-    cdef char *log                  # the records, oldest first, from `head` to `used`
-    cdef size_t head                # physical offset of the oldest record kept
-    cdef size_t used                # physical end of the newest record
-    cdef size_t capacity
+    cdef Writer log                 # the records, oldest first, from `head` to `log.size`
+    cdef Py_ssize_t head            # physical offset of the oldest record kept
     cdef uint64_t base              # logical offset of physical offset 0
     cdef uint64_t *slots            # 0 = empty, else tag << 48 | (logical offset + 1)
     cdef size_t mask
@@ -51,7 +51,7 @@ cdef class PackedLog:
     cdef dd_record *_record(self, uint64_t slot) noexcept
     cdef size_t _find(self, const char *event_id, Py_ssize_t size, uint64_t h) noexcept
     cdef int _resize_slots(self, size_t size) except -1
-    cdef int _make_room(self, size_t need) except -1
+    cdef int _make_room(self, Py_ssize_t need) except -1
     cdef void _compacted(self) noexcept
     cdef void _drop_slot(self, dd_record *record) noexcept
     cdef const char *c_entry(self, const char *event_id, Py_ssize_t size,

@@ -27,11 +27,11 @@ and writes too.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint8_t, uint16_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport free
 from libc.string cimport memcmp, memcpy, memmove, memset
 
 from rankd._skiplist cimport rk_big_alloc, rk_siphash13
-from rankd.engine._packing cimport ENTRY_BYTES
+from rankd.engine._packing cimport ENTRY_BYTES, writer_free, writer_reserve
 
 import os
 
@@ -56,7 +56,6 @@ cdef extern from "Python.h":
 
 cdef enum:
     MIN_SLOTS = 16
-    MIN_LOG = 4096
     MAX_FIELD = 65535           # ids and entries are at most this many bytes
     CHUNK_HEADER = 4            # portable form: u16 id size, u16 entry size
 
@@ -75,15 +74,13 @@ cdef class PackedLog:
         self.k0 = int.from_bytes(key[:8], "little")
         self.k1 = int.from_bytes(key[8:], "little")
         self.slots = _zeroed_slots(MIN_SLOTS)
-        self.log = <char *>malloc(MIN_LOG)
-        if self.slots == NULL or self.log == NULL:
+        if self.slots == NULL:
             raise MemoryError()
         self.mask = MIN_SLOTS - 1
-        self.capacity = MIN_LOG
 
     def __dealloc__(self):
         free(self.slots)
-        free(self.log)
+        writer_free(&self.log)
 
     def __len__(self):
         return self.count
@@ -94,7 +91,7 @@ cdef class PackedLog:
         return rk_siphash13(self.k0, self.k1, event_id, size)
 
     cdef dd_record *_record(self, uint64_t slot) noexcept:
-        return <dd_record *>(self.log + ((slot & DD_OFFSET_MASK) - 1 - self.base))
+        return <dd_record *>(self.log.data + ((slot & DD_OFFSET_MASK) - 1 - self.base))
 
     cdef size_t _find(self, const char *event_id, Py_ssize_t size, uint64_t h) noexcept:
         """The slot holding ``event_id``, or the empty slot that ends its probe."""
@@ -129,7 +126,8 @@ cdef class PackedLog:
         """Remember ``entry`` for ``event_id``, after every other id (an id
         remembered before moves to the end)."""
         cdef uint64_t h
-        cdef size_t i, need
+        cdef size_t i
+        cdef Py_ssize_t need
         cdef dd_record *record
         if not 0 < size <= MAX_FIELD:
             raise ValueError(f"an event id must be 1 to {MAX_FIELD} bytes, got {size}")
@@ -140,7 +138,7 @@ cdef class PackedLog:
         if <size_t>(self.count + 1) * 2 > self.mask + 1:
             self._resize_slots((self.mask + 1) * 2)
         need = DD_RECORD_SIZE(size, entry_size)
-        if self.used + need > self.capacity:
+        if self.log.size + need > self.log.cap:
             self._make_room(need)
         h = self._hash(event_id, size)
         i = self._find(event_id, size, h)
@@ -148,15 +146,15 @@ cdef class PackedLog:
             self._record(self.slots[i]).dead = 1
             self.dead += 1
             self.count -= 1
-        record = <dd_record *>(self.log + self.used)
+        record = <dd_record *>(self.log.data + self.log.size)
         record.hash = h
         record.id_size = <uint16_t>size
         record.entry_size = <uint16_t>entry_size
         record.dead = 0
         memcpy(<char *>DD_ID(record), event_id, size)
         memcpy(<char *>DD_ENTRY(record), entry, entry_size)
-        self.slots[i] = (DD_TAG(h) << 48) | (self.base + self.used + 1)
-        self.used += need
+        self.slots[i] = (DD_TAG(h) << 48) | (self.base + self.log.size + 1)
+        self.log.size += need
         self.count += 1
         self.changes += 1
         return 0
@@ -167,15 +165,16 @@ cdef class PackedLog:
         """Rehash into ``size`` slots, walking the log in order (the old
         slots would send each lookup of a hash to a random record)."""
         cdef uint64_t *slots = _zeroed_slots(size)
-        cdef size_t offset = self.head, j
+        cdef Py_ssize_t offset = self.head
+        cdef size_t j
         cdef dd_record *record
         if slots == NULL:
             raise MemoryError()
         free(self.slots)
         self.slots = slots
         self.mask = size - 1
-        while offset < self.used:
-            record = <dd_record *>(self.log + offset)
+        while offset < self.log.size:
+            record = <dd_record *>(self.log.data + offset)
             if not record.dead:
                 j = record.hash & self.mask
                 while slots[j] != 0:
@@ -184,27 +183,19 @@ cdef class PackedLog:
             offset += DD_RECORD_SIZE(record.id_size, record.entry_size)
         return 0
 
-    cdef int _make_room(self, size_t need) except -1:
+    cdef int _make_room(self, Py_ssize_t need) except -1:
         """Room for ``need`` more bytes: reuse the expired front when it is
         at least as big as the live part (so each byte moves at most once
         per byte appended), else grow to twice what is needed.  A big log
         is advised into huge pages: hundreds of megabytes of records would
         otherwise take a page fault every few dozen records."""
-        cdef size_t live = self.used - self.head
-        cdef size_t capacity = self.capacity
-        cdef char *grown
-        if self.head < live or live + need > capacity:
-            while capacity < 2 * (live + need):
-                capacity *= 2
+        cdef Py_ssize_t live = self.log.size - self.head
+        if self.head < live or live + need > self.log.cap:
             # realloc moves a big block by remapping its pages, not copying them.
-            grown = <char *>realloc(self.log, capacity)
-            if grown == NULL:
-                raise MemoryError()
-            self.log = grown
-            self.capacity = capacity
-            rk_advise_huge(grown, capacity)
+            writer_reserve(&self.log, 2 * (live + need) - self.log.size)
+            rk_advise_huge(self.log.data, self.log.cap)
         if self.head:
-            memmove(self.log, self.log + self.head, live)
+            memmove(self.log.data, self.log.data + self.head, live)
             self._compacted()
         return 0
 
@@ -214,7 +205,7 @@ cdef class PackedLog:
         keep 48 bits of offset)."""
         cdef size_t i
         self.base += self.head
-        self.used -= self.head
+        self.log.size -= self.head
         self.head = 0
         if self.base > REBASE_AT:
             for i in range(self.mask + 1):
@@ -224,7 +215,7 @@ cdef class PackedLog:
 
     cdef void _drop_slot(self, dd_record *record) noexcept:
         """Free ``record``'s slot (backward-shift deletion: no tombstones)."""
-        cdef uint64_t logical = self.base + (<char *>record - self.log) + 1
+        cdef uint64_t logical = self.base + (<char *>record - self.log.data) + 1
         cdef size_t hole = record.hash & self.mask, j, home
         while (self.slots[hole] & DD_OFFSET_MASK) != logical:
             hole = (hole + 1) & self.mask
@@ -262,8 +253,8 @@ cdef class PackedLog:
         cdef dd_record *record
         cdef double expires_at
         cdef Py_ssize_t expired = 0
-        while self.head < self.used:
-            record = <dd_record *>(self.log + self.head)
+        while self.head < self.log.size:
+            record = <dd_record *>(self.log.data + self.head)
             if not record.dead:
                 memcpy(&expires_at, DD_ENTRY(record), 8)
                 if expires_at > now:
@@ -276,21 +267,21 @@ cdef class PackedLog:
             self.head += DD_RECORD_SIZE(record.id_size, record.entry_size)
         if expired:
             self.changes += 1
-        if self.head == self.used:  # empty, no slot in use: start again at the front
-            self.base = self.head = self.used = 0
+        if self.head == self.log.size:  # empty, no slot in use: start again at the front
+            self.base = self.head = self.log.size = 0
         return expired
 
     def items(self):
         """``(event_id, entry)`` in expiry order; the table must not change meanwhile."""
-        cdef size_t offset = self.head
+        cdef Py_ssize_t offset = self.head
         cdef uint64_t changes = self.changes
         cdef dd_record *record
         while True:
             if self.changes != changes:
                 raise RuntimeError("the dedupe table changed during iteration")
-            if offset >= self.used:
+            if offset >= self.log.size:
                 return
-            record = <dd_record *>(self.log + offset)
+            record = <dd_record *>(self.log.data + offset)
             offset += DD_RECORD_SIZE(record.id_size, record.entry_size)
             if not record.dead:
                 yield (PyUnicode_DecodeUTF8(DD_ID(record), record.id_size, NULL),
@@ -299,7 +290,7 @@ cdef class PackedLog:
     def log_chunks(self, Py_ssize_t max_bytes):
         """The live entries in the portable log form (see ``DictLog``), in
         chunks of about ``max_bytes``; the table must not change meanwhile."""
-        cdef size_t offset = self.head, start, end, size
+        cdef Py_ssize_t offset = self.head, start, end, size
         cdef uint64_t changes = self.changes
         cdef dd_record *record
         cdef char *p
@@ -307,13 +298,13 @@ cdef class PackedLog:
         while True:
             if self.changes != changes:
                 raise RuntimeError("the dedupe table changed during iteration")
-            if offset >= self.used:
+            if offset >= self.log.size:
                 return
             # Measure a chunk, then copy it.
             start = end = offset
             size = 0
-            while end < self.used and (size == 0 or size < <size_t>max_bytes):
-                record = <dd_record *>(self.log + end)
+            while end < self.log.size and (size == 0 or size < max_bytes):
+                record = <dd_record *>(self.log.data + end)
                 if not record.dead:
                     size += CHUNK_HEADER + record.id_size + record.entry_size
                 end += DD_RECORD_SIZE(record.id_size, record.entry_size)
@@ -321,7 +312,7 @@ cdef class PackedLog:
             p = PyBytes_AS_STRING(chunk)
             offset = start
             while offset < end:
-                record = <dd_record *>(self.log + offset)
+                record = <dd_record *>(self.log.data + offset)
                 offset += DD_RECORD_SIZE(record.id_size, record.entry_size)
                 if record.dead:
                     continue
@@ -365,7 +356,7 @@ cdef class PackedLog:
     @property
     def nbytes(self):
         """Bytes of memory the log and the slots hold."""
-        return self.capacity + (self.mask + 1) * sizeof(uint64_t)
+        return self.log.cap + (self.mask + 1) * sizeof(uint64_t)
 
 
 cdef uint64_t *_zeroed_slots(size_t size) noexcept:
