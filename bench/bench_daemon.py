@@ -26,7 +26,11 @@ member drawn from 100,000 names, with a unique ``event_id``.
    loopback port (``--save "" --appendonly no``) and driven with
    ``ZINCRBY bench 1 <member>`` by the same load generator design (raw
    RESP), 50 connections at depth 1 and 16; ``redis-benchmark -c 50 -P 1``
-   and ``-P 16`` are run for reference.  Redis is always stopped at the end.
+   and ``-P 16`` are run for reference.  Then, at depth 16 only, a second
+   Redis with its append-only file fsynced once a second (``--appendonly
+   yes --appendfsync everysec``), as durable as rankd's default WAL: an
+   information row beside rankd's depth-16 figure.  Redis is always
+   stopped at the end.
 
 Throughput counts the replies received in a measuring window that starts
 after a warm-up; latency is from writing a request to reading its reply.
@@ -577,12 +581,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def redis_server(workdir: Path) -> Iterator[tuple[int, int]]:
-    """A throwaway redis-server: ``(port, pid)``; always stopped afterwards."""
+def redis_server(workdir: Path, *, aof: bool = False) -> Iterator[tuple[int, int]]:
+    """A throwaway redis-server: ``(port, pid)``; always stopped afterwards.
+    ``aof``: with its append-only file, fsynced once a second (rankd's
+    default ``everysec``: both write each command to the OS before replying)."""
     port = free_port()
+    durability = ["--appendonly", "yes", "--appendfsync", "everysec"] if aof else [
+        "--appendonly", "no"]
     process = subprocess.Popen(
         ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-         "--appendonly", "no", "--dir", str(workdir)],
+         *durability, "--dir", str(workdir)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_redis(port, process)
@@ -663,6 +671,13 @@ def bench_redis(rows: list[Row], seconds: float, workdir: Path, depths: list[int
             requests = max(50_000, int(row.redis.rate * seconds))
             result = run_redis_benchmark(port, depth, requests)
             rows.append(Row(f"redis-benchmark -c {TCP_CONNECTIONS} -P {depth}", None, result))
+    if PIPELINE_DEPTH in depths:
+        # The same load against a Redis as durable as rankd's default.
+        target_row = tcp_rows[depths.index(PIPELINE_DEPTH)]
+        with redis_server(workdir, aof=True) as (port, pid):
+            result = run_worker(socket_spec("redis", port, PIPELINE_DEPTH, pid, seconds))
+        rows.append(Row(f"{tcp_name(PIPELINE_DEPTH)}, redis AOF everysec", target_row.rankd,
+                        result))
 
 
 def profile_daemon(daemon: Any, seconds: float, output: Path) -> str:

@@ -201,12 +201,15 @@ def plot_throughput(daemon_run: Run | None, out: Path) -> str:
     tcp: dict[int, list[str]] = {}
     benchmark: dict[int, list[str]] = {}
     rest = None
+    aof: tuple[int, list[str]] | None = None
     for line in daemon_run.output.splitlines():
         cells = re.split(r"\s{2,}", line.strip())
         if len(cells) < 6:
             continue
-        if match := re.match(r"TCP \d+ conns depth (\d+)", cells[0]):
+        if match := re.fullmatch(r"TCP \d+ conns depth (\d+)( \(pipelined\))?", cells[0]):
             tcp[int(match.group(1))] = cells
+        elif match := re.match(r"TCP \d+ conns depth (\d+).*redis AOF", cells[0]):
+            aof = (int(match.group(1)), cells)
         elif match := re.match(r"redis-benchmark .*-P (\d+)", cells[0]):
             benchmark[int(match.group(1))] = cells
         elif cells[0].startswith("REST"):
@@ -231,6 +234,9 @@ def plot_throughput(daemon_run: Run | None, out: Path) -> str:
                        label="redis-benchmark ZINCRBY")
         latency_axes.plot(marks, [number(benchmark[d][5]) for d in marks], "^:",
                           label="redis-benchmark ZINCRBY")
+    if aof is not None:
+        rate_axes.plot([aof[0]], [number(aof[1][2])], "v", label="Redis with AOF everysec")
+        latency_axes.plot([aof[0]], [_pair(aof[1][5])[1]], "v", label="Redis with AOF everysec")
     if rest is not None:
         rate_axes.plot([1], [number(rest[1])], "D", label="rankd REST (wrk, 64 conns)")
         latency_axes.plot([1], [number(rest[5])], "D", label="rankd REST (wrk, 64 conns)")
