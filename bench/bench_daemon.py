@@ -25,12 +25,14 @@ member drawn from 100,000 names, with a unique ``event_id``.
 3. **Redis** - when ``redis-server`` is installed, one is started on a free
    loopback port (``--save "" --appendonly no``) and driven with
    ``ZINCRBY bench 1 <member>`` by the same load generator design (raw
-   RESP), 50 connections at depth 1 and 16; ``redis-benchmark -c 50 -P 1``
-   and ``-P 16`` are run for reference.  Then, at depth 16 only, a second
-   Redis with its append-only file fsynced once a second (``--appendonly
-   yes --appendfsync everysec``), as durable as rankd's default WAL: an
-   information row beside rankd's depth-16 figure.  Redis is always
-   stopped at the end.
+   RESP), 50 connections at each depth, each right after rankd's scenario
+   at that depth (once the daemon is idle: it may snapshot after a load),
+   so that a ratio compares the two in the same minute of this noisy
+   machine.  At depth 16 a second Redis follows, with its append-only
+   file fsynced once a second (``--appendonly yes --appendfsync
+   everysec``), as durable as rankd's default WAL: an information row
+   beside rankd's depth-16 figure.  ``redis-benchmark -c 50 -P <depth>``
+   runs last, for reference.  Redis is always stopped at the end.
 
 Throughput counts the replies received in a measuring window that starts
 after a warm-up; latency is from writing a request to reading its reply.
@@ -586,6 +588,7 @@ def redis_server(workdir: Path, *, aof: bool = False) -> Iterator[tuple[int, int
     ``aof``: with its append-only file, fsynced once a second (rankd's
     default ``everysec``: both write each command to the OS before replying)."""
     port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
     durability = ["--appendonly", "yes", "--appendfsync", "everysec"] if aof else [
         "--appendonly", "no"]
     process = subprocess.Popen(
@@ -635,7 +638,13 @@ def socket_spec(protocol: str, port: int, depth: int, pid: int, seconds: float,
             "warmup": min(1.0, seconds / 4), "tag": tag}
 
 
-def bench_rankd(daemon: Any, seconds: float, workdir: Path, depths: list[int]) -> list[Row]:
+def bench_rankd(daemon: Any, seconds: float, workdir: Path, depths: list[int],
+                redis: dict[str, tuple[int, int]]) -> list[Row]:
+    """REST, then each TCP depth: rankd, and right after it Redis (``redis``:
+    port and pid of the plain one, and of the one with an AOF, if running)
+    at the same depth, so that both see the machine in the same mood;
+    Redis waits until the daemon is idle (it may snapshot after a load).
+    The Redis with an AOF runs at PIPELINE_DEPTH only."""
     pid = daemon.process.pid
     if shutil.which("wrk"):
         rest = run_wrk(daemon.port, seconds, pid, workdir)
@@ -647,37 +656,49 @@ def bench_rankd(daemon: Any, seconds: float, workdir: Path, depths: list[int]) -
     rest_ok = rest.rate >= REST_TARGET and (rest.p99_ms or 0) <= REST_P99_TARGET_MS
     rows = [Row(f"REST {REST_CONNECTIONS} conns keep-alive", rest, None,
                 f">={REST_TARGET:,}/s p99<={REST_P99_TARGET_MS:g}ms", rest_ok and not rest.errors)]
+    aof_rows: list[Row] = []
     for depth in depths:
         result = run_worker(socket_spec("rankd", daemon.tcp_port, depth, pid, seconds,
                                         tag=f"tcp{depth}-{time.time_ns()}"))
         targeted = depth == PIPELINE_DEPTH
         passed = (result.rate >= PIPELINED_TARGET and not result.errors) if targeted else None
         target = f">={PIPELINED_TARGET:,}/s" if targeted else "-"
-        rows.append(Row(tcp_name(depth), result, None, target, passed))
-    return rows
+        row = Row(tcp_name(depth), result, None, target, passed)
+        rows.append(row)
+        if "plain" in redis:
+            wait_idle(pid)
+            port, redis_pid = redis["plain"]
+            row.redis = run_worker(socket_spec("redis", port, depth, redis_pid, seconds))
+        if "aof" in redis and depth == PIPELINE_DEPTH:
+            wait_idle(pid)
+            port, redis_pid = redis["aof"]
+            durable = run_worker(socket_spec("redis", port, depth, redis_pid, seconds))
+            aof_rows.append(Row(f"{tcp_name(depth)}, redis AOF everysec", result, durable))
+    return rows + aof_rows
+
+
+def wait_idle(pid: int, timeout: float = 60.0) -> None:
+    """Return once process ``pid`` has used under 5% of a core for half a
+    second (or after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        used = cpu_seconds(pid)
+        time.sleep(0.5)
+        if cpu_seconds(pid) - used < 0.025:
+            return
 
 
 def tcp_name(depth: int) -> str:
     return f"TCP {TCP_CONNECTIONS} conns depth {depth}" + (" (pipelined)" if depth > 1 else "")
 
 
-def bench_redis(rows: list[Row], seconds: float, workdir: Path, depths: list[int]) -> None:
-    """Fill the redis column of the TCP rows and add redis-benchmark rows."""
-    tcp_rows = rows[1:]
-    with redis_server(workdir) as (port, pid):
-        for row, depth in zip(tcp_rows, depths, strict=True):
-            row.redis = run_worker(socket_spec("redis", port, depth, pid, seconds))
-        for row, depth in zip(tcp_rows, depths, strict=True):
-            requests = max(50_000, int(row.redis.rate * seconds))
-            result = run_redis_benchmark(port, depth, requests)
-            rows.append(Row(f"redis-benchmark -c {TCP_CONNECTIONS} -P {depth}", None, result))
-    if PIPELINE_DEPTH in depths:
-        # The same load against a Redis as durable as rankd's default.
-        target_row = tcp_rows[depths.index(PIPELINE_DEPTH)]
-        with redis_server(workdir, aof=True) as (port, pid):
-            result = run_worker(socket_spec("redis", port, PIPELINE_DEPTH, pid, seconds))
-        rows.append(Row(f"{tcp_name(PIPELINE_DEPTH)}, redis AOF everysec", target_row.rankd,
-                        result))
+def bench_redis(rows: list[Row], seconds: float, depths: list[int], port: int) -> None:
+    """Add the redis-benchmark rows, against the plain Redis on ``port``."""
+    tcp_rows = rows[1:1 + len(depths)]
+    for row, depth in zip(tcp_rows, depths, strict=True):
+        requests = max(50_000, int(row.redis.rate * seconds))
+        result = run_redis_benchmark(port, depth, requests)
+        rows.append(Row(f"redis-benchmark -c {TCP_CONNECTIONS} -P {depth}", None, result))
 
 
 def profile_daemon(daemon: Any, seconds: float, output: Path) -> str:
@@ -825,21 +846,27 @@ def depth_list(text: str) -> list[int]:
 
 
 def run_all(args: argparse.Namespace, seconds: float, workdir: Path) -> tuple[list[Row], str]:
-    daemon = start_daemon(workdir / "data", args.fsync)
-    profile = ""
-    try:
-        rows = bench_rankd(daemon, seconds, workdir, args.depths)
-        if args.profile:
-            profile = profile_daemon(daemon, seconds, args.profile)
-    finally:
-        problems = daemon_health(daemon)
-    for problem in problems:
-        print(f"DAEMON PROBLEM: {problem}", file=sys.stderr)
-    if not args.no_redis and shutil.which("redis-server"):
-        bench_redis(rows, seconds, workdir, args.depths)
-    elif not args.no_redis:
-        print("redis-server is not installed: no Redis comparison "
-              "(apt-get install -y redis-server redis-tools)", file=sys.stderr)
+    with contextlib.ExitStack() as stack:
+        redis: dict[str, tuple[int, int]] = {}
+        if not args.no_redis and shutil.which("redis-server"):
+            redis["plain"] = stack.enter_context(redis_server(workdir / "redis"))
+            if PIPELINE_DEPTH in args.depths:
+                redis["aof"] = stack.enter_context(redis_server(workdir / "redis-aof", aof=True))
+        elif not args.no_redis:
+            print("redis-server is not installed: no Redis comparison "
+                  "(apt-get install -y redis-server redis-tools)", file=sys.stderr)
+        daemon = start_daemon(workdir / "data", args.fsync)
+        profile = ""
+        try:
+            rows = bench_rankd(daemon, seconds, workdir, args.depths, redis)
+            if args.profile:
+                profile = profile_daemon(daemon, seconds, args.profile)
+        finally:
+            problems = daemon_health(daemon)
+        for problem in problems:
+            print(f"DAEMON PROBLEM: {problem}", file=sys.stderr)
+        if redis:
+            bench_redis(rows, seconds, args.depths, redis["plain"][0])
     return rows, profile
 
 
