@@ -218,6 +218,8 @@ cdef class PackedLog:
         cdef uint64_t logical = self.base + (<char *>record - self.log.data) + 1
         cdef size_t hole = record.hash & self.mask, j, home
         while (self.slots[hole] & DD_OFFSET_MASK) != logical:
+            if self.slots[hole] == 0:
+                return  # not indexed (cannot happen): end the probe, not loop forever
             hole = (hole + 1) & self.mask
         j = hole
         while True:
