@@ -23,6 +23,8 @@ cdef extern from *:
     #define DD_OFFSET_BITS 48
     #define DD_OFFSET_MASK ((((uint64_t)1) << DD_OFFSET_BITS) - 1)
     #define DD_TAG(h) ((h) >> DD_OFFSET_BITS)
+    /* The slot of a record: its hash's tag beside its logical offset + 1 (0: empty). */
+    #define DD_SLOT(h, logical) ((DD_TAG(h) << DD_OFFSET_BITS) | ((logical) + 1))
     """
     ctypedef struct dd_record:
         uint64_t hash
@@ -34,6 +36,7 @@ cdef extern from *:
     const char *DD_ENTRY(dd_record *record) nogil
     uint64_t DD_OFFSET_MASK
     uint64_t DD_TAG(uint64_t hash) nogil
+    uint64_t DD_SLOT(uint64_t hash, uint64_t logical) nogil
 
 
 cdef class PackedLog:

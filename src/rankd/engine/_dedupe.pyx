@@ -153,7 +153,7 @@ cdef class PackedLog:
         record.dead = 0
         memcpy(<char *>DD_ID(record), event_id, size)
         memcpy(<char *>DD_ENTRY(record), entry, entry_size)
-        self.slots[i] = (DD_TAG(h) << 48) | (self.base + self.log.size + 1)
+        self.slots[i] = DD_SLOT(h, self.base + self.log.size)
         self.log.size += need
         self.count += 1
         self.changes += 1
@@ -179,7 +179,7 @@ cdef class PackedLog:
                 j = record.hash & self.mask
                 while slots[j] != 0:
                     j = (j + 1) & self.mask
-                slots[j] = (DD_TAG(record.hash) << 48) | (self.base + offset + 1)
+                slots[j] = DD_SLOT(record.hash, self.base + offset)
             offset += DD_RECORD_SIZE(record.id_size, record.entry_size)
         return 0
 
@@ -354,11 +354,6 @@ cdef class PackedLog:
                        <const char *>data + offset + CHUNK_HEADER + id_size, entry_size)
             offset += CHUNK_HEADER + id_size + entry_size
         return entries
-
-    @property
-    def nbytes(self):
-        """Bytes of memory the log and the slots hold."""
-        return self.log.cap + (self.mask + 1) * sizeof(uint64_t)
 
 
 cdef uint64_t *_zeroed_slots(size_t size) noexcept:

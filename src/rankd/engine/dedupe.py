@@ -150,7 +150,7 @@ class DedupeTable:
     def load(self, entries: Iterable[tuple[str, float, Sequence]]) -> None:
         """Add ``(event_id, expires_at, result)`` entries in expiry order (a snapshot's)."""
         for event_id, expires_at, result in entries:
-            self.log.put(event_id, _pack(expires_at, result))
+            self.remember(event_id, expires_at, result)
 
     def load_packed(self, event_ids: Sequence[str], entries: Sequence[bytes]) -> None:
         """Add packed entries, as a column of event ids and one of their

@@ -879,7 +879,7 @@ class Engine:
                     dump = await asyncio.to_thread(index.dump)
                     entries += len(index)
                     await add(["index", board.name, window, period, dump])
-            labels = [chunk async for chunk in _copied(board.labels)]
+            labels = [chunk async for chunk in _yielding(_columns(board.labels))]
             event_ids = [chunk async for chunk in _yielding(
                 board.dedupe.log_chunks(SNAPSHOT_LOG_BYTES))]
             entries += len(board.dedupe)
@@ -987,13 +987,12 @@ async def _yielding(chunks: Iterator[T]) -> AsyncIterator[T]:
         await asyncio.sleep(0)
 
 
-async def _copied(mapping: Mapping[str, Any]) -> AsyncIterator[tuple[list, list]]:
-    """``mapping``'s keys and values, in lists of ``SNAPSHOT_CHUNK``, letting the
-    event loop run between them (``mapping`` must not change meanwhile)."""
+def _columns(mapping: Mapping[str, Any]) -> Iterator[tuple[list, list]]:
+    """``mapping``'s keys and values, in lists of ``SNAPSHOT_CHUNK`` (``mapping``
+    must not change meanwhile)."""
     keys, values = iter(mapping), iter(mapping.values())
     while chunk := list(itertools.islice(keys, SNAPSHOT_CHUNK)):
         yield chunk, list(itertools.islice(values, len(chunk)))
-        await asyncio.sleep(0)
 
 
 def _write_json_atomically(path: Path, data: Any) -> None:
