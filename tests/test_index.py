@@ -560,6 +560,27 @@ def test_incr_moves_members_across_the_board(index_cls, order):
     assert_index_matches(index, model)
 
 
+@both_tie_breaks
+def test_keeping_its_place_while_joining_or_leaving_a_run_of_ties(index_cls, tie_break):
+    # A member whose new score keeps its place can still join its neighbour's
+    # score or leave it, which changes who leads each run and so the distinct
+    # spans over it.  Half the nodes have two levels or more (branching 2),
+    # so the links over a member come in every shape.
+    index, model = twins(index_cls, "desc", tie_break, branching=2, seed=3)
+    members = [f"m{i:02d}" for i in range(40)]
+    for i, member in enumerate(members):
+        assert index.set(member, 1000 - 10 * i) == model.set(member, 1000 - 10 * i)
+    for i, member in enumerate(members[1:], start=1):
+        above, below = 1000 - 10 * (i - 1), 1000 - 10 * (i + 1)
+        # Join the run above (a later arrival sorts after it; by name, the
+        # member sorts after its predecessor's name too), leave it, join the
+        # run below (where it stays only as its first), then come back.
+        for score in (above, above - 5, below, 1000 - 10 * i):
+            assert index.set(member, score) == model.set(member, score)
+            index._check()
+        assert_index_matches(index, model, members)
+
+
 # --- remove ------------------------------------------------------------------------------
 
 

@@ -212,19 +212,25 @@ cdef extern from *:
     /* A node of one or two levels spans two cache lines. */
     #define rk_prefetch_node(n) do { \
         __builtin_prefetch(n); __builtin_prefetch((const char *)(n) + 64); } while (0)
-    /* Every line of a node from its level[0] to its level[i]: a search
-       that reaches it on level i reads that entry and, descending, the
-       ones below it. */
-    static inline void rk_prefetch_levels(const rk_node *n, int i) {
-        const char *p = (const char *)&n->level[0];
-        const char *last = (const char *)&n->level[i + 1] - 1;
-        for (; p <= last; p += 64) __builtin_prefetch(p);
-        __builtin_prefetch(last);
+    /* The line(s) of a node's level[i] entry: where a search that reaches
+       it on level i reads next (the entries below it are usually on the
+       same line, or belong to a node tall enough to be cached anyway).
+       Prefetching all of a node's levels issued more misses than the
+       memory system overlaps. */
+    static inline void rk_prefetch_level(const rk_node *n, int i) {
+        __builtin_prefetch(&n->level[i]);
+        __builtin_prefetch((const char *)&n->level[i + 1] - 1);
     }
     /* apply_batch warms the cache for GROUP operations at a time, and only
        once the index outgrows the caches (below that it costs more than it
-       saves). */
-    #define RK_PREFETCH_GROUP 16
+       saves).  A round of the walk waits on its first lane's miss, so more
+       lanes hide more of it, until they outrun the misses a core keeps in
+       flight and what they bring in outgrows L1: at a million members 24
+       beat 12, 16, 20, 28 and 32 by 3-10% (bench/README.md).  Settable
+       with -DRK_PREFETCH_GROUP=N to measure another. */
+    #ifndef RK_PREFETCH_GROUP
+    #define RK_PREFETCH_GROUP 24
+    #endif
     #define RK_PREFETCH_MIN_LENGTH 32768
     /* _shift moves a node past at most this many neighbours on level 0
        (each one likely a cache miss); a longer move is an unlink and a
@@ -342,7 +348,7 @@ cdef extern from *:
     void *rk_big_alloc(size_t size) nogil
     void rk_prefetch(const void *p) nogil
     void rk_prefetch_node(const void *p) nogil
-    void rk_prefetch_levels(const rk_node *n, int i) nogil
+    void rk_prefetch_level(const rk_node *n, int i) nogil
 
     enum:
         PREFETCH_GROUP "RK_PREFETCH_GROUP"

@@ -33,7 +33,9 @@ one in Redis's t_zset.c)
 * Level 0 is doubly linked (``backward``) so ranges can be walked from the
   worst member, and ``tail`` points at the worst node.
 * A node that keeps its place when its score changes is updated in place,
-  as Redis's zslUpdateScore does.  A node of one level that moves past a
+  as Redis's zslUpdateScore does, even when it joins or leaves a run of
+  tied scores (the distinct spans over it and its successor are fixed on
+  the one search path).  A node of one level that moves past a
   few neighbours of one level is relinked on level 0 alone (no span above
   it changes) and found by one search; otherwise it is unlinked and
   relinked without freeing it.
@@ -485,15 +487,28 @@ cdef class RankIndex:
 
     cdef Py_ssize_t _rekey(self, rk_node *x, double key, uint64_t seq) noexcept:
         """Give present node ``x`` a key it can take in place (see
-        ``_can_stay``), refreshing the keys its predecessors cache.
-        Returns its rank."""
+        ``_can_stay``), refreshing the keys its predecessors cache and the
+        distinct spans over x and its successor, whose leadership the new
+        score may change.  Returns its rank."""
         cdef rk_node *update[MAX_LEVEL]
         cdef Py_ssize_t rank = self._path_to(x, update)
-        cdef int i
+        cdef rk_node *pred = x.backward
+        cdef rk_level *to_succ = &x.level[0]
+        cdef int i, dx, ds = 0
+        # The changes in leadership of x and of its successor.
+        dx = ((pred == NULL or pred.key != key) - (pred == NULL or pred.key != x.key))
+        if to_succ.forward != NULL:
+            ds = (to_succ.fkey != key) - (to_succ.fkey != x.key)
         x.key = key
         x.seq = seq
-        for i in range(x.nlevels):
-            update[i].level[i].fkey = key
+        for i in range(self.height):
+            if i < x.nlevels:
+                update[i].level[i].fkey = key
+                update[i].level[i].dspan += dx
+                x.level[i].dspan += ds  # its successor is in every link it starts
+            else:
+                update[i].level[i].dspan += dx + ds
+        self.ndistinct += dx + ds
         return rank
 
     cdef void _unlink(self, rk_node *x) noexcept:
@@ -621,21 +636,11 @@ cdef class RankIndex:
                 and (succ == NULL or succ.key != x.key))
 
     cdef bint _can_stay(self, rk_node *x, double key, uint64_t seq) noexcept:
-        """Whether ``x`` can take (key, seq) in place: it would not move, and
-        neither it nor its successor would change leadership."""
-        cdef rk_node *pred = x.backward
-        cdef rk_node *succ = x.level[0].forward
-        if pred != NULL:
-            if not self._before(pred, key, seq, RK_MEMBER(x), x.mlen):
-                return False
-            if (pred.key != x.key) != (pred.key != key):
-                return False
-        if succ != NULL:
-            if self._before(succ, key, seq, RK_MEMBER(x), x.mlen):
-                return False
-            if (succ.key != x.key) != (succ.key != key):
-                return False
-        return True
+        """Whether ``x`` can take (key, seq) in place: it would not move."""
+        if x.backward != NULL and not self._before(x.backward, key, seq, RK_MEMBER(x), x.mlen):
+            return False
+        # The successor's cached key spares a visit unless the keys tie.
+        return not self._link_before(&x.level[0], key, seq, RK_MEMBER(x), x.mlen)
 
     cdef Py_ssize_t _rank_of(self, rk_node *x, Py_ssize_t *dense) noexcept:
         """1-based unique rank of a present node; its dense rank into ``dense``."""
@@ -1172,9 +1177,8 @@ cdef class RankIndex:
                 rk_prefetch_node(node)
         for j in range(count):
             x = self._lookup(data[j], size[j], hashes[j])
-            if x != NULL:
-                rk_prefetch_node(x.backward)
-                rk_prefetch_node(x.level[0].forward)
+            if x != NULL and x.backward != NULL:
+                rk_prefetch(x.backward)  # its key, for _can_stay
             if codes[j] == OP_REMOVE:
                 if x == NULL:
                     continue
@@ -1204,7 +1208,7 @@ cdef class RankIndex:
                     link = &node.level[i]
                     if link.forward != NULL and link.fkey < target[j]:
                         cursor[j] = link.forward
-                        rk_prefetch_levels(link.forward, i)
+                        rk_prefetch_level(link.forward, i)
                         break
                     i -= 1
                 level[j] = i
