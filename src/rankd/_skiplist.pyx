@@ -492,15 +492,16 @@ cdef class RankIndex:
         score may change.  Returns its rank."""
         cdef rk_node *update[MAX_LEVEL]
         cdef Py_ssize_t rank = self._path_to(x, update)
-        cdef rk_node *pred = x.backward
         cdef rk_level *to_succ = &x.level[0]
-        cdef int i, dx, ds = 0
-        # The changes in leadership of x and of its successor.
-        dx = ((pred == NULL or pred.key != key) - (pred == NULL or pred.key != x.key))
+        cdef int i, ds = 0
+        # The changes in leadership of x and of its successor (read from
+        # the key x caches for it, sparing a visit).
+        cdef int dx = -self._is_leader(x)
         if to_succ.forward != NULL:
             ds = (to_succ.fkey != key) - (to_succ.fkey != x.key)
         x.key = key
         x.seq = seq
+        dx += self._is_leader(x)
         for i in range(self.height):
             if i < x.nlevels:
                 update[i].level[i].fkey = key
@@ -579,7 +580,7 @@ cdef class RankIndex:
             pred = node
             succ = self.header.level[0].forward if node == NULL else node.level[0].forward
         else:
-            # Toward the tail (or staying put): past the nodes before it.
+            # Toward the tail: past the nodes before it.
             node = old_succ
             pred = old_pred
             while node != NULL and self._before(node, key, seq, member, x.mlen):
