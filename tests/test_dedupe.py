@@ -8,7 +8,7 @@ import struct
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import native
@@ -76,6 +76,19 @@ def test_the_table_behaves_like_a_dict_in_insertion_order(table, entries, now):
         assert list(copy.items()) == list(t.items())
 
 
+def expire_model(model: dict[str, bytes], now: float) -> list[str]:
+    """Drop the model's entries from the front that expire at or before
+    ``now``, up to the first live one; return their ids."""
+    gone = []
+    for event_id, packed in model.items():
+        if struct.unpack_from("<d", packed)[0] > now:
+            break
+        gone.append(event_id)
+    for event_id in gone:
+        del model[event_id]
+    return gone
+
+
 operations = st.lists(st.one_of(
     st.tuples(st.just("put"), st.integers(0, 300), st.integers(0, 1000),
               st.binary(max_size=40)),
@@ -102,14 +115,7 @@ def test_the_stores_match_an_ordered_dict_through_growth_and_compaction(store, o
             model[event_id] = packed
         elif op[0] == "expire":
             clock += op[1]
-            expired = 0
-            for packed in model.values():
-                if struct.unpack_from("<d", packed)[0] > clock:
-                    break
-                expired += 1
-            for event_id in list(model)[:expired]:
-                del model[event_id]
-            assert log.expire(clock) == expired
+            assert log.expire(clock) == len(expire_model(model, clock))
         else:
             event_id = f"ev-{op[1]}-" + "z" * (op[1] % 37)
             assert log.get(event_id) == model.get(event_id)
@@ -149,7 +155,7 @@ def test_a_million_ids_are_found_and_expired(store):
     assert next(iter(log.items()))[0] == "event-500000"
 
 
-def test_iterating_while_the_table_changes_is_refused():
+def test_iterating_items_while_the_table_changes_is_refused():
     log = native("rankd.engine._dedupe", "PackedLog")()
     for i in range(10):
         log.put(f"e{i}", entry(i))
@@ -158,11 +164,100 @@ def test_iterating_while_the_table_changes_is_refused():
     log.put("late", entry(100))
     with pytest.raises(RuntimeError, match="changed during iteration"):
         next(items)
-    chunks = log.log_chunks(10)
-    next(chunks)
-    log.expire(3)
-    with pytest.raises(RuntimeError, match="changed during iteration"):
-        next(chunks)
+
+
+def read_chunk(chunk: bytes) -> list[tuple[str, bytes]]:
+    """The ``(event id, entry)`` pairs of a portable log chunk."""
+    pairs, offset = [], 0
+    while offset < len(chunk):
+        id_size, entry_size = struct.unpack_from("<HH", chunk, offset)
+        offset += 4
+        pairs.append((chunk[offset:offset + id_size].decode(),
+                      chunk[offset + id_size:offset + id_size + entry_size]))
+        offset += id_size + entry_size
+    return pairs
+
+
+@pytest.fixture
+def renumbering_often():
+    """The native log renumbers its logical offsets once past 64 bytes
+    (instead of 2**40), so that tests reach it."""
+    module = pytest.importorskip("rankd.engine._dedupe")
+    module._set_rebase_at(64)
+    yield
+    module._set_rebase_at(1 << 40)
+
+
+@pytest.mark.parametrize("live", [3, 0])
+def test_log_chunks_go_on_across_a_compaction_and_a_restart_of_the_offsets(
+        store, renumbering_often, live):
+    """After the first chunk, the front expires and new ids arrive.  With
+    a few ids still live, the full log is compacted and its offsets
+    renumbered; with none, the emptied log starts again at offset 0.
+    Either way the chunks go on with the ids still live, not the new ones."""
+    log = store()
+    for i in range(10):
+        log.put(f"old-{i}", entry(1))
+    for i in range(live):
+        log.put(f"live-{i}", entry(100))
+    chunks = log.log_chunks(1)
+    assert [e for e, _ in read_chunk(next(chunks))] == ["old-0"]
+    assert log.expire(1) == 10
+    for i in range(10):
+        log.put(f"new-{i}", entry(100))
+    assert [e for chunk in chunks for e, _ in read_chunk(chunk)] == [
+        f"live-{i}" for i in range(live)]
+    assert [e for chunk in log.log_chunks(1) for e, _ in read_chunk(chunk)] == [
+        *(f"live-{i}" for i in range(live)), *(f"new-{i}" for i in range(10))]
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # a constant setting
+@given(ops=st.lists(st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 120), st.integers(0, 1000)),
+    st.tuples(st.just("expire"), st.integers(0, 400)),
+    st.tuples(st.just("chunk"), st.integers(0, 3)),
+), max_size=300), max_bytes=st.sampled_from([1, 60, 200, 1 << 20]))
+def test_log_chunks_taken_while_the_table_changes(store, renumbering_often, ops, max_bytes):
+    """A snapshot takes the chunks while ids arrive and expire (and the
+    log grows, compacts and renumbers its offsets): they hold, in order,
+    the entries of when the first chunk was taken, every one of them not
+    expired or remembered again since, and nothing newer."""
+    log = store()
+    model: dict[str, bytes] = {}
+    clock = 0
+    chunks = None
+    taken: list[tuple[str, bytes]] = []
+    at_start: list[tuple[str, bytes]] = []
+    touched: set[str] = set()  # expired or remembered again since the first chunk
+    for op in ops:
+        if op[0] == "put":
+            event_id = f"ev-{op[1]}-" + "z" * (op[1] % 29)
+            packed = entry(clock + op[2], b"%d" % len(taken))
+            log.put(event_id, packed)
+            touched.add(event_id)
+            model.pop(event_id, None)
+            model[event_id] = packed
+        elif op[0] == "expire":
+            clock += op[1]
+            gone = expire_model(model, clock)
+            touched.update(gone)
+            assert log.expire(clock) == len(gone)
+        elif chunks is None:
+            chunks = log.log_chunks(max_bytes)
+            at_start, touched = list(model.items()), set()
+            taken += read_chunk(next(chunks, b""))
+        else:
+            for _ in range(op[1]):
+                taken += read_chunk(next(chunks, b""))
+    if chunks is None:
+        return
+    taken += [pair for chunk in chunks for pair in read_chunk(chunk)]
+    # In order, from the entries of the start...
+    positions = [at_start.index(pair) for pair in taken]
+    assert positions == sorted(set(positions))
+    # ...every one of them that nothing touched since.
+    assert {pair for pair in at_start if pair[0] not in touched} <= set(taken)
 
 
 @pytest.mark.parametrize("chunk, message", [

@@ -43,6 +43,7 @@ cdef class PackedLog:
     cdef Writer log                 # the records, oldest first, from `head` to `log.size`
     cdef Py_ssize_t head            # physical offset of the oldest record kept
     cdef uint64_t base              # logical offset of physical offset 0
+    cdef uint64_t renumbered        # subtracted from logical offsets so far
     cdef uint64_t *slots            # 0 = empty, else tag << 48 | (logical offset + 1)
     cdef size_t mask
     cdef Py_ssize_t count           # live entries (each has one slot)

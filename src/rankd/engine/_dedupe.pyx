@@ -21,7 +21,10 @@ compaction does not change.
 
 Snapshots copy the log in chunks of a portable form (:meth:`PackedLog.log_chunks`),
 which :class:`rankd.engine.dedupe.DictLog`, the pure-Python twin, reads
-and writes too.
+and writes too.  They take one chunk at a time while ids keep arriving,
+so a chunk walks *absolute* offsets (``renumbered + base`` is the absolute
+offset of physical offset 0): unlike logical ones they survive both ways
+of renumbering (a rebase, and the restart at 0 of an emptied log).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -60,7 +63,13 @@ cdef enum:
     CHUNK_HEADER = 4            # portable form: u16 id size, u16 entry size
 
 # Logical offsets are renumbered from 0 at a compaction once past this.
-cdef uint64_t REBASE_AT = (<uint64_t>1) << 40
+cdef uint64_t _rebase_at = (<uint64_t>1) << 40
+
+
+def _set_rebase_at(uint64_t offset):
+    """For tests: renumber logical offsets once past ``offset`` (2**40 by default)."""
+    global _rebase_at
+    _rebase_at = offset
 
 
 cdef class PackedLog:
@@ -207,10 +216,11 @@ cdef class PackedLog:
         self.base += self.head
         self.log.size -= self.head
         self.head = 0
-        if self.base > REBASE_AT:
+        if self.base > _rebase_at:
             for i in range(self.mask + 1):
                 if self.slots[i] != 0:
                     self.slots[i] -= self.base
+            self.renumbered += self.base
             self.base = 0
 
     cdef void _drop_slot(self, dd_record *record) noexcept:
@@ -270,6 +280,7 @@ cdef class PackedLog:
         if expired:
             self.changes += 1
         if self.head == self.log.size:  # empty, no slot in use: start again at the front
+            self.renumbered += self.base + self.head
             self.base = self.head = self.log.size = 0
         return expired
 
@@ -291,29 +302,39 @@ cdef class PackedLog:
 
     def log_chunks(self, Py_ssize_t max_bytes):
         """The live entries in the portable log form (see ``DictLog``), in
-        chunks of about ``max_bytes``; the table must not change meanwhile."""
-        cdef Py_ssize_t offset = self.head, start, end, size
-        cdef uint64_t changes = self.changes
+        chunks of about ``max_bytes``, oldest first.
+
+        The table may change between chunks (a snapshot takes them while
+        ids keep arriving): the chunks hold the entries remembered when the
+        first one was taken, less those expired or remembered again since;
+        nothing remembered later.
+        """
+        cdef uint64_t cursor = self.renumbered + self.base + self.head  # absolute offsets
+        cdef uint64_t end = self.renumbered + self.base + self.log.size
+        cdef uint64_t origin
+        cdef Py_ssize_t offset, stop, size
         cdef dd_record *record
         cdef char *p
         cdef uint16_t field
         while True:
-            if self.changes != changes:
-                raise RuntimeError("the dedupe table changed during iteration")
-            if offset >= self.log.size:
+            # Where the log is now: it may have been compacted, expired or
+            # grown (moved) since the last chunk.
+            origin = self.renumbered + self.base
+            cursor = max(cursor, origin + <uint64_t>self.head)
+            if cursor >= end:
                 return
             # Measure a chunk, then copy it.
-            start = end = offset
+            offset = stop = <Py_ssize_t>(cursor - origin)
             size = 0
-            while end < self.log.size and (size == 0 or size < max_bytes):
-                record = <dd_record *>(self.log.data + end)
+            while stop < <Py_ssize_t>(end - origin) and (size == 0 or size < max_bytes):
+                record = <dd_record *>(self.log.data + stop)
                 if not record.dead:
                     size += CHUNK_HEADER + record.id_size + record.entry_size
-                end += DD_RECORD_SIZE(record.id_size, record.entry_size)
+                stop += DD_RECORD_SIZE(record.id_size, record.entry_size)
+            cursor = origin + <uint64_t>stop
             chunk = PyBytes_FromStringAndSize(NULL, size)
             p = PyBytes_AS_STRING(chunk)
-            offset = start
-            while offset < end:
+            while offset < stop:
                 record = <dd_record *>(self.log.data + offset)
                 offset += DD_RECORD_SIZE(record.id_size, record.entry_size)
                 if record.dead:

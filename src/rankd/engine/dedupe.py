@@ -68,10 +68,16 @@ class DictLog:
         return iter(self._entries.items())
 
     def log_chunks(self, max_bytes: int) -> Iterator[bytes]:
-        """The entries in the portable log form, in chunks of about ``max_bytes``."""
+        """The entries in the portable log form, in chunks of about
+        ``max_bytes``, oldest first.  The table may change between chunks:
+        they hold the entries remembered when the first one was taken, less
+        those expired or remembered again since; nothing remembered later."""
         parts: list[bytes] = []
         size = 0
-        for event_id, entry in self._entries.items():
+        entries = self._entries
+        for event_id, entry in list(entries.items()):
+            if entries.get(event_id) is not entry:
+                continue  # forgotten, or remembered again, since
             data = event_id.encode()
             parts += (_CHUNK_HEADER.pack(len(data), len(entry)), data, entry)
             size += _CHUNK_HEADER.size + len(data) + len(entry)
@@ -164,7 +170,8 @@ class DedupeTable:
 
     def log_chunks(self, max_bytes: int) -> Iterator[bytes]:
         """The entries in the portable log form, for a snapshot, in chunks of
-        about ``max_bytes`` (do not write meanwhile)."""
+        about ``max_bytes``; writes may go on between chunks (see
+        ``DictLog.log_chunks``)."""
         return self.log.log_chunks(max_bytes)
 
     def load_log(self, chunk: bytes) -> int:

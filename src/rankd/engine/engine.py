@@ -863,9 +863,14 @@ class Engine:
         """Write one board; return how many entries (members of every
         window and period, labels, event ids) it wrote.  Its writers wait
         (other boards' do not) while its indexes are dumped, in a worker
-        thread without the GIL, and while its labels and event ids are
-        copied a chunk at a time; the copies are encoded and written after
-        writes resume.  The event loop never waits long."""
+        thread without the GIL, and while its labels are copied a chunk at
+        a time; the copies are encoded and written after writes resume.
+        Its event ids are copied a chunk at a time as each is written,
+        while writes go on: a copy of them all would double the memory
+        they take (hundreds of megabytes on a busy board) for as long as
+        the snapshot runs.  Event ids remembered meanwhile are in the WAL
+        after the snapshot's position, and ids expired meanwhile would be
+        expired again.  The event loop never waits long."""
         async def add(section: list) -> None:
             await asyncio.to_thread(writer.add, records.encode(section))
 
@@ -880,15 +885,13 @@ class Engine:
                     entries += len(index)
                     await add(["index", board.name, window, period, dump])
             labels = [chunk async for chunk in _yielding(_columns(board.labels))]
-            event_ids = [chunk async for chunk in _yielding(
-                board.dedupe.log_chunks(SNAPSHOT_LOG_BYTES))]
             entries += len(board.dedupe)
         finally:
             self._release(board)
         # As columns: a msgpack map's decoder would intern every key.
         for keys, values in labels:
             await add(["label_columns", board.name, keys, values])
-        for chunk in event_ids:
+        for chunk in board.dedupe.log_chunks(SNAPSHOT_LOG_BYTES):
             await add(["event_id_log", board.name, chunk])
         return entries + sum(len(keys) for keys, _ in labels)
 
