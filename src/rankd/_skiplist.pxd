@@ -447,6 +447,8 @@ cdef class RankIndex:
     cdef int _append_loaded(self, rk_node *x, rk_node **last, Py_ssize_t *last_rank, Py_ssize_t *last_drank) except -1
 
     # Entry points for other native modules (member = UTF-8 bytes, checked by the caller).
+    cdef void c_prefetch_slot(self, const char *member, Py_ssize_t mlen) noexcept
+    cdef void c_prefetch_node(self, const char *member, Py_ssize_t mlen) noexcept
     cdef bint c_get(self, const char *member, Py_ssize_t mlen, double *score) noexcept
     cdef Py_ssize_t c_put(self, const char *member, Py_ssize_t mlen, double score,
                           uint64_t seq) except -1

@@ -797,6 +797,17 @@ cdef class RankIndex:
     # MAX_MEMBER_BYTES); the score is finite.  They skip the Python-level
     # validation and result tuples of the public methods.
 
+    cdef void c_prefetch_slot(self, const char *member, Py_ssize_t mlen) noexcept:
+        """Start loading ``member``'s hash slot (a batch warms its next lookups)."""
+        rk_prefetch(&self.slots[self._hash(member, mlen) & self.mask])
+
+    cdef void c_prefetch_node(self, const char *member, Py_ssize_t mlen) noexcept:
+        """Start loading the node ``member``'s hash slot points to (after
+        :meth:`c_prefetch_slot` had time to load the slot)."""
+        cdef rk_node *node = self.slots[self._hash(member, mlen) & self.mask]
+        if node != NULL:
+            rk_prefetch_node(node)
+
     cdef bint c_get(self, const char *member, Py_ssize_t mlen, double *score) noexcept:
         """Whether ``member`` is present; its score into ``score`` if so."""
         cdef rk_node *x = self._lookup(member, mlen, self._hash(member, mlen))

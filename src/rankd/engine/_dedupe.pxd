@@ -58,6 +58,7 @@ cdef class PackedLog:
     cdef int _make_room(self, Py_ssize_t need) except -1
     cdef void _compacted(self) noexcept
     cdef void _drop_slot(self, dd_record *record) noexcept
+    cdef void c_prefetch(self, const char *event_id, Py_ssize_t size) noexcept
     cdef const char *c_entry(self, const char *event_id, Py_ssize_t size,
                              Py_ssize_t *entry_size) noexcept
     cdef int c_put(self, const char *event_id, Py_ssize_t size, const char *entry,

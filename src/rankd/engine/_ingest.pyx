@@ -518,9 +518,47 @@ def ingest_packed(dict boards, list runs, double now, Py_ssize_t first_lsn,
     result's ``answers`` is None."""
     cdef _Kernel kernel = _Kernel(boards, now, first_lsn, dedupe_ttl, ts_tolerance)
     cdef Packed packed
-    for packed in runs:
+    cdef Py_ssize_t k, n = len(runs)
+    # Each run's lookups are warmed in two steps a run apart (slots while
+    # the run before is applied, then the nodes they point to), so a
+    # submission rarely waits for memory to find its member or event id.
+    if n:
+        _prefetch(kernel, <Packed>runs[0], False)
+    for k in range(n):
+        packed = <Packed>runs[k]
+        if k + 1 < n:
+            _prefetch(kernel, <Packed>runs[k + 1], False)
+        _prefetch(kernel, packed, True)
         _ingest_run(kernel, packed)
     return kernel.result(None)
+
+
+cdef void _prefetch(_Kernel kernel, Packed packed, bint nodes) except *:
+    """Start loading what a run's lookups read first: each event id's slot
+    in its dedupe table and each member's in its indexes' hash tables; or,
+    with ``nodes`` (once the slots had time to load), the node each
+    member's slot points to."""
+    cdef PackedSubmission *item
+    cdef Plan *plan
+    cdef Py_ssize_t i
+    cdef int w
+    for i in range(packed.count):
+        item = &packed.items[i]
+        plan = kernel.plan_by_bytes(packed.chars(&item.board), item.board.size)
+        if plan == NULL or not 0 < item.member.size <= MAX_MEMBER_BYTES:
+            continue
+        if (not nodes and item.event_id.present
+                and 0 < item.event_id.size <= MAX_EVENT_ID_BYTES):
+            (<PackedLog>plan.entries).c_prefetch(packed.chars(&item.event_id), item.event_id.size)
+        for w in range(plan.nwindows):
+            if plan.windows[w].index == NULL:
+                continue
+            if nodes:  # (casts, not a variable: no reference counting per member)
+                (<RankIndex>plan.windows[w].index).c_prefetch_node(
+                    packed.chars(&item.member), item.member.size)
+            else:
+                (<RankIndex>plan.windows[w].index).c_prefetch_slot(
+                    packed.chars(&item.member), item.member.size)
 
 
 cdef int _ingest_run(_Kernel kernel, Packed packed) except -1:
