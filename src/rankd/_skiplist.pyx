@@ -478,10 +478,22 @@ cdef class RankIndex:
         cdef Py_ssize_t rank = 0
         cdef int i
         cdef const char *member = RK_MEMBER(x)
+        cdef rk_level *link
         for i in range(self.height - 1, -1, -1):
-            while self._link_before(&node.level[i], x.key, x.seq, member, x.mlen):
-                rank += node.level[i].span
-                node = node.level[i].forward
+            while True:
+                link = &node.level[i]
+                if link.forward == NULL or link.fkey > x.key:
+                    break
+                if link.fkey == x.key:
+                    # A tie: the forward node's sequence decides, a cache miss
+                    # on a board of tied scores.  Load the candidate one level
+                    # down meanwhile: if this one is not before x, it is next.
+                    if i > 0:
+                        rk_prefetch(node.level[i - 1].forward)
+                    if not self._before(link.forward, x.key, x.seq, member, x.mlen):
+                        break
+                rank += link.span
+                node = link.forward
             update[i] = node
         return rank + 1
 
