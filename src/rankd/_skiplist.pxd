@@ -424,7 +424,7 @@ cdef class RankIndex:
     cdef int _table_resize(self, size_t size) except -1
     cdef void _table_remove(self, rk_node *node) noexcept
     cdef Py_ssize_t _link(self, rk_node *x, bint newest=*) noexcept
-    cdef Py_ssize_t _path_to(self, rk_node *x, rk_node **update) noexcept
+    cdef Py_ssize_t _path_to(self, rk_node *x, rk_node **update, int lowest=*) noexcept
     cdef Py_ssize_t _rekey(self, rk_node *x, double key, uint64_t seq) noexcept
     cdef void _unlink(self, rk_node *x) noexcept
     cdef bint _can_stay(self, rk_node *x, double key, uint64_t seq) noexcept

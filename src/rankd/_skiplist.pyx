@@ -471,15 +471,16 @@ cdef class RankIndex:
         self.ndistinct += dx + ds
         return rank[0] + 1
 
-    cdef Py_ssize_t _path_to(self, rk_node *x, rk_node **update) noexcept:
+    cdef Py_ssize_t _path_to(self, rk_node *x, rk_node **update, int lowest=0) noexcept:
         """Fill ``update[i]`` with the last node before present node ``x`` on
-        every level in use; return x's 1-based rank."""
+        every level in use from ``lowest`` up; return x's 1-based rank
+        (only when ``lowest`` is 0)."""
         cdef rk_node *node = self.header
         cdef Py_ssize_t rank = 0
         cdef int i
         cdef const char *member = RK_MEMBER(x)
         cdef rk_level *link
-        for i in range(self.height - 1, -1, -1):
+        for i in range(self.height - 1, lowest - 1, -1):
             while True:
                 link = &node.level[i]
                 if link.forward == NULL or link.fkey > x.key:
@@ -531,8 +532,10 @@ cdef class RankIndex:
         cdef rk_node *succ = x.level[0].forward
         cdef int i, dx, ds = 0
 
-        self._path_to(x, update)
-        pred = update[0]
+        # Level 0 needs no search: x's predecessor there is its backward
+        # node (a search through a run of tied scores visits a node per step).
+        self._path_to(x, update, 1)
+        update[0] = pred = self.header if x.backward == NULL else x.backward
         dx = pred == self.header or pred.key != x.key
         if succ != NULL:
             ds = (pred == self.header or pred.key != succ.key) - (x.key != succ.key)
