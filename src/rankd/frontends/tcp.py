@@ -452,13 +452,14 @@ class TcpConnection(asyncio.Protocol):
         frames, answered = _encode_answers(packed, wire.ok, wire.error)
         stats = self.server.stats
         ok = answered
-        for answer in packed.answers:
-            if answer is None:
-                continue
-            if type(answer) is dict:
-                ok += 1
-            else:
-                stats[("submit", answer.code)] += 1
+        if answered < len(packed):  # some answers are Python objects (or errors)
+            for answer in packed.answers:
+                if answer is None:
+                    continue
+                if type(answer) is dict:
+                    ok += 1
+                else:
+                    stats[("submit", answer.code)] += 1
         stats[("submit", "ok")] += ok
         return frames
 
