@@ -79,6 +79,7 @@ cdef struct Plan:
     double min_score, max_score, max_delta
     int nwindows
     Window windows[MAX_WINDOWS]
+    Py_ssize_t writes     # version bumps not yet added to the board (_Kernel.flush)
 
 
 cdef struct Change:
@@ -180,6 +181,7 @@ cdef int _plan(Plan *plan, object board, object now, list keep) except -1:
         plan.windows[i].primary = window == primary
         i += 1
     plan.nwindows = i
+    plan.writes = 0
     return 0
 
 
@@ -281,7 +283,23 @@ cdef class _Kernel:
         writer_free(&self.w)
 
     cdef object result(self, list answers):
+        self.flush()
         return _Ingested(answers, self.payloads, self.names, self.rejected, self.duplicates)
+
+    cdef int flush(self) except -1:
+        """Add the version bumps of the native writes so far to their
+        boards (once per board and call, not per write: two attribute
+        writes and two new objects per submission otherwise).  Nothing
+        reads a board's version while a call runs but the reference,
+        which is flushed for first."""
+        cdef Py_ssize_t p
+        for p in range(self.nplans):
+            if self.plans[p].writes:
+                board = <object>self.plans[p].board
+                board.version += self.plans[p].writes
+                board.updated_at = <double>self.now_ms / 1000.0
+                self.plans[p].writes = 0
+        return 0
 
     cdef Plan *plan(self, object name) except? NULL:
         """The plan of board ``name`` (a str), NULL if it must take the reference."""
@@ -344,6 +362,7 @@ cdef class _Kernel:
     cdef object reference(self, object sub):
         """The reference's answer to ``sub`` (or its EngineError), counted."""
         cdef Py_ssize_t lsn = self.first_lsn + len(self.payloads)
+        self.flush()
         try:
             answer = _ingest_one(self.boards, sub, self.now, self.now_ms, lsn, self.dedupe_ttl,
                                  self.ts_tolerance, self.payloads)
@@ -440,9 +459,7 @@ cdef class _Kernel:
                 sub.member_size)
             (<PackedLog>plan.entries).c_put(sub.event_id, sub.event_id_size, entry, size)
         if nupdates:
-            board = <object>plan.board
-            board.version += 1
-            board.updated_at = <double>self.now_ms / 1000.0
+            plan.writes += 1
         self.names.add(<object>plan.name)
         return 0
 
@@ -457,43 +474,46 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
     cdef Change changes[MAX_WINDOWS]
     cdef PackedResult out
     cdef bint native
-    for submission in submissions:
-        name = submission.board
-        plan = kernel.plan(name) if type(name) is str else NULL
-        member = submission.member
-        label = submission.label
-        event_id = submission.event_id
-        native = (plan != NULL and _ascii(member, MAX_MEMBER_BYTES)
-                  and (label is None or (type(label) is str and PyUnicode_IS_COMPACT_ASCII(label)
-                                         and PyUnicode_GET_LENGTH(label) <= MAX_LABEL_CHARS))
-                  and (event_id is None or _ascii(event_id, MAX_EVENT_ID_BYTES))
-                  and submission.ts is None)
-        if native and event_id is not None:
-            native = not kernel.duplicate_or_live(plan, _chars(event_id),
-                                                  PyUnicode_GET_LENGTH(event_id))
-        if native:
-            if plan.policy == POLICY_SUM:
-                native = (submission.score is None and _number(submission.delta, &sub.value)
-                          and not (plan.has_max_delta and fabs(sub.value) > plan.max_delta))
-            else:
-                native = submission.delta is None and _number(submission.score, &sub.value)
-        if native:
-            sub.member = _chars(member)
-            sub.member_size = PyUnicode_GET_LENGTH(member)
-            sub.member_str = <PyObject *>member
-            if event_id is None:
-                sub.event_id = NULL
-            else:
-                sub.event_id = _chars(event_id)
-                sub.event_id_size = PyUnicode_GET_LENGTH(event_id)
-            sub.label = NULL if label is None else <PyObject *>label
-            native = kernel.score(plan, &sub, changes)
-        if not native:
-            answers.append(kernel.reference(submission))
-            continue
-        kernel.apply(plan, &sub, changes, &out)
-        answers.append(_answer(member, event_id, out.score, out.rank,
-                               out.previous if out.has_previous else None, out.changed))
+    try:
+        for submission in submissions:
+            name = submission.board
+            plan = kernel.plan(name) if type(name) is str else NULL
+            member = submission.member
+            label = submission.label
+            event_id = submission.event_id
+            native = (plan != NULL and _ascii(member, MAX_MEMBER_BYTES)
+                      and (label is None or (type(label) is str and PyUnicode_IS_COMPACT_ASCII(label)
+                                             and PyUnicode_GET_LENGTH(label) <= MAX_LABEL_CHARS))
+                      and (event_id is None or _ascii(event_id, MAX_EVENT_ID_BYTES))
+                      and submission.ts is None)
+            if native and event_id is not None:
+                native = not kernel.duplicate_or_live(plan, _chars(event_id),
+                                                      PyUnicode_GET_LENGTH(event_id))
+            if native:
+                if plan.policy == POLICY_SUM:
+                    native = (submission.score is None and _number(submission.delta, &sub.value)
+                              and not (plan.has_max_delta and fabs(sub.value) > plan.max_delta))
+                else:
+                    native = submission.delta is None and _number(submission.score, &sub.value)
+            if native:
+                sub.member = _chars(member)
+                sub.member_size = PyUnicode_GET_LENGTH(member)
+                sub.member_str = <PyObject *>member
+                if event_id is None:
+                    sub.event_id = NULL
+                else:
+                    sub.event_id = _chars(event_id)
+                    sub.event_id_size = PyUnicode_GET_LENGTH(event_id)
+                sub.label = NULL if label is None else <PyObject *>label
+                native = kernel.score(plan, &sub, changes)
+            if not native:
+                answers.append(kernel.reference(submission))
+                continue
+            kernel.apply(plan, &sub, changes, &out)
+            answers.append(_answer(member, event_id, out.score, out.rank,
+                                   out.previous if out.has_previous else None, out.changed))
+    finally:
+        kernel.flush()  # also when a write fails: what was applied counts
     return kernel.result(answers)
 
 
@@ -522,14 +542,17 @@ def ingest_packed(dict boards, list runs, double now, Py_ssize_t first_lsn,
     # Each run's lookups are warmed in two steps a run apart (slots while
     # the run before is applied, then the nodes they point to), so a
     # submission rarely waits for memory to find its member or event id.
-    if n:
-        _prefetch(kernel, <Packed>runs[0], False)
-    for k in range(n):
-        packed = <Packed>runs[k]
-        if k + 1 < n:
-            _prefetch(kernel, <Packed>runs[k + 1], False)
-        _prefetch(kernel, packed, True)
-        _ingest_run(kernel, packed)
+    try:
+        if n:
+            _prefetch(kernel, <Packed>runs[0], False)
+        for k in range(n):
+            packed = <Packed>runs[k]
+            if k + 1 < n:
+                _prefetch(kernel, <Packed>runs[k + 1], False)
+            _prefetch(kernel, packed, True)
+            _ingest_run(kernel, packed)
+    finally:
+        kernel.flush()
     return kernel.result(None)
 
 
