@@ -80,6 +80,7 @@ cdef struct Plan:
     int nwindows
     Window windows[MAX_WINDOWS]
     Py_ssize_t writes     # version bumps not yet added to the board (_Kernel.flush)
+    bint named            # the board is in the call's set of changed boards
 
 
 cdef struct Change:
@@ -182,6 +183,7 @@ cdef int _plan(Plan *plan, object board, object now, list keep) except -1:
         i += 1
     plan.nwindows = i
     plan.writes = 0
+    plan.named = False
     return 0
 
 
@@ -460,7 +462,9 @@ cdef class _Kernel:
             (<PackedLog>plan.entries).c_put(sub.event_id, sub.event_id_size, entry, size)
         if nupdates:
             plan.writes += 1
-        self.names.add(<object>plan.name)
+        if not plan.named:
+            self.names.add(<object>plan.name)
+            plan.named = True
         return 0
 
 
