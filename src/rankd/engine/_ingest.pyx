@@ -486,8 +486,9 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
             label = submission.label
             event_id = submission.event_id
             native = (plan != NULL and _ascii(member, MAX_MEMBER_BYTES)
-                      and (label is None or (type(label) is str and PyUnicode_IS_COMPACT_ASCII(label)
-                                             and PyUnicode_GET_LENGTH(label) <= MAX_LABEL_CHARS))
+                      and (label is None
+                           or (type(label) is str and PyUnicode_IS_COMPACT_ASCII(label)
+                               and PyUnicode_GET_LENGTH(label) <= MAX_LABEL_CHARS))
                       and (event_id is None or _ascii(event_id, MAX_EVENT_ID_BYTES))
                       and submission.ts is None)
             if native and event_id is not None:
