@@ -483,16 +483,13 @@ cdef class RankIndex:
         for i in range(self.height - 1, lowest - 1, -1):
             while True:
                 link = &node.level[i]
-                if link.forward == NULL or link.fkey > x.key:
-                    break
-                if link.fkey == x.key:
+                if i > 0 and link.forward != NULL and link.fkey == x.key:
                     # A tie: the forward node's sequence decides, a cache miss
                     # on a board of tied scores.  Load the candidate one level
                     # down meanwhile: if this one is not before x, it is next.
-                    if i > 0:
-                        rk_prefetch(node.level[i - 1].forward)
-                    if not self._before(link.forward, x.key, x.seq, member, x.mlen):
-                        break
+                    rk_prefetch(node.level[i - 1].forward)
+                if not self._link_before(link, x.key, x.seq, member, x.mlen):
+                    break
                 rank += link.span
                 node = link.forward
             update[i] = node

@@ -33,7 +33,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memcmp, memcpy, memmove, memset
 
-from rankd._skiplist cimport rk_big_alloc, rk_siphash13
+from rankd._skiplist cimport rk_big_alloc, rk_prefetch, rk_siphash13
 from rankd.engine._packing cimport ENTRY_BYTES, writer_free, writer_reserve
 
 import os
@@ -52,7 +52,6 @@ cdef extern from *:
     }
     """
     void rk_advise_huge(void *p, size_t size) nogil
-    void __builtin_prefetch(const void *p) nogil
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
@@ -121,7 +120,7 @@ cdef class PackedLog:
 
     cdef void c_prefetch(self, const char *event_id, Py_ssize_t size) noexcept:
         """Start loading the slots ``event_id``'s lookup reads first."""
-        __builtin_prefetch(&self.slots[self._hash(event_id, size) & self.mask])
+        rk_prefetch(&self.slots[self._hash(event_id, size) & self.mask])
 
     cdef const char *c_entry(self, const char *event_id, Py_ssize_t size,
                              Py_ssize_t *entry_size) noexcept:

@@ -285,7 +285,6 @@ cdef class _Kernel:
         writer_free(&self.w)
 
     cdef object result(self, list answers):
-        self.flush()
         return _Ingested(answers, self.payloads, self.names, self.rejected, self.duplicates)
 
     cdef int flush(self) except -1:
@@ -293,7 +292,8 @@ cdef class _Kernel:
         boards (once per board and call, not per write: two attribute
         writes and two new objects per submission otherwise).  Nothing
         reads a board's version while a call runs but the reference,
-        which is flushed for first."""
+        which is flushed for first; each call flushes when it ends,
+        failed or not."""
         cdef Py_ssize_t p
         for p in range(self.nplans):
             if self.plans[p].writes:
