@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import subprocess
 import sys
 import zlib
@@ -1428,6 +1429,105 @@ def test_apply_batch_warms_enum_and_int_operations_on_a_large_index(native_cls):
     assert index._warmed - before == 0
     assert sum(isinstance(r, Exception) for r in results) == 4 * 8
     index._check()
+
+
+# 49,152 members fill the native table's 65,536 slots to 3/4; the next new
+# member doubles it, and past 32,768 members that relays the nodes out.
+FULL_TABLE = 49_152
+MIB = 1 << 20
+
+
+def _grow_to_a_full_table(index, model, seed):
+    rng = random.Random(seed)
+    ops = [(Op.SET, f"r{i}", float(rng.randrange(100_000))) for i in range(FULL_TABLE)]
+    index.apply_batch(ops)
+    for _, member, score in ops:
+        model.set(member, score)
+    return rng
+
+
+def _assert_same_board(index, model, rng):
+    """The structure's invariants, the order and sequences (through the
+    dump), and the reads of a sample of members (the model re-sorts the
+    board on every read, so not all of them)."""
+    index._check()
+    expected = model.entries()
+    assert list(index) == [(m, s) for _, m, s in expected]
+    assert index.dump() == model.dump()
+    dense, distinct, previous = {}, 0, None
+    for _, member, score in expected:
+        distinct += score != previous
+        previous = score
+        dense[member] = distinct
+    for rank, member, _ in rng.sample(expected, 200):
+        assert index.rank(member) == rank
+        assert index.dense_rank(member) == dense[member]
+        assert index.around(member, 2, 2) == expected[max(0, rank - 3) : rank + 2]
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("tie_break", TIE_BREAKS)
+@pytest.mark.parametrize("write", ["set", "apply_batch", "set_states"])
+def test_growing_the_table_lays_the_nodes_out_in_rank_order(native_cls, order, tie_break, write):
+    index, model = native_cls(order, tie_break), ModelIndex(order, tie_break)
+    rng = _grow_to_a_full_table(index, model, 11)
+    ascending, reserved = index._layout
+    # Members arrived in random score order: their nodes are scattered.
+    assert ascending < 0.75 * (FULL_TABLE - 1)
+    if write == "set":
+        index.set("new", 1500.0)
+        model.set("new", 1500.0)
+    elif write == "apply_batch":
+        batch = [(Op.INCR, "r1", 7.0), (Op.SET, "new", 1500.0), (Op.REMOVE, "r2", None)]
+        index.apply_batch(batch)
+        model.apply_batch(batch)
+    else:
+        index.set_states([("new", 1500.0, 10**9)])
+        model.set_states([("new", 1500.0, 10**9)])
+    ascending, relaid = index._layout
+    # Every link leads up in memory but the two around the one node that
+    # arrived after the relayout (and the one a removal joined).
+    assert ascending >= len(index) - 1 - 3
+    # The fresh chunks replaced the old ones instead of adding to them.
+    assert relaid <= reserved + 2 * MIB
+    _assert_same_board(index, model, rng)
+
+
+def test_a_large_set_states_batch_that_grows_the_table(native_cls):
+    # set_states re-threads the whole list for a batch this large, after
+    # reserving room for its new members: the relayout happens first.
+    index, model = native_cls("desc", "first"), ModelIndex("desc", "first")
+    rng = _grow_to_a_full_table(index, model, 12)
+    states = [(f"r{i}", float(rng.randrange(3000)), 10**9 + i) for i in range(0, FULL_TABLE, 9)]
+    states += [(f"n{i}", float(rng.randrange(3000)), 2 * 10**9 + i) for i in range(2000)]
+    index.set_states(states)
+    model.set_states(states)
+    _assert_same_board(index, model, rng)
+
+
+def test_rank_of_the_member_just_written_follows_every_later_change(index_cls):
+    # The native index keeps the rank its last write found; any change
+    # after it, to any member, must retire it.
+    index, model = twins(index_cls, "desc", "first")
+    steps = [
+        ("set", ("a", 10.0)),
+        ("set", ("b", 5.0)),
+        ("incr", ("b", 6.0)),         # b passes a
+        ("set", ("a", 10.0)),         # no change: the rank still stands
+        ("incr", ("a", 0.5)),
+        ("set", ("c", 20.0)),         # a new member above a
+        ("remove", ("c",)),
+        ("apply_batch", ([(Op.INCR, "a", 1.0), (Op.SET, "d", 30.0)],)),
+        ("set_states", ([("d", 1.0, 100)],)),
+        ("incr", ("a", 1.0)),
+        ("clear", ()),
+        ("set", ("b", 1.0)),
+    ]
+    for name, args in steps:
+        getattr(index, name)(*args)
+        getattr(model, name)(*args)
+        for member in "abcd":
+            assert index.rank(member) == model.rank(member), (name, args, member)
 
 
 def test_apply_batch_on_a_large_index_with_odd_operations(index_cls):

@@ -147,6 +147,7 @@ cdef extern from *:
         char *cur, *end;          /* bump region of the newest chunk */
         void **chunks;
         size_t nchunks, cap, next_chunk;
+        size_t first_chunk;       /* chunk i holds min(first_chunk << i, 2 MiB) */
         void *free_list[RK_SIZE_CLASSES];
         size_t reserved;          /* bytes of chunks held */
     } rk_arena;
@@ -162,13 +163,40 @@ cdef extern from *:
         return p;
     }
 
-    static void rk_arena_init(rk_arena *a) {
+    /* A 2 MiB chunk straight from mmap, 2 MiB aligned: unmapping it gives
+       the memory back at once, where free() may keep it in the heap (glibc
+       serves blocks of this size from the heap once one has been freed),
+       which matters when a relayout frees a whole arena. */
+    static void *rk_huge_chunk_alloc(void) {
+        size_t len = 2 * RK_HUGE_PAGE;
+        char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return NULL;
+        char *start = (char *)(((uintptr_t)p + RK_HUGE_PAGE - 1) & ~(uintptr_t)(RK_HUGE_PAGE - 1));
+        if (start > p) munmap(p, (size_t)(start - p));
+        if (p + len > start + RK_HUGE_PAGE)
+            munmap(start + RK_HUGE_PAGE, (size_t)(p + len - (start + RK_HUGE_PAGE)));
+    #ifdef MADV_HUGEPAGE
+        madvise(start, RK_HUGE_PAGE, MADV_HUGEPAGE);
+    #endif
+        return start;
+    }
+
+    static void rk_arena_init_from(rk_arena *a, size_t first_chunk) {
         memset(a, 0, sizeof(*a));
-        a->next_chunk = RK_FIRST_CHUNK;
+        a->next_chunk = a->first_chunk = first_chunk;
+    }
+
+    static void rk_arena_init(rk_arena *a) {
+        rk_arena_init_from(a, RK_FIRST_CHUNK);
     }
 
     static void rk_arena_release(rk_arena *a) {
-        for (size_t i = 0; i < a->nchunks; i++) free(a->chunks[i]);
+        size_t size = a->first_chunk;
+        for (size_t i = 0; i < a->nchunks; i++) {
+            if (size == RK_HUGE_PAGE) munmap(a->chunks[i], size);
+            else free(a->chunks[i]);
+            if (size < RK_HUGE_PAGE) size *= 2;
+        }
         free(a->chunks);
         rk_arena_init(a);
     }
@@ -189,7 +217,8 @@ cdef extern from *:
                 a->chunks = chunks;
                 a->cap = cap;
             }
-            char *chunk = rk_big_alloc(a->next_chunk);
+            char *chunk = a->next_chunk == RK_HUGE_PAGE ? rk_huge_chunk_alloc()
+                                                        : rk_big_alloc(a->next_chunk);
             if (chunk == NULL) return NULL;
             a->chunks[a->nchunks++] = chunk;
             a->cur = chunk;
@@ -232,6 +261,14 @@ cdef extern from *:
     #define RK_PREFETCH_GROUP 24
     #endif
     #define RK_PREFETCH_MIN_LENGTH 32768
+    /* From this many members, growing the member table also lays the nodes
+       out afresh in rank order (RankIndex._relayout); smaller boards sit
+       in the caches whatever their layout. */
+    #define RK_RELAYOUT_MIN_LENGTH 32768
+    /* A search for a node prefetches this many bytes before it (and 256
+       after) when the nodes there are in rank order: its last steps on
+       levels 0 and 1.  2 and 4 KiB were no faster (bench/README.md). */
+    #define RK_NEIGHBOURHOOD 1024
     /* _shift moves a node past at most this many neighbours on level 0
        (each one likely a cache miss); a longer move is an unlink and a
        link, whose searches skip over them. */
@@ -342,6 +379,7 @@ cdef extern from *:
     ctypedef struct rk_arena:
         size_t reserved
     void rk_arena_init(rk_arena *arena) nogil
+    void rk_arena_init_from(rk_arena *arena, size_t first_chunk) nogil
     void rk_arena_release(rk_arena *arena) nogil
     void *rk_arena_alloc(rk_arena *arena, size_t size) nogil
     void rk_arena_free(rk_arena *arena, void *p, size_t size) nogil
@@ -354,6 +392,9 @@ cdef extern from *:
         PREFETCH_GROUP "RK_PREFETCH_GROUP"
         SHIFT_MAX "RK_SHIFT_MAX"
         PREFETCH_MIN_LENGTH "RK_PREFETCH_MIN_LENGTH"
+        RELAYOUT_MIN_LENGTH "RK_RELAYOUT_MIN_LENGTH"
+        HUGE_CHUNK "RK_HUGE_PAGE"
+        NEIGHBOURHOOD "RK_NEIGHBOURHOOD"
         SLOT_AHEAD "RK_SLOT_AHEAD"
         NODE_AHEAD "RK_NODE_AHEAD"
         RETHREAD_RATIO "RK_RETHREAD_RATIO"
@@ -401,7 +442,10 @@ cdef class RankIndex:
     cdef uint64_t hash_k0, hash_k1
     cdef rk_node **slots
     cdef size_t mask
-    cdef Py_ssize_t mutations       # invalidates iterators
+    cdef Py_ssize_t mutations       # invalidates iterators and the memo
+    cdef rk_node *memo_node         # the node last written, its rank, and
+    cdef Py_ssize_t memo_rank       # the mutation count that rank is good for
+    cdef Py_ssize_t memo_mutations
     cdef Py_ssize_t warmed          # operations apply_batch warmed (tests)
     cdef rk_arena arena             # owns every member node
 
@@ -416,12 +460,15 @@ cdef class RankIndex:
     cdef inline double _score(self, rk_node *node) noexcept
     cdef inline double _key(self, double score) noexcept
     cdef inline bint _is_leader(self, rk_node *node) noexcept
+    cdef inline void _prefetch_neighbourhood(self, rk_node *x) noexcept
+    cdef inline Py_ssize_t _remember(self, rk_node *x, Py_ssize_t rank) noexcept
     cdef inline uint32_t _hash(self, const char *member, Py_ssize_t mlen) noexcept
     cdef inline rk_node *_lookup(self, const char *member, Py_ssize_t mlen, uint32_t h) noexcept
     cdef inline rk_node *_find(self, object member) except? NULL
     cdef int _table_reserve(self, Py_ssize_t members) except -1
     cdef void _table_insert(self, rk_node *node) noexcept
     cdef int _table_resize(self, size_t size) except -1
+    cdef int _relayout(self, size_t size) except -1
     cdef void _table_remove(self, rk_node *node) noexcept
     cdef Py_ssize_t _link(self, rk_node *x, bint newest=*) noexcept
     cdef Py_ssize_t _path_to(self, rk_node *x, rk_node **update, int lowest=*) noexcept
