@@ -1446,6 +1446,16 @@ def _grow_to_a_full_table(index, model, seed):
     return rng
 
 
+def _assert_laid_out_in_rank_order(index, arrived_after=0, removed_after=False):
+    """Every level-0 link leads to a higher address, but for the two around
+    each node that arrived after the relayout, the one a removal joined, and
+    one where each 2 MiB chunk of nodes follows another (mmap places them
+    in no particular order)."""
+    ascending, reserved = index._layout
+    exceptions = 2 * arrived_after + removed_after + reserved // (2 * MIB)
+    assert ascending >= len(index) - 1 - exceptions
+
+
 def _assert_same_board(index, model, rng):
     """The structure's invariants, the order and sequences (through the
     dump), and the reads of a sample of members (the model re-sorts the
@@ -1484,12 +1494,22 @@ def test_growing_the_table_lays_the_nodes_out_in_rank_order(native_cls, order, t
     else:
         index.set_states([("new", 1500.0, 10**9)])
         model.set_states([("new", 1500.0, 10**9)])
-    ascending, relaid = index._layout
-    # Every link leads up in memory but the two around the one node that
-    # arrived after the relayout (and the one a removal joined).
-    assert ascending >= len(index) - 1 - 3
     # The fresh chunks replaced the old ones instead of adding to them.
-    assert relaid <= reserved + 2 * MIB
+    assert index._layout[1] <= reserved + 2 * MIB
+    _assert_laid_out_in_rank_order(index, arrived_after=1, removed_after=write == "apply_batch")
+    _assert_same_board(index, model, rng)
+
+
+@pytest.mark.parametrize("knobs", [{"max_level": 1}, {"max_level": 3}, {"branching": 2}])
+def test_relayout_of_short_and_tall_lists(native_cls, knobs):
+    # The relayout walks stretches cut at the nodes of a high level: with
+    # one level every node starts a stretch; with branching 2 there are
+    # more levels than usual.
+    index, model = native_cls("asc", "member", seed=5, **knobs), ModelIndex("asc", "member")
+    rng = _grow_to_a_full_table(index, model, 13)
+    index.set("new", 20.0)
+    model.set("new", 20.0)
+    _assert_laid_out_in_rank_order(index, arrived_after=1)
     _assert_same_board(index, model, rng)
 
 

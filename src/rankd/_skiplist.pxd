@@ -265,6 +265,10 @@ cdef extern from *:
        out afresh in rank order (RankIndex._relayout); smaller boards sit
        in the caches whatever their layout. */
     #define RK_RELAYOUT_MIN_LENGTH 32768
+    /* A relayout walks this many stretches of the list at once, and reads
+       the old nodes this many places ahead of their copy. */
+    #define RK_RELAYOUT_LANES 16
+    #define RK_RELAYOUT_AHEAD 16
     /* A search for a node prefetches this many bytes before it (and 256
        after) when the nodes there are in rank order: its last steps on
        levels 0 and 1.  2 and 4 KiB were no faster (bench/README.md). */
@@ -393,6 +397,8 @@ cdef extern from *:
         SHIFT_MAX "RK_SHIFT_MAX"
         PREFETCH_MIN_LENGTH "RK_PREFETCH_MIN_LENGTH"
         RELAYOUT_MIN_LENGTH "RK_RELAYOUT_MIN_LENGTH"
+        RELAYOUT_LANES "RK_RELAYOUT_LANES"
+        RELAYOUT_AHEAD "RK_RELAYOUT_AHEAD"
         HUGE_CHUNK "RK_HUGE_PAGE"
         NEIGHBOURHOOD "RK_NEIGHBOURHOOD"
         SLOT_AHEAD "RK_SLOT_AHEAD"
@@ -469,6 +475,7 @@ cdef class RankIndex:
     cdef void _table_insert(self, rk_node *node) noexcept
     cdef int _table_resize(self, size_t size) except -1
     cdef int _relayout(self, size_t size) except -1
+    cdef int _nodes_in_order(self, rk_node **order) except -1
     cdef void _table_remove(self, rk_node *node) noexcept
     cdef Py_ssize_t _link(self, rk_node *x, bint newest=*) noexcept
     cdef Py_ssize_t _path_to(self, rk_node *x, rk_node **update, int lowest=*) noexcept

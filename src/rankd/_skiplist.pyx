@@ -407,41 +407,60 @@ cdef class RankIndex:
         Every node pointer changes: callers hold none across a write.
         """
         cdef rk_node **slots = _table_alloc(size)
+        cdef rk_node **order = <rk_node **>malloc(self.length * sizeof(rk_node *))
         cdef rk_node *first[MAX_LEVEL]
         cdef rk_node *last[MAX_LEVEL]
-        cdef rk_node *x = self.header.level[0].forward
+        cdef rk_node *x
         cdef rk_node *y
         cdef rk_node *prev = NULL
         cdef rk_arena fresh
         cdef size_t mask = size - 1, j, nbytes
+        cdef Py_ssize_t k, n = self.length
         cdef int i
-        rk_arena_init_from(&fresh, HUGE_CHUNK)
-        for i in range(MAX_LEVEL):
-            first[i] = self.header.level[i].forward
-            last[i] = self.header
-        while x != NULL:
-            nbytes = RK_NODE_SIZE(x.nlevels, x.mlen)
-            y = <rk_node *>rk_arena_alloc(&fresh, nbytes)
-            if y == NULL:
-                # Nothing outside the fresh arena has changed but the header.
-                for i in range(MAX_LEVEL):
-                    self.header.level[i].forward = first[i]
-                rk_arena_release(&fresh)
-                free(slots)
+        try:
+            if order == NULL:
                 raise MemoryError()
-            memcpy(y, x, nbytes)
-            y.backward = prev
-            # y's own forward pointers still lead to old nodes; each is
-            # overwritten when the next node of its level is copied.
-            for i in range(y.nlevels):
-                last[i].level[i].forward = y
-                last[i] = y
-            j = y.hash & mask
-            while slots[j] != NULL:
-                j = (j + 1) & mask
-            slots[j] = y
-            prev = y
-            x = x.level[0].forward
+            self._nodes_in_order(order)
+            rk_arena_init_from(&fresh, HUGE_CHUNK)
+            for i in range(MAX_LEVEL):
+                first[i] = self.header.level[i].forward
+                last[i] = self.header
+            for k in range(n):
+                # The old nodes are scattered: fetch them ahead, so that
+                # the misses overlap.
+                if k + RELAYOUT_AHEAD < n:
+                    rk_prefetch_node(order[k + RELAYOUT_AHEAD])
+                x = order[k]
+                nbytes = RK_NODE_SIZE(x.nlevels, x.mlen)
+                y = <rk_node *>rk_arena_alloc(&fresh, nbytes)
+                if y == NULL:
+                    # Only the header has changed outside the fresh arena.
+                    for i in range(MAX_LEVEL):
+                        self.header.level[i].forward = first[i]
+                    rk_arena_release(&fresh)
+                    raise MemoryError()
+                memcpy(y, x, nbytes)
+                y.backward = prev
+                # y's own forward pointers still lead to old nodes; each is
+                # overwritten when the next node of its level is copied.
+                for i in range(y.nlevels):
+                    last[i].level[i].forward = y
+                    last[i] = y
+                order[k] = prev = y
+            # The new table, from the copies (read in order): its slots are
+            # scattered, and fetched ahead too.
+            for k in range(n):
+                if k + RELAYOUT_AHEAD < n:
+                    rk_prefetch(&slots[order[k + RELAYOUT_AHEAD].hash & mask])
+                j = order[k].hash & mask
+                while slots[j] != NULL:
+                    j = (j + 1) & mask
+                slots[j] = order[k]
+        except MemoryError:
+            free(slots)
+            raise
+        finally:
+            free(order)
         self.tail = prev
         rk_arena_release(&self.arena)
         self.arena = fresh
@@ -449,6 +468,81 @@ cdef class RankIndex:
         self.slots = slots
         self.mask = mask
         self.mutations += 1
+        return 0
+
+    cdef int _nodes_in_order(self, rk_node **order) except -1:
+        """Fill ``order`` with the ``length`` nodes in rank order.
+
+        A walk along level 0 is a chain of dependent cache misses, one per
+        node.  Instead the list is cut, at the nodes of a level high enough
+        to give a few hundred stretches, into stretches whose first ranks
+        the spans give; RELAYOUT_LANES of them are walked at once, a step
+        of each in turn, so that their misses overlap.
+        """
+        cdef Py_ssize_t n = self.length, count = 0, rank, s, stretch = 0
+        cdef Py_ssize_t *start_rank
+        cdef rk_node **start
+        cdef rk_node *node
+        cdef rk_node *cur[RELAYOUT_LANES]
+        cdef Py_ssize_t pos[RELAYOUT_LANES]
+        cdef Py_ssize_t end[RELAYOUT_LANES]
+        cdef int level = 0, lane, active = 0
+        while (level + 1 < self.height
+               and n // (<Py_ssize_t>self.branching ** (level + 1)) >= 16 * RELAYOUT_LANES):
+            level += 1
+        node = self.header.level[level].forward
+        while node != NULL:
+            count += 1
+            node = node.level[level].forward
+        start = <rk_node **>malloc((count + 1) * sizeof(rk_node *))
+        start_rank = <Py_ssize_t *>malloc((count + 2) * sizeof(Py_ssize_t))
+        if start == NULL or start_rank == NULL:
+            free(start)
+            free(start_rank)
+            raise MemoryError()
+        try:
+            # Stretch 0 starts at the first node; the others at the nodes of
+            # the level (the first node may be one of them).
+            start[0] = self.header.level[0].forward
+            start_rank[0] = 1
+            count = 1
+            rank = 0
+            node = self.header
+            while node.level[level].forward != NULL:
+                rank += node.level[level].span
+                node = node.level[level].forward
+                if rank > 1:
+                    start[count] = node
+                    start_rank[count] = rank
+                    count += 1
+            start_rank[count] = n + 1
+            for lane in range(RELAYOUT_LANES):
+                pos[lane] = end[lane] = 0
+                if stretch < count:
+                    cur[lane] = start[stretch]
+                    pos[lane] = start_rank[stretch] - 1
+                    end[lane] = start_rank[stretch + 1] - 1
+                    stretch += 1
+                    active += 1
+            while active:
+                for lane in range(RELAYOUT_LANES):
+                    if pos[lane] == end[lane]:
+                        continue
+                    order[pos[lane]] = cur[lane]
+                    pos[lane] += 1
+                    if pos[lane] < end[lane]:
+                        cur[lane] = cur[lane].level[0].forward
+                        rk_prefetch(&cur[lane].level[0])
+                    elif stretch < count:
+                        cur[lane] = start[stretch]
+                        pos[lane] = start_rank[stretch] - 1
+                        end[lane] = start_rank[stretch + 1] - 1
+                        stretch += 1
+                    else:
+                        active -= 1
+        finally:
+            free(start)
+            free(start_rank)
         return 0
 
     cdef void _table_remove(self, rk_node *node) noexcept:
