@@ -181,6 +181,19 @@ cdef extern from *:
         return start;
     }
 
+    /* Scratch memory straight from mmap: unmapped when done, where glibc,
+       once a large block has been freed, serves blocks of this size from
+       its heap and keeps them there after free() (resident memory). */
+    static void *rk_map(size_t bytes) {
+        void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+    }
+
+    static void rk_unmap(void *p, size_t bytes) {
+        if (p != NULL) munmap(p, bytes ? bytes : 1);
+    }
+
     static void rk_arena_init_from(rk_arena *a, size_t first_chunk) {
         memset(a, 0, sizeof(*a));
         a->next_chunk = a->first_chunk = first_chunk;
@@ -388,6 +401,8 @@ cdef extern from *:
     void *rk_arena_alloc(rk_arena *arena, size_t size) nogil
     void rk_arena_free(rk_arena *arena, void *p, size_t size) nogil
     void *rk_big_alloc(size_t size) nogil
+    void *rk_map(size_t bytes) nogil
+    void rk_unmap(void *p, size_t bytes) nogil
     void rk_prefetch(const void *p) nogil
     void rk_prefetch_node(const void *p) nogil
     void rk_prefetch_level(const rk_node *n, int i) nogil

@@ -407,7 +407,8 @@ cdef class RankIndex:
         Every node pointer changes: callers hold none across a write.
         """
         cdef rk_node **slots = _table_alloc(size)
-        cdef rk_node **order = <rk_node **>malloc(self.length * sizeof(rk_node *))
+        cdef size_t order_bytes = self.length * sizeof(rk_node *)
+        cdef rk_node **order = <rk_node **>rk_map(order_bytes)
         cdef rk_node *first[MAX_LEVEL]
         cdef rk_node *last[MAX_LEVEL]
         cdef rk_node *x
@@ -460,7 +461,7 @@ cdef class RankIndex:
             free(slots)
             raise
         finally:
-            free(order)
+            rk_unmap(order, order_bytes)
         self.tail = prev
         rk_arena_release(&self.arena)
         self.arena = fresh
