@@ -278,6 +278,14 @@ cdef extern from *:
        out afresh in rank order (RankIndex._relayout); smaller boards sit
        in the caches whatever their layout. */
     #define RK_RELAYOUT_MIN_LENGTH 32768
+    /* A relayout puts the nodes of at least RK_TALL levels in a region of
+       their own; a search going down to level RK_TALL - 1 (or RK_TALL)
+       prefetches this many bytes after the tall node it leaves from.
+       Measured at 1M members against 256/1024, 512/2048, and also
+       prefetching 4 KiB for level RK_TALL + 1: within 2% of each other. */
+    #define RK_TALL 3
+    #define RK_AHEAD_LOW 384
+    #define RK_AHEAD_HIGH 1536
     /* A relayout walks this many stretches of the list at once, and reads
        the old nodes this many places ahead of their copy. */
     #define RK_RELAYOUT_LANES 16
@@ -413,6 +421,9 @@ cdef extern from *:
         PREFETCH_MIN_LENGTH "RK_PREFETCH_MIN_LENGTH"
         RELAYOUT_MIN_LENGTH "RK_RELAYOUT_MIN_LENGTH"
         RELAYOUT_LANES "RK_RELAYOUT_LANES"
+        TALL "RK_TALL"
+        AHEAD_LOW "RK_AHEAD_LOW"
+        AHEAD_HIGH "RK_AHEAD_HIGH"
         RELAYOUT_AHEAD "RK_RELAYOUT_AHEAD"
         HUGE_CHUNK "RK_HUGE_PAGE"
         NEIGHBOURHOOD "RK_NEIGHBOURHOOD"
@@ -482,6 +493,7 @@ cdef class RankIndex:
     cdef inline double _key(self, double score) noexcept
     cdef inline bint _is_leader(self, rk_node *node) noexcept
     cdef inline void _prefetch_neighbourhood(self, rk_node *x) noexcept
+    cdef inline void _prefetch_ahead(self, rk_node *node, int level) noexcept
     cdef inline Py_ssize_t _remember(self, rk_node *x, Py_ssize_t rank) noexcept
     cdef inline uint32_t _hash(self, const char *member, Py_ssize_t mlen) noexcept
     cdef inline rk_node *_lookup(self, const char *member, Py_ssize_t mlen, uint32_t h) noexcept

@@ -315,6 +315,24 @@ cdef class RankIndex:
     cdef inline bint _is_leader(self, rk_node *node) noexcept:
         return node.backward == NULL or node.backward.key != node.key
 
+    cdef inline void _prefetch_ahead(self, rk_node *node, int level) noexcept:
+        """Start loading the memory after ``node`` that a search going down
+        to ``level`` (TALL - 1 or TALL) will step through next, when the
+        tall nodes there are laid out in rank order (see ``_relayout``):
+        its next node on that level is then close behind it.  Its steps on
+        level TALL - 1 go to the tall nodes right after this one, those on
+        level TALL to every fourth or so."""
+        cdef uintptr_t at = <uintptr_t>node
+        cdef uintptr_t window = AHEAD_LOW if level == TALL - 1 else AHEAD_HIGH
+        cdef uintptr_t line
+        cdef rk_node *forward = node.level[level].forward
+        if node == self.header or forward == NULL or <uintptr_t>forward - at > window:
+            return
+        line = at + 64
+        while line < at + window:
+            rk_prefetch(<const void *>line)
+            line += 64
+
     cdef inline void _prefetch_neighbourhood(self, rk_node *x) noexcept:
         """Start loading the memory around present node ``x`` when its
         level-0 predecessor lies there.
@@ -401,6 +419,11 @@ cdef class RankIndex:
         Laid out in rank order, the nodes a search visits on the lower
         levels sit a few hundred bytes to a few kilobytes apart (a node of
         level i is followed on that level by one about 4**i nodes further).
+        The nodes of TALL levels or more (one in sixteen) come first, then
+        the others: the search's steps on levels TALL - 1 and up visit tall
+        nodes only, which then sit close together too (the next one on
+        level TALL - 1 is the next tall node in memory), and the steps on
+        levels 0 and 1 stay among the nodes around the one searched for.
         Done when the table doubles, so it costs O(n) once per doubling,
         amortised O(1) per insert like the rehash it replaces, and it
         leaves no holes: the fresh arena holds exactly the present nodes.
@@ -409,7 +432,8 @@ cdef class RankIndex:
         cdef rk_node **slots = _table_alloc(size)
         cdef size_t order_bytes = self.length * sizeof(rk_node *)
         cdef rk_node **order = <rk_node **>rk_map(order_bytes)
-        cdef rk_node *first[MAX_LEVEL]
+        cdef rk_node **targets = NULL
+        cdef bint tall
         cdef rk_node *last[MAX_LEVEL]
         cdef rk_node *x
         cdef rk_node *y
@@ -422,9 +446,24 @@ cdef class RankIndex:
             if order == NULL:
                 raise MemoryError()
             self._nodes_in_order(order)
+            targets = <rk_node **>rk_map(order_bytes)
+            if targets == NULL:
+                raise MemoryError()
             rk_arena_init_from(&fresh, HUGE_CHUNK)
+            # Tall nodes first, then the others, each in rank order (see
+            # the docstring): two passes of allocation, then one of copies.
+            for tall in (True, False):
+                for k in range(n):
+                    if k + RELAYOUT_AHEAD < n:
+                        rk_prefetch_node(order[k + RELAYOUT_AHEAD])
+                    x = order[k]
+                    if (x.nlevels >= TALL) != tall:
+                        continue
+                    targets[k] = <rk_node *>rk_arena_alloc(&fresh, RK_NODE_SIZE(x.nlevels, x.mlen))
+                    if targets[k] == NULL:
+                        rk_arena_release(&fresh)
+                        raise MemoryError()
             for i in range(MAX_LEVEL):
-                first[i] = self.header.level[i].forward
                 last[i] = self.header
             for k in range(n):
                 # The old nodes are scattered: fetch them ahead, so that
@@ -432,15 +471,8 @@ cdef class RankIndex:
                 if k + RELAYOUT_AHEAD < n:
                     rk_prefetch_node(order[k + RELAYOUT_AHEAD])
                 x = order[k]
-                nbytes = RK_NODE_SIZE(x.nlevels, x.mlen)
-                y = <rk_node *>rk_arena_alloc(&fresh, nbytes)
-                if y == NULL:
-                    # Only the header has changed outside the fresh arena.
-                    for i in range(MAX_LEVEL):
-                        self.header.level[i].forward = first[i]
-                    rk_arena_release(&fresh)
-                    raise MemoryError()
-                memcpy(y, x, nbytes)
+                y = targets[k]
+                memcpy(y, x, RK_NODE_SIZE(x.nlevels, x.mlen))
                 y.backward = prev
                 # y's own forward pointers still lead to old nodes; each is
                 # overwritten when the next node of its level is copied.
@@ -462,6 +494,7 @@ cdef class RankIndex:
             raise
         finally:
             rk_unmap(order, order_bytes)
+            rk_unmap(targets, order_bytes)
         self.tail = prev
         rk_arena_release(&self.arena)
         self.arena = fresh
@@ -671,6 +704,8 @@ cdef class RankIndex:
                 rank += link.span
                 node = link.forward
             update[i] = node
+            if i == TALL or i == TALL + 1:
+                self._prefetch_ahead(node, i - 1)
         return rank + 1
 
     cdef Py_ssize_t _rekey(self, rk_node *x, double key, uint64_t seq) noexcept:
@@ -850,6 +885,8 @@ cdef class RankIndex:
                 node = node.level[i].forward
             if node == x:
                 break
+            if i == TALL or i == TALL + 1:
+                self._prefetch_ahead(node, i - 1)
         if dense != NULL:
             dense[0] = drank
         return rank
@@ -1454,13 +1491,20 @@ cdef class RankIndex:
 
     @property
     def _layout(self):
-        """``(ascending, reserved)`` for tests: how many level-0 links lead
-        to a higher address (all of them right after a relayout), and the
-        bytes of node memory the index holds."""
+        """``(ascending, reserved)`` for tests: of the nodes in rank order,
+        how many lie at a higher address than the node before them of
+        their kind (tall or not: all but the first of each, right after a
+        relayout), and the bytes of node memory the index holds."""
         cdef rk_node *x = self.header.level[0].forward
+        cdef rk_node *last[2]
         cdef Py_ssize_t ascending = 0
-        while x != NULL and x.level[0].forward != NULL:
-            ascending += <uintptr_t>x.level[0].forward > <uintptr_t>x
+        cdef bint tall
+        last[0] = last[1] = NULL
+        while x != NULL:
+            tall = x.nlevels >= TALL
+            if last[tall] != NULL:
+                ascending += <uintptr_t>x > <uintptr_t>last[tall]
+            last[tall] = x
             x = x.level[0].forward
         return ascending, self.arena.reserved
 
