@@ -136,7 +136,8 @@ cdef extern from *:
        up are 2 MiB aligned and advised into transparent huge pages, which
        takes most TLB misses out of the random walks a skip list does.
        Chunks double from 4 KiB so a small board stays small.  Freed nodes
-       are reused; memory returns to the system on clear() and dealloc. */
+       are reused; memory returns to the system on clear(), on dealloc, and
+       when a relayout replaces the whole arena. */
     #include <stdlib.h>
     #include <sys/mman.h>
     #define RK_HUGE_PAGE ((size_t)2 << 20)

@@ -449,7 +449,7 @@ cdef class RankIndex:
         cdef rk_node *y
         cdef rk_node *prev = NULL
         cdef rk_arena fresh
-        cdef size_t mask = size - 1, j, nbytes
+        cdef size_t mask = size - 1, j
         cdef Py_ssize_t k, n = self.length
         cdef int i
         try:
@@ -523,7 +523,7 @@ cdef class RankIndex:
         the spans give; RELAYOUT_LANES of them are walked at once, a step
         of each in turn, so that their misses overlap.
         """
-        cdef Py_ssize_t n = self.length, count = 0, rank, s, stretch = 0
+        cdef Py_ssize_t n = self.length, count = 0, rank, stretch = 0
         cdef Py_ssize_t *start_rank
         cdef rk_node **start
         cdef rk_node *node
