@@ -10,7 +10,7 @@ for other modules.
 """
 
 cimport cython
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t *size) except NULL
@@ -260,6 +260,10 @@ cdef extern from *:
        same line, or belong to a node tall enough to be cached anyway).
        Prefetching all of a node's levels issued more misses than the
        memory system overlaps. */
+    /* Every cache line of [from, to). */
+    static inline void rk_prefetch_lines(uintptr_t from, uintptr_t to) {
+        for (; from < to; from += 64) __builtin_prefetch((const void *)from);
+    }
     static inline void rk_prefetch_level(const rk_node *n, int i) {
         __builtin_prefetch(&n->level[i]);
         __builtin_prefetch((const char *)&n->level[i + 1] - 1);
@@ -415,6 +419,7 @@ cdef extern from *:
     void rk_prefetch(const void *p) nogil
     void rk_prefetch_node(const void *p) nogil
     void rk_prefetch_level(const rk_node *n, int i) nogil
+    void rk_prefetch_lines(uintptr_t start, uintptr_t end) nogil
 
     enum:
         PREFETCH_GROUP "RK_PREFETCH_GROUP"
@@ -494,7 +499,7 @@ cdef class RankIndex:
     cdef inline double _key(self, double score) noexcept
     cdef inline bint _is_leader(self, rk_node *node) noexcept
     cdef inline void _prefetch_neighbourhood(self, rk_node *x) noexcept
-    cdef inline void _prefetch_ahead(self, rk_node *node, int level) noexcept
+    cdef inline void _prefetch_ahead(self, rk_node *node, int finished) noexcept
     cdef inline Py_ssize_t _remember(self, rk_node *x, Py_ssize_t rank) noexcept
     cdef inline uint32_t _hash(self, const char *member, Py_ssize_t mlen) noexcept
     cdef inline rk_node *_lookup(self, const char *member, Py_ssize_t mlen, uint32_t h) noexcept

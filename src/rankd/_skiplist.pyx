@@ -325,23 +325,23 @@ cdef class RankIndex:
     cdef inline bint _is_leader(self, rk_node *node) noexcept:
         return node.backward == NULL or node.backward.key != node.key
 
-    cdef inline void _prefetch_ahead(self, rk_node *node, int level) noexcept:
-        """Start loading the memory after ``node`` that a search going down
-        to ``level`` (TALL - 1 or TALL) will step through next, when the
-        tall nodes there are laid out in rank order (see ``_relayout``):
-        its next node on that level is then close behind it.  Its steps on
-        level TALL - 1 go to the tall nodes right after this one, those on
-        level TALL to every fourth or so."""
+    cdef inline void _prefetch_ahead(self, rk_node *node, int finished) noexcept:
+        """Start loading the memory after ``node`` that a search leaving it
+        down from level ``finished`` will step through next, when that is
+        level TALL - 1 or TALL and the tall nodes there are laid out in rank
+        order (see ``_relayout``): its next node on that level is then close
+        behind it.  Its steps on level TALL - 1 go to the tall nodes right
+        after this one, those on level TALL to every fourth or so."""
+        cdef int level = finished - 1
         cdef uintptr_t at = <uintptr_t>node
-        cdef uintptr_t window = AHEAD_LOW if level == TALL - 1 else AHEAD_HIGH
-        cdef uintptr_t line
-        cdef rk_node *forward = node.level[level].forward
-        if node == self.header or forward == NULL or <uintptr_t>forward - at > window:
+        cdef uintptr_t window
+        cdef rk_node *forward
+        if level != TALL - 1 and level != TALL or node == self.header:
             return
-        line = at + 64
-        while line < at + window:
-            rk_prefetch(<const void *>line)
-            line += 64
+        window = AHEAD_LOW if level == TALL - 1 else AHEAD_HIGH
+        forward = node.level[level].forward
+        if forward != NULL and <uintptr_t>forward - at <= window:
+            rk_prefetch_lines(at + 64, at + window)
 
     cdef inline void _prefetch_neighbourhood(self, rk_node *x) noexcept:
         """Start loading the memory around present node ``x`` when its
@@ -354,13 +354,8 @@ cdef class RankIndex:
         Elsewhere the memory around x holds unrelated nodes: nothing is
         fetched."""
         cdef uintptr_t at = <uintptr_t>x
-        cdef uintptr_t line
-        if x.backward == NULL or <uintptr_t>x.backward - at + NEIGHBOURHOOD > 2 * NEIGHBOURHOOD:
-            return
-        line = at - NEIGHBOURHOOD
-        while line < at + 256:
-            rk_prefetch(<const void *>line)
-            line += 64
+        if x.backward != NULL and <uintptr_t>x.backward - at + NEIGHBOURHOOD <= 2 * NEIGHBOURHOOD:
+            rk_prefetch_lines(at - NEIGHBOURHOOD, at + 256)
 
     # --- hash table -------------------------------------------------------------
 
@@ -449,7 +444,7 @@ cdef class RankIndex:
         cdef rk_node *y
         cdef rk_node *prev = NULL
         cdef rk_arena fresh
-        cdef size_t mask = size - 1, j
+        cdef size_t mask = size - 1
         cdef Py_ssize_t k, n = self.length
         cdef int i
         try:
@@ -490,27 +485,25 @@ cdef class RankIndex:
                     last[i].level[i].forward = y
                     last[i] = y
                 order[k] = prev = y
-            # The new table, from the copies (read in order): its slots are
-            # scattered, and fetched ahead too.
+            # Nothing can fail from here on: switch to the copies and the new
+            # table, and fill it from the copies (read in order; its slots
+            # are scattered, and fetched ahead too).
+            self.tail = prev
+            rk_arena_release(&self.arena)
+            self.arena = fresh
+            free(self.slots)
+            self.slots = slots
+            self.mask = mask
             for k in range(n):
                 if k + RELAYOUT_AHEAD < n:
                     rk_prefetch(&slots[order[k + RELAYOUT_AHEAD].hash & mask])
-                j = order[k].hash & mask
-                while slots[j] != NULL:
-                    j = (j + 1) & mask
-                slots[j] = order[k]
+                self._table_insert(order[k])
         except MemoryError:
             free(slots)
             raise
         finally:
             rk_unmap(order, order_bytes)
             rk_unmap(targets, order_bytes)
-        self.tail = prev
-        rk_arena_release(&self.arena)
-        self.arena = fresh
-        free(self.slots)
-        self.slots = slots
-        self.mask = mask
         self.mutations += 1
         return 0
 
@@ -714,8 +707,7 @@ cdef class RankIndex:
                 rank += link.span
                 node = link.forward
             update[i] = node
-            if i == TALL or i == TALL + 1:
-                self._prefetch_ahead(node, i - 1)
+            self._prefetch_ahead(node, i)
         return rank + 1
 
     cdef Py_ssize_t _rekey(self, rk_node *x, double key, uint64_t seq) noexcept:
@@ -895,8 +887,7 @@ cdef class RankIndex:
                 node = node.level[i].forward
             if node == x:
                 break
-            if i == TALL or i == TALL + 1:
-                self._prefetch_ahead(node, i - 1)
+            self._prefetch_ahead(node, i)
         if dense != NULL:
             dense[0] = drank
         return rank
