@@ -1431,30 +1431,47 @@ def test_apply_batch_warms_enum_and_int_operations_on_a_large_index(native_cls):
     index._check()
 
 
-# 49,152 members fill the native table's 65,536 slots to 3/4; the next new
-# member doubles it, and past 32,768 members that relays the nodes out.
-FULL_TABLE = 49_152
+# From RELAYOUT_MIN_LENGTH members, the native index lays its nodes out
+# afresh in rank order before adding a member once one node in
+# RELAYOUT_SHARE was allocated since the last layout (RankIndex._relayout).
+RELAYOUT_MIN_LENGTH = 32_768
+RELAYOUT_SHARE = 8
+BOARD = 49_152
 MIB = 1 << 20
 
 
-def _grow_to_a_full_table(index, model, seed):
-    rng = random.Random(seed)
-    ops = [(Op.SET, f"r{i}", float(rng.randrange(100_000))) for i in range(FULL_TABLE)]
+def _insert_random_members(index, model, rng, count, prefix):
+    ops = [(Op.SET, f"{prefix}{i}", float(rng.randrange(100_000))) for i in range(count)]
     index.apply_batch(ops)
     for _, member, score in ops:
         model.set(member, score)
+
+
+def _grow_to_the_eve_of_a_relayout(index, model, seed):
+    """Grow a board past RELAYOUT_MIN_LENGTH by random arrivals, then add
+    exactly the members that leave the next new member to trigger a
+    relayout (checking that none of them did)."""
+    rng = random.Random(seed)
+    _insert_random_members(index, model, rng, BOARD, "r")
+    unplaced = index._layout[2]
+    # A new member finds (unplaced + j) * SHARE >= len + j after j more.
+    more = max(0, -(-(len(index) - RELAYOUT_SHARE * unplaced) // (RELAYOUT_SHARE - 1)))
+    _insert_random_members(index, model, rng, more, "e")
+    assert index._layout[2] == unplaced + more
+    assert index._layout[2] * RELAYOUT_SHARE >= len(index)
+    assert (index._layout[2] - 1) * RELAYOUT_SHARE < len(index) - 1
     return rng
 
 
-def _assert_laid_out_in_rank_order(index, arrived_after=0, removed_after=False):
-    """Tall nodes and the others each lie in rank order in memory: every
-    node is at a higher address than the one of its kind before it, but
+def _laid_out_in_rank_order(index, arrived_after=0, removed_after=False):
+    """Whether tall nodes and the others each lie in rank order in memory:
+    every node at a higher address than the one of its kind before it, but
     for the first of each kind, the two around each node that arrived after
     the relayout, the one a removal joined, and one where each 2 MiB chunk
     of nodes follows another (mmap places them in no particular order)."""
-    ascending, reserved = index._layout
+    ascending, reserved, _ = index._layout
     exceptions = 2 + 2 * arrived_after + removed_after + reserved // (2 * MIB)
-    assert ascending >= len(index) - exceptions
+    return ascending >= len(index) - exceptions
 
 
 def _assert_same_board(index, model, rng):
@@ -1479,12 +1496,14 @@ def _assert_same_board(index, model, rng):
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("tie_break", TIE_BREAKS)
 @pytest.mark.parametrize("write", ["set", "apply_batch", "set_states"])
-def test_growing_the_table_lays_the_nodes_out_in_rank_order(native_cls, order, tie_break, write):
+def test_a_board_grown_at_random_is_laid_out_again_in_rank_order(
+    native_cls, order, tie_break, write
+):
     index, model = native_cls(order, tie_break), ModelIndex(order, tie_break)
-    rng = _grow_to_a_full_table(index, model, 11)
-    ascending, reserved = index._layout
-    # Members arrived in random score order: their nodes are scattered.
-    assert ascending < 0.75 * (FULL_TABLE - 1)
+    rng = _grow_to_the_eve_of_a_relayout(index, model, 11)
+    # One node in eight arrived in random score order since the last layout.
+    assert not _laid_out_in_rank_order(index)
+    reserved = index._layout[1]
     if write == "set":
         index.set("new", 1500.0)
         model.set("new", 1500.0)
@@ -1495,9 +1514,37 @@ def test_growing_the_table_lays_the_nodes_out_in_rank_order(native_cls, order, t
     else:
         index.set_states([("new", 1500.0, 10**9)])
         model.set_states([("new", 1500.0, 10**9)])
+    assert index._layout[2] == 1  # the new member's node
     # The fresh chunks replaced the old ones instead of adding to them.
     assert index._layout[1] <= reserved + 2 * MIB
-    _assert_laid_out_in_rank_order(index, arrived_after=1, removed_after=write == "apply_batch")
+    assert _laid_out_in_rank_order(index, arrived_after=1, removed_after=write == "apply_batch")
+    _assert_same_board(index, model, rng)
+
+
+def test_members_removed_and_added_count_toward_a_relayout(native_cls):
+    # A board that stays the same size but changes members places each
+    # newcomer at random too (in the memory a removal freed, or at the end).
+    index, model = native_cls("desc", "first"), ModelIndex("desc", "first")
+    rng = _grow_to_the_eve_of_a_relayout(index, model, 14)
+    index.set("trigger", 5.0)
+    model.set("trigger", 5.0)
+    assert index._layout[2] == 1
+    members = [m for _, m, _ in model.entries()]
+    churn = len(index) // RELAYOUT_SHARE
+    for round_ in range(churn // 500):
+        gone = rng.sample(members, 500)
+        batch = [(Op.REMOVE, m, None) for m in gone]
+        batch += [(Op.SET, f"c{round_}.{i}", float(rng.randrange(100_000))) for i in range(500)]
+        index.apply_batch(batch)
+        for _, member, score in batch:  # the model's apply_batch sorts per rank
+            if score is None:
+                model.remove(member)
+            else:
+                model.set(member, score)
+        gone = set(gone)
+        members = [m for m in members if m not in gone] + [m for _, m, _ in batch[500:]]
+        assert len(index) == len(members)
+    assert 0 < index._layout[2] < churn  # the relayout came during the churn
     _assert_same_board(index, model, rng)
 
 
@@ -1507,23 +1554,36 @@ def test_relayout_of_short_and_tall_lists(native_cls, knobs):
     # one level every node starts a stretch; with branching 2 there are
     # more levels than usual.
     index, model = native_cls("asc", "member", seed=5, **knobs), ModelIndex("asc", "member")
-    rng = _grow_to_a_full_table(index, model, 13)
+    rng = _grow_to_the_eve_of_a_relayout(index, model, 13)
     index.set("new", 20.0)
     model.set("new", 20.0)
-    _assert_laid_out_in_rank_order(index, arrived_after=1)
+    assert _laid_out_in_rank_order(index, arrived_after=1)
     _assert_same_board(index, model, rng)
 
 
-def test_a_large_set_states_batch_that_grows_the_table(native_cls):
+def test_a_large_set_states_batch_that_triggers_a_relayout(native_cls):
     # set_states re-threads the whole list for a batch this large, after
     # reserving room for its new members: the relayout happens first.
     index, model = native_cls("desc", "first"), ModelIndex("desc", "first")
-    rng = _grow_to_a_full_table(index, model, 12)
-    states = [(f"r{i}", float(rng.randrange(3000)), 10**9 + i) for i in range(0, FULL_TABLE, 9)]
+    rng = _grow_to_the_eve_of_a_relayout(index, model, 12)
+    states = [(f"r{i}", float(rng.randrange(3000)), 10**9 + i) for i in range(0, BOARD, 9)]
     states += [(f"n{i}", float(rng.randrange(3000)), 2 * 10**9 + i) for i in range(2000)]
     index.set_states(states)
     model.set_states(states)
+    assert index._layout[2] == 2000
     _assert_same_board(index, model, rng)
+
+
+def test_a_loaded_or_cleared_board_counts_no_node_out_of_place(native_cls):
+    index, model = native_cls("desc", "first"), ModelIndex("desc", "first")
+    _grow_to_the_eve_of_a_relayout(index, model, 15)
+    assert index._layout[2] > 0
+    # load() allocates the nodes in rank order.
+    assert native_cls.load(index.dump())._layout[2] == 0
+    index.clear()
+    assert index._layout[2] == 0
+    _insert_random_members(index, model, random.Random(1), 10, "x")
+    assert index._layout[2] == 10
 
 
 def test_rank_of_the_member_just_written_follows_every_later_change(index_cls):
