@@ -1574,6 +1574,20 @@ def test_a_large_set_states_batch_that_triggers_a_relayout(native_cls):
     _assert_same_board(index, model, rng)
 
 
+def test_a_relayout_that_also_grows_the_table(native_cls):
+    # Room for this many new members at once doubles the table (3/4 full at
+    # most) in the same step as the relayout, which then builds the larger
+    # table instead of refilling the one it has.
+    index, model = native_cls("asc", "first"), ModelIndex("asc", "first")
+    rng = _grow_to_the_eve_of_a_relayout(index, model, 16)
+    fresh = 3 * 2**17 // 4 - len(index) + 1
+    states = [(f"g{i}", float(rng.randrange(100_000)), 10**9 + i) for i in range(fresh)]
+    index.set_states(states)
+    model.set_states(states)
+    assert index._layout[2] == fresh
+    _assert_same_board(index, model, rng)
+
+
 def test_a_loaded_or_cleared_board_counts_no_node_out_of_place(native_cls):
     index, model = native_cls("desc", "first"), ModelIndex("desc", "first")
     _grow_to_the_eve_of_a_relayout(index, model, 15)

@@ -455,7 +455,10 @@ cdef class RankIndex:
         arena holds exactly the present nodes.  Every node pointer changes:
         callers hold none across a write.
         """
-        cdef rk_node **slots = _table_alloc(size)
+        # A table of the same size is refilled in place: a fresh one each
+        # time would leave freed megabytes in the C heap, resident.
+        cdef bint same_table = size == self.mask + 1
+        cdef rk_node **slots = self.slots if same_table else _table_alloc(size)
         cdef size_t order_bytes = self.length * sizeof(rk_node *)
         cdef rk_node **order = <rk_node **>rk_map(order_bytes)
         cdef rk_node **targets = NULL
@@ -512,16 +515,20 @@ cdef class RankIndex:
             self.tail = prev
             rk_arena_release(&self.arena)
             self.arena = fresh
-            free(self.slots)
-            self.slots = slots
-            self.mask = mask
+            if same_table:
+                memset(slots, 0, size * sizeof(rk_node *))
+            else:
+                free(self.slots)
+                self.slots = slots
+                self.mask = mask
             for k in range(n):
                 if k + RELAYOUT_AHEAD < n:
                     rk_prefetch(&slots[order[k + RELAYOUT_AHEAD].hash & mask])
                 self._table_insert(order[k])
             self.unplaced = 0
         except MemoryError:
-            free(slots)
+            if not same_table:
+                free(slots)
             raise
         finally:
             rk_unmap(order, order_bytes)
