@@ -1431,10 +1431,9 @@ def test_apply_batch_warms_enum_and_int_operations_on_a_large_index(native_cls):
     index._check()
 
 
-# From RELAYOUT_MIN_LENGTH members, the native index lays its nodes out
-# afresh in rank order before adding a member once one node in
-# RELAYOUT_SHARE was allocated since the last layout (RankIndex._relayout).
-RELAYOUT_MIN_LENGTH = 32_768
+# From 32,768 members, the native index lays its nodes out afresh in rank
+# order before adding a member once one node in RELAYOUT_SHARE was
+# allocated since the last layout (RankIndex._relayout).
 RELAYOUT_SHARE = 8
 BOARD = 49_152
 MIB = 1 << 20
@@ -1448,7 +1447,7 @@ def _insert_random_members(index, model, rng, count, prefix):
 
 
 def _grow_to_the_eve_of_a_relayout(index, model, seed):
-    """Grow a board past RELAYOUT_MIN_LENGTH by random arrivals, then add
+    """Grow a board past 32,768 members by random arrivals, then add
     exactly the members that leave the next new member to trigger a
     relayout (checking that none of them did)."""
     rng = random.Random(seed)

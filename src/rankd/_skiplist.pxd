@@ -164,24 +164,6 @@ cdef extern from *:
         return p;
     }
 
-    /* A 2 MiB chunk straight from mmap, 2 MiB aligned: unmapping it gives
-       the memory back at once, where free() may keep it in the heap (glibc
-       serves blocks of this size from the heap once one has been freed),
-       which matters when a relayout frees a whole arena. */
-    static void *rk_huge_chunk_alloc(void) {
-        size_t len = 2 * RK_HUGE_PAGE;
-        char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) return NULL;
-        char *start = (char *)(((uintptr_t)p + RK_HUGE_PAGE - 1) & ~(uintptr_t)(RK_HUGE_PAGE - 1));
-        if (start > p) munmap(p, (size_t)(start - p));
-        if (p + len > start + RK_HUGE_PAGE)
-            munmap(start + RK_HUGE_PAGE, (size_t)(p + len - (start + RK_HUGE_PAGE)));
-    #ifdef MADV_HUGEPAGE
-        madvise(start, RK_HUGE_PAGE, MADV_HUGEPAGE);
-    #endif
-        return start;
-    }
-
     /* Scratch memory straight from mmap: unmapped when done, where glibc,
        once a large block has been freed, serves blocks of this size from
        its heap and keeps them there after free() (resident memory). */
@@ -193,6 +175,24 @@ cdef extern from *:
 
     static void rk_unmap(void *p, size_t bytes) {
         if (p != NULL) munmap(p, bytes ? bytes : 1);
+    }
+
+    /* A 2 MiB chunk straight from mmap, 2 MiB aligned: unmapping it gives
+       the memory back at once, where free() may keep it in the heap (glibc
+       serves blocks of this size from the heap once one has been freed),
+       which matters when a relayout frees a whole arena. */
+    static void *rk_huge_chunk_alloc(void) {
+        size_t len = 2 * RK_HUGE_PAGE;
+        char *p = rk_map(len);
+        if (p == NULL) return NULL;
+        char *start = (char *)(((uintptr_t)p + RK_HUGE_PAGE - 1) & ~(uintptr_t)(RK_HUGE_PAGE - 1));
+        if (start > p) munmap(p, (size_t)(start - p));
+        if (p + len > start + RK_HUGE_PAGE)
+            munmap(start + RK_HUGE_PAGE, (size_t)(p + len - (start + RK_HUGE_PAGE)));
+    #ifdef MADV_HUGEPAGE
+        madvise(start, RK_HUGE_PAGE, MADV_HUGEPAGE);
+    #endif
+        return start;
     }
 
     static void rk_arena_init_from(rk_arena *a, size_t first_chunk) {

@@ -44,10 +44,10 @@ one in Redis's t_zset.c)
   ``_prefetch_group``).
 * Nodes are laid out in rank order.  A board that grows by random
   arrivals scatters list neighbours over its whole arena, so every step of
-  a search is a miss somewhere at random.  Each time the member table
-  doubles (past 32,768 members), the nodes are copied in rank order into
-  fresh memory, the nodes of three levels or more in a region of their
-  own (``_relayout``).  A search then finds its last steps close together
+  a search is a miss somewhere at random.  Once one node in eight was
+  allocated since the last layout (past 32,768 members), the nodes are
+  copied in rank order into fresh memory, the nodes of three levels or
+  more in a region of their own (``_relayout``).  A search then finds its last steps close together
   and prefetches them: the memory around the node it looks for (levels 0
   and 1) and after the tall node it goes down from (levels 2 and 3).
 * ``rank()`` of the member a write just placed reuses the rank that write
