@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from rankd.engine.wal import HEADER_BYTES, inspect_segment
+from rankd.engine.wal import HEADER_BYTES, inspect_log
 
 DEFAULT_URL = "http://127.0.0.1:7700"
 PAGE = 1000
@@ -75,13 +75,12 @@ def wal_inspect(data_dir: Path, out: TextIO | None = None) -> int:
     """Print each segment's records, positions and checksum status; 1 if any is damaged."""
     out = out or sys.stdout
     wal_dir = Path(data_dir) / "wal"
-    segments = sorted(wal_dir.glob("*.log"))
-    if not segments:
+    reports = inspect_log(wal_dir)
+    if not reports:
         raise AdminError(f"no WAL segments in {wal_dir}")
     damaged = 0
     out.write(f"{'segment':<26} {'records':>9} {'first':>12} {'last':>12} {'bytes':>12}  status\n")
-    for path in segments:
-        report = inspect_segment(path)
+    for path, report in reports:
         first = report["first_lsn"] if report["records"] else "-"
         last = report["last_lsn"] if report["records"] else "-"
         out.write(f"{path.name:<26} {report['records']:>9} {first!s:>12} {last!s:>12} "

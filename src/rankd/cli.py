@@ -80,14 +80,18 @@ def _serve(args: argparse.Namespace) -> int:
     except config.ConfigError as exc:
         print(f"rankd: {exc}", file=sys.stderr)
         return 2
-    from rankd.server import run
+    from rankd.engine.snapshot import SnapshotError
+    from rankd.engine.wal import WalCorruptError
+    from rankd.server import StoppedAfterFailure, run
 
     try:
         run(settings)
     except config.ConfigError as exc:
         print(f"rankd: {exc}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:  # e.g. the data dir is locked by another daemon
+    # The data dir is locked by another daemon, is damaged, or the disk
+    # failed while serving: one line that says so, not a traceback.
+    except (RuntimeError, WalCorruptError, SnapshotError, StoppedAfterFailure) as exc:
         print(f"rankd: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -5,7 +5,8 @@ Start-up order matters: the data dir is locked first (a second daemon
 fails before it listens), then HTTP starts so ``/v1/health`` can answer 503
 while recovery runs, then the engine recovers and serves.  SIGTERM and
 SIGINT stop accepting, let in-flight requests finish, flush the WAL, take a
-snapshot and exit 0.
+snapshot and exit 0; after a storage failure they take no snapshot and the
+exit status is 1.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ from rankd.metrics import DaemonCollector, Metrics
 log = logging.getLogger("rankd")
 
 SHUTDOWN_GRACE_SECONDS = 10.0
+
+
+class StoppedAfterFailure(Exception):
+    """The daemon stopped in the read-only state a storage failure left it
+    in: what it had not logged was not kept (its exit status is not 0)."""
 
 
 class JsonFormatter(logging.Formatter):
@@ -122,6 +128,11 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
         await engine.close()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+    if engine.failure is not None:
+        log.error("stopped after a storage failure: %s", engine.failure)
+        raise StoppedAfterFailure(
+            f"stopped after a storage failure ({engine.failure}); fix the disk, then restart "
+            "to recover what the log holds")
     log.info("stopped cleanly")
 
 

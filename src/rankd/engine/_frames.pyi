@@ -9,3 +9,6 @@ def scan(
     limit: int,
     collect: bool,
 ) -> tuple[list[tuple[int, bytes]], int, int, tuple[int, str, bool] | None]: ...
+
+def find_frame(data: bytes | bytearray | memoryview, start: int, min_lsn: int,
+               max_lsn: int) -> int: ...

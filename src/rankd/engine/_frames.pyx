@@ -111,3 +111,31 @@ cdef tuple _scan(const unsigned char *buf, Py_ssize_t size, long long expected, 
         expected += 1
         offset = end
     return records, offset, expected, bad
+
+
+def find_frame(data, Py_ssize_t start, long long min_lsn, long long max_lsn):
+    """Offset of the first whole, checksummed frame at or after ``start``
+    whose position lies in ``[min_lsn, max_lsn]``, or -1; see
+    ``rankd.engine.frames.find_frame_python``."""
+    cdef Py_buffer view
+    cdef const unsigned char *buf
+    cdef Py_ssize_t offset, size
+    cdef uint32_t crc, length
+    cdef uint64_t lsn
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        buf = <const unsigned char *>view.buf
+        size = view.len
+        offset = start
+        while offset + HEADER_BYTES <= size:
+            memcpy(&lsn, buf + offset + 8, 8)
+            if lsn >= <uint64_t>min_lsn and lsn <= <uint64_t>max_lsn:
+                memcpy(&length, buf + offset + 4, 4)
+                if length <= MAX_RECORD_BYTES and offset + HEADER_BYTES + <Py_ssize_t>length <= size:
+                    memcpy(&crc, buf + offset, 4)
+                    if crc32(0, buf + offset + 4, CHECKED_BYTES + length) == crc:
+                        return offset
+            offset += 1
+        return -1
+    finally:
+        PyBuffer_Release(&view)

@@ -56,7 +56,7 @@ from rankd.engine.ingest import Ingested, check_member, ingest, ingest_packed
 from rankd.engine.periods import check_window, period_of, period_start
 from rankd.engine.replay import gather_submit, replay_submits
 from rankd.engine.snapshot import SnapshotStore
-from rankd.engine.wal import WalFailedError, WriteAheadLog
+from rankd.engine.wal import WalCorruptError, WalFailedError, WriteAheadLog
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -175,6 +175,9 @@ class Engine:
         #: Replay: (board, window, period) -> states not yet in the index.
         self._replayed: dict[tuple[str, str, str], list[tuple[str, float, int]]] = {}
         self._replayed_count = 0
+        #: Set while the state is rebuilt after a storage failure.
+        self._rolling_back = False
+        self._rolled_back = asyncio.Event()
 
     # --- life cycle -------------------------------------------------------------
 
@@ -189,7 +192,7 @@ class Engine:
     def lock(self) -> None:
         """Take the data dir's lock; ``RuntimeError`` if another process has it."""
         if self._lock_fd is None:
-            self.config.data_dir.mkdir(parents=True, exist_ok=True)
+            self.config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._lock_data_dir()
 
     async def start(self) -> None:
@@ -242,7 +245,7 @@ class Engine:
 
     def _lock_data_dir(self) -> None:
         path = self.config.data_dir / "LOCK"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -283,6 +286,7 @@ class Engine:
 
     def _recover_state(self) -> None:
         started = time.monotonic()
+        self.snapshots.open()
         snapshot_lsn = 0
         latest = self.snapshots.latest()
         if latest is not None:
@@ -291,12 +295,7 @@ class Engine:
         self.wal = WriteAheadLog(self.config.data_dir / "wal", fsync=self.config.fsync,
                                  segment_bytes=self.config.segment_bytes,
                                  repair=self.config.repair, after_lsn=snapshot_lsn)
-        first = self.wal.first_lsn
-        if first is not None and first > snapshot_lsn + 1:
-            raise RuntimeError(
-                f"the WAL starts at position {first} but the snapshot covers only up to "
-                f"{snapshot_lsn}: records in between are missing"
-            )
+        self._check_log_covers(snapshot_lsn)
         total = max(0, self.wal.last_lsn - snapshot_lsn)
         replayed = 0
         reported = 0
@@ -311,6 +310,25 @@ class Engine:
         self._events_since_snapshot = replayed
         log.info("recovered %d boards from snapshot @%d and %d WAL records in %.2fs",
                  len(self.boards), snapshot_lsn, replayed, time.monotonic() - started)
+
+    def _check_log_covers(self, snapshot_lsn: int) -> None:
+        """The log must go on exactly where the snapshot stops: a snapshot
+        covers only what was durable in the log when it was written, and
+        segments are removed only once a snapshot covers them, so a log
+        that starts after it or ends before it lost segments."""
+        first, found = self.wal.first_lsn, self.wal.found_lsn
+        missing = None
+        if first is not None and first > snapshot_lsn + 1:
+            missing = (f"the WAL starts at position {first} but the snapshot covers only up to "
+                       f"{snapshot_lsn}: records {snapshot_lsn + 1}-{first - 1} are missing")
+        elif found < snapshot_lsn:
+            missing = (f"the WAL ends at position {found} but the snapshot was taken at "
+                       f"{snapshot_lsn}, once the log held it: its newest segments are missing")
+        if missing is None:
+            return
+        if not self.config.repair:
+            raise WalCorruptError(self.wal.directory, 0, missing)
+        log.error("%s; going on because repair is enabled", missing)
 
     def _load_snapshot(self, sections: list[bytes]) -> None:
         from rankd.index import RankIndex
@@ -650,9 +668,62 @@ class Engine:
             self._snapshot_wanted.set()
 
     def _read_only_after(self, exc: WalFailedError) -> ReadOnly:
+        if self.failure is None and self.ready:
+            self._rolling_back = True
+            self._tasks.append(asyncio.ensure_future(self._roll_back_unlogged()))
         self._fail(exc)
         return ReadOnly(f"the write-ahead log failed ({exc}); rankd accepts no writes "
                         "until it is restarted")
+
+    async def _roll_back_unlogged(self) -> None:
+        """After the log failed, serve only what it acknowledged.
+
+        Writes are applied in memory before their records reach the log; the
+        ones the failed log never took were refused to their writers, so
+        readers must not see them either.  The state is rebuilt from the
+        snapshot and the log up to the last acknowledged position (what a
+        restart would recover), in a worker thread; reads answer
+        ``ReadOnly`` meanwhile, and for good if the disk cannot be read.
+        """
+        acknowledged = self.wal.acknowledged_lsn
+        shadow = Engine(self.config, clock=self.clock)
+        try:
+            await asyncio.to_thread(shadow._rebuild_from, self.wal, acknowledged)
+        except Exception:
+            log.exception("cannot read back the state the log acknowledged; reads stay "
+                          "refused until restart")
+            self._rolled_back.set()
+            return
+        for name, board in shadow.boards.items():
+            before = self.boards.get(name)
+            if before is not None:  # readers cache by version: move on from theirs
+                board.version = max(board.version, before.version) + 1
+        changed = set(self.boards) | set(shadow.boards)
+        self.boards = shadow.boards
+        self._rolling_back = False
+        self._rolled_back.set()
+        log.warning("rolled back to log position %d, the last one acknowledged; reads "
+                    "resume (writes still refused until restart)", acknowledged)
+        for name in changed:
+            for listener in self.listeners:
+                listener(name)
+
+    async def settled(self) -> None:
+        """Return once reads are served again after a storage failure (at once
+        when there was none, or the state could not be read back)."""
+        if self._rolling_back:
+            await self._rolled_back.wait()
+
+    def _rebuild_from(self, wal: WriteAheadLog, upto_lsn: int) -> None:
+        """Boards as of ``upto_lsn``: the newest snapshot and ``wal`` after it."""
+        latest = self.snapshots.latest()
+        snapshot_lsn = 0
+        if latest is not None:
+            snapshot_lsn, sections = latest
+            self._load_snapshot(sections)
+        for batch in wal.iter_batches(snapshot_lsn + 1, REPLAY_BATCH, upto_lsn):
+            self._replay_records(batch)
+        self._apply_replayed()
 
     def _fail(self, exc: BaseException) -> None:
         if self.failure is None:
@@ -678,6 +749,9 @@ class Engine:
     # --- reads ---------------------------------------------------------------------------
 
     def _board(self, name: str) -> Board:
+        if self._rolling_back:
+            raise ReadOnly("rankd is rolling back writes its log did not keep after a "
+                           "storage failure; reads resume once it is done")
         board = self.boards.get(name)
         if board is None:
             if not isinstance(name, str):
@@ -824,6 +898,11 @@ class Engine:
     async def snapshot(self) -> Path:
         """Write every board to a new snapshot, then drop WAL segments it covers.
 
+        Only what the log holds durably is ever in a snapshot (the log is
+        fsynced up to every write the snapshot may hold before it is
+        published), and none is taken after a storage failure
+        (``ReadOnly``).
+
         Each index is copied in a worker thread (the copy runs without the
         GIL) while writes to *that board* wait; the event loop keeps serving.
 
@@ -836,6 +915,7 @@ class Engine:
         the state it restores.
         """
         async with self._snapshot_lock:
+            self._check_writable()
             started = time.monotonic()
             lsn = self.wal.last_lsn
             writer = await asyncio.to_thread(self.snapshots.begin, lsn)
@@ -845,6 +925,12 @@ class Engine:
                     if self.boards.get(name) is not board:
                         continue  # dropped meanwhile; the WAL replays the drop
                     entries += await self._snapshot_board(writer, board)
+                # The boards may hold writes logged after `lsn`: every one of
+                # them must be durable before a snapshot that holds them is.
+                try:
+                    await self.wal.make_durable(self.wal.last_lsn)
+                except WalFailedError as exc:
+                    raise self._read_only_after(exc) from exc
                 path = await asyncio.to_thread(writer.commit)
             except BaseException:
                 await asyncio.to_thread(writer.abort)

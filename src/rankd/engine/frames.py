@@ -120,8 +120,33 @@ def scan_python(data: bytes | bytearray | memoryview, first_lsn: int, check: boo
     return records, offset, expected, bad
 
 
+def find_frame_python(data: bytes | bytearray | memoryview, start: int, min_lsn: int,
+                      max_lsn: int) -> int:
+    """Offset of the first whole frame at or after ``start`` whose checksum
+    holds and whose position lies in ``[min_lsn, max_lsn]``, or -1.  Every
+    byte offset is tried: after a damaged frame nothing says where the
+    next one begins."""
+    view = memoryview(data)
+    size = len(view)
+    unpack = HEADER.unpack_from
+    for offset in range(start, size - HEADER_BYTES + 1):
+        crc, length, lsn = unpack(view, offset)
+        if (min_lsn <= lsn <= max_lsn and length <= MAX_RECORD_BYTES
+                and offset + HEADER_BYTES + length <= size
+                and zlib.crc32(view[offset + 4:offset + HEADER_BYTES + length]) == crc):
+            return offset
+    return -1
+
+
 _scan, IMPLEMENTATION = native_or("rankd.engine._frames", "scan", scan_python)
 frame_into, _ = native_or("rankd.engine._frames", "frame_into", frame_into_python)
+find_frame, _ = native_or("rankd.engine._frames", "find_frame", find_frame_python)
+
+#: Power loss drops whole pages the kernel had not written back; a file
+#: extended meanwhile reads zeroes there.
+PAGE_BYTES = 4096
+#: A shorter run of zeroes ending a record may be its own content.
+MIN_ZERO_TAIL = HEADER_BYTES
 
 
 def scan(data: bytes | bytearray | memoryview, first_lsn: int, *, check: bool = True,
@@ -138,3 +163,47 @@ def scan(data: bytes | bytearray | memoryview, first_lsn: int, *, check: bool = 
     records, end, next_lsn, bad = _scan(data, first_lsn, check, from_lsn, upto_lsn, limit,
                                         collect)
     return Scan(records, end, next_lsn, None if bad is None else BadFrame(*bad))
+
+
+def is_torn_tail(data: bytes | bytearray | memoryview, bad: BadFrame, bad_lsn: int) -> bool:
+    """Whether the damage :func:`scan` found at ``bad`` in a log file's
+    ``data`` (whose frame there should hold ``bad_lsn``) can only be a last
+    write cut short by a crash, rather than corruption.
+
+    It can when no whole frame of a position at or after ``bad_lsn``
+    follows it (scanned for byte by byte: a flipped length bit sends the
+    scan past frames that are still there) and the bad frame is cut short
+    by the end of the data, or ends in zeroes that pages never written back
+    would leave (from a page boundary, or at least :data:`MIN_ZERO_TAIL`
+    bytes of them).  A whole record with a bad checksum and anything else
+    is corruption.
+    """
+    size = len(data)
+    latest = bad_lsn + (size - bad.offset) // HEADER_BYTES
+    if find_frame(data, bad.offset + 1, bad_lsn, latest) >= 0:
+        return False
+    if bad.torn and bad.reason != "checksum mismatch":
+        # The frame (or its header) runs past the end: cut short, unless a
+        # flipped bit of its length is what sends it there.
+        return not _length_bit_flipped(data, bad.offset)
+    zeros_from = len(bytes(memoryview(data)[bad.offset:]).rstrip(b"\0")) + bad.offset
+    if zeros_from == size:
+        return False
+    return (zeros_from == bad.offset or zeros_from % PAGE_BYTES == 0
+            or size - zeros_from >= MIN_ZERO_TAIL)
+
+
+def _length_bit_flipped(data: bytes | bytearray | memoryview, offset: int) -> bool:
+    """Whether the frame at ``offset`` would be whole and checksummed with
+    one bit of its length field changed."""
+    view = memoryview(data)
+    if len(view) - offset < HEADER_BYTES:
+        return False
+    crc, length, lsn = HEADER.unpack_from(view, offset)
+    for bit in range(32):
+        candidate = length ^ (1 << bit)
+        end = offset + HEADER_BYTES + candidate
+        if end <= len(view) and zlib.crc32(
+                view[offset + HEADER_BYTES:end], zlib.crc32(CHECKED.pack(candidate, lsn))) == crc:
+            return True
+    return False

@@ -14,6 +14,15 @@ shipper reconnects, re-reads the shipped position and continues from there.
 The engine keeps every WAL segment the shipper has not passed, so nothing
 is lost while Postgres is away (the disk holds the backlog).
 
+Only records the fsync policy made durable are shipped
+(``WriteAheadLog.shippable_lsn``): Postgres never holds a record a power
+loss could take back from the local log.  On every connection the shipper
+checks that Postgres and the local log agree on the last shipped record;
+if they do not, or the local log cannot give the next record (a segment
+missing or corrupt), shipping *stalls*: it says so in its status
+(``stalled``), in /v1/ready and /metrics, and logs an error, rather than
+wait forever or ship a different history.
+
 :func:`restore` rebuilds a data dir from Postgres alone: it replays the
 stored records into a fresh WAL, opens an engine on it and snapshots.
 """
@@ -30,7 +39,7 @@ from typing import Any
 
 import asyncpg
 
-from rankd.engine.wal import WalReader, WriteAheadLog
+from rankd.engine.wal import WalCorruptError, WalReader, WriteAheadLog
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +100,11 @@ async def migrate(conn: asyncpg.Connection) -> int:
         return found
 
 
+class ShippingStalled(Exception):
+    """Shipping cannot go on without an operator: the local log and Postgres
+    disagree, or the local log lacks a record it must ship."""
+
+
 class PostgresShipper:
     """Copies WAL records to ``rankd_events`` in the background, exactly once."""
 
@@ -108,7 +122,9 @@ class PostgresShipper:
         self.shipped_total = 0
         self.errors = 0
         self._caught_up_at = time.monotonic()
-        self._reader = WalReader(wal, 1)
+        #: Why shipping cannot make progress (None while it can).
+        self.stalled: str | None = None
+        self._reader = WalReader(wal, 1, durable_only=True)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._known = False  # shipped_lsn read from Postgres at least once
@@ -142,7 +158,7 @@ class PostgresShipper:
             self._caught_up_at = time.monotonic()
         return {"connected": self.connected, "shipped_lsn": self.shipped_lsn,
                 "lag_records": lag, "lag_seconds": time.monotonic() - self._caught_up_at,
-                "last_error": self.last_error}
+                "last_error": self.last_error, "stalled": self.stalled}
 
     async def wait_shipped(self, lsn: int, timeout: float = 30.0) -> None:
         """Wait until ``lsn`` is in Postgres (tests, clean shutdown, tools)."""
@@ -167,6 +183,8 @@ class PostgresShipper:
             try:
                 await migrate(conn)
                 await self._ship_loop(conn)
+            except (ShippingStalled, WalCorruptError) as exc:
+                self._stall(exc)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
                     TimeoutError) as exc:
                 self._down(exc)
@@ -182,6 +200,15 @@ class PostgresShipper:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_SECONDS)
 
+    def _stall(self, exc: BaseException) -> None:
+        message = str(exc)
+        if message != self.stalled:
+            log.error("Postgres shipping STALLED at position %d and cannot go on by itself: "
+                      "%s", self.shipped_lsn + 1, message)
+        self.stalled = message
+        self.errors += 1
+        self.connected = False
+
     def _down(self, exc: BaseException) -> None:
         message = f"{type(exc).__name__}: {exc}"
         if message != self.last_error:
@@ -195,8 +222,10 @@ class PostgresShipper:
         self.shipped_lsn = await conn.fetchval(
             "SELECT shipped_lsn FROM rankd_shipper WHERE id = 1")
         self._known = True
+        await self._check_agreement(conn)
         self.connected = True
         self.last_error = None
+        self.stalled = None
         self._reader.seek(self.shipped_lsn + 1)
         log.info("shipping WAL to Postgres from position %d", self.shipped_lsn + 1)
         while True:
@@ -207,6 +236,29 @@ class PostgresShipper:
                     await asyncio.wait_for(self._wakeup.wait(), 0.5)
                 continue
             await self._ship(conn, batch)
+
+    async def _check_agreement(self, conn: asyncpg.Connection) -> None:
+        """Postgres and the local log must hold the same last shipped record:
+        anything else means one of them lost records the other has."""
+        shipped = self.shipped_lsn
+        if shipped > self.wal.last_lsn:
+            raise ShippingStalled(
+                f"Postgres holds records up to position {shipped} but the local log ends at "
+                f"{self.wal.last_lsn}: this node lost records {self.wal.last_lsn + 1}-"
+                f"{shipped} (restart it to take them back from Postgres)")
+        if shipped == 0:
+            return
+        try:
+            local = WalReader(self.wal, shipped).read(1)
+        except WalCorruptError:
+            local = []
+        if not local or local[0][0] != shipped:
+            return  # already compacted away locally: nothing left to compare
+        remote = await conn.fetchval("SELECT payload FROM rankd_events WHERE lsn = $1", shipped)
+        if remote is not None and bytes(remote) != local[0][1]:
+            raise ShippingStalled(
+                f"the record at position {shipped} differs between Postgres and the local "
+                "log: they hold different histories")
 
     async def _ship(self, conn: asyncpg.Connection, batch: list[tuple[int, bytes]]) -> None:
         rows = []

@@ -62,10 +62,15 @@ class SnapshotWriter:
         self.path = store.directory / _name(lsn)
         self._store = store
         self._tmp = self.path.with_suffix(".tmp")
-        self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed by commit/abort
+        fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._file = open(fd, "wb")  # noqa: SIM115 - closed by commit/abort
         self._header = _HEADER.pack(MAGIC, lsn)
-        self._file.write(self._header)
         self.size = len(self._header)
+        try:
+            self._file.write(self._header)
+        except BaseException:
+            self.abort()
+            raise
 
     def add(self, payload: bytes) -> None:
         """Append one section."""
@@ -86,9 +91,14 @@ class SnapshotWriter:
         return self.path
 
     def abort(self) -> None:
-        """Drop the unfinished snapshot."""
-        self._file.close()
-        self._tmp.unlink(missing_ok=True)
+        """Drop the unfinished snapshot (even when closing it fails: a full
+        disk fails the flush of what is still buffered)."""
+        try:
+            self._file.close()
+        except OSError:
+            pass
+        finally:
+            self._tmp.unlink(missing_ok=True)
 
 
 class SnapshotStore:
@@ -96,8 +106,11 @@ class SnapshotStore:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-        for leftover in directory.glob("snapshot-*.tmp"):
+
+    def open(self) -> None:
+        """Create the directory, or clear what an interrupted snapshot left."""
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for leftover in self.directory.glob("snapshot-*.tmp"):
             leftover.unlink()  # an interrupted snapshot; the previous ones stand
 
     def begin(self, lsn: int) -> SnapshotWriter:
@@ -134,6 +147,8 @@ class SnapshotStore:
         one.  Returns ``None`` when there is no snapshot at all, and raises
         :class:`SnapshotError` when snapshots exist but none is readable.
         """
+        if not self.directory.is_dir():
+            return None
         snapshots = self.snapshots()
         errors = []
         for lsn, path in reversed(snapshots):

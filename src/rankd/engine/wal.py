@@ -33,14 +33,25 @@ A failed write or fsync is never retried: after ``fsync`` fails the kernel
 may have dropped the dirty pages, so retrying could report success for data
 that is gone.  The log turns *failed* instead, every later append or commit
 raises :class:`WalFailedError`, and the engine stops taking writes until it
-is restarted (and recovers from what is really on disk).
+is restarted (and recovers from what is really on disk).  Records whose
+commit failed were refused to their writers, so the log also cuts its files
+back to the end of the last acknowledged record (best effort: the disk may
+refuse that too), lest a restart bring refused writes back.
 
 Recovery reads segments back with :meth:`WriteAheadLog.iter_records`.  A
 record cut short at the very end of the log (a crash mid-write) is a *torn
-tail*: it is truncated with a warning.  Any other bad record is corruption:
-opening stops with :class:`WalCorruptError` naming the file and offset,
-unless ``repair`` is set, which truncates the log there and moves everything
-after it aside to ``corrupt-*`` files in the WAL directory.
+tail*: it is truncated with a warning.  Only the last record can be torn,
+so damage counts as a torn tail only when no whole record follows it (see
+:func:`rankd.engine.frames.is_torn_tail`).  Any other bad record is
+corruption, and so is a gap between segments (each segment must start at
+the position after the last record of the one before): opening or reading
+stops with :class:`WalCorruptError` naming the file and offset, unless
+``repair`` is set, which truncates the log there and moves everything after
+it aside to ``corrupt-*`` files in the WAL directory.
+
+A segment is fsynced before the next one is created, whatever the policy:
+after a power loss only the newest segment can have lost its last writes,
+so damage in any other is always corruption.
 """
 
 from __future__ import annotations
@@ -55,7 +66,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankd.engine.frames import HEADER_BYTES, BadFrame, frame_into, scan
+from rankd.engine.frames import HEADER_BYTES, BadFrame, frame_into, is_torn_tail, scan
 from rankd.engine.snapshot import fsync_directory
 
 log = logging.getLogger(__name__)
@@ -85,9 +96,9 @@ class WalCorruptError(Exception):
 
     def __init__(self, path: Path, offset: int, reason: str) -> None:
         super().__init__(
-            f"write-ahead log corrupt in {path.name} at byte offset {offset}: {reason}; "
-            f"start with repair enabled to truncate the log there and keep the rest aside "
-            f"(in {path.parent})"
+            f"write-ahead log corrupt in {path} at byte offset {offset}: {reason}; "
+            f"start with --repair (RANKD_REPAIR=1) to truncate the log there and keep the "
+            f"rest aside in {path.parent if path.suffix else path}"
         )
         self.path = path
         self.offset = offset
@@ -97,8 +108,9 @@ def segment_name(first_lsn: int) -> str:
     return f"{first_lsn:020d}{_SUFFIX}"
 
 
-def inspect_segment(path: Path) -> dict[str, object]:
-    """Records, positions and checksum status of one segment, read-only."""
+def inspect_segment(path: Path, *, final: bool = True) -> dict[str, object]:
+    """Records, positions and checksum status of one segment, read-only.
+    Only the ``final`` segment of a log can end in a torn tail."""
     data = path.read_bytes()
     first = int(path.name[: -len(_SUFFIX)])
     report: dict[str, object] = {"records": 0, "first_lsn": first, "last_lsn": first - 1,
@@ -108,10 +120,30 @@ def inspect_segment(path: Path) -> dict[str, object]:
     report["last_lsn"] = found.next_lsn - 1
     bad = found.bad
     if bad is not None:
-        kind = "torn tail" if bad.torn or not any(data[bad.offset:]) else "CORRUPT"
+        torn = final and is_torn_tail(data, bad, found.next_lsn)
+        kind = "torn tail" if torn else "CORRUPT"
         report["status"] = (f"{kind} at byte offset {bad.offset} ({bad.reason}; "
                             f"{len(data) - bad.offset} bytes after it)")
     return report
+
+
+def inspect_log(directory: Path) -> list[tuple[Path, dict[str, object]]]:
+    """:func:`inspect_segment` of every segment in ``directory``, oldest
+    first, where a segment that does not start right after the one before
+    is reported as a gap (records missing)."""
+    paths = sorted(directory.glob("*" + _SUFFIX))
+    reports = []
+    for position, path in enumerate(paths):
+        report = inspect_segment(path, final=position == len(paths) - 1)
+        if reports and report["status"] == "ok":
+            before = reports[-1][1]
+            expected = int(before["last_lsn"]) + 1
+            if report["first_lsn"] != expected and before["status"] == "ok":
+                report["status"] = (f"CORRUPT: starts at position {report['first_lsn']} but "
+                                    f"the segment before ends at {expected - 1} "
+                                    f"(a segment is missing or misplaced)")
+        reports.append((path, report))
+    return reports
 
 
 class WriteAheadLog:
@@ -136,7 +168,7 @@ class WriteAheadLog:
         if segment_bytes < 4096:
             raise ValueError("segment_bytes must be at least 4096")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.fsync = fsync
         self.segment_bytes = segment_bytes
         self.repair = repair
@@ -150,6 +182,10 @@ class WriteAheadLog:
         self._active_bytes = 0
         self._fd: int | None = None
         self._retired: list[int] = []  # fds of finished segments awaiting fsync+close
+        # Bytes written to the newest segment file, and (file, size) at the end
+        # of the last acknowledged record: where a failure cuts back to.
+        self._file_bytes = 0
+        self._acknowledged_end: tuple[Path, int] | None = None
         self._dir_dirty = False
         self._fd_lock = threading.Lock()
         self._written_lsn = 0
@@ -176,7 +212,10 @@ class WriteAheadLog:
             first, path = self._segments[-1]
             count, valid_bytes = self._check_segment(first, path, final=True)
             self._last_lsn = first + count - 1
-            self._active_bytes = valid_bytes
+            self._active_bytes = self._file_bytes = valid_bytes
+            self._acknowledged_end = (path, valid_bytes)
+        #: The newest position found on disk at opening.
+        self.found_lsn = self._last_lsn
         if self._last_lsn < after_lsn or not self._segments:
             # Nothing to append to, or the log ends before state known from a
             # snapshot: the next record opens a new segment at the right position.
@@ -189,14 +228,15 @@ class WriteAheadLog:
         data = path.read_bytes()
         found = scan(data, first, collect=False)
         if found.bad is not None:
-            self._damaged(path, data, found.bad, final=final)
+            self._damaged(path, data, found.bad, found.next_lsn, final=final)
         self._checked = (path, found.end)
         return found.next_lsn - first, found.end
 
-    def _damaged(self, path: Path, data: bytes, bad: BadFrame, *, final: bool) -> None:
+    def _damaged(self, path: Path, data: bytes, bad: BadFrame, bad_lsn: int, *,
+                 final: bool) -> None:
+        """Truncate a torn tail; raise on corruption, or repair it when allowed."""
         rest = data[bad.offset:]
-        torn = final and (bad.torn or not any(rest))
-        if torn:
+        if final and is_torn_tail(data, bad, bad_lsn):
             log.warning("write-ahead log %s ends with a torn record at byte offset %d "
                         "(a crash mid-write); dropping its %d bytes",
                         path.name, bad.offset, len(rest))
@@ -211,6 +251,17 @@ class WriteAheadLog:
             handle.truncate(length)
             handle.flush()
             os.fsync(handle.fileno())
+
+    def _broken_chain(self, path: Path, data: bytes, next_lsn: int, follower: int) -> None:
+        """The segment after ``path`` starts at ``follower`` where ``next_lsn``
+        was expected: records are missing (or segments misplaced)."""
+        reason = (f"the log continues at position {follower} in the next segment but this "
+                  f"segment ends before position {next_lsn}: records {next_lsn}-"
+                  f"{follower - 1} are missing" if follower > next_lsn else
+                  f"the next segment starts at position {follower}, inside this segment")
+        if not self.repair:
+            raise WalCorruptError(path, len(data), reason)
+        self._move_aside_from(path, len(data), data)
 
     def _move_aside_from(self, path: Path, offset: int, data: bytes) -> None:
         """Repair: keep ``path`` up to ``offset``; everything after goes to corrupt-* files."""
@@ -253,6 +304,20 @@ class WriteAheadLog:
         return self._durable_lsn
 
     @property
+    def acknowledged_lsn(self) -> int:
+        """Newest position a committer was told is safe: fsynced under
+        ``always``, handed to the OS otherwise."""
+        return self._durable_lsn if self.fsync == "always" else self._written_lsn
+
+    @property
+    def shippable_lsn(self) -> int:
+        """Newest position durable under the fsync policy: what may leave this
+        node (a copy elsewhere of a record a power loss could still take
+        back would disagree with this log after a restart).  Under ``no``,
+        which never promises more, what was handed to the OS."""
+        return self._written_lsn if self.fsync == "no" else self._durable_lsn
+
+    @property
     def failed(self) -> bool:
         return self._failure is not None
 
@@ -268,14 +333,15 @@ class WriteAheadLog:
         for batch in self.iter_batches(from_lsn):
             yield from batch
 
-    def iter_batches(self, from_lsn: int = 1, size: int = 10_000
+    def iter_batches(self, from_lsn: int = 1, size: int = 10_000, upto_lsn: int | None = None
                      ) -> Iterator[list[tuple[int, bytes]]]:
         """Lists of up to ``size`` ``(lsn, payload)``: every written record at or
-        after ``from_lsn``, in order.
+        after ``from_lsn`` (and at or before ``upto_lsn``), in order.
 
         Damage in a segment other than the last raises ``WalCorruptError``
         (or, with ``repair``, truncates there and ends the iteration).
         """
+        upto = self._written_lsn if upto_lsn is None else min(upto_lsn, self._written_lsn)
         position = 0
         while position < len(self._segments):
             first, path = self._segments[position]
@@ -290,26 +356,33 @@ class WriteAheadLog:
             offset, lsn = 0, first
             while True:
                 found = scan(memoryview(data)[offset:], lsn, check=check, from_lsn=from_lsn,
-                             upto_lsn=self._written_lsn, limit=size)
+                             upto_lsn=upto, limit=size)
                 if found.records:
                     yield found.records
                 if found.bad is not None:
                     bad = found.bad._replace(offset=offset + found.bad.offset)
-                    self._damaged(path, data, bad, final=position == len(self._segments))
+                    self._damaged(path, data, bad, found.next_lsn,
+                                  final=position == len(self._segments))
                     # Repaired: the log now ends in this segment.
                     found = scan(path.read_bytes(), first, collect=False)
                     self._reset_end(found.next_lsn - 1, path)
                     return
                 offset += found.end
                 lsn = found.next_lsn
-                if lsn > self._written_lsn:
+                if lsn > upto:
                     return
                 if offset >= len(data):
                     break
+            if upper is not None and upper != lsn:
+                self._broken_chain(path, data, lsn, upper)
+                found = scan(path.read_bytes(), first, collect=False)
+                self._reset_end(found.next_lsn - 1, path)
+                return
 
     def _reset_end(self, last_lsn: int, path: Path) -> None:
         self._last_lsn = self._written_lsn = self._durable_lsn = last_lsn
-        self._active_bytes = path.stat().st_size
+        self._active_bytes = self._file_bytes = path.stat().st_size
+        self._acknowledged_end = (path, self._file_bytes)
         self._pending.clear()
         self._rolls = []
 
@@ -351,6 +424,16 @@ class WriteAheadLog:
             # Shielded: a cancelled committer must not cancel the shared fsync.
             await asyncio.shield(self._flush)
 
+    async def make_durable(self, lsn: int) -> None:
+        """Return once records up to ``lsn`` are written *and* fsynced, whatever
+        the policy (a snapshot must never hold more than the log can give
+        back); ``WalFailedError`` if they cannot be."""
+        await self.commit(lsn)
+        if self.fsync != "always":
+            await self.sync()
+        if self._durable_lsn < lsn:
+            raise WalFailedError(f"write-ahead log failed: {self._failure}")
+
     async def _flush_and_sync(self) -> None:
         try:
             taken = self._take_pending()
@@ -380,14 +463,20 @@ class WriteAheadLog:
         data, rolls, last = self._take_pending()
         self._guarded(self._write, data, rolls)
         self._written_lsn = last
+        self._acknowledged_end = self._file_end()
 
     def _write_and_sync(self, data: bytearray, rolls: list[tuple[int, int]], last: int) -> None:
         if self._failure is not None:
             raise WalFailedError(f"write-ahead log failed: {self._failure}")
         self._guarded(self._write, data, rolls)
         self._written_lsn = last
+        end = self._file_end()
         self._guarded(self._sync)
         self._durable_lsn = last
+        self._acknowledged_end = end
+
+    def _file_end(self) -> tuple[Path, int]:
+        return self._segments[-1][1], self._file_bytes
 
     def _guarded(self, operation, *args) -> None:
         try:
@@ -395,8 +484,31 @@ class WriteAheadLog:
         except OSError as exc:
             self._failure = exc
             log.critical("write-ahead log I/O failed, not retrying: %s", exc)
+            self._cut_back_to_acknowledged()
             raise WalFailedError(f"write-ahead log I/O failed: {exc}") from exc
 
+    def _cut_back_to_acknowledged(self) -> None:
+        """Drop from the files every record after the last acknowledged one
+        (their writers were refused).  Best effort, once failed."""
+        if self._acknowledged_end is None:
+            return
+        path, size = self._acknowledged_end
+        try:
+            with self._fd_lock:
+                later = [p for first, p in self._segments if first > int(path.stem)]
+            for extra in later:
+                extra.unlink(missing_ok=True)
+            os.truncate(path, size)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_directory(self.directory)
+        except OSError as exc:
+            log.critical("cannot cut the write-ahead log back to its last acknowledged record "
+                         "(%s at byte %d): %s; records refused to their writers may come back "
+                         "at restart", path.name, size, exc)
     def _write(self, data: bytearray, rolls: list[tuple[int, int]]) -> None:
         view = memoryview(data)
         start = 0
@@ -412,11 +524,19 @@ class WriteAheadLog:
             self._fd = os.open(self._segments[-1][1], os.O_WRONLY | os.O_APPEND)
         while chunk:
             written = os.write(self._fd, chunk)
+            self._file_bytes += written
             chunk = chunk[written:]
 
     def _start_segment(self, first_lsn: int) -> None:
+        # The finished segment is made durable before the next one exists,
+        # so a power loss can only ever tear the newest segment.
+        if self._fd is not None:
+            os.fsync(self._fd)
         path = self.directory / segment_name(first_lsn)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
+        self._file_bytes = 0
+        if self._acknowledged_end is None:
+            self._acknowledged_end = (path, 0)
         with self._fd_lock:
             if self._fd is not None:
                 self._retired.append(self._fd)
@@ -510,16 +630,19 @@ class WriteAheadLog:
 class WalReader:
     """Follows a live log from a position: what the Postgres shipper tails.
 
-    Reads only records already handed to the OS (``written_lsn``), from the
-    files, and moves on to the next segment when one starts.  The engine
-    never deletes a segment the reader has not passed (it keeps unshipped
-    segments).
+    Reads only records already handed to the OS (``written_lsn``), or with
+    ``durable_only`` only those the fsync policy made durable
+    (``shippable_lsn``), from the files, and moves on to the next segment
+    when one starts.  The engine never deletes a segment the reader has not
+    passed (it keeps unshipped segments), so a missing record is corruption
+    (:class:`WalCorruptError`), never a reason to wait.
     """
 
     def __init__(self, wal: WriteAheadLog, from_lsn: int = 1,
-                 chunk_bytes: int = 4 * 1024 * 1024) -> None:
+                 chunk_bytes: int = 4 * 1024 * 1024, *, durable_only: bool = False) -> None:
         self._wal = wal
         self._chunk_bytes = chunk_bytes
+        self._upto = (lambda: wal.shippable_lsn) if durable_only else (lambda: wal.written_lsn)
         self.seek(from_lsn)
 
     @property
@@ -550,7 +673,7 @@ class WalReader:
     def read(self, limit: int) -> list[tuple[int, bytes]]:
         """Up to ``limit`` records from the current position (may be fewer, or none)."""
         out: list[tuple[int, bytes]] = []
-        while len(out) < limit and self._next <= self._wal.written_lsn:
+        while len(out) < limit and self._next <= self._upto():
             if self._segment is None and not self._locate():
                 break
             before = len(out)
@@ -566,9 +689,11 @@ class WalReader:
                 handle.seek(self._offset)
                 data = handle.read(self._chunk_bytes)
         except FileNotFoundError:
-            self._segment = None
-            return
-        found = scan(data, self._file_lsn, from_lsn=self._next, upto_lsn=self._wal.written_lsn,
+            # The engine keeps every segment a reader has not passed.
+            raise WalCorruptError(path, self._offset,
+                                  f"the segment was deleted before record {self._next} "
+                                  "was read") from None
+        found = scan(data, self._file_lsn, from_lsn=self._next, upto_lsn=self._upto(),
                      limit=limit - len(out))
         out.extend(found.records)
         if found.records:
@@ -580,11 +705,21 @@ class WalReader:
         self._file_lsn = found.next_lsn
 
     def _advance_segment(self) -> bool:
-        """Move to the next segment if the current one is finished."""
+        """Move to the next segment if the current one is finished.
+
+        Called when the current segment gave nothing although record
+        ``next_lsn`` was written: if a later segment starts elsewhere than
+        at that record, records are missing and the reader says so rather
+        than wait for them forever.
+        """
         later = [s for s in self._wal.segments() if s[0] > self._segment[0]]
         if later and later[0][0] == self._next:
             self._segment = later[0]
             self._offset = 0
             self._file_lsn = later[0][0]
             return True
+        if later:
+            raise WalCorruptError(self._segment[1], self._offset,
+                                  f"record {self._next} is missing: the next segment starts "
+                                  f"at position {later[0][0]}")
         return False
