@@ -123,6 +123,9 @@ class DaemonCollector(Collector):
         yield GaugeMetricFamily("rankd_postgres_lag_seconds",
                                 "Seconds since the shipper last caught up",
                                 value=status["lag_seconds"])
+        yield GaugeMetricFamily("rankd_postgres_stalled",
+                                "1 when shipping cannot go on without an operator",
+                                value=int(status["stalled"] is not None))
         yield CounterMetricFamily("rankd_postgres_shipped", "Records shipped",
                                   value=shipper.shipped_total)
         yield CounterMetricFamily("rankd_postgres_errors", "Shipping errors",

@@ -51,6 +51,7 @@ from rankd.engine.errors import (
     InvalidInput,
     NotFound,
     ReadOnly,
+    StorageError,
 )
 from rankd.engine.ingest import Ingested, check_member, ingest, ingest_packed
 from rankd.engine.periods import check_window, period_of, period_start
@@ -204,6 +205,7 @@ class Engine:
             if self.config.postgres_dsn:
                 from rankd.engine.postgres import PostgresShipper
 
+                await self._take_back_lost_records()
                 self.shipper = PostgresShipper(self.config.postgres_dsn, self.wal,
                                                records.describe)
                 await self.shipper.start()
@@ -231,12 +233,17 @@ class Engine:
                 with contextlib.suppress(WalFailedError):
                     await self.wal.commit(self.wal.last_lsn)
                 if snapshot and self.ready:
-                    await self.snapshot()
+                    try:
+                        await self.snapshot()
+                    except EngineError as exc:  # e.g. a full disk: the WAL holds it all
+                        log.error("no snapshot at shutdown (%s); the WAL keeps everything and "
+                                  "the next start replays it", exc)
             if self.shipper is not None:
                 if self.shipper.connected and self.failure is None:
                     # Give a live connection a moment to catch up before exit.
                     with contextlib.suppress(TimeoutError):
-                        await self.shipper.wait_shipped(self.wal.written_lsn, timeout=5)
+                        await self.wal.sync()
+                        await self.shipper.wait_shipped(self.wal.shippable_lsn, timeout=5)
                 await self.shipper.stop()
         finally:
             if self.wal is not None:
@@ -310,6 +317,27 @@ class Engine:
         self._events_since_snapshot = replayed
         log.info("recovered %d boards from snapshot @%d and %d WAL records in %.2fs",
                  len(self.boards), snapshot_lsn, replayed, time.monotonic() - started)
+
+    async def _take_back_lost_records(self) -> None:
+        """Records Postgres holds beyond the end of the local log were durable
+        here once (only those are shipped), so the local disk lost them:
+        take them back, at the same positions, before taking writes (a new
+        write must never reuse a position Postgres already holds)."""
+        from rankd.engine.postgres import records_beyond
+
+        lost = await records_beyond(self.config.postgres_dsn, self.wal.last_lsn)
+        if not lost:
+            return
+        log.error("the local log ends at position %d but Postgres holds %d records after it "
+                  "(%d-%d), shipped from here before this disk lost them; taking them back",
+                  self.wal.last_lsn, len(lost), lost[0][0], lost[-1][0])
+        self.wal.append_many([payload for _, payload in lost])
+        await self.wal.make_durable(self.wal.last_lsn)
+        await asyncio.to_thread(self._replay_taken_back, lost)
+
+    def _replay_taken_back(self, taken: list[tuple[int, bytes]]) -> None:
+        self._replay_records(taken)
+        self._apply_replayed()
 
     def _check_log_covers(self, snapshot_lsn: int) -> None:
         """The log must go on exactly where the snapshot stops: a snapshot
@@ -918,7 +946,10 @@ class Engine:
             self._check_writable()
             started = time.monotonic()
             lsn = self.wal.last_lsn
-            writer = await asyncio.to_thread(self.snapshots.begin, lsn)
+            try:
+                writer = await asyncio.to_thread(self.snapshots.begin, lsn)
+            except OSError as exc:
+                raise StorageError(f"cannot write a snapshot: {exc}") from exc
             entries = 0
             try:
                 for name, board in list(self.boards.items()):
@@ -932,6 +963,9 @@ class Engine:
                 except WalFailedError as exc:
                     raise self._read_only_after(exc) from exc
                 path = await asyncio.to_thread(writer.commit)
+            except OSError as exc:
+                await asyncio.to_thread(writer.abort)
+                raise StorageError(f"cannot write a snapshot: {exc}") from exc
             except BaseException:
                 await asyncio.to_thread(writer.abort)
                 raise
@@ -1003,6 +1037,8 @@ class Engine:
                 await asyncio.wait_for(self._snapshot_wanted.wait(), timeout=min(interval, 5))
             self._snapshot_wanted.clear()
             due = time.monotonic() - self._last_snapshot_time >= interval
+            if self.failure is not None:
+                return  # nothing more may become durable: see snapshot()
             if self._events_since_snapshot and (
                     due or self._events_since_snapshot >= self._snapshot_threshold):
                 try:

@@ -44,6 +44,13 @@ class Conflict(EngineError):
     code = "conflict"
 
 
+class StorageError(EngineError):
+    """The disk refused an operation that is not a write, such as a
+    snapshot (HTTP 503); the log and the state are unchanged."""
+
+    code = "storage"
+
+
 class ReadOnly(EngineError):
     """The engine stopped accepting writes after a storage failure (HTTP 503).
 

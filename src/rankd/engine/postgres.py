@@ -286,6 +286,35 @@ class PostgresShipper:
             self._caught_up_at = time.monotonic()
 
 
+async def records_beyond(dsn: str, lsn: int, *, timeout: float = 10.0
+                         ) -> list[tuple[int, bytes]] | None:
+    """``(lsn, payload)`` of every record Postgres holds after position
+    ``lsn``, in order: what a node whose log ends at ``lsn`` shipped and then
+    lost.  ``None`` (logged) when Postgres cannot be asked."""
+    try:
+        conn = await asyncpg.connect(dsn, timeout=timeout)
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        log.warning("Postgres unreachable at start (%s): cannot check that it holds no record "
+                    "this node lost; the shipper checks when it connects", exc)
+        return None
+    try:
+        if not await conn.fetchval("SELECT to_regclass('rankd_shipper') IS NOT NULL"):
+            return []
+        shipped = await conn.fetchval("SELECT shipped_lsn FROM rankd_shipper WHERE id = 1")
+        if shipped <= lsn:
+            return []
+        rows = await conn.fetch("SELECT lsn, payload FROM rankd_events WHERE lsn > $1 AND "
+                                "lsn <= $2 ORDER BY lsn", lsn, shipped)
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(conn.close(), 2)
+    found = [(row[0], bytes(row[1])) for row in rows]
+    if [position for position, _ in found] != list(range(lsn + 1, shipped + 1)):
+        raise RuntimeError(f"Postgres says it holds records up to {shipped} but lacks some "
+                           f"after {lsn}: it cannot give back what this node lost")
+    return found
+
+
 async def archive_standings(dsn: str, board: str, window: str, period: str,
                             entries: list[dict[str, Any]]) -> None:
     """Store a closed period's final standings in ``rankd_archive``."""

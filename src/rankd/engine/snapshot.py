@@ -93,12 +93,11 @@ class SnapshotWriter:
     def abort(self) -> None:
         """Drop the unfinished snapshot (even when closing it fails: a full
         disk fails the flush of what is still buffered)."""
-        try:
-            self._file.close()
-        except OSError:
-            pass
-        finally:
-            self._tmp.unlink(missing_ok=True)
+        for step in (self._file.close, lambda: self._tmp.unlink(missing_ok=True)):
+            try:
+                step()
+            except OSError as exc:  # what is left is cleared at the next start
+                log.error("cannot drop the unfinished snapshot %s: %s", self._tmp, exc)
 
 
 class SnapshotStore:

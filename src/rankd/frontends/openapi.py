@@ -39,6 +39,7 @@ ERROR_STATUS = {
     "invalid": 422,
     "guard": 422,
     "read_only": 503,
+    "storage": 503,
     "unauthorized": 401,
     "forbidden": 403,
     "rate_limited": 429,
@@ -271,7 +272,9 @@ def schemas() -> dict[str, Any]:
                                      "string (`?token=`)."),
         "Ready": obj({"ready": {"type": "boolean"},
                       "checks": {"type": "object",
-                                 "additionalProperties": {"type": "boolean"}}}),
+                                 "additionalProperties": {"type": "boolean"}},
+                      "degraded": {"type": "object",
+                                   "additionalProperties": {"type": "boolean"}}}),
         "SnapshotInfo": obj({"position": {"type": "integer", "minimum": 0},
                              "path": {"type": "string"},
                              "bytes": {"type": "integer", "minimum": 0},
@@ -491,10 +494,17 @@ def paths() -> dict[str, Any]:
                         "this token as `?token=` on `/live` and `/events`.")},
         "/v1/ready": {"get": operation(
             "ready", "Whether rankd is ready for traffic", "service",
-            {200: ok("Ready", "Recovered, the WAL takes writes, Postgres reachable when "
-                              "configured."),
+            {200: ok("Ready", "Recovered, the WAL takes writes, and (with Postgres "
+                              "configured) shipping can make progress."),
              503: ok("Ready", "Not ready: `checks` says what is missing.")},
-            errors=(400,))},
+            errors=(400,),
+            description="The probe for a load balancer.  `checks` must all hold: "
+                        "`recovered`, `wal_writable`, and with Postgres configured "
+                        "`postgres_shipping` (false when shipping stalled for good: a "
+                        "missing or corrupt local record, or a history that differs from "
+                        "Postgres's).  Postgres being down is not a reason to stop "
+                        "traffic (it is off the write path): `degraded.postgres_connected` "
+                        "reports it, and the shipper catches up when it returns.")},
         "/metrics": {"get": {
             **operation("metrics", "Prometheus metrics", "service",
                         {200: {"description": "Prometheus text exposition format.",

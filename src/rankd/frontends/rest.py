@@ -27,6 +27,7 @@ SERVICE = web.AppKey("service", Service)
 MAX_BODY_BYTES = 1 << 20
 
 STATUS = {"invalid": 422, "guard": 422, "not_found": 404, "conflict": 409, "read_only": 503,
+          "storage": 503,
           "bad_request": 400, "too_large": 413, "method_not_allowed": 405,
           "unsupported_media_type": 415, "unauthorized": 401, "forbidden": 403,
           "rate_limited": 429, "too_many_connections": 429}
@@ -320,16 +321,22 @@ async def realtime_token(request: web.Request) -> web.Response:
 
 @routes.get("/v1/ready")
 async def ready(request: web.Request) -> web.Response:
-    """Recovered, the WAL takes writes, and Postgres is reachable when configured."""
+    """Ready for traffic: see the OpenAPI document for what each check means."""
     query(request, {})
     engine = service_of(request).engine
     checks = {"recovered": engine.ready,
               "wal_writable": engine.failure is None and engine.wal is not None
               and not engine.wal.failed}
+    degraded = {}
     if engine.config.postgres_dsn:
-        checks["postgres"] = engine.shipper is not None and engine.shipper.connected
+        # Postgres is off the write path: its being away is lag, not unreadiness;
+        # a shipper that cannot go on at all (a gap, a different history) is.
+        shipper = engine.shipper
+        checks["postgres_shipping"] = shipper is not None and shipper.stalled is None
+        degraded["postgres_connected"] = shipper is not None and shipper.connected
     ready_now = all(checks.values())
-    return json_response({"ready": ready_now, "checks": checks}, 200 if ready_now else 503)
+    return json_response({"ready": ready_now, "checks": checks, "degraded": degraded},
+                         200 if ready_now else 503)
 
 
 @routes.get("/metrics")
