@@ -33,6 +33,8 @@ class Option:
     default: Any
     help: str
     choices: tuple[str, ...] | None = None
+    #: The smallest value a number may take (else: not negative).
+    minimum: float = 0
 
     @property
     def flag(self) -> str:
@@ -51,6 +53,8 @@ OPTIONS = (
     Option("fsync", str, "everysec",
            "WAL fsync policy: always (ack after fsync, group commit), everysec (a machine "
            "crash may lose the last second), no (left to the OS)", FSYNC_POLICIES),
+    Option("segment_bytes", int, 64 << 20, "size at which the WAL starts a new segment file",
+           minimum=4096),
     Option("postgres_dsn", str, None, "ship every event to this PostgreSQL database"),
     Option("snapshot_every_events", int, 1_000_000,
            "snapshot after this many events (or, if more, as many as the last snapshot "
@@ -96,6 +100,7 @@ class ServerConfig:
     tcp_port: int = 7701
     data_dir: Path = Path("rankd-data")
     fsync: str = "everysec"
+    segment_bytes: int = 64 << 20
     postgres_dsn: str | None = None
     snapshot_every_events: int = 1_000_000
     snapshot_every_seconds: float = 300.0
@@ -231,6 +236,7 @@ def _convert(option: Option, value: Any, where: str) -> Any:
         raise ConfigError(f"{where}: expected {option.type.__name__}, got {value!r}") from None
     if option.choices and converted not in option.choices:
         raise ConfigError(f"{where}: must be one of {', '.join(option.choices)}, got {value!r}")
-    if option.type in (int, float) and converted < 0:
-        raise ConfigError(f"{where}: must not be negative, got {value!r}")
+    if option.type in (int, float) and converted < option.minimum:
+        raise ConfigError(f"{where}: must be at least {option.minimum:g}, got {value!r}"
+                          if option.minimum else f"{where}: must not be negative, got {value!r}")
     return converted
