@@ -244,3 +244,65 @@ def test_restore_command_line(tmp_path, pg_dsn):
             await engine.close()
 
     assert run(reopened()) == digest
+
+
+def test_records_postgres_holds_beyond_a_damaged_local_log_are_taken_back(tmp_path, pg_dsn):
+    """A disk that lost durable records (an operator's restore from an old
+    copy, a bad sector cut away with repair): Postgres still has them, and
+    the node takes them back before it takes writes, so no position is
+    ever reused for another event."""
+    from rankd.engine.frames import scan
+
+    async def scenario():
+        engine = await _open(tmp_path, pg_dsn, fsync="always")
+        await _fill(engine, 0, 1000)
+        await engine.shipper.wait_shipped(engine.wal.last_lsn)
+        before, last = engine.digest(), engine.wal.last_lsn
+        await engine.close(snapshot=False)
+        (segment,) = sorted((tmp_path / "wal").glob("*.log"))
+        found = scan(segment.read_bytes(), 1, upto_lsn=last - 300)
+        segment.write_bytes(segment.read_bytes()[:found.end])  # the last 300 records gone
+
+        engine = await _open(tmp_path, pg_dsn, fsync="always")
+        try:
+            after, taken_back_to = engine.digest(), engine.wal.last_lsn
+            await engine.submit(sub("b", "newcomer", delta=1, event_id="new"))
+            await engine.shipper.wait_shipped(engine.wal.last_lsn)
+            stalled = engine.shipper.stalled
+        finally:
+            await engine.close()
+        return before, after, last, taken_back_to, stalled, await _events(pg_dsn)
+
+    before, after, last, taken_back_to, stalled, events = run(scenario())
+    assert after == before and taken_back_to == last and stalled is None
+    assert events == (last + 1, last + 1, 1, last + 1)
+
+
+def test_a_history_that_differs_from_postgres_stalls_shipping_loudly(tmp_path, pg_dsn):
+    async def scenario():
+        engine = await _open(tmp_path, pg_dsn)
+        await _fill(engine, 0, 200)
+        await engine.shipper.wait_shipped(engine.wal.last_lsn)
+        shipped = engine.shipper.shipped_lsn
+        await engine.close(snapshot=False)
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            await conn.execute("UPDATE rankd_events SET payload = '\\x00'::bytea WHERE lsn = $1",
+                               shipped)
+        finally:
+            await conn.close()
+        engine = await _open(tmp_path, pg_dsn)
+        try:
+            await _fill(engine, 200, 300)
+            for _ in range(200):
+                if engine.shipper.stalled:
+                    break
+                await asyncio.sleep(0.02)
+            return shipped, engine.shipper.status(), await _events(pg_dsn)
+        finally:
+            await engine.close()
+
+    shipped, status, events = run(scenario())
+    assert "differs between Postgres and the local log" in status["stalled"]
+    assert not status["connected"] and status["lag_records"] > 0
+    assert events[3] == shipped  # nothing of the other history was shipped after it

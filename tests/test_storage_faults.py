@@ -284,7 +284,9 @@ def test_a_corrupt_record_already_covered_by_the_snapshot_does_not_stop_the_star
         tmp_path, snapshotted_log):
     data_dir = copy_of(snapshotted_log, tmp_path / "data")
     covered = int(sorted((data_dir / "snapshots").glob("*.snap"))[-1].stem.split("-")[1])
-    frame = next(f for s in frames_of(data_dir) for f in s if f.lsn < covered - 1)
+    # The record before the snapshot's position, in the segment replay starts in.
+    segment = next(s for s in frames_of(data_dir) if s[0].lsn < covered <= s[-1].lsn)
+    frame = next(f for f in segment if f.lsn == covered - 1)
     flip(frame.path, frame.offset + HEADER_BYTES + 1, 0x08)
     scores = run(standings(data_dir))
     assert set(scores) == all_members() and set(scores.values()) == {1}
@@ -296,3 +298,15 @@ class _Sink:
 
     def write(self, text: str) -> None:
         self.text += text
+
+
+def test_a_corrupt_covered_record_in_the_newest_segment_does_not_stop_the_start(tmp_path):
+    data_dir = tmp_path / "data"
+    run(fill(data_dir, EVENTS, snapshot_after=(EVENTS - 5,)))
+    covered = int(next((data_dir / "snapshots").glob("*.snap")).stem.split("-")[1])
+    newest = frames_of(data_dir)[-1]
+    assert newest[0].lsn < covered < newest[-1].lsn
+    frame = next(f for f in newest if f.lsn == covered - 2)
+    flip(frame.path, frame.offset + 5, 0x20)  # its length
+    scores = run(standings(data_dir))
+    assert set(scores) == all_members() and set(scores.values()) == {1}

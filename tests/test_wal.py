@@ -288,3 +288,72 @@ def test_bad_options_are_refused(tmp_path):
         WriteAheadLog(tmp_path, fsync="sometimes")
     with pytest.raises(ValueError, match="segment_bytes"):
         WriteAheadLog(tmp_path, segment_bytes=10)
+
+
+def test_a_write_is_readable_before_its_fsync_and_pushed_only_after(tmp_path, monkeypatch):
+    """docs/durability.md: reads see a write at once, as in Redis; the
+    writer's acknowledgement and the live feed wait for the fsync."""
+    import threading
+
+    release = threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd):
+        release.wait(5)
+        real_fsync(fd)
+
+    async def scenario():
+        engine = await Engine.open(engine_config(tmp_path, fsync="always"))
+        await engine.put_board("b", {"policy": "sum"})
+        told = []
+        engine.listeners.append(told.append)
+        monkeypatch.setattr(wal_module.os, "fsync", slow_fsync)
+        writer = asyncio.ensure_future(engine.submit(sub("b", "ann", delta=5)))
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if engine.standing("b", "ann") is not None:
+                break
+        seen = engine.standing("b", "ann")
+        state_before_fsync = (seen and seen["score"], writer.done(), list(told))
+        release.set()
+        await writer
+        monkeypatch.undo()
+        await engine.close()
+        return state_before_fsync, told
+
+    (seen, acknowledged, pushed), told = run(scenario())
+    assert seen == 5 and not acknowledged and pushed == []
+    assert told == ["b"]
+
+
+@pytest.mark.parametrize("fsync", ["always", "everysec", "no"])
+def test_a_segment_is_fsynced_before_the_next_one_exists(tmp_path, monkeypatch, fsync):
+    """So a power cut during a roll can only tear the newest segment: any
+    damage in an older one is corruption, never a torn tail."""
+    events = []
+    real_open, real_write, real_fsync = os.open, os.write, os.fsync
+
+    def opening(path, flags, *mode):
+        fd = real_open(path, flags, *mode)
+        if flags & os.O_CREAT and str(path).endswith(".log"):
+            events.append(("create", fd))
+        return fd
+
+    def writing(fd, data):
+        events.append(("write", fd))
+        return real_write(fd, data)
+
+    def syncing(fd):
+        events.append(("fsync", fd))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(wal_module.os, "open", opening)
+    monkeypatch.setattr(wal_module.os, "write", writing)
+    monkeypatch.setattr(wal_module.os, "fsync", syncing)
+    run(write(tmp_path, 300, fsync=fsync, segment_bytes=4096))
+    created = [fd for kind, fd in events if kind == "create"]
+    assert len(created) > 3
+    for previous, position in zip(created, [i for i, e in enumerate(events)
+                                            if e[0] == "create"][1:], strict=False):
+        last_use = [kind for kind, fd in events[:position] if fd == previous][-1]
+        assert last_use == "fsync", events[:position]

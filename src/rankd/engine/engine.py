@@ -696,9 +696,6 @@ class Engine:
             self._snapshot_wanted.set()
 
     def _read_only_after(self, exc: WalFailedError) -> ReadOnly:
-        if self.failure is None and self.ready:
-            self._rolling_back = True
-            self._tasks.append(asyncio.ensure_future(self._roll_back_unlogged()))
         self._fail(exc)
         return ReadOnly(f"the write-ahead log failed ({exc}); rankd accepts no writes "
                         "until it is restarted")
@@ -757,10 +754,17 @@ class Engine:
         if self.failure is None:
             log.critical("refusing writes until restart after: %r", exc)
             self.failure = exc
+        # Whoever notices a failed log first: the state goes back to what it
+        # acknowledged (once).  A bug with the log healthy rolls nothing back:
+        # the commits under way still complete.
+        if (self.wal is not None and self.wal.failed and self.ready
+                and not self._rolled_back.is_set() and not self._rolling_back):
+            self._rolling_back = True
+            self._tasks.append(asyncio.ensure_future(self._roll_back_unlogged()))
 
     def _check_writable(self) -> None:
         if self.failure is not None or (self.wal is not None and self.wal.failed):
-            self._fail(self.failure or RuntimeError("WAL failed"))
+            self._fail(self.failure or self.wal.failure)
             raise ReadOnly("rankd stopped accepting writes after a storage failure "
                            f"({self.failure}); restart it after fixing the disk")
         if not self.ready:

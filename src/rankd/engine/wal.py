@@ -66,7 +66,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankd.engine.frames import HEADER_BYTES, BadFrame, frame_into, is_torn_tail, scan
+from rankd.engine.frames import (
+    HEADER_BYTES,
+    BadFrame,
+    find_frame,
+    frame_into,
+    is_torn_tail,
+    scan,
+)
 from rankd.engine.snapshot import fsync_directory
 
 log = logging.getLogger(__name__)
@@ -210,7 +217,8 @@ class WriteAheadLog:
             self._segments.append((first, path))
         if self._segments:
             first, path = self._segments[-1]
-            count, valid_bytes = self._check_segment(first, path, final=True)
+            count, valid_bytes = self._check_segment(first, path, final=True,
+                                                     covered=after_lsn)
             self._last_lsn = first + count - 1
             self._active_bytes = self._file_bytes = valid_bytes
             self._acknowledged_end = (path, valid_bytes)
@@ -223,10 +231,22 @@ class WriteAheadLog:
             self._rolls.append((0, self._last_lsn + 1))
         self._written_lsn = self._durable_lsn = self._last_lsn
 
-    def _check_segment(self, first: int, path: Path, *, final: bool) -> tuple[int, int]:
-        """Validate one segment: (records, valid bytes).  Fixes or raises on damage."""
+    def _check_segment(self, first: int, path: Path, *, final: bool, covered: int = 0
+                       ) -> tuple[int, int]:
+        """Validate one segment: (records, valid bytes).  Fixes or raises on
+        damage, except in records up to ``covered`` (a snapshot holds them)
+        when whole records follow from the next position on."""
         data = path.read_bytes()
         found = scan(data, first, collect=False)
+        if found.bad is not None and found.next_lsn <= covered:
+            resume = find_frame(data, found.bad.offset + 1, covered + 1, covered + 1)
+            if resume >= 0:
+                log.warning("write-ahead log %s: record %d at byte offset %d is corrupt (%s) "
+                            "but a snapshot covers it", path.name, found.next_lsn,
+                            found.bad.offset, found.bad.reason)
+                rest = scan(memoryview(data)[resume:], covered + 1, collect=False)
+                found = rest._replace(end=resume + rest.end, bad=None if rest.bad is None
+                                      else rest.bad._replace(offset=resume + rest.bad.offset))
         if found.bad is not None:
             self._damaged(path, data, found.bad, found.next_lsn, final=final)
         self._checked = (path, found.end)
@@ -321,6 +341,11 @@ class WriteAheadLog:
     def failed(self) -> bool:
         return self._failure is not None
 
+    @property
+    def failure(self) -> BaseException | None:
+        """The I/O error that failed the log, if any."""
+        return self._failure
+
     def segments(self) -> list[tuple[int, Path]]:
         """(first lsn, path) of each segment, oldest first."""
         return list(self._segments)
@@ -361,6 +386,17 @@ class WriteAheadLog:
                     yield found.records
                 if found.bad is not None:
                     bad = found.bad._replace(offset=offset + found.bad.offset)
+                    if found.next_lsn < from_lsn:
+                        # Damage only in records the caller has already (a
+                        # snapshot covers them): go on from the first it wants.
+                        resume = find_frame(data, bad.offset + 1, from_lsn, from_lsn)
+                        if resume >= 0:
+                            log.warning("write-ahead log %s: record %d at byte offset %d is "
+                                        "corrupt (%s) but precedes position %d, which "
+                                        "recovery starts from", path.name, found.next_lsn,
+                                        bad.offset, bad.reason, from_lsn)
+                            offset, lsn = resume, from_lsn
+                            continue
                     self._damaged(path, data, bad, found.next_lsn,
                                   final=position == len(self._segments))
                     # Repaired: the log now ends in this segment.
