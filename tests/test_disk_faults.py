@@ -41,6 +41,23 @@ def shim(tmp_path_factory) -> Path:
     return build_shim(tmp_path_factory.mktemp("shim"))
 
 
+@pytest.fixture
+def daemons():
+    """Start daemons through this; any still running when the test ends
+    (a failed assertion) is killed by its pid."""
+    started: list[Daemon] = []
+
+    def start(*args, **options) -> Daemon:
+        daemon = Daemon(*args, **options)
+        started.append(daemon)
+        return daemon.start()
+
+    yield start
+    for daemon in started:
+        if daemon.process is not None and daemon.process.poll() is None:
+            daemon.kill()
+
+
 def under_shim(shim: Path, fault_log: Path, **faults: str) -> dict[str, str]:
     return {"LD_PRELOAD": str(shim), "RANKD_FAULT_LOG": str(fault_log), **faults}
 
@@ -69,13 +86,13 @@ def seeded() -> tuple[int, random.Random]:
 
 
 @pytest.mark.parametrize("variant", ["exact", "less", "zeros"])
-def test_power_loss_never_loses_an_acknowledged_submission(tmp_path, shim, variant):
+def test_power_loss_never_loses_an_acknowledged_submission(tmp_path, shim, daemons, variant):
     seed, rng = seeded()
     data_dir, fault_log, history = tmp_path / "data", tmp_path / "fsynced.log", History()
     args = ("--fsync", "always", *SMALL)
     dropped_total = 0
     for cycle in range(CYCLES):
-        daemon = Daemon(data_dir, *args, env=under_shim(shim, fault_log)).start()
+        daemon = daemons(data_dir, *args, env=under_shim(shim, fault_log))
         if cycle == 0:
             make_board(daemon)
         kill_during_load(daemon, history, f"c{cycle}", rng)
@@ -89,7 +106,8 @@ def test_power_loss_never_loses_an_acknowledged_submission(tmp_path, shim, varia
           f"0 lost, 0 doubled, {dropped_total} unsynced bytes cut, seed {seed}")
 
 
-def test_power_loss_with_postgres_leaves_postgres_and_the_node_agreeing(tmp_path, shim, pg_dsn):
+def test_power_loss_with_postgres_leaves_postgres_and_the_node_agreeing(tmp_path, shim, pg_dsn,
+                                                                      daemons):
     seed, rng = seeded()
     data_dir, fault_log, history = tmp_path / "data", tmp_path / "fsynced.log", History()
     # A slow disk: snapshots and shipping race the fsyncs (a snapshot once
@@ -103,7 +121,7 @@ def test_power_loss_with_postgres_leaves_postgres_and_the_node_agreeing(tmp_path
         assert status == 200, body
 
     for cycle in range(CYCLES):
-        daemon = Daemon(data_dir, *args, env=under_shim(shim, fault_log, **slow)).start()
+        daemon = daemons(data_dir, *args, env=under_shim(shim, fault_log, **slow))
         if cycle == 0:
             make_board(daemon)
         kill_during_load(daemon, history, f"c{cycle}", rng, during=snapshot_meanwhile)
@@ -155,11 +173,11 @@ def wal_position(daemon: Daemon) -> int:
     ("everysec", {"RANKD_FAULT_WRITE_FAIL": "/wal/:28"}),   # ENOSPC from write
 ])
 def test_a_failed_disk_refuses_writes_hides_them_and_never_brings_them_back(
-        tmp_path, shim, fsync, fault):
+        tmp_path, shim, daemons, fsync, fault):
     data_dir, fault_log, history = tmp_path / "data", tmp_path / "fsynced.log", History()
     trigger = tmp_path / "armed"
     env = under_shim(shim, fault_log, RANKD_FAULT_TRIGGER=str(trigger), **fault)
-    daemon = Daemon(data_dir, "--fsync", fsync, env=env).start()
+    daemon = daemons(data_dir, "--fsync", fsync, env=env)
     make_board(daemon)
     submit_load(daemon.port, BOARD, history, "before", seconds=0.5)
     trigger.touch()
@@ -192,12 +210,13 @@ def test_a_failed_disk_refuses_writes_hides_them_and_never_brings_them_back(
     assert verdict.ok, verdict
 
 
-def test_a_full_disk_at_the_shutdown_snapshot_loses_nothing_and_leaves_no_file(tmp_path, shim):
+def test_a_full_disk_at_the_shutdown_snapshot_loses_nothing_and_leaves_no_file(tmp_path, shim,
+                                                                               daemons):
     data_dir, fault_log, history = tmp_path / "data", tmp_path / "fsynced.log", History()
     trigger = tmp_path / "armed"
     env = under_shim(shim, fault_log, RANKD_FAULT_TRIGGER=str(trigger),
                      RANKD_FAULT_WRITE_FAIL="/snapshots/:28")
-    daemon = Daemon(data_dir, env=env).start()
+    daemon = daemons(data_dir, env=env)
     make_board(daemon)
     submit_load(daemon.port, BOARD, history, "m", seconds=0.5)
     trigger.touch()

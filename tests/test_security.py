@@ -187,13 +187,13 @@ def test_tcp_requires_auth_first_and_closes_after_repeated_failures(daemon):
     sock.close()
 
 
+def signed(member, delta, event_id, ts, board="signed", **extra):
+    event = {"member": member, "delta": delta, "event_id": event_id, "ts": ts, **extra}
+    return {**event, "signature": sign(SIGNING, board, event)}
+
+
 def test_signed_submissions(daemon):
     now = time.time()
-
-    def signed(member, delta, event_id, ts, signature=None):
-        return {"member": member, "delta": delta, "event_id": event_id, "ts": ts,
-                "signature": signature or sign(SIGNING, "signed", member, delta, event_id, ts)}
-
     good = signed("sam", 3, "s1", now)
     status, result = call(daemon, "POST", "/v1/boards/signed/scores", good, WRITER)
     assert status == 200 and result["score"] == 3.0
@@ -208,6 +208,75 @@ def test_signed_submissions(daemon):
     assert status == 200 and replay["duplicate"] is True
     assert call(daemon, "GET", "/v1/boards/signed/members/sam", credential=READER)[1][
         "score"] == 3.0
+
+
+def test_a_signature_covers_each_field_on_its_own(daemon):
+    """Version 1 signed ``board|member|value|event_id|ts``: a '|' could move
+    between fields, and the label was not signed at all."""
+    now = time.time()
+    genuine = signed("dave", 3, "7|z", now)
+    moved = {"member": "dave|3", "delta": 7, "event_id": "z", "ts": now,
+             "signature": genuine["signature"]}
+    status, answer = call(daemon, "POST", "/v1/boards/signed/scores", moved, WRITER)
+    assert status == 401, answer
+    labelled = signed("erin", 1, "l1", now, label="Erin")
+    forged = {**labelled, "label": "Admin"}
+    assert call(daemon, "POST", "/v1/boards/signed/scores", forged, WRITER)[0] == 401
+    assert call(daemon, "POST", "/v1/boards/signed/scores", labelled, WRITER)[0] == 200
+    assert call(daemon, "GET", "/v1/boards/signed/members/erin", credential=READER)[1][
+        "label"] == "Erin"
+    as_score = {**signed("finn", 5, "sc1", now), "score": 5}
+    del as_score["delta"]  # the same number, signed as a delta, sent as a score
+    assert call(daemon, "POST", "/v1/boards/signed/scores", as_score, WRITER)[0] == 401
+
+
+@pytest.mark.parametrize("signature", [
+    "0" * 64,                              # version 1: bare hex
+    "v2=" + "Z" * 64,                      # not hex
+    "v2=" + "é" * 64,                      # not ASCII (once a 500)
+    "v3=" + "0" * 64,                      # an unknown version
+    42, ["v2=" + "0" * 64],                # not text
+])
+def test_malformed_signatures_are_refused_clearly(daemon, signature):
+    event = {"member": "gil", "delta": 1, "event_id": "m1", "ts": time.time(),
+             "signature": signature}
+    status, answer = call(daemon, "POST", "/v1/boards/signed/scores", event, WRITER)
+    assert status == 422 and "v2=" in answer["error"]["message"], answer
+
+
+def _reference_canonical(board: str, event: dict) -> bytes:
+    """The format of docs/security.md, written again from the text alone."""
+    import struct
+
+    kind = "score" if "score" in event else "delta"
+    fields = [board, event["member"], kind, f"{float(event[kind]):.17g}", event["event_id"],
+              f"{float(event['ts']):.17g}", event.get("label")]
+    out = b"rankd-signed-submission/v2\x00"
+    for field in fields:
+        out += (struct.pack(">I", 0xFFFFFFFF) if field is None
+                else struct.pack(">I", len(field.encode())) + field.encode())
+    return out
+
+
+def test_signing_vectors_match_an_independent_reading_of_the_format():
+    import hmac
+    from pathlib import Path
+
+    from rankd.client import sign as client_sign
+    from rankd.security.signing import canonical
+
+    vectors = json.loads((Path(__file__).parent.parent / "protocol" /
+                          "signing-vectors.json").read_text())
+    secret = vectors["secret"]
+    signatures = set()
+    for vector in vectors["vectors"]:
+        board, event = vector["board"], vector["event"]
+        expected = _reference_canonical(board, event)
+        assert canonical(board, event).hex() == expected.hex() == vector["canonical_hex"]
+        digest = hmac.new(secret.encode(), expected, hashlib.sha256).hexdigest()
+        assert client_sign(secret, board, event) == "v2=" + digest == vector["signature"]
+        signatures.add(vector["signature"])
+    assert len(signatures) == len(vectors["vectors"])  # no two cases sign the same bytes
 
 
 def test_rate_limits_are_hit_and_recover(daemon):
@@ -424,3 +493,40 @@ def test_websocket_messages_are_rate_limited_with_a_close_code(tmp_path):
                             return ws.close_code
 
         assert asyncio.run(scenario()) == 4029
+
+
+def test_a_batch_larger_than_the_burst_is_charged_in_full(daemon):
+    """The credential limit is 20 writes/s with a burst of 40: a batch of 50
+    once passed every time (it cost more than the burst, so nothing was
+    taken).  Now it passes on a full bucket, leaves a debt, and the
+    Retry-After of the next one is when it really passes."""
+    limited = token("write", sub="big-batches")
+    batch = {"events": [{"member": f"bb{i}", "delta": 1} for i in range(50)]}
+    statuses, retry_after = [], None
+    for _ in range(10):
+        request = urllib.request.Request(
+            f"{daemon.url}/v1/boards/b/scores/batch", data=json.dumps(batch).encode(),
+            method="POST", headers={"Authorization": f"Bearer {limited}",
+                                    "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                statuses.append(response.status)
+        except urllib.error.HTTPError as error:
+            statuses.append(error.code)
+            if retry_after is None:  # the first refusal's: later ones have had time pass
+                retry_after = int(error.headers["Retry-After"])
+    assert statuses == [200] + [429] * 9
+    assert retry_after == 3  # (40 + 10 of debt) / 20 per second, rounded up
+    time.sleep(retry_after)
+    assert call(daemon, "POST", "/v1/boards/b/scores/batch", batch, limited)[0] == 200
+
+
+def test_token_buckets_charge_large_costs_in_full():
+    now = [0.0]
+    buckets = TokenBuckets(rate=10, burst=20, clock=lambda: now[0])
+    assert buckets.take("a", 50) == 0  # a full bucket: passes, 30 in debt
+    wait = buckets.take("a", 50)
+    assert wait == pytest.approx(5.0)  # back to a full bucket
+    now[0] += wait
+    assert buckets.take("a", 50) == 0  # Retry-After kept its word
+    assert buckets.take("a", 1) == pytest.approx(3.1)  # the new debt is paid first

@@ -41,6 +41,7 @@ from rankd.client.errors import (
     Unauthorized,
     Unavailable,
 )
+from rankd.security.signing import sign
 
 __all__ = [
     "AsyncClient",
@@ -59,4 +60,5 @@ __all__ = [
     "TooLarge",
     "Unauthorized",
     "Unavailable",
+    "sign",
 ]

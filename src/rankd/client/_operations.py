@@ -40,14 +40,16 @@ class Operations:
 
     def submit(self, board: str, member: str, *, score: float | None = None,
                delta: float | None = None, event_id: str | None = None,
-               ts: float | None = None, label: str | None = None) -> Any:
+               ts: float | None = None, label: str | None = None,
+               signature: str | None = None) -> Any:
         """Submit a score (or a delta): the member's new score and rank.
 
         With an ``event_id`` the submission is idempotent: retried after a
-        lost connection, it is applied at most once.
+        lost connection, it is applied at most once.  A board created with
+        ``"signed": true`` needs a ``signature`` (:func:`rankd.client.sign`).
         """
         args = _drop_none(board=board, member=member, score=score, delta=delta,
-                          event_id=event_id, ts=ts, label=label)
+                          event_id=event_id, ts=ts, label=label, signature=signature)
         return self._call("submit", args, event_id is not None)
 
     def submit_many(self, events: list[dict[str, Any]], *, board: str | None = None) -> Any:

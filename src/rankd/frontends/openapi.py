@@ -179,9 +179,12 @@ def schemas() -> dict[str, Any]:
                                            "from the server clock by the configured "
                                            "tolerance (300 s by default)."}),
             "label": LABEL,
-            "signature": {"type": "string",
-                          "description": "Hex HMAC-SHA256 of `board|member|value|event_id|ts` "
-                                         "(numbers as printf %.17g), on `signed` boards."},
+            "signature": {"type": "string", "pattern": "^v2=[0-9a-f]{64}$",
+                          "description": "On `signed` boards: `v2=` and the hex HMAC-SHA256 "
+                                         "of the submission's fields, each length-prefixed "
+                                         "(board, member, kind, value, event_id, ts, label; "
+                                         "the exact bytes and test vectors are in "
+                                         "docs/security.md)."},
         }, required=["member"],
             description="One score submission: `score` on `best` and `latest` boards, "
                         "`delta` on `sum` boards (the other one absent or null).  Numbers "

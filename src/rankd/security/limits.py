@@ -4,6 +4,12 @@ Reads and writes have separate buckets.  A bucket holds up to ``burst``
 tokens and refills at ``rate`` per second; each operation (each event of a
 batch) takes one.  When a bucket is empty the caller is told how long until
 enough tokens are back (``Retry-After``).
+
+A request that costs more than the burst (a large batch, a long pipelined
+run) is charged in full: it passes only on a full bucket, which it leaves
+in debt, and later requests wait until the debt is paid back.  So a limit
+holds whatever the size of the requests, and a ``Retry-After`` is exact:
+the same request passes once it has passed.
 """
 
 from __future__ import annotations
@@ -46,7 +52,8 @@ class TokenBuckets:
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
 
     def take(self, key: str, cost: float = 1.0) -> float:
-        """Take ``cost`` tokens; 0 if allowed, else seconds until it would be."""
+        """Take ``cost`` tokens; 0 if allowed, else seconds until it would be
+        (the bucket may go below zero: see the module's docstring)."""
         now = self.clock()
         bucket = self._buckets.get(key)
         if bucket is None:
@@ -57,10 +64,11 @@ class TokenBuckets:
             self._buckets.move_to_end(key)
             bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.updated) * self.rate)
             bucket.updated = now
-        if bucket.tokens >= cost:
+        needed = min(cost, self.burst)
+        if bucket.tokens >= needed:
             bucket.tokens -= cost
             return 0.0
-        return (min(cost, self.burst) - bucket.tokens) / self.rate
+        return (needed - bucket.tokens) / self.rate
 
 
 @dataclass
@@ -96,8 +104,11 @@ class RateLimiter:
                     self._buckets[(who, kind)] = TokenBuckets(rate, 2 * rate)
 
     def check(self, kind: str, address: str, credential: str, cost: int = 1) -> None:
-        """Raise :class:`RateLimited` when over a limit (``kind``: read or write)."""
-        if not self._buckets:
+        """Raise :class:`RateLimited` when over a limit (``kind``: read or write).
+        A ``cost`` of 0 checks nothing: the caller charges the real cost once
+        it knows it (a batch, once its body is read), and only that check's
+        ``Retry-After`` is one the request can keep."""
+        if not self._buckets or cost <= 0:
             return
         for who, key in (("address", address), ("credential", credential)):
             if who == "address" and self.config.exempt_loopback and is_loopback(address):
