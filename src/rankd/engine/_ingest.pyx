@@ -126,7 +126,7 @@ cdef inline bint _number(object value, double *out) noexcept:
     cdef long long as_int
     cdef int overflow = 0
     if type(value) is float:
-        out[0] = PyFloat_AS_DOUBLE(value)
+        out[0] = PyFloat_AS_DOUBLE(value) + 0.0  # -0.0 is stored and answered as 0.0
         return isfinite(out[0])
     if type(value) is int:
         as_int = PyLong_AsLongLongAndOverflow(value, &overflow)
@@ -525,7 +525,7 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
 cdef inline bint _packed_number(Number *number, double *out) noexcept:
     """``_number`` for a number read off the wire."""
     if number.kind == NUMBER_FLOAT:
-        out[0] = number.fval
+        out[0] = number.fval + 0.0  # -0.0 is stored and answered as 0.0
         return isfinite(out[0])
     if number.kind == NUMBER_INT:
         if number.ival > MAX_EXACT_INT or number.ival < -MAX_EXACT_INT:

@@ -254,8 +254,10 @@ def new_score(config: BoardConfig, old: float | None, value: float) -> float | N
 
 
 def number(value: object, what: str) -> float:
+    """``value`` as a float, or ``InvalidInput``: finite, integers exact (at
+    most 2**53), and -0.0 made 0.0 (one zero, as readers answer it)."""
     if type(value) is float and math.isfinite(value):
-        return value
+        return value + 0.0
     if type(value) is int and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT:
         return float(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -265,7 +267,7 @@ def number(value: object, what: str) -> float:
     value = float(value)
     if not math.isfinite(value):
         raise InvalidInput(f"{what} must be finite")
-    return value
+    return value + 0.0
 
 
 def utf8_size(text: str) -> int | None:

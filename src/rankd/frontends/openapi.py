@@ -59,9 +59,10 @@ ERROR_RESPONSES = {
     413: ("TooLarge", f"The body exceeds {MAX_BODY_BYTES} bytes, or a list in it exceeds its "
                       "limit."),
     415: ("UnsupportedMediaType",
-          "The body's `Content-Type` is not JSON.  `application/json`, `*/*+json`, "
-          "`application/x-www-form-urlencoded` (what `curl -d` sends), "
-          "`application/octet-stream` and no content type at all are read as JSON."),
+          "The body's `Content-Type` is not JSON: only `application/json` and `*/*+json` "
+          "are read (with curl: `--json` or `-H 'Content-Type: application/json'`; its "
+          "`-d` alone sends a form).  Forms, `text/plain` and bodies without a type are "
+          "refused, since any web page can make a browser send those to rankd."),
     422: ("Unprocessable", "Well-formed JSON that the server refuses: unknown fields, wrong "
                            "types, values out of range (`invalid`) or outside the board's "
                            "score guards (`guard`)."),

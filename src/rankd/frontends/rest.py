@@ -7,7 +7,9 @@ fitting status; unknown body fields and query parameters are refused.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -133,19 +135,32 @@ async def metrics_middleware(request: web.Request,
 
 # --- request parsing ---------------------------------------------------------------
 
+#: An integer literal of 20 digits or more may be beyond 2**64, which orjson
+#: reads as a float (rounded): such a body is read again exactly.
+_HUGE_INTEGER = re.compile(rb"[0-9]{20}")
+
+
 async def read_json(request: web.Request) -> Any:
-    # curl -d sends form-urlencoded by default; the body is JSON all the same.
+    """The body, as JSON.  Only JSON content types are read: a browser sends
+    form and ``text/plain`` bodies to any site without asking it first
+    (cross-site request forgery), but not ``application/json``."""
     content_type = request.content_type
-    if not (content_type in ("application/json", "", "application/x-www-form-urlencoded",
-                             "application/octet-stream")
-            or content_type.endswith("+json")):
-        raise RequestError(f"request body must be JSON, not {content_type}",
-                           "unsupported_media_type")
+    if not (content_type == "application/json" or content_type.endswith("+json")):
+        raise RequestError(f"request body must be JSON, sent as Content-Type: "
+                           f"application/json (not {content_type})", "unsupported_media_type")
     body = await request.read()
     try:
-        return orjson.loads(body)
+        data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise RequestError(f"request body is not valid JSON: {exc}") from None
+    if _HUGE_INTEGER.search(body):
+        # Exact integers, so that the engine refuses the ones beyond 2**53.
+        data = json.loads(body, parse_constant=_not_json)
+    return data
+
+
+def _not_json(name: str) -> None:
+    raise RequestError(f"request body is not valid JSON: {name} is not a JSON value")
 
 
 def query(request: web.Request, allowed: dict[str, Callable[[str], Any]]) -> dict[str, Any]:
