@@ -8,6 +8,7 @@ import datetime
 import hashlib
 import ipaddress
 import json
+import os
 import socket
 import ssl
 import time
@@ -338,6 +339,39 @@ def test_secure_by_default_exposure_rules():
     ServerConfig(host="0.0.0.0", insecure_no_auth=True).check_exposure(open_gate)
     secured = Gate(Authenticator(AuthConfig(jwt_secret=SECRET)), open_gate.limiter)
     ServerConfig(host="0.0.0.0").check_exposure(secured)
+    # What the listeners really bound decides, not the string: a host name
+    # may resolve anywhere.
+    ServerConfig(host="localhost").check_exposure(open_gate, ["127.0.0.1", "::1"])
+    with pytest.raises(ConfigError, match=r"refusing to listen on 192\.0\.2\.7 without"):
+        ServerConfig(host="game-host").check_exposure(open_gate, ["127.0.0.1", "192.0.2.7"])
+    with pytest.raises(ConfigError, match=r"refusing to listen on  without"):
+        ServerConfig(host="").check_exposure(open_gate)
+
+
+@pytest.mark.parametrize("how", ["flag", "env", "toml"])
+def test_an_empty_host_is_refused_before_anything_listens(tmp_path, how):
+    import subprocess
+    import sys
+
+    from daemon import SRC, free_port
+
+    port = free_port()
+    command = [sys.executable, "-m", "rankd.cli", "serve", "--port", str(port),
+               "--tcp-port", "0", "--data-dir", str(tmp_path / "data")]
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    if how == "flag":
+        command += ["--host", ""]
+    elif how == "env":
+        env["RANKD_HOST"] = ""
+    else:
+        (tmp_path / "rankd.toml").write_text('host = ""\n')
+        command += ["--config", str(tmp_path / "rankd.toml")]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "empty; name the address to listen on" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1  # one line, no traceback
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
 
 
 def test_api_key_entries_hold_only_hashes():

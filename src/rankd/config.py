@@ -23,7 +23,9 @@ from rankd.security.limits import LimitsConfig, RateLimiter, is_loopback
 
 
 def is_loopback_host(host: str) -> bool:
-    return host == "localhost" or is_loopback(host)
+    """Whether ``host`` names only loopback addresses.  An empty host is not
+    one: a listener bound to it listens on every interface."""
+    return host == "localhost" or (host != "" and is_loopback(host))
 
 
 @dataclass(frozen=True)
@@ -136,13 +138,20 @@ class ServerConfig:
                               self.rate_credential_writes, self.rate_credential_reads)
         return Gate(authenticator, RateLimiter(limits), self.signing_secret)
 
-    def check_exposure(self, gate: Gate) -> None:
-        """Secure by default: no credentials means loopback only."""
-        if gate.auth_enabled or self.insecure_no_auth or is_loopback_host(self.host):
+    def check_exposure(self, gate: Gate, bound: list[str] | None = None) -> None:
+        """Secure by default: no credentials means loopback only.  Checked
+        on ``--host`` before listening and again on the addresses the
+        listeners really ``bound`` (a host name may resolve to anything)."""
+        if gate.auth_enabled or self.insecure_no_auth:
             return
-        raise ConfigError(f"refusing to listen on {self.host} without authentication: "
-                          "configure --jwt-secret, --jwt-public-key or --api-keys, or pass "
-                          "--insecure-no-auth to accept anyone who can reach it")
+        exposed = ([address for address in bound if not is_loopback(address)]
+                   if bound is not None else
+                   [] if is_loopback_host(self.host) else [self.host])
+        if exposed:
+            raise ConfigError(f"refusing to listen on {', '.join(exposed)} without "
+                              "authentication: configure --jwt-secret, --jwt-public-key or "
+                              "--api-keys, or pass --insecure-no-auth to accept anyone who "
+                              "can reach it")
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if self.tls_cert is None and self.tls_key is None:
@@ -228,6 +237,9 @@ def _convert(option: Option, value: Any, where: str) -> Any:
         if text in ("0", "false", "no", "off", ""):
             return False
         raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if option.name == "host" and not str(value).strip():
+        raise ConfigError(f"{where}: empty; name the address to listen on (127.0.0.1, ::1, a "
+                          "host name, or 0.0.0.0 for every interface)")
     try:
         if option.type is int and isinstance(value, bool | float):
             raise ValueError(value)

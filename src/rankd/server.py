@@ -102,13 +102,19 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     site = web.TCPSite(runner, config.host, config.port, ssl_context=tls)
     try:
         await site.start()
+        config.check_exposure(gate, [address[0] for address in runner.addresses])
         began = time.monotonic()
         await engine.start()
         collector.settle()
         tcp_address = "off"
         if config.tcp_port:
             tcp_port = await tcp.start(config.host, config.tcp_port, ssl=tls)
+            config.check_exposure(gate, tcp.addresses)
             tcp_address = f"{config.host}:{tcp_port}"
+        if not gate.auth_enabled and config.insecure_no_auth:
+            log.warning("NO AUTHENTICATION on %s (--insecure-no-auth): anyone who can reach "
+                        "it, and any web page a user of this network opens, can read and "
+                        "write every board", config.host)
         log.info(
             "rankd %s serving: index=%s data_dir=%s fsync=%s http=%s:%d tcp=%s postgres=%s "
             "auth=%s tls=%s (recovered in %.2fs)", __version__, IMPLEMENTATION,

@@ -494,6 +494,13 @@ class TcpServer:
                                                 reuse_address=True, ssl=ssl)
         return self._server.sockets[0].getsockname()[1]
 
+    @property
+    def addresses(self) -> list[str]:
+        """The host addresses the listener is bound to."""
+        if self._server is None:
+            return []
+        return [sock.getsockname()[0] for sock in self._server.sockets]
+
     async def close(self, grace: float = 10.0) -> None:
         """Stop accepting, let queued requests finish, close every connection."""
         if self._server is None:
