@@ -111,9 +111,39 @@ cdef _imports():
 
 
 cdef inline bint _ascii(object text, Py_ssize_t max_size) noexcept:
-    """``text`` is a non-empty ASCII ``str`` of at most ``max_size`` characters."""
+    """``text`` is a non-empty ASCII ``str`` of at most ``max_size``
+    characters, none of them refused (see :func:`_plain`)."""
     return (type(text) is str and PyUnicode_IS_COMPACT_ASCII(text)
-            and 0 < PyUnicode_GET_LENGTH(text) <= max_size)
+            and 0 < PyUnicode_GET_LENGTH(text) <= max_size
+            and _plain(_chars(text), PyUnicode_GET_LENGTH(text)))
+
+
+cdef inline bint _plain(const char *text, Py_ssize_t size) noexcept nogil:
+    """UTF-8 ``text`` holds none of the characters names may not hold
+    (``rankd.engine.ingest.REFUSED_CHARACTERS``: controls, line separators,
+    bidi overrides and isolates, invisible zero-width ones, the BOM).
+    Anything it refuses goes the reference way, which says why."""
+    cdef const unsigned char *s = <const unsigned char *>text
+    cdef Py_ssize_t i
+    cdef unsigned char c, b, d
+    for i in range(size):
+        c = s[i]
+        if c < 0x20 or c == 0x7F:
+            return False
+        if c < 0xC2 or i + 1 >= size:
+            continue
+        b = s[i + 1]
+        if c == 0xC2:
+            if b < 0xA0:  # U+0080-U+009F
+                return False
+        elif i + 2 < size:
+            d = s[i + 2]
+            if c == 0xE2 and ((b == 0x80 and (d == 0x8B or 0xA8 <= d <= 0xAE))
+                              or (b == 0x81 and (0xA0 <= d <= 0xA4 or 0xA6 <= d <= 0xA9))):
+                return False  # U+200B, U+2028-202E, U+2060-2064, U+2066-2069
+            if c == 0xEF and b == 0xBB and d == 0xBF:  # U+FEFF
+                return False
+    return True
 
 
 cdef inline const char *_chars(object text) noexcept:
@@ -488,7 +518,8 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
             native = (plan != NULL and _ascii(member, MAX_MEMBER_BYTES)
                       and (label is None
                            or (type(label) is str and PyUnicode_IS_COMPACT_ASCII(label)
-                               and PyUnicode_GET_LENGTH(label) <= MAX_LABEL_CHARS))
+                               and PyUnicode_GET_LENGTH(label) <= MAX_LABEL_CHARS
+                               and _plain(_chars(label), PyUnicode_GET_LENGTH(label))))
                       and (event_id is None or _ascii(event_id, MAX_EVENT_ID_BYTES))
                       and submission.ts is None)
             if native and event_id is not None:
@@ -601,9 +632,13 @@ cdef int _ingest_run(_Kernel kernel, Packed packed) except -1:
         item = &packed.items[i]
         plan = kernel.plan_by_bytes(packed.chars(&item.board), item.board.size)
         native = (plan != NULL and 0 < item.member.size <= MAX_MEMBER_BYTES
-                  and (not item.label.present or item.label.size <= MAX_LABEL_CHARS)
+                  and _plain(packed.chars(&item.member), item.member.size)
+                  and (not item.label.present
+                       or (item.label.size <= MAX_LABEL_CHARS
+                           and _plain(packed.chars(&item.label), item.label.size)))
                   and (not item.event_id.present
-                       or 0 < item.event_id.size <= MAX_EVENT_ID_BYTES))
+                       or (0 < item.event_id.size <= MAX_EVENT_ID_BYTES
+                           and _plain(packed.chars(&item.event_id), item.event_id.size))))
         if native and item.event_id.present:
             native = not kernel.duplicate_or_live(plan, packed.chars(&item.event_id),
                                                   item.event_id.size)

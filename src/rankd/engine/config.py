@@ -19,9 +19,9 @@ MAX_RETAIN = 1000
 
 def check_board_name(name: object) -> str:
     """Return ``name`` if it is a valid board name, else raise InvalidInput."""
-    if not isinstance(name, str) or not BOARD_NAME.match(name):
+    if not isinstance(name, str) or not BOARD_NAME.fullmatch(name) or name in (".", ".."):
         raise InvalidInput(
-            f"board name must match [A-Za-z0-9_.:-]{{1,64}}, got {name!r}"
+            f"board name must match [A-Za-z0-9_.:-]{{1,64}} and not be . or .., got {name!r}"
         )
     return name
 

@@ -37,6 +37,7 @@ records and state.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -177,11 +178,32 @@ def missing_board(name: object) -> EngineError:
     return NotFound(f"no board named {name!r}")
 
 
+#: Characters no member, label or event id may hold: C0 and C1 controls and
+#: DEL (a NUL once stopped Postgres shipping for good), the line and
+#: paragraph separators, bidi embeddings, overrides and isolates (they
+#: reorder how a page shows the names around them), and the invisible
+#: zero-width space, word joiner, invisible operators and BOM (two names
+#: that look the same).  Zero-width joiners and directional marks stay:
+#: emoji sequences and several scripts need them.
+REFUSED_CHARACTERS = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200b\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
+def check_text(text: str, what: str) -> None:
+    """Refuse ``text`` holding any of :data:`REFUSED_CHARACTERS`, naming it."""
+    found = REFUSED_CHARACTERS.search(text)
+    if found is not None:
+        raise InvalidInput(f"{what} must not contain U+{ord(found.group()):04X} (control "
+                           "and invisible formatting characters are refused)")
+
+
 def check_member(member: object) -> str:
-    if type(member) is str and 0 < len(member) <= MAX_MEMBER_BYTES and member.isascii():
+    if (type(member) is str and 0 < len(member) <= MAX_MEMBER_BYTES and member.isascii()
+            and member.isprintable()):
         return member  # the common case, without encoding
     if not isinstance(member, str) or not member:
         raise InvalidInput("member must be a non-empty string")
+    check_text(member, "member")
     try:
         size = len(member.encode("utf-8"))
     except UnicodeEncodeError:
@@ -195,15 +217,18 @@ def check_member(member: object) -> str:
 def check_label(label: object) -> None:
     if not isinstance(label, str) or len(label) > MAX_LABEL_CHARS or utf8_size(label) is None:
         raise InvalidInput(f"label must be text of at most {MAX_LABEL_CHARS} characters")
+    check_text(label, "label")
 
 
 def check_event_id(event_id: object) -> None:
-    if type(event_id) is str and 0 < len(event_id) <= MAX_EVENT_ID_BYTES and event_id.isascii():
+    if (type(event_id) is str and 0 < len(event_id) <= MAX_EVENT_ID_BYTES
+            and event_id.isascii() and event_id.isprintable()):
         return
     if (not isinstance(event_id, str) or not event_id
             or not 0 < (utf8_size(event_id) or 0) <= MAX_EVENT_ID_BYTES):
         raise InvalidInput(f"event_id must be a non-empty string of at most "
                            f"{MAX_EVENT_ID_BYTES} bytes")
+    check_text(event_id, "event_id")
 
 
 def check_ts(ts: object, now: float, tolerance: float) -> float:
