@@ -306,3 +306,48 @@ def test_a_history_that_differs_from_postgres_stalls_shipping_loudly(tmp_path, p
     assert "differs between Postgres and the local log" in status["stalled"]
     assert not status["connected"] and status["lag_records"] > 0
     assert events[3] == shipped  # nothing of the other history was shipped after it
+
+
+def test_a_record_postgres_refuses_is_set_aside_and_shipping_goes_on(tmp_path, pg_dsn):
+    """A NUL in a member (accepted before names refused control characters)
+    once stopped shipping for good: Postgres cannot store it in text."""
+    from rankd.engine import records
+
+    async def scenario():
+        engine = await _open(tmp_path, None)
+        await _fill(engine, 0, 300)
+        await engine._write([[records.REMOVE, "b", "bad\x00member", engine._now_ms()]])
+        poisoned = engine.wal.last_lsn
+        await _fill(engine, 300, 600)
+        before, last = engine.digest(), engine.wal.last_lsn
+        await engine.close(snapshot=False)
+
+        engine = await _open(tmp_path, pg_dsn)
+        try:
+            await engine.shipper.wait_shipped(last, timeout=30)
+            status, dead = engine.shipper.status(), engine.shipper.dead_letters
+        finally:
+            await engine.close()
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            letters = await conn.fetch("SELECT lsn, error FROM rankd_dead_letters")
+            row = await conn.fetchrow("SELECT kind, board, member, payload FROM rankd_events "
+                                      "WHERE lsn = $1", poisoned)
+        finally:
+            await conn.close()
+        restored = tmp_path.parent / (tmp_path.name + "-restored")
+        await postgres.restore(pg_dsn, restored)
+        engine = await _open(restored, None)
+        try:
+            after = engine.digest()
+        finally:
+            await engine.close()
+        return poisoned, last, before, after, status, dead, letters, row, await _events(pg_dsn)
+
+    poisoned, last, before, after, status, dead, letters, row, events = run(scenario())
+    assert events == (last, last, 1, last) and status["stalled"] is None and dead == 1
+    assert [letter["lsn"] for letter in letters] == [poisoned]
+    assert "CharacterNotInRepertoire" in letters[0]["error"] or "0x00" in letters[0]["error"]
+    assert (row["kind"], row["board"], row["member"]) == ("refused", "", None)
+    assert records.decode(bytes(row["payload"]))[2] == "bad\x00member"  # kept whole
+    assert after == before  # and restore still replays it

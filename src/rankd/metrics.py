@@ -126,6 +126,9 @@ class DaemonCollector(Collector):
         yield GaugeMetricFamily("rankd_postgres_stalled",
                                 "1 when shipping cannot go on without an operator",
                                 value=int(status["stalled"] is not None))
+        yield CounterMetricFamily("rankd_postgres_dead_letters",
+                                  "Records whose columns Postgres refused (set aside)",
+                                  value=shipper.dead_letters)
         yield CounterMetricFamily("rankd_postgres_shipped", "Records shipped",
                                   value=shipper.shipped_total)
         yield CounterMetricFamily("rankd_postgres_errors", "Shipping errors",

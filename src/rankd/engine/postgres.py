@@ -14,6 +14,12 @@ shipper reconnects, re-reads the shipped position and continues from there.
 The engine keeps every WAL segment the shipper has not passed, so nothing
 is lost while Postgres is away (the disk holds the backlog).
 
+A record whose columns Postgres refuses (text it cannot store, a time out
+of its range) never stops shipping: it is shipped with those columns
+emptied (kind ``refused``) and its payload intact, so ``restore`` still
+replays it, and its position and the error go to ``rankd_dead_letters``;
+the shipper logs it and counts it (``rankd_postgres_dead_letters``).
+
 Only records the fsync policy made durable are shipped
 (``WriteAheadLog.shippable_lsn``): Postgres never holds a record a power
 loss could take back from the local log.  On every connection the shipper
@@ -34,6 +40,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +83,14 @@ MIGRATIONS: list[str] = [
         label       text,
         archived_at timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (board, time_window, period, rank)
+    );
+    """,
+    # Records whose columns Postgres refused (see PostgresShipper._set_aside).
+    """
+    CREATE TABLE rankd_dead_letters (
+        lsn       bigint PRIMARY KEY,
+        error     text NOT NULL,
+        noted_at  timestamptz NOT NULL DEFAULT now()
     );
     """,
 ]
@@ -121,6 +136,8 @@ class PostgresShipper:
         self.last_error: str | None = None
         self.shipped_total = 0
         self.errors = 0
+        #: Records set aside because Postgres refused their columns.
+        self.dead_letters = 0
         self._caught_up_at = time.monotonic()
         #: Why shipping cannot make progress (None while it can).
         self.stalled: str | None = None
@@ -260,12 +277,42 @@ class PostgresShipper:
                 f"the record at position {shipped} differs between Postgres and the local "
                 "log: they hold different histories")
 
-    async def _ship(self, conn: asyncpg.Connection, batch: list[tuple[int, bytes]]) -> None:
-        rows = []
-        for lsn, payload in batch:
+    def _row(self, lsn: int, payload: bytes) -> tuple:
+        try:
             columns = self.describe(payload)
-            rows.append((lsn, columns["kind"], columns["board"], columns.get("member"),
-                         columns.get("value"), columns["event_ts"], payload))
+        except (ValueError, OverflowError, TypeError, KeyError) as exc:
+            return self._refused_row(lsn, payload, f"cannot read its columns: {exc!r}")
+        return (lsn, columns["kind"], columns["board"], columns.get("member"),
+                columns.get("value"), columns["event_ts"], payload)
+
+    def _refused_row(self, lsn: int, payload: bytes, error: str) -> tuple:
+        self._refused[lsn] = error
+        return (lsn, "refused", "", None, None, datetime.now(UTC), payload)
+
+    async def _ship(self, conn: asyncpg.Connection, batch: list[tuple[int, bytes]]) -> None:
+        self._refused: dict[int, str] = {}
+        rows = [self._row(lsn, payload) for lsn, payload in batch]
+        try:
+            await self._insert(conn, batch, rows)
+        except asyncpg.DataError:
+            # One record (or more) Postgres cannot store: find which, one
+            # by one, and set them aside rather than retry the batch forever.
+            rows = [await self._checked_row(conn, row) for row in rows]
+            await self._insert(conn, batch, rows)
+
+    async def _checked_row(self, conn: asyncpg.Connection, row: tuple) -> tuple:
+        try:
+            async with conn.transaction():
+                await conn.copy_records_to_table("rankd_events", records=[row],
+                                                 columns=_EVENT_COLUMNS)
+                raise _RolledBack
+        except _RolledBack:
+            return row
+        except asyncpg.DataError as exc:
+            return self._refused_row(row[0], row[6], f"{type(exc).__name__}: {exc}")
+
+    async def _insert(self, conn: asyncpg.Connection, batch: list[tuple[int, bytes]],
+                      rows: list[tuple]) -> None:
         last = batch[-1][0]
         async with conn.transaction():
             stored = await conn.fetchval(
@@ -277,13 +324,25 @@ class PostgresShipper:
                 return
             await conn.copy_records_to_table("rankd_events", records=rows,
                                              columns=_EVENT_COLUMNS)
+            if self._refused:
+                await conn.executemany(
+                    "INSERT INTO rankd_dead_letters (lsn, error) VALUES ($1, $2)",
+                    list(self._refused.items()))
             await conn.execute(
                 "UPDATE rankd_shipper SET shipped_lsn = $1, updated_at = now() WHERE id = 1",
                 last)
+        for lsn, error in self._refused.items():
+            log.error("Postgres refused the columns of record %d (%s): shipped as 'refused' "
+                      "with its payload, noted in rankd_dead_letters", lsn, error)
+        self.dead_letters += len(self._refused)
         self.shipped_lsn = last
         self.shipped_total += len(batch)
         if last >= self.wal.written_lsn:
             self._caught_up_at = time.monotonic()
+
+
+class _RolledBack(Exception):
+    """Undoes a trial insert (see ``PostgresShipper._checked_row``)."""
 
 
 async def records_beyond(dsn: str, lsn: int, *, timeout: float = 10.0
