@@ -212,3 +212,47 @@ def test_sigkill_under_rest_and_tcp_load_never_loses_an_acknowledged_submission(
     assert doubled == [], f"{len(doubled)} submissions applied twice"
     assert members >= len(acked)
     assert json.dumps(info)  # the board info survived intact
+
+
+def test_ready_only_once_every_listener_accepts(tmp_path):
+    """/v1/ready once said 200 before the TCP port was bound (and a busy TCP
+    port then stopped the daemon): ready means every listener accepts."""
+    import os
+    import urllib.error
+    import urllib.request
+
+    from daemon import SRC, Daemon, free_port
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = free_port()
+    command = [sys.executable, "-m", "rankd.cli", "serve", "--host", "127.0.0.1", "--port",
+               str(port), "--tcp-port", str(busy.getsockname()[1]), "--data-dir",
+               str(tmp_path / "data")]
+    process = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(SRC)},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    answers = []
+    try:
+        while process.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/ready",
+                                            timeout=5) as response:
+                    answers.append(response.status)
+            except urllib.error.HTTPError as error:
+                answers.append(error.code)
+            except OSError:
+                pass
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        busy.close()
+        if process.poll() is None:
+            process.kill()
+    assert 200 not in answers
+    assert process.returncode == 1
+    assert "rankd: cannot listen on 127.0.0.1" in stderr and "Traceback" not in stderr
+    with Daemon(tmp_path / "data") as running:
+        status, ready = running.request("GET", "/v1/ready")
+        assert status == 200 and ready["checks"]["listening"] is True
+        with socket.create_connection(("127.0.0.1", running.tcp_port), timeout=5):
+            pass

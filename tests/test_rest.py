@@ -956,7 +956,8 @@ def test_me_needs_a_token_subject(api: Api) -> None:
 def test_ready_metrics_and_snapshot(api: Api) -> None:
     status, ready = api("GET", "/v1/ready")
     assert status == 200 and ready == {"ready": True, "degraded": {},
-                                       "checks": {"recovered": True, "wal_writable": True}}
+                                       "checks": {"recovered": True, "listening": True,
+                                                  "wal_writable": True}}
     make_board(api, "metered")
     submit(api, "metered", "ann", score=3)
     status, info = api("POST", "/v1/admin/snapshot")

@@ -94,6 +94,10 @@ def _serve(args: argparse.Namespace) -> int:
     except (RuntimeError, WalCorruptError, SnapshotError, StoppedAfterFailure) as exc:
         print(f"rankd: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a port in use, an address not on this machine
+        print(f"rankd: cannot listen on {settings.host}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -88,6 +88,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     engine = Engine(config.engine_config())
     engine.lock()
     service = Service(engine, signing_secret=config.signing_secret)
+    service.listening = False  # ready only once the TCP listener is up too
     tcp = TcpServer(service, gate)
     feed = LiveFeed(engine, interval=config.live_interval,
                     send_timeout=config.live_send_timeout,
@@ -111,6 +112,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
             tcp_port = await tcp.start(config.host, config.tcp_port, ssl=tls)
             config.check_exposure(gate, tcp.addresses)
             tcp_address = f"{config.host}:{tcp_port}"
+        service.listening = True
         if not gate.auth_enabled and config.insecure_no_auth:
             log.warning("NO AUTHENTICATION on %s (--insecure-no-auth): anyone who can reach "
                         "it, and any web page a user of this network opens, can read and "

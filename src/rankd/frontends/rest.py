@@ -340,6 +340,7 @@ async def ready(request: web.Request) -> web.Response:
     query(request, {})
     engine = service_of(request).engine
     checks = {"recovered": engine.ready,
+              "listening": service_of(request).listening,
               "wal_writable": engine.failure is None and engine.wal is not None
               and not engine.wal.failed}
     degraded = {}

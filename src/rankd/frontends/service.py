@@ -59,6 +59,9 @@ class Service:
         self.signing_secret = signing_secret
         #: (board, window, period, offset, limit) -> (board version, JSON bytes)
         self._top_cache: dict[tuple, tuple[int, bytes]] = {}
+        #: Whether every listener of the process is up: the daemon clears it
+        #: until its last listener (TCP) accepts; embedded uses leave it set.
+        self.listening = True
 
     # --- boards -------------------------------------------------------------------
 
