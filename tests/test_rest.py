@@ -416,9 +416,41 @@ def test_order_cannot_change_once_a_board_has_members(api: Api) -> None:
     assert_error(api("PUT", "/v1/boards/ordered", {"order": "desc"}), 409, "conflict")
     assert_error(api("PUT", "/v1/boards/ordered", {"order": "asc", "tie_break": "member"}),
                  409, "conflict")
-    # Other fields still change.
-    status, info = api("PUT", "/v1/boards/ordered", {"order": "asc", "policy": "latest"})
+    # Other fields still change (a new policy only when told it may).
+    status, info = api("PUT", "/v1/boards/ordered?discard=true",
+                       {"order": "asc", "policy": "latest"})
     assert status == 200 and info["config"]["policy"] == "latest"
+
+
+def test_a_change_that_would_lose_data_is_refused_unless_asked_for(api: Api) -> None:
+    """A shorter PUT body once dropped windows with their scores, and could
+    turn a sum board into a best one under live data, without a word."""
+    make_board(api, "keep", policy="sum", windows=["all", "daily", "weekly"])
+    submit(api, "keep", "ann", delta=5)
+    before = api("GET", "/v1/boards/keep")[1]
+    for body, lost in (({"policy": "sum"}, "window 'daily'"),
+                       ({"policy": "best", "windows": ["all", "daily", "weekly"]}, "policy"),
+                       ({"policy": "sum", "windows": ["all", "weekly"]}, "window 'daily'")):
+        assert_error(api("PUT", "/v1/boards/keep", body), 409, "conflict", lost)
+    assert api("GET", "/v1/boards/keep")[1] == before
+    assert top(api, "keep", "?window=daily")["entries"][0]["score"] == 5
+    # PATCH changes only what it names.
+    status, info = api("PATCH", "/v1/boards/keep", {"max_score": 100})
+    assert status == 200 and info["config"]["windows"] == ["all", "daily", "weekly"]
+    assert info["config"]["policy"] == "sum" and info["config"]["max_score"] == 100
+    assert_error(api("PATCH", "/v1/boards/keep", {"windows": ["all"]}), 409, "conflict",
+                 "weekly")
+    assert_error(api("PATCH", "/v1/boards/keep?discard=maybe", {"windows": ["all"]}), 400,
+                 "bad_request", "discard")
+    # PATCH of a board that does not exist yet creates it.
+    status, info = api("PATCH", "/v1/boards/patched-new", {"policy": "latest"})
+    assert status == 201 and info["config"]["policy"] == "latest"
+    assert_error(api("PATCH", "/v1/boards/patched-new", {"policy": 3}), 422, "invalid")
+    # Asked for explicitly, it goes ahead.
+    status, info = api("PATCH", "/v1/boards/keep?discard=true", {"windows": ["all"]})
+    assert status == 200 and info["config"]["windows"] == ["all"]
+    assert_error(api("GET", "/v1/boards/keep/top?window=daily"), 404, "not_found")
+    assert top(api, "keep")["entries"][0]["score"] == 5
 
 
 # --- submissions -----------------------------------------------------------------------------
@@ -613,6 +645,7 @@ def test_batch_size_limit(api: Api) -> None:
 
 BODY_ROUTES = [
     ("PUT", "/v1/boards/bodies", {}),
+    ("PATCH", "/v1/boards/bodies", {"retain": 8}),
     ("POST", "/v1/boards/bodies/scores", {"member": "ann", "score": 1}),
     ("POST", "/v1/boards/bodies/scores/batch", {"events": [{"member": "ann", "score": 1}]}),
     ("POST", "/v1/boards/bodies/ranks", {"members": ["ann"]}),
@@ -906,8 +939,7 @@ def test_unknown_route(api: Api, path: str) -> None:
     ("POST", "/v1/health", "GET, HEAD"),
     ("DELETE", "/v1/openapi.json", "GET, HEAD"),
     ("POST", "/v1/boards", "GET, HEAD"),
-    ("PATCH", "/v1/boards/x", "DELETE, GET, HEAD, PUT"),
-    ("POST", "/v1/boards/x", "DELETE, GET, HEAD, PUT"),
+    ("POST", "/v1/boards/x", "DELETE, GET, HEAD, PATCH, PUT"),
     ("GET", "/v1/boards/x/scores", "POST"),
     ("PUT", "/v1/boards/x/scores/batch", "POST"),
     ("POST", "/v1/boards/x/top", "GET, HEAD"),

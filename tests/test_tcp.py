@@ -255,3 +255,18 @@ def test_client_reconnects_and_retries_only_idempotent_writes(tmp_path):
             client.submit("b", "ann", delta=1)  # not idempotent, server gone: no retry
     finally:
         client.close()
+
+
+def test_board_changes_that_lose_data_need_discard_over_tcp_too(daemon):
+    from rankd.client import Conflict
+
+    with Client("127.0.0.1", daemon.tcp_port) as client:
+        client.put_board("tcp-keep", {"policy": "sum", "windows": ["all", "daily"]})
+        client.submit("tcp-keep", "ann", delta=2)
+        with pytest.raises(Conflict, match="window 'daily'"):
+            client.put_board("tcp-keep", {"policy": "sum"})
+        changed = client.patch_board("tcp-keep", {"max_delta": 10})["board"]["config"]
+        assert changed["windows"] == ["all", "daily"] and changed["max_delta"] == 10
+        dropped = client.patch_board("tcp-keep", {"windows": ["all"]}, discard=True)
+        assert dropped["board"]["config"]["windows"] == ["all"]
+        assert client.member("tcp-keep", "ann")["score"] == 2

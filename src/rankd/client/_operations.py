@@ -31,9 +31,18 @@ class Operations:
         """Config, member counts per window, version."""
         return self._call("get_board", {"board": board}, True)
 
-    def put_board(self, board: str, config: dict[str, Any] | None = None) -> Any:
-        """Create or change a board: ``{"created": bool, "board": info}``."""
-        return self._call("put_board", {"board": board, "config": config or {}}, True)
+    def put_board(self, board: str, config: dict[str, Any] | None = None, *,
+                  discard: bool = False) -> Any:
+        """Create or change a board: ``{"created": bool, "board": info}``.
+        A change that would lose data raises ``Conflict`` unless ``discard``."""
+        return self._call("put_board", _drop_none(board=board, config=config or {},
+                                                  discard=discard or None), True)
+
+    def patch_board(self, board: str, config: dict[str, Any], *, discard: bool = False
+                    ) -> Any:
+        """Change only the fields of ``config`` (see :meth:`put_board`)."""
+        return self._call("patch_board", _drop_none(board=board, config=config,
+                                                    discard=discard or None), True)
 
     def delete_board(self, board: str) -> Any:
         return self._call("delete_board", {"board": board}, False)

@@ -52,18 +52,39 @@ class Board:
                 self.periods[window] = dict(sorted(periods.items()))
         return index
 
+    def losses(self, config: BoardConfig, now: float) -> list[str]:
+        """What adopting ``config`` would lose, for people (empty: nothing)."""
+        lost = []
+        for window, periods in self.periods.items():
+            members = sum(len(index) for index in periods.values())
+            if window not in config.windows and members:
+                lost.append(f"window {window!r} and its {members} member entries")
+        if config.retain < self.config.retain:
+            dropped = [(w, p) for w, p in self.expired_periods(now, config.retain)
+                       if w in config.windows]
+            if dropped:
+                lost.append(f"{len(dropped)} closed period(s) beyond retain {config.retain}")
+        if config.policy != self.config.policy and any(
+                len(index) for periods in self.periods.values() for index in periods.values()):
+            lost.append(f"the meaning of every score (policy {self.config.policy} -> "
+                        f"{config.policy})")
+        return lost
+
     def reconfigure(self, config: BoardConfig) -> None:
         """Adopt a new config; windows added start empty, windows removed go."""
         self.periods = {w: self.periods.get(w, {}) for w in config.windows}
         self.config = config
 
-    def expired_periods(self, now: float) -> list[tuple[str, str]]:
-        """``(window, period)`` of closed periods beyond ``retain``."""
+    def expired_periods(self, now: float, retain: int | None = None
+                        ) -> list[tuple[str, str]]:
+        """``(window, period)`` of closed periods beyond ``retain`` (the
+        config's, unless given)."""
+        retain = self.config.retain if retain is None else retain
         expired = []
         for window, periods in self.periods.items():
             if window == "all":
                 continue
-            oldest = oldest_retained(window, now, self.config.retain)
+            oldest = oldest_retained(window, now, retain)
             expired.extend((window, period) for period in sorted(periods) if period < oldest)
         return expired
 

@@ -460,11 +460,22 @@ class Engine:
 
     # --- writes ---------------------------------------------------------------------
 
-    async def put_board(self, name: str, config: object) -> tuple[BoardConfig, bool]:
-        """Create or change a board: ``(config, created)``."""
+    async def put_board(self, name: str, config: object, *, discard: bool = False,
+                        patch: bool = False) -> tuple[BoardConfig, bool]:
+        """Create or change a board: ``(config, created)``.
+
+        With ``patch`` the fields given change and the others stay.  A change
+        that would lose data (a window dropped with its members, closed
+        periods beyond a lower ``retain``, the policy of a board with members)
+        is refused with ``Conflict`` naming what, unless ``discard``.
+        """
         check_board_name(name)
-        parsed = BoardConfig.from_dict(config)
         board = self.boards.get(name)
+        if patch and board is not None:
+            if not isinstance(config, dict):
+                raise InvalidInput("board config must be an object")
+            config = {**board.config.to_dict(), **config}
+        parsed = BoardConfig.from_dict(config)
         if board is not None:
             if board.config == parsed:
                 return parsed, False
@@ -472,7 +483,15 @@ class Engine:
                     and any(len(i) for p in board.periods.values() for i in p.values())):
                 raise Conflict("order and tie_break cannot change on a board with members; "
                                "delete and recreate it")
+            losses = board.losses(parsed, self.clock())
+            if losses and not discard:
+                raise Conflict(f"this change to board {name!r} would lose data: "
+                               f"{'; '.join(losses)}; send it again with discard=true to "
+                               "go ahead, or leave those fields as they are")
             await board.writable.wait()
+            log.info("board %s config changed%s: %s -> %s", name,
+                     " (discarding: " + "; ".join(losses) + ")" if losses else "",
+                     board.config.to_dict(), parsed.to_dict())
         now_ms = self._now_ms()
         await self._write([[records.BOARD_PUT, name, parsed.to_dict(), now_ms]])
         return parsed, board is None

@@ -377,6 +377,11 @@ def operation(operation_id: str, summary: str, tag: str, responses: dict[int, An
 BODY_ERRORS = (400, 413, 415, 422)
 
 
+DISCARD = {"name": "discard", "in": "query", "required": False,
+           "schema": {"type": "string", "enum": ["true", "false"], "default": "false"},
+           "description": "`true` to go ahead with a change that loses data."}
+
+
 def paths() -> dict[str, Any]:
     board_path = "/v1/boards/{board}"
     member_path = board_path + "/members/{member}"
@@ -402,11 +407,24 @@ def paths() -> dict[str, Any]:
                 {200: ok("BoardInfo", "The board existed; it now has this config (or had it "
                                       "already)."),
                  201: ok("BoardInfo", "The board was created.")},
-                errors=(*BODY_ERRORS, 409, 503),
-                body=json_body("BoardConfig", "The config; `{}` for all defaults."),
+                errors=(*BODY_ERRORS, 409, 503), parameters=[DISCARD],
+                body=json_body("BoardConfig", "The whole config; fields left out take their "
+                                              "defaults (`{}`: all defaults)."),
                 description="Changing windows keeps the windows still listed; windows added "
-                            "start empty.  Changing `order` or `tie_break` of a board with "
-                            "members is refused (409)."),
+                            "start empty.  A change that would lose data is refused (409, "
+                            "naming what) unless `discard=true`: a window dropped while it "
+                            "has members, closed periods beyond a lower `retain`, a new "
+                            "`policy` on a board with members.  Changing `order` or "
+                            "`tie_break` of a board with members is always refused.  Every "
+                            "change is logged with the config before and after."),
+            "patch": operation(
+                "patchBoard", "Change some fields of a board's config", "boards",
+                {200: ok("BoardInfo", "The board now has the fields given, the others as "
+                                      "they were."),
+                 201: ok("BoardInfo", "The board was created (as `PUT` with that body).")},
+                errors=(*BODY_ERRORS, 409, 503), parameters=[DISCARD],
+                body=json_body("BoardConfig", "Only the fields to change."),
+                description="As `PUT`, with the fields left out kept rather than reset."),
             "get": operation("getBoard", "A board's config and member counts", "boards",
                              {200: ok("BoardInfo", "The board.")}, errors=(400, 404)),
             "delete": operation("deleteBoard", "Delete a board and all its windows", "boards",

@@ -231,11 +231,25 @@ async def list_boards(request: web.Request) -> web.Response:
     return json_response(service_of(request).list_boards())
 
 
+def flag(value: str) -> bool:
+    if value not in ("true", "false"):
+        raise ValueError(value)
+    return value == "true"
+
+
 @routes.put("/v1/boards/{board}")
 async def put_board(request: web.Request) -> web.Response:
-    query(request, {})
-    info, created = await service_of(request).put_board(request.match_info["board"],
-                                                        await read_json(request))
+    params = query(request, {"discard": flag})
+    info, created = await service_of(request).put_board(
+        request.match_info["board"], await read_json(request), **params)
+    return json_response(info, 201 if created else 200)
+
+
+@routes.patch("/v1/boards/{board}")
+async def patch_board(request: web.Request) -> web.Response:
+    params = query(request, {"discard": flag})
+    info, created = await service_of(request).put_board(
+        request.match_info["board"], await read_json(request), patch=True, **params)
     return json_response(info, 201 if created else 200)
 
 

@@ -74,9 +74,12 @@ class Service:
     def get_board(self, board: str) -> dict[str, Any]:
         return self.engine.board_info(board)
 
-    async def put_board(self, board: str, config: object) -> tuple[dict[str, Any], bool]:
-        """``(board info, created)``."""
-        _, created = await self.engine.put_board(board, config)
+    async def put_board(self, board: str, config: object, *, discard: object = False,
+                        patch: bool = False) -> tuple[dict[str, Any], bool]:
+        """``(board info, created)``; see :meth:`Engine.put_board`."""
+        if not isinstance(discard, bool):
+            raise InvalidInput("discard must be true or false")
+        _, created = await self.engine.put_board(board, config, discard=discard, patch=patch)
         return self.engine.board_info(board), created
 
     async def delete_board(self, board: str) -> None:

@@ -98,8 +98,10 @@ def _event(args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return board, {key: value for key, value in args.items() if key != "board"}
 
 
-async def _put_board(service: Service, args: dict[str, Any]) -> dict[str, Any]:
-    info, created = await service.put_board(args["board"], args["config"])
+async def _put_board(service: Service, args: dict[str, Any], patch: bool = False
+                     ) -> dict[str, Any]:
+    info, created = await service.put_board(args["board"], args["config"],
+                                            discard=args.get("discard", False), patch=patch)
     return {"created": created, "board": info}
 
 
@@ -134,7 +136,9 @@ OPERATIONS: dict[str, tuple[set[str], set[str], Handler]] = {
     "health": (set(), set(), lambda s, a: s.health()),
     "list_boards": (set(), set(), lambda s, a: s.list_boards()),
     "get_board": ({"board"}, set(), lambda s, a: s.get_board(a["board"])),
-    "put_board": ({"board", "config"}, set(), _put_board),
+    "put_board": ({"board", "config"}, {"discard"}, _put_board),
+    "patch_board": ({"board", "config"}, {"discard"},
+                    lambda s, a: _put_board(s, a, patch=True)),
     "delete_board": ({"board"}, set(), _delete_board),
     "submit_many": ({"events"}, set(), _submit_many),
     "top": ({"board"}, {"limit", "offset", *VIEW_FIELDS},

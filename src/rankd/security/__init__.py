@@ -34,10 +34,11 @@ OPERATION_SCOPES: dict[str, str | None] = {
     "live_events": "read", "realtime_token": "read",
     "submit": "write", "submit_batch": "write", "submit_many": "write",
     "remove_member": "write",
-    "put_board": "admin", "delete_board": "admin", "digest": "admin", "snapshot": "admin",
+    "put_board": "admin", "patch_board": "admin", "delete_board": "admin", "digest": "admin",
+    "snapshot": "admin",
     "me": "self",
 }
-ADMIN_ACTIONS = frozenset({"put_board", "delete_board", "snapshot"})
+ADMIN_ACTIONS = frozenset({"put_board", "patch_board", "delete_board", "snapshot"})
 
 __all__ = [
     "ANONYMOUS_ALL",
