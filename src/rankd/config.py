@@ -71,6 +71,15 @@ OPTIONS = (
     Option("live_send_timeout", float, 10.0,
            "seconds a live subscriber may leave a push unread before it is disconnected"),
     Option("live_max_per_address", int, 1000, "live-feed connections allowed per client address"),
+    Option("max_connections", int, 0, "open HTTP and TCP connections allowed in all (0: what "
+                                      "the descriptor limit leaves after a reserve)"),
+    Option("max_connections_per_address", int, 256,
+           "open connections allowed per client address (0: no cap; loopback is exempt)"),
+    Option("idle_timeout", float, 300.0,
+           "seconds a TCP protocol connection may stay silent before it is closed (0: never)"),
+    Option("http_idle_timeout", float, 30.0,
+           "seconds an HTTP connection may wait for (or trickle in) its next request",
+           minimum=1),
     Option("jwt_secret", str, None, "accept HS256 JWTs signed with this secret"),
     Option("jwt_public_key", Path, None, "accept RS256/ES256 JWTs verified with this PEM key"),
     Option("api_keys", str, None, "accepted API keys, comma-separated id:sha256hex:scopes "
@@ -112,6 +121,10 @@ class ServerConfig:
     live_interval: float = 0.25
     live_send_timeout: float = 10.0
     live_max_per_address: int = 1000
+    max_connections: int = 0
+    max_connections_per_address: int = 256
+    idle_timeout: float = 300.0
+    http_idle_timeout: float = 30.0
     jwt_secret: str | None = None
     jwt_public_key: Path | None = None
     api_keys: str | None = None

@@ -139,6 +139,11 @@ class DaemonCollector(Collector):
             return
         yield GaugeMetricFamily("rankd_tcp_connections", "Open TCP protocol connections",
                                 value=len(self.tcp.connections))
+        yield GaugeMetricFamily("rankd_connections", "Open HTTP and TCP connections",
+                                value=self.tcp.limits.total)
+        yield CounterMetricFamily("rankd_connections_refused",
+                                  "Connections refused over a connection cap",
+                                  value=self.tcp.limits.refused)
         requests = CounterMetricFamily("rankd_tcp_requests", "TCP requests by op and status",
                                        labels=["op", "status"])
         for (op, status), count in list(self.tcp.stats.items()):

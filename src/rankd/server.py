@@ -25,6 +25,7 @@ from rankd import __version__
 from rankd.config import ServerConfig
 from rankd.engine import collector
 from rankd.engine.engine import Engine
+from rankd.frontends.connections import ConnectionLimits, GuardedSite, default_max_connections
 from rankd.frontends.live import LiveFeed
 from rankd.frontends.live_http import add_live_routes
 from rankd.frontends.rest import create_app
@@ -89,7 +90,9 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     engine.lock()
     service = Service(engine, signing_secret=config.signing_secret)
     service.listening = False  # ready only once the TCP listener is up too
-    tcp = TcpServer(service, gate)
+    limits = ConnectionLimits(config.max_connections or default_max_connections(),
+                              config.max_connections_per_address)
+    tcp = TcpServer(service, gate, limits=limits, idle_timeout=config.idle_timeout)
     feed = LiveFeed(engine, interval=config.live_interval,
                     send_timeout=config.live_send_timeout,
                     max_per_address=config.live_max_per_address)
@@ -97,10 +100,12 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     metrics.add(DaemonCollector(engine, tcp, feed))
     app = create_app(service, gate, metrics)
     add_live_routes(app, feed)
-    runner = web.AppRunner(app, access_log=None,
-                           shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+    # The keep-alive timeout also runs from the moment a connection opens and
+    # while a request trickles in: the header-read timeout against slowloris.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
+                           keepalive_timeout=config.http_idle_timeout)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, ssl_context=tls)
+    site = GuardedSite(runner, config.host, config.port, limits, ssl_context=tls)
     try:
         await site.start()
         config.check_exposure(gate, [address[0] for address in runner.addresses])

@@ -23,7 +23,12 @@ request by request, so both answer alike.
 A connection that sends too much without reading its answers is paused
 (``pause_reading``) until its queue drains, and writing waits while the
 transport's buffer is full, so a slow or hostile client cannot make the
-server buffer without bound.
+server buffer without bound.  Until a connection has said hello and
+authenticated it may send frames of at most :data:`HANDSHAKE_MAX_FRAME`
+bytes (a half-sent 1 MiB frame once held a megabyte per connection), and
+it must do so within :data:`HANDSHAKE_SECONDS`; connections over the caps
+of :class:`rankd.frontends.connections.ConnectionLimits`, or silent for
+the idle timeout, are closed.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from rankd import __version__, wire
 from rankd._native import native_or
 from rankd.engine.errors import EngineError, InvalidInput
 from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
+from rankd.frontends.connections import ConnectionLimits, default_max_connections, peer_address
 from rankd.frontends.service import MAX_BATCH, Service, check_fields
 from rankd.security import ANONYMOUS_ALL, Gate, Principal, Unauthorized
 
@@ -49,6 +55,12 @@ QUEUE_HIGH_WATER = 4096
 QUEUE_LOW_WATER = 512
 #: Unauthenticated or failed requests before the connection is closed.
 MAX_AUTH_FAILURES = 3
+#: Until hello and auth succeeded: the largest frame (a JWT of 8 KiB fits),
+#: and how long they may take.
+HANDSHAKE_MAX_FRAME = 16 * 1024
+HANDSHAKE_SECONDS = 10.0
+#: How often connections are checked for the deadlines above.
+SWEEP_SECONDS = 1.0
 SUBMIT_FIELDS = {"member", "score", "delta", "event_id", "ts", "label"}
 VIEW_FIELDS = {"window", "period"}
 
@@ -167,7 +179,8 @@ class TcpConnection(asyncio.Protocol):
         self.principal: Principal | None = None if self.gate.auth_enabled else ANONYMOUS_ALL
         self.auth_failures = 0
         self.address = ""
-        self.decoder = RequestDecoder(server.max_frame)
+        self.admitted = False
+        self.decoder = RequestDecoder(HANDSHAKE_MAX_FRAME)
         self.queue: collections.deque[Any] = collections.deque()
         #: Requests in ``queue`` (a packed run holds many).
         self.queued = 0
@@ -190,12 +203,20 @@ class TcpConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.loop = asyncio.get_running_loop()
-        peer = transport.get_extra_info("peername")
-        self.address = str(peer[0]) if isinstance(peer, tuple) else ""
+        self.address = peer_address(transport)
+        self.opened_at = self.last_active = self.loop.time()
+        refused = self.server.limits.admit(self.address)
+        if refused is not None:
+            self._close_with([], 0, "too_many_connections", refused)
+            return
+        self.admitted = True
         self.server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        if self.admitted:
+            self.admitted = False
+            self.server.limits.release(self.address)
         self.server.connections.discard(self)
         self.queue.clear()
         self.queued = 0
@@ -212,8 +233,12 @@ class TcpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        # Packed only once requests will be taken: the handshake goes the general way.
-        self.decoder.pack = self.greeted and self.principal is not None
+        self.last_active = self.loop.time()
+        # Packed only once requests will be taken: the handshake goes the
+        # general way, and is held to small frames.
+        if self.greeted and self.principal is not None:
+            self.decoder.pack = True
+            self.decoder.max_frame = self.server.max_frame
         try:
             messages = self.decoder.feed(data)
         except wire.FrameError as exc:
@@ -467,6 +492,11 @@ class TcpConnection(asyncio.Protocol):
         stats[("submit", "ok")] += ok
         return frames
 
+    @property
+    def busy(self) -> bool:
+        """Whether requests of this connection are still being worked on."""
+        return bool(self.queue or self.worker is not None or self.answering)
+
     def _close_with(self, out: list[bytes], request_id: int, code: str, message: str) -> None:
         out.append(wire.error(request_id, code, message))
         self.transport.writelines(out)
@@ -481,11 +511,16 @@ class TcpServer:
     """Listens for protocol connections; :meth:`close` drains them gracefully."""
 
     def __init__(self, service: Service, gate: Gate | None = None, *,
-                 max_frame: int = wire.MAX_FRAME) -> None:
+                 max_frame: int = wire.MAX_FRAME, limits: ConnectionLimits | None = None,
+                 idle_timeout: float = 300.0) -> None:
         self.service = service
         self.gate = gate or Gate.open()
         self.max_frame = max_frame
+        self.limits = limits or ConnectionLimits(default_max_connections())
+        #: Seconds a connection may stay silent (0: forever).
+        self.idle_timeout = idle_timeout
         self.connections: set[TcpConnection] = set()
+        self._sweeper: asyncio.Task | None = None
         #: (op, "ok" or error code) -> requests, for metrics.
         self.stats: collections.Counter[tuple[str, str]] = collections.Counter()
         self._server: asyncio.AbstractServer | None = None
@@ -496,7 +531,27 @@ class TcpServer:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: TcpConnection(self), host, port,
                                                 reuse_address=True, ssl=ssl)
+        self._sweeper = asyncio.create_task(self._sweep(), name="rankd-tcp-sweeper")
         return self._server.sockets[0].getsockname()[1]
+
+    async def _sweep(self) -> None:
+        """Close connections past the handshake deadline or the idle timeout."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            now = loop.time()
+            for connection in list(self.connections):
+                if connection.closing:
+                    continue
+                if not (connection.greeted and connection.principal is not None):
+                    if now - connection.opened_at > HANDSHAKE_SECONDS:
+                        connection._close_with([], 0, "handshake_timeout",
+                                               f"hello and auth must come within "
+                                               f"{HANDSHAKE_SECONDS:g} s of connecting")
+                elif (self.idle_timeout and now - connection.last_active > self.idle_timeout
+                        and not connection.busy):
+                    connection._close_with([], 0, "idle_timeout",
+                                           f"no request for {self.idle_timeout:g} s")
 
     @property
     def addresses(self) -> list[str]:
@@ -509,6 +564,9 @@ class TcpServer:
         """Stop accepting, let queued requests finish, close every connection."""
         if self._server is None:
             return
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         self._server.close()
         busy = [c.worker for c in self.connections if c.worker is not None]
         busy += [applied for c in self.connections for _, applied in c.answering]

@@ -1,0 +1,167 @@
+"""Connection limits shared by the HTTP and TCP listeners.
+
+Every open connection holds a file descriptor and buffers.  Without limits,
+clients that connect and send nothing (or a request a byte at a time) hold
+them forever, and once the process runs out of descriptors nobody else can
+connect and the log cannot open a new segment.  So:
+
+- a global cap (``--max-connections``; by default what the descriptor
+  limit leaves after a reserve for the data dir) and a cap per client
+  address (``--max-connections-per-address``; loopback clients, the same
+  machine, are exempt as from rate limits);
+- a connection over a cap is answered (HTTP 503, or a TCP error frame) and
+  closed before anything else reads from it;
+- the listeners close connections that stay silent: HTTP through aiohttp's
+  keep-alive timeout, which also runs from the moment a connection opens
+  and while a request's headers trickle in; TCP through its own sweeper.
+
+:class:`GuardedHttpProtocol` puts the caps in front of aiohttp's request
+handler without touching it: it forwards every protocol call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import resource
+from typing import Any
+
+from aiohttp import web
+
+from rankd.security.limits import is_loopback
+
+#: Descriptors kept for the WAL, snapshots, Postgres and the like.
+RESERVED_DESCRIPTORS = 256
+DEFAULT_PER_ADDRESS = 256
+
+
+def raise_descriptor_limit() -> int:
+    """Raise the soft descriptor limit to the hard one; returns the limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1 << 20)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def default_max_connections() -> int:
+    """What the descriptor limit leaves after :data:`RESERVED_DESCRIPTORS`."""
+    return max(64, raise_descriptor_limit() - RESERVED_DESCRIPTORS)
+
+
+class ConnectionLimits:
+    """Counts open connections, in all and per client address."""
+
+    def __init__(self, max_total: int, max_per_address: int = DEFAULT_PER_ADDRESS) -> None:
+        self.max_total = max_total
+        self.max_per_address = max_per_address
+        self.total = 0
+        self.by_address: collections.Counter[str] = collections.Counter()
+        #: Connections refused, for metrics.
+        self.refused = 0
+
+    def admit(self, address: str) -> str | None:
+        """Count a new connection from ``address``; or the reason it is refused."""
+        if self.total >= self.max_total:
+            self.refused += 1
+            return f"rankd holds its maximum of {self.max_total} connections"
+        if (self.max_per_address and self.by_address[address] >= self.max_per_address
+                and not is_loopback(address)):
+            self.refused += 1
+            return (f"this address holds its maximum of {self.max_per_address} "
+                    "connections")
+        self.total += 1
+        self.by_address[address] += 1
+        return None
+
+    def release(self, address: str) -> None:
+        self.total -= 1
+        self.by_address[address] -= 1
+        if self.by_address[address] <= 0:
+            del self.by_address[address]
+
+
+def peer_address(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) else ""
+
+
+class GuardedHttpProtocol(asyncio.Protocol):
+    """aiohttp's request handler behind :class:`ConnectionLimits`."""
+
+    __slots__ = ("_address", "_handler", "_limits")
+
+    def __init__(self, handler: asyncio.Protocol, limits: ConnectionLimits) -> None:
+        self._handler = handler
+        self._limits = limits
+        self._address: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        address = peer_address(transport)
+        refused = self._limits.admit(address)
+        if refused is not None:
+            body = b'{"error": {"code": "too_many_connections", "message": "' + \
+                refused.encode() + b'"}}'
+            transport.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: "  # type: ignore[attr-defined]
+                            b"application/json\r\nConnection: close\r\nRetry-After: 1\r\n"
+                            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            transport.close()
+            return
+        self._address = address
+        self._handler.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._address is None:
+            return
+        self._limits.release(self._address)
+        self._address = None
+        self._handler.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._address is not None:
+            self._handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._handler.eof_received() if self._address is not None else None
+
+    def pause_writing(self) -> None:
+        self._handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._handler.resume_writing()
+
+
+def guarded_http_factory(factory: Any, limits: ConnectionLimits) -> Any:
+    """A protocol factory for ``loop.create_server``: aiohttp's ``factory``
+    (``AppRunner.server``) behind ``limits``."""
+    return lambda: GuardedHttpProtocol(factory(), limits)
+
+
+class GuardedSite(web.BaseSite):
+    """aiohttp's ``TCPSite``, with every connection through ``limits``."""
+
+    __slots__ = ("_host", "_limits", "_port")
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int,
+                 limits: ConnectionLimits, *, ssl_context: Any = None) -> None:
+        super().__init__(runner, ssl_context=ssl_context, backlog=1024)
+        self._host = host
+        self._port = port
+        self._limits = limits
+
+    @property
+    def name(self) -> str:
+        scheme = "https" if self._ssl_context else "http"
+        return f"{scheme}://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            guarded_http_factory(self._runner.server, self._limits), self._host, self._port,
+            ssl=self._ssl_context, backlog=self._backlog, reuse_address=True)
