@@ -1087,3 +1087,37 @@ def test_negative_zero_is_zero_in_answers_and_reads(api: Api) -> None:
     assert repr(entry["score"]) == "0.0"
     status, raw = api("GET", "/v1/boards/zeros/members/z")
     assert status == 200 and repr(raw["score"]) == "0.0"
+
+
+def test_the_top_page_cache_is_bounded_by_bytes() -> None:
+    """Bounded by entries, 2,000 distinct 1,000-entry pages once took 600 MB."""
+    from rankd.frontends.service import ByteBoundedCache
+
+    cache = ByteBoundedCache(max_bytes=10_000)
+    for offset in range(200):
+        cache.put(("b", "all", "all", offset, 1000), 1, bytes(300))
+        assert cache.bytes <= 10_000
+    assert len(cache) == 10_000 // 300 and cache.bytes == len(cache) * 300
+    # Least recently used goes first: a page read again stays.
+    keep = ("b", "all", "all", 170, 1000)
+    assert cache.get(keep) is not None
+    for offset in range(1000, 1030):
+        cache.put(("b", "all", "all", offset, 1000), 1, bytes(300))
+    assert cache.get(keep) is not None and cache.get(("b", "all", "all", 171, 1000)) is None
+    cache.put(("huge",), 1, bytes(5000))  # more than an eighth: not kept
+    assert cache.get(("huge",)) is None and cache.bytes <= 10_000
+
+
+def test_many_distinct_top_pages_keep_memory_bounded(api: Api) -> None:
+    make_board(api, "paged", policy="latest")
+    events = [{"member": f"p{i:05d}", "score": i} for i in range(10_000)]
+    assert api("POST", "/v1/boards/paged/scores/batch", {"events": events})[0] == 200
+    for offset in range(0, 9000, 9):  # 1,000 distinct pages of 1,000 entries (~90 MB)
+        status, page = api("GET", f"/v1/boards/paged/top?limit=1000&offset={offset}",
+                           record=False)
+        assert status == 200 and page["entries"][0]["rank"] == offset + 1
+    with urllib.request.urlopen(api.daemon.url + "/metrics", timeout=10) as response:
+        metrics = response.read().decode()
+    rss = float(next(line.split()[1] for line in metrics.splitlines()
+                     if line.startswith("rankd_process_rss_bytes ")))
+    assert rss < 300 << 20, rss

@@ -564,3 +564,52 @@ def test_token_buckets_charge_large_costs_in_full():
     now[0] += wait
     assert buckets.take("a", 50) == 0  # Retry-After kept its word
     assert buckets.take("a", 1) == pytest.approx(3.1)  # the new debt is paid first
+
+
+def test_bad_credentials_are_rate_limited_by_address_before_they_are_checked():
+    """Requests with invalid credentials were never rate limited: a client
+    could try tokens as fast as it liked."""
+    gate = Gate(Authenticator(AuthConfig(jwt_secret=SECRET)),
+                RateLimiter(LimitsConfig(address_writes=5, address_reads=5)))
+    outcomes = []
+    for _ in range(30):
+        try:
+            gate.admitted("not-a-token", "top", "203.0.113.5")
+        except Exception as exc:  # the type is what is checked
+            outcomes.append(type(exc).__name__)
+    assert outcomes[:10] == ["Unauthorized"] * 10  # the burst (2 x 5/s)
+    assert set(outcomes[10:]) == {"RateLimited"}
+    # A valid credential from that address waits like everyone else...
+    with pytest.raises(Exception, match="too many reads from this address"):
+        gate.admitted(READER, "top", "203.0.113.5")
+    # ...and another address is not affected.
+    assert gate.admitted(READER, "top", "198.51.100.7").name.startswith("jwt")
+
+
+def test_oversized_credentials_are_refused_before_parsing(daemon):
+    # Over HTTP a header line is held to 8 KiB by the parser already...
+    started = time.monotonic()
+    request = urllib.request.Request(f"{daemon.url}/v1/boards",
+                                     headers={"Authorization": "Bearer " + "x" * (1 << 20)})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code in (400, 431) and time.monotonic() - started < 2
+    assert call(daemon, "GET", "/v1/boards", credential=READER)[0] == 200
+    # ...and a long malformed token just under it is refused (over TCP, where frames
+    # allow more, the 8192-character cap refuses longer ones unparsed).
+    status, answer = call(daemon, "GET", "/v1/boards", credential="x" * 8100)
+    assert status == 401, answer
+    with pytest.raises(Unauthorized, match="at most 8192"):
+        Client("127.0.0.1", daemon.tcp_port, token="y" * 10_000).__enter__()
+
+
+def test_a_flood_of_audit_lines_is_cut_short_and_counted(caplog):
+    from rankd.security import AUDIT_BURST, audit
+
+    with caplog.at_level("INFO", logger="rankd.audit"):
+        for _ in range(AUDIT_BURST + 50):
+            audit("auth_rejected", operation="top", address="192.0.2.99", reason="bad")
+        audit("auth_rejected", operation="top", address="192.0.2.100", reason="bad")
+    lines = [r.getMessage() for r in caplog.records if "192.0.2.99" in r.getMessage()]
+    assert len(lines) == AUDIT_BURST
+    assert any("192.0.2.100" in r.getMessage() for r in caplog.records)

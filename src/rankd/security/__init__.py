@@ -8,6 +8,7 @@ same rules from the one table :data:`OPERATION_SCOPES`.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from rankd.security.auth import (
@@ -53,8 +54,34 @@ __all__ = [
 ]
 
 
+#: Audit lines of one kind from one address: at most this many per window;
+#: the rest are counted and reported with the next line let through.
+AUDIT_BURST = 20
+AUDIT_WINDOW_SECONDS = 60.0
+_audit_seen: dict[tuple[str, object], list] = {}
+
+
 def audit(event: str, **fields: object) -> None:
-    """One structured audit line (JSON logs carry the fields); never secrets."""
+    """One structured audit line (JSON logs carry the fields); never secrets.
+
+    A flood of the same event from one address (a password-guessing loop)
+    would fill the disk, so past :data:`AUDIT_BURST` lines a minute such
+    lines are counted, and the next one written says how many were left out.
+    """
+    now = time.monotonic()
+    key = (event, fields.get("address"))
+    seen = _audit_seen.get(key)
+    if seen is None or now - seen[0] > AUDIT_WINDOW_SECONDS:
+        if len(_audit_seen) > 10_000:
+            _audit_seen.clear()
+        suppressed = seen[2] if seen is not None else 0
+        seen = _audit_seen[key] = [now, 0, 0]
+        if suppressed:
+            fields = {**fields, "suppressed": suppressed}
+    seen[1] += 1
+    if seen[1] > AUDIT_BURST:
+        seen[2] += 1
+        return
     details = " ".join(f"{name}={value}" for name, value in fields.items())
     audit_log.info("%s %s", event, details, extra={"fields": {"audit": event, **fields}})
 
@@ -76,16 +103,30 @@ class Gate:
     def auth_enabled(self) -> bool:
         return self.authenticator.enabled
 
-    def identify(self, credential: str | None, operation: str, address: str) -> Principal:
-        """The caller behind ``credential``; audited and raised when refused."""
+    @staticmethod
+    def _kind(operation: str) -> str:
+        """Which rate limit ``operation`` counts against: read or write."""
+        return ("read" if OPERATION_SCOPES.get(operation, "admin") in (None, "read", "self")
+                else "write")
+
+    def identify(self, credential: str | None, operation: str, address: str, *,
+                 charged: bool = False) -> Principal:
+        """The caller behind ``credential``; audited and raised when refused.
+        The client address's rate limit is charged one request first, unless
+        the caller ``charged`` it already, so failing credentials cannot be
+        tried for free."""
+        if not charged:
+            self.limiter.check_address(self._kind(operation), address)
         try:
             return self.authenticator.authenticate(credential)
         except Unauthorized as exc:
             audit("auth_rejected", operation=operation, address=address, reason=exc.message)
             raise
 
-    def admit(self, principal: Principal, operation: str, address: str, cost: int = 1) -> None:
-        """Check scope and rate limits for ``operation`` (``cost``: events in it)."""
+    def admit(self, principal: Principal, operation: str, address: str, cost: int = 1, *,
+              address_charged: bool = False) -> None:
+        """Check scope and rate limits for ``operation`` (``cost``: events in
+        it); the address's limit only if the caller has not ``address_charged``."""
         scope = OPERATION_SCOPES.get(operation, "admin")
         if scope == "self":
             if principal.subject is None and self.auth_enabled:
@@ -98,16 +139,21 @@ class Gate:
                       principal=principal.name, reason=exc.message)
                 raise
         if scope is not None:
-            kind = "read" if scope in ("read", "self") else "write"
-            self.limiter.check(kind, address, principal.name, cost)
+            kind = self._kind(operation)
+            if not address_charged:
+                self.limiter.check_address(kind, address, cost)
+            self.limiter.check_credential(kind, principal.name, cost)
 
     def admitted(self, credential: str | None, operation: str, address: str,
                  cost: int = 1) -> Principal:
-        """:meth:`identify` then :meth:`admit`."""
+        """:meth:`identify` then :meth:`admit`, the address's limit charged
+        before the credential is even looked at (at least one request: a
+        batch's events are charged once its body is read)."""
         if OPERATION_SCOPES.get(operation, "admin") is None:
             return ANONYMOUS_ALL
-        principal = self.identify(credential, operation, address)
-        self.admit(principal, operation, address, cost)
+        self.limiter.check_address(self._kind(operation), address, max(cost, 1))
+        principal = self.identify(credential, operation, address, charged=True)
+        self.admit(principal, operation, address, cost, address_charged=True)
         return principal
 
     def done(self, principal: Principal, operation: str, address: str, **fields: object

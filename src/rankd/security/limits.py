@@ -103,22 +103,34 @@ class RateLimiter:
                 if rate > 0:
                     self._buckets[(who, kind)] = TokenBuckets(rate, 2 * rate)
 
+    def check_address(self, kind: str, address: str, cost: int = 1) -> None:
+        """:meth:`check` of the address bucket alone: charged before the
+        caller is known, so requests with bad credentials are limited too."""
+        self._check_one("address", kind, address, cost)
+
+    def check_credential(self, kind: str, credential: str, cost: int = 1) -> None:
+        """:meth:`check` of the credential bucket alone."""
+        self._check_one("credential", kind, credential, cost)
+
     def check(self, kind: str, address: str, credential: str, cost: int = 1) -> None:
         """Raise :class:`RateLimited` when over a limit (``kind``: read or write).
         A ``cost`` of 0 checks nothing: the caller charges the real cost once
         it knows it (a batch, once its body is read), and only that check's
         ``Retry-After`` is one the request can keep."""
+        self._check_one("address", kind, address, cost)
+        self._check_one("credential", kind, credential, cost)
+
+    def _check_one(self, who: str, kind: str, key: str, cost: int) -> None:
         if not self._buckets or cost <= 0:
             return
-        for who, key in (("address", address), ("credential", credential)):
-            if who == "address" and self.config.exempt_loopback and is_loopback(address):
-                continue
-            if who == "credential" and credential == "anonymous":
-                continue
-            buckets = self._buckets.get((who, kind))
-            if buckets is None:
-                continue
-            wait = buckets.take(key, cost)
-            if wait:
-                raise RateLimited(f"too many {kind}s from this {who}; retry in "
-                                  f"{math.ceil(wait)} s", wait)
+        if who == "address" and self.config.exempt_loopback and is_loopback(key):
+            return
+        if who == "credential" and key == "anonymous":
+            return
+        buckets = self._buckets.get((who, kind))
+        if buckets is None:
+            return
+        wait = buckets.take(key, cost)
+        if wait:
+            raise RateLimited(f"too many {kind}s from this {who}; retry in "
+                              f"{math.ceil(wait)} s", wait)
