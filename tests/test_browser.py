@@ -81,3 +81,71 @@ def test_live_page_shows_scores_changing_and_a_followed_member(tmp_path):
             finally:
                 browser.close()
     assert (ARTIFACTS / "live-page.png").stat().st_size > 10_000
+
+
+CALLER_PAGE = """<!doctype html><title>waiting</title><script>
+fetch(%(rankd)s + "/v1/boards/arena/scores", {method: "POST",
+      headers: {"Content-Type": "application/json"},
+      body: JSON.stringify({member: %(member)s, delta: 1})})
+  .then(async (r) => { document.title = "status " + r.status + " " + (await r.json()).score; })
+  .catch(() => { document.title = "blocked"; });
+</script>"""
+
+
+def _page_server():
+    """A static page on its own loopback port, so its own origin; the page
+    is what ``server.html`` holds when asked."""
+    import http.server
+    import threading
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = self.server.html.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    server.html = ""
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_game_on_another_origin_calls_rankd_only_when_listed(tmp_path):
+    """CORS in a real browser: a page of a listed origin submits (its
+    preflight is answered); a page of another origin is stopped at the
+    preflight, and nothing it sent is applied."""
+    import json
+
+    sync_playwright, executable = _browser_or_skip()
+    allowed, other = _page_server(), _page_server()
+    try:
+        allowed_origin = f"http://127.0.0.1:{allowed.server_address[1]}"
+        with Daemon(tmp_path / "data", "--cors-origins", allowed_origin) as daemon:
+            daemon.request("PUT", "/v1/boards/arena", {"policy": "sum"})
+            titles = {}
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=executable,
+                                                     args=CHROMIUM_FLAGS)
+                try:
+                    for server, member in ((allowed, "from-allowed"), (other, "from-other")):
+                        server.html = CALLER_PAGE % {"rankd": json.dumps(daemon.url),
+                                                     "member": json.dumps(member)}
+                        page = browser.new_page()
+                        page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+                        page.wait_for_function("document.title !== 'waiting'", timeout=10_000)
+                        titles[member] = page.title()
+                finally:
+                    browser.close()
+            assert titles == {"from-allowed": "status 200 1", "from-other": "blocked"}
+            assert daemon.request("GET", "/v1/boards/arena/members/from-other")[0] == 404
+            status, standing = daemon.request("GET", "/v1/boards/arena/members/from-allowed")
+            assert status == 200 and standing["score"] == 1
+    finally:
+        allowed.shutdown()
+        other.shutdown()

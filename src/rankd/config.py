@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rankd.engine.engine import FSYNC_POLICIES, EngineConfig
+from rankd.frontends.origins import OriginPolicy
 from rankd.security import Gate
 from rankd.security.auth import AuthConfig, Authenticator
 from rankd.security.limits import LimitsConfig, RateLimiter, is_loopback
@@ -86,6 +87,9 @@ OPTIONS = (
                                   "entries (see rankd keygen); only hashes, never keys"),
     Option("signing_secret", str, None, "HMAC secret of signed submissions (boards with "
                                         "\"signed\": true)"),
+    Option("cors_origins", str, None,
+           "web origins (scheme://host[:port], comma-separated) whose pages may call rankd "
+           "from a browser; pages of any other origin are refused"),
     Option("insecure_no_auth", bool, False, "allow listening beyond loopback without any "
                                             "credential configured"),
     Option("rate_address_writes", float, 2000.0,
@@ -129,6 +133,7 @@ class ServerConfig:
     jwt_public_key: Path | None = None
     api_keys: str | None = None
     signing_secret: str | None = None
+    cors_origins: str | None = None
     insecure_no_auth: bool = False
     rate_address_writes: float = 2000.0
     rate_address_reads: float = 5000.0
@@ -150,6 +155,15 @@ class ServerConfig:
         limits = LimitsConfig(self.rate_address_writes, self.rate_address_reads,
                               self.rate_credential_writes, self.rate_credential_reads)
         return Gate(authenticator, RateLimiter(limits), self.signing_secret)
+
+    def origin_policy(self, gate: Gate) -> OriginPolicy:
+        """Which pages may call from a browser (see rankd.frontends.origins)."""
+        try:
+            return OriginPolicy.parse((self.cors_origins or "").split(","),
+                                      loopback_only=not (gate.auth_enabled
+                                                         or self.insecure_no_auth))
+        except ValueError as exc:
+            raise ConfigError(f"--cors-origins: {exc}") from None
 
     def check_exposure(self, gate: Gate, bound: list[str] | None = None) -> None:
         """Secure by default: no credentials means loopback only.  Checked

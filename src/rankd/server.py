@@ -85,6 +85,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
 
     gate = config.gate()
     config.check_exposure(gate)
+    origins = config.origin_policy(gate)
     tls = config.ssl_context()
     engine = Engine(config.engine_config())
     engine.lock()
@@ -98,7 +99,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
                     max_per_address=config.live_max_per_address)
     metrics = Metrics()
     metrics.add(DaemonCollector(engine, tcp, feed))
-    app = create_app(service, gate, metrics)
+    app = create_app(service, gate, metrics, origins)
     add_live_routes(app, feed)
     # The keep-alive timeout also runs from the moment a connection opens and
     # while a request trickles in: the header-read timeout against slowloris.

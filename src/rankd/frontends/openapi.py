@@ -40,6 +40,7 @@ ERROR_STATUS = {
     "guard": 422,
     "read_only": 503,
     "storage": 503,
+    "misdirected": 421,
     "unauthorized": 401,
     "forbidden": 403,
     "rate_limited": 429,
@@ -69,7 +70,8 @@ ERROR_RESPONSES = {
     401: ("Unauthorized", "No valid credential: send `Authorization: Bearer <JWT or API "
                           "key>` (only when the server is configured with credentials)."),
     403: ("Forbidden", "The credential lacks the scope this operation needs (`read`, "
-                       "`write` or `admin`)."),
+                       "`write` or `admin`), or the request came from a page of an origin "
+                       "not allowed (`--cors-origins`)."),
     429: ("RateLimited", "Over a rate limit for this credential or client address; "
                          "`Retry-After` says when to retry."),
     503: ("ReadOnly", "rankd accepts no writes: it is still recovering, or it stopped "
@@ -568,7 +570,12 @@ def openapi_document() -> dict[str, Any]:
                 "body fields and query parameters are refused.  Request bodies are at most "
                 f"{MAX_BODY_BYTES} bytes (413).  A path that matches no route answers 404 and "
                 "a method a route lacks answers 405 with an `Allow` header (see "
-                "`components/responses`).  Every GET route also answers HEAD."
+                "`components/responses`).  Every GET route also answers HEAD.  On every "
+                "route: a request whose `Origin` is neither rankd's own nor listed in "
+                "`--cors-origins` answers 403 `forbidden`; without credentials configured, "
+                "a request addressed (`Host`) to anything but a loopback name answers 421 "
+                "`misdirected` (DNS rebinding); `OPTIONS` preflights of listed origins "
+                "answer 204 with CORS headers, and their answers carry them."
             ),
             "license": {"name": "MIT", "identifier": "MIT"},
         },

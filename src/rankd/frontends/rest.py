@@ -19,6 +19,7 @@ from aiohttp import web
 
 from rankd.engine.errors import EngineError
 from rankd.frontends.openapi import openapi_document
+from rankd.frontends.origins import OriginPolicy
 from rankd.frontends.service import Service
 from rankd.metrics import CONTENT_TYPE, Metrics
 from rankd.security import Gate, RateLimited, Unauthorized
@@ -29,11 +30,12 @@ SERVICE = web.AppKey("service", Service)
 MAX_BODY_BYTES = 1 << 20
 
 STATUS = {"invalid": 422, "guard": 422, "not_found": 404, "conflict": 409, "read_only": 503,
-          "storage": 503,
+          "storage": 503, "misdirected": 421,
           "bad_request": 400, "too_large": 413, "method_not_allowed": 405,
           "unsupported_media_type": 415, "unauthorized": 401, "forbidden": 403,
           "rate_limited": 429, "too_many_connections": 429}
 GATE = web.AppKey("gate", Gate)
+ORIGINS = web.AppKey("origins", OriginPolicy)
 METRICS = web.AppKey("metrics", Metrics)
 #: Operations that take their credential from the query string too (browsers
 #: cannot set headers on a WebSocket or an EventSource).
@@ -395,13 +397,42 @@ async def digest(request: web.Request) -> web.Response:
     return json_response({"digest": service_of(request).engine.digest()})
 
 
+@web.middleware
+async def origin_middleware(request: web.Request,
+                            handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                            ) -> web.StreamResponse:
+    """Refuse pages of other sites and misaddressed requests; answer CORS
+    preflights (see :mod:`rankd.frontends.origins`)."""
+    policy = request.app[ORIGINS]
+    refused = policy.host_refused(request.headers.get("Host"))
+    if refused is not None:
+        return error_response("misdirected", refused)
+    origin = request.headers.get("Origin")
+    refused = policy.origin_refused(origin, request.scheme, request.headers.get("Host"))
+    if refused is not None:
+        return error_response("forbidden", refused)
+    if (request.method == "OPTIONS" and origin is not None
+            and "Access-Control-Request-Method" in request.headers):
+        return web.Response(status=204, headers=policy.preflight_headers(origin))
+    return await handler(request)
+
+
+async def _add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer to an allowed origin, streams and errors included."""
+    response.headers.update(request.app[ORIGINS].cors_headers(request.headers.get("Origin")))
+
+
 def create_app(service: Service, gate: Gate | None = None,
-               metrics_registry: Metrics | None = None) -> web.Application:
+               metrics_registry: Metrics | None = None,
+               origins: OriginPolicy | None = None) -> web.Application:
     """The REST application over the engine behind ``service``."""
-    app = web.Application(middlewares=[metrics_middleware, error_middleware, gate_middleware],
+    app = web.Application(middlewares=[metrics_middleware, origin_middleware,
+                                       error_middleware, gate_middleware],
                           client_max_size=MAX_BODY_BYTES)
     app[METRICS] = metrics_registry or Metrics()
     app[SERVICE] = service
     app[GATE] = gate or Gate.open()
+    app[ORIGINS] = origins or OriginPolicy()
+    app.on_response_prepare.append(_add_cors_headers)
     app.add_routes(routes)
     return app
