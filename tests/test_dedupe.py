@@ -38,17 +38,21 @@ def entry(expires_at: float, tag: bytes = b"m") -> bytes:
     return struct.pack("<dddqB", expires_at, 0.0, 0.0, 0, 0) + tag
 
 
-@given(entries=st.lists(st.tuples(event_ids, st.floats(0, 100), results), max_size=20),
+contents = st.one_of(st.none(), st.integers(0, 2**64 - 1))
+
+
+@given(entries=st.lists(st.tuples(event_ids, st.floats(0, 100), results, contents),
+                        max_size=20),
        now=st.floats(0, 100))
 def test_the_table_behaves_like_a_dict_in_insertion_order(table, entries, now):
     t = table()
     model: dict[str, tuple[float, tuple]] = {}
-    for event_id, expires_at, result in entries:
-        t.remember(event_id, expires_at, result)
+    for event_id, expires_at, result, content in entries:
+        t.remember(event_id, expires_at, result, content)
         model.pop(event_id, None)  # remembered again: moves to the end
-        model[event_id] = (expires_at, result)
+        model[event_id] = (expires_at, (*result, content))
     assert list(t.items()) == [(e, x, r) for e, (x, r) in model.items()]
-    for event_id in {e for e, _, _ in entries}:
+    for event_id in {e for e, _, _, _ in entries}:
         expires_at, result = model[event_id]
         assert t.get(event_id, now) == (result if expires_at > now else None)
     # Expiry walks from the front and stops at the first live entry.
@@ -297,8 +301,9 @@ def test_a_packed_entry_too_short_to_hold_a_result_is_refused(table):
 def test_negative_zero_and_none_survive_packing(table):
     t = table()
     t.remember("a", 10.0, (-0.0, None, None, False, "ann"))
-    score, rank, previous, changed, member = t.get("a", 0.0)
+    score, rank, previous, changed, member, content = t.get("a", 0.0)
     assert str(score) == "-0.0" and (rank, previous, changed, member) == (None, None, False, "ann")
+    assert content is None  # remembered without a fingerprint, as older snapshots hold them
 
 
 def test_a_day_of_churn_keeps_every_live_id_and_forgets_every_expired_one(store):

@@ -9,7 +9,14 @@ import pytest
 
 from engine_helpers import SUNDAY, FakeClock, run, sub, with_engine
 from rankd.engine.engine import Engine, Submission
-from rankd.engine.errors import Conflict, GuardViolation, InvalidInput, NotFound, ReadOnly
+from rankd.engine.errors import (
+    Conflict,
+    EventConflict,
+    GuardViolation,
+    InvalidInput,
+    NotFound,
+    ReadOnly,
+)
 
 
 @pytest.fixture
@@ -395,7 +402,13 @@ def test_state_survives_restart_exactly(tmp_path, clock):
         return engine.digest()
 
     async def reopen(engine: Engine):
-        dup = await engine.submit(sub("b", "m1", delta=4, event_id="e1"))
+        dup = await engine.submit(sub("b", "m1", delta=1, event_id="e1"))
+        # The same id with other content is refused, also after a restart.
+        for other in (sub("b", "m1", delta=4, event_id="e1"),
+                      sub("b", "m2", delta=1, event_id="e1"),
+                      sub("b", "m3", delta=3, event_id="e3", label="other")):
+            with pytest.raises(EventConflict):
+                await engine.submit(other)
         return engine.digest(), dup
 
     live = run(with_engine(tmp_path / "data", clock, fill))

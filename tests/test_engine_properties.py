@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine_helpers import SUNDAY, FakeClock, engine_config, run
 from rankd.engine.engine import Engine, Submission
-from rankd.engine.errors import EngineError
+from rankd.engine.errors import EngineError, EventConflict
 from rankd.engine.periods import period_of
 
 BOARDS = {
@@ -44,7 +45,7 @@ class BoardModel:
     windows: dict[tuple[str, str], dict[str, tuple[float, int]]] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     #: event id -> (answer, expires_at)
-    seen: dict[str, tuple[dict, float]] = field(default_factory=dict)
+    seen: dict[str, tuple[dict, float, tuple]] = field(default_factory=dict)
 
     @property
     def primary(self) -> str:
@@ -92,12 +93,16 @@ class EngineModel:
     def submit(self, sub: Submission, now: float) -> dict | str:
         """The answer to one submission, or ``"error"``."""
         board = self.boards[sub.board]
+        value = sub.delta if board.config["policy"] == "sum" else sub.score
+        # What makes a second submission with an event id a retry (ts aside).
+        content = (sub.member, None if value is None else float(value), sub.label)
         if sub.event_id is not None:
             remembered = board.seen.get(sub.event_id)
             if remembered is not None and remembered[1] > now:
+                if remembered[2] != content:
+                    return "error"  # the id was used for another submission
                 return {**remembered[0], "duplicate": True}
         ts = now if sub.ts is None else sub.ts
-        value = sub.delta if board.config["policy"] == "sum" else sub.score
         changes = []
         primary = (None, None)
         try:
@@ -123,7 +128,7 @@ class EngineModel:
                   "previous": primary[1], "changed": bool(changes), "duplicate": False,
                   "event_id": sub.event_id}
         if sub.event_id is not None:
-            board.seen[sub.event_id] = (answer, now + TTL)
+            board.seen[sub.event_id] = (answer, now + TTL, content)
         return answer
 
     def reconfigure(self, board_name: str, config: dict) -> None:
@@ -207,7 +212,7 @@ def test_engine_matches_the_model_through_batches_and_restarts(tmp_path_factory,
                     model.remove(step[1], step[2])
                 elif step[0] == "windows":
                     config = {**BOARDS["sum"], "windows": step[1]}
-                    await engine.put_board("sum", config)
+                    await engine.put_board("sum", config, discard=True)
                     model.reconfigure("sum", config)
                 elif step[0] == "snapshot":
                     await engine.snapshot()  # later restarts replay the tail after it
@@ -224,11 +229,16 @@ def test_engine_matches_the_model_through_batches_and_restarts(tmp_path_factory,
             engine = await Engine.open(engine_config(data_dir), clock=clock)
             check_reads(engine)
             for name, board in model.boards.items():
-                for event_id, (answer, _) in board.seen.items():
-                    number = {"delta": 1.0} if name == "sum" else {"score": 1}
-                    repeat = await engine.submit(
-                        Submission(board=name, member="z", event_id=event_id, **number))
+                kind = "delta" if name == "sum" else "score"
+                for event_id, (answer, _, (member, value, label)) in board.seen.items():
+                    repeat = await engine.submit(Submission(
+                        board=name, member=member, event_id=event_id, label=label,
+                        **{kind: value}))
                     assert repeat == {**answer, "duplicate": True}
+                    with pytest.raises(EventConflict):  # not a retry: refused
+                        await engine.submit(Submission(
+                            board=name, member=member + "-other", event_id=event_id,
+                            label=label, **{kind: value}))
         finally:
             await engine.close(snapshot=False)
 

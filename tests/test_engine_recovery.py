@@ -20,6 +20,7 @@ from rankd.engine import engine as engine_module
 from rankd.engine import records
 from rankd.engine.dedupe import DedupeTable
 from rankd.engine.engine import Engine
+from rankd.engine.errors import EventConflict
 
 HERE = Path(__file__).parent
 
@@ -78,10 +79,13 @@ def test_replay_applies_gathered_states_before_other_records_of_their_board(
     clock = FakeClock()
     rng = random.Random(7)
 
+    sent = {}
+
     async def submit_round(engine, board, count, start):
-        await engine.submit_many(
-            [sub(board, f"m{rng.randrange(3000)}", delta=rng.randrange(1, 4),
-                 event_id=f"{board}-{start + i}") for i in range(count)])
+        batch = [sub(board, f"m{rng.randrange(3000)}", delta=rng.randrange(1, 4),
+                     event_id=f"{board}-{start + i}") for i in range(count)]
+        sent.update((s.event_id, s) for s in batch)
+        await engine.submit_many(batch)
 
     async def scenario():
         engine = await _open(tmp_path, clock)
@@ -97,7 +101,7 @@ def test_replay_applies_gathered_states_before_other_records_of_their_board(
                  for _ in range(1200)])
             await engine.remove_member("a", f"m{rng.randrange(3000)}")
             await engine.remove_member("b", f"p{step}")
-        await engine.put_board("a", {"policy": "sum", "windows": ["all"]})
+        await engine.put_board("a", {"policy": "sum", "windows": ["all"]}, discard=True)
         await submit_round(engine, "a", 1200, 90_000)
         await engine.put_board("a", {"policy": "sum", "windows": ["all", "weekly"]})
         await submit_round(engine, "a", 1200, 95_000)
@@ -107,11 +111,17 @@ def test_replay_applies_gathered_states_before_other_records_of_their_board(
         await engine.put_board("c", {"policy": "latest"})
         await engine.submit_many([sub("c", f"q{i}", score=-i) for i in range(300)])
         live = engine.digest()
-        replayed_answer = await engine.submit(sub("a", "late", delta=1, event_id="a-10005"))
+        retry = sent["a-10005"]
+        replayed_answer = await engine.submit(retry)
+        with pytest.raises(EventConflict):
+            await engine.submit(sub("a", "late", delta=1, event_id="a-10005"))
         await engine.close(snapshot=False)
         engine = await _open(tmp_path, clock)
         recovered = engine.digest()
-        answer = await engine.submit(sub("a", "late", delta=1, event_id="a-10005"))
+        answer = await engine.submit(retry)
+        with pytest.raises(EventConflict):  # the content is remembered across a restart
+            await engine.submit(sub("a", retry.member, delta=retry.delta + 1,
+                                    event_id="a-10005"))
         await engine.close(snapshot=False)
         return live, recovered, replayed_answer, answer
 
@@ -325,9 +335,9 @@ def test_writes_during_a_snapshot_survive_a_restart(tmp_path, monkeypatch):
         engine = await Engine.open(engine_config(tmp_path), clock=clock)
         assert engine.digest() == digest
         assert engine.boards["b"].labels == labels
-        again = await engine.submit(sub("b", "m3", delta=1, event_id="new3"))
+        again = await engine.submit(sub("b", "m3", delta=1, event_id="new3", label="N3"))
         assert again == {**written_during[3], "duplicate": True}
-        old = await engine.submit(sub("b", "m5", delta=5, event_id="old5"))
+        old = await engine.submit(sub("b", "m5", delta=5, event_id="old5", label="L5"))
         assert old["duplicate"] and old["member"] == "m5"
         await engine.close(snapshot=False)
 
@@ -363,8 +373,8 @@ def test_labels_and_event_ids_of_a_snapshot_in_older_map_sections_load_the_same(
 
         engine = await Engine.open(engine_config(tmp_path), clock=clock)
         assert engine.digest() == digest and engine.boards["b"].labels == labels
-        again = await engine.submit_many([sub("b", f"m{i}", delta=i, event_id=f"e{i}")
-                                          for i in range(10)])
+        again = await engine.submit_many([sub("b", f"m{i}", delta=i, event_id=f"e{i}",
+                                              label=f"L{i}") for i in range(10)])
         assert again == [{**answer, "duplicate": True} for answer in answers]
         await engine.close(snapshot=False)
 

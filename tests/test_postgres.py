@@ -159,7 +159,8 @@ def test_restore_from_postgres_rebuilds_the_live_state(tmp_path, pg_dsn):
     async def restored():
         engine = await Engine.open(engine_config(restored_dir), clock=clock)
         try:
-            again = await engine.submit(sub("b", "m1", delta=1, event_id="b-1"))
+            again = await engine.submit(sub("b", "m1", delta=2, event_id="b-1",
+                                            label="Player 1"))
             return engine.digest(), engine.wal.last_lsn, again, sorted(engine.boards)
         finally:
             await engine.close()

@@ -572,11 +572,14 @@ def test_duplicate_event_id(api: Api) -> None:
     status, body = api("POST", "/v1/boards/dedupe/scores/batch", {"events": [
         {"member": "ann", "delta": 1, "event_id": "match-2"},
         {"member": "ann", "delta": 1, "event_id": "match-2"},
-        {"member": "ann", "delta": 1, "event_id": "match-1"},
+        {"member": "ann", "delta": 5, "event_id": "match-1"},
+        {"member": "ann", "delta": 1, "event_id": "match-1"},  # not a retry of match-1
     ]})
     assert status == 200
-    assert [r["duplicate"] for r in body["results"]] == [False, True, True]
-    assert [r["score"] for r in body["results"]] == [6.0, 6.0, 5.0]
+    results = body["results"]
+    assert [r["duplicate"] for r in results[:3]] == [False, True, True]
+    assert [r["score"] for r in results[:3]] == [6.0, 6.0, 5.0]
+    assert results[3]["error"]["code"] == "event_conflict"
     assert api("GET", "/v1/boards/dedupe/members/ann")[1]["score"] == 6.0
 
 
@@ -965,10 +968,24 @@ def test_top_after_board_recreated(api: Api) -> None:
     assert members_of(top(api, "reborn")) == [(1, "new", 7.0)]
 
 
-def test_duplicate_event_id_reports_the_applied_member(api: Api) -> None:
+def test_an_event_id_reused_for_another_submission_is_a_conflict(api: Api) -> None:
+    """It was answered with the first one's result, marked duplicate, and
+    never applied: a client that reused ids lost scores without a word."""
+    from rankd.client import Client, EventConflict
+
     make_board(api, "dupmember")
-    first = submit(api, "dupmember", "ann", score=5, event_id="e1")
-    again = submit(api, "dupmember", "bob", score=9, event_id="e1")
+    first = submit(api, "dupmember", "ann", score=5, event_id="e1", label="Ann")
+    for other in ({"member": "bob", "score": 5}, {"member": "ann", "score": 9},
+                  {"member": "ann", "score": 5, "label": "Someone"},
+                  {"member": "ann", "score": 5}):
+        assert_error(api("POST", "/v1/boards/dupmember/scores", {**other, "event_id": "e1"}),
+                     409, "event_conflict", "e1")
+    with Client("127.0.0.1", api.daemon.tcp_port) as client, \
+            pytest.raises(EventConflict, match="already used"):
+        client.submit("dupmember", "bob", score=9, event_id="e1")
+    assert top(api, "dupmember")["total"] == 1
+    # An exact retry (a later ts is still the same event) gets the first answer.
+    again = submit(api, "dupmember", "ann", score=5, event_id="e1", label="Ann")
     assert again == {**first, "duplicate": True}
 
 

@@ -28,6 +28,7 @@ from rankd.client._sync import Client
 from rankd.client.errors import (
     Conflict,
     ConnectionLost,
+    EventConflict,
     Forbidden,
     GuardViolation,
     InvalidInput,
@@ -48,6 +49,7 @@ __all__ = [
     "Client",
     "Conflict",
     "ConnectionLost",
+    "EventConflict",
     "Forbidden",
     "GuardViolation",
     "InvalidInput",

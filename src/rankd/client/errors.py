@@ -31,6 +31,12 @@ class Conflict(RankdError):
     code = "conflict"
 
 
+class EventConflict(Conflict):
+    """An event id already used for another submission (not a retry)."""
+
+    code = "event_conflict"
+
+
 class TooLarge(RankdError):
     code = "too_large"
 
@@ -85,8 +91,9 @@ class RequestTimeout(RankdError, TimeoutError):
 
 
 _BY_CODE: dict[str, type[RankdError]] = {
-    cls.code: cls for cls in (InvalidInput, GuardViolation, NotFound, Conflict, TooLarge,
-                              ReadOnly, Unavailable, Unauthorized, Forbidden, RateLimited)
+    cls.code: cls for cls in (InvalidInput, GuardViolation, NotFound, Conflict, EventConflict,
+                              TooLarge, ReadOnly, Unavailable, Unauthorized, Forbidden,
+                              RateLimited)
 }
 _PROTOCOL_CODES = {"bad_frame", "bad_request", "unknown_op", "hello_required",
                    "unsupported_version"}

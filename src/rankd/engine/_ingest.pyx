@@ -31,6 +31,7 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.math cimport fabs, isfinite
+from libc.stdint cimport uint64_t
 from libc.string cimport memcmp, memcpy
 
 from rankd._skiplist cimport MAX_EXACT_INT, MAX_MEMBER_BYTES, RankIndex
@@ -39,7 +40,8 @@ from rankd.engine._packed cimport (
 )
 from rankd.engine._dedupe cimport PackedLog
 from rankd.engine._packing cimport (
-    ENTRY_BYTES, Writer, put_array, put_bool, put_float, put_int, put_nil, put_str,
+    ENTRY_BYTES, FINGERPRINT_BYTES, Writer, content_fingerprint, put_array, put_bool,
+    put_float, put_int, put_nil, put_str,
     write_dedupe_entry, writer_free,
 )
 
@@ -417,7 +419,8 @@ cdef class _Kernel:
         labels, version.  Nothing can fail here but memory."""
         cdef Writer *w = &self.w
         cdef Py_ssize_t lsn = self.first_lsn + len(self.payloads), rank = 0, size
-        cdef char entry[ENTRY_BYTES + MAX_MEMBER_BYTES]
+        cdef char entry[ENTRY_BYTES + FINGERPRINT_BYTES + MAX_MEMBER_BYTES]
+        cdef uint64_t fingerprint
         cdef int i, nupdates = 0
         cdef RankIndex index
         out.rank = 0
@@ -485,10 +488,15 @@ cdef class _Kernel:
                 member = <object>sub.member_str
             PyDict_SetItem(<object>plan.labels, member, <object>sub.label)
         if sub.event_id != NULL:
+            # Labels here are compact ASCII (see _put_text): their characters are their bytes.
+            fingerprint = content_fingerprint(
+                plan.policy == POLICY_SUM, sub.value,
+                NULL if sub.label == NULL else _chars(<object>sub.label),
+                0 if sub.label == NULL else PyUnicode_GET_LENGTH(<object>sub.label))
             size = write_dedupe_entry(
                 entry, <double>self.now_ms / 1000.0 + self.dedupe_ttl, True, out.score,
-                out.has_previous, out.previous, True, out.rank, out.changed, sub.member,
-                sub.member_size)
+                out.has_previous, out.previous, True, out.rank, out.changed, fingerprint,
+                sub.member, sub.member_size)
             (<PackedLog>plan.entries).c_put(sub.event_id, sub.event_id_size, entry, size)
         if nupdates:
             plan.writes += 1

@@ -19,24 +19,48 @@ from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 
 cdef enum:
-    # rankd.engine.dedupe: expires_at, score, previous (f64), rank (i64), flags (u8)
+    # rankd.engine.dedupe: expires_at, score, previous (f64), rank (i64), flags (u8),
+    # then the content fingerprint (u64, when flagged) and the member's bytes
     ENTRY_BYTES = 33
     ENTRY_CHANGED = 1
     ENTRY_HAS_SCORE = 2
     ENTRY_HAS_PREVIOUS = 4
     ENTRY_HAS_RANK = 8
+    ENTRY_HAS_FINGERPRINT = 16
+    FINGERPRINT_BYTES = 8
+
+
+cdef inline uint64_t _fnv1a(uint64_t h, const char *data, Py_ssize_t size) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(size):
+        h = (h ^ <uint8_t>data[i]) * <uint64_t>0x100000001b3
+    return h
+
+
+cdef inline uint64_t content_fingerprint(bint is_delta, double value, const char *label,
+                                         Py_ssize_t label_size) noexcept nogil:
+    """``rankd.engine.dedupe.fingerprint``: FNV-1a 64 of what a submission
+    asked for besides its member (``label`` NULL: none)."""
+    cdef char head[10]
+    head[0] = 1 if is_delta else 0
+    memcpy(head + 1, &value, 8)  # little-endian hosts only (see setup.py)
+    head[9] = 0 if label == NULL else 1
+    cdef uint64_t h = _fnv1a(<uint64_t>0xcbf29ce484222325, head, 10)
+    return h if label == NULL else _fnv1a(h, label, label_size)
 
 
 cdef inline Py_ssize_t write_dedupe_entry(
         char *p, double expires_at, bint has_score, double score, bint has_previous,
-        double previous, bint has_rank, int64_t rank, bint changed, const char *member,
-        Py_ssize_t mlen) noexcept:
+        double previous, bint has_rank, int64_t rank, bint changed, uint64_t fingerprint,
+        const char *member, Py_ssize_t mlen) noexcept:
     """Write a packed dedupe entry, as ``rankd.engine.dedupe._pack`` makes it,
-    at ``p`` (room for ``ENTRY_BYTES + mlen``); returns its size."""
+    at ``p`` (room for ``ENTRY_BYTES + FINGERPRINT_BYTES + mlen``); returns
+    its size."""
     cdef uint8_t flags = ((ENTRY_CHANGED if changed else 0)
                           | (ENTRY_HAS_SCORE if has_score else 0)
                           | (ENTRY_HAS_PREVIOUS if has_previous else 0)
-                          | (ENTRY_HAS_RANK if has_rank else 0))
+                          | (ENTRY_HAS_RANK if has_rank else 0)
+                          | ENTRY_HAS_FINGERPRINT)
     if not has_score:
         score = 0.0
     if not has_previous:
@@ -49,8 +73,9 @@ cdef inline Py_ssize_t write_dedupe_entry(
     memcpy(p + 16, &previous, 8)
     memcpy(p + 24, &rank, 8)
     p[32] = <char>flags
-    memcpy(p + ENTRY_BYTES, member, mlen)
-    return ENTRY_BYTES + mlen
+    memcpy(p + ENTRY_BYTES, &fingerprint, FINGERPRINT_BYTES)
+    memcpy(p + ENTRY_BYTES + FINGERPRINT_BYTES, member, mlen)
+    return ENTRY_BYTES + FINGERPRINT_BYTES + mlen
 
 
 # --- reading in place -----------------------------------------------------------------

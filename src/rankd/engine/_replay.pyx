@@ -24,7 +24,15 @@ from libc.string cimport memcmp, memcpy
 
 from rankd._skiplist cimport MAX_MEMBER_BYTES
 from rankd.engine._dedupe cimport PackedLog
-from rankd.engine._packing cimport ENTRY_BYTES, Reader, read_be, take, write_dedupe_entry
+from rankd.engine._packing cimport (
+    ENTRY_BYTES,
+    FINGERPRINT_BYTES,
+    Reader,
+    content_fingerprint,
+    read_be,
+    take,
+    write_dedupe_entry,
+)
 
 cdef enum:
     SUBMIT = 3
@@ -51,6 +59,8 @@ cdef struct Record:
     Text member
     Text event_id
     Text label
+    double value
+    bint is_delta
     int64_t now_ms
     Py_ssize_t nupdates
     Update updates[MAX_UPDATES]
@@ -164,12 +174,15 @@ cdef int _text(Reader *r, Text *out, bint nullable) noexcept:
     return 0
 
 
-cdef int _skip_number(Reader *r) noexcept:
-    cdef int64_t ignored
-    cdef double ignored_f
+cdef int _number(Reader *r, double *out) noexcept:
+    """A float64, or an int (as a float)."""
+    cdef int64_t as_int
     if r.p < r.end and r.p[0] == 0xcb:
-        return _float(r, &ignored_f)
-    return _int(r, &ignored)
+        return _float(r, out)
+    if _int(r, &as_int) < 0:
+        return -1
+    out[0] = <double>as_int
+    return 0
 
 
 cdef int _parse(const uint8_t *data, Py_ssize_t size, Record *rec) noexcept:
@@ -177,7 +190,6 @@ cdef int _parse(const uint8_t *data, Py_ssize_t size, Record *rec) noexcept:
     cdef Reader r
     cdef Py_ssize_t n, i
     cdef int64_t kind, ignored
-    cdef bint flag
     r.p = data
     r.end = data + size
     if _array(&r, &n) < 0 or n != RECORD_ITEMS:
@@ -185,7 +197,7 @@ cdef int _parse(const uint8_t *data, Py_ssize_t size, Record *rec) noexcept:
     if _int(&r, &kind) < 0 or kind != SUBMIT:
         return -1
     if (_text(&r, &rec.board, False) < 0 or _text(&r, &rec.member, False) < 0
-            or _skip_number(&r) < 0 or _bool(&r, &flag) < 0
+            or _number(&r, &rec.value) < 0 or _bool(&r, &rec.is_delta) < 0
             or _text(&r, &rec.event_id, True) < 0 or _int(&r, &ignored) < 0
             or _int(&r, &rec.now_ms) < 0 or _text(&r, &rec.label, True) < 0):
         return -1
@@ -223,10 +235,13 @@ cdef inline object _str(Text *t):
 cdef int _remember(PackedLog log, Record *rec, double expires_at) except -1:
     """Note the record's event id and result in the dedupe table, packed as
     ``rankd.engine.dedupe`` packs them (the member fits: see replay_submits)."""
-    cdef char entry[ENTRY_BYTES + MAX_MEMBER_BYTES]
+    cdef char entry[ENTRY_BYTES + FINGERPRINT_BYTES + MAX_MEMBER_BYTES]
+    cdef uint64_t fingerprint = content_fingerprint(
+        rec.is_delta, rec.value, rec.label.data if rec.label.present else NULL,
+        rec.label.size)
     cdef Py_ssize_t size = write_dedupe_entry(
         entry, expires_at, rec.has_score, rec.score, rec.has_previous, rec.previous,
-        rec.has_rank, rec.rank, rec.changed, rec.member.data, rec.member.size)
+        rec.has_rank, rec.rank, rec.changed, fingerprint, rec.member.data, rec.member.size)
     return log.c_put(rec.event_id.data, rec.event_id.size, entry, size)
 
 

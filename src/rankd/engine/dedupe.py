@@ -7,10 +7,28 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from rankd._native import native_or
 
-#: expires_at, score, previous, rank, flags; then the member's UTF-8 bytes.
+#: expires_at, score, previous, rank, flags; then (flagged) the content
+#: fingerprint, and the member's UTF-8 bytes.
 _ENTRY = struct.Struct("<dddqB")
 _EXPIRES = struct.Struct("<d")
-_CHANGED, _HAS_SCORE, _HAS_PREVIOUS, _HAS_RANK = 1, 2, 4, 8
+_FINGERPRINT = struct.Struct("<Q")
+_CHANGED, _HAS_SCORE, _HAS_PREVIOUS, _HAS_RANK, _HAS_FINGERPRINT = 1, 2, 4, 8, 16
+_FNV_OFFSET, _FNV_PRIME, _U64 = 0xCBF29CE484222325, 0x100000001B3, (1 << 64) - 1
+_VALUE = struct.Struct("<?dB")
+
+
+def fingerprint(is_delta: bool, value: float, label: str | None) -> int:
+    """What a submission asked for besides its member, as a 64-bit FNV-1a
+    hash: whether ``value`` is a delta, the value, the label.  An event id
+    sent again with another fingerprint (or member) is a conflict, not a
+    retry.  ``rankd.engine._packing.content_fingerprint`` is the native twin."""
+    data = _VALUE.pack(is_delta, value, label is not None)
+    if label is not None:
+        data += label.encode()
+    h = _FNV_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * _FNV_PRIME) & _U64
+    return h
 #: The portable log form of a snapshot: per entry, the event id's and the
 #: entry's sizes, then their bytes.
 _CHUNK_HEADER = struct.Struct("<HH")
@@ -150,13 +168,17 @@ class DedupeTable:
             return None
         return _unpack(entry)[1]
 
-    def remember(self, event_id: str, expires_at: float, result: Sequence) -> None:
-        self.log.put(event_id, _pack(expires_at, result))
+    def remember(self, event_id: str, expires_at: float, result: Sequence,
+                 content: int | None = None) -> None:
+        """``result`` is ``(score, rank, previous, changed, member)``;
+        ``content`` its submission's :func:`fingerprint`."""
+        self.log.put(event_id, _pack(expires_at, result, content))
 
     def load(self, entries: Iterable[tuple[str, float, Sequence]]) -> None:
-        """Add ``(event_id, expires_at, result)`` entries in expiry order (a snapshot's)."""
+        """Add ``(event_id, expires_at, result)`` entries in expiry order (a
+        snapshot's; a result may end with its content fingerprint)."""
         for event_id, expires_at, result in entries:
-            self.remember(event_id, expires_at, result)
+            self.remember(event_id, expires_at, result[:5], (*result, None)[5])
 
     def load_packed(self, event_ids: Sequence[str], entries: Sequence[bytes]) -> None:
         """Add packed entries, as a column of event ids and one of their
@@ -193,21 +215,32 @@ class DedupeTable:
             yield event_id, expires_at, result
 
 
-def _pack(expires_at: float, result: Sequence) -> bytes:
-    score, rank, previous, changed, member = result
+def _pack(expires_at: float, result: Sequence, content: int | None = None) -> bytes:
+    score, rank, previous, changed, member = result[:5]
     flags = ((_CHANGED if changed else 0) | (_HAS_SCORE if score is not None else 0)
              | (_HAS_PREVIOUS if previous is not None else 0)
-             | (_HAS_RANK if rank is not None else 0))
-    return _ENTRY.pack(expires_at, 0.0 if score is None else score,
-                       0.0 if previous is None else previous,
-                       0 if rank is None else rank, flags) + member.encode()
+             | (_HAS_RANK if rank is not None else 0)
+             | (_HAS_FINGERPRINT if content is not None else 0))
+    header = _ENTRY.pack(expires_at, 0.0 if score is None else score,
+                         0.0 if previous is None else previous,
+                         0 if rank is None else rank, flags)
+    if content is not None:
+        header += _FINGERPRINT.pack(content)
+    return header + member.encode()
 
 
 def _unpack(entry: bytes) -> tuple[float, tuple]:
+    """``(expires_at, (score, rank, previous, changed, member, fingerprint))``;
+    the fingerprint is None in entries written before there was one."""
     expires_at, score, previous, rank, flags = _ENTRY.unpack_from(entry)
+    start = _ENTRY.size
+    content = None
+    if flags & _HAS_FINGERPRINT:
+        (content,) = _FINGERPRINT.unpack_from(entry, start)
+        start += _FINGERPRINT.size
     return expires_at, (score if flags & _HAS_SCORE else None,
                         rank if flags & _HAS_RANK else None,
                         previous if flags & _HAS_PREVIOUS else None,
                         bool(flags & _CHANGED),
-                        entry[_ENTRY.size:].decode())
+                        entry[start:].decode(), content)
 

@@ -51,6 +51,13 @@ class StorageError(EngineError):
     code = "storage"
 
 
+class EventConflict(Conflict):
+    """An event id already used for another submission (HTTP 409): the
+    second is not a retry of the first, and is not applied."""
+
+    code = "event_conflict"
+
+
 class ReadOnly(EngineError):
     """The engine stopped accepting writes after a storage failure (HTTP 503).
 

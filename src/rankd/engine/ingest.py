@@ -44,7 +44,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from rankd._native import native_or
 from rankd.engine import records
 from rankd.engine.config import MAX_EVENT_ID_BYTES, MAX_LABEL_CHARS, BoardConfig
-from rankd.engine.errors import EngineError, GuardViolation, InvalidInput, NotFound
+from rankd.engine.dedupe import fingerprint
+from rankd.engine.errors import (
+    EngineError,
+    EventConflict,
+    GuardViolation,
+    InvalidInput,
+    NotFound,
+)
 from rankd.engine.periods import period_of
 from rankd.index import MAX_MEMBER_BYTES
 
@@ -111,13 +118,18 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
     if label is not None:
         check_label(label)
     event_id = sub.event_id
+    value = None
     if event_id is not None:
         check_event_id(event_id)
         remembered = board.dedupe.get(event_id, now)
         if remembered is not None:
+            value = submitted_value(name, config, sub.score, sub.delta)
+            check_same_event(event_id, remembered, member, config.policy == "sum", value,
+                             label)
             return answer(remembered[4], event_id, remembered, True)
     ts = now if sub.ts is None else check_ts(sub.ts, now, ts_tolerance)
-    value = submitted_value(name, config, sub.score, sub.delta)
+    if value is None:
+        value = submitted_value(name, config, sub.score, sub.delta)
 
     changes = []
     for window in config.windows:
@@ -144,6 +156,18 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
     return answer(member, event_id, result, False)
 
 
+def check_same_event(event_id: str, remembered: Sequence, member: str, is_delta: bool,
+                     value: float, label: str | None) -> None:
+    """A remembered event id sent again must be the same submission (a
+    retry); with another member, value or label it is ``EventConflict``."""
+    content = remembered[5]
+    if remembered[4] != member or (content is not None
+                                   and content != fingerprint(is_delta, value, label)):
+        raise EventConflict(f"event_id {event_id!r} was already used for another submission "
+                            f"(member {remembered[4]!r}); a retry must repeat it exactly, and "
+                            "a new event needs a new id")
+
+
 def note_submit(board: Board, record: Sequence, dedupe_ttl: float) -> None:
     """What a SUBMIT record changes besides the indexes: label, dedupe, version.
 
@@ -154,7 +178,8 @@ def note_submit(board: Board, record: Sequence, dedupe_ttl: float) -> None:
     if record[5] is not None:
         # The original answer, member included: a duplicate repeats it.
         board.dedupe.remember(record[5], record[7] / 1000 + dedupe_ttl,
-                              (*record[10], record[2]))
+                              (*record[10], record[2]),
+                              fingerprint(record[4], float(record[3]), record[8]))
     if record[9]:
         board.version += 1
         board.updated_at = record[7] / 1000

@@ -34,6 +34,7 @@ ERROR_STATUS = {
     "not_found": 404,
     "method_not_allowed": 405,
     "conflict": 409,
+    "event_conflict": 409,
     "too_large": 413,
     "unsupported_media_type": 415,
     "invalid": 422,
@@ -215,8 +216,8 @@ def schemas() -> dict[str, Any]:
                         "description": "One result or error per event, in order."},
         }),
         "BatchItemError": obj({
-            "error": obj({"code": {"type": "string", "enum": ["invalid", "guard",
-                                                               "not_found"]},
+            "error": obj({"code": {"type": "string", "enum": ["invalid", "guard", "not_found",
+                                                               "event_conflict"]},
                           "message": {"type": "string"}}),
         }, description="Why one event of a batch was refused."),
         "Entry": entry,
@@ -437,7 +438,12 @@ def paths() -> dict[str, Any]:
             "post": operation(
                 "submit", "Submit a score", "scores",
                 {200: ok("SubmitResult", "Applied and durable (or a duplicate event id).")},
-                errors=(400, 404, 413, 415, 422, 503),
+                errors=(400, 404, 409, 413, 415, 422, 503),
+                description="An `event_id` seen on the board within the dedupe TTL is "
+                            "answered with its original result, marked `duplicate`, when "
+                            "the submission repeats it (same member, kind, value and "
+                            "label; `ts` may differ); with any of those different it is "
+                            "refused with 409 `event_conflict` and changes nothing.",
                 body=json_body("SubmitRequest", "The submission.")),
         },
         board_path + "/scores/batch": {

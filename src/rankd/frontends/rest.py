@@ -29,7 +29,8 @@ SERVICE = web.AppKey("service", Service)
 
 MAX_BODY_BYTES = 1 << 20
 
-STATUS = {"invalid": 422, "guard": 422, "not_found": 404, "conflict": 409, "read_only": 503,
+STATUS = {"invalid": 422, "guard": 422, "not_found": 404, "conflict": 409,
+          "event_conflict": 409, "read_only": 503,
           "storage": 503, "misdirected": 421,
           "bad_request": 400, "too_large": 413, "method_not_allowed": 405,
           "unsupported_media_type": 415, "unauthorized": 401, "forbidden": 403,
