@@ -613,3 +613,32 @@ def test_a_flood_of_audit_lines_is_cut_short_and_counted(caplog):
     lines = [r.getMessage() for r in caplog.records if "192.0.2.99" in r.getMessage()]
     assert len(lines) == AUDIT_BURST
     assert any("192.0.2.100" in r.getMessage() for r in caplog.records)
+
+
+def test_weak_or_wrong_keys_are_refused_at_start(tmp_path):
+    """A public-key option given a private key once made every request 500."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    private_pem = tmp_path / "private.pem"
+    private_pem.write_bytes(private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a key\n")
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET + "\n")
+    for config, message in (
+            (ServerConfig(jwt_public_key=private_pem), "holds a private key"),
+            (ServerConfig(jwt_public_key=junk), "is not a PEM public key"),
+            (ServerConfig(jwt_secret="short"), "at least 32"),
+            (ServerConfig(signing_secret="short"), "at least 32"),
+            (ServerConfig(signing_secret=SIGNING, dedupe_ttl=60), "replayed"),
+            (ServerConfig(jwt_secret=SECRET, jwt_secret_file=secret_file), "both given"),
+            (ServerConfig(jwt_secret_file=tmp_path / "missing"), "jwt-secret-file")):
+        with pytest.raises(ConfigError, match=message):
+            config.gate()
+    # A secret from a file stays out of the command line (and `ps`).
+    gate = ServerConfig(jwt_secret_file=secret_file).gate()
+    assert gate.authenticator.authenticate(token("read")).scopes == frozenset({"read"})

@@ -19,8 +19,9 @@ from typing import Any
 from rankd.engine.engine import FSYNC_POLICIES, EngineConfig
 from rankd.frontends.origins import OriginPolicy
 from rankd.security import Gate
-from rankd.security.auth import AuthConfig, Authenticator
+from rankd.security.auth import MIN_SECRET_BYTES, AuthConfig, Authenticator
 from rankd.security.limits import LimitsConfig, RateLimiter, is_loopback
+from rankd.security.signing import SIGNATURE_LIFETIME
 
 
 def is_loopback_host(host: str) -> bool:
@@ -81,10 +82,13 @@ OPTIONS = (
     Option("http_idle_timeout", float, 30.0,
            "seconds an HTTP connection may wait for (or trickle in) its next request",
            minimum=1),
-    Option("jwt_secret", str, None, "accept HS256 JWTs signed with this secret"),
+    Option("jwt_secret", str, None, "accept HS256 JWTs signed with this secret (at least 32 "
+                                    "bytes; --jwt-secret-file keeps it out of `ps`)"),
+    Option("jwt_secret_file", Path, None, "read --jwt-secret from this file"),
     Option("jwt_public_key", Path, None, "accept RS256/ES256 JWTs verified with this PEM key"),
     Option("api_keys", str, None, "accepted API keys, comma-separated id:sha256hex:scopes "
                                   "entries (see rankd keygen); only hashes, never keys"),
+    Option("signing_secret_file", Path, None, "read --signing-secret from this file"),
     Option("signing_secret", str, None, "HMAC secret of signed submissions (boards with "
                                         "\"signed\": true)"),
     Option("cors_origins", str, None,
@@ -133,6 +137,8 @@ class ServerConfig:
     jwt_public_key: Path | None = None
     api_keys: str | None = None
     signing_secret: str | None = None
+    jwt_secret_file: Path | None = None
+    signing_secret_file: Path | None = None
     cors_origins: str | None = None
     insecure_no_auth: bool = False
     rate_address_writes: float = 2000.0
@@ -147,14 +153,25 @@ class ServerConfig:
     def gate(self) -> Gate:
         """Authentication, scopes and rate limits as configured."""
         keys = [entry for entry in (self.api_keys or "").split(",") if entry.strip()]
+        jwt_secret = _secret(self.jwt_secret, self.jwt_secret_file, "jwt-secret")
+        signing_secret = _secret(self.signing_secret, self.signing_secret_file,
+                                 "signing-secret")
+        if signing_secret is not None and len(signing_secret.encode()) < MIN_SECRET_BYTES:
+            raise ConfigError(f"--signing-secret: {len(signing_secret.encode())} bytes; it "
+                              f"needs at least {MIN_SECRET_BYTES}")
+        if signing_secret is not None and self.dedupe_ttl < SIGNATURE_LIFETIME:
+            # A signed event stays acceptable that long; forgotten sooner, it
+            # could be sent again and applied twice.
+            raise ConfigError(f"--dedupe-ttl {self.dedupe_ttl:g} is shorter than the "
+                              f"{SIGNATURE_LIFETIME:g} s a signed submission stays valid: a "
+                              "replayed one would be applied again")
         try:
-            authenticator = Authenticator(AuthConfig(self.jwt_secret, self.jwt_public_key,
-                                                     keys))
+            authenticator = Authenticator(AuthConfig(jwt_secret, self.jwt_public_key, keys))
         except (ValueError, OSError) as exc:
             raise ConfigError(f"credentials: {exc}") from None
         limits = LimitsConfig(self.rate_address_writes, self.rate_address_reads,
                               self.rate_credential_writes, self.rate_credential_reads)
-        return Gate(authenticator, RateLimiter(limits), self.signing_secret)
+        return Gate(authenticator, RateLimiter(limits), signing_secret)
 
     def origin_policy(self, gate: Gate) -> OriginPolicy:
         """Which pages may call from a browser (see rankd.frontends.origins)."""
@@ -196,6 +213,18 @@ class ServerConfig:
         engine_fields = {f.name for f in fields(EngineConfig)}
         return EngineConfig(**{f.name: getattr(self, f.name) for f in fields(self)
                                if f.name in engine_fields})
+
+
+def _secret(given: str | None, path: Path | None, name: str) -> str | None:
+    """A secret from its option or from its file (one line), not both."""
+    if path is None:
+        return given
+    if given is not None:
+        raise ConfigError(f"--{name} and --{name}-file both given: use one")
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"--{name}-file {path}: {exc.strerror}") from None
 
 
 class ConfigError(Exception):

@@ -89,7 +89,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     tls = config.ssl_context()
     engine = Engine(config.engine_config())
     engine.lock()
-    service = Service(engine, signing_secret=config.signing_secret)
+    service = Service(engine, signing_secret=gate.signing_secret)
     service.listening = False  # ready only once the TCP listener is up too
     limits = ConnectionLimits(config.max_connections or default_max_connections(),
                               config.max_connections_per_address)

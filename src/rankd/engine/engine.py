@@ -803,10 +803,10 @@ class Engine:
         if self._rolling_back:
             raise ReadOnly("rankd is rolling back writes its log did not keep after a "
                            "storage failure; reads resume once it is done")
+        if type(name) is not str:  # a list or a map would not even hash
+            raise InvalidInput("board name must be a string")
         board = self.boards.get(name)
         if board is None:
-            if not isinstance(name, str):
-                raise InvalidInput("board name must be a string")
             raise NotFound(f"no board named {name!r}")
         return board
 

@@ -32,6 +32,7 @@ import orjson
 
 from rankd.engine.engine import Engine
 from rankd.engine.errors import EngineError, InvalidInput
+from rankd.engine.ingest import check_member
 from rankd.engine.periods import period_of
 
 log = logging.getLogger(__name__)
@@ -195,9 +196,7 @@ class LiveFeed:
 
     def follow(self, subscriber: Subscriber, members: object) -> list[str]:
         """Follow more members (validated); returns those added."""
-        if not isinstance(members, list) or not all(
-                isinstance(m, str) and 0 < len(m) <= 256 for m in members):
-            raise InvalidInput("members must be a list of member names")
+        members = _member_names(members)
         added = [m for m in dict.fromkeys(members) if m not in subscriber.follows]
         if len(subscriber.follows) + len(added) > MAX_FOLLOWS:
             raise InvalidInput(f"a connection follows at most {MAX_FOLLOWS} members")
@@ -208,8 +207,7 @@ class LiveFeed:
         return added
 
     def unfollow(self, subscriber: Subscriber, members: object) -> None:
-        if not isinstance(members, list):
-            raise InvalidInput("members must be a list of member names")
+        members = _member_names(members)
         followers = self.follows.get((subscriber.board, subscriber.window), {})
         for member in members:
             if member in subscriber.follows:
@@ -323,6 +321,15 @@ def websocket_frame(message: bytes) -> bytes:
 
 class TooManyConnections(EngineError):
     code = "too_many_connections"
+
+
+def _member_names(members: object) -> list[str]:
+    """``members`` if it is a list of valid member names, else ``InvalidInput``."""
+    if not isinstance(members, list) or len(members) > MAX_FOLLOWS:
+        raise InvalidInput(f"members must be a list of at most {MAX_FOLLOWS} member names")
+    for member in members:
+        check_member(member)
+    return members
 
 
 def parse_client_message(data: str) -> tuple[str, Any]:

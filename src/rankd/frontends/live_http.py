@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import socket as socket_module
 from importlib import resources
 
@@ -176,6 +177,8 @@ def _static(name: str) -> bytes:
 
 
 _CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+#: What a file of the page may be called (no NUL, no path, no dot first).
+_STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
 
 
 @routes.get("/")
@@ -187,11 +190,11 @@ async def page(request: web.Request) -> web.Response:
 async def static_file(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     suffix = name[name.rfind("."):] if "." in name else ""
-    if "/" in name or suffix not in _CONTENT_TYPES:
+    if not _STATIC_NAME.fullmatch(name) or suffix not in _CONTENT_TYPES:
         raise web.HTTPNotFound()
     try:
         body = _static(name)
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError):
         raise web.HTTPNotFound() from None
     return web.Response(body=body, content_type=_CONTENT_TYPES[suffix], charset="utf-8")
 

@@ -8,6 +8,7 @@ fitting status; unknown body fields and query parameters are refused.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import time
@@ -87,9 +88,15 @@ async def error_middleware(request: web.Request,
         return response
     except web.HTTPNotFound:
         return error_response("not_found", f"no route {request.path}")
+    except web.HTTPException:
+        raise
+    except Exception:  # a bug: a JSON answer, and the log says where
+        log.exception("%s %s failed", request.method, request.path)
+        return error_response("internal", "rankd failed to answer this request (logged)", 500)
 
 
 PRINCIPAL = "rankd.principal"
+log = logging.getLogger(__name__)
 
 
 def credential_of(request: web.Request, operation: str) -> str | None:

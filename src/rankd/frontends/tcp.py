@@ -330,6 +330,12 @@ class TcpConnection(asyncio.Protocol):
             self.server.stats[(op, exc.code)] += 1
             out.append(wire.error(request_id, exc.code, exc.message))
             return
+        except Exception:  # a bug: answer it, log it, keep the connection
+            log.exception("TCP %s request failed", op)
+            self.server.stats[(op, "internal")] += 1
+            out.append(wire.error(request_id, "internal", "rankd failed to answer this "
+                                                          "request (logged)"))
+            return
         self.gate.done(principal, op, self.address, board=args.get("board"))
         self.server.stats[(op, "ok")] += 1
         out.append(wire.ok(request_id, result))

@@ -26,6 +26,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import jwt
 
@@ -116,6 +117,25 @@ class AuthConfig:
 
 #: The longest credential considered (a JWT with generous claims fits).
 MAX_CREDENTIAL_CHARS = 8192
+#: HS256 and signing secrets shorter than this are refused (RFC 7518 3.2).
+MIN_SECRET_BYTES = 32
+
+
+def load_public_key(path: Path) -> Any:
+    """The PEM public key in ``path``; ``ValueError`` for anything else (a
+    private key, a certificate, not a key), said at start rather than as a
+    500 on every request."""
+    from cryptography.hazmat.primitives import serialization
+
+    data = path.read_bytes()
+    if b"PRIVATE KEY" in data:
+        raise ValueError(f"{path} holds a private key: give --jwt-public-key the public half "
+                         "(`openssl pkey -in private.pem -pubout`), and keep the private key "
+                         "with the token issuer only")
+    try:
+        return serialization.load_pem_public_key(data)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path} is not a PEM public key ({exc})") from None
 
 
 class Authenticator:
@@ -124,7 +144,11 @@ class Authenticator:
     def __init__(self, config: AuthConfig) -> None:
         self.enabled = config.enabled
         self._secret = config.jwt_secret
-        self._public_key = (config.jwt_public_key.read_text()
+        if self._secret is not None and len(self._secret.encode()) < MIN_SECRET_BYTES:
+            raise ValueError(f"the JWT secret is {len(self._secret.encode())} bytes; an HS256 "
+                             f"secret needs at least {MIN_SECRET_BYTES} (e.g. `openssl rand "
+                             "-hex 32`)")
+        self._public_key = (load_public_key(config.jwt_public_key)
                             if config.jwt_public_key is not None else None)
         self._keys = {key.key_id: key for key in map(parse_api_key_entry, config.api_keys)}
         self._join_key = secrets.token_bytes(32)  # never leaves this process

@@ -43,6 +43,9 @@ from rankd.engine.errors import InvalidInput
 from rankd.security.auth import Unauthorized
 
 MAX_SKEW_SECONDS = 60.0
+#: How long one signed submission may be accepted: from 60 s before its
+#: ``ts`` to 60 s after it.
+SIGNATURE_LIFETIME = 2 * MAX_SKEW_SECONDS
 VERSION = "v2"
 TAG = b"rankd-signed-submission/v2\x00"
 ABSENT = 0xFFFFFFFF
