@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine_helpers import SUNDAY, FakeClock, run, sub, with_engine
 from rankd.engine.engine import Engine, Submission
@@ -613,3 +615,16 @@ def test_snapshots_are_wanted_after_as_many_events_as_the_last_one_wrote_entries
     first, unchanged, second = scenario(tmp_path, clock, body, snapshot_every_events=10)
     assert first["entries"] == 150 and unchanged == first
     assert second["lsn"] > first["lsn"] and second["entries"] == 210 * 3
+
+
+@given(window=st.sampled_from(["daily", "weekly", "monthly"]),
+       now=st.floats(1.5e9, 4e9), retain=st.integers(0, 1000))
+def test_oldest_retained_period_is_computed_as_walking_back_would(window, now, retain):
+    """Once a walk back period by period for every board and window: 300
+    boards with retain 1000 stalled the event loop for 2.5 s."""
+    from rankd.engine.periods import oldest_retained, period_bounds, period_of
+
+    start, _ = period_bounds(window, period_of(window, now))
+    for _ in range(retain):
+        start, _ = period_bounds(window, period_of(window, start - 1))
+    assert oldest_retained(window, now, retain) == period_of(window, start)

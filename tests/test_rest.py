@@ -1055,6 +1055,25 @@ def test_realtime_token_and_digest(api: Api) -> None:
 
 # --- conformance: keep last --------------------------------------------------------------------
 
+def test_board_list_comes_in_pages(api: Api) -> None:
+    """20,000 boards once came back as 6.8 MB in one answer, stalling the loop."""
+    for i in range(25):
+        api("PUT", f"/v1/boards/paging-{i:02d}", {})
+    seen, after = [], None
+    while True:
+        path = "/v1/boards?limit=10" + ("" if after is None else f"&after={after}")
+        status, page = api("GET", path)
+        assert status == 200 and len(page["boards"]) <= 10
+        seen += [b["name"] for b in page["boards"]]
+        after = page["next"]
+        if after is None:
+            break
+    assert seen == sorted(seen) and len(seen) == len(set(seen))
+    assert {f"paging-{i:02d}" for i in range(25)} <= set(seen)
+    assert_error(api("GET", "/v1/boards?limit=0"), 422, "invalid", "limit")
+    assert_error(api("GET", "/v1/boards?limit=5000"), 422, "invalid", "limit")
+
+
 def test_every_response_matches_the_openapi_document(server: Api,
                                                      request: pytest.FixtureRequest) -> None:
     """Every exchange of this module was checked, and all of the document exercised."""
@@ -1138,3 +1157,4 @@ def test_many_distinct_top_pages_keep_memory_bounded(api: Api) -> None:
     rss = float(next(line.split()[1] for line in metrics.splitlines()
                      if line.startswith("rankd_process_rss_bytes ")))
     assert rss < 300 << 20, rss
+

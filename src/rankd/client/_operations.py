@@ -23,9 +23,10 @@ class Operations:
     def health(self) -> Any:
         return self._call("health", {}, True)
 
-    def list_boards(self) -> Any:
-        """``{"boards": [board info, ...]}``."""
-        return self._call("list_boards", {}, True)
+    def list_boards(self, *, limit: int | None = None, after: str | None = None) -> Any:
+        """``{"boards": [board info, ...], "next": name or None}``: a page of
+        boards by name; pass ``next`` as ``after`` for the following one."""
+        return self._call("list_boards", _drop_none(limit=limit, after=after), True)
 
     def get_board(self, board: str) -> Any:
         """Config, member counts per window, version."""

@@ -72,6 +72,8 @@ REPLAY_PENDING_STATES = 1_000_000
 #: Labels copied, then encoded, per step of a snapshot (each a few ms of
 #: event-loop time).
 SNAPSHOT_CHUNK = 20_000
+#: Boards housekeeping looks at before it lets the event loop run.
+HOUSEKEEPING_STEP = 64
 #: Remembered event ids are copied for a snapshot in chunks of about this
 #: many bytes (their portable log form: see rankd.engine.dedupe).
 SNAPSHOT_LOG_BYTES = 4 << 20
@@ -1079,9 +1081,12 @@ class Engine:
 
     async def housekeeping(self) -> None:
         """Expire dedupe entries and retire periods beyond ``retain``,
-        archiving their final standings first."""
+        archiving their final standings first.  The event loop runs between
+        boards: with tens of thousands of boards, one pass is many steps."""
         now = self.clock()
-        for board in list(self.boards.values()):
+        for position, board in enumerate(list(self.boards.values())):
+            if position % HOUSEKEEPING_STEP == HOUSEKEEPING_STEP - 1:
+                await asyncio.sleep(0)
             await board.writable.wait()  # not while a snapshot reads this board
             board.dedupe.expire(now)
             for window, period in board.expired_periods(now):

@@ -17,6 +17,7 @@ monthly   ``2026-11``          that UTC calendar month
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, date, datetime, timedelta
 
@@ -114,8 +115,23 @@ def oldest_retained(window: str, now: float, retain: int) -> str:
 
     Retention counts calendar periods, not the ones that saw events: with
     ``retain=8`` a daily board keeps the last eight days, however sparse.
+    Computed by calendar arithmetic (once per window, current period and
+    ``retain``, cached), not by walking back period by period: housekeeping
+    asks for every board and window.
     """
-    start, _ = period_bounds(window, period_of(window, now))
-    for _ in range(retain):
-        start, _ = period_bounds(window, period_of(window, start - 1))
-    return period_of(window, start)
+    return _oldest_retained(window, period_of(window, now), retain)
+
+
+@functools.lru_cache(maxsize=1024)
+def _oldest_retained(window: str, current: str, retain: int) -> str:
+    start = period_start(window, current)
+    if start is None:
+        return "all"
+    if window == "daily":
+        oldest = start - timedelta(days=retain)
+    elif window == "weekly":
+        oldest = start - timedelta(weeks=retain)
+    else:
+        months = start.year * 12 + start.month - 1 - retain
+        oldest = date(months // 12, months % 12 + 1, 1)
+    return period_of(window, _midnight(oldest))

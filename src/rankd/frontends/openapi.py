@@ -166,8 +166,11 @@ def schemas() -> dict[str, Any]:
             "version": VERSION,
             "updated_at": UPDATED_AT,
         }),
-        "BoardList": obj({"boards": {"type": "array", "items": ref("BoardInfo")}},
-                         description="Every board, by name."),
+        "BoardList": obj({"boards": {"type": "array", "items": ref("BoardInfo")},
+                          "next": {"type": ["string", "null"],
+                                   "description": "Pass as `after` for the next page; "
+                                                  "null on the last."}},
+                         description="A page of boards, by name."),
         "SubmitRequest": obj({
             "member": MEMBER,
             "score": nullable({"type": "number"}),
@@ -402,7 +405,10 @@ def paths() -> dict[str, Any]:
             errors=(400,))},
         "/v1/boards": {"get": operation(
             "listBoards", "List boards", "boards",
-            {200: ok("BoardList", "Every board, by name.")}, errors=(400,))},
+            {200: ok("BoardList", "A page of boards, by name.")}, errors=(400, 422),
+            parameters=[integer_param("limit", 1, MAX_LIMIT, MAX_LIMIT, "Boards per page."),
+                        param("after", "query", {"type": "string", "minLength": 1},
+                              "The `next` of the page before (default: from the first).")])},
         board_path: {
             "parameters": [BOARD],
             "put": operation(

@@ -237,8 +237,8 @@ async def openapi(request: web.Request) -> web.Response:
 
 @routes.get("/v1/boards")
 async def list_boards(request: web.Request) -> web.Response:
-    query(request, {})
-    return json_response(service_of(request).list_boards())
+    params = query(request, {"limit": integer, "after": text})
+    return json_response(service_of(request).list_boards(**params))
 
 
 def flag(value: str) -> bool:

@@ -11,6 +11,7 @@ way it arrives, and its limits are defined once.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 from typing import Any
 
@@ -103,8 +104,18 @@ class Service:
     def health(self) -> dict[str, Any]:
         return {"status": "ok" if self.engine.ready else "recovering"}
 
-    def list_boards(self) -> dict[str, Any]:
-        return {"boards": self.engine.list_boards()}
+    def list_boards(self, *, limit: int = MAX_LIMIT, after: str | None = None
+                    ) -> dict[str, Any]:
+        """Boards by name, ``limit`` at a time after the name ``after``;
+        ``next`` is the ``after`` of the next page (None on the last)."""
+        limit = integer(limit, "limit", 1, MAX_LIMIT)
+        after = optional_text(after, "after")
+        names = sorted(self.engine.boards)
+        start = 0 if after is None else bisect.bisect_right(names, after)
+        page = names[start:start + limit]
+        more = start + limit < len(names)
+        return {"boards": [self.engine.board_info(name) for name in page],
+                "next": page[-1] if more else None}
 
     def get_board(self, board: str) -> dict[str, Any]:
         return self.engine.board_info(board)

@@ -146,7 +146,7 @@ async def _submit_many(service: Service, args: dict[str, Any]) -> dict[str, Any]
 #: op -> (required args, optional args, handler)
 OPERATIONS: dict[str, tuple[set[str], set[str], Handler]] = {
     "health": (set(), set(), lambda s, a: s.health()),
-    "list_boards": (set(), set(), lambda s, a: s.list_boards()),
+    "list_boards": (set(), {"limit", "after"}, lambda s, a: s.list_boards(**a)),
     "get_board": ({"board"}, set(), lambda s, a: s.get_board(a["board"])),
     "put_board": ({"board", "config"}, {"discard"}, _put_board),
     "patch_board": ({"board", "config"}, {"discard"},
