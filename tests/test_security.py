@@ -23,7 +23,8 @@ from rankd import wire
 from rankd.client import Client, Forbidden, Unauthorized
 from rankd.config import ConfigError, ServerConfig
 from rankd.security import Gate
-from rankd.security.auth import AuthConfig, Authenticator, new_api_key
+from rankd.security.auth import AuthConfig, Authenticator, Principal, new_api_key
+from rankd.security.auth import Unauthorized as Refused
 from rankd.security.limits import LimitsConfig, RateLimiter, TokenBuckets
 from rankd.security.signing import sign
 
@@ -642,3 +643,37 @@ def test_weak_or_wrong_keys_are_refused_at_start(tmp_path):
     # A secret from a file stays out of the command line (and `ps`).
     gate = ServerConfig(jwt_secret_file=secret_file).gate()
     assert gate.authenticator.authenticate(token("read")).scopes == frozenset({"read"})
+
+
+def test_issuer_audience_and_lifetime_of_tokens(tmp_path):
+    config = AuthConfig(jwt_secret=SECRET, jwt_issuer="https://auth.example",
+                        jwt_audience="rankd", jwt_max_lifetime=3600)
+    authenticator = Authenticator(config)
+    now = int(time.time())
+
+    def signed(**claims):
+        return jwt.encode({"scope": "read", "exp": now + 600, **claims}, SECRET,
+                          algorithm="HS256")
+
+    good = signed(iss="https://auth.example", aud=["rankd", "other"])
+    assert authenticator.authenticate(good).scopes == frozenset({"read"})
+    for bad, reason in ((signed(aud="rankd"), "iss"),
+                        (signed(iss="https://evil.example", aud="rankd"), "issuer"),
+                        (signed(iss="https://auth.example"), "aud"),
+                        (signed(iss="https://auth.example", aud="else"), "Audience"),
+                        (signed(iss="https://auth.example", aud="rankd",
+                                exp=now + 30 * 86400), "longer than"),
+                        (signed(iss="https://auth.example", aud="rankd", iat=now - 7200,
+                                exp=now + 600), "longer than")):
+        with pytest.raises(Refused, match=reason):
+            authenticator.authenticate(bad)
+
+
+def test_join_tokens_count_against_the_credential_that_minted_them():
+    """They once shared one bucket whatever credential minted them."""
+    authenticator = Authenticator(AuthConfig(jwt_secret=SECRET))
+    player = authenticator.authenticate(token("read", sub="player-1"))
+    joined = authenticator.authenticate(authenticator.join_token(player))
+    assert joined.name == "join:jwt:player-1" and joined.subject == "player-1"
+    server = Principal("key:gs1", frozenset({"read"}))
+    assert authenticator.authenticate(authenticator.join_token(server)).name == "join:key:gs1"

@@ -85,6 +85,10 @@ OPTIONS = (
     Option("jwt_secret", str, None, "accept HS256 JWTs signed with this secret (at least 32 "
                                     "bytes; --jwt-secret-file keeps it out of `ps`)"),
     Option("jwt_secret_file", Path, None, "read --jwt-secret from this file"),
+    Option("jwt_issuer", str, None, "accept only JWTs whose iss is this"),
+    Option("jwt_audience", str, None, "accept only JWTs whose aud includes this"),
+    Option("jwt_max_lifetime", float, 86_400.0,
+           "refuse JWTs valid for longer than this many seconds (0: no limit)"),
     Option("jwt_public_key", Path, None, "accept RS256/ES256 JWTs verified with this PEM key"),
     Option("api_keys", str, None, "accepted API keys, comma-separated id:sha256hex:scopes "
                                   "entries (see rankd keygen); only hashes, never keys"),
@@ -138,6 +142,9 @@ class ServerConfig:
     api_keys: str | None = None
     signing_secret: str | None = None
     jwt_secret_file: Path | None = None
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwt_max_lifetime: float = 86_400.0
     signing_secret_file: Path | None = None
     cors_origins: str | None = None
     insecure_no_auth: bool = False
@@ -166,7 +173,9 @@ class ServerConfig:
                               f"{SIGNATURE_LIFETIME:g} s a signed submission stays valid: a "
                               "replayed one would be applied again")
         try:
-            authenticator = Authenticator(AuthConfig(jwt_secret, self.jwt_public_key, keys))
+            authenticator = Authenticator(AuthConfig(
+                jwt_secret, self.jwt_public_key, keys, self.jwt_issuer, self.jwt_audience,
+                self.jwt_max_lifetime))
         except (ValueError, OSError) as exc:
             raise ConfigError(f"credentials: {exc}") from None
         limits = LimitsConfig(self.rate_address_writes, self.rate_address_reads,

@@ -109,6 +109,12 @@ class AuthConfig:
     jwt_secret: str | None = None
     jwt_public_key: Path | None = None
     api_keys: list[str] = field(default_factory=list)
+    #: When set, a JWT must carry this ``iss`` / ``aud``.
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    #: A JWT valid for longer than this from now (or from its ``iat``) is
+    #: refused: a leaked long-lived token is a standing key.  0: no limit.
+    jwt_max_lifetime: float = 86_400.0
 
     @property
     def enabled(self) -> bool:
@@ -144,6 +150,8 @@ class Authenticator:
     def __init__(self, config: AuthConfig) -> None:
         self.enabled = config.enabled
         self._secret = config.jwt_secret
+        self._issuer, self._audience = config.jwt_issuer, config.jwt_audience
+        self._max_lifetime = config.jwt_max_lifetime
         if self._secret is not None and len(self._secret.encode()) < MIN_SECRET_BYTES:
             raise ValueError(f"the JWT secret is {len(self._secret.encode())} bytes; an HS256 "
                              f"secret needs at least {MIN_SECRET_BYTES} (e.g. `openssl rand "
@@ -180,7 +188,8 @@ class Authenticator:
         except jwt.PyJWTError:
             raise Unauthorized("malformed token") from None
         algorithm = header.get("alg")
-        if header.get("typ") == "join":
+        join = header.get("typ") == "join"
+        if join:
             key, algorithms = self._join_key, ["HS256"]
         elif algorithm == "HS256" and self._secret:
             key, algorithms = self._secret, ["HS256"]
@@ -188,30 +197,48 @@ class Authenticator:
             key, algorithms = self._public_key, [algorithm]
         else:
             raise Unauthorized(f"tokens signed with {algorithm!r} are not accepted")
+        required = ["exp"]
+        checks: dict[str, Any] = {}
+        if not join and self._issuer is not None:
+            required.append("iss")
+            checks["issuer"] = self._issuer
+        if not join and self._audience is not None:
+            required.append("aud")
+            checks["audience"] = self._audience
         try:
             claims = jwt.decode(token, key, algorithms=algorithms, leeway=JWT_LEEWAY_SECONDS,
-                                options={"require": ["exp"]})
+                                options={"require": required,
+                                         "verify_aud": "audience" in checks}, **checks)
         except jwt.ExpiredSignatureError:
             raise Unauthorized("the token has expired") from None
         except jwt.ImmatureSignatureError:
             raise Unauthorized("the token is not valid yet (nbf)") from None
         except jwt.PyJWTError as exc:
             raise Unauthorized(f"invalid token: {exc}") from None
+        if self._max_lifetime and not join:
+            issued = claims.get("iat")
+            since = issued if isinstance(issued, int | float) else time.time()
+            if claims["exp"] - since > self._max_lifetime + JWT_LEEWAY_SECONDS:
+                raise Unauthorized(f"the token is valid for longer than this server accepts "
+                                   f"({self._max_lifetime:g} s); issue shorter-lived tokens")
         scopes = claims.get("scopes", claims.get("scope", ""))
         if isinstance(scopes, str):
             scopes = scopes.split()
         if not isinstance(scopes, list):
             raise Unauthorized("the token's scope claim is malformed")
         subject = claims.get("sub")
-        kind = "join" if header.get("typ") == "join" else "jwt"
-        return Principal(f"{kind}:{subject or '?'}",
+        # A join token counts against the rate limits of the credential that
+        # minted it, not of every join token of the same subject.
+        name = f"join:{claims.get('by', '?')}" if join else f"jwt:{subject or '?'}"
+        return Principal(name,
                          frozenset(s for s in scopes if s in SCOPES),
                          subject if isinstance(subject, str) else None)
 
     def join_token(self, principal: Principal) -> str:
         """A short-lived read token for a browser's live-feed connection."""
         now = int(time.time())
-        claims = {"scope": "read", "iat": now, "exp": now + JOIN_TOKEN_SECONDS}
+        claims = {"scope": "read", "iat": now, "exp": now + JOIN_TOKEN_SECONDS,
+                  "by": principal.name}
         if principal.subject:
             claims["sub"] = principal.subject
         return jwt.encode(claims, self._join_key, algorithm="HS256", headers={"typ": "join"})
