@@ -256,3 +256,22 @@ def test_ready_only_once_every_listener_accepts(tmp_path):
         assert status == 200 and ready["checks"]["listening"] is True
         with socket.create_connection(("127.0.0.1", running.tcp_port), timeout=5):
             pass
+
+
+def test_data_files_are_private_to_the_daemon_user(tmp_path):
+    """They were world-readable (0644/0755): scores, event ids, labels."""
+    import os
+    import stat
+
+    from daemon import Daemon
+
+    with Daemon(tmp_path / "data", "--segment-bytes", "4096") as daemon:
+        daemon.request("PUT", "/v1/boards/b", {"policy": "sum", "windows": ["all", "daily"]})
+        daemon.request("POST", "/v1/boards/b/scores/batch", {"events": [
+            {"member": f"m{i}", "delta": 1, "event_id": f"e{i}"} for i in range(200)]})
+        assert daemon.request("POST", "/v1/admin/snapshot")[0] == 200
+    paths = [tmp_path / "data", *(tmp_path / "data").rglob("*")]
+    assert len(paths) > 5
+    for path in paths:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        assert mode & 0o077 == 0, (path, oct(mode))

@@ -1151,9 +1151,9 @@ def _columns(mapping: Mapping[str, Any]) -> Iterator[tuple[list, list]]:
 def _write_json_atomically(path: Path, data: Any) -> None:
     from rankd.engine.snapshot import fsync_directory
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as handle:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
         json.dump(data, handle)
         handle.flush()
         os.fsync(handle.fileno())
