@@ -98,3 +98,44 @@ def test_csv_reader_converts_numbers_and_skips_empty_cells():
     assert list(read_events(source, "csv")) == [
         {"member": "ann", "delta": 2.5, "event_id": "e1"},
         {"member": "bob", "delta": 1.0, "label": "Bob"}]
+
+
+def test_cli_rough_edges(tmp_path, capsys):
+    """A missing board once printed one line per row and counted duplicates
+    as imported; export wrote a header before failing and broke on a closed
+    pipe; progress bars went into logs; the Server header named versions."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    from daemon import SRC
+
+    source = tmp_path / "scores.jsonl"
+    source.write_text("".join(json.dumps({"member": f"m{i}", "delta": 1,
+                                          "event_id": f"e{i}"}) + "\n" for i in range(3000)))
+    with Daemon(tmp_path / "data") as daemon:
+        url = ["--url", daemon.url]
+        assert main(["import", str(source), "--board", "missing", *url]) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "404" in err, err
+        daemon.request("PUT", "/v1/boards/b", {"policy": "sum"})
+        assert main(["import", str(source), "--board", "b", *url]) == 0
+        assert "imported 3000 of 3000 events (0 already there" in capsys.readouterr().err
+        assert main(["import", str(source), "--board", "b", *url]) == 0
+        err = capsys.readouterr().err
+        assert "imported 0 of 3000 events (3000 already there, 0 rejected)" in err
+        assert "it/s" not in err and "event/s" not in err  # no progress bar off a terminal
+
+        out = tmp_path / "missing.csv"
+        assert main(["export", "missing", "--output", str(out), *url]) == 1
+        assert out.read_text() == ""  # no header for a board that is not there
+        capsys.readouterr()
+
+        env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}
+        done = subprocess.run(
+            f"{sys.executable} -m rankd.cli export b --format jsonl --url {daemon.url} "
+            "| head -n 2", shell=True, env=env, capture_output=True, text=True, timeout=60)
+        assert len(done.stdout.splitlines()) == 2 and "Traceback" not in done.stderr
+
+        with urllib.request.urlopen(daemon.url + "/v1/health", timeout=10) as response:
+            assert response.headers["Server"] == "rankd"

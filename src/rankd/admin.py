@@ -11,6 +11,7 @@ and ETA on stderr.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import sys
@@ -18,6 +19,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -95,12 +97,18 @@ def wal_inspect(data_dir: Path, out: TextIO | None = None) -> int:
 # --- standings out and in ----------------------------------------------------------------
 
 
+def showing_progress() -> bool:
+    """Progress bars only for a person watching: not into a log or a pipe."""
+    return sys.stderr.isatty()
+
+
 def iterate_standings(api: Api, board: str, window: str | None, period: str | None,
                       progress: bool = True) -> Iterator[dict[str, Any]]:
     path = f"/v1/boards/{urllib.parse.quote(board, safe='')}/top"
     first = api.call("GET", path + _view_query(window, period, limit=1))
     total = first["total"]
-    with tqdm(total=total, unit="member", disable=not progress, file=sys.stderr) as bar:
+    with tqdm(total=total, unit="member", disable=not (progress and showing_progress()),
+              file=sys.stderr) as bar:
         offset = 0
         while offset < total:
             page = api.call("GET", path + _view_query(window, period, limit=PAGE,
@@ -114,14 +122,17 @@ def iterate_standings(api: Api, board: str, window: str | None, period: str | No
 
 def export(api: Api, board: str, window: str | None, period: str | None, fmt: str,
            out: TextIO | None = None, progress: bool = True) -> int:
-    """Write a window's standings as CSV or JSONL; returns how many."""
+    """Write a window's standings as CSV or JSONL; returns how many.  Nothing
+    is written (not even the CSV header) unless the board answers."""
     out = out or sys.stdout
     count = 0
     writer = None
+    entries = iterate_standings(api, board, window, period, progress)
+    first = next(entries, None)  # fails here, before any output, for a missing board
     if fmt == "csv":
         writer = csv.writer(out)
         writer.writerow(["rank", "member", "score", "label"])
-    for entry in iterate_standings(api, board, window, period, progress):
+    for entry in itertools.chain([] if first is None else [first], entries):
         if writer is not None:
             writer.writerow([entry["rank"], entry["member"], repr(entry["score"]),
                              entry["label"] or ""])
@@ -157,22 +168,36 @@ def read_events(source: TextIO, fmt: str) -> Iterator[dict[str, Any]]:
         yield event
 
 
+@dataclass
+class Imported:
+    """What an import did: applied, already there (duplicate event ids), refused."""
+
+    applied: int = 0
+    duplicates: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
 def import_events(api: Api, board: str, events: Iterator[dict[str, Any]], total: int | None,
-                  progress: bool = True) -> tuple[int, list[str]]:
-    """Submit events in batches; returns (applied, error messages)."""
-    path = f"/v1/boards/{urllib.parse.quote(board, safe='')}/scores/batch"
-    applied = 0
-    errors: list[str] = []
+                  progress: bool = True) -> Imported:
+    """Submit events in batches.  A board that does not exist fails at once
+    (``AdminError``), before any event is sent."""
+    quoted = urllib.parse.quote(board, safe="")
+    api.call("GET", f"/v1/boards/{quoted}")
+    path = f"/v1/boards/{quoted}/scores/batch"
+    done = Imported()
     batch: list[dict[str, Any]] = []
-    with tqdm(total=total, unit="event", disable=not progress, file=sys.stderr) as bar:
+    with tqdm(total=total, unit="event", disable=not (progress and showing_progress()),
+              file=sys.stderr) as bar:
         def flush() -> None:
-            nonlocal applied
             results = api.call("POST", path, {"events": batch})["results"]
             for event, result in zip(batch, results, strict=True):
                 if "error" in result:
-                    errors.append(f"{event.get('member')!r}: {result['error']['message']}")
+                    done.errors.append(f"{event.get('member')!r}: "
+                                       f"{result['error']['message']}")
+                elif result["duplicate"]:
+                    done.duplicates += 1
                 else:
-                    applied += 1
+                    done.applied += 1
             bar.update(len(batch))
             batch.clear()
 
@@ -182,7 +207,7 @@ def import_events(api: Api, board: str, events: Iterator[dict[str, Any]], total:
                 flush()
         if batch:
             flush()
-    return applied, errors
+    return done
 
 
 def top_table(api: Api, board: str, window: str | None, period: str | None, limit: int,

@@ -119,7 +119,8 @@ def _restore(args: argparse.Namespace) -> int:
     from rankd.engine.postgres import restore
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    with tqdm(unit="event", file=sys.stderr, desc="restore") as bar:
+    with tqdm(unit="event", file=sys.stderr, desc="restore",
+              disable=not sys.stderr.isatty()) as bar:
         def progress(done: int, total: int) -> None:
             bar.total = total
             bar.update(done - bar.n)
@@ -150,7 +151,13 @@ def _export(args: argparse.Namespace) -> int:
 
     api = Api(args.url, args.token)
     if args.output is None:
-        count = export(api, args.board, args.window, args.period, args.format)
+        try:
+            count = export(api, args.board, args.window, args.period, args.format)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader went away (`| head`): stop quietly, as other tools do.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     else:
         with open(args.output, "w", newline="", encoding="utf-8") as out:
             count = export(api, args.board, args.window, args.period, args.format, out)
@@ -165,12 +172,16 @@ def _import(args: argparse.Namespace) -> int:
     with open(args.file, encoding="utf-8") as source:
         total = max(0, sum(1 for line in source if line.strip()) - (fmt == "csv"))
     with open(args.file, newline="", encoding="utf-8") as source:
-        applied, errors = import_events(Api(args.url, args.token), args.board,
-                                        read_events(source, fmt), total)
-    for error in errors[:20]:
+        done = import_events(Api(args.url, args.token), args.board,
+                             read_events(source, fmt), total)
+    for error in done.errors[:20]:
         print(f"rejected {error}", file=sys.stderr)
-    print(f"imported {applied} of {applied + len(errors)} events", file=sys.stderr)
-    return 1 if errors else 0
+    if len(done.errors) > 20:
+        print(f"... and {len(done.errors) - 20} more rejected", file=sys.stderr)
+    print(f"imported {done.applied} of {done.applied + done.duplicates + len(done.errors)} "
+          f"events ({done.duplicates} already there, {len(done.errors)} rejected)",
+          file=sys.stderr)
+    return 1 if done.errors else 0
 
 
 def _top(args: argparse.Namespace) -> int:

@@ -425,8 +425,11 @@ async def origin_middleware(request: web.Request,
     return await handler(request)
 
 
-async def _add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """Every answer to an allowed origin, streams and errors included."""
+async def _add_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer: a ``Server`` header that names no versions (they tell an
+    attacker which flaws to try), and CORS headers to an allowed origin,
+    streams and errors included."""
+    response.headers["Server"] = "rankd"
     response.headers.update(request.app[ORIGINS].cors_headers(request.headers.get("Origin")))
 
 
@@ -441,6 +444,6 @@ def create_app(service: Service, gate: Gate | None = None,
     app[SERVICE] = service
     app[GATE] = gate or Gate.open()
     app[ORIGINS] = origins or OriginPolicy()
-    app.on_response_prepare.append(_add_cors_headers)
+    app.on_response_prepare.append(_add_headers)
     app.add_routes(routes)
     return app
