@@ -625,6 +625,10 @@ def start_daemon(data_dir: Path, fsync: str) -> Any:
     from daemon import Daemon
 
     daemon = Daemon(data_dir, "--fsync", fsync).start()
+    parts = daemon.implementations()
+    print("  daemon under test runs: " + " ".join(f"{k}={v}" for k, v in parts.items()),
+          flush=True)
+    FALLBACK.update(part for part, kind in parts.items() if kind != "native")
     status, body = daemon.request("PUT", f"/v1/boards/{BOARD}", {"policy": "sum"})
     if status not in (200, 201):
         raise RuntimeError(f"PUT /v1/boards/{BOARD} answered {status}: {body}")
@@ -758,9 +762,13 @@ def fmt_pair(rankd: Result | None, redis: Result | None, attribute: str) -> str:
     return " / ".join(values) if values else "-"
 
 
+#: Parts a daemon under test ran in pure Python: no ratio against Redis then.
+FALLBACK: set[str] = set()
+
+
 def row_cells(row: Row) -> list[str]:
     ratio = (f"{row.rankd.rate / row.redis.rate:.2f}x"
-             if row.rankd and row.redis and row.redis.rate else "-")
+             if row.rankd and row.redis and row.redis.rate and not FALLBACK else "-")
     verdict = {True: "PASS", False: "MISS", None: "info"}[row.passed]
     if row.rankd and row.rankd.errors:
         verdict += " (errors)"
@@ -779,6 +787,10 @@ def print_table(rows: list[Row]) -> None:
         print("  ".join(cell.rjust(w) if i in right else cell.ljust(w)
                         for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip())
     print("p50/p99: rankd / redis where both ran; redis-benchmark rows: its own figures.")
+    if FALLBACK:
+        print(f"NO RATIOS: the daemon ran {', '.join(sorted(FALLBACK))} in pure Python "
+              "(the native modules are not built or not installed); its figures say "
+              "nothing about rankd against Redis.")
 
 
 def print_notes(rows: list[Row]) -> None:

@@ -16,7 +16,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+import rankd
+
+#: Where the ``rankd`` package this process imports lives: the daemon runs
+#: the same one.  (Putting the source tree first once made a non-editable
+#: install's daemon import the uncompiled sources and run pure Python.)
+SRC = Path(rankd.__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -98,6 +103,17 @@ class Daemon:
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
+
+    def implementations(self) -> dict[str, str]:
+        """What the daemon runs for each hot loop (``rankd_build_info``)."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10,
+                                    context=self.ssl_context) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("rankd_build_info{"):
+                    labels = line[line.index("{") + 1:line.index("}")]
+                    pairs = dict(part.split("=", 1) for part in labels.split(","))
+                    return {k: v.strip('"') for k, v in pairs.items() if k != "version"}
+        raise RuntimeError("the daemon reports no rankd_build_info")
 
     def log(self) -> str:
         try:

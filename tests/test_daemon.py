@@ -275,3 +275,18 @@ def test_data_files_are_private_to_the_daemon_user(tmp_path):
     for path in paths:
         mode = stat.S_IMODE(os.stat(path).st_mode)
         assert mode & 0o077 == 0, (path, oct(mode))
+
+
+def test_the_daemon_under_test_says_what_it_runs(tmp_path):
+    """A benchmark once measured the pure-Python fallback without a word."""
+    from conftest import native_required
+    from daemon import Daemon
+
+    with Daemon(tmp_path / "data") as daemon:
+        parts = daemon.implementations()
+        assert set(parts) == {"index", "ingest", "wal_frames", "dedupe", "replay", "tcp_scanner"}
+        if native_required():
+            assert set(parts.values()) == {"native"}, parts
+        assert all(f"{part}={kind}" in daemon.log() for part, kind in parts.items())
+    with Daemon(tmp_path / "data", env={"RANKD_PURE_PYTHON": "1"}) as daemon:
+        assert set(daemon.implementations().values()) == {"python"}

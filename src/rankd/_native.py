@@ -14,6 +14,13 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+#: Native module -> "native" or "python": what this process chose for each.
+CHOSEN: dict[str, str] = {}
+#: The names the daemon reports them by (metrics, the start-up line).
+PARTS = {"rankd._skiplist": "index", "rankd.engine._ingest": "ingest",
+         "rankd.engine._frames": "wal_frames", "rankd.engine._dedupe": "dedupe",
+         "rankd.engine._replay": "replay", "rankd.frontends._submits": "tcp_scanner"}
+
 
 def pure_python_forced() -> bool:
     """Whether ``RANKD_PURE_PYTHON`` asks for the pure-Python implementations."""
@@ -26,7 +33,20 @@ def native_or(module: str, name: str, fallback: T) -> tuple[T, str]:
     the same API, so the fallback's type stands for either."""
     if not pure_python_forced():
         try:
-            return getattr(importlib.import_module(module), name), "native"
+            found = getattr(importlib.import_module(module), name)
         except ImportError:
             pass
+        else:
+            CHOSEN.setdefault(module, "native")
+            return found, "native"
+    CHOSEN[module] = "python"
     return fallback, "python"
+
+
+def implementations() -> dict[str, str]:
+    """Which implementation each hot loop runs, by part (see :data:`PARTS`);
+    importing the modules that choose them first."""
+    for module in ("rankd.index", "rankd.engine.ingest", "rankd.engine.frames",
+                   "rankd.engine.dedupe", "rankd.engine.replay", "rankd.frontends.tcp"):
+        importlib.import_module(module)
+    return {part: CHOSEN.get(module, "python") for module, part in PARTS.items()}

@@ -18,6 +18,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from rankd import __version__
+from rankd._native import implementations
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -62,6 +65,7 @@ class DaemonCollector(Collector):
         self.started = time.time()
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._build()
         yield from self._engine()
         yield from self._wal()
         yield from self._shipper()
@@ -133,6 +137,16 @@ class DaemonCollector(Collector):
                                   value=shipper.shipped_total)
         yield CounterMetricFamily("rankd_postgres_errors", "Shipping errors",
                                   value=shipper.errors)
+
+    def _build(self) -> Iterator[Metric]:
+        """Which implementation each hot loop runs: a benchmark of a daemon
+        that fell back to pure Python must be able to tell."""
+        parts = implementations()
+        info = GaugeMetricFamily("rankd_build_info", "Version and the implementation of "
+                                 "each hot loop (native or python)",
+                                 labels=["version", *parts])
+        info.add_metric([__version__, *parts.values()], 1)
+        yield info
 
     def _tcp(self) -> Iterator[Metric]:
         if self.tcp is None:

@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from rankd import __version__
+from rankd._native import implementations
 from rankd.config import ServerConfig
 from rankd.engine import collector
 from rankd.engine.engine import Engine
@@ -31,7 +32,6 @@ from rankd.frontends.live_http import add_live_routes
 from rankd.frontends.rest import create_app
 from rankd.frontends.service import Service
 from rankd.frontends.tcp import TcpServer
-from rankd.index import IMPLEMENTATION
 from rankd.metrics import DaemonCollector, Metrics
 
 log = logging.getLogger("rankd")
@@ -124,8 +124,9 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
                         "it, and any web page a user of this network opens, can read and "
                         "write every board", config.host)
         log.info(
-            "rankd %s serving: index=%s data_dir=%s fsync=%s http=%s:%d tcp=%s postgres=%s "
-            "auth=%s tls=%s (recovered in %.2fs)", __version__, IMPLEMENTATION,
+            "rankd %s serving: %s data_dir=%s fsync=%s http=%s:%d tcp=%s postgres=%s "
+            "auth=%s tls=%s (recovered in %.2fs)", __version__,
+            " ".join(f"{part}={kind}" for part, kind in implementations().items()),
             config.data_dir.resolve(), config.fsync, config.host, config.port, tcp_address,
             "on" if config.postgres_dsn else "off",
             "on" if gate.auth_enabled else "off (loopback only)" if not config.insecure_no_auth
