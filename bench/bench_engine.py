@@ -66,7 +66,7 @@ from typing import Any
 from rankd.engine import collector
 from rankd.engine.engine import Engine, EngineConfig, Submission
 from rankd.engine.errors import EngineError
-from rankd.index import IMPLEMENTATION
+from rankd._native import implementations
 
 BOARD = "bench"
 FIGURES = ("ingest", "ack", "recovery", "postgres")
@@ -605,7 +605,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    print(f"rankd engine benchmark - index {IMPLEMENTATION}, python "
+    parts = " ".join(f"{part}={kind}" for part, kind in implementations().items())
+    print(f"rankd engine benchmark - {parts}, python "
           f"{sys.version.split()[0]}, {os.cpu_count()} CPUs, repeats "
           f"{args.repeats}/{args.recovery_repeats}, {load_average()}", flush=True)
     if args.profile:

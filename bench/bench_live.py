@@ -558,8 +558,11 @@ def start_daemon(data_dir: Path, args: argparse.Namespace) -> Any:
     from daemon import Daemon
 
     allowed = max(20_000, args.subscribers + 100)
-    return Daemon(data_dir, "--live-interval", str(args.interval),
-                  "--live-max-per-address", str(allowed)).start()
+    daemon = Daemon(data_dir, "--live-interval", str(args.interval),
+                    "--live-max-per-address", str(allowed)).start()
+    print("daemon under test runs: " + " ".join(
+        f"{part}={kind}" for part, kind in daemon.implementations().items()), flush=True)
+    return daemon
 
 
 def create_board(daemon: Any) -> None:
