@@ -63,10 +63,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rankd._native import implementations
 from rankd.engine import collector
 from rankd.engine.engine import Engine, EngineConfig, Submission
 from rankd.engine.errors import EngineError
-from rankd._native import implementations
 
 BOARD = "bench"
 FIGURES = ("ingest", "ack", "recovery", "postgres")
