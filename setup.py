@@ -2,15 +2,49 @@
 
 All metadata lives in pyproject.toml; this file only declares the Cython
 extensions.  ``RANKD_DEBUG=1`` builds them with assertions and line tracing.
-Each has a pure-Python twin chosen when it is not built (see rankd._native).
+Each has a pure-Python twin chosen when it is not built (see rankd._native),
+so, as msgpack and aiohttp do, a machine without a C compiler still
+installs rankd: the build warns and goes on without the native modules.
+``RANKD_REQUIRE_NATIVE=1`` (CI) makes a failed build an error instead.
 """
 
 import os
+import sys
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError, CompileError, ExecError, PlatformError
 
 debug = os.environ.get("RANKD_DEBUG") == "1"
+require_native = os.environ.get("RANKD_REQUIRE_NATIVE", "") not in ("", "0")
+BUILD_ERRORS = (CCompilerError, CompileError, ExecError, PlatformError, OSError)
+
+
+class OptionalBuildExt(build_ext):
+    """``build_ext`` that leaves a module out, with a warning, when it cannot
+    be compiled (no compiler, no Python headers)."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BUILD_ERRORS as exc:
+            self._without(exc)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except BUILD_ERRORS as exc:
+            self._without(exc, ext.name)
+
+    @staticmethod
+    def _without(exc: Exception, name: str = "the native modules") -> None:
+        if require_native:
+            raise exc
+        print(f"WARNING: rankd: cannot build {name} ({exc}); installing without it: the "
+              "pure-Python fallback is used, several times slower.  Install a C compiler "
+              "and Python's headers (Debian: build-essential python3-dev) and reinstall "
+              "for the native speed.", file=sys.stderr)
 
 
 def native(name: str, **options: object) -> Extension:
@@ -44,6 +78,7 @@ extensions = [
 ]
 
 setup(
+    cmdclass={"build_ext": OptionalBuildExt},
     ext_modules=cythonize(
         extensions,
         include_path=["src"],  # for cimports between the modules
