@@ -149,3 +149,85 @@ def test_a_game_on_another_origin_calls_rankd_only_when_listed(tmp_path):
     finally:
         allowed.shutdown()
         other.shutdown()
+
+
+def test_the_page_returns_to_live_after_a_restart_and_keeps_its_view_in_the_url(tmp_path):
+    """It once stayed on REST polling for good after a daemon restart, showed
+    another board for /?board=nosuch, forgot the window and rows on reload,
+    and could not follow a member by the name it shows."""
+    sync_playwright, executable = _browser_or_skip()
+    data = tmp_path / "data"
+    daemon = Daemon(data, "--live-interval", "0.1").start()
+    port, tcp_port = daemon.port, daemon.tcp_port
+    try:
+        daemon.request("PUT", "/v1/boards/arena", {"policy": "sum", "windows": ["all", "daily"]})
+        daemon.request("POST", "/v1/boards/arena/scores/batch", {"events": [
+            {"member": f"p{i}", "delta": 10 * i, "label": f"Player {i}"} for i in range(1, 13)]})
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=executable,
+                                                 args=CHROMIUM_FLAGS)
+            try:
+                page = browser.new_page()
+                page.goto(f"{daemon.url}/?board=nosuch")
+                page.wait_for_function("!document.querySelector('#notice').hidden")
+                assert "no board named “nosuch”" in page.inner_text("#notice")
+                assert page.query_selector_all("#top tbody tr") == []
+
+                page.goto(f"{daemon.url}/?board=arena&window=daily&limit=25")
+                page.wait_for_selector("#state.live", timeout=15_000)
+                assert page.input_value("#window") == "daily"
+                assert page.input_value("#limit") == "25"
+                page.wait_for_function(
+                    "document.querySelectorAll('#top tbody tr').length === 12")
+                # Follow by the label the page shows, and by a click on a row.
+                page.fill("#follow-name", "Player 5")
+                page.click("#follow-form button")
+                page.wait_for_function(
+                    "document.querySelector('#followed').textContent.startsWith('p5: rank')",
+                    timeout=10_000)
+                assert "follow=p5" in page.url and "window=daily" in page.url
+                page.click("#top tbody tr:nth-child(2)")
+                page.wait_for_function(
+                    "document.querySelector('#followed').textContent.startsWith('p11')",
+                    timeout=10_000)
+
+                # The daemon goes away; the page notices, then comes back live.
+                daemon.stop()
+                page.wait_for_function(
+                    "!document.querySelector('#state').classList.contains('live')",
+                    timeout=15_000)
+                daemon = Daemon(data, "--live-interval", "0.1")
+                daemon.port, daemon.tcp_port = port, tcp_port
+                daemon.start()
+                page.wait_for_selector("#state.live", timeout=45_000)
+                daemon.request("POST", "/v1/boards/arena/scores",
+                               {"member": "p1", "delta": 1000})
+                page.wait_for_function(
+                    "document.querySelector('#top tbody tr td.member').textContent"
+                    " === 'Player 1'", timeout=10_000)
+                page.reload()
+                page.wait_for_selector("#state.live", timeout=15_000)
+                assert page.input_value("#window") == "daily"
+                page.wait_for_function(
+                    "document.querySelector('#followed').textContent.startsWith('p11')",
+                    timeout=10_000)
+            finally:
+                browser.close()
+    finally:
+        daemon.stop()
+
+
+def test_the_page_asks_for_a_token_on_a_server_with_credentials(tmp_path):
+    sync_playwright, executable = _browser_or_skip()
+    secret = "page-secret-" + "z" * 30
+    with Daemon(tmp_path / "data", "--jwt-secret", secret) as daemon, \
+            sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page()
+            page.goto(daemon.url + "/")
+            page.wait_for_selector("#token-form:not([hidden])", timeout=10_000)
+            assert "needs a read token" in page.inner_text("#notice")
+            assert "no boards yet" not in page.inner_text("#state")
+        finally:
+            browser.close()

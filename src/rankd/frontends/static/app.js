@@ -2,8 +2,27 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { board: null, window: null, limit: 10, follow: null, socket: null,
-                retry: 0, pollTimer: null, lastRanks: new Map(), version: 0 };
+// The view (board, window, rows, followed member) lives in the URL, so a
+// view can be shared and survives a reload.
+const query = new URLSearchParams(location.search);
+const state = { board: null, window: query.get("window"), limit: Number(query.get("limit")) || 10,
+                follow: query.get("follow"), socket: null, retry: 0, pollTimer: null,
+                retryTimer: null, lastRanks: new Map(), labels: new Map(), version: 0 };
+
+function keepInURL() {
+  const params = new URLSearchParams();
+  if (credential) params.set("token", credential);
+  params.set("board", state.board);
+  params.set("window", state.window);
+  if (state.limit !== 10) params.set("limit", state.limit);
+  if (state.follow) params.set("follow", state.follow);
+  history.replaceState(null, "", "?" + params);
+}
+
+function notice(text) {
+  $("notice").hidden = !text;
+  $("notice").textContent = text || "";
+}
 
 function setState(kind, text) {
   const el = $("state");
@@ -15,11 +34,15 @@ function setState(kind, text) {
 // calls send it as a bearer token and the live feed gets a short join token.
 const credential = new URLSearchParams(location.search).get("token");
 
+class HttpError extends Error {
+  constructor(path, status) { super(path + ": " + status); this.status = status; }
+}
+
 async function getJSON(path) {
   const headers = { Accept: "application/json" };
   if (credential) headers.Authorization = "Bearer " + credential;
   const response = await fetch(path, { headers });
-  if (!response.ok) throw new Error(path + ": " + response.status);
+  if (!response.ok) throw new HttpError(path, response.status);
   return response.json();
 }
 
@@ -34,7 +57,9 @@ function renderTop(message) {
   const body = $("top").tBodies[0];
   const rows = [];
   const ranks = new Map();
+  state.labels = new Map();
   for (const entry of message.top) {
+    if (entry.label) state.labels.set(entry.label, entry.member);
     const tr = document.createElement("tr");
     const before = state.lastRanks.get(entry.member);
     let move = "";
@@ -90,12 +115,17 @@ function onMessage(text) {
 function stopFeed() {
   if (state.socket) { state.socket.onclose = null; state.socket.close(); state.socket = null; }
   if (state.pollTimer) { clearInterval(state.pollTimer); state.pollTimer = null; }
+  if (state.retryTimer) { clearTimeout(state.retryTimer); state.retryTimer = null; }
 }
 
-async function startFeed() {
+// Backoff with jitter: 0.5 s, 1 s, 2 s... up to 30 s.
+const backoff = (retry) => Math.min(30000, 500 * 2 ** retry) * (0.5 + Math.random() / 2);
+
+async function startFeed(reconnecting = false) {
   stopFeed();
-  state.version = 0;
-  state.lastRanks = new Map();
+  keepInURL();
+  state.version = 0;  // a restarted daemon may count from elsewhere
+  if (!reconnecting) state.lastRanks = new Map();  // moves stay relative to before
   const params = new URLSearchParams({ window: state.window, limit: state.limit });
   if (state.follow) params.set("members", state.follow);
   if (credential) {
@@ -114,10 +144,11 @@ async function startFeed() {
   socket.onclose = () => {
     state.socket = null;
     state.retry += 1;
-    if (!opened && state.retry >= 3) { startPolling(); return; }
-    const delay = Math.min(30000, 500 * 2 ** state.retry) * (0.5 + Math.random() / 2);
-    setState("offline", "reconnecting…");
-    setTimeout(() => { if (!state.socket && !state.pollTimer) startFeed(); }, delay);
+    // After a few failures, poll REST meanwhile; either way the live feed
+    // is tried again, with backoff, until it is back (a restarted daemon).
+    if (!opened && state.retry >= 3) startPolling();
+    else setState("offline", "reconnecting…");
+    state.retryTimer = setTimeout(() => startFeed(true), backoff(state.retry));
   };
 }
 
@@ -145,34 +176,71 @@ function startPolling() {
 
 async function loadBoards() {
   let boards = [];
-  try { boards = (await getJSON("/v1/boards")).boards; } catch (error) { setState("offline", "offline"); }
+  try {
+    boards = (await getJSON("/v1/boards")).boards;
+  } catch (error) {
+    if (error.status === 401 || error.status === 403) {
+      setState("offline", "needs a token");
+      notice(credential ? "This token cannot read this server's boards."
+                        : "This server needs a read token to show its boards.");
+      $("token-form").hidden = false;
+      return;
+    }
+    setState("offline", "offline");
+    setTimeout(loadBoards, 2000);
+    return;
+  }
   state.boards = boards;
   const select = $("board");
   select.replaceChildren(...boards.map((b) => new Option(b.name, b.name)));
-  const wanted = new URLSearchParams(location.search).get("board");
-  if (wanted && boards.some((b) => b.name === wanted)) select.value = wanted;
   if (!boards.length) { setState("offline", "no boards yet"); setTimeout(loadBoards, 2000); return; }
-  pickBoard(boards.find((b) => b.name === select.value));
+  const wanted = query.get("board");
+  if (wanted && !boards.some((b) => b.name === wanted)) {
+    setState("offline", "no such board");
+    notice("There is no board named “" + wanted + "”: pick one.");
+    select.value = "";
+    select.onchange = () => { notice(""); pickBoard(boards.find((b) => b.name === select.value), true); };
+    return;
+  }
+  if (wanted) select.value = wanted;
+  pickBoard(boards.find((b) => b.name === select.value), false);
 }
 
-function pickBoard(board) {
+function pickBoard(board, fresh) {
   state.board = board.name;
   const windows = $("window");
   windows.replaceChildren(...board.config.windows.map((w) => new Option(w, w)));
-  state.window = board.config.windows.includes("all") ? "all" : board.config.windows[0];
+  const primary = board.config.windows.includes("all") ? "all" : board.config.windows[0];
+  if (fresh || !board.config.windows.includes(state.window)) state.window = primary;
   windows.value = state.window;
+  $("limit").value = String(state.limit);
+  if (state.follow) $("followed").textContent = "Following " + state.follow + "…";
   startFeed();
-  $("board").onchange = () => pickBoard(state.boards.find((b) => b.name === $("board").value));
+  $("board").onchange = () => pickBoard(state.boards.find((b) => b.name === $("board").value), true);
+}
+
+// Follow by what the page shows: a label shown in the top list stands for its member.
+function follow(name) {
+  state.follow = state.labels.get(name) || name || null;
+  $("followed").textContent = state.follow ? "Following " + state.follow + "…" : "Nobody followed.";
+  $("around").tBodies[0].replaceChildren();
+  startFeed();
 }
 
 $("window").addEventListener("change", (e) => { state.window = e.target.value; startFeed(); });
 $("limit").addEventListener("change", (e) => { state.limit = Number(e.target.value); startFeed(); });
 $("follow-form").addEventListener("submit", (e) => {
   e.preventDefault();
-  const name = $("follow-name").value.trim();
-  state.follow = name || null;
-  $("followed").textContent = name ? "Following " + name + "…" : "Nobody followed.";
-  $("around").tBodies[0].replaceChildren();
-  startFeed();
+  follow($("follow-name").value.trim());
+});
+$("top").tBodies[0].addEventListener("click", (e) => {
+  const row = e.target.closest("tr");
+  if (row && row.dataset.member) { $("follow-name").value = row.dataset.member; follow(row.dataset.member); }
+});
+$("token-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const params = new URLSearchParams(location.search);
+  params.set("token", $("token").value.trim());
+  location.search = "?" + params;
 });
 loadBoards();
