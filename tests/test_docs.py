@@ -43,3 +43,20 @@ def test_readme_gives_the_two_commands_that_ci_runs():
                     "&& .venv/bin/python -m pytest")
     assert test_command in readme and test_command in ci
     assert ".venv/bin/rankd serve" in readme
+
+
+def test_measured_figures_live_only_in_bench_results():
+    """README, durability.md and operations.md once quoted different figures
+    for the same thing.  The user docs point at bench/RESULTS.md instead
+    (settings and limits, which are not measurements, stay)."""
+    measured = re.compile(r"\b\d[\d.,]*\s?(ms|us|µs)\b|\b\d[\d.,]*\s?(k|M)?(events|ev)/s\b"
+                          r"|\bbytes (each|per member)\b")
+    for name in ("durability.md", "operations.md", "live.md", "security.md", "index.md"):
+        text = (ROOT / "docs" / name).read_text()
+        found = [m.group(0) for m in measured.finditer(text)]
+        assert not found, f"docs/{name} quotes measured figures {found}: cite bench/RESULTS.md"
+
+
+def test_the_docs_say_windows_are_utc():
+    assert "UTC" in (ROOT / "README.md").read_text()
+    assert "UTC" in (ROOT / "docs" / "live.md").read_text()
