@@ -290,3 +290,34 @@ def test_the_daemon_under_test_says_what_it_runs(tmp_path):
         assert all(f"{part}={kind}" in daemon.log() for part, kind in parts.items())
     with Daemon(tmp_path / "data", env={"RANKD_PURE_PYTHON": "1"}) as daemon:
         assert set(daemon.implementations().values()) == {"python"}
+
+
+def test_a_damaged_data_dir_stops_the_start_in_one_line(tmp_path):
+    """It once printed a 40-line traceback."""
+    import os
+
+    from daemon import SRC, Daemon
+
+    with Daemon(tmp_path / "data") as daemon:
+        daemon.request("PUT", "/v1/boards/b", {"policy": "sum"})
+        daemon.request("POST", "/v1/boards/b/scores/batch", {"events": [
+            {"member": f"m{i}", "delta": 1} for i in range(50)]})
+    (segment,) = (tmp_path / "data" / "wal").glob("*.log")
+    data = bytearray(segment.read_bytes())
+    data[100] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    done = subprocess.run([sys.executable, "-m", "rankd.cli", "serve", "--port", "0",
+                           "--tcp-port", "0", "--data-dir", str(tmp_path / "data")],
+                          env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True,
+                          text=True, timeout=60)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("rankd:")]
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert len(lines) == 1 and segment.name in lines[0] and "byte offset" in lines[0]
+    assert "--repair" in lines[0]
+
+
+def test_insecure_no_auth_says_plainly_what_it_opens(tmp_path):
+    from daemon import Daemon
+
+    with Daemon(tmp_path / "data", "--insecure-no-auth") as daemon:
+        assert "any web page a user of this network opens, can read and write" in daemon.log()
