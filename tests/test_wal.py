@@ -357,3 +357,55 @@ def test_a_segment_is_fsynced_before_the_next_one_exists(tmp_path, monkeypatch, 
                                             if e[0] == "create"][1:], strict=False):
         last_use = [kind for kind, fd in events[:position] if fd == previous][-1]
         assert last_use == "fsync", events[:position]
+
+
+async def _synced_then_written(directory, fsync: str) -> int:
+    """50 records fsynced, then 50 written but not fsynced (a crash follows:
+    the log is left open).  Returns the size the fsync made durable."""
+    log = WriteAheadLog(directory, fsync=fsync)
+    for i in range(50):
+        log.append(payload(i))
+    await log.commit(log.last_lsn)
+    await log.sync()
+    durable = (directory / wal_module.segment_name(1)).stat().st_size
+    if fsync != "always":
+        for i in range(50, 100):
+            log.append(payload(i))
+        await log.commit(log.last_lsn)
+    return durable
+
+
+@pytest.mark.parametrize("fsync", ["everysec", "no"])
+def test_a_hole_of_zeroes_after_the_last_fsync_is_cut_off_without_repair(tmp_path, fsync):
+    """Pages written back out of order leave zeroes with whole records after
+    them; the sync mark proves they lie beyond what was promised durable."""
+    durable = run(_synced_then_written(tmp_path, fsync))
+    segment = tmp_path / wal_module.segment_name(1)
+    data = bytearray(segment.read_bytes())
+    hole = durable + 200
+    data[hole:hole + 300] = bytes(300)
+    segment.write_bytes(bytes(data))
+    records = list(WriteAheadLog(tmp_path, fsync=fsync).iter_records())
+    assert records[:50] == [(i + 1, payload(i)) for i in range(50)]
+    assert 50 <= len(records) < 100
+    # The same hole before the mark is corruption.
+    run(_synced_then_written(tmp_path / "again", fsync))
+    segment = tmp_path / "again" / wal_module.segment_name(1)
+    data = bytearray(segment.read_bytes())
+    data[100:400] = bytes(300)
+    segment.write_bytes(bytes(data))
+    with pytest.raises(WalCorruptError):
+        WriteAheadLog(tmp_path / "again", fsync=fsync)
+
+
+def test_under_always_no_mark_is_kept_and_a_hole_with_records_after_it_is_corruption(
+        tmp_path):
+    """Every acknowledged record is fsynced there: a hole could be one."""
+    run(_synced_then_written(tmp_path, "always"))
+    assert not (tmp_path / "synced").exists()
+    segment = tmp_path / wal_module.segment_name(1)
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 100] = bytes(100)
+    segment.write_bytes(bytes(data))
+    with pytest.raises(WalCorruptError):
+        WriteAheadLog(tmp_path, fsync="always")

@@ -52,6 +52,15 @@ it aside to ``corrupt-*`` files in the WAL directory.
 A segment is fsynced before the next one is created, whatever the policy:
 after a power loss only the newest segment can have lost its last writes,
 so damage in any other is always corruption.
+
+Under ``everysec`` and ``no`` the log also keeps a *sync mark* (the file
+``synced``: segment and size the last fsync made durable, itself fsynced
+right after).  What lies beyond it was never promised to survive a power
+loss, so damage there (a hole of zeroes that pages written back out of
+order leave, with whole records after it) is cut off like a torn tail,
+without ``repair``.  Under ``always`` every acknowledged record is fsynced,
+a mark would cost a second fsync per commit, and none is kept: damage
+followed by whole records is corruption there.
 """
 
 from __future__ import annotations
@@ -60,8 +69,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import struct
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +92,10 @@ log = logging.getLogger(__name__)
 FSYNC_POLICIES = ("always", "everysec", "no")
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 _SUFFIX = ".log"
+#: The sync mark: magic, first position of the segment, durable size, CRC-32.
+_MARK_NAME = "synced"
+_MARK = struct.Struct("<8sQQI")
+_MARK_MAGIC = b"RKSYNC01"
 
 
 @dataclass
@@ -111,13 +126,35 @@ class WalCorruptError(Exception):
         self.offset = offset
 
 
+def pack_sync_mark(first_lsn: int, size: int) -> bytes:
+    head = _MARK.pack(_MARK_MAGIC, first_lsn, size, 0)[:-4]
+    return head + struct.pack("<I", zlib.crc32(head))
+
+
+def read_sync_mark(directory: Path) -> tuple[int, int] | None:
+    """``(segment first lsn, durable size)`` of a log's sync mark, or None
+    when there is none or it is unreadable (then nothing is beyond it)."""
+    try:
+        data = (directory / _MARK_NAME).read_bytes()
+    except OSError:
+        return None
+    if len(data) < _MARK.size:
+        return None
+    magic, first, size, crc = _MARK.unpack_from(data)
+    if magic != _MARK_MAGIC or crc != zlib.crc32(data[:_MARK.size - 4]):
+        return None
+    return first, size
+
+
 def segment_name(first_lsn: int) -> str:
     return f"{first_lsn:020d}{_SUFFIX}"
 
 
-def inspect_segment(path: Path, *, final: bool = True) -> dict[str, object]:
+def inspect_segment(path: Path, *, final: bool = True,
+                    mark: tuple[int, int] | None = None) -> dict[str, object]:
     """Records, positions and checksum status of one segment, read-only.
-    Only the ``final`` segment of a log can end in a torn tail."""
+    Only the ``final`` segment of a log can end in a torn tail, or be
+    damaged after its sync ``mark`` (then start-up cuts it off too)."""
     data = path.read_bytes()
     first = int(path.name[: -len(_SUFFIX)])
     report: dict[str, object] = {"records": 0, "first_lsn": first, "last_lsn": first - 1,
@@ -128,7 +165,10 @@ def inspect_segment(path: Path, *, final: bool = True) -> dict[str, object]:
     bad = found.bad
     if bad is not None:
         torn = final and is_torn_tail(data, bad, found.next_lsn)
-        kind = "torn tail" if torn else "CORRUPT"
+        unsynced = final and mark is not None and (
+            first > mark[0] or (first == mark[0] and bad.offset >= mark[1]))
+        kind = ("torn tail" if torn else
+                "damaged after the last fsync (cut off at start)" if unsynced else "CORRUPT")
         report["status"] = (f"{kind} at byte offset {bad.offset} ({bad.reason}; "
                             f"{len(data) - bad.offset} bytes after it)")
     return report
@@ -139,9 +179,10 @@ def inspect_log(directory: Path) -> list[tuple[Path, dict[str, object]]]:
     first, where a segment that does not start right after the one before
     is reported as a gap (records missing)."""
     paths = sorted(directory.glob("*" + _SUFFIX))
+    mark = read_sync_mark(directory)
     reports = []
     for position, path in enumerate(paths):
-        report = inspect_segment(path, final=position == len(paths) - 1)
+        report = inspect_segment(path, final=position == len(paths) - 1, mark=mark)
         if reports and report["status"] == "ok":
             before = reports[-1][1]
             expected = int(before["last_lsn"]) + 1
@@ -204,7 +245,16 @@ class WriteAheadLog:
         self._closed = False
         self.stats = WalStats()
         self._checked: tuple[Path | None, int] = (None, 0)
+        #: (segment first lsn, size) the last fsync made durable, read at
+        #: opening from the previous run's mark (see the module docstring).
+        self._mark = read_sync_mark(self.directory)
+        self._mark_fd: int | None = None
         self._open_existing(after_lsn)
+        mark_path = self.directory / _MARK_NAME
+        if fsync == "always":
+            mark_path.unlink(missing_ok=True)  # none kept: never a stale one
+        else:
+            self._mark_fd = os.open(mark_path, os.O_RDWR | os.O_CREAT, 0o600)
 
     # --- opening ----------------------------------------------------------------
 
@@ -256,6 +306,13 @@ class WriteAheadLog:
                  final: bool) -> None:
         """Truncate a torn tail; raise on corruption, or repair it when allowed."""
         rest = data[bad.offset:]
+        if final and not is_torn_tail(data, bad, bad_lsn) and self._beyond_mark(path,
+                                                                                bad.offset):
+            log.warning("write-ahead log %s is damaged at byte offset %d (%s), after the last "
+                        "fsynced byte (a power loss): dropping the %d bytes from there",
+                        path.name, bad.offset, bad.reason, len(rest))
+            self._truncate(path, bad.offset)
+            return
         if final and is_torn_tail(data, bad, bad_lsn):
             log.warning("write-ahead log %s ends with a torn record at byte offset %d "
                         "(a crash mid-write); dropping its %d bytes",
@@ -271,6 +328,14 @@ class WriteAheadLog:
             handle.truncate(length)
             handle.flush()
             os.fsync(handle.fileno())
+
+    def _beyond_mark(self, path: Path, offset: int) -> bool:
+        """Whether byte ``offset`` of ``path`` lies after what the last
+        recorded fsync made durable."""
+        if self._mark is None:
+            return False
+        first, size = self._mark
+        return int(path.stem) > first or (int(path.stem) == first and offset >= size)
 
     def _broken_chain(self, path: Path, data: bytes, next_lsn: int, follower: int) -> None:
         """The segment after ``path`` starts at ``follower`` where ``next_lsn``
@@ -570,15 +635,15 @@ class WriteAheadLog:
             os.fsync(self._fd)
         path = self.directory / segment_name(first_lsn)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
-        self._file_bytes = 0
         if self._acknowledged_end is None:
             self._acknowledged_end = (path, 0)
-        with self._fd_lock:
+        with self._fd_lock:  # the syncer reads the segment and its size together
             if self._fd is not None:
                 self._retired.append(self._fd)
             self._fd = fd
+            self._file_bytes = 0
             self._dir_dirty = True
-        self._segments.append((first_lsn, path))
+            self._segments.append((first_lsn, path))
 
     def _sync(self) -> None:
         """fsync every file written since the last sync (blocking)."""
@@ -586,6 +651,8 @@ class WriteAheadLog:
             retired, self._retired = self._retired, []
             current = self._fd
             dir_dirty, self._dir_dirty = self._dir_dirty, False
+            # Written before the fsync below starts, so durable once it returns.
+            mark = (self._segments[-1][0], self._file_bytes) if self._segments else None
         started = time.monotonic()
         for fd in retired:
             os.fsync(fd)
@@ -594,6 +661,9 @@ class WriteAheadLog:
             os.fsync(current)
         if dir_dirty:
             fsync_directory(self.directory)
+        if self._mark_fd is not None and mark is not None and current is not None:
+            os.pwrite(self._mark_fd, pack_sync_mark(*mark), 0)
+            os.fsync(self._mark_fd)
         elapsed = time.monotonic() - started
         self.stats.fsyncs += 1
         self.stats.fsync_seconds += elapsed
@@ -643,6 +713,9 @@ class WriteAheadLog:
             self._retired, self._fd = [], None
         for fd in fds:
             os.close(fd)
+        if self._mark_fd is not None:
+            os.close(self._mark_fd)
+            self._mark_fd = None
 
     # --- compaction ------------------------------------------------------------------------
 
