@@ -65,6 +65,18 @@ def daemon(tmp_path_factory):
         yield running
 
 
+def post_as(daemon, path: str, body: bytes, credential: str) -> tuple[int, dict]:
+    """POST ``body`` as JSON with ``credential``: (status, response headers)."""
+    request = urllib.request.Request(
+        f"{daemon.url}{path}", data=body, method="POST",
+        headers={"Authorization": f"Bearer {credential}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, dict(response.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers)
+
+
 def call(daemon, method, path, body=None, credential=None):
     headers = {"Authorization": f"Bearer {credential}"} if credential else {}
     return daemon.request(method, path, body, headers=headers)
@@ -285,18 +297,12 @@ def test_rate_limits_are_hit_and_recover(daemon):
     limited = token("write", sub="burst")
     statuses, retry_after = [], None
     for _ in range(60):
-        request = urllib.request.Request(
-            f"{daemon.url}/v1/boards/b/scores", data=b'{"member": "rl", "delta": 1}',
-            method="POST", headers={"Authorization": f"Bearer {limited}",
-                                    "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=5) as response:
-                statuses.append(response.status)
-        except urllib.error.HTTPError as error:
-            statuses.append(error.code)
-            # Read from the refusal itself: the bucket may refill before a later request.
-            if error.code == 429 and retry_after is None:
-                retry_after = error.headers.get("Retry-After")
+        status, headers = post_as(daemon, "/v1/boards/b/scores",
+                                  b'{"member": "rl", "delta": 1}', limited)
+        statuses.append(status)
+        # Read from the refusal itself: the bucket may refill before a later request.
+        if status == 429 and retry_after is None:
+            retry_after = headers.get("Retry-After")
     assert statuses.count(200) >= 40 and 429 in statuses
     assert retry_after is not None and int(retry_after) >= 1
     time.sleep(1.2)
@@ -539,17 +545,11 @@ def test_a_batch_larger_than_the_burst_is_charged_in_full(daemon):
     batch = {"events": [{"member": f"bb{i}", "delta": 1} for i in range(50)]}
     statuses, retry_after = [], None
     for _ in range(10):
-        request = urllib.request.Request(
-            f"{daemon.url}/v1/boards/b/scores/batch", data=json.dumps(batch).encode(),
-            method="POST", headers={"Authorization": f"Bearer {limited}",
-                                    "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=5) as response:
-                statuses.append(response.status)
-        except urllib.error.HTTPError as error:
-            statuses.append(error.code)
-            if retry_after is None:  # the first refusal's: later ones have had time pass
-                retry_after = int(error.headers["Retry-After"])
+        status, headers = post_as(daemon, "/v1/boards/b/scores/batch",
+                                  json.dumps(batch).encode(), limited)
+        statuses.append(status)
+        if status == 429 and retry_after is None:  # the first: later ones had time pass
+            retry_after = int(headers["Retry-After"])
     assert statuses == [200] + [429] * 9
     assert retry_after == 3  # (40 + 10 of debt) / 20 per second, rounded up
     time.sleep(retry_after)
