@@ -342,7 +342,7 @@ def test_board_lifecycle(tmp_path, clock):
         await engine.delete_board("b")
         with pytest.raises(NotFound):
             engine.top("b")
-        return created[1], same[1], changed[1], info, engine.list_boards()
+        return created[1], same[1], changed[1], info, sorted(engine.boards)
 
     created, same, changed, info, boards = scenario(tmp_path, clock, body)
     assert (created, same, changed) == (True, False, False)

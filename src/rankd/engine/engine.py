@@ -927,9 +927,6 @@ class Engine:
                 "members": board.member_counts(self.clock()),
                 "version": board.version, "updated_at": board.updated_at}
 
-    def list_boards(self) -> list[dict[str, Any]]:
-        return [self.board_info(name) for name in sorted(self.boards)]
-
     def digest(self, name: str | None = None) -> str:
         """An order-sensitive hash of boards' configs, members, scores, ranks
         and labels, to compare two states cheaply."""
