@@ -1,0 +1,21 @@
+"""Which board group a board belongs to.
+
+A cluster splits boards into :data:`GROUPS` groups by a hash of the board
+name; each group has its own log and at most one primary at a time, so a
+group can later move, or live on any subset of the nodes, without touching
+the others.  The hash is CRC-32 (zlib's, IEEE 802.3) of the name's UTF-8
+bytes, modulo :data:`GROUPS`: any language can compute it, and it never
+changes for a name.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+#: The number of board groups: fixed for the life of a cluster.
+GROUPS = 1024
+
+
+def group_of(board: str) -> int:
+    """The group of ``board``: ``crc32(utf8(board)) % GROUPS``."""
+    return zlib.crc32(board.encode()) % GROUPS

@@ -1,0 +1,205 @@
+"""Each board group's log in Postgres, and who may append to it.
+
+Two tables (created by :func:`migrate`):
+
+``rankd_groups``
+    one *register* row per group: ``epoch``, ``holder`` (a node id),
+    ``lease_until`` (Postgres's clock: one clock for every node) and
+    ``last_seq``, the group's last committed position.
+``rankd_log``
+    one row per appended batch, ``(group_id, first_seq)`` its key: its
+    positions, the epoch that wrote it, and its records framed as in the
+    write-ahead log (``rankd.engine.frames``: CRC-32, length, position,
+    payload), so a reader checks every record it takes.
+
+**Appending is a compare-and-set.**  :meth:`ClusterLog.append` locks the
+group's register row, checks that the register's epoch is the appender's
+and that the batch starts right after ``last_seq``, inserts the batch,
+advances ``last_seq``, renews the lease and notifies, all in one
+transaction.  A primary that was deposed (its lease ran out, another node
+took the group with a higher epoch) therefore cannot append, whatever its
+own clock says: its append raises :class:`Fenced` and nothing of it is
+committed.  The lease only decides who should *try* to be primary
+(:meth:`ClusterLog.take`): safety never depends on timing.
+
+Epochs only grow: taking a group always increments it, even when the taker
+held it before, so the appends still in flight from an earlier life of the
+same node are fenced too.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import asyncpg
+
+from rankd.engine.frames import frame, scan
+
+log = logging.getLogger(__name__)
+
+#: The NOTIFY channel: one notification per committed batch, ``group:last_seq``.
+CHANNEL = "rankd_log"
+#: Advisory lock serialising migrations (another number than the shipper's).
+_MIGRATION_LOCK = 7231002
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS rankd_groups (
+    group_id    int PRIMARY KEY,
+    epoch       bigint NOT NULL,
+    holder      text,
+    lease_until timestamptz,
+    last_seq    bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rankd_log (
+    group_id  int NOT NULL,
+    first_seq bigint NOT NULL,
+    last_seq  bigint NOT NULL,
+    epoch     bigint NOT NULL,
+    records   bytea NOT NULL,
+    PRIMARY KEY (group_id, first_seq)
+);
+"""
+
+
+class Fenced(Exception):
+    """The group has a newer epoch than the caller's: it was deposed."""
+
+    def __init__(self, group: int, mine: int, current: int, holder: str | None) -> None:
+        super().__init__(f"group {group} is at epoch {current} (held by {holder!r}); "
+                         f"epoch {mine} may no longer append")
+        self.group, self.mine, self.current, self.holder = group, mine, current, holder
+
+
+class OutOfSequence(Exception):
+    """A batch that does not start right after the group's last position."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A node's right to append to a group: valid while its epoch is current."""
+
+    group: int
+    epoch: int
+    holder: str
+    #: The group's last committed position when the lease was taken.
+    last_seq: int
+
+
+async def migrate(conn: asyncpg.Connection) -> None:
+    """Create the cluster's tables if they are not there."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await conn.execute(SCHEMA)
+
+
+class ClusterLog:
+    """The groups' registers and logs, through an asyncpg pool (or anything
+    with ``acquire()`` giving connections)."""
+
+    def __init__(self, pool: asyncpg.Pool, *, lease_seconds: float = 5.0) -> None:
+        self.pool = pool
+        self.lease_seconds = lease_seconds
+
+    async def take(self, group: int, node: str) -> Lease | None:
+        """Become the group's primary if its lease is free or expired (by
+        Postgres's clock): a new epoch.  ``None`` when another node holds a
+        lease still valid."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO rankd_groups (group_id, epoch, last_seq) VALUES ($1, 0, 0) "
+                "ON CONFLICT DO NOTHING", group)
+            row = await conn.fetchrow(
+                "SELECT epoch, holder, lease_until < now() OR lease_until IS NULL AS free, "
+                "last_seq FROM rankd_groups WHERE group_id = $1 FOR UPDATE", group)
+            if not row["free"] and row["holder"] != node:
+                return None
+            epoch = row["epoch"] + 1
+            await conn.execute(
+                "UPDATE rankd_groups SET epoch = $2, holder = $3, "
+                "lease_until = now() + make_interval(secs => $4) WHERE group_id = $1",
+                group, epoch, node, self.lease_seconds)
+        log.info("node %s took group %d at epoch %d (last position %d)", node, group, epoch,
+                 row["last_seq"])
+        return Lease(group, epoch, node, row["last_seq"])
+
+    async def renew(self, lease: Lease) -> None:
+        """Extend ``lease``; :class:`Fenced` if the group moved on."""
+        async with self.pool.acquire() as conn:
+            renewed = await conn.fetchval(
+                "UPDATE rankd_groups SET lease_until = now() + make_interval(secs => $3) "
+                "WHERE group_id = $1 AND epoch = $2 RETURNING epoch",
+                lease.group, lease.epoch, self.lease_seconds)
+            if renewed is None:
+                await self._fenced(conn, lease)
+
+    async def append(self, lease: Lease, first_seq: int, payloads: list[bytes]) -> int:
+        """Commit ``payloads`` at positions ``first_seq, first_seq + 1, ...``
+        in one transaction, if ``lease`` is still the group's epoch and the
+        batch starts right after its last position; renews the lease and
+        notifies followers.  Returns the new last position.  Raises
+        :class:`Fenced` or :class:`OutOfSequence`, having committed nothing."""
+        if not payloads:
+            raise ValueError("an empty batch")
+        last_seq = first_seq + len(payloads) - 1
+        framed = b"".join(frame(first_seq + i, p) for i, p in enumerate(payloads))
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(
+                "SELECT epoch, holder, last_seq FROM rankd_groups WHERE group_id = $1 "
+                "FOR UPDATE", lease.group)
+            if row is None or row["epoch"] != lease.epoch:
+                await self._fenced(conn, lease, row)
+            if row["last_seq"] != first_seq - 1:
+                raise OutOfSequence(f"group {lease.group} is at position {row['last_seq']}; "
+                                    f"a batch from {first_seq} does not follow it")
+            await conn.execute(
+                "INSERT INTO rankd_log (group_id, first_seq, last_seq, epoch, records) "
+                "VALUES ($1, $2, $3, $4, $5)", lease.group, first_seq, last_seq, lease.epoch,
+                framed)
+            await conn.execute(
+                "UPDATE rankd_groups SET last_seq = $2, "
+                "lease_until = now() + make_interval(secs => $3) WHERE group_id = $1",
+                lease.group, last_seq, self.lease_seconds)
+            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, f"{lease.group}:{last_seq}")
+        return last_seq
+
+    async def read(self, group: int, after_seq: int, limit: int = 100
+                   ) -> list[tuple[int, int, bytes]]:
+        """``(seq, epoch, payload)`` of the committed records after
+        ``after_seq``, in order, from at most ``limit`` batches; every
+        record's checksum and position are checked."""
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT first_seq, last_seq, epoch, records FROM rankd_log "
+                "WHERE group_id = $1 AND last_seq > $2 ORDER BY first_seq LIMIT $3",
+                group, after_seq, limit)
+        out: list[tuple[int, int, bytes]] = []
+        expected = after_seq + 1
+        for row in rows:
+            found = scan(bytes(row["records"]), row["first_seq"])
+            if found.bad is not None or found.next_lsn != row["last_seq"] + 1:
+                raise RuntimeError(f"group {group}: the batch at {row['first_seq']} in "
+                                   f"Postgres is damaged ({found.bad})")
+            for seq, payload in found.records:
+                if seq >= expected:
+                    if seq != expected:
+                        raise RuntimeError(f"group {group}: position {expected} is missing "
+                                           "from the log in Postgres")
+                    out.append((seq, row["epoch"], payload))
+                    expected += 1
+        return out
+
+    async def register(self, group: int) -> dict | None:
+        """The group's register row (epoch, holder, lease_until, last_seq)."""
+        async with self.pool.acquire() as conn:
+            row = await conn.fetchrow("SELECT epoch, holder, lease_until, last_seq FROM "
+                                      "rankd_groups WHERE group_id = $1", group)
+        return None if row is None else dict(row)
+
+    async def _fenced(self, conn: asyncpg.Connection, lease: Lease,
+                      row: asyncpg.Record | None = None) -> None:
+        if row is None:
+            row = await conn.fetchrow("SELECT epoch, holder FROM rankd_groups WHERE "
+                                      "group_id = $1", lease.group)
+        raise Fenced(lease.group, lease.epoch, row["epoch"] if row else -1,
+                     row["holder"] if row else None)
