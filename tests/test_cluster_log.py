@@ -174,3 +174,37 @@ def test_a_damaged_batch_in_postgres_is_never_read_as_records(pg_dsn):
             await store.pool.close()
 
     run(scenario())
+
+
+def test_group_commit_puts_many_submitters_in_one_transaction_and_fences_them_all(pg_dsn):
+    from rankd.cluster.committer import GroupCommitter
+
+    async def scenario():
+        store = await _open(pg_dsn, lease=0.5)
+        try:
+            lease = await store.take(11, "a")
+            committer = GroupCommitter(store, lease)
+
+            async def submitter(n: int) -> list[int]:
+                return [await committer.commit([f"{n}-{i}".encode()]) for i in range(20)]
+
+            positions = await asyncio.gather(*(submitter(n) for n in range(32)))
+            flat = sorted(p for mine in positions for p in mine)
+            assert flat == list(range(1, 641))  # each once, no gap
+            assert committer.appends < 640 / 4  # shared transactions
+            records = await store.read(11, 0, limit=10_000)
+            assert sorted(r[2] for r in records) == sorted(
+                f"{n}-{i}".encode() for n in range(32) for i in range(20))
+            # Deposed: every waiting and later commit fails, nothing more is written.
+            await asyncio.sleep(0.7)
+            await store.take(11, "b")
+            results = await asyncio.gather(*(committer.commit([b"late"]) for _ in range(10)),
+                                           return_exceptions=True)
+            assert all(isinstance(r, Fenced) for r in results)
+            with pytest.raises(Fenced):
+                await committer.commit([b"later"])
+            assert len(await store.read(11, 0, limit=10_000)) == 640
+        finally:
+            await store.pool.close()
+
+    run(scenario())
