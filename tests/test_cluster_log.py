@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import zlib
 
 import asyncpg
@@ -208,3 +209,44 @@ def test_group_commit_puts_many_submitters_in_one_transaction_and_fences_them_al
             await store.pool.close()
 
     run(scenario())
+
+
+def test_a_kept_lease_is_renewed_and_a_stalled_node_stops_acknowledging_first(pg_dsn):
+    """While the keeper renews, no other node can take the group.  When the
+    keeper stalls (a paused process), the node stops acknowledging by its
+    own clock before Postgres lets another node take the group; when it
+    comes back fenced, it drops the lease and says so."""
+    from rankd.cluster.leases import LeaseKeeper
+
+    async def scenario():
+        store = await _open(pg_dsn, lease=0.6)
+        try:
+            lost = []
+            keeper = LeaseKeeper(store, "a", on_lost=lambda g, exc: lost.append((g, exc)))
+            lease = await keeper.take(21)
+            assert lease is not None and keeper.may_acknowledge(21)
+            await keeper.start()
+            for _ in range(6):  # three lease lengths: renewed all along
+                await asyncio.sleep(0.3)
+                assert await store.take(21, "b") is None
+                assert keeper.may_acknowledge(21)
+            await keeper.stop()  # the node stalls from here
+            stalled_at = time.monotonic()
+            while keeper.may_acknowledge(21):
+                await asyncio.sleep(0.01)
+            stopped_after = time.monotonic() - stalled_at
+            taken = None
+            while taken is None:
+                taken = await store.take(21, "b")
+                await asyncio.sleep(0.01)
+            taken_after = time.monotonic() - stalled_at
+            assert stopped_after < taken_after, (stopped_after, taken_after)
+            await keeper.renew_all()  # it wakes up: fenced
+            assert lost and lost[0][0] == 21 and lost[0][1].holder == "b"
+            assert keeper.lease(21) is None and not keeper.may_acknowledge(21)
+            return stopped_after, taken_after
+        finally:
+            await store.pool.close()
+
+    stopped_after, taken_after = run(scenario())
+    assert taken_after - stopped_after > 0.05  # a margin, not a coincidence

@@ -1,0 +1,109 @@
+"""Keeping the leases of the groups a node is primary of.
+
+A lease lasts ``lease_seconds`` of Postgres's time from its last renewal.
+The keeper renews each held lease every ``lease_seconds / 3``.  When a
+renewal is fenced (another node took the group), the lease is dropped and
+``on_lost`` is told.
+
+The node's own view of how long a lease still holds is conservative: a
+renewal that *started* at monotonic time ``t`` (before Postgres stamped
+it) makes the lease good, locally, until ``t + lease_seconds - margin``.
+Postgres's deadline is later than that, so :meth:`LeaseKeeper.may_acknowledge`
+turns false before another node can take the group.  A node whose
+renewals stall (a paused process, a partition from Postgres) therefore
+stops acknowledging writes that only its local log holds (``--ack local``)
+before they could be lost to a failover.  Writes acknowledged through the
+log (``--ack log``) never depend on this: Postgres fences them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rankd.cluster.log import ClusterLog, Fenced, Lease
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Held:
+    lease: Lease
+    #: Monotonic time until which this node may still act as primary.
+    good_until: float
+
+
+class LeaseKeeper:
+    """Takes, renews and gives up one node's leases."""
+
+    def __init__(self, store: ClusterLog, node: str, *, margin: float | None = None,
+                 on_lost: Callable[[int, Fenced], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.node = node
+        #: Subtracted from every local lease deadline: clock drift between
+        #: the node and Postgres over one lease, and time to stop writing.
+        self.margin = store.lease_seconds / 5 if margin is None else margin
+        self.on_lost = on_lost
+        self.clock = clock
+        self.held: dict[int, Held] = {}
+        self._task: asyncio.Task | None = None
+
+    def may_acknowledge(self, group: int) -> bool:
+        """Whether this node is, by its own conservative clock, still the
+        group's primary."""
+        held = self.held.get(group)
+        return held is not None and self.clock() < held.good_until
+
+    def lease(self, group: int) -> Lease | None:
+        held = self.held.get(group)
+        return None if held is None else held.lease
+
+    async def take(self, group: int) -> Lease | None:
+        """Try to become the group's primary (see :meth:`ClusterLog.take`)."""
+        started = self.clock()
+        lease = await self.store.take(group, self.node)
+        if lease is not None:
+            self.held[group] = Held(lease, started + self.store.lease_seconds - self.margin)
+        return lease
+
+    async def renew_all(self) -> None:
+        """Renew every held lease once; drop (and report) the fenced ones."""
+        for group, held in list(self.held.items()):
+            started = self.clock()
+            try:
+                await self.store.renew(held.lease)
+            except Fenced as exc:
+                self._lose(group, exc)
+            else:
+                if self.held.get(group) is held:
+                    held.good_until = started + self.store.lease_seconds - self.margin
+
+    def _lose(self, group: int, exc: Fenced) -> None:
+        if self.held.pop(group, None) is not None:
+            log.warning("node %s lost group %d: %s", self.node, group, exc)
+            if self.on_lost is not None:
+                self.on_lost(group, exc)
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="rankd-leases")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.store.lease_seconds / 3)
+            try:
+                await self.renew_all()
+            except Exception as exc:  # Postgres away: the local deadlines run out
+                log.warning("node %s cannot renew its leases: %s", self.node, exc)
