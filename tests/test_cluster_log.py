@@ -298,3 +298,75 @@ def test_a_follower_applies_the_log_once_in_order_across_a_postgres_restart(pg_c
 
     waits = run(scenario())
     assert waits[len(waits) // 2] < 0.25  # woken by NOTIFY, not by the 0.5 s poll
+
+
+def test_a_primary_partitioned_from_postgres_stops_and_is_fenced_when_it_returns(pg_server):
+    """Node a reaches Postgres through a proxy that blackholes, then resets
+    the link; node b takes the group meanwhile.  a stops acknowledging by
+    its own clock before b can take over, nothing a sends once b holds the
+    group is committed, and b's writes follow a's acknowledged ones with no
+    gap."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from nemesis import Proxy
+    from rankd.cluster.committer import GroupCommitter
+    from rankd.cluster.leases import LeaseKeeper
+
+    dsn = pg_server.create_database()
+    parts = urlsplit(dsn)
+    proxy = Proxy(parts.port)
+    proxied = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}"))
+
+    async def scenario():
+        direct = await _open(dsn, lease=0.6)
+        via_proxy = ClusterLog(await asyncpg.create_pool(proxied, min_size=1, max_size=4,
+                                                         command_timeout=5), lease_seconds=0.6)
+        acknowledged, refused = [], []
+        try:
+            keeper_a = LeaseKeeper(via_proxy, "a")
+            lease_a = await keeper_a.take(31)
+            await keeper_a.start()
+            committer_a = GroupCommitter(via_proxy, lease_a)
+            for i in range(20):
+                await committer_a.commit([f"a{i}".encode()])
+                acknowledged.append(f"a{i}".encode())
+            proxy.set_mode("blackhole")
+            late = asyncio.create_task(committer_a.commit([b"a-late"]))
+            while keeper_a.may_acknowledge(31):
+                await asyncio.sleep(0.01)
+            stopped = time.monotonic()
+            lease_b = None
+            while lease_b is None:
+                lease_b = await direct.take(31, "b")
+                await asyncio.sleep(0.02)
+            assert time.monotonic() >= stopped  # a had stopped before b took over
+            committer_b = GroupCommitter(direct, lease_b)
+            for i in range(10):
+                await committer_b.commit([f"b{i}".encode()])
+                acknowledged.append(f"b{i}".encode())
+            proxy.set_mode("reset")
+            await asyncio.sleep(0.2)
+            proxy.set_mode("pass")
+            for attempt in (late, asyncio.ensure_future(committer_a.commit([b"a-after"]))):
+                try:
+                    await asyncio.wait_for(attempt, 10)
+                except Exception as exc:  # fenced, or the reset connection
+                    refused.append(type(exc).__name__)
+                else:
+                    raise AssertionError("a deposed primary's write was acknowledged")
+            await keeper_a.stop()
+            records = await direct.read(31, 0, limit=10_000)
+        finally:
+            await via_proxy.pool.close()
+            await direct.pool.close()
+        assert [r[2] for r in records] == acknowledged, records
+        assert [r[0] for r in records] == list(range(1, 31))
+        assert {r[1] for r in records[:20]} == {lease_a.epoch}
+        assert {r[1] for r in records[20:]} == {lease_b.epoch} and lease_b.epoch > lease_a.epoch
+        return refused
+
+    try:
+        refused = run(scenario())
+    finally:
+        proxy.close()
+    assert "Fenced" in refused, refused
