@@ -332,14 +332,19 @@ def test_a_primary_partitioned_from_postgres_stops_and_is_fenced_when_it_returns
                 acknowledged.append(f"a{i}".encode())
             proxy.set_mode("blackhole")
             late = asyncio.create_task(committer_a.commit([b"a-late"]))
-            while keeper_a.may_acknowledge(31):
-                await asyncio.sleep(0.01)
-            stopped = time.monotonic()
-            lease_b = None
-            while lease_b is None:
-                lease_b = await direct.take(31, "b")
-                await asyncio.sleep(0.02)
-            assert time.monotonic() >= stopped  # a had stopped before b took over
+
+            async def a_stops() -> float:
+                while keeper_a.may_acknowledge(31):
+                    await asyncio.sleep(0.005)
+                return time.monotonic()
+
+            async def b_takes() -> tuple[float, object]:
+                while (lease := await direct.take(31, "b")) is None:
+                    await asyncio.sleep(0.005)
+                return time.monotonic(), lease
+
+            stopped, (took, lease_b) = await asyncio.gather(a_stops(), b_takes())
+            assert stopped < took  # a stopped on its own before b could take over
             committer_b = GroupCommitter(direct, lease_b)
             for i in range(10):
                 await committer_b.commit([f"b{i}".encode()])
