@@ -358,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="run nothing: redraw the plots (and rewrite RESULTS.md) from the "
                              "figures of the RESULTS.md already in --output")
     options = parser.parse_args(argv)
+    try:  # before tens of minutes of benchmarks, not after them
+        import matplotlib  # noqa: F401
+    except ImportError:
+        parser.error("the plots need matplotlib: pip install -e '.[bench]'")
     work, sweeps = plan(options.quick)
     if options.replot:
         started = read_report(options.output / "RESULTS.md", work)
