@@ -27,6 +27,8 @@ def echo_port():
                 conn, _ = server.accept()
             except TimeoutError:
                 continue
+            except OSError:  # closed at teardown
+                return
             threading.Thread(target=echo, args=(conn,), daemon=True).start()
 
     def echo(conn):
@@ -34,9 +36,11 @@ def echo_port():
             while data := conn.recv(65536):
                 conn.sendall(data)
 
-    threading.Thread(target=serve, daemon=True).start()
+    serving = threading.Thread(target=serve, daemon=True)
+    serving.start()
     yield server.getsockname()[1]
     stop.set()
+    serving.join(5)
     server.close()
 
 
