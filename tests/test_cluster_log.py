@@ -375,3 +375,39 @@ def test_a_primary_partitioned_from_postgres_stops_and_is_fenced_when_it_returns
     finally:
         proxy.close()
     assert "Fenced" in refused, refused
+
+
+def test_cluster_status_shows_nodes_primaries_epochs_and_follower_lag(pg_dsn):
+    from rankd.cluster.nodes import Nodes
+
+    async def scenario():
+        store = await _open(pg_dsn, lease=30)
+        nodes = Nodes(store.pool, alive_seconds=0.5)
+        try:
+            await nodes.migrate()
+            lease = await store.take(40, "a")
+            await store.append(lease, 1, [b"x"] * 10)
+            await nodes.heartbeat("a", "127.0.0.1:7700", {})
+            await nodes.heartbeat("b", "127.0.0.1:7800", {40: 7})
+            await nodes.heartbeat("c", "127.0.0.1:7900", {40: 10})
+            first = await nodes.status()
+            await asyncio.sleep(0.7)
+            await nodes.heartbeat("a", "127.0.0.1:7700", {})
+            await nodes.heartbeat("c", "127.0.0.1:7900", {40: 10})
+            later = await nodes.status()
+        finally:
+            await store.pool.close()
+        return first, later
+
+    first, later = run(scenario())
+    (group,) = [g for g in first["groups"] if g["group"] == 40]
+    assert (group["epoch"], group["primary"], group["last_seq"]) == (1, "a", 10)
+    assert 25 < group["lease_seconds_left"] <= 30
+    assert group["followers"] == {"b": {"applied": 7, "lag": 3}, "c": {"applied": 10, "lag": 0}}
+    assert [n["node"] for n in first["nodes"]] == ["a", "b", "c"]
+    assert all(n["alive"] for n in first["nodes"])
+    # b stopped beating: not alive by Postgres's clock, and no longer listed as a follower.
+    assert {n["node"]: n["alive"] for n in later["nodes"]} == {"a": True, "b": False,
+                                                              "c": True}
+    (group,) = [g for g in later["groups"] if g["group"] == 40]
+    assert set(group["followers"]) == {"c"}
