@@ -115,6 +115,16 @@ class Daemon:
                     return {k: v.strip('"') for k, v in pairs.items() if k != "version"}
         raise RuntimeError("the daemon reports no rankd_build_info")
 
+    def wait_for_log(self, text: str, timeout: float = 10.0) -> bool:
+        """Whether ``text`` appears in the log within ``timeout`` (health
+        turns 200 before the start-up lines are all written)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     def log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")

@@ -287,6 +287,7 @@ def test_the_daemon_under_test_says_what_it_runs(tmp_path):
         assert set(parts) == {"index", "ingest", "wal_frames", "dedupe", "replay", "tcp_scanner"}
         if native_required():
             assert set(parts.values()) == {"native"}, parts
+        assert daemon.wait_for_log("serving:")
         assert all(f"{part}={kind}" in daemon.log() for part, kind in parts.items())
     with Daemon(tmp_path / "data", env={"RANKD_PURE_PYTHON": "1"}) as daemon:
         assert set(daemon.implementations().values()) == {"python"}
@@ -320,4 +321,5 @@ def test_insecure_no_auth_says_plainly_what_it_opens(tmp_path):
     from daemon import Daemon
 
     with Daemon(tmp_path / "data", "--insecure-no-auth") as daemon:
-        assert "any web page a user of this network opens, can read and write" in daemon.log()
+        assert daemon.wait_for_log("any web page a user of this network opens, can read and "
+                                   "write")

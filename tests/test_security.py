@@ -418,7 +418,7 @@ def test_tls_for_http_and_tcp(tmp_path):
     with Daemon(tmp_path / "data", "--tls-cert", str(cert), "--tls-key", str(key),
                 ssl_context=context) as daemon:
         assert daemon.request("GET", "/v1/health")[0] == 200
-        assert "tls=on" in daemon.log()
+        assert daemon.wait_for_log("tls=on")
         with Client("127.0.0.1", daemon.tcp_port, ssl=context) as client:
             assert client.health() == {"status": "ok"}
         with pytest.raises(OSError):  # plain HTTP is not served on the TLS port
