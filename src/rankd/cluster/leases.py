@@ -19,12 +19,12 @@ log (``--ack log``) never depend on this: Postgres fences them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rankd._tasks import stop_task
 from rankd.cluster.log import ClusterLog, Fenced, Lease
 
 log = logging.getLogger(__name__)
@@ -94,11 +94,8 @@ class LeaseKeeper:
             self._task = asyncio.create_task(self._run(), name="rankd-leases")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

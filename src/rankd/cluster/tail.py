@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from rankd._tasks import stop_task
 from rankd.cluster.log import CHANNEL, ClusterLog
 
 log = logging.getLogger(__name__)
@@ -50,11 +51,8 @@ class LogTail:
             self._task = asyncio.create_task(self._run(), name=f"rankd-tail-{self.group}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
 
     async def wait_for(self, seq: int, timeout: float) -> bool:
         """Wait until position ``seq`` was applied (read-your-writes);

@@ -46,6 +46,7 @@ from typing import Any
 
 import asyncpg
 
+from rankd._tasks import stop_task
 from rankd.engine.wal import WalCorruptError, WalReader, WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -153,11 +154,8 @@ class PostgresShipper:
 
     async def stop(self) -> None:
         """Stop shipping (what is not shipped yet stays in the WAL for next time)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
 
     def notify(self) -> None:
         """New records were committed: ship them soon."""

@@ -77,6 +77,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankd._tasks import stop_task
 from rankd.engine.frames import (
     HEADER_BYTES,
     BadFrame,
@@ -699,10 +700,7 @@ class WriteAheadLog:
         if self._closed:
             return
         self._closed = True
-        if self._syncer is not None:
-            self._syncer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._syncer
+        await stop_task(self._syncer)
         for pending in (self._flush, self._write_soon):
             if pending is not None:
                 with contextlib.suppress(WalFailedError):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import hashlib
 import logging
 import time
@@ -30,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from rankd._tasks import stop_task
 from rankd.engine.engine import Engine
 from rankd.engine.errors import EngineError, InvalidInput
 from rankd.engine.ingest import check_member
@@ -149,11 +149,8 @@ class LiveFeed:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="rankd-live")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
         for view in self.views.values():
             for subscriber in view.subscribers:
                 self._drop(subscriber, 1001, "server shutting down")
