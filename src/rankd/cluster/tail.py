@@ -16,10 +16,9 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-import asyncpg
-
 from rankd._tasks import stop_task
 from rankd.cluster.log import CHANNEL, ClusterLog
+from rankd.postgres_link import POSTGRES_ERRORS, reconnecting
 
 log = logging.getLogger(__name__)
 
@@ -70,34 +69,25 @@ class LogTail:
         if group == str(self.group) and int(last) > self.applied_seq:
             self._wakeup.set()
 
+    def _down(self, exc: BaseException) -> None:
+        log.warning("group %d tail cannot reach Postgres: %s", self.group, exc)
+
     async def _run(self) -> None:
-        delay = RETRY_MIN_SECONDS
-        while True:
-            try:
-                conn = await asyncpg.connect(self.dsn, timeout=5)
-            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-                log.warning("group %d tail cannot reach Postgres: %s", self.group, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_SECONDS)
-                continue
+        async for conn in reconnecting(self.dsn, down=self._down, timeout=5,
+                                       min_delay=RETRY_MIN_SECONDS,
+                                       max_delay=RETRY_MAX_SECONDS):
             try:
                 await conn.add_listener(CHANNEL, self._notified)
                 self.connected = True
-                delay = RETRY_MIN_SECONDS
                 while not conn.is_closed():
                     await self._catch_up()
                     self._wakeup.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wakeup.wait(), self.poll_seconds)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
-                    TimeoutError) as exc:
+            except POSTGRES_ERRORS as exc:
                 log.warning("group %d tail lost Postgres: %s", self.group, exc)
             finally:
                 self.connected = False
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(conn.close(), 2)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_SECONDS)
 
     async def _catch_up(self) -> None:
         while True:

@@ -48,6 +48,7 @@ import asyncpg
 
 from rankd._tasks import stop_task
 from rankd.engine.wal import WalCorruptError, WalReader, WriteAheadLog
+from rankd.postgres_link import POSTGRES_ERRORS, reconnecting
 
 log = logging.getLogger(__name__)
 
@@ -186,22 +187,14 @@ class PostgresShipper:
             await asyncio.sleep(0.02)
 
     async def _run(self) -> None:
-        delay = RETRY_MIN_SECONDS
-        while True:
-            try:
-                conn = await asyncpg.connect(self.dsn, timeout=10)
-            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-                self._down(exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_SECONDS)
-                continue
+        async for conn in reconnecting(self.dsn, down=self._down, min_delay=RETRY_MIN_SECONDS,
+                                       max_delay=RETRY_MAX_SECONDS, reset_on_connect=False):
             try:
                 await migrate(conn)
                 await self._ship_loop(conn)
             except (ShippingStalled, WalCorruptError) as exc:
                 self._stall(exc)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
-                    TimeoutError) as exc:
+            except POSTGRES_ERRORS as exc:
                 self._down(exc)
             except Exception as exc:
                 # E.g. Postgres lost commits it acknowledged and now asks for
@@ -210,10 +203,6 @@ class PostgresShipper:
                 self._down(exc)
             finally:
                 self.connected = False
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(conn.close(), 2)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_SECONDS)
 
     def _stall(self, exc: BaseException) -> None:
         message = str(exc)
