@@ -82,7 +82,8 @@ async def follow_run(dsn: str, group: int, rate: float, seconds: float) -> list[
             await migrate(conn)
         store = ClusterLog(pool, lease_seconds=30)
         committer = GroupCommitter(store, await store.take(group, "bench"))
-        tail = LogTail(store, dsn, group, apply, applied_seq=committer.next_seq - 1)
+        tail = LogTail(store, dsn, lambda _group, records: apply(records),
+                       applied={group: committer.next_seq - 1})
         await tail.start()
         per_tick = max(1, round(rate / 100))
         deadline = time.perf_counter() + seconds
@@ -95,7 +96,7 @@ async def follow_run(dsn: str, group: int, rate: float, seconds: float) -> list[
                 committed[seq] = tick
             last = await committer.commit([PAYLOAD] * per_tick)
             await asyncio.sleep(max(0.0, 0.01 - (time.perf_counter() - tick)))
-        await tail.wait_for(last, 30)
+        await tail.wait_for(group, last, 30)
         await tail.stop()
     finally:
         await pool.close()

@@ -271,7 +271,8 @@ def test_a_follower_applies_the_log_once_in_order_across_a_postgres_restart(pg_c
     async def scenario():
         store = await _open(dsn, lease=60)
         applied = []
-        tail = LogTail(store, dsn, 5, applied.extend, poll_seconds=0.5)
+        tail = LogTail(store, dsn, lambda group, records: applied.extend(records),
+                       poll_seconds=0.5)
         try:
             await tail.start()
             committer = GroupCommitter(store, await store.take(5, "a"))
@@ -279,7 +280,7 @@ def test_a_follower_applies_the_log_once_in_order_across_a_postgres_restart(pg_c
             for i in range(100):
                 seq = await commit_until_done(committer, f"r{i}".encode())
                 started = time.monotonic()
-                assert await tail.wait_for(seq, 5)
+                assert await tail.wait_for(5, seq, 5)
                 waits.append(time.monotonic() - started)
             await asyncio.to_thread(pg_cluster.stop, "immediate")
             await asyncio.sleep(0.3)
@@ -287,7 +288,7 @@ def test_a_follower_applies_the_log_once_in_order_across_a_postgres_restart(pg_c
             last = 0
             for i in range(100, 150):
                 last = await commit_until_done(committer, f"r{i}".encode())
-            assert await tail.wait_for(last, 20)
+            assert await tail.wait_for(5, last, 20)
             logged = await store.read(5, 0, limit=10_000)
         finally:
             await tail.stop()

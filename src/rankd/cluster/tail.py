@@ -1,12 +1,18 @@
-"""Following a board group's log in Postgres, as a follower does.
+"""Following the board groups' logs in Postgres, as a follower does.
 
-A :class:`LogTail` hands every committed record of one group, in order and
-exactly once, to ``apply``.  It wakes on the log's ``NOTIFY`` (one per
-committed batch, never per record) and then reads by primary key from the
-position after the last one it applied; it also reads every
-``poll_seconds`` without a notification, since a notification can be lost
-with the connection.  When Postgres goes away it reconnects with backoff
-and goes on from where it was: what it applied is never applied again.
+A :class:`LogTail` hands every committed record of every group it follows
+to ``apply(group, records)``, in order and exactly once.  One connection
+``LISTEN``s for the log's notifications (one per committed batch, never
+per record, naming the group and its new last position); the tail then
+reads the group by primary key from the position after the last one it
+applied.  Every ``poll_seconds`` it also compares what it applied with
+every group's register, since a notification can be lost with the
+connection and a new group has none to miss.  When Postgres goes away it
+reconnects with backoff and goes on from where it was: what it applied is
+never applied again.
+
+It follows every group that has a register, except those :meth:`LogTail.pause`
+set aside (the groups this node is the primary of).
 """
 
 from __future__ import annotations
@@ -25,52 +31,89 @@ log = logging.getLogger(__name__)
 RETRY_MIN_SECONDS = 0.1
 RETRY_MAX_SECONDS = 3.0
 
+Apply = Callable[[int, list[tuple[int, int, bytes]]], Awaitable[None] | None]
+
 
 class LogTail:
-    """Applies one group's log from ``applied_seq + 1`` on."""
+    """Applies the logs of the groups it follows, each from its applied position on."""
 
-    def __init__(self, store: ClusterLog, dsn: str, group: int,
-                 apply: Callable[[list[tuple[int, int, bytes]]], Awaitable[None] | None], *,
-                 applied_seq: int = 0, poll_seconds: float = 1.0, batches: int = 100) -> None:
+    def __init__(self, store: ClusterLog, dsn: str, apply: Apply, *,
+                 applied: dict[int, int] | None = None, poll_seconds: float = 1.0,
+                 batches: int = 100) -> None:
         self.store = store
         self.dsn = dsn
-        self.group = group
         self.apply = apply
-        #: The last position handed to ``apply``.
-        self.applied_seq = applied_seq
+        #: Each group's last position handed to ``apply``.
+        self.applied: dict[int, int] = dict(applied or {})
+        #: Groups not followed (this node writes them).
+        self.paused: set[int] = set()
         self.poll_seconds = poll_seconds
         self.batches = batches
         self.connected = False
+        #: Each group's last position Postgres told of.
+        self.known: dict[int, int] = {}
+        self._behind: set[int] = set()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._advanced = asyncio.Condition()
+        self._locks: dict[int, asyncio.Lock] = {}
 
     async def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"rankd-tail-{self.group}")
+            self._task = asyncio.create_task(self._run(), name="rankd-log-tail")
 
     async def stop(self) -> None:
         await stop_task(self._task)
         self._task = None
 
-    async def wait_for(self, seq: int, timeout: float) -> bool:
-        """Wait until position ``seq`` was applied (read-your-writes);
-        False if ``timeout`` passed first."""
+    async def wait_for(self, group: int, seq: int, timeout: float) -> bool:
+        """Wait until ``group``'s position ``seq`` was applied
+        (read-your-writes); False if ``timeout`` passed first."""
         async with self._advanced:
             try:
-                await asyncio.wait_for(
-                    self._advanced.wait_for(lambda: self.applied_seq >= seq), timeout)
+                await asyncio.wait_for(self._advanced.wait_for(
+                    lambda: self.applied.get(group, 0) >= seq), timeout)
             except TimeoutError:
                 return False
         return True
 
+    async def drain(self, group: int, last_seq: int) -> None:
+        """Apply ``group``'s log up to ``last_seq`` now and stop following
+        it (its new primary opens for writes after this)."""
+        self.paused.add(group)
+        async with self._lock(group):
+            while self.applied.get(group, 0) < last_seq:
+                if not await self._read(group):
+                    raise RuntimeError(f"group {group}: the log ends before position "
+                                       f"{last_seq}")
+
+    def pause(self, group: int) -> None:
+        self.paused.add(group)
+
+    async def resume(self, group: int, applied_seq: int) -> None:
+        """Follow ``group`` again from after ``applied_seq``."""
+        async with self._lock(group):
+            self.applied[group] = applied_seq
+            self.paused.discard(group)
+            self._behind.add(group)
+            self._wakeup.set()
+
+    def _lock(self, group: int) -> asyncio.Lock:
+        lock = self._locks.get(group)
+        if lock is None:
+            lock = self._locks[group] = asyncio.Lock()
+        return lock
+
     def _notified(self, connection: object, pid: int, channel: str, payload: str) -> None:
-        group, _, last = payload.partition(":")
-        if group == str(self.group) and int(last) > self.applied_seq:
+        group_text, _, last = payload.partition(":")
+        group, last_seq = int(group_text), int(last)
+        self.known[group] = max(self.known.get(group, 0), last_seq)
+        if group not in self.paused and last_seq > self.applied.get(group, 0):
+            self._behind.add(group)
             self._wakeup.set()
 
     def _down(self, exc: BaseException) -> None:
-        log.warning("group %d tail cannot reach Postgres: %s", self.group, exc)
+        log.warning("log tail cannot reach Postgres: %s", exc)
 
     async def _run(self) -> None:
         async for conn in reconnecting(self.dsn, down=self._down, timeout=5,
@@ -80,23 +123,50 @@ class LogTail:
                 await conn.add_listener(CHANNEL, self._notified)
                 self.connected = True
                 while not conn.is_closed():
-                    await self._catch_up()
-                    self._wakeup.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wakeup.wait(), self.poll_seconds)
+                    await self._poll(conn)
+                    loop = asyncio.get_running_loop()
+                    deadline = loop.time() + self.poll_seconds
+                    while not conn.is_closed() and loop.time() < deadline:
+                        await self._catch_up()
+                        self._wakeup.clear()
+                        if self._behind:
+                            continue
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._wakeup.wait(),
+                                                   max(0.0, deadline - loop.time()))
             except POSTGRES_ERRORS as exc:
-                log.warning("group %d tail lost Postgres: %s", self.group, exc)
+                log.warning("log tail lost Postgres: %s", exc)
             finally:
                 self.connected = False
 
+    async def _poll(self, conn) -> None:
+        rows = await conn.fetch("SELECT group_id, last_seq FROM rankd_groups")
+        for row in rows:
+            group, last_seq = row["group_id"], row["last_seq"]
+            self.known[group] = max(self.known.get(group, 0), last_seq)
+            if group not in self.paused and last_seq > self.applied.get(group, 0):
+                self._behind.add(group)
+
     async def _catch_up(self) -> None:
-        while True:
-            records = await self.store.read(self.group, self.applied_seq, self.batches)
-            if not records:
-                return
-            outcome = self.apply(records)
-            if outcome is not None:
-                await outcome
-            async with self._advanced:
-                self.applied_seq = records[-1][0]
-                self._advanced.notify_all()
+        while self._behind:
+            group = self._behind.pop()
+            if group in self.paused:
+                continue
+            async with self._lock(group):
+                if group in self.paused:
+                    continue
+                while await self._read(group):
+                    pass
+
+    async def _read(self, group: int) -> bool:
+        """Read and apply the next batches of ``group``; False if there were none."""
+        records = await self.store.read(group, self.applied.get(group, 0), self.batches)
+        if not records:
+            return False
+        outcome = self.apply(group, records)
+        if outcome is not None:
+            await outcome
+        async with self._advanced:
+            self.applied[group] = records[-1][0]
+            self._advanced.notify_all()
+        return True
