@@ -65,7 +65,7 @@ class GroupCommitter:
         if self.fenced is not None:
             raise self.fenced
         first = self.next_seq
-        self._queue.extend(zip(range(first, first + len(payloads)), payloads))
+        self._queue.extend(enumerate(payloads, first))
         self.next_seq += len(payloads)
         if self._flusher is None and self._queue:
             self._flusher = asyncio.get_running_loop().create_task(self._flush())

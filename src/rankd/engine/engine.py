@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rankd.cluster.groups import group_of
 from rankd.engine import collector, records
 from rankd.engine.board import Board
 from rankd.engine.coalescer import SubmitCoalescer
@@ -50,12 +51,15 @@ from rankd.engine.errors import (
     EngineError,
     InvalidInput,
     NotFound,
+    NotPrimary,
     ReadOnly,
     StorageError,
+    Unacknowledged,
 )
 from rankd.engine.ingest import Ingested, check_member, ingest, ingest_packed
 from rankd.engine.periods import check_window, period_of, period_start
 from rankd.engine.replay import gather_submit, replay_submits
+from rankd.engine.replication import GroupWriter, Replication
 from rankd.engine.snapshot import SnapshotStore
 from rankd.engine.wal import WalCorruptError, WalFailedError, WriteAheadLog
 
@@ -181,6 +185,11 @@ class Engine:
         #: Set while the state is rebuilt after a storage failure.
         self._rolling_back = False
         self._rolled_back = asyncio.Event()
+        #: Set (before start) on a cluster node: see rankd.engine.replication.
+        self.replication: Replication | None = None
+        #: A cluster node's place in each group's log: group -> (seq, epoch)
+        #: of the last record it applied.
+        self.positions: dict[int, tuple[int, int]] = {}
 
     # --- life cycle -------------------------------------------------------------
 
@@ -309,7 +318,7 @@ class Engine:
         replayed = 0
         reported = 0
         for batch in self.wal.iter_batches(snapshot_lsn + 1, REPLAY_BATCH):
-            self._replay_records(batch)
+            self._replay_local(batch)
             replayed += len(batch)
             if replayed - reported >= REPLAY_BATCH * 20:
                 reported = replayed
@@ -338,7 +347,7 @@ class Engine:
         await asyncio.to_thread(self._replay_taken_back, lost)
 
     def _replay_taken_back(self, taken: list[tuple[int, bytes]]) -> None:
-        self._replay_records(taken)
+        self._replay_local(taken)
         self._apply_replayed()
 
     def _check_log_covers(self, snapshot_lsn: int) -> None:
@@ -375,6 +384,9 @@ class Engine:
                 self.boards[name].periods[window][period] = RankIndex.load(dump)
             elif kind == "label_columns":
                 self.boards[section[1]].labels.update(zip(section[2], section[3], strict=True))
+            elif kind == "positions":
+                self.positions = {group: (seq, epoch) for group, (seq, epoch)
+                                  in section[1].items()}
             elif kind == "event_id_log":
                 self.boards[section[1]].dedupe.load_log(section[2])
             elif kind == "event_id_columns":  # written as columns until 2026-11-24
@@ -392,8 +404,53 @@ class Engine:
 
     # --- replay and board changes ---------------------------------------------------
 
-    def _replay_records(self, batch: list[tuple[int, bytes]]) -> None:
-        """Replay logged ``(lsn, payload)`` records in log order.
+    def _replay_local(self, batch: list[tuple[int, bytes]]) -> None:
+        """Replay records of the local log: as they are on a single node; a
+        cluster node's unwrapped, each run of one group's records at their
+        positions in its log (see :mod:`rankd.engine.replication`)."""
+        if self.replication is None:
+            self._replay_records(batch)
+            return
+        run: list[tuple[int, bytes]] = []
+        run_group = None
+        for lsn, payload in batch:
+            record = records.decode(payload)
+            kind = record[0]
+            if kind == records.REPLICATED and record[1] == run_group:
+                run.append((record[2], record[4]))
+                self.positions[run_group] = (record[2], record[3])
+                continue
+            if run:
+                self._replay_records(run)
+                run = []
+            if kind == records.REPLICATED:
+                run_group = record[1]
+                run.append((record[2], record[4]))
+                self.positions[run_group] = (record[2], record[3])
+            elif kind == records.GROUP_RESET:
+                run_group = None
+                self._drop_group(record[1])
+            else:
+                raise RuntimeError(
+                    f"{self.config.data_dir}: position {lsn} of the log holds a single "
+                    "node's record; this data dir was not a cluster node's: start it "
+                    "without --cluster-dsn, or the node with an empty data dir")
+        if run:
+            self._replay_records(run)
+
+    def _drop_group(self, group: int) -> set[str]:
+        """Forget a group's boards and its position (replayed anew later)."""
+        self._apply_replayed()
+        names = {name for name in self.boards if group_of(name) == group}
+        for name in names:
+            del self.boards[name]
+        self.positions.pop(group, None)
+        return names
+
+    def _replay_records(self, batch: list[tuple[int, bytes]],
+                        touched: set[str] | None = None) -> None:
+        """Replay logged ``(lsn, payload)`` records in log order (noting
+        the boards they change in ``touched``).
 
         Runs of SUBMIT records go through :mod:`rankd.engine.replay`, which
         gathers their index states; those reach the indexes before any
@@ -407,6 +464,13 @@ class Engine:
             lsn, payload = batch[position]
             record = records.decode(payload)
             position += 1
+            if record[0] in (records.REPLICATED, records.GROUP_RESET):
+                raise RuntimeError(
+                    f"{self.config.data_dir}: position {lsn} of the log holds a cluster "
+                    "node's record: start this data dir with the --cluster-dsn it was a "
+                    "node of")
+            if touched is not None:
+                touched.add(record[1])
             if record[0] != records.SUBMIT:
                 if self._replayed:
                     self._apply_replayed(record[1])
@@ -554,6 +618,8 @@ class Engine:
             first, then = [_answers_of(part) for part in parts]
             return [next(then) if wait else next(first) for wait in waiting]
         self._check_writable()
+        if self.replication is not None:
+            return await self._submit_replicated(submissions)
         try:
             done = ingest(self.boards, submissions, self.clock(), self.wal.last_lsn + 1,
                           self.config.dedupe_ttl, self.config.ts_tolerance)
@@ -596,7 +662,7 @@ class Engine:
             self._check_writable()
         except ReadOnly as exc:
             return _failed(exc)
-        if self._unpacked or self._meets_held(packed):
+        if self._unpacked or self._meets_held(packed) or self.replication is not None:
             return self._unpacked_soon(packed)
         self._pass_runs.append(packed)
         return self._pass()
@@ -650,11 +716,133 @@ class Engine:
     async def _write(self, logged: list[list]) -> None:
         """Apply and commit non-submission records (board changes, removals)."""
         self._check_writable()
+        if self.replication is not None:
+            await self._write_replicated(logged)
+            return
         next_lsn = self.wal.last_lsn + 1
         for position, record in enumerate(logged, next_lsn):
             self._apply_record(position, record)
         await self._commit([records.encode(record) for record in logged],
                            {record[1] for record in logged})
+
+    # --- writes of a cluster node (see rankd.engine.replication) ------------------------
+
+    async def _submit_replicated(self, submissions: list[Submission]
+                                 ) -> list[dict[str, Any] | EngineError]:
+        """Apply a batch on a cluster node: each group's submissions at that
+        group's next positions, acknowledged as the ack mode says."""
+        by_group: dict[int, list[int]] = {}
+        for position, submission in enumerate(submissions):
+            group = group_of(submission.board) if type(submission.board) is str else -1
+            by_group.setdefault(group, []).append(position)
+        await self.replication.prepare(set(by_group) - {-1})
+        self._check_writable()
+        answers: list[Any] = [None] * len(submissions)
+        waits: list[tuple[list[int], asyncio.Future]] = []
+        for group, positions in by_group.items():
+            try:
+                writer = self.replication.writer(group) if group >= 0 else None
+            except NotPrimary as exc:
+                for position in positions:
+                    answers[position] = exc
+                continue
+            try:
+                done = ingest(self.boards, [submissions[p] for p in positions], self.clock(),
+                              writer.next_seq if writer else 0, self.config.dedupe_ttl,
+                              self.config.ts_tolerance)
+            except Exception as exc:
+                self._fail(exc)  # a bug, as in _submit_batch
+                raise
+            self._count(done)
+            for position, answer in zip(positions, done.answers, strict=True):
+                answers[position] = answer
+            applied = [p for p, a in zip(positions, done.answers, strict=True)
+                       if not isinstance(a, EngineError)]
+            if done.payloads:
+                waits.append((applied, self._replicate(writer, done.payloads, done.boards)))
+            elif applied:
+                # Duplicates only: the events they repeat may not be committed
+                # yet, and a duplicate's answer acknowledges them too.
+                waits.append((applied, asyncio.ensure_future(self._acknowledged(
+                    writer, writer.next_seq - 1, self._pass()))))
+        for applied, outcome in zip([a for a, _ in waits], await asyncio.gather(
+                *(wait for _, wait in waits), return_exceptions=True), strict=True):
+            if isinstance(outcome, EngineError):
+                for position in applied:
+                    answers[position] = outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return answers
+
+    async def _write_replicated(self, logged: list[list]) -> None:
+        group = group_of(logged[0][1])
+        await self.replication.prepare({group})
+        self._check_writable()
+        writer = self.replication.writer(group)
+        for position, record in enumerate(logged, writer.next_seq):
+            self._apply_record(position, record)
+        await self._replicate(writer, [records.encode(record) for record in logged],
+                              {record[1] for record in logged})
+
+    def _replicate(self, writer: GroupWriter, payloads: list[bytes], boards: set[str]
+                   ) -> asyncio.Future:
+        """Send applied records to their group's log and to the local log;
+        done when the ack mode is met (``Unacknowledged`` if not in time)."""
+        group, epoch = writer.group, writer.epoch
+        expected = writer.next_seq
+        first = writer.enqueue(payloads)
+        assert first == expected, f"group {group}: log gave {first}, applied at {expected}"
+        last = first + len(payloads) - 1
+        self.positions[group] = (last, epoch)
+        local = self._commit_soon([records.encode([records.REPLICATED, group, first + i, epoch,
+                                                   payload])
+                                   for i, payload in enumerate(payloads)], boards)
+        return asyncio.ensure_future(self._acknowledged(writer, last, local))
+
+    async def _acknowledged(self, writer: GroupWriter, last: int, local: asyncio.Future
+                            ) -> None:
+        replication = self.replication
+        if replication.ack == "local":
+            await asyncio.shield(local)
+            replication.check_acknowledge(writer.group)
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.gather(local, writer.committed(last))),
+                                   replication.ack_timeout)
+        except EngineError:
+            raise
+        except TimeoutError:
+            raise Unacknowledged(
+                f"the cluster's log did not confirm this write within "
+                f"{replication.ack_timeout:g} s; it may still commit: resubmit it with the "
+                "same event id to know") from None
+        except Exception as exc:
+            raise Unacknowledged(f"the cluster's log did not take this write ({exc}); "
+                                 "resubmit it with the same event id") from exc
+
+    def apply_replicated(self, group: int, logged: list[tuple[int, int, bytes]]
+                         ) -> asyncio.Future[None]:
+        """Apply records a follower read from a group's log (``(seq, epoch,
+        payload)``, in order, right after the last one it applied), as
+        recovery does; done once the local log holds them by the fsync
+        policy and listeners were told."""
+        self._check_writable()
+        touched: set[str] = set()
+        self._replay_records([(seq, payload) for seq, _, payload in logged], touched)
+        self._apply_replayed()
+        seq, epoch, _ = logged[-1]
+        self.positions[group] = (seq, epoch)
+        return self._commit_soon([records.encode([records.REPLICATED, group, s, e, payload])
+                                  for s, e, payload in logged], touched)
+
+    def reset_group(self, group: int) -> asyncio.Future[None]:
+        """Forget a group's boards (to replay its log anew from the start):
+        after this node wrote records the group's log never took."""
+        self._check_writable()
+        names = self._drop_group(group)
+        return self._commit_soon([records.encode([records.GROUP_RESET, group])], names)
+
+    # --- commits ------------------------------------------------------------------------
 
     async def _commit(self, payloads: list[bytes], boards: set[str]) -> None:
         """Append applied records and wait until the fsync policy is met
@@ -733,6 +921,7 @@ class Engine:
         """
         acknowledged = self.wal.acknowledged_lsn
         shadow = Engine(self.config, clock=self.clock)
+        shadow.replication = self.replication
         try:
             await asyncio.to_thread(shadow._rebuild_from, self.wal, acknowledged)
         except Exception:
@@ -746,6 +935,7 @@ class Engine:
                 board.version = max(board.version, before.version) + 1
         changed = set(self.boards) | set(shadow.boards)
         self.boards = shadow.boards
+        self.positions = shadow.positions
         self._rolling_back = False
         self._rolled_back.set()
         log.warning("rolled back to log position %d, the last one acknowledged; reads "
@@ -768,7 +958,7 @@ class Engine:
             snapshot_lsn, sections = latest
             self._load_snapshot(sections)
         for batch in wal.iter_batches(snapshot_lsn + 1, REPLAY_BATCH, upto_lsn):
-            self._replay_records(batch)
+            self._replay_local(batch)
         self._apply_replayed()
 
     def _fail(self, exc: BaseException) -> None:
@@ -968,12 +1158,16 @@ class Engine:
             self._check_writable()
             started = time.monotonic()
             lsn = self.wal.last_lsn
+            positions = dict(self.positions)
             try:
                 writer = await asyncio.to_thread(self.snapshots.begin, lsn)
             except OSError as exc:
                 raise StorageError(f"cannot write a snapshot: {exc}") from exc
             entries = 0
             try:
+                if self.replication is not None:
+                    await asyncio.to_thread(writer.add, records.encode(
+                        ["positions", {g: list(p) for g, p in positions.items()}]))
                 for name, board in list(self.boards.items()):
                     if self.boards.get(name) is not board:
                         continue  # dropped meanwhile; the WAL replays the drop

@@ -65,3 +65,23 @@ class ReadOnly(EngineError):
     """
 
     code = "read_only"
+
+
+class NotPrimary(EngineError):
+    """A cluster node asked to write a board whose group another node
+    writes (HTTP 421): nothing was applied.  ``primary`` is that node's
+    advertised address when known; front-ends forward the request there."""
+
+    code = "not_primary"
+
+    def __init__(self, message: str, primary: str | None = None) -> None:
+        super().__init__(message)
+        self.primary = primary
+
+
+class Unacknowledged(EngineError):
+    """A cluster write whose commit to the cluster's log is not confirmed
+    in time (HTTP 503): it may still commit.  Resubmitting it with the same
+    event id is safe (a committed one answers as a duplicate)."""
+
+    code = "unacknowledged"

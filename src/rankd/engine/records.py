@@ -17,6 +17,17 @@ SUBMIT     board, member, value, is_delta, event_id, ts_ms, now_ms, label,
            result [score, rank, previous, changed]
 REMOVE     board, member, ts_ms
 =========  ===============================================================
+
+A cluster node (``--cluster-dsn``) logs every record of a board group
+wrapped with its place in the group's log, and nothing else:
+
+============  ============================================================
+kind          items after the kind
+============  ============================================================
+REPLICATED    group, seq, epoch, payload (one of the records above, encoded)
+GROUP_RESET   group: the group's boards are gone (it is replayed again from
+              the cluster's log)
+============  ============================================================
 """
 
 from __future__ import annotations
@@ -30,9 +41,11 @@ BOARD_PUT = 1
 BOARD_DROP = 2
 SUBMIT = 3
 REMOVE = 4
+REPLICATED = 5
+GROUP_RESET = 6
 
 KIND_NAMES = {BOARD_PUT: "board_put", BOARD_DROP: "board_drop", SUBMIT: "submit",
-              REMOVE: "remove"}
+              REMOVE: "remove", REPLICATED: "replicated", GROUP_RESET: "group_reset"}
 
 _packer = msgpack.Packer(use_bin_type=True)
 
