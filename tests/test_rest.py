@@ -38,6 +38,8 @@ METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 UNREACHABLE = {"503", "401", "403", "429"}
 #: A caller's own standing needs a token with a subject (tests/test_security.py).
 NEEDS_CREDENTIALS = {("/v1/me/{board}", "get", "200"), ("/v1/me/{board}", "get", "404")}
+#: Answered only by a cluster node (tests/cluster/, which checks the answer's shape).
+NEEDS_CLUSTER = {("/v1/cluster", "get", "200")}
 
 
 # --- the OpenAPI conformance checker ------------------------------------------------------
@@ -1053,6 +1055,11 @@ def test_realtime_token_and_digest(api: Api) -> None:
     assert before != after and api("GET", "/v1/admin/digest")[1]["digest"] == after
 
 
+def test_a_single_node_says_it_is_no_cluster(api: Api) -> None:
+    assert_error(api("GET", "/v1/cluster"), 404, "not_found", "single node")
+    assert_error(api("GET", "/v1/cluster?x=1"), 400, "bad_request")
+
+
 # --- conformance: keep last --------------------------------------------------------------------
 
 def test_board_list_comes_in_pages(api: Api) -> None:
@@ -1091,7 +1098,7 @@ def test_every_response_matches_the_openapi_document(server: Api,
     covered = {(path, method) for path, method, _ in conformance.seen}
     assert operations - covered == set(), "operations never exercised"
     missing = {s for s in conformance.statuses() - conformance.seen
-               if s[2] not in UNREACHABLE and s not in NEEDS_CREDENTIALS}
+               if s[2] not in UNREACHABLE and s not in NEEDS_CREDENTIALS | NEEDS_CLUSTER}
     assert missing == set(), "documented statuses never seen"
 
 

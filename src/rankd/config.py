@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import ssl
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from rankd.cluster.node import ClusterConfig
 from rankd.engine.engine import FSYNC_POLICIES, EngineConfig
 from rankd.frontends.origins import OriginPolicy
 from rankd.security import Gate
@@ -60,6 +62,26 @@ OPTIONS = (
     Option("segment_bytes", int, 64 << 20, "size at which the WAL starts a new segment file",
            minimum=4096),
     Option("postgres_dsn", str, None, "ship every event to this PostgreSQL database"),
+    Option("cluster_dsn", str, None,
+           "run as a node of the cluster whose logs and leases are in this PostgreSQL "
+           "database (see docs/cluster.md); every node is started the same way"),
+    Option("node_id", str, None, "this node's name in the cluster (default: hostname:port)"),
+    Option("advertise", str, None,
+           "host:port other nodes and clients reach this node's HTTP API at (default: "
+           "--host:--port, or hostname:port when --host is every interface)"),
+    Option("ack", str, "log",
+           "cluster: acknowledge a write once Postgres committed it (log: nothing "
+           "acknowledged is lost on failover) or once the local WAL holds it (local)",
+           ("log", "local")),
+    Option("ack_timeout", float, 10.0,
+           "cluster: seconds a write waits for the log before it answers unacknowledged",
+           minimum=0.001),
+    Option("lease_seconds", float, 5.0,
+           "cluster: how long a primary's lease lasts without renewal (failover takes about "
+           "this long)", minimum=0.3),
+    Option("max_unshipped_ms", float, 1000.0,
+           "cluster, --ack local: refuse writes while the oldest record not in Postgres is "
+           "older than this", minimum=1),
     Option("snapshot_every_events", int, 1_000_000,
            "snapshot after this many events (or, if more, as many as the last snapshot "
            "wrote entries)"),
@@ -125,6 +147,13 @@ class ServerConfig:
     fsync: str = "everysec"
     segment_bytes: int = 64 << 20
     postgres_dsn: str | None = None
+    cluster_dsn: str | None = None
+    node_id: str | None = None
+    advertise: str | None = None
+    ack: str = "log"
+    ack_timeout: float = 10.0
+    lease_seconds: float = 5.0
+    max_unshipped_ms: float = 1000.0
     snapshot_every_events: int = 1_000_000
     snapshot_every_seconds: float = 300.0
     dedupe_ttl: float = 86_400.0
@@ -217,6 +246,21 @@ class ServerConfig:
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"cannot load the TLS certificate or key: {exc}") from None
         return context
+
+    def cluster_config(self) -> ClusterConfig | None:
+        """How this node joins its cluster (None: a single node)."""
+        if self.cluster_dsn is None:
+            return None
+        if self.postgres_dsn is not None:
+            raise ConfigError("--postgres-dsn and --cluster-dsn: a cluster node's events are "
+                              "in the cluster's log in Postgres already; give only "
+                              "--cluster-dsn")
+        host = self.host if self.host not in ("", "0.0.0.0", "::") else socket.gethostname()
+        return ClusterConfig(
+            dsn=self.cluster_dsn, node_id=self.node_id or f"{socket.gethostname()}:{self.port}",
+            advertise=self.advertise or f"{host}:{self.port}", ack=self.ack,
+            ack_timeout=self.ack_timeout, lease_seconds=self.lease_seconds,
+            max_unshipped_ms=self.max_unshipped_ms)
 
     def engine_config(self) -> EngineConfig:
         engine_fields = {f.name for f in fields(EngineConfig)}

@@ -23,10 +23,12 @@ from aiohttp import web
 
 from rankd import __version__
 from rankd._native import implementations
+from rankd.cluster.node import ClusterNode
 from rankd.config import ServerConfig
 from rankd.engine import collector
 from rankd.engine.engine import Engine
 from rankd.frontends.connections import ConnectionLimits, GuardedSite, default_max_connections
+from rankd.frontends.forwarding import Forwarder
 from rankd.frontends.live import LiveFeed
 from rankd.frontends.live_http import add_live_routes
 from rankd.frontends.rest import create_app
@@ -88,8 +90,11 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     origins = config.origin_policy(gate)
     tls = config.ssl_context()
     engine = Engine(config.engine_config())
+    cluster_config = config.cluster_config()
+    node = ClusterNode(engine, cluster_config) if cluster_config is not None else None
     engine.lock()
     service = Service(engine, signing_secret=gate.signing_secret)
+    service.cluster = node
     service.listening = False  # ready only once the TCP listener is up too
     limits = ConnectionLimits(config.max_connections or default_max_connections(),
                               config.max_connections_per_address)
@@ -99,7 +104,9 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
                     max_per_address=config.live_max_per_address)
     metrics = Metrics()
     metrics.add(DaemonCollector(engine, tcp, feed))
-    app = create_app(service, gate, metrics, origins)
+    app = create_app(service, gate, metrics, origins,
+                     Forwarder(cluster_config.node_id, cluster_config.ack_timeout + 5)
+                     if cluster_config is not None else None)
     add_live_routes(app, feed)
     # The keep-alive timeout also runs from the moment a connection opens and
     # while a request trickles in: the header-read timeout against slowloris.
@@ -112,6 +119,8 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
         config.check_exposure(gate, [address[0] for address in runner.addresses])
         began = time.monotonic()
         await engine.start()
+        if node is not None:
+            await node.start()
         collector.settle()
         tcp_address = "off"
         if config.tcp_port:
@@ -125,10 +134,11 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
                         "write every board", config.host)
         log.info(
             "rankd %s serving: %s data_dir=%s fsync=%s http=%s:%d tcp=%s postgres=%s "
-            "auth=%s tls=%s (recovered in %.2fs)", __version__,
+            "cluster=%s auth=%s tls=%s (recovered in %.2fs)", __version__,
             " ".join(f"{part}={kind}" for part, kind in implementations().items()),
             config.data_dir.resolve(), config.fsync, config.host, config.port, tcp_address,
             "on" if config.postgres_dsn else "off",
+            f"{cluster_config.node_id}/ack={cluster_config.ack}" if cluster_config else "off",
             "on" if gate.auth_enabled else "off (loopback only)" if not config.insecure_no_auth
             else "OFF (--insecure-no-auth)", "on" if tls else "off",
             time.monotonic() - began)
@@ -140,6 +150,8 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
         # Stops listening, then waits for in-flight requests.
         await tcp.close(SHUTDOWN_GRACE_SECONDS)
         await runner.cleanup()
+        if node is not None:
+            await node.stop()
         await engine.close()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)

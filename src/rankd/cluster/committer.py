@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 
 from rankd._tasks import stop_task
@@ -54,6 +55,8 @@ class GroupCommitter:
         #: Set while appends fail for a passing reason: the error.
         self.failing: str | None = None
         self._queue: deque[tuple[int, bytes]] = deque()
+        #: (last position, monotonic time) of each enqueue not committed yet.
+        self._enqueued: deque[tuple[int, float]] = deque()
         self._waiters: list[tuple[int, asyncio.Future[int]]] = []
         self._flusher: asyncio.Task | None = None
         #: Appends made and records in them, for metrics and benchmarks.
@@ -67,6 +70,7 @@ class GroupCommitter:
         first = self.next_seq
         self._queue.extend(enumerate(payloads, first))
         self.next_seq += len(payloads)
+        self._enqueued.append((self.next_seq - 1, time.monotonic()))
         if self._flusher is None and self._queue:
             self._flusher = asyncio.get_running_loop().create_task(self._flush())
         return first
@@ -89,6 +93,10 @@ class GroupCommitter:
         has a newer primary (nothing of them was committed)."""
         last = self.enqueue(payloads) + len(payloads) - 1
         return await asyncio.shield(self.committed(last))
+
+    def unshipped_seconds(self) -> float:
+        """How long the oldest record not committed yet has waited (0 if none)."""
+        return time.monotonic() - self._enqueued[0][1] if self._enqueued else 0.0
 
     def unshipped(self) -> list[tuple[int, bytes]]:
         """The records queued and not committed, in position order."""
@@ -147,6 +155,8 @@ class GroupCommitter:
         self.appends += 1
         self.records += taken
         self.committed_seq = max(self.committed_seq, seq)
+        while self._enqueued and self._enqueued[0][0] <= seq:
+            self._enqueued.popleft()
         if self._waiters:
             waiting = []
             for position, done in self._waiters:

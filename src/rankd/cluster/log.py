@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from rankd.engine.errors import NotPrimary
 from rankd.engine.frames import frame, scan
 
 log = logging.getLogger(__name__)
@@ -62,8 +63,9 @@ CREATE TABLE IF NOT EXISTS rankd_log (
 """
 
 
-class Fenced(Exception):
-    """The group has a newer epoch than the caller's: it was deposed."""
+class Fenced(NotPrimary):
+    """The group has a newer epoch than the caller's: it was deposed.  As a
+    write's answer: nothing of it was committed."""
 
     def __init__(self, group: int, mine: int, current: int, holder: str | None) -> None:
         super().__init__(f"group {group} is at epoch {current} (held by {holder!r}); "
@@ -190,11 +192,29 @@ class ClusterLog:
         return out
 
     async def register(self, group: int) -> dict | None:
-        """The group's register row (epoch, holder, lease_until, last_seq)."""
+        """The group's register row (epoch, holder, lease_until, last_seq),
+        and ``lease_left``: seconds its lease still holds by Postgres's clock."""
         async with self.pool.acquire() as conn:
-            row = await conn.fetchrow("SELECT epoch, holder, lease_until, last_seq FROM "
-                                      "rankd_groups WHERE group_id = $1", group)
+            row = await conn.fetchrow(
+                "SELECT epoch, holder, lease_until, last_seq, "
+                "extract(epoch FROM lease_until - now())::float8 AS lease_left "
+                "FROM rankd_groups WHERE group_id = $1", group)
         return None if row is None else dict(row)
+
+    async def epoch_at(self, group: int, seq: int) -> int | None:
+        """The epoch that committed position ``seq`` of ``group`` (None if
+        the log does not hold it)."""
+        async with self.pool.acquire() as conn:
+            return await conn.fetchval(
+                "SELECT epoch FROM rankd_log WHERE group_id = $1 AND first_seq <= $2 "
+                "AND last_seq >= $2", group, seq)
+
+    async def release(self, lease: Lease) -> None:
+        """Give ``lease`` up (a node leaving): another node may take the
+        group at once.  Nothing if the group already moved on."""
+        async with self.pool.acquire() as conn:
+            await conn.execute("UPDATE rankd_groups SET lease_until = now() "
+                               "WHERE group_id = $1 AND epoch = $2", lease.group, lease.epoch)
 
     async def _fenced(self, conn: asyncpg.Connection, lease: Lease,
                       row: asyncpg.Record | None = None) -> None:

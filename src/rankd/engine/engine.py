@@ -727,6 +727,15 @@ class Engine:
 
     # --- writes of a cluster node (see rankd.engine.replication) ------------------------
 
+    async def route(self, name: object) -> None:
+        """On a cluster node: raise ``NotPrimary`` (naming the primary) if
+        another node writes board ``name``'s group, so a front-end can send
+        the whole request there.  Nothing on a single node."""
+        if self.replication is not None and type(name) is str:
+            group = group_of(name)
+            await self.replication.prepare({group})
+            self.replication.writer(group)
+
     async def _submit_replicated(self, submissions: list[Submission]
                                  ) -> list[dict[str, Any] | EngineError]:
         """Apply a batch on a cluster node: each group's submissions at that

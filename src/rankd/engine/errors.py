@@ -85,3 +85,10 @@ class Unacknowledged(EngineError):
     event id is safe (a committed one answers as a duplicate)."""
 
     code = "unacknowledged"
+
+
+class Unavailable(EngineError):
+    """A cluster node that may not take writes of a group just now (HTTP
+    503): nothing was applied; try again shortly."""
+
+    code = "unavailable"

@@ -42,6 +42,9 @@ ERROR_STATUS = {
     "read_only": 503,
     "storage": 503,
     "misdirected": 421,
+    "not_primary": 421,
+    "unacknowledged": 503,
+    "unavailable": 503,
     "unauthorized": 401,
     "forbidden": 403,
     "rate_limited": 429,
@@ -76,7 +79,11 @@ ERROR_RESPONSES = {
     429: ("RateLimited", "Over a rate limit for this credential or client address; "
                          "`Retry-After` says when to retry."),
     503: ("ReadOnly", "rankd accepts no writes: it is still recovering, or it stopped "
-                      "accepting writes after a storage failure (reads go on; restart it)."),
+                      "accepting writes after a storage failure (reads go on; restart it).  "
+                      "On a cluster node also: `unavailable` (nothing applied: no node can "
+                      "write this board's group just now; retry shortly) and "
+                      "`unacknowledged` (the cluster's log did not confirm the write in "
+                      "time: it may still commit; resubmit it with the same event id)."),
 }
 
 
@@ -290,6 +297,15 @@ def schemas() -> dict[str, Any]:
                              "bytes": {"type": "integer", "minimum": 0},
                              "seconds": {"type": "number", "minimum": 0}}),
         "Digest": obj({"digest": {"type": "string", "pattern": "^[0-9a-f]{32}$"}}),
+        "ClusterStatus": obj({
+            "nodes": {"type": "array", "items": {"type": "object"}},
+            "groups": {"type": "array", "items": {"type": "object"}},
+            "this_node": {"type": "object"}},
+            description="`nodes`: each node's id, advertised address, whether it is alive "
+                        "and how long it has been silent.  `groups`: each board group with "
+                        "a log, its `epoch`, `primary`, `lease_seconds_left`, `last_seq` "
+                        "and every live follower's `applied` position and `lag`.  "
+                        "`this_node`: the groups this node writes and follows."),
         "OpenAPIDocument": {"type": "object", "required": ["openapi", "info", "paths"],
                             "description": "This document."},
     }
@@ -548,6 +564,12 @@ def paths() -> dict[str, Any]:
                                "content": {"text/plain": {"schema": {"type": "string"}}}}},
                         errors=(400,)),
         }},
+        "/v1/cluster": {"get": operation(
+            "cluster", "The cluster's nodes, groups, primaries and lag", "service",
+            {200: ok("ClusterStatus", "As Postgres and this node see it.")},
+            errors=(400, 404),
+            description="Only on a cluster node (`--cluster-dsn`); a single node answers "
+                        "404.  Needs the `read` scope.")},
         "/v1/admin/snapshot": {"post": operation(
             "snapshot", "Write a snapshot now", "service",
             {200: ok("SnapshotInfo", "The snapshot written.")}, errors=(400, 503),

@@ -15,10 +15,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import orjson
 from aiohttp import web
 
-from rankd.engine.errors import EngineError
+from rankd.engine.errors import EngineError, NotFound, NotPrimary
+from rankd.frontends.forwarding import Forwarder, forwarded
 from rankd.frontends.openapi import openapi_document
 from rankd.frontends.origins import OriginPolicy
 from rankd.frontends.service import Service
@@ -32,11 +34,13 @@ MAX_BODY_BYTES = 1 << 20
 
 STATUS = {"invalid": 422, "guard": 422, "not_found": 404, "conflict": 409,
           "event_conflict": 409, "read_only": 503,
-          "storage": 503, "misdirected": 421,
+          "storage": 503, "misdirected": 421, "not_primary": 421, "unacknowledged": 503,
+          "unavailable": 503,
           "bad_request": 400, "too_large": 413, "method_not_allowed": 405,
           "unsupported_media_type": 415, "unauthorized": 401, "forbidden": 403,
           "rate_limited": 429, "too_many_connections": 429}
 GATE = web.AppKey("gate", Gate)
+FORWARDER = web.AppKey("forwarder", Forwarder)
 ORIGINS = web.AppKey("origins", OriginPolicy)
 METRICS = web.AppKey("metrics", Metrics)
 #: Operations that take their credential from the query string too (browsers
@@ -70,6 +74,20 @@ async def error_middleware(request: web.Request,
                            ) -> web.StreamResponse:
     try:
         return await handler(request)
+    except NotPrimary as exc:
+        forwarder = request.app.get(FORWARDER)
+        if forwarder is None or exc.primary is None or forwarded(request):
+            return error_response(exc.code, exc.message)
+        try:
+            return await forwarder.forward(request, exc.primary)
+        except aiohttp.ClientConnectorError as err:
+            return error_response("unavailable", f"the node that writes this board "
+                                  f"({exc.primary}) cannot be reached ({err}); nothing was "
+                                  "applied: try again shortly")
+        except (aiohttp.ClientError, TimeoutError) as err:
+            return error_response("unacknowledged", f"the node that writes this board "
+                                  f"({exc.primary}) did not answer ({err!r}); it may have "
+                                  "applied the request: resubmit it with the same event id")
     except EngineError as exc:
         response = error_response(exc.code, exc.message)
         if isinstance(exc, Unauthorized):
@@ -290,6 +308,7 @@ async def submit_batch(request: web.Request) -> web.Response:
     request.app[GATE].admit(request[PRINCIPAL], "submit_batch", request.remote or "",
                             max(1, len(events)))
     board = request.match_info["board"]
+    await service_of(request).route_write(board)
     results = await service_of(request).submit_many([(board, event) for event in events])
     return json_response({"results": results})
 
@@ -387,6 +406,16 @@ async def metrics(request: web.Request) -> web.Response:
                         headers={"Content-Type": CONTENT_TYPE})
 
 
+@routes.get("/v1/cluster")
+async def cluster(request: web.Request) -> web.Response:
+    """The cluster: nodes, groups, primaries, epochs, each follower's lag."""
+    query(request, {})
+    node = service_of(request).cluster
+    if node is None:
+        raise NotFound("this rankd is a single node (started without --cluster-dsn)")
+    return json_response(await node.status())
+
+
 @routes.post("/v1/admin/snapshot")
 async def snapshot(request: web.Request) -> web.Response:
     """Write a snapshot now (and drop the WAL segments it covers)."""
@@ -435,8 +464,10 @@ async def _add_headers(request: web.Request, response: web.StreamResponse) -> No
 
 def create_app(service: Service, gate: Gate | None = None,
                metrics_registry: Metrics | None = None,
-               origins: OriginPolicy | None = None) -> web.Application:
-    """The REST application over the engine behind ``service``."""
+               origins: OriginPolicy | None = None,
+               forwarder: Forwarder | None = None) -> web.Application:
+    """The REST application over the engine behind ``service`` (on a
+    cluster node, ``forwarder`` sends writes on to their primary)."""
     app = web.Application(middlewares=[metrics_middleware, origin_middleware,
                                        error_middleware, gate_middleware],
                           client_max_size=MAX_BODY_BYTES)
@@ -444,6 +475,13 @@ def create_app(service: Service, gate: Gate | None = None,
     app[SERVICE] = service
     app[GATE] = gate or Gate.open()
     app[ORIGINS] = origins or OriginPolicy()
+    if forwarder is not None:
+        app[FORWARDER] = forwarder
+
+        async def close_forwarder(app: web.Application) -> None:
+            await forwarder.close()
+
+        app.on_cleanup.append(close_forwarder)
     app.on_response_prepare.append(_add_headers)
     app.add_routes(routes)
     return app

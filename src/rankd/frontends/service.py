@@ -98,6 +98,8 @@ class Service:
         #: Whether every listener of the process is up: the daemon clears it
         #: until its last listener (TCP) accepts; embedded uses leave it set.
         self.listening = True
+        #: On a cluster node, its ``rankd.cluster.node.ClusterNode`` (status).
+        self.cluster: Any = None
 
     # --- boards -------------------------------------------------------------------
 
@@ -132,6 +134,11 @@ class Service:
         await self.engine.delete_board(board)
 
     # --- writes -----------------------------------------------------------------------
+
+    async def route_write(self, board: str) -> None:
+        """``NotPrimary`` if another cluster node writes ``board`` (see
+        ``Engine.route``)."""
+        await self.engine.route(board)
 
     async def submit(self, board: str, event: object) -> dict[str, Any]:
         return await self.engine.submit(Submission.from_dict(board, self._checked(board, event)))

@@ -36,7 +36,7 @@ OPERATION_SCOPES: dict[str, str | None] = {
     "submit": "write", "submit_batch": "write", "submit_many": "write",
     "remove_member": "write",
     "put_board": "admin", "patch_board": "admin", "delete_board": "admin", "digest": "admin",
-    "snapshot": "admin",
+    "snapshot": "admin", "cluster": "read",
     "me": "self",
 }
 ADMIN_ACTIONS = frozenset({"put_board", "patch_board", "delete_board", "snapshot"})

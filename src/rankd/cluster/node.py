@@ -1,0 +1,390 @@
+"""One rankd node of a cluster: the groups it writes, follows and takes over.
+
+Every node runs the same code and is started the same way; what it does
+with each board group follows from the group's register in Postgres:
+
+* **Writing** (primary): a write of a group no live node holds makes this
+  node take it (:meth:`ClusterNode.prepare`): a new epoch, the log drained
+  to its last position through the follower's path, then writes open.  Its
+  :class:`~rankd.cluster.committer.GroupCommitter` commits every record to
+  the group's log; :class:`~rankd.cluster.leases.LeaseKeeper` renews the
+  lease.
+* **Following**: every other group's log is applied as it commits
+  (:class:`~rankd.cluster.tail.LogTail` into ``Engine.apply_replicated``).
+* **Taking over**: every ``lease_seconds / 3`` the node reads the registers
+  and the live nodes' positions.  A group whose lease ran out (Postgres's
+  clock) is taken by the most caught-up live node first: another node
+  waits two rounds for it before it tries.  Safety never rests on this
+  ordering: an append commits only under the group's current epoch.
+* **Deposed**: when an append or a renewal finds a newer epoch, the node
+  stops writing the group.  Records it applied that the log never took are
+  set aside in ``wal/orphan-*`` files (reported in the log and
+  ``/metrics``), the group's boards are dropped and its log applied again
+  from the start, and the node follows the group from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from rankd._tasks import stop_task
+from rankd.cluster.committer import GroupCommitter
+from rankd.cluster.leases import LeaseKeeper
+from rankd.cluster.log import ClusterLog, Fenced, migrate
+from rankd.cluster.nodes import Nodes
+from rankd.cluster.tail import LogTail
+from rankd.engine.engine import Engine
+from rankd.engine.errors import NotPrimary, Unacknowledged, Unavailable
+from rankd.engine.frames import frame
+
+log = logging.getLogger(__name__)
+
+ACK_MODES = ("log", "local")
+#: Rounds of the watch loop a less caught-up node leaves an expired group
+#: to a more caught-up one before it tries itself.
+DEFER_ROUNDS = 2
+
+
+@dataclass
+class ClusterConfig:
+    """How a node joins its cluster (``--cluster-dsn`` and friends)."""
+
+    dsn: str
+    node_id: str
+    #: ``host:port`` other nodes and clients reach this node's HTTP API at.
+    advertise: str
+    ack: str = "log"
+    #: Seconds a write waits for the log before it answers ``unacknowledged``.
+    ack_timeout: float = 10.0
+    lease_seconds: float = 5.0
+    #: ``--ack local``: a primary whose oldest unshipped record is older
+    #: than this refuses writes (503) instead of growing what a failover loses.
+    max_unshipped_ms: float = 1000.0
+
+    def __post_init__(self) -> None:
+        if self.ack not in ACK_MODES:
+            raise ValueError(f"ack must be one of {', '.join(ACK_MODES)}, got {self.ack!r}")
+        if not self.node_id:
+            raise ValueError("a cluster node needs a node id (--node-id)")
+        if self.lease_seconds <= 0 or self.ack_timeout <= 0 or self.max_unshipped_ms <= 0:
+            raise ValueError("lease_seconds, ack_timeout and max_unshipped_ms must be positive")
+
+
+@dataclass
+class Register:
+    """A group's register as last read, with the monotonic time it was read."""
+
+    epoch: int
+    holder: str | None
+    last_seq: int
+    #: Monotonic time until which its lease holds (0: free or expired).
+    lease_until: float
+    deferred: int = field(default=0)
+
+
+class ClusterNode:
+    """The cluster as one node's engine sees it (``rankd.engine.replication``)."""
+
+    def __init__(self, engine: Engine, config: ClusterConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self.ack = config.ack
+        self.ack_timeout = config.ack_timeout
+        self.node_id = config.node_id
+        self.writers: dict[int, GroupCommitter] = {}
+        self.registers: dict[int, Register] = {}
+        #: Live nodes: id -> (advertise, {group: applied seq}).
+        self.peers: dict[str, tuple[str, dict[int, int]]] = {}
+        #: Records set aside by this node after it was deposed, for metrics.
+        self.orphaned = 0
+        self.failovers = 0
+        self.pool: asyncpg.Pool | None = None
+        self.store: ClusterLog | None = None
+        self.keeper: LeaseKeeper | None = None
+        self.tail: LogTail | None = None
+        self.nodes: Nodes | None = None
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._task: asyncio.Task | None = None
+        self._deposing: set[asyncio.Task] = set()
+        engine.replication = self
+
+    # --- life cycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Join: check the local state against the logs, then follow them."""
+        self.pool = await asyncpg.create_pool(self.config.dsn, min_size=2, max_size=8,
+                                              command_timeout=10)
+        async with self.pool.acquire() as conn:
+            await migrate(conn)
+        self.store = ClusterLog(self.pool, lease_seconds=self.config.lease_seconds)
+        self.nodes = Nodes(self.pool, alive_seconds=self.config.lease_seconds * 2)
+        await self.nodes.migrate()
+        await self._check_local_positions()
+        self.keeper = LeaseKeeper(self.store, self.node_id, on_lost=self._lost)
+        self.tail = LogTail(self.store, self.config.dsn, self._apply,
+                            applied={g: seq for g, (seq, _) in self.engine.positions.items()},
+                            poll_seconds=min(1.0, self.config.lease_seconds / 3))
+        await self.keeper.start()
+        await self.tail.start()
+        await self._watch_once()
+        self._task = asyncio.create_task(self._watch(), name="rankd-cluster-watch")
+        log.info("node %s joined the cluster (ack=%s, lease %.1fs, advertised at %s)",
+                 self.node_id, self.ack, self.config.lease_seconds, self.config.advertise)
+
+    async def stop(self) -> None:
+        """Leave: let queued records reach the log (a few seconds at most),
+        give the leases up so another node takes over at once, stop."""
+        await stop_task(self._task)
+        for group, writer in list(self.writers.items()):
+            with contextlib.suppress(TimeoutError, Fenced):
+                if writer.next_seq - 1 > writer.committed_seq:
+                    await asyncio.wait_for(writer.committed(writer.next_seq - 1), 5)
+            await writer.close()
+            with contextlib.suppress(Exception):
+                await self.store.release(writer.lease)
+            self.writers.pop(group, None)
+        if self.keeper is not None:
+            await self.keeper.stop()
+        if self.tail is not None:
+            await self.tail.stop()
+        if self.pool is not None:
+            await self.pool.close()
+
+    # --- what the engine calls (rankd.engine.replication.Replication) ---------------
+
+    async def prepare(self, groups: set[int]) -> None:
+        if self.keeper is None:
+            raise Unavailable(f"node {self.node_id} is still joining the cluster")
+        for group in groups:
+            writer = self.writers.get(group)
+            if writer is not None:
+                if writer.fenced is not None:
+                    await self._depose(group, writer.fenced)
+                continue
+            register = self.registers.get(group)
+            if (register is not None and register.holder != self.node_id
+                    and register.lease_until > time.monotonic()):
+                continue  # another live primary: the write goes there
+            await self._take(group)
+
+    def writer(self, group: int) -> GroupCommitter:
+        writer = self.writers.get(group)
+        if writer is None or writer.fenced is not None:
+            register = self.registers.get(group)
+            holder = register.holder if register is not None else None
+            address = self.peers.get(holder, (None,))[0] if holder else None
+            raise NotPrimary(f"node {self.node_id} does not write group {group}"
+                             + (f"; node {holder} does, at {address}" if address else
+                                "; no live node does yet: try again shortly"), address)
+        if self.ack == "local":
+            unshipped = writer.unshipped_seconds() * 1000
+            if unshipped > self.config.max_unshipped_ms:
+                raise Unavailable(f"group {group}'s log in Postgres is {unshipped:.0f} ms "
+                                  f"behind (more than --max-unshipped-ms "
+                                  f"{self.config.max_unshipped_ms:g}); nothing was applied")
+            if not self.keeper.may_acknowledge(group):
+                raise Unavailable(f"node {self.node_id}'s lease of group {group} may be "
+                                  "running out; nothing was applied")
+        return writer
+
+    def check_acknowledge(self, group: int) -> None:
+        if not self.keeper.may_acknowledge(group):
+            raise Unacknowledged(f"node {self.node_id}'s lease of group {group} may have run "
+                                 "out before this write reached the log; it may be lost")
+
+    # --- taking, following, being deposed ----------------------------------------------
+
+    def _lock(self, group: int) -> asyncio.Lock:
+        lock = self._locks.get(group)
+        if lock is None:
+            lock = self._locks[group] = asyncio.Lock()
+        return lock
+
+    async def _take(self, group: int) -> None:
+        async with self._lock(group):
+            if group in self.writers:
+                return
+            lease = await self.keeper.take(group)
+            if lease is None:
+                await self._read_register(group)
+                return
+            try:
+                self.tail.pause(group)
+                await self._align(group, lease.last_seq)
+                await self.tail.drain(group, lease.last_seq)
+            except BaseException:
+                self.keeper.held.pop(group, None)
+                with contextlib.suppress(Exception):
+                    await self.store.release(lease)
+                await self.tail.resume(group, self.engine.positions.get(group, (0, 0))[0])
+                raise
+            self.writers[group] = GroupCommitter(self.store, lease)
+            self.registers[group] = Register(lease.epoch, self.node_id, lease.last_seq,
+                                             time.monotonic() + self.config.lease_seconds)
+            self.failovers += 1
+            log.info("node %s writes group %d from position %d at epoch %d", self.node_id,
+                     group, lease.last_seq + 1, lease.epoch)
+
+    async def _align(self, group: int, last_seq: int) -> None:
+        """Make the local state of ``group`` a prefix of its log: a node that
+        applied records the log does not hold (written by it as an earlier
+        primary, never committed) replays the group from the start."""
+        seq, epoch = self.engine.positions.get(group, (0, 0))
+        if seq == 0:
+            self.tail.applied[group] = 0
+            return
+        logged_epoch = await self.store.epoch_at(group, seq) if seq <= last_seq else None
+        if logged_epoch == epoch:
+            self.tail.applied[group] = seq
+            return
+        log.error("node %s applied group %d up to position %d (epoch %d) but the log %s: "
+                  "replaying the group from its log", self.node_id, group, seq, epoch,
+                  f"ends at {last_seq}" if seq > last_seq else
+                  f"holds epoch {logged_epoch} there")
+        await self.engine.reset_group(group)
+        self.tail.applied[group] = 0
+
+    async def _check_local_positions(self) -> None:
+        """At start: groups the local state holds records of that the log
+        does not are replayed from the log."""
+        diverged = []
+        for group, (seq, epoch) in list(self.engine.positions.items()):
+            register = await self.store.register(group)
+            last_seq = register["last_seq"] if register else 0
+            if seq > last_seq or await self.store.epoch_at(group, seq) != epoch:
+                diverged.append((group, seq, epoch, last_seq))
+        for group, seq, epoch, last_seq in diverged:
+            log.error("node %s: local state of group %d goes to position %d (epoch %d), "
+                      "beyond or beside the cluster's log (at %d): those records were never "
+                      "committed; replaying the group from the log", self.node_id, group,
+                      seq, epoch, last_seq)
+            await self.engine.reset_group(group)
+
+    def _apply(self, group: int, logged: list[tuple[int, int, bytes]]) -> asyncio.Future:
+        seq = self.engine.positions.get(group, (0, 0))[0]
+        if logged[0][0] != seq + 1:
+            raise RuntimeError(f"group {group}: the tail hands position {logged[0][0]} to a "
+                               f"node at {seq}")
+        return self.engine.apply_replicated(group, logged)
+
+    def _lost(self, group: int, exc: Fenced) -> None:
+        task = asyncio.ensure_future(self._depose(group, exc))
+        self._deposing.add(task)
+        task.add_done_callback(self._deposing.discard)
+
+    async def _depose(self, group: int, exc: BaseException) -> None:
+        async with self._lock(group):
+            writer = self.writers.pop(group, None)
+            if writer is None:
+                return
+            self.keeper.held.pop(group, None)
+            await writer.close()
+            orphans = writer.unshipped()
+            log.warning("node %s no longer writes group %d: %s", self.node_id, group, exc)
+            if orphans:
+                path = await asyncio.to_thread(self._set_aside, group, writer.lease.epoch,
+                                               orphans)
+                self.orphaned += len(orphans)
+                log.error("node %s set %d records of group %d aside in %s: applied here, "
+                          "never committed to the cluster's log (resubmit them with "
+                          "`rankd cluster resubmit`)", self.node_id, len(orphans), group, path)
+                await self.engine.reset_group(group)
+                await self.tail.resume(group, 0)
+            else:
+                await self.tail.resume(group, writer.committed_seq)
+
+    def _set_aside(self, group: int, epoch: int, orphans: list[tuple[int, bytes]]) -> Path:
+        directory = self.engine.config.data_dir / "wal"
+        path = directory / f"orphan-g{group}-e{epoch}-{time.time_ns()}.records"
+        path.write_bytes(b"".join(frame(seq, payload) for seq, payload in orphans))
+        return path
+
+    # --- watching the registers ---------------------------------------------------------
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.config.lease_seconds / 3))
+            try:
+                await self._watch_once()
+            except Exception as exc:
+                log.warning("node %s cannot read the cluster's registers: %s", self.node_id,
+                            exc)
+
+    async def _watch_once(self) -> None:
+        applied = {g: seq for g, (seq, _) in self.engine.positions.items()}
+        await self.nodes.heartbeat(self.node_id, self.config.advertise, applied)
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT group_id, epoch, holder, last_seq, "
+                "extract(epoch FROM lease_until - now()) AS left FROM rankd_groups")
+            peers = await conn.fetch(
+                "SELECT node_id, advertise, applied FROM rankd_nodes "
+                "WHERE seen_at > now() - make_interval(secs => $1)", self.nodes.alive_seconds)
+        now = time.monotonic()
+        self.peers = {row["node_id"]: (row["advertise"], {
+            int(g): s for g, s in json.loads(row["applied"]).items()})
+            for row in peers}
+        for group, writer in list(self.writers.items()):
+            if writer.fenced is not None:
+                await self._depose(group, writer.fenced)
+        for row in rows:
+            group = row["group_id"]
+            left = float(row["left"]) if row["left"] is not None else 0.0
+            before = self.registers.get(group)
+            register = self.registers[group] = Register(
+                row["epoch"], row["holder"], row["last_seq"], now + left if left > 0 else 0.0,
+                before.deferred if before is not None and before.epoch == row["epoch"] else 0)
+            if group in self.writers or (left > 0 and row["holder"] != self.node_id):
+                continue
+            if left > 0 or self._most_caught_up(group) or register.deferred >= DEFER_ROUNDS:
+                try:
+                    await self._take(group)
+                except Exception as exc:
+                    log.warning("node %s could not take group %d: %s", self.node_id, group, exc)
+            else:
+                register.deferred += 1
+
+    def _most_caught_up(self, group: int) -> bool:
+        mine = self.engine.positions.get(group, (0, 0))[0]
+        return all(applied.get(group, 0) <= mine for node, (_, applied) in self.peers.items()
+                   if node != self.node_id)
+
+    async def _read_register(self, group: int) -> None:
+        register = await self.store.register(group)
+        if register is None:
+            return
+        left = register["lease_left"] or 0.0
+        self.registers[group] = Register(register["epoch"], register["holder"],
+                                         register["last_seq"],
+                                         time.monotonic() + left if left > 0 else 0.0)
+
+    # --- status -------------------------------------------------------------------------
+
+    async def status(self) -> dict[str, Any]:
+        """What ``GET /v1/cluster`` shows: every node and group as Postgres
+        has them, and this node's own view."""
+        status = await self.nodes.status()
+        status["this_node"] = self.local_status()
+        return status
+
+    def local_status(self) -> dict[str, Any]:
+        """This node's view: what it writes and how far it applied the rest."""
+        return {
+            "node": self.node_id, "advertise": self.config.advertise, "ack": self.ack,
+            "writes": {g: {"epoch": w.lease.epoch, "next_seq": w.next_seq,
+                           "committed_seq": w.committed_seq,
+                           "unshipped": w.next_seq - 1 - w.committed_seq}
+                       for g, w in sorted(self.writers.items())},
+            "follows": {g: s for g, s in sorted(self.tail.applied.items())
+                        if g not in self.writers} if self.tail else {},
+            "orphaned_records": self.orphaned,
+        }
