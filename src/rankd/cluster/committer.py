@@ -63,6 +63,14 @@ class GroupCommitter:
         self.appends = 0
         self.records = 0
 
+    @property
+    def group(self) -> int:
+        return self.lease.group
+
+    @property
+    def epoch(self) -> int:
+        return self.lease.epoch
+
     def enqueue(self, payloads: list[bytes]) -> int:
         """Queue records at the next positions; return the first one."""
         if self.fenced is not None:

@@ -380,11 +380,11 @@ class ClusterNode:
         """This node's view: what it writes and how far it applied the rest."""
         return {
             "node": self.node_id, "advertise": self.config.advertise, "ack": self.ack,
-            "writes": {g: {"epoch": w.lease.epoch, "next_seq": w.next_seq,
+            "writes": {str(g): {"epoch": w.lease.epoch, "next_seq": w.next_seq,
                            "committed_seq": w.committed_seq,
                            "unshipped": w.next_seq - 1 - w.committed_seq}
                        for g, w in sorted(self.writers.items())},
-            "follows": {g: s for g, s in sorted(self.tail.applied.items())
+            "follows": {str(g): s for g, s in sorted(self.tail.applied.items())
                         if g not in self.writers} if self.tail else {},
             "orphaned_records": self.orphaned,
         }
