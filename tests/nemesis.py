@@ -89,8 +89,9 @@ class Proxy:
             writer.close()
             return
         self._writers.update((writer, upstream_writer))
-        await asyncio.gather(self._pump(reader, upstream_writer),
-                             self._pump(upstream_reader, writer), return_exceptions=True)
+        with contextlib.suppress(asyncio.CancelledError):  # the proxy closing
+            await asyncio.gather(self._pump(reader, upstream_writer),
+                                 self._pump(upstream_reader, writer), return_exceptions=True)
         for end in (writer, upstream_writer):
             self._writers.discard(end)
             end.close()

@@ -27,6 +27,7 @@ from rankd.cluster.node import ClusterNode
 from rankd.config import ServerConfig
 from rankd.engine import collector
 from rankd.engine.engine import Engine
+from rankd.engine.wal import WalCorruptError
 from rankd.frontends.connections import ConnectionLimits, GuardedSite, default_max_connections
 from rankd.frontends.forwarding import Forwarder
 from rankd.frontends.live import LiveFeed
@@ -118,7 +119,13 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
         await site.start()
         config.check_exposure(gate, [address[0] for address in runner.addresses])
         began = time.monotonic()
-        await engine.start()
+        try:
+            await engine.start()
+        except WalCorruptError as exc:
+            if node is None:
+                raise
+            await engine.set_local_state_aside(exc)
+            await engine.start()
         if node is not None:
             await node.start()
         collector.settle()

@@ -261,6 +261,30 @@ class Engine:
                 await self.wal.close()
             self._unlock_data_dir()
 
+    async def set_local_state_aside(self, reason: BaseException) -> Path:
+        """A cluster node whose local log cannot be recovered: move the log
+        and snapshots aside (kept, never deleted) and start empty; the
+        cluster's log is the authority, and following it rebuilds every
+        group."""
+        if self.replication is None:
+            raise RuntimeError("only a cluster node may set its local state aside")
+        if self.wal is not None:
+            with contextlib.suppress(Exception):
+                await self.wal.close()
+        self.wal = None
+        self.boards, self.positions = {}, {}
+        self._replayed, self._replayed_count = {}, 0
+        aside = self.config.data_dir / f"aside-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        aside.mkdir(mode=0o700)
+        for part in ("wal", "snapshots"):
+            if (self.config.data_dir / part).exists():
+                os.replace(self.config.data_dir / part, aside / part)
+        self.snapshots = SnapshotStore(self.config.data_dir / "snapshots")
+        log.error("the local log cannot be recovered (%s); it is set aside in %s and this "
+                  "node starts empty, replaying every group from the cluster's log", reason,
+                  aside)
+        return aside
+
     def _lock_data_dir(self) -> None:
         path = self.config.data_dir / "LOCK"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
