@@ -79,6 +79,18 @@ class ClusterConfig:
             raise ValueError("lease_seconds, ack_timeout and max_unshipped_ms must be positive")
 
 
+def session_settings(lease_seconds: float) -> dict[str, str]:
+    """Postgres settings of a node's connections.  A node cut off in the
+    middle of a transaction (a partition, a paused process) would hold its
+    group's register row locked for as long as Postgres keeps the session,
+    and no other node could take the group: Postgres ends such a
+    transaction after half a lease, and a node waits for a lock at most
+    that long before it tries again later."""
+    half_lease_ms = str(max(100, int(lease_seconds * 500)))
+    return {"idle_in_transaction_session_timeout": half_lease_ms,
+            "lock_timeout": half_lease_ms}
+
+
 @dataclass
 class Register:
     """A group's register as last read, with the monotonic time it was read."""
@@ -121,8 +133,9 @@ class ClusterNode:
 
     async def start(self) -> None:
         """Join: check the local state against the logs, then follow them."""
-        self.pool = await asyncpg.create_pool(self.config.dsn, min_size=2, max_size=8,
-                                              command_timeout=10)
+        self.pool = await asyncpg.create_pool(
+            self.config.dsn, min_size=2, max_size=8, command_timeout=10,
+            server_settings=session_settings(self.config.lease_seconds))
         async with self.pool.acquire() as conn:
             await migrate(conn)
         self.store = ClusterLog(self.pool, lease_seconds=self.config.lease_seconds)
