@@ -174,6 +174,10 @@ class GroupCommitter:
                     done.set_result(position)
             self._waiters = waiting
 
+    def fence(self, exc: Exception) -> None:
+        """Stop for good: every waiting and later commit raises ``exc``."""
+        self._fence(exc)
+
     def _fence(self, exc: Exception) -> None:
         self.fenced = exc
         waiters, self._waiters = self._waiters, []

@@ -209,6 +209,13 @@ class ClusterLog:
                 "SELECT epoch FROM rankd_log WHERE group_id = $1 AND first_seq <= $2 "
                 "AND last_seq >= $2", group, seq)
 
+    async def last_seq_of_epoch(self, group: int, epoch: int) -> int:
+        """The last position of ``group`` committed under ``epoch`` (0: none)."""
+        async with self.pool.acquire() as conn:
+            return await conn.fetchval(
+                "SELECT coalesce(max(last_seq), 0) FROM rankd_log WHERE group_id = $1 "
+                "AND epoch = $2", group, epoch)
+
     async def release(self, lease: Lease) -> None:
         """Give ``lease`` up (a node leaving): another node may take the
         group at once.  Nothing if the group already moved on."""

@@ -267,8 +267,9 @@ class ClusterNode:
         self.tail.applied[group] = 0
 
     async def _check_local_positions(self) -> None:
-        """At start: groups the local state holds records of that the log
-        does not are replayed from the log."""
+        """At start: records the local state holds that the groups' logs do
+        not (written here as primary, never committed before a crash) are set
+        aside, and their groups are replayed from the log."""
         diverged = []
         for group, (seq, epoch) in list(self.engine.positions.items()):
             register = await self.store.register(group)
@@ -280,6 +281,10 @@ class ClusterNode:
                       "beyond or beside the cluster's log (at %d): those records were never "
                       "committed; replaying the group from the log", self.node_id, group,
                       seq, epoch, last_seq)
+            committed = await self.store.last_seq_of_epoch(group, epoch)
+            orphans = await asyncio.to_thread(self.engine.written_by, group, epoch, committed)
+            if orphans:
+                await self._orphan(group, epoch, orphans)
             await self.engine.reset_group(group)
 
     def _apply(self, group: int, logged: list[tuple[int, int, bytes]]) -> asyncio.Future:
@@ -301,19 +306,23 @@ class ClusterNode:
                 return
             self.keeper.held.pop(group, None)
             await writer.close()
+            if writer.fenced is None:
+                writer.fence(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
             orphans = writer.unshipped()
             log.warning("node %s no longer writes group %d: %s", self.node_id, group, exc)
             if orphans:
-                path = await asyncio.to_thread(self._set_aside, group, writer.lease.epoch,
-                                               orphans)
-                self.orphaned += len(orphans)
-                log.error("node %s set %d records of group %d aside in %s: applied here, "
-                          "never committed to the cluster's log (resubmit them with "
-                          "`rankd cluster resubmit`)", self.node_id, len(orphans), group, path)
+                await self._orphan(group, writer.lease.epoch, orphans)
                 await self.engine.reset_group(group)
                 await self.tail.resume(group, 0)
             else:
                 await self.tail.resume(group, writer.committed_seq)
+
+    async def _orphan(self, group: int, epoch: int, orphans: list[tuple[int, bytes]]) -> None:
+        path = await asyncio.to_thread(self._set_aside, group, epoch, orphans)
+        self.orphaned += len(orphans)
+        log.error("node %s set %d records of group %d aside in %s: applied here, never "
+                  "committed to the cluster's log (resubmit them with `rankd cluster "
+                  "resubmit`)", self.node_id, len(orphans), group, path)
 
     def _set_aside(self, group: int, epoch: int, orphans: list[tuple[int, bytes]]) -> Path:
         directory = self.engine.config.data_dir / "wal"

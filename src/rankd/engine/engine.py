@@ -868,6 +868,20 @@ class Engine:
         return self._commit_soon([records.encode([records.REPLICATED, group, s, e, payload])
                                   for s, e, payload in logged], touched)
 
+    def written_by(self, group: int, epoch: int, after_seq: int) -> list[tuple[int, bytes]]:
+        """The records of ``group`` the local log holds from ``epoch`` after
+        position ``after_seq``: ``(seq, payload)``, in order (what a primary
+        that crashed wrote and its group's log never took).  Reads the log
+        from the start: call it in a worker thread."""
+        found = []
+        for batch in self.wal.iter_batches(1, REPLAY_BATCH):
+            for _, payload in batch:
+                record = records.decode(payload)
+                if (record[0] == records.REPLICATED and record[1] == group
+                        and record[3] == epoch and record[2] > after_seq):
+                    found.append((record[2], record[4]))
+        return found
+
     def reset_group(self, group: int) -> asyncio.Future[None]:
         """Forget a group's boards (to replay its log anew from the start):
         after this node wrote records the group's log never took."""
