@@ -225,3 +225,65 @@ def top_table(api: Api, board: str, window: str | None, period: str | None, limi
     out.write(f"{'-' * widths[0]}  {'-' * widths[1]}  {'-' * widths[2]}\n")
     for rank, member, score in rows:
         out.write(f"{rank:>{widths[0]}}  {member:<{widths[1]}}  {score:>{widths[2]}}\n")
+
+
+def orphaned_events(path: Path) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """The submissions in a node's ``wal/orphan-*`` file, by board, as the
+    API takes them (same event ids, values and times), and a description of
+    every other record in it (board changes, removals: not resubmitted)."""
+    from rankd.engine import records
+    from rankd.engine.frames import HEADER, scan
+
+    data = path.read_bytes()
+    if len(data) < HEADER.size:
+        return {}, []
+    first = HEADER.unpack_from(data)[2]
+    found = scan(data, first)
+    if found.bad is not None:
+        raise AdminError(f"{path} is damaged at byte {found.bad.offset}")
+    events: dict[str, list[dict[str, Any]]] = {}
+    others = []
+    for seq, payload in found.records:
+        record = records.decode(payload)
+        if record[0] != records.SUBMIT:
+            others.append(f"position {seq}: {records.KIND_NAMES.get(record[0], record[0])} "
+                          f"of board {record[1]!r}")
+            continue
+        _, board, member, value, is_delta, event_id, ts_ms, _, label = record[:9]
+        event: dict[str, Any] = {"member": member, "delta" if is_delta else "score": value,
+                                 "ts": ts_ms / 1000}
+        if event_id is not None:
+            event["event_id"] = event_id
+        if label is not None:
+            event["label"] = label
+        events.setdefault(board, []).append(event)
+    return events, others
+
+
+def resubmit_orphans(api: Api, path: Path, *, without_event_id: bool = False,
+                     out: TextIO | None = None) -> int:
+    """Submit a node's set-aside records again through the API; events with
+    an event id are safe to resubmit (one that did commit answers as a
+    duplicate), those without are skipped unless ``without_event_id``.
+    Returns the number of events refused."""
+    out = out or sys.stderr
+    events, others = orphaned_events(path)
+    refused = 0
+    for board, board_events in events.items():
+        keyless = [e for e in board_events if "event_id" not in e]
+        if keyless and not without_event_id:
+            print(f"{board}: {len(keyless)} events without an event id skipped (resubmitting "
+                  "one that did commit would apply it twice; --without-event-id sends them)",
+                  file=out)
+            board_events = [e for e in board_events if "event_id" in e]
+        if not board_events:
+            continue
+        done = import_events(api, board, iter(board_events), len(board_events))
+        refused += len(done.errors)
+        print(f"{board}: {done.applied} applied, {done.duplicates} already there, "
+              f"{len(done.errors)} refused", file=out)
+        for error in done.errors[:20]:
+            print(f"  refused {error}", file=out)
+    for other in others:
+        print(f"not resubmitted: {other}", file=out)
+    return refused

@@ -61,6 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
             command.add_argument("--output", type=Path, help="file (default: stdout)")
         else:
             command.add_argument("--limit", type=int, default=10)
+    cluster = remote("cluster", "a cluster's state, and records a deposed node set aside")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True,
+                                              metavar="ACTION")
+    cluster_commands.add_parser("status", help="nodes, groups, primaries, epochs and lag")
+    resubmit = cluster_commands.add_parser(
+        "resubmit", help="submit a node's wal/orphan-* records again, by event id")
+    resubmit.add_argument("file", type=Path, help="a wal/orphan-* file")
+    resubmit.add_argument("--without-event-id", action="store_true",
+                          help="also send events without an event id (may apply one twice)")
     load = remote("import", "bulk-load submissions from CSV or JSONL into a board")
     load.add_argument("file", type=Path, help="CSV with a header (member, score or delta, "
                                               "event_id, label) or JSONL")
@@ -191,8 +200,27 @@ def _top(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster(args: argparse.Namespace) -> int:
+    from rankd.admin import Api, resubmit_orphans
+
+    api = Api(args.url, args.token)
+    if args.cluster_command == "resubmit":
+        return 1 if resubmit_orphans(api, args.file,
+                                     without_event_id=args.without_event_id) else 0
+    status = api.call("GET", "/v1/cluster")
+    for node in status["nodes"]:
+        state = "alive" if node["alive"] else f"silent {node['silent_seconds']:.0f}s"
+        print(f"node {node['node']:<20} {node['advertise']:<24} {state}")
+    for group in status["groups"]:
+        lags = ", ".join(f"{name} lag {f['lag']}" for name, f in group["followers"].items())
+        print(f"group {group['group']:>4}  epoch {group['epoch']:<4} primary "
+              f"{group['primary'] or '-':<20} last {group['last_seq']:<8} {lags}")
+    return 0
+
+
 COMMANDS = {"serve": _serve, "keygen": _keygen, "restore": _restore, "wal": _wal,
-            "snapshot": _snapshot, "export": _export, "import": _import, "top": _top}
+            "snapshot": _snapshot, "export": _export, "import": _import, "top": _top,
+            "cluster": _cluster}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -148,9 +148,9 @@ class Lab:
         os.kill(self.daemons[node].process.pid, signal.SIGCONT)
         self.paused.discard(node)
 
-    def status(self) -> dict:
+    def status(self, avoid: int | None = None) -> dict:
         for node in range(len(self.daemons)):
-            if self.alive(node) and node not in self.paused:
+            if self.alive(node) and node not in self.paused and node != avoid:
                 try:
                     status, body = self.daemons[node].request("GET", "/v1/cluster", timeout=5)
                 except OSError:
@@ -159,10 +159,10 @@ class Lab:
                     return body
         raise RuntimeError("no node answers /v1/cluster")
 
-    def primary_of(self, board: str) -> int | None:
+    def primary_of(self, board: str, avoid: int | None = None) -> int | None:
         from rankd.cluster.groups import group_of
 
-        for group in self.status()["groups"]:
+        for group in self.status(avoid)["groups"]:
             if group["group"] == group_of(board) and group["primary"]:
                 return int(group["primary"][1:])
         return None
@@ -420,7 +420,7 @@ async def first_ok_after(lab: Lab, history: History, board: str, since: float,
 
 async def kill_primary(lab: Lab, history: History, seconds: float) -> dict:
     await asyncio.sleep(seconds / 3)
-    victim = lab.primary_of(BOARDS[0])
+    victim = await asyncio.to_thread(lab.primary_of, BOARDS[0])
     killed = time.monotonic()
     lab.kill(victim)
     history.faults.append((killed, f"kill -9 node {victim}"))
@@ -434,7 +434,7 @@ async def kill_primary(lab: Lab, history: History, seconds: float) -> dict:
 
 async def pause_primary(lab: Lab, history: History, seconds: float) -> dict:
     await asyncio.sleep(seconds / 4)
-    victim = lab.primary_of(BOARDS[0])
+    victim = await asyncio.to_thread(lab.primary_of, BOARDS[0])
     paused = time.monotonic()
     lab.pause(victim)
     history.faults.append((paused, f"SIGSTOP node {victim}"))
@@ -448,28 +448,32 @@ async def pause_primary(lab: Lab, history: History, seconds: float) -> dict:
 
 async def blackhole_primary_postgres(lab: Lab, history: History, seconds: float) -> dict:
     await asyncio.sleep(seconds / 4)
-    victim = lab.primary_of(BOARDS[0])
+    victim = await asyncio.to_thread(lab.primary_of, BOARDS[0])
     cut = time.monotonic()
     lab.pg_proxies[victim].set_mode("blackhole")
     history.faults.append((cut, f"blackhole node {victim} -> Postgres"))
     others = [n for n in range(len(lab.daemons)) if n != victim]
     failover = await first_ok_after(lab, history, BOARDS[0], cut, others)
+    while await asyncio.to_thread(lab.primary_of, BOARDS[0], victim) == victim:  # under --ack local the
+        await asyncio.sleep(0.05)  # victim acknowledged alone for a while
+    taken = time.monotonic() - cut
     await asyncio.sleep(seconds / 4)
     lab.pg_proxies[victim].set_mode("reset")
     await asyncio.sleep(0.2)
     lab.pg_proxies[victim].set_mode("pass")
     history.faults.append((time.monotonic(), f"heal node {victim} -> Postgres"))
-    return {"failover_s": round(failover, 2)}
+    return {"failover_s": round(failover, 2), "taken_over_s": round(taken, 2)}
 
 
 async def partition_clients_from_primary(lab: Lab, history: History, seconds: float) -> dict:
     await asyncio.sleep(seconds / 4)
-    victim = lab.primary_of(BOARDS[0])
-    before = {g["group"]: g["epoch"] for g in lab.status()["groups"]}
+    victim = await asyncio.to_thread(lab.primary_of, BOARDS[0])
+    before = {g["group"]: g["epoch"] for g in (await asyncio.to_thread(lab.status))["groups"]}
     lab.client_proxies[victim].set_mode("blackhole")
     history.faults.append((time.monotonic(), f"blackhole clients -> node {victim}"))
     await asyncio.sleep(seconds / 2)
-    after = {g["group"]: g["epoch"] for g in lab.status()["groups"]}
+    after = {g["group"]: g["epoch"]
+             for g in (await asyncio.to_thread(lab.status, victim))["groups"]}
     lab.client_proxies[victim].set_mode("reset")
     await asyncio.sleep(0.2)
     lab.client_proxies[victim].set_mode("pass")
@@ -490,7 +494,7 @@ async def restart_postgres(lab: Lab, history: History, seconds: float) -> dict:
 
 async def restart_follower(lab: Lab, history: History, seconds: float) -> dict:
     await asyncio.sleep(seconds / 3)
-    primary = lab.primary_of(BOARDS[0])
+    primary = await asyncio.to_thread(lab.primary_of, BOARDS[0])
     victim = (primary + 1) % len(lab.daemons)
     lab.kill(victim)
     history.faults.append((time.monotonic(), f"kill -9 follower {victim}"))
@@ -502,7 +506,7 @@ async def restart_follower(lab: Lab, history: History, seconds: float) -> dict:
 
 async def corrupt_follower(lab: Lab, history: History, seconds: float) -> dict:
     await asyncio.sleep(seconds / 3)
-    primary = lab.primary_of(BOARDS[0])
+    primary = await asyncio.to_thread(lab.primary_of, BOARDS[0])
     victim = (primary + 1) % len(lab.daemons)
     lab.kill(victim)
     segments = sorted((lab.daemons[victim].data_dir / "wal").glob("*.log"))

@@ -41,3 +41,45 @@ def test_nothing_acknowledged_is_lost_or_applied_twice(tmp_path, pg_server, scen
         assert figures["lost_acknowledged"] == 0
     if "failover_s" in figures:
         assert figures["failover_s"] < lab.lease_seconds + 5
+
+
+def test_what_a_deposed_primary_set_aside_can_be_resubmitted(tmp_path, pg_server,
+                                                             capsys) -> None:
+    """Under --ack local a primary cut off from Postgres acknowledges up to
+    --max-unshipped-ms of writes that the new primary never sees; once it
+    is back and deposed they are in its wal/orphan-* file, and `rankd
+    cluster resubmit` brings every one of them back, once."""
+    from jepsen import BOARDS, converge, read_log, read_orphans
+
+    from rankd import cli
+
+    lab = Lab(tmp_path, ack="local")
+    try:
+        make_boards(lab)
+        figures = asyncio.run(run_scenario(lab, "blackhole_primary_postgres", SECONDS / 2))
+        assert figures["set_aside"] > 0, figures
+        orphaned = read_orphans(lab)
+        url = f"http://127.0.0.1:{lab.daemons[0].port}"
+        capsys.readouterr()
+        assert cli.main(["cluster", "--url", url, "status"]) == 0
+        shown = capsys.readouterr().out
+        assert shown.count(" alive") == 3 and "epoch 2" in shown, shown
+        files = sorted(p for d in lab.daemons for p in (d.data_dir / "wal").glob("orphan-*"))
+        for path in files:
+            assert cli.main(["cluster", "--url", url, "resubmit", str(path)]) == 0
+        resubmitted = capsys.readouterr().err
+        assert "refused" in resubmitted and " 0 refused" in resubmitted, resubmitted
+        asyncio.run(converge(lab))
+        logged = [record[5] for entries in asyncio.run(read_log(lab.dsn)).values()
+                  for _, _, record in entries if record[0] == 3]
+        assert orphaned <= set(logged) and len(logged) == len(set(logged))
+        for path in files:  # a second time changes nothing: all duplicates
+            assert cli.main(["cluster", "--url", url, "resubmit", str(path)]) == 0
+        again = capsys.readouterr().err
+        assert " 0 applied" in again and all(f"{b}: 0 applied" in again or b not in again
+                                             for b in BOARDS), again
+    except BaseException:
+        print(lab.logs())
+        raise
+    finally:
+        lab.close()
