@@ -454,8 +454,9 @@ async def blackhole_primary_postgres(lab: Lab, history: History, seconds: float)
     history.faults.append((cut, f"blackhole node {victim} -> Postgres"))
     others = [n for n in range(len(lab.daemons)) if n != victim]
     failover = await first_ok_after(lab, history, BOARDS[0], cut, others)
-    while await asyncio.to_thread(lab.primary_of, BOARDS[0], victim) == victim:  # under --ack local the
-        await asyncio.sleep(0.05)  # victim acknowledged alone for a while
+    # Under --ack local the victim acknowledged alone for a while: wait for the takeover.
+    while await asyncio.to_thread(lab.primary_of, BOARDS[0], victim) == victim:
+        await asyncio.sleep(0.05)
     taken = time.monotonic() - cut
     await asyncio.sleep(seconds / 4)
     lab.pg_proxies[victim].set_mode("reset")
