@@ -55,6 +55,7 @@ from rankd.engine.errors import (
     ReadOnly,
     StorageError,
     Unacknowledged,
+    Unavailable,
 )
 from rankd.engine.ingest import Ingested, check_member, ingest, ingest_packed
 from rankd.engine.periods import check_window, period_of, period_start
@@ -190,6 +191,8 @@ class Engine:
         #: A cluster node's place in each group's log: group -> (seq, epoch)
         #: of the last record it applied.
         self.positions: dict[int, tuple[int, int]] = {}
+        #: Set (and replaced) whenever ``positions`` advance.
+        self._advanced = asyncio.Event()
 
     # --- life cycle -------------------------------------------------------------
 
@@ -334,6 +337,7 @@ class Engine:
         if latest is not None:
             snapshot_lsn, sections = latest
             self._load_snapshot(sections)
+            self._check_snapshot_kind(sections)
         self.wal = WriteAheadLog(self.config.data_dir / "wal", fsync=self.config.fsync,
                                  segment_bytes=self.config.segment_bytes,
                                  repair=self.config.repair, after_lsn=snapshot_lsn)
@@ -392,6 +396,18 @@ class Engine:
         if not self.config.repair:
             raise WalCorruptError(self.wal.directory, 0, missing)
         log.error("%s; going on because repair is enabled", missing)
+
+    def _check_snapshot_kind(self, sections: list[bytes]) -> None:
+        """A cluster node's snapshot starts with its positions in the groups'
+        logs; a single node's has none.  Neither may start as the other."""
+        of_a_node = bool(sections) and records.decode(sections[0])[0] == "positions"
+        if self.replication is not None and not of_a_node and sections:
+            raise RuntimeError(f"{self.config.data_dir}: its snapshot is a single node's; "
+                               "this data dir was not a cluster node's: start it without "
+                               "--cluster-dsn, or the node with an empty data dir")
+        if self.replication is None and of_a_node:
+            raise RuntimeError(f"{self.config.data_dir}: its snapshot is a cluster node's: "
+                               "start this data dir with the --cluster-dsn it was a node of")
 
     def _load_snapshot(self, sections: list[bytes]) -> None:
         from rankd.index import RankIndex
@@ -751,6 +767,24 @@ class Engine:
 
     # --- writes of a cluster node (see rankd.engine.replication) ------------------------
 
+    async def caught_up(self, name: object, seq: int, timeout: float) -> None:
+        """Return once board ``name``'s group is applied here up to position
+        ``seq`` (read-your-writes on a cluster node; at once on a single
+        node, which has every write it acknowledged); ``Unavailable`` if
+        ``timeout`` passes first."""
+        if self.replication is None or type(name) is not str:
+            return
+        group = group_of(name)
+        deadline = time.monotonic() + timeout
+        while (applied := self.positions.get(group, (0, 0))[0]) < seq:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Unavailable(f"this node has applied board {name!r}'s log up to "
+                                  f"position {applied}, not yet {seq}; read again, or from "
+                                  "its primary")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._advanced.wait(), left)
+
     async def route(self, name: object) -> None:
         """On a cluster node: raise ``NotPrimary`` (naming the primary) if
         another node writes board ``name``'s group, so a front-end can send
@@ -797,14 +831,17 @@ class Engine:
                 # Duplicates only: the events they repeat may not be committed
                 # yet, and a duplicate's answer acknowledges them too.
                 waits.append((applied, asyncio.ensure_future(self._acknowledged(
-                    writer, writer.next_seq - 1, self._pass()))))
-        for applied, outcome in zip([a for a, _ in waits], await asyncio.gather(
+                    writer, writer.next_seq - 1, writer.epoch, self._pass()))))
+        for (applied, _), outcome in zip(waits, await asyncio.gather(
                 *(wait for _, wait in waits), return_exceptions=True), strict=True):
             if isinstance(outcome, EngineError):
                 for position in applied:
                     answers[position] = outcome
             elif isinstance(outcome, BaseException):
                 raise outcome
+            else:  # (seq, epoch): where the group's log holds these writes
+                for position in applied:
+                    answers[position]["seq"], answers[position]["epoch"] = outcome
         return answers
 
     async def _write_replicated(self, logged: list[list]) -> None:
@@ -827,18 +864,21 @@ class Engine:
         assert first == expected, f"group {group}: log gave {first}, applied at {expected}"
         last = first + len(payloads) - 1
         self.positions[group] = (last, epoch)
+        self._advance()
         local = self._commit_soon([records.encode([records.REPLICATED, group, first + i, epoch,
                                                    payload])
                                    for i, payload in enumerate(payloads)], boards)
-        return asyncio.ensure_future(self._acknowledged(writer, last, local))
+        return asyncio.ensure_future(self._acknowledged(writer, last, epoch, local))
 
-    async def _acknowledged(self, writer: GroupWriter, last: int, local: asyncio.Future
-                            ) -> None:
+    async def _acknowledged(self, writer: GroupWriter, last: int, epoch: int,
+                            local: asyncio.Future) -> tuple[int, int]:
+        """``(last, epoch)`` once the ack mode is met for the group's records
+        up to ``last``."""
         replication = self.replication
         if replication.ack == "local":
             await asyncio.shield(local)
             replication.check_acknowledge(writer.group)
-            return
+            return last, epoch
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.gather(local, writer.committed(last))),
                                    replication.ack_timeout)
@@ -852,6 +892,7 @@ class Engine:
         except Exception as exc:
             raise Unacknowledged(f"the cluster's log did not take this write ({exc}); "
                                  "resubmit it with the same event id") from exc
+        return last, epoch
 
     def apply_replicated(self, group: int, logged: list[tuple[int, int, bytes]]
                          ) -> asyncio.Future[None]:
@@ -865,6 +906,7 @@ class Engine:
         self._apply_replayed()
         seq, epoch, _ = logged[-1]
         self.positions[group] = (seq, epoch)
+        self._advance()
         return self._commit_soon([records.encode([records.REPLICATED, group, s, e, payload])
                                   for s, e, payload in logged], touched)
 
@@ -881,6 +923,10 @@ class Engine:
                         and record[3] == epoch and record[2] > after_seq):
                     found.append((record[2], record[4]))
         return found
+
+    def _advance(self) -> None:
+        self._advanced.set()
+        self._advanced = asyncio.Event()
 
     def reset_group(self, group: int) -> asyncio.Future[None]:
         """Forget a group's boards (to replay its log anew from the start):

@@ -212,8 +212,17 @@ def schemas() -> dict[str, Any]:
             "changed": {"type": "boolean"},
             "duplicate": {"type": "boolean"},
             "event_id": nullable({"type": "string"}),
-        }, description="The outcome of one submission in the board's primary window "
-                       "(`all` if kept, else the first window)."),
+            "seq": {"type": "integer", "minimum": 1,
+                    "description": "On a cluster node: the position of the board group's "
+                                   "log this write is at or before.  Pass it as `min_seq` "
+                                   "to a read on any node to see this write."},
+            "epoch": {"type": "integer", "minimum": 1,
+                      "description": "On a cluster node: the epoch of the primary that "
+                                     "wrote it."},
+        }, required=["member", "score", "rank", "previous", "changed", "duplicate",
+                     "event_id"],
+            description="The outcome of one submission in the board's primary window "
+                        "(`all` if kept, else the first window)."),
         "BatchRequest": obj({
             "events": {"type": "array", "maxItems": MAX_BATCH, "items": ref("SubmitRequest"),
                        "description": f"At most {MAX_BATCH} events (413 beyond).  An event "
@@ -346,6 +355,11 @@ VIEW_PARAMS = [
     param("period", "query", {**PERIOD, "minLength": 1},
           "The period of the window (default: the current one).  Malformed: 422; not "
           "retained: 404."),
+    MIN_SEQ := param(
+        "min_seq", "query", {"type": "integer", "minimum": 0},
+        "Read-your-writes on a cluster: answer once this node has applied the board "
+        "group's log up to this position (a write's `seq`), waiting up to 5 s (then 503 "
+        "`unavailable`).  A single node has every write it acknowledged."),
 ]
 
 
@@ -451,7 +465,8 @@ def paths() -> dict[str, Any]:
                 body=json_body("BoardConfig", "Only the fields to change."),
                 description="As `PUT`, with the fields left out kept rather than reset."),
             "get": operation("getBoard", "A board's config and member counts", "boards",
-                             {200: ok("BoardInfo", "The board.")}, errors=(400, 404)),
+                             {200: ok("BoardInfo", "The board.")}, errors=(400, 404, 503),
+                             parameters=[MIN_SEQ]),
             "delete": operation("deleteBoard", "Delete a board and all its windows", "boards",
                                 {204: NO_CONTENT}, errors=(400, 404, 503)),
         },

@@ -224,7 +224,19 @@ def text(value: str) -> str:
     return value
 
 
-VIEW = {"window": text, "period": text}
+VIEW = {"window": text, "period": text, "min_seq": integer}
+
+
+async def view_query(request: web.Request, extra: dict[str, Callable[[str], Any]] | None = None,
+                     only: set[str] | None = None) -> dict[str, Any]:
+    """A board read's query parameters (of ``VIEW``, or ``only`` those of
+    it), once ``min_seq`` (if given) is applied here."""
+    allowed = {name: kind for name, kind in VIEW.items() if only is None or name in only}
+    params = query(request, {**allowed, **(extra or {})})
+    min_seq = params.pop("min_seq", None)
+    if min_seq is not None:
+        await service_of(request).caught_up(request.match_info["board"], min_seq)
+    return params
 
 
 def service_of(request: web.Request) -> Service:
@@ -283,7 +295,7 @@ async def patch_board(request: web.Request) -> web.Response:
 
 @routes.get("/v1/boards/{board}")
 async def get_board(request: web.Request) -> web.Response:
-    query(request, {})
+    await view_query(request, only={"min_seq"})
     return json_response(service_of(request).get_board(request.match_info["board"]))
 
 
@@ -315,21 +327,21 @@ async def submit_batch(request: web.Request) -> web.Response:
 
 @routes.get("/v1/boards/{board}/top")
 async def top(request: web.Request) -> web.Response:
-    params = query(request, {**VIEW, "limit": integer, "offset": integer})
+    params = await view_query(request, {"limit": integer, "offset": integer})
     body = service_of(request).top_json(request.match_info["board"], **params)
     return web.Response(body=body, content_type="application/json")
 
 
 @routes.get("/v1/boards/{board}/members/{member}")
 async def member(request: web.Request) -> web.Response:
-    params = query(request, VIEW)
+    params = await view_query(request)
     return json_response(service_of(request).member(
         request.match_info["board"], request.match_info["member"], **params))
 
 
 @routes.get("/v1/boards/{board}/members/{member}/around")
 async def around(request: web.Request) -> web.Response:
-    params = query(request, {**VIEW, "above": integer, "below": integer})
+    params = await view_query(request, {"above": integer, "below": integer})
     return json_response(service_of(request).around(
         request.match_info["board"], request.match_info["member"], **params))
 
@@ -344,7 +356,7 @@ async def remove_member(request: web.Request) -> web.Response:
 
 @routes.post("/v1/boards/{board}/ranks")
 async def ranks(request: web.Request) -> web.Response:
-    params = query(request, VIEW)
+    params = await view_query(request)
     members = body_field(await read_json(request), "members", list, '{"members": [...]}')
     return json_response(service_of(request).ranks(request.match_info["board"], members,
                                                     **params))

@@ -86,6 +86,10 @@ def optional_text(value: object, name: str) -> str | None:
     return value
 
 
+#: How long a read with ``min_seq`` waits for this node to apply it.
+READ_WAIT_SECONDS = 5.0
+
+
 class Service:
     """Front-end operations over one engine."""
 
@@ -134,6 +138,11 @@ class Service:
         await self.engine.delete_board(board)
 
     # --- writes -----------------------------------------------------------------------
+
+    async def caught_up(self, board: str, seq: int) -> None:
+        """Return once this node applied ``board``'s group up to ``seq``
+        (read-your-writes on a cluster; ``Unavailable`` after 5 s)."""
+        await self.engine.caught_up(board, seq, READ_WAIT_SECONDS)
 
     async def route_write(self, board: str) -> None:
         """``NotPrimary`` if another cluster node writes ``board`` (see

@@ -1,0 +1,116 @@
+"""A three-node cluster's everyday behaviour through its public interfaces:
+any node takes any request, replicas agree, reads can wait for a write,
+and the cluster shows its state.  (Faults: test_cluster_faults.py.)"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from daemon import Daemon
+from jepsen import Lab
+
+from rankd.cluster.groups import group_of
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, pg_server):
+    lab = Lab(tmp_path_factory.mktemp("cluster"), lease_seconds=2.0)
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
+def test_any_node_takes_any_write_and_every_node_can_read_it_at_once(lab: Lab) -> None:
+    first, second, third = lab.daemons
+    status, board = first.request("PUT", "/v1/boards/ryw", {"policy": "sum"})
+    assert status == 201, board
+    primary = lab.primary_of("ryw")
+    follower = lab.daemons[(primary + 1) % 3]
+    for n in range(20):
+        # Written through a node that is not the primary (forwarded one hop), read at
+        # once on another follower with the position the write answered.
+        status, answer = follower.request("POST", "/v1/boards/ryw/scores",
+                                          {"member": f"m{n % 3}", "delta": 1,
+                                           "event_id": f"e{n}"})
+        assert status == 200, answer
+        assert answer["seq"] >= n + 2 and answer["epoch"] >= 1
+        reader = lab.daemons[(primary + 2) % 3]
+        status, seen = reader.request("GET", f"/v1/boards/ryw/members/m{n % 3}"
+                                             f"?min_seq={answer['seq']}")
+        assert status == 200 and seen["score"] == n // 3 + 1, (n, seen)
+    # A repeat answers as a duplicate with a position covering the original.
+    status, again = second.request("POST", "/v1/boards/ryw/scores",
+                                   {"member": "m0", "delta": 1, "event_id": "e0"})
+    assert status == 200 and again["duplicate"] and again["seq"] >= 2
+    versions = {d.request("GET", "/v1/boards/ryw?min_seq=21")[1]["version"]
+                for d in lab.daemons}
+    digests = {d.request("GET", "/v1/admin/digest")[1]["digest"] for d in lab.daemons}
+    assert len(versions) == 1 and len(digests) == 1  # identical replicas, same versions
+
+
+def test_a_read_waits_only_so_long_for_a_position_not_applied(lab: Lab) -> None:
+    lab.daemons[0].request("PUT", "/v1/boards/far", {})
+    started = time.monotonic()
+    status, body = lab.daemons[1].request("GET", "/v1/boards/far/top?min_seq=1000000")
+    assert status == 503 and body["error"]["code"] == "unavailable", body
+    assert "not yet 1000000" in body["error"]["message"]
+    assert 4 < time.monotonic() - started < 9
+    status, body = lab.daemons[1].request("GET", "/v1/boards/far/top?min_seq=-1")
+    assert status == 422 or status == 400 or status == 200, body
+
+
+def test_the_cluster_shows_nodes_groups_primaries_and_lag(lab: Lab) -> None:
+    lab.daemons[2].request("PUT", "/v1/boards/shown", {})
+    status, body = lab.daemons[2].request("GET", "/v1/cluster")
+    assert status == 200
+    assert {n["node"] for n in body["nodes"] if n["alive"]} == {"n0", "n1", "n2"}
+    group = next(g for g in body["groups"] if g["group"] == group_of("shown"))
+    assert group["primary"] in {"n0", "n1", "n2"} and group["epoch"] >= 1
+    assert 0 < group["lease_seconds_left"] <= 2.0 and group["last_seq"] >= 1
+    deadline = time.monotonic() + 5
+    while len(group["followers"]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        group = next(g for g in lab.daemons[2].request("GET", "/v1/cluster")[1]["groups"]
+                     if g["group"] == group_of("shown"))
+    assert len(group["followers"]) == 2 and all(f["lag"] >= 0 for f in
+                                                group["followers"].values())
+    assert body["this_node"]["node"] == "n2" and body["this_node"]["ack"] == "log"
+
+
+def test_a_primary_stopping_cleanly_hands_its_groups_over_at_once(lab: Lab) -> None:
+    lab.daemons[0].request("PUT", "/v1/boards/handover", {"policy": "sum"})
+    primary = lab.primary_of("handover")
+    other = lab.daemons[(primary + 1) % 3]
+    lab.daemons[primary].stop()
+    started = time.monotonic()
+    while True:
+        status, body = other.request("POST", "/v1/boards/handover/scores",
+                                     {"member": "a", "delta": 1, "event_id": "h1"})
+        if status == 200:
+            break
+        assert time.monotonic() - started < 10, body
+        time.sleep(0.02)
+    # Its lease was given up: no waiting for it to run out.
+    assert time.monotonic() - started < lab.lease_seconds
+    lab.restart(primary)
+
+
+def test_data_dirs_of_the_other_kind_are_refused(tmp_path, lab: Lab) -> None:
+    single = Daemon(tmp_path / "single").start()
+    single.request("PUT", "/v1/boards/solo", {})
+    single.stop()
+    node = Daemon(tmp_path / "single", "--cluster-dsn", lab.dsn, "--node-id", "x")
+    with pytest.raises(RuntimeError, match="was not a cluster node's"):
+        node.start(timeout=20)
+    clustered = lab.daemons[1].data_dir
+    lab.daemons[1].stop()
+    try:
+        with pytest.raises(RuntimeError, match="with the --cluster-dsn it was a node of"):
+            Daemon(clustered).start(timeout=20)
+    finally:
+        lab.restart(1)
+    both = Daemon(tmp_path / "both", "--cluster-dsn", lab.dsn, "--postgres-dsn", lab.dsn)
+    with pytest.raises(RuntimeError, match="give only --cluster-dsn"):
+        both.start(timeout=20)
