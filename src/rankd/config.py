@@ -256,9 +256,12 @@ class ServerConfig:
                               "in the cluster's log in Postgres already; give only "
                               "--cluster-dsn")
         host = self.host if self.host not in ("", "0.0.0.0", "::") else socket.gethostname()
+        advertise = self.advertise or f"{host}:{self.port}"
         return ClusterConfig(
             dsn=self.cluster_dsn, node_id=self.node_id or f"{socket.gethostname()}:{self.port}",
-            advertise=self.advertise or f"{host}:{self.port}", ack=self.ack,
+            advertise=advertise, ack=self.ack,
+            advertise_tcp=(f"{advertise.rpartition(':')[0]}:{self.tcp_port}"
+                           if self.tcp_port else None),
             ack_timeout=self.ack_timeout, lease_seconds=self.lease_seconds,
             max_unshipped_ms=self.max_unshipped_ms)
 

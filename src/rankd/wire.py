@@ -69,6 +69,11 @@ def error(request_id: int, code: str, message: str) -> bytes:
     return encode([request_id, ERROR, {"code": code, "message": message}])
 
 
+def error_with(request_id: int, body: dict[str, Any]) -> bytes:
+    """An error frame whose body has fields beyond ``code`` and ``message``."""
+    return encode([request_id, ERROR, body])
+
+
 class FrameDecoder:
     """Splits a byte stream into decoded messages.
 

@@ -96,7 +96,7 @@ class Lab:
     """Postgres and ``nodes`` rankd nodes, every link through a proxy."""
 
     def __init__(self, root: Path, *, nodes: int = 3, lease_seconds: float = 1.5,
-                 ack: str = "log", ack_timeout: float = 3.0) -> None:
+                 ack: str = "log", ack_timeout: float = 3.0, tcp: bool = False) -> None:
         self.root = root
         bin_dir = _bin_dir()
         if bin_dir is None:
@@ -115,8 +115,8 @@ class Lab:
                 netloc=f"{parts.username}@127.0.0.1:{self.pg_proxies[i].port}"))
             daemon = Daemon(root / f"node{i}", "--cluster-dsn", dsn, "--node-id", f"n{i}",
                             "--lease-seconds", str(lease_seconds), "--ack", ack,
-                            "--ack-timeout", str(ack_timeout), "--tcp-port", "0",
-                            "--log-format", "text", "--fsync", "always")
+                            "--ack-timeout", str(ack_timeout), "--log-format", "text",
+                            "--fsync", "always", *(() if tcp else ("--tcp-port", "0")))
             self.daemons.append(daemon)
             self.client_proxies.append(Proxy(daemon.port))
         for daemon in self.daemons:

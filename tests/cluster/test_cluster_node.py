@@ -7,15 +7,15 @@ from __future__ import annotations
 import time
 
 import pytest
-from daemon import Daemon
 from jepsen import Lab
 
+from daemon import Daemon
 from rankd.cluster.groups import group_of
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, pg_server):
-    lab = Lab(tmp_path_factory.mktemp("cluster"), lease_seconds=2.0)
+    lab = Lab(tmp_path_factory.mktemp("cluster"), lease_seconds=2.0, tcp=True)
     try:
         yield lab
     finally:
@@ -23,7 +23,7 @@ def lab(tmp_path_factory, pg_server):
 
 
 def test_any_node_takes_any_write_and_every_node_can_read_it_at_once(lab: Lab) -> None:
-    first, second, third = lab.daemons
+    first, second, _ = lab.daemons
     status, board = first.request("PUT", "/v1/boards/ryw", {"policy": "sum"})
     assert status == 201, board
     primary = lab.primary_of("ryw")
@@ -59,6 +59,37 @@ def test_a_read_waits_only_so_long_for_a_position_not_applied(lab: Lab) -> None:
     assert 4 < time.monotonic() - started < 9
     status, body = lab.daemons[1].request("GET", "/v1/boards/far/top?min_seq=-1")
     assert status == 422 or status == 400 or status == 200, body
+
+
+def test_a_tcp_write_to_another_node_is_moved_and_the_client_follows(lab: Lab) -> None:
+    import asyncio
+
+    from rankd.client import AsyncClient, Client, Moved
+
+    lab.daemons[0].request("PUT", "/v1/boards/tcp-moved", {"policy": "sum"})
+    lab.daemons[0].request("PUT", "/v1/boards/tcp-other", {"policy": "sum"})
+    primary = lab.primary_of("tcp-moved")
+    follower = lab.daemons[(primary + 1) % 3]
+
+    async def refused() -> Moved:
+        async with AsyncClient("127.0.0.1", follower.tcp_port, follow_moved=False) as raw:
+            with pytest.raises(Moved) as moved:
+                await raw.submit("tcp-moved", "a", delta=1, event_id="t0")
+            return moved.value
+
+    moved = asyncio.run(refused())
+    assert moved.address == f"127.0.0.1:{lab.daemons[primary].tcp_port}"
+    with Client("127.0.0.1", follower.tcp_port) as client:
+        answer = client.submit("tcp-moved", "a", delta=1, event_id="t1")
+        assert answer["score"] == 1.0 and answer["seq"] >= 2  # t0 was not applied
+        results = client.submit_many(
+            [{"board": board, "member": "b", "delta": 2, "event_id": f"{board}-{n}"}
+             for n in range(5) for board in ("tcp-moved", "tcp-other")])["results"]
+        assert all("error" not in r for r in results), results
+    written = max(r["seq"] for r in results[1::2])  # tcp-other's
+    for daemon in lab.daemons:
+        status, seen = daemon.request("GET", f"/v1/boards/tcp-other/members/b?min_seq={written}")
+        assert status == 200 and seen["score"] == 10.0
 
 
 def test_the_cluster_shows_nodes_groups_primaries_and_lag(lab: Lab) -> None:

@@ -11,6 +11,7 @@ from rankd import __version__, wire
 from rankd.client._operations import Operations
 from rankd.client.errors import (
     ConnectionLost,
+    Moved,
     ProtocolError,
     RankdError,
     RequestTimeout,
@@ -56,7 +57,7 @@ class _Connection(asyncio.Protocol):
                     if ok:
                         future.set_result(body)
                     else:
-                        future.set_exception(error_for(body["code"], body["message"]))
+                        future.set_exception(error_for(body["code"], body["message"], body))
         except wire.FrameError as exc:
             self._fail_all(ProtocolError(f"undecodable answer from the server: {exc.message}"))
             self.transport.abort()
@@ -86,13 +87,20 @@ class AsyncClient(Operations):
     ``timeout`` bounds each call; ``retries`` is how many times a call that
     may be retried is sent again after a lost connection, with exponential
     backoff from ``backoff`` seconds up to ``max_backoff``.
+
+    On a cluster, a write sent to a node that does not write its board's
+    group is answered ``moved`` with the node that does; with
+    ``follow_moved`` (the default) the client sends it there, over a
+    connection of its own to that node kept for later writes, and returns
+    that answer (one hop: a second ``moved`` raises :class:`Moved`).
+    ``submit_many`` sends each moved event on likewise.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 7701, *, timeout: float = 10.0,
                  connect_timeout: float = 5.0, retries: int = 5, backoff: float = 0.05,
                  max_backoff: float = 2.0, client_name: str = f"rankd-python/{__version__}",
                  max_frame: int = wire.MAX_FRAME, token: str | None = None,
-                 ssl: ssl_module.SSLContext | None = None) -> None:
+                 ssl: ssl_module.SSLContext | None = None, follow_moved: bool = True) -> None:
         self.host = host
         self.port = port
         self.timeout = timeout
@@ -105,6 +113,9 @@ class AsyncClient(Operations):
         #: A JWT or API key, sent in an auth request after hello.
         self.token = token
         self.ssl = ssl
+        self.follow_moved = follow_moved
+        #: Connections to the other cluster nodes ``moved`` answers named.
+        self._peers: dict[str, AsyncClient] = {}
         self.principal: dict[str, Any] | None = None
         self.server_info: dict[str, Any] | None = None
         self._connection: _Connection | None = None
@@ -125,6 +136,9 @@ class AsyncClient(Operations):
 
     async def close(self) -> None:
         self._closed = True
+        peers, self._peers = self._peers, {}
+        for peer in peers.values():
+            await peer.close()
         connection, self._connection = self._connection, None
         if connection is not None and connection.transport is not None:
             connection.transport.close()
@@ -192,16 +206,53 @@ class AsyncClient(Operations):
                     raise
             else:
                 try:
-                    return await self._send(connection, op, args)
+                    result = await self._send(connection, op, args)
+                except Moved as moved:
+                    if not self.follow_moved or not moved.address:
+                        raise
+                    return await self._peer(moved.address)._call(op, args, idempotent)
                 except (ConnectionLost, Unavailable):
                     # Sent: retrying is only safe when applying twice is harmless.
                     if last or not idempotent:
                         raise
                     if self._connection is connection:
                         self._connection = None
+                else:
+                    if op == "submit_many" and self.follow_moved:
+                        await self._send_moved_on(args["events"], result["results"])
+                    return result
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.max_backoff)
         raise AssertionError("unreachable")
+
+    def _peer(self, address: str) -> AsyncClient:
+        peer = self._peers.get(address)
+        if peer is None:
+            host, _, port = address.rpartition(":")
+            peer = self._peers[address] = AsyncClient(
+                host.strip("[]"), int(port), timeout=self.timeout,
+                connect_timeout=self.connect_timeout, retries=self.retries,
+                backoff=self.backoff, max_backoff=self.max_backoff,
+                client_name=self.client_name, max_frame=self.max_frame, token=self.token,
+                ssl=self.ssl, follow_moved=False)
+        return peer
+
+    async def _send_moved_on(self, events: list[dict[str, Any]],
+                             results: list[dict[str, Any]]) -> None:
+        """Send the events of a ``submit_many`` answered ``moved`` to the
+        nodes named, and put their answers in their places."""
+        moved: dict[str, list[int]] = {}
+        for position, result in enumerate(results):
+            error = result.get("error") if isinstance(result, dict) else None
+            if error is not None and error.get("code") == "moved" and error.get("address"):
+                moved.setdefault(error["address"], []).append(position)
+        for address, positions in moved.items():
+            batch = [events[p] for p in positions]
+            idempotent = all(event.get("event_id") is not None for event in batch)
+            answer = await self._peer(address)._call("submit_many", {"events": batch},
+                                                     idempotent)
+            for position, result in zip(positions, answer["results"], strict=True):
+                results[position] = result
 
 
 def _expire(connection: _Connection, request_id: int, op: str, timeout: float) -> None:

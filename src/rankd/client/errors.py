@@ -53,6 +53,33 @@ class Unavailable(RankdError):
     code = "unavailable"
 
 
+class Moved(RankdError):
+    """A cluster node that does not write this board's group: ``address``
+    (``host:port``) is the node that does.  Nothing was applied; the client
+    sends the request there by itself (``follow_moved``)."""
+
+    code = "moved"
+
+    def __init__(self, message: str, code: str | None = None,
+                 address: str | None = None) -> None:
+        super().__init__(message, code)
+        self.address = address
+
+
+class NotPrimary(RankdError):
+    """A cluster write no node could take just now (a failover under way):
+    nothing was applied; retry shortly."""
+
+    code = "not_primary"
+
+
+class Unacknowledged(RankdError):
+    """A cluster write the cluster's log did not confirm in time: it may
+    still be applied; resubmit it with the same event id."""
+
+    code = "unacknowledged"
+
+
 class Unauthorized(RankdError):
     """No valid credential."""
 
@@ -93,14 +120,16 @@ class RequestTimeout(RankdError, TimeoutError):
 _BY_CODE: dict[str, type[RankdError]] = {
     cls.code: cls for cls in (InvalidInput, GuardViolation, NotFound, Conflict, EventConflict,
                               TooLarge, ReadOnly, Unavailable, Unauthorized, Forbidden,
-                              RateLimited)
+                              RateLimited, Moved, NotPrimary, Unacknowledged)
 }
 _PROTOCOL_CODES = {"bad_frame", "bad_request", "unknown_op", "hello_required",
                    "unsupported_version"}
 
 
-def error_for(code: str, message: str) -> RankdError:
-    """The exception for an error body ``{"code", "message"}``."""
+def error_for(code: str, message: str, body: dict | None = None) -> RankdError:
+    """The exception for an error body ``{"code", "message", ...}``."""
     if code in _PROTOCOL_CODES:
         return ProtocolError(message, code)
+    if code == "moved":
+        return Moved(message, code, (body or {}).get("address"))
     return _BY_CODE.get(code, RankdError)(message, code)

@@ -62,6 +62,8 @@ class ClusterConfig:
     node_id: str
     #: ``host:port`` other nodes and clients reach this node's HTTP API at.
     advertise: str
+    #: ... and its TCP protocol at (None: it serves none).
+    advertise_tcp: str | None = None
     ack: str = "log"
     #: Seconds a write waits for the log before it answers ``unacknowledged``.
     ack_timeout: float = 10.0
@@ -114,8 +116,8 @@ class ClusterNode:
         self.node_id = config.node_id
         self.writers: dict[int, GroupCommitter] = {}
         self.registers: dict[int, Register] = {}
-        #: Live nodes: id -> (advertise, {group: applied seq}).
-        self.peers: dict[str, tuple[str, dict[int, int]]] = {}
+        #: Live nodes: id -> (HTTP address, TCP address, {group: applied seq}).
+        self.peers: dict[str, tuple[str, str | None, dict[int, int]]] = {}
         #: Records set aside by this node after it was deposed, for metrics.
         self.orphaned = 0
         self.failovers = 0
@@ -194,10 +196,10 @@ class ClusterNode:
         if writer is None or writer.fenced is not None:
             register = self.registers.get(group)
             holder = register.holder if register is not None else None
-            address = self.peers.get(holder, (None,))[0] if holder else None
+            address, tcp, _ = self.peers.get(holder, (None, None, None))
             raise NotPrimary(f"node {self.node_id} does not write group {group}"
                              + (f"; node {holder} does, at {address}" if address else
-                                "; no live node does yet: try again shortly"), address)
+                                "; no live node does yet: try again shortly"), address, tcp)
         if self.ack == "local":
             unshipped = writer.unshipped_seconds() * 1000
             if unshipped > self.config.max_unshipped_ms:
@@ -343,16 +345,17 @@ class ClusterNode:
 
     async def _watch_once(self) -> None:
         applied = {g: seq for g, (seq, _) in self.engine.positions.items()}
-        await self.nodes.heartbeat(self.node_id, self.config.advertise, applied)
+        await self.nodes.heartbeat(self.node_id, self.config.advertise, applied,
+                                   self.config.advertise_tcp)
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
                 "SELECT group_id, epoch, holder, last_seq, "
                 "extract(epoch FROM lease_until - now()) AS left FROM rankd_groups")
             peers = await conn.fetch(
-                "SELECT node_id, advertise, applied FROM rankd_nodes "
+                "SELECT node_id, advertise, advertise_tcp, applied FROM rankd_nodes "
                 "WHERE seen_at > now() - make_interval(secs => $1)", self.nodes.alive_seconds)
         now = time.monotonic()
-        self.peers = {row["node_id"]: (row["advertise"], {
+        self.peers = {row["node_id"]: (row["advertise"], row["advertise_tcp"], {
             int(g): s for g, s in json.loads(row["applied"]).items()})
             for row in peers}
         for group, writer in list(self.writers.items()):
@@ -377,8 +380,8 @@ class ClusterNode:
 
     def _most_caught_up(self, group: int) -> bool:
         mine = self.engine.positions.get(group, (0, 0))[0]
-        return all(applied.get(group, 0) <= mine for node, (_, applied) in self.peers.items()
-                   if node != self.node_id)
+        return all(applied.get(group, 0) <= mine for node, (_, _, applied)
+                   in self.peers.items() if node != self.node_id)
 
     async def _read_register(self, group: int) -> None:
         register = await self.store.register(group)

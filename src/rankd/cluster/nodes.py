@@ -25,6 +25,7 @@ CREATE TABLE IF NOT EXISTS rankd_nodes (
     applied   jsonb NOT NULL DEFAULT '{}',
     seen_at   timestamptz NOT NULL
 );
+ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS advertise_tcp text;
 """
 
 
@@ -40,15 +41,18 @@ class Nodes:
             await conn.execute(SCHEMA)
 
     async def heartbeat(self, node: str, advertise: str,
-                        applied: dict[int, int] | None = None) -> None:
-        """Say this node is alive, where it is reached, and how far it has
-        applied each group it follows."""
+                        applied: dict[int, int] | None = None,
+                        advertise_tcp: str | None = None) -> None:
+        """Say this node is alive, where it is reached (HTTP, and TCP
+        protocol if it serves it), and how far it has applied each group."""
         async with self.pool.acquire() as conn:
             await conn.execute(
-                "INSERT INTO rankd_nodes (node_id, advertise, applied, seen_at) "
-                "VALUES ($1, $2, $3::jsonb, now()) ON CONFLICT (node_id) DO UPDATE SET "
-                "advertise = excluded.advertise, applied = excluded.applied, seen_at = now()",
-                node, advertise, json.dumps({str(g): s for g, s in (applied or {}).items()}))
+                "INSERT INTO rankd_nodes (node_id, advertise, applied, seen_at, advertise_tcp) "
+                "VALUES ($1, $2, $3::jsonb, now(), $4) ON CONFLICT (node_id) DO UPDATE SET "
+                "advertise = excluded.advertise, applied = excluded.applied, seen_at = now(), "
+                "advertise_tcp = excluded.advertise_tcp",
+                node, advertise, json.dumps({str(g): s for g, s in (applied or {}).items()}),
+                advertise_tcp)
 
     async def status(self) -> dict[str, Any]:
         """Nodes and groups, for ``GET /v1/cluster`` and ``rankd cluster status``."""

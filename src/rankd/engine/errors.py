@@ -74,9 +74,12 @@ class NotPrimary(EngineError):
 
     code = "not_primary"
 
-    def __init__(self, message: str, primary: str | None = None) -> None:
+    def __init__(self, message: str, primary: str | None = None,
+                 primary_tcp: str | None = None) -> None:
         super().__init__(message)
         self.primary = primary
+        #: The primary's TCP protocol address (the TCP front-end answers ``moved``).
+        self.primary_tcp = primary_tcp
 
 
 class Unacknowledged(EngineError):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -139,6 +140,11 @@ class Service:
 
     # --- writes -----------------------------------------------------------------------
 
+    @property
+    def clustered(self) -> bool:
+        """Whether this is a cluster node."""
+        return self.engine.replication is not None
+
     async def caught_up(self, board: str, seq: int) -> None:
         """Return once this node applied ``board``'s group up to ``seq``
         (read-your-writes on a cluster; ``Unavailable`` after 5 s)."""
@@ -159,7 +165,9 @@ class Service:
             return signing.verify(self.signing_secret, board, event, self.engine.clock())
         return event
 
-    async def submit_many(self, items: list[tuple[str, object]]) -> list[dict[str, Any]]:
+    async def submit_many(self, items: list[tuple[str, object]], *,
+                          describe: Callable[[EngineError], dict[str, Any]] = EngineError.to_dict
+                          ) -> list[dict[str, Any]]:
         """``(board, event)`` pairs in order: a result or ``{"error": ...}`` each.
 
         One bad event gets its own error; the rest go through the engine's
@@ -174,13 +182,13 @@ class Service:
                 submissions.append(Submission.from_dict(board, self._checked(board, event)))
                 slots.append(None)
             except EngineError as exc:
-                slots.append({"error": exc.to_dict()})
+                slots.append({"error": describe(exc)})
         answers = iter(await self.engine.submit_many(submissions))
         results = []
         for slot in slots:
             if slot is None:
                 answer = next(answers)
-                slot = {"error": answer.to_dict()} if isinstance(answer, EngineError) else answer
+                slot = {"error": describe(answer)} if isinstance(answer, EngineError) else answer
             results.append(slot)
         return results
 

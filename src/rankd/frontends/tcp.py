@@ -127,6 +127,22 @@ async def _remove_member(service: Service, args: dict[str, Any]) -> dict[str, An
     return {}
 
 
+def error_body(exc: EngineError) -> dict[str, Any]:
+    """An error as this protocol answers it: a write for a group another
+    cluster node writes is ``moved``, with that node's TCP ``address``."""
+    address = getattr(exc, "primary_tcp", None)
+    if address:
+        return {"code": "moved", "message": exc.message, "address": address}
+    return exc.to_dict()
+
+
+def _error_frame(request_id: int, exc: EngineError) -> bytes:
+    body = error_body(exc)
+    if len(body) == 2:
+        return wire.error(request_id, body["code"], body["message"])
+    return wire.error_with(request_id, body)
+
+
 async def _submit_many(service: Service, args: dict[str, Any]) -> dict[str, Any]:
     events = args["events"]
     if not isinstance(events, list):
@@ -138,7 +154,7 @@ async def _submit_many(service: Service, args: dict[str, Any]) -> dict[str, Any]
             items.append(_event(event))
         except EngineError as exc:
             errors[position] = {"error": exc.to_dict()}
-    answers = iter(await service.submit_many(items))
+    answers = iter(await service.submit_many(items, describe=error_body))
     return {"results": [errors[i] if i in errors else next(answers)
                         for i in range(len(events))]}
 
@@ -237,7 +253,8 @@ class TcpConnection(asyncio.Protocol):
         # Packed only once requests will be taken: the handshake goes the
         # general way, and is held to small frames.
         if self.greeted and self.principal is not None:
-            self.decoder.pack = True
+            # (Not on a cluster node, whose writes of other nodes' groups answer `moved`.)
+            self.decoder.pack = not self.service.clustered
             self.decoder.max_frame = self.server.max_frame
         try:
             messages = self.decoder.feed(data)
@@ -328,7 +345,7 @@ class TcpConnection(asyncio.Protocol):
                 result = await result
         except EngineError as exc:
             self.server.stats[(op, exc.code)] += 1
-            out.append(wire.error(request_id, exc.code, exc.message))
+            out.append(_error_frame(request_id, exc))
             return
         except Exception:  # a bug: answer it, log it, keep the connection
             log.exception("TCP %s request failed", op)
@@ -408,9 +425,9 @@ class TcpConnection(asyncio.Protocol):
                 group.append((request_id, exc))
         items = [item for _, item in group if not isinstance(item, EngineError)]
         try:
-            answers = iter(await self.service.submit_many(items))
+            answers = iter(await self.service.submit_many(items, describe=error_body))
         except EngineError as exc:  # e.g. read-only: every submit gets the error
-            answers = iter([{"error": exc.to_dict()}] * len(items))
+            answers = iter([{"error": error_body(exc)}] * len(items))
         ok = 0
         stats = self.server.stats
         for request_id, item in group:
@@ -421,8 +438,7 @@ class TcpConnection(asyncio.Protocol):
             answer = next(answers)
             if "error" in answer:
                 stats[("submit", answer["error"]["code"])] += 1
-                out.append(wire.error(request_id, answer["error"]["code"],
-                                      answer["error"]["message"]))
+                out.append(wire.error_with(request_id, answer["error"]))
             else:
                 ok += 1
                 out.append(wire.ok(request_id, answer))
