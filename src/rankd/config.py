@@ -82,6 +82,10 @@ OPTIONS = (
     Option("max_unshipped_ms", float, 1000.0,
            "cluster, --ack local: refuse writes while the oldest record not in Postgres is "
            "older than this", minimum=1),
+    Option("group_snapshot_records", int, 100_000,
+           "cluster: a primary stores each group's state in Postgres every this many of its "
+           "records, and the log older than the snapshot before drops (followers that far "
+           "behind load the snapshot)", minimum=1),
     Option("snapshot_every_events", int, 1_000_000,
            "snapshot after this many events (or, if more, as many as the last snapshot "
            "wrote entries)"),
@@ -154,6 +158,7 @@ class ServerConfig:
     ack_timeout: float = 10.0
     lease_seconds: float = 5.0
     max_unshipped_ms: float = 1000.0
+    group_snapshot_records: int = 100_000
     snapshot_every_events: int = 1_000_000
     snapshot_every_seconds: float = 300.0
     dedupe_ttl: float = 86_400.0
@@ -263,7 +268,8 @@ class ServerConfig:
             advertise_tcp=(f"{advertise.rpartition(':')[0]}:{self.tcp_port}"
                            if self.tcp_port else None),
             ack_timeout=self.ack_timeout, lease_seconds=self.lease_seconds,
-            max_unshipped_ms=self.max_unshipped_ms)
+            max_unshipped_ms=self.max_unshipped_ms,
+            group_snapshot_records=self.group_snapshot_records)
 
     def engine_config(self) -> EngineConfig:
         engine_fields = {f.name for f in fields(EngineConfig)}

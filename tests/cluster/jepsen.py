@@ -96,7 +96,8 @@ class Lab:
     """Postgres and ``nodes`` rankd nodes, every link through a proxy."""
 
     def __init__(self, root: Path, *, nodes: int = 3, lease_seconds: float = 1.5,
-                 ack: str = "log", ack_timeout: float = 3.0, tcp: bool = False) -> None:
+                 ack: str = "log", ack_timeout: float = 3.0, tcp: bool = False,
+                 extra: tuple[str, ...] = ()) -> None:
         self.root = root
         bin_dir = _bin_dir()
         if bin_dir is None:
@@ -116,7 +117,8 @@ class Lab:
             daemon = Daemon(root / f"node{i}", "--cluster-dsn", dsn, "--node-id", f"n{i}",
                             "--lease-seconds", str(lease_seconds), "--ack", ack,
                             "--ack-timeout", str(ack_timeout), "--log-format", "text",
-                            "--fsync", "always", *(() if tcp else ("--tcp-port", "0")))
+                            "--fsync", "always", *(() if tcp else ("--tcp-port", "0")),
+                            *extra)
             self.daemons.append(daemon)
             self.client_proxies.append(Proxy(daemon.port))
         for daemon in self.daemons:

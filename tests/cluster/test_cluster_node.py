@@ -145,3 +145,63 @@ def test_data_dirs_of_the_other_kind_are_refused(tmp_path, lab: Lab) -> None:
     both = Daemon(tmp_path / "both", "--cluster-dsn", lab.dsn, "--postgres-dsn", lab.dsn)
     with pytest.raises(RuntimeError, match="give only --cluster-dsn"):
         both.start(timeout=20)
+
+
+def test_the_log_is_compacted_into_snapshots_and_a_new_node_starts_from_one(tmp_path,
+                                                                            pg_server) -> None:
+    """Every 40 records a primary stores its group's state in Postgres and
+    the log before the previous snapshot goes.  A node that lost its data
+    dir loads the snapshot, then the log after it, and agrees with the
+    others; killed at once and restarted, it recovers the same state."""
+    import asyncio
+    import shutil
+
+    import asyncpg
+    from jepsen import converge
+
+    lab = Lab(tmp_path, extra=("--group-snapshot-records", "40"))
+    try:
+        lab.daemons[0].request("PUT", "/v1/boards/snapped", {"policy": "sum"})
+        for n in range(200):
+            status, answer = lab.daemons[n % 3].request(
+                "POST", "/v1/boards/snapped/scores",
+                {"member": f"m{n % 7}", "delta": n, "event_id": f"s{n}", "label": f"L{n % 7}"})
+            assert status == 200, answer
+
+        async def log_starts() -> int:
+            conn = await asyncpg.connect(lab.dsn)
+            try:
+                return await conn.fetchval("SELECT min(first_seq) FROM rankd_log "
+                                           "WHERE group_id = $1", group_of("snapped"))
+            finally:
+                await conn.close()
+
+        deadline = time.monotonic() + 20
+        while asyncio.run(log_starts()) <= 1:
+            assert time.monotonic() < deadline, "the log was never compacted"
+            time.sleep(0.3)
+        primary = lab.primary_of("snapped")
+        victim = (primary + 1) % 3
+        lab.kill(victim)
+        shutil.rmtree(lab.daemons[victim].data_dir)
+        lab.restart(victim)
+        assert lab.daemons[victim].wait_for_log("from its snapshot at position", 20)
+        digests = asyncio.run(converge(lab))
+        assert len(digests) == 3
+        status, top = lab.daemons[victim].request("GET", "/v1/boards/snapped/top?limit=10")
+        expected = {f"m{k}": float(sum(range(k, 200, 7))) for k in range(7)}
+        assert {e["member"]: e["score"] for e in top["entries"]} == expected
+        assert {e["label"] for e in top["entries"]} == {f"L{k}" for k in range(7)}
+        # An event from before the snapshot is still known by its id there.
+        status, again = lab.daemons[victim].request(
+            "POST", "/v1/boards/snapped/scores",
+            {"member": "m0", "delta": 0, "event_id": "s0", "label": "L0"})
+        assert status == 200 and again["duplicate"], again
+        lab.kill(victim)
+        lab.restart(victim)
+        assert asyncio.run(converge(lab)) == digests
+    except BaseException:
+        print(lab.logs())
+        raise
+    finally:
+        lab.close()

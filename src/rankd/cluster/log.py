@@ -60,6 +60,15 @@ CREATE TABLE IF NOT EXISTS rankd_log (
     records   bytea NOT NULL,
     PRIMARY KEY (group_id, first_seq)
 );
+CREATE TABLE IF NOT EXISTS rankd_group_snapshots (
+    group_id int NOT NULL,
+    seq      bigint NOT NULL,
+    epoch    bigint NOT NULL,
+    part     int NOT NULL,
+    parts    int NOT NULL,
+    data     bytea NOT NULL,
+    PRIMARY KEY (group_id, seq, part)
+);
 """
 
 
@@ -71,6 +80,17 @@ class Fenced(NotPrimary):
         super().__init__(f"group {group} is at epoch {current} (held by {holder!r}); "
                          f"epoch {mine} may no longer append")
         self.group, self.mine, self.current, self.holder = group, mine, current, holder
+
+
+class Compacted(Exception):
+    """The log no longer holds the positions asked for: they are in the
+    group's snapshot (:meth:`ClusterLog.snapshot`), and the log goes on
+    after it."""
+
+    def __init__(self, group: int, after_seq: int, first_seq: int) -> None:
+        super().__init__(f"group {group}: the log starts at position {first_seq}; "
+                         f"positions after {after_seq} before it are in its snapshot")
+        self.group, self.after_seq, self.first_seq = group, after_seq, first_seq
 
 
 class OutOfSequence(Exception):
@@ -177,6 +197,8 @@ class ClusterLog:
                 group, after_seq, limit)
         out: list[tuple[int, int, bytes]] = []
         expected = after_seq + 1
+        if rows and rows[0]["first_seq"] > expected:
+            raise Compacted(group, after_seq, rows[0]["first_seq"])
         for row in rows:
             found = scan(bytes(row["records"]), row["first_seq"])
             if found.bad is not None or found.next_lsn != row["last_seq"] + 1:
@@ -201,6 +223,55 @@ class ClusterLog:
                 "FROM rankd_groups WHERE group_id = $1", group)
         return None if row is None else dict(row)
 
+    async def store_snapshot(self, lease: Lease, seq: int, epoch: int,
+                             sections: list[bytes]) -> bool:
+        """Keep ``sections``, the group's state at position ``seq`` (written
+        at ``epoch``), as its snapshot, if ``lease`` is still the group's
+        epoch and the log holds ``seq`` (so every record in the state is
+        committed); then drop the snapshot before it and the log up to it:
+        the log keeps one snapshot interval, so a follower that far behind
+        still catches up from the log.  False if the lease moved on (nothing
+        kept)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow("SELECT epoch, last_seq FROM rankd_groups "
+                                      "WHERE group_id = $1 FOR UPDATE", lease.group)
+            if row is None or row["epoch"] != lease.epoch or row["last_seq"] < seq:
+                return False
+            before = await conn.fetchval("SELECT max(seq) FROM rankd_group_snapshots "
+                                         "WHERE group_id = $1 AND seq < $2", lease.group, seq)
+            await conn.executemany(
+                "INSERT INTO rankd_group_snapshots (group_id, seq, epoch, part, parts, data) "
+                "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                [(lease.group, seq, epoch, part, len(sections), data)
+                 for part, data in enumerate(sections)])
+            if before is not None:
+                await conn.execute("DELETE FROM rankd_group_snapshots WHERE group_id = $1 "
+                                   "AND seq < $2", lease.group, seq)
+                await conn.execute("DELETE FROM rankd_log WHERE group_id = $1 "
+                                   "AND last_seq <= $2", lease.group, before)
+        return True
+
+    async def snapshot_seq(self, group: int) -> int:
+        """The position of the group's newest snapshot (0: none)."""
+        async with self.pool.acquire() as conn:
+            return await conn.fetchval("SELECT coalesce(max(seq), 0) FROM "
+                                       "rankd_group_snapshots WHERE group_id = $1", group)
+
+    async def snapshot(self, group: int) -> tuple[int, int, list[bytes]] | None:
+        """The group's newest snapshot: ``(seq, epoch, sections)``."""
+        async with self.pool.acquire() as conn:
+            seq = await conn.fetchval("SELECT max(seq) FROM rankd_group_snapshots "
+                                      "WHERE group_id = $1", group)
+            if seq is None:
+                return None
+            rows = await conn.fetch("SELECT epoch, part, parts, data FROM "
+                                    "rankd_group_snapshots WHERE group_id = $1 AND seq = $2 "
+                                    "ORDER BY part", group, seq)
+        if not rows or len(rows) != rows[0]["parts"]:
+            raise RuntimeError(f"group {group}: the snapshot at {seq} in Postgres is "
+                               "incomplete")
+        return seq, rows[0]["epoch"], [bytes(row["data"]) for row in rows]
+
     async def epoch_at(self, group: int, seq: int) -> int | None:
         """The epoch that committed position ``seq`` of ``group`` (None if
         the log does not hold it)."""
@@ -210,11 +281,13 @@ class ClusterLog:
                 "AND last_seq >= $2", group, seq)
 
     async def last_seq_of_epoch(self, group: int, epoch: int) -> int:
-        """The last position of ``group`` committed under ``epoch`` (0: none)."""
+        """The last position of ``group`` known committed under ``epoch``
+        (or before the log's first position, which a snapshot took)."""
         async with self.pool.acquire() as conn:
             return await conn.fetchval(
-                "SELECT coalesce(max(last_seq), 0) FROM rankd_log WHERE group_id = $1 "
-                "AND epoch = $2", group, epoch)
+                "SELECT greatest(coalesce(max(last_seq) FILTER (WHERE epoch = $2), 0), "
+                "coalesce(min(first_seq), 1) - 1) FROM rankd_log WHERE group_id = $1",
+                group, epoch)
 
     async def release(self, lease: Lease) -> None:
         """Give ``lease`` up (a node leaving): another node may take the

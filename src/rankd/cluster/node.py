@@ -71,6 +71,9 @@ class ClusterConfig:
     #: ``--ack local``: a primary whose oldest unshipped record is older
     #: than this refuses writes (503) instead of growing what a failover loses.
     max_unshipped_ms: float = 1000.0
+    #: A primary stores its group's state in Postgres every this many of the
+    #: group's records; the log before the snapshot before it is dropped.
+    group_snapshot_records: int = 100_000
 
     def __post_init__(self) -> None:
         if self.ack not in ACK_MODES:
@@ -121,6 +124,10 @@ class ClusterNode:
         #: Records set aside by this node after it was deposed, for metrics.
         self.orphaned = 0
         self.failovers = 0
+        self.snapshots = 0
+        self.bootstraps = 0
+        #: Each written group's last snapshot position in Postgres.
+        self._snapshot_seq: dict[int, int] = {}
         self.pool: asyncpg.Pool | None = None
         self.store: ClusterLog | None = None
         self.keeper: LeaseKeeper | None = None
@@ -147,7 +154,8 @@ class ClusterNode:
         self.keeper = LeaseKeeper(self.store, self.node_id, on_lost=self._lost)
         self.tail = LogTail(self.store, self.config.dsn, self._apply,
                             applied={g: seq for g, (seq, _) in self.engine.positions.items()},
-                            poll_seconds=min(1.0, self.config.lease_seconds / 3))
+                            poll_seconds=min(1.0, self.config.lease_seconds / 3),
+                            bootstrap=self._bootstrap)
         await self.keeper.start()
         await self.tail.start()
         await self._watch_once()
@@ -296,6 +304,38 @@ class ClusterNode:
                                f"node at {seq}")
         return self.engine.apply_replicated(group, logged)
 
+    async def _bootstrap(self, group: int) -> int:
+        """The log no longer holds the positions this node needs next: start
+        the group again from its snapshot in Postgres."""
+        snapshot = await self.store.snapshot(group)
+        if snapshot is None:
+            raise RuntimeError(f"group {group}: the log was compacted but Postgres holds no "
+                               "snapshot of it")
+        seq, epoch, sections = snapshot
+        log.info("node %s loads group %d from its snapshot at position %d (%d sections)",
+                 self.node_id, group, seq, len(sections))
+        await self.engine.load_group_snapshot(group, seq, epoch, sections)
+        self.bootstraps += 1
+        return seq
+
+    async def _snapshot_groups(self) -> None:
+        """Store the state of each group this node writes every
+        ``group_snapshot_records`` records (see ``ClusterLog.store_snapshot``)."""
+        for group, writer in list(self.writers.items()):
+            every = self.config.group_snapshot_records
+            if group not in self._snapshot_seq:
+                self._snapshot_seq[group] = await self.store.snapshot_seq(group)
+            if writer.committed_seq - self._snapshot_seq[group] < every:
+                continue
+            seq, epoch, sections = await self.engine.group_snapshot(group)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(writer.committed(seq), self.ack_timeout)
+            if await self.store.store_snapshot(writer.lease, seq, epoch, sections):
+                self._snapshot_seq[group] = seq
+                self.snapshots += 1
+                log.info("node %s stored group %d's snapshot at position %d (%d bytes)",
+                         self.node_id, group, seq, sum(map(len, sections)))
+
     def _lost(self, group: int, exc: Fenced) -> None:
         task = asyncio.ensure_future(self._depose(group, exc))
         self._deposing.add(task)
@@ -339,6 +379,7 @@ class ClusterNode:
             await asyncio.sleep(min(1.0, self.config.lease_seconds / 3))
             try:
                 await self._watch_once()
+                await self._snapshot_groups()
             except Exception as exc:
                 log.warning("node %s cannot read the cluster's registers: %s", self.node_id,
                             exc)

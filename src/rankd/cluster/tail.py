@@ -23,7 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from rankd._tasks import stop_task
-from rankd.cluster.log import CHANNEL, ClusterLog
+from rankd.cluster.log import CHANNEL, ClusterLog, Compacted
 from rankd.postgres_link import POSTGRES_ERRORS, reconnecting
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,8 @@ RETRY_MIN_SECONDS = 0.1
 RETRY_MAX_SECONDS = 3.0
 
 Apply = Callable[[int, list[tuple[int, int, bytes]]], Awaitable[None] | None]
+#: Loads a group's snapshot in place of its state; returns the snapshot's position.
+Bootstrap = Callable[[int], Awaitable[int]]
 
 
 class LogTail:
@@ -39,10 +41,13 @@ class LogTail:
 
     def __init__(self, store: ClusterLog, dsn: str, apply: Apply, *,
                  applied: dict[int, int] | None = None, poll_seconds: float = 1.0,
-                 batches: int = 100) -> None:
+                 batches: int = 100, bootstrap: Bootstrap | None = None) -> None:
         self.store = store
         self.dsn = dsn
         self.apply = apply
+        #: Called when the log no longer holds the next position (compacted
+        #: into the group's snapshot): the group starts again from that.
+        self.bootstrap = bootstrap
         #: Each group's last position handed to ``apply``.
         self.applied: dict[int, int] = dict(applied or {})
         #: Groups not followed (this node writes them).
@@ -136,6 +141,10 @@ class LogTail:
                                                    max(0.0, deadline - loop.time()))
             except POSTGRES_ERRORS as exc:
                 log.warning("log tail lost Postgres: %s", exc)
+            except Exception:  # a damaged batch, a snapshot missing: say so, try again
+                log.exception("log tail cannot go on; trying again in %.1fs",
+                              self.poll_seconds)
+                await asyncio.sleep(self.poll_seconds)
             finally:
                 self.connected = False
 
@@ -160,7 +169,16 @@ class LogTail:
 
     async def _read(self, group: int) -> bool:
         """Read and apply the next batches of ``group``; False if there were none."""
-        records = await self.store.read(group, self.applied.get(group, 0), self.batches)
+        try:
+            records = await self.store.read(group, self.applied.get(group, 0), self.batches)
+        except Compacted:
+            if self.bootstrap is None:
+                raise
+            seq = await self.bootstrap(group)
+            async with self._advanced:
+                self.applied[group] = seq
+                self._advanced.notify_all()
+            return True
         if not records:
             return False
         outcome = self.apply(group, records)

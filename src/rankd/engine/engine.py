@@ -470,6 +470,9 @@ class Engine:
             elif kind == records.GROUP_RESET:
                 run_group = None
                 self._drop_group(record[1])
+            elif kind == records.GROUP_LOAD:
+                run_group = None
+                self._load_group_part(record)
             else:
                 raise RuntimeError(
                     f"{self.config.data_dir}: position {lsn} of the log holds a single "
@@ -477,6 +480,15 @@ class Engine:
                     "without --cluster-dsn, or the node with an empty data dir")
         if run:
             self._replay_records(run)
+
+    def _load_group_part(self, record: Sequence[Any]) -> None:
+        _, group, seq, epoch, part, parts, section = record
+        if part == 0:
+            self._drop_group(group)
+        if section is not None:
+            self._load_snapshot([section])
+        if part == parts - 1:
+            self.positions[group] = (seq, epoch)
 
     def _drop_group(self, group: int) -> set[str]:
         """Forget a group's boards and its position (replayed anew later)."""
@@ -504,7 +516,7 @@ class Engine:
             lsn, payload = batch[position]
             record = records.decode(payload)
             position += 1
-            if record[0] in (records.REPLICATED, records.GROUP_RESET):
+            if record[0] in (records.REPLICATED, records.GROUP_RESET, records.GROUP_LOAD):
                 raise RuntimeError(
                     f"{self.config.data_dir}: position {lsn} of the log holds a cluster "
                     "node's record: start this data dir with the --cluster-dsn it was a "
@@ -928,6 +940,44 @@ class Engine:
         self._advanced.set()
         self._advanced = asyncio.Event()
 
+    async def group_snapshot(self, group: int) -> tuple[int, int, list[bytes]]:
+        """The state of ``group``'s boards at its last applied position:
+        ``(seq, epoch, sections)`` (snapshot sections, as
+        :meth:`load_group_snapshot` takes them).  The group's writers wait
+        while its indexes and labels are copied, as for a local snapshot."""
+        boards = [board for name, board in self.boards.items() if group_of(name) == group]
+        for board in boards:
+            await board.writable.wait()
+        boards = [board for name, board in self.boards.items() if group_of(name) == group]
+        seq, epoch = self.positions.get(group, (0, 0))
+        sections = _Sections()
+        for board in boards:  # held at once: the copy is of one position
+            self._hold(board)
+        try:
+            for board in boards:
+                await self._snapshot_board(sections, board, hold=False)
+        finally:
+            for board in boards:
+                self._release(board)
+        return seq, epoch, sections.parts
+
+    def load_group_snapshot(self, group: int, seq: int, epoch: int, sections: list[bytes]
+                            ) -> asyncio.Future[None]:
+        """Replace ``group``'s boards with its snapshot at ``seq`` (a follower
+        whose position the cluster's log no longer holds).  The local log
+        keeps the snapshot too, so a restart recovers it."""
+        self._check_writable()
+        parts = sections or [None]  # a group without boards: one empty part
+        logged = [records.encode([records.GROUP_LOAD, group, seq, epoch, part, len(parts),
+                                  section]) for part, section in enumerate(parts)]
+        names = self._drop_group(group)
+        self._load_snapshot(sections)
+        names |= {name for name in self.boards if group_of(name) == group}
+        self.positions[group] = (seq, epoch)
+        self._advance()
+        self._snapshot_wanted.set()  # and soon a local snapshot, for a short replay
+        return self._commit_soon(logged, names)
+
     def reset_group(self, group: int) -> asyncio.Future[None]:
         """Forget a group's boards (to replay its log anew from the start):
         after this node wrote records the group's log never took."""
@@ -1288,7 +1338,7 @@ class Engine:
             await self._drop_covered_segments()
             return path
 
-    async def _snapshot_board(self, writer: Any, board: Board) -> int:
+    async def _snapshot_board(self, writer: Any, board: Board, *, hold: bool = True) -> int:
         """Write one board; return how many entries (members of every
         window and period, labels, event ids) it wrote.  Its writers wait
         (other boards' do not) while its indexes are dumped, in a worker
@@ -1304,7 +1354,8 @@ class Engine:
             await asyncio.to_thread(writer.add, records.encode(section))
 
         entries = 0
-        self._hold(board)
+        if hold:
+            self._hold(board)
         try:
             await add(["board", board.name, board.config.to_dict(), board.version,
                        board.updated_at])
@@ -1316,7 +1367,8 @@ class Engine:
             labels = [chunk async for chunk in _yielding(_columns(board.labels))]
             entries += len(board.dedupe)
         finally:
-            self._release(board)
+            if hold:
+                self._release(board)
         # As columns: a msgpack map's decoder would intern every key.
         for keys, values in labels:
             await add(["label_columns", board.name, keys, values])
@@ -1397,6 +1449,16 @@ class Engine:
 
     def _now_ms(self) -> int:
         return round(self.clock() * 1000)
+
+
+class _Sections:
+    """Collects snapshot sections in memory (a group snapshot)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def add(self, section: bytes) -> None:
+        self.parts.append(section)
 
 
 def _answers_of(part: list | BaseException) -> Iterator:

@@ -27,6 +27,9 @@ kind          items after the kind
 REPLICATED    group, seq, epoch, payload (one of the records above, encoded)
 GROUP_RESET   group: the group's boards are gone (it is replayed again from
               the cluster's log)
+GROUP_LOAD    group, seq, epoch, part, parts, section: part ``part`` of
+              ``parts`` of the group's state at ``seq`` (its snapshot in the
+              cluster, as snapshot sections); part 0 drops the group's boards
 ============  ============================================================
 """
 
@@ -43,9 +46,11 @@ SUBMIT = 3
 REMOVE = 4
 REPLICATED = 5
 GROUP_RESET = 6
+GROUP_LOAD = 7
 
 KIND_NAMES = {BOARD_PUT: "board_put", BOARD_DROP: "board_drop", SUBMIT: "submit",
-              REMOVE: "remove", REPLICATED: "replicated", GROUP_RESET: "group_reset"}
+              REMOVE: "remove", REPLICATED: "replicated", GROUP_RESET: "group_reset",
+              GROUP_LOAD: "group_load"}
 
 _packer = msgpack.Packer(use_bin_type=True)
 
