@@ -69,6 +69,7 @@ class DaemonCollector(Collector):
         yield from self._engine()
         yield from self._wal()
         yield from self._shipper()
+        yield from self._cluster()
         yield from self._tcp()
         yield from self._live()
         yield from self._process()
@@ -114,6 +115,28 @@ class DaemonCollector(Collector):
                                 value=len(wal.segments()))
         yield GaugeMetricFamily("rankd_wal_last_position", "Newest log position",
                                 value=wal.last_lsn)
+
+    def _cluster(self) -> Iterator[Metric]:
+        node = self.engine.replication
+        if node is None:
+            return
+        figures = node.figures()
+        for name, text in (
+                ("groups_written", "Board groups this node is the primary of"),
+                ("groups_followed", "Board groups this node follows"),
+                ("unshipped_records", "Records applied here as primary, not yet committed to "
+                                      "the cluster's log"),
+                ("unshipped_seconds", "Age of the oldest of them"),
+                ("follow_lag_records", "Largest lag behind a followed group's log"),
+                ("log_connected", "1 while the log tail's connection to Postgres is up")):
+            yield GaugeMetricFamily(f"rankd_cluster_{name}", text, value=figures[name])
+        for name, text in (
+                ("takeovers", "Groups this node became the primary of"),
+                ("orphaned_records", "Records set aside after this node was deposed "
+                                     "(wal/orphan-*)"),
+                ("group_snapshots", "Group snapshots this node stored in Postgres"),
+                ("bootstraps", "Groups this node loaded from a snapshot")):
+            yield CounterMetricFamily(f"rankd_cluster_{name}", text, value=figures[name])
 
     def _shipper(self) -> Iterator[Metric]:
         shipper = self.engine.shipper

@@ -108,6 +108,15 @@ def test_the_cluster_shows_nodes_groups_primaries_and_lag(lab: Lab) -> None:
     assert len(group["followers"]) == 2 and all(f["lag"] >= 0 for f in
                                                 group["followers"].values())
     assert body["this_node"]["node"] == "n2" and body["this_node"]["ack"] == "log"
+    import urllib.request
+
+    with urllib.request.urlopen(lab.daemons[2].url + "/metrics", timeout=10) as response:
+        metrics = response.read().decode()
+    for name in ("rankd_cluster_groups_written", "rankd_cluster_groups_followed",
+                 "rankd_cluster_unshipped_records 0.0", "rankd_cluster_log_connected 1.0",
+                 "rankd_cluster_takeovers_total", "rankd_cluster_orphaned_records_total 0.0",
+                 "rankd_cluster_follow_lag_records"):
+        assert name in metrics, name
 
 
 def test_a_primary_stopping_cleanly_hands_its_groups_over_at_once(lab: Lab) -> None:

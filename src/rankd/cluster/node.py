@@ -435,6 +435,24 @@ class ClusterNode:
 
     # --- status -------------------------------------------------------------------------
 
+    def figures(self) -> dict[str, float]:
+        """Figures for ``/metrics``."""
+        tail = self.tail
+        followed = {g: s for g, s in tail.applied.items() if g not in self.writers} if tail \
+            else {}
+        return {
+            "groups_written": len(self.writers), "groups_followed": len(followed),
+            "unshipped_records": sum(w.next_seq - 1 - w.committed_seq
+                                     for w in self.writers.values()),
+            "unshipped_seconds": max((w.unshipped_seconds() for w in self.writers.values()),
+                                     default=0.0),
+            "follow_lag_records": max((tail.known.get(g, s) - s for g, s in followed.items()),
+                                      default=0),
+            "log_connected": int(bool(tail and tail.connected)),
+            "takeovers": self.failovers, "orphaned_records": self.orphaned,
+            "group_snapshots": self.snapshots, "bootstraps": self.bootstraps,
+        }
+
     async def status(self) -> dict[str, Any]:
         """What ``GET /v1/cluster`` shows: every node and group as Postgres
         has them, and this node's own view."""
