@@ -80,10 +80,13 @@ class Cluster:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust",
                   "--no-sync", "-E", "UTF8")
 
-    def start(self) -> None:
+    def start(self, *, durable: bool = False) -> None:
+        """Start; ``durable`` keeps Postgres's own fsync and full-page writes
+        (benchmarks), else they are off (tests: faster)."""
         options = (f"-p {self.port} -c listen_addresses=127.0.0.1 "
-                   f"-c unix_socket_directories={self.root} -c fsync=off "
-                   "-c full_page_writes=off")
+                   f"-c unix_socket_directories={self.root}")
+        if not durable:
+            options += " -c fsync=off -c full_page_writes=off"
         result = self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options,
                            "-w", "-t", "60", "start", check=False)
         if result.returncode != 0:

@@ -60,6 +60,28 @@ CREATE TABLE IF NOT EXISTS rankd_log (
     records   bytea NOT NULL,
     PRIMARY KEY (group_id, first_seq)
 );
+CREATE OR REPLACE FUNCTION rankd_append(
+    g int, appender_epoch bigint, first bigint, last bigint, framed bytea, lease float8,
+    OUT outcome text, OUT epoch bigint, OUT holder text, OUT last_seq bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    register rankd_groups%ROWTYPE;
+BEGIN
+    SELECT * INTO register FROM rankd_groups WHERE group_id = g FOR UPDATE;
+    epoch := register.epoch; holder := register.holder; last_seq := register.last_seq;
+    IF NOT FOUND OR register.epoch <> appender_epoch THEN
+        outcome := 'fenced';
+    ELSIF register.last_seq <> first - 1 THEN
+        outcome := 'sequence';
+    ELSE
+        INSERT INTO rankd_log (group_id, first_seq, last_seq, epoch, records)
+            VALUES (g, first, last, appender_epoch, framed);
+        UPDATE rankd_groups SET last_seq = last,
+            lease_until = now() + make_interval(secs => lease) WHERE group_id = g;
+        PERFORM pg_notify('rankd_log', g || ':' || last);
+        outcome := 'ok'; last_seq := last;
+    END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS rankd_group_snapshots (
     group_id int NOT NULL,
     seq      bigint NOT NULL,
@@ -165,24 +187,17 @@ class ClusterLog:
             raise ValueError("an empty batch")
         last_seq = first_seq + len(payloads) - 1
         framed = b"".join(frame(first_seq + i, p) for i, p in enumerate(payloads))
-        async with self.pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(
-                "SELECT epoch, holder, last_seq FROM rankd_groups WHERE group_id = $1 "
-                "FOR UPDATE", lease.group)
-            if row is None or row["epoch"] != lease.epoch:
-                await self._fenced(conn, lease, row)
-            if row["last_seq"] != first_seq - 1:
-                raise OutOfSequence(f"group {lease.group} is at position {row['last_seq']}; "
-                                    f"a batch from {first_seq} does not follow it")
-            await conn.execute(
-                "INSERT INTO rankd_log (group_id, first_seq, last_seq, epoch, records) "
-                "VALUES ($1, $2, $3, $4, $5)", lease.group, first_seq, last_seq, lease.epoch,
-                framed)
-            await conn.execute(
-                "UPDATE rankd_groups SET last_seq = $2, "
-                "lease_until = now() + make_interval(secs => $3) WHERE group_id = $1",
-                lease.group, last_seq, self.lease_seconds)
-            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, f"{lease.group}:{last_seq}")
+        # One round trip: the compare-and-set runs in Postgres (rankd_append).
+        async with self.pool.acquire() as conn:
+            row = await conn.fetchrow("SELECT * FROM rankd_append($1, $2, $3, $4, $5, $6)",
+                                      lease.group, lease.epoch, first_seq, last_seq, framed,
+                                      self.lease_seconds)
+        if row["outcome"] == "fenced":
+            raise Fenced(lease.group, lease.epoch,
+                         row["epoch"] if row["epoch"] is not None else -1, row["holder"])
+        if row["outcome"] == "sequence":
+            raise OutOfSequence(f"group {lease.group} is at position {row['last_seq']}; "
+                                f"a batch from {first_seq} does not follow it")
         return last_seq
 
     async def read(self, group: int, after_seq: int, limit: int = 100

@@ -456,18 +456,19 @@ class Engine:
         for lsn, payload in batch:
             record = records.decode(payload)
             kind = record[0]
-            if kind == records.REPLICATED and record[1] == run_group:
-                run.append((record[2], record[4]))
-                self.positions[run_group] = (record[2], record[3])
+            if kind == records.REPLICATED:
+                _, group, first, epoch, payloads = record
+                if group != run_group and run:
+                    self._replay_records(run)
+                    run = []
+                run_group = group
+                run.extend(enumerate(payloads, first))
+                self.positions[group] = (first + len(payloads) - 1, epoch)
                 continue
             if run:
                 self._replay_records(run)
                 run = []
-            if kind == records.REPLICATED:
-                run_group = record[1]
-                run.append((record[2], record[4]))
-                self.positions[run_group] = (record[2], record[3])
-            elif kind == records.GROUP_RESET:
+            if kind == records.GROUP_RESET:
                 run_group = None
                 self._drop_group(record[1])
             elif kind == records.GROUP_LOAD:
@@ -877,9 +878,9 @@ class Engine:
         last = first + len(payloads) - 1
         self.positions[group] = (last, epoch)
         self._advance()
-        local = self._commit_soon([records.encode([records.REPLICATED, group, first + i, epoch,
-                                                   payload])
-                                   for i, payload in enumerate(payloads)], boards)
+        local = self._commit_soon(
+            [records.encode([records.REPLICATED, group, first, epoch, payloads])], boards,
+            len(payloads))
         return asyncio.ensure_future(self._acknowledged(writer, last, epoch, local))
 
     async def _acknowledged(self, writer: GroupWriter, last: int, epoch: int,
@@ -919,8 +920,13 @@ class Engine:
         seq, epoch, _ = logged[-1]
         self.positions[group] = (seq, epoch)
         self._advance()
-        return self._commit_soon([records.encode([records.REPLICATED, group, s, e, payload])
-                                  for s, e, payload in logged], touched)
+        runs: list[list] = []  # one local record per epoch's run
+        for seq, epoch_of, payload in logged:
+            if runs and runs[-1][3] == epoch_of:
+                runs[-1][4].append(payload)
+            else:
+                runs.append([records.REPLICATED, group, seq, epoch_of, [payload]])
+        return self._commit_soon([records.encode(run) for run in runs], touched, len(logged))
 
     def written_by(self, group: int, epoch: int, after_seq: int) -> list[tuple[int, bytes]]:
         """The records of ``group`` the local log holds from ``epoch`` after
@@ -932,8 +938,9 @@ class Engine:
             for _, payload in batch:
                 record = records.decode(payload)
                 if (record[0] == records.REPLICATED and record[1] == group
-                        and record[3] == epoch and record[2] > after_seq):
-                    found.append((record[2], record[4]))
+                        and record[3] == epoch):
+                    found.extend((seq, payload) for seq, payload
+                                 in enumerate(record[4], record[2]) if seq > after_seq)
         return found
 
     def _advance(self) -> None:
@@ -993,18 +1000,21 @@ class Engine:
         # Shielded: the commit is shared, and one cancelled waiter must not cancel it.
         await asyncio.shield(self._commit_soon(payloads, boards))
 
-    def _commit_soon(self, payloads: list[bytes], boards: set[str]) -> asyncio.Future[None]:
+    def _commit_soon(self, payloads: list[bytes], boards: set[str], events: int | None = None
+                     ) -> asyncio.Future[None]:
         """Append applied records to the WAL now; the future is done once
         they meet the fsync policy and listeners were told which ``boards``
         changed.  Every commit of one pass of the event loop shares one
-        future (one task, one WAL commit)."""
+        future (one task, one WAL commit).  ``events``: how many changes the
+        records hold, when not one each."""
         try:
-            self._append(payloads, boards)
+            self._append(payloads, boards, events)
         except ReadOnly as exc:
             return _failed(exc)
         return self._pass()
 
-    def _append(self, payloads: list[bytes], boards: set[str]) -> None:
+    def _append(self, payloads: list[bytes], boards: set[str], events: int | None = None
+                ) -> None:
         """Append applied records to the WAL (``ReadOnly`` if it failed)."""
         try:
             expected = self.wal.last_lsn + len(payloads)
@@ -1012,7 +1022,7 @@ class Engine:
         except WalFailedError as exc:
             raise self._read_only_after(exc) from exc
         assert last == expected, f"WAL assigned up to {last}, expected {expected}"
-        self._events_since_snapshot += len(payloads)
+        self._events_since_snapshot += len(payloads) if events is None else events
         self._pass_boards.update(boards)
 
     def _pass(self) -> asyncio.Future[None]:

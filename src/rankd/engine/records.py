@@ -24,7 +24,8 @@ wrapped with its place in the group's log, and nothing else:
 ============  ============================================================
 kind          items after the kind
 ============  ============================================================
-REPLICATED    group, seq, epoch, payload (one of the records above, encoded)
+REPLICATED    group, first_seq, epoch, payloads: records above (each
+              encoded) at positions first_seq, first_seq + 1, ...
 GROUP_RESET   group: the group's boards are gone (it is replayed again from
               the cluster's log)
 GROUP_LOAD    group, seq, epoch, part, parts, section: part ``part`` of
