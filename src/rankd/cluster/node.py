@@ -45,6 +45,7 @@ from rankd.cluster.tail import LogTail
 from rankd.engine.engine import Engine
 from rankd.engine.errors import NotPrimary, Unacknowledged, Unavailable
 from rankd.engine.frames import frame
+from rankd.postgres_link import release_cheaply
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,8 @@ class ClusterNode:
         """Join: check the local state against the logs, then follow them."""
         self.pool = await asyncpg.create_pool(
             self.config.dsn, min_size=2, max_size=8, command_timeout=10,
-            server_settings=session_settings(self.config.lease_seconds))
+            server_settings=session_settings(self.config.lease_seconds),
+            reset=release_cheaply)
         async with self.pool.acquire() as conn:
             await migrate(conn)
         self.store = ClusterLog(self.pool, lease_seconds=self.config.lease_seconds)

@@ -41,7 +41,8 @@ class LogTail:
 
     def __init__(self, store: ClusterLog, dsn: str, apply: Apply, *,
                  applied: dict[int, int] | None = None, poll_seconds: float = 1.0,
-                 batches: int = 100, bootstrap: Bootstrap | None = None) -> None:
+                 batches: int = 100, bootstrap: Bootstrap | None = None,
+                 gather_seconds: float = 0.01) -> None:
         self.store = store
         self.dsn = dsn
         self.apply = apply
@@ -54,6 +55,10 @@ class LogTail:
         self.paused: set[int] = set()
         self.poll_seconds = poll_seconds
         self.batches = batches
+        #: After a wake-up, how long to let more batches commit before reading:
+        #: one read then takes many (fewer round trips for the node and for
+        #: Postgres, for a few milliseconds of lag).
+        self.gather_seconds = gather_seconds
         self.connected = False
         #: Each group's last position Postgres told of.
         self.known: dict[int, int] = {}
@@ -132,6 +137,8 @@ class LogTail:
                     loop = asyncio.get_running_loop()
                     deadline = loop.time() + self.poll_seconds
                     while not conn.is_closed() and loop.time() < deadline:
+                        if self.gather_seconds:
+                            await asyncio.sleep(self.gather_seconds)
                         await self._catch_up()
                         self._wakeup.clear()
                         if self._behind:
