@@ -171,11 +171,6 @@ def test_the_log_is_compacted_into_snapshots_and_a_new_node_starts_from_one(tmp_
     lab = Lab(tmp_path, extra=("--group-snapshot-records", "40"))
     try:
         lab.daemons[0].request("PUT", "/v1/boards/snapped", {"policy": "sum"})
-        for n in range(200):
-            status, answer = lab.daemons[n % 3].request(
-                "POST", "/v1/boards/snapped/scores",
-                {"member": f"m{n % 7}", "delta": n, "event_id": f"s{n}", "label": f"L{n % 7}"})
-            assert status == 200, answer
 
         async def log_starts() -> int:
             conn = await asyncpg.connect(lab.dsn)
@@ -185,10 +180,18 @@ def test_the_log_is_compacted_into_snapshots_and_a_new_node_starts_from_one(tmp_
             finally:
                 await conn.close()
 
-        deadline = time.monotonic() + 20
-        while asyncio.run(log_starts()) <= 1:
+        written = 0
+        deadline = time.monotonic() + 30
+        while written < 200 or asyncio.run(log_starts()) <= 1:  # two snapshots at least
             assert time.monotonic() < deadline, "the log was never compacted"
-            time.sleep(0.3)
+            for n in range(written, written + 50):
+                status, answer = lab.daemons[n % 3].request(
+                    "POST", "/v1/boards/snapped/scores",
+                    {"member": f"m{n % 7}", "delta": n, "event_id": f"s{n}",
+                     "label": f"L{n % 7}"})
+                assert status == 200, answer
+            written += 50
+            time.sleep(0.6)  # a round of the primary's snapshot loop
         primary = lab.primary_of("snapped")
         victim = (primary + 1) % 3
         lab.kill(victim)
@@ -198,7 +201,7 @@ def test_the_log_is_compacted_into_snapshots_and_a_new_node_starts_from_one(tmp_
         digests = asyncio.run(converge(lab))
         assert len(digests) == 3
         status, top = lab.daemons[victim].request("GET", "/v1/boards/snapped/top?limit=10")
-        expected = {f"m{k}": float(sum(range(k, 200, 7))) for k in range(7)}
+        expected = {f"m{k}": float(sum(range(k, written, 7))) for k in range(7)}
         assert {e["member"]: e["score"] for e in top["entries"]} == expected
         assert {e["label"] for e in top["entries"]} == {f"L{k}" for k in range(7)}
         # An event from before the snapshot is still known by its id there.
