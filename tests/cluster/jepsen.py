@@ -92,6 +92,15 @@ class History:
         return sorted(op.completed - op.invoked for op in self.operations if op.outcome == "ok")
 
 
+def wait_ready(daemon: Daemon, timeout: float = 30.0) -> None:
+    """Until the node joined its cluster and every listener is up."""
+    deadline = time.monotonic() + timeout
+    while daemon.request("GET", "/v1/ready")[0] != 200:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"node not ready in {timeout} s:\n{daemon.log()[-3000:]}")
+        time.sleep(0.05)
+
+
 class Lab:
     """Postgres and ``nodes`` rankd nodes, every link through a proxy."""
 
@@ -123,6 +132,7 @@ class Lab:
             self.client_proxies.append(Proxy(daemon.port))
         for daemon in self.daemons:
             daemon.start()
+            wait_ready(daemon)
         self.paused: set[int] = set()
 
     @property
@@ -141,6 +151,7 @@ class Lab:
 
     def restart(self, node: int) -> None:
         self.daemons[node].start()
+        wait_ready(self.daemons[node])
 
     def pause(self, node: int) -> None:
         os.kill(self.daemons[node].process.pid, signal.SIGSTOP)

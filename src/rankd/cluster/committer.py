@@ -20,6 +20,7 @@ gives what never reached the log (the deposed primary sets it aside).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 
 #: Records in one append at most (one Postgres row).
 MAX_BATCH_RECORDS = 5000
+#: Appends in flight at most.  Two measured no faster on this 2-core machine
+#: (bench_cluster.py: the CPU, shared by every node and Postgres, is the limit).
+PIPELINE = 1
 RETRY_MIN_SECONDS = 0.02
 RETRY_MAX_SECONDS = 1.0
 
@@ -59,6 +63,8 @@ class GroupCommitter:
         self._enqueued: deque[tuple[int, float]] = deque()
         self._waiters: list[tuple[int, asyncio.Future[int]]] = []
         self._flusher: asyncio.Task | None = None
+        #: Set when records are enqueued (the flusher may send another append).
+        self._more = asyncio.Event()
         #: Appends made and records in them, for metrics and benchmarks.
         self.appends = 0
         self.records = 0
@@ -79,6 +85,7 @@ class GroupCommitter:
         self._queue.extend(enumerate(payloads, first))
         self.next_seq += len(payloads)
         self._enqueued.append((self.next_seq - 1, time.monotonic()))
+        self._more.set()
         if self._flusher is None and self._queue:
             self._flusher = asyncio.get_running_loop().create_task(self._flush())
         return first
@@ -111,49 +118,87 @@ class GroupCommitter:
         return list(self._queue)
 
     async def _flush(self) -> None:
+        """Append from the head of the queue, up to :data:`PIPELINE` appends
+        in flight: the next one is sent while the one before commits (it
+        waits for the register's lock in Postgres, then follows it).  After
+        a failure, what is in flight ends first, the register says how far
+        the log got, and appending starts again from there."""
         delay = RETRY_MIN_SECONDS
+        inflight: deque[tuple[int, asyncio.Task]] = deque()
+        sent = self.committed_seq
         try:
-            while self._queue and self.fenced is None:
-                batch = [self._queue[i] for i in range(min(len(self._queue),
-                                                            MAX_BATCH_RECORDS))]
+            while self.fenced is None and (inflight or self._queue):
+                while (len(inflight) < PIPELINE and self._queue
+                       and self._queue[-1][0] > sent):
+                    offset = sent + 1 - self._queue[0][0]
+                    batch = [self._queue[i] for i in range(
+                        offset, min(len(self._queue), offset + MAX_BATCH_RECORDS))]
+                    sent = batch[-1][0]
+                    inflight.append((sent, asyncio.ensure_future(self.store.append(
+                        self.lease, batch[0][0], [payload for _, payload in batch]))))
+                last, oldest = inflight[0]
+                self._more.clear()
+                if len(inflight) < PIPELINE:  # wake for new records too
+                    more = asyncio.ensure_future(self._more.wait())
+                    await asyncio.wait({oldest, more}, return_when=asyncio.FIRST_COMPLETED)
+                    more.cancel()
+                    if not oldest.done():
+                        continue
+                else:
+                    await asyncio.wait({oldest})
+                inflight.popleft()
+                failure = oldest.exception()
+                if failure is None:
+                    self._committed_up_to(last)
+                    delay = RETRY_MIN_SECONDS
+                    if self.failing is not None:
+                        log.warning("group %d: appending again", self.lease.group)
+                        self.failing = None
+                    continue
+                if isinstance(failure, Fenced):
+                    self._fence(failure)
+                    return
+                # Not committed, or not known to be: let the rest end, ask the
+                # register how far the log got, and go on from there.
+                for later_last, later in inflight:
+                    with contextlib.suppress(Exception):
+                        await later
+                        self._committed_up_to(later_last)
+                inflight.clear()
                 try:
-                    await self._append(batch)
+                    await self._settle()
                 except (Fenced, LogLost) as exc:
                     self._fence(exc)
                     return
-                except Exception as exc:  # not committed, or not known to be: again
+                except Exception as exc:
+                    failure = exc
+                sent = self.committed_seq
+                if not isinstance(failure, OutOfSequence):
                     if self.failing is None:
                         log.warning("group %d: cannot append to the log yet (%s); retrying",
-                                    self.lease.group, exc)
-                    self.failing = str(exc)
+                                    self.lease.group, failure)
+                    self.failing = str(failure)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, RETRY_MAX_SECONDS)
-                    continue
-                delay = RETRY_MIN_SECONDS
-                if self.failing is not None:
-                    log.warning("group %d: appending again", self.lease.group)
-                    self.failing = None
         finally:
+            for _, task in inflight:
+                task.cancel()
             self._flusher = None
 
-    async def _append(self, batch: list[tuple[int, bytes]]) -> None:
-        first = batch[0][0]
-        try:
-            await self.store.append(self.lease, first, [payload for _, payload in batch])
-        except OutOfSequence:
-            # An earlier append whose outcome was unknown did commit.
-            register = await self.store.register(self.lease.group)
-            if register is None or register["epoch"] != self.lease.epoch:
-                raise Fenced(self.lease.group, self.lease.epoch,
-                             register["epoch"] if register else -1,
-                             register["holder"] if register else None) from None
-            if register["last_seq"] < first - 1:
-                raise LogLost(f"group {self.lease.group}: Postgres's log ends at "
-                              f"{register['last_seq']}, before position {first - 1} that it "
-                              "committed") from None
-            self._committed_up_to(min(register["last_seq"], batch[-1][0]))
-            return
-        self._committed_up_to(batch[-1][0])
+    async def _settle(self) -> None:
+        """After a failed append: the register says how far the log got
+        (an append whose outcome was unknown may have committed)."""
+        register = await self.store.register(self.lease.group)
+        if register is None or register["epoch"] != self.lease.epoch:
+            raise Fenced(self.lease.group, self.lease.epoch,
+                         register["epoch"] if register else -1,
+                         register["holder"] if register else None)
+        if register["last_seq"] < self.committed_seq:
+            raise LogLost(f"group {self.lease.group}: Postgres's log ends at "
+                          f"{register['last_seq']}, before position {self.committed_seq} that "
+                          "it committed")
+        if self._queue:
+            self._committed_up_to(min(register["last_seq"], self._queue[-1][0]))
 
     def _committed_up_to(self, seq: int) -> None:
         taken = 0

@@ -50,6 +50,8 @@ from rankd.postgres_link import release_cheaply
 log = logging.getLogger(__name__)
 
 ACK_MODES = ("log", "local")
+#: How long a write arriving while the node joins waits for it.
+JOIN_WAIT_SECONDS = 10.0
 #: Rounds of the watch loop a less caught-up node leaves an expired group
 #: to a more caught-up one before it tries itself.
 DEFER_ROUNDS = 2
@@ -137,6 +139,7 @@ class ClusterNode:
         self._locks: dict[int, asyncio.Lock] = {}
         self._task: asyncio.Task | None = None
         self._deposing: set[asyncio.Task] = set()
+        self._joined = asyncio.Event()
         engine.replication = self
 
     # --- life cycle ------------------------------------------------------------------
@@ -162,6 +165,7 @@ class ClusterNode:
         await self.tail.start()
         await self._watch_once()
         self._task = asyncio.create_task(self._watch(), name="rankd-cluster-watch")
+        self._joined.set()
         log.info("node %s joined the cluster (ack=%s, lease %.1fs, advertised at %s)",
                  self.node_id, self.ack, self.config.lease_seconds, self.config.advertise)
 
@@ -187,8 +191,12 @@ class ClusterNode:
     # --- what the engine calls (rankd.engine.replication.Replication) ---------------
 
     async def prepare(self, groups: set[int]) -> None:
-        if self.keeper is None:
-            raise Unavailable(f"node {self.node_id} is still joining the cluster")
+        if not self._joined.is_set():
+            try:
+                await asyncio.wait_for(self._joined.wait(), JOIN_WAIT_SECONDS)
+            except TimeoutError:
+                raise Unavailable(f"node {self.node_id} is still joining the cluster; try "
+                                  "again shortly") from None
         for group in groups:
             writer = self.writers.get(group)
             if writer is not None:
