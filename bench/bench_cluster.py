@@ -24,7 +24,7 @@ dirs, WAL ``--fsync everysec``), and the load generators of
 3. **Failover.**  ``--rounds`` times: ``kill -9`` the primary of ``bench``,
    then submit through the other nodes until one is acknowledged; the time
    from the kill to that answer, against the lease (``--lease-seconds``,
-   default 5 s, rankd's default).  The killed node is restarted between
+   default 4 s, rankd's default).  The killed node is restarted between
    rounds.
 
 The single-node figures (no ``--cluster-dsn``) are ``bench_daemon.py``'s.
@@ -165,7 +165,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--lease-seconds", type=float, default=5.0)
+    parser.add_argument("--lease-seconds", type=float, default=4.0)
     parser.add_argument("--pg-fsync-off", action="store_true")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()

@@ -76,7 +76,7 @@ OPTIONS = (
     Option("ack_timeout", float, 10.0,
            "cluster: seconds a write waits for the log before it answers unacknowledged",
            minimum=0.001),
-    Option("lease_seconds", float, 5.0,
+    Option("lease_seconds", float, 4.0,
            "cluster: how long a primary's lease lasts without renewal (failover takes about "
            "this long)", minimum=0.3),
     Option("max_unshipped_ms", float, 1000.0,
@@ -156,7 +156,7 @@ class ServerConfig:
     advertise: str | None = None
     ack: str = "log"
     ack_timeout: float = 10.0
-    lease_seconds: float = 5.0
+    lease_seconds: float = 4.0
     max_unshipped_ms: float = 1000.0
     group_snapshot_records: int = 100_000
     snapshot_every_events: int = 1_000_000

@@ -141,7 +141,7 @@ class ClusterLog:
     """The groups' registers and logs, through an asyncpg pool (or anything
     with ``acquire()`` giving connections)."""
 
-    def __init__(self, pool: asyncpg.Pool, *, lease_seconds: float = 5.0) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, lease_seconds: float = 4.0) -> None:
         self.pool = pool
         self.lease_seconds = lease_seconds
 

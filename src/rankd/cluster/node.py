@@ -70,7 +70,7 @@ class ClusterConfig:
     ack: str = "log"
     #: Seconds a write waits for the log before it answers ``unacknowledged``.
     ack_timeout: float = 10.0
-    lease_seconds: float = 5.0
+    lease_seconds: float = 4.0
     #: ``--ack local``: a primary whose oldest unshipped record is older
     #: than this refuses writes (503) instead of growing what a failover loses.
     max_unshipped_ms: float = 1000.0
@@ -140,6 +140,8 @@ class ClusterNode:
         self._task: asyncio.Task | None = None
         self._deposing: set[asyncio.Task] = set()
         self._joined = asyncio.Event()
+        #: Takeovers timed for when a lease runs out (see _take_when_free).
+        self._timers: dict[int, asyncio.Task] = {}
         engine.replication = self
 
     # --- life cycle ------------------------------------------------------------------
@@ -173,6 +175,8 @@ class ClusterNode:
         """Leave: let queued records reach the log (a few seconds at most),
         give the leases up so another node takes over at once, stop."""
         await stop_task(self._task)
+        for timer in list(self._timers.values()):
+            await stop_task(timer)
         for group, writer in list(self.writers.items()):
             with contextlib.suppress(TimeoutError, Fenced):
                 if writer.next_seq - 1 > writer.committed_seq:
@@ -386,7 +390,7 @@ class ClusterNode:
 
     async def _watch(self) -> None:
         while True:
-            await asyncio.sleep(min(1.0, self.config.lease_seconds / 3))
+            await asyncio.sleep(self._round_seconds)
             try:
                 await self._watch_once()
                 await self._snapshot_groups()
@@ -419,7 +423,11 @@ class ClusterNode:
             register = self.registers[group] = Register(
                 row["epoch"], row["holder"], row["last_seq"], now + left if left > 0 else 0.0,
                 before.deferred if before is not None and before.epoch == row["epoch"] else 0)
-            if group in self.writers or (left > 0 and row["holder"] != self.node_id):
+            if group in self.writers:
+                continue
+            if left > 0 and row["holder"] != self.node_id:
+                if left < self._round_seconds:  # it runs out before the next round
+                    self._take_when_free(group, left)
                 continue
             if left > 0 or self._most_caught_up(group) or register.deferred >= DEFER_ROUNDS:
                 try:
@@ -428,6 +436,29 @@ class ClusterNode:
                     log.warning("node %s could not take group %d: %s", self.node_id, group, exc)
             else:
                 register.deferred += 1
+
+    @property
+    def _round_seconds(self) -> float:
+        return min(1.0, self.config.lease_seconds / 3)
+
+    def _take_when_free(self, group: int, left: float) -> None:
+        """Try to take ``group`` the moment its lease runs out (a primary
+        that stopped renewing): failover then takes about one lease, not a
+        lease and a round of the watch loop."""
+        if group in self._timers:
+            return
+
+        async def take_then() -> None:
+            try:
+                await asyncio.sleep(left + 0.01)
+                if group not in self.writers and self._most_caught_up(group):
+                    await self._take(group)
+            except Exception as exc:
+                log.warning("node %s could not take group %d: %s", self.node_id, group, exc)
+            finally:
+                self._timers.pop(group, None)
+
+        self._timers[group] = asyncio.ensure_future(take_then())
 
     def _most_caught_up(self, group: int) -> bool:
         mine = self.engine.positions.get(group, (0, 0))[0]
@@ -445,6 +476,16 @@ class ClusterNode:
 
     # --- status -------------------------------------------------------------------------
 
+    @property
+    def joined(self) -> bool:
+        """Whether this node joined its cluster (it takes writes)."""
+        return self._joined.is_set()
+
+    @property
+    def log_connected(self) -> bool:
+        """Whether the log tail's connection to Postgres is up."""
+        return bool(self.tail and self.tail.connected)
+
     def figures(self) -> dict[str, float]:
         """Figures for ``/metrics``."""
         tail = self.tail
@@ -458,7 +499,7 @@ class ClusterNode:
                                      default=0.0),
             "follow_lag_records": max((tail.known.get(g, s) - s for g, s in followed.items()),
                                       default=0),
-            "log_connected": int(bool(tail and tail.connected)),
+            "log_connected": int(self.log_connected),
             "takeovers": self.failovers, "orphaned_records": self.orphaned,
             "group_snapshots": self.snapshots, "bootstraps": self.bootstraps,
         }

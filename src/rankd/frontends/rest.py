@@ -405,6 +405,10 @@ async def ready(request: web.Request) -> web.Response:
         shipper = engine.shipper
         checks["postgres_shipping"] = shipper is not None and shipper.stalled is None
         degraded["postgres_connected"] = shipper is not None and shipper.connected
+    node = service_of(request).cluster
+    if node is not None:
+        checks["cluster_joined"] = node.joined
+        degraded["cluster_log_connected"] = node.log_connected
     ready_now = all(checks.values())
     return json_response({"ready": ready_now, "checks": checks, "degraded": degraded},
                          200 if ready_now else 503)
