@@ -80,13 +80,15 @@ class Cluster:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust",
                   "--no-sync", "-E", "UTF8")
 
-    def start(self, *, durable: bool = False) -> None:
+    def start(self, *, durable: bool = False, settings: dict[str, str] | None = None) -> None:
         """Start; ``durable`` keeps Postgres's own fsync and full-page writes
         (benchmarks), else they are off (tests: faster)."""
         options = (f"-p {self.port} -c listen_addresses=127.0.0.1 "
                    f"-c unix_socket_directories={self.root}")
         if not durable:
             options += " -c fsync=off -c full_page_writes=off"
+        for name, value in (settings or {}).items():
+            options += f" -c {name}={value}"
         result = self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options,
                            "-w", "-t", "60", "start", check=False)
         if result.returncode != 0:
@@ -94,6 +96,19 @@ class Cluster:
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
+
+    def make_standby_of(self, primary: Cluster, name: str) -> None:
+        """Instead of :meth:`init`: a streaming standby of ``primary``
+        (``pg_basebackup``), known to it as ``name`` (for
+        ``synchronous_standby_names``)."""
+        conninfo = f"host=127.0.0.1 port={primary.port} user=postgres application_name={name}"
+        self._run("pg_basebackup", "-d", conninfo, "-D", str(self.data), "-X", "stream", "-R",
+                  "--no-sync")
+        with open(self.data / "postgresql.auto.conf", "a") as conf:
+            conf.write(f"primary_conninfo = '{conninfo}'\n")
+
+    def promote(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-w", "promote")
 
     def log_text(self) -> str:
         with contextlib.suppress(OSError):

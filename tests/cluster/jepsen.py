@@ -102,18 +102,32 @@ def wait_ready(daemon: Daemon, timeout: float = 30.0) -> None:
 
 
 class Lab:
-    """Postgres and ``nodes`` rankd nodes, every link through a proxy."""
+    """Postgres and ``nodes`` rankd nodes, every link through a proxy.
+
+    With ``standby`` Postgres has a streaming standby that every commit
+    waits for (synchronous replication), and the nodes reach the two with
+    one multi-host DSN (``target_session_attrs=read-write``), as with a
+    Postgres made highly available by its own tooling (not through proxies).
+    """
 
     def __init__(self, root: Path, *, nodes: int = 3, lease_seconds: float = 1.5,
                  ack: str = "log", ack_timeout: float = 3.0, tcp: bool = False,
-                 extra: tuple[str, ...] = ()) -> None:
+                 extra: tuple[str, ...] = (), standby: bool = False) -> None:
         self.root = root
         bin_dir = _bin_dir()
         if bin_dir is None:
             raise RuntimeError("no PostgreSQL server binaries (initdb)")
         self.pg = Cluster(bin_dir)
         self.pg.init()
-        self.pg.start()
+        self.standby: Cluster | None = None
+        if standby:
+            self.pg.start(settings={"wal_level": "replica", "max_wal_senders": "4",
+                                    "synchronous_standby_names": "standby1"})
+            self.standby = Cluster(bin_dir)
+            self.standby.make_standby_of(self.pg, "standby1")
+            self.standby.start()
+        else:
+            self.pg.start()
         self.lease_seconds = lease_seconds
         self.ack = ack
         parts = urlsplit(self.pg.admin_dsn)
@@ -123,6 +137,8 @@ class Lab:
         for i in range(nodes):
             dsn = urlunsplit(parts._replace(
                 netloc=f"{parts.username}@127.0.0.1:{self.pg_proxies[i].port}"))
+            if self.standby is not None:
+                dsn = self.dsn
             daemon = Daemon(root / f"node{i}", "--cluster-dsn", dsn, "--node-id", f"n{i}",
                             "--lease-seconds", str(lease_seconds), "--ack", ack,
                             "--ack-timeout", str(ack_timeout), "--log-format", "text",
@@ -137,7 +153,10 @@ class Lab:
 
     @property
     def dsn(self) -> str:
-        return self.pg.admin_dsn
+        if self.standby is None:
+            return self.pg.admin_dsn
+        return (f"postgresql://postgres@127.0.0.1:{self.pg.port},127.0.0.1:{self.standby.port}"
+                "/postgres?target_session_attrs=read-write")
 
     def url(self, node: int) -> str:
         return f"http://127.0.0.1:{self.client_proxies[node].port}"
@@ -192,6 +211,8 @@ class Lab:
         for proxy in self.pg_proxies + self.client_proxies:
             proxy.close()
         self.pg.destroy()
+        if self.standby is not None:
+            self.standby.destroy()
 
     def logs(self) -> str:
         return "\n".join(f"--- node {i} ---\n{d.log()[-6000:]}"
@@ -537,6 +558,25 @@ async def corrupt_follower(lab: Lab, history: History, seconds: float) -> dict:
     return {}
 
 
+async def promote_standby(lab: Lab, history: History, seconds: float) -> dict:
+    """The Postgres primary dies (``-m immediate``) and its synchronous
+    standby is promoted, as Postgres's HA tooling would; the nodes find the
+    new primary through their multi-host DSN."""
+    await asyncio.sleep(seconds / 3)
+    stopped = time.monotonic()
+    history.faults.append((stopped, "Postgres primary: pg_ctl stop -m immediate"))
+    await asyncio.to_thread(lab.pg.stop, "immediate")
+    await asyncio.sleep(0.5)
+    await asyncio.to_thread(lab.standby.promote)
+    history.faults.append((time.monotonic(), "standby promoted"))
+    back = await first_ok_after(lab, history, BOARDS[0], stopped,
+                                list(range(len(lab.daemons))))
+    return {"writes_back_s": round(back, 2)}
+
+
+#: Scenarios that need ``Lab(standby=True)``.
+NEEDS_STANDBY = {"promote_standby"}
+
 NEMESES = {
     "kill_primary": kill_primary,
     "pause_primary": pause_primary,
@@ -545,6 +585,7 @@ NEMESES = {
     "restart_postgres": restart_postgres,
     "restart_follower": restart_follower,
     "corrupt_follower": corrupt_follower,
+    "promote_standby": promote_standby,
 }
 
 
@@ -559,7 +600,7 @@ def main() -> int:
     failed = 0
     for name in args.scenarios:
         with tempfile.TemporaryDirectory() as root:
-            lab = Lab(Path(root), ack=args.ack)
+            lab = Lab(Path(root), ack=args.ack, standby=name in NEEDS_STANDBY)
             try:
                 make_boards(lab)
                 figures = asyncio.run(run_scenario(lab, name, args.seconds))

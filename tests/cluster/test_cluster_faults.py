@@ -14,7 +14,7 @@ import asyncio
 import os
 
 import pytest
-from jepsen import NEMESES, Lab, make_boards, run_scenario
+from jepsen import NEEDS_STANDBY, NEMESES, Lab, make_boards, run_scenario
 
 SECONDS = float(os.environ.get("RANKD_CLUSTER_FAULT_SECONDS", "8"))
 CASES = [(name, "log") for name in sorted(NEMESES)] + [
@@ -25,7 +25,7 @@ CASES = [(name, "log") for name in sorted(NEMESES)] + [
 def test_nothing_acknowledged_is_lost_or_applied_twice(tmp_path, pg_server, scenario: str,
                                                        ack: str) -> None:
     # pg_server: fails rather than skips where Postgres is required (CI).
-    lab = Lab(tmp_path, ack=ack)
+    lab = Lab(tmp_path, ack=ack, standby=scenario in NEEDS_STANDBY)
     try:
         make_boards(lab)
         figures = asyncio.run(run_scenario(lab, scenario, SECONDS))
