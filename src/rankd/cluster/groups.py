@@ -10,6 +10,7 @@ changes for a name.
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 
 #: The number of board groups: fixed for the life of a cluster.
@@ -19,3 +20,16 @@ GROUPS = 1024
 def group_of(board: str) -> int:
     """The group of ``board``: ``crc32(utf8(board)) % GROUPS``."""
     return zlib.crc32(board.encode()) % GROUPS
+
+
+class GroupLocks:
+    """One ``asyncio.Lock`` per group, made on first use."""
+
+    def __init__(self) -> None:
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    def __call__(self, group: int) -> asyncio.Lock:
+        lock = self._locks.get(group)
+        if lock is None:
+            lock = self._locks[group] = asyncio.Lock()
+        return lock

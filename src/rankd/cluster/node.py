@@ -37,7 +37,8 @@ from typing import Any
 import asyncpg
 
 from rankd._tasks import stop_task
-from rankd.cluster.committer import GroupCommitter
+from rankd.cluster.committer import GroupCommitter, LogLost
+from rankd.cluster.groups import GroupLocks
 from rankd.cluster.leases import LeaseKeeper
 from rankd.cluster.log import ClusterLog, Fenced, migrate
 from rankd.cluster.nodes import Nodes
@@ -136,7 +137,8 @@ class ClusterNode:
         self.keeper: LeaseKeeper | None = None
         self.tail: LogTail | None = None
         self.nodes: Nodes | None = None
-        self._locks: dict[int, asyncio.Lock] = {}
+        #: Held while a group is taken or given up.
+        self._lock = GroupLocks()
         self._task: asyncio.Task | None = None
         self._deposing: set[asyncio.Task] = set()
         self._joined = asyncio.Event()
@@ -162,7 +164,7 @@ class ClusterNode:
         self.tail = LogTail(self.store, self.config.dsn, self._apply,
                             applied={g: seq for g, (seq, _) in self.engine.positions.items()},
                             poll_seconds=min(1.0, self.config.lease_seconds / 3),
-                            bootstrap=self._bootstrap)
+                            bootstrap=self._bootstrap, rewound=self._rewound)
         await self.keeper.start()
         await self.tail.start()
         await self._watch_once()
@@ -239,12 +241,6 @@ class ClusterNode:
                                  "out before this write reached the log; it may be lost")
 
     # --- taking, following, being deposed ----------------------------------------------
-
-    def _lock(self, group: int) -> asyncio.Lock:
-        lock = self._locks.get(group)
-        if lock is None:
-            lock = self._locks[group] = asyncio.Lock()
-        return lock
 
     async def _take(self, group: int) -> None:
         async with self._lock(group):
@@ -332,6 +328,18 @@ class ClusterNode:
         self.bootstraps += 1
         return seq
 
+    async def _rewound(self, group: int, last_seq: int) -> None:
+        """A followed group's log ends before what this node applied: Postgres
+        lost committed transactions.  The group is replayed from the log."""
+        applied = self.engine.positions.get(group, (0, 0))[0]
+        log.error("node %s applied group %d up to position %d but its log now ends at %d: "
+                  "Postgres lost committed transactions (use synchronous replication for "
+                  "its standbys); replaying the group from the log", self.node_id, group,
+                  applied, last_seq)
+        async with self.tail.locked(group):
+            await self.engine.reset_group(group)
+            self.tail.applied[group] = 0
+
     async def _snapshot_groups(self) -> None:
         """Store the state of each group this node writes every
         ``group_snapshot_records`` records (see ``ClusterLog.store_snapshot``)."""
@@ -365,6 +373,13 @@ class ClusterNode:
             if writer.fenced is None:
                 writer.fence(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
             orphans = writer.unshipped()
+            if isinstance(writer.fenced, LogLost):
+                # Postgres lost commits (an asynchronous standby promoted): what
+                # this node wrote beyond the log's end is set aside too.
+                with contextlib.suppress(Exception):
+                    committed = await self.store.last_seq_of_epoch(group, writer.lease.epoch)
+                    orphans = await asyncio.to_thread(self.engine.written_by, group,
+                                                      writer.lease.epoch, committed)
             log.warning("node %s no longer writes group %d: %s", self.node_id, group, exc)
             if orphans:
                 await self._orphan(group, writer.lease.epoch, orphans)

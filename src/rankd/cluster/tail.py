@@ -23,6 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from rankd._tasks import stop_task
+from rankd.cluster.groups import GroupLocks
 from rankd.cluster.log import CHANNEL, ClusterLog, Compacted
 from rankd.postgres_link import POSTGRES_ERRORS, reconnecting
 
@@ -42,7 +43,8 @@ class LogTail:
     def __init__(self, store: ClusterLog, dsn: str, apply: Apply, *,
                  applied: dict[int, int] | None = None, poll_seconds: float = 1.0,
                  batches: int = 100, bootstrap: Bootstrap | None = None,
-                 gather_seconds: float = 0.01) -> None:
+                 gather_seconds: float = 0.01,
+                 rewound: Callable[[int, int], Awaitable[None]] | None = None) -> None:
         self.store = store
         self.dsn = dsn
         self.apply = apply
@@ -59,6 +61,9 @@ class LogTail:
         #: one read then takes many (fewer round trips for the node and for
         #: Postgres, for a few milliseconds of lag).
         self.gather_seconds = gather_seconds
+        #: Called when a group's log ends before what was applied here (Postgres
+        #: lost commits: an asynchronous standby was promoted).
+        self.rewound = rewound
         self.connected = False
         #: Each group's last position Postgres told of.
         self.known: dict[int, int] = {}
@@ -66,7 +71,8 @@ class LogTail:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._advanced = asyncio.Condition()
-        self._locks: dict[int, asyncio.Lock] = {}
+        #: The lock held while a group is read and applied.
+        self.locked = GroupLocks()
 
     async def start(self) -> None:
         if self._task is None:
@@ -91,7 +97,7 @@ class LogTail:
         """Apply ``group``'s log up to ``last_seq`` now and stop following
         it (its new primary opens for writes after this)."""
         self.paused.add(group)
-        async with self._lock(group):
+        async with self.locked(group):
             while self.applied.get(group, 0) < last_seq:
                 if not await self._read(group):
                     raise RuntimeError(f"group {group}: the log ends before position "
@@ -102,17 +108,11 @@ class LogTail:
 
     async def resume(self, group: int, applied_seq: int) -> None:
         """Follow ``group`` again from after ``applied_seq``."""
-        async with self._lock(group):
+        async with self.locked(group):
             self.applied[group] = applied_seq
             self.paused.discard(group)
             self._behind.add(group)
             self._wakeup.set()
-
-    def _lock(self, group: int) -> asyncio.Lock:
-        lock = self._locks.get(group)
-        if lock is None:
-            lock = self._locks[group] = asyncio.Lock()
-        return lock
 
     def _notified(self, connection: object, pid: int, channel: str, payload: str) -> None:
         group_text, _, last = payload.partition(":")
@@ -159,6 +159,9 @@ class LogTail:
         rows = await conn.fetch("SELECT group_id, last_seq FROM rankd_groups")
         for row in rows:
             group, last_seq = row["group_id"], row["last_seq"]
+            if (self.rewound is not None and group not in self.paused
+                    and last_seq < self.applied.get(group, 0)):
+                await self.rewound(group, last_seq)
             self.known[group] = max(self.known.get(group, 0), last_seq)
             if group not in self.paused and last_seq > self.applied.get(group, 0):
                 self._behind.add(group)
@@ -168,7 +171,7 @@ class LogTail:
             group = self._behind.pop()
             if group in self.paused:
                 continue
-            async with self._lock(group):
+            async with self.locked(group):
                 if group in self.paused:
                     continue
                 while await self._read(group):
