@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -452,28 +453,29 @@ async def first_ok_after(lab: Lab, history: History, board: str, since: float,
     raise AssertionError(f"no write of {board} acknowledged {timeout} s after the fault")
 
 
-async def kill_primary(lab: Lab, history: History, seconds: float) -> dict:
-    await asyncio.sleep(seconds / 3)
+async def strike_primary(lab: Lab, history: History, wait: float, what: str,
+                         fault: Callable[[int], None]) -> tuple[int, float, float]:
+    """After ``wait``, ``fault`` the primary of the first board; returns it,
+    when, and how long until a write of that board is acknowledged again."""
+    await asyncio.sleep(wait)
     victim = await asyncio.to_thread(lab.primary_of, BOARDS[0])
-    killed = time.monotonic()
-    lab.kill(victim)
-    history.faults.append((killed, f"kill -9 node {victim}"))
+    struck = time.monotonic()
+    fault(victim)
+    history.faults.append((struck, f"{what} node {victim}"))
     others = [n for n in range(len(lab.daemons)) if n != victim]
-    failover = await first_ok_after(lab, history, BOARDS[0], killed, others)
+    return victim, struck, await first_ok_after(lab, history, BOARDS[0], struck, others)
+
+
+async def kill_primary(lab: Lab, history: History, seconds: float) -> dict:
+    victim, _, failover = await strike_primary(lab, history, seconds / 3, "kill -9", lab.kill)
     await asyncio.sleep(seconds / 3)
-    lab.restart(victim)
-    history.faults.append((time.monotonic(), f"restart node {victim}"))
+    await restart(lab, history, victim)
     return {"failover_s": round(failover, 2)}
 
 
 async def pause_primary(lab: Lab, history: History, seconds: float) -> dict:
-    await asyncio.sleep(seconds / 4)
-    victim = await asyncio.to_thread(lab.primary_of, BOARDS[0])
-    paused = time.monotonic()
-    lab.pause(victim)
-    history.faults.append((paused, f"SIGSTOP node {victim}"))
-    others = [n for n in range(len(lab.daemons)) if n != victim]
-    failover = await first_ok_after(lab, history, BOARDS[0], paused, others)
+    victim, _, failover = await strike_primary(lab, history, seconds / 4, "SIGSTOP",
+                                               lab.pause)
     await asyncio.sleep(lab.lease_seconds)
     lab.resume(victim)
     history.faults.append((time.monotonic(), f"SIGCONT node {victim}"))
@@ -481,13 +483,9 @@ async def pause_primary(lab: Lab, history: History, seconds: float) -> dict:
 
 
 async def blackhole_primary_postgres(lab: Lab, history: History, seconds: float) -> dict:
-    await asyncio.sleep(seconds / 4)
-    victim = await asyncio.to_thread(lab.primary_of, BOARDS[0])
-    cut = time.monotonic()
-    lab.pg_proxies[victim].set_mode("blackhole")
-    history.faults.append((cut, f"blackhole node {victim} -> Postgres"))
-    others = [n for n in range(len(lab.daemons)) if n != victim]
-    failover = await first_ok_after(lab, history, BOARDS[0], cut, others)
+    victim, cut, failover = await strike_primary(
+        lab, history, seconds / 4, "blackhole Postgres from",
+        lambda node: lab.pg_proxies[node].set_mode("blackhole"))
     # Under --ack local the victim acknowledged alone for a while: wait for the takeover.
     while await asyncio.to_thread(lab.primary_of, BOARDS[0], victim) == victim:
         await asyncio.sleep(0.05)
@@ -527,32 +525,38 @@ async def restart_postgres(lab: Lab, history: History, seconds: float) -> dict:
     return {}
 
 
-async def restart_follower(lab: Lab, history: History, seconds: float) -> dict:
-    await asyncio.sleep(seconds / 3)
+async def kill_follower(lab: Lab, history: History, wait: float) -> int:
+    """After ``wait``, ``kill -9`` a node that is not the first board's primary."""
+    await asyncio.sleep(wait)
     primary = await asyncio.to_thread(lab.primary_of, BOARDS[0])
     victim = (primary + 1) % len(lab.daemons)
     lab.kill(victim)
     history.faults.append((time.monotonic(), f"kill -9 follower {victim}"))
+    return victim
+
+
+async def restart(lab: Lab, history: History, node: int) -> None:
+    await asyncio.to_thread(lab.restart, node)  # the load goes on meanwhile
+    history.faults.append((time.monotonic(), f"restarted node {node}"))
+
+
+async def restart_follower(lab: Lab, history: History, seconds: float) -> dict:
+    victim = await kill_follower(lab, history, seconds / 3)
     await asyncio.sleep(seconds / 4)
-    lab.restart(victim)
-    history.faults.append((time.monotonic(), f"restart follower {victim}"))
+    await restart(lab, history, victim)
     return {}
 
 
 async def corrupt_follower(lab: Lab, history: History, seconds: float) -> dict:
-    await asyncio.sleep(seconds / 3)
-    primary = await asyncio.to_thread(lab.primary_of, BOARDS[0])
-    victim = (primary + 1) % len(lab.daemons)
-    lab.kill(victim)
+    victim = await kill_follower(lab, history, seconds / 3)
     segments = sorted((lab.daemons[victim].data_dir / "wal").glob("*.log"))
     damaged = segments[0]
     data = bytearray(damaged.read_bytes())
     for offset in range(64, min(len(data), 4096), 97):
         data[offset] ^= 0xFF
     damaged.write_bytes(bytes(data))
-    history.faults.append((time.monotonic(), f"corrupt follower {victim}'s log"))
-    lab.restart(victim)
-    history.faults.append((time.monotonic(), f"restart follower {victim}"))
+    history.faults.append((time.monotonic(), f"corrupted follower {victim}'s log"))
+    await restart(lab, history, victim)
     assert lab.daemons[victim].wait_for_log("replaying every group from the cluster's log",
                                             timeout=10), lab.daemons[victim].log()[-3000:]
     return {}
