@@ -287,6 +287,7 @@ def plan(quick: bool) -> tuple[Plan, dict[str, dict[int, Run]]]:
         sweeps["daemon"][0] = work.add("daemon", "bench_daemon.py", "--quick", "--depths",
                                        "1,16")
         sweeps["live"][500] = work.add("live feed", "bench_live.py", "--quick")
+        work.add("cluster", "bench_cluster.py", "--quick")
         return work, sweeps
     sweeps["index"][1_000_000] = work.add("index, 1M members", "bench_index.py")
     for members in (100_000, 5_000_000):
@@ -306,6 +307,8 @@ def plan(quick: bool) -> tuple[Plan, dict[str, dict[int, Run]]]:
         sweeps["live"][subscribers] = work.add(
             f"live feed, {subscribers:,} subscribers", "bench_live.py", "--subscribers",
             subscribers)
+    work.add("cluster log", "bench_cluster_log.py")
+    work.add("cluster", "bench_cluster.py")
     return work, sweeps
 
 
