@@ -92,6 +92,42 @@ def test_a_tcp_write_to_another_node_is_moved_and_the_client_follows(lab: Lab) -
         assert status == 200 and seen["score"] == 10.0
 
 
+def test_a_follower_serves_the_live_feed_of_writes_made_elsewhere(lab: Lab) -> None:
+    import asyncio
+    import json
+
+    import aiohttp
+
+    lab.daemons[0].request("PUT", "/v1/boards/livefeed", {"policy": "sum"})
+    primary = lab.primary_of("livefeed")
+    follower = lab.daemons[(primary + 1) % 3]
+    writer = lab.daemons[(primary + 2) % 3]  # forwarded to the primary
+
+    async def scenario() -> list[dict]:
+        url = f"{follower.url}/v1/boards/livefeed/events?limit=5"
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            events: list[dict] = []
+            scores = []
+            for n in range(3):
+                status, _ = await asyncio.to_thread(
+                    writer.request, "POST", "/v1/boards/livefeed/scores",
+                    {"member": "ann", "delta": 1, "event_id": f"lf{n}"})
+                assert status == 200
+                while True:
+                    line = (await asyncio.wait_for(response.content.readline(), 5)).decode()
+                    if line.startswith("data: "):
+                        event = json.loads(line[6:])
+                        events.append(event)
+                        if event.get("top") and event["top"][0]["score"] == n + 1:
+                            scores.append(event["top"][0]["score"])
+                            break
+            return events
+
+    events = asyncio.run(scenario())
+    versions = [e["version"] for e in events if "version" in e]
+    assert versions == sorted(versions) and len(versions) >= 3  # never back
+
+
 def test_the_cluster_shows_nodes_groups_primaries_and_lag(lab: Lab) -> None:
     lab.daemons[2].request("PUT", "/v1/boards/shown", {})
     status, body = lab.daemons[2].request("GET", "/v1/cluster")
