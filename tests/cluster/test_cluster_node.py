@@ -102,6 +102,10 @@ def test_a_follower_serves_the_live_feed_of_writes_made_elsewhere(lab: Lab) -> N
     primary = lab.primary_of("livefeed")
     follower = lab.daemons[(primary + 1) % 3]
     writer = lab.daemons[(primary + 2) % 3]  # forwarded to the primary
+    deadline = time.monotonic() + 5
+    while follower.request("GET", "/v1/boards/livefeed")[0] != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
 
     async def scenario() -> list[dict]:
         url = f"{follower.url}/v1/boards/livefeed/events?limit=5"
@@ -114,7 +118,9 @@ def test_a_follower_serves_the_live_feed_of_writes_made_elsewhere(lab: Lab) -> N
                     {"member": "ann", "delta": 1, "event_id": f"lf{n}"})
                 assert status == 200
                 while True:
-                    line = (await asyncio.wait_for(response.content.readline(), 5)).decode()
+                    raw = await asyncio.wait_for(response.content.readline(), 5)
+                    assert raw, f"the feed ended: {response.status} {events}"
+                    line = raw.decode()
                     if line.startswith("data: "):
                         event = json.loads(line[6:])
                         events.append(event)
