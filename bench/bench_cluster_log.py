@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from rankd.cluster.committer import GroupCommitter  # noqa: E402
+from rankd.cluster.groups import GROUPS  # noqa: E402
 from rankd.cluster.log import ClusterLog, migrate  # noqa: E402
 from rankd.cluster.tail import LogTail  # noqa: E402
 
@@ -84,6 +85,9 @@ async def follow_run(dsn: str, group: int, rate: float, seconds: float) -> list[
         committer = GroupCommitter(store, await store.take(group, "bench"))
         tail = LogTail(store, dsn, lambda _group, records: apply(records),
                        applied={group: committer.next_seq - 1})
+        # Only this group: the tail follows every group with a register, and the
+        # acknowledgement run before wrote another one.
+        tail.paused = set(range(GROUPS)) - {group}
         await tail.start()
         per_tick = max(1, round(rate / 100))
         deadline = time.perf_counter() + seconds

@@ -87,6 +87,12 @@ def test_a_tcp_write_to_another_node_is_moved_and_the_client_follows(lab: Lab) -
              for n in range(5) for board in ("tcp-moved", "tcp-other")])["results"]
         assert all("error" not in r for r in results), results
     written = max(r["seq"] for r in results[1::2])  # tcp-other's
+    from rankd.client import InvalidInput
+
+    with Client("127.0.0.1", follower.tcp_port) as reader:  # read-your-writes over TCP
+        assert reader.member("tcp-other", "b", min_seq=written)["score"] == 10.0
+        with pytest.raises(InvalidInput, match="min_seq"):
+            reader.top("tcp-other", min_seq=-1)
     for daemon in lab.daemons:
         status, seen = daemon.request("GET", f"/v1/boards/tcp-other/members/b?min_seq={written}")
         assert status == 200 and seen["score"] == 10.0

@@ -28,9 +28,11 @@ class Operations:
         boards by name; pass ``next`` as ``after`` for the following one."""
         return self._call("list_boards", _drop_none(limit=limit, after=after), True)
 
-    def get_board(self, board: str) -> Any:
-        """Config, member counts per window, version."""
-        return self._call("get_board", {"board": board}, True)
+    def get_board(self, board: str, *, min_seq: int | None = None) -> Any:
+        """Config, member counts per window, version.  ``min_seq`` (every
+        read takes it): on a cluster, answer once the node applied that
+        position of the board's group (a write's ``seq``)."""
+        return self._call("get_board", _drop_none(board=board, min_seq=min_seq), True)
 
     def put_board(self, board: str, config: dict[str, Any] | None = None, *,
                   discard: bool = False) -> Any:
@@ -73,27 +75,31 @@ class Operations:
         return self._call("submit_many", {"events": events}, idempotent)
 
     def top(self, board: str, *, limit: int = 10, offset: int = 0,
-            window: str | None = None, period: str | None = None) -> Any:
+            window: str | None = None, period: str | None = None,
+            min_seq: int | None = None) -> Any:
         return self._call("top", _drop_none(board=board, limit=limit, offset=offset,
-                                            window=window, period=period), True)
-
-    def member(self, board: str, member: str, *, window: str | None = None,
-               period: str | None = None) -> Any:
-        """Score, ranks (unique, competition, dense), percentile; ``NotFound`` if absent."""
-        return self._call("member", _drop_none(board=board, member=member, window=window,
-                                               period=period), True)
-
-    def around(self, board: str, member: str, *, above: int = 4, below: int = 4,
-               window: str | None = None, period: str | None = None) -> Any:
-        return self._call("around", _drop_none(board=board, member=member, above=above,
-                                               below=below, window=window, period=period),
+                                            window=window, period=period, min_seq=min_seq),
                           True)
 
+    def member(self, board: str, member: str, *, window: str | None = None,
+               period: str | None = None, min_seq: int | None = None) -> Any:
+        """Score, ranks (unique, competition, dense), percentile; ``NotFound`` if absent."""
+        return self._call("member", _drop_none(board=board, member=member, window=window,
+                                               period=period, min_seq=min_seq), True)
+
+    def around(self, board: str, member: str, *, above: int = 4, below: int = 4,
+               window: str | None = None, period: str | None = None,
+               min_seq: int | None = None) -> Any:
+        return self._call("around", _drop_none(board=board, member=member, above=above,
+                                               below=below, window=window, period=period,
+                                               min_seq=min_seq), True)
+
     def ranks(self, board: str, members: list[str], *, window: str | None = None,
-              period: str | None = None) -> Any:
+              period: str | None = None, min_seq: int | None = None) -> Any:
         """A friends board: the given members ordered, global and list ranks."""
         return self._call("ranks", _drop_none(board=board, members=list(members),
-                                              window=window, period=period), True)
+                                              window=window, period=period, min_seq=min_seq),
+                          True)
 
     def remove_member(self, board: str, member: str) -> Any:
         return self._call("remove_member", {"board": board, "member": member}, False)

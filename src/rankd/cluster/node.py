@@ -169,9 +169,31 @@ class ClusterNode:
         await self.tail.start()
         await self._watch_once()
         self._task = asyncio.create_task(self._watch(), name="rankd-cluster-watch")
+        await self._catch_up()
         self._joined.set()
         log.info("node %s joined the cluster (ack=%s, lease %.1fs, advertised at %s)",
                  self.node_id, self.ack, self.config.lease_seconds, self.config.advertise)
+
+    async def _catch_up(self) -> None:
+        """Before serving: apply every group's log up to where it was when
+        the node started (reads of a node still catching up, after a lost or
+        damaged data dir say, would show a past that never was current)."""
+        targets = {group: register.last_seq for group, register in self.registers.items()
+                   if group not in self.writers}
+        started = time.monotonic()
+        for group, last_seq in sorted(targets.items()):
+            while not await self.tail.wait_for(group, last_seq, 10.0):
+                if group in self.writers:
+                    break
+                log.warning("node %s is still catching up with group %d (%d of %d) after "
+                            "%.0fs; it serves once it has", self.node_id, group,
+                            self.tail.applied.get(group, 0), last_seq,
+                            time.monotonic() - started)
+
+    @property
+    def serving(self) -> bool:
+        """Whether reads are served (once the node caught up at start)."""
+        return self._joined.is_set()
 
     async def stop(self) -> None:
         """Leave: let queued records reach the log (a few seconds at most),

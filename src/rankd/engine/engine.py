@@ -1150,6 +1150,9 @@ class Engine:
                            "storage failure; reads resume once it is done")
         if type(name) is not str:  # a list or a map would not even hash
             raise InvalidInput("board name must be a string")
+        if self.replication is not None and not self.replication.serving:
+            raise Unavailable("this node is catching up with the cluster's log; it serves "
+                              "once it has (see /v1/ready)")
         board = self.boards.get(name)
         if board is None:
             raise NotFound(f"no board named {name!r}")

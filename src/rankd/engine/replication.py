@@ -44,6 +44,9 @@ class Replication(Protocol):
     #: ``Unacknowledged``.
     ack_timeout: float
 
+    #: False while the node catches up at start: reads answer ``Unavailable``.
+    serving: bool
+
     async def prepare(self, groups: set[int]) -> None:
         """Before writing ``groups``: become the primary of those no node
         holds (draining their logs first)."""

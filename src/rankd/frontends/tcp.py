@@ -46,7 +46,7 @@ from rankd._native import native_or
 from rankd.engine.errors import EngineError, InvalidInput
 from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
 from rankd.frontends.connections import ConnectionLimits, default_max_connections, peer_address
-from rankd.frontends.service import MAX_BATCH, Service, check_fields
+from rankd.frontends.service import MAX_BATCH, Service, check_fields, integer
 from rankd.security import ANONYMOUS_ALL, Gate, Principal, Unauthorized
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,10 @@ HANDSHAKE_SECONDS = 10.0
 SWEEP_SECONDS = 1.0
 SUBMIT_FIELDS = {"member", "score", "delta", "event_id", "ts", "label"}
 VIEW_FIELDS = {"window", "period"}
+#: The largest log position (a signed 64-bit integer in Postgres).
+MAX_SEQ = 2**63 - 1
+#: Reads that take ``min_seq`` (read-your-writes on a cluster).
+CONSISTENT_READS = frozenset({"get_board", "top", "member", "around", "ranks"})
 
 Handler = Callable[[Service, dict[str, Any]], Any]
 
@@ -339,7 +343,13 @@ class TcpConnection(asyncio.Protocol):
         required, optional, handler = operation
         try:
             principal = self._admit(op, args)
+            if op in CONSISTENT_READS:
+                optional = optional | {"min_seq"}
             check_fields(args, required, optional, f"{op} arguments")
+            if "min_seq" in args:
+                args = dict(args)
+                min_seq = integer(args.pop("min_seq"), "min_seq", 0, MAX_SEQ)
+                await self.service.caught_up(args["board"], min_seq)
             result = handler(self.service, args)
             if isinstance(result, Awaitable):
                 result = await result
