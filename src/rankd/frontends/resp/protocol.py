@@ -1,0 +1,264 @@
+"""RESP, Redis's wire protocol: reading requests and writing replies.
+
+Requests come as *multibulk* arrays (``*<n>\\r\\n`` then ``n`` bulk strings
+``$<len>\\r\\n<bytes>\\r\\n``), which every client library sends, or as
+*inline* lines of space-separated words (``redis-cli`` in a pipe, telnet).
+:class:`RequestReader` splits a byte stream into commands, each a list of
+``bytes``; like Redis it checks each announced length before it reads
+the bytes, so an oversized request is refused without being buffered, and
+a malformed one raises :class:`ProtocolError` (the connection is answered
+``-ERR Protocol error: ...`` and closed, as Redis does).
+
+Replies are built by :class:`Replies` for the protocol version a client
+chose with ``HELLO``: RESP2 (the default) or RESP3, which adds maps,
+doubles, nulls and booleans of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+#: Redis's limits: words in one multibulk request, and bytes in an inline one.
+MAX_MULTIBULK = 1024 * 1024
+MAX_INLINE = 64 * 1024
+#: The longest bulk string taken (Redis's default is 512 MB; a board name,
+#: a member or a score never needs more).
+MAX_BULK = 1 << 20
+
+
+class ProtocolError(Exception):
+    """The stream is not RESP (or exceeds a limit): answer and close."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def reply(self) -> bytes:
+        return b"-ERR Protocol error: " + self.message.encode() + b"\r\n"
+
+
+class RequestReader:
+    """Splits a byte stream into commands (lists of ``bytes``)."""
+
+    def __init__(self, *, max_bulk: int = MAX_BULK, max_multibulk: int = MAX_MULTIBULK
+                 ) -> None:
+        self.max_bulk = max_bulk
+        self.max_multibulk = max_multibulk
+        self._buffer = bytearray()
+        #: Words of the multibulk request being read, and how many it has.
+        self._words: list[bytes] | None = None
+        self._expected = 0
+        #: Length of the bulk string being read (-1: its header is next).
+        self._bulk = -1
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[list[bytes]]:
+        """Every command complete so far; ``ProtocolError`` on bad input
+        (the commands before it are lost with the connection)."""
+        buffer = self._buffer
+        buffer += data
+        commands: list[list[bytes]] = []
+        position = 0
+        size = len(buffer)
+        while position < size:
+            if self._words is None:
+                if buffer[position] == 0x2A:  # '*'
+                    end = buffer.find(b"\r\n", position)
+                    if end < 0:
+                        self._check_header_length(size - position, "multibulk")
+                        break
+                    count = self._length(buffer[position + 1:end], "multibulk")
+                    position = end + 2
+                    if count > self.max_multibulk:
+                        raise ProtocolError("invalid multibulk length")
+                    if count <= 0:
+                        continue  # Redis ignores empty requests
+                    self._words, self._expected = [], count
+                    continue
+                end = buffer.find(b"\n", position)
+                if end < 0:
+                    if size - position > MAX_INLINE:
+                        raise ProtocolError("too big inline request")
+                    break
+                line = bytes(buffer[position:end]).rstrip(b"\r")
+                position = end + 1
+                words = split_inline(line)
+                if words:
+                    commands.append(words)
+                continue
+            if self._bulk < 0:
+                end = buffer.find(b"\r\n", position)
+                if end < 0:
+                    self._check_header_length(size - position, "bulk")
+                    break
+                if buffer[position] != 0x24:  # '$'
+                    raise ProtocolError(f"expected '$', got '{chr(buffer[position])}'")
+                length = self._length(buffer[position + 1:end], "bulk")
+                if length < 0 or length > self.max_bulk:
+                    raise ProtocolError("invalid bulk length")
+                self._bulk = length
+                position = end + 2
+            if size - position < self._bulk + 2:
+                break
+            self._words.append(bytes(buffer[position:position + self._bulk]))
+            position += self._bulk + 2
+            self._bulk = -1
+            if len(self._words) == self._expected:
+                commands.append(self._words)
+                self._words = None
+        del buffer[:position]
+        return commands
+
+    def _check_header_length(self, waiting: int, what: str) -> None:
+        if waiting > MAX_INLINE:
+            raise ProtocolError(f"too big {what} count string")
+
+    @staticmethod
+    def _length(text: bytes | bytearray, what: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ProtocolError(f"invalid {what} length") from None
+
+
+_ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("b"): b"\b",
+            ord("a"): b"\a"}
+_HEX = b"0123456789abcdefABCDEF"
+#: C's isspace(), which skips blanks between words and must follow a closing quote.
+_SPACE = b" \t\n\v\f\r"
+#: What ends an unquoted word.
+_WORD_END = b" \n\r\t\x00"
+
+
+def split_inline(line: bytes) -> list[bytes]:
+    """The words of an inline request, as Redis splits them (``sdssplitargs``):
+    blanks separate words; a quote anywhere in a word opens a quoted part:
+    ``"..."`` takes ``\\n \\r \\t \\b \\a`` and ``\\xHH`` escapes (any other
+    escaped byte stands for itself), ``'...'`` takes ``\\'``; a closing quote
+    must be followed by a blank or the end (else ``ProtocolError``,
+    unbalanced quotes).  Checked against redis-server by the tests."""
+    words: list[bytes] = []
+    position, size = 0, len(line)
+    while True:
+        while position < size and line[position] in _SPACE:
+            position += 1
+        if position >= size:
+            return words
+        word = bytearray()
+        quote = 0
+        while True:
+            if position >= size:
+                if quote:
+                    raise ProtocolError("unbalanced quotes in request")
+                break
+            char = line[position]
+            if quote == 0x22:  # in "..."
+                if (char == 0x5C and position + 3 < size and line[position + 1] == 0x78
+                        and line[position + 2] in _HEX and line[position + 3] in _HEX):
+                    word.append(int(line[position + 2:position + 4], 16))
+                    position += 3
+                elif char == 0x5C and position + 1 < size:
+                    position += 1
+                    word += _ESCAPES.get(line[position], bytes([line[position]]))
+                elif char == 0x22:
+                    if position + 1 < size and line[position + 1] not in _SPACE:
+                        raise ProtocolError("unbalanced quotes in request")
+                    position += 1
+                    break
+                else:
+                    word.append(char)
+            elif quote == 0x27:  # in '...'
+                if char == 0x5C and position + 1 < size and line[position + 1] == 0x27:
+                    position += 1
+                    word.append(0x27)
+                elif char == 0x27:
+                    if position + 1 < size and line[position + 1] not in _SPACE:
+                        raise ProtocolError("unbalanced quotes in request")
+                    position += 1
+                    break
+                else:
+                    word.append(char)
+            elif char in _WORD_END:
+                break
+            elif char in (0x22, 0x27):
+                quote = char
+            else:
+                word.append(char)
+            position += 1
+        words.append(bytes(word))
+
+
+def encode_request(words: Iterable[bytes | str]) -> bytes:
+    """A command as clients send it (a multibulk array)."""
+    parts = [w.encode() if isinstance(w, str) else w for w in words]
+    out = [b"*%d\r\n" % len(parts)]
+    for part in parts:
+        out.append(b"$%d\r\n%s\r\n" % (len(part), part))
+    return b"".join(out)
+
+
+class Replies:
+    """Reply encoding for one protocol version (2 or 3)."""
+
+    def __init__(self, version: int = 2) -> None:
+        if version not in (2, 3):
+            raise ValueError("RESP version must be 2 or 3")
+        self.version = version
+
+    @staticmethod
+    def simple(text: str) -> bytes:
+        return b"+" + text.encode() + b"\r\n"
+
+    @staticmethod
+    def error(text: str) -> bytes:
+        """``text`` starts with its code (``ERR``, ``WRONGTYPE``, ...)."""
+        return b"-" + text.replace("\r", " ").replace("\n", " ").encode() + b"\r\n"
+
+    @staticmethod
+    def integer(value: int) -> bytes:
+        return b":%d\r\n" % value
+
+    def bulk(self, value: bytes | str | None) -> bytes:
+        if value is None:
+            return self.null()
+        if isinstance(value, str):
+            value = value.encode()
+        return b"$%d\r\n%s\r\n" % (len(value), value)
+
+    def null(self) -> bytes:
+        return b"_\r\n" if self.version == 3 else b"$-1\r\n"
+
+    def null_array(self) -> bytes:
+        return b"_\r\n" if self.version == 3 else b"*-1\r\n"
+
+    @staticmethod
+    def array_header(count: int) -> bytes:
+        return b"*%d\r\n" % count
+
+    def map_header(self, count: int) -> bytes:
+        """A map of ``count`` pairs (RESP2: a flat array of twice as many)."""
+        return b"%%%d\r\n" % count if self.version == 3 else b"*%d\r\n" % (2 * count)
+
+    def double(self, value: float) -> bytes:
+        """A score: RESP3's double, RESP2's bulk string, written as Redis does."""
+        text = format_double(value)
+        if self.version == 3:
+            return b"," + text + b"\r\n"
+        return b"$%d\r\n%s\r\n" % (len(text), text)
+
+    def boolean(self, value: bool) -> bytes:
+        if self.version == 3:
+            return b"#t\r\n" if value else b"#f\r\n"
+        return b":1\r\n" if value else b":0\r\n"
+
+
+def format_double(value: float) -> bytes:
+    """A double as Redis 7.0 writes it in replies (``%.17g``: ``0.1`` is
+    ``0.10000000000000001``, ``1e20`` is ``1e+20``; ``inf``, ``-inf``; a zero,
+    negative or not, is ``0``), checked against ``redis-server`` 7.0.15."""
+    if value == 0:
+        return b"0"
+    return b"%.17g" % value

@@ -1,0 +1,107 @@
+"""RESP reading and writing (rankd.frontends.resp.protocol): requests split
+anywhere read the same, limits refuse before buffering, inline requests
+split exactly as a real redis-server splits them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rankd.frontends.resp.protocol import (
+    ProtocolError,
+    Replies,
+    RequestReader,
+    encode_request,
+    format_double,
+    split_inline,
+)
+from redisserver import RedisServer
+
+WORDS = st.lists(st.binary(max_size=40), min_size=1, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(WORDS, min_size=1, max_size=8), st.data())
+def test_multibulk_requests_read_the_same_however_the_stream_is_cut(commands, data):
+    stream = b"".join(encode_request(command) for command in commands)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=8)))
+    reader = RequestReader()
+    seen = []
+    start = 0
+    for cut in [*cuts, len(stream)]:
+        seen += reader.feed(stream[start:cut])
+        start = cut
+    assert seen == commands and reader.pending_bytes == 0
+
+
+def test_empty_multibulk_requests_are_ignored_and_inline_ones_read():
+    reader = RequestReader()
+    assert reader.feed(b"*0\r\n*-1\r\nPING\r\n\r\nECHO  hi\n") == [[b"PING"], [b"ECHO", b"hi"]]
+
+
+@pytest.mark.parametrize(("stream", "message"), [
+    (b"*x\r\n", "invalid multibulk length"),
+    (b"*2000000\r\n", "invalid multibulk length"),
+    (b"*1\r\n:3\r\n", "expected '$', got ':'"),
+    (b"*1\r\n$-3\r\n", "invalid bulk length"),
+    (b"*1\r\n$2000000\r\n", "invalid bulk length"),  # refused before a byte of it
+    (b"*1\r\n" + b"$" + b"9" * 70000, "too big bulk count string"),
+    (b"A" * 70000, "too big inline request"),
+    (b'SET "a"b\r\n', "unbalanced quotes in request"),
+])
+def test_bad_streams_raise_redis_protocol_errors(stream, message):
+    with pytest.raises(ProtocolError) as raised:
+        RequestReader().feed(stream)
+    assert raised.value.message == message
+    assert raised.value.reply() == f"-ERR Protocol error: {message}\r\n".encode()
+
+
+INLINE_ALPHABET = st.sampled_from(['a', 'b', ' ', '"', "'", "\\", "x", "4", "1", "n", "t"])
+
+
+@pytest.fixture(scope="module")
+def redis():
+    server = RedisServer()
+    yield server
+    server.stop()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(INLINE_ALPHABET, min_size=1, max_size=12).map("".join))
+def test_inline_requests_split_as_redis_splits_them(redis, argument):
+    """``ECHO <argument>`` sent inline to redis-server and read here: the
+    server echoes its one word, refuses another count of words, or closes on
+    unbalanced quotes; the reader must agree in each case."""
+    line = b"ECHO " + argument.encode()
+    answer = redis.exchange(line + b"\r\nQUIT\r\n")
+    try:
+        words = split_inline(line)
+    except ProtocolError as exc:
+        assert answer == exc.reply(), (line, answer)
+        return
+    replies = Replies(2)
+    if len(words) == 2:
+        expected = replies.bulk(words[1])
+    else:
+        expected = replies.error("ERR wrong number of arguments for 'echo' command")
+    assert answer == expected + b"+OK\r\n", (line, words, answer)
+
+
+def test_replies_in_resp2_and_resp3():
+    two, three = Replies(2), Replies(3)
+    assert two.bulk(None) == b"$-1\r\n" and three.bulk(None) == b"_\r\n"
+    assert two.double(1.5) == b"$3\r\n1.5\r\n" and three.double(1.5) == b",1.5\r\n"
+    assert two.map_header(2) == b"*4\r\n" and three.map_header(2) == b"%2\r\n"
+    assert two.boolean(True) == b":1\r\n" and three.boolean(False) == b"#f\r\n"
+    assert two.error("ERR bad\r\nthing") == b"-ERR bad  thing\r\n"
+
+
+@pytest.mark.parametrize("score", [1.5, 1.0, -0.0, 0.1, 1e20, 1e16, 123456789012345678.0, 1e-5,
+                                   3.0e-310, -2.5e300, float("inf"), float("-inf"), 1e23])
+def test_scores_are_written_as_redis_writes_them(redis, score):
+    text = format_double(score)
+    answer = redis.exchange(encode_request([b"ZADD", b"k", b"%r" % score, b"m"])
+                            + encode_request([b"ZSCORE", b"k", b"m"]) + b"QUIT\r\n")
+    assert answer == b":1\r\n" + Replies(2).bulk(text) + b"+OK\r\n" or \
+        answer == b":0\r\n" + Replies(2).bulk(text) + b"+OK\r\n"
