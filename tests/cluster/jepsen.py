@@ -146,10 +146,11 @@ class Lab:
                             "--fsync", "always", *(() if tcp else ("--tcp-port", "0")),
                             *extra)
             self.daemons.append(daemon)
-            self.client_proxies.append(Proxy(daemon.port))
-        for daemon in self.daemons:
             daemon.start()
             wait_ready(daemon)
+            # Only now: a proxy made before would take any free port, the one the
+            # daemon had picked (and not yet bound) among them.
+            self.client_proxies.append(Proxy(daemon.port))
         self.paused: set[int] = set()
 
     @property
