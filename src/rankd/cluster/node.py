@@ -127,7 +127,7 @@ class ClusterNode:
         self.peers: dict[str, tuple[str, str | None, dict[int, int]]] = {}
         #: Records set aside by this node after it was deposed, for metrics.
         self.orphaned = 0
-        self.failovers = 0
+        self.takeovers = 0
         self.snapshots = 0
         self.bootstraps = 0
         #: Each written group's last snapshot position in Postgres.
@@ -285,7 +285,7 @@ class ClusterNode:
             self.writers[group] = GroupCommitter(self.store, lease)
             self.registers[group] = Register(lease.epoch, self.node_id, lease.last_seq,
                                              time.monotonic() + self.config.lease_seconds)
-            self.failovers += 1
+            self.takeovers += 1
             log.info("node %s writes group %d from position %d at epoch %d", self.node_id,
                      group, lease.last_seq + 1, lease.epoch)
 
@@ -537,7 +537,7 @@ class ClusterNode:
             "follow_lag_records": max((tail.known.get(g, s) - s for g, s in followed.items()),
                                       default=0),
             "log_connected": int(self.log_connected),
-            "takeovers": self.failovers, "orphaned_records": self.orphaned,
+            "takeovers": self.takeovers, "orphaned_records": self.orphaned,
             "group_snapshots": self.snapshots, "bootstraps": self.bootstraps,
         }
 

@@ -155,26 +155,19 @@ def split_inline(line: bytes) -> list[bytes]:
                     raise ProtocolError("unbalanced quotes in request")
                 break
             char = line[position]
-            if quote == 0x22:  # in "..."
-                if (char == 0x5C and position + 3 < size and line[position + 1] == 0x78
-                        and line[position + 2] in _HEX and line[position + 3] in _HEX):
+            if quote:
+                if (quote == 0x22 and char == 0x5C and position + 3 < size
+                        and line[position + 1] == 0x78 and line[position + 2] in _HEX
+                        and line[position + 3] in _HEX):
                     word.append(int(line[position + 2:position + 4], 16))
                     position += 3
-                elif char == 0x5C and position + 1 < size:
+                elif quote == 0x22 and char == 0x5C and position + 1 < size:
                     position += 1
                     word += _ESCAPES.get(line[position], bytes([line[position]]))
-                elif char == 0x22:
-                    if position + 1 < size and line[position + 1] not in _SPACE:
-                        raise ProtocolError("unbalanced quotes in request")
-                    position += 1
-                    break
-                else:
-                    word.append(char)
-            elif quote == 0x27:  # in '...'
-                if char == 0x5C and position + 1 < size and line[position + 1] == 0x27:
+                elif quote == 0x27 and char == 0x5C and line[position + 1:position + 2] == b"'":
                     position += 1
                     word.append(0x27)
-                elif char == 0x27:
+                elif char == quote:  # closing: a blank or the end must follow
                     if position + 1 < size and line[position + 1] not in _SPACE:
                         raise ProtocolError("unbalanced quotes in request")
                     position += 1
