@@ -39,6 +39,7 @@ class Daemon:
         self.data_dir = Path(data_dir)
         self.port = free_port()
         self.tcp_port = free_port()
+        self.resp_port = free_port()
         self.args = args
         self.env = {**os.environ, "PYTHONPATH": str(SRC), **(env or {})}
         self.process: subprocess.Popen | None = None
@@ -52,6 +53,7 @@ class Daemon:
     def start(self, timeout: float = 30.0) -> Daemon:
         command = [sys.executable, "-m", "rankd.cli", "serve", "--host", "127.0.0.1",
                    "--port", str(self.port), "--tcp-port", str(self.tcp_port),
+                   "--resp-port", str(self.resp_port),
                    "--data-dir", str(self.data_dir), *self.args]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(command, env=self.env, stdout=self._log,

@@ -77,7 +77,7 @@ def test_startup_summary_second_daemon_refused_and_graceful_stop(tmp_path):
             assert part in summary
         second = subprocess.run(
             [sys.executable, "-m", "rankd.cli", "serve", "--data-dir", str(data_dir),
-             "--port", "0", "--tcp-port", "0"],
+             "--port", "0", "--tcp-port", "0", "--resp-port", "0"],
             capture_output=True, text=True, env={"PYTHONPATH": str(SRC)}, timeout=60)
         assert second.returncode == 1
         assert "in use" in second.stderr
@@ -228,7 +228,8 @@ def test_ready_only_once_every_listener_accepts(tmp_path):
     busy.listen()
     port = free_port()
     command = [sys.executable, "-m", "rankd.cli", "serve", "--host", "127.0.0.1", "--port",
-               str(port), "--tcp-port", str(busy.getsockname()[1]), "--data-dir",
+               str(port), "--tcp-port", str(busy.getsockname()[1]), "--resp-port", "0",
+               "--data-dir",
                str(tmp_path / "data")]
     process = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(SRC)},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -308,7 +309,8 @@ def test_a_damaged_data_dir_stops_the_start_in_one_line(tmp_path):
     data[100] ^= 0xFF
     segment.write_bytes(bytes(data))
     done = subprocess.run([sys.executable, "-m", "rankd.cli", "serve", "--port", "0",
-                           "--tcp-port", "0", "--data-dir", str(tmp_path / "data")],
+                           "--tcp-port", "0", "--resp-port", "0", "--data-dir",
+                           str(tmp_path / "data")],
                           env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True,
                           text=True, timeout=60)
     lines = [line for line in done.stderr.splitlines() if line.startswith("rankd:")]

@@ -364,7 +364,7 @@ def test_an_empty_host_is_refused_before_anything_listens(tmp_path, how):
 
     port = free_port()
     command = [sys.executable, "-m", "rankd.cli", "serve", "--port", str(port),
-               "--tcp-port", "0", "--data-dir", str(tmp_path / "data")]
+               "--tcp-port", "0", "--resp-port", "0", "--data-dir", str(tmp_path / "data")]
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     if how == "flag":
         command += ["--host", ""]

@@ -55,6 +55,9 @@ OPTIONS = (
     Option("host", str, "127.0.0.1", "address the HTTP and TCP listeners bind to"),
     Option("port", int, 7700, "HTTP port (REST, live feed, page)"),
     Option("tcp_port", int, 7701, "msgpack TCP protocol port (0 disables it)"),
+    Option("resp_port", int, 7702,
+           "Redis protocol (RESP) port: Redis clients use boards as sorted sets (see "
+           "docs/redis.md; 0 disables it)"),
     Option("data_dir", Path, Path("rankd-data"), "directory for the WAL, snapshots and archive"),
     Option("fsync", str, "everysec",
            "WAL fsync policy: always (ack after fsync, group commit), everysec (a machine "
@@ -147,6 +150,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 7700
     tcp_port: int = 7701
+    resp_port: int = 7702
     data_dir: Path = Path("rankd-data")
     fsync: str = "everysec"
     segment_bytes: int = 64 << 20

@@ -32,6 +32,7 @@ from rankd.frontends.connections import ConnectionLimits, GuardedSite, default_m
 from rankd.frontends.forwarding import Forwarder
 from rankd.frontends.live import LiveFeed
 from rankd.frontends.live_http import add_live_routes
+from rankd.frontends.resp.connection import RespServer
 from rankd.frontends.rest import create_app
 from rankd.frontends.service import Service
 from rankd.frontends.tcp import TcpServer
@@ -100,6 +101,8 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     limits = ConnectionLimits(config.max_connections or default_max_connections(),
                               config.max_connections_per_address)
     tcp = TcpServer(service, gate, limits=limits, idle_timeout=config.idle_timeout)
+    resp = RespServer(service, gate, limits=limits, idle_timeout=config.idle_timeout,
+                      port_of={"fsync": config.fsync})
     feed = LiveFeed(engine, interval=config.live_interval,
                     send_timeout=config.live_send_timeout,
                     max_per_address=config.live_max_per_address)
@@ -134,17 +137,22 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
             tcp_port = await tcp.start(config.host, config.tcp_port, ssl=tls)
             config.check_exposure(gate, tcp.addresses)
             tcp_address = f"{config.host}:{tcp_port}"
+        resp_address = "off"
+        if config.resp_port:
+            resp_port = await resp.start(config.host, config.resp_port, ssl=tls)
+            config.check_exposure(gate, resp.addresses)
+            resp_address = f"{config.host}:{resp_port}"
         service.listening = True
         if not gate.auth_enabled and config.insecure_no_auth:
             log.warning("NO AUTHENTICATION on %s (--insecure-no-auth): anyone who can reach "
                         "it, and any web page a user of this network opens, can read and "
                         "write every board", config.host)
         log.info(
-            "rankd %s serving: %s data_dir=%s fsync=%s http=%s:%d tcp=%s postgres=%s "
+            "rankd %s serving: %s data_dir=%s fsync=%s http=%s:%d tcp=%s resp=%s postgres=%s "
             "cluster=%s auth=%s tls=%s (recovered in %.2fs)", __version__,
             " ".join(f"{part}={kind}" for part, kind in implementations().items()),
             config.data_dir.resolve(), config.fsync, config.host, config.port, tcp_address,
-            "on" if config.postgres_dsn else "off",
+            resp_address, "on" if config.postgres_dsn else "off",
             f"{cluster_config.node_id}/ack={cluster_config.ack}" if cluster_config else "off",
             "on" if gate.auth_enabled else "off (loopback only)" if not config.insecure_no_auth
             else "OFF (--insecure-no-auth)", "on" if tls else "off",
@@ -156,6 +164,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     finally:
         # Stops listening, then waits for in-flight requests.
         await tcp.close(SHUTDOWN_GRACE_SECONDS)
+        await resp.close(SHUTDOWN_GRACE_SECONDS)
         await runner.cleanup()
         if node is not None:
             await node.stop()

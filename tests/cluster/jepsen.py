@@ -33,6 +33,7 @@ Run from the command line for the long form, which prints figures::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -353,7 +354,12 @@ async def converge(lab: Lab, timeout: float = 30.0) -> dict[int, str]:
             if again == digests:
                 return digests
         await asyncio.sleep(0.2)
-    raise AssertionError(f"nodes did not converge: {digests}")
+    positions = {}
+    for node in digests:
+        with contextlib.suppress(OSError):
+            positions[node] = lab.daemons[node].request("GET", "/v1/cluster")[1]
+    raise AssertionError(f"nodes did not converge: {digests}; their cluster status: "
+                         f"{positions}")
 
 
 async def check(lab: Lab, history: History) -> dict:

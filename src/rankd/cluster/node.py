@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 ACK_MODES = ("log", "local")
 #: How long a write arriving while the node joins waits for it.
 JOIN_WAIT_SECONDS = 10.0
+#: How long opening a connection to Postgres may take.
+CONNECT_SECONDS = 5.0
 #: Rounds of the watch loop a less caught-up node leaves an expired group
 #: to a more caught-up one before it tries itself.
 DEFER_ROUNDS = 2
@@ -150,8 +152,13 @@ class ClusterNode:
 
     async def start(self) -> None:
         """Join: check the local state against the logs, then follow them."""
+        # A connection attempt that Postgres never answers (a link gone
+        # silent mid-handshake) would otherwise hold whoever waits for a
+        # pooled connection for asyncpg's default minute: the log tail once
+        # stalled so after Postgres restarted.
         self.pool = await asyncpg.create_pool(
             self.config.dsn, min_size=2, max_size=8, command_timeout=10,
+            timeout=CONNECT_SECONDS,
             server_settings=session_settings(self.config.lease_seconds),
             reset=release_cheaply)
         async with self.pool.acquire() as conn:
@@ -558,5 +565,6 @@ class ClusterNode:
                        for g, w in sorted(self.writers.items())},
             "follows": {str(g): s for g, s in sorted(self.tail.applied.items())
                         if g not in self.writers} if self.tail else {},
-            "orphaned_records": self.orphaned,
+            "tail_connected": self.log_connected,
+            "tail_stage": self.tail.stage if self.tail else None, "orphaned_records": self.orphaned,
         }

@@ -65,6 +65,8 @@ class LogTail:
         #: lost commits: an asynchronous standby was promoted).
         self.rewound = rewound
         self.connected = False
+        #: What the tail is doing now (status, for diagnosis).
+        self.stage = "starting"
         #: Each group's last position Postgres told of.
         self.known: dict[int, int] = {}
         self._behind: set[int] = set()
@@ -130,9 +132,11 @@ class LogTail:
                                        min_delay=RETRY_MIN_SECONDS,
                                        max_delay=RETRY_MAX_SECONDS):
             try:
+                self.stage = "listening"
                 await conn.add_listener(CHANNEL, self._notified)
                 self.connected = True
                 while not conn.is_closed():
+                    self.stage = "polling the registers"
                     await self._poll(conn)
                     loop = asyncio.get_running_loop()
                     deadline = loop.time() + self.poll_seconds
@@ -143,6 +147,7 @@ class LogTail:
                         self._wakeup.clear()
                         if self._behind:
                             continue
+                        self.stage = "waiting"
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(self._wakeup.wait(),
                                                    max(0.0, deadline - loop.time()))
@@ -171,6 +176,7 @@ class LogTail:
             group = self._behind.pop()
             if group in self.paused:
                 continue
+            self.stage = f"waiting for group {group}'s lock"
             async with self.locked(group):
                 if group in self.paused:
                     continue
@@ -179,6 +185,7 @@ class LogTail:
 
     async def _read(self, group: int) -> bool:
         """Read and apply the next batches of ``group``; False if there were none."""
+        self.stage = f"reading group {group}"
         try:
             records = await self.store.read(group, self.applied.get(group, 0), self.batches)
         except Compacted:
@@ -191,6 +198,7 @@ class LogTail:
             return True
         if not records:
             return False
+        self.stage = f"applying group {group}"
         outcome = self.apply(group, records)
         if outcome is not None:
             await outcome

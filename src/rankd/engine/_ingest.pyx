@@ -17,7 +17,8 @@ Python object is made but the ones the state or the caller keeps: the
 record's bytes, the dedupe entry and the answer.
 
 Anything else - an error of any kind, a duplicate event id, an explicit
-timestamp, non-ASCII text, a number of an unexpected type - is handed,
+timestamp, non-ASCII text, a number of an unexpected type, a condition
+(``ZADD NX|XX|GT|LT``), an increment of a ``latest`` board - is handed,
 before it has changed anything, to the reference's ``ingest_one``, which
 answers it (or raises its error) exactly as the pure-Python ingest does.
 So every message and every rare case is defined once, in Python.
@@ -529,7 +530,7 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
                                and PyUnicode_GET_LENGTH(label) <= MAX_LABEL_CHARS
                                and _plain(_chars(label), PyUnicode_GET_LENGTH(label))))
                       and (event_id is None or _ascii(event_id, MAX_EVENT_ID_BYTES))
-                      and submission.ts is None)
+                      and submission.ts is None and submission.condition == 0)
             if native and event_id is not None:
                 native = not kernel.duplicate_or_live(plan, _chars(event_id),
                                                       PyUnicode_GET_LENGTH(event_id))

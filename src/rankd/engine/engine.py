@@ -62,6 +62,7 @@ from rankd.engine.periods import check_window, period_of, period_start
 from rankd.engine.replay import gather_submit, replay_submits
 from rankd.engine.replication import GroupWriter, Replication
 from rankd.engine.snapshot import SnapshotStore
+from rankd.engine.view import SortedView
 from rankd.engine.wal import WalCorruptError, WalFailedError, WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,9 @@ class Submission:
     event_id: str | None = None
     ts: float | None = None
     label: str | None = None
+    #: ``rankd.engine.ingest.IF_*`` bits (what Redis's ``ZADD NX|XX|GT|LT``
+    #: send); 0: none.  Not a field of REST or TCP submissions.
+    condition: int = 0
 
     FIELDS = frozenset({"member", "score", "delta", "event_id", "ts", "label"})
 
@@ -632,6 +636,40 @@ class Engine:
         await board.writable.wait()
         await self._write([[records.REMOVE, name, member, self._now_ms()]])
         return True
+
+    async def remove_members(self, name: str, choose: Callable[[SortedView], Iterable[str]],
+                             *, window: str | None = None, period: str | None = None,
+                             drop_when_empty: bool = False) -> list[tuple[str, float]]:
+        """Remove the members ``choose`` picks from a view of one of the
+        board's windows (from every window and period), all in one commit;
+        returns them with the scores they had in the view.
+
+        ``choose`` runs once the board may be written, and the removal is
+        applied in the same step, so what it picked is what is removed
+        (``ZPOPMIN``, ``ZREMRANGEBYSCORE``).  Members it names that the view
+        lacks are left out.  With ``drop_when_empty``, a board left without
+        members is deleted too (a Redis key does not outlive its last member).
+        """
+        board = self._board(name)
+        await board.writable.wait()
+        await self.route(name)
+        board = self._board(name)  # it may be gone meanwhile
+        view = self.view(name, window, period)
+        chosen = {}
+        for member in choose(view):
+            score = view.score(member)
+            if score is not None:
+                chosen[member] = score
+        if not chosen:
+            return []
+        now_ms = self._now_ms()
+        logged: list[list] = [[records.REMOVE, name, member, now_ms] for member in chosen]
+        if drop_when_empty and all(
+                len(index) == sum(1 for member in chosen if member in index)
+                for periods in board.periods.values() for index in periods.values()):
+            logged.append([records.BOARD_DROP, name, now_ms])
+        await self._write(logged)
+        return list(chosen.items())
 
     async def submit(self, submission: Submission) -> dict[str, Any]:
         """Apply one submission and return its result (raises EngineError)."""
@@ -1179,6 +1217,13 @@ class Engine:
         if index is None:
             raise NotFound(f"period {period!r} of the {window} window is not retained")
         return board, window, period, index
+
+    def view(self, name: str, window: str | None = None, period: str | None = None
+             ) -> SortedView:
+        """A window of the board as a sorted set in Redis's order (see
+        :mod:`rankd.engine.view`)."""
+        board, _, _, index = self._view(name, window, period)
+        return SortedView(index, board.config.order == "asc", board.version)
 
     def read_version(self, name: str, window: str | None = None, period: str | None = None
                      ) -> tuple[int, str, str]:

@@ -63,6 +63,18 @@ if TYPE_CHECKING:
 #: Integers beyond this do not survive the trip through a float64 score.
 _MAX_EXACT_INT = 2**53
 
+#: Conditions a submission may carry (``Submission.condition``, bits), as
+#: Redis's ``ZADD NX|XX|GT|LT`` has them: a submission whose condition does
+#: not hold against the member's current score in the board's primary
+#: window changes nothing and is answered ``"skipped": true``.
+IF_ABSENT = 1
+IF_PRESENT = 2
+#: The resulting score must be above (or below) the current one; a member
+#: not on the board yet passes.
+IF_GREATER = 4
+IF_LESS = 8
+CONDITIONS = IF_ABSENT | IF_PRESENT | IF_GREATER | IF_LESS
+
 
 class Ingested(NamedTuple):
     """What one :func:`ingest` call did."""
@@ -120,23 +132,30 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
     event_id = sub.event_id
     value = None
     if event_id is not None:
+        if sub.condition:
+            raise InvalidInput("a conditional submission takes no event_id")
         check_event_id(event_id)
         remembered = board.dedupe.get(event_id, now)
         if remembered is not None:
             value = submitted_value(name, config, sub.score, sub.delta)
-            check_same_event(event_id, remembered, member, config.policy == "sum", value,
+            check_same_event(event_id, remembered, member, sub.delta is not None, value,
                              label)
             return answer(remembered[4], event_id, remembered, True)
     ts = now if sub.ts is None else check_ts(sub.ts, now, ts_tolerance)
     if value is None:
         value = submitted_value(name, config, sub.score, sub.delta)
+    is_delta = sub.delta is not None
+    if sub.condition:
+        skipped = unmet_condition(board, member, sub.condition, is_delta, value, ts)
+        if skipped is not None:
+            return skipped
 
     changes = []
     for window in config.windows:
         period = period_of(window, ts)
         index = board.index(window, period)
         old = None if index is None else index.score(member)
-        changes.append((window, period, old, new_score(config, old, value)))
+        changes.append((window, period, old, new_score(config, old, value, is_delta)))
     updates = []
     primary = config.primary_window
     score = previous = rank = None
@@ -149,11 +168,33 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
             if new is not None:
                 rank = board.index(window, period).rank(member)
     result = [score, rank, previous, bool(updates)]
-    record = [records.SUBMIT, name, member, value, config.policy == "sum", event_id,
+    record = [records.SUBMIT, name, member, value, is_delta, event_id,
               round(ts * 1000), now_ms, label, updates, result]
     payloads.append(records.encode(record))
     note_submit(board, record, dedupe_ttl)
     return answer(member, event_id, result, False)
+
+
+def unmet_condition(board: Board, member: str, condition: object, is_delta: bool,
+                    value: float, ts: float) -> dict[str, Any] | None:
+    """The answer of a submission whose ``condition`` does not hold (it
+    changes nothing), or None if it holds."""
+    if type(condition) is not int or not 0 < condition <= CONDITIONS:
+        raise InvalidInput("condition must be a combination of IF_ABSENT, IF_PRESENT, "
+                           "IF_GREATER and IF_LESS")
+    window = board.config.primary_window
+    index = board.index(window, period_of(window, ts))
+    old = None if index is None else index.score(member)
+    if old is None:
+        held = not condition & IF_PRESENT
+    else:
+        new = old + value if is_delta else value
+        held = not (condition & IF_ABSENT or (condition & IF_GREATER and not new > old)
+                    or (condition & IF_LESS and not new < old))
+    if held:
+        return None
+    rank = None if old is None else index.rank(member)
+    return {**answer(member, None, [old, rank, old, False], False), "skipped": True}
 
 
 def check_same_event(event_id: str, remembered: Sequence, member: str, is_delta: bool,
@@ -265,7 +306,14 @@ def check_ts(ts: object, now: float, tolerance: float) -> float:
 
 
 def submitted_value(name: str, config: BoardConfig, score: object, delta: object) -> float:
-    """The submitted number, checked against the board's policy."""
+    """The submitted number, checked against the board's policy: a score,
+    or a delta on ``sum`` boards; ``latest`` boards take either (a delta
+    is an explicit increment of the latest score)."""
+    if config.policy == "latest" and delta is not None and score is None:
+        value = number(delta, "delta")
+        if config.max_delta is not None and abs(value) > config.max_delta:
+            raise GuardViolation(f"delta {value:g} exceeds max_delta {config.max_delta:g}")
+        return value
     if config.policy == "sum":
         if delta is None or score is not None:
             raise InvalidInput(f"board {name!r} sums deltas: submit 'delta', not 'score'")
@@ -279,9 +327,11 @@ def submitted_value(name: str, config: BoardConfig, score: object, delta: object
     return number(score, "score")
 
 
-def new_score(config: BoardConfig, old: float | None, value: float) -> float | None:
-    """Apply the policy and guards: the member's score after ``value``."""
-    if config.policy == "sum":
+def new_score(config: BoardConfig, old: float | None, value: float, is_delta: bool
+              ) -> float | None:
+    """Apply the policy and guards: the member's score after ``value`` (a
+    delta if ``is_delta``)."""
+    if is_delta:
         new = (old or 0.0) + value
         if not math.isfinite(new):
             raise InvalidInput("the resulting score is not finite")

@@ -18,8 +18,10 @@ from typing import Any
 
 import orjson
 
+from rankd.engine.config import BoardConfig
 from rankd.engine.engine import Engine, Submission
 from rankd.engine.errors import EngineError, InvalidInput, NotFound
+from rankd.engine.view import SortedView
 from rankd.security import signing
 
 MAX_BATCH = 10_000
@@ -124,6 +126,17 @@ class Service:
         return {"boards": [self.engine.board_info(name) for name in page],
                 "next": page[-1] if more else None}
 
+    def has_board(self, board: str) -> bool:
+        return board in self.engine.boards
+
+    def board_names(self) -> list[str]:
+        """Every board's name, sorted."""
+        return sorted(self.engine.boards)
+
+    def board_config(self, board: str) -> BoardConfig | None:
+        known = self.engine.boards.get(board)
+        return None if known is None else known.config
+
     def get_board(self, board: str) -> dict[str, Any]:
         return self.engine.board_info(board)
 
@@ -192,6 +205,24 @@ class Service:
             results.append(slot)
         return results
 
+    async def submit_prepared(self, submissions: list[Submission]
+                              ) -> list[dict[str, Any] | EngineError]:
+        """Submissions a front-end built itself (RESP), in order: a result or
+        an ``EngineError`` each.  Boards that take only signed submissions
+        refuse them (a signature covers REST and TCP submissions' fields)."""
+        if len(submissions) > MAX_BATCH:
+            raise TooLarge(f"a batch holds at most {MAX_BATCH} events, got {len(submissions)}")
+        boards = self.engine.boards
+        refused = {s.board for s in submissions
+                   if (known := boards.get(s.board)) is not None and known.config.signed}
+        if not refused:
+            return await self.engine.submit_many(submissions)
+        taken = [s for s in submissions if s.board not in refused]
+        answers = iter(await self.engine.submit_many(taken))
+        return [InvalidInput(f"board {s.board!r} takes only signed submissions (REST or "
+                             "TCP)") if s.board in refused else next(answers)
+                for s in submissions]
+
     def takes_packed(self, packed: Any) -> bool:
         """Whether :meth:`submit_packed` may take these packed submissions:
         not if one of their boards takes only signed submissions (those go
@@ -213,6 +244,15 @@ class Service:
         """:meth:`submit_packed` from a protocol callback: applied now, the
         future done once committed (``Engine.submit_packed_nowait``)."""
         return self.engine.submit_packed_nowait(packed)
+
+    async def remove_members(self, board: str, choose: Callable[[SortedView], list[str]], *,
+                             window: str | None = None, period: str | None = None,
+                             drop_when_empty: bool = False) -> list[tuple[str, float]]:
+        """Remove the members ``choose`` picks from a view of the board, at
+        once; see ``Engine.remove_members``."""
+        return await self.engine.remove_members(
+            board, choose, window=optional_text(window, "window"),
+            period=optional_text(period, "period"), drop_when_empty=drop_when_empty)
 
     async def remove_member(self, board: str, member: str) -> None:
         if not await self.engine.remove_member(board, member):
@@ -241,6 +281,12 @@ class Service:
                                             limit=limit))
         self._top_cache.put(key, version, data)
         return data
+
+    def view(self, board: str, *, window: str | None = None, period: str | None = None
+             ) -> SortedView:
+        """A window of the board as a sorted set (``rankd.engine.view``)."""
+        return self.engine.view(board, optional_text(window, "window"),
+                                optional_text(period, "period"))
 
     def member(self, board: str, member: str, *, window: str | None = None,
                period: str | None = None) -> dict[str, Any]:

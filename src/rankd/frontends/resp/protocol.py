@@ -55,6 +55,12 @@ class RequestReader:
     def pending_bytes(self) -> int:
         return len(self._buffer)
 
+    def take_state(self, other: RequestReader) -> None:
+        """Go on from where ``other`` stopped (a reader with other limits
+        taking over a connection's stream)."""
+        self._buffer = other._buffer
+        self._words, self._expected, self._bulk = other._words, other._expected, other._bulk
+
     def feed(self, data: bytes) -> list[list[bytes]]:
         """Every command complete so far; ``ProtocolError`` on bad input
         (the commands before it are lost with the connection)."""

@@ -1,0 +1,77 @@
+"""A board's window read as a sorted set, in Redis's order.
+
+Redis numbers a sorted set's members from 0 at the lowest score (``ZRANK``,
+``ZRANGE``) and reverses that order for ``ZREVRANK`` and ``ZREVRANGE``.  A
+rankd board ranks from its best member (rank 1), best meaning highest on a
+``desc`` board and lowest on an ``asc`` one.  :class:`SortedView` maps the
+one onto the other, so a front-end speaking Redis never needs to know the
+board's order, nor touch its index:
+
+* on an ``asc`` board, position ``p`` is rank ``p + 1``: Redis's order
+  exactly when ties are broken by member (what RESP-made boards use);
+* on a ``desc`` board, position ``p`` is rank ``n - p``: the reverse of
+  the board's ranking, so ``ZREVRANK`` and ``ZREVRANGE`` give the board's
+  own leaderboard (with its own tie order) from position 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: ``(rank, member, score)`` as the index gives them.
+Entry = tuple[int, str, float]
+
+
+class SortedView:
+    """Read-only positional access to one window (and period) of a board."""
+
+    __slots__ = ("_ascending", "_index", "version")
+
+    def __init__(self, index: Any, ascending: bool, version: int) -> None:
+        #: The window's rank index, or None while the period has no members.
+        self._index = index
+        self._ascending = ascending
+        #: The board's version when the view was taken.
+        self.version = version
+
+    def __len__(self) -> int:
+        return 0 if self._index is None else len(self._index)
+
+    def score(self, member: str) -> float | None:
+        return None if self._index is None else self._index.score(member)
+
+    def position(self, member: str, *, reverse: bool = False) -> int | None:
+        """The member's 0-based position from the lowest score (``ZRANK``),
+        or from the highest with ``reverse`` (``ZREVRANK``); None if absent."""
+        if self._index is None:
+            return None
+        rank = self._index.rank(member)
+        if rank is None:
+            return None
+        from_best = rank - 1
+        return from_best if self._ascending != reverse else len(self._index) - rank
+
+    def by_position(self, start: int, count: int, *, reverse: bool = False) -> list[Entry]:
+        """``count`` entries from position ``start`` (both already in range),
+        lowest score first, or highest first with ``reverse``."""
+        if self._index is None or count <= 0:
+            return []
+        return self._index.range_by_rank(start, count, reverse=self._ascending == reverse)
+
+    def by_score(self, low: float, high: float, *, low_exclusive: bool = False,
+                 high_exclusive: bool = False, offset: int = 0, limit: int | None = None,
+                 reverse: bool = False) -> list[Entry]:
+        """Entries scored between ``low`` and ``high``, lowest first (highest
+        with ``reverse``), skipping ``offset``, at most ``limit``."""
+        if self._index is None:
+            return []
+        return self._index.range_by_score(
+            low, high, low_exclusive=low_exclusive, high_exclusive=high_exclusive,
+            offset=offset, limit=limit, reverse=self._ascending == reverse)
+
+    def count(self, low: float, high: float, *, low_exclusive: bool = False,
+              high_exclusive: bool = False) -> int:
+        if self._index is None:
+            return 0
+        return self._index.count(low, high, low_exclusive=low_exclusive,
+                                 high_exclusive=high_exclusive)

@@ -1,0 +1,591 @@
+"""The RESP command table, and the commands of the connection itself.
+
+:func:`lookup` finds a command by name (any case) and checks its arity the
+way Redis does, with Redis's error texts; each :class:`Command` names the
+Gate operation it amounts to (its scope and rate limit), or None for the
+commands every client sends before or around authentication (``HELLO``,
+``AUTH``, ``PING``...).  The sorted-set and keyspace commands live in
+:mod:`.sorted_sets`; this module holds the handshake and tooling set:
+what clients, ``redis-cli``, ``redis-benchmark`` and exporters send.
+
+rankd's own commands (``RANKD.*``, a name no Redis command has) reach what
+Redis lacks: dense and competition ranks and percentiles, a member's
+neighbours, a friends list ranked, and the window and period reads use.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rankd import __version__
+from rankd.engine.errors import EngineError
+from rankd.engine.periods import WINDOWS
+from rankd.frontends.resp import sorted_sets as zset
+from rankd.frontends.resp.arguments import SYNTAX, CommandError, glob_match, integer, text
+from rankd.frontends.resp.protocol import Replies
+
+if TYPE_CHECKING:
+    from rankd.frontends.resp.connection import RespConnection
+
+#: The Redis version rankd answers as (what clients check for features:
+#: ``ZRANK ... WITHSCORE`` and ``CLIENT SETINFO`` are 7.2's).
+REDIS_VERSION = "7.2.0"
+
+Handler = Callable[["RespConnection", list[bytes]], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One command: its handler and what Redis's ``COMMAND`` says of it."""
+
+    name: str
+    arity: int
+    handler: Handler
+    #: The Gate operation (scope, rate limit); None: open before AUTH too.
+    operation: str | None
+    flags: tuple[str, ...] = ()
+    first_key: int = 0
+    last_key: int = 0
+    group: str = "sorted-set"
+    summary: str = ""
+    #: Events the command counts as against rate limits (default 1).
+    cost: Callable[[list[bytes]], int] | None = None
+    #: Its writes may join the batch of the commands before it.
+    batchable: bool = False
+    subcommands: dict[str, Command] = field(default_factory=dict)
+
+
+def lookup(words: list[bytes]) -> Command:
+    """The command ``words`` call, arity checked (``CommandError`` as Redis words it)."""
+    name = words[0].lower()
+    command = COMMANDS.get(name)
+    if command is None:
+        raise CommandError(_unknown(words))
+    if command.subcommands and len(words) >= 2:
+        sub = command.subcommands.get(words[1].lower())
+        if sub is None:
+            raise CommandError(f"ERR unknown subcommand '{_shown(words[1])}'. Try "
+                               f"{command.name.upper()} HELP.")
+        command = sub
+    arity = command.arity
+    if (arity > 0 and len(words) != arity) or len(words) < -arity:
+        raise CommandError(f"ERR wrong number of arguments for '{command.name}' command")
+    return command
+
+
+def _shown(word: bytes, limit: int = 128) -> str:
+    return word[:limit].decode(errors="replace").replace("\r", " ").replace("\n", " ")
+
+
+def _unknown(words: list[bytes]) -> str:
+    args = ""
+    for word in words[1:]:
+        if len(args) >= 128:
+            break
+        args += f"'{_shown(word, 128 - len(args))}' "
+    return f"ERR unknown command '{_shown(words[0])}', with args beginning with: {args}"
+
+
+# --- connection ----------------------------------------------------------------------
+
+
+def ping(conn: RespConnection, args: list[bytes]) -> bytes:
+    if len(args) > 2:
+        raise CommandError("ERR wrong number of arguments for 'ping' command")
+    return conn.replies.bulk(args[1]) if len(args) == 2 else conn.replies.simple("PONG")
+
+
+def echo(conn: RespConnection, args: list[bytes]) -> bytes:
+    return conn.replies.bulk(args[1])
+
+
+def quit_(conn: RespConnection, args: list[bytes]) -> bytes:
+    conn.close_with(None, [conn.replies.simple("OK")])
+    return b""
+
+
+def reset(conn: RespConnection, args: list[bytes]) -> bytes:
+    conn.reset()
+    return conn.replies.simple("RESET")
+
+
+def select(conn: RespConnection, args: list[bytes]) -> bytes:
+    if integer(args[1]) != 0:
+        raise CommandError("ERR DB index is out of range")
+    return conn.replies.simple("OK")
+
+
+def auth(conn: RespConnection, args: list[bytes]) -> bytes:
+    """AUTH [username] password: the password is an API key or a JWT."""
+    if len(args) > 3:
+        raise CommandError(SYNTAX)
+    if not conn.gate.auth_enabled:
+        raise CommandError("ERR AUTH <password> called without any password configured "
+                           "for the default user. Are you sure your configuration is correct?")
+    conn.authenticate(args[-1].decode(errors="replace"))
+    return conn.replies.simple("OK")
+
+
+def hello(conn: RespConnection, args: list[bytes]) -> bytes:
+    """HELLO [protover [AUTH username password] [SETNAME clientname]]"""
+    version = conn.replies.version
+    if len(args) >= 2:
+        version = integer(args[1], "ERR Protocol version is not an integer or out of range")
+        if version not in (2, 3):
+            raise CommandError("NOPROTO unsupported protocol version")
+    credential = name = None
+    position = 2
+    while position < len(args):
+        option = args[position].lower()
+        left = len(args) - position - 1
+        if option == b"auth" and left >= 2:
+            credential = args[position + 2].decode(errors="replace")
+            position += 3
+        elif option == b"setname" and left >= 1:
+            name = _client_name(args[position + 1])
+            position += 2
+        else:
+            raise CommandError(f"ERR Syntax error in HELLO option '{_shown(args[position])}'")
+    if credential is not None:
+        if conn.gate.auth_enabled:
+            conn.authenticate(credential)
+    elif not conn.authenticated:
+        raise CommandError("NOAUTH HELLO must be called with the client already "
+                           "authenticated, otherwise the HELLO <proto> AUTH <user> <pass> "
+                           "option can be used to authenticate the client and select the "
+                           "RESP protocol version at the same time")
+    if name is not None:
+        conn.name = name or None
+    conn.replies = Replies(version)
+    replies = conn.replies
+    fields = [("server", replies.bulk("redis")), ("version", replies.bulk(REDIS_VERSION)),
+              ("proto", replies.integer(version)), ("id", replies.integer(conn.id)),
+              ("mode", replies.bulk("standalone")), ("role", replies.bulk("master")),
+              ("modules", replies.array_header(0))]
+    return replies.map_header(len(fields)) + b"".join(
+        replies.bulk(key) + value for key, value in fields)
+
+
+def _client_name(word: bytes) -> str:
+    if any(c <= 0x20 or c > 0x7E for c in word):
+        raise CommandError("ERR Client names cannot contain spaces, newlines or special "
+                           "characters.")
+    return word.decode()
+
+
+def client_setname(conn: RespConnection, args: list[bytes]) -> bytes:
+    conn.name = _client_name(args[2]) or None
+    return conn.replies.simple("OK")
+
+
+def client_getname(conn: RespConnection, args: list[bytes]) -> bytes:
+    return conn.replies.bulk(conn.name)
+
+
+def client_id(conn: RespConnection, args: list[bytes]) -> bytes:
+    return conn.replies.integer(conn.id)
+
+
+def client_setinfo(conn: RespConnection, args: list[bytes]) -> bytes:
+    attribute = args[2].lower().decode(errors="replace")
+    if attribute not in ("lib-name", "lib-ver"):
+        raise CommandError(f"ERR Unrecognized option '{_shown(args[2])}'")
+    if any(c <= 0x20 or c > 0x7E for c in args[3]):
+        raise CommandError(f"ERR {attribute} cannot contain spaces, newlines or special "
+                           "characters.")
+    conn.library[attribute] = args[3].decode()
+    return conn.replies.simple("OK")
+
+
+def client_info(conn: RespConnection, args: list[bytes]) -> bytes:
+    return conn.replies.bulk(conn.describe() + "\n")
+
+
+def client_list(conn: RespConnection, args: list[bytes]) -> bytes:
+    return conn.replies.bulk("".join(c.describe() + "\n" for c in conn.server.connections))
+
+
+def client_noop(conn: RespConnection, args: list[bytes]) -> bytes:
+    """CLIENT NO-EVICT|NO-TOUCH on|off: nothing is evicted or touched here."""
+    if args[2].lower() not in (b"on", b"off"):
+        raise CommandError(SYNTAX)
+    return conn.replies.simple("OK")
+
+
+# --- tooling ------------------------------------------------------------------------------
+
+
+def _info_sections(conn: RespConnection) -> dict[str, list[tuple[str, object]]]:
+    server = conn.server
+    service = conn.service
+    now = conn.loop.time()
+    uptime = int(now - server.started_at)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        with open("/proc/self/statm") as statm:
+            rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        rss = usage.ru_maxrss * 1024
+    stats = service.engine.stats
+    commands = sum(server.stats.values())
+    fsync = server.settings.get("fsync", "everysec")
+    return {
+        "server": [("redis_version", REDIS_VERSION), ("rankd_version", __version__),
+                   ("redis_mode", "standalone"), ("os", os.uname().sysname),
+                   ("arch_bits", 64), ("process_id", os.getpid()),
+                   ("tcp_port", server.settings.get("port", 0)),
+                   ("uptime_in_seconds", uptime), ("uptime_in_days", uptime // 86400)],
+        "clients": [("connected_clients", len(server.connections)),
+                    ("blocked_clients", 0), ("maxclients", server.limits.max_total)],
+        "memory": [("used_memory", rss), ("used_memory_human", f"{rss / 1048576:.2f}M"),
+                   ("used_memory_rss", rss), ("maxmemory", 0),
+                   ("maxmemory_policy", "noeviction")],
+        "persistence": [("loading", 0 if service.engine.ready else 1),
+                        ("aof_enabled", 1), ("appendfsync", fsync),
+                        ("rdb_changes_since_last_save", 0)],
+        "stats": [("total_connections_received", server.total_connections),
+                  ("total_commands_processed", commands),
+                  ("rankd_events_applied", stats["applied"]),
+                  ("rankd_events_duplicate", stats["duplicate"]),
+                  ("rankd_events_rejected", stats["rejected"]),
+                  ("keyspace_hits", 0), ("keyspace_misses", 0)],
+        "replication": [("role", "master"), ("connected_slaves", 0)],
+        "cpu": [("used_cpu_sys", f"{usage.ru_stime:.6f}"),
+                ("used_cpu_user", f"{usage.ru_utime:.6f}")],
+        "keyspace": ([("db0", f"keys={len(service.board_names())},expires=0,avg_ttl=0")]
+                     if service.board_names() else []),
+    }
+
+
+def info(conn: RespConnection, args: list[bytes]) -> bytes:
+    """INFO [section ...]"""
+    sections = _info_sections(conn)
+    wanted = {word.lower().decode(errors="replace") for word in args[1:]}
+    if not wanted or wanted & {"all", "everything", "default"}:
+        wanted = set(sections)
+    lines = []
+    for name, fields in sections.items():
+        if name in wanted:
+            lines.append(f"# {name.capitalize()}")
+            lines += [f"{key}:{value}" for key, value in fields]
+            lines.append("")
+    return conn.replies.bulk("\r\n".join(lines).rstrip("\r\n") + "\r\n")
+
+
+def config_get(conn: RespConnection, args: list[bytes]) -> bytes:
+    """CONFIG GET parameter [parameter ...]: what tools ask (redis-benchmark
+    asks for ``save`` and ``appendonly``), as rankd runs."""
+    settings = conn.server.settings
+    fsync = settings.get("fsync", "everysec")
+    known = {"save": "", "appendonly": "yes", "appendfsync": fsync, "databases": "1",
+             "maxmemory": "0", "maxmemory-policy": "noeviction",
+             "maxclients": str(conn.server.limits.max_total),
+             "timeout": f"{conn.server.idle_timeout:g}", "port": str(settings.get("port", 0)),
+             "proto-max-bulk-len": str(conn.server.max_bulk),
+             "zset-max-listpack-entries": str(zset.SCAN_WHOLE)}
+    found = {key: value for pattern in args[2:] for key, value in known.items()
+             if glob_match(pattern, key.encode(), nocase=True)}
+    replies = conn.replies
+    return replies.map_header(len(found)) + b"".join(
+        replies.bulk(key) + replies.bulk(value) for key, value in found.items())
+
+
+def config_set(conn: RespConnection, args: list[bytes]) -> bytes:
+    raise CommandError("ERR rankd's configuration is set when it starts (rankd serve "
+                       "options); CONFIG SET changes nothing")
+
+
+def config_resetstat(conn: RespConnection, args: list[bytes]) -> bytes:
+    conn.server.stats.clear()
+    return conn.replies.simple("OK")
+
+
+def _command_entry(replies: Replies, command: Command) -> bytes:
+    """One entry of COMMAND / COMMAND INFO, as Redis 7 lays it out."""
+    parts = [replies.array_header(10), replies.bulk(command.name),
+             replies.integer(command.arity), replies.array_header(len(command.flags)),
+             *[replies.simple(flag) for flag in command.flags],
+             replies.integer(command.first_key), replies.integer(command.last_key),
+             replies.integer(1 if command.first_key else 0),
+             replies.array_header(1), replies.simple(f"@{command.group}"),
+             replies.array_header(0), replies.array_header(0)]
+    subs = list(command.subcommands.values())
+    parts.append(replies.array_header(len(subs)))
+    parts += [_command_entry(replies, sub) for sub in subs]
+    return b"".join(parts)
+
+
+def command_(conn: RespConnection, args: list[bytes]) -> bytes:
+    """COMMAND: every command's entry."""
+    commands = list(COMMANDS.values())
+    return conn.replies.array_header(len(commands)) + b"".join(
+        _command_entry(conn.replies, c) for c in commands)
+
+
+def command_count(conn: RespConnection, args: list[bytes]) -> bytes:
+    return conn.replies.integer(len(COMMANDS))
+
+
+def command_info(conn: RespConnection, args: list[bytes]) -> bytes:
+    replies = conn.replies
+    names = args[2:] or list(COMMANDS)
+    out = [replies.array_header(len(names))]
+    for name in names:
+        command = COMMANDS.get(name.lower() if isinstance(name, bytes) else name)
+        out.append(replies.null_array() if command is None else
+                   _command_entry(replies, command))
+    return b"".join(out)
+
+
+def command_list(conn: RespConnection, args: list[bytes]) -> bytes:
+    replies = conn.replies
+    return replies.array_header(len(COMMANDS)) + b"".join(
+        replies.bulk(name) for name in COMMANDS)
+
+
+def command_docs(conn: RespConnection, args: list[bytes]) -> bytes:
+    """COMMAND DOCS [name ...]: summary and group of each (what redis-cli
+    shows as hints), rankd's own commands included."""
+    replies = conn.replies
+    wanted = [COMMANDS.get(name.lower()) for name in args[2:]] if len(args) > 2 \
+        else list(COMMANDS.values())
+    found = [c for c in wanted if c is not None]
+    out = [replies.map_header(len(found))]
+    for command in found:
+        out += [replies.bulk(command.name), replies.map_header(3),
+                replies.bulk("summary"), replies.bulk(command.summary or command.name),
+                replies.bulk("since"), replies.bulk("1.0.0"),
+                replies.bulk("group"), replies.bulk(command.group)]
+    return b"".join(out)
+
+
+# --- rankd's own ------------------------------------------------------------------------
+
+
+def _board(conn: RespConnection, key: bytes) -> str:
+    name = zset.board_name(key)
+    if name is None or not conn.service.has_board(name):
+        raise CommandError("ERR no such key")
+    return name
+
+
+def _pairs(replies: Replies, fields: list[tuple[str, object]]) -> bytes:
+    out = [replies.map_header(len(fields))]
+    for key, value in fields:
+        out.append(replies.bulk(key))
+        if value is None:
+            out.append(replies.null())
+        elif isinstance(value, float):
+            out.append(replies.double(value))
+        elif isinstance(value, int):
+            out.append(replies.integer(value))
+        else:
+            out.append(replies.bulk(str(value)))
+    return b"".join(out)
+
+
+def rankd_rank(conn: RespConnection, args: list[bytes]) -> bytes:
+    """RANKD.RANK key member: the member's standing, every kind of rank
+    (1 is the board's best), or null."""
+    name = _board(conn, args[1])
+    member = text(args[2])
+    try:
+        standing = conn.service.member(name, member or "", window=conn.window,
+                                       period=conn.period) if member else None
+    except EngineError as exc:
+        if exc.code != "not_found":
+            raise
+        standing = None
+    if standing is None:
+        return conn.replies.null()
+    return _pairs(conn.replies, [
+        (key, standing[key]) for key in ("rank", "competition_rank", "dense_rank",
+                                         "percentile", "score", "total")])
+
+
+def _ranked(replies: Replies, entries: list[dict[str, Any]], *, list_rank: bool = False
+            ) -> bytes:
+    out = [replies.array_header(len(entries))]
+    for entry in entries:
+        fields = [("rank", entry["rank"]), ("member", entry["member"]),
+                  ("score", float(entry["score"]))]
+        if list_rank:
+            fields.insert(1, ("list_rank", entry["list_rank"]))
+        out.append(_pairs(replies, fields))
+    return b"".join(out)
+
+
+def rankd_friends(conn: RespConnection, args: list[bytes]) -> bytes:
+    """RANKD.FRIENDS key member [member ...]: those members ranked among
+    themselves (list_rank) and on the board (rank); absent ones left out."""
+    name = _board(conn, args[1])
+    members = [m for m in map(text, args[2:]) if m]
+    ranked = conn.service.ranks(name, members, window=conn.window, period=conn.period)
+    return _ranked(conn.replies, ranked["entries"], list_rank=True)
+
+
+def rankd_around(conn: RespConnection, args: list[bytes]) -> bytes:
+    """RANKD.AROUND key member [above below]: the member's neighbours on the
+    board's ranking (best first), or an empty array if absent."""
+    if len(args) not in (3, 5):
+        raise CommandError(SYNTAX)
+    name = _board(conn, args[1])
+    above, below = (integer(args[3]), integer(args[4])) if len(args) == 5 else (4, 4)
+    member = text(args[2])
+    try:
+        entries = conn.service.around(name, member or "", above=above, below=below,
+                                      window=conn.window, period=conn.period)["entries"]
+    except EngineError as exc:
+        if exc.code != "not_found":
+            raise
+        entries = []
+    return _ranked(conn.replies, entries)
+
+
+def rankd_window(conn: RespConnection, args: list[bytes]) -> bytes:
+    """RANKD.WINDOW [window [period]]: the window (and closed period) this
+    connection's reads use; with no argument, each board's own again."""
+    if len(args) > 3:
+        raise CommandError(SYNTAX)
+    window = text(args[1]) if len(args) >= 2 else None
+    if window is not None and window not in WINDOWS:
+        raise CommandError(f"ERR unknown window {window!r}; windows are {', '.join(WINDOWS)}")
+    conn.window = window
+    conn.period = text(args[2]) if len(args) == 3 else None
+    return conn.replies.simple("OK")
+
+
+def _count_pairs(words: list[bytes]) -> int:
+    return max(1, (len(words) - 2) // 2)
+
+
+def _command(name: str, arity: int, handler: Handler, operation: str | None,
+             flags: tuple[str, ...] = (), keys: tuple[int, int] = (0, 0),
+             group: str = "sorted-set", summary: str = "", **extra: Any) -> Command:
+    return Command(name, arity, handler, operation, flags, keys[0], keys[1], group, summary,
+                   **extra)
+
+
+_WRITE = ("write", "denyoom", "fast")
+_READ = ("readonly", "fast")
+_KEY = (1, 1)
+
+
+def _container(name: str, subcommands: list[Command], group: str) -> Command:
+    def help_(conn: RespConnection, args: list[bytes]) -> bytes:
+        names = sorted(sub.name.split("|")[1].upper() for sub in subcommands)
+        return conn.replies.array_header(len(names)) + b"".join(
+            conn.replies.simple(n) for n in names)
+    subs = {sub.name.split("|")[1].encode(): sub for sub in subcommands}
+    subs[b"help"] = _command(f"{name}|help", 2, help_, None, ("loading", "stale"),
+                             group=group)
+
+    def missing(conn: RespConnection, args: list[bytes]) -> bytes:
+        raise CommandError(f"ERR wrong number of arguments for '{name}' command")
+    return _command(name, -2, missing, None, group=group, subcommands=subs)
+
+
+COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in [
+    _command("zadd", -4, zset.zadd, "submit", ("write", "denyoom", "fast"), _KEY,
+             summary="Add members, or update their scores", cost=_count_pairs,
+             batchable=True),
+    _command("zincrby", 4, zset.zincrby, "submit", _WRITE, _KEY,
+             summary="Increment a member's score", batchable=True),
+    _command("zscore", 3, zset.zscore, "top", _READ, _KEY, summary="A member's score"),
+    _command("zmscore", -3, zset.zmscore, "top", _READ, _KEY, summary="Members' scores"),
+    _command("zrank", -3, zset.zrank, "top", _READ, _KEY,
+             summary="A member's position, lowest score first"),
+    _command("zrevrank", -3, zset.zrevrank, "top", _READ, _KEY,
+             summary="A member's position, highest score first"),
+    _command("zcard", 2, zset.zcard, "top", _READ, _KEY, summary="Number of members"),
+    _command("zcount", 4, zset.zcount, "top", _READ, _KEY,
+             summary="Members with a score in a range"),
+    _command("zrange", -4, zset.zrange, "top", ("readonly",), _KEY,
+             summary="Members in a range of positions or scores"),
+    _command("zrevrange", -4, zset.zrevrange, "top", ("readonly",), _KEY,
+             summary="Members in a range of positions, highest first"),
+    _command("zrangebyscore", -4, zset.zrangebyscore, "top", ("readonly",), _KEY,
+             summary="Members in a range of scores"),
+    _command("zrevrangebyscore", -4, zset.zrevrangebyscore, "top", ("readonly",), _KEY,
+             summary="Members in a range of scores, highest first"),
+    _command("zscan", -3, zset.zscan, "top", ("readonly",), _KEY,
+             summary="Iterate over members and scores"),
+    _command("zrem", -3, zset.zrem, "remove_member", ("write", "fast"), _KEY,
+             summary="Remove members"),
+    _command("zremrangebyrank", 4, zset.zremrangebyrank, "remove_member", ("write",), _KEY,
+             summary="Remove members in a range of positions"),
+    _command("zremrangebyscore", 4, zset.zremrangebyscore, "remove_member", ("write",), _KEY,
+             summary="Remove members in a range of scores"),
+    _command("zpopmin", -2, zset.zpopmin, "remove_member", ("write", "fast"), _KEY,
+             summary="Remove and return the lowest-scored members"),
+    _command("zpopmax", -2, zset.zpopmax, "remove_member", ("write", "fast"), _KEY,
+             summary="Remove and return the highest-scored members"),
+    _command("del", -2, zset.delete, "delete_board", ("write",), (1, -1), "keyspace",
+             "Delete boards"),
+    _command("exists", -2, zset.exists, "list_boards", _READ, (1, -1), "keyspace",
+             "Whether boards exist"),
+    _command("type", 2, zset.type_, "list_boards", _READ, _KEY, "keyspace",
+             "The type of a key (every board is a zset)"),
+    _command("scan", -2, zset.scan, "list_boards", ("readonly",), group="keyspace",
+             summary="Iterate over board names"),
+    _command("keys", 2, zset.keys, "list_boards", ("readonly",), group="keyspace",
+             summary="Board names matching a pattern"),
+    _command("dbsize", 1, zset.dbsize, "list_boards", _READ, group="keyspace",
+             summary="Number of boards"),
+    _command("flushdb", -1, zset.flush, "delete_board", ("write",), group="keyspace",
+             summary="Delete every board (admin scope)"),
+    _command("flushall", -1, zset.flush, "delete_board", ("write",), group="keyspace",
+             summary="Delete every board (admin scope)"),
+    _command("ping", -1, ping, None, ("fast", "stale"), group="connection",
+             summary="Ping the server"),
+    _command("echo", 2, echo, None, ("fast",), group="connection", summary="Echo a string"),
+    _command("quit", -1, quit_, None, ("fast", "no-auth"), group="connection",
+             summary="Close the connection"),
+    _command("reset", 1, reset, None, ("fast", "no-auth"), group="connection",
+             summary="Reset the connection"),
+    _command("select", 2, select, None, ("fast",), group="connection",
+             summary="Select database 0 (the only one)"),
+    _command("auth", -2, auth, None, ("fast", "no-auth"), group="connection",
+             summary="Authenticate with an API key or a JWT"),
+    _command("hello", -1, hello, None, ("fast", "no-auth"), group="connection",
+             summary="Handshake: protocol version, authentication, name"),
+    _container("client", [
+        _command("client|setname", 3, client_setname, None, group="connection"),
+        _command("client|getname", 2, client_getname, None, group="connection"),
+        _command("client|id", 2, client_id, None, group="connection"),
+        _command("client|setinfo", 4, client_setinfo, None, group="connection"),
+        _command("client|info", 2, client_info, None, group="connection"),
+        _command("client|list", -2, client_list, "metrics", group="connection"),
+        _command("client|no-evict", 3, client_noop, None, group="connection"),
+        _command("client|no-touch", 3, client_noop, None, group="connection"),
+    ], "connection"),
+    _command("info", -1, info, "metrics", ("loading", "stale"), group="server",
+             summary="Server information and statistics"),
+    _container("config", [
+        _command("config|get", -3, config_get, "metrics", group="server"),
+        _command("config|set", -4, config_set, "metrics", group="server"),
+        _command("config|resetstat", 2, config_resetstat, "metrics", group="server"),
+    ], "server"),
+    _command("command", -1, command_, None, ("loading", "stale"), group="server",
+             summary="Every command's details"),
+    _command("rankd.rank", 3, rankd_rank, "member", _READ, _KEY, "rankd",
+             "A member's rank, competition and dense rank, and percentile"),
+    _command("rankd.friends", -3, rankd_friends, "ranks", _READ, _KEY, "rankd",
+             "Members ranked among themselves and on the board"),
+    _command("rankd.around", -3, rankd_around, "around", _READ, _KEY, "rankd",
+             "A member and its neighbours on the board"),
+    _command("rankd.window", -1, rankd_window, None, ("fast",), group="rankd",
+             summary="The window (and period) this connection reads"),
+]}
+COMMANDS[b"command"] = Command(
+    "command", -1, command_, None, ("loading", "stale"), group="server",
+    summary="Every command's details", subcommands={
+        b"count": _command("command|count", 2, command_count, None, group="server"),
+        b"info": _command("command|info", -2, command_info, None, group="server"),
+        b"docs": _command("command|docs", -2, command_docs, None, group="server"),
+        b"list": _command("command|list", -2, command_list, None, group="server"),
+    })

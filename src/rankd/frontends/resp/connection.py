@@ -1,0 +1,390 @@
+"""The RESP listener and its connections.
+
+One :class:`RespConnection` (an ``asyncio.Protocol``) per client.  Bytes are
+split into commands by :class:`~.protocol.RequestReader`; commands queue
+up and one worker task per connection answers them in order.  Reads are
+answered at once; consecutive ``ZADD``/``ZINCRBY`` commands of a pipeline
+go to the engine as one batch (one WAL append, one commit) and are
+answered once it is applied, so a read pipelined after them sees them.
+
+Every command passes the same :class:`~rankd.security.Gate` as REST and
+TCP, under the operation it amounts to (``submit``, ``top``,
+``delete_board``...): the same scopes and rate limits.  With credentials
+configured a connection must ``AUTH`` (or ``HELLO ... AUTH``) within
+:data:`HANDSHAKE_SECONDS`, with requests of at most
+:data:`HANDSHAKE_MAX_BULK` bytes until then; repeated failures close it.
+The connection caps of ``ConnectionLimits`` and the idle timeout apply as
+on TCP, and a client that pipelines without reading its replies is paused
+until they drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+import ssl as ssl_module
+from typing import TYPE_CHECKING, Any
+
+from rankd.engine.errors import EngineError, NotPrimary, ReadOnly, Unavailable
+from rankd.frontends.connections import ConnectionLimits, default_max_connections, peer_address
+from rankd.frontends.resp.arguments import CommandError
+from rankd.frontends.resp.commands import Command, lookup
+from rankd.frontends.resp.protocol import ProtocolError, Replies, RequestReader
+from rankd.frontends.resp.sorted_sets import REDIS_BOARD_DICT, Writes
+from rankd.security import ANONYMOUS_ALL, Forbidden, Gate, Principal, Unauthorized
+
+if TYPE_CHECKING:
+    from rankd.frontends.service import Service
+
+log = logging.getLogger(__name__)
+
+QUEUE_HIGH_WATER = 4096
+QUEUE_LOW_WATER = 512
+MAX_AUTH_FAILURES = 3
+HANDSHAKE_MAX_BULK = 16 * 1024
+HANDSHAKE_MAX_WORDS = 16
+HANDSHAKE_SECONDS = 10.0
+SWEEP_SECONDS = 1.0
+NOAUTH = "NOAUTH Authentication required."
+WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
+
+_client_ids = itertools.count(1)
+
+
+def error_text(exc: EngineError) -> str:
+    """An engine or security error as a RESP error reply's text."""
+    if isinstance(exc, Forbidden):
+        return f"NOPERM {exc.message}"
+    if isinstance(exc, Unauthorized):
+        return NOAUTH
+    if isinstance(exc, ReadOnly):
+        return f"READONLY {exc.message}"
+    if isinstance(exc, Unavailable | NotPrimary):
+        return f"TRYAGAIN {exc.message}"
+    return f"ERR {exc.message}"
+
+
+class RespConnection(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, server: RespServer) -> None:
+        self.server = server
+        self.service: Service = server.service
+        self.gate = server.gate
+        self.id = next(_client_ids)
+        self.replies = Replies(2)
+        #: Who is calling: set by AUTH/HELLO (or everyone, without credentials configured).
+        self.principal: Principal | None = None if self.gate.auth_enabled else ANONYMOUS_ALL
+        self.auth_failures = 0
+        self.name: str | None = None
+        self.library: dict[str, str] = {}
+        #: The window and period reads use (``RANKD.WINDOW``); None: the board's own.
+        self.window: str | None = None
+        self.period: str | None = None
+        self.address = ""
+        self.admitted = False
+        self.reader = self._reader()
+        self.queue: collections.deque[list[bytes] | ProtocolError] = collections.deque()
+        self.transport: asyncio.Transport | None = None
+        self.worker: asyncio.Task | None = None
+        self.closing = False
+        self.reading_paused = False
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+
+    def _reader(self) -> RequestReader:
+        if self.principal is None:
+            return RequestReader(max_bulk=HANDSHAKE_MAX_BULK, max_multibulk=HANDSHAKE_MAX_WORDS)
+        return RequestReader(max_bulk=self.server.max_bulk)
+
+    # --- asyncio.Protocol ---------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.loop = asyncio.get_running_loop()
+        self.address = peer_address(transport)
+        self.opened_at = self.last_active = self.loop.time()
+        refused = self.server.limits.admit(self.address)
+        if refused is not None:
+            self.close_with(f"ERR max number of clients reached ({refused})")
+            return
+        self.admitted = True
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        if self.admitted:
+            self.admitted = False
+            self.server.limits.release(self.address)
+        self.server.connections.discard(self)
+        self.queue.clear()
+        self.can_write.set()
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.last_active = self.loop.time()
+        try:
+            self.queue.extend(self.reader.feed(data))
+        except ProtocolError as exc:
+            self.queue.append(exc)
+            self.transport.pause_reading()
+        if len(self.queue) >= QUEUE_HIGH_WATER and not self.reading_paused:
+            self.transport.pause_reading()
+            self.reading_paused = True
+        if self.worker is None and self.queue:
+            self.worker = self.loop.create_task(self._drain())
+
+    # --- answering ---------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        try:
+            while self.queue and not self.closing:
+                out: list[bytes] = []
+                pending: list[tuple[int, Writes]] = []
+                while self.queue and not self.closing and len(out) < QUEUE_LOW_WATER:
+                    words = self.queue.popleft()
+                    if isinstance(words, ProtocolError):
+                        await self._flush(pending, out)
+                        out.append(words.reply())
+                        self.close_with(None, out)
+                        return
+                    await self._one(words, out, pending)
+                await self._flush(pending, out)
+                if out and not self.closing:
+                    self.transport.writelines(out)
+                if self.reading_paused and len(self.queue) <= QUEUE_LOW_WATER:
+                    self.reading_paused = False
+                    self.transport.resume_reading()
+                await self.can_write.wait()
+        except Exception:  # one connection's bug must not go unnoticed or hurt others
+            log.exception("RESP connection failed; closing it")
+            self.transport.abort()
+        finally:
+            self.worker = None
+
+    async def _one(self, words: list[bytes], out: list[bytes],
+                   pending: list[tuple[int, Writes]]) -> None:
+        """Answer one command into ``out`` (or queue its writes in ``pending``)."""
+        stats = self.server.stats
+        try:
+            command = lookup(words)
+            if not command.batchable:
+                await self._flush(pending, out)
+            self._admit(command, words)
+            result = command.handler(self, words)
+            if isinstance(result, Writes):
+                pending.append((len(out), result))
+                out.append(b"")
+                stats[(command.name, "ok")] += 1
+                return
+            if not isinstance(result, bytes):
+                await self._flush(pending, out)
+                result = await result
+        except CommandError as exc:
+            stats[(words[0].lower().decode(errors="replace")[:32], "error")] += 1
+            out.append(self.replies.error(exc.text))
+            if exc.text == NOAUTH:
+                self._failed_auth(out)
+            return
+        except EngineError as exc:
+            stats[(words[0].lower().decode(errors="replace")[:32], exc.code)] += 1
+            out.append(self.replies.error(error_text(exc)))
+            return
+        stats[(command.name, "ok")] += 1
+        out.append(result)
+
+    def _admit(self, command: Command, words: list[bytes]) -> None:
+        """Authentication, scope and rate limits for ``command``."""
+        if command.operation is None:
+            return
+        if self.principal is None:
+            raise CommandError(NOAUTH)
+        cost = command.cost(words) if command.cost is not None else 1
+        self.gate.admit(self.principal, command.operation, self.address, cost)
+
+    def _failed_auth(self, out: list[bytes]) -> None:
+        self.auth_failures += 1
+        if self.auth_failures >= MAX_AUTH_FAILURES:
+            self.close_with("ERR too many unauthenticated commands; closing", out)
+
+    async def _flush(self, pending: list[tuple[int, Writes]], out: list[bytes]) -> None:
+        """Submit the pending commands' writes as one batch; fill in their replies."""
+        if not pending:
+            return
+        batch = [submission for _, writes in pending for submission in writes.submissions]
+        taken = list(pending)
+        pending.clear()
+        try:
+            answers = await self.service.submit_prepared(batch)
+        except EngineError as exc:
+            answers = [exc] * len(batch)
+        position = 0
+        for slot, writes in taken:
+            size = len(writes.submissions)
+            try:
+                out[slot] = writes.answer(answers[position:position + size])
+            except EngineError as exc:
+                out[slot] = self.replies.error(error_text(exc))
+            position += size
+
+    async def create_and_write(self, name: str, writes: Writes) -> bytes:
+        """A write to a key that is no board yet: create it as a Redis-like
+        board (which needs the scope that creating boards needs), then write."""
+        self.gate.admit(self.principal or ANONYMOUS_ALL, "put_board", self.address)
+        await self.service.put_board(name, REDIS_BOARD_DICT)
+        self.gate.done(self.principal or ANONYMOUS_ALL, "put_board", self.address, board=name)
+        answers = await self.service.submit_prepared(writes.submissions)
+        if all(isinstance(a, EngineError) or a.get("skipped") for a in answers):
+            with contextlib.suppress(EngineError):  # nothing written: no key, as in Redis
+                if len(self.service.view(name)) == 0:
+                    await self.service.delete_board(name)
+        return writes.answer(answers)
+
+    # --- state -------------------------------------------------------------------------
+
+    def authenticate(self, credential: str) -> None:
+        """AUTH and HELLO AUTH: a WRONGPASS ``CommandError`` if refused."""
+        try:
+            self.principal = self.gate.identify(credential, "auth", self.address)
+        except EngineError:
+            self.auth_failures += 1
+            if self.auth_failures >= MAX_AUTH_FAILURES:
+                self.close_with(WRONGPASS)
+            raise CommandError(WRONGPASS) from None
+        self.reader = self._carry_over(self.reader)
+
+    def _carry_over(self, old: RequestReader) -> RequestReader:
+        """The full-size reader, holding what the handshake reader buffered."""
+        reader = RequestReader(max_bulk=self.server.max_bulk)
+        reader.take_state(old)
+        return reader
+
+    def reset(self) -> None:
+        """RESET: the connection as it was when opened."""
+        self.replies = Replies(2)
+        self.name = None
+        self.window = self.period = None
+        if self.gate.auth_enabled:
+            self.principal = None
+
+    @property
+    def authenticated(self) -> bool:
+        return self.principal is not None
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.queue or self.worker is not None)
+
+    def close_with(self, text: str | None, out: list[bytes] | None = None) -> None:
+        """Write ``out`` and the error ``text``, then close."""
+        parts = list(out or [])
+        if out is not None:
+            out.clear()
+        if text is not None:
+            parts.append(self.replies.error(text))
+        if parts and self.transport is not None:
+            self.transport.writelines(parts)
+        self.closing = True
+        self.queue.clear()
+        if self.transport is not None:
+            self.transport.close()
+
+    def describe(self) -> str:
+        """The CLIENT INFO / CLIENT LIST line."""
+        now = self.loop.time()
+        return (f"id={self.id} addr={self.address} laddr= fd=-1 name={self.name or ''} "
+                f"age={int(now - self.opened_at)} idle={int(now - self.last_active)} "
+                f"flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 "
+                f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client "
+                f"user=default redir=-1 resp={self.replies.version} "
+                f"lib-name={self.library.get('lib-name', '')} "
+                f"lib-ver={self.library.get('lib-ver', '')}")
+
+
+class RespServer:
+    """Listens for RESP connections; :meth:`close` drains them gracefully."""
+
+    def __init__(self, service: Service, gate: Gate | None = None, *,
+                 limits: ConnectionLimits | None = None, idle_timeout: float = 300.0,
+                 max_bulk: int = 1 << 20, port_of: dict[str, Any] | None = None) -> None:
+        self.service = service
+        self.gate = gate or Gate.open()
+        self.limits = limits or ConnectionLimits(default_max_connections())
+        self.idle_timeout = idle_timeout
+        self.max_bulk = max_bulk
+        self.connections: set[RespConnection] = set()
+        #: (command, "ok" or error code) -> commands, for metrics.
+        self.stats: collections.Counter[tuple[str, str]] = collections.Counter()
+        #: What INFO and CONFIG GET report (ports, fsync policy...).
+        self.settings: dict[str, Any] = dict(port_of or {})
+        self.started_at = 0.0
+        self.total_connections = 0
+        self._server: asyncio.AbstractServer | None = None
+        self._sweeper: asyncio.Task | None = None
+
+    async def start(self, host: str, port: int, ssl: ssl_module.SSLContext | None = None
+                    ) -> int:
+        """Listen; returns the port (useful with port 0)."""
+        loop = asyncio.get_running_loop()
+        self.started_at = loop.time()
+        self._server = await loop.create_server(self._connect, host, port,
+                                                reuse_address=True, ssl=ssl)
+        self._sweeper = asyncio.create_task(self._sweep(), name="rankd-resp-sweeper")
+        bound = self._server.sockets[0].getsockname()[1]
+        self.settings["port"] = bound
+        return bound
+
+    def _connect(self) -> RespConnection:
+        self.total_connections += 1
+        return RespConnection(self)
+
+    @property
+    def addresses(self) -> list[str]:
+        if self._server is None:
+            return []
+        return [sock.getsockname()[0] for sock in self._server.sockets]
+
+    async def _sweep(self) -> None:
+        """Close connections past the handshake deadline or the idle timeout."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            now = loop.time()
+            for connection in list(self.connections):
+                if connection.closing:
+                    continue
+                if not connection.authenticated:
+                    if now - connection.opened_at > HANDSHAKE_SECONDS:
+                        connection.close_with(f"ERR authenticate (AUTH) within "
+                                              f"{HANDSHAKE_SECONDS:g} s of connecting")
+                elif (self.idle_timeout and now - connection.last_active > self.idle_timeout
+                        and not connection.busy):
+                    connection.close_with(None)
+
+    async def close(self, grace: float = 10.0) -> None:
+        """Stop accepting, let queued commands finish, close every connection."""
+        if self._server is None:
+            return
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        self._server.close()
+        busy = [c.worker for c in self.connections if c.worker is not None]
+        if busy:
+            await asyncio.wait(busy, timeout=grace)
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 2)
+        self._server = None

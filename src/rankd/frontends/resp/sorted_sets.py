@@ -1,0 +1,586 @@
+"""The sorted-set and keyspace commands, with Redis's semantics.
+
+Keys are boards.  Each command reads its arguments exactly as Redis does
+(:mod:`.arguments`), checks them in Redis's order (options, then numbers,
+then the key), and answers what ``redis-server`` answers: the tests send
+random command sequences to both and compare the replies byte for byte.
+
+Reads take a :class:`rankd.engine.view.SortedView` of the board's window
+from the service and answer at once.  ``ZADD`` and ``ZINCRBY`` on an
+existing board become :class:`Writes`: submissions the connection sends
+to the engine together with those of the commands pipelined right after
+them (one batch, one commit), answered once they are applied.  Removals
+go through ``Service.remove_members``, which picks and removes in one step.
+
+A key written through RESP that is not a board yet becomes one with
+:data:`REDIS_BOARD`, the config under which every answer is Redis's:
+ascending scores, ties broken by member, each write replacing the score
+(``latest``) or adding to it (``ZINCRBY``: an explicit increment), one
+all-time window.  Such a board is deleted with its last member, as a
+Redis key is.  Boards made through REST with another config are read and
+written too; ``docs/redis.md`` tables what differs on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rankd.engine.config import BOARD_NAME, BoardConfig
+from rankd.engine.engine import Submission
+from rankd.engine.errors import EngineError, NotFound
+from rankd.engine.ingest import IF_ABSENT, IF_GREATER, IF_LESS, IF_PRESENT, check_member
+from rankd.frontends.resp.arguments import (
+    BOUND_NOT_FLOAT,
+    SYNTAX,
+    CommandError,
+    bound,
+    glob_match,
+    integer,
+    positive,
+    score,
+    text,
+)
+
+if TYPE_CHECKING:
+    from rankd.frontends.resp.connection import RespConnection
+
+#: The config of boards made through RESP (see the module docstring).
+REDIS_BOARD = BoardConfig(order="asc", policy="latest", tie_break="member", windows=("all",))
+REDIS_BOARD_DICT = REDIS_BOARD.to_dict()
+#: Entries one range reply may hold (Redis has no cap; a reply of every
+#: member of a million-member board is 30 MB built in memory).
+MAX_REPLY_ENTRIES = 100_000
+#: Score-member pairs in one ZADD: the engine's batch limit.
+MAX_PAIRS = 10_000
+#: ZSCAN answers boards up to this size in one reply, cursor 0, as Redis
+#: does for its small (listpack-encoded) sorted sets.
+SCAN_WHOLE = 128
+
+@dataclass(slots=True)
+class Writes:
+    """Submissions of one command, and how to answer once applied."""
+
+    submissions: list[Submission]
+    answer: Callable[[list[dict[str, Any] | EngineError]], bytes]
+
+
+#: What a command handler returns: a reply, a reply to come, or writes.
+Reply = bytes | Awaitable[bytes] | Writes
+
+
+def board_name(word: bytes) -> str | None:
+    """The board a key names, or None if no board can have that name."""
+    name = text(word)
+    return name if name is not None and BOARD_NAME.fullmatch(name) else None
+
+
+def _view(conn: RespConnection, key: bytes) -> Any:
+    """The view of board ``key`` (the connection's window), or None if no
+    such board."""
+    name = board_name(key)
+    if name is None or not conn.service.has_board(name):
+        return None
+    return conn.service.view(name, window=conn.window, period=conn.period)
+
+
+def _check_size(count: int) -> None:
+    if count > MAX_REPLY_ENTRIES:
+        raise CommandError(f"ERR rankd answers at most {MAX_REPLY_ENTRIES} entries in one "
+                           "reply; ask for a smaller range (indexes or LIMIT)")
+
+
+def _entries(conn: RespConnection, entries: list, withscores: bool, nested: bool) -> bytes:
+    """Members (and scores): flat in RESP2, ``[member, score]`` pairs in RESP3."""
+    replies = conn.replies
+    bulk, double = replies.bulk, replies.double
+    if not withscores:
+        return b"".join([replies.array_header(len(entries)),
+                         *[bulk(member) for _, member, _ in entries]])
+    if nested and replies.version == 3:
+        out = [replies.array_header(len(entries))]
+        for _, member, value in entries:
+            out += (b"*2\r\n", bulk(member), double(value))
+        return b"".join(out)
+    out = [replies.array_header(2 * len(entries))]
+    for _, member, value in entries:
+        out += (bulk(member), double(value))
+    return b"".join(out)
+
+
+# --- writes -------------------------------------------------------------------------
+
+
+def zadd(conn: RespConnection, args: list[bytes], incr: bool = False) -> Reply:
+    """ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]"""
+    flags = 0
+    changed = False
+    position = 2
+    while position < len(args):
+        option = args[position].lower()
+        if option == b"nx":
+            flags |= IF_ABSENT
+        elif option == b"xx":
+            flags |= IF_PRESENT
+        elif option == b"ch":
+            changed = True
+        elif option == b"incr":
+            incr = True
+        elif option == b"gt":
+            flags |= IF_GREATER
+        elif option == b"lt":
+            flags |= IF_LESS
+        else:
+            break
+        position += 1
+    pairs = len(args) - position
+    if pairs % 2 or not pairs:
+        raise CommandError(SYNTAX)
+    pairs //= 2
+    if flags & IF_ABSENT and flags & IF_PRESENT:
+        raise CommandError("ERR XX and NX options at the same time are not compatible")
+    if (flags & IF_GREATER and flags & (IF_ABSENT | IF_LESS)) or (
+            flags & IF_LESS and flags & IF_ABSENT):
+        raise CommandError("ERR GT, LT, and/or NX options at the same time are not compatible")
+    if incr and pairs > 1:
+        raise CommandError("ERR INCR option supports a single increment-element pair")
+    if pairs > MAX_PAIRS:
+        raise CommandError(f"ERR rankd takes at most {MAX_PAIRS} score-member pairs in one "
+                           "ZADD")
+    values = [score(args[position + 2 * i]) for i in range(pairs)]
+    name = _writable_name(args[1])
+    members = [_member(args[position + 2 * i + 1]) for i in range(pairs)]
+    for value in values:
+        if math.isinf(value):
+            raise CommandError("ERR rankd keeps finite scores only")
+    submissions = [
+        Submission(board=name, member=member, delta=value, condition=flags) if incr else
+        Submission(board=name, member=member, score=value, condition=flags)
+        for value, member in zip(values, members, strict=True)]
+
+    def answer(answers: list[dict[str, Any] | EngineError]) -> bytes:
+        added = updated = 0
+        last: dict[str, Any] | None = None
+        for outcome in answers:
+            if isinstance(outcome, EngineError):
+                raise outcome
+            if outcome.get("skipped"):
+                continue
+            last = outcome
+            if outcome["previous"] is None:
+                added += 1
+            elif outcome["changed"]:
+                updated += 1
+        if incr:
+            return conn.replies.null() if last is None else conn.replies.double(last["score"])
+        return conn.replies.integer(added + updated if changed else added)
+
+    writes = Writes(submissions, answer)
+    if conn.service.has_board(name):
+        return writes
+    if flags & IF_PRESENT:  # XX on a missing key: nothing to do
+        return answer([])
+    return conn.create_and_write(name, writes)
+
+
+def zincrby(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZINCRBY key increment member: ZADD ... INCR, as Redis does it."""
+    return zadd(conn, args, incr=True)
+
+
+def _writable_name(key: bytes) -> str:
+    name = board_name(key)
+    if name is None:
+        raise CommandError("ERR rankd board names (keys) are 1 to 64 characters of "
+                           "A-Z a-z 0-9 _ . : -")
+    return name
+
+
+def _member(word: bytes) -> str:
+    member = text(word)
+    if member is None:
+        raise CommandError("ERR rankd members are UTF-8 text")
+    try:
+        return check_member(member)
+    except EngineError as exc:
+        raise CommandError(f"ERR {exc.message}") from None
+
+
+def zrem(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZREM key member [member ...]"""
+    members = [m for m in map(text, args[2:]) if m is not None]
+    return _remove(conn, args[1], lambda view: members)
+
+
+def zremrangebyrank(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZREMRANGEBYRANK key start stop"""
+    start, stop = integer(args[2]), integer(args[3])
+
+    def choose(view: Any) -> list[str]:
+        first, count = _rank_range(len(view), start, stop)
+        return [member for _, member, _ in view.by_position(first, count)]
+    return _remove(conn, args[1], choose)
+
+
+def zremrangebyscore(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZREMRANGEBYSCORE key min max"""
+    low, high = _score_range(args[2], args[3])
+
+    def choose(view: Any) -> list[str]:
+        return [member for _, member, _ in _by_score(view, low, high)]
+    return _remove(conn, args[1], choose)
+
+
+async def _removed(conn: RespConnection, name: str, choose: Callable[[Any], list[str]]
+                   ) -> list[tuple[str, float]]:
+    return await conn.service.remove_members(
+        name, choose, window=conn.window, period=conn.period,
+        drop_when_empty=conn.service.board_config(name) == REDIS_BOARD)
+
+
+def _remove(conn: RespConnection, key: bytes, choose: Callable[[Any], list[str]]) -> Reply:
+    name = board_name(key)
+    if name is None or not conn.service.has_board(name):
+        return conn.replies.integer(0)
+
+    async def run() -> bytes:
+        try:
+            return conn.replies.integer(len(await _removed(conn, name, choose)))
+        except NotFound:  # deleted meanwhile
+            return conn.replies.integer(0)
+    return run()
+
+
+def zpop(conn: RespConnection, args: list[bytes], highest: bool) -> Reply:
+    """ZPOPMIN|ZPOPMAX key [count]"""
+    if len(args) > 3:
+        raise CommandError(SYNTAX)
+    count = positive(args[2]) if len(args) == 3 else None
+    replies = conn.replies
+    if count == 0:
+        return replies.array_header(0)
+    name = board_name(args[1])
+    if name is None or not conn.service.has_board(name):
+        return replies.array_header(0)
+    wanted = 1 if count is None else count
+    _check_size(min(wanted, len(conn.service.view(name))))
+
+    def choose(view: Any) -> list[str]:
+        return [m for _, m, _ in view.by_position(0, min(wanted, len(view)), reverse=highest)]
+
+    async def run() -> bytes:
+        try:
+            popped = await _removed(conn, name, choose)
+        except NotFound:
+            popped = []
+        entries = [(0, member, value) for member, value in popped]
+        return _entries(conn, entries, True, nested=count is not None)
+    return run()
+
+
+def zpopmin(conn: RespConnection, args: list[bytes]) -> Reply:
+    return zpop(conn, args, highest=False)
+
+
+def zpopmax(conn: RespConnection, args: list[bytes]) -> Reply:
+    return zpop(conn, args, highest=True)
+
+
+# --- reads ---------------------------------------------------------------------------
+
+
+def zscore(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZSCORE key member"""
+    view = _view(conn, args[1])
+    member = text(args[2])
+    found = None if view is None or member is None else view.score(member)
+    return conn.replies.null() if found is None else conn.replies.double(found)
+
+
+def zmscore(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZMSCORE key member [member ...]"""
+    view = _view(conn, args[1])
+    replies = conn.replies
+    out = [replies.array_header(len(args) - 2)]
+    for word in args[2:]:
+        member = text(word)
+        found = None if view is None or member is None else view.score(member)
+        out.append(replies.null() if found is None else replies.double(found))
+    return b"".join(out)
+
+
+def zcard(conn: RespConnection, args: list[bytes]) -> Reply:
+    view = _view(conn, args[1])
+    return conn.replies.integer(0 if view is None else len(view))
+
+
+def zrank(conn: RespConnection, args: list[bytes], reverse: bool = False) -> Reply:
+    """ZRANK|ZREVRANK key member [WITHSCORE] (Redis 7.2's reply)"""
+    if len(args) > 4 or (len(args) == 4 and args[3].lower() != b"withscore"):
+        raise CommandError(SYNTAX)
+    view = _view(conn, args[1])
+    member = text(args[2])
+    position = None if view is None or member is None else view.position(member,
+                                                                          reverse=reverse)
+    replies = conn.replies
+    if len(args) == 4:
+        if position is None:
+            return replies.null_array()
+        return b"*2\r\n" + replies.integer(position) + replies.double(view.score(member))
+    return replies.null() if position is None else replies.integer(position)
+
+
+def zrevrank(conn: RespConnection, args: list[bytes]) -> Reply:
+    return zrank(conn, args, reverse=True)
+
+
+def _rank_range(size: int, start: int, stop: int) -> tuple[int, int]:
+    """Redis's index sanitising: ``(first, count)``, count 0 if empty."""
+    if start < 0:
+        start += size
+    if stop < 0:
+        stop += size
+    start = max(start, 0)
+    if start > stop or start >= size:
+        return 0, 0
+    stop = min(stop, size - 1)
+    return start, stop - start + 1
+
+
+def _score_range(low: bytes, high: bytes) -> tuple[tuple[float, bool], tuple[float, bool]]:
+    try:
+        return bound(low), bound(high)
+    except CommandError:
+        raise CommandError(BOUND_NOT_FLOAT) from None
+
+
+def _by_score(view: Any, low: tuple[float, bool], high: tuple[float, bool], *,
+              offset: int = 0, limit: int = -1, reverse: bool = False) -> list:
+    (low_value, low_ex), (high_value, high_ex) = low, high
+    if offset < 0:  # Redis skips past the end on a negative offset
+        return []
+    if reverse:
+        low_value, low_ex, high_value, high_ex = high_value, high_ex, low_value, low_ex
+    if low_value > high_value or (low_value == high_value and (low_ex or high_ex)):
+        return []
+    return view.by_score(low_value, high_value, low_exclusive=low_ex,
+                         high_exclusive=high_ex, offset=offset,
+                         limit=None if limit < 0 else limit, reverse=reverse)
+
+
+def zrange(conn: RespConnection, args: list[bytes], *, by: str | None = None,
+           reverse: bool | None = None) -> Reply:
+    """ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count]
+    [WITHSCORES], and the legacy forms that preset ``by`` and ``reverse``."""
+    withscores = False
+    offset, limit = 0, -1
+    position = 4
+    while position < len(args):
+        option = args[position].lower()
+        left = len(args) - position - 1
+        if option == b"withscores":
+            withscores = True
+        elif option == b"limit" and left >= 2:
+            offset, limit = integer(args[position + 1]), integer(args[position + 2])
+            position += 2
+        elif reverse is None and option == b"rev":
+            reverse = True
+        elif by is None and option == b"bylex":
+            by = "lex"
+        elif by is None and option == b"byscore":
+            by = "score"
+        else:
+            raise CommandError(SYNTAX)
+        position += 1
+    reverse = bool(reverse)
+    by = by or "rank"
+    if limit != -1 and by == "rank":
+        raise CommandError("ERR syntax error, LIMIT is only supported in combination with "
+                           "either BYSCORE or BYLEX")
+    if withscores and by == "lex":
+        raise CommandError("ERR syntax error, WITHSCORES not supported in combination with "
+                           "BYLEX")
+    if by == "lex":
+        raise CommandError("ERR rankd does not order members by name (BYLEX): a board "
+                           "orders by score")
+    replies = conn.replies
+    if by == "rank":
+        start, stop = integer(args[2]), integer(args[3])
+        view = _view(conn, args[1])
+        if view is None:
+            return replies.array_header(0)
+        first, count = _rank_range(len(view), start, stop)
+        _check_size(count)
+        return _entries(conn, view.by_position(first, count, reverse=reverse), withscores,
+                        nested=True)
+    low, high = _score_range(args[2], args[3])
+    view = _view(conn, args[1])
+    if view is None or (offset > 0 and offset >= len(view)):
+        return replies.array_header(0)
+    if limit < 0 or limit > MAX_REPLY_ENTRIES:
+        _check_size(_count(view, *(low, high) if not reverse else (high, low)) - max(offset, 0))
+    entries = _by_score(view, low, high, offset=offset, limit=limit, reverse=reverse)
+    return _entries(conn, entries, withscores, nested=True)
+
+
+def _count(view: Any, low: tuple[float, bool], high: tuple[float, bool]) -> int:
+    (low_value, low_ex), (high_value, high_ex) = low, high
+    if low_value > high_value or (low_value == high_value and (low_ex or high_ex)):
+        return 0
+    return view.count(low_value, high_value, low_exclusive=low_ex, high_exclusive=high_ex)
+
+
+def zrevrange(conn: RespConnection, args: list[bytes]) -> Reply:
+    return zrange(conn, args, by="rank", reverse=True)
+
+
+def zrangebyscore(conn: RespConnection, args: list[bytes]) -> Reply:
+    return zrange(conn, args, by="score", reverse=False)
+
+
+def zrevrangebyscore(conn: RespConnection, args: list[bytes]) -> Reply:
+    return zrange(conn, args, by="score", reverse=True)
+
+
+def zcount(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZCOUNT key min max"""
+    low, high = _score_range(args[2], args[3])
+    view = _view(conn, args[1])
+    return conn.replies.integer(0 if view is None else _count(view, low, high))
+
+
+def _scan_options(args: list[bytes], start: int, *, types: bool = False
+                  ) -> tuple[bytes | None, int, bytes | None]:
+    """MATCH pattern, COUNT count (and TYPE type) after ``start``."""
+    pattern = kind = None
+    count = 10
+    position = start
+    while position < len(args):
+        option = args[position].lower()
+        left = len(args) - position - 1
+        if option == b"count" and left >= 1:
+            count = integer(args[position + 1])
+            if count < 1:
+                raise CommandError(SYNTAX)
+        elif option == b"match" and left >= 1:
+            pattern = args[position + 1]
+        elif types and option == b"type" and left >= 1:
+            kind = args[position + 1]
+        else:
+            raise CommandError(SYNTAX)
+        position += 2
+    return pattern, count, kind
+
+
+def _cursor(word: bytes) -> int:
+    if not word.isdigit() or len(word) > 20 or int(word) >= 2**64:
+        raise CommandError("ERR invalid cursor")
+    return int(word)
+
+
+def zscan(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZSCAN key cursor [MATCH pattern] [COUNT count]: boards up to 128
+    members in one reply (as Redis), larger ones ``count`` at a time in
+    score order (the cursor is a position)."""
+    cursor = _cursor(args[2])
+    pattern, count, _ = _scan_options(args, 3)
+    view = _view(conn, args[1])
+    replies = conn.replies
+    if view is None:
+        return b"*2\r\n" + replies.bulk(b"0") + replies.array_header(0)
+    size = len(view)
+    if size <= SCAN_WHOLE:
+        entries, following = view.by_position(0, size), 0
+    else:
+        first = min(cursor, size)
+        count = min(count, MAX_REPLY_ENTRIES)
+        entries = view.by_position(first, min(count, size - first))
+        following = first + len(entries)
+        if following >= size:
+            following = 0
+    if pattern is not None:
+        entries = [e for e in entries if glob_match(pattern, e[1].encode())]
+    return (b"*2\r\n" + replies.bulk(str(following)) +
+            _entries(conn, entries, True, nested=False))
+
+
+# --- keyspace -------------------------------------------------------------------------
+
+
+def exists(conn: RespConnection, args: list[bytes]) -> Reply:
+    """EXISTS key [key ...] (a key named twice counts twice)"""
+    found = 0
+    for key in args[1:]:
+        name = board_name(key)
+        found += name is not None and conn.service.has_board(name)
+    return conn.replies.integer(found)
+
+
+def type_(conn: RespConnection, args: list[bytes]) -> Reply:
+    name = board_name(args[1])
+    found = name is not None and conn.service.has_board(name)
+    return conn.replies.simple("zset" if found else "none")
+
+
+def delete(conn: RespConnection, args: list[bytes]) -> Reply:
+    """DEL key [key ...]"""
+    names = list(dict.fromkeys(n for n in map(board_name, args[1:]) if n is not None))
+
+    async def run() -> bytes:
+        deleted = 0
+        for name in names:
+            try:
+                await conn.service.delete_board(name)
+                deleted += 1
+            except NotFound:
+                pass
+        return conn.replies.integer(deleted)
+    return run()
+
+
+def dbsize(conn: RespConnection, args: list[bytes]) -> Reply:
+    return conn.replies.integer(len(conn.service.board_names()))
+
+
+def keys(conn: RespConnection, args: list[bytes]) -> Reply:
+    """KEYS pattern"""
+    names = [n for n in conn.service.board_names() if glob_match(args[1], n.encode())]
+    _check_size(len(names))
+    replies = conn.replies
+    return b"".join([replies.array_header(len(names)), *map(replies.bulk, names)])
+
+
+def scan(conn: RespConnection, args: list[bytes]) -> Reply:
+    """SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]: board names in
+    order, ``count`` at a time (the cursor is a position)."""
+    cursor = _cursor(args[1])
+    pattern, count, kind = _scan_options(args, 2, types=True)
+    names = conn.service.board_names()
+    first = min(cursor, len(names))
+    page = names[first:first + min(count, MAX_REPLY_ENTRIES)]
+    following = first + len(page)
+    if following >= len(names):
+        following = 0
+    if pattern is not None:
+        page = [n for n in page if glob_match(pattern, n.encode())]
+    if kind is not None and kind.lower() != b"zset":
+        page = []
+    replies = conn.replies
+    return (b"*2\r\n" + replies.bulk(str(following)) + replies.array_header(len(page))
+            + b"".join(map(replies.bulk, page)))
+
+
+def flush(conn: RespConnection, args: list[bytes]) -> Reply:
+    """FLUSHDB|FLUSHALL [ASYNC|SYNC]: every board deleted."""
+    if len(args) > 2 or (len(args) == 2 and args[1].lower() not in (b"async", b"sync")):
+        raise CommandError(SYNTAX)
+
+    async def run() -> bytes:
+        for name in conn.service.board_names():
+            with contextlib.suppress(NotFound):
+                await conn.service.delete_board(name)
+        return conn.replies.simple("OK")
+    return run()
