@@ -110,8 +110,9 @@ def integer(word: bytes, error: str = NOT_INTEGER) -> int:
 
 
 def positive(word: bytes) -> int:
-    """A count that must not be negative (``getPositiveLongFromObject``)."""
-    value = integer(word)
+    """A count that must not be negative (``getPositiveLongFromObject``:
+    one message for both a bad integer and a negative one)."""
+    value = integer(word, NOT_POSITIVE)
     if value < 0:
         raise CommandError(NOT_POSITIVE)
     return value

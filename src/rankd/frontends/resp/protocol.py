@@ -256,8 +256,6 @@ class Replies:
 
 def format_double(value: float) -> bytes:
     """A double as Redis 7.0 writes it in replies (``%.17g``: ``0.1`` is
-    ``0.10000000000000001``, ``1e20`` is ``1e+20``; ``inf``, ``-inf``; a zero,
-    negative or not, is ``0``), checked against ``redis-server`` 7.0.15."""
-    if value == 0:
-        return b"0"
+    ``0.10000000000000001``, ``1e20`` is ``1e+20``, ``-0.0`` is ``-0``;
+    ``inf``, ``-inf``), checked against ``redis-server`` 7.0.15."""
     return b"%.17g" % value

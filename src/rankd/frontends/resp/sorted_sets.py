@@ -44,6 +44,7 @@ from rankd.frontends.resp.arguments import (
     score,
     text,
 )
+from rankd.frontends.resp.protocol import format_double
 
 if TYPE_CHECKING:
     from rankd.frontends.resp.connection import RespConnection
@@ -175,7 +176,12 @@ def zadd(conn: RespConnection, args: list[bytes], incr: bool = False) -> Reply:
             elif outcome["changed"]:
                 updated += 1
         if incr:
-            return conn.replies.null() if last is None else conn.replies.double(last["score"])
+            if last is None:
+                return conn.replies.null()
+            # A new member's score is the increment itself (-0 stays -0 in
+            # the reply, as in Redis, though both store a zero as 0).
+            return conn.replies.double(values[0] if last["previous"] is None
+                                       else last["score"])
         return conn.replies.integer(added + updated if changed else added)
 
     writes = Writes(submissions, answer)
@@ -403,10 +409,15 @@ def zrange(conn: RespConnection, args: list[bytes], *, by: str | None = None,
     if withscores and by == "lex":
         raise CommandError("ERR syntax error, WITHSCORES not supported in combination with "
                            "BYLEX")
+    replies = conn.replies
     if by == "lex":
+        for item in args[2:4]:
+            if not (item in (b"+", b"-") or item[:1] in (b"[", b"(")):
+                raise CommandError("ERR min or max not valid string range item")
+        if _view(conn, args[1]) is None:
+            return replies.array_header(0)
         raise CommandError("ERR rankd does not order members by name (BYLEX): a board "
                            "orders by score")
-    replies = conn.replies
     if by == "rank":
         start, stop = integer(args[2]), integer(args[3])
         view = _view(conn, args[1])
@@ -486,11 +497,11 @@ def zscan(conn: RespConnection, args: list[bytes]) -> Reply:
     members in one reply (as Redis), larger ones ``count`` at a time in
     score order (the cursor is a position)."""
     cursor = _cursor(args[2])
-    pattern, count, _ = _scan_options(args, 3)
     view = _view(conn, args[1])
     replies = conn.replies
-    if view is None:
+    if view is None:  # before the options are read, as in Redis
         return b"*2\r\n" + replies.bulk(b"0") + replies.array_header(0)
+    pattern, count, _ = _scan_options(args, 3)
     size = len(view)
     if size <= SCAN_WHOLE:
         entries, following = view.by_position(0, size), 0
@@ -503,8 +514,23 @@ def zscan(conn: RespConnection, args: list[bytes]) -> Reply:
             following = 0
     if pattern is not None:
         entries = [e for e in entries if glob_match(pattern, e[1].encode())]
-    return (b"*2\r\n" + replies.bulk(str(following)) +
-            _entries(conn, entries, True, nested=False))
+    out = [b"*2\r\n", replies.bulk(str(following)), replies.array_header(2 * len(entries))]
+    for _, member, value in entries:
+        out += (replies.bulk(member), replies.bulk(stored_score_text(value)))
+    return b"".join(out)
+
+
+#: Within this, an integral score is written as an integer where Redis
+#: stores it as text (``d2string``), which is what ZSCAN shows.
+_STORED_AS_INTEGER = 2**62
+
+
+def stored_score_text(value: float) -> bytes:
+    """A score as a small Redis sorted set stores it (ZSCAN answers these
+    strings, in RESP3 too): integral ones as integers, others ``%.17g``."""
+    if value == int(value) and -_STORED_AS_INTEGER <= value <= _STORED_AS_INTEGER:
+        return b"%d" % int(value)
+    return format_double(value)
 
 
 # --- keyspace -------------------------------------------------------------------------
