@@ -136,6 +136,7 @@ class RespConnection(asyncio.Protocol):
         try:
             self.queue.extend(self.reader.feed(data))
         except ProtocolError as exc:
+            self.queue.extend(exc.commands)
             self.queue.append(exc)
             self.transport.pause_reading()
         if len(self.queue) >= QUEUE_HIGH_WATER and not self.reading_paused:

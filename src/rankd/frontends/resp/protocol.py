@@ -32,6 +32,8 @@ class ProtocolError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+        #: The commands read before the error (answered before it, as Redis does).
+        self.commands: list[list[bytes]] = []
 
     def reply(self) -> bytes:
         return b"-ERR Protocol error: " + self.message.encode() + b"\r\n"
@@ -63,10 +65,17 @@ class RequestReader:
 
     def feed(self, data: bytes) -> list[list[bytes]]:
         """Every command complete so far; ``ProtocolError`` on bad input
-        (the commands before it are lost with the connection)."""
+        (carrying the commands read before it)."""
+        commands: list[list[bytes]] = []
+        try:
+            return self._feed(data, commands)
+        except ProtocolError as exc:
+            exc.commands = commands
+            raise
+
+    def _feed(self, data: bytes, commands: list[list[bytes]]) -> list[list[bytes]]:
         buffer = self._buffer
         buffer += data
-        commands: list[list[bytes]] = []
         position = 0
         size = len(buffer)
         while position < size:

@@ -1,0 +1,240 @@
+"""The RESP front-end beyond Redis's own answers: authentication and
+scopes, limits and bad input, what rankd refuses by design, boards made
+through REST read and written through RESP, rankd's own commands, the
+tooling commands, and acknowledged writes surviving ``kill -9``."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from daemon import Daemon
+from rankd.frontends.resp.protocol import encode_request
+from respclient import RawClient
+from test_security import (
+    ADMIN,
+    READER_ENTRY,
+    READER_KEY,
+    SECRET,
+    WRITER_ENTRY,
+    WRITER_KEY,
+    token,
+)
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    with Daemon(tmp_path_factory.mktemp("resp-sec") / "data", "--jwt-secret", SECRET,
+                "--api-keys", f"{WRITER_ENTRY},{READER_ENTRY}",
+                "--rate-credential-writes", "50") as running:
+        running.request("PUT", "/v1/boards/lb", {"order": "asc", "policy": "latest",
+                                                "tie_break": "member"},
+                        headers={"Authorization": f"Bearer {ADMIN}"})
+        yield running
+
+
+@pytest.fixture(scope="module")
+def open_daemon(tmp_path_factory):
+    with Daemon(tmp_path_factory.mktemp("resp-open") / "data") as running:
+        yield running
+
+
+def test_commands_need_authentication_and_repeated_failures_close(secured):
+    with RawClient(secured.resp_port) as client:
+        assert client.call("PING") == b"+PONG\r\n"  # open before AUTH, as HELLO and AUTH
+        assert client.call("ZSCORE", "lb", "a") == b"-NOAUTH Authentication required.\r\n"
+        assert client.call("AUTH", "nope").startswith(b"-WRONGPASS")
+        assert client.call("ZCARD", "lb") == b"-NOAUTH Authentication required.\r\n"
+        with pytest.raises(ConnectionError):  # the third failure closes it
+            client.call("ZCARD", "lb")
+            client.call("PING")
+
+
+def test_scopes_decide_what_a_credential_may_do(secured):
+    with RawClient(secured.resp_port) as writer, RawClient(secured.resp_port) as reader:
+        assert writer.call("AUTH", "default", WRITER_KEY) == b"+OK\r\n"
+        assert writer.call("ZADD", "lb", "3", "ann") == b":1\r\n"
+        # Creating a board takes the admin scope; a write key only writes.
+        assert writer.call("ZADD", "newkey", "1", "x").startswith(b"-NOPERM")
+        assert writer.call("ZSCORE", "lb", "ann").startswith(b"-NOPERM")
+        assert writer.call("FLUSHALL").startswith(b"-NOPERM")
+        assert reader.call("AUTH", READER_KEY) == b"+OK\r\n"
+        assert reader.call("ZSCORE", "lb", "ann") == b"$1\r\n3\r\n"
+        assert reader.call("ZINCRBY", "lb", "1", "ann").startswith(b"-NOPERM")
+        assert reader.call("DEL", "lb").startswith(b"-NOPERM")
+    with RawClient(secured.resp_port) as admin:
+        hello = admin.call("HELLO", "3", "AUTH", "default", token("admin write read"),
+                           "SETNAME", "ops")
+        assert hello.startswith(b"%7\r\n") and b"proto\r\n:3" in hello
+        assert admin.call("CLIENT", "GETNAME") == b"$3\r\nops\r\n"
+        assert admin.call("ZADD", "made", "1", "x") == b":1\r\n"
+        assert admin.call("ZSCORE", "made", "x") == b",1\r\n"  # RESP3 double
+        assert admin.call("DEL", "made") == b":1\r\n"
+
+
+def test_write_rate_limits_apply(secured):
+    with RawClient(secured.resp_port) as writer:
+        assert writer.call("AUTH", WRITER_KEY) == b"+OK\r\n"
+        replies = writer.pipeline([["ZINCRBY", "lb", "1", "rate"]] * 120)
+    limited = [r for r in replies if r.startswith(b"-ERR too many writes from this credential")]
+    assert limited and len(limited) < 120
+
+
+def test_before_authentication_requests_stay_small(secured):
+    """A client that has not authenticated cannot make the server buffer
+    more than a JWT's worth: a large announced bulk is refused at once."""
+    with socket.create_connection(("127.0.0.1", secured.resp_port), timeout=5) as sock:
+        sock.sendall(b"*2\r\n$4\r\nAUTH\r\n$1000000\r\n")
+        answer = sock.recv(1000)
+        assert answer == b"-ERR Protocol error: invalid bulk length\r\n"
+        assert sock.recv(100) == b""  # and closed
+    assert secured.request("GET", "/v1/health")[0] == 200
+
+
+def test_bad_streams_close_the_connection_never_the_daemon(open_daemon):
+    for stream, message in [(b"*2\r\n$3\r\nGET\r\n+x\r\n", b"expected '$', got '+'"),
+                            (b"*3000000\r\n", b"invalid multibulk length"),
+                            (b"*1\r\n$2000000\r\n", b"invalid bulk length"),
+                            (b'ZCARD "unbalanced\r\n', b"unbalanced quotes in request")]:
+        with socket.create_connection(("127.0.0.1", open_daemon.resp_port), timeout=5) as sock:
+            sock.sendall(encode_request(["PING"]) + stream)
+            received = b""
+            while chunk := sock.recv(1000):
+                received += chunk
+        assert received == b"+PONG\r\n-ERR Protocol error: " + message + b"\r\n"
+    assert open_daemon.request("GET", "/v1/health")[0] == 200
+
+
+def test_what_rankd_refuses_by_design_is_refused_clearly(open_daemon):
+    with RawClient(open_daemon.resp_port) as client:
+        assert client.call("ZADD", "r", "inf", "a") == b"-ERR rankd keeps finite scores only\r\n"
+        assert client.call("ZINCRBY", "r", "-inf", "a").startswith(b"-ERR rankd keeps finite")
+        assert client.call("ZADD", "bad key", "1", "a").startswith(b"-ERR rankd board names")
+        assert client.call("ZADD", "r", "1", "").startswith(b"-ERR member must be")
+        assert client.call("ZADD", "r", "1", "a\x00b").startswith(b"-ERR member must not")
+        assert client.call("ZADD", "r", "1", b"\xff").startswith(b"-ERR rankd members are")
+        # None of them created the key, as a refused write in Redis creates none.
+        assert client.call("EXISTS", "r") == b":0\r\n"
+        assert client.call("ZADD", "r", "1", "a", "2", "b") == b":2\r\n"
+        assert client.call("ZRANGE", "r", "a", "b", "BYLEX").startswith(
+            b"-ERR min or max not valid")
+        assert client.call("ZRANGE", "r", "[a", "[b", "BYLEX").startswith(
+            b"-ERR rankd does not order members by name")
+        assert client.call("CONFIG", "SET", "save", "").startswith(b"-ERR rankd's config")
+        assert client.call("SELECT", "1") == b"-ERR DB index is out of range\r\n"
+
+
+def test_boards_made_through_rest_are_read_in_their_own_order(open_daemon):
+    """A descending best-score board: ZREVRANGE and ZREVRANK are its
+    leaderboard, ZADD keeps the best score, ZINCRBY is refused, and
+    emptying it leaves the board (only RESP-made boards go with their last
+    member)."""
+    open_daemon.request("PUT", "/v1/boards/arena", {"order": "desc", "policy": "best",
+                                                     "tie_break": "first"})
+    for member, score in [("ann", 10), ("bob", 30), ("cy", 30), ("dee", 5)]:
+        open_daemon.request("POST", "/v1/boards/arena/scores", {"member": member,
+                                                                 "score": score})
+    with RawClient(open_daemon.resp_port) as client:
+        # Ties: bob reached 30 first, so bob ranks above cy.
+        assert client.call("ZREVRANGE", "arena", "0", "1") == b"*2\r\n$3\r\nbob\r\n$2\r\ncy\r\n"
+        assert client.call("ZREVRANK", "arena", "bob") == b":0\r\n"
+        assert client.call("ZRANK", "arena", "dee") == b":0\r\n"
+        assert client.call("ZADD", "arena", "CH", "7", "ann", "40", "dee") == b":1\r\n"
+        assert client.call("ZSCORE", "arena", "ann") == b"$2\r\n10\r\n"  # best kept
+        assert client.call("ZINCRBY", "arena", "1", "ann").startswith(b"-ERR board 'arena'")
+        assert client.call("ZREM", "arena", "ann", "bob", "cy", "dee") == b":4\r\n"
+        assert client.call("EXISTS", "arena") == b":1\r\n"
+        assert client.call("ZADD", "mine", "1", "x") == b":1\r\n"
+        assert client.call("ZPOPMAX", "mine") == b"*2\r\n$1\r\nx\r\n$1\r\n1\r\n"
+        assert client.call("EXISTS", "mine") == b":0\r\n"
+    status, board = open_daemon.request("GET", "/v1/boards/arena")
+    assert status == 200 and board["config"]["policy"] == "best"
+
+
+def test_rankd_commands_reach_what_redis_lacks(open_daemon):
+    with RawClient(open_daemon.resp_port) as client:
+        client.call("ZADD", "friends", "10", "a", "20", "b", "20", "c", "30", "d")
+        rank = client.call("RANKD.RANK", "friends", "b")
+        # Ascending board: a is best (rank 1); b and c tie at 20.
+        assert b"rank\r\n:2\r\n" in rank and b"dense_rank\r\n:2\r\n" in rank
+        assert b"competition_rank\r\n:2\r\n" in rank
+        assert client.call("RANKD.RANK", "friends", "nobody") == b"$-1\r\n"
+        listed = client.call("RANKD.FRIENDS", "friends", "d", "a", "ghost")
+        assert listed.startswith(b"*2\r\n") and listed.index(b"$1\r\na") < listed.index(b"$1\r\nd")
+        around = client.call("RANKD.AROUND", "friends", "b", "1", "1")
+        assert around.startswith(b"*3\r\n")
+        assert client.call("RANKD.WINDOW", "weekly") == b"+OK\r\n"
+        assert client.call("ZCARD", "friends").startswith(b"-ERR board 'friends' does not keep")
+        assert client.call("RANKD.WINDOW") == b"+OK\r\n"
+        assert client.call("ZCARD", "friends") == b":4\r\n"
+        docs = client.call("COMMAND", "DOCS", "rankd.rank", "zadd")
+        assert b"rankd.rank" in docs and b"summary" in docs
+
+
+def test_tooling_commands_answer_what_clients_and_tools_ask(open_daemon):
+    with RawClient(open_daemon.resp_port) as client:
+        info = client.call("INFO")
+        for field in (b"redis_version:7.2.0", b"connected_clients:", b"used_memory:",
+                      b"loading:0", b"role:master", b"aof_enabled:1", b"appendfsync:"):
+            assert field in info
+        assert b"# Keyspace" in client.call("INFO", "keyspace")
+        assert client.call("CONFIG", "GET", "save") == b"*2\r\n$4\r\nsave\r\n$0\r\n\r\n"
+        assert client.call("CONFIG", "GET", "appendonly") == (
+            b"*2\r\n$10\r\nappendonly\r\n$3\r\nyes\r\n")
+        count = int(client.call("COMMAND", "COUNT")[1:-2])
+        assert count >= 40 and client.call("COMMAND").startswith(b"*%d\r\n" % count)
+        assert client.call("CLIENT", "SETNAME", "my conn").startswith(b"-ERR Client names")
+        assert client.call("CLIENT", "SETNAME", "game-1") == b"+OK\r\n"
+        assert client.call("CLIENT", "SETINFO", "LIB-NAME", "redis-py") == b"+OK\r\n"
+        assert b"name=game-1" in client.call("CLIENT", "INFO")
+        assert client.call("CLIENT", "ID").startswith(b":")
+        assert client.call("CLIENT", "NOPE").startswith(b"-ERR unknown subcommand 'NOPE'")
+        assert client.call("RESET") == b"+RESET\r\n"
+        assert client.call("CLIENT", "GETNAME") == b"$-1\r\n"
+        assert client.call("ECHO", "hi") == b"$2\r\nhi\r\n"
+        assert client.call("QUIT") == b"+OK\r\n"
+
+
+def test_every_acknowledged_zincrby_survives_kill_9(tmp_path):
+    """Increments pipelined through RESP while the daemon is killed with
+    SIGKILL: after a restart each member's score holds at least every
+    acknowledged increment and at most every one sent (with --fsync always)."""
+    daemon = Daemon(tmp_path / "data", "--fsync", "always", "--tcp-port", "0").start()
+    members = [f"p{i}" for i in range(20)]
+    sent = dict.fromkeys(members, 0)
+    acknowledged = dict.fromkeys(members, 0)
+    try:
+        with RawClient(daemon.resp_port) as client:
+            assert client.call("ZADD", "kill", "0", "seed") == b":1\r\n"
+            stop = threading.Event()
+            threading.Timer(1.5, lambda: (daemon.process.send_signal(signal.SIGKILL),
+                                          stop.set())).start()
+            round_ = 0
+            while not stop.is_set():
+                batch = [members[(round_ * 7 + i) % len(members)] for i in range(16)]
+                for member in batch:
+                    sent[member] += 1
+                try:
+                    replies = client.pipeline([["ZINCRBY", "kill", "1", m] for m in batch])
+                except (ConnectionError, OSError):
+                    break
+                for member, reply in zip(batch, replies, strict=True):
+                    assert reply.startswith(b"$"), reply
+                    acknowledged[member] += 1
+                round_ += 1
+        daemon.process.wait(10)
+        daemon.stop()
+        assert sum(acknowledged.values()) > 100
+        daemon = Daemon(tmp_path / "data", "--fsync", "always", "--tcp-port", "0").start()
+        with RawClient(daemon.resp_port) as client:
+            for member in members:
+                reply = client.call("ZSCORE", "kill", member)
+                score = 0 if reply == b"$-1\r\n" else int(reply.split(b"\r\n")[1])
+                assert acknowledged[member] <= score <= sent[member], member
+    finally:
+        daemon.stop()
+    time.sleep(0)
