@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 import redis.asyncio
+
 from daemon import Daemon
 
 NODE_DIR = Path(__file__).parent / "clients" / "node"
