@@ -1,0 +1,171 @@
+"""RESP benchmark: ``redis-benchmark`` drives redis-server and rankd's RESP
+port, side by side in one run.
+
+    python bench/bench_resp.py                 # 1M members, 3 rounds
+    python bench/bench_resp.py --members 100000 --rounds 1 --requests 20000   # quick
+
+Servers, all on loopback, one at a time on the machine's cores:
+
+* ``redis``: redis-server without persistence (the speed reference);
+* ``redis-aof``: redis-server with ``appendonly yes``, ``appendfsync everysec``;
+* ``rankd``: ``rankd serve --fsync everysec`` (its WAL, fsynced every second).
+
+Each is loaded with the same ``--members`` members (``ZADD`` in large
+pipelined batches, not timed), then every row runs ``redis-benchmark -c
+50 -n <requests> -P <depth> -r <members>`` against each server in turn,
+``--rounds`` times; the table gives each server's median requests/s and
+rankd's ratio to each Redis.  ``__rand_int__`` draws members from the
+loaded ones, so reads hit.  The two cores are shared by the server and
+redis-benchmark (which is single-threaded) for every server alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "src"))
+
+from daemon import Daemon, free_port  # noqa: E402
+
+from rankd.frontends.resp.protocol import encode_request  # noqa: E402
+
+COMMANDS = [
+    "ZINCRBY lb 1 m:__rand_int__",
+    "ZADD lb __rand_int__ m:__rand_int__",
+    "ZREVRANK lb m:__rand_int__",
+    "ZREVRANGE lb 0 9 WITHSCORES",
+    "ZSCORE lb m:__rand_int__",
+]
+
+
+class RedisProcess:
+    def __init__(self, directory: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--dir", str(directory), *extra], stdout=subprocess.DEVNULL)
+        wait_for_port(self.port)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+
+
+def wait_for_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def load(port: int, members: int, batch: int = 1000) -> None:
+    """``members`` members m:0.. with scores 0.., in pipelined ZADDs."""
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
+        pending = 0
+        for start in range(0, members, batch):
+            words = ["ZADD", "lb"]
+            for i in range(start, min(start + batch, members)):
+                words += [str(i), f"m:{i}"]
+            sock.sendall(encode_request(words))
+            pending += 1
+            if pending == 50:
+                _read_replies(sock, pending)
+                pending = 0
+        _read_replies(sock, pending)
+
+
+def _read_replies(sock: socket.socket, count: int) -> None:
+    data = b""
+    while data.count(b"\r\n") < count:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed while loading")
+        data += chunk
+    if b"-" in data[:1] or b"\r\n-" in data:
+        raise RuntimeError(f"loading failed: {data[:200]!r}")
+
+
+def benchmark(port: int, command: str, depth: int, requests: int, members: int) -> float:
+    """Requests/s redis-benchmark measures."""
+    done = subprocess.run(
+        ["redis-benchmark", "-p", str(port), "-c", "50", "-n", str(requests), "-P", str(depth),
+         "-r", str(members), "--csv", *command.split()],
+        capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr or done.stdout)
+    rows = list(csv.reader(io.StringIO(done.stdout)))
+    return float(rows[-1][1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=1_000_000)
+    parser.add_argument("--requests", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--depths", default="1,16")
+    args = parser.parse_args()
+    if shutil.which("redis-benchmark") is None or shutil.which("redis-server") is None:
+        print("redis-server and redis-benchmark are needed (Debian: redis-server, redis-tools)")
+        return 1
+    depths = [int(d) for d in args.depths.split(",")]
+    with tempfile.TemporaryDirectory() as root:
+        servers: dict[str, int] = {}
+        redis = RedisProcess(Path(root))
+        aof_dir = Path(root) / "aof"
+        aof_dir.mkdir()
+        redis_aof = RedisProcess(aof_dir, "--appendonly", "yes", "--appendfsync", "everysec")
+        daemon = Daemon(Path(root) / "rankd", "--fsync", "everysec", "--tcp-port", "0")
+        daemon.start()
+        servers = {"redis": redis.port, "redis-aof": redis_aof.port, "rankd": daemon.resp_port}
+        try:
+            for name, port in servers.items():
+                began = time.monotonic()
+                load(port, args.members)
+                print(f"loaded {args.members} members into {name} in "
+                      f"{time.monotonic() - began:.1f} s", flush=True)
+            results: dict[tuple[str, int, str], list[float]] = {}
+            for _ in range(args.rounds):
+                for depth in depths:
+                    for command in COMMANDS:
+                        for name, port in servers.items():
+                            results.setdefault((command, depth, name), []).append(
+                                benchmark(port, command, depth, args.requests, args.members))
+        finally:
+            daemon.stop()
+            redis.stop()
+            redis_aof.stop()
+    print(f"\nredis-benchmark -c 50 -n {args.requests} -r {args.members}, {args.members} "
+          f"members, median of {args.rounds} round(s), requests/s")
+    print("| command | -P | redis | redis AOF everysec | rankd (WAL everysec) "
+          "| rankd / redis | rankd / redis AOF |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for depth in depths:
+        for command in COMMANDS:
+            redis_rate, aof_rate, rankd_rate = (
+                statistics.median(results[(command, depth, name)])
+                for name in ("redis", "redis-aof", "rankd"))
+            print(f"| `{command}` | {depth} | {redis_rate:,.0f} | {aof_rate:,.0f} | "
+                  f"{rankd_rate:,.0f} | {rankd_rate / redis_rate:.2f}x | "
+                  f"{rankd_rate / aof_rate:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
