@@ -109,6 +109,16 @@ def test_bad_streams_close_the_connection_never_the_daemon(open_daemon):
     assert open_daemon.request("GET", "/v1/health")[0] == 200
 
 
+def test_large_pipelines_of_writes_are_split_into_engine_batches(open_daemon):
+    """30 ZADDs of 1,000 members each, pipelined: more than one engine batch
+    holds, all applied, answered in order."""
+    commands = [["ZADD", "bulk", *[w for i in range(1000) for w in (str(i), f"m{n}:{i}")]]
+                for n in range(30)]
+    with RawClient(open_daemon.resp_port) as client:
+        assert client.pipeline(commands) == [b":1000\r\n"] * 30
+        assert client.call("ZCARD", "bulk") == b":30000\r\n"
+
+
 def test_what_rankd_refuses_by_design_is_refused_clearly(open_daemon):
     with RawClient(open_daemon.resp_port) as client:
         assert client.call("ZADD", "r", "inf", "a") == b"-ERR rankd keeps finite scores only\r\n"

@@ -34,6 +34,7 @@ from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import Command, lookup
 from rankd.frontends.resp.protocol import ProtocolError, Replies, RequestReader
 from rankd.frontends.resp.sorted_sets import REDIS_BOARD_DICT, Writes
+from rankd.frontends.service import MAX_BATCH
 from rankd.security import ANONYMOUS_ALL, Forbidden, Gate, Principal, Unauthorized
 
 if TYPE_CHECKING:
@@ -184,6 +185,9 @@ class RespConnection(asyncio.Protocol):
             self._admit(command, words)
             result = command.handler(self, words)
             if isinstance(result, Writes):
+                if sum(len(w.submissions) for _, w in pending) + len(result.submissions) \
+                        > MAX_BATCH:
+                    await self._flush(pending, out)
                 pending.append((len(out), result))
                 out.append(b"")
                 stats[(command.name, "ok")] += 1
