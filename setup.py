@@ -75,6 +75,8 @@ extensions = [
     native("engine._packed"),
     # The TCP protocol's fast path for plain submit requests.
     native("frontends._submits"),
+    # The RESP front-end's request scanner and fast path for plain writes.
+    native("frontends.resp._scanner"),
 ]
 
 setup(

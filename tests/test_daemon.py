@@ -253,6 +253,11 @@ def test_ready_only_once_every_listener_accepts(tmp_path):
     assert process.returncode == 1
     assert "rankd: cannot listen on 127.0.0.1" in stderr and "Traceback" not in stderr
     with Daemon(tmp_path / "data") as running:
+        # Health answers once the engine recovered; ready once every listener is up too.
+        deadline = time.monotonic() + 10
+        while (status := running.request("GET", "/v1/ready")[0]) != 200 \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
         status, ready = running.request("GET", "/v1/ready")
         assert status == 200 and ready["checks"]["listening"] is True
         with socket.create_connection(("127.0.0.1", running.tcp_port), timeout=5):

@@ -75,13 +75,17 @@ def submissions(draw, policies: dict[str, str]) -> Submission:
     every kind of mistake mixed in."""
     board = draw(mostly(st.sampled_from(list(policies)), st.sampled_from(["missing", 5])))
     number = draw(numbers)
-    as_delta = policies.get(board) == "sum"
+    # Latest boards take a score or an increment (Redis's ZADD and ZINCRBY).
+    as_delta = policies.get(board) == "sum" or (policies.get(board) == "latest"
+                                                and draw(st.booleans()))
     if draw(st.integers(0, 19)) == 0:
         as_delta = not as_delta
     other = draw(mostly(st.none(), st.just(1)))
+    condition = draw(mostly(st.just(0), st.sampled_from([1, 2, 4, 8, 6, 10, 16, -1])))
     return Submission(board=board, member=draw(members),
                       score=other if as_delta else number, delta=number if as_delta else other,
-                      event_id=draw(event_ids), label=draw(labels), ts=draw(timestamps))
+                      event_id=draw(event_ids), label=draw(labels), ts=draw(timestamps),
+                      condition=condition)
 
 
 @st.composite

@@ -19,7 +19,8 @@ CHOSEN: dict[str, str] = {}
 #: The names the daemon reports them by (metrics, the start-up line).
 PARTS = {"rankd._skiplist": "index", "rankd.engine._ingest": "ingest",
          "rankd.engine._frames": "wal_frames", "rankd.engine._dedupe": "dedupe",
-         "rankd.engine._replay": "replay", "rankd.frontends._submits": "tcp_scanner"}
+         "rankd.engine._replay": "replay", "rankd.frontends._submits": "tcp_scanner",
+         "rankd.frontends.resp._scanner": "resp_scanner"}
 
 
 def pure_python_forced() -> bool:
@@ -47,6 +48,7 @@ def implementations() -> dict[str, str]:
     """Which implementation each hot loop runs, by part (see :data:`PARTS`);
     importing the modules that choose them first."""
     for module in ("rankd.index", "rankd.engine.ingest", "rankd.engine.frames",
-                   "rankd.engine.dedupe", "rankd.engine.replay", "rankd.frontends.tcp"):
+                   "rankd.engine.dedupe", "rankd.engine.replay", "rankd.frontends.tcp",
+                   "rankd.frontends.resp.protocol"):
         importlib.import_module(module)
     return {part: CHOSEN.get(module, "python") for module, part in PARTS.items()}

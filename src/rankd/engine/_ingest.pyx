@@ -8,7 +8,8 @@ boards and submissions).
 
 Each submission of the common shape takes the native path: ASCII member,
 event id and label, the current time, a number of the kind the board's
-policy wants.  It is checked, looked up in the dedupe table, scored under
+policy wants (a score, or an increment on ``sum`` and ``latest`` boards).
+It is checked, looked up in the dedupe table, scored under
 the board's policy and guards in every window, written to the rank indexes
 through their C entry points (one hash lookup and one search per changed
 window; the write returns the new rank), encoded as its WAL record by a C
@@ -18,7 +19,7 @@ record's bytes, the dedupe entry and the answer.
 
 Anything else - an error of any kind, a duplicate event id, an explicit
 timestamp, non-ASCII text, a number of an unexpected type, a condition
-(``ZADD NX|XX|GT|LT``), an increment of a ``latest`` board - is handed,
+(``ZADD NX|XX|GT|LT``) - is handed,
 before it has changed anything, to the reference's ``ingest_one``, which
 answers it (or raises its error) exactly as the pure-Python ingest does.
 So every message and every rare case is defined once, in Python.
@@ -220,12 +221,12 @@ cdef int _plan(Plan *plan, object board, object now, list keep) except -1:
     return 0
 
 
-cdef inline bint _new_score(Plan *plan, bint had, double old, double value, double *new
-                            ) noexcept:
+cdef inline bint _new_score(Plan *plan, bint had, double old, double value, bint is_delta,
+                            double *new) noexcept:
     """``ingest.new_score`` for the cases it accepts; False where it would
     raise (a guard, a non-finite sum), so that the reference reports it."""
     cdef bint better
-    if plan.policy == POLICY_SUM:
+    if is_delta:
         new[0] = (old if had else 0.0) + value
         if not isfinite(new[0]):
             return False
@@ -275,6 +276,7 @@ cdef struct Input:
     Py_ssize_t event_id_size
     PyObject *label         # str or NULL
     double value
+    bint is_delta           # value is an increment (sum boards; latest ones' ZINCRBY)
 
 
 cdef class _Kernel:
@@ -389,7 +391,8 @@ cdef class _Kernel:
             else:
                 index = <RankIndex>plan.windows[i].index
                 changes[i].had = index.c_get(sub.member, sub.member_size, &changes[i].old)
-            if not _new_score(plan, changes[i].had, changes[i].old, sub.value, &changes[i].new):
+            if not _new_score(plan, changes[i].had, changes[i].old, sub.value, sub.is_delta,
+                              &changes[i].new):
                 return False
             changes[i].updated = not changes[i].had or changes[i].new != changes[i].old
         return True
@@ -453,7 +456,7 @@ cdef class _Kernel:
         _put_text(w, plan.name)
         put_str(w, sub.member, sub.member_size)
         put_float(w, sub.value)
-        put_bool(w, plan.policy == POLICY_SUM)
+        put_bool(w, sub.is_delta)
         if sub.event_id == NULL:
             put_nil(w)
         else:
@@ -491,7 +494,7 @@ cdef class _Kernel:
         if sub.event_id != NULL:
             # Labels here are compact ASCII (see _put_text): their characters are their bytes.
             fingerprint = content_fingerprint(
-                plan.policy == POLICY_SUM, sub.value,
+                sub.is_delta, sub.value,
                 NULL if sub.label == NULL else _chars(<object>sub.label),
                 0 if sub.label == NULL else PyUnicode_GET_LENGTH(<object>sub.label))
             size = write_dedupe_entry(
@@ -535,7 +538,9 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
                 native = not kernel.duplicate_or_live(plan, _chars(event_id),
                                                       PyUnicode_GET_LENGTH(event_id))
             if native:
-                if plan.policy == POLICY_SUM:
+                sub.is_delta = plan.policy == POLICY_SUM or (
+                    plan.policy == POLICY_LATEST and submission.delta is not None)
+                if sub.is_delta:
                     native = (submission.score is None and _number(submission.delta, &sub.value)
                               and not (plan.has_max_delta and fabs(sub.value) > plan.max_delta))
                 else:
@@ -652,7 +657,9 @@ cdef int _ingest_run(_Kernel kernel, Packed packed) except -1:
             native = not kernel.duplicate_or_live(plan, packed.chars(&item.event_id),
                                                   item.event_id.size)
         if native:
-            if plan.policy == POLICY_SUM:
+            sub.is_delta = plan.policy == POLICY_SUM or (
+                plan.policy == POLICY_LATEST and item.delta.kind > NUMBER_NIL)
+            if sub.is_delta:
                 native = (item.score.kind <= NUMBER_NIL
                           and _packed_number(&item.delta, &sub.value)
                           and not (plan.has_max_delta and fabs(sub.value) > plan.max_delta))

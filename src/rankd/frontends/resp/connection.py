@@ -28,11 +28,13 @@ import logging
 import ssl as ssl_module
 from typing import TYPE_CHECKING, Any
 
+from rankd._native import native_or
 from rankd.engine.errors import EngineError, NotPrimary, ReadOnly, Unavailable
+from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
 from rankd.frontends.connections import ConnectionLimits, default_max_connections, peer_address
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import Command, lookup
-from rankd.frontends.resp.protocol import ProtocolError, Replies, RequestReader
+from rankd.frontends.resp.protocol import SCANNER, ProtocolError, Replies, RequestReader
 from rankd.frontends.resp.sorted_sets import REDIS_BOARD_DICT, Writes
 from rankd.frontends.service import MAX_BATCH
 from rankd.security import ANONYMOUS_ALL, Forbidden, Gate, Principal, Unauthorized
@@ -53,6 +55,10 @@ NOAUTH = "NOAUTH Authentication required."
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 
 _client_ids = itertools.count(1)
+_Packed, _ = native_or("rankd.engine._packed", "Packed", None)
+_encode_replies, _ = native_or("rankd.frontends.resp._scanner", "encode_replies", None)
+#: Whether plain writes take the native fast path (see ``_scanner``).
+FAST_WRITES = SCANNER == "native" and ingest_implementation == "native"
 
 
 def error_text(exc: EngineError) -> str:
@@ -134,6 +140,10 @@ class RespConnection(asyncio.Protocol):
         if self.closing:
             return
         self.last_active = self.loop.time()
+        # Packed only for an authenticated connection, and not on a cluster
+        # node (whose writes of other nodes' groups answer TRYAGAIN).
+        self.reader.pack = (FAST_WRITES and self.principal is not None
+                            and not self.service.clustered)
         try:
             self.queue.extend(self.reader.feed(data))
         except ProtocolError as exc:
@@ -155,6 +165,10 @@ class RespConnection(asyncio.Protocol):
                 pending: list[tuple[int, Writes]] = []
                 while self.queue and not self.closing and len(out) < QUEUE_LOW_WATER:
                     words = self.queue.popleft()
+                    if type(words) is _Packed:
+                        await self._flush(pending, out)
+                        await self._packed(words, out)
+                        continue
                     if isinstance(words, ProtocolError):
                         await self._flush(pending, out)
                         out.append(words.reply())
@@ -207,6 +221,50 @@ class RespConnection(asyncio.Protocol):
             return
         stats[(command.name, "ok")] += 1
         out.append(result)
+
+    async def _packed(self, packed: Any, out: list[bytes]) -> None:
+        """A run of plain writes the scanner packed: applied by the engine's
+        native ingest and answered by the native encoder, or, if the fast
+        path does not take it, handed back to the general path command by
+        command (both answer alike)."""
+        if not self._takes(packed):
+            reader = RequestReader(max_bulk=self.server.max_bulk)
+            commands = [words for source in packed.sources() for words in reader.feed(source)]
+            self.queue.extendleft(reversed(commands))
+            return
+        try:
+            await self.service.submit_packed(packed)
+        except EngineError as exc:  # e.g. read-only: every write gets the error
+            packed.answers = [exc] * len(packed)
+        data, answered = _encode_replies(packed, self.replies.version, self._packed_reply)
+        self.server.stats[("write", "ok")] += answered
+        out.append(data)
+
+    def _takes(self, packed: Any) -> bool:
+        """Whether the fast path takes a packed run: its boards exist and
+        take unsigned writes, and the caller may write that much now."""
+        service = self.service
+        if self.principal is None or not service.takes_packed(packed):
+            return False
+        if not all(service.has_board(name) for name in packed.board_names()):
+            return False  # the general path creates boards
+        try:
+            self.gate.admit(self.principal, "submit", self.address, len(packed))
+        except EngineError:
+            return False  # each write is admitted (or refused) alone
+        return True
+
+    def _packed_reply(self, tag: int, answer: Any, value: float) -> bytes:
+        """The reply of a packed write the engine answered with a Python
+        object (tag 0: ZADD, 1: ZINCRBY), as the general path writes it."""
+        if isinstance(answer, EngineError):
+            self.server.stats[("write", answer.code)] += 1
+            return self.replies.error(error_text(answer))
+        self.server.stats[("write", "ok")] += 1
+        if tag == 0:
+            return self.replies.integer(0 if answer["previous"] is not None else 1)
+        return self.replies.double(answer["score"] if answer["previous"] is not None
+                                   else value)
 
     def _admit(self, command: Command, words: list[bytes]) -> None:
         """Authentication, scope and rate limits for ``command``."""

@@ -16,7 +16,11 @@ doubles, nulls and booleans of their own.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from typing import Any
+
+from rankd._native import native_or
 
 #: Redis's limits: words in one multibulk request, and bytes in an inline one.
 MAX_MULTIBULK = 1024 * 1024
@@ -39,13 +43,25 @@ class ProtocolError(Exception):
         return b"-ERR Protocol error: " + self.message.encode() + b"\r\n"
 
 
+#: The native scanner (``rankd.frontends.resp._scanner``), or None.
+_scan, SCANNER = native_or("rankd.frontends.resp._scanner", "scan", None)
+#: A header's integer as Redis's ``string2ll`` reads it.
+_HEADER_INTEGER = re.compile(rb"-?[1-9][0-9]{0,17}|0")
+
+
 class RequestReader:
-    """Splits a byte stream into commands (lists of ``bytes``)."""
+    """Splits a byte stream into commands (lists of ``bytes``).
+
+    With the native scanner, multibulk requests are read by it; while
+    ``pack`` is set, each run of plain writes comes out as one
+    ``rankd.engine._packed.Packed`` instead (see ``_scanner``).
+    """
 
     def __init__(self, *, max_bulk: int = MAX_BULK, max_multibulk: int = MAX_MULTIBULK
                  ) -> None:
         self.max_bulk = max_bulk
         self.max_multibulk = max_multibulk
+        self.pack = False
         self._buffer = bytearray()
         #: Words of the multibulk request being read, and how many it has.
         self._words: list[bytes] | None = None
@@ -73,13 +89,23 @@ class RequestReader:
             exc.commands = commands
             raise
 
-    def _feed(self, data: bytes, commands: list[list[bytes]]) -> list[list[bytes]]:
+    def _feed(self, data: bytes, commands: list[Any]) -> list[Any]:
         buffer = self._buffer
         buffer += data
         position = 0
         size = len(buffer)
         while position < size:
             if self._words is None:
+                if buffer[position] == 0x2A and _scan is not None:
+                    items, end, error = _scan(buffer, position, self.max_bulk,
+                                              self.max_multibulk, self.pack)
+                    commands += items
+                    position = end
+                    if error is not None:
+                        raise ProtocolError(error)
+                    if position >= size or buffer[position] == 0x2A:
+                        break  # an incomplete command: scanned again with more bytes
+                    continue  # an inline request next
                 if buffer[position] == 0x2A:  # '*'
                     end = buffer.find(b"\r\n", position)
                     if end < 0:
@@ -133,10 +159,9 @@ class RequestReader:
 
     @staticmethod
     def _length(text: bytes | bytearray, what: str) -> int:
-        try:
-            return int(text)
-        except ValueError:
-            raise ProtocolError(f"invalid {what} length") from None
+        if not _HEADER_INTEGER.fullmatch(text):
+            raise ProtocolError(f"invalid {what} length")
+        return int(text)
 
 
 _ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("b"): b"\b",

@@ -1,0 +1,316 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Native reading of RESP requests, and the fast path of plain writes.
+
+:func:`scan` cuts a buffer into multibulk commands as
+``rankd.frontends.resp.protocol.RequestReader`` does (the same limits,
+checked on each header before its bytes are awaited, and the same protocol
+errors), without a Python object per header.  Each run of consecutive
+*plain* writes becomes one ``rankd.engine._packed.Packed`` (fields as spans
+of the bytes read), which the engine applies through its native ingest;
+every other command comes out as a list of ``bytes``.  A plain write is
+exactly ``ZADD key score member`` or ``ZINCRBY key increment member`` (any
+case) with ``key`` a board name (``[A-Za-z0-9_.:-]{1,64}``), ``member``
+1 to 256 printable ASCII bytes, and the number one that Redis's
+``getDoubleFromObject`` takes (C's ``strtod``, all of it, no leading blank,
+no overflow, not NaN) and finite.  Anything else takes the general path,
+which decides what it means; the tests compare both paths' replies with
+Redis's.  An inline request stops the scan: the Python reader takes it.
+
+:func:`encode_replies` writes the replies of a packed run, byte for byte
+what the general path writes for the same answers.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.errno cimport ERANGE, errno
+from libc.math cimport HUGE_VAL, isfinite, isnan
+from libc.stdint cimport uint8_t
+from libc.stdio cimport snprintf
+from libc.stdlib cimport strtod
+from libc.string cimport memcpy
+
+from rankd.engine._packed cimport NUMBER_FLOAT, Packed, PackedResult, PackedSubmission, Span
+from rankd.engine._packing cimport Writer, writer_free, writer_reserve
+
+cdef enum:
+    MAX_INLINE = 64 * 1024
+    MAX_NAME = 64
+    MAX_MEMBER = 256
+    MAX_NUMBER = 64
+    TAG_ZADD = 0
+    TAG_ZINCRBY = 1
+
+
+cdef inline Py_ssize_t _line_end(const uint8_t *buf, Py_ssize_t position, Py_ssize_t size
+                                 ) noexcept:
+    """Offset of the ``\\r\\n`` at or after ``position``, or -1."""
+    cdef Py_ssize_t i
+    for i in range(position, size - 1):
+        if buf[i] == 13 and buf[i + 1] == 10:
+            return i
+    return -1
+
+
+cdef inline bint _length(const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,
+                         long long *out) noexcept:
+    """The integer in a header, as Redis's ``string2ll`` reads it (an
+    optional '-', no '+', no leading zero); False if it is not one."""
+    cdef long long value = 0
+    cdef bint negative = False
+    cdef Py_ssize_t i = start
+    if end - i == 1 and buf[i] == 48:
+        out[0] = 0
+        return True
+    if i < end and buf[i] == 45:
+        negative = True
+        i += 1
+    if i >= end or end - i > 18 or not 49 <= buf[i] <= 57:
+        return False
+    while i < end:
+        if not 48 <= buf[i] <= 57:
+            return False
+        value = value * 10 + (buf[i] - 48)
+        i += 1
+    out[0] = -value if negative else value
+    return True
+
+
+cdef inline bint _name_is(const uint8_t *word, Py_ssize_t size, const char *upper,
+                          Py_ssize_t length) noexcept:
+    cdef Py_ssize_t i
+    if size != length:
+        return False
+    for i in range(size):
+        if (word[i] & 0xDF) != <uint8_t>upper[i]:
+            return False
+    return True
+
+
+cdef inline bint _board_name(const uint8_t *word, Py_ssize_t size) noexcept:
+    cdef Py_ssize_t i
+    cdef uint8_t c
+    if not 0 < size <= MAX_NAME:
+        return False
+    if size <= 2 and word[0] == 46 and (size == 1 or word[1] == 46):
+        return False  # "." and ".."
+    for i in range(size):
+        c = word[i]
+        if not (48 <= c <= 58 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46
+                or c == 45):
+            return False
+    return True
+
+
+cdef inline bint _member(const uint8_t *word, Py_ssize_t size) noexcept:
+    cdef Py_ssize_t i
+    if not 0 < size <= MAX_MEMBER:
+        return False
+    for i in range(size):
+        if not 0x20 <= word[i] <= 0x7e:
+            return False
+    return True
+
+
+cdef bint _score(const uint8_t *word, Py_ssize_t size, double *out) noexcept:
+    """Redis's ``getDoubleFromObject``, and finite."""
+    cdef char text[MAX_NUMBER + 1]
+    cdef char *end
+    cdef double value
+    if not 0 < size <= MAX_NUMBER:
+        return False
+    if word[0] in (32, 9, 10, 11, 12, 13):
+        return False
+    memcpy(text, word, size)
+    text[size] = 0
+    errno = 0
+    value = strtod(text, &end)
+    if end - text != size or isnan(value) or not isfinite(value):
+        return False
+    if errno == ERANGE and (value == HUGE_VAL or value == -HUGE_VAL or value == 0):
+        return False
+    out[0] = value
+    return True
+
+
+def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, bint pack):
+    """Cut ``data`` from ``start_at`` into complete multibulk commands:
+    ``(items, end, error)``.
+
+    ``items`` holds, in order, a ``Packed`` for each run of plain writes
+    (when ``pack``; each item's ``tag`` says ZADD 0 or ZINCRBY 1) and a
+    list of ``bytes`` for every other command; ``end`` is the offset after
+    the last complete command.  ``error`` is the protocol error (Redis's
+    text after ``Protocol error: ``) that stopped the scan at ``end``, or
+    None; the scan also stops at an inline request or an incomplete command.
+    """
+    cdef Py_buffer view
+    cdef const uint8_t *buf
+    cdef Py_ssize_t size, position = 0, start, line, run_start = 0, i
+    cdef long long count, length
+    cdef Packed run = None
+    cdef PackedSubmission *item
+    cdef list items = []
+    cdef list words
+    cdef Py_ssize_t offsets[4]
+    cdef Py_ssize_t sizes[4]
+    cdef double value
+    cdef bint complete
+    cdef int tag
+    error = None
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        buf = <const uint8_t *>view.buf
+        size = view.len
+        position = start_at
+        while position < size:
+            if buf[position] != 42:  # not '*': an inline request
+                break
+            start = position
+            line = _line_end(buf, position, size)
+            if line < 0:
+                if size - position > MAX_INLINE:
+                    error = "too big multibulk count string"
+                break
+            if not _length(buf, position + 1, line, &count):
+                error = "invalid multibulk length"
+                break
+            if count > max_words:
+                error = "invalid multibulk length"
+                break
+            position = line + 2
+            if count <= 0:
+                continue  # Redis ignores empty requests
+            complete = True
+            for i in range(count):
+                if position >= size:
+                    complete = False
+                    break
+                line = _line_end(buf, position, size)
+                if line < 0:
+                    if size - position > MAX_INLINE:
+                        error = "too big bulk count string"
+                    complete = False
+                    break
+                if buf[position] != 36:  # '$'
+                    error = f"expected '$', got '{chr(buf[position])}'"
+                    complete = False
+                    break
+                if not _length(buf, position + 1, line, &length) or length < 0 \
+                        or length > max_bulk:
+                    error = "invalid bulk length"
+                    complete = False
+                    break
+                if line + 2 + length + 2 > size:
+                    complete = False
+                    break
+                if i < 4:
+                    offsets[i] = line + 2
+                    sizes[i] = <Py_ssize_t>length
+                position = line + 2 + <Py_ssize_t>length + 2
+            if not complete:
+                position = start
+                break
+            if pack and count == 4 and _board_name(buf + offsets[1], sizes[1]) \
+                    and _member(buf + offsets[3], sizes[3]) \
+                    and _score(buf + offsets[2], sizes[2], &value):
+                if _name_is(buf + offsets[0], sizes[0], b"ZADD", 4):
+                    tag = TAG_ZADD
+                elif _name_is(buf + offsets[0], sizes[0], b"ZINCRBY", 7):
+                    tag = TAG_ZINCRBY
+                else:
+                    tag = -1
+                if tag >= 0:
+                    if run is None:
+                        run = Packed(b"")
+                        run_start = start
+                    item = run.add()
+                    item.tag = tag
+                    item.source = Span(start - run_start, position - start, True)
+                    item.board = Span(offsets[1] - run_start, sizes[1], True)
+                    item.member = Span(offsets[3] - run_start, sizes[3], True)
+                    if tag == TAG_ZADD:
+                        item.score.kind = NUMBER_FLOAT
+                        item.score.fval = value
+                    else:
+                        item.delta.kind = NUMBER_FLOAT
+                        item.delta.fval = value
+                    continue
+            _close(run, buf, run_start, start, items)
+            run = None
+            words = []
+            position = start
+            line = _line_end(buf, position, size)
+            position = line + 2
+            for i in range(count):
+                line = _line_end(buf, position, size)
+                _length(buf, position + 1, line, &length)
+                words.append(PyBytes_FromStringAndSize(<const char *>buf + line + 2,
+                                                       <Py_ssize_t>length))
+                position = line + 2 + <Py_ssize_t>length + 2
+            items.append(words)
+        _close(run, buf, run_start, position, items)
+    finally:
+        PyBuffer_Release(&view)
+    return items, position, error
+
+
+cdef void _close(Packed run, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,
+                 list items) except *:
+    if run is not None and run.count:
+        run.data = PyBytes_FromStringAndSize(<const char *>buf + start, end - start)
+        items.append(run)
+
+
+cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:
+    writer_reserve(w, size)
+    memcpy(w.data + w.size, text, size)
+    w.size += size
+
+
+cdef void _double(Writer *w, double value, int version) except *:
+    """A score as ``Replies.double`` writes it (``%.17g``)."""
+    cdef char text[40]
+    cdef char header[24]
+    cdef int size = snprintf(text, sizeof(text), "%.17g", value)
+    cdef int head
+    if version == 3:
+        _put(w, ",", 1)
+    else:
+        head = snprintf(header, sizeof(header), "$%d\r\n", size)
+        _put(w, header, head)
+    _put(w, text, size)
+    _put(w, "\r\n", 2)
+
+
+def encode_replies(Packed packed, int version, reply):
+    """The replies of ``packed``'s writes, in order: ``(data, answered)``.
+    ``reply(tag, answer, value)`` encodes an answer that is a Python object
+    (a dict the general ingest made, or an ``EngineError``); ``answered``
+    counts those the engine answered natively."""
+    cdef Writer w
+    cdef Py_ssize_t i, answered = 0
+    cdef PackedSubmission *item
+    cdef PackedResult *result
+    cdef list answers = packed.answers
+    cdef bytes encoded
+    w.data = NULL
+    w.size = w.cap = 0
+    try:
+        for i in range(packed.count):
+            item = &packed.items[i]
+            answer = answers[i]
+            if answer is not None:
+                encoded = reply(item.tag, answer,
+                                item.score.fval if item.tag == TAG_ZADD else item.delta.fval)
+                _put(&w, <const char *>encoded, len(encoded))
+                continue
+            answered += 1
+            result = &packed.results[i]
+            if item.tag == TAG_ZADD:
+                _put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)
+            else:
+                # A new member's reply is the increment itself (-0 stays -0).
+                _double(&w, result.score if result.has_previous else item.delta.fval, version)
+        return PyBytes_FromStringAndSize(w.data, w.size), answered
+    finally:
+        writer_free(&w)
