@@ -1276,6 +1276,7 @@ static int __Pyx_init_tpflags_variables(void) {
 /* Early includes */
 #include <string.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -1802,7 +1803,7 @@ struct __pyx_t_5rankd_6engine_8_packing_Writer {
   Py_ssize_t cap;
 };
 
-/* "rankd/frontends/resp/_scanner.pyx":35
+/* "rankd/frontends/resp/_scanner.pyx":36
  * from rankd.engine._packing cimport Writer, writer_free, writer_reserve
  * 
  * cdef enum:             # <<<<<<<<<<<<<<
@@ -1811,7 +1812,7 @@ struct __pyx_t_5rankd_6engine_8_packing_Writer {
 */
 enum  {
 
-  /* "rankd/frontends/resp/_scanner.pyx":36
+  /* "rankd/frontends/resp/_scanner.pyx":37
  * 
  * cdef enum:
  *     MAX_INLINE = 64 * 1024             # <<<<<<<<<<<<<<
@@ -2601,14 +2602,14 @@ static CYTHON_INLINE PyObject* __Pyx_PyLong_From_PY_LONG_LONG(PY_LONG_LONG value
 /* CIntToPy.proto */
 static CYTHON_INLINE PyObject* __Pyx_PyLong_From_uint32_t(uint32_t value);
 
+/* CIntToPy.proto */
+static CYTHON_INLINE PyObject* __Pyx_PyLong_From_long(long value);
+
 /* CIntFromPy.proto */
 static CYTHON_INLINE uint64_t __Pyx_PyLong_As_uint64_t(PyObject *);
 
 /* CIntToPy.proto */
 static CYTHON_INLINE PyObject* __Pyx_PyLong_From_int(int value);
-
-/* CIntToPy.proto */
-static CYTHON_INLINE PyObject* __Pyx_PyLong_From_long(long value);
 
 /* CIntToPy.proto */
 static CYTHON_INLINE PyObject* __Pyx_PyLong_From_uint64_t(uint64_t value);
@@ -2723,6 +2724,10 @@ static int __Pyx_State_RemoveModule(void*);
 
 /* Module declarations from "cpython.bytes" */
 
+/* Module declarations from "libc.stddef" */
+
+/* Module declarations from "cpython.unicode" */
+
 /* Module declarations from "libc.errno" */
 
 /* Module declarations from "libc.math" */
@@ -2750,6 +2755,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *, Py_
 static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5rankd_6engine_7_packed_Packed *, uint8_t const *, Py_ssize_t, Py_ssize_t, PyObject *); /*proto*/
 static CYTHON_INLINE void __pyx_f_5rankd_9frontends_4resp_8_scanner__put(struct __pyx_t_5rankd_6engine_8_packing_Writer *, char const *, Py_ssize_t); /*proto*/
 static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5rankd_6engine_8_packing_Writer *, double, int); /*proto*/
+static void __pyx_f_5rankd_9frontends_4resp_8_scanner__bulk_text(struct __pyx_t_5rankd_6engine_8_packing_Writer *, PyObject *); /*proto*/
 /* #### Code section: typeinfo ### */
 /* #### Code section: before_global_var ### */
 #define __Pyx_MODULE_NAME "rankd.frontends.resp._scanner"
@@ -2761,16 +2767,20 @@ int __pyx_module_is_main_rankd__frontends__resp___scanner = 0;
 /* #### Code section: string_decls ### */
 static const char __pyx_k_0[] = ":0\r\n";
 static const char __pyx_k_1[] = ":1\r\n";
+static const char __pyx_k_2[] = "*2\r\n";
 static const char __pyx_k_d[] = "$%d\r\n";
 static const char __pyx_k__3[] = ",";
 static const char __pyx_k__4[] = "\r\n";
+static const char __pyx_k_zd[] = "$%zd\r\n";
 static const char __pyx_k_17g[] = "%.17g";
 static const char __pyx_k_ZADD[] = "ZADD";
+static const char __pyx_k_zd_2[] = "*%zd\r\n";
 static const char __pyx_k_ZINCRBY[] = "ZINCRBY";
 static const char __pyx_k_Native_reading_of_RESP_requests[] = "Native reading of RESP requests, and the fast path of plain writes.\n\n:func:`scan` cuts a buffer into multibulk commands as\n``rankd.frontends.resp.protocol.RequestReader`` does (the same limits,\nchecked on each header before its bytes are awaited, and the same protocol\nerrors), without a Python object per header.  Each run of consecutive\n*plain* writes becomes one ``rankd.engine._packed.Packed`` (fields as spans\nof the bytes read), which the engine applies through its native ingest;\nevery other command comes out as a list of ``bytes``.  A plain write is\nexactly ``ZADD key score member`` or ``ZINCRBY key increment member`` (any\ncase) with ``key`` a board name (``[A-Za-z0-9_.:-]{1,64}``), ``member``\n1 to 256 printable ASCII bytes, and the number one that Redis\047s\n``getDoubleFromObject`` takes (C\047s ``strtod``, all of it, no leading blank,\nno overflow, not NaN) and finite.  Anything else takes the general path,\nwhich decides what it means; the tests compare both paths\047 replies with\nRedis\047s.  An inline request stops the scan: the Python reader takes it.\n\n:func:`encode_replies` writes the replies of a packed run, byte for byte\nwhat the general path writes for the same answers.\n";
 /* #### Code section: decls ### */
 static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_data, Py_ssize_t __pyx_v_start_at, Py_ssize_t __pyx_v_max_bulk, Py_ssize_t __pyx_v_max_words, int __pyx_v_pack); /* proto */
 static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTHON_UNUSED PyObject *__pyx_self, struct __pyx_obj_5rankd_6engine_7_packed_Packed *__pyx_v_packed, int __pyx_v_version, PyObject *__pyx_v_reply); /* proto */
+static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_entries, int __pyx_v_withscores, int __pyx_v_version, int __pyx_v_nested); /* proto */
 /* #### Code section: late_includes ### */
 /* #### Code section: module_state ### */
 /* SmallCodeConfig */
@@ -2799,8 +2809,8 @@ namespace {
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_items;
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_pop;
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_values;
-    PyObject *__pyx_codeobj_tab[2];
-    PyObject *__pyx_string_tab[68];
+    PyObject *__pyx_codeobj_tab[3];
+    PyObject *__pyx_string_tab[77];
     PyObject *__pyx_number_tab[1];
 /* #### Code section: module_state_contents ### */
 /* CommonTypesMetaclass.module_state_decls */
@@ -2875,44 +2885,53 @@ static __pyx_mstatetype * const __pyx_mstate_global = &__pyx_mstate_global_stati
 #define __pyx_n_u_complete __pyx_string_tab[27]
 #define __pyx_n_u_count __pyx_string_tab[28]
 #define __pyx_n_u_data __pyx_string_tab[29]
-#define __pyx_n_u_encode_replies __pyx_string_tab[30]
-#define __pyx_n_u_encoded __pyx_string_tab[31]
-#define __pyx_n_u_error __pyx_string_tab[32]
-#define __pyx_n_u_i __pyx_string_tab[33]
-#define __pyx_n_u_item __pyx_string_tab[34]
-#define __pyx_n_u_items __pyx_string_tab[35]
-#define __pyx_n_u_length __pyx_string_tab[36]
-#define __pyx_n_u_line __pyx_string_tab[37]
-#define __pyx_n_u_max_bulk __pyx_string_tab[38]
-#define __pyx_n_u_max_words __pyx_string_tab[39]
-#define __pyx_n_u_offset __pyx_string_tab[40]
-#define __pyx_n_u_offsets __pyx_string_tab[41]
-#define __pyx_n_u_pack __pyx_string_tab[42]
-#define __pyx_n_u_packed __pyx_string_tab[43]
-#define __pyx_n_u_pop __pyx_string_tab[44]
-#define __pyx_n_u_position __pyx_string_tab[45]
-#define __pyx_n_u_present __pyx_string_tab[46]
-#define __pyx_n_u_rankd_frontends_resp__scanner __pyx_string_tab[47]
-#define __pyx_n_u_reply __pyx_string_tab[48]
-#define __pyx_n_u_result __pyx_string_tab[49]
-#define __pyx_n_u_run __pyx_string_tab[50]
-#define __pyx_n_u_run_start __pyx_string_tab[51]
-#define __pyx_n_u_scan __pyx_string_tab[52]
-#define __pyx_n_u_setdefault __pyx_string_tab[53]
-#define __pyx_n_u_size __pyx_string_tab[54]
-#define __pyx_n_u_sizes __pyx_string_tab[55]
-#define __pyx_n_u_start __pyx_string_tab[56]
-#define __pyx_n_u_start_at __pyx_string_tab[57]
-#define __pyx_n_u_tag __pyx_string_tab[58]
-#define __pyx_n_u_value __pyx_string_tab[59]
-#define __pyx_n_u_values __pyx_string_tab[60]
-#define __pyx_n_u_version __pyx_string_tab[61]
-#define __pyx_n_u_view __pyx_string_tab[62]
-#define __pyx_n_u_w __pyx_string_tab[63]
-#define __pyx_n_u_words __pyx_string_tab[64]
-#define __pyx_kp_b__2 __pyx_string_tab[65]
-#define __pyx_kp_b_iso88591_a_XQ_XQgQ_E_avQ_1F_WAQ_wgQ_q_F __pyx_string_tab[66]
-#define __pyx_kp_b_iso88591_A_a_a_A_avQfA_t1_t1_1_ir_s_S_A __pyx_string_tab[67]
+#define __pyx_n_u_encode_entries __pyx_string_tab[30]
+#define __pyx_n_u_encode_replies __pyx_string_tab[31]
+#define __pyx_n_u_encoded __pyx_string_tab[32]
+#define __pyx_n_u_entries __pyx_string_tab[33]
+#define __pyx_n_u_entry __pyx_string_tab[34]
+#define __pyx_n_u_error __pyx_string_tab[35]
+#define __pyx_n_u_head __pyx_string_tab[36]
+#define __pyx_n_u_header __pyx_string_tab[37]
+#define __pyx_n_u_i __pyx_string_tab[38]
+#define __pyx_n_u_item __pyx_string_tab[39]
+#define __pyx_n_u_items __pyx_string_tab[40]
+#define __pyx_n_u_length __pyx_string_tab[41]
+#define __pyx_n_u_line __pyx_string_tab[42]
+#define __pyx_n_u_max_bulk __pyx_string_tab[43]
+#define __pyx_n_u_max_words __pyx_string_tab[44]
+#define __pyx_n_u_nested __pyx_string_tab[45]
+#define __pyx_n_u_offset __pyx_string_tab[46]
+#define __pyx_n_u_offsets __pyx_string_tab[47]
+#define __pyx_n_u_pack __pyx_string_tab[48]
+#define __pyx_n_u_packed __pyx_string_tab[49]
+#define __pyx_n_u_pairs __pyx_string_tab[50]
+#define __pyx_n_u_pop __pyx_string_tab[51]
+#define __pyx_n_u_position __pyx_string_tab[52]
+#define __pyx_n_u_present __pyx_string_tab[53]
+#define __pyx_n_u_rankd_frontends_resp__scanner __pyx_string_tab[54]
+#define __pyx_n_u_reply __pyx_string_tab[55]
+#define __pyx_n_u_result __pyx_string_tab[56]
+#define __pyx_n_u_run __pyx_string_tab[57]
+#define __pyx_n_u_run_start __pyx_string_tab[58]
+#define __pyx_n_u_scan __pyx_string_tab[59]
+#define __pyx_n_u_setdefault __pyx_string_tab[60]
+#define __pyx_n_u_size __pyx_string_tab[61]
+#define __pyx_n_u_sizes __pyx_string_tab[62]
+#define __pyx_n_u_start __pyx_string_tab[63]
+#define __pyx_n_u_start_at __pyx_string_tab[64]
+#define __pyx_n_u_tag __pyx_string_tab[65]
+#define __pyx_n_u_value __pyx_string_tab[66]
+#define __pyx_n_u_values __pyx_string_tab[67]
+#define __pyx_n_u_version __pyx_string_tab[68]
+#define __pyx_n_u_view __pyx_string_tab[69]
+#define __pyx_n_u_w __pyx_string_tab[70]
+#define __pyx_n_u_withscores __pyx_string_tab[71]
+#define __pyx_n_u_words __pyx_string_tab[72]
+#define __pyx_kp_b__2 __pyx_string_tab[73]
+#define __pyx_kp_b_iso88591_a_XQ_XQgQ_E_avQ_1F_WAQ_wgQ_q_F __pyx_string_tab[74]
+#define __pyx_kp_b_iso88591_Cq_k_WD_1_XQ_XQgQ_xq_y_b_D_1_AQ __pyx_string_tab[75]
+#define __pyx_kp_b_iso88591_A_a_a_A_avQfA_t1_t1_1_ir_s_S_A __pyx_string_tab[76]
 #define __pyx_int_4294967295 __pyx_number_tab[0]
 /* #### Code section: module_state_clear ### */
 #if CYTHON_USE_MODULE_STATE
@@ -2933,8 +2952,8 @@ static CYTHON_SMALL_CODE int __pyx_m_clear(PyObject *m) {
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_items.method);
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_pop.method);
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_values.method);
-  for (int i=0; i<2; ++i) { Py_CLEAR(clear_module_state->__pyx_codeobj_tab[i]); }
-  for (int i=0; i<68; ++i) { Py_CLEAR(clear_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<3; ++i) { Py_CLEAR(clear_module_state->__pyx_codeobj_tab[i]); }
+  for (int i=0; i<77; ++i) { Py_CLEAR(clear_module_state->__pyx_string_tab[i]); }
   for (int i=0; i<1; ++i) { Py_CLEAR(clear_module_state->__pyx_number_tab[i]); }
 /* #### Code section: module_state_clear_contents ### */
 /* CommonTypesMetaclass.module_state_clear */
@@ -2963,8 +2982,8 @@ static CYTHON_SMALL_CODE int __pyx_m_traverse(PyObject *m, visitproc visit, void
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_items.method);
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_pop.method);
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_values.method);
-  for (int i=0; i<2; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_codeobj_tab[i]); }
-  for (int i=0; i<68; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<3; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_codeobj_tab[i]); }
+  for (int i=0; i<77; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_string_tab[i]); }
   for (int i=0; i<1; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_number_tab[i]); }
 /* #### Code section: module_state_traverse_contents ### */
 /* CommonTypesMetaclass.module_state_traverse */
@@ -5138,7 +5157,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_6engine_8_packing_put_str(struct __pyx_t
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":44
+/* "rankd/frontends/resp/_scanner.pyx":45
  * 
  * 
  * cdef inline Py_ssize_t _line_end(const uint8_t *buf, Py_ssize_t position, Py_ssize_t size             # <<<<<<<<<<<<<<
@@ -5155,7 +5174,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
   int __pyx_t_4;
   int __pyx_t_5;
 
-  /* "rankd/frontends/resp/_scanner.pyx":48
+  /* "rankd/frontends/resp/_scanner.pyx":49
  *     """Offset of the ``\\r\\n`` at or after ``position``, or -1."""
  *     cdef Py_ssize_t i
  *     for i in range(position, size - 1):             # <<<<<<<<<<<<<<
@@ -5169,7 +5188,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
   for (__pyx_t_3 = __pyx_v_position; __pyx_t_3 < __pyx_t_2; __pyx_t_3+=1) {
     __pyx_v_i = __pyx_t_3;
 
-    /* "rankd/frontends/resp/_scanner.pyx":49
+    /* "rankd/frontends/resp/_scanner.pyx":50
  *     cdef Py_ssize_t i
  *     for i in range(position, size - 1):
  *         if buf[i] == 13 and buf[i + 1] == 10:             # <<<<<<<<<<<<<<
@@ -5195,7 +5214,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
     if (__pyx_t_4) {
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":50
+      /* "rankd/frontends/resp/_scanner.pyx":51
  *     for i in range(position, size - 1):
  *         if buf[i] == 13 and buf[i + 1] == 10:
  *             return i             # <<<<<<<<<<<<<<
@@ -5208,7 +5227,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
       }
       goto __pyx_L0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":49
+      /* "rankd/frontends/resp/_scanner.pyx":50
  *     cdef Py_ssize_t i
  *     for i in range(position, size - 1):
  *         if buf[i] == 13 and buf[i + 1] == 10:             # <<<<<<<<<<<<<<
@@ -5219,7 +5238,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
   }
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":51
+  /* "rankd/frontends/resp/_scanner.pyx":52
  *         if buf[i] == 13 and buf[i + 1] == 10:
  *             return i
  *     return -1             # <<<<<<<<<<<<<<
@@ -5232,7 +5251,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
   }
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":44
+  /* "rankd/frontends/resp/_scanner.pyx":45
  * 
  * 
  * cdef inline Py_ssize_t _line_end(const uint8_t *buf, Py_ssize_t position, Py_ssize_t size             # <<<<<<<<<<<<<<
@@ -5247,7 +5266,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":54
+/* "rankd/frontends/resp/_scanner.pyx":55
  * 
  * 
  * cdef inline bint _length(const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,             # <<<<<<<<<<<<<<
@@ -5265,7 +5284,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   int __pyx_t_3;
   PY_LONG_LONG __pyx_t_4;
 
-  /* "rankd/frontends/resp/_scanner.pyx":58
+  /* "rankd/frontends/resp/_scanner.pyx":59
  *     """The integer in a header, as Redis's ``string2ll`` reads it (an
  *     optional '-', no '+', no leading zero); False if it is not one."""
  *     cdef long long value = 0             # <<<<<<<<<<<<<<
@@ -5274,7 +5293,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
   __pyx_v_value = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":59
+  /* "rankd/frontends/resp/_scanner.pyx":60
  *     optional '-', no '+', no leading zero); False if it is not one."""
  *     cdef long long value = 0
  *     cdef bint negative = False             # <<<<<<<<<<<<<<
@@ -5283,7 +5302,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
   __pyx_v_negative = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":60
+  /* "rankd/frontends/resp/_scanner.pyx":61
  *     cdef long long value = 0
  *     cdef bint negative = False
  *     cdef Py_ssize_t i = start             # <<<<<<<<<<<<<<
@@ -5292,7 +5311,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
   __pyx_v_i = __pyx_v_start;
 
-  /* "rankd/frontends/resp/_scanner.pyx":61
+  /* "rankd/frontends/resp/_scanner.pyx":62
  *     cdef bint negative = False
  *     cdef Py_ssize_t i = start
  *     if end - i == 1 and buf[i] == 48:             # <<<<<<<<<<<<<<
@@ -5318,7 +5337,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":62
+    /* "rankd/frontends/resp/_scanner.pyx":63
  *     cdef Py_ssize_t i = start
  *     if end - i == 1 and buf[i] == 48:
  *         out[0] = 0             # <<<<<<<<<<<<<<
@@ -5327,7 +5346,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
     (__pyx_v_out[0]) = 0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":63
+    /* "rankd/frontends/resp/_scanner.pyx":64
  *     if end - i == 1 and buf[i] == 48:
  *         out[0] = 0
  *         return True             # <<<<<<<<<<<<<<
@@ -5340,7 +5359,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":61
+    /* "rankd/frontends/resp/_scanner.pyx":62
  *     cdef bint negative = False
  *     cdef Py_ssize_t i = start
  *     if end - i == 1 and buf[i] == 48:             # <<<<<<<<<<<<<<
@@ -5349,7 +5368,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":64
+  /* "rankd/frontends/resp/_scanner.pyx":65
  *         out[0] = 0
  *         return True
  *     if i < end and buf[i] == 45:             # <<<<<<<<<<<<<<
@@ -5375,7 +5394,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":65
+    /* "rankd/frontends/resp/_scanner.pyx":66
  *         return True
  *     if i < end and buf[i] == 45:
  *         negative = True             # <<<<<<<<<<<<<<
@@ -5384,7 +5403,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
     __pyx_v_negative = 1;
 
-    /* "rankd/frontends/resp/_scanner.pyx":66
+    /* "rankd/frontends/resp/_scanner.pyx":67
  *     if i < end and buf[i] == 45:
  *         negative = True
  *         i += 1             # <<<<<<<<<<<<<<
@@ -5393,7 +5412,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
     __pyx_v_i = (__pyx_v_i + 1);
 
-    /* "rankd/frontends/resp/_scanner.pyx":64
+    /* "rankd/frontends/resp/_scanner.pyx":65
  *         out[0] = 0
  *         return True
  *     if i < end and buf[i] == 45:             # <<<<<<<<<<<<<<
@@ -5402,7 +5421,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":67
+  /* "rankd/frontends/resp/_scanner.pyx":68
  *         negative = True
  *         i += 1
  *     if i >= end or end - i > 18 or not 49 <= buf[i] <= 57:             # <<<<<<<<<<<<<<
@@ -5443,7 +5462,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":68
+    /* "rankd/frontends/resp/_scanner.pyx":69
  *         i += 1
  *     if i >= end or end - i > 18 or not 49 <= buf[i] <= 57:
  *         return False             # <<<<<<<<<<<<<<
@@ -5456,7 +5475,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":67
+    /* "rankd/frontends/resp/_scanner.pyx":68
  *         negative = True
  *         i += 1
  *     if i >= end or end - i > 18 or not 49 <= buf[i] <= 57:             # <<<<<<<<<<<<<<
@@ -5465,7 +5484,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":69
+  /* "rankd/frontends/resp/_scanner.pyx":70
  *     if i >= end or end - i > 18 or not 49 <= buf[i] <= 57:
  *         return False
  *     while i < end:             # <<<<<<<<<<<<<<
@@ -5478,7 +5497,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 
     if (!__pyx_t_1) break;
 
-    /* "rankd/frontends/resp/_scanner.pyx":70
+    /* "rankd/frontends/resp/_scanner.pyx":71
  *         return False
  *     while i < end:
  *         if not 48 <= buf[i] <= 57:             # <<<<<<<<<<<<<<
@@ -5495,7 +5514,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
     if (__pyx_t_3) {
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":71
+      /* "rankd/frontends/resp/_scanner.pyx":72
  *     while i < end:
  *         if not 48 <= buf[i] <= 57:
  *             return False             # <<<<<<<<<<<<<<
@@ -5508,7 +5527,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
       }
       goto __pyx_L0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":70
+      /* "rankd/frontends/resp/_scanner.pyx":71
  *         return False
  *     while i < end:
  *         if not 48 <= buf[i] <= 57:             # <<<<<<<<<<<<<<
@@ -5517,7 +5536,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
     }
 
-    /* "rankd/frontends/resp/_scanner.pyx":72
+    /* "rankd/frontends/resp/_scanner.pyx":73
  *         if not 48 <= buf[i] <= 57:
  *             return False
  *         value = value * 10 + (buf[i] - 48)             # <<<<<<<<<<<<<<
@@ -5526,7 +5545,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
     __pyx_v_value = ((__pyx_v_value * 10) + ((__pyx_v_buf[__pyx_v_i]) - 48));
 
-    /* "rankd/frontends/resp/_scanner.pyx":73
+    /* "rankd/frontends/resp/_scanner.pyx":74
  *             return False
  *         value = value * 10 + (buf[i] - 48)
  *         i += 1             # <<<<<<<<<<<<<<
@@ -5536,7 +5555,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
     __pyx_v_i = (__pyx_v_i + 1);
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":74
+  /* "rankd/frontends/resp/_scanner.pyx":75
  *         value = value * 10 + (buf[i] - 48)
  *         i += 1
  *     out[0] = -value if negative else value             # <<<<<<<<<<<<<<
@@ -5553,7 +5572,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   (__pyx_v_out[0]) = __pyx_t_4;
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":75
+  /* "rankd/frontends/resp/_scanner.pyx":76
  *         i += 1
  *     out[0] = -value if negative else value
  *     return True             # <<<<<<<<<<<<<<
@@ -5566,7 +5585,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   }
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":54
+  /* "rankd/frontends/resp/_scanner.pyx":55
  * 
  * 
  * cdef inline bint _length(const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,             # <<<<<<<<<<<<<<
@@ -5583,7 +5602,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":78
+/* "rankd/frontends/resp/_scanner.pyx":79
  * 
  * 
  * cdef inline bint _name_is(const uint8_t *word, Py_ssize_t size, const char *upper,             # <<<<<<<<<<<<<<
@@ -5599,7 +5618,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
   Py_ssize_t __pyx_t_3;
   Py_ssize_t __pyx_t_4;
 
-  /* "rankd/frontends/resp/_scanner.pyx":81
+  /* "rankd/frontends/resp/_scanner.pyx":82
  *                           Py_ssize_t length) noexcept:
  *     cdef Py_ssize_t i
  *     if size != length:             # <<<<<<<<<<<<<<
@@ -5611,7 +5630,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":82
+    /* "rankd/frontends/resp/_scanner.pyx":83
  *     cdef Py_ssize_t i
  *     if size != length:
  *         return False             # <<<<<<<<<<<<<<
@@ -5624,7 +5643,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":81
+    /* "rankd/frontends/resp/_scanner.pyx":82
  *                           Py_ssize_t length) noexcept:
  *     cdef Py_ssize_t i
  *     if size != length:             # <<<<<<<<<<<<<<
@@ -5633,7 +5652,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":83
+  /* "rankd/frontends/resp/_scanner.pyx":84
  *     if size != length:
  *         return False
  *     for i in range(size):             # <<<<<<<<<<<<<<
@@ -5647,7 +5666,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
   for (__pyx_t_4 = 0; __pyx_t_4 < __pyx_t_3; __pyx_t_4+=1) {
     __pyx_v_i = __pyx_t_4;
 
-    /* "rankd/frontends/resp/_scanner.pyx":84
+    /* "rankd/frontends/resp/_scanner.pyx":85
  *         return False
  *     for i in range(size):
  *         if (word[i] & 0xDF) != <uint8_t>upper[i]:             # <<<<<<<<<<<<<<
@@ -5659,7 +5678,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
     if (__pyx_t_1) {
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":85
+      /* "rankd/frontends/resp/_scanner.pyx":86
  *     for i in range(size):
  *         if (word[i] & 0xDF) != <uint8_t>upper[i]:
  *             return False             # <<<<<<<<<<<<<<
@@ -5672,7 +5691,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
       }
       goto __pyx_L0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":84
+      /* "rankd/frontends/resp/_scanner.pyx":85
  *         return False
  *     for i in range(size):
  *         if (word[i] & 0xDF) != <uint8_t>upper[i]:             # <<<<<<<<<<<<<<
@@ -5683,7 +5702,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
   }
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":86
+  /* "rankd/frontends/resp/_scanner.pyx":87
  *         if (word[i] & 0xDF) != <uint8_t>upper[i]:
  *             return False
  *     return True             # <<<<<<<<<<<<<<
@@ -5696,7 +5715,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
   }
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":78
+  /* "rankd/frontends/resp/_scanner.pyx":79
  * 
  * 
  * cdef inline bint _name_is(const uint8_t *word, Py_ssize_t size, const char *upper,             # <<<<<<<<<<<<<<
@@ -5711,7 +5730,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":89
+/* "rankd/frontends/resp/_scanner.pyx":90
  * 
  * 
  * cdef inline bint _board_name(const uint8_t *word, Py_ssize_t size) noexcept:             # <<<<<<<<<<<<<<
@@ -5729,7 +5748,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   Py_ssize_t __pyx_t_4;
   Py_ssize_t __pyx_t_5;
 
-  /* "rankd/frontends/resp/_scanner.pyx":92
+  /* "rankd/frontends/resp/_scanner.pyx":93
  *     cdef Py_ssize_t i
  *     cdef uint8_t c
  *     if not 0 < size <= MAX_NAME:             # <<<<<<<<<<<<<<
@@ -5746,7 +5765,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   if (__pyx_t_2) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":93
+    /* "rankd/frontends/resp/_scanner.pyx":94
  *     cdef uint8_t c
  *     if not 0 < size <= MAX_NAME:
  *         return False             # <<<<<<<<<<<<<<
@@ -5759,7 +5778,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":92
+    /* "rankd/frontends/resp/_scanner.pyx":93
  *     cdef Py_ssize_t i
  *     cdef uint8_t c
  *     if not 0 < size <= MAX_NAME:             # <<<<<<<<<<<<<<
@@ -5768,7 +5787,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":94
+  /* "rankd/frontends/resp/_scanner.pyx":95
  *     if not 0 < size <= MAX_NAME:
  *         return False
  *     if size <= 2 and word[0] == 46 and (size == 1 or word[1] == 46):             # <<<<<<<<<<<<<<
@@ -5814,7 +5833,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   if (__pyx_t_2) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":95
+    /* "rankd/frontends/resp/_scanner.pyx":96
  *         return False
  *     if size <= 2 and word[0] == 46 and (size == 1 or word[1] == 46):
  *         return False  # "." and ".."             # <<<<<<<<<<<<<<
@@ -5827,7 +5846,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":94
+    /* "rankd/frontends/resp/_scanner.pyx":95
  *     if not 0 < size <= MAX_NAME:
  *         return False
  *     if size <= 2 and word[0] == 46 and (size == 1 or word[1] == 46):             # <<<<<<<<<<<<<<
@@ -5836,7 +5855,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":96
+  /* "rankd/frontends/resp/_scanner.pyx":97
  *     if size <= 2 and word[0] == 46 and (size == 1 or word[1] == 46):
  *         return False  # "." and ".."
  *     for i in range(size):             # <<<<<<<<<<<<<<
@@ -5850,7 +5869,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   for (__pyx_t_5 = 0; __pyx_t_5 < __pyx_t_4; __pyx_t_5+=1) {
     __pyx_v_i = __pyx_t_5;
 
-    /* "rankd/frontends/resp/_scanner.pyx":97
+    /* "rankd/frontends/resp/_scanner.pyx":98
  *         return False  # "." and ".."
  *     for i in range(size):
  *         c = word[i]             # <<<<<<<<<<<<<<
@@ -5859,7 +5878,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
 */
     __pyx_v_c = (__pyx_v_word[__pyx_v_i]);
 
-    /* "rankd/frontends/resp/_scanner.pyx":98
+    /* "rankd/frontends/resp/_scanner.pyx":99
  *     for i in range(size):
  *         c = word[i]
  *         if not (48 <= c <= 58 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46             # <<<<<<<<<<<<<<
@@ -5907,7 +5926,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
       case 46:
       case 45:
 
-      /* "rankd/frontends/resp/_scanner.pyx":99
+      /* "rankd/frontends/resp/_scanner.pyx":100
  *         c = word[i]
  *         if not (48 <= c <= 58 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46
  *                 or c == 45):             # <<<<<<<<<<<<<<
@@ -5916,7 +5935,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
 */
       __pyx_t_1 = 1;
 
-      /* "rankd/frontends/resp/_scanner.pyx":98
+      /* "rankd/frontends/resp/_scanner.pyx":99
  *     for i in range(size):
  *         c = word[i]
  *         if not (48 <= c <= 58 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46             # <<<<<<<<<<<<<<
@@ -5938,7 +5957,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
     if (__pyx_t_1) {
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":100
+      /* "rankd/frontends/resp/_scanner.pyx":101
  *         if not (48 <= c <= 58 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46
  *                 or c == 45):
  *             return False             # <<<<<<<<<<<<<<
@@ -5951,7 +5970,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
       }
       goto __pyx_L0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":98
+      /* "rankd/frontends/resp/_scanner.pyx":99
  *     for i in range(size):
  *         c = word[i]
  *         if not (48 <= c <= 58 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46             # <<<<<<<<<<<<<<
@@ -5962,7 +5981,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   }
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":101
+  /* "rankd/frontends/resp/_scanner.pyx":102
  *                 or c == 45):
  *             return False
  *     return True             # <<<<<<<<<<<<<<
@@ -5975,7 +5994,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   }
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":89
+  /* "rankd/frontends/resp/_scanner.pyx":90
  * 
  * 
  * cdef inline bint _board_name(const uint8_t *word, Py_ssize_t size) noexcept:             # <<<<<<<<<<<<<<
@@ -5991,7 +6010,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":104
+/* "rankd/frontends/resp/_scanner.pyx":105
  * 
  * 
  * cdef inline bint _member(const uint8_t *word, Py_ssize_t size) noexcept:             # <<<<<<<<<<<<<<
@@ -6008,7 +6027,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
   Py_ssize_t __pyx_t_4;
   Py_ssize_t __pyx_t_5;
 
-  /* "rankd/frontends/resp/_scanner.pyx":106
+  /* "rankd/frontends/resp/_scanner.pyx":107
  * cdef inline bint _member(const uint8_t *word, Py_ssize_t size) noexcept:
  *     cdef Py_ssize_t i
  *     if not 0 < size <= MAX_MEMBER:             # <<<<<<<<<<<<<<
@@ -6025,7 +6044,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
   if (__pyx_t_2) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":107
+    /* "rankd/frontends/resp/_scanner.pyx":108
  *     cdef Py_ssize_t i
  *     if not 0 < size <= MAX_MEMBER:
  *         return False             # <<<<<<<<<<<<<<
@@ -6038,7 +6057,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":106
+    /* "rankd/frontends/resp/_scanner.pyx":107
  * cdef inline bint _member(const uint8_t *word, Py_ssize_t size) noexcept:
  *     cdef Py_ssize_t i
  *     if not 0 < size <= MAX_MEMBER:             # <<<<<<<<<<<<<<
@@ -6047,7 +6066,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":108
+  /* "rankd/frontends/resp/_scanner.pyx":109
  *     if not 0 < size <= MAX_MEMBER:
  *         return False
  *     for i in range(size):             # <<<<<<<<<<<<<<
@@ -6061,7 +6080,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
   for (__pyx_t_5 = 0; __pyx_t_5 < __pyx_t_4; __pyx_t_5+=1) {
     __pyx_v_i = __pyx_t_5;
 
-    /* "rankd/frontends/resp/_scanner.pyx":109
+    /* "rankd/frontends/resp/_scanner.pyx":110
  *         return False
  *     for i in range(size):
  *         if not 0x20 <= word[i] <= 0x7e:             # <<<<<<<<<<<<<<
@@ -6078,7 +6097,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
     if (__pyx_t_1) {
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":110
+      /* "rankd/frontends/resp/_scanner.pyx":111
  *     for i in range(size):
  *         if not 0x20 <= word[i] <= 0x7e:
  *             return False             # <<<<<<<<<<<<<<
@@ -6091,7 +6110,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
       }
       goto __pyx_L0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":109
+      /* "rankd/frontends/resp/_scanner.pyx":110
  *         return False
  *     for i in range(size):
  *         if not 0x20 <= word[i] <= 0x7e:             # <<<<<<<<<<<<<<
@@ -6102,7 +6121,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
   }
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":111
+  /* "rankd/frontends/resp/_scanner.pyx":112
  *         if not 0x20 <= word[i] <= 0x7e:
  *             return False
  *     return True             # <<<<<<<<<<<<<<
@@ -6115,7 +6134,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
   }
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":104
+  /* "rankd/frontends/resp/_scanner.pyx":105
  * 
  * 
  * cdef inline bint _member(const uint8_t *word, Py_ssize_t size) noexcept:             # <<<<<<<<<<<<<<
@@ -6130,7 +6149,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":114
+/* "rankd/frontends/resp/_scanner.pyx":115
  * 
  * 
  * cdef bint _score(const uint8_t *word, Py_ssize_t size, double *out) noexcept:             # <<<<<<<<<<<<<<
@@ -6148,7 +6167,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
   int __pyx_t_2;
   uint8_t __pyx_t_3;
 
-  /* "rankd/frontends/resp/_scanner.pyx":119
+  /* "rankd/frontends/resp/_scanner.pyx":120
  *     cdef char *end
  *     cdef double value
  *     if not 0 < size <= MAX_NUMBER:             # <<<<<<<<<<<<<<
@@ -6165,7 +6184,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
   if (__pyx_t_2) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":120
+    /* "rankd/frontends/resp/_scanner.pyx":121
  *     cdef double value
  *     if not 0 < size <= MAX_NUMBER:
  *         return False             # <<<<<<<<<<<<<<
@@ -6178,7 +6197,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":119
+    /* "rankd/frontends/resp/_scanner.pyx":120
  *     cdef char *end
  *     cdef double value
  *     if not 0 < size <= MAX_NUMBER:             # <<<<<<<<<<<<<<
@@ -6187,7 +6206,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":121
+  /* "rankd/frontends/resp/_scanner.pyx":122
  *     if not 0 < size <= MAX_NUMBER:
  *         return False
  *     if word[0] in (32, 9, 10, 11, 12, 13):             # <<<<<<<<<<<<<<
@@ -6258,7 +6277,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":122
+    /* "rankd/frontends/resp/_scanner.pyx":123
  *         return False
  *     if word[0] in (32, 9, 10, 11, 12, 13):
  *         return False             # <<<<<<<<<<<<<<
@@ -6271,7 +6290,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":121
+    /* "rankd/frontends/resp/_scanner.pyx":122
  *     if not 0 < size <= MAX_NUMBER:
  *         return False
  *     if word[0] in (32, 9, 10, 11, 12, 13):             # <<<<<<<<<<<<<<
@@ -6280,7 +6299,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":123
+  /* "rankd/frontends/resp/_scanner.pyx":124
  *     if word[0] in (32, 9, 10, 11, 12, 13):
  *         return False
  *     memcpy(text, word, size)             # <<<<<<<<<<<<<<
@@ -6289,7 +6308,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 */
   (void)(memcpy(__pyx_v_text, __pyx_v_word, __pyx_v_size));
 
-  /* "rankd/frontends/resp/_scanner.pyx":124
+  /* "rankd/frontends/resp/_scanner.pyx":125
  *         return False
  *     memcpy(text, word, size)
  *     text[size] = 0             # <<<<<<<<<<<<<<
@@ -6298,7 +6317,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 */
   (__pyx_v_text[__pyx_v_size]) = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":125
+  /* "rankd/frontends/resp/_scanner.pyx":126
  *     memcpy(text, word, size)
  *     text[size] = 0
  *     errno = 0             # <<<<<<<<<<<<<<
@@ -6307,7 +6326,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 */
   __pyx_v_errno = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":126
+  /* "rankd/frontends/resp/_scanner.pyx":127
  *     text[size] = 0
  *     errno = 0
  *     value = strtod(text, &end)             # <<<<<<<<<<<<<<
@@ -6316,7 +6335,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 */
   __pyx_v_value = strtod(__pyx_v_text, (&__pyx_v_end));
 
-  /* "rankd/frontends/resp/_scanner.pyx":127
+  /* "rankd/frontends/resp/_scanner.pyx":128
  *     errno = 0
  *     value = strtod(text, &end)
  *     if end - text != size or isnan(value) or not isfinite(value):             # <<<<<<<<<<<<<<
@@ -6352,7 +6371,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":128
+    /* "rankd/frontends/resp/_scanner.pyx":129
  *     value = strtod(text, &end)
  *     if end - text != size or isnan(value) or not isfinite(value):
  *         return False             # <<<<<<<<<<<<<<
@@ -6365,7 +6384,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":127
+    /* "rankd/frontends/resp/_scanner.pyx":128
  *     errno = 0
  *     value = strtod(text, &end)
  *     if end - text != size or isnan(value) or not isfinite(value):             # <<<<<<<<<<<<<<
@@ -6374,7 +6393,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":129
+  /* "rankd/frontends/resp/_scanner.pyx":130
  *     if end - text != size or isnan(value) or not isfinite(value):
  *         return False
  *     if errno == ERANGE and (value == HUGE_VAL or value == -HUGE_VAL or value == 0):             # <<<<<<<<<<<<<<
@@ -6420,7 +6439,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":130
+    /* "rankd/frontends/resp/_scanner.pyx":131
  *         return False
  *     if errno == ERANGE and (value == HUGE_VAL or value == -HUGE_VAL or value == 0):
  *         return False             # <<<<<<<<<<<<<<
@@ -6433,7 +6452,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":129
+    /* "rankd/frontends/resp/_scanner.pyx":130
  *     if end - text != size or isnan(value) or not isfinite(value):
  *         return False
  *     if errno == ERANGE and (value == HUGE_VAL or value == -HUGE_VAL or value == 0):             # <<<<<<<<<<<<<<
@@ -6442,7 +6461,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":131
+  /* "rankd/frontends/resp/_scanner.pyx":132
  *     if errno == ERANGE and (value == HUGE_VAL or value == -HUGE_VAL or value == 0):
  *         return False
  *     out[0] = value             # <<<<<<<<<<<<<<
@@ -6451,7 +6470,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 */
   (__pyx_v_out[0]) = __pyx_v_value;
 
-  /* "rankd/frontends/resp/_scanner.pyx":132
+  /* "rankd/frontends/resp/_scanner.pyx":133
  *         return False
  *     out[0] = value
  *     return True             # <<<<<<<<<<<<<<
@@ -6464,7 +6483,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
   }
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":114
+  /* "rankd/frontends/resp/_scanner.pyx":115
  * 
  * 
  * cdef bint _score(const uint8_t *word, Py_ssize_t size, double *out) noexcept:             # <<<<<<<<<<<<<<
@@ -6482,7 +6501,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":135
+/* "rankd/frontends/resp/_scanner.pyx":136
  * 
  * 
  * def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, bint pack):             # <<<<<<<<<<<<<<
@@ -6534,60 +6553,60 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_data,&__pyx_mstate_global->__pyx_n_u_start_at,&__pyx_mstate_global->__pyx_n_u_max_bulk,&__pyx_mstate_global->__pyx_n_u_max_words,&__pyx_mstate_global->__pyx_n_u_pack,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 135, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 136, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  5:
         values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 135, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 136, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  4:
         values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 135, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 136, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  3:
         values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 135, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 136, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 135, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 136, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 135, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 136, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "scan", 0) < (0)) __PYX_ERR(0, 135, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "scan", 0) < (0)) __PYX_ERR(0, 136, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 5; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("scan", 1, 5, 5, i); __PYX_ERR(0, 135, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("scan", 1, 5, 5, i); __PYX_ERR(0, 136, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 5)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 135, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 136, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 135, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 136, __pyx_L3_error)
       values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 135, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 136, __pyx_L3_error)
       values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 135, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 136, __pyx_L3_error)
       values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 135, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 136, __pyx_L3_error)
     }
     __pyx_v_data = values[0];
-    __pyx_v_start_at = __Pyx_PyIndex_AsSsize_t(values[1]); if (unlikely((__pyx_v_start_at == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 135, __pyx_L3_error)
-    __pyx_v_max_bulk = __Pyx_PyIndex_AsSsize_t(values[2]); if (unlikely((__pyx_v_max_bulk == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 135, __pyx_L3_error)
-    __pyx_v_max_words = __Pyx_PyIndex_AsSsize_t(values[3]); if (unlikely((__pyx_v_max_words == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 135, __pyx_L3_error)
-    __pyx_v_pack = __Pyx_PyObject_IsTrue(values[4]); if (unlikely((__pyx_v_pack == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 135, __pyx_L3_error)
+    __pyx_v_start_at = __Pyx_PyIndex_AsSsize_t(values[1]); if (unlikely((__pyx_v_start_at == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 136, __pyx_L3_error)
+    __pyx_v_max_bulk = __Pyx_PyIndex_AsSsize_t(values[2]); if (unlikely((__pyx_v_max_bulk == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 136, __pyx_L3_error)
+    __pyx_v_max_words = __Pyx_PyIndex_AsSsize_t(values[3]); if (unlikely((__pyx_v_max_words == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 136, __pyx_L3_error)
+    __pyx_v_pack = __Pyx_PyObject_IsTrue(values[4]); if (unlikely((__pyx_v_pack == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 136, __pyx_L3_error)
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("scan", 1, 5, 5, __pyx_nargs); __PYX_ERR(0, 135, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("scan", 1, 5, 5, __pyx_nargs); __PYX_ERR(0, 136, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -6662,7 +6681,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("scan", 0);
 
-  /* "rankd/frontends/resp/_scanner.pyx":148
+  /* "rankd/frontends/resp/_scanner.pyx":149
  *     cdef Py_buffer view
  *     cdef const uint8_t *buf
  *     cdef Py_ssize_t size, position = 0, start, line, run_start = 0, i             # <<<<<<<<<<<<<<
@@ -6672,7 +6691,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
   __pyx_v_position = 0;
   __pyx_v_run_start = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":150
+  /* "rankd/frontends/resp/_scanner.pyx":151
  *     cdef Py_ssize_t size, position = 0, start, line, run_start = 0, i
  *     cdef long long count, length
  *     cdef Packed run = None             # <<<<<<<<<<<<<<
@@ -6682,19 +6701,19 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
   __Pyx_INCREF(Py_None);
   __pyx_v_run = ((struct __pyx_obj_5rankd_6engine_7_packed_Packed *)Py_None);
 
-  /* "rankd/frontends/resp/_scanner.pyx":152
+  /* "rankd/frontends/resp/_scanner.pyx":153
  *     cdef Packed run = None
  *     cdef PackedSubmission *item
  *     cdef list items = []             # <<<<<<<<<<<<<<
  *     cdef list words
  *     cdef Py_ssize_t offsets[4]
 */
-  __pyx_t_1 = PyList_New(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 152, __pyx_L1_error)
+  __pyx_t_1 = PyList_New(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 153, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __pyx_v_items = ((PyObject*)__pyx_t_1);
   __pyx_t_1 = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":159
+  /* "rankd/frontends/resp/_scanner.pyx":160
  *     cdef bint complete
  *     cdef int tag
  *     error = None             # <<<<<<<<<<<<<<
@@ -6704,17 +6723,17 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
   __Pyx_INCREF(Py_None);
   __pyx_v_error = ((PyObject*)Py_None);
 
-  /* "rankd/frontends/resp/_scanner.pyx":160
+  /* "rankd/frontends/resp/_scanner.pyx":161
  *     cdef int tag
  *     error = None
  *     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)             # <<<<<<<<<<<<<<
  *     try:
  *         buf = <const uint8_t *>view.buf
 */
-  __pyx_t_2 = PyObject_GetBuffer(__pyx_v_data, (&__pyx_v_view), PyBUF_SIMPLE); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(0, 160, __pyx_L1_error)
+  __pyx_t_2 = PyObject_GetBuffer(__pyx_v_data, (&__pyx_v_view), PyBUF_SIMPLE); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(0, 161, __pyx_L1_error)
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":161
+  /* "rankd/frontends/resp/_scanner.pyx":162
  *     error = None
  *     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
  *     try:             # <<<<<<<<<<<<<<
@@ -6723,7 +6742,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
   /*try:*/ {
 
-    /* "rankd/frontends/resp/_scanner.pyx":162
+    /* "rankd/frontends/resp/_scanner.pyx":163
  *     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
  *     try:
  *         buf = <const uint8_t *>view.buf             # <<<<<<<<<<<<<<
@@ -6732,7 +6751,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
     __pyx_v_buf = ((uint8_t const *)__pyx_v_view.buf);
 
-    /* "rankd/frontends/resp/_scanner.pyx":163
+    /* "rankd/frontends/resp/_scanner.pyx":164
  *     try:
  *         buf = <const uint8_t *>view.buf
  *         size = view.len             # <<<<<<<<<<<<<<
@@ -6743,7 +6762,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 
     __pyx_v_size = __pyx_t_3;
 
-    /* "rankd/frontends/resp/_scanner.pyx":164
+    /* "rankd/frontends/resp/_scanner.pyx":165
  *         buf = <const uint8_t *>view.buf
  *         size = view.len
  *         position = start_at             # <<<<<<<<<<<<<<
@@ -6752,7 +6771,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
     __pyx_v_position = __pyx_v_start_at;
 
-    /* "rankd/frontends/resp/_scanner.pyx":165
+    /* "rankd/frontends/resp/_scanner.pyx":166
  *         size = view.len
  *         position = start_at
  *         while position < size:             # <<<<<<<<<<<<<<
@@ -6765,7 +6784,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 
       if (!__pyx_t_4) break;
 
-      /* "rankd/frontends/resp/_scanner.pyx":166
+      /* "rankd/frontends/resp/_scanner.pyx":167
  *         position = start_at
  *         while position < size:
  *             if buf[position] != 42:  # not '*': an inline request             # <<<<<<<<<<<<<<
@@ -6777,7 +6796,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":167
+        /* "rankd/frontends/resp/_scanner.pyx":168
  *         while position < size:
  *             if buf[position] != 42:  # not '*': an inline request
  *                 break             # <<<<<<<<<<<<<<
@@ -6786,7 +6805,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         goto __pyx_L7_break;
 
-        /* "rankd/frontends/resp/_scanner.pyx":166
+        /* "rankd/frontends/resp/_scanner.pyx":167
  *         position = start_at
  *         while position < size:
  *             if buf[position] != 42:  # not '*': an inline request             # <<<<<<<<<<<<<<
@@ -6795,7 +6814,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":168
+      /* "rankd/frontends/resp/_scanner.pyx":169
  *             if buf[position] != 42:  # not '*': an inline request
  *                 break
  *             start = position             # <<<<<<<<<<<<<<
@@ -6804,7 +6823,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_start = __pyx_v_position;
 
-      /* "rankd/frontends/resp/_scanner.pyx":169
+      /* "rankd/frontends/resp/_scanner.pyx":170
  *                 break
  *             start = position
  *             line = _line_end(buf, position, size)             # <<<<<<<<<<<<<<
@@ -6813,7 +6832,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_line = __pyx_f_5rankd_9frontends_4resp_8_scanner__line_end(__pyx_v_buf, __pyx_v_position, __pyx_v_size);
 
-      /* "rankd/frontends/resp/_scanner.pyx":170
+      /* "rankd/frontends/resp/_scanner.pyx":171
  *             start = position
  *             line = _line_end(buf, position, size)
  *             if line < 0:             # <<<<<<<<<<<<<<
@@ -6825,7 +6844,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":171
+        /* "rankd/frontends/resp/_scanner.pyx":172
  *             line = _line_end(buf, position, size)
  *             if line < 0:
  *                 if size - position > MAX_INLINE:             # <<<<<<<<<<<<<<
@@ -6837,7 +6856,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":172
+          /* "rankd/frontends/resp/_scanner.pyx":173
  *             if line < 0:
  *                 if size - position > MAX_INLINE:
  *                     error = "too big multibulk count string"             # <<<<<<<<<<<<<<
@@ -6847,7 +6866,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __Pyx_INCREF(__pyx_mstate_global->__pyx_kp_u_too_big_multibulk_count_string);
           __Pyx_DECREF_SET(__pyx_v_error, __pyx_mstate_global->__pyx_kp_u_too_big_multibulk_count_string);
 
-          /* "rankd/frontends/resp/_scanner.pyx":171
+          /* "rankd/frontends/resp/_scanner.pyx":172
  *             line = _line_end(buf, position, size)
  *             if line < 0:
  *                 if size - position > MAX_INLINE:             # <<<<<<<<<<<<<<
@@ -6856,7 +6875,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":173
+        /* "rankd/frontends/resp/_scanner.pyx":174
  *                 if size - position > MAX_INLINE:
  *                     error = "too big multibulk count string"
  *                 break             # <<<<<<<<<<<<<<
@@ -6865,7 +6884,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         goto __pyx_L7_break;
 
-        /* "rankd/frontends/resp/_scanner.pyx":170
+        /* "rankd/frontends/resp/_scanner.pyx":171
  *             start = position
  *             line = _line_end(buf, position, size)
  *             if line < 0:             # <<<<<<<<<<<<<<
@@ -6874,7 +6893,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":174
+      /* "rankd/frontends/resp/_scanner.pyx":175
  *                     error = "too big multibulk count string"
  *                 break
  *             if not _length(buf, position + 1, line, &count):             # <<<<<<<<<<<<<<
@@ -6886,7 +6905,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":175
+        /* "rankd/frontends/resp/_scanner.pyx":176
  *                 break
  *             if not _length(buf, position + 1, line, &count):
  *                 error = "invalid multibulk length"             # <<<<<<<<<<<<<<
@@ -6896,7 +6915,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         __Pyx_INCREF(__pyx_mstate_global->__pyx_kp_u_invalid_multibulk_length);
         __Pyx_DECREF_SET(__pyx_v_error, __pyx_mstate_global->__pyx_kp_u_invalid_multibulk_length);
 
-        /* "rankd/frontends/resp/_scanner.pyx":176
+        /* "rankd/frontends/resp/_scanner.pyx":177
  *             if not _length(buf, position + 1, line, &count):
  *                 error = "invalid multibulk length"
  *                 break             # <<<<<<<<<<<<<<
@@ -6905,7 +6924,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         goto __pyx_L7_break;
 
-        /* "rankd/frontends/resp/_scanner.pyx":174
+        /* "rankd/frontends/resp/_scanner.pyx":175
  *                     error = "too big multibulk count string"
  *                 break
  *             if not _length(buf, position + 1, line, &count):             # <<<<<<<<<<<<<<
@@ -6914,7 +6933,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":177
+      /* "rankd/frontends/resp/_scanner.pyx":178
  *                 error = "invalid multibulk length"
  *                 break
  *             if count > max_words:             # <<<<<<<<<<<<<<
@@ -6926,7 +6945,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":178
+        /* "rankd/frontends/resp/_scanner.pyx":179
  *                 break
  *             if count > max_words:
  *                 error = "invalid multibulk length"             # <<<<<<<<<<<<<<
@@ -6936,7 +6955,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         __Pyx_INCREF(__pyx_mstate_global->__pyx_kp_u_invalid_multibulk_length);
         __Pyx_DECREF_SET(__pyx_v_error, __pyx_mstate_global->__pyx_kp_u_invalid_multibulk_length);
 
-        /* "rankd/frontends/resp/_scanner.pyx":179
+        /* "rankd/frontends/resp/_scanner.pyx":180
  *             if count > max_words:
  *                 error = "invalid multibulk length"
  *                 break             # <<<<<<<<<<<<<<
@@ -6945,7 +6964,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         goto __pyx_L7_break;
 
-        /* "rankd/frontends/resp/_scanner.pyx":177
+        /* "rankd/frontends/resp/_scanner.pyx":178
  *                 error = "invalid multibulk length"
  *                 break
  *             if count > max_words:             # <<<<<<<<<<<<<<
@@ -6954,7 +6973,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":180
+      /* "rankd/frontends/resp/_scanner.pyx":181
  *                 error = "invalid multibulk length"
  *                 break
  *             position = line + 2             # <<<<<<<<<<<<<<
@@ -6963,7 +6982,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_position = (__pyx_v_line + 2);
 
-      /* "rankd/frontends/resp/_scanner.pyx":181
+      /* "rankd/frontends/resp/_scanner.pyx":182
  *                 break
  *             position = line + 2
  *             if count <= 0:             # <<<<<<<<<<<<<<
@@ -6975,7 +6994,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":182
+        /* "rankd/frontends/resp/_scanner.pyx":183
  *             position = line + 2
  *             if count <= 0:
  *                 continue  # Redis ignores empty requests             # <<<<<<<<<<<<<<
@@ -6984,7 +7003,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         goto __pyx_L6_continue;
 
-        /* "rankd/frontends/resp/_scanner.pyx":181
+        /* "rankd/frontends/resp/_scanner.pyx":182
  *                 break
  *             position = line + 2
  *             if count <= 0:             # <<<<<<<<<<<<<<
@@ -6993,7 +7012,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":183
+      /* "rankd/frontends/resp/_scanner.pyx":184
  *             if count <= 0:
  *                 continue  # Redis ignores empty requests
  *             complete = True             # <<<<<<<<<<<<<<
@@ -7002,7 +7021,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_complete = 1;
 
-      /* "rankd/frontends/resp/_scanner.pyx":184
+      /* "rankd/frontends/resp/_scanner.pyx":185
  *                 continue  # Redis ignores empty requests
  *             complete = True
  *             for i in range(count):             # <<<<<<<<<<<<<<
@@ -7016,7 +7035,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       for (__pyx_t_3 = 0; __pyx_t_3 < __pyx_t_6; __pyx_t_3+=1) {
         __pyx_v_i = __pyx_t_3;
 
-        /* "rankd/frontends/resp/_scanner.pyx":185
+        /* "rankd/frontends/resp/_scanner.pyx":186
  *             complete = True
  *             for i in range(count):
  *                 if position >= size:             # <<<<<<<<<<<<<<
@@ -7028,7 +7047,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":186
+          /* "rankd/frontends/resp/_scanner.pyx":187
  *             for i in range(count):
  *                 if position >= size:
  *                     complete = False             # <<<<<<<<<<<<<<
@@ -7037,7 +7056,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_complete = 0;
 
-          /* "rankd/frontends/resp/_scanner.pyx":187
+          /* "rankd/frontends/resp/_scanner.pyx":188
  *                 if position >= size:
  *                     complete = False
  *                     break             # <<<<<<<<<<<<<<
@@ -7046,7 +7065,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           goto __pyx_L15_break;
 
-          /* "rankd/frontends/resp/_scanner.pyx":185
+          /* "rankd/frontends/resp/_scanner.pyx":186
  *             complete = True
  *             for i in range(count):
  *                 if position >= size:             # <<<<<<<<<<<<<<
@@ -7055,7 +7074,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":188
+        /* "rankd/frontends/resp/_scanner.pyx":189
  *                     complete = False
  *                     break
  *                 line = _line_end(buf, position, size)             # <<<<<<<<<<<<<<
@@ -7064,7 +7083,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         __pyx_v_line = __pyx_f_5rankd_9frontends_4resp_8_scanner__line_end(__pyx_v_buf, __pyx_v_position, __pyx_v_size);
 
-        /* "rankd/frontends/resp/_scanner.pyx":189
+        /* "rankd/frontends/resp/_scanner.pyx":190
  *                     break
  *                 line = _line_end(buf, position, size)
  *                 if line < 0:             # <<<<<<<<<<<<<<
@@ -7076,7 +7095,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":190
+          /* "rankd/frontends/resp/_scanner.pyx":191
  *                 line = _line_end(buf, position, size)
  *                 if line < 0:
  *                     if size - position > MAX_INLINE:             # <<<<<<<<<<<<<<
@@ -7088,7 +7107,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           if (__pyx_t_4) {
 
 
-            /* "rankd/frontends/resp/_scanner.pyx":191
+            /* "rankd/frontends/resp/_scanner.pyx":192
  *                 if line < 0:
  *                     if size - position > MAX_INLINE:
  *                         error = "too big bulk count string"             # <<<<<<<<<<<<<<
@@ -7098,7 +7117,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
             __Pyx_INCREF(__pyx_mstate_global->__pyx_kp_u_too_big_bulk_count_string);
             __Pyx_DECREF_SET(__pyx_v_error, __pyx_mstate_global->__pyx_kp_u_too_big_bulk_count_string);
 
-            /* "rankd/frontends/resp/_scanner.pyx":190
+            /* "rankd/frontends/resp/_scanner.pyx":191
  *                 line = _line_end(buf, position, size)
  *                 if line < 0:
  *                     if size - position > MAX_INLINE:             # <<<<<<<<<<<<<<
@@ -7107,7 +7126,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           }
 
-          /* "rankd/frontends/resp/_scanner.pyx":192
+          /* "rankd/frontends/resp/_scanner.pyx":193
  *                     if size - position > MAX_INLINE:
  *                         error = "too big bulk count string"
  *                     complete = False             # <<<<<<<<<<<<<<
@@ -7116,7 +7135,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_complete = 0;
 
-          /* "rankd/frontends/resp/_scanner.pyx":193
+          /* "rankd/frontends/resp/_scanner.pyx":194
  *                         error = "too big bulk count string"
  *                     complete = False
  *                     break             # <<<<<<<<<<<<<<
@@ -7125,7 +7144,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           goto __pyx_L15_break;
 
-          /* "rankd/frontends/resp/_scanner.pyx":189
+          /* "rankd/frontends/resp/_scanner.pyx":190
  *                     break
  *                 line = _line_end(buf, position, size)
  *                 if line < 0:             # <<<<<<<<<<<<<<
@@ -7134,7 +7153,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":194
+        /* "rankd/frontends/resp/_scanner.pyx":195
  *                     complete = False
  *                     break
  *                 if buf[position] != 36:  # '$'             # <<<<<<<<<<<<<<
@@ -7146,16 +7165,16 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":195
+          /* "rankd/frontends/resp/_scanner.pyx":196
  *                     break
  *                 if buf[position] != 36:  # '$'
  *                     error = f"expected '$', got '{chr(buf[position])}'"             # <<<<<<<<<<<<<<
  *                     complete = False
  *                     break
 */
-          __pyx_t_1 = PyUnicode_FromOrdinal((__pyx_v_buf[__pyx_v_position])); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 195, __pyx_L4_error)
+          __pyx_t_1 = PyUnicode_FromOrdinal((__pyx_v_buf[__pyx_v_position])); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 196, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_1);
-          __pyx_t_7 = __Pyx_PyUnicode_Unicode(__pyx_t_1); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 195, __pyx_L4_error)
+          __pyx_t_7 = __Pyx_PyUnicode_Unicode(__pyx_t_1); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 196, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_7);
           __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
           __pyx_t_8[0] = __pyx_mstate_global->__pyx_kp_u_expected_got;
@@ -7170,13 +7189,13 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __pyx_t_2 |= __Pyx_PyUnicode_KIND_04(__pyx_t_8[1]);
           #endif
           __pyx_t_1 = __Pyx_PyUnicode_Join(__pyx_t_8, 3, __pyx_t_9, __pyx_t_2);
-          if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 195, __pyx_L4_error)
+          if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 196, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_1);
           __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
           __Pyx_DECREF_SET(__pyx_v_error, ((PyObject*)__pyx_t_1));
           __pyx_t_1 = 0;
 
-          /* "rankd/frontends/resp/_scanner.pyx":196
+          /* "rankd/frontends/resp/_scanner.pyx":197
  *                 if buf[position] != 36:  # '$'
  *                     error = f"expected '$', got '{chr(buf[position])}'"
  *                     complete = False             # <<<<<<<<<<<<<<
@@ -7185,7 +7204,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_complete = 0;
 
-          /* "rankd/frontends/resp/_scanner.pyx":197
+          /* "rankd/frontends/resp/_scanner.pyx":198
  *                     error = f"expected '$', got '{chr(buf[position])}'"
  *                     complete = False
  *                     break             # <<<<<<<<<<<<<<
@@ -7194,7 +7213,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           goto __pyx_L15_break;
 
-          /* "rankd/frontends/resp/_scanner.pyx":194
+          /* "rankd/frontends/resp/_scanner.pyx":195
  *                     complete = False
  *                     break
  *                 if buf[position] != 36:  # '$'             # <<<<<<<<<<<<<<
@@ -7203,7 +7222,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":198
+        /* "rankd/frontends/resp/_scanner.pyx":199
  *                     complete = False
  *                     break
  *                 if not _length(buf, position + 1, line, &length) or length < 0 \             # <<<<<<<<<<<<<<
@@ -7221,7 +7240,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           goto __pyx_L21_bool_binop_done;
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":199
+        /* "rankd/frontends/resp/_scanner.pyx":200
  *                     break
  *                 if not _length(buf, position + 1, line, &length) or length < 0 \
  *                         or length > max_bulk:             # <<<<<<<<<<<<<<
@@ -7245,7 +7264,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 
         __pyx_L21_bool_binop_done:;
 
-        /* "rankd/frontends/resp/_scanner.pyx":198
+        /* "rankd/frontends/resp/_scanner.pyx":199
  *                     complete = False
  *                     break
  *                 if not _length(buf, position + 1, line, &length) or length < 0 \             # <<<<<<<<<<<<<<
@@ -7255,7 +7274,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":200
+          /* "rankd/frontends/resp/_scanner.pyx":201
  *                 if not _length(buf, position + 1, line, &length) or length < 0 \
  *                         or length > max_bulk:
  *                     error = "invalid bulk length"             # <<<<<<<<<<<<<<
@@ -7265,7 +7284,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __Pyx_INCREF(__pyx_mstate_global->__pyx_kp_u_invalid_bulk_length);
           __Pyx_DECREF_SET(__pyx_v_error, __pyx_mstate_global->__pyx_kp_u_invalid_bulk_length);
 
-          /* "rankd/frontends/resp/_scanner.pyx":201
+          /* "rankd/frontends/resp/_scanner.pyx":202
  *                         or length > max_bulk:
  *                     error = "invalid bulk length"
  *                     complete = False             # <<<<<<<<<<<<<<
@@ -7274,7 +7293,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_complete = 0;
 
-          /* "rankd/frontends/resp/_scanner.pyx":202
+          /* "rankd/frontends/resp/_scanner.pyx":203
  *                     error = "invalid bulk length"
  *                     complete = False
  *                     break             # <<<<<<<<<<<<<<
@@ -7283,7 +7302,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           goto __pyx_L15_break;
 
-          /* "rankd/frontends/resp/_scanner.pyx":198
+          /* "rankd/frontends/resp/_scanner.pyx":199
  *                     complete = False
  *                     break
  *                 if not _length(buf, position + 1, line, &length) or length < 0 \             # <<<<<<<<<<<<<<
@@ -7292,7 +7311,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":203
+        /* "rankd/frontends/resp/_scanner.pyx":204
  *                     complete = False
  *                     break
  *                 if line + 2 + length + 2 > size:             # <<<<<<<<<<<<<<
@@ -7304,7 +7323,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":204
+          /* "rankd/frontends/resp/_scanner.pyx":205
  *                     break
  *                 if line + 2 + length + 2 > size:
  *                     complete = False             # <<<<<<<<<<<<<<
@@ -7313,7 +7332,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_complete = 0;
 
-          /* "rankd/frontends/resp/_scanner.pyx":205
+          /* "rankd/frontends/resp/_scanner.pyx":206
  *                 if line + 2 + length + 2 > size:
  *                     complete = False
  *                     break             # <<<<<<<<<<<<<<
@@ -7322,7 +7341,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           goto __pyx_L15_break;
 
-          /* "rankd/frontends/resp/_scanner.pyx":203
+          /* "rankd/frontends/resp/_scanner.pyx":204
  *                     complete = False
  *                     break
  *                 if line + 2 + length + 2 > size:             # <<<<<<<<<<<<<<
@@ -7331,7 +7350,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":206
+        /* "rankd/frontends/resp/_scanner.pyx":207
  *                     complete = False
  *                     break
  *                 if i < 4:             # <<<<<<<<<<<<<<
@@ -7343,7 +7362,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":207
+          /* "rankd/frontends/resp/_scanner.pyx":208
  *                     break
  *                 if i < 4:
  *                     offsets[i] = line + 2             # <<<<<<<<<<<<<<
@@ -7352,7 +7371,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           (__pyx_v_offsets[__pyx_v_i]) = (__pyx_v_line + 2);
 
-          /* "rankd/frontends/resp/_scanner.pyx":208
+          /* "rankd/frontends/resp/_scanner.pyx":209
  *                 if i < 4:
  *                     offsets[i] = line + 2
  *                     sizes[i] = <Py_ssize_t>length             # <<<<<<<<<<<<<<
@@ -7361,7 +7380,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           (__pyx_v_sizes[__pyx_v_i]) = ((Py_ssize_t)__pyx_v_length);
 
-          /* "rankd/frontends/resp/_scanner.pyx":206
+          /* "rankd/frontends/resp/_scanner.pyx":207
  *                     complete = False
  *                     break
  *                 if i < 4:             # <<<<<<<<<<<<<<
@@ -7370,7 +7389,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":209
+        /* "rankd/frontends/resp/_scanner.pyx":210
  *                     offsets[i] = line + 2
  *                     sizes[i] = <Py_ssize_t>length
  *                 position = line + 2 + <Py_ssize_t>length + 2             # <<<<<<<<<<<<<<
@@ -7382,7 +7401,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       __pyx_L15_break:;
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":210
+      /* "rankd/frontends/resp/_scanner.pyx":211
  *                     sizes[i] = <Py_ssize_t>length
  *                 position = line + 2 + <Py_ssize_t>length + 2
  *             if not complete:             # <<<<<<<<<<<<<<
@@ -7394,7 +7413,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":211
+        /* "rankd/frontends/resp/_scanner.pyx":212
  *                 position = line + 2 + <Py_ssize_t>length + 2
  *             if not complete:
  *                 position = start             # <<<<<<<<<<<<<<
@@ -7403,7 +7422,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         __pyx_v_position = __pyx_v_start;
 
-        /* "rankd/frontends/resp/_scanner.pyx":212
+        /* "rankd/frontends/resp/_scanner.pyx":213
  *             if not complete:
  *                 position = start
  *                 break             # <<<<<<<<<<<<<<
@@ -7412,7 +7431,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         goto __pyx_L7_break;
 
-        /* "rankd/frontends/resp/_scanner.pyx":210
+        /* "rankd/frontends/resp/_scanner.pyx":211
  *                     sizes[i] = <Py_ssize_t>length
  *                 position = line + 2 + <Py_ssize_t>length + 2
  *             if not complete:             # <<<<<<<<<<<<<<
@@ -7421,7 +7440,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":213
+      /* "rankd/frontends/resp/_scanner.pyx":214
  *                 position = start
  *                 break
  *             if pack and count == 4 and _board_name(buf + offsets[1], sizes[1]) \             # <<<<<<<<<<<<<<
@@ -7445,7 +7464,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         goto __pyx_L28_bool_binop_done;
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":214
+      /* "rankd/frontends/resp/_scanner.pyx":215
  *                 break
  *             if pack and count == 4 and _board_name(buf + offsets[1], sizes[1]) \
  *                     and _member(buf + offsets[3], sizes[3]) \             # <<<<<<<<<<<<<<
@@ -7463,7 +7482,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         goto __pyx_L28_bool_binop_done;
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":215
+      /* "rankd/frontends/resp/_scanner.pyx":216
  *             if pack and count == 4 and _board_name(buf + offsets[1], sizes[1]) \
  *                     and _member(buf + offsets[3], sizes[3]) \
  *                     and _score(buf + offsets[2], sizes[2], &value):             # <<<<<<<<<<<<<<
@@ -7487,7 +7506,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 
       __pyx_L28_bool_binop_done:;
 
-      /* "rankd/frontends/resp/_scanner.pyx":213
+      /* "rankd/frontends/resp/_scanner.pyx":214
  *                 position = start
  *                 break
  *             if pack and count == 4 and _board_name(buf + offsets[1], sizes[1]) \             # <<<<<<<<<<<<<<
@@ -7497,7 +7516,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":216
+        /* "rankd/frontends/resp/_scanner.pyx":217
  *                     and _member(buf + offsets[3], sizes[3]) \
  *                     and _score(buf + offsets[2], sizes[2], &value):
  *                 if _name_is(buf + offsets[0], sizes[0], b"ZADD", 4):             # <<<<<<<<<<<<<<
@@ -7509,7 +7528,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":217
+          /* "rankd/frontends/resp/_scanner.pyx":218
  *                     and _score(buf + offsets[2], sizes[2], &value):
  *                 if _name_is(buf + offsets[0], sizes[0], b"ZADD", 4):
  *                     tag = TAG_ZADD             # <<<<<<<<<<<<<<
@@ -7518,7 +7537,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_tag = __pyx_e_5rankd_9frontends_4resp_8_scanner_TAG_ZADD;
 
-          /* "rankd/frontends/resp/_scanner.pyx":216
+          /* "rankd/frontends/resp/_scanner.pyx":217
  *                     and _member(buf + offsets[3], sizes[3]) \
  *                     and _score(buf + offsets[2], sizes[2], &value):
  *                 if _name_is(buf + offsets[0], sizes[0], b"ZADD", 4):             # <<<<<<<<<<<<<<
@@ -7528,7 +7547,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           goto __pyx_L33;
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":218
+        /* "rankd/frontends/resp/_scanner.pyx":219
  *                 if _name_is(buf + offsets[0], sizes[0], b"ZADD", 4):
  *                     tag = TAG_ZADD
  *                 elif _name_is(buf + offsets[0], sizes[0], b"ZINCRBY", 7):             # <<<<<<<<<<<<<<
@@ -7540,7 +7559,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":219
+          /* "rankd/frontends/resp/_scanner.pyx":220
  *                     tag = TAG_ZADD
  *                 elif _name_is(buf + offsets[0], sizes[0], b"ZINCRBY", 7):
  *                     tag = TAG_ZINCRBY             # <<<<<<<<<<<<<<
@@ -7549,7 +7568,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_tag = __pyx_e_5rankd_9frontends_4resp_8_scanner_TAG_ZINCRBY;
 
-          /* "rankd/frontends/resp/_scanner.pyx":218
+          /* "rankd/frontends/resp/_scanner.pyx":219
  *                 if _name_is(buf + offsets[0], sizes[0], b"ZADD", 4):
  *                     tag = TAG_ZADD
  *                 elif _name_is(buf + offsets[0], sizes[0], b"ZINCRBY", 7):             # <<<<<<<<<<<<<<
@@ -7559,7 +7578,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           goto __pyx_L33;
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":221
+        /* "rankd/frontends/resp/_scanner.pyx":222
  *                     tag = TAG_ZINCRBY
  *                 else:
  *                     tag = -1             # <<<<<<<<<<<<<<
@@ -7571,7 +7590,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         }
         __pyx_L33:;
 
-        /* "rankd/frontends/resp/_scanner.pyx":222
+        /* "rankd/frontends/resp/_scanner.pyx":223
  *                 else:
  *                     tag = -1
  *                 if tag >= 0:             # <<<<<<<<<<<<<<
@@ -7583,7 +7602,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":223
+          /* "rankd/frontends/resp/_scanner.pyx":224
  *                     tag = -1
  *                 if tag >= 0:
  *                     if run is None:             # <<<<<<<<<<<<<<
@@ -7594,7 +7613,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           if (__pyx_t_4) {
 
 
-            /* "rankd/frontends/resp/_scanner.pyx":224
+            /* "rankd/frontends/resp/_scanner.pyx":225
  *                 if tag >= 0:
  *                     if run is None:
  *                         run = Packed(b"")             # <<<<<<<<<<<<<<
@@ -7607,13 +7626,13 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
               PyObject *__pyx_callargs[2] = {__pyx_t_7, __pyx_mstate_global->__pyx_kp_b__2};
               __pyx_t_1 = __Pyx_PyObject_FastCall((PyObject*)__pyx_mstate_global->__pyx_ptype_5rankd_6engine_7_packed_Packed, __pyx_callargs+__pyx_t_11, (2-__pyx_t_11) | (__pyx_t_11*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
               __Pyx_XDECREF(__pyx_t_7); __pyx_t_7 = 0;
-              if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 224, __pyx_L4_error)
+              if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 225, __pyx_L4_error)
               __Pyx_GOTREF((PyObject *)__pyx_t_1);
             }
             __Pyx_DECREF_SET(__pyx_v_run, ((struct __pyx_obj_5rankd_6engine_7_packed_Packed *)__pyx_t_1));
             __pyx_t_1 = 0;
 
-            /* "rankd/frontends/resp/_scanner.pyx":225
+            /* "rankd/frontends/resp/_scanner.pyx":226
  *                     if run is None:
  *                         run = Packed(b"")
  *                         run_start = start             # <<<<<<<<<<<<<<
@@ -7622,7 +7641,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
             __pyx_v_run_start = __pyx_v_start;
 
-            /* "rankd/frontends/resp/_scanner.pyx":223
+            /* "rankd/frontends/resp/_scanner.pyx":224
  *                     tag = -1
  *                 if tag >= 0:
  *                     if run is None:             # <<<<<<<<<<<<<<
@@ -7631,17 +7650,17 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           }
 
-          /* "rankd/frontends/resp/_scanner.pyx":226
+          /* "rankd/frontends/resp/_scanner.pyx":227
  *                         run = Packed(b"")
  *                         run_start = start
  *                     item = run.add()             # <<<<<<<<<<<<<<
  *                     item.tag = tag
  *                     item.source = Span(start - run_start, position - start, True)
 */
-          __pyx_t_12 = ((struct __pyx_vtabstruct_5rankd_6engine_7_packed_Packed *)__pyx_v_run->__pyx_vtab)->add(__pyx_v_run); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(0, 226, __pyx_L4_error)
+          __pyx_t_12 = ((struct __pyx_vtabstruct_5rankd_6engine_7_packed_Packed *)__pyx_v_run->__pyx_vtab)->add(__pyx_v_run); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(0, 227, __pyx_L4_error)
           __pyx_v_item = __pyx_t_12;
 
-          /* "rankd/frontends/resp/_scanner.pyx":227
+          /* "rankd/frontends/resp/_scanner.pyx":228
  *                         run_start = start
  *                     item = run.add()
  *                     item.tag = tag             # <<<<<<<<<<<<<<
@@ -7650,7 +7669,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_item->tag = __pyx_v_tag;
 
-          /* "rankd/frontends/resp/_scanner.pyx":228
+          /* "rankd/frontends/resp/_scanner.pyx":229
  *                     item = run.add()
  *                     item.tag = tag
  *                     item.source = Span(start - run_start, position - start, True)             # <<<<<<<<<<<<<<
@@ -7662,7 +7681,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __pyx_t_13.present = 1;
           __pyx_v_item->source = __pyx_t_13;
 
-          /* "rankd/frontends/resp/_scanner.pyx":229
+          /* "rankd/frontends/resp/_scanner.pyx":230
  *                     item.tag = tag
  *                     item.source = Span(start - run_start, position - start, True)
  *                     item.board = Span(offsets[1] - run_start, sizes[1], True)             # <<<<<<<<<<<<<<
@@ -7674,7 +7693,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __pyx_t_13.present = 1;
           __pyx_v_item->board = __pyx_t_13;
 
-          /* "rankd/frontends/resp/_scanner.pyx":230
+          /* "rankd/frontends/resp/_scanner.pyx":231
  *                     item.source = Span(start - run_start, position - start, True)
  *                     item.board = Span(offsets[1] - run_start, sizes[1], True)
  *                     item.member = Span(offsets[3] - run_start, sizes[3], True)             # <<<<<<<<<<<<<<
@@ -7686,7 +7705,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __pyx_t_13.present = 1;
           __pyx_v_item->member = __pyx_t_13;
 
-          /* "rankd/frontends/resp/_scanner.pyx":231
+          /* "rankd/frontends/resp/_scanner.pyx":232
  *                     item.board = Span(offsets[1] - run_start, sizes[1], True)
  *                     item.member = Span(offsets[3] - run_start, sizes[3], True)
  *                     if tag == TAG_ZADD:             # <<<<<<<<<<<<<<
@@ -7698,7 +7717,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           if (__pyx_t_4) {
 
 
-            /* "rankd/frontends/resp/_scanner.pyx":232
+            /* "rankd/frontends/resp/_scanner.pyx":233
  *                     item.member = Span(offsets[3] - run_start, sizes[3], True)
  *                     if tag == TAG_ZADD:
  *                         item.score.kind = NUMBER_FLOAT             # <<<<<<<<<<<<<<
@@ -7707,7 +7726,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
             __pyx_v_item->score.kind = __pyx_e_5rankd_6engine_7_packed_NUMBER_FLOAT;
 
-            /* "rankd/frontends/resp/_scanner.pyx":233
+            /* "rankd/frontends/resp/_scanner.pyx":234
  *                     if tag == TAG_ZADD:
  *                         item.score.kind = NUMBER_FLOAT
  *                         item.score.fval = value             # <<<<<<<<<<<<<<
@@ -7716,7 +7735,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
             __pyx_v_item->score.fval = __pyx_v_value;
 
-            /* "rankd/frontends/resp/_scanner.pyx":231
+            /* "rankd/frontends/resp/_scanner.pyx":232
  *                     item.board = Span(offsets[1] - run_start, sizes[1], True)
  *                     item.member = Span(offsets[3] - run_start, sizes[3], True)
  *                     if tag == TAG_ZADD:             # <<<<<<<<<<<<<<
@@ -7726,7 +7745,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
             goto __pyx_L36;
           }
 
-          /* "rankd/frontends/resp/_scanner.pyx":235
+          /* "rankd/frontends/resp/_scanner.pyx":236
  *                         item.score.fval = value
  *                     else:
  *                         item.delta.kind = NUMBER_FLOAT             # <<<<<<<<<<<<<<
@@ -7736,7 +7755,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           /*else*/ {
             __pyx_v_item->delta.kind = __pyx_e_5rankd_6engine_7_packed_NUMBER_FLOAT;
 
-            /* "rankd/frontends/resp/_scanner.pyx":236
+            /* "rankd/frontends/resp/_scanner.pyx":237
  *                     else:
  *                         item.delta.kind = NUMBER_FLOAT
  *                         item.delta.fval = value             # <<<<<<<<<<<<<<
@@ -7747,7 +7766,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           }
           __pyx_L36:;
 
-          /* "rankd/frontends/resp/_scanner.pyx":237
+          /* "rankd/frontends/resp/_scanner.pyx":238
  *                         item.delta.kind = NUMBER_FLOAT
  *                         item.delta.fval = value
  *                     continue             # <<<<<<<<<<<<<<
@@ -7756,7 +7775,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           goto __pyx_L6_continue;
 
-          /* "rankd/frontends/resp/_scanner.pyx":222
+          /* "rankd/frontends/resp/_scanner.pyx":223
  *                 else:
  *                     tag = -1
  *                 if tag >= 0:             # <<<<<<<<<<<<<<
@@ -7765,7 +7784,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":213
+        /* "rankd/frontends/resp/_scanner.pyx":214
  *                 position = start
  *                 break
  *             if pack and count == 4 and _board_name(buf + offsets[1], sizes[1]) \             # <<<<<<<<<<<<<<
@@ -7774,16 +7793,16 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":238
+      /* "rankd/frontends/resp/_scanner.pyx":239
  *                         item.delta.fval = value
  *                     continue
  *             _close(run, buf, run_start, start, items)             # <<<<<<<<<<<<<<
  *             run = None
  *             words = []
 */
-      __pyx_f_5rankd_9frontends_4resp_8_scanner__close(__pyx_v_run, __pyx_v_buf, __pyx_v_run_start, __pyx_v_start, __pyx_v_items); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 238, __pyx_L4_error)
+      __pyx_f_5rankd_9frontends_4resp_8_scanner__close(__pyx_v_run, __pyx_v_buf, __pyx_v_run_start, __pyx_v_start, __pyx_v_items); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 239, __pyx_L4_error)
 
-      /* "rankd/frontends/resp/_scanner.pyx":239
+      /* "rankd/frontends/resp/_scanner.pyx":240
  *                     continue
  *             _close(run, buf, run_start, start, items)
  *             run = None             # <<<<<<<<<<<<<<
@@ -7793,19 +7812,19 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       __Pyx_INCREF(Py_None);
       __Pyx_DECREF_SET(__pyx_v_run, ((struct __pyx_obj_5rankd_6engine_7_packed_Packed *)Py_None));
 
-      /* "rankd/frontends/resp/_scanner.pyx":240
+      /* "rankd/frontends/resp/_scanner.pyx":241
  *             _close(run, buf, run_start, start, items)
  *             run = None
  *             words = []             # <<<<<<<<<<<<<<
  *             position = start
  *             line = _line_end(buf, position, size)
 */
-      __pyx_t_1 = PyList_New(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 240, __pyx_L4_error)
+      __pyx_t_1 = PyList_New(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 241, __pyx_L4_error)
       __Pyx_GOTREF(__pyx_t_1);
       __Pyx_XDECREF_SET(__pyx_v_words, ((PyObject*)__pyx_t_1));
       __pyx_t_1 = 0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":241
+      /* "rankd/frontends/resp/_scanner.pyx":242
  *             run = None
  *             words = []
  *             position = start             # <<<<<<<<<<<<<<
@@ -7814,7 +7833,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_position = __pyx_v_start;
 
-      /* "rankd/frontends/resp/_scanner.pyx":242
+      /* "rankd/frontends/resp/_scanner.pyx":243
  *             words = []
  *             position = start
  *             line = _line_end(buf, position, size)             # <<<<<<<<<<<<<<
@@ -7823,7 +7842,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_line = __pyx_f_5rankd_9frontends_4resp_8_scanner__line_end(__pyx_v_buf, __pyx_v_position, __pyx_v_size);
 
-      /* "rankd/frontends/resp/_scanner.pyx":243
+      /* "rankd/frontends/resp/_scanner.pyx":244
  *             position = start
  *             line = _line_end(buf, position, size)
  *             position = line + 2             # <<<<<<<<<<<<<<
@@ -7832,7 +7851,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_position = (__pyx_v_line + 2);
 
-      /* "rankd/frontends/resp/_scanner.pyx":244
+      /* "rankd/frontends/resp/_scanner.pyx":245
  *             line = _line_end(buf, position, size)
  *             position = line + 2
  *             for i in range(count):             # <<<<<<<<<<<<<<
@@ -7846,7 +7865,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       for (__pyx_t_3 = 0; __pyx_t_3 < __pyx_t_6; __pyx_t_3+=1) {
         __pyx_v_i = __pyx_t_3;
 
-        /* "rankd/frontends/resp/_scanner.pyx":245
+        /* "rankd/frontends/resp/_scanner.pyx":246
  *             position = line + 2
  *             for i in range(count):
  *                 line = _line_end(buf, position, size)             # <<<<<<<<<<<<<<
@@ -7855,7 +7874,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         __pyx_v_line = __pyx_f_5rankd_9frontends_4resp_8_scanner__line_end(__pyx_v_buf, __pyx_v_position, __pyx_v_size);
 
-        /* "rankd/frontends/resp/_scanner.pyx":246
+        /* "rankd/frontends/resp/_scanner.pyx":247
  *             for i in range(count):
  *                 line = _line_end(buf, position, size)
  *                 _length(buf, position + 1, line, &length)             # <<<<<<<<<<<<<<
@@ -7864,20 +7883,20 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         (void)(__pyx_f_5rankd_9frontends_4resp_8_scanner__length(__pyx_v_buf, (__pyx_v_position + 1), __pyx_v_line, (&__pyx_v_length)));
 
-        /* "rankd/frontends/resp/_scanner.pyx":247
+        /* "rankd/frontends/resp/_scanner.pyx":248
  *                 line = _line_end(buf, position, size)
  *                 _length(buf, position + 1, line, &length)
  *                 words.append(PyBytes_FromStringAndSize(<const char *>buf + line + 2,             # <<<<<<<<<<<<<<
  *                                                        <Py_ssize_t>length))
  *                 position = line + 2 + <Py_ssize_t>length + 2
 */
-        __pyx_t_1 = PyBytes_FromStringAndSize(((((char const *)__pyx_v_buf) + __pyx_v_line) + 2), ((Py_ssize_t)__pyx_v_length)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 247, __pyx_L4_error)
+        __pyx_t_1 = PyBytes_FromStringAndSize(((((char const *)__pyx_v_buf) + __pyx_v_line) + 2), ((Py_ssize_t)__pyx_v_length)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 248, __pyx_L4_error)
         __Pyx_GOTREF(__pyx_t_1);
-        __pyx_t_14 = __Pyx_PyList_Append(__pyx_v_words, __pyx_t_1); if (unlikely(__pyx_t_14 == ((int)-1))) __PYX_ERR(0, 247, __pyx_L4_error)
+        __pyx_t_14 = __Pyx_PyList_Append(__pyx_v_words, __pyx_t_1); if (unlikely(__pyx_t_14 == ((int)-1))) __PYX_ERR(0, 248, __pyx_L4_error)
         __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":249
+        /* "rankd/frontends/resp/_scanner.pyx":250
  *                 words.append(PyBytes_FromStringAndSize(<const char *>buf + line + 2,
  *                                                        <Py_ssize_t>length))
  *                 position = line + 2 + <Py_ssize_t>length + 2             # <<<<<<<<<<<<<<
@@ -7888,30 +7907,30 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       }
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":250
+      /* "rankd/frontends/resp/_scanner.pyx":251
  *                                                        <Py_ssize_t>length))
  *                 position = line + 2 + <Py_ssize_t>length + 2
  *             items.append(words)             # <<<<<<<<<<<<<<
  *         _close(run, buf, run_start, position, items)
  *     finally:
 */
-      __pyx_t_14 = __Pyx_PyList_Append(__pyx_v_items, __pyx_v_words); if (unlikely(__pyx_t_14 == ((int)-1))) __PYX_ERR(0, 250, __pyx_L4_error)
+      __pyx_t_14 = __Pyx_PyList_Append(__pyx_v_items, __pyx_v_words); if (unlikely(__pyx_t_14 == ((int)-1))) __PYX_ERR(0, 251, __pyx_L4_error)
 
       __pyx_L6_continue:;
     }
     __pyx_L7_break:;
 
-    /* "rankd/frontends/resp/_scanner.pyx":251
+    /* "rankd/frontends/resp/_scanner.pyx":252
  *                 position = line + 2 + <Py_ssize_t>length + 2
  *             items.append(words)
  *         _close(run, buf, run_start, position, items)             # <<<<<<<<<<<<<<
  *     finally:
  *         PyBuffer_Release(&view)
 */
-    __pyx_f_5rankd_9frontends_4resp_8_scanner__close(__pyx_v_run, __pyx_v_buf, __pyx_v_run_start, __pyx_v_position, __pyx_v_items); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 251, __pyx_L4_error)
+    __pyx_f_5rankd_9frontends_4resp_8_scanner__close(__pyx_v_run, __pyx_v_buf, __pyx_v_run_start, __pyx_v_position, __pyx_v_items); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 252, __pyx_L4_error)
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":253
+  /* "rankd/frontends/resp/_scanner.pyx":254
  *         _close(run, buf, run_start, position, items)
  *     finally:
  *         PyBuffer_Release(&view)             # <<<<<<<<<<<<<<
@@ -7957,25 +7976,25 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
     __pyx_L5:;
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":254
+  /* "rankd/frontends/resp/_scanner.pyx":255
  *     finally:
  *         PyBuffer_Release(&view)
  *     return items, position, error             # <<<<<<<<<<<<<<
  * 
  * 
 */
-  __pyx_t_1 = PyLong_FromSsize_t(__pyx_v_position); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 254, __pyx_L1_error)
+  __pyx_t_1 = PyLong_FromSsize_t(__pyx_v_position); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 255, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
-  __pyx_t_7 = PyTuple_New(3); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 254, __pyx_L1_error)
+  __pyx_t_7 = PyTuple_New(3); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 255, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
   __Pyx_INCREF(__pyx_v_items);
   __Pyx_GIVEREF(__pyx_v_items);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_7, 0, __pyx_v_items) != (0)) __PYX_ERR(0, 254, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_7, 0, __pyx_v_items) != (0)) __PYX_ERR(0, 255, __pyx_L1_error);
   __Pyx_GIVEREF(__pyx_t_1);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_7, 1, __pyx_t_1) != (0)) __PYX_ERR(0, 254, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_7, 1, __pyx_t_1) != (0)) __PYX_ERR(0, 255, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_error);
   __Pyx_GIVEREF(__pyx_v_error);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_7, 2, __pyx_v_error) != (0)) __PYX_ERR(0, 254, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_7, 2, __pyx_v_error) != (0)) __PYX_ERR(0, 255, __pyx_L1_error);
   __pyx_t_1 = 0;
   {
     PyObject *__pyx_temp;
@@ -7988,7 +8007,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
   __pyx_t_7 = 0;
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":135
+  /* "rankd/frontends/resp/_scanner.pyx":136
  * 
  * 
  * def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, bint pack):             # <<<<<<<<<<<<<<
@@ -8028,7 +8047,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":257
+/* "rankd/frontends/resp/_scanner.pyx":258
  * 
  * 
  * cdef void _close(Packed run, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,             # <<<<<<<<<<<<<<
@@ -8047,7 +8066,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5r
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("_close", 0);
 
-  /* "rankd/frontends/resp/_scanner.pyx":259
+  /* "rankd/frontends/resp/_scanner.pyx":260
  * cdef void _close(Packed run, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,
  *                  list items) except *:
  *     if run is not None and run.count:             # <<<<<<<<<<<<<<
@@ -8072,21 +8091,21 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5r
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":260
+    /* "rankd/frontends/resp/_scanner.pyx":261
  *                  list items) except *:
  *     if run is not None and run.count:
  *         run.data = PyBytes_FromStringAndSize(<const char *>buf + start, end - start)             # <<<<<<<<<<<<<<
  *         items.append(run)
  * 
 */
-    __pyx_t_3 = PyBytes_FromStringAndSize((((char const *)__pyx_v_buf) + __pyx_v_start), (__pyx_v_end - __pyx_v_start)); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 260, __pyx_L1_error)
+    __pyx_t_3 = PyBytes_FromStringAndSize((((char const *)__pyx_v_buf) + __pyx_v_start), (__pyx_v_end - __pyx_v_start)); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 261, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_3);
     __Pyx_GIVEREF(__pyx_t_3);
     __Pyx_GOTREF(__pyx_v_run->data);
     __Pyx_DECREF_SET(__pyx_v_run->data, ((PyObject*)__pyx_t_3));
     __pyx_t_3 = 0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":261
+    /* "rankd/frontends/resp/_scanner.pyx":262
  *     if run is not None and run.count:
  *         run.data = PyBytes_FromStringAndSize(<const char *>buf + start, end - start)
  *         items.append(run)             # <<<<<<<<<<<<<<
@@ -8095,12 +8114,12 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5r
 */
     if (unlikely(__pyx_v_items == Py_None)) {
       PyErr_Format(PyExc_AttributeError, "\047NoneType\047 object has no attribute \047%.30s\047", "append");
-      __PYX_ERR(0, 261, __pyx_L1_error)
+      __PYX_ERR(0, 262, __pyx_L1_error)
     }
-    __pyx_t_4 = __Pyx_PyList_Append(__pyx_v_items, ((PyObject *)__pyx_v_run)); if (unlikely(__pyx_t_4 == ((int)-1))) __PYX_ERR(0, 261, __pyx_L1_error)
+    __pyx_t_4 = __Pyx_PyList_Append(__pyx_v_items, ((PyObject *)__pyx_v_run)); if (unlikely(__pyx_t_4 == ((int)-1))) __PYX_ERR(0, 262, __pyx_L1_error)
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":259
+    /* "rankd/frontends/resp/_scanner.pyx":260
  * cdef void _close(Packed run, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,
  *                  list items) except *:
  *     if run is not None and run.count:             # <<<<<<<<<<<<<<
@@ -8109,7 +8128,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5r
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":257
+  /* "rankd/frontends/resp/_scanner.pyx":258
  * 
  * 
  * cdef void _close(Packed run, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,             # <<<<<<<<<<<<<<
@@ -8127,7 +8146,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5r
   __Pyx_RefNannyFinishContext();
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":264
+/* "rankd/frontends/resp/_scanner.pyx":265
  * 
  * 
  * cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:             # <<<<<<<<<<<<<<
@@ -8141,17 +8160,17 @@ static CYTHON_INLINE void __pyx_f_5rankd_9frontends_4resp_8_scanner__put(struct 
   const char *__pyx_filename = NULL;
   int __pyx_clineno = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":265
+  /* "rankd/frontends/resp/_scanner.pyx":266
  * 
  * cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:
  *     writer_reserve(w, size)             # <<<<<<<<<<<<<<
  *     memcpy(w.data + w.size, text, size)
  *     w.size += size
 */
-  __pyx_t_1 = __pyx_f_5rankd_6engine_8_packing_writer_reserve(__pyx_v_w, __pyx_v_size); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(0, 265, __pyx_L1_error)
+  __pyx_t_1 = __pyx_f_5rankd_6engine_8_packing_writer_reserve(__pyx_v_w, __pyx_v_size); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(0, 266, __pyx_L1_error)
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":266
+  /* "rankd/frontends/resp/_scanner.pyx":267
  * cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:
  *     writer_reserve(w, size)
  *     memcpy(w.data + w.size, text, size)             # <<<<<<<<<<<<<<
@@ -8160,7 +8179,7 @@ static CYTHON_INLINE void __pyx_f_5rankd_9frontends_4resp_8_scanner__put(struct 
 */
   (void)(memcpy((__pyx_v_w->data + __pyx_v_w->size), __pyx_v_text, __pyx_v_size));
 
-  /* "rankd/frontends/resp/_scanner.pyx":267
+  /* "rankd/frontends/resp/_scanner.pyx":268
  *     writer_reserve(w, size)
  *     memcpy(w.data + w.size, text, size)
  *     w.size += size             # <<<<<<<<<<<<<<
@@ -8169,7 +8188,7 @@ static CYTHON_INLINE void __pyx_f_5rankd_9frontends_4resp_8_scanner__put(struct 
 */
   __pyx_v_w->size = (__pyx_v_w->size + __pyx_v_size);
 
-  /* "rankd/frontends/resp/_scanner.pyx":264
+  /* "rankd/frontends/resp/_scanner.pyx":265
  * 
  * 
  * cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:             # <<<<<<<<<<<<<<
@@ -8185,7 +8204,7 @@ static CYTHON_INLINE void __pyx_f_5rankd_9frontends_4resp_8_scanner__put(struct 
 
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":270
+/* "rankd/frontends/resp/_scanner.pyx":271
  * 
  * 
  * cdef void _double(Writer *w, double value, int version) except *:             # <<<<<<<<<<<<<<
@@ -8203,7 +8222,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5ra
   const char *__pyx_filename = NULL;
   int __pyx_clineno = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":274
+  /* "rankd/frontends/resp/_scanner.pyx":275
  *     cdef char text[40]
  *     cdef char header[24]
  *     cdef int size = snprintf(text, sizeof(text), "%.17g", value)             # <<<<<<<<<<<<<<
@@ -8212,7 +8231,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5ra
 */
   __pyx_v_size = snprintf(__pyx_v_text, (sizeof(__pyx_v_text)), __pyx_k_17g, __pyx_v_value);
 
-  /* "rankd/frontends/resp/_scanner.pyx":276
+  /* "rankd/frontends/resp/_scanner.pyx":277
  *     cdef int size = snprintf(text, sizeof(text), "%.17g", value)
  *     cdef int head
  *     if version == 3:             # <<<<<<<<<<<<<<
@@ -8224,16 +8243,16 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5ra
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":277
+    /* "rankd/frontends/resp/_scanner.pyx":278
  *     cdef int head
  *     if version == 3:
  *         _put(w, ",", 1)             # <<<<<<<<<<<<<<
  *     else:
  *         head = snprintf(header, sizeof(header), "$%d\r\n", size)
 */
-    __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__3, 1); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 277, __pyx_L1_error)
+    __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__3, 1); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 278, __pyx_L1_error)
 
-    /* "rankd/frontends/resp/_scanner.pyx":276
+    /* "rankd/frontends/resp/_scanner.pyx":277
  *     cdef int size = snprintf(text, sizeof(text), "%.17g", value)
  *     cdef int head
  *     if version == 3:             # <<<<<<<<<<<<<<
@@ -8243,7 +8262,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5ra
     goto __pyx_L3;
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":279
+  /* "rankd/frontends/resp/_scanner.pyx":280
  *         _put(w, ",", 1)
  *     else:
  *         head = snprintf(header, sizeof(header), "$%d\r\n", size)             # <<<<<<<<<<<<<<
@@ -8253,36 +8272,36 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5ra
   /*else*/ {
     __pyx_v_head = snprintf(__pyx_v_header, (sizeof(__pyx_v_header)), __pyx_k_d, __pyx_v_size);
 
-    /* "rankd/frontends/resp/_scanner.pyx":280
+    /* "rankd/frontends/resp/_scanner.pyx":281
  *     else:
  *         head = snprintf(header, sizeof(header), "$%d\r\n", size)
  *         _put(w, header, head)             # <<<<<<<<<<<<<<
  *     _put(w, text, size)
  *     _put(w, "\r\n", 2)
 */
-    __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_header, __pyx_v_head); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 280, __pyx_L1_error)
+    __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_header, __pyx_v_head); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 281, __pyx_L1_error)
   }
   __pyx_L3:;
 
-  /* "rankd/frontends/resp/_scanner.pyx":281
+  /* "rankd/frontends/resp/_scanner.pyx":282
  *         head = snprintf(header, sizeof(header), "$%d\r\n", size)
  *         _put(w, header, head)
  *     _put(w, text, size)             # <<<<<<<<<<<<<<
  *     _put(w, "\r\n", 2)
  * 
 */
-  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_text, __pyx_v_size); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 281, __pyx_L1_error)
+  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_text, __pyx_v_size); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 282, __pyx_L1_error)
 
-  /* "rankd/frontends/resp/_scanner.pyx":282
+  /* "rankd/frontends/resp/_scanner.pyx":283
  *         _put(w, header, head)
  *     _put(w, text, size)
  *     _put(w, "\r\n", 2)             # <<<<<<<<<<<<<<
  * 
  * 
 */
-  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__4, 2); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 282, __pyx_L1_error)
+  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__4, 2); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 283, __pyx_L1_error)
 
-  /* "rankd/frontends/resp/_scanner.pyx":270
+  /* "rankd/frontends/resp/_scanner.pyx":271
  * 
  * 
  * cdef void _double(Writer *w, double value, int version) except *:             # <<<<<<<<<<<<<<
@@ -8302,7 +8321,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5ra
 
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":285
+/* "rankd/frontends/resp/_scanner.pyx":286
  * 
  * 
  * def encode_replies(Packed packed, int version, reply):             # <<<<<<<<<<<<<<
@@ -8352,46 +8371,46 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_packed,&__pyx_mstate_global->__pyx_n_u_version,&__pyx_mstate_global->__pyx_n_u_reply,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 285, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 286, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  3:
         values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 285, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 286, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 285, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 286, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 285, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 286, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "encode_replies", 0) < (0)) __PYX_ERR(0, 285, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "encode_replies", 0) < (0)) __PYX_ERR(0, 286, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 3; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("encode_replies", 1, 3, 3, i); __PYX_ERR(0, 285, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("encode_replies", 1, 3, 3, i); __PYX_ERR(0, 286, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 3)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 285, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 286, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 285, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 286, __pyx_L3_error)
       values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 285, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 286, __pyx_L3_error)
     }
     __pyx_v_packed = ((struct __pyx_obj_5rankd_6engine_7_packed_Packed *)values[0]);
-    __pyx_v_version = __Pyx_PyLong_As_int(values[1]); if (unlikely((__pyx_v_version == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 285, __pyx_L3_error)
+    __pyx_v_version = __Pyx_PyLong_As_int(values[1]); if (unlikely((__pyx_v_version == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 286, __pyx_L3_error)
     __pyx_v_reply = values[2];
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("encode_replies", 1, 3, 3, __pyx_nargs); __PYX_ERR(0, 285, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("encode_replies", 1, 3, 3, __pyx_nargs); __PYX_ERR(0, 286, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -8402,7 +8421,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   __Pyx_RefNannyFinishContext();
   return NULL;
   __pyx_L4_argument_unpacking_done:;
-  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_packed), __pyx_mstate_global->__pyx_ptype_5rankd_6engine_7_packed_Packed, 1, "packed", 0))) __PYX_ERR(0, 285, __pyx_L1_error)
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_packed), __pyx_mstate_global->__pyx_ptype_5rankd_6engine_7_packed_Packed, 1, "packed", 0))) __PYX_ERR(0, 286, __pyx_L1_error)
   __pyx_r = __pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(__pyx_self, __pyx_v_packed, __pyx_v_version, __pyx_v_reply);
 
   /* function exit code */
@@ -8463,7 +8482,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("encode_replies", 0);
 
-  /* "rankd/frontends/resp/_scanner.pyx":291
+  /* "rankd/frontends/resp/_scanner.pyx":292
  *     counts those the engine answered natively."""
  *     cdef Writer w
  *     cdef Py_ssize_t i, answered = 0             # <<<<<<<<<<<<<<
@@ -8472,7 +8491,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
   __pyx_v_answered = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":294
+  /* "rankd/frontends/resp/_scanner.pyx":295
  *     cdef PackedSubmission *item
  *     cdef PackedResult *result
  *     cdef list answers = packed.answers             # <<<<<<<<<<<<<<
@@ -8484,7 +8503,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
   __pyx_v_answers = ((PyObject*)__pyx_t_1);
   __pyx_t_1 = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":296
+  /* "rankd/frontends/resp/_scanner.pyx":297
  *     cdef list answers = packed.answers
  *     cdef bytes encoded
  *     w.data = NULL             # <<<<<<<<<<<<<<
@@ -8493,7 +8512,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
   __pyx_v_w.data = NULL;
 
-  /* "rankd/frontends/resp/_scanner.pyx":297
+  /* "rankd/frontends/resp/_scanner.pyx":298
  *     cdef bytes encoded
  *     w.data = NULL
  *     w.size = w.cap = 0             # <<<<<<<<<<<<<<
@@ -8503,7 +8522,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
   __pyx_v_w.size = 0;
   __pyx_v_w.cap = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":298
+  /* "rankd/frontends/resp/_scanner.pyx":299
  *     w.data = NULL
  *     w.size = w.cap = 0
  *     try:             # <<<<<<<<<<<<<<
@@ -8512,7 +8531,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
   /*try:*/ {
 
-    /* "rankd/frontends/resp/_scanner.pyx":299
+    /* "rankd/frontends/resp/_scanner.pyx":300
  *     w.size = w.cap = 0
  *     try:
  *         for i in range(packed.count):             # <<<<<<<<<<<<<<
@@ -8526,7 +8545,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
     for (__pyx_t_4 = 0; __pyx_t_4 < __pyx_t_3; __pyx_t_4+=1) {
       __pyx_v_i = __pyx_t_4;
 
-      /* "rankd/frontends/resp/_scanner.pyx":300
+      /* "rankd/frontends/resp/_scanner.pyx":301
  *     try:
  *         for i in range(packed.count):
  *             item = &packed.items[i]             # <<<<<<<<<<<<<<
@@ -8535,7 +8554,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       __pyx_v_item = (&(__pyx_v_packed->items[__pyx_v_i]));
 
-      /* "rankd/frontends/resp/_scanner.pyx":301
+      /* "rankd/frontends/resp/_scanner.pyx":302
  *         for i in range(packed.count):
  *             item = &packed.items[i]
  *             answer = answers[i]             # <<<<<<<<<<<<<<
@@ -8544,14 +8563,14 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       if (unlikely(__pyx_v_answers == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
-        __PYX_ERR(0, 301, __pyx_L4_error)
+        __PYX_ERR(0, 302, __pyx_L4_error)
       }
       __pyx_t_1 = __Pyx_PyList_GET_ITEM(__pyx_v_answers, __pyx_v_i);
       __Pyx_INCREF(__pyx_t_1);
       __Pyx_XDECREF_SET(__pyx_v_answer, __pyx_t_1);
       __pyx_t_1 = 0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":302
+      /* "rankd/frontends/resp/_scanner.pyx":303
  *             item = &packed.items[i]
  *             answer = answers[i]
  *             if answer is not None:             # <<<<<<<<<<<<<<
@@ -8562,7 +8581,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
       if (__pyx_t_5) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":303
+        /* "rankd/frontends/resp/_scanner.pyx":304
  *             answer = answers[i]
  *             if answer is not None:
  *                 encoded = reply(item.tag, answer,             # <<<<<<<<<<<<<<
@@ -8572,10 +8591,10 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
         __pyx_t_6 = NULL;
         __Pyx_INCREF(__pyx_v_reply);
         __pyx_t_7 = __pyx_v_reply; 
-        __pyx_t_8 = __Pyx_PyLong_From_uint32_t(__pyx_v_item->tag); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 303, __pyx_L4_error)
+        __pyx_t_8 = __Pyx_PyLong_From_uint32_t(__pyx_v_item->tag); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 304, __pyx_L4_error)
         __Pyx_GOTREF(__pyx_t_8);
 
-        /* "rankd/frontends/resp/_scanner.pyx":304
+        /* "rankd/frontends/resp/_scanner.pyx":305
  *             if answer is not None:
  *                 encoded = reply(item.tag, answer,
  *                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)             # <<<<<<<<<<<<<<
@@ -8585,12 +8604,12 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
         __pyx_t_5 = (__pyx_v_item->tag == __pyx_e_5rankd_9frontends_4resp_8_scanner_TAG_ZADD);
 
         if (__pyx_t_5) {
-          __pyx_t_10 = PyFloat_FromDouble(__pyx_v_item->score.fval); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 304, __pyx_L4_error)
+          __pyx_t_10 = PyFloat_FromDouble(__pyx_v_item->score.fval); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 305, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_10);
           __pyx_t_9 = __pyx_t_10;
           __pyx_t_10 = 0;
         } else {
-          __pyx_t_10 = PyFloat_FromDouble(__pyx_v_item->delta.fval); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 304, __pyx_L4_error)
+          __pyx_t_10 = PyFloat_FromDouble(__pyx_v_item->delta.fval); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 305, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_10);
           __pyx_t_9 = __pyx_t_10;
           __pyx_t_10 = 0;
@@ -8615,22 +8634,22 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
           __Pyx_DECREF(__pyx_t_8); __pyx_t_8 = 0;
           __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
           __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
-          if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 303, __pyx_L4_error)
+          if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 304, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_1);
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":303
+        /* "rankd/frontends/resp/_scanner.pyx":304
  *             answer = answers[i]
  *             if answer is not None:
  *                 encoded = reply(item.tag, answer,             # <<<<<<<<<<<<<<
  *                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)
  *                 _put(&w, <const char *>encoded, len(encoded))
 */
-        if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(0, 303, __pyx_L4_error)
+        if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(0, 304, __pyx_L4_error)
         __Pyx_XDECREF_SET(__pyx_v_encoded, ((PyObject*)__pyx_t_1));
         __pyx_t_1 = 0;
 
-        /* "rankd/frontends/resp/_scanner.pyx":305
+        /* "rankd/frontends/resp/_scanner.pyx":306
  *                 encoded = reply(item.tag, answer,
  *                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)
  *                 _put(&w, <const char *>encoded, len(encoded))             # <<<<<<<<<<<<<<
@@ -8639,19 +8658,19 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
         if (unlikely(__pyx_v_encoded == Py_None)) {
           PyErr_SetString(PyExc_TypeError, "expected bytes, NoneType found");
-          __PYX_ERR(0, 305, __pyx_L4_error)
+          __PYX_ERR(0, 306, __pyx_L4_error)
         }
-        __pyx_t_12 = __Pyx_PyBytes_AsString(__pyx_v_encoded); if (unlikely((!__pyx_t_12) && PyErr_Occurred())) __PYX_ERR(0, 305, __pyx_L4_error)
+        __pyx_t_12 = __Pyx_PyBytes_AsString(__pyx_v_encoded); if (unlikely((!__pyx_t_12) && PyErr_Occurred())) __PYX_ERR(0, 306, __pyx_L4_error)
         if (unlikely(__pyx_v_encoded == Py_None)) {
           PyErr_SetString(PyExc_TypeError, "object of type \047NoneType\047 has no len()");
-          __PYX_ERR(0, 305, __pyx_L4_error)
+          __PYX_ERR(0, 306, __pyx_L4_error)
         }
-        __pyx_t_13 = __Pyx_PyBytes_GET_SIZE(__pyx_v_encoded); if (unlikely(__pyx_t_13 == ((Py_ssize_t)-1))) __PYX_ERR(0, 305, __pyx_L4_error)
-        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), ((char const *)__pyx_t_12), __pyx_t_13); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 305, __pyx_L4_error)
+        __pyx_t_13 = __Pyx_PyBytes_GET_SIZE(__pyx_v_encoded); if (unlikely(__pyx_t_13 == ((Py_ssize_t)-1))) __PYX_ERR(0, 306, __pyx_L4_error)
+        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), ((char const *)__pyx_t_12), __pyx_t_13); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 306, __pyx_L4_error)
 
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":306
+        /* "rankd/frontends/resp/_scanner.pyx":307
  *                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)
  *                 _put(&w, <const char *>encoded, len(encoded))
  *                 continue             # <<<<<<<<<<<<<<
@@ -8660,7 +8679,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
         goto __pyx_L6_continue;
 
-        /* "rankd/frontends/resp/_scanner.pyx":302
+        /* "rankd/frontends/resp/_scanner.pyx":303
  *             item = &packed.items[i]
  *             answer = answers[i]
  *             if answer is not None:             # <<<<<<<<<<<<<<
@@ -8669,7 +8688,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":307
+      /* "rankd/frontends/resp/_scanner.pyx":308
  *                 _put(&w, <const char *>encoded, len(encoded))
  *                 continue
  *             answered += 1             # <<<<<<<<<<<<<<
@@ -8678,7 +8697,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       __pyx_v_answered = (__pyx_v_answered + 1);
 
-      /* "rankd/frontends/resp/_scanner.pyx":308
+      /* "rankd/frontends/resp/_scanner.pyx":309
  *                 continue
  *             answered += 1
  *             result = &packed.results[i]             # <<<<<<<<<<<<<<
@@ -8687,7 +8706,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       __pyx_v_result = (&(__pyx_v_packed->results[__pyx_v_i]));
 
-      /* "rankd/frontends/resp/_scanner.pyx":309
+      /* "rankd/frontends/resp/_scanner.pyx":310
  *             answered += 1
  *             result = &packed.results[i]
  *             if item.tag == TAG_ZADD:             # <<<<<<<<<<<<<<
@@ -8699,7 +8718,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
       if (__pyx_t_5) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":310
+        /* "rankd/frontends/resp/_scanner.pyx":311
  *             result = &packed.results[i]
  *             if item.tag == TAG_ZADD:
  *                 _put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)             # <<<<<<<<<<<<<<
@@ -8713,10 +8732,10 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 
           __pyx_t_14 = __pyx_k_1;
         }
-        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), __pyx_t_14, 4); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 310, __pyx_L4_error)
+        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), __pyx_t_14, 4); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 311, __pyx_L4_error)
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":309
+        /* "rankd/frontends/resp/_scanner.pyx":310
  *             answered += 1
  *             result = &packed.results[i]
  *             if item.tag == TAG_ZADD:             # <<<<<<<<<<<<<<
@@ -8726,7 +8745,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
         goto __pyx_L9;
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":313
+      /* "rankd/frontends/resp/_scanner.pyx":314
  *             else:
  *                 # A new member's reply is the increment itself (-0 stays -0).
  *                 _double(&w, result.score if result.has_previous else item.delta.fval, version)             # <<<<<<<<<<<<<<
@@ -8741,7 +8760,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 
           __pyx_t_15 = __pyx_v_item->delta.fval;
         }
-        __pyx_f_5rankd_9frontends_4resp_8_scanner__double((&__pyx_v_w), __pyx_t_15, __pyx_v_version); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 313, __pyx_L4_error)
+        __pyx_f_5rankd_9frontends_4resp_8_scanner__double((&__pyx_v_w), __pyx_t_15, __pyx_v_version); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 314, __pyx_L4_error)
 
       }
       __pyx_L9:;
@@ -8749,23 +8768,23 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
     }
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":314
+    /* "rankd/frontends/resp/_scanner.pyx":315
  *                 # A new member's reply is the increment itself (-0 stays -0).
  *                 _double(&w, result.score if result.has_previous else item.delta.fval, version)
  *         return PyBytes_FromStringAndSize(w.data, w.size), answered             # <<<<<<<<<<<<<<
  *     finally:
  *         writer_free(&w)
 */
-    __pyx_t_1 = PyBytes_FromStringAndSize(__pyx_v_w.data, __pyx_v_w.size); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 314, __pyx_L4_error)
+    __pyx_t_1 = PyBytes_FromStringAndSize(__pyx_v_w.data, __pyx_v_w.size); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 315, __pyx_L4_error)
     __Pyx_GOTREF(__pyx_t_1);
-    __pyx_t_7 = PyLong_FromSsize_t(__pyx_v_answered); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 314, __pyx_L4_error)
+    __pyx_t_7 = PyLong_FromSsize_t(__pyx_v_answered); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 315, __pyx_L4_error)
     __Pyx_GOTREF(__pyx_t_7);
-    __pyx_t_9 = PyTuple_New(2); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 314, __pyx_L4_error)
+    __pyx_t_9 = PyTuple_New(2); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 315, __pyx_L4_error)
     __Pyx_GOTREF(__pyx_t_9);
     __Pyx_GIVEREF(__pyx_t_1);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 0, __pyx_t_1) != (0)) __PYX_ERR(0, 314, __pyx_L4_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 0, __pyx_t_1) != (0)) __PYX_ERR(0, 315, __pyx_L4_error);
     __Pyx_GIVEREF(__pyx_t_7);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 1, __pyx_t_7) != (0)) __PYX_ERR(0, 314, __pyx_L4_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 1, __pyx_t_7) != (0)) __PYX_ERR(0, 315, __pyx_L4_error);
     __pyx_t_1 = 0;
     __pyx_t_7 = 0;
     {
@@ -8780,10 +8799,12 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
     goto __pyx_L3_return;
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":316
+  /* "rankd/frontends/resp/_scanner.pyx":317
  *         return PyBytes_FromStringAndSize(w.data, w.size), answered
  *     finally:
  *         writer_free(&w)             # <<<<<<<<<<<<<<
+ * 
+ * 
 */
   /*finally:*/ {
     __pyx_L4_error:;
@@ -8831,7 +8852,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
     }
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":285
+  /* "rankd/frontends/resp/_scanner.pyx":286
  * 
  * 
  * def encode_replies(Packed packed, int version, reply):             # <<<<<<<<<<<<<<
@@ -8858,6 +8879,574 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
   __Pyx_XDECREF(__pyx_v_answers);
   __Pyx_XDECREF(__pyx_v_encoded);
   __Pyx_XDECREF(__pyx_v_answer);
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "rankd/frontends/resp/_scanner.pyx":320
+ * 
+ * 
+ * cdef void _bulk_text(Writer *w, str text) except *:             # <<<<<<<<<<<<<<
+ *     cdef Py_ssize_t size
+ *     cdef const char *data = PyUnicode_AsUTF8AndSize(text, &size)
+*/
+
+static void __pyx_f_5rankd_9frontends_4resp_8_scanner__bulk_text(struct __pyx_t_5rankd_6engine_8_packing_Writer *__pyx_v_w, PyObject *__pyx_v_text) {
+  Py_ssize_t __pyx_v_size;
+  char const *__pyx_v_data;
+  char __pyx_v_header[24];
+  int __pyx_v_head;
+  char const *__pyx_t_1;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+
+  /* "rankd/frontends/resp/_scanner.pyx":322
+ * cdef void _bulk_text(Writer *w, str text) except *:
+ *     cdef Py_ssize_t size
+ *     cdef const char *data = PyUnicode_AsUTF8AndSize(text, &size)             # <<<<<<<<<<<<<<
+ *     cdef char header[24]
+ *     cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)
+*/
+  __pyx_t_1 = PyUnicode_AsUTF8AndSize(__pyx_v_text, (&__pyx_v_size)); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(0, 322, __pyx_L1_error)
+  __pyx_v_data = __pyx_t_1;
+
+  /* "rankd/frontends/resp/_scanner.pyx":324
+ *     cdef const char *data = PyUnicode_AsUTF8AndSize(text, &size)
+ *     cdef char header[24]
+ *     cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)             # <<<<<<<<<<<<<<
+ *     _put(w, header, head)
+ *     _put(w, data, size)
+*/
+  __pyx_v_head = snprintf(__pyx_v_header, (sizeof(__pyx_v_header)), __pyx_k_zd, __pyx_v_size);
+
+  /* "rankd/frontends/resp/_scanner.pyx":325
+ *     cdef char header[24]
+ *     cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)
+ *     _put(w, header, head)             # <<<<<<<<<<<<<<
+ *     _put(w, data, size)
+ *     _put(w, "\r\n", 2)
+*/
+  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_header, __pyx_v_head); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 325, __pyx_L1_error)
+
+  /* "rankd/frontends/resp/_scanner.pyx":326
+ *     cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)
+ *     _put(w, header, head)
+ *     _put(w, data, size)             # <<<<<<<<<<<<<<
+ *     _put(w, "\r\n", 2)
+ * 
+*/
+  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_data, __pyx_v_size); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 326, __pyx_L1_error)
+
+  /* "rankd/frontends/resp/_scanner.pyx":327
+ *     _put(w, header, head)
+ *     _put(w, data, size)
+ *     _put(w, "\r\n", 2)             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__4, 2); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 327, __pyx_L1_error)
+
+  /* "rankd/frontends/resp/_scanner.pyx":320
+ * 
+ * 
+ * cdef void _bulk_text(Writer *w, str text) except *:             # <<<<<<<<<<<<<<
+ *     cdef Py_ssize_t size
+ *     cdef const char *data = PyUnicode_AsUTF8AndSize(text, &size)
+*/
+
+  /* function exit code */
+  goto __pyx_L0;
+  __pyx_L1_error:;
+  __Pyx_AddTraceback("rankd.frontends.resp._scanner._bulk_text", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_L0:;
+
+
+
+
+
+}
+
+/* "rankd/frontends/resp/_scanner.pyx":330
+ * 
+ * 
+ * def encode_entries(list entries, bint withscores, int version, bint nested):             # <<<<<<<<<<<<<<
+ *     """A range reply of ``(rank, member, score)`` entries, as
+ *     ``sorted_sets._entries`` writes it: members (and scores), flat in RESP2,
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_5rankd_9frontends_4resp_8_scanner_5encode_entries(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+PyDoc_STRVAR(__pyx_doc_5rankd_9frontends_4resp_8_scanner_4encode_entries, "encode_entries(list entries, bool withscores, int version, bool nested)\n\nA range reply of ``(rank, member, score)`` entries, as\n``sorted_sets._entries`` writes it: members (and scores), flat in RESP2,\n``[member, score]`` pairs in RESP3 when ``nested``.");
+static PyMethodDef __pyx_mdef_5rankd_9frontends_4resp_8_scanner_5encode_entries = {"encode_entries", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_5rankd_9frontends_4resp_8_scanner_5encode_entries, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_5rankd_9frontends_4resp_8_scanner_4encode_entries};
+static PyObject *__pyx_pw_5rankd_9frontends_4resp_8_scanner_5encode_entries(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_entries = 0;
+  int __pyx_v_withscores;
+  int __pyx_v_version;
+  int __pyx_v_nested;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[4] = {0,0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("encode_entries (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_entries,&__pyx_mstate_global->__pyx_n_u_withscores,&__pyx_mstate_global->__pyx_n_u_version,&__pyx_mstate_global->__pyx_n_u_nested,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 330, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  4:
+        values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 330, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 330, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 330, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 330, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "encode_entries", 0) < (0)) __PYX_ERR(0, 330, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 4; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("encode_entries", 1, 4, 4, i); __PYX_ERR(0, 330, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 4)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 330, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 330, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 330, __pyx_L3_error)
+      values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 330, __pyx_L3_error)
+    }
+    __pyx_v_entries = ((PyObject*)values[0]);
+    __pyx_v_withscores = __Pyx_PyObject_IsTrue(values[1]); if (unlikely((__pyx_v_withscores == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 330, __pyx_L3_error)
+    __pyx_v_version = __Pyx_PyLong_As_int(values[2]); if (unlikely((__pyx_v_version == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 330, __pyx_L3_error)
+    __pyx_v_nested = __Pyx_PyObject_IsTrue(values[3]); if (unlikely((__pyx_v_nested == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 330, __pyx_L3_error)
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("encode_entries", 1, 4, 4, __pyx_nargs); __PYX_ERR(0, 330, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("rankd.frontends.resp._scanner.encode_entries", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_entries), (&PyList_Type), 1, "entries", 1))) __PYX_ERR(0, 330, __pyx_L1_error)
+  __pyx_r = __pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(__pyx_self, __pyx_v_entries, __pyx_v_withscores, __pyx_v_version, __pyx_v_nested);
+
+  /* function exit code */
+  goto __pyx_L0;
+  __pyx_L1_error:;
+  __pyx_r = NULL;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  goto __pyx_L7_cleaned_up;
+  __pyx_L0:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __pyx_L7_cleaned_up:;
+
+
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_entries, int __pyx_v_withscores, int __pyx_v_version, int __pyx_v_nested) {
+  struct __pyx_t_5rankd_6engine_8_packing_Writer __pyx_v_w;
+  char __pyx_v_header[24];
+  int __pyx_v_head;
+  Py_ssize_t __pyx_v_count;
+  int __pyx_v_pairs;
+  PyObject *__pyx_v_entry = NULL;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  Py_ssize_t __pyx_t_1;
+  int __pyx_t_2;
+  int __pyx_t_3;
+  PyObject *__pyx_t_4 = NULL;
+  PyObject *__pyx_t_5 = NULL;
+  double __pyx_t_6;
+  int __pyx_t_7;
+  int __pyx_t_8;
+  char const *__pyx_t_9;
+  PyObject *__pyx_t_10 = NULL;
+  PyObject *__pyx_t_11 = NULL;
+  PyObject *__pyx_t_12 = NULL;
+  PyObject *__pyx_t_13 = NULL;
+  PyObject *__pyx_t_14 = NULL;
+  PyObject *__pyx_t_15 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("encode_entries", 0);
+
+  /* "rankd/frontends/resp/_scanner.pyx":337
+ *     cdef char header[24]
+ *     cdef int head
+ *     cdef Py_ssize_t count = len(entries)             # <<<<<<<<<<<<<<
+ *     cdef bint pairs = withscores and nested and version == 3
+ *     w.data = NULL
+*/
+  if (unlikely(__pyx_v_entries == Py_None)) {
+    PyErr_SetString(PyExc_TypeError, "object of type \047NoneType\047 has no len()");
+    __PYX_ERR(0, 337, __pyx_L1_error)
+  }
+  __pyx_t_1 = __Pyx_PyList_GET_SIZE(__pyx_v_entries); if (unlikely(__pyx_t_1 == ((Py_ssize_t)-1))) __PYX_ERR(0, 337, __pyx_L1_error)
+  __pyx_v_count = __pyx_t_1;
+
+  /* "rankd/frontends/resp/_scanner.pyx":338
+ *     cdef int head
+ *     cdef Py_ssize_t count = len(entries)
+ *     cdef bint pairs = withscores and nested and version == 3             # <<<<<<<<<<<<<<
+ *     w.data = NULL
+ *     w.size = w.cap = 0
+*/
+  if (__pyx_v_withscores) {
+  } else {
+
+    __pyx_t_2 = __pyx_v_withscores;
+    goto __pyx_L3_bool_binop_done;
+  }
+  if (__pyx_v_nested) {
+  } else {
+
+    __pyx_t_2 = __pyx_v_nested;
+    goto __pyx_L3_bool_binop_done;
+  }
+  __pyx_t_3 = (__pyx_v_version == 3);
+
+
+  __pyx_t_2 = __pyx_t_3;
+
+  __pyx_L3_bool_binop_done:;
+  __pyx_v_pairs = __pyx_t_2;
+
+  /* "rankd/frontends/resp/_scanner.pyx":339
+ *     cdef Py_ssize_t count = len(entries)
+ *     cdef bint pairs = withscores and nested and version == 3
+ *     w.data = NULL             # <<<<<<<<<<<<<<
+ *     w.size = w.cap = 0
+ *     try:
+*/
+  __pyx_v_w.data = NULL;
+
+  /* "rankd/frontends/resp/_scanner.pyx":340
+ *     cdef bint pairs = withscores and nested and version == 3
+ *     w.data = NULL
+ *     w.size = w.cap = 0             # <<<<<<<<<<<<<<
+ *     try:
+ *         head = snprintf(header, sizeof(header), "*%zd\r\n",
+*/
+  __pyx_v_w.size = 0;
+  __pyx_v_w.cap = 0;
+
+  /* "rankd/frontends/resp/_scanner.pyx":341
+ *     w.data = NULL
+ *     w.size = w.cap = 0
+ *     try:             # <<<<<<<<<<<<<<
+ *         head = snprintf(header, sizeof(header), "*%zd\r\n",
+ *                         count * 2 if withscores and not pairs else count)
+*/
+  /*try:*/ {
+
+    /* "rankd/frontends/resp/_scanner.pyx":343
+ *     try:
+ *         head = snprintf(header, sizeof(header), "*%zd\r\n",
+ *                         count * 2 if withscores and not pairs else count)             # <<<<<<<<<<<<<<
+ *         _put(&w, header, head)
+ *         for entry in entries:
+*/
+    if (__pyx_v_withscores) {
+    } else {
+
+      __pyx_t_2 = __pyx_v_withscores;
+      goto __pyx_L9_bool_binop_done;
+    }
+    __pyx_t_3 = (!__pyx_v_pairs);
+
+
+    __pyx_t_2 = __pyx_t_3;
+
+    __pyx_L9_bool_binop_done:;
+    if (__pyx_t_2) {
+
+      __pyx_t_1 = (__pyx_v_count * 2);
+    } else {
+
+      __pyx_t_1 = __pyx_v_count;
+    }
+
+
+    /* "rankd/frontends/resp/_scanner.pyx":342
+ *     w.size = w.cap = 0
+ *     try:
+ *         head = snprintf(header, sizeof(header), "*%zd\r\n",             # <<<<<<<<<<<<<<
+ *                         count * 2 if withscores and not pairs else count)
+ *         _put(&w, header, head)
+*/
+    __pyx_v_head = snprintf(__pyx_v_header, (sizeof(__pyx_v_header)), __pyx_k_zd_2, __pyx_t_1);
+
+
+    /* "rankd/frontends/resp/_scanner.pyx":344
+ *         head = snprintf(header, sizeof(header), "*%zd\r\n",
+ *                         count * 2 if withscores and not pairs else count)
+ *         _put(&w, header, head)             # <<<<<<<<<<<<<<
+ *         for entry in entries:
+ *             if pairs:
+*/
+    __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), __pyx_v_header, __pyx_v_head); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 344, __pyx_L7_error)
+
+    /* "rankd/frontends/resp/_scanner.pyx":345
+ *                         count * 2 if withscores and not pairs else count)
+ *         _put(&w, header, head)
+ *         for entry in entries:             # <<<<<<<<<<<<<<
+ *             if pairs:
+ *                 _put(&w, "*2\r\n", 4)
+*/
+    if (unlikely(__pyx_v_entries == Py_None)) {
+      PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not iterable");
+      __PYX_ERR(0, 345, __pyx_L7_error)
+    }
+    __pyx_t_4 = __pyx_v_entries; __Pyx_INCREF(__pyx_t_4);
+    __pyx_t_1 = 0;
+    for (;;) {
+      {
+        Py_ssize_t __pyx_temp = __Pyx_PyList_GET_SIZE(__pyx_t_4);
+        #if !CYTHON_ASSUME_SAFE_SIZE
+        if (unlikely((__pyx_temp < 0))) __PYX_ERR(0, 345, __pyx_L7_error)
+        #endif
+        if (__pyx_t_1 >= __pyx_temp) break;
+      }
+      __pyx_t_5 = __Pyx_PyList_GET_ITEM_REF(__pyx_t_4, __pyx_t_1, __Pyx_ReferenceSharing_OwnStrongReference);
+      ++__pyx_t_1;
+      if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 345, __pyx_L7_error)
+      __Pyx_GOTREF(__pyx_t_5);
+      __Pyx_XDECREF_SET(__pyx_v_entry, __pyx_t_5);
+      __pyx_t_5 = 0;
+
+      /* "rankd/frontends/resp/_scanner.pyx":346
+ *         _put(&w, header, head)
+ *         for entry in entries:
+ *             if pairs:             # <<<<<<<<<<<<<<
+ *                 _put(&w, "*2\r\n", 4)
+ *             _bulk_text(&w, <str>(<tuple>entry)[1])
+*/
+      if (__pyx_v_pairs) {
+
+        /* "rankd/frontends/resp/_scanner.pyx":347
+ *         for entry in entries:
+ *             if pairs:
+ *                 _put(&w, "*2\r\n", 4)             # <<<<<<<<<<<<<<
+ *             _bulk_text(&w, <str>(<tuple>entry)[1])
+ *             if withscores:
+*/
+        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), __pyx_k_2, 4); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 347, __pyx_L7_error)
+
+        /* "rankd/frontends/resp/_scanner.pyx":346
+ *         _put(&w, header, head)
+ *         for entry in entries:
+ *             if pairs:             # <<<<<<<<<<<<<<
+ *                 _put(&w, "*2\r\n", 4)
+ *             _bulk_text(&w, <str>(<tuple>entry)[1])
+*/
+      }
+
+      /* "rankd/frontends/resp/_scanner.pyx":348
+ *             if pairs:
+ *                 _put(&w, "*2\r\n", 4)
+ *             _bulk_text(&w, <str>(<tuple>entry)[1])             # <<<<<<<<<<<<<<
+ *             if withscores:
+ *                 _double(&w, <double>(<tuple>entry)[2], version)
+*/
+      if (unlikely(__pyx_v_entry == Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
+        __PYX_ERR(0, 348, __pyx_L7_error)
+      }
+      __pyx_t_5 = __Pyx_PyTuple_GET_ITEM(((PyObject*)__pyx_v_entry), 1);
+      __Pyx_INCREF(__pyx_t_5);
+      __pyx_f_5rankd_9frontends_4resp_8_scanner__bulk_text((&__pyx_v_w), ((PyObject*)__pyx_t_5)); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 348, __pyx_L7_error)
+      __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
+
+      /* "rankd/frontends/resp/_scanner.pyx":349
+ *                 _put(&w, "*2\r\n", 4)
+ *             _bulk_text(&w, <str>(<tuple>entry)[1])
+ *             if withscores:             # <<<<<<<<<<<<<<
+ *                 _double(&w, <double>(<tuple>entry)[2], version)
+ *         return PyBytes_FromStringAndSize(w.data, w.size)
+*/
+      if (__pyx_v_withscores) {
+
+        /* "rankd/frontends/resp/_scanner.pyx":350
+ *             _bulk_text(&w, <str>(<tuple>entry)[1])
+ *             if withscores:
+ *                 _double(&w, <double>(<tuple>entry)[2], version)             # <<<<<<<<<<<<<<
+ *         return PyBytes_FromStringAndSize(w.data, w.size)
+ *     finally:
+*/
+        if (unlikely(__pyx_v_entry == Py_None)) {
+          PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
+          __PYX_ERR(0, 350, __pyx_L7_error)
+        }
+        __pyx_t_6 = __Pyx_PyFloat_AsDouble(__Pyx_PyTuple_GET_ITEM(((PyObject*)__pyx_v_entry), 2)); if (unlikely((__pyx_t_6 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 350, __pyx_L7_error)
+        __pyx_f_5rankd_9frontends_4resp_8_scanner__double((&__pyx_v_w), ((double)__pyx_t_6), __pyx_v_version); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 350, __pyx_L7_error)
+
+
+        /* "rankd/frontends/resp/_scanner.pyx":349
+ *                 _put(&w, "*2\r\n", 4)
+ *             _bulk_text(&w, <str>(<tuple>entry)[1])
+ *             if withscores:             # <<<<<<<<<<<<<<
+ *                 _double(&w, <double>(<tuple>entry)[2], version)
+ *         return PyBytes_FromStringAndSize(w.data, w.size)
+*/
+      }
+
+      /* "rankd/frontends/resp/_scanner.pyx":345
+ *                         count * 2 if withscores and not pairs else count)
+ *         _put(&w, header, head)
+ *         for entry in entries:             # <<<<<<<<<<<<<<
+ *             if pairs:
+ *                 _put(&w, "*2\r\n", 4)
+*/
+    }
+    __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+
+    /* "rankd/frontends/resp/_scanner.pyx":351
+ *             if withscores:
+ *                 _double(&w, <double>(<tuple>entry)[2], version)
+ *         return PyBytes_FromStringAndSize(w.data, w.size)             # <<<<<<<<<<<<<<
+ *     finally:
+ *         writer_free(&w)
+*/
+    __pyx_t_4 = PyBytes_FromStringAndSize(__pyx_v_w.data, __pyx_v_w.size); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 351, __pyx_L7_error)
+    __Pyx_GOTREF(__pyx_t_4);
+    {
+      PyObject *__pyx_temp;
+      {
+        __pyx_temp = __pyx_r;
+        __pyx_r = __pyx_t_4;
+      }
+      __Pyx_XDECREF(__pyx_temp);
+    }
+    __pyx_t_4 = 0;
+    goto __pyx_L6_return;
+  }
+
+  /* "rankd/frontends/resp/_scanner.pyx":353
+ *         return PyBytes_FromStringAndSize(w.data, w.size)
+ *     finally:
+ *         writer_free(&w)             # <<<<<<<<<<<<<<
+*/
+  /*finally:*/ {
+    __pyx_L7_error:;
+    /*exception exit:*/{
+      __Pyx_PyThreadState_declare
+      __Pyx_PyThreadState_assign
+      __pyx_t_10 = 0; __pyx_t_11 = 0; __pyx_t_12 = 0; __pyx_t_13 = 0; __pyx_t_14 = 0; __pyx_t_15 = 0;
+      __Pyx_XDECREF(__pyx_t_4); __pyx_t_4 = 0;
+      __Pyx_XDECREF(__pyx_t_5); __pyx_t_5 = 0;
+       __Pyx_ExceptionSwap(&__pyx_t_13, &__pyx_t_14, &__pyx_t_15);
+      if ( unlikely(__Pyx_GetException(&__pyx_t_10, &__pyx_t_11, &__pyx_t_12) < 0)) __Pyx_ErrFetch(&__pyx_t_10, &__pyx_t_11, &__pyx_t_12);
+      __Pyx_XGOTREF(__pyx_t_10);
+      __Pyx_XGOTREF(__pyx_t_11);
+      __Pyx_XGOTREF(__pyx_t_12);
+      __Pyx_XGOTREF(__pyx_t_13);
+      __Pyx_XGOTREF(__pyx_t_14);
+      __Pyx_XGOTREF(__pyx_t_15);
+      __pyx_t_7 = __pyx_lineno; __pyx_t_8 = __pyx_clineno; __pyx_t_9 = __pyx_filename;
+      {
+        __pyx_f_5rankd_6engine_8_packing_writer_free((&__pyx_v_w));
+      }
+      __Pyx_XGIVEREF(__pyx_t_13);
+      __Pyx_XGIVEREF(__pyx_t_14);
+      __Pyx_XGIVEREF(__pyx_t_15);
+      __Pyx_ExceptionReset(__pyx_t_13, __pyx_t_14, __pyx_t_15);
+      __Pyx_XGIVEREF(__pyx_t_10);
+      __Pyx_XGIVEREF(__pyx_t_11);
+      __Pyx_XGIVEREF(__pyx_t_12);
+      __Pyx_ErrRestore(__pyx_t_10, __pyx_t_11, __pyx_t_12);
+      __pyx_t_10 = 0; __pyx_t_11 = 0; __pyx_t_12 = 0; __pyx_t_13 = 0; __pyx_t_14 = 0; __pyx_t_15 = 0;
+      __pyx_lineno = __pyx_t_7; __pyx_clineno = __pyx_t_8; __pyx_filename = __pyx_t_9;
+      goto __pyx_L1_error;
+    }
+    __pyx_L6_return: {
+      __pyx_t_15 = __pyx_r;
+      __pyx_r = 0;
+      __pyx_f_5rankd_6engine_8_packing_writer_free((&__pyx_v_w));
+      __pyx_r = __pyx_t_15;
+      __pyx_t_15 = 0;
+      goto __pyx_L0;
+    }
+  }
+
+  /* "rankd/frontends/resp/_scanner.pyx":330
+ * 
+ * 
+ * def encode_entries(list entries, bint withscores, int version, bint nested):             # <<<<<<<<<<<<<<
+ *     """A range reply of ``(rank, member, score)`` entries, as
+ *     ``sorted_sets._entries`` writes it: members (and scores), flat in RESP2,
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_4);
+  __Pyx_XDECREF(__pyx_t_5);
+  __Pyx_AddTraceback("rankd.frontends.resp._scanner.encode_entries", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+
+
+
+  __Pyx_XDECREF(__pyx_v_entry);
   __Pyx_XGIVEREF(__pyx_r);
   __Pyx_RefNannyFinishContext();
   return __pyx_r;
@@ -9249,34 +9838,49 @@ __Pyx_RefNannySetupContext("PyInit__scanner", 0);
   if (__Pyx_InitAfterSharedUtility() < (0)) __PYX_ERR(0, 1, __pyx_L1_error)
   /*--- Execution code ---*/
 
-  /* "rankd/frontends/resp/_scanner.pyx":135
+  /* "rankd/frontends/resp/_scanner.pyx":136
  * 
  * 
  * def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, bint pack):             # <<<<<<<<<<<<<<
  *     """Cut ``data`` from ``start_at`` into complete multibulk commands:
  *     ``(items, end, error)``.
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_1scan, 0, __pyx_mstate_global->__pyx_n_u_scan, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[0])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 135, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_1scan, 0, __pyx_mstate_global->__pyx_n_u_scan, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[0])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 136, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_scan, __pyx_t_2) < (0)) __PYX_ERR(0, 135, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_scan, __pyx_t_2) < (0)) __PYX_ERR(0, 136, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":285
+  /* "rankd/frontends/resp/_scanner.pyx":286
  * 
  * 
  * def encode_replies(Packed packed, int version, reply):             # <<<<<<<<<<<<<<
  *     """The replies of ``packed``'s writes, in order: ``(data, answered)``.
  *     ``reply(tag, answer, value)`` encodes an answer that is a Python object
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_3encode_replies, 0, __pyx_mstate_global->__pyx_n_u_encode_replies, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[1])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 285, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_3encode_replies, 0, __pyx_mstate_global->__pyx_n_u_encode_replies, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[1])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 286, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_encode_replies, __pyx_t_2) < (0)) __PYX_ERR(0, 285, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_encode_replies, __pyx_t_2) < (0)) __PYX_ERR(0, 286, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+
+  /* "rankd/frontends/resp/_scanner.pyx":330
+ * 
+ * 
+ * def encode_entries(list entries, bint withscores, int version, bint nested):             # <<<<<<<<<<<<<<
+ *     """A range reply of ``(rank, member, score)`` entries, as
+ *     ``sorted_sets._entries`` writes it: members (and scores), flat in RESP2,
+*/
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_5encode_entries, 0, __pyx_mstate_global->__pyx_n_u_encode_entries, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[2])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 330, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_encode_entries, __pyx_t_2) < (0)) __PYX_ERR(0, 330, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
   /* "rankd/frontends/resp/_scanner.pyx":1
@@ -9352,38 +9956,38 @@ static int __Pyx_InitConstants(__pyx_mstatetype *__pyx_mstate) {
   int __pyx_clineno = 0;
   CYTHON_UNUSED_VAR(__pyx_mstate);
   {
-    const struct { const unsigned int length: 8; } str_length_index[] = {{1},{1},{4},{179},{8},{19},{19},{24},{37},{25},{30},{20},{12},{8},{8},{10},{8},{14},{12},{8},{13},{6},{8},{7},{18},{3},{18},{8},{5},{4},{14},{7},{5},{1},{4},{5},{6},{4},{8},{9},{6},{7},{4},{6},{3},{8},{7},{29},{5},{6},{3},{9},{4},{10},{4},{5},{5},{8},{3},{5},{6},{7},{4},{1},{5}};
-    const struct { const unsigned int length: 10; } bytes_length_index[] = {{0},{246},{984}};
+    const struct { const unsigned int length: 8; } str_length_index[] = {{1},{1},{4},{179},{8},{19},{19},{24},{37},{25},{30},{20},{12},{8},{8},{10},{8},{14},{12},{8},{13},{6},{8},{7},{18},{3},{18},{8},{5},{4},{14},{14},{7},{7},{5},{5},{4},{6},{1},{4},{5},{6},{4},{8},{9},{6},{6},{7},{4},{6},{5},{3},{8},{7},{29},{5},{6},{3},{9},{4},{10},{4},{5},{5},{8},{3},{5},{6},{7},{4},{1},{10},{5}};
+    const struct { const unsigned int length: 10; } bytes_length_index[] = {{0},{246},{191},{984}};
     #ifndef CYTHON_COMPRESS_STRINGS
       #define CYTHON_COMPRESS_STRINGS 90
     #endif
-    #if (CYTHON_COMPRESS_STRINGS) == 1 /* compression: zlib (1305 bytes) */
-static const char cstring[] = "x\332mTKs\323H\020\216!\206P\033\202_!\206\004\220!``Y\247\034\022\002\273U\273\245\274Xv\253\2508<\302\326\036Tci\354\010\024\311\326\214\354\030\266(\2169\316q\216s\324QG\035u\364\321G\035\363\023\370\t\333#%\301\324\256\3133=\356\356\351\376\372\353\036W\177{\351\330\370\245C\261B\367\021U6\006t\337\261\025\223(\006\266\314&v\021\305\326@!\3245u\212]\351d+;[;?\255<]Q\220m(.~\217uJ\024\3425u\013\021\202\211\342\264\224\246gZ\324\264\025:\350`RS^\264\224\201\343)6\306\206B\035\245\003~\343\027\350>\266\025\202\251<(Ud\333\016E\324tl\r\256\233v\273\252\030\246\013I\314\036\226\267\267\221Ep\r\031\206\006~\030\037v\300\004q\253\213\325GJ\333\241J\325\264{\3102\r\000a}P,l\267\351\376\251\352\300\003Xcz\342\352K.\262?\030K-\327\261)\266\r\262\344b\322Y\322\210\0168\260[\353\014\016\251\343(M\263\235\306\323\035\317\246\t\037p\377\304\360-\352\270U\323v\006\207\2606\2019\355%>\244\273\270\245i\047\325a\r>-\317\326\245<@\246\235H\307\360\254\304b\243\203DBv\255GQ3\325v=d\235Z(&\024\204I4\335q\035\017\310\306\310&}hX\262c#\225\004\221\201\255\233N\355\314\2134\275\226n\301A\203\244\324E:n\"\375\203\356\034t,LqR\200\201(\302\266\356\030Xsq\30721I\177\031\330u\035\3274)>\220\213\244\034\312X\007\350P\223\004H\331w\\\2038\255\02644\335I\007\022\310\205\215\216\323\3518\304\224\315\355\2702,M\330\257\235\261_\223\354\327N\331\227\331\007\240\001~]\317\206\257F(r\251\264B\\\003\267\020X\210\371\021\047+\265\311MC\224\2426\264\334\303\311Fz\300\004\344\354\231\270\337O\360}\311|\235\236\310\336\021\225\257\027&\262\327\370\005\216\216\047\263_\336\0355\342T\034\265\231<\306S\323G[l\226!\326\343\215x\272\310\352l\233\337\023\031\221\217\247g\331\036W\245\366\312Q\237\265\341\220\273\316\357\362\256\230\024\333~%V\026A<\010V\002/\334\010?\017_\217\032{\243\275wq\256\304T\326`:\277)\006\301\371\240\036\250q\016b\225yF\006l\260\026\377]\250\"\tJ\331*?\317\353\337\256,\210\267\243\037\177\r\337\0173\000:_f]\236\341E\276-\036\372\333\243\345\255\350\365\360\352\260?z\273\027O]\031]""\271\357g\374\274_\r\362\301\375\260r<%\201C\020\250\372\372D\366\336\350\256\032\345\217\047\2572\224l_g&\262\227\217\324X\236e\235\274%\324\244\366\231\321\314-NE\035\"\002\032\020E\271\315\034\231\314\345y\t\221\260\n\373\231\277\022\231\244\010\300))z\006\254\274\001P\252\364\360\330:Cq\256\010\265\234\343\017\3042\224VZ\340i\3212\350\032\257\360Uq\311/\370\217\375V\240\006\300\242\344\"5\367\330.\353~S\3141\217\257s\224Z^\235)\273\361t\216e\331\033\210T\227\231\236\361\r\336\215K\267\3446\033\347\346\330\000\3725+\336\007\231S\034\225\270\224\3062\205\353\347\343\262\002\005\234\371\027\331c\240\341\243(\002\t\245\205\321B\0358\274\0234\002=\314\207\225q\267\025\326\347\210{\342\205\277\353\223\340^\230\t\313Q1z>\\\0366\342\362<_\023\267\223\010P\354\330%\231\3766dn\213]\310]\360\353\343\306\345\244\336\322<\257\363-@\334\364\001\3265\236\207\251\372\007\034s\363\300\3249\210\272.\254\240\032\026\302zJab\251\237P\346\261M\030f]\024\304\212\370\024T`\376\334p.\312D\245\350\315\2602\204le~1\231\321u\321\366\033\276\021\334\r\272aF\252\341\t@\257\227\305\236\257\372\257\203\331\000\0054\254\207\252\304\365\024\000mB\352*\214\324\242\217aj7\303KQ>.]\007*go\300\304\030\000\353\271_\3677\203,Pe\204\217\"\224X\217K\363iSV\030Ii\247\3741\264\260|S\016\031\014CyQ\2224\017JCTN\320I1#\220\350\001\261\237\302\007\321r\2647T\245\362\262h$\250\365\240\020\374\022\342\250\036m\0163\247\336}\037A\033n\007\177\206^\244\302c\310\217e[\200Wr\037\036\345\351\341\370?\032\331\201\351\002\214\363*\317\362\277\375\213~7\371y2\324\311\220}7\331g\26386z\337M\032\\\201H\177A\023\317\373O`\204*q.\371\303\030\335x\002\324~\006\200\205\341\352hgw\264\373*^\333\210\376\277\275y6\007o</\337\034\202\326n\361y\361\207\217\216\247\312R\013|N\376p\264\306\036r\365_\336\252\0301";
-    PyObject *data = __Pyx_DecompressString(cstring, 1305, 1);
+    #if (CYTHON_COMPRESS_STRINGS) == 1 /* compression: zlib (1429 bytes) */
+static const char cstring[] = "x\332mT\317S\023I\024&B\024K\004\002A\"\240N\024\215\272.T\020Dw\253vk\370\345\262[e\021\374\201[\036\246:3\2350\022f\222\351\236\204\350\226\3451\307>\366\261\217s\234\343\034\347\230c\216s\344O\360O\330\3273\001\342\256\024\323=\363^\367{\337\373\276\367R\370\375\225m\341W6\305\n=DT\331l\323C\333RL\242\030\270f\226\261\203(\256\265\025B\035S\247\330\221\207,eo{\357\347\325\347\253\n\262\014\305\301\037\261N\211B\334\262^C\204`\242\330\025\245\354\2325jZ\nm\3271YRv+J\333v\025\013cC\241\266R\207s\203\027\350!\266\024\202\251|Q\n\310\262l\212\250i[\032\\7\255jA1L\007\222\230M,o\357\240\032\301K\310048\207\361I\035\\\020\267\260Xx\242Tm\252\024L\253\211j\246\001 jGJ\r[Uzxf:v\001\326\200\2358\372\262\203\254#c\271\342\330\026\305\226A\226\035L\352\313\032\321\001\007v\226\352\355\023j\333J\331\254&\361t\333\265h\314\007\334\357;.\242\016z5m\257}\002\317\0260\247\275\302\047t\037W4\255_\035\326\340\257\342Z\272\334\217\221i\305\273m\270\265\330c\241\343x\207\354Z\223\242rbm\270\250v\346\241\230P\330L\242\351\266c\273@6F\026i\201`\361\212\215d\047\210\264-\335\264\227\316O\221\262[\321k\360\242AR\352 \035\227\221~\244\333\307\365\032\2468.\300@\024aK\267\r\254a\013j\301\244\377\345\340z\355\374\3138\367Q\247\215\035\307v\01612\344\203\035\323\244\370X>$\341Y\346;F\047\232$I\356-\3331\010`\001\341\354J\005\244OVR\007(\362\301F\035\231\016\251\333\365\272ML\331\013u\047\311$\305Z:\027kI\212\265t&\226\204\327\006\013\310\341\270\026\374k\204\"\207J/\0047p\005\201\207\230\237p\374$>\271h\210RT\205\016qq\274\220&\020\0079\233&n\265Z&\264\t\260\207I\014\372k\352\333\330P\372\236\310\177\273<\224\276\311/st:\222\376\372\276S\212\222\255Se\3625\032\035\353l\263\031\206X\223\227\242\261iVd;\374\201H\211L46\303\016\270*\255\023\235\026\253\302\313\344\034\277\317\033bD\354x\371HY\204\355\221\277\352\273\301f\360\245\373\246W:\350\035\274\217&\263Le%\246\363\333\242\355\017\373E_\215&!V\216\247d\300\022\253\360?\204*\342\240\224\255\361a^\274\270\262 \336\365~\372-\370\330M\001""\350L\2165x\212O\363\035\361\330\333\351\255l\207o\2727\272\255\336\273\203ht\2427\361\320Ky\031\257\340g\374\207A\376tT\002\207 P\365\370P\372\026\337\004\230\251h\344\006;\022Yq\340m\371\243\301pP\214~\314\300D\347\004R\215\212+\2008\025\345n\363\262H\213\017\376\210\277\025\\\013\213\222!\025N\353,\3073\362c\227\305\350\033\027\270\347D1\032\273\001\0346\240\236gb\326\273\354!\257\321?4\333/c\027p\354\370y \254\361\237\002\276\203?7\224~\320\273\257\206\231S@\217\342E\226t\275\243\312rb\231xE\2501\360\361\336\370\035N!\371\250$\023\266i\271\214wL\346\000THOX\236\375\302_\003\025R\003\200+\025~\001\242\276\005NUy\302e\033\014E\223\323 \305%\376H\254\2002\331\005\236h&\203\256\363<_\023W\275)\357\251W\361U\037\232@J\231\270\233l\2375.\014\263\314\345\033\034%\236\327\347F b\222\245\331[\210T\224\231^Hu\242\354\035\271\314H~\332\320n3\342#p\337\307\221\217\262I,S8^&\312)P\300\371\371i\366\024h\370$\246\201\204\354Bo\241\010\014\336\363K\276\036d\202\374\340\261U\326\342\210\273b\327\333\367\210\377 H\005\271p:|\331]\351\226\242\334<_\027w\343\010P\354\300%\231\376.d\256\212}\310=\345\025\007\235+q\275\331y^\344\333\200\270\354\001\254\233<\003C\361\017\034\234\234\007\246.A\324\rQ\363\013\301\024\364\333X\242\013x\212}\312\\\266\005\263\250\213)\261*>\307\335\340\004\263a*\314\206o\273\371.d\313\361+\361\210m\210\252W\362\014\377\276\337\010R\322\014\023\014Z\257@\027\251\336\033\177\306G>\r\212\201*q=\007@[\220\272\000\r\265\350a\030\272\255\340j\230\211\262s@\345\314-\350\030\003`\275\364\2120\010i\240\312\010\236\204(\366\236f\347\023QV\031Ih\247\374)H\010CP\211\3074\267(I\232\007\243!\362}tr\033\027H4\201\330\317\301\243p%<\350\252\322x]\224b\324\272?\345\377\032\340\260\030nuSg\247[0\023\304\277\353\377\025\270\241\n\263\234\031\310\266\000C\376\020~S\316^N\377g\221\n\214MA;\257\3614\377\340]\221\343\005\237\375\246\216\233\354\273\316>\357\305\201\326\373\256\323\344X\246\371\337 \342\260\367L\016a4\031\377\336\365n=\003j\277\000\300\251\356Zoo\277\267\377:Z""\337\014\177,o\206\315\302lg\344\314!\220v\233\317\213?=t:\232\223V\340s\344Zg\235=\346\352\277\311\030z3";
+    PyObject *data = __Pyx_DecompressString(cstring, 1429, 1);
     #define __Pyx_DecompressString_LZSS_UNUSED
     if (unlikely(!data)) __PYX_ERR(0, 1, __pyx_L1_error)
     const char* const bytes = __Pyx_PyBytes_AsString(data);
     #if !CYTHON_ASSUME_SAFE_MACROS
     if (likely(bytes)); else { Py_DECREF(data); __PYX_ERR(0, 1, __pyx_L1_error) }
     #endif
-    #elif (CYTHON_COMPRESS_STRINGS) > 0 && (CYTHON_COMPRESS_STRINGS) <= 90 /* compression: lzss (1682 bytes) */
-static const char cstring[] = "\377\047?NoneNo\377te that \377Cython i\377s delibe\377rately s\177tricter!\001\377n PEP-48\3774 and re\377jects su\377bclasses\377 of buil\377tin type\377s. If yo\377u need t\347o p%\000%\tthe\337n set\200\000e \377\047annotat\357ion_<\000ing\337\047 dirb\000iv\376\242\000o False\337.add_%\000ee\363xp}\000U\000\047$\047,\377 got \047in\337valid\202\000lk\177 length\013\005\333mu\224\000bu\017\006sr\377c/rankd/\377frontend\377s/resp/_\373sc\205\000er.py\377xtoo big>J\003count\213\"U\000\370\022\004L\007\022\t__Pyx\372\001\000D\267 _Next\337Ref__\327\004e_\177___func\004\001\357main\003\002odu\235l\025\002nam\035\002{\000_\357vtab\020\003qua\275l\022\005testA\000i\177s_corou\352 \237eansw\256@\001\002e\375d\010\003sasync\367io.\035\006sbuf\277cline_r\000t\377raceback\377complete\376\332\002dataenc\377ode_repl\367ies\010\003derr\177oriitem\000\001ys\326#H\001max_\323!\376\004\001wordsof\231f\316@\000\003sp^\000\000\001e\377dpopposi\272\331Ap\345 ent\371\".J\365&.\372!.\366%z\001y\215@\356\263@run\000\000_st\347art\230A\254`def\275a\315@size\000\001s\374\026\003\035\001_attag\366\203`ue\000\002sver}s\316`vieww\233\002\377\200\001\360\014\000\005#\240\377!\360\006\000\005\031\230\006\377\230a\340\004\005\200X\210\273Q\330\001\003\210g\220\007\001\330\377\010\014\210E\220\025\220a\377\220v\230Q\330\014\023\220\3771\220F\230&\240\001\240\377\021\330\014\025\220W\230A\276\022\001\017\210w\220g\034\000\020\377\032\230%\230q\240\004\240\277F\250!\330 $\004\000)\377\2604\260u\270C\270~\377\310T\320QW\320WX\377\330\020\024\220A\220Q\220\377c\230\036\240y\260\003\260\3371\260A\330\020I\000\030\230\375\001M\001Q\220f\230H\240\373A\240h\000\017\210t\2205\357\230\003\2301)\007\034\240V\177\320+>\270j\310\001\262\000\377\021\030\220q\230\001\230\023\377\230F\240*\250F\3202\377E\300T\310\026\310w\320\377VW\330\010\017\320\017(\377\250\001\250\021\250\047\260\021?\260(\270!\340\010\265\001u\000\376\363\000\032\000\005&\320%A?\300\021\340\004\026\220\362\000\002\000\377\360\016\000""\005\r\210A\330\334\r\001\344\001\230f\240\n\000\005\330\377\010\016\320\016\037\230t\240\3011O\000\213\000\004\000\375\000\023\000\210i\367\220r\230\376\000\017\210s\220\177!\220:\230S\240\001\300\002\324\330\000\237!9\223 U\222\000A\330\377\014\017\210u\220B\220a\367\330\020\023\311\000\002\230)\240\2352\330\000\024\034\230\357\003\337\0017\377\230!\2305\240\t\250\022\377\2503\250f\260A\260Q\363\330\020\210!\220!\017\210v\220\367R\220q\007\007\027\220u\230\367B\230aS\001v\220S\230\372o\003\027\037\000\014\020\220\005\220\371UG\000\252 \023\2209\230C\337\230q\330\024\037\001\001\025\330\357\020\027\220y\255@\025\240j\273\260\001\200\005!\330\024F\003i\177\240r\250\021\330\030 \276\000\356\047\006\023\2203\354@z\240\023\276\202 \024\034\320\0341\301 #\377\260Q\260c\270\021\270!\376M\007\023\2204\220w\230a\377\230u\240I\250R\250s\377\260&\270\001\270\030\300\023\377\300G\3102\310Q\330\030\037\033\2307\240\"=\002\352\000Q\010\3375\230\002\230\"\303\000g\240]Ry\000\022\2501F\t2\353\002\377\024\033\2301\230E\240\025\377\240b\250\001\330\024\031\230\265\021\323`|&\000\020\033\247 \002\376S\000B\240l\260\047\270\022\033\2701\335!t\220\237`/\000\302b\376\354!D\230\006\230c\240\022\277\2404\240{\260!\375`r\377\270\027\300\001\300\024\300Uw\310!\310k\000\030\230\007\237\204\002\377B\240g\250Q\250d\260/%\260q\270d\000\030\377\204\001\351@\3772\240W\250A\250T\260\377\025\260a\260t\2701\270\365A\270A8\216\000D\240\002\240\375\047\320`$\250e\2601\260\377D\270\t\300\021\330\024\032\377\230!\330\025\035\230Q\230\375d\352\000G\2501\250D\260}\005\250 d\270,\300a\031\002y\340\311\001\373A4\220s\230\362\"\267t\2303\300@\030\036\341a\240j\246 $\343!\033\022\000d\240\224@\376\231\002\330\024\030\230\016\240a\373\240v\326 {\270)\3002\357\300W\310A\021\001\r\240Q\376\261\002c\260\022\260;\270e\277\3001\300D\310\001&\005w\373\250a\204@\"\260K\270u\337\300A\300T\310\234\000\027\220\376g\004\034\230F\240(\250!\333\330\030\002\004\340\030\002\r\330\024\377\025\330\014\022\220!\2205\377\230""\005\230[\250\007\250q\306\n\002\330\014\320\204\002\340b\326aA\230p\323\204\004\203\204\006\360h\335j\027\220qG\000\375Y\302@\003\2506\260\021\260w!\330\020\254\207\002\320\0356\330 \377~\300T\310\022\3105\320\377PR\320RS\3307C\355\300\300B5\240\320L\021\220\027\357\230\001\230\021\360\205\001a\210u\377\220E\230\033\240J\250a\347\340\010\030\022\001\371 \004\013\210\0377\220*\230A";
-    PyObject *data = __Pyx_DecompressString_LZSS(cstring, 1682, 1990);
+    #elif (CYTHON_COMPRESS_STRINGS) > 0 && (CYTHON_COMPRESS_STRINGS) <= 90 /* compression: lzss (1844 bytes) */
+static const char cstring[] = "\377\047?NoneNo\377te that \377Cython i\377s delibe\377rately s\177tricter!\001\377n PEP-48\3774 and re\377jects su\377bclasses\377 of buil\377tin type\377s. If yo\377u need t\347o p%\000%\tthe\337n set\200\000e \377\047annotat\357ion_<\000ing\337\047 dirb\000iv\376\242\000o False\337.add_%\000ee\363xp}\000U\000\047$\047,\377 got \047in\337valid\202\000lk\177 length\013\005\333mu\224\000bu\017\006sr\377c/rankd/\377frontend\377s/resp/_\373sc\205\000er.py\377xtoo big>J\003count\213\"U\000\370\022\004L\007\022\t__Pyx\372\001\000D\267 _Next\337Ref__\327\004e_\177___func\004\001\357main\003\002odu\235l\025\002nam\035\002{\000_\357vtab\020\003qua\275l\022\005testA\000i\177s_corou\352 \237eansw\256@\001\002e\375d\010\003sasync\367io.\035\006sbuf\277cline_r\000t\377raceback\377complete\376\332\002dataenc\277ode_en\367@e}s\007\004repli\006\005\375d\023\006tryerr\277orhead\000\001e\277riitem\000\001s<\372#l\001max_\367!\004\001\277wordsn\300\000e\317doff\370@\000\003sp\374\210\000\000\001edpair\377spopposi\242\210ap\224@\211\001\251A.\244F.\222\251A.\245E\233\001y\274@\342@r\373un\000\000_staryt\307A\333`defa\374@/size\000\001s\026\003\035\001\277_attag\262`u}e\000\002svers\375`\377viewwwit\333hs\341 es\260\002\200\001\377\360\014\000\005#\240!\360\377\006\000\005\031\230\006\230a\377\340\004\005\200X\210Q\330\356\001\003\210g\220\007\001\330\010\014\377\210E\220\025\220a\220v\377\230Q\330\014\023\2201\220\377F\230&\240\001\240\021\330\277\014\025\220W\230A\022\001\017\357\210w\220g\034\000\020\032\230\377%\230q\240\004\240F\250\357!\330 $\004\000)\2604\377\260u\270C\270~\310T\377\320QW\320WX\330\020\377\024\220A\220Q\220c\230\377\036\240y\260\003\2601\260wA\330\020I\000\030\230\001M\001\377Q\220f\230H\240A\240\376h\000\017\210t\2205\230\003\373\2301)\007\034\240V\320+\337>\270j\310\001\262\000\021\030\377\220q\230\001\230\023\230F\377\240*\250F\3202E\300\377T\310\026\310w\320VW\377\330\010\017\320\017(\250\001\377\250\021\250\047\260\021\260(\217\270!\340\010\265\001u\000""\363\000\016\337\000\005\035\230C\244\000\001\330\377\004\026\220k\240\024\240W\377\250D\260\010\270\003\2701\335\330\354\023\017\210xh\000\010\240\375\007\257\000\001\330\030\036\230b\377\240\005\240[\260\004\260D\357\270\013\3001\236!A\210Q\277\210c\220\030\230\021\253!I\365\220\271\002q\341\007\032\2401\330\353\014\026\301 q\315\0006\240\027\377\250\006\250a\250q\330\014\253\017\210\"\000\027\300\004I\205\000F\313\260!\256 q\262\014\262\n\032\000\377\005&\320%A\300\021\340\350\273\000\261@T\000\360\320\000\r\210A\334\313\001\242B\230f\240\n\000\005\330\177\010\016\320\016\037\230tz\000\341\010\311!\247\000\274@\023\000\210i\220\371r\250\000|\000s\220!\220:\217\230S\240\001\377\"\227@\336A9\352\322@U\321 A\235\001u\220B\337\220a\330\020\023\210@\002\230w)\2402\227@\024\034\230\256C\376\236A7\230!\2305\240\t\377\250\022\2503\250f\260A\317\260Q\330\020\307A\317A\017\210\337v\220R\220q\007\007\027\220\337u\230B\230a\364\001v\220\363S\230o\003\374\000\330\014\020\220\347\005\220UG\000\351@\023\2209\376\232A\330\024\037\230q\330\024\277\025\330\020\027\220y\354`\025\357\240j\260\001\200\005!\330\024\376F\003i\240r\250\021\330\030\371 \276\000\047\006\023\2203\220a\357\220z\240\023\202 \024\034\320\373\0341\200`#\260Q\260c\357\270\021\270!M\007\023\2204\377\220w\230a\230u\240I\377\250R\250s\260&\270\001\377\270\030\300\023\300G\3102\377\310Q\330\030\033\2307\240\361\"=\002\352\000Q\0105\230\002\230\335\"\303\000g\240Ry\000\022\250\3651F\t2\353\002\024\033\2301\377\230E\240\025\240b\250\001\377\330\024\031\230\021\230%\230\255|&\000\020\033\247 \002S\000B\277\240l\260\047\270\022\355`\014\364\222C\027\0001\201\205\002\017\210u\220\377D\230\006\230c\240\022\240\3674\240{\211br\270\027\300\377\001\300\024\300U\310!\310\356k\000\030\230\007\336\205\002B\240g\377\250Q\250d\260%\260q\345\270d\000\030\276\206\001\351@2\240W\377\250A\250T\260\025\260a\277\260t\2701\270A\270A8\376\216\000D\240\002\240\047\250\021\377\250$\250e\2601\260D\377\270\t\300\021\330\024\032\230\377!""\330\025\035\230Q\230d\376\352\000G\2501\250D\260\005\276\250 d\270,\300a\031\002\340\274\311\001\373A4\220s\230\362\"t[\2303\300@\030\036\341a\240\246 5$\343!\033\022\000d\240\224@\231\002\377\330\024\030\230\016\240a\240\375v\326 {\270)\3002\300wW\310A\021\001\r\240Q\261\002\377c\260\022\260;\270e\300\3371\300D\310\001&\005w\250\375a\204@\"\260K\270u\300oA\300T\310\234\000\027\220g\004\377\034\230F\240(\250!\330\315\030\002\004\340\030\002\r\247a\014\022\377\220!\2205\230\005\230[3\250\007\333\205\001\014\000\330\014\320\204\002\340b\006\326aA\230\323\204\004\203\204\006\360h\335j\223\206\001\367\005\230Y\302@\003\2506\260\337\021\260!\330\020\353\210\002\320\035\3756\330 ~\300T\310\022\310\3775\320PR\320RS\330\3377C\3001\330\313Q\021\220w\027\230\001\222\207\001\016\210a\330@\377E\230\033\240J\250a\340\363\010\030\022\001\371 \004\013\2107\017\220*\230A";
+    PyObject *data = __Pyx_DecompressString_LZSS(cstring, 1844, 2238);
     #define __Pyx_DecompressString_UNUSED
     if (unlikely(!data)) __PYX_ERR(0, 1, __pyx_L1_error)
     const char* const bytes = __Pyx_PyBytes_AsString(data);
     #if !CYTHON_ASSUME_SAFE_MACROS
     if (likely(bytes)); else { Py_DECREF(data); __PYX_ERR(0, 1, __pyx_L1_error) }
     #endif
-    #else /* compression: none (1990 bytes) */
-static const char bytes[] = "\047?NoneNote that Cython is deliberately stricter than PEP-484 and rejects subclasses of builtin types. If you need to pass subclasses then set the \047annotation_typing\047 directive to False.add_noteexpected \047$\047, got \047invalid bulk lengthinvalid multibulk lengthsrc/rankd/frontends/resp/_scanner.pyxtoo big bulk count stringtoo big multibulk count string__Pyx_PyDict_NextRef__annotate____func____main____module____name____pyx_vtable____qualname____test___is_coroutineansweransweredanswersasyncio.coroutinesbufcline_in_tracebackcompletecountdataencode_repliesencodederroriitemitemslengthlinemax_bulkmax_wordsoffsetoffsetspackpackedpoppositionpresentrankd.frontends.resp._scannerreplyresultrunrun_startscansetdefaultsizesizesstartstart_attagvaluevaluesversionviewwwords\200\001\360\014\000\005#\240!\360\006\000\005\031\230\006\230a\340\004\005\200X\210Q\330\004\005\200X\210Q\210g\220Q\330\004\005\330\010\014\210E\220\025\220a\220v\230Q\330\014\023\2201\220F\230&\240\001\240\021\330\014\025\220W\230A\230Q\330\014\017\210w\220g\230Q\330\020\032\230%\230q\240\004\240F\250!\330 $\240F\250)\2604\260u\270C\270~\310T\320QW\320WX\330\020\024\220A\220Q\220c\230\036\240y\260\003\2601\260A\330\020\021\330\014\030\230\001\330\014\025\220Q\220f\230H\240A\240Q\330\014\017\210t\2205\230\003\2301\330\020\024\220A\220Q\220c\230\034\240V\320+>\270j\310\001\360\006\000\021\030\220q\230\001\230\023\230F\240*\250F\3202E\300T\310\026\310w\320VW\330\010\017\320\017(\250\001\250\021\250\047\260\021\260(\270!\340\010\023\2201\220A\220Q\200\001\360\032\000\005&\320%A\300\021\340\004\026\220a\340\004\026\220a\360\016\000\005\r\210A\330\004\026\220a\220v\230Q\230f\240A\330\004\005\330\010\016\320\016\037\230t\2401\330\010\017\210t\2201\330\010\023\2201\330\010\016\210i\220r\230\021\330\014\017\210s\220!\220:\230S\240\001\330\020\021\330\014\024\220A\330\014\023\2209\230A\230U\240*\250A\330\014\017\210u\220B\220a\330\020\023\2205\230\002\230)\2402\240Q\330\024\034\230A\330\020\021\330\014\017""\210t\2207\230!\2305\240\t\250\022\2503\250f\260A\260Q\330\020\030\230\001\330\020\021\330\014\017\210v\220R\220q\330\020\030\230\001\330\020\021\330\014\027\220u\230B\230a\330\014\017\210v\220S\230\001\330\020\021\330\014\027\220q\330\014\020\220\005\220U\230!\2301\330\020\023\2209\230C\230q\330\024\037\230q\330\024\025\330\020\027\220y\240\001\240\025\240j\260\001\330\020\023\2205\230\002\230!\330\024\027\220u\230B\230i\240r\250\021\330\030 \240\001\330\024\037\230q\330\024\025\330\020\023\2203\220a\220z\240\023\240A\330\024\034\320\0341\260\021\260#\260Q\260c\270\021\270!\330\024\037\230q\330\024\025\330\020\023\2204\220w\230a\230u\240I\250R\250s\260&\270\001\270\030\300\023\300G\3102\310Q\330\030\033\2307\240\"\240A\330\024\034\230A\330\024\037\230q\330\024\025\330\020\023\2205\230\002\230\"\230B\230g\240R\240r\250\022\2501\330\024\037\230q\330\024\025\330\020\023\2202\220R\220q\330\024\033\2301\230E\240\025\240b\250\001\330\024\031\230\021\230%\230|\2501\330\020\033\2305\240\002\240\"\240B\240l\260\047\270\022\2701\330\014\017\210t\2201\330\020\033\2301\330\020\021\330\014\017\210u\220D\230\006\230c\240\022\2404\240{\260!\2604\260r\270\027\300\001\300\024\300U\310!\3101\330\024\030\230\007\230q\240\004\240B\240g\250Q\250d\260%\260q\270\001\330\024\030\230\006\230a\230t\2402\240W\250A\250T\260\025\260a\260t\2701\270A\330\020\023\2208\2301\230D\240\002\240\047\250\021\250$\250e\2601\260D\270\t\300\021\330\024\032\230!\330\025\035\230Q\230d\240\"\240G\2501\250D\260\005\260Q\260d\270,\300a\330\024\032\230!\340\024\033\2301\330\020\023\2204\220s\230!\330\024\027\220t\2303\230a\330\030\036\230f\240A\240Q\330\030$\240A\330\024\033\2303\230d\240!\330\024\030\230\007\230q\330\024\030\230\016\240a\240v\250R\250{\270)\3002\300W\310A\330\024\030\230\r\240Q\240g\250Q\250c\260\022\260;\270e\3001\300D\310\001\330\024\030\230\016\240a\240w\250a\250s\260\"\260K\270u\300A\300T\310\021\330\024\027\220t\2303\230a\330\030\034\230F\240(\250!\330\030\034\230F\240(\250!\340\030\034""\230F\240(\250!\330\030\034\230F\240(\250!\330\024\025\330\014\022\220!\2205\230\005\230[\250\007\250q\330\014\022\220!\330\014\024\220A\330\014\027\220q\330\014\023\2209\230A\230U\240*\250A\330\014\027\220u\230B\230a\330\014\020\220\005\220U\230!\2301\330\020\027\220y\240\001\240\025\240j\260\001\330\020\027\220q\230\005\230Y\240b\250\003\2506\260\021\260!\330\020\025\220W\230A\320\0356\260a\260~\300T\310\022\3105\320PR\320RS\3307C\3001\330\020\033\2305\240\002\240\"\240B\240l\260\047\270\022\2701\330\014\021\220\027\230\001\230\021\330\010\016\210a\210u\220E\230\033\240J\250a\340\010\030\230\001\230\021\230!\330\004\013\2107\220*\230A";
+    #else /* compression: none (2238 bytes) */
+static const char bytes[] = "\047?NoneNote that Cython is deliberately stricter than PEP-484 and rejects subclasses of builtin types. If you need to pass subclasses then set the \047annotation_typing\047 directive to False.add_noteexpected \047$\047, got \047invalid bulk lengthinvalid multibulk lengthsrc/rankd/frontends/resp/_scanner.pyxtoo big bulk count stringtoo big multibulk count string__Pyx_PyDict_NextRef__annotate____func____main____module____name____pyx_vtable____qualname____test___is_coroutineansweransweredanswersasyncio.coroutinesbufcline_in_tracebackcompletecountdataencode_entriesencode_repliesencodedentriesentryerrorheadheaderiitemitemslengthlinemax_bulkmax_wordsnestedoffsetoffsetspackpackedpairspoppositionpresentrankd.frontends.resp._scannerreplyresultrunrun_startscansetdefaultsizesizesstartstart_attagvaluevaluesversionviewwwithscoreswords\200\001\360\014\000\005#\240!\360\006\000\005\031\230\006\230a\340\004\005\200X\210Q\330\004\005\200X\210Q\210g\220Q\330\004\005\330\010\014\210E\220\025\220a\220v\230Q\330\014\023\2201\220F\230&\240\001\240\021\330\014\025\220W\230A\230Q\330\014\017\210w\220g\230Q\330\020\032\230%\230q\240\004\240F\250!\330 $\240F\250)\2604\260u\270C\270~\310T\320QW\320WX\330\020\024\220A\220Q\220c\230\036\240y\260\003\2601\260A\330\020\021\330\014\030\230\001\330\014\025\220Q\220f\230H\240A\240Q\330\014\017\210t\2205\230\003\2301\330\020\024\220A\220Q\220c\230\034\240V\320+>\270j\310\001\360\006\000\021\030\220q\230\001\230\023\230F\240*\250F\3202E\300T\310\026\310w\320VW\330\010\017\320\017(\250\001\250\021\250\047\260\021\260(\270!\340\010\023\2201\220A\220Q\200\001\360\016\000\005\035\230C\230q\240\001\330\004\026\220k\240\024\240W\250D\260\010\270\003\2701\330\004\005\200X\210Q\330\004\005\200X\210Q\210g\220Q\330\004\005\330\010\017\210x\220q\230\010\240\007\240y\260\001\330\030\036\230b\240\005\240[\260\004\260D\270\013\3001\330\010\014\210A\210Q\210c\220\030\230\021\330\010\014\210I\220Q\330\014\017\210q\330\020\024\220A\220Q\220c\230\032\2401\330\014""\026\220a\220q\230\003\2306\240\027\250\006\250a\250q\330\014\017\210q\330\020\027\220q\230\001\230\023\230I\240W\250F\260!\2604\260q\330\010\017\320\017(\250\001\250\021\250\047\260\021\260!\340\010\023\2201\220A\220Q\200\001\360\032\000\005&\320%A\300\021\340\004\026\220a\340\004\026\220a\360\016\000\005\r\210A\330\004\026\220a\220v\230Q\230f\240A\330\004\005\330\010\016\320\016\037\230t\2401\330\010\017\210t\2201\330\010\023\2201\330\010\016\210i\220r\230\021\330\014\017\210s\220!\220:\230S\240\001\330\020\021\330\014\024\220A\330\014\023\2209\230A\230U\240*\250A\330\014\017\210u\220B\220a\330\020\023\2205\230\002\230)\2402\240Q\330\024\034\230A\330\020\021\330\014\017\210t\2207\230!\2305\240\t\250\022\2503\250f\260A\260Q\330\020\030\230\001\330\020\021\330\014\017\210v\220R\220q\330\020\030\230\001\330\020\021\330\014\027\220u\230B\230a\330\014\017\210v\220S\230\001\330\020\021\330\014\027\220q\330\014\020\220\005\220U\230!\2301\330\020\023\2209\230C\230q\330\024\037\230q\330\024\025\330\020\027\220y\240\001\240\025\240j\260\001\330\020\023\2205\230\002\230!\330\024\027\220u\230B\230i\240r\250\021\330\030 \240\001\330\024\037\230q\330\024\025\330\020\023\2203\220a\220z\240\023\240A\330\024\034\320\0341\260\021\260#\260Q\260c\270\021\270!\330\024\037\230q\330\024\025\330\020\023\2204\220w\230a\230u\240I\250R\250s\260&\270\001\270\030\300\023\300G\3102\310Q\330\030\033\2307\240\"\240A\330\024\034\230A\330\024\037\230q\330\024\025\330\020\023\2205\230\002\230\"\230B\230g\240R\240r\250\022\2501\330\024\037\230q\330\024\025\330\020\023\2202\220R\220q\330\024\033\2301\230E\240\025\240b\250\001\330\024\031\230\021\230%\230|\2501\330\020\033\2305\240\002\240\"\240B\240l\260\047\270\022\2701\330\014\017\210t\2201\330\020\033\2301\330\020\021\330\014\017\210u\220D\230\006\230c\240\022\2404\240{\260!\2604\260r\270\027\300\001\300\024\300U\310!\3101\330\024\030\230\007\230q\240\004\240B\240g\250Q\250d\260%\260q\270\001\330\024\030\230\006\230a\230t\2402\240W\250A\250T\260""\025\260a\260t\2701\270A\330\020\023\2208\2301\230D\240\002\240\047\250\021\250$\250e\2601\260D\270\t\300\021\330\024\032\230!\330\025\035\230Q\230d\240\"\240G\2501\250D\260\005\260Q\260d\270,\300a\330\024\032\230!\340\024\033\2301\330\020\023\2204\220s\230!\330\024\027\220t\2303\230a\330\030\036\230f\240A\240Q\330\030$\240A\330\024\033\2303\230d\240!\330\024\030\230\007\230q\330\024\030\230\016\240a\240v\250R\250{\270)\3002\300W\310A\330\024\030\230\r\240Q\240g\250Q\250c\260\022\260;\270e\3001\300D\310\001\330\024\030\230\016\240a\240w\250a\250s\260\"\260K\270u\300A\300T\310\021\330\024\027\220t\2303\230a\330\030\034\230F\240(\250!\330\030\034\230F\240(\250!\340\030\034\230F\240(\250!\330\030\034\230F\240(\250!\330\024\025\330\014\022\220!\2205\230\005\230[\250\007\250q\330\014\022\220!\330\014\024\220A\330\014\027\220q\330\014\023\2209\230A\230U\240*\250A\330\014\027\220u\230B\230a\330\014\020\220\005\220U\230!\2301\330\020\027\220y\240\001\240\025\240j\260\001\330\020\027\220q\230\005\230Y\240b\250\003\2506\260\021\260!\330\020\025\220W\230A\320\0356\260a\260~\300T\310\022\3105\320PR\320RS\3307C\3001\330\020\033\2305\240\002\240\"\240B\240l\260\047\270\022\2701\330\014\021\220\027\230\001\230\021\330\010\016\210a\210u\220E\230\033\240J\250a\340\010\030\230\001\230\021\230!\330\004\013\2107\220*\230A";
     PyObject *data = NULL;
     #define __Pyx_DecompressString_UNUSED
     #define __Pyx_DecompressString_LZSS_UNUSED
     #endif
     PyObject **stringtab = __pyx_mstate->__pyx_string_tab;
     Py_ssize_t pos = 0;
-    for (int i = 0; i < 65; i++) {
+    for (int i = 0; i < 73; i++) {
       Py_ssize_t bytes_length = str_length_index[i].length;
       PyObject *string = PyUnicode_DecodeUTF8(bytes + pos, bytes_length, NULL);
       if (likely(string) && i >= 11) PyUnicode_InternInPlace(&string);
@@ -9394,8 +9998,8 @@ static const char bytes[] = "\047?NoneNote that Cython is deliberately stricter 
       stringtab[i] = string;
       pos += bytes_length;
     }
-    for (int i = 65; i < 68; i++) {
-      Py_ssize_t bytes_length = bytes_length_index[i-65].length;
+    for (int i = 73; i < 77; i++) {
+      Py_ssize_t bytes_length = bytes_length_index[i-73].length;
       PyObject *string = PyBytes_FromStringAndSize(bytes + pos, bytes_length);
       stringtab[i] = string;
       pos += bytes_length;
@@ -9405,15 +10009,15 @@ static const char bytes[] = "\047?NoneNote that Cython is deliberately stricter 
       }
     }
     Py_XDECREF(data);
-    for (Py_ssize_t i = 0; i < 68; i++) {
+    for (Py_ssize_t i = 0; i < 77; i++) {
       if (unlikely(PyObject_Hash(stringtab[i]) == -1)) {
         __PYX_ERR(0, 1, __pyx_L1_error)
       }
     }
     #if CYTHON_IMMORTAL_CONSTANTS
     {
-      PyObject **table = stringtab + 65;
-      for (Py_ssize_t i=0; i<3; ++i) {
+      PyObject **table = stringtab + 73;
+      for (Py_ssize_t i=0; i<4; ++i) {
         #if PY_VERSION_HEX >= 0x030F0000
         PyUnstable_SetImmortal(table[i]);
         #elif CYTHON_COMPILING_IN_CPYTHON_FREETHREADING
@@ -9499,14 +10103,19 @@ static int __Pyx_CreateCodeObjects(__pyx_mstatetype *__pyx_mstate) {
   PyObject* tuple_dedup_map = PyDict_New();
   if (unlikely(!tuple_dedup_map)) return -1;
   {
-    const __Pyx_PyCode_New_function_description descr = {5, 0, 0, 25, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 135};
+    const __Pyx_PyCode_New_function_description descr = {5, 0, 0, 25, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 136};
     PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_data, __pyx_mstate->__pyx_n_u_start_at, __pyx_mstate->__pyx_n_u_max_bulk, __pyx_mstate->__pyx_n_u_max_words, __pyx_mstate->__pyx_n_u_pack, __pyx_mstate->__pyx_n_u_view, __pyx_mstate->__pyx_n_u_buf, __pyx_mstate->__pyx_n_u_size, __pyx_mstate->__pyx_n_u_position, __pyx_mstate->__pyx_n_u_start, __pyx_mstate->__pyx_n_u_line, __pyx_mstate->__pyx_n_u_run_start, __pyx_mstate->__pyx_n_u_i, __pyx_mstate->__pyx_n_u_count, __pyx_mstate->__pyx_n_u_length, __pyx_mstate->__pyx_n_u_run, __pyx_mstate->__pyx_n_u_item, __pyx_mstate->__pyx_n_u_items, __pyx_mstate->__pyx_n_u_words, __pyx_mstate->__pyx_n_u_offsets, __pyx_mstate->__pyx_n_u_sizes, __pyx_mstate->__pyx_n_u_value, __pyx_mstate->__pyx_n_u_complete, __pyx_mstate->__pyx_n_u_tag, __pyx_mstate->__pyx_n_u_error};
     __pyx_mstate_global->__pyx_codeobj_tab[0] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_src_rankd_frontends_resp__scanne, __pyx_mstate->__pyx_n_u_scan, __pyx_mstate->__pyx_kp_b_iso88591_A_a_a_A_avQfA_t1_t1_1_ir_s_S_A, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[0])) goto bad;
   }
   {
-    const __Pyx_PyCode_New_function_description descr = {3, 0, 0, 11, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 285};
+    const __Pyx_PyCode_New_function_description descr = {3, 0, 0, 11, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 286};
     PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_packed, __pyx_mstate->__pyx_n_u_version, __pyx_mstate->__pyx_n_u_reply, __pyx_mstate->__pyx_n_u_w, __pyx_mstate->__pyx_n_u_i, __pyx_mstate->__pyx_n_u_answered, __pyx_mstate->__pyx_n_u_item, __pyx_mstate->__pyx_n_u_result, __pyx_mstate->__pyx_n_u_answers, __pyx_mstate->__pyx_n_u_encoded, __pyx_mstate->__pyx_n_u_answer};
     __pyx_mstate_global->__pyx_codeobj_tab[1] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_src_rankd_frontends_resp__scanne, __pyx_mstate->__pyx_n_u_encode_replies, __pyx_mstate->__pyx_kp_b_iso88591_a_XQ_XQgQ_E_avQ_1F_WAQ_wgQ_q_F, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[1])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {4, 0, 0, 10, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 330};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_entries, __pyx_mstate->__pyx_n_u_withscores, __pyx_mstate->__pyx_n_u_version, __pyx_mstate->__pyx_n_u_nested, __pyx_mstate->__pyx_n_u_w, __pyx_mstate->__pyx_n_u_header, __pyx_mstate->__pyx_n_u_head, __pyx_mstate->__pyx_n_u_count, __pyx_mstate->__pyx_n_u_pairs, __pyx_mstate->__pyx_n_u_entry};
+    __pyx_mstate_global->__pyx_codeobj_tab[2] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_src_rankd_frontends_resp__scanne, __pyx_mstate->__pyx_n_u_encode_entries, __pyx_mstate->__pyx_kp_b_iso88591_Cq_k_WD_1_XQ_XQgQ_xq_y_b_D_1_AQ, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[2])) goto bad;
   }
   Py_DECREF(tuple_dedup_map);
   return 0;
@@ -13769,6 +14378,85 @@ static CYTHON_INLINE PyObject* __Pyx_PyLong_From_uint32_t(uint32_t value) {
     }
 }
 
+/* CIntToPy */
+static CYTHON_INLINE PyObject* __Pyx_PyLong_From_long(long value) {
+#ifdef __Pyx_HAS_GCC_DIAGNOSTIC
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wconversion"
+#endif
+    const long neg_one = (long) -1, const_zero = (long) 0;
+#ifdef __Pyx_HAS_GCC_DIAGNOSTIC
+#pragma GCC diagnostic pop
+#endif
+    const int is_unsigned = neg_one > const_zero;
+    if (is_unsigned) {
+        if (sizeof(long) < sizeof(long)) {
+            return PyLong_FromLong((long) value);
+        } else if (sizeof(long) <= sizeof(unsigned long)) {
+            return PyLong_FromUnsignedLong((unsigned long) value);
+#if !CYTHON_COMPILING_IN_PYPY
+        } else if (sizeof(long) <= sizeof(unsigned PY_LONG_LONG)) {
+            return PyLong_FromUnsignedLongLong((unsigned PY_LONG_LONG) value);
+#endif
+        }
+    } else {
+        if (sizeof(long) <= sizeof(long)) {
+            return PyLong_FromLong((long) value);
+        } else if (sizeof(long) <= sizeof(PY_LONG_LONG)) {
+            return PyLong_FromLongLong((PY_LONG_LONG) value);
+        }
+    }
+    {
+        unsigned char *bytes = (unsigned char *)&value;
+#if !CYTHON_COMPILING_IN_LIMITED_API && PY_VERSION_HEX >= 0x030d00A4
+        if (is_unsigned) {
+            return PyLong_FromUnsignedNativeBytes(bytes, sizeof(value), -1);
+        } else {
+            return PyLong_FromNativeBytes(bytes, sizeof(value), -1);
+        }
+#elif !CYTHON_COMPILING_IN_LIMITED_API && PY_VERSION_HEX < 0x030d0000
+        int one = 1; int little = (int)*(unsigned char *)&one;
+        return _PyLong_FromByteArray(bytes, sizeof(long),
+                                     little, !is_unsigned);
+#else
+        int one = 1; int little = (int)*(unsigned char *)&one;
+        PyObject *result = NULL, *kwds = NULL;
+        PyObject *py_bytes = NULL, *order_str = NULL, *from_bytes_str = NULL;;
+        py_bytes = PyBytes_FromStringAndSize((char*)bytes, sizeof(long));
+        if (!py_bytes) goto limited_bad;
+        from_bytes_str = PyUnicode_FromStringAndSize("from_bytes", 10);
+        if (!from_bytes_str) goto limited_bad;
+        order_str = PyUnicode_FromString(little ? "little" : "big");
+        if (!order_str) goto limited_bad;
+        {
+            PyObject *args[] = { (PyObject*)&PyLong_Type, py_bytes, order_str, Py_True };
+            if (!is_unsigned) {
+                PyObject *signed_str = PyUnicode_FromStringAndSize("signed", 6);
+                if (!signed_str) goto limited_bad;
+#if CYTHON_VECTORCALL
+                kwds = PyTuple_Pack(1, signed_str);
+#else
+                {
+                    PyObject *keys[] = {signed_str};
+                    PyObject *values[] = {Py_True};
+                    kwds = __Pyx_MakeKwargDict(keys, values, 1);
+                }
+#endif
+                Py_DECREF(signed_str);
+                if (unlikely(!kwds)) goto limited_bad;
+            }
+            result = __Pyx_Object_VectorcallMethodKwds(from_bytes_str, args, 3 | __Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET, kwds);
+        }
+        limited_bad:
+        Py_XDECREF(kwds);
+        Py_XDECREF(order_str);
+        Py_XDECREF(py_bytes);
+        Py_XDECREF(from_bytes_str);
+        return result;
+#endif
+    }
+}
+
 /* CIntFromPy */
 static uint64_t __Pyx_LargePyLong___Pyx_PyLong_As_uint64_t(PyObject *x);
 static uint64_t __Pyx_raise_neg_overflow___Pyx_PyLong_As_uint64_t(void) {
@@ -14115,85 +14803,6 @@ static CYTHON_INLINE PyObject* __Pyx_PyLong_From_int(int value) {
         PyObject *result = NULL, *kwds = NULL;
         PyObject *py_bytes = NULL, *order_str = NULL, *from_bytes_str = NULL;;
         py_bytes = PyBytes_FromStringAndSize((char*)bytes, sizeof(int));
-        if (!py_bytes) goto limited_bad;
-        from_bytes_str = PyUnicode_FromStringAndSize("from_bytes", 10);
-        if (!from_bytes_str) goto limited_bad;
-        order_str = PyUnicode_FromString(little ? "little" : "big");
-        if (!order_str) goto limited_bad;
-        {
-            PyObject *args[] = { (PyObject*)&PyLong_Type, py_bytes, order_str, Py_True };
-            if (!is_unsigned) {
-                PyObject *signed_str = PyUnicode_FromStringAndSize("signed", 6);
-                if (!signed_str) goto limited_bad;
-#if CYTHON_VECTORCALL
-                kwds = PyTuple_Pack(1, signed_str);
-#else
-                {
-                    PyObject *keys[] = {signed_str};
-                    PyObject *values[] = {Py_True};
-                    kwds = __Pyx_MakeKwargDict(keys, values, 1);
-                }
-#endif
-                Py_DECREF(signed_str);
-                if (unlikely(!kwds)) goto limited_bad;
-            }
-            result = __Pyx_Object_VectorcallMethodKwds(from_bytes_str, args, 3 | __Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET, kwds);
-        }
-        limited_bad:
-        Py_XDECREF(kwds);
-        Py_XDECREF(order_str);
-        Py_XDECREF(py_bytes);
-        Py_XDECREF(from_bytes_str);
-        return result;
-#endif
-    }
-}
-
-/* CIntToPy */
-static CYTHON_INLINE PyObject* __Pyx_PyLong_From_long(long value) {
-#ifdef __Pyx_HAS_GCC_DIAGNOSTIC
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wconversion"
-#endif
-    const long neg_one = (long) -1, const_zero = (long) 0;
-#ifdef __Pyx_HAS_GCC_DIAGNOSTIC
-#pragma GCC diagnostic pop
-#endif
-    const int is_unsigned = neg_one > const_zero;
-    if (is_unsigned) {
-        if (sizeof(long) < sizeof(long)) {
-            return PyLong_FromLong((long) value);
-        } else if (sizeof(long) <= sizeof(unsigned long)) {
-            return PyLong_FromUnsignedLong((unsigned long) value);
-#if !CYTHON_COMPILING_IN_PYPY
-        } else if (sizeof(long) <= sizeof(unsigned PY_LONG_LONG)) {
-            return PyLong_FromUnsignedLongLong((unsigned PY_LONG_LONG) value);
-#endif
-        }
-    } else {
-        if (sizeof(long) <= sizeof(long)) {
-            return PyLong_FromLong((long) value);
-        } else if (sizeof(long) <= sizeof(PY_LONG_LONG)) {
-            return PyLong_FromLongLong((PY_LONG_LONG) value);
-        }
-    }
-    {
-        unsigned char *bytes = (unsigned char *)&value;
-#if !CYTHON_COMPILING_IN_LIMITED_API && PY_VERSION_HEX >= 0x030d00A4
-        if (is_unsigned) {
-            return PyLong_FromUnsignedNativeBytes(bytes, sizeof(value), -1);
-        } else {
-            return PyLong_FromNativeBytes(bytes, sizeof(value), -1);
-        }
-#elif !CYTHON_COMPILING_IN_LIMITED_API && PY_VERSION_HEX < 0x030d0000
-        int one = 1; int little = (int)*(unsigned char *)&one;
-        return _PyLong_FromByteArray(bytes, sizeof(long),
-                                     little, !is_unsigned);
-#else
-        int one = 1; int little = (int)*(unsigned char *)&one;
-        PyObject *result = NULL, *kwds = NULL;
-        PyObject *py_bytes = NULL, *order_str = NULL, *from_bytes_str = NULL;;
-        py_bytes = PyBytes_FromStringAndSize((char*)bytes, sizeof(long));
         if (!py_bytes) goto limited_bad;
         from_bytes_str = PyUnicode_FromStringAndSize("from_bytes", 10);
         if (!from_bytes_str) goto limited_bad;

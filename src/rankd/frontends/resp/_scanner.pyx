@@ -22,6 +22,7 @@ what the general path writes for the same answers.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.errno cimport ERANGE, errno
 from libc.math cimport HUGE_VAL, isfinite, isnan
 from libc.stdint cimport uint8_t
@@ -312,5 +313,41 @@ def encode_replies(Packed packed, int version, reply):
                 # A new member's reply is the increment itself (-0 stays -0).
                 _double(&w, result.score if result.has_previous else item.delta.fval, version)
         return PyBytes_FromStringAndSize(w.data, w.size), answered
+    finally:
+        writer_free(&w)
+
+
+cdef void _bulk_text(Writer *w, str text) except *:
+    cdef Py_ssize_t size
+    cdef const char *data = PyUnicode_AsUTF8AndSize(text, &size)
+    cdef char header[24]
+    cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)
+    _put(w, header, head)
+    _put(w, data, size)
+    _put(w, "\r\n", 2)
+
+
+def encode_entries(list entries, bint withscores, int version, bint nested):
+    """A range reply of ``(rank, member, score)`` entries, as
+    ``sorted_sets._entries`` writes it: members (and scores), flat in RESP2,
+    ``[member, score]`` pairs in RESP3 when ``nested``."""
+    cdef Writer w
+    cdef char header[24]
+    cdef int head
+    cdef Py_ssize_t count = len(entries)
+    cdef bint pairs = withscores and nested and version == 3
+    w.data = NULL
+    w.size = w.cap = 0
+    try:
+        head = snprintf(header, sizeof(header), "*%zd\r\n",
+                        count * 2 if withscores and not pairs else count)
+        _put(&w, header, head)
+        for entry in entries:
+            if pairs:
+                _put(&w, "*2\r\n", 4)
+            _bulk_text(&w, <str>(<tuple>entry)[1])
+            if withscores:
+                _double(&w, <double>(<tuple>entry)[2], version)
+        return PyBytes_FromStringAndSize(w.data, w.size)
     finally:
         writer_free(&w)

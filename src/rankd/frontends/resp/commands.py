@@ -56,6 +56,8 @@ class Command:
     cost: Callable[[list[bytes]], int] | None = None
     #: Its writes may join the batch of the commands before it.
     batchable: bool = False
+    #: Answered at once, without waiting (its handler returns the reply).
+    immediate: bool = True
     subcommands: dict[str, Command] = field(default_factory=dict)
 
 
@@ -104,8 +106,8 @@ def echo(conn: RespConnection, args: list[bytes]) -> bytes:
 
 
 def quit_(conn: RespConnection, args: list[bytes]) -> bytes:
-    conn.close_with(None, [conn.replies.simple("OK")])
-    return b""
+    conn.quitting = True
+    return conn.replies.simple("OK")
 
 
 def reset(conn: RespConnection, args: list[bytes]) -> bytes:
@@ -492,9 +494,9 @@ def _container(name: str, subcommands: list[Command], group: str) -> Command:
 COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in [
     _command("zadd", -4, zset.zadd, "submit", ("write", "denyoom", "fast"), _KEY,
              summary="Add members, or update their scores", cost=_count_pairs,
-             batchable=True),
+             batchable=True, immediate=False),
     _command("zincrby", 4, zset.zincrby, "submit", _WRITE, _KEY,
-             summary="Increment a member's score", batchable=True),
+             summary="Increment a member's score", batchable=True, immediate=False),
     _command("zscore", 3, zset.zscore, "top", _READ, _KEY, summary="A member's score"),
     _command("zmscore", -3, zset.zmscore, "top", _READ, _KEY, summary="Members' scores"),
     _command("zrank", -3, zset.zrank, "top", _READ, _KEY,
@@ -515,17 +517,17 @@ COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in [
     _command("zscan", -3, zset.zscan, "top", ("readonly",), _KEY,
              summary="Iterate over members and scores"),
     _command("zrem", -3, zset.zrem, "remove_member", ("write", "fast"), _KEY,
-             summary="Remove members"),
+             summary="Remove members", immediate=False),
     _command("zremrangebyrank", 4, zset.zremrangebyrank, "remove_member", ("write",), _KEY,
-             summary="Remove members in a range of positions"),
+             summary="Remove members in a range of positions", immediate=False),
     _command("zremrangebyscore", 4, zset.zremrangebyscore, "remove_member", ("write",), _KEY,
-             summary="Remove members in a range of scores"),
+             summary="Remove members in a range of scores", immediate=False),
     _command("zpopmin", -2, zset.zpopmin, "remove_member", ("write", "fast"), _KEY,
-             summary="Remove and return the lowest-scored members"),
+             summary="Remove and return the lowest-scored members", immediate=False),
     _command("zpopmax", -2, zset.zpopmax, "remove_member", ("write", "fast"), _KEY,
-             summary="Remove and return the highest-scored members"),
+             summary="Remove and return the highest-scored members", immediate=False),
     _command("del", -2, zset.delete, "delete_board", ("write",), (1, -1), "keyspace",
-             "Delete boards"),
+             "Delete boards", immediate=False),
     _command("exists", -2, zset.exists, "list_boards", _READ, (1, -1), "keyspace",
              "Whether boards exist"),
     _command("type", 2, zset.type_, "list_boards", _READ, _KEY, "keyspace",
@@ -537,9 +539,9 @@ COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in [
     _command("dbsize", 1, zset.dbsize, "list_boards", _READ, group="keyspace",
              summary="Number of boards"),
     _command("flushdb", -1, zset.flush, "delete_board", ("write",), group="keyspace",
-             summary="Delete every board (admin scope)"),
+             summary="Delete every board (admin scope)", immediate=False),
     _command("flushall", -1, zset.flush, "delete_board", ("write",), group="keyspace",
-             summary="Delete every board (admin scope)"),
+             summary="Delete every board (admin scope)", immediate=False),
     _command("ping", -1, ping, None, ("fast", "stale"), group="connection",
              summary="Ping the server"),
     _command("echo", 2, echo, None, ("fast",), group="connection", summary="Echo a string"),

@@ -94,10 +94,18 @@ class RespConnection(asyncio.Protocol):
         self.address = ""
         self.admitted = False
         self.reader = self._reader()
-        self.queue: collections.deque[list[bytes] | ProtocolError] = collections.deque()
+        self.queue: collections.deque[Any] = collections.deque()
+        #: Packed runs handed to the engine from ``data_received``, not yet
+        #: answered, in order; the worker waits for them (``answered``).
+        self.answering: collections.deque[tuple[Any, asyncio.Future[None]]] = \
+            collections.deque()
+        self.answered = asyncio.Event()
+        self.answered.set()
         self.transport: asyncio.Transport | None = None
         self.worker: asyncio.Task | None = None
         self.closing = False
+        #: Set by QUIT: close once its reply is written.
+        self.quitting = False
         self.reading_paused = False
         self.can_write = asyncio.Event()
         self.can_write.set()
@@ -128,6 +136,8 @@ class RespConnection(asyncio.Protocol):
             self.server.limits.release(self.address)
         self.server.connections.discard(self)
         self.queue.clear()
+        self.answering.clear()
+        self.answered.set()
         self.can_write.set()
 
     def pause_writing(self) -> None:
@@ -145,11 +155,13 @@ class RespConnection(asyncio.Protocol):
         self.reader.pack = (FAST_WRITES and self.principal is not None
                             and not self.service.clustered)
         try:
-            self.queue.extend(self.reader.feed(data))
+            items = self.reader.feed(data)
         except ProtocolError as exc:
-            self.queue.extend(exc.commands)
-            self.queue.append(exc)
+            items = [*exc.commands, exc]
             self.transport.pause_reading()
+        if self.worker is None and not self.queue and not self.answering:
+            items = self._answer_now(items)
+        self.queue.extend(items)
         if len(self.queue) >= QUEUE_HIGH_WATER and not self.reading_paused:
             self.transport.pause_reading()
             self.reading_paused = True
@@ -158,9 +170,62 @@ class RespConnection(asyncio.Protocol):
 
     # --- answering ---------------------------------------------------------------------
 
+    def _answer_now(self, items: list[Any]) -> list[Any]:
+        """Answer, right here, the leading commands that need no waiting
+        (reads, the connection's own), and hand the first run of plain
+        writes to the engine (answered when committed, by ``_applied``); no
+        task is made for them.  Returns the items left for the worker."""
+        out: list[bytes] = []
+        position = 0
+        for item in items:
+            if type(item) is _Packed:
+                if not (self.can_write.is_set() and self._takes(item)):
+                    items[position:position + 1] = self._unpack(item)
+                    break
+                if out:
+                    self.transport.writelines(out)
+                    out = []
+                applied = self.service.submit_packed_nowait(item)
+                self.answering.append((item, applied))
+                self.answered.clear()
+                applied.add_done_callback(self._applied)
+                position += 1
+                break  # what follows must see it applied: the worker waits for it
+            if isinstance(item, ProtocolError):
+                break
+            command = self._lookup(item, out)
+            if command is not None:
+                if not command.immediate:
+                    break
+                self._run_now(command, item, out)
+            position += 1
+            if self.closing:
+                return []
+        if out:
+            self.transport.writelines(out)
+        return items[position:]
+
+    def _applied(self, _: asyncio.Future[None]) -> None:
+        """Write the replies of the runs at the head of ``answering`` that are done."""
+        answering = self.answering
+        while answering and answering[0][1].done():
+            packed, applied = answering.popleft()
+            exc = asyncio.CancelledError() if applied.cancelled() else applied.exception()
+            if exc is not None:
+                if not isinstance(exc, EngineError):
+                    log.error("a packed run failed; closing the connection", exc_info=exc)
+                    self.transport.abort()
+                    return
+                packed.answers = [exc] * len(packed)
+            if not self.closing:
+                self.transport.write(self._encoded(packed))
+        if not answering:
+            self.answered.set()
+
     async def _drain(self) -> None:
         try:
             while self.queue and not self.closing:
+                await self.answered.wait()  # runs handed over earlier are answered first
                 out: list[bytes] = []
                 pending: list[tuple[int, Writes]] = []
                 while self.queue and not self.closing and len(out) < QUEUE_LOW_WATER:
@@ -188,14 +253,48 @@ class RespConnection(asyncio.Protocol):
         finally:
             self.worker = None
 
+    def _lookup(self, words: list[bytes], out: list[bytes]) -> Command | None:
+        """The command ``words`` call, or None with its error in ``out``."""
+        try:
+            return lookup(words)
+        except CommandError as exc:
+            self.server.stats[(words[0].lower().decode(errors="replace")[:32], "error")] += 1
+            out.append(self.replies.error(exc.text))
+            return None
+
+    def _run_now(self, command: Command, words: list[bytes], out: list[bytes]) -> None:
+        """Answer a command that needs no waiting (``Command.immediate``)."""
+        try:
+            self._admit(command, words)
+            out.append(command.handler(self, words))
+            if self.quitting:  # QUIT: what came before, its +OK, then close
+                self.close_with(None, out)
+                return
+        except CommandError as exc:
+            self.server.stats[(command.name, "error")] += 1
+            out.append(self.replies.error(exc.text))
+            if exc.text == NOAUTH:
+                self._failed_auth(out)
+            return
+        except EngineError as exc:
+            self.server.stats[(command.name, exc.code)] += 1
+            out.append(self.replies.error(error_text(exc)))
+            return
+        self.server.stats[(command.name, "ok")] += 1
+
     async def _one(self, words: list[bytes], out: list[bytes],
                    pending: list[tuple[int, Writes]]) -> None:
         """Answer one command into ``out`` (or queue its writes in ``pending``)."""
         stats = self.server.stats
+        command = self._lookup(words, out)
+        if command is None:
+            return
+        if not command.batchable:
+            await self._flush(pending, out)
+        if command.immediate:
+            self._run_now(command, words, out)
+            return
         try:
-            command = lookup(words)
-            if not command.batchable:
-                await self._flush(pending, out)
             self._admit(command, words)
             result = command.handler(self, words)
             if isinstance(result, Writes):
@@ -210,13 +309,11 @@ class RespConnection(asyncio.Protocol):
                 await self._flush(pending, out)
                 result = await result
         except CommandError as exc:
-            stats[(words[0].lower().decode(errors="replace")[:32], "error")] += 1
+            stats[(command.name, "error")] += 1
             out.append(self.replies.error(exc.text))
-            if exc.text == NOAUTH:
-                self._failed_auth(out)
             return
         except EngineError as exc:
-            stats[(words[0].lower().decode(errors="replace")[:32], exc.code)] += 1
+            stats[(command.name, exc.code)] += 1
             out.append(self.replies.error(error_text(exc)))
             return
         stats[(command.name, "ok")] += 1
@@ -228,17 +325,23 @@ class RespConnection(asyncio.Protocol):
         path does not take it, handed back to the general path command by
         command (both answer alike)."""
         if not self._takes(packed):
-            reader = RequestReader(max_bulk=self.server.max_bulk)
-            commands = [words for source in packed.sources() for words in reader.feed(source)]
-            self.queue.extendleft(reversed(commands))
+            self.queue.extendleft(reversed(self._unpack(packed)))
             return
         try:
             await self.service.submit_packed(packed)
         except EngineError as exc:  # e.g. read-only: every write gets the error
             packed.answers = [exc] * len(packed)
+        out.append(self._encoded(packed))
+
+    def _unpack(self, packed: Any) -> list[list[bytes]]:
+        """A packed run's commands, for the general path."""
+        reader = RequestReader(max_bulk=self.server.max_bulk)
+        return [words for source in packed.sources() for words in reader.feed(source)]
+
+    def _encoded(self, packed: Any) -> bytes:
         data, answered = _encode_replies(packed, self.replies.version, self._packed_reply)
         self.server.stats[("write", "ok")] += answered
-        out.append(data)
+        return data
 
     def _takes(self, packed: Any) -> bool:
         """Whether the fast path takes a packed run: its boards exist and
@@ -346,7 +449,7 @@ class RespConnection(asyncio.Protocol):
 
     @property
     def busy(self) -> bool:
-        return bool(self.queue or self.worker is not None)
+        return bool(self.queue or self.worker is not None or self.answering)
 
     def close_with(self, text: str | None, out: list[bytes] | None = None) -> None:
         """Write ``out`` and the error ``text``, then close."""

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rankd._native import native_or
 from rankd.engine.config import BOARD_NAME, BoardConfig
 from rankd.engine.engine import Submission
 from rankd.engine.errors import EngineError, NotFound
@@ -48,6 +49,8 @@ from rankd.frontends.resp.protocol import format_double
 
 if TYPE_CHECKING:
     from rankd.frontends.resp.connection import RespConnection
+
+_encode_entries, _ = native_or("rankd.frontends.resp._scanner", "encode_entries", None)
 
 #: The config of boards made through RESP (see the module docstring).
 REDIS_BOARD = BoardConfig(order="asc", policy="latest", tie_break="member", windows=("all",))
@@ -95,7 +98,10 @@ def _check_size(count: int) -> None:
 
 
 def _entries(conn: RespConnection, entries: list, withscores: bool, nested: bool) -> bytes:
-    """Members (and scores): flat in RESP2, ``[member, score]`` pairs in RESP3."""
+    """Members (and scores): flat in RESP2, ``[member, score]`` pairs in RESP3
+    when ``nested`` (natively when built: ``_scanner.encode_entries``)."""
+    if _encode_entries is not None:
+        return _encode_entries(entries, withscores, conn.replies.version, nested)
     replies = conn.replies
     bulk, double = replies.bulk, replies.double
     if not withscores:
