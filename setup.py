@@ -73,6 +73,8 @@ extensions = [
     native("engine._ingest"),
     # Submissions in packed form, filled by the TCP front-end's scanner.
     native("engine._packed"),
+    # Plain sorted-set reads answered natively (for the RESP front-end).
+    native("engine._reads"),
     # The TCP protocol's fast path for plain submit requests.
     native("frontends._submits"),
     # The RESP front-end's request scanner and fast path for plain writes.

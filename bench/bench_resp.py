@@ -38,7 +38,6 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE.parent / "src"))
 
 from daemon import Daemon, free_port  # noqa: E402
-
 from rankd.frontends.resp.protocol import encode_request  # noqa: E402
 
 COMMANDS = [

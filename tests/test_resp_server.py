@@ -165,6 +165,24 @@ def test_boards_made_through_rest_are_read_in_their_own_order(open_daemon):
     assert status == 200 and board["config"]["policy"] == "best"
 
 
+def test_pipelined_reads_mixing_native_and_general_answers_keep_their_order(open_daemon):
+    """Plain reads are answered natively unless a board reads another window
+    by default: such a read in the middle of a run is answered the general
+    way, in its place."""
+    open_daemon.request("PUT", "/v1/boards/wk", {"windows": ["weekly"], "policy": "latest"})
+    open_daemon.request("POST", "/v1/boards/wk/scores", {"member": "w", "score": 5})
+    with RawClient(open_daemon.resp_port) as client:
+        client.call("ZADD", "plain", "1", "a", "2", "b")
+        replies = client.pipeline([["ZSCORE", "plain", "b"], ["ZSCORE", "wk", "w"],
+                                   ["ZREVRANK", "plain", "a"], ["ZRANGE", "wk", "0", "-1"],
+                                   ["ZRANGE", "plain", "0", "-1", "WITHSCORES"],
+                                   ["ZSCORE", "nokey", "x"], ["ZRANK", "plain", "zz"]])
+        assert replies == [b"$1\r\n2\r\n", b"$1\r\n5\r\n", b":1\r\n",
+                           b"*1\r\n$1\r\nw\r\n",
+                           b"*4\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n",
+                           b"$-1\r\n", b"$-1\r\n"]
+
+
 def test_rankd_commands_reach_what_redis_lacks(open_daemon):
     with RawClient(open_daemon.resp_port) as client:
         client.call("ZADD", "friends", "10", "a", "20", "b", "20", "c", "30", "d")

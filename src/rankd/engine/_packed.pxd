@@ -68,3 +68,31 @@ cdef class Packed:
     cdef PackedSubmission *add(self) except NULL
     cdef object text(self, Span *span)
     cdef const char *chars(self, Span *span) noexcept
+
+
+cdef enum ReadKind:
+    READ_SCORE = 0       # ZSCORE key member
+    READ_RANK = 1        # ZRANK key member
+    READ_REVRANK = 2     # ZREVRANK key member
+    READ_RANGE = 3       # ZRANGE key start stop [WITHSCORES]
+    READ_REVRANGE = 4    # ZREVRANGE key start stop [WITHSCORES]
+
+
+cdef struct PackedRead:
+    ReadKind kind
+    Span source          # the front-end's (its request's bytes)
+    Span board
+    Span member
+    int64_t start
+    int64_t stop
+    bint withscores
+
+
+cdef class PackedReads:
+    cdef readonly bytes data           # the buffer the spans point into
+    cdef PackedRead *items
+    cdef readonly Py_ssize_t count
+    cdef Py_ssize_t capacity
+
+    cdef PackedRead *add(self) except NULL
+    cdef const char *chars(self, Span *span) noexcept

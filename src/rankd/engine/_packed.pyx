@@ -111,3 +111,59 @@ cdef class Packed:
     def submissions(self):
         """Every submission as a ``Submission`` object."""
         return [self.submission(i) for i in range(self.count)]
+
+
+cdef class PackedReads:
+    """Plain sorted-set reads whose text fields are spans of ``data`` (a
+    RESP front-end's scanner fills them; ``rankd.engine._reads`` answers
+    them); ``len()`` of them."""
+
+    def __cinit__(self, bytes data):
+        self.data = data
+        self.items = NULL
+        self.count = 0
+        self.capacity = 0
+
+    def __dealloc__(self):
+        free(self.items)
+
+    def __len__(self):
+        return self.count
+
+    cdef PackedRead *add(self) except NULL:
+        """A new zeroed read at the end."""
+        cdef Py_ssize_t capacity
+        cdef PackedRead *items
+        if self.count == self.capacity:
+            capacity = self.capacity * 2 if self.capacity else 16
+            items = <PackedRead *>realloc(self.items, capacity * sizeof(PackedRead))
+            if items == NULL:
+                raise MemoryError()
+            self.items = items
+            self.capacity = capacity
+        self.items[self.count] = PackedRead(
+            kind=READ_SCORE, source=Span(0, 0, False), board=Span(0, 0, False),
+            member=Span(0, 0, False), start=0, stop=0, withscores=False)
+        self.count += 1
+        return &self.items[self.count - 1]
+
+    cdef const char *chars(self, Span *span) noexcept:
+        return PyBytes_AS_STRING(self.data) + span.offset
+
+    def source(self, Py_ssize_t i):
+        """The bytes read ``i`` was read from (for the front-end's general path)."""
+        cdef Span *span
+        if not 0 <= i < self.count:
+            raise IndexError(i)
+        span = &self.items[i].source
+        return self.data[span.offset:span.offset + span.size]
+
+    def board_names(self):
+        """The distinct boards read."""
+        cdef Span *span
+        cdef Py_ssize_t i
+        names = set()
+        for i in range(self.count):
+            span = &self.items[i].board
+            names.add(PyUnicode_DecodeASCII(self.chars(span), span.size, NULL))
+        return names

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rankd._native import native_or
 from rankd.cluster.groups import group_of
 from rankd.engine import collector, records
 from rankd.engine.board import Board
@@ -67,6 +68,7 @@ from rankd.engine.wal import WalCorruptError, WalFailedError, WriteAheadLog
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+_answer_reads, _ = native_or("rankd.engine._reads", "answer", None)
 
 FSYNC_POLICIES = ("always", "everysec", "no")
 ARCHIVE_DEPTH = 1000
@@ -1224,6 +1226,16 @@ class Engine:
         :mod:`rankd.engine.view`)."""
         board, _, _, index = self._view(name, window, period)
         return SortedView(index, board.config.order == "asc", board.version)
+
+    def answer_reads(self, reads: Any, first: int, version: int, max_entries: int
+                     ) -> tuple[bytes, int]:
+        """RESP replies to packed plain reads (``rankd.engine._reads``) from
+        ``first`` on: ``(replies, stopped)``; the read at ``stopped`` (if any)
+        is left to the caller.  None answered while reads are not served."""
+        if (self._rolling_back or _answer_reads is None
+                or (self.replication is not None and not self.replication.serving)):
+            return b"", first
+        return _answer_reads(self.boards, reads, first, version, max_entries)
 
     def read_version(self, name: str, window: str | None = None, period: str | None = None
                      ) -> tuple[int, str, str]:

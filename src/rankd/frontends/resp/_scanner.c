@@ -1277,7 +1277,6 @@ static int __Pyx_init_tpflags_variables(void) {
 #include <string.h>
 #include <stdio.h>
 #include <stddef.h>
-#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -1679,10 +1678,12 @@ static const char* const __pyx_f[] = {
 
 /*--- Type declarations ---*/
 struct __pyx_obj_5rankd_6engine_7_packed_Packed;
+struct __pyx_obj_5rankd_6engine_7_packed_PackedReads;
 struct __pyx_t_5rankd_6engine_7_packed_Number;
 struct __pyx_t_5rankd_6engine_7_packed_Span;
 struct __pyx_t_5rankd_6engine_7_packed_PackedSubmission;
 struct __pyx_t_5rankd_6engine_7_packed_PackedResult;
+struct __pyx_t_5rankd_6engine_7_packed_PackedRead;
 
 /* "rankd/engine/_packed.pxd":14
  * from libc.stdint cimport int64_t, uint32_t, uint64_t
@@ -1697,6 +1698,21 @@ enum __pyx_t_5rankd_6engine_7_packed_NumberKind {
   __pyx_e_5rankd_6engine_7_packed_NUMBER_INT = 2,
   __pyx_e_5rankd_6engine_7_packed_NUMBER_UINT = 3,
   __pyx_e_5rankd_6engine_7_packed_NUMBER_FLOAT = 4
+};
+
+/* "rankd/engine/_packed.pxd":73
+ * 
+ * 
+ * cdef enum ReadKind:             # <<<<<<<<<<<<<<
+ *     READ_SCORE = 0       # ZSCORE key member
+ *     READ_RANK = 1        # ZRANK key member
+*/
+enum __pyx_t_5rankd_6engine_7_packed_ReadKind {
+  __pyx_e_5rankd_6engine_7_packed_READ_SCORE = 0,
+  __pyx_e_5rankd_6engine_7_packed_READ_RANK = 1,
+  __pyx_e_5rankd_6engine_7_packed_READ_REVRANK = 2,
+  __pyx_e_5rankd_6engine_7_packed_READ_RANGE = 3,
+  __pyx_e_5rankd_6engine_7_packed_READ_REVRANGE = 4
 };
 
 /* "rankd/engine/_packed.pxd":22
@@ -1758,6 +1774,23 @@ struct __pyx_t_5rankd_6engine_7_packed_PackedResult {
   int has_previous;
   int changed;
 };
+
+/* "rankd/engine/_packed.pxd":81
+ * 
+ * 
+ * cdef struct PackedRead:             # <<<<<<<<<<<<<<
+ *     ReadKind kind
+ *     Span source          # the front-end's (its request's bytes)
+*/
+struct __pyx_t_5rankd_6engine_7_packed_PackedRead {
+  enum __pyx_t_5rankd_6engine_7_packed_ReadKind kind;
+  struct __pyx_t_5rankd_6engine_7_packed_Span source;
+  struct __pyx_t_5rankd_6engine_7_packed_Span board;
+  struct __pyx_t_5rankd_6engine_7_packed_Span member;
+  int64_t start;
+  int64_t stop;
+  int withscores;
+};
 struct __pyx_t_5rankd_6engine_8_packing_Reader;
 struct __pyx_t_5rankd_6engine_8_packing_Writer;
 
@@ -1803,7 +1836,7 @@ struct __pyx_t_5rankd_6engine_8_packing_Writer {
   Py_ssize_t cap;
 };
 
-/* "rankd/frontends/resp/_scanner.pyx":36
+/* "rankd/frontends/resp/_scanner.pyx":43
  * from rankd.engine._packing cimport Writer, writer_free, writer_reserve
  * 
  * cdef enum:             # <<<<<<<<<<<<<<
@@ -1812,7 +1845,7 @@ struct __pyx_t_5rankd_6engine_8_packing_Writer {
 */
 enum  {
 
-  /* "rankd/frontends/resp/_scanner.pyx":37
+  /* "rankd/frontends/resp/_scanner.pyx":44
  * 
  * cdef enum:
  *     MAX_INLINE = 64 * 1024             # <<<<<<<<<<<<<<
@@ -1846,6 +1879,31 @@ struct __pyx_obj_5rankd_6engine_7_packed_Packed {
 };
 
 
+/* "rankd/engine/_packed.pxd":91
+ * 
+ * 
+ * cdef class PackedReads:             # <<<<<<<<<<<<<<
+ *     cdef readonly bytes data           # the buffer the spans point into
+ *     cdef PackedRead *items
+*/
+struct __pyx_obj_5rankd_6engine_7_packed_PackedReads {
+  PyObject_HEAD
+  struct __pyx_vtabstruct_5rankd_6engine_7_packed_PackedReads *__pyx_vtab;
+  PyObject *data;
+  struct __pyx_t_5rankd_6engine_7_packed_PackedRead *items;
+  Py_ssize_t count;
+  Py_ssize_t capacity;
+};
+
+
+
+/* "rankd/engine/_packed.pxd":59
+ * 
+ * 
+ * cdef class Packed:             # <<<<<<<<<<<<<<
+ *     cdef readonly bytes data           # the buffer the spans point into
+ *     cdef PackedSubmission *items
+*/
 
 struct __pyx_vtabstruct_5rankd_6engine_7_packed_Packed {
   struct __pyx_t_5rankd_6engine_7_packed_PackedSubmission *(*add)(struct __pyx_obj_5rankd_6engine_7_packed_Packed *);
@@ -1853,6 +1911,21 @@ struct __pyx_vtabstruct_5rankd_6engine_7_packed_Packed {
   char const *(*chars)(struct __pyx_obj_5rankd_6engine_7_packed_Packed *, struct __pyx_t_5rankd_6engine_7_packed_Span *);
 };
 static struct __pyx_vtabstruct_5rankd_6engine_7_packed_Packed *__pyx_vtabptr_5rankd_6engine_7_packed_Packed;
+
+
+/* "rankd/engine/_packed.pxd":91
+ * 
+ * 
+ * cdef class PackedReads:             # <<<<<<<<<<<<<<
+ *     cdef readonly bytes data           # the buffer the spans point into
+ *     cdef PackedRead *items
+*/
+
+struct __pyx_vtabstruct_5rankd_6engine_7_packed_PackedReads {
+  struct __pyx_t_5rankd_6engine_7_packed_PackedRead *(*add)(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads *);
+  char const *(*chars)(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads *, struct __pyx_t_5rankd_6engine_7_packed_Span *);
+};
+static struct __pyx_vtabstruct_5rankd_6engine_7_packed_PackedReads *__pyx_vtabptr_5rankd_6engine_7_packed_PackedReads;
 /* #### Code section: utility_code_proto ### */
 
 /* --- Runtime support code (head) --- */
@@ -2728,8 +2801,6 @@ static int __Pyx_State_RemoveModule(void*);
 
 /* Module declarations from "cpython.unicode" */
 
-/* Module declarations from "libc.errno" */
-
 /* Module declarations from "libc.math" */
 
 /* Module declarations from "libc.stdint" */
@@ -2752,6 +2823,9 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
 static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(uint8_t const *, Py_ssize_t); /*proto*/
 static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8_t const *, Py_ssize_t); /*proto*/
 static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *, Py_ssize_t, double *); /*proto*/
+static int __pyx_f_5rankd_9frontends_4resp_8_scanner__underflows(uint8_t const *, Py_ssize_t); /*proto*/
+static int __pyx_f_5rankd_9frontends_4resp_8_scanner__read_kind(uint8_t const *, PY_LONG_LONG, Py_ssize_t *, Py_ssize_t *); /*proto*/
+static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close_reads(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads *, uint8_t const *, Py_ssize_t, Py_ssize_t, PyObject *); /*proto*/
 static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5rankd_6engine_7_packed_Packed *, uint8_t const *, Py_ssize_t, Py_ssize_t, PyObject *); /*proto*/
 static CYTHON_INLINE void __pyx_f_5rankd_9frontends_4resp_8_scanner__put(struct __pyx_t_5rankd_6engine_8_packing_Writer *, char const *, Py_ssize_t); /*proto*/
 static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5rankd_6engine_8_packing_Writer *, double, int); /*proto*/
@@ -2775,8 +2849,14 @@ static const char __pyx_k_zd[] = "$%zd\r\n";
 static const char __pyx_k_17g[] = "%.17g";
 static const char __pyx_k_ZADD[] = "ZADD";
 static const char __pyx_k_zd_2[] = "*%zd\r\n";
+static const char __pyx_k_ZRANK[] = "ZRANK";
+static const char __pyx_k_ZRANGE[] = "ZRANGE";
+static const char __pyx_k_ZSCORE[] = "ZSCORE";
 static const char __pyx_k_ZINCRBY[] = "ZINCRBY";
-static const char __pyx_k_Native_reading_of_RESP_requests[] = "Native reading of RESP requests, and the fast path of plain writes.\n\n:func:`scan` cuts a buffer into multibulk commands as\n``rankd.frontends.resp.protocol.RequestReader`` does (the same limits,\nchecked on each header before its bytes are awaited, and the same protocol\nerrors), without a Python object per header.  Each run of consecutive\n*plain* writes becomes one ``rankd.engine._packed.Packed`` (fields as spans\nof the bytes read), which the engine applies through its native ingest;\nevery other command comes out as a list of ``bytes``.  A plain write is\nexactly ``ZADD key score member`` or ``ZINCRBY key increment member`` (any\ncase) with ``key`` a board name (``[A-Za-z0-9_.:-]{1,64}``), ``member``\n1 to 256 printable ASCII bytes, and the number one that Redis\047s\n``getDoubleFromObject`` takes (C\047s ``strtod``, all of it, no leading blank,\nno overflow, not NaN) and finite.  Anything else takes the general path,\nwhich decides what it means; the tests compare both paths\047 replies with\nRedis\047s.  An inline request stops the scan: the Python reader takes it.\n\n:func:`encode_replies` writes the replies of a packed run, byte for byte\nwhat the general path writes for the same answers.\n";
+static const char __pyx_k_ZREVRANK[] = "ZREVRANK";
+static const char __pyx_k_ZREVRANGE[] = "ZREVRANGE";
+static const char __pyx_k_WITHSCORES[] = "WITHSCORES";
+static const char __pyx_k_Native_reading_of_RESP_requests[] = "Native reading of RESP requests, and the fast path of plain writes.\n\n:func:`scan` cuts a buffer into multibulk commands as\n``rankd.frontends.resp.protocol.RequestReader`` does (the same limits,\nchecked on each header before its bytes are awaited, and the same protocol\nerrors), without a Python object per header.  Each run of consecutive\n*plain* writes becomes one ``rankd.engine._packed.Packed`` (fields as spans\nof the bytes read), which the engine applies through its native ingest;\nevery other command comes out as a list of ``bytes``.  A plain write is\nexactly ``ZADD key score member`` or ``ZINCRBY key increment member`` (any\ncase) with ``key`` a board name (``[A-Za-z0-9_.:-]{1,64}``), ``member``\n1 to 256 printable ASCII bytes, and the number one that Redis\047s\n``getDoubleFromObject`` takes (C\047s ``strtod``, all of it, no leading blank,\nno overflow, not NaN) and finite.  Anything else takes the general path,\nwhich decides what it means; the tests compare both paths\047 replies with\nRedis\047s.  Likewise each run of consecutive *plain* reads becomes one\n``rankd.engine._packed.PackedReads``, which the engine answers natively\n(``rankd.engine._reads``): ``ZSCORE``/``ZRANK``/``ZREVRANK key member`` and\n``ZRANGE``/``ZREVRANGE key start stop [WITHSCORES]`` with a board name,\na member as above and indexes as ``string2ll`` reads them.  An inline\nrequest stops the scan: the Python reader takes it.\n\n:func:`encode_replies` writes the replies of a packed run, byte for byte\nwhat the general path writes for the same answers.\n";
 /* #### Code section: decls ### */
 static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_data, Py_ssize_t __pyx_v_start_at, Py_ssize_t __pyx_v_max_bulk, Py_ssize_t __pyx_v_max_words, int __pyx_v_pack); /* proto */
 static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTHON_UNUSED PyObject *__pyx_self, struct __pyx_obj_5rankd_6engine_7_packed_Packed *__pyx_v_packed, int __pyx_v_version, PyObject *__pyx_v_reply); /* proto */
@@ -2806,11 +2886,12 @@ namespace {
     PyObject *__pyx_empty_unicode;
     PyTypeObject *__pyx_ptype_7cpython_4type_type;
     PyTypeObject *__pyx_ptype_5rankd_6engine_7_packed_Packed;
+    PyTypeObject *__pyx_ptype_5rankd_6engine_7_packed_PackedReads;
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_items;
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_pop;
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_values;
     PyObject *__pyx_codeobj_tab[3];
-    PyObject *__pyx_string_tab[77];
+    PyObject *__pyx_string_tab[84];
     PyObject *__pyx_number_tab[1];
 /* #### Code section: module_state_contents ### */
 /* CommonTypesMetaclass.module_state_decls */
@@ -2891,47 +2972,54 @@ static __pyx_mstatetype * const __pyx_mstate_global = &__pyx_mstate_global_stati
 #define __pyx_n_u_entries __pyx_string_tab[33]
 #define __pyx_n_u_entry __pyx_string_tab[34]
 #define __pyx_n_u_error __pyx_string_tab[35]
-#define __pyx_n_u_head __pyx_string_tab[36]
-#define __pyx_n_u_header __pyx_string_tab[37]
-#define __pyx_n_u_i __pyx_string_tab[38]
-#define __pyx_n_u_item __pyx_string_tab[39]
-#define __pyx_n_u_items __pyx_string_tab[40]
-#define __pyx_n_u_length __pyx_string_tab[41]
-#define __pyx_n_u_line __pyx_string_tab[42]
-#define __pyx_n_u_max_bulk __pyx_string_tab[43]
-#define __pyx_n_u_max_words __pyx_string_tab[44]
-#define __pyx_n_u_nested __pyx_string_tab[45]
-#define __pyx_n_u_offset __pyx_string_tab[46]
-#define __pyx_n_u_offsets __pyx_string_tab[47]
-#define __pyx_n_u_pack __pyx_string_tab[48]
-#define __pyx_n_u_packed __pyx_string_tab[49]
-#define __pyx_n_u_pairs __pyx_string_tab[50]
-#define __pyx_n_u_pop __pyx_string_tab[51]
-#define __pyx_n_u_position __pyx_string_tab[52]
-#define __pyx_n_u_present __pyx_string_tab[53]
-#define __pyx_n_u_rankd_frontends_resp__scanner __pyx_string_tab[54]
-#define __pyx_n_u_reply __pyx_string_tab[55]
-#define __pyx_n_u_result __pyx_string_tab[56]
-#define __pyx_n_u_run __pyx_string_tab[57]
-#define __pyx_n_u_run_start __pyx_string_tab[58]
-#define __pyx_n_u_scan __pyx_string_tab[59]
-#define __pyx_n_u_setdefault __pyx_string_tab[60]
-#define __pyx_n_u_size __pyx_string_tab[61]
-#define __pyx_n_u_sizes __pyx_string_tab[62]
-#define __pyx_n_u_start __pyx_string_tab[63]
-#define __pyx_n_u_start_at __pyx_string_tab[64]
-#define __pyx_n_u_tag __pyx_string_tab[65]
-#define __pyx_n_u_value __pyx_string_tab[66]
-#define __pyx_n_u_values __pyx_string_tab[67]
-#define __pyx_n_u_version __pyx_string_tab[68]
-#define __pyx_n_u_view __pyx_string_tab[69]
-#define __pyx_n_u_w __pyx_string_tab[70]
-#define __pyx_n_u_withscores __pyx_string_tab[71]
-#define __pyx_n_u_words __pyx_string_tab[72]
-#define __pyx_kp_b__2 __pyx_string_tab[73]
-#define __pyx_kp_b_iso88591_a_XQ_XQgQ_E_avQ_1F_WAQ_wgQ_q_F __pyx_string_tab[74]
-#define __pyx_kp_b_iso88591_Cq_k_WD_1_XQ_XQgQ_xq_y_b_D_1_AQ __pyx_string_tab[75]
-#define __pyx_kp_b_iso88591_A_a_a_A_avQfA_t1_t1_1_ir_s_S_A __pyx_string_tab[76]
+#define __pyx_n_u_first_index __pyx_string_tab[36]
+#define __pyx_n_u_head __pyx_string_tab[37]
+#define __pyx_n_u_header __pyx_string_tab[38]
+#define __pyx_n_u_i __pyx_string_tab[39]
+#define __pyx_n_u_item __pyx_string_tab[40]
+#define __pyx_n_u_items __pyx_string_tab[41]
+#define __pyx_n_u_kind __pyx_string_tab[42]
+#define __pyx_n_u_last_index __pyx_string_tab[43]
+#define __pyx_n_u_length __pyx_string_tab[44]
+#define __pyx_n_u_line __pyx_string_tab[45]
+#define __pyx_n_u_max_bulk __pyx_string_tab[46]
+#define __pyx_n_u_max_words __pyx_string_tab[47]
+#define __pyx_n_u_nested __pyx_string_tab[48]
+#define __pyx_n_u_offset __pyx_string_tab[49]
+#define __pyx_n_u_offsets __pyx_string_tab[50]
+#define __pyx_n_u_pack __pyx_string_tab[51]
+#define __pyx_n_u_packed __pyx_string_tab[52]
+#define __pyx_n_u_pairs __pyx_string_tab[53]
+#define __pyx_n_u_pop __pyx_string_tab[54]
+#define __pyx_n_u_position __pyx_string_tab[55]
+#define __pyx_n_u_present __pyx_string_tab[56]
+#define __pyx_n_u_rankd_frontends_resp__scanner __pyx_string_tab[57]
+#define __pyx_n_u_read __pyx_string_tab[58]
+#define __pyx_n_u_read_ok __pyx_string_tab[59]
+#define __pyx_n_u_reads __pyx_string_tab[60]
+#define __pyx_n_u_reads_start __pyx_string_tab[61]
+#define __pyx_n_u_reply __pyx_string_tab[62]
+#define __pyx_n_u_result __pyx_string_tab[63]
+#define __pyx_n_u_run __pyx_string_tab[64]
+#define __pyx_n_u_run_start __pyx_string_tab[65]
+#define __pyx_n_u_scan __pyx_string_tab[66]
+#define __pyx_n_u_setdefault __pyx_string_tab[67]
+#define __pyx_n_u_size __pyx_string_tab[68]
+#define __pyx_n_u_sizes __pyx_string_tab[69]
+#define __pyx_n_u_start __pyx_string_tab[70]
+#define __pyx_n_u_start_at __pyx_string_tab[71]
+#define __pyx_n_u_tag __pyx_string_tab[72]
+#define __pyx_n_u_value __pyx_string_tab[73]
+#define __pyx_n_u_values __pyx_string_tab[74]
+#define __pyx_n_u_version __pyx_string_tab[75]
+#define __pyx_n_u_view __pyx_string_tab[76]
+#define __pyx_n_u_w __pyx_string_tab[77]
+#define __pyx_n_u_withscores __pyx_string_tab[78]
+#define __pyx_n_u_words __pyx_string_tab[79]
+#define __pyx_kp_b__2 __pyx_string_tab[80]
+#define __pyx_kp_b_iso88591_a_XQ_XQgQ_E_avQ_1F_WAQ_wgQ_q_F __pyx_string_tab[81]
+#define __pyx_kp_b_iso88591_Cq_k_WD_1_XQ_XQgQ_xq_y_b_D_1_AQ __pyx_string_tab[82]
+#define __pyx_kp_b_iso88591_A_a_a_Q_A_avQfA_t1_t1_1_ir_s_S __pyx_string_tab[83]
 #define __pyx_int_4294967295 __pyx_number_tab[0]
 /* #### Code section: module_state_clear ### */
 #if CYTHON_USE_MODULE_STATE
@@ -2949,11 +3037,12 @@ static CYTHON_SMALL_CODE int __pyx_m_clear(PyObject *m) {
   #endif
   Py_CLEAR(clear_module_state->__pyx_ptype_7cpython_4type_type);
   Py_CLEAR(clear_module_state->__pyx_ptype_5rankd_6engine_7_packed_Packed);
+  Py_CLEAR(clear_module_state->__pyx_ptype_5rankd_6engine_7_packed_PackedReads);
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_items.method);
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_pop.method);
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_values.method);
   for (int i=0; i<3; ++i) { Py_CLEAR(clear_module_state->__pyx_codeobj_tab[i]); }
-  for (int i=0; i<77; ++i) { Py_CLEAR(clear_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<84; ++i) { Py_CLEAR(clear_module_state->__pyx_string_tab[i]); }
   for (int i=0; i<1; ++i) { Py_CLEAR(clear_module_state->__pyx_number_tab[i]); }
 /* #### Code section: module_state_clear_contents ### */
 /* CommonTypesMetaclass.module_state_clear */
@@ -2979,11 +3068,12 @@ static CYTHON_SMALL_CODE int __pyx_m_traverse(PyObject *m, visitproc visit, void
   __Pyx_VISIT_CONST(traverse_module_state->__pyx_empty_unicode);
   Py_VISIT(traverse_module_state->__pyx_ptype_7cpython_4type_type);
   Py_VISIT(traverse_module_state->__pyx_ptype_5rankd_6engine_7_packed_Packed);
+  Py_VISIT(traverse_module_state->__pyx_ptype_5rankd_6engine_7_packed_PackedReads);
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_items.method);
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_pop.method);
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_values.method);
   for (int i=0; i<3; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_codeobj_tab[i]); }
-  for (int i=0; i<77; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<84; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_string_tab[i]); }
   for (int i=0; i<1; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_number_tab[i]); }
 /* #### Code section: module_state_traverse_contents ### */
 /* CommonTypesMetaclass.module_state_traverse */
@@ -5157,7 +5247,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_6engine_8_packing_put_str(struct __pyx_t
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":45
+/* "rankd/frontends/resp/_scanner.pyx":52
  * 
  * 
  * cdef inline Py_ssize_t _line_end(const uint8_t *buf, Py_ssize_t position, Py_ssize_t size             # <<<<<<<<<<<<<<
@@ -5174,7 +5264,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
   int __pyx_t_4;
   int __pyx_t_5;
 
-  /* "rankd/frontends/resp/_scanner.pyx":49
+  /* "rankd/frontends/resp/_scanner.pyx":56
  *     """Offset of the ``\\r\\n`` at or after ``position``, or -1."""
  *     cdef Py_ssize_t i
  *     for i in range(position, size - 1):             # <<<<<<<<<<<<<<
@@ -5188,7 +5278,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
   for (__pyx_t_3 = __pyx_v_position; __pyx_t_3 < __pyx_t_2; __pyx_t_3+=1) {
     __pyx_v_i = __pyx_t_3;
 
-    /* "rankd/frontends/resp/_scanner.pyx":50
+    /* "rankd/frontends/resp/_scanner.pyx":57
  *     cdef Py_ssize_t i
  *     for i in range(position, size - 1):
  *         if buf[i] == 13 and buf[i + 1] == 10:             # <<<<<<<<<<<<<<
@@ -5214,7 +5304,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
     if (__pyx_t_4) {
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":51
+      /* "rankd/frontends/resp/_scanner.pyx":58
  *     for i in range(position, size - 1):
  *         if buf[i] == 13 and buf[i + 1] == 10:
  *             return i             # <<<<<<<<<<<<<<
@@ -5227,7 +5317,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
       }
       goto __pyx_L0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":50
+      /* "rankd/frontends/resp/_scanner.pyx":57
  *     cdef Py_ssize_t i
  *     for i in range(position, size - 1):
  *         if buf[i] == 13 and buf[i + 1] == 10:             # <<<<<<<<<<<<<<
@@ -5238,7 +5328,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
   }
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":52
+  /* "rankd/frontends/resp/_scanner.pyx":59
  *         if buf[i] == 13 and buf[i + 1] == 10:
  *             return i
  *     return -1             # <<<<<<<<<<<<<<
@@ -5251,7 +5341,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
   }
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":45
+  /* "rankd/frontends/resp/_scanner.pyx":52
  * 
  * 
  * cdef inline Py_ssize_t _line_end(const uint8_t *buf, Py_ssize_t position, Py_ssize_t size             # <<<<<<<<<<<<<<
@@ -5266,7 +5356,7 @@ static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":55
+/* "rankd/frontends/resp/_scanner.pyx":62
  * 
  * 
  * cdef inline bint _length(const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,             # <<<<<<<<<<<<<<
@@ -5284,7 +5374,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   int __pyx_t_3;
   PY_LONG_LONG __pyx_t_4;
 
-  /* "rankd/frontends/resp/_scanner.pyx":59
+  /* "rankd/frontends/resp/_scanner.pyx":66
  *     """The integer in a header, as Redis's ``string2ll`` reads it (an
  *     optional '-', no '+', no leading zero); False if it is not one."""
  *     cdef long long value = 0             # <<<<<<<<<<<<<<
@@ -5293,7 +5383,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
   __pyx_v_value = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":60
+  /* "rankd/frontends/resp/_scanner.pyx":67
  *     optional '-', no '+', no leading zero); False if it is not one."""
  *     cdef long long value = 0
  *     cdef bint negative = False             # <<<<<<<<<<<<<<
@@ -5302,7 +5392,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
   __pyx_v_negative = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":61
+  /* "rankd/frontends/resp/_scanner.pyx":68
  *     cdef long long value = 0
  *     cdef bint negative = False
  *     cdef Py_ssize_t i = start             # <<<<<<<<<<<<<<
@@ -5311,7 +5401,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
   __pyx_v_i = __pyx_v_start;
 
-  /* "rankd/frontends/resp/_scanner.pyx":62
+  /* "rankd/frontends/resp/_scanner.pyx":69
  *     cdef bint negative = False
  *     cdef Py_ssize_t i = start
  *     if end - i == 1 and buf[i] == 48:             # <<<<<<<<<<<<<<
@@ -5337,7 +5427,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":63
+    /* "rankd/frontends/resp/_scanner.pyx":70
  *     cdef Py_ssize_t i = start
  *     if end - i == 1 and buf[i] == 48:
  *         out[0] = 0             # <<<<<<<<<<<<<<
@@ -5346,7 +5436,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
     (__pyx_v_out[0]) = 0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":64
+    /* "rankd/frontends/resp/_scanner.pyx":71
  *     if end - i == 1 and buf[i] == 48:
  *         out[0] = 0
  *         return True             # <<<<<<<<<<<<<<
@@ -5359,7 +5449,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":62
+    /* "rankd/frontends/resp/_scanner.pyx":69
  *     cdef bint negative = False
  *     cdef Py_ssize_t i = start
  *     if end - i == 1 and buf[i] == 48:             # <<<<<<<<<<<<<<
@@ -5368,7 +5458,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":65
+  /* "rankd/frontends/resp/_scanner.pyx":72
  *         out[0] = 0
  *         return True
  *     if i < end and buf[i] == 45:             # <<<<<<<<<<<<<<
@@ -5394,7 +5484,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":66
+    /* "rankd/frontends/resp/_scanner.pyx":73
  *         return True
  *     if i < end and buf[i] == 45:
  *         negative = True             # <<<<<<<<<<<<<<
@@ -5403,7 +5493,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
     __pyx_v_negative = 1;
 
-    /* "rankd/frontends/resp/_scanner.pyx":67
+    /* "rankd/frontends/resp/_scanner.pyx":74
  *     if i < end and buf[i] == 45:
  *         negative = True
  *         i += 1             # <<<<<<<<<<<<<<
@@ -5412,7 +5502,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
     __pyx_v_i = (__pyx_v_i + 1);
 
-    /* "rankd/frontends/resp/_scanner.pyx":65
+    /* "rankd/frontends/resp/_scanner.pyx":72
  *         out[0] = 0
  *         return True
  *     if i < end and buf[i] == 45:             # <<<<<<<<<<<<<<
@@ -5421,7 +5511,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":68
+  /* "rankd/frontends/resp/_scanner.pyx":75
  *         negative = True
  *         i += 1
  *     if i >= end or end - i > 18 or not 49 <= buf[i] <= 57:             # <<<<<<<<<<<<<<
@@ -5462,7 +5552,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":69
+    /* "rankd/frontends/resp/_scanner.pyx":76
  *         i += 1
  *     if i >= end or end - i > 18 or not 49 <= buf[i] <= 57:
  *         return False             # <<<<<<<<<<<<<<
@@ -5475,7 +5565,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":68
+    /* "rankd/frontends/resp/_scanner.pyx":75
  *         negative = True
  *         i += 1
  *     if i >= end or end - i > 18 or not 49 <= buf[i] <= 57:             # <<<<<<<<<<<<<<
@@ -5484,7 +5574,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":70
+  /* "rankd/frontends/resp/_scanner.pyx":77
  *     if i >= end or end - i > 18 or not 49 <= buf[i] <= 57:
  *         return False
  *     while i < end:             # <<<<<<<<<<<<<<
@@ -5497,7 +5587,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 
     if (!__pyx_t_1) break;
 
-    /* "rankd/frontends/resp/_scanner.pyx":71
+    /* "rankd/frontends/resp/_scanner.pyx":78
  *         return False
  *     while i < end:
  *         if not 48 <= buf[i] <= 57:             # <<<<<<<<<<<<<<
@@ -5514,7 +5604,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
     if (__pyx_t_3) {
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":72
+      /* "rankd/frontends/resp/_scanner.pyx":79
  *     while i < end:
  *         if not 48 <= buf[i] <= 57:
  *             return False             # <<<<<<<<<<<<<<
@@ -5527,7 +5617,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
       }
       goto __pyx_L0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":71
+      /* "rankd/frontends/resp/_scanner.pyx":78
  *         return False
  *     while i < end:
  *         if not 48 <= buf[i] <= 57:             # <<<<<<<<<<<<<<
@@ -5536,7 +5626,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
     }
 
-    /* "rankd/frontends/resp/_scanner.pyx":73
+    /* "rankd/frontends/resp/_scanner.pyx":80
  *         if not 48 <= buf[i] <= 57:
  *             return False
  *         value = value * 10 + (buf[i] - 48)             # <<<<<<<<<<<<<<
@@ -5545,7 +5635,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
 */
     __pyx_v_value = ((__pyx_v_value * 10) + ((__pyx_v_buf[__pyx_v_i]) - 48));
 
-    /* "rankd/frontends/resp/_scanner.pyx":74
+    /* "rankd/frontends/resp/_scanner.pyx":81
  *             return False
  *         value = value * 10 + (buf[i] - 48)
  *         i += 1             # <<<<<<<<<<<<<<
@@ -5555,7 +5645,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
     __pyx_v_i = (__pyx_v_i + 1);
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":75
+  /* "rankd/frontends/resp/_scanner.pyx":82
  *         value = value * 10 + (buf[i] - 48)
  *         i += 1
  *     out[0] = -value if negative else value             # <<<<<<<<<<<<<<
@@ -5572,7 +5662,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   (__pyx_v_out[0]) = __pyx_t_4;
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":76
+  /* "rankd/frontends/resp/_scanner.pyx":83
  *         i += 1
  *     out[0] = -value if negative else value
  *     return True             # <<<<<<<<<<<<<<
@@ -5585,7 +5675,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   }
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":55
+  /* "rankd/frontends/resp/_scanner.pyx":62
  * 
  * 
  * cdef inline bint _length(const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,             # <<<<<<<<<<<<<<
@@ -5602,7 +5692,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":79
+/* "rankd/frontends/resp/_scanner.pyx":86
  * 
  * 
  * cdef inline bint _name_is(const uint8_t *word, Py_ssize_t size, const char *upper,             # <<<<<<<<<<<<<<
@@ -5618,7 +5708,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
   Py_ssize_t __pyx_t_3;
   Py_ssize_t __pyx_t_4;
 
-  /* "rankd/frontends/resp/_scanner.pyx":82
+  /* "rankd/frontends/resp/_scanner.pyx":89
  *                           Py_ssize_t length) noexcept:
  *     cdef Py_ssize_t i
  *     if size != length:             # <<<<<<<<<<<<<<
@@ -5630,7 +5720,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":83
+    /* "rankd/frontends/resp/_scanner.pyx":90
  *     cdef Py_ssize_t i
  *     if size != length:
  *         return False             # <<<<<<<<<<<<<<
@@ -5643,7 +5733,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":82
+    /* "rankd/frontends/resp/_scanner.pyx":89
  *                           Py_ssize_t length) noexcept:
  *     cdef Py_ssize_t i
  *     if size != length:             # <<<<<<<<<<<<<<
@@ -5652,7 +5742,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":84
+  /* "rankd/frontends/resp/_scanner.pyx":91
  *     if size != length:
  *         return False
  *     for i in range(size):             # <<<<<<<<<<<<<<
@@ -5666,7 +5756,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
   for (__pyx_t_4 = 0; __pyx_t_4 < __pyx_t_3; __pyx_t_4+=1) {
     __pyx_v_i = __pyx_t_4;
 
-    /* "rankd/frontends/resp/_scanner.pyx":85
+    /* "rankd/frontends/resp/_scanner.pyx":92
  *         return False
  *     for i in range(size):
  *         if (word[i] & 0xDF) != <uint8_t>upper[i]:             # <<<<<<<<<<<<<<
@@ -5678,7 +5768,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
     if (__pyx_t_1) {
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":86
+      /* "rankd/frontends/resp/_scanner.pyx":93
  *     for i in range(size):
  *         if (word[i] & 0xDF) != <uint8_t>upper[i]:
  *             return False             # <<<<<<<<<<<<<<
@@ -5691,7 +5781,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
       }
       goto __pyx_L0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":85
+      /* "rankd/frontends/resp/_scanner.pyx":92
  *         return False
  *     for i in range(size):
  *         if (word[i] & 0xDF) != <uint8_t>upper[i]:             # <<<<<<<<<<<<<<
@@ -5702,7 +5792,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
   }
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":87
+  /* "rankd/frontends/resp/_scanner.pyx":94
  *         if (word[i] & 0xDF) != <uint8_t>upper[i]:
  *             return False
  *     return True             # <<<<<<<<<<<<<<
@@ -5715,7 +5805,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
   }
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":79
+  /* "rankd/frontends/resp/_scanner.pyx":86
  * 
  * 
  * cdef inline bint _name_is(const uint8_t *word, Py_ssize_t size, const char *upper,             # <<<<<<<<<<<<<<
@@ -5730,7 +5820,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is(uint
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":90
+/* "rankd/frontends/resp/_scanner.pyx":97
  * 
  * 
  * cdef inline bint _board_name(const uint8_t *word, Py_ssize_t size) noexcept:             # <<<<<<<<<<<<<<
@@ -5748,7 +5838,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   Py_ssize_t __pyx_t_4;
   Py_ssize_t __pyx_t_5;
 
-  /* "rankd/frontends/resp/_scanner.pyx":93
+  /* "rankd/frontends/resp/_scanner.pyx":100
  *     cdef Py_ssize_t i
  *     cdef uint8_t c
  *     if not 0 < size <= MAX_NAME:             # <<<<<<<<<<<<<<
@@ -5765,7 +5855,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   if (__pyx_t_2) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":94
+    /* "rankd/frontends/resp/_scanner.pyx":101
  *     cdef uint8_t c
  *     if not 0 < size <= MAX_NAME:
  *         return False             # <<<<<<<<<<<<<<
@@ -5778,7 +5868,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":93
+    /* "rankd/frontends/resp/_scanner.pyx":100
  *     cdef Py_ssize_t i
  *     cdef uint8_t c
  *     if not 0 < size <= MAX_NAME:             # <<<<<<<<<<<<<<
@@ -5787,7 +5877,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":95
+  /* "rankd/frontends/resp/_scanner.pyx":102
  *     if not 0 < size <= MAX_NAME:
  *         return False
  *     if size <= 2 and word[0] == 46 and (size == 1 or word[1] == 46):             # <<<<<<<<<<<<<<
@@ -5833,7 +5923,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   if (__pyx_t_2) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":96
+    /* "rankd/frontends/resp/_scanner.pyx":103
  *         return False
  *     if size <= 2 and word[0] == 46 and (size == 1 or word[1] == 46):
  *         return False  # "." and ".."             # <<<<<<<<<<<<<<
@@ -5846,7 +5936,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":95
+    /* "rankd/frontends/resp/_scanner.pyx":102
  *     if not 0 < size <= MAX_NAME:
  *         return False
  *     if size <= 2 and word[0] == 46 and (size == 1 or word[1] == 46):             # <<<<<<<<<<<<<<
@@ -5855,7 +5945,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":97
+  /* "rankd/frontends/resp/_scanner.pyx":104
  *     if size <= 2 and word[0] == 46 and (size == 1 or word[1] == 46):
  *         return False  # "." and ".."
  *     for i in range(size):             # <<<<<<<<<<<<<<
@@ -5869,7 +5959,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   for (__pyx_t_5 = 0; __pyx_t_5 < __pyx_t_4; __pyx_t_5+=1) {
     __pyx_v_i = __pyx_t_5;
 
-    /* "rankd/frontends/resp/_scanner.pyx":98
+    /* "rankd/frontends/resp/_scanner.pyx":105
  *         return False  # "." and ".."
  *     for i in range(size):
  *         c = word[i]             # <<<<<<<<<<<<<<
@@ -5878,7 +5968,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
 */
     __pyx_v_c = (__pyx_v_word[__pyx_v_i]);
 
-    /* "rankd/frontends/resp/_scanner.pyx":99
+    /* "rankd/frontends/resp/_scanner.pyx":106
  *     for i in range(size):
  *         c = word[i]
  *         if not (48 <= c <= 58 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46             # <<<<<<<<<<<<<<
@@ -5926,7 +6016,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
       case 46:
       case 45:
 
-      /* "rankd/frontends/resp/_scanner.pyx":100
+      /* "rankd/frontends/resp/_scanner.pyx":107
  *         c = word[i]
  *         if not (48 <= c <= 58 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46
  *                 or c == 45):             # <<<<<<<<<<<<<<
@@ -5935,7 +6025,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
 */
       __pyx_t_1 = 1;
 
-      /* "rankd/frontends/resp/_scanner.pyx":99
+      /* "rankd/frontends/resp/_scanner.pyx":106
  *     for i in range(size):
  *         c = word[i]
  *         if not (48 <= c <= 58 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46             # <<<<<<<<<<<<<<
@@ -5957,7 +6047,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
     if (__pyx_t_1) {
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":101
+      /* "rankd/frontends/resp/_scanner.pyx":108
  *         if not (48 <= c <= 58 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46
  *                 or c == 45):
  *             return False             # <<<<<<<<<<<<<<
@@ -5970,7 +6060,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
       }
       goto __pyx_L0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":99
+      /* "rankd/frontends/resp/_scanner.pyx":106
  *     for i in range(size):
  *         c = word[i]
  *         if not (48 <= c <= 58 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46             # <<<<<<<<<<<<<<
@@ -5981,7 +6071,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   }
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":102
+  /* "rankd/frontends/resp/_scanner.pyx":109
  *                 or c == 45):
  *             return False
  *     return True             # <<<<<<<<<<<<<<
@@ -5994,7 +6084,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   }
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":90
+  /* "rankd/frontends/resp/_scanner.pyx":97
  * 
  * 
  * cdef inline bint _board_name(const uint8_t *word, Py_ssize_t size) noexcept:             # <<<<<<<<<<<<<<
@@ -6010,7 +6100,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__board_name(u
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":105
+/* "rankd/frontends/resp/_scanner.pyx":112
  * 
  * 
  * cdef inline bint _member(const uint8_t *word, Py_ssize_t size) noexcept:             # <<<<<<<<<<<<<<
@@ -6027,7 +6117,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
   Py_ssize_t __pyx_t_4;
   Py_ssize_t __pyx_t_5;
 
-  /* "rankd/frontends/resp/_scanner.pyx":107
+  /* "rankd/frontends/resp/_scanner.pyx":114
  * cdef inline bint _member(const uint8_t *word, Py_ssize_t size) noexcept:
  *     cdef Py_ssize_t i
  *     if not 0 < size <= MAX_MEMBER:             # <<<<<<<<<<<<<<
@@ -6044,7 +6134,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
   if (__pyx_t_2) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":108
+    /* "rankd/frontends/resp/_scanner.pyx":115
  *     cdef Py_ssize_t i
  *     if not 0 < size <= MAX_MEMBER:
  *         return False             # <<<<<<<<<<<<<<
@@ -6057,7 +6147,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":107
+    /* "rankd/frontends/resp/_scanner.pyx":114
  * cdef inline bint _member(const uint8_t *word, Py_ssize_t size) noexcept:
  *     cdef Py_ssize_t i
  *     if not 0 < size <= MAX_MEMBER:             # <<<<<<<<<<<<<<
@@ -6066,7 +6156,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":109
+  /* "rankd/frontends/resp/_scanner.pyx":116
  *     if not 0 < size <= MAX_MEMBER:
  *         return False
  *     for i in range(size):             # <<<<<<<<<<<<<<
@@ -6080,7 +6170,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
   for (__pyx_t_5 = 0; __pyx_t_5 < __pyx_t_4; __pyx_t_5+=1) {
     __pyx_v_i = __pyx_t_5;
 
-    /* "rankd/frontends/resp/_scanner.pyx":110
+    /* "rankd/frontends/resp/_scanner.pyx":117
  *         return False
  *     for i in range(size):
  *         if not 0x20 <= word[i] <= 0x7e:             # <<<<<<<<<<<<<<
@@ -6097,7 +6187,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
     if (__pyx_t_1) {
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":111
+      /* "rankd/frontends/resp/_scanner.pyx":118
  *     for i in range(size):
  *         if not 0x20 <= word[i] <= 0x7e:
  *             return False             # <<<<<<<<<<<<<<
@@ -6110,7 +6200,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
       }
       goto __pyx_L0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":110
+      /* "rankd/frontends/resp/_scanner.pyx":117
  *         return False
  *     for i in range(size):
  *         if not 0x20 <= word[i] <= 0x7e:             # <<<<<<<<<<<<<<
@@ -6121,7 +6211,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
   }
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":112
+  /* "rankd/frontends/resp/_scanner.pyx":119
  *         if not 0x20 <= word[i] <= 0x7e:
  *             return False
  *     return True             # <<<<<<<<<<<<<<
@@ -6134,7 +6224,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
   }
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":105
+  /* "rankd/frontends/resp/_scanner.pyx":112
  * 
  * 
  * cdef inline bint _member(const uint8_t *word, Py_ssize_t size) noexcept:             # <<<<<<<<<<<<<<
@@ -6149,7 +6239,7 @@ static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__member(uint8
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":115
+/* "rankd/frontends/resp/_scanner.pyx":122
  * 
  * 
  * cdef bint _score(const uint8_t *word, Py_ssize_t size, double *out) noexcept:             # <<<<<<<<<<<<<<
@@ -6161,13 +6251,12 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
   char __pyx_v_text[(__pyx_e_5rankd_9frontends_4resp_8_scanner_MAX_NUMBER + 1)];
   char *__pyx_v_end;
   double __pyx_v_value;
-  long __pyx_v_errno;
   int __pyx_r;
   int __pyx_t_1;
   int __pyx_t_2;
   uint8_t __pyx_t_3;
 
-  /* "rankd/frontends/resp/_scanner.pyx":120
+  /* "rankd/frontends/resp/_scanner.pyx":127
  *     cdef char *end
  *     cdef double value
  *     if not 0 < size <= MAX_NUMBER:             # <<<<<<<<<<<<<<
@@ -6184,7 +6273,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
   if (__pyx_t_2) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":121
+    /* "rankd/frontends/resp/_scanner.pyx":128
  *     cdef double value
  *     if not 0 < size <= MAX_NUMBER:
  *         return False             # <<<<<<<<<<<<<<
@@ -6197,7 +6286,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":120
+    /* "rankd/frontends/resp/_scanner.pyx":127
  *     cdef char *end
  *     cdef double value
  *     if not 0 < size <= MAX_NUMBER:             # <<<<<<<<<<<<<<
@@ -6206,7 +6295,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":122
+  /* "rankd/frontends/resp/_scanner.pyx":129
  *     if not 0 < size <= MAX_NUMBER:
  *         return False
  *     if word[0] in (32, 9, 10, 11, 12, 13):             # <<<<<<<<<<<<<<
@@ -6277,7 +6366,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":123
+    /* "rankd/frontends/resp/_scanner.pyx":130
  *         return False
  *     if word[0] in (32, 9, 10, 11, 12, 13):
  *         return False             # <<<<<<<<<<<<<<
@@ -6290,7 +6379,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":122
+    /* "rankd/frontends/resp/_scanner.pyx":129
  *     if not 0 < size <= MAX_NUMBER:
  *         return False
  *     if word[0] in (32, 9, 10, 11, 12, 13):             # <<<<<<<<<<<<<<
@@ -6299,48 +6388,39 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":124
+  /* "rankd/frontends/resp/_scanner.pyx":131
  *     if word[0] in (32, 9, 10, 11, 12, 13):
  *         return False
  *     memcpy(text, word, size)             # <<<<<<<<<<<<<<
  *     text[size] = 0
- *     errno = 0
+ *     value = strtod(text, &end)
 */
   (void)(memcpy(__pyx_v_text, __pyx_v_word, __pyx_v_size));
 
-  /* "rankd/frontends/resp/_scanner.pyx":125
+  /* "rankd/frontends/resp/_scanner.pyx":132
  *         return False
  *     memcpy(text, word, size)
  *     text[size] = 0             # <<<<<<<<<<<<<<
- *     errno = 0
  *     value = strtod(text, &end)
+ *     if end - text != size or isnan(value) or not isfinite(value):
 */
   (__pyx_v_text[__pyx_v_size]) = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":126
+  /* "rankd/frontends/resp/_scanner.pyx":133
  *     memcpy(text, word, size)
  *     text[size] = 0
- *     errno = 0             # <<<<<<<<<<<<<<
- *     value = strtod(text, &end)
- *     if end - text != size or isnan(value) or not isfinite(value):
-*/
-  __pyx_v_errno = 0;
-
-  /* "rankd/frontends/resp/_scanner.pyx":127
- *     text[size] = 0
- *     errno = 0
  *     value = strtod(text, &end)             # <<<<<<<<<<<<<<
  *     if end - text != size or isnan(value) or not isfinite(value):
- *         return False
+ *         return False  # overflow gives infinity: refused here too
 */
   __pyx_v_value = strtod(__pyx_v_text, (&__pyx_v_end));
 
-  /* "rankd/frontends/resp/_scanner.pyx":128
- *     errno = 0
+  /* "rankd/frontends/resp/_scanner.pyx":134
+ *     text[size] = 0
  *     value = strtod(text, &end)
  *     if end - text != size or isnan(value) or not isfinite(value):             # <<<<<<<<<<<<<<
- *         return False
- *     if errno == ERANGE and (value == HUGE_VAL or value == -HUGE_VAL or value == 0):
+ *         return False  # overflow gives infinity: refused here too
+ *     if value == 0 and _underflows(word, size):
 */
   __pyx_t_2 = ((__pyx_v_end - __pyx_v_text) != __pyx_v_size);
 
@@ -6371,11 +6451,11 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":129
+    /* "rankd/frontends/resp/_scanner.pyx":135
  *     value = strtod(text, &end)
  *     if end - text != size or isnan(value) or not isfinite(value):
- *         return False             # <<<<<<<<<<<<<<
- *     if errno == ERANGE and (value == HUGE_VAL or value == -HUGE_VAL or value == 0):
+ *         return False  # overflow gives infinity: refused here too             # <<<<<<<<<<<<<<
+ *     if value == 0 and _underflows(word, size):
  *         return False
 */
     {
@@ -6384,23 +6464,23 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":128
- *     errno = 0
+    /* "rankd/frontends/resp/_scanner.pyx":134
+ *     text[size] = 0
  *     value = strtod(text, &end)
  *     if end - text != size or isnan(value) or not isfinite(value):             # <<<<<<<<<<<<<<
- *         return False
- *     if errno == ERANGE and (value == HUGE_VAL or value == -HUGE_VAL or value == 0):
+ *         return False  # overflow gives infinity: refused here too
+ *     if value == 0 and _underflows(word, size):
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":130
+  /* "rankd/frontends/resp/_scanner.pyx":136
  *     if end - text != size or isnan(value) or not isfinite(value):
- *         return False
- *     if errno == ERANGE and (value == HUGE_VAL or value == -HUGE_VAL or value == 0):             # <<<<<<<<<<<<<<
+ *         return False  # overflow gives infinity: refused here too
+ *     if value == 0 and _underflows(word, size):             # <<<<<<<<<<<<<<
  *         return False
  *     out[0] = value
 */
-  __pyx_t_2 = (__pyx_v_errno == ERANGE);
+  __pyx_t_2 = (__pyx_v_value == 0.0);
 
   if (__pyx_t_2) {
 
@@ -6410,27 +6490,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 
     goto __pyx_L16_bool_binop_done;
   }
-  __pyx_t_2 = (__pyx_v_value == HUGE_VAL);
-
-  if (!__pyx_t_2) {
-
-  } else {
-
-    __pyx_t_1 = __pyx_t_2;
-
-    goto __pyx_L16_bool_binop_done;
-  }
-  __pyx_t_2 = (__pyx_v_value == (-HUGE_VAL));
-
-  if (!__pyx_t_2) {
-
-  } else {
-
-    __pyx_t_1 = __pyx_t_2;
-
-    goto __pyx_L16_bool_binop_done;
-  }
-  __pyx_t_2 = (__pyx_v_value == 0.0);
+  __pyx_t_2 = __pyx_f_5rankd_9frontends_4resp_8_scanner__underflows(__pyx_v_word, __pyx_v_size);
 
 
   __pyx_t_1 = __pyx_t_2;
@@ -6439,9 +6499,9 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":131
- *         return False
- *     if errno == ERANGE and (value == HUGE_VAL or value == -HUGE_VAL or value == 0):
+    /* "rankd/frontends/resp/_scanner.pyx":137
+ *         return False  # overflow gives infinity: refused here too
+ *     if value == 0 and _underflows(word, size):
  *         return False             # <<<<<<<<<<<<<<
  *     out[0] = value
  *     return True
@@ -6452,17 +6512,17 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
     }
     goto __pyx_L0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":130
+    /* "rankd/frontends/resp/_scanner.pyx":136
  *     if end - text != size or isnan(value) or not isfinite(value):
- *         return False
- *     if errno == ERANGE and (value == HUGE_VAL or value == -HUGE_VAL or value == 0):             # <<<<<<<<<<<<<<
+ *         return False  # overflow gives infinity: refused here too
+ *     if value == 0 and _underflows(word, size):             # <<<<<<<<<<<<<<
  *         return False
  *     out[0] = value
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":132
- *     if errno == ERANGE and (value == HUGE_VAL or value == -HUGE_VAL or value == 0):
+  /* "rankd/frontends/resp/_scanner.pyx":138
+ *     if value == 0 and _underflows(word, size):
  *         return False
  *     out[0] = value             # <<<<<<<<<<<<<<
  *     return True
@@ -6470,7 +6530,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 */
   (__pyx_v_out[0]) = __pyx_v_value;
 
-  /* "rankd/frontends/resp/_scanner.pyx":133
+  /* "rankd/frontends/resp/_scanner.pyx":139
  *         return False
  *     out[0] = value
  *     return True             # <<<<<<<<<<<<<<
@@ -6483,7 +6543,7 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
   }
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":115
+  /* "rankd/frontends/resp/_scanner.pyx":122
  * 
  * 
  * cdef bint _score(const uint8_t *word, Py_ssize_t size, double *out) noexcept:             # <<<<<<<<<<<<<<
@@ -6497,11 +6557,297 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__score(uint8_t const *__pyx
 
 
 
+  return __pyx_r;
+}
+
+/* "rankd/frontends/resp/_scanner.pyx":142
+ * 
+ * 
+ * cdef bint _underflows(const uint8_t *word, Py_ssize_t size) noexcept:             # <<<<<<<<<<<<<<
+ *     """Whether a number ``strtod`` read as 0 has a non-zero digit before
+ *     its exponent (it underflowed: Redis refuses it, as ERANGE)."""
+*/
+
+static int __pyx_f_5rankd_9frontends_4resp_8_scanner__underflows(uint8_t const *__pyx_v_word, Py_ssize_t __pyx_v_size) {
+  Py_ssize_t __pyx_v_i;
+  int __pyx_v_hexadecimal;
+  uint8_t __pyx_v_c;
+  int __pyx_r;
+  int __pyx_t_1;
+  int __pyx_t_2;
+  long __pyx_t_3;
+
+  /* "rankd/frontends/resp/_scanner.pyx":145
+ *     """Whether a number ``strtod`` read as 0 has a non-zero digit before
+ *     its exponent (it underflowed: Redis refuses it, as ERANGE)."""
+ *     cdef Py_ssize_t i = 0             # <<<<<<<<<<<<<<
+ *     cdef bint hexadecimal
+ *     cdef uint8_t c
+*/
+  __pyx_v_i = 0;
+
+  /* "rankd/frontends/resp/_scanner.pyx":148
+ *     cdef bint hexadecimal
+ *     cdef uint8_t c
+ *     if i < size and (word[i] == 43 or word[i] == 45):             # <<<<<<<<<<<<<<
+ *         i += 1
+ *     hexadecimal = i + 1 < size and word[i] == 48 and (word[i + 1] | 0x20) == 120
+*/
+  __pyx_t_2 = (__pyx_v_i < __pyx_v_size);
+
+  if (__pyx_t_2) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_2;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+  __pyx_t_2 = ((__pyx_v_word[__pyx_v_i]) == 43);
+
+  if (!__pyx_t_2) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_2;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+  __pyx_t_2 = ((__pyx_v_word[__pyx_v_i]) == 45);
+
+
+  __pyx_t_1 = __pyx_t_2;
+
+  __pyx_L4_bool_binop_done:;
+  if (__pyx_t_1) {
+
+
+    /* "rankd/frontends/resp/_scanner.pyx":149
+ *     cdef uint8_t c
+ *     if i < size and (word[i] == 43 or word[i] == 45):
+ *         i += 1             # <<<<<<<<<<<<<<
+ *     hexadecimal = i + 1 < size and word[i] == 48 and (word[i + 1] | 0x20) == 120
+ *     if hexadecimal:
+*/
+    __pyx_v_i = (__pyx_v_i + 1);
+
+    /* "rankd/frontends/resp/_scanner.pyx":148
+ *     cdef bint hexadecimal
+ *     cdef uint8_t c
+ *     if i < size and (word[i] == 43 or word[i] == 45):             # <<<<<<<<<<<<<<
+ *         i += 1
+ *     hexadecimal = i + 1 < size and word[i] == 48 and (word[i + 1] | 0x20) == 120
+*/
+  }
+
+  /* "rankd/frontends/resp/_scanner.pyx":150
+ *     if i < size and (word[i] == 43 or word[i] == 45):
+ *         i += 1
+ *     hexadecimal = i + 1 < size and word[i] == 48 and (word[i + 1] | 0x20) == 120             # <<<<<<<<<<<<<<
+ *     if hexadecimal:
+ *         i += 2
+*/
+  __pyx_t_2 = ((__pyx_v_i + 1) < __pyx_v_size);
+
+  if (__pyx_t_2) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_2;
+
+    goto __pyx_L7_bool_binop_done;
+  }
+  __pyx_t_2 = ((__pyx_v_word[__pyx_v_i]) == 48);
+
+  if (__pyx_t_2) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_2;
+
+    goto __pyx_L7_bool_binop_done;
+  }
+  __pyx_t_2 = (((__pyx_v_word[(__pyx_v_i + 1)]) | 0x20) == 0x78);
+
+
+  __pyx_t_1 = __pyx_t_2;
+
+  __pyx_L7_bool_binop_done:;
+  __pyx_v_hexadecimal = __pyx_t_1;
+
+  /* "rankd/frontends/resp/_scanner.pyx":151
+ *         i += 1
+ *     hexadecimal = i + 1 < size and word[i] == 48 and (word[i + 1] | 0x20) == 120
+ *     if hexadecimal:             # <<<<<<<<<<<<<<
+ *         i += 2
+ *     while i < size:
+*/
+  if (__pyx_v_hexadecimal) {
+
+    /* "rankd/frontends/resp/_scanner.pyx":152
+ *     hexadecimal = i + 1 < size and word[i] == 48 and (word[i + 1] | 0x20) == 120
+ *     if hexadecimal:
+ *         i += 2             # <<<<<<<<<<<<<<
+ *     while i < size:
+ *         c = word[i]
+*/
+    __pyx_v_i = (__pyx_v_i + 2);
+
+    /* "rankd/frontends/resp/_scanner.pyx":151
+ *         i += 1
+ *     hexadecimal = i + 1 < size and word[i] == 48 and (word[i + 1] | 0x20) == 120
+ *     if hexadecimal:             # <<<<<<<<<<<<<<
+ *         i += 2
+ *     while i < size:
+*/
+  }
+
+  /* "rankd/frontends/resp/_scanner.pyx":153
+ *     if hexadecimal:
+ *         i += 2
+ *     while i < size:             # <<<<<<<<<<<<<<
+ *         c = word[i]
+ *         if (c | 0x20) == (112 if hexadecimal else 101):  # the exponent: p, or e
+*/
+  while (1) {
+    __pyx_t_1 = (__pyx_v_i < __pyx_v_size);
+
+
+    if (!__pyx_t_1) break;
+
+    /* "rankd/frontends/resp/_scanner.pyx":154
+ *         i += 2
+ *     while i < size:
+ *         c = word[i]             # <<<<<<<<<<<<<<
+ *         if (c | 0x20) == (112 if hexadecimal else 101):  # the exponent: p, or e
+ *             return False
+*/
+    __pyx_v_c = (__pyx_v_word[__pyx_v_i]);
+
+    /* "rankd/frontends/resp/_scanner.pyx":155
+ *     while i < size:
+ *         c = word[i]
+ *         if (c | 0x20) == (112 if hexadecimal else 101):  # the exponent: p, or e             # <<<<<<<<<<<<<<
+ *             return False
+ *         if c != 48 and c != 46:
+*/
+    if (__pyx_v_hexadecimal) {
+
+      __pyx_t_3 = 0x70;
+    } else {
+
+      __pyx_t_3 = 0x65;
+    }
+    __pyx_t_1 = ((__pyx_v_c | 0x20) == __pyx_t_3);
+
+
+    if (__pyx_t_1) {
+
+
+      /* "rankd/frontends/resp/_scanner.pyx":156
+ *         c = word[i]
+ *         if (c | 0x20) == (112 if hexadecimal else 101):  # the exponent: p, or e
+ *             return False             # <<<<<<<<<<<<<<
+ *         if c != 48 and c != 46:
+ *             return True
+*/
+      {
+
+        __pyx_r = 0;
+      }
+      goto __pyx_L0;
+
+      /* "rankd/frontends/resp/_scanner.pyx":155
+ *     while i < size:
+ *         c = word[i]
+ *         if (c | 0x20) == (112 if hexadecimal else 101):  # the exponent: p, or e             # <<<<<<<<<<<<<<
+ *             return False
+ *         if c != 48 and c != 46:
+*/
+    }
+
+    /* "rankd/frontends/resp/_scanner.pyx":157
+ *         if (c | 0x20) == (112 if hexadecimal else 101):  # the exponent: p, or e
+ *             return False
+ *         if c != 48 and c != 46:             # <<<<<<<<<<<<<<
+ *             return True
+ *         i += 1
+*/
+    switch (__pyx_v_c) {
+      case 48:
+      case 46:
+      __pyx_t_1 = 0;
+      break;
+      default:
+      __pyx_t_1 = 1;
+      break;
+    }
+    if (__pyx_t_1) {
+
+
+      /* "rankd/frontends/resp/_scanner.pyx":158
+ *             return False
+ *         if c != 48 and c != 46:
+ *             return True             # <<<<<<<<<<<<<<
+ *         i += 1
+ *     return False
+*/
+      {
+
+        __pyx_r = 1;
+      }
+      goto __pyx_L0;
+
+      /* "rankd/frontends/resp/_scanner.pyx":157
+ *         if (c | 0x20) == (112 if hexadecimal else 101):  # the exponent: p, or e
+ *             return False
+ *         if c != 48 and c != 46:             # <<<<<<<<<<<<<<
+ *             return True
+ *         i += 1
+*/
+    }
+
+    /* "rankd/frontends/resp/_scanner.pyx":159
+ *         if c != 48 and c != 46:
+ *             return True
+ *         i += 1             # <<<<<<<<<<<<<<
+ *     return False
+ * 
+*/
+    __pyx_v_i = (__pyx_v_i + 1);
+  }
+
+  /* "rankd/frontends/resp/_scanner.pyx":160
+ *             return True
+ *         i += 1
+ *     return False             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  {
+
+    __pyx_r = 0;
+  }
+  goto __pyx_L0;
+
+  /* "rankd/frontends/resp/_scanner.pyx":142
+ * 
+ * 
+ * cdef bint _underflows(const uint8_t *word, Py_ssize_t size) noexcept:             # <<<<<<<<<<<<<<
+ *     """Whether a number ``strtod`` read as 0 has a non-zero digit before
+ *     its exponent (it underflowed: Redis refuses it, as ERANGE)."""
+*/
+
+  /* function exit code */
+  __pyx_L0:;
+
+
+
 
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":136
+/* "rankd/frontends/resp/_scanner.pyx":163
  * 
  * 
  * def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, bint pack):             # <<<<<<<<<<<<<<
@@ -6553,60 +6899,60 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_data,&__pyx_mstate_global->__pyx_n_u_start_at,&__pyx_mstate_global->__pyx_n_u_max_bulk,&__pyx_mstate_global->__pyx_n_u_max_words,&__pyx_mstate_global->__pyx_n_u_pack,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 136, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 163, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  5:
         values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 136, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 163, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  4:
         values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 136, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 163, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  3:
         values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 136, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 163, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 136, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 163, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 136, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 163, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "scan", 0) < (0)) __PYX_ERR(0, 136, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "scan", 0) < (0)) __PYX_ERR(0, 163, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 5; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("scan", 1, 5, 5, i); __PYX_ERR(0, 136, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("scan", 1, 5, 5, i); __PYX_ERR(0, 163, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 5)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 136, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 163, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 136, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 163, __pyx_L3_error)
       values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 136, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 163, __pyx_L3_error)
       values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 136, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 163, __pyx_L3_error)
       values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 136, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 163, __pyx_L3_error)
     }
     __pyx_v_data = values[0];
-    __pyx_v_start_at = __Pyx_PyIndex_AsSsize_t(values[1]); if (unlikely((__pyx_v_start_at == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 136, __pyx_L3_error)
-    __pyx_v_max_bulk = __Pyx_PyIndex_AsSsize_t(values[2]); if (unlikely((__pyx_v_max_bulk == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 136, __pyx_L3_error)
-    __pyx_v_max_words = __Pyx_PyIndex_AsSsize_t(values[3]); if (unlikely((__pyx_v_max_words == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 136, __pyx_L3_error)
-    __pyx_v_pack = __Pyx_PyObject_IsTrue(values[4]); if (unlikely((__pyx_v_pack == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 136, __pyx_L3_error)
+    __pyx_v_start_at = __Pyx_PyIndex_AsSsize_t(values[1]); if (unlikely((__pyx_v_start_at == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 163, __pyx_L3_error)
+    __pyx_v_max_bulk = __Pyx_PyIndex_AsSsize_t(values[2]); if (unlikely((__pyx_v_max_bulk == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 163, __pyx_L3_error)
+    __pyx_v_max_words = __Pyx_PyIndex_AsSsize_t(values[3]); if (unlikely((__pyx_v_max_words == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 163, __pyx_L3_error)
+    __pyx_v_pack = __Pyx_PyObject_IsTrue(values[4]); if (unlikely((__pyx_v_pack == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 163, __pyx_L3_error)
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("scan", 1, 5, 5, __pyx_nargs); __PYX_ERR(0, 136, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("scan", 1, 5, 5, __pyx_nargs); __PYX_ERR(0, 163, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -6646,12 +6992,19 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
   struct __pyx_t_5rankd_6engine_7_packed_PackedSubmission *__pyx_v_item;
   PyObject *__pyx_v_items = 0;
   PyObject *__pyx_v_words = 0;
-  Py_ssize_t __pyx_v_offsets[4];
-  Py_ssize_t __pyx_v_sizes[4];
+  Py_ssize_t __pyx_v_offsets[5];
+  Py_ssize_t __pyx_v_sizes[5];
+  struct __pyx_obj_5rankd_6engine_7_packed_PackedReads *__pyx_v_reads = 0;
+  Py_ssize_t __pyx_v_reads_start;
+  struct __pyx_t_5rankd_6engine_7_packed_PackedRead *__pyx_v_read;
+  PY_LONG_LONG __pyx_v_first_index;
+  PY_LONG_LONG __pyx_v_last_index;
+  int __pyx_v_kind;
   double __pyx_v_value;
   int __pyx_v_complete;
   int __pyx_v_tag;
   PyObject *__pyx_v_error = NULL;
+  int __pyx_v_read_ok;
   PyObject *__pyx_r = NULL;
   __Pyx_RefNannyDeclarations
   PyObject *__pyx_t_1 = NULL;
@@ -6667,21 +7020,22 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
   size_t __pyx_t_11;
   struct __pyx_t_5rankd_6engine_7_packed_PackedSubmission *__pyx_t_12;
   struct __pyx_t_5rankd_6engine_7_packed_Span __pyx_t_13;
-  int __pyx_t_14;
+  struct __pyx_t_5rankd_6engine_7_packed_PackedRead *__pyx_t_14;
   int __pyx_t_15;
-  char const *__pyx_t_16;
-  PyObject *__pyx_t_17 = NULL;
+  int __pyx_t_16;
+  char const *__pyx_t_17;
   PyObject *__pyx_t_18 = NULL;
   PyObject *__pyx_t_19 = NULL;
   PyObject *__pyx_t_20 = NULL;
   PyObject *__pyx_t_21 = NULL;
   PyObject *__pyx_t_22 = NULL;
+  PyObject *__pyx_t_23 = NULL;
   int __pyx_lineno = 0;
   const char *__pyx_filename = NULL;
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("scan", 0);
 
-  /* "rankd/frontends/resp/_scanner.pyx":149
+  /* "rankd/frontends/resp/_scanner.pyx":176
  *     cdef Py_buffer view
  *     cdef const uint8_t *buf
  *     cdef Py_ssize_t size, position = 0, start, line, run_start = 0, i             # <<<<<<<<<<<<<<
@@ -6691,7 +7045,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
   __pyx_v_position = 0;
   __pyx_v_run_start = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":151
+  /* "rankd/frontends/resp/_scanner.pyx":178
  *     cdef Py_ssize_t size, position = 0, start, line, run_start = 0, i
  *     cdef long long count, length
  *     cdef Packed run = None             # <<<<<<<<<<<<<<
@@ -6701,19 +7055,38 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
   __Pyx_INCREF(Py_None);
   __pyx_v_run = ((struct __pyx_obj_5rankd_6engine_7_packed_Packed *)Py_None);
 
-  /* "rankd/frontends/resp/_scanner.pyx":153
+  /* "rankd/frontends/resp/_scanner.pyx":180
  *     cdef Packed run = None
  *     cdef PackedSubmission *item
  *     cdef list items = []             # <<<<<<<<<<<<<<
  *     cdef list words
- *     cdef Py_ssize_t offsets[4]
+ *     cdef Py_ssize_t offsets[5]
 */
-  __pyx_t_1 = PyList_New(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 153, __pyx_L1_error)
+  __pyx_t_1 = PyList_New(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 180, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __pyx_v_items = ((PyObject*)__pyx_t_1);
   __pyx_t_1 = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":160
+  /* "rankd/frontends/resp/_scanner.pyx":184
+ *     cdef Py_ssize_t offsets[5]
+ *     cdef Py_ssize_t sizes[5]
+ *     cdef PackedReads reads = None             # <<<<<<<<<<<<<<
+ *     cdef Py_ssize_t reads_start = 0
+ *     cdef PackedRead *read
+*/
+  __Pyx_INCREF(Py_None);
+  __pyx_v_reads = ((struct __pyx_obj_5rankd_6engine_7_packed_PackedReads *)Py_None);
+
+  /* "rankd/frontends/resp/_scanner.pyx":185
+ *     cdef Py_ssize_t sizes[5]
+ *     cdef PackedReads reads = None
+ *     cdef Py_ssize_t reads_start = 0             # <<<<<<<<<<<<<<
+ *     cdef PackedRead *read
+ *     cdef long long first_index, last_index
+*/
+  __pyx_v_reads_start = 0;
+
+  /* "rankd/frontends/resp/_scanner.pyx":192
  *     cdef bint complete
  *     cdef int tag
  *     error = None             # <<<<<<<<<<<<<<
@@ -6723,17 +7096,17 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
   __Pyx_INCREF(Py_None);
   __pyx_v_error = ((PyObject*)Py_None);
 
-  /* "rankd/frontends/resp/_scanner.pyx":161
+  /* "rankd/frontends/resp/_scanner.pyx":193
  *     cdef int tag
  *     error = None
  *     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)             # <<<<<<<<<<<<<<
  *     try:
  *         buf = <const uint8_t *>view.buf
 */
-  __pyx_t_2 = PyObject_GetBuffer(__pyx_v_data, (&__pyx_v_view), PyBUF_SIMPLE); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(0, 161, __pyx_L1_error)
+  __pyx_t_2 = PyObject_GetBuffer(__pyx_v_data, (&__pyx_v_view), PyBUF_SIMPLE); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(0, 193, __pyx_L1_error)
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":162
+  /* "rankd/frontends/resp/_scanner.pyx":194
  *     error = None
  *     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
  *     try:             # <<<<<<<<<<<<<<
@@ -6742,7 +7115,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
   /*try:*/ {
 
-    /* "rankd/frontends/resp/_scanner.pyx":163
+    /* "rankd/frontends/resp/_scanner.pyx":195
  *     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
  *     try:
  *         buf = <const uint8_t *>view.buf             # <<<<<<<<<<<<<<
@@ -6751,7 +7124,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
     __pyx_v_buf = ((uint8_t const *)__pyx_v_view.buf);
 
-    /* "rankd/frontends/resp/_scanner.pyx":164
+    /* "rankd/frontends/resp/_scanner.pyx":196
  *     try:
  *         buf = <const uint8_t *>view.buf
  *         size = view.len             # <<<<<<<<<<<<<<
@@ -6762,7 +7135,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 
     __pyx_v_size = __pyx_t_3;
 
-    /* "rankd/frontends/resp/_scanner.pyx":165
+    /* "rankd/frontends/resp/_scanner.pyx":197
  *         buf = <const uint8_t *>view.buf
  *         size = view.len
  *         position = start_at             # <<<<<<<<<<<<<<
@@ -6771,7 +7144,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
     __pyx_v_position = __pyx_v_start_at;
 
-    /* "rankd/frontends/resp/_scanner.pyx":166
+    /* "rankd/frontends/resp/_scanner.pyx":198
  *         size = view.len
  *         position = start_at
  *         while position < size:             # <<<<<<<<<<<<<<
@@ -6784,7 +7157,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 
       if (!__pyx_t_4) break;
 
-      /* "rankd/frontends/resp/_scanner.pyx":167
+      /* "rankd/frontends/resp/_scanner.pyx":199
  *         position = start_at
  *         while position < size:
  *             if buf[position] != 42:  # not '*': an inline request             # <<<<<<<<<<<<<<
@@ -6796,7 +7169,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":168
+        /* "rankd/frontends/resp/_scanner.pyx":200
  *         while position < size:
  *             if buf[position] != 42:  # not '*': an inline request
  *                 break             # <<<<<<<<<<<<<<
@@ -6805,7 +7178,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         goto __pyx_L7_break;
 
-        /* "rankd/frontends/resp/_scanner.pyx":167
+        /* "rankd/frontends/resp/_scanner.pyx":199
  *         position = start_at
  *         while position < size:
  *             if buf[position] != 42:  # not '*': an inline request             # <<<<<<<<<<<<<<
@@ -6814,7 +7187,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":169
+      /* "rankd/frontends/resp/_scanner.pyx":201
  *             if buf[position] != 42:  # not '*': an inline request
  *                 break
  *             start = position             # <<<<<<<<<<<<<<
@@ -6823,7 +7196,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_start = __pyx_v_position;
 
-      /* "rankd/frontends/resp/_scanner.pyx":170
+      /* "rankd/frontends/resp/_scanner.pyx":202
  *                 break
  *             start = position
  *             line = _line_end(buf, position, size)             # <<<<<<<<<<<<<<
@@ -6832,7 +7205,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_line = __pyx_f_5rankd_9frontends_4resp_8_scanner__line_end(__pyx_v_buf, __pyx_v_position, __pyx_v_size);
 
-      /* "rankd/frontends/resp/_scanner.pyx":171
+      /* "rankd/frontends/resp/_scanner.pyx":203
  *             start = position
  *             line = _line_end(buf, position, size)
  *             if line < 0:             # <<<<<<<<<<<<<<
@@ -6844,7 +7217,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":172
+        /* "rankd/frontends/resp/_scanner.pyx":204
  *             line = _line_end(buf, position, size)
  *             if line < 0:
  *                 if size - position > MAX_INLINE:             # <<<<<<<<<<<<<<
@@ -6856,7 +7229,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":173
+          /* "rankd/frontends/resp/_scanner.pyx":205
  *             if line < 0:
  *                 if size - position > MAX_INLINE:
  *                     error = "too big multibulk count string"             # <<<<<<<<<<<<<<
@@ -6866,7 +7239,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __Pyx_INCREF(__pyx_mstate_global->__pyx_kp_u_too_big_multibulk_count_string);
           __Pyx_DECREF_SET(__pyx_v_error, __pyx_mstate_global->__pyx_kp_u_too_big_multibulk_count_string);
 
-          /* "rankd/frontends/resp/_scanner.pyx":172
+          /* "rankd/frontends/resp/_scanner.pyx":204
  *             line = _line_end(buf, position, size)
  *             if line < 0:
  *                 if size - position > MAX_INLINE:             # <<<<<<<<<<<<<<
@@ -6875,7 +7248,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":174
+        /* "rankd/frontends/resp/_scanner.pyx":206
  *                 if size - position > MAX_INLINE:
  *                     error = "too big multibulk count string"
  *                 break             # <<<<<<<<<<<<<<
@@ -6884,7 +7257,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         goto __pyx_L7_break;
 
-        /* "rankd/frontends/resp/_scanner.pyx":171
+        /* "rankd/frontends/resp/_scanner.pyx":203
  *             start = position
  *             line = _line_end(buf, position, size)
  *             if line < 0:             # <<<<<<<<<<<<<<
@@ -6893,7 +7266,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":175
+      /* "rankd/frontends/resp/_scanner.pyx":207
  *                     error = "too big multibulk count string"
  *                 break
  *             if not _length(buf, position + 1, line, &count):             # <<<<<<<<<<<<<<
@@ -6905,7 +7278,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":176
+        /* "rankd/frontends/resp/_scanner.pyx":208
  *                 break
  *             if not _length(buf, position + 1, line, &count):
  *                 error = "invalid multibulk length"             # <<<<<<<<<<<<<<
@@ -6915,7 +7288,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         __Pyx_INCREF(__pyx_mstate_global->__pyx_kp_u_invalid_multibulk_length);
         __Pyx_DECREF_SET(__pyx_v_error, __pyx_mstate_global->__pyx_kp_u_invalid_multibulk_length);
 
-        /* "rankd/frontends/resp/_scanner.pyx":177
+        /* "rankd/frontends/resp/_scanner.pyx":209
  *             if not _length(buf, position + 1, line, &count):
  *                 error = "invalid multibulk length"
  *                 break             # <<<<<<<<<<<<<<
@@ -6924,7 +7297,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         goto __pyx_L7_break;
 
-        /* "rankd/frontends/resp/_scanner.pyx":175
+        /* "rankd/frontends/resp/_scanner.pyx":207
  *                     error = "too big multibulk count string"
  *                 break
  *             if not _length(buf, position + 1, line, &count):             # <<<<<<<<<<<<<<
@@ -6933,7 +7306,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":178
+      /* "rankd/frontends/resp/_scanner.pyx":210
  *                 error = "invalid multibulk length"
  *                 break
  *             if count > max_words:             # <<<<<<<<<<<<<<
@@ -6945,7 +7318,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":179
+        /* "rankd/frontends/resp/_scanner.pyx":211
  *                 break
  *             if count > max_words:
  *                 error = "invalid multibulk length"             # <<<<<<<<<<<<<<
@@ -6955,7 +7328,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         __Pyx_INCREF(__pyx_mstate_global->__pyx_kp_u_invalid_multibulk_length);
         __Pyx_DECREF_SET(__pyx_v_error, __pyx_mstate_global->__pyx_kp_u_invalid_multibulk_length);
 
-        /* "rankd/frontends/resp/_scanner.pyx":180
+        /* "rankd/frontends/resp/_scanner.pyx":212
  *             if count > max_words:
  *                 error = "invalid multibulk length"
  *                 break             # <<<<<<<<<<<<<<
@@ -6964,7 +7337,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         goto __pyx_L7_break;
 
-        /* "rankd/frontends/resp/_scanner.pyx":178
+        /* "rankd/frontends/resp/_scanner.pyx":210
  *                 error = "invalid multibulk length"
  *                 break
  *             if count > max_words:             # <<<<<<<<<<<<<<
@@ -6973,7 +7346,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":181
+      /* "rankd/frontends/resp/_scanner.pyx":213
  *                 error = "invalid multibulk length"
  *                 break
  *             position = line + 2             # <<<<<<<<<<<<<<
@@ -6982,7 +7355,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_position = (__pyx_v_line + 2);
 
-      /* "rankd/frontends/resp/_scanner.pyx":182
+      /* "rankd/frontends/resp/_scanner.pyx":214
  *                 break
  *             position = line + 2
  *             if count <= 0:             # <<<<<<<<<<<<<<
@@ -6994,7 +7367,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":183
+        /* "rankd/frontends/resp/_scanner.pyx":215
  *             position = line + 2
  *             if count <= 0:
  *                 continue  # Redis ignores empty requests             # <<<<<<<<<<<<<<
@@ -7003,7 +7376,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         goto __pyx_L6_continue;
 
-        /* "rankd/frontends/resp/_scanner.pyx":182
+        /* "rankd/frontends/resp/_scanner.pyx":214
  *                 break
  *             position = line + 2
  *             if count <= 0:             # <<<<<<<<<<<<<<
@@ -7012,7 +7385,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":184
+      /* "rankd/frontends/resp/_scanner.pyx":216
  *             if count <= 0:
  *                 continue  # Redis ignores empty requests
  *             complete = True             # <<<<<<<<<<<<<<
@@ -7021,7 +7394,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_complete = 1;
 
-      /* "rankd/frontends/resp/_scanner.pyx":185
+      /* "rankd/frontends/resp/_scanner.pyx":217
  *                 continue  # Redis ignores empty requests
  *             complete = True
  *             for i in range(count):             # <<<<<<<<<<<<<<
@@ -7035,7 +7408,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       for (__pyx_t_3 = 0; __pyx_t_3 < __pyx_t_6; __pyx_t_3+=1) {
         __pyx_v_i = __pyx_t_3;
 
-        /* "rankd/frontends/resp/_scanner.pyx":186
+        /* "rankd/frontends/resp/_scanner.pyx":218
  *             complete = True
  *             for i in range(count):
  *                 if position >= size:             # <<<<<<<<<<<<<<
@@ -7047,7 +7420,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":187
+          /* "rankd/frontends/resp/_scanner.pyx":219
  *             for i in range(count):
  *                 if position >= size:
  *                     complete = False             # <<<<<<<<<<<<<<
@@ -7056,7 +7429,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_complete = 0;
 
-          /* "rankd/frontends/resp/_scanner.pyx":188
+          /* "rankd/frontends/resp/_scanner.pyx":220
  *                 if position >= size:
  *                     complete = False
  *                     break             # <<<<<<<<<<<<<<
@@ -7065,7 +7438,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           goto __pyx_L15_break;
 
-          /* "rankd/frontends/resp/_scanner.pyx":186
+          /* "rankd/frontends/resp/_scanner.pyx":218
  *             complete = True
  *             for i in range(count):
  *                 if position >= size:             # <<<<<<<<<<<<<<
@@ -7074,7 +7447,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":189
+        /* "rankd/frontends/resp/_scanner.pyx":221
  *                     complete = False
  *                     break
  *                 line = _line_end(buf, position, size)             # <<<<<<<<<<<<<<
@@ -7083,7 +7456,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         __pyx_v_line = __pyx_f_5rankd_9frontends_4resp_8_scanner__line_end(__pyx_v_buf, __pyx_v_position, __pyx_v_size);
 
-        /* "rankd/frontends/resp/_scanner.pyx":190
+        /* "rankd/frontends/resp/_scanner.pyx":222
  *                     break
  *                 line = _line_end(buf, position, size)
  *                 if line < 0:             # <<<<<<<<<<<<<<
@@ -7095,7 +7468,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":191
+          /* "rankd/frontends/resp/_scanner.pyx":223
  *                 line = _line_end(buf, position, size)
  *                 if line < 0:
  *                     if size - position > MAX_INLINE:             # <<<<<<<<<<<<<<
@@ -7107,7 +7480,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           if (__pyx_t_4) {
 
 
-            /* "rankd/frontends/resp/_scanner.pyx":192
+            /* "rankd/frontends/resp/_scanner.pyx":224
  *                 if line < 0:
  *                     if size - position > MAX_INLINE:
  *                         error = "too big bulk count string"             # <<<<<<<<<<<<<<
@@ -7117,7 +7490,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
             __Pyx_INCREF(__pyx_mstate_global->__pyx_kp_u_too_big_bulk_count_string);
             __Pyx_DECREF_SET(__pyx_v_error, __pyx_mstate_global->__pyx_kp_u_too_big_bulk_count_string);
 
-            /* "rankd/frontends/resp/_scanner.pyx":191
+            /* "rankd/frontends/resp/_scanner.pyx":223
  *                 line = _line_end(buf, position, size)
  *                 if line < 0:
  *                     if size - position > MAX_INLINE:             # <<<<<<<<<<<<<<
@@ -7126,7 +7499,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           }
 
-          /* "rankd/frontends/resp/_scanner.pyx":193
+          /* "rankd/frontends/resp/_scanner.pyx":225
  *                     if size - position > MAX_INLINE:
  *                         error = "too big bulk count string"
  *                     complete = False             # <<<<<<<<<<<<<<
@@ -7135,7 +7508,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_complete = 0;
 
-          /* "rankd/frontends/resp/_scanner.pyx":194
+          /* "rankd/frontends/resp/_scanner.pyx":226
  *                         error = "too big bulk count string"
  *                     complete = False
  *                     break             # <<<<<<<<<<<<<<
@@ -7144,7 +7517,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           goto __pyx_L15_break;
 
-          /* "rankd/frontends/resp/_scanner.pyx":190
+          /* "rankd/frontends/resp/_scanner.pyx":222
  *                     break
  *                 line = _line_end(buf, position, size)
  *                 if line < 0:             # <<<<<<<<<<<<<<
@@ -7153,7 +7526,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":195
+        /* "rankd/frontends/resp/_scanner.pyx":227
  *                     complete = False
  *                     break
  *                 if buf[position] != 36:  # '$'             # <<<<<<<<<<<<<<
@@ -7165,16 +7538,16 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":196
+          /* "rankd/frontends/resp/_scanner.pyx":228
  *                     break
  *                 if buf[position] != 36:  # '$'
  *                     error = f"expected '$', got '{chr(buf[position])}'"             # <<<<<<<<<<<<<<
  *                     complete = False
  *                     break
 */
-          __pyx_t_1 = PyUnicode_FromOrdinal((__pyx_v_buf[__pyx_v_position])); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 196, __pyx_L4_error)
+          __pyx_t_1 = PyUnicode_FromOrdinal((__pyx_v_buf[__pyx_v_position])); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 228, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_1);
-          __pyx_t_7 = __Pyx_PyUnicode_Unicode(__pyx_t_1); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 196, __pyx_L4_error)
+          __pyx_t_7 = __Pyx_PyUnicode_Unicode(__pyx_t_1); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 228, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_7);
           __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
           __pyx_t_8[0] = __pyx_mstate_global->__pyx_kp_u_expected_got;
@@ -7189,13 +7562,13 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __pyx_t_2 |= __Pyx_PyUnicode_KIND_04(__pyx_t_8[1]);
           #endif
           __pyx_t_1 = __Pyx_PyUnicode_Join(__pyx_t_8, 3, __pyx_t_9, __pyx_t_2);
-          if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 196, __pyx_L4_error)
+          if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 228, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_1);
           __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
           __Pyx_DECREF_SET(__pyx_v_error, ((PyObject*)__pyx_t_1));
           __pyx_t_1 = 0;
 
-          /* "rankd/frontends/resp/_scanner.pyx":197
+          /* "rankd/frontends/resp/_scanner.pyx":229
  *                 if buf[position] != 36:  # '$'
  *                     error = f"expected '$', got '{chr(buf[position])}'"
  *                     complete = False             # <<<<<<<<<<<<<<
@@ -7204,7 +7577,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_complete = 0;
 
-          /* "rankd/frontends/resp/_scanner.pyx":198
+          /* "rankd/frontends/resp/_scanner.pyx":230
  *                     error = f"expected '$', got '{chr(buf[position])}'"
  *                     complete = False
  *                     break             # <<<<<<<<<<<<<<
@@ -7213,7 +7586,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           goto __pyx_L15_break;
 
-          /* "rankd/frontends/resp/_scanner.pyx":195
+          /* "rankd/frontends/resp/_scanner.pyx":227
  *                     complete = False
  *                     break
  *                 if buf[position] != 36:  # '$'             # <<<<<<<<<<<<<<
@@ -7222,7 +7595,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":199
+        /* "rankd/frontends/resp/_scanner.pyx":231
  *                     complete = False
  *                     break
  *                 if not _length(buf, position + 1, line, &length) or length < 0 \             # <<<<<<<<<<<<<<
@@ -7240,7 +7613,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           goto __pyx_L21_bool_binop_done;
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":200
+        /* "rankd/frontends/resp/_scanner.pyx":232
  *                     break
  *                 if not _length(buf, position + 1, line, &length) or length < 0 \
  *                         or length > max_bulk:             # <<<<<<<<<<<<<<
@@ -7264,7 +7637,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 
         __pyx_L21_bool_binop_done:;
 
-        /* "rankd/frontends/resp/_scanner.pyx":199
+        /* "rankd/frontends/resp/_scanner.pyx":231
  *                     complete = False
  *                     break
  *                 if not _length(buf, position + 1, line, &length) or length < 0 \             # <<<<<<<<<<<<<<
@@ -7274,7 +7647,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":201
+          /* "rankd/frontends/resp/_scanner.pyx":233
  *                 if not _length(buf, position + 1, line, &length) or length < 0 \
  *                         or length > max_bulk:
  *                     error = "invalid bulk length"             # <<<<<<<<<<<<<<
@@ -7284,7 +7657,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __Pyx_INCREF(__pyx_mstate_global->__pyx_kp_u_invalid_bulk_length);
           __Pyx_DECREF_SET(__pyx_v_error, __pyx_mstate_global->__pyx_kp_u_invalid_bulk_length);
 
-          /* "rankd/frontends/resp/_scanner.pyx":202
+          /* "rankd/frontends/resp/_scanner.pyx":234
  *                         or length > max_bulk:
  *                     error = "invalid bulk length"
  *                     complete = False             # <<<<<<<<<<<<<<
@@ -7293,7 +7666,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_complete = 0;
 
-          /* "rankd/frontends/resp/_scanner.pyx":203
+          /* "rankd/frontends/resp/_scanner.pyx":235
  *                     error = "invalid bulk length"
  *                     complete = False
  *                     break             # <<<<<<<<<<<<<<
@@ -7302,7 +7675,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           goto __pyx_L15_break;
 
-          /* "rankd/frontends/resp/_scanner.pyx":199
+          /* "rankd/frontends/resp/_scanner.pyx":231
  *                     complete = False
  *                     break
  *                 if not _length(buf, position + 1, line, &length) or length < 0 \             # <<<<<<<<<<<<<<
@@ -7311,7 +7684,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":204
+        /* "rankd/frontends/resp/_scanner.pyx":236
  *                     complete = False
  *                     break
  *                 if line + 2 + length + 2 > size:             # <<<<<<<<<<<<<<
@@ -7323,25 +7696,25 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":205
+          /* "rankd/frontends/resp/_scanner.pyx":237
  *                     break
  *                 if line + 2 + length + 2 > size:
  *                     complete = False             # <<<<<<<<<<<<<<
  *                     break
- *                 if i < 4:
+ *                 if i < 5:
 */
           __pyx_v_complete = 0;
 
-          /* "rankd/frontends/resp/_scanner.pyx":206
+          /* "rankd/frontends/resp/_scanner.pyx":238
  *                 if line + 2 + length + 2 > size:
  *                     complete = False
  *                     break             # <<<<<<<<<<<<<<
- *                 if i < 4:
+ *                 if i < 5:
  *                     offsets[i] = line + 2
 */
           goto __pyx_L15_break;
 
-          /* "rankd/frontends/resp/_scanner.pyx":204
+          /* "rankd/frontends/resp/_scanner.pyx":236
  *                     complete = False
  *                     break
  *                 if line + 2 + length + 2 > size:             # <<<<<<<<<<<<<<
@@ -7350,29 +7723,29 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":207
+        /* "rankd/frontends/resp/_scanner.pyx":239
  *                     complete = False
  *                     break
- *                 if i < 4:             # <<<<<<<<<<<<<<
+ *                 if i < 5:             # <<<<<<<<<<<<<<
  *                     offsets[i] = line + 2
  *                     sizes[i] = <Py_ssize_t>length
 */
-        __pyx_t_4 = (__pyx_v_i < 4);
+        __pyx_t_4 = (__pyx_v_i < 5);
 
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":208
+          /* "rankd/frontends/resp/_scanner.pyx":240
  *                     break
- *                 if i < 4:
+ *                 if i < 5:
  *                     offsets[i] = line + 2             # <<<<<<<<<<<<<<
  *                     sizes[i] = <Py_ssize_t>length
  *                 position = line + 2 + <Py_ssize_t>length + 2
 */
           (__pyx_v_offsets[__pyx_v_i]) = (__pyx_v_line + 2);
 
-          /* "rankd/frontends/resp/_scanner.pyx":209
- *                 if i < 4:
+          /* "rankd/frontends/resp/_scanner.pyx":241
+ *                 if i < 5:
  *                     offsets[i] = line + 2
  *                     sizes[i] = <Py_ssize_t>length             # <<<<<<<<<<<<<<
  *                 position = line + 2 + <Py_ssize_t>length + 2
@@ -7380,16 +7753,16 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           (__pyx_v_sizes[__pyx_v_i]) = ((Py_ssize_t)__pyx_v_length);
 
-          /* "rankd/frontends/resp/_scanner.pyx":207
+          /* "rankd/frontends/resp/_scanner.pyx":239
  *                     complete = False
  *                     break
- *                 if i < 4:             # <<<<<<<<<<<<<<
+ *                 if i < 5:             # <<<<<<<<<<<<<<
  *                     offsets[i] = line + 2
  *                     sizes[i] = <Py_ssize_t>length
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":210
+        /* "rankd/frontends/resp/_scanner.pyx":242
  *                     offsets[i] = line + 2
  *                     sizes[i] = <Py_ssize_t>length
  *                 position = line + 2 + <Py_ssize_t>length + 2             # <<<<<<<<<<<<<<
@@ -7401,7 +7774,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       __pyx_L15_break:;
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":211
+      /* "rankd/frontends/resp/_scanner.pyx":243
  *                     sizes[i] = <Py_ssize_t>length
  *                 position = line + 2 + <Py_ssize_t>length + 2
  *             if not complete:             # <<<<<<<<<<<<<<
@@ -7413,7 +7786,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":212
+        /* "rankd/frontends/resp/_scanner.pyx":244
  *                 position = line + 2 + <Py_ssize_t>length + 2
  *             if not complete:
  *                 position = start             # <<<<<<<<<<<<<<
@@ -7422,7 +7795,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         __pyx_v_position = __pyx_v_start;
 
-        /* "rankd/frontends/resp/_scanner.pyx":213
+        /* "rankd/frontends/resp/_scanner.pyx":245
  *             if not complete:
  *                 position = start
  *                 break             # <<<<<<<<<<<<<<
@@ -7431,7 +7804,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         goto __pyx_L7_break;
 
-        /* "rankd/frontends/resp/_scanner.pyx":211
+        /* "rankd/frontends/resp/_scanner.pyx":243
  *                     sizes[i] = <Py_ssize_t>length
  *                 position = line + 2 + <Py_ssize_t>length + 2
  *             if not complete:             # <<<<<<<<<<<<<<
@@ -7440,7 +7813,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":214
+      /* "rankd/frontends/resp/_scanner.pyx":246
  *                 position = start
  *                 break
  *             if pack and count == 4 and _board_name(buf + offsets[1], sizes[1]) \             # <<<<<<<<<<<<<<
@@ -7464,7 +7837,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         goto __pyx_L28_bool_binop_done;
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":215
+      /* "rankd/frontends/resp/_scanner.pyx":247
  *                 break
  *             if pack and count == 4 and _board_name(buf + offsets[1], sizes[1]) \
  *                     and _member(buf + offsets[3], sizes[3]) \             # <<<<<<<<<<<<<<
@@ -7482,7 +7855,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         goto __pyx_L28_bool_binop_done;
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":216
+      /* "rankd/frontends/resp/_scanner.pyx":248
  *             if pack and count == 4 and _board_name(buf + offsets[1], sizes[1]) \
  *                     and _member(buf + offsets[3], sizes[3]) \
  *                     and _score(buf + offsets[2], sizes[2], &value):             # <<<<<<<<<<<<<<
@@ -7506,7 +7879,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 
       __pyx_L28_bool_binop_done:;
 
-      /* "rankd/frontends/resp/_scanner.pyx":214
+      /* "rankd/frontends/resp/_scanner.pyx":246
  *                 position = start
  *                 break
  *             if pack and count == 4 and _board_name(buf + offsets[1], sizes[1]) \             # <<<<<<<<<<<<<<
@@ -7516,7 +7889,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       if (__pyx_t_4) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":217
+        /* "rankd/frontends/resp/_scanner.pyx":249
  *                     and _member(buf + offsets[3], sizes[3]) \
  *                     and _score(buf + offsets[2], sizes[2], &value):
  *                 if _name_is(buf + offsets[0], sizes[0], b"ZADD", 4):             # <<<<<<<<<<<<<<
@@ -7528,7 +7901,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":218
+          /* "rankd/frontends/resp/_scanner.pyx":250
  *                     and _score(buf + offsets[2], sizes[2], &value):
  *                 if _name_is(buf + offsets[0], sizes[0], b"ZADD", 4):
  *                     tag = TAG_ZADD             # <<<<<<<<<<<<<<
@@ -7537,7 +7910,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_tag = __pyx_e_5rankd_9frontends_4resp_8_scanner_TAG_ZADD;
 
-          /* "rankd/frontends/resp/_scanner.pyx":217
+          /* "rankd/frontends/resp/_scanner.pyx":249
  *                     and _member(buf + offsets[3], sizes[3]) \
  *                     and _score(buf + offsets[2], sizes[2], &value):
  *                 if _name_is(buf + offsets[0], sizes[0], b"ZADD", 4):             # <<<<<<<<<<<<<<
@@ -7547,7 +7920,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           goto __pyx_L33;
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":219
+        /* "rankd/frontends/resp/_scanner.pyx":251
  *                 if _name_is(buf + offsets[0], sizes[0], b"ZADD", 4):
  *                     tag = TAG_ZADD
  *                 elif _name_is(buf + offsets[0], sizes[0], b"ZINCRBY", 7):             # <<<<<<<<<<<<<<
@@ -7559,7 +7932,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":220
+          /* "rankd/frontends/resp/_scanner.pyx":252
  *                     tag = TAG_ZADD
  *                 elif _name_is(buf + offsets[0], sizes[0], b"ZINCRBY", 7):
  *                     tag = TAG_ZINCRBY             # <<<<<<<<<<<<<<
@@ -7568,7 +7941,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_tag = __pyx_e_5rankd_9frontends_4resp_8_scanner_TAG_ZINCRBY;
 
-          /* "rankd/frontends/resp/_scanner.pyx":219
+          /* "rankd/frontends/resp/_scanner.pyx":251
  *                 if _name_is(buf + offsets[0], sizes[0], b"ZADD", 4):
  *                     tag = TAG_ZADD
  *                 elif _name_is(buf + offsets[0], sizes[0], b"ZINCRBY", 7):             # <<<<<<<<<<<<<<
@@ -7578,33 +7951,52 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           goto __pyx_L33;
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":222
+        /* "rankd/frontends/resp/_scanner.pyx":254
  *                     tag = TAG_ZINCRBY
  *                 else:
  *                     tag = -1             # <<<<<<<<<<<<<<
  *                 if tag >= 0:
- *                     if run is None:
+ *                     _close_reads(reads, buf, reads_start, start, items)
 */
         /*else*/ {
           __pyx_v_tag = -1;
         }
         __pyx_L33:;
 
-        /* "rankd/frontends/resp/_scanner.pyx":223
+        /* "rankd/frontends/resp/_scanner.pyx":255
  *                 else:
  *                     tag = -1
  *                 if tag >= 0:             # <<<<<<<<<<<<<<
- *                     if run is None:
- *                         run = Packed(b"")
+ *                     _close_reads(reads, buf, reads_start, start, items)
+ *                     reads = None
 */
         __pyx_t_4 = (__pyx_v_tag >= 0);
 
         if (__pyx_t_4) {
 
 
-          /* "rankd/frontends/resp/_scanner.pyx":224
+          /* "rankd/frontends/resp/_scanner.pyx":256
  *                     tag = -1
  *                 if tag >= 0:
+ *                     _close_reads(reads, buf, reads_start, start, items)             # <<<<<<<<<<<<<<
+ *                     reads = None
+ *                     if run is None:
+*/
+          __pyx_f_5rankd_9frontends_4resp_8_scanner__close_reads(__pyx_v_reads, __pyx_v_buf, __pyx_v_reads_start, __pyx_v_start, __pyx_v_items); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 256, __pyx_L4_error)
+
+          /* "rankd/frontends/resp/_scanner.pyx":257
+ *                 if tag >= 0:
+ *                     _close_reads(reads, buf, reads_start, start, items)
+ *                     reads = None             # <<<<<<<<<<<<<<
+ *                     if run is None:
+ *                         run = Packed(b"")
+*/
+          __Pyx_INCREF(Py_None);
+          __Pyx_DECREF_SET(__pyx_v_reads, ((struct __pyx_obj_5rankd_6engine_7_packed_PackedReads *)Py_None));
+
+          /* "rankd/frontends/resp/_scanner.pyx":258
+ *                     _close_reads(reads, buf, reads_start, start, items)
+ *                     reads = None
  *                     if run is None:             # <<<<<<<<<<<<<<
  *                         run = Packed(b"")
  *                         run_start = start
@@ -7613,8 +8005,8 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           if (__pyx_t_4) {
 
 
-            /* "rankd/frontends/resp/_scanner.pyx":225
- *                 if tag >= 0:
+            /* "rankd/frontends/resp/_scanner.pyx":259
+ *                     reads = None
  *                     if run is None:
  *                         run = Packed(b"")             # <<<<<<<<<<<<<<
  *                         run_start = start
@@ -7626,13 +8018,13 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
               PyObject *__pyx_callargs[2] = {__pyx_t_7, __pyx_mstate_global->__pyx_kp_b__2};
               __pyx_t_1 = __Pyx_PyObject_FastCall((PyObject*)__pyx_mstate_global->__pyx_ptype_5rankd_6engine_7_packed_Packed, __pyx_callargs+__pyx_t_11, (2-__pyx_t_11) | (__pyx_t_11*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
               __Pyx_XDECREF(__pyx_t_7); __pyx_t_7 = 0;
-              if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 225, __pyx_L4_error)
+              if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 259, __pyx_L4_error)
               __Pyx_GOTREF((PyObject *)__pyx_t_1);
             }
             __Pyx_DECREF_SET(__pyx_v_run, ((struct __pyx_obj_5rankd_6engine_7_packed_Packed *)__pyx_t_1));
             __pyx_t_1 = 0;
 
-            /* "rankd/frontends/resp/_scanner.pyx":226
+            /* "rankd/frontends/resp/_scanner.pyx":260
  *                     if run is None:
  *                         run = Packed(b"")
  *                         run_start = start             # <<<<<<<<<<<<<<
@@ -7641,26 +8033,26 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
             __pyx_v_run_start = __pyx_v_start;
 
-            /* "rankd/frontends/resp/_scanner.pyx":224
- *                     tag = -1
- *                 if tag >= 0:
+            /* "rankd/frontends/resp/_scanner.pyx":258
+ *                     _close_reads(reads, buf, reads_start, start, items)
+ *                     reads = None
  *                     if run is None:             # <<<<<<<<<<<<<<
  *                         run = Packed(b"")
  *                         run_start = start
 */
           }
 
-          /* "rankd/frontends/resp/_scanner.pyx":227
+          /* "rankd/frontends/resp/_scanner.pyx":261
  *                         run = Packed(b"")
  *                         run_start = start
  *                     item = run.add()             # <<<<<<<<<<<<<<
  *                     item.tag = tag
  *                     item.source = Span(start - run_start, position - start, True)
 */
-          __pyx_t_12 = ((struct __pyx_vtabstruct_5rankd_6engine_7_packed_Packed *)__pyx_v_run->__pyx_vtab)->add(__pyx_v_run); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(0, 227, __pyx_L4_error)
+          __pyx_t_12 = ((struct __pyx_vtabstruct_5rankd_6engine_7_packed_Packed *)__pyx_v_run->__pyx_vtab)->add(__pyx_v_run); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(0, 261, __pyx_L4_error)
           __pyx_v_item = __pyx_t_12;
 
-          /* "rankd/frontends/resp/_scanner.pyx":228
+          /* "rankd/frontends/resp/_scanner.pyx":262
  *                         run_start = start
  *                     item = run.add()
  *                     item.tag = tag             # <<<<<<<<<<<<<<
@@ -7669,7 +8061,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
           __pyx_v_item->tag = __pyx_v_tag;
 
-          /* "rankd/frontends/resp/_scanner.pyx":229
+          /* "rankd/frontends/resp/_scanner.pyx":263
  *                     item = run.add()
  *                     item.tag = tag
  *                     item.source = Span(start - run_start, position - start, True)             # <<<<<<<<<<<<<<
@@ -7681,7 +8073,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __pyx_t_13.present = 1;
           __pyx_v_item->source = __pyx_t_13;
 
-          /* "rankd/frontends/resp/_scanner.pyx":230
+          /* "rankd/frontends/resp/_scanner.pyx":264
  *                     item.tag = tag
  *                     item.source = Span(start - run_start, position - start, True)
  *                     item.board = Span(offsets[1] - run_start, sizes[1], True)             # <<<<<<<<<<<<<<
@@ -7693,7 +8085,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __pyx_t_13.present = 1;
           __pyx_v_item->board = __pyx_t_13;
 
-          /* "rankd/frontends/resp/_scanner.pyx":231
+          /* "rankd/frontends/resp/_scanner.pyx":265
  *                     item.source = Span(start - run_start, position - start, True)
  *                     item.board = Span(offsets[1] - run_start, sizes[1], True)
  *                     item.member = Span(offsets[3] - run_start, sizes[3], True)             # <<<<<<<<<<<<<<
@@ -7705,7 +8097,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __pyx_t_13.present = 1;
           __pyx_v_item->member = __pyx_t_13;
 
-          /* "rankd/frontends/resp/_scanner.pyx":232
+          /* "rankd/frontends/resp/_scanner.pyx":266
  *                     item.board = Span(offsets[1] - run_start, sizes[1], True)
  *                     item.member = Span(offsets[3] - run_start, sizes[3], True)
  *                     if tag == TAG_ZADD:             # <<<<<<<<<<<<<<
@@ -7717,7 +8109,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           if (__pyx_t_4) {
 
 
-            /* "rankd/frontends/resp/_scanner.pyx":233
+            /* "rankd/frontends/resp/_scanner.pyx":267
  *                     item.member = Span(offsets[3] - run_start, sizes[3], True)
  *                     if tag == TAG_ZADD:
  *                         item.score.kind = NUMBER_FLOAT             # <<<<<<<<<<<<<<
@@ -7726,7 +8118,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
             __pyx_v_item->score.kind = __pyx_e_5rankd_6engine_7_packed_NUMBER_FLOAT;
 
-            /* "rankd/frontends/resp/_scanner.pyx":234
+            /* "rankd/frontends/resp/_scanner.pyx":268
  *                     if tag == TAG_ZADD:
  *                         item.score.kind = NUMBER_FLOAT
  *                         item.score.fval = value             # <<<<<<<<<<<<<<
@@ -7735,7 +8127,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
             __pyx_v_item->score.fval = __pyx_v_value;
 
-            /* "rankd/frontends/resp/_scanner.pyx":232
+            /* "rankd/frontends/resp/_scanner.pyx":266
  *                     item.board = Span(offsets[1] - run_start, sizes[1], True)
  *                     item.member = Span(offsets[3] - run_start, sizes[3], True)
  *                     if tag == TAG_ZADD:             # <<<<<<<<<<<<<<
@@ -7745,7 +8137,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
             goto __pyx_L36;
           }
 
-          /* "rankd/frontends/resp/_scanner.pyx":236
+          /* "rankd/frontends/resp/_scanner.pyx":270
  *                         item.score.fval = value
  *                     else:
  *                         item.delta.kind = NUMBER_FLOAT             # <<<<<<<<<<<<<<
@@ -7755,36 +8147,36 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           /*else*/ {
             __pyx_v_item->delta.kind = __pyx_e_5rankd_6engine_7_packed_NUMBER_FLOAT;
 
-            /* "rankd/frontends/resp/_scanner.pyx":237
+            /* "rankd/frontends/resp/_scanner.pyx":271
  *                     else:
  *                         item.delta.kind = NUMBER_FLOAT
  *                         item.delta.fval = value             # <<<<<<<<<<<<<<
  *                     continue
- *             _close(run, buf, run_start, start, items)
+ *             kind = _read_kind(buf, count, offsets, sizes) if pack else -1
 */
             __pyx_v_item->delta.fval = __pyx_v_value;
           }
           __pyx_L36:;
 
-          /* "rankd/frontends/resp/_scanner.pyx":238
+          /* "rankd/frontends/resp/_scanner.pyx":272
  *                         item.delta.kind = NUMBER_FLOAT
  *                         item.delta.fval = value
  *                     continue             # <<<<<<<<<<<<<<
- *             _close(run, buf, run_start, start, items)
- *             run = None
+ *             kind = _read_kind(buf, count, offsets, sizes) if pack else -1
+ *             if kind >= 0 and kind <= READ_REVRANK:
 */
           goto __pyx_L6_continue;
 
-          /* "rankd/frontends/resp/_scanner.pyx":223
+          /* "rankd/frontends/resp/_scanner.pyx":255
  *                 else:
  *                     tag = -1
  *                 if tag >= 0:             # <<<<<<<<<<<<<<
- *                     if run is None:
- *                         run = Packed(b"")
+ *                     _close_reads(reads, buf, reads_start, start, items)
+ *                     reads = None
 */
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":214
+        /* "rankd/frontends/resp/_scanner.pyx":246
  *                 position = start
  *                 break
  *             if pack and count == 4 and _board_name(buf + offsets[1], sizes[1]) \             # <<<<<<<<<<<<<<
@@ -7793,39 +8185,383 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":239
+      /* "rankd/frontends/resp/_scanner.pyx":273
  *                         item.delta.fval = value
  *                     continue
+ *             kind = _read_kind(buf, count, offsets, sizes) if pack else -1             # <<<<<<<<<<<<<<
+ *             if kind >= 0 and kind <= READ_REVRANK:
+ *                 read_ok = _member(buf + offsets[2], sizes[2])
+*/
+      if (__pyx_v_pack) {
+
+        __pyx_t_2 = __pyx_f_5rankd_9frontends_4resp_8_scanner__read_kind(__pyx_v_buf, __pyx_v_count, __pyx_v_offsets, __pyx_v_sizes);
+      } else {
+
+        __pyx_t_2 = -1;
+      }
+      __pyx_v_kind = __pyx_t_2;
+
+      /* "rankd/frontends/resp/_scanner.pyx":274
+ *                     continue
+ *             kind = _read_kind(buf, count, offsets, sizes) if pack else -1
+ *             if kind >= 0 and kind <= READ_REVRANK:             # <<<<<<<<<<<<<<
+ *                 read_ok = _member(buf + offsets[2], sizes[2])
+ *             elif kind >= 0:
+*/
+      __pyx_t_10 = (__pyx_v_kind >= 0);
+
+      if (__pyx_t_10) {
+
+      } else {
+
+        __pyx_t_4 = __pyx_t_10;
+
+        goto __pyx_L38_bool_binop_done;
+      }
+      __pyx_t_10 = (__pyx_v_kind <= __pyx_e_5rankd_6engine_7_packed_READ_REVRANK);
+
+
+      __pyx_t_4 = __pyx_t_10;
+
+      __pyx_L38_bool_binop_done:;
+      if (__pyx_t_4) {
+
+
+        /* "rankd/frontends/resp/_scanner.pyx":275
+ *             kind = _read_kind(buf, count, offsets, sizes) if pack else -1
+ *             if kind >= 0 and kind <= READ_REVRANK:
+ *                 read_ok = _member(buf + offsets[2], sizes[2])             # <<<<<<<<<<<<<<
+ *             elif kind >= 0:
+ *                 read_ok = (_length(buf, offsets[2], offsets[2] + sizes[2], &first_index)
+*/
+        __pyx_v_read_ok = __pyx_f_5rankd_9frontends_4resp_8_scanner__member((__pyx_v_buf + (__pyx_v_offsets[2])), (__pyx_v_sizes[2]));
+
+        /* "rankd/frontends/resp/_scanner.pyx":274
+ *                     continue
+ *             kind = _read_kind(buf, count, offsets, sizes) if pack else -1
+ *             if kind >= 0 and kind <= READ_REVRANK:             # <<<<<<<<<<<<<<
+ *                 read_ok = _member(buf + offsets[2], sizes[2])
+ *             elif kind >= 0:
+*/
+        goto __pyx_L37;
+      }
+
+      /* "rankd/frontends/resp/_scanner.pyx":276
+ *             if kind >= 0 and kind <= READ_REVRANK:
+ *                 read_ok = _member(buf + offsets[2], sizes[2])
+ *             elif kind >= 0:             # <<<<<<<<<<<<<<
+ *                 read_ok = (_length(buf, offsets[2], offsets[2] + sizes[2], &first_index)
+ *                            and _length(buf, offsets[3], offsets[3] + sizes[3], &last_index))
+*/
+      __pyx_t_4 = (__pyx_v_kind >= 0);
+
+      if (__pyx_t_4) {
+
+
+        /* "rankd/frontends/resp/_scanner.pyx":277
+ *                 read_ok = _member(buf + offsets[2], sizes[2])
+ *             elif kind >= 0:
+ *                 read_ok = (_length(buf, offsets[2], offsets[2] + sizes[2], &first_index)             # <<<<<<<<<<<<<<
+ *                            and _length(buf, offsets[3], offsets[3] + sizes[3], &last_index))
+ *             else:
+*/
+        __pyx_t_10 = __pyx_f_5rankd_9frontends_4resp_8_scanner__length(__pyx_v_buf, (__pyx_v_offsets[2]), ((__pyx_v_offsets[2]) + (__pyx_v_sizes[2])), (&__pyx_v_first_index));
+
+        if (__pyx_t_10) {
+
+        } else {
+
+          __pyx_t_4 = __pyx_t_10;
+
+          goto __pyx_L40_bool_binop_done;
+        }
+
+        /* "rankd/frontends/resp/_scanner.pyx":278
+ *             elif kind >= 0:
+ *                 read_ok = (_length(buf, offsets[2], offsets[2] + sizes[2], &first_index)
+ *                            and _length(buf, offsets[3], offsets[3] + sizes[3], &last_index))             # <<<<<<<<<<<<<<
+ *             else:
+ *                 read_ok = False
+*/
+        __pyx_t_10 = __pyx_f_5rankd_9frontends_4resp_8_scanner__length(__pyx_v_buf, (__pyx_v_offsets[3]), ((__pyx_v_offsets[3]) + (__pyx_v_sizes[3])), (&__pyx_v_last_index));
+
+
+        __pyx_t_4 = __pyx_t_10;
+
+        __pyx_L40_bool_binop_done:;
+        __pyx_v_read_ok = __pyx_t_4;
+
+        /* "rankd/frontends/resp/_scanner.pyx":276
+ *             if kind >= 0 and kind <= READ_REVRANK:
+ *                 read_ok = _member(buf + offsets[2], sizes[2])
+ *             elif kind >= 0:             # <<<<<<<<<<<<<<
+ *                 read_ok = (_length(buf, offsets[2], offsets[2] + sizes[2], &first_index)
+ *                            and _length(buf, offsets[3], offsets[3] + sizes[3], &last_index))
+*/
+        goto __pyx_L37;
+      }
+
+      /* "rankd/frontends/resp/_scanner.pyx":280
+ *                            and _length(buf, offsets[3], offsets[3] + sizes[3], &last_index))
+ *             else:
+ *                 read_ok = False             # <<<<<<<<<<<<<<
+ *             if read_ok:
+ *                 _close(run, buf, run_start, start, items)
+*/
+      /*else*/ {
+        __pyx_v_read_ok = 0;
+      }
+      __pyx_L37:;
+
+      /* "rankd/frontends/resp/_scanner.pyx":281
+ *             else:
+ *                 read_ok = False
+ *             if read_ok:             # <<<<<<<<<<<<<<
+ *                 _close(run, buf, run_start, start, items)
+ *                 run = None
+*/
+      if (__pyx_v_read_ok) {
+
+        /* "rankd/frontends/resp/_scanner.pyx":282
+ *                 read_ok = False
+ *             if read_ok:
+ *                 _close(run, buf, run_start, start, items)             # <<<<<<<<<<<<<<
+ *                 run = None
+ *                 if reads is None:
+*/
+        __pyx_f_5rankd_9frontends_4resp_8_scanner__close(__pyx_v_run, __pyx_v_buf, __pyx_v_run_start, __pyx_v_start, __pyx_v_items); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 282, __pyx_L4_error)
+
+        /* "rankd/frontends/resp/_scanner.pyx":283
+ *             if read_ok:
+ *                 _close(run, buf, run_start, start, items)
+ *                 run = None             # <<<<<<<<<<<<<<
+ *                 if reads is None:
+ *                     reads = PackedReads(b"")
+*/
+        __Pyx_INCREF(Py_None);
+        __Pyx_DECREF_SET(__pyx_v_run, ((struct __pyx_obj_5rankd_6engine_7_packed_Packed *)Py_None));
+
+        /* "rankd/frontends/resp/_scanner.pyx":284
+ *                 _close(run, buf, run_start, start, items)
+ *                 run = None
+ *                 if reads is None:             # <<<<<<<<<<<<<<
+ *                     reads = PackedReads(b"")
+ *                     reads_start = start
+*/
+        __pyx_t_4 = (((PyObject *)__pyx_v_reads) == Py_None);
+        if (__pyx_t_4) {
+
+
+          /* "rankd/frontends/resp/_scanner.pyx":285
+ *                 run = None
+ *                 if reads is None:
+ *                     reads = PackedReads(b"")             # <<<<<<<<<<<<<<
+ *                     reads_start = start
+ *                 read = reads.add()
+*/
+          __pyx_t_7 = NULL;
+          __pyx_t_11 = 1;
+          {
+            PyObject *__pyx_callargs[2] = {__pyx_t_7, __pyx_mstate_global->__pyx_kp_b__2};
+            __pyx_t_1 = __Pyx_PyObject_FastCall((PyObject*)__pyx_mstate_global->__pyx_ptype_5rankd_6engine_7_packed_PackedReads, __pyx_callargs+__pyx_t_11, (2-__pyx_t_11) | (__pyx_t_11*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
+            __Pyx_XDECREF(__pyx_t_7); __pyx_t_7 = 0;
+            if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 285, __pyx_L4_error)
+            __Pyx_GOTREF((PyObject *)__pyx_t_1);
+          }
+          __Pyx_DECREF_SET(__pyx_v_reads, ((struct __pyx_obj_5rankd_6engine_7_packed_PackedReads *)__pyx_t_1));
+          __pyx_t_1 = 0;
+
+          /* "rankd/frontends/resp/_scanner.pyx":286
+ *                 if reads is None:
+ *                     reads = PackedReads(b"")
+ *                     reads_start = start             # <<<<<<<<<<<<<<
+ *                 read = reads.add()
+ *                 read.kind = <ReadKind>kind
+*/
+          __pyx_v_reads_start = __pyx_v_start;
+
+          /* "rankd/frontends/resp/_scanner.pyx":284
+ *                 _close(run, buf, run_start, start, items)
+ *                 run = None
+ *                 if reads is None:             # <<<<<<<<<<<<<<
+ *                     reads = PackedReads(b"")
+ *                     reads_start = start
+*/
+        }
+
+        /* "rankd/frontends/resp/_scanner.pyx":287
+ *                     reads = PackedReads(b"")
+ *                     reads_start = start
+ *                 read = reads.add()             # <<<<<<<<<<<<<<
+ *                 read.kind = <ReadKind>kind
+ *                 read.source = Span(start - reads_start, position - start, True)
+*/
+        __pyx_t_14 = ((struct __pyx_vtabstruct_5rankd_6engine_7_packed_PackedReads *)__pyx_v_reads->__pyx_vtab)->add(__pyx_v_reads); if (unlikely(__pyx_t_14 == ((void *)NULL))) __PYX_ERR(0, 287, __pyx_L4_error)
+        __pyx_v_read = __pyx_t_14;
+
+        /* "rankd/frontends/resp/_scanner.pyx":288
+ *                     reads_start = start
+ *                 read = reads.add()
+ *                 read.kind = <ReadKind>kind             # <<<<<<<<<<<<<<
+ *                 read.source = Span(start - reads_start, position - start, True)
+ *                 read.board = Span(offsets[1] - reads_start, sizes[1], True)
+*/
+        __pyx_v_read->kind = ((enum __pyx_t_5rankd_6engine_7_packed_ReadKind)__pyx_v_kind);
+
+        /* "rankd/frontends/resp/_scanner.pyx":289
+ *                 read = reads.add()
+ *                 read.kind = <ReadKind>kind
+ *                 read.source = Span(start - reads_start, position - start, True)             # <<<<<<<<<<<<<<
+ *                 read.board = Span(offsets[1] - reads_start, sizes[1], True)
+ *                 if kind <= READ_REVRANK:
+*/
+        __pyx_t_13.offset = (__pyx_v_start - __pyx_v_reads_start);
+        __pyx_t_13.size = (__pyx_v_position - __pyx_v_start);
+        __pyx_t_13.present = 1;
+        __pyx_v_read->source = __pyx_t_13;
+
+        /* "rankd/frontends/resp/_scanner.pyx":290
+ *                 read.kind = <ReadKind>kind
+ *                 read.source = Span(start - reads_start, position - start, True)
+ *                 read.board = Span(offsets[1] - reads_start, sizes[1], True)             # <<<<<<<<<<<<<<
+ *                 if kind <= READ_REVRANK:
+ *                     read.member = Span(offsets[2] - reads_start, sizes[2], True)
+*/
+        __pyx_t_13.offset = ((__pyx_v_offsets[1]) - __pyx_v_reads_start);
+        __pyx_t_13.size = (__pyx_v_sizes[1]);
+        __pyx_t_13.present = 1;
+        __pyx_v_read->board = __pyx_t_13;
+
+        /* "rankd/frontends/resp/_scanner.pyx":291
+ *                 read.source = Span(start - reads_start, position - start, True)
+ *                 read.board = Span(offsets[1] - reads_start, sizes[1], True)
+ *                 if kind <= READ_REVRANK:             # <<<<<<<<<<<<<<
+ *                     read.member = Span(offsets[2] - reads_start, sizes[2], True)
+ *                 else:
+*/
+        __pyx_t_4 = (__pyx_v_kind <= __pyx_e_5rankd_6engine_7_packed_READ_REVRANK);
+
+        if (__pyx_t_4) {
+
+
+          /* "rankd/frontends/resp/_scanner.pyx":292
+ *                 read.board = Span(offsets[1] - reads_start, sizes[1], True)
+ *                 if kind <= READ_REVRANK:
+ *                     read.member = Span(offsets[2] - reads_start, sizes[2], True)             # <<<<<<<<<<<<<<
+ *                 else:
+ *                     read.start, read.stop = first_index, last_index
+*/
+          __pyx_t_13.offset = ((__pyx_v_offsets[2]) - __pyx_v_reads_start);
+          __pyx_t_13.size = (__pyx_v_sizes[2]);
+          __pyx_t_13.present = 1;
+          __pyx_v_read->member = __pyx_t_13;
+
+          /* "rankd/frontends/resp/_scanner.pyx":291
+ *                 read.source = Span(start - reads_start, position - start, True)
+ *                 read.board = Span(offsets[1] - reads_start, sizes[1], True)
+ *                 if kind <= READ_REVRANK:             # <<<<<<<<<<<<<<
+ *                     read.member = Span(offsets[2] - reads_start, sizes[2], True)
+ *                 else:
+*/
+          goto __pyx_L44;
+        }
+
+        /* "rankd/frontends/resp/_scanner.pyx":294
+ *                     read.member = Span(offsets[2] - reads_start, sizes[2], True)
+ *                 else:
+ *                     read.start, read.stop = first_index, last_index             # <<<<<<<<<<<<<<
+ *                     read.withscores = count == 5
+ *                 continue
+*/
+        /*else*/ {
+          __pyx_t_5 = __pyx_v_first_index;
+
+          __pyx_t_6 = __pyx_v_last_index;
+
+          __pyx_v_read->start = __pyx_t_5;
+          __pyx_v_read->stop = __pyx_t_6;
+
+          /* "rankd/frontends/resp/_scanner.pyx":295
+ *                 else:
+ *                     read.start, read.stop = first_index, last_index
+ *                     read.withscores = count == 5             # <<<<<<<<<<<<<<
+ *                 continue
+ *             _close(run, buf, run_start, start, items)
+*/
+          __pyx_v_read->withscores = (__pyx_v_count == 5);
+        }
+        __pyx_L44:;
+
+        /* "rankd/frontends/resp/_scanner.pyx":296
+ *                     read.start, read.stop = first_index, last_index
+ *                     read.withscores = count == 5
+ *                 continue             # <<<<<<<<<<<<<<
+ *             _close(run, buf, run_start, start, items)
+ *             run = None
+*/
+        goto __pyx_L6_continue;
+
+        /* "rankd/frontends/resp/_scanner.pyx":281
+ *             else:
+ *                 read_ok = False
+ *             if read_ok:             # <<<<<<<<<<<<<<
+ *                 _close(run, buf, run_start, start, items)
+ *                 run = None
+*/
+      }
+
+      /* "rankd/frontends/resp/_scanner.pyx":297
+ *                     read.withscores = count == 5
+ *                 continue
  *             _close(run, buf, run_start, start, items)             # <<<<<<<<<<<<<<
  *             run = None
- *             words = []
+ *             _close_reads(reads, buf, reads_start, start, items)
 */
-      __pyx_f_5rankd_9frontends_4resp_8_scanner__close(__pyx_v_run, __pyx_v_buf, __pyx_v_run_start, __pyx_v_start, __pyx_v_items); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 239, __pyx_L4_error)
+      __pyx_f_5rankd_9frontends_4resp_8_scanner__close(__pyx_v_run, __pyx_v_buf, __pyx_v_run_start, __pyx_v_start, __pyx_v_items); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 297, __pyx_L4_error)
 
-      /* "rankd/frontends/resp/_scanner.pyx":240
- *                     continue
+      /* "rankd/frontends/resp/_scanner.pyx":298
+ *                 continue
  *             _close(run, buf, run_start, start, items)
  *             run = None             # <<<<<<<<<<<<<<
- *             words = []
- *             position = start
+ *             _close_reads(reads, buf, reads_start, start, items)
+ *             reads = None
 */
       __Pyx_INCREF(Py_None);
       __Pyx_DECREF_SET(__pyx_v_run, ((struct __pyx_obj_5rankd_6engine_7_packed_Packed *)Py_None));
 
-      /* "rankd/frontends/resp/_scanner.pyx":241
+      /* "rankd/frontends/resp/_scanner.pyx":299
  *             _close(run, buf, run_start, start, items)
  *             run = None
+ *             _close_reads(reads, buf, reads_start, start, items)             # <<<<<<<<<<<<<<
+ *             reads = None
+ *             words = []
+*/
+      __pyx_f_5rankd_9frontends_4resp_8_scanner__close_reads(__pyx_v_reads, __pyx_v_buf, __pyx_v_reads_start, __pyx_v_start, __pyx_v_items); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 299, __pyx_L4_error)
+
+      /* "rankd/frontends/resp/_scanner.pyx":300
+ *             run = None
+ *             _close_reads(reads, buf, reads_start, start, items)
+ *             reads = None             # <<<<<<<<<<<<<<
+ *             words = []
+ *             position = start
+*/
+      __Pyx_INCREF(Py_None);
+      __Pyx_DECREF_SET(__pyx_v_reads, ((struct __pyx_obj_5rankd_6engine_7_packed_PackedReads *)Py_None));
+
+      /* "rankd/frontends/resp/_scanner.pyx":301
+ *             _close_reads(reads, buf, reads_start, start, items)
+ *             reads = None
  *             words = []             # <<<<<<<<<<<<<<
  *             position = start
  *             line = _line_end(buf, position, size)
 */
-      __pyx_t_1 = PyList_New(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 241, __pyx_L4_error)
+      __pyx_t_1 = PyList_New(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 301, __pyx_L4_error)
       __Pyx_GOTREF(__pyx_t_1);
       __Pyx_XDECREF_SET(__pyx_v_words, ((PyObject*)__pyx_t_1));
       __pyx_t_1 = 0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":242
- *             run = None
+      /* "rankd/frontends/resp/_scanner.pyx":302
+ *             reads = None
  *             words = []
  *             position = start             # <<<<<<<<<<<<<<
  *             line = _line_end(buf, position, size)
@@ -7833,7 +8569,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_position = __pyx_v_start;
 
-      /* "rankd/frontends/resp/_scanner.pyx":243
+      /* "rankd/frontends/resp/_scanner.pyx":303
  *             words = []
  *             position = start
  *             line = _line_end(buf, position, size)             # <<<<<<<<<<<<<<
@@ -7842,7 +8578,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_line = __pyx_f_5rankd_9frontends_4resp_8_scanner__line_end(__pyx_v_buf, __pyx_v_position, __pyx_v_size);
 
-      /* "rankd/frontends/resp/_scanner.pyx":244
+      /* "rankd/frontends/resp/_scanner.pyx":304
  *             position = start
  *             line = _line_end(buf, position, size)
  *             position = line + 2             # <<<<<<<<<<<<<<
@@ -7851,7 +8587,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
       __pyx_v_position = (__pyx_v_line + 2);
 
-      /* "rankd/frontends/resp/_scanner.pyx":245
+      /* "rankd/frontends/resp/_scanner.pyx":305
  *             line = _line_end(buf, position, size)
  *             position = line + 2
  *             for i in range(count):             # <<<<<<<<<<<<<<
@@ -7859,13 +8595,13 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
  *                 _length(buf, position + 1, line, &length)
 */
 
-      __pyx_t_5 = __pyx_v_count;
-      __pyx_t_6 = __pyx_t_5;
+      __pyx_t_6 = __pyx_v_count;
+      __pyx_t_5 = __pyx_t_6;
 
-      for (__pyx_t_3 = 0; __pyx_t_3 < __pyx_t_6; __pyx_t_3+=1) {
+      for (__pyx_t_3 = 0; __pyx_t_3 < __pyx_t_5; __pyx_t_3+=1) {
         __pyx_v_i = __pyx_t_3;
 
-        /* "rankd/frontends/resp/_scanner.pyx":246
+        /* "rankd/frontends/resp/_scanner.pyx":306
  *             position = line + 2
  *             for i in range(count):
  *                 line = _line_end(buf, position, size)             # <<<<<<<<<<<<<<
@@ -7874,7 +8610,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         __pyx_v_line = __pyx_f_5rankd_9frontends_4resp_8_scanner__line_end(__pyx_v_buf, __pyx_v_position, __pyx_v_size);
 
-        /* "rankd/frontends/resp/_scanner.pyx":247
+        /* "rankd/frontends/resp/_scanner.pyx":307
  *             for i in range(count):
  *                 line = _line_end(buf, position, size)
  *                 _length(buf, position + 1, line, &length)             # <<<<<<<<<<<<<<
@@ -7883,20 +8619,20 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
 */
         (void)(__pyx_f_5rankd_9frontends_4resp_8_scanner__length(__pyx_v_buf, (__pyx_v_position + 1), __pyx_v_line, (&__pyx_v_length)));
 
-        /* "rankd/frontends/resp/_scanner.pyx":248
+        /* "rankd/frontends/resp/_scanner.pyx":308
  *                 line = _line_end(buf, position, size)
  *                 _length(buf, position + 1, line, &length)
  *                 words.append(PyBytes_FromStringAndSize(<const char *>buf + line + 2,             # <<<<<<<<<<<<<<
  *                                                        <Py_ssize_t>length))
  *                 position = line + 2 + <Py_ssize_t>length + 2
 */
-        __pyx_t_1 = PyBytes_FromStringAndSize(((((char const *)__pyx_v_buf) + __pyx_v_line) + 2), ((Py_ssize_t)__pyx_v_length)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 248, __pyx_L4_error)
+        __pyx_t_1 = PyBytes_FromStringAndSize(((((char const *)__pyx_v_buf) + __pyx_v_line) + 2), ((Py_ssize_t)__pyx_v_length)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 308, __pyx_L4_error)
         __Pyx_GOTREF(__pyx_t_1);
-        __pyx_t_14 = __Pyx_PyList_Append(__pyx_v_words, __pyx_t_1); if (unlikely(__pyx_t_14 == ((int)-1))) __PYX_ERR(0, 248, __pyx_L4_error)
+        __pyx_t_15 = __Pyx_PyList_Append(__pyx_v_words, __pyx_t_1); if (unlikely(__pyx_t_15 == ((int)-1))) __PYX_ERR(0, 308, __pyx_L4_error)
         __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":250
+        /* "rankd/frontends/resp/_scanner.pyx":310
  *                 words.append(PyBytes_FromStringAndSize(<const char *>buf + line + 2,
  *                                                        <Py_ssize_t>length))
  *                 position = line + 2 + <Py_ssize_t>length + 2             # <<<<<<<<<<<<<<
@@ -7907,31 +8643,40 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
       }
 
 
-      /* "rankd/frontends/resp/_scanner.pyx":251
+      /* "rankd/frontends/resp/_scanner.pyx":311
  *                                                        <Py_ssize_t>length))
  *                 position = line + 2 + <Py_ssize_t>length + 2
  *             items.append(words)             # <<<<<<<<<<<<<<
  *         _close(run, buf, run_start, position, items)
- *     finally:
+ *         _close_reads(reads, buf, reads_start, position, items)
 */
-      __pyx_t_14 = __Pyx_PyList_Append(__pyx_v_items, __pyx_v_words); if (unlikely(__pyx_t_14 == ((int)-1))) __PYX_ERR(0, 251, __pyx_L4_error)
+      __pyx_t_15 = __Pyx_PyList_Append(__pyx_v_items, __pyx_v_words); if (unlikely(__pyx_t_15 == ((int)-1))) __PYX_ERR(0, 311, __pyx_L4_error)
 
       __pyx_L6_continue:;
     }
     __pyx_L7_break:;
 
-    /* "rankd/frontends/resp/_scanner.pyx":252
+    /* "rankd/frontends/resp/_scanner.pyx":312
  *                 position = line + 2 + <Py_ssize_t>length + 2
  *             items.append(words)
  *         _close(run, buf, run_start, position, items)             # <<<<<<<<<<<<<<
+ *         _close_reads(reads, buf, reads_start, position, items)
+ *     finally:
+*/
+    __pyx_f_5rankd_9frontends_4resp_8_scanner__close(__pyx_v_run, __pyx_v_buf, __pyx_v_run_start, __pyx_v_position, __pyx_v_items); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 312, __pyx_L4_error)
+
+    /* "rankd/frontends/resp/_scanner.pyx":313
+ *             items.append(words)
+ *         _close(run, buf, run_start, position, items)
+ *         _close_reads(reads, buf, reads_start, position, items)             # <<<<<<<<<<<<<<
  *     finally:
  *         PyBuffer_Release(&view)
 */
-    __pyx_f_5rankd_9frontends_4resp_8_scanner__close(__pyx_v_run, __pyx_v_buf, __pyx_v_run_start, __pyx_v_position, __pyx_v_items); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 252, __pyx_L4_error)
+    __pyx_f_5rankd_9frontends_4resp_8_scanner__close_reads(__pyx_v_reads, __pyx_v_buf, __pyx_v_reads_start, __pyx_v_position, __pyx_v_items); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 313, __pyx_L4_error)
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":254
- *         _close(run, buf, run_start, position, items)
+  /* "rankd/frontends/resp/_scanner.pyx":315
+ *         _close_reads(reads, buf, reads_start, position, items)
  *     finally:
  *         PyBuffer_Release(&view)             # <<<<<<<<<<<<<<
  *     return items, position, error
@@ -7946,55 +8691,55 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
     /*exception exit:*/{
       __Pyx_PyThreadState_declare
       __Pyx_PyThreadState_assign
-      __pyx_t_17 = 0; __pyx_t_18 = 0; __pyx_t_19 = 0; __pyx_t_20 = 0; __pyx_t_21 = 0; __pyx_t_22 = 0;
+      __pyx_t_18 = 0; __pyx_t_19 = 0; __pyx_t_20 = 0; __pyx_t_21 = 0; __pyx_t_22 = 0; __pyx_t_23 = 0;
       __Pyx_XDECREF(__pyx_t_1); __pyx_t_1 = 0;
       __Pyx_XDECREF(__pyx_t_7); __pyx_t_7 = 0;
-       __Pyx_ExceptionSwap(&__pyx_t_20, &__pyx_t_21, &__pyx_t_22);
-      if ( unlikely(__Pyx_GetException(&__pyx_t_17, &__pyx_t_18, &__pyx_t_19) < 0)) __Pyx_ErrFetch(&__pyx_t_17, &__pyx_t_18, &__pyx_t_19);
-      __Pyx_XGOTREF(__pyx_t_17);
+       __Pyx_ExceptionSwap(&__pyx_t_21, &__pyx_t_22, &__pyx_t_23);
+      if ( unlikely(__Pyx_GetException(&__pyx_t_18, &__pyx_t_19, &__pyx_t_20) < 0)) __Pyx_ErrFetch(&__pyx_t_18, &__pyx_t_19, &__pyx_t_20);
       __Pyx_XGOTREF(__pyx_t_18);
       __Pyx_XGOTREF(__pyx_t_19);
       __Pyx_XGOTREF(__pyx_t_20);
       __Pyx_XGOTREF(__pyx_t_21);
       __Pyx_XGOTREF(__pyx_t_22);
-      __pyx_t_2 = __pyx_lineno; __pyx_t_15 = __pyx_clineno; __pyx_t_16 = __pyx_filename;
+      __Pyx_XGOTREF(__pyx_t_23);
+      __pyx_t_2 = __pyx_lineno; __pyx_t_16 = __pyx_clineno; __pyx_t_17 = __pyx_filename;
       {
         PyBuffer_Release((&__pyx_v_view));
       }
-      __Pyx_XGIVEREF(__pyx_t_20);
       __Pyx_XGIVEREF(__pyx_t_21);
       __Pyx_XGIVEREF(__pyx_t_22);
-      __Pyx_ExceptionReset(__pyx_t_20, __pyx_t_21, __pyx_t_22);
-      __Pyx_XGIVEREF(__pyx_t_17);
+      __Pyx_XGIVEREF(__pyx_t_23);
+      __Pyx_ExceptionReset(__pyx_t_21, __pyx_t_22, __pyx_t_23);
       __Pyx_XGIVEREF(__pyx_t_18);
       __Pyx_XGIVEREF(__pyx_t_19);
-      __Pyx_ErrRestore(__pyx_t_17, __pyx_t_18, __pyx_t_19);
-      __pyx_t_17 = 0; __pyx_t_18 = 0; __pyx_t_19 = 0; __pyx_t_20 = 0; __pyx_t_21 = 0; __pyx_t_22 = 0;
-      __pyx_lineno = __pyx_t_2; __pyx_clineno = __pyx_t_15; __pyx_filename = __pyx_t_16;
+      __Pyx_XGIVEREF(__pyx_t_20);
+      __Pyx_ErrRestore(__pyx_t_18, __pyx_t_19, __pyx_t_20);
+      __pyx_t_18 = 0; __pyx_t_19 = 0; __pyx_t_20 = 0; __pyx_t_21 = 0; __pyx_t_22 = 0; __pyx_t_23 = 0;
+      __pyx_lineno = __pyx_t_2; __pyx_clineno = __pyx_t_16; __pyx_filename = __pyx_t_17;
       goto __pyx_L1_error;
     }
     __pyx_L5:;
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":255
+  /* "rankd/frontends/resp/_scanner.pyx":316
  *     finally:
  *         PyBuffer_Release(&view)
  *     return items, position, error             # <<<<<<<<<<<<<<
  * 
  * 
 */
-  __pyx_t_1 = PyLong_FromSsize_t(__pyx_v_position); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 255, __pyx_L1_error)
+  __pyx_t_1 = PyLong_FromSsize_t(__pyx_v_position); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 316, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
-  __pyx_t_7 = PyTuple_New(3); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 255, __pyx_L1_error)
+  __pyx_t_7 = PyTuple_New(3); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 316, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_7);
   __Pyx_INCREF(__pyx_v_items);
   __Pyx_GIVEREF(__pyx_v_items);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_7, 0, __pyx_v_items) != (0)) __PYX_ERR(0, 255, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_7, 0, __pyx_v_items) != (0)) __PYX_ERR(0, 316, __pyx_L1_error);
   __Pyx_GIVEREF(__pyx_t_1);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_7, 1, __pyx_t_1) != (0)) __PYX_ERR(0, 255, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_7, 1, __pyx_t_1) != (0)) __PYX_ERR(0, 316, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_error);
   __Pyx_GIVEREF(__pyx_v_error);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_7, 2, __pyx_v_error) != (0)) __PYX_ERR(0, 255, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_7, 2, __pyx_v_error) != (0)) __PYX_ERR(0, 316, __pyx_L1_error);
   __pyx_t_1 = 0;
   {
     PyObject *__pyx_temp;
@@ -8007,7 +8752,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
   __pyx_t_7 = 0;
   goto __pyx_L0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":136
+  /* "rankd/frontends/resp/_scanner.pyx":163
  * 
  * 
  * def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, bint pack):             # <<<<<<<<<<<<<<
@@ -8038,16 +8783,472 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
   __Pyx_XDECREF(__pyx_v_words);
 
 
+  __Pyx_XDECREF((PyObject *)__pyx_v_reads);
+
+
+
+
+
 
 
 
   __Pyx_XDECREF(__pyx_v_error);
+
   __Pyx_XGIVEREF(__pyx_r);
   __Pyx_RefNannyFinishContext();
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":258
+/* "rankd/frontends/resp/_scanner.pyx":319
+ * 
+ * 
+ * cdef int _read_kind(const uint8_t *buf, long long count, Py_ssize_t *offsets,             # <<<<<<<<<<<<<<
+ *                     Py_ssize_t *sizes) noexcept:
+ *     """Which plain read a command is (``ReadKind``), or -1: ``ZSCORE``,
+*/
+
+static int __pyx_f_5rankd_9frontends_4resp_8_scanner__read_kind(uint8_t const *__pyx_v_buf, PY_LONG_LONG __pyx_v_count, Py_ssize_t *__pyx_v_offsets, Py_ssize_t *__pyx_v_sizes) {
+  int __pyx_r;
+  int __pyx_t_1;
+  int __pyx_t_2;
+
+  /* "rankd/frontends/resp/_scanner.pyx":324
+ *     ``ZRANK``, ``ZREVRANK`` with a key and a member, ``ZRANGE`` and
+ *     ``ZREVRANGE`` with a key, two indexes and perhaps ``WITHSCORES``."""
+ *     if count < 3 or count > 5 or not _board_name(buf + offsets[1], sizes[1]):             # <<<<<<<<<<<<<<
+ *         return -1
+ *     if count == 3:
+*/
+  __pyx_t_2 = (__pyx_v_count < 3);
+
+  if (!__pyx_t_2) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_2;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+  __pyx_t_2 = (__pyx_v_count > 5);
+
+  if (!__pyx_t_2) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_2;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+  __pyx_t_2 = (!__pyx_f_5rankd_9frontends_4resp_8_scanner__board_name((__pyx_v_buf + (__pyx_v_offsets[1])), (__pyx_v_sizes[1])));
+
+
+  __pyx_t_1 = __pyx_t_2;
+
+  __pyx_L4_bool_binop_done:;
+  if (__pyx_t_1) {
+
+
+    /* "rankd/frontends/resp/_scanner.pyx":325
+ *     ``ZREVRANGE`` with a key, two indexes and perhaps ``WITHSCORES``."""
+ *     if count < 3 or count > 5 or not _board_name(buf + offsets[1], sizes[1]):
+ *         return -1             # <<<<<<<<<<<<<<
+ *     if count == 3:
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZSCORE", 6):
+*/
+    {
+
+      __pyx_r = -1;
+    }
+    goto __pyx_L0;
+
+    /* "rankd/frontends/resp/_scanner.pyx":324
+ *     ``ZRANK``, ``ZREVRANK`` with a key and a member, ``ZRANGE`` and
+ *     ``ZREVRANGE`` with a key, two indexes and perhaps ``WITHSCORES``."""
+ *     if count < 3 or count > 5 or not _board_name(buf + offsets[1], sizes[1]):             # <<<<<<<<<<<<<<
+ *         return -1
+ *     if count == 3:
+*/
+  }
+
+  /* "rankd/frontends/resp/_scanner.pyx":326
+ *     if count < 3 or count > 5 or not _board_name(buf + offsets[1], sizes[1]):
+ *         return -1
+ *     if count == 3:             # <<<<<<<<<<<<<<
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZSCORE", 6):
+ *             return READ_SCORE
+*/
+  __pyx_t_1 = (__pyx_v_count == 3);
+
+  if (__pyx_t_1) {
+
+
+    /* "rankd/frontends/resp/_scanner.pyx":327
+ *         return -1
+ *     if count == 3:
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZSCORE", 6):             # <<<<<<<<<<<<<<
+ *             return READ_SCORE
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZRANK", 5):
+*/
+    __pyx_t_1 = __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is((__pyx_v_buf + (__pyx_v_offsets[0])), (__pyx_v_sizes[0]), __pyx_k_ZSCORE, 6);
+
+    if (__pyx_t_1) {
+
+
+      /* "rankd/frontends/resp/_scanner.pyx":328
+ *     if count == 3:
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZSCORE", 6):
+ *             return READ_SCORE             # <<<<<<<<<<<<<<
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZRANK", 5):
+ *             return READ_RANK
+*/
+      {
+
+        __pyx_r = __pyx_e_5rankd_6engine_7_packed_READ_SCORE;
+      }
+      goto __pyx_L0;
+
+      /* "rankd/frontends/resp/_scanner.pyx":327
+ *         return -1
+ *     if count == 3:
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZSCORE", 6):             # <<<<<<<<<<<<<<
+ *             return READ_SCORE
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZRANK", 5):
+*/
+    }
+
+    /* "rankd/frontends/resp/_scanner.pyx":329
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZSCORE", 6):
+ *             return READ_SCORE
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZRANK", 5):             # <<<<<<<<<<<<<<
+ *             return READ_RANK
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZREVRANK", 8):
+*/
+    __pyx_t_1 = __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is((__pyx_v_buf + (__pyx_v_offsets[0])), (__pyx_v_sizes[0]), __pyx_k_ZRANK, 5);
+
+    if (__pyx_t_1) {
+
+
+      /* "rankd/frontends/resp/_scanner.pyx":330
+ *             return READ_SCORE
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZRANK", 5):
+ *             return READ_RANK             # <<<<<<<<<<<<<<
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZREVRANK", 8):
+ *             return READ_REVRANK
+*/
+      {
+
+        __pyx_r = __pyx_e_5rankd_6engine_7_packed_READ_RANK;
+      }
+      goto __pyx_L0;
+
+      /* "rankd/frontends/resp/_scanner.pyx":329
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZSCORE", 6):
+ *             return READ_SCORE
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZRANK", 5):             # <<<<<<<<<<<<<<
+ *             return READ_RANK
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZREVRANK", 8):
+*/
+    }
+
+    /* "rankd/frontends/resp/_scanner.pyx":331
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZRANK", 5):
+ *             return READ_RANK
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZREVRANK", 8):             # <<<<<<<<<<<<<<
+ *             return READ_REVRANK
+ *         return -1
+*/
+    __pyx_t_1 = __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is((__pyx_v_buf + (__pyx_v_offsets[0])), (__pyx_v_sizes[0]), __pyx_k_ZREVRANK, 8);
+
+    if (__pyx_t_1) {
+
+
+      /* "rankd/frontends/resp/_scanner.pyx":332
+ *             return READ_RANK
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZREVRANK", 8):
+ *             return READ_REVRANK             # <<<<<<<<<<<<<<
+ *         return -1
+ *     if count == 5 and not _name_is(buf + offsets[4], sizes[4], b"WITHSCORES", 10):
+*/
+      {
+
+        __pyx_r = __pyx_e_5rankd_6engine_7_packed_READ_REVRANK;
+      }
+      goto __pyx_L0;
+
+      /* "rankd/frontends/resp/_scanner.pyx":331
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZRANK", 5):
+ *             return READ_RANK
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZREVRANK", 8):             # <<<<<<<<<<<<<<
+ *             return READ_REVRANK
+ *         return -1
+*/
+    }
+
+    /* "rankd/frontends/resp/_scanner.pyx":333
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZREVRANK", 8):
+ *             return READ_REVRANK
+ *         return -1             # <<<<<<<<<<<<<<
+ *     if count == 5 and not _name_is(buf + offsets[4], sizes[4], b"WITHSCORES", 10):
+ *         return -1
+*/
+    {
+
+      __pyx_r = -1;
+    }
+    goto __pyx_L0;
+
+    /* "rankd/frontends/resp/_scanner.pyx":326
+ *     if count < 3 or count > 5 or not _board_name(buf + offsets[1], sizes[1]):
+ *         return -1
+ *     if count == 3:             # <<<<<<<<<<<<<<
+ *         if _name_is(buf + offsets[0], sizes[0], b"ZSCORE", 6):
+ *             return READ_SCORE
+*/
+  }
+
+  /* "rankd/frontends/resp/_scanner.pyx":334
+ *             return READ_REVRANK
+ *         return -1
+ *     if count == 5 and not _name_is(buf + offsets[4], sizes[4], b"WITHSCORES", 10):             # <<<<<<<<<<<<<<
+ *         return -1
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZRANGE", 6):
+*/
+  __pyx_t_2 = (__pyx_v_count == 5);
+
+  if (__pyx_t_2) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_2;
+
+    goto __pyx_L12_bool_binop_done;
+  }
+  __pyx_t_2 = (!__pyx_f_5rankd_9frontends_4resp_8_scanner__name_is((__pyx_v_buf + (__pyx_v_offsets[4])), (__pyx_v_sizes[4]), __pyx_k_WITHSCORES, 10));
+
+
+  __pyx_t_1 = __pyx_t_2;
+
+  __pyx_L12_bool_binop_done:;
+  if (__pyx_t_1) {
+
+
+    /* "rankd/frontends/resp/_scanner.pyx":335
+ *         return -1
+ *     if count == 5 and not _name_is(buf + offsets[4], sizes[4], b"WITHSCORES", 10):
+ *         return -1             # <<<<<<<<<<<<<<
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZRANGE", 6):
+ *         return READ_RANGE
+*/
+    {
+
+      __pyx_r = -1;
+    }
+    goto __pyx_L0;
+
+    /* "rankd/frontends/resp/_scanner.pyx":334
+ *             return READ_REVRANK
+ *         return -1
+ *     if count == 5 and not _name_is(buf + offsets[4], sizes[4], b"WITHSCORES", 10):             # <<<<<<<<<<<<<<
+ *         return -1
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZRANGE", 6):
+*/
+  }
+
+  /* "rankd/frontends/resp/_scanner.pyx":336
+ *     if count == 5 and not _name_is(buf + offsets[4], sizes[4], b"WITHSCORES", 10):
+ *         return -1
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZRANGE", 6):             # <<<<<<<<<<<<<<
+ *         return READ_RANGE
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZREVRANGE", 9):
+*/
+  __pyx_t_1 = __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is((__pyx_v_buf + (__pyx_v_offsets[0])), (__pyx_v_sizes[0]), __pyx_k_ZRANGE, 6);
+
+  if (__pyx_t_1) {
+
+
+    /* "rankd/frontends/resp/_scanner.pyx":337
+ *         return -1
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZRANGE", 6):
+ *         return READ_RANGE             # <<<<<<<<<<<<<<
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZREVRANGE", 9):
+ *         return READ_REVRANGE
+*/
+    {
+
+      __pyx_r = __pyx_e_5rankd_6engine_7_packed_READ_RANGE;
+    }
+    goto __pyx_L0;
+
+    /* "rankd/frontends/resp/_scanner.pyx":336
+ *     if count == 5 and not _name_is(buf + offsets[4], sizes[4], b"WITHSCORES", 10):
+ *         return -1
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZRANGE", 6):             # <<<<<<<<<<<<<<
+ *         return READ_RANGE
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZREVRANGE", 9):
+*/
+  }
+
+  /* "rankd/frontends/resp/_scanner.pyx":338
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZRANGE", 6):
+ *         return READ_RANGE
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZREVRANGE", 9):             # <<<<<<<<<<<<<<
+ *         return READ_REVRANGE
+ *     return -1
+*/
+  __pyx_t_1 = __pyx_f_5rankd_9frontends_4resp_8_scanner__name_is((__pyx_v_buf + (__pyx_v_offsets[0])), (__pyx_v_sizes[0]), __pyx_k_ZREVRANGE, 9);
+
+  if (__pyx_t_1) {
+
+
+    /* "rankd/frontends/resp/_scanner.pyx":339
+ *         return READ_RANGE
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZREVRANGE", 9):
+ *         return READ_REVRANGE             # <<<<<<<<<<<<<<
+ *     return -1
+ * 
+*/
+    {
+
+      __pyx_r = __pyx_e_5rankd_6engine_7_packed_READ_REVRANGE;
+    }
+    goto __pyx_L0;
+
+    /* "rankd/frontends/resp/_scanner.pyx":338
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZRANGE", 6):
+ *         return READ_RANGE
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZREVRANGE", 9):             # <<<<<<<<<<<<<<
+ *         return READ_REVRANGE
+ *     return -1
+*/
+  }
+
+  /* "rankd/frontends/resp/_scanner.pyx":340
+ *     if _name_is(buf + offsets[0], sizes[0], b"ZREVRANGE", 9):
+ *         return READ_REVRANGE
+ *     return -1             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  {
+
+    __pyx_r = -1;
+  }
+  goto __pyx_L0;
+
+  /* "rankd/frontends/resp/_scanner.pyx":319
+ * 
+ * 
+ * cdef int _read_kind(const uint8_t *buf, long long count, Py_ssize_t *offsets,             # <<<<<<<<<<<<<<
+ *                     Py_ssize_t *sizes) noexcept:
+ *     """Which plain read a command is (``ReadKind``), or -1: ``ZSCORE``,
+*/
+
+  /* function exit code */
+  __pyx_L0:;
+
+  return __pyx_r;
+}
+
+/* "rankd/frontends/resp/_scanner.pyx":343
+ * 
+ * 
+ * cdef void _close_reads(PackedReads reads, const uint8_t *buf, Py_ssize_t start,             # <<<<<<<<<<<<<<
+ *                        Py_ssize_t end, list items) except *:
+ *     if reads is not None and reads.count:
+*/
+
+static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close_reads(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads *__pyx_v_reads, uint8_t const *__pyx_v_buf, Py_ssize_t __pyx_v_start, Py_ssize_t __pyx_v_end, PyObject *__pyx_v_items) {
+  __Pyx_RefNannyDeclarations
+  int __pyx_t_1;
+  int __pyx_t_2;
+  PyObject *__pyx_t_3 = NULL;
+  int __pyx_t_4;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("_close_reads", 0);
+
+  /* "rankd/frontends/resp/_scanner.pyx":345
+ * cdef void _close_reads(PackedReads reads, const uint8_t *buf, Py_ssize_t start,
+ *                        Py_ssize_t end, list items) except *:
+ *     if reads is not None and reads.count:             # <<<<<<<<<<<<<<
+ *         reads.data = PyBytes_FromStringAndSize(<const char *>buf + start, end - start)
+ *         items.append(reads)
+*/
+  __pyx_t_2 = (((PyObject *)__pyx_v_reads) != Py_None);
+  if (__pyx_t_2) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_2;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+  __pyx_t_2 = (__pyx_v_reads->count != 0);
+
+
+  __pyx_t_1 = __pyx_t_2;
+
+  __pyx_L4_bool_binop_done:;
+  if (__pyx_t_1) {
+
+
+    /* "rankd/frontends/resp/_scanner.pyx":346
+ *                        Py_ssize_t end, list items) except *:
+ *     if reads is not None and reads.count:
+ *         reads.data = PyBytes_FromStringAndSize(<const char *>buf + start, end - start)             # <<<<<<<<<<<<<<
+ *         items.append(reads)
+ * 
+*/
+    __pyx_t_3 = PyBytes_FromStringAndSize((((char const *)__pyx_v_buf) + __pyx_v_start), (__pyx_v_end - __pyx_v_start)); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 346, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_3);
+    __Pyx_GIVEREF(__pyx_t_3);
+    __Pyx_GOTREF(__pyx_v_reads->data);
+    __Pyx_DECREF_SET(__pyx_v_reads->data, ((PyObject*)__pyx_t_3));
+    __pyx_t_3 = 0;
+
+    /* "rankd/frontends/resp/_scanner.pyx":347
+ *     if reads is not None and reads.count:
+ *         reads.data = PyBytes_FromStringAndSize(<const char *>buf + start, end - start)
+ *         items.append(reads)             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+    if (unlikely(__pyx_v_items == Py_None)) {
+      PyErr_Format(PyExc_AttributeError, "\047NoneType\047 object has no attribute \047%.30s\047", "append");
+      __PYX_ERR(0, 347, __pyx_L1_error)
+    }
+    __pyx_t_4 = __Pyx_PyList_Append(__pyx_v_items, ((PyObject *)__pyx_v_reads)); if (unlikely(__pyx_t_4 == ((int)-1))) __PYX_ERR(0, 347, __pyx_L1_error)
+
+
+    /* "rankd/frontends/resp/_scanner.pyx":345
+ * cdef void _close_reads(PackedReads reads, const uint8_t *buf, Py_ssize_t start,
+ *                        Py_ssize_t end, list items) except *:
+ *     if reads is not None and reads.count:             # <<<<<<<<<<<<<<
+ *         reads.data = PyBytes_FromStringAndSize(<const char *>buf + start, end - start)
+ *         items.append(reads)
+*/
+  }
+
+  /* "rankd/frontends/resp/_scanner.pyx":343
+ * 
+ * 
+ * cdef void _close_reads(PackedReads reads, const uint8_t *buf, Py_ssize_t start,             # <<<<<<<<<<<<<<
+ *                        Py_ssize_t end, list items) except *:
+ *     if reads is not None and reads.count:
+*/
+
+  /* function exit code */
+  goto __pyx_L0;
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_AddTraceback("rankd.frontends.resp._scanner._close_reads", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_L0:;
+
+  __Pyx_RefNannyFinishContext();
+}
+
+/* "rankd/frontends/resp/_scanner.pyx":350
  * 
  * 
  * cdef void _close(Packed run, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,             # <<<<<<<<<<<<<<
@@ -8066,7 +9267,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5r
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("_close", 0);
 
-  /* "rankd/frontends/resp/_scanner.pyx":260
+  /* "rankd/frontends/resp/_scanner.pyx":352
  * cdef void _close(Packed run, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,
  *                  list items) except *:
  *     if run is not None and run.count:             # <<<<<<<<<<<<<<
@@ -8091,21 +9292,21 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5r
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":261
+    /* "rankd/frontends/resp/_scanner.pyx":353
  *                  list items) except *:
  *     if run is not None and run.count:
  *         run.data = PyBytes_FromStringAndSize(<const char *>buf + start, end - start)             # <<<<<<<<<<<<<<
  *         items.append(run)
  * 
 */
-    __pyx_t_3 = PyBytes_FromStringAndSize((((char const *)__pyx_v_buf) + __pyx_v_start), (__pyx_v_end - __pyx_v_start)); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 261, __pyx_L1_error)
+    __pyx_t_3 = PyBytes_FromStringAndSize((((char const *)__pyx_v_buf) + __pyx_v_start), (__pyx_v_end - __pyx_v_start)); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 353, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_3);
     __Pyx_GIVEREF(__pyx_t_3);
     __Pyx_GOTREF(__pyx_v_run->data);
     __Pyx_DECREF_SET(__pyx_v_run->data, ((PyObject*)__pyx_t_3));
     __pyx_t_3 = 0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":262
+    /* "rankd/frontends/resp/_scanner.pyx":354
  *     if run is not None and run.count:
  *         run.data = PyBytes_FromStringAndSize(<const char *>buf + start, end - start)
  *         items.append(run)             # <<<<<<<<<<<<<<
@@ -8114,12 +9315,12 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5r
 */
     if (unlikely(__pyx_v_items == Py_None)) {
       PyErr_Format(PyExc_AttributeError, "\047NoneType\047 object has no attribute \047%.30s\047", "append");
-      __PYX_ERR(0, 262, __pyx_L1_error)
+      __PYX_ERR(0, 354, __pyx_L1_error)
     }
-    __pyx_t_4 = __Pyx_PyList_Append(__pyx_v_items, ((PyObject *)__pyx_v_run)); if (unlikely(__pyx_t_4 == ((int)-1))) __PYX_ERR(0, 262, __pyx_L1_error)
+    __pyx_t_4 = __Pyx_PyList_Append(__pyx_v_items, ((PyObject *)__pyx_v_run)); if (unlikely(__pyx_t_4 == ((int)-1))) __PYX_ERR(0, 354, __pyx_L1_error)
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":260
+    /* "rankd/frontends/resp/_scanner.pyx":352
  * cdef void _close(Packed run, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,
  *                  list items) except *:
  *     if run is not None and run.count:             # <<<<<<<<<<<<<<
@@ -8128,7 +9329,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5r
 */
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":258
+  /* "rankd/frontends/resp/_scanner.pyx":350
  * 
  * 
  * cdef void _close(Packed run, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,             # <<<<<<<<<<<<<<
@@ -8146,7 +9347,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5r
   __Pyx_RefNannyFinishContext();
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":265
+/* "rankd/frontends/resp/_scanner.pyx":357
  * 
  * 
  * cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:             # <<<<<<<<<<<<<<
@@ -8160,17 +9361,17 @@ static CYTHON_INLINE void __pyx_f_5rankd_9frontends_4resp_8_scanner__put(struct 
   const char *__pyx_filename = NULL;
   int __pyx_clineno = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":266
+  /* "rankd/frontends/resp/_scanner.pyx":358
  * 
  * cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:
  *     writer_reserve(w, size)             # <<<<<<<<<<<<<<
  *     memcpy(w.data + w.size, text, size)
  *     w.size += size
 */
-  __pyx_t_1 = __pyx_f_5rankd_6engine_8_packing_writer_reserve(__pyx_v_w, __pyx_v_size); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(0, 266, __pyx_L1_error)
+  __pyx_t_1 = __pyx_f_5rankd_6engine_8_packing_writer_reserve(__pyx_v_w, __pyx_v_size); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(0, 358, __pyx_L1_error)
 
 
-  /* "rankd/frontends/resp/_scanner.pyx":267
+  /* "rankd/frontends/resp/_scanner.pyx":359
  * cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:
  *     writer_reserve(w, size)
  *     memcpy(w.data + w.size, text, size)             # <<<<<<<<<<<<<<
@@ -8179,7 +9380,7 @@ static CYTHON_INLINE void __pyx_f_5rankd_9frontends_4resp_8_scanner__put(struct 
 */
   (void)(memcpy((__pyx_v_w->data + __pyx_v_w->size), __pyx_v_text, __pyx_v_size));
 
-  /* "rankd/frontends/resp/_scanner.pyx":268
+  /* "rankd/frontends/resp/_scanner.pyx":360
  *     writer_reserve(w, size)
  *     memcpy(w.data + w.size, text, size)
  *     w.size += size             # <<<<<<<<<<<<<<
@@ -8188,7 +9389,7 @@ static CYTHON_INLINE void __pyx_f_5rankd_9frontends_4resp_8_scanner__put(struct 
 */
   __pyx_v_w->size = (__pyx_v_w->size + __pyx_v_size);
 
-  /* "rankd/frontends/resp/_scanner.pyx":265
+  /* "rankd/frontends/resp/_scanner.pyx":357
  * 
  * 
  * cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:             # <<<<<<<<<<<<<<
@@ -8204,7 +9405,7 @@ static CYTHON_INLINE void __pyx_f_5rankd_9frontends_4resp_8_scanner__put(struct 
 
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":271
+/* "rankd/frontends/resp/_scanner.pyx":363
  * 
  * 
  * cdef void _double(Writer *w, double value, int version) except *:             # <<<<<<<<<<<<<<
@@ -8222,7 +9423,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5ra
   const char *__pyx_filename = NULL;
   int __pyx_clineno = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":275
+  /* "rankd/frontends/resp/_scanner.pyx":367
  *     cdef char text[40]
  *     cdef char header[24]
  *     cdef int size = snprintf(text, sizeof(text), "%.17g", value)             # <<<<<<<<<<<<<<
@@ -8231,7 +9432,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5ra
 */
   __pyx_v_size = snprintf(__pyx_v_text, (sizeof(__pyx_v_text)), __pyx_k_17g, __pyx_v_value);
 
-  /* "rankd/frontends/resp/_scanner.pyx":277
+  /* "rankd/frontends/resp/_scanner.pyx":369
  *     cdef int size = snprintf(text, sizeof(text), "%.17g", value)
  *     cdef int head
  *     if version == 3:             # <<<<<<<<<<<<<<
@@ -8243,16 +9444,16 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5ra
   if (__pyx_t_1) {
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":278
+    /* "rankd/frontends/resp/_scanner.pyx":370
  *     cdef int head
  *     if version == 3:
  *         _put(w, ",", 1)             # <<<<<<<<<<<<<<
  *     else:
  *         head = snprintf(header, sizeof(header), "$%d\r\n", size)
 */
-    __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__3, 1); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 278, __pyx_L1_error)
+    __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__3, 1); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 370, __pyx_L1_error)
 
-    /* "rankd/frontends/resp/_scanner.pyx":277
+    /* "rankd/frontends/resp/_scanner.pyx":369
  *     cdef int size = snprintf(text, sizeof(text), "%.17g", value)
  *     cdef int head
  *     if version == 3:             # <<<<<<<<<<<<<<
@@ -8262,7 +9463,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5ra
     goto __pyx_L3;
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":280
+  /* "rankd/frontends/resp/_scanner.pyx":372
  *         _put(w, ",", 1)
  *     else:
  *         head = snprintf(header, sizeof(header), "$%d\r\n", size)             # <<<<<<<<<<<<<<
@@ -8272,36 +9473,36 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5ra
   /*else*/ {
     __pyx_v_head = snprintf(__pyx_v_header, (sizeof(__pyx_v_header)), __pyx_k_d, __pyx_v_size);
 
-    /* "rankd/frontends/resp/_scanner.pyx":281
+    /* "rankd/frontends/resp/_scanner.pyx":373
  *     else:
  *         head = snprintf(header, sizeof(header), "$%d\r\n", size)
  *         _put(w, header, head)             # <<<<<<<<<<<<<<
  *     _put(w, text, size)
  *     _put(w, "\r\n", 2)
 */
-    __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_header, __pyx_v_head); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 281, __pyx_L1_error)
+    __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_header, __pyx_v_head); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 373, __pyx_L1_error)
   }
   __pyx_L3:;
 
-  /* "rankd/frontends/resp/_scanner.pyx":282
+  /* "rankd/frontends/resp/_scanner.pyx":374
  *         head = snprintf(header, sizeof(header), "$%d\r\n", size)
  *         _put(w, header, head)
  *     _put(w, text, size)             # <<<<<<<<<<<<<<
  *     _put(w, "\r\n", 2)
  * 
 */
-  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_text, __pyx_v_size); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 282, __pyx_L1_error)
+  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_text, __pyx_v_size); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 374, __pyx_L1_error)
 
-  /* "rankd/frontends/resp/_scanner.pyx":283
+  /* "rankd/frontends/resp/_scanner.pyx":375
  *         _put(w, header, head)
  *     _put(w, text, size)
  *     _put(w, "\r\n", 2)             # <<<<<<<<<<<<<<
  * 
  * 
 */
-  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__4, 2); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 283, __pyx_L1_error)
+  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__4, 2); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 375, __pyx_L1_error)
 
-  /* "rankd/frontends/resp/_scanner.pyx":271
+  /* "rankd/frontends/resp/_scanner.pyx":363
  * 
  * 
  * cdef void _double(Writer *w, double value, int version) except *:             # <<<<<<<<<<<<<<
@@ -8321,7 +9522,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5ra
 
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":286
+/* "rankd/frontends/resp/_scanner.pyx":378
  * 
  * 
  * def encode_replies(Packed packed, int version, reply):             # <<<<<<<<<<<<<<
@@ -8371,46 +9572,46 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_packed,&__pyx_mstate_global->__pyx_n_u_version,&__pyx_mstate_global->__pyx_n_u_reply,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 286, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 378, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  3:
         values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 286, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 378, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 286, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 378, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 286, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 378, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "encode_replies", 0) < (0)) __PYX_ERR(0, 286, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "encode_replies", 0) < (0)) __PYX_ERR(0, 378, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 3; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("encode_replies", 1, 3, 3, i); __PYX_ERR(0, 286, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("encode_replies", 1, 3, 3, i); __PYX_ERR(0, 378, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 3)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 286, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 378, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 286, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 378, __pyx_L3_error)
       values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 286, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 378, __pyx_L3_error)
     }
     __pyx_v_packed = ((struct __pyx_obj_5rankd_6engine_7_packed_Packed *)values[0]);
-    __pyx_v_version = __Pyx_PyLong_As_int(values[1]); if (unlikely((__pyx_v_version == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 286, __pyx_L3_error)
+    __pyx_v_version = __Pyx_PyLong_As_int(values[1]); if (unlikely((__pyx_v_version == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 378, __pyx_L3_error)
     __pyx_v_reply = values[2];
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("encode_replies", 1, 3, 3, __pyx_nargs); __PYX_ERR(0, 286, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("encode_replies", 1, 3, 3, __pyx_nargs); __PYX_ERR(0, 378, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -8421,7 +9622,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   __Pyx_RefNannyFinishContext();
   return NULL;
   __pyx_L4_argument_unpacking_done:;
-  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_packed), __pyx_mstate_global->__pyx_ptype_5rankd_6engine_7_packed_Packed, 1, "packed", 0))) __PYX_ERR(0, 286, __pyx_L1_error)
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_packed), __pyx_mstate_global->__pyx_ptype_5rankd_6engine_7_packed_Packed, 1, "packed", 0))) __PYX_ERR(0, 378, __pyx_L1_error)
   __pyx_r = __pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(__pyx_self, __pyx_v_packed, __pyx_v_version, __pyx_v_reply);
 
   /* function exit code */
@@ -8482,7 +9683,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("encode_replies", 0);
 
-  /* "rankd/frontends/resp/_scanner.pyx":292
+  /* "rankd/frontends/resp/_scanner.pyx":384
  *     counts those the engine answered natively."""
  *     cdef Writer w
  *     cdef Py_ssize_t i, answered = 0             # <<<<<<<<<<<<<<
@@ -8491,7 +9692,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
   __pyx_v_answered = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":295
+  /* "rankd/frontends/resp/_scanner.pyx":387
  *     cdef PackedSubmission *item
  *     cdef PackedResult *result
  *     cdef list answers = packed.answers             # <<<<<<<<<<<<<<
@@ -8503,7 +9704,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
   __pyx_v_answers = ((PyObject*)__pyx_t_1);
   __pyx_t_1 = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":297
+  /* "rankd/frontends/resp/_scanner.pyx":389
  *     cdef list answers = packed.answers
  *     cdef bytes encoded
  *     w.data = NULL             # <<<<<<<<<<<<<<
@@ -8512,7 +9713,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
   __pyx_v_w.data = NULL;
 
-  /* "rankd/frontends/resp/_scanner.pyx":298
+  /* "rankd/frontends/resp/_scanner.pyx":390
  *     cdef bytes encoded
  *     w.data = NULL
  *     w.size = w.cap = 0             # <<<<<<<<<<<<<<
@@ -8522,7 +9723,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
   __pyx_v_w.size = 0;
   __pyx_v_w.cap = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":299
+  /* "rankd/frontends/resp/_scanner.pyx":391
  *     w.data = NULL
  *     w.size = w.cap = 0
  *     try:             # <<<<<<<<<<<<<<
@@ -8531,7 +9732,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
   /*try:*/ {
 
-    /* "rankd/frontends/resp/_scanner.pyx":300
+    /* "rankd/frontends/resp/_scanner.pyx":392
  *     w.size = w.cap = 0
  *     try:
  *         for i in range(packed.count):             # <<<<<<<<<<<<<<
@@ -8545,7 +9746,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
     for (__pyx_t_4 = 0; __pyx_t_4 < __pyx_t_3; __pyx_t_4+=1) {
       __pyx_v_i = __pyx_t_4;
 
-      /* "rankd/frontends/resp/_scanner.pyx":301
+      /* "rankd/frontends/resp/_scanner.pyx":393
  *     try:
  *         for i in range(packed.count):
  *             item = &packed.items[i]             # <<<<<<<<<<<<<<
@@ -8554,7 +9755,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       __pyx_v_item = (&(__pyx_v_packed->items[__pyx_v_i]));
 
-      /* "rankd/frontends/resp/_scanner.pyx":302
+      /* "rankd/frontends/resp/_scanner.pyx":394
  *         for i in range(packed.count):
  *             item = &packed.items[i]
  *             answer = answers[i]             # <<<<<<<<<<<<<<
@@ -8563,14 +9764,14 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       if (unlikely(__pyx_v_answers == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
-        __PYX_ERR(0, 302, __pyx_L4_error)
+        __PYX_ERR(0, 394, __pyx_L4_error)
       }
       __pyx_t_1 = __Pyx_PyList_GET_ITEM(__pyx_v_answers, __pyx_v_i);
       __Pyx_INCREF(__pyx_t_1);
       __Pyx_XDECREF_SET(__pyx_v_answer, __pyx_t_1);
       __pyx_t_1 = 0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":303
+      /* "rankd/frontends/resp/_scanner.pyx":395
  *             item = &packed.items[i]
  *             answer = answers[i]
  *             if answer is not None:             # <<<<<<<<<<<<<<
@@ -8581,7 +9782,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
       if (__pyx_t_5) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":304
+        /* "rankd/frontends/resp/_scanner.pyx":396
  *             answer = answers[i]
  *             if answer is not None:
  *                 encoded = reply(item.tag, answer,             # <<<<<<<<<<<<<<
@@ -8591,10 +9792,10 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
         __pyx_t_6 = NULL;
         __Pyx_INCREF(__pyx_v_reply);
         __pyx_t_7 = __pyx_v_reply; 
-        __pyx_t_8 = __Pyx_PyLong_From_uint32_t(__pyx_v_item->tag); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 304, __pyx_L4_error)
+        __pyx_t_8 = __Pyx_PyLong_From_uint32_t(__pyx_v_item->tag); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 396, __pyx_L4_error)
         __Pyx_GOTREF(__pyx_t_8);
 
-        /* "rankd/frontends/resp/_scanner.pyx":305
+        /* "rankd/frontends/resp/_scanner.pyx":397
  *             if answer is not None:
  *                 encoded = reply(item.tag, answer,
  *                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)             # <<<<<<<<<<<<<<
@@ -8604,12 +9805,12 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
         __pyx_t_5 = (__pyx_v_item->tag == __pyx_e_5rankd_9frontends_4resp_8_scanner_TAG_ZADD);
 
         if (__pyx_t_5) {
-          __pyx_t_10 = PyFloat_FromDouble(__pyx_v_item->score.fval); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 305, __pyx_L4_error)
+          __pyx_t_10 = PyFloat_FromDouble(__pyx_v_item->score.fval); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 397, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_10);
           __pyx_t_9 = __pyx_t_10;
           __pyx_t_10 = 0;
         } else {
-          __pyx_t_10 = PyFloat_FromDouble(__pyx_v_item->delta.fval); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 305, __pyx_L4_error)
+          __pyx_t_10 = PyFloat_FromDouble(__pyx_v_item->delta.fval); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 397, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_10);
           __pyx_t_9 = __pyx_t_10;
           __pyx_t_10 = 0;
@@ -8634,22 +9835,22 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
           __Pyx_DECREF(__pyx_t_8); __pyx_t_8 = 0;
           __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
           __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
-          if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 304, __pyx_L4_error)
+          if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 396, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_1);
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":304
+        /* "rankd/frontends/resp/_scanner.pyx":396
  *             answer = answers[i]
  *             if answer is not None:
  *                 encoded = reply(item.tag, answer,             # <<<<<<<<<<<<<<
  *                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)
  *                 _put(&w, <const char *>encoded, len(encoded))
 */
-        if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(0, 304, __pyx_L4_error)
+        if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(0, 396, __pyx_L4_error)
         __Pyx_XDECREF_SET(__pyx_v_encoded, ((PyObject*)__pyx_t_1));
         __pyx_t_1 = 0;
 
-        /* "rankd/frontends/resp/_scanner.pyx":306
+        /* "rankd/frontends/resp/_scanner.pyx":398
  *                 encoded = reply(item.tag, answer,
  *                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)
  *                 _put(&w, <const char *>encoded, len(encoded))             # <<<<<<<<<<<<<<
@@ -8658,19 +9859,19 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
         if (unlikely(__pyx_v_encoded == Py_None)) {
           PyErr_SetString(PyExc_TypeError, "expected bytes, NoneType found");
-          __PYX_ERR(0, 306, __pyx_L4_error)
+          __PYX_ERR(0, 398, __pyx_L4_error)
         }
-        __pyx_t_12 = __Pyx_PyBytes_AsString(__pyx_v_encoded); if (unlikely((!__pyx_t_12) && PyErr_Occurred())) __PYX_ERR(0, 306, __pyx_L4_error)
+        __pyx_t_12 = __Pyx_PyBytes_AsString(__pyx_v_encoded); if (unlikely((!__pyx_t_12) && PyErr_Occurred())) __PYX_ERR(0, 398, __pyx_L4_error)
         if (unlikely(__pyx_v_encoded == Py_None)) {
           PyErr_SetString(PyExc_TypeError, "object of type \047NoneType\047 has no len()");
-          __PYX_ERR(0, 306, __pyx_L4_error)
+          __PYX_ERR(0, 398, __pyx_L4_error)
         }
-        __pyx_t_13 = __Pyx_PyBytes_GET_SIZE(__pyx_v_encoded); if (unlikely(__pyx_t_13 == ((Py_ssize_t)-1))) __PYX_ERR(0, 306, __pyx_L4_error)
-        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), ((char const *)__pyx_t_12), __pyx_t_13); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 306, __pyx_L4_error)
+        __pyx_t_13 = __Pyx_PyBytes_GET_SIZE(__pyx_v_encoded); if (unlikely(__pyx_t_13 == ((Py_ssize_t)-1))) __PYX_ERR(0, 398, __pyx_L4_error)
+        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), ((char const *)__pyx_t_12), __pyx_t_13); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 398, __pyx_L4_error)
 
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":307
+        /* "rankd/frontends/resp/_scanner.pyx":399
  *                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)
  *                 _put(&w, <const char *>encoded, len(encoded))
  *                 continue             # <<<<<<<<<<<<<<
@@ -8679,7 +9880,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
         goto __pyx_L6_continue;
 
-        /* "rankd/frontends/resp/_scanner.pyx":303
+        /* "rankd/frontends/resp/_scanner.pyx":395
  *             item = &packed.items[i]
  *             answer = answers[i]
  *             if answer is not None:             # <<<<<<<<<<<<<<
@@ -8688,7 +9889,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":308
+      /* "rankd/frontends/resp/_scanner.pyx":400
  *                 _put(&w, <const char *>encoded, len(encoded))
  *                 continue
  *             answered += 1             # <<<<<<<<<<<<<<
@@ -8697,7 +9898,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       __pyx_v_answered = (__pyx_v_answered + 1);
 
-      /* "rankd/frontends/resp/_scanner.pyx":309
+      /* "rankd/frontends/resp/_scanner.pyx":401
  *                 continue
  *             answered += 1
  *             result = &packed.results[i]             # <<<<<<<<<<<<<<
@@ -8706,7 +9907,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       __pyx_v_result = (&(__pyx_v_packed->results[__pyx_v_i]));
 
-      /* "rankd/frontends/resp/_scanner.pyx":310
+      /* "rankd/frontends/resp/_scanner.pyx":402
  *             answered += 1
  *             result = &packed.results[i]
  *             if item.tag == TAG_ZADD:             # <<<<<<<<<<<<<<
@@ -8718,7 +9919,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
       if (__pyx_t_5) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":311
+        /* "rankd/frontends/resp/_scanner.pyx":403
  *             result = &packed.results[i]
  *             if item.tag == TAG_ZADD:
  *                 _put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)             # <<<<<<<<<<<<<<
@@ -8732,10 +9933,10 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 
           __pyx_t_14 = __pyx_k_1;
         }
-        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), __pyx_t_14, 4); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 311, __pyx_L4_error)
+        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), __pyx_t_14, 4); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 403, __pyx_L4_error)
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":310
+        /* "rankd/frontends/resp/_scanner.pyx":402
  *             answered += 1
  *             result = &packed.results[i]
  *             if item.tag == TAG_ZADD:             # <<<<<<<<<<<<<<
@@ -8745,7 +9946,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
         goto __pyx_L9;
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":314
+      /* "rankd/frontends/resp/_scanner.pyx":406
  *             else:
  *                 # A new member's reply is the increment itself (-0 stays -0).
  *                 _double(&w, result.score if result.has_previous else item.delta.fval, version)             # <<<<<<<<<<<<<<
@@ -8760,7 +9961,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 
           __pyx_t_15 = __pyx_v_item->delta.fval;
         }
-        __pyx_f_5rankd_9frontends_4resp_8_scanner__double((&__pyx_v_w), __pyx_t_15, __pyx_v_version); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 314, __pyx_L4_error)
+        __pyx_f_5rankd_9frontends_4resp_8_scanner__double((&__pyx_v_w), __pyx_t_15, __pyx_v_version); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 406, __pyx_L4_error)
 
       }
       __pyx_L9:;
@@ -8768,23 +9969,23 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
     }
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":315
+    /* "rankd/frontends/resp/_scanner.pyx":407
  *                 # A new member's reply is the increment itself (-0 stays -0).
  *                 _double(&w, result.score if result.has_previous else item.delta.fval, version)
  *         return PyBytes_FromStringAndSize(w.data, w.size), answered             # <<<<<<<<<<<<<<
  *     finally:
  *         writer_free(&w)
 */
-    __pyx_t_1 = PyBytes_FromStringAndSize(__pyx_v_w.data, __pyx_v_w.size); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 315, __pyx_L4_error)
+    __pyx_t_1 = PyBytes_FromStringAndSize(__pyx_v_w.data, __pyx_v_w.size); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 407, __pyx_L4_error)
     __Pyx_GOTREF(__pyx_t_1);
-    __pyx_t_7 = PyLong_FromSsize_t(__pyx_v_answered); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 315, __pyx_L4_error)
+    __pyx_t_7 = PyLong_FromSsize_t(__pyx_v_answered); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 407, __pyx_L4_error)
     __Pyx_GOTREF(__pyx_t_7);
-    __pyx_t_9 = PyTuple_New(2); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 315, __pyx_L4_error)
+    __pyx_t_9 = PyTuple_New(2); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 407, __pyx_L4_error)
     __Pyx_GOTREF(__pyx_t_9);
     __Pyx_GIVEREF(__pyx_t_1);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 0, __pyx_t_1) != (0)) __PYX_ERR(0, 315, __pyx_L4_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 0, __pyx_t_1) != (0)) __PYX_ERR(0, 407, __pyx_L4_error);
     __Pyx_GIVEREF(__pyx_t_7);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 1, __pyx_t_7) != (0)) __PYX_ERR(0, 315, __pyx_L4_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 1, __pyx_t_7) != (0)) __PYX_ERR(0, 407, __pyx_L4_error);
     __pyx_t_1 = 0;
     __pyx_t_7 = 0;
     {
@@ -8799,7 +10000,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
     goto __pyx_L3_return;
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":317
+  /* "rankd/frontends/resp/_scanner.pyx":409
  *         return PyBytes_FromStringAndSize(w.data, w.size), answered
  *     finally:
  *         writer_free(&w)             # <<<<<<<<<<<<<<
@@ -8852,7 +10053,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
     }
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":286
+  /* "rankd/frontends/resp/_scanner.pyx":378
  * 
  * 
  * def encode_replies(Packed packed, int version, reply):             # <<<<<<<<<<<<<<
@@ -8884,7 +10085,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":320
+/* "rankd/frontends/resp/_scanner.pyx":412
  * 
  * 
  * cdef void _bulk_text(Writer *w, str text) except *:             # <<<<<<<<<<<<<<
@@ -8902,17 +10103,17 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__bulk_text(struct __pyx_t_
   const char *__pyx_filename = NULL;
   int __pyx_clineno = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":322
+  /* "rankd/frontends/resp/_scanner.pyx":414
  * cdef void _bulk_text(Writer *w, str text) except *:
  *     cdef Py_ssize_t size
  *     cdef const char *data = PyUnicode_AsUTF8AndSize(text, &size)             # <<<<<<<<<<<<<<
  *     cdef char header[24]
  *     cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)
 */
-  __pyx_t_1 = PyUnicode_AsUTF8AndSize(__pyx_v_text, (&__pyx_v_size)); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(0, 322, __pyx_L1_error)
+  __pyx_t_1 = PyUnicode_AsUTF8AndSize(__pyx_v_text, (&__pyx_v_size)); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(0, 414, __pyx_L1_error)
   __pyx_v_data = __pyx_t_1;
 
-  /* "rankd/frontends/resp/_scanner.pyx":324
+  /* "rankd/frontends/resp/_scanner.pyx":416
  *     cdef const char *data = PyUnicode_AsUTF8AndSize(text, &size)
  *     cdef char header[24]
  *     cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)             # <<<<<<<<<<<<<<
@@ -8921,34 +10122,34 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__bulk_text(struct __pyx_t_
 */
   __pyx_v_head = snprintf(__pyx_v_header, (sizeof(__pyx_v_header)), __pyx_k_zd, __pyx_v_size);
 
-  /* "rankd/frontends/resp/_scanner.pyx":325
+  /* "rankd/frontends/resp/_scanner.pyx":417
  *     cdef char header[24]
  *     cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)
  *     _put(w, header, head)             # <<<<<<<<<<<<<<
  *     _put(w, data, size)
  *     _put(w, "\r\n", 2)
 */
-  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_header, __pyx_v_head); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 325, __pyx_L1_error)
+  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_header, __pyx_v_head); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 417, __pyx_L1_error)
 
-  /* "rankd/frontends/resp/_scanner.pyx":326
+  /* "rankd/frontends/resp/_scanner.pyx":418
  *     cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)
  *     _put(w, header, head)
  *     _put(w, data, size)             # <<<<<<<<<<<<<<
  *     _put(w, "\r\n", 2)
  * 
 */
-  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_data, __pyx_v_size); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 326, __pyx_L1_error)
+  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_data, __pyx_v_size); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 418, __pyx_L1_error)
 
-  /* "rankd/frontends/resp/_scanner.pyx":327
+  /* "rankd/frontends/resp/_scanner.pyx":419
  *     _put(w, header, head)
  *     _put(w, data, size)
  *     _put(w, "\r\n", 2)             # <<<<<<<<<<<<<<
  * 
  * 
 */
-  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__4, 2); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 327, __pyx_L1_error)
+  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__4, 2); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 419, __pyx_L1_error)
 
-  /* "rankd/frontends/resp/_scanner.pyx":320
+  /* "rankd/frontends/resp/_scanner.pyx":412
  * 
  * 
  * cdef void _bulk_text(Writer *w, str text) except *:             # <<<<<<<<<<<<<<
@@ -8968,7 +10169,7 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__bulk_text(struct __pyx_t_
 
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":330
+/* "rankd/frontends/resp/_scanner.pyx":422
  * 
  * 
  * def encode_entries(list entries, bint withscores, int version, bint nested):             # <<<<<<<<<<<<<<
@@ -9019,53 +10220,53 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_entries,&__pyx_mstate_global->__pyx_n_u_withscores,&__pyx_mstate_global->__pyx_n_u_version,&__pyx_mstate_global->__pyx_n_u_nested,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 330, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 422, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  4:
         values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 330, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 422, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  3:
         values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 330, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 422, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 330, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 422, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 330, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 422, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "encode_entries", 0) < (0)) __PYX_ERR(0, 330, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "encode_entries", 0) < (0)) __PYX_ERR(0, 422, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 4; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("encode_entries", 1, 4, 4, i); __PYX_ERR(0, 330, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("encode_entries", 1, 4, 4, i); __PYX_ERR(0, 422, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 4)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 330, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 422, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 330, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 422, __pyx_L3_error)
       values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 330, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 422, __pyx_L3_error)
       values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 330, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 422, __pyx_L3_error)
     }
     __pyx_v_entries = ((PyObject*)values[0]);
-    __pyx_v_withscores = __Pyx_PyObject_IsTrue(values[1]); if (unlikely((__pyx_v_withscores == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 330, __pyx_L3_error)
-    __pyx_v_version = __Pyx_PyLong_As_int(values[2]); if (unlikely((__pyx_v_version == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 330, __pyx_L3_error)
-    __pyx_v_nested = __Pyx_PyObject_IsTrue(values[3]); if (unlikely((__pyx_v_nested == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 330, __pyx_L3_error)
+    __pyx_v_withscores = __Pyx_PyObject_IsTrue(values[1]); if (unlikely((__pyx_v_withscores == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 422, __pyx_L3_error)
+    __pyx_v_version = __Pyx_PyLong_As_int(values[2]); if (unlikely((__pyx_v_version == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 422, __pyx_L3_error)
+    __pyx_v_nested = __Pyx_PyObject_IsTrue(values[3]); if (unlikely((__pyx_v_nested == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 422, __pyx_L3_error)
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("encode_entries", 1, 4, 4, __pyx_nargs); __PYX_ERR(0, 330, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("encode_entries", 1, 4, 4, __pyx_nargs); __PYX_ERR(0, 422, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -9076,7 +10277,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   __Pyx_RefNannyFinishContext();
   return NULL;
   __pyx_L4_argument_unpacking_done:;
-  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_entries), (&PyList_Type), 1, "entries", 1))) __PYX_ERR(0, 330, __pyx_L1_error)
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_entries), (&PyList_Type), 1, "entries", 1))) __PYX_ERR(0, 422, __pyx_L1_error)
   __pyx_r = __pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(__pyx_self, __pyx_v_entries, __pyx_v_withscores, __pyx_v_version, __pyx_v_nested);
 
   /* function exit code */
@@ -9128,7 +10329,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("encode_entries", 0);
 
-  /* "rankd/frontends/resp/_scanner.pyx":337
+  /* "rankd/frontends/resp/_scanner.pyx":429
  *     cdef char header[24]
  *     cdef int head
  *     cdef Py_ssize_t count = len(entries)             # <<<<<<<<<<<<<<
@@ -9137,12 +10338,12 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
 */
   if (unlikely(__pyx_v_entries == Py_None)) {
     PyErr_SetString(PyExc_TypeError, "object of type \047NoneType\047 has no len()");
-    __PYX_ERR(0, 337, __pyx_L1_error)
+    __PYX_ERR(0, 429, __pyx_L1_error)
   }
-  __pyx_t_1 = __Pyx_PyList_GET_SIZE(__pyx_v_entries); if (unlikely(__pyx_t_1 == ((Py_ssize_t)-1))) __PYX_ERR(0, 337, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyList_GET_SIZE(__pyx_v_entries); if (unlikely(__pyx_t_1 == ((Py_ssize_t)-1))) __PYX_ERR(0, 429, __pyx_L1_error)
   __pyx_v_count = __pyx_t_1;
 
-  /* "rankd/frontends/resp/_scanner.pyx":338
+  /* "rankd/frontends/resp/_scanner.pyx":430
  *     cdef int head
  *     cdef Py_ssize_t count = len(entries)
  *     cdef bint pairs = withscores and nested and version == 3             # <<<<<<<<<<<<<<
@@ -9169,7 +10370,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
   __pyx_L3_bool_binop_done:;
   __pyx_v_pairs = __pyx_t_2;
 
-  /* "rankd/frontends/resp/_scanner.pyx":339
+  /* "rankd/frontends/resp/_scanner.pyx":431
  *     cdef Py_ssize_t count = len(entries)
  *     cdef bint pairs = withscores and nested and version == 3
  *     w.data = NULL             # <<<<<<<<<<<<<<
@@ -9178,7 +10379,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
 */
   __pyx_v_w.data = NULL;
 
-  /* "rankd/frontends/resp/_scanner.pyx":340
+  /* "rankd/frontends/resp/_scanner.pyx":432
  *     cdef bint pairs = withscores and nested and version == 3
  *     w.data = NULL
  *     w.size = w.cap = 0             # <<<<<<<<<<<<<<
@@ -9188,7 +10389,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
   __pyx_v_w.size = 0;
   __pyx_v_w.cap = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":341
+  /* "rankd/frontends/resp/_scanner.pyx":433
  *     w.data = NULL
  *     w.size = w.cap = 0
  *     try:             # <<<<<<<<<<<<<<
@@ -9197,7 +10398,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
 */
   /*try:*/ {
 
-    /* "rankd/frontends/resp/_scanner.pyx":343
+    /* "rankd/frontends/resp/_scanner.pyx":435
  *     try:
  *         head = snprintf(header, sizeof(header), "*%zd\r\n",
  *                         count * 2 if withscores and not pairs else count)             # <<<<<<<<<<<<<<
@@ -9225,7 +10426,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
     }
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":342
+    /* "rankd/frontends/resp/_scanner.pyx":434
  *     w.size = w.cap = 0
  *     try:
  *         head = snprintf(header, sizeof(header), "*%zd\r\n",             # <<<<<<<<<<<<<<
@@ -9235,16 +10436,16 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
     __pyx_v_head = snprintf(__pyx_v_header, (sizeof(__pyx_v_header)), __pyx_k_zd_2, __pyx_t_1);
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":344
+    /* "rankd/frontends/resp/_scanner.pyx":436
  *         head = snprintf(header, sizeof(header), "*%zd\r\n",
  *                         count * 2 if withscores and not pairs else count)
  *         _put(&w, header, head)             # <<<<<<<<<<<<<<
  *         for entry in entries:
  *             if pairs:
 */
-    __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), __pyx_v_header, __pyx_v_head); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 344, __pyx_L7_error)
+    __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), __pyx_v_header, __pyx_v_head); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 436, __pyx_L7_error)
 
-    /* "rankd/frontends/resp/_scanner.pyx":345
+    /* "rankd/frontends/resp/_scanner.pyx":437
  *                         count * 2 if withscores and not pairs else count)
  *         _put(&w, header, head)
  *         for entry in entries:             # <<<<<<<<<<<<<<
@@ -9253,7 +10454,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
 */
     if (unlikely(__pyx_v_entries == Py_None)) {
       PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not iterable");
-      __PYX_ERR(0, 345, __pyx_L7_error)
+      __PYX_ERR(0, 437, __pyx_L7_error)
     }
     __pyx_t_4 = __pyx_v_entries; __Pyx_INCREF(__pyx_t_4);
     __pyx_t_1 = 0;
@@ -9261,18 +10462,18 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
       {
         Py_ssize_t __pyx_temp = __Pyx_PyList_GET_SIZE(__pyx_t_4);
         #if !CYTHON_ASSUME_SAFE_SIZE
-        if (unlikely((__pyx_temp < 0))) __PYX_ERR(0, 345, __pyx_L7_error)
+        if (unlikely((__pyx_temp < 0))) __PYX_ERR(0, 437, __pyx_L7_error)
         #endif
         if (__pyx_t_1 >= __pyx_temp) break;
       }
       __pyx_t_5 = __Pyx_PyList_GET_ITEM_REF(__pyx_t_4, __pyx_t_1, __Pyx_ReferenceSharing_OwnStrongReference);
       ++__pyx_t_1;
-      if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 345, __pyx_L7_error)
+      if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 437, __pyx_L7_error)
       __Pyx_GOTREF(__pyx_t_5);
       __Pyx_XDECREF_SET(__pyx_v_entry, __pyx_t_5);
       __pyx_t_5 = 0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":346
+      /* "rankd/frontends/resp/_scanner.pyx":438
  *         _put(&w, header, head)
  *         for entry in entries:
  *             if pairs:             # <<<<<<<<<<<<<<
@@ -9281,16 +10482,16 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
 */
       if (__pyx_v_pairs) {
 
-        /* "rankd/frontends/resp/_scanner.pyx":347
+        /* "rankd/frontends/resp/_scanner.pyx":439
  *         for entry in entries:
  *             if pairs:
  *                 _put(&w, "*2\r\n", 4)             # <<<<<<<<<<<<<<
  *             _bulk_text(&w, <str>(<tuple>entry)[1])
  *             if withscores:
 */
-        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), __pyx_k_2, 4); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 347, __pyx_L7_error)
+        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), __pyx_k_2, 4); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 439, __pyx_L7_error)
 
-        /* "rankd/frontends/resp/_scanner.pyx":346
+        /* "rankd/frontends/resp/_scanner.pyx":438
  *         _put(&w, header, head)
  *         for entry in entries:
  *             if pairs:             # <<<<<<<<<<<<<<
@@ -9299,7 +10500,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":348
+      /* "rankd/frontends/resp/_scanner.pyx":440
  *             if pairs:
  *                 _put(&w, "*2\r\n", 4)
  *             _bulk_text(&w, <str>(<tuple>entry)[1])             # <<<<<<<<<<<<<<
@@ -9308,14 +10509,14 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
 */
       if (unlikely(__pyx_v_entry == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
-        __PYX_ERR(0, 348, __pyx_L7_error)
+        __PYX_ERR(0, 440, __pyx_L7_error)
       }
       __pyx_t_5 = __Pyx_PyTuple_GET_ITEM(((PyObject*)__pyx_v_entry), 1);
       __Pyx_INCREF(__pyx_t_5);
-      __pyx_f_5rankd_9frontends_4resp_8_scanner__bulk_text((&__pyx_v_w), ((PyObject*)__pyx_t_5)); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 348, __pyx_L7_error)
+      __pyx_f_5rankd_9frontends_4resp_8_scanner__bulk_text((&__pyx_v_w), ((PyObject*)__pyx_t_5)); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 440, __pyx_L7_error)
       __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":349
+      /* "rankd/frontends/resp/_scanner.pyx":441
  *                 _put(&w, "*2\r\n", 4)
  *             _bulk_text(&w, <str>(<tuple>entry)[1])
  *             if withscores:             # <<<<<<<<<<<<<<
@@ -9324,7 +10525,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
 */
       if (__pyx_v_withscores) {
 
-        /* "rankd/frontends/resp/_scanner.pyx":350
+        /* "rankd/frontends/resp/_scanner.pyx":442
  *             _bulk_text(&w, <str>(<tuple>entry)[1])
  *             if withscores:
  *                 _double(&w, <double>(<tuple>entry)[2], version)             # <<<<<<<<<<<<<<
@@ -9333,13 +10534,13 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
 */
         if (unlikely(__pyx_v_entry == Py_None)) {
           PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
-          __PYX_ERR(0, 350, __pyx_L7_error)
+          __PYX_ERR(0, 442, __pyx_L7_error)
         }
-        __pyx_t_6 = __Pyx_PyFloat_AsDouble(__Pyx_PyTuple_GET_ITEM(((PyObject*)__pyx_v_entry), 2)); if (unlikely((__pyx_t_6 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 350, __pyx_L7_error)
-        __pyx_f_5rankd_9frontends_4resp_8_scanner__double((&__pyx_v_w), ((double)__pyx_t_6), __pyx_v_version); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 350, __pyx_L7_error)
+        __pyx_t_6 = __Pyx_PyFloat_AsDouble(__Pyx_PyTuple_GET_ITEM(((PyObject*)__pyx_v_entry), 2)); if (unlikely((__pyx_t_6 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 442, __pyx_L7_error)
+        __pyx_f_5rankd_9frontends_4resp_8_scanner__double((&__pyx_v_w), ((double)__pyx_t_6), __pyx_v_version); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 442, __pyx_L7_error)
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":349
+        /* "rankd/frontends/resp/_scanner.pyx":441
  *                 _put(&w, "*2\r\n", 4)
  *             _bulk_text(&w, <str>(<tuple>entry)[1])
  *             if withscores:             # <<<<<<<<<<<<<<
@@ -9348,7 +10549,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":345
+      /* "rankd/frontends/resp/_scanner.pyx":437
  *                         count * 2 if withscores and not pairs else count)
  *         _put(&w, header, head)
  *         for entry in entries:             # <<<<<<<<<<<<<<
@@ -9358,14 +10559,14 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
     }
     __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":351
+    /* "rankd/frontends/resp/_scanner.pyx":443
  *             if withscores:
  *                 _double(&w, <double>(<tuple>entry)[2], version)
  *         return PyBytes_FromStringAndSize(w.data, w.size)             # <<<<<<<<<<<<<<
  *     finally:
  *         writer_free(&w)
 */
-    __pyx_t_4 = PyBytes_FromStringAndSize(__pyx_v_w.data, __pyx_v_w.size); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 351, __pyx_L7_error)
+    __pyx_t_4 = PyBytes_FromStringAndSize(__pyx_v_w.data, __pyx_v_w.size); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 443, __pyx_L7_error)
     __Pyx_GOTREF(__pyx_t_4);
     {
       PyObject *__pyx_temp;
@@ -9379,7 +10580,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
     goto __pyx_L6_return;
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":353
+  /* "rankd/frontends/resp/_scanner.pyx":445
  *         return PyBytes_FromStringAndSize(w.data, w.size)
  *     finally:
  *         writer_free(&w)             # <<<<<<<<<<<<<<
@@ -9426,7 +10627,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
     }
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":330
+  /* "rankd/frontends/resp/_scanner.pyx":422
  * 
  * 
  * def encode_entries(list entries, bint withscores, int version, bint nested):             # <<<<<<<<<<<<<<
@@ -9531,6 +10732,16 @@ static int __Pyx_modinit_Type_import_code(__pyx_mstatetype *__pyx_mstate) {
   #endif
   __Pyx_ImportType_CheckSize_Warn_3_3_1); if (!__pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_Packed) __PYX_ERR(3, 59, __pyx_L1_error)
   if (unlikely(__Pyx_GetVtable(__pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_Packed, (void**)&__pyx_vtabptr_5rankd_6engine_7_packed_Packed) != 1)) __PYX_ERR(3, 59, __pyx_L1_error)
+  __pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_PackedReads = __Pyx_ImportType_3_3_1(__pyx_t_1, "rankd.engine._packed", "PackedReads",
+  #if defined(PYPY_VERSION_NUM) && PYPY_VERSION_NUM < 0x050B0000
+  sizeof(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads), __PYX_GET_STRUCT_ALIGNMENT_3_3_1(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads),
+  #elif CYTHON_COMPILING_IN_LIMITED_API
+  sizeof(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads), __PYX_GET_STRUCT_ALIGNMENT_3_3_1(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads),
+  #else
+  sizeof(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads), __PYX_GET_STRUCT_ALIGNMENT_3_3_1(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads),
+  #endif
+  __Pyx_ImportType_CheckSize_Warn_3_3_1); if (!__pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_PackedReads) __PYX_ERR(3, 91, __pyx_L1_error)
+  if (unlikely(__Pyx_GetVtable(__pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_PackedReads, (void**)&__pyx_vtabptr_5rankd_6engine_7_packed_PackedReads) != 1)) __PYX_ERR(3, 91, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
   __Pyx_RefNannyFinishContext();
   return 0;
@@ -9838,49 +11049,49 @@ __Pyx_RefNannySetupContext("PyInit__scanner", 0);
   if (__Pyx_InitAfterSharedUtility() < (0)) __PYX_ERR(0, 1, __pyx_L1_error)
   /*--- Execution code ---*/
 
-  /* "rankd/frontends/resp/_scanner.pyx":136
+  /* "rankd/frontends/resp/_scanner.pyx":163
  * 
  * 
  * def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, bint pack):             # <<<<<<<<<<<<<<
  *     """Cut ``data`` from ``start_at`` into complete multibulk commands:
  *     ``(items, end, error)``.
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_1scan, 0, __pyx_mstate_global->__pyx_n_u_scan, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[0])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 136, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_1scan, 0, __pyx_mstate_global->__pyx_n_u_scan, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[0])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 163, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_scan, __pyx_t_2) < (0)) __PYX_ERR(0, 136, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_scan, __pyx_t_2) < (0)) __PYX_ERR(0, 163, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":286
+  /* "rankd/frontends/resp/_scanner.pyx":378
  * 
  * 
  * def encode_replies(Packed packed, int version, reply):             # <<<<<<<<<<<<<<
  *     """The replies of ``packed``'s writes, in order: ``(data, answered)``.
  *     ``reply(tag, answer, value)`` encodes an answer that is a Python object
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_3encode_replies, 0, __pyx_mstate_global->__pyx_n_u_encode_replies, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[1])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 286, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_3encode_replies, 0, __pyx_mstate_global->__pyx_n_u_encode_replies, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[1])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 378, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_encode_replies, __pyx_t_2) < (0)) __PYX_ERR(0, 286, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_encode_replies, __pyx_t_2) < (0)) __PYX_ERR(0, 378, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":330
+  /* "rankd/frontends/resp/_scanner.pyx":422
  * 
  * 
  * def encode_entries(list entries, bint withscores, int version, bint nested):             # <<<<<<<<<<<<<<
  *     """A range reply of ``(rank, member, score)`` entries, as
  *     ``sorted_sets._entries`` writes it: members (and scores), flat in RESP2,
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_5encode_entries, 0, __pyx_mstate_global->__pyx_n_u_encode_entries, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[2])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 330, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_5encode_entries, 0, __pyx_mstate_global->__pyx_n_u_encode_entries, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[2])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 422, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_encode_entries, __pyx_t_2) < (0)) __PYX_ERR(0, 330, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_encode_entries, __pyx_t_2) < (0)) __PYX_ERR(0, 422, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
   /* "rankd/frontends/resp/_scanner.pyx":1
@@ -9956,38 +11167,38 @@ static int __Pyx_InitConstants(__pyx_mstatetype *__pyx_mstate) {
   int __pyx_clineno = 0;
   CYTHON_UNUSED_VAR(__pyx_mstate);
   {
-    const struct { const unsigned int length: 8; } str_length_index[] = {{1},{1},{4},{179},{8},{19},{19},{24},{37},{25},{30},{20},{12},{8},{8},{10},{8},{14},{12},{8},{13},{6},{8},{7},{18},{3},{18},{8},{5},{4},{14},{14},{7},{7},{5},{5},{4},{6},{1},{4},{5},{6},{4},{8},{9},{6},{6},{7},{4},{6},{5},{3},{8},{7},{29},{5},{6},{3},{9},{4},{10},{4},{5},{5},{8},{3},{5},{6},{7},{4},{1},{10},{5}};
-    const struct { const unsigned int length: 10; } bytes_length_index[] = {{0},{246},{191},{984}};
+    const struct { const unsigned int length: 8; } str_length_index[] = {{1},{1},{4},{179},{8},{19},{19},{24},{37},{25},{30},{20},{12},{8},{8},{10},{8},{14},{12},{8},{13},{6},{8},{7},{18},{3},{18},{8},{5},{4},{14},{14},{7},{7},{5},{5},{11},{4},{6},{1},{4},{5},{4},{10},{6},{4},{8},{9},{6},{6},{7},{4},{6},{5},{3},{8},{7},{29},{4},{7},{5},{11},{5},{6},{3},{9},{4},{10},{4},{5},{5},{8},{3},{5},{6},{7},{4},{1},{10},{5}};
+    const struct { const unsigned int length: 11; } bytes_length_index[] = {{0},{246},{191},{1362}};
     #ifndef CYTHON_COMPRESS_STRINGS
       #define CYTHON_COMPRESS_STRINGS 90
     #endif
-    #if (CYTHON_COMPRESS_STRINGS) == 1 /* compression: zlib (1429 bytes) */
-static const char cstring[] = "x\332mT\317S\023I\024&B\024K\004\002A\"\240N\024\215\272.T\020Dw\253vk\370\345\262[e\021\374\201[\036\246:3\2350\022f\222\351\236\204\350\226\3451\307>\366\261\217s\234\343\034\347\230c\216s\344O\360O\330\3273\001\342\256\024\323=\363^\367{\337\373\276\367R\370\375\225m\341W6\305\n=DT\331l\323C\333RL\242\030\270f\226\261\203(\256\265\025B\035S\247\330\221\207,eo{\357\347\325\347\253\n\262\014\305\301\037\261N\211B\334\262^C\204`\242\330\025\245\354\2325jZ\nm\3271YRv+J\333v\025\013cC\241\266R\207s\203\027\350!\266\024\202\251|Q\n\310\262l\212\250i[\032\\7\255jA1L\007\222\230M,o\357\240\032\301K\310048\207\361I\035\\\020\267\260Xx\242Tm\252\024L\253\211j\246\001 jGJ\r[Uzxf:v\001\326\200\2358\372\262\203\254#c\271\342\330\026\305\226A\226\035L\352\313\032\321\001\007v\226\352\355\023j\333J\331\254&\361t\333\265h\314\007\334\357;.\242\016z5m\257}\002\317\0260\247\275\302\047t\037W4\255_\035\326\340\257\342Z\272\334\217\221i\305\273m\270\265\330c\241\343x\207\354Z\223\242rbm\270\250v\346\241\230P\330L\242\351\266c\273@6F\026i\201`\361\212\215d\047\210\264-\335\264\227\316O\221\262[\321k\360\242AR\352 \035\227\221~\244\333\307\365\032\2468.\300@\024aK\267\r\254a\013j\301\244\377\345\340z\355\374\3138\367Q\247\215\035\307v\01612\344\203\035\323\244\370X>$\341Y\346;F\047\232$I\356-\3331\010`\001\341\354J\005\244OVR\007(\362\301F\035\231\016\251\333\365\272ML\331\013u\047\311$\305Z:\027kI\212\265t&\226\204\327\006\013\310\341\270\026\374k\204\"\207J/\0047p\005\201\207\230\237p\374$>\271h\210RT\205\016qq\274\220&\020\0079\233&n\265Z&\264\t\260\207I\014\372k\352\333\330P\372\236\310\177\273<\224\276\311/st:\222\376\372\276S\212\222\255Se\3625\032\035\353l\263\031\206X\223\227\242\261iVd;\374\201H\211L46\303\016\270*\255\023\235\026\253\302\313\344\034\277\317\033bD\354x\371HY\204\355\221\277\352\273\301f\360\245\373\246W:\350\035\274\217&\263Le%\246\363\333\242\355\017\373E_\215&!V\216\247d\300\022\253\360?\204*\342\240\224\255\361a^\274\270\262 \336\365~\372-\370\330M\001""\350L\2165x\212O\363\035\361\330\333\351\255l\207o\2727\272\255\336\273\203ht\2427\361\320Ky\031\257\340g\374\207A\376tT\002\207 P\365\370P\372\026\337\004\230\251h\344\006;\022Yq\340m\371\243\301pP\214~\314\300D\347\004R\215\212+\2008\025\345n\363\262H\213\017\376\210\277\025\\\013\213\222!\025N\353,\3073\362c\227\305\350\033\027\270\347D1\032\273\001\0346\240\236gb\326\273\354!\257\321?4\333/c\027p\354\370y \254\361\237\002\276\203?7\224~\320\273\257\206\231S@\217\342E\226t\275\243\312rb\231xE\2501\360\361\336\370\035N!\371\250$\023\266i\271\214wL\346\000THOX\236\375\302_\003\025R\003\200+\025~\001\242\276\005NUy\302e\033\014E\223\323 \305%\376H\254\2002\331\005\236h&\203\256\363<_\023W\275)\357\251W\361U\037\232@J\231\270\233l\2375.\014\263\314\345\033\034%\236\327\347F b\222\245\331[\210T\224\231^Hu\242\354\035\271\314H~\332\320n3\342#p\337\307\221\217\262I,S8^&\312)P\300\371\371i\366\024h\370$\246\201\204\354Bo\241\010\014\336\363K\276\036d\202\374\340\261U\326\342\210\273b\327\333\367\210\377 H\005\271p:|\331]\351\226\242\334<_\027w\343\010P\354\300%\231\376.d\256\212}\310=\345\025\007\235+q\275\331y^\344\333\200\270\354\001\254\233<\003C\361\017\034\234\234\007\246.A\324\rQ\363\013\301\024\364\333X\242\013x\212}\312\\\266\005\263\250\213)\261*>\307\335\340\004\263a*\314\206o\273\371.d\313\361+\361\210m\210\252W\362\014\377\276\337\010R\322\014\023\014Z\257@\027\251\336\033\177\306G>\r\212\201*q=\007@[\220\272\000\r\265\350a\030\272\255\340j\230\211\262s@\345\314-\350\030\003`\275\364\2120\010i\240\312\010\236\204(\366\236f\347\023QV\031Ih\247\374)H\010CP\211\3074\267(I\232\007\243!\362}tr\033\027H4\201\330\317\301\243p%<\350\252\322x]\224b\324\272?\345\377\032\340\260\030nuSg\247[0\023\304\277\353\377\025\270\241\n\263\234\031\310\266\000C\376\020~S\316^N\377g\221\n\214MA;\257\3614\377\340]\221\343\005\237\375\246\216\233\354\273\316>\357\305\201\326\373\256\323\344X\246\371\337 \342\260\367L\016a4\031\377\336\365n=\003j\277\000\300\251\356Zoo\277\267\377:Z""\337\014\177,o\206\315\302lg\344\314!\220v\233\317\213?=t:\232\223V\340s\344Zg\235=\346\352\277\311\030z3";
-    PyObject *data = __Pyx_DecompressString(cstring, 1429, 1);
+    #if (CYTHON_COMPRESS_STRINGS) == 1 /* compression: zlib (1698 bytes) */
+static const char cstring[] = "x\332mUMs\333F\022\025#\321f*\212,H\224\305X\262\r\332\262ig\263rQ\326G\342\255\335-Z\037\266\223\262K\224\355([\256\024j\010\014)X\024@\002\003QLvS9\352\210\343\034\347\210#\2168\342\310#\2178\352\047\370\047\344\r@\311r6*a\006\230\356\231y\375^w\263\362\357W\266E_\331\214\252\354\2000u\263\317\016lK5]\325\240m\263A\035\302h\273\257\272\3141uF\035\351d\251\273\333\273\177_\375vU%\226\241:\364=\325\231\253\272^Co\023\327\245\256j7\325\206g\266\231i\251\254\337\241\356\262\372\242\251\366mO\265(5Tf\253\035\370]\336\300\016\250\245\272\224\311\027\265B,\313f\204\231\266\245a\273i\265*\252a:\270\304<\246r\367\016i\273t\231\030\206\006?JO:0\341\334\312R\345\033\265e3\265bZ\307\244m\032\000\321>T\333\324j\261\203\363\245#\017\260.\255\273\216\376\310!\326\241\361\250\351\330\026\243\226\341>r\250\333y\244\271:pPg\271\323?a\266\2556\314Vv\236n{\026K\371\300\376\221\341\343\251\227\255\232\266\333?\301\263\005\346\264W\364\204\355\321\246\246\215\242\243\032\376\232\236\245\313\371\210\230V:\333\206\327N-\0269Jg\334\256\0353\322\310V\273\036i\237[\030u\031&\323\325t\333\261=\220M\211\345\366 X:R#\233]\342\366-\335\264\227/\274\334\206\327\324\333x\321p)s\210N\033D?\324\355\243N\2332\232\006`\020F\250\245\333\006\325\250\205X\250;\372rh\247}\361e\\\330\230\323\247\216c;M\323\001(\3232\350\311\001%\206|\250c\232\214\036\311\307=\204\005\212\217<2\001$\220#r\242I\366\344\334\263\035\303\005H(j7\233\310\211lt;\300(\037jt\010n\351\330\235\216\355\2322I:N\006A\252\270|\241\342\262Tq\371\\E\007H\344\243\331\207rr\323As\031q\230\014\251\017gH\350x\026\376\263e\271\021\367\032\264I`q\315_h\372d69h\2041\322BVy4\035\334c\220\r8\307&\355\365z&R\013\214S7\215\347\367\334\207\311\261\374]Q\376pe,\377\025\277\302\311\331D\376\367\237N\353I6\235\266|\371\232\024&O\267\3759\237\370\307\274\236L\316\372U\177\207\337\0279\241$\223s\376>\257\311\325k\247=\277\205\227\351\033\374\036\357\212\t\261\023\224\023u\t\323\303p5\364\242\315\350\267\301\233a}\177\270\377S2]\364k~\335\327\371-\321\017""\307\303jXK\246qV\211\347\344\201u\277\311\237\213\232H\017e\376\032\037\347\325\217[\026\305\217\303\277\375+z?\310\001\264R\362\273<\307g\371\216\370:\330\031\256l\307o\006\327\007\275\341\217\373I\341\332\360\332\203 \027(A%T\302\007Q\371\254 \201\343\020D=5\226\277\3117\0013\227L\\\367\017EQ\354\007[a!\032\217\252\311_3p\355\364\004W\025\304U \316%\245[\274!\362\342]8\021nE_\304U\311P\r\336\272_\342\212\374x\341\247\350\273\037q\337\020\325d\362:8\354\"\236u1\037\\\tH\320\0359\315\217\302x\001\034;a\031\204u\377\024\300\047\360o\214\345\357\017\357\325b\345\014\350I:|(\214\345o\201\376\211;P\023\341}yZ\223\241\245\222\361\246\250\245AL\r\247ns\006 \005I,\246Y9L\235\232\276\003\330\200\342\372e\377\t\177\rZ\244\036\200.\325\376\016\002\277\005\2775\351\341\371O}\222L\317B\226\317\370C\261\002\225\212\213<\323O\036\272\301\313|M|\036\314\004\217\203fX\013\221\020R\326\314|\354\357\371\335\217\013\363\276\307\237r\222Y^_,\202\224i?\357\277\305IUy\323wR\251\244x[\016s\222\253>RoN\274\207\016#\034\345\244\230\235e\n\047P\222\222\212\000.\374g\375\307\240\341\0271\013\022\212\213\303\305*\330\274\033\326C=R\242\362e\267U\277\307\t\367\304\213`/p\303\373Q.*\305\263\361\263\301\312\240\236\224\026\370\206\270\223\236\200`/m\222\327\337\301\315-\261\207\273g\202\352e\343J\032oq\201W\3716\0207\002\300\372\212+(\220\377\302qz\001L}\206S\237\212vX\211f\220{\223\231.\260TG\224y\376\026\352R\0273bU\374\232f\206\023\315\307\271\270\030\277\035\224\007\270\255\304\257\246\345\366T\264\202z`\204\367\302n\224\223\313\250fh\275\202\214\252\005o\302\271\220\204,\252F5\211\353[\000\332\302\325\025$\327R@Q\200[\321\347\261\222\024o\200\312\271\233\310\030\003\260\236\005U\024E\036T\031\32171I\255g\305\205L\224U\337\225\264\203i\244r>\3709\252\310\375)9\363>\343\217!+\212\244\231\226qiI\022\267\200EC\224G\210\3454%\2108\006\331\277F\017\343\225x\177P\223\213_\212z\032\211\036\316\204\377\210h\\\215\267\006\271s\357\036j\306\r\357\204?D^\\C\255+\227n[D\023x\200\236s\376r\366\177+R\025""\344\363\023\304G\305\006\372\322\223\350\035\316NY\336D\t\024\221\346wE\332\302*B\021K\020\354j\320E\215o\247\251\242\\G\031+R\234\rQ\026k#\3333\220\272\0319\361\\Lb6\250\"\210\205\333\274\007\254^\360,%\366j\324\215\307\021\237\324ku\320\035\356\326\317\246%\317Y\345\313\022\365\220\035\013\322;\375\224\354\256\243\027\244\271\366\203\350\312\244AQ\313\304\367\240ZN\266\224\347\374{A\344\313+ YG\332\375\023\372\315\304\033\203\262\\|\t\360R\332\273\340\366\177\321v\254\304K\361\250fe+\375\023\227/\317\241\237\301P@&=\017^FJ\346\325\0146\321\243d&\316\2403\254\361<\177\047\303N?\323~\315\347\321\006\177F\366\236\267\213tHk\370\223\306qQ\352\227*\373\223B\226\0350\317\377\003\312\307\203u\331\357\222\351\364\247exs\035\231\373\033\264\236\031\254\rw\367\206{\257\223\215\315\370\257\253G\361\347\001I\221-\215@\323m\276 \276\017HR\220=x\037$\337\014\336G\271\263\202\304\255@\201\211/N7\374\257y\355\0173\202+\312";
+    PyObject *data = __Pyx_DecompressString(cstring, 1698, 1);
     #define __Pyx_DecompressString_LZSS_UNUSED
     if (unlikely(!data)) __PYX_ERR(0, 1, __pyx_L1_error)
     const char* const bytes = __Pyx_PyBytes_AsString(data);
     #if !CYTHON_ASSUME_SAFE_MACROS
     if (likely(bytes)); else { Py_DECREF(data); __PYX_ERR(0, 1, __pyx_L1_error) }
     #endif
-    #elif (CYTHON_COMPRESS_STRINGS) > 0 && (CYTHON_COMPRESS_STRINGS) <= 90 /* compression: lzss (1844 bytes) */
-static const char cstring[] = "\377\047?NoneNo\377te that \377Cython i\377s delibe\377rately s\177tricter!\001\377n PEP-48\3774 and re\377jects su\377bclasses\377 of buil\377tin type\377s. If yo\377u need t\347o p%\000%\tthe\337n set\200\000e \377\047annotat\357ion_<\000ing\337\047 dirb\000iv\376\242\000o False\337.add_%\000ee\363xp}\000U\000\047$\047,\377 got \047in\337valid\202\000lk\177 length\013\005\333mu\224\000bu\017\006sr\377c/rankd/\377frontend\377s/resp/_\373sc\205\000er.py\377xtoo big>J\003count\213\"U\000\370\022\004L\007\022\t__Pyx\372\001\000D\267 _Next\337Ref__\327\004e_\177___func\004\001\357main\003\002odu\235l\025\002nam\035\002{\000_\357vtab\020\003qua\275l\022\005testA\000i\177s_corou\352 \237eansw\256@\001\002e\375d\010\003sasync\367io.\035\006sbuf\277cline_r\000t\377raceback\377complete\376\332\002dataenc\277ode_en\367@e}s\007\004repli\006\005\375d\023\006tryerr\277orhead\000\001e\277riitem\000\001s<\372#l\001max_\367!\004\001\277wordsn\300\000e\317doff\370@\000\003sp\374\210\000\000\001edpair\377spopposi\242\210ap\224@\211\001\251A.\244F.\222\251A.\245E\233\001y\274@\342@r\373un\000\000_staryt\307A\333`defa\374@/size\000\001s\026\003\035\001\277_attag\262`u}e\000\002svers\375`\377viewwwit\333hs\341 es\260\002\200\001\377\360\014\000\005#\240!\360\377\006\000\005\031\230\006\230a\377\340\004\005\200X\210Q\330\356\001\003\210g\220\007\001\330\010\014\377\210E\220\025\220a\220v\377\230Q\330\014\023\2201\220\377F\230&\240\001\240\021\330\277\014\025\220W\230A\022\001\017\357\210w\220g\034\000\020\032\230\377%\230q\240\004\240F\250\357!\330 $\004\000)\2604\377\260u\270C\270~\310T\377\320QW\320WX\330\020\377\024\220A\220Q\220c\230\377\036\240y\260\003\2601\260wA\330\020I\000\030\230\001M\001\377Q\220f\230H\240A\240\376h\000\017\210t\2205\230\003\373\2301)\007\034\240V\320+\337>\270j\310\001\262\000\021\030\377\220q\230\001\230\023\230F\377\240*\250F\3202E\300\377T\310\026\310w\320VW\377\330\010\017\320\017(\250\001\377\250\021\250\047\260\021\260(\217\270!\340\010\265\001u\000""\363\000\016\337\000\005\035\230C\244\000\001\330\377\004\026\220k\240\024\240W\377\250D\260\010\270\003\2701\335\330\354\023\017\210xh\000\010\240\375\007\257\000\001\330\030\036\230b\377\240\005\240[\260\004\260D\357\270\013\3001\236!A\210Q\277\210c\220\030\230\021\253!I\365\220\271\002q\341\007\032\2401\330\353\014\026\301 q\315\0006\240\027\377\250\006\250a\250q\330\014\253\017\210\"\000\027\300\004I\205\000F\313\260!\256 q\262\014\262\n\032\000\377\005&\320%A\300\021\340\350\273\000\261@T\000\360\320\000\r\210A\334\313\001\242B\230f\240\n\000\005\330\177\010\016\320\016\037\230tz\000\341\010\311!\247\000\274@\023\000\210i\220\371r\250\000|\000s\220!\220:\217\230S\240\001\377\"\227@\336A9\352\322@U\321 A\235\001u\220B\337\220a\330\020\023\210@\002\230w)\2402\227@\024\034\230\256C\376\236A7\230!\2305\240\t\377\250\022\2503\250f\260A\317\260Q\330\020\307A\317A\017\210\337v\220R\220q\007\007\027\220\337u\230B\230a\364\001v\220\363S\230o\003\374\000\330\014\020\220\347\005\220UG\000\351@\023\2209\376\232A\330\024\037\230q\330\024\277\025\330\020\027\220y\354`\025\357\240j\260\001\200\005!\330\024\376F\003i\240r\250\021\330\030\371 \276\000\047\006\023\2203\220a\357\220z\240\023\202 \024\034\320\373\0341\200`#\260Q\260c\357\270\021\270!M\007\023\2204\377\220w\230a\230u\240I\377\250R\250s\260&\270\001\377\270\030\300\023\300G\3102\377\310Q\330\030\033\2307\240\361\"=\002\352\000Q\0105\230\002\230\335\"\303\000g\240Ry\000\022\250\3651F\t2\353\002\024\033\2301\377\230E\240\025\240b\250\001\377\330\024\031\230\021\230%\230\255|&\000\020\033\247 \002S\000B\277\240l\260\047\270\022\355`\014\364\222C\027\0001\201\205\002\017\210u\220\377D\230\006\230c\240\022\240\3674\240{\211br\270\027\300\377\001\300\024\300U\310!\310\356k\000\030\230\007\336\205\002B\240g\377\250Q\250d\260%\260q\345\270d\000\030\276\206\001\351@2\240W\377\250A\250T\260\025\260a\277\260t\2701\270A\270A8\376\216\000D\240\002\240\047\250\021\377\250$\250e\2601\260D\377\270\t\300\021\330\024\032\230\377!""\330\025\035\230Q\230d\376\352\000G\2501\250D\260\005\276\250 d\270,\300a\031\002\340\274\311\001\373A4\220s\230\362\"t[\2303\300@\030\036\341a\240\246 5$\343!\033\022\000d\240\224@\231\002\377\330\024\030\230\016\240a\240\375v\326 {\270)\3002\300wW\310A\021\001\r\240Q\261\002\377c\260\022\260;\270e\300\3371\300D\310\001&\005w\250\375a\204@\"\260K\270u\300oA\300T\310\234\000\027\220g\004\377\034\230F\240(\250!\330\315\030\002\004\340\030\002\r\247a\014\022\377\220!\2205\230\005\230[3\250\007\333\205\001\014\000\330\014\320\204\002\340b\006\326aA\230\323\204\004\203\204\006\360h\335j\223\206\001\367\005\230Y\302@\003\2506\260\337\021\260!\330\020\353\210\002\320\035\3756\330 ~\300T\310\022\310\3775\320PR\320RS\330\3377C\3001\330\313Q\021\220w\027\230\001\222\207\001\016\210a\330@\377E\230\033\240J\250a\340\363\010\030\022\001\371 \004\013\2107\017\220*\230A";
-    PyObject *data = __Pyx_DecompressString_LZSS(cstring, 1844, 2238);
+    #elif (CYTHON_COMPRESS_STRINGS) > 0 && (CYTHON_COMPRESS_STRINGS) <= 90 /* compression: lzss (2210 bytes) */
+static const char cstring[] = "\377\047?NoneNo\377te that \377Cython i\377s delibe\377rately s\177tricter!\001\377n PEP-48\3774 and re\377jects su\377bclasses\377 of buil\377tin type\377s. If yo\377u need t\347o p%\000%\tthe\337n set\200\000e \377\047annotat\357ion_<\000ing\337\047 dirb\000iv\376\242\000o False\337.add_%\000ee\363xp}\000U\000\047$\047,\377 got \047in\337valid\202\000lk\177 length\013\005\333mu\224\000bu\017\006sr\377c/rankd/\377frontend\377s/resp/_\373sc\205\000er.py\377xtoo big>J\003count\213\"U\000\370\022\004L\007\022\t__Pyx\372\001\000D\267 _Next\337Ref__\327\004e_\177___func\004\001\357main\003\002odu\235l\025\002nam\035\002{\000_\357vtab\020\003qua\275l\022\005testA\000i\177s_corou\352 \237eansw\256@\001\002e\375d\010\003sasync\367io.\035\006sbuf\277cline_r\000t\377raceback\377complete\376\332\002dataenc\277ode_en\367@e}s\007\004repli\006\005\375d\023\006tryerr\337orfir\222\000in\177dexhead\000\001\177eriitem\000\0013sk\027\000\240`t_\035\002\223C\236\205\001max_\220A\004\001w\337ordsn\331\000edgoff\221`\000\003sp\241\000\336\000\001edpac\000po_pposi\241ap\255@T\242\001\302A.\275F.\302A.\276E\271r\213\000\000\001_ok\007\001s~\000\002_start\317\0019y\360@\226`run\000\000\021\003\376\373Asetdefa^\260`size\000\001s.\002~3\002_attag\346`\373ue\000\002svers\377ionvieww\337withs\225@es\376\313\002\200\001\360\014\000\005#\377\240!\360\006\000\005\031\230\377\006\230a\340\004\005\200Xw\210Q\330\001\003\210g\220\007\001\377\330\010\014\210E\220\025\220\377a\220v\230Q\330\014\023\377\2201\220F\230&\240\001\377\240\021\330\014\025\220W\230}A\022\001\017\210w\220g\034\000\377\020\032\230%\230q\240\004\177\240F\250!\330 $\004\000\377)\2604\260u\270C\270\377~\310T\320QW\320W\377X\330\020\024\220A\220Q\377\220c\230\036\240y\260\003\277\2601\260A\330\020I\000\030\373\230\001M\001Q\220f\230H\367\240A\240h\000\017\210t\220\3375\230\003\2301)\007\034\240\377V\320+>\270j\310\001\376\262\000\021\030\220q\230\001\230\377\023\230F\240*\250F\320\3772E\300T\310\026\310w\377\320VW\330\010\017\320""\017\377(\250\001\250\021\250\047\260\177\021\260(\270!\340\010\265\001\374u\000\363\000\016\000\005\035\230C\376\244\000\001\330\004\026\220k\240\377\024\240W\250D\260\010\270\357\003\2701\330\354\023\017\210x\356h\000\010\240\007\257\000\001\330\030\377\036\230b\240\005\240[\260\177\004\260D\270\013\3001\236!\377A\210Q\210c\220\030\230\255\021\253!I\220\271\002q\341\007\032_\2401\330\014\026\301 q\315\000\3776\240\027\250\006\250a\250_q\330\014\017\210\"\000\027\300\004]I\205\000F\260!\256 q\262\014\376\262\n\032\000\005&\320%A\307\300\021\340\273\000\261@T\000\360\0107\000\005\036\233@\004\"\313@\334\000\347\r\210A\327\001\256B\230f\240\376\n\000\005\330\010\016\320\016\037\013\230t\206\000\010\325!\263\000\310@\023\000\317\210i\220r\264\000\210\000s\220\177!\220:\230S\240\001\213BT\243@\352A9\336@U\335 A\251\001\377u\220B\220a\330\020\023\276\224@\002\230)\2402\243@\024\363\034\230\272C\252A7\230!\230\3775\240\t\250\022\2503\250\177f\260A\260Q\330\020\323A\376\333A\017\210v\220R\220q\376\007\007\027\220u\230B\230a\236\200!v\220S\230o\003\210 \330?\014\020\220\005\220UG\000\365@\367\023\2209\246A\330\024\037\230\377q\330\024\025\330\020\027\220}y\370`\025\240j\260\001\200\005\367!\330\024F\003i\240r\250\317\021\330\030 \276\000\047\006\023\220\1773\220a\220z\240\023\202 \337\024\034\320\0341\214`#\260\177Q\260c\270\021\270!M\007\377\023\2204\220w\230a\230\377u\240I\250R\250s\260\377&\270\001\270\030\300\023\300\377G\3102\310Q\330\030\033\217\2307\240\"=\002\352\000Q\0105\357\230\002\230\"\303\000g\240R\256y\000\022\2501F\t2\353\002\024\377\033\2301\230E\240\025\240\377b\250\001\330\024\031\230\021o\230%\230|&\000\020\033\247 \375\002S\000B\240l\260\047\270\245\022\371`\014\222C\027\0001\215\205\002\017\377\210u\220D\230\006\230c\277\240\022\2404\240{\225br\377\270\027\300\001\300\024\300Uw\310!\310k\000\030\230\007\352\205\002\377B\240g\250Q\250d\260/%\260q\270d\000\030\312\206\001\351@\3772\240W\250A\250T\260\377\025\260a\260t\2701\270\365A\270A8\216\000D\240""\002\240\377\047\250\021\250$\250e\260\3771\260D\270\t\300\021\330\377\024\032\230!\330\025\035\230\367Q\230d\352\000G\2501\250\367D\260\005\250 d\270,\300\345a\031\002\340\311\001\373A4\220s\372)\000\024\347 \240\027\250\005\250\307]\270\047<\001\206a\210@t\230\2553\324@\030\036\365a\240\272 $\232\367!\033\022\000d\240\250@\255\002\330\377\024\030\230\016\240a\240v\376\352 {\270)\3002\300W\273\310A\021\001\r\240Q\305\002c\377\260\022\260;\270e\3001\357\300D\310\001&\005w\250a\376\230@\"\260K\270u\300A\267\300T\310\260\000\027\220g\004\034\377\230F\240(\250!\330\030\346\002\004\340\030\002\r\273a\014\023\220\375:\335\000e\2407\250)\260\327:\270[Y\000\014\342!C\220\377r\230\024\230U\240#\240\377Q\330\020\032\230\047\240\021\373\240$\256@\007\250q\260\004\373\260E\246b\021\026\220c\230\373\021\330\264@7\240!\2405\365\250\026\003G\322 C\270r\300\177\025\300a\300t\3101\302\000\357\033\037\230w\327\000u\250G>\324\"\007\270q\300\003\335\000\254A\3774\310q\320PQ\340\020\250\344!\364\206\003\216\207\001u\233`\033*\001\330\273\020\026\327\205\0036\230\023\343a\034\257\230K\240q\261a\"\265 \020\372\253\205\001D\227\206\001\024\220H\230J\353\240a\303\211\001N\207\0006\250\022\373\250=\275@\022\3007\310!\362\330\211\001M\272\000\327A#\250R\250\377}\270E\300\021\300$\300P\255\206\004\307\211\001\363$\304%M\263\005\340\220@\377\010\240\004\240H\250M\270}\021\232Cf\250C\250q\227\212\002\377\022\220!\2205\230\005\230\355[\363\001\330\014\014\000\330\014\030\377\230\001\230\027\240\005\240]\013\260\047.\000\014\252\207\002\257\207\002\277\206\002\265\206\001\203A\230\262\207\004\342\206\006\317\206\010\274\206\n\376\210\001\005\377\230Y\240b\250\003\2506\347\260\021\260\306\000\326\213\002\320\0356\377\260a\260~\300T\310\022\377\3105\320PR\320RS\277\3307C\3001\330\252\205\021\021\357\220\027\230\001\375\211\001\016\210a\377\210u\220E\230\033\240J\357\250a\330\010\353\213\001W\230E\377\240\035\250j\270\001\340\010\376\264\001\021\230!\330\004\013\210\0377\220*\230A";
+    PyObject *data = __Pyx_DecompressString_LZSS(cstring, 2210, 2668);
     #define __Pyx_DecompressString_UNUSED
     if (unlikely(!data)) __PYX_ERR(0, 1, __pyx_L1_error)
     const char* const bytes = __Pyx_PyBytes_AsString(data);
     #if !CYTHON_ASSUME_SAFE_MACROS
     if (likely(bytes)); else { Py_DECREF(data); __PYX_ERR(0, 1, __pyx_L1_error) }
     #endif
-    #else /* compression: none (2238 bytes) */
-static const char bytes[] = "\047?NoneNote that Cython is deliberately stricter than PEP-484 and rejects subclasses of builtin types. If you need to pass subclasses then set the \047annotation_typing\047 directive to False.add_noteexpected \047$\047, got \047invalid bulk lengthinvalid multibulk lengthsrc/rankd/frontends/resp/_scanner.pyxtoo big bulk count stringtoo big multibulk count string__Pyx_PyDict_NextRef__annotate____func____main____module____name____pyx_vtable____qualname____test___is_coroutineansweransweredanswersasyncio.coroutinesbufcline_in_tracebackcompletecountdataencode_entriesencode_repliesencodedentriesentryerrorheadheaderiitemitemslengthlinemax_bulkmax_wordsnestedoffsetoffsetspackpackedpairspoppositionpresentrankd.frontends.resp._scannerreplyresultrunrun_startscansetdefaultsizesizesstartstart_attagvaluevaluesversionviewwwithscoreswords\200\001\360\014\000\005#\240!\360\006\000\005\031\230\006\230a\340\004\005\200X\210Q\330\004\005\200X\210Q\210g\220Q\330\004\005\330\010\014\210E\220\025\220a\220v\230Q\330\014\023\2201\220F\230&\240\001\240\021\330\014\025\220W\230A\230Q\330\014\017\210w\220g\230Q\330\020\032\230%\230q\240\004\240F\250!\330 $\240F\250)\2604\260u\270C\270~\310T\320QW\320WX\330\020\024\220A\220Q\220c\230\036\240y\260\003\2601\260A\330\020\021\330\014\030\230\001\330\014\025\220Q\220f\230H\240A\240Q\330\014\017\210t\2205\230\003\2301\330\020\024\220A\220Q\220c\230\034\240V\320+>\270j\310\001\360\006\000\021\030\220q\230\001\230\023\230F\240*\250F\3202E\300T\310\026\310w\320VW\330\010\017\320\017(\250\001\250\021\250\047\260\021\260(\270!\340\010\023\2201\220A\220Q\200\001\360\016\000\005\035\230C\230q\240\001\330\004\026\220k\240\024\240W\250D\260\010\270\003\2701\330\004\005\200X\210Q\330\004\005\200X\210Q\210g\220Q\330\004\005\330\010\017\210x\220q\230\010\240\007\240y\260\001\330\030\036\230b\240\005\240[\260\004\260D\270\013\3001\330\010\014\210A\210Q\210c\220\030\230\021\330\010\014\210I\220Q\330\014\017\210q\330\020\024\220A\220Q\220c\230\032\2401\330\014""\026\220a\220q\230\003\2306\240\027\250\006\250a\250q\330\014\017\210q\330\020\027\220q\230\001\230\023\230I\240W\250F\260!\2604\260q\330\010\017\320\017(\250\001\250\021\250\047\260\021\260!\340\010\023\2201\220A\220Q\200\001\360\032\000\005&\320%A\300\021\340\004\026\220a\340\004\026\220a\360\016\000\005\r\210A\330\004\026\220a\220v\230Q\230f\240A\330\004\005\330\010\016\320\016\037\230t\2401\330\010\017\210t\2201\330\010\023\2201\330\010\016\210i\220r\230\021\330\014\017\210s\220!\220:\230S\240\001\330\020\021\330\014\024\220A\330\014\023\2209\230A\230U\240*\250A\330\014\017\210u\220B\220a\330\020\023\2205\230\002\230)\2402\240Q\330\024\034\230A\330\020\021\330\014\017\210t\2207\230!\2305\240\t\250\022\2503\250f\260A\260Q\330\020\030\230\001\330\020\021\330\014\017\210v\220R\220q\330\020\030\230\001\330\020\021\330\014\027\220u\230B\230a\330\014\017\210v\220S\230\001\330\020\021\330\014\027\220q\330\014\020\220\005\220U\230!\2301\330\020\023\2209\230C\230q\330\024\037\230q\330\024\025\330\020\027\220y\240\001\240\025\240j\260\001\330\020\023\2205\230\002\230!\330\024\027\220u\230B\230i\240r\250\021\330\030 \240\001\330\024\037\230q\330\024\025\330\020\023\2203\220a\220z\240\023\240A\330\024\034\320\0341\260\021\260#\260Q\260c\270\021\270!\330\024\037\230q\330\024\025\330\020\023\2204\220w\230a\230u\240I\250R\250s\260&\270\001\270\030\300\023\300G\3102\310Q\330\030\033\2307\240\"\240A\330\024\034\230A\330\024\037\230q\330\024\025\330\020\023\2205\230\002\230\"\230B\230g\240R\240r\250\022\2501\330\024\037\230q\330\024\025\330\020\023\2202\220R\220q\330\024\033\2301\230E\240\025\240b\250\001\330\024\031\230\021\230%\230|\2501\330\020\033\2305\240\002\240\"\240B\240l\260\047\270\022\2701\330\014\017\210t\2201\330\020\033\2301\330\020\021\330\014\017\210u\220D\230\006\230c\240\022\2404\240{\260!\2604\260r\270\027\300\001\300\024\300U\310!\3101\330\024\030\230\007\230q\240\004\240B\240g\250Q\250d\260%\260q\270\001\330\024\030\230\006\230a\230t\2402\240W\250A\250T\260""\025\260a\260t\2701\270A\330\020\023\2208\2301\230D\240\002\240\047\250\021\250$\250e\2601\260D\270\t\300\021\330\024\032\230!\330\025\035\230Q\230d\240\"\240G\2501\250D\260\005\260Q\260d\270,\300a\330\024\032\230!\340\024\033\2301\330\020\023\2204\220s\230!\330\024\027\220t\2303\230a\330\030\036\230f\240A\240Q\330\030$\240A\330\024\033\2303\230d\240!\330\024\030\230\007\230q\330\024\030\230\016\240a\240v\250R\250{\270)\3002\300W\310A\330\024\030\230\r\240Q\240g\250Q\250c\260\022\260;\270e\3001\300D\310\001\330\024\030\230\016\240a\240w\250a\250s\260\"\260K\270u\300A\300T\310\021\330\024\027\220t\2303\230a\330\030\034\230F\240(\250!\330\030\034\230F\240(\250!\340\030\034\230F\240(\250!\330\030\034\230F\240(\250!\330\024\025\330\014\022\220!\2205\230\005\230[\250\007\250q\330\014\022\220!\330\014\024\220A\330\014\027\220q\330\014\023\2209\230A\230U\240*\250A\330\014\027\220u\230B\230a\330\014\020\220\005\220U\230!\2301\330\020\027\220y\240\001\240\025\240j\260\001\330\020\027\220q\230\005\230Y\240b\250\003\2506\260\021\260!\330\020\025\220W\230A\320\0356\260a\260~\300T\310\022\3105\320PR\320RS\3307C\3001\330\020\033\2305\240\002\240\"\240B\240l\260\047\270\022\2701\330\014\021\220\027\230\001\230\021\330\010\016\210a\210u\220E\230\033\240J\250a\340\010\030\230\001\230\021\230!\330\004\013\2107\220*\230A";
+    #else /* compression: none (2668 bytes) */
+static const char bytes[] = "\047?NoneNote that Cython is deliberately stricter than PEP-484 and rejects subclasses of builtin types. If you need to pass subclasses then set the \047annotation_typing\047 directive to False.add_noteexpected \047$\047, got \047invalid bulk lengthinvalid multibulk lengthsrc/rankd/frontends/resp/_scanner.pyxtoo big bulk count stringtoo big multibulk count string__Pyx_PyDict_NextRef__annotate____func____main____module____name____pyx_vtable____qualname____test___is_coroutineansweransweredanswersasyncio.coroutinesbufcline_in_tracebackcompletecountdataencode_entriesencode_repliesencodedentriesentryerrorfirst_indexheadheaderiitemitemskindlast_indexlengthlinemax_bulkmax_wordsnestedoffsetoffsetspackpackedpairspoppositionpresentrankd.frontends.resp._scannerreadread_okreadsreads_startreplyresultrunrun_startscansetdefaultsizesizesstartstart_attagvaluevaluesversionviewwwithscoreswords\200\001\360\014\000\005#\240!\360\006\000\005\031\230\006\230a\340\004\005\200X\210Q\330\004\005\200X\210Q\210g\220Q\330\004\005\330\010\014\210E\220\025\220a\220v\230Q\330\014\023\2201\220F\230&\240\001\240\021\330\014\025\220W\230A\230Q\330\014\017\210w\220g\230Q\330\020\032\230%\230q\240\004\240F\250!\330 $\240F\250)\2604\260u\270C\270~\310T\320QW\320WX\330\020\024\220A\220Q\220c\230\036\240y\260\003\2601\260A\330\020\021\330\014\030\230\001\330\014\025\220Q\220f\230H\240A\240Q\330\014\017\210t\2205\230\003\2301\330\020\024\220A\220Q\220c\230\034\240V\320+>\270j\310\001\360\006\000\021\030\220q\230\001\230\023\230F\240*\250F\3202E\300T\310\026\310w\320VW\330\010\017\320\017(\250\001\250\021\250\047\260\021\260(\270!\340\010\023\2201\220A\220Q\200\001\360\016\000\005\035\230C\230q\240\001\330\004\026\220k\240\024\240W\250D\260\010\270\003\2701\330\004\005\200X\210Q\330\004\005\200X\210Q\210g\220Q\330\004\005\330\010\017\210x\220q\230\010\240\007\240y\260\001\330\030\036\230b\240\005\240[\260\004\260D\270\013\3001\330\010\014\210A\210Q\210c\220\030\230\021\330\010\014\210I\220Q\330\014\017\210q""\330\020\024\220A\220Q\220c\230\032\2401\330\014\026\220a\220q\230\003\2306\240\027\250\006\250a\250q\330\014\017\210q\330\020\027\220q\230\001\230\023\230I\240W\250F\260!\2604\260q\330\010\017\320\017(\250\001\250\021\250\047\260\021\260!\340\010\023\2201\220A\220Q\200\001\360\032\000\005&\320%A\300\021\340\004\026\220a\340\004\026\220a\360\010\000\005\036\230Q\330\004\"\240!\360\016\000\005\r\210A\330\004\026\220a\220v\230Q\230f\240A\330\004\005\330\010\016\320\016\037\230t\2401\330\010\017\210t\2201\330\010\023\2201\330\010\016\210i\220r\230\021\330\014\017\210s\220!\220:\230S\240\001\330\020\021\330\014\024\220A\330\014\023\2209\230A\230U\240*\250A\330\014\017\210u\220B\220a\330\020\023\2205\230\002\230)\2402\240Q\330\024\034\230A\330\020\021\330\014\017\210t\2207\230!\2305\240\t\250\022\2503\250f\260A\260Q\330\020\030\230\001\330\020\021\330\014\017\210v\220R\220q\330\020\030\230\001\330\020\021\330\014\027\220u\230B\230a\330\014\017\210v\220S\230\001\330\020\021\330\014\027\220q\330\014\020\220\005\220U\230!\2301\330\020\023\2209\230C\230q\330\024\037\230q\330\024\025\330\020\027\220y\240\001\240\025\240j\260\001\330\020\023\2205\230\002\230!\330\024\027\220u\230B\230i\240r\250\021\330\030 \240\001\330\024\037\230q\330\024\025\330\020\023\2203\220a\220z\240\023\240A\330\024\034\320\0341\260\021\260#\260Q\260c\270\021\270!\330\024\037\230q\330\024\025\330\020\023\2204\220w\230a\230u\240I\250R\250s\260&\270\001\270\030\300\023\300G\3102\310Q\330\030\033\2307\240\"\240A\330\024\034\230A\330\024\037\230q\330\024\025\330\020\023\2205\230\002\230\"\230B\230g\240R\240r\250\022\2501\330\024\037\230q\330\024\025\330\020\023\2202\220R\220q\330\024\033\2301\230E\240\025\240b\250\001\330\024\031\230\021\230%\230|\2501\330\020\033\2305\240\002\240\"\240B\240l\260\047\270\022\2701\330\014\017\210t\2201\330\020\033\2301\330\020\021\330\014\017\210u\220D\230\006\230c\240\022\2404\240{\260!\2604\260r\270\027\300\001\300\024\300U\310!\3101\330\024\030\230\007\230q\240\004\240B""\240g\250Q\250d\260%\260q\270\001\330\024\030\230\006\230a\230t\2402\240W\250A\250T\260\025\260a\260t\2701\270A\330\020\023\2208\2301\230D\240\002\240\047\250\021\250$\250e\2601\260D\270\t\300\021\330\024\032\230!\330\025\035\230Q\230d\240\"\240G\2501\250D\260\005\260Q\260d\270,\300a\330\024\032\230!\340\024\033\2301\330\020\023\2204\220s\230!\330\024 \240\001\240\027\250\005\250]\270\047\300\021\330\024\034\230A\330\024\027\220t\2303\230a\330\030\036\230f\240A\240Q\330\030$\240A\330\024\033\2303\230d\240!\330\024\030\230\007\230q\330\024\030\230\016\240a\240v\250R\250{\270)\3002\300W\310A\330\024\030\230\r\240Q\240g\250Q\250c\260\022\260;\270e\3001\300D\310\001\330\024\030\230\016\240a\240w\250a\250s\260\"\260K\270u\300A\300T\310\021\330\024\027\220t\2303\230a\330\030\034\230F\240(\250!\330\030\034\230F\240(\250!\340\030\034\230F\240(\250!\330\030\034\230F\240(\250!\330\024\025\330\014\023\220:\230Q\230e\2407\250)\260:\270[\310\001\330\014\017\210u\220C\220r\230\024\230U\240#\240Q\330\020\032\230\047\240\021\240$\240b\250\007\250q\260\004\260E\270\021\270!\330\021\026\220c\230\021\330\020\033\2307\240!\2405\250\007\250q\260\004\260G\2701\270C\270r\300\025\300a\300t\3101\310A\330\033\037\230w\240a\240u\250G\2601\260D\270\007\270q\300\003\3002\300U\310!\3104\310q\320PQ\340\020\032\230!\330\014\017\210q\330\020\026\220a\220u\230E\240\033\250G\2601\330\020\026\220a\330\020\023\2206\230\023\230A\330\024\034\230K\240q\250\001\330\024\"\240!\330\020\027\220u\230D\240\001\330\020\024\220H\230J\240a\330\020\024\220N\240!\2406\250\022\250=\270\t\300\022\3007\310!\330\020\024\220M\240\021\240\047\250\021\250#\250R\250}\270E\300\021\300$\300a\330\020\023\2205\230\003\2301\330\024\030\230\016\240a\240w\250a\250s\260\"\260M\300\025\300a\300t\3101\340\024\030\230\010\240\004\240H\250M\270\021\330\024\030\230\016\240f\250C\250q\330\020\021\330\014\022\220!\2205\230\005\230[\250\007\250q\330\014\022\220!\330\014\030\230\001\230\027\240\005\240]\260\047\270\021\330\014\024\220A\330""\014\024\220A\330\014\027\220q\330\014\023\2209\230A\230U\240*\250A\330\014\027\220u\230B\230a\330\014\020\220\005\220U\230!\2301\330\020\027\220y\240\001\240\025\240j\260\001\330\020\027\220q\230\005\230Y\240b\250\003\2506\260\021\260!\330\020\025\220W\230A\320\0356\260a\260~\300T\310\022\3105\320PR\320RS\3307C\3001\330\020\033\2305\240\002\240\"\240B\240l\260\047\270\022\2701\330\014\021\220\027\230\001\230\021\330\010\016\210a\210u\220E\230\033\240J\250a\330\010\024\220A\220W\230E\240\035\250j\270\001\340\010\030\230\001\230\021\230!\330\004\013\2107\220*\230A";
     PyObject *data = NULL;
     #define __Pyx_DecompressString_UNUSED
     #define __Pyx_DecompressString_LZSS_UNUSED
     #endif
     PyObject **stringtab = __pyx_mstate->__pyx_string_tab;
     Py_ssize_t pos = 0;
-    for (int i = 0; i < 73; i++) {
+    for (int i = 0; i < 80; i++) {
       Py_ssize_t bytes_length = str_length_index[i].length;
       PyObject *string = PyUnicode_DecodeUTF8(bytes + pos, bytes_length, NULL);
       if (likely(string) && i >= 11) PyUnicode_InternInPlace(&string);
@@ -9998,8 +11209,8 @@ static const char bytes[] = "\047?NoneNote that Cython is deliberately stricter 
       stringtab[i] = string;
       pos += bytes_length;
     }
-    for (int i = 73; i < 77; i++) {
-      Py_ssize_t bytes_length = bytes_length_index[i-73].length;
+    for (int i = 80; i < 84; i++) {
+      Py_ssize_t bytes_length = bytes_length_index[i-80].length;
       PyObject *string = PyBytes_FromStringAndSize(bytes + pos, bytes_length);
       stringtab[i] = string;
       pos += bytes_length;
@@ -10009,14 +11220,14 @@ static const char bytes[] = "\047?NoneNote that Cython is deliberately stricter 
       }
     }
     Py_XDECREF(data);
-    for (Py_ssize_t i = 0; i < 77; i++) {
+    for (Py_ssize_t i = 0; i < 84; i++) {
       if (unlikely(PyObject_Hash(stringtab[i]) == -1)) {
         __PYX_ERR(0, 1, __pyx_L1_error)
       }
     }
     #if CYTHON_IMMORTAL_CONSTANTS
     {
-      PyObject **table = stringtab + 73;
+      PyObject **table = stringtab + 80;
       for (Py_ssize_t i=0; i<4; ++i) {
         #if PY_VERSION_HEX >= 0x030F0000
         PyUnstable_SetImmortal(table[i]);
@@ -10081,7 +11292,7 @@ typedef struct {
     unsigned int argcount : 3;
     unsigned int num_posonly_args : 1;
     unsigned int num_kwonly_args : 1;
-    unsigned int nlocals : 5;
+    unsigned int nlocals : 6;
     unsigned int flags : 10;
     unsigned int first_line : 9;
 } __Pyx_PyCode_New_function_description;
@@ -10103,17 +11314,17 @@ static int __Pyx_CreateCodeObjects(__pyx_mstatetype *__pyx_mstate) {
   PyObject* tuple_dedup_map = PyDict_New();
   if (unlikely(!tuple_dedup_map)) return -1;
   {
-    const __Pyx_PyCode_New_function_description descr = {5, 0, 0, 25, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 136};
-    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_data, __pyx_mstate->__pyx_n_u_start_at, __pyx_mstate->__pyx_n_u_max_bulk, __pyx_mstate->__pyx_n_u_max_words, __pyx_mstate->__pyx_n_u_pack, __pyx_mstate->__pyx_n_u_view, __pyx_mstate->__pyx_n_u_buf, __pyx_mstate->__pyx_n_u_size, __pyx_mstate->__pyx_n_u_position, __pyx_mstate->__pyx_n_u_start, __pyx_mstate->__pyx_n_u_line, __pyx_mstate->__pyx_n_u_run_start, __pyx_mstate->__pyx_n_u_i, __pyx_mstate->__pyx_n_u_count, __pyx_mstate->__pyx_n_u_length, __pyx_mstate->__pyx_n_u_run, __pyx_mstate->__pyx_n_u_item, __pyx_mstate->__pyx_n_u_items, __pyx_mstate->__pyx_n_u_words, __pyx_mstate->__pyx_n_u_offsets, __pyx_mstate->__pyx_n_u_sizes, __pyx_mstate->__pyx_n_u_value, __pyx_mstate->__pyx_n_u_complete, __pyx_mstate->__pyx_n_u_tag, __pyx_mstate->__pyx_n_u_error};
-    __pyx_mstate_global->__pyx_codeobj_tab[0] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_src_rankd_frontends_resp__scanne, __pyx_mstate->__pyx_n_u_scan, __pyx_mstate->__pyx_kp_b_iso88591_A_a_a_A_avQfA_t1_t1_1_ir_s_S_A, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[0])) goto bad;
+    const __Pyx_PyCode_New_function_description descr = {5, 0, 0, 32, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 163};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_data, __pyx_mstate->__pyx_n_u_start_at, __pyx_mstate->__pyx_n_u_max_bulk, __pyx_mstate->__pyx_n_u_max_words, __pyx_mstate->__pyx_n_u_pack, __pyx_mstate->__pyx_n_u_view, __pyx_mstate->__pyx_n_u_buf, __pyx_mstate->__pyx_n_u_size, __pyx_mstate->__pyx_n_u_position, __pyx_mstate->__pyx_n_u_start, __pyx_mstate->__pyx_n_u_line, __pyx_mstate->__pyx_n_u_run_start, __pyx_mstate->__pyx_n_u_i, __pyx_mstate->__pyx_n_u_count, __pyx_mstate->__pyx_n_u_length, __pyx_mstate->__pyx_n_u_run, __pyx_mstate->__pyx_n_u_item, __pyx_mstate->__pyx_n_u_items, __pyx_mstate->__pyx_n_u_words, __pyx_mstate->__pyx_n_u_offsets, __pyx_mstate->__pyx_n_u_sizes, __pyx_mstate->__pyx_n_u_reads, __pyx_mstate->__pyx_n_u_reads_start, __pyx_mstate->__pyx_n_u_read, __pyx_mstate->__pyx_n_u_first_index, __pyx_mstate->__pyx_n_u_last_index, __pyx_mstate->__pyx_n_u_kind, __pyx_mstate->__pyx_n_u_value, __pyx_mstate->__pyx_n_u_complete, __pyx_mstate->__pyx_n_u_tag, __pyx_mstate->__pyx_n_u_error, __pyx_mstate->__pyx_n_u_read_ok};
+    __pyx_mstate_global->__pyx_codeobj_tab[0] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_src_rankd_frontends_resp__scanne, __pyx_mstate->__pyx_n_u_scan, __pyx_mstate->__pyx_kp_b_iso88591_A_a_a_Q_A_avQfA_t1_t1_1_ir_s_S, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[0])) goto bad;
   }
   {
-    const __Pyx_PyCode_New_function_description descr = {3, 0, 0, 11, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 286};
+    const __Pyx_PyCode_New_function_description descr = {3, 0, 0, 11, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 378};
     PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_packed, __pyx_mstate->__pyx_n_u_version, __pyx_mstate->__pyx_n_u_reply, __pyx_mstate->__pyx_n_u_w, __pyx_mstate->__pyx_n_u_i, __pyx_mstate->__pyx_n_u_answered, __pyx_mstate->__pyx_n_u_item, __pyx_mstate->__pyx_n_u_result, __pyx_mstate->__pyx_n_u_answers, __pyx_mstate->__pyx_n_u_encoded, __pyx_mstate->__pyx_n_u_answer};
     __pyx_mstate_global->__pyx_codeobj_tab[1] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_src_rankd_frontends_resp__scanne, __pyx_mstate->__pyx_n_u_encode_replies, __pyx_mstate->__pyx_kp_b_iso88591_a_XQ_XQgQ_E_avQ_1F_WAQ_wgQ_q_F, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[1])) goto bad;
   }
   {
-    const __Pyx_PyCode_New_function_description descr = {4, 0, 0, 10, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 330};
+    const __Pyx_PyCode_New_function_description descr = {4, 0, 0, 10, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 422};
     PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_entries, __pyx_mstate->__pyx_n_u_withscores, __pyx_mstate->__pyx_n_u_version, __pyx_mstate->__pyx_n_u_nested, __pyx_mstate->__pyx_n_u_w, __pyx_mstate->__pyx_n_u_header, __pyx_mstate->__pyx_n_u_head, __pyx_mstate->__pyx_n_u_count, __pyx_mstate->__pyx_n_u_pairs, __pyx_mstate->__pyx_n_u_entry};
     __pyx_mstate_global->__pyx_codeobj_tab[2] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_src_rankd_frontends_resp__scanne, __pyx_mstate->__pyx_n_u_encode_entries, __pyx_mstate->__pyx_kp_b_iso88591_Cq_k_WD_1_XQ_XQgQ_xq_y_b_D_1_AQ, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[2])) goto bad;
   }

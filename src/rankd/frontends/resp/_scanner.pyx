@@ -14,7 +14,12 @@ case) with ``key`` a board name (``[A-Za-z0-9_.:-]{1,64}``), ``member``
 ``getDoubleFromObject`` takes (C's ``strtod``, all of it, no leading blank,
 no overflow, not NaN) and finite.  Anything else takes the general path,
 which decides what it means; the tests compare both paths' replies with
-Redis's.  An inline request stops the scan: the Python reader takes it.
+Redis's.  Likewise each run of consecutive *plain* reads becomes one
+``rankd.engine._packed.PackedReads``, which the engine answers natively
+(``rankd.engine._reads``): ``ZSCORE``/``ZRANK``/``ZREVRANK key member`` and
+``ZRANGE``/``ZREVRANGE key start stop [WITHSCORES]`` with a board name,
+a member as above and indexes as ``string2ll`` reads them.  An inline
+request stops the scan: the Python reader takes it.
 
 :func:`encode_replies` writes the replies of a packed run, byte for byte
 what the general path writes for the same answers.
@@ -23,14 +28,16 @@ what the general path writes for the same answers.
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
-from libc.errno cimport ERANGE, errno
-from libc.math cimport HUGE_VAL, isfinite, isnan
+from libc.math cimport isfinite, isnan
 from libc.stdint cimport uint8_t
 from libc.stdio cimport snprintf
 from libc.stdlib cimport strtod
 from libc.string cimport memcpy
 
-from rankd.engine._packed cimport NUMBER_FLOAT, Packed, PackedResult, PackedSubmission, Span
+from rankd.engine._packed cimport (
+    NUMBER_FLOAT, READ_RANGE, READ_RANK, READ_REVRANGE, READ_REVRANK, READ_SCORE, Packed,
+    PackedRead, PackedReads, PackedResult, PackedSubmission, ReadKind, Span,
+)
 from rankd.engine._packing cimport Writer, writer_free, writer_reserve
 
 cdef enum:
@@ -123,14 +130,34 @@ cdef bint _score(const uint8_t *word, Py_ssize_t size, double *out) noexcept:
         return False
     memcpy(text, word, size)
     text[size] = 0
-    errno = 0
     value = strtod(text, &end)
     if end - text != size or isnan(value) or not isfinite(value):
-        return False
-    if errno == ERANGE and (value == HUGE_VAL or value == -HUGE_VAL or value == 0):
+        return False  # overflow gives infinity: refused here too
+    if value == 0 and _underflows(word, size):
         return False
     out[0] = value
     return True
+
+
+cdef bint _underflows(const uint8_t *word, Py_ssize_t size) noexcept:
+    """Whether a number ``strtod`` read as 0 has a non-zero digit before
+    its exponent (it underflowed: Redis refuses it, as ERANGE)."""
+    cdef Py_ssize_t i = 0
+    cdef bint hexadecimal
+    cdef uint8_t c
+    if i < size and (word[i] == 43 or word[i] == 45):
+        i += 1
+    hexadecimal = i + 1 < size and word[i] == 48 and (word[i + 1] | 0x20) == 120
+    if hexadecimal:
+        i += 2
+    while i < size:
+        c = word[i]
+        if (c | 0x20) == (112 if hexadecimal else 101):  # the exponent: p, or e
+            return False
+        if c != 48 and c != 46:
+            return True
+        i += 1
+    return False
 
 
 def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, bint pack):
@@ -152,8 +179,13 @@ def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, b
     cdef PackedSubmission *item
     cdef list items = []
     cdef list words
-    cdef Py_ssize_t offsets[4]
-    cdef Py_ssize_t sizes[4]
+    cdef Py_ssize_t offsets[5]
+    cdef Py_ssize_t sizes[5]
+    cdef PackedReads reads = None
+    cdef Py_ssize_t reads_start = 0
+    cdef PackedRead *read
+    cdef long long first_index, last_index
+    cdef int kind
     cdef double value
     cdef bint complete
     cdef int tag
@@ -204,7 +236,7 @@ def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, b
                 if line + 2 + length + 2 > size:
                     complete = False
                     break
-                if i < 4:
+                if i < 5:
                     offsets[i] = line + 2
                     sizes[i] = <Py_ssize_t>length
                 position = line + 2 + <Py_ssize_t>length + 2
@@ -221,6 +253,8 @@ def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, b
                 else:
                     tag = -1
                 if tag >= 0:
+                    _close_reads(reads, buf, reads_start, start, items)
+                    reads = None
                     if run is None:
                         run = Packed(b"")
                         run_start = start
@@ -236,8 +270,34 @@ def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, b
                         item.delta.kind = NUMBER_FLOAT
                         item.delta.fval = value
                     continue
+            kind = _read_kind(buf, count, offsets, sizes) if pack else -1
+            if kind >= 0 and kind <= READ_REVRANK:
+                read_ok = _member(buf + offsets[2], sizes[2])
+            elif kind >= 0:
+                read_ok = (_length(buf, offsets[2], offsets[2] + sizes[2], &first_index)
+                           and _length(buf, offsets[3], offsets[3] + sizes[3], &last_index))
+            else:
+                read_ok = False
+            if read_ok:
+                _close(run, buf, run_start, start, items)
+                run = None
+                if reads is None:
+                    reads = PackedReads(b"")
+                    reads_start = start
+                read = reads.add()
+                read.kind = <ReadKind>kind
+                read.source = Span(start - reads_start, position - start, True)
+                read.board = Span(offsets[1] - reads_start, sizes[1], True)
+                if kind <= READ_REVRANK:
+                    read.member = Span(offsets[2] - reads_start, sizes[2], True)
+                else:
+                    read.start, read.stop = first_index, last_index
+                    read.withscores = count == 5
+                continue
             _close(run, buf, run_start, start, items)
             run = None
+            _close_reads(reads, buf, reads_start, start, items)
+            reads = None
             words = []
             position = start
             line = _line_end(buf, position, size)
@@ -250,9 +310,41 @@ def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, b
                 position = line + 2 + <Py_ssize_t>length + 2
             items.append(words)
         _close(run, buf, run_start, position, items)
+        _close_reads(reads, buf, reads_start, position, items)
     finally:
         PyBuffer_Release(&view)
     return items, position, error
+
+
+cdef int _read_kind(const uint8_t *buf, long long count, Py_ssize_t *offsets,
+                    Py_ssize_t *sizes) noexcept:
+    """Which plain read a command is (``ReadKind``), or -1: ``ZSCORE``,
+    ``ZRANK``, ``ZREVRANK`` with a key and a member, ``ZRANGE`` and
+    ``ZREVRANGE`` with a key, two indexes and perhaps ``WITHSCORES``."""
+    if count < 3 or count > 5 or not _board_name(buf + offsets[1], sizes[1]):
+        return -1
+    if count == 3:
+        if _name_is(buf + offsets[0], sizes[0], b"ZSCORE", 6):
+            return READ_SCORE
+        if _name_is(buf + offsets[0], sizes[0], b"ZRANK", 5):
+            return READ_RANK
+        if _name_is(buf + offsets[0], sizes[0], b"ZREVRANK", 8):
+            return READ_REVRANK
+        return -1
+    if count == 5 and not _name_is(buf + offsets[4], sizes[4], b"WITHSCORES", 10):
+        return -1
+    if _name_is(buf + offsets[0], sizes[0], b"ZRANGE", 6):
+        return READ_RANGE
+    if _name_is(buf + offsets[0], sizes[0], b"ZREVRANGE", 9):
+        return READ_REVRANGE
+    return -1
+
+
+cdef void _close_reads(PackedReads reads, const uint8_t *buf, Py_ssize_t start,
+                       Py_ssize_t end, list items) except *:
+    if reads is not None and reads.count:
+        reads.data = PyBytes_FromStringAndSize(<const char *>buf + start, end - start)
+        items.append(reads)
 
 
 cdef void _close(Packed run, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,

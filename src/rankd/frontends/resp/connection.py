@@ -35,7 +35,7 @@ from rankd.frontends.connections import ConnectionLimits, default_max_connection
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import Command, lookup
 from rankd.frontends.resp.protocol import SCANNER, ProtocolError, Replies, RequestReader
-from rankd.frontends.resp.sorted_sets import REDIS_BOARD_DICT, Writes
+from rankd.frontends.resp.sorted_sets import MAX_REPLY_ENTRIES, REDIS_BOARD_DICT, Writes
 from rankd.frontends.service import MAX_BATCH
 from rankd.security import ANONYMOUS_ALL, Forbidden, Gate, Principal, Unauthorized
 
@@ -56,6 +56,7 @@ WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 
 _client_ids = itertools.count(1)
 _Packed, _ = native_or("rankd.engine._packed", "Packed", None)
+_PackedReads, _ = native_or("rankd.engine._packed", "PackedReads", None)
 _encode_replies, _ = native_or("rankd.frontends.resp._scanner", "encode_replies", None)
 #: Whether plain writes take the native fast path (see ``_scanner``).
 FAST_WRITES = SCANNER == "native" and ingest_implementation == "native"
@@ -191,6 +192,10 @@ class RespConnection(asyncio.Protocol):
                 applied.add_done_callback(self._applied)
                 position += 1
                 break  # what follows must see it applied: the worker waits for it
+            if type(item) is _PackedReads:
+                self._reads(item, out)
+                position += 1
+                continue
             if isinstance(item, ProtocolError):
                 break
             command = self._lookup(item, out)
@@ -233,6 +238,10 @@ class RespConnection(asyncio.Protocol):
                     if type(words) is _Packed:
                         await self._flush(pending, out)
                         await self._packed(words, out)
+                        continue
+                    if type(words) is _PackedReads:
+                        await self._flush(pending, out)
+                        self._reads(words, out)
                         continue
                     if isinstance(words, ProtocolError):
                         await self._flush(pending, out)
@@ -332,6 +341,39 @@ class RespConnection(asyncio.Protocol):
         except EngineError as exc:  # e.g. read-only: every write gets the error
             packed.answers = [exc] * len(packed)
         out.append(self._encoded(packed))
+
+    def _reads(self, reads: Any, out: list[bytes]) -> None:
+        """A run of plain reads the scanner packed, answered by the engine
+        natively; a read it leaves (and every one, if the connection reads
+        another window or the run is not admitted whole) the general way."""
+        native = self.window is None and self.period is None and self.principal is not None
+        if native:
+            try:
+                self.gate.admit(self.principal, "top", self.address, len(reads))
+            except EngineError:
+                native = False  # each read is admitted (or refused) alone
+        if not native:
+            self._read_generally(reads, range(len(reads)), out)
+            return
+        first = 0
+        while first < len(reads):
+            data, stopped = self.service.answer_reads(reads, first, self.replies.version,
+                                                      MAX_REPLY_ENTRIES)
+            if data:
+                out.append(data)
+            self.server.stats[("read", "ok")] += stopped - first
+            if stopped >= len(reads):
+                return
+            self._read_generally(reads, [stopped], out)
+            first = stopped + 1
+
+    def _read_generally(self, reads: Any, indexes: Any, out: list[bytes]) -> None:
+        reader = RequestReader(max_bulk=self.server.max_bulk)
+        for index in indexes:
+            for words in reader.feed(reads.source(index)):
+                command = self._lookup(words, out)
+                if command is not None:
+                    self._run_now(command, words, out)
 
     def _unpack(self, packed: Any) -> list[list[bytes]]:
         """A packed run's commands, for the general path."""

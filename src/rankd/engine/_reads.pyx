@@ -1,0 +1,160 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Native answers to plain sorted-set reads, encoded as RESP replies.
+
+A RESP connection's scanner packs runs of plain ``ZSCORE``, ``ZRANK``,
+``ZREVRANK``, ``ZRANGE`` and ``ZREVRANGE`` requests
+(``rankd.engine._packed.PackedReads``); :func:`answer` reads each from the
+board's index through its C entry points and writes the reply Redis
+writes, with no Python object per read but the board lookup.  It reads
+the all-time window of boards whose reads use it (what RESP-made boards
+keep) in Redis's order (see ``rankd.engine.view``: on an ``asc`` board
+position ``p`` is rank ``p + 1``, on a ``desc`` one rank ``n - p``).  It
+stops at the first read it does not answer (a board reading another
+window by default, a range past the reply cap) and says where: the
+front-end answers that one its general way and hands the rest back.
+The tests compare every reply with Redis's.
+"""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeASCII
+from libc.stdio cimport snprintf
+from libc.string cimport memcpy
+
+from rankd._skiplist cimport RK_MEMBER, RankIndex, rk_node
+from rankd.engine._packed cimport (
+    READ_RANGE, READ_RANK, READ_REVRANGE, READ_REVRANK, READ_SCORE, PackedRead, PackedReads,
+)
+from rankd.engine._packing cimport Writer, writer_free, writer_reserve
+
+
+cdef inline bint _differ(const char *a, const char *b, Py_ssize_t size) noexcept:
+    cdef Py_ssize_t j
+    for j in range(size):
+        if a[j] != b[j]:
+            return True
+    return False
+
+
+cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:
+    writer_reserve(w, size)
+    memcpy(w.data + w.size, text, size)
+    w.size += size
+
+
+cdef void _header(Writer *w, char kind, Py_ssize_t count) except *:
+    cdef char text[32]
+    cdef int size = snprintf(text, sizeof(text), "%c%zd\r\n", kind, count)
+    _put(w, text, size)
+
+
+cdef void _double(Writer *w, double value, int version) except *:
+    cdef char text[40]
+    cdef int size = snprintf(text, sizeof(text), "%.17g", value)
+    if version == 3:
+        _put(w, ",", 1)
+    else:
+        _header(w, b"$", size)
+    _put(w, text, size)
+    _put(w, "\r\n", 2)
+
+
+cdef void _null(Writer *w, int version) except *:
+    if version == 3:
+        _put(w, "_\r\n", 3)
+    else:
+        _put(w, "$-1\r\n", 5)
+
+
+def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
+           Py_ssize_t max_entries):
+    """Answer ``reads`` from ``first`` on: ``(replies, stopped)``, where
+    ``stopped`` is the first read not answered (``len(reads)`` if all were)."""
+    cdef Writer w
+    cdef PackedRead *read
+    cdef Py_ssize_t i, size, n, rank, count, position
+    cdef long long start, stop
+    cdef double score
+    cdef RankIndex index
+    cdef rk_node *x
+    cdef bint ascending = True, from_best, pairs
+    cdef const char *member
+    cdef const char *last_name = NULL
+    cdef Py_ssize_t last_size = -1
+    board = None
+    w.data = NULL
+    w.size = w.cap = 0
+    try:
+        i = first
+        while i < reads.count:
+            read = &reads.items[i]
+            if last_name == NULL or read.board.size != last_size or \
+                    _differ(reads.chars(&read.board), last_name, last_size):
+                board = boards.get(PyUnicode_DecodeASCII(reads.chars(&read.board),
+                                                         read.board.size, NULL))
+                last_name = reads.chars(&read.board)
+                last_size = read.board.size
+            if board is None:
+                index = None
+            else:
+                config = board.config
+                if config.primary_window != "all":
+                    break
+                found = board.periods["all"].get("all")
+                if found is not None and type(found) is not RankIndex:
+                    break  # the pure-Python index: the general path reads it
+                index = found
+                ascending = config.order == "asc"
+            n = 0 if index is None else index.length
+            if read.kind == READ_SCORE:
+                member = reads.chars(&read.member)
+                if index is not None and index.c_get(member, read.member.size, &score):
+                    _double(&w, score, version)
+                else:
+                    _null(&w, version)
+            elif read.kind == READ_RANK or read.kind == READ_REVRANK:
+                rank = 0 if index is None else index.c_rank(reads.chars(&read.member),
+                                                            read.member.size)
+                if rank == 0:
+                    _null(&w, version)
+                else:
+                    position = rank - 1 if ascending != (read.kind == READ_REVRANK) \
+                        else n - rank
+                    _header(&w, b":", position)
+            else:
+                # Redis's index sanitising (sorted_sets._rank_range).
+                start, stop = read.start, read.stop
+                if start < 0:
+                    start += n
+                if stop < 0:
+                    stop += n
+                if start < 0:
+                    start = 0
+                if start > stop or start >= n:
+                    count = 0
+                else:
+                    if stop >= n:
+                        stop = n - 1
+                    count = stop - start + 1
+                if count > max_entries:
+                    break
+                pairs = read.withscores and version == 3
+                _header(&w, b"*", count * 2 if read.withscores and not pairs else count)
+                if count:
+                    # Position p from the lowest score (from the highest on REV).
+                    from_best = ascending == (read.kind == READ_RANGE)
+                    rank = start + 1 if from_best else n - start
+                    x = index._node_at(rank)
+                    while count:
+                        if pairs:
+                            _put(&w, "*2\r\n", 4)
+                        _header(&w, b"$", x.mlen)
+                        _put(&w, RK_MEMBER(x), x.mlen)
+                        _put(&w, "\r\n", 2)
+                        if read.withscores:
+                            _double(&w, index._score(x), version)
+                        x = x.level[0].forward if from_best else x.backward
+                        count -= 1
+            i += 1
+        return PyBytes_FromStringAndSize(w.data, w.size), i
+    finally:
+        writer_free(&w)
