@@ -65,13 +65,25 @@ class Daemon:
                                    f"{self.log()}")
             try:
                 status, _ = self.request("GET", "/v1/health")
-                if status == 200:
+                if status == 200 and self._listening():
                     return self
             except OSError:
                 pass
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"rankd did not become healthy in {timeout}s:\n{self.log()}")
+
+    def _listening(self) -> bool:
+        """Whether the TCP and RESP listeners accept (they open after the
+        engine recovered, so after health first answers 200)."""
+        for flag, port in (("--tcp-port", self.tcp_port), ("--resp-port", self.resp_port)):
+            if flag in self.args:  # another port, or none, asked for
+                continue
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except OSError:
+                return False
+        return True
 
     def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
                 headers: dict[str, str] | None = None, timeout: float = 10.0
