@@ -108,3 +108,26 @@ def test_scores_are_written_as_redis_writes_them(redis, score):
                             + b"QUIT\r\n")
     assert answer in (b":%d\r\n" % deleted + Replies(2).bulk(text) + b"+OK\r\n"
                       for deleted in (0, 1))
+
+
+@pytest.mark.parametrize("version", [2, 3])
+@settings(max_examples=500, deadline=None)
+@given(scores=st.lists(st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(-(10**18), 10**18).map(float),
+    st.sampled_from([-0.0, 0.0, 1e16, 1e17 - 16, 1e17, -1e17, 99999999999999984.0, 5e-324])),
+    max_size=8))
+def test_native_range_replies_equal_the_python_encoder(scores, version):
+    """The native encoder writes integral scores itself (not through
+    ``%.17g``): byte for byte what ``Replies`` writes, RESP2 and RESP3."""
+    # (Where the build is required, test_daemon fails if it is missing.)
+    _scanner = pytest.importorskip("rankd.frontends.resp._scanner")
+    entries = [(i, f"m{i}é", value) for i, value in enumerate(scores)]
+    replies = Replies(version)
+    for nested in (False, True):
+        pairs = nested and version == 3
+        expected = replies.array_header(len(entries) if pairs else 2 * len(entries))
+        for _, member, value in entries:
+            expected += (b"*2\r\n" if pairs else b"") + replies.bulk(member) + \
+                replies.double(value)
+        assert _scanner.encode_entries(entries, True, version, nested) == expected

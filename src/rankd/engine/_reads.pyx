@@ -17,14 +17,13 @@ The tests compare every reply with Redis's.
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeASCII
-from libc.stdio cimport snprintf
-from libc.string cimport memcpy
 
 from rankd._skiplist cimport RK_MEMBER, RankIndex, rk_node
 from rankd.engine._packed cimport (
     READ_RANGE, READ_RANK, READ_REVRANGE, READ_REVRANK, READ_SCORE, PackedRead, PackedReads,
 )
-from rankd.engine._packing cimport Writer, writer_free, writer_reserve
+from rankd.engine._packing cimport Writer, writer_free
+from rankd.engine._replies cimport reply_double, reply_header, reply_null, reply_put
 
 
 cdef inline bint _differ(const char *a, const char *b, Py_ssize_t size) noexcept:
@@ -33,36 +32,6 @@ cdef inline bint _differ(const char *a, const char *b, Py_ssize_t size) noexcept
         if a[j] != b[j]:
             return True
     return False
-
-
-cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:
-    writer_reserve(w, size)
-    memcpy(w.data + w.size, text, size)
-    w.size += size
-
-
-cdef void _header(Writer *w, char kind, Py_ssize_t count) except *:
-    cdef char text[32]
-    cdef int size = snprintf(text, sizeof(text), "%c%zd\r\n", kind, count)
-    _put(w, text, size)
-
-
-cdef void _double(Writer *w, double value, int version) except *:
-    cdef char text[40]
-    cdef int size = snprintf(text, sizeof(text), "%.17g", value)
-    if version == 3:
-        _put(w, ",", 1)
-    else:
-        _header(w, b"$", size)
-    _put(w, text, size)
-    _put(w, "\r\n", 2)
-
-
-cdef void _null(Writer *w, int version) except *:
-    if version == 3:
-        _put(w, "_\r\n", 3)
-    else:
-        _put(w, "$-1\r\n", 5)
 
 
 def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
@@ -108,18 +77,18 @@ def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
             if read.kind == READ_SCORE:
                 member = reads.chars(&read.member)
                 if index is not None and index.c_get(member, read.member.size, &score):
-                    _double(&w, score, version)
+                    reply_double(&w, score, version)
                 else:
-                    _null(&w, version)
+                    reply_null(&w, version)
             elif read.kind == READ_RANK or read.kind == READ_REVRANK:
                 rank = 0 if index is None else index.c_rank(reads.chars(&read.member),
                                                             read.member.size)
                 if rank == 0:
-                    _null(&w, version)
+                    reply_null(&w, version)
                 else:
                     position = rank - 1 if ascending != (read.kind == READ_REVRANK) \
                         else n - rank
-                    _header(&w, b":", position)
+                    reply_header(&w, b":", position)
             else:
                 # Redis's index sanitising (sorted_sets._rank_range).
                 start, stop = read.start, read.stop
@@ -138,7 +107,7 @@ def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
                 if count > max_entries:
                     break
                 pairs = read.withscores and version == 3
-                _header(&w, b"*", count * 2 if read.withscores and not pairs else count)
+                reply_header(&w, b"*", count * 2 if read.withscores and not pairs else count)
                 if count:
                     # Position p from the lowest score (from the highest on REV).
                     from_best = ascending == (read.kind == READ_RANGE)
@@ -146,12 +115,12 @@ def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
                     x = index._node_at(rank)
                     while count:
                         if pairs:
-                            _put(&w, "*2\r\n", 4)
-                        _header(&w, b"$", x.mlen)
-                        _put(&w, RK_MEMBER(x), x.mlen)
-                        _put(&w, "\r\n", 2)
+                            reply_put(&w, "*2\r\n", 4)
+                        reply_header(&w, b"$", x.mlen)
+                        reply_put(&w, RK_MEMBER(x), x.mlen)
+                        reply_put(&w, "\r\n", 2)
                         if read.withscores:
-                            _double(&w, index._score(x), version)
+                            reply_double(&w, index._score(x), version)
                         x = x.level[0].forward if from_best else x.backward
                         count -= 1
             i += 1

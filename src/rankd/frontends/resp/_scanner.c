@@ -1499,6 +1499,7 @@ static const char * const __pyx_cfilenm = __FILE__;
 static const char* const __pyx_f[] = {
   "src/rankd/frontends/resp/_scanner.pyx",
   "src/rankd/engine/_packing.pxd",
+  "src/rankd/engine/_replies.pxd",
   "cpython/type.pxd",
   "src/rankd/engine/_packed.pxd",
 };
@@ -1837,7 +1838,7 @@ struct __pyx_t_5rankd_6engine_8_packing_Writer {
 };
 
 /* "rankd/frontends/resp/_scanner.pyx":43
- * from rankd.engine._packing cimport Writer, writer_free, writer_reserve
+ * from rankd.engine._replies cimport reply_double, reply_header, reply_put
  * 
  * cdef enum:             # <<<<<<<<<<<<<<
  *     MAX_INLINE = 64 * 1024
@@ -2816,6 +2817,12 @@ static CYTHON_INLINE void __pyx_f_5rankd_6engine_8_packing_writer_free(struct __
 static CYTHON_INLINE void __pyx_f_5rankd_6engine_8_packing__put_be(struct __pyx_t_5rankd_6engine_8_packing_Writer *, uint64_t, int); /*proto*/
 static CYTHON_INLINE int __pyx_f_5rankd_6engine_8_packing_put_tag(struct __pyx_t_5rankd_6engine_8_packing_Writer *, uint8_t); /*proto*/
 
+/* Module declarations from "rankd.engine._replies" */
+static CYTHON_INLINE void __pyx_f_5rankd_6engine_8_replies_reply_put(struct __pyx_t_5rankd_6engine_8_packing_Writer *, char const *, Py_ssize_t); /*proto*/
+static CYTHON_INLINE int __pyx_f_5rankd_6engine_8_replies__digits(char *, unsigned PY_LONG_LONG); /*proto*/
+static CYTHON_INLINE void __pyx_f_5rankd_6engine_8_replies_reply_header(struct __pyx_t_5rankd_6engine_8_packing_Writer *, char, PY_LONG_LONG); /*proto*/
+static CYTHON_INLINE void __pyx_f_5rankd_6engine_8_replies_reply_double(struct __pyx_t_5rankd_6engine_8_packing_Writer *, double, int); /*proto*/
+
 /* Module declarations from "rankd.frontends.resp._scanner" */
 static CYTHON_INLINE Py_ssize_t __pyx_f_5rankd_9frontends_4resp_8_scanner__line_end(uint8_t const *, Py_ssize_t, Py_ssize_t); /*proto*/
 static CYTHON_INLINE int __pyx_f_5rankd_9frontends_4resp_8_scanner__length(uint8_t const *, Py_ssize_t, Py_ssize_t, PY_LONG_LONG *); /*proto*/
@@ -2827,8 +2834,6 @@ static int __pyx_f_5rankd_9frontends_4resp_8_scanner__underflows(uint8_t const *
 static int __pyx_f_5rankd_9frontends_4resp_8_scanner__read_kind(uint8_t const *, PY_LONG_LONG, Py_ssize_t *, Py_ssize_t *); /*proto*/
 static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close_reads(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads *, uint8_t const *, Py_ssize_t, Py_ssize_t, PyObject *); /*proto*/
 static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5rankd_6engine_7_packed_Packed *, uint8_t const *, Py_ssize_t, Py_ssize_t, PyObject *); /*proto*/
-static CYTHON_INLINE void __pyx_f_5rankd_9frontends_4resp_8_scanner__put(struct __pyx_t_5rankd_6engine_8_packing_Writer *, char const *, Py_ssize_t); /*proto*/
-static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5rankd_6engine_8_packing_Writer *, double, int); /*proto*/
 static void __pyx_f_5rankd_9frontends_4resp_8_scanner__bulk_text(struct __pyx_t_5rankd_6engine_8_packing_Writer *, PyObject *); /*proto*/
 /* #### Code section: typeinfo ### */
 /* #### Code section: before_global_var ### */
@@ -2839,16 +2844,15 @@ int __pyx_module_is_main_rankd__frontends__resp___scanner = 0;
 /* Implementation of "rankd.frontends.resp._scanner" */
 /* #### Code section: global_var ### */
 /* #### Code section: string_decls ### */
+static const char __pyx_k_[] = ",";
 static const char __pyx_k_0[] = ":0\r\n";
-static const char __pyx_k_1[] = ":1\r\n";
+static const char __pyx_k_1[] = "$-1\r\n";
 static const char __pyx_k_2[] = "*2\r\n";
-static const char __pyx_k_d[] = "$%d\r\n";
-static const char __pyx_k__3[] = ",";
-static const char __pyx_k__4[] = "\r\n";
-static const char __pyx_k_zd[] = "$%zd\r\n";
+static const char __pyx_k__2[] = "\r\n";
+static const char __pyx_k__3[] = "_\r\n";
 static const char __pyx_k_17g[] = "%.17g";
+static const char __pyx_k_1_2[] = ":1\r\n";
 static const char __pyx_k_ZADD[] = "ZADD";
-static const char __pyx_k_zd_2[] = "*%zd\r\n";
 static const char __pyx_k_ZRANK[] = "ZRANK";
 static const char __pyx_k_ZRANGE[] = "ZRANGE";
 static const char __pyx_k_ZSCORE[] = "ZSCORE";
@@ -2891,7 +2895,7 @@ namespace {
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_pop;
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_values;
     PyObject *__pyx_codeobj_tab[3];
-    PyObject *__pyx_string_tab[84];
+    PyObject *__pyx_string_tab[82];
     PyObject *__pyx_number_tab[1];
 /* #### Code section: module_state_contents ### */
 /* CommonTypesMetaclass.module_state_decls */
@@ -2936,8 +2940,8 @@ static __pyx_mstatetype __pyx_mstate_global_static =
 static __pyx_mstatetype * const __pyx_mstate_global = &__pyx_mstate_global_static;
 #endif
 /* #### Code section: constant_name_defines ### */
-#define __pyx_kp_u_ __pyx_string_tab[0]
-#define __pyx_kp_u__5 __pyx_string_tab[1]
+#define __pyx_kp_u__4 __pyx_string_tab[0]
+#define __pyx_kp_u__6 __pyx_string_tab[1]
 #define __pyx_kp_u_None __pyx_string_tab[2]
 #define __pyx_kp_u_Note_that_Cython_is_deliberately __pyx_string_tab[3]
 #define __pyx_kp_u_add_note __pyx_string_tab[4]
@@ -2973,53 +2977,51 @@ static __pyx_mstatetype * const __pyx_mstate_global = &__pyx_mstate_global_stati
 #define __pyx_n_u_entry __pyx_string_tab[34]
 #define __pyx_n_u_error __pyx_string_tab[35]
 #define __pyx_n_u_first_index __pyx_string_tab[36]
-#define __pyx_n_u_head __pyx_string_tab[37]
-#define __pyx_n_u_header __pyx_string_tab[38]
-#define __pyx_n_u_i __pyx_string_tab[39]
-#define __pyx_n_u_item __pyx_string_tab[40]
-#define __pyx_n_u_items __pyx_string_tab[41]
-#define __pyx_n_u_kind __pyx_string_tab[42]
-#define __pyx_n_u_last_index __pyx_string_tab[43]
-#define __pyx_n_u_length __pyx_string_tab[44]
-#define __pyx_n_u_line __pyx_string_tab[45]
-#define __pyx_n_u_max_bulk __pyx_string_tab[46]
-#define __pyx_n_u_max_words __pyx_string_tab[47]
-#define __pyx_n_u_nested __pyx_string_tab[48]
-#define __pyx_n_u_offset __pyx_string_tab[49]
-#define __pyx_n_u_offsets __pyx_string_tab[50]
-#define __pyx_n_u_pack __pyx_string_tab[51]
-#define __pyx_n_u_packed __pyx_string_tab[52]
-#define __pyx_n_u_pairs __pyx_string_tab[53]
-#define __pyx_n_u_pop __pyx_string_tab[54]
-#define __pyx_n_u_position __pyx_string_tab[55]
-#define __pyx_n_u_present __pyx_string_tab[56]
-#define __pyx_n_u_rankd_frontends_resp__scanner __pyx_string_tab[57]
-#define __pyx_n_u_read __pyx_string_tab[58]
-#define __pyx_n_u_read_ok __pyx_string_tab[59]
-#define __pyx_n_u_reads __pyx_string_tab[60]
-#define __pyx_n_u_reads_start __pyx_string_tab[61]
-#define __pyx_n_u_reply __pyx_string_tab[62]
-#define __pyx_n_u_result __pyx_string_tab[63]
-#define __pyx_n_u_run __pyx_string_tab[64]
-#define __pyx_n_u_run_start __pyx_string_tab[65]
-#define __pyx_n_u_scan __pyx_string_tab[66]
-#define __pyx_n_u_setdefault __pyx_string_tab[67]
-#define __pyx_n_u_size __pyx_string_tab[68]
-#define __pyx_n_u_sizes __pyx_string_tab[69]
-#define __pyx_n_u_start __pyx_string_tab[70]
-#define __pyx_n_u_start_at __pyx_string_tab[71]
-#define __pyx_n_u_tag __pyx_string_tab[72]
-#define __pyx_n_u_value __pyx_string_tab[73]
-#define __pyx_n_u_values __pyx_string_tab[74]
-#define __pyx_n_u_version __pyx_string_tab[75]
-#define __pyx_n_u_view __pyx_string_tab[76]
-#define __pyx_n_u_w __pyx_string_tab[77]
-#define __pyx_n_u_withscores __pyx_string_tab[78]
-#define __pyx_n_u_words __pyx_string_tab[79]
-#define __pyx_kp_b__2 __pyx_string_tab[80]
-#define __pyx_kp_b_iso88591_a_XQ_XQgQ_E_avQ_1F_WAQ_wgQ_q_F __pyx_string_tab[81]
-#define __pyx_kp_b_iso88591_Cq_k_WD_1_XQ_XQgQ_xq_y_b_D_1_AQ __pyx_string_tab[82]
-#define __pyx_kp_b_iso88591_A_a_a_Q_A_avQfA_t1_t1_1_ir_s_S __pyx_string_tab[83]
+#define __pyx_n_u_i __pyx_string_tab[37]
+#define __pyx_n_u_item __pyx_string_tab[38]
+#define __pyx_n_u_items __pyx_string_tab[39]
+#define __pyx_n_u_kind __pyx_string_tab[40]
+#define __pyx_n_u_last_index __pyx_string_tab[41]
+#define __pyx_n_u_length __pyx_string_tab[42]
+#define __pyx_n_u_line __pyx_string_tab[43]
+#define __pyx_n_u_max_bulk __pyx_string_tab[44]
+#define __pyx_n_u_max_words __pyx_string_tab[45]
+#define __pyx_n_u_nested __pyx_string_tab[46]
+#define __pyx_n_u_offset __pyx_string_tab[47]
+#define __pyx_n_u_offsets __pyx_string_tab[48]
+#define __pyx_n_u_pack __pyx_string_tab[49]
+#define __pyx_n_u_packed __pyx_string_tab[50]
+#define __pyx_n_u_pairs __pyx_string_tab[51]
+#define __pyx_n_u_pop __pyx_string_tab[52]
+#define __pyx_n_u_position __pyx_string_tab[53]
+#define __pyx_n_u_present __pyx_string_tab[54]
+#define __pyx_n_u_rankd_frontends_resp__scanner __pyx_string_tab[55]
+#define __pyx_n_u_read __pyx_string_tab[56]
+#define __pyx_n_u_read_ok __pyx_string_tab[57]
+#define __pyx_n_u_reads __pyx_string_tab[58]
+#define __pyx_n_u_reads_start __pyx_string_tab[59]
+#define __pyx_n_u_reply __pyx_string_tab[60]
+#define __pyx_n_u_result __pyx_string_tab[61]
+#define __pyx_n_u_run __pyx_string_tab[62]
+#define __pyx_n_u_run_start __pyx_string_tab[63]
+#define __pyx_n_u_scan __pyx_string_tab[64]
+#define __pyx_n_u_setdefault __pyx_string_tab[65]
+#define __pyx_n_u_size __pyx_string_tab[66]
+#define __pyx_n_u_sizes __pyx_string_tab[67]
+#define __pyx_n_u_start __pyx_string_tab[68]
+#define __pyx_n_u_start_at __pyx_string_tab[69]
+#define __pyx_n_u_tag __pyx_string_tab[70]
+#define __pyx_n_u_value __pyx_string_tab[71]
+#define __pyx_n_u_values __pyx_string_tab[72]
+#define __pyx_n_u_version __pyx_string_tab[73]
+#define __pyx_n_u_view __pyx_string_tab[74]
+#define __pyx_n_u_w __pyx_string_tab[75]
+#define __pyx_n_u_withscores __pyx_string_tab[76]
+#define __pyx_n_u_words __pyx_string_tab[77]
+#define __pyx_kp_b__5 __pyx_string_tab[78]
+#define __pyx_kp_b_iso88591_Cq_k_WD_1_XQ_XQgQ_AQc_vRuKt4_IQ __pyx_string_tab[79]
+#define __pyx_kp_b_iso88591_a_XQ_XQgQ_E_avQ_1F_WAQ_wgQ_q_F __pyx_string_tab[80]
+#define __pyx_kp_b_iso88591_A_a_a_Q_A_avQfA_t1_t1_1_ir_s_S __pyx_string_tab[81]
 #define __pyx_int_4294967295 __pyx_number_tab[0]
 /* #### Code section: module_state_clear ### */
 #if CYTHON_USE_MODULE_STATE
@@ -3042,7 +3044,7 @@ static CYTHON_SMALL_CODE int __pyx_m_clear(PyObject *m) {
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_pop.method);
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_values.method);
   for (int i=0; i<3; ++i) { Py_CLEAR(clear_module_state->__pyx_codeobj_tab[i]); }
-  for (int i=0; i<84; ++i) { Py_CLEAR(clear_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<82; ++i) { Py_CLEAR(clear_module_state->__pyx_string_tab[i]); }
   for (int i=0; i<1; ++i) { Py_CLEAR(clear_module_state->__pyx_number_tab[i]); }
 /* #### Code section: module_state_clear_contents ### */
 /* CommonTypesMetaclass.module_state_clear */
@@ -3073,7 +3075,7 @@ static CYTHON_SMALL_CODE int __pyx_m_traverse(PyObject *m, visitproc visit, void
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_pop.method);
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_values.method);
   for (int i=0; i<3; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_codeobj_tab[i]); }
-  for (int i=0; i<84; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<82; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_string_tab[i]); }
   for (int i=0; i<1; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_number_tab[i]); }
 /* #### Code section: module_state_traverse_contents ### */
 /* CommonTypesMetaclass.module_state_traverse */
@@ -5245,6 +5247,694 @@ static CYTHON_INLINE int __pyx_f_5rankd_6engine_8_packing_put_str(struct __pyx_t
   __pyx_L0:;
 
   return __pyx_r;
+}
+
+/* "rankd/engine/_replies.pxd":13
+ * from rankd.engine._packing cimport Writer, writer_reserve
+ * 
+ * cdef inline void reply_put(Writer *w, const char *text, Py_ssize_t size) except *:             # <<<<<<<<<<<<<<
+ *     writer_reserve(w, size)
+ *     memcpy(w.data + w.size, text, size)
+*/
+
+static CYTHON_INLINE void __pyx_f_5rankd_6engine_8_replies_reply_put(struct __pyx_t_5rankd_6engine_8_packing_Writer *__pyx_v_w, char const *__pyx_v_text, Py_ssize_t __pyx_v_size) {
+  int __pyx_t_1;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+
+  /* "rankd/engine/_replies.pxd":14
+ * 
+ * cdef inline void reply_put(Writer *w, const char *text, Py_ssize_t size) except *:
+ *     writer_reserve(w, size)             # <<<<<<<<<<<<<<
+ *     memcpy(w.data + w.size, text, size)
+ *     w.size += size
+*/
+  __pyx_t_1 = __pyx_f_5rankd_6engine_8_packing_writer_reserve(__pyx_v_w, __pyx_v_size); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(2, 14, __pyx_L1_error)
+
+
+  /* "rankd/engine/_replies.pxd":15
+ * cdef inline void reply_put(Writer *w, const char *text, Py_ssize_t size) except *:
+ *     writer_reserve(w, size)
+ *     memcpy(w.data + w.size, text, size)             # <<<<<<<<<<<<<<
+ *     w.size += size
+ * 
+*/
+  (void)(memcpy((__pyx_v_w->data + __pyx_v_w->size), __pyx_v_text, __pyx_v_size));
+
+  /* "rankd/engine/_replies.pxd":16
+ *     writer_reserve(w, size)
+ *     memcpy(w.data + w.size, text, size)
+ *     w.size += size             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_v_w->size = (__pyx_v_w->size + __pyx_v_size);
+
+  /* "rankd/engine/_replies.pxd":13
+ * from rankd.engine._packing cimport Writer, writer_reserve
+ * 
+ * cdef inline void reply_put(Writer *w, const char *text, Py_ssize_t size) except *:             # <<<<<<<<<<<<<<
+ *     writer_reserve(w, size)
+ *     memcpy(w.data + w.size, text, size)
+*/
+
+  /* function exit code */
+  goto __pyx_L0;
+  __pyx_L1_error:;
+  __Pyx_AddTraceback("rankd.engine._replies.reply_put", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_L0:;
+
+}
+
+/* "rankd/engine/_replies.pxd":19
+ * 
+ * 
+ * cdef inline int _digits(char *out, unsigned long long value) noexcept:             # <<<<<<<<<<<<<<
+ *     """``value`` in decimal at ``out``; returns how many characters."""
+ *     cdef char reversed_[24]
+*/
+
+static CYTHON_INLINE int __pyx_f_5rankd_6engine_8_replies__digits(char *__pyx_v_out, unsigned PY_LONG_LONG __pyx_v_value) {
+  char __pyx_v_reversed_[24];
+  int __pyx_v_n;
+  int __pyx_v_size;
+  int __pyx_r;
+  int __pyx_t_1;
+
+
+  /* "rankd/engine/_replies.pxd":22
+ *     """``value`` in decimal at ``out``; returns how many characters."""
+ *     cdef char reversed_[24]
+ *     cdef int n = 0, size = 0             # <<<<<<<<<<<<<<
+ *     while True:
+ *         reversed_[n] = <char>(48 + value % 10)
+*/
+  __pyx_v_n = 0;
+  __pyx_v_size = 0;
+
+  /* "rankd/engine/_replies.pxd":23
+ *     cdef char reversed_[24]
+ *     cdef int n = 0, size = 0
+ *     while True:             # <<<<<<<<<<<<<<
+ *         reversed_[n] = <char>(48 + value % 10)
+ *         n += 1
+*/
+  while (1) {
+
+    /* "rankd/engine/_replies.pxd":24
+ *     cdef int n = 0, size = 0
+ *     while True:
+ *         reversed_[n] = <char>(48 + value % 10)             # <<<<<<<<<<<<<<
+ *         n += 1
+ *         value //= 10
+*/
+    (__pyx_v_reversed_[__pyx_v_n]) = ((char)(48 + (__pyx_v_value % 10)));
+
+    /* "rankd/engine/_replies.pxd":25
+ *     while True:
+ *         reversed_[n] = <char>(48 + value % 10)
+ *         n += 1             # <<<<<<<<<<<<<<
+ *         value //= 10
+ *         if value == 0:
+*/
+    __pyx_v_n = (__pyx_v_n + 1);
+
+    /* "rankd/engine/_replies.pxd":26
+ *         reversed_[n] = <char>(48 + value % 10)
+ *         n += 1
+ *         value //= 10             # <<<<<<<<<<<<<<
+ *         if value == 0:
+ *             break
+*/
+    __pyx_v_value = (__pyx_v_value / 10);
+
+    /* "rankd/engine/_replies.pxd":27
+ *         n += 1
+ *         value //= 10
+ *         if value == 0:             # <<<<<<<<<<<<<<
+ *             break
+ *     while n:
+*/
+    __pyx_t_1 = (__pyx_v_value == 0);
+
+    if (__pyx_t_1) {
+
+
+      /* "rankd/engine/_replies.pxd":28
+ *         value //= 10
+ *         if value == 0:
+ *             break             # <<<<<<<<<<<<<<
+ *     while n:
+ *         n -= 1
+*/
+      goto __pyx_L4_break;
+
+      /* "rankd/engine/_replies.pxd":27
+ *         n += 1
+ *         value //= 10
+ *         if value == 0:             # <<<<<<<<<<<<<<
+ *             break
+ *     while n:
+*/
+    }
+  }
+  __pyx_L4_break:;
+
+  /* "rankd/engine/_replies.pxd":29
+ *         if value == 0:
+ *             break
+ *     while n:             # <<<<<<<<<<<<<<
+ *         n -= 1
+ *         out[size] = reversed_[n]
+*/
+  while (1) {
+    __pyx_t_1 = (__pyx_v_n != 0);
+
+
+    if (!__pyx_t_1) break;
+
+    /* "rankd/engine/_replies.pxd":30
+ *             break
+ *     while n:
+ *         n -= 1             # <<<<<<<<<<<<<<
+ *         out[size] = reversed_[n]
+ *         size += 1
+*/
+    __pyx_v_n = (__pyx_v_n - 1);
+
+    /* "rankd/engine/_replies.pxd":31
+ *     while n:
+ *         n -= 1
+ *         out[size] = reversed_[n]             # <<<<<<<<<<<<<<
+ *         size += 1
+ *     return size
+*/
+    (__pyx_v_out[__pyx_v_size]) = (__pyx_v_reversed_[__pyx_v_n]);
+
+    /* "rankd/engine/_replies.pxd":32
+ *         n -= 1
+ *         out[size] = reversed_[n]
+ *         size += 1             # <<<<<<<<<<<<<<
+ *     return size
+ * 
+*/
+    __pyx_v_size = (__pyx_v_size + 1);
+  }
+
+  /* "rankd/engine/_replies.pxd":33
+ *         out[size] = reversed_[n]
+ *         size += 1
+ *     return size             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  {
+
+    __pyx_r = __pyx_v_size;
+  }
+  goto __pyx_L0;
+
+  /* "rankd/engine/_replies.pxd":19
+ * 
+ * 
+ * cdef inline int _digits(char *out, unsigned long long value) noexcept:             # <<<<<<<<<<<<<<
+ *     """``value`` in decimal at ``out``; returns how many characters."""
+ *     cdef char reversed_[24]
+*/
+
+  /* function exit code */
+  __pyx_L0:;
+
+
+
+
+
+  return __pyx_r;
+}
+
+/* "rankd/engine/_replies.pxd":36
+ * 
+ * 
+ * cdef inline void reply_header(Writer *w, char kind, long long count) except *:             # <<<<<<<<<<<<<<
+ *     """``<kind><count>\\r\\n``: ``*`` arrays, ``$`` bulk lengths, ``:`` integers."""
+ *     cdef char text[32]
+*/
+
+static CYTHON_INLINE void __pyx_f_5rankd_6engine_8_replies_reply_header(struct __pyx_t_5rankd_6engine_8_packing_Writer *__pyx_v_w, char __pyx_v_kind, PY_LONG_LONG __pyx_v_count) {
+  char __pyx_v_text[32];
+  int __pyx_v_size;
+  int __pyx_t_1;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+
+  /* "rankd/engine/_replies.pxd":39
+ *     """``<kind><count>\\r\\n``: ``*`` arrays, ``$`` bulk lengths, ``:`` integers."""
+ *     cdef char text[32]
+ *     cdef int size = 1             # <<<<<<<<<<<<<<
+ *     text[0] = kind
+ *     if count < 0:
+*/
+  __pyx_v_size = 1;
+
+  /* "rankd/engine/_replies.pxd":40
+ *     cdef char text[32]
+ *     cdef int size = 1
+ *     text[0] = kind             # <<<<<<<<<<<<<<
+ *     if count < 0:
+ *         text[1] = 45
+*/
+  (__pyx_v_text[0]) = __pyx_v_kind;
+
+  /* "rankd/engine/_replies.pxd":41
+ *     cdef int size = 1
+ *     text[0] = kind
+ *     if count < 0:             # <<<<<<<<<<<<<<
+ *         text[1] = 45
+ *         size = 2
+*/
+  __pyx_t_1 = (__pyx_v_count < 0);
+
+  if (__pyx_t_1) {
+
+
+    /* "rankd/engine/_replies.pxd":42
+ *     text[0] = kind
+ *     if count < 0:
+ *         text[1] = 45             # <<<<<<<<<<<<<<
+ *         size = 2
+ *         size += _digits(text + size, <unsigned long long>(-count))
+*/
+    (__pyx_v_text[1]) = 45;
+
+    /* "rankd/engine/_replies.pxd":43
+ *     if count < 0:
+ *         text[1] = 45
+ *         size = 2             # <<<<<<<<<<<<<<
+ *         size += _digits(text + size, <unsigned long long>(-count))
+ *     else:
+*/
+    __pyx_v_size = 2;
+
+    /* "rankd/engine/_replies.pxd":44
+ *         text[1] = 45
+ *         size = 2
+ *         size += _digits(text + size, <unsigned long long>(-count))             # <<<<<<<<<<<<<<
+ *     else:
+ *         size += _digits(text + size, <unsigned long long>count)
+*/
+    __pyx_v_size = (__pyx_v_size + __pyx_f_5rankd_6engine_8_replies__digits((__pyx_v_text + __pyx_v_size), ((unsigned PY_LONG_LONG)(-__pyx_v_count))));
+
+    /* "rankd/engine/_replies.pxd":41
+ *     cdef int size = 1
+ *     text[0] = kind
+ *     if count < 0:             # <<<<<<<<<<<<<<
+ *         text[1] = 45
+ *         size = 2
+*/
+    goto __pyx_L3;
+  }
+
+  /* "rankd/engine/_replies.pxd":46
+ *         size += _digits(text + size, <unsigned long long>(-count))
+ *     else:
+ *         size += _digits(text + size, <unsigned long long>count)             # <<<<<<<<<<<<<<
+ *     text[size] = 13
+ *     text[size + 1] = 10
+*/
+  /*else*/ {
+    __pyx_v_size = (__pyx_v_size + __pyx_f_5rankd_6engine_8_replies__digits((__pyx_v_text + __pyx_v_size), ((unsigned PY_LONG_LONG)__pyx_v_count)));
+  }
+  __pyx_L3:;
+
+  /* "rankd/engine/_replies.pxd":47
+ *     else:
+ *         size += _digits(text + size, <unsigned long long>count)
+ *     text[size] = 13             # <<<<<<<<<<<<<<
+ *     text[size + 1] = 10
+ *     reply_put(w, text, size + 2)
+*/
+  (__pyx_v_text[__pyx_v_size]) = 13;
+
+  /* "rankd/engine/_replies.pxd":48
+ *         size += _digits(text + size, <unsigned long long>count)
+ *     text[size] = 13
+ *     text[size + 1] = 10             # <<<<<<<<<<<<<<
+ *     reply_put(w, text, size + 2)
+ * 
+*/
+  (__pyx_v_text[(__pyx_v_size + 1)]) = 10;
+
+  /* "rankd/engine/_replies.pxd":49
+ *     text[size] = 13
+ *     text[size + 1] = 10
+ *     reply_put(w, text, size + 2)             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_f_5rankd_6engine_8_replies_reply_put(__pyx_v_w, __pyx_v_text, (__pyx_v_size + 2)); if (unlikely(PyErr_Occurred())) __PYX_ERR(2, 49, __pyx_L1_error)
+
+  /* "rankd/engine/_replies.pxd":36
+ * 
+ * 
+ * cdef inline void reply_header(Writer *w, char kind, long long count) except *:             # <<<<<<<<<<<<<<
+ *     """``<kind><count>\\r\\n``: ``*`` arrays, ``$`` bulk lengths, ``:`` integers."""
+ *     cdef char text[32]
+*/
+
+  /* function exit code */
+  goto __pyx_L0;
+  __pyx_L1_error:;
+  __Pyx_AddTraceback("rankd.engine._replies.reply_header", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_L0:;
+
+
+
+}
+
+/* "rankd/engine/_replies.pxd":52
+ * 
+ * 
+ * cdef inline void reply_double(Writer *w, double value, int version) except *:             # <<<<<<<<<<<<<<
+ *     """A score as ``Replies.double`` writes it (``%.17g``; RESP3 ``,``)."""
+ *     cdef char text[40]
+*/
+
+static CYTHON_INLINE void __pyx_f_5rankd_6engine_8_replies_reply_double(struct __pyx_t_5rankd_6engine_8_packing_Writer *__pyx_v_w, double __pyx_v_value, int __pyx_v_version) {
+  char __pyx_v_text[40];
+  int __pyx_v_size;
+  PY_LONG_LONG __pyx_v_integral;
+  int __pyx_t_1;
+  int __pyx_t_2;
+  int __pyx_t_3;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+
+  /* "rankd/engine/_replies.pxd":59
+ *     # Integral scores below 1e17 (in magnitude) are written as integers, as
+ *     # ``%.17g`` writes them; -0 is not (it is "-0").
+ *     if -1e17 < value < 1e17 and value == <double>(<long long>value) \             # <<<<<<<<<<<<<<
+ *             and not (value == 0 and signbit(value)):
+ *         integral = <long long>value
+*/
+  __pyx_t_2 = (-1e17 < __pyx_v_value);
+  if (__pyx_t_2) {
+    __pyx_t_2 = (__pyx_v_value < 1e17);
+  }
+  if (__pyx_t_2) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_2;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+
+  /* "rankd/engine/_replies.pxd":60
+ *     # ``%.17g`` writes them; -0 is not (it is "-0").
+ *     if -1e17 < value < 1e17 and value == <double>(<long long>value) \
+ *             and not (value == 0 and signbit(value)):             # <<<<<<<<<<<<<<
+ *         integral = <long long>value
+ *         if integral < 0:
+*/
+  __pyx_t_2 = (__pyx_v_value == ((double)((PY_LONG_LONG)__pyx_v_value)));
+
+  if (__pyx_t_2) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_2;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+  __pyx_t_3 = (__pyx_v_value == 0.0);
+
+  if (__pyx_t_3) {
+
+  } else {
+
+    __pyx_t_2 = __pyx_t_3;
+
+    goto __pyx_L7_bool_binop_done;
+  }
+  __pyx_t_3 = signbit(__pyx_v_value);
+
+
+  __pyx_t_2 = __pyx_t_3;
+
+  __pyx_L7_bool_binop_done:;
+  __pyx_t_3 = (!__pyx_t_2);
+
+
+
+  __pyx_t_1 = __pyx_t_3;
+
+  __pyx_L4_bool_binop_done:;
+
+  /* "rankd/engine/_replies.pxd":59
+ *     # Integral scores below 1e17 (in magnitude) are written as integers, as
+ *     # ``%.17g`` writes them; -0 is not (it is "-0").
+ *     if -1e17 < value < 1e17 and value == <double>(<long long>value) \             # <<<<<<<<<<<<<<
+ *             and not (value == 0 and signbit(value)):
+ *         integral = <long long>value
+*/
+  if (__pyx_t_1) {
+
+
+    /* "rankd/engine/_replies.pxd":61
+ *     if -1e17 < value < 1e17 and value == <double>(<long long>value) \
+ *             and not (value == 0 and signbit(value)):
+ *         integral = <long long>value             # <<<<<<<<<<<<<<
+ *         if integral < 0:
+ *             text[0] = 45
+*/
+    __pyx_v_integral = ((PY_LONG_LONG)__pyx_v_value);
+
+    /* "rankd/engine/_replies.pxd":62
+ *             and not (value == 0 and signbit(value)):
+ *         integral = <long long>value
+ *         if integral < 0:             # <<<<<<<<<<<<<<
+ *             text[0] = 45
+ *             size = 1 + _digits(text + 1, <unsigned long long>(-integral))
+*/
+    __pyx_t_1 = (__pyx_v_integral < 0);
+
+    if (__pyx_t_1) {
+
+
+      /* "rankd/engine/_replies.pxd":63
+ *         integral = <long long>value
+ *         if integral < 0:
+ *             text[0] = 45             # <<<<<<<<<<<<<<
+ *             size = 1 + _digits(text + 1, <unsigned long long>(-integral))
+ *         else:
+*/
+      (__pyx_v_text[0]) = 45;
+
+      /* "rankd/engine/_replies.pxd":64
+ *         if integral < 0:
+ *             text[0] = 45
+ *             size = 1 + _digits(text + 1, <unsigned long long>(-integral))             # <<<<<<<<<<<<<<
+ *         else:
+ *             size = _digits(text, <unsigned long long>integral)
+*/
+      __pyx_v_size = (1 + __pyx_f_5rankd_6engine_8_replies__digits((__pyx_v_text + 1), ((unsigned PY_LONG_LONG)(-__pyx_v_integral))));
+
+      /* "rankd/engine/_replies.pxd":62
+ *             and not (value == 0 and signbit(value)):
+ *         integral = <long long>value
+ *         if integral < 0:             # <<<<<<<<<<<<<<
+ *             text[0] = 45
+ *             size = 1 + _digits(text + 1, <unsigned long long>(-integral))
+*/
+      goto __pyx_L9;
+    }
+
+    /* "rankd/engine/_replies.pxd":66
+ *             size = 1 + _digits(text + 1, <unsigned long long>(-integral))
+ *         else:
+ *             size = _digits(text, <unsigned long long>integral)             # <<<<<<<<<<<<<<
+ *     else:
+ *         size = snprintf(text, sizeof(text), "%.17g", value)
+*/
+    /*else*/ {
+      __pyx_v_size = __pyx_f_5rankd_6engine_8_replies__digits(__pyx_v_text, ((unsigned PY_LONG_LONG)__pyx_v_integral));
+    }
+    __pyx_L9:;
+
+    /* "rankd/engine/_replies.pxd":59
+ *     # Integral scores below 1e17 (in magnitude) are written as integers, as
+ *     # ``%.17g`` writes them; -0 is not (it is "-0").
+ *     if -1e17 < value < 1e17 and value == <double>(<long long>value) \             # <<<<<<<<<<<<<<
+ *             and not (value == 0 and signbit(value)):
+ *         integral = <long long>value
+*/
+    goto __pyx_L3;
+  }
+
+  /* "rankd/engine/_replies.pxd":68
+ *             size = _digits(text, <unsigned long long>integral)
+ *     else:
+ *         size = snprintf(text, sizeof(text), "%.17g", value)             # <<<<<<<<<<<<<<
+ *     if version == 3:
+ *         reply_put(w, ",", 1)
+*/
+  /*else*/ {
+    __pyx_v_size = snprintf(__pyx_v_text, (sizeof(__pyx_v_text)), __pyx_k_17g, __pyx_v_value);
+  }
+  __pyx_L3:;
+
+  /* "rankd/engine/_replies.pxd":69
+ *     else:
+ *         size = snprintf(text, sizeof(text), "%.17g", value)
+ *     if version == 3:             # <<<<<<<<<<<<<<
+ *         reply_put(w, ",", 1)
+ *     else:
+*/
+  __pyx_t_1 = (__pyx_v_version == 3);
+
+  if (__pyx_t_1) {
+
+
+    /* "rankd/engine/_replies.pxd":70
+ *         size = snprintf(text, sizeof(text), "%.17g", value)
+ *     if version == 3:
+ *         reply_put(w, ",", 1)             # <<<<<<<<<<<<<<
+ *     else:
+ *         reply_header(w, b"$", size)
+*/
+    __pyx_f_5rankd_6engine_8_replies_reply_put(__pyx_v_w, __pyx_k_, 1); if (unlikely(PyErr_Occurred())) __PYX_ERR(2, 70, __pyx_L1_error)
+
+    /* "rankd/engine/_replies.pxd":69
+ *     else:
+ *         size = snprintf(text, sizeof(text), "%.17g", value)
+ *     if version == 3:             # <<<<<<<<<<<<<<
+ *         reply_put(w, ",", 1)
+ *     else:
+*/
+    goto __pyx_L10;
+  }
+
+  /* "rankd/engine/_replies.pxd":72
+ *         reply_put(w, ",", 1)
+ *     else:
+ *         reply_header(w, b"$", size)             # <<<<<<<<<<<<<<
+ *     reply_put(w, text, size)
+ *     reply_put(w, "\r\n", 2)
+*/
+  /*else*/ {
+    __pyx_f_5rankd_6engine_8_replies_reply_header(__pyx_v_w, '$', __pyx_v_size); if (unlikely(PyErr_Occurred())) __PYX_ERR(2, 72, __pyx_L1_error)
+  }
+  __pyx_L10:;
+
+  /* "rankd/engine/_replies.pxd":73
+ *     else:
+ *         reply_header(w, b"$", size)
+ *     reply_put(w, text, size)             # <<<<<<<<<<<<<<
+ *     reply_put(w, "\r\n", 2)
+ * 
+*/
+  __pyx_f_5rankd_6engine_8_replies_reply_put(__pyx_v_w, __pyx_v_text, __pyx_v_size); if (unlikely(PyErr_Occurred())) __PYX_ERR(2, 73, __pyx_L1_error)
+
+  /* "rankd/engine/_replies.pxd":74
+ *         reply_header(w, b"$", size)
+ *     reply_put(w, text, size)
+ *     reply_put(w, "\r\n", 2)             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_f_5rankd_6engine_8_replies_reply_put(__pyx_v_w, __pyx_k__2, 2); if (unlikely(PyErr_Occurred())) __PYX_ERR(2, 74, __pyx_L1_error)
+
+  /* "rankd/engine/_replies.pxd":52
+ * 
+ * 
+ * cdef inline void reply_double(Writer *w, double value, int version) except *:             # <<<<<<<<<<<<<<
+ *     """A score as ``Replies.double`` writes it (``%.17g``; RESP3 ``,``)."""
+ *     cdef char text[40]
+*/
+
+  /* function exit code */
+  goto __pyx_L0;
+  __pyx_L1_error:;
+  __Pyx_AddTraceback("rankd.engine._replies.reply_double", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_L0:;
+
+
+
+
+}
+
+/* "rankd/engine/_replies.pxd":77
+ * 
+ * 
+ * cdef inline void reply_null(Writer *w, int version) except *:             # <<<<<<<<<<<<<<
+ *     if version == 3:
+ *         reply_put(w, "_\r\n", 3)
+*/
+
+static CYTHON_INLINE void __pyx_f_5rankd_6engine_8_replies_reply_null(struct __pyx_t_5rankd_6engine_8_packing_Writer *__pyx_v_w, int __pyx_v_version) {
+  int __pyx_t_1;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+
+  /* "rankd/engine/_replies.pxd":78
+ * 
+ * cdef inline void reply_null(Writer *w, int version) except *:
+ *     if version == 3:             # <<<<<<<<<<<<<<
+ *         reply_put(w, "_\r\n", 3)
+ *     else:
+*/
+  __pyx_t_1 = (__pyx_v_version == 3);
+
+  if (__pyx_t_1) {
+
+
+    /* "rankd/engine/_replies.pxd":79
+ * cdef inline void reply_null(Writer *w, int version) except *:
+ *     if version == 3:
+ *         reply_put(w, "_\r\n", 3)             # <<<<<<<<<<<<<<
+ *     else:
+ *         reply_put(w, "$-1\r\n", 5)
+*/
+    __pyx_f_5rankd_6engine_8_replies_reply_put(__pyx_v_w, __pyx_k__3, 3); if (unlikely(PyErr_Occurred())) __PYX_ERR(2, 79, __pyx_L1_error)
+
+    /* "rankd/engine/_replies.pxd":78
+ * 
+ * cdef inline void reply_null(Writer *w, int version) except *:
+ *     if version == 3:             # <<<<<<<<<<<<<<
+ *         reply_put(w, "_\r\n", 3)
+ *     else:
+*/
+    goto __pyx_L3;
+  }
+
+  /* "rankd/engine/_replies.pxd":81
+ *         reply_put(w, "_\r\n", 3)
+ *     else:
+ *         reply_put(w, "$-1\r\n", 5)             # <<<<<<<<<<<<<<
+*/
+  /*else*/ {
+    __pyx_f_5rankd_6engine_8_replies_reply_put(__pyx_v_w, __pyx_k_1, 5); if (unlikely(PyErr_Occurred())) __PYX_ERR(2, 81, __pyx_L1_error)
+  }
+  __pyx_L3:;
+
+  /* "rankd/engine/_replies.pxd":77
+ * 
+ * 
+ * cdef inline void reply_null(Writer *w, int version) except *:             # <<<<<<<<<<<<<<
+ *     if version == 3:
+ *         reply_put(w, "_\r\n", 3)
+*/
+
+  /* function exit code */
+  goto __pyx_L0;
+  __pyx_L1_error:;
+  __Pyx_AddTraceback("rankd.engine._replies.reply_null", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_L0:;
+
 }
 
 /* "rankd/frontends/resp/_scanner.pyx":52
@@ -7552,7 +8242,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
           __pyx_t_8[0] = __pyx_mstate_global->__pyx_kp_u_expected_got;
           __pyx_t_8[1] = __pyx_t_7;
-          __pyx_t_8[2] = __pyx_mstate_global->__pyx_kp_u_;
+          __pyx_t_8[2] = __pyx_mstate_global->__pyx_kp_u__4;
           __pyx_t_9 = 20;
           #if __Pyx_PyUnicode_Join_CAN_USE_KIND_AND_LENGTH
           __pyx_t_9 += __Pyx_PyUnicode_GET_LENGTH(__pyx_t_8[1]);
@@ -8015,7 +8705,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
             __pyx_t_7 = NULL;
             __pyx_t_11 = 1;
             {
-              PyObject *__pyx_callargs[2] = {__pyx_t_7, __pyx_mstate_global->__pyx_kp_b__2};
+              PyObject *__pyx_callargs[2] = {__pyx_t_7, __pyx_mstate_global->__pyx_kp_b__5};
               __pyx_t_1 = __Pyx_PyObject_FastCall((PyObject*)__pyx_mstate_global->__pyx_ptype_5rankd_6engine_7_packed_Packed, __pyx_callargs+__pyx_t_11, (2-__pyx_t_11) | (__pyx_t_11*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
               __Pyx_XDECREF(__pyx_t_7); __pyx_t_7 = 0;
               if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 259, __pyx_L4_error)
@@ -8362,7 +9052,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_scan(CYTHON_UNUSED P
           __pyx_t_7 = NULL;
           __pyx_t_11 = 1;
           {
-            PyObject *__pyx_callargs[2] = {__pyx_t_7, __pyx_mstate_global->__pyx_kp_b__2};
+            PyObject *__pyx_callargs[2] = {__pyx_t_7, __pyx_mstate_global->__pyx_kp_b__5};
             __pyx_t_1 = __Pyx_PyObject_FastCall((PyObject*)__pyx_mstate_global->__pyx_ptype_5rankd_6engine_7_packed_PackedReads, __pyx_callargs+__pyx_t_11, (2-__pyx_t_11) | (__pyx_t_11*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
             __Pyx_XDECREF(__pyx_t_7); __pyx_t_7 = 0;
             if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 285, __pyx_L4_error)
@@ -9350,181 +10040,6 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__close(struct __pyx_obj_5r
 /* "rankd/frontends/resp/_scanner.pyx":357
  * 
  * 
- * cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:             # <<<<<<<<<<<<<<
- *     writer_reserve(w, size)
- *     memcpy(w.data + w.size, text, size)
-*/
-
-static CYTHON_INLINE void __pyx_f_5rankd_9frontends_4resp_8_scanner__put(struct __pyx_t_5rankd_6engine_8_packing_Writer *__pyx_v_w, char const *__pyx_v_text, Py_ssize_t __pyx_v_size) {
-  int __pyx_t_1;
-  int __pyx_lineno = 0;
-  const char *__pyx_filename = NULL;
-  int __pyx_clineno = 0;
-
-  /* "rankd/frontends/resp/_scanner.pyx":358
- * 
- * cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:
- *     writer_reserve(w, size)             # <<<<<<<<<<<<<<
- *     memcpy(w.data + w.size, text, size)
- *     w.size += size
-*/
-  __pyx_t_1 = __pyx_f_5rankd_6engine_8_packing_writer_reserve(__pyx_v_w, __pyx_v_size); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(0, 358, __pyx_L1_error)
-
-
-  /* "rankd/frontends/resp/_scanner.pyx":359
- * cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:
- *     writer_reserve(w, size)
- *     memcpy(w.data + w.size, text, size)             # <<<<<<<<<<<<<<
- *     w.size += size
- * 
-*/
-  (void)(memcpy((__pyx_v_w->data + __pyx_v_w->size), __pyx_v_text, __pyx_v_size));
-
-  /* "rankd/frontends/resp/_scanner.pyx":360
- *     writer_reserve(w, size)
- *     memcpy(w.data + w.size, text, size)
- *     w.size += size             # <<<<<<<<<<<<<<
- * 
- * 
-*/
-  __pyx_v_w->size = (__pyx_v_w->size + __pyx_v_size);
-
-  /* "rankd/frontends/resp/_scanner.pyx":357
- * 
- * 
- * cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:             # <<<<<<<<<<<<<<
- *     writer_reserve(w, size)
- *     memcpy(w.data + w.size, text, size)
-*/
-
-  /* function exit code */
-  goto __pyx_L0;
-  __pyx_L1_error:;
-  __Pyx_AddTraceback("rankd.frontends.resp._scanner._put", __pyx_clineno, __pyx_lineno, __pyx_filename);
-  __pyx_L0:;
-
-}
-
-/* "rankd/frontends/resp/_scanner.pyx":363
- * 
- * 
- * cdef void _double(Writer *w, double value, int version) except *:             # <<<<<<<<<<<<<<
- *     """A score as ``Replies.double`` writes it (``%.17g``)."""
- *     cdef char text[40]
-*/
-
-static void __pyx_f_5rankd_9frontends_4resp_8_scanner__double(struct __pyx_t_5rankd_6engine_8_packing_Writer *__pyx_v_w, double __pyx_v_value, int __pyx_v_version) {
-  char __pyx_v_text[40];
-  char __pyx_v_header[24];
-  int __pyx_v_size;
-  int __pyx_v_head;
-  int __pyx_t_1;
-  int __pyx_lineno = 0;
-  const char *__pyx_filename = NULL;
-  int __pyx_clineno = 0;
-
-  /* "rankd/frontends/resp/_scanner.pyx":367
- *     cdef char text[40]
- *     cdef char header[24]
- *     cdef int size = snprintf(text, sizeof(text), "%.17g", value)             # <<<<<<<<<<<<<<
- *     cdef int head
- *     if version == 3:
-*/
-  __pyx_v_size = snprintf(__pyx_v_text, (sizeof(__pyx_v_text)), __pyx_k_17g, __pyx_v_value);
-
-  /* "rankd/frontends/resp/_scanner.pyx":369
- *     cdef int size = snprintf(text, sizeof(text), "%.17g", value)
- *     cdef int head
- *     if version == 3:             # <<<<<<<<<<<<<<
- *         _put(w, ",", 1)
- *     else:
-*/
-  __pyx_t_1 = (__pyx_v_version == 3);
-
-  if (__pyx_t_1) {
-
-
-    /* "rankd/frontends/resp/_scanner.pyx":370
- *     cdef int head
- *     if version == 3:
- *         _put(w, ",", 1)             # <<<<<<<<<<<<<<
- *     else:
- *         head = snprintf(header, sizeof(header), "$%d\r\n", size)
-*/
-    __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__3, 1); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 370, __pyx_L1_error)
-
-    /* "rankd/frontends/resp/_scanner.pyx":369
- *     cdef int size = snprintf(text, sizeof(text), "%.17g", value)
- *     cdef int head
- *     if version == 3:             # <<<<<<<<<<<<<<
- *         _put(w, ",", 1)
- *     else:
-*/
-    goto __pyx_L3;
-  }
-
-  /* "rankd/frontends/resp/_scanner.pyx":372
- *         _put(w, ",", 1)
- *     else:
- *         head = snprintf(header, sizeof(header), "$%d\r\n", size)             # <<<<<<<<<<<<<<
- *         _put(w, header, head)
- *     _put(w, text, size)
-*/
-  /*else*/ {
-    __pyx_v_head = snprintf(__pyx_v_header, (sizeof(__pyx_v_header)), __pyx_k_d, __pyx_v_size);
-
-    /* "rankd/frontends/resp/_scanner.pyx":373
- *     else:
- *         head = snprintf(header, sizeof(header), "$%d\r\n", size)
- *         _put(w, header, head)             # <<<<<<<<<<<<<<
- *     _put(w, text, size)
- *     _put(w, "\r\n", 2)
-*/
-    __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_header, __pyx_v_head); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 373, __pyx_L1_error)
-  }
-  __pyx_L3:;
-
-  /* "rankd/frontends/resp/_scanner.pyx":374
- *         head = snprintf(header, sizeof(header), "$%d\r\n", size)
- *         _put(w, header, head)
- *     _put(w, text, size)             # <<<<<<<<<<<<<<
- *     _put(w, "\r\n", 2)
- * 
-*/
-  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_text, __pyx_v_size); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 374, __pyx_L1_error)
-
-  /* "rankd/frontends/resp/_scanner.pyx":375
- *         _put(w, header, head)
- *     _put(w, text, size)
- *     _put(w, "\r\n", 2)             # <<<<<<<<<<<<<<
- * 
- * 
-*/
-  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__4, 2); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 375, __pyx_L1_error)
-
-  /* "rankd/frontends/resp/_scanner.pyx":363
- * 
- * 
- * cdef void _double(Writer *w, double value, int version) except *:             # <<<<<<<<<<<<<<
- *     """A score as ``Replies.double`` writes it (``%.17g``)."""
- *     cdef char text[40]
-*/
-
-  /* function exit code */
-  goto __pyx_L0;
-  __pyx_L1_error:;
-  __Pyx_AddTraceback("rankd.frontends.resp._scanner._double", __pyx_clineno, __pyx_lineno, __pyx_filename);
-  __pyx_L0:;
-
-
-
-
-
-}
-
-/* "rankd/frontends/resp/_scanner.pyx":378
- * 
- * 
  * def encode_replies(Packed packed, int version, reply):             # <<<<<<<<<<<<<<
  *     """The replies of ``packed``'s writes, in order: ``(data, answered)``.
  *     ``reply(tag, answer, value)`` encodes an answer that is a Python object
@@ -9572,46 +10087,46 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_packed,&__pyx_mstate_global->__pyx_n_u_version,&__pyx_mstate_global->__pyx_n_u_reply,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 378, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 357, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  3:
         values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 378, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 357, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 378, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 357, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 378, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 357, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "encode_replies", 0) < (0)) __PYX_ERR(0, 378, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "encode_replies", 0) < (0)) __PYX_ERR(0, 357, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 3; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("encode_replies", 1, 3, 3, i); __PYX_ERR(0, 378, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("encode_replies", 1, 3, 3, i); __PYX_ERR(0, 357, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 3)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 378, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 357, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 378, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 357, __pyx_L3_error)
       values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 378, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 357, __pyx_L3_error)
     }
     __pyx_v_packed = ((struct __pyx_obj_5rankd_6engine_7_packed_Packed *)values[0]);
-    __pyx_v_version = __Pyx_PyLong_As_int(values[1]); if (unlikely((__pyx_v_version == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 378, __pyx_L3_error)
+    __pyx_v_version = __Pyx_PyLong_As_int(values[1]); if (unlikely((__pyx_v_version == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 357, __pyx_L3_error)
     __pyx_v_reply = values[2];
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("encode_replies", 1, 3, 3, __pyx_nargs); __PYX_ERR(0, 378, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("encode_replies", 1, 3, 3, __pyx_nargs); __PYX_ERR(0, 357, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -9622,7 +10137,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   __Pyx_RefNannyFinishContext();
   return NULL;
   __pyx_L4_argument_unpacking_done:;
-  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_packed), __pyx_mstate_global->__pyx_ptype_5rankd_6engine_7_packed_Packed, 1, "packed", 0))) __PYX_ERR(0, 378, __pyx_L1_error)
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_packed), __pyx_mstate_global->__pyx_ptype_5rankd_6engine_7_packed_Packed, 1, "packed", 0))) __PYX_ERR(0, 357, __pyx_L1_error)
   __pyx_r = __pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(__pyx_self, __pyx_v_packed, __pyx_v_version, __pyx_v_reply);
 
   /* function exit code */
@@ -9683,7 +10198,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("encode_replies", 0);
 
-  /* "rankd/frontends/resp/_scanner.pyx":384
+  /* "rankd/frontends/resp/_scanner.pyx":363
  *     counts those the engine answered natively."""
  *     cdef Writer w
  *     cdef Py_ssize_t i, answered = 0             # <<<<<<<<<<<<<<
@@ -9692,7 +10207,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
   __pyx_v_answered = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":387
+  /* "rankd/frontends/resp/_scanner.pyx":366
  *     cdef PackedSubmission *item
  *     cdef PackedResult *result
  *     cdef list answers = packed.answers             # <<<<<<<<<<<<<<
@@ -9704,7 +10219,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
   __pyx_v_answers = ((PyObject*)__pyx_t_1);
   __pyx_t_1 = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":389
+  /* "rankd/frontends/resp/_scanner.pyx":368
  *     cdef list answers = packed.answers
  *     cdef bytes encoded
  *     w.data = NULL             # <<<<<<<<<<<<<<
@@ -9713,7 +10228,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
   __pyx_v_w.data = NULL;
 
-  /* "rankd/frontends/resp/_scanner.pyx":390
+  /* "rankd/frontends/resp/_scanner.pyx":369
  *     cdef bytes encoded
  *     w.data = NULL
  *     w.size = w.cap = 0             # <<<<<<<<<<<<<<
@@ -9723,7 +10238,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
   __pyx_v_w.size = 0;
   __pyx_v_w.cap = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":391
+  /* "rankd/frontends/resp/_scanner.pyx":370
  *     w.data = NULL
  *     w.size = w.cap = 0
  *     try:             # <<<<<<<<<<<<<<
@@ -9732,7 +10247,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
   /*try:*/ {
 
-    /* "rankd/frontends/resp/_scanner.pyx":392
+    /* "rankd/frontends/resp/_scanner.pyx":371
  *     w.size = w.cap = 0
  *     try:
  *         for i in range(packed.count):             # <<<<<<<<<<<<<<
@@ -9746,7 +10261,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
     for (__pyx_t_4 = 0; __pyx_t_4 < __pyx_t_3; __pyx_t_4+=1) {
       __pyx_v_i = __pyx_t_4;
 
-      /* "rankd/frontends/resp/_scanner.pyx":393
+      /* "rankd/frontends/resp/_scanner.pyx":372
  *     try:
  *         for i in range(packed.count):
  *             item = &packed.items[i]             # <<<<<<<<<<<<<<
@@ -9755,7 +10270,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       __pyx_v_item = (&(__pyx_v_packed->items[__pyx_v_i]));
 
-      /* "rankd/frontends/resp/_scanner.pyx":394
+      /* "rankd/frontends/resp/_scanner.pyx":373
  *         for i in range(packed.count):
  *             item = &packed.items[i]
  *             answer = answers[i]             # <<<<<<<<<<<<<<
@@ -9764,14 +10279,14 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       if (unlikely(__pyx_v_answers == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
-        __PYX_ERR(0, 394, __pyx_L4_error)
+        __PYX_ERR(0, 373, __pyx_L4_error)
       }
       __pyx_t_1 = __Pyx_PyList_GET_ITEM(__pyx_v_answers, __pyx_v_i);
       __Pyx_INCREF(__pyx_t_1);
       __Pyx_XDECREF_SET(__pyx_v_answer, __pyx_t_1);
       __pyx_t_1 = 0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":395
+      /* "rankd/frontends/resp/_scanner.pyx":374
  *             item = &packed.items[i]
  *             answer = answers[i]
  *             if answer is not None:             # <<<<<<<<<<<<<<
@@ -9782,35 +10297,35 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
       if (__pyx_t_5) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":396
+        /* "rankd/frontends/resp/_scanner.pyx":375
  *             answer = answers[i]
  *             if answer is not None:
  *                 encoded = reply(item.tag, answer,             # <<<<<<<<<<<<<<
  *                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)
- *                 _put(&w, <const char *>encoded, len(encoded))
+ *                 reply_put(&w, <const char *>encoded, len(encoded))
 */
         __pyx_t_6 = NULL;
         __Pyx_INCREF(__pyx_v_reply);
         __pyx_t_7 = __pyx_v_reply; 
-        __pyx_t_8 = __Pyx_PyLong_From_uint32_t(__pyx_v_item->tag); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 396, __pyx_L4_error)
+        __pyx_t_8 = __Pyx_PyLong_From_uint32_t(__pyx_v_item->tag); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 375, __pyx_L4_error)
         __Pyx_GOTREF(__pyx_t_8);
 
-        /* "rankd/frontends/resp/_scanner.pyx":397
+        /* "rankd/frontends/resp/_scanner.pyx":376
  *             if answer is not None:
  *                 encoded = reply(item.tag, answer,
  *                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)             # <<<<<<<<<<<<<<
- *                 _put(&w, <const char *>encoded, len(encoded))
+ *                 reply_put(&w, <const char *>encoded, len(encoded))
  *                 continue
 */
         __pyx_t_5 = (__pyx_v_item->tag == __pyx_e_5rankd_9frontends_4resp_8_scanner_TAG_ZADD);
 
         if (__pyx_t_5) {
-          __pyx_t_10 = PyFloat_FromDouble(__pyx_v_item->score.fval); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 397, __pyx_L4_error)
+          __pyx_t_10 = PyFloat_FromDouble(__pyx_v_item->score.fval); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 376, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_10);
           __pyx_t_9 = __pyx_t_10;
           __pyx_t_10 = 0;
         } else {
-          __pyx_t_10 = PyFloat_FromDouble(__pyx_v_item->delta.fval); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 397, __pyx_L4_error)
+          __pyx_t_10 = PyFloat_FromDouble(__pyx_v_item->delta.fval); if (unlikely(!__pyx_t_10)) __PYX_ERR(0, 376, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_10);
           __pyx_t_9 = __pyx_t_10;
           __pyx_t_10 = 0;
@@ -9835,52 +10350,52 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
           __Pyx_DECREF(__pyx_t_8); __pyx_t_8 = 0;
           __Pyx_DECREF(__pyx_t_9); __pyx_t_9 = 0;
           __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
-          if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 396, __pyx_L4_error)
+          if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 375, __pyx_L4_error)
           __Pyx_GOTREF(__pyx_t_1);
         }
 
-        /* "rankd/frontends/resp/_scanner.pyx":396
+        /* "rankd/frontends/resp/_scanner.pyx":375
  *             answer = answers[i]
  *             if answer is not None:
  *                 encoded = reply(item.tag, answer,             # <<<<<<<<<<<<<<
  *                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)
- *                 _put(&w, <const char *>encoded, len(encoded))
+ *                 reply_put(&w, <const char *>encoded, len(encoded))
 */
-        if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(0, 396, __pyx_L4_error)
+        if (!(likely(PyBytes_CheckExact(__pyx_t_1))||((__pyx_t_1) == Py_None) || __Pyx_RaiseUnexpectedTypeError("bytes", __pyx_t_1))) __PYX_ERR(0, 375, __pyx_L4_error)
         __Pyx_XDECREF_SET(__pyx_v_encoded, ((PyObject*)__pyx_t_1));
         __pyx_t_1 = 0;
 
-        /* "rankd/frontends/resp/_scanner.pyx":398
+        /* "rankd/frontends/resp/_scanner.pyx":377
  *                 encoded = reply(item.tag, answer,
  *                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)
- *                 _put(&w, <const char *>encoded, len(encoded))             # <<<<<<<<<<<<<<
+ *                 reply_put(&w, <const char *>encoded, len(encoded))             # <<<<<<<<<<<<<<
  *                 continue
  *             answered += 1
 */
         if (unlikely(__pyx_v_encoded == Py_None)) {
           PyErr_SetString(PyExc_TypeError, "expected bytes, NoneType found");
-          __PYX_ERR(0, 398, __pyx_L4_error)
+          __PYX_ERR(0, 377, __pyx_L4_error)
         }
-        __pyx_t_12 = __Pyx_PyBytes_AsString(__pyx_v_encoded); if (unlikely((!__pyx_t_12) && PyErr_Occurred())) __PYX_ERR(0, 398, __pyx_L4_error)
+        __pyx_t_12 = __Pyx_PyBytes_AsString(__pyx_v_encoded); if (unlikely((!__pyx_t_12) && PyErr_Occurred())) __PYX_ERR(0, 377, __pyx_L4_error)
         if (unlikely(__pyx_v_encoded == Py_None)) {
           PyErr_SetString(PyExc_TypeError, "object of type \047NoneType\047 has no len()");
-          __PYX_ERR(0, 398, __pyx_L4_error)
+          __PYX_ERR(0, 377, __pyx_L4_error)
         }
-        __pyx_t_13 = __Pyx_PyBytes_GET_SIZE(__pyx_v_encoded); if (unlikely(__pyx_t_13 == ((Py_ssize_t)-1))) __PYX_ERR(0, 398, __pyx_L4_error)
-        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), ((char const *)__pyx_t_12), __pyx_t_13); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 398, __pyx_L4_error)
+        __pyx_t_13 = __Pyx_PyBytes_GET_SIZE(__pyx_v_encoded); if (unlikely(__pyx_t_13 == ((Py_ssize_t)-1))) __PYX_ERR(0, 377, __pyx_L4_error)
+        __pyx_f_5rankd_6engine_8_replies_reply_put((&__pyx_v_w), ((char const *)__pyx_t_12), __pyx_t_13); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 377, __pyx_L4_error)
 
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":399
+        /* "rankd/frontends/resp/_scanner.pyx":378
  *                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)
- *                 _put(&w, <const char *>encoded, len(encoded))
+ *                 reply_put(&w, <const char *>encoded, len(encoded))
  *                 continue             # <<<<<<<<<<<<<<
  *             answered += 1
  *             result = &packed.results[i]
 */
         goto __pyx_L6_continue;
 
-        /* "rankd/frontends/resp/_scanner.pyx":395
+        /* "rankd/frontends/resp/_scanner.pyx":374
  *             item = &packed.items[i]
  *             answer = answers[i]
  *             if answer is not None:             # <<<<<<<<<<<<<<
@@ -9889,8 +10404,8 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":400
- *                 _put(&w, <const char *>encoded, len(encoded))
+      /* "rankd/frontends/resp/_scanner.pyx":379
+ *                 reply_put(&w, <const char *>encoded, len(encoded))
  *                 continue
  *             answered += 1             # <<<<<<<<<<<<<<
  *             result = &packed.results[i]
@@ -9898,20 +10413,20 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 */
       __pyx_v_answered = (__pyx_v_answered + 1);
 
-      /* "rankd/frontends/resp/_scanner.pyx":401
+      /* "rankd/frontends/resp/_scanner.pyx":380
  *                 continue
  *             answered += 1
  *             result = &packed.results[i]             # <<<<<<<<<<<<<<
  *             if item.tag == TAG_ZADD:
- *                 _put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)
+ *                 reply_put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)
 */
       __pyx_v_result = (&(__pyx_v_packed->results[__pyx_v_i]));
 
-      /* "rankd/frontends/resp/_scanner.pyx":402
+      /* "rankd/frontends/resp/_scanner.pyx":381
  *             answered += 1
  *             result = &packed.results[i]
  *             if item.tag == TAG_ZADD:             # <<<<<<<<<<<<<<
- *                 _put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)
+ *                 reply_put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)
  *             else:
 */
       __pyx_t_5 = (__pyx_v_item->tag == __pyx_e_5rankd_9frontends_4resp_8_scanner_TAG_ZADD);
@@ -9919,10 +10434,10 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
       if (__pyx_t_5) {
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":403
+        /* "rankd/frontends/resp/_scanner.pyx":382
  *             result = &packed.results[i]
  *             if item.tag == TAG_ZADD:
- *                 _put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)             # <<<<<<<<<<<<<<
+ *                 reply_put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)             # <<<<<<<<<<<<<<
  *             else:
  *                 # A new member's reply is the increment itself (-0 stays -0).
 */
@@ -9931,25 +10446,25 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
           __pyx_t_14 = __pyx_k_0;
         } else {
 
-          __pyx_t_14 = __pyx_k_1;
+          __pyx_t_14 = __pyx_k_1_2;
         }
-        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), __pyx_t_14, 4); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 403, __pyx_L4_error)
+        __pyx_f_5rankd_6engine_8_replies_reply_put((&__pyx_v_w), __pyx_t_14, 4); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 382, __pyx_L4_error)
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":402
+        /* "rankd/frontends/resp/_scanner.pyx":381
  *             answered += 1
  *             result = &packed.results[i]
  *             if item.tag == TAG_ZADD:             # <<<<<<<<<<<<<<
- *                 _put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)
+ *                 reply_put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)
  *             else:
 */
         goto __pyx_L9;
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":406
+      /* "rankd/frontends/resp/_scanner.pyx":385
  *             else:
  *                 # A new member's reply is the increment itself (-0 stays -0).
- *                 _double(&w, result.score if result.has_previous else item.delta.fval, version)             # <<<<<<<<<<<<<<
+ *                 reply_double(&w, result.score if result.has_previous else item.delta.fval, version)             # <<<<<<<<<<<<<<
  *         return PyBytes_FromStringAndSize(w.data, w.size), answered
  *     finally:
 */
@@ -9961,7 +10476,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 
           __pyx_t_15 = __pyx_v_item->delta.fval;
         }
-        __pyx_f_5rankd_9frontends_4resp_8_scanner__double((&__pyx_v_w), __pyx_t_15, __pyx_v_version); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 406, __pyx_L4_error)
+        __pyx_f_5rankd_6engine_8_replies_reply_double((&__pyx_v_w), __pyx_t_15, __pyx_v_version); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 385, __pyx_L4_error)
 
       }
       __pyx_L9:;
@@ -9969,23 +10484,23 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
     }
 
 
-    /* "rankd/frontends/resp/_scanner.pyx":407
+    /* "rankd/frontends/resp/_scanner.pyx":386
  *                 # A new member's reply is the increment itself (-0 stays -0).
- *                 _double(&w, result.score if result.has_previous else item.delta.fval, version)
+ *                 reply_double(&w, result.score if result.has_previous else item.delta.fval, version)
  *         return PyBytes_FromStringAndSize(w.data, w.size), answered             # <<<<<<<<<<<<<<
  *     finally:
  *         writer_free(&w)
 */
-    __pyx_t_1 = PyBytes_FromStringAndSize(__pyx_v_w.data, __pyx_v_w.size); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 407, __pyx_L4_error)
+    __pyx_t_1 = PyBytes_FromStringAndSize(__pyx_v_w.data, __pyx_v_w.size); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 386, __pyx_L4_error)
     __Pyx_GOTREF(__pyx_t_1);
-    __pyx_t_7 = PyLong_FromSsize_t(__pyx_v_answered); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 407, __pyx_L4_error)
+    __pyx_t_7 = PyLong_FromSsize_t(__pyx_v_answered); if (unlikely(!__pyx_t_7)) __PYX_ERR(0, 386, __pyx_L4_error)
     __Pyx_GOTREF(__pyx_t_7);
-    __pyx_t_9 = PyTuple_New(2); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 407, __pyx_L4_error)
+    __pyx_t_9 = PyTuple_New(2); if (unlikely(!__pyx_t_9)) __PYX_ERR(0, 386, __pyx_L4_error)
     __Pyx_GOTREF(__pyx_t_9);
     __Pyx_GIVEREF(__pyx_t_1);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 0, __pyx_t_1) != (0)) __PYX_ERR(0, 407, __pyx_L4_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 0, __pyx_t_1) != (0)) __PYX_ERR(0, 386, __pyx_L4_error);
     __Pyx_GIVEREF(__pyx_t_7);
-    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 1, __pyx_t_7) != (0)) __PYX_ERR(0, 407, __pyx_L4_error);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_9, 1, __pyx_t_7) != (0)) __PYX_ERR(0, 386, __pyx_L4_error);
     __pyx_t_1 = 0;
     __pyx_t_7 = 0;
     {
@@ -10000,7 +10515,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
     goto __pyx_L3_return;
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":409
+  /* "rankd/frontends/resp/_scanner.pyx":388
  *         return PyBytes_FromStringAndSize(w.data, w.size), answered
  *     finally:
  *         writer_free(&w)             # <<<<<<<<<<<<<<
@@ -10053,7 +10568,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
     }
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":378
+  /* "rankd/frontends/resp/_scanner.pyx":357
  * 
  * 
  * def encode_replies(Packed packed, int version, reply):             # <<<<<<<<<<<<<<
@@ -10085,7 +10600,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
   return __pyx_r;
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":412
+/* "rankd/frontends/resp/_scanner.pyx":391
  * 
  * 
  * cdef void _bulk_text(Writer *w, str text) except *:             # <<<<<<<<<<<<<<
@@ -10096,60 +10611,49 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_2encode_replies(CYTH
 static void __pyx_f_5rankd_9frontends_4resp_8_scanner__bulk_text(struct __pyx_t_5rankd_6engine_8_packing_Writer *__pyx_v_w, PyObject *__pyx_v_text) {
   Py_ssize_t __pyx_v_size;
   char const *__pyx_v_data;
-  char __pyx_v_header[24];
-  int __pyx_v_head;
   char const *__pyx_t_1;
   int __pyx_lineno = 0;
   const char *__pyx_filename = NULL;
   int __pyx_clineno = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":414
+  /* "rankd/frontends/resp/_scanner.pyx":393
  * cdef void _bulk_text(Writer *w, str text) except *:
  *     cdef Py_ssize_t size
  *     cdef const char *data = PyUnicode_AsUTF8AndSize(text, &size)             # <<<<<<<<<<<<<<
- *     cdef char header[24]
- *     cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)
+ *     reply_header(w, b"$", size)
+ *     reply_put(w, data, size)
 */
-  __pyx_t_1 = PyUnicode_AsUTF8AndSize(__pyx_v_text, (&__pyx_v_size)); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(0, 414, __pyx_L1_error)
+  __pyx_t_1 = PyUnicode_AsUTF8AndSize(__pyx_v_text, (&__pyx_v_size)); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(0, 393, __pyx_L1_error)
   __pyx_v_data = __pyx_t_1;
 
-  /* "rankd/frontends/resp/_scanner.pyx":416
+  /* "rankd/frontends/resp/_scanner.pyx":394
+ *     cdef Py_ssize_t size
  *     cdef const char *data = PyUnicode_AsUTF8AndSize(text, &size)
- *     cdef char header[24]
- *     cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)             # <<<<<<<<<<<<<<
- *     _put(w, header, head)
- *     _put(w, data, size)
+ *     reply_header(w, b"$", size)             # <<<<<<<<<<<<<<
+ *     reply_put(w, data, size)
+ *     reply_put(w, "\r\n", 2)
 */
-  __pyx_v_head = snprintf(__pyx_v_header, (sizeof(__pyx_v_header)), __pyx_k_zd, __pyx_v_size);
+  __pyx_f_5rankd_6engine_8_replies_reply_header(__pyx_v_w, '$', __pyx_v_size); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 394, __pyx_L1_error)
 
-  /* "rankd/frontends/resp/_scanner.pyx":417
- *     cdef char header[24]
- *     cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)
- *     _put(w, header, head)             # <<<<<<<<<<<<<<
- *     _put(w, data, size)
- *     _put(w, "\r\n", 2)
-*/
-  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_header, __pyx_v_head); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 417, __pyx_L1_error)
-
-  /* "rankd/frontends/resp/_scanner.pyx":418
- *     cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)
- *     _put(w, header, head)
- *     _put(w, data, size)             # <<<<<<<<<<<<<<
- *     _put(w, "\r\n", 2)
+  /* "rankd/frontends/resp/_scanner.pyx":395
+ *     cdef const char *data = PyUnicode_AsUTF8AndSize(text, &size)
+ *     reply_header(w, b"$", size)
+ *     reply_put(w, data, size)             # <<<<<<<<<<<<<<
+ *     reply_put(w, "\r\n", 2)
  * 
 */
-  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_v_data, __pyx_v_size); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 418, __pyx_L1_error)
+  __pyx_f_5rankd_6engine_8_replies_reply_put(__pyx_v_w, __pyx_v_data, __pyx_v_size); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 395, __pyx_L1_error)
 
-  /* "rankd/frontends/resp/_scanner.pyx":419
- *     _put(w, header, head)
- *     _put(w, data, size)
- *     _put(w, "\r\n", 2)             # <<<<<<<<<<<<<<
+  /* "rankd/frontends/resp/_scanner.pyx":396
+ *     reply_header(w, b"$", size)
+ *     reply_put(w, data, size)
+ *     reply_put(w, "\r\n", 2)             # <<<<<<<<<<<<<<
  * 
  * 
 */
-  __pyx_f_5rankd_9frontends_4resp_8_scanner__put(__pyx_v_w, __pyx_k__4, 2); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 419, __pyx_L1_error)
+  __pyx_f_5rankd_6engine_8_replies_reply_put(__pyx_v_w, __pyx_k__2, 2); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 396, __pyx_L1_error)
 
-  /* "rankd/frontends/resp/_scanner.pyx":412
+  /* "rankd/frontends/resp/_scanner.pyx":391
  * 
  * 
  * cdef void _bulk_text(Writer *w, str text) except *:             # <<<<<<<<<<<<<<
@@ -10165,11 +10669,9 @@ static void __pyx_f_5rankd_9frontends_4resp_8_scanner__bulk_text(struct __pyx_t_
 
 
 
-
-
 }
 
-/* "rankd/frontends/resp/_scanner.pyx":422
+/* "rankd/frontends/resp/_scanner.pyx":399
  * 
  * 
  * def encode_entries(list entries, bint withscores, int version, bint nested):             # <<<<<<<<<<<<<<
@@ -10220,53 +10722,53 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_entries,&__pyx_mstate_global->__pyx_n_u_withscores,&__pyx_mstate_global->__pyx_n_u_version,&__pyx_mstate_global->__pyx_n_u_nested,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 422, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 399, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  4:
         values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 422, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 399, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  3:
         values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 422, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 399, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 422, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 399, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 422, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 399, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "encode_entries", 0) < (0)) __PYX_ERR(0, 422, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "encode_entries", 0) < (0)) __PYX_ERR(0, 399, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 4; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("encode_entries", 1, 4, 4, i); __PYX_ERR(0, 422, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("encode_entries", 1, 4, 4, i); __PYX_ERR(0, 399, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 4)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 422, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 399, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 422, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 399, __pyx_L3_error)
       values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 422, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 399, __pyx_L3_error)
       values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 422, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 399, __pyx_L3_error)
     }
     __pyx_v_entries = ((PyObject*)values[0]);
-    __pyx_v_withscores = __Pyx_PyObject_IsTrue(values[1]); if (unlikely((__pyx_v_withscores == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 422, __pyx_L3_error)
-    __pyx_v_version = __Pyx_PyLong_As_int(values[2]); if (unlikely((__pyx_v_version == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 422, __pyx_L3_error)
-    __pyx_v_nested = __Pyx_PyObject_IsTrue(values[3]); if (unlikely((__pyx_v_nested == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 422, __pyx_L3_error)
+    __pyx_v_withscores = __Pyx_PyObject_IsTrue(values[1]); if (unlikely((__pyx_v_withscores == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 399, __pyx_L3_error)
+    __pyx_v_version = __Pyx_PyLong_As_int(values[2]); if (unlikely((__pyx_v_version == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 399, __pyx_L3_error)
+    __pyx_v_nested = __Pyx_PyObject_IsTrue(values[3]); if (unlikely((__pyx_v_nested == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 399, __pyx_L3_error)
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("encode_entries", 1, 4, 4, __pyx_nargs); __PYX_ERR(0, 422, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("encode_entries", 1, 4, 4, __pyx_nargs); __PYX_ERR(0, 399, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -10277,7 +10779,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   __Pyx_RefNannyFinishContext();
   return NULL;
   __pyx_L4_argument_unpacking_done:;
-  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_entries), (&PyList_Type), 1, "entries", 1))) __PYX_ERR(0, 422, __pyx_L1_error)
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_entries), (&PyList_Type), 1, "entries", 1))) __PYX_ERR(0, 399, __pyx_L1_error)
   __pyx_r = __pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(__pyx_self, __pyx_v_entries, __pyx_v_withscores, __pyx_v_version, __pyx_v_nested);
 
   /* function exit code */
@@ -10302,8 +10804,6 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
 
 static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_entries, int __pyx_v_withscores, int __pyx_v_version, int __pyx_v_nested) {
   struct __pyx_t_5rankd_6engine_8_packing_Writer __pyx_v_w;
-  char __pyx_v_header[24];
-  int __pyx_v_head;
   Py_ssize_t __pyx_v_count;
   int __pyx_v_pairs;
   PyObject *__pyx_v_entry = NULL;
@@ -10329,22 +10829,22 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("encode_entries", 0);
 
-  /* "rankd/frontends/resp/_scanner.pyx":429
- *     cdef char header[24]
- *     cdef int head
+  /* "rankd/frontends/resp/_scanner.pyx":404
+ *     ``[member, score]`` pairs in RESP3 when ``nested``."""
+ *     cdef Writer w
  *     cdef Py_ssize_t count = len(entries)             # <<<<<<<<<<<<<<
  *     cdef bint pairs = withscores and nested and version == 3
  *     w.data = NULL
 */
   if (unlikely(__pyx_v_entries == Py_None)) {
     PyErr_SetString(PyExc_TypeError, "object of type \047NoneType\047 has no len()");
-    __PYX_ERR(0, 429, __pyx_L1_error)
+    __PYX_ERR(0, 404, __pyx_L1_error)
   }
-  __pyx_t_1 = __Pyx_PyList_GET_SIZE(__pyx_v_entries); if (unlikely(__pyx_t_1 == ((Py_ssize_t)-1))) __PYX_ERR(0, 429, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyList_GET_SIZE(__pyx_v_entries); if (unlikely(__pyx_t_1 == ((Py_ssize_t)-1))) __PYX_ERR(0, 404, __pyx_L1_error)
   __pyx_v_count = __pyx_t_1;
 
-  /* "rankd/frontends/resp/_scanner.pyx":430
- *     cdef int head
+  /* "rankd/frontends/resp/_scanner.pyx":405
+ *     cdef Writer w
  *     cdef Py_ssize_t count = len(entries)
  *     cdef bint pairs = withscores and nested and version == 3             # <<<<<<<<<<<<<<
  *     w.data = NULL
@@ -10370,7 +10870,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
   __pyx_L3_bool_binop_done:;
   __pyx_v_pairs = __pyx_t_2;
 
-  /* "rankd/frontends/resp/_scanner.pyx":431
+  /* "rankd/frontends/resp/_scanner.pyx":406
  *     cdef Py_ssize_t count = len(entries)
  *     cdef bint pairs = withscores and nested and version == 3
  *     w.data = NULL             # <<<<<<<<<<<<<<
@@ -10379,31 +10879,31 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
 */
   __pyx_v_w.data = NULL;
 
-  /* "rankd/frontends/resp/_scanner.pyx":432
+  /* "rankd/frontends/resp/_scanner.pyx":407
  *     cdef bint pairs = withscores and nested and version == 3
  *     w.data = NULL
  *     w.size = w.cap = 0             # <<<<<<<<<<<<<<
  *     try:
- *         head = snprintf(header, sizeof(header), "*%zd\r\n",
+ *         reply_header(&w, b"*", count * 2 if withscores and not pairs else count)
 */
   __pyx_v_w.size = 0;
   __pyx_v_w.cap = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":433
+  /* "rankd/frontends/resp/_scanner.pyx":408
  *     w.data = NULL
  *     w.size = w.cap = 0
  *     try:             # <<<<<<<<<<<<<<
- *         head = snprintf(header, sizeof(header), "*%zd\r\n",
- *                         count * 2 if withscores and not pairs else count)
+ *         reply_header(&w, b"*", count * 2 if withscores and not pairs else count)
+ *         for entry in entries:
 */
   /*try:*/ {
 
-    /* "rankd/frontends/resp/_scanner.pyx":435
+    /* "rankd/frontends/resp/_scanner.pyx":409
+ *     w.size = w.cap = 0
  *     try:
- *         head = snprintf(header, sizeof(header), "*%zd\r\n",
- *                         count * 2 if withscores and not pairs else count)             # <<<<<<<<<<<<<<
- *         _put(&w, header, head)
+ *         reply_header(&w, b"*", count * 2 if withscores and not pairs else count)             # <<<<<<<<<<<<<<
  *         for entry in entries:
+ *             if pairs:
 */
     if (__pyx_v_withscores) {
     } else {
@@ -10425,36 +10925,19 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
       __pyx_t_1 = __pyx_v_count;
     }
 
+    __pyx_f_5rankd_6engine_8_replies_reply_header((&__pyx_v_w), '*', __pyx_t_1); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 409, __pyx_L7_error)
 
-    /* "rankd/frontends/resp/_scanner.pyx":434
- *     w.size = w.cap = 0
+
+    /* "rankd/frontends/resp/_scanner.pyx":410
  *     try:
- *         head = snprintf(header, sizeof(header), "*%zd\r\n",             # <<<<<<<<<<<<<<
- *                         count * 2 if withscores and not pairs else count)
- *         _put(&w, header, head)
-*/
-    __pyx_v_head = snprintf(__pyx_v_header, (sizeof(__pyx_v_header)), __pyx_k_zd_2, __pyx_t_1);
-
-
-    /* "rankd/frontends/resp/_scanner.pyx":436
- *         head = snprintf(header, sizeof(header), "*%zd\r\n",
- *                         count * 2 if withscores and not pairs else count)
- *         _put(&w, header, head)             # <<<<<<<<<<<<<<
- *         for entry in entries:
- *             if pairs:
-*/
-    __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), __pyx_v_header, __pyx_v_head); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 436, __pyx_L7_error)
-
-    /* "rankd/frontends/resp/_scanner.pyx":437
- *                         count * 2 if withscores and not pairs else count)
- *         _put(&w, header, head)
+ *         reply_header(&w, b"*", count * 2 if withscores and not pairs else count)
  *         for entry in entries:             # <<<<<<<<<<<<<<
  *             if pairs:
- *                 _put(&w, "*2\r\n", 4)
+ *                 reply_put(&w, "*2\r\n", 4)
 */
     if (unlikely(__pyx_v_entries == Py_None)) {
       PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not iterable");
-      __PYX_ERR(0, 437, __pyx_L7_error)
+      __PYX_ERR(0, 410, __pyx_L7_error)
     }
     __pyx_t_4 = __pyx_v_entries; __Pyx_INCREF(__pyx_t_4);
     __pyx_t_1 = 0;
@@ -10462,111 +10945,111 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
       {
         Py_ssize_t __pyx_temp = __Pyx_PyList_GET_SIZE(__pyx_t_4);
         #if !CYTHON_ASSUME_SAFE_SIZE
-        if (unlikely((__pyx_temp < 0))) __PYX_ERR(0, 437, __pyx_L7_error)
+        if (unlikely((__pyx_temp < 0))) __PYX_ERR(0, 410, __pyx_L7_error)
         #endif
         if (__pyx_t_1 >= __pyx_temp) break;
       }
       __pyx_t_5 = __Pyx_PyList_GET_ITEM_REF(__pyx_t_4, __pyx_t_1, __Pyx_ReferenceSharing_OwnStrongReference);
       ++__pyx_t_1;
-      if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 437, __pyx_L7_error)
+      if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 410, __pyx_L7_error)
       __Pyx_GOTREF(__pyx_t_5);
       __Pyx_XDECREF_SET(__pyx_v_entry, __pyx_t_5);
       __pyx_t_5 = 0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":438
- *         _put(&w, header, head)
+      /* "rankd/frontends/resp/_scanner.pyx":411
+ *         reply_header(&w, b"*", count * 2 if withscores and not pairs else count)
  *         for entry in entries:
  *             if pairs:             # <<<<<<<<<<<<<<
- *                 _put(&w, "*2\r\n", 4)
+ *                 reply_put(&w, "*2\r\n", 4)
  *             _bulk_text(&w, <str>(<tuple>entry)[1])
 */
       if (__pyx_v_pairs) {
 
-        /* "rankd/frontends/resp/_scanner.pyx":439
+        /* "rankd/frontends/resp/_scanner.pyx":412
  *         for entry in entries:
  *             if pairs:
- *                 _put(&w, "*2\r\n", 4)             # <<<<<<<<<<<<<<
+ *                 reply_put(&w, "*2\r\n", 4)             # <<<<<<<<<<<<<<
  *             _bulk_text(&w, <str>(<tuple>entry)[1])
  *             if withscores:
 */
-        __pyx_f_5rankd_9frontends_4resp_8_scanner__put((&__pyx_v_w), __pyx_k_2, 4); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 439, __pyx_L7_error)
+        __pyx_f_5rankd_6engine_8_replies_reply_put((&__pyx_v_w), __pyx_k_2, 4); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 412, __pyx_L7_error)
 
-        /* "rankd/frontends/resp/_scanner.pyx":438
- *         _put(&w, header, head)
+        /* "rankd/frontends/resp/_scanner.pyx":411
+ *         reply_header(&w, b"*", count * 2 if withscores and not pairs else count)
  *         for entry in entries:
  *             if pairs:             # <<<<<<<<<<<<<<
- *                 _put(&w, "*2\r\n", 4)
+ *                 reply_put(&w, "*2\r\n", 4)
  *             _bulk_text(&w, <str>(<tuple>entry)[1])
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":440
+      /* "rankd/frontends/resp/_scanner.pyx":413
  *             if pairs:
- *                 _put(&w, "*2\r\n", 4)
+ *                 reply_put(&w, "*2\r\n", 4)
  *             _bulk_text(&w, <str>(<tuple>entry)[1])             # <<<<<<<<<<<<<<
  *             if withscores:
- *                 _double(&w, <double>(<tuple>entry)[2], version)
+ *                 reply_double(&w, <double>(<tuple>entry)[2], version)
 */
       if (unlikely(__pyx_v_entry == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
-        __PYX_ERR(0, 440, __pyx_L7_error)
+        __PYX_ERR(0, 413, __pyx_L7_error)
       }
       __pyx_t_5 = __Pyx_PyTuple_GET_ITEM(((PyObject*)__pyx_v_entry), 1);
       __Pyx_INCREF(__pyx_t_5);
-      __pyx_f_5rankd_9frontends_4resp_8_scanner__bulk_text((&__pyx_v_w), ((PyObject*)__pyx_t_5)); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 440, __pyx_L7_error)
+      __pyx_f_5rankd_9frontends_4resp_8_scanner__bulk_text((&__pyx_v_w), ((PyObject*)__pyx_t_5)); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 413, __pyx_L7_error)
       __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
 
-      /* "rankd/frontends/resp/_scanner.pyx":441
- *                 _put(&w, "*2\r\n", 4)
+      /* "rankd/frontends/resp/_scanner.pyx":414
+ *                 reply_put(&w, "*2\r\n", 4)
  *             _bulk_text(&w, <str>(<tuple>entry)[1])
  *             if withscores:             # <<<<<<<<<<<<<<
- *                 _double(&w, <double>(<tuple>entry)[2], version)
+ *                 reply_double(&w, <double>(<tuple>entry)[2], version)
  *         return PyBytes_FromStringAndSize(w.data, w.size)
 */
       if (__pyx_v_withscores) {
 
-        /* "rankd/frontends/resp/_scanner.pyx":442
+        /* "rankd/frontends/resp/_scanner.pyx":415
  *             _bulk_text(&w, <str>(<tuple>entry)[1])
  *             if withscores:
- *                 _double(&w, <double>(<tuple>entry)[2], version)             # <<<<<<<<<<<<<<
+ *                 reply_double(&w, <double>(<tuple>entry)[2], version)             # <<<<<<<<<<<<<<
  *         return PyBytes_FromStringAndSize(w.data, w.size)
  *     finally:
 */
         if (unlikely(__pyx_v_entry == Py_None)) {
           PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
-          __PYX_ERR(0, 442, __pyx_L7_error)
+          __PYX_ERR(0, 415, __pyx_L7_error)
         }
-        __pyx_t_6 = __Pyx_PyFloat_AsDouble(__Pyx_PyTuple_GET_ITEM(((PyObject*)__pyx_v_entry), 2)); if (unlikely((__pyx_t_6 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 442, __pyx_L7_error)
-        __pyx_f_5rankd_9frontends_4resp_8_scanner__double((&__pyx_v_w), ((double)__pyx_t_6), __pyx_v_version); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 442, __pyx_L7_error)
+        __pyx_t_6 = __Pyx_PyFloat_AsDouble(__Pyx_PyTuple_GET_ITEM(((PyObject*)__pyx_v_entry), 2)); if (unlikely((__pyx_t_6 == (double)-1) && PyErr_Occurred())) __PYX_ERR(0, 415, __pyx_L7_error)
+        __pyx_f_5rankd_6engine_8_replies_reply_double((&__pyx_v_w), ((double)__pyx_t_6), __pyx_v_version); if (unlikely(PyErr_Occurred())) __PYX_ERR(0, 415, __pyx_L7_error)
 
 
-        /* "rankd/frontends/resp/_scanner.pyx":441
- *                 _put(&w, "*2\r\n", 4)
+        /* "rankd/frontends/resp/_scanner.pyx":414
+ *                 reply_put(&w, "*2\r\n", 4)
  *             _bulk_text(&w, <str>(<tuple>entry)[1])
  *             if withscores:             # <<<<<<<<<<<<<<
- *                 _double(&w, <double>(<tuple>entry)[2], version)
+ *                 reply_double(&w, <double>(<tuple>entry)[2], version)
  *         return PyBytes_FromStringAndSize(w.data, w.size)
 */
       }
 
-      /* "rankd/frontends/resp/_scanner.pyx":437
- *                         count * 2 if withscores and not pairs else count)
- *         _put(&w, header, head)
+      /* "rankd/frontends/resp/_scanner.pyx":410
+ *     try:
+ *         reply_header(&w, b"*", count * 2 if withscores and not pairs else count)
  *         for entry in entries:             # <<<<<<<<<<<<<<
  *             if pairs:
- *                 _put(&w, "*2\r\n", 4)
+ *                 reply_put(&w, "*2\r\n", 4)
 */
     }
     __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
 
-    /* "rankd/frontends/resp/_scanner.pyx":443
+    /* "rankd/frontends/resp/_scanner.pyx":416
  *             if withscores:
- *                 _double(&w, <double>(<tuple>entry)[2], version)
+ *                 reply_double(&w, <double>(<tuple>entry)[2], version)
  *         return PyBytes_FromStringAndSize(w.data, w.size)             # <<<<<<<<<<<<<<
  *     finally:
  *         writer_free(&w)
 */
-    __pyx_t_4 = PyBytes_FromStringAndSize(__pyx_v_w.data, __pyx_v_w.size); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 443, __pyx_L7_error)
+    __pyx_t_4 = PyBytes_FromStringAndSize(__pyx_v_w.data, __pyx_v_w.size); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 416, __pyx_L7_error)
     __Pyx_GOTREF(__pyx_t_4);
     {
       PyObject *__pyx_temp;
@@ -10580,7 +11063,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
     goto __pyx_L6_return;
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":445
+  /* "rankd/frontends/resp/_scanner.pyx":418
  *         return PyBytes_FromStringAndSize(w.data, w.size)
  *     finally:
  *         writer_free(&w)             # <<<<<<<<<<<<<<
@@ -10627,7 +11110,7 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
     }
   }
 
-  /* "rankd/frontends/resp/_scanner.pyx":422
+  /* "rankd/frontends/resp/_scanner.pyx":399
  * 
  * 
  * def encode_entries(list entries, bint withscores, int version, bint nested):             # <<<<<<<<<<<<<<
@@ -10642,8 +11125,6 @@ static PyObject *__pyx_pf_5rankd_9frontends_4resp_8_scanner_4encode_entries(CYTH
   __Pyx_AddTraceback("rankd.frontends.resp._scanner.encode_entries", __pyx_clineno, __pyx_lineno, __pyx_filename);
   __pyx_r = NULL;
   __pyx_L0:;
-
-
 
 
 
@@ -10708,7 +11189,7 @@ static int __Pyx_modinit_Type_import_code(__pyx_mstatetype *__pyx_mstate) {
   CYTHON_UNUSED_VAR(__pyx_mstate);
   __Pyx_RefNannySetupContext("__Pyx_modinit_Type_import_code", 0);
   /*--- Type import code ---*/
-  __pyx_t_1 = PyImport_ImportModule(__Pyx_BUILTIN_MODULE_NAME); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 9, __pyx_L1_error)
+  __pyx_t_1 = PyImport_ImportModule(__Pyx_BUILTIN_MODULE_NAME); if (unlikely(!__pyx_t_1)) __PYX_ERR(3, 9, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __pyx_mstate->__pyx_ptype_7cpython_4type_type = __Pyx_ImportType_3_3_1(__pyx_t_1, __Pyx_BUILTIN_MODULE_NAME, "type",
   #if defined(PYPY_VERSION_NUM) && PYPY_VERSION_NUM < 0x050B0000
@@ -10718,9 +11199,9 @@ static int __Pyx_modinit_Type_import_code(__pyx_mstatetype *__pyx_mstate) {
   #else
   sizeof(PyHeapTypeObject), __PYX_GET_STRUCT_ALIGNMENT_3_3_1(PyHeapTypeObject),
   #endif
-  __Pyx_ImportType_CheckSize_Warn_3_3_1); if (!__pyx_mstate->__pyx_ptype_7cpython_4type_type) __PYX_ERR(2, 9, __pyx_L1_error)
+  __Pyx_ImportType_CheckSize_Warn_3_3_1); if (!__pyx_mstate->__pyx_ptype_7cpython_4type_type) __PYX_ERR(3, 9, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
-  __pyx_t_1 = PyImport_ImportModule("rankd.engine._packed"); if (unlikely(!__pyx_t_1)) __PYX_ERR(3, 59, __pyx_L1_error)
+  __pyx_t_1 = PyImport_ImportModule("rankd.engine._packed"); if (unlikely(!__pyx_t_1)) __PYX_ERR(4, 59, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_Packed = __Pyx_ImportType_3_3_1(__pyx_t_1, "rankd.engine._packed", "Packed",
   #if defined(PYPY_VERSION_NUM) && PYPY_VERSION_NUM < 0x050B0000
@@ -10730,8 +11211,8 @@ static int __Pyx_modinit_Type_import_code(__pyx_mstatetype *__pyx_mstate) {
   #else
   sizeof(struct __pyx_obj_5rankd_6engine_7_packed_Packed), __PYX_GET_STRUCT_ALIGNMENT_3_3_1(struct __pyx_obj_5rankd_6engine_7_packed_Packed),
   #endif
-  __Pyx_ImportType_CheckSize_Warn_3_3_1); if (!__pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_Packed) __PYX_ERR(3, 59, __pyx_L1_error)
-  if (unlikely(__Pyx_GetVtable(__pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_Packed, (void**)&__pyx_vtabptr_5rankd_6engine_7_packed_Packed) != 1)) __PYX_ERR(3, 59, __pyx_L1_error)
+  __Pyx_ImportType_CheckSize_Warn_3_3_1); if (!__pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_Packed) __PYX_ERR(4, 59, __pyx_L1_error)
+  if (unlikely(__Pyx_GetVtable(__pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_Packed, (void**)&__pyx_vtabptr_5rankd_6engine_7_packed_Packed) != 1)) __PYX_ERR(4, 59, __pyx_L1_error)
   __pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_PackedReads = __Pyx_ImportType_3_3_1(__pyx_t_1, "rankd.engine._packed", "PackedReads",
   #if defined(PYPY_VERSION_NUM) && PYPY_VERSION_NUM < 0x050B0000
   sizeof(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads), __PYX_GET_STRUCT_ALIGNMENT_3_3_1(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads),
@@ -10740,8 +11221,8 @@ static int __Pyx_modinit_Type_import_code(__pyx_mstatetype *__pyx_mstate) {
   #else
   sizeof(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads), __PYX_GET_STRUCT_ALIGNMENT_3_3_1(struct __pyx_obj_5rankd_6engine_7_packed_PackedReads),
   #endif
-  __Pyx_ImportType_CheckSize_Warn_3_3_1); if (!__pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_PackedReads) __PYX_ERR(3, 91, __pyx_L1_error)
-  if (unlikely(__Pyx_GetVtable(__pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_PackedReads, (void**)&__pyx_vtabptr_5rankd_6engine_7_packed_PackedReads) != 1)) __PYX_ERR(3, 91, __pyx_L1_error)
+  __Pyx_ImportType_CheckSize_Warn_3_3_1); if (!__pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_PackedReads) __PYX_ERR(4, 91, __pyx_L1_error)
+  if (unlikely(__Pyx_GetVtable(__pyx_mstate->__pyx_ptype_5rankd_6engine_7_packed_PackedReads, (void**)&__pyx_vtabptr_5rankd_6engine_7_packed_PackedReads) != 1)) __PYX_ERR(4, 91, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
   __Pyx_RefNannyFinishContext();
   return 0;
@@ -11064,34 +11545,34 @@ __Pyx_RefNannySetupContext("PyInit__scanner", 0);
   if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_scan, __pyx_t_2) < (0)) __PYX_ERR(0, 163, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":378
+  /* "rankd/frontends/resp/_scanner.pyx":357
  * 
  * 
  * def encode_replies(Packed packed, int version, reply):             # <<<<<<<<<<<<<<
  *     """The replies of ``packed``'s writes, in order: ``(data, answered)``.
  *     ``reply(tag, answer, value)`` encodes an answer that is a Python object
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_3encode_replies, 0, __pyx_mstate_global->__pyx_n_u_encode_replies, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[1])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 378, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_3encode_replies, 0, __pyx_mstate_global->__pyx_n_u_encode_replies, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[1])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 357, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_encode_replies, __pyx_t_2) < (0)) __PYX_ERR(0, 378, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_encode_replies, __pyx_t_2) < (0)) __PYX_ERR(0, 357, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
-  /* "rankd/frontends/resp/_scanner.pyx":422
+  /* "rankd/frontends/resp/_scanner.pyx":399
  * 
  * 
  * def encode_entries(list entries, bint withscores, int version, bint nested):             # <<<<<<<<<<<<<<
  *     """A range reply of ``(rank, member, score)`` entries, as
  *     ``sorted_sets._entries`` writes it: members (and scores), flat in RESP2,
 */
-  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_5encode_entries, 0, __pyx_mstate_global->__pyx_n_u_encode_entries, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[2])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 422, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_CyFunction_New(&__pyx_mdef_5rankd_9frontends_4resp_8_scanner_5encode_entries, 0, __pyx_mstate_global->__pyx_n_u_encode_entries, NULL, __pyx_mstate_global->__pyx_n_u_rankd_frontends_resp__scanner, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[2])); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 399, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_2);
   #endif
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_encode_entries, __pyx_t_2) < (0)) __PYX_ERR(0, 422, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_encode_entries, __pyx_t_2) < (0)) __PYX_ERR(0, 399, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
 
   /* "rankd/frontends/resp/_scanner.pyx":1
@@ -11167,38 +11648,38 @@ static int __Pyx_InitConstants(__pyx_mstatetype *__pyx_mstate) {
   int __pyx_clineno = 0;
   CYTHON_UNUSED_VAR(__pyx_mstate);
   {
-    const struct { const unsigned int length: 8; } str_length_index[] = {{1},{1},{4},{179},{8},{19},{19},{24},{37},{25},{30},{20},{12},{8},{8},{10},{8},{14},{12},{8},{13},{6},{8},{7},{18},{3},{18},{8},{5},{4},{14},{14},{7},{7},{5},{5},{11},{4},{6},{1},{4},{5},{4},{10},{6},{4},{8},{9},{6},{6},{7},{4},{6},{5},{3},{8},{7},{29},{4},{7},{5},{11},{5},{6},{3},{9},{4},{10},{4},{5},{5},{8},{3},{5},{6},{7},{4},{1},{10},{5}};
-    const struct { const unsigned int length: 11; } bytes_length_index[] = {{0},{246},{191},{1362}};
+    const struct { const unsigned int length: 8; } str_length_index[] = {{1},{1},{4},{179},{8},{19},{19},{24},{37},{25},{30},{20},{12},{8},{8},{10},{8},{14},{12},{8},{13},{6},{8},{7},{18},{3},{18},{8},{5},{4},{14},{14},{7},{7},{5},{5},{11},{1},{4},{5},{4},{10},{6},{4},{8},{9},{6},{6},{7},{4},{6},{5},{3},{8},{7},{29},{4},{7},{5},{11},{5},{6},{3},{9},{4},{10},{4},{5},{5},{8},{3},{5},{6},{7},{4},{1},{10},{5}};
+    const struct { const unsigned int length: 11; } bytes_length_index[] = {{0},{173},{247},{1362}};
     #ifndef CYTHON_COMPRESS_STRINGS
       #define CYTHON_COMPRESS_STRINGS 90
     #endif
-    #if (CYTHON_COMPRESS_STRINGS) == 1 /* compression: zlib (1698 bytes) */
-static const char cstring[] = "x\332mUMs\333F\022\025#\321f*\212,H\224\305X\262\r\332\262ig\263rQ\326G\342\255\335-Z\037\266\223\262K\224\355([\256\024j\010\014)X\024@\002\003QLvS9\352\210\343\034\347\210#\2168\342\310#\2178\352\047\370\047\344\r@\311r6*a\006\230\356\231y\375^w\263\362\357W\266E_\331\214\252\354\2000u\263\317\016lK5]\325\240m\263A\035\302h\273\257\272\3141uF\035\351d\251\273\333\273\177_\375vU%\226\241:\364=\325\231\253\272^Co\023\327\245\256j7\325\206g\266\231i\251\254\337\241\356\262\372\242\251\366mO\265(5Tf\253\035\370]\336\300\016\250\245\272\224\311\027\265B,\313f\204\231\266\245a\273i\265*\252a:\270\304<\246r\367\016i\273t\231\030\206\006?JO:0\341\334\312R\345\033\265e3\265bZ\307\244m\032\000\321>T\333\324j\261\203\363\245#\017\260.\255\273\216\376\310!\326\241\361\250\351\330\026\243\226\341>r\250\333y\244\271:pPg\271\323?a\266\2556\314Vv\236n{\026K\371\300\376\221\341\343\251\227\255\232\266\333?\301\263\005\346\264W\364\204\355\321\246\246\215\242\243\032\376\232\236\245\313\371\210\230V:\333\206\327N-\0269Jg\334\256\0353\322\310V\273\036i\237[\030u\031&\323\325t\333\261=\220M\211\345\366 X:R#\233]\342\366-\335\264\227/\274\334\206\327\324\333x\321p)s\210N\033D?\324\355\243N\2332\232\006`\020F\250\245\333\006\325\250\205X\250;\372rh\247}\361e\\\330\230\323\247\216c;M\323\001(\3232\350\311\001%\206|\250c\232\214\036\311\307=\204\005\212\217<2\001$\220#r\242I\366\344\334\263\035\303\005H(j7\233\310\211lt;\300(\037jt\010n\351\330\235\216\355\2322I:N\006A\252\270|\241\342\262Tq\371\\E\007H\344\243\331\207rr\323As\031q\230\014\251\017gH\350x\026\376\263e\271\021\367\032\264I`q\315_h\372d69h\2041\322BVy4\035\334c\220\r8\307&\355\365z&R\013\214S7\215\347\367\334\207\311\261\374]Q\376pe,\377\025\277\302\311\331D\376\367\237N\353I6\235\266|\371\232\024&O\267\3759\237\370\307\274\236L\316\372U\177\207\337\0279\241$\223s\376>\257\311\325k\247=\277\205\227\351\033\374\036\357\212\t\261\023\224\023u\t\323\303p5\364\242\315\350\267\301\233a}\177\270\377S2]\364k~\335\327\371-\321\017""\307\303jXK\246qV\211\347\344\201u\277\311\237\213\232H\017e\376\032\037\347\325\217[\026\305\217\303\277\375+z?\310\001\264R\362\273<\307g\371\216\370:\330\031\256l\307o\006\327\007\275\341\217\373I\341\332\360\332\203 \027(A%T\302\007Q\371\254 \201\343\020D=5\226\277\3117\0013\227L\\\367\017EQ\354\007[a!\032\217\252\311_3p\355\364\004W\025\304U \316%\245[\274!\362\342]8\021nE_\304U\311P\r\336\272_\342\212\374x\341\247\350\273\037q\337\020\325d\362:8\354\"\236u1\037\\\tH\320\0359\315\217\302x\001\034;a\031\204u\377\024\300\047\360o\214\345\357\017\357\325b\345\014\350I:|(\214\345o\201\376\211;P\023\341}yZ\223\241\245\222\361\246\250\245AL\r\247ns\006 \005I,\246Y9L\235\232\276\003\330\200\342\372e\377\t\177\rZ\244\036\200.\325\376\016\002\277\005\2775\351\341\371O}\222L\317B\226\317\370C\261\002\225\212\213<\323O\036\272\301\313|M|\036\314\004\217\203fX\013\221\020R\326\314|\354\357\371\335\217\013\363\276\307\237r\222Y^_,\202\224i?\357\277\305IUy\323wR\251\244x[\016s\222\253>RoN\274\207\016#\034\345\244\230\235e\n\047P\222\222\212\000.\374g\375\307\240\341\0271\013\022\212\213\303\305*\330\274\033\326C=R\242\362e\267U\277\307\t\367\304\213`/p\303\373Q.*\305\263\361\263\301\312\240\236\224\026\370\206\270\223\236\200`/m\222\327\337\301\315-\261\207\273g\202\352e\343J\032oq\201W\3716\0207\002\300\372\212+(\220\377\302qz\001L}\206S\237\212vX\211f\220{\223\231.\260TG\224y\376\026\352R\0273bU\374\232f\206\023\315\307\271\270\030\277\035\224\007\270\255\304\257\246\345\366T\264\202z`\204\367\302n\224\223\313\250fh\275\202\214\252\005o\302\271\220\204,\252F5\211\353[\000\332\302\325\025$\327R@Q\200[\321\347\261\222\024o\200\312\271\233\310\030\003\260\236\005U\024E\036T\031\32171I\255g\305\205L\224U\337\225\264\203i\244r>\3709\252\310\375)9\363>\343\217!+\212\244\231\226qiI\022\267\200EC\224G\210\3454%\2108\006\331\277F\017\343\225x\177P\223\213_\212z\032\211\036\316\204\377\210h\\\215\267\006\271s\357\036j\306\r\357\204?D^\\C\255+\227n[D\023x\200\236s\376r\366\177+R\025""\344\363\023\304G\305\006\372\322\223\350\035\316NY\336D\t\024\221\346wE\332\302*B\021K\020\354j\320E\215o\247\251\242\\G\031+R\234\rQ\026k#\3333\220\272\0319\361\\Lb6\250\"\210\205\333\274\007\254^\360,%\366j\324\215\307\021\237\324ku\320\035\356\326\317\246%\317Y\345\313\022\365\220\035\013\322;\375\224\354\256\243\027\244\271\366\203\350\312\244AQ\313\304\367\240ZN\266\224\347\374{A\344\313+ YG\332\375\023\372\315\304\033\203\262\\|\t\360R\332\273\340\366\177\321v\254\304K\361\250fe+\375\023\227/\317\241\237\301P@&=\017^FJ\346\325\0146\321\243d&\316\2403\254\361<\177\047\303N?\323~\315\347\321\006\177F\366\236\267\213tHk\370\223\306qQ\352\227*\373\223B\226\0350\317\377\003\312\307\203u\331\357\222\351\364\247exs\035\231\373\033\264\236\031\254\rw\367\206{\257\223\215\315\370\257\253G\361\347\001I\221-\215@\323m\276 \276\017HR\220=x\037$\337\014\336G\271\263\202\304\255@\201\211/N7\374\257y\355\0173\202+\312";
-    PyObject *data = __Pyx_DecompressString(cstring, 1698, 1);
+    #if (CYTHON_COMPRESS_STRINGS) == 1 /* compression: zlib (1686 bytes) */
+static const char cstring[] = "x\332mUKs\323\310\026\216\207\0302w2\301J\234\007\204\0142\004\014\324L\270\016y\314p\353\326-\223\204gA\305\001*s\213\241\\\035\251mD\034\311V\267\354\030\346N\3152K-{\331K-\265\324RK/\275\3242?\201\2370_\313N\010\334IE\335R\237\323\347\361\235\357\034\027\377\363\302\261\351\013\207S\235\277#\\\337\350\362w\216\255[L7i\303\332\243.\341\264\321\325\031w-\203SW)\331\372\366\326\366O+?\257\350\3046u\227\276\247\006g:\363\366\214\006a\2142\335\251\351{\236\325\340\226\255\363n\223\262%\375IM\357:\236nSj\352\334\321\233\320;{\201\277\243\266\316(W/z\221\330\266\303\t\267\034\273\212\353\226]/\352\246\345\302\211\325\246\352\366C\322`t\211\230f\025z\224\0366!\202\335\342b\361G\275\356p\275h\331m\322\260L\004\321\330\327\033\324\256\363w\047G\007\036\302:s\316\\\343\256K\354}\363n\315ulNm\223\335u)k\336\2552\003qPw\251\331=\344\216\243\357Y\365\201=\303\361l\236\342\201\373C\301g\253g\245\325\352v\367\020\317&\220\253\276\240\207|\207\326\252\325av\264\212\277\232g\033j? \226\235\356\216\3515R\211M\016\322\035\336\253mN\366\006\247-\2174N$\2342\216\315bU\303q\035\017`Sb\263\016\n\226\256\324\034\354\214\260\256mX\316\322\251\026\333\363jF\003/U8\345.1\350\0361\366\r\347\240\331\240\234\246\t\230\204\023j\033\216I\253\324F.\224\r\277\\\332l\234~\231\2472\356v\251\353:n\315r\021\224e\233\364\320\2628=P\017\333\3077\352<<\037\300\256\334\037\220\303\252\302L\355\035\3075\031BC\035\235Z\rL\030\254\254\211\310\324C\315&\201\355\246\323l:\314R\324h\272\003\307\252vK\247\265[R\265[:\251\235K\211\251\236\252\263\2576\226.U\306\211\313U\"](\243p\256g\343\177p\254.\302\257Ik\004\022f}\240\3513\220\251\245J8\047up\311\243\351\302\332\200\030\341\264-\332\351t,\020\n8S\226\346\363g\346\323?F\262\013bC\264d&\031\235\361\367e^\356\006\233\341Xt.*%\243\331?\177=\252\014\267\243\272\257^\223\261\274_\366+\276!fD[\356H/x\026\362h%\372\330+$c\343GO\2404~\361\250\225\344.\tM\024\304=\361>\310$\3433>\361[\342\234X\223\263\301\371\200\004\255\241\322\025Q\026\025a\310KA1\234\t[\321hTN\306.""\366/\336\n2\201\2063-,\034\217M\371%\345\022\301\216\217d\257\313\302\247\363#\331K\342\274 \307\177\037\340\370\321\226?\r\207m\201X\324\345\207\342\246\314H-\031\237\366w\225C\345\274\343\327\361\222\273,n \367Q\3710($\372\"\266\333\341J\350E\033\321\037\275W\375\312n\177\367\327\317\231\330\301\223\360e\224\211\264$\007[s\"\243\014V\374\232x,\31325\312\375U$Y\372|\245\021\334\354\377s#\276\337\253 hma\230\355\214\374\020\316\364\327\237\366\026{\265\376\2537\3757\277}\225\364\255\350\213\264/\217do\366o\224c\355\030%\"\351\362il$\373\003\022\030\275\006<&F\262\337\037\225U\375\322\244EM\226S &\372\023W\005\227%XGh\330\246\3242qd\371\256\320T\274\314/\370\367\305K\324^e\204\302*\274~A\224\257\345\235\240\2544<\377\201O\222\334\024\022\373F\334\226\313\3103\217\242\245\372\312\350:\322\\\225\337\006\223\301\275\240\026\226C@\252\200\031\210\333\376\216\337\372|0\353{\342\201 \003\311\313\323Cp!\347g\375\327\260TR\236~QtL\362W\3252\235\344f\375.\2127-\337\207\231\2238\nI~`\313\222n\240%s:\0228\325\237\362\357\001\206\017r\n \344\257\364\257\224\200\347\365\260\022\032\221\026\025\316\252\255\370\035A\204\047\237\004;\001\013o\242\260s\361T\374\250\267\334\253$s\363b]^K- \3313\227\224\373k\360\\\007\365]d]:+\\N\363\315\317\213\222\330B\304{`~^1\341\206\370\035\212\271y \365\r\254>\220\215\260\030M\242\301\306\007u\201\2444\204\314\3637\301lCN\312\025\3711,\200\214n4\033g\342|\374\272W\350\301\333\234\270\220\022\366\201\254\007\225\300\014o\240k2\352\030\375\200Z/\243}\313\301\253p:$h\313\022\332\tq\375\214\2006\341\272\010z-\0064,\205\233\321\267\261\226\344/\003\312\351\0050\306DX\217\202\022:?\013\250\314\350\307\230\244\322\343\374\374\240(+>S\260\003itp6x\033\025\325\375\024\234Y\237\203\351$\231\373A\021\017\004\231[T\300\315\343\320\224\205a\304j\233\220D\266\001\366\307\350v\274\034\357\366\312\352\360{YI31\302\311\360_\021\215K\361f/s\242\335\301\250`\341\265\360Y\344\305\345\370UO;\343\355\212x(o\241kO^\216\377\357DU\005|\276\217\374\250\\Gg\337\217\336""\300v\212\362\006Z \017\232_\227\351\020(JM.\242`\027\202V8\032n\245T\321f0\3444U\234uY\220\253C\331#\200\272\021\271\361tLb\336+!\211\371\253\242\203X\275\340Q\n\354\205\250\025\237C~\252^+\275V\177\273r\234S8\017\006\236jQ\017\354\230W\332\351\247BwML\211\224k\317dK\221\006M\255\210\357\241j }\336\177,\236J\242^^ \2225\320\356\337\250\337d\274\216\231\213\303\347\010^\225\366:\260\375_\264\025k\361b<\354Y5\214\276\302\362\371I\350\307\020\214\201I\217\203\347\030i\251V-\330\300hVL\234\304dX\025Y\361F\245\235~\246\023O\314\312\254|\013\366\236\214\213tI{\370\213\301q\332\352g:\373\213F\306\025X\377/ ?\027\254\2511\237\344\322\341\334_X\003s\377@\255\047{\253\375\355\235\376\316\313d}#\376\373\356\321\374Y\204\244\251\221FP\323-1/\237\006d\360\013\265\013\220\027\202\367Q\346xL\305\215q\234\214~w\264\356\337\021\345\277\000R\361\"\306";
+    PyObject *data = __Pyx_DecompressString(cstring, 1686, 1);
     #define __Pyx_DecompressString_LZSS_UNUSED
     if (unlikely(!data)) __PYX_ERR(0, 1, __pyx_L1_error)
     const char* const bytes = __Pyx_PyBytes_AsString(data);
     #if !CYTHON_ASSUME_SAFE_MACROS
     if (likely(bytes)); else { Py_DECREF(data); __PYX_ERR(0, 1, __pyx_L1_error) }
     #endif
-    #elif (CYTHON_COMPRESS_STRINGS) > 0 && (CYTHON_COMPRESS_STRINGS) <= 90 /* compression: lzss (2210 bytes) */
-static const char cstring[] = "\377\047?NoneNo\377te that \377Cython i\377s delibe\377rately s\177tricter!\001\377n PEP-48\3774 and re\377jects su\377bclasses\377 of buil\377tin type\377s. If yo\377u need t\347o p%\000%\tthe\337n set\200\000e \377\047annotat\357ion_<\000ing\337\047 dirb\000iv\376\242\000o False\337.add_%\000ee\363xp}\000U\000\047$\047,\377 got \047in\337valid\202\000lk\177 length\013\005\333mu\224\000bu\017\006sr\377c/rankd/\377frontend\377s/resp/_\373sc\205\000er.py\377xtoo big>J\003count\213\"U\000\370\022\004L\007\022\t__Pyx\372\001\000D\267 _Next\337Ref__\327\004e_\177___func\004\001\357main\003\002odu\235l\025\002nam\035\002{\000_\357vtab\020\003qua\275l\022\005testA\000i\177s_corou\352 \237eansw\256@\001\002e\375d\010\003sasync\367io.\035\006sbuf\277cline_r\000t\377raceback\377complete\376\332\002dataenc\277ode_en\367@e}s\007\004repli\006\005\375d\023\006tryerr\337orfir\222\000in\177dexhead\000\001\177eriitem\000\0013sk\027\000\240`t_\035\002\223C\236\205\001max_\220A\004\001w\337ordsn\331\000edgoff\221`\000\003sp\241\000\336\000\001edpac\000po_pposi\241ap\255@T\242\001\302A.\275F.\302A.\276E\271r\213\000\000\001_ok\007\001s~\000\002_start\317\0019y\360@\226`run\000\000\021\003\376\373Asetdefa^\260`size\000\001s.\002~3\002_attag\346`\373ue\000\002svers\377ionvieww\337withs\225@es\376\313\002\200\001\360\014\000\005#\377\240!\360\006\000\005\031\230\377\006\230a\340\004\005\200Xw\210Q\330\001\003\210g\220\007\001\377\330\010\014\210E\220\025\220\377a\220v\230Q\330\014\023\377\2201\220F\230&\240\001\377\240\021\330\014\025\220W\230}A\022\001\017\210w\220g\034\000\377\020\032\230%\230q\240\004\177\240F\250!\330 $\004\000\377)\2604\260u\270C\270\377~\310T\320QW\320W\377X\330\020\024\220A\220Q\377\220c\230\036\240y\260\003\277\2601\260A\330\020I\000\030\373\230\001M\001Q\220f\230H\367\240A\240h\000\017\210t\220\3375\230\003\2301)\007\034\240\377V\320+>\270j\310\001\376\262\000\021\030\220q\230\001\230\377\023\230F\240*\250F\320\3772E\300T\310\026\310w\377\320VW\330\010\017\320""\017\377(\250\001\250\021\250\047\260\177\021\260(\270!\340\010\265\001\374u\000\363\000\016\000\005\035\230C\376\244\000\001\330\004\026\220k\240\377\024\240W\250D\260\010\270\357\003\2701\330\354\023\017\210x\356h\000\010\240\007\257\000\001\330\030\377\036\230b\240\005\240[\260\177\004\260D\270\013\3001\236!\377A\210Q\210c\220\030\230\255\021\253!I\220\271\002q\341\007\032_\2401\330\014\026\301 q\315\000\3776\240\027\250\006\250a\250_q\330\014\017\210\"\000\027\300\004]I\205\000F\260!\256 q\262\014\376\262\n\032\000\005&\320%A\307\300\021\340\273\000\261@T\000\360\0107\000\005\036\233@\004\"\313@\334\000\347\r\210A\327\001\256B\230f\240\376\n\000\005\330\010\016\320\016\037\013\230t\206\000\010\325!\263\000\310@\023\000\317\210i\220r\264\000\210\000s\220\177!\220:\230S\240\001\213BT\243@\352A9\336@U\335 A\251\001\377u\220B\220a\330\020\023\276\224@\002\230)\2402\243@\024\363\034\230\272C\252A7\230!\230\3775\240\t\250\022\2503\250\177f\260A\260Q\330\020\323A\376\333A\017\210v\220R\220q\376\007\007\027\220u\230B\230a\236\200!v\220S\230o\003\210 \330?\014\020\220\005\220UG\000\365@\367\023\2209\246A\330\024\037\230\377q\330\024\025\330\020\027\220}y\370`\025\240j\260\001\200\005\367!\330\024F\003i\240r\250\317\021\330\030 \276\000\047\006\023\220\1773\220a\220z\240\023\202 \337\024\034\320\0341\214`#\260\177Q\260c\270\021\270!M\007\377\023\2204\220w\230a\230\377u\240I\250R\250s\260\377&\270\001\270\030\300\023\300\377G\3102\310Q\330\030\033\217\2307\240\"=\002\352\000Q\0105\357\230\002\230\"\303\000g\240R\256y\000\022\2501F\t2\353\002\024\377\033\2301\230E\240\025\240\377b\250\001\330\024\031\230\021o\230%\230|&\000\020\033\247 \375\002S\000B\240l\260\047\270\245\022\371`\014\222C\027\0001\215\205\002\017\377\210u\220D\230\006\230c\277\240\022\2404\240{\225br\377\270\027\300\001\300\024\300Uw\310!\310k\000\030\230\007\352\205\002\377B\240g\250Q\250d\260/%\260q\270d\000\030\312\206\001\351@\3772\240W\250A\250T\260\377\025\260a\260t\2701\270\365A\270A8\216\000D\240""\002\240\377\047\250\021\250$\250e\260\3771\260D\270\t\300\021\330\377\024\032\230!\330\025\035\230\367Q\230d\352\000G\2501\250\367D\260\005\250 d\270,\300\345a\031\002\340\311\001\373A4\220s\372)\000\024\347 \240\027\250\005\250\307]\270\047<\001\206a\210@t\230\2553\324@\030\036\365a\240\272 $\232\367!\033\022\000d\240\250@\255\002\330\377\024\030\230\016\240a\240v\376\352 {\270)\3002\300W\273\310A\021\001\r\240Q\305\002c\377\260\022\260;\270e\3001\357\300D\310\001&\005w\250a\376\230@\"\260K\270u\300A\267\300T\310\260\000\027\220g\004\034\377\230F\240(\250!\330\030\346\002\004\340\030\002\r\273a\014\023\220\375:\335\000e\2407\250)\260\327:\270[Y\000\014\342!C\220\377r\230\024\230U\240#\240\377Q\330\020\032\230\047\240\021\373\240$\256@\007\250q\260\004\373\260E\246b\021\026\220c\230\373\021\330\264@7\240!\2405\365\250\026\003G\322 C\270r\300\177\025\300a\300t\3101\302\000\357\033\037\230w\327\000u\250G>\324\"\007\270q\300\003\335\000\254A\3774\310q\320PQ\340\020\250\344!\364\206\003\216\207\001u\233`\033*\001\330\273\020\026\327\205\0036\230\023\343a\034\257\230K\240q\261a\"\265 \020\372\253\205\001D\227\206\001\024\220H\230J\353\240a\303\211\001N\207\0006\250\022\373\250=\275@\022\3007\310!\362\330\211\001M\272\000\327A#\250R\250\377}\270E\300\021\300$\300P\255\206\004\307\211\001\363$\304%M\263\005\340\220@\377\010\240\004\240H\250M\270}\021\232Cf\250C\250q\227\212\002\377\022\220!\2205\230\005\230\355[\363\001\330\014\014\000\330\014\030\377\230\001\230\027\240\005\240]\013\260\047.\000\014\252\207\002\257\207\002\277\206\002\265\206\001\203A\230\262\207\004\342\206\006\317\206\010\274\206\n\376\210\001\005\377\230Y\240b\250\003\2506\347\260\021\260\306\000\326\213\002\320\0356\377\260a\260~\300T\310\022\377\3105\320PR\320RS\277\3307C\3001\330\252\205\021\021\357\220\027\230\001\375\211\001\016\210a\377\210u\220E\230\033\240J\357\250a\330\010\353\213\001W\230E\377\240\035\250j\270\001\340\010\376\264\001\021\230!\330\004\013\210\0377\220*\230A";
-    PyObject *data = __Pyx_DecompressString_LZSS(cstring, 2210, 2668);
+    #elif (CYTHON_COMPRESS_STRINGS) > 0 && (CYTHON_COMPRESS_STRINGS) <= 90 /* compression: lzss (2193 bytes) */
+static const char cstring[] = "\377\047?NoneNo\377te that \377Cython i\377s delibe\377rately s\177tricter!\001\377n PEP-48\3774 and re\377jects su\377bclasses\377 of buil\377tin type\377s. If yo\377u need t\347o p%\000%\tthe\337n set\200\000e \377\047annotat\357ion_<\000ing\337\047 dirb\000iv\376\242\000o False\337.add_%\000ee\363xp}\000U\000\047$\047,\377 got \047in\337valid\202\000lk\177 length\013\005\333mu\224\000bu\017\006sr\377c/rankd/\377frontend\377s/resp/_\373sc\205\000er.py\377xtoo big>J\003count\213\"U\000\370\022\004L\007\022\t__Pyx\372\001\000D\267 _Next\337Ref__\327\004e_\177___func\004\001\357main\003\002odu\235l\025\002nam\035\002{\000_\357vtab\020\003qua\275l\022\005testA\000i\177s_corou\352 \237eansw\256@\001\002e\375d\010\003sasync\367io.\035\006sbuf\277cline_r\000t\377raceback\377complete\376\332\002dataenc\277ode_en\367@e}s\007\004repli\006\005\375d\023\006tryerr\337orfir\222\000in\377dexiitemf\000\001sk\r\000\226`t_\023\002<\211C{\001max_\206A\004\001\277wordsn\317\000e\317doff\207`\000\003sp\274\227\000\000\001edpaY\000p\277opposi\227ap\250\243@\230\001\270A.\263F.\270A.\336\264Eread\000\001_o\365k\007\001s\000\002_sta\313rt\305\001y\346@\214`ru\361n\000\000\021\003\361Asetd\367efa\246`size\362\000\001s.\0023\002_att\333ag\334`ue\000\002sv\377ersionvi\377ewwwiths\366\213@es\313\002\200\001\360\n\377\000\005\035\230C\230q\240\377\001\330\004\026\220k\240\024\377\240W\250D\260\010\270\003\377\2701\330\004\005\200X\210\335Q\000\004\210g\220\007\001\330\010\377\024\220A\220Q\220c\230\377\026\230v\240R\240u\250\377K\260t\2704\270{\310\277!\330\010\014\210I\"\000\014\377\017\210q\330\020\031\230\021\377\230!\2303\230j\250\001\377\330\014\026\220a\220q\230\377\003\2306\240\027\250\006\250\357a\250q\330\037\003\034\230A\377\230Q\230c\240\031\250\047\377\260\026\260q\270\004\270A\377\330\010\017\320\017(\250\001\373\250\021\021\000\021\260!\340\010\347\023\2201o\001\252\000\014\000\005\377#\240!\360\006\000\005\031\337\230\006\230a\340\213\023\014\210\367E\220\025n\000v\230Q\330""\375\0149\001F\230&\240\001\240?\021\330\014\025\220Wm\001y\001\367w\220g\034\000\020\032\230%\376\371\000\004\240F\250!\330 \375$\004\000)\2604\260u\270\377C\270~\310T\320QW\367\320WX\300\007n\250I\260\177S\270\001\270\021\330\020I\000\353\030\230\325\000\025\207 f\230H\367\240A\240h\000\017\210t\220\3655\342\0001\363\007l\250&\320\2770C\300:\310Q\262\000\021\375\035\347\004\026\240z\260\026\320\3777J\310$\310f\320To[\320[\\\346\014(\270\352\n\377\032\000\005&\320%A\300\343\021\340\240@\363\000\313 \360\010\000\333\005\036\335\000\004\"\215 \016\000o\005\r\210A\274Aa\220\362\000\367\230f\240\n\000\005\330\010\016\177\320\016\037\230t\2401\320 \360\230\000\004\000\307 \023\000\210i\220r\375\230\213 \017\210s\220!\220\207:\230S\371@\316\001\326@\254!9\276\221@U\240*\250A\240Au\177\220B\220a\330\020\023\326\000_\002\230)\2402\345\000\024\262@\364\375\002\354\0017\341@5\240\t\250\377\022\2503\250f\260A\260\347Q\330\020\225!\235!\017\210v\357\220R\220q\007\007\027\220u\357\230B\230a\367Av\220S\364\274 \303!\027\037\000\014\020\220\005s\220U\253`\267 \023\2209\213\204\001\377\330\024\037\230q\330\024\025\337\330\020\027\220y\272@\025\240wj\260\001\200\005!\330\024F\003\377i\240r\250\021\330\030 \273\240\001&\007\023\2203\352`z\373\240\023\202 \024\034\320\0341\377\260\021\260#\260Q\260c\357\270\021\270!\033\t4\220w\377\230a\230u\240I\250R\357\250s\260&\326@\030\300\023\377\300G\3102\310Q\330\030\337\033\2307\240\"=\002\230A\276P\t5\230\002\230\"\303\000g\273\240Ry\000\022\2501m\t2\376\353\002\024\033\2301\230E\240\317\025\240b\250\224\000\203\205\001%\230\375|&\000\020\033\2305\240\002\376S\000B\240l\260\047\270\022\033\2701\201\205\001t\220\254`/\000\313$\377u\220D\230\006\230c\240\377\022\2404\240{\260!\260\3774\260r\270\027\300\001\300\277\024\300U\310!\310k\000\030\373\230\007\254\204\002B\240g\250Q\177\250d\260%\260q\270\373\000\371\030\214\205\001\351@2\240W\250A\377\250T\260\025\260a\260t\257\2701\270A\270A8\216\000D\376x\000\047\250\021\250$\250e\377\2601\260D""\270\t\300\021\377\330\024\032\230!\330\025\035\357\230Q\230d\352\000G\2501\357\250D\260\005\250 d\270,\313\300a\031\002\340\311\001\373A4\220\365s)\000\024\347 \240\027\250\005\217\250]\270\047<\001\206a\210@t[\2303\324@\030\036\365a\240\272 \035$\367!\033\2303T\000\250@\255\002\377\330\024\030\230\016\240a\240\375v\352 {\270)\3002\300\373W\310\326 \030\230\r\240Q\376\305\002c\260\022\260;\270e\277\3001\300D\310\001&\005w\373\250a\230@\"\260K\270u\337\300A\300T\310\260\000\027\220\376g\004\034\230F\240(\250!\233\330\030\002\004\340\030\002\r\273a\014\377\023\220:\230Q\230e\240\1777\250)\260:\270[Y\000\377\014\017\210u\220C\220r\377\230\024\230U\240#\240Q\377\330\020\032\230\047\240\021\240\375$\256@\007\250q\260\004\260\375E\246b\021\026\220c\230\021\375\330\264@7\240!\2405\250\372\026\003G\322 C\270r\300\025\277\300a\300t\3101\302\000\033w\037\230w\327\000u\250G\324\"\237\007\270q\300\003\335\000\254A4\177\310q\320PQ\340\020\344!\324\220\211\003\205\211\001u\233`\033*\001\330\020\335\026\327\205\0036\230\023\343a\034\230wK\240q\261a\"\240!\365\204\001\367u\230D\227\206\001\024\220H\230\377J\240a\330\020\024\220N\276\207\0006\250\022\250=\275@\022w\3007\310$\000\024\220M\272\000\376\327A#\250R\250}\270E\337\300\021\300$\300\255\206\004\003\230\3251\274-M\263\005\340\220@\010\240\177\004\240H\250M\270\021\232C\337f\250C\250q\331\210\002\022\220\177!\2205\230\005\230[\363\001\373\330\014\014\000\330\014\030\230\001\377\230\027\240\005\240]\260\047\017\270\021\330\014\252\207\002\257\207\002\277\206\002\265\206\001\303A\230\262\207\004\342\206\006\317\206\010\274\206\n\027\220\375q[\000Y\240b\250\003\250\3176\260\021\260\355\000\230\212\002\320\035\3376\260a\260~\351@\022\310\3775\320PR\320RS\330\3477C\300\237\205\002\255\205\016\021\220\027\352\220\000\021\317\210\001a\321@E\230\033\357\240J\250a\234\214\003W\230E\377\240\035\250j\270\001\340\010\376\264\001\021\230!\330\004\013\210\0377\220*\230A";
+    PyObject *data = __Pyx_DecompressString_LZSS(cstring, 2193, 2641);
     #define __Pyx_DecompressString_UNUSED
     if (unlikely(!data)) __PYX_ERR(0, 1, __pyx_L1_error)
     const char* const bytes = __Pyx_PyBytes_AsString(data);
     #if !CYTHON_ASSUME_SAFE_MACROS
     if (likely(bytes)); else { Py_DECREF(data); __PYX_ERR(0, 1, __pyx_L1_error) }
     #endif
-    #else /* compression: none (2668 bytes) */
-static const char bytes[] = "\047?NoneNote that Cython is deliberately stricter than PEP-484 and rejects subclasses of builtin types. If you need to pass subclasses then set the \047annotation_typing\047 directive to False.add_noteexpected \047$\047, got \047invalid bulk lengthinvalid multibulk lengthsrc/rankd/frontends/resp/_scanner.pyxtoo big bulk count stringtoo big multibulk count string__Pyx_PyDict_NextRef__annotate____func____main____module____name____pyx_vtable____qualname____test___is_coroutineansweransweredanswersasyncio.coroutinesbufcline_in_tracebackcompletecountdataencode_entriesencode_repliesencodedentriesentryerrorfirst_indexheadheaderiitemitemskindlast_indexlengthlinemax_bulkmax_wordsnestedoffsetoffsetspackpackedpairspoppositionpresentrankd.frontends.resp._scannerreadread_okreadsreads_startreplyresultrunrun_startscansetdefaultsizesizesstartstart_attagvaluevaluesversionviewwwithscoreswords\200\001\360\014\000\005#\240!\360\006\000\005\031\230\006\230a\340\004\005\200X\210Q\330\004\005\200X\210Q\210g\220Q\330\004\005\330\010\014\210E\220\025\220a\220v\230Q\330\014\023\2201\220F\230&\240\001\240\021\330\014\025\220W\230A\230Q\330\014\017\210w\220g\230Q\330\020\032\230%\230q\240\004\240F\250!\330 $\240F\250)\2604\260u\270C\270~\310T\320QW\320WX\330\020\024\220A\220Q\220c\230\036\240y\260\003\2601\260A\330\020\021\330\014\030\230\001\330\014\025\220Q\220f\230H\240A\240Q\330\014\017\210t\2205\230\003\2301\330\020\024\220A\220Q\220c\230\034\240V\320+>\270j\310\001\360\006\000\021\030\220q\230\001\230\023\230F\240*\250F\3202E\300T\310\026\310w\320VW\330\010\017\320\017(\250\001\250\021\250\047\260\021\260(\270!\340\010\023\2201\220A\220Q\200\001\360\016\000\005\035\230C\230q\240\001\330\004\026\220k\240\024\240W\250D\260\010\270\003\2701\330\004\005\200X\210Q\330\004\005\200X\210Q\210g\220Q\330\004\005\330\010\017\210x\220q\230\010\240\007\240y\260\001\330\030\036\230b\240\005\240[\260\004\260D\270\013\3001\330\010\014\210A\210Q\210c\220\030\230\021\330\010\014\210I\220Q\330\014\017\210q""\330\020\024\220A\220Q\220c\230\032\2401\330\014\026\220a\220q\230\003\2306\240\027\250\006\250a\250q\330\014\017\210q\330\020\027\220q\230\001\230\023\230I\240W\250F\260!\2604\260q\330\010\017\320\017(\250\001\250\021\250\047\260\021\260!\340\010\023\2201\220A\220Q\200\001\360\032\000\005&\320%A\300\021\340\004\026\220a\340\004\026\220a\360\010\000\005\036\230Q\330\004\"\240!\360\016\000\005\r\210A\330\004\026\220a\220v\230Q\230f\240A\330\004\005\330\010\016\320\016\037\230t\2401\330\010\017\210t\2201\330\010\023\2201\330\010\016\210i\220r\230\021\330\014\017\210s\220!\220:\230S\240\001\330\020\021\330\014\024\220A\330\014\023\2209\230A\230U\240*\250A\330\014\017\210u\220B\220a\330\020\023\2205\230\002\230)\2402\240Q\330\024\034\230A\330\020\021\330\014\017\210t\2207\230!\2305\240\t\250\022\2503\250f\260A\260Q\330\020\030\230\001\330\020\021\330\014\017\210v\220R\220q\330\020\030\230\001\330\020\021\330\014\027\220u\230B\230a\330\014\017\210v\220S\230\001\330\020\021\330\014\027\220q\330\014\020\220\005\220U\230!\2301\330\020\023\2209\230C\230q\330\024\037\230q\330\024\025\330\020\027\220y\240\001\240\025\240j\260\001\330\020\023\2205\230\002\230!\330\024\027\220u\230B\230i\240r\250\021\330\030 \240\001\330\024\037\230q\330\024\025\330\020\023\2203\220a\220z\240\023\240A\330\024\034\320\0341\260\021\260#\260Q\260c\270\021\270!\330\024\037\230q\330\024\025\330\020\023\2204\220w\230a\230u\240I\250R\250s\260&\270\001\270\030\300\023\300G\3102\310Q\330\030\033\2307\240\"\240A\330\024\034\230A\330\024\037\230q\330\024\025\330\020\023\2205\230\002\230\"\230B\230g\240R\240r\250\022\2501\330\024\037\230q\330\024\025\330\020\023\2202\220R\220q\330\024\033\2301\230E\240\025\240b\250\001\330\024\031\230\021\230%\230|\2501\330\020\033\2305\240\002\240\"\240B\240l\260\047\270\022\2701\330\014\017\210t\2201\330\020\033\2301\330\020\021\330\014\017\210u\220D\230\006\230c\240\022\2404\240{\260!\2604\260r\270\027\300\001\300\024\300U\310!\3101\330\024\030\230\007\230q\240\004\240B""\240g\250Q\250d\260%\260q\270\001\330\024\030\230\006\230a\230t\2402\240W\250A\250T\260\025\260a\260t\2701\270A\330\020\023\2208\2301\230D\240\002\240\047\250\021\250$\250e\2601\260D\270\t\300\021\330\024\032\230!\330\025\035\230Q\230d\240\"\240G\2501\250D\260\005\260Q\260d\270,\300a\330\024\032\230!\340\024\033\2301\330\020\023\2204\220s\230!\330\024 \240\001\240\027\250\005\250]\270\047\300\021\330\024\034\230A\330\024\027\220t\2303\230a\330\030\036\230f\240A\240Q\330\030$\240A\330\024\033\2303\230d\240!\330\024\030\230\007\230q\330\024\030\230\016\240a\240v\250R\250{\270)\3002\300W\310A\330\024\030\230\r\240Q\240g\250Q\250c\260\022\260;\270e\3001\300D\310\001\330\024\030\230\016\240a\240w\250a\250s\260\"\260K\270u\300A\300T\310\021\330\024\027\220t\2303\230a\330\030\034\230F\240(\250!\330\030\034\230F\240(\250!\340\030\034\230F\240(\250!\330\030\034\230F\240(\250!\330\024\025\330\014\023\220:\230Q\230e\2407\250)\260:\270[\310\001\330\014\017\210u\220C\220r\230\024\230U\240#\240Q\330\020\032\230\047\240\021\240$\240b\250\007\250q\260\004\260E\270\021\270!\330\021\026\220c\230\021\330\020\033\2307\240!\2405\250\007\250q\260\004\260G\2701\270C\270r\300\025\300a\300t\3101\310A\330\033\037\230w\240a\240u\250G\2601\260D\270\007\270q\300\003\3002\300U\310!\3104\310q\320PQ\340\020\032\230!\330\014\017\210q\330\020\026\220a\220u\230E\240\033\250G\2601\330\020\026\220a\330\020\023\2206\230\023\230A\330\024\034\230K\240q\250\001\330\024\"\240!\330\020\027\220u\230D\240\001\330\020\024\220H\230J\240a\330\020\024\220N\240!\2406\250\022\250=\270\t\300\022\3007\310!\330\020\024\220M\240\021\240\047\250\021\250#\250R\250}\270E\300\021\300$\300a\330\020\023\2205\230\003\2301\330\024\030\230\016\240a\240w\250a\250s\260\"\260M\300\025\300a\300t\3101\340\024\030\230\010\240\004\240H\250M\270\021\330\024\030\230\016\240f\250C\250q\330\020\021\330\014\022\220!\2205\230\005\230[\250\007\250q\330\014\022\220!\330\014\030\230\001\230\027\240\005\240]\260\047\270\021\330\014\024\220A\330""\014\024\220A\330\014\027\220q\330\014\023\2209\230A\230U\240*\250A\330\014\027\220u\230B\230a\330\014\020\220\005\220U\230!\2301\330\020\027\220y\240\001\240\025\240j\260\001\330\020\027\220q\230\005\230Y\240b\250\003\2506\260\021\260!\330\020\025\220W\230A\320\0356\260a\260~\300T\310\022\3105\320PR\320RS\3307C\3001\330\020\033\2305\240\002\240\"\240B\240l\260\047\270\022\2701\330\014\021\220\027\230\001\230\021\330\010\016\210a\210u\220E\230\033\240J\250a\330\010\024\220A\220W\230E\240\035\250j\270\001\340\010\030\230\001\230\021\230!\330\004\013\2107\220*\230A";
+    #else /* compression: none (2641 bytes) */
+static const char bytes[] = "\047?NoneNote that Cython is deliberately stricter than PEP-484 and rejects subclasses of builtin types. If you need to pass subclasses then set the \047annotation_typing\047 directive to False.add_noteexpected \047$\047, got \047invalid bulk lengthinvalid multibulk lengthsrc/rankd/frontends/resp/_scanner.pyxtoo big bulk count stringtoo big multibulk count string__Pyx_PyDict_NextRef__annotate____func____main____module____name____pyx_vtable____qualname____test___is_coroutineansweransweredanswersasyncio.coroutinesbufcline_in_tracebackcompletecountdataencode_entriesencode_repliesencodedentriesentryerrorfirst_indexiitemitemskindlast_indexlengthlinemax_bulkmax_wordsnestedoffsetoffsetspackpackedpairspoppositionpresentrankd.frontends.resp._scannerreadread_okreadsreads_startreplyresultrunrun_startscansetdefaultsizesizesstartstart_attagvaluevaluesversionviewwwithscoreswords\200\001\360\n\000\005\035\230C\230q\240\001\330\004\026\220k\240\024\240W\250D\260\010\270\003\2701\330\004\005\200X\210Q\330\004\005\200X\210Q\210g\220Q\330\004\005\330\010\024\220A\220Q\220c\230\026\230v\240R\240u\250K\260t\2704\270{\310!\330\010\014\210I\220Q\330\014\017\210q\330\020\031\230\021\230!\2303\230j\250\001\330\014\026\220a\220q\230\003\2306\240\027\250\006\250a\250q\330\014\017\210q\330\020\034\230A\230Q\230c\240\031\250\047\260\026\260q\270\004\270A\330\010\017\320\017(\250\001\250\021\250\047\260\021\260!\340\010\023\2201\220A\220Q\200\001\360\014\000\005#\240!\360\006\000\005\031\230\006\230a\340\004\005\200X\210Q\330\004\005\200X\210Q\210g\220Q\330\004\005\330\010\014\210E\220\025\220a\220v\230Q\330\014\023\2201\220F\230&\240\001\240\021\330\014\025\220W\230A\230Q\330\014\017\210w\220g\230Q\330\020\032\230%\230q\240\004\240F\250!\330 $\240F\250)\2604\260u\270C\270~\310T\320QW\320WX\330\020\031\230\021\230!\2303\230n\250I\260S\270\001\270\021\330\020\021\330\014\030\230\001\330\014\025\220Q\220f\230H\240A\240Q\330\014\017\210t\2205\230\003\2301\330\020\031\230\021\230!\2303\230l\250&""\3200C\300:\310Q\360\006\000\021\035\230A\230Q\230c\240\026\240z\260\026\3207J\310$\310f\320T[\320[\\\330\010\017\320\017(\250\001\250\021\250\047\260\021\260(\270!\340\010\023\2201\220A\220Q\200\001\360\032\000\005&\320%A\300\021\340\004\026\220a\340\004\026\220a\360\010\000\005\036\230Q\330\004\"\240!\360\016\000\005\r\210A\330\004\026\220a\220v\230Q\230f\240A\330\004\005\330\010\016\320\016\037\230t\2401\330\010\017\210t\2201\330\010\023\2201\330\010\016\210i\220r\230\021\330\014\017\210s\220!\220:\230S\240\001\330\020\021\330\014\024\220A\330\014\023\2209\230A\230U\240*\250A\330\014\017\210u\220B\220a\330\020\023\2205\230\002\230)\2402\240Q\330\024\034\230A\330\020\021\330\014\017\210t\2207\230!\2305\240\t\250\022\2503\250f\260A\260Q\330\020\030\230\001\330\020\021\330\014\017\210v\220R\220q\330\020\030\230\001\330\020\021\330\014\027\220u\230B\230a\330\014\017\210v\220S\230\001\330\020\021\330\014\027\220q\330\014\020\220\005\220U\230!\2301\330\020\023\2209\230C\230q\330\024\037\230q\330\024\025\330\020\027\220y\240\001\240\025\240j\260\001\330\020\023\2205\230\002\230!\330\024\027\220u\230B\230i\240r\250\021\330\030 \240\001\330\024\037\230q\330\024\025\330\020\023\2203\220a\220z\240\023\240A\330\024\034\320\0341\260\021\260#\260Q\260c\270\021\270!\330\024\037\230q\330\024\025\330\020\023\2204\220w\230a\230u\240I\250R\250s\260&\270\001\270\030\300\023\300G\3102\310Q\330\030\033\2307\240\"\240A\330\024\034\230A\330\024\037\230q\330\024\025\330\020\023\2205\230\002\230\"\230B\230g\240R\240r\250\022\2501\330\024\037\230q\330\024\025\330\020\023\2202\220R\220q\330\024\033\2301\230E\240\025\240b\250\001\330\024\031\230\021\230%\230|\2501\330\020\033\2305\240\002\240\"\240B\240l\260\047\270\022\2701\330\014\017\210t\2201\330\020\033\2301\330\020\021\330\014\017\210u\220D\230\006\230c\240\022\2404\240{\260!\2604\260r\270\027\300\001\300\024\300U\310!\3101\330\024\030\230\007\230q\240\004\240B\240g\250Q\250d\260%\260q\270\001\330\024\030\230\006\230a\230t\2402\240W""\250A\250T\260\025\260a\260t\2701\270A\330\020\023\2208\2301\230D\240\002\240\047\250\021\250$\250e\2601\260D\270\t\300\021\330\024\032\230!\330\025\035\230Q\230d\240\"\240G\2501\250D\260\005\260Q\260d\270,\300a\330\024\032\230!\340\024\033\2301\330\020\023\2204\220s\230!\330\024 \240\001\240\027\250\005\250]\270\047\300\021\330\024\034\230A\330\024\027\220t\2303\230a\330\030\036\230f\240A\240Q\330\030$\240A\330\024\033\2303\230d\240!\330\024\030\230\007\230q\330\024\030\230\016\240a\240v\250R\250{\270)\3002\300W\310A\330\024\030\230\r\240Q\240g\250Q\250c\260\022\260;\270e\3001\300D\310\001\330\024\030\230\016\240a\240w\250a\250s\260\"\260K\270u\300A\300T\310\021\330\024\027\220t\2303\230a\330\030\034\230F\240(\250!\330\030\034\230F\240(\250!\340\030\034\230F\240(\250!\330\030\034\230F\240(\250!\330\024\025\330\014\023\220:\230Q\230e\2407\250)\260:\270[\310\001\330\014\017\210u\220C\220r\230\024\230U\240#\240Q\330\020\032\230\047\240\021\240$\240b\250\007\250q\260\004\260E\270\021\270!\330\021\026\220c\230\021\330\020\033\2307\240!\2405\250\007\250q\260\004\260G\2701\270C\270r\300\025\300a\300t\3101\310A\330\033\037\230w\240a\240u\250G\2601\260D\270\007\270q\300\003\3002\300U\310!\3104\310q\320PQ\340\020\032\230!\330\014\017\210q\330\020\026\220a\220u\230E\240\033\250G\2601\330\020\026\220a\330\020\023\2206\230\023\230A\330\024\034\230K\240q\250\001\330\024\"\240!\330\020\027\220u\230D\240\001\330\020\024\220H\230J\240a\330\020\024\220N\240!\2406\250\022\250=\270\t\300\022\3007\310!\330\020\024\220M\240\021\240\047\250\021\250#\250R\250}\270E\300\021\300$\300a\330\020\023\2205\230\003\2301\330\024\030\230\016\240a\240w\250a\250s\260\"\260M\300\025\300a\300t\3101\340\024\030\230\010\240\004\240H\250M\270\021\330\024\030\230\016\240f\250C\250q\330\020\021\330\014\022\220!\2205\230\005\230[\250\007\250q\330\014\022\220!\330\014\030\230\001\230\027\240\005\240]\260\047\270\021\330\014\024\220A\330\014\024\220A\330\014\027\220q\330\014\023\2209\230A\230U\240*\250A\330""\014\027\220u\230B\230a\330\014\020\220\005\220U\230!\2301\330\020\027\220y\240\001\240\025\240j\260\001\330\020\027\220q\230\005\230Y\240b\250\003\2506\260\021\260!\330\020\025\220W\230A\320\0356\260a\260~\300T\310\022\3105\320PR\320RS\3307C\3001\330\020\033\2305\240\002\240\"\240B\240l\260\047\270\022\2701\330\014\021\220\027\230\001\230\021\330\010\016\210a\210u\220E\230\033\240J\250a\330\010\024\220A\220W\230E\240\035\250j\270\001\340\010\030\230\001\230\021\230!\330\004\013\2107\220*\230A";
     PyObject *data = NULL;
     #define __Pyx_DecompressString_UNUSED
     #define __Pyx_DecompressString_LZSS_UNUSED
     #endif
     PyObject **stringtab = __pyx_mstate->__pyx_string_tab;
     Py_ssize_t pos = 0;
-    for (int i = 0; i < 80; i++) {
+    for (int i = 0; i < 78; i++) {
       Py_ssize_t bytes_length = str_length_index[i].length;
       PyObject *string = PyUnicode_DecodeUTF8(bytes + pos, bytes_length, NULL);
       if (likely(string) && i >= 11) PyUnicode_InternInPlace(&string);
@@ -11209,8 +11690,8 @@ static const char bytes[] = "\047?NoneNote that Cython is deliberately stricter 
       stringtab[i] = string;
       pos += bytes_length;
     }
-    for (int i = 80; i < 84; i++) {
-      Py_ssize_t bytes_length = bytes_length_index[i-80].length;
+    for (int i = 78; i < 82; i++) {
+      Py_ssize_t bytes_length = bytes_length_index[i-78].length;
       PyObject *string = PyBytes_FromStringAndSize(bytes + pos, bytes_length);
       stringtab[i] = string;
       pos += bytes_length;
@@ -11220,14 +11701,14 @@ static const char bytes[] = "\047?NoneNote that Cython is deliberately stricter 
       }
     }
     Py_XDECREF(data);
-    for (Py_ssize_t i = 0; i < 84; i++) {
+    for (Py_ssize_t i = 0; i < 82; i++) {
       if (unlikely(PyObject_Hash(stringtab[i]) == -1)) {
         __PYX_ERR(0, 1, __pyx_L1_error)
       }
     }
     #if CYTHON_IMMORTAL_CONSTANTS
     {
-      PyObject **table = stringtab + 80;
+      PyObject **table = stringtab + 78;
       for (Py_ssize_t i=0; i<4; ++i) {
         #if PY_VERSION_HEX >= 0x030F0000
         PyUnstable_SetImmortal(table[i]);
@@ -11319,14 +11800,14 @@ static int __Pyx_CreateCodeObjects(__pyx_mstatetype *__pyx_mstate) {
     __pyx_mstate_global->__pyx_codeobj_tab[0] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_src_rankd_frontends_resp__scanne, __pyx_mstate->__pyx_n_u_scan, __pyx_mstate->__pyx_kp_b_iso88591_A_a_a_Q_A_avQfA_t1_t1_1_ir_s_S, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[0])) goto bad;
   }
   {
-    const __Pyx_PyCode_New_function_description descr = {3, 0, 0, 11, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 378};
+    const __Pyx_PyCode_New_function_description descr = {3, 0, 0, 11, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 357};
     PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_packed, __pyx_mstate->__pyx_n_u_version, __pyx_mstate->__pyx_n_u_reply, __pyx_mstate->__pyx_n_u_w, __pyx_mstate->__pyx_n_u_i, __pyx_mstate->__pyx_n_u_answered, __pyx_mstate->__pyx_n_u_item, __pyx_mstate->__pyx_n_u_result, __pyx_mstate->__pyx_n_u_answers, __pyx_mstate->__pyx_n_u_encoded, __pyx_mstate->__pyx_n_u_answer};
     __pyx_mstate_global->__pyx_codeobj_tab[1] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_src_rankd_frontends_resp__scanne, __pyx_mstate->__pyx_n_u_encode_replies, __pyx_mstate->__pyx_kp_b_iso88591_a_XQ_XQgQ_E_avQ_1F_WAQ_wgQ_q_F, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[1])) goto bad;
   }
   {
-    const __Pyx_PyCode_New_function_description descr = {4, 0, 0, 10, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 422};
-    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_entries, __pyx_mstate->__pyx_n_u_withscores, __pyx_mstate->__pyx_n_u_version, __pyx_mstate->__pyx_n_u_nested, __pyx_mstate->__pyx_n_u_w, __pyx_mstate->__pyx_n_u_header, __pyx_mstate->__pyx_n_u_head, __pyx_mstate->__pyx_n_u_count, __pyx_mstate->__pyx_n_u_pairs, __pyx_mstate->__pyx_n_u_entry};
-    __pyx_mstate_global->__pyx_codeobj_tab[2] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_src_rankd_frontends_resp__scanne, __pyx_mstate->__pyx_n_u_encode_entries, __pyx_mstate->__pyx_kp_b_iso88591_Cq_k_WD_1_XQ_XQgQ_xq_y_b_D_1_AQ, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[2])) goto bad;
+    const __Pyx_PyCode_New_function_description descr = {4, 0, 0, 8, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 399};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_entries, __pyx_mstate->__pyx_n_u_withscores, __pyx_mstate->__pyx_n_u_version, __pyx_mstate->__pyx_n_u_nested, __pyx_mstate->__pyx_n_u_w, __pyx_mstate->__pyx_n_u_count, __pyx_mstate->__pyx_n_u_pairs, __pyx_mstate->__pyx_n_u_entry};
+    __pyx_mstate_global->__pyx_codeobj_tab[2] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_src_rankd_frontends_resp__scanne, __pyx_mstate->__pyx_n_u_encode_entries, __pyx_mstate->__pyx_kp_b_iso88591_Cq_k_WD_1_XQ_XQgQ_AQc_vRuKt4_IQ, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[2])) goto bad;
   }
   Py_DECREF(tuple_dedup_map);
   return 0;
@@ -12989,7 +13470,7 @@ __Pyx_PyType_GetFullyQualifiedName(PyTypeObject* tp)
         result = name;
         name = NULL;
     } else {
-        result = __Pyx_NewRef(__pyx_mstate_global->__pyx_kp_u__5);
+        result = __Pyx_NewRef(__pyx_mstate_global->__pyx_kp_u__6);
     }
     goto done;
 }

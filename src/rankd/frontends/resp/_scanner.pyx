@@ -30,7 +30,6 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.math cimport isfinite, isnan
 from libc.stdint cimport uint8_t
-from libc.stdio cimport snprintf
 from libc.stdlib cimport strtod
 from libc.string cimport memcpy
 
@@ -38,7 +37,8 @@ from rankd.engine._packed cimport (
     NUMBER_FLOAT, READ_RANGE, READ_RANK, READ_REVRANGE, READ_REVRANK, READ_SCORE, Packed,
     PackedRead, PackedReads, PackedResult, PackedSubmission, ReadKind, Span,
 )
-from rankd.engine._packing cimport Writer, writer_free, writer_reserve
+from rankd.engine._packing cimport Writer, writer_free
+from rankd.engine._replies cimport reply_double, reply_header, reply_put
 
 cdef enum:
     MAX_INLINE = 64 * 1024
@@ -354,27 +354,6 @@ cdef void _close(Packed run, const uint8_t *buf, Py_ssize_t start, Py_ssize_t en
         items.append(run)
 
 
-cdef inline void _put(Writer *w, const char *text, Py_ssize_t size) except *:
-    writer_reserve(w, size)
-    memcpy(w.data + w.size, text, size)
-    w.size += size
-
-
-cdef void _double(Writer *w, double value, int version) except *:
-    """A score as ``Replies.double`` writes it (``%.17g``)."""
-    cdef char text[40]
-    cdef char header[24]
-    cdef int size = snprintf(text, sizeof(text), "%.17g", value)
-    cdef int head
-    if version == 3:
-        _put(w, ",", 1)
-    else:
-        head = snprintf(header, sizeof(header), "$%d\r\n", size)
-        _put(w, header, head)
-    _put(w, text, size)
-    _put(w, "\r\n", 2)
-
-
 def encode_replies(Packed packed, int version, reply):
     """The replies of ``packed``'s writes, in order: ``(data, answered)``.
     ``reply(tag, answer, value)`` encodes an answer that is a Python object
@@ -395,15 +374,15 @@ def encode_replies(Packed packed, int version, reply):
             if answer is not None:
                 encoded = reply(item.tag, answer,
                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)
-                _put(&w, <const char *>encoded, len(encoded))
+                reply_put(&w, <const char *>encoded, len(encoded))
                 continue
             answered += 1
             result = &packed.results[i]
             if item.tag == TAG_ZADD:
-                _put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)
+                reply_put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)
             else:
                 # A new member's reply is the increment itself (-0 stays -0).
-                _double(&w, result.score if result.has_previous else item.delta.fval, version)
+                reply_double(&w, result.score if result.has_previous else item.delta.fval, version)
         return PyBytes_FromStringAndSize(w.data, w.size), answered
     finally:
         writer_free(&w)
@@ -412,11 +391,9 @@ def encode_replies(Packed packed, int version, reply):
 cdef void _bulk_text(Writer *w, str text) except *:
     cdef Py_ssize_t size
     cdef const char *data = PyUnicode_AsUTF8AndSize(text, &size)
-    cdef char header[24]
-    cdef int head = snprintf(header, sizeof(header), "$%zd\r\n", size)
-    _put(w, header, head)
-    _put(w, data, size)
-    _put(w, "\r\n", 2)
+    reply_header(w, b"$", size)
+    reply_put(w, data, size)
+    reply_put(w, "\r\n", 2)
 
 
 def encode_entries(list entries, bint withscores, int version, bint nested):
@@ -424,22 +401,18 @@ def encode_entries(list entries, bint withscores, int version, bint nested):
     ``sorted_sets._entries`` writes it: members (and scores), flat in RESP2,
     ``[member, score]`` pairs in RESP3 when ``nested``."""
     cdef Writer w
-    cdef char header[24]
-    cdef int head
     cdef Py_ssize_t count = len(entries)
     cdef bint pairs = withscores and nested and version == 3
     w.data = NULL
     w.size = w.cap = 0
     try:
-        head = snprintf(header, sizeof(header), "*%zd\r\n",
-                        count * 2 if withscores and not pairs else count)
-        _put(&w, header, head)
+        reply_header(&w, b"*", count * 2 if withscores and not pairs else count)
         for entry in entries:
             if pairs:
-                _put(&w, "*2\r\n", 4)
+                reply_put(&w, "*2\r\n", 4)
             _bulk_text(&w, <str>(<tuple>entry)[1])
             if withscores:
-                _double(&w, <double>(<tuple>entry)[2], version)
+                reply_double(&w, <double>(<tuple>entry)[2], version)
         return PyBytes_FromStringAndSize(w.data, w.size)
     finally:
         writer_free(&w)
