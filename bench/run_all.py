@@ -288,6 +288,8 @@ def plan(quick: bool) -> tuple[Plan, dict[str, dict[int, Run]]]:
                                        "1,16")
         sweeps["live"][500] = work.add("live feed", "bench_live.py", "--quick")
         work.add("cluster", "bench_cluster.py", "--quick")
+        work.add("redis protocol", "bench_resp.py", "--members", 100_000, "--rounds", 1,
+                 "--requests", 20_000)
         return work, sweeps
     sweeps["index"][1_000_000] = work.add("index, 1M members", "bench_index.py")
     for members in (100_000, 5_000_000):
@@ -309,6 +311,7 @@ def plan(quick: bool) -> tuple[Plan, dict[str, dict[int, Run]]]:
             subscribers)
     work.add("cluster log", "bench_cluster_log.py")
     work.add("cluster", "bench_cluster.py")
+    work.add("redis protocol", "bench_resp.py")
     return work, sweeps
 
 
