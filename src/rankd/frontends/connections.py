@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import resource
 from typing import Any
 
 from aiohttp import web
 
+from rankd.engine.errors import EngineError
 from rankd.security.limits import is_loopback
+
+log = logging.getLogger(__name__)
 
 #: Descriptors kept for the WAL, snapshots, Postgres and the like.
 RESERVED_DESCRIPTORS = 256
@@ -165,3 +169,94 @@ class GuardedSite(web.BaseSite):
         self._server = await loop.create_server(
             guarded_http_factory(self._runner.server, self._limits), self._host, self._port,
             ssl=self._ssl_context, backlog=self._backlog, reuse_address=True)
+
+
+class PipelinedConnection(asyncio.Protocol):
+    """What the TCP and RESP connections share: admission under the
+    server's :class:`ConnectionLimits`, back-pressure from the transport,
+    and runs of packed writes handed to the engine from ``data_received``
+    (``answering``, in order) whose replies are written once committed.
+
+    A subclass encodes a run's replies (:meth:`_encoded`), says how a
+    connection over a cap is refused (:meth:`_refuse`) and drops what it
+    queued (:meth:`_forget`).
+    """
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.transport: Any = None
+        self.address = ""
+        self.admitted = False
+        self.closing = False
+        self.reading_paused = False
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+        #: Packed runs applied from ``data_received``, not answered yet, in order.
+        self.answering: collections.deque[tuple[Any, asyncio.Future[None]]] = \
+            collections.deque()
+        #: Set while ``answering`` is empty: the worker waits for it.
+        self.answered = asyncio.Event()
+        self.answered.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.loop = asyncio.get_running_loop()
+        self.address = peer_address(transport)
+        self.opened_at = self.last_active = self.loop.time()
+        refused = self.server.limits.admit(self.address)
+        if refused is not None:
+            self._refuse(refused)
+            return
+        self.admitted = True
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        if self.admitted:
+            self.admitted = False
+            self.server.limits.release(self.address)
+        self.server.connections.discard(self)
+        self._forget()
+        self.answering.clear()
+        self.answered.set()
+        self.can_write.set()
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    def _hand_over(self, packed: Any, applied: asyncio.Future[None]) -> None:
+        """A run handed to the engine: its replies follow once ``applied``."""
+        self.answering.append((packed, applied))
+        self.answered.clear()
+        applied.add_done_callback(self._applied)
+
+    def _applied(self, _: asyncio.Future[None]) -> None:
+        """Write the replies of the runs at the head of ``answering`` that are done."""
+        answering = self.answering
+        while answering and answering[0][1].done():
+            packed, applied = answering.popleft()
+            exc = asyncio.CancelledError() if applied.cancelled() else applied.exception()
+            if exc is not None:
+                if not isinstance(exc, EngineError):
+                    log.error("a packed run failed; closing the connection", exc_info=exc)
+                    self.transport.abort()
+                    return
+                packed.answers = [exc] * len(packed)
+            if not self.closing:
+                self.transport.write(self._encoded(packed))
+        if not answering:
+            self.answered.set()
+
+    def _encoded(self, packed: Any) -> bytes:
+        """The replies of an applied packed run."""
+        raise NotImplementedError
+
+    def _refuse(self, reason: str) -> None:
+        """Answer a connection over a cap, and close it."""
+        raise NotImplementedError
+
+    def _forget(self) -> None:
+        """Drop what the connection queued (it is gone)."""

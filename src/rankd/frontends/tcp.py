@@ -45,7 +45,11 @@ from rankd import __version__, wire
 from rankd._native import native_or
 from rankd.engine.errors import EngineError, InvalidInput
 from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
-from rankd.frontends.connections import ConnectionLimits, default_max_connections, peer_address
+from rankd.frontends.connections import (
+    ConnectionLimits,
+    PipelinedConnection,
+    default_max_connections,
+)
 from rankd.frontends.service import MAX_BATCH, Service, check_fields, integer
 from rankd.security import ANONYMOUS_ALL, Gate, Principal, Unauthorized
 
@@ -188,67 +192,31 @@ OPERATIONS: dict[str, tuple[set[str], set[str], Handler]] = {
 }
 
 
-class TcpConnection(asyncio.Protocol):
+class TcpConnection(PipelinedConnection):
     """One client connection."""
 
     def __init__(self, server: TcpServer) -> None:
-        self.server = server
+        super().__init__(server)
         self.service = server.service
         self.gate = server.gate
         #: Who is calling: set by ``auth`` (or everyone, without credentials configured).
         self.principal: Principal | None = None if self.gate.auth_enabled else ANONYMOUS_ALL
         self.auth_failures = 0
-        self.address = ""
-        self.admitted = False
         self.decoder = RequestDecoder(HANDSHAKE_MAX_FRAME)
         self.queue: collections.deque[Any] = collections.deque()
         #: Requests in ``queue`` (a packed run holds many).
         self.queued = 0
-        #: Packed runs applied from ``data_received``, not answered yet, in order.
-        self.answering: collections.deque[tuple[Any, asyncio.Future[None]]] = \
-            collections.deque()
-        #: Set while ``answering`` is empty: the worker waits for it.
-        self.answered = asyncio.Event()
-        self.answered.set()
-        self.transport: asyncio.Transport | None = None
         self.worker: asyncio.Task | None = None
         self.greeted = False
-        self.closing = False
-        self.reading_paused = False
-        self.can_write = asyncio.Event()
-        self.can_write.set()
 
     # --- asyncio.Protocol ---------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.loop = asyncio.get_running_loop()
-        self.address = peer_address(transport)
-        self.opened_at = self.last_active = self.loop.time()
-        refused = self.server.limits.admit(self.address)
-        if refused is not None:
-            self._close_with([], 0, "too_many_connections", refused)
-            return
-        self.admitted = True
-        self.server.connections.add(self)
+    def _refuse(self, reason: str) -> None:
+        self._close_with([], 0, "too_many_connections", reason)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
-        if self.admitted:
-            self.admitted = False
-            self.server.limits.release(self.address)
-        self.server.connections.discard(self)
+    def _forget(self) -> None:
         self.queue.clear()
         self.queued = 0
-        self.answering.clear()
-        self.answered.set()
-        self.can_write.set()
-
-    def pause_writing(self) -> None:
-        self.can_write.clear()
-
-    def resume_writing(self) -> None:
-        self.can_write.set()
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -459,28 +427,8 @@ class TcpConnection(asyncio.Protocol):
         docstring); False leaves it to the queue."""
         if not self.can_write.is_set() or not self._takes(packed):
             return False
-        applied = self.service.submit_packed_nowait(packed)  # read-only: a failed future
-        self.answering.append((packed, applied))
-        self.answered.clear()
-        applied.add_done_callback(self._applied)
+        self._hand_over(packed, self.service.submit_packed_nowait(packed))  # (read-only: failed)
         return True
-
-    def _applied(self, _: asyncio.Future[None]) -> None:
-        """Write the answers of the runs at the head of ``answering`` that are done."""
-        answering = self.answering
-        while answering and answering[0][1].done():
-            packed, applied = answering.popleft()
-            exc = asyncio.CancelledError() if applied.cancelled() else applied.exception()
-            if exc is not None:
-                if not isinstance(exc, EngineError):
-                    log.error("a packed run failed; closing the connection", exc_info=exc)
-                    self.transport.abort()
-                    return
-                packed.answers = [exc] * len(packed)
-            if not self.closing:
-                self.transport.write(self._answers(packed))
-        if not answering:
-            self.answered.set()
 
     def _takes(self, packed: Any) -> bool:
         """Whether the fast path takes a packed run: if not (a signed board,
@@ -506,9 +454,9 @@ class TcpConnection(asyncio.Protocol):
             await self.service.submit_packed(packed)
         except EngineError as exc:  # e.g. read-only: every submit gets the error
             packed.answers = [exc] * len(packed)
-        out.append(self._answers(packed))
+        out.append(self._encoded(packed))
 
-    def _answers(self, packed: Any) -> bytes:
+    def _encoded(self, packed: Any) -> bytes:
         """The response frames of an applied packed run (and its statistics)."""
         frames, answered = _encode_answers(packed, wire.ok, wire.error)
         stats = self.server.stats

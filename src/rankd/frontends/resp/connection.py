@@ -31,7 +31,11 @@ from typing import TYPE_CHECKING, Any
 from rankd._native import native_or
 from rankd.engine.errors import EngineError, NotPrimary, ReadOnly, Unavailable
 from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
-from rankd.frontends.connections import ConnectionLimits, default_max_connections, peer_address
+from rankd.frontends.connections import (
+    ConnectionLimits,
+    PipelinedConnection,
+    default_max_connections,
+)
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import Command, lookup
 from rankd.frontends.resp.protocol import SCANNER, ProtocolError, Replies, RequestReader
@@ -75,11 +79,11 @@ def error_text(exc: EngineError) -> str:
     return f"ERR {exc.message}"
 
 
-class RespConnection(asyncio.Protocol):
+class RespConnection(PipelinedConnection):
     """One client connection."""
 
     def __init__(self, server: RespServer) -> None:
-        self.server = server
+        super().__init__(server)
         self.service: Service = server.service
         self.gate = server.gate
         self.id = next(_client_ids)
@@ -92,24 +96,11 @@ class RespConnection(asyncio.Protocol):
         #: The window and period reads use (``RANKD.WINDOW``); None: the board's own.
         self.window: str | None = None
         self.period: str | None = None
-        self.address = ""
-        self.admitted = False
         self.reader = self._reader()
         self.queue: collections.deque[Any] = collections.deque()
-        #: Packed runs handed to the engine from ``data_received``, not yet
-        #: answered, in order; the worker waits for them (``answered``).
-        self.answering: collections.deque[tuple[Any, asyncio.Future[None]]] = \
-            collections.deque()
-        self.answered = asyncio.Event()
-        self.answered.set()
-        self.transport: asyncio.Transport | None = None
         self.worker: asyncio.Task | None = None
-        self.closing = False
         #: Set by QUIT: close once its reply is written.
         self.quitting = False
-        self.reading_paused = False
-        self.can_write = asyncio.Event()
-        self.can_write.set()
 
     def _reader(self) -> RequestReader:
         if self.principal is None:
@@ -118,34 +109,11 @@ class RespConnection(asyncio.Protocol):
 
     # --- asyncio.Protocol ---------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.loop = asyncio.get_running_loop()
-        self.address = peer_address(transport)
-        self.opened_at = self.last_active = self.loop.time()
-        refused = self.server.limits.admit(self.address)
-        if refused is not None:
-            self.close_with(f"ERR max number of clients reached ({refused})")
-            return
-        self.admitted = True
-        self.server.connections.add(self)
+    def _refuse(self, reason: str) -> None:
+        self.close_with(f"ERR max number of clients reached ({reason})")
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
-        if self.admitted:
-            self.admitted = False
-            self.server.limits.release(self.address)
-        self.server.connections.discard(self)
+    def _forget(self) -> None:
         self.queue.clear()
-        self.answering.clear()
-        self.answered.set()
-        self.can_write.set()
-
-    def pause_writing(self) -> None:
-        self.can_write.clear()
-
-    def resume_writing(self) -> None:
-        self.can_write.set()
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -186,10 +154,7 @@ class RespConnection(asyncio.Protocol):
                 if out:
                     self.transport.writelines(out)
                     out = []
-                applied = self.service.submit_packed_nowait(item)
-                self.answering.append((item, applied))
-                self.answered.clear()
-                applied.add_done_callback(self._applied)
+                self._hand_over(item, self.service.submit_packed_nowait(item))
                 position += 1
                 break  # what follows must see it applied: the worker waits for it
             if type(item) is _PackedReads:
@@ -209,23 +174,6 @@ class RespConnection(asyncio.Protocol):
         if out:
             self.transport.writelines(out)
         return items[position:]
-
-    def _applied(self, _: asyncio.Future[None]) -> None:
-        """Write the replies of the runs at the head of ``answering`` that are done."""
-        answering = self.answering
-        while answering and answering[0][1].done():
-            packed, applied = answering.popleft()
-            exc = asyncio.CancelledError() if applied.cancelled() else applied.exception()
-            if exc is not None:
-                if not isinstance(exc, EngineError):
-                    log.error("a packed run failed; closing the connection", exc_info=exc)
-                    self.transport.abort()
-                    return
-                packed.answers = [exc] * len(packed)
-            if not self.closing:
-                self.transport.write(self._encoded(packed))
-        if not answering:
-            self.answered.set()
 
     async def _drain(self) -> None:
         try:
