@@ -14,8 +14,8 @@ import pytest
 
 from daemon import Daemon
 from rankd import wire
-from rankd.frontends.connections import ConnectionLimits
-from rankd.frontends.tcp import HANDSHAKE_MAX_FRAME, HANDSHAKE_SECONDS, SWEEP_SECONDS
+from rankd.frontends.connections import HANDSHAKE_SECONDS, SWEEP_SECONDS, ConnectionLimits
+from rankd.frontends.tcp import HANDSHAKE_MAX_FRAME
 
 
 def frame(value) -> bytes:

@@ -9,6 +9,7 @@ import signal
 import socket
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -225,6 +226,10 @@ def test_tooling_commands_answer_what_clients_and_tools_ask(open_daemon):
         assert client.call("CLIENT", "GETNAME") == b"$-1\r\n"
         assert client.call("ECHO", "hi") == b"$2\r\nhi\r\n"
         assert client.call("QUIT") == b"+OK\r\n"
+    with urllib.request.urlopen(open_daemon.url + "/metrics", timeout=10) as response:
+        metrics = response.read().decode()
+    assert "rankd_resp_connections" in metrics
+    assert 'rankd_resp_commands_total{command="echo",status="ok"}' in metrics
 
 
 def test_every_acknowledged_zincrby_survives_kill_9(tmp_path):

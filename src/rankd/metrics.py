@@ -56,12 +56,14 @@ class Metrics:
 
 
 class DaemonCollector(Collector):
-    """Reads the engine, WAL, shipper, TCP front-end and live feed at scrape time."""
+    """Reads the engine, WAL, shipper, TCP and RESP front-ends and live feed at scrape time."""
 
-    def __init__(self, engine: Any, tcp: Any = None, feed: Any = None) -> None:
+    def __init__(self, engine: Any, tcp: Any = None, feed: Any = None, resp: Any = None
+                 ) -> None:
         self.engine = engine
         self.tcp = tcp
         self.feed = feed
+        self.resp = resp
         self.started = time.time()
 
     def collect(self) -> Iterator[Metric]:
@@ -71,6 +73,7 @@ class DaemonCollector(Collector):
         yield from self._shipper()
         yield from self._cluster()
         yield from self._tcp()
+        yield from self._resp()
         yield from self._live()
         yield from self._process()
 
@@ -176,7 +179,7 @@ class DaemonCollector(Collector):
             return
         yield GaugeMetricFamily("rankd_tcp_connections", "Open TCP protocol connections",
                                 value=len(self.tcp.connections))
-        yield GaugeMetricFamily("rankd_connections", "Open HTTP and TCP connections",
+        yield GaugeMetricFamily("rankd_connections", "Open HTTP, TCP and RESP connections",
                                 value=self.tcp.limits.total)
         yield CounterMetricFamily("rankd_connections_refused",
                                   "Connections refused over a connection cap",
@@ -186,6 +189,18 @@ class DaemonCollector(Collector):
         for (op, status), count in list(self.tcp.stats.items()):
             requests.add_metric([op, status], count)
         yield requests
+
+    def _resp(self) -> Iterator[Metric]:
+        if self.resp is None:
+            return
+        yield GaugeMetricFamily("rankd_resp_connections", "Open Redis-protocol connections",
+                                value=len(self.resp.connections))
+        commands = CounterMetricFamily(
+            "rankd_resp_commands", "Redis-protocol commands by command and status (the "
+            "native paths count as read and write)", labels=["command", "status"])
+        for (command, status), count in list(self.resp.stats.items()):
+            commands.add_metric([command, status], count)
+        yield commands
 
     def _live(self) -> Iterator[Metric]:
         feed = self.feed

@@ -107,7 +107,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
                     send_timeout=config.live_send_timeout,
                     max_per_address=config.live_max_per_address)
     metrics = Metrics()
-    metrics.add(DaemonCollector(engine, tcp, feed))
+    metrics.add(DaemonCollector(engine, tcp, feed, resp))
     app = create_app(service, gate, metrics, origins,
                      Forwarder(cluster_config.node_id, cluster_config.ack_timeout + 5)
                      if cluster_config is not None else None)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import resource
 from typing import Any
@@ -197,6 +198,26 @@ class PipelinedConnection(asyncio.Protocol):
         #: Set while ``answering`` is empty: the worker waits for it.
         self.answered = asyncio.Event()
         self.answered.set()
+        #: The task answering queued requests, while there are some.
+        self.worker: asyncio.Task | None = None
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether the handshake is done (the sweeper's deadline stops)."""
+        raise NotImplementedError
+
+    @property
+    def busy(self) -> bool:
+        """Whether requests of this connection are still being worked on."""
+        raise NotImplementedError
+
+    def handshake_expired(self) -> None:
+        """Close: the handshake took longer than ``HANDSHAKE_SECONDS``."""
+        raise NotImplementedError
+
+    def idle_expired(self) -> None:
+        """Close: silent for the idle timeout."""
+        raise NotImplementedError
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -260,3 +281,80 @@ class PipelinedConnection(asyncio.Protocol):
 
     def _forget(self) -> None:
         """Drop what the connection queued (it is gone)."""
+
+
+#: Until a connection has authenticated (TCP: said hello too), how long it may take.
+HANDSHAKE_SECONDS = 10.0
+#: How often connections are checked for that deadline and the idle timeout.
+SWEEP_SECONDS = 1.0
+
+
+class PipelinedServer:
+    """The listener the TCP and RESP protocols share: it makes a
+    :class:`PipelinedConnection` per client, closes those past the
+    handshake deadline or the idle timeout, and on :meth:`close` lets
+    queued requests and handed-over runs finish before closing them all."""
+
+    #: The sweeper task's name.
+    name = "rankd-listener"
+
+    def __init__(self, *, limits: ConnectionLimits | None, idle_timeout: float) -> None:
+        self.limits = limits or ConnectionLimits(default_max_connections())
+        #: Seconds a connection may stay silent (0: forever).
+        self.idle_timeout = idle_timeout
+        self.connections: set[Any] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self._sweeper: asyncio.Task | None = None
+
+    def _connection(self) -> PipelinedConnection:
+        raise NotImplementedError
+
+    async def start(self, host: str, port: int, ssl: Any = None) -> int:
+        """Listen; returns the port (useful with port 0)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._connection, host, port,
+                                                reuse_address=True, ssl=ssl)
+        self._sweeper = asyncio.create_task(self._sweep(), name=f"{self.name}-sweeper")
+        return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def addresses(self) -> list[str]:
+        """The host addresses the listener is bound to."""
+        if self._server is None:
+            return []
+        return [sock.getsockname()[0] for sock in self._server.sockets]
+
+    async def _sweep(self) -> None:
+        """Close connections past the handshake deadline or the idle timeout."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            now = loop.time()
+            for connection in list(self.connections):
+                if connection.closing:
+                    continue
+                if not connection.authenticated:
+                    if now - connection.opened_at > HANDSHAKE_SECONDS:
+                        connection.handshake_expired()
+                elif (self.idle_timeout and now - connection.last_active > self.idle_timeout
+                        and not connection.busy):
+                    connection.idle_expired()
+
+    async def close(self, grace: float = 10.0) -> None:
+        """Stop accepting, let queued requests finish, close every connection."""
+        if self._server is None:
+            return
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        self._server.close()
+        busy = [c.worker for c in self.connections if c.worker is not None]
+        busy += [applied for c in self.connections for _, applied in c.answering]
+        if busy:
+            await asyncio.wait(busy, timeout=grace)
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 2)
+        self._server = None

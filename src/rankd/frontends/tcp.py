@@ -33,11 +33,8 @@ the idle timeout, are closed.
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
 import logging
-import ssl as ssl_module
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,9 +43,10 @@ from rankd._native import native_or
 from rankd.engine.errors import EngineError, InvalidInput
 from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
 from rankd.frontends.connections import (
+    HANDSHAKE_SECONDS,
     ConnectionLimits,
     PipelinedConnection,
-    default_max_connections,
+    PipelinedServer,
 )
 from rankd.frontends.service import MAX_BATCH, Service, check_fields, integer
 from rankd.security import ANONYMOUS_ALL, Gate, Principal, Unauthorized
@@ -59,12 +57,8 @@ QUEUE_HIGH_WATER = 4096
 QUEUE_LOW_WATER = 512
 #: Unauthenticated or failed requests before the connection is closed.
 MAX_AUTH_FAILURES = 3
-#: Until hello and auth succeeded: the largest frame (a JWT of 8 KiB fits),
-#: and how long they may take.
+#: Until hello and auth succeeded: the largest frame (a JWT of 8 KiB fits).
 HANDSHAKE_MAX_FRAME = 16 * 1024
-HANDSHAKE_SECONDS = 10.0
-#: How often connections are checked for the deadlines above.
-SWEEP_SECONDS = 1.0
 SUBMIT_FIELDS = {"member", "score", "delta", "event_id", "ts", "label"}
 VIEW_FIELDS = {"window", "period"}
 #: The largest log position (a signed 64-bit integer in Postgres).
@@ -206,7 +200,6 @@ class TcpConnection(PipelinedConnection):
         self.queue: collections.deque[Any] = collections.deque()
         #: Requests in ``queue`` (a packed run holds many).
         self.queued = 0
-        self.worker: asyncio.Task | None = None
         self.greeted = False
 
     # --- asyncio.Protocol ---------------------------------------------------------
@@ -474,8 +467,19 @@ class TcpConnection(PipelinedConnection):
 
     @property
     def busy(self) -> bool:
-        """Whether requests of this connection are still being worked on."""
         return bool(self.queue or self.worker is not None or self.answering)
+
+    @property
+    def authenticated(self) -> bool:
+        return self.greeted and self.principal is not None
+
+    def handshake_expired(self) -> None:
+        self._close_with([], 0, "handshake_timeout", f"hello and auth must come within "
+                         f"{HANDSHAKE_SECONDS:g} s of connecting")
+
+    def idle_expired(self) -> None:
+        self._close_with([], 0, "idle_timeout",
+                         f"no request for {self.server.idle_timeout:g} s")
 
     def _close_with(self, out: list[bytes], request_id: int, code: str, message: str) -> None:
         out.append(wire.error(request_id, code, message))
@@ -487,74 +491,20 @@ class TcpConnection(PipelinedConnection):
         self.transport.close()
 
 
-class TcpServer:
+class TcpServer(PipelinedServer):
     """Listens for protocol connections; :meth:`close` drains them gracefully."""
+
+    name = "rankd-tcp"
 
     def __init__(self, service: Service, gate: Gate | None = None, *,
                  max_frame: int = wire.MAX_FRAME, limits: ConnectionLimits | None = None,
                  idle_timeout: float = 300.0) -> None:
+        super().__init__(limits=limits, idle_timeout=idle_timeout)
         self.service = service
         self.gate = gate or Gate.open()
         self.max_frame = max_frame
-        self.limits = limits or ConnectionLimits(default_max_connections())
-        #: Seconds a connection may stay silent (0: forever).
-        self.idle_timeout = idle_timeout
-        self.connections: set[TcpConnection] = set()
-        self._sweeper: asyncio.Task | None = None
         #: (op, "ok" or error code) -> requests, for metrics.
         self.stats: collections.Counter[tuple[str, str]] = collections.Counter()
-        self._server: asyncio.AbstractServer | None = None
 
-    async def start(self, host: str, port: int, ssl: ssl_module.SSLContext | None = None
-                    ) -> int:
-        """Listen; returns the port (useful with port 0)."""
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: TcpConnection(self), host, port,
-                                                reuse_address=True, ssl=ssl)
-        self._sweeper = asyncio.create_task(self._sweep(), name="rankd-tcp-sweeper")
-        return self._server.sockets[0].getsockname()[1]
-
-    async def _sweep(self) -> None:
-        """Close connections past the handshake deadline or the idle timeout."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(SWEEP_SECONDS)
-            now = loop.time()
-            for connection in list(self.connections):
-                if connection.closing:
-                    continue
-                if not (connection.greeted and connection.principal is not None):
-                    if now - connection.opened_at > HANDSHAKE_SECONDS:
-                        connection._close_with([], 0, "handshake_timeout",
-                                               f"hello and auth must come within "
-                                               f"{HANDSHAKE_SECONDS:g} s of connecting")
-                elif (self.idle_timeout and now - connection.last_active > self.idle_timeout
-                        and not connection.busy):
-                    connection._close_with([], 0, "idle_timeout",
-                                           f"no request for {self.idle_timeout:g} s")
-
-    @property
-    def addresses(self) -> list[str]:
-        """The host addresses the listener is bound to."""
-        if self._server is None:
-            return []
-        return [sock.getsockname()[0] for sock in self._server.sockets]
-
-    async def close(self, grace: float = 10.0) -> None:
-        """Stop accepting, let queued requests finish, close every connection."""
-        if self._server is None:
-            return
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-        self._server.close()
-        busy = [c.worker for c in self.connections if c.worker is not None]
-        busy += [applied for c in self.connections for _, applied in c.answering]
-        if busy:
-            await asyncio.wait(busy, timeout=grace)
-        for connection in list(self.connections):
-            if connection.transport is not None:
-                connection.transport.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._server.wait_closed(), 2)
-        self._server = None
+    def _connection(self) -> TcpConnection:
+        return TcpConnection(self)

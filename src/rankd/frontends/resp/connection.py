@@ -32,9 +32,10 @@ from rankd._native import native_or
 from rankd.engine.errors import EngineError, NotPrimary, ReadOnly, Unavailable
 from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
 from rankd.frontends.connections import (
+    HANDSHAKE_SECONDS,
     ConnectionLimits,
     PipelinedConnection,
-    default_max_connections,
+    PipelinedServer,
 )
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import Command, lookup
@@ -53,8 +54,6 @@ QUEUE_LOW_WATER = 512
 MAX_AUTH_FAILURES = 3
 HANDSHAKE_MAX_BULK = 16 * 1024
 HANDSHAKE_MAX_WORDS = 16
-HANDSHAKE_SECONDS = 10.0
-SWEEP_SECONDS = 1.0
 NOAUTH = "NOAUTH Authentication required."
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 
@@ -98,7 +97,6 @@ class RespConnection(PipelinedConnection):
         self.period: str | None = None
         self.reader = self._reader()
         self.queue: collections.deque[Any] = collections.deque()
-        self.worker: asyncio.Task | None = None
         #: Set by QUIT: close once its reply is written.
         self.quitting = False
 
@@ -441,6 +439,12 @@ class RespConnection(PipelinedConnection):
     def busy(self) -> bool:
         return bool(self.queue or self.worker is not None or self.answering)
 
+    def handshake_expired(self) -> None:
+        self.close_with(f"ERR authenticate (AUTH) within {HANDSHAKE_SECONDS:g} s of connecting")
+
+    def idle_expired(self) -> None:
+        self.close_with(None)
+
     def close_with(self, text: str | None, out: list[bytes] | None = None) -> None:
         """Write ``out`` and the error ``text``, then close."""
         parts = list(out or [])
@@ -467,80 +471,32 @@ class RespConnection(PipelinedConnection):
                 f"lib-ver={self.library.get('lib-ver', '')}")
 
 
-class RespServer:
+class RespServer(PipelinedServer):
     """Listens for RESP connections; :meth:`close` drains them gracefully."""
+
+    name = "rankd-resp"
 
     def __init__(self, service: Service, gate: Gate | None = None, *,
                  limits: ConnectionLimits | None = None, idle_timeout: float = 300.0,
                  max_bulk: int = 1 << 20, port_of: dict[str, Any] | None = None) -> None:
+        super().__init__(limits=limits, idle_timeout=idle_timeout)
         self.service = service
         self.gate = gate or Gate.open()
-        self.limits = limits or ConnectionLimits(default_max_connections())
-        self.idle_timeout = idle_timeout
         self.max_bulk = max_bulk
-        self.connections: set[RespConnection] = set()
         #: (command, "ok" or error code) -> commands, for metrics.
         self.stats: collections.Counter[tuple[str, str]] = collections.Counter()
         #: What INFO and CONFIG GET report (ports, fsync policy...).
         self.settings: dict[str, Any] = dict(port_of or {})
         self.started_at = 0.0
         self.total_connections = 0
-        self._server: asyncio.AbstractServer | None = None
-        self._sweeper: asyncio.Task | None = None
 
     async def start(self, host: str, port: int, ssl: ssl_module.SSLContext | None = None
                     ) -> int:
-        """Listen; returns the port (useful with port 0)."""
-        loop = asyncio.get_running_loop()
-        self.started_at = loop.time()
-        self._server = await loop.create_server(self._connect, host, port,
-                                                reuse_address=True, ssl=ssl)
-        self._sweeper = asyncio.create_task(self._sweep(), name="rankd-resp-sweeper")
-        bound = self._server.sockets[0].getsockname()[1]
+        self.started_at = asyncio.get_running_loop().time()
+        bound = await super().start(host, port, ssl)
         self.settings["port"] = bound
         return bound
 
-    def _connect(self) -> RespConnection:
+    def _connection(self) -> RespConnection:
         self.total_connections += 1
         return RespConnection(self)
-
-    @property
-    def addresses(self) -> list[str]:
-        if self._server is None:
-            return []
-        return [sock.getsockname()[0] for sock in self._server.sockets]
-
-    async def _sweep(self) -> None:
-        """Close connections past the handshake deadline or the idle timeout."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(SWEEP_SECONDS)
-            now = loop.time()
-            for connection in list(self.connections):
-                if connection.closing:
-                    continue
-                if not connection.authenticated:
-                    if now - connection.opened_at > HANDSHAKE_SECONDS:
-                        connection.close_with(f"ERR authenticate (AUTH) within "
-                                              f"{HANDSHAKE_SECONDS:g} s of connecting")
-                elif (self.idle_timeout and now - connection.last_active > self.idle_timeout
-                        and not connection.busy):
-                    connection.close_with(None)
-
-    async def close(self, grace: float = 10.0) -> None:
-        """Stop accepting, let queued commands finish, close every connection."""
-        if self._server is None:
-            return
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-        self._server.close()
-        busy = [c.worker for c in self.connections if c.worker is not None]
-        if busy:
-            await asyncio.wait(busy, timeout=grace)
-        for connection in list(self.connections):
-            if connection.transport is not None:
-                connection.transport.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._server.wait_closed(), 2)
-        self._server = None
