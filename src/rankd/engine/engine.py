@@ -1079,7 +1079,10 @@ class Engine:
         unpacked = self._apply_runs(runs) if runs else []
         boards, self._pass_boards = self._pass_boards, set()
         try:
-            await self.wal.commit(self.wal.last_lsn)
+            # The pass gathered this turn's commits: unless each needs an
+            # fsync, its write goes out now (replies leave a turn sooner).
+            if not self.wal.commit_now(self.wal.last_lsn):
+                await self.wal.commit(self.wal.last_lsn)
         except WalFailedError as exc:
             raise self._read_only_after(exc) from exc
         finally:

@@ -526,6 +526,19 @@ class WriteAheadLog:
             # Shielded: a cancelled committer must not cancel the shared fsync.
             await asyncio.shield(self._flush)
 
+    def commit_now(self, lsn: int) -> bool:
+        """Under ``everysec`` and ``no``: hand records up to ``lsn`` to the OS
+        now, in this thread, and return True (what :meth:`commit` waits a
+        turn of the event loop for, so that the commits of one turn share a
+        write: a caller that gathered them already saves that turn).  Under
+        ``always`` nothing is done and False returned: await :meth:`commit`.
+        ``WalFailedError`` if the write fails."""
+        if self.fsync == "always":
+            return False
+        if self._written_lsn < lsn:
+            self._write_out()
+        return True
+
     async def make_durable(self, lsn: int) -> None:
         """Return once records up to ``lsn`` are written *and* fsynced, whatever
         the policy (a snapshot must never hold more than the log can give
