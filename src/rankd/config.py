@@ -52,7 +52,7 @@ class Option:
 
 
 OPTIONS = (
-    Option("host", str, "127.0.0.1", "address the HTTP and TCP listeners bind to"),
+    Option("host", str, "127.0.0.1", "address the HTTP, TCP and RESP listeners bind to"),
     Option("port", int, 7700, "HTTP port (REST, live feed, page)"),
     Option("tcp_port", int, 7701, "msgpack TCP protocol port (0 disables it)"),
     Option("resp_port", int, 7702,
@@ -102,12 +102,12 @@ OPTIONS = (
     Option("live_send_timeout", float, 10.0,
            "seconds a live subscriber may leave a push unread before it is disconnected"),
     Option("live_max_per_address", int, 1000, "live-feed connections allowed per client address"),
-    Option("max_connections", int, 0, "open HTTP and TCP connections allowed in all (0: what "
-                                      "the descriptor limit leaves after a reserve)"),
+    Option("max_connections", int, 0, "open HTTP, TCP and RESP connections allowed in all "
+                                      "(0: what the descriptor limit leaves after a reserve)"),
     Option("max_connections_per_address", int, 256,
            "open connections allowed per client address (0: no cap; loopback is exempt)"),
     Option("idle_timeout", float, 300.0,
-           "seconds a TCP protocol connection may stay silent before it is closed (0: never)"),
+           "seconds a TCP or RESP connection may stay silent before it is closed (0: never)"),
     Option("http_idle_timeout", float, 30.0,
            "seconds an HTTP connection may wait for (or trickle in) its next request",
            minimum=1),
@@ -134,7 +134,7 @@ OPTIONS = (
     Option("rate_address_reads", float, 5000.0, "reads/s per client address (0: unlimited)"),
     Option("rate_credential_writes", float, 0.0, "writes/s per credential (0: unlimited)"),
     Option("rate_credential_reads", float, 0.0, "reads/s per credential (0: unlimited)"),
-    Option("tls_cert", Path, None, "serve HTTP and TCP over TLS with this certificate (PEM)"),
+    Option("tls_cert", Path, None, "serve HTTP, TCP and RESP over TLS with this certificate (PEM)"),
     Option("tls_key", Path, None, "private key (PEM) of --tls-cert"),
     Option("log_format", str, "auto",
            "log format; auto: JSON lines when stderr is not a terminal (systemd, containers, "
