@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
+import time
 import tomllib
 import urllib.request
 from pathlib import Path
 
-from daemon import Daemon
+import pytest
+
+from daemon import Daemon, free_port
 from rankd.config import OPTIONS, add_arguments
 from rankd.docs import render_example_config
 
@@ -83,3 +89,54 @@ def test_every_metric_the_dashboard_queries_exists(tmp_path):
     exposed |= set(re.findall(r"^(rankd_[a-z_]+)", text, re.MULTILINE))
     missing = sorted(name for name in queried if name not in exposed)
     assert not missing, missing
+
+
+def test_the_dockerfile_builds_in_two_stages_and_runs_unprivileged():
+    """No Docker daemon here: the Dockerfile is checked, and its install
+    steps (deploy/install.sh) are run by the next test."""
+    text = (DEPLOY / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM (\S+)", text, re.MULTILINE)
+    assert stages == ["python:3.11-slim", "python:3.11-slim"]
+    assert "install.sh wheels /wheels" in text and "install.sh install /wheels" in text
+    assert "install.sh check /opt/rankd" in text
+    user = re.findall(r"^USER (\S+)", text, re.MULTILINE)
+    assert user and user[-1] not in ("root", "0")
+    assert re.search(r"^HEALTHCHECK .*?/v1/health", text, re.MULTILINE | re.DOTALL)
+    compose = (DEPLOY / "compose.yaml").read_text()
+    assert "postgres:" in compose and "RANKD_POSTGRES_DSN" in compose
+    assert "RANKD_JWT_SECRET: ${RANKD_JWT_SECRET:?" in compose  # no default secret
+
+
+@pytest.mark.slow
+def test_the_image_install_steps_build_and_run_rankd_natively(tmp_path):
+    """What the image's stages do, on a clean directory: build the wheels
+    (Cython compiles the native modules), install them alone into a fresh
+    environment, check every hot loop is native, serve."""
+    script = DEPLOY / "install.sh"
+    env = {**os.environ, "PYTHON": sys.executable}
+    env.pop("PYTHONPATH", None)
+    for step in (["wheels", str(tmp_path / "wheels")],
+                 ["install", str(tmp_path / "wheels"), str(tmp_path / "rankd")],
+                 ["check", str(tmp_path / "rankd")]):
+        done = subprocess.run(["sh", str(script), *step], env=env, capture_output=True,
+                              text=True, timeout=900, cwd=tmp_path)
+        assert done.returncode == 0, (step, done.stdout[-2000:], done.stderr[-2000:])
+    port = free_port()
+    process = subprocess.Popen(
+        [str(tmp_path / "rankd" / "bin" / "rankd"), "serve", "--port", str(port),
+         "--tcp-port", "0", "--resp-port", "0", "--data-dir", str(tmp_path / "data")],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as page:
+                    assert b"<html" in page.read().lower()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise
+                time.sleep(0.1)
+    finally:
+        process.terminate()
+        process.wait(30)

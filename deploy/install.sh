@@ -1,0 +1,43 @@
+#!/bin/sh
+# The install steps of the container image, in one script the Dockerfile runs
+# and the tests run on a clean directory (no Docker daemon needed to check them).
+#
+#   deploy/install.sh wheels OUT_DIR          build rankd's wheel (native extensions
+#                                             compiled with Cython) and its dependencies'
+#   deploy/install.sh install WHEEL_DIR PREFIX  a virtual environment at PREFIX with
+#                                             rankd from those wheels only (no network)
+#   deploy/install.sh check PREFIX            the installed daemon runs every hot loop
+#                                             natively
+set -eu
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3}
+
+case "${1:-}" in
+wheels)
+    out=$2
+    mkdir -p "$out"
+    "$python" -m pip wheel --quiet --wheel-dir "$out" "$here"
+    ;;
+install)
+    wheels=$2
+    prefix=$3
+    "$python" -m venv "$prefix"
+    "$prefix/bin/pip" install --quiet --no-index --find-links "$wheels" rankd
+    ;;
+check)
+    prefix=$2
+    "$prefix/bin/python" - <<'PY'
+from rankd._native import implementations
+parts = implementations()
+slow = sorted(part for part, kind in parts.items() if kind != "native")
+if slow:
+    raise SystemExit(f"not native: {', '.join(slow)}")
+print("native:", ", ".join(sorted(parts)))
+PY
+    ;;
+*)
+    echo "usage: $0 wheels OUT_DIR | install WHEEL_DIR PREFIX | check PREFIX" >&2
+    exit 2
+    ;;
+esac
