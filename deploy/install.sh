@@ -15,9 +15,15 @@ python=${PYTHON:-python3}
 
 case "${1:-}" in
 wheels)
-    out=$2
-    mkdir -p "$out"
-    "$python" -m pip wheel --quiet --wheel-dir "$out" "$here"
+    out=$(mkdir -p "$2" && cd "$2" && pwd)
+    # From a copy without build leftovers: setuptools would reuse compiled
+    # modules from a build/ directory, and would leave one in the sources.
+    source=$(mktemp -d)
+    trap 'rm -rf "$source"' EXIT
+    tar -C "$here" --exclude=./build --exclude=./.venv --exclude=./.git \
+        --exclude='*.so' --exclude=node_modules --exclude=test-artifacts -cf - . \
+        | tar -C "$source" -xf -
+    "$python" -m pip wheel --quiet --wheel-dir "$out" "$source"
     ;;
 install)
     wheels=$2
