@@ -120,6 +120,34 @@ def test_large_pipelines_of_writes_are_split_into_engine_batches(open_daemon):
         assert client.call("ZCARD", "bulk") == b":30000\r\n"
 
 
+def test_a_client_not_reading_large_replies_does_not_make_them_pile_up(open_daemon):
+    """80 pipelined reads of 20,000 entries each (about 50 MB of replies) from
+    a client that reads nothing for a while: the daemon makes replies only
+    as they drain (its memory grows by far less than they weigh), and every
+    reply arrives, in order, as when asked alone."""
+    def rss() -> int:
+        with urllib.request.urlopen(open_daemon.url + "/metrics", timeout=10) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("rankd_process_rss_bytes "):
+                    return int(float(line.split()[1]))
+        raise AssertionError("no rankd_process_rss_bytes")
+
+    members = [w for i in range(20_000) for w in (str(i * 1.5), f"member:{i:06d}")]
+    with RawClient(open_daemon.resp_port) as client:
+        for start in range(0, len(members), 2000):
+            client.call("ZADD", "huge", *members[start:start + 2000])
+        alone = client.call("ZRANGE", "huge", "0", "-1", "WITHSCORES")
+        before = rss()
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        client.send(b"".join(encode_request(["ZRANGE", "huge", "0", "-1", "WITHSCORES"])
+                             for _ in range(80)))
+        time.sleep(1.5)
+        grown = rss() - before
+        assert grown < 80 * len(alone) // 3, (grown, 80 * len(alone))
+        for _ in range(80):
+            assert client.reply() == alone
+
+
 def test_what_rankd_refuses_by_design_is_refused_clearly(open_daemon):
     with RawClient(open_daemon.resp_port) as client:
         assert client.call("ZADD", "r", "inf", "a") == b"-ERR rankd keeps finite scores only\r\n"

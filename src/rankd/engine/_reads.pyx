@@ -35,9 +35,11 @@ cdef inline bint _differ(const char *a, const char *b, Py_ssize_t size) noexcept
 
 
 def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
-           Py_ssize_t max_entries):
+           Py_ssize_t max_entries, Py_ssize_t max_bytes):
     """Answer ``reads`` from ``first`` on: ``(replies, stopped)``, where
-    ``stopped`` is the first read not answered (``len(reads)`` if all were)."""
+    ``stopped`` is the first read not answered (``len(reads)`` if all were).
+    Replies past ``max_bytes`` also stop it (a client that pipelines large
+    reads without reading its replies must not make them pile up here)."""
     cdef Writer w
     cdef PackedRead *read
     cdef Py_ssize_t i, size, n, rank, count, position
@@ -54,7 +56,7 @@ def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
     w.size = w.cap = 0
     try:
         i = first
-        while i < reads.count:
+        while i < reads.count and w.size < max_bytes:
             read = &reads.items[i]
             if last_name == NULL or read.board.size != last_size or \
                     _differ(reads.chars(&read.board), last_name, last_size):

@@ -1230,15 +1230,16 @@ class Engine:
         board, _, _, index = self._view(name, window, period)
         return SortedView(index, board.config.order == "asc", board.version)
 
-    def answer_reads(self, reads: Any, first: int, version: int, max_entries: int
-                     ) -> tuple[bytes, int]:
+    def answer_reads(self, reads: Any, first: int, version: int, max_entries: int,
+                     max_bytes: int) -> tuple[bytes, int]:
         """RESP replies to packed plain reads (``rankd.engine._reads``) from
-        ``first`` on: ``(replies, stopped)``; the read at ``stopped`` (if any)
-        is left to the caller.  None answered while reads are not served."""
+        ``first`` on, up to about ``max_bytes``: ``(replies, stopped)``; the
+        reads from ``stopped`` on (if any) are left to the caller.  None
+        answered while reads are not served."""
         if (self._rolling_back or _answer_reads is None
                 or (self.replication is not None and not self.replication.serving)):
             return b"", first
-        return _answer_reads(self.boards, reads, first, version, max_entries)
+        return _answer_reads(self.boards, reads, first, version, max_entries, max_bytes)
 
     def read_version(self, name: str, window: str | None = None, period: str | None = None
                      ) -> tuple[int, str, str]:

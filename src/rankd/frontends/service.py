@@ -288,10 +288,10 @@ class Service:
         return self.engine.view(board, optional_text(window, "window"),
                                 optional_text(period, "period"))
 
-    def answer_reads(self, reads: Any, first: int, version: int, max_entries: int
-                     ) -> tuple[bytes, int]:
+    def answer_reads(self, reads: Any, first: int, version: int, max_entries: int,
+                     max_bytes: int) -> tuple[bytes, int]:
         """RESP replies to packed plain reads, natively (``Engine.answer_reads``)."""
-        return self.engine.answer_reads(reads, first, version, max_entries)
+        return self.engine.answer_reads(reads, first, version, max_entries, max_bytes)
 
     def member(self, board: str, member: str, *, window: str | None = None,
                period: str | None = None) -> dict[str, Any]:

@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 
 QUEUE_HIGH_WATER = 4096
 QUEUE_LOW_WATER = 512
+#: Replies made before they are written and the client's reading awaited.
+OUT_HIGH_WATER = 1 << 20
 MAX_AUTH_FAILURES = 3
 HANDSHAKE_MAX_BULK = 16 * 1024
 HANDSHAKE_MAX_WORDS = 16
@@ -76,6 +78,17 @@ def error_text(exc: EngineError) -> str:
     if isinstance(exc, Unavailable | NotPrimary):
         return f"TRYAGAIN {exc.message}"
     return f"ERR {exc.message}"
+
+
+def _grown(out: list[bytes], size: list[int]) -> int:
+    """Bytes in ``out``, counted on from ``size`` (``[replies counted,
+    bytes]``, updated): no rescan of what was counted."""
+    counted, total = size
+    while counted < len(out):
+        total += len(out[counted])
+        counted += 1
+    size[0], size[1] = counted, total
+    return total
 
 
 class RespConnection(PipelinedConnection):
@@ -126,7 +139,8 @@ class RespConnection(PipelinedConnection):
         except ProtocolError as exc:
             items = [*exc.commands, exc]
             self.transport.pause_reading()
-        if self.worker is None and not self.queue and not self.answering:
+        if (self.worker is None and not self.queue and not self.answering
+                and self.can_write.is_set()):
             items = self._answer_now(items)
         self.queue.extend(items)
         if len(self.queue) >= QUEUE_HIGH_WATER and not self.reading_paused:
@@ -143,6 +157,7 @@ class RespConnection(PipelinedConnection):
         writes to the engine (answered when committed, by ``_applied``); no
         task is made for them.  Returns the items left for the worker."""
         out: list[bytes] = []
+        size = [0, 0]
         position = 0
         for item in items:
             if type(item) is _Packed:
@@ -156,8 +171,13 @@ class RespConnection(PipelinedConnection):
                 position += 1
                 break  # what follows must see it applied: the worker waits for it
             if type(item) is _PackedReads:
-                self._reads(item, out)
+                rest = self._reads(item, out)
                 position += 1
+                if rest:
+                    items[position:position] = rest
+                    break
+                if _grown(out, size) >= OUT_HIGH_WATER:
+                    break  # the rest waits for the client to read (the worker)
                 continue
             if isinstance(item, ProtocolError):
                 break
@@ -167,6 +187,8 @@ class RespConnection(PipelinedConnection):
                     break
                 self._run_now(command, item, out)
             position += 1
+            if _grown(out, size) >= OUT_HIGH_WATER:
+                break  # the rest waits for the client to read (the worker)
             if self.closing:
                 return []
         if out:
@@ -179,7 +201,9 @@ class RespConnection(PipelinedConnection):
                 await self.answered.wait()  # runs handed over earlier are answered first
                 out: list[bytes] = []
                 pending: list[tuple[int, Writes]] = []
-                while self.queue and not self.closing and len(out) < QUEUE_LOW_WATER:
+                size = [0, 0]
+                while (self.queue and not self.closing and len(out) < QUEUE_LOW_WATER
+                       and _grown(out, size) < OUT_HIGH_WATER):
                     words = self.queue.popleft()
                     if type(words) is _Packed:
                         await self._flush(pending, out)
@@ -187,7 +211,10 @@ class RespConnection(PipelinedConnection):
                         continue
                     if type(words) is _PackedReads:
                         await self._flush(pending, out)
-                        self._reads(words, out)
+                        rest = self._reads(words, out)
+                        self.queue.extendleft(reversed(rest))
+                        if rest:
+                            break
                         continue
                     if isinstance(words, ProtocolError):
                         await self._flush(pending, out)
@@ -288,10 +315,13 @@ class RespConnection(PipelinedConnection):
             packed.answers = [exc] * len(packed)
         out.append(self._encoded(packed))
 
-    def _reads(self, reads: Any, out: list[bytes]) -> None:
+    def _reads(self, reads: Any, out: list[bytes]) -> list[list[bytes]]:
         """A run of plain reads the scanner packed, answered by the engine
         natively; a read it leaves (and every one, if the connection reads
-        another window or the run is not admitted whole) the general way."""
+        another window or the run is not admitted whole) the general way.
+        Once :data:`OUT_HIGH_WATER` bytes of replies are made, the reads
+        left are returned as commands, for the worker (which waits while
+        the client does not read)."""
         native = self.window is None and self.period is None and self.principal is not None
         if native:
             try:
@@ -300,18 +330,23 @@ class RespConnection(PipelinedConnection):
                 native = False  # each read is admitted (or refused) alone
         if not native:
             self._read_generally(reads, range(len(reads)), out)
-            return
+            return []
         first = 0
         while first < len(reads):
             data, stopped = self.service.answer_reads(reads, first, self.replies.version,
-                                                      MAX_REPLY_ENTRIES)
+                                                      MAX_REPLY_ENTRIES, OUT_HIGH_WATER)
             if data:
                 out.append(data)
             self.server.stats[("read", "ok")] += stopped - first
             if stopped >= len(reads):
-                return
+                return []
+            if len(data) >= OUT_HIGH_WATER:
+                reader = RequestReader(max_bulk=self.server.max_bulk)
+                return [words for i in range(stopped, len(reads))
+                        for words in reader.feed(reads.source(i))]
             self._read_generally(reads, [stopped], out)
             first = stopped + 1
+        return []
 
     def _read_generally(self, reads: Any, indexes: Any, out: list[bytes]) -> None:
         reader = RequestReader(max_bulk=self.server.max_bulk)
