@@ -1228,7 +1228,7 @@ class Engine:
         """A window of the board as a sorted set in Redis's order (see
         :mod:`rankd.engine.view`)."""
         board, _, _, index = self._view(name, window, period)
-        return SortedView(index, board.config.order == "asc", board.version)
+        return SortedView(index, board.config.order == "asc")
 
     def answer_reads(self, reads: Any, first: int, version: int, max_entries: int,
                      max_bytes: int) -> tuple[bytes, int]:

@@ -25,14 +25,12 @@ Entry = tuple[int, str, float]
 class SortedView:
     """Read-only positional access to one window (and period) of a board."""
 
-    __slots__ = ("_ascending", "_index", "version")
+    __slots__ = ("_ascending", "_index")
 
-    def __init__(self, index: Any, ascending: bool, version: int) -> None:
+    def __init__(self, index: Any, ascending: bool) -> None:
         #: The window's rank index, or None while the period has no members.
         self._index = index
         self._ascending = ascending
-        #: The board's version when the view was taken.
-        self.version = version
 
     def __len__(self) -> int:
         return 0 if self._index is None else len(self._index)
