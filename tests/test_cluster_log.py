@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from rankd.cluster.groups import GROUPS, group_of
-from rankd.cluster.log import ClusterLog, Fenced, OutOfSequence, migrate
+from rankd.cluster.log import READ_BATCHES, ClusterLog, Fenced, OutOfSequence, migrate
 
 
 def test_board_groups_are_crc32_of_the_name_modulo_the_group_count():
@@ -171,6 +171,42 @@ def test_a_damaged_batch_in_postgres_is_never_read_as_records(pg_dsn):
                                    "WHERE group_id = 9")
             with pytest.raises(RuntimeError, match="damaged"):
                 await store.read(9, 0)
+        finally:
+            await store.pool.close()
+
+    run(scenario())
+
+
+def test_a_read_touches_only_the_batches_it_returns_however_long_the_log(pg_dsn):
+    """A follower reads after every commit: reading must not cost more as
+    the log of its group, or of every other group, grows."""
+    async def scenario():
+        store = await _open(pg_dsn)
+        try:
+            lease = await store.take(3, "a")
+            sizes = [random.Random(5).randint(1, 4) for _ in range(60)]
+            seq = 1
+            for size in sizes:
+                await store.append(lease, seq, [f"r{seq + i}".encode() for i in range(size)])
+                seq += size
+            async with store.pool.acquire() as conn:  # other groups' long logs
+                await conn.execute(
+                    "INSERT INTO rankd_log (group_id, first_seq, last_seq, epoch, records) "
+                    "SELECT 100 + n % 50, n, n, 1, '\\x00' FROM generate_series(1, 20000) n")
+                await conn.execute("ANALYZE rankd_log")
+            last = seq - 1
+            for after in (0, 1, last // 2, last - 3, last - 1, last):
+                records = await store.read(3, after)
+                assert [r[0] for r in records] == list(range(after + 1, last + 1))
+                assert [r[2] for r in records] == [f"r{i}".encode()
+                                                   for i in range(after + 1, last + 1)]
+            tuples = ("SELECT seq_tup_read + idx_tup_fetch FROM pg_stat_xact_user_tables "
+                      "WHERE relname = 'rankd_log'")
+            async with store.pool.acquire() as conn, conn.transaction():
+                before = await conn.fetchval(tuples)
+                assert len(await conn.fetch(READ_BATCHES, 3, last - 3, 100)) >= 1
+                touched = await conn.fetchval(tuples) - before
+            assert touched <= 4, touched  # the batches read, and the one before
         finally:
             await store.pool.close()
 

@@ -94,6 +94,18 @@ CREATE TABLE IF NOT EXISTS rankd_group_snapshots (
 """
 
 
+#: A group's batches after a position.  ``last_seq`` is not indexed: the
+#: subquery finds, by the primary key, the batch holding the next position,
+#: so a read touches only the batches it returns however long the log is
+#: (filtering on ``last_seq`` alone scanned every batch of every group).
+READ_BATCHES = (
+    "SELECT first_seq, last_seq, epoch, records FROM rankd_log "
+    "WHERE group_id = $1 AND last_seq > $2 AND first_seq >= coalesce("
+    "(SELECT first_seq FROM rankd_log WHERE group_id = $1 AND first_seq <= $2 + 1 "
+    "ORDER BY first_seq DESC LIMIT 1), 0) "
+    "ORDER BY first_seq LIMIT $3")
+
+
 class Fenced(NotPrimary):
     """The group has a newer epoch than the caller's: it was deposed.  As a
     write's answer: nothing of it was committed."""
@@ -206,10 +218,7 @@ class ClusterLog:
         ``after_seq``, in order, from at most ``limit`` batches; every
         record's checksum and position are checked."""
         async with self.pool.acquire() as conn:
-            rows = await conn.fetch(
-                "SELECT first_seq, last_seq, epoch, records FROM rankd_log "
-                "WHERE group_id = $1 AND last_seq > $2 ORDER BY first_seq LIMIT $3",
-                group, after_seq, limit)
+            rows = await conn.fetch(READ_BATCHES, group, after_seq, limit)
         out: list[tuple[int, int, bytes]] = []
         expected = after_seq + 1
         if rows and rows[0]["first_seq"] > expected:
