@@ -337,6 +337,37 @@ def test_a_follower_applies_the_log_once_in_order_across_a_postgres_restart(pg_c
     assert waits[len(waits) // 2] < 0.25  # woken by NOTIFY, not by the 0.5 s poll
 
 
+def test_a_reader_waiting_for_a_position_is_not_kept_waiting_by_the_gathering(pg_dsn):
+    """The tail lets batches gather before it reads (fewer round trips),
+    but a read with ``min_seq`` waits for it: that read is served as soon
+    as the position commits, not a gathering later."""
+    from rankd.cluster.committer import GroupCommitter
+    from rankd.cluster.tail import LogTail
+
+    async def scenario():
+        store = await _open(pg_dsn, lease=60)
+        applied = []
+        tail = LogTail(store, pg_dsn, lambda group, records: applied.extend(records),
+                       poll_seconds=30, gather_seconds=3.0)
+        try:
+            await tail.start()
+            committer = GroupCommitter(store, await store.take(6, "a"))
+            await committer.commit([b"first"])
+            await asyncio.sleep(0.2)  # the tail woke and gathers for 3 s now
+            assert applied == []
+            seq = await committer.commit([b"second"])
+            started = time.monotonic()
+            assert await tail.wait_for(6, seq, 2.0)
+            waited = time.monotonic() - started
+        finally:
+            await tail.stop()
+            await store.pool.close()
+        assert [r[2] for r in applied] == [b"first", b"second"]
+        return waited
+
+    assert run(scenario()) < 1.0
+
+
 def test_a_primary_partitioned_from_postgres_stops_and_is_fenced_when_it_returns(pg_server):
     """Node a reaches Postgres through a proxy that blackholes, then resets
     the link; node b takes the group meanwhile.  a stops acknowledging by

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from rankd.engine.errors import NotPrimary
-from rankd.engine.frames import frame, scan
+from rankd.engine.frames import frame_many, scan
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ class ClusterLog:
         if not payloads:
             raise ValueError("an empty batch")
         last_seq = first_seq + len(payloads) - 1
-        framed = b"".join(frame(first_seq + i, p) for i, p in enumerate(payloads))
+        framed = frame_many(first_seq, payloads)
         # One round trip: the compare-and-set runs in Postgres (rankd_append).
         async with self.pool.acquire() as conn:
             row = await conn.fetchrow("SELECT * FROM rankd_append($1, $2, $3, $4, $5, $6)",

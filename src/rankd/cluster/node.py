@@ -264,6 +264,10 @@ class ClusterNode:
                                   "running out; nothing was applied")
         return writer
 
+    def awaited(self, group: int) -> None:
+        if self.tail is not None:
+            self.tail.hurry()
+
     def check_acknowledge(self, group: int) -> None:
         if not self.keeper.may_acknowledge(group):
             raise Unacknowledged(f"node {self.node_id}'s lease of group {group} may have run "

@@ -829,6 +829,8 @@ class Engine:
             return
         group = group_of(name)
         deadline = time.monotonic() + timeout
+        if self.positions.get(group, (0, 0))[0] < seq:
+            self.replication.awaited(group)
         while (applied := self.positions.get(group, (0, 0))[0]) < seq:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -142,6 +142,14 @@ _scan, IMPLEMENTATION = native_or("rankd.engine._frames", "scan", scan_python)
 frame_into, _ = native_or("rankd.engine._frames", "frame_into", frame_into_python)
 find_frame, _ = native_or("rankd.engine._frames", "find_frame", find_frame_python)
 
+
+def frame_many(first_lsn: int, payloads: list[bytes]) -> bytes:
+    """The frames of ``payloads`` at positions ``first_lsn, first_lsn + 1,
+    ...``, back to back (one native call, as the log's writes are)."""
+    framed = bytearray()
+    frame_into(framed, payloads, first_lsn - 1, 0, MAX_LSN, [])
+    return bytes(framed)
+
 #: Power loss drops whole pages the kernel had not written back; a file
 #: extended meanwhile reads zeroes there.
 PAGE_BYTES = 4096

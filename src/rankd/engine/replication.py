@@ -55,6 +55,10 @@ class Replication(Protocol):
         """The group's writer; ``NotPrimary`` (naming the primary) if
         another node writes it."""
 
+    def awaited(self, group: int) -> None:
+        """A read waits for a position of ``group`` this node has not applied
+        yet: apply the group's log without delay."""
+
     def check_acknowledge(self, group: int) -> None:
         """Under ``--ack local``: raise ``Unacknowledged`` when this node may
         no longer acknowledge writes of ``group`` (its lease is about to run
