@@ -98,6 +98,79 @@ def test_a_tcp_write_to_another_node_is_moved_and_the_client_follows(lab: Lab) -
         assert status == 200 and seen["score"] == 10.0
 
 
+def test_pipelined_plain_submits_to_a_primary_carry_their_log_positions(lab: Lab) -> None:
+    """A run of plain submits (the TCP front-end's native path) on a
+    primary: each answer, in order, carries the log position and epoch that
+    acknowledge it; duplicates and refusals are answered as such; a board of
+    another node's group is answered ``moved``; every node then holds
+    exactly the writes acknowledged."""
+    import socket
+
+    from rankd import wire
+
+    boards = [f"fast-{n}" for n in range(40)]
+    for board in boards[:2]:
+        lab.daemons[0].request("PUT", f"/v1/boards/{board}", {"policy": "sum"})
+    mine = lab.primary_of(boards[0])
+    for board in boards[2:]:
+        if group_of(board) != group_of(boards[0]):
+            lab.daemons[(mine + 1) % 3].request("PUT", f"/v1/boards/{board}", {"policy": "sum"})
+            if lab.primary_of(board) not in (None, mine):
+                other = board
+                break
+    else:
+        pytest.skip("no board of a group another node writes")  # (40 names: never seen)
+    node = lab.daemons[mine]
+    frames, expected, repeats = [], {}, set()
+    for i in range(2, 402):
+        if i % 50 == 0:  # refused: not a number
+            frames.append(wire.request(i, "submit", {"board": boards[0], "member": "m",
+                                                     "delta": "lots", "event_id": f"bad-{i}"}))
+        elif i % 40 == 0:
+            frames.append(wire.request(i, "submit", {"board": other, "member": "m",
+                                                     "delta": 1, "event_id": f"o-{i}"}))
+        else:
+            event = i % 300  # from 302 on, repeats of earlier events
+            frames.append(wire.request(i, "submit", {"board": boards[0], "member": f"m{event % 7}",
+                                                     "delta": 1, "event_id": f"e-{event}"}))
+            if event in expected:
+                repeats.add(i)
+            expected[event] = f"m{event % 7}"
+    with socket.create_connection(("127.0.0.1", node.tcp_port), timeout=10) as sock:
+        decoder = wire.FrameDecoder()
+        answers: list = []
+        sock.sendall(wire.request(1, "hello", {"version": 1}))
+        while not answers:
+            answers.extend(decoder.feed(sock.recv(1 << 16)))
+        sock.sendall(b"".join(frames))  # after the handshake: the native path reads them
+        while len(answers) < 401:
+            data = sock.recv(1 << 16)
+            assert data, "closed by the server"
+            answers.extend(decoder.feed(data))
+    assert [a[0] for a in answers] == list(range(1, 402))
+    seqs = []
+    for request_id, status, body in answers[1:]:
+        if request_id % 50 == 0:
+            assert status == wire.ERROR and body["code"] == "invalid", body
+        elif request_id % 40 == 0:
+            assert status == wire.ERROR and body["code"] == "moved", body
+            assert body["address"] == f"127.0.0.1:{lab.daemons[lab.primary_of(other)].tcp_port}"
+        else:
+            assert status == wire.OK, body
+            assert body["duplicate"] == (request_id in repeats), body
+            assert body["epoch"] >= 1 and body["seq"] >= 1, body
+            seqs.append(body["seq"])
+    assert seqs == sorted(seqs)  # acknowledged in order, at growing positions
+    scores: dict[str, float] = {}
+    for member in expected.values():
+        scores[member] = scores.get(member, 0) + 1
+    for daemon in lab.daemons:
+        for member, score in scores.items():
+            status, seen = daemon.request(
+                "GET", f"/v1/boards/{boards[0]}/members/{member}?min_seq={max(seqs)}")
+            assert status == 200 and seen["score"] == score, (daemon.url, member, seen)
+
+
 def test_a_follower_serves_the_live_feed_of_writes_made_elsewhere(lab: Lab) -> None:
     import asyncio
     import json

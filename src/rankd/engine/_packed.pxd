@@ -64,6 +64,9 @@ cdef class Packed:
     cdef Py_ssize_t capacity
     #: Per submission: None (result in ``results``), an answer dict or an EngineError.
     cdef public list answers
+    #: On a cluster node, the ``(seq, epoch)`` of the log holding the run's
+    #: writes, once acknowledged (every answer carries it); else None.
+    cdef public object position
 
     cdef PackedSubmission *add(self) except NULL
     cdef object text(self, Span *span)

@@ -28,6 +28,7 @@ cdef class Packed:
         self.count = 0
         self.capacity = 0
         self.answers = []
+        self.position = None
 
     def __dealloc__(self):
         free(self.items)

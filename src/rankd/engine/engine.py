@@ -183,6 +183,9 @@ class Engine:
         self._pass_commit: asyncio.Future[None] | None = None
         self._pass_boards: set[str] = set()
         self._pass_runs: list[Any] = []
+        #: On a cluster node, the pass's packed runs by board group, and the
+        #: future of each group's (done once the ack mode is met).
+        self._pass_groups: dict[int, tuple[list[Any], asyncio.Future[None]]] = {}
         #: Packed runs gone the general way (a held board), not applied yet.
         self._unpacked = 0
         self._closed = False
@@ -755,10 +758,40 @@ class Engine:
             self._check_writable()
         except ReadOnly as exc:
             return _failed(exc)
-        if self._unpacked or self._meets_held(packed) or self.replication is not None:
+        if self._unpacked or self._meets_held(packed):
             return self._unpacked_soon(packed)
+        if self.replication is not None:
+            group = self._written_group(packed)
+            if group is None:
+                return self._unpacked_soon(packed)
+            self._pass()
+            entry = self._pass_groups.get(group)
+            if entry is None:
+                entry = self._pass_groups[group] = (
+                    [], asyncio.get_running_loop().create_future())
+            entry[0].append(packed)
+            return entry[1]
         self._pass_runs.append(packed)
         return self._pass()
+
+    def takes_packed(self, packed: Any) -> bool:
+        """Whether :meth:`submit_packed_nowait` applies a packed run itself:
+        on a cluster node only if its boards are of one group this node
+        writes now (the others go the general way, which forwards them or
+        names their primary)."""
+        return self.replication is None or self._written_group(packed) is not None
+
+    def _written_group(self, packed: Any) -> int | None:
+        """The one board group of a packed run, if this node writes it now."""
+        groups = {group_of(name) for name in packed.board_names()}
+        if len(groups) != 1:
+            return None
+        group = groups.pop()
+        try:
+            self.replication.writer(group)
+        except EngineError:
+            return None
+        return group
 
     def _meets_held(self, packed: Any) -> bool:
         """Whether a packed run writes to a board a snapshot holds."""
@@ -791,6 +824,40 @@ class Engine:
             if done.payloads:
                 self._append(done.payloads, done.boards)
         return unpacked
+
+    def _apply_group_runs(self, group: int, runs: list[Any],
+                          finished: asyncio.Future[None]) -> None:
+        """Apply a cluster node's packed runs of one group at the group's
+        next positions, as :meth:`_submit_replicated` does; ``finished`` is
+        done once the ack mode is met, each run then holding its answers
+        and ``position`` (the log's ``(seq, epoch)`` of its writes)."""
+        try:
+            self._check_writable()
+            writer = self.replication.writer(group)
+        except EngineError as exc:  # deposed, or read-only, since the runs came
+            _answer_runs(runs, finished, exc)
+            return
+        try:
+            done = ingest_packed(self.boards, runs, self.clock(), writer.next_seq,
+                                 self.config.dedupe_ttl, self.config.ts_tolerance)
+        except Exception as exc:
+            self._fail(exc)  # a bug, as in _submit_batch
+            finished.set_exception(exc)
+            raise
+        self._count(done)
+        # This pass's commit is the local log's part (the current task).
+        local = asyncio.current_task()
+        try:
+            if done.payloads:
+                acknowledged = self._replicate(writer, done.payloads, done.boards, local)
+            else:  # duplicates or refusals only: what they repeat may not be committed
+                acknowledged = asyncio.ensure_future(self._acknowledged(
+                    writer, writer.next_seq - 1, writer.epoch, local))
+        except EngineError as exc:
+            _answer_runs(runs, finished, exc)
+            return
+        acknowledged.add_done_callback(
+            lambda outcome: _answer_runs(runs, finished, outcome.exception() or outcome.result()))
 
     async def _submit_unpacked(self, packed: Any) -> None:
         try:
@@ -909,10 +976,12 @@ class Engine:
         await self._replicate(writer, [records.encode(record) for record in logged],
                               {record[1] for record in logged})
 
-    def _replicate(self, writer: GroupWriter, payloads: list[bytes], boards: set[str]
-                   ) -> asyncio.Future:
+    def _replicate(self, writer: GroupWriter, payloads: list[bytes], boards: set[str],
+                   local: asyncio.Future | None = None) -> asyncio.Future:
         """Send applied records to their group's log and to the local log;
-        done when the ack mode is met (``Unacknowledged`` if not in time)."""
+        done when the ack mode is met (``Unacknowledged`` if not in time).
+        ``local``: the commit of this pass, when it is the caller (the
+        records are then only appended)."""
         group, epoch = writer.group, writer.epoch
         expected = writer.next_seq
         first = writer.enqueue(payloads)
@@ -920,9 +989,11 @@ class Engine:
         last = first + len(payloads) - 1
         self.positions[group] = (last, epoch)
         self._advance()
-        local = self._commit_soon(
-            [records.encode([records.REPLICATED, group, first, epoch, payloads])], boards,
-            len(payloads))
+        wrapped = [records.encode([records.REPLICATED, group, first, epoch, payloads])]
+        if local is None:
+            local = self._commit_soon(wrapped, boards, len(payloads))
+        else:
+            self._append(wrapped, boards, len(payloads))
         return asyncio.ensure_future(self._acknowledged(writer, last, epoch, local))
 
     async def _acknowledged(self, writer: GroupWriter, last: int, epoch: int,
@@ -1077,7 +1148,10 @@ class Engine:
 
     async def _commit_pass(self) -> None:
         runs, self._pass_runs = self._pass_runs, []
+        groups, self._pass_groups = self._pass_groups, {}
         self._pass_commit = None
+        for group, (group_runs, finished) in groups.items():
+            self._apply_group_runs(group, group_runs, finished)
         unpacked = self._apply_runs(runs) if runs else []
         boards, self._pass_boards = self._pass_boards, set()
         try:
@@ -1546,6 +1620,30 @@ def _answers_of(part: list | BaseException) -> Iterator:
     if isinstance(part, BaseException):
         raise part
     return iter(part)
+
+
+def _answer_runs(runs: list[Any], finished: asyncio.Future[None],
+                 outcome: BaseException | tuple[int, int]) -> None:
+    """Finish a cluster node's packed runs of one group: ``outcome`` is the
+    log's ``(seq, epoch)`` of their writes, or why they are not acknowledged
+    (an ``EngineError`` answers every submission that was not refused)."""
+    if finished.done():
+        return
+    if isinstance(outcome, EngineError):
+        for packed in runs:
+            packed.answers = [outcome if answer is None or type(answer) is dict else answer
+                              for answer in packed.answers or [None] * len(packed)]
+    elif isinstance(outcome, BaseException):
+        finished.set_exception(outcome)
+        return
+    else:
+        seq, epoch = outcome
+        for packed in runs:
+            packed.position = outcome
+            for answer in packed.answers:
+                if type(answer) is dict:
+                    answer["seq"], answer["epoch"] = seq, epoch
+    finished.set_result(None)
 
 
 def _failed(exc: BaseException) -> asyncio.Future[None]:

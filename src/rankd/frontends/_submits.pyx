@@ -290,6 +290,10 @@ def encode_answers(Packed packed, ok, error):
     cdef PackedSubmission *item
     cdef PackedResult *result
     cdef list answers = packed.answers
+    cdef object position = packed.position
+    cdef int64_t seq = 0, epoch = 0
+    if position is not None:
+        seq, epoch = position
     w.data = NULL
     w.size = w.cap = 0
     try:
@@ -311,7 +315,7 @@ def encode_answers(Packed packed, ok, error):
             put_array(&w, 3)
             put_int(&w, item.tag)
             put_int(&w, 0)
-            put_tag(&w, 0x87)   # a map of 7
+            put_tag(&w, 0x87 if position is None else 0x89)   # a map of 7 (9 with seq, epoch)
             put_str(&w, b"member", 6)
             _put_span(&w, packed, &item.member)
             put_str(&w, b"score", 5)
@@ -329,6 +333,11 @@ def encode_answers(Packed packed, ok, error):
             put_bool(&w, False)
             put_str(&w, b"event_id", 8)
             _put_span(&w, packed, &item.event_id)
+            if position is not None:
+                put_str(&w, b"seq", 3)
+                put_int(&w, seq)
+                put_str(&w, b"epoch", 5)
+                put_int(&w, epoch)
             length = <uint32_t>(w.size - start - LENGTH_BYTES)
             w.data[start] = <char>(length >> 24)
             w.data[start + 1] = <char>(length >> 16)

@@ -226,13 +226,14 @@ class Service:
     def takes_packed(self, packed: Any) -> bool:
         """Whether :meth:`submit_packed` may take these packed submissions:
         not if one of their boards takes only signed submissions (those go
-        through :meth:`submit_many`, which verifies them)."""
+        through :meth:`submit_many`, which verifies them), nor on a cluster
+        node for boards another node writes (answered ``moved``)."""
         boards = self.engine.boards
         for name in packed.board_names():
             known = boards.get(name)
             if known is not None and known.config.signed:
                 return False
-        return True
+        return self.engine.takes_packed(packed)
 
     async def submit_packed(self, packed: Any) -> None:
         """Submit packed submissions (``rankd.engine._packed.Packed``, read by

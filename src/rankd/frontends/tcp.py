@@ -218,8 +218,7 @@ class TcpConnection(PipelinedConnection):
         # Packed only once requests will be taken: the handshake goes the
         # general way, and is held to small frames.
         if self.greeted and self.principal is not None:
-            # (Not on a cluster node, whose writes of other nodes' groups answer `moved`.)
-            self.decoder.pack = not self.service.clustered
+            self.decoder.pack = True
             self.decoder.max_frame = self.server.max_frame
         try:
             messages = self.decoder.feed(data)
