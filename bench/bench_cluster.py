@@ -120,7 +120,7 @@ async def probe_lag(primary: Daemon, follower: Daemon, stop: asyncio.Event
                     if score is not None and score >= body["score"]:
                         lags["plain"].append(time.perf_counter() - acknowledged)
                         break
-                    await asyncio.sleep(0.002)
+                    await asyncio.sleep(0.01)
             await asyncio.sleep(0.02)
     return lags
 

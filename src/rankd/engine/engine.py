@@ -1148,10 +1148,11 @@ class Engine:
 
     async def _commit_pass(self) -> None:
         runs, self._pass_runs = self._pass_runs, []
-        groups, self._pass_groups = self._pass_groups, {}
         self._pass_commit = None
-        for group, (group_runs, finished) in groups.items():
-            self._apply_group_runs(group, group_runs, finished)
+        if self._pass_groups:
+            groups, self._pass_groups = self._pass_groups, {}
+            for group, (group_runs, finished) in groups.items():
+                self._apply_group_runs(group, group_runs, finished)
         unpacked = self._apply_runs(runs) if runs else []
         boards, self._pass_boards = self._pass_boards, set()
         try:

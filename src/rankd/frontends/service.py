@@ -233,7 +233,7 @@ class Service:
             known = boards.get(name)
             if known is not None and known.config.signed:
                 return False
-        return self.engine.takes_packed(packed)
+        return self.engine.replication is None or self.engine.takes_packed(packed)
 
     async def submit_packed(self, packed: Any) -> None:
         """Submit packed submissions (``rankd.engine._packed.Packed``, read by
