@@ -129,16 +129,22 @@ def test_follow_and_unfollow_over_the_socket_and_malformed_messages(daemon):
             bad_action = await receive(ws)
             await ws.send_bytes(b"\x00\x01")
             bad_type = await receive(ws)
+            await ws.send_str(json.dumps({"action": "ping"}))
+            pong = await receive(ws)
+            await ws.send_str(json.dumps({"action": "ping", "members": []}))
+            bad_ping = await receive(ws)
             await ws.send_str(json.dumps({"action": "unfollow", "members": ["ann"]}))
             await asyncio.sleep(0.05)
             await client.submit("fol", "bob", delta=7)
             await client.submit("fol", "ann", delta=1)
             later = await quiet(ws, INTERVAL * 4)
-            return initial, bad_json, bad_action, bad_type, later
+            return initial, bad_json, bad_action, bad_type, pong, bad_ping, later
 
-    initial, bad_json, bad_action, bad_type, later = run_with_client(daemon, scenario)
+    initial, bad_json, bad_action, bad_type, pong, bad_ping, later = run_with_client(
+        daemon, scenario)
+    assert pong == {"type": "pong"}
     assert {(m["member"], m["rank"]) for m in initial} == {("ann", 1), ("bob", None)}
-    for error in (bad_json, bad_action, bad_type):
+    for error in (bad_json, bad_action, bad_type, bad_ping):
         assert error["type"] == "error" and error["code"] == "invalid" and error["message"]
     member_updates = [m for m in later if m["type"] == "user.rank.updated"]
     assert [(m["member"], m["rank"]) for m in member_updates] == [("bob", 1)]

@@ -330,13 +330,18 @@ def _member_names(members: object) -> list[str]:
 
 
 def parse_client_message(data: str) -> tuple[str, Any]:
-    """``(action, members)`` of a subscriber's message, or ``InvalidInput``."""
+    """``(action, members)`` of a subscriber's message, or ``InvalidInput``:
+    ``follow``/``unfollow`` with members, or ``ping`` (answered ``pong``,
+    so a client can tell a dead connection from a quiet board)."""
     try:
         message = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise InvalidInput("messages are JSON objects") from None
+    if message == {"action": "ping"}:
+        return "ping", None
     if not isinstance(message, dict) or set(message) != {"action", "members"}:
-        raise InvalidInput('a message is {"action": "follow"|"unfollow", "members": [...]}')
+        raise InvalidInput('a message is {"action": "follow"|"unfollow", "members": [...]} '
+                           'or {"action": "ping"}')
     if message["action"] not in ("follow", "unfollow"):
-        raise InvalidInput("action must be follow or unfollow")
+        raise InvalidInput("action must be follow, unfollow or ping")
     return message["action"], message["members"]

@@ -84,7 +84,9 @@ async def live_socket(request: web.Request) -> web.StreamResponse:
                 continue
             try:
                 action, members = parse_client_message(message.data)
-                if action == "follow":
+                if action == "ping":
+                    await socket.send_str('{"type":"pong"}')
+                elif action == "follow":
                     for member in feed.follow(subscriber, members):
                         subscriber.offer(None, feed._render_member(
                             subscriber.board, subscriber.window, member)[0])
