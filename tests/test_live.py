@@ -150,6 +150,25 @@ def test_follow_and_unfollow_over_the_socket_and_malformed_messages(daemon):
     assert [(m["member"], m["rank"]) for m in member_updates] == [("bob", 1)]
 
 
+def test_a_plain_request_to_the_socket_route_is_refused_and_holds_nothing(tmp_path):
+    """A GET without the WebSocket upgrade once registered a subscriber it
+    never released: enough of them used up the address's live connections."""
+    with Daemon(tmp_path / "data", "--live-max-per-address", "2") as server:
+        server.request("PUT", "/v1/boards/plain", {"policy": "sum"})
+        for _ in range(5):
+            status, body = server.request("GET", "/v1/boards/plain/live")
+            assert status == 400 and body["error"]["code"] == "bad_request", body
+            assert "WebSocket" in body["error"]["message"]
+
+        async def connect_twice(client, session):
+            url = ws_url(server, "plain")
+            async with session.ws_connect(url) as one, session.ws_connect(url) as two:
+                return [await receive(one), await receive(two)]
+
+        first, second = run_with_client(server, connect_twice)
+        assert first["type"] == second["type"] == "leaderboard.updated"
+
+
 def test_bad_subscriptions_are_refused_before_the_upgrade(daemon):
     async def scenario(client, session):
         await new_board(client, "refuse")

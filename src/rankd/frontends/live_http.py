@@ -60,18 +60,23 @@ def _subscribe(request: web.Request) -> Subscriber:
 
 @routes.get("/v1/boards/{board}/live")
 async def live_socket(request: web.Request) -> web.StreamResponse:
-    subscriber = _subscribe(request)  # errors answer as plain HTTP, before the upgrade
-    feed = request.app[FEED]
-    gate, principal, address = request.app[GATE], request[PRINCIPAL], request.remote or ""
     # No per-message compression: pushes are written as pre-built frames.
     socket = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS, max_msg_size=64 * 1024,
                                    compress=False)
-    _bound_send_buffer(request)
-    await socket.prepare(request)
-    subscriber.transport = request.transport
-    sender = asyncio.get_running_loop().create_task(
-        _send_loop(socket, request.transport, subscriber, feed.send_timeout))
+    subscriber = _subscribe(request)  # errors answer as plain HTTP, before the upgrade
+    feed = request.app[FEED]
+    gate, principal, address = request.app[GATE], request[PRINCIPAL], request.remote or ""
+    sender = None
     try:
+        if not socket.can_prepare(request).ok:
+            raise RequestError("this is the WebSocket feed: send a WebSocket upgrade, or read "
+                               "the same feed as Server-Sent Events at "
+                               f"{request.path[:-len('/live')]}/events")
+        _bound_send_buffer(request)
+        await socket.prepare(request)
+        subscriber.transport = request.transport
+        sender = asyncio.get_running_loop().create_task(
+            _send_loop(socket, request.transport, subscriber, feed.send_timeout))
         async for message in socket:
             try:  # each message a subscriber sends counts as a read
                 gate.admit(principal, "live_socket", address)
@@ -96,9 +101,10 @@ async def live_socket(request: web.Request) -> web.StreamResponse:
                 await socket.send_json({"type": "error", **exc.to_dict()})
     finally:
         feed.unsubscribe(subscriber)
-        sender.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sender
+        if sender is not None:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
     return socket
 
 
