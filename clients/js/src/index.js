@@ -483,26 +483,52 @@ export class LiveFeed {
     this.connect().catch((error) => this.emit("error", error));
   }
 
-  async url(path, members) {
+  /** The subscription's query: the view, and a join token if the client has a credential. */
+  async query(members) {
     const params = { window: this.window ?? undefined, limit: this.limit,
                      members: members.size ? [...members] : undefined };
     if (this.client.token) params.token = (await this.client.realtimeToken()).token;
-    return this.client.url + this.board.path + path + queryString(params);
+    return queryString(params);
+  }
+
+  /**
+   * Why a connection did not open: the server's refusal of the same
+   * subscription over plain HTTP (/events answers errors before streaming),
+   * a ConnectionFailed, or null when /events would open (so it is the
+   * WebSocket that fails: a proxy).
+   */
+  async explain(url) {
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), this.client.timeoutMs);
+    try {
+      const response = await this.client.fetch(url, { headers: { Accept: "text/event-stream" },
+                                                      signal: abort.signal });
+      if (response.ok) return null;
+      return errorOf(response.status, await response.json().catch(() => null), response.headers);
+    } catch (cause) {
+      return new ConnectionFailed("connection", `cannot reach ${this.client.url}: ` +
+                                  `${cause?.message ?? cause}`, { cause });
+    } finally {
+      clearTimeout(timer);
+      abort.abort();
+    }
   }
 
   async connect() {
     if (this.closed) return;
     this.setState(this.everOpened ? "reconnecting" : "connecting");
-    let url;
+    let query;
     const subscribed = new Set(this.followed);
     try {
-      url = await this.url(this.transport === "websocket" ? "/live" : "/events", subscribed);
+      query = await this.query(subscribed);
     } catch (error) {
       this.emit("error", error);
-      this.retry(error instanceof Unauthorized || error instanceof Forbidden);
+      this.retry(isRefusal(error));
       return;
     }
     if (this.closed) return;
+    const base = this.client.url + this.board.path;
+    const events = `${base}/events${query}`;
     const handlers = {
       open: () => {
         this.attempt = 0;
@@ -516,20 +542,27 @@ export class LiveFeed {
         this.setState("live");
       },
       message: (message) => this.deliver(message),
-      lost: (opened) => {
+      lost: (opened, error) => {
         if (this.closed) return;
-        if (!opened) this.failedOpens += 1;
         this.connection = null;
-        this.retry(false);
+        if (opened) {
+          this.retry(false);
+          return;
+        }
+        (error ? Promise.resolve(error) : this.explain(events)).then((why) => {
+          if (why === null) this.failedOpens += 1; // the server is fine: the socket is not
+          else this.emit("error", why);
+          this.retry(isRefusal(why));
+        });
       },
     };
     if (this.transport === "websocket") {
-      this.connection = openSocket(this.client.WebSocket, url.replace(/^http/, "ws"), handlers,
-                                   this.heartbeatMs);
+      this.connection = openSocket(this.client.WebSocket, `${base.replace(/^http/, "ws")}/live${query}`,
+                                   handlers, this.heartbeatMs);
     } else {
       this.connection = this.client.EventSource
-        ? openEventSource(this.client.EventSource, url, handlers)
-        : openEventStream(this.client.fetch, url, handlers, this.heartbeatMs);
+        ? openEventSource(this.client.EventSource, events, handlers)
+        : openEventStream(this.client.fetch, events, handlers, this.heartbeatMs);
     }
   }
 
@@ -558,6 +591,12 @@ export class LiveFeed {
       }
     }, (error) => this.emit("error", error));
   }
+}
+
+/** A refusal that waiting will not change soon (credentials, a board gone): back off long. */
+function isRefusal(error) {
+  return error instanceof RankdError && error.status >= 400 && error.status < 500
+    && !(error instanceof RateLimited);
 }
 
 function parse(text) {
@@ -597,9 +636,12 @@ function openSocket(WebSocketImpl, url, handlers, heartbeatMs) {
     const message = parse(event.data);
     if (message && message.type !== "pong") handlers.message(message);
   };
-  socket.onclose = () => {
+  // Once, whichever comes: a refused handshake fires only "error" in some
+  // implementations (Node's), "error" then "close" in browsers.
+  socket.onclose = socket.onerror = () => {
     clearInterval(pinger);
     connection.open = false;
+    socket.onclose = socket.onerror = null;
     handlers.lost(opened);
   };
   return connection;
@@ -634,10 +676,22 @@ function openEventStream(fetchImpl, url, handlers, heartbeatMs) {
   }, heartbeatMs);
   (async () => {
     let opened = false;
+    let refusal;
     try {
-      const response = await fetchImpl(url, { headers: { Accept: "text/event-stream" },
-                                              signal: abort.signal });
-      if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`);
+      let response;
+      try {
+        response = await fetchImpl(url, { headers: { Accept: "text/event-stream" },
+                                          signal: abort.signal });
+      } catch (cause) {
+        refusal = new ConnectionFailed("connection", `cannot reach the live feed: ${cause?.message ?? cause}`,
+                                       { cause });
+        throw cause;
+      }
+      if (!response.ok || !response.body) {
+        refusal = errorOf(response.status, await response.json().catch(() => null),
+                          response.headers);
+        throw refusal;
+      }
       opened = connection.open = true;
       handlers.open();
       const decoder = new TextDecoder();
@@ -668,7 +722,7 @@ function openEventStream(fetchImpl, url, handlers, heartbeatMs) {
       clearInterval(watchdog);
       connection.open = false;
     }
-    if (!deliberate) handlers.lost(opened);
+    if (!deliberate) handlers.lost(opened, refusal);
   })();
   return connection;
 }
