@@ -51,10 +51,10 @@ def test_the_generated_api_types_are_current():
 def test_the_client_passes_its_tests_against_real_daemons():
     node = _node()
     flag = _websocket_flag(node)
-    if not flag and subprocess.run([node, "-e", "if (typeof WebSocket !== 'function') "
-                                    "process.exit(1)"], timeout=30).returncode:
-        if REQUIRED:
-            pytest.fail("this node has no WebSocket: the client's WebSocket tests cannot run")
+    native = subprocess.run([node, "-e", "process.exit(typeof WebSocket === 'function' ? 0 : 1)"],
+                            timeout=30).returncode == 0
+    if REQUIRED and not (flag or native):
+        pytest.fail("this node has no WebSocket: the client's WebSocket tests cannot run")
     env = {**os.environ, "RANKD_PYTHON": sys.executable, "PYTHONPATH": str(SRC)}
     done = subprocess.run([node, *flag, "--test", "--test-reporter=tap", "test/"], cwd=CLIENT,
                           env=env, capture_output=True, text=True, timeout=600)
