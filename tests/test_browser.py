@@ -16,6 +16,7 @@ import pytest
 from daemon import Daemon
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+CLIENT_MODULE = Path(__file__).resolve().parent.parent / "clients" / "js" / "src" / "index.js"
 CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]
@@ -100,9 +101,12 @@ def _page_server():
 
     class Page(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            body = self.server.html.encode()
+            if self.path == "/rankd.js":  # the JavaScript client, as a web game would ship it
+                body, kind = CLIENT_MODULE.read_bytes(), "text/javascript"
+            else:
+                body, kind = self.server.html.encode(), "text/html"
             self.send_response(200)
-            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -146,6 +150,76 @@ def test_a_game_on_another_origin_calls_rankd_only_when_listed(tmp_path):
             assert daemon.request("GET", "/v1/boards/arena/members/from-other")[0] == 404
             status, standing = daemon.request("GET", "/v1/boards/arena/members/from-allowed")
             assert status == 200 and standing["score"] == 1
+    finally:
+        allowed.shutdown()
+        other.shutdown()
+
+
+GAME_PAGE = """<!doctype html><title>game</title><script type="module">
+import { Rankd } from "./rankd.js";
+const rankd = new Rankd({ url: %(rankd)s });
+const board = rankd.board("arena");
+window.seen = { websocket: [], sse: [], errors: [] };
+window.states = {};
+for (const transport of ["websocket", "sse"]) {
+  const feed = board.live({ limit: 3, follow: ["ann"], transport });
+  feed.on("state", (state) => { window.states[transport] = state; });
+  feed.on("top", (m) => window.seen[transport].push(m.top.map((e) => e.member).join(",")));
+  feed.on("member", (m) => window.seen[transport].push(m.member + "#" + m.rank));
+  feed.on("error", (e) => window.seen.errors.push(transport + ":" + e.code));
+}
+window.submit = (member, delta) => board.submit({ member, delta })
+  .then((r) => r.score, (e) => e.name + " " + e.code);
+document.title = "ready";
+</script>"""
+
+
+def test_the_javascript_client_in_a_page_of_another_origin(tmp_path):
+    """The client as a web game uses it: imported by a page of its own origin,
+    reading the live feed (WebSocket and Server-Sent Events) and submitting
+    over CORS; a page of an origin rankd does not list gets nothing."""
+    import json
+
+    sync_playwright, executable = _browser_or_skip()
+    allowed, other = _page_server(), _page_server()
+    try:
+        allowed_origin = f"http://127.0.0.1:{allowed.server_address[1]}"
+        with Daemon(tmp_path / "data", "--cors-origins", allowed_origin,
+                    "--live-interval", "0.05") as daemon, sync_playwright() as playwright:
+            daemon.request("PUT", "/v1/boards/arena", {"policy": "sum"})
+            daemon.request("POST", "/v1/boards/arena/scores/batch", {"events": [
+                {"member": name, "delta": score} for name, score in
+                (("bob", 30), ("cy", 20), ("ann", 10), ("dee", 5))]})
+            browser = playwright.chromium.launch(executable_path=executable,
+                                                 args=CHROMIUM_FLAGS)
+            try:
+                for server in (allowed, other):
+                    server.html = GAME_PAGE % {"rankd": json.dumps(daemon.url)}
+                page = browser.new_page()
+                page.goto(f"{allowed_origin}/")
+                page.wait_for_function("window.states && window.states.websocket === 'live'"
+                                       " && window.states.sse === 'live'", timeout=15_000)
+                assert page.evaluate("submit('ann', 100)") == 110
+                for transport in ("websocket", "sse"):
+                    page.wait_for_function(
+                        f"window.seen.{transport}.includes('ann,bob,cy')"
+                        f" && window.seen.{transport}.includes('ann#1')", timeout=10_000)
+                seen = page.evaluate("window.seen")
+                assert seen["websocket"][:2] == ["bob,cy,ann", "ann#3"] or \
+                    seen["websocket"][:2] == ["ann#3", "bob,cy,ann"], seen
+                assert seen["errors"] == [], seen
+
+                stranger = browser.new_page()
+                stranger.goto(f"http://127.0.0.1:{other.server_address[1]}/")
+                stranger.wait_for_function("document.title === 'ready'")
+                assert stranger.evaluate("submit('eve', 1)") == "ConnectionFailed connection"
+                stranger.wait_for_function("window.seen.errors.length >= 2", timeout=15_000)
+                states = stranger.evaluate("window.states")
+                assert "live" not in states.values(), states
+                assert stranger.evaluate("window.seen.websocket.concat(window.seen.sse)") == []
+            finally:
+                browser.close()
+            assert daemon.request("GET", "/v1/boards/arena/members/eve")[0] == 404
     finally:
         allowed.shutdown()
         other.shutdown()
