@@ -36,52 +36,103 @@ def _browser_or_skip() -> tuple[object, str]:
     return sync_playwright, executable
 
 
+AXE = Path(__file__).resolve().parent.parent / "clients" / "js" / "node_modules" / "axe-core" / \
+    "axe.min.js"
+
+
+def _serious_accessibility_violations(page) -> list[str]:
+    """axe-core's serious and critical findings on the page as it is now."""
+    if not AXE.exists():
+        pytest.fail("axe-core is not installed: run `npm ci` in clients/js")
+    page.add_script_tag(content=AXE.read_text())
+    found = page.evaluate("""async () => (await axe.run(document)).violations
+        .filter((v) => v.impact === "serious" || v.impact === "critical")
+        .map((v) => v.id + ": " + v.nodes.map((n) => n.target.join(" ")).join(", "))""")
+    return found
+
+
+def _text(page, selector: str) -> str:
+    return page.inner_text(selector).strip()
+
+
 def test_live_page_shows_scores_changing_and_a_followed_member(tmp_path):
+    """The page on a phone, in light and dark: the top moves live with rank
+    movement since the page opened, "me" is followed with its neighbours,
+    rank changes are announced, and axe-core finds nothing serious."""
     sync_playwright, executable = _browser_or_skip()
+    ARTIFACTS.mkdir(exist_ok=True)
     with Daemon(tmp_path / "data", "--live-interval", "0.1") as daemon:
         daemon.request("PUT", "/v1/boards/arena", {"policy": "sum", "windows": ["all", "daily"]})
         daemon.request("POST", "/v1/boards/arena/scores/batch", {"events": [
-            {"member": f"player{i}", "delta": 10 * i, "label": f"Player {i}"}
+            {"member": f"player{i}", "delta": 1000 * i, "label": f"Player {i}"}
             for i in range(1, 13)]})
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=executable,
                                                  args=CHROMIUM_FLAGS)
             try:
-                page = browser.new_page(viewport={"width": 390, "height": 844})  # a phone
+                context = browser.new_context(viewport={"width": 390, "height": 844},
+                                              locale="en-US")
+                page = context.new_page()
                 page.goto(f"{daemon.url}/?board=arena")
                 page.wait_for_selector("#state.live", timeout=15_000)
                 page.wait_for_function(
                     "document.querySelectorAll('#top tbody tr').length === 10")
-                first = page.inner_text("#top tbody tr:first-child td.member")
-                assert first == "Player 12"
+                assert _text(page, "#top tbody tr:first-child td.member") == "Player 12"
+                assert _text(page, "#top tbody tr:first-child td.score") == "12,000"
+                assert _text(page, "#page-info") == "Page 1 of 2"
 
                 # A submission over REST moves player3 from 10th to first on the page.
                 daemon.request("POST", "/v1/boards/arena/scores",
-                               {"member": "player3", "delta": 500})
+                               {"member": "player3", "delta": 50_000})
                 page.wait_for_function(
                     "document.querySelector('#top tbody tr td.member').textContent"
                     " === 'Player 3'", timeout=10_000)
-                assert page.inner_text("#top tbody tr:first-child td.move") == "▲9"
+                assert _text(page, "#top tbody tr:first-child td.move") == "▲9"
+                page.wait_for_function(
+                    "document.querySelector('#announcer').textContent.includes('takes the lead')")
 
-                # Follow a member: their rank shows, and moves live.
-                page.fill("#follow-name", "player5")
-                page.click("#follow-form button")
+                # "Me", by the name the page shows: around me, my rank, live.
+                page.fill("#me-name", "Player 5")
+                page.click("#me-form button")
                 page.wait_for_function(
-                    "document.querySelector('#followed').textContent.includes('rank 9')",
+                    "document.querySelector('#me-card').textContent.includes('rank 9')",
                     timeout=10_000)
+                assert "scope=around" in page.url and "me=player5" in page.url
+                page.wait_for_selector("#top tr.me", timeout=10_000)
                 daemon.request("POST", "/v1/boards/arena/scores",
-                               {"member": "player5", "delta": 1000})
+                               {"member": "player5", "delta": 100_000})
                 page.wait_for_function(
-                    "document.querySelector('#followed').textContent.includes('rank 1')",
+                    "document.querySelector('#me-card').textContent.includes('rank 1 ')",
                     timeout=10_000)
-                page.wait_for_selector("#around tr.me", timeout=10_000)
-                ARTIFACTS.mkdir(exist_ok=True)
-                page.screenshot(path=str(ARTIFACTS / "live-page.png"), full_page=True)
+                page.wait_for_function(
+                    "document.querySelector('#announcer').textContent"
+                    " === 'player5 is now rank 1, up 8.'", timeout=10_000)
+                assert page.get_attribute("#announcer", "aria-live") == "polite"
+                page.wait_for_function(  # the neighbours, re-read after the change
+                    "document.querySelector('#top tr.me td.rank')?.textContent === '1'",
+                    timeout=10_000)
                 # Readable at phone width: nothing wider than the viewport.
                 assert page.evaluate("document.documentElement.scrollWidth") <= 390
+                page.screenshot(path=str(ARTIFACTS / "live-page.png"), full_page=True)
+                assert _serious_accessibility_violations(page) == []
+
+                dark = browser.new_context(viewport={"width": 390, "height": 844},
+                                           color_scheme="dark", locale="de-DE")
+                night = dark.new_page()
+                night.goto(f"{daemon.url}/?board=arena")
+                night.wait_for_selector("#state.live", timeout=15_000)
+                night.wait_for_function(
+                    "document.querySelectorAll('#top tbody tr').length === 10")
+                background = night.evaluate("getComputedStyle(document.body).backgroundColor")
+                assert background == "rgb(17, 20, 26)", background  # dark, from the system
+                # Locale-aware numbers: German groups thousands with a dot.
+                assert _text(night, "#top tbody tr:first-child td.score") == "105.000"
+                night.screenshot(path=str(ARTIFACTS / "live-page-dark.png"), full_page=True)
+                assert _serious_accessibility_violations(night) == []
             finally:
                 browser.close()
     assert (ARTIFACTS / "live-page.png").stat().st_size > 10_000
+    assert (ARTIFACTS / "live-page-dark.png").stat().st_size > 10_000
 
 
 CALLER_PAGE = """<!doctype html><title>waiting</title><script>
@@ -225,66 +276,110 @@ def test_the_javascript_client_in_a_page_of_another_origin(tmp_path):
         other.shutdown()
 
 
-def test_the_page_returns_to_live_after_a_restart_and_keeps_its_view_in_the_url(tmp_path):
-    """It once stayed on REST polling for good after a daemon restart, showed
-    another board for /?board=nosuch, forgot the window and rows on reload,
-    and could not follow a member by the name it shows."""
+def test_the_page_keeps_every_view_in_the_url_and_returns_to_live_after_a_restart(tmp_path):
+    """Pages beyond the first, a closed period, search by the name shown,
+    friends from the URL, long names cut short; the view survives a reload
+    and the page comes back live after the daemon restarts.  (The first
+    page stayed on REST polling for good after a restart, showed another
+    board for /?board=nosuch, and forgot its view on reload.)"""
+    import time
+
     sync_playwright, executable = _browser_or_skip()
     data = tmp_path / "data"
-    daemon = Daemon(data, "--live-interval", "0.1").start()
+    args = ("--live-interval", "0.1", "--ts-tolerance", str(3 * 86_400))
+    daemon = Daemon(data, *args).start()
     port, tcp_port = daemon.port, daemon.tcp_port
+    long_name = "a-member-with-a-very-long-name-" + "x" * 150
     try:
         daemon.request("PUT", "/v1/boards/arena", {"policy": "sum", "windows": ["all", "daily"]})
         daemon.request("POST", "/v1/boards/arena/scores/batch", {"events": [
-            {"member": f"p{i}", "delta": 10 * i, "label": f"Player {i}"} for i in range(1, 13)]})
+            {"member": f"p{i}", "delta": 10 * i, "label": f"Player {i}"} for i in range(1, 31)]
+            + [{"member": long_name, "delta": 1}]})
+        yesterday = time.time() - 86_400
+        daemon.request("POST", "/v1/boards/arena/scores/batch", {"events": [
+            {"member": "early", "delta": 7, "ts": yesterday}]})
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=executable,
                                                  args=CHROMIUM_FLAGS)
             try:
-                page = browser.new_page()
+                page = browser.new_page(locale="en-US")
                 page.goto(f"{daemon.url}/?board=nosuch")
                 page.wait_for_function("!document.querySelector('#notice').hidden")
                 assert "no board named “nosuch”" in page.inner_text("#notice")
                 assert page.query_selector_all("#top tbody tr") == []
 
-                page.goto(f"{daemon.url}/?board=arena&window=daily&limit=25")
+                # Page 2 of the daily window, from the URL; then the next page.
+                page.goto(f"{daemon.url}/?board=arena&window=daily&limit=10&page=2")
                 page.wait_for_selector("#state.live", timeout=15_000)
-                assert page.input_value("#window") == "daily"
-                assert page.input_value("#limit") == "25"
                 page.wait_for_function(
-                    "document.querySelectorAll('#top tbody tr').length === 12")
-                # Follow by the label the page shows, and by a click on a row.
-                page.fill("#follow-name", "Player 5")
-                page.click("#follow-form button")
+                    "document.querySelector('#top tbody tr td.rank')?.textContent === '11'")
+                assert _text(page, "#page-info") == "Page 2 of 4"
+                assert page.get_attribute("#windows [data-window=daily]", "aria-pressed") == "true"
+                page.click("#next")
                 page.wait_for_function(
-                    "document.querySelector('#followed').textContent.startsWith('p5: rank')",
-                    timeout=10_000)
-                assert "follow=p5" in page.url and "window=daily" in page.url
-                page.click("#top tbody tr:nth-child(2)")
+                    "document.querySelector('#top tbody tr td.rank')?.textContent === '21'")
+                assert "page=3" in page.url and "window=daily" in page.url
+                # A page beyond the first follows changes too (re-read).
+                daemon.request("POST", "/v1/boards/arena/scores", {"member": "p5", "delta": 61})
                 page.wait_for_function(
-                    "document.querySelector('#followed').textContent.startsWith('p11')",
-                    timeout=10_000)
+                    "[...document.querySelectorAll('#top td.member')].some("
+                    "(td) => td.textContent === 'Player 5')", timeout=10_000)
 
-                # The daemon goes away; the page notices, then comes back live.
+                # The long name: one line, cut, whole in its title.
+                page.click("#next")
+                page.wait_for_selector(f"#top td.member[title='{long_name}']")
+                cut = page.evaluate("(() => { const td = document.querySelector("
+                                    "'#top td.member[title^=a-member]');"
+                                    " return [td.scrollWidth, td.clientWidth]; })()")
+                assert cut[0] > cut[1], cut
+
+                # Find by the name shown: the page that holds it, highlighted.
+                page.fill("#search", "Player 25")
+                page.click("#search-form button")
+                page.wait_for_selector("#top tr.found[data-member=p25]", timeout=10_000)
+                assert "rank 6 of 31" in page.inner_text("#found")
+                assert "page=1" not in page.url and "page=" not in page.url  # page 1
+
+                # Yesterday is a closed period of the daily window.
+                page.select_option("#period", index=1)
+                page.wait_for_selector("#state.closed", timeout=10_000)
+                page.wait_for_function(
+                    "document.querySelector('#top tbody td.member')?.textContent === 'early'")
+                assert "period=" in page.url
+                page.select_option("#period", "")
+                page.wait_for_selector("#state.live", timeout=15_000)
+
+                # Friends, from the URL (as a shared link would give them).
+                page.goto(f"{daemon.url}/?board=arena&scope=friends&friends=p1,p2,nobody")
+                page.wait_for_function("document.querySelectorAll('#top tbody tr').length === 2")
+                assert [_text(page, f"#top tbody tr:nth-child({n}) td.member")
+                        for n in (1, 2)] == ["Player 2", "Player 1"]
+                assert "nobody" in page.inner_text("#found")
+
+                # Me and the window stay across a reload, and across a restart.
+                page.goto(f"{daemon.url}/?board=arena&window=daily&me=p11&scope=around")
+                page.wait_for_selector("#state.live", timeout=15_000)
+                page.wait_for_function(
+                    "document.querySelector('#me-card').textContent.startsWith('p11: rank')")
                 daemon.stop()
                 page.wait_for_function(
                     "!document.querySelector('#state').classList.contains('live')",
                     timeout=15_000)
-                daemon = Daemon(data, "--live-interval", "0.1")
+                daemon = Daemon(data, *args)
                 daemon.port, daemon.tcp_port = port, tcp_port
                 daemon.start()
                 page.wait_for_selector("#state.live", timeout=45_000)
-                daemon.request("POST", "/v1/boards/arena/scores",
-                               {"member": "p1", "delta": 1000})
+                daemon.request("POST", "/v1/boards/arena/scores", {"member": "p11", "delta": 1000})
                 page.wait_for_function(
-                    "document.querySelector('#top tbody tr td.member').textContent"
-                    " === 'Player 1'", timeout=10_000)
+                    "document.querySelector('#me-card').textContent.startsWith('p11: rank 1 ')",
+                    timeout=15_000)
                 page.reload()
                 page.wait_for_selector("#state.live", timeout=15_000)
-                assert page.input_value("#window") == "daily"
+                assert page.get_attribute("#windows [data-window=daily]", "aria-pressed") == "true"
                 page.wait_for_function(
-                    "document.querySelector('#followed').textContent.startsWith('p11')",
+                    "document.querySelector('#me-card').textContent.startsWith('p11: rank 1')",
                     timeout=10_000)
+                assert _serious_accessibility_violations(page) == []
             finally:
                 browser.close()
     finally:

@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import time
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -257,8 +258,8 @@ def test_server_sent_events_carry_the_same_events(daemon):
 def test_the_page_and_its_assets_are_served(daemon):
     async def scenario(client, session):
         answers = {}
-        for path in ("/", "/static/app.js", "/static/style.css", "/static/missing.js",
-                     "/static/..%2Fserver.py"):
+        for path in ("/", "/static/app.js", "/static/style.css", "/static/rankd.js",
+                     "/static/missing.js", "/static/..%2Fserver.py"):
             async with session.get(f"http://127.0.0.1:{daemon.port}{path}") as response:
                 answers[path] = (response.status, response.content_type, await response.text())
         return answers
@@ -267,6 +268,10 @@ def test_the_page_and_its_assets_are_served(daemon):
     assert answers["/"][:2] == (200, "text/html") and "rankd" in answers["/"][2]
     assert answers["/static/app.js"][:2] == (200, "text/javascript")
     assert answers["/static/style.css"][:2] == (200, "text/css")
+    # The page runs on the JavaScript client itself (one implementation of the feed).
+    client = Path(__file__).resolve().parent.parent / "clients" / "js" / "src" / "index.js"
+    assert answers["/static/rankd.js"] == (200, "text/javascript", client.read_text())
+    assert 'from "/static/rankd.js"' in answers["/static/app.js"][2]
     assert answers["/static/missing.js"][0] == 404
     assert answers["/static/..%2Fserver.py"][0] == 404
     assert "http://" not in answers["/"][2] and "https://" not in answers["/"][2]

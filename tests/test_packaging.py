@@ -32,6 +32,9 @@ def test_without_a_compiler_rankd_installs_and_runs_the_fallback(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "rankd/index/_fallback.py" in names
     assert not [name for name in names if name.endswith(".so")]
+    # The page's copy of the JavaScript client is the client (a link in the sources).
+    client = Path(__file__).resolve().parent.parent / "clients" / "js" / "src" / "index.js"
+    assert zipfile.ZipFile(wheel).read("rankd/frontends/static/rankd.js") == client.read_bytes()
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
     ran = subprocess.run(

@@ -1,246 +1,482 @@
-// rankd live page: WebSocket first, polling REST as a fallback; no libraries.
-"use strict";
+// rankd's live page, on rankd's JavaScript client (/static/rankd.js is
+// clients/js/src/index.js): one implementation of the live protocol.
+// Every view state lives in the URL, so a view can be shared and reloaded.
+import { Forbidden, NotFound, Rankd, Unauthorized } from "/static/rankd.js";
 
 const $ = (id) => document.getElementById(id);
-// The view (board, window, rows, followed member) lives in the URL, so a
-// view can be shared and survives a reload.
+const WINDOWS = [["all", "All time"], ["daily", "Today"], ["weekly", "This week"],
+                 ["monthly", "This month"]];
+const SCOPES = ["top", "around", "friends"];
+const LIMITS = [10, 25, 50, 100];
+/** Views the live feed does not cover whole are also re-read this often. */
+const REFRESH_MS = 5000;
+
+const numbers = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 });
+const format = (value) => (value === null || value === undefined ? "–" : numbers.format(value));
+
+// --- the view, in the URL ----------------------------------------------------------------
+
 const query = new URLSearchParams(location.search);
-const state = { board: null, window: query.get("window"), limit: Number(query.get("limit")) || 10,
-                follow: query.get("follow"), socket: null, retry: 0, pollTimer: null,
-                retryTimer: null, lastRanks: new Map(), labels: new Map(), version: 0 };
+const credential = query.get("token");
+const listed = (text) => (text || "").split(",").map((name) => name.trim()).filter(Boolean);
+const view = {
+  board: query.get("board"),
+  window: query.get("window"),
+  period: query.get("period") || "",
+  scope: SCOPES.includes(query.get("scope")) ? query.get("scope") : "top",
+  me: query.get("me") || query.get("follow") || "", // `follow` is the first page's name
+  friends: listed(query.get("friends")).slice(0, 100),
+  limit: LIMITS.includes(Number(query.get("limit"))) ? Number(query.get("limit")) : 10,
+  page: Math.max(1, Number.parseInt(query.get("page"), 10) || 1),
+};
 
 function keepInURL() {
   const params = new URLSearchParams();
   if (credential) params.set("token", credential);
-  params.set("board", state.board);
-  params.set("window", state.window);
-  if (state.limit !== 10) params.set("limit", state.limit);
-  if (state.follow) params.set("follow", state.follow);
-  history.replaceState(null, "", "?" + params);
+  if (view.board) params.set("board", view.board);
+  if (view.window) params.set("window", view.window);
+  if (view.period) params.set("period", view.period);
+  if (view.scope !== "top") params.set("scope", view.scope);
+  if (view.me) params.set("me", view.me);
+  if (view.friends.length) params.set("friends", view.friends.join(","));
+  if (view.limit !== 10) params.set("limit", String(view.limit));
+  if (view.page > 1) params.set("page", String(view.page));
+  history.replaceState(null, "", `?${params}`);
 }
+
+// --- what the page knows -------------------------------------------------------------------
+
+const rankd = new Rankd({ url: location.origin, token: credential || undefined });
+const state = {
+  boards: [],
+  feed: null,
+  feedState: "connecting",
+  refreshTimer: null,
+  pending: null,
+  totalPending: null,
+  /** Each member's rank when first seen in this view: movement is since then. */
+  baseline: new Map(),
+  /** Ranks at the last render: a row whose rank changed flashes. */
+  lastRanks: new Map(),
+  /** Labels seen, for finding a member by the name the page shows. */
+  labels: new Map(),
+  total: 0,
+  leader: null,
+  meRank: undefined,
+  highlight: null,
+};
 
 function notice(text) {
   $("notice").hidden = !text;
   $("notice").textContent = text || "";
 }
 
-function setState(kind, text) {
-  const el = $("state");
-  el.className = "state " + kind;
-  el.textContent = text;
+function badge(kind, text) {
+  const element = $("state");
+  element.className = `state ${kind}`;
+  element.textContent = text;
 }
 
-// On a server with credentials, open the page as /?token=<a read token>: REST
-// calls send it as a bearer token and the live feed gets a short join token.
-const credential = new URLSearchParams(location.search).get("token");
-
-class HttpError extends Error {
-  constructor(path, status) { super(path + ": " + status); this.status = status; }
+function announce(text) {
+  $("announcer").textContent = text;
 }
 
-async function getJSON(path) {
-  const headers = { Accept: "application/json" };
-  if (credential) headers.Authorization = "Bearer " + credential;
-  const response = await fetch(path, { headers });
-  if (!response.ok) throw new HttpError(path, response.status);
-  return response.json();
-}
+const board = () => rankd.board(view.board);
+const readOptions = () => ({ window: view.window, period: view.period || undefined });
+const memberOf = (name) => state.labels.get(name) || name;
+const isLive = () => !view.period;
 
-function formatScore(score) {
-  return Number.isInteger(score) ? String(score) : score.toFixed(2);
-}
+// --- rendering -----------------------------------------------------------------------------
 
-function renderTop(message) {
-  if (message.version < state.version) return;  // never go back in time
-  state.version = message.version;
-  $("period").textContent = message.period === "all" ? "" : "· " + message.period;
-  const body = $("top").tBodies[0];
-  const rows = [];
-  const ranks = new Map();
-  state.labels = new Map();
-  for (const entry of message.top) {
-    if (entry.label) state.labels.set(entry.label, entry.member);
-    const tr = document.createElement("tr");
-    const before = state.lastRanks.get(entry.member);
-    let move = "";
-    if (before === undefined && state.lastRanks.size) { move = "new"; tr.className = "up changed"; }
-    else if (before > entry.rank) { move = "▲" + (before - entry.rank); tr.className = "up changed"; }
-    else if (before < entry.rank) { move = "▼" + (entry.rank - before); tr.className = "down changed"; }
-    if (entry.member === state.follow) tr.classList.add("me");
-    for (const [cls, text] of [["rank", entry.rank], ["member", entry.label || entry.member],
-                               ["score", formatScore(entry.score)], ["move", move]]) {
-      const td = document.createElement("td");
-      td.className = cls;
-      td.textContent = text;
-      tr.appendChild(td);
-    }
-    tr.dataset.member = entry.member;
-    rows.push(tr);
-    ranks.set(entry.member, entry.rank);
+function movement(entry) {
+  const before = state.baseline.get(entry.member);
+  if (before === undefined) {
+    const fresh = state.baseline.size > 0;
+    state.baseline.set(entry.member, entry.rank);
+    return fresh ? ["new", "up", "new since the page opened"] : ["", "", ""];
   }
-  body.replaceChildren(...rows);
-  state.lastRanks = ranks;
-  $("empty").hidden = message.top.length > 0;
+  if (before > entry.rank) return [`▲${before - entry.rank}`, "up", `up ${before - entry.rank}`];
+  if (before < entry.rank) return [`▼${entry.rank - before}`, "down", `down ${entry.rank - before}`];
+  return ["", "", ""];
 }
 
-async function renderFollowed(message) {
-  if (message.member !== state.follow) return;
-  $("followed").textContent = message.rank === null
-    ? message.member + " has no score in this period."
-    : message.member + ": rank " + message.rank + " with " + formatScore(message.score);
-  if (message.rank === null) { $("around").tBodies[0].replaceChildren(); return; }
+function row(entry) {
+  const tr = document.createElement("tr");
+  const [move, direction, spoken] = movement(entry);
+  if (direction) tr.classList.add(direction);
+  const last = state.lastRanks.get(entry.member);
+  if (last !== undefined && last !== entry.rank) tr.classList.add("changed");
+  if (entry.member === view.me) tr.classList.add("me");
+  if (entry.member === state.highlight) tr.classList.add("found");
+  if (entry.label) state.labels.set(entry.label, entry.member);
+  const name = entry.label || entry.member;
+  const cells = [["rank", format(entry.rank)], ["member", name], ["score", format(entry.score)],
+                 ["move", move]];
+  for (const [kind, text] of cells) {
+    const td = document.createElement("td");
+    td.className = kind;
+    td.textContent = text;
+    if (kind === "member") td.title = entry.label ? `${entry.label} (${entry.member})` : entry.member;
+    if (kind === "move" && spoken) td.setAttribute("aria-label", spoken);
+    tr.appendChild(td);
+  }
+  tr.dataset.member = entry.member;
+  return tr;
+}
+
+function renderRows(entries, { total = null, emptyText = "No scores yet in this period." } = {}) {
+  $("top").tBodies[0].replaceChildren(...entries.map(row));
+  state.lastRanks = new Map(entries.map((entry) => [entry.member, entry.rank]));
+  $("empty").hidden = entries.length > 0;
+  $("empty").textContent = emptyText;
+  if (total !== null) state.total = total;
+  renderPager();
+}
+
+function renderPager() {
+  const paged = view.scope === "top";
+  $("pager").hidden = !paged;
+  if (!paged) return;
+  const pages = Math.max(1, Math.ceil(state.total / view.limit));
+  $("previous").disabled = view.page <= 1;
+  $("next").disabled = view.page >= pages;
+  $("page-info").textContent = `Page ${format(view.page)} of ${format(pages)}`;
+}
+
+function renderTitle() {
+  const windowName = (WINDOWS.find(([id]) => id === view.window) || [null, view.window])[1];
+  const period = view.period ? ` · ${view.period}` : "";
+  const what = { top: "Top", around: `Around ${view.me || "me"}`, friends: "Friends" }[view.scope];
+  $("view-title").textContent = `${what} · ${windowName}${period}`;
+  for (const button of $("scopes").querySelectorAll("button")) {
+    button.setAttribute("aria-pressed", String(button.dataset.scope === view.scope));
+  }
+  for (const button of $("windows").querySelectorAll("button")) {
+    button.setAttribute("aria-pressed", String(button.dataset.window === view.window));
+  }
+  $("friends-form").hidden = view.scope !== "friends";
+  $("friends").value = view.friends.join(", ");
+  $("me-name").value = view.me;
+}
+
+function renderMe(standing) {
+  const card = $("me-card");
+  if (!view.me) { card.hidden = true; return; }
+  card.hidden = false;
+  if (!standing || standing.rank === null || standing.rank === undefined) {
+    card.textContent = `${view.me} has no score in this period.`;
+    state.meRank = null;
+    return;
+  }
+  const of = standing.total ? ` of ${format(standing.total)}` : "";
+  card.textContent = `${view.me}: rank ${format(standing.rank)}${of} with ${format(standing.score)}`;
+  const before = state.meRank;
+  if (before && before !== standing.rank) {
+    const change = before > standing.rank ? `up ${before - standing.rank}` : `down ${standing.rank - before}`;
+    announce(`${view.me} is now rank ${format(standing.rank)}, ${change}.`);
+  }
+  state.meRank = standing.rank;
+}
+
+function noteLeader(entries) {
+  if (view.scope !== "top" || view.page !== 1 || !entries.length) return;
+  const leader = entries[0].member;
+  if (state.leader && state.leader !== leader) announce(`${entries[0].label || leader} takes the lead.`);
+  state.leader = leader;
+}
+
+// --- reading -------------------------------------------------------------------------------
+
+/** Whether the live feed's own top is the view (then no re-reading is needed). */
+const feedIsTheView = () => isLive() && view.scope === "top" && view.page === 1;
+
+async function refresh() {
+  if (!view.board) return;
   try {
-    const q = "?above=2&below=2&window=" + encodeURIComponent(state.window);
-    const page = await getJSON("/v1/boards/" + encodeURIComponent(state.board) + "/members/" +
-                               encodeURIComponent(message.member) + "/around" + q);
-    const rows = page.entries.map((e) => {
-      const tr = document.createElement("tr");
-      if (e.member === state.follow) tr.className = "me";
-      tr.innerHTML = "<td class=rank></td><td class=member></td><td class=score></td>";
-      tr.children[0].textContent = e.rank;
-      tr.children[1].textContent = e.label || e.member;
-      tr.children[2].textContent = formatScore(e.score);
-      return tr;
-    });
-    $("around").tBodies[0].replaceChildren(...rows);
-  } catch (error) { /* the next update retries */ }
+    if (view.scope === "top") {
+      const page = await board().top({ ...readOptions(), limit: view.limit,
+                                       offset: (view.page - 1) * view.limit });
+      noteLeader(page.entries);
+      renderRows(page.entries, { total: page.total });
+    } else if (view.scope === "around") {
+      if (!view.me) {
+        renderRows([], { emptyText: "Say who you are (Me) to see the members around you." });
+      } else {
+        try {
+          const page = await board().around(view.me, { ...readOptions(), above: 5, below: 5 });
+          renderRows(page.entries);
+        } catch (error) {
+          if (!(error instanceof NotFound)) throw error;
+          renderRows([], { emptyText: `${view.me} has no score in this period.` });
+        }
+      }
+    } else {
+      const result = view.friends.length
+        ? await board().ranks(view.friends, readOptions()) : { entries: [], missing: [] };
+      const missing = result.missing.length ? ` Not ranked: ${result.missing.join(", ")}.` : "";
+      renderRows(result.entries, {
+        emptyText: view.friends.length ? `None of them has a score in this period.${missing}`
+          : "List your friends' member names to compare with them." });
+      $("found").hidden = !missing;
+      $("found").textContent = missing.trim();
+    }
+    if (view.me) {
+      try { renderMe(await board().member(view.me, readOptions())); }
+      catch (error) { if (error instanceof NotFound) renderMe(null); else throw error; }
+    } else {
+      renderMe(null);
+    }
+    if (!isLive()) badge("closed", "closed period");
+    else if (state.feedState !== "live") badge("polling", "polling");
+  } catch (error) {
+    badge("offline", "offline");
+  }
 }
 
-function onMessage(text) {
-  const message = JSON.parse(text);
-  if (message.type === "leaderboard.updated") renderTop(message);
-  else if (message.type === "user.rank.updated") renderFollowed(message);
+/** Re-read soon (changes come in bursts: one read for a burst). */
+function refreshSoon() {
+  if (state.pending) return;
+  state.pending = setTimeout(() => { state.pending = null; refresh(); }, 200);
 }
 
 function stopFeed() {
-  if (state.socket) { state.socket.onclose = null; state.socket.close(); state.socket = null; }
-  if (state.pollTimer) { clearInterval(state.pollTimer); state.pollTimer = null; }
-  if (state.retryTimer) { clearTimeout(state.retryTimer); state.retryTimer = null; }
+  state.feed?.close();
+  state.feed = null;
+  clearInterval(state.refreshTimer);
+  state.refreshTimer = null;
 }
 
-// Backoff with jitter: 0.5 s, 1 s, 2 s... up to 30 s.
-const backoff = (retry) => Math.min(30000, 500 * 2 ** retry) * (0.5 + Math.random() / 2);
-
-async function startFeed(reconnecting = false) {
+function startFeed() {
   stopFeed();
   keepInURL();
-  state.version = 0;  // a restarted daemon may count from elsewhere
-  if (!reconnecting) state.lastRanks = new Map();  // moves stay relative to before
-  const params = new URLSearchParams({ window: state.window, limit: state.limit });
-  if (state.follow) params.set("members", state.follow);
-  if (credential) {
-    try { params.set("token", (await getJSON("/v1/realtime/token")).token); }
-    catch (error) { setState("offline", "not authorized"); return; }
-  }
-  const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-  const url = scheme + location.host + "/v1/boards/" + encodeURIComponent(state.board) +
-              "/live?" + params;
-  setState("connecting", "connecting…");
-  let opened = false;
-  const socket = new WebSocket(url);
-  state.socket = socket;
-  socket.onopen = () => { opened = true; state.retry = 0; setState("live", "live"); };
-  socket.onmessage = (event) => onMessage(event.data);
-  socket.onclose = () => {
-    state.socket = null;
-    state.retry += 1;
-    // After a few failures, poll REST meanwhile; either way the live feed
-    // is tried again, with backoff, until it is back (a restarted daemon).
-    if (!opened && state.retry >= 3) startPolling();
-    else setState("offline", "reconnecting…");
-    state.retryTimer = setTimeout(() => startFeed(true), backoff(state.retry));
-  };
+  renderTitle();
+  refresh();
+  if (!isLive()) return; // a closed period does not change
+  const follow = [...new Set([view.me, ...(view.scope === "friends" ? view.friends : [])])]
+    .filter(Boolean).slice(0, 100);
+  const feed = board().live({ window: view.window, limit: feedIsTheView() ? view.limit : 100,
+                              follow });
+  state.feed = feed;
+  feed.on("state", (feedState) => {
+    state.feedState = feedState;
+    if (feedState === "live") badge("live", "live");
+    else if (feedState !== "closed") badge(feedState, `${feedState}…`);
+  });
+  feed.on("top", (message) => {
+    if (feedIsTheView()) {
+      noteLeader(message.top);
+      state.total = Math.max(state.total, message.top.length);
+      renderRows(message.top);
+      totalSoon();
+    } else {
+      refreshSoon();
+    }
+  });
+  feed.on("member", (message) => {
+    if (message.member === view.me) renderMe(message);
+    if (!feedIsTheView()) refreshSoon();
+  });
+  // What the feed does not push (pages beyond its rows, neighbours, friends),
+  // and everything while it is away, is re-read now and then.
+  state.refreshTimer = setInterval(() => {
+    if (!feedIsTheView() || state.feedState !== "live") refresh();
+  }, REFRESH_MS);
 }
 
-function startPolling() {
-  setState("polling", "polling");
-  const poll = async () => {
-    try {
-      const q = "?limit=" + state.limit + "&window=" + encodeURIComponent(state.window);
-      const page = await getJSON("/v1/boards/" + encodeURIComponent(state.board) + "/top" + q);
-      renderTop({ ...page, top: page.entries });
-      if (state.follow) {
-        try {
-          const m = await getJSON("/v1/boards/" + encodeURIComponent(state.board) + "/members/" +
-                                  encodeURIComponent(state.follow) + "?window=" +
-                                  encodeURIComponent(state.window));
-          renderFollowed({ member: m.member, rank: m.rank, score: m.score });
-        } catch (error) { renderFollowed({ member: state.follow, rank: null }); }
-      }
-      setState("polling", "polling");
-    } catch (error) { setState("offline", "offline"); }
-  };
-  poll();
-  state.pollTimer = setInterval(poll, 2000);
+/** The member count, for the pager (the live top does not carry it), at most once a second. */
+function totalSoon() {
+  if (state.totalPending) return;
+  state.totalPending = setTimeout(() => { state.totalPending = null; refreshTotal(); }, 1000);
 }
+
+async function refreshTotal() {
+  try {
+    const info = await board().get();
+    state.total = info.members[view.window] ?? state.total;
+    renderPager();
+  } catch { /* the next update tries again */ }
+}
+
+// --- choosing a view -------------------------------------------------------------------------
 
 async function loadBoards() {
   let boards = [];
   try {
-    boards = (await getJSON("/v1/boards")).boards;
+    let page = await rankd.boards({ limit: 100 });
+    boards = page.boards;
+    while (page.next && boards.length < 1000) {
+      page = await rankd.boards({ limit: 100, after: page.next });
+      boards = boards.concat(page.boards);
+    }
   } catch (error) {
-    if (error.status === 401 || error.status === 403) {
-      setState("offline", "needs a token");
+    if (error instanceof Unauthorized || error instanceof Forbidden) {
+      badge("offline", "needs a token");
       notice(credential ? "This token cannot read this server's boards."
-                        : "This server needs a read token to show its boards.");
+        : "This server needs a read token to show its boards.");
       $("token-form").hidden = false;
       return;
     }
-    setState("offline", "offline");
+    badge("offline", "offline");
     setTimeout(loadBoards, 2000);
     return;
   }
   state.boards = boards;
   const select = $("board");
   select.replaceChildren(...boards.map((b) => new Option(b.name, b.name)));
-  if (!boards.length) { setState("offline", "no boards yet"); setTimeout(loadBoards, 2000); return; }
-  const wanted = query.get("board");
-  if (wanted && !boards.some((b) => b.name === wanted)) {
-    setState("offline", "no such board");
-    notice("There is no board named “" + wanted + "”: pick one.");
-    select.value = "";
-    select.onchange = () => { notice(""); pickBoard(boards.find((b) => b.name === select.value), true); };
+  if (!boards.length) {
+    badge("offline", "no boards yet");
+    setTimeout(loadBoards, 2000);
     return;
   }
-  if (wanted) select.value = wanted;
-  pickBoard(boards.find((b) => b.name === select.value), false);
+  if (view.board && !boards.some((b) => b.name === view.board)) {
+    badge("offline", "no such board");
+    notice(`There is no board named “${view.board}”: pick one.`);
+    select.value = "";
+    return;
+  }
+  pickBoard(view.board || boards[0].name, false);
 }
 
-function pickBoard(board, fresh) {
-  state.board = board.name;
-  const windows = $("window");
-  windows.replaceChildren(...board.config.windows.map((w) => new Option(w, w)));
-  const primary = board.config.windows.includes("all") ? "all" : board.config.windows[0];
-  if (fresh || !board.config.windows.includes(state.window)) state.window = primary;
-  windows.value = state.window;
-  $("limit").value = String(state.limit);
-  if (state.follow) $("followed").textContent = "Following " + state.follow + "…";
+function pickBoard(name, fresh) {
+  const info = state.boards.find((b) => b.name === name);
+  notice("");
+  view.board = name;
+  $("board").value = name;
+  const windows = WINDOWS.filter(([id]) => info.config.windows.includes(id));
+  $("windows").replaceChildren(...windows.map(([id, text]) => {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.dataset.window = id;
+    button.textContent = text;
+    return button;
+  }));
+  const primary = info.config.windows.includes("all") ? "all" : info.config.windows[0];
+  if (fresh) Object.assign(view, { period: "", page: 1 });
+  if (fresh || !info.config.windows.includes(view.window)) view.window = primary;
+  $("limit").value = String(view.limit);
+  changeView();
+}
+
+/** A new board, window or period: movement counts from now. */
+async function changeView() {
+  state.baseline = new Map();
+  state.lastRanks = new Map();
+  state.leader = null;
+  state.meRank = undefined;
+  await loadPeriods();
   startFeed();
-  $("board").onchange = () => pickBoard(state.boards.find((b) => b.name === $("board").value), true);
 }
 
-// Follow by what the page shows: a label shown in the top list stands for its member.
-function follow(name) {
-  state.follow = state.labels.get(name) || name || null;
-  $("followed").textContent = state.follow ? "Following " + state.follow + "…" : "Nobody followed.";
-  $("around").tBodies[0].replaceChildren();
+async function loadPeriods() {
+  const select = $("period");
+  const options = [new Option("Current", "")];
+  try {
+    const periods = await board().periods({ window: view.window });
+    if (view.window !== "all") options[0].text = `Current (${periods.current})`;
+    for (const id of [...periods.retained].reverse()) options.push(new Option(id, id));
+  } catch { /* only the current period then */ }
+  select.replaceChildren(...options);
+  if (![...select.options].some((option) => option.value === view.period)) view.period = "";
+  select.value = view.period;
+  select.disabled = options.length === 1;
+}
+
+/** Labels are not indexed: the first rows of the board, searched here. */
+const SEARCHED_ROWS = 1000;
+
+/** The member `text` names: a member name, or a label (whole, then in part). */
+async function lookUp(text) {
+  if (state.labels.has(text)) return state.labels.get(text);
+  try {
+    return (await board().member(text, readOptions())).member;
+  } catch (error) {
+    if (!(error instanceof NotFound)) throw error;
+  }
+  const wanted = text.toLocaleLowerCase();
+  let partly = null;
+  for (let offset = 0; offset < SEARCHED_ROWS; offset += 100) {
+    const page = await board().top({ ...readOptions(), limit: 100, offset });
+    for (const entry of page.entries) {
+      const label = (entry.label || "").toLocaleLowerCase();
+      if (label === wanted) return entry.member;
+      if (!partly && label.includes(wanted)) partly = entry.member;
+    }
+    if (page.entries.length < 100) break;
+  }
+  return partly ?? text;
+}
+
+async function find(text) {
+  const found = $("found");
+  found.hidden = false;
+  try {
+    const member = await lookUp(text);
+    const standing = await board().member(member, readOptions());
+    state.highlight = standing.member;
+    found.textContent = `${standing.label || standing.member}: rank ${format(standing.rank)} of ` +
+      `${format(standing.total)} with ${format(standing.score)}.`;
+    Object.assign(view, { scope: "top", page: Math.ceil(standing.rank / view.limit) });
+    startFeed();
+  } catch (error) {
+    state.highlight = null;
+    found.textContent = error instanceof NotFound ? `No member “${text}” in this period.`
+      : "The search failed; try again.";
+  }
+}
+
+$("board").addEventListener("change", (event) => pickBoard(event.target.value, true));
+$("windows").addEventListener("click", (event) => {
+  const button = event.target.closest("button");
+  if (!button || button.dataset.window === view.window) return;
+  Object.assign(view, { window: button.dataset.window, period: "", page: 1 });
+  changeView();
+});
+$("period").addEventListener("change", (event) => {
+  Object.assign(view, { period: event.target.value, page: 1 });
+  changeView();
+});
+$("limit").addEventListener("change", (event) => {
+  Object.assign(view, { limit: Number(event.target.value), page: 1 });
   startFeed();
-}
-
-$("window").addEventListener("change", (e) => { state.window = e.target.value; startFeed(); });
-$("limit").addEventListener("change", (e) => { state.limit = Number(e.target.value); startFeed(); });
-$("follow-form").addEventListener("submit", (e) => {
-  e.preventDefault();
-  follow($("follow-name").value.trim());
 });
-$("top").tBodies[0].addEventListener("click", (e) => {
-  const row = e.target.closest("tr");
-  if (row && row.dataset.member) { $("follow-name").value = row.dataset.member; follow(row.dataset.member); }
+$("scopes").addEventListener("click", (event) => {
+  const button = event.target.closest("button");
+  if (!button) return;
+  Object.assign(view, { scope: button.dataset.scope, page: 1 });
+  state.highlight = null;
+  startFeed();
 });
-$("token-form").addEventListener("submit", (e) => {
-  e.preventDefault();
+$("previous").addEventListener("click", () => { view.page = Math.max(1, view.page - 1); startFeed(); });
+$("next").addEventListener("click", () => { view.page += 1; startFeed(); });
+$("me-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const name = $("me-name").value.trim();
+  Object.assign(view, { me: name ? memberOf(name) : "", scope: name ? "around" : view.scope,
+                        page: 1 });
+  state.meRank = undefined;
+  startFeed();
+});
+$("search-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const text = $("search").value.trim();
+  if (text) find(text);
+});
+$("friends-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  view.friends = listed($("friends").value).map(memberOf).slice(0, 100);
+  startFeed();
+});
+$("top").tBodies[0].addEventListener("click", (event) => {
+  const tr = event.target.closest("tr");
+  if (!tr?.dataset.member) return;
+  Object.assign(view, { me: tr.dataset.member });
+  state.meRank = undefined;
+  startFeed();
+});
+$("token-form").addEventListener("submit", (event) => {
+  event.preventDefault();
   const params = new URLSearchParams(location.search);
   params.set("token", $("token").value.trim());
-  location.search = "?" + params;
+  location.search = `?${params}`;
 });
 loadBoards();
