@@ -207,7 +207,7 @@ def test_a_game_on_another_origin_calls_rankd_only_when_listed(tmp_path):
 
 
 GAME_PAGE = """<!doctype html><title>game</title><script type="module">
-import { Rankd } from "./rankd.js";
+import { Rankd } from %(module)s;
 const rankd = new Rankd({ url: %(rankd)s });
 const board = rankd.board("arena");
 window.seen = { websocket: [], sse: [], errors: [] };
@@ -244,8 +244,12 @@ def test_the_javascript_client_in_a_page_of_another_origin(tmp_path):
             browser = playwright.chromium.launch(executable_path=executable,
                                                  args=CHROMIUM_FLAGS)
             try:
-                for server in (allowed, other):
-                    server.html = GAME_PAGE % {"rankd": json.dumps(daemon.url)}
+                # The allowed page imports the client from rankd (as docs/web.md
+                # shows); the other from its own origin, as a bundled game would.
+                allowed.html = GAME_PAGE % {"rankd": json.dumps(daemon.url),
+                                            "module": json.dumps(daemon.url + "/static/rankd.js")}
+                other.html = GAME_PAGE % {"rankd": json.dumps(daemon.url),
+                                          "module": json.dumps("./rankd.js")}
                 page = browser.new_page()
                 page.goto(f"{allowed_origin}/")
                 page.wait_for_function("window.states && window.states.websocket === 'live'"
