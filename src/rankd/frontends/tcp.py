@@ -17,8 +17,9 @@ its answers are written from the commit's done-callback: no task and no
 queue, and the runs of every connection read in one pass of the event loop
 are applied as one batch with one commit.  A run behind other requests
 waits its turn in the queue.  Anything the fast path does not take (a
-signed board, a rate limit reached) is handed back to the general path,
-request by request, so both answer alike.
+signed board, a rate limit reached, on a cluster node a run whose boards
+are not all of one group this node writes) is handed back to the general
+path, request by request, so both answer alike (``moved`` included).
 
 A connection that sends too much without reading its answers is paused
 (``pause_reading``) until its queue drains, and writing waits while the
