@@ -538,8 +538,13 @@ export class LiveFeed {
           this.resync();
         }
         this.everOpened = true;
-        if (this.transport === "websocket") this.syncFollows(this.connection, subscribed);
         this.setState("live");
+        if (this.transport === "websocket") {
+          this.syncFollows(this.connection, subscribed);
+        } else if (subscribed.size !== this.followed.size
+                   || [...subscribed].some((member) => !this.followed.has(member))) {
+          this.reconnectNow(); // followed changed while it connected: the view is in the URL
+        }
       },
       message: (message) => this.deliver(message),
       lost: (opened, error) => {

@@ -81,6 +81,17 @@ for (const transport of ["websocket", "sse"]) {
       }
     });
 
+    test("members followed before the feed opened are followed", async () => {
+      const feed = rankd.board("arena").live({ limit: 1, transport });
+      feed.follow(["p3"]); // while it connects
+      try {
+        const p3 = await next(feed, "member", (m) => m.member === "p3");
+        assert.ok(p3.rank >= 1);
+      } finally {
+        feed.close();
+      }
+    });
+
     test("as an async iterator", async () => {
       const feed = rankd.board("arena").live({ limit: 2, transport, follow: ["p2"] });
       const seen = new Set();
