@@ -321,6 +321,9 @@ export class Board {
 
 // --- the live feed --------------------------------------------------------------------
 
+/** Messages an iteration that does not keep up may have waiting; older ones are dropped. */
+const MAX_QUEUED = 1000;
+
 /** Reconnection delays: 0.5 s doubling to 30 s, each with jitter. */
 export const backoff = (attempt) => Math.min(30_000, 500 * 2 ** attempt) * (0.5 + Math.random() / 2);
 
@@ -358,7 +361,9 @@ export class LiveFeed {
     /** Stale messages dropped, reconnections made. */
     this.stats = { stale: 0, reconnects: 0 };
     this.listeners = new Map();
+    /** Messages not read yet by an iteration (none kept when only listened to). */
     this.queue = [];
+    this.iterating = false;
     this.waiting = [];
     this.attempt = 0;
     this.failedOpens = 0;
@@ -405,6 +410,7 @@ export class LiveFeed {
   }
 
   [Symbol.asyncIterator]() {
+    this.iterating = true;
     return {
       next: () => {
         if (this.queue.length) return Promise.resolve({ value: this.queue.shift(), done: false });
@@ -443,8 +449,12 @@ export class LiveFeed {
       return;
     }
     const waiter = this.waiting.shift();
-    if (waiter) waiter({ value: message, done: false });
-    else this.queue.push(message);
+    if (waiter) {
+      waiter({ value: message, done: false });
+    } else if (this.iterating) { // only an iteration reads the queue
+      this.queue.push(message);
+      if (this.queue.length > MAX_QUEUED) this.queue.shift(); // a reader far behind
+    }
   }
 
   setState(state) {

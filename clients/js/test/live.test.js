@@ -145,6 +145,27 @@ describe("reconnection", () => {
     });
   }
 
+  test("a feed only listened to keeps no backlog; an iteration keeps a bounded one", () => {
+    const feed = new Rankd({ url: daemon.url }).board("backlog")
+      .live({ transport: "sse", autoStart: false });
+    let heard = 0;
+    feed.on("top", () => { heard += 1; });
+    for (let version = 1; version <= 3000; version += 1) {
+      feed.deliver({ type: "leaderboard.updated", version, top: [] });
+    }
+    assert.equal(heard, 3000);
+    assert.equal(feed.queue.length, 0);
+    const iteration = feed[Symbol.asyncIterator]();
+    for (let version = 3001; version <= 6000; version += 1) {
+      feed.deliver({ type: "leaderboard.updated", version, top: [] });
+    }
+    assert.equal(feed.queue.length, 1000);
+    return iteration.next().then(({ value }) => {
+      assert.equal(value.version, 5001); // the oldest kept
+      feed.close();
+    });
+  });
+
   test("a message older than what was shown is dropped", async () => {
     const rankd = new Rankd({ url: daemon.url });
     const board = rankd.board("stale");
