@@ -36,6 +36,11 @@ describe("a server without credentials", () => {
     assert.equal(changed.config.retain, 3);
     const listed = await rankd.boards({ limit: 100 });
     assert.ok(listed.boards.some((b) => b.name === "js-arena"));
+    // A change that would drop data needs `discard` (rankd refuses it otherwise).
+    await board.submit({ member: "ann", delta: 1 });
+    await assert.rejects(board.patch({ windows: ["all"] }), Conflict);
+    assert.deepEqual((await board.patch({ windows: ["all"] }, { discard: true })).config.windows,
+                     ["all"]);
     await rankd.board("js-gone").put({ policy: "best" });
     await rankd.board("js-gone").delete();
     await assert.rejects(rankd.board("js-gone").get(), NotFound);
