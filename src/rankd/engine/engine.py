@@ -856,8 +856,9 @@ class Engine:
         except EngineError as exc:
             _answer_runs(runs, finished, exc)
             return
-        acknowledged.add_done_callback(
-            lambda outcome: _answer_runs(runs, finished, outcome.exception() or outcome.result()))
+        acknowledged.add_done_callback(lambda outcome: _answer_runs(
+            runs, finished, asyncio.CancelledError() if outcome.cancelled()
+            else outcome.exception() or outcome.result()))
 
     async def _submit_unpacked(self, packed: Any) -> None:
         try:
@@ -1634,6 +1635,9 @@ def _answer_runs(runs: list[Any], finished: asyncio.Future[None],
         for packed in runs:
             packed.answers = [outcome if answer is None or type(answer) is dict else answer
                               for answer in packed.answers or [None] * len(packed)]
+    elif isinstance(outcome, asyncio.CancelledError):
+        finished.cancel()
+        return
     elif isinstance(outcome, BaseException):
         finished.set_exception(outcome)
         return
