@@ -178,11 +178,16 @@ class Engine:
         self._snapshot_threshold = self.config.snapshot_every_events
         self._last_snapshot_time = 0.0
         self._snapshot_wanted = asyncio.Event()
-        #: The commit shared by this pass of the event loop's writes, their
-        #: boards, and the packed runs it applies first.
+        #: This pass of the event loop's writes (see :meth:`_run_pass`): whether
+        #: it is scheduled, the future its waiters share (made when one asks),
+        #: their boards, the packed runs it applies first and who to tell
+        #: when they are committed (``(then, token)``, as the runs).
+        self._pass_scheduled = False
         self._pass_commit: asyncio.Future[None] | None = None
         self._pass_boards: set[str] = set()
         self._pass_runs: list[Any] = []
+        self._pass_thens: list[tuple[Callable[[Any, BaseException | None], None], Any]] = []
+        self._finishing: set[asyncio.Future[None]] = set()
         #: On a cluster node, the pass's packed runs by board group, and the
         #: future of each group's (done once the ack mode is met).
         self._pass_groups: dict[int, tuple[list[Any], asyncio.Future[None]]] = {}
@@ -774,6 +779,26 @@ class Engine:
         self._pass_runs.append(packed)
         return self._pass()
 
+    def submit_packed_then(self, packed: Any,
+                           then: Callable[[Any, BaseException | None], None], token: Any
+                           ) -> None:
+        """:meth:`submit_packed_nowait` for a front-end's ``data_received``
+        that needs no future: ``then(token, error)`` is called once the run
+        is applied and committed (``error`` None, the answers in
+        ``packed``) or cannot be (``ReadOnly``...), never from within this
+        call.  On a single node the pass calls it directly, so the replies
+        of a pass's runs go out in the pass itself."""
+        if (self.replication is None and not self._unpacked and self.failure is None
+                and self.ready and not self._meets_held(packed) and not self.wal.failed):
+            self._pass_runs.append(packed)
+            self._pass_thens.append((then, token))
+            if not self._pass_scheduled:
+                self._schedule_pass()
+            return
+        self.submit_packed_nowait(packed).add_done_callback(
+            lambda done: then(token, done.exception() if not done.cancelled()
+                              else asyncio.CancelledError()))
+
     def takes_packed(self, packed: Any) -> bool:
         """Whether :meth:`submit_packed_nowait` applies a packed run itself:
         on a cluster node only if its boards are of one group this node
@@ -825,8 +850,8 @@ class Engine:
                 self._append(done.payloads, done.boards)
         return unpacked
 
-    def _apply_group_runs(self, group: int, runs: list[Any],
-                          finished: asyncio.Future[None]) -> None:
+    def _apply_group_runs(self, group: int, runs: list[Any], finished: asyncio.Future[None],
+                          local: asyncio.Future[None]) -> None:
         """Apply a cluster node's packed runs of one group at the group's
         next positions, as :meth:`_submit_replicated` does; ``finished`` is
         done once the ack mode is met, each run then holding its answers
@@ -845,9 +870,7 @@ class Engine:
             finished.set_exception(exc)
             raise
         self._count(done)
-        # This pass's commit is the local log's part (the current task).
-        local = asyncio.current_task()
-        try:
+        try:  # ``local``: this pass's commit, the local log's part
             if done.payloads:
                 acknowledged = self._replicate(writer, done.payloads, done.boards, local)
             else:  # duplicates or refusals only: what they repeat may not be committed
@@ -1140,35 +1163,84 @@ class Engine:
         self._pass_boards.update(boards)
 
     def _pass(self) -> asyncio.Future[None]:
-        """The future of this pass's commit (see :meth:`_commit_soon`)."""
+        """The future of this pass's commit (see :meth:`_run_pass`)."""
+        if not self._pass_scheduled:
+            self._schedule_pass()
         if self._pass_commit is None:
-            # A task's first step runs after the callbacks already queued: the
-            # other writes of this pass join it before it commits.
-            self._pass_commit = asyncio.ensure_future(self._commit_pass())
+            self._pass_commit = asyncio.get_running_loop().create_future()
         return self._pass_commit
 
-    async def _commit_pass(self) -> None:
+    def _schedule_pass(self) -> None:
+        # A callback queued now runs after those already queued (the other
+        # reads of this turn of the loop): their writes join this pass.
+        self._pass_scheduled = True
+        asyncio.get_running_loop().call_soon(self._run_pass)
+
+    def _run_pass(self) -> None:
+        """Commit this pass: apply its packed runs (as one native batch),
+        append everything to the WAL in one write, then tell the waiters.
+
+        Unless each commit needs an fsync (or runs went the general way),
+        all of it happens right here, in one callback: no task, and the
+        replies of packed runs leave in this same turn of the loop.
+        """
+        self._pass_scheduled = False
         runs, self._pass_runs = self._pass_runs, []
-        self._pass_commit = None
-        if self._pass_groups:
-            groups, self._pass_groups = self._pass_groups, {}
-            for group, (group_runs, finished) in groups.items():
-                self._apply_group_runs(group, group_runs, finished)
-        unpacked = self._apply_runs(runs) if runs else []
-        boards, self._pass_boards = self._pass_boards, set()
+        thens, self._pass_thens = self._pass_thens, []
+        future, self._pass_commit = self._pass_commit, None
         try:
-            # The pass gathered this turn's commits: unless each needs an
-            # fsync, its write goes out now (replies leave a turn sooner).
-            if not self.wal.commit_now(self.wal.last_lsn):
-                await self.wal.commit(self.wal.last_lsn)
-        except WalFailedError as exc:
-            raise self._read_only_after(exc) from exc
-        finally:
-            if unpacked:  # the pass's runs that went the general way are part of it
-                for outcome in await asyncio.gather(*unpacked, return_exceptions=True):
-                    if outcome is not None:
-                        raise outcome
-        # Only now, once durable as promised, may anyone be told (live feed).
+            if self._pass_groups:
+                if future is None:  # the group runs' acknowledgement waits for it
+                    future = asyncio.get_running_loop().create_future()
+                groups, self._pass_groups = self._pass_groups, {}
+                for group, (group_runs, finished) in groups.items():
+                    self._apply_group_runs(group, group_runs, finished, future)
+            unpacked = self._apply_runs(runs) if runs else []
+            boards, self._pass_boards = self._pass_boards, set()
+            try:
+                written = self.wal.commit_now(self.wal.last_lsn)
+            except WalFailedError as exc:
+                raise self._read_only_after(exc) from exc
+            if not written or unpacked:
+                finishing = asyncio.ensure_future(
+                    self._finish_pass(written, unpacked, boards, thens, future))
+                self._finishing.add(finishing)  # held: the loop keeps only weak references
+                finishing.add_done_callback(self._finishing.discard)
+                return
+            self._committed(boards)
+        except Exception as exc:  # ReadOnly, or a bug (already refusing writes)
+            _finish_pass(thens, future, exc)
+            return
+        _finish_pass(thens, future, None)
+
+    async def _finish_pass(self, written: bool, unpacked: list[asyncio.Future[None]],
+                           boards: set[str],
+                           thens: list[tuple[Callable[[Any, BaseException | None], None], Any]],
+                           future: asyncio.Future[None] | None) -> None:
+        """The rest of :meth:`_run_pass` when it has to wait: for the fsync,
+        or for the runs that went the general way."""
+        try:
+            try:
+                if not written:
+                    await self.wal.commit(self.wal.last_lsn)
+            except WalFailedError as exc:
+                raise self._read_only_after(exc) from exc
+            finally:
+                if unpacked:  # the pass's runs that went the general way are part of it
+                    for outcome in await asyncio.gather(*unpacked, return_exceptions=True):
+                        if outcome is not None:
+                            raise outcome
+            self._committed(boards)
+        except BaseException as exc:
+            _finish_pass(thens, future, exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            _finish_pass(thens, future, None)
+
+    def _committed(self, boards: set[str]) -> None:
+        """A pass's records are durable as promised: only now may anyone be
+        told (live feed, the Postgres shipper, the snapshot trigger)."""
         if self.listeners:
             for name in boards:
                 for listener in self.listeners:
@@ -1649,6 +1721,23 @@ def _answer_runs(runs: list[Any], finished: asyncio.Future[None],
                 if type(answer) is dict:
                     answer["seq"], answer["epoch"] = seq, epoch
     finished.set_result(None)
+
+
+def _finish_pass(thens: list[tuple[Callable[[Any, BaseException | None], None], Any]],
+                 future: asyncio.Future[None] | None, error: BaseException | None) -> None:
+    """Tell a pass's waiters how it ended: ``error`` None once committed."""
+    if future is not None and not future.done():
+        if error is None:
+            future.set_result(None)
+        elif isinstance(error, asyncio.CancelledError):
+            future.cancel()
+        else:
+            future.set_exception(error)
+    for then, token in thens:
+        try:
+            then(token, error)
+        except Exception:  # one front-end's bug must not keep the others unanswered
+            log.exception("a packed run's completion failed")
 
 
 def _failed(exc: BaseException) -> asyncio.Future[None]:

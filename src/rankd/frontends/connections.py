@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 #: Descriptors kept for the WAL, snapshots, Postgres and the like.
 RESERVED_DESCRIPTORS = 256
 DEFAULT_PER_ADDRESS = 256
+#: A handed-over run's error before the engine is done with it.
+_PENDING = object()
 
 
 def raise_descriptor_limit() -> int:
@@ -192,9 +194,10 @@ class PipelinedConnection(asyncio.Protocol):
         self.reading_paused = False
         self.can_write = asyncio.Event()
         self.can_write.set()
-        #: Packed runs applied from ``data_received``, not answered yet, in order.
-        self.answering: collections.deque[tuple[Any, asyncio.Future[None]]] = \
-            collections.deque()
+        #: Packed runs handed to the engine from ``data_received``, not
+        #: answered yet, in order: ``[run, error]``, the error ``_PENDING``
+        #: until the engine is done with the run.
+        self.answering: collections.deque[list[Any]] = collections.deque()
         #: Set while ``answering`` is empty: the worker waits for it.
         self.answered = asyncio.Event()
         self.answered.set()
@@ -248,24 +251,26 @@ class PipelinedConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.can_write.set()
 
-    def _hand_over(self, packed: Any, applied: asyncio.Future[None]) -> None:
-        """A run handed to the engine: its replies follow once ``applied``."""
-        self.answering.append((packed, applied))
+    def _hand_over(self, packed: Any) -> None:
+        """Hand a run to the engine: its replies follow once it is committed."""
+        entry = [packed, _PENDING]
+        self.answering.append(entry)
         self.answered.clear()
-        applied.add_done_callback(self._applied)
+        self.server.service.submit_packed_then(packed, self._applied, entry)
 
-    def _applied(self, _: asyncio.Future[None]) -> None:
-        """Write the replies of the runs at the head of ``answering`` that are done."""
+    def _applied(self, entry: list[Any], error: BaseException | None) -> None:
+        """A run handed over is committed (or failed with ``error``): write
+        the replies of the runs at the head of ``answering`` that are done."""
+        entry[1] = error
         answering = self.answering
-        while answering and answering[0][1].done():
-            packed, applied = answering.popleft()
-            exc = asyncio.CancelledError() if applied.cancelled() else applied.exception()
-            if exc is not None:
-                if not isinstance(exc, EngineError):
-                    log.error("a packed run failed; closing the connection", exc_info=exc)
+        while answering and answering[0][1] is not _PENDING:
+            packed, error = answering.popleft()
+            if error is not None:
+                if not isinstance(error, EngineError):
+                    log.error("a packed run failed; closing the connection", exc_info=error)
                     self.transport.abort()
                     return
-                packed.answers = [exc] * len(packed)
+                packed.answers = [error] * len(packed)
             if not self.closing:
                 self.transport.write(self._encoded(packed))
         if not answering:
@@ -348,10 +353,13 @@ class PipelinedServer:
             self._sweeper.cancel()
             self._sweeper = None
         self._server.close()
-        busy = [c.worker for c in self.connections if c.worker is not None]
-        busy += [applied for c in self.connections for _, applied in c.answering]
+        answering = [asyncio.ensure_future(c.answered.wait()) for c in self.connections
+                     if c.answering]
+        busy = [c.worker for c in self.connections if c.worker is not None] + answering
         if busy:
             await asyncio.wait(busy, timeout=grace)
+        for waiting in answering:
+            waiting.cancel()
         for connection in list(self.connections):
             if connection.transport is not None:
                 connection.transport.close()

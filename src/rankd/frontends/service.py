@@ -10,7 +10,6 @@ way it arrives, and its limits are defined once.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import collections
 from collections.abc import Callable
@@ -241,10 +240,12 @@ class Service:
         ``packed``."""
         await self.engine.submit_packed(packed)
 
-    def submit_packed_nowait(self, packed: Any) -> asyncio.Future[None]:
-        """:meth:`submit_packed` from a protocol callback: applied now, the
-        future done once committed (``Engine.submit_packed_nowait``)."""
-        return self.engine.submit_packed_nowait(packed)
+    def submit_packed_then(self, packed: Any,
+                           then: Callable[[Any, BaseException | None], None], token: Any
+                           ) -> None:
+        """:meth:`submit_packed` from a protocol callback: ``then(token,
+        error)`` once committed (``Engine.submit_packed_then``)."""
+        self.engine.submit_packed_then(packed, then, token)
 
     async def remove_members(self, board: str, choose: Callable[[SortedView], list[str]], *,
                              window: str | None = None, period: str | None = None,

@@ -12,8 +12,8 @@ submit requests in a read (``rankd.frontends._submits`` says exactly which)
 is not decoded into Python objects at all.  It is applied packed by the
 engine's native ingest and answered by a native encoder.  A run that finds
 its connection idle (nothing queued, no worker busy) is handed to the
-engine right in ``data_received`` (``Engine.submit_packed_nowait``), and
-its answers are written from the commit's done-callback: no task and no
+engine right in ``data_received`` (``Engine.submit_packed_then``), and
+its answers are written by the pass that commits it: no task and no
 queue, and the runs of every connection read in one pass of the event loop
 are applied as one batch with one commit.  A run behind other requests
 waits its turn in the queue.  Anything the fast path does not take (a
@@ -420,7 +420,7 @@ class TcpConnection(PipelinedConnection):
         docstring); False leaves it to the queue."""
         if not self.can_write.is_set() or not self._takes(packed):
             return False
-        self._hand_over(packed, self.service.submit_packed_nowait(packed))  # (read-only: failed)
+        self._hand_over(packed)
         return True
 
     def _takes(self, packed: Any) -> bool:

@@ -167,7 +167,7 @@ class RespConnection(PipelinedConnection):
                 if out:
                     self.transport.writelines(out)
                     out = []
-                self._hand_over(item, self.service.submit_packed_nowait(item))
+                self._hand_over(item)
                 position += 1
                 break  # what follows must see it applied: the worker waits for it
             if type(item) is _PackedReads:
