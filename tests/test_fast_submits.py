@@ -366,6 +366,64 @@ def packed_run(*submits: tuple[str, str, float]) -> Any:
     return packed
 
 
+def test_a_pass_tells_its_runs_directly_and_in_order(tmp_path):
+    """``submit_packed_then``: the pass that commits a run calls ``then``
+    itself (never the call that hands the run over), with the run's answers
+    in place; a run that went the general way (a held board) is told after
+    it is applied, and a read-only engine tells every run why."""
+    native("rankd.engine._ingest", "ingest_packed")
+
+    async def body() -> None:
+        engine = await Engine.open(engine_config(tmp_path), clock=FakeClock(SUNDAY + 7200))
+        told: list[tuple[str, Any, float | None]] = []
+
+        def then(token: str, error: BaseException | None) -> None:
+            told.append((token, error, engine.standing("y", "ann")["score"]
+                         if engine.standing("y", "ann") else None))
+        try:
+            await engine.put_board("x", {"policy": "latest"})
+            await engine.put_board("y", {"policy": "latest"})
+            one, two = packed_run(("y", "ann", 1.0)), packed_run(("y", "ann", 2.0))
+            engine.submit_packed_then(one, then, "one")
+            engine.submit_packed_then(two, then, "two")
+            assert told == []  # not from within the call
+            await asyncio.sleep(0)
+            assert told == [("one", None, 2.0), ("two", None, 2.0)]  # one pass, applied
+            assert [one.answers, two.answers] == [[None], [None]]  # answered natively
+            assert engine.wal.last_lsn == engine.wal._written_lsn  # written before telling
+
+            told.clear()
+            engine._hold(engine.boards["x"])
+            held, behind = packed_run(("x", "bob", 3.0)), packed_run(("y", "ann", 4.0))
+            engine.submit_packed_then(held, then, "held")
+            engine.submit_packed_then(behind, then, "behind")
+            for _ in range(5):
+                await asyncio.sleep(0)
+            assert told == []
+            engine._release(engine.boards["x"])
+            for _ in range(50):
+                if len(told) == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert [(token, error) for token, error, _ in told] == [
+                ("held", None), ("behind", None)]
+            assert engine.standing("x", "bob")["score"] == 3.0
+
+            told.clear()
+            engine.failure = OSError("simulated disk failure")
+            failing = packed_run(("y", "ann", 9.0))
+            engine.submit_packed_then(failing, then, "failing")
+            await asyncio.sleep(0)
+            assert [(token, type(error)) for token, error, _ in told] == [
+                ("failing", ReadOnly)]
+            assert engine.standing("y", "ann")["score"] == 4.0
+        finally:
+            engine.failure = None
+            await engine.close(snapshot=False)
+
+    asyncio.run(body())
+
+
 def test_packed_runs_apply_in_call_order_across_a_snapshot_hold(tmp_path):
     """Runs are applied together at the end of the event loop's pass; a run
     that meets a board held by a snapshot (when handed over, or when its

@@ -17,6 +17,8 @@ import urllib.request
 import aiohttp
 import jwt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daemon import Daemon
 from rankd import wire
@@ -677,3 +679,43 @@ def test_join_tokens_count_against_the_credential_that_minted_them():
     assert joined.name == "join:jwt:player-1" and joined.subject == "player-1"
     server = Principal("key:gs1", frozenset({"read"}))
     assert authenticator.authenticate(authenticator.join_token(server)).name == "join:key:gs1"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    limits=st.tuples(*[st.sampled_from([0.0, 1.0, 3.0])] * 4),
+    exempt=st.booleans(),
+    scopes=st.sets(st.sampled_from(["read", "write", "admin"])),
+    name=st.sampled_from(["anonymous", "key:k1"]),
+    operation=st.sampled_from(["submit", "top", "standing", "put_board", "health"]),
+    address=st.sampled_from(["127.0.0.1", "203.0.113.9", "::1"]),
+    steps=st.lists(st.tuples(st.integers(0, 4), st.floats(0, 2)), max_size=12),
+)
+def test_a_connections_charger_admits_and_refuses_exactly_as_admit(
+        limits, exempt, scopes, name, operation, address, steps):
+    """``Gate.charger`` (worked out once per connection, None when nothing
+    can refuse) against ``Gate.admit``: the same refusals (type and text) for
+    the same costs at the same times, and None only where admit never refuses."""
+    now = [0.0]
+
+    def gate() -> Gate:
+        config = LimitsConfig(*limits, exempt_loopback=exempt)
+        made = Gate(Authenticator(AuthConfig()), RateLimiter(config))
+        for buckets in made.limiter._buckets.values():
+            buckets.clock = lambda: now[0]
+        return made
+
+    principal = Principal(name, frozenset(scopes))
+    admitting, charging = gate(), gate()
+    charge = charging.charger(principal, operation, address)
+    for cost, wait in steps:
+        now[0] += wait
+        outcomes = []
+        for admit in (lambda c: admitting.admit(principal, operation, address, c),
+                      charge or (lambda c: None)):
+            try:
+                admit(cost)
+                outcomes.append(None)
+            except Exception as exc:  # the type and the text are compared
+                outcomes.append((type(exc).__name__, str(exc)))
+        assert outcomes[0] == outcomes[1]

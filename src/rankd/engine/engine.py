@@ -788,8 +788,10 @@ class Engine:
         ``packed``) or cannot be (``ReadOnly``...), never from within this
         call.  On a single node the pass calls it directly, so the replies
         of a pass's runs go out in the pass itself."""
-        if (self.replication is None and not self._unpacked and self.failure is None
-                and self.ready and not self._meets_held(packed) and not self.wal.failed):
+        # (A log that failed, or a start not done, is found by the pass,
+        # which answers ReadOnly.)
+        if (self.replication is None and not self._unpacked
+                and (not self._held or self._held.isdisjoint(packed.board_names()))):
             self._pass_runs.append(packed)
             self._pass_thens.append((then, token))
             if not self._pass_scheduled:

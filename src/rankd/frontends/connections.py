@@ -26,6 +26,7 @@ import collections
 import contextlib
 import logging
 import resource
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -203,6 +204,9 @@ class PipelinedConnection(asyncio.Protocol):
         self.answered.set()
         #: The task answering queued requests, while there are some.
         self.worker: asyncio.Task | None = None
+        #: ``Gate.charger`` by operation, for the caller they were worked out for.
+        self._chargers: dict[str, Callable[[int], None] | None] = {}
+        self._charged_for: Any = None
 
     @property
     def authenticated(self) -> bool:
@@ -251,11 +255,26 @@ class PipelinedConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.can_write.set()
 
+    def _charger(self, operation: str) -> Callable[[int], None] | None:
+        """``Gate.charger`` of ``operation`` for the connection's caller
+        (``principal``, which a subclass keeps), worked out once per caller."""
+        principal = self.principal
+        if principal is not self._charged_for:
+            self._charged_for, self._chargers = principal, {}
+        try:
+            return self._chargers[operation]
+        except KeyError:
+            charge = self._chargers[operation] = self.server.gate.charger(
+                principal, operation, self.address)
+            return charge
+
     def _hand_over(self, packed: Any) -> None:
         """Hand a run to the engine: its replies follow once it is committed."""
         entry = [packed, _PENDING]
-        self.answering.append(entry)
-        self.answered.clear()
+        answering = self.answering
+        if not answering:
+            self.answered.clear()
+        answering.append(entry)
         self.server.service.submit_packed_then(packed, self._applied, entry)
 
     def _applied(self, entry: list[Any], error: BaseException | None) -> None:

@@ -222,15 +222,19 @@ class Service:
                              "TCP)") if s.board in refused else next(answers)
                 for s in submissions]
 
-    def takes_packed(self, packed: Any) -> bool:
+    def takes_packed(self, packed: Any, *, existing: bool = False) -> bool:
         """Whether :meth:`submit_packed` may take these packed submissions:
         not if one of their boards takes only signed submissions (those go
         through :meth:`submit_many`, which verifies them), nor on a cluster
-        node for boards another node writes (answered ``moved``)."""
+        node for boards another node writes (answered ``moved``), nor, with
+        ``existing``, if one of the boards does not exist."""
         boards = self.engine.boards
         for name in packed.board_names():
             known = boards.get(name)
-            if known is not None and known.config.signed:
+            if known is None:
+                if existing:
+                    return False
+            elif known.config.signed:
                 return False
         return self.engine.replication is None or self.engine.takes_packed(packed)
 

@@ -428,12 +428,14 @@ class TcpConnection(PipelinedConnection):
         a rate limit reached), its requests go to the general path."""
         if self.principal is None or not self.service.takes_packed(packed):
             return False
-        try:
-            # The run is admitted as a whole, like a submit_many; if it is
-            # refused, each of its submits is admitted (or refused) alone.
-            self.gate.admit(self.principal, "submit", self.address, len(packed))
-        except EngineError:
-            return False
+        charge = self._charger("submit")
+        if charge is not None:
+            try:
+                # The run is admitted as a whole, like a submit_many; if it is
+                # refused, each of its submits is admitted (or refused) alone.
+                charge(len(packed))
+            except EngineError:
+                return False
         return True
 
     async def _submit_packed(self, packed: Any, out: list[bytes]) -> None:

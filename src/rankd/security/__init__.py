@@ -7,8 +7,10 @@ same rules from the one table :data:`OPERATION_SCOPES`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rankd.security.auth import (
@@ -143,6 +145,19 @@ class Gate:
             if not address_charged:
                 self.limiter.check_address(kind, address, cost)
             self.limiter.check_credential(kind, principal.name, cost)
+
+    def charger(self, principal: Principal, operation: str, address: str
+                ) -> Callable[[int], None] | None:
+        """:meth:`admit` of ``operation`` for this caller at this address as a
+        function of the cost, worked out once (for a connection's fast
+        path): None when it can never refuse (the scope is held and no rate
+        limit applies, e.g. a loopback client under the default limits)."""
+        scope = OPERATION_SCOPES.get(operation, "admin")
+        if scope is None:
+            return None
+        if scope == "self" or not principal.allows(scope):
+            return functools.partial(self.admit, principal, operation, address)  # refusals audit
+        return self.limiter.charger(self._kind(operation), address, principal.name)
 
     def admitted(self, credential: str | None, operation: str, address: str,
                  cost: int = 1) -> Principal:

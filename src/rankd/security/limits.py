@@ -19,6 +19,7 @@ import ipaddress
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rankd.engine.errors import EngineError
@@ -103,6 +104,22 @@ class RateLimiter:
                 if rate > 0:
                     self._buckets[(who, kind)] = TokenBuckets(rate, 2 * rate)
 
+    def charger(self, kind: str, address: str, credential: str
+                ) -> Callable[[int], None] | None:
+        """:meth:`check` for this address and credential as a function of the
+        cost; None if neither has a bucket (unlimited, or exempt)."""
+        if any(self._limited(who, kind, key)
+               for who, key in (("address", address), ("credential", credential))):
+            return functools.partial(self.check, kind, address, credential)
+        return None
+
+    def _limited(self, who: str, kind: str, key: str) -> bool:
+        if (who, kind) not in self._buckets:
+            return False
+        if who == "address":
+            return not (self.config.exempt_loopback and is_loopback(key))
+        return key != "anonymous"
+
     def check_address(self, kind: str, address: str, cost: int = 1) -> None:
         """:meth:`check` of the address bucket alone: charged before the
         caller is known, so requests with bad credentials are limited too."""
@@ -121,15 +138,9 @@ class RateLimiter:
         self._check_one("credential", kind, credential, cost)
 
     def _check_one(self, who: str, kind: str, key: str, cost: int) -> None:
-        if not self._buckets or cost <= 0:
+        if cost <= 0 or not self._limited(who, kind, key):
             return
-        if who == "address" and self.config.exempt_loopback and is_loopback(key):
-            return
-        if who == "credential" and key == "anonymous":
-            return
-        buckets = self._buckets.get((who, kind))
-        if buckets is None:
-            return
+        buckets = self._buckets[(who, kind)]
         wait = buckets.take(key, cost)
         if wait:
             raise RateLimited(f"too many {kind}s from this {who}; retry in "

@@ -109,6 +109,9 @@ class RespConnection(PipelinedConnection):
         self.window: str | None = None
         self.period: str | None = None
         self.reader = self._reader()
+        #: Whether the reader packs runs of plain requests (once authenticated):
+        #: not on a cluster node, whose writes of other nodes' groups answer TRYAGAIN.
+        self.packs = FAST_WRITES and not self.service.clustered
         self.queue: collections.deque[Any] = collections.deque()
         #: Set by QUIT: close once its reply is written.
         self.quitting = False
@@ -130,18 +133,18 @@ class RespConnection(PipelinedConnection):
         if self.closing:
             return
         self.last_active = self.loop.time()
-        # Packed only for an authenticated connection, and not on a cluster
-        # node (whose writes of other nodes' groups answer TRYAGAIN).
-        self.reader.pack = (FAST_WRITES and self.principal is not None
-                            and not self.service.clustered)
+        reader = self.reader
+        reader.pack = self.packs and self.principal is not None
         try:
-            items = self.reader.feed(data)
+            items = reader.feed(data)
         except ProtocolError as exc:
             items = [*exc.commands, exc]
             self.transport.pause_reading()
         if (self.worker is None and not self.queue and not self.answering
                 and self.can_write.is_set()):
             items = self._answer_now(items)
+            if not items:
+                return
         self.queue.extend(items)
         if len(self.queue) >= QUEUE_HIGH_WATER and not self.reading_paused:
             self.transport.pause_reading()
@@ -323,9 +326,9 @@ class RespConnection(PipelinedConnection):
         left are returned as commands, for the worker (which waits while
         the client does not read)."""
         native = self.window is None and self.period is None and self.principal is not None
-        if native:
+        if native and (charge := self._charger("top")) is not None:
             try:
-                self.gate.admit(self.principal, "top", self.address, len(reads))
+                charge(len(reads))
             except EngineError:
                 native = False  # each read is admitted (or refused) alone
         if not native:
@@ -369,15 +372,14 @@ class RespConnection(PipelinedConnection):
     def _takes(self, packed: Any) -> bool:
         """Whether the fast path takes a packed run: its boards exist and
         take unsigned writes, and the caller may write that much now."""
-        service = self.service
-        if self.principal is None or not service.takes_packed(packed):
-            return False
-        if not all(service.has_board(name) for name in packed.board_names()):
-            return False  # the general path creates boards
-        try:
-            self.gate.admit(self.principal, "submit", self.address, len(packed))
-        except EngineError:
-            return False  # each write is admitted (or refused) alone
+        if self.principal is None or not self.service.takes_packed(packed, existing=True):
+            return False  # (the general path creates boards)
+        charge = self._charger("submit")
+        if charge is not None:
+            try:
+                charge(len(packed))
+            except EngineError:
+                return False  # each write is admitted (or refused) alone
         return True
 
     def _packed_reply(self, tag: int, answer: Any, value: float) -> bytes:

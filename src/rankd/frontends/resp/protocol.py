@@ -82,6 +82,14 @@ class RequestReader:
     def feed(self, data: bytes) -> list[list[bytes]]:
         """Every command complete so far; ``ProtocolError`` on bad input
         (carrying the commands read before it)."""
+        if (not self._buffer and self._words is None and _scan is not None and data
+                and data[0] == 0x2A):
+            # The common case, whole multibulk commands in one read: scanned
+            # where they are, with no copy into the buffer.  Anything else is
+            # scanned again below (the scan changes nothing).
+            items, end, error = _scan(data, 0, self.max_bulk, self.max_multibulk, self.pack)
+            if end == len(data) and error is None:
+                return items
         commands: list[list[bytes]] = []
         try:
             return self._feed(data, commands)
