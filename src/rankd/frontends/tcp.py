@@ -85,6 +85,17 @@ class RequestDecoder(wire.FrameDecoder):
         super().__init__(max_frame)
         self.pack = False
 
+    def feed(self, data: bytes) -> list[Any]:
+        if self.pack and FAST_SUBMITS and not self._buffer:
+            # The common case, whole plain submits in one read: one native
+            # split, nothing else.  Anything else is split again below (the
+            # split changes nothing).
+            items, position, bad_length = _split(data, self.max_frame, True)
+            if (position == len(data) and bad_length < 0
+                    and not any(type(item) is tuple for item in items)):
+                return items
+        return super().feed(data)
+
     def _frames(self, view: memoryview, messages: list[Any]) -> int:
         if not (self.pack and FAST_SUBMITS):
             return super()._frames(view, messages)
@@ -216,19 +227,24 @@ class TcpConnection(PipelinedConnection):
         if self.closing:
             return
         self.last_active = self.loop.time()
+        decoder = self.decoder
         # Packed only once requests will be taken: the handshake goes the
         # general way, and is held to small frames.
-        if self.greeted and self.principal is not None:
-            self.decoder.pack = True
-            self.decoder.max_frame = self.server.max_frame
+        if not decoder.pack and self.greeted and self.principal is not None:
+            decoder.pack = True
+            decoder.max_frame = self.server.max_frame
         try:
-            messages = self.decoder.feed(data)
+            messages = decoder.feed(data)
         except wire.FrameError as exc:
             # What came before the bad frame is answered, then the error, then close.
             messages = [*exc.decoded, exc]
         for message in messages:
-            if not (type(message) is _Packed and not self.queue and self.worker is None
-                    and self._submit_now(message)):
+            # A packed run that finds the connection idle is applied right
+            # away (see the module docstring); anything else waits its turn.
+            if (type(message) is _Packed and not self.queue and self.worker is None
+                    and self.can_write.is_set() and self._takes(message)):
+                self._hand_over(message)
+            else:
                 self._enqueue(message)
         if self.queued >= QUEUE_HIGH_WATER and not self.reading_paused:
             self.transport.pause_reading()
@@ -414,14 +430,6 @@ class TcpConnection(PipelinedConnection):
                 ok += 1
                 out.append(wire.ok(request_id, answer))
         stats[("submit", "ok")] += ok
-
-    def _submit_now(self, packed: Any) -> bool:
-        """Apply a packed run straight from ``data_received`` (see the module
-        docstring); False leaves it to the queue."""
-        if not self.can_write.is_set() or not self._takes(packed):
-            return False
-        self._hand_over(packed)
-        return True
 
     def _takes(self, packed: Any) -> bool:
         """Whether the fast path takes a packed run: if not (a signed board,
