@@ -199,9 +199,8 @@ class PipelinedConnection(asyncio.Protocol):
         #: answered yet, in order: ``[run, error]``, the error ``_PENDING``
         #: until the engine is done with the run.
         self.answering: collections.deque[list[Any]] = collections.deque()
-        #: Set while ``answering`` is empty: the worker waits for it.
-        self.answered = asyncio.Event()
-        self.answered.set()
+        #: Done once ``answering`` is empty, while someone waits for that.
+        self._all_answered: asyncio.Future[None] | None = None
         #: The task answering queued requests, while there are some.
         self.worker: asyncio.Task | None = None
         #: ``Gate.charger`` by operation, for the caller they were worked out for.
@@ -246,7 +245,7 @@ class PipelinedConnection(asyncio.Protocol):
         self.server.connections.discard(self)
         self._forget()
         self.answering.clear()
-        self.answered.set()
+        self._tell_answered()
         self.can_write.set()
 
     def pause_writing(self) -> None:
@@ -271,10 +270,7 @@ class PipelinedConnection(asyncio.Protocol):
     def _hand_over(self, packed: Any) -> None:
         """Hand a run to the engine: its replies follow once it is committed."""
         entry = [packed, _PENDING]
-        answering = self.answering
-        if not answering:
-            self.answered.clear()
-        answering.append(entry)
+        self.answering.append(entry)
         self.server.service.submit_packed_then(packed, self._applied, entry)
 
     def _applied(self, entry: list[Any], error: BaseException | None) -> None:
@@ -292,8 +288,20 @@ class PipelinedConnection(asyncio.Protocol):
                 packed.answers = [error] * len(packed)
             if not self.closing:
                 self.transport.write(self._encoded(packed))
-        if not answering:
-            self.answered.set()
+        if not answering and self._all_answered is not None:
+            self._tell_answered()
+
+    async def answered(self) -> None:
+        """Return once every run handed over is answered (at once if none is)."""
+        while self.answering:
+            if self._all_answered is None:
+                self._all_answered = asyncio.get_running_loop().create_future()
+            await asyncio.wait((self._all_answered,))  # shared: a waiter's cancel leaves it
+
+    def _tell_answered(self) -> None:
+        waited, self._all_answered = self._all_answered, None
+        if waited is not None and not waited.done():
+            waited.set_result(None)
 
     def _encoded(self, packed: Any) -> bytes:
         """The replies of an applied packed run."""
@@ -372,7 +380,7 @@ class PipelinedServer:
             self._sweeper.cancel()
             self._sweeper = None
         self._server.close()
-        answering = [asyncio.ensure_future(c.answered.wait()) for c in self.connections
+        answering = [asyncio.ensure_future(c.answered()) for c in self.connections
                      if c.answering]
         busy = [c.worker for c in self.connections if c.worker is not None] + answering
         if busy:

@@ -97,6 +97,8 @@ class Service:
 
     def __init__(self, engine: Engine, *, signing_secret: str | None = None) -> None:
         self.engine = engine
+        #: Bound once: a front-end calls it for every packed run it reads.
+        self.submit_packed_then = engine.submit_packed_then
         #: Verifies submissions to boards configured ``"signed": true``.
         self.signing_secret = signing_secret
         #: (board, window, period, offset, limit) -> (board version, JSON bytes)
@@ -243,13 +245,6 @@ class Service:
         a native front-end; see :meth:`takes_packed`); their answers go into
         ``packed``."""
         await self.engine.submit_packed(packed)
-
-    def submit_packed_then(self, packed: Any,
-                           then: Callable[[Any, BaseException | None], None], token: Any
-                           ) -> None:
-        """:meth:`submit_packed` from a protocol callback: ``then(token,
-        error)`` once committed (``Engine.submit_packed_then``)."""
-        self.engine.submit_packed_then(packed, then, token)
 
     async def remove_members(self, board: str, choose: Callable[[SortedView], list[str]], *,
                              window: str | None = None, period: str | None = None,

@@ -266,7 +266,7 @@ class TcpConnection(PipelinedConnection):
     async def _drain(self) -> None:
         try:
             while self.queue and not self.closing:
-                await self.answered.wait()  # runs applied earlier are answered first
+                await self.answered()  # runs applied earlier are answered first
                 out: list[bytes] = []
                 head = self.queue[0]
                 if type(head) is _Packed:

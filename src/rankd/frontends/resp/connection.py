@@ -142,7 +142,17 @@ class RespConnection(PipelinedConnection):
             self.transport.pause_reading()
         if (self.worker is None and not self.queue and not self.answering
                 and self.can_write.is_set()):
-            items = self._answer_now(items)
+            item = items[0] if len(items) == 1 else None
+            if type(item) is _Packed and self._takes(item):
+                self._hand_over(item)  # an unpipelined client's write: straight there
+                return
+            if type(item) is _PackedReads:  # or read
+                out: list[bytes] = []
+                items = self._reads(item, out)  # (what is left waits for the client)
+                if out:
+                    self.transport.writelines(out)
+            else:
+                items = self._answer_now(items)
             if not items:
                 return
         self.queue.extend(items)
@@ -201,7 +211,7 @@ class RespConnection(PipelinedConnection):
     async def _drain(self) -> None:
         try:
             while self.queue and not self.closing:
-                await self.answered.wait()  # runs handed over earlier are answered first
+                await self.answered()  # runs handed over earlier are answered first
                 out: list[bytes] = []
                 pending: list[tuple[int, Writes]] = []
                 size = [0, 0]
