@@ -769,7 +769,8 @@ class Engine:
             group = self._written_group(packed)
             if group is None:
                 return self._unpacked_soon(packed)
-            self._pass()
+            if not self._pass_scheduled:
+                self._schedule_pass()
             entry = self._pass_groups.get(group)
             if entry is None:
                 entry = self._pass_groups[group] = (
