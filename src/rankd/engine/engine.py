@@ -187,6 +187,7 @@ class Engine:
         self._pass_boards: set[str] = set()
         self._pass_runs: list[Any] = []
         self._pass_thens: list[tuple[Callable[[Any, BaseException | None], None], Any]] = []
+        #: Passes waiting for their fsync (or for runs gone the general way).
         self._finishing: set[asyncio.Future[None]] = set()
         #: On a cluster node, the pass's packed runs by board group, and the
         #: future of each group's (done once the ack mode is met).
@@ -1212,9 +1213,9 @@ class Engine:
                 return
             self._committed(boards)
         except Exception as exc:  # ReadOnly, or a bug (already refusing writes)
-            _finish_pass(thens, future, exc)
+            _tell_pass_waiters(thens, future, exc)
             return
-        _finish_pass(thens, future, None)
+        _tell_pass_waiters(thens, future, None)
 
     async def _finish_pass(self, written: bool, unpacked: list[asyncio.Future[None]],
                            boards: set[str],
@@ -1235,11 +1236,11 @@ class Engine:
                             raise outcome
             self._committed(boards)
         except BaseException as exc:
-            _finish_pass(thens, future, exc)
+            _tell_pass_waiters(thens, future, exc)
             if not isinstance(exc, Exception):
                 raise
         else:
-            _finish_pass(thens, future, None)
+            _tell_pass_waiters(thens, future, None)
 
     def _committed(self, boards: set[str]) -> None:
         """A pass's records are durable as promised: only now may anyone be
@@ -1726,8 +1727,8 @@ def _answer_runs(runs: list[Any], finished: asyncio.Future[None],
     finished.set_result(None)
 
 
-def _finish_pass(thens: list[tuple[Callable[[Any, BaseException | None], None], Any]],
-                 future: asyncio.Future[None] | None, error: BaseException | None) -> None:
+def _tell_pass_waiters(thens: list[tuple[Callable[[Any, BaseException | None], None], Any]],
+                       future: asyncio.Future[None] | None, error: BaseException | None) -> None:
     """Tell a pass's waiters how it ended: ``error`` None once committed."""
     if future is not None and not future.done():
         if error is None:
