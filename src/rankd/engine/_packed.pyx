@@ -29,6 +29,7 @@ cdef class Packed:
         self.capacity = 0
         self.answers = []
         self.position = None
+        self.ranked = True
 
     def __dealloc__(self):
         free(self.items)
