@@ -14,9 +14,12 @@ Each is loaded with the same ``--members`` members (``ZADD`` in large
 pipelined batches, not timed), then every row runs ``redis-benchmark -c
 50 -n <requests> -P <depth> -r <members>`` against each server in turn,
 ``--rounds`` times; the table gives each server's median requests/s and
-rankd's ratio to each Redis.  ``__rand_int__`` draws members from the
-loaded ones, so reads hit.  The two cores are shared by the server and
-redis-benchmark (which is single-threaded) for every server alike.
+rankd's ratio to each Redis.  redis-benchmark writes ``__rand_int__`` as a
+12-digit zero-padded number below ``-r``, so the members loaded are
+``m:000000000000``.. in that form: every request names a loaded member (reads
+hit, writes update), which the run checks at the end (``ZCARD`` unchanged).
+The two cores are shared by the server and redis-benchmark (which is
+single-threaded) for every server alike.
 """
 
 from __future__ import annotations
@@ -75,19 +78,38 @@ def wait_for_port(port: int, timeout: float = 30.0) -> None:
 
 
 def load(port: int, members: int, batch: int = 1000) -> None:
-    """``members`` members m:0.. with scores 0.., in pipelined ZADDs."""
+    """``members`` members with scores 0.., in pipelined ZADDs, named as
+    redis-benchmark's ``m:__rand_int__`` expands (``m:000000000042``)."""
     with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
         pending = 0
         for start in range(0, members, batch):
             words = ["ZADD", "lb"]
             for i in range(start, min(start + batch, members)):
-                words += [str(i), f"m:{i}"]
+                words += [str(i), member(i)]
             sock.sendall(encode_request(words))
             pending += 1
             if pending == 50:
                 _read_replies(sock, pending)
                 pending = 0
         _read_replies(sock, pending)
+
+
+def member(i: int) -> str:
+    """The member redis-benchmark's ``m:__rand_int__`` names for ``i``."""
+    return f"m:{i:012d}"
+
+
+def cardinality(port: int) -> int:
+    """``ZCARD lb``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(encode_request(["ZCARD", "lb"]))
+        data = b""
+        while not data.endswith(b"\r\n"):
+            chunk = sock.recv(1024)
+            if not chunk:
+                raise ConnectionError("closed while asking ZCARD")
+            data += chunk
+    return int(data[1:-2])
 
 
 def _read_replies(sock: socket.socket, count: int) -> None:
@@ -146,6 +168,10 @@ def main() -> int:
                         for name, port in servers.items():
                             results.setdefault((command, depth, name), []).append(
                                 benchmark(port, command, depth, args.requests, args.members))
+            for name, port in servers.items():  # every request named a loaded member
+                if cardinality(port) != args.members:
+                    raise AssertionError(f"{name} holds {cardinality(port)} members, not "
+                                         f"{args.members}: the requests missed the load")
         finally:
             daemon.stop()
             redis.stop()
