@@ -5,6 +5,7 @@ tooling commands, and acknowledged writes surviving ``kill -9``."""
 
 from __future__ import annotations
 
+import random
 import signal
 import socket
 import threading
@@ -210,6 +211,29 @@ def test_pipelined_reads_mixing_native_and_general_answers_keep_their_order(open
                            b"*1\r\n$1\r\nw\r\n",
                            b"*4\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n",
                            b"$-1\r\n", b"$-1\r\n"]
+
+
+def test_a_long_pipeline_of_reads_answers_as_the_reads_one_by_one(open_daemon):
+    """A run of reads is warmed in groups of 32 before it is answered (the
+    members' hash slots, then their nodes): across groups, boards that are
+    missing or read another window, ranges and absent members, a pipeline
+    of them answers exactly what each read alone answers."""
+    open_daemon.request("PUT", "/v1/boards/wk2", {"windows": ["weekly"], "policy": "latest"})
+    open_daemon.request("POST", "/v1/boards/wk2/scores", {"member": "w", "score": 5})
+    rng = random.Random(7)
+    with RawClient(open_daemon.resp_port) as client:
+        for board in ("p1", "p2"):
+            client.call("ZADD", board, *[part for i in range(300)
+                                         for part in (str(rng.randrange(50)), f"m{i}")])
+        reads = []
+        for _ in range(150):
+            board = rng.choice(["p1", "p2", "p2", "wk2", "nokey"])
+            member = rng.choice([f"m{rng.randrange(320)}", "w"])
+            kind = rng.choice(["ZSCORE", "ZRANK", "ZREVRANK", "ZRANGE"])
+            reads.append([kind, board, "0", "2"] if kind == "ZRANGE" else [kind, board, member])
+        alone = [client.call(*read) for read in reads]
+        assert client.pipeline(reads) == alone
+        assert len(set(alone)) > 20  # scores, ranks, nulls and ranges all came up
 
 
 def test_rankd_commands_reach_what_redis_lacks(open_daemon):

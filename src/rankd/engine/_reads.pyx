@@ -26,6 +26,59 @@ from rankd.engine._packing cimport Writer, writer_free
 from rankd.engine._replies cimport reply_double, reply_header, reply_null, reply_put
 
 
+cdef enum:
+    # Member reads whose lookups are warmed together (see ``_warm``).
+    WARM_READS = 32
+
+
+cdef object _native_index(object board):
+    """The index a read of ``board`` answers from here: its all-time
+    window's (None while it has none); False when the read goes the general
+    way (the board reads another window by default, or the index is the
+    pure-Python one)."""
+    if board.config.primary_window != "all":
+        return False
+    found = board.periods["all"].get("all")
+    if found is not None and type(found) is not RankIndex:
+        return False
+    return found
+
+
+cdef void _warm(dict boards, PackedReads reads, Py_ssize_t first, Py_ssize_t last) except *:
+    """Start loading what the member reads in ``[first, last)`` look up
+    first: every member's hash slot, then (the slots had a moment to load)
+    the node each points to.  A pipeline's reads then wait for memory
+    together rather than one after another."""
+    cdef PackedRead *read
+    cdef Py_ssize_t i
+    cdef int step
+    cdef const char *last_name
+    cdef Py_ssize_t last_size
+    cdef RankIndex index
+    for step in range(2):
+        last_name = NULL
+        last_size = -1
+        index = None
+        for i in range(first, last):
+            read = &reads.items[i]
+            if read.kind != READ_SCORE and read.kind != READ_RANK and read.kind != READ_REVRANK:
+                continue
+            if last_name == NULL or read.board.size != last_size or \
+                    _differ(reads.chars(&read.board), last_name, last_size):
+                board = boards.get(PyUnicode_DecodeASCII(reads.chars(&read.board),
+                                                         read.board.size, NULL))
+                found = None if board is None else _native_index(board)
+                index = found if type(found) is RankIndex else None
+                last_name = reads.chars(&read.board)
+                last_size = read.board.size
+            if index is None:
+                continue
+            if step == 0:
+                index.c_prefetch_slot(reads.chars(&read.member), read.member.size)
+            else:
+                index.c_prefetch_node(reads.chars(&read.member), read.member.size)
+
+
 cdef inline bint _differ(const char *a, const char *b, Py_ssize_t size) noexcept:
     cdef Py_ssize_t j
     for j in range(size):
@@ -55,8 +108,12 @@ def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
     w.data = NULL
     w.size = w.cap = 0
     try:
+        if reads.count - first > 1:
+            _warm(boards, reads, first, min(reads.count, first + WARM_READS))
         i = first
         while i < reads.count and w.size < max_bytes:
+            if i > first and (i - first) % WARM_READS == 0:
+                _warm(boards, reads, i, min(reads.count, i + WARM_READS))
             read = &reads.items[i]
             if last_name == NULL or read.board.size != last_size or \
                     _differ(reads.chars(&read.board), last_name, last_size):
@@ -67,14 +124,11 @@ def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
             if board is None:
                 index = None
             else:
-                config = board.config
-                if config.primary_window != "all":
-                    break
-                found = board.periods["all"].get("all")
-                if found is not None and type(found) is not RankIndex:
-                    break  # the pure-Python index: the general path reads it
+                found = _native_index(board)
+                if found is False:
+                    break  # the general path reads it
                 index = found
-                ascending = config.order == "asc"
+                ascending = board.config.order == "asc"
             n = 0 if index is None else index.length
             if read.kind == READ_SCORE:
                 member = reads.chars(&read.member)
