@@ -206,50 +206,6 @@ def test_packed_ingest_answers_and_records_like_the_general_path(requests):
     assert state(fast_boards) == state(general_boards)
 
 
-@settings(max_examples=200)
-@given(st.lists(st.builds(lambda rid, args: [rid, "submit", args], st.integers(1, 2**32 - 1),
-                          plain_args), min_size=1, max_size=30))
-def test_a_run_that_wants_no_ranks_changes_the_same_state(requests):
-    """A run whose answers need no rank (``Packed.ranked`` False, as the RESP
-    scanner's are) lets the index update a score that stays in place without
-    a search (``RankIndex._rekey_alone``): the same state as a ranked run, the
-    same answers and records but for the rank of a submission without an
-    event id (0 in its record's result: none was answered, and none is kept
-    to answer a duplicate), and every index's invariants hold."""
-    data = b"".join(frame(r, "plain") for r in requests)
-
-    def runs() -> list[Any]:
-        return [item for item in split()(data, MAX_FRAME, True)[0] if type(item) is not tuple]
-
-    now, ttl, tolerance = SUNDAY + 3600.5, 3600.0, 300.0
-    ranked_boards, unranked_boards = make_boards(), make_boards()
-    outcomes: dict[bool, tuple[list[Any], list[Any]]] = {}
-    for ranked, boards in ((True, ranked_boards), (False, unranked_boards)):
-        records, answers, lsn = [], [], 1
-        for packed in runs():
-            packed.ranked = ranked
-            done = ingest_packed()(boards, [packed], now, lsn, ttl, tolerance)
-            for payload in done.payloads:
-                record = msgpack.unpackb(payload)
-                if record[5] is None:  # no event id: no result kept to answer again
-                    assert ranked or record[-1][1] == 0
-                    record[-1][1] = 0  # the result's rank
-                records.append(record)
-            for request, (_, status, body) in zip(packed.submissions(), wire.FrameDecoder().feed(
-                    encode_answers()(packed, wire.ok, wire.error)[0]), strict=True):
-                if status == wire.OK and request.event_id is None:
-                    body = {key: value for key, value in body.items() if key != "rank"}
-                answers.append((status, body))
-            lsn += len(done.payloads)
-        outcomes[ranked] = (records, answers)
-    assert outcomes[False] == outcomes[True]
-    assert state(unranked_boards) == state(ranked_boards)
-    for board in unranked_boards.values():
-        for periods in board.periods.values():
-            for index in periods.values():
-                index._check()
-
-
 # --- a real server, both ways --------------------------------------------------------------
 
 

@@ -519,7 +519,6 @@ cdef class RankIndex:
     cdef Py_ssize_t _link(self, rk_node *x, bint newest=*) noexcept
     cdef Py_ssize_t _path_to(self, rk_node *x, rk_node **update, int lowest=*) noexcept
     cdef Py_ssize_t _rekey(self, rk_node *x, double key, uint64_t seq) noexcept
-    cdef bint _rekey_alone(self, rk_node *x, double key, uint64_t seq) noexcept
     cdef void _unlink(self, rk_node *x) noexcept
     cdef bint _can_stay(self, rk_node *x, double key, uint64_t seq) noexcept
     cdef Py_ssize_t _shift(self, rk_node *x, double key, uint64_t seq) noexcept
@@ -546,6 +545,4 @@ cdef class RankIndex:
     cdef bint c_get(self, const char *member, Py_ssize_t mlen, double *score) noexcept
     cdef Py_ssize_t c_put(self, const char *member, Py_ssize_t mlen, double score,
                           uint64_t seq) except -1
-    cdef int c_put_unranked(self, const char *member, Py_ssize_t mlen, double score,
-                            uint64_t seq) except -1
     cdef Py_ssize_t c_rank(self, const char *member, Py_ssize_t mlen) noexcept

@@ -766,32 +766,6 @@ cdef class RankIndex:
         self.ndistinct += dx + ds
         return rank
 
-    cdef bint _rekey_alone(self, rk_node *x, double key, uint64_t seq) noexcept:
-        """:meth:`_rekey` without a search, when no rank is wanted and only
-        x's neighbours are concerned: x has one level (three nodes in four),
-        so the one key cached for it is its predecessor's, and the count of
-        distinct scores does not change, so no span above it does (Redis
-        updates a score in place the same way).  Returns False, changing
-        nothing, when that is not so."""
-        cdef rk_node *pred
-        cdef rk_level *to_succ = &x.level[0]
-        cdef int dx, ds = 0
-        if x.nlevels != 1:
-            return False
-        dx = -self._is_leader(x)
-        if to_succ.forward != NULL:
-            ds = (to_succ.fkey != key) - (to_succ.fkey != x.key)
-        pred = x.backward if x.backward != NULL else self.header
-        dx += pred == self.header or pred.key != key
-        if dx + ds != 0:
-            return False
-        x.key = key
-        x.seq = seq
-        pred.level[0].fkey = key
-        pred.level[0].dspan += dx
-        to_succ.dspan += ds
-        return True
-
     cdef void _unlink(self, rk_node *x) noexcept:
         """Remove node ``x`` from the list without freeing it."""
         cdef rk_node *update[MAX_LEVEL]
@@ -1049,8 +1023,6 @@ cdef class RankIndex:
         seq = self._stamp(has_seq, seq)
         self._set_new(target, new, has_new, changed)
         if self._can_stay(x, key, seq):
-            if not want_rank and self._rekey_alone(x, key, seq):
-                return 0
             return self._remember(x, self._rekey(x, key, seq))
         rank = self._shift(x, key, seq)
         if not rank:
@@ -1122,18 +1094,6 @@ cdef class RankIndex:
             score = 0.0  # one zero, as _number makes it
         return self._write(member, mlen, score, OP_SET, True, seq, True,
                            &old, &had, &new, &has_new, &changed)
-
-    cdef int c_put_unranked(self, const char *member, Py_ssize_t mlen, double score,
-                            uint64_t seq) except -1:
-        """:meth:`c_put` when the rank is not wanted (a score that stays in
-        place may then be updated without a search)."""
-        cdef double old = 0.0, new = 0.0
-        cdef bint had, has_new, changed
-        if score == 0.0:
-            score = 0.0  # one zero, as _number makes it
-        self._write(member, mlen, score, OP_SET, True, seq, False,
-                    &old, &had, &new, &has_new, &changed)
-        return 0
 
     cdef Py_ssize_t c_rank(self, const char *member, Py_ssize_t mlen) noexcept:
         """The unique rank of ``member``, 0 if absent."""

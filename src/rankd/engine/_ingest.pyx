@@ -296,8 +296,6 @@ cdef class _Kernel:
     cdef dict plan_of          # board name -> plan slot, or -1: reference only
     cdef list keep             # owns what the plans point at
     cdef Writer w
-    cdef bint ranked           # whether answers need ranks (see Packed.ranked):
-                               # those of submissions without an event id
 
     def __cinit__(self, dict boards, double now, Py_ssize_t first_lsn, double dedupe_ttl,
                   double ts_tolerance):
@@ -311,7 +309,6 @@ cdef class _Kernel:
         self.ts_tolerance = ts_tolerance
         self.payloads = []
         self.names = set()
-        self.ranked = True
         self.rejected = self.duplicates = 0
         self.nplans = 0
         self.plan_of = {}
@@ -430,8 +427,6 @@ cdef class _Kernel:
         cdef uint64_t fingerprint
         cdef int i, nupdates = 0
         cdef RankIndex index
-        # A result kept for duplicates of its event id keeps the real rank.
-        cdef bint ranked = self.ranked or sub.event_id != NULL
         out.rank = 0
         for i in range(plan.nwindows):
             if changes[i].updated:
@@ -442,15 +437,12 @@ cdef class _Kernel:
                     self.keep.append(created)
                     plan.windows[i].index = <PyObject *>created
                 index = <RankIndex>plan.windows[i].index
-                if ranked:
-                    rank = index.c_put(sub.member, sub.member_size, changes[i].new, lsn)
-                else:
-                    index.c_put_unranked(sub.member, sub.member_size, changes[i].new, lsn)
+                rank = index.c_put(sub.member, sub.member_size, changes[i].new, lsn)
             if plan.windows[i].primary:
                 out.has_previous = changes[i].had
                 out.previous = changes[i].old
                 out.score = changes[i].new
-                if changes[i].updated or not ranked:
+                if changes[i].updated:
                     out.rank = rank
                 else:
                     out.rank = (<RankIndex>plan.windows[i].index).c_rank(
@@ -650,7 +642,6 @@ cdef int _ingest_run(_Kernel kernel, Packed packed) except -1:
     cdef Change changes[MAX_WINDOWS]
     cdef Py_ssize_t i
     cdef bint native
-    kernel.ranked = packed.ranked
     for i in range(packed.count):
         item = &packed.items[i]
         plan = kernel.plan_by_bytes(packed.chars(&item.board), item.board.size)

@@ -67,9 +67,6 @@ cdef class Packed:
     #: On a cluster node, the ``(seq, epoch)`` of the log holding the run's
     #: writes, once acknowledged (every answer carries it); else None.
     cdef public object position
-    #: Whether the answers need each member's rank (False: the ingest may
-    #: update a score in place without the search a rank takes).
-    cdef public bint ranked
 
     cdef PackedSubmission *add(self) except NULL
     cdef object text(self, Span *span)

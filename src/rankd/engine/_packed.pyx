@@ -29,7 +29,6 @@ cdef class Packed:
         self.capacity = 0
         self.answers = []
         self.position = None
-        self.ranked = True
 
     def __dealloc__(self):
         free(self.items)

@@ -18,11 +18,6 @@ SUBMIT     board, member, value, is_delta, event_id, ts_ms, now_ms, label,
 REMOVE     board, member, ts_ms
 =========  ===============================================================
 
-The result's rank is 0 in the record of a submission without an event id
-whose answer has no rank (a Redis-protocol ``ZADD`` or ``ZINCRBY``): such a
-result is never answered again, and the write then skips the search a rank
-takes.
-
 A cluster node (``--cluster-dsn``) logs every record of a board group
 wrapped with its place in the group's log, and nothing else:
 

@@ -257,7 +257,6 @@ def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, b
                     reads = None
                     if run is None:
                         run = Packed(b"")
-                        run.ranked = False  # ZADD and ZINCRBY answer no rank
                         run_start = start
                     item = run.add()
                     item.tag = tag
