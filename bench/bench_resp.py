@@ -169,8 +169,9 @@ def main() -> int:
                             results.setdefault((command, depth, name), []).append(
                                 benchmark(port, command, depth, args.requests, args.members))
             for name, port in servers.items():  # every request named a loaded member
-                if cardinality(port) != args.members:
-                    raise AssertionError(f"{name} holds {cardinality(port)} members, not "
+                held = cardinality(port)
+                if held != args.members:
+                    raise AssertionError(f"{name} holds {held} members, not "
                                          f"{args.members}: the requests missed the load")
         finally:
             daemon.stop()

@@ -33,9 +33,11 @@ cdef enum:
 
 cdef object _native_index(object board):
     """The index a read of ``board`` answers from here: its all-time
-    window's (None while it has none); False when the read goes the general
-    way (the board reads another window by default, or the index is the
-    pure-Python one)."""
+    window's (None while it has none, or without a board); False when the
+    read goes the general way (the board reads another window by default,
+    or the index is the pure-Python one)."""
+    if board is None:
+        return None
     if board.config.primary_window != "all":
         return False
     found = board.periods["all"].get("all")
@@ -63,11 +65,8 @@ cdef void _warm(dict boards, PackedReads reads, Py_ssize_t first, Py_ssize_t las
             read = &reads.items[i]
             if read.kind != READ_SCORE and read.kind != READ_RANK and read.kind != READ_REVRANK:
                 continue
-            if last_name == NULL or read.board.size != last_size or \
-                    _differ(reads.chars(&read.board), last_name, last_size):
-                board = boards.get(PyUnicode_DecodeASCII(reads.chars(&read.board),
-                                                         read.board.size, NULL))
-                found = None if board is None else _native_index(board)
+            if _other_board(reads, read, last_name, last_size):
+                found = _native_index(_board(boards, reads, read))
                 index = found if type(found) is RankIndex else None
                 last_name = reads.chars(&read.board)
                 last_size = read.board.size
@@ -79,12 +78,21 @@ cdef void _warm(dict boards, PackedReads reads, Py_ssize_t first, Py_ssize_t las
                 index.c_prefetch_node(reads.chars(&read.member), read.member.size)
 
 
-cdef inline bint _differ(const char *a, const char *b, Py_ssize_t size) noexcept:
+cdef inline bint _other_board(PackedReads reads, PackedRead *read, const char *last_name,
+                              Py_ssize_t last_size) noexcept:
+    """Whether ``read`` names another board than the last one looked up."""
+    cdef const char *name = reads.chars(&read.board)
     cdef Py_ssize_t j
-    for j in range(size):
-        if a[j] != b[j]:
+    if last_name == NULL or read.board.size != last_size:
+        return True
+    for j in range(last_size):
+        if name[j] != last_name[j]:
             return True
     return False
+
+
+cdef inline object _board(dict boards, PackedReads reads, PackedRead *read):
+    return boards.get(PyUnicode_DecodeASCII(reads.chars(&read.board), read.board.size, NULL))
 
 
 def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
@@ -115,19 +123,15 @@ def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
             if i > first and (i - first) % WARM_READS == 0:
                 _warm(boards, reads, i, min(reads.count, i + WARM_READS))
             read = &reads.items[i]
-            if last_name == NULL or read.board.size != last_size or \
-                    _differ(reads.chars(&read.board), last_name, last_size):
-                board = boards.get(PyUnicode_DecodeASCII(reads.chars(&read.board),
-                                                         read.board.size, NULL))
+            if _other_board(reads, read, last_name, last_size):
+                board = _board(boards, reads, read)
                 last_name = reads.chars(&read.board)
                 last_size = read.board.size
-            if board is None:
-                index = None
-            else:
-                found = _native_index(board)
-                if found is False:
-                    break  # the general path reads it
-                index = found
+            found = _native_index(board)
+            if found is False:
+                break  # the general path reads it
+            index = found
+            if board is not None:
                 ascending = board.config.order == "asc"
             n = 0 if index is None else index.length
             if read.kind == READ_SCORE:

@@ -143,10 +143,12 @@ class RespConnection(PipelinedConnection):
         if (self.worker is None and not self.queue and not self.answering
                 and self.can_write.is_set()):
             item = items[0] if len(items) == 1 else None
-            if type(item) is _Packed and self._takes(item):
-                self._hand_over(item)  # an unpipelined client's write: straight there
-                return
-            if type(item) is _PackedReads:  # or read
+            if type(item) is _Packed:  # an unpipelined client's write: straight there
+                if self._takes(item):
+                    self._hand_over(item)
+                    return
+                items = self._unpack(item)  # each write admitted alone, by the worker
+            elif type(item) is _PackedReads:  # or read
                 out: list[bytes] = []
                 items = self._reads(item, out)  # (what is left waits for the client)
                 if out:
