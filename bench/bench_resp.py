@@ -19,7 +19,10 @@ rankd's ratio to each Redis.  redis-benchmark writes ``__rand_int__`` as a
 ``m:000000000000``.. in that form: every request names a loaded member (reads
 hit, writes update), which the run checks at the end (``ZCARD`` unchanged).
 The two cores are shared by the server and redis-benchmark (which is
-single-threaded) for every server alike.
+single-threaded) for every server alike.  A second table gives each
+server's own CPU time per request (``/proc``, every thread) over the same
+runs: it moves far less than the rates with whatever else the machine is
+doing.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import os
 import shutil
 import socket
 import statistics
@@ -123,6 +127,21 @@ def _read_replies(sock: socket.socket, count: int) -> None:
         raise RuntimeError(f"loading failed: {data[:200]!r}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system, every thread) process ``pid`` has used."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(port: int, pid: int, command: str, depth: int, requests: int, members: int
+             ) -> tuple[float, float]:
+    """``(requests/s, server CPU microseconds per request)`` of one run."""
+    used = cpu_seconds(pid)
+    rate = benchmark(port, command, depth, requests, members)
+    return rate, (cpu_seconds(pid) - used) / requests * 1e6
+
+
 def benchmark(port: int, command: str, depth: int, requests: int, members: int) -> float:
     """Requests/s redis-benchmark measures."""
     done = subprocess.run(
@@ -147,28 +166,29 @@ def main() -> int:
         return 1
     depths = [int(d) for d in args.depths.split(",")]
     with tempfile.TemporaryDirectory() as root:
-        servers: dict[str, int] = {}
         redis = RedisProcess(Path(root))
         aof_dir = Path(root) / "aof"
         aof_dir.mkdir()
         redis_aof = RedisProcess(aof_dir, "--appendonly", "yes", "--appendfsync", "everysec")
         daemon = Daemon(Path(root) / "rankd", "--fsync", "everysec", "--tcp-port", "0")
         daemon.start()
-        servers = {"redis": redis.port, "redis-aof": redis_aof.port, "rankd": daemon.resp_port}
+        servers = {"redis": (redis.port, redis.process.pid),
+                   "redis-aof": (redis_aof.port, redis_aof.process.pid),
+                   "rankd": (daemon.resp_port, daemon.process.pid)}
         try:
-            for name, port in servers.items():
+            for name, (port, _) in servers.items():
                 began = time.monotonic()
                 load(port, args.members)
                 print(f"loaded {args.members} members into {name} in "
                       f"{time.monotonic() - began:.1f} s", flush=True)
-            results: dict[tuple[str, int, str], list[float]] = {}
+            results: dict[tuple[str, int, str], list[tuple[float, float]]] = {}
             for _ in range(args.rounds):
                 for depth in depths:
                     for command in COMMANDS:
-                        for name, port in servers.items():
-                            results.setdefault((command, depth, name), []).append(
-                                benchmark(port, command, depth, args.requests, args.members))
-            for name, port in servers.items():  # every request named a loaded member
+                        for name, (port, pid) in servers.items():
+                            results.setdefault((command, depth, name), []).append(measured(
+                                port, pid, command, depth, args.requests, args.members))
+            for name, (port, _) in servers.items():  # every request named a loaded member
                 held = cardinality(port)
                 if held != args.members:
                     raise AssertionError(f"{name} holds {held} members, not "
@@ -185,11 +205,26 @@ def main() -> int:
     for depth in depths:
         for command in COMMANDS:
             redis_rate, aof_rate, rankd_rate = (
-                statistics.median(results[(command, depth, name)])
+                statistics.median(rate for rate, _ in results[(command, depth, name)])
                 for name in ("redis", "redis-aof", "rankd"))
             print(f"| `{command}` | {depth} | {redis_rate:,.0f} | {aof_rate:,.0f} | "
                   f"{rankd_rate:,.0f} | {rankd_rate / redis_rate:.2f}x | "
                   f"{rankd_rate / aof_rate:.2f}x |")
+    # The rates swing with whatever else shares the machine; each server's
+    # own CPU time per request moves far less (one core each is the limit).
+    print("\nserver CPU per request (user + system, microseconds), median of the rounds; "
+          "redis / rankd above 1.00 means rankd spends less")
+    print("| command | -P | redis | redis AOF everysec | rankd | redis / rankd "
+          "| redis AOF / rankd |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for depth in depths:
+        for command in COMMANDS:
+            redis_cpu, aof_cpu, rankd_cpu = (
+                statistics.median(cpu for _, cpu in results[(command, depth, name)])
+                for name in ("redis", "redis-aof", "rankd"))
+            print(f"| `{command}` | {depth} | {redis_cpu:.2f} | {aof_cpu:.2f} | "
+                  f"{rankd_cpu:.2f} | {redis_cpu / rankd_cpu:.2f}x | "
+                  f"{aof_cpu / rankd_cpu:.2f}x |")
     return 0
 
 
