@@ -5,12 +5,15 @@ and the cluster shows its state.  (Faults: test_cluster_faults.py.)"""
 from __future__ import annotations
 
 import time
+import urllib.request
 
 import pytest
 from jepsen import Lab
 
 from daemon import Daemon
 from rankd.cluster.groups import group_of
+from rankd.frontends.resp.sorted_sets import REDIS_BOARD_DICT
+from respclient import RawClient
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +174,86 @@ def test_pipelined_plain_submits_to_a_primary_carry_their_log_positions(lab: Lab
             assert status == 200 and seen["score"] == score, (daemon.url, member, seen)
 
 
+def _rankd_resp_commands(daemon: Daemon, command: str) -> float:
+    """``rankd_resp_commands_total`` of ``command`` answered ok, from /metrics."""
+    with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(f'rankd_resp_commands_total{{command="{command}",status="ok"}}'):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_resp_writes_to_a_primary_take_the_native_path_and_the_others_answer_tryagain(
+        lab: Lab) -> None:
+    """RESP on a cluster node: a pipeline of plain ``ZINCRBY``/``ZADD`` of a
+    board of a group the node writes goes the native way (packed, applied at
+    the group's next log positions, acknowledged as the ack mode says) with
+    Redis's replies, in order; in a pipeline that also writes another
+    node's group, those writes answer TRYAGAIN and change nothing while the
+    node's own are applied; plain reads are answered natively; every node
+    then holds exactly the writes acknowledged."""
+    own = "resp-own"
+    status, made = lab.daemons[0].request("PUT", f"/v1/boards/{own}", REDIS_BOARD_DICT)
+    assert status == 201, made
+    mine = lab.primary_of(own)
+    for other in (f"resp-other-{n}" for n in range(40)):
+        if group_of(other) != group_of(own):
+            lab.daemons[(mine + 1) % 3].request("PUT", f"/v1/boards/{other}",
+                                                REDIS_BOARD_DICT)
+            if lab.primary_of(other) not in (None, mine):
+                break
+    else:
+        pytest.skip("no board of a group another node writes")  # (40 names: never seen)
+    node = lab.daemons[mine]
+    with RawClient(lab.daemons[lab.primary_of(other)].resp_port) as client:
+        assert client.call("ZADD", other, "0", "seed") == b":1\r\n"
+    scores: dict[str, float] = {}
+    with RawClient(node.resp_port) as client:
+        assert client.call("ZADD", own, "0", "seed") == b":1\r\n"
+        scores["seed"] = 0
+        written = _rankd_resp_commands(node, "write")
+        pipeline, expected = [], []
+        for i in range(300):
+            if i % 50 == 49:
+                pipeline.append(["ZADD", own, "5", f"z{i}"])
+                expected.append(b":1\r\n")
+                scores[f"z{i}"] = 5
+            else:
+                member = f"m{i % 7}"
+                scores[member] = scores.get(member, 0) + 1
+                pipeline.append(["ZINCRBY", own, "1", member])
+                text = str(int(scores[member])).encode()
+                expected.append(b"$%d\r\n%s\r\n" % (len(text), text))
+        assert client.pipeline(pipeline) == expected
+        assert _rankd_resp_commands(node, "write") - written == 300  # all taken natively
+        read = _rankd_resp_commands(node, "read")
+        rank = sorted(scores, key=lambda m: (-scores[m], m)).index("m3")
+        assert client.pipeline([["ZSCORE", own, "m3"], ["ZREVRANK", own, "m3"]]) == [
+            b"$%d\r\n%d\r\n" % (len(str(int(scores["m3"]))), scores["m3"]),
+            b":%d\r\n" % rank]
+        assert _rankd_resp_commands(node, "read") - read == 2
+        mixed = client.pipeline([["ZINCRBY", own, "1", "m0"], ["ZINCRBY", other, "1", "seed"],
+                                 ["ZINCRBY", own, "1", "m0"]])
+        scores["m0"] += 2
+        assert mixed[0] == b"$%d\r\n%d\r\n" % (len(str(int(scores["m0"] - 1))),
+                                                 scores["m0"] - 1), mixed
+        assert mixed[1].startswith(b"-TRYAGAIN "), mixed
+        assert mixed[2] == b"$%d\r\n%d\r\n" % (len(str(int(scores["m0"]))), scores["m0"])
+    fences = {}
+    for board in (own, other):
+        status, fence = node.request("POST", f"/v1/boards/{board}/scores",
+                                     {"member": "fence", "score": 1})
+        assert status == 200, fence
+        fences[board] = fence["seq"]
+    scores_of = {own: scores, other: {"seed": 0}}  # TRYAGAIN: unchanged
+    for daemon in lab.daemons:  # every replica, once it applied the fences' positions
+        for board, expected_scores in scores_of.items():
+            for member, score in expected_scores.items():
+                status, seen = daemon.request(
+                    "GET", f"/v1/boards/{board}/members/{member}?min_seq={fences[board]}")
+                assert status == 200 and seen["score"] == score, (daemon.url, member, seen)
+
+
 def test_a_follower_serves_the_live_feed_of_writes_made_elsewhere(lab: Lab) -> None:
     import asyncio
     import json
@@ -229,8 +312,6 @@ def test_the_cluster_shows_nodes_groups_primaries_and_lag(lab: Lab) -> None:
     assert len(group["followers"]) == 2 and all(f["lag"] >= 0 for f in
                                                 group["followers"].values())
     assert body["this_node"]["node"] == "n2" and body["this_node"]["ack"] == "log"
-    import urllib.request
-
     with urllib.request.urlopen(lab.daemons[2].url + "/metrics", timeout=10) as response:
         metrics = response.read().decode()
     for name in ("rankd_cluster_groups_written", "rankd_cluster_groups_followed",

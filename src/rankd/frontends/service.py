@@ -154,11 +154,6 @@ class Service:
 
     # --- writes -----------------------------------------------------------------------
 
-    @property
-    def clustered(self) -> bool:
-        """Whether this is a cluster node."""
-        return self.engine.replication is not None
-
     async def caught_up(self, board: str, seq: int) -> None:
         """Return once this node applied ``board``'s group up to ``seq``
         (read-your-writes on a cluster; ``Unavailable`` after 5 s)."""

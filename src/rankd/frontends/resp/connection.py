@@ -109,9 +109,11 @@ class RespConnection(PipelinedConnection):
         self.window: str | None = None
         self.period: str | None = None
         self.reader = self._reader()
-        #: Whether the reader packs runs of plain requests (once authenticated):
-        #: not on a cluster node, whose writes of other nodes' groups answer TRYAGAIN.
-        self.packs = FAST_WRITES and not self.service.clustered
+        #: Whether the reader packs runs of plain requests (once authenticated).
+        #: On a cluster node a run of writes is taken only if its boards are of
+        #: one group the node writes now (``_takes``); the others go the general
+        #: way, which answers TRYAGAIN.
+        self.packs = FAST_WRITES
         self.queue: collections.deque[Any] = collections.deque()
         #: Set by QUIT: close once its reply is written.
         self.quitting = False
