@@ -10,7 +10,10 @@ events, each with its own event id, to random members of a few ``sum``
 boards through random nodes, and record every operation's invocation and
 outcome in a :class:`History`: ``ok`` (acknowledged), ``fail`` (refused:
 certainly not applied) or ``unknown`` (a timeout, a broken connection, an
-``unacknowledged`` answer).
+``unacknowledged`` answer).  Most clients use REST (the engine's general
+path); when the nodes listen for the TCP protocol, one in four uses it, its
+plain submits taking the primary's native path (runs applied packed at the
+group's next positions), following ``moved`` answers to the primary.
 
 :func:`check` is the checker.  It first resolves every unknown operation by
 submitting the same event id again until a node answers it (a committed
@@ -45,6 +48,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -113,7 +117,7 @@ class Lab:
     """
 
     def __init__(self, root: Path, *, nodes: int = 3, lease_seconds: float = 1.5,
-                 ack: str = "log", ack_timeout: float = 3.0, tcp: bool = False,
+                 ack: str = "log", ack_timeout: float = 3.0, tcp: bool = True,
                  extra: tuple[str, ...] = (), standby: bool = False) -> None:
         self.root = root
         bin_dir = _bin_dir()
@@ -136,6 +140,9 @@ class Lab:
         self.pg_proxies = [Proxy(parts.port) for _ in range(nodes)]
         self.daemons: list[Daemon] = []
         self.client_proxies: list[Proxy] = []
+        #: The TCP protocol's client links, when the nodes listen for it.
+        self.tcp_proxies: list[Proxy] = []
+        self.tcp = tcp
         for i in range(nodes):
             dsn = urlunsplit(parts._replace(
                 netloc=f"{parts.username}@127.0.0.1:{self.pg_proxies[i].port}"))
@@ -152,6 +159,8 @@ class Lab:
             # Only now: a proxy made before would take any free port, the one the
             # daemon had picked (and not yet bound) among them.
             self.client_proxies.append(Proxy(daemon.port))
+            if tcp:
+                self.tcp_proxies.append(Proxy(daemon.tcp_port))
         self.paused: set[int] = set()
 
     @property
@@ -211,7 +220,7 @@ class Lab:
                     daemon.stop(timeout=20)
                 except Exception:
                     daemon.kill()
-        for proxy in self.pg_proxies + self.client_proxies:
+        for proxy in self.pg_proxies + self.client_proxies + self.tcp_proxies:
             proxy.close()
         self.pg.destroy()
         if self.standby is not None:
@@ -226,22 +235,31 @@ class Lab:
 
 async def load(lab: Lab, history: History, seconds: float, *, clients: int = 8,
                timeout: float = 5.0, seed: int = 0) -> None:
-    """Submit events from ``clients`` concurrent clients for ``seconds``."""
+    """Submit events from ``clients`` concurrent clients for ``seconds``
+    (every fourth over TCP when the nodes listen for it)."""
     rng = random.Random(seed)
     deadline = time.monotonic() + seconds
     counter = iter(range(10**9))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
 
         async def client(number: int) -> None:
-            while time.monotonic() < deadline:
-                node = rng.randrange(len(lab.daemons))
-                op = Operation(f"c{number}-{next(counter)}", rng.choice(BOARDS),
-                               rng.choice(MEMBERS), node, time.monotonic())
-                history.operations.append(op)
-                await submit(session, lab.url(node), op)
-                op.completed = time.monotonic()
-                if op.outcome != "ok":
-                    await asyncio.sleep(0.02)
+            tcp = TcpSubmitter(lab, timeout) if lab.tcp and number % 4 == 3 else None
+            try:
+                while time.monotonic() < deadline:
+                    node = rng.randrange(len(lab.daemons))
+                    op = Operation(f"c{number}-{next(counter)}", rng.choice(BOARDS),
+                                   rng.choice(MEMBERS), node, time.monotonic())
+                    history.operations.append(op)
+                    if tcp is None:
+                        await submit(session, lab.url(node), op)
+                    else:
+                        await tcp.submit(op)
+                    op.completed = time.monotonic()
+                    if op.outcome != "ok":
+                        await asyncio.sleep(0.02)
+            finally:
+                if tcp is not None:
+                    await tcp.close()
 
         await asyncio.gather(*(client(n) for n in range(clients)))
 
@@ -260,6 +278,51 @@ async def submit(session: aiohttp.ClientSession, url: str, op: Operation) -> Non
     code = (payload or {}).get("error", {}).get("code", str(answer.status))
     op.outcome = "fail" if code in REFUSED_CODES else "unknown"
     op.detail = code
+
+
+class TcpSubmitter:
+    """One load client's TCP connections, a node each (through its proxy),
+    opened when first needed and dropped when broken; the client follows a
+    ``moved`` answer to the primary, once, over a connection of its own."""
+
+    def __init__(self, lab: Lab, timeout: float) -> None:
+        self.lab = lab
+        self.timeout = timeout
+        self.clients: dict[int, Any] = {}
+
+    async def submit(self, op: Operation) -> None:
+        from rankd.client import AsyncClient, RankdError
+
+        client = self.clients.get(op.node)
+        try:
+            if client is None:
+                client = AsyncClient("127.0.0.1", self.lab.tcp_proxies[op.node].port,
+                                     timeout=self.timeout, connect_timeout=self.timeout,
+                                     retries=0)
+                self.clients[op.node] = client
+                await client.connect()
+            answer = await client.submit(op.board, op.member, delta=1, event_id=op.event_id)
+        except RankdError as exc:
+            op.outcome = "fail" if exc.code in REFUSED_CODES | {"moved"} else "unknown"
+            op.detail = f"tcp {exc.code}"
+            if op.outcome == "unknown":
+                await self._drop(op.node)
+            return
+        except (OSError, TimeoutError) as exc:
+            op.outcome, op.detail = "unknown", f"tcp {type(exc).__name__}"
+            await self._drop(op.node)
+            return
+        op.outcome, op.detail = "ok", "tcp duplicate" if answer.get("duplicate") else "tcp"
+
+    async def _drop(self, node: int) -> None:
+        client = self.clients.pop(node, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    async def close(self) -> None:
+        for node in list(self.clients):
+            await self._drop(node)
 
 
 # --- the checker ----------------------------------------------------------------------------
@@ -366,6 +429,8 @@ async def check(lab: Lab, history: History) -> dict:
     """Resolve unknowns, then check the history against the log and every
     node (see the module docstring); returns figures."""
     outcomes = history.outcomes()
+    over_tcp = sum(op.outcome == "ok" and op.detail.startswith("tcp")
+                   for op in history.operations)
     resolved = await resolve_unknowns(lab, history)
     await converge(lab)
     logs = await read_log(lab.dsn)
@@ -403,7 +468,8 @@ async def check(lab: Lab, history: History) -> dict:
                         if b == board}
             assert scores == expected, (node, board, scores, expected)
     return {"operations": len(history.operations), "acknowledged": outcomes["ok"],
-            "refused": outcomes["fail"], "unknown": outcomes["unknown"],
+            "acknowledged_over_tcp": over_tcp, "refused": outcomes["fail"],
+            "unknown": outcomes["unknown"],
             "resubmitted": resolved, "logged": len(logged), "lost_acknowledged": len(lost),
             "set_aside": len(orphaned), "nodes_agreeing": len(digests),
             "epochs": {g: entries[-1][1] for g, entries in logs.items()}}
@@ -509,14 +575,18 @@ async def partition_clients_from_primary(lab: Lab, history: History, seconds: fl
     await asyncio.sleep(seconds / 4)
     victim = await asyncio.to_thread(lab.primary_of, BOARDS[0])
     before = {g["group"]: g["epoch"] for g in (await asyncio.to_thread(lab.status))["groups"]}
-    lab.client_proxies[victim].set_mode("blackhole")
+    links = [lab.client_proxies[victim], *lab.tcp_proxies[victim:victim + 1]]
+    for link in links:
+        link.set_mode("blackhole")
     history.faults.append((time.monotonic(), f"blackhole clients -> node {victim}"))
     await asyncio.sleep(seconds / 2)
     after = {g["group"]: g["epoch"]
              for g in (await asyncio.to_thread(lab.status, victim))["groups"]}
-    lab.client_proxies[victim].set_mode("reset")
+    for link in links:
+        link.set_mode("reset")
     await asyncio.sleep(0.2)
-    lab.client_proxies[victim].set_mode("pass")
+    for link in links:
+        link.set_mode("pass")
     history.faults.append((time.monotonic(), f"heal clients -> node {victim}"))
     assert {g: after[g] for g in before} == before, f"a failover happened: {before} {after}"
     return {"epochs_unchanged": True}
