@@ -2,7 +2,7 @@
 """Submissions in packed form (see _packed.pxd)."""
 
 from cpython.bytes cimport PyBytes_AS_STRING
-from cpython.unicode cimport PyUnicode_DecodeASCII
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeASCII
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp
 
@@ -86,6 +86,21 @@ cdef class Packed:
                 names.add(self.text(span))
             last = span
         return names
+
+    def only_board(self, str name):
+        """Whether every submission is to board ``name`` (and there is one):
+        a front-end's check of a run against the board it last took, with
+        no ``str`` made."""
+        cdef Py_ssize_t size, i
+        cdef const char *text = PyUnicode_AsUTF8AndSize(name, &size)
+        cdef Span *span
+        if self.count == 0:
+            return False
+        for i in range(self.count):
+            span = &self.items[i].board
+            if span.size != size or memcmp(self.chars(span), text, size) != 0:
+                return False
+        return True
 
     def submission(self, Py_ssize_t i):
         """Submission ``i`` as a ``Submission`` object (what the engine's

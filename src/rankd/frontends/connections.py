@@ -195,6 +195,8 @@ class PipelinedConnection(asyncio.Protocol):
         self.reading_paused = False
         self.can_write = asyncio.Event()
         self.can_write.set()
+        #: ``can_write.is_set()``, read on every ``data_received``.
+        self.writable = True
         #: Packed runs handed to the engine from ``data_received``, not
         #: answered yet, in order: ``[run, error]``, the error ``_PENDING``
         #: until the engine is done with the run.
@@ -206,6 +208,9 @@ class PipelinedConnection(asyncio.Protocol):
         #: ``Gate.charger`` by operation, for the caller they were worked out for.
         self._chargers: dict[str, Callable[[int], None] | None] = {}
         self._charged_for: Any = None
+        #: Bound once: called for every run handed over.
+        self._submit_then = server.service.submit_packed_then
+        self._applied_then = self._applied
 
     @property
     def authenticated(self) -> bool:
@@ -246,12 +251,15 @@ class PipelinedConnection(asyncio.Protocol):
         self._forget()
         self.answering.clear()
         self._tell_answered()
+        self.writable = True
         self.can_write.set()
 
     def pause_writing(self) -> None:
+        self.writable = False
         self.can_write.clear()
 
     def resume_writing(self) -> None:
+        self.writable = True
         self.can_write.set()
 
     def _charger(self, operation: str) -> Callable[[int], None] | None:
@@ -271,13 +279,20 @@ class PipelinedConnection(asyncio.Protocol):
         """Hand a run to the engine: its replies follow once it is committed."""
         entry = [packed, _PENDING]
         self.answering.append(entry)
-        self.server.service.submit_packed_then(packed, self._applied, entry)
+        self._submit_then(packed, self._applied_then, entry)
 
     def _applied(self, entry: list[Any], error: BaseException | None) -> None:
         """A run handed over is committed (or failed with ``error``): write
         the replies of the runs at the head of ``answering`` that are done."""
-        entry[1] = error
         answering = self.answering
+        if error is None and len(answering) == 1 and answering[0] is entry:
+            answering.clear()  # the common case: the one run in flight
+            if not self.closing:
+                self.transport.write(self._encoded(entry[0]))
+            if self._all_answered is not None:
+                self._tell_answered()
+            return
+        entry[1] = error
         while answering and answering[0][1] is not _PENDING:
             packed, error = answering.popleft()
             if error is not None:

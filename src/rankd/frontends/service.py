@@ -99,6 +99,8 @@ class Service:
         self.engine = engine
         #: Bound once: a front-end calls it for every packed run it reads.
         self.submit_packed_then = engine.submit_packed_then
+        #: The board of the last single-board packed run taken (``takes_packed``).
+        self._last_taken: str | None = None
         #: Verifies submissions to boards configured ``"signed": true``.
         self.signing_secret = signing_secret
         #: (board, window, period, offset, limit) -> (board version, JSON bytes)
@@ -219,20 +221,34 @@ class Service:
                              "TCP)") if s.board in refused else next(answers)
                 for s in submissions]
 
-    def takes_packed(self, packed: Any, *, existing: bool = False) -> bool:
+    def takes_packed(self, packed: Any, existing: bool = False) -> bool:
         """Whether :meth:`submit_packed` may take these packed submissions:
         not if one of their boards takes only signed submissions (those go
         through :meth:`submit_many`, which verifies them), nor on a cluster
         node for boards another node writes (answered ``moved``), nor, with
         ``existing``, if one of the boards does not exist."""
         boards = self.engine.boards
-        for name in packed.board_names():
-            known = boards.get(name)
+        last = self._last_taken
+        if last is not None and packed.only_board(last):
+            # The common case, a run to the board last taken: checked again
+            # (it may be gone or signed now), but without a set of names made.
+            known = boards.get(last)
             if known is None:
                 if existing:
                     return False
             elif known.config.signed:
                 return False
+        else:
+            names = packed.board_names()
+            for name in names:
+                known = boards.get(name)
+                if known is None:
+                    if existing:
+                        return False
+                elif known.config.signed:
+                    return False
+            if len(names) == 1:
+                self._last_taken = names.pop() if known is not None else None
         return self.engine.replication is None or self.engine.takes_packed(packed)
 
     async def submit_packed(self, packed: Any) -> None:

@@ -242,7 +242,7 @@ class TcpConnection(PipelinedConnection):
             # A packed run that finds the connection idle is applied right
             # away (see the module docstring); anything else waits its turn.
             if (type(message) is _Packed and not self.queue and self.worker is None
-                    and self.can_write.is_set() and self._takes(message)):
+                    and self.writable and self._takes(message)):
                 self._hand_over(message)
             else:
                 self._enqueue(message)

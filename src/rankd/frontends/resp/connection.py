@@ -142,8 +142,7 @@ class RespConnection(PipelinedConnection):
         except ProtocolError as exc:
             items = [*exc.commands, exc]
             self.transport.pause_reading()
-        if (self.worker is None and not self.queue and not self.answering
-                and self.can_write.is_set()):
+        if self.worker is None and not self.queue and not self.answering and self.writable:
             item = items[0] if len(items) == 1 else None
             if type(item) is _Packed:  # an unpipelined client's write: straight there
                 if self._takes(item):
@@ -178,7 +177,7 @@ class RespConnection(PipelinedConnection):
         position = 0
         for item in items:
             if type(item) is _Packed:
-                if not (self.can_write.is_set() and self._takes(item)):
+                if not (self.writable and self._takes(item)):
                     items[position:position + 1] = self._unpack(item)
                     break
                 if out:
@@ -386,9 +385,11 @@ class RespConnection(PipelinedConnection):
     def _takes(self, packed: Any) -> bool:
         """Whether the fast path takes a packed run: its boards exist and
         take unsigned writes, and the caller may write that much now."""
-        if self.principal is None or not self.service.takes_packed(packed, existing=True):
+        principal = self.principal
+        if principal is None or not self.service.takes_packed(packed, True):
             return False  # (the general path creates boards)
-        charge = self._charger("submit")
+        charge = (self._chargers["submit"] if principal is self._charged_for
+                  and "submit" in self._chargers else self._charger("submit"))
         if charge is not None:
             try:
                 charge(len(packed))
