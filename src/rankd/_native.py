@@ -20,7 +20,8 @@ CHOSEN: dict[str, str] = {}
 PARTS = {"rankd._skiplist": "index", "rankd.engine._ingest": "ingest",
          "rankd.engine._frames": "wal_frames", "rankd.engine._dedupe": "dedupe",
          "rankd.engine._replay": "replay", "rankd.frontends._submits": "tcp_scanner",
-         "rankd.frontends.resp._scanner": "resp_scanner", "rankd.engine._reads": "resp_reads"}
+         "rankd.frontends.resp._scanner": "resp_scanner", "rankd.engine._reads": "resp_reads",
+         "rankd.frontends.resp._lane": "resp_lane"}
 
 
 def pure_python_forced() -> bool:
@@ -49,6 +50,7 @@ def implementations() -> dict[str, str]:
     importing the modules that choose them first."""
     for module in ("rankd.index", "rankd.engine.ingest", "rankd.engine.frames",
                    "rankd.engine.dedupe", "rankd.engine.replay", "rankd.frontends.tcp",
-                   "rankd.frontends.resp.protocol", "rankd.engine.engine"):
+                   "rankd.frontends.resp.protocol", "rankd.frontends.resp.connection",
+                   "rankd.engine.engine"):
         importlib.import_module(module)
     return {part: CHOSEN.get(module, "python") for module, part in PARTS.items()}

@@ -835,13 +835,13 @@ class Engine:
         runs from the first that meets a held board on go the general way
         (their futures are returned)."""
         self._check_writable()
-        for position, packed in enumerate(runs):
-            if self._meets_held(packed):
-                unpacked = [self._unpacked_soon(later) for later in runs[position:]]
-                runs = runs[:position]
-                break
-        else:
-            unpacked = []
+        unpacked = []
+        if self._held:  # (a snapshot is being taken: checked run by run)
+            for position, packed in enumerate(runs):
+                if self._meets_held(packed):
+                    unpacked = [self._unpacked_soon(later) for later in runs[position:]]
+                    runs = runs[:position]
+                    break
         if runs:
             try:
                 done = ingest_packed(self.boards, runs, self.clock(), self.wal.last_lsn + 1,

@@ -63,6 +63,25 @@ _client_ids = itertools.count(1)
 _Packed, _ = native_or("rankd.engine._packed", "Packed", None)
 _PackedReads, _ = native_or("rankd.engine._packed", "PackedReads", None)
 _encode_replies, _ = native_or("rankd.frontends.resp._scanner", "encode_replies", None)
+
+
+class _GeneralLane:
+    """``_lane.RespLane`` where it is not built: every read goes the
+    general way."""
+
+    def data_received(self, data: bytes) -> None:
+        self._data_received(data)  # type: ignore[attr-defined]
+
+    def _encoded(self, packed: Any) -> bytes:
+        """The replies of an applied packed run (and its statistics)."""
+        data, answered = _encode_replies(packed, self.replies.version,  # type: ignore
+                                         self._packed_reply)  # type: ignore[attr-defined]
+        self.server.stats[("write", "ok")] += answered  # type: ignore[attr-defined]
+        return data
+
+
+#: The first base of RespConnection: its hot path, natively when built.
+_Lane, _ = native_or("rankd.frontends.resp._lane", "RespLane", _GeneralLane)
 #: Whether plain writes take the native fast path (see ``_scanner``).
 FAST_WRITES = SCANNER == "native" and ingest_implementation == "native"
 
@@ -91,7 +110,7 @@ def _grown(out: list[bytes], size: list[int]) -> int:
     return total
 
 
-class RespConnection(PipelinedConnection):
+class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, misc]
     """One client connection."""
 
     def __init__(self, server: RespServer) -> None:
@@ -131,7 +150,8 @@ class RespConnection(PipelinedConnection):
     def _forget(self) -> None:
         self.queue.clear()
 
-    def data_received(self, data: bytes) -> None:
+    def _data_received(self, data: bytes) -> None:
+        """``data_received`` the general way (the lane's, for what it does not take)."""
         if self.closing:
             return
         self.last_active = self.loop.time()
@@ -158,6 +178,10 @@ class RespConnection(PipelinedConnection):
                 items = self._answer_now(items)
             if not items:
                 return
+        self._queue_items(items)
+
+    def _queue_items(self, items: list[Any]) -> None:
+        """Queue requests for the worker, which answers them in order."""
         self.queue.extend(items)
         if len(self.queue) >= QUEUE_HIGH_WATER and not self.reading_paused:
             self.transport.pause_reading()
@@ -376,11 +400,6 @@ class RespConnection(PipelinedConnection):
         """A packed run's commands, for the general path."""
         reader = RequestReader(max_bulk=self.server.max_bulk)
         return [words for source in packed.sources() for words in reader.feed(source)]
-
-    def _encoded(self, packed: Any) -> bytes:
-        data, answered = _encode_replies(packed, self.replies.version, self._packed_reply)
-        self.server.stats[("write", "ok")] += answered
-        return data
 
     def _takes(self, packed: Any) -> bool:
         """Whether the fast path takes a packed run: its boards exist and
