@@ -99,6 +99,8 @@ class Service:
         self.engine = engine
         #: Bound once: a front-end calls it for every packed run it reads.
         self.submit_packed_then = engine.submit_packed_then
+        #: RESP replies to packed plain reads, natively (``Engine.answer_reads``).
+        self.answer_reads = engine.answer_reads
         #: The board of the last single-board packed run taken (``takes_packed``).
         self._last_taken: str | None = None
         #: Verifies submissions to boards configured ``"signed": true``.
@@ -299,11 +301,6 @@ class Service:
         """A window of the board as a sorted set (``rankd.engine.view``)."""
         return self.engine.view(board, optional_text(window, "window"),
                                 optional_text(period, "period"))
-
-    def answer_reads(self, reads: Any, first: int, version: int, max_entries: int,
-                     max_bytes: int) -> tuple[bytes, int]:
-        """RESP replies to packed plain reads, natively (``Engine.answer_reads``)."""
-        return self.engine.answer_reads(reads, first, version, max_entries, max_bytes)
 
     def member(self, board: str, member: str, *, window: str | None = None,
                period: str | None = None) -> dict[str, Any]:

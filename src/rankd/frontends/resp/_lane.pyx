@@ -19,9 +19,12 @@ from rankd.engine._packed cimport Packed, PackedReads
 from rankd.engine.errors import EngineError
 from rankd.frontends.connections import _PENDING, PipelinedConnection
 from rankd.frontends.resp._scanner import encode_replies, scan
+from rankd.frontends.resp.protocol import OUT_HIGH_WATER
+from rankd.frontends.resp.sorted_sets import MAX_REPLY_ENTRIES
 
 cdef object PENDING = _PENDING
 cdef object WRITE_OK = ("write", "ok")
+cdef object READ_OK = ("read", "ok")
 
 
 cdef class RespLane:
@@ -31,10 +34,15 @@ cdef class RespLane:
     cdef public object server
     cdef public object service
     cdef public object transport
-    cdef public object reader
     cdef public object principal
-    cdef public object replies
+    cdef object _reader
+    cdef object _replies
+    # Of ``reader`` and ``replies``, read when they are set.
+    cdef Py_ssize_t max_bulk, max_words
+    cdef int version
     cdef public object queue
+    cdef public object window
+    cdef public object period
     cdef public object answering
     cdef public object worker
     cdef public object _all_answered
@@ -42,15 +50,40 @@ cdef class RespLane:
     cdef public bint writable
     cdef public bint packs
     cdef public double last_active
-    # Worked out once per caller: ``_charger("submit")`` for ``charged_for``.
+    # Worked out once per caller: ``_charger("submit")`` and ``("top")``
+    # for ``charged_for``.
     cdef object charged_for
     cdef object charge
+    cdef object charge_reads
     # Bound once.
+    cdef object stats
+    cdef object write
     cdef object time
     cdef object takes
+    cdef object answer
     cdef object submit_then
     cdef object applied_then
     cdef object packed_reply
+
+    @property
+    def reader(self):
+        """The connection's ``RequestReader``."""
+        return self._reader
+
+    @reader.setter
+    def reader(self, reader):
+        self._reader = reader
+        self.max_bulk, self.max_words = reader.max_bulk, reader.max_multibulk
+
+    @property
+    def replies(self):
+        """The connection's ``Replies`` (its RESP version's)."""
+        return self._replies
+
+    @replies.setter
+    def replies(self, replies):
+        self._replies = replies
+        self.version = replies.version
 
     def data_received(self, data):
         if (self.closing or not self.packs or self.principal is None
@@ -58,14 +91,14 @@ cdef class RespLane:
                 or not self.writable):
             self._data_received(data)
             return
-        reader = self.reader
+        reader = self._reader
         if reader._buffer or reader._words is not None:
             self._data_received(data)
             return
         if self.time is None:
-            self.time = self.loop.time
+            self._bind()
         self.last_active = self.time()
-        items, end, error = scan(data, 0, reader.max_bulk, reader.max_multibulk, True)
+        items, end, error = scan(data, 0, self.max_bulk, self.max_words, True)
         if end != len(data) or error is not None or len(items) != 1:
             self._data_received(data)  # (the scan changed nothing: it is done again)
             return
@@ -76,41 +109,75 @@ cdef class RespLane:
             else:  # each write admitted (or refused) alone, by the worker
                 self._queue_items(self._unpack(item))
         elif type(item) is PackedReads:
-            out = []
-            rest = self._reads(item, out)  # (what is left waits for the client)
-            if out:
-                self.transport.writelines(out)
-            if rest:
-                self._queue_items(rest)
+            self._answer(item)
         else:
             self._data_received(data)
 
-    cdef bint _take(self, Packed packed) except -1:
-        """``RespConnection._takes``: the run's boards exist and take
-        unsigned writes, and the caller may write that much now."""
-        if self.takes is None:
-            self.takes = self.service.takes_packed
-        if not self.takes(packed, True):
-            return False  # (the general path creates boards)
+    cdef int _answer(self, PackedReads reads) except -1:
+        """``RespConnection._reads`` of a run read alone: when every read is
+        answered natively at once (the common case), written here."""
+        out = []
+        if self.window is not None or self.period is not None or not self._admitted(
+                reads, True):
+            self._read_generally(reads, range(len(reads)), out)
+            rest = None
+        else:
+            data, stopped = self.answer(reads, 0, self.version, MAX_REPLY_ENTRIES,
+                                        OUT_HIGH_WATER)
+            if stopped >= len(reads):
+                self.stats[READ_OK] += stopped
+                if data:
+                    self.write(data)
+                return 0
+            rest = self._answer_reads(reads, out)  # again the general way (reads change nothing)
+        if out:
+            self.transport.writelines(out)
+        if rest:
+            self._queue_items(rest)  # (what is left waits for the client)
+        return 0
+
+    cdef bint _admitted(self, object run, bint reads) except -1:
+        """The caller may submit (or read) a run that large now: the
+        admission ``_charger`` works out, once per caller."""
         principal = self.principal
         if principal is not self.charged_for:
             self.charge = self._charger("submit")
+            self.charge_reads = self._charger("top")
             self.charged_for = principal
-        if self.charge is not None:
+        charge = self.charge_reads if reads else self.charge
+        if charge is not None:
             try:
-                self.charge(len(packed))
+                charge(len(run))
             except EngineError:
                 return False
         return True
 
+    cdef bint _take(self, Packed packed) except -1:
+        """``RespConnection._takes``: the run's boards exist and take
+        unsigned writes, and the caller may write that much now."""
+        if not self.takes(packed, True):
+            return False  # (the general path creates boards)
+        return self._admitted(packed, False)
+
     def _hand_over(self, packed):
         """Hand a run to the engine: its replies follow once it is committed."""
+        if self.time is None:
+            self._bind()
         entry = [packed, PENDING]
         self.answering.append(entry)
-        if self.submit_then is None:
-            self.submit_then = self.service.submit_packed_then
-            self.applied_then = self._applied
         self.submit_then(packed, self.applied_then, entry)
+
+    cdef int _bind(self) except -1:
+        """Bind, once the connection is made, what the lane calls."""
+        self.time = self.loop.time
+        self.stats = self.server.stats
+        self.write = self.transport.write
+        self.takes = self.service.takes_packed
+        self.answer = self.service.answer_reads
+        self.submit_then = self.service.submit_packed_then
+        self.applied_then = self._applied
+        self.packed_reply = self._packed_reply
+        return 0
 
     def _applied(self, entry, error):
         """``PipelinedConnection._applied``, the one run in flight committed
@@ -119,7 +186,7 @@ cdef class RespLane:
         if error is None and len(answering) == 1 and answering[0] is entry:
             answering.clear()
             if not self.closing:
-                self.transport.write(self._encode(entry[0]))
+                self.write(self._encode(entry[0]))
             if self._all_answered is not None:
                 self._tell_answered()
             return
@@ -127,11 +194,11 @@ cdef class RespLane:
 
     def _encoded(self, packed):
         """The replies of an applied packed run (and its statistics)."""
+        if self.time is None:
+            self._bind()
         return self._encode(packed)
 
     cdef bytes _encode(self, Packed packed):
-        if self.packed_reply is None:
-            self.packed_reply = self._packed_reply
-        data, answered = encode_replies(packed, self.replies.version, self.packed_reply)
-        self.server.stats[WRITE_OK] += answered
+        data, answered = encode_replies(packed, self.version, self.packed_reply)
+        self.stats[WRITE_OK] += answered
         return data

@@ -39,7 +39,13 @@ from rankd.frontends.connections import (
 )
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import Command, lookup
-from rankd.frontends.resp.protocol import SCANNER, ProtocolError, Replies, RequestReader
+from rankd.frontends.resp.protocol import (
+    OUT_HIGH_WATER,
+    SCANNER,
+    ProtocolError,
+    Replies,
+    RequestReader,
+)
 from rankd.frontends.resp.sorted_sets import MAX_REPLY_ENTRIES, REDIS_BOARD_DICT, Writes
 from rankd.frontends.service import MAX_BATCH
 from rankd.security import ANONYMOUS_ALL, Forbidden, Gate, Principal, Unauthorized
@@ -51,8 +57,6 @@ log = logging.getLogger(__name__)
 
 QUEUE_HIGH_WATER = 4096
 QUEUE_LOW_WATER = 512
-#: Replies made before they are written and the client's reading awaited.
-OUT_HIGH_WATER = 1 << 20
 MAX_AUTH_FAILURES = 3
 HANDSHAKE_MAX_BULK = 16 * 1024
 HANDSHAKE_MAX_WORDS = 16
@@ -371,6 +375,10 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         if not native:
             self._read_generally(reads, range(len(reads)), out)
             return []
+        return self._answer_reads(reads, out)
+
+    def _answer_reads(self, reads: Any, out: list[bytes]) -> list[list[bytes]]:
+        """``_reads`` once the run is admitted."""
         first = 0
         while first < len(reads):
             data, stopped = self.service.answer_reads(reads, first, self.replies.version,

@@ -28,6 +28,8 @@ MAX_INLINE = 64 * 1024
 #: The longest bulk string taken (Redis's default is 512 MB; a board name,
 #: a member or a score never needs more).
 MAX_BULK = 1 << 20
+#: Replies a connection makes before it writes them and awaits the client's reading.
+OUT_HIGH_WATER = 1 << 20
 
 
 class ProtocolError(Exception):
