@@ -79,8 +79,8 @@ extensions = [
     native("frontends._submits"),
     # The RESP front-end's request scanner and fast path for plain writes.
     native("frontends.resp._scanner"),
-    # The RESP connection's hot path (the first base of RespConnection).
-    native("frontends.resp._lane"),
+    # The TCP and RESP connections' hot paths (their first bases).
+    native("frontends._lanes"),
 ]
 
 setup(

@@ -198,7 +198,35 @@ OPERATIONS: dict[str, tuple[set[str], set[str], Handler]] = {
 }
 
 
-class TcpConnection(PipelinedConnection):
+class _GeneralLane:
+    """``_lanes.TcpLane`` where it is not built: every read goes the
+    general way."""
+
+    def data_received(self, data: bytes) -> None:
+        self._data_received(data)  # type: ignore[attr-defined]
+
+    def _encoded(self, packed: Any) -> bytes:
+        """The response frames of an applied packed run (and its statistics)."""
+        frames, answered = _encode_answers(packed, wire.ok, wire.error)
+        stats = self.server.stats  # type: ignore[attr-defined]
+        ok = answered
+        if answered < len(packed):  # some answers are Python objects (or errors)
+            for answer in packed.answers:
+                if answer is None:
+                    continue
+                if type(answer) is dict:
+                    ok += 1
+                else:
+                    stats[("submit", answer.code)] += 1
+        stats[("submit", "ok")] += ok
+        return frames
+
+
+#: The first base of TcpConnection: its hot path, natively when built.
+_Lane, _ = native_or("rankd.frontends._lanes", "TcpLane", _GeneralLane)
+
+
+class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, misc]
     """One client connection."""
 
     def __init__(self, server: TcpServer) -> None:
@@ -223,7 +251,8 @@ class TcpConnection(PipelinedConnection):
         self.queue.clear()
         self.queued = 0
 
-    def data_received(self, data: bytes) -> None:
+    def _data_received(self, data: bytes) -> None:
+        """``data_received`` the general way (the lane's, for what it does not take)."""
         if self.closing:
             return
         self.last_active = self.loop.time()
@@ -246,6 +275,11 @@ class TcpConnection(PipelinedConnection):
                 self._hand_over(message)
             else:
                 self._enqueue(message)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Once requests are queued: pause a client that sent too many, and
+        start the worker that answers them."""
         if self.queued >= QUEUE_HIGH_WATER and not self.reading_paused:
             self.transport.pause_reading()
             self.reading_paused = True
@@ -458,22 +492,6 @@ class TcpConnection(PipelinedConnection):
         except EngineError as exc:  # e.g. read-only: every submit gets the error
             packed.answers = [exc] * len(packed)
         out.append(self._encoded(packed))
-
-    def _encoded(self, packed: Any) -> bytes:
-        """The response frames of an applied packed run (and its statistics)."""
-        frames, answered = _encode_answers(packed, wire.ok, wire.error)
-        stats = self.server.stats
-        ok = answered
-        if answered < len(packed):  # some answers are Python objects (or errors)
-            for answer in packed.answers:
-                if answer is None:
-                    continue
-                if type(answer) is dict:
-                    ok += 1
-                else:
-                    stats[("submit", answer.code)] += 1
-        stats[("submit", "ok")] += ok
-        return frames
 
     @property
     def busy(self) -> bool:

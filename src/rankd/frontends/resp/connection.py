@@ -70,7 +70,7 @@ _encode_replies, _ = native_or("rankd.frontends.resp._scanner", "encode_replies"
 
 
 class _GeneralLane:
-    """``_lane.RespLane`` where it is not built: every read goes the
+    """``_lanes.RespLane`` where it is not built: every read goes the
     general way."""
 
     def data_received(self, data: bytes) -> None:
@@ -85,7 +85,7 @@ class _GeneralLane:
 
 
 #: The first base of RespConnection: its hot path, natively when built.
-_Lane, _ = native_or("rankd.frontends.resp._lane", "RespLane", _GeneralLane)
+_Lane, _ = native_or("rankd.frontends._lanes", "RespLane", _GeneralLane)
 #: Whether plain writes take the native fast path (see ``_scanner``).
 FAST_WRITES = SCANNER == "native" and ingest_implementation == "native"
 

@@ -1,0 +1,262 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The hot paths of the TCP and RESP connections, natively.
+
+:class:`TcpLane` and :class:`RespLane` are the first bases of
+``TcpConnection`` and ``RespConnection`` when the native modules are built.
+A read that is one run of plain writes (TCP submits; RESP ``ZADD``/
+``ZINCRBY``) or, on RESP, one run of plain reads is what a client that does
+not pipeline deeply sends on every request: the lane scans it, checks that
+the fast path may take it (the boards, the caller's admission) and hands it
+to the engine, or answers the reads, without running Python bytecode for
+it, and writes the replies of a committed run the same way.  Everything
+else goes to the connection's ``_data_received``, the general path, which
+answers all of it alike: a lane only saves the interpreter's time.  The
+state a lane reads lives in its C fields; Python code reads and sets it as
+attributes, as before.
+"""
+
+from rankd.engine._packed cimport Packed, PackedReads
+
+from rankd.engine.errors import EngineError
+from rankd.frontends._submits import encode_answers, split
+from rankd.frontends.connections import _PENDING, PipelinedConnection
+from rankd.frontends.resp._scanner import encode_replies, scan
+from rankd.frontends.resp.protocol import OUT_HIGH_WATER
+from rankd.frontends.resp.sorted_sets import MAX_REPLY_ENTRIES
+from rankd import wire
+
+cdef object PENDING = _PENDING
+cdef object WRITE_OK = ("write", "ok")
+cdef object READ_OK = ("read", "ok")
+cdef object SUBMIT_OK = ("submit", "ok")
+
+
+cdef class Lane:
+    """What both lanes share: admission worked out once per caller, the
+    hand-over of a run to the engine, and the completion of the one run in
+    flight (``PipelinedConnection``'s, for the common case)."""
+
+    # The connection's state (set by ``PipelinedConnection`` and its subclass).
+    cdef public object server
+    cdef public object service
+    cdef public object transport
+    cdef public object principal
+    cdef public object queue
+    cdef public object answering
+    cdef public object worker
+    cdef public object _all_answered
+    cdef public bint closing
+    cdef public bint writable
+    cdef public double last_active
+    # Worked out once per caller: ``_charger("submit")`` and ``("top")``
+    # for ``charged_for``.
+    cdef object charged_for
+    cdef object charge
+    cdef object charge_reads
+    # Bound once the connection is made (``_bind``).
+    cdef object stats
+    cdef object write
+    cdef object time
+    cdef object takes
+    cdef object submit_then
+    cdef object applied_then
+
+    cdef int _bind(self) except -1:
+        self.time = self.loop.time
+        self.stats = self.server.stats
+        self.write = self.transport.write
+        self.takes = self.service.takes_packed
+        self.submit_then = self.service.submit_packed_then
+        self.applied_then = self._applied
+        return 0
+
+    cdef bint _admitted(self, object run, bint reads) except -1:
+        """The caller may submit (or read) a run that large now, as
+        ``_charger`` works it out, once per caller."""
+        principal = self.principal
+        if principal is not self.charged_for:
+            self.charge = self._charger("submit")
+            self.charge_reads = self._charger("top")
+            self.charged_for = principal
+        charge = self.charge_reads if reads else self.charge
+        if charge is not None:
+            try:
+                charge(len(run))
+            except EngineError:
+                return False
+        return True
+
+    cdef bytes _encode(self, Packed packed):
+        raise NotImplementedError
+
+    def _hand_over(self, packed):
+        """Hand a run to the engine: its replies follow once it is committed."""
+        if self.time is None:
+            self._bind()
+        entry = [packed, PENDING]
+        self.answering.append(entry)
+        self.submit_then(packed, self.applied_then, entry)
+
+    def _applied(self, entry, error):
+        """``PipelinedConnection._applied``, the one run in flight committed
+        (the common case) answered here."""
+        answering = self.answering
+        if error is None and len(answering) == 1 and answering[0] is entry:
+            answering.clear()
+            if not self.closing:
+                self.write(self._encode(entry[0]))
+            if self._all_answered is not None:
+                self._tell_answered()
+            return
+        PipelinedConnection._applied(self, entry, error)
+
+    def _encoded(self, packed):
+        """The replies of an applied packed run (and its statistics)."""
+        if self.time is None:
+            self._bind()
+        return self._encode(packed)
+
+
+cdef class TcpLane(Lane):
+    """The native part of ``TcpConnection`` (see the module docstring)."""
+
+    cdef public object decoder
+    cdef public bint greeted
+    cdef public Py_ssize_t queued
+
+    def data_received(self, data):
+        cdef Packed packed
+        decoder = self.decoder
+        if (self.closing or not self.greeted or self.principal is None or not decoder.pack
+                or self.worker is not None or self.queue or not self.writable
+                or decoder._buffer):
+            self._data_received(data)
+            return
+        if self.time is None:
+            self._bind()
+        self.last_active = self.time()
+        items, position, bad_length = split(data, decoder.max_frame, True)
+        if (position != len(data) or bad_length >= 0 or len(items) != 1
+                or type(items[0]) is not Packed):
+            self._data_received(data)  # (the split changed nothing: it is done again)
+            return
+        packed = items[0]
+        if self.takes(packed) and self._admitted(packed, False):
+            self._hand_over(packed)
+        else:  # each submit admitted (or refused) alone, by the worker
+            self._enqueue(packed)
+            self._settle()
+
+    cdef bytes _encode(self, Packed packed):
+        frames, answered = encode_answers(packed, wire.ok, wire.error)
+        stats = self.stats
+        ok = answered
+        if answered < len(packed):  # some answers are Python objects (or errors)
+            for answer in packed.answers:
+                if answer is None:
+                    continue
+                if type(answer) is dict:
+                    ok += 1
+                else:
+                    stats[("submit", answer.code)] += 1
+        stats[SUBMIT_OK] += ok
+        return frames
+
+
+cdef class RespLane(Lane):
+    """The native part of ``RespConnection`` (see the module docstring)."""
+
+    cdef public object window
+    cdef public object period
+    cdef public bint packs
+    cdef object _reader
+    cdef object _replies
+    # Of ``reader`` and ``replies``, read when they are set.
+    cdef Py_ssize_t max_bulk, max_words
+    cdef int version
+    cdef object answer
+    cdef object packed_reply
+
+    @property
+    def reader(self):
+        """The connection's ``RequestReader``."""
+        return self._reader
+
+    @reader.setter
+    def reader(self, reader):
+        self._reader = reader
+        self.max_bulk, self.max_words = reader.max_bulk, reader.max_multibulk
+
+    @property
+    def replies(self):
+        """The connection's ``Replies`` (its RESP version's)."""
+        return self._replies
+
+    @replies.setter
+    def replies(self, replies):
+        self._replies = replies
+        self.version = replies.version
+
+    cdef int _bind(self) except -1:
+        Lane._bind(self)
+        self.answer = self.service.answer_reads
+        self.packed_reply = self._packed_reply
+        return 0
+
+    def data_received(self, data):
+        if (self.closing or not self.packs or self.principal is None
+                or self.worker is not None or self.queue or self.answering
+                or not self.writable):
+            self._data_received(data)
+            return
+        reader = self._reader
+        if reader._buffer or reader._words is not None:
+            self._data_received(data)
+            return
+        if self.time is None:
+            self._bind()
+        self.last_active = self.time()
+        items, end, error = scan(data, 0, self.max_bulk, self.max_words, True)
+        if end != len(data) or error is not None or len(items) != 1:
+            self._data_received(data)  # (the scan changed nothing: it is done again)
+            return
+        item = items[0]
+        if type(item) is Packed:
+            # The boards exist (else the general path creates them) and take
+            # unsigned writes, and the caller may write that much now.
+            if self.takes(item, True) and self._admitted(item, False):
+                self._hand_over(item)
+            else:  # each write admitted (or refused) alone, by the worker
+                self._queue_items(self._unpack(item))
+        elif type(item) is PackedReads:
+            self._answer(item)
+        else:
+            self._data_received(data)
+
+    cdef int _answer(self, PackedReads reads) except -1:
+        """``RespConnection._reads`` of a run read alone: when every read is
+        answered natively at once (the common case), written here."""
+        out = []
+        if self.window is not None or self.period is not None or not self._admitted(
+                reads, True):
+            self._read_generally(reads, range(len(reads)), out)
+            rest = None
+        else:
+            data, stopped = self.answer(reads, 0, self.version, MAX_REPLY_ENTRIES,
+                                        OUT_HIGH_WATER)
+            if stopped >= len(reads):
+                self.stats[READ_OK] += stopped
+                if data:
+                    self.write(data)
+                return 0
+            rest = self._answer_reads(reads, out)  # again the general way (reads change nothing)
+        if out:
+            self.transport.writelines(out)
+        if rest:
+            self._queue_items(rest)  # (what is left waits for the client)
+        return 0
+
+    cdef bytes _encode(self, Packed packed):
+        data, answered = encode_replies(packed, self.version, self.packed_reply)
+        self.stats[WRITE_OK] += answered
+        return data
