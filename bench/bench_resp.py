@@ -154,6 +154,27 @@ def benchmark(port: int, command: str, depth: int, requests: int, members: int) 
     return float(rows[-1][1])
 
 
+def print_table(results: dict[tuple[str, int, str], list[tuple[float, float]]],
+                depths: list[int], field: int, rankd_title: str, number: str, *,
+                higher_is_better: bool) -> None:
+    """A markdown table of one measure (``field`` 0: requests/s, 1: CPU per
+    request), each server's median, and rankd's standing against each
+    Redis as a ratio above 1.00 when rankd does better."""
+    ratio = "rankd / {}" if higher_is_better else "{} / rankd"
+    print(f"| command | -P | redis | redis AOF everysec | {rankd_title} | "
+          f"{ratio.format('redis')} | {ratio.format('redis AOF')} |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for depth in depths:
+        for command in COMMANDS:
+            redis, aof, rankd = (
+                statistics.median(run[field] for run in results[(command, depth, name)])
+                for name in ("redis", "redis-aof", "rankd"))
+            better = [rankd / other if higher_is_better else other / rankd
+                      for other in (redis, aof)]
+            print(f"| `{command}` | {depth} | {number.format(redis)} | {number.format(aof)} | "
+                  f"{number.format(rankd)} | {better[0]:.2f}x | {better[1]:.2f}x |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=1_000_000)
@@ -199,32 +220,12 @@ def main() -> int:
             redis_aof.stop()
     print(f"\nredis-benchmark -c 50 -n {args.requests} -r {args.members}, {args.members} "
           f"members, median of {args.rounds} round(s), requests/s")
-    print("| command | -P | redis | redis AOF everysec | rankd (WAL everysec) "
-          "| rankd / redis | rankd / redis AOF |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for depth in depths:
-        for command in COMMANDS:
-            redis_rate, aof_rate, rankd_rate = (
-                statistics.median(rate for rate, _ in results[(command, depth, name)])
-                for name in ("redis", "redis-aof", "rankd"))
-            print(f"| `{command}` | {depth} | {redis_rate:,.0f} | {aof_rate:,.0f} | "
-                  f"{rankd_rate:,.0f} | {rankd_rate / redis_rate:.2f}x | "
-                  f"{rankd_rate / aof_rate:.2f}x |")
+    print_table(results, depths, 0, "rankd (WAL everysec)", "{:,.0f}", higher_is_better=True)
     # The rates swing with whatever else shares the machine; each server's
     # own CPU time per request moves far less (one core each is the limit).
     print("\nserver CPU per request (user + system, microseconds), median of the rounds; "
           "redis / rankd above 1.00 means rankd spends less")
-    print("| command | -P | redis | redis AOF everysec | rankd | redis / rankd "
-          "| redis AOF / rankd |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for depth in depths:
-        for command in COMMANDS:
-            redis_cpu, aof_cpu, rankd_cpu = (
-                statistics.median(cpu for _, cpu in results[(command, depth, name)])
-                for name in ("redis", "redis-aof", "rankd"))
-            print(f"| `{command}` | {depth} | {redis_cpu:.2f} | {aof_cpu:.2f} | "
-                  f"{rankd_cpu:.2f} | {redis_cpu / rankd_cpu:.2f}x | "
-                  f"{aof_cpu / rankd_cpu:.2f}x |")
+    print_table(results, depths, 1, "rankd", "{:.2f}", higher_is_better=False)
     return 0
 
 

@@ -149,17 +149,10 @@ cdef class TcpLane(Lane):
 
     cdef bytes _encode(self, Packed packed):
         frames, answered = encode_answers(packed, wire.ok, wire.error)
-        stats = self.stats
-        ok = answered
-        if answered < len(packed):  # some answers are Python objects (or errors)
-            for answer in packed.answers:
-                if answer is None:
-                    continue
-                if type(answer) is dict:
-                    ok += 1
-                else:
-                    stats[("submit", answer.code)] += 1
-        stats[SUBMIT_OK] += ok
+        if answered == len(packed):
+            self.stats[SUBMIT_OK] += answered
+        else:  # some answers are Python objects (or errors)
+            self._count(packed, answered)
         return frames
 
 

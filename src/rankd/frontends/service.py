@@ -231,26 +231,19 @@ class Service:
         ``existing``, if one of the boards does not exist."""
         boards = self.engine.boards
         last = self._last_taken
-        if last is not None and packed.only_board(last):
-            # The common case, a run to the board last taken: checked again
-            # (it may be gone or signed now), but without a set of names made.
-            known = boards.get(last)
+        # The common case, a run to the board last taken, is checked again
+        # (it may be gone or signed now) without a set of names made.
+        names = (last,) if last is not None and packed.only_board(last) else \
+            packed.board_names()
+        for name in names:
+            known = boards.get(name)
             if known is None:
                 if existing:
                     return False
             elif known.config.signed:
                 return False
-        else:
-            names = packed.board_names()
-            for name in names:
-                known = boards.get(name)
-                if known is None:
-                    if existing:
-                        return False
-                elif known.config.signed:
-                    return False
-            if len(names) == 1:
-                self._last_taken = names.pop() if known is not None else None
+        if len(names) == 1:
+            self._last_taken = name if known is not None else None
         return self.engine.replication is None or self.engine.takes_packed(packed)
 
     async def submit_packed(self, packed: Any) -> None:

@@ -208,17 +208,7 @@ class _GeneralLane:
     def _encoded(self, packed: Any) -> bytes:
         """The response frames of an applied packed run (and its statistics)."""
         frames, answered = _encode_answers(packed, wire.ok, wire.error)
-        stats = self.server.stats  # type: ignore[attr-defined]
-        ok = answered
-        if answered < len(packed):  # some answers are Python objects (or errors)
-            for answer in packed.answers:
-                if answer is None:
-                    continue
-                if type(answer) is dict:
-                    ok += 1
-                else:
-                    stats[("submit", answer.code)] += 1
-        stats[("submit", "ok")] += ok
+        self._count(packed, answered)  # type: ignore[attr-defined]
         return frames
 
 
@@ -492,6 +482,22 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
         except EngineError as exc:  # e.g. read-only: every submit gets the error
             packed.answers = [exc] * len(packed)
         out.append(self._encoded(packed))
+
+    def _count(self, packed: Any, answered: int) -> None:
+        """Count an applied packed run's answers in the statistics:
+        ``answered`` of them were encoded natively, the rest are Python
+        objects (answers or errors)."""
+        stats = self.server.stats
+        ok = answered
+        if answered < len(packed):
+            for answer in packed.answers:
+                if answer is None:
+                    continue
+                if type(answer) is dict:
+                    ok += 1
+                else:
+                    stats[("submit", answer.code)] += 1
+        stats[("submit", "ok")] += ok
 
     @property
     def busy(self) -> bool:
