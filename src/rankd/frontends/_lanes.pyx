@@ -162,8 +162,8 @@ cdef class RespLane(Lane):
     cdef public object window
     cdef public object period
     cdef public bint packs
-    cdef object _reader
-    cdef object _replies
+    cdef object current_reader
+    cdef object current_replies
     # Of ``reader`` and ``replies``, read when they are set.
     cdef Py_ssize_t max_bulk, max_words
     cdef int version
@@ -173,21 +173,21 @@ cdef class RespLane(Lane):
     @property
     def reader(self):
         """The connection's ``RequestReader``."""
-        return self._reader
+        return self.current_reader
 
     @reader.setter
     def reader(self, reader):
-        self._reader = reader
+        self.current_reader = reader
         self.max_bulk, self.max_words = reader.max_bulk, reader.max_multibulk
 
     @property
     def replies(self):
         """The connection's ``Replies`` (its RESP version's)."""
-        return self._replies
+        return self.current_replies
 
     @replies.setter
     def replies(self, replies):
-        self._replies = replies
+        self.current_replies = replies
         self.version = replies.version
 
     cdef int _bind(self) except -1:
@@ -202,7 +202,7 @@ cdef class RespLane(Lane):
                 or not self.writable):
             self._data_received(data)
             return
-        reader = self._reader
+        reader = self.current_reader
         if reader._buffer or reader._words is not None:
             self._data_received(data)
             return

@@ -208,9 +208,6 @@ class PipelinedConnection(asyncio.Protocol):
         #: ``Gate.charger`` by operation, for the caller they were worked out for.
         self._chargers: dict[str, Callable[[int], None] | None] = {}
         self._charged_for: Any = None
-        #: Bound once: called for every run handed over.
-        self._submit_then = server.service.submit_packed_then
-        self._applied_then = self._applied
 
     @property
     def authenticated(self) -> bool:
@@ -279,20 +276,13 @@ class PipelinedConnection(asyncio.Protocol):
         """Hand a run to the engine: its replies follow once it is committed."""
         entry = [packed, _PENDING]
         self.answering.append(entry)
-        self._submit_then(packed, self._applied_then, entry)
+        self.server.service.submit_packed_then(packed, self._applied, entry)
 
     def _applied(self, entry: list[Any], error: BaseException | None) -> None:
         """A run handed over is committed (or failed with ``error``): write
         the replies of the runs at the head of ``answering`` that are done."""
-        answering = self.answering
-        if error is None and len(answering) == 1 and answering[0] is entry:
-            answering.clear()  # the common case: the one run in flight
-            if not self.closing:
-                self.transport.write(self._encoded(entry[0]))
-            if self._all_answered is not None:
-                self._tell_answered()
-            return
         entry[1] = error
+        answering = self.answering
         while answering and answering[0][1] is not _PENDING:
             packed, error = answering.popleft()
             if error is not None:

@@ -412,11 +412,9 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
     def _takes(self, packed: Any) -> bool:
         """Whether the fast path takes a packed run: its boards exist and
         take unsigned writes, and the caller may write that much now."""
-        principal = self.principal
-        if principal is None or not self.service.takes_packed(packed, True):
+        if self.principal is None or not self.service.takes_packed(packed, existing=True):
             return False  # (the general path creates boards)
-        charge = (self._chargers["submit"] if principal is self._charged_for
-                  and "submit" in self._chargers else self._charger("submit"))
+        charge = self._charger("submit")
         if charge is not None:
             try:
                 charge(len(packed))
