@@ -75,6 +75,8 @@ extensions = [
     native("engine._packed"),
     # Plain sorted-set reads answered natively (for the RESP front-end).
     native("engine._reads"),
+    # The packed path's intake: its checks and this pass's runs.
+    native("engine._intake"),
     # The TCP protocol's fast path for plain submit requests.
     native("frontends._submits"),
     # The RESP front-end's request scanner and fast path for plain writes.

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from rankd._native import pure_python_forced
+
 settings.register_profile(
     "default",
     deadline=None,
@@ -38,7 +40,11 @@ def native_required() -> bool:
 
 def native(module: str, name: str) -> Any:
     """``name`` from the native extension ``module``; the test is skipped when
-    it was not built, and fails instead under ``RANKD_REQUIRE_NATIVE=1``."""
+    it was not built, and fails instead under ``RANKD_REQUIRE_NATIVE=1``.
+    Skipped too under ``RANKD_PURE_PYTHON=1``, where the engine and the
+    front-ends use none of them."""
+    if pure_python_forced():
+        pytest.skip("RANKD_PURE_PYTHON=1: the native modules are not used")
     try:
         return getattr(importlib.import_module(module), name)
     except ImportError as exc:

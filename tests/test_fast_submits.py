@@ -456,7 +456,7 @@ def test_packed_runs_apply_in_call_order_across_a_snapshot_hold(tmp_path):
             assert engine.standing("x", "ann")["score"] == 5.0
             assert [a["score"] for a in first.answers + then.answers] == [10.0, 5.0, 2.0]
             assert [a["previous"] for a in then.answers] == [10.0, 1.0]
-            assert engine._unpacked == 0
+            assert engine.intake.unpacked == 0
 
             late, behind = packed_run(("x", "ann", 20.0)), packed_run(("y", "ann", 3.0))
             passed = [engine.submit_packed_nowait(late), engine.submit_packed_nowait(behind)]
@@ -468,7 +468,7 @@ def test_packed_runs_apply_in_call_order_across_a_snapshot_hold(tmp_path):
             await passed[0]
             assert [a["score"] for a in late.answers + behind.answers] == [20.0, 3.0]
             assert [a["previous"] for a in late.answers + behind.answers] == [5.0, 2.0]
-            assert engine._unpacked == 0
+            assert engine.intake.unpacked == 0
         finally:
             await engine.close(snapshot=False)
 

@@ -70,6 +70,7 @@ cdef class Packed:
 
     cdef PackedSubmission *add(self) except NULL
     cdef object text(self, Span *span)
+    cpdef bint only_board(self, str name) except -1
     cdef const char *chars(self, Span *span) noexcept
 
 

@@ -87,7 +87,7 @@ cdef class Packed:
             last = span
         return names
 
-    def only_board(self, str name):
+    cpdef bint only_board(self, str name) except -1:
         """Whether every submission is to board ``name`` (and there is one):
         a front-end's check of a run against the board it last took, with
         no ``str`` made."""

@@ -59,6 +59,7 @@ from rankd.engine.errors import (
     Unavailable,
 )
 from rankd.engine.ingest import Ingested, check_member, ingest, ingest_packed
+from rankd.engine.intake import Intake, Then
 from rankd.engine.periods import check_window, period_of, period_start
 from rankd.engine.replay import gather_submit, replay_submits
 from rankd.engine.replication import GroupWriter, Replication
@@ -152,6 +153,12 @@ class Engine:
                  clock: Callable[[], float] = time.time) -> None:
         self.config = config or EngineConfig()
         self.clock = clock
+        #: Boards whose writes wait for a snapshot (``Board.writable`` clear).
+        self._held: set[str] = set()
+        #: The packed path's front door (see rankd.engine.intake), which
+        #: front-ends reach through the service; ``boards`` and
+        #: ``replication`` keep it up to date.
+        self.intake = Intake(self, self._held, self._run_pass, self._submit_packed_later)
         self.boards: dict[str, Board] = {}
         self.wal: WriteAheadLog | None = None
         self.snapshots = SnapshotStore(self.config.data_dir / "snapshots")
@@ -170,30 +177,23 @@ class Engine:
         self._lock_fd: int | None = None
         self._tasks: list[asyncio.Task] = []
         self._snapshot_lock = asyncio.Lock()
-        #: Boards whose writes wait for a snapshot (``Board.writable`` clear).
-        self._held: set[str] = set()
         self._events_since_snapshot = 0
         #: Events after which a snapshot is wanted: ``snapshot_every_events``,
         #: or as many as the last snapshot wrote entries if that is more.
         self._snapshot_threshold = self.config.snapshot_every_events
         self._last_snapshot_time = 0.0
         self._snapshot_wanted = asyncio.Event()
-        #: This pass of the event loop's writes (see :meth:`_run_pass`): whether
-        #: it is scheduled, the future its waiters share (made when one asks),
-        #: their boards, the packed runs it applies first and who to tell
-        #: when they are committed (``(then, token)``, as the runs).
-        self._pass_scheduled = False
+        #: This pass of the event loop's writes (see :meth:`_run_pass`): the
+        #: future its waiters share (made when one asks) and their boards;
+        #: the intake holds the packed runs it applies first, who to tell
+        #: when they are committed, and whether the pass is scheduled.
         self._pass_commit: asyncio.Future[None] | None = None
         self._pass_boards: set[str] = set()
-        self._pass_runs: list[Any] = []
-        self._pass_thens: list[tuple[Callable[[Any, BaseException | None], None], Any]] = []
         #: Passes waiting for their fsync (or for runs gone the general way).
         self._finishing: set[asyncio.Future[None]] = set()
         #: On a cluster node, the pass's packed runs by board group, and the
         #: future of each group's (done once the ack mode is met).
         self._pass_groups: dict[int, tuple[list[Any], asyncio.Future[None]]] = {}
-        #: Packed runs gone the general way (a held board), not applied yet.
-        self._unpacked = 0
         self._closed = False
         #: Replay: (board, window, period) -> states not yet in the index.
         self._replayed: dict[tuple[str, str, str], list[tuple[str, float, int]]] = {}
@@ -201,13 +201,31 @@ class Engine:
         #: Set while the state is rebuilt after a storage failure.
         self._rolling_back = False
         self._rolled_back = asyncio.Event()
-        #: Set (before start) on a cluster node: see rankd.engine.replication.
-        self.replication: Replication | None = None
+        self.replication = None
         #: A cluster node's place in each group's log: group -> (seq, epoch)
         #: of the last record it applied.
         self.positions: dict[int, tuple[int, int]] = {}
         #: Set (and replaced) whenever ``positions`` advance.
         self._advanced = asyncio.Event()
+
+    @property
+    def boards(self) -> dict[str, Board]:
+        """Every board, by name."""
+        return self._boards
+
+    @boards.setter
+    def boards(self, boards: dict[str, Board]) -> None:
+        self._boards = self.intake.boards = boards
+
+    @property
+    def replication(self) -> Replication | None:
+        """Set (before start) on a cluster node: see rankd.engine.replication."""
+        return self._replication
+
+    @replication.setter
+    def replication(self, replication: Replication | None) -> None:
+        self._replication = replication
+        self.intake.replicated = replication is not None
 
     # --- life cycle -------------------------------------------------------------
 
@@ -764,51 +782,48 @@ class Engine:
             self._check_writable()
         except ReadOnly as exc:
             return _failed(exc)
-        if self._unpacked or self._meets_held(packed):
+        intake = self.intake
+        if intake.unpacked or self._meets_held(packed):
             return self._unpacked_soon(packed)
         if self.replication is not None:
             group = self._written_group(packed)
             if group is None:
                 return self._unpacked_soon(packed)
-            if not self._pass_scheduled:
-                self._schedule_pass()
+            if not intake.scheduled:
+                intake.schedule()
             entry = self._pass_groups.get(group)
             if entry is None:
                 entry = self._pass_groups[group] = (
                     [], asyncio.get_running_loop().create_future())
             entry[0].append(packed)
             return entry[1]
-        self._pass_runs.append(packed)
+        intake.runs.append(packed)
         return self._pass()
 
-    def submit_packed_then(self, packed: Any,
-                           then: Callable[[Any, BaseException | None], None], token: Any
-                           ) -> None:
+    def submit_packed_then(self, packed: Any, then: Then, token: Any) -> None:
         """:meth:`submit_packed_nowait` for a front-end's ``data_received``
         that needs no future: ``then(token, error)`` is called once the run
         is applied and committed (``error`` None, the answers in
         ``packed``) or cannot be (``ReadOnly``...), never from within this
         call.  On a single node the pass calls it directly, so the replies
-        of a pass's runs go out in the pass itself."""
+        of a pass's runs go out in the pass itself.  (The same as
+        ``intake.submit_then``, which a front-end calls.)"""
         # (A log that failed, or a start not done, is found by the pass,
         # which answers ReadOnly.)
-        if (self.replication is None and not self._unpacked
-                and (not self._held or self._held.isdisjoint(packed.board_names()))):
-            self._pass_runs.append(packed)
-            self._pass_thens.append((then, token))
-            if not self._pass_scheduled:
-                self._schedule_pass()
-            return
+        self.intake.submit_then(packed, then, token)
+
+    def _submit_packed_later(self, packed: Any, then: Then, token: Any) -> None:
+        """A run that may not join the pass directly (see ``Intake.submit_then``)."""
         self.submit_packed_nowait(packed).add_done_callback(
             lambda done: then(token, done.exception() if not done.cancelled()
                               else asyncio.CancelledError()))
 
-    def takes_packed(self, packed: Any) -> bool:
-        """Whether :meth:`submit_packed_nowait` applies a packed run itself:
-        on a cluster node only if its boards are of one group this node
+    def takes_replicated(self, packed: Any) -> bool:
+        """On a cluster node, whether :meth:`submit_packed_nowait` applies a
+        packed run itself: only if its boards are of one group this node
         writes now (the others go the general way, which forwards them or
         names their primary)."""
-        return self.replication is None or self._written_group(packed) is not None
+        return self._written_group(packed) is not None
 
     def _written_group(self, packed: Any) -> int | None:
         """The one board group of a packed run, if this node writes it now."""
@@ -827,7 +842,7 @@ class Engine:
         return bool(self._held) and not self._held.isdisjoint(packed.board_names())
 
     def _unpacked_soon(self, packed: Any) -> asyncio.Future[None]:
-        self._unpacked += 1
+        self.intake.unpacked += 1
         return asyncio.ensure_future(self._submit_unpacked(packed))
 
     def _apply_runs(self, runs: list[Any]) -> list[asyncio.Future[None]]:
@@ -893,7 +908,7 @@ class Engine:
         except EngineError as exc:  # e.g. read-only: every submission gets the error
             packed.answers = [exc] * len(packed)
         finally:
-            self._unpacked -= 1
+            self.intake.unpacked -= 1
 
     def _count(self, done: Ingested) -> None:
         stats = self.stats
@@ -1168,17 +1183,11 @@ class Engine:
 
     def _pass(self) -> asyncio.Future[None]:
         """The future of this pass's commit (see :meth:`_run_pass`)."""
-        if not self._pass_scheduled:
-            self._schedule_pass()
+        if not self.intake.scheduled:
+            self.intake.schedule()
         if self._pass_commit is None:
             self._pass_commit = asyncio.get_running_loop().create_future()
         return self._pass_commit
-
-    def _schedule_pass(self) -> None:
-        # A callback queued now runs after those already queued (the other
-        # reads of this turn of the loop): their writes join this pass.
-        self._pass_scheduled = True
-        asyncio.get_running_loop().call_soon(self._run_pass)
 
     def _run_pass(self) -> None:
         """Commit this pass: apply its packed runs (as one native batch),
@@ -1188,9 +1197,7 @@ class Engine:
         all of it happens right here, in one callback: no task, and the
         replies of packed runs leave in this same turn of the loop.
         """
-        self._pass_scheduled = False
-        runs, self._pass_runs = self._pass_runs, []
-        thens, self._pass_thens = self._pass_thens, []
+        runs, thens = self.intake.take_pass()
         future, self._pass_commit = self._pass_commit, None
         try:
             if self._pass_groups:
@@ -1219,7 +1226,7 @@ class Engine:
 
     async def _finish_pass(self, written: bool, unpacked: list[asyncio.Future[None]],
                            boards: set[str],
-                           thens: list[tuple[Callable[[Any, BaseException | None], None], Any]],
+                           thens: list[tuple[Then, Any]],
                            future: asyncio.Future[None] | None) -> None:
         """The rest of :meth:`_run_pass` when it has to wait: for the fsync,
         or for the runs that went the general way."""
@@ -1727,7 +1734,7 @@ def _answer_runs(runs: list[Any], finished: asyncio.Future[None],
     finished.set_result(None)
 
 
-def _tell_pass_waiters(thens: list[tuple[Callable[[Any, BaseException | None], None], Any]],
+def _tell_pass_waiters(thens: list[tuple[Then, Any]],
                        future: asyncio.Future[None] | None, error: BaseException | None) -> None:
     """Tell a pass's waiters how it ended: ``error`` None once committed."""
     if future is not None and not future.done():
@@ -1737,11 +1744,7 @@ def _tell_pass_waiters(thens: list[tuple[Callable[[Any, BaseException | None], N
             future.cancel()
         else:
             future.set_exception(error)
-    for then, token in thens:
-        try:
-            then(token, error)
-        except Exception:  # one front-end's bug must not keep the others unanswered
-            log.exception("a packed run's completion failed")
+    Intake.tell(thens, error)
 
 
 def _failed(exc: BaseException) -> asyncio.Future[None]:

@@ -93,9 +93,13 @@ cdef class Lane:
         """Hand a run to the engine: its replies follow once it is committed."""
         if self.time is None:
             self._bind()
+        self._hand_over_run(packed)
+
+    cdef int _hand_over_run(self, Packed packed) except -1:
         entry = [packed, PENDING]
         self.answering.append(entry)
         self.submit_then(packed, self.applied_then, entry)
+        return 0
 
     def _applied(self, entry, error):
         """``PipelinedConnection._applied``, the one run in flight committed
@@ -142,7 +146,7 @@ cdef class TcpLane(Lane):
             return
         packed = items[0]
         if self.takes(packed) and self._admitted(packed, False):
-            self._hand_over(packed)
+            self._hand_over_run(packed)
         else:  # each submit admitted (or refused) alone, by the worker
             self._enqueue(packed)
             self._settle()
@@ -218,7 +222,7 @@ cdef class RespLane(Lane):
             # The boards exist (else the general path creates them) and take
             # unsigned writes, and the caller may write that much now.
             if self.takes(item, True) and self._admitted(item, False):
-                self._hand_over(item)
+                self._hand_over_run(item)
             else:  # each write admitted (or refused) alone, by the worker
                 self._queue_items(self._unpack(item))
         elif type(item) is PackedReads:

@@ -97,12 +97,14 @@ class Service:
 
     def __init__(self, engine: Engine, *, signing_secret: str | None = None) -> None:
         self.engine = engine
-        #: Bound once: a front-end calls it for every packed run it reads.
-        self.submit_packed_then = engine.submit_packed_then
+        #: Whether the packed path may take a run (``Intake.takes``: not for
+        #: boards that take only signed submissions, nor for another cluster
+        #: node's) and its hand-over (``Engine.submit_packed_then``), bound
+        #: once: a front-end calls them for every packed run it reads.
+        self.takes_packed = engine.intake.takes
+        self.submit_packed_then = engine.intake.submit_then
         #: RESP replies to packed plain reads, natively (``Engine.answer_reads``).
         self.answer_reads = engine.answer_reads
-        #: The board of the last single-board packed run taken (``takes_packed``).
-        self._last_taken: str | None = None
         #: Verifies submissions to boards configured ``"signed": true``.
         self.signing_secret = signing_secret
         #: (board, window, period, offset, limit) -> (board version, JSON bytes)
@@ -223,32 +225,9 @@ class Service:
                              "TCP)") if s.board in refused else next(answers)
                 for s in submissions]
 
-    def takes_packed(self, packed: Any, existing: bool = False) -> bool:
-        """Whether :meth:`submit_packed` may take these packed submissions:
-        not if one of their boards takes only signed submissions (those go
-        through :meth:`submit_many`, which verifies them), nor on a cluster
-        node for boards another node writes (answered ``moved``), nor, with
-        ``existing``, if one of the boards does not exist."""
-        boards = self.engine.boards
-        last = self._last_taken
-        # The common case, a run to the board last taken, is checked again
-        # (it may be gone or signed now) without a set of names made.
-        names = (last,) if last is not None and packed.only_board(last) else \
-            packed.board_names()
-        for name in names:
-            known = boards.get(name)
-            if known is None:
-                if existing:
-                    return False
-            elif known.config.signed:
-                return False
-        if len(names) == 1:
-            self._last_taken = name if known is not None else None
-        return self.engine.replication is None or self.engine.takes_packed(packed)
-
     async def submit_packed(self, packed: Any) -> None:
         """Submit packed submissions (``rankd.engine._packed.Packed``, read by
-        a native front-end; see :meth:`takes_packed`); their answers go into
+        a native front-end; see ``takes_packed``); their answers go into
         ``packed``."""
         await self.engine.submit_packed(packed)
 

@@ -1,0 +1,106 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The engine's intake of packed runs, natively (see rankd.engine.intake,
+whose ``PythonIntake`` is the same in Python and documents it)."""
+
+from cpython.dict cimport PyDict_GetItem
+from cpython.object cimport PyObject
+
+from rankd.engine._packed cimport Packed
+
+import asyncio
+import logging
+
+log = logging.getLogger("rankd.engine")
+
+
+cdef class Intake:
+    """``rankd.engine.intake.PythonIntake``, natively."""
+
+    cdef public object engine
+    cdef public set held
+    cdef public dict boards
+    cdef public bint replicated
+    cdef public list runs
+    cdef public list thens
+    cdef public bint scheduled
+    cdef public Py_ssize_t unpacked
+    cdef object run_pass
+    cdef object later
+    cdef object last_taken
+
+    def __init__(self, engine, set held, run_pass, later):
+        self.engine = engine
+        self.held = held
+        self.boards = {}
+        self.replicated = False
+        self.runs = []
+        self.thens = []
+        self.scheduled = False
+        self.unpacked = 0
+        self.run_pass = run_pass
+        self.later = later
+        self.last_taken = None
+
+    def takes(self, Packed packed, bint existing=False):
+        """``PythonIntake.takes``."""
+        cdef dict boards = self.boards
+        cdef object last = self.last_taken
+        cdef PyObject *found
+        if last is not None and packed.only_board(last):
+            found = PyDict_GetItem(boards, last)
+            if found == NULL:
+                if existing:
+                    return False
+                self.last_taken = None
+            elif (<object>found).config.signed:
+                return False
+            return self._replicated_takes(packed)
+        names = packed.board_names()
+        known = None
+        for name in names:
+            known = boards.get(name)
+            if known is None:
+                if existing:
+                    return False
+            elif known.config.signed:
+                return False
+        if len(names) == 1:
+            self.last_taken = name if known is not None else None
+        return self._replicated_takes(packed)
+
+    cdef bint _replicated_takes(self, Packed packed) except -1:
+        return not self.replicated or self.engine.takes_replicated(packed)
+
+    def submit_then(self, Packed packed, then, token):
+        """``PythonIntake.submit_then``."""
+        held = self.held
+        if (not self.replicated and self.unpacked == 0
+                and (not held or held.isdisjoint(packed.board_names()))):
+            self.runs.append(packed)
+            self.thens.append((then, token))
+            if not self.scheduled:
+                self.schedule()
+            return
+        self.later(packed, then, token)
+
+    def schedule(self):
+        """``PythonIntake.schedule``."""
+        self.scheduled = True
+        asyncio.get_running_loop().call_soon(self.run_pass)
+
+    def take_pass(self):
+        """``PythonIntake.take_pass``."""
+        runs, thens = self.runs, self.thens
+        self.runs = []
+        self.thens = []
+        self.scheduled = False
+        return runs, thens
+
+    @staticmethod
+    def tell(list thens, error):
+        """``PythonIntake.tell``."""
+        for then, token in thens:
+            try:
+                then(token, error)
+            except Exception:  # one front-end's bug must not keep the others unanswered
+                log.exception("a packed run's completion failed")
