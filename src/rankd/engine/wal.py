@@ -575,10 +575,21 @@ class WriteAheadLog:
         """Hand buffered records to the OS (no fsync), in the caller's thread."""
         if self._failure is not None:
             raise WalFailedError(f"write-ahead log failed: {self._failure}")
-        data, rolls, last = self._take_pending()
-        self._guarded(self._write, data, rolls)
+        data, rolls, last = self._pending, self._rolls, self._last_lsn
+        self._pending = bytearray()
+        if rolls or self._fd is None:
+            self._rolls = []
+            self._guarded(self._write, data, rolls)
+        else:  # the common case, once a pass: the records go to the open segment
+            try:
+                written = os.write(self._fd, data)
+                self._file_bytes += written
+                if written < len(data):
+                    self._write_all(memoryview(data)[written:])
+            except OSError as exc:
+                raise self._failed_with(exc) from exc
         self._written_lsn = last
-        self._acknowledged_end = self._file_end()
+        self._acknowledged_end = (self._segments[-1][1], self._file_bytes)
 
     def _write_and_sync(self, data: bytearray, rolls: list[tuple[int, int]], last: int) -> None:
         if self._failure is not None:
@@ -597,10 +608,14 @@ class WriteAheadLog:
         try:
             operation(*args)
         except OSError as exc:
-            self._failure = exc
-            log.critical("write-ahead log I/O failed, not retrying: %s", exc)
-            self._cut_back_to_acknowledged()
-            raise WalFailedError(f"write-ahead log I/O failed: {exc}") from exc
+            raise self._failed_with(exc) from exc
+
+    def _failed_with(self, exc: OSError) -> WalFailedError:
+        """Fail the log for good after an I/O error (see ``_cut_back_to_acknowledged``)."""
+        self._failure = exc
+        log.critical("write-ahead log I/O failed, not retrying: %s", exc)
+        self._cut_back_to_acknowledged()
+        return WalFailedError(f"write-ahead log I/O failed: {exc}")
 
     def _cut_back_to_acknowledged(self) -> None:
         """Drop from the files every record after the last acknowledged one
