@@ -62,6 +62,11 @@ cdef class Packed:
     cdef PackedResult *results
     cdef readonly Py_ssize_t count
     cdef Py_ssize_t capacity
+    # Where ``items`` and ``results`` point until a second submission is
+    # added: a run of one (every request of a client that does not
+    # pipeline) allocates nothing more than the object.
+    cdef PackedSubmission first_item
+    cdef PackedResult first_result
     #: Per submission: None (result in ``results``), an answer dict or an EngineError.
     cdef public list answers
     #: On a cluster node, the ``(seq, epoch)`` of the log holding the run's
@@ -97,6 +102,7 @@ cdef class PackedReads:
     cdef PackedRead *items
     cdef readonly Py_ssize_t count
     cdef Py_ssize_t capacity
+    cdef PackedRead first_item         # (as Packed's)
 
     cdef PackedRead *add(self) except NULL
     cdef const char *chars(self, Span *span) noexcept

@@ -4,7 +4,7 @@
 from cpython.bytes cimport PyBytes_AS_STRING
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeASCII
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memcpy
 
 
 cdef object _number(Number *number):
@@ -23,16 +23,17 @@ cdef class Packed:
 
     def __cinit__(self, bytes data):
         self.data = data
-        self.items = NULL
-        self.results = NULL
+        self.items = &self.first_item
+        self.results = &self.first_result
         self.count = 0
-        self.capacity = 0
+        self.capacity = 1
         self.answers = []
         self.position = None
 
     def __dealloc__(self):
-        free(self.items)
-        free(self.results)
+        if self.items != &self.first_item:
+            free(self.items)
+            free(self.results)
 
     def __len__(self):
         return self.count
@@ -43,14 +44,24 @@ cdef class Packed:
         cdef PackedSubmission *items
         cdef PackedResult *results
         if self.count == self.capacity:
-            capacity = self.capacity * 2 if self.capacity else 16
-            items = <PackedSubmission *>realloc(self.items, capacity * sizeof(PackedSubmission))
+            inline = self.items == &self.first_item
+            capacity = 16 if inline else self.capacity * 2
+            items = <PackedSubmission *>realloc(NULL if inline else self.items,
+                                                capacity * sizeof(PackedSubmission))
             if items == NULL:
                 raise MemoryError()
-            self.items = items
-            results = <PackedResult *>realloc(self.results, capacity * sizeof(PackedResult))
+            results = <PackedResult *>realloc(NULL if inline else self.results,
+                                              capacity * sizeof(PackedResult))
             if results == NULL:
+                if inline:
+                    free(items)
+                else:
+                    self.items = items
                 raise MemoryError()
+            if inline:
+                memcpy(items, &self.first_item, sizeof(PackedSubmission))
+                memcpy(results, &self.first_result, sizeof(PackedResult))
+            self.items = items
             self.results = results
             self.capacity = capacity
         self.items[self.count] = PackedSubmission(
@@ -136,12 +147,13 @@ cdef class PackedReads:
 
     def __cinit__(self, bytes data):
         self.data = data
-        self.items = NULL
+        self.items = &self.first_item
         self.count = 0
-        self.capacity = 0
+        self.capacity = 1
 
     def __dealloc__(self):
-        free(self.items)
+        if self.items != &self.first_item:
+            free(self.items)
 
     def __len__(self):
         return self.count
@@ -151,10 +163,14 @@ cdef class PackedReads:
         cdef Py_ssize_t capacity
         cdef PackedRead *items
         if self.count == self.capacity:
-            capacity = self.capacity * 2 if self.capacity else 16
-            items = <PackedRead *>realloc(self.items, capacity * sizeof(PackedRead))
+            inline = self.items == &self.first_item
+            capacity = 16 if inline else self.capacity * 2
+            items = <PackedRead *>realloc(NULL if inline else self.items,
+                                          capacity * sizeof(PackedRead))
             if items == NULL:
                 raise MemoryError()
+            if inline:
+                memcpy(items, &self.first_item, sizeof(PackedRead))
             self.items = items
             self.capacity = capacity
         self.items[self.count] = PackedRead(
