@@ -18,8 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import native
+from engine_helpers import engine_config
 from rankd.engine.board import Board
 from rankd.engine.config import BoardConfig
+from rankd.engine.engine import Engine
 from rankd.engine.intake import PythonIntake
 from test_fast_submits import packed_run
 
@@ -144,6 +146,33 @@ def test_tell_tells_every_caller_even_after_one_fails(implementation, caplog):
         implementation().tell([(then, "one"), (then, "bad"), (then, "two")], error)
     assert told == [("one", error), ("bad", error), ("two", error)]
     assert "a packed run's completion failed" in caplog.text
+
+
+def test_an_engines_intake_sees_its_boards_and_its_replication(tmp_path):
+    """The engine keeps its intake's view current: boards it creates, the
+    whole dict when it replaces it (a rollback after a storage failure, a
+    cluster node setting its state aside), and whether it is a cluster
+    node.  A stale view would send every run the general way, or take runs
+    the packed path must not."""
+    native_intake()
+
+    async def body() -> None:
+        engine = await Engine.open(engine_config(tmp_path))
+        try:
+            run = packed_run(("a", "ann", 1.0))
+            assert not engine.intake.takes(run, True)
+            await engine.put_board("a", {"policy": "latest"})
+            assert engine.intake.takes(run, True)
+            engine.boards = {}
+            assert not engine.intake.takes(run, True)
+            assert not engine.intake.replicated
+            engine.replication = object()
+            assert engine.intake.replicated
+        finally:
+            engine.replication = None
+            await engine.close(snapshot=False)
+
+    asyncio.run(body())
 
 
 # --- both implementations alike ----------------------------------------------------------

@@ -302,7 +302,7 @@ class Engine:
         and snapshots aside (kept, never deleted) and start empty; the
         cluster's log is the authority, and following it rebuilds every
         group."""
-        if self.replication is None:
+        if self._replication is None:
             raise RuntimeError("only a cluster node may set its local state aside")
         if self.wal is not None:
             with contextlib.suppress(Exception):
@@ -388,7 +388,7 @@ class Engine:
         self._apply_replayed()
         self._events_since_snapshot = replayed
         log.info("recovered %d boards from snapshot @%d and %d WAL records in %.2fs",
-                 len(self.boards), snapshot_lsn, replayed, time.monotonic() - started)
+                 len(self._boards), snapshot_lsn, replayed, time.monotonic() - started)
 
     async def _take_back_lost_records(self) -> None:
         """Records Postgres holds beyond the end of the local log were durable
@@ -434,11 +434,11 @@ class Engine:
         """A cluster node's snapshot starts with its positions in the groups'
         logs; a single node's has none.  Neither may start as the other."""
         of_a_node = bool(sections) and records.decode(sections[0])[0] == "positions"
-        if self.replication is not None and not of_a_node and sections:
+        if self._replication is not None and not of_a_node and sections:
             raise RuntimeError(f"{self.config.data_dir}: its snapshot is a single node's; "
                                "this data dir was not a cluster node's: start it without "
                                "--cluster-dsn, or the node with an empty data dir")
-        if self.replication is None and of_a_node:
+        if self._replication is None and of_a_node:
             raise RuntimeError(f"{self.config.data_dir}: its snapshot is a cluster node's: "
                                "start this data dir with the --cluster-dsn it was a node of")
 
@@ -450,27 +450,27 @@ class Engine:
             kind = section[0]
             if kind == "board":
                 _, name, config, version, updated_at = section
-                board = self.boards[name] = Board(name, BoardConfig.from_dict(dict(config)))
+                board = self._boards[name] = Board(name, BoardConfig.from_dict(dict(config)))
                 board.version, board.updated_at = version, updated_at
             elif kind == "index":
                 _, name, window, period, dump = section
-                self.boards[name].periods[window][period] = RankIndex.load(dump)
+                self._boards[name].periods[window][period] = RankIndex.load(dump)
             elif kind == "label_columns":
-                self.boards[section[1]].labels.update(zip(section[2], section[3], strict=True))
+                self._boards[section[1]].labels.update(zip(section[2], section[3], strict=True))
             elif kind == "positions":
                 self.positions = {group: (seq, epoch) for group, (seq, epoch)
                                   in section[1].items()}
             elif kind == "event_id_log":
-                self.boards[section[1]].dedupe.load_log(section[2])
+                self._boards[section[1]].dedupe.load_log(section[2])
             elif kind == "event_id_columns":  # written as columns until 2026-11-24
-                self.boards[section[1]].dedupe.load_packed(section[2], section[3])
+                self._boards[section[1]].dedupe.load_packed(section[2], section[3])
             elif kind == "labels":  # written as maps until 2026-11
-                self.boards[section[1]].labels.update(section[2])
+                self._boards[section[1]].labels.update(section[2])
             elif kind == "event_ids":  # likewise
                 entries = section[2]
-                self.boards[section[1]].dedupe.load_packed(tuple(entries), tuple(entries.values()))
+                self._boards[section[1]].dedupe.load_packed(tuple(entries), tuple(entries.values()))
             elif kind == "dedupe":  # written before event ids were stored packed
-                self.boards[section[1]].dedupe.load(section[2])
+                self._boards[section[1]].dedupe.load(section[2])
             else:
                 raise RuntimeError(f"unknown snapshot section {kind!r} (written by a newer "
                                    "rankd?)")
@@ -481,7 +481,7 @@ class Engine:
         """Replay records of the local log: as they are on a single node; a
         cluster node's unwrapped, each run of one group's records at their
         positions in its log (see :mod:`rankd.engine.replication`)."""
-        if self.replication is None:
+        if self._replication is None:
             self._replay_records(batch)
             return
         run: list[tuple[int, bytes]] = []
@@ -527,9 +527,9 @@ class Engine:
     def _drop_group(self, group: int) -> set[str]:
         """Forget a group's boards and its position (replayed anew later)."""
         self._apply_replayed()
-        names = {name for name in self.boards if group_of(name) == group}
+        names = {name for name in self._boards if group_of(name) == group}
         for name in names:
-            del self.boards[name]
+            del self._boards[name]
         self.positions.pop(group, None)
         return names
 
@@ -562,7 +562,7 @@ class Engine:
                     self._apply_replayed(record[1])
                 self._apply_record(lsn, record)
                 continue
-            board = self.boards.get(record[1])
+            board = self._boards.get(record[1])
             if board is None:  # a later record dropped the board
                 continue
             gathered = gather_submit(board, lsn, record, ttl, self._replayed)
@@ -576,7 +576,7 @@ class Engine:
         for key in [k for k in self._replayed if name is None or k[0] == name]:
             states = self._replayed.pop(key)
             self._replayed_count -= len(states)
-            self.boards[key[0]].index_for_write(key[1], key[2]).set_states(states)
+            self._boards[key[0]].index_for_write(key[1], key[2]).set_states(states)
 
     def _apply_record(self, lsn: int, record: Any) -> None:
         """Apply a board change or a removal (live, and in replay)."""
@@ -584,9 +584,9 @@ class Engine:
         if kind == records.BOARD_PUT:
             _, name, config, ts_ms = record
             config = BoardConfig.from_dict(dict(config))
-            board = self.boards.get(name)
+            board = self._boards.get(name)
             if board is None:
-                board = self.boards[name] = Board(name, config)
+                board = self._boards[name] = Board(name, config)
                 # Versions continue from the log position, so a board deleted
                 # and created again never repeats a version readers cached.
                 board.version = lsn - 1
@@ -595,10 +595,10 @@ class Engine:
             board.version += 1
             board.updated_at = ts_ms / 1000
         elif kind == records.BOARD_DROP:
-            self.boards.pop(record[1], None)
+            self._boards.pop(record[1], None)
         elif kind == records.REMOVE:
             _, name, member, ts_ms = record
-            board = self.boards.get(name)
+            board = self._boards.get(name)
             if board is None:
                 return
             for periods in board.periods.values():
@@ -622,7 +622,7 @@ class Engine:
         is refused with ``Conflict`` naming what, unless ``discard``.
         """
         check_board_name(name)
-        board = self.boards.get(name)
+        board = self._boards.get(name)
         if patch and board is not None:
             if not isinstance(config, dict):
                 raise InvalidInput("board config must be an object")
@@ -738,10 +738,10 @@ class Engine:
             first, then = [_answers_of(part) for part in parts]
             return [next(then) if wait else next(first) for wait in waiting]
         self._check_writable()
-        if self.replication is not None:
+        if self._replication is not None:
             return await self._submit_replicated(submissions)
         try:
-            done = ingest(self.boards, submissions, self.clock(), self.wal.last_lsn + 1,
+            done = ingest(self._boards, submissions, self.clock(), self.wal.last_lsn + 1,
                           self.config.dedupe_ttl, self.config.ts_tolerance)
         except Exception as exc:
             # Only a bug gets here, possibly with part of a batch applied and
@@ -785,7 +785,7 @@ class Engine:
         intake = self.intake
         if intake.unpacked or self._meets_held(packed):
             return self._unpacked_soon(packed)
-        if self.replication is not None:
+        if self._replication is not None:
             group = self._written_group(packed)
             if group is None:
                 return self._unpacked_soon(packed)
@@ -832,7 +832,7 @@ class Engine:
             return None
         group = groups.pop()
         try:
-            self.replication.writer(group)
+            self._replication.writer(group)
         except EngineError:
             return None
         return group
@@ -859,7 +859,7 @@ class Engine:
                     break
         if runs:
             try:
-                done = ingest_packed(self.boards, runs, self.clock(), self.wal.last_lsn + 1,
+                done = ingest_packed(self._boards, runs, self.clock(), self.wal.last_lsn + 1,
                                      self.config.dedupe_ttl, self.config.ts_tolerance)
             except Exception as exc:
                 self._fail(exc)  # a bug, as in _submit_batch
@@ -877,12 +877,12 @@ class Engine:
         and ``position`` (the log's ``(seq, epoch)`` of its writes)."""
         try:
             self._check_writable()
-            writer = self.replication.writer(group)
+            writer = self._replication.writer(group)
         except EngineError as exc:  # deposed, or read-only, since the runs came
             _answer_runs(runs, finished, exc)
             return
         try:
-            done = ingest_packed(self.boards, runs, self.clock(), writer.next_seq,
+            done = ingest_packed(self._boards, runs, self.clock(), writer.next_seq,
                                  self.config.dedupe_ttl, self.config.ts_tolerance)
         except Exception as exc:
             self._fail(exc)  # a bug, as in _submit_batch
@@ -919,7 +919,7 @@ class Engine:
     async def _write(self, logged: list[list]) -> None:
         """Apply and commit non-submission records (board changes, removals)."""
         self._check_writable()
-        if self.replication is not None:
+        if self._replication is not None:
             await self._write_replicated(logged)
             return
         next_lsn = self.wal.last_lsn + 1
@@ -935,12 +935,12 @@ class Engine:
         ``seq`` (read-your-writes on a cluster node; at once on a single
         node, which has every write it acknowledged); ``Unavailable`` if
         ``timeout`` passes first."""
-        if self.replication is None or type(name) is not str:
+        if self._replication is None or type(name) is not str:
             return
         group = group_of(name)
         deadline = time.monotonic() + timeout
         if self.positions.get(group, (0, 0))[0] < seq:
-            self.replication.awaited(group)
+            self._replication.awaited(group)
         while (applied := self.positions.get(group, (0, 0))[0]) < seq:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -954,10 +954,10 @@ class Engine:
         """On a cluster node: raise ``NotPrimary`` (naming the primary) if
         another node writes board ``name``'s group, so a front-end can send
         the whole request there.  Nothing on a single node."""
-        if self.replication is not None and type(name) is str:
+        if self._replication is not None and type(name) is str:
             group = group_of(name)
-            await self.replication.prepare({group})
-            self.replication.writer(group)
+            await self._replication.prepare({group})
+            self._replication.writer(group)
 
     async def _submit_replicated(self, submissions: list[Submission]
                                  ) -> list[dict[str, Any] | EngineError]:
@@ -967,19 +967,19 @@ class Engine:
         for position, submission in enumerate(submissions):
             group = group_of(submission.board) if type(submission.board) is str else -1
             by_group.setdefault(group, []).append(position)
-        await self.replication.prepare(set(by_group) - {-1})
+        await self._replication.prepare(set(by_group) - {-1})
         self._check_writable()
         answers: list[Any] = [None] * len(submissions)
         waits: list[tuple[list[int], asyncio.Future]] = []
         for group, positions in by_group.items():
             try:
-                writer = self.replication.writer(group) if group >= 0 else None
+                writer = self._replication.writer(group) if group >= 0 else None
             except NotPrimary as exc:
                 for position in positions:
                     answers[position] = exc
                 continue
             try:
-                done = ingest(self.boards, [submissions[p] for p in positions], self.clock(),
+                done = ingest(self._boards, [submissions[p] for p in positions], self.clock(),
                               writer.next_seq if writer else 0, self.config.dedupe_ttl,
                               self.config.ts_tolerance)
             except Exception as exc:
@@ -1011,9 +1011,9 @@ class Engine:
 
     async def _write_replicated(self, logged: list[list]) -> None:
         group = group_of(logged[0][1])
-        await self.replication.prepare({group})
+        await self._replication.prepare({group})
         self._check_writable()
-        writer = self.replication.writer(group)
+        writer = self._replication.writer(group)
         for position, record in enumerate(logged, writer.next_seq):
             self._apply_record(position, record)
         await self._replicate(writer, [records.encode(record) for record in logged],
@@ -1043,7 +1043,7 @@ class Engine:
                             local: asyncio.Future) -> tuple[int, int]:
         """``(last, epoch)`` once the ack mode is met for the group's records
         up to ``last``."""
-        replication = self.replication
+        replication = self._replication
         if replication.ack == "local":
             await asyncio.shield(local)
             replication.check_acknowledge(writer.group)
@@ -1108,10 +1108,10 @@ class Engine:
         ``(seq, epoch, sections)`` (snapshot sections, as
         :meth:`load_group_snapshot` takes them).  The group's writers wait
         while its indexes and labels are copied, as for a local snapshot."""
-        boards = [board for name, board in self.boards.items() if group_of(name) == group]
+        boards = [board for name, board in self._boards.items() if group_of(name) == group]
         for board in boards:
             await board.writable.wait()
-        boards = [board for name, board in self.boards.items() if group_of(name) == group]
+        boards = [board for name, board in self._boards.items() if group_of(name) == group]
         seq, epoch = self.positions.get(group, (0, 0))
         sections = _Sections()
         for board in boards:  # held at once: the copy is of one position
@@ -1135,7 +1135,7 @@ class Engine:
                                   section]) for part, section in enumerate(parts)]
         names = self._drop_group(group)
         self._load_snapshot(sections)
-        names |= {name for name in self.boards if group_of(name) == group}
+        names |= {name for name in self._boards if group_of(name) == group}
         self.positions[group] = (seq, epoch)
         self._advance()
         self._snapshot_wanted.set()  # and soon a local snapshot, for a short replay
@@ -1278,7 +1278,7 @@ class Engine:
         """
         acknowledged = self.wal.acknowledged_lsn
         shadow = Engine(self.config, clock=self.clock)
-        shadow.replication = self.replication
+        shadow.replication = self._replication
         try:
             await asyncio.to_thread(shadow._rebuild_from, self.wal, acknowledged)
         except Exception:
@@ -1287,10 +1287,10 @@ class Engine:
             self._rolled_back.set()
             return
         for name, board in shadow.boards.items():
-            before = self.boards.get(name)
+            before = self._boards.get(name)
             if before is not None:  # readers cache by version: move on from theirs
                 board.version = max(board.version, before.version) + 1
-        changed = set(self.boards) | set(shadow.boards)
+        changed = set(self._boards) | set(shadow.boards)
         self.boards = shadow.boards
         self.positions = shadow.positions
         self._rolling_back = False
@@ -1341,7 +1341,7 @@ class Engine:
     async def _submit_when_writable(self, names: set[str], submissions: list[Submission]
                                     ) -> list[dict[str, Any] | EngineError]:
         for name in names:
-            board = self.boards.get(name)
+            board = self._boards.get(name)
             if board is not None:
                 await board.writable.wait()
         return await self._submit_batch(submissions)  # held again meanwhile: it waits again
@@ -1354,10 +1354,10 @@ class Engine:
                            "storage failure; reads resume once it is done")
         if type(name) is not str:  # a list or a map would not even hash
             raise InvalidInput("board name must be a string")
-        if self.replication is not None and not self.replication.serving:
+        if self._replication is not None and not self._replication.serving:
             raise Unavailable("this node is catching up with the cluster's log; it serves "
                               "once it has (see /v1/ready)")
-        board = self.boards.get(name)
+        board = self._boards.get(name)
         if board is None:
             raise NotFound(f"no board named {name!r}")
         return board
@@ -1398,9 +1398,9 @@ class Engine:
         reads from ``stopped`` on (if any) are left to the caller.  None
         answered while reads are not served."""
         if (self._rolling_back or _answer_reads is None
-                or (self.replication is not None and not self.replication.serving)):
+                or (self._replication is not None and not self._replication.serving)):
             return b"", first
-        return _answer_reads(self.boards, reads, first, version, max_entries, max_bytes)
+        return _answer_reads(self._boards, reads, first, version, max_entries, max_bytes)
 
     def read_version(self, name: str, window: str | None = None, period: str | None = None
                      ) -> tuple[int, str, str]:
@@ -1499,8 +1499,8 @@ class Engine:
         """An order-sensitive hash of boards' configs, members, scores, ranks
         and labels, to compare two states cheaply."""
         digest = hashlib.blake2b(digest_size=16)
-        for board_name in sorted(self.boards) if name is None else [self._board(name).name]:
-            board = self.boards[board_name]
+        for board_name in sorted(self._boards) if name is None else [self._board(name).name]:
+            board = self._boards[board_name]
             digest.update(json.dumps([board_name, board.config.to_dict()]).encode())
             for window in sorted(board.periods):
                 for period, index in sorted(board.periods[window].items()):
@@ -1543,11 +1543,11 @@ class Engine:
                 raise StorageError(f"cannot write a snapshot: {exc}") from exc
             entries = 0
             try:
-                if self.replication is not None:
+                if self._replication is not None:
                     await asyncio.to_thread(writer.add, records.encode(
                         ["positions", {g: list(p) for g, p in positions.items()}]))
-                for name, board in list(self.boards.items()):
-                    if self.boards.get(name) is not board:
+                for name, board in list(self._boards.items()):
+                    if self._boards.get(name) is not board:
                         continue  # dropped meanwhile; the WAL replays the drop
                     entries += await self._snapshot_board(writer, board)
                 # The boards may hold writes logged after `lsn`: every one of
@@ -1568,7 +1568,7 @@ class Engine:
             self._last_snapshot_time = time.monotonic()
             self.last_snapshot = {"lsn": lsn, "path": str(path), "bytes": writer.size,
                                   "entries": entries, "seconds": time.monotonic() - started}
-            log.info("snapshot @%d: %d boards, %d bytes in %.2fs", lsn, len(self.boards),
+            log.info("snapshot @%d: %d boards, %d bytes in %.2fs", lsn, len(self._boards),
                      writer.size, self.last_snapshot["seconds"])
             await self._drop_covered_segments()
             return path
@@ -1655,7 +1655,7 @@ class Engine:
         archiving their final standings first.  The event loop runs between
         boards: with tens of thousands of boards, one pass is many steps."""
         now = self.clock()
-        for position, board in enumerate(list(self.boards.values())):
+        for position, board in enumerate(list(self._boards.values())):
             if position % HOUSEKEEPING_STEP == HOUSEKEEPING_STEP - 1:
                 await asyncio.sleep(0)
             await board.writable.wait()  # not while a snapshot reads this board
