@@ -27,6 +27,7 @@ cdef class Intake:
     cdef object run_pass
     cdef object later
     cdef object last_taken
+    cdef object boards_take
 
     def __init__(self, engine, set held, run_pass, later):
         self.engine = engine
@@ -40,6 +41,9 @@ cdef class Intake:
         self.run_pass = run_pass
         self.later = later
         self.last_taken = None
+        # (Imported here: rankd.engine.intake chooses this class at its import.)
+        from rankd.engine.intake import boards_take
+        self.boards_take = boards_take
 
     def takes(self, Packed packed, bint existing=False):
         """``PythonIntake.takes``."""
@@ -56,16 +60,11 @@ cdef class Intake:
                 return False
             return self._replicated_takes(packed)
         names = packed.board_names()
-        known = None
-        for name in names:
-            known = boards.get(name)
-            if known is None:
-                if existing:
-                    return False
-            elif known.config.signed:
-                return False
+        if not self.boards_take(boards, names, existing):
+            return False
         if len(names) == 1:
-            self.last_taken = name if known is not None else None
+            (name,) = names
+            self.last_taken = name if name in boards else None
         return self._replicated_takes(packed)
 
     cdef bint _replicated_takes(self, Packed packed) except -1:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from rankd._native import native_or
@@ -30,6 +30,19 @@ class IntakeOwner(Protocol):
     """What the intake asks its engine."""
 
     def takes_replicated(self, packed: Any) -> bool: ...
+
+
+def boards_take(boards: Mapping[str, Any], names: Iterable[str], existing: bool) -> bool:
+    """Whether boards ``names`` take packed runs: none takes only signed
+    submissions, and, with ``existing``, every one exists."""
+    for name in names:
+        known = boards.get(name)
+        if known is None:
+            if existing:
+                return False
+        elif known.config.signed:
+            return False
+    return True
 
 
 class PythonIntake:
@@ -71,16 +84,11 @@ class PythonIntake:
         # (it may be gone or signed now) without a set of names made.
         names = (last,) if last is not None and packed.only_board(last) else \
             packed.board_names()
-        known = None
-        for name in names:
-            known = boards.get(name)
-            if known is None:
-                if existing:
-                    return False
-            elif known.config.signed:
-                return False
+        if not boards_take(boards, names, existing):
+            return False
         if len(names) == 1:
-            self._last_taken = name if known is not None else None
+            (name,) = names
+            self._last_taken = name if name in boards else None
         return not self.replicated or self.engine.takes_replicated(packed)
 
     def submit_then(self, packed: Any, then: Then, token: Any) -> None:
