@@ -53,8 +53,8 @@ class PythonIntake:
     (the same set, changed by the engine).  The engine keeps ``boards`` (its
     boards by name) and ``replicated`` (whether it is a cluster node) up to
     date, and counts in ``unpacked`` the runs gone the general way and not
-    applied yet: while there are some, later runs go that way behind them.  ``later(packed, then,
-    token)`` takes what may not join the pass directly.
+    applied yet: while there are some, later runs go that way behind them.
+    ``later(packed, then, token)`` takes what may not join the pass directly.
     """
 
     def __init__(self, engine: IntakeOwner, held: set[str], run_pass: Callable[[], None],
