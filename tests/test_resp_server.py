@@ -236,6 +236,55 @@ def test_a_long_pipeline_of_reads_answers_as_the_reads_one_by_one(open_daemon):
         assert len(set(alone)) > 20  # scores, ranks, nulls and ranges all came up
 
 
+def send_in_pieces(client: RawClient, data: bytes, cuts: list[int]) -> None:
+    """``data`` in separate reads of the server, cut at ``cuts``."""
+    client.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for start, end in zip([0, *cuts], [*cuts, len(data)], strict=True):
+        client.send(data[start:end])
+        time.sleep(0.02)  # (so each piece is a read of its own)
+
+
+def test_a_command_cut_across_reads_is_read_whole(open_daemon):
+    """A read that ends inside a command leaves part of it in the
+    connection's reader, and the next read completes it, however well that
+    next read would parse alone: here its first bytes are an argument's,
+    which with the plain write after them read as two plain writes."""
+    text = encode_request([b"ZADD", b"not-written", b"5", b"z"])[:-2]
+    command = encode_request([b"ECHO", text])
+    with RawClient(open_daemon.resp_port) as client:
+        send_in_pieces(client, command + encode_request([b"ZADD", b"cut", b"1", b"m"]),
+                       [command.index(text)])
+        assert [client.reply(), client.reply()] == [
+            b"$%d\r\n%s\r\n" % (len(text), text), b":1\r\n"]
+        assert client.call("EXISTS", "not-written") == b":0\r\n"
+
+
+def test_a_stream_cut_anywhere_answers_as_the_stream_whole(open_daemon):
+    """The plain writes and reads the native lane answers, and the commands
+    the general path does, cut into reads at random places: the replies are
+    the ones the same stream gets in one read (on a board of its own)."""
+    rng = random.Random(11)
+    commands: list[list[str]] = []
+    for _ in range(40):
+        member = f"m{rng.randrange(8)}"
+        commands.append(rng.choice([["ZADD", "{}", str(rng.randrange(5)), member],
+                                    ["ZINCRBY", "{}", "2", member],
+                                    ["ZSCORE", "{}", member], ["ZREVRANK", "{}", member],
+                                    ["ZRANGE", "{}", "0", "-1", "WITHSCORES"],
+                                    ["ZCARD", "{}"]]))
+
+    def stream(board: str) -> bytes:
+        return b"".join(encode_request([word.format(board) for word in words])
+                        for words in commands)
+
+    with RawClient(open_daemon.resp_port) as client:
+        whole = client.pipeline([[word.format("stream-whole") for word in words]
+                                 for words in commands])
+        data = stream("stream-cut")
+        send_in_pieces(client, data, sorted(rng.sample(range(1, len(data)), 12)))
+        assert [client.reply() for _ in commands] == whole
+
+
 def test_rankd_commands_reach_what_redis_lacks(open_daemon):
     with RawClient(open_daemon.resp_port) as client:
         client.call("ZADD", "friends", "10", "a", "20", "b", "20", "c", "30", "d")

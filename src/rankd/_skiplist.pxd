@@ -129,6 +129,34 @@ cdef extern from *:
     enum { RK_SET, RK_SET_NEW, RK_SET_EXISTS, RK_SET_BETTER, RK_SET_WORSE, RK_INCR,
            RK_REMOVE };
 
+    /* The last two members an index hashed, and their hashes.  A batch's
+       write asks for one member's hash up to four times (its slot and its
+       node warmed a submission apart, then the lookup and the write), and
+       a short member costs SipHash far more than a compare.  Members are
+       never empty, so a size of 0 is an empty entry. */
+    typedef struct rk_hash_memo {
+        uint32_t value[2];
+        uint16_t size[2];
+        uint8_t next;
+        char member[2][RK_MAX_MEMBER_BYTES];
+    } rk_hash_memo;
+
+    static inline uint32_t rk_hash_memo_get(rk_hash_memo *m, uint64_t k0, uint64_t k1,
+                                            const char *member, size_t mlen) {
+        for (int i = 0; i < 2; i++)
+            if (m->size[i] == mlen && memcmp(m->member[i], member, mlen) == 0)
+                return m->value[i];
+        uint32_t h = (uint32_t)rk_siphash13(k0, k1, member, mlen);
+        if (mlen <= RK_MAX_MEMBER_BYTES) {
+            int i = m->next;
+            memcpy(m->member[i], member, mlen);
+            m->size[i] = (uint16_t)mlen;
+            m->value[i] = h;
+            m->next = (uint8_t)(i ^ 1);
+        }
+        return h;
+    }
+
     /* Node arena.  Nodes come from chunks owned by their index, with one
        free list per 8-byte size class, instead of one malloc each:
        no per-node malloc header (memory per member), no walk over the
@@ -412,6 +440,10 @@ cdef extern from *:
 
     ctypedef struct rk_arena:
         size_t reserved
+    ctypedef struct rk_hash_memo:
+        uint8_t next
+    uint32_t rk_hash_memo_get(rk_hash_memo *memo, uint64_t k0, uint64_t k1, const char *member,
+                              size_t mlen) nogil
     void rk_arena_init(rk_arena *arena) nogil
     void rk_arena_init_from(rk_arena *arena, size_t first_chunk) nogil
     void rk_arena_release(rk_arena *arena) nogil
@@ -483,6 +515,7 @@ cdef class RankIndex:
     cdef bint tie_by_member
     cdef uint64_t _next_seq
     cdef uint64_t hash_k0, hash_k1
+    cdef rk_hash_memo hash_memo     # (zeroed with the object: empty)
     cdef rk_node **slots
     cdef size_t mask
     cdef Py_ssize_t mutations       # invalidates iterators and the memo

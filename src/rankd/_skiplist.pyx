@@ -373,7 +373,7 @@ cdef class RankIndex:
     # --- hash table -------------------------------------------------------------
 
     cdef inline uint32_t _hash(self, const char *member, Py_ssize_t mlen) noexcept:
-        return <uint32_t>rk_siphash13(self.hash_k0, self.hash_k1, member, mlen)
+        return rk_hash_memo_get(&self.hash_memo, self.hash_k0, self.hash_k1, member, mlen)
 
     cdef inline rk_node *_lookup(self, const char *member, Py_ssize_t mlen,
                                  uint32_t h) noexcept:

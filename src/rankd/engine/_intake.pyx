@@ -76,7 +76,8 @@ cdef class Intake:
         if (not self.replicated and self.unpacked == 0
                 and (not held or held.isdisjoint(packed.board_names()))):
             self.runs.append(packed)
-            self.thens.append((then, token))
+            self.thens.append(then)
+            self.thens.append(token)
             if not self.scheduled:
                 self.schedule()
             return
@@ -98,8 +99,9 @@ cdef class Intake:
     @staticmethod
     def tell(list thens, error):
         """``PythonIntake.tell``."""
-        for then, token in thens:
+        cdef Py_ssize_t i
+        for i in range(0, len(thens), 2):
             try:
-                then(token, error)
+                thens[i](thens[i + 1], error)
             except Exception:  # one front-end's bug must not keep the others unanswered
                 log.exception("a packed run's completion failed")

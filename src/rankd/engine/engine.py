@@ -1226,7 +1226,7 @@ class Engine:
 
     async def _finish_pass(self, written: bool, unpacked: list[asyncio.Future[None]],
                            boards: set[str],
-                           thens: list[tuple[Then, Any]],
+                           thens: list[Any],
                            future: asyncio.Future[None] | None) -> None:
         """The rest of :meth:`_run_pass` when it has to wait: for the fsync,
         or for the runs that went the general way."""
@@ -1734,7 +1734,7 @@ def _answer_runs(runs: list[Any], finished: asyncio.Future[None],
     finished.set_result(None)
 
 
-def _tell_pass_waiters(thens: list[tuple[Then, Any]],
+def _tell_pass_waiters(thens: list[Any],
                        future: asyncio.Future[None] | None, error: BaseException | None) -> None:
     """Tell a pass's waiters how it ended: ``error`` None once committed."""
     if future is not None and not future.done():

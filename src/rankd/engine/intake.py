@@ -64,7 +64,9 @@ class PythonIntake:
         self.boards: Mapping[str, Any] = {}
         self.replicated = False
         self.runs: list[Any] = []
-        self.thens: list[tuple[Then, Any]] = []
+        #: Each run's ``then`` and ``token``, one after the other (no tuple
+        #: made per run).
+        self.thens: list[Any] = []
         self.scheduled = False
         self.unpacked = 0
         self._run_pass = run_pass
@@ -99,7 +101,8 @@ class PythonIntake:
         if (not self.replicated and not self.unpacked
                 and (not held or held.isdisjoint(packed.board_names()))):
             self.runs.append(packed)
-            self.thens.append((then, token))
+            self.thens.append(then)
+            self.thens.append(token)
             if not self.scheduled:
                 self.schedule()
             return
@@ -111,17 +114,18 @@ class PythonIntake:
         self.scheduled = True
         asyncio.get_running_loop().call_soon(self._run_pass)
 
-    def take_pass(self) -> tuple[list[Any], list[tuple[Then, Any]]]:
+    def take_pass(self) -> tuple[list[Any], list[Any]]:
         """This pass's runs and their callers, the intake emptied for the next."""
         runs, thens = self.runs, self.thens
         self.runs, self.thens, self.scheduled = [], [], False
         return runs, thens
 
     @staticmethod
-    def tell(thens: list[tuple[Then, Any]], error: BaseException | None) -> None:
-        """Call each ``then(token, error)``; one that raises is logged and
-        does not keep the others from being told."""
-        for then, token in thens:
+    def tell(thens: list[Any], error: BaseException | None) -> None:
+        """Call each ``then(token, error)`` of ``thens`` (as ``take_pass``
+        returns them); one that raises is logged and does not keep the
+        others from being told."""
+        for then, token in zip(thens[::2], thens[1::2], strict=True):
             try:
                 then(token, error)
             except Exception:  # one front-end's bug must not keep the others unanswered

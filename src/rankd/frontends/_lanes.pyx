@@ -167,6 +167,9 @@ cdef class RespLane(Lane):
     cdef public object period
     cdef public bint packs
     cdef object current_reader
+    # Known to hold nothing (checked once after each read the general path
+    # fed it), so the common read skips looking.
+    cdef bint reader_empty
     cdef object current_replies
     # Of ``reader`` and ``replies``, read when they are set.
     cdef Py_ssize_t max_bulk, max_words
@@ -182,6 +185,7 @@ cdef class RespLane(Lane):
     @reader.setter
     def reader(self, reader):
         self.current_reader = reader
+        self.reader_empty = False  # (checked at the next read)
         self.max_bulk, self.max_words = reader.max_bulk, reader.max_multibulk
 
     @property
@@ -204,18 +208,20 @@ cdef class RespLane(Lane):
         if (self.closing or not self.packs or self.principal is None
                 or self.worker is not None or self.queue or self.answering
                 or not self.writable):
-            self._data_received(data)
+            self._generally(data)
             return
-        reader = self.current_reader
-        if reader._buffer or reader._words is not None:
-            self._data_received(data)
-            return
+        if not self.reader_empty:
+            reader = self.current_reader
+            if reader._buffer or reader._words is not None:
+                self._generally(data)
+                return
+            self.reader_empty = True
         if self.time is None:
             self._bind()
         self.last_active = self.time()
         items, end, error = scan(data, 0, self.max_bulk, self.max_words, True)
         if end != len(data) or error is not None or len(items) != 1:
-            self._data_received(data)  # (the scan changed nothing: it is done again)
+            self._generally(data)  # (the scan changed nothing: it is done again)
             return
         item = items[0]
         if type(item) is Packed:
@@ -228,7 +234,14 @@ cdef class RespLane(Lane):
         elif type(item) is PackedReads:
             self._answer(item)
         else:
-            self._data_received(data)
+            self._generally(data)
+
+    cdef int _generally(self, data) except -1:
+        """The general path (``RespConnection._data_received``), which alone
+        feeds the reader: it may hold part of a command afterwards."""
+        self.reader_empty = False
+        self._data_received(data)
+        return 0
 
     cdef int _answer(self, PackedReads reads) except -1:
         """``RespConnection._reads`` of a run read alone: when every read is
