@@ -582,14 +582,11 @@ class WriteAheadLog:
             self._guarded(self._write, data, rolls)
         else:  # the common case, once a pass: the records go to the open segment
             try:
-                written = os.write(self._fd, data)
-                self._file_bytes += written
-                if written < len(data):
-                    self._write_all(memoryview(data)[written:])
+                self._write_all(memoryview(data))
             except OSError as exc:
                 raise self._failed_with(exc) from exc
         self._written_lsn = last
-        self._acknowledged_end = (self._segments[-1][1], self._file_bytes)
+        self._acknowledged_end = self._file_end()
 
     def _write_and_sync(self, data: bytearray, rolls: list[tuple[int, int]], last: int) -> None:
         if self._failure is not None:
