@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 ALLOWED_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE"
@@ -55,6 +56,12 @@ def host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+@lru_cache(maxsize=256)  # every request asks; a hostile client's made-up names only evict
+def addressed_to_loopback(host: str) -> bool:
+    """Whether a ``Host`` header names this machine only."""
+    return is_loopback_name(host_name(host))
+
+
 def is_loopback_name(name: str) -> bool:
     """Whether a host name can only mean this machine."""
     if name == "localhost" or name.endswith(".localhost"):
@@ -80,7 +87,7 @@ class OriginPolicy:
 
     def host_refused(self, host: str | None) -> str | None:
         """Why a request addressed to ``host`` is refused, or None."""
-        if self.loopback_only and not is_loopback_name(host_name(host or "")):
+        if self.loopback_only and not addressed_to_loopback(host or ""):
             return (f"this rankd has no credentials and answers only requests addressed to "
                     f"localhost or a loopback address, not {host!r} (a web page may have "
                     "made its own name point here: DNS rebinding)")

@@ -475,7 +475,9 @@ async def _add_headers(request: web.Request, response: web.StreamResponse) -> No
     attacker which flaws to try), and CORS headers to an allowed origin,
     streams and errors included."""
     response.headers["Server"] = "rankd"
-    response.headers.update(request.app[ORIGINS].cors_headers(request.headers.get("Origin")))
+    origin = request.headers.get("Origin")
+    if origin is not None:  # (not a browser's request otherwise: no CORS headers)
+        response.headers.update(request.app[ORIGINS].cors_headers(origin))
 
 
 def create_app(service: Service, gate: Gate | None = None,
