@@ -333,6 +333,29 @@ def test_tooling_commands_answer_what_clients_and_tools_ask(open_daemon):
     assert 'rankd_resp_commands_total{command="echo",status="ok"}' in metrics
 
 
+def resp_commands_counted(daemon: Daemon, command: str) -> float:
+    """``rankd_resp_commands_total`` of ``command`` with status ok (0 if absent)."""
+    with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as response:
+        metrics = response.read().decode()
+    prefix = f'rankd_resp_commands_total{{command="{command}",status="ok"}} '
+    return sum(float(line[len(prefix):]) for line in metrics.splitlines()
+               if line.startswith(prefix))
+
+
+def test_metrics_count_the_commands_the_native_lane_answers(open_daemon):
+    """Plain writes and reads one at a time take the native lane, which
+    counts them in the server's tallies as the general path does."""
+    with RawClient(open_daemon.resp_port) as client:
+        assert client.call("ZADD", "counted", "1", "ann") == b":1\r\n"  # makes the board
+        writes, reads = (resp_commands_counted(open_daemon, name) for name in ("write", "read"))
+        for _ in range(5):
+            assert client.call("ZINCRBY", "counted", "2", "ann").startswith(b"$")
+        for _ in range(3):
+            assert client.call("ZSCORE", "counted", "ann").startswith(b"$")
+    assert resp_commands_counted(open_daemon, "write") == writes + 5
+    assert resp_commands_counted(open_daemon, "read") == reads + 3
+
+
 def test_every_acknowledged_zincrby_survives_kill_9(tmp_path):
     """Increments pipelined through RESP while the daemon is killed with
     SIGKILL: after a restart each member's score holds at least every

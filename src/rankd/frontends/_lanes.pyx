@@ -15,6 +15,9 @@ state a lane reads lives in its C fields; Python code reads and sets it as
 attributes, as before.
 """
 
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.object cimport PyObject
+
 from rankd.engine._packed cimport Packed, PackedReads
 
 from rankd.engine.errors import EngineError
@@ -29,6 +32,12 @@ cdef object PENDING = _PENDING
 cdef object WRITE_OK = ("write", "ok")
 cdef object READ_OK = ("read", "ok")
 cdef object SUBMIT_OK = ("submit", "ok")
+
+
+cdef inline int tally(object stats, object key, Py_ssize_t count) except -1:
+    """``stats[key] += count`` on the server's ``Tally`` (a dict), as dict calls."""
+    cdef PyObject *found = PyDict_GetItem(stats, key)
+    return PyDict_SetItem(stats, key, count if found == NULL else <object>found + count)
 
 
 cdef class Lane:
@@ -54,7 +63,7 @@ cdef class Lane:
     cdef object charge
     cdef object charge_reads
     # Bound once the connection is made (``_bind``).
-    cdef object stats
+    cdef object stats  # the server's Tally
     cdef object write
     cdef object time
     cdef object takes
@@ -154,7 +163,7 @@ cdef class TcpLane(Lane):
     cdef bytes _encode(self, Packed packed):
         frames, answered = encode_answers(packed, wire.ok, wire.error)
         if answered == len(packed):
-            self.stats[SUBMIT_OK] += answered
+            tally(self.stats, SUBMIT_OK, answered)
         else:  # some answers are Python objects (or errors)
             self._count(packed, answered)
         return frames
@@ -255,7 +264,7 @@ cdef class RespLane(Lane):
             data, stopped = self.answer(reads, 0, self.version, MAX_REPLY_ENTRIES,
                                         OUT_HIGH_WATER)
             if stopped >= len(reads):
-                self.stats[READ_OK] += stopped
+                tally(self.stats, READ_OK, stopped)
                 if data:
                     self.write(data)
                 return 0
@@ -268,5 +277,5 @@ cdef class RespLane(Lane):
 
     cdef bytes _encode(self, Packed packed):
         data, answered = encode_replies(packed, self.version, self.packed_reply)
-        self.stats[WRITE_OK] += answered
+        tally(self.stats, WRITE_OK, answered)
         return data

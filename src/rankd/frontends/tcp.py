@@ -537,8 +537,6 @@ class TcpServer(PipelinedServer):
         self.service = service
         self.gate = gate or Gate.open()
         self.max_frame = max_frame
-        #: (op, "ok" or error code) -> requests, for metrics.
-        self.stats: collections.Counter[tuple[str, str]] = collections.Counter()
 
     def _connection(self) -> TcpConnection:
         return TcpConnection(self)

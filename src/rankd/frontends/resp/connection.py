@@ -560,8 +560,6 @@ class RespServer(PipelinedServer):
         self.service = service
         self.gate = gate or Gate.open()
         self.max_bulk = max_bulk
-        #: (command, "ok" or error code) -> commands, for metrics.
-        self.stats: collections.Counter[tuple[str, str]] = collections.Counter()
         #: What INFO and CONFIG GET report (ports, fsync policy...).
         self.settings: dict[str, Any] = dict(port_of or {})
         self.started_at = 0.0
