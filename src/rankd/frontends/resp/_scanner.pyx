@@ -126,6 +126,8 @@ cdef bint _score(const uint8_t *word, Py_ssize_t size, double *out) noexcept:
     cdef double value
     if not 0 < size <= MAX_NUMBER:
         return False
+    if _small_integer(word, size, out):  # "1", "-5": what most increments are
+        return True
     if word[0] in (32, 9, 10, 11, 12, 13):
         return False
     memcpy(text, word, size)
@@ -136,6 +138,25 @@ cdef bint _score(const uint8_t *word, Py_ssize_t size, double *out) noexcept:
     if value == 0 and _underflows(word, size):
         return False
     out[0] = value
+    return True
+
+
+cdef inline bint _small_integer(const uint8_t *word, Py_ssize_t size, double *out) noexcept:
+    """A sign and 1 to 15 decimal digits, read as ``strtod`` reads it
+    (exactly: below 2**53), without its generality."""
+    cdef Py_ssize_t i = 0
+    cdef bint negative = word[0] == 45
+    cdef long long value = 0
+    if negative or word[0] == 43:
+        i = 1
+    if not 0 < size - i <= 15:
+        return False
+    while i < size:
+        if not 48 <= word[i] <= 57:
+            return False
+        value = value * 10 + (word[i] - 48)
+        i += 1
+    out[0] = -<double>value if negative else <double>value  # "-0" is -0.0, as strtod's
     return True
 
 
