@@ -67,7 +67,8 @@ cdef class Packed:
     # pipeline) allocates nothing more than the object.
     cdef PackedSubmission first_item
     cdef PackedResult first_result
-    #: Per submission: None (result in ``results``), an answer dict or an EngineError.
+    #: Per submission, once applied: None (result in ``results``), an answer
+    #: dict or an EngineError; None before.
     cdef public list answers
     #: On a cluster node, the ``(seq, epoch)`` of the log holding the run's
     #: writes, once acknowledged (every answer carries it); else None.

@@ -27,7 +27,7 @@ cdef class Packed:
         self.results = &self.first_result
         self.count = 0
         self.capacity = 1
-        self.answers = []
+        self.answers = None  # (set by the ingest, or to every submission's error)
         self.position = None
 
     def __dealloc__(self):

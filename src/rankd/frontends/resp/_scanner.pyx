@@ -26,7 +26,7 @@ what the general path writes for the same answers.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.math cimport isfinite, isnan
 from libc.stdint cimport uint8_t
@@ -274,7 +274,7 @@ def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, b
                 else:
                     tag = -1
                 if tag >= 0:
-                    _close_reads(reads, buf, reads_start, start, items)
+                    _close_reads(reads, data, buf, reads_start, start, items)
                     reads = None
                     if run is None:
                         run = Packed(b"")
@@ -300,7 +300,7 @@ def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, b
             else:
                 read_ok = False
             if read_ok:
-                _close(run, buf, run_start, start, items)
+                _close(run, data, buf, run_start, start, items)
                 run = None
                 if reads is None:
                     reads = PackedReads(b"")
@@ -315,9 +315,9 @@ def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, b
                     read.start, read.stop = first_index, last_index
                     read.withscores = count == 5
                 continue
-            _close(run, buf, run_start, start, items)
+            _close(run, data, buf, run_start, start, items)
             run = None
-            _close_reads(reads, buf, reads_start, start, items)
+            _close_reads(reads, data, buf, reads_start, start, items)
             reads = None
             words = []
             position = start
@@ -330,8 +330,8 @@ def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, b
                                                        <Py_ssize_t>length))
                 position = line + 2 + <Py_ssize_t>length + 2
             items.append(words)
-        _close(run, buf, run_start, position, items)
-        _close_reads(reads, buf, reads_start, position, items)
+        _close(run, data, buf, run_start, position, items)
+        _close_reads(reads, data, buf, reads_start, position, items)
     finally:
         PyBuffer_Release(&view)
     return items, position, error
@@ -361,17 +361,25 @@ cdef int _read_kind(const uint8_t *buf, long long count, Py_ssize_t *offsets,
     return -1
 
 
-cdef void _close_reads(PackedReads reads, const uint8_t *buf, Py_ssize_t start,
+cdef bytes _part(object data, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end):
+    """``data[start:end]`` as bytes: ``data`` itself when that is all of it
+    (a read of one command, the common case, is not copied)."""
+    if start == 0 and type(data) is bytes and end == PyBytes_GET_SIZE(data):
+        return <bytes>data
+    return PyBytes_FromStringAndSize(<const char *>buf + start, end - start)
+
+
+cdef void _close_reads(PackedReads reads, object data, const uint8_t *buf, Py_ssize_t start,
                        Py_ssize_t end, list items) except *:
     if reads is not None and reads.count:
-        reads.data = PyBytes_FromStringAndSize(<const char *>buf + start, end - start)
+        reads.data = _part(data, buf, start, end)
         items.append(reads)
 
 
-cdef void _close(Packed run, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,
-                 list items) except *:
+cdef void _close(Packed run, object data, const uint8_t *buf, Py_ssize_t start,
+                 Py_ssize_t end, list items) except *:
     if run is not None and run.count:
-        run.data = PyBytes_FromStringAndSize(<const char *>buf + start, end - start)
+        run.data = _part(data, buf, start, end)
         items.append(run)
 
 
