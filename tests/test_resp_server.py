@@ -354,6 +354,10 @@ def test_metrics_count_the_commands_the_native_lane_answers(open_daemon):
             assert client.call("ZSCORE", "counted", "ann").startswith(b"$")
     assert resp_commands_counted(open_daemon, "write") == writes + 5
     assert resp_commands_counted(open_daemon, "read") == reads + 3
+    with RawClient(open_daemon.resp_port) as client:  # and CONFIG RESETSTAT clears them
+        assert client.call("CONFIG", "RESETSTAT") == b"+OK\r\n"
+        assert b"total_commands_processed:1\r\n" in client.call("INFO", "stats")
+    assert resp_commands_counted(open_daemon, "write") == 0
 
 
 def test_every_acknowledged_zincrby_survives_kill_9(tmp_path):

@@ -186,7 +186,7 @@ class DaemonCollector(Collector):
                                   value=self.tcp.limits.refused)
         requests = CounterMetricFamily("rankd_tcp_requests", "TCP requests by op and status",
                                        labels=["op", "status"])
-        for (op, status), count in list(self.tcp.stats.items()):
+        for (op, status), count in self.tcp.counts().items():
             requests.add_metric([op, status], count)
         yield requests
 
@@ -198,7 +198,7 @@ class DaemonCollector(Collector):
         commands = CounterMetricFamily(
             "rankd_resp_commands", "Redis-protocol commands by command and status (the "
             "native paths count as read and write)", labels=["command", "status"])
-        for (command, status), count in list(self.resp.stats.items()):
+        for (command, status), count in self.resp.counts().items():
             commands.add_metric([command, status], count)
         yield commands
 

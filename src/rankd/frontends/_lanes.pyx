@@ -15,9 +15,6 @@ state a lane reads lives in its C fields; Python code reads and sets it as
 attributes, as before.
 """
 
-from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
-from cpython.object cimport PyObject
-
 from rankd.engine._packed cimport Packed, PackedReads
 
 from rankd.engine.errors import EngineError
@@ -34,10 +31,20 @@ cdef object READ_OK = ("read", "ok")
 cdef object SUBMIT_OK = ("submit", "ok")
 
 
-cdef inline int tally(object stats, object key, Py_ssize_t count) except -1:
-    """``stats[key] += count`` on the server's ``Tally`` (a dict), as dict calls."""
-    cdef PyObject *found = PyDict_GetItem(stats, key)
-    return PyDict_SetItem(stats, key, count if found == NULL else <object>found + count)
+cdef class LaneCounts:
+    """What a server's native lanes answered, in C counters (a dict update
+    per request cost about 800 instructions); the server adds them to its
+    ``Tally`` when asked (``PipelinedServer.counts``)."""
+
+    cdef public Py_ssize_t write_ok, read_ok, submit_ok
+
+    def items(self):
+        """``(key, count)`` of each count, keyed as in the server's ``Tally``."""
+        return [(WRITE_OK, self.write_ok), (READ_OK, self.read_ok),
+                (SUBMIT_OK, self.submit_ok)]
+
+    def clear(self):
+        self.write_ok = self.read_ok = self.submit_ok = 0
 
 
 cdef class Lane:
@@ -63,7 +70,7 @@ cdef class Lane:
     cdef object charge
     cdef object charge_reads
     # Bound once the connection is made (``_bind``).
-    cdef object stats  # the server's Tally
+    cdef LaneCounts counts  # the server's
     cdef object write
     cdef object time
     cdef object takes
@@ -72,7 +79,10 @@ cdef class Lane:
 
     cdef int _bind(self) except -1:
         self.time = self.loop.time
-        self.stats = self.server.stats
+        server = self.server
+        if server.lane_counts is None:
+            server.lane_counts = LaneCounts()
+        self.counts = server.lane_counts
         self.write = self.transport.write
         self.takes = self.service.takes_packed
         self.submit_then = self.service.submit_packed_then
@@ -163,7 +173,7 @@ cdef class TcpLane(Lane):
     cdef bytes _encode(self, Packed packed):
         frames, answered = encode_answers(packed, wire.ok, wire.error)
         if answered == len(packed):
-            tally(self.stats, SUBMIT_OK, answered)
+            self.counts.submit_ok += answered
         else:  # some answers are Python objects (or errors)
             self._count(packed, answered)
         return frames
@@ -264,7 +274,7 @@ cdef class RespLane(Lane):
             data, stopped = self.answer(reads, 0, self.version, MAX_REPLY_ENTRIES,
                                         OUT_HIGH_WATER)
             if stopped >= len(reads):
-                tally(self.stats, READ_OK, stopped)
+                self.counts.read_ok += stopped
                 if data:
                     self.write(data)
                 return 0
@@ -277,5 +287,5 @@ cdef class RespLane(Lane):
 
     cdef bytes _encode(self, Packed packed):
         data, answered = encode_replies(packed, self.version, self.packed_reply)
-        tally(self.stats, WRITE_OK, answered)
+        self.counts.write_ok += answered
         return data

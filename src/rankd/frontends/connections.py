@@ -357,13 +357,30 @@ class PipelinedServer:
         #: Seconds a connection may stay silent (0: forever).
         self.idle_timeout = idle_timeout
         self.connections: set[Any] = set()
-        #: (command or op, "ok" or error code) -> requests, for metrics.
+        #: (command or op, "ok" or error code) -> requests the Python paths
+        #: answered; all of them: :meth:`counts`.
         self.stats: Tally[tuple[str, str]] = Tally()
+        #: The native lanes' ``LaneCounts`` (made by the first lane).
+        self.lane_counts: Any = None
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.Task | None = None
 
     def _connection(self) -> PipelinedConnection:
         raise NotImplementedError
+
+    def counts(self) -> Tally[tuple[str, str]]:
+        """Requests answered, by (command or op, "ok" or error code)."""
+        counts = Tally(self.stats)
+        if self.lane_counts is not None:
+            for key, count in self.lane_counts.items():
+                if count:
+                    counts[key] += count
+        return counts
+
+    def reset_counts(self) -> None:
+        self.stats.clear()
+        if self.lane_counts is not None:
+            self.lane_counts.clear()
 
     async def start(self, host: str, port: int, ssl: Any = None) -> int:
         """Listen; returns the port (useful with port 0)."""

@@ -233,7 +233,7 @@ def _info_sections(conn: RespConnection) -> dict[str, list[tuple[str, object]]]:
     except OSError:
         rss = usage.ru_maxrss * 1024
     stats = service.engine.stats
-    commands = sum(server.stats.values())
+    commands = sum(server.counts().values())
     fsync = server.settings.get("fsync", "everysec")
     return {
         "server": [("redis_version", REDIS_VERSION), ("rankd_version", __version__),
@@ -302,7 +302,7 @@ def config_set(conn: RespConnection, args: list[bytes]) -> bytes:
 
 
 def config_resetstat(conn: RespConnection, args: list[bytes]) -> bytes:
-    conn.server.stats.clear()
+    conn.server.reset_counts()
     return conn.replies.simple("OK")
 
 
