@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 from typing import Any
 
@@ -256,13 +257,19 @@ native_fast = tcp.FAST_SUBMITS
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(streams, min_size=1, max_size=4), st.booleans(), st.booleans())
+@given(st.lists(streams, min_size=1, max_size=4), st.booleans(), st.booleans(),
+       st.none() | st.lists(st.integers(0, 1 << 12), max_size=6))
 def test_a_server_answers_the_same_bytes_with_and_without_the_fast_path(tmp_path_factory,
-                                                                        chunks, limited, pause):
+                                                                        chunks, limited, pause,
+                                                                        cuts):
     if not native_fast:
         native("rankd.frontends._submits", "split")  # skip, or fail under RANKD_REQUIRE_NATIVE
         pytest.skip("the fast path is off (RANKD_PURE_PYTHON)")
     data = [b"".join(frames) for frames in chunks]
+    if cuts is not None:  # frames cut across writes (the decoder holds a part between reads)
+        whole = b"".join(data)
+        at = sorted({0, len(whole), *(cut % (len(whole) + 1) for cut in cuts)})
+        data = [whole[start:end] for start, end in itertools.pairwise(at)]
     # A write limit on loopback small enough that some runs are refused as a whole.
     limits = LimitsConfig(address_writes=5, address_reads=1000, credential_writes=0,
                           credential_reads=0, exempt_loopback=False) if limited else None
@@ -315,6 +322,33 @@ async def with_server(tmp_path, body) -> Any:
 def plain_submit(request_id: int, board: str, member: str, score: float) -> bytes:
     return frame([request_id, "submit", {"board": board, "member": member, "score": score}],
                  "plain")
+
+
+def test_a_frame_cut_across_reads_is_read_whole(tmp_path):
+    """The rest of a frame cut across reads goes to the decoder that holds
+    its start, even when those bytes would read as a plain submit of their
+    own (they are the end of a request's binary field here): the lane must
+    not take them after a read that left part of a frame behind."""
+    native("rankd.frontends._submits", "split")
+    inner = plain_submit(4, "x", "mallory", 99.0)
+    outer = wire.request(3, "health", {"padding": inner})
+    assert outer.endswith(inner)
+    cut = len(outer) - len(inner)
+
+    async def body(engine: Engine, connection: Connection) -> list[Any]:
+        await connection.send(plain_submit(2, "x", "ann", 1.0))  # the fast path, first
+        await connection.read_until(2)
+        await connection.send(outer[:cut])
+        await asyncio.sleep(0.05)
+        await connection.send(outer[cut:])
+        await asyncio.sleep(0.05)  # (a read of its own)
+        await connection.send(wire.request(5, "health", {}))
+        responses = await connection.read_until(4)
+        return [[response[0] for response in responses],
+                engine.boards["x"].index("all", "all").score("mallory")]
+
+    ids, mallory = asyncio.run(with_server(tmp_path, body))
+    assert ids == [1, 2, 3, 5] and mallory is None
 
 
 def test_a_plain_run_waits_for_the_request_the_connection_is_busy_with(tmp_path):

@@ -27,6 +27,9 @@ cdef class Intake:
     cdef object run_pass
     cdef object later
     cdef object last_taken
+    # The config of the board last taken, and whether it is signed.
+    cdef object last_config
+    cdef bint last_signed
     cdef object boards_take
 
     def __init__(self, engine, set held, run_pass, later):
@@ -56,8 +59,13 @@ cdef class Intake:
                 if existing:
                     return False
                 self.last_taken = None
-            elif (<object>found).config.signed:
-                return False
+            else:
+                config = (<object>found).config
+                if config is not self.last_config:  # (a board's config is replaced whole)
+                    self.last_config = config
+                    self.last_signed = config.signed
+                if self.last_signed:
+                    return False
             return self._replicated_takes(packed)
         names = packed.board_names()
         if not self.boards_take(boards, names, existing):

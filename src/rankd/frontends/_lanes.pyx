@@ -29,6 +29,8 @@ cdef object PENDING = _PENDING
 cdef object WRITE_OK = ("write", "ok")
 cdef object READ_OK = ("read", "ok")
 cdef object SUBMIT_OK = ("submit", "ok")
+cdef object WIRE_OK = wire.ok
+cdef object WIRE_ERROR = wire.error
 
 
 cdef class LaneCounts:
@@ -143,25 +145,45 @@ cdef class Lane:
 cdef class TcpLane(Lane):
     """The native part of ``TcpConnection`` (see the module docstring)."""
 
-    cdef public object decoder
+    cdef object current_decoder
     cdef public bint greeted
     cdef public Py_ssize_t queued
+    # Known to pack and to hold nothing (checked once after each read the
+    # general path fed it), and its frame limit then: the common read skips
+    # looking.
+    cdef bint decoder_ready
+    cdef Py_ssize_t max_frame
+
+    @property
+    def decoder(self):
+        """The connection's ``RequestDecoder``."""
+        return self.current_decoder
+
+    @decoder.setter
+    def decoder(self, decoder):
+        self.current_decoder = decoder
+        self.decoder_ready = False  # (checked at the next read)
 
     def data_received(self, data):
         cdef Packed packed
-        decoder = self.decoder
-        if (self.closing or not self.greeted or self.principal is None or not decoder.pack
-                or self.worker is not None or self.queue or not self.writable
-                or decoder._buffer):
-            self._data_received(data)
+        if (self.closing or not self.greeted or self.principal is None
+                or self.worker is not None or self.queue or not self.writable):
+            self._generally(data)
             return
+        if not self.decoder_ready:
+            decoder = self.current_decoder
+            if not decoder.pack or decoder._buffer:
+                self._generally(data)
+                return
+            self.max_frame = decoder.max_frame
+            self.decoder_ready = True
         if self.time is None:
             self._bind()
         self.last_active = self.time()
-        items, position, bad_length = split(data, decoder.max_frame, True)
+        items, position, bad_length = split(data, self.max_frame, True)
         if (position != len(data) or bad_length >= 0 or len(items) != 1
                 or type(items[0]) is not Packed):
-            self._data_received(data)  # (the split changed nothing: it is done again)
+            self._generally(data)  # (the split changed nothing: it is done again)
             return
         packed = items[0]
         if self.takes(packed) and self._admitted(packed, False):
@@ -170,8 +192,15 @@ cdef class TcpLane(Lane):
             self._enqueue(packed)
             self._settle()
 
+    cdef int _generally(self, data) except -1:
+        """The general path (``TcpConnection._data_received``), which alone
+        feeds the decoder: it may hold part of a frame afterwards."""
+        self.decoder_ready = False
+        self._data_received(data)
+        return 0
+
     cdef bytes _encode(self, Packed packed):
-        frames, answered = encode_answers(packed, wire.ok, wire.error)
+        frames, answered = encode_answers(packed, WIRE_OK, WIRE_ERROR)
         if answered == len(packed):
             self.counts.submit_ok += answered
         else:  # some answers are Python objects (or errors)
