@@ -234,3 +234,52 @@ def test_the_native_intake_answers_as_the_python_one(sequence):
 
     native_seen, python_seen = asyncio.run(both())
     assert native_seen == python_seen
+
+
+class CountingEngine(Engine):
+    """An engine that counts the passes its own ``_run_pass`` commits."""
+
+    general_passes = 0
+
+    def _run_pass(self) -> None:
+        self.general_passes += 1
+        super()._run_pass()
+
+
+@pytest.mark.parametrize("fsync", ["everysec", "always"])
+def test_the_native_intake_commits_a_single_nodes_common_pass(tmp_path, fsync):
+    """With a log that hands records to the OS at once, a pass of packed
+    runs is committed by the native intake (the engine's pass is not run)
+    and ends as the engine's would: the runs applied, counted, written and
+    announced, each caller told in order; with ``--fsync always`` the pass
+    must wait for the fsync, so the engine's pass commits it."""
+    native_intake()
+
+    async def body() -> tuple[Any, ...]:
+        engine = await CountingEngine.open(engine_config(tmp_path, fsync=fsync))
+        try:
+            await engine.put_board("a", {"policy": "latest"})
+            changed: list[str] = []
+            engine.listeners.append(changed.append)
+            told: list[Any] = []
+            before = engine.general_passes, engine.stats["applied"], engine.wal.last_lsn
+            for number, member in enumerate(["ann", "bob", "ann"]):
+                engine.intake.submit_then(packed_run(("a", member, float(number))),
+                                          lambda token, error: told.append((token, error)),
+                                          number)
+            for _ in range(200):
+                if len(told) == 3:
+                    break
+                await asyncio.sleep(0.01)
+            view = engine.boards["a"].index("all", "all")
+            return (engine.general_passes - before[0], told,
+                    engine.stats["applied"] - before[1], engine.wal.last_lsn - before[2],
+                    engine.wal.written_lsn == engine.wal.last_lsn, changed,
+                    view.score("ann"), view.score("bob"))
+        finally:
+            await engine.close(snapshot=False)
+
+    general, told, applied, appended, written, changed, ann, bob = asyncio.run(body())
+    assert told == [(0, None), (1, None), (2, None)]
+    assert (applied, appended, written, changed, ann, bob) == (3, 3, True, ["a"], 2.0, 1.0)
+    assert general == (0 if fsync == "everysec" else 1)

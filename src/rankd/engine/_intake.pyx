@@ -10,7 +10,20 @@ from rankd.engine._packed cimport Packed
 import asyncio
 import logging
 
+from rankd.engine.ingest import ingest_packed
+from rankd.engine.wal import WalFailedError
+
 log = logging.getLogger("rankd.engine")
+
+
+cdef int _tell(list thens, error) except -1:
+    cdef Py_ssize_t i
+    for i in range(0, len(thens), 2):
+        try:
+            thens[i](thens[i + 1], error)
+        except Exception:  # one front-end's bug must not keep the others unanswered
+            log.exception("a packed run's completion failed")
+    return 0
 
 
 cdef class Intake:
@@ -24,6 +37,7 @@ cdef class Intake:
     cdef public list thens
     cdef public bint scheduled
     cdef public Py_ssize_t unpacked
+    cdef public bint commits_now
     cdef object run_pass
     cdef object later
     cdef object last_taken
@@ -41,6 +55,7 @@ cdef class Intake:
         self.thens = []
         self.scheduled = False
         self.unpacked = 0
+        self.commits_now = False
         self.run_pass = run_pass
         self.later = later
         self.last_taken = None
@@ -92,9 +107,64 @@ cdef class Intake:
         self.later(packed, then, token)
 
     def schedule(self):
-        """``PythonIntake.schedule``."""
+        """``PythonIntake.schedule``: the pass runs :meth:`commit_pass`."""
         self.scheduled = True
-        asyncio.get_running_loop().call_soon(self.run_pass)
+        asyncio.get_running_loop().call_soon(self.commit_pass)
+
+    def commit_pass(self):
+        """The pass :meth:`schedule` queued.  Its common case on a single
+        node (``commits_now``) is committed here, as ``Engine._run_pass``
+        commits it, without the interpreter: packed runs only, none to a
+        held board, no other writes waiting on the pass, and records handed
+        to the OS at once.  Anything else goes to the engine's pass."""
+        engine = self.engine
+        if (not self.commits_now or self.replicated or self.held or not self.runs
+                or engine._pass_commit is not None or engine._pass_boards):
+            self.run_pass()
+            return
+        runs, thens = self.runs, self.thens
+        self.runs = []
+        self.thens = []
+        self.scheduled = False
+        try:
+            self._commit(engine, runs)
+        except Exception as exc:  # ReadOnly, or a bug (already refusing writes)
+            _tell(thens, exc)
+            return
+        _tell(thens, None)
+
+    cdef int _commit(self, engine, list runs) except -1:
+        """``Engine._apply_runs`` (with ``_count`` and ``_append``), the
+        log's ``commit_now`` and ``Engine._committed``, for :meth:`commit_pass`."""
+        wal = engine.wal
+        if engine.failure is not None or not engine.ready or wal.failed:
+            engine._check_writable()  # (raises ReadOnly)
+        config = engine.config
+        first = wal.last_lsn + 1
+        try:
+            done = ingest_packed(self.boards, runs, engine.clock(), first,
+                                 config.dedupe_ttl, config.ts_tolerance)
+        except Exception as exc:
+            engine._fail(exc)  # a bug, as in Engine._apply_runs
+            raise
+        payloads = done.payloads
+        cdef Py_ssize_t appended = len(payloads)
+        stats = engine.stats
+        stats["applied"] += appended
+        stats["rejected"] += done.rejected
+        stats["duplicate"] += done.duplicates
+        try:
+            # (With no record appended, what the pass's answers repeat is still written.)
+            last = wal.append_many(payloads) if appended else first - 1
+            if not wal.commit_now(last):
+                raise AssertionError("commits_now is set for a log that fsyncs each commit")
+        except WalFailedError as exc:
+            raise engine._read_only_after(exc) from exc
+        if last != first - 1 + appended:
+            raise AssertionError(f"WAL assigned up to {last}, expected {first - 1 + appended}")
+        engine._events_since_snapshot += appended
+        engine._committed(done.boards)
+        return 0
 
     def take_pass(self):
         """``PythonIntake.take_pass``."""
@@ -107,9 +177,4 @@ cdef class Intake:
     @staticmethod
     def tell(list thens, error):
         """``PythonIntake.tell``."""
-        cdef Py_ssize_t i
-        for i in range(0, len(thens), 2):
-            try:
-                thens[i](thens[i + 1], error)
-            except Exception:  # one front-end's bug must not keep the others unanswered
-                log.exception("a packed run's completion failed")
+        _tell(thens, error)

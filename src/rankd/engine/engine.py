@@ -264,6 +264,8 @@ class Engine:
         self._tasks.append(asyncio.create_task(self._housekeeping_loop(),
                                                name="rankd-housekeeping"))
         self.ready = True
+        # (The intake commits a common pass itself when the log writes at once.)
+        self.intake.commits_now = self._replication is None and self.wal.fsync != "always"
 
     async def close(self, *, snapshot: bool = True) -> None:
         """Flush the WAL, snapshot (unless told not to) and release the data dir."""
@@ -308,6 +310,7 @@ class Engine:
             with contextlib.suppress(Exception):
                 await self.wal.close()
         self.wal = None
+        self.intake.commits_now = False
         self.boards, self.positions = {}, {}
         self._replayed, self._replayed_count = {}, 0
         aside = self.config.data_dir / f"aside-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"

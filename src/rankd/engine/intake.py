@@ -4,7 +4,9 @@ A front-end that reads writes in packed form (a TCP or RESP lane) asks
 :meth:`Intake.takes` whether the engine's packed path may take a run, then
 hands it over with :meth:`Intake.submit_then`; the engine's pass
 (``Engine._run_pass``) takes the runs gathered with :meth:`Intake.take_pass`
-and tells their callers how it ended with :meth:`Intake.tell`.  All of that
+and tells their callers how it ended with :meth:`Intake.tell`.  The native
+intake commits the common pass of a single node itself (``commit_pass``,
+as ``Engine._run_pass`` would), reading the engine's state for it.  All of that
 happens once per request of a client that does not pipeline, so it has a
 native implementation, ``rankd.engine._intake``, chosen at import
 (``RANKD_PURE_PYTHON=1`` forces this module's, which behaves the same).
@@ -69,6 +71,10 @@ class PythonIntake:
         self.thens: list[Any] = []
         self.scheduled = False
         self.unpacked = 0
+        #: Set by a single node's engine whose log hands records to the OS at
+        #: once: the native intake then commits the common pass itself (its
+        #: ``commit_pass``); here the engine's pass always does.
+        self.commits_now = False
         self._run_pass = run_pass
         self._later = later
         #: The board of the last single-board run taken (see :meth:`takes`).

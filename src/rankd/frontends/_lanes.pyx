@@ -78,6 +78,8 @@ cdef class Lane:
     cdef object takes
     cdef object submit_then
     cdef object applied_then
+    cdef object answering_append  # (bound once: a method lookup per request otherwise)
+    cdef object answering_clear
 
     cdef int _bind(self) except -1:
         self.time = self.loop.time
@@ -89,6 +91,8 @@ cdef class Lane:
         self.takes = self.service.takes_packed
         self.submit_then = self.service.submit_packed_then
         self.applied_then = self._applied
+        self.answering_append = self.answering.append
+        self.answering_clear = self.answering.clear
         return 0
 
     cdef bint _admitted(self, object run, bint reads) except -1:
@@ -118,7 +122,7 @@ cdef class Lane:
 
     cdef int _hand_over_run(self, Packed packed) except -1:
         entry = [packed, PENDING]
-        self.answering.append(entry)
+        self.answering_append(entry)
         self.submit_then(packed, self.applied_then, entry)
         return 0
 
@@ -127,7 +131,7 @@ cdef class Lane:
         (the common case) answered here."""
         answering = self.answering
         if error is None and len(answering) == 1 and answering[0] is entry:
-            answering.clear()
+            self.answering_clear()
             if not self.closing:
                 self.write(self._encode(entry[0]))
             if self._all_answered is not None:
