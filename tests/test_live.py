@@ -10,12 +10,16 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
 from daemon import Daemon
+from engine_helpers import engine_config
 from rankd.client import AsyncClient
+from rankd.engine.engine import Engine, Submission
+from rankd.frontends.live import LiveFeed
 
 INTERVAL = 0.2
 
@@ -149,12 +153,10 @@ def test_follow_and_unfollow_over_the_socket_and_malformed_messages(daemon):
         assert error["type"] == "error" and error["code"] == "invalid" and error["message"]
     member_updates = [(m["member"], m["rank"]) for m in later
                       if m["type"] == "user.rank.updated"]
-    # A tick that finds the board changed since before the follow (ann's
-    # first submit, when no tick ran in between) repeats bob's initial state
-    # once: harmless to a client, which replaces a member's state with each
-    # update.  Nothing about ann, unfollowed, and bob's new rank last.
-    assert member_updates[-1:] == [("bob", 1)]
-    assert set(member_updates[:-1]) <= {("bob", None)} and len(member_updates) <= 2
+    # Nothing about ann, unfollowed, and bob's new rank only: not his state
+    # again from a tick that finds the board changed since before the follow
+    # (ann's first submit, when no tick ran in between).
+    assert member_updates == [("bob", 1)]
 
 
 def test_a_plain_request_to_the_socket_route_is_refused_and_holds_nothing(tmp_path):
@@ -298,3 +300,35 @@ def test_prebuilt_frames_are_valid_unmasked_text_frames(size):
         length, offset = int.from_bytes(frame[2:10], "big"), 10
     assert length == size and frame[offset:] == payload
     assert (size < 126) == (offset == 2) and (size >= 65536) == (offset == 10)
+
+
+def test_each_follower_is_sent_a_members_state_once(tmp_path):
+    """A member's state goes to each follower once: not again from a tick
+    to one that was sent it when it began following, yet to one still
+    behind (the feed's last pushed state is shared by all followers)."""
+    def states(subscriber) -> list[tuple[str, float | None]]:
+        sent = [json.loads(message) for _, message in subscriber.queue]
+        subscriber.queue.clear()
+        return [(m["member"], m["score"]) for m in sent if m["type"] == "user.rank.updated"]
+
+    async def body() -> list[Any]:
+        engine = await Engine.open(engine_config(tmp_path))
+        try:
+            await engine.put_board("b", {"policy": "sum"})
+            feed = LiveFeed(engine)
+            first = feed.subscribe("b", None, 10, ["ann"])
+            seen = [states(first)]
+            await engine.submit(Submission("b", "ann", delta=1))
+            second = feed.subscribe("b", None, 10, ["ann"])  # before a tick: sent ann at 1
+            seen.append(states(second))
+            feed.tick()
+            seen += [states(first), states(second)]
+            await engine.submit(Submission("b", "ann", delta=2))
+            feed.tick()
+            seen += [states(first), states(second)]
+            return seen
+        finally:
+            await engine.close(snapshot=False)
+
+    assert asyncio.run(body()) == [[("ann", None)], [("ann", 1.0)], [("ann", 1.0)], [],
+                                   [("ann", 3.0)], [("ann", 3.0)]]

@@ -23,7 +23,7 @@ import collections
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,10 @@ class Subscriber:
     window: str
     limit: int
     follows: set[str] = field(default_factory=set)
+    #: The state ``(score, rank)`` last sent of each followed member: a tick
+    #: does not send a subscriber what it has (the state sent when it began
+    #: following, say).
+    members_sent: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     queue: collections.deque = field(default_factory=collections.deque)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     #: Set when the feed drops the subscriber: (close code, reason).
@@ -188,7 +192,7 @@ class LiveFeed:
             view.checksum, view.period = checksum, period
         subscriber.offer("top", top)
         for member in subscriber.follows:
-            subscriber.offer(None, self._render_member(board, window, member)[0])
+            self.send_member(subscriber, member)
         return subscriber
 
     def follow(self, subscriber: Subscriber, members: object) -> list[str]:
@@ -203,12 +207,20 @@ class LiveFeed:
             followers.setdefault(member, set()).add(subscriber)
         return added
 
+    def send_member(self, subscriber: Subscriber, member: str) -> None:
+        """Queue a followed member's state to one subscriber (when it begins
+        following the member); later changes come with the ticks."""
+        message, state = self._render_member(subscriber.board, subscriber.window, member)
+        subscriber.members_sent[member] = state
+        subscriber.offer(None, message)
+
     def unfollow(self, subscriber: Subscriber, members: object) -> None:
         members = _member_names(members)
         followers = self.follows.get((subscriber.board, subscriber.window), {})
         for member in members:
             if member in subscriber.follows:
                 subscriber.follows.discard(member)
+                subscriber.members_sent.pop(member, None)
                 watching = followers.get(member)
                 if watching is not None:
                     watching.discard(subscriber)
@@ -286,9 +298,13 @@ class LiveFeed:
                 if self.member_state.get(key) == state:
                     continue
                 self.member_state[key] = state
-                self._fan_out(subscribers, None, message)
+                behind = [s for s in subscribers if s.members_sent.get(member) != state]
+                for subscriber in behind:
+                    subscriber.members_sent[member] = state
+                self._fan_out(behind, None, message)
 
-    def _fan_out(self, subscribers: set[Subscriber], key: str | None, message: bytes) -> None:
+    def _fan_out(self, subscribers: Iterable[Subscriber], key: str | None,
+                 message: bytes) -> None:
         built: list[bytes] = []
 
         def frame() -> bytes:  # built once, for the first subscriber that needs it

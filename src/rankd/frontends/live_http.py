@@ -93,8 +93,7 @@ async def live_socket(request: web.Request) -> web.StreamResponse:
                     await socket.send_str('{"type":"pong"}')
                 elif action == "follow":
                     for member in feed.follow(subscriber, members):
-                        subscriber.offer(None, feed._render_member(
-                            subscriber.board, subscriber.window, member)[0])
+                        feed.send_member(subscriber, member)
                 else:
                     feed.unfollow(subscriber, members)
             except EngineError as exc:
