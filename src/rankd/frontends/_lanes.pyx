@@ -80,6 +80,10 @@ cdef class Lane:
     cdef object applied_then
     cdef object answering_append  # (bound once: a method lookup per request otherwise)
     cdef object answering_clear
+    # The connection's decoder (TCP) or reader (RESP) is known to hold
+    # nothing, checked once after each read the general path fed it: the
+    # common read skips looking.
+    cdef bint settled
 
     cdef int _bind(self) except -1:
         self.time = self.loop.time
@@ -113,6 +117,13 @@ cdef class Lane:
 
     cdef bytes _encode(self, Packed packed):
         raise NotImplementedError
+
+    cdef int _generally(self, data) except -1:
+        """The general path (the connection's ``_data_received``), which alone
+        feeds the decoder or reader: it may hold part of a request afterwards."""
+        self.settled = False
+        self._data_received(data)
+        return 0
 
     def _hand_over(self, packed):
         """Hand a run to the engine: its replies follow once it is committed."""
@@ -152,10 +163,7 @@ cdef class TcpLane(Lane):
     cdef object current_decoder
     cdef public bint greeted
     cdef public Py_ssize_t queued
-    # Known to pack and to hold nothing (checked once after each read the
-    # general path fed it), and its frame limit then: the common read skips
-    # looking.
-    cdef bint decoder_ready
+    # The decoder's frame limit, read when ``settled`` is set.
     cdef Py_ssize_t max_frame
 
     @property
@@ -166,7 +174,7 @@ cdef class TcpLane(Lane):
     @decoder.setter
     def decoder(self, decoder):
         self.current_decoder = decoder
-        self.decoder_ready = False  # (checked at the next read)
+        self.settled = False  # (checked at the next read)
 
     def data_received(self, data):
         cdef Packed packed
@@ -174,13 +182,13 @@ cdef class TcpLane(Lane):
                 or self.worker is not None or self.queue or not self.writable):
             self._generally(data)
             return
-        if not self.decoder_ready:
+        if not self.settled:
             decoder = self.current_decoder
             if not decoder.pack or decoder._buffer:
                 self._generally(data)
                 return
             self.max_frame = decoder.max_frame
-            self.decoder_ready = True
+            self.settled = True
         if self.time is None:
             self._bind()
         self.last_active = self.time()
@@ -195,13 +203,6 @@ cdef class TcpLane(Lane):
         else:  # each submit admitted (or refused) alone, by the worker
             self._enqueue(packed)
             self._settle()
-
-    cdef int _generally(self, data) except -1:
-        """The general path (``TcpConnection._data_received``), which alone
-        feeds the decoder: it may hold part of a frame afterwards."""
-        self.decoder_ready = False
-        self._data_received(data)
-        return 0
 
     cdef bytes _encode(self, Packed packed):
         frames, answered = encode_answers(packed, WIRE_OK, WIRE_ERROR)
@@ -219,9 +220,6 @@ cdef class RespLane(Lane):
     cdef public object period
     cdef public bint packs
     cdef object current_reader
-    # Known to hold nothing (checked once after each read the general path
-    # fed it), so the common read skips looking.
-    cdef bint reader_empty
     cdef object current_replies
     # Of ``reader`` and ``replies``, read when they are set.
     cdef Py_ssize_t max_bulk, max_words
@@ -237,7 +235,7 @@ cdef class RespLane(Lane):
     @reader.setter
     def reader(self, reader):
         self.current_reader = reader
-        self.reader_empty = False  # (checked at the next read)
+        self.settled = False  # (checked at the next read)
         self.max_bulk, self.max_words = reader.max_bulk, reader.max_multibulk
 
     @property
@@ -262,12 +260,12 @@ cdef class RespLane(Lane):
                 or not self.writable):
             self._generally(data)
             return
-        if not self.reader_empty:
+        if not self.settled:
             reader = self.current_reader
             if reader._buffer or reader._words is not None:
                 self._generally(data)
                 return
-            self.reader_empty = True
+            self.settled = True
         if self.time is None:
             self._bind()
         self.last_active = self.time()
@@ -287,13 +285,6 @@ cdef class RespLane(Lane):
             self._answer(item)
         else:
             self._generally(data)
-
-    cdef int _generally(self, data) except -1:
-        """The general path (``RespConnection._data_received``), which alone
-        feeds the reader: it may hold part of a command afterwards."""
-        self.reader_empty = False
-        self._data_received(data)
-        return 0
 
     cdef int _answer(self, PackedReads reads) except -1:
         """``RespConnection._reads`` of a run read alone: when every read is

@@ -72,14 +72,23 @@ cdef inline bint _length(const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,
     if i < end and buf[i] == 45:
         negative = True
         i += 1
-    if i >= end or end - i > 18 or not 49 <= buf[i] <= 57:
+    if i >= end or end - i > 18 or not 49 <= buf[i] <= 57 or not _digits(buf, i, end, &value):
         return False
-    while i < end:
+    out[0] = -value if negative else value
+    return True
+
+
+cdef inline bint _digits(const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,
+                         long long *out) noexcept:
+    """The decimal digits ``buf[start:end]`` (at most 18) as a number; False
+    if one is not a digit."""
+    cdef long long value = 0
+    cdef Py_ssize_t i
+    for i in range(start, end):
         if not 48 <= buf[i] <= 57:
             return False
         value = value * 10 + (buf[i] - 48)
-        i += 1
-    out[0] = -value if negative else value
+    out[0] = value
     return True
 
 
@@ -149,13 +158,8 @@ cdef inline bint _small_integer(const uint8_t *word, Py_ssize_t size, double *ou
     cdef long long value = 0
     if negative or word[0] == 43:
         i = 1
-    if not 0 < size - i <= 15:
+    if not 0 < size - i <= 15 or not _digits(word, i, size, &value):
         return False
-    while i < size:
-        if not 48 <= word[i] <= 57:
-            return False
-        value = value * 10 + (word[i] - 48)
-        i += 1
     out[0] = -<double>value if negative else <double>value  # "-0" is -0.0, as strtod's
     return True
 
