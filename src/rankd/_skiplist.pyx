@@ -672,6 +672,7 @@ cdef class RankIndex:
                 drank[i] += node.level[i].dspan
                 node = node.level[i].forward
             update[i] = node
+            self._prefetch_ahead(node, i)
 
         pred = update[0]
         succ = pred.level[0].forward
