@@ -323,11 +323,14 @@ def test_the_page_keeps_every_view_in_the_url_and_returns_to_live_after_a_restar
                 page.wait_for_function(
                     "document.querySelector('#top tbody tr td.rank')?.textContent === '21'")
                 assert "page=3" in page.url and "window=daily" in page.url
-                # A page beyond the first follows changes too (re-read).
-                daemon.request("POST", "/v1/boards/arena/scores", {"member": "p5", "delta": 61})
+                # A page beyond the first follows changes too (re-read): p15 falls
+                # from rank 16 (page 2) to 26.  (It raised p5, already on this
+                # page, out of it: the check passed only if it came before the
+                # re-read.)
+                daemon.request("POST", "/v1/boards/arena/scores", {"member": "p15", "delta": -105})
                 page.wait_for_function(
                     "[...document.querySelectorAll('#top td.member')].some("
-                    "(td) => td.textContent === 'Player 5')", timeout=10_000)
+                    "(td) => td.textContent === 'Player 15')", timeout=10_000)
 
                 # The long name: one line, cut, whole in its title.
                 page.click("#next")
