@@ -122,10 +122,7 @@ cdef class Intake:
                 or engine._pass_commit is not None or engine._pass_boards):
             self.run_pass()
             return
-        runs, thens = self.runs, self.thens
-        self.runs = []
-        self.thens = []
-        self.scheduled = False
+        runs, thens = self.take_pass()
         try:
             self._commit(engine, runs)
         except Exception as exc:  # ReadOnly, or a bug (already refusing writes)
@@ -166,7 +163,7 @@ cdef class Intake:
         engine._committed(done.boards)
         return 0
 
-    def take_pass(self):
+    cpdef tuple take_pass(self):
         """``PythonIntake.take_pass``."""
         runs, thens = self.runs, self.thens
         self.runs = []

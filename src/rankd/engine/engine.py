@@ -1198,7 +1198,9 @@ class Engine:
 
         Unless each commit needs an fsync (or runs went the general way),
         all of it happens right here, in one callback: no task, and the
-        replies of packed runs leave in this same turn of the loop.
+        replies of packed runs leave in this same turn of the loop.  (The
+        native intake commits the common case of a single node itself, the
+        same way: ``Intake.commit_pass``.)
         """
         runs, thens = self.intake.take_pass()
         future, self._pass_commit = self._pass_commit, None
