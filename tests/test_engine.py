@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import native
 from engine_helpers import SUNDAY, FakeClock, engine_config, run, sub, with_engine
 from rankd.engine.engine import Engine, Submission
 from rankd.engine.errors import (
@@ -19,6 +20,7 @@ from rankd.engine.errors import (
     NotFound,
     ReadOnly,
 )
+from rankd.frontends.resp.protocol import encode_request
 
 
 @pytest.fixture
@@ -664,3 +666,48 @@ def test_housekeeping_of_many_boards_keeps_the_event_loop_responsive(tmp_path):
 
     took, longest = run(scenario())
     assert took < 2.0 and longest < 0.1, (took, longest)
+
+
+def test_native_plain_reads_follow_the_engines_state(tmp_path, clock):
+    """RESP's plain reads are answered natively from what the engine keeps
+    current: its boards (replaced whole by a roll-back), a board's config
+    (cached by identity), and whether reads are served at all."""
+    scan = native("rankd.frontends.resp._scanner", "scan")
+
+    def zscore(member: str) -> tuple[bytes, int]:
+        (reads,), _, _ = scan(encode_request([b"ZSCORE", b"lb", member.encode()]), 0,
+                              1 << 20, 1 << 20, True)
+        return engine.plain_reads.answer(reads, 0, 2, 100, 1 << 20)
+
+    class CatchingUp:
+        serving = False
+
+    async def body(engine_: Engine):
+        nonlocal engine
+        engine = engine_
+        await engine.put_board("lb", {"order": "asc"})
+        await engine.submit(sub("lb", "ann", score=7))
+        assert zscore("ann") == (b"$1\r\n7\r\n", 1)
+        assert zscore("bob") == (b"$-1\r\n", 1)
+        # Another default window: the read goes the general way.
+        await engine.put_board("lb", {"order": "asc", "windows": ["daily"]}, discard=True)
+        assert zscore("ann") == (b"", 0)
+        await engine.put_board("lb", {"order": "asc"})
+        await engine.submit(sub("lb", "ann", score=8))
+        assert zscore("ann") == (b"$1\r\n8\r\n", 1)
+        # Not served while rolling back, nor on a node catching up.
+        engine.rolling_back = True
+        assert zscore("ann") == (b"", 0)
+        engine.rolling_back = False
+        engine.replication = CatchingUp()
+        assert zscore("ann") == (b"", 0)
+        engine.replication = None
+        # Boards replaced whole (a roll-back's): the reads see the new ones.
+        boards = engine.boards
+        engine.boards = {}
+        assert zscore("ann") == (b"$-1\r\n", 1)
+        engine.boards = boards
+        assert zscore("ann") == (b"$1\r\n8\r\n", 1)
+
+    engine: Engine | None = None
+    scenario(tmp_path, clock, body)

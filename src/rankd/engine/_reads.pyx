@@ -3,7 +3,7 @@
 
 A RESP connection's scanner packs runs of plain ``ZSCORE``, ``ZRANK``,
 ``ZREVRANK``, ``ZRANGE`` and ``ZREVRANGE`` requests
-(``rankd.engine._packed.PackedReads``); :func:`answer` reads each from the
+(``rankd.engine._packed.PackedReads``); :meth:`Reads.answer` reads each from the
 board's index through its C entry points and writes the reply Redis
 writes, with no Python object per read but the board lookup.  It reads
 the all-time window of boards whose reads use it (what RESP-made boards
@@ -16,6 +16,8 @@ The tests compare every reply with Redis's.
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_GetItem
+from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 
 from rankd._skiplist cimport RK_MEMBER, RankIndex, rk_node
@@ -31,22 +33,63 @@ cdef enum:
     WARM_READS = 32
 
 
-cdef object _native_index(object board):
-    """The index a read of ``board`` answers from here: its all-time
-    window's (None while it has none, or without a board); False when the
-    read goes the general way (the board reads another window by default,
-    or the index is the pure-Python one)."""
-    if board is None:
-        return None
-    if board.config.primary_window != "all":
-        return False
-    found = board.periods["all"].get("all")
-    if found is not None and type(found) is not RankIndex:
-        return False
-    return found
+cdef class Reads:
+    """The engine's native answers to packed plain reads (``answer``).
+    Its boards, and whether reads are served now, are the engine's, kept
+    current by it (``Engine.plain_reads``): a native front-end's read runs
+    no Python code."""
+
+    def __init__(self, dict boards):
+        self.boards = boards
+
+    cpdef tuple answer(self, PackedReads reads, Py_ssize_t first, int version,
+                       Py_ssize_t max_entries, Py_ssize_t max_bytes):
+        """Answer ``reads`` from ``first`` on: ``(replies, stopped)``, where
+        ``stopped`` is the first read not answered (``len(reads)`` if all
+        were; ``first`` while reads are not served).  Replies past
+        ``max_bytes`` also stop it (a client that pipelines large reads
+        without reading its replies must not make them pile up here)."""
+        cdef Py_ssize_t stopped
+        data = self.c_answer(reads, first, version, max_entries, max_bytes, &stopped)
+        return data, stopped
+
+    cdef bytes c_answer(self, PackedReads reads, Py_ssize_t first, int version,
+                        Py_ssize_t max_entries, Py_ssize_t max_bytes, Py_ssize_t *stopped):
+        """:meth:`answer`, for a native front-end: ``stopped`` set through
+        the pointer."""
+        if self.paused or (self.replication is not None and not self.replication.serving):
+            stopped[0] = first
+            return b""
+        return _answer(self, reads, first, version, max_entries, max_bytes, stopped)
+
+    cdef object _index(self, object board):
+        """The index a read of ``board`` answers from here: its all-time
+        window's (None while it has none, or without a board); False when the
+        read goes the general way (the board reads another window by default,
+        or the index is the pure-Python one).  Sets ``ascending``."""
+        cdef PyObject *periods
+        cdef PyObject *found
+        if board is None:
+            return None
+        config = board.config
+        if config is not self.last_config:
+            self.all_window = "all" in config.windows  # (then its primary window)
+            self.ascending = config.order == "asc"
+            self.last_config = config
+        if not self.all_window:
+            return False
+        periods = PyDict_GetItem(board.periods, "all")  # (C lookups: a method call cost more)
+        if periods == NULL:
+            return None
+        found = PyDict_GetItem(<object>periods, "all")
+        if found == NULL:
+            return None
+        if type(<object>found) is not RankIndex:
+            return False
+        return <object>found
 
 
-cdef void _warm(dict boards, PackedReads reads, Py_ssize_t first, Py_ssize_t last) except *:
+cdef void _warm(Reads owner, PackedReads reads, Py_ssize_t first, Py_ssize_t last) except *:
     """Start loading what the member reads in ``[first, last)`` look up
     first: every member's hash slot, then (the slots had a moment to load)
     the node each points to.  A pipeline's reads then wait for memory
@@ -66,7 +109,7 @@ cdef void _warm(dict boards, PackedReads reads, Py_ssize_t first, Py_ssize_t las
             if read.kind != READ_SCORE and read.kind != READ_RANK and read.kind != READ_REVRANK:
                 continue
             if _other_board(reads, read, last_name, last_size):
-                found = _native_index(_board(boards, reads, read))
+                found = owner._index(_board(owner.boards, reads, read))
                 index = found if type(found) is RankIndex else None
                 last_name = reads.chars(&read.board)
                 last_size = read.board.size
@@ -95,12 +138,9 @@ cdef inline object _board(dict boards, PackedReads reads, PackedRead *read):
     return boards.get(PyUnicode_DecodeASCII(reads.chars(&read.board), read.board.size, NULL))
 
 
-def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
-           Py_ssize_t max_entries, Py_ssize_t max_bytes):
-    """Answer ``reads`` from ``first`` on: ``(replies, stopped)``, where
-    ``stopped`` is the first read not answered (``len(reads)`` if all were).
-    Replies past ``max_bytes`` also stop it (a client that pipelines large
-    reads without reading its replies must not make them pile up here)."""
+cdef bytes _answer(Reads owner, PackedReads reads, Py_ssize_t first, int version,
+                   Py_ssize_t max_entries, Py_ssize_t max_bytes, Py_ssize_t *stopped):
+    """``Reads.answer`` once reads are served."""
     cdef Writer w
     cdef PackedRead *read
     cdef Py_ssize_t i, size, n, rank, count, position
@@ -117,22 +157,21 @@ def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
     w.size = w.cap = 0
     try:
         if reads.count - first > 1:
-            _warm(boards, reads, first, min(reads.count, first + WARM_READS))
+            _warm(owner, reads, first, min(reads.count, first + WARM_READS))
         i = first
         while i < reads.count and w.size < max_bytes:
             if i > first and (i - first) % WARM_READS == 0:
-                _warm(boards, reads, i, min(reads.count, i + WARM_READS))
+                _warm(owner, reads, i, min(reads.count, i + WARM_READS))
             read = &reads.items[i]
             if _other_board(reads, read, last_name, last_size):
-                board = _board(boards, reads, read)
+                board = _board(owner.boards, reads, read)
                 last_name = reads.chars(&read.board)
                 last_size = read.board.size
-            found = _native_index(board)
-            if found is False:
-                break  # the general path reads it
-            index = found
-            if board is not None:
-                ascending = board.config.order == "asc"
+                found = owner._index(board)
+                if found is False:
+                    break  # the general path reads it
+                index = found
+                ascending = owner.ascending if board is not None else True
             n = 0 if index is None else index.length
             if read.kind == READ_SCORE:
                 member = reads.chars(&read.member)
@@ -184,6 +223,7 @@ def answer(dict boards, PackedReads reads, Py_ssize_t first, int version,
                         x = x.level[0].forward if from_best else x.backward
                         count -= 1
             i += 1
-        return PyBytes_FromStringAndSize(w.data, w.size), i
+        stopped[0] = i
+        return PyBytes_FromStringAndSize(w.data, w.size)
     finally:
         writer_free(&w)

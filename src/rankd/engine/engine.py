@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rankd._native import native_or
 from rankd.cluster.groups import group_of
 from rankd.engine import collector, records
 from rankd.engine.board import Board
@@ -61,6 +60,7 @@ from rankd.engine.errors import (
 from rankd.engine.ingest import Ingested, check_member, ingest, ingest_packed
 from rankd.engine.intake import Intake, Then
 from rankd.engine.periods import check_window, period_of, period_start
+from rankd.engine.reads import PlainReads
 from rankd.engine.replay import gather_submit, replay_submits
 from rankd.engine.replication import GroupWriter, Replication
 from rankd.engine.snapshot import SnapshotStore
@@ -69,7 +69,6 @@ from rankd.engine.wal import WalCorruptError, WalFailedError, WriteAheadLog
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_answer_reads, _ = native_or("rankd.engine._reads", "answer", None)
 
 FSYNC_POLICIES = ("always", "everysec", "no")
 ARCHIVE_DEPTH = 1000
@@ -159,6 +158,9 @@ class Engine:
         #: front-ends reach through the service; ``boards`` and
         #: ``replication`` keep it up to date.
         self.intake = Intake(self, self._held, self._run_pass, self._submit_packed_later)
+        #: Answers packed plain reads (RESP's), natively when built; kept up
+        #: to date like the intake.
+        self.plain_reads = PlainReads({})
         self.boards: dict[str, Board] = {}
         self.wal: WriteAheadLog | None = None
         self.snapshots = SnapshotStore(self.config.data_dir / "snapshots")
@@ -198,8 +200,6 @@ class Engine:
         #: Replay: (board, window, period) -> states not yet in the index.
         self._replayed: dict[tuple[str, str, str], list[tuple[str, float, int]]] = {}
         self._replayed_count = 0
-        #: Set while the state is rebuilt after a storage failure.
-        self._rolling_back = False
         self._rolled_back = asyncio.Event()
         self.replication = None
         #: A cluster node's place in each group's log: group -> (seq, epoch)
@@ -215,7 +215,17 @@ class Engine:
 
     @boards.setter
     def boards(self, boards: dict[str, Board]) -> None:
-        self._boards = self.intake.boards = boards
+        self._boards = self.intake.boards = self.plain_reads.boards = boards
+
+    @property
+    def rolling_back(self) -> bool:
+        """Set while the state is rebuilt after a storage failure: reads are
+        refused meanwhile (the native ones too, ``plain_reads.paused``)."""
+        return self.plain_reads.paused
+
+    @rolling_back.setter
+    def rolling_back(self, rolling_back: bool) -> None:
+        self.plain_reads.paused = rolling_back
 
     @property
     def replication(self) -> Replication | None:
@@ -226,6 +236,7 @@ class Engine:
     def replication(self, replication: Replication | None) -> None:
         self._replication = replication
         self.intake.replicated = replication is not None
+        self.plain_reads.replication = replication
 
     # --- life cycle -------------------------------------------------------------
 
@@ -1298,7 +1309,7 @@ class Engine:
         changed = set(self._boards) | set(shadow.boards)
         self.boards = shadow.boards
         self.positions = shadow.positions
-        self._rolling_back = False
+        self.rolling_back = False
         self._rolled_back.set()
         log.warning("rolled back to log position %d, the last one acknowledged; reads "
                     "resume (writes still refused until restart)", acknowledged)
@@ -1309,7 +1320,7 @@ class Engine:
     async def settled(self) -> None:
         """Return once reads are served again after a storage failure (at once
         when there was none, or the state could not be read back)."""
-        if self._rolling_back:
+        if self.rolling_back:
             await self._rolled_back.wait()
 
     def _rebuild_from(self, wal: WriteAheadLog, upto_lsn: int) -> None:
@@ -1331,8 +1342,8 @@ class Engine:
         # acknowledged (once).  A bug with the log healthy rolls nothing back:
         # the commits under way still complete.
         if (self.wal is not None and self.wal.failed and self.ready
-                and not self._rolled_back.is_set() and not self._rolling_back):
-            self._rolling_back = True
+                and not self._rolled_back.is_set() and not self.rolling_back):
+            self.rolling_back = True
             self._tasks.append(asyncio.ensure_future(self._roll_back_unlogged()))
 
     def _check_writable(self) -> None:
@@ -1354,7 +1365,7 @@ class Engine:
     # --- reads ---------------------------------------------------------------------------
 
     def _board(self, name: str) -> Board:
-        if self._rolling_back:
+        if self.rolling_back:
             raise ReadOnly("rankd is rolling back writes its log did not keep after a "
                            "storage failure; reads resume once it is done")
         if type(name) is not str:  # a list or a map would not even hash
@@ -1395,17 +1406,6 @@ class Engine:
         :mod:`rankd.engine.view`)."""
         board, _, _, index = self._view(name, window, period)
         return SortedView(index, board.config.order == "asc")
-
-    def answer_reads(self, reads: Any, first: int, version: int, max_entries: int,
-                     max_bytes: int) -> tuple[bytes, int]:
-        """RESP replies to packed plain reads (``rankd.engine._reads``) from
-        ``first`` on, up to about ``max_bytes``: ``(replies, stopped)``; the
-        reads from ``stopped`` on (if any) are left to the caller.  None
-        answered while reads are not served."""
-        if (self._rolling_back or _answer_reads is None
-                or (self._replication is not None and not self._replication.serving)):
-            return b"", first
-        return _answer_reads(self._boards, reads, first, version, max_entries, max_bytes)
 
     def read_version(self, name: str, window: str | None = None, period: str | None = None
                      ) -> tuple[int, str, str]:

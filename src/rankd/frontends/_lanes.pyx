@@ -16,11 +16,13 @@ attributes, as before.
 """
 
 from rankd.engine._packed cimport Packed, PackedReads
+from rankd.engine._reads cimport Reads
+from rankd.frontends.resp._scanner cimport scan_run
 
 from rankd.engine.errors import EngineError
 from rankd.frontends._submits import encode_answers, split
 from rankd.frontends.connections import _PENDING, PipelinedConnection
-from rankd.frontends.resp._scanner import encode_replies, scan
+from rankd.frontends.resp._scanner import encode_replies
 from rankd.frontends.resp.protocol import OUT_HIGH_WATER
 from rankd.frontends.resp.sorted_sets import MAX_REPLY_ENTRIES
 from rankd import wire
@@ -224,7 +226,7 @@ cdef class RespLane(Lane):
     # Of ``reader`` and ``replies``, read when they are set.
     cdef Py_ssize_t max_bulk, max_words
     cdef int version
-    cdef object answer
+    cdef Reads reads
     cdef object packed_reply
 
     @property
@@ -250,7 +252,7 @@ cdef class RespLane(Lane):
 
     cdef int _bind(self) except -1:
         Lane._bind(self)
-        self.answer = self.service.answer_reads
+        self.reads = self.service.plain_reads
         self.packed_reply = self._packed_reply
         return 0
 
@@ -269,11 +271,10 @@ cdef class RespLane(Lane):
         if self.time is None:
             self._bind()
         self.last_active = self.time()
-        items, end, error = scan(data, 0, self.max_bulk, self.max_words, True)
-        if end != len(data) or error is not None or len(items) != 1:
+        item = scan_run(data, self.max_bulk, self.max_words)
+        if item is None:
             self._generally(data)  # (the scan changed nothing: it is done again)
             return
-        item = items[0]
         if type(item) is Packed:
             # The boards exist (else the general path creates them) and take
             # unsigned writes, and the caller may write that much now.
@@ -281,28 +282,27 @@ cdef class RespLane(Lane):
                 self._hand_over_run(item)
             else:  # each write admitted (or refused) alone, by the worker
                 self._queue_items(self._unpack(item))
-        elif type(item) is PackedReads:
-            self._answer(item)
         else:
-            self._generally(data)
+            self._answer(item)
 
     cdef int _answer(self, PackedReads reads) except -1:
         """``RespConnection._reads`` of a run read alone: when every read is
         answered natively at once (the common case), written here."""
-        out = []
-        if self.window is not None or self.period is not None or not self._admitted(
-                reads, True):
-            self._read_generally(reads, range(len(reads)), out)
-            rest = None
-        else:
-            data, stopped = self.answer(reads, 0, self.version, MAX_REPLY_ENTRIES,
-                                        OUT_HIGH_WATER)
+        cdef Py_ssize_t stopped
+        if self.window is None and self.period is None and self._admitted(reads, True):
+            data = self.reads.c_answer(reads, 0, self.version, MAX_REPLY_ENTRIES,
+                                       OUT_HIGH_WATER, &stopped)
             if stopped >= len(reads):
                 self.counts.read_ok += stopped
                 if data:
                     self.write(data)
                 return 0
+            out = []
             rest = self._answer_reads(reads, out)  # again the general way (reads change nothing)
+        else:
+            out = []
+            self._read_generally(reads, range(len(reads)), out)
+            rest = None
         if out:
             self.transport.writelines(out)
         if rest:

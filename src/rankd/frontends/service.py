@@ -103,8 +103,8 @@ class Service:
         #: once: a front-end calls them for every packed run it reads.
         self.takes_packed = engine.intake.takes
         self.submit_packed_then = engine.intake.submit_then
-        #: RESP replies to packed plain reads, natively (``Engine.answer_reads``).
-        self.answer_reads = engine.answer_reads
+        #: RESP replies to packed plain reads (``Engine.plain_reads``).
+        self.plain_reads = engine.plain_reads
         #: Verifies submissions to boards configured ``"signed": true``.
         self.signing_secret = signing_secret
         #: (board, window, period, offset, limit) -> (board version, JSON bytes)

@@ -190,19 +190,40 @@ def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, b
     ``(items, end, error)``.
 
     ``items`` holds, in order, a ``Packed`` for each run of plain writes
-    (when ``pack``; each item's ``tag`` says ZADD 0 or ZINCRBY 1) and a
-    list of ``bytes`` for every other command; ``end`` is the offset after
-    the last complete command.  ``error`` is the protocol error (Redis's
-    text after ``Protocol error: ``) that stopped the scan at ``end``, or
-    None; the scan also stops at an inline request or an incomplete command.
+    (when ``pack``; each item's ``tag`` says ZADD 0 or ZINCRBY 1), a
+    ``PackedReads`` for each run of plain reads (when ``pack``) and a list
+    of ``bytes`` for every other command; ``end`` is the offset after the
+    last complete command.  ``error`` is the protocol error (Redis's text
+    after ``Protocol error: ``) that stopped the scan at ``end``, or None;
+    the scan also stops at an inline request or an incomplete command.
     """
+    cdef list items = []
+    cdef Py_ssize_t end
+    error = _scan(data, start_at, max_bulk, max_words, pack, items, &end)
+    return items, end, error
+
+
+cdef object scan_run(object data, Py_ssize_t max_bulk, Py_ssize_t max_words):
+    """The one ``Packed`` or ``PackedReads`` that all of ``data`` is, as
+    :func:`scan` reads it, or None (anything else: the general path's)."""
+    cdef list items = []
+    cdef Py_ssize_t end
+    error = _scan(data, 0, max_bulk, max_words, True, items, &end)
+    if error is not None or end != len(data) or len(items) != 1 or type(items[0]) is list:
+        return None
+    return items[0]
+
+
+cdef object _scan(object data, Py_ssize_t start_at, Py_ssize_t max_bulk,
+                  Py_ssize_t max_words, bint pack, list items, Py_ssize_t *end):
+    """:func:`scan`: the items appended to ``items``, the end set through
+    ``end``; returns the error."""
     cdef Py_buffer view
     cdef const uint8_t *buf
     cdef Py_ssize_t size, position = 0, start, line, run_start = 0, i
     cdef long long count, length
     cdef Packed run = None
     cdef PackedSubmission *item
-    cdef list items = []
     cdef list words
     cdef Py_ssize_t offsets[5]
     cdef Py_ssize_t sizes[5]
@@ -338,7 +359,8 @@ def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, b
         _close_reads(reads, data, buf, reads_start, position, items)
     finally:
         PyBuffer_Release(&view)
-    return items, position, error
+    end[0] = position
+    return error
 
 
 cdef int _read_kind(const uint8_t *buf, long long count, Py_ssize_t *offsets,

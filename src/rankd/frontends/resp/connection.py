@@ -381,8 +381,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         """``_reads`` once the run is admitted."""
         first = 0
         while first < len(reads):
-            data, stopped = self.service.answer_reads(reads, first, self.replies.version,
-                                                      MAX_REPLY_ENTRIES, OUT_HIGH_WATER)
+            data, stopped = self.service.plain_reads.answer(
+                reads, first, self.replies.version, MAX_REPLY_ENTRIES, OUT_HIGH_WATER)
             if data:
                 out.append(data)
             self.server.stats[("read", "ok")] += stopped - first
