@@ -17,12 +17,11 @@ attributes, as before.
 
 from rankd.engine._packed cimport Packed, PackedReads
 from rankd.engine._reads cimport Reads
-from rankd.frontends.resp._scanner cimport scan_run
+from rankd.frontends._submits cimport encode_run, split_run
+from rankd.frontends.resp._scanner cimport replies_of, scan_run
 
 from rankd.engine.errors import EngineError
-from rankd.frontends._submits import encode_answers, split
 from rankd.frontends.connections import _PENDING, PipelinedConnection
-from rankd.frontends.resp._scanner import encode_replies
 from rankd.frontends.resp.protocol import OUT_HIGH_WATER
 from rankd.frontends.resp.sorted_sets import MAX_REPLY_ENTRIES
 from rankd import wire
@@ -194,12 +193,10 @@ cdef class TcpLane(Lane):
         if self.time is None:
             self._bind()
         self.last_active = self.time()
-        items, position, bad_length = split(data, self.max_frame, True)
-        if (position != len(data) or bad_length >= 0 or len(items) != 1
-                or type(items[0]) is not Packed):
+        packed = split_run(data, self.max_frame)
+        if packed is None:
             self._generally(data)  # (the split changed nothing: it is done again)
             return
-        packed = items[0]
         if self.takes(packed) and self._admitted(packed, False):
             self._hand_over_run(packed)
         else:  # each submit admitted (or refused) alone, by the worker
@@ -207,8 +204,9 @@ cdef class TcpLane(Lane):
             self._settle()
 
     cdef bytes _encode(self, Packed packed):
-        frames, answered = encode_answers(packed, WIRE_OK, WIRE_ERROR)
-        if answered == len(packed):
+        cdef Py_ssize_t answered
+        frames = encode_run(packed, WIRE_OK, WIRE_ERROR, &answered)
+        if answered == packed.count:
             self.counts.submit_ok += answered
         else:  # some answers are Python objects (or errors)
             self._count(packed, answered)
@@ -310,6 +308,7 @@ cdef class RespLane(Lane):
         return 0
 
     cdef bytes _encode(self, Packed packed):
-        data, answered = encode_replies(packed, self.version, self.packed_reply)
+        cdef Py_ssize_t answered
+        data = replies_of(packed, self.version, self.packed_reply, &answered)
         self.counts.write_ok += answered
         return data

@@ -226,12 +226,32 @@ def split(data, Py_ssize_t max_frame, bint pack):
     ``bad_length`` is the length of a frame outside 1..``max_frame`` that
     stopped the split there (``end`` is its offset), else -1.
     """
+    cdef list items = []
+    cdef Py_ssize_t end
+    bad = _split(data, max_frame, pack, items, &end)
+    return items, end, bad
+
+
+cdef Packed split_run(object data, Py_ssize_t max_frame):
+    """The one ``Packed`` run of plain submits that all of ``data`` is, as
+    :func:`split` reads it, or None (anything else: the general path's)."""
+    cdef list items = []
+    cdef Py_ssize_t end
+    if (_split(data, max_frame, True, items, &end) >= 0 or end != len(data)
+            or len(items) != 1 or type(items[0]) is not Packed):
+        return None
+    return <Packed>items[0]
+
+
+cdef Py_ssize_t _split(object data, Py_ssize_t max_frame, bint pack, list items,
+                       Py_ssize_t *end) except -2:
+    """:func:`split`: the items appended to ``items``, the end set through
+    ``end``; returns the bad length, or -1."""
     cdef Py_buffer view
     cdef const uint8_t *buf
     cdef Py_ssize_t size, position = 0, stop, length, run_start = 0
     cdef Packed run = None
     cdef PackedSubmission *item
-    cdef list items = []
     cdef Py_ssize_t bad = -1
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
@@ -262,7 +282,8 @@ def split(data, Py_ssize_t max_frame, bint pack):
         _close(run, buf, run_start, position, items)
     finally:
         PyBuffer_Release(&view)
-    return items, position, bad
+    end[0] = position
+    return bad
 
 
 cdef void _close(Packed run, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end,
@@ -284,8 +305,16 @@ def encode_answers(Packed packed, ok, error):
     message)`` (``rankd.wire``'s) encode the answers that are Python
     objects (a dict, or an ``EngineError``); ``answered`` counts those the
     engine answered natively."""
+    cdef Py_ssize_t answered
+    frames = encode_run(packed, ok, error, &answered)
+    return frames, answered
+
+
+cdef bytes encode_run(Packed packed, object ok, object error, Py_ssize_t *answered):
+    """:func:`encode_answers`, for a native lane: ``answered`` set through
+    the pointer."""
     cdef Writer w
-    cdef Py_ssize_t i, start, answered = 0
+    cdef Py_ssize_t i, start, native = 0
     cdef uint32_t length
     cdef PackedSubmission *item
     cdef PackedResult *result
@@ -307,7 +336,7 @@ def encode_answers(Packed packed, ok, error):
                 memcpy(w.data + w.size, <const char *>(<bytes>frame), len(frame))
                 w.size += len(frame)
                 continue
-            answered += 1
+            native += 1
             result = &packed.results[i]
             start = w.size
             writer_reserve(&w, LENGTH_BYTES)
@@ -343,6 +372,7 @@ def encode_answers(Packed packed, ok, error):
             w.data[start + 1] = <char>(length >> 16)
             w.data[start + 2] = <char>(length >> 8)
             w.data[start + 3] = <char>length
-        return PyBytes_FromStringAndSize(w.data, w.size), answered
+        answered[0] = native
+        return PyBytes_FromStringAndSize(w.data, w.size)
     finally:
         writer_free(&w)

@@ -414,8 +414,16 @@ def encode_replies(Packed packed, int version, reply):
     ``reply(tag, answer, value)`` encodes an answer that is a Python object
     (a dict the general ingest made, or an ``EngineError``); ``answered``
     counts those the engine answered natively."""
+    cdef Py_ssize_t answered
+    data = replies_of(packed, version, reply, &answered)
+    return data, answered
+
+
+cdef bytes replies_of(Packed packed, int version, object reply, Py_ssize_t *answered):
+    """:func:`encode_replies`, for a native lane: ``answered`` set through
+    the pointer."""
     cdef Writer w
-    cdef Py_ssize_t i, answered = 0
+    cdef Py_ssize_t i, native = 0
     cdef PackedSubmission *item
     cdef PackedResult *result
     cdef list answers = packed.answers
@@ -431,14 +439,15 @@ def encode_replies(Packed packed, int version, reply):
                                 item.score.fval if item.tag == TAG_ZADD else item.delta.fval)
                 reply_put(&w, <const char *>encoded, len(encoded))
                 continue
-            answered += 1
+            native += 1
             result = &packed.results[i]
             if item.tag == TAG_ZADD:
                 reply_put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)
             else:
                 # A new member's reply is the increment itself (-0 stays -0).
                 reply_double(&w, result.score if result.has_previous else item.delta.fval, version)
-        return PyBytes_FromStringAndSize(w.data, w.size), answered
+        answered[0] = native
+        return PyBytes_FromStringAndSize(w.data, w.size)
     finally:
         writer_free(&w)
 
