@@ -1,6 +1,7 @@
 # cython: language_level=3
 """Submissions in packed form (see _packed.pxd)."""
 
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeASCII
 from libc.stdlib cimport free, realloc
@@ -17,6 +18,9 @@ cdef object _number(Number *number):
     return None
 
 
+# One run (or several, pipelined) per request read: kept for reuse rather
+# than handed back to the allocator.
+@cython.freelist(64)
 cdef class Packed:
     """Submissions whose text fields are spans of ``data`` (see the module
     docstring); ``len()`` of them."""
@@ -140,6 +144,7 @@ cdef class Packed:
         return [self.submission(i) for i in range(self.count)]
 
 
+@cython.freelist(64)
 cdef class PackedReads:
     """Plain sorted-set reads whose text fields are spans of ``data`` (a
     RESP front-end's scanner fills them; ``rankd.engine._reads`` answers
