@@ -28,7 +28,8 @@ member drawn from 100,000 names, with a unique ``event_id``.
    RESP), 50 connections at each depth, each right after rankd's scenario
    at that depth (once the daemon is idle: it may snapshot after a load),
    so that a ratio compares the two in the same minute of this noisy
-   machine.  At depth 16 a second Redis follows, with its append-only
+   machine; ``--rounds`` times alternately (3 by default), the rows giving
+   each server's median run and the notes every round's rates.  At depth 16 a second Redis follows, with its append-only
    file fsynced once a second (``--appendonly yes --appendfsync
    everysec``), as durable as rankd's default WAL: an information row
    beside rankd's depth-16 figure.  ``redis-benchmark -c 50 -P <depth>``
@@ -42,7 +43,7 @@ other ``bench_`` process found running (the CPU was then shared).
 
 Run from the project root (the package installed)::
 
-    python bench/bench_daemon.py                  # full run, about 1.5 minutes
+    python bench/bench_daemon.py                  # full run, about 3 minutes
     python bench/bench_daemon.py --quick          # 2 s per scenario
     python bench/bench_daemon.py --no-redis --fsync always
     python bench/bench_daemon.py --profile /tmp/daemon_tcp.txt  # + py-spy, pipelined TCP
@@ -643,12 +644,13 @@ def socket_spec(protocol: str, port: int, depth: int, pid: int, seconds: float,
 
 
 def bench_rankd(daemon: Any, seconds: float, workdir: Path, depths: list[int],
-                redis: dict[str, tuple[int, int]]) -> list[Row]:
+                redis: dict[str, tuple[int, int]], rounds: int = 1) -> list[Row]:
     """REST, then each TCP depth: rankd, and right after it Redis (``redis``:
     port and pid of the plain one, and of the one with an AOF, if running)
-    at the same depth, so that both see the machine in the same mood;
-    Redis waits until the daemon is idle (it may snapshot after a load).
-    The Redis with an AOF runs at PIPELINE_DEPTH only."""
+    at the same depth, so that both see the machine in the same mood,
+    ``rounds`` times (each row gives the median run of each); Redis waits
+    until the daemon is idle (it may snapshot after a load).  The Redis
+    with an AOF runs at PIPELINE_DEPTH only, once."""
     pid = daemon.process.pid
     if shutil.which("wrk"):
         rest = run_wrk(daemon.port, seconds, pid, workdir)
@@ -662,23 +664,43 @@ def bench_rankd(daemon: Any, seconds: float, workdir: Path, depths: list[int],
                 f">={REST_TARGET:,}/s p99<={REST_P99_TARGET_MS:g}ms", rest_ok and not rest.errors)]
     aof_rows: list[Row] = []
     for depth in depths:
-        result = run_worker(socket_spec("rankd", daemon.tcp_port, depth, pid, seconds,
-                                        tag=f"tcp{depth}-{time.time_ns()}"))
+        # Alternately, ``rounds`` times: each ratio compares neighbours in
+        # time, and the medians damp this shared machine's swings.
+        runs: dict[str, list[Result]] = {"rankd": [], "redis": []}
+        for _ in range(rounds):
+            runs["rankd"].append(run_worker(socket_spec(
+                "rankd", daemon.tcp_port, depth, pid, seconds, tag=f"tcp{depth}-{time.time_ns()}")))
+            if "plain" in redis:
+                wait_idle(pid)
+                port, redis_pid = redis["plain"]
+                runs["redis"].append(run_worker(socket_spec("redis", port, depth, redis_pid,
+                                                            seconds)))
+        result = median_run(runs["rankd"])
         targeted = depth == PIPELINE_DEPTH
         passed = (result.rate >= PIPELINED_TARGET and not result.errors) if targeted else None
         target = f">={PIPELINED_TARGET:,}/s" if targeted else "-"
-        row = Row(tcp_name(depth), result, None, target, passed)
+        row = Row(tcp_name(depth), result, median_run(runs["redis"]), target, passed)
+        if rounds > 1:
+            result.notes.append("rounds, rankd/s" + (" vs redis/s" if runs["redis"] else "")
+                                + ": " + ", ".join(
+                                    f"{mine.rate:,.0f}" + (f" vs {theirs.rate:,.0f}"
+                                                           if theirs else "")
+                                    for mine, theirs in zip(runs["rankd"], runs["redis"]
+                                                            or [None] * rounds, strict=True)))
         rows.append(row)
-        if "plain" in redis:
-            wait_idle(pid)
-            port, redis_pid = redis["plain"]
-            row.redis = run_worker(socket_spec("redis", port, depth, redis_pid, seconds))
         if "aof" in redis and depth == PIPELINE_DEPTH:
             wait_idle(pid)
             port, redis_pid = redis["aof"]
             durable = run_worker(socket_spec("redis", port, depth, redis_pid, seconds))
             aof_rows.append(Row(f"{tcp_name(depth)}, redis AOF everysec", result, durable))
     return rows + aof_rows
+
+
+def median_run(runs: list[Result]) -> Result | None:
+    """The run of median rate (the lower middle one of an even count)."""
+    if not runs:
+        return None
+    return sorted(runs, key=lambda run: run.rate)[(len(runs) - 1) // 2]
 
 
 def wait_idle(pid: int, timeout: float = 60.0) -> None:
@@ -832,6 +854,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=10.0,
                         help="measuring time of each scenario (default 10)")
     parser.add_argument("--quick", action="store_true", help="2 s per scenario")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternate rounds of rankd and Redis at each TCP depth; the "
+                             "rows give the median run of each (default 3)")
     parser.add_argument("--no-redis", action="store_true", help="skip the Redis comparison")
     parser.add_argument("--fsync", default="everysec", choices=("always", "everysec", "no"),
                         help="the daemon's WAL fsync policy (default everysec)")
@@ -870,7 +895,7 @@ def run_all(args: argparse.Namespace, seconds: float, workdir: Path) -> tuple[li
         daemon = start_daemon(workdir / "data", args.fsync)
         profile = ""
         try:
-            rows = bench_rankd(daemon, seconds, workdir, args.depths, redis)
+            rows = bench_rankd(daemon, seconds, workdir, args.depths, redis, args.rounds)
             if args.profile:
                 profile = profile_daemon(daemon, seconds, args.profile)
         finally:
