@@ -29,11 +29,12 @@ member drawn from 100,000 names, with a unique ``event_id``.
    at that depth (once the daemon is idle: it may snapshot after a load),
    so that a ratio compares the two in the same minute of this noisy
    machine; ``--rounds`` times alternately (3 by default), the rows giving
-   each server's median run and the notes every round's rates.  At depth 16 a second Redis follows, with its append-only
-   file fsynced once a second (``--appendonly yes --appendfsync
-   everysec``), as durable as rankd's default WAL: an information row
-   beside rankd's depth-16 figure.  ``redis-benchmark -c 50 -P <depth>``
-   runs last, for reference.  Redis is always stopped at the end.
+   each server's median run and the notes every round's rates.  At depth
+   16 a second Redis follows, with its append-only file fsynced once a
+   second (``--appendonly yes --appendfsync everysec``), as durable as
+   rankd's default WAL: an information row beside rankd's depth-16 figure.
+   ``redis-benchmark -c 50 -P <depth>`` runs last, for reference.  Redis is
+   always stopped at the end.
 
 Throughput counts the replies received in a measuring window that starts
 after a warm-up; latency is from writing a request to reading its reply.
