@@ -24,7 +24,11 @@ server's own CPU time per request (``/proc``, every thread) over the same
 runs: it moves far less than the rates with whatever else the machine is
 doing.  A third gives its user-space part: unpipelined, the kernel's share
 (a read and a write per request, the same system calls for every server)
-is most of it.
+is most of it.  A fourth tells which side limited each rate: the share of a
+core that the server (every thread) and redis-benchmark used while it ran.
+A side near 100 % was the limit; unpipelined on two cores, that is
+redis-benchmark itself, whichever server it drives, and the ratio then
+compares the servers only within that client's noise.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import argparse
 import csv
 import io
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -41,6 +46,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
@@ -56,6 +62,16 @@ COMMANDS = [
     "ZREVRANGE lb 0 9 WITHSCORES",
     "ZSCORE lb m:__rand_int__",
 ]
+
+
+class Run(NamedTuple):
+    """One redis-benchmark run against one server."""
+
+    rate: float  # requests/s, as redis-benchmark measured it
+    cpu_us: float  # the server's CPU time per request (every thread)
+    user_us: float  # its user-space part
+    server_core: float  # % of a core the server used while the run lasted
+    client_core: float  # % of a core redis-benchmark used
 
 
 class RedisProcess:
@@ -137,16 +153,26 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
+def client_cpu_seconds() -> float:
+    """User + system CPU time of the finished child processes (redis-benchmark)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measured(port: int, pid: int, command: str, depth: int, requests: int, members: int
-             ) -> tuple[float, float, float]:
-    """``(requests/s, server CPU and its user-space part, microseconds per
-    request)`` of one run."""
+             ) -> Run:
+    """One run of redis-benchmark against the server ``pid``."""
     user, system = cpu_seconds(pid)
+    client = client_cpu_seconds()
+    began = time.monotonic()
     rate = benchmark(port, command, depth, requests, members)
+    elapsed = time.monotonic() - began
     user_after, system_after = cpu_seconds(pid)
+    client = client_cpu_seconds() - client
     spent = user_after - user
-    return (rate, (spent + system_after - system) / requests * 1e6,
-            spent / requests * 1e6)
+    server = spent + system_after - system
+    return Run(rate, server / requests * 1e6, spent / requests * 1e6,
+               server / elapsed * 100, client / elapsed * 100)
 
 
 def benchmark(port: int, command: str, depth: int, requests: int, members: int) -> float:
@@ -161,12 +187,12 @@ def benchmark(port: int, command: str, depth: int, requests: int, members: int) 
     return float(rows[-1][1])
 
 
-def print_table(results: dict[tuple[str, int, str], list[tuple[float, float, float]]],
+def print_table(results: dict[tuple[str, int, str], list[Run]],
                 depths: list[int], field: int, rankd_title: str, number: str, *,
                 higher_is_better: bool) -> None:
-    """A markdown table of one measure (``field`` 0: requests/s, 1: CPU per
-    request, 2: its user-space part), each server's median, and rankd's standing against each
-    Redis as a ratio above 1.00 when rankd does better."""
+    """A markdown table of one measure (``field``: an index of ``Run``),
+    each server's median, and rankd's standing against each Redis as a
+    ratio above 1.00 when rankd does better."""
     ratio = "rankd / {}" if higher_is_better else "{} / rankd"
     print(f"| command | -P | redis | redis AOF everysec | {rankd_title} | "
           f"{ratio.format('redis')} | {ratio.format('redis AOF')} |")
@@ -209,7 +235,7 @@ def main() -> int:
                 load(port, args.members)
                 print(f"loaded {args.members} members into {name} in "
                       f"{time.monotonic() - began:.1f} s", flush=True)
-            results: dict[tuple[str, int, str], list[tuple[float, float, float]]] = {}
+            results: dict[tuple[str, int, str], list[Run]] = {}
             for _ in range(args.rounds):
                 for depth in depths:
                     for command in COMMANDS:
@@ -238,7 +264,25 @@ def main() -> int:
     # own code costs is the user-space part.
     print("\nof which user space (microseconds per request), median of the rounds")
     print_table(results, depths, 2, "rankd", "{:.2f}", higher_is_better=False)
+    print("\nwho limited the rate: % of a core used by the server / by redis-benchmark, "
+          "median of the rounds (near 100 %: the limit)")
+    print_limits(results, depths)
     return 0
+
+
+def print_limits(results: dict[tuple[str, int, str], list[Run]], depths: list[int]) -> None:
+    """A markdown table of each server's and its redis-benchmark's share of a core."""
+    names = ("redis", "redis-aof", "rankd")
+    print("| command | -P | " + " | ".join(names) + " |")
+    print("|---|---:|" + "---:|" * len(names))
+    for depth in depths:
+        for command in COMMANDS:
+            cells = []
+            for name in names:
+                runs = results[(command, depth, name)]
+                cells.append(f"{statistics.median(run.server_core for run in runs):.0f} / "
+                             f"{statistics.median(run.client_core for run in runs):.0f}")
+            print(f"| `{command}` | {depth} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
