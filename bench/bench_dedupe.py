@@ -9,8 +9,10 @@ benchmark writes them), then timed on ``--ops`` fresh ids: a lookup and a
 put each, as live ingest does.  Also printed: memory per remembered id
 (growth of the resident set while filling, after a collection; the ids
 and entries are made as they are put, so a store that keeps them as
-objects pays for them) and the time to copy the whole table into its
-snapshot form (``log_chunks``).
+objects pays for them), the time to copy the whole table into its
+snapshot form (``log_chunks``), and the longest single put while filling:
+the event loop waits that long when the table grows (its slots doubling,
+its log's memory moving), which no median shows.
 Each store and size runs in a fresh child process, so memory figures
 start clean; times are the median of ``--repeats`` runs.
 
@@ -54,8 +56,15 @@ def worker(store: str, size: int, ops: int, repeats: int) -> dict[str, float]:
     baseline = rss_bytes()
     log = Log()
     put = log.put
+    clock = time.perf_counter
+    longest = 0.0
     for n in range(size):  # the ids and entries live only as long as the store keeps them
-        put(f"tcp-{n % 50}-{n}", entry(n))
+        event_id, packed = f"tcp-{n % 50}-{n}", entry(n)
+        started = clock()
+        put(event_id, packed)
+        took = clock() - started
+        if took > longest:
+            longest = took
     memory = (rss_bytes() - baseline) / size
     get = log.get
     rates = []
@@ -71,7 +80,7 @@ def worker(store: str, size: int, ops: int, repeats: int) -> dict[str, float]:
     copied = sum(len(chunk) for chunk in log.log_chunks(4 << 20))
     snapshot = time.perf_counter() - started
     return {"ns": statistics.median(rates), "bytes": memory, "snapshot_s": snapshot,
-            "snapshot_mb": copied / 1e6}
+            "snapshot_mb": copied / 1e6, "longest_ms": longest * 1e3}
 
 
 def main() -> None:
@@ -88,7 +97,7 @@ def main() -> None:
     print(f"dedupe stores: {args.ops:,} fresh ids per run (lookup + put), "
           f"median of {args.repeats}")
     print(f"{'ids held':>10}  {'store':>7}  {'ns/id':>7}  {'B/id held':>9}  "
-          f"{'log_chunks (snapshot form)':>26}")
+          f"{'log_chunks (snapshot form)':>26}  {'longest put':>11}")
     for size in map(int, args.sizes.split(",")):
         figures = {}
         for store in ("python", "native"):
@@ -98,7 +107,8 @@ def main() -> None:
                 check=True, capture_output=True, text=True).stdout
             figures[store] = f = json.loads(out)
             print(f"{size:>10,}  {store:>7}  {f['ns']:>7.0f}  {f['bytes']:>9.1f}  "
-                  f"{f['snapshot_s']:>7.3f} s {f['snapshot_mb']:>4.0f} MB")
+                  f"{f['snapshot_s']:>7.3f} s {f['snapshot_mb']:>4.0f} MB"
+                  f"{'':>10}{f['longest_ms']:>9.1f} ms")
         print(f"{'':>10}  {'ratio':>7}  {figures['python']['ns'] / figures['native']['ns']:>6.2f}x"
               f"  {figures['python']['bytes'] / figures['native']['bytes']:>8.2f}x  "
               f"{figures['python']['snapshot_s'] / figures['native']['snapshot_s']:>7.1f}x")

@@ -5,7 +5,8 @@ arrival order, expiring from the front."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,12 +21,24 @@ results = st.tuples(scores, st.one_of(st.none(), st.integers(1, 2**32)), scores,
 event_ids = st.sampled_from([f"e{i}" for i in range(6)] + ["ü-1", "x" * 128])
 
 
-@pytest.fixture(scope="module", params=["python", "native"])
-def store(request: pytest.FixtureRequest) -> type:
-    """Each store class in turn."""
+@pytest.fixture(scope="module", params=["python", "native", "native, resizing slowly"])
+def store(request: pytest.FixtureRequest) -> Iterator[type]:
+    """Each store class in turn; the native one also with its slot table
+    resizes moving one record a put (32 by default), so that a resize is
+    under way across many puts, lookups and expiries."""
     if request.param == "python":
-        return DictLog
-    return native("rankd.engine._dedupe", "PackedLog")
+        yield DictLog
+        return
+    log = native("rankd.engine._dedupe", "PackedLog")
+    if request.param == "native":
+        yield log
+        return
+    module = sys.modules[log.__module__]
+    module._set_moves_per_put(1)
+    try:
+        yield log
+    finally:
+        module._set_moves_per_put(32)
 
 
 @pytest.fixture(scope="module")
@@ -325,4 +338,41 @@ def test_a_day_of_churn_keeps_every_live_id_and_forgets_every_expired_one(store)
             assert log.get(event_id) is None
         assert len(log) == len(model)
         assert all(log.get(event_id) == packed for event_id, packed in model.items())
+    assert list(log.items()) == list(model.items())
+
+
+def test_a_big_table_finds_every_id_while_it_grows_and_churns(store):
+    """Past the sizes where the native table maps its memory (a log from 2
+    MiB, and each next slot table of 2 MiB and more made ready ahead of
+    its resize), with resizes under way while ids arrive, are remembered
+    again and expire in waves: every live id is found, every expired or
+    never-seen one is not, and the order stays that of arrival."""
+    log = store()
+    model: dict[str, bytes] = {}
+    forgotten = 0
+    for wave in range(8):
+        for i in range(40_000):
+            event_id = f"w{wave}-{i}"
+            model[event_id] = entry(wave, b"n%d" % (i % 11))
+            log.put(event_id, model[event_id])
+            if i % 7 == 0 and wave:  # remembered again: moves to the end
+                again = f"w{wave - 1}-{i}"
+                if again in model:
+                    del model[again]
+                    model[again] = entry(wave, b"again")
+                    log.put(again, model[again])
+            if i % 4_999 == 0:
+                for probe in (f"w{wave}-{i}", f"w{wave - 1}-{i + 1}", f"w{wave - 3}-{i}",
+                              f"w{wave - 4}-{i + 2}", f"never-{i}"):
+                    assert log.get(probe) == model.get(probe)
+        expired = [e for e, packed in model.items()
+                   if struct.unpack_from("<d", packed)[0] <= wave - 3]
+        assert log.expire(wave - 3 + 0.5) == len(expired)
+        for event_id in expired:
+            del model[event_id]
+        assert len(log) == len(model)
+        assert all(log.get(event_id) is None for event_id in expired[::97])
+        forgotten += len(expired)
+    assert forgotten > 100_000 and len(model) > 100_000
+    assert all(log.get(event_id) == packed for event_id, packed in model.items())
     assert list(log.items()) == list(model.items())
