@@ -343,10 +343,10 @@ def test_a_day_of_churn_keeps_every_live_id_and_forgets_every_expired_one(store)
 
 def test_a_big_table_finds_every_id_while_it_grows_and_churns(store):
     """Past the sizes where the native table maps its memory (a log from 2
-    MiB, and each next slot table of 2 MiB and more made ready ahead of
-    its resize), with resizes under way while ids arrive, are remembered
-    again and expire in waves: every live id is found, every expired or
-    never-seen one is not, and the order stays that of arrival."""
+    MiB, slot tables from 2 MiB), with resizes under way while ids arrive,
+    are remembered again and expire in waves: every live id is found,
+    every expired or never-seen one is not, and the order stays that of
+    arrival."""
     log = store()
     model: dict[str, bytes] = {}
     forgotten = 0

@@ -231,6 +231,14 @@ cdef extern from *:
         return start;
     }
 
+    /* Advise [p, p + bytes) into huge pages; khugepaged collapses what is
+       already in small ones, in the background. */
+    static void rk_advise_huge(void *p, size_t bytes) {
+    #ifdef MADV_HUGEPAGE
+        madvise(p, bytes, MADV_HUGEPAGE);
+    #endif
+    }
+
     /* Memory that doubles without a stall: a mapping at a 2 MiB aligned
        address (advised into huge pages if ``huge``), grown from
        ``old_bytes`` (``old`` NULL: none yet) to ``new_bytes`` (multiples
@@ -260,11 +268,10 @@ cdef extern from *:
             munmap(old, old_bytes);
         }
     #endif
-    #ifdef MADV_HUGEPAGE
-        if (huge) madvise(dest, new_bytes, MADV_HUGEPAGE);
-    #endif
+        if (huge) rk_advise_huge(dest, new_bytes);
         return dest;
     }
+
 
     static void rk_arena_init_from(rk_arena *a, size_t first_chunk) {
         memset(a, 0, sizeof(*a));
@@ -496,6 +503,7 @@ cdef extern from *:
     void *rk_map(size_t bytes) nogil
     void rk_unmap(void *p, size_t bytes) nogil
     char *rk_grow_map(char *old, size_t old_bytes, size_t new_bytes, int huge) nogil
+    void rk_advise_huge(void *p, size_t bytes) nogil
     void rk_prefetch(const void *p) nogil
     void rk_prefetch_node(const void *p) nogil
     void rk_prefetch_level(const rk_node *n, int i) nogil

@@ -56,11 +56,6 @@ cdef class PackedLog:
     cdef uint64_t *old_slots
     cdef size_t old_mask
     cdef uint64_t moved_to, moving_end
-    # The next slot table, its huge pages faulted in a few at a time from
-    # ``spare_at`` puts on, ahead of the resize (``_prepare_spare``).
-    cdef uint64_t *spare
-    cdef size_t spare_size, spare_pages
-    cdef Py_ssize_t spare_at
 
     cdef uint64_t _hash(self, const char *event_id, Py_ssize_t size) noexcept
     cdef dd_record *_record(self, uint64_t slot) noexcept
@@ -68,8 +63,6 @@ cdef class PackedLog:
     cdef dd_record *_find_moving(self, const char *event_id, Py_ssize_t size,
                                  uint64_t h) noexcept
     cdef void _move(self, size_t budget) noexcept
-    cdef void _prepare_spare(self) noexcept
-    cdef void _spare_from(self) noexcept
     cdef int _resize_slots(self, size_t size) except -1
     cdef int _make_room(self, Py_ssize_t need) except -1
     cdef int _grow_log(self, Py_ssize_t wanted) except -1

@@ -14,9 +14,9 @@ record's offset: a new id usually costs one cache line of slots.
 A busy board's table keeps growing for a day, and nothing it does to grow
 may stall the event loop: the slot table doubles by moving a few records
 a put into the new table (lookups that miss it look in the old one
-meanwhile), the new table's memory is faulted in a little at a time ahead
-of the resize, and the log grows as a mapping the kernel moves without
-copying.  Done at once, the three stalled the loop for 0.1 to 0.8 s a
+meanwhile), the new table's memory is zeroed by the kernel a page at a
+time as records are moved into it, and the log grows as a mapping the
+kernel moves without copying.  Done at once, the three stalled the loop for 0.1 to 0.8 s a
 time at millions of ids.
 
 Records are appended in arrival order, and every entry lives equally
@@ -41,7 +41,8 @@ from libc.stdint cimport uint8_t, uint16_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy, memmove
 
-from rankd._skiplist cimport HUGE_CHUNK, rk_grow_map, rk_prefetch, rk_siphash13, rk_unmap
+from rankd._skiplist cimport (HUGE_CHUNK, rk_advise_huge, rk_grow_map, rk_prefetch,
+                              rk_siphash13, rk_unmap)
 from rankd.engine._packing cimport ENTRY_BYTES, writer_free, writer_reserve
 
 import os
@@ -94,14 +95,11 @@ cdef class PackedLog:
         if self.slots == NULL:
             raise MemoryError()
         self.mask = MIN_SLOTS - 1
-        self._spare_from()
 
     def __dealloc__(self):
         _free_slots(self.slots, self.mask + 1)
         if self.old_slots != NULL:
             _free_slots(self.old_slots, self.old_mask + 1)
-        if self.spare != NULL:
-            _free_slots(self.spare, self.spare_size)
         if self.log_mapped:
             rk_unmap(self.log.data, self.log.cap)
         else:
@@ -163,6 +161,8 @@ cdef class PackedLog:
         if self.moved_to >= self.moving_end:
             _free_slots(self.old_slots, self.old_mask + 1)
             self.old_slots = NULL
+            if (self.mask + 1) * sizeof(uint64_t) >= HUGE_CHUNK:
+                rk_advise_huge(self.slots, (self.mask + 1) * sizeof(uint64_t))
 
     cdef void c_prefetch(self, const char *event_id, Py_ssize_t size) noexcept:
         """Start loading the slots ``event_id``'s lookup reads first."""
@@ -229,40 +229,7 @@ cdef class PackedLog:
         self.changes += 1
         if self.old_slots != NULL:
             self._move(_moves_per_put)
-        if self.count >= self.spare_at:
-            self._prepare_spare()
         return 0
-
-    cdef void _spare_from(self) noexcept:
-        """When to start on the next slot table: at 3/8 full (the resize
-        comes at half), if it is big enough to be a mapping."""
-        cdef size_t size = self.mask + 1
-        if self.spare == NULL and size * 2 * sizeof(uint64_t) >= HUGE_CHUNK:
-            self.spare_at = <Py_ssize_t>(size // 8 * 3)
-        else:
-            self.spare_at = PY_SSIZE_T_MAX
-
-    cdef void _prepare_spare(self) noexcept:
-        """Fault in the next slot table's next huge page, paced so that the
-        last is in before the resize.  The kernel zeroes a huge page when
-        it is first written, about 2.5 ms on a virtual machine's fresh
-        memory: in one table of 128 MiB that would be 64 of them together,
-        as the first moves of the resize scatter over it."""
-        cdef size_t size = (self.mask + 1) * 2
-        cdef size_t pages = size * sizeof(uint64_t) // HUGE_CHUNK
-        if self.spare == NULL:
-            self.spare = _zeroed_slots(size)
-            if self.spare == NULL:  # (the resize will try again, and fail aloud)
-                self.spare_at = PY_SSIZE_T_MAX
-                return
-            self.spare_size = size
-            self.spare_pages = 0
-        (<char *>self.spare)[self.spare_pages * HUGE_CHUNK] = 0  # (it holds zeros)
-        self.spare_pages += 1
-        if self.spare_pages >= pages:
-            self.spare_at = PY_SSIZE_T_MAX
-        else:
-            self.spare_at = self.count + <Py_ssize_t>max(1, (self.mask + 1) // 8 // pages)
 
     # --- memory ----------------------------------------------------------------------
 
@@ -275,12 +242,9 @@ cdef class PackedLog:
         cdef uint64_t *slots
         if self.old_slots != NULL:
             self._move(<size_t>-1)  # (the last resize's moves, if puts outran them)
-        if self.spare != NULL and self.spare_size == size:
-            slots, self.spare = self.spare, NULL
-        else:
-            slots = _zeroed_slots(size)
-            if slots == NULL:
-                raise MemoryError()
+        slots = _zeroed_slots(size)
+        if slots == NULL:
+            raise MemoryError()
         self.old_slots = self.slots
         self.old_mask = self.mask
         self.slots = slots
@@ -288,7 +252,6 @@ cdef class PackedLog:
         self.moved_to = self.base + self.head
         self.moving_end = self.base + self.log.size
         self._move(0)  # (drops the old table at once if there is nothing to move)
-        self._spare_from()
         return 0
 
     cdef int _make_room(self, Py_ssize_t need) except -1:
@@ -519,11 +482,14 @@ cdef inline bint _holds(dd_record *record, const char *event_id, Py_ssize_t size
 
 cdef uint64_t *_zeroed_slots(size_t size) noexcept:
     """A zeroed slot array; NULL if out of memory.  A big one is a fresh
-    mapping (huge pages), which the kernel zeroes page by page as the
-    records are moved into it: zeroing it all at once stalled a resize
-    (0.3 s for 16 million slots on a virtual machine's fresh memory)."""
+    mapping, which the kernel zeroes a page at a time as the records are
+    moved into it: zeroing it all at once stalled a resize (0.3 s for 16
+    million slots on a virtual machine's fresh memory).  In small pages
+    until the move is done (``_move`` advises it into huge ones then): a
+    huge page's first write costs 2.5 to 5 ms there, and a resize's first
+    moves, scattered over the table, would take dozens of them at once."""
     if size * sizeof(uint64_t) >= HUGE_CHUNK:
-        return <uint64_t *>rk_grow_map(NULL, 0, size * sizeof(uint64_t), True)
+        return <uint64_t *>rk_grow_map(NULL, 0, size * sizeof(uint64_t), False)
     return <uint64_t *>calloc(size, sizeof(uint64_t))
 
 
