@@ -181,14 +181,20 @@ cdef extern from *:
         size_t reserved;          /* bytes of chunks held */
     } rk_arena;
 
+    /* Advise [p, p + bytes) into huge pages; khugepaged collapses what is
+       already in small ones, in the background. */
+    static void rk_advise_huge(void *p, size_t bytes) {
+    #ifdef MADV_HUGEPAGE
+        madvise(p, bytes, MADV_HUGEPAGE);
+    #endif
+    }
+
     static void *rk_big_alloc(size_t bytes) {
         /* Page-aligned, and huge-page backed when it spans whole huge pages. */
         void *p = NULL;
         size_t align = bytes >= RK_HUGE_PAGE ? RK_HUGE_PAGE : 4096;
         if (posix_memalign(&p, align, bytes) != 0) return NULL;
-    #ifdef MADV_HUGEPAGE
-        if (bytes >= RK_HUGE_PAGE) madvise(p, bytes, MADV_HUGEPAGE);
-    #endif
+        if (bytes >= RK_HUGE_PAGE) rk_advise_huge(p, bytes);
         return p;
     }
 
@@ -225,18 +231,8 @@ cdef extern from *:
     static void *rk_huge_chunk_alloc(void) {
         char *start = rk_aligned_map(RK_HUGE_PAGE, PROT_READ | PROT_WRITE);
         if (start == NULL) return NULL;
-    #ifdef MADV_HUGEPAGE
-        madvise(start, RK_HUGE_PAGE, MADV_HUGEPAGE);
-    #endif
+        rk_advise_huge(start, RK_HUGE_PAGE);
         return start;
-    }
-
-    /* Advise [p, p + bytes) into huge pages; khugepaged collapses what is
-       already in small ones, in the background. */
-    static void rk_advise_huge(void *p, size_t bytes) {
-    #ifdef MADV_HUGEPAGE
-        madvise(p, bytes, MADV_HUGEPAGE);
-    #endif
     }
 
     /* Memory that doubles without a stall: a mapping at a 2 MiB aligned
@@ -271,7 +267,6 @@ cdef extern from *:
         if (huge) rk_advise_huge(dest, new_bytes);
         return dest;
     }
-
 
     static void rk_arena_init_from(rk_arena *a, size_t first_chunk) {
         memset(a, 0, sizeof(*a));

@@ -16,8 +16,8 @@ may stall the event loop: the slot table doubles by moving a few records
 a put into the new table (lookups that miss it look in the old one
 meanwhile), the new table's memory is zeroed by the kernel a page at a
 time as records are moved into it, and the log grows as a mapping the
-kernel moves without copying.  Done at once, the three stalled the loop for 0.1 to 0.8 s a
-time at millions of ids.
+kernel moves without copying.  Done at once, the three stalled the loop
+for 0.1 to 0.8 s a time at millions of ids.
 
 Records are appended in arrival order, and every entry lives equally
 long, so arrival order is expiry order: expiring drops records from the
@@ -174,14 +174,12 @@ cdef class PackedLog:
         change), its size into ``entry_size``; NULL if there is none."""
         cdef uint64_t h = self._hash(event_id, size)
         cdef uint64_t slot = self.slots[self._find(event_id, size, h)]
-        cdef dd_record *record
+        cdef dd_record *record = NULL
         if slot != 0:
             record = self._record(slot)
         elif self.old_slots != NULL:
             record = self._find_moving(event_id, size, h)
-            if record == NULL:
-                return NULL
-        else:
+        if record == NULL:
             return NULL
         entry_size[0] = record.entry_size
         return DD_ENTRY(record)
@@ -283,14 +281,11 @@ cdef class PackedLog:
         cap = self.log.cap if self.log_mapped else HUGE_CHUNK
         while cap < wanted:
             cap *= 2
-        if self.log_mapped:
-            data = rk_grow_map(self.log.data, self.log.cap, cap, False)
-            if data == NULL:
-                raise MemoryError()
-        else:
-            data = rk_grow_map(NULL, 0, cap, False)
-            if data == NULL:
-                raise MemoryError()
+        data = (rk_grow_map(self.log.data, self.log.cap, cap, False) if self.log_mapped
+                else rk_grow_map(NULL, 0, cap, False))
+        if data == NULL:
+            raise MemoryError()
+        if not self.log_mapped:  # (from malloc'd memory: copied once)
             memcpy(data, self.log.data, self.log.size)
             free(self.log.data)
             self.log_mapped = True
