@@ -1431,10 +1431,15 @@ def test_apply_batch_warms_enum_and_int_operations_on_a_large_index(native_cls):
     index._check()
 
 
-# From 32,768 members, the native index lays its nodes out afresh in rank
-# order before adding a member once one node in RELAYOUT_SHARE was
-# allocated since the last layout (RankIndex._relayout).
+# From 32,768 members, the native index begins to lay its nodes out afresh
+# in rank order before adding a member once one node in RELAYOUT_SHARE was
+# allocated since the last layout began (RankIndex._relayout_begin), and
+# moves RELAYOUT_MOVES nodes a write until it is done.  Most tests here have
+# it move them all in the write that begins it, to check the layout then.
 RELAYOUT_SHARE = 8
+RELAYOUT_MIN_LENGTH = 32_768
+RELAYOUT_MOVES = 32
+AT_ONCE = 10**9
 BOARD = 49_152
 MIB = 1 << 20
 
@@ -1446,10 +1451,12 @@ def _insert_random_members(index, model, rng, count, prefix):
         model.set(member, score)
 
 
-def _grow_to_the_eve_of_a_relayout(index, model, seed):
+def _grow_to_the_eve_of_a_relayout(index, model, seed, moves=AT_ONCE):
     """Grow a board past 32,768 members by random arrivals, then add
     exactly the members that leave the next new member to trigger a
-    relayout (checking that none of them did)."""
+    relayout (checking that none of them did).  Relayouts before it move
+    every node at once, and from it on ``moves`` nodes a write."""
+    index._relayout_knobs(RELAYOUT_MIN_LENGTH, AT_ONCE)
     rng = random.Random(seed)
     _insert_random_members(index, model, rng, BOARD, "r")
     unplaced = index._layout[2]
@@ -1459,15 +1466,17 @@ def _grow_to_the_eve_of_a_relayout(index, model, seed):
     assert index._layout[2] == unplaced + more
     assert index._layout[2] * RELAYOUT_SHARE >= len(index)
     assert (index._layout[2] - 1) * RELAYOUT_SHARE < len(index) - 1
+    index._relayout_knobs(RELAYOUT_MIN_LENGTH, moves)
     return rng
 
 
-def _laid_out_in_rank_order(index, arrived_after=0, removed_after=False):
+def _laid_out_in_rank_order(index, arrived_after=0, removed_after=0):
     """Whether tall nodes and the others each lie in rank order in memory:
     every node at a higher address than the one of its kind before it, but
-    for the first of each kind, the two around each node that arrived after
-    the relayout, the one a removal joined, and one where each 2 MiB chunk
-    of nodes follows another (mmap places them in no particular order)."""
+    for the first of each kind, the two around each node that arrived (or
+    moved) after the relayout, the one each removal joined, and one where
+    each 2 MiB chunk of nodes follows another (mmap places them in no
+    particular order)."""
     ascending, reserved, _ = index._layout
     exceptions = 2 + 2 * arrived_after + removed_after + reserved // (2 * MIB)
     return ascending >= len(index) - exceptions
@@ -1584,6 +1593,78 @@ def test_a_relayout_that_also_grows_the_table(native_cls):
     index.set_states(states)
     model.set_states(states)
     assert index._layout[2] == fresh
+    _assert_same_board(index, model, rng)
+
+
+@pytest.mark.parametrize("moves", [1, RELAYOUT_MOVES])
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("tie_break", TIE_BREAKS)
+def test_a_relayout_moves_a_few_nodes_a_write_while_the_board_changes(
+    native_cls, order, tie_break, moves
+):
+    # Writes of every kind go on while the relayout is under way: members
+    # jump from beyond its position to before it and back, arrive, leave
+    # (the one at its position too), move a few places, come in batches.
+    index, model = native_cls(order, tie_break), ModelIndex(order, tie_break)
+    rng = _grow_to_the_eve_of_a_relayout(index, model, 21, moves)
+    reserved = index._layout[1]
+    index.set("new", 1500.0)
+    model.set("new", 1500.0)
+    assert index._relaying
+    assert index._layout[1] > reserved  # the old arenas and the fresh ones
+    moved = removed = 0
+    writes = 0
+    members = list(model.scores)
+    while index._relaying:
+        if writes % 500 == 0:  # a member may be gone meanwhile: then it comes back
+            members = list(model.scores)
+        member = rng.choice(members)
+        kind = rng.randrange(8)
+        if kind == 0:  # to the best end, before the relayout's position
+            index.set(member, -1.0 if order == "asc" else 200_000.0)
+            model.set(member, -1.0 if order == "asc" else 200_000.0)
+        elif kind == 1:  # anywhere
+            score = float(rng.randrange(100_000))
+            index.set(member, score)
+            model.set(member, score)
+        elif kind == 2:  # a few places: along level 0 alone
+            index.incr(member, 1.0)
+            model.incr(member, 1.0)
+        elif kind == 3:
+            index.remove(member)
+            model.remove(member)
+            removed += 1
+        elif kind == 4:
+            member = f"w{writes}"
+            score = float(rng.randrange(100_000))
+            index.set(member, score)
+            model.set(member, score)
+        elif kind == 5:
+            states = [(rng.choice(members), float(rng.randrange(100_000)), 10**9 + writes)]
+            index.set_states(states)
+            model.set_states(states)
+        elif kind == 6:
+            incr, gone = rng.choice(members), rng.choice(members)
+            index.apply_batch([(Op.INCR, incr, 3.0), (Op.SET, f"b{writes}", 7.0),
+                               (Op.REMOVE, gone, None)])
+            model.incr(incr, 3.0)  # the model's apply_batch sorts for each rank
+            model.set(f"b{writes}", 7.0)
+            model.remove(gone)
+            removed += 1
+            moved += 1
+        else:  # no change: moves nothing
+            score = model.scores.get(member, 5.0)
+            index.set(member, score)
+            model.set(member, score)
+        moved += 1
+        writes += 1
+        if writes % 10_000 == 0:
+            _assert_same_board(index, model, rng)
+        assert writes <= 2 * len(index) // moves + 10, "the relayout does not end"
+    assert writes > len(index) // moves // 2  # it took a few nodes a write
+    # The old arenas went: the fresh ones hold what the old ones did.
+    assert index._layout[1] <= reserved + 2 * MIB
+    assert _laid_out_in_rank_order(index, arrived_after=moved, removed_after=removed)
     _assert_same_board(index, model, rng)
 
 

@@ -232,6 +232,41 @@ def test_random_operations_match_the_model(index_cls, order, tie_break):
     run_state_machine_as_test(machine, settings=STATEFUL_SETTINGS)
 
 
+def relaying(native_cls: type, moves: int) -> type:
+    """The native index with a relayout under way nearly always: one
+    begins from two members on, and moves ``moves`` nodes a write, so
+    writes of every kind meet one half done (``RankIndex._relayout_begin``)."""
+
+    class Relaying:
+        def __new__(cls, *args, **kwargs):
+            return cls.knobs(native_cls(*args, **kwargs))
+
+        @classmethod
+        def load(cls, data):
+            return cls.knobs(native_cls.load(data))
+
+        @staticmethod
+        def knobs(index):
+            index._relayout_knobs(2, moves)
+            return index
+
+    return Relaying
+
+
+@pytest.mark.parametrize("moves", [1, 2])
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("tie_break", TIE_BREAKS)
+def test_random_operations_match_the_model_while_relayouts_run(
+    native_cls, order, tie_break, moves
+):
+    machine = type(
+        f"RelayingMachine_{order}_{tie_break}_{moves}",
+        (IndexMachine,),
+        {"index_cls": relaying(native_cls, moves), "order": order, "tie_break": tie_break},
+    )
+    run_state_machine_as_test(machine, settings=STATEFUL_SETTINGS)
+
+
 # --- snapshots --------------------------------------------------------------------------
 
 

@@ -324,6 +324,58 @@ cdef extern from *:
         a->free_list[cls] = p;
     }
 
+    /* The chunks of the arenas a relayout empties, as sorted address
+       ranges: a node in them has not been moved yet (see RankIndex._relayout_begin). */
+    typedef struct rk_range { uintptr_t start, end; } rk_range;
+    typedef struct rk_ranges { rk_range *range; size_t n, last; } rk_ranges;
+
+    static int rk_range_cmp(const void *a, const void *b) {
+        uintptr_t x = ((const rk_range *)a)->start, y = ((const rk_range *)b)->start;
+        return (x > y) - (x < y);
+    }
+
+    static size_t rk_arena_ranges(const rk_arena *a, rk_range *out) {
+        size_t size = a->first_chunk;
+        for (size_t i = 0; i < a->nchunks; i++) {
+            out[i].start = (uintptr_t)a->chunks[i];
+            out[i].end = (uintptr_t)a->chunks[i] + size;
+            if (size < RK_HUGE_PAGE) size *= 2;
+        }
+        return a->nchunks;
+    }
+
+    /* The ranges of arenas a and b; -1 (r empty) if there is no memory. */
+    static int rk_ranges_of(rk_ranges *r, const rk_arena *a, const rk_arena *b) {
+        r->range = malloc((a->nchunks + b->nchunks + 1) * sizeof(rk_range));
+        r->n = r->last = 0;
+        if (r->range == NULL) return -1;
+        r->n = rk_arena_ranges(a, r->range);
+        r->n += rk_arena_ranges(b, r->range + r->n);
+        qsort(r->range, r->n, sizeof(rk_range), rk_range_cmp);
+        return 0;
+    }
+
+    static inline int rk_ranges_hold(rk_ranges *r, const void *p) {
+        uintptr_t at = (uintptr_t)p;
+        size_t lo = 0, hi = r->n;
+        /* A relayout meets the nodes of one chunk after another. */
+        if (r->last < r->n && r->range[r->last].start <= at && at < r->range[r->last].end)
+            return 1;
+        while (lo < hi) {  /* the first range starting after p */
+            size_t mid = (lo + hi) / 2;
+            if (r->range[mid].start <= at) lo = mid + 1; else hi = mid;
+        }
+        if (lo == 0 || at >= r->range[lo - 1].end) return 0;
+        r->last = lo - 1;
+        return 1;
+    }
+
+    static void rk_ranges_free(rk_ranges *r) {
+        free(r->range);
+        r->range = NULL;
+        r->n = 0;
+    }
+
     #define rk_prefetch(p) __builtin_prefetch(p)
     /* A node of one or two levels spans two cache lines. */
     #define rk_prefetch_node(n) do { \
@@ -353,13 +405,24 @@ cdef extern from *:
     #endif
     #define RK_PREFETCH_MIN_LENGTH 32768
     /* From this many members, the nodes are laid out afresh in rank order
-       (RankIndex._relayout) once one node in RK_RELAYOUT_SHARE was
+       (RankIndex._relayout_begin) once one node in RK_RELAYOUT_SHARE was
        allocated since the last layout; smaller boards sit in the caches
        whatever their layout.  A share of 8 keeps at most 12.5% of the
        nodes out of place (4: 25%, and the benchmark's million-member
        board, built by random arrivals, had 22% against 7% with 8). */
     #define RK_RELAYOUT_MIN_LENGTH 32768
     #define RK_RELAYOUT_SHARE 8
+    /* A relayout under way moves this many nodes a write: the whole list
+       within 1/256 as many writes as it has members, where the next one
+       begins after 1/7 as many new members at the soonest.  About 25 us
+       a write, where a relayout all at once stopped the event loop for
+       0.1-0.4 s at millions of members.  Each step also pays a search
+       and evicts some of the cache: at 32 moves a step a move cost 185
+       ns, at 128 105 ns, at 512 91 ns (3M members); all at once, 30 ns.
+       The hash slots of the nodes moved are repointed RK_REPOINT_BATCH
+       at a time, after being prefetched. */
+    #define RK_RELAYOUT_MOVES 256
+    #define RK_REPOINT_BATCH 32
     /* A relayout puts the nodes of at least RK_TALL levels in a region of
        their own; a search going down to level RK_TALL - 1 (or RK_TALL)
        prefetches this many bytes after the tall node it leaves from.
@@ -368,10 +431,6 @@ cdef extern from *:
     #define RK_TALL 3
     #define RK_AHEAD_LOW 384
     #define RK_AHEAD_HIGH 1536
-    /* A relayout walks this many stretches of the list at once, and reads
-       the old nodes this many places ahead of their copy. */
-    #define RK_RELAYOUT_LANES 16
-    #define RK_RELAYOUT_AHEAD 16
     /* A search for a node prefetches this many bytes before it (and 256
        after) when the nodes there are in rank order: its last steps on
        levels 0 and 1.  2 and 4 KiB were no faster (bench/README.md). */
@@ -494,6 +553,11 @@ cdef extern from *:
     void rk_arena_release(rk_arena *arena) nogil
     void *rk_arena_alloc(rk_arena *arena, size_t size) nogil
     void rk_arena_free(rk_arena *arena, void *p, size_t size) nogil
+    ctypedef struct rk_ranges:
+        size_t n
+    int rk_ranges_of(rk_ranges *ranges, const rk_arena *a, const rk_arena *b) nogil
+    bint rk_ranges_hold(rk_ranges *ranges, const void *p) nogil
+    void rk_ranges_free(rk_ranges *ranges) nogil
     void *rk_big_alloc(size_t size) nogil
     void *rk_map(size_t bytes) nogil
     void rk_unmap(void *p, size_t bytes) nogil
@@ -510,12 +574,13 @@ cdef extern from *:
         PREFETCH_MIN_LENGTH "RK_PREFETCH_MIN_LENGTH"
         RELAYOUT_MIN_LENGTH "RK_RELAYOUT_MIN_LENGTH"
         RELAYOUT_SHARE "RK_RELAYOUT_SHARE"
-        RELAYOUT_LANES "RK_RELAYOUT_LANES"
+        RELAYOUT_MOVES "RK_RELAYOUT_MOVES"
+        REPOINT_BATCH "RK_REPOINT_BATCH"
         TALL "RK_TALL"
         AHEAD_LOW "RK_AHEAD_LOW"
         AHEAD_HIGH "RK_AHEAD_HIGH"
-        RELAYOUT_AHEAD "RK_RELAYOUT_AHEAD"
         HUGE_CHUNK "RK_HUGE_PAGE"
+        RK_FIRST_CHUNK
         NEIGHBOURHOOD "RK_NEIGHBOURHOOD"
         SLOT_AHEAD "RK_SLOT_AHEAD"
         NODE_AHEAD "RK_NODE_AHEAD"
@@ -570,8 +635,17 @@ cdef class RankIndex:
     cdef Py_ssize_t memo_rank       # the mutation count that rank is good for
     cdef Py_ssize_t memo_mutations
     cdef Py_ssize_t warmed          # operations apply_batch warmed (tests)
-    cdef rk_arena arena             # owns every member node
-    cdef Py_ssize_t unplaced        # nodes allocated since the last layout
+    cdef rk_arena arena             # owns every member node (with tall_arena)
+    cdef rk_arena tall_arena        # the nodes of TALL levels or more a relayout moved
+    cdef Py_ssize_t unplaced        # nodes allocated since the last layout began
+    # A relayout under way (``relaying``): the nodes from ``relayout_next``
+    # on, in rank order, are still in the old arenas, but for those added
+    # or moved there since (see _relayout_begin).
+    cdef bint relaying
+    cdef rk_arena old_arena, old_tall_arena
+    cdef rk_ranges old_ranges       # their chunks
+    cdef rk_node *relayout_next
+    cdef Py_ssize_t relayout_min_length, relayout_moves   # RK_RELAYOUT_*, or set by tests
 
     cdef rk_node *_new_node(self, int nlevels, const char *member, Py_ssize_t mlen) except NULL
     cdef void _free_nodes(self) noexcept
@@ -593,8 +667,13 @@ cdef class RankIndex:
     cdef int _table_reserve(self, Py_ssize_t members) except -1
     cdef void _table_insert(self, rk_node *node) noexcept
     cdef int _table_resize(self, size_t size) except -1
-    cdef int _relayout(self, size_t size) except -1
-    cdef int _nodes_in_order(self, rk_node **order) except -1
+    cdef int _relayout_begin(self) except -1
+    cdef void _relayout_step(self, Py_ssize_t moves) noexcept
+    cdef void _relayout_end(self) noexcept
+    cdef rk_node *_placed(self, rk_node *x) noexcept
+    cdef rk_node *_move_node(self, rk_node *x, rk_node **update) noexcept
+    cdef void _repoint_slots(self, rk_node **moved_from, rk_node **moved_to,
+                             int count) noexcept
     cdef void _table_remove(self, rk_node *node) noexcept
     cdef Py_ssize_t _link(self, rk_node *x, bint newest=*) noexcept
     cdef Py_ssize_t _path_to(self, rk_node *x, rk_node **update, int lowest=*) noexcept

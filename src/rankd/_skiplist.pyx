@@ -47,7 +47,7 @@ one in Redis's t_zset.c)
   a search is a miss somewhere at random.  Once one node in eight was
   allocated since the last layout (past 32,768 members), the nodes are
   copied in rank order into fresh memory, the nodes of three levels or
-  more in a region of their own (``_relayout``).  A search then finds its last steps close together
+  more in a region of their own (``_relayout_begin``).  A search then finds its last steps close together
   and prefetches them: the memory around the node it looks for (levels 0
   and 1) and after the tall node it goes down from (levels 2 and 3).
 * ``rank()`` of the member a write just placed reuses the rank that write
@@ -227,6 +227,9 @@ cdef class RankIndex:
         self.hash_k0 = int.from_bytes(key[:8], "little")
         self.hash_k1 = int.from_bytes(key[8:], "little")
         rk_arena_init(&self.arena)
+        rk_arena_init(&self.tall_arena)
+        self.relayout_min_length = RELAYOUT_MIN_LENGTH
+        self.relayout_moves = RELAYOUT_MOVES
         self.header = <rk_node *>calloc(1, RK_NODE_SIZE(MAX_LEVEL, 0))
         if self.header == NULL:
             raise MemoryError()
@@ -261,12 +264,17 @@ cdef class RankIndex:
         return node
 
     cdef void _free_nodes(self) noexcept:
-        """Free every member node (not the header) by releasing the arena."""
+        """Free every member node (not the header) by releasing the arenas."""
         _count_free(self.length)
+        if self.relaying:
+            self._relayout_end()
         rk_arena_release(&self.arena)
+        rk_arena_release(&self.tall_arena)
 
     cdef void _free_node(self, rk_node *node) noexcept:
-        rk_arena_free(&self.arena, node, RK_NODE_SIZE(node.nlevels, node.mlen))
+        # A node in an old arena goes with it when the relayout ends.
+        if not self.relaying or not rk_ranges_hold(&self.old_ranges, node):
+            rk_arena_free(&self.arena, node, RK_NODE_SIZE(node.nlevels, node.mlen))
         _count_free(1)
 
     cdef void _reset_header(self) noexcept:
@@ -342,7 +350,7 @@ cdef class RankIndex:
         """Start loading the memory after ``node`` that a search leaving it
         down from level ``finished`` will step through next, when that is
         level TALL - 1 or TALL and the tall nodes there are laid out in rank
-        order (see ``_relayout``): its next node on that level is then close
+        order (see ``_relayout_begin``): its next node on that level is then close
         behind it.  Its steps on level TALL - 1 go to the tall nodes right
         after this one, those on level TALL to every fourth or so."""
         cdef int level = finished - 1
@@ -360,7 +368,7 @@ cdef class RankIndex:
         """Start loading the memory around present node ``x`` when its
         level-0 predecessor lies there.
 
-        The nodes are then laid out in rank order (see ``_relayout``), and
+        The nodes are then laid out in rank order (see ``_relayout_begin``), and
         a search for x ends with steps through the nodes just before it on
         levels 0 and 1 (about four nodes a step on level 1): fetched
         together, they cost one round trip to memory instead of one a step.
@@ -394,16 +402,16 @@ cdef class RankIndex:
 
     cdef int _table_reserve(self, Py_ssize_t members) except -1:
         """Grow the table so ``members`` entries keep it at most 3/4 full,
-        and lay the nodes out afresh once many were placed at random (see
-        ``_relayout``).  Called before nodes are added: every node pointer
-        may change."""
+        and begin laying the nodes out afresh once many were placed at
+        random (see ``_relayout_begin``).  Called before nodes are added."""
         cdef size_t size = self.mask + 1
         while <size_t>members * 4 > size * 3:
             size *= 2
-        if self.length >= RELAYOUT_MIN_LENGTH and self.unplaced * RELAYOUT_SHARE >= self.length:
-            self._relayout(size)
-        elif size != self.mask + 1:
+        if size != self.mask + 1:
             self._table_resize(size)
+        if (not self.relaying and self.length >= self.relayout_min_length
+                and self.unplaced * RELAYOUT_SHARE >= self.length):
+            self._relayout_begin()
         return 0
 
     cdef void _table_insert(self, rk_node *node) noexcept:
@@ -429,9 +437,8 @@ cdef class RankIndex:
         free(old)
         return 0
 
-    cdef int _relayout(self, size_t size) except -1:
-        """Copy every node, in rank order, into fresh memory that replaces
-        the arena, and rebuild the member table at ``size`` slots.
+    cdef int _relayout_begin(self) except -1:
+        """Start laying the nodes out afresh in rank order.
 
         Nodes are placed where they were allocated: on a board that grew
         by random arrivals, neighbours in the list are scattered over the
@@ -439,177 +446,155 @@ cdef class RankIndex:
         Laid out in rank order, the nodes a search visits on the lower
         levels sit a few hundred bytes to a few kilobytes apart (a node of
         level i is followed on that level by one about 4**i nodes further).
-        The nodes of TALL levels or more (one in sixteen) come first, then
-        the others: the search's steps on levels TALL - 1 and up visit tall
-        nodes only, which then sit close together too (the next one on
-        level TALL - 1 is the next tall node in memory), and the steps on
-        levels 0 and 1 stay among the nodes around the one searched for.
-        Done before a new member is added once one node in
-        RELAYOUT_SHARE (8) was allocated since the last layout, by growth
-        or by members removed and added: it costs O(n) per n/7 inserts,
-        amortised O(1) per insert, and keeps at most one node in eight out
-        of place.  Each costs a miss to every search that passes it; when
-        only the table's doublings triggered a relayout, up to half of the
-        nodes were (at a million members, 21%, and incr+rank ran 18%
-        slower than just after a relayout).  It leaves no holes: the fresh
-        arena holds exactly the present nodes.  Every node pointer changes:
-        callers hold none across a write.
-        """
-        # A table of the same size is refilled in place: a fresh one each
-        # time would leave freed megabytes in the C heap, resident.
-        cdef bint same_table = size == self.mask + 1
-        cdef rk_node **slots = self.slots if same_table else _table_alloc(size)
-        cdef size_t order_bytes = self.length * sizeof(rk_node *)
-        cdef rk_node **order = <rk_node **>rk_map(order_bytes)
-        cdef rk_node **targets = NULL
-        cdef bint tall
-        cdef rk_node *last[MAX_LEVEL]
-        cdef rk_node *x
-        cdef rk_node *y
-        cdef rk_node *prev = NULL
-        cdef rk_arena fresh
-        cdef size_t mask = size - 1
-        cdef Py_ssize_t k, n = self.length
-        cdef int i
-        try:
-            if order == NULL:
-                raise MemoryError()
-            self._nodes_in_order(order)
-            targets = <rk_node **>rk_map(order_bytes)
-            if targets == NULL:
-                raise MemoryError()
-            rk_arena_init_from(&fresh, HUGE_CHUNK)
-            # Tall nodes first, then the others, each in rank order (see
-            # the docstring): two passes of allocation, then one of copies.
-            for tall in (True, False):
-                for k in range(n):
-                    if k + RELAYOUT_AHEAD < n:
-                        rk_prefetch_node(order[k + RELAYOUT_AHEAD])
-                    x = order[k]
-                    if (x.nlevels >= TALL) != tall:
-                        continue
-                    targets[k] = <rk_node *>rk_arena_alloc(&fresh, RK_NODE_SIZE(x.nlevels, x.mlen))
-                    if targets[k] == NULL:
-                        rk_arena_release(&fresh)
-                        raise MemoryError()
-            for i in range(MAX_LEVEL):
-                last[i] = self.header
-            for k in range(n):
-                # The old nodes are scattered: fetch them ahead, so that
-                # the misses overlap.
-                if k + RELAYOUT_AHEAD < n:
-                    rk_prefetch_node(order[k + RELAYOUT_AHEAD])
-                x = order[k]
-                y = targets[k]
-                memcpy(y, x, RK_NODE_SIZE(x.nlevels, x.mlen))
-                y.backward = prev
-                # y's own forward pointers still lead to old nodes; each is
-                # overwritten when the next node of its level is copied.
-                for i in range(y.nlevels):
-                    last[i].level[i].forward = y
-                    last[i] = y
-                order[k] = prev = y
-            # Nothing can fail from here on: switch to the copies and the new
-            # table, and fill it from the copies (read in order; its slots
-            # are scattered, and fetched ahead too).
-            self.tail = prev
-            rk_arena_release(&self.arena)
-            self.arena = fresh
-            if same_table:
-                memset(slots, 0, size * sizeof(rk_node *))
-            else:
-                free(self.slots)
-                self.slots = slots
-                self.mask = mask
-            for k in range(n):
-                if k + RELAYOUT_AHEAD < n:
-                    rk_prefetch(&slots[order[k + RELAYOUT_AHEAD].hash & mask])
-                self._table_insert(order[k])
-            self.unplaced = 0
-        except MemoryError:
-            if not same_table:
-                free(slots)
-            raise
-        finally:
-            rk_unmap(order, order_bytes)
-            rk_unmap(targets, order_bytes)
-        self.mutations += 1
-        return 0
+        The nodes of TALL levels or more (one in sixteen) go to an arena of
+        their own, the others to another, each in rank order: the search's
+        steps on levels TALL - 1 and up visit tall nodes only, which then
+        sit close together too (the next one on level TALL - 1 is the next
+        tall node in memory), and the steps on levels 0 and 1 stay among
+        the nodes around the one searched for.
 
-    cdef int _nodes_in_order(self, rk_node **order) except -1:
-        """Fill ``order`` with the ``length`` nodes in rank order.
+        Begun before a new member is added once one node in RELAYOUT_SHARE
+        (8) was allocated since the last layout began, by growth or by
+        members removed and added: at most one node in eight is out of
+        place, and each costs a miss to every search that passes it.
 
-        A walk along level 0 is a chain of dependent cache misses, one per
-        node.  Instead the list is cut, at the nodes of a level high enough
-        to give a few hundred stretches, into stretches whose first ranks
-        the spans give; RELAYOUT_LANES of them are walked at once, a step
-        of each in turn, so that their misses overlap.
+        A relayout moves the nodes a few at a time: every write moves the
+        next RELAYOUT_MOVES (``_relayout_step``), in rank order, into
+        fresh arenas, and the old ones are freed once it has passed the
+        last node.  Copied all at once, at millions of members, it stopped
+        the event loop for 0.1-0.4 s each time.  Meanwhile new nodes come
+        from the fresh arena, a node moved from beyond the relayout's
+        position to before it is moved into the fresh memory at once
+        (``_placed``), and a node removed from the old memory is left
+        there, which goes as a whole.  Every node pointer may change at
+        every write: callers hold none across one.
         """
-        cdef Py_ssize_t n = self.length, count = 0, rank, stretch = 0
-        cdef Py_ssize_t *start_rank
-        cdef rk_node **start
-        cdef rk_node *node
-        cdef rk_node *cur[RELAYOUT_LANES]
-        cdef Py_ssize_t pos[RELAYOUT_LANES]
-        cdef Py_ssize_t end[RELAYOUT_LANES]
-        cdef int level = 0, lane, active = 0
-        while (level + 1 < self.height
-               and n // (<Py_ssize_t>self.branching ** (level + 1)) >= 16 * RELAYOUT_LANES):
-            level += 1
-        node = self.header.level[level].forward
-        while node != NULL:
-            count += 1
-            node = node.level[level].forward
-        start = <rk_node **>malloc((count + 1) * sizeof(rk_node *))
-        start_rank = <Py_ssize_t *>malloc((count + 2) * sizeof(Py_ssize_t))
-        if start == NULL or start_rank == NULL:
-            free(start)
-            free(start_rank)
+        cdef size_t tall_chunk
+        if rk_ranges_of(&self.old_ranges, &self.arena, &self.tall_arena) != 0:
             raise MemoryError()
-        try:
-            # Stretch 0 starts at the first node; the others at the nodes of
-            # the level (the first node may be one of them).
-            start[0] = self.header.level[0].forward
-            start_rank[0] = 1
-            count = 1
-            rank = 0
-            node = self.header
-            while node.level[level].forward != NULL:
-                rank += node.level[level].span
-                node = node.level[level].forward
-                if rank > 1:
-                    start[count] = node
-                    start_rank[count] = rank
-                    count += 1
-            start_rank[count] = n + 1
-            for lane in range(RELAYOUT_LANES):
-                pos[lane] = end[lane] = 0
-                if stretch < count:
-                    cur[lane] = start[stretch]
-                    pos[lane] = start_rank[stretch] - 1
-                    end[lane] = start_rank[stretch + 1] - 1
-                    stretch += 1
-                    active += 1
-            while active:
-                for lane in range(RELAYOUT_LANES):
-                    if pos[lane] == end[lane]:
-                        continue
-                    order[pos[lane]] = cur[lane]
-                    pos[lane] += 1
-                    if pos[lane] < end[lane]:
-                        cur[lane] = cur[lane].level[0].forward
-                        rk_prefetch(&cur[lane].level[0])
-                    elif stretch < count:
-                        cur[lane] = start[stretch]
-                        pos[lane] = start_rank[stretch] - 1
-                        end[lane] = start_rank[stretch + 1] - 1
-                        stretch += 1
-                    else:
-                        active -= 1
-        finally:
-            free(start)
-            free(start_rank)
+        self.old_arena = self.arena
+        self.old_tall_arena = self.tall_arena
+        rk_arena_init_from(&self.arena, HUGE_CHUNK)
+        # One node in 16 is tall, of about 128 bytes.
+        tall_chunk = RK_FIRST_CHUNK
+        while tall_chunk < HUGE_CHUNK and tall_chunk < <size_t>self.length * 8:
+            tall_chunk *= 2
+        rk_arena_init_from(&self.tall_arena, tall_chunk)
+        self.relaying = True
+        self.relayout_next = self.header.level[0].forward
+        self.unplaced = 0
         return 0
+
+    cdef void _relayout_step(self, Py_ssize_t moves) noexcept:
+        """Move up to ``moves`` more nodes of a relayout under way; end it
+        after the last one."""
+        cdef rk_node *update[MAX_LEVEL]
+        # The hash slots of the nodes moved are repointed a batch at a
+        # time, once they had time to arrive: a slot is a miss in a random
+        # place, most of a move's cost when taken one at a time.
+        cdef rk_node *moved_from[REPOINT_BATCH]
+        cdef rk_node *moved_to[REPOINT_BATCH]
+        cdef rk_node *x = self.relayout_next
+        cdef rk_node *y
+        cdef int i, batch = 0
+        cdef bint memo_valid
+        if x == NULL:
+            self._relayout_end()
+            return
+        # The last node before x on every level: the links that lead to it.
+        self._path_to(x, update)
+        while x != NULL and moves > 0:
+            if x.level[0].forward != NULL:
+                rk_prefetch_node(x.level[0].forward)
+            if rk_ranges_hold(&self.old_ranges, x):
+                rk_prefetch(&self.slots[x.hash & self.mask])
+                y = self._move_node(x, update)
+                if y == NULL:
+                    break  # no memory: x stays next, for a later write
+                moved_from[batch] = x
+                moved_to[batch] = y
+                batch += 1
+                if batch == REPOINT_BATCH:
+                    self._repoint_slots(moved_from, moved_to, batch)
+                    batch = 0
+                x = y
+                moves -= 1
+            for i in range(x.nlevels):
+                update[i] = x
+            x = x.level[0].forward
+        self._repoint_slots(moved_from, moved_to, batch)
+        self.relayout_next = x
+        # Nodes moved (iterators stop), ranks unchanged (the memo stands).
+        memo_valid = self.memo_mutations == self.mutations
+        self.mutations += 1
+        if memo_valid:
+            self.memo_mutations = self.mutations
+        if x == NULL:
+            self._relayout_end()
+
+    cdef void _relayout_end(self) noexcept:
+        """Free the old arenas: no node is left in them."""
+        rk_arena_release(&self.old_arena)
+        rk_arena_release(&self.old_tall_arena)
+        rk_ranges_free(&self.old_ranges)
+        self.relaying = False
+        self.relayout_next = NULL
+
+    cdef rk_node *_move_node(self, rk_node *x, rk_node **update) noexcept:
+        """Copy present node ``x`` to the end of its fresh arena and link the
+        copy in its place (``update[i]``: the last node before x on level i);
+        x's memory stays in the old arena, and its hash slot still points
+        there (see ``_repoint_slots``).  NULL, with nothing changed, if
+        there is no memory."""
+        cdef size_t size = RK_NODE_SIZE(x.nlevels, x.mlen)
+        cdef rk_node *y = <rk_node *>rk_arena_alloc(
+            &self.tall_arena if x.nlevels >= TALL else &self.arena, size)
+        cdef rk_node *succ = x.level[0].forward
+        cdef int i
+        if y == NULL:
+            return NULL
+        memcpy(y, x, size)
+        for i in range(x.nlevels):
+            update[i].level[i].forward = y
+        if succ != NULL:
+            succ.backward = y
+        else:
+            self.tail = y
+        if self.memo_node == x:
+            self.memo_node = y
+        return y
+
+    cdef void _repoint_slots(self, rk_node **moved_from, rk_node **moved_to,
+                             int count) noexcept:
+        """Point the hash slots of ``count`` moved nodes at their copies."""
+        cdef size_t slot
+        cdef int k
+        for k in range(count):
+            slot = moved_from[k].hash & self.mask
+            while self.slots[slot] != moved_from[k]:
+                slot = (slot + 1) & self.mask
+            self.slots[slot] = moved_to[k]
+
+    cdef rk_node *_placed(self, rk_node *x) noexcept:
+        """``x``, just written, or the copy it moved to: a node of the old
+        arenas that a write moved before the relayout's position is moved
+        into the fresh memory now (the relayout would not reach it)."""
+        cdef rk_node *update[MAX_LEVEL]
+        cdef rk_node *y
+        if not self.relaying or (self.relayout_next != NULL
+                                 and not self._node_before(x, self.relayout_next)):
+            return x
+        if not rk_ranges_hold(&self.old_ranges, x):
+            return x
+        self._path_to(x, update)
+        y = self._move_node(x, update)
+        if y != NULL:
+            self._repoint_slots(&x, &y, 1)
+            return y
+        # No memory: the relayout goes back to x and passes over the
+        # moved nodes from there again.
+        self.relayout_next = x
+        return x
 
     cdef void _table_remove(self, rk_node *node) noexcept:
         """Remove a present node, shifting later entries of its probe run back
@@ -774,6 +759,8 @@ cdef class RankIndex:
         cdef rk_node *succ = x.level[0].forward
         cdef int i, dx, ds = 0
 
+        if x == self.relayout_next:
+            self.relayout_next = succ
         # Level 0 needs no search: x's predecessor there is its backward
         # node (a search through a run of tied scores visits a node per step).
         self._path_to(x, update, 1)
@@ -849,6 +836,8 @@ cdef class RankIndex:
             succ = node
 
         net = -(self._alone(old_pred, x, old_succ))
+        if x == self.relayout_next:
+            self.relayout_next = old_succ
         # Unlink x on level 0.
         before = self.header if old_pred == NULL else old_pred
         before.level[0].forward = old_succ
@@ -977,6 +966,8 @@ cdef class RankIndex:
             self._free_node(x)
             self.mutations += 1
             changed[0] = True
+            if self.relaying:
+                self._relayout_step(self.relayout_moves)
             return 0
 
         if op == OP_INCR:
@@ -1018,20 +1009,26 @@ cdef class RankIndex:
             newest = not has_seq or seq >= self._next_seq
             x.seq = self._stamp(has_seq, seq)
             self._set_new(target, new, has_new, changed)
-            return self._remember(x, self._link(x, newest))
-        key = self._key(target)
-        newest = not has_seq or seq >= self._next_seq
-        seq = self._stamp(has_seq, seq)
-        self._set_new(target, new, has_new, changed)
-        if self._can_stay(x, key, seq):
-            return self._remember(x, self._rekey(x, key, seq))
-        rank = self._shift(x, key, seq)
-        if not rank:
-            self._unlink(x)
-            x.key = key
-            x.seq = seq
             rank = self._link(x, newest)
-        return self._remember(x, rank)
+        else:
+            key = self._key(target)
+            newest = not has_seq or seq >= self._next_seq
+            seq = self._stamp(has_seq, seq)
+            self._set_new(target, new, has_new, changed)
+            if self._can_stay(x, key, seq):
+                rank = self._rekey(x, key, seq)
+            else:
+                rank = self._shift(x, key, seq)
+                if not rank:
+                    self._unlink(x)
+                    x.key = key
+                    x.seq = seq
+                    rank = self._link(x, newest)
+                x = self._placed(x)
+        self._remember(x, rank)
+        if self.relaying:
+            self._relayout_step(self.relayout_moves)
+        return rank
 
     cdef inline Py_ssize_t _remember(self, rk_node *x, Py_ssize_t rank) noexcept:
         """Keep the rank a write found for ``x``, good until the next change:
@@ -1306,6 +1303,9 @@ cdef class RankIndex:
             x.key = state.key
             x.seq = state.seq
             self._link(x)
+            self._placed(x)
+        if self.relaying:
+            self._relayout_step(self.relayout_moves)
         return 0
 
     cdef int _rethread(self, rk_state *batch, Py_ssize_t k, Py_ssize_t fresh) except -1:
@@ -1326,6 +1326,10 @@ cdef class RankIndex:
                 raise MemoryError()
             # 1. Everything that can fail: room in the table, nodes for new members.
             self._table_reserve(self.length + fresh)
+            # The links are rebuilt from the nodes in order: a relayout
+            # under way finishes first, in one go (this pass is O(n) too).
+            while self.relaying:
+                self._relayout_step(self.length + 1)
             try:
                 for i in range(k):
                     x = self._lookup(batch[i].member, batch[i].mlen, batch[i].hash)
@@ -1526,6 +1530,21 @@ cdef class RankIndex:
         return self.warmed
 
     @property
+    def _relaying(self):
+        """Whether a relayout is under way (for tests)."""
+        return self.relaying
+
+    def _relayout_knobs(self, Py_ssize_t min_length, Py_ssize_t moves):
+        """For tests: relayouts from ``min_length`` members (32,768 by
+        default), moving ``moves`` nodes a write (256; 1 keeps one under way
+        across many writes, and more than the board holds makes it all
+        happen in the write that begins it)."""
+        if min_length < 1 or moves < 1:
+            raise ValueError("relayouts need at least one member and one move a write")
+        self.relayout_min_length = min_length
+        self.relayout_moves = moves
+
+    @property
     def _layout(self):
         """``(ascending, reserved, unplaced)`` for tests: of the nodes in
         rank order, how many lie at a higher address than the node before
@@ -1543,7 +1562,9 @@ cdef class RankIndex:
                 ascending += <uintptr_t>x > <uintptr_t>last[tall]
             last[tall] = x
             x = x.level[0].forward
-        return ascending, self.arena.reserved, self.unplaced
+        return ascending, self.arena.reserved + self.tall_arena.reserved + (
+            self.old_arena.reserved + self.old_tall_arena.reserved if self.relaying else 0
+        ), self.unplaced
 
     def __len__(self):
         return self.length
@@ -1819,13 +1840,16 @@ cdef class RankIndex:
         Checks, for every level, that spans and distinct spans match the
         nodes and leaders they skip (links to NULL span to the end), that
         the order is strict, that backward pointers and the tail are right,
-        that the hash table holds exactly the listed nodes, and the counters.
+        that the hash table holds exactly the listed nodes, the counters,
+        and, while a relayout is under way, that every node before its
+        position has left the old arenas.
         Runtime complexity: O(n * levels).
         """
         cdef rk_node *x
         cdef rk_node *prev = NULL
         cdef rk_node *node
         cdef Py_ssize_t n = 0, leaders = 0, nbytes = 0, pos, dpos, i, found
+        cdef bint reached = self.relayout_next == NULL
         cdef int level
         cdef dict position = {}
         cdef list nodes = []
@@ -1842,12 +1866,18 @@ cdef class RankIndex:
             assert self._next_seq > x.seq, f"next_seq {self._next_seq} <= seq {x.seq}"
             assert 1 <= x.nlevels <= self.height, f"rank {n} has {x.nlevels} levels"
             nbytes += x.mlen
+            reached = reached or x == self.relayout_next
+            if self.relaying and not reached:
+                assert not rk_ranges_hold(&self.old_ranges, x), \
+                    f"rank {n} is in an old arena, before the relayout's position"
             position[<size_t>x] = n
             nodes.append(<size_t>x)
             dense.append(leaders)
             prev = x
             x = x.level[0].forward
         assert self.tail == prev, "tail is not the last node"
+        assert reached, "the relayout's position is not a node of the list"
+        assert self.relaying or self.relayout_next == NULL, "a relayout position, none under way"
         assert n == self.length, f"list holds {n} nodes, length says {self.length}"
         assert leaders == self.ndistinct, f"{leaders} leaders, ndistinct says {self.ndistinct}"
         assert nbytes == self.member_bytes, "member byte count is wrong"
