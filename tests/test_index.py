@@ -1456,7 +1456,7 @@ def _grow_to_the_eve_of_a_relayout(index, model, seed, moves=AT_ONCE):
     exactly the members that leave the next new member to trigger a
     relayout (checking that none of them did).  Relayouts before it move
     every node at once, and from it on ``moves`` nodes a write."""
-    index._relayout_knobs(RELAYOUT_MIN_LENGTH, AT_ONCE)
+    index._growth_knobs(RELAYOUT_MIN_LENGTH, AT_ONCE)
     rng = random.Random(seed)
     _insert_random_members(index, model, rng, BOARD, "r")
     unplaced = index._layout[2]
@@ -1466,7 +1466,7 @@ def _grow_to_the_eve_of_a_relayout(index, model, seed, moves=AT_ONCE):
     assert index._layout[2] == unplaced + more
     assert index._layout[2] * RELAYOUT_SHARE >= len(index)
     assert (index._layout[2] - 1) * RELAYOUT_SHARE < len(index) - 1
-    index._relayout_knobs(RELAYOUT_MIN_LENGTH, moves)
+    index._growth_knobs(RELAYOUT_MIN_LENGTH, moves)
     return rng
 
 
@@ -1665,6 +1665,39 @@ def test_a_relayout_moves_a_few_nodes_a_write_while_the_board_changes(
     # The old arenas went: the fresh ones hold what the old ones did.
     assert index._layout[1] <= reserved + 2 * MIB
     assert _laid_out_in_rank_order(index, arrived_after=moved, removed_after=removed)
+    _assert_same_board(index, model, rng)
+
+
+@pytest.mark.parametrize("moves", [1, 64])
+@pytest.mark.parametrize("order", ORDERS)
+def test_the_member_table_doubles_a_few_slots_a_write_while_the_board_changes(
+    native_cls, order, moves
+):
+    # Every doubling moves ``moves`` slots a write, through arrivals,
+    # removals (tombstones in the old table), updates and relayouts.
+    index, model = native_cls(order, "member"), ModelIndex(order, "member")
+    index._growth_knobs(4096, 64, 0, moves)
+    rng = random.Random(moves)
+    members, doublings, tables = [], 0, set()
+    for write in range(60_000):
+        member = f"m{rng.randrange(80_000)}" if rng.random() < 0.8 else rng.choice(members)
+        if rng.random() < 0.15:
+            index.remove(member)
+            model.remove(member)
+        else:
+            score = float(rng.randrange(5_000))
+            index.set(member, score)
+            model.set(member, score)
+            members.append(member)
+        slots, old, migrated = index._table
+        if old and old not in tables:
+            tables.add(old)
+            doublings += 1
+            assert slots == 2 * old and migrated < old
+            index._check()
+        if write % 20_000 == 0:
+            index._check()
+    assert doublings >= 3  # 4,096 to 65,536 slots at least
     _assert_same_board(index, model, rng)
 
 

@@ -233,9 +233,11 @@ def test_random_operations_match_the_model(index_cls, order, tie_break):
 
 
 def relaying(native_cls: type, moves: int) -> type:
-    """The native index with a relayout under way nearly always: one
-    begins from two members on, and moves ``moves`` nodes a write, so
-    writes of every kind meet one half done (``RankIndex._relayout_begin``)."""
+    """The native index with a relayout and a doubling of the member table
+    under way nearly always: a relayout begins from two members on, every
+    doubling moves a few slots a write, and both move ``moves`` nodes or
+    slots a write, so writes of every kind meet them half done
+    (``RankIndex._relayout_begin``, ``RankIndex._table_begin``)."""
 
     class Relaying:
         def __new__(cls, *args, **kwargs):
@@ -247,7 +249,7 @@ def relaying(native_cls: type, moves: int) -> type:
 
         @staticmethod
         def knobs(index):
-            index._relayout_knobs(2, moves)
+            index._growth_knobs(2, moves, 0, moves)
             return index
 
     return Relaying

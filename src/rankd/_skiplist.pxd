@@ -268,6 +268,26 @@ cdef extern from *:
         return dest;
     }
 
+    /* A zeroed table of ``bytes``; NULL if there is no memory.  A big one
+       (2 MiB or more, a multiple of it) is a fresh mapping, which the kernel
+       zeroes a page at a time as it is written: zeroing it all at once
+       stalled a resize (0.3 s for 128 MiB on a virtual machine's fresh
+       memory).  It stays in small pages until its owner has filled it and
+       advises it into huge ones (rk_advise_huge): a huge page's first write
+       costs 2.5 to 5 ms there, and a resize's first entries, scattered over
+       the table, would take dozens of them at once. */
+    static void *rk_zeroed_table(size_t bytes) {
+        if (bytes >= RK_HUGE_PAGE) return rk_grow_map(NULL, 0, bytes, 0);
+        return calloc(bytes, 1);
+    }
+
+    /* Free what rk_zeroed_table(bytes) gave. */
+    static void rk_free_table(void *p, size_t bytes) {
+        if (p == NULL) return;
+        if (bytes >= RK_HUGE_PAGE) munmap(p, bytes);
+        else free(p);
+    }
+
     static void rk_arena_init_from(rk_arena *a, size_t first_chunk) {
         memset(a, 0, sizeof(*a));
         a->next_chunk = a->first_chunk = first_chunk;
@@ -423,6 +443,16 @@ cdef extern from *:
        at a time, after being prefetched. */
     #define RK_RELAYOUT_MOVES 256
     #define RK_REPOINT_BATCH 32
+    /* The member table doubles by moving this many slots of the old table
+       a write into the new one, once the new one is at least
+       RK_TABLE_MIGRATE_MIN slots (2 MiB; below that it is filled at once,
+       in well under a millisecond): done within 1/64 as many writes as
+       the old table has slots, where the next doubling is 3/4 as many new
+       members away.  Meanwhile a slot the old table frees holds
+       RK_TOMBSTONE, so that lookups in it go on past it. */
+    #define RK_TABLE_MOVES 64
+    #define RK_TABLE_MIGRATE_MIN 262144
+    #define RK_TOMBSTONE ((rk_node *)1)
     /* A relayout puts the nodes of at least RK_TALL levels in a region of
        their own; a search going down to level RK_TALL - 1 (or RK_TALL)
        prefetches this many bytes after the tall node it leaves from.
@@ -562,6 +592,8 @@ cdef extern from *:
     void *rk_map(size_t bytes) nogil
     void rk_unmap(void *p, size_t bytes) nogil
     char *rk_grow_map(char *old, size_t old_bytes, size_t new_bytes, int huge) nogil
+    void *rk_zeroed_table(size_t bytes) nogil
+    void rk_free_table(void *p, size_t bytes) nogil
     void rk_advise_huge(void *p, size_t bytes) nogil
     void rk_prefetch(const void *p) nogil
     void rk_prefetch_node(const void *p) nogil
@@ -576,6 +608,8 @@ cdef extern from *:
         RELAYOUT_SHARE "RK_RELAYOUT_SHARE"
         RELAYOUT_MOVES "RK_RELAYOUT_MOVES"
         REPOINT_BATCH "RK_REPOINT_BATCH"
+        TABLE_MOVES "RK_TABLE_MOVES"
+        TABLE_MIGRATE_MIN "RK_TABLE_MIGRATE_MIN"
         TALL "RK_TALL"
         AHEAD_LOW "RK_AHEAD_LOW"
         AHEAD_HIGH "RK_AHEAD_HIGH"
@@ -607,6 +641,7 @@ cdef extern from "Python.h":
         OP_SET_WORSE "RK_SET_WORSE"
         OP_INCR "RK_INCR"
         OP_REMOVE "RK_REMOVE"
+    rk_node *TOMBSTONE "RK_TOMBSTONE"
     const long long MAX_LENGTH "RK_MAX_LENGTH"
     const long long MAX_EXACT_INT "RK_MAX_EXACT_INT"
     const long long MAX_SEQ "RK_MAX_SEQ"
@@ -630,6 +665,11 @@ cdef class RankIndex:
     cdef rk_hash_memo hash_memo     # (zeroed with the object: empty)
     cdef rk_node **slots
     cdef size_t mask
+    # The table doubling (``old_slots`` not NULL): the members in the old
+    # table's slots from ``migrated`` on are in it alone (see _table_begin).
+    cdef rk_node **old_slots
+    cdef size_t old_mask, migrated
+    cdef size_t table_migrate_min, table_moves   # RK_TABLE_*, or set by tests
     cdef Py_ssize_t mutations       # invalidates iterators and the memo
     cdef rk_node *memo_node         # the node last written, its rank, and
     cdef Py_ssize_t memo_rank       # the mutation count that rank is good for
@@ -667,9 +707,14 @@ cdef class RankIndex:
     cdef int _table_reserve(self, Py_ssize_t members) except -1
     cdef void _table_insert(self, rk_node *node) noexcept
     cdef int _table_resize(self, size_t size) except -1
+    cdef int _table_begin(self, size_t size) except -1
+    cdef void _table_migrate(self, size_t count) noexcept
+    cdef rk_node *_lookup_old(self, const char *member, Py_ssize_t mlen, uint32_t h) noexcept
+    cdef rk_node **_slot_of(self, rk_node *node) noexcept
     cdef int _relayout_begin(self) except -1
     cdef void _relayout_step(self, Py_ssize_t moves) noexcept
     cdef void _relayout_end(self) noexcept
+    cdef inline void _after_write(self) noexcept
     cdef rk_node *_placed(self, rk_node *x) noexcept
     cdef rk_node *_move_node(self, rk_node *x, rk_node **update) noexcept
     cdef void _repoint_slots(self, rk_node **moved_from, rk_node **moved_to,

@@ -38,11 +38,11 @@ of renumbering (a rebase, and the restart at 0 of an emptied log).
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint8_t, uint16_t, uint64_t
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport free
 from libc.string cimport memcmp, memcpy, memmove
 
-from rankd._skiplist cimport (HUGE_CHUNK, rk_advise_huge, rk_grow_map, rk_prefetch,
-                              rk_siphash13, rk_unmap)
+from rankd._skiplist cimport (HUGE_CHUNK, rk_advise_huge, rk_free_table, rk_grow_map,
+                              rk_prefetch, rk_siphash13, rk_unmap, rk_zeroed_table)
 from rankd.engine._packing cimport ENTRY_BYTES, writer_free, writer_reserve
 
 import os
@@ -475,22 +475,13 @@ cdef inline bint _holds(dd_record *record, const char *event_id, Py_ssize_t size
             and memcmp(DD_ID(record), event_id, size) == 0)
 
 
-cdef uint64_t *_zeroed_slots(size_t size) noexcept:
-    """A zeroed slot array; NULL if out of memory.  A big one is a fresh
-    mapping, which the kernel zeroes a page at a time as the records are
-    moved into it: zeroing it all at once stalled a resize (0.3 s for 16
-    million slots on a virtual machine's fresh memory).  In small pages
-    until the move is done (``_move`` advises it into huge ones then): a
-    huge page's first write costs 2.5 to 5 ms there, and a resize's first
-    moves, scattered over the table, would take dozens of them at once."""
-    if size * sizeof(uint64_t) >= HUGE_CHUNK:
-        return <uint64_t *>rk_grow_map(NULL, 0, size * sizeof(uint64_t), False)
-    return <uint64_t *>calloc(size, sizeof(uint64_t))
+cdef inline uint64_t *_zeroed_slots(size_t size) noexcept:
+    """A zeroed slot array; NULL if out of memory (``rk_zeroed_table``: a
+    big one is zeroed by the kernel a page at a time as records move in,
+    in small pages until ``_move`` advises it into huge ones)."""
+    return <uint64_t *>rk_zeroed_table(size * sizeof(uint64_t))
 
 
-cdef void _free_slots(uint64_t *slots, size_t size) noexcept:
+cdef inline void _free_slots(uint64_t *slots, size_t size) noexcept:
     """Free what ``_zeroed_slots(size)`` gave."""
-    if size * sizeof(uint64_t) >= HUGE_CHUNK:
-        rk_unmap(slots, size * sizeof(uint64_t))
-    else:
-        free(slots)
+    rk_free_table(slots, size * sizeof(uint64_t))
