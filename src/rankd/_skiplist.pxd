@@ -275,9 +275,11 @@ cdef extern from *:
        memory).  It stays in small pages until its owner has filled it and
        advises it into huge ones (rk_advise_huge): a huge page's first write
        costs 2.5 to 5 ms there, and a resize's first entries, scattered over
-       the table, would take dozens of them at once. */
-    static void *rk_zeroed_table(size_t bytes) {
-        if (bytes >= RK_HUGE_PAGE) return rk_grow_map(NULL, 0, bytes, 0);
+       the table, would take dozens of them at once.  ``huge``: advised
+       into huge pages from the start, for a table filled from one end
+       (its huge pages are then faulted in one at a time). */
+    static void *rk_zeroed_table(size_t bytes, int huge) {
+        if (bytes >= RK_HUGE_PAGE) return rk_grow_map(NULL, 0, bytes, huge);
         return calloc(bytes, 1);
     }
 
@@ -592,7 +594,7 @@ cdef extern from *:
     void *rk_map(size_t bytes) nogil
     void rk_unmap(void *p, size_t bytes) nogil
     char *rk_grow_map(char *old, size_t old_bytes, size_t new_bytes, int huge) nogil
-    void *rk_zeroed_table(size_t bytes) nogil
+    void *rk_zeroed_table(size_t bytes, int huge) nogil
     void rk_free_table(void *p, size_t bytes) nogil
     void rk_advise_huge(void *p, size_t bytes) nogil
     void rk_prefetch(const void *p) nogil

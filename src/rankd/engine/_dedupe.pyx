@@ -479,7 +479,7 @@ cdef inline uint64_t *_zeroed_slots(size_t size) noexcept:
     """A zeroed slot array; NULL if out of memory (``rk_zeroed_table``: a
     big one is zeroed by the kernel a page at a time as records move in,
     in small pages until ``_move`` advises it into huge ones)."""
-    return <uint64_t *>rk_zeroed_table(size * sizeof(uint64_t))
+    return <uint64_t *>rk_zeroed_table(size * sizeof(uint64_t), False)
 
 
 cdef inline void _free_slots(uint64_t *slots, size_t size) noexcept:
