@@ -45,11 +45,13 @@ one in Redis's t_zset.c)
 * Nodes are laid out in rank order.  A board that grows by random
   arrivals scatters list neighbours over its whole arena, so every step of
   a search is a miss somewhere at random.  Once one node in eight was
-  allocated since the last layout (past 32,768 members), the nodes are
-  copied in rank order into fresh memory, the nodes of three levels or
-  more in a region of their own (``_relayout_begin``).  A search then finds its last steps close together
-  and prefetches them: the memory around the node it looks for (levels 0
-  and 1) and after the tall node it goes down from (levels 2 and 3).
+  allocated since the last layout began (past 32,768 members), the nodes
+  are copied in rank order into fresh memory, the nodes of three levels or
+  more in a region of their own, a few hundred a write so that no write
+  waits long (``_relayout_begin``).  A search then finds its last steps
+  close together and prefetches them: the memory around the node it looks
+  for (levels 0 and 1) and after the tall node it goes down from (levels
+  2 and 3).
 * ``rank()`` of the member a write just placed reuses the rank that write
   found, until the next change (``_remember``).
 
@@ -61,7 +63,8 @@ Python object per member.  The hash table is
 open addressing with linear probing over node pointers, keyed by SipHash-1-3
 with a per-index random key (member names come from players, so collisions
 must not be predictable), and deletes by backward shift, so it never holds
-tombstones.
+tombstones, but for the old table of a doubling under way, which moves into
+the new one a few slots a write (``_table_begin``).
 """
 
 cimport cython
