@@ -198,15 +198,6 @@ cdef extern from *:
         return p;
     }
 
-    /* Scratch memory straight from mmap: unmapped when done, where glibc,
-       once a large block has been freed, serves blocks of this size from
-       its heap and keeps them there after free() (resident memory). */
-    static void *rk_map(size_t bytes) {
-        void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        return p == MAP_FAILED ? NULL : p;
-    }
-
     static void rk_unmap(void *p, size_t bytes) {
         if (p != NULL) munmap(p, bytes ? bytes : 1);
     }
@@ -590,8 +581,6 @@ cdef extern from *:
     int rk_ranges_of(rk_ranges *ranges, const rk_arena *a, const rk_arena *b) nogil
     bint rk_ranges_hold(rk_ranges *ranges, const void *p) nogil
     void rk_ranges_free(rk_ranges *ranges) nogil
-    void *rk_big_alloc(size_t size) nogil
-    void *rk_map(size_t bytes) nogil
     void rk_unmap(void *p, size_t bytes) nogil
     char *rk_grow_map(char *old, size_t old_bytes, size_t new_bytes, int huge) nogil
     void *rk_zeroed_table(size_t bytes, int huge) nogil
@@ -713,6 +702,8 @@ cdef class RankIndex:
     cdef void _table_migrate(self, size_t count) noexcept
     cdef rk_node *_lookup_old(self, const char *member, Py_ssize_t mlen, uint32_t h) noexcept
     cdef rk_node **_slot_of(self, rk_node *node) noexcept
+    cdef rk_node **_old_slot_of(self, rk_node *node) noexcept
+    cdef void _drop_old_table(self) noexcept
     cdef int _relayout_begin(self) except -1
     cdef void _relayout_step(self, Py_ssize_t moves) noexcept
     cdef void _relayout_end(self) noexcept

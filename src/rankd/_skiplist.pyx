@@ -247,8 +247,7 @@ cdef class RankIndex:
         self._free_nodes()
         free(self.header)
         _table_free(self.slots, self.mask + 1)
-        if self.old_slots != NULL:
-            _table_free(self.old_slots, self.old_mask + 1)
+        self._drop_old_table()
 
     # --- node memory --------------------------------------------------------
 
@@ -512,7 +511,12 @@ cdef class RankIndex:
                 self.slots[j] = x
         self.migrated = end
         if end == n:
-            _table_free(old, n)
+            self._drop_old_table()
+
+    cdef void _drop_old_table(self) noexcept:
+        """Free the old table of a doubling, if any."""
+        if self.old_slots != NULL:
+            _table_free(self.old_slots, self.old_mask + 1)
             self.old_slots = NULL
             self.old_mask = self.migrated = 0
 
@@ -521,13 +525,17 @@ cdef class RankIndex:
         cdef size_t i = node.hash & self.mask
         while self.slots[i] != node:
             if self.slots[i] == NULL:
-                # Not moved yet: in the old table, at or past ``migrated``.
-                i = node.hash & self.old_mask
-                while self.old_slots[i] != node or i < self.migrated:
-                    i = (i + 1) & self.old_mask
-                return &self.old_slots[i]
+                return self._old_slot_of(node)
             i = (i + 1) & self.mask
         return &self.slots[i]
+
+    cdef rk_node **_old_slot_of(self, rk_node *node) noexcept:
+        """The old table's slot of a present node not moved yet (at or past
+        ``migrated``) while the table doubles."""
+        cdef size_t i = node.hash & self.old_mask
+        while self.old_slots[i] != node or i < self.migrated:
+            i = (i + 1) & self.old_mask
+        return &self.old_slots[i]
 
     cdef int _relayout_begin(self) except -1:
         """Start laying the nodes out afresh in rank order.
@@ -703,7 +711,7 @@ cdef class RankIndex:
         cdef rk_node **slot
         while self.slots[hole] != node:
             if self.slots[hole] == NULL:
-                slot = self._slot_of(node)
+                slot = self._old_slot_of(node)
                 slot[0] = TOMBSTONE
                 return
             hole = (hole + 1) & self.mask
@@ -1261,10 +1269,7 @@ cdef class RankIndex:
         self._reset_header()
         slots = _table_alloc(MIN_TABLE_SIZE)
         _table_free(self.slots, self.mask + 1)
-        if self.old_slots != NULL:
-            _table_free(self.old_slots, self.old_mask + 1)
-            self.old_slots = NULL
-            self.old_mask = self.migrated = 0
+        self._drop_old_table()
         self.slots = slots
         self.mask = MIN_TABLE_SIZE - 1
         self.unplaced = 0
