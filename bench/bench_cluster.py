@@ -131,7 +131,7 @@ def load(nodes: list[Daemon], seconds: float, *, lag: bool, depth: int = 1
     node = nodes[primary]
     spec = {"protocol": "rankd", "port": node.tcp_port, "connections": 64, "depth": depth,
             "seconds": seconds, "warmup": min(1.0, seconds / 4),
-            "server_pid": node.process.pid, "tag": f"c{time.monotonic_ns()}"}
+            "server_pid": node.process.pid, "tag": f"c{time.monotonic_ns()}", "kind": "ids"}
 
     async def run() -> tuple[object, list[float]]:
         stop = asyncio.Event()

@@ -6,7 +6,9 @@ loopback ports, a fresh temporary data dir removed afterwards, WAL fsync
 ``--fsync``, default ``everysec``).  Every load generator runs in a process
 of its own, so the daemon keeps one core of a 2-core machine to itself.
 Board ``bench`` has policy ``sum``; every submission is ``delta`` 1 for a
-member drawn from 100,000 names, with a unique ``event_id``.
+member drawn from 100,000 names.  REST submissions carry a unique
+``event_id``; TCP ones run twice (``--kinds``), once without one and once
+with one, each beside its Redis counterpart (3 below).
 
 1. **REST** - 64 keep-alive connections POSTing
    ``{"member", "delta": 1, "event_id"}`` to ``/v1/boards/bench/scores``
@@ -17,24 +19,36 @@ member drawn from 100,000 names, with a unique ``event_id``.
    over uvloop), 50 connections, each keeping 1 (non-pipelined) or 16
    (pipelined) submit requests in flight (``--depths`` picks other depths).
    It shares the machine with the server, so it does little per request:
-   a submit frame is a pre-encoded part per member plus the id and the
-   event id, request ids cycle through msgpack's one-byte integers, and a
+   a submit frame is a pre-encoded part per member plus the id (and the
+   event id), request ids cycle through msgpack's one-byte integers, and a
    reply is read from its first bytes (decoded only when it is an error);
    it checks at start that its frames are ``rankd.wire``'s, byte for byte.
-   Target for pipelined: >= 200,000/s.
+   Two kinds of submission, each a row of its own at every depth:
+
+   * ``plain``: no event id, an increment like Redis's ``ZINCRBY``;
+   * ``ids``: a unique ``event_id`` each, which rankd remembers for a day
+     so that a retry is answered with the first answer and applied once.
+
+   Target for pipelined submissions with event ids: >= 200,000/s.
 3. **Redis** - when ``redis-server`` is installed, one is started on a free
-   loopback port (``--save "" --appendonly no``) and driven with
-   ``ZINCRBY bench 1 <member>`` by the same load generator design (raw
-   RESP), 50 connections at each depth, each right after rankd's scenario
-   at that depth (once the daemon is idle: it may snapshot after a load),
-   so that a ratio compares the two in the same minute of this noisy
-   machine; ``--rounds`` times alternately (3 by default), the rows giving
-   each server's median run and the notes every round's rates.  At depth
-   16 a second Redis follows, with its append-only file fsynced once a
-   second (``--appendonly yes --appendfsync everysec``), as durable as
-   rankd's default WAL: an information row beside rankd's depth-16 figure.
-   ``redis-benchmark -c 50 -P <depth>`` runs last, for reference.  Redis is
-   always stopped at the end.
+   loopback port (``--save "" --appendonly no``) and driven by the same
+   load generator design (raw RESP): ``ZINCRBY bench 1 <member>`` beside
+   plain submissions, and beside those with event ids the same guarantee
+   built from Redis's parts, as an application would: a Lua script
+   (``EVALSHA``, :data:`IDEMPOTENT_SCRIPT`) that answers an id it has seen
+   with the score it stored for it, else runs ``ZINCRBY`` and stores its
+   answer under the id for a day.  The run checks that script first (a
+   retry answers the first answer and changes nothing).  50 connections at
+   each depth, each right after rankd's scenario at that depth (once the
+   daemon is idle: it may snapshot after a load), so that a ratio compares
+   the two in the same minute of this noisy machine; ``--rounds`` times
+   alternately (3 by default), the rows giving each server's median run
+   and the notes every round's rates.  At depth 16 a second Redis
+   follows, with its append-only file fsynced once a second
+   (``--appendonly yes --appendfsync everysec``), as durable as rankd's
+   default WAL: an information row for each kind.  ``redis-benchmark -c 50
+   -P <depth>`` (``ZINCRBY``) runs last, for reference.  Redis is always
+   stopped at the end.
 
 Throughput counts the replies received in a measuring window that starts
 after a warm-up; latency is from writing a request to reading its reply.
@@ -56,6 +70,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import random
@@ -94,6 +109,19 @@ PIPELINED_TARGET = 200_000
 ID_CYCLE = 126
 MAX_DEPTH = 100
 DRAIN_SECONDS = 5.0
+#: The kinds of TCP submission (see the module docstring), each a row per depth.
+KINDS = ("plain", "ids")
+#: What an application adds to Redis for rankd's event ids: an id seen
+#: within a day is answered with the score stored for it and changes
+#: nothing; else the increment, and its answer stored under the id.
+IDEMPOTENT_SCRIPT = """\
+local done = redis.call('GET', KEYS[2])
+if done then return done end
+local score = redis.call('ZINCRBY', KEYS[1], ARGV[1], ARGV[2])
+redis.call('SET', KEYS[2], score, 'EX', 86400)
+return score
+"""
+IDEMPOTENT_SHA = hashlib.sha1(IDEMPOTENT_SCRIPT.encode()).hexdigest()
 
 WRK_SCRIPT = """\
 local counter = 0
@@ -298,14 +326,19 @@ class RankdConnection(LoadConnection):
 
     greeting = wire.request(1, "hello", {"version": wire.VERSION, "client": "bench_daemon"})
 
-    def __init__(self, load: Load, index: int, order: list[Any], tag: str) -> None:
+    def __init__(self, load: Load, index: int, order: list[Any], tag: str,
+                 event_ids: bool = True) -> None:
         super().__init__(load, index, order)
         self.buffer = bytearray()
-        self.event_prefix = f"{tag}-{index}-"
+        self.event_prefix = f"{tag}-{index}-" if event_ids else None
 
     def request(self, request_id: int) -> bytes:
-        event_id = f"{self.event_prefix}{self.sent}"
-        payload = b"".join((b"\x93", _pack(request_id), self.next_item(), _pack(event_id)))
+        if self.event_prefix is None:
+            payload = b"".join((b"\x93", _pack(request_id), self.next_item()))
+        else:
+            event_id = f"{self.event_prefix}{self.sent}"
+            payload = b"".join((b"\x93", _pack(request_id), self.next_item(),
+                                _pack(event_id)))
         return len(payload).to_bytes(4, "big") + payload
 
     def replies(self, data: bytes) -> list[tuple[int, str | None]]:
@@ -344,8 +377,12 @@ class RankdConnection(LoadConnection):
         return request_id, error
 
 
-def submit_parts(names: list[str]) -> list[bytes]:
-    """Per member, the part of a submit request between its id and its event id."""
+def submit_parts(names: list[str], event_ids: bool = True) -> list[bytes]:
+    """Per member, the part of a submit request after its id (up to its
+    event id, with ``event_ids``)."""
+    if not event_ids:
+        return [_pack("submit") + b"\x83" + b"".join(map(_pack, (
+            "board", BOARD, "member", name, "delta", 1))) for name in names]
     return [_pack("submit") + b"\x84" + b"".join(map(_pack, (
         "board", BOARD, "member", name, "delta", 1, "event_id"))) for name in names]
 
@@ -353,14 +390,16 @@ def submit_parts(names: list[str]) -> list[bytes]:
 def check_rankd_encoding() -> None:
     """The lean generator's frames are ``rankd.wire``'s, byte for byte."""
     load = Load(depth=1)
-    connection = RankdConnection(load, 3, submit_parts(["m7"]), "t")
-    for count in (0, 125, 126, 1000):
-        connection.sent = count
-        request_id = request_id_of(count)
-        expected = wire.request(request_id, "submit", {
-            "board": BOARD, "member": "m7", "delta": 1, "event_id": f"t-3-{count}"})
-        if connection.request(request_id) != expected:
-            raise AssertionError("the load generator's submit frame is not rankd.wire's")
+    for event_ids in (True, False):
+        connection = RankdConnection(load, 3, submit_parts(["m7"], event_ids), "t", event_ids)
+        for count in (0, 125, 126, 1000):
+            connection.sent = count
+            request_id = request_id_of(count)
+            body = {"board": BOARD, "member": "m7", "delta": 1}
+            if event_ids:
+                body["event_id"] = f"t-3-{count}"
+            if connection.request(request_id) != wire.request(request_id, "submit", body):
+                raise AssertionError("the load generator's submit frame is not rankd.wire's")
     body = {"member": "m7", "score": 2.0, "rank": 1, "previous": 1.0, "changed": True}
     replies = [wire.ok(request_id_of(n), body) for n in range(300)]
     replies.insert(7, wire.error(9, "invalid", "no"))
@@ -374,15 +413,21 @@ def check_rankd_encoding() -> None:
 
 
 class RedisConnection(LoadConnection):
-    """RESP ``ZINCRBY``; replies come in request order, so ids are implicit."""
+    """RESP ``ZINCRBY``, or with ``tag`` the idempotent script (``EVALSHA``)
+    under a unique id; replies come in request order, so ids are implicit."""
 
-    def __init__(self, load: Load, index: int, order: list[Any]) -> None:
+    def __init__(self, load: Load, index: int, order: list[Any], tag: str | None = None
+                 ) -> None:
         super().__init__(load, index, order)
         self.buffer = bytearray()
         self.replied = 0
+        self.id_prefix = None if tag is None else f"ev:{tag}-{index}-"
 
     def request(self, request_id: int) -> bytes:
-        return self.next_item()
+        if self.id_prefix is None:
+            return self.next_item()
+        key = f"{self.id_prefix}{self.sent}".encode()
+        return b"%s$%d\r\n%s\r\n%s" % (_EVALSHA_HEAD, len(key), key, self.next_item())
 
     def replies(self, data: bytes) -> list[tuple[int, str | None]]:
         buffer = self.buffer
@@ -417,6 +462,40 @@ def member_names() -> list[str]:
 def redis_commands(names: list[str]) -> list[bytes]:
     return [b"*4\r\n$7\r\nZINCRBY\r\n$%d\r\n%s\r\n$1\r\n1\r\n$%d\r\n%s\r\n"
             % (len(BOARD), BOARD.encode(), len(name), name.encode()) for name in names]
+
+
+#: ``EVALSHA <sha> 2 <board>``: the idempotent script's request up to its id key.
+_EVALSHA_HEAD = b"*7\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n2\r\n$%d\r\n%s\r\n" % (
+    IDEMPOTENT_SHA.encode(), len(BOARD), BOARD.encode())
+
+
+def redis_idempotent_parts(names: list[str]) -> list[bytes]:
+    """Per member, the idempotent script's arguments after its id key."""
+    return [b"$1\r\n1\r\n$%d\r\n%s\r\n" % (len(name), name.encode()) for name in names]
+
+
+def redis_call(port: int, *arguments: str) -> bytes:
+    """One command to the Redis on ``port``; its raw reply (one read)."""
+    request = b"*%d\r\n" % len(arguments) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in arguments)
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(request)
+        return sock.recv(65536)
+
+
+def load_idempotent_script(port: int) -> None:
+    """Load the script into the Redis on ``port`` and check that it does
+    what rankd's event ids do: a retry is answered with the first answer and
+    changes nothing."""
+    if redis_call(port, "SCRIPT", "LOAD", IDEMPOTENT_SCRIPT) != b"$40\r\n%s\r\n" % (
+            IDEMPOTENT_SHA.encode()):
+        raise AssertionError("SCRIPT LOAD did not answer the script's SHA-1")
+    call = ("EVALSHA", IDEMPOTENT_SHA, "2", "check", "ev:check")
+    answers = [redis_call(port, *call, "5", "m"), redis_call(port, *call, "7", "m"),
+               redis_call(port, "ZSCORE", "check", "m")]
+    redis_call(port, "DEL", "check", "ev:check")
+    if answers != [b"$1\r\n5\r\n"] * 3:
+        raise AssertionError(f"the idempotent script misbehaves: {answers}")
 
 
 def cpu_sample(server_pid: int) -> tuple[float, float, float, float]:
@@ -457,10 +536,15 @@ async def run_socket_load(spec: dict[str, Any]) -> dict[str, Any]:
     """``spec["connections"]`` connections at ``spec["depth"]`` in flight each."""
     load = Load(depth=spec["depth"])
     names = member_names()
+    event_ids = spec["kind"] == "ids"
     if spec["protocol"] == "rankd":
         check_rankd_encoding()
         factory: Callable[..., LoadConnection] = functools.partial(
-            RankdConnection, load, order=submit_parts(names), tag=spec["tag"])
+            RankdConnection, load, order=submit_parts(names, event_ids), tag=spec["tag"],
+            event_ids=event_ids)
+    elif event_ids:
+        factory = functools.partial(RedisConnection, load, order=redis_idempotent_parts(names),
+                                    tag=spec["tag"])
     else:
         factory = functools.partial(RedisConnection, load, order=redis_commands(names))
     loop = asyncio.get_running_loop()
@@ -638,20 +722,22 @@ def start_daemon(data_dir: Path, fsync: str) -> Any:
 
 
 def socket_spec(protocol: str, port: int, depth: int, pid: int, seconds: float,
-                tag: str = "") -> dict[str, Any]:
+                tag: str = "", kind: str = "ids") -> dict[str, Any]:
+    """A load run's settings; ``kind`` is one of KINDS (``tag`` makes its ids unique)."""
     return {"protocol": protocol, "port": port, "connections": TCP_CONNECTIONS,
             "depth": depth, "server_pid": pid, "seconds": seconds,
-            "warmup": min(1.0, seconds / 4), "tag": tag}
+            "warmup": min(1.0, seconds / 4), "tag": tag, "kind": kind}
 
 
 def bench_rankd(daemon: Any, seconds: float, workdir: Path, depths: list[int],
-                redis: dict[str, tuple[int, int]], rounds: int = 1) -> list[Row]:
-    """REST, then each TCP depth: rankd, and right after it Redis (``redis``:
-    port and pid of the plain one, and of the one with an AOF, if running)
-    at the same depth, so that both see the machine in the same mood,
-    ``rounds`` times (each row gives the median run of each); Redis waits
-    until the daemon is idle (it may snapshot after a load).  The Redis
-    with an AOF runs at PIPELINE_DEPTH only, once."""
+                redis: dict[str, tuple[int, int]], rounds: int = 1,
+                kinds: tuple[str, ...] = KINDS) -> list[Row]:
+    """REST, then each TCP depth and kind: rankd, and right after it Redis
+    (``redis``: port and pid of the plain one, and of the one with an AOF,
+    if running) at the same depth, so that both see the machine in the same
+    mood, ``rounds`` times (each row gives the median run of each); Redis
+    waits until the daemon is idle (it may snapshot after a load).  The
+    Redis with an AOF runs at PIPELINE_DEPTH only, once a kind."""
     pid = daemon.process.pid
     if shutil.which("wrk"):
         rest = run_wrk(daemon.port, seconds, pid, workdir)
@@ -665,35 +751,39 @@ def bench_rankd(daemon: Any, seconds: float, workdir: Path, depths: list[int],
                 f">={REST_TARGET:,}/s p99<={REST_P99_TARGET_MS:g}ms", rest_ok and not rest.errors)]
     aof_rows: list[Row] = []
     for depth in depths:
-        # Alternately, ``rounds`` times: each ratio compares neighbours in
-        # time, and the medians damp this shared machine's swings.
-        runs: dict[str, list[Result]] = {"rankd": [], "redis": []}
-        for _ in range(rounds):
-            runs["rankd"].append(run_worker(socket_spec(
-                "rankd", daemon.tcp_port, depth, pid, seconds, tag=f"tcp{depth}-{time.time_ns()}")))
-            if "plain" in redis:
+        for kind in kinds:
+            # Alternately, ``rounds`` times: each ratio compares neighbours
+            # in time, and the medians damp this shared machine's swings.
+            runs: dict[str, list[Result]] = {"rankd": [], "redis": []}
+            for _ in range(rounds):
+                tag = f"tcp{depth}-{time.time_ns()}"
+                runs["rankd"].append(run_worker(socket_spec(
+                    "rankd", daemon.tcp_port, depth, pid, seconds, tag=tag, kind=kind)))
+                if "plain" in redis:
+                    wait_idle(pid)
+                    port, redis_pid = redis["plain"]
+                    runs["redis"].append(run_worker(socket_spec(
+                        "redis", port, depth, redis_pid, seconds, tag=tag, kind=kind)))
+            result = median_run(runs["rankd"])
+            targeted = depth == PIPELINE_DEPTH and kind == "ids"
+            passed = (result.rate >= PIPELINED_TARGET and not result.errors) if targeted else None
+            target = f">={PIPELINED_TARGET:,}/s" if targeted else "-"
+            row = Row(tcp_name(depth, kind), result, median_run(runs["redis"]), target, passed)
+            if rounds > 1:
+                result.notes.append("rounds, rankd/s" + (" vs redis/s" if runs["redis"] else "")
+                                    + ": " + ", ".join(
+                                        f"{mine.rate:,.0f}" + (f" vs {theirs.rate:,.0f}"
+                                                               if theirs else "")
+                                        for mine, theirs in zip(runs["rankd"], runs["redis"]
+                                                                or [None] * rounds, strict=True)))
+            rows.append(row)
+            if "aof" in redis and depth == PIPELINE_DEPTH:
                 wait_idle(pid)
-                port, redis_pid = redis["plain"]
-                runs["redis"].append(run_worker(socket_spec("redis", port, depth, redis_pid,
-                                                            seconds)))
-        result = median_run(runs["rankd"])
-        targeted = depth == PIPELINE_DEPTH
-        passed = (result.rate >= PIPELINED_TARGET and not result.errors) if targeted else None
-        target = f">={PIPELINED_TARGET:,}/s" if targeted else "-"
-        row = Row(tcp_name(depth), result, median_run(runs["redis"]), target, passed)
-        if rounds > 1:
-            result.notes.append("rounds, rankd/s" + (" vs redis/s" if runs["redis"] else "")
-                                + ": " + ", ".join(
-                                    f"{mine.rate:,.0f}" + (f" vs {theirs.rate:,.0f}"
-                                                           if theirs else "")
-                                    for mine, theirs in zip(runs["rankd"], runs["redis"]
-                                                            or [None] * rounds, strict=True)))
-        rows.append(row)
-        if "aof" in redis and depth == PIPELINE_DEPTH:
-            wait_idle(pid)
-            port, redis_pid = redis["aof"]
-            durable = run_worker(socket_spec("redis", port, depth, redis_pid, seconds))
-            aof_rows.append(Row(f"{tcp_name(depth)}, redis AOF everysec", result, durable))
+                port, redis_pid = redis["aof"]
+                durable = run_worker(socket_spec("redis", port, depth, redis_pid, seconds,
+                                                 tag=f"aof-{time.time_ns()}", kind=kind))
+                aof_rows.append(Row(f"{tcp_name(depth, kind)}, redis AOF everysec", result,
+                                    durable))
     return rows + aof_rows
 
 
@@ -715,15 +805,17 @@ def wait_idle(pid: int, timeout: float = 60.0) -> None:
             return
 
 
-def tcp_name(depth: int) -> str:
-    return f"TCP {TCP_CONNECTIONS} conns depth {depth}" + (" (pipelined)" if depth > 1 else "")
+def tcp_name(depth: int, kind: str = "plain") -> str:
+    return (f"TCP {TCP_CONNECTIONS} conns depth {depth}" + (" (pipelined)" if depth > 1 else "")
+            + (", event ids" if kind == "ids" else ""))
 
 
 def bench_redis(rows: list[Row], seconds: float, depths: list[int], port: int) -> None:
-    """Add the redis-benchmark rows, against the plain Redis on ``port``."""
-    tcp_rows = rows[1:1 + len(depths)]
-    for row, depth in zip(tcp_rows, depths, strict=True):
-        requests = max(50_000, int(row.redis.rate * seconds))
+    """Add the redis-benchmark rows (``ZINCRBY``), against the plain Redis on ``port``."""
+    for depth in depths:
+        measured = [row.redis.rate for row in rows if row.redis and row.scenario in (
+            tcp_name(depth, "plain"), tcp_name(depth, "ids"))]
+        requests = max(50_000, int(max(measured, default=0) * seconds))
         result = run_redis_benchmark(port, depth, requests)
         rows.append(Row(f"redis-benchmark -c {TCP_CONNECTIONS} -P {depth}", None, result))
 
@@ -868,8 +960,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         metavar="N,N,...",
                         help=f"TCP pipelining depths, rankd and Redis alike (default "
                              f"1,{PIPELINE_DEPTH}; the target applies at {PIPELINE_DEPTH})")
+    parser.add_argument("--kinds", type=kind_list, default=KINDS, metavar="KIND,...",
+                        help="kinds of TCP submission, each a row per depth: plain (no "
+                             "event id, beside ZINCRBY) and ids (a unique event id each, "
+                             "beside Redis's idempotent script); default both")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def kind_list(text: str) -> tuple[str, ...]:
+    kinds = tuple(part.strip() for part in text.split(","))
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if not kinds or unknown:
+        raise argparse.ArgumentTypeError(f"kinds are among {', '.join(KINDS)}: {text!r}")
+    return kinds
 
 
 def depth_list(text: str) -> list[int]:
@@ -890,13 +994,17 @@ def run_all(args: argparse.Namespace, seconds: float, workdir: Path) -> tuple[li
             redis["plain"] = stack.enter_context(redis_server(workdir / "redis"))
             if PIPELINE_DEPTH in args.depths:
                 redis["aof"] = stack.enter_context(redis_server(workdir / "redis-aof", aof=True))
+            if "ids" in args.kinds:
+                for port, _ in redis.values():
+                    load_idempotent_script(port)
         elif not args.no_redis:
             print("redis-server is not installed: no Redis comparison "
                   "(apt-get install -y redis-server redis-tools)", file=sys.stderr)
         daemon = start_daemon(workdir / "data", args.fsync)
         profile = ""
         try:
-            rows = bench_rankd(daemon, seconds, workdir, args.depths, redis, args.rounds)
+            rows = bench_rankd(daemon, seconds, workdir, args.depths, redis, args.rounds,
+                               args.kinds)
             if args.profile:
                 profile = profile_daemon(daemon, seconds, args.profile)
         finally:
