@@ -28,7 +28,11 @@ is most of it.  A fourth tells which side limited each rate: the share of a
 core that the server (every thread) and redis-benchmark used while it ran.
 A side near 100 % was the limit; unpipelined on two cores, that is
 redis-benchmark itself, whichever server it drives, and the ratio then
-compares the servers only within that client's noise.
+compares the servers only within that client's noise.  A fifth counts how
+often each server blocked waiting for requests (voluntary context
+switches of its threads, per 1,000 requests): when the client is the
+limit, each of those costs the client a wake-up in its next send, and a
+server that answers sooner blocks more often.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -72,6 +77,7 @@ class Run(NamedTuple):
     user_us: float  # its user-space part
     server_core: float  # % of a core the server used while the run lasted
     client_core: float  # % of a core redis-benchmark used
+    sleeps: float  # times per 1,000 requests a server thread blocked (voluntary switches)
 
 
 class RedisProcess:
@@ -153,6 +159,21 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
+def voluntary_switches(pid: int) -> int:
+    """Times the threads of process ``pid`` have blocked so far (a thread
+    that ended meanwhile drops out: the servers' threads live for the run)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as status:
+                for line in status:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+        except FileNotFoundError:
+            continue
+    return total
+
+
 def client_cpu_seconds() -> float:
     """User + system CPU time of the finished child processes (redis-benchmark)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -164,15 +185,17 @@ def measured(port: int, pid: int, command: str, depth: int, requests: int, membe
     """One run of redis-benchmark against the server ``pid``."""
     user, system = cpu_seconds(pid)
     client = client_cpu_seconds()
+    switches = voluntary_switches(pid)
     began = time.monotonic()
     rate = benchmark(port, command, depth, requests, members)
     elapsed = time.monotonic() - began
     user_after, system_after = cpu_seconds(pid)
     client = client_cpu_seconds() - client
+    switches = voluntary_switches(pid) - switches
     spent = user_after - user
     server = spent + system_after - system
     return Run(rate, server / requests * 1e6, spent / requests * 1e6,
-               server / elapsed * 100, client / elapsed * 100)
+               server / elapsed * 100, client / elapsed * 100, switches / requests * 1e3)
 
 
 def benchmark(port: int, command: str, depth: int, requests: int, members: int) -> float:
@@ -266,22 +289,26 @@ def main() -> int:
     print_table(results, depths, 2, "rankd", "{:.2f}", higher_is_better=False)
     print("\nwho limited the rate: % of a core used by the server / by redis-benchmark, "
           "median of the rounds (near 100 %: the limit)")
-    print_limits(results, depths)
+    print_by_server(results, depths, lambda runs: (
+        f"{statistics.median(run.server_core for run in runs):.0f} / "
+        f"{statistics.median(run.client_core for run in runs):.0f}"))
+    # Where redis-benchmark is the limit, the server waits for it between
+    # requests; every time it blocks, the client's next send pays to wake it.
+    print("\nserver sleeps: times its threads blocked per 1,000 requests, median of the rounds")
+    print_by_server(results, depths, lambda runs: (
+        f"{statistics.median(run.sleeps for run in runs):.0f}"))
     return 0
 
 
-def print_limits(results: dict[tuple[str, int, str], list[Run]], depths: list[int]) -> None:
-    """A markdown table of each server's and its redis-benchmark's share of a core."""
+def print_by_server(results: dict[tuple[str, int, str], list[Run]], depths: list[int],
+                    cell: Callable[[list[Run]], str]) -> None:
+    """A markdown table with a cell per server and row: ``cell`` of its runs."""
     names = ("redis", "redis-aof", "rankd")
     print("| command | -P | " + " | ".join(names) + " |")
     print("|---|---:|" + "---:|" * len(names))
     for depth in depths:
         for command in COMMANDS:
-            cells = []
-            for name in names:
-                runs = results[(command, depth, name)]
-                cells.append(f"{statistics.median(run.server_core for run in runs):.0f} / "
-                             f"{statistics.median(run.client_core for run in runs):.0f}")
+            cells = [cell(results[(command, depth, name)]) for name in names]
             print(f"| `{command}` | {depth} | " + " | ".join(cells) + " |")
 
 
