@@ -8,8 +8,9 @@ bench/README.md); this runner records the machine, the date, each exact
 command and its output in RESULTS.md, then draws PNG plots (matplotlib)
 from the figures it parses out of those tables:
 
-* ``throughput.png``: submissions/s and p99 latency of rankd (TCP, and REST
-  for reference) and Redis against pipelining depth (1, 4, 16, 64),
+* ``throughput.png``: submissions/s and p99 latency of rankd (TCP without and
+  with event ids, and REST for reference) and Redis (``ZINCRBY``, and the
+  idempotent script beside event ids) against pipelining depth (1, 4, 16, 64),
 * ``memory.png``: bytes per member, native index vs Redis, at 100K/1M/5M,
 * ``recovery.png``: recovery time against WAL length,
 * ``live.png``: live-feed delivery latency against subscriber count.
@@ -199,6 +200,7 @@ def plot_throughput(daemon_run: Run | None, out: Path) -> str:
     if daemon_run is None:
         return "throughput plot: not run"
     tcp: dict[int, list[str]] = {}
+    with_ids: dict[int, list[str]] = {}
     benchmark: dict[int, list[str]] = {}
     rest = None
     aof: tuple[int, list[str]] | None = None
@@ -208,26 +210,39 @@ def plot_throughput(daemon_run: Run | None, out: Path) -> str:
             continue
         if match := re.fullmatch(r"TCP \d+ conns depth (\d+)( \(pipelined\))?", cells[0]):
             tcp[int(match.group(1))] = cells
-        elif match := re.match(r"TCP \d+ conns depth (\d+).*redis AOF", cells[0]):
+        elif match := re.fullmatch(r"TCP \d+ conns depth (\d+)( \(pipelined\))?, event ids",
+                                   cells[0]):
+            with_ids[int(match.group(1))] = cells
+        elif match := re.fullmatch(r"TCP \d+ conns depth (\d+)( \(pipelined\))?, redis AOF.*",
+                                   cells[0]):
             aof = (int(match.group(1)), cells)
         elif match := re.match(r"redis-benchmark .*-P (\d+)", cells[0]):
             benchmark[int(match.group(1))] = cells
         elif cells[0].startswith("REST"):
             rest = cells
-    if not tcp:
+    if not tcp and not with_ids:
         return "throughput plot: no figures parsed"
     import matplotlib.pyplot as plt
 
-    depths = sorted(tcp)
+    depths = sorted(set(tcp) | set(with_ids))
     figure, (rate_axes, latency_axes) = plt.subplots(1, 2, figsize=(10, 4))
-    rate_axes.plot(depths, [number(tcp[d][1]) for d in depths], "o-", label="rankd TCP")
-    latency_axes.plot(depths, [_pair(tcp[d][5])[0] for d in depths], "o-", label="rankd TCP")
-    redis_depths = [d for d in depths if tcp[d][2] != "-"]
-    if redis_depths:
-        rate_axes.plot(redis_depths, [number(tcp[d][2]) for d in redis_depths], "s--",
-                       label="Redis ZINCRBY, same generator")
-        latency_axes.plot(redis_depths, [_pair(tcp[d][5])[1] for d in redis_depths], "s--",
-                          label="Redis ZINCRBY, same generator")
+    for rows, rankd_label, redis_label, styles in (
+            (tcp, "rankd TCP", "Redis ZINCRBY, same generator", ("o-", "s--")),
+            (with_ids, "rankd TCP, event ids", "Redis idempotent script, same generator",
+             ("o-", "s-."))):
+        kind_depths = sorted(rows)
+        if not kind_depths:
+            continue
+        rate_axes.plot(kind_depths, [number(rows[d][1]) for d in kind_depths], styles[0],
+                       label=rankd_label)
+        latency_axes.plot(kind_depths, [_pair(rows[d][5])[0] for d in kind_depths], styles[0],
+                          label=rankd_label)
+        redis_depths = [d for d in kind_depths if rows[d][2] != "-"]
+        if redis_depths:
+            rate_axes.plot(redis_depths, [number(rows[d][2]) for d in redis_depths], styles[1],
+                           label=redis_label)
+            latency_axes.plot(redis_depths, [_pair(rows[d][5])[1] for d in redis_depths],
+                              styles[1], label=redis_label)
     if benchmark:
         marks = sorted(benchmark)
         rate_axes.plot(marks, [number(benchmark[d][2]) for d in marks], "^:",
