@@ -79,8 +79,10 @@ def execute(run: Run) -> None:
     started = time.monotonic()
     result = subprocess.run(run.command, capture_output=True, text=True, cwd=ROOT)
     run.seconds = time.monotonic() - started
-    run.output = result.stdout + (f"\n[stderr tail]\n{result.stderr[-2000:]}"
-                                  if result.returncode not in (0, 1) else "")
+    # Exit 1 is a missed target (the table says which), unless the script
+    # died of an exception, which also exits 1: keep its traceback then.
+    failed = result.returncode not in (0, 1) or "Traceback (most recent call last)" in result.stderr
+    run.output = result.stdout + (f"\n[stderr tail]\n{result.stderr[-2000:]}" if failed else "")
     run.status = result.returncode
 
 
