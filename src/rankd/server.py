@@ -165,9 +165,12 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
         # Stops listening, then waits for in-flight requests.
         await tcp.close(SHUTDOWN_GRACE_SECONDS)
         await resp.close(SHUTDOWN_GRACE_SECONDS)
+        log.debug("shutting down: the TCP and RESP front-ends are closed")
         await runner.cleanup()
+        log.debug("shutting down: the HTTP front-end is closed")
         if node is not None:
             await node.stop()
+            log.debug("shutting down: the cluster node has left")
         await engine.close()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)

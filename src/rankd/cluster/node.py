@@ -208,18 +208,22 @@ class ClusterNode:
         await stop_task(self._task)
         for timer in list(self._timers.values()):
             await stop_task(timer)
+        log.debug("node %s leaving: its tasks are stopped", self.node_id)
         for group, writer in list(self.writers.items()):
             with contextlib.suppress(TimeoutError, Fenced):
                 if writer.next_seq - 1 > writer.committed_seq:
                     await asyncio.wait_for(writer.committed(writer.next_seq - 1), 5)
             await writer.close()
+            log.debug("node %s leaving: group %d's committer is closed", self.node_id, group)
             with contextlib.suppress(Exception):
                 await self.store.release(writer.lease)
             self.writers.pop(group, None)
         if self.keeper is not None:
             await self.keeper.stop()
+        log.debug("node %s leaving: the lease keeper is stopped", self.node_id)
         if self.tail is not None:
             await self.tail.stop()
+        log.debug("node %s leaving: the log tail is stopped", self.node_id)
         if self.pool is not None:
             await self.pool.close()
 
