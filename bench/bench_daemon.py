@@ -92,6 +92,7 @@ import msgpack
 
 from neighbours import other_benchmarks
 from rankd import wire
+from rankd.frontends.resp.protocol import encode_request
 
 ROOT = Path(__file__).resolve().parent.parent
 _pack = msgpack.Packer(use_bin_type=True).pack
@@ -333,12 +334,10 @@ class RankdConnection(LoadConnection):
         self.event_prefix = f"{tag}-{index}-" if event_ids else None
 
     def request(self, request_id: int) -> bytes:
-        if self.event_prefix is None:
-            payload = b"".join((b"\x93", _pack(request_id), self.next_item()))
-        else:
-            event_id = f"{self.event_prefix}{self.sent}"
-            payload = b"".join((b"\x93", _pack(request_id), self.next_item(),
-                                _pack(event_id)))
+        parts = [b"\x93", _pack(request_id), self.next_item()]
+        if self.event_prefix is not None:
+            parts.append(_pack(f"{self.event_prefix}{self.sent}"))
+        payload = b"".join(parts)
         return len(payload).to_bytes(4, "big") + payload
 
     def replies(self, data: bytes) -> list[tuple[int, str | None]]:
@@ -380,11 +379,9 @@ class RankdConnection(LoadConnection):
 def submit_parts(names: list[str], event_ids: bool = True) -> list[bytes]:
     """Per member, the part of a submit request after its id (up to its
     event id, with ``event_ids``)."""
-    if not event_ids:
-        return [_pack("submit") + b"\x83" + b"".join(map(_pack, (
-            "board", BOARD, "member", name, "delta", 1))) for name in names]
-    return [_pack("submit") + b"\x84" + b"".join(map(_pack, (
-        "board", BOARD, "member", name, "delta", 1, "event_id"))) for name in names]
+    header, tail = (b"\x84", ("event_id",)) if event_ids else (b"\x83", ())
+    return [_pack("submit") + header + b"".join(map(_pack, (
+        "board", BOARD, "member", name, "delta", 1, *tail))) for name in names]
 
 
 def check_rankd_encoding() -> None:
@@ -476,10 +473,8 @@ def redis_idempotent_parts(names: list[str]) -> list[bytes]:
 
 def redis_call(port: int, *arguments: str) -> bytes:
     """One command to the Redis on ``port``; its raw reply (one read)."""
-    request = b"*%d\r\n" % len(arguments) + b"".join(
-        b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in arguments)
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(request)
+        sock.sendall(encode_request(arguments))
         return sock.recv(65536)
 
 
