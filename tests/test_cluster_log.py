@@ -479,3 +479,60 @@ def test_cluster_status_shows_nodes_primaries_epochs_and_follower_lag(pg_dsn):
                                                               "c": True}
     (group,) = [g for g in later["groups"] if g["group"] == 40]
     assert set(group["followers"]) == {"c"}
+
+
+async def _waiting_inserts(conn: asyncpg.Connection) -> int:
+    return await conn.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND query LIKE 'INSERT INTO rankd_group_snapshots%'")
+
+
+def test_a_snapshot_is_copied_in_without_locking_its_group_and_can_be_cancelled(pg_dsn):
+    """Storing a large snapshot takes seconds; the group's appends and
+    lease renewals go on meanwhile (they wait for the register's lock).  A
+    store cancelled mid-copy (a node leaving) ends at once and keeps
+    nothing; one whose lease moved on keeps nothing either."""
+    async def scenario():
+        store = await _open(pg_dsn)
+        blocker = await asyncpg.connect(pg_dsn)
+        watcher = await asyncpg.connect(pg_dsn)  # outside the blocker's transaction
+        try:
+            lease = await store.take(5, "a")
+            await store.append(lease, 1, [b"r1", b"r2", b"r3"])
+            # Postgres holds the copy at its first section, as a busy disk would.
+            sections = [bytes([part]) * (8 << 20) for part in range(4)]
+            blocking = blocker.transaction()
+            await blocking.start()
+            await blocker.execute("LOCK TABLE rankd_group_snapshots IN EXCLUSIVE MODE")
+            copying = asyncio.create_task(store.store_snapshot(lease, 3, 1, sections))
+            deadline = time.monotonic() + 10
+            while not await _waiting_inserts(watcher):
+                assert time.monotonic() < deadline and not copying.done()
+                await asyncio.sleep(0.02)
+            assert await asyncio.wait_for(store.append(lease, 4, [b"r4"]), 2) == 4
+            await asyncio.wait_for(store.renew(lease), 2)
+            copying.cancel()
+            done, _ = await asyncio.wait({copying}, timeout=3)
+            assert copying in done and copying.cancelled()
+            await blocking.rollback()
+            assert await store.snapshot(5) is None
+
+            assert await store.store_snapshot(lease, 4, 1, sections[:2]) is True
+            assert await store.snapshot(5) == (4, 1, sections[:2])
+            # Deposed: a snapshot of the old epoch is not kept.
+            await store.pool.execute("UPDATE rankd_groups SET lease_until = now() "
+                                     "WHERE group_id = 5")
+            taker = await store.take(5, "b")
+            assert await store.store_snapshot(lease, 4, 1, [b"stale"]) is False
+            assert await store.snapshot(5) == (4, 1, sections[:2])
+            await store.append(taker, 5, [b"r5", b"r6"])
+            assert await store.store_snapshot(taker, 6, 2, [b"newer"]) is True
+            assert await store.snapshot(5) == (6, 2, [b"newer"])
+            assert await store.pool.fetchval(
+                "SELECT count(*) FROM rankd_group_snapshots WHERE group_id = 5") == 1
+        finally:
+            await blocker.close()
+            await watcher.close()
+            await store.pool.close()
+
+    run(scenario())

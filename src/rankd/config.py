@@ -86,9 +86,10 @@ OPTIONS = (
            "cluster, --ack local: refuse writes while the oldest record not in Postgres is "
            "older than this", minimum=1),
     Option("group_snapshot_records", int, 100_000,
-           "cluster: a primary stores each group's state in Postgres every this many of its "
-           "records, and the log older than the snapshot before drops (followers that far "
-           "behind load the snapshot)", minimum=1),
+           "cluster: a primary stores each group's state in Postgres after this many of its "
+           "records, once the log grew by the last snapshot's size too, and the log older "
+           "than the snapshot before drops (followers that far behind load the snapshot)",
+           minimum=1),
     Option("snapshot_every_events", int, 1_000_000,
            "snapshot after this many events (or, if more, as many as the last snapshot "
            "wrote entries)"),

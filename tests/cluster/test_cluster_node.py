@@ -419,3 +419,95 @@ def test_the_log_is_compacted_into_snapshots_and_a_new_node_starts_from_one(tmp_
         raise
     finally:
         lab.close()
+
+
+def test_a_snapshot_is_due_after_its_records_once_the_log_grew_by_its_size() -> None:
+    """Storing snapshots at most doubles what a group writes to Postgres:
+    a 70 MB state is not stored again every 100,000 small records."""
+    from types import SimpleNamespace
+
+    from rankd.cluster.node import SnapshotMark
+
+    def writer(seq: int, logged: int) -> SimpleNamespace:
+        return SimpleNamespace(committed_seq=seq, bytes=logged)
+
+    unknown = SnapshotMark(seq=500)  # stored by an earlier primary: its size is not known
+    assert not unknown.due(writer(599, 10**9), 100)
+    assert unknown.due(writer(600, 0), 100)
+    stored = SnapshotMark(seq=600, size=70_000_000, logged=1_000_000)
+    assert not stored.due(writer(100_600, 60_000_000), 100)  # enough records, too few bytes
+    assert not stored.due(writer(650, 80_000_000), 100)  # enough bytes, too few records
+    assert stored.due(writer(100_600, 71_000_000), 100)
+
+
+def test_writes_go_on_while_a_snapshot_is_stored_and_a_node_stops_in_the_middle(tmp_path,
+                                                                               pg_server):
+    """Postgres holds a primary's snapshot copy (as a slow disk would, with
+    a large state): the group's writes are still acknowledged, and SIGTERM
+    stops the node at once, handing the group over."""
+    import asyncio
+
+    import asyncpg
+
+    async def waiting_copies(conn: asyncpg.Connection) -> int:
+        return await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE 'INSERT INTO rankd_group_snapshots%'")
+
+    lab = Lab(tmp_path, lease_seconds=10.0, extra=("--group-snapshot-records", "20"))
+
+    async def scenario() -> None:
+        board = "snapping"
+        lab.daemons[0].request("PUT", f"/v1/boards/{board}", {"policy": "sum"})
+        primary = lab.primary_of(board)
+        node = lab.daemons[primary]
+        blocker = await asyncpg.connect(lab.dsn)
+        watcher = await asyncpg.connect(lab.dsn)  # outside the blocker's transaction
+        try:
+            holding = blocker.transaction()
+            await holding.start()
+            await blocker.execute("LOCK TABLE rankd_group_snapshots IN EXCLUSIVE MODE")
+            written = 0
+            deadline = time.monotonic() + 30
+            while not await waiting_copies(watcher):
+                assert time.monotonic() < deadline, "no snapshot was begun"
+                for _ in range(10):
+                    status, answer = node.request("POST", f"/v1/boards/{board}/scores", {
+                        "member": f"m{written % 5}", "delta": 1, "event_id": f"e{written}"})
+                    assert status == 200, answer
+                    written += 1
+                await asyncio.sleep(0.05)
+            # The copy waits (up to half a lease, then the node tries again later).
+            for _ in range(5):
+                started = time.monotonic()
+                status, answer = node.request("POST", f"/v1/boards/{board}/scores", {
+                    "member": "during", "delta": 1, "event_id": f"d{written}"})
+                assert status == 200 and time.monotonic() - started < 1.0, answer
+                written += 1
+            assert await waiting_copies(watcher)
+            started = time.monotonic()
+            assert node.stop(timeout=20) == 0
+            assert time.monotonic() - started < 3.0
+            await holding.rollback()
+        finally:
+            await blocker.close()
+            await watcher.close()
+        other = lab.daemons[(primary + 1) % 3]
+        deadline = time.monotonic() + 10
+        while True:
+            status, answer = other.request("POST", f"/v1/boards/{board}/scores", {
+                "member": "after", "delta": 1, "event_id": "after"})
+            if status == 200:
+                break
+            assert time.monotonic() < deadline, answer
+            await asyncio.sleep(0.05)
+        status, top = other.request("GET", f"/v1/boards/{board}/top?limit=10")
+        assert sum(e["score"] for e in top["entries"]) == written + 1
+
+    try:
+        asyncio.run(scenario())
+    except BaseException:
+        print(lab.logs())
+        raise
+    finally:
+        lab.close()

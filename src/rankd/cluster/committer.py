@@ -25,7 +25,7 @@ import logging
 import time
 from collections import deque
 
-from rankd._tasks import stop_task
+from rankd._tasks import STOP_SECONDS, stop_task
 from rankd.cluster.log import ClusterLog, Fenced, Lease, OutOfSequence
 
 log = logging.getLogger(__name__)
@@ -65,9 +65,10 @@ class GroupCommitter:
         self._flusher: asyncio.Task | None = None
         #: Set when records are enqueued (the flusher may send another append).
         self._more = asyncio.Event()
-        #: Appends made and records in them, for metrics and benchmarks.
+        #: Appends made, and the records and payload bytes in them.
         self.appends = 0
         self.records = 0
+        self.bytes = 0
 
     @property
     def group(self) -> int:
@@ -201,12 +202,13 @@ class GroupCommitter:
             self._committed_up_to(min(register["last_seq"], self._queue[-1][0]))
 
     def _committed_up_to(self, seq: int) -> None:
-        taken = 0
+        taken = size = 0
         while self._queue and self._queue[0][0] <= seq:
-            self._queue.popleft()
+            size += len(self._queue.popleft()[1])
             taken += 1
         self.appends += 1
         self.records += taken
+        self.bytes += size
         self.committed_seq = max(self.committed_seq, seq)
         while self._enqueued and self._enqueued[0][0] <= seq:
             self._enqueued.popleft()
@@ -232,5 +234,5 @@ class GroupCommitter:
 
     async def close(self) -> None:
         """Stop appending (what is queued stays in :meth:`unshipped`)."""
-        await stop_task(self._flusher)
+        await stop_task(self._flusher, STOP_SECONDS)
         self._flusher = None

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rankd._tasks import stop_task
+from rankd._tasks import STOP_SECONDS, stop_task
 from rankd.cluster.log import ClusterLog, Fenced, Lease
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class LeaseKeeper:
             self._task = asyncio.create_task(self._run(), name="rankd-leases")
 
     async def stop(self) -> None:
-        await stop_task(self._task)
+        await stop_task(self._task, STOP_SECONDS)
         self._task = None
 
     async def _run(self) -> None:

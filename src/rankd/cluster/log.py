@@ -131,6 +131,10 @@ class OutOfSequence(Exception):
     """A batch that does not start right after the group's last position."""
 
 
+class _NotKept(Exception):
+    """A snapshot's lease moved on before it committed: roll it back."""
+
+
 @dataclass(frozen=True)
 class Lease:
     """A node's right to append to a group: valid while its epoch is current."""
@@ -256,23 +260,40 @@ class ClusterLog:
         the log keeps one snapshot interval, so a follower that far behind
         still catches up from the log.  False if the lease moved on (nothing
         kept)."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow("SELECT epoch, last_seq FROM rankd_groups "
-                                      "WHERE group_id = $1 FOR UPDATE", lease.group)
-            if row is None or row["epoch"] != lease.epoch or row["last_seq"] < seq:
+        async with self.pool.acquire() as conn:
+            try:
+                async with conn.transaction():
+                    # The sections go in before the register is locked: the
+                    # group's appends and lease renewals wait for that lock,
+                    # and copying a large state takes seconds; the check and
+                    # the commit take a moment.  One statement a section, not
+                    # executemany: cancelled while it waits to stream more of
+                    # a large batch, executemany swallows the cancellation and
+                    # waits for Postgres to answer messages it never finished
+                    # (a node leaving hung so until the command timeout).
+                    for part, data in enumerate(sections):
+                        await conn.execute(
+                            "INSERT INTO rankd_group_snapshots (group_id, seq, epoch, part, "
+                            "parts, data) VALUES ($1, $2, $3, $4, $5, $6) "
+                            "ON CONFLICT DO NOTHING",
+                            lease.group, seq, epoch, part, len(sections), data)
+                    row = await conn.fetchrow("SELECT epoch, last_seq FROM rankd_groups "
+                                              "WHERE group_id = $1 FOR UPDATE", lease.group)
+                    if row is None or row["epoch"] != lease.epoch or row["last_seq"] < seq:
+                        raise _NotKept
+            except _NotKept:
                 return False
-            before = await conn.fetchval("SELECT max(seq) FROM rankd_group_snapshots "
-                                         "WHERE group_id = $1 AND seq < $2", lease.group, seq)
-            await conn.executemany(
-                "INSERT INTO rankd_group_snapshots (group_id, seq, epoch, part, parts, data) "
-                "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-                [(lease.group, seq, epoch, part, len(sections), data)
-                 for part, data in enumerate(sections)])
-            if before is not None:
-                await conn.execute("DELETE FROM rankd_group_snapshots WHERE group_id = $1 "
-                                   "AND seq < $2", lease.group, seq)
-                await conn.execute("DELETE FROM rankd_log WHERE group_id = $1 "
-                                   "AND last_seq <= $2", lease.group, before)
+            # What the new snapshot replaces goes in a transaction of its own,
+            # without the register's lock: it is committed already.
+            async with conn.transaction():
+                before = await conn.fetchval("SELECT max(seq) FROM rankd_group_snapshots "
+                                             "WHERE group_id = $1 AND seq < $2", lease.group,
+                                             seq)
+                if before is not None:
+                    await conn.execute("DELETE FROM rankd_group_snapshots WHERE group_id = $1 "
+                                       "AND seq < $2", lease.group, seq)
+                    await conn.execute("DELETE FROM rankd_log WHERE group_id = $1 "
+                                       "AND last_seq <= $2", lease.group, before)
         return True
 
     async def snapshot_seq(self, group: int) -> int:
@@ -283,7 +304,10 @@ class ClusterLog:
 
     async def snapshot(self, group: int) -> tuple[int, int, list[bytes]] | None:
         """The group's newest snapshot: ``(seq, epoch, sections)``."""
-        async with self.pool.acquire() as conn:
+        # One view of the table: a newer snapshot may replace this one between
+        # the two reads.
+        async with self.pool.acquire() as conn, conn.transaction(
+                isolation="repeatable_read", readonly=True):
             seq = await conn.fetchval("SELECT max(seq) FROM rankd_group_snapshots "
                                       "WHERE group_id = $1", group)
             if seq is None:

@@ -36,7 +36,7 @@ from typing import Any
 
 import asyncpg
 
-from rankd._tasks import stop_task
+from rankd._tasks import STOP_SECONDS, stop_task
 from rankd.cluster.committer import GroupCommitter, LogLost
 from rankd.cluster.groups import GroupLocks
 from rankd.cluster.leases import LeaseKeeper
@@ -103,6 +103,25 @@ def session_settings(lease_seconds: float) -> dict[str, str]:
 
 
 @dataclass
+class SnapshotMark:
+    """A written group's last snapshot in Postgres, as its primary knows it."""
+
+    seq: int
+    #: Its size in bytes (0: stored by an earlier primary, not known).
+    size: int = 0
+    #: The committer's ``bytes`` when it was stored.
+    logged: int = 0
+
+    def due(self, writer: GroupCommitter, every_records: int) -> bool:
+        """Whether the group's primary stores the next snapshot now: after
+        ``every_records`` records, and once the log grew by as many bytes as
+        the last snapshot holds, so storing snapshots at most doubles what
+        the group writes to Postgres however large its state."""
+        return (writer.committed_seq - self.seq >= every_records
+                and writer.bytes - self.logged >= self.size)
+
+
+@dataclass
 class Register:
     """A group's register as last read, with the monotonic time it was read."""
 
@@ -132,8 +151,8 @@ class ClusterNode:
         self.takeovers = 0
         self.snapshots = 0
         self.bootstraps = 0
-        #: Each written group's last snapshot position in Postgres.
-        self._snapshot_seq: dict[int, int] = {}
+        #: Where each written group's last snapshot in Postgres stands.
+        self._snapshot_marks: dict[int, SnapshotMark] = {}
         self.pool: asyncpg.Pool | None = None
         self.store: ClusterLog | None = None
         self.keeper: LeaseKeeper | None = None
@@ -205,9 +224,11 @@ class ClusterNode:
     async def stop(self) -> None:
         """Leave: let queued records reach the log (a few seconds at most),
         give the leases up so another node takes over at once, stop."""
-        await stop_task(self._task)
+        await stop_task(self._task, STOP_SECONDS)
         for timer in list(self._timers.values()):
-            await stop_task(timer)
+            await stop_task(timer, STOP_SECONDS)
+        for deposing in list(self._deposing):
+            await stop_task(deposing, STOP_SECONDS)
         log.debug("node %s leaving: its tasks are stopped", self.node_id)
         for group, writer in list(self.writers.items()):
             with contextlib.suppress(TimeoutError, Fenced):
@@ -216,7 +237,7 @@ class ClusterNode:
             await writer.close()
             log.debug("node %s leaving: group %d's committer is closed", self.node_id, group)
             with contextlib.suppress(Exception):
-                await self.store.release(writer.lease)
+                await asyncio.wait_for(self.store.release(writer.lease), STOP_SECONDS)
             self.writers.pop(group, None)
         if self.keeper is not None:
             await self.keeper.stop()
@@ -225,7 +246,14 @@ class ClusterNode:
             await self.tail.stop()
         log.debug("node %s leaving: the log tail is stopped", self.node_id)
         if self.pool is not None:
-            await self.pool.close()
+            # close() waits for every connection to be released: one held by a
+            # task left behind would hold the node for as long as that task.
+            try:
+                await asyncio.wait_for(self.pool.close(), STOP_SECONDS)
+            except TimeoutError:
+                log.warning("node %s leaving: its Postgres connections did not close within "
+                            "%.0fs; dropping them", self.node_id, STOP_SECONDS)
+                self.pool.terminate()
 
     # --- what the engine calls (rankd.engine.replication.Replication) ---------------
 
@@ -298,6 +326,7 @@ class ClusterNode:
                 await self.tail.resume(group, self.engine.positions.get(group, (0, 0))[0])
                 raise
             self.writers[group] = GroupCommitter(self.store, lease)
+            self._snapshot_marks.pop(group, None)  # counted from the new committer's bytes
             self.registers[group] = Register(lease.epoch, self.node_id, lease.last_seq,
                                              time.monotonic() + self.config.lease_seconds)
             self.takeovers += 1
@@ -378,22 +407,24 @@ class ClusterNode:
             self.tail.applied[group] = 0
 
     async def _snapshot_groups(self) -> None:
-        """Store the state of each group this node writes every
-        ``group_snapshot_records`` records (see ``ClusterLog.store_snapshot``)."""
+        """Store the state of each group this node writes when it is due
+        (:meth:`SnapshotMark.due`; see ``ClusterLog.store_snapshot``)."""
         for group, writer in list(self.writers.items()):
-            every = self.config.group_snapshot_records
-            if group not in self._snapshot_seq:
-                self._snapshot_seq[group] = await self.store.snapshot_seq(group)
-            if writer.committed_seq - self._snapshot_seq[group] < every:
+            mark = self._snapshot_marks.get(group)
+            if mark is None:
+                mark = self._snapshot_marks[group] = SnapshotMark(
+                    await self.store.snapshot_seq(group))
+            if not mark.due(writer, self.config.group_snapshot_records):
                 continue
             seq, epoch, sections = await self.engine.group_snapshot(group)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(writer.committed(seq), self.ack_timeout)
+            size = sum(map(len, sections))
             if await self.store.store_snapshot(writer.lease, seq, epoch, sections):
-                self._snapshot_seq[group] = seq
+                self._snapshot_marks[group] = SnapshotMark(seq, size, writer.bytes)
                 self.snapshots += 1
                 log.info("node %s stored group %d's snapshot at position %d (%d bytes)",
-                         self.node_id, group, seq, sum(map(len, sections)))
+                         self.node_id, group, seq, size)
 
     def _lost(self, group: int, exc: Fenced) -> None:
         task = asyncio.ensure_future(self._depose(group, exc))
@@ -445,10 +476,14 @@ class ClusterNode:
             await asyncio.sleep(self._round_seconds)
             try:
                 await self._watch_once()
-                await self._snapshot_groups()
             except Exception as exc:
                 log.warning("node %s cannot read the cluster's registers: %s", self.node_id,
                             exc)
+            try:
+                await self._snapshot_groups()
+            except Exception as exc:
+                log.warning("node %s cannot store a snapshot of its groups yet: %s",
+                            self.node_id, exc)
 
     async def _watch_once(self) -> None:
         applied = {g: seq for g, (seq, _) in self.engine.positions.items()}

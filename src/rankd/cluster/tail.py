@@ -22,7 +22,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from rankd._tasks import stop_task
+from rankd._tasks import STOP_SECONDS, stop_task
 from rankd.cluster.groups import GroupLocks
 from rankd.cluster.log import CHANNEL, ClusterLog, Compacted
 from rankd.postgres_link import POSTGRES_ERRORS, reconnecting
@@ -84,7 +84,7 @@ class LogTail:
             self._task = asyncio.create_task(self._run(), name="rankd-log-tail")
 
     async def stop(self) -> None:
-        await stop_task(self._task)
+        await stop_task(self._task, STOP_SECONDS)
         self._task = None
 
     async def wait_for(self, group: int, seq: int, timeout: float) -> bool:
