@@ -109,6 +109,10 @@ OPTIONS = (
            "open connections allowed per client address (0: no cap; loopback is exempt)"),
     Option("idle_timeout", float, 300.0,
            "seconds a TCP or RESP connection may stay silent before it is closed (0: never)"),
+    Option("pacing_us", float, 10.0,
+           "while loop passes find two or more TCP or RESP requests, sleep this many "
+           "microseconds between passes instead of being woken by each client's send "
+           "(0: off)", minimum=0),
     Option("http_idle_timeout", float, 30.0,
            "seconds an HTTP connection may wait for (or trickle in) its next request",
            minimum=1),
@@ -175,6 +179,7 @@ class ServerConfig:
     max_connections: int = 0
     max_connections_per_address: int = 256
     idle_timeout: float = 300.0
+    pacing_us: float = 10.0
     http_idle_timeout: float = 30.0
     jwt_secret: str | None = None
     jwt_public_key: Path | None = None

@@ -189,6 +189,10 @@ class DaemonCollector(Collector):
         for (op, status), count in self.tcp.counts().items():
             requests.add_metric([op, status], count)
         yield requests
+        if self.tcp.pacer is not None:
+            yield CounterMetricFamily(
+                "rankd_loop_pauses", "Event-loop passes that ended with a --pacing-us "
+                "pause (many TCP or RESP clients in flight)", value=self.tcp.pacer.pauses)
 
     def _resp(self) -> Iterator[Metric]:
         if self.resp is None:

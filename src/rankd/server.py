@@ -32,6 +32,7 @@ from rankd.frontends.connections import ConnectionLimits, GuardedSite, default_m
 from rankd.frontends.forwarding import Forwarder
 from rankd.frontends.live import LiveFeed
 from rankd.frontends.live_http import add_live_routes
+from rankd.frontends.pacing import LoopPacer
 from rankd.frontends.resp.connection import RespServer
 from rankd.frontends.rest import create_app
 from rankd.frontends.service import Service
@@ -103,6 +104,8 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     tcp = TcpServer(service, gate, limits=limits, idle_timeout=config.idle_timeout)
     resp = RespServer(service, gate, limits=limits, idle_timeout=config.idle_timeout,
                       port_of={"fsync": config.fsync})
+    if config.pacing_us:
+        tcp.pacer = resp.pacer = LoopPacer(config.pacing_us / 1e6)
     feed = LiveFeed(engine, interval=config.live_interval,
                     send_timeout=config.live_send_timeout,
                     max_per_address=config.live_max_per_address)

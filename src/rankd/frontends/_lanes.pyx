@@ -40,6 +40,10 @@ cdef class LaneCounts:
     ``Tally`` when asked (``PipelinedServer.counts``)."""
 
     cdef public Py_ssize_t write_ok, read_ok, submit_ok
+    # The loop's ``pacing.LoopPacer``, when there is one: a lane's request
+    # calls ``wake`` while ``armed`` is set.
+    cdef public bint armed
+    cdef public object wake
 
     def items(self):
         """``(key, count)`` of each count, keyed as in the server's ``Tally``."""
@@ -91,6 +95,8 @@ cdef class Lane:
         server = self.server
         if server.lane_counts is None:
             server.lane_counts = LaneCounts()
+            if server.pacer is not None:
+                server.pacer.attach(server.lane_counts)
         self.counts = server.lane_counts
         self.write = self.transport.write
         self.takes = self.service.takes_packed
@@ -193,6 +199,8 @@ cdef class TcpLane(Lane):
         if self.time is None:
             self._bind()
         self.last_active = self.time()
+        if self.counts.armed:
+            self.counts.wake()
         packed = split_run(data, self.max_frame)
         if packed is None:
             self._generally(data)  # (the split changed nothing: it is done again)
@@ -269,6 +277,8 @@ cdef class RespLane(Lane):
         if self.time is None:
             self._bind()
         self.last_active = self.time()
+        if self.counts.armed:
+            self.counts.wake()
         item = scan_run(data, self.max_bulk, self.max_words)
         if item is None:
             self._generally(data)  # (the scan changed nothing: it is done again)

@@ -362,6 +362,8 @@ class PipelinedServer:
         self.stats: Tally[tuple[str, str]] = Tally()
         #: The native lanes' ``LaneCounts`` (made by the first lane).
         self.lane_counts: Any = None
+        #: The loop's ``pacing.LoopPacer`` (None: the loop is not paced).
+        self.pacer: Any = None
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.Task | None = None
 
@@ -403,6 +405,9 @@ class PipelinedServer:
         while True:
             await asyncio.sleep(SWEEP_SECONDS)
             now = loop.time()
+            if self.pacer is not None:
+                self.pacer.set_active(self, sum(
+                    1 for c in self.connections if now - c.last_active < SWEEP_SECONDS))
             for connection in list(self.connections):
                 if connection.closing:
                     continue
