@@ -23,7 +23,7 @@ def _counts() -> SimpleNamespace:
     return SimpleNamespace(write_ok=0, read_ok=0, submit_ok=0, armed=False, wake=None)
 
 
-def test_the_pacer_pauses_only_while_passes_find_a_small_share_of_many_clients():
+def test_the_pacer_pauses_only_after_passes_answering_a_small_share_of_many_clients():
     async def scenario():
         loop = asyncio.get_running_loop()
         slept: list[float] = []
@@ -31,9 +31,17 @@ def test_the_pacer_pauses_only_while_passes_find_a_small_share_of_many_clients()
         counts = _counts()
         pacer.attach(counts)
         server = object()
+        committed: list[int] = []
 
-        async def next_pass() -> None:
-            await asyncio.sleep(0)  # the pacer's callback runs first, as after a pass
+        async def a_pass(answered: int) -> None:
+            """A pass of the loop: its first request wakes the pacer after the
+            engine queued the pass's commit; the others are counted."""
+            if answered:
+                loop.call_soon(committed.append, pacer.pauses)  # the commit of the pass
+                counts.read_ok += answered
+                if counts.armed:
+                    counts.wake()
+            await asyncio.sleep(0)  # the pass's callbacks run
 
         assert counts.wake == pacer.wake and not counts.armed  # no connections yet
         pacer.set_active(server, MIN_CONNECTIONS - 1)
@@ -44,26 +52,24 @@ def test_the_pacer_pauses_only_while_passes_find_a_small_share_of_many_clients()
         original_sleep = time.sleep
         time.sleep = slept.append  # the pacer's pause, recorded rather than slept
         try:
-            counts.wake()  # a lane's request while armed
-            assert not counts.armed
-            counts.read_ok += 10  # this pass answered 10 of 40 clients: pause
-            await next_pass()
-            assert slept == [20e-6] and pacer.pauses == 1
+            await a_pass(10)  # 10 of 40 clients: pause, after the pass's commit
+            assert slept == [20e-6] and pacer.pauses == 1 and committed == [0]
+            assert counts.armed  # for the next pass
+            await a_pass(1)  # one request: no pause
+            await a_pass(30)  # most clients wait for this server: no pause
+            assert pacer.pauses == 1
             pacer.set_active(server, 400)
-            counts.read_ok += BUSY_REQUESTS  # a busy pass: no pause, keep watching
-            await next_pass()
-            assert pacer.pauses == 1 and not counts.armed
-            pacer.set_active(server, 40)
-            counts.submit_ok += 5
-            await next_pass()
+            await a_pass(BUSY_REQUESTS)  # the loop has work enough: no pause
+            await a_pass(BUSY_REQUESTS - 1)
             assert pacer.pauses == 2
-            counts.write_ok += 30  # most of the clients wait for this server: no pause
-            await next_pass()
-            assert pacer.pauses == 2 and counts.armed  # blocks in the poll again
-            counts.wake()
-            await next_pass()  # nothing came: back to the poll
-            assert pacer.pauses == 2 and counts.armed
-            assert not loop._ready  # and nothing is scheduled: no spinning
+            await a_pass(0)  # a pass without lane requests is not watched
+            assert pacer.pauses == 2 and counts.armed and not loop._ready  # nothing spins
+            pacer.set_active(server, 2)
+            assert not counts.armed
+            counts.read_ok += 500  # answered while unwatched: not one pass
+            pacer.set_active(server, 40)
+            await a_pass(5)
+            assert pacer.pauses == 3
         finally:
             time.sleep = original_sleep
         with pytest.raises(ValueError):

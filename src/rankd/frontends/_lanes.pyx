@@ -41,7 +41,7 @@ cdef class LaneCounts:
 
     cdef public Py_ssize_t write_ok, read_ok, submit_ok
     # The loop's ``pacing.LoopPacer``, when there is one: a lane's request
-    # calls ``wake`` while ``armed`` is set.
+    # calls ``wake`` while ``armed`` is set (the first of each pass).
     cdef public bint armed
     cdef public object wake
 
@@ -199,8 +199,6 @@ cdef class TcpLane(Lane):
         if self.time is None:
             self._bind()
         self.last_active = self.time()
-        if self.counts.armed:
-            self.counts.wake()
         packed = split_run(data, self.max_frame)
         if packed is None:
             self._generally(data)  # (the split changed nothing: it is done again)
@@ -210,6 +208,8 @@ cdef class TcpLane(Lane):
         else:  # each submit admitted (or refused) alone, by the worker
             self._enqueue(packed)
             self._settle()
+        if self.counts.armed:  # after the hand-over: the pass's commit goes first
+            self.counts.wake()
 
     cdef bytes _encode(self, Packed packed):
         cdef Py_ssize_t answered
@@ -277,8 +277,6 @@ cdef class RespLane(Lane):
         if self.time is None:
             self._bind()
         self.last_active = self.time()
-        if self.counts.armed:
-            self.counts.wake()
         item = scan_run(data, self.max_bulk, self.max_words)
         if item is None:
             self._generally(data)  # (the scan changed nothing: it is done again)
@@ -292,6 +290,8 @@ cdef class RespLane(Lane):
                 self._queue_items(self._unpack(item))
         else:
             self._answer(item)
+        if self.counts.armed:  # after the hand-over: the pass's commit goes first
+            self.counts.wake()
 
     cdef int _answer(self, PackedReads reads) except -1:
         """``RespConnection._reads`` of a run read alone: when every read is

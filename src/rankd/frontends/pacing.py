@@ -3,22 +3,26 @@
 An event loop that is quicker than its clients blocks in ``epoll_wait``
 after almost every request, and every client ``send`` then has to wake it:
 a cross-CPU wake-up, paid inside the client's system call (on a virtual
-machine whose idle vCPUs halt at once, a few microseconds each).  While
-the loop's passes each find only a small share of the connections active
-in the last second (so most clients are busy elsewhere, not waiting for
-this server), :class:`LoopPacer` ends each pass with a short timed sleep
-instead: requests gather meanwhile without waking anyone, and the next
-pass takes them together.  This is the interrupt moderation of network
-cards, done by the loop.
+machine whose idle vCPUs halt at once, a few microseconds each).  When a
+pass of the loop answers only a small share of the connections active in
+the last second (so most clients are busy elsewhere, not waiting for this
+server), :class:`LoopPacer` ends the pass with a short timed sleep: the
+next requests gather meanwhile without waking anyone, and the next pass
+takes them together.  This is the interrupt moderation of network cards,
+done by the loop.
 
-It never spins and costs nothing idle: a pass that finds fewer than two
-requests, or most of the active connections' (they are waiting for this
-server: a pause would only delay them), sends the loop back to block in
-its poll as before, and the pacer waits (no timer) for a lane's next
-request.  With fewer than :data:`MIN_CONNECTIONS` active connections it is
-not even called.  A pass with :data:`BUSY_REQUESTS` requests or more does
-not sleep either: the loop has work enough.  What it costs is latency, at
-most ``pause`` a request, and only while many clients are in flight.
+The first request of a pass that a native lane (``_lanes.pyx``) answers or
+hands over calls :meth:`LoopPacer.wake` (a C flag says whether to), which
+queues one callback: it runs after the pass's other callbacks already
+queued, the engine's commit of the pass among them, so the pause delays no
+reply of that pass.  A pass that answered fewer than two requests, or more
+than half of the active connections' (they are waiting for this server: a
+pause would only delay them), or :data:`BUSY_REQUESTS` or more (the loop
+has work enough), does not pause.  The pacer never spins and keeps no
+timer: idle, the loop blocks in its poll as before, and with fewer than
+:data:`MIN_CONNECTIONS` active connections the lanes do not even call it.
+What it costs is latency, at most ``pause`` a request, and only while many
+clients are in flight.
 """
 
 from __future__ import annotations
@@ -51,9 +55,10 @@ class LoopPacer:
         self.busy = busy
         self._counts: list[Any] = []
         self._active: dict[int, int] = {}
+        #: Connections active in the last second, over every server.
         self.active = 0
-        self._watching = False
-        self._handled = 0
+        #: The lanes' requests counted when the last pass was judged.
+        self._counted = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Passes that ended with a pause, for metrics and benchmarks.
         self.pauses = 0
@@ -66,21 +71,23 @@ class LoopPacer:
             _tighten_timer_slack()
         counts.wake = self.wake
         self._counts.append(counts)
+        self._counted = self._total()
         self._arm()
 
     def set_active(self, server: object, connections: int) -> None:
         """How many of ``server``'s connections were active in the last second."""
         self._active[id(server)] = connections
+        was = self.active
         self.active = sum(self._active.values())
-        if not self._watching:
+        if (was >= MIN_CONNECTIONS) != (self.active >= MIN_CONNECTIONS):
+            self._counted = self._total()  # what passed unwatched is not one pass
             self._arm()
 
     def wake(self) -> None:
-        """A lane's request while armed: watch the passes from this one."""
-        self._watching = True
+        """The first lane request of a pass: judge the pass once its
+        callbacks have run."""
         for counts in self._counts:
             counts.armed = False
-        self._handled = self._total()
         self._loop.call_soon(self._after_pass)
 
     def _arm(self) -> None:
@@ -93,15 +100,11 @@ class LoopPacer:
 
     def _after_pass(self) -> None:
         total = self._total()
-        handled, self._handled = total - self._handled, total
-        if handled < 2 or handled * 2 > self.active:
-            self._watching = False  # block in the poll again
-            self._arm()
-            return
-        if handled < self.busy:
+        answered, self._counted = total - self._counted, total
+        if 2 <= answered < self.busy and answered * 2 <= self.active:
             self.pauses += 1
             time.sleep(self.pause)
-        self._loop.call_soon(self._after_pass)
+        self._arm()
 
 
 def _tighten_timer_slack() -> None:
