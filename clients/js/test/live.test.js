@@ -50,8 +50,10 @@ for (const transport of ["websocket", "sse"]) {
         assert.deepEqual(names(first), ["p12", "p11", "p10"]);
         assert.equal(feed.state, "live");
         assert.equal(feed.transport, transport);
+        // Listening before the write: its push may arrive before its response.
+        const movedSoon = next(feed, "top", (m) => names(m)[0] === "p1");
         await rankd.board("arena").submit({ member: "p1", delta: 500 });
-        const moved = await next(feed, "top", (m) => names(m)[0] === "p1");
+        const moved = await movedSoon;
         assert.ok(moved.version > first.version);
       } finally {
         feed.close();
@@ -71,9 +73,10 @@ for (const transport of ["websocket", "sse"]) {
         await new Promise((done) => setTimeout(done, 300));
         const seen = [];
         feed.on("member", (m) => seen.push(m.member));
+        const p7Moved = next(feed, "member", (m) => m.member === "p7" && m.rank <= 2);
         await rankd.board("arena").submit({ member: "p7", delta: 1000 });
         await rankd.board("arena").submit({ member: "p5", delta: 2000 });
-        await next(feed, "member", (m) => m.member === "p7" && m.rank <= 2);
+        await p7Moved;
         await new Promise((done) => setTimeout(done, 300));
         assert.ok(!seen.includes("p5"), `p5 was unfollowed: ${seen}`);
       } finally {
@@ -128,14 +131,16 @@ describe("reconnection", () => {
         const resynced = next(feed, "resync", () => true, 40_000);
         await daemon.start();
         // Written while the feed is away: shown once it is back.
+        const backSoon = next(feed, "top", (m) => names(m).includes("bob"), 40_000);
         await board.submit({ member: "bob", delta: 9 });
-        const back = await next(feed, "top", (m) => names(m).includes("bob"), 40_000);
+        const back = await backSoon;
         assert.deepEqual(names(back), ["bob", "ann"]);
         await resynced;
         assert.ok(back.version >= first.version, "versions never go back");
         // The followed member is followed again on the new connection.
+        const annSoon = next(feed, "member", (m) => m.member === "ann" && m.rank === 1, 20_000);
         await board.submit({ member: "ann", delta: 100 });
-        const ann = await next(feed, "member", (m) => m.member === "ann" && m.rank === 1, 20_000);
+        const ann = await annSoon;
         assert.equal(ann.score, 105);
         assert.equal(feed.stats.reconnects, 1);
         assert.ok(states.includes("reconnecting") && states.at(-1) === "live", String(states));
