@@ -1,7 +1,7 @@
 """RESP benchmark: ``redis-benchmark`` drives redis-server and rankd's RESP
 port, side by side in one run.
 
-    python bench/bench_resp.py                 # 1M members, 3 rounds
+    python bench/bench_resp.py                 # 1M members, 5 rounds
     python bench/bench_resp.py --members 100000 --rounds 1 --requests 20000   # quick
 
 Servers, all on loopback, one at a time on the machine's cores:
@@ -13,8 +13,13 @@ Servers, all on loopback, one at a time on the machine's cores:
 Each is loaded with the same ``--members`` members (``ZADD`` in large
 pipelined batches, not timed), then every row runs ``redis-benchmark -c
 50 -n <requests> -P <depth> -r <members>`` against each server in turn,
-``--rounds`` times; the table gives each server's median requests/s and
-rankd's ratio to each Redis.  redis-benchmark writes ``__rand_int__`` as a
+``--rounds`` times, each round beginning with the next server; the table
+gives each server's median requests/s and, against each Redis, the median
+of rankd's ratios in the rounds (the two ran back to back; the ratio of
+medians would mix a slow moment of the machine with a fast one).  Below it,
+the same ratios between Redis with and without its AOF on the read rows,
+which both serve alike: how far two servers doing the same work differ
+here, the run's noise.  redis-benchmark writes ``__rand_int__`` as a
 12-digit zero-padded number below ``-r``, so the members loaded are
 ``m:000000000000``.. in that form: every request names a loaded member (reads
 hit, writes update), which the run checks at the end (``ZCARD`` unchanged).
@@ -59,6 +64,9 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from daemon import Daemon, free_port  # noqa: E402
 from rankd.frontends.resp.protocol import encode_request  # noqa: E402
+
+#: The commands of COMMANDS that only read.
+READS = ("ZREVRANK", "ZREVRANGE", "ZSCORE")
 
 COMMANDS = [
     "ZINCRBY lb 1 m:__rand_int__",
@@ -225,17 +233,53 @@ def print_table(results: dict[tuple[str, int, str], list[Run]],
             redis, aof, rankd = (
                 statistics.median(run[field] for run in results[(command, depth, name)])
                 for name in ("redis", "redis-aof", "rankd"))
-            better = [rankd / other if higher_is_better else other / rankd
-                      for other in (redis, aof)]
+            better = [paired_ratio(results, command, depth, "rankd", other, field,
+                                   higher_is_better=higher_is_better)
+                      for other in ("redis", "redis-aof")]
             print(f"| `{command}` | {depth} | {number.format(redis)} | {number.format(aof)} | "
                   f"{number.format(rankd)} | {better[0]:.2f}x | {better[1]:.2f}x |")
+
+
+def round_ratios(results: dict[tuple[str, int, str], list[Run]], command: str, depth: int,
+                 name: str, other: str, field: int = 0, *,
+                 higher_is_better: bool = True) -> list[float]:
+    """``name``'s figure over ``other``'s in each round (above 1.00: ``name`` did better).
+
+    The two ran one right after the other in the same round, so a ratio of
+    theirs shares the machine's state of that moment; the ratio of two
+    medians would mix moments the machine was slow with moments it was not.
+    """
+    pairs = zip(results[(command, depth, name)], results[(command, depth, other)], strict=True)
+    return [ours[field] / theirs[field] if higher_is_better else theirs[field] / ours[field]
+            for ours, theirs in pairs]
+
+
+def paired_ratio(results: dict[tuple[str, int, str], list[Run]], command: str, depth: int,
+                 name: str, other: str, field: int = 0, *, higher_is_better: bool = True
+                 ) -> float:
+    """The median over the rounds of :func:`round_ratios`."""
+    return statistics.median(round_ratios(results, command, depth, name, other, field,
+                                          higher_is_better=higher_is_better))
+
+
+def print_noise(results: dict[tuple[str, int, str], list[Run]], depths: list[int]) -> None:
+    """How far two identical servers differ here: Redis with and without its
+    AOF serve the read rows alike (the AOF logs writes only)."""
+    for depth in depths:
+        spread = [round_ratios(results, command, depth, "redis-aof", "redis")
+                  for command in COMMANDS if command.split()[0] in READS]
+        medians = [statistics.median(ratios) for ratios in spread]
+        every = [ratio for ratios in spread for ratio in ratios]
+        print(f"-P {depth}: redis AOF / redis on the read rows, per round "
+              f"{min(every):.2f}x-{max(every):.2f}x, medians {min(medians):.2f}x-"
+              f"{max(medians):.2f}x")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=1_000_000)
     parser.add_argument("--requests", type=int, default=200_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--depths", default="1,16")
     args = parser.parse_args()
     if shutil.which("redis-benchmark") is None or shutil.which("redis-server") is None:
@@ -259,10 +303,16 @@ def main() -> int:
                 print(f"loaded {args.members} members into {name} in "
                       f"{time.monotonic() - began:.1f} s", flush=True)
             results: dict[tuple[str, int, str], list[Run]] = {}
-            for _ in range(args.rounds):
+            names = list(servers)
+            for round_number in range(args.rounds):
+                # Each round begins with another server: none is always the
+                # one that follows (or precedes) a particular other.
+                turn = round_number % len(names)
+                order = names[turn:] + names[:turn]
                 for depth in depths:
                     for command in COMMANDS:
-                        for name, (port, pid) in servers.items():
+                        for name in order:
+                            port, pid = servers[name]
                             results.setdefault((command, depth, name), []).append(measured(
                                 port, pid, command, depth, args.requests, args.members))
             for name, (port, _) in servers.items():  # every request named a loaded member
@@ -277,6 +327,10 @@ def main() -> int:
     print(f"\nredis-benchmark -c 50 -n {args.requests} -r {args.members}, {args.members} "
           f"members, median of {args.rounds} round(s), requests/s")
     print_table(results, depths, 0, "rankd (WAL everysec)", "{:,.0f}", higher_is_better=True)
+    print("\nrates: each server's median; ratios: the median of the rounds' ratios (each "
+          "round runs the servers one right after the other, in a rotating order)")
+    print("this machine's noise, between two servers that do the same work:")
+    print_noise(results, depths)
     # The rates swing with whatever else shares the machine; each server's
     # own CPU time per request moves far less (one core each is the limit).
     print("\nserver CPU per request (user + system, microseconds), median of the rounds; "
