@@ -110,9 +110,9 @@ OPTIONS = (
     Option("idle_timeout", float, 300.0,
            "seconds a TCP or RESP connection may stay silent before it is closed (0: never)"),
     Option("pacing_us", float, 10.0,
-           "while loop passes find two or more TCP or RESP requests, sleep this many "
-           "microseconds between passes instead of being woken by each client's send "
-           "(0: off)", minimum=0),
+           "while many TCP or RESP clients are in flight, a loop pass that answered at "
+           "most half of them ends with a sleep of this many microseconds, instead of "
+           "being woken by each client's send (0: off)", minimum=0),
     Option("http_idle_timeout", float, 30.0,
            "seconds an HTTP connection may wait for (or trickle in) its next request",
            minimum=1),
