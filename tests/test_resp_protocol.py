@@ -131,3 +131,17 @@ def test_native_range_replies_equal_the_python_encoder(scores, version):
             expected += (b"*2\r\n" if pairs else b"") + replies.bulk(member) + \
                 replies.double(value)
         assert _scanner.encode_entries(entries, True, version, nested) == expected
+
+
+@settings(max_examples=500, deadline=1000)
+@given(st.binary(max_size=200))
+def test_any_inline_line_is_read_in_one_pass(line):
+    """Whatever its bytes (NULs, quotes, escapes), a line is split or
+    refused, never looped on: the ``\\x00\\n`` that once froze the daemon
+    among them.  A NUL ends the line, as a C string's end does in Redis."""
+    try:
+        words = split_inline(line)
+    except ProtocolError:
+        return
+    assert all(b"\x00" not in word for word in words)
+    assert split_inline(line.split(b"\x00")[0]) == words

@@ -129,7 +129,7 @@ class RequestReader:
                         continue  # Redis ignores empty requests
                     self._words, self._expected = [], count
                     continue
-                end = buffer.find(b"\n", position)
+                end = inline_end(buffer, position, size)
                 if end < 0:
                     if size - position > MAX_INLINE:
                         raise ProtocolError("too big inline request")
@@ -179,8 +179,21 @@ _ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("b"): b"\b",
 _HEX = b"0123456789abcdefABCDEF"
 #: C's isspace(), which skips blanks between words and must follow a closing quote.
 _SPACE = b" \t\n\v\f\r"
-#: What ends an unquoted word.
-_WORD_END = b" \n\r\t\x00"
+#: What ends an unquoted word (each of them also a blank: the word loop
+#: stops on it and the blank loop moves past it).
+_WORD_END = b" \n\r\t"
+
+
+def inline_end(buffer: bytes | bytearray, position: int, size: int) -> int:
+    """Where the inline request at ``position`` ends (its ``\\n``), or -1
+    while it is incomplete.  Redis finds the end with ``strchr``, which
+    stops at a NUL byte: a request with a NUL before its newline never
+    completes, and the connection waits until :data:`MAX_INLINE` bytes
+    make it "too big".  So it is here (checked against redis-server)."""
+    end = buffer.find(b"\n", position, size)
+    if end < 0 or buffer.find(b"\x00", position, end) >= 0:
+        return -1
+    return end
 
 
 def split_inline(line: bytes) -> list[bytes]:
@@ -189,9 +202,14 @@ def split_inline(line: bytes) -> list[bytes]:
     ``"..."`` takes ``\\n \\r \\t \\b \\a`` and ``\\xHH`` escapes (any other
     escaped byte stands for itself), ``'...'`` takes ``\\'``; a closing quote
     must be followed by a blank or the end (else ``ProtocolError``,
-    unbalanced quotes).  Checked against redis-server by the tests."""
+    unbalanced quotes).  A NUL byte ends the line, as the end of a C
+    string does for Redis.  Checked against redis-server by the tests.
+
+    Each turn of each loop moves ``position`` on or returns: the line is
+    read once, in linear time, whatever its bytes."""
     words: list[bytes] = []
-    position, size = 0, len(line)
+    nul = line.find(b"\x00")
+    position, size = 0, (len(line) if nul < 0 else nul)
     while True:
         while position < size and line[position] in _SPACE:
             position += 1
