@@ -53,8 +53,8 @@ def test_import_export_top_snapshot_and_wal_inspect(tmp_path, capsys):
         capsys.readouterr()
         assert main(["top", "imp", "--limit", "3", *url]) == 0
         table = capsys.readouterr().out
-        assert "imp · all all · 2503 members" in table
-        assert table.splitlines()[3].split() == ["1", "q2", "20002"]
+        assert "imp · all all · 2,503 members" in table
+        assert table.splitlines()[3].split() == ["1", "q2", "20,002"]
 
         assert main(["snapshot", *url]) == 0
         assert "snapshot at position" in capsys.readouterr().out

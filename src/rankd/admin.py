@@ -26,6 +26,7 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from rankd.engine.wal import HEADER_BYTES, inspect_log
+from rankd.terminal import display_width, exact_number, pad, printable
 
 DEFAULT_URL = "http://127.0.0.1:7700"
 PAGE = 1000
@@ -36,12 +37,49 @@ class AdminError(Exception):
     """A command failed; the message says why."""
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port
+
+
+def daemon_url(url: str) -> str:
+    """``url`` as the admin commands use it: ``http://`` when it names no
+    scheme (``127.0.0.1:7700``), no trailing slash.  Anything else than an
+    http(s) address raises ``ValueError``."""
+    url = url.strip()
+    if "://" not in url:
+        url = "http://" + url
+    parts = urllib.parse.urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise ValueError(f"--url {url!r}: the port is not a number") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"--url {url!r}: expected http://HOST[:PORT] or https://HOST[:PORT]")
+    return url.rstrip("/")
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only within the origin it started at: the admin
+    token (an ``Authorization`` header) must never reach another host, port
+    or scheme, which could be anyone's."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str,
+                         headers: Any, newurl: str) -> urllib.request.Request | None:
+        if _origin(newurl) != _origin(req.full_url):
+            raise AdminError(f"{req.get_method()} {req.full_url} redirects ({code}) to "
+                             f"{newurl}, another origin: not followed, so the token is not "
+                             "sent there (give that address as --url if it is rankd)")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 class Api:
     """A tiny blocking REST client for the admin commands."""
 
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None) -> None:
-        self.url = url.rstrip("/")
+        self.url = daemon_url(url)
         self.token = token if token is not None else os.environ.get("RANKD_TOKEN")
+        self._opener = urllib.request.build_opener(_SameOriginRedirects)
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -51,7 +89,7 @@ class Api:
         request = urllib.request.Request(self.url + path, data=data, method=method,
                                          headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
+            with self._opener.open(request, timeout=60) as response:
                 payload = response.read()
         except urllib.error.HTTPError as error:
             try:
@@ -216,15 +254,16 @@ def top_table(api: Api, board: str, window: str | None, period: str | None, limi
     out = out or sys.stdout
     path = f"/v1/boards/{urllib.parse.quote(board, safe='')}/top"
     page = api.call("GET", path + _view_query(window, period, limit=limit))
-    rows = [(str(e["rank"]), e["label"] or e["member"], f"{e['score']:g}")
-            for e in page["entries"]]
-    widths = [max([len(h), *(len(r[i]) for r in rows)])
-              for i, h in enumerate(("#", "member", "score"))]
-    out.write(f"{board} · {page['window']} {page['period']} · {page['total']} members\n")
-    out.write(f"{'#':>{widths[0]}}  {'member':<{widths[1]}}  {'score':>{widths[2]}}\n")
-    out.write(f"{'-' * widths[0]}  {'-' * widths[1]}  {'-' * widths[2]}\n")
-    for rank, member, score in rows:
-        out.write(f"{rank:>{widths[0]}}  {member:<{widths[1]}}  {score:>{widths[2]}}\n")
+    rows = [(exact_number(e["rank"]), printable(e["label"] or e["member"]),
+             exact_number(e["score"])) for e in page["entries"]]
+    header = ("#", "member", "score")
+    widths = [max([display_width(h), *(display_width(r[i]) for r in rows)])
+              for i, h in enumerate(header)]
+    out.write(f"{printable(board)} · {page['window']} {page['period']} · "
+              f"{exact_number(page['total'])} members\n")
+    for rank, member, score in [header, tuple("-" * w for w in widths), *rows]:
+        out.write(f"{pad(rank, widths[0], right=True)}  {pad(member, widths[1])}  "
+                  f"{pad(score, widths[2], right=True)}\n")
 
 
 def orphaned_events(path: Path) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:

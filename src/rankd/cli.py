@@ -43,10 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def remote(name: str, help_text: str) -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=help_text, description=help_text)
-        command.add_argument("--url", default=admin_default_url(),
-                             help="the daemon's HTTP address (env: RANKD_URL)")
-        command.add_argument("--token", default=None,
-                             help="a JWT or API key (env: RANKD_TOKEN)")
+        connection_options(command, admin_default_url(), None)
         return command
 
     remote("snapshot", "ask a running daemon to write a snapshot now")
@@ -64,9 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     cluster = remote("cluster", "a cluster's state, and records a deposed node set aside")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True,
                                               metavar="ACTION")
-    cluster_commands.add_parser("status", help="nodes, groups, primaries, epochs and lag")
+    # --url and --token also after the action (`rankd cluster status --url
+    # URL`); given there, they win over the same options before it.
+    status = cluster_commands.add_parser("status", help="nodes, groups, primaries, epochs "
+                                                        "and lag")
     resubmit = cluster_commands.add_parser(
         "resubmit", help="submit a node's wal/orphan-* records again, by event id")
+    for action in (status, resubmit):
+        connection_options(action, argparse.SUPPRESS, argparse.SUPPRESS)
     resubmit.add_argument("file", type=Path, help="a wal/orphan-* file")
     resubmit.add_argument("--without-event-id", action="store_true",
                           help="also send events without an event id (may apply one twice)")
@@ -81,6 +83,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def admin_default_url() -> str:
     return os.environ.get("RANKD_URL", "http://127.0.0.1:7700")
+
+
+def connection_options(command: argparse.ArgumentParser, url: str, token: str | None) -> None:
+    """``--url`` and ``--token`` of a command that talks to a running daemon."""
+    command.add_argument("--url", default=url, type=_daemon_url,
+                         help="the daemon's HTTP address, http:// when it names no scheme "
+                              "(env: RANKD_URL)")
+    command.add_argument("--token", default=token, help="a JWT or API key (env: RANKD_TOKEN)")
+
+
+def _daemon_url(text: str) -> str:
+    from rankd.admin import daemon_url
+
+    try:
+        return daemon_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _serve(args: argparse.Namespace) -> int:
