@@ -15,7 +15,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from rankd import __version__
@@ -56,14 +61,16 @@ class Metrics:
 
 
 class DaemonCollector(Collector):
-    """Reads the engine, WAL, shipper, TCP and RESP front-ends and live feed at scrape time."""
+    """Reads the engine, WAL, shipper, TCP and RESP front-ends, live feed and
+    loop watchdog at scrape time."""
 
-    def __init__(self, engine: Any, tcp: Any = None, feed: Any = None, resp: Any = None
-                 ) -> None:
+    def __init__(self, engine: Any, tcp: Any = None, feed: Any = None, resp: Any = None,
+                 watchdog: Any = None) -> None:
         self.engine = engine
         self.tcp = tcp
         self.feed = feed
         self.resp = resp
+        self.watchdog = watchdog
         self.started = time.time()
 
     def collect(self) -> Iterator[Metric]:
@@ -75,6 +82,7 @@ class DaemonCollector(Collector):
         yield from self._tcp()
         yield from self._resp()
         yield from self._live()
+        yield from self._loop()
         yield from self._process()
 
     def _engine(self) -> Iterator[Metric]:
@@ -217,6 +225,19 @@ class DaemonCollector(Collector):
         yield CounterMetricFamily("rankd_live_drops", "Subscribers dropped as too slow",
                                   value=feed.drops)
         yield CounterMetricFamily("rankd_live_ticks", "Live-feed ticks", value=feed.ticks)
+
+    def _loop(self) -> Iterator[Metric]:
+        watchdog = self.watchdog
+        if watchdog is None:
+            return
+        histogram = watchdog.histogram
+        yield HistogramMetricFamily(
+            "rankd_loop_stall_seconds", "How late the event loop's heartbeat ran: how long "
+            "callbacks held the loop (see docs/operations.md, loop watchdog)",
+            buckets=histogram.buckets(), sum_value=histogram.sum)
+        yield CounterMetricFamily("rankd_loop_stalls", "Event-loop stalls over the "
+                                  "watchdog's threshold (each logged as a warning)",
+                                  value=watchdog.stalls)
 
     def _process(self) -> Iterator[Metric]:
         usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -38,6 +38,8 @@ from rankd.frontends.rest import create_app
 from rankd.frontends.service import Service
 from rankd.frontends.tcp import TcpServer
 from rankd.metrics import DaemonCollector, Metrics
+from rankd.startup import listening, reaching_postgres
+from rankd.watchdog import LoopWatchdog
 
 log = logging.getLogger("rankd")
 
@@ -100,17 +102,19 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     service.cluster = node
     service.listening = False  # ready only once the TCP listener is up too
     limits = ConnectionLimits(config.max_connections or default_max_connections(),
-                              config.max_connections_per_address)
+                              config.max_connections_per_address,
+                              gate.trusted_proxies.exempt_from_address_caps)
     tcp = TcpServer(service, gate, limits=limits, idle_timeout=config.idle_timeout)
     resp = RespServer(service, gate, limits=limits, idle_timeout=config.idle_timeout,
-                      port_of={"fsync": config.fsync})
+                      max_request=config.max_request_bytes, port_of={"fsync": config.fsync})
     if config.pacing_us:
         tcp.pacer = resp.pacer = LoopPacer(config.pacing_us / 1e6)
     feed = LiveFeed(engine, interval=config.live_interval,
                     send_timeout=config.live_send_timeout,
                     max_per_address=config.live_max_per_address)
+    watchdog = LoopWatchdog()
     metrics = Metrics()
-    metrics.add(DaemonCollector(engine, tcp, feed, resp))
+    metrics.add(DaemonCollector(engine, tcp, feed, resp, watchdog))
     app = create_app(service, gate, metrics, origins,
                      Forwarder(cluster_config.node_id, cluster_config.ack_timeout + 5)
                      if cluster_config is not None else None)
@@ -122,7 +126,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     await runner.setup()
     site = GuardedSite(runner, config.host, config.port, limits, ssl_context=tls)
     try:
-        await site.start()
+        await listening("HTTP", "--port", config.host, config.port, site.start())
         config.check_exposure(gate, [address[0] for address in runner.addresses])
         began = time.monotonic()
         try:
@@ -133,16 +137,18 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
             await engine.set_local_state_aside(exc)
             await engine.start()
         if node is not None:
-            await node.start()
+            await reaching_postgres("--cluster-dsn", node.config.dsn, node.start())
         collector.settle()
         tcp_address = "off"
         if config.tcp_port:
-            tcp_port = await tcp.start(config.host, config.tcp_port, ssl=tls)
+            tcp_port = await listening("TCP", "--tcp-port", config.host, config.tcp_port,
+                                       tcp.start(config.host, config.tcp_port, ssl=tls))
             config.check_exposure(gate, tcp.addresses)
             tcp_address = f"{config.host}:{tcp_port}"
         resp_address = "off"
         if config.resp_port:
-            resp_port = await resp.start(config.host, config.resp_port, ssl=tls)
+            resp_port = await listening("RESP", "--resp-port", config.host, config.resp_port,
+                                        resp.start(config.host, config.resp_port, ssl=tls))
             config.check_exposure(gate, resp.addresses)
             resp_address = f"{config.host}:{resp_port}"
         service.listening = True
@@ -160,11 +166,13 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
             "on" if gate.auth_enabled else "off (loopback only)" if not config.insecure_no_auth
             else "OFF (--insecure-no-auth)", "on" if tls else "off",
             time.monotonic() - began)
+        watchdog.start(loop)
         if started is not None:
             started.set()
         await stop.wait()
         log.info("shutting down: finishing in-flight requests")
     finally:
+        watchdog.stop()
         # Stops listening, then waits for in-flight requests.
         await tcp.close(SHUTDOWN_GRACE_SECONDS)
         await resp.close(SHUTDOWN_GRACE_SECONDS)

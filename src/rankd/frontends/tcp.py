@@ -51,6 +51,7 @@ from rankd.frontends.connections import (
 )
 from rankd.frontends.service import MAX_BATCH, Service, check_fields, integer
 from rankd.security import ANONYMOUS_ALL, Gate, Principal, Unauthorized
+from rankd.watchdog import ACTIVITY
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +343,8 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
             out.append(wire.error(request_id, "unknown_op", f"unknown operation {op!r}"))
             return
         required, optional, handler = operation
+        ACTIVITY.frontend = "tcp"  # who holds the loop, for the loop watchdog
+        ACTIVITY.command = op
         try:
             principal = self._admit(op, args)
             if op in CONSISTENT_READS:

@@ -1,0 +1,194 @@
+"""The loop watchdog: a held event loop is measured (``rankd_loop_stall_seconds``),
+logged with the front-end and command that held it, and reported while it is
+still held; the heartbeat itself costs little."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from daemon import SRC, Daemon
+from rankd.watchdog import ACTIVITY, LoopWatchdog
+
+try:
+    import uvloop
+except ImportError:  # the daemon falls back to asyncio's loop, so do the tests
+    uvloop = None
+
+
+def run_on_loop(coroutine_function) -> None:
+    """Run a coroutine on the loop the daemon uses."""
+    if uvloop is not None:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(coroutine_function())
+    else:
+        asyncio.run(coroutine_function())
+
+
+def held(seconds: float, frontend: str | None, command: str | None) -> None:
+    """A callback that holds the loop, as a front-end's request would."""
+    ACTIVITY.frontend, ACTIVITY.command = frontend, command
+    time.sleep(seconds)
+
+
+def test_a_held_loop_is_measured_and_logged_with_who_held_it(caplog):
+    watchdog = LoopWatchdog()
+
+    async def scenario() -> None:
+        watchdog.start()
+        try:
+            await asyncio.sleep(0.05)
+            asyncio.get_running_loop().call_soon(held, 0.3, "resp", "keys")
+            await asyncio.sleep(0.1)
+        finally:
+            watchdog.stop()
+
+    with caplog.at_level(logging.WARNING, logger="rankd.watchdog"):
+        run_on_loop(scenario)
+    warnings = [r.getMessage() for r in caplog.records if "event loop held" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "front-end resp, command keys" in warnings[0]
+    assert watchdog.stalls == 1
+    buckets = dict(watchdog.histogram.buckets())
+    assert buckets["0.5"] - buckets["0.1"] == 1  # the one stall, of 0.3 s
+    assert buckets["+Inf"] == watchdog.histogram.count >= 3  # the beats before it
+
+
+def test_an_unmarked_stall_is_named_by_the_stack_and_never_by_an_old_marker(caplog):
+    watchdog = LoopWatchdog()
+
+    async def scenario() -> None:
+        watchdog.start()
+        try:
+            ACTIVITY.frontend, ACTIVITY.command = "tcp", "top"  # an earlier request's
+            await asyncio.sleep(0.05)  # heartbeats meanwhile clear it
+            asyncio.get_running_loop().call_soon(time.sleep, 0.25)
+            await asyncio.sleep(0.1)
+        finally:
+            watchdog.stop()
+
+    with caplog.at_level(logging.WARNING, logger="rankd.watchdog"):
+        run_on_loop(scenario)
+    warnings = [r.getMessage() for r in caplog.records if "event loop held" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "front-end unknown, command unknown" in warnings[0]
+
+
+def test_a_loop_held_for_good_is_reported_while_it_is_held(caplog):
+    watchdog = LoopWatchdog(stuck_seconds=0.3)
+    reported_while_held: list[bool] = []
+
+    def stuck() -> None:
+        ACTIVITY.frontend, ACTIVITY.command = "resp", None
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # pure Python: the watcher gets the GIL
+            pass
+        reported_while_held.append(any("still held" in r.getMessage() for r in caplog.records))
+
+    async def scenario() -> None:
+        watchdog.start()
+        try:
+            await asyncio.sleep(0.05)
+            asyncio.get_running_loop().call_soon(stuck)
+            await asyncio.sleep(0.1)
+        finally:
+            watchdog.stop()
+
+    with caplog.at_level(logging.WARNING, logger="rankd.watchdog"):
+        run_on_loop(scenario)
+    assert reported_while_held == [True]
+    still = [r.getMessage() for r in caplog.records if "still held" in r.getMessage()]
+    assert "front-end resp" in still[0]
+    assert "test_watchdog" not in still[0]  # only rankd's own frames are shown
+
+
+def test_the_heartbeat_costs_little():
+    """Each heartbeat's own work, and an idle daemon's CPU for the heartbeat
+    and the watcher thread together."""
+    watchdog = LoopWatchdog()
+    per_beat: list[float] = []
+    idle_share: list[float] = []
+
+    async def scenario() -> None:
+        watchdog._loop = asyncio.get_running_loop()
+        beats = 20_000
+        began = time.perf_counter()
+        for _ in range(beats):
+            watchdog._beat()
+            watchdog._handle.cancel()
+        per_beat.append((time.perf_counter() - began) / beats)
+        watchdog.start()
+        try:
+            cpu, wall = time.process_time(), time.monotonic()
+            await asyncio.sleep(2.0)
+            idle_share.append((time.process_time() - cpu) / (time.monotonic() - wall))
+        finally:
+            watchdog.stop()
+
+    run_on_loop(scenario)
+    print(f"heartbeat: {per_beat[0] * 1e6:.2f} us a beat; idle CPU with the watchdog: "
+          f"{idle_share[0] * 100:.2f}% of a core")
+    assert per_beat[0] < 20e-6  # 100 beats a second: under 0.2% of a core
+    assert idle_share[0] < 0.02
+
+
+STALL_HOOK = """\
+    # Test-only: ``ECHO stall:<seconds>`` holds the event loop, as a slow
+    # command would.  Loaded by the daemon under test as sitecustomize.
+    import dataclasses
+    import time
+
+    from rankd.frontends.resp import commands
+
+    _echo = commands.COMMANDS[b"echo"]
+
+
+    def _stalling_echo(conn, args):
+        if args[1].startswith(b"stall:"):
+            time.sleep(float(args[1][6:]))
+        return _echo.handler(conn, args)
+
+
+    commands.COMMANDS[b"echo"] = dataclasses.replace(_echo, handler=_stalling_echo)
+"""
+
+
+def stall_count(daemon: Daemon) -> dict[str, float]:
+    with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {line.split("{le=")[1].split("}")[0].strip('"'): float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("rankd_loop_stall_seconds_bucket")}
+
+
+@pytest.fixture
+def stalling_daemon(tmp_path: Path):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(textwrap.dedent(STALL_HOOK))
+    with Daemon(tmp_path / "data", env={"PYTHONPATH": f"{hook}:{SRC}"}) as daemon:
+        yield daemon
+
+
+def test_the_daemon_logs_and_counts_a_stall_naming_the_resp_command(stalling_daemon):
+    daemon = stalling_daemon
+    deadline = time.monotonic() + 5
+    while not (before := stall_count(daemon)) or before["+Inf"] == 0:  # it starts last
+        assert time.monotonic() < deadline, "the heartbeat does not run"
+        time.sleep(0.05)
+    with socket.create_connection(("127.0.0.1", daemon.resp_port), timeout=5) as client:
+        client.sendall(b"*2\r\n$4\r\nECHO\r\n$9\r\nstall:0.3\r\n")
+        assert client.recv(100) == b"$9\r\nstall:0.3\r\n"
+    assert daemon.wait_for_log("event loop held for 0.")
+    line = next(line for line in daemon.log().splitlines() if "event loop held" in line)
+    assert "front-end resp, command echo" in line
+    assert "frontends/resp/connection.py" in line  # the sampled stack
+    after = stall_count(daemon)
+    assert after["+Inf"] - after["0.1"] >= 1 + before["+Inf"] - before["0.1"]
