@@ -118,13 +118,13 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"rankd: {exc}", file=sys.stderr)
         return 2
     # The data dir is locked by another daemon, is damaged, or the disk
-    # failed while serving: one line that says so, not a traceback.
+    # failed while serving, a port is taken, Postgres cannot be used (a
+    # StartupError): one line that says so, not a traceback.
     except (RuntimeError, WalCorruptError, SnapshotError, StoppedAfterFailure) as exc:
         print(f"rankd: {exc}", file=sys.stderr)
         return 1
-    except OSError as exc:  # a port in use, an address not on this machine
-        print(f"rankd: cannot listen on {settings.host}: {exc.strerror or exc}",
-              file=sys.stderr)
+    except OSError as exc:  # a listener or Postgres failing says so itself (StartupError)
+        print(f"rankd: {exc}", file=sys.stderr)
         return 1
     return 0
 
