@@ -102,11 +102,10 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     service.cluster = node
     service.listening = False  # ready only once the TCP listener is up too
     limits = ConnectionLimits(config.max_connections or default_max_connections(),
-                              config.max_connections_per_address,
-                              gate.trusted_proxies.exempt_from_address_caps)
+                              config.max_connections_per_address)
     tcp = TcpServer(service, gate, limits=limits, idle_timeout=config.idle_timeout)
     resp = RespServer(service, gate, limits=limits, idle_timeout=config.idle_timeout,
-                      max_request=config.max_request_bytes, port_of={"fsync": config.fsync})
+                      port_of={"fsync": config.fsync})
     if config.pacing_us:
         tcp.pacer = resp.pacer = LoopPacer(config.pacing_us / 1e6)
     feed = LiveFeed(engine, interval=config.live_interval,
