@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rankd.cluster.node import ClusterConfig
+from rankd.cluster.trust import MIN_SECRET_BYTES as CLUSTER_SECRET_BYTES
 from rankd.engine.engine import FSYNC_POLICIES, EngineConfig
 from rankd.frontends.origins import OriginPolicy
 from rankd.security import Gate
@@ -90,6 +91,15 @@ OPTIONS = (
            "records, once the log grew by the last snapshot's size too, and the log older "
            "than the snapshot before drops (followers that far behind load the snapshot)",
            minimum=1),
+    Option("group_idle_seconds", float, 30.0,
+           "cluster: a primary gives up a group nothing was written to for this long, once "
+           "all of it is in Postgres (its lease stops being renewed; the next write takes "
+           "it again; 0: never)", minimum=0),
+    Option("cluster_secret", str, None,
+           "cluster: the secret every node of the cluster shares (at least 32 bytes; "
+           "required with credentials; --cluster-secret-file keeps it out of `ps`): nodes "
+           "sign their rows and forwards with it (see docs/cluster.md, Trust)"),
+    Option("cluster_secret_file", Path, None, "read --cluster-secret from this file"),
     Option("snapshot_every_events", int, 1_000_000,
            "snapshot after this many events (or, if more, as many as the last snapshot "
            "wrote entries)"),
@@ -168,6 +178,9 @@ class ServerConfig:
     lease_seconds: float = 4.0
     max_unshipped_ms: float = 1000.0
     group_snapshot_records: int = 100_000
+    group_idle_seconds: float = 30.0
+    cluster_secret: str | None = None
+    cluster_secret_file: Path | None = None
     snapshot_every_events: int = 1_000_000
     snapshot_every_seconds: float = 300.0
     dedupe_ttl: float = 86_400.0
@@ -270,6 +283,15 @@ class ServerConfig:
             raise ConfigError("--postgres-dsn and --cluster-dsn: a cluster node's events are "
                               "in the cluster's log in Postgres already; give only "
                               "--cluster-dsn")
+        secret = _secret(self.cluster_secret, self.cluster_secret_file, "cluster-secret")
+        if secret is not None and len(secret.encode()) < CLUSTER_SECRET_BYTES:
+            raise ConfigError(f"--cluster-secret: {len(secret.encode())} bytes; it needs at "
+                              f"least {CLUSTER_SECRET_BYTES}")
+        if secret is None and (self.api_keys or self.jwt_secret or self.jwt_secret_file
+                               or self.jwt_public_key):
+            raise ConfigError("a cluster node with credentials needs --cluster-secret (or "
+                              "--cluster-secret-file), the same on every node: nodes prove "
+                              "to each other with it that they are nodes (docs/cluster.md)")
         host = self.host if self.host not in ("", "0.0.0.0", "::") else socket.gethostname()
         advertise = self.advertise or f"{host}:{self.port}"
         return ClusterConfig(
@@ -279,7 +301,9 @@ class ServerConfig:
                            if self.tcp_port else None),
             ack_timeout=self.ack_timeout, lease_seconds=self.lease_seconds,
             max_unshipped_ms=self.max_unshipped_ms,
-            group_snapshot_records=self.group_snapshot_records)
+            group_snapshot_records=self.group_snapshot_records,
+            secret=secret.encode() if secret is not None else None,
+            group_idle_seconds=self.group_idle_seconds)
 
     def engine_config(self) -> EngineConfig:
         engine_fields = {f.name for f in fields(EngineConfig)}

@@ -115,8 +115,8 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     metrics = Metrics()
     metrics.add(DaemonCollector(engine, tcp, feed, resp, watchdog))
     app = create_app(service, gate, metrics, origins,
-                     Forwarder(cluster_config.node_id, cluster_config.ack_timeout + 5)
-                     if cluster_config is not None else None)
+                     Forwarder(cluster_config.node_id, cluster_config.ack_timeout + 5,
+                               node.trust) if node is not None else None)
     add_live_routes(app, feed)
     # The keep-alive timeout also runs from the moment a connection opens and
     # while a request trickles in: the header-read timeout against slowloris.

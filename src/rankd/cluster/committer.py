@@ -65,6 +65,8 @@ class GroupCommitter:
         self._flusher: asyncio.Task | None = None
         #: Set when records are enqueued (the flusher may send another append).
         self._more = asyncio.Event()
+        #: Monotonic time of the last enqueue (or of the lease's taking).
+        self.last_write = time.monotonic()
         #: Appends made, and the records and payload bytes in them.
         self.appends = 0
         self.records = 0
@@ -85,7 +87,8 @@ class GroupCommitter:
         first = self.next_seq
         self._queue.extend(enumerate(payloads, first))
         self.next_seq += len(payloads)
-        self._enqueued.append((self.next_seq - 1, time.monotonic()))
+        self.last_write = time.monotonic()
+        self._enqueued.append((self.next_seq - 1, self.last_write))
         self._more.set()
         if self._flusher is None and self._queue:
             self._flusher = asyncio.get_running_loop().create_task(self._flush())
@@ -109,6 +112,12 @@ class GroupCommitter:
         has a newer primary (nothing of them was committed)."""
         last = self.enqueue(payloads) + len(payloads) - 1
         return await asyncio.shield(self.committed(last))
+
+    def idle(self, seconds: float) -> bool:
+        """Whether nothing was enqueued for ``seconds`` and every record
+        enqueued is committed (the group may be given up losing nothing)."""
+        return (self.fenced is None and self.committed_seq == self.next_seq - 1
+                and time.monotonic() - self.last_write >= seconds)
 
     def unshipped_seconds(self) -> float:
         """How long the oldest record not committed yet has waited (0 if none)."""

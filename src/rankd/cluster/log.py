@@ -188,8 +188,8 @@ class ClusterLog:
         async with self.pool.acquire() as conn:
             renewed = await conn.fetchval(
                 "UPDATE rankd_groups SET lease_until = now() + make_interval(secs => $3) "
-                "WHERE group_id = $1 AND epoch = $2 RETURNING epoch",
-                lease.group, lease.epoch, self.lease_seconds)
+                "WHERE group_id = $1 AND epoch = $2 AND holder = $4 RETURNING epoch",
+                lease.group, lease.epoch, self.lease_seconds, lease.holder)
             if renewed is None:
                 await self._fenced(conn, lease)
 
@@ -337,12 +337,16 @@ class ClusterLog:
                 "coalesce(min(first_seq), 1) - 1) FROM rankd_log WHERE group_id = $1",
                 group, epoch)
 
-    async def release(self, lease: Lease) -> None:
-        """Give ``lease`` up (a node leaving): another node may take the
-        group at once.  Nothing if the group already moved on."""
+    async def release(self, lease: Lease, *, idle: bool = False) -> None:
+        """Give ``lease`` up: another node may take the group at once.  A node
+        leaving keeps its name as holder, so the others take its groups over
+        at once (failover); a group given up ``idle`` has no holder, and is
+        taken by the next write to it.  Nothing if the group already moved on."""
         async with self.pool.acquire() as conn:
-            await conn.execute("UPDATE rankd_groups SET lease_until = now() "
-                               "WHERE group_id = $1 AND epoch = $2", lease.group, lease.epoch)
+            await conn.execute(
+                "UPDATE rankd_groups SET lease_until = now(), "
+                "holder = CASE WHEN $3 THEN NULL ELSE holder END "
+                "WHERE group_id = $1 AND epoch = $2", lease.group, lease.epoch, idle)
 
     async def _fenced(self, conn: asyncpg.Connection, lease: Lease,
                       row: asyncpg.Record | None = None) -> None:

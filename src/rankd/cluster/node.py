@@ -21,6 +21,14 @@ with each board group follows from the group's register in Postgres:
   set aside in ``wal/orphan-*`` files (reported in the log and
   ``/metrics``), the group's boards are dropped and its log applied again
   from the start, and the node follows the group from then on.
+* **Idle**: a group written by nobody for ``group_idle_seconds`` whose every
+  record is committed is given up (:meth:`ClusterNode._release_idle`): its
+  lease stops costing Postgres a renewal every ``lease_seconds / 3``, and
+  the next write, on any node, takes it again.
+
+Peers are only the nodes whose row of ``rankd_nodes`` is signed with the
+cluster secret (:mod:`rankd.cluster.trust`), and one process at a time runs
+with a node id (:mod:`rankd.cluster.nodelock`).
 """
 
 from __future__ import annotations
@@ -41,8 +49,10 @@ from rankd.cluster.committer import GroupCommitter, LogLost
 from rankd.cluster.groups import GroupLocks
 from rankd.cluster.leases import LeaseKeeper
 from rankd.cluster.log import ClusterLog, Fenced, migrate
+from rankd.cluster.nodelock import NodeIdInUse, NodeLock
 from rankd.cluster.nodes import Nodes
 from rankd.cluster.tail import LogTail
+from rankd.cluster.trust import ClusterTrust, shared_secret
 from rankd.engine.engine import Engine
 from rankd.engine.errors import NotPrimary, Unacknowledged, Unavailable
 from rankd.engine.frames import frame
@@ -80,6 +90,12 @@ class ClusterConfig:
     #: A primary stores its group's state in Postgres every this many of the
     #: group's records; the log before the snapshot before it is dropped.
     group_snapshot_records: int = 100_000
+    #: The cluster secret (``--cluster-secret``); None: the one kept in
+    #: Postgres (a cluster without credentials, see rankd.cluster.trust).
+    secret: bytes | None = field(default=None, repr=False)
+    #: A primary gives up a group nothing was written to for this long, once
+    #: every record of it is committed (0: never).
+    group_idle_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         if self.ack not in ACK_MODES:
@@ -88,6 +104,8 @@ class ClusterConfig:
             raise ValueError("a cluster node needs a node id (--node-id)")
         if self.lease_seconds <= 0 or self.ack_timeout <= 0 or self.max_unshipped_ms <= 0:
             raise ValueError("lease_seconds, ack_timeout and max_unshipped_ms must be positive")
+        if self.group_idle_seconds < 0:
+            raise ValueError("group_idle_seconds must be 0 (never) or positive")
 
 
 def session_settings(lease_seconds: float) -> dict[str, str]:
@@ -151,6 +169,13 @@ class ClusterNode:
         self.takeovers = 0
         self.snapshots = 0
         self.bootstraps = 0
+        #: Groups given up because nothing was written to them for a while.
+        self.released = 0
+        #: The cluster secret, and what it signs (node rows, forwards).
+        self.trust = ClusterTrust(config.secret)
+        self._node_lock = NodeLock(config.dsn, config.node_id, timeout=CONNECT_SECONDS)
+        #: Node rows not signed with the cluster secret, already reported.
+        self._unvouched: set[str] = set()
         #: Where each written group's last snapshot in Postgres stands.
         self._snapshot_marks: dict[int, SnapshotMark] = {}
         self.pool: asyncpg.Pool | None = None
@@ -175,6 +200,7 @@ class ClusterNode:
         # silent mid-handshake) would otherwise hold whoever waits for a
         # pooled connection for asyncpg's default minute: the log tail once
         # stalled so after Postgres restarted.
+        await self._node_lock.acquire()
         self.pool = await asyncpg.create_pool(
             self.config.dsn, min_size=2, max_size=8, command_timeout=10,
             timeout=CONNECT_SECONDS,
@@ -182,6 +208,8 @@ class ClusterNode:
             reset=release_cheaply)
         async with self.pool.acquire() as conn:
             await migrate(conn)
+            if self.trust.secret is None:
+                self.trust.secret = await shared_secret(conn)
         self.store = ClusterLog(self.pool, lease_seconds=self.config.lease_seconds)
         self.nodes = Nodes(self.pool, alive_seconds=self.config.lease_seconds * 2)
         await self.nodes.migrate()
@@ -254,6 +282,7 @@ class ClusterNode:
                 log.warning("node %s leaving: its Postgres connections did not close within "
                             "%.0fs; dropping them", self.node_id, STOP_SECONDS)
                 self.pool.terminate()
+        await self._node_lock.release()
 
     # --- what the engine calls (rankd.engine.replication.Replication) ---------------
 
@@ -284,6 +313,9 @@ class ClusterNode:
             address, tcp, _ = self.peers.get(holder, (None, None, None))
             raise NotPrimary(f"node {self.node_id} does not write group {group}"
                              + (f"; node {holder} does, at {address}" if address else
+                                f"; its lease is held by {holder!r}, not a live node this "
+                                "cluster vouches for: try again shortly"
+                                if holder in self._unvouched else
                                 "; no live node does yet: try again shortly"), address, tcp)
         if self.ack == "local":
             unshipped = writer.unshipped_seconds() * 1000
@@ -475,7 +507,9 @@ class ClusterNode:
         while True:
             await asyncio.sleep(self._round_seconds)
             try:
+                await self._keep_node_lock()
                 await self._watch_once()
+                await self._release_idle()
             except Exception as exc:
                 log.warning("node %s cannot read the cluster's registers: %s", self.node_id,
                             exc)
@@ -487,19 +521,21 @@ class ClusterNode:
 
     async def _watch_once(self) -> None:
         applied = {g: seq for g, (seq, _) in self.engine.positions.items()}
-        await self.nodes.heartbeat(self.node_id, self.config.advertise, applied,
-                                   self.config.advertise_tcp)
+        config = self.config
+        await self.nodes.heartbeat(self.node_id, config.advertise, applied, config.advertise_tcp,
+                                   self.trust.node_proof(self.node_id, config.advertise,
+                                                         config.advertise_tcp))
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
                 "SELECT group_id, epoch, holder, last_seq, "
                 "extract(epoch FROM lease_until - now()) AS left FROM rankd_groups")
             peers = await conn.fetch(
-                "SELECT node_id, advertise, advertise_tcp, applied FROM rankd_nodes "
+                "SELECT node_id, advertise, advertise_tcp, applied, proof FROM rankd_nodes "
                 "WHERE seen_at > now() - make_interval(secs => $1)", self.nodes.alive_seconds)
         now = time.monotonic()
         self.peers = {row["node_id"]: (row["advertise"], row["advertise_tcp"], {
             int(g): s for g, s in json.loads(row["applied"]).items()})
-            for row in peers}
+            for row in peers if self._vouched(row)}
         for group, writer in list(self.writers.items()):
             if writer.fenced is not None:
                 await self._depose(group, writer.fenced)
@@ -510,8 +546,8 @@ class ClusterNode:
             register = self.registers[group] = Register(
                 row["epoch"], row["holder"], row["last_seq"], now + left if left > 0 else 0.0,
                 before.deferred if before is not None and before.epoch == row["epoch"] else 0)
-            if group in self.writers:
-                continue
+            if group in self.writers or row["holder"] is None:
+                continue  # (no holder: given up idle; the next write takes it)
             if left > 0 and row["holder"] != self.node_id:
                 if left < self._round_seconds:  # it runs out before the next round
                     self._take_when_free(group, left)
@@ -523,6 +559,59 @@ class ClusterNode:
                     log.warning("node %s could not take group %d: %s", self.node_id, group, exc)
             else:
                 register.deferred += 1
+
+    def _vouched(self, row: Any) -> bool:
+        """Whether a live node's row is signed with the cluster secret; one
+        that is not is reported once and never taken as a peer."""
+        node = row["node_id"]
+        if self.trust.vouches(node, row["advertise"], row["advertise_tcp"], row["proof"]):
+            self._unvouched.discard(node)
+            return True
+        if node not in self._unvouched:
+            self._unvouched.add(node)
+            log.error("node %s ignores node %r (at %s): its row in rankd_nodes is not signed "
+                      "with this cluster's secret (a node started with another "
+                      "--cluster-secret, or a row written by someone else); it gets no "
+                      "forwarded writes and no client is sent to it", self.node_id, node,
+                      row["advertise"])
+        return False
+
+    async def _keep_node_lock(self) -> None:
+        """Take the node id's lock again after its session was lost (Postgres
+        restarted); another process with this id started meanwhile is reported."""
+        if self._node_lock.held:
+            return
+        try:
+            await self._node_lock.acquire()
+        except NodeIdInUse as exc:
+            log.error("node %s: %s", self.node_id, exc)
+
+    async def _release_idle(self) -> None:
+        """Give up each written group nothing was written to for
+        ``group_idle_seconds`` and whose every record is committed.  The
+        committer leaves ``writers`` before the first await: a write from
+        then on takes the group again (after this, under the group's lock),
+        so no write reaches a committer that is given up."""
+        idle = self.config.group_idle_seconds
+        if not idle:
+            return
+        for group, writer in list(self.writers.items()):
+            if not writer.idle(idle):
+                continue
+            async with self._lock(group):
+                if self.writers.get(group) is not writer or not writer.idle(idle):
+                    continue
+                del self.writers[group]
+                self.keeper.held.pop(group, None)
+                await writer.close()
+                with contextlib.suppress(Exception):
+                    await self.store.release(writer.lease, idle=True)
+                self.registers[group] = Register(writer.epoch, None, writer.committed_seq, 0.0)
+                await self.tail.resume(group, writer.committed_seq)
+                self.released += 1
+                log.info("node %s gives up group %d at position %d: nothing written to it for "
+                         "%g s (--group-idle-seconds)", self.node_id, group,
+                         writer.committed_seq, idle)
 
     @property
     def _round_seconds(self) -> float:

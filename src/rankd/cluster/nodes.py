@@ -2,7 +2,8 @@
 
 Every node upserts its row of ``rankd_nodes`` (its id, the address it
 advertises to clients and peers, and the last position it applied of each
-group it follows) with :meth:`Nodes.heartbeat`.  A node is *alive* while
+group it follows, and its proof of holding the cluster secret: see
+:mod:`rankd.cluster.trust`) with :meth:`Nodes.heartbeat`.  A node is *alive* while
 its last heartbeat is younger than ``alive_seconds`` by Postgres's clock:
 the one clock all nodes share, so no node's skew decides who is alive.
 
@@ -26,6 +27,7 @@ CREATE TABLE IF NOT EXISTS rankd_nodes (
     seen_at   timestamptz NOT NULL
 );
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS advertise_tcp text;
+ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS proof text;
 """
 
 
@@ -42,17 +44,19 @@ class Nodes:
 
     async def heartbeat(self, node: str, advertise: str,
                         applied: dict[int, int] | None = None,
-                        advertise_tcp: str | None = None) -> None:
+                        advertise_tcp: str | None = None, proof: str | None = None) -> None:
         """Say this node is alive, where it is reached (HTTP, and TCP
-        protocol if it serves it), and how far it has applied each group."""
+        protocol if it serves it), how far it has applied each group, and
+        its ``proof`` (``ClusterTrust.node_proof``)."""
         async with self.pool.acquire() as conn:
             await conn.execute(
-                "INSERT INTO rankd_nodes (node_id, advertise, applied, seen_at, advertise_tcp) "
-                "VALUES ($1, $2, $3::jsonb, now(), $4) ON CONFLICT (node_id) DO UPDATE SET "
-                "advertise = excluded.advertise, applied = excluded.applied, seen_at = now(), "
-                "advertise_tcp = excluded.advertise_tcp",
+                "INSERT INTO rankd_nodes (node_id, advertise, applied, seen_at, advertise_tcp, "
+                "proof) VALUES ($1, $2, $3::jsonb, now(), $4, $5) ON CONFLICT (node_id) DO "
+                "UPDATE SET advertise = excluded.advertise, applied = excluded.applied, "
+                "seen_at = now(), advertise_tcp = excluded.advertise_tcp, "
+                "proof = excluded.proof",
                 node, advertise, json.dumps({str(g): s for g, s in (applied or {}).items()}),
-                advertise_tcp)
+                advertise_tcp, proof)
 
     async def status(self) -> dict[str, Any]:
         """Nodes and groups, for ``GET /v1/cluster`` and ``rankd cluster status``."""

@@ -57,7 +57,7 @@ from rankd.engine.errors import (
     Unacknowledged,
     Unavailable,
 )
-from rankd.engine.ingest import Ingested, check_member, ingest, ingest_packed
+from rankd.engine.ingest import Ingested, check_member, ingest, ingest_packed, missing_board
 from rankd.engine.intake import Intake, Then
 from rankd.engine.periods import check_window, period_of, period_start
 from rankd.engine.reads import PlainReads
@@ -970,6 +970,8 @@ class Engine:
         the whole request there.  Nothing on a single node."""
         if self._replication is not None and type(name) is str:
             group = group_of(name)
+            if name not in self._boards:
+                return  # a group is taken only for a write that can apply
             await self._replication.prepare({group})
             self._replication.writer(group)
 
@@ -981,7 +983,12 @@ class Engine:
         for position, submission in enumerate(submissions):
             group = group_of(submission.board) if type(submission.board) is str else -1
             by_group.setdefault(group, []).append(position)
-        await self._replication.prepare(set(by_group) - {-1})
+        # A group is taken only for a write that can apply: not for writes
+        # to boards missing here (answered below, or by their primary).
+        boards = self._boards
+        await self._replication.prepare({group for group, positions in by_group.items()
+                                         if group >= 0 and any(submissions[p].board in boards
+                                                               for p in positions)})
         self._check_writable()
         answers: list[Any] = [None] * len(submissions)
         waits: list[tuple[list[int], asyncio.Future]] = []
@@ -989,8 +996,12 @@ class Engine:
             try:
                 writer = self._replication.writer(group) if group >= 0 else None
             except NotPrimary as exc:
+                # No node writes a group of missing boards only: they are missing.
+                missing = exc.primary is None and not any(submissions[p].board in boards
+                                                          for p in positions)
                 for position in positions:
-                    answers[position] = exc
+                    answers[position] = (missing_board(submissions[position].board)
+                                         if missing else exc)
                 continue
             try:
                 done = ingest(self._boards, [submissions[p] for p in positions], self.clock(),

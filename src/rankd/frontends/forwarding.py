@@ -1,16 +1,20 @@
 """Sending a write one hop on, to the node that writes its board's group.
 
 On a cluster any node accepts any request.  A write whose board's group
-another node writes (the engine raises ``NotPrimary`` naming it) is sent
-there once, as it came (method, path, query, body, credentials), and its
-answer is returned as that node gave it.  The forwarded request carries
-:data:`FORWARDED`: a node that gets one and does not write the group
-either (the group moved meanwhile) answers ``not_primary`` itself instead
-of forwarding again, so a request never goes round.
+another node writes (the engine raises ``NotPrimary`` naming it: only a node
+the cluster vouches for, see :mod:`rankd.cluster.trust`) is sent there
+once, as it came (method, path, query, body), and its answer is returned as
+that node gave it.  The forwarded request carries :data:`FORWARDED`: a node
+that gets one and does not write the group either (the group moved
+meanwhile) answers ``not_primary`` itself instead of forwarding again, so a
+request never goes round.
 
 The first node already checked the request's ``Origin`` (and its own
-``Host``), so neither is passed on; the credential is, and the primary
-checks it again.
+``Host``), and the client's credential: none of them is passed on.  The
+forward carries the node's own credential instead (:data:`FORWARD_AUTH`, an
+HMAC with the cluster secret over the request and the caller the first node
+admitted); the primary accepts a forward only with a valid one, and then
+checks that caller's scope and rate limits as its own.
 """
 
 from __future__ import annotations
@@ -18,40 +22,48 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import web
 
+from rankd.cluster.trust import FORWARD_AUTH, ClusterTrust
+from rankd.security import Gate, Principal, Unauthorized, audit
+
 #: Marks a forwarded request (its value: the forwarding node).
 FORWARDED = "X-Rankd-Forwarded-By"
-#: Headers not passed on: per-connection ones, and those the first node checked.
+#: Headers not passed on: per-connection ones, the client's credential, and
+#: those the first node checked.
 _DROPPED = frozenset({"host", "origin", "connection", "keep-alive", "transfer-encoding",
                       "content-length", "te", "trailer", "upgrade", "proxy-authorization",
-                      FORWARDED.lower()})
-
+                      "authorization", "cookie", FORWARDED.lower(), FORWARD_AUTH.lower()})
 
 
 def forwarded(request: web.Request) -> bool:
-    """Whether ``request`` was forwarded to this node already."""
+    """Whether ``request`` says it was forwarded to this node already."""
     return FORWARDED in request.headers
 
 
 class Forwarder:
-    """Forwards requests from node ``node`` (one HTTP client, made on first use)."""
+    """Forwards requests from node ``node`` (one HTTP client, made on first
+    use), and admits the requests other nodes forward to it."""
 
-    def __init__(self, node: str, timeout: float) -> None:
+    def __init__(self, node: str, timeout: float, trust: ClusterTrust) -> None:
         self.node = node
         self.timeout = timeout
+        self.trust = trust
         self.forwarded = 0
         self._client: aiohttp.ClientSession | None = None
 
-    async def forward(self, request: web.Request, address: str) -> web.Response:
-        """Send ``request`` to the node at ``address`` (``host:port``) and
-        return its answer."""
+    async def forward(self, request: web.Request, address: str,
+                      principal: Principal) -> web.Response:
+        """Send ``request``, admitted for ``principal``, to the node at
+        ``address`` (``host:port``) and return its answer."""
         if self._client is None:
             self._client = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout), auto_decompress=False)
+        body = await request.read()
         headers = {name: value for name, value in request.headers.items()
                    if name.lower() not in _DROPPED}
         headers[FORWARDED] = self.node
+        headers[FORWARD_AUTH] = self.trust.forward_header(
+            self.node, request.method, request.path_qs, body, principal, request.remote or "")
         scheme = "https" if request.secure else "http"
-        body = await request.read()
         self.forwarded += 1
         async with self._client.request(request.method,
                                         f"{scheme}://{address}{request.path_qs}",
@@ -62,6 +74,22 @@ class Forwarder:
                     if name.lower() in ("content-type", "retry-after", "www-authenticate",
                                         "content-encoding")}
             return web.Response(status=answer.status, body=payload, headers=kept)
+
+    async def admitted(self, request: web.Request, gate: Gate, operation: str,
+                       cost: int) -> tuple[Principal, str]:
+        """The caller of a request another node forwarded, and its address,
+        admitted by ``gate`` (scope, rate limits); :class:`Unauthorized`
+        unless the request carries a valid node credential."""
+        try:
+            caller = self.trust.verify_forward(
+                request.headers[FORWARDED], request.headers.get(FORWARD_AUTH), request.method,
+                request.path_qs, await request.read())
+        except Unauthorized as exc:
+            audit("auth_rejected", operation=operation, address=request.remote or "",
+                  node=request.headers[FORWARDED][:64], reason=exc.message)
+            raise
+        gate.admit(caller.principal, operation, caller.address, cost)
+        return caller.principal, caller.address
 
     async def close(self) -> None:
         if self._client is not None:

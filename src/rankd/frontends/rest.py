@@ -79,7 +79,7 @@ async def error_middleware(request: web.Request,
         if forwarder is None or exc.primary is None or forwarded(request):
             return error_response(exc.code, exc.message)
         try:
-            return await forwarder.forward(request, exc.primary)
+            return await forwarder.forward(request, exc.primary, request[PRINCIPAL])
         except aiohttp.ClientConnectorError as err:
             return error_response("unavailable", f"the node that writes this board "
                                   f"({exc.primary}) cannot be reached ({err}); nothing was "
@@ -141,7 +141,11 @@ async def gate_middleware(request: web.Request,
     address = request.remote or ""
     # A batch is charged per event once its body is read.
     cost = 0 if operation == "submit_batch" else 1
-    principal = gate.admitted(credential_of(request, operation), operation, address, cost)
+    forwarder = request.app.get(FORWARDER)
+    if forwarder is not None and forwarded(request):  # from a node: its credential
+        principal, address = await forwarder.admitted(request, gate, operation, cost)
+    else:
+        principal = gate.admitted(credential_of(request, operation), operation, address, cost)
     request[PRINCIPAL] = principal
     response = await handler(request)
     gate.done(principal, operation, address, board=request.match_info.get("board"))

@@ -1,0 +1,68 @@
+"""Small rankd clusters on the session's Postgres, for the tests of a
+node's trust, its groups and its clients' sessions: each test gets a fresh
+database and its own nodes (no proxies: see jepsen.py for faults)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from daemon import Daemon
+
+
+def sql(dsn: str, query: str, *args: Any) -> list[asyncpg.Record]:
+    """Run one statement on ``dsn``; its rows."""
+
+    async def run() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return await conn.fetch(query, *args)
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def wait_ready(daemon: Daemon, timeout: float = 30.0) -> None:
+    """Until the node joined its cluster (``/v1/ready`` needs no credential)."""
+    deadline = time.monotonic() + timeout
+    while daemon.request("GET", "/v1/ready")[0] != 200:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"node not ready in {timeout} s:\n{daemon.log()[-3000:]}")
+        time.sleep(0.05)
+
+
+def node(root: Path, dsn: str, name: str, *args: str) -> Daemon:
+    """A cluster node (not started) with a short lease."""
+    return Daemon(root / name, "--cluster-dsn", dsn, "--node-id", name,
+                  "--lease-seconds", "1.5", "--log-format", "text", *args)
+
+
+@contextlib.contextmanager
+def nodes(root: Path, dsn: str, count: int, *args: str) -> Iterator[list[Daemon]]:
+    """``count`` started nodes ``n0``, ``n1``...; stopped at the end."""
+    daemons: list[Daemon] = []
+    try:
+        for i in range(count):
+            daemon = node(root, dsn, f"n{i}", *args)
+            daemons.append(daemon)
+            daemon.start()
+            wait_ready(daemon)
+        yield daemons
+    finally:
+        for daemon in daemons:
+            if daemon.process is not None and daemon.process.poll() is None:
+                daemon.stop(timeout=20)
+
+
+def holder(dsn: str, group: int) -> str | None:
+    """The node that holds ``group``'s lease now (None: nobody)."""
+    rows = sql(dsn, "SELECT holder FROM rankd_groups WHERE group_id = $1 "
+                    "AND lease_until > now()", group)
+    return rows[0]["holder"] if rows else None
