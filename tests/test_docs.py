@@ -60,3 +60,77 @@ def test_measured_figures_live_only_in_bench_results():
 def test_the_docs_say_windows_are_utc():
     assert "UTC" in (ROOT / "README.md").read_text()
     assert "UTC" in (ROOT / "docs" / "live.md").read_text()
+
+
+RECIPE_PORTS = (7700, 7701, 7702, 7710, 7711, 7712, 7720, 7721, 7722)
+
+
+def _recipe() -> str:
+    text = (ROOT / "docs" / "cluster.md").read_text()
+    section = text.split("## Three nodes on one machine", 1)[1]
+    return re.search(r"```sh\n(.*?)```", section, re.DOTALL).group(1)
+
+
+def _get(url: str, body: object = None, method: str = "GET") -> object:
+    import json
+    import urllib.request
+
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=15) as response:
+        return json.loads(response.read() or b"null")
+
+
+def test_the_loopback_cluster_recipe_runs_as_printed(tmp_path, pg_cluster):
+    """docs/cluster.md's three-node recipe, pasted into bash against a
+    throwaway Postgres (PGPORT points at it): the role and database are
+    made, three nodes start on their own ports and join, and any of them
+    takes a write and serves it."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from daemon import SRC
+
+    for port in RECIPE_PORTS:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                pytest.skip(f"port {port}, which the recipe uses, is taken on this machine")
+    env = {"PATH": f"{Path(sys.executable).parent}:{pg_cluster.bin_dir}:/usr/bin:/bin",
+           "PYTHONPATH": str(SRC), "PGHOST": "127.0.0.1", "PGPORT": str(pg_cluster.port),
+           "PGUSER": "postgres", "HOME": str(tmp_path)}
+    output = tmp_path / "recipe.out"
+    with open(output, "wb") as out:
+        shell = subprocess.Popen(["bash", "-eu", "-c", _recipe()], cwd=tmp_path, env=env,
+                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        try:
+            assert shell.wait(120) == 0, output.read_text()
+        except subprocess.TimeoutExpired:
+            logs = "".join(p.read_text()[-2000:] for p in tmp_path.glob("rankd-*.log"))
+            pytest.fail(f"the recipe did not finish in 120 s:\n{output.read_text()}\n{logs}")
+        status = output.read_text()
+        for node in "abc":
+            assert re.search(rf"^node {node}\s.*\salive$", status, re.MULTILINE), status
+        _get("http://127.0.0.1:7700/v1/boards/arena", {"policy": "best"}, "PUT")
+        written = _get("http://127.0.0.1:7710/v1/boards/arena/scores",
+                       {"member": "ann", "score": 42}, "POST")
+        top = _get(f"http://127.0.0.1:7720/v1/boards/arena/top?min_seq={written['seq']}")
+        assert [(e["member"], e["score"]) for e in top["entries"]] == [("ann", 42)]
+    finally:
+        # The nodes run in the shell's process group (no job control):
+        # SIGTERM it, and wait (bounded) for every node to leave.
+        group = shell.pid
+        try:
+            os.killpg(group, signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                os.killpg(group, 0)
+                time.sleep(0.2)
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -94,7 +94,8 @@ def postgres_failure(flag: str, dsn: str, exc: BaseException) -> StartupError:
     else:
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         what = f"{reason}: is Postgres running on {address}?"
-    return StartupError(f"cannot use the Postgres {where}: {what}")
+    # One line, even for a Postgres error with DETAIL and HINT lines.
+    return StartupError(" ".join(f"cannot use the Postgres {where}: {what}".split()))
 
 
 async def reaching_postgres(flag: str, dsn: str, start: Awaitable[T]) -> T:

@@ -146,10 +146,17 @@ class Lease:
     last_seq: int
 
 
+async def lock_schema(conn: asyncpg.Connection) -> None:
+    """Within a transaction: wait while another node creates the cluster's
+    tables (nodes starting together would race on ``CREATE TABLE IF NOT
+    EXISTS``, which fails on a unique index of Postgres's catalog)."""
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+
+
 async def migrate(conn: asyncpg.Connection) -> None:
     """Create the cluster's tables if they are not there."""
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await lock_schema(conn)
         await conn.execute(SCHEMA)
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import asyncpg
 
+from rankd.cluster.log import lock_schema
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rankd_nodes (
     node_id   text PRIMARY KEY,
@@ -39,7 +41,8 @@ class Nodes:
         self.alive_seconds = alive_seconds
 
     async def migrate(self) -> None:
-        async with self.pool.acquire() as conn:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await lock_schema(conn)
             await conn.execute(SCHEMA)
 
     async def heartbeat(self, node: str, advertise: str,

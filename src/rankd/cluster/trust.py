@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from rankd.cluster.log import lock_schema
 from rankd.security.auth import Principal, Unauthorized
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,9 @@ class ClusterTrust:
 async def shared_secret(conn: asyncpg.Connection) -> bytes:
     """The secret of a cluster without one configured: made by its first
     node, kept in Postgres (so its trust is that of Postgres's access)."""
-    await conn.execute(SECRET_SCHEMA)
-    await conn.execute("INSERT INTO rankd_cluster_secret (id, secret) VALUES (1, $1) "
-                       "ON CONFLICT DO NOTHING", secrets.token_bytes(32))
+    async with conn.transaction():
+        await lock_schema(conn)
+        await conn.execute(SECRET_SCHEMA)
+        await conn.execute("INSERT INTO rankd_cluster_secret (id, secret) VALUES (1, $1) "
+                           "ON CONFLICT DO NOTHING", secrets.token_bytes(32))
     return bytes(await conn.fetchval("SELECT secret FROM rankd_cluster_secret WHERE id = 1"))
