@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+from jepsen import wait_ready
 
 from daemon import Daemon
 
@@ -27,15 +27,6 @@ def sql(dsn: str, query: str, *args: Any) -> list[asyncpg.Record]:
             await conn.close()
 
     return asyncio.run(run())
-
-
-def wait_ready(daemon: Daemon, timeout: float = 30.0) -> None:
-    """Until the node joined its cluster (``/v1/ready`` needs no credential)."""
-    deadline = time.monotonic() + timeout
-    while daemon.request("GET", "/v1/ready")[0] != 200:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"node not ready in {timeout} s:\n{daemon.log()[-3000:]}")
-        time.sleep(0.05)
 
 
 def node(root: Path, dsn: str, name: str, *args: str) -> Daemon:

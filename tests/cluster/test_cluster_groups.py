@@ -46,7 +46,7 @@ def test_writes_to_missing_boards_take_no_group(tmp_path: Path, pg_dsn: str) -> 
             assert all(r["error"]["code"] == "not_found" for r in answer["results"]), answer
         assert held_groups(pg_dsn) == []
         # A board that exists takes its group as before.
-        assert only.request("PUT", "/v1/boards/there", {})[0] == 201
+        assert only.request("PUT", "/v1/boards/there", {"policy": "sum"})[0] == 201
         assert only.request("POST", "/v1/boards/there/scores", {"member": "a", "delta": 1}
                             )[0] == 200
         assert held_groups(pg_dsn) == [group_of("there")]

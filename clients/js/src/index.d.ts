@@ -73,12 +73,27 @@ export interface RankdOptions {
   /** A WebSocket class (Node < 22: e.g. the `ws` package's), or null for none. */
   WebSocket?: unknown;
   EventSource?: unknown;
+  /**
+   * Session consistency (default true): each read of a board carries the log
+   * position of this client's last write to it as `minSeq`, so on a cluster a
+   * follower answers once it applied that write.  False: read what the node has.
+   */
+  readYourWrites?: boolean;
+}
+
+/** A write's position in its board group's log (a cluster's answers carry it). */
+export interface LogPosition {
+  epoch: number;
+  seq: number;
 }
 
 export class Rankd {
   constructor(options?: RankdOptions);
   readonly url: string;
   token: string | null;
+  readYourWrites: boolean;
+  /** Board name -> the position of this client's last write to it. */
+  readonly positions: Map<string, LogPosition>;
   request<T = unknown>(method: string, path: string, options?: {
     query?: Record<string, unknown>; body?: unknown; signal?: AbortSignal;
   }): Promise<T>;

@@ -204,9 +204,11 @@ export class Rankd {
    * @param {object} [options]
    * @param {string} [options.url] the server's base URL (default: the page's origin)
    * @param {string} [options.token] an API key or JWT (sent as a bearer token)
+   * @param {boolean} [options.readYourWrites] on a cluster, each read of a board
+   *   waits until the node applied this client's last write to it (default true)
    */
   constructor({ url, token, timeoutMs = DEFAULT_TIMEOUT_MS, fetch: fetchImpl, WebSocket: socket,
-                EventSource: eventSource } = {}) {
+                EventSource: eventSource, readYourWrites = true } = {}) {
     const base = url ?? globalThis.location?.origin;
     if (!base) throw new TypeError("new Rankd({url}): the server's URL is needed outside a page");
     this.url = String(base).replace(/\/+$/, "");
@@ -216,6 +218,25 @@ export class Rankd {
     if (!this.fetch) throw new TypeError("no fetch: pass one as options.fetch");
     this.WebSocket = socket === undefined ? globalThis.WebSocket ?? null : socket;
     this.EventSource = eventSource === undefined ? globalThis.EventSource ?? null : eventSource;
+    /** Session consistency: reads carry the position of this client's last write. */
+    this.readYourWrites = readYourWrites;
+    /** Board name -> `{epoch, seq}` of this client's last write to it. */
+    this.positions = new Map();
+  }
+
+  /** Keep the log position a write's `answer` gives (a cluster's) as `board`'s. */
+  remember(board, answer) {
+    const { seq, epoch } = answer ?? {};
+    if (!this.readYourWrites || !Number.isInteger(seq) || !Number.isInteger(epoch)) return answer;
+    const known = this.positions.get(board);
+    if (!known || seq > known.seq) this.positions.set(board, { epoch, seq });
+    return answer;
+  }
+
+  /** Read `options` with the session's `minSeq` for `board` (unless one is given). */
+  consistent(board, options = {}) {
+    const known = this.readYourWrites ? this.positions.get(board) : undefined;
+    return known && options.minSeq == null ? { ...options, minSeq: known.seq } : options;
   }
 
   /** One request; the answer's JSON, or a {@link RankdError}. */
@@ -272,7 +293,9 @@ export class Board {
     this.path = `/v1/boards/${segment(name)}`;
   }
 
-  get({ minSeq } = {}) { return this.client.request("GET", this.path, { query: { minSeq } }); }
+  get({ minSeq } = {}) {
+    return this.client.request("GET", this.path, { query: this.reading({ minSeq }) });
+  }
   /** Create the board, or replace its configuration. */
   put(config = {}, { discard } = {}) {
     return this.client.request("PUT", this.path, { body: config, query: { discard } });
@@ -283,10 +306,16 @@ export class Board {
   delete() { return this.client.request("DELETE", this.path); }
 
   /** Submit one score (`score` or `delta`; `event_id` makes a retry safe). */
-  submit(event) { return this.client.request("POST", `${this.path}/scores`, { body: event }); }
+  async submit(event) {
+    const answer = await this.client.request("POST", `${this.path}/scores`, { body: event });
+    return this.client.remember(this.name, answer);
+  }
   /** Submit many events in one request: `{results}`, one result or error each. */
-  submitBatch(events) {
-    return this.client.request("POST", `${this.path}/scores/batch`, { body: { events } });
+  async submitBatch(events) {
+    const answer = await this.client.request("POST", `${this.path}/scores/batch`,
+                                             { body: { events } });
+    for (const result of answer.results ?? []) this.client.remember(this.name, result);
+    return answer;
   }
   /** Sign `event` with `secret` and submit it (a `signed` board; see {@link sign}). */
   async submitSigned(secret, event) {
@@ -296,18 +325,24 @@ export class Board {
   }
 
   /** `{entries, total, window, period, version}`; `limit`, `offset` page through it. */
-  top(options = {}) { return this.client.request("GET", `${this.path}/top`, { query: options }); }
+  top(options = {}) {
+    return this.client.request("GET", `${this.path}/top`, { query: this.reading(options) });
+  }
   member(member, options = {}) {
-    return this.client.request("GET", `${this.path}/members/${segment(member)}`, { query: options });
+    return this.client.request("GET", `${this.path}/members/${segment(member)}`,
+                               { query: this.reading(options) });
   }
   around(member, options = {}) {
     return this.client.request("GET", `${this.path}/members/${segment(member)}/around`,
-                               { query: options });
+                               { query: this.reading(options) });
   }
   /** The standings of many members (a friends list): `{entries, missing}`. */
   ranks(members, options = {}) {
-    return this.client.request("POST", `${this.path}/ranks`, { body: { members }, query: options });
+    return this.client.request("POST", `${this.path}/ranks`,
+                               { body: { members }, query: this.reading(options) });
   }
+  /** A read's options with the session's `minSeq` (see `readYourWrites`). */
+  reading(options) { return this.client.consistent(this.name, options); }
   periods(options = {}) {
     return this.client.request("GET", `${this.path}/periods`, { query: options });
   }

@@ -19,6 +19,11 @@ on it automatically; a write is retried only when it is idempotent (a
 submission carrying an ``event_id``, a board put), since otherwise its
 first attempt may have been applied already: :class:`ConnectionLost` then
 tells the caller.
+
+On a cluster a client reads its own writes (session consistency): each read
+of a board carries the log position of the client's last write to it as
+``min_seq``, so a follower answers once it applied that write.  Pass
+``read_your_writes=False`` to read whatever the node has.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ from rankd.client.errors import (
     error_for,
 )
 
+#: Reads that take ``min_seq`` (on a cluster: answer once that write is applied).
+CONSISTENT_READS = frozenset({"get_board", "top", "member", "around", "ranks"})
+
 
 class _Connection(asyncio.Protocol):
     """One TCP connection: writes request frames, resolves futures by id."""
@@ -93,14 +96,24 @@ class AsyncClient(Operations):
     ``follow_moved`` (the default) the client sends it there, over a
     connection of its own to that node kept for later writes, and returns
     that answer (one hop: a second ``moved`` raises :class:`Moved`).
-    ``submit_many`` sends each moved event on likewise.
+    ``submit_many`` sends each moved event on likewise.  It follows only
+    what its own node answers (the node names only nodes the cluster
+    vouches for: docs/cluster.md, Trust), and only one hop.
+
+    With ``read_your_writes`` (the default: session consistency) the client
+    keeps, per board, the log position ``(epoch, seq)`` of its last write
+    (:attr:`positions`), and each read of that board it sends without a
+    ``min_seq`` carries that position as ``min_seq``: on a cluster a read
+    served by a follower then waits until the follower applied the write.
+    On a single node answers carry no position and nothing is sent.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 7701, *, timeout: float = 10.0,
                  connect_timeout: float = 5.0, retries: int = 5, backoff: float = 0.05,
                  max_backoff: float = 2.0, client_name: str = f"rankd-python/{__version__}",
                  max_frame: int = wire.MAX_FRAME, token: str | None = None,
-                 ssl: ssl_module.SSLContext | None = None, follow_moved: bool = True) -> None:
+                 ssl: ssl_module.SSLContext | None = None, follow_moved: bool = True,
+                 read_your_writes: bool = True) -> None:
         self.host = host
         self.port = port
         self.timeout = timeout
@@ -114,6 +127,9 @@ class AsyncClient(Operations):
         self.token = token
         self.ssl = ssl
         self.follow_moved = follow_moved
+        self.read_your_writes = read_your_writes
+        #: Board -> (epoch, seq) of the last write this client made to it.
+        self.positions: dict[str, tuple[int, int]] = {}
         #: Connections to the other cluster nodes ``moved`` answers named.
         self._peers: dict[str, AsyncClient] = {}
         self.principal: dict[str, Any] | None = None
@@ -196,6 +212,32 @@ class AsyncClient(Operations):
             timer.cancel()
 
     async def _call(self, op: str, args: dict[str, Any], idempotent: bool) -> Any:
+        if not self.read_your_writes:
+            return await self._attempts(op, args, idempotent)
+        if op in CONSISTENT_READS and "min_seq" not in args:
+            position = self.positions.get(args.get("board"))  # type: ignore[arg-type]
+            if position is not None:
+                args = {**args, "min_seq": position[1]}
+        result = await self._attempts(op, args, idempotent)
+        if op == "submit_many":
+            for event, answer in zip(args["events"], result.get("results", ()), strict=False):
+                self._remember(event.get("board"), answer)
+        else:
+            self._remember(args.get("board"), result)
+        return result
+
+    def _remember(self, board: object, answer: object) -> None:
+        """Keep the position a write's ``answer`` gives (if any) as ``board``'s."""
+        if not isinstance(board, str) or not isinstance(answer, dict):
+            return
+        seq, epoch = answer.get("seq"), answer.get("epoch")
+        if type(seq) is int and type(epoch) is int:
+            known = self.positions.get(board)
+            if known is None or seq > known[1]:
+                self.positions[board] = (epoch, seq)
+
+    async def _attempts(self, op: str, args: dict[str, Any], idempotent: bool) -> Any:
+        """Send ``op``, retried as :class:`AsyncClient` says, following ``moved``."""
         delay = self.backoff
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
@@ -210,7 +252,7 @@ class AsyncClient(Operations):
                 except Moved as moved:
                     if not self.follow_moved or not moved.address:
                         raise
-                    return await self._peer(moved.address)._call(op, args, idempotent)
+                    return await self._peer(moved.address)._attempts(op, args, idempotent)
                 except (ConnectionLost, Unavailable):
                     # Sent: retrying is only safe when applying twice is harmless.
                     if last or not idempotent:
@@ -234,7 +276,7 @@ class AsyncClient(Operations):
                 connect_timeout=self.connect_timeout, retries=self.retries,
                 backoff=self.backoff, max_backoff=self.max_backoff,
                 client_name=self.client_name, max_frame=self.max_frame, token=self.token,
-                ssl=self.ssl, follow_moved=False)
+                ssl=self.ssl, follow_moved=False, read_your_writes=False)
         return peer
 
     async def _send_moved_on(self, events: list[dict[str, Any]],
@@ -249,8 +291,8 @@ class AsyncClient(Operations):
         for address, positions in moved.items():
             batch = [events[p] for p in positions]
             idempotent = all(event.get("event_id") is not None for event in batch)
-            answer = await self._peer(address)._call("submit_many", {"events": batch},
-                                                     idempotent)
+            answer = await self._peer(address)._attempts("submit_many", {"events": batch},
+                                                         idempotent)
             for position, result in zip(positions, answer["results"], strict=True):
                 results[position] = result
 

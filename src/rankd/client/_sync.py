@@ -38,6 +38,12 @@ class Client(Operations):
     def server_info(self) -> dict[str, Any] | None:
         return self._async.server_info
 
+    @property
+    def positions(self) -> dict[str, tuple[int, int]]:
+        """Board -> ``(epoch, seq)`` of this client's last write to it (see
+        :class:`AsyncClient`'s ``read_your_writes``)."""
+        return self._async.positions
+
     def _run(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 

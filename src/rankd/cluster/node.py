@@ -286,7 +286,9 @@ class ClusterNode:
 
     # --- what the engine calls (rankd.engine.replication.Replication) ---------------
 
-    async def prepare(self, groups: set[int]) -> None:
+    async def prepare(self, groups: set[int], *, take: bool = True) -> None:
+        if not groups:
+            return
         if not self._joined.is_set():
             try:
                 await asyncio.wait_for(self._joined.wait(), JOIN_WAIT_SECONDS)
@@ -303,7 +305,10 @@ class ClusterNode:
             if (register is not None and register.holder != self.node_id
                     and register.lease_until > time.monotonic()):
                 continue  # another live primary: the write goes there
-            await self._take(group)
+            if take:
+                await self._take(group)
+            else:  # a write that cannot apply here: only learn who writes the group
+                await self._read_register(group)
 
     def writer(self, group: int) -> GroupCommitter:
         writer = self.writers.get(group)

@@ -970,10 +970,13 @@ class Engine:
         the whole request there.  Nothing on a single node."""
         if self._replication is not None and type(name) is str:
             group = group_of(name)
-            if name not in self._boards:
-                return  # a group is taken only for a write that can apply
-            await self._replication.prepare({group})
-            self._replication.writer(group)
+            exists = name in self._boards  # a group is taken only for a write that can apply
+            await self._replication.prepare({group}, take=exists)
+            try:
+                self._replication.writer(group)
+            except NotPrimary as exc:
+                if exists or exc.primary is not None:
+                    raise  # (else: no node writes it, each event is answered not_found)
 
     async def _submit_replicated(self, submissions: list[Submission]
                                  ) -> list[dict[str, Any] | EngineError]:
@@ -983,12 +986,13 @@ class Engine:
         for position, submission in enumerate(submissions):
             group = group_of(submission.board) if type(submission.board) is str else -1
             by_group.setdefault(group, []).append(position)
-        # A group is taken only for a write that can apply: not for writes
-        # to boards missing here (answered below, or by their primary).
+        # A group is taken only for a write that can apply: not for writes to
+        # boards missing here (answered not_found below, or by their primary).
         boards = self._boards
-        await self._replication.prepare({group for group, positions in by_group.items()
-                                         if group >= 0 and any(submissions[p].board in boards
-                                                               for p in positions)})
+        applicable = {group for group, positions in by_group.items()
+                      if group >= 0 and any(submissions[p].board in boards for p in positions)}
+        await self._replication.prepare(applicable)
+        await self._replication.prepare(set(by_group) - applicable - {-1}, take=False)
         self._check_writable()
         answers: list[Any] = [None] * len(submissions)
         waits: list[tuple[list[int], asyncio.Future]] = []

@@ -47,9 +47,10 @@ class Replication(Protocol):
     #: False while the node catches up at start: reads answer ``Unavailable``.
     serving: bool
 
-    async def prepare(self, groups: set[int]) -> None:
+    async def prepare(self, groups: set[int], *, take: bool = True) -> None:
         """Before writing ``groups``: become the primary of those no node
-        holds (draining their logs first)."""
+        holds (draining their logs first).  Without ``take`` (writes that
+        cannot apply here): only learn which node writes them, if any."""
 
     def writer(self, group: int) -> GroupWriter:
         """The group's writer; ``NotPrimary`` (naming the primary) if
