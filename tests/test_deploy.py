@@ -44,8 +44,10 @@ def test_the_example_config_starts_the_daemon(tmp_path):
 
 
 def _unit() -> dict[str, list[str]]:
+    """The unit's settings, a line ending in a backslash continued on the next."""
     settings: dict[str, list[str]] = {}
-    for line in (DEPLOY / "rankd.service").read_text().splitlines():
+    text = re.sub(r"\\\n\s*", " ", (DEPLOY / "rankd.service").read_text())
+    for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith(("#", "[")):
             continue
@@ -69,6 +71,74 @@ def test_the_systemd_unit_is_hardened_and_runs_a_valid_command_line():
     parsed = parser.parse_args(command[2:])  # exits (fails) on a flag rankd lacks
     assert str(parsed.config) == "/etc/rankd/rankd.toml"
     assert "@system-service" in unit["SystemCallFilter"]
+
+
+def test_the_systemd_unit_caps_memory_and_hands_secrets_over_as_credentials():
+    """The unit had no memory cap and the secrets were meant for the config
+    file, which is readable; its comment said ``pip install rankd``,
+    although rankd is not published."""
+    unit = _unit()
+    assert re.fullmatch(r"\d+[KMGT]", unit["MemoryMax"][0]), unit.get("MemoryMax")
+    assert unit.get("MemorySwapMax") == ["0"]
+    credentials = dict(entry.split(":", 1) for entry in unit["LoadCredential"])
+    assert credentials == {"jwt-secret": "/etc/rankd/credentials/jwt-secret"}
+    command = shlex.split(unit["ExecStart"][0])
+    assert command[command.index("--jwt-secret-file") + 1] == "%d/jwt-secret"
+    header = (DEPLOY / "rankd.service").read_text().split("[Unit]")[0]
+    assert "pip install rankd" not in header
+    assert "deploy/install.sh install" in header and "deploy/install.sh wheels" in header
+
+
+def test_the_units_command_line_reads_the_jwt_secret_from_the_credentials_dir(tmp_path):
+    """The unit's ExecStart, with ``%d`` (systemd's credentials directory)
+    a directory holding the secret and the shipped example config: rankd
+    reads the secret from there and requires a token signed with it."""
+    import jwt
+
+    secret = "credential-secret-" + "k" * 24
+    credentials = tmp_path / "credentials"
+    credentials.mkdir(mode=0o700)
+    (credentials / "jwt-secret").write_text(secret + "\n")
+    command = [part.replace("%d", str(credentials)) for part in
+               shlex.split(_unit()["ExecStart"][0])[2:]]
+    command[command.index("--config") + 1] = str(DEPLOY / "rankd.toml")
+    with Daemon(tmp_path / "data", *command) as running:
+        assert running.request("GET", "/v1/boards")[0] == 401
+        token = jwt.encode({"sub": "ops", "scope": "read", "exp": int(time.time()) + 60},
+                           secret, algorithm="HS256")
+        status, _ = running.request("GET", "/v1/boards",
+                                    headers={"Authorization": f"Bearer {token}"})
+        assert status == 200
+
+
+def test_compose_publishes_on_loopback_and_passes_secrets_as_files():
+    """compose.yaml published all three ports on every interface and passed
+    the JWT secret and the Postgres password in the environment."""
+    import yaml
+
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    declared = compose["secrets"]
+    for name, service in compose["services"].items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+        environment = service.get("environment", {})
+        for key, value in environment.items():
+            value = str(value)
+            assert not re.search(r"SECRET$|PASSWORD$", key), (name, key)
+            assert not re.search(r"://[^/@]*:[^/@]*@", value), (name, key)  # user:password@
+            for path in re.findall(r"/run/secrets/(\w+)", value):
+                assert path in declared and path in service["secrets"], (name, key, path)
+    rankd = compose["services"]["rankd"]
+    assert rankd["environment"]["RANKD_JWT_SECRET_FILE"] == "/run/secrets/jwt_secret"
+    assert "passfile=/run/secrets/pgpass" in rankd["environment"]["RANKD_POSTGRES_DSN"]
+    assert compose["services"]["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"] == \
+        "/run/secrets/postgres_password"
+    for secret in declared.values():
+        assert secret["file"].startswith("./secrets/")
+    ignored = (DEPLOY.parent / ".dockerignore").read_text().split()
+    assert "deploy/secrets" in ignored  # never in an image's build context
+    assert (DEPLOY / "secrets" / ".gitignore").read_text().splitlines()[1:] == ["*",
+                                                                                "!.gitignore"]
 
 
 def test_every_metric_the_dashboard_queries_exists(tmp_path):
@@ -104,7 +174,6 @@ def test_the_dockerfile_builds_in_two_stages_and_runs_unprivileged():
     assert re.search(r"^HEALTHCHECK .*?/v1/health", text, re.MULTILINE | re.DOTALL)
     compose = (DEPLOY / "compose.yaml").read_text()
     assert "postgres:" in compose and "RANKD_POSTGRES_DSN" in compose
-    assert "RANKD_JWT_SECRET: ${RANKD_JWT_SECRET:?" in compose  # no default secret
 
 
 @pytest.mark.slow
