@@ -134,3 +134,26 @@ def test_the_loopback_cluster_recipe_runs_as_printed(tmp_path, pg_cluster):
             os.killpg(group, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_the_readme_layout_matches_the_tree():
+    """README's layout block once listed wire.py and config.py under
+    clients/js/.  Each name in its first column is where the block's
+    indentation puts it: a top-level path, or one inside the entry above."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"## Layout\n\n```\n(.*?)```", readme, re.DOTALL).group(1)
+    parent = ROOT
+    checked = 0
+    for line in block.splitlines():
+        first_column = re.split(r"\s{2,}", line.strip())[0]
+        if not line.strip() or line.startswith(" " * 4):  # a description continued
+            continue
+        names = [name.strip() for name in first_column.split(",")]
+        base = ROOT if not line.startswith(" ") else parent
+        for name in names:
+            assert (base / name).exists(), f"README's layout lists {name} in " \
+                                           f"{base.relative_to(ROOT) or '.'}/, not there"
+            checked += 1
+        if not line.startswith(" ") and names[0].endswith("/"):
+            parent = ROOT / names[0]
+    assert checked >= 15
