@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,19 @@ from daemon import Daemon
 from rankd.frontends.resp.protocol import encode_request
 from redisserver import RedisServer
 from respclient import RawClient
-from test_security import ADMIN, READER_ENTRY, READER_KEY, SECRET, WRITER_ENTRY, WRITER_KEY
+from test_security import (
+    ADMIN,
+    READER_ENTRY,
+    READER_KEY,
+    SECRET,
+    WRITER_ENTRY,
+    token,
+)
+
+#: What one hostile connection may make the daemon hold (docs/security.md).
+RSS_BOUND = 64 << 20
+#: Every scope.
+ROOT = token("admin write read")
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +45,8 @@ def open_daemon(tmp_path_factory):
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
     with Daemon(tmp_path_factory.mktemp("resp-hard-sec") / "data", "--jwt-secret", SECRET,
-                "--api-keys", f"{WRITER_ENTRY},{READER_ENTRY}") as running:
+                "--api-keys", f"{WRITER_ENTRY},{READER_ENTRY}",
+                "--idle-timeout", "3") as running:
         running.request("PUT", "/v1/boards/lb", {"order": "asc", "policy": "latest",
                                                 "tie_break": "member"},
                         headers={"Authorization": f"Bearer {ADMIN}"})
@@ -52,6 +66,60 @@ def health_seconds(daemon: Daemon) -> float:
     with urllib.request.urlopen(f"{daemon.url}/v1/health", timeout=2) as response:
         assert response.status == 200
     return time.monotonic() - started
+
+
+def rss(daemon: Daemon) -> int:
+    """The daemon's resident memory, in bytes."""
+    for line in Path(f"/proc/{daemon.process.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+class HealthProbe(threading.Thread):
+    """Asks ``/v1/health`` every 50 ms while an attack runs; keeps the
+    slowest answer (a refused or timed-out one counts as 10 s)."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        super().__init__(daemon=True)
+        self.target = daemon
+        self.slowest = 0.0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.05):
+            try:
+                took = health_seconds(self.target)
+            except OSError:
+                took = 10.0
+            self.slowest = max(self.slowest, took)
+
+    def __enter__(self) -> HealthProbe:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.join(5)
+
+
+def flood(port: int, chunk: bytes, *, limit: int, seconds: float,
+          prefix: bytes = b"") -> tuple[socket.socket, int]:
+    """Send ``prefix`` then ``chunk`` again and again, never reading, until
+    ``limit`` bytes are sent, ``seconds`` pass, the server stops taking
+    them for a second, or it closes; the socket (still open if the
+    server kept it) and the bytes sent."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.sendall(prefix)
+    sock.settimeout(1.0)
+    sent, deadline = len(prefix), time.monotonic() + seconds
+    try:
+        while sent < limit and time.monotonic() < deadline:
+            sent += sock.send(chunk)
+    except (TimeoutError, BlockingIOError, ConnectionError):
+        pass
+    return sock, sent
 
 
 def silent_for(sock: socket.socket, seconds: float) -> bool:
@@ -100,3 +168,240 @@ def test_a_nul_in_an_inline_request_waits_as_redis_does_and_never_freezes(
     finally:
         for sock in sockets.values():
             sock.close()
+
+
+# --- 2. a client that never reads holds little, before and after AUTH ------------------
+
+def _ping(size: int) -> bytes:
+    return encode_request([b"PING", b"x" * size])
+
+
+#: Before AUTH a connection holds far less: its requests are at most 16 KiB
+#: and those queued at most 64 KiB.
+HANDSHAKE_RSS_BOUND = 16 << 20
+
+
+@pytest.mark.parametrize("request_", [
+    _ping(16_000),  # answered (16 KiB replies) until the client's socket is full
+    encode_request([b"PING", *[b"x" * 16_000] * 15]),  # 240 KiB: over the handshake limit
+], ids=["ping-16k", "sixteen-words-of-16k"])
+def test_a_client_that_never_reads_holds_bounded_memory_before_auth(secured, request_):
+    """Requests never read: their replies stop being made once the
+    client's socket is full, the requests queued meanwhile are bounded in
+    bytes (64 KiB before AUTH) and reading pauses; a request over the
+    handshake's 16 KiB closes the connection.  (Bounded by count alone,
+    4,096 requests of 16 words of 16 KiB made the daemon hold 1 GiB.)"""
+    before = rss(secured)
+    with HealthProbe(secured) as probe:
+        sock, sent = flood(secured.resp_port, request_ * 16, limit=512 << 20, seconds=6)
+        grown = rss(secured) - before
+        sock.close()
+    assert grown < HANDSHAKE_RSS_BOUND, (grown, sent)
+    assert probe.slowest < 0.2
+
+
+def test_a_client_that_never_reads_holds_bounded_memory_after_auth_and_is_dropped(secured):
+    with RawClient(secured.resp_port) as admin:
+        assert admin.call("AUTH", ROOT) == b"+OK\r\n"
+        members = [word for i in range(2000) for word in (str(i).encode(), b"m%05d" % i)]
+        assert admin.call("ZADD", "big", *members) == b":2000\r\n"
+    before = rss(secured)
+    request = encode_request([b"ZRANGE", b"big", b"0", b"-1", b"WITHSCORES"])
+    with HealthProbe(secured) as probe:
+        sock, sent = flood(secured.resp_port, request * 64, limit=256 << 20, seconds=6,
+                           prefix=encode_request([b"AUTH", ROOT]))
+        grown = rss(secured) - before
+        with RawClient(secured.resp_port) as other:  # others are served meanwhile
+            assert other.call("AUTH", ROOT) == b"+OK\r\n"
+            assert other.call("ZCARD", "big") == b":2000\r\n"
+    assert grown < RSS_BOUND, (grown, sent)
+    assert probe.slowest < 0.2
+    # It never reads: past the idle timeout (3 s here) it is dropped.
+    deadline = time.monotonic() + 10
+    sock.settimeout(0.5)
+    closed = False
+    while time.monotonic() < deadline and not closed:
+        try:
+            closed = sock.recv(1 << 20) == b""
+        except TimeoutError:
+            pass
+        except ConnectionError:
+            closed = True
+    sock.close()
+    assert closed
+
+
+# --- 6. one endless request -----------------------------------------------------------
+
+def _endless(sock: socket.socket, limit: int) -> tuple[int, bytes]:
+    """Send a request that never ends (a million 64 KiB words): the bytes
+    sent before the server refused it, and what it answered."""
+    sock.sendall(b"*1000000\r\n$4\r\nZADD\r\n$3\r\nbig\r\n")
+    word = b"$65536\r\n" + b"7" * 65536 + b"\r\n"
+    sent = 0
+    sock.settimeout(2)
+    try:
+        while sent < limit:
+            sock.sendall(word)
+            sent += len(word)
+    except (TimeoutError, ConnectionError):
+        pass
+    try:
+        return sent, received_until_closed(sock, 5)
+    except ConnectionError:
+        return sent, b""
+
+
+def test_one_endless_request_is_refused_at_the_request_limit(secured):
+    before = rss(secured)
+    with socket.create_connection(("127.0.0.1", secured.resp_port), timeout=5) as sock:
+        sock.sendall(encode_request([b"AUTH", ROOT]))
+        assert sock.recv(100) == b"+OK\r\n"
+        sent, answer = _endless(sock, 256 << 20)
+    assert rss(secured) - before < RSS_BOUND
+    assert sent < 64 << 20
+    assert answer in (b"", b"-ERR Protocol error: too big request (over 4194304 bytes)\r\n")
+
+
+def test_a_large_request_is_vetted_from_its_command_before_the_rest_is_read(secured):
+    """A token with no scope may not write: its large ZADD is refused
+    after 64 KiB, not after the 4 MiB limit."""
+    with socket.create_connection(("127.0.0.1", secured.resp_port), timeout=5) as sock:
+        sock.sendall(encode_request([b"AUTH", token("")]))
+        assert sock.recv(100) == b"+OK\r\n"
+        sent, answer = _endless(sock, 64 << 20)
+    assert answer.startswith(b"-NOPERM "), answer
+    assert sent < 4 << 20
+
+
+# --- 4, 14, 15. before AUTH: the handshake only, within its limits, failures counted -----
+
+@pytest.mark.parametrize("command", [["COMMAND", "INFO", "zadd", "zadd"], ["INFO"],
+                                     ["CONFIG", "GET", "*"], ["CLIENT", "LIST"],
+                                     ["ZADD", "lb", "1", "a"], ["DEL", "lb"], ["KEYS", "*"],
+                                     ["NOSUCHCOMMAND"]])
+def test_before_auth_only_the_handshake_runs_and_three_refusals_close(secured, command):
+    with RawClient(secured.resp_port) as client:
+        for _ in range(3):
+            answer = client.call(*command)
+            assert answer.startswith((b"-NOAUTH", b"-ERR unknown command")), answer
+        # The third is answered, then the connection is closed.
+        assert client.reply() == b"-ERR too many unauthenticated commands; closing\r\n"
+        with pytest.raises(ConnectionError):
+            client.call("PING")
+
+
+@pytest.mark.parametrize("stream", [
+    b"PING " + b"x" * 17_000 + b"\r\n",  # an inline request over 16 KiB
+    b"HELLO " + b"a " * 20 + b"\r\n",  # over 16 words, inline
+    encode_request([b"PING", b"x" * 9000, b"y" * 9000]),  # words under 16 KiB, all over
+])
+def test_before_auth_requests_are_held_to_the_handshake_limits(secured, stream):
+    with socket.create_connection(("127.0.0.1", secured.resp_port), timeout=5) as sock:
+        sock.sendall(stream)
+        answer = received_until_closed(sock)
+    assert answer.startswith(b"-ERR Protocol error: "), answer
+
+
+def test_handshake_commands_still_run_before_auth(secured):
+    with RawClient(secured.resp_port) as client:
+        for _ in range(5):  # not failures
+            assert client.call("PING") == b"+PONG\r\n"
+        assert client.call("AUTH", READER_KEY) == b"+OK\r\n"
+        assert client.call("ZSCORE", "lb", "nobody") == b"$-1\r\n"
+        # After AUTH the full limits apply: a 100 KiB ECHO is answered.
+        assert client.call("ECHO", "e" * 100_000) == b"$100000\r\n" + b"e" * 100_000 + b"\r\n"
+
+
+# --- 5. glob patterns in linear time --------------------------------------------------
+
+@pytest.mark.parametrize("command", [
+    ["KEYS", "*a" * 12 + "*b"],
+    ["SCAN", "0", "MATCH", "*a" * 12 + "*b", "COUNT", "1000"],
+    ["ZSCAN", "glob", "0", "MATCH", "*a" * 12 + "*b", "COUNT", "1000"],
+    ["CONFIG", "GET", "*a" * 12 + "*b"],
+])
+def test_a_pathological_pattern_is_answered_in_milliseconds(open_daemon, command):
+    with RawClient(open_daemon.resp_port) as client:
+        client.call("ZADD", "glob", *[w for i in range(200) for w in ("1", "a" * 100 + str(i))])
+        for i in range(20):
+            client.call("ZADD", "a" * 60 + str(i), "1", "x")
+        with HealthProbe(open_daemon) as probe:
+            started = time.monotonic()
+            answer = client.call(*command)
+            took = time.monotonic() - started
+        assert answer.startswith(b"*"), answer
+        assert took < 0.5 and probe.slowest < 0.2, (took, probe.slowest)
+
+
+# --- 4, 7, 9, 17. charged, labelled and scoped -------------------------------------------
+
+def test_introspection_is_cached_capped_and_charged_per_name(secured):
+    with RawClient(secured.resp_port) as client:
+        assert client.call("AUTH", READER_KEY) == b"+OK\r\n"
+        one = client.call("COMMAND", "INFO", "zadd")
+        assert client.call("COMMAND", "INFO", *["zadd"] * 1024) == \
+            b"*1024\r\n" + one[len(b"*1\r\n"):] * 1024
+        assert client.call("COMMAND", "INFO", *["zadd"] * 1025) == \
+            b"-ERR at most 1024 command names at once\r\n"
+
+
+def test_commands_open_to_all_are_charged_to_the_rate_limits(tmp_path):
+    with Daemon(tmp_path / "data", "--api-keys", READER_ENTRY,
+                "--rate-credential-reads", "20") as daemon, \
+            RawClient(daemon.resp_port) as client:
+        assert client.call("AUTH", READER_KEY) == b"+OK\r\n"
+        answers = client.pipeline([["PING"]] * 200)
+        refused = [a for a in answers if a.startswith(b"-")]
+        assert answers[0] == b"+PONG\r\n"
+        assert refused and all(b"too many reads" in a for a in refused), set(answers)
+
+
+def test_unknown_command_names_share_one_metrics_series(open_daemon):
+    names = [f"nosuch{i:04d}" for i in range(50)]
+    with RawClient(open_daemon.resp_port) as client:
+        for name in names:
+            assert client.call(name).startswith(b"-ERR unknown command")
+    metrics = urllib.request.urlopen(f"{open_daemon.url}/metrics", timeout=5).read().decode()
+    assert not any(name in metrics for name in names)
+    assert 'command="unknown"' in metrics
+
+
+def test_client_list_and_config_resetstat_need_the_admin_scope(secured):
+    with RawClient(secured.resp_port) as reader, RawClient(secured.resp_port) as admin:
+        assert reader.call("AUTH", READER_KEY) == b"+OK\r\n"
+        assert reader.call("CLIENT", "LIST").startswith(b"-NOPERM")
+        assert reader.call("CONFIG", "RESETSTAT").startswith(b"-NOPERM")
+        assert reader.call("CLIENT", "INFO").startswith(b"$")  # its own line stays open
+        assert admin.call("AUTH", ADMIN) == b"+OK\r\n"
+        assert admin.call("CLIENT", "LIST").startswith(b"$")
+        assert admin.call("CONFIG", "RESETSTAT") == b"+OK\r\n"
+
+
+# --- 18. a session ends with its credential ---------------------------------------------
+
+def test_a_session_is_closed_when_its_token_expires(tmp_path):
+    """The token expires 1 s after AUTH (accepted 5 s more, the leeway):
+    the connection works until then, and is closed after, whether the
+    client is silent (the sweeper) or keeps sending (checked on use)."""
+    short = token("read", expires_in=1)
+    with Daemon(tmp_path / "data", "--jwt-secret", SECRET) as daemon, \
+            RawClient(daemon.resp_port) as busy, RawClient(daemon.resp_port) as silent:
+        assert busy.call("AUTH", short) == b"+OK\r\n"
+        assert silent.call("AUTH", short) == b"+OK\r\n"
+        assert busy.call("ZSCORE", "lb", "x") == b"$-1\r\n"
+        deadline = time.monotonic() + 12
+        answer = b""
+        while time.monotonic() < deadline:
+            try:
+                answer = busy.call("ZSCORE", "lb", "x")
+            except ConnectionError:
+                break
+            if answer != b"$-1\r\n":
+                break
+            time.sleep(0.2)
+        assert b"expired" in answer or answer == b"", answer
+        with pytest.raises(ConnectionError):
+            busy.call("PING")
+        silent.sock.settimeout(5)
+        assert b"expired" in silent.sock.recv(1000)

@@ -118,7 +118,12 @@ OPTIONS = (
     Option("max_connections_per_address", int, 256,
            "open connections allowed per client address (0: no cap; loopback is exempt)"),
     Option("idle_timeout", float, 300.0,
-           "seconds a TCP or RESP connection may stay silent before it is closed (0: never)"),
+           "seconds a TCP or RESP connection may stay silent before it is closed (0: never); "
+           "a client whose replies wait this long (at most 60 s) for it to read is dropped"),
+    Option("max_request_bytes", int, 4 << 20,
+           "the most bytes of one RESP request rankd buffers (all its words); a larger one "
+           "is refused with a protocol error and the connection closed (before AUTH: "
+           "16 KiB)", minimum=65536),
     Option("pacing_us", float, 10.0,
            "while many TCP or RESP clients are in flight, a loop pass that answered at "
            "most half of them ends with a sleep of this many microseconds, instead of "
@@ -192,6 +197,7 @@ class ServerConfig:
     max_connections: int = 0
     max_connections_per_address: int = 256
     idle_timeout: float = 300.0
+    max_request_bytes: int = 4 << 20
     pacing_us: float = 10.0
     http_idle_timeout: float = 30.0
     jwt_secret: str | None = None

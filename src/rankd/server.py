@@ -105,7 +105,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
                               config.max_connections_per_address)
     tcp = TcpServer(service, gate, limits=limits, idle_timeout=config.idle_timeout)
     resp = RespServer(service, gate, limits=limits, idle_timeout=config.idle_timeout,
-                      port_of={"fsync": config.fsync})
+                      max_request=config.max_request_bytes, port_of={"fsync": config.fsync})
     if config.pacing_us:
         tcp.pacer = resp.pacer = LoopPacer(config.pacing_us / 1e6)
     feed = LiveFeed(engine, interval=config.live_interval,

@@ -71,6 +71,9 @@ cdef class Lane:
     cdef public bint closing
     cdef public bint writable
     cdef public double last_active
+    # When the caller's credential expires, in loop time (0: never): past
+    # it the fast path takes nothing and the general path closes.
+    cdef public double deadline
     # Worked out once per caller: ``_charger("submit")`` and ``("top")``
     # for ``charged_for``.
     cdef object charged_for
@@ -110,6 +113,8 @@ cdef class Lane:
         """The caller may submit (or read) a run that large now, as
         ``_charger`` works it out, once per caller."""
         principal = self.principal
+        if self.deadline != 0 and self.time() > self.deadline:
+            return False  # the general path closes the session
         if principal is not self.charged_for:
             self.charge = self._charger("submit")
             self.charge_reads = self._charger("top")

@@ -13,7 +13,10 @@ connect and the log cannot open a new segment.  So:
   closed before anything else reads from it;
 - the listeners close connections that stay silent: HTTP through aiohttp's
   keep-alive timeout, which also runs from the moment a connection opens
-  and while a request's headers trickle in; TCP through its own sweeper.
+  and while a request's headers trickle in; TCP and RESP through their own
+  sweeper, which also closes a session whose credential has expired and
+  drops a client whose replies have waited for it to read for
+  :data:`OUTPUT_STALL_SECONDS` (Redis's ``client-output-buffer-limit``).
 
 :class:`GuardedHttpProtocol` puts the caps in front of aiohttp's request
 handler without touching it: it forwards every protocol call.
@@ -26,12 +29,14 @@ import collections
 import contextlib
 import logging
 import resource
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from rankd.engine.errors import EngineError
+from rankd.security.auth import JWT_LEEWAY_SECONDS
 from rankd.security.limits import is_loopback
 
 log = logging.getLogger(__name__)
@@ -82,9 +87,12 @@ class Tally(dict[K, int]):
 class ConnectionLimits:
     """Counts open connections, in all and per client address."""
 
-    def __init__(self, max_total: int, max_per_address: int = DEFAULT_PER_ADDRESS) -> None:
+    def __init__(self, max_total: int, max_per_address: int = DEFAULT_PER_ADDRESS,
+                 exempt: Callable[[str], bool] = is_loopback) -> None:
         self.max_total = max_total
         self.max_per_address = max_per_address
+        #: Addresses without a per-address cap (loopback; trusted proxies).
+        self.exempt = exempt
         self.total = 0
         self.by_address: collections.Counter[str] = collections.Counter()
         #: Connections refused, for metrics.
@@ -96,7 +104,7 @@ class ConnectionLimits:
             self.refused += 1
             return f"rankd holds its maximum of {self.max_total} connections"
         if (self.max_per_address and self.by_address[address] >= self.max_per_address
-                and not is_loopback(address)):
+                and not self.exempt(address)):
             self.refused += 1
             return (f"this address holds its maximum of {self.max_per_address} "
                     "connections")
@@ -225,6 +233,11 @@ class PipelinedConnection(asyncio.Protocol):
         #: ``Gate.charger`` by operation, for the caller they were worked out for.
         self._chargers: dict[str, Callable[[int], None] | None] = {}
         self._charged_for: Any = None
+        #: When the caller's credential expires, in loop time (0: never).
+        self.deadline = 0.0
+        #: Since when (loop time) replies wait for a client that does not
+        #: read (None: it reads).
+        self.blocked_since: float | None = None
 
     @property
     def authenticated(self) -> bool:
@@ -271,10 +284,39 @@ class PipelinedConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         self.writable = False
         self.can_write.clear()
+        self.blocked_since = self.loop.time()
 
     def resume_writing(self) -> None:
         self.writable = True
         self.can_write.set()
+        self.blocked_since = None
+
+    def expires_with(self, principal: Any) -> None:
+        """Set :attr:`deadline` from the credential ``principal`` came with."""
+        expires = getattr(principal, "expires", None)
+        self.deadline = 0.0 if expires is None else (
+            self.loop.time() + expires + JWT_LEEWAY_SECONDS - time.time())
+
+    @property
+    def expired(self) -> bool:
+        """Whether the caller's credential has expired (checked on use)."""
+        return self.deadline != 0 and self.loop.time() > self.deadline
+
+    def session_expired(self) -> None:
+        """Close: the credential the session was opened with has expired
+        (a subclass says so to the client first)."""
+        self.closing = True
+        self._forget()
+        if self.transport is not None:
+            self.transport.close()
+
+    def stalled(self) -> None:
+        """Close at once: replies have waited for the client to read for
+        longer than the idle timeout (it may never read)."""
+        self.closing = True
+        self._forget()
+        if self.transport is not None:
+            self.transport.abort()  # what is unsent is dropped: the memory is freed
 
     def _charger(self, operation: str) -> Callable[[int], None] | None:
         """``Gate.charger`` of ``operation`` for the connection's caller
@@ -339,6 +381,9 @@ class PipelinedConnection(asyncio.Protocol):
 
 #: Until a connection has authenticated (TCP: said hello too), how long it may take.
 HANDSHAKE_SECONDS = 10.0
+#: How long replies may wait for a client that does not read (or the idle
+#: timeout, if shorter): the connection and what it holds are then dropped.
+OUTPUT_STALL_SECONDS = 60.0
 #: How often connections are checked for that deadline and the idle timeout.
 SWEEP_SECONDS = 1.0
 
@@ -411,9 +456,15 @@ class PipelinedServer:
             for connection in list(self.connections):
                 if connection.closing:
                     continue
-                if not connection.authenticated:
+                blocked = connection.blocked_since
+                if blocked is not None and now - blocked > min(
+                        self.idle_timeout or OUTPUT_STALL_SECONDS, OUTPUT_STALL_SECONDS):
+                    connection.stalled()  # (Redis: client-output-buffer-limit)
+                elif not connection.authenticated:
                     if now - connection.opened_at > HANDSHAKE_SECONDS:
                         connection.handshake_expired()
+                elif connection.deadline and now > connection.deadline:
+                    connection.session_expired()
                 elif (self.idle_timeout and now - connection.last_active > self.idle_timeout
                         and not connection.busy):
                     connection.idle_expired()

@@ -59,6 +59,11 @@ class Principal:
     scopes: frozenset[str]
     #: The token's subject (a member name, when the caller is a player).
     subject: str | None = None
+    #: Whether the credential was a join token.
+    joined: bool = False
+    #: When the credential expires (Unix time; None: never, an API key):
+    #: connections that outlive a request check it on use.
+    expires: float | None = None
 
     def allows(self, scope: str) -> bool:
         return scope in self.scopes
@@ -228,14 +233,19 @@ class Authenticator:
             raise Unauthorized("the token's scope claim is malformed")
         subject = claims.get("sub")
         # A join token counts against the rate limits of the credential that
-        # minted it, not of every join token of the same subject.
-        name = f"join:{claims.get('by', '?')}" if join else f"jwt:{subject or '?'}"
+        # minted it: its name is that credential's.
+        name = str(claims.get("by", "?")) if join else f"jwt:{subject or '?'}"
         return Principal(name,
                          frozenset(s for s in scopes if s in SCOPES),
-                         subject if isinstance(subject, str) else None)
+                         subject if isinstance(subject, str) else None, joined=join,
+                         expires=float(claims["exp"]))
 
     def join_token(self, principal: Principal) -> str:
-        """A short-lived read token for a browser's live-feed connection."""
+        """A short-lived read token for a browser's live-feed connection;
+        :class:`Forbidden` when ``principal`` is itself a join token."""
+        if principal.joined:
+            raise Forbidden("a join token cannot mint join tokens: ask for one with the "
+                            "credential that minted it")
         now = int(time.time())
         claims = {"scope": "read", "iat": now, "exp": now + JOIN_TOKEN_SECONDS,
                   "by": principal.name}

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import re
 
+from rankd.frontends.resp import glob
+
 #: Redis's reply texts for bad arguments.
 SYNTAX = "ERR syntax error"
 NOT_FLOAT = "ERR value is not a valid float"
@@ -128,63 +130,10 @@ def text(word: bytes) -> str | None:
 
 
 def glob_match(pattern: bytes, subject: bytes, nocase: bool = False) -> bool:
-    """Redis's ``stringmatchlen``: ``*``, ``?``, ``[...]`` (``^`` negates,
-    ``a-z`` ranges) and ``\\`` escapes."""
-    if nocase:
-        pattern, subject = pattern.lower(), subject.lower()
-    return _match(pattern, 0, subject, 0)
-
-
-def _match(pattern: bytes, p: int, subject: bytes, s: int) -> bool:
-    plen, slen = len(pattern), len(subject)
-    while p < plen and s < slen:
-        char = pattern[p]
-        if char == 0x2A:  # '*'
-            while p + 1 < plen and pattern[p + 1] == 0x2A:
-                p += 1
-            if p + 1 == plen:
-                return True
-            return any(_match(pattern, p + 1, subject, start) for start in range(s, slen))
-        if char == 0x3F:  # '?'
-            s += 1
-        elif char == 0x5B:  # '['
-            p += 1
-            negate = p < plen and pattern[p] == 0x5E
-            if negate:
-                p += 1
-            matched = False
-            while True:
-                if p < plen and pattern[p] == 0x5C and p + 2 <= plen - 1:
-                    p += 1
-                    if pattern[p] == subject[s]:
-                        matched = True
-                elif p >= plen or pattern[p] == 0x5D:
-                    break
-                elif p + 2 < plen and pattern[p + 1] == 0x2D:
-                    start, end = pattern[p], pattern[p + 2]
-                    if start > end:
-                        start, end = end, start
-                    p += 2
-                    if start <= subject[s] <= end:
-                        matched = True
-                elif pattern[p] == subject[s]:
-                    matched = True
-                p += 1
-            if p >= plen:
-                p -= 1  # an unterminated class ends at the pattern's end
-            if matched == negate:
-                return False
-            s += 1
-        else:
-            if char == 0x5C and p + 1 < plen:  # '\\'
-                p += 1
-                char = pattern[p]
-            if char != subject[s]:
-                return False
-            s += 1
-        p += 1
-        if s == slen:
-            while p < plen and pattern[p] == 0x2A:
-                p += 1
-            break
-    return p == plen and s == slen
+    """Redis's ``stringmatchlen`` (``*``, ``?``, ``[...]`` with ``^`` and
+    ranges, ``\\`` escapes) in linear time (:mod:`.glob`); a pattern too
+    long to be useful is a ``CommandError``."""
+    try:
+        return glob.glob_match(pattern, subject, nocase)
+    except glob.PatternTooLong as exc:
+        raise CommandError(str(exc)) from None

@@ -66,7 +66,7 @@ def lookup(words: list[bytes]) -> Command:
     name = words[0].lower()
     command = COMMANDS.get(name)
     if command is None:
-        raise CommandError(_unknown(words))
+        raise CommandError(unknown_command(words))
     if command.subcommands and len(words) >= 2:
         sub = command.subcommands.get(words[1].lower())
         if sub is None:
@@ -83,7 +83,8 @@ def _shown(word: bytes, limit: int = 128) -> str:
     return word[:limit].decode(errors="replace").replace("\r", " ").replace("\n", " ")
 
 
-def _unknown(words: list[bytes]) -> str:
+def unknown_command(words: list[bytes]) -> str:
+    """Redis's error for a command it does not know."""
     args = ""
     for word in words[1:]:
         if len(args) >= 128:
@@ -306,8 +307,23 @@ def config_resetstat(conn: RespConnection, args: list[bytes]) -> bytes:
     return conn.replies.simple("OK")
 
 
+#: Names one COMMAND INFO / COMMAND DOCS may ask for (Redis has ~240 commands).
+MAX_COMMAND_NAMES = 1024
+#: The introspection entries, built once per protocol version and command.
+_ENTRIES: dict[tuple[int, str], bytes] = {}
+
+
 def _command_entry(replies: Replies, command: Command) -> bytes:
-    """One entry of COMMAND / COMMAND INFO, as Redis 7 lays it out."""
+    """One entry of COMMAND / COMMAND INFO, as Redis 7 lays it out (built
+    once, then cached: a client may ask for the same entry many times)."""
+    key = (replies.version, command.name)
+    entry = _ENTRIES.get(key)
+    if entry is None:
+        entry = _ENTRIES[key] = _build_entry(replies, command)
+    return entry
+
+
+def _build_entry(replies: Replies, command: Command) -> bytes:
     parts = [replies.array_header(10), replies.bulk(command.name),
              replies.integer(command.arity), replies.array_header(len(command.flags)),
              *[replies.simple(flag) for flag in command.flags],
@@ -332,9 +348,21 @@ def command_count(conn: RespConnection, args: list[bytes]) -> bytes:
     return conn.replies.integer(len(COMMANDS))
 
 
+def _names(args: list[bytes]) -> list[bytes]:
+    """The names a COMMAND INFO or DOCS asks for, at most :data:`MAX_COMMAND_NAMES`."""
+    if len(args) - 2 > MAX_COMMAND_NAMES:
+        raise CommandError(f"ERR at most {MAX_COMMAND_NAMES} command names at once")
+    return args[2:]
+
+
+def _names_cost(words: list[bytes]) -> int:
+    """COMMAND INFO and DOCS are charged a request per name asked for."""
+    return max(1, len(words) - 2)
+
+
 def command_info(conn: RespConnection, args: list[bytes]) -> bytes:
     replies = conn.replies
-    names = args[2:] or list(COMMANDS)
+    names = _names(args) or list(COMMANDS)
     out = [replies.array_header(len(names))]
     for name in names:
         command = COMMANDS.get(name.lower() if isinstance(name, bytes) else name)
@@ -353,7 +381,7 @@ def command_docs(conn: RespConnection, args: list[bytes]) -> bytes:
     """COMMAND DOCS [name ...]: summary and group of each (what redis-cli
     shows as hints), rankd's own commands included."""
     replies = conn.replies
-    wanted = [COMMANDS.get(name.lower()) for name in args[2:]] if len(args) > 2 \
+    wanted = [COMMANDS.get(name.lower()) for name in _names(args)] if len(args) > 2 \
         else list(COMMANDS.values())
     found = [c for c in wanted if c is not None]
     out = [replies.map_header(len(found))]
@@ -561,7 +589,8 @@ COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in [
         _command("client|id", 2, client_id, None, group="connection"),
         _command("client|setinfo", 4, client_setinfo, None, group="connection"),
         _command("client|info", 2, client_info, None, group="connection"),
-        _command("client|list", -2, client_list, "metrics", group="connection"),
+        # Other clients' addresses and names: admin only.
+        _command("client|list", -2, client_list, "client_list", group="connection"),
         _command("client|no-evict", 3, client_noop, None, group="connection"),
         _command("client|no-touch", 3, client_noop, None, group="connection"),
     ], "connection"),
@@ -570,7 +599,8 @@ COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in [
     _container("config", [
         _command("config|get", -3, config_get, "metrics", group="server"),
         _command("config|set", -4, config_set, "metrics", group="server"),
-        _command("config|resetstat", 2, config_resetstat, "metrics", group="server"),
+        # It wipes the counters of refused attempts: admin only.
+        _command("config|resetstat", 2, config_resetstat, "config_resetstat", group="server"),
     ], "server"),
     _command("command", -1, command_, None, ("loading", "stale"), group="server",
              summary="Every command's details"),
@@ -587,7 +617,9 @@ COMMANDS[b"command"] = Command(
     "command", -1, command_, None, ("loading", "stale"), group="server",
     summary="Every command's details", subcommands={
         b"count": _command("command|count", 2, command_count, None, group="server"),
-        b"info": _command("command|info", -2, command_info, None, group="server"),
-        b"docs": _command("command|docs", -2, command_docs, None, group="server"),
+        b"info": _command("command|info", -2, command_info, None, group="server",
+                          cost=_names_cost),
+        b"docs": _command("command|docs", -2, command_docs, None, group="server",
+                          cost=_names_cost),
         b"list": _command("command|list", -2, command_list, None, group="server"),
     })

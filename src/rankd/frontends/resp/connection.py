@@ -12,10 +12,20 @@ TCP, under the operation it amounts to (``submit``, ``top``,
 ``delete_board``...): the same scopes and rate limits.  With credentials
 configured a connection must ``AUTH`` (or ``HELLO ... AUTH``) within
 :data:`HANDSHAKE_SECONDS`, with requests of at most
-:data:`HANDSHAKE_MAX_BULK` bytes until then; repeated failures close it.
-The connection caps of ``ConnectionLimits`` and the idle timeout apply as
-on TCP, and a client that pipelines without reading its replies is paused
-until they drain.
+:data:`HANDSHAKE_MAX_BULK` bytes and :data:`HANDSHAKE_MAX_WORDS` words until
+then, and only the handshake commands (:data:`HANDSHAKE_COMMANDS`) run:
+anything else answers ``NOAUTH`` and counts as a failure; repeated failures
+close it.  The connection caps of ``ConnectionLimits`` and the idle timeout
+apply as on TCP.
+
+What a connection holds is bounded in bytes, before and after AUTH: one
+request by ``--max-request-bytes`` (:class:`RequestReader`; a large one is
+vetted from its command name before more of it is read), requests queued
+for the worker by :data:`QUEUE_HIGH_BYTES` (reading pauses above it until
+they drain), and replies by the transport's back-pressure: answering waits
+while the client does not read, and a client that does not read for the
+idle timeout (at most ``OUTPUT_STALL_SECONDS``) is dropped.  Every command,
+those open to all included, is charged to a rate-limit bucket.
 """
 
 from __future__ import annotations
@@ -38,13 +48,15 @@ from rankd.frontends.connections import (
     PipelinedServer,
 )
 from rankd.frontends.resp.arguments import CommandError
-from rankd.frontends.resp.commands import Command, lookup
+from rankd.frontends.resp.commands import COMMANDS, Command, lookup, unknown_command
 from rankd.frontends.resp.protocol import (
+    MAX_REQUEST,
     OUT_HIGH_WATER,
     SCANNER,
     ProtocolError,
     Replies,
     RequestReader,
+    RequestRefused,
 )
 from rankd.frontends.resp.sorted_sets import MAX_REPLY_ENTRIES, REDIS_BOARD_DICT, Writes
 from rankd.frontends.service import MAX_BATCH
@@ -56,12 +68,29 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Requests queued for the worker (by count, and by the bytes they hold)
+#: past which the connection stops reading until they drain to the low marks.
 QUEUE_HIGH_WATER = 4096
 QUEUE_LOW_WATER = 512
+QUEUE_HIGH_BYTES = 4 << 20
+QUEUE_LOW_BYTES = 1 << 20
+#: Before AUTH only a handshake is legitimate: a few hundred bytes.
+HANDSHAKE_QUEUE_BYTES = 64 * 1024
+#: What a queued request holds besides its bytes: the list and one bytes
+#: object per word (a 6-byte PING is ~110 bytes of Python objects).
+REQUEST_OVERHEAD = 64
+WORD_OVERHEAD = 40
+#: A packed run's requests, each (its spans, its result, its share of the read).
+PACKED_REQUEST_BYTES = 128
 MAX_AUTH_FAILURES = 3
+#: Before AUTH: the largest request (all its words) and the most words in one.
 HANDSHAKE_MAX_BULK = 16 * 1024
 HANDSHAKE_MAX_WORDS = 16
+#: The commands that run before AUTH; any other answers NOAUTH and counts
+#: as a failed attempt.
+HANDSHAKE_COMMANDS = frozenset({"auth", "hello", "ping", "quit", "reset"})
 NOAUTH = "NOAUTH Authentication required."
+EXPIRED = "ERR the credential this connection authenticated with has expired; closing"
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 
 _client_ids = itertools.count(1)
@@ -104,6 +133,15 @@ def error_text(exc: EngineError) -> str:
     return f"ERR {exc.message}"
 
 
+def weight(item: Any) -> int:
+    """Bytes a queued request holds, roughly (see :data:`REQUEST_OVERHEAD`)."""
+    if type(item) is list:
+        return REQUEST_OVERHEAD + sum(map(len, item)) + WORD_OVERHEAD * len(item)
+    if isinstance(item, ProtocolError):
+        return REQUEST_OVERHEAD
+    return PACKED_REQUEST_BYTES * len(item)
+
+
 def _grown(out: list[bytes], size: list[int]) -> int:
     """Bytes in ``out``, counted on from ``size`` (``[replies counted,
     bytes]``, updated): no rescan of what was counted."""
@@ -139,13 +177,32 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         #: way, which answers TRYAGAIN.
         self.packs = FAST_WRITES
         self.queue: collections.deque[Any] = collections.deque()
+        #: What the queued requests hold (:func:`weight`).
+        self.queued_bytes = 0
         #: Set by QUIT: close once its reply is written.
         self.quitting = False
 
     def _reader(self) -> RequestReader:
         if self.principal is None:
-            return RequestReader(max_bulk=HANDSHAKE_MAX_BULK, max_multibulk=HANDSHAKE_MAX_WORDS)
-        return RequestReader(max_bulk=self.server.max_bulk)
+            return RequestReader(max_bulk=HANDSHAKE_MAX_BULK, max_multibulk=HANDSHAKE_MAX_WORDS,
+                                 max_request=HANDSHAKE_MAX_BULK)
+        return RequestReader(max_bulk=self.server.max_bulk, max_request=self.server.max_request,
+                             vet=self._vet)
+
+    def _vet(self, name: bytes) -> None:
+        """Refuse a large request from its command name, before more of it
+        is read: an unknown command, or one the caller may not run."""
+        command = COMMANDS.get(name.lower())
+        if command is None:
+            self.server.stats[("unknown", "error")] += 1
+            raise RequestRefused(unknown_command([name]))
+        if command.operation is not None:
+            try:
+                self.gate.admit(self.principal or ANONYMOUS_ALL, command.operation,
+                                self.address, 0)
+            except EngineError as exc:
+                self.server.stats[(command.name, exc.code)] += 1
+                raise RequestRefused(error_text(exc)) from None
 
     # --- asyncio.Protocol ---------------------------------------------------------
 
@@ -154,6 +211,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
 
     def _forget(self) -> None:
         self.queue.clear()
+        self.queued_bytes = 0
 
     def _data_received(self, data: bytes) -> None:
         """``data_received`` the general way (the lane's, for what it does not take)."""
@@ -188,7 +246,10 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
     def _queue_items(self, items: list[Any]) -> None:
         """Queue requests for the worker, which answers them in order."""
         self.queue.extend(items)
-        if len(self.queue) >= QUEUE_HIGH_WATER and not self.reading_paused:
+        self.queued_bytes += sum(map(weight, items))
+        if not self.reading_paused and (
+                len(self.queue) >= QUEUE_HIGH_WATER or self.queued_bytes >= (
+                    QUEUE_HIGH_BYTES if self.principal is not None else HANDSHAKE_QUEUE_BYTES)):
             self.transport.pause_reading()
             self.reading_paused = True
         if self.worker is None and self.queue:
@@ -250,6 +311,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                 while (self.queue and not self.closing and len(out) < QUEUE_LOW_WATER
                        and _grown(out, size) < OUT_HIGH_WATER):
                     words = self.queue.popleft()
+                    self.queued_bytes -= weight(words)
                     if type(words) is _Packed:
                         await self._flush(pending, out)
                         await self._packed(words, out)
@@ -258,6 +320,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                         await self._flush(pending, out)
                         rest = self._reads(words, out)
                         self.queue.extendleft(reversed(rest))
+                        self.queued_bytes += sum(map(weight, rest))
                         if rest:
                             break
                         continue
@@ -270,7 +333,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                 await self._flush(pending, out)
                 if out and not self.closing:
                     self.transport.writelines(out)
-                if self.reading_paused and len(self.queue) <= QUEUE_LOW_WATER:
+                if (self.reading_paused and len(self.queue) <= QUEUE_LOW_WATER
+                        and self.queued_bytes <= QUEUE_LOW_BYTES and not self.closing):
                     self.reading_paused = False
                     self.transport.resume_reading()
                 await self.can_write.wait()
@@ -285,8 +349,13 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         try:
             command = lookup(words)
         except CommandError as exc:
-            self.server.stats[(words[0].lower().decode(errors="replace")[:32], "error")] += 1
+            # Only known commands name a metrics series: a client can send
+            # any number of names.
+            known = COMMANDS.get(words[0].lower())
+            self.server.stats[(known.name if known is not None else "unknown", "error")] += 1
             out.append(self.replies.error(exc.text))
+            if self.principal is None:
+                self._failed_auth(out)
             return None
         ACTIVITY.frontend = "resp"  # who holds the loop, for the loop watchdog
         ACTIVITY.command = command.name
@@ -341,6 +410,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         except CommandError as exc:
             stats[(command.name, "error")] += 1
             out.append(self.replies.error(exc.text))
+            if exc.text == NOAUTH:
+                self._failed_auth(out)
             return
         except EngineError as exc:
             stats[(command.name, exc.code)] += 1
@@ -355,7 +426,9 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         path does not take it, handed back to the general path command by
         command (both answer alike)."""
         if not self._takes(packed):
-            self.queue.extendleft(reversed(self._unpack(packed)))
+            unpacked = self._unpack(packed)
+            self.queue.extendleft(reversed(unpacked))
+            self.queued_bytes += sum(map(weight, unpacked))
             return
         try:
             await self.service.submit_packed(packed)
@@ -439,13 +512,23 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                                    else value)
 
     def _admit(self, command: Command, words: list[bytes]) -> None:
-        """Authentication, scope and rate limits for ``command``."""
-        if command.operation is None:
-            return
-        if self.principal is None:
-            raise CommandError(NOAUTH)
+        """Authentication, scope and rate limits for ``command``: before
+        AUTH only the handshake runs; every command is charged, the open
+        ones as reads."""
+        principal = self.principal
         cost = command.cost(words) if command.cost is not None else 1
-        self.gate.admit(self.principal, command.operation, self.address, cost)
+        if principal is None:
+            if command.name not in HANDSHAKE_COMMANDS:
+                raise CommandError(NOAUTH)
+            self.gate.limiter.check_address("read", self.address, cost)
+            return
+        if self.deadline and self.expired:
+            self.session_expired()
+            raise CommandError(EXPIRED)
+        if command.operation is None:
+            self.gate.limiter.check("read", self.address, principal.name, cost)
+            return
+        self.gate.admit(principal, command.operation, self.address, cost)
 
     def _failed_auth(self, out: list[bytes]) -> None:
         self.auth_failures += 1
@@ -496,11 +579,13 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             if self.auth_failures >= MAX_AUTH_FAILURES:
                 self.close_with(WRONGPASS)
             raise CommandError(WRONGPASS) from None
+        self.expires_with(self.principal)
         self.reader = self._carry_over(self.reader)
 
     def _carry_over(self, old: RequestReader) -> RequestReader:
-        """The full-size reader, holding what the handshake reader buffered."""
-        reader = RequestReader(max_bulk=self.server.max_bulk)
+        """A reader with the limits of the connection's state now (the
+        handshake's or the full ones), holding what ``old`` buffered."""
+        reader = self._reader()
         reader.take_state(old)
         return reader
 
@@ -511,6 +596,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.window = self.period = None
         if self.gate.auth_enabled:
             self.principal = None
+            self.deadline = 0.0
+            self.reader = self._carry_over(self.reader)
 
     @property
     def authenticated(self) -> bool:
@@ -526,6 +613,9 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
     def idle_expired(self) -> None:
         self.close_with(None)
 
+    def session_expired(self) -> None:
+        self.close_with(EXPIRED)
+
     def close_with(self, text: str | None, out: list[bytes] | None = None) -> None:
         """Write ``out`` and the error ``text``, then close."""
         parts = list(out or [])
@@ -536,7 +626,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         if parts and self.transport is not None:
             self.transport.writelines(parts)
         self.closing = True
-        self.queue.clear()
+        self._forget()
         if self.transport is not None:
             self.transport.close()
 
@@ -559,11 +649,14 @@ class RespServer(PipelinedServer):
 
     def __init__(self, service: Service, gate: Gate | None = None, *,
                  limits: ConnectionLimits | None = None, idle_timeout: float = 300.0,
-                 max_bulk: int = 1 << 20, port_of: dict[str, Any] | None = None) -> None:
+                 max_bulk: int = 1 << 20, max_request: int = MAX_REQUEST,
+                 port_of: dict[str, Any] | None = None) -> None:
         super().__init__(limits=limits, idle_timeout=idle_timeout)
         self.service = service
         self.gate = gate or Gate.open()
         self.max_bulk = max_bulk
+        #: The most bytes of one request buffered (``--max-request-bytes``).
+        self.max_request = max_request
         #: What INFO and CONFIG GET report (ports, fsync policy...).
         self.settings: dict[str, Any] = dict(port_of or {})
         self.started_at = 0.0

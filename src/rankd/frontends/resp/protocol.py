@@ -17,7 +17,7 @@ doubles, nulls and booleans of their own.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rankd._native import native_or
@@ -30,6 +30,13 @@ MAX_INLINE = 64 * 1024
 MAX_BULK = 1 << 20
 #: Replies a connection makes before it writes them and awaits the client's reading.
 OUT_HIGH_WATER = 1 << 20
+#: The most bytes of one request buffered (``--max-request-bytes``): a
+#: ZADD of the engine's 10,000-pair batch limit with 256-byte members is
+#: under 3 MiB.  Past it the request is refused and the connection closed.
+MAX_REQUEST = 4 << 20
+#: Once this much of one request is buffered, its command (and the caller's
+#: right to run it) is checked before any more of it is read.
+VET_AFTER = 64 * 1024
 
 
 class ProtocolError(Exception):
@@ -43,6 +50,16 @@ class ProtocolError(Exception):
 
     def reply(self) -> bytes:
         return b"-ERR Protocol error: " + self.message.encode() + b"\r\n"
+
+
+class RequestRefused(ProtocolError):
+    """A large request refused from its first word (an unknown command, or
+    one the caller may not run) before the rest of it is read: answered
+    with its own error reply (``NOPERM ...``), then the connection closes,
+    since the rest of the request cannot be told from the next one."""
+
+    def reply(self) -> bytes:
+        return b"-" + self.message.encode() + b"\r\n"
 
 
 #: The native scanner (``rankd.frontends.resp._scanner``), or None.
@@ -59,10 +76,22 @@ class RequestReader:
     ``rankd.engine._packed.Packed`` instead (see ``_scanner``).
     """
 
-    def __init__(self, *, max_bulk: int = MAX_BULK, max_multibulk: int = MAX_MULTIBULK
-                 ) -> None:
+    def __init__(self, *, max_bulk: int = MAX_BULK, max_multibulk: int = MAX_MULTIBULK,
+                 max_request: int = MAX_REQUEST,
+                 vet: Callable[[bytes], None] | None = None) -> None:
         self.max_bulk = max_bulk
         self.max_multibulk = max_multibulk
+        #: The most bytes of one request buffered; an inline request may
+        #: have no more than this nor :data:`MAX_INLINE`.
+        self.max_request = max_request
+        self.max_inline = min(MAX_INLINE, max_request)
+        #: Called with a large request's command name before more of it is
+        #: read; raises ``RequestRefused`` to refuse it.
+        self.vet = vet
+        #: The native scanner, unless the request limits must hold exactly
+        #: (before AUTH, where speed does not matter): it checks each word,
+        #: not a whole request.
+        self._scan = _scan if max_request >= MAX_INLINE else None
         self.pack = False
         self._buffer = bytearray()
         #: Words of the multibulk request being read, and how many it has.
@@ -70,6 +99,10 @@ class RequestReader:
         self._expected = 0
         #: Length of the bulk string being read (-1: its header is next).
         self._bulk = -1
+        #: Bytes of the request being read, taken so far (the Python path).
+        self._taken = 0
+        #: Whether the request being read was vetted.
+        self._vetted = False
 
     @property
     def pending_bytes(self) -> int:
@@ -80,16 +113,18 @@ class RequestReader:
         taking over a connection's stream)."""
         self._buffer = other._buffer
         self._words, self._expected, self._bulk = other._words, other._expected, other._bulk
+        self._taken, self._vetted = other._taken, other._vetted
 
     def feed(self, data: bytes) -> list[list[bytes]]:
         """Every command complete so far; ``ProtocolError`` on bad input
         (carrying the commands read before it)."""
-        if (not self._buffer and self._words is None and _scan is not None and data
-                and data[0] == 0x2A):
+        scan = self._scan
+        if not self._buffer and self._words is None and scan is not None and data \
+                and data[0] == 0x2A:
             # The common case, whole multibulk commands in one read: scanned
             # where they are, with no copy into the buffer.  Anything else is
             # scanned again below (the scan changes nothing).
-            items, end, error = _scan(data, 0, self.max_bulk, self.max_multibulk, self.pack)
+            items, end, error = scan(data, 0, self.max_bulk, self.max_multibulk, self.pack)
             if end == len(data) and error is None:
                 return items
         commands: list[list[bytes]] = []
@@ -104,12 +139,17 @@ class RequestReader:
         buffer += data
         position = 0
         size = len(buffer)
+        scan = self._scan
+        # Every turn of this loop moves ``position`` on, or breaks (the
+        # rest is incomplete), or raises.
         while position < size:
             if self._words is None:
-                if buffer[position] == 0x2A and _scan is not None:
-                    items, end, error = _scan(buffer, position, self.max_bulk,
-                                              self.max_multibulk, self.pack)
+                if buffer[position] == 0x2A and scan is not None:
+                    items, end, error = scan(buffer, position, self.max_bulk,
+                                             self.max_multibulk, self.pack)
                     commands += items
+                    if end > position:
+                        self._vetted = False  # a request ended: the next is new
                     position = end
                     if error is not None:
                         raise ProtocolError(error)
@@ -122,21 +162,26 @@ class RequestReader:
                         self._check_header_length(size - position, "multibulk")
                         break
                     count = self._length(buffer[position + 1:end], "multibulk")
+                    self._taken = end + 2 - position
                     position = end + 2
                     if count > self.max_multibulk:
                         raise ProtocolError("invalid multibulk length")
                     if count <= 0:
                         continue  # Redis ignores empty requests
-                    self._words, self._expected = [], count
+                    self._words, self._expected, self._vetted = [], count, False
                     continue
                 end = inline_end(buffer, position, size)
                 if end < 0:
-                    if size - position > MAX_INLINE:
+                    if size - position > self.max_inline:
                         raise ProtocolError("too big inline request")
                     break
+                if end - position > self.max_inline:
+                    raise ProtocolError("too big inline request")
                 line = bytes(buffer[position:end]).rstrip(b"\r")
                 position = end + 1
                 words = split_inline(line)
+                if len(words) > self.max_multibulk:
+                    raise ProtocolError("invalid multibulk length")
                 if words:
                     commands.append(words)
                 continue
@@ -150,6 +195,9 @@ class RequestReader:
                 length = self._length(buffer[position + 1:end], "bulk")
                 if length < 0 or length > self.max_bulk:
                     raise ProtocolError("invalid bulk length")
+                self._taken += end + 2 - position + length + 2
+                if self._taken > self.max_request:
+                    raise ProtocolError(self._too_big())
                 self._bulk = length
                 position = end + 2
             if size - position < self._bulk + 2:
@@ -157,11 +205,31 @@ class RequestReader:
             self._words.append(bytes(buffer[position:position + self._bulk]))
             position += self._bulk + 2
             self._bulk = -1
+            if self._taken > VET_AFTER and not self._vetted and self.vet is not None:
+                self._vetted = True
+                self.vet(self._words[0])
             if len(self._words) == self._expected:
                 commands.append(self._words)
                 self._words = None
         del buffer[:position]
+        if buffer and scan is not None and self._words is None:
+            self._check_pending(buffer)
         return commands
+
+    def _check_pending(self, pending: bytearray) -> None:
+        """Bound an incomplete request the scanner left in the buffer:
+        vetted once it is large, refused past ``max_request``."""
+        if len(pending) > VET_AFTER and not self._vetted and self.vet is not None \
+                and pending[0] == 0x2A:
+            name = _first_word(pending, self.max_bulk)
+            if name is not None:
+                self._vetted = True
+                self.vet(name)
+        if len(pending) > self.max_request:
+            raise ProtocolError(self._too_big())
+
+    def _too_big(self) -> str:
+        return f"too big request (over {self.max_request} bytes)"
 
     def _check_header_length(self, waiting: int, what: str) -> None:
         if waiting > MAX_INLINE:
@@ -182,6 +250,22 @@ _SPACE = b" \t\n\v\f\r"
 #: What ends an unquoted word (each of them also a blank: the word loop
 #: stops on it and the blank loop moves past it).
 _WORD_END = b" \n\r\t"
+
+
+def _first_word(request: bytes | bytearray, max_bulk: int) -> bytes | None:
+    """The first word of a multibulk request, if it is all there."""
+    header = request.find(b"\r\n")
+    start = header + 2
+    end = request.find(b"\r\n", start)
+    if header < 0 or end < 0 or request[start:start + 1] != b"$":
+        return None
+    text = bytes(request[start + 1:end])
+    if not _HEADER_INTEGER.fullmatch(text) or not 0 <= int(text) <= max_bulk:
+        return None
+    length = int(text)
+    if len(request) < end + 2 + length:
+        return None
+    return bytes(request[end + 2:end + 2 + length])
 
 
 def inline_end(buffer: bytes | bytearray, position: int, size: int) -> int:
