@@ -129,6 +129,8 @@ class ModelIndex:
         member_bytes = member.encode("utf-8")
         if self.tie_break == "first":
             return (primary, self.seqs[member], member_bytes)
+        if self.tie_break == "member_desc":  # bytes Z to A, a prefix after what it begins
+            return (primary, (*[-b for b in member_bytes], 1))
         return (primary, member_bytes)
 
     def ranked(self) -> list[str]:

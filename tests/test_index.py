@@ -319,6 +319,8 @@ TIE_EXPECTED = {
     ("desc", "member"): ["a", "d", "b", "c", "e"],
     ("asc", "first"): ["e", "c", "b", "a", "d"],
     ("asc", "member"): ["e", "b", "c", "a", "d"],
+    ("desc", "member_desc"): ["d", "a", "c", "b", "e"],
+    ("asc", "member_desc"): ["e", "c", "b", "d", "a"],
 }
 
 
@@ -338,7 +340,8 @@ def test_tie_break_orders_equal_scores(index_cls, order, tie_break):
 def test_all_members_tied(index_cls, order, tie_break):
     arrival = ["m3", "m1", "m4", "m0", "m2"]
     index = build(index_cls, [(m, 7) for m in arrival], order, tie_break)
-    expected = arrival if tie_break == "first" else sorted(arrival)
+    expected = arrival if tie_break == "first" else sorted(
+        arrival, reverse=tie_break == "member_desc")
     assert members_in_order(index) == expected
     for rank, member in enumerate(expected, 1):
         assert index.rank(member) == rank
@@ -354,13 +357,15 @@ def test_reaching_a_score_later_ranks_after_those_already_there(index_cls, tie_b
     index = build(index_cls, [("a", 5), ("b", 3), ("c", 3)], "desc", tie_break)
     index.set("a", 3)  # a is now the last to reach 3
     index._check()
-    expected = ["b", "c", "a"] if tie_break == "first" else ["a", "b", "c"]
+    expected = {"first": ["b", "c", "a"], "member": ["a", "b", "c"],
+                "member_desc": ["c", "b", "a"]}[tie_break]
     assert members_in_order(index) == expected
     index.incr("b", 0)  # no change: b keeps its place
     index.incr("b", 1)
     index.incr("b", -1)  # back to 3, now the latest arrival
     index._check()
-    expected = ["c", "a", "b"] if tie_break == "first" else ["a", "b", "c"]
+    expected = {"first": ["c", "a", "b"], "member": ["a", "b", "c"],
+                "member_desc": ["c", "b", "a"]}[tie_break]
     assert members_in_order(index) == expected
 
 
@@ -633,7 +638,8 @@ def test_readded_member_gets_a_new_arrival_sequence(index_cls, order, tie_break)
     assert index.set("a", 1) == (None, 1.0, True)
     index._check()
     assert seqs_by_member(index)["a"] == next_seq > old_seq
-    expected = ["b", "c", "a"] if tie_break == "first" else ["a", "b", "c"]
+    expected = {"first": ["b", "c", "a"], "member": ["a", "b", "c"],
+                "member_desc": ["c", "b", "a"]}[tie_break]
     assert members_in_order(index) == expected
 
 
@@ -1951,7 +1957,7 @@ GOOD_RECORDS = [DumpRecord(3.0, 0, b"a"), DumpRecord(2.0, 1, b"b"), DumpRecord(1
         pytest.param(encode_dump("desc", "first", 3, GOOD_RECORDS, version=2), id="version-2"),
         pytest.param(encode_dump("desc", "first", 3, GOOD_RECORDS, version=0), id="version-0"),
         pytest.param(encode_dump(2, "first", 3, GOOD_RECORDS), id="order-code"),
-        pytest.param(encode_dump("desc", 2, 3, GOOD_RECORDS), id="tie-break-code"),
+        pytest.param(encode_dump("desc", 3, 3, GOOD_RECORDS), id="tie-break-code"),
         pytest.param(encode_dump("desc", "first", 3, GOOD_RECORDS, count=4), id="count-high"),
         pytest.param(encode_dump("desc", "first", 3, GOOD_RECORDS, count=2), id="count-low"),
         pytest.param(

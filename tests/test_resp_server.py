@@ -289,12 +289,14 @@ def test_rankd_commands_reach_what_redis_lacks(open_daemon):
     with RawClient(open_daemon.resp_port) as client:
         client.call("ZADD", "friends", "10", "a", "20", "b", "20", "c", "30", "d")
         rank = client.call("RANKD.RANK", "friends", "b")
-        # Ascending board: a is best (rank 1); b and c tie at 20.
-        assert b"rank\r\n:2\r\n" in rank and b"dense_rank\r\n:2\r\n" in rank
+        # Highest first, as ZREVRANGE lists them: d is best (rank 1); b and c
+        # tie at 20, c first (ties Z to A), so b's rank is ZREVRANK + 1.
+        assert b"rank\r\n:3\r\n" in rank and b"dense_rank\r\n:2\r\n" in rank
         assert b"competition_rank\r\n:2\r\n" in rank
+        assert client.call("ZREVRANK", "friends", "b") == b":2\r\n"
         assert client.call("RANKD.RANK", "friends", "nobody") == b"$-1\r\n"
         listed = client.call("RANKD.FRIENDS", "friends", "d", "a", "ghost")
-        assert listed.startswith(b"*2\r\n") and listed.index(b"$1\r\na") < listed.index(b"$1\r\nd")
+        assert listed.startswith(b"*2\r\n") and listed.index(b"$1\r\nd") < listed.index(b"$1\r\na")
         around = client.call("RANKD.AROUND", "friends", "b", "1", "1")
         assert around.startswith(b"*3\r\n")
         assert client.call("RANKD.WINDOW", "weekly") == b"+OK\r\n"

@@ -493,8 +493,16 @@ cdef extern from *:
         return rk_member_cmp(a->node, b->node);
     }
 
+    static int rk_moved_cmp_member_desc(const void *pa, const void *pb) {
+        const rk_moved *a = pa, *b = pb;
+        if (a->key != b->key) return a->key < b->key ? -1 : 1;
+        return rk_member_cmp(b->node, a->node);
+    }
+
+    /* by_member: 0 "first", 1 "member", 2 "member_desc". */
     static void rk_sort_moved(rk_moved *moved, size_t n, int by_member) {
-        qsort(moved, n, sizeof(rk_moved), by_member ? rk_moved_cmp_member : rk_moved_cmp_first);
+        qsort(moved, n, sizeof(rk_moved), by_member == 2 ? rk_moved_cmp_member_desc
+              : by_member ? rk_moved_cmp_member : rk_moved_cmp_first);
     }
 
     /* A validated set_states entry. */
@@ -651,6 +659,7 @@ cdef class RankIndex:
     cdef uint64_t rng_state
     cdef bint descending
     cdef bint tie_by_member
+    cdef bint tie_member_desc       # "member_desc": ties by member, Z to A
     cdef uint64_t _next_seq
     cdef uint64_t hash_k0, hash_k1
     cdef rk_hash_memo hash_memo     # (zeroed with the object: empty)

@@ -14,7 +14,8 @@ How this skip list differs from Pugh's paper (and what it shares with the
 one in Redis's t_zset.c)
 ---------------------------------------------------------------------------
 * Scores repeat.  Nodes are ordered by a total key: ``(key, seq, member)``
-  for the "first" tie-break and ``(key, member)`` for "member", where
+  for the "first" tie-break and ``(key, member)`` for "member" (members
+  compared the other way round for "member_desc"), where
   ``key`` is the score negated on descending boards, so that "lower key is
   better" holds for both orders and one comparison routine serves both.
 * Every forward link carries a *span*: how many nodes it skips over.
@@ -84,6 +85,9 @@ cdef extern from "Python.h":
 
 import os
 import zlib
+
+# A dump's tie-break byte, by value.
+TIE_BREAK_CODES = ("first", "member", "member_desc")
 
 # The C structures (nodes, arena, hash) and RankIndex's fields and C methods
 # are declared in _skiplist.pxd, so that other native modules can cimport the index.
@@ -208,8 +212,9 @@ cdef class RankIndex:
                   int branching=DEFAULT_BRANCHING, seed=None):
         if order not in ("desc", "asc"):
             raise ValueError(f"order must be 'desc' or 'asc', got {order!r}")
-        if tie_break not in ("first", "member"):
-            raise ValueError(f"tie_break must be 'first' or 'member', got {tie_break!r}")
+        if tie_break not in ("first", "member", "member_desc"):
+            raise ValueError("tie_break must be 'first', 'member' or 'member_desc', "
+                             f"got {tie_break!r}")
         if not 1 <= max_level <= MAX_LEVEL:
             raise ValueError(f"max_level must be between 1 and {MAX_LEVEL}, got {max_level}")
         if not 2 <= branching <= 64:
@@ -217,7 +222,8 @@ cdef class RankIndex:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
         self.descending = order == "desc"
-        self.tie_by_member = tie_break == "member"
+        self.tie_by_member = tie_break != "first"
+        self.tie_member_desc = tie_break == "member_desc"
         self.max_level = max_level
         self.branching = branching
         if seed is None:
@@ -325,6 +331,8 @@ cdef class RankIndex:
         if not self.tie_by_member and node.seq != seq:
             return node.seq < seq
         cmp = memcmp(RK_MEMBER(node), member, node.mlen if node.mlen < mlen else mlen)
+        if self.tie_member_desc:  # Z to A: the longer of two members where one is a prefix
+            return cmp > 0 if cmp != 0 else node.mlen > mlen
         if cmp != 0:
             return cmp < 0
         return node.mlen < mlen
@@ -1480,7 +1488,7 @@ cdef class RankIndex:
                 moved[i].seq = moved[i].node.seq
                 moved[i].node.queued = 0
             with nogil:
-                rk_sort_moved(moved, nmoved, self.tie_by_member)
+                rk_sort_moved(moved, nmoved, self.tie_by_member + self.tie_member_desc)
             # 4. Re-thread: append the merge of both runs at the tail.
             member_bytes = self.member_bytes
             self._reset_header()
@@ -1626,7 +1634,10 @@ cdef class RankIndex:
 
     @property
     def tie_break(self):
-        """``"first"`` (earliest arrival wins ties) or ``"member"``."""
+        """``"first"`` (earliest arrival wins ties), ``"member"`` (A to Z) or
+        ``"member_desc"`` (Z to A)."""
+        if self.tie_member_desc:
+            return "member_desc"
         return "member" if self.tie_by_member else "first"
 
     @property
@@ -1901,7 +1912,7 @@ cdef class RankIndex:
         memcpy(p, b"RKIX", 4)
         p[4] = DUMP_VERSION
         p[5] = 0 if self.descending else 1
-        p[6] = 1 if self.tie_by_member else 0
+        p[6] = self.tie_by_member + self.tie_member_desc  # 0 first, 1 member, 2 member_desc
         p[7] = 0
         rk_store_u64(p + 8, self.length)
         rk_store_u64(p + 16, self._next_seq)
@@ -2101,7 +2112,7 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
         raise ValueError("not a rank index dump (bad magic)")
     if <uint8_t>buf[4] != DUMP_VERSION:
         raise ValueError(f"unsupported rank index dump version {<uint8_t>buf[4]}")
-    if <uint8_t>buf[5] > 1 or <uint8_t>buf[6] > 1 or buf[7] != 0:
+    if <uint8_t>buf[5] > 1 or <uint8_t>buf[6] > 2 or buf[7] != 0:
         raise ValueError("rank index dump has an unknown order or tie-break code")
     stored_crc = int.from_bytes(data[size - 4:size], "little")
     if zlib.crc32(memoryview(data)[:size - 4]) != stored_crc:
@@ -2112,7 +2123,7 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
         raise ValueError("rank index dump has an invalid next_seq")
     if count > MAX_LENGTH or count > <uint64_t>(size // DUMP_RECORD_SIZE):
         raise ValueError(f"rank index dump claims {count} members, more than it holds")
-    index = cls("desc" if buf[5] == 0 else "asc", "first" if buf[6] == 0 else "member")
+    index = cls("desc" if buf[5] == 0 else "asc", TIE_BREAK_CODES[buf[6]])
     index._next_seq = next_seq
     index._table_reserve(count)
     for level in range(MAX_LEVEL):

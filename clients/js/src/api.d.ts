@@ -6,7 +6,8 @@ export interface BoardConfig {
   order?: "desc" | "asc";
   /** `best` keeps the best score submitted, `sum` adds deltas, `latest` keeps the last score. */
   policy?: "sum" | "best" | "latest";
-  tie_break?: "first" | "member";
+  /** How equal scores rank: `first` who got there first, `member` by member from A to Z, `member_desc` from Z to A (Redis's ZREVRANGE order on a `desc` board). */
+  tie_break?: "first" | "member" | "member_desc";
   windows?: Array<"all" | "daily" | "weekly" | "monthly">;
   /** Closed periods kept per window. */
   retain?: number;

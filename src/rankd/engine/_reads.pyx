@@ -10,8 +10,10 @@ the all-time window of boards whose reads use it (what RESP-made boards
 keep) in Redis's order (see ``rankd.engine.view``: on an ``asc`` board
 position ``p`` is rank ``p + 1``, on a ``desc`` one rank ``n - p``).  It
 stops at the first read it does not answer (a board reading another
-window by default, a range past the reply cap) and says where: the
-front-end answers that one its general way and hands the rest back.
+window by default, a range of more than ``ENTRIES_PER_REQUEST`` entries:
+the front-end charges those by their size and builds them in steps) and
+says where: the front-end answers that one its general way and hands the
+rest back.
 The tests compare every reply with Redis's.
 """
 
@@ -31,6 +33,9 @@ from rankd.engine._replies cimport reply_double, reply_header, reply_null, reply
 cdef enum:
     # Member reads whose lookups are warmed together (see ``_warm``).
     WARM_READS = 32
+    # The longest range answered here, charged one request as every read
+    # here is (``rankd.frontends.resp.sorted_sets.ENTRIES_PER_REQUEST``).
+    ENTRIES_PER_REQUEST = 100
 
 
 cdef class Reads:
@@ -203,8 +208,8 @@ cdef bytes _answer(Reads owner, PackedReads reads, Py_ssize_t first, int version
                     if stop >= n:
                         stop = n - 1
                     count = stop - start + 1
-                if count > max_entries:
-                    break
+                if count > max_entries or count > ENTRIES_PER_REQUEST:
+                    break  # the general path charges and answers it
                 pairs = read.withscores and version == 3
                 reply_header(&w, b"*", count * 2 if read.withscores and not pairs else count)
                 if count:

@@ -9,6 +9,7 @@ from typing import Any
 
 from rankd.engine.errors import InvalidInput
 from rankd.engine.periods import WINDOWS
+from rankd.index._contract import TIE_BREAKS
 
 BOARD_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 POLICIES = ("best", "sum", "latest")
@@ -36,6 +37,9 @@ class BoardConfig:
     :mod:`rankd.engine.periods`); ``retain`` closed periods of each stay
     queryable.  ``min_score``/``max_score`` bound every resulting score and
     ``max_delta`` bounds how much one submission may change a score.
+    ``tie_break`` orders equal scores: ``first`` who got there first,
+    ``member`` by member A to Z, ``member_desc`` Z to A (on a ``desc``
+    board, the order of Redis's ``ZREVRANGE``: what RESP makes boards with).
     """
 
     order: str = "desc"
@@ -62,7 +66,7 @@ class BoardConfig:
         values: dict[str, Any] = {}
         values["order"] = _choice(data, "order", ("desc", "asc"), "desc")
         values["policy"] = _choice(data, "policy", POLICIES, "best")
-        values["tie_break"] = _choice(data, "tie_break", ("first", "member"), "first")
+        values["tie_break"] = _choice(data, "tie_break", TIE_BREAKS, "first")
         windows = data.get("windows", ["all"])
         if (not isinstance(windows, list | tuple) or not windows
                 or not all(isinstance(w, str) for w in windows)):

@@ -314,8 +314,7 @@ cdef class RespLane(Lane):
             rest = self._answer_reads(reads, out)  # again the general way (reads change nothing)
         else:
             out = []
-            self._read_generally(reads, range(len(reads)), out)
-            rest = None
+            rest = self._read_generally(reads, range(len(reads)), out)
         if out:
             self.transport.writelines(out)
         if rest:

@@ -144,8 +144,12 @@ def schemas() -> dict[str, Any]:
                            "default": "best",
                            "description": "`best` keeps the best score submitted, `sum` adds "
                                           "deltas, `latest` keeps the last score."},
-                "tie_break": {"type": "string", "enum": ["first", "member"],
-                              "default": "first"},
+                "tie_break": {"type": "string", "enum": ["first", "member", "member_desc"],
+                              "default": "first",
+                              "description": "How equal scores rank: `first` who got there "
+                                             "first, `member` by member from A to Z, "
+                                             "`member_desc` from Z to A (Redis's ZREVRANGE "
+                                             "order on a `desc` board)."},
                 "windows": {"type": "array", "items": WINDOW, "minItems": 1,
                             "uniqueItems": True, "default": ["all"]},
                 "retain": {"type": "integer", "minimum": 0, "maximum": MAX_RETAIN,

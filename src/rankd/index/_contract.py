@@ -72,7 +72,8 @@ MAX_EXACT_INT = 2**53
 MAX_SEQ = 2**63 - 1
 
 ORDERS = ("desc", "asc")
-TIE_BREAKS = ("first", "member")
+#: By value, as dumps store them (``member_desc``: equal scores by member, Z to A).
+TIE_BREAKS = ("first", "member", "member_desc")
 
 
 class When(enum.IntEnum):
@@ -113,7 +114,7 @@ Entry: TypeAlias = tuple[int, str, float]
 # --- dump format, version 1 (all integers little-endian) -------------------
 #
 #   header  magic b"RKIX" | u8 version | u8 order (0 desc, 1 asc)
-#           | u8 tie_break (0 first, 1 member) | u8 reserved = 0
+#           | u8 tie_break (0 first, 1 member, 2 member_desc) | u8 reserved = 0
 #           | u64 count | u64 next_seq
 #   count records, in rank order (best first):
 #           f64 score | u64 seq | u16 member length | member UTF-8 bytes

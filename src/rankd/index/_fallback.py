@@ -10,6 +10,9 @@ the skip list does.  ``k`` is the score turned so that smaller is better
 
 * ``first``:  ``(k, seq, member)``
 * ``member``: ``(k, member)``
+* ``member_desc``: ``(k, reversed(member), member)``, where ``reversed``
+  is the member's negated code points and a closing ``1`` (so members
+  compare Z to A, and a member before a longer one it begins)
 
 Python compares ``str`` by code point, which is the UTF-8 byte order the
 contract asks for.  A ``SortedList`` of keys gives unique ranks by
@@ -35,6 +38,7 @@ from rankd.index._contract import (
     MAX_EXACT_INT,
     MAX_MEMBER_BYTES,
     MAX_SEQ,
+    TIE_BREAKS,
     BatchResult,
     Entry,
     Op,
@@ -115,8 +119,9 @@ class RankIndex:
                  max_level: int = 32, branching: int = 4, seed: int | None = None) -> None:
         if order not in ("desc", "asc"):
             raise ValueError(f"order must be 'desc' or 'asc', got {order!r}")
-        if tie_break not in ("first", "member"):
-            raise ValueError(f"tie_break must be 'first' or 'member', got {tie_break!r}")
+        if tie_break not in TIE_BREAKS:
+            raise ValueError("tie_break must be 'first', 'member' or 'member_desc', "
+                             f"got {tie_break!r}")
         if isinstance(max_level, bool) or not isinstance(max_level, int) \
                 or not 1 <= max_level <= 32:
             raise ValueError(f"max_level must be between 1 and 32, got {max_level}")
@@ -129,6 +134,7 @@ class RankIndex:
         self._tie_break = tie_break
         self._sign = -1.0 if order == "desc" else 1.0
         self._by_member = tie_break == "member"
+        self._by_member_desc = tie_break == "member_desc"
         #: member -> (score, seq)
         self._entries: dict[str, tuple[float, int]] = {}
         self._keys = SortedList()
@@ -178,6 +184,8 @@ class RankIndex:
 
     def _sort_key(self, member: str, score: float, seq: int) -> tuple:
         k = self._sign * score + 0.0
+        if self._by_member_desc:
+            return (k, (*[-ord(c) for c in member], 1), member)
         return (k, member) if self._by_member else (k, seq, member)
 
     def _link(self, member: str, score: float, seq: int) -> None:
@@ -452,7 +460,7 @@ class RankIndex:
     def dump(self) -> bytes:
         """The whole index in the shared dump format."""
         parts = [DUMP_HEADER.pack(DUMP_MAGIC, DUMP_VERSION, 0 if self._order == "desc" else 1,
-                                  1 if self._by_member else 0, 0, len(self._keys),
+                                  TIE_BREAKS.index(self._tie_break), 0, len(self._keys),
                                   self._next_seq)]
         pack = DUMP_RECORD.pack
         entries = self._entries
@@ -477,7 +485,7 @@ class RankIndex:
             raise ValueError("not a rank index dump (bad magic)")
         if version != DUMP_VERSION:
             raise ValueError(f"unsupported rank index dump version {version}")
-        if order > 1 or tie > 1 or reserved != 0:
+        if order > 1 or tie >= len(TIE_BREAKS) or reserved != 0:
             raise ValueError("rank index dump has an unknown order or tie-break code")
         (stored_crc,) = DUMP_TRAILER.unpack_from(view, size - DUMP_TRAILER.size)
         if zlib.crc32(view[: size - DUMP_TRAILER.size]) != stored_crc:
@@ -486,7 +494,7 @@ class RankIndex:
             raise ValueError("rank index dump has an invalid next_seq")
         if count > size // DUMP_RECORD.size:
             raise ValueError(f"rank index dump claims {count} members, more than it holds")
-        index = cls("desc" if order == 0 else "asc", "first" if tie == 0 else "member")
+        index = cls("desc" if order == 0 else "asc", TIE_BREAKS[tie])
         index._next_seq = next_seq
         position = DUMP_HEADER.size
         end = size - DUMP_TRAILER.size

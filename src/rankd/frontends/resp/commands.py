@@ -493,6 +493,15 @@ def _count_pairs(words: list[bytes]) -> int:
     return max(1, (len(words) - 2) // 2)
 
 
+def _by_members(words: list[bytes]) -> int:
+    """A command of a key and members: charged by its members' work."""
+    return zset.work_cost(len(words) - 2)
+
+
+def _by_keys(words: list[bytes]) -> int:
+    return zset.work_cost(len(words) - 1)
+
+
 def _command(name: str, arity: int, handler: Handler, operation: str | None,
              flags: tuple[str, ...] = (), keys: tuple[int, int] = (0, 0),
              group: str = "sorted-set", summary: str = "", **extra: Any) -> Command:
@@ -526,7 +535,8 @@ COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in [
     _command("zincrby", 4, zset.zincrby, "submit", _WRITE, _KEY,
              summary="Increment a member's score", batchable=True, immediate=False),
     _command("zscore", 3, zset.zscore, "top", _READ, _KEY, summary="A member's score"),
-    _command("zmscore", -3, zset.zmscore, "top", _READ, _KEY, summary="Members' scores"),
+    _command("zmscore", -3, zset.zmscore, "top", _READ, _KEY, summary="Members' scores",
+             cost=_by_members, immediate=False),
     _command("zrank", -3, zset.zrank, "top", _READ, _KEY,
              summary="A member's position, lowest score first"),
     _command("zrevrank", -3, zset.zrevrank, "top", _READ, _KEY,
@@ -535,17 +545,17 @@ COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in [
     _command("zcount", 4, zset.zcount, "top", _READ, _KEY,
              summary="Members with a score in a range"),
     _command("zrange", -4, zset.zrange, "top", ("readonly",), _KEY,
-             summary="Members in a range of positions or scores"),
+             summary="Members in a range of positions or scores", immediate=False),
     _command("zrevrange", -4, zset.zrevrange, "top", ("readonly",), _KEY,
-             summary="Members in a range of positions, highest first"),
+             summary="Members in a range of positions, highest first", immediate=False),
     _command("zrangebyscore", -4, zset.zrangebyscore, "top", ("readonly",), _KEY,
-             summary="Members in a range of scores"),
+             summary="Members in a range of scores", immediate=False),
     _command("zrevrangebyscore", -4, zset.zrevrangebyscore, "top", ("readonly",), _KEY,
-             summary="Members in a range of scores, highest first"),
+             summary="Members in a range of scores, highest first", immediate=False),
     _command("zscan", -3, zset.zscan, "top", ("readonly",), _KEY,
              summary="Iterate over members and scores"),
     _command("zrem", -3, zset.zrem, "remove_member", ("write", "fast"), _KEY,
-             summary="Remove members", immediate=False),
+             summary="Remove members", cost=_by_members, immediate=False),
     _command("zremrangebyrank", 4, zset.zremrangebyrank, "remove_member", ("write",), _KEY,
              summary="Remove members in a range of positions", immediate=False),
     _command("zremrangebyscore", 4, zset.zremrangebyscore, "remove_member", ("write",), _KEY,
@@ -557,7 +567,7 @@ COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in [
     _command("del", -2, zset.delete, "delete_board", ("write",), (1, -1), "keyspace",
              "Delete boards", immediate=False),
     _command("exists", -2, zset.exists, "list_boards", _READ, (1, -1), "keyspace",
-             "Whether boards exist"),
+             "Whether boards exist", cost=_by_keys, immediate=False),
     _command("type", 2, zset.type_, "list_boards", _READ, _KEY, "keyspace",
              "The type of a key (every board is a zset)"),
     _command("scan", -2, zset.scan, "list_boards", ("readonly",), group="keyspace",
@@ -607,7 +617,7 @@ COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in [
     _command("rankd.rank", 3, rankd_rank, "member", _READ, _KEY, "rankd",
              "A member's rank, competition and dense rank, and percentile"),
     _command("rankd.friends", -3, rankd_friends, "ranks", _READ, _KEY, "rankd",
-             "Members ranked among themselves and on the board"),
+             "Members ranked among themselves and on the board", cost=_by_members),
     _command("rankd.around", -3, rankd_around, "around", _READ, _KEY, "rankd",
              "A member and its neighbours on the board"),
     _command("rankd.window", -1, rankd_window, None, ("fast",), group="rankd",

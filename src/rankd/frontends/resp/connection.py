@@ -179,6 +179,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.queue: collections.deque[Any] = collections.deque()
         #: What the queued requests hold (:func:`weight`).
         self.queued_bytes = 0
+        #: Reading waits for the reader to read on what it holds (``_parse_more``).
+        self.parse_paused = False
         #: Set by QUIT: close once its reply is written.
         self.quitting = False
 
@@ -225,6 +227,13 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         except ProtocolError as exc:
             items = [*exc.commands, exc]
             self.transport.pause_reading()
+        else:
+            if reader.more and not self.parse_paused:
+                # The reader stopped at FEED_MOST commands: the rest is read
+                # on the loop's next turn, and nothing more until then.
+                self.parse_paused = True
+                self.transport.pause_reading()
+                self.loop.call_soon(self._parse_more)
         if self.worker is None and not self.queue and not self.answering and self.writable:
             item = items[0] if len(items) == 1 else None
             if type(item) is _Packed:  # an unpipelined client's write: straight there
@@ -242,6 +251,15 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             if not items:
                 return
         self._queue_items(items)
+
+    def _parse_more(self) -> None:
+        """Read on the commands a ``feed`` left buffered."""
+        self.parse_paused = False
+        if self.closing:
+            return
+        self._data_received(b"")
+        if not (self.parse_paused or self.reading_paused or self.closing):
+            self.transport.resume_reading()
 
     def _queue_items(self, items: list[Any]) -> None:
         """Queue requests for the worker, which answers them in order."""
@@ -293,8 +311,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                     break
                 self._run_now(command, item, out)
             position += 1
-            if _grown(out, size) >= OUT_HIGH_WATER:
-                break  # the rest waits for the client to read (the worker)
+            if _grown(out, size) >= OUT_HIGH_WATER or position >= QUEUE_LOW_WATER:
+                break  # the rest waits for the client to read, or its turn (the worker)
             if self.closing:
                 return []
         if out:
@@ -336,8 +354,12 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                 if (self.reading_paused and len(self.queue) <= QUEUE_LOW_WATER
                         and self.queued_bytes <= QUEUE_LOW_BYTES and not self.closing):
                     self.reading_paused = False
-                    self.transport.resume_reading()
+                    if not self.parse_paused:
+                        self.transport.resume_reading()
                 await self.can_write.wait()
+                # Let the loop run others between batches: a queue of a
+                # hundred thousand cheap commands is answered a batch a turn.
+                await asyncio.sleep(0)
         except Exception:  # one connection's bug must not go unnoticed or hurt others
             log.exception("RESP connection failed; closing it")
             self.transport.abort()
@@ -450,8 +472,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             except EngineError:
                 native = False  # each read is admitted (or refused) alone
         if not native:
-            self._read_generally(reads, range(len(reads)), out)
-            return []
+            return self._read_generally(reads, range(len(reads)), out)
         return self._answer_reads(reads, out)
 
     def _answer_reads(self, reads: Any, out: list[bytes]) -> list[list[bytes]]:
@@ -469,17 +490,28 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                 reader = RequestReader(max_bulk=self.server.max_bulk)
                 return [words for i in range(stopped, len(reads))
                         for words in reader.feed(reads.source(i))]
-            self._read_generally(reads, [stopped], out)
+            if rest := self._read_generally(reads, range(stopped, len(reads)), out, 1):
+                return rest
             first = stopped + 1
         return []
 
-    def _read_generally(self, reads: Any, indexes: Any, out: list[bytes]) -> None:
+    def _read_generally(self, reads: Any, indexes: Any, out: list[bytes],
+                        most: int | None = None) -> list[list[bytes]]:
+        """Answer reads of a packed run the general way (the first ``most``
+        of ``indexes``).  A read that cannot be answered at once (a large
+        range, built in steps) and those after it are returned, as
+        commands, for the worker."""
         reader = RequestReader(max_bulk=self.server.max_bulk)
-        for index in indexes:
+        indexes = list(indexes)
+        for position, index in enumerate(indexes[:most]):
             for words in reader.feed(reads.source(index)):
                 command = self._lookup(words, out)
+                if command is not None and not command.immediate:
+                    return [words, *(later for i in indexes[position + 1:]
+                                     for later in reader.feed(reads.source(i)))]
                 if command is not None:
                     self._run_now(command, words, out)
+        return []
 
     def _unpack(self, packed: Any) -> list[list[bytes]]:
         """A packed run's commands, for the general path."""

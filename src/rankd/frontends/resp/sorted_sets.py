@@ -13,17 +13,27 @@ them (one batch, one commit), answered once they are applied.  Removals
 go through ``Service.remove_members``, which picks and removes in one step.
 
 A key written through RESP that is not a board yet becomes one with
-:data:`REDIS_BOARD`, the config under which every answer is Redis's:
-ascending scores, ties broken by member, each write replacing the score
-(``latest``) or adding to it (``ZINCRBY``: an explicit increment), one
-all-time window.  Such a board is deleted with its last member, as a
-Redis key is.  Boards made through REST with another config are read and
-written too; ``docs/redis.md`` tables what differs on them.
+:data:`REDIS_BOARD`, the config under which every answer is Redis's and
+the board ranks as Redis leaderboards are read (``ZREVRANGE``): highest
+score first, equal scores by member from Z to A (so ``ZRANGE``, the
+reverse, lists them A to Z), each write replacing the score (``latest``)
+or adding to it (``ZINCRBY``: an explicit increment), one all-time
+window.  Boards RESP made before (:data:`LEGACY_REDIS_BOARD`, lowest
+first) are kept as they are and answer alike.  A board outlives its last
+member (only ``admin`` deletes boards), but an empty RESP-made board is
+no key to the keyspace commands, as in Redis.  Boards made through REST
+with another config are read and written too; ``docs/redis.md`` tables
+what differs on them.
+
+Reads are charged by their work (:func:`work_cost`: one request per
+:data:`ENTRIES_PER_REQUEST` entries read or returned), and a reply of more
+than :data:`STEP_ENTRIES` entries is built a step at a time, letting other
+clients in between (:func:`_stepwise`).
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -53,11 +63,31 @@ if TYPE_CHECKING:
 _encode_entries, _ = native_or("rankd.frontends.resp._scanner", "encode_entries", None)
 
 #: The config of boards made through RESP (see the module docstring).
-REDIS_BOARD = BoardConfig(order="asc", policy="latest", tie_break="member", windows=("all",))
+REDIS_BOARD = BoardConfig(order="desc", policy="latest", tie_break="member_desc",
+                          windows=("all",))
 REDIS_BOARD_DICT = REDIS_BOARD.to_dict()
+#: The config RESP made boards with before (lowest first): kept, not migrated.
+LEGACY_REDIS_BOARD = BoardConfig(order="asc", policy="latest", tie_break="member",
+                                 windows=("all",))
+_REDIS_CONFIGS = (REDIS_BOARD, LEGACY_REDIS_BOARD)
 #: Entries one range reply may hold (Redis has no cap; a reply of every
 #: member of a million-member board is 30 MB built in memory).
 MAX_REPLY_ENTRIES = 100_000
+#: Bytes one reply may hold (100,000 entries of long members would be 30 MB).
+MAX_REPLY_BYTES = 16 << 20
+#: Entries read or returned that one request of the read (or write) rate
+#: limit pays for.  The engine's native reads answer ranges up to this
+#: size only (``rankd.engine._reads``), charged one request each.
+ENTRIES_PER_REQUEST = 100
+#: Entries (or ZMSCORE members) a reply is built from before the event loop
+#: serves other clients (about a millisecond of work).
+STEP_ENTRIES = 2048
+#: A reply built in steps is started again when its board changed between
+#: two steps (so it is one state's, as in Redis); past this many restarts
+#: it is built in one go.
+STEP_RESTARTS = 2
+#: Board names a FLUSHDB/FLUSHALL audit line lists (then how many more).
+AUDIT_NAMES = 50
 #: Score-member pairs in one ZADD: the engine's batch limit.
 MAX_PAIRS = 10_000
 #: ZSCAN answers boards up to this size in one reply, cursor 0, as Redis
@@ -95,6 +125,107 @@ def _check_size(count: int) -> None:
     if count > MAX_REPLY_ENTRIES:
         raise CommandError(f"ERR rankd answers at most {MAX_REPLY_ENTRIES} entries in one "
                            "reply; ask for a smaller range (indexes or LIMIT)")
+
+
+def work_cost(entries: int) -> int:
+    """Requests of rate limit a command reading or returning ``entries``
+    entries costs: one per :data:`ENTRIES_PER_REQUEST`, at least one."""
+    return max(1, -(-entries // ENTRIES_PER_REQUEST))
+
+
+def _charge(conn: RespConnection, entries: int, operation: str = "top") -> None:
+    """Charge a command's work once its size is known (admitting it charged
+    one request); a ``RateLimited`` refusal answers it."""
+    extra = work_cost(entries) - 1
+    if extra > 0 and conn.principal is not None:
+        conn.gate.admit(conn.principal, operation, conn.address, extra)
+
+
+def is_key(conn: RespConnection, name: str) -> bool:
+    """Whether board ``name`` is a key as Redis would show it: every board
+    but an empty RESP-made one (a Redis key goes with its last member)."""
+    config = conn.service.board_config(name)
+    if config is None:
+        return False
+    return config not in _REDIS_CONFIGS or len(conn.service.view(name)) > 0
+
+
+def _version(conn: RespConnection, name: str | None) -> tuple[int, int] | None:
+    """What changes when board ``name`` is written, deleted or made again."""
+    board = None if name is None else conn.service.engine.boards.get(name)
+    return None if board is None else (id(board), board.version)
+
+
+#: A reply to build: its header, how many steps of entries it has, and the
+#: bytes of ``count`` of them from ``first`` on.
+Steps = tuple[bytes, int, Callable[[int, int], bytes]]
+
+
+def _stepwise(conn: RespConnection, key: bytes, plan: Callable[[], Steps]) -> Reply:
+    """The reply ``plan`` lays out: at once if it is small, else built
+    :data:`STEP_ENTRIES` entries at a time, yielding the event loop between
+    steps, started again (from a new ``plan``) if the board changed
+    meanwhile, at most :data:`MAX_REPLY_BYTES` long."""
+    header, total, piece = plan()
+    if total <= STEP_ENTRIES:
+        return header + piece(0, total) if total else header
+    return _built_in_steps(conn, board_name(key), plan)
+
+
+async def _built_in_steps(conn: RespConnection, name: str | None,
+                          plan: Callable[[], Steps]) -> bytes:
+    for attempt in range(STEP_RESTARTS + 1):
+        version = _version(conn, name)
+        header, total, piece = plan()
+        parts, size, done = [header], len(header), 0
+        while done < total:
+            if done and attempt < STEP_RESTARTS:
+                await asyncio.sleep(0)  # other clients' turn
+                if conn.closing:
+                    return b""
+                if _version(conn, name) != version:
+                    break  # written meanwhile: start again
+            count = min(STEP_ENTRIES, total - done)
+            part = piece(done, count)
+            size += len(part)
+            if size > MAX_REPLY_BYTES:
+                raise CommandError(f"ERR rankd answers at most {MAX_REPLY_BYTES} bytes in "
+                                   "one reply; ask for a smaller range (indexes or LIMIT)")
+            parts.append(part)
+            done += count
+        else:
+            return b"".join(parts)
+    raise AssertionError("the last attempt runs to the end")
+
+
+def _entry_steps(conn: RespConnection, total: int, fetch: Callable[[int, int], list],
+                 withscores: bool) -> Steps:
+    """:data:`Steps` of a range reply: ``fetch(first, count)`` reads entries."""
+    replies = conn.replies
+    flat = withscores and replies.version == 2
+    header = replies.array_header(2 * total if flat else total)
+
+    def piece(first: int, count: int) -> bytes:
+        data = _entries(conn, fetch(first, count), withscores, nested=True)
+        return data[data.index(b"\n") + 1:]  # without its own array header
+    return header, total, piece
+
+
+def _range(conn: RespConnection, key: bytes, plan: Callable[[], tuple[int, Callable]],
+           withscores: bool) -> Reply:
+    """A range reply: ``plan()`` gives its size and how to fetch its entries
+    from a view of the board as it is now; charged by its size."""
+    total, fetch = plan()
+    _check_size(total)
+    _charge(conn, total)
+    if total <= STEP_ENTRIES:
+        return _entries(conn, fetch(0, total) if total else [], withscores, nested=True)
+
+    def steps() -> Steps:
+        size, fetch = plan()
+        _check_size(size)
+        return _entry_steps(conn, size, fetch, withscores)
+    return _built_in_steps(conn, board_name(key), steps)
 
 
 def _entries(conn: RespConnection, entries: list, withscores: bool, nested: bool) -> bytes:
@@ -234,7 +365,10 @@ def zremrangebyrank(conn: RespConnection, args: list[bytes]) -> Reply:
     def choose(view: Any) -> list[str]:
         first, count = _rank_range(len(view), start, stop)
         return [member for _, member, _ in view.by_position(first, count)]
-    return _remove(conn, args[1], choose)
+
+    def size(view: Any) -> int:
+        return _rank_range(len(view), start, stop)[1]
+    return _remove(conn, args[1], choose, size)
 
 
 def zremrangebyscore(conn: RespConnection, args: list[bytes]) -> Reply:
@@ -243,20 +377,24 @@ def zremrangebyscore(conn: RespConnection, args: list[bytes]) -> Reply:
 
     def choose(view: Any) -> list[str]:
         return [member for _, member, _ in _by_score(view, low, high)]
-    return _remove(conn, args[1], choose)
+    return _remove(conn, args[1], choose, lambda view: _count(view, low, high))
 
 
 async def _removed(conn: RespConnection, name: str, choose: Callable[[Any], list[str]]
                    ) -> list[tuple[str, float]]:
-    return await conn.service.remove_members(
-        name, choose, window=conn.window, period=conn.period,
-        drop_when_empty=conn.service.board_config(name) == REDIS_BOARD)
+    """Remove what ``choose`` picks; the board stays, even emptied (``is_key``)."""
+    return await conn.service.remove_members(name, choose, window=conn.window,
+                                             period=conn.period)
 
 
-def _remove(conn: RespConnection, key: bytes, choose: Callable[[Any], list[str]]) -> Reply:
+def _remove(conn: RespConnection, key: bytes, choose: Callable[[Any], list[str]],
+            size: Callable[[Any], int] | None = None) -> Reply:
+    """Remove what ``choose`` picks, charged by ``size`` (what it will pick)."""
     name = board_name(key)
     if name is None or not conn.service.has_board(name):
         return conn.replies.integer(0)
+    if size is not None:
+        _charge(conn, size(_view(conn, key)), "remove_member")
 
     async def run() -> bytes:
         try:
@@ -279,6 +417,7 @@ def zpop(conn: RespConnection, args: list[bytes], highest: bool) -> Reply:
         return replies.array_header(0)
     wanted = 1 if count is None else count
     _check_size(min(wanted, len(conn.service.view(name))))
+    _charge(conn, min(wanted, len(conn.service.view(name))), "remove_member")
 
     def choose(view: Any) -> list[str]:
         return [m for _, m, _ in view.by_position(0, min(wanted, len(view)), reverse=highest)]
@@ -313,15 +452,22 @@ def zscore(conn: RespConnection, args: list[bytes]) -> Reply:
 
 
 def zmscore(conn: RespConnection, args: list[bytes]) -> Reply:
-    """ZMSCORE key member [member ...]"""
-    view = _view(conn, args[1])
+    """ZMSCORE key member [member ...] (charged by its members: ``COMMANDS``)"""
     replies = conn.replies
-    out = [replies.array_header(len(args) - 2)]
-    for word in args[2:]:
-        member = text(word)
-        found = None if view is None or member is None else view.score(member)
-        out.append(replies.null() if found is None else replies.double(found))
-    return b"".join(out)
+    words = args[2:]
+
+    def plan() -> Steps:
+        view = _view(conn, args[1])
+
+        def piece(first: int, count: int) -> bytes:
+            out = []
+            for word in words[first:first + count]:
+                member = text(word)
+                found = None if view is None or member is None else view.score(member)
+                out.append(replies.null() if found is None else replies.double(found))
+            return b"".join(out)
+        return replies.array_header(len(words)), len(words), piece
+    return _stepwise(conn, args[1], plan)
 
 
 def zcard(conn: RespConnection, args: list[bytes]) -> Reply:
@@ -426,21 +572,28 @@ def zrange(conn: RespConnection, args: list[bytes], *, by: str | None = None,
                            "orders by score")
     if by == "rank":
         start, stop = integer(args[2]), integer(args[3])
-        view = _view(conn, args[1])
-        if view is None:
+        if _view(conn, args[1]) is None:
             return replies.array_header(0)
-        first, count = _rank_range(len(view), start, stop)
-        _check_size(count)
-        return _entries(conn, view.by_position(first, count, reverse=reverse), withscores,
-                        nested=True)
+
+        def by_rank() -> tuple[int, Callable[[int, int], list]]:
+            view = _view(conn, args[1])
+            first, count = _rank_range(0 if view is None else len(view), start, stop)
+            return count, lambda skip, n: view.by_position(first + skip, n, reverse=reverse)
+        return _range(conn, args[1], by_rank, withscores)
     low, high = _score_range(args[2], args[3])
-    view = _view(conn, args[1])
-    if view is None or (offset > 0 and offset >= len(view)):
+    if _view(conn, args[1]) is None:
         return replies.array_header(0)
-    if limit < 0 or limit > MAX_REPLY_ENTRIES:
-        _check_size(_count(view, *(low, high) if not reverse else (high, low)) - max(offset, 0))
-    entries = _by_score(view, low, high, offset=offset, limit=limit, reverse=reverse)
-    return _entries(conn, entries, withscores, nested=True)
+
+    def by_score() -> tuple[int, Callable[[int, int], list]]:
+        view = _view(conn, args[1])
+        if view is None or offset < 0 or (offset > 0 and offset >= len(view)):
+            return 0, lambda skip, n: []
+        total = max(0, _count(view, *(low, high) if not reverse else (high, low)) - offset)
+        if limit >= 0:
+            total = min(total, limit)
+        return total, lambda skip, n: _by_score(view, low, high, offset=offset + skip,
+                                                limit=n, reverse=reverse)
+    return _range(conn, args[1], by_score, withscores)
 
 
 def _count(view: Any, low: tuple[float, bool], high: tuple[float, bool]) -> int:
@@ -509,11 +662,12 @@ def zscan(conn: RespConnection, args: list[bytes]) -> Reply:
         return b"*2\r\n" + replies.bulk(b"0") + replies.array_header(0)
     pattern, count, _ = _scan_options(args, 3)
     size = len(view)
+    _charge(conn, size if size <= SCAN_WHOLE else min(count, STEP_ENTRIES))
     if size <= SCAN_WHOLE:
         entries, following = view.by_position(0, size), 0
     else:
         first = min(cursor, size)
-        count = min(count, MAX_REPLY_ENTRIES)
+        count = min(count, STEP_ENTRIES)  # a hint, as in Redis: the cursor goes on
         entries = view.by_position(first, min(count, size - first))
         following = first + len(entries)
         if following >= size:
@@ -543,43 +697,73 @@ def stored_score_text(value: float) -> bytes:
 
 
 def exists(conn: RespConnection, args: list[bytes]) -> Reply:
-    """EXISTS key [key ...] (a key named twice counts twice)"""
-    found = 0
-    for key in args[1:]:
-        name = board_name(key)
-        found += name is not None and conn.service.has_board(name)
-    return conn.replies.integer(found)
+    """EXISTS key [key ...] (a key named twice counts twice), a step of
+    :data:`STEP_ENTRIES` keys at a time."""
+    words = args[1:]
+
+    def found(first: int) -> int:
+        return sum(1 for name in map(board_name, words[first:first + STEP_ENTRIES])
+                   if name is not None and is_key(conn, name))
+    if len(words) <= STEP_ENTRIES:
+        return conn.replies.integer(found(0))
+
+    async def run() -> bytes:
+        total = 0
+        for first in range(0, len(words), STEP_ENTRIES):
+            if first:
+                await asyncio.sleep(0)  # other clients' turn
+            total += found(first)
+        return conn.replies.integer(total)
+    return run()
 
 
 def type_(conn: RespConnection, args: list[bytes]) -> Reply:
     name = board_name(args[1])
-    found = name is not None and conn.service.has_board(name)
+    found = name is not None and is_key(conn, name)
     return conn.replies.simple("zset" if found else "none")
 
 
+def _key_names(conn: RespConnection) -> list[str]:
+    """Every key (board names but empty RESP-made boards), sorted; charged
+    by the boards looked at."""
+    names = conn.service.board_names()
+    _charge(conn, len(names), "list_boards")
+    return [name for name in names if is_key(conn, name)]
+
+
 def delete(conn: RespConnection, args: list[bytes]) -> Reply:
-    """DEL key [key ...]"""
+    """DEL key [key ...]: each board named deleted, one audit line each."""
     names = list(dict.fromkeys(n for n in map(board_name, args[1:]) if n is not None))
 
     async def run() -> bytes:
         deleted = 0
         for name in names:
-            try:
-                await conn.service.delete_board(name)
-                deleted += 1
-            except NotFound:
-                pass
+            was_key = is_key(conn, name)
+            if await _delete_board(conn, name, board=name, command="del"):
+                deleted += was_key
         return conn.replies.integer(deleted)
     return run()
 
 
+async def _delete_board(conn: RespConnection, name: str, **audited: object) -> bool:
+    """Delete board ``name``; whether it was there.  Logged as REST logs it
+    (``Gate.done``) when ``audited`` names what to log."""
+    try:
+        await conn.service.delete_board(name)
+    except NotFound:
+        return False
+    if audited and conn.principal is not None:
+        conn.gate.done(conn.principal, "delete_board", conn.address, **audited)
+    return True
+
+
 def dbsize(conn: RespConnection, args: list[bytes]) -> Reply:
-    return conn.replies.integer(len(conn.service.board_names()))
+    return conn.replies.integer(len(_key_names(conn)))
 
 
 def keys(conn: RespConnection, args: list[bytes]) -> Reply:
     """KEYS pattern"""
-    names = [n for n in conn.service.board_names() if glob_match(args[1], n.encode())]
+    names = [n for n in _key_names(conn) if glob_match(args[1], n.encode())]
     _check_size(len(names))
     replies = conn.replies
     return b"".join([replies.array_header(len(names)), *map(replies.bulk, names)])
@@ -592,10 +776,12 @@ def scan(conn: RespConnection, args: list[bytes]) -> Reply:
     pattern, count, kind = _scan_options(args, 2, types=True)
     names = conn.service.board_names()
     first = min(cursor, len(names))
-    page = names[first:first + min(count, MAX_REPLY_ENTRIES)]
+    page = names[first:first + min(count, STEP_ENTRIES)]  # a hint, as in Redis
+    _charge(conn, len(page), "list_boards")
     following = first + len(page)
     if following >= len(names):
         following = 0
+    page = [name for name in page if is_key(conn, name)]
     if pattern is not None:
         page = [n for n in page if glob_match(pattern, n.encode())]
     if kind is not None and kind.lower() != b"zset":
@@ -611,8 +797,13 @@ def flush(conn: RespConnection, args: list[bytes]) -> Reply:
         raise CommandError(SYNTAX)
 
     async def run() -> bytes:
-        for name in conn.service.board_names():
-            with contextlib.suppress(NotFound):
-                await conn.service.delete_board(name)
+        deleted = [name for name in conn.service.board_names()
+                   if await _delete_board(conn, name)]
+        if conn.principal is not None:  # one audit line (a flood of them would be cut)
+            shown = ",".join(deleted[:AUDIT_NAMES]) + (
+                f",+{len(deleted) - AUDIT_NAMES} more" if len(deleted) > AUDIT_NAMES else "")
+            conn.gate.done(conn.principal, "delete_board", conn.address, board="*",
+                           command=args[0].lower().decode(), deleted=len(deleted),
+                           boards=shown)
         return conn.replies.simple("OK")
     return run()
