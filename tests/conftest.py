@@ -5,12 +5,17 @@ pure-Python fallback ("python") and the Cython skip list ("native").  When the
 extension is not built the "native" runs are skipped, unless
 ``RANKD_REQUIRE_NATIVE=1`` (CI sets it): then they fail, so a broken build
 cannot pass CI by silently testing only the fallback.
+
+Tests marked ``npm("clients/js")`` (TypeScript, axe-core) or
+``npm("tests/clients/node")`` (ioredis) get those JavaScript packages
+installed by the session from the committed lockfiles (``npm_deps``).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -77,6 +82,36 @@ def python_cls() -> type:
 @pytest.fixture(scope="session")
 def native_cls() -> type:
     return load_implementation("native")
+
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Each JavaScript project's ``npm ci`` outcome this session: None once installed.
+_npm_installed: dict[Path, str | None] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "npm(project, required=ENV): the test uses the JavaScript packages of "
+                   "PROJECT (a path from the repository root); the session installs them "
+                   "with `npm ci` first when missing or stale, and the test skips when that "
+                   "cannot be done, or fails when the environment variable ENV is set")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Install the JavaScript packages an ``npm``-marked test needs (once)."""
+    from npm_deps import install
+
+    for marker in item.iter_markers("npm"):
+        project = ROOT / marker.args[0]
+        if project not in _npm_installed:
+            _npm_installed[project] = install(project)
+        reason = _npm_installed[project]
+        if reason is None:
+            continue
+        required = marker.kwargs.get("required", "RANKD_REQUIRE_CLIENTS")
+        if os.environ.get(required, "") not in ("", "0"):
+            pytest.fail(f"{reason} ({required} is set)", pytrace=False)
+        pytest.skip(reason)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

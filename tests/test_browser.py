@@ -55,6 +55,7 @@ def _text(page, selector: str) -> str:
     return page.inner_text(selector).strip()
 
 
+@pytest.mark.npm("clients/js", required="RANKD_REQUIRE_BROWSER")  # axe-core
 def test_live_page_shows_scores_changing_and_a_followed_member(tmp_path):
     """The page on a phone, in light and dark: the top moves live with rank
     movement since the page opened, "me" is followed with its neighbours,
@@ -280,6 +281,7 @@ def test_the_javascript_client_in_a_page_of_another_origin(tmp_path):
         other.shutdown()
 
 
+@pytest.mark.npm("clients/js", required="RANKD_REQUIRE_BROWSER")  # axe-core
 def test_the_page_keeps_every_view_in_the_url_and_returns_to_live_after_a_restart(tmp_path):
     """Pages beyond the first, a closed period, search by the name shown,
     friends from the URL, long names cut short; the view survives a reload

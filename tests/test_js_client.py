@@ -67,6 +67,7 @@ def test_the_client_passes_its_tests_against_real_daemons():
         assert skipped and skipped.group(1) == "0", report[-3000:]
 
 
+@pytest.mark.npm("clients/js")
 def test_the_typescript_types_compile_against_a_usage_file():
     _node()
     tsc = CLIENT / "node_modules" / ".bin" / "tsc"

@@ -122,6 +122,7 @@ def test_redis_cli_scripted(daemon):
     assert "redis_version:7.2.0" in info.stdout
 
 
+@pytest.mark.npm("tests/clients/node")
 def test_ioredis(daemon):
     node = shutil.which("node")
     if node is None:
