@@ -4,11 +4,14 @@ split exactly as a real redis-server splits them."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rankd.frontends.resp.protocol import (
+    FEED_MOST,
     ProtocolError,
     Replies,
     RequestReader,
@@ -145,3 +148,29 @@ def test_any_inline_line_is_read_in_one_pass(line):
         return
     assert all(b"\x00" not in word for word in words)
     assert split_inline(line.split(b"\x00")[0]) == words
+
+
+def test_a_read_of_many_commands_is_read_a_thousand_at_a_time():
+    """256 KiB of ``a\\n`` are 131,072 commands: ``feed`` reads at most
+    FEED_MOST of them and says there are more; blank lines cost nothing."""
+    reader = RequestReader()
+    seen = reader.feed(b"\r\n" * 100_000 + b"a\n" * 3000)
+    assert len(seen) == FEED_MOST and reader.more
+    while reader.more:
+        seen += reader.feed(b"")
+    assert seen == [[b"a"]] * 3000 and reader.pending_bytes == 0
+
+
+def test_a_large_request_that_trickles_in_is_read_in_linear_time():
+    """Scanned again from its start on every read, a 2 MiB request sent
+    1 KiB at a time cost the square of its length; past VET_AFTER it is
+    read word by word instead."""
+    request = encode_request([b"ZADD", b"lb", *[b"%d" % i for i in range(200_000)]])
+    assert len(request) > 2 << 20
+    reader = RequestReader(max_request=8 << 20)
+    started = time.perf_counter()
+    seen = []
+    for start in range(0, len(request), 1024):
+        seen += reader.feed(request[start:start + 1024])
+    assert time.perf_counter() - started < 1.5  # (2.4 s scanned again each time)
+    assert len(seen) == 1 and len(seen[0]) == 200_002

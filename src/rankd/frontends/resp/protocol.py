@@ -35,8 +35,15 @@ OUT_HIGH_WATER = 1 << 20
 #: under 3 MiB.  Past it the request is refused and the connection closed.
 MAX_REQUEST = 4 << 20
 #: Once this much of one request is buffered, its command (and the caller's
-#: right to run it) is checked before any more of it is read.
+#: right to run it) is checked before any more of it is read; and it is read
+#: word by word from then on, not scanned again from its start on every read
+#: (which would cost the square of its length when it trickles in).
 VET_AFTER = 64 * 1024
+#: Commands one ``feed`` reads at most: the rest stays buffered for the
+#: next call, so no read holds the event loop long (256 KiB of ``a\n`` are
+#: 131,072 inline commands).
+FEED_MOST = 1024
+_BLANK_LINES = re.compile(rb"(?:\r?\n)+")
 
 
 class ProtocolError(Exception):
@@ -93,6 +100,12 @@ class RequestReader:
         #: not a whole request.
         self._scan = _scan if max_request >= MAX_INLINE else None
         self.pack = False
+        #: Whether the last ``feed`` stopped at :data:`FEED_MOST` commands
+        #: with more complete ones buffered: call ``feed(b"")`` again.
+        self.more = False
+        #: Whether the request being read is read word by word (it grew
+        #: past :data:`VET_AFTER` while incomplete).
+        self._stepwise = False
         self._buffer = bytearray()
         #: Words of the multibulk request being read, and how many it has.
         self._words: list[bytes] | None = None
@@ -114,11 +127,13 @@ class RequestReader:
         self._buffer = other._buffer
         self._words, self._expected, self._bulk = other._words, other._expected, other._bulk
         self._taken, self._vetted = other._taken, other._vetted
+        self._stepwise, self.more = other._stepwise, other.more
 
     def feed(self, data: bytes) -> list[list[bytes]]:
         """Every command complete so far; ``ProtocolError`` on bad input
         (carrying the commands read before it)."""
         scan = self._scan
+        self.more = False
         if not self._buffer and self._words is None and scan is not None and data \
                 and data[0] == 0x2A:
             # The common case, whole multibulk commands in one read: scanned
@@ -143,8 +158,11 @@ class RequestReader:
         # Every turn of this loop moves ``position`` on, or breaks (the
         # rest is incomplete), or raises.
         while position < size:
+            if len(commands) >= FEED_MOST:
+                self.more = True
+                break
             if self._words is None:
-                if buffer[position] == 0x2A and scan is not None:
+                if buffer[position] == 0x2A and scan is not None and not self._stepwise:
                     items, end, error = scan(buffer, position, self.max_bulk,
                                              self.max_multibulk, self.pack)
                     commands += items
@@ -153,9 +171,13 @@ class RequestReader:
                     position = end
                     if error is not None:
                         raise ProtocolError(error)
-                    if position >= size or buffer[position] == 0x2A:
-                        break  # an incomplete command: scanned again with more bytes
-                    continue  # an inline request next
+                    if position >= size:
+                        break
+                    if buffer[position] == 0x2A:  # an incomplete command:
+                        if size - position <= VET_AFTER:
+                            break  # scanned again with more bytes
+                        self._stepwise = True  # from now on word by word (and vetted)
+                    continue  # an inline request next (or the word-by-word path)
                 if buffer[position] == 0x2A:  # '*'
                     end = buffer.find(b"\r\n", position)
                     if end < 0:
@@ -169,6 +191,10 @@ class RequestReader:
                     if count <= 0:
                         continue  # Redis ignores empty requests
                     self._words, self._expected, self._vetted = [], count, False
+                    continue
+                blank = _BLANK_LINES.match(buffer, position)
+                if blank is not None:  # empty lines, which Redis skips: all at once
+                    position = blank.end()
                     continue
                 end = inline_end(buffer, position, size)
                 if end < 0:
@@ -211,8 +237,9 @@ class RequestReader:
             if len(self._words) == self._expected:
                 commands.append(self._words)
                 self._words = None
+                self._stepwise = False
         del buffer[:position]
-        if buffer and scan is not None and self._words is None:
+        if buffer and scan is not None and self._words is None and not self.more:
             self._check_pending(buffer)
         return commands
 
