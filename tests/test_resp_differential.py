@@ -179,3 +179,29 @@ def test_pipelined_writes_and_reads_answer_in_order(servers, protocol):
 def _keys(client: RawClient) -> list[bytes]:
     reply = client.call("KEYS", "*")
     return [line for line in reply.split(b"\r\n")[1:] if line and not line.startswith(b"$")]
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_large_boards_with_ties_answer_as_redis(servers, protocol):
+    """A board of 6,000 members on 40 scores (long runs of ties): ranges of
+    every size (native up to 100 entries, general past it, built in steps
+    past 2,048), ranks of tied members, ZMSCORE and pops are Redis's, byte for byte, the board ranking highest first (``desc``,
+    ties Z to A) and ZRANGE still lowest first."""
+    redis, rankd = _clients(servers, protocol)
+    members = [f"p{i:05d}" for i in range(6_000)]
+    words = [w for i, member in enumerate(members) for w in (str(i * 7 % 40), member)]
+    commands = [["ZADD", "big", *words[:6_000]], ["ZADD", "big", *words[6_000:]],
+                ["ZRANGE", "big", "0", "-1", "WITHSCORES"], ["ZREVRANGE", "big", "0", "-1"],
+                ["ZRANGE", "big", "5", "104"], ["ZREVRANGE", "big", "17", "117", "WITHSCORES"],
+                ["ZRANGE", "big", "100", "2500", "REV", "WITHSCORES"],
+                ["ZRANGEBYSCORE", "big", "3", "(30", "WITHSCORES", "LIMIT", "10", "4000"],
+                ["ZREVRANGEBYSCORE", "big", "+inf", "-inf", "LIMIT", "2", "-1"],
+                ["ZRANGE", "big", "(5", "20", "BYSCORE", "REV", "LIMIT", "0", "3000"],
+                ["ZMSCORE", "big", *members[::2], "nope"],
+                ["ZPOPMIN", "big", "2500"], ["ZPOPMAX", "big", "3"], ["ZCARD", "big"]]
+    commands += [[kind, "big", member] for kind in ("ZRANK", "ZREVRANK")
+                 for member in members[:: 97]]
+    with redis, rankd:
+        for words in commands:
+            expected = redis.call(*words)
+            assert rankd.call(*words) == expected, words[:6]
