@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,11 @@ from daemon import SRC
 from rankd.client import Client, RankdError
 from rankd.cluster.groups import group_of
 from rankd.security.auth import new_api_key
+
+OPEN = "open"
+#: A member whose name a forward's path holds percent-encoded (its signature
+#: covers the path as each node reads it).
+MEMBER = "été ann/1"
 
 
 class Listener:
@@ -70,10 +76,10 @@ def test_a_rogue_row_in_rankd_nodes_gets_no_forwarded_writes_and_no_credentials(
                "--cluster-secret", secrets.token_hex(32)) as (first, second):
         status, _ = first.request("PUT", "/v1/boards/vault", {"policy": "sum"}, headers=auth)
         assert status == 201
-        status, _ = first.request("PUT", "/v1/boards/open", {"policy": "sum"}, headers=auth)
+        status, _ = first.request("PUT", f"/v1/boards/{OPEN}", {"policy": "sum"}, headers=auth)
         assert status == 201
         group = group_of("vault")
-        assert group != group_of("open")
+        assert group != group_of(OPEN)
         # The rogue: a node row of its own, alive for an hour, and the group's
         # register pointing at it (anyone who can write these tables can).
         sql(pg_dsn, "INSERT INTO rankd_nodes (node_id, advertise, advertise_tcp, applied, "
@@ -93,14 +99,20 @@ def test_a_rogue_row_in_rankd_nodes_gets_no_forwarded_writes_and_no_credentials(
         assert key.encode() not in rogue_http.received and not rogue_http.received
         assert key.encode() not in rogue_tcp.received and rogue_tcp.connections == 0
         # A real node's forward still goes through, signed with the node's own
-        # credential: the primary of "open" applies what its follower forwards.
-        writer = first if holder(pg_dsn, group_of("open")) == "n0" else second
+        # credential: the primary of OPEN applies what its follower forwards.
+        writer = first if holder(pg_dsn, group_of(OPEN)) == "n0" else second
         other = second if writer is first else first
-        status, body = other.request("POST", "/v1/boards/open/scores",
-                                     {"member": "ann", "delta": 5}, headers=auth)
-        assert status == 200, body
-        status, seen = writer.request("GET", "/v1/boards/open/members/ann", headers=auth)
+        for member in ("ann", MEMBER):
+            status, body = other.request("POST", f"/v1/boards/{OPEN}/scores",
+                                         {"member": member, "delta": 5}, headers=auth)
+            assert status == 200, body
+        status, seen = writer.request("GET", f"/v1/boards/{OPEN}/members/ann", headers=auth)
         assert status == 200 and seen["score"] == 5.0
+        path = f"/v1/boards/{OPEN}/members/{urllib.parse.quote(MEMBER, safe='')}"
+        assert other.request("GET", f"{path}?min_seq={body['seq']}", headers=auth)[0] == 200
+        status, body = other.request("DELETE", path, headers=auth)
+        assert status in (200, 204), body
+        assert writer.request("GET", path, headers=auth)[0] == 404
     rogue_http.close()
     rogue_tcp.close()
 
