@@ -39,7 +39,7 @@ UNREACHABLE = {"503", "401", "403", "429"}
 #: A caller's own standing needs a token with a subject (tests/test_security.py).
 NEEDS_CREDENTIALS = {("/v1/me/{board}", "get", "200"), ("/v1/me/{board}", "get", "404")}
 #: Answered only by a cluster node (tests/cluster/, which checks the answer's shape).
-NEEDS_CLUSTER = {("/v1/cluster", "get", "200")}
+NEEDS_CLUSTER = {("/v1/cluster", "get", "200"), ("/v1/cluster/summary", "get", "200")}
 
 
 # --- the OpenAPI conformance checker ------------------------------------------------------
@@ -1056,8 +1056,9 @@ def test_realtime_token_and_digest(api: Api) -> None:
 
 
 def test_a_single_node_says_it_is_no_cluster(api: Api) -> None:
-    assert_error(api("GET", "/v1/cluster"), 404, "not_found", "single node")
-    assert_error(api("GET", "/v1/cluster?x=1"), 400, "bad_request")
+    for path in ("/v1/cluster", "/v1/cluster/summary"):
+        assert_error(api("GET", path), 404, "not_found", "single node")
+        assert_error(api("GET", f"{path}?x=1"), 400, "bad_request")
 
 
 # --- conformance: keep last --------------------------------------------------------------------

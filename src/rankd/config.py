@@ -21,7 +21,7 @@ from rankd.cluster.node import ClusterConfig
 from rankd.cluster.trust import MIN_SECRET_BYTES as CLUSTER_SECRET_BYTES
 from rankd.engine.engine import FSYNC_POLICIES, EngineConfig
 from rankd.frontends.origins import OriginPolicy
-from rankd.security import Gate
+from rankd.security import Gate, TrustedProxies
 from rankd.security.auth import MIN_SECRET_BYTES, AuthConfig, Authenticator
 from rankd.security.limits import LimitsConfig, RateLimiter, is_loopback
 from rankd.security.signing import SIGNATURE_LIFETIME
@@ -147,6 +147,12 @@ OPTIONS = (
     Option("cors_origins", str, None,
            "web origins (scheme://host[:port], comma-separated) whose pages may call rankd "
            "from a browser; pages of any other origin are refused"),
+    Option("frame_ancestors", str, None,
+           "web origins (scheme://host[:port], comma-separated) whose pages may show the live "
+           "page in a frame; by default no page may (Content-Security-Policy frame-ancestors)"),
+    Option("trusted_proxies", str, None,
+           "reverse proxies (addresses or CIDRs, comma-separated) whose X-Forwarded-For names "
+           "an HTTP request's client for the per-address limits (see docs/security.md)"),
     Option("insecure_no_auth", bool, False, "allow listening beyond loopback without any "
                                             "credential configured"),
     Option("rate_address_writes", float, 2000.0,
@@ -210,6 +216,8 @@ class ServerConfig:
     jwt_max_lifetime: float = 86_400.0
     signing_secret_file: Path | None = None
     cors_origins: str | None = None
+    frame_ancestors: str | None = None
+    trusted_proxies: str | None = None
     insecure_no_auth: bool = False
     rate_address_writes: float = 2000.0
     rate_address_reads: float = 5000.0
@@ -243,16 +251,24 @@ class ServerConfig:
             raise ConfigError(f"credentials: {exc}") from None
         limits = LimitsConfig(self.rate_address_writes, self.rate_address_reads,
                               self.rate_credential_writes, self.rate_credential_reads)
-        return Gate(authenticator, RateLimiter(limits), signing_secret)
+        try:
+            proxies = TrustedProxies.parse(self.trusted_proxies)
+        except ValueError as exc:
+            raise ConfigError(f"--trusted-proxies: {exc}") from None
+        return Gate(authenticator, RateLimiter(limits), signing_secret, proxies)
 
     def origin_policy(self, gate: Gate) -> OriginPolicy:
         """Which pages may call from a browser (see rankd.frontends.origins)."""
         try:
-            return OriginPolicy.parse((self.cors_origins or "").split(","),
-                                      loopback_only=not (gate.auth_enabled
-                                                         or self.insecure_no_auth))
+            policy = OriginPolicy.parse((self.cors_origins or "").split(","),
+                                        loopback_only=not (gate.auth_enabled
+                                                           or self.insecure_no_auth))
         except ValueError as exc:
             raise ConfigError(f"--cors-origins: {exc}") from None
+        try:
+            return policy.framed_by((self.frame_ancestors or "").split(","))
+        except ValueError as exc:
+            raise ConfigError(f"--frame-ancestors: {exc}") from None
 
     def check_exposure(self, gate: Gate, bound: list[str] | None = None) -> None:
         """Secure by default: no credentials means loopback only.  Checked

@@ -102,7 +102,8 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     service.cluster = node
     service.listening = False  # ready only once the TCP listener is up too
     limits = ConnectionLimits(config.max_connections or default_max_connections(),
-                              config.max_connections_per_address)
+                              config.max_connections_per_address,
+                              gate.trusted_proxies.exempt_from_address_caps)
     tcp = TcpServer(service, gate, limits=limits, idle_timeout=config.idle_timeout)
     resp = RespServer(service, gate, limits=limits, idle_timeout=config.idle_timeout,
                       max_request=config.max_request_bytes, port_of={"fsync": config.fsync})

@@ -25,7 +25,8 @@ from rankd.frontends.live import (
     Subscriber,
     parse_client_message,
 )
-from rankd.frontends.rest import GATE, PRINCIPAL, RequestError
+from rankd.frontends.origins import PUBLIC_CORS_HEADERS
+from rankd.frontends.rest import GATE, ORIGINS, PRINCIPAL, RequestError
 from rankd.security import RateLimited
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,8 @@ _STATIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
 
 @routes.get("/")
 async def page(request: web.Request) -> web.Response:
-    return web.Response(body=_static("index.html"), content_type="text/html", charset="utf-8")
+    return web.Response(body=_static("index.html"), content_type="text/html", charset="utf-8",
+                        headers=request.app[ORIGINS].page_headers())
 
 
 @routes.get("/static/{name}")
@@ -203,7 +205,9 @@ async def static_file(request: web.Request) -> web.Response:
         body = _static(name)
     except (FileNotFoundError, IsADirectoryError):
         raise web.HTTPNotFound() from None
-    return web.Response(body=body, content_type=_CONTENT_TYPES[suffix], charset="utf-8")
+    # Public code: any page may load it, one opened from a file included.
+    return web.Response(body=body, content_type=_CONTENT_TYPES[suffix], charset="utf-8",
+                        headers={**request.app[ORIGINS].page_headers(), **PUBLIC_CORS_HEADERS})
 
 
 def add_live_routes(app: web.Application, feed: LiveFeed) -> None:

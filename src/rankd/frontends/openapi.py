@@ -589,6 +589,13 @@ def paths() -> dict[str, Any]:
             {200: ok("ClusterStatus", "As Postgres and this node see it.")},
             errors=(400, 404),
             description="Only on a cluster node (`--cluster-dsn`); a single node answers "
+                        "404.  Needs the `admin` scope: it names the nodes' internal "
+                        "addresses (`GET /v1/cluster/summary` leaves them out).")},
+        "/v1/cluster/summary": {"get": operation(
+            "clusterSummary", "The cluster's state without the nodes' addresses", "service",
+            {200: ok("ClusterStatus", "As `GET /v1/cluster`, nodes named by id only.")},
+            errors=(400, 404),
+            description="Only on a cluster node (`--cluster-dsn`); a single node answers "
                         "404.  Needs the `read` scope.")},
         "/v1/admin/snapshot": {"post": operation(
             "snapshot", "Write a snapshot now", "service",

@@ -17,13 +17,23 @@ machine.  Three rules keep pages out unless rankd lets them in:
 - **CORS.**  Origins in ``--cors-origins`` get CORS headers, and their
   preflight requests (``OPTIONS``) are answered, so browser games on
   another origin can call rankd; nothing else gets them.
+
+The page's own files (``/static/*``: the page's code and the JavaScript
+client, public and the same for everyone) are the exception: any page,
+one opened from a file included, may load them (``Access-Control-Allow-
+Origin: *``); they carry no data.
+
+The page and its files also tell the browser what they may do
+(:meth:`OriginPolicy.page_headers`): scripts and styles from rankd only, no
+inline script, requests to rankd only, never shown in another site's frame
+(unless listed in ``--frame-ancestors``), no ``Referer`` sent on.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from urllib.parse import urlsplit
 
@@ -31,6 +41,16 @@ ALLOWED_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE"
 ALLOWED_HEADERS = "Authorization, Content-Type"
 EXPOSED_HEADERS = "Retry-After, WWW-Authenticate"
 PREFLIGHT_MAX_AGE = "600"
+#: The page's policy but for ``frame-ancestors``: its scripts, styles and
+#: requests (WebSocket included: 'self' covers ws: and wss:) go to rankd only.
+PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; "
+               "img-src 'self' data:; connect-src 'self'; base-uri 'none'; "
+               "form-action 'self'")
+#: On every answer: a browser takes a body for the type it is sent as, and
+#: sends no ``Referer`` on from rankd's pages.
+COMMON_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+#: On ``/static/*``: public code, readable by a page of any origin.
+PUBLIC_CORS_HEADERS = {"Access-Control-Allow-Origin": "*"}
 
 
 def normalize_origin(origin: str) -> str:
@@ -80,10 +100,25 @@ class OriginPolicy:
     allowed: frozenset[str] = field(default_factory=frozenset)
     #: Answer only requests addressed to a loopback name (no credentials).
     loopback_only: bool = False
+    #: Normalized origins whose pages may show the live page in a frame.
+    frame_ancestors: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, origins: Iterable[str], *, loopback_only: bool) -> OriginPolicy:
         return cls(frozenset(normalize_origin(o) for o in origins if o.strip()), loopback_only)
+
+    def framed_by(self, origins: Iterable[str]) -> OriginPolicy:
+        """This policy, with pages of ``origins`` allowed to frame the page."""
+        return replace(self, frame_ancestors=tuple(sorted(
+            {normalize_origin(o) for o in origins if o.strip()})))
+
+    def page_headers(self) -> dict[str, str]:
+        """The headers of the page and its files (see the module docstring)."""
+        ancestors = " ".join(self.frame_ancestors) or "'none'"
+        headers = {"Content-Security-Policy": f"{PAGE_POLICY}; frame-ancestors {ancestors}"}
+        if not self.frame_ancestors:
+            headers["X-Frame-Options"] = "DENY"  # for browsers without frame-ancestors
+        return headers
 
     def host_refused(self, host: str | None) -> str | None:
         """Why a request addressed to ``host`` is refused, or None."""

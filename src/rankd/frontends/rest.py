@@ -22,10 +22,10 @@ from aiohttp import web
 from rankd.engine.errors import EngineError, NotFound, NotPrimary
 from rankd.frontends.forwarding import Forwarder, forwarded
 from rankd.frontends.openapi import openapi_document
-from rankd.frontends.origins import OriginPolicy
+from rankd.frontends.origins import COMMON_HEADERS, OriginPolicy
 from rankd.frontends.service import Service
 from rankd.metrics import CONTENT_TYPE, Metrics
-from rankd.security import Gate, RateLimited, Unauthorized
+from rankd.security import Gate, RateLimited, TrustedProxies, Unauthorized
 from rankd.security.auth import JOIN_TOKEN_SECONDS
 
 SERVICE = web.AppKey("service", Service)
@@ -44,8 +44,11 @@ FORWARDER = web.AppKey("forwarder", Forwarder)
 ORIGINS = web.AppKey("origins", OriginPolicy)
 METRICS = web.AppKey("metrics", Metrics)
 #: Operations that take their credential from the query string too (browsers
-#: cannot set headers on a WebSocket or an EventSource).
+#: cannot set headers on a WebSocket or an EventSource): a join token only.
 QUERY_TOKEN_OPERATIONS = frozenset({"live_socket", "live_events"})
+#: Operations whose answers any page may read, whatever its origin: the
+#: page's public files (see rankd.frontends.origins).
+PUBLIC_OPERATIONS = frozenset({"static_file"})
 
 routes = web.RouteTableDef()
 
@@ -117,15 +120,17 @@ PRINCIPAL = "rankd.principal"
 log = logging.getLogger(__name__)
 
 
-def credential_of(request: web.Request, operation: str) -> str | None:
+def credential_of(request: web.Request, operation: str) -> tuple[str | None, bool]:
+    """The request's credential, and whether it came from the URL (where
+    only a join token is accepted)."""
     header = request.headers.get("Authorization", "")
     if header[:7].lower() == "bearer ":
-        return header[7:].strip()
+        return header[7:].strip(), False
     if header:
         raise Unauthorized("the Authorization header must be 'Bearer <token or API key>'")
-    if operation in QUERY_TOKEN_OPERATIONS:
-        return request.query.get("token")
-    return None
+    if operation in QUERY_TOKEN_OPERATIONS and "token" in request.query:
+        return request.query["token"], True
+    return None, False
 
 
 @web.middleware
@@ -145,7 +150,8 @@ async def gate_middleware(request: web.Request,
     if forwarder is not None and forwarded(request):  # from a node: its credential
         principal, address = await forwarder.admitted(request, gate, operation, cost)
     else:
-        principal = gate.admitted(credential_of(request, operation), operation, address, cost)
+        credential, from_url = credential_of(request, operation)
+        principal = gate.admitted(credential, operation, address, cost, join_only=from_url)
     request[PRINCIPAL] = principal
     response = await handler(request)
     gate.done(principal, operation, address, board=request.match_info.get("board"))
@@ -426,14 +432,35 @@ async def metrics(request: web.Request) -> web.Response:
                         headers={"Content-Type": CONTENT_TYPE})
 
 
-@routes.get("/v1/cluster")
-async def cluster(request: web.Request) -> web.Response:
-    """The cluster: nodes, groups, primaries, epochs, each follower's lag."""
+async def _cluster_status(request: web.Request) -> dict[str, Any]:
     query(request, {})
     node = service_of(request).cluster
     if node is None:
         raise NotFound("this rankd is a single node (started without --cluster-dsn)")
-    return json_response(await node.status())
+    return await node.status()
+
+
+@routes.get("/v1/cluster")
+async def cluster(request: web.Request) -> web.Response:
+    """The cluster: nodes and their addresses, groups, primaries, epochs,
+    each follower's lag (admin: it names internal addresses)."""
+    return json_response(await _cluster_status(request))
+
+
+@routes.get("/v1/cluster/summary")
+async def cluster_summary(request: web.Request) -> web.Response:
+    """:func:`cluster` without any node's address, for read credentials."""
+    return json_response(without_addresses(await _cluster_status(request)))
+
+
+def without_addresses(status: dict[str, Any]) -> dict[str, Any]:
+    """A cluster status without the nodes' addresses (nodes are named by id)."""
+    hidden = {"advertise", "advertise_tcp"}
+    return {**status,
+            "nodes": [{k: v for k, v in node.items() if k not in hidden}
+                      for node in status.get("nodes", [])],
+            "this_node": {k: v for k, v in status.get("this_node", {}).items()
+                          if k not in hidden}}
 
 
 @routes.post("/v1/admin/snapshot")
@@ -466,7 +493,8 @@ async def origin_middleware(request: web.Request,
         return error_response("misdirected", refused)
     origin = request.headers.get("Origin")
     refused = policy.origin_refused(origin, request.scheme, request.headers.get("Host"))
-    if refused is not None:
+    if refused is not None and getattr(request.match_info.handler, "__name__",
+                                       "") not in PUBLIC_OPERATIONS:
         return error_response("forbidden", refused)
     if (request.method == "OPTIONS" and origin is not None
             and "Access-Control-Request-Method" in request.headers):
@@ -476,12 +504,34 @@ async def origin_middleware(request: web.Request,
 
 async def _add_headers(request: web.Request, response: web.StreamResponse) -> None:
     """Every answer: a ``Server`` header that names no versions (they tell an
-    attacker which flaws to try), and CORS headers to an allowed origin,
-    streams and errors included."""
-    response.headers["Server"] = "rankd"
+    attacker which flaws to try), ``nosniff`` and no ``Referer``, and CORS
+    headers to an allowed origin, streams and errors included (a public
+    file's own ``*`` stays)."""
+    headers = response.headers
+    headers["Server"] = "rankd"
+    headers.update(COMMON_HEADERS)
     origin = request.headers.get("Origin")
-    if origin is not None:  # (not a browser's request otherwise: no CORS headers)
-        response.headers.update(request.app[ORIGINS].cors_headers(origin))
+    # (not a browser's request otherwise: no CORS headers)
+    if origin is not None and "Access-Control-Allow-Origin" not in headers:
+        headers.update(request.app[ORIGINS].cors_headers(origin))
+
+
+def proxy_middleware(proxies: TrustedProxies) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """A middleware that takes a request from one of ``proxies`` to come
+    from the client its ``X-Forwarded-For`` names (``request.remote``), so
+    the per-address limits and logs see clients, not the proxy."""
+
+    @web.middleware
+    async def middleware(request: web.Request,
+                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                         ) -> web.StreamResponse:
+        peer = request.remote or ""
+        hops = request.headers.getall("X-Forwarded-For", ())
+        if hops and proxies.trusts(peer):
+            request = request.clone(remote=proxies.client_address(peer, hops))
+        return await handler(request)
+
+    return middleware
 
 
 def create_app(service: Service, gate: Gate | None = None,
@@ -490,12 +540,15 @@ def create_app(service: Service, gate: Gate | None = None,
                forwarder: Forwarder | None = None) -> web.Application:
     """The REST application over the engine behind ``service`` (on a
     cluster node, ``forwarder`` sends writes on to their primary)."""
-    app = web.Application(middlewares=[metrics_middleware, origin_middleware,
+    gate = gate or Gate.open()
+    # Only behind trusted proxies: no cost on each request otherwise.
+    first = [proxy_middleware(gate.trusted_proxies)] if gate.trusted_proxies else []
+    app = web.Application(middlewares=[*first, metrics_middleware, origin_middleware,
                                        error_middleware, gate_middleware],
                           client_max_size=MAX_BODY_BYTES)
     app[METRICS] = metrics_registry or Metrics()
     app[SERVICE] = service
-    app[GATE] = gate or Gate.open()
+    app[GATE] = gate
     app[ORIGINS] = origins or OriginPolicy()
     if forwarder is not None:
         app[FORWARDER] = forwarder

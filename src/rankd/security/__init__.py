@@ -11,7 +11,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rankd.security.auth import (
     ANONYMOUS_ALL,
@@ -23,6 +23,7 @@ from rankd.security.auth import (
     require,
 )
 from rankd.security.limits import LimitsConfig, RateLimited, RateLimiter
+from rankd.security.proxies import TrustedProxies
 
 audit_log = logging.getLogger("rankd.audit")
 
@@ -38,7 +39,8 @@ OPERATION_SCOPES: dict[str, str | None] = {
     "submit": "write", "submit_batch": "write", "submit_many": "write",
     "remove_member": "write",
     "put_board": "admin", "patch_board": "admin", "delete_board": "admin", "digest": "admin",
-    "snapshot": "admin", "cluster": "read",
+    # The cluster's full state names its nodes' internal addresses: admin only.
+    "snapshot": "admin", "cluster": "admin", "cluster_summary": "read",
     "me": "self",
 }
 ADMIN_ACTIONS = frozenset({"put_board", "patch_board", "delete_board", "snapshot"})
@@ -52,6 +54,7 @@ __all__ = [
     "LimitsConfig",
     "Principal",
     "RateLimited",
+    "TrustedProxies",
     "Unauthorized",
 ]
 
@@ -95,6 +98,8 @@ class Gate:
     authenticator: Authenticator
     limiter: RateLimiter
     signing_secret: str | None = None
+    #: Reverse proxies whose X-Forwarded-For names the client (--trusted-proxies).
+    trusted_proxies: TrustedProxies = field(default_factory=TrustedProxies)
 
     @classmethod
     def open(cls) -> Gate:
@@ -112,15 +117,16 @@ class Gate:
                 else "write")
 
     def identify(self, credential: str | None, operation: str, address: str, *,
-                 charged: bool = False) -> Principal:
+                 charged: bool = False, join_only: bool = False) -> Principal:
         """The caller behind ``credential``; audited and raised when refused.
         The client address's rate limit is charged one request first, unless
         the caller ``charged`` it already, so failing credentials cannot be
-        tried for free."""
+        tried for free.  ``join_only``: the credential came in a URL, where
+        only a join token is accepted."""
         if not charged:
             self.limiter.check_address(self._kind(operation), address)
         try:
-            return self.authenticator.authenticate(credential)
+            return self.authenticator.authenticate(credential, join_only=join_only)
         except Unauthorized as exc:
             audit("auth_rejected", operation=operation, address=address, reason=exc.message)
             raise
@@ -160,14 +166,15 @@ class Gate:
         return self.limiter.charger(self._kind(operation), address, principal.name)
 
     def admitted(self, credential: str | None, operation: str, address: str,
-                 cost: int = 1) -> Principal:
+                 cost: int = 1, *, join_only: bool = False) -> Principal:
         """:meth:`identify` then :meth:`admit`, the address's limit charged
         before the credential is even looked at (at least one request: a
         batch's events are charged once its body is read)."""
         if OPERATION_SCOPES.get(operation, "admin") is None:
             return ANONYMOUS_ALL
         self.limiter.check_address(self._kind(operation), address, max(cost, 1))
-        principal = self.identify(credential, operation, address, charged=True)
+        principal = self.identify(credential, operation, address, charged=True,
+                                  join_only=join_only)
         self.admit(principal, operation, address, cost, address_charged=True)
         return principal
 

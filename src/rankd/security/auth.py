@@ -12,7 +12,11 @@ Credentials, checked the same way on every front-end:
   never holds the key itself; comparison is constant-time.
 * **Join tokens** for browsers, which cannot set headers on a WebSocket: a
   60-second ``read`` token from ``GET /v1/realtime/token``, signed with a
-  key that lives only in this process, passed in the query string.
+  key that lives only in this process, passed in the query string (the only
+  credential accepted there: a URL ends up in logs, history and
+  ``Referer`` headers).  A join token cannot mint another (a chain of them
+  would outlive any 60 s), and it counts against the rate limits of the
+  credential that minted it.
 
 Scopes: ``read`` (reads, live feed), ``write`` (submissions, removing
 members) and ``admin`` (boards).  ``admin`` implies nothing else.
@@ -54,7 +58,8 @@ class Forbidden(EngineError):
 class Principal:
     """An authenticated caller."""
 
-    #: Who, for logs and rate limits: "jwt:<sub>", "key:<id>", "join:<sub>", "anonymous".
+    #: Who, for logs and rate limits: "jwt:<sub>", "key:<id>", "anonymous"; for a
+    #: join token, the name of the credential that minted it (so its limits too).
     name: str
     scopes: frozenset[str]
     #: The token's subject (a member name, when the caller is a player).
@@ -166,8 +171,9 @@ class Authenticator:
         self._keys = {key.key_id: key for key in map(parse_api_key_entry, config.api_keys)}
         self._join_key = secrets.token_bytes(32)  # never leaves this process
 
-    def authenticate(self, credential: str | None) -> Principal:
-        """The caller behind ``credential`` (a bearer token or an API key)."""
+    def authenticate(self, credential: str | None, *, join_only: bool = False) -> Principal:
+        """The caller behind ``credential`` (a bearer token or an API key);
+        ``join_only``: only a join token is accepted (a credential from a URL)."""
         if not self.enabled:
             return ANONYMOUS_ALL
         if not credential:
@@ -175,6 +181,8 @@ class Authenticator:
         if len(credential) > MAX_CREDENTIAL_CHARS:
             # Refused before any parsing: a 1 MB token once cost 60 ms of event loop.
             raise Unauthorized(f"a credential is at most {MAX_CREDENTIAL_CHARS} characters")
+        if join_only and not _is_join_token(credential):
+            raise Unauthorized(URL_CREDENTIAL_REFUSED)
         if credential.startswith(_KEY_PREFIX):
             return self._api_key(credential)
         return self._token(credential)
@@ -252,6 +260,20 @@ class Authenticator:
         if principal.subject:
             claims["sub"] = principal.subject
         return jwt.encode(claims, self._join_key, algorithm="HS256", headers={"typ": "join"})
+
+
+URL_CREDENTIAL_REFUSED = (
+    "only a join token (GET /v1/realtime/token) is accepted in a URL's ?token=: send API "
+    "keys and JWTs in the Authorization header, as URLs end up in logs and browser history")
+
+
+def _is_join_token(credential: str) -> bool:
+    """Whether ``credential`` says it is a join token (its signature is
+    checked later, like any token's)."""
+    try:
+        return jwt.get_unverified_header(credential).get("typ") == "join"
+    except jwt.PyJWTError:
+        return False
 
 
 def require(principal: Principal, scope: str) -> None:

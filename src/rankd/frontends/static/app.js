@@ -1,6 +1,7 @@
 // rankd's live page, on rankd's JavaScript client (/static/rankd.js is
 // clients/js/src/index.js): one implementation of the live protocol.
-// Every view state lives in the URL, so a view can be shared and reloaded.
+// Every view state lives in the URL, so a view can be shared and reloaded; a
+// credential never does (URLs end up in history, logs and shared links).
 import { Forbidden, NotFound, Rankd, Unauthorized } from "/static/rankd.js";
 
 const $ = (id) => document.getElementById(id);
@@ -17,7 +18,14 @@ const format = (value) => (value === null || value === undefined ? "–" : numbe
 // --- the view, in the URL ----------------------------------------------------------------
 
 const query = new URLSearchParams(location.search);
-const credential = query.get("token");
+// A credential in the address (an old link) is taken once, kept in memory
+// only, and removed from the address bar and its history entry at once.
+let credential = query.get("token");
+if (credential !== null) {
+  query.delete("token");
+  const rest = query.toString();
+  history.replaceState(null, "", `${location.pathname}${rest ? `?${rest}` : ""}`);
+}
 const listed = (text) => (text || "").split(",").map((name) => name.trim()).filter(Boolean);
 const view = {
   board: query.get("board"),
@@ -32,7 +40,6 @@ const view = {
 
 function keepInURL() {
   const params = new URLSearchParams();
-  if (credential) params.set("token", credential);
   if (view.board) params.set("board", view.board);
   if (view.window) params.set("window", view.window);
   if (view.period) params.set("period", view.period);
@@ -475,8 +482,14 @@ $("top").tBodies[0].addEventListener("click", (event) => {
 });
 $("token-form").addEventListener("submit", (event) => {
   event.preventDefault();
-  const params = new URLSearchParams(location.search);
-  params.set("token", $("token").value.trim());
-  location.search = `?${params}`;
+  // Kept in memory (the client sends it as a bearer token, and mints join
+  // tokens with it for the live feed); a reload asks again.
+  credential = $("token").value.trim() || null;
+  $("token").value = "";
+  rankd.token = credential;
+  $("token-form").hidden = true;
+  notice("");
+  badge("connecting", "connecting…");
+  loadBoards();
 });
 loadBoards();
