@@ -1,0 +1,141 @@
+"""The HTTP and WebSocket front-ends under the three misbehaving clients
+every front-end is tested with: one that sends without reading, one that
+sends one endless request, one that sends malformed requests in a loop.
+The daemon's memory stays within a bound and other clients keep being
+served (``/v1/health`` within 200 ms) throughout.  The RESP and TCP ports
+have the same tests (test_resp_hardening.py, test_tcp_bounds.py)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+
+from daemon import Daemon
+from test_resp_hardening import RSS_BOUND, HealthProbe, rss
+
+#: How long one attack lasts at most.
+SECONDS = 4.0
+#: Between two connections of a loop of malformed requests (each is closed
+#: after its 400): a client that opens connections faster than that from
+#: one loopback address runs into the kernel's TIME-WAIT handling before
+#: the daemon, which is not what these tests are about.
+RECONNECT_SECONDS = 0.01
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    with Daemon(tmp_path_factory.mktemp("http-bounds") / "data") as running:
+        running.request("PUT", "/v1/boards/b", {})
+        for start in range(0, 2000, 500):
+            running.request("POST", "/v1/boards/b/scores/batch", {"events": [
+                {"member": f"m{i}", "delta": i} for i in range(start, start + 500)]})
+        yield running
+
+
+def attack(daemon: Daemon, send: Callable[[socket.socket], None]) -> None:
+    """Run ``send`` on a connection whose replies are never read (a tiny
+    receive buffer), while a probe asks for health; check the bounds."""
+    before = rss(daemon)
+    with HealthProbe(daemon) as probe:
+        sock = socket.create_connection(("127.0.0.1", daemon.port), timeout=1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        with contextlib.suppress(OSError):  # closed, or no longer read: both answers
+            send(sock)
+        grown = rss(daemon) - before
+        sock.close()
+    assert grown < RSS_BOUND, grown
+    assert probe.slowest < 0.2, probe.slowest
+
+
+def repeat(sock: socket.socket, chunk: bytes, prefix: bytes = b"") -> None:
+    sock.sendall(prefix)
+    deadline = time.monotonic() + SECONDS
+    while time.monotonic() < deadline:
+        sock.sendall(chunk)
+
+
+def test_pipelined_requests_never_read(daemon):
+    request = b"GET /v1/boards/b/top?limit=1000 HTTP/1.1\r\nHost: x\r\n\r\n"
+    attack(daemon, lambda sock: repeat(sock, request * 64))
+
+
+def test_one_endless_request_body(daemon):
+    """A chunked body that never ends: refused past the 1 MiB body limit."""
+    head = (b"POST /v1/boards/b/scores/batch HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = b"10000\r\n" + b" " * 0x10000 + b"\r\n"
+    attack(daemon, lambda sock: repeat(sock, chunk, head))
+
+
+def test_one_endless_header_line(daemon):
+    attack(daemon, lambda sock: repeat(sock, b"a" * 65536, b"GET / HTTP/1.1\r\nX-Big: "))
+
+
+def test_malformed_requests_in_a_loop(daemon):
+    def send(sock: socket.socket) -> None:
+        deadline = time.monotonic() + SECONDS
+        garbage = [b"\x00\n", b"GET\r\n\r\n", b"POST /v1/boards/b/scores HTTP/1.1\r\n"
+                   b"Content-Length: -1\r\n\r\n", os.urandom(4096)]
+        while time.monotonic() < deadline:
+            with socket.create_connection(("127.0.0.1", daemon.port), timeout=1) as each:
+                for piece in garbage:
+                    try:
+                        each.sendall(piece)
+                    except OSError:
+                        break
+            time.sleep(RECONNECT_SECONDS)
+    attack(daemon, send)
+
+
+def _upgrade(port: int) -> bytes:
+    key = base64.b64encode(os.urandom(16)).decode()
+    return (f"GET /v1/boards/b/live?limit=1000 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Upgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            f"Sec-WebSocket-Version: 13\r\n\r\n").encode()
+
+
+def _frame(opcode: int, payload: bytes) -> bytes:
+    """A masked client frame."""
+    mask = os.urandom(4)
+    size = len(payload)
+    header = bytes([0x80 | opcode]) + (
+        bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + size.to_bytes(2, "big")
+        if size < 65536 else bytes([0x80 | 127]) + size.to_bytes(8, "big"))
+    return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def test_a_live_feed_that_is_never_read_while_the_board_changes(daemon):
+    """The feed pushes a 1,000-entry top on every change; the client never
+    reads: the pushes it has not taken are not kept for it."""
+    def send(sock: socket.socket) -> None:
+        sock.sendall(_upgrade(daemon.port))
+        deadline = time.monotonic() + SECONDS
+        i = 0
+        while time.monotonic() < deadline:
+            daemon.request("POST", "/v1/boards/b/scores", {"member": f"m{i % 2000}",
+                                                           "delta": 1})
+            i += 1
+            sock.sendall(_frame(9, b"ping"))
+    attack(daemon, send)
+
+
+def test_malformed_and_oversized_live_messages_in_a_loop(daemon):
+    follow = b'{"action":"follow","members":["' + b"a" * 60000 + b'"]}'
+    messages = _frame(1, b"{") + _frame(1, follow) + _frame(1, b"\xff\xfe") + \
+        _frame(2, os.urandom(1000))
+
+    def send(sock: socket.socket) -> None:
+        deadline = time.monotonic() + SECONDS
+        while time.monotonic() < deadline:
+            with socket.create_connection(("127.0.0.1", daemon.port), timeout=1) as each, \
+                    contextlib.suppress(OSError):
+                each.sendall(_upgrade(daemon.port) + messages)
+            time.sleep(RECONNECT_SECONDS)
+    attack(daemon, send)
