@@ -387,6 +387,7 @@ def test_board_create_change_get_list_delete(api: Api) -> None:
     ({"retain": -1}, "retain"),
     ({"retain": 1001}, "retain"),
     ({"retain": True}, "retain"),
+    ({"retain": 2.5}, "retain"),
     ({"min_score": "0"}, "min_score"),
     ({"max_delta": 0}, "max_delta"),
     ({"min_score": 5, "max_score": 1}, "min_score"),
@@ -403,6 +404,12 @@ def test_board_config_is_validated(api: Api, config: Any, match: str) -> None:
 def test_bad_board_name(api: Api, name: str) -> None:
     assert_error(api("PUT", f"/v1/boards/{name}", {}), 422, "invalid", "board name")
     assert_error(api("GET", f"/v1/boards/{name}"), 404, "not_found")
+
+
+def test_an_integral_retain_may_be_written_as_a_json_number(api: Api) -> None:
+    """JSON Schema (the OpenAPI document's) counts ``110.0`` an integer."""
+    assert api("PUT", "/v1/boards/retained", raw=b'{"retain": 110.0}')[0] == 201
+    assert api("GET", "/v1/boards/retained")[1]["config"]["retain"] == 110
 
 
 def test_valid_board_names(api: Api) -> None:

@@ -78,6 +78,8 @@ class BoardConfig:
             raise InvalidInput("windows must not repeat")
         values["windows"] = tuple(windows)
         retain = data.get("retain", 8)
+        if isinstance(retain, float) and retain.is_integer():
+            retain = int(retain)  # JSON's 110.0 is the integer 110 (as JSON Schema says)
         if isinstance(retain, bool) or not isinstance(retain, int) or not 0 <= retain <= MAX_RETAIN:
             raise InvalidInput(f"retain must be an integer from 0 to {MAX_RETAIN}")
         values["retain"] = retain
