@@ -4,6 +4,7 @@ side in one run, paired.
     python bench/bench_change.py --base-rev 5621225          # builds the base itself
     python bench/bench_change.py --base /path/to/other/tree  # a tree already built
     python bench/bench_change.py --base-rev HEAD~3 --quick   # 2 s per run, 3 rounds
+    python bench/bench_change.py --base-rev 5621225 --callgrind   # instructions per request
 
 Two daemons run at once on loopback, ``--fsync everysec``: the *base* (a
 ``git worktree`` of ``--base-rev`` with its native modules built in place,
@@ -23,6 +24,14 @@ Rows, the same as the two benchmarks whose hot paths a change may touch:
   1 and 16, plain and with event ids, with p50/p99 latency;
 * REST (``bench_daemon.py``'s): 64 keep-alive connections POSTing
   submissions with event ids, with p50/p99 latency.
+
+With ``--callgrind`` both daemons run under valgrind's callgrind, counting
+only while a row is measured: each row gives the daemon's user-space
+instructions per request on each side, which this machine's noise does
+not move (the rates under callgrind mean nothing; 10,000 members and one
+round by default).  What a daemon runs idle in the same time (its timers,
+counted first over 5 s) is taken off: under callgrind a request takes ~50
+times as long, and a timer's work would weigh 50 times what it does.
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ import bench_resp  # noqa: E402
 from daemon import Daemon  # noqa: E402
 
 SIDES = ("base", "current")
+#: Where callgrind writes its counts (``%p``: the daemon's pid).
+CALLGRIND_OUT = "callgrind.%p"
 
 
 @contextlib.contextmanager
@@ -68,10 +79,13 @@ def base_tree(rev: str) -> Iterator[Path]:
                         str(directory)], check=False, capture_output=True)
 
 
-def start(tree: Path, data_dir: Path) -> Daemon:
+def start(tree: Path, data_dir: Path, callgrind: bool) -> Daemon:
     """``rankd serve`` from ``tree``'s sources, with the benchmarks' boards."""
-    daemon = Daemon(data_dir, "--fsync", "everysec",
-                    env={"PYTHONPATH": str(tree / "src")}).start()
+    wrapper = ("valgrind", "--tool=callgrind", "--instr-atstart=no",
+               f"--callgrind-out-file={data_dir.parent / data_dir.name}-{CALLGRIND_OUT}"
+               ) if callgrind else ()
+    daemon = Daemon(data_dir, "--fsync", "everysec", env={"PYTHONPATH": str(tree / "src")},
+                    wrapper=wrapper).start(timeout=600 if callgrind else 30)
     parts = daemon.implementations()
     if any(kind != "native" for kind in parts.values()):
         raise RuntimeError(f"{tree} does not run natively: {parts}")
@@ -82,11 +96,48 @@ def start(tree: Path, data_dir: Path) -> Daemon:
 
 
 class Sample:
-    """One measured run: requests/s and, where measured, latency."""
+    """One measured run: requests/s and, where measured, latency; under
+    callgrind the instructions the daemon ran per request."""
 
-    def __init__(self, rate: float, p50: float | None = None, p99: float | None = None
-                 ) -> None:
+    def __init__(self, rate: float, p50: float | None = None, p99: float | None = None,
+                 instructions: float | None = None) -> None:
         self.rate, self.p50, self.p99 = rate, p50, p99
+        self.instructions = instructions
+
+
+#: Instructions per second each daemon runs while idle (its timers: the loop
+#: watchdog's heartbeat, the sweepers), by pid: taken off what a row counts.
+IDLE: dict[int, float] = {}
+IDLE_SECONDS = 5.0
+
+
+def idle_rate(daemon: Daemon) -> float:
+    """Count ``daemon``'s instructions over :data:`IDLE_SECONDS` of no load."""
+    bench_daemon.instrument(daemon.process.pid, True)
+    time.sleep(IDLE_SECONDS)
+    bench_daemon.instrument(daemon.process.pid, False)
+    IDLE[daemon.process.pid] = counted(daemon, 1.0, 0.0) / IDLE_SECONDS
+    return IDLE[daemon.process.pid]
+
+
+def counted(daemon: Daemon, requests: float, seconds: float) -> float:
+    """The instructions callgrind counted in ``daemon`` since its last dump
+    (the dump zeroes them), less what it runs idle in ``seconds``, per request."""
+    pid = daemon.process.pid
+    before = set(daemon.data_dir.parent.glob(f"{daemon.data_dir.name}-callgrind.{pid}.*"))
+    subprocess.run(["callgrind_control", "--dump", str(pid)], check=True, capture_output=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        new = set(daemon.data_dir.parent.glob(
+            f"{daemon.data_dir.name}-callgrind.{pid}.*")) - before
+        for path in new:
+            totals = [line for line in path.read_text().splitlines()
+                      if line.startswith("totals:")]
+            if totals:
+                total = int(totals[0].split()[1]) - IDLE.get(pid, 0.0) * seconds
+                return total / requests
+        time.sleep(0.2)
+    raise RuntimeError("callgrind wrote no dump")
 
 
 def rows(args: argparse.Namespace, daemons: dict[str, Daemon]
@@ -95,27 +146,38 @@ def rows(args: argparse.Namespace, daemons: dict[str, Daemon]
     for depth in args.depths:
         for command in bench_resp.COMMANDS:
             def resp(daemon: Daemon, command: str = command, depth: int = depth) -> Sample:
+                if args.callgrind:
+                    bench_daemon.instrument(daemon.process.pid, True)
                 run = bench_resp.measured(daemon.resp_port, daemon.process.pid, command, depth,
                                           args.requests, args.members)
+                if args.callgrind:
+                    bench_daemon.instrument(daemon.process.pid, False)
+                    return Sample(run.rate, instructions=counted(
+                        daemon, args.requests, args.requests / run.rate))
                 return Sample(run.rate)
             yield f"RESP `{command.split()[0]}` -P {depth}", resp
     for depth in args.depths:
         for kind in bench_daemon.KINDS:
             def tcp(daemon: Daemon, depth: int = depth, kind: str = kind) -> Sample:
                 bench_daemon.wait_idle(daemon.process.pid)
-                result = bench_daemon.run_worker(bench_daemon.socket_spec(
+                result = bench_daemon.run_worker({**bench_daemon.socket_spec(
                     "rankd", daemon.tcp_port, depth, daemon.process.pid, args.seconds,
-                    tag=f"tcp{depth}-{time.time_ns()}", kind=kind))
-                return Sample(result.rate, result.p50_ms, result.p99_ms)
+                    tag=f"tcp{depth}-{time.time_ns()}", kind=kind), "callgrind": args.callgrind})
+                return sample(daemon, result)
             yield f"TCP {bench_daemon.tcp_name(depth, kind)}", tcp
+
+    def sample(daemon: Daemon, result: bench_daemon.Result) -> Sample:
+        """A load generator's result (its replies in the window counted, under callgrind)."""
+        instructions = (counted(daemon, max(1.0, result.rate * args.seconds), args.seconds)
+                        if args.callgrind else None)
+        return Sample(result.rate, result.p50_ms, result.p99_ms, instructions)
 
     def rest(daemon: Daemon) -> Sample:
         bench_daemon.wait_idle(daemon.process.pid)
         spec = {**bench_daemon.socket_spec("rest", daemon.port, 1, daemon.process.pid,
                                            args.seconds, tag=f"rest-{time.time_ns()}"),
-                "connections": bench_daemon.REST_CONNECTIONS}
-        result = bench_daemon.run_worker(spec)
-        return Sample(result.rate, result.p50_ms, result.p99_ms)
+                "connections": bench_daemon.REST_CONNECTIONS, "callgrind": args.callgrind}
+        return sample(daemon, bench_daemon.run_worker(spec))
     yield f"REST {bench_daemon.REST_CONNECTIONS} conns", rest
 
 
@@ -125,6 +187,16 @@ def latency(samples: list[Sample]) -> str:
     if not p50s:
         return "-"
     return f"{statistics.median(p50s):.2f} / {statistics.median(p99s):.2f}"
+
+
+def print_instructions(results: list[tuple[str, dict[str, list[Sample]], list[float]]]
+                       ) -> None:
+    print("| row | base instructions / request | current | base / current |")
+    print("|---|---:|---:|---:|")
+    for name, samples, ratios in results:
+        base, current = (statistics.median(s.instructions for s in samples[side])
+                         for side in SIDES)
+        print(f"| {name} | {base:,.0f} | {current:,.0f} | {statistics.median(ratios):.3f}x |")
 
 
 def main() -> int:
@@ -140,9 +212,17 @@ def main() -> int:
     parser.add_argument("--only", default="", help="run only rows whose name has this text")
     parser.add_argument("--quick", action="store_true",
                         help="100,000 members, 50,000 requests, 2 s runs, 3 rounds")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count instructions per request under callgrind (10,000 "
+                             "members, 5,000 requests, 10 s runs, one round)")
     args = parser.parse_args()
     if args.quick:
         args.members, args.requests, args.seconds, args.rounds = 100_000, 50_000, 2.0, 3
+    if args.callgrind:
+        if shutil.which("valgrind") is None:
+            print("valgrind is needed for --callgrind (Debian: valgrind)")
+            return 1
+        args.members, args.requests, args.seconds, args.rounds = 10_000, 5_000, 10.0, 1
     if shutil.which("redis-benchmark") is None:
         print("redis-benchmark is needed for the RESP rows (Debian: redis-tools)")
         return 1
@@ -151,10 +231,13 @@ def main() -> int:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rankd-change-")))
         daemons: dict[str, Daemon] = {}
         for side, tree in zip(SIDES, (base, ROOT), strict=True):
-            daemons[side] = start(tree, workdir / side)
+            daemons[side] = start(tree, workdir / side, args.callgrind)
             stack.callback(daemons[side].stop)
             bench_resp.load(daemons[side].resp_port, args.members)
-        print(f"base {base}, current {ROOT}; {args.rounds} rounds, load average "
+            if args.callgrind:
+                print(f"{side}: {idle_rate(daemons[side]):,.0f} instructions/s idle", flush=True)
+        mode = "callgrind, " if args.callgrind else ""
+        print(f"base {base}, current {ROOT}; {args.rounds} rounds, {mode}load average "
               f"{os.getloadavg()[0]:.2f}", flush=True)
         results: list[tuple[str, dict[str, list[Sample]], list[float]]] = []
         for name, measure in rows(args, daemons):
@@ -167,11 +250,17 @@ def main() -> int:
                 taken = {side: measure(daemons[side]) for side in order}
                 for side in SIDES:
                     samples[side].append(taken[side])
-                ratios.append(taken["current"].rate / taken["base"].rate)
+                if args.callgrind:  # fewer instructions is better
+                    ratios.append(taken["base"].instructions / taken["current"].instructions)
+                else:
+                    ratios.append(taken["current"].rate / taken["base"].rate)
             results.append((name, samples, ratios))
-            print(f"  {name}: current/base {statistics.median(ratios):.3f}x "
+            print(f"  {name}: {statistics.median(ratios):.3f}x "
                   f"(rounds {', '.join(f'{r:.2f}' for r in ratios)})", flush=True)
     print()
+    if args.callgrind:
+        print_instructions(results)
+        return 0
     print("| row | base /s | current /s | current / base | p50 / p99 ms base | "
           "p50 / p99 ms current |")
     print("|---|---:|---:|---:|---:|---:|")

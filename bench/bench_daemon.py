@@ -507,14 +507,28 @@ def cpu_shares(before: tuple[float, ...], after: tuple[float, ...]
             (machine - client - server) / elapsed)
 
 
+def instrument(pid: int, on: bool) -> None:
+    """Turn callgrind's counting in process ``pid`` on or off (a server run
+    under ``valgrind --tool=callgrind --instr-atstart=no``)."""
+    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(pid)],
+                   check=True, capture_output=True)
+
+
 async def measure(load: Load, spec: dict[str, Any]) -> tuple[float, float, float, float]:
-    """Warm up, then record for ``spec["seconds"]``; CPU shares as :func:`cpu_shares`."""
+    """Warm up, then record for ``spec["seconds"]``; CPU shares as :func:`cpu_shares`.
+    With ``spec["callgrind"]`` the server's instructions are counted while
+    recording (``bench_change.py --callgrind``)."""
     await asyncio.sleep(spec["warmup"])
+    if spec.get("callgrind"):
+        instrument(spec["server_pid"], True)
     before = cpu_sample(spec["server_pid"])
     load.recording = True
     await asyncio.sleep(spec["seconds"])
     load.recording = False
-    return cpu_shares(before, cpu_sample(spec["server_pid"]))
+    after = cpu_sample(spec["server_pid"])
+    if spec.get("callgrind"):
+        instrument(spec["server_pid"], False)
+    return cpu_shares(before, after)
 
 
 def summary(load: Load, elapsed: float, client_cpu: float, server_cpu: float,

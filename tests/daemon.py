@@ -34,8 +34,11 @@ class Daemon:
     """``rankd serve`` in a child process; stopped by :meth:`stop` or ``with``."""
 
     def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None,
+                 wrapper: tuple[str, ...] = ()) -> None:
         self.ssl_context = ssl_context
+        #: A command the daemon runs under (e.g. valgrind's), before Python's.
+        self.wrapper = wrapper
         self.data_dir = Path(data_dir)
         self.port = free_port()
         self.tcp_port = free_port()
@@ -51,7 +54,8 @@ class Daemon:
         return f"{scheme}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> Daemon:
-        command = [sys.executable, "-m", "rankd.cli", "serve", "--host", "127.0.0.1",
+        command = [*self.wrapper, sys.executable, "-m", "rankd.cli", "serve",
+                   "--host", "127.0.0.1",
                    "--port", str(self.port), "--tcp-port", str(self.tcp_port),
                    "--resp-port", str(self.resp_port),
                    "--data-dir", str(self.data_dir), *self.args]
