@@ -223,8 +223,8 @@ class LoopWatchdog:
             where = sample.describe()
         else:  # not sampled (the watcher had no GIL): the marker alone
             where = describe(self.activity.frontend, self.activity.command, [])
-        log.warning("event loop held for %.3f s (over %.0f ms): %s", late,
-                    self.threshold * 1000, where,
+        log.warning("event loop held for %.3f s (over %g s): %s", late,
+                    self.threshold, where,
                     extra={"fields": {"stall_seconds": round(late, 4)}})
 
     def _watch(self) -> None:
