@@ -43,7 +43,7 @@ configs = st.builds(
     lambda order, policy, tie_break, windows, guards: {
         "order": order, "policy": policy, "tie_break": tie_break, "windows": windows, **guards},
     st.sampled_from(["desc", "asc"]), st.sampled_from(["sum", "best", "latest"]),
-    st.sampled_from(["first", "member"]),
+    st.sampled_from(["first", "member", "member_desc"]),
     st.lists(st.sampled_from(["all", "daily", "weekly", "monthly"]), min_size=1, max_size=4,
              unique=True),
     st.fixed_dictionaries({}, optional={"min_score": st.integers(-50, 0),

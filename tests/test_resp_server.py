@@ -171,8 +171,8 @@ def test_what_rankd_refuses_by_design_is_refused_clearly(open_daemon):
 def test_boards_made_through_rest_are_read_in_their_own_order(open_daemon):
     """A descending best-score board: ZREVRANGE and ZREVRANK are its
     leaderboard, ZADD keeps the best score, ZINCRBY is refused, and
-    emptying it leaves the board (only RESP-made boards go with their last
-    member)."""
+    emptying it leaves the board a key (an emptied RESP-made board stays
+    too, but is no key, as in Redis)."""
     open_daemon.request("PUT", "/v1/boards/arena", {"order": "desc", "policy": "best",
                                                      "tie_break": "first"})
     for member, score in [("ann", 10), ("bob", 30), ("cy", 30), ("dee", 5)]:

@@ -156,8 +156,8 @@ def _version(conn: RespConnection, name: str | None) -> tuple[int, int] | None:
     return None if board is None else (id(board), board.version)
 
 
-#: A reply to build: its header, how many steps of entries it has, and the
-#: bytes of ``count`` of them from ``first`` on.
+#: A reply to build: its header, how many entries (or members) it holds,
+#: and a function giving the bytes of ``count`` of them from ``first`` on.
 Steps = tuple[bytes, int, Callable[[int, int], bytes]]
 
 
@@ -174,6 +174,7 @@ def _stepwise(conn: RespConnection, key: bytes, plan: Callable[[], Steps]) -> Re
 
 async def _built_in_steps(conn: RespConnection, name: str | None,
                           plan: Callable[[], Steps]) -> bytes:
+    """:func:`_stepwise`'s large case (``name``: the board it reads)."""
     for attempt in range(STEP_RESTARTS + 1):
         version = _version(conn, name)
         header, total, piece = plan()
