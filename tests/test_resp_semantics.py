@@ -114,6 +114,40 @@ def test_a_huge_read_leaves_other_clients_served(open_daemon):
     assert replies[1].endswith(b"$7\r\nm000000\r\n")
 
 
+def test_a_reply_built_in_steps_is_one_states_while_the_board_is_written(open_daemon):
+    """ZRANGEs of 20,000 entries while another client keeps adding members
+    and moving scores: each reply is whole, sorted, without a member twice
+    (started again when the board changed between its steps)."""
+    with RawClient(open_daemon.resp_port) as client:
+        _fill(client, "moving", 20_000)
+    stop = threading.Event()
+
+    def write() -> None:
+        with RawClient(open_daemon.resp_port) as writer:
+            round_ = 0
+            while not stop.is_set() and round_ < 2_000:
+                writer.pipeline([["ZADD", "moving", str(-i - round_), f"n{round_}:{i}"]
+                                 for i in range(20)] + [["ZINCRBY", "moving", "-5", "m019999"]])
+                round_ += 1
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        with RawClient(open_daemon.resp_port) as reader:
+            for _ in range(5):
+                reply = reader.call("ZRANGE", "moving", "0", "-1", "WITHSCORES")
+                lines = reply.split(b"\r\n")
+                pairs = int(lines[0][1:]) // 2
+                members = lines[2:4 * pairs:4]
+                scores = [float(v) for v in lines[4:4 * pairs + 1:4]]
+                assert len(members) == pairs and len(set(members)) == pairs
+                assert list(zip(scores, members, strict=True)) == sorted(
+                    zip(scores, members, strict=True))
+    finally:
+        stop.set()
+        writer.join(30)
+
+
 def _answered(client: RawClient, commands: list[list[str]]) -> int:
     """How many of ``commands`` (pipelined) are answered rather than refused
     by the rate limit."""
