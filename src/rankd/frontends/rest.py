@@ -24,6 +24,7 @@ from rankd.frontends.forwarding import Forwarder, forwarded
 from rankd.frontends.openapi import openapi_document
 from rankd.frontends.origins import COMMON_HEADERS, OriginPolicy
 from rankd.frontends.service import Service
+from rankd.frontends.upgrades import declined_upgrade_middleware
 from rankd.metrics import CONTENT_TYPE, Metrics
 from rankd.security import Gate, RateLimited, TrustedProxies, Unauthorized
 from rankd.security.auth import JOIN_TOKEN_SECONDS
@@ -543,8 +544,8 @@ def create_app(service: Service, gate: Gate | None = None,
     gate = gate or Gate.open()
     # Only behind trusted proxies: no cost on each request otherwise.
     first = [proxy_middleware(gate.trusted_proxies)] if gate.trusted_proxies else []
-    app = web.Application(middlewares=[*first, metrics_middleware, origin_middleware,
-                                       error_middleware, gate_middleware],
+    app = web.Application(middlewares=[declined_upgrade_middleware, *first, metrics_middleware,
+                                       origin_middleware, error_middleware, gate_middleware],
                           client_max_size=MAX_BODY_BYTES)
     app[METRICS] = metrics_registry or Metrics()
     app[SERVICE] = service
