@@ -37,6 +37,7 @@ from rankd.frontends.resp.connection import RespServer
 from rankd.frontends.rest import create_app
 from rankd.frontends.service import Service
 from rankd.frontends.tcp import TcpServer
+from rankd.logbudget import ClientErrorFilter
 from rankd.metrics import DaemonCollector, Metrics
 from rankd.startup import listening, reaching_postgres
 from rankd.watchdog import LoopWatchdog
@@ -80,6 +81,10 @@ def setup_logging(config: ServerConfig) -> None:
     root.handlers[:] = [handler]
     root.setLevel(config.log_level.upper())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # A client sending garbage in a loop: a bounded number of short lines.
+    server_log = logging.getLogger("aiohttp.server")
+    server_log.filters[:] = [f for f in server_log.filters if not isinstance(f, ClientErrorFilter)]
+    server_log.addFilter(ClientErrorFilter())
 
 
 async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,

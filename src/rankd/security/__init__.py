@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rankd.logbudget import BURST, LineBudget
 from rankd.security.auth import (
     ANONYMOUS_ALL,
     AuthConfig,
@@ -61,9 +61,8 @@ __all__ = [
 
 #: Audit lines of one kind from one address: at most this many per window;
 #: the rest are counted and reported with the next line let through.
-AUDIT_BURST = 20
-AUDIT_WINDOW_SECONDS = 60.0
-_audit_seen: dict[tuple[str, object], list] = {}
+AUDIT_BURST = BURST
+_audit_budget = LineBudget(AUDIT_BURST)
 
 
 def audit(event: str, **fields: object) -> None:
@@ -73,20 +72,11 @@ def audit(event: str, **fields: object) -> None:
     would fill the disk, so past :data:`AUDIT_BURST` lines a minute such
     lines are counted, and the next one written says how many were left out.
     """
-    now = time.monotonic()
-    key = (event, fields.get("address"))
-    seen = _audit_seen.get(key)
-    if seen is None or now - seen[0] > AUDIT_WINDOW_SECONDS:
-        if len(_audit_seen) > 10_000:
-            _audit_seen.clear()
-        suppressed = seen[2] if seen is not None else 0
-        seen = _audit_seen[key] = [now, 0, 0]
-        if suppressed:
-            fields = {**fields, "suppressed": suppressed}
-    seen[1] += 1
-    if seen[1] > AUDIT_BURST:
-        seen[2] += 1
+    suppressed = _audit_budget.admit((event, fields.get("address")))
+    if suppressed is None:
         return
+    if suppressed:
+        fields = {**fields, "suppressed": suppressed}
     details = " ".join(f"{name}={value}" for name, value in fields.items())
     audit_log.info("%s %s", event, details, extra={"fields": {"audit": event, **fields}})
 
