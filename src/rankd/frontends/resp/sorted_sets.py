@@ -516,18 +516,12 @@ def _score_range(low: bytes, high: bytes) -> tuple[tuple[float, bool], tuple[flo
         raise CommandError(BOUND_NOT_FLOAT) from None
 
 
-def _by_score(view: Any, low: tuple[float, bool], high: tuple[float, bool], *,
-              offset: int = 0, limit: int = -1, reverse: bool = False) -> list:
+def _by_score(view: Any, low: tuple[float, bool], high: tuple[float, bool]) -> list:
+    """Every entry scored between the bounds, lowest first."""
     (low_value, low_ex), (high_value, high_ex) = low, high
-    if offset < 0:  # Redis skips past the end on a negative offset
-        return []
-    if reverse:
-        low_value, low_ex, high_value, high_ex = high_value, high_ex, low_value, low_ex
     if low_value > high_value or (low_value == high_value and (low_ex or high_ex)):
         return []
-    return view.by_score(low_value, high_value, low_exclusive=low_ex,
-                         high_exclusive=high_ex, offset=offset,
-                         limit=None if limit < 0 else limit, reverse=reverse)
+    return view.by_score(low_value, high_value, low_exclusive=low_ex, high_exclusive=high_ex)
 
 
 def zrange(conn: RespConnection, args: list[bytes], *, by: str | None = None,
@@ -586,14 +580,18 @@ def zrange(conn: RespConnection, args: list[bytes], *, by: str | None = None,
         return replies.array_header(0)
 
     def by_score() -> tuple[int, Callable[[int, int], list]]:
+        # Read by position (each step O(log n)): an offset into a score range
+        # would walk past every entry skipped, step after step.
         view = _view(conn, args[1])
         if view is None or offset < 0 or (offset > 0 and offset >= len(view)):
             return 0, lambda skip, n: []
-        total = max(0, _count(view, *(low, high) if not reverse else (high, low)) - offset)
+        least, most = (low, high) if not reverse else (high, low)
+        total = max(0, _count(view, least, most) - offset)
         if limit >= 0:
             total = min(total, limit)
-        return total, lambda skip, n: _by_score(view, low, high, offset=offset + skip,
-                                                limit=n, reverse=reverse)
+        first = offset + (_count(view, (most[0], not most[1]), (math.inf, False)) if reverse
+                          else _count(view, (-math.inf, False), (least[0], not least[1])))
+        return total, lambda skip, n: view.by_position(first + skip, n, reverse=reverse)
     return _range(conn, args[1], by_score, withscores)
 
 
