@@ -259,8 +259,8 @@ def _info_sections(conn: RespConnection) -> dict[str, list[tuple[str, object]]]:
         "replication": [("role", "master"), ("connected_slaves", 0)],
         "cpu": [("used_cpu_sys", f"{usage.ru_stime:.6f}"),
                 ("used_cpu_user", f"{usage.ru_utime:.6f}")],
-        "keyspace": ([("db0", f"keys={len(service.board_names())},expires=0,avg_ttl=0")]
-                     if service.board_names() else []),
+        "keyspace": ([("db0", f"keys={keys},expires=0,avg_ttl=0")]
+                     if (keys := len(zset.key_names(conn))) else []),
     }
 
 

@@ -722,12 +722,15 @@ def type_(conn: RespConnection, args: list[bytes]) -> Reply:
     return conn.replies.simple("zset" if found else "none")
 
 
+def key_names(conn: RespConnection) -> list[str]:
+    """Every key (board names but empty RESP-made boards), sorted."""
+    return [name for name in conn.service.board_names() if is_key(conn, name)]
+
+
 def _key_names(conn: RespConnection) -> list[str]:
-    """Every key (board names but empty RESP-made boards), sorted; charged
-    by the boards looked at."""
-    names = conn.service.board_names()
-    _charge(conn, len(names), "list_boards")
-    return [name for name in names if is_key(conn, name)]
+    """:func:`key_names`, charged by the boards looked at."""
+    _charge(conn, len(conn.service.board_names()), "list_boards")
+    return key_names(conn)
 
 
 def delete(conn: RespConnection, args: list[bytes]) -> Reply:
