@@ -8,10 +8,13 @@ one onto the other, so a front-end speaking Redis never needs to know the
 board's order, nor touch its index:
 
 * on an ``asc`` board, position ``p`` is rank ``p + 1``: Redis's order
-  exactly when ties are broken by member (what RESP-made boards use);
+  exactly when ties are broken by member (``member``: what RESP made
+  boards with before);
 * on a ``desc`` board, position ``p`` is rank ``n - p``: the reverse of
   the board's ranking, so ``ZREVRANK`` and ``ZREVRANGE`` give the board's
-  own leaderboard (with its own tie order) from position 0.
+  own leaderboard (with its own tie order) from position 0: Redis's order
+  exactly when ties are broken by member from Z to A (``member_desc``:
+  what RESP makes boards with now, ranked as ``ZREVRANGE`` lists them).
 """
 
 from __future__ import annotations
