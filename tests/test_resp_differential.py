@@ -185,8 +185,9 @@ def _keys(client: RawClient) -> list[bytes]:
 def test_large_boards_with_ties_answer_as_redis(servers, protocol):
     """A board of 6,000 members on 40 scores (long runs of ties): ranges of
     every size (native up to 100 entries, general past it, built in steps
-    past 2,048), ranks of tied members, ZMSCORE and pops are Redis's, byte for byte, the board ranking highest first (``desc``,
-    ties Z to A) and ZRANGE still lowest first."""
+    past 2,048), ranks of tied members, ZMSCORE and pops are Redis's, byte
+    for byte, the board ranking highest first (``desc``, ties Z to A) and
+    ZRANGE still lowest first."""
     redis, rankd = _clients(servers, protocol)
     members = [f"p{i:05d}" for i in range(6_000)]
     words = [w for i, member in enumerate(members) for w in (str(i * 7 % 40), member)]
