@@ -405,3 +405,62 @@ def test_a_session_is_closed_when_its_token_expires(tmp_path):
             busy.call("PING")
         silent.sock.settimeout(5)
         assert b"expired" in silent.sock.recv(1000)
+
+
+# --- found by an outside attack on the port -------------------------------------------
+
+def _flood_for(port: int, payload: bytes, seconds: float, prefix: bytes = b"") -> None:
+    """Send ``payload`` again and again for ``seconds``, reading and
+    dropping whatever comes back."""
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+        sock.sendall(prefix)
+        sock.settimeout(0.01)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                sock.sendall(payload)
+                sock.recv(1 << 20)
+            except TimeoutError:
+                pass
+            except OSError:
+                return
+
+
+@pytest.mark.parametrize("line", [b"PING " + b"a" * 16_000 + b"\r\n",
+                                  b'PING "' + b"\\x41" * 4000 + b'"\r\n'],
+                         ids=["plain", "escaped"])
+def test_long_inline_lines_before_auth_never_hold_the_loop(secured, line):
+    """Split byte by byte in Python, 16 KiB lines before AUTH held the loop
+    3.6 s a read; plain lines are now split in C and a read is split a
+    share at a time."""
+    with HealthProbe(secured) as probe:
+        _flood_for(secured.resp_port, line * 64, 3.0)
+    assert probe.slowest < 0.2, probe.slowest
+
+
+def test_a_request_of_many_tiny_words_never_holds_the_loop(secured):
+    """2 MB of one-byte words, read word by word, once held the loop 0.8 s:
+    a share of them is read per turn of the loop."""
+    request = encode_request([b"PING", *[b"a"] * 280_000])
+    with HealthProbe(secured) as probe, \
+            socket.create_connection(("127.0.0.1", secured.resp_port), timeout=10) as sock:
+        sock.sendall(encode_request([b"AUTH", READER_KEY]))
+        assert sock.recv(100) == b"+OK\r\n"
+        sock.sendall(request)
+        assert sock.recv(1000).startswith(b"-ERR wrong number of arguments")
+    assert probe.slowest < 0.2, probe.slowest
+
+
+@pytest.mark.parametrize("command", [
+    [b"ZCOUNT", b"nosuch", b"1" * 16_000 + b"x", b"1"],
+    [b"ZRANGEBYSCORE", b"nosuch", b"0x" + b"1" * 16_000 + b"x", b"1"],
+])
+def test_a_long_number_is_refused_at_once(secured, command):
+    """The score patterns backtracked on a run of digits that ended badly:
+    16,000 digits held the loop 10 s."""
+    with HealthProbe(secured) as probe, RawClient(secured.resp_port) as client:
+        assert client.call("AUTH", READER_KEY) == b"+OK\r\n"
+        started = time.monotonic()
+        assert client.call(*command) == b"-ERR min or max is not a float\r\n"
+        assert time.monotonic() - started < 0.1
+    assert probe.slowest < 0.2

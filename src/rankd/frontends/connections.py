@@ -28,6 +28,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import re
 import resource
 import time
 from collections.abc import Callable
@@ -124,15 +125,30 @@ def peer_address(transport: asyncio.BaseTransport) -> str:
     return str(peer[0]) if isinstance(peer, tuple) else ""
 
 
-class GuardedHttpProtocol(asyncio.Protocol):
-    """aiohttp's request handler behind :class:`ConnectionLimits`."""
+#: How an HTTP connection's first bytes begin: a method, then a blank (or
+#: the first bytes are a part of that).
+_REQUEST_START = re.compile(rb"[A-Z]{1,16}(?: |$)")
+_NOT_HTTP = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+             b"Connection: close\r\nContent-Length: 61\r\n\r\n"
+             b'{"error": {"code": "bad_request", "message": "not HTTP/1.1"}}')
 
-    __slots__ = ("_address", "_handler", "_limits")
+
+class GuardedHttpProtocol(asyncio.Protocol):
+    """aiohttp's request handler behind :class:`ConnectionLimits`.
+
+    A connection whose first bytes are not the start of a request line is
+    answered 400 and closed here, unparsed: aiohttp's parser quotes all it
+    read in its error, in an exception that a reference cycle keeps until
+    Python's next full collection (240 KB of garbage held ~0.9 MB a
+    connection, 200 connections 190 MB)."""
+
+    __slots__ = ("_address", "_handler", "_limits", "_started")
 
     def __init__(self, handler: asyncio.Protocol, limits: ConnectionLimits) -> None:
         self._handler = handler
         self._limits = limits
         self._address: str | None = None
+        self._started = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         address = peer_address(transport)
@@ -156,8 +172,17 @@ class GuardedHttpProtocol(asyncio.Protocol):
         self._handler.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._address is not None:
-            self._handler.data_received(data)
+        if self._address is None:
+            return
+        if not self._started:
+            self._started = True
+            if _REQUEST_START.match(data) is None:
+                transport = self._handler.transport  # type: ignore[attr-defined]
+                if transport is not None:
+                    transport.write(_NOT_HTTP)
+                    transport.close()
+                return
+        self._handler.data_received(data)
 
     def eof_received(self) -> bool | None:
         return self._handler.eof_received() if self._address is not None else None

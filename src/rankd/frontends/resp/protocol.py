@@ -39,10 +39,13 @@ MAX_REQUEST = 4 << 20
 #: word by word from then on, not scanned again from its start on every read
 #: (which would cost the square of its length when it trickles in).
 VET_AFTER = 64 * 1024
-#: Commands one ``feed`` reads at most: the rest stays buffered for the
-#: next call, so no read holds the event loop long (256 KiB of ``a\n`` are
-#: 131,072 inline commands).
+#: Commands one ``feed`` reads at most, and bytes it reads in Python (inline
+#: lines, and the words of a request read word by word): the rest stays
+#: buffered for the next call, so no read holds the event loop long (256 KiB
+#: of ``a\n`` are 131,072 inline commands; 2 MB of one-byte words, 280,000
+#: words; 16 KiB of quoted text, 3 ms of splitting).
 FEED_MOST = 1024
+FEED_BYTES = 16 * 1024
 _BLANK_LINES = re.compile(rb"(?:\r?\n)+")
 
 
@@ -155,10 +158,12 @@ class RequestReader:
         position = 0
         size = len(buffer)
         scan = self._scan
+        #: Bytes read in Python so far in this call (see FEED_BYTES).
+        spent = 0
         # Every turn of this loop moves ``position`` on, or breaks (the
-        # rest is incomplete), or raises.
+        # rest is incomplete, or this call's share is read), or raises.
         while position < size:
-            if len(commands) >= FEED_MOST:
+            if len(commands) >= FEED_MOST or spent > FEED_BYTES:
                 self.more = True
                 break
             if self._words is None:
@@ -204,6 +209,7 @@ class RequestReader:
                 if end - position > self.max_inline:
                     raise ProtocolError("too big inline request")
                 line = bytes(buffer[position:end]).rstrip(b"\r")
+                spent += end + 1 - position
                 position = end + 1
                 words = split_inline(line)
                 if len(words) > self.max_multibulk:
@@ -229,6 +235,7 @@ class RequestReader:
             if size - position < self._bulk + 2:
                 break
             self._words.append(bytes(buffer[position:position + self._bulk]))
+            spent += self._bulk + 16  # (a word's header and its list entry too)
             position += self._bulk + 2
             self._bulk = -1
             if self._taken > VET_AFTER and not self._vetted and self.vet is not None:
@@ -271,12 +278,24 @@ class RequestReader:
 
 _ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("b"): b"\b",
             ord("a"): b"\a"}
-_HEX = b"0123456789abcdefABCDEF"
 #: C's isspace(), which skips blanks between words and must follow a closing quote.
 _SPACE = b" \t\n\v\f\r"
-#: What ends an unquoted word (each of them also a blank: the word loop
-#: stops on it and the blank loop moves past it).
-_WORD_END = b" \n\r\t"
+#: A line whose words :func:`split_inline` may split with ``bytes.split``:
+#: no quotes, and no ``\v`` or ``\f`` (blanks between words in Redis, but
+#: part of an unquoted word).
+_PLAIN_LINE = re.compile(rb"[^\"'\v\f]*")
+#: One word of a line with quotes, after the blanks before it: its unquoted
+#: part (which ``\v`` and ``\f`` belong to), then at most one quoted part,
+#: which ends it.  The possessive ``*+`` never gives back what it took, as
+#: Redis reads a quoted part once from left to right: an escaped quote
+#: (``\\'``) never closes it, even when no other quote does.  So a word is
+#: read in C, in one pass.
+_WORD = re.compile(rb"""[ \t\n\v\f\r]*
+    (?P<plain>[^ \t\n\r"']*)
+    (?: "(?P<double>(?:\\x[0-9a-fA-F]{2}|\\.|[^"\\])*+)"
+      | '(?P<single>(?:\\'|[^'])*+)' )?""", re.VERBOSE | re.DOTALL)
+#: An escape of a double-quoted part.
+_ESCAPE = re.compile(rb"\\(?:x([0-9a-fA-F]{2})|(.))", re.DOTALL)
 
 
 def _first_word(request: bytes | bytearray, max_bulk: int) -> bytes | None:
@@ -316,51 +335,40 @@ def split_inline(line: bytes) -> list[bytes]:
     unbalanced quotes).  A NUL byte ends the line, as the end of a C
     string does for Redis.  Checked against redis-server by the tests.
 
-    Each turn of each loop moves ``position`` on or returns: the line is
-    read once, in linear time, whatever its bytes."""
-    words: list[bytes] = []
+    A line is read once, in linear time, whatever its bytes: a line
+    without quotes by ``bytes.split``, one with quotes a word at a time by
+    one regular expression (:data:`_WORD`) that never backtracks."""
     nul = line.find(b"\x00")
-    position, size = 0, (len(line) if nul < 0 else nul)
-    while True:
-        while position < size and line[position] in _SPACE:
-            position += 1
-        if position >= size:
-            return words
-        word = bytearray()
-        quote = 0
-        while True:
+    if nul >= 0:
+        line = line[:nul]
+    if _PLAIN_LINE.fullmatch(line):  # no quotes: blanks alone separate words
+        return line.split()
+    words: list[bytes] = []
+    position, size = 0, len(line)
+    while True:  # each turn takes a word (or returns, or raises)
+        found = _WORD.match(line, position)  # (every part of it is optional)
+        position = found.end()
+        plain, double, single = found.group("plain", "double", "single")
+        if double is None and single is None and not plain:
             if position >= size:
-                if quote:
-                    raise ProtocolError("unbalanced quotes in request")
-                break
-            char = line[position]
-            if quote:
-                if (quote == 0x22 and char == 0x5C and position + 3 < size
-                        and line[position + 1] == 0x78 and line[position + 2] in _HEX
-                        and line[position + 3] in _HEX):
-                    word.append(int(line[position + 2:position + 4], 16))
-                    position += 3
-                elif quote == 0x22 and char == 0x5C and position + 1 < size:
-                    position += 1
-                    word += _ESCAPES.get(line[position], bytes([line[position]]))
-                elif quote == 0x27 and char == 0x5C and line[position + 1:position + 2] == b"'":
-                    position += 1
-                    word.append(0x27)
-                elif char == quote:  # closing: a blank or the end must follow
-                    if position + 1 < size and line[position + 1] not in _SPACE:
-                        raise ProtocolError("unbalanced quotes in request")
-                    position += 1
-                    break
-                else:
-                    word.append(char)
-            elif char in _WORD_END:
-                break
-            elif char in (0x22, 0x27):
-                quote = char
-            else:
-                word.append(char)
-            position += 1
-        words.append(bytes(word))
+                return words
+            raise ProtocolError("unbalanced quotes in request")  # a quote left open
+        if position < size and line[position] not in _SPACE:
+            raise ProtocolError("unbalanced quotes in request")  # no blank after a quote
+        if double is not None:
+            plain += _ESCAPE.sub(_unescape, double)
+        elif single is not None:
+            plain += single.replace(b"\\'", b"'")
+        words.append(plain)
+
+
+def _unescape(escape: re.Match[bytes]) -> bytes:
+    """One escape of a double-quoted part: ``\\xHH``, a named one, or the
+    escaped byte itself."""
+    hexadecimal, other = escape.groups()
+    if hexadecimal is not None:
+        return bytes([int(hexadecimal, 16)])
+    return _ESCAPES.get(other[0], other)
 
 
 def encode_request(words: Iterable[bytes | str]) -> bytes:
