@@ -177,3 +177,47 @@ def test_connections_that_open_with_garbage_leave_no_memory_behind(daemon):
     with socket.create_connection(("127.0.0.1", daemon.port), timeout=2) as sock:
         sock.sendall(b"\x16\x03\x01junk")  # a TLS hello on the plain port, say
         assert sock.recv(1000).startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+@pytest.fixture(scope="module")
+def impatient(tmp_path_factory):
+    with Daemon(tmp_path_factory.mktemp("http-impatient") / "data",
+                "--http-idle-timeout", "2") as running:
+        running.request("PUT", "/v1/boards/b", {})
+        yield running
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_a_body_that_trickles_in_is_cut_off(impatient, framing):
+    """Headers that trickle in were cut off by the keep-alive timeout, but
+    a body sent a byte every second held its connection open for ever."""
+    head = (b"POST /v1/boards/b/scores HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\n")
+    head += (b"Content-Length: 100000\r\n\r\n" if framing == "length"
+             else b"Transfer-Encoding: chunked\r\n\r\n")
+    piece = b" " if framing == "length" else b"1\r\n \r\n"
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=10) as sock:
+        sock.sendall(head)
+        started = time.monotonic()
+        sock.settimeout(0.5)
+        answer = b""
+        while time.monotonic() - started < 8 and not answer:
+            with contextlib.suppress(OSError):
+                sock.sendall(piece)
+            try:
+                answer = sock.recv(1000)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert time.monotonic() - started < 4
+
+
+def test_a_client_that_leaves_mid_body_is_no_error(impatient):
+    with socket.create_connection(("127.0.0.1", impatient.port), timeout=5) as sock:
+        sock.sendall(b"POST /v1/boards/b/scores HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+        time.sleep(0.2)
+    time.sleep(0.5)
+    assert '"level": "error"' not in impatient.log()

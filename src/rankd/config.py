@@ -129,7 +129,8 @@ OPTIONS = (
            "most half of them ends with a sleep of this many microseconds, instead of "
            "being woken by each client's send (0: off)", minimum=0),
     Option("http_idle_timeout", float, 30.0,
-           "seconds an HTTP connection may wait for (or trickle in) its next request",
+           "seconds an HTTP connection may wait for (or trickle in) its next request, "
+           "and a request body may take to arrive",
            minimum=1),
     Option("jwt_secret", str, None, "accept HS256 JWTs signed with this secret (at least 32 "
                                     "bytes; --jwt-secret-file keeps it out of `ps`)"),

@@ -34,7 +34,7 @@ from rankd.frontends.live import LiveFeed
 from rankd.frontends.live_http import add_live_routes
 from rankd.frontends.pacing import LoopPacer
 from rankd.frontends.resp.connection import RespServer
-from rankd.frontends.rest import create_app
+from rankd.frontends.rest import BODY_SECONDS, create_app
 from rankd.frontends.service import Service
 from rankd.frontends.tcp import TcpServer
 from rankd.logbudget import ClientErrorFilter
@@ -122,7 +122,8 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     metrics.add(DaemonCollector(engine, tcp, feed, resp, watchdog))
     app = create_app(service, gate, metrics, origins,
                      Forwarder(cluster_config.node_id, cluster_config.ack_timeout + 5,
-                               node.trust) if node is not None else None)
+                               node.trust) if node is not None else None,
+                     body_seconds=config.http_idle_timeout or BODY_SECONDS)
     add_live_routes(app, feed)
     # The keep-alive timeout also runs from the moment a connection opens and
     # while a request trickles in: the header-read timeout against slowloris.

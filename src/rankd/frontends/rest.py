@@ -7,6 +7,7 @@ fitting status; unknown body fields and query parameters are refused.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -32,6 +33,11 @@ from rankd.security.auth import JOIN_TOKEN_SECONDS
 SERVICE = web.AppKey("service", Service)
 
 MAX_BODY_BYTES = 1 << 20
+#: How long a request body may take to arrive once its headers have, by
+#: default (``--http-idle-timeout``): the keep-alive timeout bounds headers
+#: that trickle in, this a body that does (one byte every few seconds held a
+#: connection open for ever).
+BODY_SECONDS = 30.0
 
 STATUS = {"invalid": 422, "guard": 422, "not_found": 404, "conflict": 409,
           "event_conflict": 409, "read_only": 503,
@@ -39,10 +45,11 @@ STATUS = {"invalid": 422, "guard": 422, "not_found": 404, "conflict": 409,
           "unavailable": 503,
           "bad_request": 400, "too_large": 413, "method_not_allowed": 405,
           "unsupported_media_type": 415, "unauthorized": 401, "forbidden": 403,
-          "rate_limited": 429, "too_many_connections": 429}
+          "rate_limited": 429, "too_many_connections": 429, "timeout": 408}
 GATE = web.AppKey("gate", Gate)
 FORWARDER = web.AppKey("forwarder", Forwarder)
 ORIGINS = web.AppKey("origins", OriginPolicy)
+BODY_TIMEOUT = web.AppKey("body_timeout", float)
 METRICS = web.AppKey("metrics", Metrics)
 #: Operations that take their credential from the query string too (browsers
 #: cannot set headers on a WebSocket or an EventSource): a join token only.
@@ -187,7 +194,16 @@ async def read_json(request: web.Request) -> Any:
     if not (content_type == "application/json" or content_type.endswith("+json")):
         raise RequestError(f"request body must be JSON, sent as Content-Type: "
                            f"application/json (not {content_type})", "unsupported_media_type")
-    body = await request.read()
+    seconds = request.app.get(BODY_TIMEOUT, BODY_SECONDS)
+    try:
+        async with asyncio.timeout(seconds):
+            body = await request.read()
+    except TimeoutError:
+        raise RequestError(f"the request body did not arrive within {seconds:g} s",
+                           "timeout") from None
+    except ConnectionError:  # the client went away mid-body: nobody to answer, no bug
+        raise RequestError("the client closed the connection before its body arrived"
+                           ) from None
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -538,9 +554,11 @@ def proxy_middleware(proxies: TrustedProxies) -> Callable[..., Awaitable[web.Str
 def create_app(service: Service, gate: Gate | None = None,
                metrics_registry: Metrics | None = None,
                origins: OriginPolicy | None = None,
-               forwarder: Forwarder | None = None) -> web.Application:
+               forwarder: Forwarder | None = None,
+               body_seconds: float = BODY_SECONDS) -> web.Application:
     """The REST application over the engine behind ``service`` (on a
-    cluster node, ``forwarder`` sends writes on to their primary)."""
+    cluster node, ``forwarder`` sends writes on to their primary); a body
+    must arrive within ``body_seconds``."""
     gate = gate or Gate.open()
     # Only behind trusted proxies: no cost on each request otherwise.
     first = [proxy_middleware(gate.trusted_proxies)] if gate.trusted_proxies else []
@@ -551,6 +569,7 @@ def create_app(service: Service, gate: Gate | None = None,
     app[SERVICE] = service
     app[GATE] = gate
     app[ORIGINS] = origins or OriginPolicy()
+    app[BODY_TIMEOUT] = body_seconds
     if forwarder is not None:
         app[FORWARDER] = forwarder
 
