@@ -321,10 +321,10 @@ def test_each_follower_is_sent_a_members_state_once(tmp_path):
             await engine.submit(Submission("b", "ann", delta=1))
             second = feed.subscribe("b", None, 10, ["ann"])  # before a tick: sent ann at 1
             seen.append(states(second))
-            feed.tick()
+            await feed.tick()
             seen += [states(first), states(second)]
             await engine.submit(Submission("b", "ann", delta=2))
-            feed.tick()
+            await feed.tick()
             seen += [states(first), states(second)]
             return seen
         finally:

@@ -7,8 +7,18 @@ Writes only mark a board *dirty* (an engine listener, O(1)).  A tick every
 rendered top-N with what was last pushed, and when it changed serializes
 one message and hands the *same bytes* to every subscriber of that group.
 Followed members are looked up once per tick per ``(window, member)``,
-however many subscribers follow them.  So the cost of a tick grows with
-the number of distinct views, not of subscribers.
+however many subscribers follow them, a batch of them per engine call.  So
+the cost of a tick grows with the number of distinct views and followed
+members, not of subscribers.
+
+A tick never holds the event loop for long: it runs in turns of at most
+``TICK_SLICE`` seconds and lets the loop serve others in between (a tick
+with little to do finishes in one turn, as before).  Each message is
+rendered and handed to its subscribers in the same turn, so what a
+subscriber receives is in the order it was rendered and versions never
+decrease; a message whose subscribers are too many for one turn is handed
+to the rest in later turns, and a subscriber that begins following members
+meanwhile is handed it first (see ``_FanOut``).
 
 Each subscriber has a small bounded queue and its own sender.  A newer
 top-N replaces an older one still queued (it supersedes it); a subscriber
@@ -23,7 +33,7 @@ import collections
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +56,13 @@ CLOSE_TOO_SLOW = 4008
 CLOSE_TOO_MANY = 4029
 #: Above this many unsent bytes a subscriber's pushes queue up (and supersede).
 DIRECT_WRITE_LIMIT = 64 * 1024
+#: The longest a tick runs before it lets the loop serve others (seconds).
+TICK_SLICE = 0.004
+#: Followed members looked up in one engine call (and between two looks at
+#: the clock).
+MEMBER_BATCH = 64
+#: Subscribers handed a message between two looks at the clock.
+FAN_OUT_BATCH = 64
 
 Send = Callable[[bytes], Any]
 
@@ -111,6 +128,79 @@ class Subscriber:
         return self.queue.popleft()[1]
 
 
+class _Turn:
+    """Where a tick is in its turn of the loop: ``pause`` lets others run
+    once the turn has lasted ``TICK_SLICE``."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+
+    async def pause(self) -> None:
+        if time.perf_counter() - self.started >= TICK_SLICE:
+            await asyncio.sleep(0)  # other callbacks' turn
+            self.started = time.perf_counter()
+
+
+class _FanOut:
+    """One message being handed to its subscribers, possibly over several
+    turns of the loop.  A subscriber still waiting for it that is sent
+    something else meanwhile (members it begins following) is handed it
+    first, so that it receives messages in the order they were rendered."""
+
+    def __init__(self, feed: LiveFeed, subscribers: list[Subscriber], key: str | None,
+                 message: bytes, member: str | None) -> None:
+        self.feed = feed
+        self.subscribers = subscribers
+        self.key = key
+        self.message = message
+        #: A member's state goes only to those still following the member.
+        self.member = member
+        self.next = 0
+        #: Those not handed the message yet, once it spans turns.
+        self.waiting: set[Subscriber] | None = None
+        self._frame: bytes | None = None
+
+    def frame(self) -> bytes:
+        """The WebSocket frame, built once, for the first subscriber that needs it."""
+        if self._frame is None:
+            self._frame = websocket_frame(self.message)
+        return self._frame
+
+    def hand_next(self, count: int) -> bool:
+        """Hand the message to the next ``count`` subscribers; whether any
+        remain (then the rest wait for the next call)."""
+        end = min(self.next + count, len(self.subscribers))
+        waiting = self.waiting
+        for subscriber in self.subscribers[self.next:end]:
+            if waiting is None:
+                self._hand(subscriber)
+            elif subscriber in waiting:
+                waiting.discard(subscriber)
+                self._hand(subscriber)
+        self.next = end
+        if end == len(self.subscribers):
+            return False
+        if waiting is None:
+            self.waiting = set(self.subscribers[end:])
+        return True
+
+    def hand_early(self, subscriber: Subscriber) -> None:
+        """Hand the message now to ``subscriber`` if it is still waiting for it."""
+        if self.waiting is not None and subscriber in self.waiting:
+            self.waiting.discard(subscriber)
+            self._hand(subscriber)
+
+    def _hand(self, subscriber: Subscriber) -> None:
+        if subscriber.dropped is not None or (self.member is not None
+                                              and self.member not in subscriber.follows):
+            return
+        if subscriber.push(self.key, self.message, self.frame):
+            self.feed.pushes += 1
+        else:
+            log.info("live subscriber at %s too slow: disconnecting", subscriber.address)
+            self.feed._drop(subscriber, CLOSE_TOO_SLOW, "subscriber too slow")
+
+
 @dataclass
 class _View:
     """What was last pushed for one (board, window, limit)."""
@@ -141,6 +231,8 @@ class LiveFeed:
         self.pushes = 0
         self.drops = 0
         self._task: asyncio.Task | None = None
+        #: The message a tick is handing out over several turns, if any.
+        self._fan_out_in_progress: _FanOut | None = None
         engine.listeners.append(self._changed)
 
     def _changed(self, board: str) -> None:
@@ -163,7 +255,7 @@ class LiveFeed:
         while True:
             started = time.monotonic()
             try:
-                self.tick()
+                await self.tick()
             except Exception:
                 log.exception("live feed tick failed")
             await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
@@ -191,8 +283,7 @@ class LiveFeed:
         if not view.checksum:
             view.checksum, view.period = checksum, period
         subscriber.offer("top", top)
-        for member in subscriber.follows:
-            self.send_member(subscriber, member)
+        self.send_members(subscriber, list(subscriber.follows))
         return subscriber
 
     def follow(self, subscriber: Subscriber, members: object) -> list[str]:
@@ -207,12 +298,21 @@ class LiveFeed:
             followers.setdefault(member, set()).add(subscriber)
         return added
 
-    def send_member(self, subscriber: Subscriber, member: str) -> None:
-        """Queue a followed member's state to one subscriber (when it begins
-        following the member); later changes come with the ticks."""
-        message, state = self._render_member(subscriber.board, subscriber.window, member)
-        subscriber.members_sent[member] = state
-        subscriber.offer(None, message)
+    def send_members(self, subscriber: Subscriber, members: Sequence[str]) -> None:
+        """Queue followed members' states to one subscriber (when it begins
+        following them); later changes come with the ticks."""
+        in_progress = self._fan_out_in_progress
+        if in_progress is not None:  # what was rendered before these comes first
+            in_progress.hand_early(subscriber)
+        board, window = subscriber.board, subscriber.window
+        for start in range(0, len(members), MEMBER_BATCH):
+            batch = members[start:start + MEMBER_BATCH]
+            states, version = self._member_states(board, window, batch)
+            for member in batch:
+                state = states[member]
+                subscriber.members_sent[member] = state
+                subscriber.offer(None, self._member_message(board, window, member, state,
+                                                            version))
 
     def unfollow(self, subscriber: Subscriber, members: object) -> None:
         members = _member_names(members)
@@ -261,22 +361,36 @@ class LiveFeed:
                                 "top": top, "ts": time.time()})
         return message, checksum, page["period"]
 
-    def _render_member(self, board: str, window: str, member: str
-                       ) -> tuple[bytes, tuple[Any, Any]]:
-        standing = self.engine.standing(board, member, window=window)
-        state = (None, None) if standing is None else (standing["score"], standing["rank"])
-        version = self.engine.read_version(board, window, None)[0]
-        message = orjson.dumps({"type": "user.rank.updated", "board": board, "window": window,
-                                "member": member, "score": state[0], "rank": state[1],
-                                "version": version, "ts": time.time()})
-        return message, state
+    def _member_states(self, board: str, window: str, members: Sequence[str]
+                       ) -> tuple[dict[str, tuple[Any, Any]], int]:
+        """``(score, rank)`` of each of ``members`` (``(None, None)`` when
+        absent) in one engine call, and the board's version."""
+        found = self.engine.ranks(board, members, window=window)
+        states = {entry["member"]: (entry["score"], entry["rank"])
+                  for entry in found["entries"]}
+        for member in found["missing"]:
+            states[member] = (None, None)
+        return states, self.engine.read_version(board, window, None)[0]
 
-    def tick(self) -> None:
-        """Push what changed since the last tick (called every ``interval``)."""
+    @staticmethod
+    def _member_message(board: str, window: str, member: str, state: tuple[Any, Any],
+                        version: int) -> bytes:
+        return orjson.dumps({"type": "user.rank.updated", "board": board, "window": window,
+                             "member": member, "score": state[0], "rank": state[1],
+                             "version": version, "ts": time.time()})
+
+    async def tick(self) -> None:
+        """Push what changed since the last tick (called every ``interval``),
+        in turns of at most ``TICK_SLICE`` seconds."""
         self.ticks += 1
         dirty, self.dirty = self.dirty, set()
         now = self.engine.clock()
-        for (board, window, limit), view in list(self.views.items()):
+        turn = _Turn()
+        for key, view in list(self.views.items()):
+            await turn.pause()
+            if self.views.get(key) is not view:
+                continue  # its subscribers left meanwhile
+            board, window, limit = key
             if board not in self.engine.boards:
                 for subscriber in list(view.subscribers):
                     self._drop(subscriber, 4004, "the board was deleted")
@@ -288,36 +402,57 @@ class LiveFeed:
             if checksum == view.checksum:
                 continue  # something changed, but not what these subscribers see
             view.checksum, view.period = checksum, period
-            self._fan_out(view.subscribers, "top", message)
+            await self._fan_out(turn, list(view.subscribers), "top", message)
         for (board, window), followers in list(self.follows.items()):
-            if board not in dirty or board not in self.engine.boards:
+            if board not in dirty:
                 continue
-            for member, subscribers in list(followers.items()):
-                message, state = self._render_member(board, window, member)
-                key = (board, window, member)
-                if self.member_state.get(key) == state:
-                    continue
-                self.member_state[key] = state
-                behind = [s for s in subscribers if s.members_sent.get(member) != state]
-                for subscriber in behind:
-                    subscriber.members_sent[member] = state
-                self._fan_out(behind, None, message)
+            members = list(followers)
+            for start in range(0, len(members), MEMBER_BATCH):
+                await turn.pause()
+                await self._tick_members(turn, board, window, followers,
+                                         members[start:start + MEMBER_BATCH])
 
-    def _fan_out(self, subscribers: Iterable[Subscriber], key: str | None,
-                 message: bytes) -> None:
-        built: list[bytes] = []
+    async def _tick_members(self, turn: _Turn, board: str, window: str,
+                            followers: dict[str, set[Subscriber]], members: list[str]) -> None:
+        """Push the followed ``members`` whose state changed to the followers
+        not yet sent it."""
+        if board not in self.engine.boards:
+            return
+        try:
+            states, version = self._member_states(board, window, members)
+        except EngineError:
+            return  # the board was made anew meanwhile, without this window
+        for member in members:
+            subscribers = followers.get(member)
+            if not subscribers:
+                continue  # no longer followed
+            state = states[member]
+            key = (board, window, member)
+            if self.member_state.get(key) == state:
+                continue
+            self.member_state[key] = state
+            behind = [s for s in subscribers if s.members_sent.get(member) != state]
+            if not behind:
+                continue
+            for subscriber in behind:
+                subscriber.members_sent[member] = state
+            await self._fan_out(turn, behind, None,
+                                self._member_message(board, window, member, state, version),
+                                member)
 
-        def frame() -> bytes:  # built once, for the first subscriber that needs it
-            if not built:
-                built.append(websocket_frame(message))
-            return built[0]
-
-        for subscriber in list(subscribers):
-            if subscriber.dropped is None and not subscriber.push(key, message, frame):
-                log.info("live subscriber at %s too slow: disconnecting", subscriber.address)
-                self._drop(subscriber, CLOSE_TOO_SLOW, "subscriber too slow")
-            else:
-                self.pushes += 1
+    async def _fan_out(self, turn: _Turn, subscribers: list[Subscriber], key: str | None,
+                       message: bytes, member: str | None = None) -> None:
+        fan_out = _FanOut(self, subscribers, key, message, member)
+        if not fan_out.hand_next(FAN_OUT_BATCH):
+            return  # the common case: one batch, in this turn
+        self._fan_out_in_progress = fan_out
+        try:
+            while True:
+                await turn.pause()
+                if not fan_out.hand_next(FAN_OUT_BATCH):
+                    return
+        finally:
+            self._fan_out_in_progress = None
 
 
 def websocket_frame(message: bytes) -> bytes:

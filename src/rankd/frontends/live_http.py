@@ -93,8 +93,7 @@ async def live_socket(request: web.Request) -> web.StreamResponse:
                 if action == "ping":
                     await socket.send_str('{"type":"pong"}')
                 elif action == "follow":
-                    for member in feed.follow(subscriber, members):
-                        feed.send_member(subscriber, member)
+                    feed.send_members(subscriber, feed.follow(subscriber, members))
                 else:
                     feed.unfollow(subscriber, members)
             except EngineError as exc:
