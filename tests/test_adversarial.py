@@ -7,7 +7,6 @@ freezes does not hide the others, and a few seconds at most."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import http.client
 import os
@@ -23,6 +22,7 @@ import pytest
 from daemon import Daemon
 from rankd.frontends.resp.protocol import encode_request
 from test_security import SECRET, token
+from websocket_frames import masked_frame, upgrade_request
 
 #: The longest a health check may take while the daemon is under attack.
 HEALTH_SECONDS = 0.2
@@ -184,18 +184,7 @@ def http_inputs(port: int) -> dict[str, Callable[[], None]]:
 
 def websocket_inputs(daemon: Daemon) -> dict[str, Callable[[], None]]:
     def upgrade() -> bytes:
-        key = base64.b64encode(os.urandom(16)).decode()
-        return (f"GET /v1/boards/b/live HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
-                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {ADMIN}\r\n\r\n").encode()
-
-    def masked(opcode: int, payload: bytes) -> bytes:
-        mask = os.urandom(4)
-        size = len(payload)
-        header = bytes([0x80 | opcode]) + (
-            bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + size.to_bytes(2, "big")
-            if size < 65536 else bytes([0x80 | 127]) + size.to_bytes(8, "big"))
-        return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        return upgrade_request(daemon.port, token=ADMIN)
 
     daemon.request("PUT", "/v1/boards/b", {}, headers={"Authorization": f"Bearer {ADMIN}"})
     port = daemon.port
@@ -203,7 +192,7 @@ def websocket_inputs(daemon: Daemon) -> dict[str, Callable[[], None]]:
         "WebSocket garbage bytes": lambda: send_for_a_while(
             port, [upgrade(), *[os.urandom(2048) for _ in range(32)]]),
         "WebSocket bad messages": lambda: send_for_a_while(port, [upgrade(), *[
-            masked(1, text) for text in (b"{", b'{"action":"follow","members":' + b"[" * 5000,
+            masked_frame(1, text) for text in (b"{", b'{"action":"follow","members":' + b"[" * 5000,
                                          b'{"action":"follow","members":["' + b"a" * 60000
                                          + b'"]}', b"\xff\xfe")] * 8]),
         "WebSocket huge announced frame": lambda: send_for_a_while(

@@ -7,7 +7,6 @@ have the same tests (test_resp_hardening.py, test_tcp_bounds.py)."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import socket
@@ -18,7 +17,10 @@ import pytest
 
 from daemon import Daemon
 from test_resp_hardening import RSS_BOUND, HealthProbe, rss
+from websocket_frames import masked_frame, upgrade_request
 
+#: The live feed the WebSocket tests open (a 1,000-entry top each push).
+LIVE = "/v1/boards/b/live?limit=1000"
 #: How long one attack lasts at most.
 SECONDS = 4.0
 #: Between two connections of a loop of malformed requests (each is closed
@@ -93,50 +95,32 @@ def test_malformed_requests_in_a_loop(daemon):
     attack(daemon, send)
 
 
-def _upgrade(port: int) -> bytes:
-    key = base64.b64encode(os.urandom(16)).decode()
-    return (f"GET /v1/boards/b/live?limit=1000 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-            f"Upgrade: websocket\r\n"
-            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-            f"Sec-WebSocket-Version: 13\r\n\r\n").encode()
-
-
-def _frame(opcode: int, payload: bytes) -> bytes:
-    """A masked client frame."""
-    mask = os.urandom(4)
-    size = len(payload)
-    header = bytes([0x80 | opcode]) + (
-        bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + size.to_bytes(2, "big")
-        if size < 65536 else bytes([0x80 | 127]) + size.to_bytes(8, "big"))
-    return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-
-
 def test_a_live_feed_that_is_never_read_while_the_board_changes(daemon):
     """The feed pushes a 1,000-entry top on every change; the client never
     reads: the pushes it has not taken are not kept for it."""
     def send(sock: socket.socket) -> None:
-        sock.sendall(_upgrade(daemon.port))
+        sock.sendall(upgrade_request(daemon.port, LIVE))
         deadline = time.monotonic() + SECONDS
         i = 0
         while time.monotonic() < deadline:
             daemon.request("POST", "/v1/boards/b/scores", {"member": f"m{i % 2000}",
                                                            "delta": 1})
             i += 1
-            sock.sendall(_frame(9, b"ping"))
+            sock.sendall(masked_frame(9, b"ping"))
     attack(daemon, send)
 
 
 def test_malformed_and_oversized_live_messages_in_a_loop(daemon):
     follow = b'{"action":"follow","members":["' + b"a" * 60000 + b'"]}'
-    messages = _frame(1, b"{") + _frame(1, follow) + _frame(1, b"\xff\xfe") + \
-        _frame(2, os.urandom(1000))
+    messages = masked_frame(1, b"{") + masked_frame(1, follow) + masked_frame(1, b"\xff\xfe") + \
+        masked_frame(2, os.urandom(1000))
 
     def send(sock: socket.socket) -> None:
         deadline = time.monotonic() + SECONDS
         while time.monotonic() < deadline:
             with socket.create_connection(("127.0.0.1", daemon.port), timeout=1) as each, \
                     contextlib.suppress(OSError):
-                each.sendall(_upgrade(daemon.port) + messages)
+                each.sendall(upgrade_request(daemon.port, LIVE) + messages)
             time.sleep(RECONNECT_SECONDS)
     attack(daemon, send)
 
@@ -148,8 +132,9 @@ def test_frames_sent_behind_a_declined_upgrade_leave_no_memory_behind(daemon):
     quotes all it read (~4 bytes a byte) in an exception held in a
     reference cycle: ~0.6 MB a connection, kept until the next collection,
     which the daemon makes rare (rankd.engine.collector): 60 MB here."""
-    frames = _frame(1, b'{"action":"follow","members":["' + b"a" * 60000 + b'"]}') * 4
-    declined = _upgrade(daemon.port).replace(f"127.0.0.1:{daemon.port}".encode(), b"x")
+    frames = masked_frame(1, b'{"action":"follow","members":["' + b"a" * 60000 + b'"]}') * 4
+    declined = upgrade_request(daemon.port, LIVE).replace(
+        f"127.0.0.1:{daemon.port}".encode(), b"x")  # a Host refused: 421
     before = rss(daemon)
     for _ in range(100):
         with socket.create_connection(("127.0.0.1", daemon.port), timeout=1) as each, \
