@@ -332,3 +332,90 @@ def test_each_follower_is_sent_a_members_state_once(tmp_path):
 
     assert asyncio.run(body()) == [[("ann", None)], [("ann", 1.0)], [("ann", 1.0)], [],
                                    [("ann", 3.0)], [("ann", 3.0)]]
+
+
+def test_a_message_handed_out_over_several_turns_keeps_each_subscribers_order(
+        tmp_path, monkeypatch):
+    """A tick yields to the loop between turns, also while handing one
+    message to many subscribers: one that begins following a member
+    meanwhile is handed the tick's message first (what was rendered first
+    arrives first, versions never decrease); one that stops following the
+    member meanwhile is not sent it; every other follower gets it once."""
+    monkeypatch.setattr("rankd.frontends.live.TICK_SLICE", 0.0)  # yield at every chance
+
+    def messages(subscriber) -> list[dict]:
+        sent = [json.loads(message) for _, message in subscriber.queue]
+        subscriber.queue.clear()
+        return sent
+
+    async def body() -> tuple[list[list[dict]], list[dict], list[dict]]:
+        engine = await Engine.open(engine_config(tmp_path))
+        try:
+            await engine.put_board("b", {"policy": "sum"})
+            await engine.submit_many([Submission("b", "ann", delta=1),
+                                      Submission("b", "bob", delta=5)])
+            feed = LiveFeed(engine)
+            subscribers = [feed.subscribe("b", None, 1, ["ann"]) for _ in range(300)]
+            for subscriber in subscribers:
+                messages(subscriber)
+            await engine.submit(Submission("b", "ann", delta=1))
+            tick = asyncio.get_running_loop().create_task(feed.tick())
+            for _ in range(1000):  # until some follower has ann's new state
+                await asyncio.sleep(0)
+                if any(s.queue for s in subscribers):
+                    break
+            late, leaving = [s for s in subscribers if not s.queue][:2]  # still waiting
+            feed.send_members(late, feed.follow(late, ["bob"]))
+            feed.unfollow(leaving, ["ann"])
+            await tick
+            return ([messages(s) for s in subscribers if s not in (late, leaving)],
+                    messages(late), messages(leaving))
+        finally:
+            await engine.close(snapshot=False)
+
+    others, late, leaving = asyncio.run(body())
+    assert [(m["member"], m["score"]) for m in late if m["type"] == "user.rank.updated"] == [
+        ("ann", 2.0), ("bob", 5.0)]
+    versions = [m["version"] for m in late]
+    assert versions == sorted(versions)
+    assert [m for m in leaving if m["type"] == "user.rank.updated"] == []
+    for sent in others:
+        assert [(m["member"], m["score"]) for m in sent
+                if m["type"] == "user.rank.updated"] == [("ann", 2.0)]
+
+
+def test_members_read_before_a_turn_given_up_are_read_anew(tmp_path, monkeypatch):
+    """Followed members are read a batch at a time; when the tick gives up
+    its turn in the middle of a batch (handing a member's state to many),
+    the rest of the batch is read again: a write meanwhile is not pushed
+    as the state from before it, after a newer one."""
+    monkeypatch.setattr("rankd.frontends.live.TICK_SLICE", 0.0)
+
+    async def body() -> list[dict]:
+        engine = await Engine.open(engine_config(tmp_path))
+        try:
+            await engine.put_board("b", {"policy": "sum"})
+            await engine.submit_many([Submission("b", "ann", delta=1),
+                                      Submission("b", "bob", delta=5)])
+            feed = LiveFeed(engine, max_per_address=3000)
+            crowd = [feed.subscribe("b", None, 1, ["ann"]) for _ in range(2000)]
+            feed.subscribe("b", None, 1, ["bob"])
+            await engine.submit_many([Submission("b", "ann", delta=1),
+                                      Submission("b", "bob", delta=1)])
+            tick = asyncio.get_running_loop().create_task(feed.tick())
+            for _ in range(1000):  # until ann's new state is being handed out
+                await asyncio.sleep(0)
+                if any(len(s.queue) > 2 for s in crowd):
+                    break
+            assert feed._fan_out_in_progress is not None
+            await engine.submit(Submission("b", "bob", delta=100))
+            assert feed._fan_out_in_progress is not None  # still ann's: bob was read before
+            newcomer = feed.subscribe("b", None, 1, ["bob"])
+            await tick
+            return [json.loads(message) for _, message in newcomer.queue]
+        finally:
+            await engine.close(snapshot=False)
+
+    sent = asyncio.run(body())
+    bob = [(m["score"], m["version"]) for m in sent if m["type"] == "user.rank.updated"]
+    assert bob == [(106.0, sent[0]["version"])]

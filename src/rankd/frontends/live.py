@@ -134,11 +134,18 @@ class _Turn:
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
+        #: Turns given up so far: what was read of the engine before the
+        #: last one may be out of date.
+        self.yielded = 0
+
+    def due(self) -> bool:
+        return time.perf_counter() - self.started >= TICK_SLICE
 
     async def pause(self) -> None:
-        if time.perf_counter() - self.started >= TICK_SLICE:
+        if self.due():
             await asyncio.sleep(0)  # other callbacks' turn
             self.started = time.perf_counter()
+            self.yielded += 1
 
 
 class _FanOut:
@@ -407,22 +414,26 @@ class LiveFeed:
             if board not in dirty:
                 continue
             members = list(followers)
-            for start in range(0, len(members), MEMBER_BATCH):
+            done = 0
+            while done < len(members):
                 await turn.pause()
-                await self._tick_members(turn, board, window, followers,
-                                         members[start:start + MEMBER_BATCH])
+                done = await self._tick_members(turn, board, window, followers, members, done)
 
     async def _tick_members(self, turn: _Turn, board: str, window: str,
-                            followers: dict[str, set[Subscriber]], members: list[str]) -> None:
-        """Push the followed ``members`` whose state changed to the followers
-        not yet sent it."""
+                            followers: dict[str, set[Subscriber]], members: list[str],
+                            start: int) -> int:
+        """Push the followed members from ``members[start]`` on whose state
+        changed to the followers not yet sent it, up to a batch or the end of
+        the turn; where to go on from."""
         if board not in self.engine.boards:
-            return
+            return len(members)
+        batch = members[start:start + MEMBER_BATCH]
         try:
-            states, version = self._member_states(board, window, members)
+            states, version = self._member_states(board, window, batch)
         except EngineError:
-            return  # the board was made anew meanwhile, without this window
-        for member in members:
+            return len(members)  # the board was made anew meanwhile, without this window
+        turns = turn.yielded
+        for done, member in enumerate(batch, start + 1):
             subscribers = followers.get(member)
             if not subscribers:
                 continue  # no longer followed
@@ -439,6 +450,9 @@ class LiveFeed:
             await self._fan_out(turn, behind, None,
                                 self._member_message(board, window, member, state, version),
                                 member)
+            if turn.yielded != turns or turn.due():
+                return done  # the states read are of an earlier turn: read the rest anew
+        return start + len(batch)
 
     async def _fan_out(self, turn: _Turn, subscribers: list[Subscriber], key: str | None,
                        message: bytes, member: str | None = None) -> None:
