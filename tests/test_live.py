@@ -419,3 +419,29 @@ def test_members_read_before_a_turn_given_up_are_read_anew(tmp_path, monkeypatch
     sent = asyncio.run(body())
     bob = [(m["score"], m["version"]) for m in sent if m["type"] == "user.rank.updated"]
     assert bob == [(106.0, sent[0]["version"])]
+
+
+def test_a_newer_top_supersedes_a_queued_one_without_overtaking(tmp_path):
+    """A subscriber that has not taken its messages yet: a newer top-N
+    replaces the one still queued, queued after what was rendered before it
+    (it once took the older one's place, ahead of a member's older state,
+    and versions went backwards)."""
+    async def body() -> list[tuple[str, int]]:
+        engine = await Engine.open(engine_config(tmp_path))
+        try:
+            await engine.put_board("b", {"policy": "sum"})
+            await engine.submit(Submission("b", "ann", delta=1))
+            feed = LiveFeed(engine)
+            subscriber = feed.subscribe("b", None, 10, ["ann"])  # top, ann: not taken
+            await engine.submit(Submission("b", "ann", delta=1))
+            await feed.tick()
+            sent = [json.loads(message) for _, message in subscriber.queue]
+            return [(m["type"], m["version"]) for m in sent]
+        finally:
+            await engine.close(snapshot=False)
+
+    sent = asyncio.run(body())
+    assert [kind for kind, _ in sent] == ["user.rank.updated", "leaderboard.updated",
+                                          "user.rank.updated"]
+    versions = [version for _, version in sent]
+    assert versions[0] < versions[1] == versions[2]

@@ -101,14 +101,18 @@ class Subscriber:
         return self.offer(key, message)
 
     def offer(self, key: str | None, message: bytes) -> bool:
-        """Queue a message; one with the same ``key`` still queued is replaced.
+        """Queue a message; one with the same ``key`` still queued is dropped
+        (superseded).
 
         Returns False when the queue is full (the subscriber is too slow).
         """
         if key is not None:
             for position, (queued_key, _) in enumerate(self.queue):
                 if queued_key == key:
-                    self.queue[position] = (key, message)
+                    # Queued last, not in its place: what was queued after
+                    # the older one was rendered before this one.
+                    del self.queue[position]
+                    self.queue.append((key, message))
                     return True
         if len(self.queue) >= MAX_QUEUE:
             return False
