@@ -9,6 +9,7 @@ response ``[id, status, body]``.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -22,6 +23,23 @@ _LENGTH_BYTES = 4
 
 #: Errors after which the server closes the connection (with id 0: always).
 FATAL_CODES = frozenset({"bad_frame", "hello_required", "unsupported_version"})
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeLimits:
+    """What one frame's msgpack payload may decode into, given to msgpack's
+    own ``unpackb`` (lengths in bytes or items); a payload beyond any of
+    them is a :class:`FrameError` (``too_large``).  msgpack itself bounds
+    nesting at 1,024 levels; it has no tighter setting, so
+    ``max_containers`` (arrays and maps in all, counted by msgpack's
+    ``list_hook``/``object_hook``; 0: not counted) bounds a tree's size."""
+
+    max_str_len: int
+    max_bin_len: int
+    max_array_len: int
+    max_map_len: int
+    max_ext_len: int
+    max_containers: int = 0
 
 
 class FrameError(Exception):
@@ -77,14 +95,21 @@ def error_with(request_id: int, body: dict[str, Any]) -> bytes:
 class FrameDecoder:
     """Splits a byte stream into decoded messages.
 
-    ``feed`` returns every complete message so far; an incomplete frame waits
-    for more bytes.  A frame longer than ``max_frame`` or an undecodable
-    payload raises :class:`FrameError` (the stream is lost after that); the
-    messages decoded before it are in the error's ``decoded``.
+    ``feed`` returns every complete message so far (at most
+    ``max_messages`` of them, when set: the rest stays buffered, undecoded,
+    for the next ``feed``, which may be of no new bytes); an incomplete
+    frame waits for more bytes.  A frame longer than ``max_frame``, a
+    payload beyond ``limits`` or an undecodable one raises
+    :class:`FrameError` (the stream is lost after that); the messages
+    decoded before it are in the error's ``decoded``.
     """
 
-    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME, limits: DecodeLimits | None = None) -> None:
         self.max_frame = max_frame
+        #: None: only msgpack's defaults (a payload's own length bounds them).
+        self.limits = limits
+        #: Frames decoded per ``feed`` at most (0: every complete one).
+        self.max_messages = 0
         self._buffer = bytearray()
 
     def feed(self, data: bytes) -> list[Any]:
@@ -110,7 +135,10 @@ class FrameDecoder:
         ``messages``; return the offset after them."""
         position = 0
         size = len(view)
+        most = self.max_messages
         while size - position >= _LENGTH_BYTES:
+            if most and len(messages) >= most:
+                break
             (length,) = _read_length(view, position)
             if length == 0 or length > self.max_frame:
                 raise self._bad_length(length, messages)
@@ -127,18 +155,61 @@ class FrameDecoder:
         error.decoded = decoded
         return error
 
-    @staticmethod
-    def _decode(payload: memoryview, decoded: list[Any]) -> Any:
+    def _decode(self, payload: memoryview, decoded: list[Any]) -> Any:
+        limits = self.limits
         try:
-            return _unpackb(payload, raw=False, strict_map_key=True)
+            if limits is None:
+                return _unpackb(payload, raw=False, strict_map_key=True)
+            if limits.max_containers:
+                hook = _ContainerBudget(limits.max_containers)
+                return _unpackb(payload, raw=False, strict_map_key=True,
+                                max_str_len=limits.max_str_len,
+                                max_bin_len=limits.max_bin_len,
+                                max_array_len=limits.max_array_len,
+                                max_map_len=limits.max_map_len,
+                                max_ext_len=limits.max_ext_len, list_hook=hook,
+                                object_hook=hook)
+            return _unpackb(payload, raw=False, strict_map_key=True,
+                            max_str_len=limits.max_str_len, max_bin_len=limits.max_bin_len,
+                            max_array_len=limits.max_array_len,
+                            max_map_len=limits.max_map_len, max_ext_len=limits.max_ext_len)
         except Exception as exc:  # msgpack raises several kinds; all mean a bad frame
-            error = FrameError("bad_frame", f"undecodable msgpack payload: {exc}")
+            message = str(exc)
+            if isinstance(exc, msgpack.StackError):
+                message = "nested deeper than msgpack's limit (1024 levels)"
+            if _OVER_LIMIT in message or isinstance(exc, msgpack.StackError):
+                error = FrameError("too_large", f"a frame beyond this connection's decoding "
+                                                f"limits: {message}")
+            else:
+                error = FrameError("bad_frame", f"undecodable msgpack payload: {message}")
             error.decoded = decoded
             raise error from None
 
     @property
     def pending_bytes(self) -> int:
         return len(self._buffer)
+
+
+#: In the message of every error raised for a payload beyond its limits
+#: (msgpack's own: "3 exceeds max_array_len(2)"; :class:`_ContainerBudget`'s).
+_OVER_LIMIT = "exceeds max_"
+
+
+class _ContainerBudget:
+    """msgpack's ``list_hook`` and ``object_hook`` for one payload: counts its
+    arrays and maps, and stops the decoding past ``budget`` of them."""
+
+    __slots__ = ("budget", "left")
+
+    def __init__(self, budget: int) -> None:
+        self.budget = self.left = budget
+
+    def __call__(self, container: Any) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise ValueError(f"{self.budget + 1} arrays and maps exceeds "
+                             f"max_containers({self.budget})")
+        return container
 
 
 def parse_request(message: Any) -> tuple[int, str, dict[str, Any]]:

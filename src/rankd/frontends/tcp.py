@@ -22,14 +22,21 @@ are not all of one group this node writes) is handed back to the general
 path, request by request, so both answer alike (``moved`` included).
 
 A connection that sends too much without reading its answers is paused
-(``pause_reading``) until its queue drains, and writing waits while the
-transport's buffer is full, so a slow or hostile client cannot make the
-server buffer without bound.  Until a connection has said hello and
-authenticated it may send frames of at most :data:`HANDSHAKE_MAX_FRAME`
-bytes (a half-sent 1 MiB frame once held a megabyte per connection), and
-it must do so within :data:`HANDSHAKE_SECONDS`; connections over the caps
-of :class:`rankd.frontends.connections.ConnectionLimits`, or silent for
-the idle timeout, are closed.
+(``pause_reading``) until its queue drains, by count and by bytes
+(:data:`QUEUE_HIGH_FRAMES`), and writing waits while the transport's
+buffer is full, so a slow or hostile client cannot make the server buffer
+without bound.  What one frame may decode into is bounded too
+(:data:`HANDSHAKE_LIMITS`, :data:`REQUEST_LIMITS`: a 16 KiB frame of empty
+maps once decoded into a megabyte of objects).  Until a connection has
+said hello and authenticated it may send frames of at most
+:data:`HANDSHAKE_MAX_FRAME` bytes (a half-sent 1 MiB frame once held a
+megabyte per connection), decoded one at a time, and at most
+:data:`HANDSHAKE_MAX_REQUESTS` requests of which
+:data:`MAX_AUTH_FAILURES` refused, within :data:`HANDSHAKE_SECONDS`.  A
+session ends when its credential expires (checked on use, and by the
+sweeper).  Connections over the caps of
+:class:`rankd.frontends.connections.ConnectionLimits`, or silent for the
+idle timeout, are closed.
 """
 
 from __future__ import annotations
@@ -50,17 +57,65 @@ from rankd.frontends.connections import (
     PipelinedServer,
 )
 from rankd.frontends.service import MAX_BATCH, Service, check_fields, integer
-from rankd.security import ANONYMOUS_ALL, Gate, Principal, Unauthorized
+from rankd.security import ANONYMOUS_ALL, OPERATION_SCOPES, Gate, Principal, Unauthorized
+from rankd.security.auth import MAX_CREDENTIAL_CHARS
 from rankd.watchdog import ACTIVITY
 
 log = logging.getLogger(__name__)
 
+# --- what a connection may hold (docs/protocol.md, "Limits") ----------------------
+#: Requests queued (decoded, not answered yet) at which reading pauses, and
+#: at which it resumes.
 QUEUE_HIGH_WATER = 4096
 QUEUE_LOW_WATER = 512
-#: Unauthenticated or failed requests before the connection is closed.
+#: The same in bytes, as frames of the connection's largest (``max_frame``:
+#: 16 KiB before authentication, 1 MiB after), counting the queued
+#: requests' frames and what the decoder holds undecoded: reading pauses
+#: above two (one frame waiting, one being read) and resumes at one (what a
+#: half-read frame holds, so that alone never keeps reading paused).  A
+#: frame decodes into at most about 70 times its size under
+#: :data:`REQUEST_LIMITS` (a frame of empty maps; names and numbers about 3
+#: times), under :data:`HANDSHAKE_LIMITS` into a few KiB.
+QUEUE_HIGH_FRAMES = 2
+#: Refused requests before authentication (a malformed request, a repeated
+#: hello, one that needs a credential, a failed auth, a health with bad
+#: arguments) at which the connection is closed, as on RESP.
 MAX_AUTH_FAILURES = 3
+#: Requests before authentication, refused or not (hello, health, auth): the
+#: one that reaches this count and leaves the connection unauthenticated
+#: closes it, so a client cannot stay sending health; each is charged to the
+#: address's read rate limit too.
+HANDSHAKE_MAX_REQUESTS = 8
 #: Until hello and auth succeeded: the largest frame (a JWT of 8 KiB fits).
 HANDSHAKE_MAX_FRAME = 16 * 1024
+# What a frame may decode into (msgpack's own limits; docs/protocol.md).  A
+# frame beyond them closes the connection (``too_large``, id 0), so each is
+# set where no legitimate request goes, with room for one a little beyond
+# what its operation allows: that one gets the operation's own answer
+# (``invalid``, ``too_large``, ``unauthorized``) and the connection stays.
+#: Until hello and auth succeeded.  Strings: one object of their own size,
+#: bounded by the frame alone (an over-long credential is refused by auth,
+#: saying so); binary and extension types: never used by the protocol;
+#: arrays, maps and both in all: 16, enough for any one operation's request
+#: with a few items (``put_board``: request, arguments, config, windows), so
+#: that one sent before auth is answered ``unauthorized`` and counted.  A
+#: 16 KiB frame of empty maps, a megabyte of objects decoded whole, stops
+#: at the 17th map: no handshake frame decodes into more than about 20 times
+#: its size (short strings held by arrays nested 1,024 deep, msgpack's limit).
+HANDSHAKE_LIMITS = wire.DecodeLimits(
+    max_str_len=HANDSHAKE_MAX_FRAME, max_bin_len=0, max_ext_len=0,
+    max_array_len=16, max_map_len=16, max_containers=16)
+#: Once authenticated.  Strings and binary: 8 times a credential, the
+#: longest string a request holds (members are at most 256 bytes, names 64;
+#: binary is never used, but decodes like a string); extension types: never
+#: used (a small one decodes into 30 times its size); arrays: twice the
+#: longest list an operation takes (``submit_many``'s events); maps: a board
+#: config (9 fields) or a submit's arguments (at most 10), with room.  Arrays
+#: and maps are not counted (a call for each on every request): the queue's
+#: bytes (:data:`QUEUE_HIGH_FRAMES`) bound what they hold.
+REQUEST_LIMITS = wire.DecodeLimits(
+    max_str_len=8 * MAX_CREDENTIAL_CHARS, max_bin_len=8 * MAX_CREDENTIAL_CHARS,
+    max_ext_len=0, max_array_len=2 * MAX_BATCH, max_map_len=32)
 SUBMIT_FIELDS = {"member", "score", "delta", "event_id", "ts", "label"}
 VIEW_FIELDS = {"window", "period"}
 #: The largest log position (a signed 64-bit integer in Postgres).
@@ -80,13 +135,41 @@ FAST_SUBMITS = _FAST == "native" and ingest_implementation == "native"
 class RequestDecoder(wire.FrameDecoder):
     """The server's frame decoder: while ``pack`` is set (and the fast path
     is built), each run of plain submit requests comes out as one packed
-    batch instead of decoded requests."""
+    batch instead of decoded requests.  It starts as the handshake's (small
+    frames, :data:`HANDSHAKE_LIMITS`, one request at a time, so that the
+    requests after auth are decoded as an authenticated client's) until
+    :meth:`open`."""
 
-    def __init__(self, max_frame: int = wire.MAX_FRAME) -> None:
-        super().__init__(max_frame)
+    def __init__(self) -> None:
+        super().__init__(HANDSHAKE_MAX_FRAME, HANDSHAKE_LIMITS)
+        self.max_messages = 1
         self.pack = False
+        #: The frame size of each request the last ``feed`` decoded, in
+        #: order (packed runs and errors not included).
+        self.sizes: list[int] = []
+
+    def open(self, max_frame: int) -> None:
+        """The connection is authenticated: frames of ``max_frame`` bytes,
+        :data:`REQUEST_LIMITS`, all that are complete at once, packed."""
+        self.pack = True
+        self.max_frame = max_frame
+        self.limits = REQUEST_LIMITS
+        self.max_messages = 0
+
+    def requests_of(self, packed: Any) -> tuple[list[Any], list[int]]:
+        """A packed run's requests decoded, with their frame sizes, for the
+        general path (when the fast path does not take the run)."""
+        sources = packed.sources()
+        decode = super()._decode
+        return [decode(source, []) for source in sources], [len(s) for s in sources]
+
+    def _decode(self, payload: memoryview, decoded: list[Any]) -> Any:
+        message = super()._decode(payload, decoded)
+        self.sizes.append(len(payload) + 4)
+        return message
 
     def feed(self, data: bytes) -> list[Any]:
+        self.sizes.clear()
         if self.pack and FAST_SUBMITS and not self._buffer:
             # The common case, whole plain submits in one read: one native
             # split, nothing else.  Anything else is split again below (the
@@ -227,10 +310,15 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
         #: Who is calling: set by ``auth`` (or everyone, without credentials configured).
         self.principal: Principal | None = None if self.gate.auth_enabled else ANONYMOUS_ALL
         self.auth_failures = 0
-        self.decoder = RequestDecoder(HANDSHAKE_MAX_FRAME)
+        #: Requests before authentication (:data:`HANDSHAKE_MAX_REQUESTS`).
+        self.handshake_requests = 0
+        self.decoder = RequestDecoder()
         self.queue: collections.deque[Any] = collections.deque()
-        #: Requests in ``queue`` (a packed run holds many).
+        #: The frame bytes of each message in ``queue``, in step with it.
+        self.sizes: collections.deque[int] = collections.deque()
+        #: Requests in ``queue`` (a packed run holds many), and their bytes.
         self.queued = 0
+        self.queued_bytes = 0
         self.greeted = False
 
     # --- asyncio.Protocol ---------------------------------------------------------
@@ -240,57 +328,97 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
 
     def _forget(self) -> None:
         self.queue.clear()
-        self.queued = 0
+        self.sizes.clear()
+        self.queued = self.queued_bytes = 0
 
     def _data_received(self, data: bytes) -> None:
         """``data_received`` the general way (the lane's, for what it does not take)."""
         if self.closing:
             return
-        self.last_active = self.loop.time()
+        self.last_active = now = self.loop.time()
+        if self.deadline and now > self.deadline:
+            self.session_expired()
+            return
+        self._decode(data)
+        self._settle()
+
+    def _decode(self, data: bytes) -> None:
+        """Feed ``data`` to the decoder (it may be empty: one more of the
+        handshake's requests) and queue what comes out, or hand it over."""
         decoder = self.decoder
         # Packed only once requests will be taken: the handshake goes the
-        # general way, and is held to small frames.
-        if not decoder.pack and self.greeted and self.principal is not None:
-            decoder.pack = True
-            decoder.max_frame = self.server.max_frame
+        # general way, one request at a time, and is held to small frames.
+        if not decoder.pack and self.authenticated:
+            decoder.open(self.server.max_frame)
         try:
             messages = decoder.feed(data)
         except wire.FrameError as exc:
             # What came before the bad frame is answered, then the error, then close.
             messages = [*exc.decoded, exc]
+        sizes = iter(decoder.sizes)
         for message in messages:
-            # A packed run that finds the connection idle is applied right
-            # away (see the module docstring); anything else waits its turn.
-            if (type(message) is _Packed and not self.queue and self.worker is None
-                    and self.writable and self._takes(message)):
-                self._hand_over(message)
+            if type(message) is _Packed:
+                # A packed run that finds the connection idle is applied right
+                # away (see the module docstring); anything else waits its turn.
+                if (not self.queue and self.worker is None and self.writable
+                        and self._takes(message)):
+                    self._hand_over(message)
+                else:
+                    self._enqueue(message)
             else:
-                self._enqueue(message)
-        self._settle()
+                self._enqueue(message, next(sizes, 0))  # (an error: none)
 
     def _settle(self) -> None:
-        """Once requests are queued: pause a client that sent too many, and
-        start the worker that answers them."""
-        if self.queued >= QUEUE_HIGH_WATER and not self.reading_paused:
+        """Once requests are queued: close an expired session, pause a client
+        that sent too many (or too many bytes), and start the worker that
+        answers them."""
+        if self.deadline and self.expired:  # (the lane's runs come here)
+            self.session_expired()
+            return
+        if not self.reading_paused and (
+                self.queued >= QUEUE_HIGH_WATER
+                or self.queued_bytes + self.decoder.pending_bytes
+                > QUEUE_HIGH_FRAMES * self.decoder.max_frame):
             self.transport.pause_reading()
             self.reading_paused = True
         if self.worker is None and self.queue:
             self.worker = self.loop.create_task(self._drain())
 
+    def _resume(self) -> None:
+        """Resume reading once the queue is down to its low marks."""
+        if (self.queued <= QUEUE_LOW_WATER and self.queued_bytes + self.decoder.pending_bytes
+                <= self.decoder.max_frame + 4):
+            self.reading_paused = False
+            self.transport.resume_reading()
+
     # --- processing ------------------------------------------------------------------
 
-    def _enqueue(self, message: Any) -> None:
+    def _enqueue(self, message: Any, size: int = 0) -> None:
+        """Queue ``message`` (a packed run's size is its own)."""
         self.queue.append(message)
-        self.queued += len(message) if type(message) is _Packed else 1
+        if type(message) is _Packed:
+            self.queued += len(message)
+            size = len(message.data)
+        else:
+            self.queued += 1
+        self.sizes.append(size)
+        self.queued_bytes += size
 
     def _dequeue(self) -> Any:
         message = self.queue.popleft()
         self.queued -= len(message) if type(message) is _Packed else 1
+        self.queued_bytes -= self.sizes.popleft()
         return message
 
     async def _drain(self) -> None:
         try:
-            while self.queue and not self.closing:
+            while not self.closing:
+                if not self.queue:
+                    if not self.decoder.max_messages:
+                        break
+                    self._decode(b"")  # the handshake's next request, if any
+                    if not self.queue:
+                        break
                 await self.answered()  # runs applied earlier are answered first
                 out: list[bytes] = []
                 head = self.queue[0]
@@ -306,9 +434,8 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
                     await self._one(head, out)
                 if out and not self.closing:
                     self.transport.writelines(out)
-                if self.reading_paused and self.queued <= QUEUE_LOW_WATER:
-                    self.reading_paused = False
-                    self.transport.resume_reading()
+                if self.reading_paused:
+                    self._resume()
                 await self.can_write.wait()
         except Exception:  # never let one connection's bug go unnoticed or kill others
             log.exception("TCP connection failed; closing it")
@@ -321,27 +448,51 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
                 and len(message) == 3 and message[1] == "submit")
 
     async def _one(self, message: Any, out: list[bytes]) -> None:
+        handshake = not self.authenticated
+        if handshake:
+            self.handshake_requests += 1
         try:
             request_id, op, args = wire.parse_request(message)
         except wire.RequestShapeError as exc:
-            out.append(wire.error(exc.request_id, "bad_request", exc.message))
-            return
-        if not self.greeted:
-            self._hello(request_id, op, args, out)
-            return
-        if op == "hello":
-            out.append(wire.error(request_id, "bad_request", "hello was already done"))
-            return
-        if op == "auth":
-            self._auth(request_id, args, out)
-            return
-        if self.principal is None and op != "health":
-            self._unauthenticated(request_id, out)
-            return
+            self._refused(out, exc.request_id, "bad_request", exc.message)
+        else:
+            if not self.greeted:
+                self._hello(request_id, op, args, out)
+            elif op == "hello":
+                self._refused(out, request_id, "bad_request", "hello was already done")
+            elif op == "auth":
+                self._auth(request_id, args, out)
+            elif self.principal is None and op != "health":
+                self._refused(out, request_id, "unauthorized",
+                              "authenticate first: send an auth request with a token")
+            elif not await self._operation(request_id, op, args, out) and handshake:
+                self._failed(out)
+        if (handshake and not self.closing and not self.authenticated
+                and self.handshake_requests >= HANDSHAKE_MAX_REQUESTS):
+            self._close_with(out, 0, "unauthorized", f"at most {HANDSHAKE_MAX_REQUESTS} "
+                             "requests before authentication")
+
+    def _refused(self, out: list[bytes], request_id: int, code: str, message: str) -> None:
+        """Answer a refused request: before authentication, a failure."""
+        out.append(wire.error(request_id, code, message))
+        if not self.authenticated:
+            self._failed(out)
+
+    def _failed(self, out: list[bytes]) -> None:
+        """Count a failure before authentication (or of auth): the
+        :data:`MAX_AUTH_FAILURES`-th closes the connection."""
+        self.auth_failures += 1
+        if self.auth_failures >= MAX_AUTH_FAILURES:
+            self._close_with(out, 0, "unauthorized", "too many unauthenticated requests or "
+                                                     "failed authentications")
+
+    async def _operation(self, request_id: int, op: str, args: dict[str, Any],
+                         out: list[bytes]) -> bool:
+        """Answer an operation of :data:`OPERATIONS`; whether it succeeded."""
         operation = OPERATIONS.get(op)
         if operation is None:
             out.append(wire.error(request_id, "unknown_op", f"unknown operation {op!r}"))
-            return
+            return False
         required, optional, handler = operation
         ACTIVITY.frontend = "tcp"  # who holds the loop, for the loop watchdog
         ACTIVITY.command = op
@@ -360,32 +511,34 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
         except EngineError as exc:
             self.server.stats[(op, exc.code)] += 1
             out.append(_error_frame(request_id, exc))
-            return
+            return False
         except Exception:  # a bug: answer it, log it, keep the connection
             log.exception("TCP %s request failed", op)
             self.server.stats[(op, "internal")] += 1
             out.append(wire.error(request_id, "internal", "rankd failed to answer this "
                                                           "request (logged)"))
-            return
+            return False
         self.gate.done(principal, op, self.address, board=args.get("board"))
         self.server.stats[(op, "ok")] += 1
         out.append(wire.ok(request_id, result))
-
-    def _unauthenticated(self, request_id: int, out: list[bytes]) -> None:
-        self.auth_failures += 1
-        out.append(wire.error(request_id, "unauthorized",
-                              "authenticate first: send an auth request with a token"))
-        if self.auth_failures >= MAX_AUTH_FAILURES:
-            self._close_with(out, 0, "unauthorized", "too many unauthenticated requests")
+        return True
 
     def _admit(self, op: str, args: dict[str, Any]) -> Principal:
-        """The caller, if it may run ``op`` now (scope and rate limits)."""
-        if self.principal is None:  # health, the one open operation
-            return ANONYMOUS_ALL
+        """The caller, if it may run ``op`` now (scope and rate limits).  An
+        operation open to all (health) is charged as a read all the same
+        (``Gate.admit`` charges only the others): every request costs."""
+        principal = self.principal
+        if OPERATION_SCOPES.get(op, "admin") is None:
+            if principal is None:
+                self.gate.limiter.check_address("read", self.address)
+                return ANONYMOUS_ALL
+            self.gate.limiter.check("read", self.address, principal.name)
+            return principal
+        assert principal is not None  # (the handshake lets only open operations by)
         events = args.get("events") if op == "submit_many" else None
         cost = len(events) if isinstance(events, list) and events else 1
-        self.gate.admit(self.principal, op, self.address, cost)
-        return self.principal
+        self.gate.admit(principal, op, self.address, cost)
+        return principal
 
     def _auth(self, request_id: int, args: dict[str, Any], out: list[bytes]) -> None:
         token = args.get("token")
@@ -395,11 +548,10 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
                 raise Unauthorized("token must be a string")
             self.principal = self.gate.identify(token, "auth", self.address)
         except EngineError as exc:
-            self.auth_failures += 1
             out.append(wire.error(request_id, exc.code, exc.message))
-            if self.auth_failures >= MAX_AUTH_FAILURES:
-                self._close_with(out, 0, "unauthorized", "too many failed authentications")
+            self._failed(out)
             return
+        self.expires_with(self.principal)  # the session ends with the credential
         out.append(wire.ok(request_id, {"principal": self.principal.name,
                                         "scopes": sorted(self.principal.scopes)}))
 
@@ -407,6 +559,11 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
         if op != "hello":
             self._close_with(out, request_id, "hello_required",
                              "the first request on a connection must be hello")
+            return
+        try:
+            self.gate.limiter.check_address("read", self.address)  # (every request costs)
+        except EngineError as exc:
+            self._close_with(out, request_id, exc.code, exc.message)
             return
         version = args.get("version")
         if version != wire.VERSION:
@@ -476,9 +633,11 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
     async def _submit_packed(self, packed: Any, out: list[bytes]) -> None:
         """A queued packed run of plain submits (see the module docstring)."""
         if not self._takes(packed):
-            requests = [wire.FrameDecoder._decode(source, []) for source in packed.sources()]
+            requests, sizes = self.decoder.requests_of(packed)
             self.queue.extendleft(reversed(requests))
+            self.sizes.extendleft(reversed(sizes))
             self.queued += len(requests)
+            self.queued_bytes += sum(sizes)
             return
         try:
             await self.service.submit_packed(packed)
@@ -518,13 +677,16 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
         self._close_with([], 0, "idle_timeout",
                          f"no request for {self.server.idle_timeout:g} s")
 
+    def session_expired(self) -> None:
+        self._close_with([], 0, "unauthorized", "the credential this connection authenticated "
+                         "with has expired; reconnect with a fresh one")
+
     def _close_with(self, out: list[bytes], request_id: int, code: str, message: str) -> None:
         out.append(wire.error(request_id, code, message))
         self.transport.writelines(out)
         out.clear()
         self.closing = True
-        self.queue.clear()
-        self.queued = 0
+        self._forget()
         self.transport.close()
 
 
