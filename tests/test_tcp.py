@@ -4,11 +4,15 @@ and the Python clients, all against the real daemon."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
+import jwt
+import msgpack
 import pytest
 
 from daemon import Daemon
@@ -270,3 +274,109 @@ def test_board_changes_that_lose_data_need_discard_over_tcp_too(daemon):
         dropped = client.patch_board("tcp-keep", {"windows": ["all"]}, discard=True)
         assert dropped["board"]["config"]["windows"] == ["all"]
         assert client.member("tcp-keep", "ann")["score"] == 2
+
+
+# --- hardening: decoding limits, the handshake's failures, expiry, rate limits ----------
+
+SECRET = "tcp-test-secret-" + "s" * 24
+
+
+def token(scope: str = "read write admin", expires_in: float = 3600) -> str:
+    return jwt.encode({"scope": scope, "exp": int(time.time() + expires_in)}, SECRET,
+                      algorithm="HS256")
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    """A daemon with credentials (the handshake's path), reads limited to 5/s
+    a credential."""
+    with Daemon(tmp_path_factory.mktemp("tcp-secured") / "data", "--jwt-secret", SECRET,
+                "--rate-credential-reads", "5") as running:
+        with Client("127.0.0.1", running.tcp_port, token=token()) as client:
+            client.put_board("arena", {"policy": "best"})
+        yield running
+
+
+def answers_until_closed(raw: Raw) -> list[Any]:
+    """Every frame the server sends until it closes the connection."""
+    answers = []
+    with contextlib.suppress(ConnectionError):
+        while True:
+            answers.append(raw.receive())
+    return answers
+
+
+def test_a_frame_beyond_the_decoding_limits_is_refused_and_changes_nothing(secured):
+    # Before auth: 17 maps (a 16 KiB frame of them decoded into a megabyte).
+    raw = Raw(secured.tcp_port)
+    raw.send(wire.request(2, "health", {"x": [{}] * 16}))
+    assert [a[2]["code"] for a in answers_until_closed(raw)] == ["too_large"]
+    raw.close()
+    # After: an extension type (never used; 30 times its size decoded), in a
+    # submit that is answered before and not applied.
+    raw = Raw(secured.tcp_port)
+    raw.send(wire.request(2, "auth", {"token": token()}))
+    assert raw.receive()[1] == wire.OK
+    raw.send(wire.request(3, "health", {}) + wire.request(
+        4, "submit", {"board": "arena", "member": "ext", "score": 1,
+                      "label": msgpack.ExtType(1, b"x")}))
+    answers = answers_until_closed(raw)
+    assert [(a[0], a[2].get("code")) for a in answers] == [(3, None), (0, "too_large")]
+    assert "max_ext_len" in answers[-1][2]["message"]
+    with Client("127.0.0.1", secured.tcp_port, token=token()) as client:
+        assert client.ranks("arena", ["ext"])["missing"] == ["ext"]
+
+
+def test_malformed_and_refused_requests_before_auth_count_as_failures(secured):
+    raw = Raw(secured.tcp_port)
+    raw.send(wire.encode([2]) + wire.encode("x") + wire.request(4, "hello", {"version": 1}))
+    answers = answers_until_closed(raw)
+    assert [a[2]["code"] for a in answers] == ["bad_request"] * 2 + ["bad_request",
+                                                                     "unauthorized"]
+    assert answers[-1][0] == 0 and "too many" in answers[-1][2]["message"]
+    raw.close()
+
+
+def test_health_before_auth_is_bounded(secured):
+    raw = Raw(secured.tcp_port)  # hello: the first of 8
+    raw.send(b"".join(wire.request(i, "health", {}) for i in range(2, 12)))
+    answers = answers_until_closed(raw)
+    assert [a[0] for a in answers] == [*range(2, 9), 0]
+    assert answers[-1][2]["code"] == "unauthorized" and "at most 8" in answers[-1][2]["message"]
+    raw.close()
+    # Hello, health, auth and what follows are within the bound.
+    raw = Raw(secured.tcp_port)
+    raw.send(wire.request(2, "health", {}) + wire.request(3, "auth", {"token": token()})
+             + b"".join(wire.request(i, "get_board", {"board": "arena"}) for i in range(4, 9)))
+    assert all(raw.receive()[1] == wire.OK for _ in range(2, 9))
+    raw.close()
+
+
+def test_a_session_ends_when_its_credential_expires(secured):
+    # Expired 3 s ago: accepted within the 5 s leeway, so good for 2 s more.
+    short = token("read write", expires_in=-3)
+    raw = Raw(secured.tcp_port)
+    raw.send(wire.request(2, "auth", {"token": short}))
+    assert raw.receive()[1] == wire.OK
+    started = time.monotonic()
+    raw.send(wire.request(3, "health", {}))
+    assert raw.receive()[1] == wire.OK
+    time.sleep(max(0.0, 2.5 - (time.monotonic() - started)))
+    # A plain submit (the native lane's path) after the expiry is not applied.
+    with contextlib.suppress(OSError):
+        raw.send(wire.request(4, "submit", {"board": "arena", "member": "late", "score": 1}))
+    answers = answers_until_closed(raw)
+    assert [(a[0], a[2]["code"]) for a in answers] == [(0, "unauthorized")], answers
+    assert "expired" in answers[0][2]["message"]
+    with Client("127.0.0.1", secured.tcp_port, token=token()) as client:
+        assert client.ranks("arena", ["late"])["missing"] == ["late"]
+
+
+def test_every_request_is_charged_even_health(secured):
+    raw = Raw(secured.tcp_port)
+    raw.send(wire.request(2, "auth", {"token": token("read")}))
+    assert raw.receive()[1] == wire.OK
+    raw.send(b"".join(wire.request(i, "health", {}) for i in range(3, 33)))
+    codes = [raw.receive()[2].get("code", "ok") for _ in range(30)]
+    assert codes.count("ok") <= 12 and "rate_limited" in codes, codes
+    raw.close()
