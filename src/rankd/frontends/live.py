@@ -189,11 +189,12 @@ class _FanOut:
                 waiting.discard(subscriber)
                 self._hand(subscriber)
         self.next = end
-        if end == len(self.subscribers):
-            return False
-        if waiting is None:
-            self.waiting = set(self.subscribers[end:])
-        return True
+        return end < len(self.subscribers)
+
+    def wait_rest(self) -> None:
+        """The rest are handed the message in later turns: note who they are."""
+        if self.waiting is None:
+            self.waiting = set(self.subscribers[self.next:])
 
     def hand_early(self, subscriber: Subscriber) -> None:
         """Hand the message now to ``subscriber`` if it is still waiting for it."""
@@ -461,14 +462,12 @@ class LiveFeed:
     async def _fan_out(self, turn: _Turn, subscribers: list[Subscriber], key: str | None,
                        message: bytes, member: str | None = None) -> None:
         fan_out = _FanOut(self, subscribers, key, message, member)
-        if not fan_out.hand_next(FAN_OUT_BATCH):
-            return  # the common case: one batch, in this turn
-        self._fan_out_in_progress = fan_out
         try:
-            while True:
-                await turn.pause()
-                if not fan_out.hand_next(FAN_OUT_BATCH):
-                    return
+            while fan_out.hand_next(FAN_OUT_BATCH):
+                if turn.due():  # the rest in later turns (the common case: this one)
+                    fan_out.wait_rest()
+                    self._fan_out_in_progress = fan_out
+                    await turn.pause()
         finally:
             self._fan_out_in_progress = None
 
