@@ -473,10 +473,24 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
                              "requests before authentication")
 
     def _refused(self, out: list[bytes], request_id: int, code: str, message: str) -> None:
-        """Answer a refused request: before authentication, a failure."""
+        """Answer a refused request (charged all the same): before
+        authentication, a failure."""
+        try:
+            self._charge_read()
+        except EngineError as exc:
+            code, message = exc.code, exc.message
         out.append(wire.error(request_id, code, message))
         if not self.authenticated:
             self._failed(out)
+
+    def _charge_read(self) -> None:
+        """Charge a request ``Gate.admit`` does not (open to all, or
+        refused before it) as a read: to the address before
+        authentication, to the address and credential after."""
+        if self.principal is None:
+            self.gate.limiter.check_address("read", self.address)
+        else:
+            self.gate.limiter.check("read", self.address, self.principal.name)
 
     def _failed(self, out: list[bytes]) -> None:
         """Count a failure before authentication (or of auth): the
@@ -491,7 +505,7 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
         """Answer an operation of :data:`OPERATIONS`; whether it succeeded."""
         operation = OPERATIONS.get(op)
         if operation is None:
-            out.append(wire.error(request_id, "unknown_op", f"unknown operation {op!r}"))
+            self._refused(out, request_id, "unknown_op", f"unknown operation {op!r}")
             return False
         required, optional, handler = operation
         ACTIVITY.frontend = "tcp"  # who holds the loop, for the loop watchdog
@@ -529,11 +543,8 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
         (``Gate.admit`` charges only the others): every request costs."""
         principal = self.principal
         if OPERATION_SCOPES.get(op, "admin") is None:
-            if principal is None:
-                self.gate.limiter.check_address("read", self.address)
-                return ANONYMOUS_ALL
-            self.gate.limiter.check("read", self.address, principal.name)
-            return principal
+            self._charge_read()
+            return principal or ANONYMOUS_ALL
         assert principal is not None  # (the handshake lets only open operations by)
         events = args.get("events") if op == "submit_many" else None
         cost = len(events) if isinstance(events, list) and events else 1
@@ -561,7 +572,7 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
                              "the first request on a connection must be hello")
             return
         try:
-            self.gate.limiter.check_address("read", self.address)  # (every request costs)
+            self._charge_read()
         except EngineError as exc:
             self._close_with(out, request_id, exc.code, exc.message)
             return
