@@ -110,6 +110,8 @@ class FrameDecoder:
         self.limits = limits
         #: Frames decoded per ``feed`` at most (0: every complete one).
         self.max_messages = 0
+        #: When a list: each decoded frame's size in bytes is appended to it.
+        self.sizes: list[int] | None = None
         self._buffer = bytearray()
 
     def feed(self, data: bytes) -> list[Any]:
@@ -136,6 +138,7 @@ class FrameDecoder:
         position = 0
         size = len(view)
         most = self.max_messages
+        sizes = self.sizes
         while size - position >= _LENGTH_BYTES:
             if most and len(messages) >= most:
                 break
@@ -146,6 +149,8 @@ class FrameDecoder:
             if end > size:
                 break
             messages.append(self._decode(view[position + _LENGTH_BYTES:end], messages))
+            if sizes is not None:
+                sizes.append(_LENGTH_BYTES + length)
             position = end
         return position
 

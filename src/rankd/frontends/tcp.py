@@ -160,13 +160,7 @@ class RequestDecoder(wire.FrameDecoder):
         """A packed run's requests decoded, with their frame sizes, for the
         general path (when the fast path does not take the run)."""
         sources = packed.sources()
-        decode = super()._decode
-        return [decode(source, []) for source in sources], [len(s) for s in sources]
-
-    def _decode(self, payload: memoryview, decoded: list[Any]) -> Any:
-        message = super()._decode(payload, decoded)
-        self.sizes.append(len(payload) + 4)
-        return message
+        return [self._decode(source, []) for source in sources], [len(s) for s in sources]
 
     def feed(self, data: bytes) -> list[Any]:
         self.sizes.clear()
@@ -184,9 +178,12 @@ class RequestDecoder(wire.FrameDecoder):
         if not (self.pack and FAST_SUBMITS):
             return super()._frames(view, messages)
         items, position, bad_length = _split(view, self.max_frame, True)
+        sizes = self.sizes
         for item in items:
             if type(item) is tuple:
-                messages.append(self._decode(view[item[0]:item[1]], messages))
+                start, end = item
+                messages.append(self._decode(view[start:end], messages))
+                sizes.append(end - start + 4)
             else:
                 messages.append(item)
         if bad_length >= 0:
