@@ -143,6 +143,12 @@ def counted(daemon: Daemon, requests: float, seconds: float) -> float:
 def rows(args: argparse.Namespace, daemons: dict[str, Daemon]
          ) -> Iterator[tuple[str, Callable[[Daemon], Sample]]]:
     """Each row's name and how to measure one side of it."""
+    def sample(daemon: Daemon, result: bench_daemon.Result) -> Sample:
+        """A load generator's result (its replies in the window counted, under callgrind)."""
+        instructions = (counted(daemon, max(1.0, result.rate * args.seconds), args.seconds)
+                        if args.callgrind else None)
+        return Sample(result.rate, result.p50_ms, result.p99_ms, instructions)
+
     for depth in args.depths:
         for command in bench_resp.COMMANDS:
             def resp(daemon: Daemon, command: str = command, depth: int = depth) -> Sample:
@@ -165,12 +171,6 @@ def rows(args: argparse.Namespace, daemons: dict[str, Daemon]
                     tag=f"tcp{depth}-{time.time_ns()}", kind=kind), "callgrind": args.callgrind})
                 return sample(daemon, result)
             yield f"TCP {bench_daemon.tcp_name(depth, kind)}", tcp
-
-    def sample(daemon: Daemon, result: bench_daemon.Result) -> Sample:
-        """A load generator's result (its replies in the window counted, under callgrind)."""
-        instructions = (counted(daemon, max(1.0, result.rate * args.seconds), args.seconds)
-                        if args.callgrind else None)
-        return Sample(result.rate, result.p50_ms, result.p99_ms, instructions)
 
     def rest(daemon: Daemon) -> Sample:
         bench_daemon.wait_idle(daemon.process.pid)

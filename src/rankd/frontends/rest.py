@@ -25,7 +25,7 @@ from rankd.frontends.forwarding import Forwarder, forwarded
 from rankd.frontends.openapi import openapi_document
 from rankd.frontends.origins import COMMON_HEADERS, OriginPolicy
 from rankd.frontends.service import Service
-from rankd.frontends.upgrades import declined_upgrade_middleware
+from rankd.frontends.upgrades import decline_unanswered_upgrade
 from rankd.metrics import CONTENT_TYPE, Metrics
 from rankd.security import Gate, RateLimited, TrustedProxies, Unauthorized
 from rankd.security.auth import JOIN_TOKEN_SECONDS
@@ -171,7 +171,12 @@ async def metrics_middleware(request: web.Request,
                              handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                              ) -> web.StreamResponse:
     started = time.perf_counter()
-    response = await handler(request)
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        decline_unanswered_upgrade(request, exc)
+        raise
+    decline_unanswered_upgrade(request, response)
     operation = ("unmatched" if request.match_info.http_exception is not None
                  else getattr(request.match_info.handler, "__name__", "unknown"))
     request.app[METRICS].observe_request(operation, response.status,
@@ -196,8 +201,11 @@ async def read_json(request: web.Request) -> Any:
                            f"application/json (not {content_type})", "unsupported_media_type")
     seconds = request.app.get(BODY_TIMEOUT, BODY_SECONDS)
     try:
-        async with asyncio.timeout(seconds):
+        if request.content.is_eof():  # all here already (the common case): no timer
             body = await request.read()
+        else:
+            async with asyncio.timeout(seconds):
+                body = await request.read()
     except TimeoutError:
         raise RequestError(f"the request body did not arrive within {seconds:g} s",
                            "timeout") from None
@@ -562,7 +570,7 @@ def create_app(service: Service, gate: Gate | None = None,
     gate = gate or Gate.open()
     # Only behind trusted proxies: no cost on each request otherwise.
     first = [proxy_middleware(gate.trusted_proxies)] if gate.trusted_proxies else []
-    app = web.Application(middlewares=[declined_upgrade_middleware, *first, metrics_middleware,
+    app = web.Application(middlewares=[*first, metrics_middleware,
                                        origin_middleware, error_middleware, gate_middleware],
                           client_max_size=MAX_BODY_BYTES)
     app[METRICS] = metrics_registry or Metrics()

@@ -14,8 +14,6 @@ request is read and dropped, never parsed.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from aiohttp import hdrs, web
 
 
@@ -41,23 +39,13 @@ def asks_upgrade(request: web.BaseRequest) -> bool:
     return hdrs.UPGRADE in request.headers or request.method == hdrs.METH_CONNECT
 
 
-def _decline(request: web.BaseRequest, response: web.StreamResponse) -> None:
-    if asks_upgrade(request) and not response.prepared:
+def decline_unanswered_upgrade(request: web.BaseRequest,
+                               response: web.StreamResponse) -> None:
+    """After any answer to an upgrade request but a WebSocket's (call it
+    once the handler has answered, before the answer is sent): close the
+    connection after the answer and drop what the client sent after the
+    request.  The REST app's outermost middleware calls it, so a request
+    without ``Upgrade`` costs one header lookup."""
+    if asks_upgrade(request) and not response.prepared:  # (a WebSocket's is prepared)
         response.force_close()
         request.protocol.set_parser(_DROPPED)  # type: ignore[arg-type]
-
-
-@web.middleware
-async def declined_upgrade_middleware(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Close the connection after any answer to an upgrade request but a
-    WebSocket's, dropping what the client sent after the request."""
-    try:
-        response = await handler(request)
-    except web.HTTPException as exc:
-        _decline(request, exc)
-        raise
-    if not (isinstance(response, web.WebSocketResponse) and response.prepared):
-        _decline(request, response)
-    return response
