@@ -46,9 +46,8 @@ PREFLIGHT_MAX_AGE = "600"
 PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; "
                "img-src 'self' data:; connect-src 'self'; base-uri 'none'; "
                "form-action 'self'")
-#: On every answer: a browser takes a body for the type it is sent as, and
-#: sends no ``Referer`` on from rankd's pages.
-COMMON_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+#: On every answer: a browser takes a body for the type it is sent as.
+COMMON_HEADERS = {"X-Content-Type-Options": "nosniff"}
 #: On ``/static/*``: public code, readable by a page of any origin.
 PUBLIC_CORS_HEADERS = {"Access-Control-Allow-Origin": "*"}
 
@@ -115,7 +114,10 @@ class OriginPolicy:
     def page_headers(self) -> dict[str, str]:
         """The headers of the page and its files (see the module docstring)."""
         ancestors = " ".join(self.frame_ancestors) or "'none'"
-        headers = {"Content-Security-Policy": f"{PAGE_POLICY}; frame-ancestors {ancestors}"}
+        # No ``Referer`` on from the page (the only document with links: a JSON
+        # answer needs no such header, and each one costs every request).
+        headers = {"Content-Security-Policy": f"{PAGE_POLICY}; frame-ancestors {ancestors}",
+                   "Referrer-Policy": "no-referrer"}
         if not self.frame_ancestors:
             headers["X-Frame-Options"] = "DENY"  # for browsers without frame-ancestors
         return headers

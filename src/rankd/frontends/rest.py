@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 import orjson
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from rankd.engine.errors import EngineError, NotFound, NotPrimary
 from rankd.frontends.forwarding import Forwarder, forwarded
@@ -176,7 +176,8 @@ async def metrics_middleware(request: web.Request,
     except web.HTTPException as exc:
         decline_unanswered_upgrade(request, exc)
         raise
-    decline_unanswered_upgrade(request, response)
+    if hdrs.UPGRADE in request.headers or request.method == hdrs.METH_CONNECT:
+        decline_unanswered_upgrade(request, response)
     operation = ("unmatched" if request.match_info.http_exception is not None
                  else getattr(request.match_info.handler, "__name__", "unknown"))
     request.app[METRICS].observe_request(operation, response.status,
@@ -199,11 +200,12 @@ async def read_json(request: web.Request) -> Any:
     if not (content_type == "application/json" or content_type.endswith("+json")):
         raise RequestError(f"request body must be JSON, sent as Content-Type: "
                            f"application/json (not {content_type})", "unsupported_media_type")
-    seconds = request.app.get(BODY_TIMEOUT, BODY_SECONDS)
+    seconds = 0.0
     try:
         if request.content.is_eof():  # all here already (the common case): no timer
             body = await request.read()
         else:
+            seconds = request.app.get(BODY_TIMEOUT, BODY_SECONDS)
             async with asyncio.timeout(seconds):
                 body = await request.read()
     except TimeoutError:
