@@ -200,6 +200,11 @@ class GroupCommitter:
         (an append whose outcome was unknown may have committed)."""
         register = await self.store.register(self.lease.group)
         if register is None or register["epoch"] != self.lease.epoch:
+            # An append whose outcome was unknown may have committed before
+            # the group moved on: its records are committed, not refused.
+            committed = await self.store.last_seq_of_epoch(self.lease.group, self.lease.epoch)
+            if self._queue and committed > self.committed_seq:
+                self._committed_up_to(min(committed, self._queue[-1][0]))
             raise Fenced(self.lease.group, self.lease.epoch,
                          register["epoch"] if register else -1,
                          register["holder"] if register else None)

@@ -54,9 +54,15 @@ from rankd.cluster.nodes import Nodes
 from rankd.cluster.tail import LogTail
 from rankd.cluster.trust import ClusterTrust, shared_secret
 from rankd.engine.engine import Engine
-from rankd.engine.errors import NotPrimary, Unacknowledged, Unavailable
+from rankd.engine.errors import (
+    EngineError,
+    NotPrimary,
+    Unacknowledged,
+    Unavailable,
+    Unsettled,
+)
 from rankd.engine.frames import frame
-from rankd.postgres_link import release_cheaply
+from rankd.postgres_link import POSTGRES_ERRORS, release_cheaply
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +196,17 @@ class ClusterNode:
         self._joined = asyncio.Event()
         #: Takeovers timed for when a lease runs out (see _take_when_free).
         self._timers: dict[int, asyncio.Task] = {}
+        #: Groups whose reads are refused here, and why: their state is
+        #: being rebuilt from the log (after this node was deposed, or found
+        #: records the log does not hold), until it reaches ``_rebuild_to``.
+        self._unreadable: dict[int, str] = {}
+        self._rebuild_to: dict[int, int] = {}
+        #: Monotonic time since which every round of the watch loop reached
+        #: Postgres in time (None: the last one did not).  See _in_touch.
+        self._in_touch_since: float | None = None
+        self._last_round_end = 0.0
+        #: When /v1/cluster last read Postgres: its answer, for while it cannot.
+        self._last_status: dict[str, Any] | None = None
         engine.replication = self
 
     # --- life cycle ------------------------------------------------------------------
@@ -286,29 +303,70 @@ class ClusterNode:
 
     # --- what the engine calls (rankd.engine.replication.Replication) ---------------
 
-    async def prepare(self, groups: set[int], *, take: bool = True) -> None:
+    async def prepare(self, groups: set[int], *, take: bool = True
+                      ) -> dict[int, EngineError]:
+        refusals: dict[int, EngineError] = {}
         if not groups:
-            return
+            return refusals
         if not self._joined.is_set():
             try:
                 await asyncio.wait_for(self._joined.wait(), JOIN_WAIT_SECONDS)
             except TimeoutError:
-                raise Unavailable(f"node {self.node_id} is still joining the cluster; try "
-                                  "again shortly") from None
+                refused = Unavailable(f"node {self.node_id} is still joining the cluster; "
+                                      "try again shortly; nothing was applied")
+                return dict.fromkeys(groups, refused)
         for group in groups:
-            writer = self.writers.get(group)
-            if writer is not None:
-                if writer.fenced is not None:
-                    await self._depose(group, writer.fenced)
-                continue
-            register = self.registers.get(group)
-            if (register is not None and register.holder != self.node_id
-                    and register.lease_until > time.monotonic()):
-                continue  # another live primary: the write goes there
-            if take:
-                await self._take(group)
-            else:  # a write that cannot apply here: only learn who writes the group
-                await self._read_register(group)
+            try:
+                await self._prepare_group(group, take)
+            except EngineError as exc:
+                refusals[group] = exc
+            except POSTGRES_ERRORS as exc:
+                refusals[group] = self._unreachable(group, exc)
+        return refusals
+
+    async def _prepare_group(self, group: int, take: bool) -> None:
+        writer = self.writers.get(group)
+        if writer is not None:
+            if writer.fenced is not None:
+                await self._depose(group, writer.fenced)
+            return
+        register = self.registers.get(group)
+        if (register is not None and register.holder != self.node_id
+                and register.lease_until > time.monotonic()):
+            return  # another live primary: the write goes there
+        if (take and register is not None and register.holder not in (None, self.node_id)
+                and not self._in_touch()):
+            # The holder's lease ran out while this node could not tell whether
+            # it is alive (Postgres itself was away): it gets a lease to renew.
+            raise self._not_taken(group, register.holder)
+        if take:
+            await self._take(group)
+        else:  # a write that cannot apply here: only learn who writes the group
+            await self._read_register(group)
+
+    def _not_taken(self, group: int, holder: str) -> EngineError:
+        address, tcp, _ = self.peers.get(holder, (None, None, None))
+        if address is not None:
+            return NotPrimary(f"node {self.node_id} does not write group {group}; node "
+                              f"{holder} does, at {address}", address, tcp)
+        return Unavailable(f"group {group}'s primary {holder!r} has not renewed its lease "
+                           "since the cluster's Postgres was last out of reach; its writes "
+                           "wait for it a lease longer; nothing was applied")
+
+    def _unreachable(self, group: int, exc: BaseException) -> EngineError:
+        """The answer to a write of ``group`` when Postgres cannot be
+        reached to learn or take it: its last known primary, if that is
+        another live node (the write is forwarded there), else 503."""
+        register = self.registers.get(group)
+        holder = register.holder if register is not None else None
+        if holder is not None and holder != self.node_id and holder in self.peers:
+            address, tcp, _ = self.peers[holder]
+            return NotPrimary(f"node {self.node_id} cannot reach the cluster's Postgres "
+                              f"({type(exc).__name__}); group {group} was last written by "
+                              f"node {holder}, at {address}", address, tcp)
+        return Unavailable(f"node {self.node_id} cannot reach the cluster's Postgres to "
+                           f"learn who writes group {group} ({type(exc).__name__}: {exc}); "
+                           "nothing was applied; try again shortly")
 
     def writer(self, group: int) -> GroupCommitter:
         writer = self.writers.get(group)
@@ -342,6 +400,52 @@ class ClusterNode:
             raise Unacknowledged(f"node {self.node_id}'s lease of group {group} may have run "
                                  "out before this write reached the log; it may be lost")
 
+    def check_read(self, group: int, board: str) -> None:
+        refusal = self._unreadable.get(group)
+        if refusal is not None:
+            raise Unavailable(f"node {self.node_id} cannot read board {board!r} now: "
+                              f"{refusal}; read another node, or again shortly")
+        writer = self.writers.get(group)
+        if writer is not None:
+            if writer.fenced is not None:
+                raise Unavailable(f"node {self.node_id} no longer writes board {board!r}'s "
+                                  "group; read another node, or again shortly")
+            if self.ack == "log" and writer.committed_seq < writer.next_seq - 1:
+                raise Unsettled(group, board)
+
+    def settling(self, group: int) -> asyncio.Future | None:
+        writer = self.writers.get(group)
+        if writer is None or self.ack != "log":
+            return None
+        last = writer.next_seq - 1
+        return None if writer.committed_seq >= last else writer.committed(last)
+
+    @property
+    def reads_natively(self) -> bool:
+        if not self._joined.is_set() or self._unreadable:
+            return False
+        if self.ack == "log":
+            return all(w.committed_seq >= w.next_seq - 1 and w.fenced is None
+                       for w in self.writers.values())
+        return all(w.fenced is None for w in self.writers.values())
+
+    # --- groups whose reads wait for a rebuild ------------------------------------------
+
+    def _rebuilding(self, group: int, up_to: int, why: str) -> None:
+        """Refuse reads of ``group`` until its log is applied here up to
+        ``up_to`` (what this node may have shown of it before): a read
+        never shows a state older than one shown before, nor boards missing
+        while they come back."""
+        self._unreadable[group] = why
+        self._rebuild_to[group] = max(up_to, self._rebuild_to.get(group, 0))
+
+    def _rebuilt_up_to(self, group: int, seq: int) -> None:
+        if group in self._unreadable and seq >= self._rebuild_to.get(group, 0):
+            del self._unreadable[group]
+            self._rebuild_to.pop(group, None)
+            log.info("node %s serves reads of group %d again (rebuilt up to position %d)",
+                     self.node_id, group, seq)
+
     # --- taking, following, being deposed ----------------------------------------------
 
     async def _take(self, group: int) -> None:
@@ -363,6 +467,7 @@ class ClusterNode:
                 await self.tail.resume(group, self.engine.positions.get(group, (0, 0))[0])
                 raise
             self.writers[group] = GroupCommitter(self.store, lease)
+            self._rebuilt_up_to(group, lease.last_seq)
             self._snapshot_marks.pop(group, None)  # counted from the new committer's bytes
             self.registers[group] = Register(lease.epoch, self.node_id, lease.last_seq,
                                              time.monotonic() + self.config.lease_seconds)
@@ -386,6 +491,8 @@ class ClusterNode:
                   "replaying the group from its log", self.node_id, group, seq, epoch,
                   f"ends at {last_seq}" if seq > last_seq else
                   f"holds epoch {logged_epoch} there")
+        self._rebuilding(group, min(seq, last_seq), "its state is being replayed from the "
+                         "cluster's log")
         await self.engine.reset_group(group)
         self.tail.applied[group] = 0
 
@@ -415,7 +522,10 @@ class ClusterNode:
         if logged[0][0] != seq + 1:
             raise RuntimeError(f"group {group}: the tail hands position {logged[0][0]} to a "
                                f"node at {seq}")
-        return self.engine.apply_replicated(group, logged)
+        applied = self.engine.apply_replicated(group, logged)
+        if group in self._unreadable:
+            self._rebuilt_up_to(group, logged[-1][0])
+        return applied
 
     async def _bootstrap(self, group: int) -> int:
         """The log no longer holds the positions this node needs next: start
@@ -429,6 +539,7 @@ class ClusterNode:
                  self.node_id, group, seq, len(sections))
         await self.engine.load_group_snapshot(group, seq, epoch, sections)
         self.bootstraps += 1
+        self._rebuilt_up_to(group, seq)
         return seq
 
     async def _rewound(self, group: int, last_seq: int) -> None:
@@ -440,6 +551,8 @@ class ClusterNode:
                   "its standbys); replaying the group from the log", self.node_id, group,
                   applied, last_seq)
         async with self.tail.locked(group):
+            self._rebuilding(group, last_seq, "Postgres lost committed records of its group; "
+                             "it is being replayed from the cluster's log")
             await self.engine.reset_group(group)
             self.tail.applied[group] = 0
 
@@ -473,12 +586,17 @@ class ClusterNode:
             writer = self.writers.pop(group, None)
             if writer is None:
                 return
+            # Its state may hold writes the log never took: no reads until
+            # they are dropped and the log applied again as far as before.
+            self._rebuilding(group, writer.committed_seq, "its writes that the cluster's log "
+                             "never committed are being dropped")
             self.keeper.held.pop(group, None)
             await writer.close()
             if writer.fenced is None:
                 writer.fence(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
             orphans = writer.unshipped()
-            if isinstance(writer.fenced, LogLost):
+            lost = isinstance(writer.fenced, LogLost)
+            if lost:
                 # Postgres lost commits (an asynchronous standby promoted): what
                 # this node wrote beyond the log's end is set aside too.
                 with contextlib.suppress(Exception):
@@ -486,12 +604,22 @@ class ClusterNode:
                     orphans = await asyncio.to_thread(self.engine.written_by, group,
                                                       writer.lease.epoch, committed)
             log.warning("node %s no longer writes group %d: %s", self.node_id, group, exc)
-            if orphans:
-                await self._orphan(group, writer.lease.epoch, orphans)
-                await self.engine.reset_group(group)
-                await self.tail.resume(group, 0)
-            else:
+            if not orphans:
+                self._rebuilt_up_to(group, writer.committed_seq)
                 await self.tail.resume(group, writer.committed_seq)
+                return
+            if self.ack == "local" or lost:
+                # Acknowledged before the log had them: kept for `rankd cluster resubmit`.
+                await self._orphan(group, writer.lease.epoch, orphans)
+            else:
+                # --ack log acknowledges nothing before its commit: each of these
+                # was answered not_primary (never committed) or unacknowledged
+                # (to be resubmitted by its writer with the same event id).
+                log.warning("node %s drops %d records of group %d that the cluster's log "
+                            "never committed (none was acknowledged)", self.node_id,
+                            len(orphans), group)
+            await self.engine.reset_group(group)
+            await self.tail.resume(group, 0)
 
     async def _orphan(self, group: int, epoch: int, orphans: list[tuple[int, bytes]]) -> None:
         path = await asyncio.to_thread(self._set_aside, group, epoch, orphans)
@@ -516,6 +644,7 @@ class ClusterNode:
                 await self._watch_once()
                 await self._release_idle()
             except Exception as exc:
+                self._in_touch_since = None
                 log.warning("node %s cannot read the cluster's registers: %s", self.node_id,
                             exc)
             try:
@@ -525,6 +654,7 @@ class ClusterNode:
                             self.node_id, exc)
 
     async def _watch_once(self) -> None:
+        started = time.monotonic()
         applied = {g: seq for g, (seq, _) in self.engine.positions.items()}
         config = self.config
         await self.nodes.heartbeat(self.node_id, config.advertise, applied, config.advertise_tcp,
@@ -537,6 +667,7 @@ class ClusterNode:
             peers = await conn.fetch(
                 "SELECT node_id, advertise, advertise_tcp, applied, proof FROM rankd_nodes "
                 "WHERE seen_at > now() - make_interval(secs => $1)", self.nodes.alive_seconds)
+        self._touched(started)
         now = time.monotonic()
         self.peers = {row["node_id"]: (row["advertise"], row["advertise_tcp"], {
             int(g): s for g, s in json.loads(row["applied"]).items()})
@@ -557,6 +688,8 @@ class ClusterNode:
                 if left < self._round_seconds:  # it runs out before the next round
                     self._take_when_free(group, left)
                 continue
+            if row["holder"] != self.node_id and not self._in_touch():
+                continue  # its primary may be alive: it gets a lease to renew first
             if left > 0 or self._most_caught_up(group) or register.deferred >= DEFER_ROUNDS:
                 try:
                     await self._take(group)
@@ -622,6 +755,28 @@ class ClusterNode:
     def _round_seconds(self) -> float:
         return min(1.0, self.config.lease_seconds / 3)
 
+    def _touched(self, started: float) -> None:
+        """A round that began at ``started`` read the registers.  When its
+        answer took long, or the round before answered long before it began
+        (Postgres paused, stopped, cut off: every lease ran out meanwhile,
+        by the same clock, and every heartbeat went stale), this node is in
+        touch again only from now."""
+        now = time.monotonic()
+        gap = max(2 * self._round_seconds, self.config.lease_seconds / 2)
+        if (self._in_touch_since is None or now - started > gap
+                or started - self._last_round_end > gap):
+            self._in_touch_since = now
+        self._last_round_end = now
+
+    def _in_touch(self) -> bool:
+        """Whether this node read the registers round after round for a
+        whole lease.  Only then does it take a group from another node whose
+        lease ran out: after an outage of Postgres itself every lease has
+        run out, and each live primary gets that lease to renew its own
+        (under ``--ack local`` it holds acknowledged writes that only it has)."""
+        since = self._in_touch_since
+        return since is not None and time.monotonic() - since >= self.config.lease_seconds
+
     def _take_when_free(self, group: int, left: float) -> None:
         """Try to take ``group`` the moment its lease runs out (a primary
         that stopped renewing): failover then takes about one lease, not a
@@ -632,7 +787,8 @@ class ClusterNode:
         async def take_then() -> None:
             try:
                 await asyncio.sleep(left + 0.01)
-                if group not in self.writers and self._most_caught_up(group):
+                if (group not in self.writers and self._most_caught_up(group)
+                        and self._in_touch()):
                     await self._take(group)
             except Exception as exc:
                 log.warning("node %s could not take group %d: %s", self.node_id, group, exc)
@@ -688,7 +844,17 @@ class ClusterNode:
     async def status(self) -> dict[str, Any]:
         """What ``GET /v1/cluster`` shows: every node and group as Postgres
         has them, and this node's own view."""
-        status = await self.nodes.status()
+        try:
+            status = await self.nodes.status()
+        except POSTGRES_ERRORS as exc:
+            # What this node last knew, said to be so: the registers' view of
+            # another moment is better than a 500 while Postgres is away.
+            status = {**(self._last_status or {"nodes": [], "groups": []}), "stale": True,
+                      "error": f"cannot reach the cluster's Postgres: "
+                               f"{type(exc).__name__}: {exc}"}
+        else:
+            self._last_status = {**status, "read_at": time.time()}
+            status["stale"] = False
         status["this_node"] = self.local_status()
         return status
 

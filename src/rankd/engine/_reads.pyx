@@ -62,7 +62,7 @@ cdef class Reads:
                         Py_ssize_t max_entries, Py_ssize_t max_bytes, Py_ssize_t *stopped):
         """:meth:`answer`, for a native front-end: ``stopped`` set through
         the pointer."""
-        if self.paused or (self.replication is not None and not self.replication.serving):
+        if self.paused or (self.replication is not None and not self.replication.reads_natively):
             stopped[0] = first
             return b""
         return _answer(self, reads, first, version, max_entries, max_bytes, stopped)

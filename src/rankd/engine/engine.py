@@ -56,6 +56,7 @@ from rankd.engine.errors import (
     StorageError,
     Unacknowledged,
     Unavailable,
+    Unsettled,
 )
 from rankd.engine.ingest import Ingested, check_member, ingest, ingest_packed, missing_board
 from rankd.engine.intake import Intake, Then
@@ -63,11 +64,18 @@ from rankd.engine.periods import check_window, period_of, period_start
 from rankd.engine.reads import PlainReads
 from rankd.engine.replay import gather_submit, replay_submits
 from rankd.engine.replication import GroupWriter, Replication
+from rankd.engine.settling import ReadGates
 from rankd.engine.snapshot import SnapshotStore
 from rankd.engine.view import SortedView
 from rankd.engine.wal import WalCorruptError, WalFailedError, WriteAheadLog
 
 log = logging.getLogger(__name__)
+
+#: How long a read of a cluster primary's group waits for the writes it
+#: would show to commit (see rankd.engine.settling).
+SETTLE_SECONDS = 5.0
+#: Reads made again after waiting so, at most, before ``Unsettled`` is the answer.
+SETTLE_TRIES = 3
 T = TypeVar("T")
 
 FSYNC_POLICIES = ("always", "everysec", "no")
@@ -207,6 +215,8 @@ class Engine:
         self.positions: dict[int, tuple[int, int]] = {}
         #: Set (and replaced) whenever ``positions`` advance.
         self._advanced = asyncio.Event()
+        #: A cluster primary's groups whose writes wait while readers settle.
+        self.read_gates = ReadGates()
 
     @property
     def boards(self) -> dict[str, Board]:
@@ -664,13 +674,13 @@ class Engine:
 
     async def delete_board(self, name: str) -> None:
         """Delete a board and all its windows."""
-        board = self._board(name)
+        board = self._board(name, reading=False)
         await board.writable.wait()
         await self._write([[records.BOARD_DROP, name, self._now_ms()]])
 
     async def remove_member(self, name: str, member: str) -> bool:
         """Remove a member from every window and period; ``False`` if absent."""
-        board = self._board(name)
+        board = self._board(name, reading=False)
         check_member(member)
         present = member in board.labels or any(
             member in index for periods in board.periods.values() for index in periods.values())
@@ -693,11 +703,12 @@ class Engine:
         lacks are left out.  With ``drop_when_empty``, a board left without
         members is deleted too (a Redis key does not outlive its last member).
         """
-        board = self._board(name)
+        board = self._board(name, reading=False)
         await board.writable.wait()
         await self.route(name)
-        board = self._board(name)  # it may be gone meanwhile
-        view = self.view(name, window, period)
+        board = self._board(name, reading=False)  # it may be gone meanwhile
+        _, _, _, index = self._view(name, window, period, reading=False)
+        view = SortedView(index, board.config.order == "asc")
         chosen = {}
         for member in choose(view):
             score = view.score(member)
@@ -845,6 +856,8 @@ class Engine:
         if len(groups) != 1:
             return None
         group = groups.pop()
+        if group in self.read_gates.closed:
+            return None  # readers settle it: the general way waits for them
         try:
             self._replication.writer(group)
         except EngineError:
@@ -889,6 +902,12 @@ class Engine:
         next positions, as :meth:`_submit_replicated` does; ``finished`` is
         done once the ack mode is met, each run then holding its answers
         and ``position`` (the log's ``(seq, epoch)`` of its writes)."""
+        if group in self.read_gates.closed:  # readers settle it: the general way waits
+            general = asyncio.gather(*(self._unpacked_soon(packed) for packed in runs))
+            general.add_done_callback(lambda outcome: _answer_runs(
+                runs, finished, asyncio.CancelledError() if outcome.cancelled()
+                else outcome.exception() or (0, 0), positioned=False))
+            return
         try:
             self._check_writable()
             writer = self._replication.writer(group)
@@ -964,6 +983,37 @@ class Engine:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._advanced.wait(), left)
 
+    async def settle(self, group: int, timeout: float = SETTLE_SECONDS) -> None:
+        """Wait until the records of ``group`` this node applied are
+        committed to its log, holding the group's writes meanwhile (see
+        :mod:`rankd.engine.settling`): a read made right after this, without
+        awaiting, shows only committed writes.  ``Unavailable`` if they are
+        not committed within ``timeout``."""
+        replication = self._replication
+        committed = replication.settling(group) if replication is not None else None
+        if committed is None:
+            return
+        try:
+            await self.read_gates.settle(group, committed, timeout)
+        except TimeoutError:
+            raise Unavailable(f"writes this node applied to group {group} were not committed "
+                              f"to the cluster's log within {timeout:g} s (is it cut off from "
+                              "Postgres?); read another node") from None
+        except Exception as exc:
+            raise Unavailable(f"this node no longer writes group {group} ({exc}); read "
+                              "another node") from exc
+
+    async def settled_read(self, read: Callable[[], T]) -> T:
+        """``read()``, made again after :meth:`settle` when it meets a group
+        whose writes are not committed yet (``Unsettled``), a few times at
+        most: for front-ends whose reads may wait."""
+        for _ in range(SETTLE_TRIES - 1):
+            try:
+                return read()
+            except Unsettled as exc:
+                await self.settle(exc.group)
+        return read()
+
     async def route(self, name: object) -> None:
         """On a cluster node: raise ``NotPrimary`` (naming the primary) if
         another node writes board ``name``'s group, so a front-end can send
@@ -971,7 +1021,9 @@ class Engine:
         if self._replication is not None and type(name) is str:
             group = group_of(name)
             exists = name in self._boards  # a group is taken only for a write that can apply
-            await self._replication.prepare({group}, take=exists)
+            refusal = (await self._replication.prepare({group}, take=exists)).get(group)
+            if refusal is not None:
+                raise refusal
             try:
                 self._replication.writer(group)
             except NotPrimary as exc:
@@ -991,13 +1043,20 @@ class Engine:
         boards = self._boards
         applicable = {group for group, positions in by_group.items()
                       if group >= 0 and any(submissions[p].board in boards for p in positions)}
-        await self._replication.prepare(applicable)
-        await self._replication.prepare(set(by_group) - applicable - {-1}, take=False)
+        refusals = await self._replication.prepare(applicable)
+        refusals.update(await self._replication.prepare(set(by_group) - applicable - {-1},
+                                                        take=False))
+        # Nothing awaited from here on: what readers settled stays so until applied.
+        await self.read_gates.opened(by_group)
         self._check_writable()
         answers: list[Any] = [None] * len(submissions)
         waits: list[tuple[list[int], asyncio.Future]] = []
         for group, positions in by_group.items():
+            # Each group's submissions get that group's own outcome: a group
+            # refused here changes nothing of the others'.
             try:
+                if group in refusals:
+                    raise refusals[group]
                 writer = self._replication.writer(group) if group >= 0 else None
             except NotPrimary as exc:
                 # No node writes a group of missing boards only: they are missing.
@@ -1006,6 +1065,10 @@ class Engine:
                 for position in positions:
                     answers[position] = (missing_board(submissions[position].board)
                                          if missing else exc)
+                continue
+            except EngineError as exc:
+                for position in positions:
+                    answers[position] = exc
                 continue
             try:
                 done = ingest(self._boards, [submissions[p] for p in positions], self.clock(),
@@ -1040,7 +1103,10 @@ class Engine:
 
     async def _write_replicated(self, logged: list[list]) -> None:
         group = group_of(logged[0][1])
-        await self._replication.prepare({group})
+        refusal = (await self._replication.prepare({group})).get(group)
+        if refusal is not None:
+            raise refusal
+        await self.read_gates.opened((group,))
         self._check_writable()
         writer = self._replication.writer(group)
         for position, record in enumerate(logged, writer.next_seq):
@@ -1078,8 +1144,11 @@ class Engine:
             replication.check_acknowledge(writer.group)
             return last, epoch
         try:
-            await asyncio.wait_for(asyncio.shield(asyncio.gather(local, writer.committed(last))),
-                                   replication.ack_timeout)
+            both = asyncio.gather(local, writer.committed(last))
+            # Given up on at the timeout, it may fail later (fenced): nobody
+            # reads that, and asyncio would log it as never retrieved.
+            both.add_done_callback(_retrieve)
+            await asyncio.wait_for(asyncio.shield(both), replication.ack_timeout)
         except EngineError:
             raise
         except TimeoutError:
@@ -1379,23 +1448,30 @@ class Engine:
 
     # --- reads ---------------------------------------------------------------------------
 
-    def _board(self, name: str) -> Board:
+    def _board(self, name: str, *, reading: bool = True) -> Board:
+        """The board named ``name`` (``NotFound`` if none); ``reading``: for a
+        read, which a cluster node may refuse (its group not committed or
+        not fresh enough here: ``Replication.check_read``)."""
         if self.rolling_back:
             raise ReadOnly("rankd is rolling back writes its log did not keep after a "
                            "storage failure; reads resume once it is done")
         if type(name) is not str:  # a list or a map would not even hash
             raise InvalidInput("board name must be a string")
-        if self._replication is not None and not self._replication.serving:
-            raise Unavailable("this node is catching up with the cluster's log; it serves "
-                              "once it has (see /v1/ready)")
+        if self._replication is not None:
+            if not self._replication.serving:
+                raise Unavailable("this node is catching up with the cluster's log; it "
+                                  "serves once it has (see /v1/ready)")
+            if reading:
+                self._replication.check_read(group_of(name), name)
         board = self._boards.get(name)
         if board is None:
             raise NotFound(f"no board named {name!r}")
         return board
 
-    def _view(self, name: str, window: str | None, period: str | None):
+    def _view(self, name: str, window: str | None, period: str | None, *,
+              reading: bool = True):
         """Resolve (board, window, period, index-or-None) for a read."""
-        board = self._board(name)
+        board = self._board(name, reading=reading)
         window = window or board.config.primary_window
         try:
             check_window(window)
@@ -1508,9 +1584,10 @@ class Engine:
         return {"window": window, "current": current,
                 "retained": [p for p in board.periods[window] if p < current][::-1]}
 
-    def board_info(self, name: str) -> dict[str, Any]:
-        """A board's config, member counts per window and version."""
-        board = self._board(name)
+    def board_info(self, name: str, *, reading: bool = True) -> dict[str, Any]:
+        """A board's config, member counts per window and version
+        (``reading`` False: as the answer of a write to it)."""
+        board = self._board(name, reading=reading)
         return {"name": name, "config": board.config.to_dict(),
                 "members": board.member_counts(self.clock()),
                 "version": board.version, "updated_at": board.updated_at}
@@ -1519,7 +1596,8 @@ class Engine:
         """An order-sensitive hash of boards' configs, members, scores, ranks
         and labels, to compare two states cheaply."""
         digest = hashlib.blake2b(digest_size=16)
-        for board_name in sorted(self._boards) if name is None else [self._board(name).name]:
+        names = sorted(self._boards) if name is None else [self._board(name, reading=False).name]
+        for board_name in names:
             board = self._boards[board_name]
             digest.update(json.dumps([board_name, board.config.to_dict()]).encode())
             for window in sorted(board.periods):
@@ -1728,10 +1806,12 @@ def _answers_of(part: list | BaseException) -> Iterator:
 
 
 def _answer_runs(runs: list[Any], finished: asyncio.Future[None],
-                 outcome: BaseException | tuple[int, int]) -> None:
+                 outcome: BaseException | tuple[int, int], *, positioned: bool = True) -> None:
     """Finish a cluster node's packed runs of one group: ``outcome`` is the
     log's ``(seq, epoch)`` of their writes, or why they are not acknowledged
-    (an ``EngineError`` answers every submission that was not refused)."""
+    (an ``EngineError`` answers every submission that was not refused).
+    Not ``positioned``: runs answered the general way (each answer holds
+    its own position)."""
     if finished.done():
         return
     if isinstance(outcome, EngineError):
@@ -1744,7 +1824,7 @@ def _answer_runs(runs: list[Any], finished: asyncio.Future[None],
     elif isinstance(outcome, BaseException):
         finished.set_exception(outcome)
         return
-    else:
+    elif positioned:
         seq, epoch = outcome
         for packed in runs:
             packed.position = outcome
@@ -1765,6 +1845,12 @@ def _tell_pass_waiters(thens: list[Any],
         else:
             future.set_exception(error)
     Intake.tell(thens, error)
+
+
+def _retrieve(done: asyncio.Future) -> None:
+    """Mark a future's exception as seen (its outcome is known elsewhere)."""
+    if not done.cancelled():
+        done.exception()
 
 
 def _failed(exc: BaseException) -> asyncio.Future[None]:

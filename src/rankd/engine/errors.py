@@ -95,3 +95,15 @@ class Unavailable(EngineError):
     503): nothing was applied; try again shortly."""
 
     code = "unavailable"
+
+
+class Unsettled(Unavailable):
+    """A read of a group whose primary (this node) applied writes its log
+    has not committed yet (``--ack log``): a front-end waits for them
+    (``Engine.settle``) and reads again.  Answered as it is (HTTP 503,
+    ``unavailable``) only when they do not commit in time."""
+
+    def __init__(self, group: int, board: str) -> None:
+        super().__init__(f"board {board!r} has writes this node applied that the cluster's "
+                         "log has not committed yet; read again shortly")
+        self.group = group

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from rankd.engine.errors import EngineError
+
 
 class GroupWriter(Protocol):
     """This node's right to write one group, while it is the primary."""
@@ -47,10 +49,28 @@ class Replication(Protocol):
     #: False while the node catches up at start: reads answer ``Unavailable``.
     serving: bool
 
-    async def prepare(self, groups: set[int], *, take: bool = True) -> None:
+    async def prepare(self, groups: set[int], *, take: bool = True
+                      ) -> dict[int, EngineError]:
         """Before writing ``groups``: become the primary of those no node
         holds (draining their logs first).  Without ``take`` (writes that
-        cannot apply here): only learn which node writes them, if any."""
+        cannot apply here): only learn which node writes them, if any.
+        Returns why each group that cannot be written now is refused
+        (nothing of it is applied); the other groups' writes go on."""
+
+    def check_read(self, group: int, board: str) -> None:
+        """Before a read of ``board`` (of ``group``): raise ``Unsettled``
+        if it would show writes this node applied that the group's log has
+        not committed (``--ack log``; a front-end then waits with
+        ``Engine.settle``), ``Unavailable`` if this node cannot answer it
+        truthfully now (the group is being rebuilt, or not fresh enough)."""
+
+    def settling(self, group: int) -> asyncio.Future | None:
+        """The commit of the last record of ``group`` applied here, when a
+        read must wait for it (None: nothing to wait for)."""
+
+    #: Whether packed plain reads may be answered natively, with no
+    #: ``check_read`` each (every group readable as it is).
+    reads_natively: bool
 
     def writer(self, group: int) -> GroupWriter:
         """The group's writer; ``NotPrimary`` (naming the primary) if

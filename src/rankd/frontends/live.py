@@ -30,22 +30,24 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from rankd._tasks import stop_task
 from rankd.engine.engine import Engine
-from rankd.engine.errors import EngineError, InvalidInput
+from rankd.engine.errors import EngineError, InvalidInput, Unavailable
 from rankd.engine.ingest import check_member
 from rankd.engine.periods import period_of
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_INTERVAL = 0.25
 MAX_LIMIT = 100
@@ -391,6 +393,16 @@ class LiveFeed:
                              "member": member, "score": state[0], "rank": state[1],
                              "version": version, "ts": time.time()})
 
+    async def _settled(self, board: str, read: Callable[[], T]) -> T | None:
+        """``read()`` once the board's group has settled on a cluster
+        primary (see ``Engine.settled_read``); None when this node cannot
+        read it truthfully now: the board stays due for the next tick."""
+        try:
+            return await self.engine.settled_read(read)
+        except Unavailable:
+            self.dirty.add(board)
+            return None
+
     async def tick(self) -> None:
         """Push what changed since the last tick (called every ``interval``),
         in turns of at most ``TICK_SLICE`` seconds."""
@@ -410,7 +422,11 @@ class LiveFeed:
             rolled = window != "all" and period_of(window, now) != view.period
             if board not in dirty and not rolled:
                 continue
-            message, checksum, period = self._render_top(board, window, limit)
+            rendered = await self._settled(board, functools.partial(
+                self._render_top, board, window, limit))
+            if rendered is None:
+                continue
+            message, checksum, period = rendered
             if checksum == view.checksum:
                 continue  # something changed, but not what these subscribers see
             view.checksum, view.period = checksum, period
@@ -434,9 +450,13 @@ class LiveFeed:
             return len(members)
         batch = members[start:start + MEMBER_BATCH]
         try:
-            states, version = self._member_states(board, window, batch)
+            read = await self._settled(board, functools.partial(
+                self._member_states, board, window, batch))
         except EngineError:
             return len(members)  # the board was made anew meanwhile, without this window
+        if read is None:
+            return len(members)
+        states, version = read
         turns = turn.yielded
         for done, member in enumerate(batch, start + 1):
             subscribers = followers.get(member)

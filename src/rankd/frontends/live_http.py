@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import socket as socket_module
@@ -93,7 +94,9 @@ async def live_socket(request: web.Request) -> web.StreamResponse:
                 if action == "ping":
                     await socket.send_str('{"type":"pong"}')
                 elif action == "follow":
-                    feed.send_members(subscriber, feed.follow(subscriber, members))
+                    added = feed.follow(subscriber, members)
+                    await feed.engine.settled_read(functools.partial(
+                        feed.send_members, subscriber, added))
                 else:
                     feed.unfollow(subscriber, members)
             except EngineError as exc:

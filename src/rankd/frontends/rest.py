@@ -20,7 +20,8 @@ import aiohttp
 import orjson
 from aiohttp import hdrs, web
 
-from rankd.engine.errors import EngineError, NotFound, NotPrimary
+from rankd.engine.engine import SETTLE_TRIES
+from rankd.engine.errors import EngineError, NotFound, NotPrimary, Unsettled
 from rankd.frontends.forwarding import Forwarder, forwarded
 from rankd.frontends.openapi import openapi_document
 from rankd.frontends.origins import COMMON_HEADERS, OriginPolicy
@@ -84,7 +85,12 @@ async def error_middleware(request: web.Request,
                            handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                            ) -> web.StreamResponse:
     try:
-        return await handler(request)
+        try:
+            return await handler(request)
+        except Unsettled as exc:
+            if request.method not in READ_METHODS:
+                raise
+            return await _settled(request, handler, exc)
     except NotPrimary as exc:
         forwarder = request.app.get(FORWARDER)
         if forwarder is None or exc.primary is None or forwarded(request):
@@ -122,6 +128,26 @@ async def error_middleware(request: web.Request,
     except Exception:  # a bug: a JSON answer, and the log says where
         log.exception("%s %s failed", request.method, request.path)
         return error_response("internal", "rankd failed to answer this request (logged)", 500)
+
+
+#: Requests that only read: made again once what they met settled.
+READ_METHODS = frozenset({"GET", "HEAD"})
+
+
+async def _settled(request: web.Request,
+                   handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                   unsettled: Unsettled) -> web.StreamResponse:
+    """A read that met writes of its board's group that the cluster's log
+    has not committed yet (this node is their primary): answered again once
+    they are (``Engine.settle``), a few times at most."""
+    engine = service_of(request).engine
+    for _ in range(SETTLE_TRIES - 1):
+        await engine.settle(unsettled.group)
+        try:
+            return await handler(request)
+        except Unsettled as again:
+            unsettled = again
+    raise unsettled
 
 
 PRINCIPAL = "rankd.principal"

@@ -153,7 +153,7 @@ class Service:
         if not isinstance(discard, bool):
             raise InvalidInput("discard must be true or false")
         _, created = await self.engine.put_board(board, config, discard=discard, patch=patch)
-        return self.engine.board_info(board), created
+        return self.engine.board_info(board, reading=False), created
 
     async def delete_board(self, board: str) -> None:
         await self.engine.delete_board(board)

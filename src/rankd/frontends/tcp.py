@@ -48,7 +48,7 @@ from typing import Any
 
 from rankd import __version__, wire
 from rankd._native import native_or
-from rankd.engine.errors import EngineError, InvalidInput
+from rankd.engine.errors import EngineError, InvalidInput, Unsettled
 from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
 from rankd.frontends.connections import (
     HANDSHAKE_SECONDS,
@@ -516,7 +516,11 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
                 args = dict(args)
                 min_seq = integer(args.pop("min_seq"), "min_seq", 0, MAX_SEQ)
                 await self.service.caught_up(args["board"], min_seq)
-            result = handler(self.service, args)
+            try:
+                result = handler(self.service, args)
+            except Unsettled:  # a read of writes not committed yet: once they are
+                result = await self.service.engine.settled_read(
+                    lambda: handler(self.service, args))
             if isinstance(result, Awaitable):
                 result = await result
         except EngineError as exc:

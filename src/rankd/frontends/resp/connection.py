@@ -33,13 +33,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import itertools
 import logging
 import ssl as ssl_module
 from typing import TYPE_CHECKING, Any
 
 from rankd._native import native_or
-from rankd.engine.errors import EngineError, NotPrimary, ReadOnly, Unavailable
+from rankd.engine.engine import SETTLE_TRIES
+from rankd.engine.errors import EngineError, NotPrimary, ReadOnly, Unavailable, Unsettled
 from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
 from rankd.frontends.connections import (
     HANDSHAKE_SECONDS,
@@ -309,7 +311,10 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             if command is not None:
                 if not command.immediate:
                     break
-                self._run_now(command, item, out)
+                try:
+                    self._run_now(command, item, out)
+                except Unsettled:
+                    break  # it waits for writes to commit: the worker's
             position += 1
             if _grown(out, size) >= OUT_HIGH_WATER or position >= QUEUE_LOW_WATER:
                 break  # the rest waits for the client to read, or its turn (the worker)
@@ -397,11 +402,32 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             if exc.text == NOAUTH:
                 self._failed_auth(out)
             return
+        except Unsettled:
+            raise  # (the caller has it answered once the writes it meets commit)
         except EngineError as exc:
             self.server.stats[(command.name, exc.code)] += 1
             out.append(self.replies.error(error_text(exc)))
             return
         self.server.stats[(command.name, "ok")] += 1
+
+    async def _run_settled(self, command: Command, words: list[bytes], out: list[bytes],
+                           unsettled: Unsettled) -> None:
+        """``_run_now`` of a read that met writes its cluster primary (this
+        node) applied and the cluster's log has not committed yet: made
+        again once they are (``Engine.settle``), a few times at most."""
+        for _ in range(SETTLE_TRIES - 1):
+            try:
+                await self.service.engine.settle(unsettled.group)
+                self._run_now(command, words, out)
+                return
+            except Unsettled as again:
+                unsettled = again
+            except EngineError as exc:
+                self.server.stats[(command.name, exc.code)] += 1
+                out.append(self.replies.error(error_text(exc)))
+                return
+        self.server.stats[(command.name, unsettled.code)] += 1
+        out.append(self.replies.error(error_text(unsettled)))
 
     async def _one(self, words: list[bytes], out: list[bytes],
                    pending: list[tuple[int, Writes]]) -> None:
@@ -413,11 +439,20 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         if not command.batchable:
             await self._flush(pending, out)
         if command.immediate:
-            self._run_now(command, words, out)
+            try:
+                self._run_now(command, words, out)
+            except Unsettled as exc:
+                await self._flush(pending, out)  # (what it reads comes after them)
+                await self._run_settled(command, words, out, exc)
             return
         try:
             self._admit(command, words)
-            result = command.handler(self, words)
+            try:
+                result = command.handler(self, words)
+            except Unsettled:  # a read of writes not committed yet: once they are
+                await self._flush(pending, out)
+                result = await self.service.engine.settled_read(
+                    functools.partial(command.handler, self, words))
             if isinstance(result, Writes):
                 if sum(len(w.submissions) for _, w in pending) + len(result.submissions) \
                         > MAX_BATCH:
@@ -506,11 +541,15 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         for position, index in enumerate(indexes[:most]):
             for words in reader.feed(reads.source(index)):
                 command = self._lookup(words, out)
-                if command is not None and not command.immediate:
+                if command is not None and command.immediate:
+                    try:
+                        self._run_now(command, words, out)
+                        continue
+                    except Unsettled:
+                        pass  # it waits for writes to commit: the worker's, as the rest
+                if command is not None:
                     return [words, *(later for i in indexes[position + 1:]
                                      for later in reader.feed(reads.source(i)))]
-                if command is not None:
-                    self._run_now(command, words, out)
         return []
 
     def _unpack(self, packed: Any) -> list[list[bytes]]:
