@@ -1,4 +1,5 @@
-"""Background tasks: the one way rankd's services stop theirs."""
+"""Background tasks: the one way rankd's services stop theirs, and futures
+whose outcome nobody may await."""
 
 from __future__ import annotations
 
@@ -39,3 +40,11 @@ async def stop_task(task: asyncio.Task | None, timeout: float | None = None) -> 
     if not task.cancelled():
         task.result()
     return True
+
+
+def outcome_seen(done: asyncio.Future) -> None:
+    """A done callback for a future given up on before it ended (a wait
+    that timed out through ``asyncio.shield``): marks its exception as seen,
+    which asyncio would otherwise log as never retrieved."""
+    if not done.cancelled():
+        done.exception()

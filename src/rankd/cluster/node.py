@@ -74,6 +74,10 @@ CONNECT_SECONDS = 5.0
 #: Rounds of the watch loop a less caught-up node leaves an expired group
 #: to a more caught-up one before it tries itself.
 DEFER_ROUNDS = 2
+#: How long a write that cannot apply here waits to learn its group's primary.
+REGISTER_READ_SECONDS = 2.0
+#: How long ``GET /v1/cluster`` waits for Postgres before it answers what it last knew.
+STATUS_SECONDS = 2.0
 
 
 @dataclass
@@ -205,8 +209,6 @@ class ClusterNode:
         #: Postgres in time (None: the last one did not).  See _in_touch.
         self._in_touch_since: float | None = None
         self._last_round_end = 0.0
-        #: When /v1/cluster last read Postgres: its answer, for while it cannot.
-        self._last_status: dict[str, Any] | None = None
         engine.replication = self
 
     # --- life cycle ------------------------------------------------------------------
@@ -315,13 +317,16 @@ class ClusterNode:
                 refused = Unavailable(f"node {self.node_id} is still joining the cluster; "
                                       "try again shortly; nothing was applied")
                 return dict.fromkeys(groups, refused)
-        for group in groups:
-            try:
-                await self._prepare_group(group, take)
-            except EngineError as exc:
-                refusals[group] = exc
-            except POSTGRES_ERRORS as exc:
-                refusals[group] = self._unreachable(group, exc)
+        # Each group alone: one that waits for Postgres holds up no other.
+        outcomes = await asyncio.gather(*(self._prepare_group(group, take) for group in groups),
+                                        return_exceptions=True)
+        for group, outcome in zip(groups, outcomes, strict=True):
+            if isinstance(outcome, EngineError):
+                refusals[group] = outcome
+            elif isinstance(outcome, POSTGRES_ERRORS):
+                refusals[group] = self._unreachable(group, outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
         return refusals
 
     async def _prepare_group(self, group: int, take: bool) -> None:
@@ -342,7 +347,7 @@ class ClusterNode:
         if take:
             await self._take(group)
         else:  # a write that cannot apply here: only learn who writes the group
-            await self._read_register(group)
+            await asyncio.wait_for(self._read_register(group), REGISTER_READ_SECONDS)
 
     def _not_taken(self, group: int, holder: str) -> EngineError:
         address, tcp, _ = self.peers.get(holder, (None, None, None))
@@ -845,18 +850,30 @@ class ClusterNode:
         """What ``GET /v1/cluster`` shows: every node and group as Postgres
         has them, and this node's own view."""
         try:
-            status = await self.nodes.status()
+            status = await asyncio.wait_for(self.nodes.status(), STATUS_SECONDS)
         except POSTGRES_ERRORS as exc:
-            # What this node last knew, said to be so: the registers' view of
-            # another moment is better than a 500 while Postgres is away.
-            status = {**(self._last_status or {"nodes": [], "groups": []}), "stale": True,
+            # What this node last read, said to be so, rather than a 500.
+            status = {**self._known_status(), "stale": True,
                       "error": f"cannot reach the cluster's Postgres: "
                                f"{type(exc).__name__}: {exc}"}
         else:
-            self._last_status = {**status, "read_at": time.time()}
             status["stale"] = False
         status["this_node"] = self.local_status()
         return status
+
+    def _known_status(self) -> dict[str, Any]:
+        """:meth:`status` as of this node's last read of the registers."""
+        now = time.monotonic()
+        return {
+            "nodes": [{"node": node, "advertise": address, "alive": None}
+                      for node, (address, _, _) in sorted(self.peers.items())],
+            "groups": [{"group": group, "epoch": r.epoch, "primary": r.holder,
+                        "lease_seconds_left": round(max(0.0, r.lease_until - now), 3),
+                        "last_seq": r.last_seq}
+                       for group, r in sorted(self.registers.items())],
+            "read_seconds_ago": round(now - self._last_round_end, 3)
+            if self._last_round_end else None,
+        }
 
     def local_status(self) -> dict[str, Any]:
         """This node's view: what it writes and how far it applied the rest."""

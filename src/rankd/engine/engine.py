@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rankd._tasks import outcome_seen
 from rankd.cluster.groups import group_of
 from rankd.engine import collector, records
 from rankd.engine.board import Board
@@ -1145,9 +1146,7 @@ class Engine:
             return last, epoch
         try:
             both = asyncio.gather(local, writer.committed(last))
-            # Given up on at the timeout, it may fail later (fenced): nobody
-            # reads that, and asyncio would log it as never retrieved.
-            both.add_done_callback(_retrieve)
+            both.add_done_callback(outcome_seen)
             await asyncio.wait_for(asyncio.shield(both), replication.ack_timeout)
         except EngineError:
             raise
@@ -1845,12 +1844,6 @@ def _tell_pass_waiters(thens: list[Any],
         else:
             future.set_exception(error)
     Intake.tell(thens, error)
-
-
-def _retrieve(done: asyncio.Future) -> None:
-    """Mark a future's exception as seen (its outcome is known elsewhere)."""
-    if not done.cancelled():
-        done.exception()
 
 
 def _failed(exc: BaseException) -> asyncio.Future[None]:

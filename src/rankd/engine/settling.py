@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
+from rankd._tasks import outcome_seen
+
 
 class ReadGates:
     """Per board group: the gate readers close while a group's applied
@@ -42,6 +44,7 @@ class ReadGates:
         if gate is None:
             gate = self.closed[group] = loop.create_future()
         self._readers[group] = self._readers.get(group, 0) + 1
+        committed.add_done_callback(outcome_seen)  # (a read that timed out left it)
         try:
             await asyncio.wait_for(asyncio.shield(committed), timeout)
         finally:

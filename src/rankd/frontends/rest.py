@@ -8,6 +8,7 @@ fitting status; unknown body fields and query parameters are refused.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -421,8 +422,9 @@ async def remove_member(request: web.Request) -> web.Response:
 async def ranks(request: web.Request) -> web.Response:
     params = await view_query(request)
     members = body_field(await read_json(request), "members", list, '{"members": [...]}')
-    return json_response(service_of(request).ranks(request.match_info["board"], members,
-                                                    **params))
+    service = service_of(request)
+    return json_response(await service.engine.settled_read(functools.partial(
+        service.ranks, request.match_info["board"], members, **params)))
 
 
 @routes.get("/v1/boards/{board}/periods")

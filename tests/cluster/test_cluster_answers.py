@@ -1,0 +1,257 @@
+"""Every answer of a cluster node is true, under the faults that once made
+some of them false: each test runs real nodes and a real Postgres on
+loopback with a proxy on each node's link to Postgres (tests/cluster/
+jepsen.py's ``Lab``), strikes, and checks the answers against the
+cluster's log.
+
+* A coalesced batch spanning several groups answers each submission with
+  its own group's outcome: a group refused (``--ack local``'s unshipped
+  window, Postgres out of reach) changes nothing of the others'.
+* Postgres out of reach is a 503 (nothing applied) or a forward, never a
+  500; ``/v1/cluster`` answers what it last knew, marked stale.
+* A primary cut off from Postgres shows no write its log has not committed
+  (``--ack log``), and once deposed sets nothing aside: nothing it holds
+  was acknowledged, and what it refused stays refused.
+* An outage of Postgres itself (every node's link cut at once) deposes no
+  live primary: under ``--ack local`` nothing acknowledged is set aside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+from jepsen import Lab, read_log, read_orphans
+
+from rankd.client import AsyncClient
+from rankd.cluster.groups import group_of
+
+# Boards of four different groups.
+A, B, C, D = "alpha", "beta", "gamma", "delta"
+
+
+def put(lab: Lab, node: int, board: str) -> None:
+    status, body = lab.daemons[node].request("PUT", f"/v1/boards/{board}", {"policy": "sum"})
+    assert status in (200, 201), body
+
+
+def submit(lab: Lab, node: int, board: str, member: str, event_id: str,
+           timeout: float = 30) -> tuple[int, dict]:
+    return lab.daemons[node].request("POST", f"/v1/boards/{board}/scores",
+                                     {"member": member, "delta": 1, "event_id": event_id},
+                                     timeout=timeout)
+
+
+def cut(lab: Lab, node: int) -> None:
+    lab.pg_proxies[node].set_mode("blackhole")
+
+
+def heal(lab: Lab, node: int) -> None:
+    lab.pg_proxies[node].set_mode("reset")
+    time.sleep(0.2)
+    lab.pg_proxies[node].set_mode("pass")
+
+
+def logged_events(lab: Lab) -> dict[str, int]:
+    """Event id -> how many times the cluster's log holds it."""
+    counts: dict[str, int] = {}
+    for entries in asyncio.run(read_log(lab.dsn)).values():
+        for _, _, record in entries:
+            if record[0] == 3:  # SUBMIT
+                counts[record[5]] = counts.get(record[5], 0) + 1
+    return counts
+
+
+def epochs(lab: Lab) -> dict[int, tuple[int, str]]:
+    return {g["group"]: (g["epoch"], g["primary"]) for g in lab.status()["groups"]}
+
+
+def test_each_submission_of_a_batch_gets_its_own_groups_answer(tmp_path, pg_server):
+    """--ack local: node 0 writes A and B and is cut off from Postgres;
+    B's unshipped window runs out first.  One TCP batch of A, B and C (C
+    written by node 1): A is acknowledged (and commits once the link is
+    back), B refused, C sent to node 1 — where every submission was once
+    answered B's "nothing was applied"."""
+    lab = Lab(tmp_path, nodes=2, ack="local", lease_seconds=4.0,
+              extra=("--max-unshipped-ms", "300"))
+    try:
+        assert len({group_of(b) for b in (A, B, C, D)}) == 4
+        for board in (A, B):
+            put(lab, 0, board)
+        put(lab, 1, C)
+        time.sleep(1.5)  # (node 0 follows C)
+        for board in (A, B):
+            assert submit(lab, 0, board, "warm", f"warm-{board}")[0] == 200
+        cut(lab, 0)
+        status, body = submit(lab, 0, B, "b", "b-1")  # acknowledged by the local log
+        assert status == 200, body
+        time.sleep(0.6)  # B's oldest unshipped write is now past --max-unshipped-ms
+
+        async def batch() -> list:
+            client = AsyncClient("127.0.0.1", lab.daemons[0].tcp_port, retries=0, timeout=20)
+            async with client:
+                return (await client.submit_many([
+                    {"board": A, "member": "a", "delta": 1, "event_id": "a-1"},
+                    {"board": B, "member": "b", "delta": 1, "event_id": "b-2"},
+                    {"board": C, "member": "c", "delta": 1, "event_id": "c-1"}]))["results"]
+
+        answers = asyncio.run(batch())
+        a, b, c = answers
+        assert "error" not in a, answers  # A's own outcome: applied, acknowledged
+        assert b["error"]["code"] == "unavailable", answers
+        assert "error" not in c or c["error"]["code"] in ("not_primary", "moved"), answers
+        # A write of a board this node lacks, whose group it cannot look up: 503.
+        status, body = submit(lab, 0, D, "d", "d-1")
+        assert status == 503 and body["error"]["code"] == "unavailable", (status, body)
+        # What the node knows of the cluster, said to be stale.
+        started = time.monotonic()
+        status, shown = lab.daemons[0].request("GET", "/v1/cluster", timeout=30)
+        assert status == 200 and shown["stale"] is True, shown
+        assert time.monotonic() - started < 8
+        assert {g["group"] for g in shown["groups"]} >= {group_of(A), group_of(B)}
+        # Once what it knew of C's lease ran out: sent to C's primary, not a 500.
+        time.sleep(4)
+        status, body = submit(lab, 0, C, "c", "c-2")
+        assert status == 200, (status, body)
+        heal(lab, 0)
+        # Node 0 was cut off for longer than its lease: node 1 took A and B,
+        # and what node 0 acknowledged alone is set aside (--ack local's
+        # promise), never dropped; what it refused is nowhere.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            logged, aside = logged_events(lab), read_orphans(lab)
+            if {"a-1", "b-1"} <= set(logged) | aside:
+                break
+            time.sleep(0.2)
+        assert {"a-1", "b-1"} <= set(logged) | aside, (logged, aside)
+        assert logged.get("c-2") == 1, logged
+        assert not {"b-2", "d-1"} & (set(logged) | aside)
+    except BaseException:
+        print(lab.logs())
+        raise
+    finally:
+        lab.close()
+
+
+def test_a_primary_cut_off_from_postgres_shows_and_keeps_nothing_uncommitted(tmp_path,
+                                                                            pg_server):
+    """--ack log: node 0 writes A, then loses Postgres while clients still
+    reach it.  Its reads never show the write it applied and could not
+    commit (once served at 200), it is deposed, and it sets nothing aside
+    (once: the writes it had answered not_primary, in an orphan file that
+    `rankd cluster resubmit` applied)."""
+    lab = Lab(tmp_path, nodes=2, ack="log", lease_seconds=1.5, ack_timeout=2.0)
+    try:
+        put(lab, 0, A)
+        assert submit(lab, 0, A, "known", "known-1")[0] == 200
+        before = epochs(lab)[group_of(A)]
+        cut(lab, 0)
+        seen: list[tuple[int, object]] = []
+
+        async def write_and_read() -> tuple[int, dict]:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as session:
+                url = lab.daemons[0].url
+
+                async def read_loop() -> None:
+                    end = time.monotonic() + 5
+                    while time.monotonic() < end:
+                        async with session.get(f"{url}/v1/boards/{A}/members/ghost") as r:
+                            body = await r.json()
+                            seen.append((r.status, body.get("score")))
+                        await asyncio.sleep(0.05)
+
+                reads = asyncio.ensure_future(read_loop())
+                async with session.post(f"{url}/v1/boards/{A}/scores", json={
+                        "member": "ghost", "delta": 1, "event_id": "ghost-1"}) as answer:
+                    written = answer.status, await answer.json()
+                await reads
+                return written
+
+        status, body = asyncio.run(write_and_read())
+        assert status == 503 and body["error"]["code"] in ("unacknowledged", "not_primary"), body
+        shown = [score for code, score in seen if code == 200]
+        assert not any(shown), f"a write that never committed was read: {seen}"
+        assert any(code == 503 for code, _ in seen) or not seen, seen
+        deadline = time.monotonic() + 20  # node 1 takes the group over
+        while epochs(lab)[group_of(A)][1] != "n1" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        heal(lab, 0)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # node 0 gives the group up and follows it
+            status, body = lab.daemons[0].request("GET", f"/v1/boards/{A}/members/known")
+            if status == 200 and epochs(lab)[group_of(A)][0] > before[0]:
+                break
+            time.sleep(0.1)
+        assert lab.daemons[0].wait_for_log("no longer writes group", timeout=10)
+        assert "ghost-1" not in logged_events(lab)
+        assert read_orphans(lab) == set(), "--ack log set aside writes it never acknowledged"
+        assert not list((lab.daemons[0].data_dir / "wal").glob("orphan-*"))
+        status, body = lab.daemons[0].request("GET", f"/v1/boards/{A}/members/ghost")
+        assert status == 404, body  # nowhere, for good
+        assert "never retrieved" not in lab.daemons[0].log()
+    except BaseException:
+        print(lab.logs())
+        raise
+    finally:
+        lab.close()
+
+
+def test_an_outage_of_postgres_itself_deposes_no_live_primary(tmp_path, pg_server):
+    """--ack local: every node loses Postgres at once for two leases, as
+    when Postgres pauses or restarts.  When it is back every lease has run
+    out and every heartbeat is stale; the live primary keeps its groups,
+    and no write it acknowledged meanwhile is set aside."""
+    lab = Lab(tmp_path, nodes=3, ack="local", lease_seconds=1.5)
+    boards = (A, B, C)
+    try:
+        for board in boards:
+            put(lab, 0, board)
+        before = epochs(lab)
+        acknowledged: list[str] = []
+        stop = time.monotonic() + 9
+
+        async def writers() -> None:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+                async def writer(board: str) -> None:
+                    n = 0
+                    while time.monotonic() < stop:
+                        n += 1
+                        event = f"{board}-{n}"
+                        try:
+                            async with session.post(
+                                    f"{lab.daemons[0].url}/v1/boards/{board}/scores",
+                                    json={"member": "m", "delta": 1, "event_id": event}) as r:
+                                if r.status == 200:
+                                    acknowledged.append(event)
+                        except (aiohttp.ClientError, TimeoutError):
+                            pass
+                        await asyncio.sleep(0.02)
+
+                async def nemesis() -> None:
+                    await asyncio.sleep(2)
+                    for node in range(3):
+                        cut(lab, node)
+                    await asyncio.sleep(3)
+                    for node in range(3):
+                        lab.pg_proxies[node].set_mode("reset")
+                    await asyncio.sleep(0.2)
+                    for node in range(3):
+                        lab.pg_proxies[node].set_mode("pass")
+
+                await asyncio.gather(nemesis(), *(writer(b) for b in boards))
+
+        asyncio.run(writers())
+        time.sleep(3)
+        after = epochs(lab)
+        assert {g: after[g] for g in before} == before, (before, after)
+        assert read_orphans(lab) == set()
+        logged = logged_events(lab)
+        lost = [e for e in acknowledged if e not in logged]
+        assert not lost, f"acknowledged and lost: {lost[:10]} of {len(acknowledged)}"
+        assert len(acknowledged) > 30
+    except BaseException:
+        print(lab.logs())
+        raise
+    finally:
+        lab.close()
