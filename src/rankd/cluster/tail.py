@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from rankd._tasks import STOP_SECONDS, stop_task
@@ -44,7 +45,8 @@ class LogTail:
                  applied: dict[int, int] | None = None, poll_seconds: float = 1.0,
                  batches: int = 100, bootstrap: Bootstrap | None = None,
                  gather_seconds: float = 0.05,
-                 rewound: Callable[[int, int], Awaitable[None]] | None = None) -> None:
+                 rewound: Callable[[int, int], Awaitable[None]] | None = None,
+                 polled: Callable[[float, dict[int, int]], None] | None = None) -> None:
         self.store = store
         self.dsn = dsn
         self.apply = apply
@@ -66,6 +68,9 @@ class LogTail:
         #: Called when a group's log ends before what was applied here (Postgres
         #: lost commits: an asynchronous standby was promoted).
         self.rewound = rewound
+        #: Told after each read of the registers: when it started (monotonic,
+        #: before the query) and every group's last position then.
+        self.polled = polled
         self.connected = False
         #: What the tail is doing now (status, for diagnosis).
         self.stage = "starting"
@@ -175,6 +180,7 @@ class LogTail:
                 self.connected = False
 
     async def _poll(self, conn) -> None:
+        started = time.monotonic()
         rows = await conn.fetch("SELECT group_id, last_seq FROM rankd_groups")
         for row in rows:
             group, last_seq = row["group_id"], row["last_seq"]
@@ -184,6 +190,8 @@ class LogTail:
             self.known[group] = max(self.known.get(group, 0), last_seq)
             if group not in self.paused and last_seq > self.applied.get(group, 0):
                 self._behind.add(group)
+        if self.polled is not None:
+            self.polled(started, {row["group_id"]: row["last_seq"] for row in rows})
 
     async def _catch_up(self) -> None:
         while self._behind:

@@ -64,3 +64,8 @@ class Replication(Protocol):
         """Under ``--ack local``: raise ``Unacknowledged`` when this node may
         no longer acknowledge writes of ``group`` (its lease is about to run
         out, or too much of its log is not shipped)."""
+
+    def read_refusal(self, group: int) -> str | None:
+        """Why a read of ``group`` may not be answered here now (this node
+        cannot vouch its copy is fresh enough: ``--max-follow-lag``), or
+        None to answer it."""
