@@ -120,7 +120,7 @@ class Freshness:
         cannot vouch for at all)."""
         now = self.clock()
         worst = math.inf if self.last_poll is None else now - self.last_poll
-        for group in set(self._pending) | set(self.node.writers):
+        for group in self._groups():
             worst = max(worst, self.staleness(group))
         return max(0.0, worst)
 
@@ -140,10 +140,14 @@ class Freshness:
         self._all_fresh_until = now + min(self.max_lag - worst, RECHECK_SECONDS)
         return True
 
+    def _groups(self) -> set[int]:
+        """Every group this node knows of: polled, written or applied."""
+        return set(self._pending) | set(self.node.writers) | set(self.node.engine.positions)
+
     def figures(self) -> dict[str, Any]:
         """Figures for ``/metrics``."""
         worst = self.worst()
-        stale = sum(1 for group in set(self._pending) | set(self.node.writers)
+        stale = sum(1 for group in self._groups()
                     if self.max_lag and self.staleness(group) > self.max_lag)
         return {"read_staleness_seconds": worst if math.isfinite(worst) else -1.0,
                 "stale_groups": stale}

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 RETRY_MIN_SECONDS = 0.1
 RETRY_MAX_SECONDS = 3.0
+#: The least time a read of the registers may take before the connection is
+#: given up for a new one.
+POLL_TIMEOUT_SECONDS = 2.0
 
 Apply = Callable[[int, list[tuple[int, int, bytes]]], Awaitable[None] | None]
 #: Loads a group's snapshot in place of its state; returns the snapshot's position.
@@ -181,7 +184,10 @@ class LogTail:
 
     async def _poll(self, conn) -> None:
         started = time.monotonic()
-        rows = await conn.fetch("SELECT group_id, last_seq FROM rankd_groups")
+        # Bounded: a link gone silent would hold the tail (and the node's
+        # freshness) for good, even once the link is back.
+        rows = await conn.fetch("SELECT group_id, last_seq FROM rankd_groups",
+                                timeout=max(POLL_TIMEOUT_SECONDS, 5 * self.poll_seconds))
         for row in rows:
             group, last_seq = row["group_id"], row["last_seq"]
             if (self.rewound is not None and group not in self.paused
