@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: How often a node whose log failed tries its data dir again.
 PROBE_SECONDS = 2.0
+#: How soon a node notices its log failed (its tail stops retrying then).
+NOTICE_SECONDS = 0.25
 #: What the probe writes (and fsyncs): room for a little more than nothing.
 PROBE_BYTES = 64 << 10
 PROBE_NAME = ".write-probe"
@@ -89,13 +91,19 @@ class DiskRecovery:
         self._task = None
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        probed = 0.0
         while True:
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(NOTICE_SECONDS)
             if not self.failed:
                 continue
             try:
                 if not self._stepped_back:
                     await self._step_back()
+                    probed = loop.time()
+                if loop.time() - probed < self.interval:
+                    continue
+                probed = loop.time()
                 if await asyncio.to_thread(writable, self.node.engine.config.data_dir):
                     await self._start_again()
             except Exception:
