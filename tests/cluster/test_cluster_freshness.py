@@ -185,14 +185,7 @@ def test_a_follower_whose_disk_fills_refuses_reads_then_recovers_by_itself(
     trigger = tmp_path / "disk-full"
     writes = None
     try:
-        # Again, under the shim: every write under its data dir fails with
-        # ENOSPC while the trigger file exists.
-        follower.stop(timeout=20)
-        follower.env.update(LD_PRELOAD=str(shim), RANKD_FAULT_TRIGGER=str(trigger),
-                            RANKD_FAULT_WRITE_FAIL=f"{os.path.realpath(follower.data_dir)}/:"
-                                                   f"{errno.ENOSPC}")
-        follower.start()
-        wait_ready(follower)
+        under_full_disk(follower, shim, trigger)
         wait_until("the follower reads the first write",
                    lambda: read_member(follower, "first")[0] == 200, 10)
         writes = Writes(lab.daemons[0])
@@ -215,6 +208,59 @@ def test_a_follower_whose_disk_fills_refuses_reads_then_recovers_by_itself(
         print(f"full-disk follower: refused {refused_after:.2f} s after the disk filled "
               f"(bound {LAG} s), ready {back_after:.2f} s after space returned "
               f"({time.monotonic() - freed:.2f} s to agree)")
+    except BaseException:
+        print(lab.logs())
+        raise
+    finally:
+        if writes is not None:
+            writes.stop()
+        trigger.unlink(missing_ok=True)
+        lab.close()
+
+
+def under_full_disk(daemon: Daemon, shim: Path, trigger: Path) -> None:
+    """Restart ``daemon`` under the shim: every write under its data dir
+    fails with ENOSPC while ``trigger`` exists."""
+    daemon.stop(timeout=20)
+    daemon.env.update(LD_PRELOAD=str(shim), RANKD_FAULT_TRIGGER=str(trigger),
+                      RANKD_FAULT_WRITE_FAIL=f"{os.path.realpath(daemon.data_dir)}/:"
+                                             f"{errno.ENOSPC}")
+    daemon.start()
+    wait_ready(daemon)
+
+
+def test_a_primary_whose_disk_fills_gives_its_groups_up(tmp_path, pg_server, shim) -> None:
+    """It can log nothing: another node takes the group's writes (they were
+    stuck until a restart, the full node renewing its lease and refusing
+    every write), and the full node recovers once space returns."""
+    lab = start_lab(tmp_path)
+    primary, other = lab.daemons
+    trigger = tmp_path / "disk-full"
+    writes = None
+    try:
+        under_full_disk(primary, shim, trigger)
+        # The other node may have taken the board meanwhile: stopped, it gives
+        # it up, and the next write, on the node under the shim, takes it.
+        other.stop(timeout=20)
+        wait_until("the restarted node writes the board again", lambda: primary.request(
+            "POST", f"/v1/boards/{BOARD}/scores", {"member": "again", "delta": 1,
+                                                   "event_id": "again"})[0] == 200, 20)
+        other.start()
+        wait_ready(other)
+        assert lab.primary_of(BOARD) == 0
+        trigger.touch()
+        filled = time.monotonic()
+        writes = Writes(other)
+        moved_after = wait_until("the other node takes the board's writes",
+                                 lambda: len(writes.acknowledged) >= 5, 20)
+        assert lab.primary_of(BOARD, avoid=0) == 1
+        trigger.unlink()
+        wait_until("the full node is ready again", lambda: ready(primary)[0] == 200, 60)
+        writes.stop()
+        digests = asyncio.run(converge(lab))
+        assert len(digests) == 2, digests
+        print(f"full-disk primary: writes moved {moved_after:.2f} s after the disk filled "
+              f"({time.monotonic() - filled:.2f} s to agree again)")
     except BaseException:
         print(lab.logs())
         raise
