@@ -9,6 +9,7 @@ that table, so they cannot drift apart.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import socket
 import ssl
@@ -95,6 +96,11 @@ OPTIONS = (
            "cluster: a primary gives up a group nothing was written to for this long, once "
            "all of it is in Postgres (its lease stops being renewed; the next write takes "
            "it again; 0: never)", minimum=0),
+    Option("max_follow_lag", float, 5.0,
+           "cluster: refuse reads (503 unavailable) of a board group this node cannot vouch "
+           "is at most this many seconds behind the cluster's log (a node cut off from "
+           "Postgres, or whose disk is full), and leave /v1/ready meanwhile; 0: never "
+           "refuse", minimum=0),
     Option("cluster_secret", str, None,
            "cluster: the secret every node of the cluster shares (at least 32 bytes; "
            "required with credentials; --cluster-secret-file keeps it out of `ps`): nodes "
@@ -191,6 +197,7 @@ class ServerConfig:
     max_unshipped_ms: float = 1000.0
     group_snapshot_records: int = 100_000
     group_idle_seconds: float = 30.0
+    max_follow_lag: float = 5.0
     cluster_secret: str | None = None
     cluster_secret_file: Path | None = None
     snapshot_every_events: int = 1_000_000
@@ -315,6 +322,9 @@ class ServerConfig:
             raise ConfigError("a cluster node with credentials needs --cluster-secret (or "
                               "--cluster-secret-file), the same on every node: nodes prove "
                               "to each other with it that they are nodes (docs/cluster.md)")
+        if not math.isfinite(self.max_follow_lag):
+            raise ConfigError(f"--max-follow-lag: expected a number of seconds (0: never "
+                              f"refuse reads), got {self.max_follow_lag!r}")
         host = self.host if self.host not in ("", "0.0.0.0", "::") else socket.gethostname()
         advertise = self.advertise or f"{host}:{self.port}"
         return ClusterConfig(
@@ -326,7 +336,7 @@ class ServerConfig:
             max_unshipped_ms=self.max_unshipped_ms,
             group_snapshot_records=self.group_snapshot_records,
             secret=secret.encode() if secret is not None else None,
-            group_idle_seconds=self.group_idle_seconds)
+            group_idle_seconds=self.group_idle_seconds, max_follow_lag=self.max_follow_lag)
 
     def engine_config(self) -> EngineConfig:
         engine_fields = {f.name for f in fields(EngineConfig)}

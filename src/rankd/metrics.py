@@ -139,14 +139,19 @@ class DaemonCollector(Collector):
                                       "the cluster's log"),
                 ("unshipped_seconds", "Age of the oldest of them"),
                 ("follow_lag_records", "Largest lag behind a followed group's log"),
-                ("log_connected", "1 while the log tail's connection to Postgres is up")):
+                ("log_connected", "1 while the log tail's connection to Postgres is up"),
+                ("read_staleness_seconds", "How stale the stalest group's reads here may be "
+                                           "(-1: a group this node cannot vouch for at all)"),
+                ("stale_groups", "Groups whose reads are refused here (--max-follow-lag)")):
             yield GaugeMetricFamily(f"rankd_cluster_{name}", text, value=figures[name])
         for name, text in (
                 ("takeovers", "Groups this node became the primary of"),
                 ("orphaned_records", "Records set aside after this node was deposed "
                                      "(wal/orphan-*)"),
                 ("group_snapshots", "Group snapshots this node stored in Postgres"),
-                ("bootstraps", "Groups this node loaded from a snapshot")):
+                ("bootstraps", "Groups this node loaded from a snapshot"),
+                ("disk_recoveries", "Times this node started again from the cluster's log "
+                                    "after its local log failed")):
             yield CounterMetricFamily(f"rankd_cluster_{name}", text, value=figures[name])
 
     def _shipper(self) -> Iterator[Metric]:

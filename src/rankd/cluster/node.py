@@ -46,11 +46,13 @@ import asyncpg
 
 from rankd._tasks import STOP_SECONDS, stop_task
 from rankd.cluster.committer import GroupCommitter, LogLost
+from rankd.cluster.freshness import Freshness
 from rankd.cluster.groups import GroupLocks
 from rankd.cluster.leases import LeaseKeeper
 from rankd.cluster.log import ClusterLog, Fenced, migrate
 from rankd.cluster.nodelock import NodeIdInUse, NodeLock
 from rankd.cluster.nodes import Nodes
+from rankd.cluster.recovery import DiskRecovery
 from rankd.cluster.tail import LogTail
 from rankd.cluster.trust import ClusterTrust, shared_secret
 from rankd.engine.engine import Engine
@@ -106,6 +108,9 @@ class ClusterConfig:
     #: A primary gives up a group nothing was written to for this long, once
     #: every record of it is committed (0: never).
     group_idle_seconds: float = 30.0
+    #: Reads of a group this node cannot vouch is at most this many seconds
+    #: stale are refused (0: never; see rankd.cluster.freshness).
+    max_follow_lag: float = 5.0
 
     def __post_init__(self) -> None:
         if self.ack not in ACK_MODES:
@@ -116,6 +121,9 @@ class ClusterConfig:
             raise ValueError("lease_seconds, ack_timeout and max_unshipped_ms must be positive")
         if self.group_idle_seconds < 0:
             raise ValueError("group_idle_seconds must be 0 (never) or positive")
+        if not 0 <= self.max_follow_lag < float("inf"):  # (NaN too)
+            raise ValueError("max_follow_lag must be 0 (never refuse) or a positive number "
+                             f"of seconds, got {self.max_follow_lag!r}")
 
 
 def session_settings(lease_seconds: float) -> dict[str, str]:
@@ -210,6 +218,10 @@ class ClusterNode:
         self._in_touch_since: float | None = None
         self._last_round_end = 0.0
         engine.replication = self
+        #: What this node can vouch for about each group (--max-follow-lag).
+        self.freshness = Freshness(self, config.max_follow_lag)
+        #: Gets the node back after its local log failed (a full disk).
+        self.recovery = DiskRecovery(self)
 
     # --- life cycle ------------------------------------------------------------------
 
@@ -237,9 +249,11 @@ class ClusterNode:
         self.tail = LogTail(self.store, self.config.dsn, self._apply,
                             applied={g: seq for g, (seq, _) in self.engine.positions.items()},
                             poll_seconds=min(1.0, self.config.lease_seconds / 3),
-                            bootstrap=self._bootstrap, rewound=self._rewound)
+                            bootstrap=self._bootstrap, rewound=self._rewound,
+                            polled=self.freshness.polled)
         await self.keeper.start()
         await self.tail.start()
+        await self.recovery.start()
         await self._watch_once()
         self._task = asyncio.create_task(self._watch(), name="rankd-cluster-watch")
         await self._catch_up()
@@ -272,6 +286,7 @@ class ClusterNode:
         """Leave: let queued records reach the log (a few seconds at most),
         give the leases up so another node takes over at once, stop."""
         await stop_task(self._task, STOP_SECONDS)
+        await self.recovery.stop()
         for timer in list(self._timers.values()):
             await stop_task(timer, STOP_SECONDS)
         for deposing in list(self._deposing):
@@ -417,6 +432,9 @@ class ClusterNode:
                                   "group; read another node, or again shortly")
             if self.ack == "log" and writer.committed_seq < writer.next_seq - 1:
                 raise Unsettled(group, board)
+        stale = self.freshness.refusal(group)
+        if stale is not None:
+            raise Unavailable(f"board {board!r}: {stale}")
 
     def settling(self, group: int) -> asyncio.Future | None:
         writer = self.writers.get(group)
@@ -427,7 +445,7 @@ class ClusterNode:
 
     @property
     def reads_natively(self) -> bool:
-        if not self._joined.is_set() or self._unreadable:
+        if not self._joined.is_set() or self._unreadable or not self.freshness.all_fresh():
             return False
         if self.ack == "log":
             return all(w.committed_seq >= w.next_seq - 1 and w.fenced is None
@@ -454,6 +472,9 @@ class ClusterNode:
     # --- taking, following, being deposed ----------------------------------------------
 
     async def _take(self, group: int) -> None:
+        if self.recovery.failed:
+            raise Unavailable(f"node {self.node_id}'s local log failed; it writes no group "
+                              "until it recovers (nothing was applied)")
         async with self._lock(group):
             if group in self.writers:
                 return
@@ -824,6 +845,11 @@ class ClusterNode:
         return self._joined.is_set()
 
     @property
+    def fresh(self) -> bool:
+        """Whether every group is within ``--max-follow-lag`` (``/v1/ready``)."""
+        return self.freshness.all_fresh()
+
+    @property
     def log_connected(self) -> bool:
         """Whether the log tail's connection to Postgres is up."""
         return bool(self.tail and self.tail.connected)
@@ -844,6 +870,7 @@ class ClusterNode:
             "log_connected": int(self.log_connected),
             "takeovers": self.takeovers, "orphaned_records": self.orphaned,
             "group_snapshots": self.snapshots, "bootstraps": self.bootstraps,
+            "disk_recoveries": self.recovery.recoveries, **self.freshness.figures(),
         }
 
     async def status(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from rankd._tasks import STOP_SECONDS, stop_task
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 
 RETRY_MIN_SECONDS = 0.1
 RETRY_MAX_SECONDS = 3.0
+#: The least time a read of the registers may take before the connection is
+#: given up for a new one.
+POLL_TIMEOUT_SECONDS = 2.0
 
 Apply = Callable[[int, list[tuple[int, int, bytes]]], Awaitable[None] | None]
 #: Loads a group's snapshot in place of its state; returns the snapshot's position.
@@ -44,7 +48,8 @@ class LogTail:
                  applied: dict[int, int] | None = None, poll_seconds: float = 1.0,
                  batches: int = 100, bootstrap: Bootstrap | None = None,
                  gather_seconds: float = 0.05,
-                 rewound: Callable[[int, int], Awaitable[None]] | None = None) -> None:
+                 rewound: Callable[[int, int], Awaitable[None]] | None = None,
+                 polled: Callable[[float, dict[int, int]], None] | None = None) -> None:
         self.store = store
         self.dsn = dsn
         self.apply = apply
@@ -66,6 +71,9 @@ class LogTail:
         #: Called when a group's log ends before what was applied here (Postgres
         #: lost commits: an asynchronous standby was promoted).
         self.rewound = rewound
+        #: Told after each read of the registers: when it started (monotonic,
+        #: before the query) and every group's last position then.
+        self.polled = polled
         self.connected = False
         #: What the tail is doing now (status, for diagnosis).
         self.stage = "starting"
@@ -175,7 +183,11 @@ class LogTail:
                 self.connected = False
 
     async def _poll(self, conn) -> None:
-        rows = await conn.fetch("SELECT group_id, last_seq FROM rankd_groups")
+        started = time.monotonic()
+        # Bounded: a link gone silent would hold the tail (and the node's
+        # freshness) for good, even once the link is back.
+        rows = await conn.fetch("SELECT group_id, last_seq FROM rankd_groups",
+                                timeout=max(POLL_TIMEOUT_SECONDS, 5 * self.poll_seconds))
         for row in rows:
             group, last_seq = row["group_id"], row["last_seq"]
             if (self.rewound is not None and group not in self.paused
@@ -184,6 +196,8 @@ class LogTail:
             self.known[group] = max(self.known.get(group, 0), last_seq)
             if group not in self.paused and last_seq > self.applied.get(group, 0):
                 self._behind.add(group)
+        if self.polled is not None:
+            self.polled(started, {row["group_id"]: row["last_seq"] for row in rows})
 
     async def _catch_up(self) -> None:
         while self._behind:

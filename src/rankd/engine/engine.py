@@ -346,6 +346,26 @@ class Engine:
                   aside)
         return aside
 
+    async def start_again_empty(self) -> Path:
+        """A cluster node whose local log failed (a full disk) and whose data
+        dir takes writes again: set the local state aside (see
+        :meth:`set_local_state_aside`), open a new, empty log and accept
+        writes again, without a restart.  The caller stops applying the
+        cluster's logs first and follows every group from the start after."""
+        reason = self.failure or (self.wal.failure if self.wal is not None else None)
+        await self.settled()  # the roll-back of what the failed log never took
+        aside = await self.set_local_state_aside(reason or RuntimeError("a failed log"))
+        self.failure = None
+        self._rolled_back = asyncio.Event()
+        self.rolling_back = False
+        await asyncio.to_thread(self._recover)
+        await self.wal.start()
+        if not any(task.get_name() == "rankd-snapshots" and not task.done()
+                   for task in self._tasks):  # (its loop ends when the log fails)
+            self._tasks.append(asyncio.create_task(self._snapshot_loop(),
+                                                   name="rankd-snapshots"))
+        return aside
+
     def _lock_data_dir(self) -> None:
         path = self.config.data_dir / "LOCK"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)

@@ -571,8 +571,9 @@ def paths() -> dict[str, Any]:
             errors=(400,),
             description="The probe for a load balancer.  `checks` must all hold: "
                         "`recovered`, `listening` (every listener, HTTP and TCP, accepts), "
-                        "`wal_writable`, on a cluster node `cluster_joined`, and with "
-                        "Postgres configured "
+                        "`wal_writable`, on a cluster node `cluster_joined` and "
+                        "`cluster_fresh` (every board group within `--max-follow-lag`), "
+                        "and with Postgres configured "
                         "`postgres_shipping` (false when shipping stalled for good: a "
                         "missing or corrupt local record, or a history that differs from "
                         "Postgres's).  Postgres being down is not a reason to stop "

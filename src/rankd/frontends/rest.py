@@ -473,6 +473,7 @@ async def ready(request: web.Request) -> web.Response:
     node = service_of(request).cluster
     if node is not None:
         checks["cluster_joined"] = node.joined
+        checks["cluster_fresh"] = node.fresh
         degraded["cluster_log_connected"] = node.log_connected
     ready_now = all(checks.values())
     return json_response({"ready": ready_now, "checks": checks, "degraded": degraded},
