@@ -1104,7 +1104,13 @@ class Engine:
             applied = [p for p, a in zip(positions, done.answers, strict=True)
                        if not isinstance(a, EngineError)]
             if done.payloads:
-                waits.append((applied, self._replicate(writer, done.payloads, done.boards)))
+                try:
+                    replicated = self._replicate(writer, done.payloads, done.boards)
+                except EngineError as exc:  # the local log failed: sent nowhere
+                    for position in applied:
+                        answers[position] = exc
+                    continue
+                waits.append((applied, replicated))
             elif applied:
                 # Duplicates only: the events they repeat may not be committed
                 # yet, and a duplicate's answer acknowledges them too.
@@ -1142,17 +1148,18 @@ class Engine:
         ``local``: the commit of this pass, when it is the caller (the
         records are then only appended)."""
         group, epoch = writer.group, writer.epoch
-        expected = writer.next_seq
-        first = writer.enqueue(payloads)
-        assert first == expected, f"group {group}: log gave {first}, applied at {expected}"
+        first = writer.next_seq
         last = first + len(payloads) - 1
+        # The local log first: one that failed (ReadOnly) sends the cluster's
+        # log nothing either, so a write refused so is refused everywhere.
+        self._append([records.encode([records.REPLICATED, group, first, epoch, payloads])],
+                     boards, len(payloads))
+        enqueued = writer.enqueue(payloads)
+        assert enqueued == first, f"group {group}: log gave {enqueued}, applied at {first}"
         self.positions[group] = (last, epoch)
         self._advance()
-        wrapped = [records.encode([records.REPLICATED, group, first, epoch, payloads])]
         if local is None:
-            local = self._commit_soon(wrapped, boards, len(payloads))
-        else:
-            self._append(wrapped, boards, len(payloads))
+            local = self._pass()
         return asyncio.ensure_future(self._acknowledged(writer, last, epoch, local))
 
     async def _acknowledged(self, writer: GroupWriter, last: int, epoch: int,
@@ -1161,13 +1168,18 @@ class Engine:
         up to ``last``."""
         replication = self._replication
         if replication.ack == "local":
-            await asyncio.shield(local)
+            try:
+                await asyncio.shield(local)
+            except ReadOnly as exc:
+                raise _sent_on(exc) from exc
             replication.check_acknowledge(writer.group)
             return last, epoch
         try:
             both = asyncio.gather(local, writer.committed(last))
             both.add_done_callback(outcome_seen)
             await asyncio.wait_for(asyncio.shield(both), replication.ack_timeout)
+        except ReadOnly as exc:
+            raise _sent_on(exc) from exc
         except EngineError:
             raise
         except TimeoutError:
@@ -1864,6 +1876,14 @@ def _tell_pass_waiters(thens: list[Any],
         else:
             future.set_exception(error)
     Intake.tell(thens, error)
+
+
+def _sent_on(exc: ReadOnly) -> Unacknowledged:
+    """The answer to a cluster write the local log failed to keep after it
+    was sent to its group's log, which may still commit it."""
+    return Unacknowledged(f"this node's local log failed ({exc.message}) after the write "
+                          "was sent to the cluster's log, which may still commit it: "
+                          "resubmit it with the same event id, to another node")
 
 
 def _failed(exc: BaseException) -> asyncio.Future[None]:
