@@ -19,13 +19,16 @@ cluster's log.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import aiohttp
+from cluster_nodes import nodes
 from jepsen import Lab, read_log, read_orphans
 
-from rankd.client import AsyncClient
+from rankd.client import AsyncClient, Client
 from rankd.cluster.groups import group_of
+from respclient import RawClient
 
 # Boards of four different groups.
 A, B, C, D = "alpha", "beta", "gamma", "delta"
@@ -251,3 +254,81 @@ def test_an_outage_of_postgres_itself_deposes_no_live_primary(tmp_path, pg_serve
         raise
     finally:
         lab.close()
+
+
+def test_reads_of_a_busy_primary_wait_for_its_commits_and_never_fail(tmp_path, pg_dsn):
+    """--ack log, one node writing a board as fast as four clients can
+    while REST, TCP and RESP clients read it: a read meets writes applied
+    and not yet committed almost every time, waits for them (the group's
+    writes held meanwhile) and is answered; on each connection scores never
+    go back, and none exceeds the writes sent so far."""
+    with nodes(tmp_path, pg_dsn, 1) as (only,):
+        status, body = only.request("PUT", f"/v1/boards/{A}", {"policy": "sum"})
+        assert status in (200, 201), body
+        sent = [0]
+        stop = time.monotonic() + 4
+        failures: list[object] = []
+
+        def writer(number: int) -> None:
+            n = 0
+            while time.monotonic() < stop:
+                n += 1
+                sent[0] += 1
+                status, body = only.request("POST", f"/v1/boards/{A}/scores", {
+                    "member": "m", "delta": 1, "event_id": f"w{number}-{n}"})
+                if status != 200:
+                    failures.append(("write", status, body))
+
+        def reader(read) -> None:
+            last = 0.0
+            reads = 0
+            while time.monotonic() < stop:
+                try:
+                    score = read()
+                except Exception as exc:  # every failure is one
+                    failures.append((read.__name__, repr(exc)))
+                    continue
+                reads += 1
+                if score < last or score > sent[0]:
+                    failures.append((read.__name__, score, last, sent[0]))
+                last = score
+            assert reads > 10, (read.__name__, reads)
+
+        def rest() -> float:
+            status, body = only.request("GET", f"/v1/boards/{A}/members/m")
+            if status == 404:
+                return 0.0
+            assert status == 200, body
+            return body["score"]
+
+        tcp_client = Client("127.0.0.1", only.tcp_port, retries=0)
+
+        def tcp() -> float:
+            try:
+                return tcp_client.member(A, "m")["score"]
+            except Exception as exc:
+                if type(exc).__name__ == "NotFound":
+                    return 0.0
+                raise
+
+        resp_client = RawClient(only.resp_port)
+
+        def resp() -> float:
+            replies = resp_client.pipeline([["ZSCORE", A, "m"]] * 8)
+            scores = [float(r.split(b"\r\n")[1]) if r.startswith(b"$") and r != b"$-1\r\n"
+                      else (0.0 if r == b"$-1\r\n" else -1.0) for r in replies]
+            assert min(scores) >= 0, replies
+            assert scores == sorted(scores), replies
+            return scores[-1]
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        threads += [threading.Thread(target=reader, args=(read,)) for read in (rest, tcp, resp)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        tcp_client.close()
+        resp_client.close()
+        assert not failures, failures[:10]
+        status, body = only.request("GET", f"/v1/boards/{A}/members/m")
+        assert status == 200 and body["score"] == sent[0], (body, sent[0])

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from rankd._native import native_or
 from rankd.engine.config import BOARD_NAME, BoardConfig
 from rankd.engine.engine import Submission
-from rankd.engine.errors import EngineError, NotFound
+from rankd.engine.errors import EngineError, NotFound, Unsettled
 from rankd.engine.ingest import IF_ABSENT, IF_GREATER, IF_LESS, IF_PRESENT, check_member
 from rankd.frontends.resp.arguments import (
     BOUND_NOT_FLOAT,
@@ -185,7 +185,13 @@ async def _built_in_steps(conn: RespConnection, name: str | None,
     """:func:`_stepwise`'s large case (``name``: the board it reads)."""
     for attempt in range(STEP_RESTARTS + 1):
         version = _version(conn, name)
-        header, total, piece = plan()
+        try:
+            header, total, piece = plan()
+        except Unsettled as exc:  # writes not committed yet: once they are, again
+            if attempt == STEP_RESTARTS:
+                raise
+            await conn.service.engine.settle(exc.group)
+            continue
         parts, size, done = [header], len(header), 0
         while done < total:
             if done and attempt < STEP_RESTARTS:
