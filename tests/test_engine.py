@@ -679,8 +679,8 @@ def test_native_plain_reads_follow_the_engines_state(tmp_path, clock):
                               1 << 20, 1 << 20, True)
         return engine.plain_reads.answer(reads, 0, 2, 100, 1 << 20)
 
-    class CatchingUp:
-        serving = False
+    class CatchingUp:  # (a node that cannot answer reads natively: catching up, say)
+        reads_natively = False
 
     async def body(engine_: Engine):
         nonlocal engine
