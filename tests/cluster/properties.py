@@ -19,20 +19,21 @@ from collections.abc import Collection, Iterable, Mapping
 
 from history import History, LiveMessage, Operation, Read
 
-#: (board, member) -> score
+#: (board, member)
 Key = tuple[str, str]
 
 
 def lost_and_doubled(history: History, logged: Mapping[str, int],
                      orphaned: Collection[str]) -> dict:
-    """Acknowledged events the final log lacks (``lost``; those not set aside
+    """Acknowledged events (by the clients or the checker's resubmissions)
+    the final log lacks (``lost``; those not set aside
     by any node: ``lost_not_set_aside``), events it holds more than once
     (``doubled``), events nobody submitted (``strangers``), and the widest
     span of acknowledgement times of one board's lost events
     (``lost_window_s``: what a failover under ``--ack local`` may lose is
     at most the unshipped window)."""
     acknowledged: dict[str, Operation] = {}
-    for op in history.operations:
+    for op in (*history.operations, *history.resubmissions):
         if op.outcome == "ok":
             acknowledged.setdefault(op.event_id, op)
     lost = [acknowledged[e] for e in acknowledged if logged.get(e, 0) == 0]
@@ -54,15 +55,21 @@ def refused_but_applied(history: History, logged_before: Collection[str],
     """Events answered with a definite refusal that were applied anyway: in
     the log before the checker resubmitted anything (``refused_in_log``), or
     set aside by a node, for ``rankd cluster resubmit`` to apply later
-    (``refused_set_aside``).  An event that a later attempt got answered as
-    applied (not as a duplicate) is excused: that attempt applied it."""
-    applied_later = {op.event_id for op in history.operations if op.applied_here}
+    (``refused_set_aside``).  An event some other attempt of may have
+    applied (one answered as applied, not as a duplicate, or one whose
+    outcome is unknown) is excused: only an event whose every attempt was
+    refused or answered as a duplicate proves a refusal false."""
     refused = {op.event_id for op in history.operations if op.outcome == "fail"}
-    suspects = refused - applied_later
+    may_have_applied = {op.event_id for op in history.operations
+                        if op.applied_here or op.outcome == "unknown"}
+    suspects = refused - may_have_applied
     in_log = {e for e in suspects if e in logged_before}
     set_aside = {e for e in suspects if e in orphaned}
+    examples = sorted({f"{op.event_id}: {op.detail} on node {op.node}"
+                       for op in history.operations
+                       if op.outcome == "fail" and op.event_id in in_log | set_aside})
     return {"refused_but_applied": len(in_log | set_aside), "refused_in_log": len(in_log),
-            "refused_set_aside": len(set_aside)}
+            "refused_set_aside": len(set_aside), "refused_examples": examples[:5]}
 
 
 def _applied_at(history: History) -> dict[Key, dict[int, float]]:

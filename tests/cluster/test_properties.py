@@ -56,10 +56,15 @@ def test_refused_but_applied() -> None:
                        op("d", "fail", 0, 1), op("d", "ok", 2, 3)])
     # d: refused, then applied by a later attempt that said so: excused.
     assert refused_but_applied(history, {"d"}, set())["refused_but_applied"] == 0
+    # e: an attempt of unknown outcome may have applied it before the refusal.
+    history.operations += [op("e", "unknown", 0, 5), op("e", "fail", 5, 6),
+                           op("e", "ok", 7, 8, detail="duplicate")]
+    assert refused_but_applied(history, {"d", "e"}, set())["refused_but_applied"] == 0
     broken = refused_but_applied(history, {"a", "d"}, {"b", "a"})
-    assert broken == {"refused_but_applied": 2, "refused_in_log": 1, "refused_set_aside": 2}
+    assert broken == {"refused_but_applied": 2, "refused_in_log": 1, "refused_set_aside": 2,
+                      "refused_examples": ["a:  on node 0", "b:  on node 0"]}
     # A later attempt answered "duplicate" does not excuse: the refused one applied it.
-    history.operations[-1].detail = "duplicate"
+    history.operations[4].detail = "duplicate"
     assert refused_but_applied(history, {"d"}, set())["refused_but_applied"] == 1
 
 
