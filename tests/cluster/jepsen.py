@@ -136,6 +136,7 @@ class Lab:
             self.pg.start()
         self.lease_seconds = lease_seconds
         self.ack = ack
+        self.ack_timeout = ack_timeout
         parts = urlsplit(self.pg.admin_dsn)
         self.pg_proxies = [Proxy(parts.port) for _ in range(nodes)]
         self.daemons: list[Daemon] = []
@@ -145,28 +146,36 @@ class Lab:
         self.tcp = tcp
         #: How often the harness restarted each node (reads compare within one).
         self.incarnations = [0] * nodes
-        for i in range(nodes):
-            dsn = urlunsplit(parts._replace(
-                netloc=f"{parts.username}@127.0.0.1:{self.pg_proxies[i].port}"))
-            if self.standby is not None:
-                dsn = self.dsn
-            env = None if shim is None else {
-                "LD_PRELOAD": str(shim), "RANKD_FAULT_TRIGGER": str(self._disk_full(i)),
-                "RANKD_FAULT_WRITE_FAIL": f"{os.path.realpath(root / f'node{i}')}/:28"}
-            daemon = Daemon(root / f"node{i}", "--cluster-dsn", dsn, "--node-id", f"n{i}",
-                            "--lease-seconds", str(lease_seconds), "--ack", ack,
-                            "--ack-timeout", str(ack_timeout), "--log-format", "text",
-                            "--fsync", "always", *(() if tcp else ("--tcp-port", "0")),
-                            *extra, env=env)
-            self.daemons.append(daemon)
-            daemon.start()
-            wait_ready(daemon)
-            # Only now: a proxy made before would take any free port, the one the
-            # daemon had picked (and not yet bound) among them.
-            self.client_proxies.append(Proxy(daemon.port))
-            if tcp:
-                self.tcp_proxies.append(Proxy(daemon.tcp_port))
         self.paused: set[int] = set()
+        try:
+            for i in range(nodes):
+                self._start_node(i, shim, extra)
+        except BaseException:  # leave no process behind
+            self.close()
+            raise
+
+    def _start_node(self, i: int, shim: Path | None, extra: tuple[str, ...]) -> None:
+        parts = urlsplit(self.pg.admin_dsn)
+        dsn = urlunsplit(parts._replace(
+            netloc=f"{parts.username}@127.0.0.1:{self.pg_proxies[i].port}"))
+        if self.standby is not None:
+            dsn = self.dsn
+        env = None if shim is None else {
+            "LD_PRELOAD": str(shim), "RANKD_FAULT_TRIGGER": str(self._disk_full(i)),
+            "RANKD_FAULT_WRITE_FAIL": f"{os.path.realpath(self.root / f'node{i}')}/:28"}
+        daemon = Daemon(self.root / f"node{i}", "--cluster-dsn", dsn, "--node-id", f"n{i}",
+                        "--lease-seconds", str(self.lease_seconds), "--ack", self.ack,
+                        "--ack-timeout", str(self.ack_timeout), "--log-format", "text",
+                        "--fsync", "always", *(() if self.tcp else ("--tcp-port", "0")),
+                        *extra, env=env)
+        self.daemons.append(daemon)
+        daemon.start()
+        wait_ready(daemon)
+        # Only now: a proxy made before would take any free port, the one the
+        # daemon had picked (and not yet bound) among them.
+        self.client_proxies.append(Proxy(daemon.port))
+        if self.tcp:
+            self.tcp_proxies.append(Proxy(daemon.tcp_port))
 
     @property
     def dsn(self) -> str:
@@ -506,6 +515,11 @@ async def check(lab: Lab, history: History) -> dict:
             **reads_going_back(history),
             **version_conflicts(history),
             **stale_reads(history),
+            # 500s (a write's outcome then is unknown) and exceptions nobody retrieved.
+            "internal_errors": sum(op.detail == "internal" for op in history.operations)
+            + sum(read.code == "internal" for read in history.reads),
+            "unretrieved_exceptions": sum(d.log().count("exception was never retrieved")
+                                          for d in lab.daemons),
             "set_aside": len(orphaned), "converged": converged, "nodes_agreeing": len(digests),
             "score_mismatches": score_mismatches(lab, sorted(digests), per_member),
             "epochs": {g: entries[-1][1] for g, entries in logs.items()}}
@@ -534,7 +548,8 @@ def violations(figures: dict, scenario: str, ack: str, lease_seconds: float = 1.
         expect("lost_window_s", figures["lost_window_s"] <= MAX_UNSHIPPED_SECONDS + 0.5)
     else:
         expect("lost", figures["lost"] == 0)
-    for name in ("doubled", "strangers", "refused_but_applied", "score_mismatches"):
+    for name in ("doubled", "strangers", "refused_but_applied", "score_mismatches",
+                 "internal_errors", "unretrieved_exceptions"):
         expect(name, figures[name] == 0)
     if not lossy:
         for name in ("dirty_reads", "dirty_live", "reads_going_back", "live_going_back",
