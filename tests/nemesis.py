@@ -12,15 +12,21 @@ directions, from the moment it is set:
 
 It only ever connects to loopback, so fault tests send no traffic anywhere
 else.
+
+:func:`process_tree` and :func:`signal_all` pause and resume a whole
+server (a Postgres postmaster and its backends) by pid, never by name.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import struct
+import subprocess
 import threading
+from pathlib import Path
 
 MODES = ("pass", "delay", "blackhole", "reset")
 
@@ -111,3 +117,31 @@ class Proxy:
             await writer.drain()
         with contextlib.suppress(OSError):
             writer.write_eof()
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (from ``/proc``, else ``pgrep -P``)."""
+    tasks = Path(f"/proc/{pid}/task")
+    found: list[int] = []
+    try:
+        for task in tasks.iterdir():
+            found += [int(child) for child in (task / "children").read_text().split()]
+        return found
+    except OSError:  # no /proc/.../children on this kernel
+        listed = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+        return [int(child) for child in listed.stdout.split()]
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process descended from it, parents first."""
+    tree = [pid]
+    for parent in tree:  # grows as it goes
+        tree += [child for child in children(parent) if child not in tree]
+    return tree
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    """Send ``sig`` to each of ``pids`` that still runs."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
