@@ -332,10 +332,18 @@ class ClusterNode:
                 refused = Unavailable(f"node {self.node_id} is still joining the cluster; "
                                       "try again shortly; nothing was applied")
                 return dict.fromkeys(groups, refused)
-        # Each group alone: one that waits for Postgres holds up no other.
-        outcomes = await asyncio.gather(*(self._prepare_group(group, take) for group in groups),
-                                        return_exceptions=True)
-        for group, outcome in zip(groups, outcomes, strict=True):
+        writers = self.writers
+        # The common case, groups this node writes: nothing to do, nor to wait for.
+        pending = [group for group in groups if group not in writers
+                   or writers[group].fenced is not None]
+        if not pending:
+            return refusals
+        if len(pending) == 1:
+            outcomes = [await _outcome(self._prepare_group(pending[0], take))]
+        else:  # each group alone: one that waits for Postgres holds up no other
+            outcomes = await asyncio.gather(*(self._prepare_group(group, take)
+                                              for group in pending), return_exceptions=True)
+        for group, outcome in zip(pending, outcomes, strict=True):
             if isinstance(outcome, EngineError):
                 refusals[group] = outcome
             elif isinstance(outcome, POSTGRES_ERRORS):
@@ -915,3 +923,13 @@ class ClusterNode:
             "tail_connected": self.log_connected,
             "tail_stage": self.tail.stage if self.tail else None, "orphaned_records": self.orphaned,
         }
+
+
+async def _outcome(step: Any) -> BaseException | None:
+    """What awaiting ``step`` raised (None if nothing), as ``gather`` with
+    ``return_exceptions`` gives it, without a task."""
+    try:
+        await step
+    except Exception as exc:
+        return exc
+    return None
