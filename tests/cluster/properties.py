@@ -29,7 +29,7 @@ def lost_and_doubled(history: History, logged: Mapping[str, int],
     the final log lacks (``lost``; those not set aside
     by any node: ``lost_not_set_aside``), events it holds more than once
     (``doubled``), events nobody submitted (``strangers``), and the widest
-    span of acknowledgement times of one board's lost events
+    span of the invocation times of one board's lost events
     (``lost_window_s``: what a failover under ``--ack local`` may lose is
     at most the unshipped window)."""
     acknowledged: dict[str, Operation] = {}
@@ -40,7 +40,9 @@ def lost_and_doubled(history: History, logged: Mapping[str, int],
     submitted = {op.event_id for op in history.operations}
     times: dict[str, list[float]] = defaultdict(list)
     for op in lost:
-        times[op.board].append(op.completed)
+        # When sent: an answer a paused primary gave just before SIGSTOP
+        # leaves after SIGCONT, and its completion spans the pause.
+        times[op.board].append(op.invoked)
     return {
         "lost": len(lost),
         "lost_not_set_aside": sum(op.event_id not in orphaned for op in lost),
