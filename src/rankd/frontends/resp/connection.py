@@ -396,8 +396,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             # any number of names.
             known = COMMANDS.get(words[0].lower())
             self.server.stats[(known.name if known is not None else "unknown", "error")] += 1
-            out.append(self.replies.error(exc.text))
-            transactions.failed(self)  # inside MULTI: EXEC aborts
+            # (Inside MULTI, EXEC aborts.)
+            out.append(self.replies.error(transactions.rejected(self, words, exc.text)))
             if self.principal is None:
                 self._failed_auth(out)
             return None

@@ -106,10 +106,16 @@ def forget(conn: RespConnection) -> None:
     conn.watched = None
 
 
-def failed(conn: RespConnection) -> None:
-    """A command inside MULTI failed its checks: EXEC will abort."""
+def rejected(conn: RespConnection, words: list[bytes], text: str) -> str:
+    """A command failed its checks (name, arity): inside MULTI, EXEC will
+    abort.  A refused EXEC itself discards the transaction (and the
+    watches) at once, its error saying so, as Redis's ``rejectCommand``."""
     if conn.multi is not None:
         conn.multi.failed = True
+    if words[0].lower() != b"exec":
+        return text
+    forget(conn)
+    return f"EXECABORT Transaction discarded because of: {text.removeprefix('ERR ')}"
 
 
 def queue(conn: RespConnection, command: Command, words: list[bytes], out: list[bytes],
