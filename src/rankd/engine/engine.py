@@ -67,6 +67,7 @@ from rankd.engine.replay import gather_submit, replay_submits
 from rankd.engine.replication import GroupWriter, Replication
 from rankd.engine.settling import ReadGates
 from rankd.engine.snapshot import SnapshotStore
+from rankd.engine.transaction import Transaction
 from rankd.engine.view import SortedView
 from rankd.engine.wal import WalCorruptError, WalFailedError, WriteAheadLog
 
@@ -218,6 +219,9 @@ class Engine:
         self._advanced = asyncio.Event()
         #: A cluster primary's groups whose writes wait while readers settle.
         self.read_gates = ReadGates()
+        #: While a transaction runs its step: the groups whose uncommitted
+        #: writes its reads met (it answers once they commit), else None.
+        self.unsettled_reads: set[int] | None = None
 
     @property
     def boards(self) -> dict[str, Board]:
@@ -600,6 +604,11 @@ class Engine:
                     f"{self.config.data_dir}: position {lsn} of the log holds a cluster "
                     "node's record: start this data dir with the --cluster-dsn it was a "
                     "node of")
+            if record[0] == records.TX_SLOT:
+                continue  # the TRANSACTION record at the end holds it
+            if record[0] == records.TRANSACTION:  # its records, at their positions
+                self._replay_records(list(enumerate(record[3], record[2])), touched)
+                continue
             if touched is not None:
                 touched.add(record[1])
             if record[0] != records.SUBMIT:
@@ -745,6 +754,11 @@ class Engine:
             logged.append([records.BOARD_DROP, name, now_ms])
         await self._write(logged)
         return list(chosen.items())
+
+    def transaction(self) -> Transaction:
+        """Writes applied in one step and logged as one record: see
+        :mod:`rankd.engine.transaction`."""
+        return Transaction(self)
 
     async def submit(self, submission: Submission) -> dict[str, Any]:
         """Apply one submission and return its result (raises EngineError)."""
@@ -1493,7 +1507,12 @@ class Engine:
                 raise Unavailable("this node is catching up with the cluster's log; it "
                                   "serves once it has (see /v1/ready)")
             if reading:
-                self._replication.check_read(group_of(name), name)
+                try:
+                    self._replication.check_read(group_of(name), name)
+                except Unsettled as exc:
+                    if self.unsettled_reads is None:
+                        raise
+                    self.unsettled_reads.add(exc.group)  # a transaction's: it waits after
         board = self._boards.get(name)
         if board is None:
             raise NotFound(f"no board named {name!r}")

@@ -18,6 +18,18 @@ SUBMIT     board, member, value, is_delta, event_id, ts_ms, now_ms, label,
 REMOVE     board, member, ts_ms
 =========  ===============================================================
 
+A transaction of ``n > 1`` records (``rankd.engine.transaction``) takes
+``n`` positions: ``n - 1`` placeholders, then one record holding all ``n``,
+applied at those positions when it is met (one frame: all or nothing):
+
+===========  ==============================================================
+kind         items after the kind
+===========  ==============================================================
+TX_SLOT      board, ts_ms: a position of the transaction that follows
+TRANSACTION  board, first, payloads, ts_ms: the records (each encoded) at
+             positions first, first + 1, ... (this one's is the last)
+===========  ==============================================================
+
 A cluster node (``--cluster-dsn``) logs every record of a board group
 wrapped with its place in the group's log, and nothing else:
 
@@ -48,10 +60,12 @@ REMOVE = 4
 REPLICATED = 5
 GROUP_RESET = 6
 GROUP_LOAD = 7
+TX_SLOT = 8
+TRANSACTION = 9
 
 KIND_NAMES = {BOARD_PUT: "board_put", BOARD_DROP: "board_drop", SUBMIT: "submit",
               REMOVE: "remove", REPLICATED: "replicated", GROUP_RESET: "group_reset",
-              GROUP_LOAD: "group_load"}
+              GROUP_LOAD: "group_load", TX_SLOT: "tx_slot", TRANSACTION: "transaction"}
 
 _packer = msgpack.Packer(use_bin_type=True)
 

@@ -25,6 +25,7 @@ from rankd import __version__
 from rankd.engine.errors import EngineError
 from rankd.engine.periods import WINDOWS
 from rankd.frontends.resp import sorted_sets as zset
+from rankd.frontends.resp import transactions
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, glob_match, integer, text
 from rankd.frontends.resp.protocol import Replies
 
@@ -633,3 +634,19 @@ COMMANDS[b"command"] = Command(
                           cost=_names_cost),
         b"list": _command("command|list", -2, command_list, None, group="server"),
     })
+
+# Transactions (rankd.frontends.resp.transactions): MULTI queues, EXEC applies atomically.
+COMMANDS.update({c.name.encode(): c for c in [
+    _command("multi", 1, transactions.multi, None, ("noscript", "loading", "stale", "fast"),
+             group="transactions", summary="Start a transaction"),
+    _command("exec", 1, transactions.exec_, None, ("noscript", "loading", "stale"),
+             group="transactions", summary="Run the queued commands as one atomic commit",
+             immediate=False),
+    _command("discard", 1, transactions.discard, None, ("noscript", "loading", "stale", "fast"),
+             group="transactions", summary="Forget the queued commands"),
+    _command("watch", -2, transactions.watch, None, ("noscript", "loading", "stale", "fast"),
+             (1, -1), "transactions", "Abort the next EXEC if these keys change",
+             cost=_by_keys),
+    _command("unwatch", 1, transactions.unwatch, None, ("noscript", "loading", "stale", "fast"),
+             group="transactions", summary="Forget the watched keys"),
+]})

@@ -49,6 +49,7 @@ from rankd.frontends.connections import (
     PipelinedConnection,
     PipelinedServer,
 )
+from rankd.frontends.resp import transactions
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import COMMANDS, Command, lookup, unknown_command
 from rankd.frontends.resp.protocol import (
@@ -185,6 +186,10 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.parse_paused = False
         #: Set by QUIT: close once its reply is written.
         self.quitting = False
+        #: The transaction being queued (MULTI), and the watched boards
+        #: (WATCH): see :mod:`.transactions`.
+        self.multi: transactions.Multi | None = None
+        self.watched: dict[str, Any] | None = None
 
     def _reader(self) -> RequestReader:
         if self.principal is None:
@@ -286,6 +291,9 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         size = [0, 0]
         position = 0
         for item in items:
+            if self.multi is not None and type(item) in (_Packed, _PackedReads):
+                items[position:position + 1] = self._unpack(item)
+                break  # inside MULTI every command is queued as words (the worker's)
             if type(item) is _Packed:
                 if not (self.writable and self._takes(item)):
                     items[position:position + 1] = self._unpack(item)
@@ -308,7 +316,10 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             if isinstance(item, ProtocolError):
                 break
             command = self._lookup(item, out)
-            if command is not None:
+            if command is not None and self.multi is not None and transactions.queue(
+                    self, command, item, out, weight(item)):
+                pass
+            elif command is not None:
                 if not command.immediate:
                     break
                 try:
@@ -335,6 +346,11 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                        and _grown(out, size) < OUT_HIGH_WATER):
                     words = self.queue.popleft()
                     self.queued_bytes -= weight(words)
+                    if self.multi is not None and type(words) in (_Packed, _PackedReads):
+                        unpacked = self._unpack(words)  # inside MULTI: queued as words
+                        self.queue.extendleft(reversed(unpacked))
+                        self.queued_bytes += sum(map(weight, unpacked))
+                        continue
                     if type(words) is _Packed:
                         await self._flush(pending, out)
                         await self._packed(words, out)
@@ -380,7 +396,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             # any number of names.
             known = COMMANDS.get(words[0].lower())
             self.server.stats[(known.name if known is not None else "unknown", "error")] += 1
-            out.append(self.replies.error(exc.text))
+            # (Inside MULTI, EXEC aborts.)
+            out.append(self.replies.error(transactions.rejected(self, words, exc.text)))
             if self.principal is None:
                 self._failed_auth(out)
             return None
@@ -435,6 +452,9 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         stats = self.server.stats
         command = self._lookup(words, out)
         if command is None:
+            return
+        if self.multi is not None and transactions.queue(self, command, words, out,
+                                                         weight(words)):
             return
         if not command.batchable:
             await self._flush(pending, out)
@@ -553,9 +573,11 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         return []
 
     def _unpack(self, packed: Any) -> list[list[bytes]]:
-        """A packed run's commands, for the general path."""
+        """A packed run's commands (writes or reads), for the general path."""
         reader = RequestReader(max_bulk=self.server.max_bulk)
-        return [words for source in packed.sources() for words in reader.feed(source)]
+        sources = packed.sources() if type(packed) is _Packed else map(
+            packed.source, range(len(packed)))
+        return [words for source in sources for words in reader.feed(source)]
 
     def _takes(self, packed: Any) -> bool:
         """Whether the fast path takes a packed run: its boards exist and
@@ -665,6 +687,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.replies = Replies(2)
         self.name = None
         self.window = self.period = None
+        transactions.forget(self)
         if self.gate.auth_enabled:
             self.principal = None
             self.deadline = 0.0
@@ -706,7 +729,9 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         now = self.loop.time()
         return (f"id={self.id} addr={self.address} laddr= fd=-1 name={self.name or ''} "
                 f"age={int(now - self.opened_at)} idle={int(now - self.last_active)} "
-                f"flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 "
+                f"flags={'x' if self.multi is not None else 'N'} db=0 sub=0 psub=0 ssub=0 "
+                f"multi={len(self.multi.queued) if self.multi is not None else -1} "
+                f"qbuf=0 qbuf-free=0 argv-mem=0 "
                 f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client "
                 f"user=default redir=-1 resp={self.replies.version} "
                 f"lib-name={self.library.get('lib-name', '')} "

@@ -1,0 +1,318 @@
+"""RESP transactions (MULTI/EXEC/DISCARD/WATCH/UNWATCH): Redis's semantics,
+checked against a real ``redis-server`` with random sequences from several
+connections, real clients' transactional pipelines, and rankd's guarantee on
+top: an EXEC is one atomic commit, wholly there or wholly absent after a
+``kill -9``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daemon import Daemon
+from redisserver import RedisServer
+from respclient import RawClient
+from test_resp_differential import KEYS, MEMBERS, command
+
+EXAMPLES = int(os.environ.get("RANKD_RESP_EXAMPLES", "300"))
+NODE_DIR = Path(__file__).parent / "clients" / "node"
+REQUIRED = os.environ.get("RANKD_REQUIRE_CLIENTS", "") not in ("", "0")
+CONNECTIONS = 3
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    redis_server = RedisServer()
+    daemon = Daemon(tmp_path_factory.mktemp("resp-tx") / "data", "--tcp-port", "0",
+                    "--fsync", "no")
+    daemon.start()
+    try:
+        yield redis_server.port, daemon
+    finally:
+        daemon.stop()
+        redis_server.stop()
+
+
+# --- differential: random transactions from several connections -------------------------
+
+keys = st.sampled_from(KEYS)
+
+
+@st.composite
+def step(draw) -> tuple[int, list[str]]:
+    """A command of one of the connections: transaction control (often), or
+    any command of the differential test (queued when inside MULTI)."""
+    connection = draw(st.integers(0, CONNECTIONS - 1))
+    kind = draw(st.integers(0, 9))
+    if kind == 0:
+        return connection, ["MULTI"]
+    if kind == 1:
+        return connection, [draw(st.sampled_from(["EXEC", "exec", "DISCARD"]))]
+    if kind == 2:
+        return connection, ["WATCH", *draw(st.lists(keys, min_size=1, max_size=3))]
+    if kind == 3:
+        return connection, draw(st.sampled_from([["UNWATCH"], ["EXEC", "x"], ["MULTI", "x"],
+                                                 ["WATCH"], ["RESET"], ["FLUSHALL"]]))
+    return connection, draw(command())
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(steps=st.lists(step(), min_size=1, max_size=50))
+def test_transactions_from_several_connections_answer_as_redis(servers, protocol, steps):
+    redis_port, daemon = servers
+    pairs = [(RawClient(redis_port), RawClient(daemon.resp_port)) for _ in range(CONNECTIONS)]
+    try:
+        for redis_client, rankd_client in pairs:
+            for client in (redis_client, rankd_client):
+                if protocol == 3:
+                    client.call("HELLO", "3")
+        pairs[0][0].call("FLUSHALL")
+        pairs[0][1].call("FLUSHALL")
+        for connection, words in steps:
+            redis_client, rankd_client = pairs[connection]
+            expected = redis_client.call(*words)
+            if words[0] == "RESET" and protocol == 3:  # RESET goes back to RESP2: again 3
+                redis_client.call("HELLO", "3")
+            answered = rankd_client.call(*words)
+            if words[0] == "RESET" and protocol == 3:
+                rankd_client.call("HELLO", "3")
+            assert answered == expected, (connection, words, expected, answered)
+        for redis_client, rankd_client in pairs:  # leave no transaction open
+            redis_client.call("RESET")
+            rankd_client.call("RESET")
+        for key in KEYS:
+            words = ["ZRANGE", key, "0", "-1", "WITHSCORES"]
+            assert pairs[0][1].call(*words) == pairs[0][0].call(*words), key
+    finally:
+        for redis_client, rankd_client in pairs:
+            redis_client.close()
+            rankd_client.close()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_pipelined_transactions_answer_as_redis(servers, protocol):
+    """MULTI ... EXEC sent in one pipeline (the plain writes inside are not
+    taken by the native path: they are queued), interleaved with plain
+    pipelined writes and reads before and after."""
+    redis_port, daemon = servers
+    pipeline = [["FLUSHALL"]]
+    for i in range(60):
+        key, member = KEYS[i % 3], MEMBERS[i % len(MEMBERS)]
+        pipeline += [["ZINCRBY", key, "1", member], ["ZSCORE", key, member], ["MULTI"],
+                     ["ZADD", key, str(i), member], ["ZINCRBY", KEYS[(i + 1) % 3], "2", member],
+                     ["ZSCORE", key, member], ["ZREVRANGE", key, "0", "2", "WITHSCORES"]]
+        if i % 7 == 0:
+            pipeline.append(["ZPOPMIN", key])
+        if i % 11 == 0:
+            pipeline.append(["NOSUCHCOMMAND"])
+        pipeline += [["DISCARD" if i % 5 == 0 else "EXEC"], ["ZCARD", key]]
+    with RawClient(redis_port) as redis_client, RawClient(daemon.resp_port) as rankd_client:
+        if protocol == 3:
+            redis_client.call("HELLO", "3")
+            rankd_client.call("HELLO", "3")
+        assert rankd_client.pipeline(pipeline) == redis_client.pipeline(pipeline)
+
+
+def test_watch_sees_writes_from_rest(servers):
+    """A watched board written through REST (another front-end) aborts EXEC."""
+    _, daemon = servers
+    with RawClient(daemon.resp_port) as client:
+        client.call("FLUSHALL")
+        assert client.call("ZADD", "watched", "1", "a") == b":1\r\n"
+        assert client.call("WATCH", "watched") == b"+OK\r\n"
+        status, _ = daemon.request("POST", "/v1/boards/watched/scores",
+                                   {"member": "b", "score": 2})
+        assert status == 200
+        assert client.call("MULTI") == b"+OK\r\n"
+        assert client.call("ZADD", "watched", "9", "a") == b"+QUEUED\r\n"
+        assert client.call("EXEC") == b"*-1\r\n"
+        assert client.call("ZSCORE", "watched", "a") == b"$1\r\n1\r\n"
+        # Deleted through REST: aborted too.
+        assert client.call("WATCH", "watched") == b"+OK\r\n"
+        assert daemon.request("DELETE", "/v1/boards/watched")[0] in (200, 204)
+        assert client.call("MULTI") == b"+OK\r\n"
+        assert client.call("ZADD", "watched", "9", "a") == b"+QUEUED\r\n"
+        assert client.call("EXEC") == b"*-1\r\n"
+        assert client.call("EXISTS", "watched") == b":0\r\n"
+
+
+def test_queue_is_bounded(servers, monkeypatch):
+    """Past the queue's bound the command is refused and EXEC aborts."""
+    _, daemon = servers
+    with RawClient(daemon.resp_port) as client:
+        client.call("FLUSHALL")
+        assert client.call("MULTI") == b"+OK\r\n"
+        big = "x" * 500_000
+        replies = client.pipeline([["ZADD", "bounded", "1", big[:200]]]
+                                  + [["ECHO", big]] * 9)
+        assert replies[0] == b"+QUEUED\r\n"
+        assert any(r.startswith(b"-ERR rankd queues at most") for r in replies), replies
+        assert client.call("ZADD", "bounded", "2", "b") == b"+QUEUED\r\n"
+        assert client.call("EXEC").startswith(b"-EXECABORT")
+        assert client.call("EXISTS", "bounded") == b":0\r\n"
+
+
+# --- real clients -------------------------------------------------------------------------
+
+
+BOARDS = ["tx-daily", "tx-weekly", "tx-all"]
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_redis_py_transactional_pipeline_is_all_or_nothing(servers, protocol):
+    _, daemon = servers
+    client = redis.Redis(port=daemon.resp_port, protocol=protocol, decode_responses=True)
+    other = redis.Redis(port=daemon.resp_port, decode_responses=True)
+    try:
+        client.delete(*BOARDS)
+        with client.pipeline(transaction=True) as pipe:
+            for board in BOARDS:
+                pipe.zincrby(board, 10, "alice")
+            assert [float(v) for v in pipe.execute()] == [10, 10, 10]
+        with client.pipeline(transaction=True) as pipe:  # a queue-time error: nothing
+            for board in BOARDS:
+                pipe.zincrby(board, 5, "alice")
+            pipe.execute_command("NOSUCHCOMMAND", "x")
+            with pytest.raises(redis.exceptions.ResponseError):
+                pipe.execute()
+        with client.pipeline(transaction=True) as pipe:  # WATCH, then written by another
+            pipe.watch("tx-all")
+            other.zadd("tx-all", {"bob": 1})
+            pipe.multi()
+            for board in BOARDS:
+                pipe.zincrby(board, 7, "alice")
+            with pytest.raises(redis.exceptions.WatchError):
+                pipe.execute()
+        assert [client.zscore(board, "alice") for board in BOARDS] == [10, 10, 10]
+    finally:
+        client.close()
+        other.close()
+
+
+@pytest.mark.npm("tests/clients/node")
+@pytest.mark.parametrize("library", ["io", "node-redis"])
+def test_node_clients_transactions_are_all_or_nothing(servers, library):
+    _, daemon = servers
+    node = shutil.which("node")
+    package = "ioredis" if library == "io" else "redis"
+    if node is None or not (NODE_DIR / "node_modules" / package).is_dir():
+        reason = f"node or {package} is not installed: run `npm ci` in tests/clients/node"
+        if REQUIRED:
+            pytest.fail(f"{reason} (RANKD_REQUIRE_CLIENTS is set)")
+        pytest.skip(reason)
+    with RawClient(daemon.resp_port) as client:
+        client.call("DEL", *BOARDS)
+    done = subprocess.run([node, str(NODE_DIR / "transactions.mjs"), str(daemon.resp_port),
+                           library], capture_output=True, text=True, timeout=60, cwd=NODE_DIR)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert [float(v) for v in out["applied"]] == [10, 10, 10]
+    assert "EXECABORT" in out["aborted"]
+    assert out["watched"] in (None, "WatchError")
+    assert [float(v) for v in out["scores"]] == [10, 10, 10]
+
+
+# --- the guarantee: one commit, after kill -9 too ------------------------------------------
+
+
+def _exec_stream(port: int, worker: int, acked: list[int], stop: threading.Event) -> None:
+    """EXECs incrementing member ``w<worker>-<n>`` on three boards together,
+    eight in flight at a time; each acknowledged one is noted."""
+    request = b""
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    except OSError:
+        return
+    buffer = b""
+    n = 0
+    try:
+        while not stop.is_set():
+            batch = range(n, n + 8)
+            request = b"".join(
+                _encode(["MULTI"]) + b"".join(_encode(["ZINCRBY", board, "1", f"w{worker}-{i}"])
+                                              for board in BOARDS) + _encode(["EXEC"])
+                for i in batch)
+            sock.sendall(request)
+            for i in batch:
+                # +OK, 3 x +QUEUED, then the EXEC's array of 3 bulk strings.
+                while buffer.count(b"\r\n") < 4 + 1 + 6:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return
+                    buffer += chunk
+                lines = buffer.split(b"\r\n")
+                assert lines[:4] == [b"+OK", b"+QUEUED", b"+QUEUED", b"+QUEUED"], lines[:6]
+                assert lines[4] == b"*3", lines[4]
+                buffer = b"\r\n".join(lines[11:])
+                acked.append(i)
+            n += 8
+    except OSError:
+        return
+    finally:
+        sock.close()
+
+
+def _encode(words: list[str]) -> bytes:
+    out = [b"*%d\r\n" % len(words)]
+    for word in words:
+        data = word.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("fsync", ["no", "always"])
+def test_exec_is_whole_or_absent_after_kill_9(tmp_path, fsync):
+    """A stream of EXECs, each adding 1 to one member on three boards, from
+    four connections while the daemon is killed with SIGKILL at random
+    moments, a few times over: after each restart every member has the same
+    score on the three boards (no transaction half there), and every
+    acknowledged one is there."""
+    data_dir = tmp_path / "data"
+    acknowledged: dict[int, list[int]] = {w: [] for w in range(4)}
+    for cycle, pause in enumerate([0.4, 0.7, 0.25, 0.9]):
+        daemon = Daemon(data_dir, "--tcp-port", "0", "--fsync", fsync)
+        daemon.start()
+        if cycle == 0:
+            with RawClient(daemon.resp_port) as client:
+                for board in BOARDS:  # the boards exist: the writes are plain ones
+                    client.call("ZADD", board, "0", "seed")
+        stop = threading.Event()
+        acked: dict[int, list[int]] = {w: [] for w in range(4)}
+        workers = [threading.Thread(target=_exec_stream, args=(daemon.resp_port, w + 10 * cycle,
+                                                               acked[w], stop))
+                   for w in range(4)]
+        for worker in workers:
+            worker.start()
+        time.sleep(pause)
+        daemon.kill()
+        stop.set()
+        for worker in workers:
+            worker.join(30)
+        for w in range(4):
+            acknowledged.setdefault(w + 10 * cycle, []).extend(acked[w])
+    assert sum(map(len, acknowledged.values())) > 100
+    daemon = Daemon(data_dir, "--tcp-port", "0", "--fsync", fsync)
+    daemon.start()
+    try:
+        client = redis.Redis(port=daemon.resp_port, decode_responses=True)
+        scores = [dict(client.zrange(board, 0, -1, withscores=True)) for board in BOARDS]
+        client.close()
+    finally:
+        daemon.stop()
+    assert scores[0] == scores[1] == scores[2], "a transaction is half there"
+    for worker, done in acknowledged.items():
+        for i in done:
+            assert scores[0].get(f"w{worker}-{i}") == 1, (worker, i)
