@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from engine_helpers import FakeClock, engine_config, run, sub, with_engine
 
+from daemon import Daemon
+from engine_helpers import FakeClock, engine_config, run, sub, with_engine
 from rankd.engine import records
 from rankd.engine.engine import Engine
 from rankd.engine.errors import InvalidInput, NotFound
 from rankd.engine.expiry import IF_LATER, IF_NONE, IF_SET, IF_SOONER, Deadlines, allowed
-
-from daemon import Daemon
 
 
 @pytest.fixture
