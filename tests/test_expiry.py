@@ -127,7 +127,9 @@ def test_a_write_to_an_expired_board_finds_it_gone(tmp_path, clock):
     data = tmp_path / "data"
 
     async def body(engine: Engine):
-        engine._tasks[-1].cancel()  # no active expiry: only what the writes do
+        for task in engine._tasks:  # no active expiry: only what the writes do
+            if task.get_name() == "rankd-expiry":
+                task.cancel()
         await engine.put_board("b", {"policy": "sum"})
         await engine.submit(sub("b", "a", delta=5))
         assert await engine.expire("b", _ms(clock, 10))
@@ -252,3 +254,45 @@ def test_put_refuses_a_past_deadline(tmp_path, clock):
             await engine.put_board("b", {"expires_at_ms": _ms(clock, -1)})
         assert "b" not in engine.boards
     run(with_engine(tmp_path / "data", clock, body))
+
+
+def test_deadlines_and_deletions_are_shipped_and_restored(tmp_path, pg_dsn, clock):
+    """With --postgres-dsn the deadline (kind ``expire``) and the deletion
+    (``expired``) are in the event history, and a restore from Postgres
+    rebuilds the same state: the pending deadline kept, the board gone."""
+    import asyncpg
+
+    from rankd.engine import postgres
+
+    async def live():
+        engine = await Engine.open(engine_config(tmp_path / "live", postgres_dsn=pg_dsn),
+                                   clock=clock)
+        try:
+            for name in ("gone", "pending"):
+                await engine.put_board(name, {"policy": "sum"})
+                await engine.submit(sub(name, "a", delta=1))
+            assert await engine.expire("gone", _ms(clock, 10))
+            assert await engine.expire("pending", _ms(clock, 3600))
+            clock.advance(11)
+            await engine.expire_due()
+            assert sorted(engine.boards) == ["pending"]
+            await engine.shipper.wait_shipped(engine.wal.last_lsn)
+            conn = await asyncpg.connect(pg_dsn)
+            try:
+                kinds = [tuple(row) for row in await conn.fetch(
+                    "SELECT kind, board FROM rankd_events WHERE kind LIKE 'expire%' "
+                    "ORDER BY lsn")]
+            finally:
+                await conn.close()
+            return engine.digest(), kinds
+        finally:
+            await engine.close()
+
+    digest, kinds = run(live())
+    assert kinds == [("expire", "gone"), ("expire", "pending"), ("expired", "gone")]
+    run(postgres.restore(pg_dsn, tmp_path / "restored"))
+
+    async def restored(engine: Engine):
+        assert engine.deadline("pending") == _ms(clock, 3600 - 11)
+        return engine.digest()
+    assert run(with_engine(tmp_path / "restored", clock, restored)) == digest
