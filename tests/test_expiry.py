@@ -63,6 +63,21 @@ def test_deadlines_come_due_in_order_without_scanning_the_rest():
     assert deadlines.expiring >= {"b7", "b8"} and "b5" not in deadlines.expiring
 
 
+def test_stale_deadlines_are_compacted_from_the_entries_alone():
+    """A deadline set again and again leaves stale entries; once they
+    outnumber the live ones they are dropped, without looking at boards."""
+    deadlines = Deadlines()
+    now = 1_000_000
+    current = {}
+    for n in range(3000):
+        before = current.get("b")
+        current["b"] = now + 10_000 + n
+        deadlines.set("b", current["b"], before, now)
+    deadlines.compact(current.get)
+    assert len(deadlines._heap) + len(deadlines._soon) == 1 and deadlines.live == 1
+    assert deadlines.due(now + 20_000, current.get) == [("b", now + 12_999)]
+
+
 def test_a_deadline_is_logged_snapshotted_and_replayed(tmp_path, clock):
     """A pending deadline survives a restart from the log alone and from a
     snapshot; one that passed while the engine was down reads as absent

@@ -1806,9 +1806,7 @@ class Engine:
         follower's come deleted through the group's log).  Returns how
         many were due."""
         deadlines = self.deadlines
-        if deadlines.stale():
-            deadlines.rebuild(((name, board.expires_at) for name, board in self._boards.items()
-                               if board.expires_at is not None), self._now_ms())
+        deadlines.compact(self._deadline_of)
         now_ms = self._now_ms()
         due = deadlines.due(now_ms, self._deadline_of)
         if not due or self.failure is not None or self.rolling_back:

@@ -143,9 +143,14 @@ class Deadlines:
         for name, deadline in deadlines:
             self.set(name, deadline, None, now_ms)
 
-    def stale(self) -> bool:
-        """Whether stale entries outnumber live ones enough to rebuild."""
-        return len(self._heap) + len(self._soon) > 2 * self.live + 1024
+    def compact(self, current: Callable[[str], int | None]) -> None:
+        """Drop stale entries once they outnumber live ones (deadlines set
+        again and again), looking at the entries only, never the boards."""
+        if len(self._heap) + len(self._soon) <= 2 * self.live + 1024:
+            return
+        for heap in (self._heap, self._soon):
+            heap[:] = [entry for entry in heap if current(entry[1]) == entry[0]]
+            heapq.heapify(heap)
 
     def due(self, now_ms: int, current: Callable[[str], int | None]) -> list[tuple[str, int]]:
         """Boards whose deadline passed, ``(name, deadline)``, at most
