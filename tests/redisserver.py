@@ -27,7 +27,8 @@ def _free_port() -> int:
 class RedisServer:
     """``redis-server`` without persistence, stopped by :meth:`stop` (its pid)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *options: str) -> None:
+        """``options``: more ``redis-server`` arguments (``--enable-debug-command yes``)."""
         binary = shutil.which("redis-server")
         if binary is None:
             if os.environ.get("RANKD_REQUIRE_REDIS", "") not in ("", "0"):
@@ -37,7 +38,7 @@ class RedisServer:
         self.directory = Path(tempfile.mkdtemp(prefix="rankd-redis-"))
         self.process = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.directory)],
+             "--appendonly", "no", "--dir", str(self.directory), *options],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:

@@ -149,6 +149,48 @@ def test_watch_sees_writes_from_rest(servers):
         assert client.call("EXISTS", "watched") == b":0\r\n"
 
 
+def test_a_deadline_inside_multi_discards_the_transaction_whole(servers):
+    """EXPIRE and its kin are not made through a transaction: queued, they
+    abort it (EXECABORT) and nothing of it applies, never half of it."""
+    _, daemon = servers
+    with RawClient(daemon.resp_port) as client:
+        client.call("FLUSHALL")
+        assert client.call("ZADD", "kept", "1", "a") == b":1\r\n"
+        assert client.call("MULTI") == b"+OK\r\n"
+        assert client.call("ZINCRBY", "kept", "5", "a") == b"+QUEUED\r\n"
+        assert client.call("EXPIRE", "kept", "100").startswith(b"-ERR rankd cannot run EXPIRE")
+        assert client.call("EXEC").startswith(b"-EXECABORT")
+        assert client.call("ZSCORE", "kept", "a") == b"$1\r\n1\r\n"
+        assert client.call("TTL", "kept") == b":-1\r\n"
+
+
+def test_emptying_a_board_inside_exec_clears_its_deadline_as_redis(servers):
+    """A board emptied by a pop inside EXEC loses its deadline, as a Redis
+    key that went away with its last member and came back would."""
+    redis_port, daemon = servers
+    script = [["FLUSHALL"], ["ZADD", "short", "1", "a"], ["EXPIRE", "short", "100"],
+              ["MULTI"], ["ZPOPMIN", "short"], ["ZADD", "short", "2", "b"], ["EXEC"],
+              ["TTL", "short"], ["ZRANGE", "short", "0", "-1", "WITHSCORES"]]
+    with RawClient(redis_port) as redis_client, RawClient(daemon.resp_port) as rankd_client:
+        assert rankd_client.pipeline(script) == redis_client.pipeline(script)
+
+
+def test_watch_sees_a_board_expire(servers):
+    """A watched board whose deadline passes (deleted by its EXPIRED record)
+    aborts EXEC, as a deleted key does in Redis."""
+    _, daemon = servers
+    with RawClient(daemon.resp_port) as client:
+        client.call("FLUSHALL")
+        assert client.call("ZADD", "brief", "1", "a") == b":1\r\n"
+        assert client.call("WATCH", "brief") == b"+OK\r\n"
+        assert client.call("PEXPIRE", "brief", "50") == b":1\r\n"
+        time.sleep(0.3)
+        assert client.call("MULTI") == b"+OK\r\n"
+        assert client.call("ZADD", "brief", "9", "a") == b"+QUEUED\r\n"
+        assert client.call("EXEC") == b"*-1\r\n"
+        assert client.call("EXISTS", "brief") == b":0\r\n"
+
+
 def test_queue_is_bounded(servers, monkeypatch):
     """Past the queue's bound the command is refused and EXEC aborts."""
     _, daemon = servers

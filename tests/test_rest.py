@@ -336,7 +336,8 @@ def test_head_answers_every_get_route_without_a_body(api: Api) -> None:
 # --- boards ----------------------------------------------------------------------------------
 
 DEFAULTS = {"order": "desc", "policy": "best", "tie_break": "first", "windows": ["all"],
-            "retain": 8, "min_score": None, "max_score": None, "max_delta": None, "signed": False}
+            "retain": 8, "min_score": None, "max_score": None, "max_delta": None, "signed": False,
+            "expires_at_ms": None}
 
 
 def test_board_create_change_get_list_delete(api: Api) -> None:

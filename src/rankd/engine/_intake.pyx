@@ -38,6 +38,7 @@ cdef class Intake:
     cdef public bint scheduled
     cdef public Py_ssize_t unpacked
     cdef public bint commits_now
+    cdef public set expiring
     cdef object run_pass
     cdef object later
     cdef object last_taken
@@ -56,6 +57,7 @@ cdef class Intake:
         self.scheduled = False
         self.unpacked = 0
         self.commits_now = False
+        self.expiring = set()
         self.run_pass = run_pass
         self.later = later
         self.last_taken = None
@@ -81,9 +83,13 @@ cdef class Intake:
                     self.last_signed = config.signed
                 if self.last_signed:
                     return False
+                if self.expiring and last in self.expiring:
+                    return False
             return self._replicated_takes(packed)
         names = packed.board_names()
         if not self.boards_take(boards, names, existing):
+            return False
+        if self.expiring and not self.expiring.isdisjoint(names):
             return False
         if len(names) == 1:
             (name,) = names

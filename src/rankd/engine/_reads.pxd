@@ -8,6 +8,9 @@ cdef class Reads:
     cdef public bint paused
     #: A cluster node's ``Replication`` (reads wait until it is ``serving``), or None.
     cdef public object replication
+    #: Names of boards about to expire (``Engine.deadlines.expiring``): read
+    #: the general way, which compares their deadline with the clock.
+    cdef public set expiring
     # The config last read, and what it says (configs are replaced whole).
     cdef object last_config
     cdef bint all_window, ascending

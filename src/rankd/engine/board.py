@@ -29,6 +29,9 @@ class Board:
         #: Bumped by every change, so readers can cache by it.
         self.version = 0
         self.updated_at = 0.0
+        #: When the board is deleted, ms since the epoch (see
+        #: rankd.engine.expiry), or None: never.
+        self.expires_at: int | None = None
         # Cleared while a snapshot copies one of this board's indexes from
         # another thread: writers wait, readers do not.
         self.writable = asyncio.Event()

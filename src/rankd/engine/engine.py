@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from rankd._tasks import outcome_seen
 from rankd.cluster.groups import group_of
-from rankd.engine import collector, records
+from rankd.engine import collector, expiry, records
 from rankd.engine.board import Board
 from rankd.engine.coalescer import SubmitCoalescer
 from rankd.engine.config import (
@@ -59,6 +59,7 @@ from rankd.engine.errors import (
     Unavailable,
     Unsettled,
 )
+from rankd.engine.expiry import Deadlines
 from rankd.engine.ingest import Ingested, check_member, ingest, ingest_packed, missing_board
 from rankd.engine.intake import Intake, Then
 from rankd.engine.periods import check_window, period_of, period_start
@@ -171,6 +172,12 @@ class Engine:
         #: Answers packed plain reads (RESP's), natively when built; kept up
         #: to date like the intake.
         self.plain_reads = PlainReads({})
+        #: Boards' deadlines (see rankd.engine.expiry); the native paths
+        #: hold its set of boards about to expire, and leave those alone.
+        self.deadlines = Deadlines()
+        self.intake.expiring = self.plain_reads.expiring = self.deadlines.expiring
+        #: Set when a deadline is set, for the expiry task to look again.
+        self._deadline_set = asyncio.Event()
         self.boards: dict[str, Board] = {}
         self.wal: WriteAheadLog | None = None
         self.snapshots = SnapshotStore(self.config.data_dir / "snapshots")
@@ -289,6 +296,7 @@ class Engine:
         self._tasks.append(asyncio.create_task(self._snapshot_loop(), name="rankd-snapshots"))
         self._tasks.append(asyncio.create_task(self._housekeeping_loop(),
                                                name="rankd-housekeeping"))
+        self._tasks.append(asyncio.create_task(self._expiry_loop(), name="rankd-expiry"))
         self.ready = True
         # (The intake commits a common pass itself when the log writes at once.)
         self.intake.commits_now = self._replication is None and self.wal.fsync != "always"
@@ -499,8 +507,11 @@ class Engine:
             kind = section[0]
             if kind == "board":
                 _, name, config, version, updated_at = section
+                self._forget_board(name)
                 board = self._boards[name] = Board(name, BoardConfig.from_dict(dict(config)))
                 board.version, board.updated_at = version, updated_at
+            elif kind == "expiry":
+                self._set_deadline(self._boards[section[1]], section[2])
             elif kind == "index":
                 _, name, window, period, dump = section
                 self._boards[name].periods[window][period] = RankIndex.load(dump)
@@ -578,7 +589,7 @@ class Engine:
         self._apply_replayed()
         names = {name for name in self._boards if group_of(name) == group}
         for name in names:
-            del self._boards[name]
+            self._forget_board(name)
         self.positions.pop(group, None)
         return names
 
@@ -649,7 +660,20 @@ class Engine:
             board.version += 1
             board.updated_at = ts_ms / 1000
         elif kind == records.BOARD_DROP:
-            self._boards.pop(record[1], None)
+            self._forget_board(record[1])
+        elif kind == records.EXPIRED:
+            # Only the deadline it names: a board made again meanwhile stays.
+            board = self._boards.get(record[1])
+            if board is not None and board.expires_at == record[2]:
+                self._forget_board(record[1])
+        elif kind == records.EXPIRE:
+            _, name, deadline, ts_ms = record
+            board = self._boards.get(name)
+            if board is None:
+                return
+            self._set_deadline(board, deadline)
+            board.version += 1
+            board.updated_at = ts_ms / 1000
         elif kind == records.REMOVE:
             _, name, member, ts_ms = record
             board = self._boards.get(name)
@@ -676,14 +700,26 @@ class Engine:
         is refused with ``Conflict`` naming what, unless ``discard``.
         """
         check_board_name(name)
-        board = self._boards.get(name)
+        board = self.live_board(name)
+        given, deadline = expiry.deadline_of(config)
+        if given and deadline is not None and deadline <= self._now_ms():
+            raise InvalidInput(f"{expiry.FIELD} must be in the future (DELETE deletes a "
+                               "board now)")
+        config = expiry.without_deadline(config)
         if patch and board is not None:
             if not isinstance(config, dict):
                 raise InvalidInput("board config must be an object")
             config = {**board.config.to_dict(), **config}
+            if not given:
+                deadline = board.expires_at
         parsed = BoardConfig.from_dict(config)
+        now_ms = self._now_ms()
+        deadline_record = [records.EXPIRE, name, deadline, now_ms]
         if board is not None:
             if board.config == parsed:
+                if board.expires_at != deadline:
+                    await board.writable.wait()
+                    await self._write([deadline_record])
                 return parsed, False
             if ((parsed.order, parsed.tie_break) != (board.config.order, board.config.tie_break)
                     and any(len(i) for p in board.periods.values() for i in p.values())):
@@ -698,8 +734,10 @@ class Engine:
             log.info("board %s config changed%s: %s -> %s", name,
                      " (discarding: " + "; ".join(losses) + ")" if losses else "",
                      board.config.to_dict(), parsed.to_dict())
-        now_ms = self._now_ms()
-        await self._write([[records.BOARD_PUT, name, parsed.to_dict(), now_ms]])
+        logged = [[records.BOARD_PUT, name, parsed.to_dict(), now_ms]]
+        if deadline != (None if board is None else board.expires_at):
+            logged.append(deadline_record)
+        await self._write(logged)
         return parsed, board is None
 
     async def delete_board(self, name: str) -> None:
@@ -722,7 +760,8 @@ class Engine:
 
     async def remove_members(self, name: str, choose: Callable[[SortedView], Iterable[str]],
                              *, window: str | None = None, period: str | None = None,
-                             drop_when_empty: bool = False) -> list[tuple[str, float]]:
+                             drop_when_empty: bool = False, persist_when_empty: bool = False
+                             ) -> list[tuple[str, float]]:
         """Remove the members ``choose`` picks from a view of one of the
         board's windows (from every window and period), all in one commit;
         returns them with the scores they had in the view.
@@ -731,7 +770,9 @@ class Engine:
         applied in the same step, so what it picked is what is removed
         (``ZPOPMIN``, ``ZREMRANGEBYSCORE``).  Members it names that the view
         lacks are left out.  With ``drop_when_empty``, a board left without
-        members is deleted too (a Redis key does not outlive its last member).
+        members is deleted too (a Redis key does not outlive its last member);
+        with ``persist_when_empty``, it loses its deadline (a Redis key made
+        again after its last member went has none).
         """
         board = self._board(name, reading=False)
         await board.writable.wait()
@@ -748,10 +789,11 @@ class Engine:
             return []
         now_ms = self._now_ms()
         logged: list[list] = [[records.REMOVE, name, member, now_ms] for member in chosen]
-        if drop_when_empty and all(
+        if (drop_when_empty or (persist_when_empty and board.expires_at is not None)) and all(
                 len(index) == sum(1 for member in chosen if member in index)
                 for periods in board.periods.values() for index in periods.values()):
-            logged.append([records.BOARD_DROP, name, now_ms])
+            logged.append([records.BOARD_DROP, name, now_ms] if drop_when_empty
+                          else [records.EXPIRE, name, None, now_ms])
         await self._write(logged)
         return list(chosen.items())
 
@@ -800,6 +842,9 @@ class Engine:
         self._check_writable()
         if self._replication is not None:
             return await self._submit_replicated(submissions)
+        purged = self._purge_now((s.board for s in submissions), self.wal.last_lsn + 1)
+        if purged:
+            self._append(purged, set())
         try:
             done = ingest(self._boards, submissions, self.clock(), self.wal.last_lsn + 1,
                           self.config.dedupe_ttl, self.config.ts_tolerance)
@@ -811,6 +856,8 @@ class Engine:
         self._count(done)
         if done.payloads:
             await self._commit(done.payloads, done.boards)
+        elif purged:
+            await asyncio.shield(self._pass())
         return done.answers
 
     async def submit_packed(self, packed: Any) -> None:
@@ -991,9 +1038,10 @@ class Engine:
             await self._write_replicated(logged)
             return
         next_lsn = self.wal.last_lsn + 1
-        for position, record in enumerate(logged, next_lsn):
+        purged = self._purge_now(_purged_by(logged), next_lsn)
+        for position, record in enumerate(logged, next_lsn + len(purged)):
             self._apply_record(position, record)
-        await self._commit([records.encode(record) for record in logged],
+        await self._commit([*purged, *(records.encode(record) for record in logged)],
                            {record[1] for record in logged})
 
     # --- writes of a cluster node (see rankd.engine.replication) ------------------------
@@ -1105,9 +1153,12 @@ class Engine:
                 for position in positions:
                     answers[position] = exc
                 continue
+            first = writer.next_seq if writer else 0
+            purged = self._purge_now((submissions[p].board for p in positions), first) \
+                if writer else []
             try:
                 done = ingest(self._boards, [submissions[p] for p in positions], self.clock(),
-                              writer.next_seq if writer else 0, self.config.dedupe_ttl,
+                              first + len(purged), self.config.dedupe_ttl,
                               self.config.ts_tolerance)
             except Exception as exc:
                 self._fail(exc)  # a bug, as in _submit_batch
@@ -1117,9 +1168,10 @@ class Engine:
                 answers[position] = answer
             applied = [p for p, a in zip(positions, done.answers, strict=True)
                        if not isinstance(a, EngineError)]
-            if done.payloads:
+            if done.payloads or purged:
                 try:
-                    replicated = self._replicate(writer, done.payloads, done.boards)
+                    replicated = self._replicate(writer, [*purged, *done.payloads],
+                                                 done.boards)
                 except EngineError as exc:  # the local log failed: sent nowhere
                     for position in applied:
                         answers[position] = exc
@@ -1150,9 +1202,10 @@ class Engine:
         await self.read_gates.opened((group,))
         self._check_writable()
         writer = self._replication.writer(group)
-        for position, record in enumerate(logged, writer.next_seq):
+        purged = self._purge_now(_purged_by(logged), writer.next_seq)
+        for position, record in enumerate(logged, writer.next_seq + len(purged)):
             self._apply_record(position, record)
-        await self._replicate(writer, [records.encode(record) for record in logged],
+        await self._replicate(writer, [*purged, *(records.encode(record) for record in logged)],
                               {record[1] for record in logged})
 
     def _replicate(self, writer: GroupWriter, payloads: list[bytes], boards: set[str],
@@ -1437,6 +1490,9 @@ class Engine:
                 board.version = max(board.version, before.version) + 1
         changed = set(self._boards) | set(shadow.boards)
         self.boards = shadow.boards
+        self.deadlines.rebuild(((name, board.expires_at) for name, board
+                                in shadow.boards.items() if board.expires_at is not None),
+                               self._now_ms())
         self.positions = shadow.positions
         self.rolling_back = False
         self._rolled_back.set()
@@ -1514,7 +1570,7 @@ class Engine:
                         raise
                     self.unsettled_reads.add(exc.group)  # a transaction's: it waits after
         board = self._boards.get(name)
-        if board is None:
+        if board is None or (board.expires_at is not None and self._expired(board)):
             raise NotFound(f"no board named {name!r}")
         return board
 
@@ -1638,7 +1694,8 @@ class Engine:
         """A board's config, member counts per window and version
         (``reading`` False: as the answer of a write to it)."""
         board = self._board(name, reading=reading)
-        return {"name": name, "config": board.config.to_dict(),
+        return {"name": name,
+                "config": {**board.config.to_dict(), expiry.FIELD: board.expires_at},
                 "members": board.member_counts(self.clock()),
                 "version": board.version, "updated_at": board.updated_at}
 
@@ -1650,6 +1707,8 @@ class Engine:
         for board_name in names:
             board = self._boards[board_name]
             digest.update(json.dumps([board_name, board.config.to_dict()]).encode())
+            if board.expires_at is not None:
+                digest.update(b"expires_at %d" % board.expires_at)
             for window in sorted(board.periods):
                 for period, index in sorted(board.periods[window].items()):
                     digest.update(f"{window}/{period}".encode())
@@ -1658,6 +1717,151 @@ class Engine:
                     digest.update(memoryview(index.dump())[24:-4])
             digest.update(json.dumps(sorted(board.labels.items())).encode())
         return digest.hexdigest()
+
+    # --- expiry (see rankd.engine.expiry) ------------------------------------------------
+
+    def _expired(self, board: Board) -> bool:
+        """Whether ``board``'s deadline passed: it is shown nowhere."""
+        return board.expires_at is not None and board.expires_at <= self._now_ms()
+
+    def live_board(self, name: str) -> Board | None:
+        """Board ``name``, unless there is none or its deadline passed."""
+        board = self._boards.get(name)
+        if board is None or (board.expires_at is not None and self._expired(board)):
+            return None
+        return board
+
+    def live_names(self) -> list[str]:
+        """The names of the boards shown (not past their deadline), sorted."""
+        if not self.deadlines.live:
+            return sorted(self._boards)
+        now_ms = self._now_ms()
+        return sorted(name for name, board in self._boards.items()
+                      if board.expires_at is None or board.expires_at > now_ms)
+
+    def deadline(self, name: str) -> int | None:
+        """Board ``name``'s deadline, ms since the epoch (None: none);
+        ``NotFound`` if it is not shown (see :meth:`_board`)."""
+        return self._board(name).expires_at
+
+    async def expire(self, name: str, deadline: int | None, condition: int = 0) -> bool:
+        """Set board ``name``'s deadline (None: clear it), as Redis's
+        ``PEXPIREAT`` and ``PERSIST`` do: ``condition`` holds
+        ``rankd.engine.expiry.IF_*`` bits (``NX``, ``XX``, ``GT``, ``LT``).
+        A deadline not in the future deletes the board now.  False when
+        nothing changed (no such board, the condition not met, or
+        ``PERSIST`` of a board without a deadline)."""
+        board = self._board(name, reading=False)
+        await board.writable.wait()
+        await self.route(name)
+        board = self.live_board(name)  # it may be gone meanwhile
+        if board is None or not expiry.allowed(board.expires_at, deadline, condition):
+            return False
+        now_ms = self._now_ms()
+        if deadline is None:
+            await self._write([[records.EXPIRE, name, None, now_ms]])
+        elif deadline <= now_ms:
+            await self._write([[records.EXPIRE, name, deadline, now_ms],
+                               [records.EXPIRED, name, deadline, now_ms]])
+        else:
+            await self._write([[records.EXPIRE, name, deadline, now_ms]])
+        return True
+
+    def _set_deadline(self, board: Board, deadline: int | None) -> None:
+        before, board.expires_at = board.expires_at, deadline
+        self.deadlines.set(board.name, deadline, before, self._now_ms())
+        if deadline is not None:
+            self._deadline_set.set()
+
+    def _forget_board(self, name: str) -> None:
+        board = self._boards.pop(name, None)
+        if board is not None:
+            self.deadlines.forget(name, board.expires_at)
+
+    def _deadline_of(self, name: str) -> int | None:
+        board = self._boards.get(name)
+        return None if board is None else board.expires_at
+
+    def _purge_now(self, names: Iterable[object], first: int) -> list[bytes]:
+        """Delete the boards of ``names`` whose deadline passed, at log
+        positions from ``first`` on, before a write to them (which then
+        finds them gone, as Redis finds an expired key): their records,
+        encoded, to log before the write's."""
+        if not self.deadlines.live:
+            return []
+        now_ms = self._now_ms()
+        logged: list[bytes] = []
+        for name in {name for name in names if type(name) is str}:
+            board = self._boards.get(name)
+            if board is None or board.expires_at is None or board.expires_at > now_ms:
+                continue
+            record = [records.EXPIRED, name, board.expires_at, now_ms]
+            self._apply_record(first + len(logged), record)
+            logged.append(records.encode(record))
+        return logged
+
+    async def _expiry_loop(self) -> None:
+        """Delete boards as their deadlines pass (see :meth:`expire_due`),
+        sleeping until the next one otherwise."""
+        while True:
+            try:
+                if await self.expire_due():
+                    await asyncio.sleep(0)  # other clients' turn between steps
+                    continue
+            except Exception:
+                log.exception("deleting expired boards failed; trying again shortly")
+                await asyncio.sleep(expiry.RETRY_MS / 1000)
+                continue
+            wake = self.deadlines.next_ms()
+            self._deadline_set.clear()
+            timeout = 60.0 if wake is None else min(60.0, max(0, wake - self._now_ms()) / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._deadline_set.wait(), timeout)
+
+    async def expire_due(self) -> int:
+        """One step of active expiry: delete (a logged ``EXPIRED`` record
+        each) up to ``expiry.STEP`` boards whose deadline passed, those
+        this node writes; others are looked at again later (a cluster
+        follower's come deleted through the group's log).  Returns how
+        many were due."""
+        deadlines = self.deadlines
+        deadlines.compact(self._deadline_of)
+        now_ms = self._now_ms()
+        due = deadlines.due(now_ms, self._deadline_of)
+        if not due or self.failure is not None or self.rolling_back:
+            for name, deadline in due:
+                deadlines.retry(name, deadline, now_ms)
+            return len(due)
+        by_group: dict[int, list[list]] = {}
+        for name, deadline in due:
+            group = group_of(name) if self._replication is not None else 0
+            board = self._boards[name]
+            if not board.writable.is_set() or (self._replication is not None
+                                               and not self._writes(group)):
+                deadlines.retry(name, deadline, now_ms)
+                continue
+            by_group.setdefault(group, []).append([records.EXPIRED, name, deadline, now_ms])
+        groups = list(by_group.values())
+        outcomes = await asyncio.gather(*(self._write(logged) for logged in groups),
+                                        return_exceptions=True)
+        for logged, outcome in zip(groups, outcomes, strict=True):
+            if isinstance(outcome, EngineError):  # refused (e.g. deposed meanwhile)
+                for _, name, deadline, _ in logged:
+                    deadlines.retry(name, deadline, now_ms)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                log.info("deleted %d board(s) whose deadline passed: %s", len(logged),
+                         ", ".join(record[1] for record in logged[:10]))
+        return len(due)
+
+    def _writes(self, group: int) -> bool:
+        """Whether this cluster node writes ``group`` now."""
+        try:
+            self._replication.writer(group)
+        except EngineError:
+            return False
+        return True
 
     # --- snapshots and housekeeping ----------------------------------------------------
 
@@ -1742,6 +1946,8 @@ class Engine:
         try:
             await add(["board", board.name, board.config.to_dict(), board.version,
                        board.updated_at])
+            if board.expires_at is not None:
+                await add(["expiry", board.name, board.expires_at])
             for window, periods in board.periods.items():
                 for period, index in list(periods.items()):
                     dump = await asyncio.to_thread(index.dump)
@@ -1832,6 +2038,11 @@ class Engine:
 
     def _now_ms(self) -> int:
         return round(self.clock() * 1000)
+
+
+def _purged_by(logged: list[list]) -> list[str]:
+    """The boards ``logged`` writes, but those it deletes as expired."""
+    return [record[1] for record in logged if record[0] != records.EXPIRED]
 
 
 class _Sections:

@@ -75,6 +75,10 @@ class PythonIntake:
         #: once: the native intake then commits the common pass itself (its
         #: ``commit_pass``); here the engine's pass always does.
         self.commits_now = False
+        #: Names of boards about to expire (``Engine.deadlines.expiring``):
+        #: their writes go the general way, which compares their deadline
+        #: with the clock.
+        self.expiring: set[str] = set()
         self._run_pass = run_pass
         self._later = later
         #: The board of the last single-board run taken (see :meth:`takes`).
@@ -85,7 +89,8 @@ class PythonIntake:
         boards takes only signed submissions (packed runs carry no
         signature; those go the general way, which verifies them), nor on
         a cluster node for boards another node writes, nor, with
-        ``existing``, if one of the boards does not exist."""
+        ``existing``, if one of the boards does not exist, nor if one is
+        about to expire."""
         boards = self.boards
         last = self._last_taken
         # The common case, a run to the board last taken, is checked again
@@ -93,6 +98,8 @@ class PythonIntake:
         names = (last,) if last is not None and packed.only_board(last) else \
             packed.board_names()
         if not boards_take(boards, names, existing):
+            return False
+        if self.expiring and not self.expiring.isdisjoint(names):
             return False
         if len(names) == 1:
             (name,) = names

@@ -24,6 +24,8 @@ class UnansweredReads:
         self.paused = False
         #: A cluster node's ``Replication``, or None.
         self.replication: Any = None
+        #: Names of boards about to expire (``Engine.deadlines.expiring``).
+        self.expiring: set[str] = set()
 
     def answer(self, reads: Any, first: int, version: int, max_entries: int,
                max_bytes: int) -> tuple[bytes, int]:

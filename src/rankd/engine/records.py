@@ -16,6 +16,10 @@ SUBMIT     board, member, value, is_delta, event_id, ts_ms, now_ms, label,
            updates [[window, period, score], ...],
            result [score, rank, previous, changed]
 REMOVE     board, member, ts_ms
+EXPIRE     board, deadline (ms since the epoch, or None: no more), ts_ms
+EXPIRED    board, deadline, ts_ms: the board is deleted, its deadline
+           passed (written by whoever writes the board: see
+           rankd.engine.expiry)
 =========  ===============================================================
 
 A transaction of ``n > 1`` records (``rankd.engine.transaction``) takes
@@ -62,10 +66,13 @@ GROUP_RESET = 6
 GROUP_LOAD = 7
 TX_SLOT = 8
 TRANSACTION = 9
+EXPIRE = 10
+EXPIRED = 11
 
 KIND_NAMES = {BOARD_PUT: "board_put", BOARD_DROP: "board_drop", SUBMIT: "submit",
               REMOVE: "remove", REPLICATED: "replicated", GROUP_RESET: "group_reset",
-              GROUP_LOAD: "group_load", TX_SLOT: "tx_slot", TRANSACTION: "transaction"}
+              GROUP_LOAD: "group_load", TX_SLOT: "tx_slot", TRANSACTION: "transaction",
+              EXPIRE: "expire", EXPIRED: "expired"}
 
 _packer = msgpack.Packer(use_bin_type=True)
 

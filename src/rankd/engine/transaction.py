@@ -176,10 +176,11 @@ class Transaction:
         self._log([records.BOARD_DROP, name, self.engine._now_ms()])
 
     def remove_members(self, name: str, choose: Callable[[SortedView], Iterable[str]], *,
-                       window: str | None = None, period: str | None = None
-                       ) -> list[tuple[str, float]]:
+                       window: str | None = None, period: str | None = None,
+                       persist_when_empty: bool = False) -> list[tuple[str, float]]:
         """Remove what ``choose`` picks from a view of a window of the board
-        (as ``Engine.remove_members``); returns them with their scores."""
+        (as ``Engine.remove_members``, ``persist_when_empty`` too); returns
+        them with their scores."""
         engine = self.engine
         board, _, _, index = engine._view(name, window, period, reading=False)
         self._writable(name)
@@ -192,6 +193,10 @@ class Transaction:
         now_ms = engine._now_ms()
         for member in chosen:
             self._log([records.REMOVE, name, member, now_ms])
+        if (persist_when_empty and chosen and board.expires_at is not None
+                and not any(len(index) for periods in board.periods.values()
+                            for index in periods.values())):
+            self._log([records.EXPIRE, name, None, now_ms])
         return list(chosen.items())
 
     # --- the end --------------------------------------------------------------------

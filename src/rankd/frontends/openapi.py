@@ -14,6 +14,7 @@ from typing import Any
 
 from rankd import __version__
 from rankd.engine.config import MAX_EVENT_ID_BYTES, MAX_LABEL_CHARS, MAX_RETAIN
+from rankd.engine.expiry import MAX_DEADLINE_MS
 from rankd.engine.periods import WINDOWS
 from rankd.frontends.service import (
     MAX_AROUND,
@@ -163,6 +164,15 @@ def schemas() -> dict[str, Any]:
                 "signed": {"type": "boolean", "default": False,
                            "description": "Every submission must carry an HMAC-SHA256 "
                                           "`signature`, an `event_id` and a `ts`."},
+                "expires_at_ms": {
+                    "anyOf": [{"type": "integer", "minimum": 0,
+                               "maximum": MAX_DEADLINE_MS}, {"type": "null"}],
+                    "default": None,
+                    "description": "When the board is deleted, milliseconds since 1970 "
+                                   "(UTC); null: never (Redis's `PEXPIREAT`, `TTL`: "
+                                   "docs/redis.md).  In a request it must be in the future "
+                                   "(422).  Once it passes the board answers 404 everywhere "
+                                   "and a write to it needs a new board."},
             },
             "additionalProperties": False,
         },
@@ -170,7 +180,8 @@ def schemas() -> dict[str, Any]:
             "name": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$"},
             "config": {"allOf": [ref("BoardConfig")],
                        "required": ["order", "policy", "tie_break", "windows", "retain",
-                                    "min_score", "max_score", "max_delta", "signed"]},
+                                    "min_score", "max_score", "max_delta", "signed",
+                                    "expires_at_ms"]},
             "members": {"type": "object", "propertyNames": WINDOW,
                         "additionalProperties": COUNT,
                         "description": "Members in the current period of each window."},
@@ -459,7 +470,15 @@ def paths() -> dict[str, Any]:
                             "has members, closed periods beyond a lower `retain`, a new "
                             "`policy` on a board with members.  Changing `order` or "
                             "`tie_break` of a board with members is always refused.  Every "
-                            "change is logged with the config before and after."),
+                            "change is logged with the config before and after.  "
+                            "`expires_at_ms` (ms since 1970, UTC; null: never) is when the "
+                            "board is deleted, as Redis's `PEXPIREAT` sets it (RESP's "
+                            "`EXPIRE`, `TTL`, `PERSIST` read and set the same deadline): a "
+                            "PUT without it clears it, a PATCH without it keeps it; it must "
+                            "be in the future.  Once it passes the board answers 404 "
+                            "everywhere (on every cluster node at the same log position); "
+                            "its deletion is logged (kind `expired` in the Postgres history), "
+                            "and a write to it needs a new board."),
             "patch": operation(
                 "patchBoard", "Change some fields of a board's config", "boards",
                 {200: ok("BoardInfo", "The board now has the fields given, the others as "

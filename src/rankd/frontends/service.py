@@ -126,7 +126,7 @@ class Service:
         ``next`` is the ``after`` of the next page (None on the last)."""
         limit = integer(limit, "limit", 1, MAX_LIMIT)
         after = optional_text(after, "after")
-        names = sorted(self.engine.boards)
+        names = self.engine.live_names()
         start = 0 if after is None else bisect.bisect_right(names, after)
         page = names[start:start + limit]
         more = start + limit < len(names)
@@ -134,15 +134,25 @@ class Service:
                 "next": page[-1] if more else None}
 
     def has_board(self, board: str) -> bool:
-        return board in self.engine.boards
+        """Whether board ``board`` exists (and its deadline has not passed)."""
+        return self.engine.live_board(board) is not None
 
     def board_names(self) -> list[str]:
-        """Every board's name, sorted."""
-        return sorted(self.engine.boards)
+        """Every board's name (but those past their deadline), sorted."""
+        return self.engine.live_names()
 
     def board_config(self, board: str) -> BoardConfig | None:
-        known = self.engine.boards.get(board)
+        known = self.engine.live_board(board)
         return None if known is None else known.config
+
+    def deadline(self, board: str) -> int | None:
+        """When board ``board`` is deleted, ms since the epoch (None: never);
+        ``NotFound`` if there is no such board."""
+        return self.engine.deadline(board)
+
+    async def expire(self, board: str, deadline: int | None, condition: int = 0) -> bool:
+        """Set or clear a board's deadline; see ``Engine.expire``."""
+        return await self.engine.expire(board, deadline, condition)
 
     def get_board(self, board: str) -> dict[str, Any]:
         return self.engine.board_info(board)
@@ -233,12 +243,14 @@ class Service:
 
     async def remove_members(self, board: str, choose: Callable[[SortedView], list[str]], *,
                              window: str | None = None, period: str | None = None,
-                             drop_when_empty: bool = False) -> list[tuple[str, float]]:
+                             drop_when_empty: bool = False, persist_when_empty: bool = False
+                             ) -> list[tuple[str, float]]:
         """Remove the members ``choose`` picks from a view of the board, at
         once; see ``Engine.remove_members``."""
         return await self.engine.remove_members(
             board, choose, window=optional_text(window, "window"),
-            period=optional_text(period, "period"), drop_when_empty=drop_when_empty)
+            period=optional_text(period, "period"), drop_when_empty=drop_when_empty,
+            persist_when_empty=persist_when_empty)
 
     async def remove_member(self, board: str, member: str) -> None:
         if not await self.engine.remove_member(board, member):

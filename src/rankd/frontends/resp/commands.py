@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from rankd import __version__
 from rankd.engine.errors import EngineError
 from rankd.engine.periods import WINDOWS
+from rankd.frontends.resp import expiry, transactions
 from rankd.frontends.resp import sorted_sets as zset
-from rankd.frontends.resp import transactions
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, glob_match, integer, text
 from rankd.frontends.resp.protocol import Replies
 
@@ -624,6 +624,28 @@ COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in [
     _command("rankd.window", -1, rankd_window, None, ("fast",), group="rankd",
              summary="The window (and period) this connection reads"),
 ]}
+# Expiry (rankd.frontends.resp.expiry): a deadline is a deferred deletion,
+# so setting one takes the scope changing a board's config takes (admin).
+COMMANDS.update({c.name.encode(): c for c in [
+    _command("expire", -3, expiry.expire, "patch_board", ("write", "fast"), _KEY, "keyspace",
+             "Delete a board after a number of seconds", immediate=False),
+    _command("pexpire", -3, expiry.pexpire, "patch_board", ("write", "fast"), _KEY,
+             "keyspace", "Delete a board after a number of milliseconds", immediate=False),
+    _command("expireat", -3, expiry.expireat, "patch_board", ("write", "fast"), _KEY,
+             "keyspace", "Delete a board at a Unix time (seconds)", immediate=False),
+    _command("pexpireat", -3, expiry.pexpireat, "patch_board", ("write", "fast"), _KEY,
+             "keyspace", "Delete a board at a Unix time (milliseconds)", immediate=False),
+    _command("persist", 2, expiry.persist, "patch_board", ("write", "fast"), _KEY, "keyspace",
+             "Keep a board: clear its deadline", immediate=False),
+    _command("ttl", 2, expiry.ttl, "get_board", _READ, _KEY, "keyspace",
+             "Seconds until a board is deleted"),
+    _command("pttl", 2, expiry.pttl, "get_board", _READ, _KEY, "keyspace",
+             "Milliseconds until a board is deleted"),
+    _command("expiretime", 2, expiry.expiretime, "get_board", _READ, _KEY, "keyspace",
+             "When a board is deleted, Unix time in seconds"),
+    _command("pexpiretime", 2, expiry.pexpiretime, "get_board", _READ, _KEY, "keyspace",
+             "When a board is deleted, Unix time in milliseconds"),
+]})
 COMMANDS[b"command"] = Command(
     "command", -1, command_, None, ("loading", "stale"), group="server",
     summary="Every command's details", subcommands={

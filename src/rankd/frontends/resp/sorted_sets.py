@@ -398,9 +398,12 @@ def zremrangebyscore(conn: RespConnection, args: list[bytes]) -> Reply:
 
 async def _removed(conn: RespConnection, name: str, choose: Callable[[Any], list[str]]
                    ) -> list[tuple[str, float]]:
-    """Remove what ``choose`` picks; the board stays, even emptied (``is_key``)."""
-    return await conn.service.remove_members(name, choose, window=conn.window,
-                                             period=conn.period)
+    """Remove what ``choose`` picks; the board stays, even emptied (``is_key``),
+    but a RESP-made one emptied loses its deadline (a Redis key made again
+    has none)."""
+    return await conn.service.remove_members(
+        name, choose, window=conn.window, period=conn.period,
+        persist_when_empty=conn.service.board_config(name) in _REDIS_CONFIGS)
 
 
 def _remove(conn: RespConnection, key: bytes, choose: Callable[[Any], list[str]],

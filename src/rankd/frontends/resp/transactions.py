@@ -57,6 +57,9 @@ MAX_EXEC_REPLY_BYTES = MAX_REPLY_BYTES
 MAX_WATCHED = 10_000
 #: What runs at once inside MULTI instead of being queued (as in Redis).
 CONTROL = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
+#: Writes that are not made through the transaction yet (a deadline is its
+#: own logged record): refused when queued, so EXEC never half-applies.
+NOT_QUEUED = frozenset({"expire", "pexpire", "expireat", "pexpireat", "persist"})
 
 EXECABORT = "EXECABORT Transaction discarded because of previous errors."
 CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"
@@ -126,6 +129,13 @@ def queue(conn: RespConnection, command: Command, words: list[bytes], out: list[
     multi = conn.multi
     if multi is None or command.name.split("|")[0] in CONTROL:
         return False
+    if command.name in NOT_QUEUED:
+        multi.failed = True
+        conn.server.stats[(command.name, "error")] += 1
+        out.append(conn.replies.error(
+            f"ERR rankd cannot run {command.name.upper()} inside a transaction yet; the "
+            "transaction is discarded (EXEC answers EXECABORT)"))
+        return True
     try:
         conn._admit(command, words)
     except CommandError as exc:
@@ -338,10 +348,15 @@ class _TransactionEngine:
     async def delete_board(self, name: str) -> None:
         self._transaction.drop_board(name)
 
+    async def expire(self, name: str, deadline: int | None, condition: int = 0) -> bool:
+        raise CommandError("ERR rankd cannot set a deadline inside a transaction yet")
+
     async def remove_members(self, name: str, choose: Callable[[SortedView], Iterable[str]],
                              *, window: str | None = None, period: str | None = None,
-                             drop_when_empty: bool = False) -> list[tuple[str, float]]:
-        removed = self._transaction.remove_members(name, choose, window=window, period=period)
+                             drop_when_empty: bool = False, persist_when_empty: bool = False
+                             ) -> list[tuple[str, float]]:
+        removed = self._transaction.remove_members(name, choose, window=window, period=period,
+                                                   persist_when_empty=persist_when_empty)
         if drop_when_empty and removed and not any(
                 len(index) for periods in self._engine.boards[name].periods.values()
                 for index in periods.values()):
