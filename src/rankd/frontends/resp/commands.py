@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rankd import __version__
 from rankd.engine.errors import EngineError
 from rankd.engine.periods import WINDOWS
+from rankd.frontends.resp import aggregates, lex
 from rankd.frontends.resp import sorted_sets as zset
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, glob_match, integer, text
 from rankd.frontends.resp.protocol import Replies
@@ -633,3 +634,35 @@ COMMANDS[b"command"] = Command(
                           cost=_names_cost),
         b"list": _command("command|list", -2, command_list, None, group="server"),
     })
+
+# --- aggregations, stores, lex ranges (issue 45 items 3 and 4) -----------------------
+_STORE = ("write", "denyoom")
+COMMANDS.update({c.name.encode(): c for c in [
+    _command("zunion", -3, aggregates.zunion, "top", ("readonly",),
+             summary="Union of sorted sets", cost=_by_members, immediate=False),
+    _command("zinter", -3, aggregates.zinter, "top", ("readonly",),
+             summary="Intersection of sorted sets", cost=_by_members, immediate=False),
+    _command("zintercard", -3, aggregates.zintercard, "top", ("readonly",),
+             summary="Number of members in the intersection of sorted sets",
+             cost=_by_members, immediate=False),
+    _command("zdiff", -3, aggregates.zdiff, "top", ("readonly",),
+             summary="Difference of sorted sets", cost=_by_members, immediate=False),
+    _command("zunionstore", -4, aggregates.zunionstore, "submit", _STORE, _KEY,
+             summary="Store the union of sorted sets", cost=_by_members, immediate=False),
+    _command("zinterstore", -4, aggregates.zinterstore, "submit", _STORE, _KEY,
+             summary="Store the intersection of sorted sets", cost=_by_members,
+             immediate=False),
+    _command("zdiffstore", -4, aggregates.zdiffstore, "submit", _STORE, _KEY,
+             summary="Store the difference of sorted sets", cost=_by_members,
+             immediate=False),
+    _command("zrangestore", -5, aggregates.zrangestore, "submit", _STORE, (1, 2),
+             summary="Store a range of members", immediate=False),
+    _command("zrangebylex", -4, lex.zrangebylex, "top", ("readonly",), _KEY,
+             summary="Members in a lexicographical range", immediate=False),
+    _command("zrevrangebylex", -4, lex.zrevrangebylex, "top", ("readonly",), _KEY,
+             summary="Members in a lexicographical range, in reverse", immediate=False),
+    _command("zlexcount", 4, lex.zlexcount, "top", _READ, _KEY,
+             summary="Members in a lexicographical range"),
+    _command("zremrangebylex", 4, lex.zremrangebylex, "remove_member", ("write",), _KEY,
+             summary="Remove members in a lexicographical range", immediate=False),
+]})
