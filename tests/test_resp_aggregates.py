@@ -98,8 +98,31 @@ def lex_range(draw) -> list[str]:
 
 
 @st.composite
+def pop(draw) -> list[str]:
+    """ZMPOP, the blocking pops (on boards with members, or with a short
+    timeout) and ZRANDMEMBER where its answer is not random (a count of
+    at least the board's size, 0, missing keys, bad arguments)."""
+    keys = draw(st.lists(st.sampled_from(SOURCES), min_size=1, max_size=3))
+    side = draw(st.sampled_from(["MIN", "MAX", "min", "mid"]))
+    count = draw(st.sampled_from(["1", "2", "5", "0", "-1", "x"]))
+    timeout = draw(st.sampled_from(["0.01", "0.02", "-1", "x", "1e400"]))
+    numkeys = str(len(keys)) if draw(st.integers(0, 6)) else draw(st.sampled_from(NUMKEYS))
+    count_option = ["COUNT", count] if draw(st.booleans()) else []
+    return draw(st.sampled_from([
+        ["ZMPOP", numkeys, *keys, side, *count_option],
+        ["BZMPOP", timeout, numkeys, *keys, side, *count_option],
+        ["BZPOPMIN", *keys, timeout], ["BZPOPMAX", *keys, timeout],
+        ["ZRANDMEMBER", keys[0], draw(st.sampled_from(["50", "0", "x", "8"])),
+         *draw(st.sampled_from([[], ["WITHSCORES"], ["withscores"], ["x"]]))],
+        ["ZRANDMEMBER", "absent", *draw(st.sampled_from([[], ["3"], ["-3", "WITHSCORES"]]))],
+        ["ZRANDMEMBER", keys[0], "-9223372036854775808"],
+        ["ZRANDMEMBER", keys[0], "4611686018427387904", "WITHSCORES"],
+    ]))
+
+
+@st.composite
 def command(draw) -> list[str]:
-    kind = draw(st.integers(0, 12))
+    kind = draw(st.integers(0, 13))
     if kind <= 3:
         return draw(zadd_command())
     if kind == 4:  # ties, for lex ranges
@@ -111,6 +134,8 @@ def command(draw) -> list[str]:
         return draw(rangestore())
     if kind <= 10:
         return draw(lex_range())
+    if kind == 11:
+        return draw(pop())
     return draw(st.sampled_from([["ZREM", draw(st.sampled_from(KEYS)), draw(members)],
                                  ["ZINCRBY", draw(st.sampled_from(KEYS)),
                                   draw(st.sampled_from(SCORES)), draw(members)],

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rankd import __version__
 from rankd.engine.errors import EngineError
 from rankd.engine.periods import WINDOWS
-from rankd.frontends.resp import aggregates, lex
+from rankd.frontends.resp import aggregates, lex, pops
 from rankd.frontends.resp import sorted_sets as zset
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, glob_match, integer, text
 from rankd.frontends.resp.protocol import Replies
@@ -665,4 +665,15 @@ COMMANDS.update({c.name.encode(): c for c in [
              summary="Members in a lexicographical range"),
     _command("zremrangebylex", 4, lex.zremrangebylex, "remove_member", ("write",), _KEY,
              summary="Remove members in a lexicographical range", immediate=False),
+    _command("zrandmember", -2, pops.zrandmember, "top", ("readonly",), _KEY,
+             summary="Random members", immediate=False),
+    _command("zmpop", -4, pops.zmpop, "remove_member", ("write",),
+             summary="Remove and return members from the first non-empty set",
+             immediate=False),
+    _command("bzpopmin", -3, pops.bzpopmin, "remove_member", ("write", "blocking"), (1, -2),
+             summary="ZPOPMIN, waiting for a member", immediate=False),
+    _command("bzpopmax", -3, pops.bzpopmax, "remove_member", ("write", "blocking"), (1, -2),
+             summary="ZPOPMAX, waiting for a member", immediate=False),
+    _command("bzmpop", -5, pops.bzmpop, "remove_member", ("write", "blocking"),
+             summary="ZMPOP, waiting for a member", immediate=False),
 ]})
