@@ -373,3 +373,16 @@ def test_a_large_union_leaves_the_loop_to_others(tmp_path):
         assert client.reply() == b":0\r\n"
         assert client.reply().startswith(b"-ERR rankd answers at most 100000 entries")
         assert worst < 0.1, worst
+
+
+def test_zscan_of_an_emptied_board_answers_as_for_a_missing_key(servers):
+    """An emptied RESP-made board is no key: ZSCAN answers it before
+    reading its options, as Redis answers a missing key (found by the
+    differential test)."""
+    redis, rankd = _clients(servers, 2)
+    commands = [["ZADD", "lb", "1", "a"], ["ZREM", "lb", "a"],
+                ["ZSCAN", "lb", "0", "MATCH", "*", "COUNT", "0"],
+                ["ZSCAN", "lb", "0", "COUNT", "x"]]
+    with redis, rankd:
+        for words in commands:
+            assert rankd.call(*words) == redis.call(*words), words

@@ -711,7 +711,7 @@ def zscan(conn: RespConnection, args: list[bytes]) -> Reply:
     cursor = _cursor(args[2])
     view = _view(conn, args[1])
     replies = conn.replies
-    if view is None:  # before the options are read, as in Redis
+    if view is None or not len(view):  # no key (an emptied board): before the options, as Redis
         return b"*2\r\n" + replies.bulk(b"0") + replies.array_header(0)
     pattern, count, _ = _scan_options(args, 3)
     size = len(view)
