@@ -125,3 +125,21 @@ def test_zrandmember_samples_as_redis_does(servers):
         assert set(seen) == {b"$1\r\na\r\n", b"$1\r\nb\r\n", b"$1\r\nc\r\n"}
         assert client.call("ZRANDMEMBER", "pool", "-100001").startswith(
             b"-ERR rankd answers at most 100000 entries")
+
+
+def test_info_counts_blocked_clients(servers):
+    """INFO's ``blocked_clients`` counts the connections waiting in a
+    blocking pop (what Redis's own tests wait for)."""
+    _, daemon = servers
+    clients, (threads, replies) = _blocked_in_order(
+        daemon.resp_port, [["BZPOPMIN", "waiting", "5"], ["BZMPOP", "5", "1", "waiting", "MAX"]])
+    with RawClient(daemon.resp_port) as client:
+        assert b"blocked_clients:2\r\n" in client.call("INFO", "clients")
+        assert client.call("ZADD", "waiting", "1", "a", "2", "b") == b":2\r\n"
+        for thread in threads:
+            thread.join(10)
+        assert b"blocked_clients:0\r\n" in client.call("INFO", "clients")
+    for other in clients:
+        other.close()
+    assert replies == [b"*3\r\n$7\r\nwaiting\r\n$1\r\na\r\n$1\r\n1\r\n",
+                       b"*2\r\n$7\r\nwaiting\r\n*1\r\n*2\r\n$1\r\nb\r\n$1\r\n2\r\n"]
