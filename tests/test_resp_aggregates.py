@@ -386,3 +386,37 @@ def test_zscan_of_an_emptied_board_answers_as_for_a_missing_key(servers):
     with redis, rankd:
         for words in commands:
             assert rankd.call(*words) == redis.call(*words), words
+
+
+def test_an_aggregation_is_of_one_state_of_its_inputs(tmp_path):
+    """While a writer moves two members of two inputs together (one
+    pipelined batch, one commit), unions of thousands of entries (built in
+    steps, started again when an input changes, checked again before a
+    store is written) always see both at the same value."""
+    import threading
+    with Daemon(tmp_path / "data", "--fsync", "no") as daemon, \
+            RawClient(daemon.resp_port) as client, RawClient(daemon.resp_port) as writer:
+        for key in ("a", "b"):
+            words = [w for i in range(3_000) for w in (str(i), f"{key}{i}")]
+            assert client.call("ZADD", key, *words) == b":3000\r\n"
+        stop = threading.Event()
+
+        def write() -> None:
+            value = 0
+            while not stop.is_set():
+                value += 1
+                writer.pipeline([["ZADD", "a", str(value), "x"],
+                                 ["ZADD", "b", str(value), "y"]])
+        thread = threading.Thread(target=write)
+        thread.start()
+        try:
+            for _ in range(15):
+                assert client.call("ZUNIONSTORE", "dst", "2", "a", "b").startswith(b":")
+                scores = [client.call("ZSCORE", "dst", m) for m in ("x", "y")]
+                assert scores[0] == scores[1], scores
+                reply = client.call("ZUNION", "2", "a", "b", "WITHSCORES").split(b"\r\n")
+                found = {reply[i]: reply[i + 2] for i in range(2, len(reply) - 2, 4)}
+                assert found[b"x"] == found[b"y"]
+        finally:
+            stop.set()
+            thread.join(10)
