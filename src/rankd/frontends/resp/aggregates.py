@@ -421,6 +421,8 @@ async def _store(conn: RespConnection, args: list[bytes], result: Result,
     gives it when applied: it computes it again if its inputs changed)."""
     entries = _stored(result)
     name = board_name(args[1])
+    if name is not None:  # on a cluster node that does not write it: TRYAGAIN, as writes
+        await conn.service.route_write(name)
     if not entries and (name is None or not is_key(conn, name)):
         return conn.replies.integer(0)  # no key before, none after
     name = _writable_name(args[1])
