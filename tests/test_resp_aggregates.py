@@ -355,7 +355,8 @@ def test_stores_need_the_scopes_of_what_they_do(tmp_path):
 
 def test_a_large_union_leaves_the_loop_to_others(tmp_path):
     """While aggregations of 200,000 entries are computed, another client's
-    PINGs are answered within a few tens of milliseconds."""
+    PINGs are answered within a few tens of milliseconds (the bound allows
+    for a busy machine)."""
     with Daemon(tmp_path / "data", "--fsync", "no") as daemon, \
             RawClient(daemon.resp_port) as client, RawClient(daemon.resp_port) as other:
         for key in ("a", "b"):
@@ -372,7 +373,7 @@ def test_a_large_union_leaves_the_loop_to_others(tmp_path):
             worst = max(worst, time.monotonic() - started)
         assert client.reply() == b":0\r\n"
         assert client.reply().startswith(b"-ERR rankd answers at most 100000 entries")
-        assert worst < 0.1, worst
+        assert worst < 0.25, worst  # (done in one go, they hold it for a second)
 
 
 def test_zscan_of_an_emptied_board_answers_as_for_a_missing_key(servers):
