@@ -353,27 +353,33 @@ def test_stores_need_the_scopes_of_what_they_do(tmp_path):
             assert blind.call("ZRANGESTORE", "dst", "src", "0", "-1").startswith(b"-NOPERM")
 
 
-def test_a_large_union_leaves_the_loop_to_others(tmp_path):
-    """While aggregations of 200,000 entries are computed, another client's
-    PINGs are answered within a few tens of milliseconds (the bound allows
-    for a busy machine)."""
+def test_a_large_aggregation_leaves_the_loop_to_others(tmp_path):
+    """While aggregations of 200,000 entries are computed (0.1 s each, done
+    in one go), another client's PINGs are answered within a few
+    milliseconds: the work goes a step at a time.  (The best of three
+    tries: a busy machine may delay a PING by itself.)"""
     with Daemon(tmp_path / "data", "--fsync", "no") as daemon, \
             RawClient(daemon.resp_port) as client, RawClient(daemon.resp_port) as other:
         for key in ("a", "b"):
             for first in range(0, 100_000, 10_000):
                 words = [w for i in range(first, first + 10_000) for w in (str(i), f"{key}{i}")]
                 assert client.call("ZADD", key, *words) == b":10000\r\n"
-        client.send(encode_request(["ZINTERCARD", "2", "a", "b"])
-                    + encode_request(["ZUNION", "2", "a", "b"]))
-        worst = 0.0
-        deadline = time.monotonic() + 1.0  # (the two take longer than that)
-        while time.monotonic() < deadline:
-            started = time.monotonic()
-            assert other.call("PING") == b"+PONG\r\n"
-            worst = max(worst, time.monotonic() - started)
-        assert client.reply() == b":0\r\n"
-        assert client.reply().startswith(b"-ERR rankd answers at most 100000 entries")
-        assert worst < 0.25, worst  # (done in one go, they hold it for a second)
+        worsts = []
+        for _ in range(3):
+            client.send(encode_request(["ZINTERCARD", "2", "a", "b"])
+                        + encode_request(["ZUNION", "2", "a", "b"]))
+            worst = 0.0
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                assert other.call("PING") == b"+PONG\r\n"
+                worst = max(worst, time.monotonic() - started)
+            assert client.reply() == b":0\r\n"
+            assert client.reply().startswith(b"-ERR rankd answers at most 100000 entries")
+            worsts.append(worst)
+            if worst < 0.06:
+                break
+        assert min(worsts) < 0.06, worsts
 
 
 def test_zscan_of_an_emptied_board_answers_as_for_a_missing_key(servers):
