@@ -149,19 +149,25 @@ def test_watch_sees_writes_from_rest(servers):
         assert client.call("EXISTS", "watched") == b":0\r\n"
 
 
-def test_a_deadline_inside_multi_discards_the_transaction_whole(servers):
-    """EXPIRE and its kin are not made through a transaction: queued, they
-    abort it (EXECABORT) and nothing of it applies, never half of it."""
+@pytest.mark.parametrize("refused", [["EXPIRE", "kept", "100"],
+                                     ["ZUNIONSTORE", "made", "1", "kept"],
+                                     ["BZPOPMIN", "kept", "1"]])
+def test_what_a_transaction_cannot_hold_discards_it_whole(servers, refused):
+    """Deadlines, stores and blocking pops are not made through a
+    transaction yet: queued, they abort it (EXECABORT) and nothing of it
+    applies, never half of it."""
     _, daemon = servers
     with RawClient(daemon.resp_port) as client:
         client.call("FLUSHALL")
         assert client.call("ZADD", "kept", "1", "a") == b":1\r\n"
         assert client.call("MULTI") == b"+OK\r\n"
         assert client.call("ZINCRBY", "kept", "5", "a") == b"+QUEUED\r\n"
-        assert client.call("EXPIRE", "kept", "100").startswith(b"-ERR rankd cannot run EXPIRE")
+        assert client.call(*refused).startswith(
+            f"-ERR rankd cannot run {refused[0]}".encode())
         assert client.call("EXEC").startswith(b"-EXECABORT")
         assert client.call("ZSCORE", "kept", "a") == b"$1\r\n1\r\n"
         assert client.call("TTL", "kept") == b":-1\r\n"
+        assert client.call("EXISTS", "made") == b":0\r\n"
 
 
 def test_emptying_a_board_inside_exec_clears_its_deadline_as_redis(servers):

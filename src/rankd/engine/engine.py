@@ -802,6 +802,63 @@ class Engine:
         :mod:`rankd.engine.transaction`."""
         return Transaction(self)
 
+    async def replace_board(self, name: str, config: object,
+                            entries: Callable[[], Iterable[tuple[str, float]]]) -> int:
+        """Make board ``name`` anew with ``config`` holding exactly the
+        ``(member, score)`` pairs ``entries()`` gives, in place of any board
+        of that name and all it held, in one commit (all or nothing after a
+        crash, one unit on a cluster): what Redis's ``ZUNIONSTORE`` and the
+        other store commands do to their destination.  Returns how many
+        members it holds.
+
+        ``entries`` runs once the board may be written, and what it gives is
+        applied in the same step, no other write between (so a caller can
+        check there that what it computed is still current).  Its members
+        must be valid and its scores finite, and their number bounded by
+        the caller: they are applied in one step, as a batch is.
+        """
+        check_board_name(name)
+        parsed = BoardConfig.from_dict(config)
+        board = self._boards.get(name)
+        if board is not None:
+            await board.writable.wait()
+        writer = None
+        if self._replication is not None:
+            await self.route(name)
+            group = group_of(name)
+            refusal = (await self._replication.prepare({group})).get(group)
+            if refusal is not None:
+                raise refusal
+            await self.read_gates.opened((group,))
+            self._check_writable()
+            writer = self._replication.writer(group)
+            first = writer.next_seq
+        else:
+            self._check_writable()
+            first = self.wal.last_lsn + 1
+        # Nothing is awaited from here until every record is applied.
+        submissions = [Submission(board=name, member=member, score=score)
+                       for member, score in entries()]
+        now_ms = self._now_ms()
+        logged: list[list] = ([[records.BOARD_DROP, name, now_ms]]
+                              if name in self._boards else [])
+        logged.append([records.BOARD_PUT, name, parsed.to_dict(), now_ms])
+        for position, record in enumerate(logged, first):
+            self._apply_record(position, record)
+        try:
+            done = ingest(self._boards, submissions, self.clock(), first + len(logged),
+                          self.config.dedupe_ttl, self.config.ts_tolerance)
+        except Exception as exc:
+            self._fail(exc)  # a bug, as in _submit_batch
+            raise
+        self._count(done)
+        payloads = [records.encode(record) for record in logged] + done.payloads
+        if writer is not None:
+            await self._replicate(writer, payloads, {name})
+        else:
+            await self._commit(payloads, {name})
+        return len(done.payloads)
+
     async def submit(self, submission: Submission) -> dict[str, Any]:
         """Apply one submission and return its result (raises EngineError)."""
         (answer,) = await self.submit_many([submission])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -251,6 +251,12 @@ class Service:
             board, choose, window=optional_text(window, "window"),
             period=optional_text(period, "period"), drop_when_empty=drop_when_empty,
             persist_when_empty=persist_when_empty)
+
+    async def replace_board(self, board: str, config: object,
+                            entries: Callable[[], Iterable[tuple[str, float]]]) -> int:
+        """Board ``board`` made anew holding what ``entries()`` gives, in one
+        commit; see ``Engine.replace_board``."""
+        return await self.engine.replace_board(board, config, entries)
 
     async def remove_member(self, board: str, member: str) -> None:
         if not await self.engine.remove_member(board, member):

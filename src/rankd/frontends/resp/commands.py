@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rankd import __version__
 from rankd.engine.errors import EngineError
 from rankd.engine.periods import WINDOWS
-from rankd.frontends.resp import expiry, transactions
+from rankd.frontends.resp import aggregates, expiry, lex, pops, transactions
 from rankd.frontends.resp import sorted_sets as zset
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, glob_match, integer, text
 from rankd.frontends.resp.protocol import Replies
@@ -244,7 +244,8 @@ def _info_sections(conn: RespConnection) -> dict[str, list[tuple[str, object]]]:
                    ("tcp_port", server.settings.get("port", 0)),
                    ("uptime_in_seconds", uptime), ("uptime_in_days", uptime // 86400)],
         "clients": [("connected_clients", len(server.connections)),
-                    ("blocked_clients", 0), ("maxclients", server.limits.max_total)],
+                    ("blocked_clients", len(pops.blocked(service.engine))),
+                    ("maxclients", server.limits.max_total)],
         "memory": [("used_memory", rss), ("used_memory_human", f"{rss / 1048576:.2f}M"),
                    ("used_memory_rss", rss), ("maxmemory", 0),
                    ("maxmemory_policy", "noeviction")],
@@ -671,4 +672,46 @@ COMMANDS.update({c.name.encode(): c for c in [
              cost=_by_keys),
     _command("unwatch", 1, transactions.unwatch, None, ("noscript", "loading", "stale", "fast"),
              group="transactions", summary="Forget the watched keys"),
+]})
+# --- aggregations, stores, lex ranges (issue 45 items 3 and 4) -----------------------
+_STORE = ("write", "denyoom")
+COMMANDS.update({c.name.encode(): c for c in [
+    _command("zunion", -3, aggregates.zunion, "top", ("readonly",),
+             summary="Union of sorted sets", cost=_by_members, immediate=False),
+    _command("zinter", -3, aggregates.zinter, "top", ("readonly",),
+             summary="Intersection of sorted sets", cost=_by_members, immediate=False),
+    _command("zintercard", -3, aggregates.zintercard, "top", ("readonly",),
+             summary="Number of members in the intersection of sorted sets",
+             cost=_by_members, immediate=False),
+    _command("zdiff", -3, aggregates.zdiff, "top", ("readonly",),
+             summary="Difference of sorted sets", cost=_by_members, immediate=False),
+    _command("zunionstore", -4, aggregates.zunionstore, "submit", _STORE, _KEY,
+             summary="Store the union of sorted sets", cost=_by_members, immediate=False),
+    _command("zinterstore", -4, aggregates.zinterstore, "submit", _STORE, _KEY,
+             summary="Store the intersection of sorted sets", cost=_by_members,
+             immediate=False),
+    _command("zdiffstore", -4, aggregates.zdiffstore, "submit", _STORE, _KEY,
+             summary="Store the difference of sorted sets", cost=_by_members,
+             immediate=False),
+    _command("zrangestore", -5, aggregates.zrangestore, "submit", _STORE, (1, 2),
+             summary="Store a range of members", immediate=False),
+    _command("zrangebylex", -4, lex.zrangebylex, "top", ("readonly",), _KEY,
+             summary="Members in a lexicographical range", immediate=False),
+    _command("zrevrangebylex", -4, lex.zrevrangebylex, "top", ("readonly",), _KEY,
+             summary="Members in a lexicographical range, in reverse", immediate=False),
+    _command("zlexcount", 4, lex.zlexcount, "top", _READ, _KEY,
+             summary="Members in a lexicographical range"),
+    _command("zremrangebylex", 4, lex.zremrangebylex, "remove_member", ("write",), _KEY,
+             summary="Remove members in a lexicographical range", immediate=False),
+    _command("zrandmember", -2, pops.zrandmember, "top", ("readonly",), _KEY,
+             summary="Random members", immediate=False),
+    _command("zmpop", -4, pops.zmpop, "remove_member", ("write",),
+             summary="Remove and return members from the first non-empty set",
+             immediate=False),
+    _command("bzpopmin", -3, pops.bzpopmin, "remove_member", ("write", "blocking"), (1, -2),
+             summary="ZPOPMIN, waiting for a member", immediate=False),
+    _command("bzpopmax", -3, pops.bzpopmax, "remove_member", ("write", "blocking"), (1, -2),
+             summary="ZPOPMAX, waiting for a member", immediate=False),
+    _command("bzmpop", -5, pops.bzmpop, "remove_member", ("write", "blocking"),
+             summary="ZMPOP, waiting for a member", immediate=False),
 ]})

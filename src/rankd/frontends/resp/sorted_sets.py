@@ -544,17 +544,33 @@ def _by_score(view: Any, low: tuple[float, bool], high: tuple[float, bool]) -> l
     return view.by_score(low_value, high_value, low_exclusive=low_ex, high_exclusive=high_ex)
 
 
-def zrange(conn: RespConnection, args: list[bytes], *, by: str | None = None,
-           reverse: bool | None = None) -> Reply:
-    """ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count]
-    [WITHSCORES], and the legacy forms that preset ``by`` and ``reverse``."""
+@dataclass(slots=True)
+class RangeSpec:
+    """What a ``ZRANGE`` (or ``ZRANGESTORE``) asks for, its arguments read."""
+
+    by: str
+    reverse: bool
+    withscores: bool
+    offset: int
+    limit: int
+    #: The range's two arguments as given (indexes, score or lex bounds).
+    low: bytes
+    high: bytes
+
+
+def parse_range(args: list[bytes], first: int, *, store: bool = False, by: str | None = None,
+                reverse: bool | None = None) -> RangeSpec:
+    """Read ``key min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]
+    [WITHSCORES]`` from ``args[first]`` on, as Redis's
+    ``zrangeGenericCommand`` does (``store``: ZRANGESTORE, no WITHSCORES),
+    checking the range's syntax too."""
     withscores = False
     offset, limit = 0, -1
-    position = 4
+    position = first + 3
     while position < len(args):
         option = args[position].lower()
         left = len(args) - position - 1
-        if option == b"withscores":
+        if not store and option == b"withscores":
             withscores = True
         elif option == b"limit" and left >= 2:
             offset, limit = integer(args[position + 1]), integer(args[position + 2])
@@ -576,43 +592,64 @@ def zrange(conn: RespConnection, args: list[bytes], *, by: str | None = None,
     if withscores and by == "lex":
         raise CommandError("ERR syntax error, WITHSCORES not supported in combination with "
                            "BYLEX")
-    replies = conn.replies
-    if by == "lex":
-        for item in args[2:4]:
-            if not (item in (b"+", b"-") or item[:1] in (b"[", b"(")):
-                raise CommandError("ERR min or max not valid string range item")
-        if _view(conn, args[1]) is None:
-            return replies.array_header(0)
-        raise CommandError("ERR rankd does not order members by name (BYLEX): a board "
-                           "orders by score")
+    spec = RangeSpec(by, reverse, withscores, offset, limit, args[first + 1], args[first + 2])
     if by == "rank":
-        start, stop = integer(args[2]), integer(args[3])
-        if _view(conn, args[1]) is None:
-            return replies.array_header(0)
+        integer(spec.low), integer(spec.high)
+    elif by == "score":
+        _score_range(spec.low, spec.high)
+    else:
+        from rankd.frontends.resp.lex import lex_range  # (it reads views as this module)
+        lex_range(*((spec.high, spec.low) if reverse else (spec.low, spec.high)))
+    return spec
+
+
+def range_plan(conn: RespConnection, key: bytes, spec: RangeSpec
+               ) -> Callable[[], tuple[int, Callable[[int, int], list]]] | None:
+    """How to read the range ``spec`` asks for on board ``key``, as
+    :func:`_range` takes it; None if there is no such board."""
+    if _view(conn, key) is None:
+        return None
+    reverse, offset, limit = spec.reverse, spec.offset, spec.limit
+    if spec.by == "lex":
+        from rankd.frontends.resp.lex import lex_plan
+        return lex_plan(conn, key, spec)
+    if spec.by == "rank":
+        start, stop = integer(spec.low), integer(spec.high)
 
         def by_rank() -> tuple[int, Callable[[int, int], list]]:
-            view = _view(conn, args[1])
+            view = _view(conn, key)
             first, count = _rank_range(0 if view is None else len(view), start, stop)
-            return count, lambda skip, n: view.by_position(first + skip, n, reverse=reverse)
-        return _range(conn, args[1], by_rank, withscores)
-    low, high = _score_range(args[2], args[3])
-    if _view(conn, args[1]) is None:
-        return replies.array_header(0)
+            return count, lambda skip, n: view.by_position(first + skip, n,
+                                                           reverse=reverse)
+        return by_rank
+    low, high = _score_range(spec.low, spec.high)
 
     def by_score() -> tuple[int, Callable[[int, int], list]]:
-        # Read by position (each step O(log n)): an offset into a score range
-        # would walk past every entry skipped, step after step.
-        view = _view(conn, args[1])
+        # Read by position (each step O(log n)): an offset into a score
+        # range would walk past every entry skipped, step after step.
+        view = _view(conn, key)
         if view is None or offset < 0 or (offset > 0 and offset >= len(view)):
             return 0, lambda skip, n: []
         least, most = (low, high) if not reverse else (high, low)
         total = max(0, _count(view, least, most) - offset)
         if limit >= 0:
             total = min(total, limit)
-        first = offset + (_count(view, (most[0], not most[1]), (math.inf, False)) if reverse
-                          else _count(view, (-math.inf, False), (least[0], not least[1])))
+        first = offset + (_count(view, (most[0], not most[1]), (math.inf, False))
+                          if reverse else
+                          _count(view, (-math.inf, False), (least[0], not least[1])))
         return total, lambda skip, n: view.by_position(first + skip, n, reverse=reverse)
-    return _range(conn, args[1], by_score, withscores)
+    return by_score
+
+
+def zrange(conn: RespConnection, args: list[bytes], *, by: str | None = None,
+           reverse: bool | None = None) -> Reply:
+    """ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count]
+    [WITHSCORES], and the legacy forms that preset ``by`` and ``reverse``."""
+    spec = parse_range(args, 1, by=by, reverse=reverse)
+    plan = range_plan(conn, args[1], spec)
+    if plan is None:
+        return conn.replies.array_header(0)
+    return _range(conn, args[1], plan, spec.withscores)
 
 
 def _count(view: Any, low: tuple[float, bool], high: tuple[float, bool]) -> int:
@@ -677,7 +714,7 @@ def zscan(conn: RespConnection, args: list[bytes]) -> Reply:
     cursor = _cursor(args[2])
     view = _view(conn, args[1])
     replies = conn.replies
-    if view is None:  # before the options are read, as in Redis
+    if view is None or not len(view):  # no key (an emptied board): before the options, as Redis
         return b"*2\r\n" + replies.bulk(b"0") + replies.array_header(0)
     pattern, count, _ = _scan_options(args, 3)
     size = len(view)

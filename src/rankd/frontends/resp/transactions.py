@@ -57,9 +57,12 @@ MAX_EXEC_REPLY_BYTES = MAX_REPLY_BYTES
 MAX_WATCHED = 10_000
 #: What runs at once inside MULTI instead of being queued (as in Redis).
 CONTROL = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
-#: Writes that are not made through the transaction yet (a deadline is its
-#: own logged record): refused when queued, so EXEC never half-applies.
-NOT_QUEUED = frozenset({"expire", "pexpire", "expireat", "pexpireat", "persist"})
+#: Commands not made through the transaction yet (a deadline is its own
+#: logged record, a store its own commit; a blocking pop would wait):
+#: refused when queued, so EXEC never half-applies.
+NOT_QUEUED = frozenset({"expire", "pexpire", "expireat", "pexpireat", "persist",
+                        "zunionstore", "zinterstore", "zdiffstore", "zrangestore",
+                        "bzpopmin", "bzpopmax", "bzmpop"})
 
 EXECABORT = "EXECABORT Transaction discarded because of previous errors."
 CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"
@@ -350,6 +353,9 @@ class _TransactionEngine:
 
     async def expire(self, name: str, deadline: int | None, condition: int = 0) -> bool:
         raise CommandError("ERR rankd cannot set a deadline inside a transaction yet")
+
+    async def replace_board(self, name: str, config: object, entries: Any) -> int:
+        raise CommandError("ERR rankd cannot store a result inside a transaction yet")
 
     async def remove_members(self, name: str, choose: Callable[[SortedView], Iterable[str]],
                              *, window: str | None = None, period: str | None = None,

@@ -1,0 +1,496 @@
+"""Aggregations and store commands: ``ZUNION``, ``ZINTER``, ``ZDIFF``,
+``ZINTERCARD``, ``ZUNIONSTORE``, ``ZINTERSTORE``, ``ZDIFFSTORE`` and
+``ZRANGESTORE``, with Redis's semantics.
+
+Arguments are read as Redis's ``zunionInterDiffGenericCommand`` reads
+them, and the result is computed as it computes it: the inputs in order of
+size (a stable sort, as glibc's), each score times its key's weight (a NaN
+product counts as 0), ``AGGREGATE SUM`` turning ``inf + -inf`` into 0 as
+Redis does; ``ZINTER`` walks its smallest input and looks its members up
+in the others, ``ZDIFF`` walks its first.  A missing key (or a name no
+board can have) is an empty set.
+
+The inputs are read :data:`STEP_ENTRIES` entries at a time, other clients
+served in between; if an input is written meanwhile the work starts again
+(twice at most, then it is done in one go), so a result is of one state of
+its inputs, as in Redis.  Work is bounded (:data:`MAX_AGGREGATE_READ`
+entries read or looked up) and charged by entries, as reads are.
+
+A store command's destination is made anew as a RESP board holding the
+result (``Service.replace_board``): the board it replaces and all it held
+go in the same commit, all or nothing.  The result is applied in one step,
+so it holds at most :data:`MAX_STORE_ENTRIES` members.  It is checked again
+right before it is applied: if an input changed since it was computed, it
+is computed again there, so what is stored is what the inputs held when it
+was written.  An empty result leaves no key, as in Redis (the destination,
+if a board, is left empty: an empty RESP-made board is no key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rankd.engine.errors import Unsettled
+from rankd.frontends.resp.arguments import SYNTAX, CommandError, integer, score
+from rankd.frontends.resp.sorted_sets import (
+    _REDIS_CONFIGS,
+    MAX_PAIRS,
+    MAX_REPLY_BYTES,
+    REDIS_BOARD_DICT,
+    STEP_ENTRIES,
+    STEP_RESTARTS,
+    Reply,
+    _charge,
+    _check_size,
+    _entries,
+    _version,
+    _view,
+    _writable_name,
+    board_name,
+    is_key,
+    parse_range,
+    range_plan,
+    work_cost,
+)
+from rankd.security import ANONYMOUS_ALL
+
+if TYPE_CHECKING:
+    from rankd.frontends.resp.connection import RespConnection
+
+#: Entries one aggregation may read from its inputs or look up in them
+#: (a union reads every input; an intersection or a difference walks one
+#: and looks its members up in the others).
+MAX_AGGREGATE_READ = 250_000
+#: Members a store command may write: they are applied in one step, as the
+#: pairs of one ZADD are (15 ms for 10,000).
+MAX_STORE_ENTRIES = MAX_PAIRS
+
+#: A result: member -> score (or, for ZINTERCARD, a count).
+Result = dict[str, float]
+#: Work done in steps: yields between them, returns its result.
+Work = Generator[None, None, Any]
+
+
+@dataclass(slots=True)
+class Aggregation:
+    """What a ZUNION/ZINTER/ZDIFF (or its STORE, or ZINTERCARD) asks for."""
+
+    op: str
+    keys: list[bytes]
+    weights: list[float]
+    aggregate: Callable[[float, float], float]
+    withscores: bool = False
+    limit: int = 0
+
+
+def _sum(total: float, value: float) -> float:
+    total += value
+    return 0.0 if math.isnan(total) else total  # inf + -inf: 0, as Redis
+
+
+def _min(current: float, value: float) -> float:
+    return value if value < current else current
+
+
+def _max(current: float, value: float) -> float:
+    return value if value > current else current
+
+
+_AGGREGATES = {b"sum": _sum, b"min": _min, b"max": _max}
+
+
+def parse(args: list[bytes], at: int, op: str, *, store: bool = False,
+          card: bool = False) -> Aggregation:
+    """Read ``numkeys key [key ...]`` from ``args[at]`` on and the options
+    after them, in Redis's order and with its errors."""
+    count = integer(args[at])
+    if count < 1:
+        raise CommandError(f"ERR at least 1 input key is needed for "
+                           f"'{args[0].lower().decode(errors='replace')}' command")
+    if count > len(args) - at - 1:
+        raise CommandError(SYNTAX)
+    keys = args[at + 1:at + 1 + count]
+    found = Aggregation(op, keys, [1.0] * count, _sum)
+    position = at + 1 + count
+    while position < len(args):
+        option = args[position].lower()
+        left = len(args) - position
+        if op != "diff" and not card and left >= count + 1 and option == b"weights":
+            for i in range(count):
+                try:
+                    found.weights[i] = score(args[position + 1 + i])
+                except CommandError:
+                    raise CommandError("ERR weight value is not a float") from None
+            position += count + 1
+        elif op != "diff" and not card and left >= 2 and option == b"aggregate":
+            aggregate = _AGGREGATES.get(args[position + 1].lower())
+            if aggregate is None:
+                raise CommandError(SYNTAX)
+            found.aggregate = aggregate
+            position += 2
+        elif not store and not card and option == b"withscores":
+            found.withscores = True
+            position += 1
+        elif card and left >= 2 and option == b"limit":
+            found.limit = integer(args[position + 1], "ERR LIMIT can't be negative")
+            if found.limit < 0:
+                raise CommandError("ERR LIMIT can't be negative")
+            position += 2
+        else:
+            raise CommandError(SYNTAX)
+    return found
+
+
+def _views(conn: RespConnection, keys: list[bytes]) -> list[Any]:
+    return [_view(conn, key) for key in keys]
+
+
+def _size(view: Any) -> int:
+    return 0 if view is None else len(view)
+
+
+def _work(views: list[Any], op: str) -> int:
+    """Entries an aggregation reads or looks up (what it is charged)."""
+    if op == "union":
+        return sum(map(_size, views))
+    walked = _size(views[0]) if op == "diff" else min(map(_size, views))
+    return walked * len(views)
+
+
+def _chunks(view: Any, size: int) -> Iterable[list]:
+    for first in range(0, len(view), size):
+        yield view.by_position(first, min(size, len(view) - first))
+
+
+def compute(views: list[Any], found: Aggregation) -> Work:
+    """The result, a step at a time (see :data:`Work`): a member -> score
+    dict, or ZINTERCARD's count."""
+    chunk = max(1, STEP_ENTRIES // len(views))  # entries read and looked up per step
+    weights, aggregate = found.weights, found.aggregate
+    result: Result = {}
+    if found.op == "union":
+        for i in sorted(range(len(views)), key=lambda i: _size(views[i])):
+            if not _size(views[i]):
+                continue
+            weight = weights[i]
+            for entries in _chunks(views[i], STEP_ENTRIES):
+                for _, member, value in entries:
+                    value *= weight
+                    if math.isnan(value):
+                        value = 0.0
+                    known = result.get(member)
+                    result[member] = value if known is None else aggregate(known, value)
+                yield
+        return result
+    if found.op == "diff":
+        first, others = views[0], [v for v in views[1:] if _size(v)]
+        if not _size(first):
+            return result
+        for entries in _chunks(first, chunk):
+            for _, member, value in entries:
+                if all(other.score(member) is None for other in others):
+                    result[member] = value
+            yield
+        return result
+    order = sorted(range(len(views)), key=lambda i: _size(views[i]))
+    if not _size(views[order[0]]):
+        return 0 if found.op == "card" else result
+    smallest, weight = views[order[0]], weights[order[0]]
+    others = [(views[i], weights[i]) for i in order[1:]]
+    cardinality = 0
+    for entries in _chunks(smallest, chunk):
+        for _, member, value in entries:
+            total = weight * value
+            if math.isnan(total):
+                total = 0.0
+            for other, other_weight in others:
+                found_score = other.score(member)
+                if found_score is None:
+                    break
+                total = aggregate(total, found_score * other_weight)
+            else:
+                if found.op == "card":
+                    cardinality += 1
+                    if found.limit and cardinality >= found.limit:
+                        return cardinality
+                else:
+                    result[member] = total
+        yield
+    return cardinality if found.op == "card" else result
+
+
+def _finish(work: Work) -> Any:
+    """Run ``work`` to its end, in one go."""
+    while True:
+        try:
+            next(work)
+        except StopIteration as done:
+            return done.value
+
+
+class _Closed(Exception):
+    """The connection closed while its work was under way."""
+
+
+def _versions(conn: RespConnection, names: list[str | None]) -> list[Any]:
+    return [_version(conn, name) for name in names]
+
+
+async def _in_steps(conn: RespConnection, names: list[str | None],
+                    make: Callable[[], Work]) -> tuple[Any, list[Any]]:
+    """``make()``'s work done a step at a time, other clients served in
+    between, started again if one of the boards ``names`` changed (twice
+    at most, then done in one go); its result and the boards' versions it
+    is of."""
+    for attempt in range(STEP_RESTARTS + 1):
+        versions = _versions(conn, names)
+        try:
+            work = make()
+            if attempt == STEP_RESTARTS:
+                return _finish(work), versions
+            while True:
+                try:
+                    next(work)
+                except StopIteration as done:
+                    return done.value, versions
+                await asyncio.sleep(0)  # other clients' turn
+                if conn.closing:
+                    raise _Closed
+                if _versions(conn, names) != versions:
+                    break  # written meanwhile: start again
+        except Unsettled as exc:  # writes not committed yet: once they are, again
+            if attempt == STEP_RESTARTS:
+                raise
+            await conn.service.engine.settle(exc.group)
+    raise AssertionError("the last attempt runs to the end")
+
+
+def _names(keys: list[bytes]) -> list[str | None]:
+    return list(dict.fromkeys(board_name(key) for key in keys))
+
+
+def _charge_reads(conn: RespConnection, entries: int) -> None:
+    """A store's reads, charged as reads are (which takes the read scope:
+    the command itself is admitted as a write)."""
+    conn.gate.admit(conn.principal or ANONYMOUS_ALL, "top", conn.address, work_cost(entries))
+
+
+def _prepare(conn: RespConnection, found: Aggregation, *, store: bool) -> Callable[[], Work]:
+    """Check an aggregation's size and charge it; the work to do."""
+    work = _work(_views(conn, found.keys), found.op)
+    if work > MAX_AGGREGATE_READ:
+        raise CommandError(f"ERR rankd reads at most {MAX_AGGREGATE_READ} entries in one "
+                           "aggregation (its inputs, and the members looked up in them)")
+    if store:
+        _charge_reads(conn, work)
+    else:
+        _charge(conn, work)
+    return lambda: compute(_views(conn, found.keys), found)
+
+
+def _run(conn: RespConnection, found: Aggregation, *, store: bool) -> Any:
+    """``(result, versions)`` (the versions of the inputs it is of) at
+    once if the aggregation's work is small, else a coroutine of them."""
+    make = _prepare(conn, found, store=store)
+    names = _names(found.keys)
+    if _work(_views(conn, found.keys), found.op) <= STEP_ENTRIES:
+        return _finish(make()), _versions(conn, names)
+    return _in_steps(conn, names, make)
+
+
+def _sorted(result: Result) -> list[tuple[int, str, float]]:
+    return [(0, member, value) for member, value in
+            sorted(result.items(), key=lambda item: (item[1], item[0]))]
+
+
+async def _reply_in_steps(conn: RespConnection, result: Result, withscores: bool) -> bytes:
+    """A large result's reply: sorted a chunk at a time, merged and encoded
+    a step at a time, other clients served in between."""
+    items = list(result.items())
+    runs = []
+    for first in range(0, len(items), STEP_ENTRIES):
+        runs.append(sorted(items[first:first + STEP_ENTRIES],
+                           key=lambda item: (item[1], item[0])))
+        await asyncio.sleep(0)
+    merged = heapq.merge(*runs, key=lambda item: (item[1], item[0]))
+    replies = conn.replies
+    parts = [replies.array_header(2 * len(items) if withscores and replies.version == 2
+                                  else len(items))]
+    size = len(parts[0])
+    done = 0
+    while done < len(items):
+        count = min(STEP_ENTRIES, len(items) - done)
+        entries = [(0, member, value) for member, value in
+                   (next(merged) for _ in range(count))]
+        data = _entries(conn, entries, withscores, nested=True)
+        part = data[data.index(b"\n") + 1:]  # without its own array header
+        size += len(part)
+        if size > MAX_REPLY_BYTES:
+            raise CommandError(f"ERR rankd answers at most {MAX_REPLY_BYTES} bytes in one "
+                               "reply; ask for a smaller range")
+        parts.append(part)
+        done += count
+        await asyncio.sleep(0)
+        if conn.closing:
+            return b""
+    return b"".join(parts)
+
+
+def _answer(conn: RespConnection, result: Result, withscores: bool) -> Reply:
+    _check_size(len(result))
+    if len(result) <= STEP_ENTRIES:
+        return _entries(conn, _sorted(result), withscores, nested=True)
+    return _reply_in_steps(conn, result, withscores)
+
+
+def _aggregate(conn: RespConnection, args: list[bytes], op: str) -> Reply:
+    """ZUNION, ZINTER, ZDIFF: numkeys key [key ...] [options]."""
+    found = parse(args, 1, op)
+    outcome = _run(conn, found, store=False)
+    if isinstance(outcome, tuple):
+        return _answer(conn, outcome[0], found.withscores)
+
+    async def later() -> bytes:
+        try:
+            result, _ = await outcome
+        except _Closed:
+            return b""
+        reply = _answer(conn, result, found.withscores)
+        return reply if isinstance(reply, bytes) else await reply
+    return later()
+
+
+def zunion(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZUNION numkeys key [key ...] [WEIGHTS w ...] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]"""
+    return _aggregate(conn, args, "union")
+
+
+def zinter(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZINTER numkeys key [key ...] [WEIGHTS w ...] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]"""
+    return _aggregate(conn, args, "inter")
+
+
+def zdiff(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZDIFF numkeys key [key ...] [WITHSCORES]"""
+    return _aggregate(conn, args, "diff")
+
+
+def zintercard(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZINTERCARD numkeys key [key ...] [LIMIT limit]"""
+    found = parse(args, 1, "inter", card=True)
+    found.op = "card"
+    outcome = _run(conn, found, store=False)
+    if isinstance(outcome, tuple):
+        return conn.replies.integer(outcome[0])
+
+    async def later() -> bytes:
+        try:
+            result, _ = await outcome
+        except _Closed:
+            return b""
+        return conn.replies.integer(result)
+    return later()
+
+
+# --- stores --------------------------------------------------------------------------
+
+
+def _check_stored(count: int) -> None:
+    if count > MAX_STORE_ENTRIES:
+        raise CommandError(f"ERR rankd stores at most {MAX_STORE_ENTRIES} members in one "
+                           "command (they are written in one step); store fewer")
+
+
+def _stored(result: Result) -> list[tuple[str, float]]:
+    """A result as a board takes it: at most :data:`MAX_STORE_ENTRIES`
+    members, finite scores."""
+    _check_stored(len(result))
+    if any(math.isinf(value) for value in result.values()):
+        raise CommandError("ERR rankd keeps finite scores only")
+    return list(result.items())
+
+
+async def _store(conn: RespConnection, args: list[bytes], result: Result,
+                 current: Callable[[], Result]) -> bytes:
+    """Make board ``args[1]`` anew holding ``result`` (as ``current()``
+    gives it when applied: it computes it again if its inputs changed)."""
+    entries = _stored(result)
+    name = board_name(args[1])
+    if name is not None:  # on a cluster node that does not write it: TRYAGAIN, as writes
+        await conn.service.route_write(name)
+    if not entries and (name is None or not is_key(conn, name)):
+        return conn.replies.integer(0)  # no key before, none after
+    name = _writable_name(args[1])
+    principal = conn.principal or ANONYMOUS_ALL
+    # Making a board, or replacing one REST made (its windows, its config):
+    # the scope making boards takes.  Rewriting a RESP-made one is a write.
+    admin = conn.service.board_config(name) not in _REDIS_CONFIGS
+    if admin:
+        conn.gate.admit(principal, "put_board", conn.address)
+    stored = await conn.service.replace_board(name, REDIS_BOARD_DICT,
+                                              lambda: _stored(current()))
+    if admin:
+        conn.gate.done(principal, "put_board", conn.address, board=name,
+                       command=args[0].lower().decode(errors="replace"))
+    return conn.replies.integer(stored)
+
+
+def _store_aggregate(conn: RespConnection, args: list[bytes], op: str) -> Reply:
+    """ZUNIONSTORE, ZINTERSTORE, ZDIFFSTORE destination numkeys key ..."""
+    found = parse(args, 2, op, store=True)
+    names = _names(found.keys)
+    outcome = _run(conn, found, store=True)
+
+    def current(result: Result, versions: list[Any]) -> Callable[[], Result]:
+        def now() -> Result:
+            if _versions(conn, names) == versions:
+                return result
+            return _finish(compute(_views(conn, found.keys), found))  # changed: again
+        return now
+
+    if isinstance(outcome, tuple):
+        return _store(conn, args, outcome[0], current(*outcome))
+
+    async def later() -> bytes:
+        try:
+            result, versions = await outcome
+        except _Closed:
+            return b""
+        return await _store(conn, args, result, current(result, versions))
+    return later()
+
+
+def zunionstore(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZUNIONSTORE destination numkeys key [key ...] [WEIGHTS w ...] [AGGREGATE ...]"""
+    return _store_aggregate(conn, args, "union")
+
+
+def zinterstore(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZINTERSTORE destination numkeys key [key ...] [WEIGHTS w ...] [AGGREGATE ...]"""
+    return _store_aggregate(conn, args, "inter")
+
+
+def zdiffstore(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZDIFFSTORE destination numkeys key [key ...]"""
+    return _store_aggregate(conn, args, "diff")
+
+
+def zrangestore(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZRANGESTORE dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]"""
+    spec = parse_range(args, 2, store=True)
+
+    def current() -> Result:
+        plan = range_plan(conn, args[2], spec)
+        if plan is None:
+            return {}
+        total, fetch = plan()
+        _check_stored(total)
+        return {member: value for _, member, value in fetch(0, total)}
+    result = current()
+    _charge_reads(conn, len(result))
+    return _store(conn, args, result, current)

@@ -1,0 +1,308 @@
+"""``ZRANDMEMBER``, ``ZMPOP`` and the blocking pops ``BZPOPMIN``,
+``BZPOPMAX``, ``BZMPOP``, with Redis's semantics.
+
+A pop removes through ``Service.remove_members``, which picks and removes
+in one step.  ``ZMPOP`` pops from the first of its keys that has members.
+
+A blocking pop that finds nothing waits on its boards (:class:`Blocked`,
+one per engine): each board keeps its waiters in arrival order, and a
+commit that changes the board (from any front-end, or a cluster's log)
+wakes the first; it pops, or waits on in its place if another client was
+quicker, and its own pop (or its leaving) wakes the next.  A connection
+waits for one command at a time (the next ones it sent wait behind it, as
+in Redis), so the waiters are bounded by the connections.  A timeout of 0
+waits until a member comes or the connection closes.
+
+``ZRANDMEMBER`` picks positions at random: with a negative count, that
+many, repeats allowed, in random order; with a positive one, distinct
+members in the set's order (Redis's order for its small sets; for large
+ones Redis's order is its hash table's); a count at least the set's size
+gives the whole set, highest first (Redis iterates a set from its end).
+Replies of more than :data:`STEP_ENTRIES` entries are built in steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import random
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rankd.engine.errors import NotFound
+from rankd.frontends.resp.arguments import SYNTAX, CommandError, _strtod, integer
+from rankd.frontends.resp.sorted_sets import (
+    Reply,
+    Steps,
+    _charge,
+    _check_removal,
+    _check_size,
+    _entries,
+    _removed,
+    _stepwise,
+    _view,
+    board_name,
+)
+
+if TYPE_CHECKING:
+    from rankd.engine.engine import Engine
+    from rankd.frontends.resp.connection import RespConnection
+
+#: Times a pop picks its board again when another client emptied it first.
+POP_TRIES = 3
+#: A blocked pop looks at its connection at least this often (closed?).
+BLOCK_CHECK_SECONDS = 1.0
+_INT64_MAX = 2**63 - 1
+
+
+# --- ZRANDMEMBER -------------------------------------------------------------------
+
+
+def zrandmember(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZRANDMEMBER key [count [WITHSCORES]]"""
+    replies = conn.replies
+    if len(args) == 2:
+        view = _view(conn, args[1])
+        if view is None or not len(view):
+            return replies.null()
+        return replies.bulk(view.by_position(random.randrange(len(view)), 1)[0][1])
+    count = integer(args[2])
+    if count < -_INT64_MAX:
+        raise CommandError("ERR value is out of range, value must between "
+                           f"{-_INT64_MAX} and {_INT64_MAX}")
+    if len(args) > 4 or (len(args) == 4 and args[3].lower() != b"withscores"):
+        raise CommandError(SYNTAX)
+    withscores = len(args) == 4
+    if withscores and not -_INT64_MAX // 2 <= count <= _INT64_MAX // 2:
+        raise CommandError("ERR value is out of range")
+    view = _view(conn, args[1])
+    if view is None or count == 0 or not len(view):
+        return replies.array_header(0)
+    total = -count if count < 0 else min(count, len(view))
+    _check_size(total)
+    _charge(conn, total)
+
+    def plan() -> Steps:
+        view = _view(conn, args[1])
+        size = 0 if view is None else len(view)
+        if count < 0 or count == 1:  # repeats allowed: any position, any order
+            positions = [random.randrange(size) for _ in range(total)] if size else []
+        elif count >= size:  # the whole set, as Redis iterates it: from its last
+            positions = list(range(size - 1, -1, -1))
+        else:
+            positions = sorted(random.sample(range(size), count))
+        flat = withscores and replies.version == 2
+        header = replies.array_header(2 * len(positions) if flat else len(positions))
+
+        def piece(first: int, step: int) -> bytes:
+            entries = [view.by_position(p, 1)[0] for p in positions[first:first + step]]
+            data = _entries(conn, entries, withscores, nested=True)
+            return data[data.index(b"\n") + 1:]  # without its own array header
+        return header, len(positions), piece
+    return _stepwise(conn, args[1], plan)
+
+
+# --- pops --------------------------------------------------------------------------
+
+
+def _members(conn: RespConnection, name: str) -> int:
+    view = _view(conn, name.encode())
+    return 0 if view is None else len(view)
+
+
+async def _pop_first(conn: RespConnection, names: list[str], highest: bool, count: int
+                     ) -> tuple[str, list[tuple[str, float]]] | None:
+    """Pop up to ``count`` members (lowest, or ``highest``) from the first
+    of boards ``names`` that has any: ``(board, popped)``, or None."""
+    for _ in range(POP_TRIES):
+        name = next((n for n in names if _members(conn, n)), None)
+        if name is None:
+            return None
+        size = min(count, _members(conn, name))
+        _check_removal(size)
+        _charge(conn, size, "remove_member")
+
+        def choose(view: Any) -> list[str]:
+            wanted = min(count, len(view))
+            return [m for _, m, _ in view.by_position(0, wanted, reverse=highest)]
+        try:
+            popped = await _removed(conn, name, choose)
+        except NotFound:  # deleted meanwhile
+            popped = []
+        if popped:
+            return name, popped
+    return None
+
+
+def _names(keys: list[bytes]) -> list[str]:
+    return [name for name in map(board_name, keys) if name is not None]
+
+
+def _nested(conn: RespConnection, name: str, popped: list[tuple[str, float]]) -> bytes:
+    """ZMPOP's reply: the key, then ``[member, score]`` pairs (nested in
+    RESP2 too)."""
+    replies = conn.replies
+    out = [b"*2\r\n", replies.bulk(name), replies.array_header(len(popped))]
+    for member, value in popped:
+        out += (b"*2\r\n", replies.bulk(member), replies.double(value))
+    return b"".join(out)
+
+
+def _flat(conn: RespConnection, name: str, popped: list[tuple[str, float]]) -> bytes:
+    """BZPOPMIN/BZPOPMAX's reply: key, member, score."""
+    ((member, value),) = popped
+    replies = conn.replies
+    return b"*3\r\n" + replies.bulk(name) + replies.bulk(member) + replies.double(value)
+
+
+def _mpop_args(args: list[bytes], at: int) -> tuple[list[bytes], bool, int]:
+    """``numkeys key [key ...] MIN|MAX [COUNT count]`` from ``args[at]``:
+    the keys, whether MAX, the count (Redis's order and errors)."""
+    numkeys = integer(args[at], "ERR numkeys should be greater than 0")
+    if numkeys < 1:
+        raise CommandError("ERR numkeys should be greater than 0")
+    where = at + numkeys + 1
+    if where >= len(args):
+        raise CommandError(SYNTAX)
+    side = args[where].lower()
+    if side not in (b"min", b"max"):
+        raise CommandError(SYNTAX)
+    count = -1
+    position = where + 1
+    while position < len(args):
+        if count == -1 and args[position].lower() == b"count" and position + 1 < len(args):
+            count = integer(args[position + 1], "ERR count should be greater than 0")
+            if count < 1:
+                raise CommandError("ERR count should be greater than 0")
+            position += 2
+        else:
+            raise CommandError(SYNTAX)
+    return args[at + 1:where], side == b"max", max(count, 1)
+
+
+def zmpop(conn: RespConnection, args: list[bytes]) -> Reply:
+    """ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]"""
+    keys, highest, count = _mpop_args(args, 1)
+
+    async def run() -> bytes:
+        found = await _pop_first(conn, _names(keys), highest, count)
+        return conn.replies.null_array() if found is None else _nested(conn, *found)
+    return run()
+
+
+# --- blocking pops -------------------------------------------------------------------
+
+
+class Blocked:
+    """Blocked pops of one engine, per board in arrival order; a commit
+    that changes a board wakes its first waiter (``Engine.listeners``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.queues: dict[str, collections.deque[asyncio.Event]] = {}
+        engine.listeners.append(self.changed)
+
+    def changed(self, name: str) -> None:
+        queue = self.queues.get(name)
+        if queue:
+            queue[0].set()
+
+    def add(self, names: list[str], waiter: asyncio.Event) -> None:
+        for name in dict.fromkeys(names):
+            self.queues.setdefault(name, collections.deque()).append(waiter)
+
+    def remove(self, names: list[str], waiter: asyncio.Event) -> None:
+        """Take a waiter out; the next on each of its boards looks again
+        (the board may have members it left)."""
+        for name in dict.fromkeys(names):
+            queue = self.queues.get(name)
+            if queue is None:
+                continue
+            with_it = waiter in queue
+            if with_it:
+                queue.remove(waiter)
+            if not queue:
+                del self.queues[name]
+            elif with_it:
+                queue[0].set()
+
+    def __len__(self) -> int:
+        return len({id(w) for queue in self.queues.values() for w in queue})
+
+
+_blocked: weakref.WeakKeyDictionary[Any, Blocked] = weakref.WeakKeyDictionary()
+
+
+def blocked(engine: Engine) -> Blocked:
+    """The engine's :class:`Blocked` (made on first use)."""
+    found = _blocked.get(engine)
+    if found is None:
+        found = _blocked[engine] = Blocked(engine)
+    return found
+
+
+def _timeout(word: bytes) -> float:
+    """A timeout in seconds, as ``getTimeoutFromObjectOrReply`` reads it
+    (whole milliseconds; 0: no timeout).  Redis reads a long double (past a
+    double's range too) and casts ``seconds * 1000`` to a 64-bit integer:
+    infinities and values past it come out negative."""
+    parsed = None if not word or word[:1].isspace() else _strtod(word)
+    if parsed is None or math.isnan(parsed[0]):
+        raise CommandError("ERR timeout is not a float or out of range")
+    milliseconds = parsed[0] * 1000
+    if not -(2**63) <= milliseconds < 2**63 or int(milliseconds) < 0:
+        raise CommandError("ERR timeout is negative")
+    return int(milliseconds) / 1000
+
+
+async def _block(conn: RespConnection, keys: list[bytes], timeout: float, highest: bool,
+                 count: int, reply: Callable[[RespConnection, str, list], bytes]) -> bytes:
+    """Pop at once if a board has members, else wait for one (``timeout``
+    seconds, 0: no limit) in arrival order; a null array on timeout."""
+    names = _names(keys)
+    found = await _pop_first(conn, names, highest, count)
+    if found is not None:
+        return reply(conn, *found)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout if timeout else math.inf
+    waiters = blocked(conn.service.engine)
+    waiter = asyncio.Event()
+    waiters.add(names, waiter)
+    try:
+        while not conn.closing:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            try:
+                await asyncio.wait_for(waiter.wait(), min(left, BLOCK_CHECK_SECONDS))
+            except TimeoutError:
+                continue
+            waiter.clear()
+            found = await _pop_first(conn, names, highest, count)
+            if found is not None:
+                return reply(conn, *found)
+    finally:
+        waiters.remove(names, waiter)
+    return b"" if conn.closing else conn.replies.null_array()
+
+
+def bzpop(conn: RespConnection, args: list[bytes], highest: bool) -> Reply:
+    """BZPOPMIN|BZPOPMAX key [key ...] timeout"""
+    timeout = _timeout(args[-1])
+    return _block(conn, args[1:-1], timeout, highest, 1, _flat)
+
+
+def bzpopmin(conn: RespConnection, args: list[bytes]) -> Reply:
+    return bzpop(conn, args, highest=False)
+
+
+def bzpopmax(conn: RespConnection, args: list[bytes]) -> Reply:
+    return bzpop(conn, args, highest=True)
+
+
+def bzmpop(conn: RespConnection, args: list[bytes]) -> Reply:
+    """BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count]"""
+    keys, highest, count = _mpop_args(args, 2)
+    timeout = _timeout(args[1])
+    return _block(conn, keys, timeout, highest, count, _nested)
