@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rankd._native import native_or
-from rankd.engine.config import BOARD_NAME, BoardConfig
+from rankd.engine.config import BOARD_NAME_RULE, BoardConfig, is_board_name
 from rankd.engine.engine import Submission
 from rankd.engine.errors import EngineError, NotFound, Unsettled
 from rankd.engine.ingest import IF_ABSENT, IF_GREATER, IF_LESS, IF_PRESENT, check_member
@@ -109,7 +109,7 @@ Reply = bytes | Awaitable[bytes] | Writes
 def board_name(word: bytes) -> str | None:
     """The board a key names, or None if no board can have that name."""
     name = text(word)
-    return name if name is not None and BOARD_NAME.fullmatch(name) else None
+    return name if name is not None and is_board_name(name) else None
 
 
 def _view(conn: RespConnection, key: bytes) -> Any:
@@ -352,8 +352,7 @@ def zincrby(conn: RespConnection, args: list[bytes]) -> Reply:
 def _writable_name(key: bytes) -> str:
     name = board_name(key)
     if name is None:
-        raise CommandError("ERR rankd board names (keys) are 1 to 64 characters of "
-                           "A-Z a-z 0-9 _ . : -")
+        raise CommandError(f"ERR rankd board names (keys) are {BOARD_NAME_RULE}")
     return name
 
 
