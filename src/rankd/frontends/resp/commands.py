@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from rankd import __version__
 from rankd.engine.errors import EngineError
 from rankd.engine.periods import WINDOWS
+from rankd.frontends.resp import categories
+from rankd.frontends.resp import info as info_sections
 from rankd.frontends.resp import sorted_sets as zset
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, glob_match, integer, text
 from rankd.frontends.resp.protocol import Replies
@@ -234,7 +236,9 @@ def _info_sections(conn: RespConnection) -> dict[str, list[tuple[str, object]]]:
     except OSError:
         rss = usage.ru_maxrss * 1024
     stats = service.engine.stats
-    commands = sum(server.counts().values())
+    counts = server.counts()
+    commands = sum(counts.values())
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     fsync = server.settings.get("fsync", "everysec")
     return {
         "server": [("redis_version", REDIS_VERSION), ("rankd_version", __version__),
@@ -255,10 +259,17 @@ def _info_sections(conn: RespConnection) -> dict[str, list[tuple[str, object]]]:
                   ("rankd_events_applied", stats["applied"]),
                   ("rankd_events_duplicate", stats["duplicate"]),
                   ("rankd_events_rejected", stats["rejected"]),
+                  ("rankd_native_writes", counts[("write", "ok")]),
+                  ("rankd_native_reads", counts[("read", "ok")]),
                   ("keyspace_hits", 0), ("keyspace_misses", 0)],
-        "replication": [("role", "master"), ("connected_slaves", 0)],
+        "replication": info_sections.replication(),
         "cpu": [("used_cpu_sys", f"{usage.ru_stime:.6f}"),
-                ("used_cpu_user", f"{usage.ru_utime:.6f}")],
+                ("used_cpu_user", f"{usage.ru_utime:.6f}"),
+                ("used_cpu_sys_children", f"{children.ru_stime:.6f}"),
+                ("used_cpu_user_children", f"{children.ru_utime:.6f}")],
+        "commandstats": info_sections.commandstats(counts),
+        "errorstats": info_sections.errorstats(),
+        "cluster": [("cluster_enabled", 0)],
         "keyspace": ([("db0", f"keys={keys},expires=0,avg_ttl=0")]
                      if (keys := len(zset.key_names(conn))) else []),
     }
@@ -266,17 +277,8 @@ def _info_sections(conn: RespConnection) -> dict[str, list[tuple[str, object]]]:
 
 def info(conn: RespConnection, args: list[bytes]) -> bytes:
     """INFO [section ...]"""
-    sections = _info_sections(conn)
-    wanted = {word.lower().decode(errors="replace") for word in args[1:]}
-    if not wanted or wanted & {"all", "everything", "default"}:
-        wanted = set(sections)
-    lines = []
-    for name, fields in sections.items():
-        if name in wanted:
-            lines.append(f"# {name.capitalize()}")
-            lines += [f"{key}:{value}" for key, value in fields]
-            lines.append("")
-    return conn.replies.bulk("\r\n".join(lines).rstrip("\r\n") + "\r\n")
+    names = info_sections.wanted(args[1:])
+    return conn.replies.bulk(info_sections.render(_info_sections(conn), names))
 
 
 def config_get(conn: RespConnection, args: list[bytes]) -> bytes:
@@ -304,6 +306,7 @@ def config_set(conn: RespConnection, args: list[bytes]) -> bytes:
 
 def config_resetstat(conn: RespConnection, args: list[bytes]) -> bytes:
     conn.server.reset_counts()
+    info_sections.ERRORS.clear()
     return conn.replies.simple("OK")
 
 
@@ -329,12 +332,17 @@ def _build_entry(replies: Replies, command: Command) -> bytes:
              *[replies.simple(flag) for flag in command.flags],
              replies.integer(command.first_key), replies.integer(command.last_key),
              replies.integer(1 if command.first_key else 0),
-             replies.array_header(1), replies.simple(f"@{command.group}"),
+             *_categories(replies, command),
              replies.array_header(0), replies.array_header(0)]
     subs = list(command.subcommands.values())
     parts.append(replies.array_header(len(subs)))
     parts += [_command_entry(replies, sub) for sub in subs]
     return b"".join(parts)
+
+
+def _categories(replies: Replies, command: Command) -> list[bytes]:
+    found = categories.categories_of(command)
+    return [replies.array_header(len(found)), *map(replies.simple, found)]
 
 
 def command_(conn: RespConnection, args: list[bytes]) -> bytes:
@@ -369,12 +377,6 @@ def command_info(conn: RespConnection, args: list[bytes]) -> bytes:
         out.append(replies.null_array() if command is None else
                    _command_entry(replies, command))
     return b"".join(out)
-
-
-def command_list(conn: RespConnection, args: list[bytes]) -> bytes:
-    replies = conn.replies
-    return replies.array_header(len(COMMANDS)) + b"".join(
-        replies.bulk(name) for name in COMMANDS)
 
 
 def command_docs(conn: RespConnection, args: list[bytes]) -> bytes:
@@ -631,5 +633,5 @@ COMMANDS[b"command"] = Command(
                           cost=_names_cost),
         b"docs": _command("command|docs", -2, command_docs, None, group="server",
                           cost=_names_cost),
-        b"list": _command("command|list", -2, command_list, None, group="server"),
+        b"list": _command("command|list", -2, categories.command_list, None, group="server"),
     })

@@ -22,6 +22,7 @@ from typing import Any
 
 from rankd._native import native_or
 from rankd.frontends.resp import doubles
+from rankd.frontends.resp.info import count_error
 
 #: Redis's limits: words in one multibulk request, and bytes in an inline one.
 MAX_MULTIBULK = 1024 * 1024
@@ -395,7 +396,9 @@ class Replies:
 
     @staticmethod
     def error(text: str) -> bytes:
-        """``text`` starts with its code (``ERR``, ``WRONGTYPE``, ...)."""
+        """``text`` starts with its code (``ERR``, ``WRONGTYPE``, ...), which
+        ``INFO errorstats`` counts."""
+        count_error(text)
         return b"-" + text.replace("\r", " ").replace("\n", " ").encode() + b"\r\n"
 
     @staticmethod

@@ -661,9 +661,17 @@ def _scan_options(args: list[bytes], start: int, *, types: bool = False
 
 
 def _cursor(word: bytes) -> int:
-    if not word.isdigit() or len(word) > 20 or int(word) >= 2**64:
+    """A SCAN/ZSCAN cursor as Redis reads it (C's ``strtoul``, all of the
+    word up to a NUL, no leading blank): a sign is taken and ``-n`` wraps
+    to 2**64 - n (``-1`` is the last cursor: nothing follows it), an empty
+    word is 0, past 2**64 - 1 is invalid."""
+    word = word.split(b"\0", 1)[0]
+    digits = word[1:] if word[:1] in (b"+", b"-") else word
+    if word and (not digits.isdigit() or not digits.isascii() or len(digits.lstrip(b"0")) > 20
+                 or int(digits) >= 2**64):
         raise CommandError("ERR invalid cursor")
-    return int(word)
+    value = int(digits or b"0")
+    return (-value) % 2**64 if word[:1] == b"-" else value
 
 
 def zscan(conn: RespConnection, args: list[bytes]) -> Reply:
