@@ -368,13 +368,22 @@ def _names_cost(words: list[bytes]) -> int:
     return max(1, len(words) - 2)
 
 
+def _named(name: bytes) -> Command | None:
+    """The command or subcommand (``client|list``) ``name`` names."""
+    container, _, sub = name.partition(b"|")
+    command = COMMANDS.get(container)
+    if sub and command is not None:
+        return command.subcommands.get(sub)
+    return command
+
+
 def command_info(conn: RespConnection, args: list[bytes]) -> bytes:
     replies = conn.replies
     names = _names(args) or list(COMMANDS)
     out = [replies.array_header(len(names))]
     for name in names:
-        command = COMMANDS.get(name.lower() if isinstance(name, bytes) else name)
-        out.append(replies.null_array() if command is None else
+        command = _named(name.lower() if isinstance(name, bytes) else name)
+        out.append(replies.null() if command is None else
                    _command_entry(replies, command))
     return b"".join(out)
 
