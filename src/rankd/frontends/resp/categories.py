@@ -55,6 +55,10 @@ ACL_CATEGORIES: dict[str, tuple[str, ...]] = {
     "command": _CONNECTION_SLOW, "command|count": _CONNECTION_SLOW,
     "command|info": _CONNECTION_SLOW, "command|docs": _CONNECTION_SLOW,
     "command|list": _CONNECTION_SLOW,
+    "unlink": ("@keyspace", "@write", "@fast"), "time": ("@fast",),
+    "object": ("@slow",), "object|encoding": ("@keyspace", "@read", "@slow"),
+    "object|freq": ("@keyspace", "@read", "@slow"), "object|help": ("@keyspace", "@slow"),
+    "memory": ("@slow",), "memory|usage": ("@read", "@slow"), "memory|help": ("@slow",),
 }
 
 #: Redis's category names (``ACL CAT``): what FILTERBY ACLCAT accepts.

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rankd import __version__
 from rankd.engine.errors import EngineError
 from rankd.engine.periods import WINDOWS
-from rankd.frontends.resp import categories
+from rankd.frontends.resp import categories, tooling
 from rankd.frontends.resp import info as info_sections
 from rankd.frontends.resp import sorted_sets as zset
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, glob_match, integer, text
@@ -634,6 +634,23 @@ COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in [
     _command("rankd.window", -1, rankd_window, None, ("fast",), group="rankd",
              summary="The window (and period) this connection reads"),
 ]}
+# Tooling (issue 45, item 8): rankd.frontends.resp.tooling.
+COMMANDS.update({c.name.encode(): c for c in [
+    _command("unlink", -2, zset.delete, "delete_board", ("write", "fast"), (1, -1), "keyspace",
+             "Delete boards (as DEL: at once)", immediate=False),
+    _command("time", 1, tooling.time_, "top", ("loading", "stale", "fast"), group="server",
+             summary="The server's time"),
+    _container("object", [
+        _command("object|encoding", 3, tooling.object_encoding, "top", ("readonly",), (2, 2),
+                 "keyspace"),
+        _command("object|freq", 3, tooling.object_freq, "top", ("readonly",), (2, 2),
+                 "keyspace"),
+    ], "keyspace"),
+    _container("memory", [
+        _command("memory|usage", -3, tooling.memory_usage, "top", ("readonly",), (2, 2),
+                 "server"),
+    ], "server"),
+]})
 COMMANDS[b"command"] = Command(
     "command", -1, command_, None, ("loading", "stale"), group="server",
     summary="Every command's details", subcommands={
