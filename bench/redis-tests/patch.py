@@ -9,9 +9,10 @@ Idempotent.  Every difference from Redis's own harness is here:
   SET`` of encodings (``zset-max-*``: rankd has one representation, and
   takes its settings at start);
 * a test that fails with an error (a command rankd lacks) leaves the main
-  client as it found it (raw reading, RESP version), so it cannot make
-  the next tests read each reply one late or in RESP3: Redis's tests
-  switch them back only at their end (:data:`RESTORE`);
+  client as it found it (``readraw``, a setting of the Tcl client, and the
+  RESP version, if the test's ``HELLO`` changed it), so the next tests do
+  not read replies raw or in RESP3: Redis's tests switch them back only at
+  their end (:data:`RESTORE`);
 * :data:`REFUSED_BY_DESIGN` names the tests that need behaviour rankd
   refuses by design (docs/redis.md "What rankd refuses by design"): they
   are written to ``rankd-skip.txt`` for ``runtest --skipfile`` and so
@@ -45,12 +46,17 @@ RUN = "    if {[catch {set retval [uplevel 1 $code]} error]} {\n"
 RESTORE = (
     "    set rankd_raw 0\n"
     "    catch {set rankd_raw [r readingraw]}\n"
-    "    set rankd_resp {}\n"
-    "    if {!$rankd_raw} {catch {regexp {resp=(\\d)} [r client info] -> rankd_resp}}\n"
+    "    set rankd_proto $::rankd_proto\n"
     + RUN +
     "        catch {r readraw $rankd_raw}\n"
-    "        if {$rankd_resp ne {}} {catch {r hello $rankd_resp}}\n"
+    "        if {$::rankd_proto ne $rankd_proto} {catch {r hello $rankd_proto}}\n"
 )
+#: ``proc r`` (test_helper.tcl) notes the RESP version the main client's
+#: ``HELLO`` asked for, which RESTORE puts back.
+R_PROC = "proc r {args} {\n    set level 0\n"
+R_NOTES = ("set ::rankd_proto 2\nproc r {args} {\n"
+           "    if {[string equal -nocase [lindex $args 0] hello] && [llength $args] > 1} {\n"
+           "        set ::rankd_proto [lindex $args 1]\n    }\n    set level 0\n")
 
 
 def wrap(path: Path, pattern: str) -> None:
@@ -73,6 +79,11 @@ def main(tree: Path) -> None:
     if "rankd_raw" not in text:
         assert RUN in text, "support/test.tcl: proc test is not as expected"
         test_tcl.write_text(text.replace(RUN, RESTORE, 1))
+    helper = tests / "test_helper.tcl"
+    text = helper.read_text()
+    if "rankd_proto" not in text:
+        assert R_PROC in text, "test_helper.tcl: proc r is not as expected"
+        helper.write_text(text.replace(R_PROC, R_NOTES, 1))
     for unit in (tests / "unit").rglob("*.tcl"):
         wrap(unit, r"r config set zset-\S+ \S+")
     (tree / "rankd-skip.txt").write_text("\n".join(REFUSED_BY_DESIGN) + "\n")
