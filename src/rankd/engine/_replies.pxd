@@ -4,6 +4,7 @@ the native read kernel (``_reads``) and the RESP scanner's reply encoder:
 numbers are written here rather than through ``snprintf``, which cost more
 than the rest of a short reply."""
 
+from libc.math cimport signbit
 from libc.string cimport memcpy
 
 from rankd.engine._packing cimport Writer, writer_reserve
@@ -57,7 +58,21 @@ cdef inline void reply_double(Writer *w, double value, int version) except *:
     """A score as ``Replies.double`` writes it (Redis 7.2's ``d2string``:
     ``49.9``, not 7.0's ``49.899999999999999``; RESP3 ``,``)."""
     cdef char text[40]
-    cdef int size = rankd_d2string(text, value)
+    cdef int size
+    cdef long long integral
+    # Integral scores within double2ll's range (2**62) are written as
+    # integers here, the common case; -0 is not (it is "-0").
+    if -4611686018427387904.0 <= value <= 4611686018427387904.0 \
+            and value == <double>(<long long>value) \
+            and not (value == 0 and signbit(value)):
+        integral = <long long>value
+        if integral < 0:
+            text[0] = 45
+            size = 1 + _digits(text + 1, <unsigned long long>(-integral))
+        else:
+            size = _digits(text, <unsigned long long>integral)
+    else:
+        size = rankd_d2string(text, value)
     if version == 3:
         reply_put(w, ",", 1)
     else:
