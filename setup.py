@@ -52,6 +52,8 @@ def native(name: str, **options: object) -> Extension:
     return Extension(
         f"rankd.{name}",
         sources=[f"src/rankd/{name.replace('.', '/')}.pyx"],
+        # _doubles.h (Redis 7.2's d2string) and the fpconv it includes.
+        include_dirs=["src/rankd/engine"],
         extra_compile_args=["-O0", "-g"] if debug else ["-O3"],
         define_macros=[("CYTHON_TRACE", "1")] if debug else [("NDEBUG", "1")],
         **options,

@@ -337,7 +337,7 @@ def test_board_lifecycle(tmp_path, clock):
         with pytest.raises(Conflict):
             await engine.put_board("b", {"order": "desc"})
         with pytest.raises(InvalidInput):
-            await engine.put_board("bad name", {})
+            await engine.put_board("bad\nname", {})
         with pytest.raises(InvalidInput):
             await engine.put_board("b2", {"colour": "red"})
         info = engine.board_info("b")

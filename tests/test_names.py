@@ -1,7 +1,8 @@
 """What names may hold: members, labels and event ids refuse control and
 invisible formatting characters on every path (REST, the TCP protocol's
-native fast path and its general one), board names refuse ``.`` and
-``..``, and what is allowed (accents, emoji sequences) still works."""
+native fast path and its general one), board names refuse them too, and
+``.`` and ``..``, and what is allowed (accents, emoji sequences) still
+works."""
 
 from __future__ import annotations
 
@@ -57,8 +58,9 @@ def test_accents_scripts_and_emoji_sequences_are_names(daemon, text):
         assert client.submit("l", f"t{text}", score=2, label=text)["member"] == f"t{text}"
 
 
-@pytest.mark.parametrize("name", [".", "..", "board\n", "a/b", ""])
-def test_board_names_that_are_paths_or_lines_are_refused(daemon, name):
+@pytest.mark.parametrize("name", [".", "..", "board\n", "", "a\x00b", "a\u202eb",
+                                  "x" * 513, "é" * 257])
+def test_board_names_that_are_dot_segments_lines_or_too_long_are_refused(daemon, name):
     from urllib.parse import quote
 
     status, answer = daemon.request("PUT", f"/v1/boards/{quote(name, safe='')}", {})

@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon import Daemon
-from redisserver import RedisServer
+from redisserver import RedisClient, RedisServer
 from respclient import RawClient
 
 #: Examples per protocol version (the long form: RANKD_RESP_EXAMPLES=5000).
 EXAMPLES = int(os.environ.get("RANKD_RESP_EXAMPLES", "300"))
-KEYS = ["lb", "k:1", "week.2"]
+KEYS = ["lb", "k:1", "week.2", "{t}:lb", "a/é b"]
 MEMBERS = ["a", "b", "c", "m:1", "zz", "é", "A", "bb"]
 SCORES = ["0", "1", "-1", "2", "10", "1.5", "-0", "0.1", "1e3", "-2.5e-3", "9007199254740993",
           "123456789012345678", "0x10", "1E2", ".5", "5.", "+3", "3.0", "1e-310", "7",
@@ -128,7 +128,7 @@ def servers(tmp_path_factory):
 
 
 def _clients(servers, protocol: int) -> tuple[RawClient, RawClient]:
-    redis, rankd = (RawClient(port) for port in servers)
+    redis, rankd = RedisClient(servers[0]), RawClient(servers[1])
     for client in (redis, rankd):
         if protocol == 3:
             client.call("HELLO", "3")  # its reply names the server: not compared

@@ -15,7 +15,7 @@ import pytest
 
 from daemon import Daemon
 from rankd.frontends.resp.protocol import encode_request
-from redisserver import RedisServer
+from redisserver import RedisClient, RedisServer
 from respclient import RawClient
 from test_security import READER_ENTRY, READER_KEY, SECRET, WRITER_ENTRY, WRITER_KEY, token
 
@@ -257,7 +257,7 @@ def test_emptied_boards_answer_the_keyspace_as_redis_does(open_daemon):
     """Emptied keys, compared byte for byte with redis-server."""
     redis = RedisServer()
     try:
-        with RawClient(redis.port) as theirs, RawClient(open_daemon.resp_port) as ours:
+        with RedisClient(redis.port) as theirs, RawClient(open_daemon.resp_port) as ours:
             for client in (theirs, ours):
                 client.call("FLUSHALL")
             script = [["ZADD", "e1", "1", "a", "2", "b"], ["ZADD", "e2", "3", "c"],
@@ -320,7 +320,7 @@ def test_boards_made_ascending_by_earlier_versions_keep_answering_as_redis(open_
                                                       "windows": ["all"]})
     redis = RedisServer()
     try:
-        with RawClient(redis.port) as theirs, RawClient(open_daemon.resp_port) as ours:
+        with RedisClient(redis.port) as theirs, RawClient(open_daemon.resp_port) as ours:
             theirs.call("FLUSHALL")
             script = [["ZADD", "legacy", "1", "b", "1", "a", "2", "c", "0", "z"],
                       ["ZRANGE", "legacy", "0", "-1", "WITHSCORES"],

@@ -153,7 +153,8 @@ def test_what_rankd_refuses_by_design_is_refused_clearly(open_daemon):
     with RawClient(open_daemon.resp_port) as client:
         assert client.call("ZADD", "r", "inf", "a") == b"-ERR rankd keeps finite scores only\r\n"
         assert client.call("ZINCRBY", "r", "-inf", "a").startswith(b"-ERR rankd keeps finite")
-        assert client.call("ZADD", "bad key", "1", "a").startswith(b"-ERR rankd board names")
+        assert client.call("ZADD", "bad\nkey", "1", "a").startswith(b"-ERR rankd board names")
+        assert client.call("ZADD", "x" * 513, "1", "a").startswith(b"-ERR rankd board names")
         assert client.call("ZADD", "r", "1", "").startswith(b"-ERR member must be")
         assert client.call("ZADD", "r", "1", "a\x00b").startswith(b"-ERR member must not")
         assert client.call("ZADD", "r", "1", b"\xff").startswith(b"-ERR rankd members are")

@@ -22,6 +22,7 @@ export interface BoardConfig {
 }
 
 export interface BoardInfo {
+  /** A board name (1 to 512 bytes of UTF-8 text without control or invisible formatting characters, not . or ..). */
   name: string;
   config: Required<BoardConfig>;
   /** Members in the current period of each window. */

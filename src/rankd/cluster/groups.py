@@ -18,7 +18,16 @@ GROUPS = 1024
 
 
 def group_of(board: str) -> int:
-    """The group of ``board``: ``crc32(utf8(board)) % GROUPS``."""
+    """The group of ``board``: ``crc32(utf8(board)) % GROUPS``, of only its
+    hash tag if it has one, as Redis Cluster picks a key's slot: the text
+    between its first ``{`` and the first ``}`` after it, when not empty.
+    So ``{cup}:daily`` and ``{cup}:weekly`` share a group (one node writes
+    both).  Names of before had no braces: their groups stay."""
+    start = board.find("{")
+    if start >= 0:
+        end = board.find("}", start + 1)
+        if end > start + 1:
+            board = board[start + 1:end]
     return zlib.crc32(board.encode()) % GROUPS
 
 

@@ -5,10 +5,15 @@ numbers are written here rather than through ``snprintf``, which cost more
 than the rest of a short reply."""
 
 from libc.math cimport signbit
-from libc.stdio cimport snprintf
 from libc.string cimport memcpy
 
 from rankd.engine._packing cimport Writer, writer_reserve
+
+
+cdef extern from "_doubles.h":
+    # Redis 7.2's d2string (fpconv's Grisu2 vendored from Redis 7.2.4):
+    # writes at most 24 bytes at ``buf``, returns how many.
+    int rankd_d2string(char *buf, double value) noexcept nogil
 
 cdef inline void reply_put(Writer *w, const char *text, Py_ssize_t size) except *:
     writer_reserve(w, size)
@@ -50,13 +55,15 @@ cdef inline void reply_header(Writer *w, char kind, long long count) except *:
 
 
 cdef inline void reply_double(Writer *w, double value, int version) except *:
-    """A score as ``Replies.double`` writes it (``%.17g``; RESP3 ``,``)."""
+    """A score as ``Replies.double`` writes it (Redis 7.2's ``d2string``:
+    ``49.9``, not 7.0's ``49.899999999999999``; RESP3 ``,``)."""
     cdef char text[40]
     cdef int size
     cdef long long integral
-    # Integral scores below 1e17 (in magnitude) are written as integers, as
-    # ``%.17g`` writes them; -0 is not (it is "-0").
-    if -1e17 < value < 1e17 and value == <double>(<long long>value) \
+    # Integral scores within double2ll's range (2**62) are written as
+    # integers here, the common case; -0 is not (it is "-0").
+    if -4611686018427387904.0 <= value <= 4611686018427387904.0 \
+            and value == <double>(<long long>value) \
             and not (value == 0 and signbit(value)):
         integral = <long long>value
         if integral < 0:
@@ -65,7 +72,7 @@ cdef inline void reply_double(Writer *w, double value, int version) except *:
         else:
             size = _digits(text, <unsigned long long>integral)
     else:
-        size = snprintf(text, sizeof(text), "%.17g", value)
+        size = rankd_d2string(text, value)
     if version == 3:
         reply_put(w, ",", 1)
     else:

@@ -2,29 +2,72 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
+from urllib.parse import quote
 
 from rankd.engine.errors import InvalidInput
 from rankd.engine.periods import WINDOWS
 from rankd.index._contract import TIE_BREAKS
 
-BOARD_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 POLICIES = ("best", "sum", "latest")
 MAX_LABEL_CHARS = 64
 MAX_EVENT_ID_BYTES = 128
 MAX_RETAIN = 1000
+#: The longest board name (a Redis key), in bytes of UTF-8.
+MAX_BOARD_NAME_BYTES = 512
+
+#: Characters no board name, member, label or event id may hold: C0 and C1
+#: controls and DEL (a NUL once stopped Postgres shipping for good), the
+#: line and paragraph separators, bidi embeddings, overrides and isolates
+#: (they reorder how a page shows the names around them), and the invisible
+#: zero-width space, word joiner, invisible operators and BOM (two names
+#: that look the same).  Zero-width joiners and directional marks stay:
+#: emoji sequences and several scripts need them.
+REFUSED_CHARACTERS = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200b\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+
+BOARD_NAME_RULE = (f"1 to {MAX_BOARD_NAME_BYTES} bytes of UTF-8 text without control or "
+                   "invisible formatting characters, not . or ..")
+
+
+def is_board_name(name: str) -> bool:
+    """Whether ``name`` may name a board: any text Redis users write as a
+    key (``{tag}:daily``, ``/``, spaces, accents...) of 1 to
+    :data:`MAX_BOARD_NAME_BYTES` bytes, but not ``.`` nor ``..`` (a REST
+    path cannot carry them: URL normalisation removes such segments) and
+    without :data:`REFUSED_CHARACTERS`.  Names never become file names."""
+    if name.isascii():
+        # isprintable: no C0 control nor DEL, the only refused ASCII.
+        return (0 < len(name) <= MAX_BOARD_NAME_BYTES and name.isprintable()
+                and name not in (".", ".."))
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        return False  # a lone surrogate: no UTF-8 text
+    return size <= MAX_BOARD_NAME_BYTES and REFUSED_CHARACTERS.search(name) is None
 
 
 def check_board_name(name: object) -> str:
     """Return ``name`` if it is a valid board name, else raise InvalidInput."""
-    if not isinstance(name, str) or not BOARD_NAME.fullmatch(name) or name in (".", ".."):
-        raise InvalidInput(
-            f"board name must match [A-Za-z0-9_.:-]{{1,64}} and not be . or .., got {name!r}"
-        )
+    if not isinstance(name, str) or not is_board_name(name):
+        raise InvalidInput(f"board name must be {BOARD_NAME_RULE}, got {name!r}")
     return name
+
+
+def file_name_of(name: str) -> str:
+    """The file name standing for board ``name`` (the archive's directory):
+    a name percent-encoded but for letters, digits and ``_ . : -`` (so the
+    names of before keep their directories, and ``/``, ``..`` or a NUL
+    never reach a path), or, past 200 bytes (file names end at 255),
+    ``~`` and the SHA-256 of its UTF-8 (``~`` is always encoded otherwise)."""
+    encoded = quote(name, safe=":").replace("~", "%7E")
+    if name in (".", "..") or len(encoded) > 200:
+        return "~" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+    return encoded
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from rankd.engine.coalescer import SubmitCoalescer
 from rankd.engine.config import (
     BoardConfig,
     check_board_name,
+    file_name_of,
 )
 from rankd.engine.errors import (
     Conflict,
@@ -2089,7 +2090,8 @@ class Engine:
 
             await archive_standings(self.config.postgres_dsn, board, window, period, entries)
             return
-        path = self.config.data_dir / "archive" / board / window / f"{period}.json"
+        path = (self.config.data_dir / "archive" / file_name_of(board) / window
+                / f"{period}.json")
         await asyncio.to_thread(_write_json_atomically, path, {
             "board": board, "window": window, "period": period, "entries": entries})
 

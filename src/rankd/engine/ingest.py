@@ -37,13 +37,17 @@ records and state.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rankd._native import native_or
 from rankd.engine import records
-from rankd.engine.config import MAX_EVENT_ID_BYTES, MAX_LABEL_CHARS, BoardConfig
+from rankd.engine.config import (
+    MAX_EVENT_ID_BYTES,
+    MAX_LABEL_CHARS,
+    REFUSED_CHARACTERS,
+    BoardConfig,
+)
 from rankd.engine.dedupe import fingerprint
 from rankd.engine.errors import (
     EngineError,
@@ -242,17 +246,6 @@ def missing_board(name: object) -> EngineError:
     if not isinstance(name, str):
         return InvalidInput("board name must be a string")
     return NotFound(f"no board named {name!r}")
-
-
-#: Characters no member, label or event id may hold: C0 and C1 controls and
-#: DEL (a NUL once stopped Postgres shipping for good), the line and
-#: paragraph separators, bidi embeddings, overrides and isolates (they
-#: reorder how a page shows the names around them), and the invisible
-#: zero-width space, word joiner, invisible operators and BOM (two names
-#: that look the same).  Zero-width joiners and directional marks stay:
-#: emoji sequences and several scripts need them.
-REFUSED_CHARACTERS = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u200b\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
 
 def check_text(text: str, what: str) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from rankd.cluster.trust import FORWARD_AUTH, ClusterTrust
 from rankd.security import Gate, Principal, Unauthorized, audit
@@ -61,12 +62,15 @@ class Forwarder:
         headers = {name: value for name, value in request.headers.items()
                    if name.lower() not in _DROPPED}
         headers[FORWARDED] = self.node
+        # The path as it came, percent-encoding kept (a board "a/b" is a%2Fb),
+        # sent as is (encoded=True): the signed bytes are the ones received.
+        path_qs = request.rel_url.raw_path_qs
         headers[FORWARD_AUTH] = self.trust.forward_header(
-            self.node, request.method, request.path_qs, body, principal, request.remote or "")
+            self.node, request.method, path_qs, body, principal, request.remote or "")
         scheme = "https" if request.secure else "http"
         self.forwarded += 1
         async with self._client.request(request.method,
-                                        f"{scheme}://{address}{request.path_qs}",
+                                        URL(f"{scheme}://{address}{path_qs}", encoded=True),
                                         data=body, headers=headers,
                                         allow_redirects=False) as answer:
             payload = await answer.read()
@@ -83,7 +87,7 @@ class Forwarder:
         try:
             caller = self.trust.verify_forward(
                 request.headers[FORWARDED], request.headers.get(FORWARD_AUTH), request.method,
-                request.path_qs, await request.read())
+                request.rel_url.raw_path_qs, await request.read())
         except Unauthorized as exc:
             audit("auth_rejected", operation=operation, address=request.remote or "",
                   node=request.headers[FORWARDED][:64], reason=exc.message)

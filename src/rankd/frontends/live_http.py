@@ -60,7 +60,7 @@ def _subscribe(request: web.Request) -> Subscriber:
                           address=request.remote or "")
 
 
-@routes.get("/v1/boards/{board}/live")
+@routes.get("/v1/boards/{board:[^/]+}/live")
 async def live_socket(request: web.Request) -> web.StreamResponse:
     # No per-message compression: pushes are written as pre-built frames.
     socket = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS, max_msg_size=64 * 1024,
@@ -73,7 +73,7 @@ async def live_socket(request: web.Request) -> web.StreamResponse:
         if not socket.can_prepare(request).ok:
             raise RequestError("this is the WebSocket feed: send a WebSocket upgrade, or read "
                                "the same feed as Server-Sent Events at "
-                               f"{request.path[:-len('/live')]}/events")
+                               f"{request.rel_url.raw_path[:-len('/live')]}/events")
         _bound_send_buffer(request)
         await socket.prepare(request)
         subscriber.transport = request.transport
@@ -150,7 +150,7 @@ async def _send_loop(socket: web.WebSocketResponse, transport: asyncio.Transport
             return
 
 
-@routes.get("/v1/boards/{board}/events")
+@routes.get("/v1/boards/{board:[^/]+}/events")
 async def live_events(request: web.Request) -> web.StreamResponse:
     subscriber = _subscribe(request)
     feed = request.app[FEED]

@@ -13,7 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from rankd import __version__
-from rankd.engine.config import MAX_EVENT_ID_BYTES, MAX_LABEL_CHARS, MAX_RETAIN
+from rankd.engine.config import (
+    BOARD_NAME_RULE,
+    MAX_BOARD_NAME_BYTES,
+    MAX_EVENT_ID_BYTES,
+    MAX_LABEL_CHARS,
+    MAX_RETAIN,
+    REFUSED_CHARACTERS,
+)
 from rankd.engine.expiry import MAX_DEADLINE_MS
 from rankd.engine.periods import WINDOWS
 from rankd.frontends.service import (
@@ -115,6 +122,17 @@ def obj(properties: dict[str, Any], *, required: list[str] | None = None,
 
 RANK = {"type": "integer", "minimum": 1}
 COUNT = {"type": "integer", "minimum": 0}
+#: A board name (rankd.engine.config.is_board_name): 1 to 512 bytes of
+#: UTF-8 (``maxLength`` counts characters: the byte bound is the server's),
+#: without control or invisible formatting characters, not ``.`` nor ``..``.
+BOARD_NAME: dict[str, Any] = {
+    "type": "string", "minLength": 1, "maxLength": MAX_BOARD_NAME_BYTES,
+    # The server's own character class, as ECMA-262 escapes ("-": a range).
+    "pattern": "^(?!\\.\\.?$)[^" + "".join(
+        c if c == "-" else f"\\u{ord(c):04x}" for c in REFUSED_CHARACTERS.pattern[1:-1]
+    ) + "]+$",
+    "description": f"A board name ({BOARD_NAME_RULE}).",
+}
 MEMBER = {"type": "string", "minLength": 1,
           "description": f"A member name: 1 to {MAX_MEMBER_BYTES} bytes of UTF-8."}
 WINDOW = {"type": "string", "enum": list(WINDOWS)}
@@ -177,7 +195,7 @@ def schemas() -> dict[str, Any]:
             "additionalProperties": False,
         },
         "BoardInfo": obj({
-            "name": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$"},
+            "name": BOARD_NAME,
             "config": {"allOf": [ref("BoardConfig")],
                        "required": ["order", "policy", "tie_break", "windows", "retain",
                                     "min_score", "max_score", "max_delta", "signed",
@@ -359,8 +377,9 @@ def param(name: str, where: str, schema: dict[str, Any], description: str,
             "description": description, "schema": schema}
 
 
-BOARD = param("board", "path", {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$"},
-              "The board's name.  Creating a board with another name is refused (422); "
+BOARD = param("board", "path", BOARD_NAME,
+              "The board's name, percent-encoded (`{daily}:cup` is `%7Bdaily%7D%3Acup`, "
+              "`a/b` is `a%2Fb`).  Creating a board with another name is refused (422); "
               "reading one answers 404.")
 MEMBER_PARAM = param("member", "path", MEMBER, "The member's name (percent-encoded).")
 VIEW_PARAMS = [

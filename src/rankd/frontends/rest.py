@@ -341,7 +341,7 @@ def flag(value: str) -> bool:
     return value == "true"
 
 
-@routes.put("/v1/boards/{board}")
+@routes.put("/v1/boards/{board:[^/]+}")
 async def put_board(request: web.Request) -> web.Response:
     params = query(request, {"discard": flag})
     info, created = await service_of(request).put_board(
@@ -349,7 +349,7 @@ async def put_board(request: web.Request) -> web.Response:
     return json_response(info, 201 if created else 200)
 
 
-@routes.patch("/v1/boards/{board}")
+@routes.patch("/v1/boards/{board:[^/]+}")
 async def patch_board(request: web.Request) -> web.Response:
     params = query(request, {"discard": flag})
     info, created = await service_of(request).put_board(
@@ -357,27 +357,27 @@ async def patch_board(request: web.Request) -> web.Response:
     return json_response(info, 201 if created else 200)
 
 
-@routes.get("/v1/boards/{board}")
+@routes.get("/v1/boards/{board:[^/]+}")
 async def get_board(request: web.Request) -> web.Response:
     await view_query(request, only={"min_seq"})
     return json_response(service_of(request).get_board(request.match_info["board"]))
 
 
-@routes.delete("/v1/boards/{board}")
+@routes.delete("/v1/boards/{board:[^/]+}")
 async def delete_board(request: web.Request) -> web.Response:
     query(request, {})
     await service_of(request).delete_board(request.match_info["board"])
     return web.Response(status=204)
 
 
-@routes.post("/v1/boards/{board}/scores")
+@routes.post("/v1/boards/{board:[^/]+}/scores")
 async def submit(request: web.Request) -> web.Response:
     query(request, {})
     return json_response(await service_of(request).submit(request.match_info["board"],
                                                           await read_json(request)))
 
 
-@routes.post("/v1/boards/{board}/scores/batch")
+@routes.post("/v1/boards/{board:[^/]+}/scores/batch")
 async def submit_batch(request: web.Request) -> web.Response:
     query(request, {})
     events = body_field(await read_json(request), "events", list, '{"events": [...]}')
@@ -389,28 +389,28 @@ async def submit_batch(request: web.Request) -> web.Response:
     return json_response({"results": results})
 
 
-@routes.get("/v1/boards/{board}/top")
+@routes.get("/v1/boards/{board:[^/]+}/top")
 async def top(request: web.Request) -> web.Response:
     params = await view_query(request, {"limit": integer, "offset": integer})
     body = service_of(request).top_json(request.match_info["board"], **params)
     return web.Response(body=body, content_type="application/json")
 
 
-@routes.get("/v1/boards/{board}/members/{member}")
+@routes.get("/v1/boards/{board:[^/]+}/members/{member:[^/]+}")
 async def member(request: web.Request) -> web.Response:
     params = await view_query(request)
     return json_response(service_of(request).member(
         request.match_info["board"], request.match_info["member"], **params))
 
 
-@routes.get("/v1/boards/{board}/members/{member}/around")
+@routes.get("/v1/boards/{board:[^/]+}/members/{member:[^/]+}/around")
 async def around(request: web.Request) -> web.Response:
     params = await view_query(request, {"above": integer, "below": integer})
     return json_response(service_of(request).around(
         request.match_info["board"], request.match_info["member"], **params))
 
 
-@routes.delete("/v1/boards/{board}/members/{member}")
+@routes.delete("/v1/boards/{board:[^/]+}/members/{member:[^/]+}")
 async def remove_member(request: web.Request) -> web.Response:
     query(request, {})
     await service_of(request).remove_member(request.match_info["board"],
@@ -418,7 +418,7 @@ async def remove_member(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-@routes.post("/v1/boards/{board}/ranks")
+@routes.post("/v1/boards/{board:[^/]+}/ranks")
 async def ranks(request: web.Request) -> web.Response:
     params = await view_query(request)
     members = body_field(await read_json(request), "members", list, '{"members": [...]}')
@@ -427,13 +427,13 @@ async def ranks(request: web.Request) -> web.Response:
         service.ranks, request.match_info["board"], members, **params)))
 
 
-@routes.get("/v1/boards/{board}/periods")
+@routes.get("/v1/boards/{board:[^/]+}/periods")
 async def periods(request: web.Request) -> web.Response:
     params = query(request, {"window": text})
     return json_response(service_of(request).periods(request.match_info["board"], **params))
 
 
-@routes.get("/v1/me/{board}")
+@routes.get("/v1/me/{board:[^/]+}")
 async def me(request: web.Request) -> web.Response:
     """The caller's own standing: a player's token reads its member."""
     params = query(request, VIEW)

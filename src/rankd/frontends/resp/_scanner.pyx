@@ -9,7 +9,8 @@ errors), without a Python object per header.  Each run of consecutive
 of the bytes read), which the engine applies through its native ingest;
 every other command comes out as a list of ``bytes``.  A plain write is
 exactly ``ZADD key score member`` or ``ZINCRBY key increment member`` (any
-case) with ``key`` a board name (``[A-Za-z0-9_.:-]{1,64}``), ``member``
+case) with ``key`` a board name of printable ASCII (1 to 512 bytes, not
+``.`` nor ``..``: ``rankd.engine.config.is_board_name``), ``member``
 1 to 256 printable ASCII bytes, and the number one that Redis's
 ``getDoubleFromObject`` takes (C's ``strtod``, all of it, no leading blank,
 no overflow, not NaN) and finite.  Anything else takes the general path,
@@ -38,11 +39,11 @@ from rankd.engine._packed cimport (
     PackedRead, PackedReads, PackedResult, PackedSubmission, ReadKind, Span,
 )
 from rankd.engine._packing cimport Writer, writer_free
-from rankd.engine._replies cimport reply_double, reply_header, reply_put
+from rankd.engine._replies cimport rankd_d2string, reply_double, reply_header, reply_put
 
 cdef enum:
     MAX_INLINE = 64 * 1024
-    MAX_NAME = 64
+    MAX_NAME = 512  # rankd.engine.config.MAX_BOARD_NAME_BYTES
     MAX_MEMBER = 256
     MAX_NUMBER = 64
     TAG_ZADD = 0
@@ -112,9 +113,8 @@ cdef inline bint _board_name(const uint8_t *word, Py_ssize_t size) noexcept:
         return False  # "." and ".."
     for i in range(size):
         c = word[i]
-        if not (48 <= c <= 58 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c == 46
-                or c == 45):
-            return False
+        if not 32 <= c <= 126:
+            return False  # not ASCII, or a control: the general path decides
     return True
 
 
@@ -183,6 +183,13 @@ cdef bint _underflows(const uint8_t *word, Py_ssize_t size) noexcept:
             return True
         i += 1
     return False
+
+
+def format_double(double value):
+    """``value`` as Redis 7.2's ``d2string`` writes it (the native encoders'
+    own code; ``rankd.frontends.resp.doubles`` is the pure-Python twin)."""
+    cdef char text[32]
+    return PyBytes_FromStringAndSize(text, rankd_d2string(text, value))
 
 
 def scan(data, Py_ssize_t start_at, Py_ssize_t max_bulk, Py_ssize_t max_words, bint pack):

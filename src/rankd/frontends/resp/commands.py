@@ -24,7 +24,16 @@ from typing import TYPE_CHECKING, Any
 from rankd import __version__
 from rankd.engine.errors import EngineError
 from rankd.engine.periods import WINDOWS
-from rankd.frontends.resp import aggregates, expiry, lex, pops, transactions
+from rankd.frontends.resp import (
+    aggregates,
+    categories,
+    expiry,
+    lex,
+    pops,
+    tooling,
+    transactions,
+)
+from rankd.frontends.resp import info as info_sections
 from rankd.frontends.resp import sorted_sets as zset
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, glob_match, integer, text
 from rankd.frontends.resp.protocol import Replies
@@ -235,7 +244,9 @@ def _info_sections(conn: RespConnection) -> dict[str, list[tuple[str, object]]]:
     except OSError:
         rss = usage.ru_maxrss * 1024
     stats = service.engine.stats
-    commands = sum(server.counts().values())
+    counts = server.counts()
+    commands = sum(counts.values())
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     fsync = server.settings.get("fsync", "everysec")
     return {
         "server": [("redis_version", REDIS_VERSION), ("rankd_version", __version__),
@@ -257,10 +268,17 @@ def _info_sections(conn: RespConnection) -> dict[str, list[tuple[str, object]]]:
                   ("rankd_events_applied", stats["applied"]),
                   ("rankd_events_duplicate", stats["duplicate"]),
                   ("rankd_events_rejected", stats["rejected"]),
+                  ("rankd_native_writes", counts[("write", "ok")]),
+                  ("rankd_native_reads", counts[("read", "ok")]),
                   ("keyspace_hits", 0), ("keyspace_misses", 0)],
-        "replication": [("role", "master"), ("connected_slaves", 0)],
+        "replication": info_sections.replication(),
         "cpu": [("used_cpu_sys", f"{usage.ru_stime:.6f}"),
-                ("used_cpu_user", f"{usage.ru_utime:.6f}")],
+                ("used_cpu_user", f"{usage.ru_utime:.6f}"),
+                ("used_cpu_sys_children", f"{children.ru_stime:.6f}"),
+                ("used_cpu_user_children", f"{children.ru_utime:.6f}")],
+        "commandstats": info_sections.commandstats(counts),
+        "errorstats": info_sections.errorstats(),
+        "cluster": [("cluster_enabled", 0)],
         "keyspace": ([("db0", f"keys={keys},expires=0,avg_ttl=0")]
                      if (keys := len(zset.key_names(conn))) else []),
     }
@@ -268,17 +286,8 @@ def _info_sections(conn: RespConnection) -> dict[str, list[tuple[str, object]]]:
 
 def info(conn: RespConnection, args: list[bytes]) -> bytes:
     """INFO [section ...]"""
-    sections = _info_sections(conn)
-    wanted = {word.lower().decode(errors="replace") for word in args[1:]}
-    if not wanted or wanted & {"all", "everything", "default"}:
-        wanted = set(sections)
-    lines = []
-    for name, fields in sections.items():
-        if name in wanted:
-            lines.append(f"# {name.capitalize()}")
-            lines += [f"{key}:{value}" for key, value in fields]
-            lines.append("")
-    return conn.replies.bulk("\r\n".join(lines).rstrip("\r\n") + "\r\n")
+    names = info_sections.wanted(args[1:])
+    return conn.replies.bulk(info_sections.render(_info_sections(conn), names))
 
 
 def config_get(conn: RespConnection, args: list[bytes]) -> bytes:
@@ -306,6 +315,7 @@ def config_set(conn: RespConnection, args: list[bytes]) -> bytes:
 
 def config_resetstat(conn: RespConnection, args: list[bytes]) -> bytes:
     conn.server.reset_counts()
+    info_sections.ERRORS.clear()
     return conn.replies.simple("OK")
 
 
@@ -331,12 +341,17 @@ def _build_entry(replies: Replies, command: Command) -> bytes:
              *[replies.simple(flag) for flag in command.flags],
              replies.integer(command.first_key), replies.integer(command.last_key),
              replies.integer(1 if command.first_key else 0),
-             replies.array_header(1), replies.simple(f"@{command.group}"),
+             *_categories(replies, command),
              replies.array_header(0), replies.array_header(0)]
     subs = list(command.subcommands.values())
     parts.append(replies.array_header(len(subs)))
     parts += [_command_entry(replies, sub) for sub in subs]
     return b"".join(parts)
+
+
+def _categories(replies: Replies, command: Command) -> list[bytes]:
+    found = categories.categories_of(command)
+    return [replies.array_header(len(found)), *map(replies.simple, found)]
 
 
 def command_(conn: RespConnection, args: list[bytes]) -> bytes:
@@ -362,21 +377,24 @@ def _names_cost(words: list[bytes]) -> int:
     return max(1, len(words) - 2)
 
 
+def _named(name: bytes) -> Command | None:
+    """The command or subcommand (``client|list``) ``name`` names."""
+    container, _, sub = name.partition(b"|")
+    command = COMMANDS.get(container)
+    if sub and command is not None:
+        return command.subcommands.get(sub)
+    return command
+
+
 def command_info(conn: RespConnection, args: list[bytes]) -> bytes:
     replies = conn.replies
     names = _names(args) or list(COMMANDS)
     out = [replies.array_header(len(names))]
     for name in names:
-        command = COMMANDS.get(name.lower() if isinstance(name, bytes) else name)
-        out.append(replies.null_array() if command is None else
+        command = _named(name.lower() if isinstance(name, bytes) else name)
+        out.append(replies.null() if command is None else
                    _command_entry(replies, command))
     return b"".join(out)
-
-
-def command_list(conn: RespConnection, args: list[bytes]) -> bytes:
-    replies = conn.replies
-    return replies.array_header(len(COMMANDS)) + b"".join(
-        replies.bulk(name) for name in COMMANDS)
 
 
 def command_docs(conn: RespConnection, args: list[bytes]) -> bytes:
@@ -647,6 +665,23 @@ COMMANDS.update({c.name.encode(): c for c in [
     _command("pexpiretime", 2, expiry.pexpiretime, "get_board", _READ, _KEY, "keyspace",
              "When a board is deleted, Unix time in milliseconds"),
 ]})
+# Tooling (issue 45, item 8): rankd.frontends.resp.tooling.
+COMMANDS.update({c.name.encode(): c for c in [
+    _command("unlink", -2, zset.delete, "delete_board", ("write", "fast"), (1, -1), "keyspace",
+             "Delete boards (as DEL: at once)", immediate=False),
+    _command("time", 1, tooling.time_, "top", ("loading", "stale", "fast"), group="server",
+             summary="The server's time"),
+    _container("object", [
+        _command("object|encoding", 3, tooling.object_encoding, "top", ("readonly",), (2, 2),
+                 "keyspace"),
+        _command("object|freq", 3, tooling.object_freq, "top", ("readonly",), (2, 2),
+                 "keyspace"),
+    ], "keyspace"),
+    _container("memory", [
+        _command("memory|usage", -3, tooling.memory_usage, "top", ("readonly",), (2, 2),
+                 "server"),
+    ], "server"),
+]})
 COMMANDS[b"command"] = Command(
     "command", -1, command_, None, ("loading", "stale"), group="server",
     summary="Every command's details", subcommands={
@@ -655,7 +690,7 @@ COMMANDS[b"command"] = Command(
                           cost=_names_cost),
         b"docs": _command("command|docs", -2, command_docs, None, group="server",
                           cost=_names_cost),
-        b"list": _command("command|list", -2, command_list, None, group="server"),
+        b"list": _command("command|list", -2, categories.command_list, None, group="server"),
     })
 
 # Transactions (rankd.frontends.resp.transactions): MULTI queues, EXEC applies atomically.

@@ -727,7 +727,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
     def describe(self) -> str:
         """The CLIENT INFO / CLIENT LIST line."""
         now = self.loop.time()
-        return (f"id={self.id} addr={self.address} laddr= fd=-1 name={self.name or ''} "
+        return (f"id={self.id} addr={_endpoint(self.transport, 'peername')} "
+                f"laddr={_endpoint(self.transport, 'sockname')} fd=-1 name={self.name or ''} "
                 f"age={int(now - self.opened_at)} idle={int(now - self.last_active)} "
                 f"flags={'x' if self.multi is not None else 'N'} db=0 sub=0 psub=0 ssub=0 "
                 f"multi={len(self.multi.queued) if self.multi is not None else -1} "
@@ -736,6 +737,16 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                 f"user=default redir=-1 resp={self.replies.version} "
                 f"lib-name={self.library.get('lib-name', '')} "
                 f"lib-ver={self.library.get('lib-ver', '')}")
+
+
+def _endpoint(transport: Any, which: str) -> str:
+    """``host:port`` of a connection's peer or own end (``[v6]:port`` as
+    Redis writes it: ``addr`` and ``laddr`` of CLIENT LIST); empty if gone."""
+    found = transport.get_extra_info(which) if transport is not None else None
+    if not isinstance(found, tuple) or len(found) < 2:
+        return ""
+    host = str(found[0])
+    return f"{host}:{found[1]}" if ":" not in host else f"[{host}]:{found[1]}"
 
 
 class RespServer(PipelinedServer):

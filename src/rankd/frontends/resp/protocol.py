@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from rankd._native import native_or
+from rankd.frontends.resp import doubles
+from rankd.frontends.resp.info import count_error
 
 #: Redis's limits: words in one multibulk request, and bytes in an inline one.
 MAX_MULTIBULK = 1024 * 1024
@@ -394,7 +396,9 @@ class Replies:
 
     @staticmethod
     def error(text: str) -> bytes:
-        """``text`` starts with its code (``ERR``, ``WRONGTYPE``, ...)."""
+        """``text`` starts with its code (``ERR``, ``WRONGTYPE``, ...), which
+        ``INFO errorstats`` counts."""
+        count_error(text)
         return b"-" + text.replace("\r", " ").replace("\n", " ").encode() + b"\r\n"
 
     @staticmethod
@@ -435,8 +439,8 @@ class Replies:
         return b":1\r\n" if value else b":0\r\n"
 
 
-def format_double(value: float) -> bytes:
-    """A double as Redis 7.0 writes it in replies (``%.17g``: ``0.1`` is
-    ``0.10000000000000001``, ``1e20`` is ``1e+20``, ``-0.0`` is ``-0``;
-    ``inf``, ``-inf``), checked against ``redis-server`` 7.0.15."""
-    return b"%.17g" % value
+#: A double as Redis 7.2 writes it in replies (``d2string``: ``50 - 0.1`` is
+#: ``49.9``, 7.0's ``%.17g`` wrote ``49.899999999999999``; ``1e-07`` is
+#: ``1e-7``, ``-0.0`` is ``-0``), with the native encoders' own code.
+format_double: Callable[[float], bytes] = native_or(
+    "rankd.frontends.resp._scanner", "format_double", doubles.format_double)[0]

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rankd._native import native_or
-from rankd.engine.config import BOARD_NAME, BoardConfig
+from rankd.engine.config import BOARD_NAME_RULE, BoardConfig, is_board_name
 from rankd.engine.engine import Submission
 from rankd.engine.errors import EngineError, NotFound, Unsettled
 from rankd.engine.ingest import IF_ABSENT, IF_GREATER, IF_LESS, IF_PRESENT, check_member
@@ -109,7 +109,7 @@ Reply = bytes | Awaitable[bytes] | Writes
 def board_name(word: bytes) -> str | None:
     """The board a key names, or None if no board can have that name."""
     name = text(word)
-    return name if name is not None and BOARD_NAME.fullmatch(name) else None
+    return name if name is not None and is_board_name(name) else None
 
 
 def _view(conn: RespConnection, key: bytes) -> Any:
@@ -352,8 +352,7 @@ def zincrby(conn: RespConnection, args: list[bytes]) -> Reply:
 def _writable_name(key: bytes) -> str:
     name = board_name(key)
     if name is None:
-        raise CommandError("ERR rankd board names (keys) are 1 to 64 characters of "
-                           "A-Z a-z 0-9 _ . : -")
+        raise CommandError(f"ERR rankd board names (keys) are {BOARD_NAME_RULE}")
     return name
 
 
@@ -702,9 +701,17 @@ def _scan_options(args: list[bytes], start: int, *, types: bool = False
 
 
 def _cursor(word: bytes) -> int:
-    if not word.isdigit() or len(word) > 20 or int(word) >= 2**64:
+    """A SCAN/ZSCAN cursor as Redis reads it (C's ``strtoul``, all of the
+    word up to a NUL, no leading blank): a sign is taken and ``-n`` wraps
+    to 2**64 - n (``-1`` is the last cursor: nothing follows it), an empty
+    word is 0, past 2**64 - 1 is invalid."""
+    word = word.split(b"\0", 1)[0]
+    digits = word[1:] if word[:1] in (b"+", b"-") else word
+    if word and (not digits.isdigit() or not digits.isascii() or len(digits.lstrip(b"0")) > 20
+                 or int(digits) >= 2**64):
         raise CommandError("ERR invalid cursor")
-    return int(word)
+    value = int(digits or b"0")
+    return (-value) % 2**64 if word[:1] == b"-" else value
 
 
 def zscan(conn: RespConnection, args: list[bytes]) -> Reply:
