@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from daemon import Daemon
 from engine_helpers import FakeClock, run, with_engine
 from rankd.frontends.resp.protocol import encode_request
-from redisserver import RedisServer
+from redisserver import RedisClient, RedisServer
 from respclient import RawClient
 from test_resp_differential import KEYS, SCORES, _keys, bounds, indexes, members
 from test_resp_differential import zadd as zadd_command
@@ -158,7 +158,7 @@ def servers(tmp_path_factory):
 
 
 def _clients(servers, protocol: int) -> tuple[RawClient, RawClient]:
-    redis, rankd = (RawClient(port) for port in servers)
+    redis, rankd = RedisClient(servers[0]), RawClient(servers[1])  # (Redis 7.2's doubles)
     for client in (redis, rankd):
         if protocol == 3:
             client.call("HELLO", "3")

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon import Daemon
-from redisserver import RedisServer
+from redisserver import RedisClient, RedisServer
 from respclient import RawClient
 from test_resp_differential import EXAMPLES, KEYS, _keys
 from test_resp_differential import command as zset_command
@@ -93,7 +93,7 @@ def servers(tmp_path_factory):
 
 
 def _clients(servers, protocol: int = 2) -> tuple[RawClient, RawClient]:
-    redis, rankd = (RawClient(port) for port in servers)
+    redis, rankd = RedisClient(servers[0]), RawClient(servers[1])  # (Redis 7.2's doubles)
     for client in (redis, rankd):
         if protocol == 3:
             client.call("HELLO", "3")

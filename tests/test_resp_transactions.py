@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon import Daemon
-from redisserver import RedisServer
+from redisserver import RedisClient, RedisServer
 from respclient import RawClient
 from test_resp_differential import KEYS, MEMBERS, command
 
@@ -73,7 +73,7 @@ def step(draw) -> tuple[int, list[str]]:
 @given(steps=st.lists(step(), min_size=1, max_size=50))
 def test_transactions_from_several_connections_answer_as_redis(servers, protocol, steps):
     redis_port, daemon = servers
-    pairs = [(RawClient(redis_port), RawClient(daemon.resp_port)) for _ in range(CONNECTIONS)]
+    pairs = [(RedisClient(redis_port), RawClient(daemon.resp_port)) for _ in range(CONNECTIONS)]
     try:
         for redis_client, rankd_client in pairs:
             for client in (redis_client, rankd_client):
@@ -119,7 +119,7 @@ def test_pipelined_transactions_answer_as_redis(servers, protocol):
         if i % 11 == 0:
             pipeline.append(["NOSUCHCOMMAND"])
         pipeline += [["DISCARD" if i % 5 == 0 else "EXEC"], ["ZCARD", key]]
-    with RawClient(redis_port) as redis_client, RawClient(daemon.resp_port) as rankd_client:
+    with RedisClient(redis_port) as redis_client, RawClient(daemon.resp_port) as rankd_client:
         if protocol == 3:
             redis_client.call("HELLO", "3")
             rankd_client.call("HELLO", "3")
@@ -177,7 +177,7 @@ def test_emptying_a_board_inside_exec_clears_its_deadline_as_redis(servers):
     script = [["FLUSHALL"], ["ZADD", "short", "1", "a"], ["EXPIRE", "short", "100"],
               ["MULTI"], ["ZPOPMIN", "short"], ["ZADD", "short", "2", "b"], ["EXEC"],
               ["TTL", "short"], ["ZRANGE", "short", "0", "-1", "WITHSCORES"]]
-    with RawClient(redis_port) as redis_client, RawClient(daemon.resp_port) as rankd_client:
+    with RedisClient(redis_port) as redis_client, RawClient(daemon.resp_port) as rankd_client:
         assert rankd_client.pipeline(script) == redis_client.pipeline(script)
 
 

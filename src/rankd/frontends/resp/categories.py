@@ -59,6 +59,27 @@ ACL_CATEGORIES: dict[str, tuple[str, ...]] = {
     "object": ("@slow",), "object|encoding": ("@keyspace", "@read", "@slow"),
     "object|freq": ("@keyspace", "@read", "@slow"), "object|help": ("@keyspace", "@slow"),
     "memory": ("@slow",), "memory|usage": ("@read", "@slow"), "memory|help": ("@slow",),
+    # Transactions, expiry, aggregations, lex ranges and pops (issue 45):
+    "multi": ("@fast", "@transaction"), "exec": ("@slow", "@transaction"),
+    "discard": ("@fast", "@transaction"), "watch": ("@fast", "@transaction"),
+    "unwatch": ("@fast", "@transaction"),
+    "expire": ("@keyspace", "@write", "@fast"), "pexpire": ("@keyspace", "@write", "@fast"),
+    "expireat": ("@keyspace", "@write", "@fast"),
+    "pexpireat": ("@keyspace", "@write", "@fast"), "persist": ("@keyspace", "@write", "@fast"),
+    "ttl": ("@keyspace", "@read", "@fast"), "pttl": ("@keyspace", "@read", "@fast"),
+    "expiretime": ("@keyspace", "@read", "@fast"),
+    "pexpiretime": ("@keyspace", "@read", "@fast"),
+    "zunion": _READ_SORTED_SLOW, "zinter": _READ_SORTED_SLOW, "zdiff": _READ_SORTED_SLOW,
+    "zintercard": _READ_SORTED_SLOW, "zunionstore": ("@write", "@sortedset", "@slow"),
+    "zinterstore": ("@write", "@sortedset", "@slow"),
+    "zdiffstore": ("@write", "@sortedset", "@slow"),
+    "zrangestore": ("@write", "@sortedset", "@slow"),
+    "zrangebylex": _READ_SORTED_SLOW, "zrevrangebylex": _READ_SORTED_SLOW,
+    "zlexcount": _READ_SORTED, "zremrangebylex": ("@write", "@sortedset", "@slow"),
+    "zrandmember": _READ_SORTED_SLOW, "zmpop": ("@write", "@sortedset", "@slow"),
+    "bzpopmin": ("@write", "@sortedset", "@fast", "@blocking"),
+    "bzpopmax": ("@write", "@sortedset", "@fast", "@blocking"),
+    "bzmpop": ("@write", "@sortedset", "@slow", "@blocking"),
 }
 
 #: Redis's category names (``ACL CAT``): what FILTERBY ACLCAT accepts.
