@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -87,13 +88,18 @@ def run_unit(tree: Path, port: int, unit: str, timeout: float) -> dict:
                "--ignore-encoding", "--ignore-digest", "--durable", "--tags", "-needs:debug",
                "--tags", "-needs:repl", "--tags", "-needs:config-maxmemory",
                "--skipfile", "rankd-skip.txt", "--single", unit]
+    # A session of its own: at a timeout the harness and the test server it
+    # forked are stopped together, by process group (its fixed client port
+    # would otherwise stay taken, and every later unit fail to start).
+    process = subprocess.Popen(command, cwd=tree, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, errors="replace",
+                               start_new_session=True)
     try:
-        done = subprocess.run(command, cwd=tree, capture_output=True, timeout=timeout,
-                              text=True, errors="replace")
-        output, timed_out = done.stdout + done.stderr, False
-    except subprocess.TimeoutExpired as expired:
-        output = (expired.stdout or b"").decode(errors="replace") if isinstance(
-            expired.stdout, bytes) else (expired.stdout or "")
+        output, _ = process.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
         timed_out = True
     counts = {"ok": 0, "err": 0, "exception": 0, "skip": 0, "ignore": 0}
     failed: list[str] = []
