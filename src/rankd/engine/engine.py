@@ -1544,7 +1544,11 @@ class Engine:
             return
         for name, board in shadow.boards.items():
             before = self._boards.get(name)
-            if before is not None:  # readers cache by version: move on from theirs
+            # Readers cache by version: move on from theirs.  Not on a cluster
+            # node, whose versions are its groups' log positions, the same on
+            # every node: the state rolled back to had those versions, and a
+            # group that went back is refused as stale (cluster.freshness).
+            if before is not None and self._replication is None:
                 board.version = max(board.version, before.version) + 1
         changed = set(self._boards) | set(shadow.boards)
         self.boards = shadow.boards
