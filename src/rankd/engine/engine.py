@@ -826,13 +826,7 @@ class Engine:
         writer = None
         if self._replication is not None:
             await self.route(name)
-            group = group_of(name)
-            refusal = (await self._replication.prepare({group})).get(group)
-            if refusal is not None:
-                raise refusal
-            await self.read_gates.opened((group,))
-            self._check_writable()
-            writer = self._replication.writer(group)
+            writer = await self._writer_of(group_of(name))
             first = writer.next_seq
         else:
             self._check_writable()
@@ -1252,14 +1246,19 @@ class Engine:
                     answers[position]["seq"], answers[position]["epoch"] = outcome
         return answers
 
-    async def _write_replicated(self, logged: list[list]) -> None:
-        group = group_of(logged[0][1])
+    async def _writer_of(self, group: int) -> GroupWriter:
+        """This node's writer of ``group``, once it may write it now (taken
+        if no node holds it, its readers settled); nothing may be awaited
+        between this and applying the writes.  Raises the group's refusal."""
         refusal = (await self._replication.prepare({group})).get(group)
         if refusal is not None:
             raise refusal
         await self.read_gates.opened((group,))
         self._check_writable()
-        writer = self._replication.writer(group)
+        return self._replication.writer(group)
+
+    async def _write_replicated(self, logged: list[list]) -> None:
+        writer = await self._writer_of(group_of(logged[0][1]))
         purged = self._purge_now(_purged_by(logged), writer.next_seq)
         for position, record in enumerate(logged, writer.next_seq + len(purged)):
             self._apply_record(position, record)
