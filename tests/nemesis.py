@@ -104,7 +104,14 @@ class Proxy:
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
-            data = await reader.read(65536)
+            try:
+                data = await reader.read(65536)
+            except OSError:
+                # Reset on this side (a server killed with unread input sends
+                # an RST, not a FIN): reset the other side too, as a direct
+                # connection would have been, instead of leaving it open.
+                writer.transport.abort()
+                return
             if not data:
                 break
             if self.mode == "blackhole":

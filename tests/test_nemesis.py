@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 import threading
 import time
 
@@ -82,3 +83,27 @@ def test_pass_delay_blackhole_and_reset(echo_port):
             assert round_trip(sock, b"again", 2) == b"again"
     finally:
         proxy.close()
+
+
+def test_a_server_that_resets_its_connection_resets_the_client_too():
+    """A server killed with input it has not read sends an RST; a client
+    through the proxy must see its connection end as a direct client would
+    (it once stayed open, waiting for an answer that never came)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    proxy = Proxy(server.getsockname()[1])
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.port)) as client:
+            server.settimeout(5)
+            conn, _ = server.accept()
+            client.sendall(b"a request the server never reads")
+            time.sleep(0.2)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()  # unread input and linger 0: an RST
+            client.settimeout(3)
+            with contextlib.suppress(ConnectionResetError):
+                assert client.recv(100) == b""
+    finally:
+        proxy.close()
+        server.close()

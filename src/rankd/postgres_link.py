@@ -55,3 +55,47 @@ async def release_cheaply(conn: asyncpg.Connection) -> None:
     """
     if conn.is_in_transaction():
         await conn.execute("ROLLBACK")
+
+
+class OneConnection:
+    """One connection, used by one caller at a time through ``acquire()``
+    as a pool's would be (so :class:`rankd.cluster.log.ClusterLog` runs on
+    it), and dropped at once when a use fails or times out: the next use
+    opens a fresh one.  For a client that must answer within a deadline
+    (a node's lease renewals): a pool would first wait, up to the same
+    timeout again, for a query cancelled on a dead link to be confirmed."""
+
+    def __init__(self, dsn: str, *, connect_seconds: float,
+                 server_settings: dict[str, str] | None = None) -> None:
+        self.dsn = dsn
+        self.connect_seconds = connect_seconds
+        self.server_settings = server_settings
+        self._conn: asyncpg.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def acquire(self, *, timeout: float | None = None
+                      ) -> AsyncIterator[asyncpg.Connection]:
+        async with self._lock:
+            if self._conn is None or self._conn.is_closed():
+                seconds = self.connect_seconds if timeout is None else min(
+                    timeout, self.connect_seconds)
+                self._conn = await asyncpg.connect(self.dsn, timeout=seconds,
+                                                   server_settings=self.server_settings)
+            try:
+                yield self._conn
+            except BaseException:
+                self.terminate()
+                raise
+
+    def terminate(self) -> None:
+        """Drop the connection without a word to Postgres."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.terminate()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(*POSTGRES_ERRORS):
+                await conn.close(timeout=1)

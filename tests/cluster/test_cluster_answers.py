@@ -12,7 +12,8 @@ cluster's log.
 * A primary cut off from Postgres shows no write its log has not committed
   (``--ack log``), and once deposed sets nothing aside: nothing it holds
   was acknowledged, and what it refused stays refused.
-* An outage of Postgres itself (every node's link cut at once) deposes no
+* An outage of Postgres itself (every node's link cut at once), or a short
+  partition that leaves the primary's open connections hanging, deposes no
   live primary: under ``--ack local`` nothing acknowledged is set aside.
 """
 
@@ -200,11 +201,10 @@ def test_a_primary_cut_off_from_postgres_shows_and_keeps_nothing_uncommitted(tmp
         lab.close()
 
 
-def test_an_outage_of_postgres_itself_deposes_no_live_primary(tmp_path, pg_server):
-    """--ack local: Postgres stops (``-m immediate``) for two leases and
-    starts again.  When it is back every lease has run
-    out and every heartbeat is stale; the live primary keeps its groups,
-    and no write it acknowledged meanwhile is set aside."""
+def keeps_its_groups_through(tmp_path, strike) -> None:
+    """--ack local, ten groups written by node 0 under load while ``strike(lab)``
+    runs (two seconds in): afterwards no group changed primary, nothing was
+    set aside, and every acknowledged write is in the cluster's log."""
     lab = Lab(tmp_path, nodes=3, ack="local", lease_seconds=1.5)
     boards = tuple(f"board-{i}" for i in range(10))
     assert len({group_of(b) for b in boards}) == len(boards)
@@ -234,9 +234,7 @@ def test_an_outage_of_postgres_itself_deposes_no_live_primary(tmp_path, pg_serve
 
                 async def nemesis() -> None:
                     await asyncio.sleep(2)
-                    await asyncio.to_thread(lab.pg.stop, "immediate")
-                    await asyncio.sleep(2 * lab.lease_seconds)
-                    await asyncio.to_thread(lab.pg.start)
+                    await asyncio.to_thread(strike, lab)
 
                 await asyncio.gather(nemesis(), *(writer(b) for b in boards))
 
@@ -254,6 +252,34 @@ def test_an_outage_of_postgres_itself_deposes_no_live_primary(tmp_path, pg_serve
         raise
     finally:
         lab.close()
+
+
+def test_an_outage_of_postgres_itself_deposes_no_live_primary(tmp_path, pg_server):
+    """Postgres stops (``-m immediate``) for two leases and starts again.
+    When it is back every lease has run out and every heartbeat is stale;
+    the live primary keeps its groups, and no write it acknowledged
+    meanwhile is set aside."""
+    def outage(lab: Lab) -> None:
+        lab.pg.stop("immediate")
+        time.sleep(2 * lab.lease_seconds)
+        lab.pg.start()
+
+    keeps_its_groups_through(tmp_path, outage)
+
+
+def test_connections_left_hanging_by_a_short_partition_depose_no_primary(tmp_path, pg_server):
+    """The primary's link to Postgres drops every packet for a third of a
+    lease, then carries them again: the connections open meanwhile never
+    hear back (what they sent is gone) and no reset tells them so.  Its
+    renewals go out on fresh connections in time, so it keeps its groups
+    (it once waited on the dead ones for the pool's ten-second command
+    timeout and lost every group, with what it had acknowledged)."""
+    def short_partition(lab: Lab) -> None:
+        lab.pg_proxies[0].set_mode("blackhole")
+        time.sleep(lab.lease_seconds / 3)
+        lab.pg_proxies[0].set_mode("pass")
+
+    keeps_its_groups_through(tmp_path, short_partition)
 
 
 def test_reads_of_a_busy_primary_wait_for_its_commits_and_never_fail(tmp_path, pg_dsn):

@@ -167,6 +167,22 @@ class ClusterLog:
     def __init__(self, pool: asyncpg.Pool, *, lease_seconds: float = 4.0) -> None:
         self.pool = pool
         self.lease_seconds = lease_seconds
+        #: How long a renewal may take.  Renewals start a third of a lease
+        #: apart, and one that times out is tried again at once: the second
+        #: try still ends well within the lease the last success gave.
+        self.renew_seconds = lease_seconds / 4
+        #: How long an append or a read of a register may take (a batch of
+        #: thousands of records on a loaded machine must still fit).
+        self.call_seconds = max(lease_seconds, 2.0)
+
+    def _connection(self, seconds: float):
+        """A pool connection, got, used (pass ``seconds`` to its query too)
+        and given back within about ``seconds`` each.  A connection whose
+        far end went away without a word (a reset lost on the way, a
+        partition that healed) is given up then, not waited on for the
+        pool's command timeout: a renewal waiting so would lose a lease that
+        a fresh connection keeps."""
+        return self.pool.acquire(timeout=seconds)
 
     async def take(self, group: int, node: str) -> Lease | None:
         """Become the group's primary if its lease is free or expired (by
@@ -192,13 +208,38 @@ class ClusterLog:
 
     async def renew(self, lease: Lease) -> None:
         """Extend ``lease``; :class:`Fenced` if the group moved on."""
-        async with self.pool.acquire() as conn:
+        async with self._connection(self.renew_seconds) as conn:
             renewed = await conn.fetchval(
                 "UPDATE rankd_groups SET lease_until = now() + make_interval(secs => $3) "
                 "WHERE group_id = $1 AND epoch = $2 AND holder = $4 RETURNING epoch",
-                lease.group, lease.epoch, self.lease_seconds, lease.holder)
+                lease.group, lease.epoch, self.lease_seconds, lease.holder,
+                timeout=self.renew_seconds)
             if renewed is None:
                 await self._fenced(conn, lease)
+
+    async def renew_many(self, leases: list[Lease]) -> dict[int, Fenced]:
+        """Extend one holder's ``leases`` in one round trip; returns the
+        groups that moved on, each with its :class:`Fenced`."""
+        if not leases:
+            return {}
+        holder = leases[0].holder
+        async with self._connection(self.renew_seconds) as conn:
+            rows = await conn.fetch(
+                "UPDATE rankd_groups AS g SET lease_until = now() + make_interval(secs => $4) "
+                "FROM unnest($1::int[], $2::bigint[]) AS held(group_id, epoch) "
+                "WHERE g.group_id = held.group_id AND g.epoch = held.epoch AND g.holder = $3 "
+                "RETURNING g.group_id",
+                [lease.group for lease in leases], [lease.epoch for lease in leases],
+                holder, self.lease_seconds, timeout=self.renew_seconds)
+            renewed = {row[0] for row in rows}
+            fenced: dict[int, Fenced] = {}
+            for lease in leases:
+                if lease.group not in renewed:
+                    try:
+                        await self._fenced(conn, lease)
+                    except Fenced as exc:
+                        fenced[lease.group] = exc
+            return fenced
 
     async def append(self, lease: Lease, first_seq: int, payloads: list[bytes]) -> int:
         """Commit ``payloads`` at positions ``first_seq, first_seq + 1, ...``
@@ -211,10 +252,13 @@ class ClusterLog:
         last_seq = first_seq + len(payloads) - 1
         framed = frame_many(first_seq, payloads)
         # One round trip: the compare-and-set runs in Postgres (rankd_append).
-        async with self.pool.acquire() as conn:
+        # An append that times out may still commit: the committer asks the
+        # register how far the log got, and a second try of the same
+        # positions is refused as out of sequence, never applied twice.
+        async with self._connection(self.call_seconds) as conn:
             row = await conn.fetchrow("SELECT * FROM rankd_append($1, $2, $3, $4, $5, $6)",
                                       lease.group, lease.epoch, first_seq, last_seq, framed,
-                                      self.lease_seconds)
+                                      self.lease_seconds, timeout=self.call_seconds)
         if row["outcome"] == "fenced":
             raise Fenced(lease.group, lease.epoch,
                          row["epoch"] if row["epoch"] is not None else -1, row["holder"])
@@ -251,11 +295,11 @@ class ClusterLog:
     async def register(self, group: int) -> dict | None:
         """The group's register row (epoch, holder, lease_until, last_seq),
         and ``lease_left``: seconds its lease still holds by Postgres's clock."""
-        async with self.pool.acquire() as conn:
+        async with self._connection(self.call_seconds) as conn:
             row = await conn.fetchrow(
                 "SELECT epoch, holder, lease_until, last_seq, "
                 "extract(epoch FROM lease_until - now())::float8 AS lease_left "
-                "FROM rankd_groups WHERE group_id = $1", group)
+                "FROM rankd_groups WHERE group_id = $1", group, timeout=self.call_seconds)
         return None if row is None else dict(row)
 
     async def store_snapshot(self, lease: Lease, seq: int, epoch: int,

@@ -64,7 +64,7 @@ from rankd.engine.errors import (
     Unsettled,
 )
 from rankd.engine.frames import frame
-from rankd.postgres_link import POSTGRES_ERRORS, release_cheaply
+from rankd.postgres_link import POSTGRES_ERRORS, OneConnection, release_cheaply
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +197,7 @@ class ClusterNode:
         #: Where each written group's last snapshot in Postgres stands.
         self._snapshot_marks: dict[int, SnapshotMark] = {}
         self.pool: asyncpg.Pool | None = None
+        self.lease_link: OneConnection | None = None
         self.store: ClusterLog | None = None
         self.keeper: LeaseKeeper | None = None
         self.tail: LogTail | None = None
@@ -245,7 +246,13 @@ class ClusterNode:
         self.nodes = Nodes(self.pool, alive_seconds=self.config.lease_seconds * 2)
         await self.nodes.migrate()
         await self._check_local_positions()
-        self.keeper = LeaseKeeper(self.store, self.node_id, on_lost=self._lost)
+        # The renewals' own connection: one never queues behind appends.
+        self.lease_link = OneConnection(
+            self.config.dsn, connect_seconds=CONNECT_SECONDS,
+            server_settings=session_settings(self.config.lease_seconds))
+        self.keeper = LeaseKeeper(self.store, self.node_id, on_lost=self._lost,
+                                  renewals=ClusterLog(self.lease_link,
+                                                      lease_seconds=self.config.lease_seconds))
         self.tail = LogTail(self.store, self.config.dsn, self._apply,
                             applied={g: seq for g, (seq, _) in self.engine.positions.items()},
                             poll_seconds=min(1.0, self.config.lease_seconds / 3),
@@ -307,6 +314,8 @@ class ClusterNode:
         if self.tail is not None:
             await self.tail.stop()
         log.debug("node %s leaving: the log tail is stopped", self.node_id)
+        if self.lease_link is not None:
+            await self.lease_link.close()
         if self.pool is not None:
             # close() waits for every connection to be released: one held by a
             # task left behind would hold the node for as long as that task.
