@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon import Daemon
+from rankd.frontends.resp.connection import FAST_WRITES
 from rankd.frontends.resp.monitor import OUTPUT_LIMIT, _quoted, quoted
 from rankd.frontends.resp.protocol import encode_request
 from redisserver import RedisServer
@@ -202,6 +203,7 @@ def test_monitor_is_for_admins_and_redacts_credentials(secured):
         assert WRITER_KEY.encode() not in text and ADMIN.encode() not in text
 
 
+@pytest.mark.skipif(not FAST_WRITES, reason="the native paths are not built (or not used)")
 def test_native_paths_are_shown_then_resumed(secured):
     """A plain ZADD takes the native path; with a monitor attached it goes
     the general way and is shown; once the monitor is gone it is native again."""
