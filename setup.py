@@ -85,6 +85,8 @@ extensions = [
     native("frontends.resp._scanner"),
     # The TCP and RESP connections' hot paths (their first bases).
     native("frontends._lanes"),
+    # MONITOR's quoting of a command's words (Redis's sdscatrepr).
+    native("frontends.resp._monitor"),
 ]
 
 setup(

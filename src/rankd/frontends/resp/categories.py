@@ -80,6 +80,8 @@ ACL_CATEGORIES: dict[str, tuple[str, ...]] = {
     "bzpopmin": ("@write", "@sortedset", "@fast", "@blocking"),
     "bzpopmax": ("@write", "@sortedset", "@fast", "@blocking"),
     "bzmpop": ("@write", "@sortedset", "@slow", "@blocking"),
+    # MONITOR (issue 45, item 8):
+    "monitor": _ADMIN,
 }
 
 #: Redis's category names (``ACL CAT``): what FILTERBY ACLCAT accepts.

@@ -29,6 +29,7 @@ from rankd.frontends.resp import (
     categories,
     expiry,
     lex,
+    monitor,
     pops,
     tooling,
     transactions,
@@ -750,3 +751,7 @@ COMMANDS.update({c.name.encode(): c for c in [
     _command("bzmpop", -5, pops.bzmpop, "remove_member", ("write", "blocking"),
              summary="ZMPOP, waiting for a member", immediate=False),
 ]})
+# MONITOR (rankd.frontends.resp.monitor): admin only (no scope names it).
+COMMANDS[b"monitor"] = _command(
+    "monitor", 1, monitor.monitor, "monitor", ("admin", "noscript", "loading", "stale"),
+    group="server", summary="Stream every command the server runs")

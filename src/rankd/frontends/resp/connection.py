@@ -49,7 +49,7 @@ from rankd.frontends.connections import (
     PipelinedConnection,
     PipelinedServer,
 )
-from rankd.frontends.resp import transactions
+from rankd.frontends.resp import monitor, transactions
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import COMMANDS, Command, lookup, unknown_command
 from rankd.frontends.resp.protocol import (
@@ -178,7 +178,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         #: On a cluster node a run of writes is taken only if its boards are of
         #: one group the node writes now (``_takes``); the others go the general
         #: way, which answers TRYAGAIN.
-        self.packs = FAST_WRITES
+        self.packs = FAST_WRITES and not server.monitors  # (a monitor sees every command)
         self.queue: collections.deque[Any] = collections.deque()
         #: What the queued requests hold (:func:`weight`).
         self.queued_bytes = 0
@@ -221,6 +221,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
     def _forget(self) -> None:
         self.queue.clear()
         self.queued_bytes = 0
+        monitor.detach(self)
 
     def _data_received(self, data: bytes) -> None:
         """``data_received`` the general way (the lane's, for what it does not take)."""
@@ -407,25 +408,38 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
 
     def _run_now(self, command: Command, words: list[bytes], out: list[bytes]) -> None:
         """Answer a command that needs no waiting (``Command.immediate``)."""
+        admitted = False
         try:
             self._admit(command, words)
+            admitted = True
             out.append(command.handler(self, words))
             if self.quitting:  # QUIT: what came before, its +OK, then close
                 self.close_with(None, out)
+                self._monitored(command, words, out)
                 return
         except CommandError as exc:
             self.server.stats[(command.name, "error")] += 1
             out.append(self.replies.error(exc.text))
             if exc.text == NOAUTH:
                 self._failed_auth(out)
+            if admitted:
+                self._monitored(command, words, out)
             return
         except Unsettled:
             raise  # (the caller has it answered once the writes it meets commit)
         except EngineError as exc:
             self.server.stats[(command.name, exc.code)] += 1
             out.append(self.replies.error(error_text(exc)))
+            if admitted:
+                self._monitored(command, words, out)
             return
         self.server.stats[(command.name, "ok")] += 1
+        self._monitored(command, words, out)
+
+    def _monitored(self, command: Command, words: list[bytes], out: list[bytes]) -> None:
+        """Show a command that ran to the monitors, if any (:mod:`.monitor`)."""
+        if self.server.monitors:
+            monitor.feed(self, command, words, out)
 
     async def _run_settled(self, command: Command, words: list[bytes], out: list[bytes],
                            unsettled: Unsettled) -> None:
@@ -465,14 +479,21 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                 await self._flush(pending, out)  # (what it reads comes after them)
                 await self._run_settled(command, words, out, exc)
             return
+        admitted = shown = False
         try:
             self._admit(command, words)
+            admitted = True
             try:
                 result = command.handler(self, words)
             except Unsettled:  # a read of writes not committed yet: once they are
                 await self._flush(pending, out)
                 result = await self.service.engine.settled_read(
                     functools.partial(command.handler, self, words))
+            # Shown once it has run (a blocking pop once it waits), as Redis
+            # shows it; EXEC after the commands it runs.
+            if command.name != "exec":
+                shown = True
+                self._monitored(command, words, out)
             if isinstance(result, Writes):
                 if sum(len(w.submissions) for _, w in pending) + len(result.submissions) \
                         > MAX_BATCH:
@@ -489,13 +510,19 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             out.append(self.replies.error(exc.text))
             if exc.text == NOAUTH:
                 self._failed_auth(out)
+            if admitted and not shown:
+                self._monitored(command, words, out)
             return
         except EngineError as exc:
             stats[(command.name, exc.code)] += 1
             out.append(self.replies.error(error_text(exc)))
+            if admitted and not shown:
+                self._monitored(command, words, out)
             return
         stats[(command.name, "ok")] += 1
         out.append(result)
+        if not shown:
+            self._monitored(command, words, out)
 
     async def _packed(self, packed: Any, out: list[bytes]) -> None:
         """A run of plain writes the scanner packed: applied by the engine's
@@ -520,7 +547,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         Once :data:`OUT_HIGH_WATER` bytes of replies are made, the reads
         left are returned as commands, for the worker (which waits while
         the client does not read)."""
-        native = self.window is None and self.period is None and self.principal is not None
+        native = (self.window is None and self.period is None and self.principal is not None
+                  and not self.server.monitors)  # (a monitor sees each read: the general way)
         if native and (charge := self._charger("top")) is not None:
             try:
                 charge(len(reads))
@@ -582,8 +610,9 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
     def _takes(self, packed: Any) -> bool:
         """Whether the fast path takes a packed run: its boards exist and
         take unsigned writes, and the caller may write that much now."""
-        if self.principal is None or not self.service.takes_packed(packed, existing=True):
-            return False  # (the general path creates boards)
+        if self.principal is None or self.server.monitors or not self.service.takes_packed(
+                packed, existing=True):
+            return False  # (the general path creates boards, and shows writes to monitors)
         charge = self._charger("submit")
         if charge is not None:
             try:
@@ -620,8 +649,11 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             raise CommandError(EXPIRED)
         if command.operation is None:
             self.gate.limiter.check("read", self.address, principal.name, cost)
-            return
-        self.gate.admit(principal, command.operation, self.address, cost)
+        else:
+            self.gate.admit(principal, command.operation, self.address, cost)
+        if self.server.monitors and self in self.server.monitors and (
+                "write" in command.flags or "readonly" in command.flags):
+            raise CommandError(monitor.KEYSPACE_REFUSED)  # as Redis refuses a monitor
 
     def _failed_auth(self, out: list[bytes]) -> None:
         self.auth_failures += 1
@@ -688,6 +720,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.name = None
         self.window = self.period = None
         transactions.forget(self)
+        monitor.detach(self)
         if self.gate.auth_enabled:
             self.principal = None
             self.deadline = 0.0
@@ -699,7 +732,9 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
 
     @property
     def busy(self) -> bool:
-        return bool(self.queue or self.worker is not None or self.answering)
+        # (A monitor is never idle: it listens, as Redis never times one out.)
+        return bool(self.queue or self.worker is not None or self.answering
+                    or self in self.server.monitors)
 
     def handshake_expired(self) -> None:
         self.close_with(f"ERR authenticate (AUTH) within {HANDSHAKE_SECONDS:g} s of connecting")
@@ -727,10 +762,11 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
     def describe(self) -> str:
         """The CLIENT INFO / CLIENT LIST line."""
         now = self.loop.time()
+        flags = "x" if self.multi is not None else "O" if self in self.server.monitors else "N"
         return (f"id={self.id} addr={_endpoint(self.transport, 'peername')} "
                 f"laddr={_endpoint(self.transport, 'sockname')} fd=-1 name={self.name or ''} "
                 f"age={int(now - self.opened_at)} idle={int(now - self.last_active)} "
-                f"flags={'x' if self.multi is not None else 'N'} db=0 sub=0 psub=0 ssub=0 "
+                f"flags={flags} db=0 sub=0 psub=0 ssub=0 "
                 f"multi={len(self.multi.queued) if self.multi is not None else -1} "
                 f"qbuf=0 qbuf-free=0 argv-mem=0 "
                 f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client "
@@ -768,6 +804,8 @@ class RespServer(PipelinedServer):
         self.settings: dict[str, Any] = dict(port_of or {})
         self.started_at = 0.0
         self.total_connections = 0
+        #: The connections that ran MONITOR, in order (:mod:`.monitor`).
+        self.monitors: dict[RespConnection, None] = {}
 
     async def start(self, host: str, port: int, ssl: ssl_module.SSLContext | None = None
                     ) -> int:

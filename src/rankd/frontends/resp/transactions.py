@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from rankd.engine.errors import EngineError
 from rankd.engine.transaction import CrossGroup, Transaction
+from rankd.frontends.resp import monitor
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.sorted_sets import MAX_REPLY_BYTES, Writes, board_name, is_key
 
@@ -284,7 +285,10 @@ async def _run(conn: RespConnection, queued: list[tuple[Command, list[bytes]]]) 
 
 
 def _one(conn: RespConnection, command: Command, words: list[bytes]) -> bytes:
-    """Run one queued command now, synchronously: its reply or its error."""
+    """Run one queued command now, synchronously: its reply or its error
+    (and shown to the monitors, as Redis shows what EXEC runs)."""
+    if conn.server.monitors:
+        monitor.feed(conn, command, words, None)
     stats = conn.server.stats
     try:
         result = command.handler(conn, words)
