@@ -555,7 +555,12 @@ def violations(figures: dict, scenario: str, ack: str, lease_seconds: float = 1.
         for name in ("dirty_reads", "dirty_live", "reads_going_back", "live_going_back",
                      "version_conflicts"):
             expect(name, figures[name] == 0)
-        expect("stale_max_s", figures["stale_max_s"] <= MAX_STALE_SECONDS)
+        # The bound is on the cluster's log.  Under --ack local a write
+        # acknowledged while Postgres itself is out is in no follower's copy
+        # until it is shipped (docs/cluster.md): a follower fresh as of its
+        # first poll after the outage may miss it, by up to the outage.
+        allowed = MAX_STALE_SECONDS + (figures.get("outage_s", 0.0) if ack == "local" else 0.0)
+        expect("stale_max_s", figures["stale_max_s"] <= allowed)
     expect("converged", figures["converged"])
     expect("acknowledged", figures["acknowledged"] > 20)  # the load got through
     if "failover_s" in figures:
@@ -704,12 +709,13 @@ async def partition_clients_from_primary(lab: Lab, history: History, seconds: fl
 
 async def restart_postgres(lab: Lab, history: History, seconds: float) -> dict:
     await asyncio.sleep(seconds / 3)
-    history.faults.append((time.monotonic(), "pg_ctl stop -m immediate"))
+    stopped = time.monotonic()
+    history.faults.append((stopped, "pg_ctl stop -m immediate"))
     await asyncio.to_thread(lab.pg.stop, "immediate")
     await asyncio.sleep(1.0)
     await asyncio.to_thread(lab.pg.start)
     history.faults.append((time.monotonic(), "Postgres started"))
-    return {}
+    return {"outage_s": round(time.monotonic() - stopped, 3)}
 
 
 def bounded(seconds: float, share: float, low: float, high: float) -> float:
@@ -735,8 +741,9 @@ async def pause_postgres_for(lab: Lab, history: History, pause: float) -> None:
 
 async def pause_postgres(lab: Lab, history: History, seconds: float) -> dict:
     await asyncio.sleep(seconds / 4)
-    await pause_postgres_for(lab, history, bounded(seconds, 1 / 3, 4.0, 10.0))
-    return {}
+    pause = bounded(seconds, 1 / 3, 4.0, 10.0)
+    await pause_postgres_for(lab, history, pause)
+    return {"outage_s": pause}
 
 
 async def postgres_outages(lab: Lab, history: History, seconds: float) -> dict:
@@ -744,9 +751,11 @@ async def postgres_outages(lab: Lab, history: History, seconds: float) -> dict:
     stopped with ``-m immediate`` and started again: both outages of
     Postgres itself in one run."""
     await asyncio.sleep(seconds / 5)
-    await pause_postgres_for(lab, history, bounded(seconds, 1 / 3, 4.0, 10.0))
+    pause = bounded(seconds, 1 / 3, 4.0, 10.0)
+    await pause_postgres_for(lab, history, pause)
     await asyncio.sleep(max(2.0, seconds / 5))
-    return await restart_postgres(lab, history, 0.0)
+    restarted = await restart_postgres(lab, history, 0.0)
+    return {"outage_s": max(pause, restarted["outage_s"])}
 
 
 async def ready_left(lab: Lab, node: int, until: asyncio.Event) -> bool:

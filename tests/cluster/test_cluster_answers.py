@@ -239,12 +239,18 @@ def keeps_its_groups_through(tmp_path, strike) -> None:
                 await asyncio.gather(nemesis(), *(writer(b) for b in boards))
 
         asyncio.run(writers())
-        time.sleep(3)
+        # What was acknowledged reaches the log once the primary ships it
+        # (after an append left hanging times out, at most 10 s).
+        deadline = time.monotonic() + 15
+        while True:
+            logged = logged_events(lab)
+            lost = [e for e in acknowledged if e not in logged]
+            if not lost or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         after = epochs(lab)
         assert {g: after[g] for g in before} == before, (before, after)
         assert read_orphans(lab) == set()
-        logged = logged_events(lab)
-        lost = [e for e in acknowledged if e not in logged]
         assert not lost, f"acknowledged and lost: {lost[:10]} of {len(acknowledged)}"
         assert len(acknowledged) > 30
     except BaseException:

@@ -124,3 +124,26 @@ def test_stale_reads() -> None:
     assert figures["stale_reads"] == 3
     assert figures["stale_max_s"] == 2.9
     assert figures["stale_by_node"] == {0: [1, 1.9], 1: [2, 2.9]}
+
+
+def test_staleness_beyond_the_bound_breaks_the_promise_save_for_local_acks_in_an_outage():
+    """A read staler than --max-follow-lag is a violation, except under
+    --ack local for a write acknowledged while Postgres itself was out (in
+    no follower's copy until shipped), by at most the outage's length."""
+    from jepsen import MAX_STALE_SECONDS, violations
+
+    clean = {name: 0 for name in (
+        "lost", "doubled", "strangers", "refused_but_applied", "score_mismatches",
+        "internal_errors", "unretrieved_exceptions", "dirty_reads", "dirty_live",
+        "reads_going_back", "live_going_back", "version_conflicts")}
+    clean |= {"converged": True, "acknowledged": 100}
+    stale = MAX_STALE_SECONDS + 3
+    assert violations(clean | {"stale_max_s": MAX_STALE_SECONDS}, "pause_postgres", "log") == []
+    assert violations(clean | {"stale_max_s": stale, "outage_s": 4.0},
+                      "pause_postgres", "log") == [f"stale_max_s = {stale}"]
+    assert violations(clean | {"stale_max_s": stale, "outage_s": 4.0},
+                      "pause_postgres", "local") == []
+    assert violations(clean | {"stale_max_s": stale, "outage_s": 2.0},
+                      "pause_postgres", "local") == [f"stale_max_s = {stale}"]
+    assert violations(clean | {"stale_max_s": stale}, "restart_follower", "local") == [
+        f"stale_max_s = {stale}"]

@@ -5,7 +5,8 @@ The keeper renews all its leases every ``lease_seconds / 3``, in one
 statement, on connections of its own (a node's appends, however many are
 in flight or hanging on a dead link, never make a renewal wait for a
 connection); a renewal gets a quarter of a lease to answer, then the next
-one goes out at once on a fresh connection.  When a renewal is fenced (another node took
+one goes out at once on a fresh connection (and later ones, while Postgres
+stays away, half a period apart).  When a renewal is fenced (another node took
 the group), the lease is dropped and ``on_lost`` is told.
 
 The node's own view of how long a lease still holds is conservative: a
@@ -108,20 +109,23 @@ class LeaseKeeper:
 
     async def _run(self) -> None:
         period = self.store.lease_seconds / 3
-        failing = False
+        failures = 0
         while True:
             # After a failure the next try goes at once (on a fresh
             # connection), not a period later: a renewal that timed out
-            # has already used most of what the lease leaves.
-            await asyncio.sleep(RETRY_SECONDS if failing else period)
+            # has already used most of what the lease leaves.  Later ones
+            # (Postgres away) go half a period apart, not to pile up
+            # connection attempts it must answer all at once when back.
+            await asyncio.sleep(period if failures == 0 else
+                                RETRY_SECONDS if failures == 1 else period / 2)
             try:
                 await self.renew_all()
             except Exception as exc:  # Postgres away: the local deadlines run out
-                if not failing:
+                if not failures:
                     log.warning("node %s cannot renew its leases: %s", self.node,
                                 exc or type(exc).__name__)
-                failing = True
+                failures += 1
             else:
-                if failing:
+                if failures:
                     log.warning("node %s renews its leases again", self.node)
-                failing = False
+                failures = 0

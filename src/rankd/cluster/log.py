@@ -171,8 +171,7 @@ class ClusterLog:
         #: apart, and one that times out is tried again at once: the second
         #: try still ends well within the lease the last success gave.
         self.renew_seconds = lease_seconds / 4
-        #: How long an append or a read of a register may take (a batch of
-        #: thousands of records on a loaded machine must still fit).
+        #: How long a read of a register may take.
         self.call_seconds = max(lease_seconds, 2.0)
 
     def _connection(self, seconds: float):
@@ -252,13 +251,14 @@ class ClusterLog:
         last_seq = first_seq + len(payloads) - 1
         framed = frame_many(first_seq, payloads)
         # One round trip: the compare-and-set runs in Postgres (rankd_append).
-        # An append that times out may still commit: the committer asks the
-        # register how far the log got, and a second try of the same
-        # positions is refused as out of sequence, never applied twice.
-        async with self._connection(self.call_seconds) as conn:
+        # No timeout of its own (the pool's command timeout): a Postgres that
+        # is only paused answers an append already sent the moment it
+        # resumes, before any follower's poll, where a retry on a fresh
+        # connection would come after them.
+        async with self.pool.acquire() as conn:
             row = await conn.fetchrow("SELECT * FROM rankd_append($1, $2, $3, $4, $5, $6)",
                                       lease.group, lease.epoch, first_seq, last_seq, framed,
-                                      self.lease_seconds, timeout=self.call_seconds)
+                                      self.lease_seconds)
         if row["outcome"] == "fenced":
             raise Fenced(lease.group, lease.epoch,
                          row["epoch"] if row["epoch"] is not None else -1, row["holder"])
