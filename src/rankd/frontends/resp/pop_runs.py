@@ -18,10 +18,10 @@ logged) as much again.  So, on a single node:
 * the worker hands a run of consecutive pops on one board, each well
   formed, to :func:`answer_run`, which plans them in order (each pops from
   what the ones before it left: the lowest from one end, the highest from
-  the other), admits them at once (the same scope, and the same rate-limit
-  cost, as one by one; if that is refused each goes alone, and is admitted
-  or refused by itself), removes what they pick as one removal, one commit,
-  and answers each as its command would.
+  the other), admits each as it would be alone (where a rate limit applies
+  the run ends before the first pop it refuses, which is then refused by
+  itself), removes what they pick as one removal, one commit, and answers
+  each as its command would.
 
 Either way the pops of a pipeline are applied in order, each seeing the
 commands before it; they are logged as the removals they are (replayed,
@@ -108,24 +108,27 @@ def answer_run(conn: RespConnection, first: list[bytes], out: list[bytes],
         except CommandError:
             break
         run.append((side, count))
-    # Each pop's share, in order: what it asks for of what the ones before left.
+    # Each pop's share, in order: what it asks for of what the ones before
+    # left.  Where a limit applies, each is charged its request as it would
+    # be alone, and the run ends before the first refused (which is refused
+    # by itself) or charged for its work too (charged so by itself).
+    charge = conn._charger("remove_member")
     plan: list[tuple[bool, int | None, int]] = []
-    cost = 0
     for side, count in run:
         wanted = min(1 if count is None else count, size - taken)
         if taken + wanted > MAX_PAIRS:
-            break  # (a pop past the bound is refused, or waits, by itself)
+            break  # (a pop past the bound is refused by itself)
+        if charge is not None:
+            if work_cost(wanted) > 1:
+                break
+            try:
+                charge(1)
+            except EngineError:
+                break
         plan.append((side, count, wanted))
         taken += wanted
-        cost += work_cost(wanted)  # its request, and its work past one request's
     if not plan:
         return 0
-    charge = conn._charger("remove_member")
-    if charge is not None:
-        try:
-            charge(cost)
-        except EngineError:
-            return 0  # each is admitted (or refused) alone
     ACTIVITY.frontend = "resp"  # who holds the loop, for the loop watchdog
     ACTIVITY.command = "zpopmax" if plan[0][0] else "zpopmin"
 
