@@ -306,3 +306,37 @@ def test_acknowledged_pops_survive_kill_9_once(tmp_path, fsync):
 def _members_of_range(reply: bytes) -> list[str]:
     """The members of a RESP2 array of bulk strings."""
     return [line.decode() for line in reply.split(b"\r\n")[2::2] if line]
+
+
+# --- a commit that fails ------------------------------------------------------------------
+
+
+def test_pops_whose_commit_fails_are_refused_and_undone(tmp_path):
+    """The disk fails (fsync answers EIO) under a pipeline of pops: each
+    pop answers ``READONLY``, none acknowledged, and none stays applied,
+    neither in what the daemon serves nor after a restart."""
+    from faultshim import build_shim
+    from test_disk_faults import under_shim
+
+    shim = build_shim(tmp_path)
+    data_dir, trigger = tmp_path / "data", tmp_path / "armed"
+    env = under_shim(shim, tmp_path / "fsynced.log", RANKD_FAULT_TRIGGER=str(trigger),
+                     RANKD_FAULT_FSYNC_FAIL="/wal/:5")
+    daemon = Daemon(data_dir, "--tcp-port", "0", "--fsync", "always", env=env).start()
+    try:
+        with RawClient(daemon.resp_port) as client:
+            words = [w for i in range(300) for w in (str(i), f"m{i:03d}")]
+            assert client.call("ZADD", "failing", *words) == b":300\r\n"
+            trigger.touch()
+            replies = client.pipeline([["ZPOPMIN", "failing"], ["ZPOPMAX", "failing", "2"]] * 50)
+            assert all(r.startswith(b"-READONLY") for r in replies), replies[:2]
+            deadline = time.monotonic() + 10
+            while (card := client.call("ZCARD", "failing")) != b":300\r\n":
+                assert card.startswith(b"-READONLY") and time.monotonic() < deadline, card
+                time.sleep(0.05)
+    finally:
+        daemon.kill()
+    trigger.unlink()
+    with (Daemon(data_dir, "--tcp-port", "0") as restarted,
+          RawClient(restarted.resp_port) as client):
+        assert client.call("ZCARD", "failing") == b":300\r\n"
