@@ -778,6 +778,46 @@ class Engine:
         board = self._board(name, reading=False)
         await board.writable.wait()
         await self.route(name)
+        chosen, logged = self._removal(name, choose, window, period, drop_when_empty,
+                                       persist_when_empty)
+        if logged:
+            await self._write(logged)
+        return chosen
+
+    def remove_members_now(self, name: str, choose: Callable[[SortedView], Iterable[str]],
+                           *, window: str | None = None, period: str | None = None,
+                           drop_when_empty: bool = False, persist_when_empty: bool = False
+                           ) -> tuple[list[tuple[str, float]], asyncio.Future[None] | None
+                                      ] | None:
+        """:meth:`remove_members` applied right here, without awaiting:
+        ``(removed, committed)``, ``committed`` the future done once the
+        removal is durable (None if nothing was removed), which the caller
+        must await before acknowledging it.  None, with nothing done, where
+        the removal would have to wait: on a cluster node (its group's log),
+        or while a snapshot holds the board; :meth:`remove_members` then.
+
+        What a pipeline's pops use: many of them, each seeing the ones
+        before, are applied in one turn of the loop and share its commit.
+        """
+        if not self.removes_now(name):
+            return None
+        self._board(name, reading=False)  # (NotFound if it is past its deadline)
+        self._check_writable()
+        chosen, logged = self._removal(name, choose, window, period, drop_when_empty,
+                                       persist_when_empty)
+        return chosen, self._write_soon(logged) if logged else None
+
+    def removes_now(self, name: str) -> bool:
+        """Whether :meth:`remove_members_now` would apply a removal from
+        board ``name`` now (rather than answer None)."""
+        board = self._boards.get(name)
+        return self._replication is None and board is not None and board.writable.is_set()
+
+    def _removal(self, name: str, choose: Callable[[SortedView], Iterable[str]],
+                 window: str | None, period: str | None, drop_when_empty: bool,
+                 persist_when_empty: bool) -> tuple[list[tuple[str, float]], list[list]]:
+        """What :meth:`remove_members` removes (member, score) and the
+        records that do it, picked now; nothing applied yet."""
         board = self._board(name, reading=False)  # it may be gone meanwhile
         _, _, _, index = self._view(name, window, period, reading=False)
         view = SortedView(index, board.config.order == "asc")
@@ -787,7 +827,7 @@ class Engine:
             if score is not None:
                 chosen[member] = score
         if not chosen:
-            return []
+            return [], []
         now_ms = self._now_ms()
         logged: list[list] = [[records.REMOVE, name, member, now_ms] for member in chosen]
         if (drop_when_empty or (persist_when_empty and board.expires_at is not None)) and all(
@@ -795,8 +835,7 @@ class Engine:
                 for periods in board.periods.values() for index in periods.values()):
             logged.append([records.BOARD_DROP, name, now_ms] if drop_when_empty
                           else [records.EXPIRE, name, None, now_ms])
-        await self._write(logged)
-        return list(chosen.items())
+        return list(chosen.items()), logged
 
     def transaction(self) -> Transaction:
         """Writes applied in one step and logged as one record: see
@@ -1089,12 +1128,18 @@ class Engine:
         if self._replication is not None:
             await self._write_replicated(logged)
             return
+        # Shielded: the commit is shared, and one cancelled waiter must not cancel it.
+        await asyncio.shield(self._write_soon(logged))
+
+    def _write_soon(self, logged: list[list]) -> asyncio.Future[None]:
+        """:meth:`_write` on a single node, applied now: the future of its
+        commit (see :meth:`_commit_soon`)."""
         next_lsn = self.wal.last_lsn + 1
         purged = self._purge_now(_purged_by(logged), next_lsn)
         for position, record in enumerate(logged, next_lsn + len(purged)):
             self._apply_record(position, record)
-        await self._commit([*purged, *(records.encode(record) for record in logged)],
-                           {record[1] for record in logged})
+        return self._commit_soon([*purged, *(records.encode(record) for record in logged)],
+                                 {record[1] for record in logged})
 
     # --- writes of a cluster node (see rankd.engine.replication) ------------------------
 

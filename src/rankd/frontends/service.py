@@ -10,6 +10,7 @@ way it arrives, and its limits are defined once.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import collections
 from collections.abc import Callable, Iterable
@@ -251,6 +252,17 @@ class Service:
             board, choose, window=optional_text(window, "window"),
             period=optional_text(period, "period"), drop_when_empty=drop_when_empty,
             persist_when_empty=persist_when_empty)
+
+    def remove_members_now(self, board: str, choose: Callable[[SortedView], list[str]], *,
+                           window: str | None = None, period: str | None = None,
+                           persist_when_empty: bool = False
+                           ) -> tuple[list[tuple[str, float]], asyncio.Future[None] | None
+                                      ] | None:
+        """:meth:`remove_members` applied at once, its commit to await (or
+        None where it would wait); see ``Engine.remove_members_now``."""
+        return self.engine.remove_members_now(
+            board, choose, window=optional_text(window, "window"),
+            period=optional_text(period, "period"), persist_when_empty=persist_when_empty)
 
     async def replace_board(self, board: str, config: object,
                             entries: Callable[[], Iterable[tuple[str, float]]]) -> int:

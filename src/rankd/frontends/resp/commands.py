@@ -69,6 +69,9 @@ class Command:
     batchable: bool = False
     #: Answered at once, without waiting (its handler returns the reply).
     immediate: bool = True
+    #: Applied when it runs, its reply waiting for the commit (``.pop_runs``):
+    #: the batched writes before it are applied first, the rest stay batched.
+    applied_now: bool = False
     subcommands: dict[str, Command] = field(default_factory=dict)
 
 
@@ -582,9 +585,11 @@ COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in [
     _command("zremrangebyscore", 4, zset.zremrangebyscore, "remove_member", ("write",), _KEY,
              summary="Remove members in a range of scores", immediate=False),
     _command("zpopmin", -2, zset.zpopmin, "remove_member", ("write", "fast"), _KEY,
-             summary="Remove and return the lowest-scored members", immediate=False),
+             summary="Remove and return the lowest-scored members", immediate=False,
+             applied_now=True),
     _command("zpopmax", -2, zset.zpopmax, "remove_member", ("write", "fast"), _KEY,
-             summary="Remove and return the highest-scored members", immediate=False),
+             summary="Remove and return the highest-scored members", immediate=False,
+             applied_now=True),
     _command("del", -2, zset.delete, "delete_board", ("write",), (1, -1), "keyspace",
              "Delete boards", immediate=False),
     _command("exists", -2, zset.exists, "list_boards", _READ, (1, -1), "keyspace",

@@ -6,6 +6,8 @@ up and one worker task per connection answers them in order.  Reads are
 answered at once; consecutive ``ZADD``/``ZINCRBY`` commands of a pipeline
 go to the engine as one batch (one WAL append, one commit) and are
 answered once it is applied, so a read pipelined after them sees them.
+Pops are applied as they are read and answered with that commit, a run of
+them on one board as one removal (:mod:`.pop_runs`).
 
 Every command passes the same :class:`~rankd.security.Gate` as REST and
 TCP, under the operation it amounts to (``submit``, ``top``,
@@ -49,7 +51,7 @@ from rankd.frontends.connections import (
     PipelinedConnection,
     PipelinedServer,
 )
-from rankd.frontends.resp import monitor, transactions
+from rankd.frontends.resp import monitor, pop_runs, transactions
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import COMMANDS, Command, lookup, unknown_command
 from rankd.frontends.resp.protocol import (
@@ -61,7 +63,12 @@ from rankd.frontends.resp.protocol import (
     RequestReader,
     RequestRefused,
 )
-from rankd.frontends.resp.sorted_sets import MAX_REPLY_ENTRIES, REDIS_BOARD_DICT, Writes
+from rankd.frontends.resp.sorted_sets import (
+    MAX_REPLY_ENTRIES,
+    REDIS_BOARD_DICT,
+    Applied,
+    Writes,
+)
 from rankd.frontends.service import MAX_BATCH
 from rankd.security import ANONYMOUS_ALL, Forbidden, Gate, Principal, Unauthorized
 from rankd.watchdog import ACTIVITY
@@ -341,7 +348,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             while self.queue and not self.closing:
                 await self.answered()  # runs handed over earlier are answered first
                 out: list[bytes] = []
-                pending: list[tuple[int, Writes]] = []
+                pending: list[tuple[int, Writes | Applied]] = []
                 size = [0, 0]
                 while (self.queue and not self.closing and len(out) < QUEUE_LOW_WATER
                        and _grown(out, size) < OUT_HIGH_WATER):
@@ -369,6 +376,10 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                         out.append(words.reply())
                         self.close_with(None, out)
                         return
+                    # (A monitor sees each pop: runs go the general way then.)
+                    if (not self.server.monitors and pop_runs.highest(words) is not None
+                            and await self._pop_run(words, out, pending)):
+                        continue
                     await self._one(words, out, pending)
                 await self._flush(pending, out)
                 if out and not self.closing:
@@ -387,6 +398,17 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             self.transport.abort()
         finally:
             self.worker = None
+
+    async def _pop_run(self, words: list[bytes], out: list[bytes],
+                       pending: list[tuple[int, Writes | Applied]]) -> bool:
+        """A ZPOPMIN/ZPOPMAX and the pops on its board queued right behind
+        it, answered as one removal (:mod:`.pop_runs`) if they can be."""
+        if pending and type(pending[-1][1]) is Writes:
+            await self._flush(pending, out)  # they must see them applied
+        answered = pop_runs.answer_run(self, words, out, pending)
+        for _ in range(answered - 1):
+            self.queued_bytes -= weight(self.queue.popleft())
+        return answered > 0
 
     def _lookup(self, words: list[bytes], out: list[bytes]) -> Command | None:
         """The command ``words`` call, or None with its error in ``out``."""
@@ -461,7 +483,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         out.append(self.replies.error(error_text(unsettled)))
 
     async def _one(self, words: list[bytes], out: list[bytes],
-                   pending: list[tuple[int, Writes]]) -> None:
+                   pending: list[tuple[int, Writes | Applied]]) -> None:
         """Answer one command into ``out`` (or queue its writes in ``pending``)."""
         stats = self.server.stats
         command = self._lookup(words, out)
@@ -470,7 +492,10 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         if self.multi is not None and transactions.queue(self, command, words, out,
                                                          weight(words)):
             return
-        if not command.batchable:
+        if command.applied_now:
+            if pending and type(pending[-1][1]) is Writes:
+                await self._flush(pending, out)  # it must see them applied
+        elif not command.batchable:
             await self._flush(pending, out)
         if command.immediate:
             try:
@@ -495,11 +520,16 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                 shown = True
                 self._monitored(command, words, out)
             if isinstance(result, Writes):
-                if sum(len(w.submissions) for _, w in pending) + len(result.submissions) \
-                        > MAX_BATCH:
+                if sum(len(w.submissions) for _, w in pending if type(w) is Writes) \
+                        + len(result.submissions) > MAX_BATCH:
                     await self._flush(pending, out)
                 pending.append((len(out), result))
                 out.append(b"")
+                stats[(command.name, "ok")] += 1
+                return
+            if type(result) is Applied:  # its reply waits for its commit (see .pop_runs)
+                pending.append((len(out), result))
+                out.append(result.reply)
                 stats[(command.name, "ok")] += 1
                 return
             if not isinstance(result, bytes):
@@ -660,19 +690,27 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         if self.auth_failures >= MAX_AUTH_FAILURES:
             self.close_with("ERR too many unauthenticated commands; closing", out)
 
-    async def _flush(self, pending: list[tuple[int, Writes]], out: list[bytes]) -> None:
-        """Submit the pending commands' writes as one batch; fill in their replies."""
+    async def _flush(self, pending: list[tuple[int, Writes | Applied]], out: list[bytes]
+                     ) -> None:
+        """Submit the pending commands' writes as one batch; fill in their
+        replies once they, and the writes applied already, are committed."""
         if not pending:
             return
-        batch = [submission for _, writes in pending for submission in writes.submissions]
         taken = list(pending)
         pending.clear()
+        failed = await _commits_failed(taken)
+        batch = [submission for _, writes in taken if type(writes) is Writes
+                 for submission in writes.submissions]
         try:
-            answers = await self.service.submit_prepared(batch)
+            answers = await self.service.submit_prepared(batch) if batch else []
         except EngineError as exc:
             answers = [exc] * len(batch)
         position = 0
         for slot, writes in taken:
+            if type(writes) is Applied:
+                if (error := failed.get(writes.committed)) is not None:
+                    out[slot] = self.replies.error(error_text(error)) * writes.replies
+                continue
             size = len(writes.submissions)
             try:
                 out[slot] = writes.answer(answers[position:position + size])
@@ -773,6 +811,20 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                 f"user=default redir=-1 resp={self.replies.version} "
                 f"lib-name={self.library.get('lib-name', '')} "
                 f"lib-ver={self.library.get('lib-ver', '')}")
+
+
+async def _commits_failed(pending: list[tuple[int, Writes | Applied]]
+                          ) -> dict[asyncio.Future[None], EngineError]:
+    """Wait for the commits of the pending writes applied already (the
+    pops of a pass share one); those that failed, with their errors."""
+    failed = {}
+    for future in {writes.committed: None for _, writes in pending if type(writes) is Applied}:
+        try:
+            # Shielded: the commit is shared, and a closing connection must not cancel it.
+            await asyncio.shield(future)
+        except EngineError as exc:
+            failed[future] = exc
+    return failed
 
 
 def _endpoint(transport: Any, which: str) -> str:

@@ -102,8 +102,20 @@ class Writes:
     answer: Callable[[list[dict[str, Any] | EngineError]], bytes]
 
 
-#: What a command handler returns: a reply, a reply to come, or writes.
-Reply = bytes | Awaitable[bytes] | Writes
+@dataclass(slots=True)
+class Applied:
+    """A command's write, applied already: its reply, sent once ``committed``
+    is done (a pipeline's pops: see :mod:`.pop_runs`); ``replies``: how many
+    commands' replies ``reply`` holds."""
+
+    reply: bytes
+    committed: asyncio.Future[None]
+    replies: int = 1
+
+
+#: What a command handler returns: a reply, a reply to come, writes, or
+#: a write applied whose reply waits for its commit.
+Reply = bytes | Awaitable[bytes] | Writes | Applied
 
 
 def board_name(word: bytes) -> str | None:
@@ -402,7 +414,12 @@ async def _removed(conn: RespConnection, name: str, choose: Callable[[Any], list
     has none)."""
     return await conn.service.remove_members(
         name, choose, window=conn.window, period=conn.period,
-        persist_when_empty=conn.service.board_config(name) in _REDIS_CONFIGS)
+        persist_when_empty=_persists(conn, name))
+
+
+def _persists(conn: RespConnection, name: str) -> bool:
+    """Whether board ``name`` loses its deadline with its last member (RESP-made)."""
+    return conn.service.board_config(name) in _REDIS_CONFIGS
 
 
 def _remove(conn: RespConnection, key: bytes, choose: Callable[[Any], list[str]],
@@ -442,13 +459,26 @@ def zpop(conn: RespConnection, args: list[bytes], highest: bool) -> Reply:
     def choose(view: Any) -> list[str]:
         return [m for _, m, _ in view.by_position(0, min(wanted, len(view)), reverse=highest)]
 
+    def reply(popped: list[tuple[str, float]]) -> bytes:
+        entries = [(0, member, value) for member, value in popped]
+        return _entries(conn, entries, True, nested=count is not None)
+
+    try:  # applied now, acknowledged with the pipeline's writes (see .pop_runs)
+        now = conn.service.remove_members_now(
+            name, choose, window=conn.window, period=conn.period,
+            persist_when_empty=_persists(conn, name))
+    except NotFound:
+        return reply([])
+    if now is not None:
+        popped, committed = now
+        return reply(popped) if committed is None else Applied(reply(popped), committed)
+
     async def run() -> bytes:
         try:
             popped = await _removed(conn, name, choose)
         except NotFound:
             popped = []
-        entries = [(0, member, value) for member, value in popped]
-        return _entries(conn, entries, True, nested=count is not None)
+        return reply(popped)
     return run()
 
 

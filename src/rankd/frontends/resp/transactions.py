@@ -374,6 +374,11 @@ class _TransactionEngine:
         return removed
 
 
+    def remove_members_now(self, *args: Any, **kwargs: Any) -> None:
+        """Never at once, outside the transaction: its ``remove_members``."""
+        return None
+
+
 def _transaction_service(service: Any, transaction: Transaction) -> Any:
     """The connection's service for the commands of one EXEC: the same,
     over :class:`_TransactionEngine`."""
