@@ -486,3 +486,99 @@ def test_exec_is_whole_or_absent_after_kill_9(tmp_path, fsync):
     for worker, done in acknowledged.items():
         for i in done:
             assert scores[0].get(f"w{worker}-{i}") == 1, (worker, i)
+
+
+def _store_stream(port: int, worker: int, acked: list[int], stop: threading.Event) -> None:
+    """EXECs of worker ``w``, eight in flight at a time, each: a store of
+    ``c:w`` into ``b:w`` (before it changes: computed ahead of the step),
+    ``ZINCRBY c:w 1 n``, a ZINCRBY of member ``w-i`` on three boards, a
+    store of ``c:w`` into ``a:w`` (after: computed in the step), and a
+    deadline on both stores; each acknowledged one is noted."""
+    count, before, after = f"c:{worker}", f"b:{worker}", f"a:{worker}"
+    try:
+        client = RawClient(port)
+    except OSError:
+        return
+    n = 0
+    try:
+        while not stop.is_set():
+            batch = range(n, n + 8)
+            pipeline = []
+            for i in batch:
+                pipeline += [["MULTI"], ["ZUNIONSTORE", before, "1", count],
+                             ["ZINCRBY", count, "1", "n"],
+                             *(["ZINCRBY", board, "1", f"w{worker}-{i}"] for board in BOARDS),
+                             ["ZUNIONSTORE", after, "1", count], ["EXPIRE", after, "100000"],
+                             ["EXPIRE", before, "100000"], ["EXEC"]]
+            client.send(b"".join(_encode(words) for words in pipeline))
+            for i in batch:
+                replies = [client.reply() for _ in range(10)]
+                assert replies[:9] == [b"+OK\r\n"] + [b"+QUEUED\r\n"] * 8, replies
+                assert replies[9].startswith(b"*8\r\n") and b"\r\n-" not in replies[9], \
+                    replies[9]
+                acked.append(i)
+            n += 8
+    except OSError:
+        return
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("fsync", ["no", "always"])
+def test_exec_with_stores_and_deadlines_is_whole_or_absent_after_kill_9(tmp_path, fsync):
+    """The kill -9 test of EXECs holding two stores (one computed before
+    the step, one in it), two EXPIREs and ZINCRBYs: after each restart
+    every transaction is wholly there or wholly absent (the stores hold the
+    count before and after the transaction's increment, both with their
+    deadline; the three boards agree), and every acknowledged one is there."""
+    data_dir = tmp_path / "data"
+    acknowledged: dict[int, list[int]] = {}
+    for cycle, pause in enumerate([0.5, 0.8, 0.3, 1.0]):
+        daemon = Daemon(data_dir, "--tcp-port", "0", "--fsync", fsync)
+        daemon.start()
+        if cycle == 0:
+            with RawClient(daemon.resp_port) as client:
+                for board in BOARDS:
+                    client.call("ZADD", board, "0", "seed")
+        stop = threading.Event()
+        acked: dict[int, list[int]] = {w + 10 * cycle: [] for w in range(4)}
+        workers = [threading.Thread(target=_store_stream,
+                                    args=(daemon.resp_port, w, acked[w], stop))
+                   for w in acked]
+        for worker in workers:
+            worker.start()
+        time.sleep(pause)
+        daemon.kill()
+        stop.set()
+        for worker in workers:
+            worker.join(30)
+        acknowledged.update(acked)
+    assert sum(map(len, acknowledged.values())) > 50
+    daemon = Daemon(data_dir, "--tcp-port", "0", "--fsync", fsync)
+    daemon.start()
+    try:
+        client = redis.Redis(port=daemon.resp_port, decode_responses=True)
+        scores = [dict(client.zrange(board, 0, -1, withscores=True)) for board in BOARDS]
+        for worker, done in acknowledged.items():
+            count = int(client.zscore(f"c:{worker}", "n") or 0)
+            assert count >= len(done), (worker, count, len(done))
+            after, before = f"a:{worker}", f"b:{worker}"
+            if count == 0:
+                assert client.exists(after, before) == 0, worker
+                continue
+            assert client.zscore(after, "n") == count, (worker, "after")
+            assert client.pttl(after) > 0, (worker, "after's deadline")
+            if count == 1:
+                assert client.exists(before) == 0, worker
+            else:
+                assert client.zscore(before, "n") == count - 1, (worker, "before")
+                assert client.pttl(before) > 0, (worker, "before's deadline")
+            applied = [i for i in range(count) if scores[0].get(f"w{worker}-{i}") == 1]
+            assert applied == list(range(count)), (worker, "increments", count)
+        client.close()
+    finally:
+        daemon.stop()
+    assert scores[0] == scores[1] == scores[2], "a transaction is half there"
+    for worker, done in acknowledged.items():
+        for i in done:
+            assert scores[0].get(f"w{worker}-{i}") == 1, (worker, i)
