@@ -582,3 +582,55 @@ def test_exec_with_stores_and_deadlines_is_whole_or_absent_after_kill_9(tmp_path
     for worker, done in acknowledged.items():
         for i in done:
             assert scores[0].get(f"w{worker}-{i}") == 1, (worker, i)
+
+
+# --- bounds: what one EXEC's step may do ------------------------------------------------
+
+
+def test_an_exec_step_is_bounded_and_its_stores_computed_in_steps(tmp_path):
+    """A store whose inputs the transaction does not write is computed
+    before EXEC's step, in steps (another client's PINGs are answered
+    within a few ms meanwhile: the best of three tries, as a busy machine
+    may delay a PING by itself); one whose inputs it wrote is computed in
+    the step, within ``MAX_STEP_READ`` entries (else its error, the rest
+    applied); the stores of one EXEC write ``MAX_STEP_STORED`` members."""
+    with Daemon(tmp_path / "data", "--fsync", "no") as daemon, \
+            RawClient(daemon.resp_port) as client, RawClient(daemon.resp_port) as other:
+        for key, start in (("a", 0), ("b", 55_000)):  # 60,000 each, 5,000 in both
+            for first in range(start, start + 60_000, 10_000):
+                words = [w for i in range(first, first + 10_000) for w in (str(i), f"m{i}")]
+                assert client.call("ZADD", key, *words) == b":10000\r\n"
+        worsts = []
+        for _ in range(3):
+            client.send(b"".join(_encode(words) for words in [
+                ["MULTI"], ["ZINCRBY", "elsewhere", "1", "x"],
+                ["ZINTERSTORE", "both", "2", "a", "b"], ["EXPIRE", "both", "1000"],
+                ["ZCARD", "both"], ["EXEC"]]))
+            worst = 0.0
+            deadline = time.monotonic() + 0.4
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                assert other.call("PING") == b"+PONG\r\n"
+                worst = max(worst, time.monotonic() - started)
+            replies = [client.reply() for _ in range(6)]
+            assert replies[-1].startswith(b"*4\r\n$1\r\n") and replies[-1].endswith(
+                b":5000\r\n:1\r\n:5000\r\n"), replies[-1]
+            worsts.append(worst)
+            if worst < 0.06:
+                break
+        assert min(worsts) < 0.06, worsts
+        replies = client.pipeline([["MULTI"], ["ZADD", "a", "1", "new"],
+                                   ["ZINTERSTORE", "again", "2", "a", "b"], ["EXEC"]])
+        assert replies[-1] == (b"*2\r\n:1\r\n-ERR rankd computes at most 16384 entries of "
+                               b"aggregations inside one EXEC when the transaction writes "
+                               b"their inputs; run this one after EXEC, or in a transaction "
+                               b"that does not write its inputs\r\n"), replies[-1]
+        assert client.call("EXISTS", "again") == b":0\r\n"
+        assert client.call("ZSCORE", "a", "new") == b"$1\r\n1\r\n"
+        replies = client.pipeline([["MULTI"], ["ZRANGESTORE", "first", "a", "0", "5999"],
+                                   ["ZRANGESTORE", "second", "a", "0", "5999"],
+                                   ["ZRANGESTORE", "third", "a", "0", "3999"], ["EXEC"]])
+        assert replies[-1] == (b"*3\r\n:6000\r\n-ERR rankd stores at most 10000 members in "
+                               b"one EXEC (they are written in one step); store fewer\r\n"
+                               b":4000\r\n"), replies[-1]
+        assert client.call("EXISTS", "first", "second", "third") == b":2\r\n"
