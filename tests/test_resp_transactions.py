@@ -621,10 +621,9 @@ def test_an_exec_step_is_bounded_and_its_stores_computed_in_steps(tmp_path):
         assert min(worsts) < 0.06, worsts
         replies = client.pipeline([["MULTI"], ["ZADD", "a", "1", "new"],
                                    ["ZINTERSTORE", "again", "2", "a", "b"], ["EXEC"]])
-        assert replies[-1] == (b"*2\r\n:1\r\n-ERR rankd computes at most 16384 entries of "
-                               b"aggregations inside one EXEC when the transaction writes "
-                               b"their inputs; run this one after EXEC, or in a transaction "
-                               b"that does not write its inputs\r\n"), replies[-1]
+        assert replies[-1].startswith(b"*2\r\n:1\r\n-ERR rankd computes at most 16384 "
+                                      b"entries of aggregations in the step of one EXEC"), \
+            replies[-1]
         assert client.call("EXISTS", "again") == b":0\r\n"
         assert client.call("ZSCORE", "a", "new") == b"$1\r\n1\r\n"
         replies = client.pipeline([["MULTI"], ["ZRANGESTORE", "first", "a", "0", "5999"],

@@ -24,6 +24,10 @@ right before it is applied: if an input changed since it was computed, it
 is computed again there, so what is stored is what the inputs held when it
 was written.  An empty result leaves no key, as in Redis (the destination,
 if a board, is left empty: an empty RESP-made board is no key).
+
+Inside ``EXEC`` (:mod:`.transactions`) a store may come computed already
+(:func:`precompute`, before the EXEC's step); what the step computes or
+stores itself is counted against the EXEC's bounds.
 """
 
 from __future__ import annotations

@@ -34,9 +34,10 @@ The loop is held for the step only, so the step's work is bounded: a
 store (``ZUNIONSTORE``, ``ZINTERSTORE``, ``ZDIFFSTORE``) whose inputs no
 earlier command of the transaction writes is computed *before* the step,
 in steps, other clients served in between (as outside ``MULTI``), and
-computed again in the step only if an input changed meanwhile; an
-aggregation whose inputs the transaction itself wrote is computed in the
-step, :data:`MAX_STEP_READ` entries at most for one ``EXEC``; the stores of
+computed again in the step only if an input changed meanwhile; a store
+whose inputs the transaction itself writes, and an aggregation it answers
+(``ZUNION``...), are computed in the step, :data:`MAX_STEP_READ` entries
+read at most for one ``EXEC``; the stores of
 one ``EXEC`` write :data:`MAX_STEP_STORED` members at most.  Past either,
 the command answers an error in ``EXEC``'s reply (the others apply).
 
@@ -82,8 +83,9 @@ MAX_EXEC_REPLY_BYTES = MAX_REPLY_BYTES
 MAX_WATCHED = 10_000
 #: What runs at once inside MULTI instead of being queued (as in Redis).
 CONTROL = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
-#: Entries the aggregations of one EXEC may read in its step (those whose
-#: inputs the transaction wrote; the others are computed before it).
+#: Entries the aggregations of one EXEC may read in its step (the stores
+#: whose inputs the transaction writes, and the aggregations it answers;
+#: the other stores are computed before the step).
 MAX_STEP_READ = 8 * STEP_ENTRIES
 #: Members the stores of one EXEC may write (applied in its step): one
 #: store's bound outside MULTI.
@@ -425,9 +427,9 @@ class _TransactionEngine:
         """An aggregation computed in the step reads ``entries`` entries."""
         if entries > self.read_left:
             raise CommandError(
-                f"ERR rankd computes at most {MAX_STEP_READ} entries of aggregations inside "
-                "one EXEC when the transaction writes their inputs; run this one after "
-                "EXEC, or in a transaction that does not write its inputs")
+                f"ERR rankd computes at most {MAX_STEP_READ} entries of aggregations in the "
+                "step of one EXEC (ZUNION, ZINTER, ZDIFF, ZINTERCARD, and stores whose inputs "
+                "the transaction writes); run this one outside the transaction")
         self.read_left -= entries
 
     def spend_stored(self, members: int) -> None:
