@@ -304,7 +304,8 @@ def _untouched(queued: list[tuple[Command, list[bytes]]]) -> list[list[bytes]]:
         if command.name in PRECOMPUTED and not everything and written.isdisjoint(read):
             found.append(words)
         written.update(keys)
-        everything = everything or command.name in ("flushdb", "flushall")
+        # (FLUSH* writes every board; RANKD.WINDOW changes what a store reads.)
+        everything = everything or command.name in ("flushdb", "flushall", "rankd.window")
     return found
 
 
