@@ -92,10 +92,10 @@ def test_cluster_transaction_of_stores_deadlines_and_pops(tmp_path, pg_dsn):
             assert client.call("TTL", src) == b":-1\r\n"
         with RawClient(other.resp_port) as client:
             deadline = time.monotonic() + 15
-            while client.call("EXISTS", doomed) != b":0\r\n":
+            while client.call("ZRANGE", dst, "0", "-1", "WITHSCORES") != stored:
                 assert time.monotonic() < deadline, "not replicated"
                 time.sleep(0.05)
-            assert client.call("ZRANGE", dst, "0", "-1", "WITHSCORES") == stored
+            assert client.call("EXISTS", doomed) == b":0\r\n"
             assert 99_000 < int(client.call("TTL", dst)[1:-2]) <= 100_000
             assert client.call("ZRANGE", SAME, "0", "-1") == b"*1\r\n$1\r\nb\r\n"
             assert client.call("EXISTS", popped) == b":0\r\n"
