@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine_helpers import FakeClock, engine_config, run, sub
+from engine_helpers import FakeClock, engine_config, run, sub, with_engine
 from rankd.engine import records
 from rankd.engine.engine import Engine
 from rankd.engine.wal import WriteAheadLog
+from rankd.frontends.resp.sorted_sets import REDIS_BOARD_DICT
 
 BOARDS = ["daily", "weekly", "all"]
 TIES = {"order": "desc", "tie_break": "first"}  # arrival order matters: positions must match
@@ -110,3 +111,46 @@ def test_a_torn_transaction_is_wholly_absent(tmp_path):
     assert [state[board] for board in BOARDS] == [None, None, None]
     assert state["gone"]["score"] == 1.0
     assert state["boards"] == sorted([*BOARDS, "doomed"])
+
+
+def test_deadlines_and_replacements_in_a_transaction_replay_alike(tmp_path):
+    """``Transaction.expire`` and ``Transaction.replace_board`` are records
+    of the transaction (one unit, replayed to the same state); a board
+    past its deadline that the expiry task has not deleted yet is deleted
+    (its EXPIRED record, in the transaction) before the transaction writes
+    it, so the write makes a new board instead of joining the expired one."""
+    clock = FakeClock()
+
+    async def live(engine: Engine) -> str:
+        await engine.put_board("old", {"policy": "sum"})
+        await engine.submit(sub("old", "a", delta=3))
+        await engine.put_board("source", {"policy": "sum"})
+        await engine.submit(sub("source", "b", delta=7))
+        now_ms = round(clock() * 1000)
+        assert await engine.expire("old", now_ms + 10_000)
+        clock.advance(20)  # past its deadline, before the expiry task ran
+        transaction = engine.transaction()
+        await transaction.ready(["old", "copy", "source", "gone"])
+        assert transaction.put_board("old", {"policy": "sum"})[1]  # made anew
+        (answer,) = transaction.submit([sub("old", "a", delta=1)])
+        assert answer["score"] == 1 and engine.boards["old"].expires_at is None
+        assert transaction.replace_board("copy", REDIS_BOARD_DICT, lambda: [("b", 7.0)]) == 1
+        later = round(clock() * 1000) + 60_000
+        assert transaction.expire("copy", later)
+        assert not transaction.expire("copy", later + 1, condition=1)  # NX: it has one
+        transaction.put_board("gone", {"policy": "sum"})
+        assert transaction.expire("gone", round(clock() * 1000) - 1)  # past: deleted now
+        assert "gone" not in engine.boards
+        await transaction.commit()
+        return engine.digest()
+
+    digest = run(with_engine(tmp_path, clock, live))
+    kinds = [record[0] for _, record in _payloads(tmp_path)]
+    assert kinds.count(records.TRANSACTION) == 1
+
+    async def reopened(engine: Engine) -> str:
+        assert engine.boards["copy"].expires_at == round(clock() * 1000) + 60_000
+        assert "gone" not in engine.boards and engine.boards["old"].expires_at is None
+        return engine.digest()
+
+    assert run(with_engine(tmp_path, clock, reopened)) == digest

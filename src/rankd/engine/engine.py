@@ -1909,7 +1909,9 @@ class Engine:
     async def _expiry_loop(self) -> None:
         """Delete boards as their deadlines pass (see :meth:`expire_due`),
         sleeping until the next one otherwise."""
-        while True:
+        # (Not ``while True``: Python 3.11's ``wait_for`` swallows a cancel
+        # that comes as the event is set, and ``close`` would wait forever.)
+        while not self._closed:
             try:
                 if await self.expire_due():
                     await asyncio.sleep(0)  # other clients' turn between steps

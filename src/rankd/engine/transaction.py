@@ -6,7 +6,8 @@ opens a :class:`Transaction` with ``Engine.transaction()``, awaits
 a cluster node, this node writes their one group), then, **without
 awaiting anything**, calls its operations (:meth:`~Transaction.submit`,
 :meth:`~Transaction.remove_members`, :meth:`~Transaction.put_board`,
-:meth:`~Transaction.drop_board`) and reads in between as it likes (they
+:meth:`~Transaction.drop_board`, :meth:`~Transaction.expire`,
+:meth:`~Transaction.replace_board`) and reads in between as it likes (they
 see the transaction's writes so far), and ends with
 :meth:`~Transaction.commit`, whose future is done once the whole
 transaction is durable (by the fsync policy, or the cluster's ack mode).
@@ -26,7 +27,9 @@ the group's log, sent in one append.
 
 Operations follow the engine's own (``Engine.submit_many``,
 ``Engine.remove_members``...): a refused one raises (or answers) its
-``EngineError`` and the others still apply, as Redis's ``EXEC`` does.
+``EngineError`` and the others still apply, as Redis's ``EXEC`` does.  A
+board whose deadline passed is deleted (its ``EXPIRED`` record, in the
+transaction) before an operation writes it, as ``Engine``'s writes do.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from rankd.cluster.groups import group_of
-from rankd.engine import records
+from rankd.engine import expiry, records
 from rankd.engine.config import BoardConfig, check_board_name
 from rankd.engine.errors import EngineError, InvalidInput, NotFound, Unavailable
 from rankd.engine.ingest import ingest
@@ -135,12 +138,21 @@ class Transaction:
         self.payloads.append(records.encode(record))
         self.boards.add(record[1])
 
+    def _purge(self, names: Iterable[object]) -> None:
+        """Delete the boards of ``names`` whose deadline passed before a
+        write to them (``Engine._purge_now``), at the next positions."""
+        purged = self.engine._purge_now(names, self._position)
+        self.payloads += purged
+        self.boards.update(records.decode(payload)[1] for payload in purged)
+
     def submit(self, submissions: list[Submission]) -> list[dict[str, Any] | EngineError]:
         """Apply submissions in order, one answer or error each (as
         ``Engine.submit_many``)."""
         engine = self.engine
-        for name in {s.board for s in submissions}:
+        names = {s.board for s in submissions}
+        for name in names:
             self._writable(name)
+        self._purge(names)
         try:
             done = ingest(engine.boards, submissions, engine.clock(), self._position,
                           engine.config.dedupe_ttl, engine.config.ts_tolerance)
@@ -159,6 +171,7 @@ class Transaction:
         check_board_name(name)
         parsed = BoardConfig.from_dict(config)
         self._writable(name)
+        self._purge([name])
         board = self.engine.boards.get(name)
         if board is not None:
             if board.config == parsed:
@@ -198,6 +211,46 @@ class Transaction:
                             for index in periods.values())):
             self._log([records.EXPIRE, name, None, now_ms])
         return list(chosen.items())
+
+    def expire(self, name: str, deadline: int | None, condition: int = 0) -> bool:
+        """Set or clear board ``name``'s deadline, as ``Engine.expire``
+        (``NotFound`` if it is not shown; False if nothing changed); a
+        deadline not in the future deletes the board now."""
+        engine = self.engine
+        self._writable(name)
+        self._purge([name])
+        board = engine.live_board(name)
+        if board is None:
+            raise NotFound(f"no board named {name!r}")
+        if not expiry.allowed(board.expires_at, deadline, condition):
+            return False
+        now_ms = engine._now_ms()
+        self._log([records.EXPIRE, name, deadline, now_ms])
+        if deadline is not None and deadline <= now_ms:
+            self._log([records.EXPIRED, name, deadline, now_ms])
+        return True
+
+    def replace_board(self, name: str, config: object,
+                      entries: Callable[[], Iterable[tuple[str, float]]]) -> int:
+        """Make board ``name`` anew holding what ``entries()`` gives, in
+        place of any board of that name (as ``Engine.replace_board``, whose
+        bounds the caller keeps); how many members it holds."""
+        from rankd.engine.engine import Submission  # (that module imports this one)
+
+        check_board_name(name)
+        parsed = BoardConfig.from_dict(config)
+        self._writable(name)
+        # (Read first: the destination may be one of the inputs.)
+        submissions = [Submission(board=name, member=member, score=score)
+                       for member, score in entries()]
+        self._purge([name])
+        now_ms = self.engine._now_ms()
+        if name in self.engine.boards:
+            self._log([records.BOARD_DROP, name, now_ms])
+        self._log([records.BOARD_PUT, name, parsed.to_dict(), now_ms])
+        before = len(self.payloads)
+        self.submit(submissions)
+        return len(self.payloads) - before
 
     # --- the end --------------------------------------------------------------------
 

@@ -24,6 +24,10 @@ right before it is applied: if an input changed since it was computed, it
 is computed again there, so what is stored is what the inputs held when it
 was written.  An empty result leaves no key, as in Redis (the destination,
 if a board, is left empty: an empty RESP-made board is no key).
+
+Inside ``EXEC`` (:mod:`.transactions`) a store may come computed already
+(:func:`precompute`, before the EXEC's step); what the step computes or
+stores itself is counted against the EXEC's bounds.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rankd.engine.errors import Unsettled
+from rankd.frontends.resp import transactions
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, integer, score
 from rankd.frontends.resp.sorted_sets import (
     _REDIS_CONFIGS,
@@ -295,10 +300,15 @@ def _prepare(conn: RespConnection, found: Aggregation, *, store: bool) -> Callab
 
 def _run(conn: RespConnection, found: Aggregation, *, store: bool) -> Any:
     """``(result, versions)`` (the versions of the inputs it is of) at
-    once if the aggregation's work is small, else a coroutine of them."""
+    once if the aggregation's work is small (or inside EXEC, whose step
+    allows it so much work), else a coroutine of them."""
     make = _prepare(conn, found, store=store)
     names = _names(found.keys)
-    if _work(_views(conn, found.keys), found.op) <= STEP_ENTRIES:
+    work = _work(_views(conn, found.keys), found.op)
+    inside = transactions.running(conn)
+    if inside is not None:
+        inside.spend_read(work)
+    if inside is not None or work <= STEP_ENTRIES:
         return _finish(make()), _versions(conn, names)
     return _in_steps(conn, names, make)
 
@@ -420,6 +430,9 @@ async def _store(conn: RespConnection, args: list[bytes], result: Result,
     """Make board ``args[1]`` anew holding ``result`` (as ``current()``
     gives it when applied: it computes it again if its inputs changed)."""
     entries = _stored(result)
+    inside = transactions.running(conn)
+    if inside is not None:
+        inside.spend_stored(len(entries))
     name = board_name(args[1])
     if name is not None:  # on a cluster node that does not write it: TRYAGAIN, as writes
         await conn.service.route_write(name)
@@ -440,11 +453,45 @@ async def _store(conn: RespConnection, args: list[bytes], result: Result,
     return conn.replies.integer(stored)
 
 
+@dataclass(slots=True)
+class Computed:
+    """A store's result computed before the step of the EXEC that holds it
+    (see :mod:`.transactions`), and the versions of the inputs it is of."""
+
+    names: list[str | None]
+    result: Result
+    versions: list[Any]
+
+
+_STORES = {b"zunionstore": "union", b"zinterstore": "inter", b"zdiffstore": "diff"}
+
+
+async def precompute(conn: RespConnection, args: list[bytes]) -> Computed:
+    """Compute a queued store's result now, in steps as outside ``MULTI``
+    (charged and bounded so), for the step of its EXEC."""
+    found = parse(args, 2, _STORES[args[0].lower()], store=True)
+    outcome = _run(conn, found, store=True)
+    if not isinstance(outcome, tuple):
+        try:
+            outcome = await outcome
+        except _Closed:
+            raise CommandError("ERR the connection closed") from None
+    return Computed(_names(found.keys), *outcome)
+
+
+def current(conn: RespConnection, computed: Computed) -> bool:
+    """Whether no input of ``computed`` changed since it was computed."""
+    return _versions(conn, computed.names) == computed.versions
+
+
 def _store_aggregate(conn: RespConnection, args: list[bytes], op: str) -> Reply:
     """ZUNIONSTORE, ZINTERSTORE, ZDIFFSTORE destination numkeys key ..."""
     found = parse(args, 2, op, store=True)
     names = _names(found.keys)
-    outcome = _run(conn, found, store=True)
+    inside = transactions.running(conn)
+    computed = None if inside is None else inside.precomputed.get(id(args))
+    outcome = ((computed.result, computed.versions) if computed is not None
+               else _run(conn, found, store=True))
 
     def current(result: Result, versions: list[Any]) -> Callable[[], Result]:
         def now() -> Result:

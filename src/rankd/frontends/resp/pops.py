@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rankd.engine.errors import NotFound
+from rankd.frontends.resp import transactions
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, _strtod, integer
 from rankd.frontends.resp.sorted_sets import (
     Reply,
@@ -264,6 +265,8 @@ async def _block(conn: RespConnection, keys: list[bytes], timeout: float, highes
     found = await _pop_first(conn, names, highest, count)
     if found is not None:
         return reply(conn, *found)
+    if transactions.running(conn) is not None:  # Redis never blocks inside MULTI
+        return conn.replies.null_array()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout if timeout else math.inf
     waiters = blocked(conn.service.engine)

@@ -23,6 +23,24 @@ a cluster node a transaction's keys must be of one board group
 (``CROSSSLOT`` otherwise, nothing applied), which this node must write
 (``TRYAGAIN`` naming the node that does, as for single writes).
 
+Every command may be queued, as in Redis: a deadline set (``EXPIRE``...)
+and a store's destination replaced go into the transaction like any
+write; a blocking pop (``BZPOPMIN``...) does not block, it answers as its
+non-blocking form (null when nothing is there), as Redis's do inside
+``MULTI``.  A command's keys are those ``COMMAND`` gives and, for the
+commands with ``numkeys`` (``ZUNIONSTORE``, ``ZMPOP``...), those it counts.
+
+The loop is held for the step only, so the step's work is bounded: a
+store (``ZUNIONSTORE``, ``ZINTERSTORE``, ``ZDIFFSTORE``) whose inputs no
+earlier command of the transaction writes is computed *before* the step,
+in steps, other clients served in between (as outside ``MULTI``), and
+computed again in the step only if an input changed meanwhile; a store
+whose inputs the transaction itself writes, and an aggregation it answers
+(``ZUNION``...), are computed in the step, :data:`MAX_STEP_READ` entries
+read at most for one ``EXEC``; the stores of
+one ``EXEC`` write :data:`MAX_STEP_STORED` members at most.  Past either,
+the command answers an error in ``EXEC``'s reply (the others apply).
+
 A transaction's queue is bounded (:data:`MAX_QUEUED` commands,
 :data:`MAX_QUEUED_BYTES` bytes): past it the command is refused and the
 transaction is discarded at ``EXEC`` (``EXECABORT``).  Its reply is
@@ -41,7 +59,15 @@ from rankd.engine.errors import EngineError
 from rankd.engine.transaction import CrossGroup, Transaction
 from rankd.frontends.resp import monitor
 from rankd.frontends.resp.arguments import CommandError
-from rankd.frontends.resp.sorted_sets import MAX_REPLY_BYTES, Writes, board_name, is_key
+from rankd.frontends.resp.sorted_sets import (
+    MAX_PAIRS,
+    MAX_REPLY_BYTES,
+    STEP_ENTRIES,
+    STEP_RESTARTS,
+    Writes,
+    board_name,
+    is_key,
+)
 
 if TYPE_CHECKING:
     from rankd.engine.view import SortedView
@@ -58,12 +84,18 @@ MAX_EXEC_REPLY_BYTES = MAX_REPLY_BYTES
 MAX_WATCHED = 10_000
 #: What runs at once inside MULTI instead of being queued (as in Redis).
 CONTROL = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
-#: Commands not made through the transaction yet (a deadline is its own
-#: logged record, a store its own commit; a blocking pop would wait):
-#: refused when queued, so EXEC never half-applies.
-NOT_QUEUED = frozenset({"expire", "pexpire", "expireat", "pexpireat", "persist",
-                        "zunionstore", "zinterstore", "zdiffstore", "zrangestore",
-                        "bzpopmin", "bzpopmax", "bzmpop"})
+#: Entries the aggregations of one EXEC may read in its step (the stores
+#: whose inputs the transaction writes, and the aggregations it answers;
+#: the other stores are computed before the step).
+MAX_STEP_READ = 8 * STEP_ENTRIES
+#: Members the stores of one EXEC may write (applied in its step): one
+#: store's bound outside MULTI.
+MAX_STEP_STORED = MAX_PAIRS
+#: Where the ``numkeys`` of a command with keys it counts stands.
+NUMKEYS = {"zunionstore": 2, "zinterstore": 2, "zdiffstore": 2, "zunion": 1, "zinter": 1,
+           "zdiff": 1, "zintercard": 1, "zmpop": 1, "bzmpop": 2}
+#: The stores computed before an EXEC's step when their inputs allow it.
+PRECOMPUTED = frozenset({"zunionstore", "zinterstore", "zdiffstore"})
 
 EXECABORT = "EXECABORT Transaction discarded because of previous errors."
 CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"
@@ -133,13 +165,6 @@ def queue(conn: RespConnection, command: Command, words: list[bytes], out: list[
     multi = conn.multi
     if multi is None or command.name.split("|")[0] in CONTROL:
         return False
-    if command.name in NOT_QUEUED:
-        multi.failed = True
-        conn.server.stats[(command.name, "error")] += 1
-        out.append(conn.replies.error(
-            f"ERR rankd cannot run {command.name.upper()} inside a transaction yet; the "
-            "transaction is discarded (EXEC answers EXECABORT)"))
-        return True
     try:
         conn._admit(command, words)
     except CommandError as exc:
@@ -225,13 +250,34 @@ def exec_(conn: RespConnection, args: list[bytes]) -> Any:
     return _run(conn, pending.queued)
 
 
-def _keys(command: Command, words: list[bytes]) -> list[str]:
-    """The boards a command names (its keys, as COMMAND says where they are)."""
-    if not command.first_key:
+def _counted(words: list[bytes], at: int) -> list[bytes]:
+    """The keys ``numkeys`` (``words[at]``) counts; as many as there are
+    when it is wrong (the command then fails when it runs, writing nothing)."""
+    try:
+        count = int(words[at])
+    except (IndexError, ValueError):
         return []
-    last = command.last_key if command.last_key >= 0 else len(words) + command.last_key
-    return [name for name in map(board_name, words[command.first_key:last + 1])
-            if name is not None]
+    return words[at + 1:at + 1 + max(0, count)]
+
+
+def _keys(command: Command, words: list[bytes]) -> tuple[list[str], list[str]]:
+    """The boards a command writes and those it reads (its keys, as COMMAND
+    says where they are, and those its ``numkeys`` counts)."""
+    named: list[bytes] = []
+    if command.first_key:
+        last = command.last_key if command.last_key >= 0 else len(words) + command.last_key
+        named = words[command.first_key:last + 1]
+    at = NUMKEYS.get(command.name)
+    counted = _counted(words, at) if at is not None else []
+    if "write" not in command.flags:
+        return [], _names(named + counted)
+    if not command.first_key:  # ZMPOP, BZMPOP: the keys counted are written
+        return _names(counted), []
+    return _names(named), _names(counted)  # (a store: its destination, its inputs)
+
+
+def _names(keys: list[bytes]) -> list[str]:
+    return [name for name in map(board_name, keys) if name is not None]
 
 
 def _boards(conn: RespConnection, queued: list[tuple[Command, list[bytes]]]
@@ -240,27 +286,67 @@ def _boards(conn: RespConnection, queued: list[tuple[Command, list[bytes]]]
     writes: set[str] = set()
     reads: set[str] = set()
     for command, words in queued:
-        keys = _keys(command, words)
+        written, read = _keys(command, words)
         if command.name in ("flushdb", "flushall"):
             writes.update(conn.service.engine.boards)
-        elif "write" in command.flags:
-            writes.update(keys)
-        else:
-            reads.update(keys)
+        writes.update(written)
+        reads.update(read)
     return writes, reads
+
+
+def _untouched(queued: list[tuple[Command, list[bytes]]]) -> list[list[bytes]]:
+    """The stores no earlier command of the transaction writes an input of
+    (they may be computed before its step)."""
+    found: list[list[bytes]] = []
+    written: set[str] = set()
+    everything = False
+    for command, words in queued:
+        keys, read = _keys(command, words)
+        if command.name in PRECOMPUTED and not everything and written.isdisjoint(read):
+            found.append(words)
+        written.update(keys)
+        # (FLUSH* writes every board; RANKD.WINDOW changes what a store reads.)
+        everything = everything or command.name in ("flushdb", "flushall", "rankd.window")
+    return found
+
+
+async def _ready(conn: RespConnection, transaction: Transaction,
+                 queued: list[tuple[Command, list[bytes]]]) -> dict[int, Any]:
+    """Compute the stores that may be computed before the step (see the
+    module docstring), then wait until the transaction may be applied; if
+    one of their inputs changed meanwhile, again (twice at most, then the
+    step computes it).  Their results, by ``id`` of the command's words."""
+    from rankd.frontends.resp import aggregates  # (it imports this module)
+
+    writes, reads = _boards(conn, queued)
+    stores = _untouched(queued)
+    done: dict[int, Any] = {}
+    for attempt in range(STEP_RESTARTS + 1):
+        for words in stores:
+            if id(words) not in done or not aggregates.current(conn, done[id(words)]):
+                try:
+                    done[id(words)] = await aggregates.precompute(conn, words)
+                except (CommandError, EngineError):
+                    done.pop(id(words), None)  # (the step answers its error)
+                if conn.closing:
+                    raise CommandError("ERR the connection is closing")
+        try:
+            await transaction.ready(writes, reads)
+        except CrossGroup:
+            raise CommandError(CROSSSLOT) from None
+        if attempt == STEP_RESTARTS or all(aggregates.current(conn, outcome)
+                                           for outcome in done.values()):
+            return done
+    raise AssertionError("the last attempt returns")
 
 
 async def _run(conn: RespConnection, queued: list[tuple[Command, list[bytes]]]) -> bytes:
     service = conn.service
     engine = service.engine
     transaction = engine.transaction()
-    writes, reads = _boards(conn, queued)
-    try:
-        await transaction.ready(writes, reads)
-    except CrossGroup:
-        raise CommandError(CROSSSLOT) from None
+    precomputed = await _ready(conn, transaction, queued)
     # From here to the commit, nothing is awaited: one step of the event loop.
-    conn.service = _transaction_service(service, transaction)
+    conn.service = _transaction_service(service, transaction, precomputed)
     engine.unsettled_reads = transaction.unsettled if engine.replication is not None else None
     replies = [conn.replies.array_header(len(queued))]
     size = 0
@@ -330,11 +416,33 @@ def _finished(awaitable: Any) -> Any:
 
 class _TransactionEngine:
     """The engine as the commands of an EXEC see it: reads as ever, writes
-    applied by the transaction (its methods complete without waiting)."""
+    applied by the transaction (its methods complete without waiting); and
+    what the step may still do (see the module docstring)."""
 
-    def __init__(self, engine: Any, transaction: Transaction) -> None:
+    def __init__(self, engine: Any, transaction: Transaction,
+                 precomputed: dict[int, Any]) -> None:
         self._engine = engine
         self._transaction = transaction
+        #: Stores computed before the step, by ``id`` of their words.
+        self.precomputed = precomputed
+        self.read_left = MAX_STEP_READ
+        self.stored_left = MAX_STEP_STORED
+
+    def spend_read(self, entries: int) -> None:
+        """An aggregation computed in the step reads ``entries`` entries."""
+        if entries > self.read_left:
+            raise CommandError(
+                f"ERR rankd computes at most {MAX_STEP_READ} entries of aggregations in the "
+                "step of one EXEC (ZUNION, ZINTER, ZDIFF, ZINTERCARD, and stores whose inputs "
+                "the transaction writes); run this one outside the transaction")
+        self.read_left -= entries
+
+    def spend_stored(self, members: int) -> None:
+        """A store writes ``members`` members in the step."""
+        if members > self.stored_left:
+            raise CommandError(f"ERR rankd stores at most {MAX_STEP_STORED} members in one "
+                               "EXEC (they are written in one step); store fewer")
+        self.stored_left -= members
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
@@ -356,10 +464,14 @@ class _TransactionEngine:
         self._transaction.drop_board(name)
 
     async def expire(self, name: str, deadline: int | None, condition: int = 0) -> bool:
-        raise CommandError("ERR rankd cannot set a deadline inside a transaction yet")
+        return self._transaction.expire(name, deadline, condition)
 
-    async def replace_board(self, name: str, config: object, entries: Any) -> int:
-        raise CommandError("ERR rankd cannot store a result inside a transaction yet")
+    async def replace_board(self, name: str, config: object,
+                            entries: Callable[[], Iterable[tuple[str, float]]]) -> int:
+        return self._transaction.replace_board(name, config, entries)
+
+    async def route(self, name: object) -> None:
+        """Nothing: the transaction was routed whole (``Transaction.ready``)."""
 
     async def remove_members(self, name: str, choose: Callable[[SortedView], Iterable[str]],
                              *, window: str | None = None, period: str | None = None,
@@ -373,15 +485,22 @@ class _TransactionEngine:
             self._transaction.drop_board(name)
         return removed
 
-
     def remove_members_now(self, *args: Any, **kwargs: Any) -> None:
         """Never at once, outside the transaction: its ``remove_members``."""
         return None
 
 
-def _transaction_service(service: Any, transaction: Transaction) -> Any:
+def _transaction_service(service: Any, transaction: Transaction,
+                         precomputed: dict[int, Any]) -> Any:
     """The connection's service for the commands of one EXEC: the same,
     over :class:`_TransactionEngine`."""
     inside = copy.copy(service)
-    inside.engine = _TransactionEngine(service.engine, transaction)
+    inside.engine = _TransactionEngine(service.engine, transaction, precomputed)
     return inside
+
+
+def running(conn: RespConnection) -> _TransactionEngine | None:
+    """What an EXEC running ``conn``'s commands now may still do; None
+    outside EXEC."""
+    engine = conn.service.engine
+    return engine if type(engine) is _TransactionEngine else None
