@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from rankd._tasks import outcome_seen
 from rankd.cluster.groups import group_of
-from rankd.engine import collector, expiry, records
+from rankd.engine import collector, expiry, records, staging
 from rankd.engine.board import Board
 from rankd.engine.coalescer import SubmitCoalescer
 from rankd.engine.config import (
@@ -230,6 +230,12 @@ class Engine:
         #: While a transaction runs its step: the groups whose uncommitted
         #: writes its reads met (it answers once they commit), else None.
         self.unsettled_reads: set[int] | None = None
+        #: Boards being built in steps, by name, and the building whose turn
+        #: it is for each name (see rankd.engine.staging).
+        self._staged: dict[str, staging.Staged] = {}
+        self._staging_turns: dict[str, asyncio.Future[None]] = {}
+        #: How many holds each held board has (a snapshot's, a store's).
+        self._holds: dict[Board, int] = {}
 
     @property
     def boards(self) -> dict[str, Board]:
@@ -444,6 +450,11 @@ class Engine:
                 log.info("recovery: replayed %d of %d WAL records (%.0f%%)",
                          replayed, total, 100 * replayed / max(total, 1))
         self._apply_replayed()
+        if self._staged and self._replication is None:
+            # Built by a rankd that stopped before their end: nothing to show.
+            log.info("recovery: dropping %d store(s) left unfinished: %s", len(self._staged),
+                     ", ".join(sorted(self._staged)[:10]))
+            self._staged.clear()
         self._events_since_snapshot = replayed
         log.info("recovered %d boards from snapshot @%d and %d WAL records in %.2fs",
                  len(self._boards), snapshot_lsn, replayed, time.monotonic() - started)
@@ -518,6 +529,8 @@ class Engine:
                 self._boards[name].periods[window][period] = RankIndex.load(dump)
             elif kind == "label_columns":
                 self._boards[section[1]].labels.update(zip(section[2], section[3], strict=True))
+            elif kind == staging.SECTION:
+                self._apply_record(section[1], section[2])
             elif kind == "positions":
                 self.positions = {group: (seq, epoch) for group, (seq, epoch)
                                   in section[1].items()}
@@ -591,6 +604,7 @@ class Engine:
         names = {name for name in self._boards if group_of(name) == group}
         for name in names:
             self._forget_board(name)
+        staging.drop_group(self._staged, group)
         self.positions.pop(group, None)
         return names
 
@@ -686,6 +700,11 @@ class Engine:
             board.labels.pop(member, None)
             board.version += 1
             board.updated_at = ts_ms / 1000
+        elif kind in staging.KINDS:
+            built = staging.apply(self._staged, lsn, record)
+            if built is not None:  # the store's end: the built board in place of the old
+                self._forget_board(record[1])
+                self._boards[record[1]] = built
         else:
             raise RuntimeError(f"unknown WAL record kind {kind!r} at position {lsn}")
 
@@ -802,6 +821,35 @@ class Engine:
         """Writes applied in one step and logged as one record: see
         :mod:`rankd.engine.transaction`."""
         return Transaction(self)
+
+    def stage(self, name: str, config: object) -> staging.Staging:
+        """A board built off to the side in steps and swapped in at once:
+        see :mod:`rankd.engine.staging`."""
+        return staging.Staging(self, name, config)
+
+    @contextlib.asynccontextmanager
+    async def hold_writes(self, names: Iterable[str]) -> AsyncIterator[Callable[[], None]]:
+        """Hold the writes of boards ``names`` (those that exist) while the
+        block runs, as a snapshot holds a board it copies (readers go on);
+        gives a function that releases them early (idempotent)."""
+        boards = []
+        for name in dict.fromkeys(names):
+            board = self._boards.get(name)
+            if board is not None:
+                await board.writable.wait()
+        for name in dict.fromkeys(names):  # (no await from here: each held as it is)
+            board = self._boards.get(name)
+            if board is not None:
+                self._hold(board)
+                boards.append(board)
+
+        def release() -> None:
+            while boards:
+                self._release(boards.pop())
+        try:
+            yield release
+        finally:
+            release()
 
     async def replace_board(self, name: str, config: object,
                             entries: Callable[[], Iterable[tuple[str, float]]]) -> int:
@@ -1367,6 +1415,7 @@ class Engine:
         boards = [board for name, board in self._boards.items() if group_of(name) == group]
         seq, epoch = self.positions.get(group, (0, 0))
         sections = _Sections()
+        building = staging.parts_of(self._staged, group)  # (at `seq`: no await between)
         for board in boards:  # held at once: the copy is of one position
             self._hold(board)
         try:
@@ -1375,6 +1424,8 @@ class Engine:
         finally:
             for board in boards:
                 self._release(board)
+        for part in building:
+            sections.add(staging.section(part))
         return seq, epoch, sections.parts
 
     def load_group_snapshot(self, group: int, seq: int, epoch: int, sections: list[bytes]
@@ -1950,6 +2001,7 @@ class Engine:
             started = time.monotonic()
             lsn = self.wal.last_lsn
             positions = dict(self.positions)
+            building = staging.parts_of(self._staged)  # (at `lsn`: no await between)
             try:
                 writer = await asyncio.to_thread(self.snapshots.begin, lsn)
             except OSError as exc:
@@ -1963,6 +2015,8 @@ class Engine:
                     if self._boards.get(name) is not board:
                         continue  # dropped meanwhile; the WAL replays the drop
                     entries += await self._snapshot_board(writer, board)
+                for part in building:
+                    await asyncio.to_thread(writer.add, staging.section(part))
                 # The boards may hold writes logged after `lsn`: every one of
                 # them must be durable before a snapshot that holds them is.
                 try:
@@ -2027,11 +2081,17 @@ class Engine:
         return entries + sum(len(keys) for keys, _ in labels)
 
     def _hold(self, board: Board) -> None:
-        """Make ``board``'s writers wait (a snapshot is reading it)."""
+        """Make ``board``'s writers wait (a snapshot is reading it, or a
+        store its inputs) until every hold is released."""
         board.writable.clear()
         self._held.add(board.name)
+        self._holds[board] = self._holds.get(board, 0) + 1
 
     def _release(self, board: Board) -> None:
+        left = self._holds.pop(board, 1) - 1
+        if left:
+            self._holds[board] = left
+            return
         board.writable.set()
         self._held.discard(board.name)
 

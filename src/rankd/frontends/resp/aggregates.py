@@ -29,9 +29,10 @@ if a board, is left empty: an empty RESP-made board is no key).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import math
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,6 @@ from rankd.engine.errors import Unsettled
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, integer, score
 from rankd.frontends.resp.sorted_sets import (
     _REDIS_CONFIGS,
-    MAX_PAIRS,
     MAX_REPLY_BYTES,
     REDIS_BOARD_DICT,
     STEP_ENTRIES,
@@ -66,9 +66,9 @@ if TYPE_CHECKING:
 #: (a union reads every input; an intersection or a difference walks one
 #: and looks its members up in the others).
 MAX_AGGREGATE_READ = 250_000
-#: Members a store command may write: they are applied in one step, as the
-#: pairs of one ZADD are (15 ms for 10,000).
-MAX_STORE_ENTRIES = MAX_PAIRS
+#: Members a store command may write (built in steps: see the module
+#: docstring); as many as an aggregation may read.
+MAX_STORE_ENTRIES = MAX_AGGREGATE_READ
 
 #: A result: member -> score (or, for ZINTERCARD, a count).
 Result = dict[str, float]
@@ -280,23 +280,24 @@ def _charge_reads(conn: RespConnection, entries: int) -> None:
     conn.gate.admit(conn.principal or ANONYMOUS_ALL, "top", conn.address, work_cost(entries))
 
 
-def _prepare(conn: RespConnection, found: Aggregation, *, store: bool) -> Callable[[], Work]:
-    """Check an aggregation's size and charge it; the work to do."""
+def _prepare(conn: RespConnection, found: Aggregation, *, store: bool,
+             charge: bool = True) -> Callable[[], Work]:
+    """Check an aggregation's size and charge it (unless not ``charge``:
+    done again); the work to do."""
     work = _work(_views(conn, found.keys), found.op)
     if work > MAX_AGGREGATE_READ:
         raise CommandError(f"ERR rankd reads at most {MAX_AGGREGATE_READ} entries in one "
                            "aggregation (its inputs, and the members looked up in them)")
-    if store:
-        _charge_reads(conn, work)
-    else:
-        _charge(conn, work)
+    if charge:
+        (_charge_reads if store else _charge)(conn, work)
     return lambda: compute(_views(conn, found.keys), found)
 
 
-def _run(conn: RespConnection, found: Aggregation, *, store: bool) -> Any:
+def _run(conn: RespConnection, found: Aggregation, *, store: bool, charge: bool = True
+         ) -> Any:
     """``(result, versions)`` (the versions of the inputs it is of) at
     once if the aggregation's work is small, else a coroutine of them."""
-    make = _prepare(conn, found, store=store)
+    make = _prepare(conn, found, store=store, charge=charge)
     names = _names(found.keys)
     if _work(_views(conn, found.keys), found.op) <= STEP_ENTRIES:
         return _finish(make()), _versions(conn, names)
@@ -403,7 +404,7 @@ def zintercard(conn: RespConnection, args: list[bytes]) -> Reply:
 def _check_stored(count: int) -> None:
     if count > MAX_STORE_ENTRIES:
         raise CommandError(f"ERR rankd stores at most {MAX_STORE_ENTRIES} members in one "
-                           "command (they are written in one step); store fewer")
+                           "command; store fewer")
 
 
 def _stored(result: Result) -> list[tuple[str, float]]:
@@ -415,25 +416,69 @@ def _stored(result: Result) -> list[tuple[str, float]]:
     return list(result.items())
 
 
-async def _store(conn: RespConnection, args: list[bytes], result: Result,
-                 current: Callable[[], Result]) -> bytes:
-    """Make board ``args[1]`` anew holding ``result`` (as ``current()``
-    gives it when applied: it computes it again if its inputs changed)."""
-    entries = _stored(result)
-    name = board_name(args[1])
-    if name is not None:  # on a cluster node that does not write it: TRYAGAIN, as writes
+#: A store's work, one attempt: its result, and whether that is still what
+#: its inputs hold (checked in the step that writes it).
+Attempt = Callable[[bool], Awaitable[tuple[Result, Callable[[], bool]]]]
+
+
+async def _store(conn: RespConnection, args: list[bytes], inputs: list[str | None],
+                 attempt: Attempt) -> bytes:
+    """Make board ``args[1]`` anew holding what ``attempt`` computes from
+    boards ``inputs``, built in steps (see the module docstring); started
+    again if an input changed before it is swapped in, the last time with
+    the inputs' writes held."""
+    try:
+        name = board_name(args[1])
+        if name is None:  # no board can be named so: nothing to store, or refused
+            if _stored((await attempt(True))[0]):
+                _writable_name(args[1])
+            return conn.replies.integer(0)
+        # On a cluster node that does not write it: TRYAGAIN, as writes.
         await conn.service.route_write(name)
-    if not entries and (name is None or not is_key(conn, name)):
-        return conn.replies.integer(0)  # no key before, none after
-    name = _writable_name(args[1])
+        staging = conn.service.stage_board(name, REDIS_BOARD_DICT)
+        try:
+            await staging.begin()  # (before any hold: a store waiting its turn holds none)
+            for tries in range(STEP_RESTARTS + 1):
+                stored = await _store_once(conn, args, inputs, attempt, staging, tries)
+                if stored is not None:
+                    return stored
+                staging.reset()
+        finally:
+            staging.close()
+    except _Closed:
+        return b""
+    raise AssertionError("the last attempt holds its inputs: they cannot change")
+
+
+async def _store_once(conn: RespConnection, args: list[bytes], inputs: list[str | None],
+                      attempt: Attempt, staging: Any, tries: int) -> bytes | None:
+    """One attempt of :func:`_store`: its reply, or None if an input
+    changed before the result was swapped in."""
+    name = staging.name
     principal = conn.principal or ANONYMOUS_ALL
-    # Making a board, or replacing one REST made (its windows, its config):
-    # the scope making boards takes.  Rewriting a RESP-made one is a write.
-    admin = conn.service.board_config(name) not in _REDIS_CONFIGS
-    if admin:
-        conn.gate.admit(principal, "put_board", conn.address)
-    stored = await conn.service.replace_board(name, REDIS_BOARD_DICT,
-                                              lambda: _stored(current()))
+    holding = (conn.service.hold_writes([i for i in inputs if i is not None])
+               if tries == STEP_RESTARTS else contextlib.nullcontext(None))
+    async with holding as release:
+        result, current = await attempt(tries == 0)
+        entries = _stored(result)
+        if tries == 0:
+            _charge(conn, len(entries), "submit")
+        if not entries and not is_key(conn, name):
+            return conn.replies.integer(0)  # no key before, none after
+        # Making a board, or replacing one REST made (its windows, its config):
+        # the scope making boards takes.  Rewriting a RESP-made one is a write.
+        admin = conn.service.board_config(name) not in _REDIS_CONFIGS
+        if admin:
+            conn.gate.admit(principal, "put_board", conn.address)
+        for first in range(0, len(entries), STEP_ENTRIES):
+            if first:
+                await asyncio.sleep(0)  # other clients' turn
+                if conn.closing:
+                    raise _Closed
+            staging.add(entries[first:first + STEP_ENTRIES])
+        stored = await staging.commit(current, release)
+    if stored is None:
+        return None
     if admin:
         conn.gate.done(principal, "put_board", conn.address, board=name,
                        command=args[0].lower().decode(errors="replace"))
@@ -444,25 +489,12 @@ def _store_aggregate(conn: RespConnection, args: list[bytes], op: str) -> Reply:
     """ZUNIONSTORE, ZINTERSTORE, ZDIFFSTORE destination numkeys key ..."""
     found = parse(args, 2, op, store=True)
     names = _names(found.keys)
-    outcome = _run(conn, found, store=True)
 
-    def current(result: Result, versions: list[Any]) -> Callable[[], Result]:
-        def now() -> Result:
-            if _versions(conn, names) == versions:
-                return result
-            return _finish(compute(_views(conn, found.keys), found))  # changed: again
-        return now
-
-    if isinstance(outcome, tuple):
-        return _store(conn, args, outcome[0], current(*outcome))
-
-    async def later() -> bytes:
-        try:
-            result, versions = await outcome
-        except _Closed:
-            return b""
-        return await _store(conn, args, result, current(result, versions))
-    return later()
+    async def attempt(first: bool) -> tuple[Result, Callable[[], bool]]:
+        outcome = _run(conn, found, store=True, charge=first)
+        result, versions = outcome if isinstance(outcome, tuple) else await outcome
+        return result, lambda: _versions(conn, names) == versions
+    return _store(conn, args, names, attempt)
 
 
 def zunionstore(conn: RespConnection, args: list[bytes]) -> Reply:
@@ -480,17 +512,36 @@ def zdiffstore(conn: RespConnection, args: list[bytes]) -> Reply:
     return _store_aggregate(conn, args, "diff")
 
 
+def _range_work(conn: RespConnection, key: bytes, spec: Any) -> Work:
+    """The members of a range (as :func:`compute` gives a result), read
+    :data:`STEP_ENTRIES` at a time."""
+    plan = range_plan(conn, key, spec)
+    result: Result = {}
+    if plan is None:
+        return result
+    total, fetch = plan()
+    _check_stored(total)
+    for first in range(0, total, STEP_ENTRIES):
+        for _, member, value in fetch(first, min(STEP_ENTRIES, total - first)):
+            result[member] = value
+        yield
+    return result
+
+
 def zrangestore(conn: RespConnection, args: list[bytes]) -> Reply:
     """ZRANGESTORE dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]"""
     spec = parse_range(args, 2, store=True)
+    names = [board_name(args[2])]
 
-    def current() -> Result:
+    async def attempt(first: bool) -> tuple[Result, Callable[[], bool]]:
         plan = range_plan(conn, args[2], spec)
-        if plan is None:
-            return {}
-        total, fetch = plan()
-        _check_stored(total)
-        return {member: value for _, member, value in fetch(0, total)}
-    result = current()
-    _charge_reads(conn, len(result))
-    return _store(conn, args, result, current)
+        if plan is None or plan()[0] <= STEP_ENTRIES:
+            result = _finish(_range_work(conn, args[2], spec))
+            versions = _versions(conn, names)
+        else:
+            result, versions = await _in_steps(conn, names, lambda: _range_work(
+                conn, args[2], spec))
+        if first:
+            _charge_reads(conn, len(result))
+        return result, lambda: _versions(conn, names) == versions
+    return _store(conn, args, names, attempt)
