@@ -530,7 +530,7 @@ class Engine:
             elif kind == "label_columns":
                 self._boards[section[1]].labels.update(zip(section[2], section[3], strict=True))
             elif kind == staging.SECTION:
-                self._apply_record(section[1], section[2])
+                self._apply_record(section[1], records.decode(section[2]))
             elif kind == "positions":
                 self.positions = {group: (seq, epoch) for group, (seq, epoch)
                                   in section[1].items()}

@@ -32,7 +32,7 @@ One board is built into a name at a time (a second store into it waits);
 a STORE_PART of another ``store`` replaces a building left without its
 end (a cluster primary that stopped mid-way).  A snapshot holds the parts
 of the buildings under way at its position (``("store_part", position,
-record)`` sections), so a commit after it finds them.  Staged boards have
+record)`` sections, the record encoded), so a commit after it finds them.  Staged boards have
 the ``all`` window only (every RESP-made board).
 """
 
@@ -71,7 +71,7 @@ class Staged:
 
     store: int
     board: Board
-    parts: list[tuple[int, Any]] = field(default_factory=list)
+    parts: list[tuple[int, bytes]] = field(default_factory=list)
 
 
 def apply(staged: dict[str, Staged], lsn: int, record: Any) -> Board | None:
@@ -86,7 +86,8 @@ def apply(staged: dict[str, Staged], lsn: int, record: Any) -> Board | None:
             building = staged[name] = Staged(store, _new_board(name, config))
         building.board.index_for_write("all", "all").set_states(
             zip(members, scores, repeat(lsn)))
-        building.parts.append((lsn, record))
+        # Encoded: a large store's parts are few objects to keep, and to free.
+        building.parts.append((lsn, records.encode(list(record))))
         return None
     if kind == STORE_DROP:
         if building is not None and building.store == store:
@@ -109,7 +110,7 @@ def _new_board(name: str, config: Any) -> Board:
     return Board(name, BoardConfig.from_dict(dict(config)))
 
 
-def parts_of(staged: dict[str, Staged], group: int | None = None) -> list[tuple[int, Any]]:
+def parts_of(staged: dict[str, Staged], group: int | None = None) -> list[tuple[int, bytes]]:
     """The parts of the buildings under way (of one cluster group's boards,
     if given), ``(position, record)``: take them at a snapshot's position,
     before any await, so they are exactly the parts logged up to it."""
@@ -117,9 +118,9 @@ def parts_of(staged: dict[str, Staged], group: int | None = None) -> list[tuple[
             if group is None or group_of(name) == group for part in building.parts]
 
 
-def section(part: tuple[int, Any]) -> bytes:
+def section(part: tuple[int, bytes]) -> bytes:
     """A part as a snapshot section (encoded)."""
-    return records.encode([SECTION, part[0], list(part[1])])
+    return records.encode([SECTION, part[0], part[1]])
 
 
 def drop_group(staged: dict[str, Staged], group: int) -> None:

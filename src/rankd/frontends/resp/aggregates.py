@@ -407,15 +407,6 @@ def _check_stored(count: int) -> None:
                            "command; store fewer")
 
 
-def _stored(result: Result) -> list[tuple[str, float]]:
-    """A result as a board takes it: at most :data:`MAX_STORE_ENTRIES`
-    members, finite scores."""
-    _check_stored(len(result))
-    if any(math.isinf(value) for value in result.values()):
-        raise CommandError("ERR rankd keeps finite scores only")
-    return list(result.items())
-
-
 #: A store's work, one attempt: its result, and whether that is still what
 #: its inputs hold (checked in the step that writes it).
 Attempt = Callable[[bool], Awaitable[tuple[Result, Callable[[], bool]]]]
@@ -430,7 +421,9 @@ async def _store(conn: RespConnection, args: list[bytes], inputs: list[str | Non
     try:
         name = board_name(args[1])
         if name is None:  # no board can be named so: nothing to store, or refused
-            if _stored((await attempt(True))[0]):
+            result = (await attempt(True))[0]
+            _check_stored(len(result))
+            if result:
                 _writable_name(args[1])
             return conn.replies.integer(0)
         # On a cluster node that does not write it: TRYAGAIN, as writes.
@@ -460,22 +453,27 @@ async def _store_once(conn: RespConnection, args: list[bytes], inputs: list[str 
                if tries == STEP_RESTARTS else contextlib.nullcontext(None))
     async with holding as release:
         result, current = await attempt(tries == 0)
-        entries = _stored(result)
+        _check_stored(len(result))
         if tries == 0:
-            _charge(conn, len(entries), "submit")
-        if not entries and not is_key(conn, name):
+            _charge(conn, len(result), "submit")
+        if not result and not is_key(conn, name):
             return conn.replies.integer(0)  # no key before, none after
         # Making a board, or replacing one REST made (its windows, its config):
         # the scope making boards takes.  Rewriting a RESP-made one is a write.
         admin = conn.service.board_config(name) not in _REDIS_CONFIGS
         if admin:
             conn.gate.admit(principal, "put_board", conn.address)
-        for first in range(0, len(entries), STEP_ENTRIES):
-            if first:
+        while result:
+            if staging.parts:
                 await asyncio.sleep(0)  # other clients' turn
                 if conn.closing:
                     raise _Closed
-            staging.add(entries[first:first + STEP_ENTRIES])
+            # Taken from the result as they are added: it is never copied
+            # whole, nor freed in one go.
+            chunk = [result.popitem() for _ in range(min(STEP_ENTRIES, len(result)))]
+            if any(math.isinf(value) for _, value in chunk):
+                raise CommandError("ERR rankd keeps finite scores only")  # nothing shown
+            staging.add(chunk)
         stored = await staging.commit(current, release)
     if stored is None:
         return None
