@@ -299,6 +299,12 @@ class Engine:
         except BaseException:
             self._unlock_data_dir()
             raise
+        if self._staged and self._replication is None:
+            # Built by a rankd that stopped before their end (records taken
+            # back included): nothing to show.  (A cluster's may still end.)
+            log.info("recovery: dropping %d store(s) left unfinished: %s", len(self._staged),
+                     ", ".join(sorted(self._staged)[:10]))
+            self._staged.clear()
         self._last_snapshot_time = time.monotonic()
         self._tasks.append(asyncio.create_task(self._snapshot_loop(), name="rankd-snapshots"))
         self._tasks.append(asyncio.create_task(self._housekeeping_loop(),
@@ -450,11 +456,6 @@ class Engine:
                 log.info("recovery: replayed %d of %d WAL records (%.0f%%)",
                          replayed, total, 100 * replayed / max(total, 1))
         self._apply_replayed()
-        if self._staged and self._replication is None:
-            # Built by a rankd that stopped before their end: nothing to show.
-            log.info("recovery: dropping %d store(s) left unfinished: %s", len(self._staged),
-                     ", ".join(sorted(self._staged)[:10]))
-            self._staged.clear()
         self._events_since_snapshot = replayed
         log.info("recovered %d boards from snapshot @%d and %d WAL records in %.2fs",
                  len(self._boards), snapshot_lsn, replayed, time.monotonic() - started)
