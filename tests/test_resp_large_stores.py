@@ -281,7 +281,8 @@ def test_parts_without_their_end_change_nothing(tmp_path):
 
 def test_stores_into_one_board_take_turns_and_holds_are_counted(tmp_path):
     """A second store into a board waits until the first ends; a board held
-    by a store and by a snapshot stays held until both let go."""
+    by a store and by a snapshot stays held until both let go; a board
+    swapped in for a held one is held until its hold is let go."""
     import asyncio
 
     async def body(engine):
@@ -302,5 +303,11 @@ def test_stores_into_one_board_take_turns_and_holds_are_counted(tmp_path):
             assert not board.writable.is_set() and "dst" in engine._held
             engine._release(board)
         assert board.writable.is_set() and "dst" not in engine._held
+        engine._hold(board)  # a snapshot copies the destination: the store goes on
+        assert await _store(engine, "dst", _entries(3, "c")) == 3
+        new = engine.boards["dst"]
+        assert new is not board and not new.writable.is_set()  # held with the old one
+        engine._release(board)
+        assert new.writable.is_set() and "dst" not in engine._held
 
     run(with_engine(tmp_path, FakeClock(), body))

@@ -234,8 +234,8 @@ class Engine:
         #: it is for each name (see rankd.engine.staging).
         self._staged: dict[str, staging.Staged] = {}
         self._staging_turns: dict[str, asyncio.Future[None]] = {}
-        #: How many holds each held board has (a snapshot's, a store's).
-        self._holds: dict[Board, int] = {}
+        #: How many holds each held board has (a snapshot's, a store's), by name.
+        self._holds: dict[str, int] = {}
 
     @property
     def boards(self) -> dict[str, Board]:
@@ -706,6 +706,8 @@ class Engine:
             if built is not None:  # the store's end: the built board in place of the old
                 self._forget_board(record[1])
                 self._boards[record[1]] = built
+                if record[1] in self._held:  # (a snapshot copies the old one: it waits too)
+                    built.writable.clear()
         else:
             raise RuntimeError(f"unknown WAL record kind {kind!r} at position {lsn}")
 
@@ -2083,17 +2085,21 @@ class Engine:
 
     def _hold(self, board: Board) -> None:
         """Make ``board``'s writers wait (a snapshot is reading it, or a
-        store its inputs) until every hold is released."""
+        store its inputs) until every hold is released.  A board swapped in
+        for it meanwhile (a store's) is held with it."""
         board.writable.clear()
         self._held.add(board.name)
-        self._holds[board] = self._holds.get(board, 0) + 1
+        self._holds[board.name] = self._holds.get(board.name, 0) + 1
 
     def _release(self, board: Board) -> None:
-        left = self._holds.pop(board, 1) - 1
+        left = self._holds.pop(board.name, 1) - 1
         if left:
-            self._holds[board] = left
+            self._holds[board.name] = left
             return
         board.writable.set()
+        current = self._boards.get(board.name)
+        if current is not None:
+            current.writable.set()
         self._held.discard(board.name)
 
     async def _drop_covered_segments(self) -> None:

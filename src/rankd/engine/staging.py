@@ -112,7 +112,7 @@ def _new_board(name: str, config: Any) -> Board:
 
 def parts_of(staged: dict[str, Staged], group: int | None = None) -> list[tuple[int, bytes]]:
     """The parts of the buildings under way (of one cluster group's boards,
-    if given), ``(position, record)``: take them at a snapshot's position,
+    if given), ``(position, encoded record)``: take them at a snapshot's position,
     before any await, so they are exactly the parts logged up to it."""
     return [part for name, building in list(staged.items())
             if group is None or group_of(name) == group for part in building.parts]
@@ -211,17 +211,13 @@ class Staging:
         step too, before the swap.  Returns how many members the board holds
         once durable."""
         engine = self.engine
-        while True:
-            board = engine.boards.get(self.name)
-            if board is not None:
-                await board.writable.wait()  # not while a snapshot copies it
-            if self._writer is not None and (
-                    await engine._writer_of(self._writer.group) is not self._writer):
-                raise Unavailable(f"this node stopped writing board {self.name!r}'s group "
-                                  "while storing into it; nothing was stored: try again")
-            board = engine.boards.get(self.name)
-            if board is None or board.writable.is_set():
-                break
+        # (Not waiting for a hold of the board it replaces, which is left as
+        # it is, and passes to the new one: a store holding its inputs may
+        # wait for this one's.)
+        if self._writer is not None and (
+                await engine._writer_of(self._writer.group) is not self._writer):
+            raise Unavailable(f"this node stopped writing board {self.name!r}'s group "
+                              "while storing into it; nothing was stored: try again")
         # Nothing is awaited from here until the board is swapped in.
         if not current():
             return None
