@@ -17,13 +17,15 @@ its inputs, as in Redis.  Work is bounded (:data:`MAX_AGGREGATE_READ`
 entries read or looked up) and charged by entries, as reads are.
 
 A store command's destination is made anew as a RESP board holding the
-result (``Service.replace_board``): the board it replaces and all it held
-go in the same commit, all or nothing.  The result is applied in one step,
-so it holds at most :data:`MAX_STORE_ENTRIES` members.  It is checked again
-right before it is applied: if an input changed since it was computed, it
-is computed again there, so what is stored is what the inputs held when it
-was written.  An empty result leaves no key, as in Redis (the destination,
-if a board, is left empty: an empty RESP-made board is no key).
+result, at most :data:`MAX_STORE_ENTRIES` members: built off to the side
+:data:`STEP_ENTRIES` members at a time and swapped in at once in place of
+the board it replaces and all it held (``Service.stage_board``, see
+``rankd.engine.staging``).  Right before the swap the inputs are checked:
+if one changed since the result was computed, the store starts again (at
+most :data:`STEP_RESTARTS` times, the last with the inputs' writes held),
+so what is stored is what the inputs held when it was swapped in.  An
+empty result leaves no key, as in Redis (the destination, if a board, is
+left empty: an empty RESP-made board is no key).
 """
 
 from __future__ import annotations
