@@ -1,16 +1,19 @@
 """A store command on a cluster: ``ZUNIONSTORE`` on the primary of its
-destination's group replaces the destination whole, as one unit of the
-group's log, and every node then holds exactly that; another node answers
-``TRYAGAIN`` naming the primary and changes nothing."""
+destination's group replaces the destination whole, swapped in by one
+record of the group's log (a large one built from parts logged before it),
+and every node then holds exactly that; another node answers ``TRYAGAIN``
+naming the primary and changes nothing."""
 
 from __future__ import annotations
 
+import select
 import time
 
 import pytest
 from jepsen import Lab
 
 from rankd.cluster.groups import group_of
+from rankd.frontends.resp.protocol import encode_request
 from rankd.frontends.resp.sorted_sets import REDIS_BOARD_DICT
 from respclient import RawClient
 
@@ -57,4 +60,40 @@ def test_a_store_is_one_replicated_unit_on_its_primary(lab: Lab) -> None:
     _everywhere(lab, ["ZRANGE", dst, "0", "-1", "WITHSCORES"], stored)
     digests = {d.request("GET", "/v1/admin/digest")[1]["digest"]
                for d in lab.daemons}
+    assert len(digests) == 1
+
+
+def test_a_large_store_is_built_in_steps_and_swapped_in_on_every_node(lab: Lab) -> None:
+    """A store of 30,000 members (refused before: 10,000 at most) goes to
+    the group's log as parts and one record that swaps it in: every node
+    ends with exactly the new board, and none ever shows part of it (a
+    follower read while the store runs answers the old board or the new
+    one whole)."""
+    dst = "season"
+    sources = [name for name in (f"week-{n}" for n in range(20_000))
+               if group_of(name) == group_of(dst)][:2]
+    for name in (dst, *sources):
+        status, made = lab.daemons[0].request("PUT", f"/v1/boards/{name}", REDIS_BOARD_DICT)
+        assert status in (200, 201), made
+    primary = lab.primary_of(dst)
+    assert primary is not None
+    follower = (primary + 1) % 3
+    with RawClient(lab.daemons[primary].resp_port) as client:
+        for key, offset in zip(sources, (0, 15_000), strict=True):
+            for first in range(0, 15_000, 5_000):
+                words = [w for i in range(first, first + 5_000)
+                         for w in (str(i), f"p{offset + i}")]
+                assert client.call("ZADD", key, *words) == b":5000\r\n"
+        assert client.call("ZADD", dst, "1", "old", "2", "older") == b":2\r\n"
+        _everywhere(lab, ["ZCARD", dst], b":2\r\n")
+        with RawClient(lab.daemons[follower].resp_port) as reader:
+            client.send(encode_request(["ZUNIONSTORE", dst, "2", *sources]))
+            seen = set()
+            while not client.buffer and not select.select([client.sock], [], [], 0)[0]:
+                seen.add(reader.call("ZCARD", dst))
+            assert client.reply() == b":30000\r\n"
+            assert seen <= {b":2\r\n", b":30000\r\n"}, seen
+        stored = client.call("ZRANGE", dst, "0", "-1", "WITHSCORES")
+    _everywhere(lab, ["ZRANGE", dst, "0", "-1", "WITHSCORES"], stored)
+    digests = {d.request("GET", "/v1/admin/digest")[1]["digest"] for d in lab.daemons}
     assert len(digests) == 1

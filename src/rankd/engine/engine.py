@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from rankd._tasks import outcome_seen
 from rankd.cluster.groups import group_of
-from rankd.engine import collector, expiry, records
+from rankd.engine import collector, expiry, records, staging
 from rankd.engine.board import Board
 from rankd.engine.coalescer import SubmitCoalescer
 from rankd.engine.config import (
@@ -230,6 +230,12 @@ class Engine:
         #: While a transaction runs its step: the groups whose uncommitted
         #: writes its reads met (it answers once they commit), else None.
         self.unsettled_reads: set[int] | None = None
+        #: Boards being built in steps, by name, and the building whose turn
+        #: it is for each name (see rankd.engine.staging).
+        self._staged: dict[str, staging.Staged] = {}
+        self._staging_turns: dict[str, asyncio.Future[None]] = {}
+        #: How many holds each held board has (a snapshot's, a store's), by name.
+        self._holds: dict[str, int] = {}
 
     @property
     def boards(self) -> dict[str, Board]:
@@ -293,6 +299,12 @@ class Engine:
         except BaseException:
             self._unlock_data_dir()
             raise
+        if self._staged and self._replication is None:
+            # Built by a rankd that stopped before their end (records taken
+            # back included): nothing to show.  (A cluster's may still end.)
+            log.info("recovery: dropping %d store(s) left unfinished: %s", len(self._staged),
+                     ", ".join(sorted(self._staged)[:10]))
+            self._staged.clear()
         self._last_snapshot_time = time.monotonic()
         self._tasks.append(asyncio.create_task(self._snapshot_loop(), name="rankd-snapshots"))
         self._tasks.append(asyncio.create_task(self._housekeeping_loop(),
@@ -518,6 +530,8 @@ class Engine:
                 self._boards[name].periods[window][period] = RankIndex.load(dump)
             elif kind == "label_columns":
                 self._boards[section[1]].labels.update(zip(section[2], section[3], strict=True))
+            elif kind == staging.SECTION:
+                self._apply_record(section[1], records.decode(section[2]))
             elif kind == "positions":
                 self.positions = {group: (seq, epoch) for group, (seq, epoch)
                                   in section[1].items()}
@@ -591,6 +605,7 @@ class Engine:
         names = {name for name in self._boards if group_of(name) == group}
         for name in names:
             self._forget_board(name)
+        staging.drop_group(self._staged, group)
         self.positions.pop(group, None)
         return names
 
@@ -686,6 +701,13 @@ class Engine:
             board.labels.pop(member, None)
             board.version += 1
             board.updated_at = ts_ms / 1000
+        elif kind in staging.KINDS:
+            built = staging.apply(self._staged, lsn, record)
+            if built is not None:  # the store's end: the built board in place of the old
+                self._forget_board(record[1])
+                self._boards[record[1]] = built
+                if record[1] in self._held:  # (a snapshot copies the old one: it waits too)
+                    built.writable.clear()
         else:
             raise RuntimeError(f"unknown WAL record kind {kind!r} at position {lsn}")
 
@@ -841,6 +863,35 @@ class Engine:
         """Writes applied in one step and logged as one record: see
         :mod:`rankd.engine.transaction`."""
         return Transaction(self)
+
+    def stage(self, name: str, config: object) -> staging.Staging:
+        """A board built off to the side in steps and swapped in at once:
+        see :mod:`rankd.engine.staging`."""
+        return staging.Staging(self, name, config)
+
+    @contextlib.asynccontextmanager
+    async def hold_writes(self, names: Iterable[str]) -> AsyncIterator[Callable[[], None]]:
+        """Hold the writes of boards ``names`` (those that exist) while the
+        block runs, as a snapshot holds a board it copies (readers go on);
+        gives a function that releases them early (idempotent)."""
+        boards = []
+        for name in dict.fromkeys(names):
+            board = self._boards.get(name)
+            if board is not None:
+                await board.writable.wait()
+        for name in dict.fromkeys(names):  # (no await from here: each held as it is)
+            board = self._boards.get(name)
+            if board is not None:
+                self._hold(board)
+                boards.append(board)
+
+        def release() -> None:
+            while boards:
+                self._release(boards.pop())
+        try:
+            yield release
+        finally:
+            release()
 
     async def replace_board(self, name: str, config: object,
                             entries: Callable[[], Iterable[tuple[str, float]]]) -> int:
@@ -1412,6 +1463,7 @@ class Engine:
         boards = [board for name, board in self._boards.items() if group_of(name) == group]
         seq, epoch = self.positions.get(group, (0, 0))
         sections = _Sections()
+        building = staging.parts_of(self._staged, group)  # (at `seq`: no await between)
         for board in boards:  # held at once: the copy is of one position
             self._hold(board)
         try:
@@ -1420,6 +1472,8 @@ class Engine:
         finally:
             for board in boards:
                 self._release(board)
+        for part in building:
+            sections.add(staging.section(part))
         return seq, epoch, sections.parts
 
     def load_group_snapshot(self, group: int, seq: int, epoch: int, sections: list[bytes]
@@ -1997,6 +2051,7 @@ class Engine:
             started = time.monotonic()
             lsn = self.wal.last_lsn
             positions = dict(self.positions)
+            building = staging.parts_of(self._staged)  # (at `lsn`: no await between)
             try:
                 writer = await asyncio.to_thread(self.snapshots.begin, lsn)
             except OSError as exc:
@@ -2010,6 +2065,8 @@ class Engine:
                     if self._boards.get(name) is not board:
                         continue  # dropped meanwhile; the WAL replays the drop
                     entries += await self._snapshot_board(writer, board)
+                for part in building:
+                    await asyncio.to_thread(writer.add, staging.section(part))
                 # The boards may hold writes logged after `lsn`: every one of
                 # them must be durable before a snapshot that holds them is.
                 try:
@@ -2074,12 +2131,22 @@ class Engine:
         return entries + sum(len(keys) for keys, _ in labels)
 
     def _hold(self, board: Board) -> None:
-        """Make ``board``'s writers wait (a snapshot is reading it)."""
+        """Make ``board``'s writers wait (a snapshot is reading it, or a
+        store its inputs) until every hold is released.  A board swapped in
+        for it meanwhile (a store's) is held with it."""
         board.writable.clear()
         self._held.add(board.name)
+        self._holds[board.name] = self._holds.get(board.name, 0) + 1
 
     def _release(self, board: Board) -> None:
+        left = self._holds.pop(board.name, 1) - 1
+        if left:
+            self._holds[board.name] = left
+            return
         board.writable.set()
+        current = self._boards.get(board.name)
+        if current is not None:
+            current.writable.set()
         self._held.discard(board.name)
 
     async def _drop_covered_segments(self) -> None:

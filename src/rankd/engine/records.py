@@ -48,6 +48,18 @@ GROUP_LOAD    group, seq, epoch, part, parts, section: part ``part`` of
               ``parts`` of the group's state at ``seq`` (its snapshot in the
               cluster, as snapshot sections); part 0 drops the group's boards
 ============  ============================================================
+
+A board built in steps (a large store: ``rankd.engine.staging``) is logged
+as parts, then one record that swaps it in; parts without it change
+nothing visible:
+
+===========  ==============================================================
+kind         items after the kind
+===========  ==============================================================
+STORE_PART   board, store, config, members, scores, ts_ms
+STORE_DONE   board, store, config, parts, ts_ms
+STORE_DROP   board, store, ts_ms
+===========  ==============================================================
 """
 
 from __future__ import annotations
@@ -73,6 +85,13 @@ KIND_NAMES = {BOARD_PUT: "board_put", BOARD_DROP: "board_drop", SUBMIT: "submit"
               REMOVE: "remove", REPLICATED: "replicated", GROUP_RESET: "group_reset",
               GROUP_LOAD: "group_load", TX_SLOT: "tx_slot", TRANSACTION: "transaction",
               EXPIRE: "expire", EXPIRED: "expired"}
+
+# A board built in steps (numbered apart, for kinds to come in between).
+STORE_PART = 20
+STORE_DONE = 21
+STORE_DROP = 22
+KIND_NAMES.update({STORE_PART: "store_part", STORE_DONE: "store_done",
+                   STORE_DROP: "store_drop"})
 
 _packer = msgpack.Packer(use_bin_type=True)
 

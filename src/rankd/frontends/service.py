@@ -14,6 +14,7 @@ import asyncio
 import bisect
 import collections
 from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import orjson
@@ -21,6 +22,7 @@ import orjson
 from rankd.engine.config import BoardConfig
 from rankd.engine.engine import Engine, Submission
 from rankd.engine.errors import EngineError, InvalidInput, NotFound
+from rankd.engine.staging import Staging
 from rankd.engine.view import SortedView
 from rankd.security import signing
 
@@ -269,6 +271,16 @@ class Service:
         """Board ``board`` made anew holding what ``entries()`` gives, in one
         commit; see ``Engine.replace_board``."""
         return await self.engine.replace_board(board, config, entries)
+
+    def stage_board(self, board: str, config: object) -> Staging:
+        """Board ``board`` made anew in steps, swapped in at once; see
+        ``Engine.stage``."""
+        return self.engine.stage(board, config)
+
+    def hold_writes(self, boards: Iterable[str]) -> AbstractAsyncContextManager[
+            Callable[[], None]]:
+        """Writes to ``boards`` held meanwhile; see ``Engine.hold_writes``."""
+        return self.engine.hold_writes(boards)
 
     async def remove_member(self, board: str, member: str) -> None:
         if not await self.engine.remove_member(board, member):

@@ -17,25 +17,29 @@ its inputs, as in Redis.  Work is bounded (:data:`MAX_AGGREGATE_READ`
 entries read or looked up) and charged by entries, as reads are.
 
 A store command's destination is made anew as a RESP board holding the
-result (``Service.replace_board``): the board it replaces and all it held
-go in the same commit, all or nothing.  The result is applied in one step,
-so it holds at most :data:`MAX_STORE_ENTRIES` members.  It is checked again
-right before it is applied: if an input changed since it was computed, it
-is computed again there, so what is stored is what the inputs held when it
-was written.  An empty result leaves no key, as in Redis (the destination,
-if a board, is left empty: an empty RESP-made board is no key).
+result, at most :data:`MAX_STORE_ENTRIES` members: built off to the side
+:data:`STEP_ENTRIES` members at a time and swapped in at once in place of
+the board it replaces and all it held (``Service.stage_board``, see
+``rankd.engine.staging``).  Right before the swap the inputs are checked:
+if one changed since the result was computed, the store starts again (at
+most :data:`STEP_RESTARTS` times, the last with the inputs' writes held),
+so what is stored is what the inputs held when it was swapped in.  An
+empty result leaves no key, as in Redis (the destination, if a board, is
+left empty: an empty RESP-made board is no key).
 
-Inside ``EXEC`` (:mod:`.transactions`) a store may come computed already
-(:func:`precompute`, before the EXEC's step); what the step computes or
-stores itself is counted against the EXEC's bounds.
+Inside ``EXEC`` (:mod:`.transactions`) a store is part of the EXEC's one
+commit instead (``Service.replace_board`` in the transaction): it may come
+computed already (:func:`precompute`, before the EXEC's step); what the
+step computes or stores itself is counted against the EXEC's bounds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import math
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +48,6 @@ from rankd.frontends.resp import transactions
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, integer, score
 from rankd.frontends.resp.sorted_sets import (
     _REDIS_CONFIGS,
-    MAX_PAIRS,
     MAX_REPLY_BYTES,
     REDIS_BOARD_DICT,
     STEP_ENTRIES,
@@ -71,9 +74,9 @@ if TYPE_CHECKING:
 #: (a union reads every input; an intersection or a difference walks one
 #: and looks its members up in the others).
 MAX_AGGREGATE_READ = 250_000
-#: Members a store command may write: they are applied in one step, as the
-#: pairs of one ZADD are (15 ms for 10,000).
-MAX_STORE_ENTRIES = MAX_PAIRS
+#: Members a store command may write (built in steps: see the module
+#: docstring); as many as an aggregation may read.
+MAX_STORE_ENTRIES = MAX_AGGREGATE_READ
 
 #: A result: member -> score (or, for ZINTERCARD, a count).
 Result = dict[str, float]
@@ -285,24 +288,25 @@ def _charge_reads(conn: RespConnection, entries: int) -> None:
     conn.gate.admit(conn.principal or ANONYMOUS_ALL, "top", conn.address, work_cost(entries))
 
 
-def _prepare(conn: RespConnection, found: Aggregation, *, store: bool) -> Callable[[], Work]:
-    """Check an aggregation's size and charge it; the work to do."""
+def _prepare(conn: RespConnection, found: Aggregation, *, store: bool,
+             charge: bool = True) -> Callable[[], Work]:
+    """Check an aggregation's size and charge it (unless not ``charge``:
+    done again); the work to do."""
     work = _work(_views(conn, found.keys), found.op)
     if work > MAX_AGGREGATE_READ:
         raise CommandError(f"ERR rankd reads at most {MAX_AGGREGATE_READ} entries in one "
                            "aggregation (its inputs, and the members looked up in them)")
-    if store:
-        _charge_reads(conn, work)
-    else:
-        _charge(conn, work)
+    if charge:
+        (_charge_reads if store else _charge)(conn, work)
     return lambda: compute(_views(conn, found.keys), found)
 
 
-def _run(conn: RespConnection, found: Aggregation, *, store: bool) -> Any:
+def _run(conn: RespConnection, found: Aggregation, *, store: bool, charge: bool = True
+         ) -> Any:
     """``(result, versions)`` (the versions of the inputs it is of) at
     once if the aggregation's work is small (or inside EXEC, whose step
     allows it so much work), else a coroutine of them."""
-    make = _prepare(conn, found, store=store)
+    make = _prepare(conn, found, store=store, charge=charge)
     names = _names(found.keys)
     work = _work(_views(conn, found.keys), found.op)
     inside = transactions.running(conn)
@@ -413,40 +417,108 @@ def zintercard(conn: RespConnection, args: list[bytes]) -> Reply:
 def _check_stored(count: int) -> None:
     if count > MAX_STORE_ENTRIES:
         raise CommandError(f"ERR rankd stores at most {MAX_STORE_ENTRIES} members in one "
-                           "command (they are written in one step); store fewer")
+                           "command; store fewer")
 
 
-def _stored(result: Result) -> list[tuple[str, float]]:
-    """A result as a board takes it: at most :data:`MAX_STORE_ENTRIES`
-    members, finite scores."""
+#: A store's work, one attempt: its result, and whether that is still what
+#: its inputs hold (checked in the step that writes it).
+Attempt = Callable[[bool], Awaitable[tuple[Result, Callable[[], bool]]]]
+
+
+async def _store(conn: RespConnection, args: list[bytes], inputs: list[str | None],
+                 attempt: Attempt) -> bytes:
+    """Make board ``args[1]`` anew holding what ``attempt`` computes from
+    boards ``inputs``, built in steps (see the module docstring); started
+    again if an input changed before it is swapped in, the last time with
+    the inputs' writes held."""
+    try:
+        name = board_name(args[1])
+        if name is None:  # no board can be named so: nothing to store, or refused
+            result = (await attempt(True))[0]
+            _check_stored(len(result))
+            if result:
+                _writable_name(args[1])
+            return conn.replies.integer(0)
+        # On a cluster node that does not write it: TRYAGAIN, as writes.
+        await conn.service.route_write(name)
+        staging = conn.service.stage_board(name, REDIS_BOARD_DICT)
+        try:
+            await staging.begin()  # (before any hold: a store waiting its turn holds none)
+            for tries in range(STEP_RESTARTS + 1):
+                stored = await _store_once(conn, args, inputs, attempt, staging, tries)
+                if stored is not None:
+                    return stored
+                staging.reset()
+        finally:
+            staging.close()
+    except _Closed:
+        return b""
+    raise AssertionError("the last attempt holds its inputs: they cannot change")
+
+
+async def _store_once(conn: RespConnection, args: list[bytes], inputs: list[str | None],
+                      attempt: Attempt, staging: Any, tries: int) -> bytes | None:
+    """One attempt of :func:`_store`: its reply, or None if an input
+    changed before the result was swapped in."""
+    name = staging.name
+    principal = conn.principal or ANONYMOUS_ALL
+    holding = (conn.service.hold_writes([i for i in inputs if i is not None])
+               if tries == STEP_RESTARTS else contextlib.nullcontext(None))
+    async with holding as release:
+        result, current = await attempt(tries == 0)
+        _check_stored(len(result))
+        if tries == 0:
+            _charge(conn, len(result), "submit")
+        if not result and not is_key(conn, name):
+            return conn.replies.integer(0)  # no key before, none after
+        # Making a board, or replacing one REST made (its windows, its config):
+        # the scope making boards takes.  Rewriting a RESP-made one is a write.
+        admin = conn.service.board_config(name) not in _REDIS_CONFIGS
+        if admin:
+            conn.gate.admit(principal, "put_board", conn.address)
+        while result:
+            if staging.parts:
+                await asyncio.sleep(0)  # other clients' turn
+                if conn.closing:
+                    raise _Closed
+            # Taken from the result as they are added: it is never copied
+            # whole, nor freed in one go.
+            chunk = [result.popitem() for _ in range(min(STEP_ENTRIES, len(result)))]
+            if any(math.isinf(value) for _, value in chunk):
+                raise CommandError("ERR rankd keeps finite scores only")  # nothing shown
+            staging.add(chunk)
+        stored = await staging.commit(current, release)
+    if stored is None:
+        return None
+    if admin:
+        conn.gate.done(principal, "put_board", conn.address, board=name,
+                       command=args[0].lower().decode(errors="replace"))
+    return conn.replies.integer(stored)
+
+
+async def _store_in_exec(conn: RespConnection, args: list[bytes], result: Result,
+                        current: Callable[[], Result]) -> bytes:
+    """Inside EXEC: make board ``args[1]`` anew holding ``result`` (as
+    ``current()`` gives it when applied: it computes it again if its inputs
+    changed), in the EXEC's one commit."""
     _check_stored(len(result))
     if any(math.isinf(value) for value in result.values()):
         raise CommandError("ERR rankd keeps finite scores only")
-    return list(result.items())
-
-
-async def _store(conn: RespConnection, args: list[bytes], result: Result,
-                 current: Callable[[], Result]) -> bytes:
-    """Make board ``args[1]`` anew holding ``result`` (as ``current()``
-    gives it when applied: it computes it again if its inputs changed)."""
-    entries = _stored(result)
     inside = transactions.running(conn)
-    if inside is not None:
-        inside.spend_stored(len(entries))
+    inside.spend_stored(len(result))
     name = board_name(args[1])
     if name is not None:  # on a cluster node that does not write it: TRYAGAIN, as writes
         await conn.service.route_write(name)
-    if not entries and (name is None or not is_key(conn, name)):
+    if not result and (name is None or not is_key(conn, name)):
         return conn.replies.integer(0)  # no key before, none after
     name = _writable_name(args[1])
     principal = conn.principal or ANONYMOUS_ALL
-    # Making a board, or replacing one REST made (its windows, its config):
-    # the scope making boards takes.  Rewriting a RESP-made one is a write.
+    # Making a board, or replacing one REST made: the scope making boards takes.
     admin = conn.service.board_config(name) not in _REDIS_CONFIGS
     if admin:
         conn.gate.admit(principal, "put_board", conn.address)
     stored = await conn.service.replace_board(name, REDIS_BOARD_DICT,
-                                              lambda: _stored(current()))
+                                              lambda: list(current().items()))
     if admin:
         conn.gate.done(principal, "put_board", conn.address, board=name,
                        command=args[0].lower().decode(errors="replace"))
@@ -488,8 +560,20 @@ def _store_aggregate(conn: RespConnection, args: list[bytes], op: str) -> Reply:
     """ZUNIONSTORE, ZINTERSTORE, ZDIFFSTORE destination numkeys key ..."""
     found = parse(args, 2, op, store=True)
     names = _names(found.keys)
-    inside = transactions.running(conn)
-    computed = None if inside is None else inside.precomputed.get(id(args))
+    if transactions.running(conn) is not None:
+        return _store_aggregate_in_exec(conn, args, found, names)
+
+    async def attempt(first: bool) -> tuple[Result, Callable[[], bool]]:
+        outcome = _run(conn, found, store=True, charge=first)
+        result, versions = outcome if isinstance(outcome, tuple) else await outcome
+        return result, lambda: _versions(conn, names) == versions
+    return _store(conn, args, names, attempt)
+
+
+def _store_aggregate_in_exec(conn: RespConnection, args: list[bytes], found: Aggregation,
+                             names: list[str | None]) -> Reply:
+    """A store inside EXEC: computed before the step if it could be, else now."""
+    computed = transactions.running(conn).precomputed.get(id(args))
     outcome = ((computed.result, computed.versions) if computed is not None
                else _run(conn, found, store=True))
 
@@ -501,14 +585,14 @@ def _store_aggregate(conn: RespConnection, args: list[bytes], op: str) -> Reply:
         return now
 
     if isinstance(outcome, tuple):
-        return _store(conn, args, outcome[0], current(*outcome))
+        return _store_in_exec(conn, args, outcome[0], current(*outcome))
 
     async def later() -> bytes:
         try:
             result, versions = await outcome
         except _Closed:
             return b""
-        return await _store(conn, args, result, current(result, versions))
+        return await _store_in_exec(conn, args, result, current(result, versions))
     return later()
 
 
@@ -527,17 +611,48 @@ def zdiffstore(conn: RespConnection, args: list[bytes]) -> Reply:
     return _store_aggregate(conn, args, "diff")
 
 
+def _range_work(conn: RespConnection, key: bytes, spec: Any) -> Work:
+    """The members of a range (as :func:`compute` gives a result), read
+    :data:`STEP_ENTRIES` at a time."""
+    plan = range_plan(conn, key, spec)
+    result: Result = {}
+    if plan is None:
+        return result
+    total, fetch = plan()
+    _check_stored(total)
+    for first in range(0, total, STEP_ENTRIES):
+        for _, member, value in fetch(first, min(STEP_ENTRIES, total - first)):
+            result[member] = value
+        yield
+    return result
+
+
 def zrangestore(conn: RespConnection, args: list[bytes]) -> Reply:
     """ZRANGESTORE dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]"""
     spec = parse_range(args, 2, store=True)
+    if transactions.running(conn) is not None:  # in the EXEC's one commit
 
-    def current() -> Result:
+        def current() -> Result:
+            plan = range_plan(conn, args[2], spec)
+            if plan is None:
+                return {}
+            total, fetch = plan()
+            _check_stored(total)
+            return {member: value for _, member, value in fetch(0, total)}
+        result = current()
+        _charge_reads(conn, len(result))
+        return _store_in_exec(conn, args, result, current)
+    names = [board_name(args[2])]
+
+    async def attempt(first: bool) -> tuple[Result, Callable[[], bool]]:
         plan = range_plan(conn, args[2], spec)
-        if plan is None:
-            return {}
-        total, fetch = plan()
-        _check_stored(total)
-        return {member: value for _, member, value in fetch(0, total)}
-    result = current()
-    _charge_reads(conn, len(result))
-    return _store(conn, args, result, current)
+        if plan is None or plan()[0] <= STEP_ENTRIES:
+            result = _finish(_range_work(conn, args[2], spec))
+            versions = _versions(conn, names)
+        else:
+            result, versions = await _in_steps(conn, names, lambda: _range_work(
+                conn, args[2], spec))
+        if first:
+            _charge_reads(conn, len(result))
+        return result, lambda: _versions(conn, names) == versions
+    return _store(conn, args, names, attempt)

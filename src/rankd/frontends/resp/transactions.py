@@ -473,6 +473,9 @@ class _TransactionEngine:
     async def route(self, name: object) -> None:
         """Nothing: the transaction was routed whole (``Transaction.ready``)."""
 
+    def stage(self, name: str, config: object) -> Any:
+        raise CommandError("ERR rankd cannot store a result inside a transaction yet")
+
     async def remove_members(self, name: str, choose: Callable[[SortedView], Iterable[str]],
                              *, window: str | None = None, period: str | None = None,
                              drop_when_empty: bool = False, persist_when_empty: bool = False
