@@ -56,12 +56,16 @@ RESTORE = (
     "    set rankd_proto $::rankd_proto\n"
     "    set ::rankd_deferring {}\n"
     + RUN +
+    # What restores the client below must not replace the failure's own
+    # ``errorInfo``, which the report shows.
+    "        set rankd_info $::errorInfo\n"
     "        catch {r readraw $rankd_raw}\n"
     # DISCARD outside MULTI answers an error, caught; HELLO comes after it
     # (inside MULTI it would be queued).
     "        catch {r discard}\n"
     "        if {$::rankd_proto ne $rankd_proto} {catch {r hello $rankd_proto}}\n"
     "        foreach rankd_client $::rankd_deferring {catch {$rankd_client close}}\n"
+    "        set ::errorInfo $rankd_info\n"
 )
 #: ``proc r`` (test_helper.tcl) notes the RESP version the main client's
 #: ``HELLO`` asked for, which RESTORE puts back.
