@@ -459,3 +459,23 @@ def test_random_writes_serve_blocked_clients_as_redis_does(servers, run_):
     expected, counts = _random_run(servers[0], True, waiters, writes, None)
     answered, _ = _random_run(servers[1], False, waiters, writes, counts)
     assert answered == expected, (waiters, writes)
+
+
+def test_a_daemon_stopping_closes_blocked_clients_at_once(tmp_path):
+    """A client blocked without timeout does not hold a shutdown for the
+    grace period (10 s) that queued requests get: it is closed at once, as
+    Redis's shutdown closes it, with no reply."""
+    daemon = Daemon(tmp_path / "data", "--fsync", "no")
+    daemon.start()
+    try:
+        with RawClient(daemon.resp_port, timeout=WAIT_SECONDS * 3) as client:
+            client.send(encode_request(["BZPOPMIN", "never", "0"]))
+            with RawClient(daemon.resp_port) as writer:
+                assert _wait_blocked(writer, 1)
+            started = time.monotonic()
+            assert daemon.stop() == 0
+            assert time.monotonic() - started < 5
+            with pytest.raises(ConnectionError):
+                client.reply()
+    finally:
+        daemon.stop()

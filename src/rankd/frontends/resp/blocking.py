@@ -145,16 +145,20 @@ async def wait(conn: Any, names: list[str], deadline: float | None,
     waiters.add(waiter)
     if deadline is not None:
         waiter.timer = asyncio.get_running_loop().call_at(deadline, waiter.time_out)
-    conn.unblock = waiter.event.set
     try:
-        while True:
+        while not conn.closing:
+            # Only while it waits: a pop under way finishes (its member is
+            # answered) before a closing server closes the connection.
+            conn.unblock = waiter.event.set
             await waiter.event.wait()
+            conn.unblock = None
             waiter.event.clear()
             if conn.closing or waiter.timed_out:
                 return None
             found = await attempt()
             if found is not None:
                 return found
+        return None
     finally:
         conn.unblock = None
         if waiter.timer is not None:

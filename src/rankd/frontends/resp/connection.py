@@ -785,3 +785,11 @@ class RespServer(PipelinedServer):
     def _connection(self) -> RespConnection:
         self.total_connections += 1
         return RespConnection(self)
+
+    async def close(self, grace: float = 10.0) -> None:
+        """Close, and at once the connections waiting in a blocking pop, as
+        Redis's shutdown does (they would hold the grace period for nothing)."""
+        for connection in list(self.connections):
+            if connection.unblock is not None:
+                connection.close_with(None)
+        await super().close(grace)
