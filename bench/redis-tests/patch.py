@@ -8,12 +8,12 @@ Idempotent.  Every difference from Redis's own harness is here:
   its ``CONFIG SET`` of a server's overrides and the test files' ``CONFIG
   SET`` of encodings (``zset-max-*``: rankd has one representation, and
   takes its settings at start);
-* a test that fails with an error (a command rankd lacks) leaves the main
-  client as it found it (``readraw``, a setting of the Tcl client, outside
-  ``MULTI``, and the RESP version, if the test's ``HELLO`` changed it), so
-  the next tests do not read replies raw or in RESP3, nor queue their
-  commands in a transaction nobody executes: Redis's tests switch them back
-  only at their end (:data:`RESTORE`);
+* after a test that fails (a command rankd lacks, an assertion) the main
+  client connects again and is set as it was before the test (``readraw``,
+  a setting of the Tcl client, and the RESP version), so the next tests do
+  not queue their commands in a ``MULTI`` nobody executes, read replies a
+  deferred client left unread, or read raw or in RESP3: Redis's tests put
+  these back only at their end (:data:`RESTORE`);
 * the deferring clients a failed test opened are closed (:data:`DEFERRING`):
   one left blocked in a ``BZPOPMIN ... 0`` would take the member the next
   test's client waits for, and that test would wait for ever;
@@ -59,11 +59,19 @@ RESTORE = (
     # What restores the client below must not replace the failure's own
     # ``errorInfo``, which the report shows.
     "        set rankd_info $::errorInfo\n"
+    # A new connection (the Tcl client opens one on its next command once
+    # its socket is {}): no MULTI left open, no reply left unread by a
+    # deferred client (``populate`` stops at its first error), RESP2.
+    "        catch {\n"
+    "            set rankd_id [string range [srv 0 client]"
+    " [string length ::redis::redisHandle] end]\n"
+    "            catch {close $::redis::fd($rankd_id)}\n"
+    "            set ::redis::fd($rankd_id) {}\n"
+    "            set ::redis::deferred($rankd_id) 0\n"
+    "        }\n"
     "        catch {r readraw $rankd_raw}\n"
-    # DISCARD outside MULTI answers an error, caught; HELLO comes after it
-    # (inside MULTI it would be queued).
-    "        catch {r discard}\n"
-    "        if {$::rankd_proto ne $rankd_proto} {catch {r hello $rankd_proto}}\n"
+    "        set ::rankd_proto $rankd_proto\n"
+    "        catch {r hello $rankd_proto}\n"
     "        foreach rankd_client $::rankd_deferring {catch {$rankd_client close}}\n"
     "        set ::errorInfo $rankd_info\n"
 )
