@@ -330,6 +330,29 @@ def test_timeouts_out_of_range_answer_as_redis_72(servers):
             assert client.call("BZMPOP", word, "1", "k", "MIN").startswith(expected), word
 
 
+# --- pops with odd counts ------------------------------------------------------------------
+
+POP_COUNTS = ["0", "-1", "-3", "1", "2", "10", "x", "1.5", "+1", "9223372036854775807",
+              "9223372036854775808", "-9223372036854775808"]
+
+
+@pytest.mark.parametrize("protocol", ["2", "3"])
+def test_pops_with_zero_negative_and_large_counts_answer_as_redis(servers, protocol):
+    """What Redis's ``$pop with the count 0 returns an empty array`` and
+    ``$pop with negative count`` check (but on a key of this server's only
+    type), on a missing key and on one with members."""
+    steps: list[tuple] = [("do", "w", "HELLO", protocol)]
+    for count in POP_COUNTS:
+        for key in ("missing", "zset"):
+            steps += [("do", "w", "ZADD", "zset", "1", "a", "2", "b", "3", "c"),
+                      ("call", "w", "ZPOPMIN", key, count), ("call", "w", "ZPOPMAX", key, count),
+                      ("call", "w", "ZMPOP", "1", key, "MIN", "COUNT", count),
+                      ("call", "w", "BZMPOP", "0.01", "1", key, "MAX", "COUNT", count)]
+    steps += [("call", "w", "ZPOPMIN", "zset"), ("call", "w", "ZPOPMIN", "missing"),
+              ("call", "w", "ZPOPMIN", "zset", "1", "2"), ("call", "w", "ZCARD", "zset")]
+    _same(servers, steps)
+
+
 # --- what a blocked client leaves behind --------------------------------------------------
 
 def test_a_client_that_closes_while_blocked_leaves_at_once(servers):
