@@ -485,21 +485,30 @@ def test_random_writes_serve_blocked_clients_as_redis_does(servers, run_):
     assert answered == expected, (waiters, writes)
 
 
-def test_a_daemon_stopping_closes_blocked_clients_at_once(tmp_path):
-    """A client blocked without timeout does not hold a shutdown for the
+def test_blocked_clients_are_bounded_and_a_stopping_daemon_closes_them_at_once(tmp_path):
+    """One blocked client per connection, so at most ``--max-connections``
+    (a connection past the cap is refused, blocked ones included in it);
+    and a client blocked without timeout does not hold a shutdown for the
     grace period (10 s) that queued requests get: it is closed at once, as
     Redis's shutdown closes it, with no reply."""
-    daemon = Daemon(tmp_path / "data", "--fsync", "no")
+    daemon = Daemon(tmp_path / "data", "--fsync", "no", "--max-connections", "3")
     daemon.start()
     try:
-        with RawClient(daemon.resp_port, timeout=WAIT_SECONDS * 3) as client:
+        blocked = [RawClient(daemon.resp_port, timeout=WAIT_SECONDS * 3) for _ in range(2)]
+        for client in blocked:
             client.send(encode_request(["BZPOPMIN", "never", "0"]))
-            with RawClient(daemon.resp_port) as writer:
-                assert _wait_blocked(writer, 1)
-            started = time.monotonic()
-            assert daemon.stop() == 0
-            assert time.monotonic() - started < 5
+            client.send(encode_request(["BZPOPMAX", "never", "0"]))  # (waits behind)
+        with RawClient(daemon.resp_port) as writer:
+            assert _wait_blocked(writer, 2)
+            with RawClient(daemon.resp_port) as refused:
+                assert refused.reply().startswith(b"-ERR max number of clients reached")
+            assert _blocked(writer) == 2
+        started = time.monotonic()
+        assert daemon.stop() == 0
+        assert time.monotonic() - started < 5
+        for client in blocked:
             with pytest.raises(ConnectionError):
                 client.reply()
+            client.close()
     finally:
         daemon.stop()
