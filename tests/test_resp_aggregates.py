@@ -105,7 +105,9 @@ def pop(draw) -> list[str]:
     keys = draw(st.lists(st.sampled_from(SOURCES), min_size=1, max_size=3))
     side = draw(st.sampled_from(["MIN", "MAX", "min", "mid"]))
     count = draw(st.sampled_from(["1", "2", "5", "0", "-1", "x"]))
-    timeout = draw(st.sampled_from(["0.01", "0.02", "-1", "x", "1e400"]))
+    # (not +inf nor 1e400: Redis 7.0 answers "timeout is negative" there, 7.2 and
+    # rankd "out of range", held to 7.2 in test_resp_blocking)
+    timeout = draw(st.sampled_from(["0.01", "0.02", "-1", "x", "-1e400", "0.0001"]))
     numkeys = str(len(keys)) if draw(st.integers(0, 6)) else draw(st.sampled_from(NUMKEYS))
     count_option = ["COUNT", count] if draw(st.booleans()) else []
     return draw(st.sampled_from([

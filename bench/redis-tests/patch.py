@@ -8,11 +8,15 @@ Idempotent.  Every difference from Redis's own harness is here:
   its ``CONFIG SET`` of a server's overrides and the test files' ``CONFIG
   SET`` of encodings (``zset-max-*``: rankd has one representation, and
   takes its settings at start);
-* a test that fails with an error (a command rankd lacks) leaves the main
-  client as it found it (``readraw``, a setting of the Tcl client, and the
-  RESP version, if the test's ``HELLO`` changed it), so the next tests do
-  not read replies raw or in RESP3: Redis's tests switch them back only at
-  their end (:data:`RESTORE`);
+* after a test that fails (a command rankd lacks, an assertion) the main
+  client connects again and is set as it was before the test (``readraw``,
+  a setting of the Tcl client, and the RESP version), so the next tests do
+  not queue their commands in a ``MULTI`` nobody executes, read replies a
+  deferred client left unread, or read raw or in RESP3: Redis's tests put
+  these back only at their end (:data:`RESTORE`);
+* the deferring clients a failed test opened are closed (:data:`DEFERRING`):
+  one left blocked in a ``BZPOPMIN ... 0`` would take the member the next
+  test's client waits for, and that test would wait for ever;
 * :data:`REFUSED_BY_DESIGN` names the tests that need behaviour rankd
   refuses by design (docs/redis.md "What rankd refuses by design"): they
   are written to ``rankd-skip.txt`` for ``runtest --skipfile`` and so
@@ -50,16 +54,38 @@ RESTORE = (
     "    set rankd_raw 0\n"
     "    catch {set rankd_raw [r readingraw]}\n"
     "    set rankd_proto $::rankd_proto\n"
+    "    set ::rankd_deferring {}\n"
     + RUN +
+    # What restores the client below must not replace the failure's own
+    # ``errorInfo``, which the report shows.
+    "        set rankd_info $::errorInfo\n"
+    # A new connection (the Tcl client opens one on its next command once
+    # its socket is {}): no MULTI left open, no reply left unread by a
+    # deferred client (``populate`` stops at its first error), RESP2.
+    "        catch {\n"
+    "            set rankd_id [string range [srv 0 client]"
+    " [string length ::redis::redisHandle] end]\n"
+    "            catch {close $::redis::fd($rankd_id)}\n"
+    "            set ::redis::fd($rankd_id) {}\n"
+    "            set ::redis::deferred($rankd_id) 0\n"
+    "        }\n"
     "        catch {r readraw $rankd_raw}\n"
-    "        if {$::rankd_proto ne $rankd_proto} {catch {r hello $rankd_proto}}\n"
+    "        set ::rankd_proto $rankd_proto\n"
+    "        catch {r hello $rankd_proto}\n"
+    "        foreach rankd_client $::rankd_deferring {catch {$rankd_client close}}\n"
+    "        set ::errorInfo $rankd_info\n"
 )
 #: ``proc r`` (test_helper.tcl) notes the RESP version the main client's
 #: ``HELLO`` asked for, which RESTORE puts back.
 R_PROC = "proc r {args} {\n    set level 0\n"
-R_NOTES = ("set ::rankd_proto 2\nproc r {args} {\n"
+R_NOTES = ("set ::rankd_proto 2\nset ::rankd_deferring {}\nproc r {args} {\n"
            "    if {[string equal -nocase [lindex $args 0] hello] && [llength $args] > 1} {\n"
            "        set ::rankd_proto [lindex $args 1]\n    }\n    set level 0\n")
+
+#: ``redis_deferring_client`` (test_helper.tcl) notes each client it makes,
+#: which RESTORE closes after a failed test.
+DEFERRING = "    set client [redis [srv $level \"host\"] [srv $level \"port\"] 1 $::tls]\n"
+DEFERRING_NOTED = DEFERRING + "    lappend ::rankd_deferring $client\n"
 
 
 def wrap(path: Path, pattern: str) -> None:
@@ -86,7 +112,8 @@ def main(tree: Path) -> None:
     text = helper.read_text()
     if "rankd_proto" not in text:
         assert R_PROC in text, "test_helper.tcl: proc r is not as expected"
-        helper.write_text(text.replace(R_PROC, R_NOTES, 1))
+        assert DEFERRING in text, "test_helper.tcl: redis_deferring_client is not as expected"
+        helper.write_text(text.replace(R_PROC, R_NOTES, 1).replace(DEFERRING, DEFERRING_NOTED, 1))
     for unit in (tests / "unit").rglob("*.tcl"):
         wrap(unit, r"r config set zset-\S+ \S+")
     (tree / "rankd-skip.txt").write_text("\n".join(REFUSED_BY_DESIGN) + "\n")

@@ -13,7 +13,8 @@ directory (the ``rankd`` this interpreter imports), runs each unit with::
 
     ./runtest --host 127.0.0.1 --port P --singledb --ignore-encoding
       --ignore-digest --durable --tags -needs:debug --tags -needs:repl
-      --tags -needs:config-maxmemory --skipfile rankd-skip.txt --single UNIT
+      --tags -needs:config-maxmemory --skipfile rankd-skip.txt --baseport B
+      --single UNIT
 
 and prints per unit the tests passed, failed and skipped, then every
 failed test's name (``--verbose``: its message too).  ``--durable`` makes
@@ -27,6 +28,7 @@ import argparse
 import io
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -49,6 +51,23 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_base_port() -> int:
+    """A ``--baseport`` for ``runtest``, drawn at random: its test server
+    listens at the first free port of the 32 below it (and checks the one
+    10,000 above), which from the fixed default (21111) two runs at once
+    on a machine would share, the second failing to start."""
+    rng = random.Random()
+    while True:
+        base = rng.randrange(20_000, 55_000)
+        try:
+            with socket.socket() as low, socket.socket() as high:
+                low.bind(("127.0.0.1", base - 32))
+                high.bind(("127.0.0.1", base - 32 + 10_000))
+        except OSError:
+            continue
+        return base
 
 
 def extract(git_dir: str, tag: str, into: Path) -> None:
@@ -87,7 +106,8 @@ def run_unit(tree: Path, port: int, unit: str, timeout: float) -> dict:
     command = ["./runtest", "--host", "127.0.0.1", "--port", str(port), "--singledb",
                "--ignore-encoding", "--ignore-digest", "--durable", "--tags", "-needs:debug",
                "--tags", "-needs:repl", "--tags", "-needs:config-maxmemory",
-               "--skipfile", "rankd-skip.txt", "--single", unit]
+               "--skipfile", "rankd-skip.txt", "--baseport", str(free_base_port()),
+               "--single", unit]
     # A session of its own: at a timeout the harness and the test server it
     # forked are stopped together, by process group (its fixed client port
     # would otherwise stay taken, and every later unit fail to start).

@@ -26,6 +26,7 @@ from rankd.engine.errors import EngineError
 from rankd.engine.periods import WINDOWS
 from rankd.frontends.resp import (
     aggregates,
+    blocking,
     categories,
     expiry,
     lex,
@@ -259,7 +260,7 @@ def _info_sections(conn: RespConnection) -> dict[str, list[tuple[str, object]]]:
                    ("tcp_port", server.settings.get("port", 0)),
                    ("uptime_in_seconds", uptime), ("uptime_in_days", uptime // 86400)],
         "clients": [("connected_clients", len(server.connections)),
-                    ("blocked_clients", len(pops.blocked(service.engine))),
+                    ("blocked_clients", len(blocking.blocked(service.engine))),
                     ("maxclients", server.limits.max_total)],
         "memory": [("used_memory", rss), ("used_memory_human", f"{rss / 1048576:.2f}M"),
                    ("used_memory_rss", rss), ("maxmemory", 0),

@@ -74,6 +74,8 @@ from rankd.security import ANONYMOUS_ALL, Forbidden, Gate, Principal, Unauthoriz
 from rankd.watchdog import ACTIVITY
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rankd.frontends.service import Service
 
 log = logging.getLogger(__name__)
@@ -197,6 +199,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         #: (WATCH): see :mod:`.transactions`.
         self.multi: transactions.Multi | None = None
         self.watched: dict[str, Any] | None = None
+        #: Ends the blocking pop this connection waits in, if any (:mod:`.blocking`).
+        self.unblock: Callable[[], None] | None = None
 
     def _reader(self) -> RequestReader:
         if self.principal is None:
@@ -226,6 +230,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.close_with(f"ERR max number of clients reached ({reason})")
 
     def _forget(self) -> None:
+        if self.unblock is not None:  # a blocked pop leaves at once, not at its timeout
+            self.unblock()
         self.queue.clear()
         self.queued_bytes = 0
         monitor.detach(self)
@@ -869,3 +875,11 @@ class RespServer(PipelinedServer):
     def _connection(self) -> RespConnection:
         self.total_connections += 1
         return RespConnection(self)
+
+    async def close(self, grace: float = 10.0) -> None:
+        """Close, and at once the connections waiting in a blocking pop, as
+        Redis's shutdown does (they would hold the grace period for nothing)."""
+        for connection in list(self.connections):
+            if connection.unblock is not None:
+                connection.close_with(None)
+        await super().close(grace)

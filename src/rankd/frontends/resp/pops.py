@@ -4,14 +4,10 @@
 A pop removes through ``Service.remove_members``, which picks and removes
 in one step.  ``ZMPOP`` pops from the first of its keys that has members.
 
-A blocking pop that finds nothing waits on its boards (:class:`Blocked`,
-one per engine): each board keeps its waiters in arrival order, and a
-commit that changes the board (from any front-end, or a cluster's log)
-wakes the first; it pops, or waits on in its place if another client was
-quicker, and its own pop (or its leaving) wakes the next.  A connection
-waits for one command at a time (the next ones it sent wait behind it, as
-in Redis), so the waiters are bounded by the connections.  A timeout of 0
-waits until a member comes or the connection closes.
+A blocking pop that finds nothing waits on its boards (:mod:`.blocking`:
+in arrival order per board, woken by any commit that changes one), then
+pops as it would have at once, or waits on.  A timeout of 0 waits until a
+member comes or the connection closes.
 
 ``ZRANDMEMBER`` picks positions at random: with a negative count, that
 many, repeats allowed, in random order; with a positive one, distinct
@@ -24,16 +20,13 @@ Replies of more than :data:`STEP_ENTRIES` entries are built in steps.
 from __future__ import annotations
 
 import asyncio
-import collections
-import math
 import random
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rankd.engine.errors import NotFound
-from rankd.frontends.resp import transactions
-from rankd.frontends.resp.arguments import SYNTAX, CommandError, _strtod, integer
+from rankd.frontends.resp import blocking, transactions
+from rankd.frontends.resp.arguments import SYNTAX, CommandError, integer
 from rankd.frontends.resp.sorted_sets import (
     Reply,
     Steps,
@@ -48,13 +41,10 @@ from rankd.frontends.resp.sorted_sets import (
 )
 
 if TYPE_CHECKING:
-    from rankd.engine.engine import Engine
     from rankd.frontends.resp.connection import RespConnection
 
 #: Times a pop picks its board again when another client emptied it first.
 POP_TRIES = 3
-#: A blocked pop looks at its connection at least this often (closed?).
-BLOCK_CHECK_SECONDS = 1.0
 _INT64_MAX = 2**63 - 1
 
 
@@ -196,71 +186,10 @@ def zmpop(conn: RespConnection, args: list[bytes]) -> Reply:
 # --- blocking pops -------------------------------------------------------------------
 
 
-class Blocked:
-    """Blocked pops of one engine, per board in arrival order; a commit
-    that changes a board wakes its first waiter (``Engine.listeners``)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.queues: dict[str, collections.deque[asyncio.Event]] = {}
-        engine.listeners.append(self.changed)
-
-    def changed(self, name: str) -> None:
-        queue = self.queues.get(name)
-        if queue:
-            queue[0].set()
-
-    def add(self, names: list[str], waiter: asyncio.Event) -> None:
-        for name in dict.fromkeys(names):
-            self.queues.setdefault(name, collections.deque()).append(waiter)
-
-    def remove(self, names: list[str], waiter: asyncio.Event) -> None:
-        """Take a waiter out; the next on each of its boards looks again
-        (the board may have members it left)."""
-        for name in dict.fromkeys(names):
-            queue = self.queues.get(name)
-            if queue is None:
-                continue
-            with_it = waiter in queue
-            if with_it:
-                queue.remove(waiter)
-            if not queue:
-                del self.queues[name]
-            elif with_it:
-                queue[0].set()
-
-    def __len__(self) -> int:
-        return len({id(w) for queue in self.queues.values() for w in queue})
-
-
-_blocked: weakref.WeakKeyDictionary[Any, Blocked] = weakref.WeakKeyDictionary()
-
-
-def blocked(engine: Engine) -> Blocked:
-    """The engine's :class:`Blocked` (made on first use)."""
-    found = _blocked.get(engine)
-    if found is None:
-        found = _blocked[engine] = Blocked(engine)
-    return found
-
-
-def _timeout(word: bytes) -> float:
-    """A timeout in seconds, as ``getTimeoutFromObjectOrReply`` reads it
-    (whole milliseconds; 0: no timeout).  Redis reads a long double (past a
-    double's range too) and casts ``seconds * 1000`` to a 64-bit integer:
-    infinities and values past it come out negative."""
-    parsed = None if not word or word[:1].isspace() else _strtod(word)
-    if parsed is None or math.isnan(parsed[0]):
-        raise CommandError("ERR timeout is not a float or out of range")
-    milliseconds = parsed[0] * 1000
-    if not -(2**63) <= milliseconds < 2**63 or int(milliseconds) < 0:
-        raise CommandError("ERR timeout is negative")
-    return int(milliseconds) / 1000
-
-
-async def _block(conn: RespConnection, keys: list[bytes], timeout: float, highest: bool,
+async def _block(conn: RespConnection, keys: list[bytes], timeout: int, highest: bool,
                  count: int, reply: Callable[[RespConnection, str, list], bytes]) -> bytes:
     """Pop at once if a board has members, else wait for one (``timeout``
-    seconds, 0: no limit) in arrival order; a null array on timeout."""
+    milliseconds, 0: no limit) in arrival order; a null array on timeout."""
     names = _names(keys)
     found = await _pop_first(conn, names, highest, count)
     if found is not None:
@@ -268,31 +197,17 @@ async def _block(conn: RespConnection, keys: list[bytes], timeout: float, highes
     if transactions.running(conn) is not None:  # Redis never blocks inside MULTI
         return conn.replies.null_array()
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout if timeout else math.inf
-    waiters = blocked(conn.service.engine)
-    waiter = asyncio.Event()
-    waiters.add(names, waiter)
-    try:
-        while not conn.closing:
-            left = deadline - loop.time()
-            if left <= 0:
-                break
-            try:
-                await asyncio.wait_for(waiter.wait(), min(left, BLOCK_CHECK_SECONDS))
-            except TimeoutError:
-                continue
-            waiter.clear()
-            found = await _pop_first(conn, names, highest, count)
-            if found is not None:
-                return reply(conn, *found)
-    finally:
-        waiters.remove(names, waiter)
+    deadline = loop.time() + timeout / 1000 if timeout else None
+    found = await blocking.wait(conn, names, deadline,
+                                lambda: _pop_first(conn, names, highest, count))
+    if found is not None:
+        return reply(conn, *found)
     return b"" if conn.closing else conn.replies.null_array()
 
 
 def bzpop(conn: RespConnection, args: list[bytes], highest: bool) -> Reply:
     """BZPOPMIN|BZPOPMAX key [key ...] timeout"""
-    timeout = _timeout(args[-1])
+    timeout = blocking.timeout(args[-1])
     return _block(conn, args[1:-1], timeout, highest, 1, _flat)
 
 
@@ -307,5 +222,5 @@ def bzpopmax(conn: RespConnection, args: list[bytes]) -> Reply:
 def bzmpop(conn: RespConnection, args: list[bytes]) -> Reply:
     """BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count]"""
     keys, highest, count = _mpop_args(args, 2)
-    timeout = _timeout(args[1])
+    timeout = blocking.timeout(args[1])
     return _block(conn, keys, timeout, highest, count, _nested)
