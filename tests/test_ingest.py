@@ -28,7 +28,8 @@ from rankd.engine.ingest import ingest_python
 
 TTL = 3600.0
 TOLERANCE = 300.0
-BOARDS = ["arena", "golf", "speed"]
+#: (Names of every kind: the kernel writes only compact ASCII ones itself.)
+BOARDS = ["arena", "golf café", "скорость 🏁"]
 
 
 def native_ingest():

@@ -105,3 +105,38 @@ def test_a_hash_tag_picks_the_group_as_redis_cluster_picks_the_slot():
     # An empty tag, or an unclosed one, is no tag: the whole name is hashed.
     for name in ("{}cup", "{cup", "cup}", "}{"):
         assert group_of(name) == zlib.crc32(name.encode()) % 1024
+
+
+def test_writes_to_boards_of_any_name_survive_a_crash(tmp_path):
+    """Scores sent to boards whose names are not ASCII, through REST, TCP
+    and RESP, are all there after kill -9 (the native ingest once wrote such
+    a name's characters as Latin-1 or UCS-2 bytes into the log, which no
+    restart could then read)."""
+    names = ["café au lait", "名前", "{user:é}:daily", "🏆 cup", "plain"]
+    with Daemon(tmp_path / "data", "--fsync", "always") as daemon:
+        for name in names:
+            status, _ = daemon.request("POST", f"/v1/boards/{urllib.parse.quote(name, safe='')}"
+                                       "/scores", {"member": "ann", "delta": 1})
+            if status == 404:
+                assert daemon.request("PUT", f"/v1/boards/{urllib.parse.quote(name, safe='')}",
+                                      {"policy": "sum"})[0] in (200, 201)
+                status, _ = daemon.request(
+                    "POST", f"/v1/boards/{urllib.parse.quote(name, safe='')}/scores",
+                    {"member": "ann", "delta": 1})
+            assert status == 200, name
+        with Client("127.0.0.1", daemon.tcp_port) as client:
+            for name in names:
+                client.submit(name, "ann", delta=2)
+        with RawClient(daemon.resp_port) as client:
+            for name in names:
+                assert client.call("ZINCRBY", name, "4", "ann") == b"$1\r\n7\r\n", name
+            assert client.call("MULTI") == b"+OK\r\n"
+            for name in names[:3]:
+                client.call("ZINCRBY", name, "8", "ann")
+            client.call("EXEC")
+        daemon.kill()
+        daemon.start()
+        with RawClient(daemon.resp_port) as client:
+            for name in names:
+                expected = b"$2\r\n15\r\n" if name in names[:3] else b"$1\r\n7\r\n"
+                assert client.call("ZSCORE", name, "ann") == expected, name

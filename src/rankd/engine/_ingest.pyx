@@ -179,6 +179,10 @@ cdef int _plan(Plan *plan, object board, object now, list keep) except -1:
     keep.append(board)
     plan.board = <PyObject *>board
     name = board.name
+    # The records it writes put names' characters as their bytes: only a
+    # compact ASCII name is its own UTF-8 (any other goes the reference way).
+    if type(name) is not str or not PyUnicode_IS_COMPACT_ASCII(name):
+        return 1
     keep.append(name)
     plan.name = <PyObject *>name
     labels = board.labels
@@ -206,6 +210,9 @@ cdef int _plan(Plan *plan, object board, object now, list keep) except -1:
         period = _period_of(window, now)
         index = board.index(window, period)
         if index is not None and type(index) is not _index_type:
+            return 1
+        if not (type(window) is str and PyUnicode_IS_COMPACT_ASCII(window)
+                and type(period) is str and PyUnicode_IS_COMPACT_ASCII(period)):
             return 1
         keep.append(window)
         keep.append(period)
@@ -249,8 +256,9 @@ cdef inline bint _new_score(Plan *plan, bint had, double old, double value, bint
 
 
 cdef inline int _put_text(Writer *w, PyObject *text) except -1:
-    # Every str the kernel encodes is compact ASCII (checked, or a window or
-    # period name), so its characters are its UTF-8 bytes.
+    # Every str the kernel encodes is compact ASCII (checked: members, event
+    # ids and labels per submission, board, window and period names in
+    # _plan), so its characters are its UTF-8 bytes.
     return put_str(w, _chars(<object>text), PyUnicode_GET_LENGTH(<object>text))
 
 
