@@ -192,6 +192,11 @@ def test_monitor_is_for_admins_and_redacts_credentials(secured):
             client.call("AUTH", "a", WRITER_KEY, "c")
             client.call("HELLO", "3", "AUTH", "default", ADMIN, "SETNAME", "me")
             client.call("HELLO", "x", "AUTH", "default", ADMIN)
+            # A lone token, with or without a version or an option before:
+            # shown redacted all the same (they once went out in clear).
+            client.call("HELLO", "3", "AUTH", ADMIN)
+            client.call("HELLO", "AUTH", ADMIN)
+            client.call("HELLO", "3", "SETNAME", "n", "AUTH", ADMIN)
             client.call("MONITOR")  # a writer: NOPERM, not shown
             client.call("ECHO", END)
         text = b"\n".join(shown(lines_until_end(admin)))
@@ -199,7 +204,9 @@ def test_monitor_is_for_admins_and_redacts_credentials(secured):
             b'"AUTH" "(redacted)"', b'"AUTH" "(redacted)" "(redacted)"',
             b'"AUTH" "(redacted)" "(redacted)" "(redacted)"',
             b'"HELLO" "3" "AUTH" "(redacted)" "(redacted)" "SETNAME" "me"',
-            b'"HELLO" "x" "AUTH" "(redacted)" "(redacted)"'])
+            b'"HELLO" "x" "AUTH" "(redacted)" "(redacted)"',
+            b'"HELLO" "3" "AUTH" "(redacted)"', b'"HELLO" "AUTH" "(redacted)"',
+            b'"HELLO" "3" "SETNAME" "n" "AUTH" "(redacted)"'])
         assert WRITER_KEY.encode() not in text and ADMIN.encode() not in text
 
 

@@ -141,10 +141,13 @@ def redacted(words: list[bytes]) -> list[bytes]:
     if name != b"hello":
         return words
     words = list(words)
-    position = 2
+    position = 1  # (an AUTH may come first: HELLO AUTH user pass)
     while position < len(words):
-        if words[position].lower() == b"auth" and len(words) - position > 2:
-            words[position + 1] = words[position + 2] = REDACTED
+        if words[position].lower() == b"auth":
+            # Its two words, or what is left of them: a lone token
+            # (``HELLO 3 AUTH <key>``) is a credential too.
+            for secret in range(position + 1, min(position + 3, len(words))):
+                words[secret] = REDACTED
             position += 3
         else:
             position += 1

@@ -64,10 +64,12 @@ _HIGHEST = {b"zpopmin": False, b"ZPOPMIN": False, b"zpopmax": True, b"ZPOPMAX": 
 def highest(words: list[bytes]) -> bool | None:
     """Whether ``words`` is a ZPOPMAX (True) or ZPOPMIN (False) a run may
     take: key, at most a count (None: any other command)."""
+    if not 2 <= len(words) <= 3:
+        return None
     side = _HIGHEST.get(words[0])
-    if side is None:
+    if side is None and len(words[0]) == 7:  # (no lowercase copy of other names)
         side = _HIGHEST.get(words[0].lower())
-    return side if side is not None and 2 <= len(words) <= 3 else None
+    return side
 
 
 def _count(words: list[bytes]) -> int | None:
