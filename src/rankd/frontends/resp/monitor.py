@@ -114,11 +114,14 @@ def feed(conn: RespConnection, command: Command, words: list[bytes],
         transport = each.transport
         if each.closing or transport is None:
             continue
-        transport.write(line)
-        if transport.get_write_buffer_size() > OUTPUT_LIMIT:
-            log.warning("RESP monitor %s left more than %d bytes unread; disconnecting it",
-                        each.address, OUTPUT_LIMIT)
+        # Checked before writing: a monitor never holds more than the limit,
+        # even for one line.
+        if transport.get_write_buffer_size() + len(line) > OUTPUT_LIMIT:
+            log.warning("RESP monitor %s would hold more than %d bytes unread; "
+                        "disconnecting it", each.address, OUTPUT_LIMIT)
             each.stalled()  # (what it did not read is dropped)
+            continue
+        transport.write(line)
 
 
 def line_of(conn: RespConnection, words: list[bytes]) -> bytes:
