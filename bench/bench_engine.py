@@ -65,8 +65,9 @@ from typing import Any
 
 from rankd._native import implementations
 from rankd.engine import collector
-from rankd.engine.engine import Engine, EngineConfig, Submission
+from rankd.engine.engine import Engine, EngineConfig
 from rankd.engine.errors import EngineError
+from rankd.engine.submission import Submission
 
 BOARD = "bench"
 FIGURES = ("ingest", "ack", "recovery", "postgres")

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from rankd.engine import collector
-from rankd.engine.engine import Engine, EngineConfig, Submission
+from rankd.engine.engine import Engine, EngineConfig
+from rankd.engine.submission import Submission
 from rankd.frontends.live import LiveFeed
 
 

@@ -36,7 +36,8 @@ CACHES = ["--D1=65536,2,64", "--LL=1048576,16,64"]
 
 
 async def ingest(total: int) -> None:
-    from rankd.engine.engine import Engine, EngineConfig, Submission
+    from rankd.engine.engine import Engine, EngineConfig
+    from rankd.engine.submission import Submission
 
     engine = await Engine.open(EngineConfig(
         data_dir=tempfile.mkdtemp(prefix="rankd-misses-"), fsync="no",

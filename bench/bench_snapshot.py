@@ -22,7 +22,8 @@ import statistics
 import tempfile
 import time
 
-from rankd.engine.engine import Engine, EngineConfig, Submission
+from rankd.engine.engine import Engine, EngineConfig
+from rankd.engine.submission import Submission
 
 
 async def fill(engine: Engine, members: int) -> None:

@@ -13,7 +13,8 @@ resubmits events of the previous cycle, which must come back as duplicates.
 import asyncio
 import sys
 
-from rankd.engine.engine import Engine, EngineConfig, Submission
+from rankd.engine.engine import Engine, EngineConfig
+from rankd.engine.submission import Submission
 
 
 async def main(data_dir: str, cycle: int, fsync: str) -> None:

@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rankd.engine.engine import Engine, EngineConfig, Submission
+from rankd.engine.engine import Engine, EngineConfig
+from rankd.engine.submission import Submission
 
 T = TypeVar("T")
 

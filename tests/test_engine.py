@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from conftest import native
 from engine_helpers import SUNDAY, FakeClock, engine_config, run, sub, with_engine
-from rankd.engine.engine import Engine, Submission
+from rankd.engine.engine import Engine
 from rankd.engine.errors import (
     Conflict,
     EventConflict,
@@ -20,6 +20,7 @@ from rankd.engine.errors import (
     NotFound,
     ReadOnly,
 )
+from rankd.engine.submission import Submission
 from rankd.frontends.resp.protocol import encode_request
 
 

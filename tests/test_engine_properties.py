@@ -19,9 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine_helpers import SUNDAY, FakeClock, engine_config, run
-from rankd.engine.engine import Engine, Submission
+from rankd.engine.engine import Engine
 from rankd.engine.errors import EngineError, EventConflict
 from rankd.engine.periods import period_of
+from rankd.engine.submission import Submission
 
 BOARDS = {
     "sum": {"policy": "sum", "windows": ["all", "daily"], "max_delta": 50},

@@ -22,9 +22,9 @@ from engine_helpers import SUNDAY
 from rankd.engine import records
 from rankd.engine.board import Board
 from rankd.engine.config import BoardConfig
-from rankd.engine.engine import Submission
 from rankd.engine.errors import EngineError
 from rankd.engine.ingest import ingest_python
+from rankd.engine.submission import Submission
 
 TTL = 3600.0
 TOLERANCE = 300.0

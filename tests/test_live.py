@@ -18,7 +18,8 @@ import pytest
 from daemon import Daemon
 from engine_helpers import engine_config
 from rankd.client import AsyncClient
-from rankd.engine.engine import Engine, Submission
+from rankd.engine.engine import Engine
+from rankd.engine.submission import Submission
 from rankd.frontends.live import LiveFeed
 
 INTERVAL = 0.2

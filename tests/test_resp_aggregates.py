@@ -296,7 +296,7 @@ def test_replace_board_is_one_commit_all_or_nothing(tmp_path):
     """``Engine.replace_board``: the old board's members and config go and
     the new ones come in one WAL append; if ``entries`` fails nothing
     changes; a reopened engine holds exactly what was acknowledged."""
-    from rankd.engine.engine import Submission
+    from rankd.engine.submission import Submission
     from rankd.frontends.resp.sorted_sets import REDIS_BOARD_DICT
 
     async def body(engine):

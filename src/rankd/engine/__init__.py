@@ -6,6 +6,7 @@ them and ships them to Postgres.
 
 ==============  ==========================================================
 ``engine``      boards, submissions, reads, recovery, snapshot scheduling
+``submission``  the :class:`Submission` value front-ends hand the engine
 ``coalescer``   merges concurrent callers' submissions into one batch
 ``ingest``      how a batch of submissions changes the boards (native
                 ``_ingest`` when built)
@@ -27,7 +28,8 @@ them and ships them to Postgres.
 ==============  ==========================================================
 """
 
-from rankd.engine.engine import Engine, EngineConfig, Submission
+from rankd.engine.engine import Engine, EngineConfig
 from rankd.engine.errors import EngineError
+from rankd.engine.submission import Submission
 
 __all__ = ["Engine", "EngineConfig", "EngineError", "Submission"]

@@ -120,7 +120,7 @@ cdef class Packed:
     def submission(self, Py_ssize_t i):
         """Submission ``i`` as a ``Submission`` object (what the engine's
         general path takes)."""
-        from rankd.engine.engine import Submission
+        from rankd.engine.submission import Submission
         cdef PackedSubmission *item
         if not 0 <= i < self.count:
             raise IndexError(i)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rankd.engine.errors import EngineError
 
 if TYPE_CHECKING:
-    from rankd.engine.engine import Submission
+    from rankd.engine.submission import Submission
 
 Answers = list[dict[str, Any] | EngineError]
 

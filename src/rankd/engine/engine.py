@@ -69,6 +69,7 @@ from rankd.engine.replay import gather_submit, replay_submits
 from rankd.engine.replication import GroupWriter, Replication
 from rankd.engine.settling import ReadGates
 from rankd.engine.snapshot import SnapshotStore
+from rankd.engine.submission import Submission
 from rankd.engine.transaction import Transaction
 from rankd.engine.view import SortedView
 from rankd.engine.wal import WalCorruptError, WalFailedError, WriteAheadLog
@@ -125,36 +126,6 @@ class EngineConfig:
         if self.fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, "
                              f"got {self.fsync!r}")
-
-
-@dataclass(slots=True)
-class Submission:
-    """One score submission, as front-ends hand it to the engine."""
-
-    board: str
-    member: str
-    score: float | None = None
-    delta: float | None = None
-    event_id: str | None = None
-    ts: float | None = None
-    label: str | None = None
-    #: ``rankd.engine.ingest.IF_*`` bits (what Redis's ``ZADD NX|XX|GT|LT``
-    #: send); 0: none.  Not a field of REST or TCP submissions.
-    condition: int = 0
-
-    FIELDS = frozenset({"member", "score", "delta", "event_id", "ts", "label"})
-
-    @classmethod
-    def from_dict(cls, board: str, data: object) -> Submission:
-        """Build from JSON/msgpack data, refusing unknown fields."""
-        if not isinstance(data, dict):
-            raise InvalidInput("a submission must be an object")
-        if not cls.FIELDS.issuperset(data):
-            unknown = sorted(map(str, set(data) - cls.FIELDS))
-            raise InvalidInput(f"unknown submission field(s): {', '.join(unknown)}")
-        if "member" not in data:
-            raise InvalidInput("a submission needs a member")
-        return cls(board=board, **data)
 
 
 class Engine:

@@ -61,7 +61,7 @@ from rankd.index import MAX_MEMBER_BYTES
 
 if TYPE_CHECKING:
     from rankd.engine.board import Board
-    from rankd.engine.engine import Submission
+    from rankd.engine.submission import Submission
 
 
 #: Integers beyond this do not survive the trip through a float64 score.

@@ -43,10 +43,11 @@ from rankd.engine import expiry, records
 from rankd.engine.config import BoardConfig, check_board_name
 from rankd.engine.errors import EngineError, InvalidInput, NotFound, Unavailable
 from rankd.engine.ingest import ingest
+from rankd.engine.submission import Submission
 from rankd.engine.view import SortedView
 
 if TYPE_CHECKING:
-    from rankd.engine.engine import Engine, Submission
+    from rankd.engine.engine import Engine
     from rankd.engine.replication import GroupWriter
 
 
@@ -235,8 +236,6 @@ class Transaction:
         """Make board ``name`` anew holding what ``entries()`` gives, in
         place of any board of that name (as ``Engine.replace_board``, whose
         bounds the caller keeps); how many members it holds."""
-        from rankd.engine.engine import Submission  # (that module imports this one)
-
         check_board_name(name)
         parsed = BoardConfig.from_dict(config)
         self._writable(name)

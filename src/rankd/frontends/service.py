@@ -20,9 +20,10 @@ from typing import Any
 import orjson
 
 from rankd.engine.config import BoardConfig
-from rankd.engine.engine import Engine, Submission
+from rankd.engine.engine import Engine
 from rankd.engine.errors import EngineError, InvalidInput, NotFound
 from rankd.engine.staging import Staging
+from rankd.engine.submission import Submission
 from rankd.engine.view import SortedView
 from rankd.security import signing
 

@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 
 from rankd._native import native_or
 from rankd.engine.config import BOARD_NAME_RULE, BoardConfig, is_board_name
-from rankd.engine.engine import Submission
 from rankd.engine.errors import EngineError, NotFound, Unsettled
 from rankd.engine.ingest import IF_ABSENT, IF_GREATER, IF_LESS, IF_PRESENT, check_member
+from rankd.engine.submission import Submission
 from rankd.frontends.resp.arguments import (
     BOUND_NOT_FLOAT,
     SYNTAX,
