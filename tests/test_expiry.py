@@ -305,7 +305,7 @@ def test_deadlines_and_deletions_are_shipped_and_restored(tmp_path, pg_dsn, cloc
 
     digest, kinds = run(live())
     assert kinds == [("expire", "gone"), ("expire", "pending"), ("expired", "gone")]
-    run(postgres.restore(pg_dsn, tmp_path / "restored"))
+    run(postgres.restore(pg_dsn, tmp_path / "restored", Engine.rebuild))
 
     async def restored(engine: Engine):
         assert engine.deadline("pending") == _ms(clock, 3600 - 11)

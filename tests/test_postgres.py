@@ -154,7 +154,7 @@ def test_restore_from_postgres_rebuilds_the_live_state(tmp_path, pg_dsn):
 
     live_digest = run(live())
     restored_dir = tmp_path / "restored"
-    last = run(postgres.restore(pg_dsn, restored_dir))
+    last = run(postgres.restore(pg_dsn, restored_dir, Engine.rebuild))
 
     async def restored():
         engine = await Engine.open(engine_config(restored_dir), clock=clock)
@@ -180,9 +180,9 @@ def test_restore_refuses_a_used_data_dir_and_an_empty_database(tmp_path, pg_dsn)
 
     run(used())
     with pytest.raises(RuntimeError, match="not empty"):
-        run(postgres.restore(pg_dsn, tmp_path / "live"))
+        run(postgres.restore(pg_dsn, tmp_path / "live", Engine.rebuild))
     with pytest.raises(RuntimeError, match="no rankd events"):
-        run(postgres.restore(pg_dsn, tmp_path / "new"))
+        run(postgres.restore(pg_dsn, tmp_path / "new", Engine.rebuild))
 
 
 def test_closed_periods_are_archived_in_postgres(tmp_path, pg_dsn):
@@ -337,7 +337,7 @@ def test_a_record_postgres_refuses_is_set_aside_and_shipping_goes_on(tmp_path, p
         finally:
             await conn.close()
         restored = tmp_path.parent / (tmp_path.name + "-restored")
-        await postgres.restore(pg_dsn, restored)
+        await postgres.restore(pg_dsn, restored, Engine.rebuild)
         engine = await _open(restored, None)
         try:
             after = engine.digest()

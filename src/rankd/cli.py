@@ -144,6 +144,7 @@ def _restore(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
+    from rankd.engine.engine import Engine
     from rankd.engine.postgres import restore
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -153,7 +154,8 @@ def _restore(args: argparse.Namespace) -> int:
             bar.total = total
             bar.update(done - bar.n)
 
-        last = asyncio.run(restore(args.dsn, args.data_dir, progress=progress))
+        last = asyncio.run(restore(args.dsn, args.data_dir, Engine.rebuild,
+                                    progress=progress))
     print(f"restored {args.data_dir} up to event {last}; start it with "
           f"rankd serve --data-dir {args.data_dir}")
     return 0

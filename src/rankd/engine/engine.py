@@ -248,6 +248,17 @@ class Engine:
         await engine.start()
         return engine
 
+    @classmethod
+    async def rebuild(cls, data_dir: Path) -> int:
+        """Open ``data_dir`` as after a crash (replaying its log), close it
+        with a snapshot and return its last position: what
+        :func:`rankd.engine.postgres.restore` does once the log is written."""
+        engine = await cls.open(EngineConfig(data_dir=data_dir, fsync="always"))
+        try:
+            return engine.wal.last_lsn
+        finally:
+            await engine.close(snapshot=True)
+
     def lock(self) -> None:
         """Take the data dir's lock; ``RuntimeError`` if another process has it."""
         if self._lock_fd is None:

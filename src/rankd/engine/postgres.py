@@ -30,7 +30,9 @@ missing or corrupt), shipping *stalls*: it says so in its status
 wait forever or ship a different history.
 
 :func:`restore` rebuilds a data dir from Postgres alone: it replays the
-stored records into a fresh WAL, opens an engine on it and snapshots.
+stored records into a fresh WAL, opens an engine on it and snapshots.  This
+module imports no engine module above the WAL: what it needs of the engine
+(:func:`restore`'s ``rebuild``) is passed in.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -392,16 +394,16 @@ async def fetch_archive(dsn: str, board: str, window: str, period: str
     return [dict(row) for row in rows]
 
 
-async def restore(dsn: str, data_dir: str | Path, *, progress: Callable[[int, int], None]
-                  | None = None) -> int:
+async def restore(dsn: str, data_dir: str | Path, rebuild: Callable[[Path], Awaitable[int]],
+                  *, progress: Callable[[int, int], None] | None = None) -> int:
     """Rebuild ``data_dir`` from the events in Postgres; returns the last position.
 
     ``data_dir`` must not hold a WAL or snapshots already.  The records are
-    written to a fresh WAL with their original positions; the engine then
-    replays them on open, exactly as after a crash, and writes a snapshot.
+    written to a fresh WAL with their original positions; ``rebuild``
+    (``Engine.rebuild``, passed in so that this module does not import the
+    engine, which imports it) then replays them as after a crash, writes a
+    snapshot and returns the last position.
     """
-    from rankd.engine.engine import Engine, EngineConfig
-
     data_dir = Path(data_dir)
     for part in ("wal", "snapshots"):
         existing = data_dir / part
@@ -430,10 +432,6 @@ async def restore(dsn: str, data_dir: str | Path, *, progress: Callable[[int, in
         await wal.close()
     finally:
         await conn.close()
-    engine = await Engine.open(EngineConfig(data_dir=data_dir, fsync="always"))
-    try:
-        last = engine.wal.last_lsn
-    finally:
-        await engine.close(snapshot=True)
+    last = await rebuild(data_dir)
     log.info("restored %d events from Postgres into %s", expected - 1, data_dir)
     return last
