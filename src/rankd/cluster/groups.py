@@ -1,34 +1,18 @@
-"""Which board group a board belongs to.
+"""Board groups in the cluster: the group of a board name, and a lock per group.
 
-A cluster splits boards into :data:`GROUPS` groups by a hash of the board
-name; each group has its own log and at most one primary at a time, so a
-group can later move, or live on any subset of the nodes, without touching
-the others.  The hash is CRC-32 (zlib's, IEEE 802.3) of the name's UTF-8
-bytes, modulo :data:`GROUPS`: any language can compute it, and it never
-changes for a name.
+Which group a board belongs to (:data:`GROUPS`, :func:`group_of`) is the
+engine's (:mod:`rankd.engine.groups`, whose docstring gives the hash); it is
+named here too for the cluster's modules, which import the engine, never
+the reverse.
 """
 
 from __future__ import annotations
 
 import asyncio
-import zlib
 
-#: The number of board groups: fixed for the life of a cluster.
-GROUPS = 1024
+from rankd.engine.groups import GROUPS, group_of
 
-
-def group_of(board: str) -> int:
-    """The group of ``board``: ``crc32(utf8(board)) % GROUPS``, of only its
-    hash tag if it has one, as Redis Cluster picks a key's slot: the text
-    between its first ``{`` and the first ``}`` after it, when not empty.
-    So ``{cup}:daily`` and ``{cup}:weekly`` share a group (one node writes
-    both).  Names of before had no braces: their groups stay."""
-    start = board.find("{")
-    if start >= 0:
-        end = board.find("}", start + 1)
-        if end > start + 1:
-            board = board[start + 1:end]
-    return zlib.crc32(board.encode()) % GROUPS
+__all__ = ["GROUPS", "GroupLocks", "group_of"]
 
 
 class GroupLocks:

@@ -23,6 +23,8 @@ them and ships them to Postgres.
 ``dedupe``      event-id table with a TTL (its store native ``_dedupe``
                 when built)
 ``postgres``    schema, WAL shipping and restore (optional)
+``groups``      which board group a board name belongs to (the cluster
+                routes and logs by group)
 ``errors``      the errors front-ends map to responses
 ``collector``   garbage-collector settings for a process holding big boards
 ==============  ==========================================================

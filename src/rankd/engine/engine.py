@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rankd._tasks import outcome_seen
-from rankd.cluster.groups import group_of
 from rankd.engine import collector, expiry, records, staging
 from rankd.engine.board import Board
 from rankd.engine.coalescer import SubmitCoalescer
@@ -61,6 +60,7 @@ from rankd.engine.errors import (
     Unsettled,
 )
 from rankd.engine.expiry import Deadlines
+from rankd.engine.groups import group_of
 from rankd.engine.ingest import Ingested, check_member, ingest, ingest_packed, missing_board
 from rankd.engine.intake import Intake, Then
 from rankd.engine.periods import check_window, period_of, period_start

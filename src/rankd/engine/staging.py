@@ -47,11 +47,11 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from rankd._tasks import outcome_seen
-from rankd.cluster.groups import group_of
 from rankd.engine import records
 from rankd.engine.board import Board
 from rankd.engine.config import BoardConfig, check_board_name
 from rankd.engine.errors import InvalidInput, Unavailable
+from rankd.engine.groups import group_of
 
 if TYPE_CHECKING:
     from rankd.engine.engine import Engine

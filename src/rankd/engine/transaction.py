@@ -38,10 +38,10 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from rankd.cluster.groups import group_of
 from rankd.engine import expiry, records
 from rankd.engine.config import BoardConfig, check_board_name
 from rankd.engine.errors import EngineError, InvalidInput, NotFound, Unavailable
+from rankd.engine.groups import group_of
 from rankd.engine.ingest import ingest
 from rankd.engine.submission import Submission
 from rankd.engine.view import SortedView
