@@ -207,14 +207,9 @@ class ClusterLog:
 
     async def renew(self, lease: Lease) -> None:
         """Extend ``lease``; :class:`Fenced` if the group moved on."""
-        async with self._connection(self.renew_seconds) as conn:
-            renewed = await conn.fetchval(
-                "UPDATE rankd_groups SET lease_until = now() + make_interval(secs => $3) "
-                "WHERE group_id = $1 AND epoch = $2 AND holder = $4 RETURNING epoch",
-                lease.group, lease.epoch, self.lease_seconds, lease.holder,
-                timeout=self.renew_seconds)
-            if renewed is None:
-                await self._fenced(conn, lease)
+        fenced = await self.renew_many([lease])
+        if fenced:
+            raise fenced[lease.group]
 
     async def renew_many(self, leases: list[Lease]) -> dict[int, Fenced]:
         """Extend one holder's ``leases`` in one round trip; returns the

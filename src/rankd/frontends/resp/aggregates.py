@@ -461,7 +461,6 @@ async def _store_once(conn: RespConnection, args: list[bytes], inputs: list[str 
     """One attempt of :func:`_store`: its reply, or None if an input
     changed before the result was swapped in."""
     name = staging.name
-    principal = conn.principal or ANONYMOUS_ALL
     holding = (conn.service.hold_writes([i for i in inputs if i is not None])
                if tries == STEP_RESTARTS else contextlib.nullcontext(None))
     async with holding as release:
@@ -471,11 +470,7 @@ async def _store_once(conn: RespConnection, args: list[bytes], inputs: list[str 
             _charge(conn, len(result), "submit")
         if not result and not is_key(conn, name):
             return conn.replies.integer(0)  # no key before, none after
-        # Making a board, or replacing one REST made (its windows, its config):
-        # the scope making boards takes.  Rewriting a RESP-made one is a write.
-        admin = conn.service.board_config(name) not in _REDIS_CONFIGS
-        if admin:
-            conn.gate.admit(principal, "put_board", conn.address)
+        admin = _admit_maker(conn, name)
         while result:
             if staging.parts:
                 await asyncio.sleep(0)  # other clients' turn
@@ -491,8 +486,7 @@ async def _store_once(conn: RespConnection, args: list[bytes], inputs: list[str 
     if stored is None:
         return None
     if admin:
-        conn.gate.done(principal, "put_board", conn.address, board=name,
-                       command=args[0].lower().decode(errors="replace"))
+        _made(conn, name, args)
     return conn.replies.integer(stored)
 
 
@@ -512,17 +506,28 @@ async def _store_in_exec(conn: RespConnection, args: list[bytes], result: Result
     if not result and (name is None or not is_key(conn, name)):
         return conn.replies.integer(0)  # no key before, none after
     name = _writable_name(args[1])
-    principal = conn.principal or ANONYMOUS_ALL
-    # Making a board, or replacing one REST made: the scope making boards takes.
-    admin = conn.service.board_config(name) not in _REDIS_CONFIGS
-    if admin:
-        conn.gate.admit(principal, "put_board", conn.address)
+    admin = _admit_maker(conn, name)
     stored = await conn.service.replace_board(name, REDIS_BOARD_DICT,
                                               lambda: list(current().items()))
     if admin:
-        conn.gate.done(principal, "put_board", conn.address, board=name,
-                       command=args[0].lower().decode(errors="replace"))
+        _made(conn, name, args)
     return conn.replies.integer(stored)
+
+
+def _admit_maker(conn: RespConnection, name: str) -> bool:
+    """Whether storing into ``name`` makes a board, or replaces one REST made
+    (its windows, its config): admitted then with the scope making boards
+    takes (rewriting a RESP-made one is a write)."""
+    admin = conn.service.board_config(name) not in _REDIS_CONFIGS
+    if admin:
+        conn.gate.admit(conn.principal or ANONYMOUS_ALL, "put_board", conn.address)
+    return admin
+
+
+def _made(conn: RespConnection, name: str, args: list[bytes]) -> None:
+    """The audit of a store that made (or replaced) board ``name``."""
+    conn.gate.done(conn.principal or ANONYMOUS_ALL, "put_board", conn.address, board=name,
+                   command=args[0].lower().decode(errors="replace"))
 
 
 @dataclass(slots=True)
