@@ -70,6 +70,8 @@ def feed_all(made: Any, pieces: list[bytes], native: bool) -> tuple[list[list[by
         for piece in pieces:
             try:
                 commands += made.feed(piece)
+                while made.more:  # at most FEED_MOST a call: the rest on the
+                    commands += made.feed(b"")  # next, as the daemon reads on
             except protocol.ProtocolError as exc:
                 return commands + exc.commands, exc.message
     finally:
