@@ -118,7 +118,7 @@ class TransactionEngine:
 
 
 def transaction_service(service: Any, transaction: Transaction,
-                         precomputed: dict[int, Any]) -> Any:
+                        precomputed: dict[int, Any]) -> Any:
     """The connection's service for the commands of one EXEC: the same,
     over :class:`TransactionEngine`."""
     inside = copy.copy(service)

@@ -126,7 +126,7 @@ def start_of(view: Any, bounds: LexRange, reverse: bool) -> int | None:
 
 
 def walk(view: Any, bounds: LexRange, reverse: bool, offset: int, limit: int,
-          most: int) -> tuple[int, int]:
+         most: int) -> tuple[int, int]:
     """``(first, count)``: the positions (walking ``reverse`` or not) a
     lex range's walk covers, skipping ``offset``, at most ``limit`` (all if
     negative) and ``most`` + 1 (past ``most`` the caller refuses it)."""
