@@ -147,3 +147,28 @@ if __name__ == "__main__":
         print("cycle:", " ".join(sorted(cycle)))
     for line in upward_imports(imports, "rankd.engine", "rankd.cluster"):
         print("engine imports the cluster:", line)
+
+
+# --- the front-ends (issue 46: the RESP port's circle) -----------------------------------
+#: The RESP module that assembles the command table, and the connection's.
+RESP_TABLE = "rankd.frontends.resp.commands"
+RESP_CONNECTION = "rankd.frontends.resp.connection"
+
+
+def test_frontends_have_no_import_cycle():
+    """No circle among the front-end modules: the RESP command modules take
+    the connection's narrow ``resp.context.Context``, the table imports
+    them, the connection imports the table, never the reverse."""
+    assert cycles(import_graph(), "rankd.frontends") == []
+
+
+def test_resp_commands_import_neither_the_table_nor_the_connection():
+    """A RESP command module imports neither ``connection.py`` nor the
+    table (what they share is ``resp/context.py``'s); only the connection
+    imports the table."""
+    graph = import_graph()
+    found = [f"{name} -> {target}" for name, targets in graph.items()
+             if name.startswith("rankd.frontends.resp.")
+             for target in sorted(targets)
+             if target == RESP_CONNECTION or (target == RESP_TABLE and name != RESP_CONNECTION)]
+    assert found == []

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rankd.engine.errors import Unsettled
-from rankd.frontends.resp import transactions
+from rankd.frontends.resp import exec_step
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, integer, score
 from rankd.frontends.resp.sorted_sets import (
     _REDIS_CONFIGS,
@@ -68,7 +68,7 @@ from rankd.frontends.resp.sorted_sets import (
 from rankd.security import ANONYMOUS_ALL
 
 if TYPE_CHECKING:
-    from rankd.frontends.resp.connection import RespConnection
+    from rankd.frontends.resp.context import Context
 
 #: Entries one aggregation may read from its inputs or look up in them
 #: (a union reads every input; an intersection or a difference walks one
@@ -154,7 +154,7 @@ def parse(args: list[bytes], at: int, op: str, *, store: bool = False,
     return found
 
 
-def _views(conn: RespConnection, keys: list[bytes]) -> list[Any]:
+def _views(conn: Context, keys: list[bytes]) -> list[Any]:
     return [_view(conn, key) for key in keys]
 
 
@@ -245,11 +245,11 @@ class _Closed(Exception):
     """The connection closed while its work was under way."""
 
 
-def _versions(conn: RespConnection, names: list[str | None]) -> list[Any]:
+def _versions(conn: Context, names: list[str | None]) -> list[Any]:
     return [_version(conn, name) for name in names]
 
 
-async def _in_steps(conn: RespConnection, names: list[str | None],
+async def _in_steps(conn: Context, names: list[str | None],
                     make: Callable[[], Work]) -> tuple[Any, list[Any]]:
     """``make()``'s work done a step at a time, other clients served in
     between, started again if one of the boards ``names`` changed (twice
@@ -282,13 +282,13 @@ def _names(keys: list[bytes]) -> list[str | None]:
     return list(dict.fromkeys(board_name(key) for key in keys))
 
 
-def _charge_reads(conn: RespConnection, entries: int) -> None:
+def _charge_reads(conn: Context, entries: int) -> None:
     """A store's reads, charged as reads are (which takes the read scope:
     the command itself is admitted as a write)."""
     conn.gate.admit(conn.principal or ANONYMOUS_ALL, "top", conn.address, work_cost(entries))
 
 
-def _prepare(conn: RespConnection, found: Aggregation, *, store: bool,
+def _prepare(conn: Context, found: Aggregation, *, store: bool,
              charge: bool = True) -> Callable[[], Work]:
     """Check an aggregation's size and charge it (unless not ``charge``:
     done again); the work to do."""
@@ -301,7 +301,7 @@ def _prepare(conn: RespConnection, found: Aggregation, *, store: bool,
     return lambda: compute(_views(conn, found.keys), found)
 
 
-def _run(conn: RespConnection, found: Aggregation, *, store: bool, charge: bool = True
+def _run(conn: Context, found: Aggregation, *, store: bool, charge: bool = True
          ) -> Any:
     """``(result, versions)`` (the versions of the inputs it is of) at
     once if the aggregation's work is small (or inside EXEC, whose step
@@ -309,7 +309,7 @@ def _run(conn: RespConnection, found: Aggregation, *, store: bool, charge: bool 
     make = _prepare(conn, found, store=store, charge=charge)
     names = _names(found.keys)
     work = _work(_views(conn, found.keys), found.op)
-    inside = transactions.running(conn)
+    inside = exec_step.running(conn)
     if inside is not None:
         inside.spend_read(work)
     if inside is not None or work <= STEP_ENTRIES:
@@ -322,7 +322,7 @@ def _sorted(result: Result) -> list[tuple[int, str, float]]:
             sorted(result.items(), key=lambda item: (item[1], item[0]))]
 
 
-async def _reply_in_steps(conn: RespConnection, result: Result, withscores: bool) -> bytes:
+async def _reply_in_steps(conn: Context, result: Result, withscores: bool) -> bytes:
     """A large result's reply: sorted a chunk at a time, merged and encoded
     a step at a time, other clients served in between."""
     items = list(result.items())
@@ -355,14 +355,14 @@ async def _reply_in_steps(conn: RespConnection, result: Result, withscores: bool
     return b"".join(parts)
 
 
-def _answer(conn: RespConnection, result: Result, withscores: bool) -> Reply:
+def _answer(conn: Context, result: Result, withscores: bool) -> Reply:
     _check_size(len(result))
     if len(result) <= STEP_ENTRIES:
         return _entries(conn, _sorted(result), withscores, nested=True)
     return _reply_in_steps(conn, result, withscores)
 
 
-def _aggregate(conn: RespConnection, args: list[bytes], op: str) -> Reply:
+def _aggregate(conn: Context, args: list[bytes], op: str) -> Reply:
     """ZUNION, ZINTER, ZDIFF: numkeys key [key ...] [options]."""
     found = parse(args, 1, op)
     outcome = _run(conn, found, store=False)
@@ -379,22 +379,22 @@ def _aggregate(conn: RespConnection, args: list[bytes], op: str) -> Reply:
     return later()
 
 
-def zunion(conn: RespConnection, args: list[bytes]) -> Reply:
+def zunion(conn: Context, args: list[bytes]) -> Reply:
     """ZUNION numkeys key [key ...] [WEIGHTS w ...] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]"""
     return _aggregate(conn, args, "union")
 
 
-def zinter(conn: RespConnection, args: list[bytes]) -> Reply:
+def zinter(conn: Context, args: list[bytes]) -> Reply:
     """ZINTER numkeys key [key ...] [WEIGHTS w ...] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]"""
     return _aggregate(conn, args, "inter")
 
 
-def zdiff(conn: RespConnection, args: list[bytes]) -> Reply:
+def zdiff(conn: Context, args: list[bytes]) -> Reply:
     """ZDIFF numkeys key [key ...] [WITHSCORES]"""
     return _aggregate(conn, args, "diff")
 
 
-def zintercard(conn: RespConnection, args: list[bytes]) -> Reply:
+def zintercard(conn: Context, args: list[bytes]) -> Reply:
     """ZINTERCARD numkeys key [key ...] [LIMIT limit]"""
     found = parse(args, 1, "inter", card=True)
     found.op = "card"
@@ -425,7 +425,7 @@ def _check_stored(count: int) -> None:
 Attempt = Callable[[bool], Awaitable[tuple[Result, Callable[[], bool]]]]
 
 
-async def _store(conn: RespConnection, args: list[bytes], inputs: list[str | None],
+async def _store(conn: Context, args: list[bytes], inputs: list[str | None],
                  attempt: Attempt) -> bytes:
     """Make board ``args[1]`` anew holding what ``attempt`` computes from
     boards ``inputs``, built in steps (see the module docstring); started
@@ -456,7 +456,7 @@ async def _store(conn: RespConnection, args: list[bytes], inputs: list[str | Non
     raise AssertionError("the last attempt holds its inputs: they cannot change")
 
 
-async def _store_once(conn: RespConnection, args: list[bytes], inputs: list[str | None],
+async def _store_once(conn: Context, args: list[bytes], inputs: list[str | None],
                       attempt: Attempt, staging: Any, tries: int) -> bytes | None:
     """One attempt of :func:`_store`: its reply, or None if an input
     changed before the result was swapped in."""
@@ -490,7 +490,7 @@ async def _store_once(conn: RespConnection, args: list[bytes], inputs: list[str 
     return conn.replies.integer(stored)
 
 
-async def _store_in_exec(conn: RespConnection, args: list[bytes], result: Result,
+async def _store_in_exec(conn: Context, args: list[bytes], result: Result,
                         current: Callable[[], Result]) -> bytes:
     """Inside EXEC: make board ``args[1]`` anew holding ``result`` (as
     ``current()`` gives it when applied: it computes it again if its inputs
@@ -498,7 +498,7 @@ async def _store_in_exec(conn: RespConnection, args: list[bytes], result: Result
     _check_stored(len(result))
     if any(math.isinf(value) for value in result.values()):
         raise CommandError("ERR rankd keeps finite scores only")
-    inside = transactions.running(conn)
+    inside = exec_step.running(conn)
     inside.spend_stored(len(result))
     name = board_name(args[1])
     if name is not None:  # on a cluster node that does not write it: TRYAGAIN, as writes
@@ -514,7 +514,7 @@ async def _store_in_exec(conn: RespConnection, args: list[bytes], result: Result
     return conn.replies.integer(stored)
 
 
-def _admit_maker(conn: RespConnection, name: str) -> bool:
+def _admit_maker(conn: Context, name: str) -> bool:
     """Whether storing into ``name`` makes a board, or replaces one REST made
     (its windows, its config): admitted then with the scope making boards
     takes (rewriting a RESP-made one is a write)."""
@@ -524,7 +524,7 @@ def _admit_maker(conn: RespConnection, name: str) -> bool:
     return admin
 
 
-def _made(conn: RespConnection, name: str, args: list[bytes]) -> None:
+def _made(conn: Context, name: str, args: list[bytes]) -> None:
     """The audit of a store that made (or replaced) board ``name``."""
     conn.gate.done(conn.principal or ANONYMOUS_ALL, "put_board", conn.address, board=name,
                    command=args[0].lower().decode(errors="replace"))
@@ -543,7 +543,7 @@ class Computed:
 _STORES = {b"zunionstore": "union", b"zinterstore": "inter", b"zdiffstore": "diff"}
 
 
-async def precompute(conn: RespConnection, args: list[bytes]) -> Computed:
+async def precompute(conn: Context, args: list[bytes]) -> Computed:
     """Compute a queued store's result now, in steps as outside ``MULTI``
     (charged and bounded so), for the step of its EXEC."""
     found = parse(args, 2, _STORES[args[0].lower()], store=True)
@@ -556,16 +556,16 @@ async def precompute(conn: RespConnection, args: list[bytes]) -> Computed:
     return Computed(_names(found.keys), *outcome)
 
 
-def current(conn: RespConnection, computed: Computed) -> bool:
+def current(conn: Context, computed: Computed) -> bool:
     """Whether no input of ``computed`` changed since it was computed."""
     return _versions(conn, computed.names) == computed.versions
 
 
-def _store_aggregate(conn: RespConnection, args: list[bytes], op: str) -> Reply:
+def _store_aggregate(conn: Context, args: list[bytes], op: str) -> Reply:
     """ZUNIONSTORE, ZINTERSTORE, ZDIFFSTORE destination numkeys key ..."""
     found = parse(args, 2, op, store=True)
     names = _names(found.keys)
-    if transactions.running(conn) is not None:
+    if exec_step.running(conn) is not None:
         return _store_aggregate_in_exec(conn, args, found, names)
 
     async def attempt(first: bool) -> tuple[Result, Callable[[], bool]]:
@@ -575,10 +575,10 @@ def _store_aggregate(conn: RespConnection, args: list[bytes], op: str) -> Reply:
     return _store(conn, args, names, attempt)
 
 
-def _store_aggregate_in_exec(conn: RespConnection, args: list[bytes], found: Aggregation,
+def _store_aggregate_in_exec(conn: Context, args: list[bytes], found: Aggregation,
                              names: list[str | None]) -> Reply:
     """A store inside EXEC: computed before the step if it could be, else now."""
-    computed = transactions.running(conn).precomputed.get(id(args))
+    computed = exec_step.running(conn).precomputed.get(id(args))
     outcome = ((computed.result, computed.versions) if computed is not None
                else _run(conn, found, store=True))
 
@@ -601,22 +601,22 @@ def _store_aggregate_in_exec(conn: RespConnection, args: list[bytes], found: Agg
     return later()
 
 
-def zunionstore(conn: RespConnection, args: list[bytes]) -> Reply:
+def zunionstore(conn: Context, args: list[bytes]) -> Reply:
     """ZUNIONSTORE destination numkeys key [key ...] [WEIGHTS w ...] [AGGREGATE ...]"""
     return _store_aggregate(conn, args, "union")
 
 
-def zinterstore(conn: RespConnection, args: list[bytes]) -> Reply:
+def zinterstore(conn: Context, args: list[bytes]) -> Reply:
     """ZINTERSTORE destination numkeys key [key ...] [WEIGHTS w ...] [AGGREGATE ...]"""
     return _store_aggregate(conn, args, "inter")
 
 
-def zdiffstore(conn: RespConnection, args: list[bytes]) -> Reply:
+def zdiffstore(conn: Context, args: list[bytes]) -> Reply:
     """ZDIFFSTORE destination numkeys key [key ...]"""
     return _store_aggregate(conn, args, "diff")
 
 
-def _range_work(conn: RespConnection, key: bytes, spec: Any) -> Work:
+def _range_work(conn: Context, key: bytes, spec: Any) -> Work:
     """The members of a range (as :func:`compute` gives a result), read
     :data:`STEP_ENTRIES` at a time."""
     plan = range_plan(conn, key, spec)
@@ -632,10 +632,10 @@ def _range_work(conn: RespConnection, key: bytes, spec: Any) -> Work:
     return result
 
 
-def zrangestore(conn: RespConnection, args: list[bytes]) -> Reply:
+def zrangestore(conn: Context, args: list[bytes]) -> Reply:
     """ZRANGESTORE dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]"""
     spec = parse_range(args, 2, store=True)
-    if transactions.running(conn) is not None:  # in the EXEC's one commit
+    if exec_step.running(conn) is not None:  # in the EXEC's one commit
 
         def current() -> Result:
             plan = range_plan(conn, args[2], spec)

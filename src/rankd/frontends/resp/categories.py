@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 from rankd.frontends.resp.arguments import CommandError, glob_match
 
 if TYPE_CHECKING:
-    from rankd.frontends.resp.commands import Command
-    from rankd.frontends.resp.connection import RespConnection
+    from rankd.frontends.resp.context import Command, Context
 
 _WRITE_SORTED = ("@write", "@sortedset", "@fast")
 _READ_SORTED = ("@read", "@sortedset", "@fast")
@@ -114,12 +113,11 @@ def _every(commands: dict[bytes, Command]) -> Iterator[Command]:
         yield from command.subcommands.values()
 
 
-def command_list(conn: RespConnection, args: list[bytes]) -> bytes:
+def command_list(conn: Context, args: list[bytes], commands: dict[bytes, Command]) -> bytes:
     """COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]:
-    every command and subcommand name, or those the filter keeps (rankd
-    has no modules: none of theirs).  As Redis, the last FILTERBY counts."""
-    from rankd.frontends.resp.commands import COMMANDS
-
+    every command and subcommand name of the table ``commands``, or those
+    the filter keeps (rankd has no modules: none of theirs).  As Redis, the
+    last FILTERBY counts."""
     kind = argument = None
     position = 2
     while position < len(args):
@@ -129,13 +127,13 @@ def command_list(conn: RespConnection, args: list[bytes]) -> bytes:
         if kind not in (b"module", b"aclcat", b"pattern"):
             raise CommandError("ERR syntax error")
         position += 3
-    names = [command.name.encode() for command in _every(COMMANDS)]
+    names = [command.name.encode() for command in _every(commands)]
     if kind == b"module":
         names = []
     elif kind == b"aclcat":
         category = argument.lower().decode("latin-1")
         names = [] if category not in KNOWN else [
-            command.name.encode() for command in _every(COMMANDS)
+            command.name.encode() for command in _every(commands)
             if f"@{category}" in categories_of(command)]
     elif kind == b"pattern" and argument is not None:
         names = [name for name in names if glob_match(argument, name, nocase=True)]

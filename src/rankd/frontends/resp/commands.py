@@ -1,12 +1,21 @@
 """The RESP command table, and the commands of the connection itself.
 
+:data:`COMMANDS` is assembled here, and only here, from the command
+modules (:mod:`.sorted_sets`, :mod:`.expiry`, :mod:`.aggregates`,
+:mod:`.pops`, :mod:`.transactions`, :mod:`.monitor`, :mod:`.tooling`...),
+which this module imports; :mod:`.connection` imports the table, and no
+command module imports either (a handler is given the connection's
+:class:`~.context.Context`, and :class:`~.context.Command` is defined
+there).
+
 :func:`lookup` finds a command by name (any case) and checks its arity the
 way Redis does, with Redis's error texts; each :class:`Command` names the
 Gate operation it amounts to (its scope and rate limit), or None for the
 commands every client sends before or around authentication (``HELLO``,
 ``AUTH``, ``PING``...).  The sorted-set and keyspace commands live in
 :mod:`.sorted_sets`; this module holds the handshake and tooling set:
-what clients, ``redis-cli``, ``redis-benchmark`` and exporters send.
+what clients, ``redis-cli``, ``redis-benchmark`` and exporters send, and
+the introspection of the table (``COMMAND``).
 
 rankd's own commands (``RANKD.*``, a name no Redis command has) reach what
 Redis lacks: dense and competition ranks and percentiles, a member's
@@ -17,8 +26,6 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rankd import __version__
@@ -29,7 +36,6 @@ from rankd.frontends.resp import (
     blocking,
     categories,
     expiry,
-    lex,
     monitor,
     pops,
     tooling,
@@ -38,42 +44,15 @@ from rankd.frontends.resp import (
 from rankd.frontends.resp import info as info_sections
 from rankd.frontends.resp import sorted_sets as zset
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, glob_match, integer, text
+from rankd.frontends.resp.context import Command, Handler
 from rankd.frontends.resp.protocol import Replies
 
 if TYPE_CHECKING:
-    from rankd.frontends.resp.connection import RespConnection
+    from rankd.frontends.resp.context import Context
 
 #: The Redis version rankd answers as (what clients check for features:
 #: ``ZRANK ... WITHSCORE`` and ``CLIENT SETINFO`` are 7.2's).
 REDIS_VERSION = "7.2.0"
-
-Handler = Callable[["RespConnection", list[bytes]], Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    """One command: its handler and what Redis's ``COMMAND`` says of it."""
-
-    name: str
-    arity: int
-    handler: Handler
-    #: The Gate operation (scope, rate limit); None: open before AUTH too.
-    operation: str | None
-    flags: tuple[str, ...] = ()
-    first_key: int = 0
-    last_key: int = 0
-    group: str = "sorted-set"
-    summary: str = ""
-    #: Events the command counts as against rate limits (default 1).
-    cost: Callable[[list[bytes]], int] | None = None
-    #: Its writes may join the batch of the commands before it.
-    batchable: bool = False
-    #: Answered at once, without waiting (its handler returns the reply).
-    immediate: bool = True
-    #: Applied when it runs, its reply waiting for the commit (``.pop_runs``):
-    #: the batched writes before it are applied first, the rest stay batched.
-    applied_now: bool = False
-    subcommands: dict[str, Command] = field(default_factory=dict)
 
 
 def lookup(words: list[bytes]) -> Command:
@@ -111,33 +90,33 @@ def unknown_command(words: list[bytes]) -> str:
 # --- connection ----------------------------------------------------------------------
 
 
-def ping(conn: RespConnection, args: list[bytes]) -> bytes:
+def ping(conn: Context, args: list[bytes]) -> bytes:
     if len(args) > 2:
         raise CommandError("ERR wrong number of arguments for 'ping' command")
     return conn.replies.bulk(args[1]) if len(args) == 2 else conn.replies.simple("PONG")
 
 
-def echo(conn: RespConnection, args: list[bytes]) -> bytes:
+def echo(conn: Context, args: list[bytes]) -> bytes:
     return conn.replies.bulk(args[1])
 
 
-def quit_(conn: RespConnection, args: list[bytes]) -> bytes:
+def quit_(conn: Context, args: list[bytes]) -> bytes:
     conn.quitting = True
     return conn.replies.simple("OK")
 
 
-def reset(conn: RespConnection, args: list[bytes]) -> bytes:
+def reset(conn: Context, args: list[bytes]) -> bytes:
     conn.reset()
     return conn.replies.simple("RESET")
 
 
-def select(conn: RespConnection, args: list[bytes]) -> bytes:
+def select(conn: Context, args: list[bytes]) -> bytes:
     if integer(args[1]) != 0:
         raise CommandError("ERR DB index is out of range")
     return conn.replies.simple("OK")
 
 
-def auth(conn: RespConnection, args: list[bytes]) -> bytes:
+def auth(conn: Context, args: list[bytes]) -> bytes:
     """AUTH [username] password: the password is an API key or a JWT."""
     if len(args) > 3:
         raise CommandError(SYNTAX)
@@ -148,7 +127,7 @@ def auth(conn: RespConnection, args: list[bytes]) -> bytes:
     return conn.replies.simple("OK")
 
 
-def hello(conn: RespConnection, args: list[bytes]) -> bytes:
+def hello(conn: Context, args: list[bytes]) -> bytes:
     """HELLO [protover [AUTH username password] [SETNAME clientname]]"""
     version = conn.replies.version
     if len(args) >= 2:
@@ -195,20 +174,20 @@ def _client_name(word: bytes) -> str:
     return word.decode()
 
 
-def client_setname(conn: RespConnection, args: list[bytes]) -> bytes:
+def client_setname(conn: Context, args: list[bytes]) -> bytes:
     conn.name = _client_name(args[2]) or None
     return conn.replies.simple("OK")
 
 
-def client_getname(conn: RespConnection, args: list[bytes]) -> bytes:
+def client_getname(conn: Context, args: list[bytes]) -> bytes:
     return conn.replies.bulk(conn.name)
 
 
-def client_id(conn: RespConnection, args: list[bytes]) -> bytes:
+def client_id(conn: Context, args: list[bytes]) -> bytes:
     return conn.replies.integer(conn.id)
 
 
-def client_setinfo(conn: RespConnection, args: list[bytes]) -> bytes:
+def client_setinfo(conn: Context, args: list[bytes]) -> bytes:
     attribute = args[2].lower().decode(errors="replace")
     if attribute not in ("lib-name", "lib-ver"):
         raise CommandError(f"ERR Unrecognized option '{_shown(args[2])}'")
@@ -219,15 +198,15 @@ def client_setinfo(conn: RespConnection, args: list[bytes]) -> bytes:
     return conn.replies.simple("OK")
 
 
-def client_info(conn: RespConnection, args: list[bytes]) -> bytes:
+def client_info(conn: Context, args: list[bytes]) -> bytes:
     return conn.replies.bulk(conn.describe() + "\n")
 
 
-def client_list(conn: RespConnection, args: list[bytes]) -> bytes:
+def client_list(conn: Context, args: list[bytes]) -> bytes:
     return conn.replies.bulk("".join(c.describe() + "\n" for c in conn.server.connections))
 
 
-def client_noop(conn: RespConnection, args: list[bytes]) -> bytes:
+def client_noop(conn: Context, args: list[bytes]) -> bytes:
     """CLIENT NO-EVICT|NO-TOUCH on|off: nothing is evicted or touched here."""
     if args[2].lower() not in (b"on", b"off"):
         raise CommandError(SYNTAX)
@@ -237,7 +216,7 @@ def client_noop(conn: RespConnection, args: list[bytes]) -> bytes:
 # --- tooling ------------------------------------------------------------------------------
 
 
-def _info_sections(conn: RespConnection) -> dict[str, list[tuple[str, object]]]:
+def _info_sections(conn: Context) -> dict[str, list[tuple[str, object]]]:
     server = conn.server
     service = conn.service
     now = conn.loop.time()
@@ -289,13 +268,13 @@ def _info_sections(conn: RespConnection) -> dict[str, list[tuple[str, object]]]:
     }
 
 
-def info(conn: RespConnection, args: list[bytes]) -> bytes:
+def info(conn: Context, args: list[bytes]) -> bytes:
     """INFO [section ...]"""
     names = info_sections.wanted(args[1:])
     return conn.replies.bulk(info_sections.render(_info_sections(conn), names))
 
 
-def config_get(conn: RespConnection, args: list[bytes]) -> bytes:
+def config_get(conn: Context, args: list[bytes]) -> bytes:
     """CONFIG GET parameter [parameter ...]: what tools ask (redis-benchmark
     asks for ``save`` and ``appendonly``), as rankd runs."""
     settings = conn.server.settings
@@ -313,12 +292,12 @@ def config_get(conn: RespConnection, args: list[bytes]) -> bytes:
         replies.bulk(key) + replies.bulk(value) for key, value in found.items())
 
 
-def config_set(conn: RespConnection, args: list[bytes]) -> bytes:
+def config_set(conn: Context, args: list[bytes]) -> bytes:
     raise CommandError("ERR rankd's configuration is set when it starts (rankd serve "
                        "options); CONFIG SET changes nothing")
 
 
-def config_resetstat(conn: RespConnection, args: list[bytes]) -> bytes:
+def config_resetstat(conn: Context, args: list[bytes]) -> bytes:
     conn.server.reset_counts()
     info_sections.ERRORS.clear()
     return conn.replies.simple("OK")
@@ -359,15 +338,20 @@ def _categories(replies: Replies, command: Command) -> list[bytes]:
     return [replies.array_header(len(found)), *map(replies.simple, found)]
 
 
-def command_(conn: RespConnection, args: list[bytes]) -> bytes:
+def command_(conn: Context, args: list[bytes]) -> bytes:
     """COMMAND: every command's entry."""
     commands = list(COMMANDS.values())
     return conn.replies.array_header(len(commands)) + b"".join(
         _command_entry(conn.replies, c) for c in commands)
 
 
-def command_count(conn: RespConnection, args: list[bytes]) -> bytes:
+def command_count(conn: Context, args: list[bytes]) -> bytes:
     return conn.replies.integer(len(COMMANDS))
+
+
+def command_list(conn: Context, args: list[bytes]) -> bytes:
+    """COMMAND LIST [FILTERBY ...] of this table (:func:`.categories.command_list`)."""
+    return categories.command_list(conn, args, COMMANDS)
 
 
 def _names(args: list[bytes]) -> list[bytes]:
@@ -391,7 +375,7 @@ def _named(name: bytes) -> Command | None:
     return command
 
 
-def command_info(conn: RespConnection, args: list[bytes]) -> bytes:
+def command_info(conn: Context, args: list[bytes]) -> bytes:
     replies = conn.replies
     names = _names(args) or list(COMMANDS)
     out = [replies.array_header(len(names))]
@@ -402,7 +386,7 @@ def command_info(conn: RespConnection, args: list[bytes]) -> bytes:
     return b"".join(out)
 
 
-def command_docs(conn: RespConnection, args: list[bytes]) -> bytes:
+def command_docs(conn: Context, args: list[bytes]) -> bytes:
     """COMMAND DOCS [name ...]: summary and group of each (what redis-cli
     shows as hints), rankd's own commands included."""
     replies = conn.replies
@@ -421,7 +405,7 @@ def command_docs(conn: RespConnection, args: list[bytes]) -> bytes:
 # --- rankd's own ------------------------------------------------------------------------
 
 
-def _board(conn: RespConnection, key: bytes) -> str:
+def _board(conn: Context, key: bytes) -> str:
     name = zset.board_name(key)
     if name is None or not conn.service.has_board(name):
         raise CommandError("ERR no such key")
@@ -443,7 +427,7 @@ def _pairs(replies: Replies, fields: list[tuple[str, object]]) -> bytes:
     return b"".join(out)
 
 
-def rankd_rank(conn: RespConnection, args: list[bytes]) -> bytes:
+def rankd_rank(conn: Context, args: list[bytes]) -> bytes:
     """RANKD.RANK key member: the member's standing, every kind of rank
     (1 is the board's best), or null."""
     name = _board(conn, args[1])
@@ -474,7 +458,7 @@ def _ranked(replies: Replies, entries: list[dict[str, Any]], *, list_rank: bool 
     return b"".join(out)
 
 
-def rankd_friends(conn: RespConnection, args: list[bytes]) -> bytes:
+def rankd_friends(conn: Context, args: list[bytes]) -> bytes:
     """RANKD.FRIENDS key member [member ...]: those members ranked among
     themselves (list_rank) and on the board (rank); absent ones left out."""
     name = _board(conn, args[1])
@@ -483,7 +467,7 @@ def rankd_friends(conn: RespConnection, args: list[bytes]) -> bytes:
     return _ranked(conn.replies, ranked["entries"], list_rank=True)
 
 
-def rankd_around(conn: RespConnection, args: list[bytes]) -> bytes:
+def rankd_around(conn: Context, args: list[bytes]) -> bytes:
     """RANKD.AROUND key member [above below]: the member's neighbours on the
     board's ranking (best first), or an empty array if absent."""
     if len(args) not in (3, 5):
@@ -501,7 +485,7 @@ def rankd_around(conn: RespConnection, args: list[bytes]) -> bytes:
     return _ranked(conn.replies, entries)
 
 
-def rankd_window(conn: RespConnection, args: list[bytes]) -> bytes:
+def rankd_window(conn: Context, args: list[bytes]) -> bytes:
     """RANKD.WINDOW [window [period]]: the window (and closed period) this
     connection's reads use; with no argument, each board's own again."""
     if len(args) > 3:
@@ -540,7 +524,7 @@ _KEY = (1, 1)
 
 
 def _container(name: str, subcommands: list[Command], group: str) -> Command:
-    def help_(conn: RespConnection, args: list[bytes]) -> bytes:
+    def help_(conn: Context, args: list[bytes]) -> bytes:
         names = sorted(sub.name.split("|")[1].upper() for sub in subcommands)
         return conn.replies.array_header(len(names)) + b"".join(
             conn.replies.simple(n) for n in names)
@@ -548,7 +532,7 @@ def _container(name: str, subcommands: list[Command], group: str) -> Command:
     subs[b"help"] = _command(f"{name}|help", 2, help_, None, ("loading", "stale"),
                              group=group)
 
-    def missing(conn: RespConnection, args: list[bytes]) -> bytes:
+    def missing(conn: Context, args: list[bytes]) -> bytes:
         raise CommandError(f"ERR wrong number of arguments for '{name}' command")
     return _command(name, -2, missing, None, group=group, subcommands=subs)
 
@@ -697,7 +681,7 @@ COMMANDS[b"command"] = Command(
                           cost=_names_cost),
         b"docs": _command("command|docs", -2, command_docs, None, group="server",
                           cost=_names_cost),
-        b"list": _command("command|list", -2, categories.command_list, None, group="server"),
+        b"list": _command("command|list", -2, command_list, None, group="server"),
     })
 
 # Transactions (rankd.frontends.resp.transactions): MULTI queues, EXEC applies atomically.
@@ -737,13 +721,13 @@ COMMANDS.update({c.name.encode(): c for c in [
              immediate=False),
     _command("zrangestore", -5, aggregates.zrangestore, "submit", _STORE, (1, 2),
              summary="Store a range of members", immediate=False),
-    _command("zrangebylex", -4, lex.zrangebylex, "top", ("readonly",), _KEY,
+    _command("zrangebylex", -4, zset.zrangebylex, "top", ("readonly",), _KEY,
              summary="Members in a lexicographical range", immediate=False),
-    _command("zrevrangebylex", -4, lex.zrevrangebylex, "top", ("readonly",), _KEY,
+    _command("zrevrangebylex", -4, zset.zrevrangebylex, "top", ("readonly",), _KEY,
              summary="Members in a lexicographical range, in reverse", immediate=False),
-    _command("zlexcount", 4, lex.zlexcount, "top", _READ, _KEY,
+    _command("zlexcount", 4, zset.zlexcount, "top", _READ, _KEY,
              summary="Members in a lexicographical range"),
-    _command("zremrangebylex", 4, lex.zremrangebylex, "remove_member", ("write",), _KEY,
+    _command("zremrangebylex", 4, zset.zremrangebylex, "remove_member", ("write",), _KEY,
              summary="Remove members in a lexicographical range", immediate=False),
     _command("zrandmember", -2, pops.zrandmember, "top", ("readonly",), _KEY,
              summary="Random members", immediate=False),

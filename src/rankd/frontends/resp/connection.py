@@ -43,8 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from rankd._native import native_or
 from rankd.engine.engine import SETTLE_TRIES
-from rankd.engine.errors import EngineError, NotPrimary, ReadOnly, Unavailable, Unsettled
-from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
+from rankd.engine.errors import EngineError, Unsettled
 from rankd.frontends.connections import (
     HANDSHAKE_SECONDS,
     ConnectionLimits,
@@ -53,24 +52,28 @@ from rankd.frontends.connections import (
 )
 from rankd.frontends.resp import monitor, pop_runs, transactions
 from rankd.frontends.resp.arguments import CommandError
-from rankd.frontends.resp.commands import COMMANDS, Command, lookup, unknown_command
+from rankd.frontends.resp.commands import COMMANDS, lookup, unknown_command
+from rankd.frontends.resp.context import (
+    FAST_WRITES,
+    NOAUTH,
+    Applied,
+    Command,
+    Multi,
+    Writes,
+    endpoint,
+    error_text,
+)
 from rankd.frontends.resp.protocol import (
     MAX_REQUEST,
     OUT_HIGH_WATER,
-    SCANNER,
     ProtocolError,
     Replies,
     RequestReader,
     RequestRefused,
 )
-from rankd.frontends.resp.sorted_sets import (
-    MAX_REPLY_ENTRIES,
-    REDIS_BOARD_DICT,
-    Applied,
-    Writes,
-)
+from rankd.frontends.resp.sorted_sets import MAX_REPLY_ENTRIES, REDIS_BOARD_DICT
 from rankd.frontends.service import MAX_BATCH
-from rankd.security import ANONYMOUS_ALL, Forbidden, Gate, Principal, Unauthorized
+from rankd.security import ANONYMOUS_ALL, Gate, Principal
 from rankd.watchdog import ACTIVITY
 
 if TYPE_CHECKING:
@@ -101,7 +104,6 @@ HANDSHAKE_MAX_WORDS = 16
 #: The commands that run before AUTH; any other answers NOAUTH and counts
 #: as a failed attempt.
 HANDSHAKE_COMMANDS = frozenset({"auth", "hello", "ping", "quit", "reset"})
-NOAUTH = "NOAUTH Authentication required."
 EXPIRED = "ERR the credential this connection authenticated with has expired; closing"
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 
@@ -128,21 +130,6 @@ class _GeneralLane:
 
 #: The first base of RespConnection: its hot path, natively when built.
 _Lane, _ = native_or("rankd.frontends._lanes", "RespLane", _GeneralLane)
-#: Whether plain writes take the native fast path (see ``_scanner``).
-FAST_WRITES = SCANNER == "native" and ingest_implementation == "native"
-
-
-def error_text(exc: EngineError) -> str:
-    """An engine or security error as a RESP error reply's text."""
-    if isinstance(exc, Forbidden):
-        return f"NOPERM {exc.message}"
-    if isinstance(exc, Unauthorized):
-        return NOAUTH
-    if isinstance(exc, ReadOnly):
-        return f"READONLY {exc.message}"
-    if isinstance(exc, Unavailable | NotPrimary):
-        return f"TRYAGAIN {exc.message}"
-    return f"ERR {exc.message}"
 
 
 def weight(item: Any) -> int:
@@ -197,7 +184,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.quitting = False
         #: The transaction being queued (MULTI), and the watched boards
         #: (WATCH): see :mod:`.transactions`.
-        self.multi: transactions.Multi | None = None
+        self.multi: Multi | None = None
         self.watched: dict[str, Any] | None = None
         #: Ends the blocking pop this connection waits in, if any (:mod:`.blocking`).
         self.unblock: Callable[[], None] | None = None
@@ -807,8 +794,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         """The CLIENT INFO / CLIENT LIST line."""
         now = self.loop.time()
         flags = "x" if self.multi is not None else "O" if self in self.server.monitors else "N"
-        return (f"id={self.id} addr={_endpoint(self.transport, 'peername')} "
-                f"laddr={_endpoint(self.transport, 'sockname')} fd=-1 name={self.name or ''} "
+        return (f"id={self.id} addr={endpoint(self.transport, 'peername')} "
+                f"laddr={endpoint(self.transport, 'sockname')} fd=-1 name={self.name or ''} "
                 f"age={int(now - self.opened_at)} idle={int(now - self.last_active)} "
                 f"flags={flags} db=0 sub=0 psub=0 ssub=0 "
                 f"multi={len(self.multi.queued) if self.multi is not None else -1} "
@@ -831,16 +818,6 @@ async def _commits_failed(pending: list[tuple[int, Writes | Applied]]
         except EngineError as exc:
             failed[future] = exc
     return failed
-
-
-def _endpoint(transport: Any, which: str) -> str:
-    """``host:port`` of a connection's peer or own end (``[v6]:port`` as
-    Redis writes it: ``addr`` and ``laddr`` of CLIENT LIST); empty if gone."""
-    found = transport.get_extra_info(which) if transport is not None else None
-    if not isinstance(found, tuple) or len(found) < 2:
-        return ""
-    host = str(found[0])
-    return f"{host}:{found[1]}" if ":" not in host else f"[{host}]:{found[1]}"
 
 
 class RespServer(PipelinedServer):

@@ -21,7 +21,7 @@ from rankd.frontends.resp.arguments import CommandError, integer
 from rankd.frontends.resp.sorted_sets import Reply, board_name, is_key
 
 if TYPE_CHECKING:
-    from rankd.frontends.resp.connection import RespConnection
+    from rankd.frontends.resp.context import Context
 
 _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
@@ -31,7 +31,7 @@ _SECONDS_MIN = -(-_INT64_MIN // 1000)
 _OPTIONS = {b"nx": IF_NONE, b"xx": IF_SET, b"gt": IF_LATER, b"lt": IF_SOONER}
 
 
-def _now_ms(conn: RespConnection) -> int:
+def _now_ms(conn: Context) -> int:
     """The engine's clock in ms (the one deadlines are compared with)."""
     return round(conn.service.engine.clock() * 1000)
 
@@ -53,7 +53,7 @@ def _condition(args: list[bytes]) -> int:
     return condition
 
 
-def _expire(conn: RespConnection, args: list[bytes], *, relative: bool,
+def _expire(conn: Context, args: list[bytes], *, relative: bool,
             seconds: bool) -> Reply:
     """EXPIRE|PEXPIRE|EXPIREAT|PEXPIREAT key time [NX|XX|GT|LT]"""
     condition = _condition(args)
@@ -73,7 +73,7 @@ def _expire(conn: RespConnection, args: list[bytes], *, relative: bool,
     return _changed(conn, name, deadline, condition, args[0])
 
 
-async def _changed(conn: RespConnection, name: str, deadline: int | None, condition: int,
+async def _changed(conn: Context, name: str, deadline: int | None, condition: int,
                    command: bytes) -> bytes:
     """Change board ``name``'s deadline; 1 if it changed, audited as REST's
     board changes are."""
@@ -88,23 +88,23 @@ async def _changed(conn: RespConnection, name: str, deadline: int | None, condit
     return conn.replies.integer(int(changed))
 
 
-def expire(conn: RespConnection, args: list[bytes]) -> Reply:
+def expire(conn: Context, args: list[bytes]) -> Reply:
     return _expire(conn, args, relative=True, seconds=True)
 
 
-def pexpire(conn: RespConnection, args: list[bytes]) -> Reply:
+def pexpire(conn: Context, args: list[bytes]) -> Reply:
     return _expire(conn, args, relative=True, seconds=False)
 
 
-def expireat(conn: RespConnection, args: list[bytes]) -> Reply:
+def expireat(conn: Context, args: list[bytes]) -> Reply:
     return _expire(conn, args, relative=False, seconds=True)
 
 
-def pexpireat(conn: RespConnection, args: list[bytes]) -> Reply:
+def pexpireat(conn: Context, args: list[bytes]) -> Reply:
     return _expire(conn, args, relative=False, seconds=False)
 
 
-def persist(conn: RespConnection, args: list[bytes]) -> Reply:
+def persist(conn: Context, args: list[bytes]) -> Reply:
     """PERSIST key: the board's deadline cleared; 1 if it had one."""
     name = board_name(args[1])
     if name is None or not is_key(conn, name):
@@ -112,7 +112,7 @@ def persist(conn: RespConnection, args: list[bytes]) -> Reply:
     return _changed(conn, name, None, 0, args[0])
 
 
-def _ttl(conn: RespConnection, args: list[bytes], *, absolute: bool, seconds: bool) -> Reply:
+def _ttl(conn: Context, args: list[bytes], *, absolute: bool, seconds: bool) -> Reply:
     """TTL|PTTL|EXPIRETIME|PEXPIRETIME key: -2 without the key, -1 without
     a deadline, else the time left (or the deadline), as Redis rounds it."""
     name = board_name(args[1])
@@ -129,18 +129,18 @@ def _ttl(conn: RespConnection, args: list[bytes], *, absolute: bool, seconds: bo
     return conn.replies.integer((value + 500) // 1000 if seconds else value)
 
 
-def ttl(conn: RespConnection, args: list[bytes]) -> Reply:
+def ttl(conn: Context, args: list[bytes]) -> Reply:
     return _ttl(conn, args, absolute=False, seconds=True)
 
 
-def pttl(conn: RespConnection, args: list[bytes]) -> Reply:
+def pttl(conn: Context, args: list[bytes]) -> Reply:
     return _ttl(conn, args, absolute=False, seconds=False)
 
 
-def expiretime(conn: RespConnection, args: list[bytes]) -> Reply:
+def expiretime(conn: Context, args: list[bytes]) -> Reply:
     return _ttl(conn, args, absolute=True, seconds=True)
 
 
-def pexpiretime(conn: RespConnection, args: list[bytes]) -> Reply:
+def pexpiretime(conn: Context, args: list[bytes]) -> Reply:
     return _ttl(conn, args, absolute=True, seconds=False)
 

@@ -1,5 +1,9 @@
-"""Lex ranges: ``ZRANGEBYLEX``, ``ZREVRANGEBYLEX``, ``ZLEXCOUNT``,
-``ZREMRANGEBYLEX`` and ``ZRANGE ... BYLEX`` (``ZRANGESTORE`` too).
+"""Lex ranges as Redis walks them: what ``ZRANGEBYLEX``, ``ZREVRANGEBYLEX``,
+``ZLEXCOUNT``, ``ZREMRANGEBYLEX`` and ``ZRANGE ... BYLEX`` (``ZRANGESTORE``
+too) read.  The commands themselves are :mod:`.sorted_sets`'; this module
+owns the range (:func:`lex_range`, :class:`LexRange`) and the walk over a
+board's view (:func:`start_of`, :func:`walk`), and imports no command
+module.
 
 Redis walks a lex range over the set's own order (by score, then member)
 comparing members only: it is meant for sets whose members share one
@@ -23,24 +27,10 @@ Members compare as Redis compares them, bytewise (UTF-8).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rankd.frontends.resp.arguments import CommandError
-from rankd.frontends.resp.sorted_sets import (
-    MAX_PAIRS,
-    MAX_REPLY_ENTRIES,
-    SCAN_WHOLE,
-    STEP_ENTRIES,
-    RangeSpec,
-    Reply,
-    _check_removal,
-    _remove,
-    _view,
-    zrange,
-)
-
-if TYPE_CHECKING:
-    from rankd.frontends.resp.connection import RespConnection
+from rankd.frontends.resp.limits import SCAN_WHOLE, STEP_ENTRIES
 
 NOT_LEX = "ERR min or max not valid string range item"
 
@@ -69,7 +59,7 @@ def lex_range(low: bytes, high: bytes) -> tuple[Bound, Bound]:
     return _item(low), _item(high)
 
 
-class _Range:
+class LexRange:
     """A lex range's tests (``zslLexValueGteMin``, ``zslLexValueLteMax``)."""
 
     __slots__ = ("empty", "high", "high_ex", "low", "low_ex")
@@ -114,7 +104,7 @@ def _descend(view: Any, enters: Callable[[str], bool], size: int, reverse: bool)
     return inside
 
 
-def _start(view: Any, bounds: _Range, reverse: bool) -> int | None:
+def start_of(view: Any, bounds: LexRange, reverse: bool) -> int | None:
     """Where a walk of the range starts (a position in the walk's
     direction), or None if no member is in range (``zsl/zzlFirstInLexRange``,
     ``...LastInLexRange`` when ``reverse``)."""
@@ -135,12 +125,12 @@ def _start(view: Any, bounds: _Range, reverse: bool) -> int | None:
     return start
 
 
-def _walk(view: Any, bounds: _Range, reverse: bool, offset: int, limit: int,
-          most: int) -> tuple[int, int]:
+def walk(view: Any, bounds: LexRange, reverse: bool, offset: int, limit: int,
+         most: int) -> tuple[int, int]:
     """``(first, count)``: the positions (walking ``reverse`` or not) a
     lex range's walk covers, skipping ``offset``, at most ``limit`` (all if
     negative) and ``most`` + 1 (past ``most`` the caller refuses it)."""
-    start = _start(view, bounds, reverse)
+    start = start_of(view, bounds, reverse)
     if start is None or offset < 0:  # (Redis's offset-- walks off the end)
         return 0, 0
     first = start + offset
@@ -156,63 +146,3 @@ def _walk(view: Any, bounds: _Range, reverse: bool, offset: int, limit: int,
                 return first, count
             count += 1
     return first, count
-
-
-def lex_plan(conn: RespConnection, key: bytes, spec: RangeSpec
-             ) -> Callable[[], tuple[int, Callable[[int, int], list]]]:
-    """``ZRANGE ... BYLEX``'s plan (see ``sorted_sets.range_plan``)."""
-    low, high = (spec.high, spec.low) if spec.reverse else (spec.low, spec.high)
-    bounds = _Range(lex_range(low, high))
-
-    def plan() -> tuple[int, Callable[[int, int], list]]:
-        view = _view(conn, key)
-        if view is None:
-            return 0, lambda skip, n: []
-        first, count = _walk(view, bounds, spec.reverse, spec.offset, spec.limit,
-                             MAX_REPLY_ENTRIES)
-        return count, lambda skip, n: view.by_position(first + skip, n, reverse=spec.reverse)
-    return plan
-
-
-def zrangebylex(conn: RespConnection, args: list[bytes]) -> Reply:
-    """ZRANGEBYLEX key min max [LIMIT offset count]"""
-    return zrange(conn, args, by="lex", reverse=False)
-
-
-def zrevrangebylex(conn: RespConnection, args: list[bytes]) -> Reply:
-    """ZREVRANGEBYLEX key max min [LIMIT offset count]"""
-    return zrange(conn, args, by="lex", reverse=True)
-
-
-def zlexcount(conn: RespConnection, args: list[bytes]) -> Reply:
-    """ZLEXCOUNT key min max: a listpack's walk; a skiplist's two descents
-    (the positions of the first and last members in range)."""
-    bounds = _Range(lex_range(args[2], args[3]))
-    view = _view(conn, args[1])
-    if view is None:
-        return conn.replies.integer(0)
-    size = len(view)
-    if size <= SCAN_WHOLE:
-        return conn.replies.integer(_walk(view, bounds, False, 0, -1, size)[1])
-    first = _start(view, bounds, False)
-    if first is None:
-        return conn.replies.integer(0)
-    count = size - first
-    last = _start(view, bounds, True)  # (a position from the end)
-    if last is not None:
-        count -= last
-    return conn.replies.integer(max(count, 0))
-
-
-def zremrangebylex(conn: RespConnection, args: list[bytes]) -> Reply:
-    """ZREMRANGEBYLEX key min max"""
-    bounds = _Range(lex_range(args[2], args[3]))
-
-    def span(view: Any) -> tuple[int, int]:
-        return _walk(view, bounds, False, 0, -1, MAX_PAIRS)
-
-    def choose(view: Any) -> list[str]:
-        first, count = span(view)
-        _check_removal(count)
-        return [member for _, member, _ in view.by_position(first, count)]
-    return _remove(conn, args[1], choose, lambda view: span(view)[1])

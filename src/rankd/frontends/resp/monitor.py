@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING
 
 from rankd._native import native_or
 from rankd.frontends.resp.arguments import CommandError
+from rankd.frontends.resp.context import FAST_WRITES, endpoint
 from rankd.security import audit
 
 if TYPE_CHECKING:
-    from rankd.frontends.resp.commands import Command
-    from rankd.frontends.resp.connection import RespConnection
+    from rankd.frontends.resp.context import Command, Context
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ KEYSPACE_REFUSED = "ERR Replica can't interact with the keyspace"
 REDACTED = b"(redacted)"
 
 
-def monitor(conn: RespConnection, args: list[bytes]) -> bytes:
+def monitor(conn: Context, args: list[bytes]) -> bytes:
     """MONITOR: stream every command run from now on to this connection."""
     server = conn.server
     if conn.service is not server.service:  # run by EXEC, as Redis refuses it there
@@ -70,7 +70,7 @@ def monitor(conn: RespConnection, args: list[bytes]) -> bytes:
     return conn.replies.simple("OK")
 
 
-def attach(conn: RespConnection) -> None:
+def attach(conn: Context) -> None:
     """Make ``conn`` a monitor; the first one sends every connection the general way."""
     monitors = conn.server.monitors
     if not monitors:
@@ -78,7 +78,7 @@ def attach(conn: RespConnection) -> None:
     monitors[conn] = None
 
 
-def detach(conn: RespConnection) -> None:
+def detach(conn: Context) -> None:
     """``conn`` is no monitor any more (RESET, closed); the last one gone,
     connections pack plain commands again."""
     monitors = conn.server.monitors
@@ -88,10 +88,9 @@ def detach(conn: RespConnection) -> None:
             _packing(conn, True)
 
 
-def _packing(conn: RespConnection, on: bool) -> None:
+def _packing(conn: Context, on: bool) -> None:
     """Let every connection of ``conn``'s server pack plain commands for
     the native paths (``on``), or none."""
-    from rankd.frontends.resp.connection import FAST_WRITES  # (it imports this module)
     packs = FAST_WRITES and on
     for each in conn.server.connections:
         if each.multi is not None:  # MULTI turned packing off: what EXEC turns back on
@@ -100,7 +99,7 @@ def _packing(conn: RespConnection, on: bool) -> None:
             each.packs = packs
 
 
-def feed(conn: RespConnection, command: Command, words: list[bytes],
+def feed(conn: Context, command: Command, words: list[bytes],
          out: list[bytes] | None) -> None:
     """Show the command ``conn`` ran to every monitor (its own line to
     itself into ``out``, after its reply, as Redis writes it)."""
@@ -124,12 +123,11 @@ def feed(conn: RespConnection, command: Command, words: list[bytes],
         transport.write(line)
 
 
-def line_of(conn: RespConnection, words: list[bytes]) -> bytes:
+def line_of(conn: Context, words: list[bytes]) -> bytes:
     """The monitor line of ``words`` run by ``conn`` now."""
-    from rankd.frontends.resp.connection import _endpoint  # (it imports this module)
     nanos = time.time_ns()
     head = b"+%d.%06d [0 %s] " % (nanos // 1_000_000_000, nanos // 1000 % 1_000_000,
-                                  _endpoint(conn.transport, "peername").encode())
+                                  endpoint(conn.transport, "peername").encode())
     return head + b" ".join(map(quoted, redacted(words))) + b"\r\n"
 
 

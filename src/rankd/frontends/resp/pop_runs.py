@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from rankd.engine.errors import EngineError, NotFound
 from rankd.frontends.resp.arguments import CommandError, positive
+from rankd.frontends.resp.context import error_text
 from rankd.frontends.resp.sorted_sets import (
     MAX_PAIRS,
     Applied,
@@ -54,7 +55,7 @@ from rankd.frontends.resp.sorted_sets import (
 from rankd.watchdog import ACTIVITY
 
 if TYPE_CHECKING:
-    from rankd.frontends.resp.connection import RespConnection
+    from rankd.frontends.resp.context import Context
 
 #: Commands one run may hold: the worker's batch (``QUEUE_LOW_WATER``).
 MAX_RUN = 512
@@ -77,7 +78,7 @@ def _count(words: list[bytes]) -> int | None:
     return positive(words[2]) if len(words) == 3 else None
 
 
-def answer_run(conn: RespConnection, first: list[bytes], out: list[bytes],
+def answer_run(conn: Context, first: list[bytes], out: list[bytes],
                pending: list[tuple[int, Writes | Applied]]) -> int:
     """Answer the pop ``first`` (the worker's, taken from its queue) and the
     pops on the same board right behind it in the queue, as one removal:
@@ -149,7 +150,6 @@ def answer_run(conn: RespConnection, first: list[bytes], out: list[bytes],
         now = [], None
     except EngineError as exc:  # e.g. read-only: every pop gets the error
         _count_stats(conn, plan, exc.code)
-        from rankd.frontends.resp.connection import error_text  # (it imports this module)
         out.append(conn.replies.error(error_text(exc)) * len(plan))
         return len(plan)
     assert now is not None, "removes_now said it would apply now"
@@ -168,7 +168,7 @@ def answer_run(conn: RespConnection, first: list[bytes], out: list[bytes],
     return len(plan)
 
 
-def _count_stats(conn: RespConnection, plan: list[tuple[bool, int | None, int]], outcome: str
+def _count_stats(conn: Context, plan: list[tuple[bool, int | None, int]], outcome: str
                  ) -> None:
     stats = conn.server.stats
     maxes = sum(1 for side, _, _ in plan if side)

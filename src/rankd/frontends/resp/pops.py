@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rankd.engine.errors import NotFound
-from rankd.frontends.resp import blocking, transactions
+from rankd.frontends.resp import blocking, exec_step
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, integer
 from rankd.frontends.resp.sorted_sets import (
     Reply,
@@ -41,7 +41,7 @@ from rankd.frontends.resp.sorted_sets import (
 )
 
 if TYPE_CHECKING:
-    from rankd.frontends.resp.connection import RespConnection
+    from rankd.frontends.resp.context import Context
 
 #: Times a pop picks its board again when another client emptied it first.
 POP_TRIES = 3
@@ -51,7 +51,7 @@ _INT64_MAX = 2**63 - 1
 # --- ZRANDMEMBER -------------------------------------------------------------------
 
 
-def zrandmember(conn: RespConnection, args: list[bytes]) -> Reply:
+def zrandmember(conn: Context, args: list[bytes]) -> Reply:
     """ZRANDMEMBER key [count [WITHSCORES]]"""
     replies = conn.replies
     if len(args) == 2:
@@ -98,12 +98,12 @@ def zrandmember(conn: RespConnection, args: list[bytes]) -> Reply:
 # --- pops --------------------------------------------------------------------------
 
 
-def _members(conn: RespConnection, name: str) -> int:
+def _members(conn: Context, name: str) -> int:
     view = _view(conn, name.encode())
     return 0 if view is None else len(view)
 
 
-async def _pop_first(conn: RespConnection, names: list[str], highest: bool, count: int
+async def _pop_first(conn: Context, names: list[str], highest: bool, count: int
                      ) -> tuple[str, list[tuple[str, float]]] | None:
     """Pop up to ``count`` members (lowest, or ``highest``) from the first
     of boards ``names`` that has any: ``(board, popped)``, or None."""
@@ -131,7 +131,7 @@ def _names(keys: list[bytes]) -> list[str]:
     return [name for name in map(board_name, keys) if name is not None]
 
 
-def _nested(conn: RespConnection, name: str, popped: list[tuple[str, float]]) -> bytes:
+def _nested(conn: Context, name: str, popped: list[tuple[str, float]]) -> bytes:
     """ZMPOP's reply: the key, then ``[member, score]`` pairs (nested in
     RESP2 too)."""
     replies = conn.replies
@@ -141,7 +141,7 @@ def _nested(conn: RespConnection, name: str, popped: list[tuple[str, float]]) ->
     return b"".join(out)
 
 
-def _flat(conn: RespConnection, name: str, popped: list[tuple[str, float]]) -> bytes:
+def _flat(conn: Context, name: str, popped: list[tuple[str, float]]) -> bytes:
     """BZPOPMIN/BZPOPMAX's reply: key, member, score."""
     ((member, value),) = popped
     replies = conn.replies
@@ -173,7 +173,7 @@ def _mpop_args(args: list[bytes], at: int) -> tuple[list[bytes], bool, int]:
     return args[at + 1:where], side == b"max", max(count, 1)
 
 
-def zmpop(conn: RespConnection, args: list[bytes]) -> Reply:
+def zmpop(conn: Context, args: list[bytes]) -> Reply:
     """ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]"""
     keys, highest, count = _mpop_args(args, 1)
 
@@ -186,15 +186,15 @@ def zmpop(conn: RespConnection, args: list[bytes]) -> Reply:
 # --- blocking pops -------------------------------------------------------------------
 
 
-async def _block(conn: RespConnection, keys: list[bytes], timeout: int, highest: bool,
-                 count: int, reply: Callable[[RespConnection, str, list], bytes]) -> bytes:
+async def _block(conn: Context, keys: list[bytes], timeout: int, highest: bool,
+                 count: int, reply: Callable[[Context, str, list], bytes]) -> bytes:
     """Pop at once if a board has members, else wait for one (``timeout``
     milliseconds, 0: no limit) in arrival order; a null array on timeout."""
     names = _names(keys)
     found = await _pop_first(conn, names, highest, count)
     if found is not None:
         return reply(conn, *found)
-    if transactions.running(conn) is not None:  # Redis never blocks inside MULTI
+    if exec_step.running(conn) is not None:  # Redis never blocks inside MULTI
         return conn.replies.null_array()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout / 1000 if timeout else None
@@ -205,21 +205,21 @@ async def _block(conn: RespConnection, keys: list[bytes], timeout: int, highest:
     return b"" if conn.closing else conn.replies.null_array()
 
 
-def bzpop(conn: RespConnection, args: list[bytes], highest: bool) -> Reply:
+def bzpop(conn: Context, args: list[bytes], highest: bool) -> Reply:
     """BZPOPMIN|BZPOPMAX key [key ...] timeout"""
     timeout = blocking.timeout(args[-1])
     return _block(conn, args[1:-1], timeout, highest, 1, _flat)
 
 
-def bzpopmin(conn: RespConnection, args: list[bytes]) -> Reply:
+def bzpopmin(conn: Context, args: list[bytes]) -> Reply:
     return bzpop(conn, args, highest=False)
 
 
-def bzpopmax(conn: RespConnection, args: list[bytes]) -> Reply:
+def bzpopmax(conn: Context, args: list[bytes]) -> Reply:
     return bzpop(conn, args, highest=True)
 
 
-def bzmpop(conn: RespConnection, args: list[bytes]) -> Reply:
+def bzmpop(conn: Context, args: list[bytes]) -> Reply:
     """BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count]"""
     keys, highest, count = _mpop_args(args, 2)
     timeout = blocking.timeout(args[1])

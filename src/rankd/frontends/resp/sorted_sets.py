@@ -29,21 +29,27 @@ Reads are charged by their work (:func:`work_cost`: one request per
 :data:`ENTRIES_PER_REQUEST` entries read or returned), and a reply of more
 than :data:`STEP_ENTRIES` entries is built a step at a time, letting other
 clients in between (:func:`_stepwise`).
+
+Each handler takes the :class:`~.context.Context` of the connection that
+runs it (never the connection class: no command module imports
+:mod:`.connection`) and returns a :data:`~.context.Reply`.  The lex-range
+commands are here too, over :mod:`.lex`'s walk.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rankd._native import native_or
 from rankd.engine.config import BOARD_NAME_RULE, BoardConfig, is_board_name
 from rankd.engine.errors import EngineError, NotFound, Unsettled
 from rankd.engine.ingest import IF_ABSENT, IF_GREATER, IF_LESS, IF_PRESENT, check_member
 from rankd.engine.submission import Submission
+from rankd.frontends.resp import lex
 from rankd.frontends.resp.arguments import (
     BOUND_NOT_FLOAT,
     SYNTAX,
@@ -55,10 +61,18 @@ from rankd.frontends.resp.arguments import (
     score,
     text,
 )
+from rankd.frontends.resp.context import Applied, Context, Reply, Writes
+from rankd.frontends.resp.limits import (
+    AUDIT_NAMES,
+    ENTRIES_PER_REQUEST,
+    MAX_PAIRS,
+    MAX_REPLY_BYTES,
+    MAX_REPLY_ENTRIES,
+    SCAN_WHOLE,
+    STEP_ENTRIES,
+    STEP_RESTARTS,
+)
 from rankd.frontends.resp.protocol import format_double
-
-if TYPE_CHECKING:
-    from rankd.frontends.resp.connection import RespConnection
 
 _encode_entries, _ = native_or("rankd.frontends.resp._scanner", "encode_entries", None)
 
@@ -70,52 +84,6 @@ REDIS_BOARD_DICT = REDIS_BOARD.to_dict()
 LEGACY_REDIS_BOARD = BoardConfig(order="asc", policy="latest", tie_break="member",
                                  windows=("all",))
 _REDIS_CONFIGS = (REDIS_BOARD, LEGACY_REDIS_BOARD)
-#: Entries one range reply may hold (Redis has no cap; a reply of every
-#: member of a million-member board is 30 MB built in memory).
-MAX_REPLY_ENTRIES = 100_000
-#: Bytes one reply may hold (100,000 entries of long members would be 30 MB).
-MAX_REPLY_BYTES = 16 << 20
-#: Entries read or returned that one request of the read (or write) rate
-#: limit pays for.  The engine's native reads answer ranges up to this
-#: size only (``rankd.engine._reads``), charged one request each.
-ENTRIES_PER_REQUEST = 100
-#: Entries (or ZMSCORE members) a reply is built from before the event loop
-#: serves other clients (about a millisecond of work).
-STEP_ENTRIES = 2048
-#: A reply built in steps is started again when its board changed between
-#: two steps (so it is one state's, as in Redis); past this many restarts
-#: it is built in one go.
-STEP_RESTARTS = 2
-#: Board names a FLUSHDB/FLUSHALL audit line lists (then how many more).
-AUDIT_NAMES = 50
-#: Score-member pairs in one ZADD: the engine's batch limit.
-MAX_PAIRS = 10_000
-#: ZSCAN answers boards up to this size in one reply, cursor 0, as Redis
-#: does for its small (listpack-encoded) sorted sets.
-SCAN_WHOLE = 128
-
-@dataclass(slots=True)
-class Writes:
-    """Submissions of one command, and how to answer once applied."""
-
-    submissions: list[Submission]
-    answer: Callable[[list[dict[str, Any] | EngineError]], bytes]
-
-
-@dataclass(slots=True)
-class Applied:
-    """A command's write, applied already: its reply, sent once ``committed``
-    is done (a pipeline's pops: see :mod:`.pop_runs`); ``replies``: how many
-    commands' replies ``reply`` holds."""
-
-    reply: bytes
-    committed: asyncio.Future[None]
-    replies: int = 1
-
-
-#: What a command handler returns: a reply, a reply to come, writes, or
-#: a write applied whose reply waits for its commit.
-Reply = bytes | Awaitable[bytes] | Writes | Applied
 
 
 def board_name(word: bytes) -> str | None:
@@ -124,7 +92,7 @@ def board_name(word: bytes) -> str | None:
     return name if name is not None and is_board_name(name) else None
 
 
-def _view(conn: RespConnection, key: bytes) -> Any:
+def _view(conn: Context, key: bytes) -> Any:
     """The view of board ``key`` (the connection's window), or None if no
     such board."""
     name = board_name(key)
@@ -153,7 +121,7 @@ def work_cost(entries: int) -> int:
     return max(1, -(-entries // ENTRIES_PER_REQUEST))
 
 
-def _charge(conn: RespConnection, entries: int, operation: str = "top") -> None:
+def _charge(conn: Context, entries: int, operation: str = "top") -> None:
     """Charge a command's work once its size is known (admitting it charged
     one request); a ``RateLimited`` refusal answers it."""
     extra = work_cost(entries) - 1
@@ -161,7 +129,7 @@ def _charge(conn: RespConnection, entries: int, operation: str = "top") -> None:
         conn.gate.admit(conn.principal, operation, conn.address, extra)
 
 
-def is_key(conn: RespConnection, name: str) -> bool:
+def is_key(conn: Context, name: str) -> bool:
     """Whether board ``name`` is a key as Redis would show it: every board
     but an empty RESP-made one (a Redis key goes with its last member)."""
     config = conn.service.board_config(name)
@@ -170,7 +138,7 @@ def is_key(conn: RespConnection, name: str) -> bool:
     return config not in _REDIS_CONFIGS or len(conn.service.view(name)) > 0
 
 
-def _version(conn: RespConnection, name: str | None) -> tuple[int, int] | None:
+def _version(conn: Context, name: str | None) -> tuple[int, int] | None:
     """What changes when board ``name`` is written, deleted or made again."""
     board = None if name is None else conn.service.engine.boards.get(name)
     return None if board is None else (id(board), board.version)
@@ -181,7 +149,7 @@ def _version(conn: RespConnection, name: str | None) -> tuple[int, int] | None:
 Steps = tuple[bytes, int, Callable[[int, int], bytes]]
 
 
-def _stepwise(conn: RespConnection, key: bytes, plan: Callable[[], Steps]) -> Reply:
+def _stepwise(conn: Context, key: bytes, plan: Callable[[], Steps]) -> Reply:
     """The reply ``plan`` lays out: at once if it is small, else built
     :data:`STEP_ENTRIES` entries at a time, yielding the event loop between
     steps, started again (from a new ``plan``) if the board changed
@@ -192,7 +160,7 @@ def _stepwise(conn: RespConnection, key: bytes, plan: Callable[[], Steps]) -> Re
     return _built_in_steps(conn, board_name(key), plan)
 
 
-async def _built_in_steps(conn: RespConnection, name: str | None,
+async def _built_in_steps(conn: Context, name: str | None,
                           plan: Callable[[], Steps]) -> bytes:
     """:func:`_stepwise`'s large case (``name``: the board it reads)."""
     for attempt in range(STEP_RESTARTS + 1):
@@ -225,7 +193,7 @@ async def _built_in_steps(conn: RespConnection, name: str | None,
     raise AssertionError("the last attempt runs to the end")
 
 
-def _entry_steps(conn: RespConnection, total: int, fetch: Callable[[int, int], list],
+def _entry_steps(conn: Context, total: int, fetch: Callable[[int, int], list],
                  withscores: bool) -> Steps:
     """:data:`Steps` of a range reply: ``fetch(first, count)`` reads entries."""
     replies = conn.replies
@@ -238,7 +206,7 @@ def _entry_steps(conn: RespConnection, total: int, fetch: Callable[[int, int], l
     return header, total, piece
 
 
-def _range(conn: RespConnection, key: bytes, plan: Callable[[], tuple[int, Callable]],
+def _range(conn: Context, key: bytes, plan: Callable[[], tuple[int, Callable]],
            withscores: bool) -> Reply:
     """A range reply: ``plan()`` gives its size and how to fetch its entries
     from a view of the board as it is now; charged by its size."""
@@ -255,7 +223,7 @@ def _range(conn: RespConnection, key: bytes, plan: Callable[[], tuple[int, Calla
     return _built_in_steps(conn, board_name(key), steps)
 
 
-def _entries(conn: RespConnection, entries: list, withscores: bool, nested: bool) -> bytes:
+def _entries(conn: Context, entries: list, withscores: bool, nested: bool) -> bytes:
     """Members (and scores): flat in RESP2, ``[member, score]`` pairs in RESP3
     when ``nested`` (natively when built: ``_scanner.encode_entries``)."""
     if _encode_entries is not None:
@@ -279,7 +247,7 @@ def _entries(conn: RespConnection, entries: list, withscores: bool, nested: bool
 # --- writes -------------------------------------------------------------------------
 
 
-def zadd(conn: RespConnection, args: list[bytes], incr: bool = False) -> Reply:
+def zadd(conn: Context, args: list[bytes], incr: bool = False) -> Reply:
     """ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]"""
     flags = 0
     changed = False
@@ -356,7 +324,7 @@ def zadd(conn: RespConnection, args: list[bytes], incr: bool = False) -> Reply:
     return conn.create_and_write(name, writes)
 
 
-def zincrby(conn: RespConnection, args: list[bytes]) -> Reply:
+def zincrby(conn: Context, args: list[bytes]) -> Reply:
     """ZINCRBY key increment member: ZADD ... INCR, as Redis does it."""
     return zadd(conn, args, incr=True)
 
@@ -378,14 +346,14 @@ def _member(word: bytes) -> str:
         raise CommandError(f"ERR {exc.message}") from None
 
 
-def zrem(conn: RespConnection, args: list[bytes]) -> Reply:
+def zrem(conn: Context, args: list[bytes]) -> Reply:
     """ZREM key member [member ...]"""
     _check_removal(len(args) - 2)
     members = [m for m in map(text, args[2:]) if m is not None]
     return _remove(conn, args[1], lambda view: members)
 
 
-def zremrangebyrank(conn: RespConnection, args: list[bytes]) -> Reply:
+def zremrangebyrank(conn: Context, args: list[bytes]) -> Reply:
     """ZREMRANGEBYRANK key start stop"""
     start, stop = integer(args[2]), integer(args[3])
 
@@ -398,7 +366,7 @@ def zremrangebyrank(conn: RespConnection, args: list[bytes]) -> Reply:
     return _remove(conn, args[1], choose, size)
 
 
-def zremrangebyscore(conn: RespConnection, args: list[bytes]) -> Reply:
+def zremrangebyscore(conn: Context, args: list[bytes]) -> Reply:
     """ZREMRANGEBYSCORE key min max"""
     low, high = _score_range(args[2], args[3])
 
@@ -407,7 +375,7 @@ def zremrangebyscore(conn: RespConnection, args: list[bytes]) -> Reply:
     return _remove(conn, args[1], choose, lambda view: _count(view, low, high))
 
 
-async def _removed(conn: RespConnection, name: str, choose: Callable[[Any], list[str]]
+async def _removed(conn: Context, name: str, choose: Callable[[Any], list[str]]
                    ) -> list[tuple[str, float]]:
     """Remove what ``choose`` picks; the board stays, even emptied (``is_key``),
     but a RESP-made one emptied loses its deadline (a Redis key made again
@@ -417,12 +385,12 @@ async def _removed(conn: RespConnection, name: str, choose: Callable[[Any], list
         persist_when_empty=_persists(conn, name))
 
 
-def _persists(conn: RespConnection, name: str) -> bool:
+def _persists(conn: Context, name: str) -> bool:
     """Whether board ``name`` loses its deadline with its last member (RESP-made)."""
     return conn.service.board_config(name) in _REDIS_CONFIGS
 
 
-def _remove(conn: RespConnection, key: bytes, choose: Callable[[Any], list[str]],
+def _remove(conn: Context, key: bytes, choose: Callable[[Any], list[str]],
             size: Callable[[Any], int] | None = None) -> Reply:
     """Remove what ``choose`` picks, charged by ``size`` (what it will pick)."""
     name = board_name(key)
@@ -441,7 +409,7 @@ def _remove(conn: RespConnection, key: bytes, choose: Callable[[Any], list[str]]
     return run()
 
 
-def zpop(conn: RespConnection, args: list[bytes], highest: bool) -> Reply:
+def zpop(conn: Context, args: list[bytes], highest: bool) -> Reply:
     """ZPOPMIN|ZPOPMAX key [count]"""
     if len(args) > 3:
         raise CommandError(SYNTAX)
@@ -482,18 +450,18 @@ def zpop(conn: RespConnection, args: list[bytes], highest: bool) -> Reply:
     return run()
 
 
-def zpopmin(conn: RespConnection, args: list[bytes]) -> Reply:
+def zpopmin(conn: Context, args: list[bytes]) -> Reply:
     return zpop(conn, args, highest=False)
 
 
-def zpopmax(conn: RespConnection, args: list[bytes]) -> Reply:
+def zpopmax(conn: Context, args: list[bytes]) -> Reply:
     return zpop(conn, args, highest=True)
 
 
 # --- reads ---------------------------------------------------------------------------
 
 
-def zscore(conn: RespConnection, args: list[bytes]) -> Reply:
+def zscore(conn: Context, args: list[bytes]) -> Reply:
     """ZSCORE key member"""
     view = _view(conn, args[1])
     member = text(args[2])
@@ -501,7 +469,7 @@ def zscore(conn: RespConnection, args: list[bytes]) -> Reply:
     return conn.replies.null() if found is None else conn.replies.double(found)
 
 
-def zmscore(conn: RespConnection, args: list[bytes]) -> Reply:
+def zmscore(conn: Context, args: list[bytes]) -> Reply:
     """ZMSCORE key member [member ...] (charged by its members: ``COMMANDS``)"""
     replies = conn.replies
     words = args[2:]
@@ -520,12 +488,12 @@ def zmscore(conn: RespConnection, args: list[bytes]) -> Reply:
     return _stepwise(conn, args[1], plan)
 
 
-def zcard(conn: RespConnection, args: list[bytes]) -> Reply:
+def zcard(conn: Context, args: list[bytes]) -> Reply:
     view = _view(conn, args[1])
     return conn.replies.integer(0 if view is None else len(view))
 
 
-def zrank(conn: RespConnection, args: list[bytes], reverse: bool = False) -> Reply:
+def zrank(conn: Context, args: list[bytes], reverse: bool = False) -> Reply:
     """ZRANK|ZREVRANK key member [WITHSCORE] (Redis 7.2's reply)"""
     if len(args) > 4 or (len(args) == 4 and args[3].lower() != b"withscore"):
         raise CommandError(SYNTAX)
@@ -541,7 +509,7 @@ def zrank(conn: RespConnection, args: list[bytes], reverse: bool = False) -> Rep
     return replies.null() if position is None else replies.integer(position)
 
 
-def zrevrank(conn: RespConnection, args: list[bytes]) -> Reply:
+def zrevrank(conn: Context, args: list[bytes]) -> Reply:
     return zrank(conn, args, reverse=True)
 
 
@@ -627,12 +595,11 @@ def parse_range(args: list[bytes], first: int, *, store: bool = False, by: str |
     elif by == "score":
         _score_range(spec.low, spec.high)
     else:
-        from rankd.frontends.resp.lex import lex_range  # (it reads views as this module)
-        lex_range(*((spec.high, spec.low) if reverse else (spec.low, spec.high)))
+        lex.lex_range(*((spec.high, spec.low) if reverse else (spec.low, spec.high)))
     return spec
 
 
-def range_plan(conn: RespConnection, key: bytes, spec: RangeSpec
+def range_plan(conn: Context, key: bytes, spec: RangeSpec
                ) -> Callable[[], tuple[int, Callable[[int, int], list]]] | None:
     """How to read the range ``spec`` asks for on board ``key``, as
     :func:`_range` takes it; None if there is no such board."""
@@ -640,7 +607,6 @@ def range_plan(conn: RespConnection, key: bytes, spec: RangeSpec
         return None
     reverse, offset, limit = spec.reverse, spec.offset, spec.limit
     if spec.by == "lex":
-        from rankd.frontends.resp.lex import lex_plan
         return lex_plan(conn, key, spec)
     if spec.by == "rank":
         start, stop = integer(spec.low), integer(spec.high)
@@ -670,7 +636,7 @@ def range_plan(conn: RespConnection, key: bytes, spec: RangeSpec
     return by_score
 
 
-def zrange(conn: RespConnection, args: list[bytes], *, by: str | None = None,
+def zrange(conn: Context, args: list[bytes], *, by: str | None = None,
            reverse: bool | None = None) -> Reply:
     """ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count]
     [WITHSCORES], and the legacy forms that preset ``by`` and ``reverse``."""
@@ -688,23 +654,86 @@ def _count(view: Any, low: tuple[float, bool], high: tuple[float, bool]) -> int:
     return view.count(low_value, high_value, low_exclusive=low_ex, high_exclusive=high_ex)
 
 
-def zrevrange(conn: RespConnection, args: list[bytes]) -> Reply:
+def zrevrange(conn: Context, args: list[bytes]) -> Reply:
     return zrange(conn, args, by="rank", reverse=True)
 
 
-def zrangebyscore(conn: RespConnection, args: list[bytes]) -> Reply:
+def zrangebyscore(conn: Context, args: list[bytes]) -> Reply:
     return zrange(conn, args, by="score", reverse=False)
 
 
-def zrevrangebyscore(conn: RespConnection, args: list[bytes]) -> Reply:
+def zrevrangebyscore(conn: Context, args: list[bytes]) -> Reply:
     return zrange(conn, args, by="score", reverse=True)
 
 
-def zcount(conn: RespConnection, args: list[bytes]) -> Reply:
+def zcount(conn: Context, args: list[bytes]) -> Reply:
     """ZCOUNT key min max"""
     low, high = _score_range(args[2], args[3])
     view = _view(conn, args[1])
     return conn.replies.integer(0 if view is None else _count(view, low, high))
+
+
+# --- lex ranges (the walk is .lex's) -------------------------------------------------
+
+
+def lex_plan(conn: Context, key: bytes, spec: RangeSpec
+             ) -> Callable[[], tuple[int, Callable[[int, int], list]]]:
+    """``ZRANGE ... BYLEX``'s plan (see :func:`range_plan`)."""
+    low, high = (spec.high, spec.low) if spec.reverse else (spec.low, spec.high)
+    bounds = lex.LexRange(lex.lex_range(low, high))
+
+    def plan() -> tuple[int, Callable[[int, int], list]]:
+        view = _view(conn, key)
+        if view is None:
+            return 0, lambda skip, n: []
+        first, count = lex.walk(view, bounds, spec.reverse, spec.offset, spec.limit,
+                                MAX_REPLY_ENTRIES)
+        return count, lambda skip, n: view.by_position(first + skip, n, reverse=spec.reverse)
+    return plan
+
+
+def zrangebylex(conn: Context, args: list[bytes]) -> Reply:
+    """ZRANGEBYLEX key min max [LIMIT offset count]"""
+    return zrange(conn, args, by="lex", reverse=False)
+
+
+def zrevrangebylex(conn: Context, args: list[bytes]) -> Reply:
+    """ZREVRANGEBYLEX key max min [LIMIT offset count]"""
+    return zrange(conn, args, by="lex", reverse=True)
+
+
+def zlexcount(conn: Context, args: list[bytes]) -> Reply:
+    """ZLEXCOUNT key min max: a listpack's walk; a skiplist's two descents
+    (the positions of the first and last members in range)."""
+    bounds = lex.LexRange(lex.lex_range(args[2], args[3]))
+    view = _view(conn, args[1])
+    if view is None:
+        return conn.replies.integer(0)
+    size = len(view)
+    if size <= SCAN_WHOLE:
+        return conn.replies.integer(lex.walk(view, bounds, False, 0, -1, size)[1])
+    first = lex.start_of(view, bounds, False)
+    if first is None:
+        return conn.replies.integer(0)
+    count = size - first
+    last = lex.start_of(view, bounds, True)  # (a position from the end)
+    if last is not None:
+        count -= last
+    return conn.replies.integer(max(count, 0))
+
+
+def zremrangebylex(conn: Context, args: list[bytes]) -> Reply:
+    """ZREMRANGEBYLEX key min max"""
+    bounds = lex.LexRange(lex.lex_range(args[2], args[3]))
+
+    def span(view: Any) -> tuple[int, int]:
+        return lex.walk(view, bounds, False, 0, -1, MAX_PAIRS)
+
+    def choose(view: Any) -> list[str]:
+        first, count = span(view)
+        _check_removal(count)
+        return [member for _, member, _ in view.by_position(first, count)]
+    return _remove(conn, args[1], choose, lambda view: span(view)[1])
 
 
 def _scan_options(args: list[bytes], start: int, *, types: bool = False
@@ -744,7 +773,7 @@ def _cursor(word: bytes) -> int:
     return (-value) % 2**64 if word[:1] == b"-" else value
 
 
-def zscan(conn: RespConnection, args: list[bytes]) -> Reply:
+def zscan(conn: Context, args: list[bytes]) -> Reply:
     """ZSCAN key cursor [MATCH pattern] [COUNT count]: boards up to 128
     members in one reply (as Redis), larger ones ``count`` at a time in
     score order (the cursor is a position)."""
@@ -789,7 +818,7 @@ def stored_score_text(value: float) -> bytes:
 # --- keyspace -------------------------------------------------------------------------
 
 
-def exists(conn: RespConnection, args: list[bytes]) -> Reply:
+def exists(conn: Context, args: list[bytes]) -> Reply:
     """EXISTS key [key ...] (a key named twice counts twice), a step of
     :data:`STEP_ENTRIES` keys at a time."""
     words = args[1:]
@@ -810,24 +839,24 @@ def exists(conn: RespConnection, args: list[bytes]) -> Reply:
     return run()
 
 
-def type_(conn: RespConnection, args: list[bytes]) -> Reply:
+def type_(conn: Context, args: list[bytes]) -> Reply:
     name = board_name(args[1])
     found = name is not None and is_key(conn, name)
     return conn.replies.simple("zset" if found else "none")
 
 
-def key_names(conn: RespConnection) -> list[str]:
+def key_names(conn: Context) -> list[str]:
     """Every key (board names but empty RESP-made boards), sorted."""
     return [name for name in conn.service.board_names() if is_key(conn, name)]
 
 
-def _key_names(conn: RespConnection) -> list[str]:
+def _key_names(conn: Context) -> list[str]:
     """:func:`key_names`, charged by the boards looked at."""
     _charge(conn, len(conn.service.board_names()), "list_boards")
     return key_names(conn)
 
 
-def delete(conn: RespConnection, args: list[bytes]) -> Reply:
+def delete(conn: Context, args: list[bytes]) -> Reply:
     """DEL key [key ...]: each board named deleted, one audit line each."""
     names = list(dict.fromkeys(n for n in map(board_name, args[1:]) if n is not None))
 
@@ -841,7 +870,7 @@ def delete(conn: RespConnection, args: list[bytes]) -> Reply:
     return run()
 
 
-async def _delete_board(conn: RespConnection, name: str, **audited: object) -> bool:
+async def _delete_board(conn: Context, name: str, **audited: object) -> bool:
     """Delete board ``name``; whether it was there.  Logged as REST logs it
     (``Gate.done``) when ``audited`` names what to log."""
     try:
@@ -853,11 +882,11 @@ async def _delete_board(conn: RespConnection, name: str, **audited: object) -> b
     return True
 
 
-def dbsize(conn: RespConnection, args: list[bytes]) -> Reply:
+def dbsize(conn: Context, args: list[bytes]) -> Reply:
     return conn.replies.integer(len(_key_names(conn)))
 
 
-def keys(conn: RespConnection, args: list[bytes]) -> Reply:
+def keys(conn: Context, args: list[bytes]) -> Reply:
     """KEYS pattern"""
     names = [n for n in _key_names(conn) if glob_match(args[1], n.encode())]
     _check_size(len(names))
@@ -865,7 +894,7 @@ def keys(conn: RespConnection, args: list[bytes]) -> Reply:
     return b"".join([replies.array_header(len(names)), *map(replies.bulk, names)])
 
 
-def scan(conn: RespConnection, args: list[bytes]) -> Reply:
+def scan(conn: Context, args: list[bytes]) -> Reply:
     """SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]: board names in
     order, ``count`` at a time (the cursor is a position)."""
     cursor = _cursor(args[1])
@@ -887,7 +916,7 @@ def scan(conn: RespConnection, args: list[bytes]) -> Reply:
             + b"".join(map(replies.bulk, page)))
 
 
-def flush(conn: RespConnection, args: list[bytes]) -> Reply:
+def flush(conn: Context, args: list[bytes]) -> Reply:
     """FLUSHDB|FLUSHALL [ASYNC|SYNC]: every board deleted."""
     if len(args) > 2 or (len(args) == 2 and args[1].lower() not in (b"async", b"sync")):
         raise CommandError(SYNTAX)

@@ -15,7 +15,7 @@ from rankd.frontends.resp.arguments import SYNTAX, CommandError, integer
 from rankd.frontends.resp.protocol import format_double
 
 if TYPE_CHECKING:
-    from rankd.frontends.resp.connection import RespConnection
+    from rankd.frontends.resp.context import Context
 
 #: Redis's ``zset-max-listpack-entries`` and ``-value``: a set within both
 #: is a listpack to ``OBJECT ENCODING``, else a skiplist.
@@ -31,7 +31,7 @@ LFU_ONLY = ("ERR An LFU maxmemory policy is not selected, access frequency not t
             "will take some time to adjust.")
 
 
-def time_(conn: RespConnection, args: list[bytes]) -> bytes:
+def time_(conn: Context, args: list[bytes]) -> bytes:
     """TIME: seconds and microseconds of the server's clock."""
     micros = time.time_ns() // 1000
     replies = conn.replies
@@ -48,7 +48,7 @@ def _encoding(view: object) -> str:
                               for _, member, _ in entries) else "skiplist")
 
 
-def object_encoding(conn: RespConnection, args: list[bytes]) -> bytes:
+def object_encoding(conn: Context, args: list[bytes]) -> bytes:
     """OBJECT ENCODING key: what Redis would hold the set as (``listpack``
     up to 128 members of at most 64 bytes, else ``skiplist``); rankd holds
     every board in its own index either way."""
@@ -56,7 +56,7 @@ def object_encoding(conn: RespConnection, args: list[bytes]) -> bytes:
     return conn.replies.null() if view is None else conn.replies.bulk(_encoding(view))
 
 
-def object_freq(conn: RespConnection, args: list[bytes]) -> bytes:
+def object_freq(conn: Context, args: list[bytes]) -> bytes:
     """OBJECT FREQ key: access frequency is kept only under an LFU
     ``maxmemory-policy``; rankd's is ``noeviction``: Redis's error."""
     if _key_view(conn, args[2]) is None:
@@ -64,7 +64,7 @@ def object_freq(conn: RespConnection, args: list[bytes]) -> bytes:
     raise CommandError(LFU_ONLY)
 
 
-def memory_usage(conn: RespConnection, args: list[bytes]) -> bytes:
+def memory_usage(conn: Context, args: list[bytes]) -> bytes:
     """MEMORY USAGE key [SAMPLES count]: the bytes Redis would use for the
     set, estimated as Redis does (its structures' sizes, the members
     sampled): comparable between keys, as ``redis-cli --memkeys`` uses it;
@@ -104,7 +104,7 @@ def _slots(size: int) -> int:
     return slots
 
 
-def _key_view(conn: RespConnection, key: bytes) -> object | None:
+def _key_view(conn: Context, key: bytes) -> object | None:
     """The view of a key that exists as Redis shows keys (not an emptied
     RESP-made board), charged by the members looked at."""
     name = zset.board_name(key)

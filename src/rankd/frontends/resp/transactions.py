@@ -15,7 +15,7 @@ rankd's guarantee on top: an ``EXEC``'s writes are one commit.  Its
 commands run in one step of the event loop (no other client's command in
 between), against a :class:`rankd.engine.transaction.Transaction`: the
 handlers are the ordinary ones, with the connection's service swapped for
-one whose writes go to the transaction (:class:`_TransactionEngine`), so
+one whose writes go to the transaction (:mod:`.exec_step`), so
 every command means inside ``EXEC`` what it means outside.  The
 transaction's records are logged as one record (wholly there or wholly
 absent after a crash) and ``EXEC`` is answered once they are durable.  On
@@ -36,10 +36,11 @@ earlier command of the transaction writes is computed *before* the step,
 in steps, other clients served in between (as outside ``MULTI``), and
 computed again in the step only if an input changed meanwhile; a store
 whose inputs the transaction itself writes, and an aggregation it answers
-(``ZUNION``...), are computed in the step, :data:`MAX_STEP_READ` entries
-read at most for one ``EXEC``; the stores of
-one ``EXEC`` write :data:`MAX_STEP_STORED` members at most.  Past either,
-the command answers an error in ``EXEC``'s reply (the others apply).
+(``ZUNION``...), are computed in the step,
+:data:`~.exec_step.MAX_STEP_READ` entries read at most for one ``EXEC``;
+the stores of one ``EXEC`` write :data:`~.exec_step.MAX_STEP_STORED`
+members at most.  Past either, the command answers an error in
+``EXEC``'s reply (the others apply).
 
 A transaction's queue is bounded (:data:`MAX_QUEUED` commands,
 :data:`MAX_QUEUED_BYTES` bytes): past it the command is refused and the
@@ -50,19 +51,16 @@ bounded (:data:`MAX_EXEC_REPLY_BYTES`): reads past it answer an error.
 from __future__ import annotations
 
 import asyncio
-import copy
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rankd.engine.errors import EngineError
 from rankd.engine.transaction import CrossGroup, Transaction
-from rankd.frontends.resp import monitor
+from rankd.frontends.resp import aggregates, monitor
 from rankd.frontends.resp.arguments import CommandError
+from rankd.frontends.resp.context import Multi, error_text
+from rankd.frontends.resp.exec_step import transaction_service
 from rankd.frontends.resp.sorted_sets import (
-    MAX_PAIRS,
     MAX_REPLY_BYTES,
-    STEP_ENTRIES,
     STEP_RESTARTS,
     Writes,
     board_name,
@@ -70,9 +68,7 @@ from rankd.frontends.resp.sorted_sets import (
 )
 
 if TYPE_CHECKING:
-    from rankd.engine.view import SortedView
-    from rankd.frontends.resp.commands import Command
-    from rankd.frontends.resp.connection import RespConnection
+    from rankd.frontends.resp.context import Command, Context
 
 #: Commands one transaction may queue, and the bytes they may hold (the
 #: connection's bound on requests queued: hardening 3's).
@@ -84,13 +80,6 @@ MAX_EXEC_REPLY_BYTES = MAX_REPLY_BYTES
 MAX_WATCHED = 10_000
 #: What runs at once inside MULTI instead of being queued (as in Redis).
 CONTROL = frozenset({"exec", "discard", "multi", "watch", "quit", "reset"})
-#: Entries the aggregations of one EXEC may read in its step (the stores
-#: whose inputs the transaction writes, and the aggregations it answers;
-#: the other stores are computed before the step).
-MAX_STEP_READ = 8 * STEP_ENTRIES
-#: Members the stores of one EXEC may write (applied in its step): one
-#: store's bound outside MULTI.
-MAX_STEP_STORED = MAX_PAIRS
 #: Where the ``numkeys`` of a command with keys it counts stands.
 NUMKEYS = {"zunionstore": 2, "zinterstore": 2, "zdiffstore": 2, "zunion": 1, "zinter": 1,
            "zdiff": 1, "zintercard": 1, "zmpop": 1, "bzmpop": 2}
@@ -101,22 +90,10 @@ EXECABORT = "EXECABORT Transaction discarded because of previous errors."
 CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"
 
 
-@dataclass(slots=True)
-class Multi:
-    """A connection's transaction being queued (between MULTI and EXEC)."""
-
-    #: Whether the connection packed plain commands before MULTI (see ``multi``).
-    packs: bool
-    queued: list[tuple[Command, list[bytes]]] = field(default_factory=list)
-    size: int = 0
-    #: A command failed its checks (or the bounds were passed): EXECABORT.
-    failed: bool = False
-
-
 # --- the state a connection keeps -------------------------------------------------------
 
 
-def _state(conn: RespConnection, name: str | None) -> tuple[int, int, bool] | None:
+def _state(conn: Context, name: str | None) -> tuple[int, int, bool] | None:
     """What changes when board ``name`` is written, deleted or made again:
     ``(board, version, whether it is a key)``, None if there is no board."""
     board = None if name is None else conn.service.engine.boards.get(name)
@@ -125,7 +102,7 @@ def _state(conn: RespConnection, name: str | None) -> tuple[int, int, bool] | No
     return id(board), board.version, is_key(conn, name)
 
 
-def _dirty(conn: RespConnection) -> bool:
+def _dirty(conn: Context) -> bool:
     """Whether a watched key changed since WATCH."""
     for name, before in (conn.watched or {}).items():
         now = _state(conn, name)
@@ -137,7 +114,7 @@ def _dirty(conn: RespConnection) -> bool:
     return False
 
 
-def forget(conn: RespConnection) -> None:
+def forget(conn: Context) -> None:
     """Leave MULTI and forget the watches (EXEC, DISCARD, RESET)."""
     if conn.multi is not None:
         conn.packs = conn.multi.packs
@@ -145,7 +122,7 @@ def forget(conn: RespConnection) -> None:
     conn.watched = None
 
 
-def rejected(conn: RespConnection, words: list[bytes], text: str) -> str:
+def rejected(conn: Context, words: list[bytes], text: str) -> str:
     """A command failed its checks (name, arity): inside MULTI, EXEC will
     abort.  A refused EXEC itself discards the transaction (and the
     watches) at once, its error saying so, as Redis's ``rejectCommand``."""
@@ -157,7 +134,7 @@ def rejected(conn: RespConnection, words: list[bytes], text: str) -> str:
     return f"EXECABORT Transaction discarded because of: {text.removeprefix('ERR ')}"
 
 
-def queue(conn: RespConnection, command: Command, words: list[bytes], out: list[bytes],
+def queue(conn: Context, command: Command, words: list[bytes], out: list[bytes],
           weight: int) -> bool:
     """Inside MULTI, queue ``command`` (admitted now, as Redis checks it
     when queued) and answer ``+QUEUED`` or its error into ``out``; False
@@ -175,7 +152,7 @@ def queue(conn: RespConnection, command: Command, words: list[bytes], out: list[
     except EngineError as exc:
         multi.failed = True
         conn.server.stats[(command.name, exc.code)] += 1
-        out.append(conn.replies.error(_error_text(exc)))
+        out.append(conn.replies.error(error_text(exc)))
         return True
     if multi.failed:  # (EXEC aborts: nothing more is kept)
         out.append(conn.replies.simple("QUEUED"))
@@ -197,7 +174,7 @@ def queue(conn: RespConnection, command: Command, words: list[bytes], out: list[
 # --- the commands -------------------------------------------------------------------------
 
 
-def multi(conn: RespConnection, args: list[bytes]) -> bytes:
+def multi(conn: Context, args: list[bytes]) -> bytes:
     """MULTI: queue the commands that follow, until EXEC or DISCARD."""
     if conn.multi is not None:
         raise CommandError("ERR MULTI calls can not be nested")
@@ -206,7 +183,7 @@ def multi(conn: RespConnection, args: list[bytes]) -> bytes:
     return conn.replies.simple("OK")
 
 
-def discard(conn: RespConnection, args: list[bytes]) -> bytes:
+def discard(conn: Context, args: list[bytes]) -> bytes:
     """DISCARD: forget the queued commands and the watches."""
     if conn.multi is None:
         raise CommandError("ERR DISCARD without MULTI")
@@ -214,7 +191,7 @@ def discard(conn: RespConnection, args: list[bytes]) -> bytes:
     return conn.replies.simple("OK")
 
 
-def watch(conn: RespConnection, args: list[bytes]) -> bytes:
+def watch(conn: Context, args: list[bytes]) -> bytes:
     """WATCH key [key ...]: EXEC applies nothing if one of them changes."""
     if conn.multi is not None:
         raise CommandError("ERR WATCH inside MULTI is not allowed")
@@ -230,12 +207,12 @@ def watch(conn: RespConnection, args: list[bytes]) -> bytes:
     return conn.replies.simple("OK")
 
 
-def unwatch(conn: RespConnection, args: list[bytes]) -> bytes:
+def unwatch(conn: Context, args: list[bytes]) -> bytes:
     conn.watched = None
     return conn.replies.simple("OK")
 
 
-def exec_(conn: RespConnection, args: list[bytes]) -> Any:
+def exec_(conn: Context, args: list[bytes]) -> Any:
     """EXEC: run the queued commands as one atomic commit (see the module
     docstring)."""
     pending = conn.multi
@@ -280,7 +257,7 @@ def _names(keys: list[bytes]) -> list[str]:
     return [name for name in map(board_name, keys) if name is not None]
 
 
-def _boards(conn: RespConnection, queued: list[tuple[Command, list[bytes]]]
+def _boards(conn: Context, queued: list[tuple[Command, list[bytes]]]
             ) -> tuple[set[str], set[str]]:
     """The boards a transaction writes, and those it reads."""
     writes: set[str] = set()
@@ -310,14 +287,12 @@ def _untouched(queued: list[tuple[Command, list[bytes]]]) -> list[list[bytes]]:
     return found
 
 
-async def _ready(conn: RespConnection, transaction: Transaction,
+async def _ready(conn: Context, transaction: Transaction,
                  queued: list[tuple[Command, list[bytes]]]) -> dict[int, Any]:
     """Compute the stores that may be computed before the step (see the
     module docstring), then wait until the transaction may be applied; if
     one of their inputs changed meanwhile, again (twice at most, then the
     step computes it).  Their results, by ``id`` of the command's words."""
-    from rankd.frontends.resp import aggregates  # (it imports this module)
-
     writes, reads = _boards(conn, queued)
     stores = _untouched(queued)
     done: dict[int, Any] = {}
@@ -340,13 +315,13 @@ async def _ready(conn: RespConnection, transaction: Transaction,
     raise AssertionError("the last attempt returns")
 
 
-async def _run(conn: RespConnection, queued: list[tuple[Command, list[bytes]]]) -> bytes:
+async def _run(conn: Context, queued: list[tuple[Command, list[bytes]]]) -> bytes:
     service = conn.service
     engine = service.engine
     transaction = engine.transaction()
     precomputed = await _ready(conn, transaction, queued)
     # From here to the commit, nothing is awaited: one step of the event loop.
-    conn.service = _transaction_service(service, transaction, precomputed)
+    conn.service = transaction_service(service, transaction, precomputed)
     engine.unsettled_reads = transaction.unsettled if engine.replication is not None else None
     replies = [conn.replies.array_header(len(queued))]
     size = 0
@@ -370,7 +345,7 @@ async def _run(conn: RespConnection, queued: list[tuple[Command, list[bytes]]]) 
     return b"".join(replies)
 
 
-def _one(conn: RespConnection, command: Command, words: list[bytes]) -> bytes:
+def _one(conn: Context, command: Command, words: list[bytes]) -> bytes:
     """Run one queued command now, synchronously: its reply or its error
     (and shown to the monitors, as Redis shows what EXEC runs)."""
     if conn.server.monitors:
@@ -387,14 +362,9 @@ def _one(conn: RespConnection, command: Command, words: list[bytes]) -> bytes:
         return conn.replies.error(exc.text)
     except EngineError as exc:
         stats[(command.name, exc.code)] += 1
-        return conn.replies.error(_error_text(exc))
+        return conn.replies.error(error_text(exc))
     stats[(command.name, "ok")] += 1
     return result
-
-
-def _error_text(exc: EngineError) -> str:
-    from rankd.frontends.resp.connection import error_text  # (it imports this module)
-    return error_text(exc)
 
 
 def _finished(awaitable: Any) -> Any:
@@ -409,101 +379,3 @@ def _finished(awaitable: Any) -> Any:
                 raise CommandError("ERR rankd cannot run this command inside a transaction")
     except StopIteration as stop:
         return stop.value
-
-
-# --- writes into the transaction ------------------------------------------------------------
-
-
-class _TransactionEngine:
-    """The engine as the commands of an EXEC see it: reads as ever, writes
-    applied by the transaction (its methods complete without waiting); and
-    what the step may still do (see the module docstring)."""
-
-    def __init__(self, engine: Any, transaction: Transaction,
-                 precomputed: dict[int, Any]) -> None:
-        self._engine = engine
-        self._transaction = transaction
-        #: Stores computed before the step, by ``id`` of their words.
-        self.precomputed = precomputed
-        self.read_left = MAX_STEP_READ
-        self.stored_left = MAX_STEP_STORED
-
-    def spend_read(self, entries: int) -> None:
-        """An aggregation computed in the step reads ``entries`` entries."""
-        if entries > self.read_left:
-            raise CommandError(
-                f"ERR rankd computes at most {MAX_STEP_READ} entries of aggregations in the "
-                "step of one EXEC (ZUNION, ZINTER, ZDIFF, ZINTERCARD, and stores whose inputs "
-                "the transaction writes); run this one outside the transaction")
-        self.read_left -= entries
-
-    def spend_stored(self, members: int) -> None:
-        """A store writes ``members`` members in the step."""
-        if members > self.stored_left:
-            raise CommandError(f"ERR rankd stores at most {MAX_STEP_STORED} members in one "
-                               "EXEC (they are written in one step); store fewer")
-        self.stored_left -= members
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-    async def submit_many(self, submissions: Iterable[Any]) -> list[Any]:
-        return self._transaction.submit(list(submissions))
-
-    async def submit(self, submission: Any) -> dict[str, Any]:
-        (answer,) = self._transaction.submit([submission])
-        if isinstance(answer, EngineError):
-            raise answer
-        return answer
-
-    async def put_board(self, name: str, config: object, *, discard: bool = False,
-                        patch: bool = False) -> tuple[Any, bool]:
-        return self._transaction.put_board(name, config)
-
-    async def delete_board(self, name: str) -> None:
-        self._transaction.drop_board(name)
-
-    async def expire(self, name: str, deadline: int | None, condition: int = 0) -> bool:
-        return self._transaction.expire(name, deadline, condition)
-
-    async def replace_board(self, name: str, config: object,
-                            entries: Callable[[], Iterable[tuple[str, float]]]) -> int:
-        return self._transaction.replace_board(name, config, entries)
-
-    async def route(self, name: object) -> None:
-        """Nothing: the transaction was routed whole (``Transaction.ready``)."""
-
-    def stage(self, name: str, config: object) -> Any:
-        raise CommandError("ERR rankd cannot store a result inside a transaction yet")
-
-    async def remove_members(self, name: str, choose: Callable[[SortedView], Iterable[str]],
-                             *, window: str | None = None, period: str | None = None,
-                             drop_when_empty: bool = False, persist_when_empty: bool = False
-                             ) -> list[tuple[str, float]]:
-        removed = self._transaction.remove_members(name, choose, window=window, period=period,
-                                                   persist_when_empty=persist_when_empty)
-        if drop_when_empty and removed and not any(
-                len(index) for periods in self._engine.boards[name].periods.values()
-                for index in periods.values()):
-            self._transaction.drop_board(name)
-        return removed
-
-    def remove_members_now(self, *args: Any, **kwargs: Any) -> None:
-        """Never at once, outside the transaction: its ``remove_members``."""
-        return None
-
-
-def _transaction_service(service: Any, transaction: Transaction,
-                         precomputed: dict[int, Any]) -> Any:
-    """The connection's service for the commands of one EXEC: the same,
-    over :class:`_TransactionEngine`."""
-    inside = copy.copy(service)
-    inside.engine = _TransactionEngine(service.engine, transaction, precomputed)
-    return inside
-
-
-def running(conn: RespConnection) -> _TransactionEngine | None:
-    """What an EXEC running ``conn``'s commands now may still do; None
-    outside EXEC."""
-    engine = conn.service.engine
-    return engine if type(engine) is _TransactionEngine else None
