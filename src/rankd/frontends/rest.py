@@ -81,17 +81,17 @@ def error_response(code: str, message: str, status: int | None = None) -> web.Re
                          status or STATUS.get(code, 400))
 
 
-@web.middleware
-async def error_middleware(request: web.Request,
-                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                           ) -> web.StreamResponse:
+async def _answered(request: web.Request,
+                   handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                   ) -> web.StreamResponse:
+    """The gated handler's answer, or the JSON error answer of what it raised."""
     try:
         try:
-            return await handler(request)
+            return await _gated(request, handler)
         except Unsettled as exc:
             if request.method not in READ_METHODS:
                 raise
-            return await _settled(request, handler, exc)
+            return await _settled(request, functools.partial(_gated, handler=handler), exc)
     except NotPrimary as exc:
         forwarder = request.app.get(FORWARDER)
         if forwarder is None or exc.primary is None or forwarded(request):
@@ -168,15 +168,15 @@ def credential_of(request: web.Request, operation: str) -> tuple[str | None, boo
     return None, False
 
 
-@web.middleware
-async def gate_middleware(request: web.Request,
-                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                          ) -> web.StreamResponse:
-    """Authenticate, check the scope of the route's operation, rate-limit."""
-    route_handler = request.match_info.handler
-    if request.match_info.http_exception is not None:
+async def _gated(request: web.Request,
+                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                 ) -> web.StreamResponse:
+    """Authenticate, check the scope of the route's operation, rate-limit,
+    then answer."""
+    match_info = request.match_info
+    if match_info.http_exception is not None:
         return await handler(request)
-    operation = getattr(route_handler, "__name__", "unknown")
+    operation = getattr(match_info.handler, "__name__", "unknown")
     gate = request.app[GATE]
     address = request.remote or ""
     # A batch is charged per event once its body is read.
@@ -189,24 +189,31 @@ async def gate_middleware(request: web.Request,
         principal = gate.admitted(credential, operation, address, cost, join_only=from_url)
     request[PRINCIPAL] = principal
     response = await handler(request)
-    gate.done(principal, operation, address, board=request.match_info.get("board"))
+    gate.done(principal, operation, address, board=match_info.get("board"))
     return response
 
 
 @web.middleware
-async def metrics_middleware(request: web.Request,
-                             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                             ) -> web.StreamResponse:
+async def front_door(request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                     ) -> web.StreamResponse:
+    """Every request's way in, outermost first: metrics (and the close of a
+    declined upgrade), the origin policy (:func:`_refused`), errors as JSON
+    (:func:`_answered`), the gate (:func:`_gated`).  One middleware, not
+    four: each layer of aiohttp's cost a call and a coroutine a request."""
     started = time.perf_counter()
     try:
-        response = await handler(request)
+        response = _refused(request)
+        if response is None:
+            response = await _answered(request, handler)
     except web.HTTPException as exc:
         decline_unanswered_upgrade(request, exc)
         raise
     if hdrs.UPGRADE in request.headers or request.method == hdrs.METH_CONNECT:
         decline_unanswered_upgrade(request, response)
-    operation = ("unmatched" if request.match_info.http_exception is not None
-                 else getattr(request.match_info.handler, "__name__", "unknown"))
+    match_info = request.match_info
+    operation = ("unmatched" if match_info.http_exception is not None
+                 else getattr(match_info.handler, "__name__", "unknown"))
     request.app[METRICS].observe_request(operation, response.status,
                                          time.perf_counter() - started)
     return response
@@ -537,25 +544,24 @@ async def digest(request: web.Request) -> web.Response:
     return json_response({"digest": service_of(request).engine.digest()})
 
 
-@web.middleware
-async def origin_middleware(request: web.Request,
-                            handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                            ) -> web.StreamResponse:
-    """Refuse pages of other sites and misaddressed requests; answer CORS
-    preflights (see :mod:`rankd.frontends.origins`)."""
+def _refused(request: web.Request) -> web.StreamResponse | None:
+    """The answer to pages of other sites, misaddressed requests and CORS
+    preflights (see :mod:`rankd.frontends.origins`), or None: go on."""
     policy = request.app[ORIGINS]
-    refused = policy.host_refused(request.headers.get("Host"))
+    headers = request.headers
+    refused = policy.host_refused(headers.get("Host"))
     if refused is not None:
         return error_response("misdirected", refused)
-    origin = request.headers.get("Origin")
-    refused = policy.origin_refused(origin, request.scheme, request.headers.get("Host"))
+    origin = headers.get("Origin")
+    if origin is None:  # not a browser's cross-site request
+        return None
+    refused = policy.origin_refused(origin, request.scheme, headers.get("Host"))
     if refused is not None and getattr(request.match_info.handler, "__name__",
                                        "") not in PUBLIC_OPERATIONS:
         return error_response("forbidden", refused)
-    if (request.method == "OPTIONS" and origin is not None
-            and "Access-Control-Request-Method" in request.headers):
+    if request.method == "OPTIONS" and "Access-Control-Request-Method" in headers:
         return web.Response(status=204, headers=policy.preflight_headers(origin))
-    return await handler(request)
+    return None
 
 
 async def _add_headers(request: web.Request, response: web.StreamResponse) -> None:
@@ -601,8 +607,7 @@ def create_app(service: Service, gate: Gate | None = None,
     gate = gate or Gate.open()
     # Only behind trusted proxies: no cost on each request otherwise.
     first = [proxy_middleware(gate.trusted_proxies)] if gate.trusted_proxies else []
-    app = web.Application(middlewares=[*first, metrics_middleware,
-                                       origin_middleware, error_middleware, gate_middleware],
+    app = web.Application(middlewares=[*first, front_door],
                           client_max_size=MAX_BODY_BYTES)
     app[METRICS] = metrics_registry or Metrics()
     app[SERVICE] = service
