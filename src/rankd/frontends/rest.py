@@ -15,6 +15,7 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -81,19 +82,32 @@ def error_response(code: str, message: str, status: int | None = None) -> web.Re
                          status or STATUS.get(code, 400))
 
 
+@dataclass(slots=True)
+class Door:
+    """What every request's way in uses, bound once per application (a
+    lookup through ``request.app`` costs a few calls a request)."""
+
+    gate: Gate
+    metrics: Metrics
+    origins: OriginPolicy
+    forwarder: Forwarder | None
+
+
 async def _answered(request: web.Request,
-                   handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                   ) -> web.StreamResponse:
-    """The gated handler's answer, or the JSON error answer of what it raised."""
+                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                    door: Door, operation: str | None) -> web.StreamResponse:
+    """The gated handler's answer, or the JSON error answer of what it raised
+    (``operation``: the route handler's name, None for no route)."""
     try:
         try:
-            return await _gated(request, handler)
+            return await _gated(request, handler, door, operation)
         except Unsettled as exc:
             if request.method not in READ_METHODS:
                 raise
-            return await _settled(request, functools.partial(_gated, handler=handler), exc)
+            return await _settled(request, functools.partial(
+                _gated, handler=handler, door=door, operation=operation), exc)
     except NotPrimary as exc:
-        forwarder = request.app.get(FORWARDER)
+        forwarder = door.forwarder
         if forwarder is None or exc.primary is None or forwarded(request):
             return error_response(exc.code, exc.message)
         try:
@@ -169,19 +183,17 @@ def credential_of(request: web.Request, operation: str) -> tuple[str | None, boo
 
 
 async def _gated(request: web.Request,
-                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                 ) -> web.StreamResponse:
-    """Authenticate, check the scope of the route's operation, rate-limit,
-    then answer."""
-    match_info = request.match_info
-    if match_info.http_exception is not None:
+                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                 door: Door, operation: str | None) -> web.StreamResponse:
+    """Authenticate, check the scope of the route's ``operation``,
+    rate-limit, then answer."""
+    if operation is None:
         return await handler(request)
-    operation = getattr(match_info.handler, "__name__", "unknown")
-    gate = request.app[GATE]
+    gate = door.gate
     address = request.remote or ""
     # A batch is charged per event once its body is read.
     cost = 0 if operation == "submit_batch" else 1
-    forwarder = request.app.get(FORWARDER)
+    forwarder = door.forwarder
     if forwarder is not None and forwarded(request):  # from a node: its credential
         principal, address = await forwarder.admitted(request, gate, operation, cost)
     else:
@@ -189,34 +201,40 @@ async def _gated(request: web.Request,
         principal = gate.admitted(credential, operation, address, cost, join_only=from_url)
     request[PRINCIPAL] = principal
     response = await handler(request)
-    gate.done(principal, operation, address, board=match_info.get("board"))
+    gate.done(principal, operation, address, board=request.match_info.get("board"))
     return response
 
 
-@web.middleware
-async def front_door(request: web.Request,
-                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                     ) -> web.StreamResponse:
-    """Every request's way in, outermost first: metrics (and the close of a
-    declined upgrade), the origin policy (:func:`_refused`), errors as JSON
-    (:func:`_answered`), the gate (:func:`_gated`).  One middleware, not
-    four: each layer of aiohttp's cost a call and a coroutine a request."""
-    started = time.perf_counter()
-    try:
-        response = _refused(request)
-        if response is None:
-            response = await _answered(request, handler)
-    except web.HTTPException as exc:
-        decline_unanswered_upgrade(request, exc)
-        raise
-    if hdrs.UPGRADE in request.headers or request.method == hdrs.METH_CONNECT:
-        decline_unanswered_upgrade(request, response)
-    match_info = request.match_info
-    operation = ("unmatched" if match_info.http_exception is not None
-                 else getattr(match_info.handler, "__name__", "unknown"))
-    request.app[METRICS].observe_request(operation, response.status,
-                                         time.perf_counter() - started)
-    return response
+def front_door(door: Door) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """The middleware every request goes through, outermost first: metrics
+    (and the close of a declined upgrade), the origin policy
+    (:func:`_refused`), errors as JSON (:func:`_answered`), the gate
+    (:func:`_gated`).  One middleware, not four: each layer cost aiohttp a
+    call and a coroutine a request."""
+    observe = door.metrics.observe_request
+    perf_counter = time.perf_counter
+
+    @web.middleware
+    async def middleware(request: web.Request,
+                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                         ) -> web.StreamResponse:
+        started = perf_counter()
+        match_info = request.match_info
+        operation = (None if match_info.http_exception is not None
+                     else getattr(match_info.handler, "__name__", "unknown"))
+        try:
+            response = _refused(request, door.origins, operation)
+            if response is None:
+                response = await _answered(request, handler, door, operation)
+        except web.HTTPException as exc:
+            decline_unanswered_upgrade(request, exc)
+            raise
+        if hdrs.UPGRADE in request.headers or request.method == hdrs.METH_CONNECT:
+            decline_unanswered_upgrade(request, response)
+        observe(operation or "unmatched", response.status, perf_counter() - started)
+        return response
+
+    return middleware
 
 
 # --- request parsing ---------------------------------------------------------------
@@ -544,10 +562,10 @@ async def digest(request: web.Request) -> web.Response:
     return json_response({"digest": service_of(request).engine.digest()})
 
 
-def _refused(request: web.Request) -> web.StreamResponse | None:
+def _refused(request: web.Request, policy: OriginPolicy, operation: str | None
+             ) -> web.StreamResponse | None:
     """The answer to pages of other sites, misaddressed requests and CORS
     preflights (see :mod:`rankd.frontends.origins`), or None: go on."""
-    policy = request.app[ORIGINS]
     headers = request.headers
     refused = policy.host_refused(headers.get("Host"))
     if refused is not None:
@@ -556,8 +574,7 @@ def _refused(request: web.Request) -> web.StreamResponse | None:
     if origin is None:  # not a browser's cross-site request
         return None
     refused = policy.origin_refused(origin, request.scheme, headers.get("Host"))
-    if refused is not None and getattr(request.match_info.handler, "__name__",
-                                       "") not in PUBLIC_OPERATIONS:
+    if refused is not None and operation not in PUBLIC_OPERATIONS:
         return error_response("forbidden", refused)
     if request.method == "OPTIONS" and "Access-Control-Request-Method" in headers:
         return web.Response(status=204, headers=policy.preflight_headers(origin))
@@ -607,12 +624,13 @@ def create_app(service: Service, gate: Gate | None = None,
     gate = gate or Gate.open()
     # Only behind trusted proxies: no cost on each request otherwise.
     first = [proxy_middleware(gate.trusted_proxies)] if gate.trusted_proxies else []
-    app = web.Application(middlewares=[*first, front_door],
+    door = Door(gate, metrics_registry or Metrics(), origins or OriginPolicy(), forwarder)
+    app = web.Application(middlewares=[*first, front_door(door)],
                           client_max_size=MAX_BODY_BYTES)
-    app[METRICS] = metrics_registry or Metrics()
+    app[METRICS] = door.metrics
     app[SERVICE] = service
     app[GATE] = gate
-    app[ORIGINS] = origins or OriginPolicy()
+    app[ORIGINS] = door.origins
     app[BODY_TIMEOUT] = body_seconds
     if forwarder is not None:
         app[FORWARDER] = forwarder
