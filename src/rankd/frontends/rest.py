@@ -640,5 +640,7 @@ def create_app(service: Service, gate: Gate | None = None,
 
         app.on_cleanup.append(close_forwarder)
     app.on_response_prepare.append(_add_headers)
-    app.add_routes(routes)
+    # The router tries a path's candidates in order: submissions' first.
+    app.add_routes(sorted(routes, key=lambda route: getattr(route, "handler", None)
+                          is not submit))
     return app
