@@ -320,6 +320,8 @@ async def view_query(request: web.Request, extra: dict[str, Callable[[str], Any]
                      only: set[str] | None = None) -> dict[str, Any]:
     """A board read's query parameters (of ``VIEW``, or ``only`` those of
     it), once ``min_seq`` (if given) is applied here."""
+    if not request.query_string:
+        return {}  # the common case, without building the allowed names
     allowed = {name: kind for name, kind in VIEW.items() if only is None or name in only}
     params = query(request, {**allowed, **(extra or {})})
     min_seq = params.pop("min_seq", None)
