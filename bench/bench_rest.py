@@ -27,7 +27,10 @@ Each round runs every row once, in an order that alternates from round to
 round; a row's figures are the median of its rounds, its ratio to the bare
 handler the median of the rounds' ratios (each against the bare run of the
 same round).  Server CPU per request is the server process's user+system
-CPU time over the run divided by the requests wrk counted.  ``--resp`` adds
+CPU time over the run divided by the requests wrk counted; ``/ bare (CPU)``
+is the bare handler's CPU per request over the row's (median of the
+rounds), the rate ratio two servers would reach each with a core of its own,
+which a busy shared machine moves much less than the rates.  ``--resp`` adds
 ``redis-benchmark -c <N> ZINCRBY`` against rankd's RESP port, the same
 increments over the other protocol.
 
@@ -123,6 +126,9 @@ class Row:
     server: str
     runs: list[Run] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)
+    #: The bare handler's server CPU per request over this row's, by round:
+    #: the rate ratio two servers would have, each with a core of its own.
+    cpu_ratios: list[float] = field(default_factory=list)
 
 
 # --- the bare server -------------------------------------------------------------------
@@ -323,7 +329,7 @@ def run_rounds(args: argparse.Namespace, servers: dict[str, tuple[str, int]],
                         for target in servers if target != "bare")
     for round_ in range(args.rounds):
         order = plan if round_ % 2 == 0 else list(reversed(plan))
-        bare_of: dict[tuple[int, str], float] = {}
+        bare_of: dict[tuple[int, str], Run] = {}
         done: list[tuple[Row, Run, str]] = []
         for connections, name, target, path, script in order:
             url, pid = servers[target]
@@ -336,7 +342,7 @@ def run_rounds(args: argparse.Namespace, servers: dict[str, tuple[str, int]],
                                   Row(f"{name} -c{connections}", target))
             row.runs.append(run)
             if target == "bare":
-                bare_of[(connections, name)] = run.rate
+                bare_of[(connections, name)] = run
             done.append((row, run, name))
             print(f"  round {round_ + 1} {row.name:<22} {target:<5} {run.rate:>9,.0f}/s "
                   f"p50 {run.p50_ms:.2f} p99 {run.p99_ms:.2f} ms {run.cpu_us:.0f} us/req"
@@ -346,7 +352,9 @@ def run_rounds(args: argparse.Namespace, servers: dict[str, tuple[str, int]],
             reference = "bare GET" if name in ("top 10", "member") else "bare POST"
             connections = int(row.name.rsplit("-c", 1)[1])
             if row.server != "bare" and (connections, reference) in bare_of:
-                row.ratios.append(run.rate / bare_of[(connections, reference)])
+                bare = bare_of[(connections, reference)]
+                row.ratios.append(run.rate / bare.rate)
+                row.cpu_ratios.append(bare.cpu_us / run.cpu_us)
     return list(rows.values())
 
 
@@ -355,14 +363,16 @@ def print_table(rows: list[Row], args: argparse.Namespace, trees: dict[str, Path
           f"members, wrk -t1; medians of the rounds; "
           + ", ".join(f"{k}={v}" for k, v in trees.items()))
     print()
-    print("| row | server | req/s | p50 ms | p99 ms | server CPU us/req | / bare | errors |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| row | server | req/s | p50 ms | p99 ms | server CPU us/req | / bare (rate) | "
+          "/ bare (CPU) | errors |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         med = statistics.median
         ratio = f"{med(row.ratios):.2f}x" if row.ratios else "-"
+        cpu_ratio = f"{med(row.cpu_ratios):.2f}x" if row.cpu_ratios else "-"
         print(f"| {row.name} | {row.server} | {med(r.rate for r in row.runs):,.0f} | "
               f"{med(r.p50_ms for r in row.runs):.2f} | {med(r.p99_ms for r in row.runs):.2f} | "
-              f"{med(r.cpu_us for r in row.runs):.1f} | {ratio} | "
+              f"{med(r.cpu_us for r in row.runs):.1f} | {ratio} | {cpu_ratio} | "
               f"{sum(r.errors for r in row.runs)} |")
 
 
