@@ -9,6 +9,9 @@ Servers, each a process of its own, started once and kept for the run:
   JSON object of the size of rankd's submit answer, and one ``GET`` route
   answering bytes of the size of rankd's top-10 page.  That is the limit:
   aiohttp's own cost for a request of that shape.
+* ``framed`` (``--framed``): the same handler behind one pass-through
+  middleware and a response-prepare signal that sets rankd's two extra
+  headers: what those aiohttp features cost by themselves.
 * ``rankd``: ``rankd serve`` of this tree (``--fsync everysec``), its board
   ``bench`` (policy ``sum``) loaded with ``--members`` members first.
 * ``base`` (``--base TREE``): ``rankd serve`` of another source tree, for a
@@ -152,8 +155,21 @@ def bare_serve(port: int) -> None:
     async def get(request: web.Request) -> web.Response:
         return web.Response(body=page, content_type="application/json")
 
+    @web.middleware
+    async def through(request: web.Request, handler: Any) -> web.StreamResponse:
+        return await handler(request)
+
+    async def headers(request: web.Request, response: web.StreamResponse) -> None:
+        response.headers["Server"] = "rankd"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+
     async def main() -> None:
-        app = web.Application()
+        # With BARE_FRAMED=1: one pass-through middleware and a response-prepare
+        # signal setting rankd's two headers, the aiohttp features rankd uses.
+        framed = os.environ.get("BARE_FRAMED") == "1"
+        app = web.Application(middlewares=[through] if framed else [])
+        if framed:
+            app.on_response_prepare.append(headers)
         app.router.add_post("/bare", post)
         app.router.add_get("/bare", get)
         runner = web.AppRunner(app, access_log=None)
@@ -277,6 +293,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--base", type=Path, help="another source tree to run beside")
     parser.add_argument("--resp", action="store_true", help="add a RESP ZINCRBY row")
     parser.add_argument("--only", default="", help="comma-separated row names to run")
+    parser.add_argument("--framed", action="store_true",
+                        help="add the bare handler behind a pass-through middleware and a "
+                             "response-prepare signal (server 'framed')")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--bare-serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--rankd-arg", action="append", default=[],
@@ -293,12 +312,17 @@ def main(argv: list[str] | None = None) -> None:
     only = {name.strip() for name in args.only.split(",") if name.strip()}
 
     workdir = Path(tempfile.mkdtemp(prefix="bench_rest."))
-    port = free_port()
+    port, framed_port = free_port(), free_port()
     bare = subprocess.Popen([sys.executable, __file__, "--bare-serve", str(port)])
+    framed = subprocess.Popen([sys.executable, __file__, "--bare-serve", str(framed_port)],
+                              env={**os.environ, "BARE_FRAMED": "1"}) if args.framed else None
     daemons: dict[str, Any] = {}
     try:
         wait_http(f"http://127.0.0.1:{port}/bare")
         servers = {"bare": (f"http://127.0.0.1:{port}", bare.pid)}
+        if framed is not None:
+            wait_http(f"http://127.0.0.1:{framed_port}/bare")
+            servers["framed"] = (f"http://127.0.0.1:{framed_port}", framed.pid)
         trees = {"rankd": ROOT, **({"base": args.base.resolve()} if args.base else {})}
         for name, tree in trees.items():
             daemons[name] = start_rankd(tree, workdir / name, args.members, args.rankd_arg)
@@ -308,8 +332,10 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         for daemon in daemons.values():
             daemon.stop()
-        bare.terminate()
-        bare.wait(10)
+        for process in (bare, framed):
+            if process is not None:
+                process.terminate()
+                process.wait(10)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -322,11 +348,12 @@ def run_rounds(args: argparse.Namespace, servers: dict[str, tuple[str, int]],
         for name, kind, path, script in scenarios(args.members):
             if only and name not in only and kind != "bare":
                 continue
-            targets = ["bare"] if kind == "bare" else [s for s in servers if s != "bare"]
+            targets = ([s for s in servers if s in ("bare", "framed")] if kind == "bare"
+                       else [s for s in servers if s not in ("bare", "framed")])
             plan.extend((connections, name, target, path, script) for target in targets)
         if args.resp:
             plan.extend((connections, "RESP ZINCRBY", target, "", "")
-                        for target in servers if target != "bare")
+                        for target in daemons)
     for round_ in range(args.rounds):
         order = plan if round_ % 2 == 0 else list(reversed(plan))
         bare_of: dict[tuple[int, str], Run] = {}
