@@ -1190,20 +1190,3 @@ def test_many_distinct_top_pages_keep_memory_bounded(api: Api) -> None:
                      if line.startswith("rankd_process_rss_bytes ")))
     assert rss < 300 << 20, rss
 
-
-
-def test_request_metrics_buckets_are_inclusive_and_cumulative() -> None:
-    """An observation on a bucket's bound counts in that bucket; above every
-    bound only in ``+Inf``; the sum adds the seconds."""
-    from rankd.metrics import Metrics
-
-    metrics = Metrics()
-    metrics.observe_request("top", 200, 0.0005)
-    metrics.observe_request("top", 200, 3.0)
-    text = metrics.render().decode()
-    assert 'rankd_http_request_seconds_bucket{le="0.0005",operation="top"} 1.0' in text
-    assert 'rankd_http_request_seconds_bucket{le="2.5",operation="top"} 1.0' in text
-    assert 'rankd_http_request_seconds_bucket{le="+Inf",operation="top"} 2.0' in text
-    assert 'rankd_http_request_seconds_sum{operation="top"} 3.0005' in text
-    assert 'rankd_http_request_seconds_created{operation="top"}' in text
-    assert 'rankd_http_requests_created{operation="top",status="200"}' in text
