@@ -307,6 +307,8 @@ def plan(quick: bool) -> tuple[Plan, dict[str, dict[int, Run]]]:
         work.add("cluster", "bench_cluster.py", "--quick")
         work.add("redis protocol", "bench_resp.py", "--members", 100_000, "--rounds", 1,
                  "--requests", 20_000)
+        work.add("rest against a bare aiohttp handler", "bench_rest.py", "--quick")
+        work.add("loop pacer on and off", "bench_pacer.py", "--quick")
         return work, sweeps
     sweeps["index"][1_000_000] = work.add("index, 1M members", "bench_index.py")
     for members in (100_000, 5_000_000):
@@ -329,6 +331,8 @@ def plan(quick: bool) -> tuple[Plan, dict[str, dict[int, Run]]]:
     work.add("cluster log", "bench_cluster_log.py")
     work.add("cluster", "bench_cluster.py")
     work.add("redis protocol", "bench_resp.py")
+    work.add("rest against a bare aiohttp handler", "bench_rest.py", "--resp")
+    work.add("loop pacer on and off", "bench_pacer.py", "--rounds", 5, "--seconds", 1.5)
     return work, sweeps
 
 

@@ -130,10 +130,11 @@ OPTIONS = (
            "the most bytes of one RESP request rankd buffers (all its words); a larger one "
            "is refused with a protocol error and the connection closed (before AUTH: "
            "16 KiB)", minimum=65536),
-    Option("pacing_us", float, 10.0,
+    Option("pacing_us", float, 0.0,
            "while many TCP or RESP clients are in flight, a loop pass that answered at "
            "most half of them ends with a sleep of this many microseconds, instead of "
-           "being woken by each client's send (0: off)", minimum=0),
+           "being woken by each client's send (0: off; see docs/operations.md, \"Loop "
+           "pacing\", for when to turn it on)", minimum=0),
     Option("http_idle_timeout", float, 30.0,
            "seconds an HTTP connection may wait for (or trickle in) its next request, "
            "and a request body may take to arrive",
@@ -212,7 +213,7 @@ class ServerConfig:
     max_connections_per_address: int = 256
     idle_timeout: float = 300.0
     max_request_bytes: int = 4 << 20
-    pacing_us: float = 10.0
+    pacing_us: float = 0.0
     http_idle_timeout: float = 30.0
     jwt_secret: str | None = None
     jwt_public_key: Path | None = None

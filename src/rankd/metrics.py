@@ -9,12 +9,14 @@ than the observation.
 
 from __future__ import annotations
 
+import bisect
+import math
 import resource
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -22,6 +24,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from rankd import __version__
 from rankd._native import implementations
@@ -29,35 +32,74 @@ from rankd._native import implementations
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+#: Upper bounds of the REST latency histogram's buckets, in seconds.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
 class Metrics:
     """The registry of one daemon, and the REST request metrics."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("rankd_http_requests", "REST requests by operation and status",
-                                ["operation", "status"], registry=self.registry)
-        self.latency = Histogram("rankd_http_request_seconds", "REST request latency",
-                                 ["operation"], registry=self.registry,
-                                 buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                          0.25, 0.5, 1.0, 2.5))
-        #: (operation, status) -> (counter child, histogram child); operations are
-        #: route handler names and statuses HTTP codes, so this stays small.
-        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
+        #: (operation, status) -> [requests]; operations are route handler
+        #: names and statuses HTTP codes, so this stays small.
+        self._requests: dict[tuple[str, int], list[int]] = {}
+        #: operation -> [count in each bucket (the last: above every bound),
+        #: sum of seconds]: counted here, rendered at scrape time
+        #: (:class:`RequestCollector`), as plain integers (prometheus-client's
+        #: objects take a lock for each count, three a request).
+        self._latency: dict[str, list[Any]] = {}
+        self._created: dict[Any, float] = {}
+        self.registry.register(RequestCollector(self))
 
     def observe_request(self, operation: str, status: int, seconds: float) -> None:
-        # Resolving label values costs more than counting: keep the children.
-        children = self._children.get((operation, status))
-        if children is None:
-            children = self._children[(operation, status)] = (
-                self.requests.labels(operation, str(status)), self.latency.labels(operation))
-        children[0].inc()
-        children[1].observe(seconds)
+        counted = self._requests.get((operation, status))
+        if counted is None:
+            counted = self._requests[(operation, status)] = [0]
+            self._created[(operation, status)] = time.time()
+        counted[0] += 1
+        latency = self._latency.get(operation)
+        if latency is None:
+            latency = self._latency[operation] = [0] * (len(LATENCY_BUCKETS) + 2)
+            latency[-1] = 0.0
+            self._created[operation] = time.time()
+        latency[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        latency[-1] += seconds
 
     def add(self, collector: Collector) -> None:
         self.registry.register(collector)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class RequestCollector(Collector):
+    """The REST request metrics of a :class:`Metrics`, read at scrape time:
+    ``rankd_http_requests_total`` by operation and status, and the
+    ``rankd_http_request_seconds`` histogram by operation."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily("rankd_http_requests",
+                                       "REST requests by operation and status",
+                                       labels=["operation", "status"])
+        for (operation, status), (count,) in sorted(self.metrics._requests.items()):
+            requests.add_metric([operation, str(status)], count,
+                                created=self.metrics._created[(operation, status)])
+        yield requests
+        latency = HistogramMetricFamily("rankd_http_request_seconds", "REST request latency",
+                                        labels=["operation"])
+        for operation, counts in sorted(self.metrics._latency.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip((*LATENCY_BUCKETS, math.inf), counts, strict=False):
+                cumulative += count
+                buckets.append((floatToGoString(bound), cumulative))
+            latency.add_metric([operation], buckets, counts[-1])
+            latency.add_sample("rankd_http_request_seconds_created", {"operation": operation},
+                               self.metrics._created[operation])
+        yield latency
 
 
 class DaemonCollector(Collector):

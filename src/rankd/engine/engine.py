@@ -928,7 +928,7 @@ class Engine:
 
     async def submit(self, submission: Submission) -> dict[str, Any]:
         """Apply one submission and return its result (raises EngineError)."""
-        (answer,) = await self.submit_many([submission])
+        (answer,) = await self.coalescer.submit_many([submission])
         if isinstance(answer, EngineError):
             raise answer
         return answer

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -184,8 +184,11 @@ class Service:
         ``Engine.route``)."""
         await self.engine.route(board)
 
-    async def submit(self, board: str, event: object) -> dict[str, Any]:
-        return await self.engine.submit(Submission.from_dict(board, self._checked(board, event)))
+    def submit(self, board: str, event: object) -> Awaitable[dict[str, Any]]:
+        """The engine's answer to ``event``, once applied (raises EngineError;
+        a bad event before anything is awaited).  Not a coroutine of its own:
+        a frame less for every REST submission to resume."""
+        return self.engine.submit(Submission.from_dict(board, self._checked(board, event)))
 
     def _checked(self, board: str, event: object) -> object:
         """``event`` with its signature verified and removed, on signed boards."""
