@@ -51,7 +51,7 @@ from rankd.frontends.connections import (
     PipelinedConnection,
     PipelinedServer,
 )
-from rankd.frontends.resp import monitor, pop_runs, transactions
+from rankd.frontends.resp import monitor, pop_lane, pop_runs, transactions
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import COMMANDS, Command, lookup, unknown_command
 from rankd.frontends.resp.protocol import (
@@ -108,6 +108,9 @@ WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 _client_ids = itertools.count(1)
 _Packed, _ = native_or("rankd.engine._packed", "Packed", None)
 _PackedReads, _ = native_or("rankd.engine._packed", "PackedReads", None)
+_PackedPops = pop_lane.PackedPops
+#: What the scanner packs: runs of plain writes, reads and pops.
+_PACKED = (_Packed, _PackedReads, _PackedPops)
 _encode_replies, _ = native_or("rankd.frontends.resp._scanner", "encode_replies", None)
 
 
@@ -305,7 +308,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         size = [0, 0]
         position = 0
         for item in items:
-            if self.multi is not None and type(item) in (_Packed, _PackedReads):
+            if self.multi is not None and type(item) in _PACKED:
                 items[position:position + 1] = self._unpack(item)
                 break  # inside MULTI every command is queued as words (the worker's)
             if type(item) is _Packed:
@@ -318,6 +321,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                 self._hand_over(item)
                 position += 1
                 break  # what follows must see it applied: the worker waits for it
+            if type(item) is _PackedPops:
+                break  # applied now, acknowledged once committed: the worker's
             if type(item) is _PackedReads:
                 rest = self._reads(item, out)
                 position += 1
@@ -360,7 +365,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                        and _grown(out, size) < OUT_HIGH_WATER):
                     words = self.queue.popleft()
                     self.queued_bytes -= weight(words)
-                    if self.multi is not None and type(words) in (_Packed, _PackedReads):
+                    if self.multi is not None and type(words) in _PACKED:
                         unpacked = self._unpack(words)  # inside MULTI: queued as words
                         self.queue.extendleft(reversed(unpacked))
                         self.queued_bytes += sum(map(weight, unpacked))
@@ -376,6 +381,13 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                         self.queued_bytes += sum(map(weight, rest))
                         if rest:
                             break
+                        continue
+                    if type(words) is _PackedPops:
+                        if pending and type(pending[-1][1]) is Writes:
+                            await self._flush(pending, out)  # they must see them applied
+                        rest = pop_lane.answer(self, words, out, pending)
+                        self.queue.extendleft(reversed(rest))
+                        self.queued_bytes += sum(map(weight, rest))
                         continue
                     if isinstance(words, ProtocolError):
                         await self._flush(pending, out)
