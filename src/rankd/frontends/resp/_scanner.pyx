@@ -19,8 +19,11 @@ Redis's.  Likewise each run of consecutive *plain* reads becomes one
 ``rankd.engine._packed.PackedReads``, which the engine answers natively
 (``rankd.engine._reads``): ``ZSCORE``/``ZRANK``/``ZREVRANK key member`` and
 ``ZRANGE``/``ZREVRANGE key start stop [WITHSCORES]`` with a board name,
-a member as above and indexes as ``string2ll`` reads them.  An inline
-request stops the scan: the Python reader takes it.
+a member as above and indexes as ``string2ll`` reads them.  And each run
+of consecutive *plain* pops becomes one ``_pops.PackedPops``, which
+``pop_lane`` removes and answers natively: ``ZPOPMIN``/``ZPOPMAX key
+[count]`` with a board name and a positive count as ``string2ll`` reads
+it.  An inline request stops the scan: the Python reader takes it.
 
 :func:`encode_replies` writes the replies of a packed run, byte for byte
 what the general path writes for the same answers.
@@ -313,8 +316,9 @@ cdef object _scan(object data, Py_ssize_t start_at, Py_ssize_t max_bulk,
                 if tag >= 0:
                     _close_reads(reads, data, buf, reads_start, start, items)
                     reads = None
-                    _close_pops(pops, data, buf, pops_start, start, items)
-                    pops = None
+                    if pops is not None:
+                        _close_pops(pops, data, buf, pops_start, start, items)
+                        pops = None
                     if run is None:
                         run = Packed(b"")
                         run_start = start
@@ -341,8 +345,9 @@ cdef object _scan(object data, Py_ssize_t start_at, Py_ssize_t max_bulk,
             if read_ok:
                 _close(run, data, buf, run_start, start, items)
                 run = None
-                _close_pops(pops, data, buf, pops_start, start, items)
-                pops = None
+                if pops is not None:
+                    _close_pops(pops, data, buf, pops_start, start, items)
+                    pops = None
                 if reads is None:
                     reads = PackedReads(b"")
                     reads_start = start
@@ -376,8 +381,9 @@ cdef object _scan(object data, Py_ssize_t start_at, Py_ssize_t max_bulk,
             run = None
             _close_reads(reads, data, buf, reads_start, start, items)
             reads = None
-            _close_pops(pops, data, buf, pops_start, start, items)
-            pops = None
+            if pops is not None:
+                _close_pops(pops, data, buf, pops_start, start, items)
+                pops = None
             words = []
             position = start
             line = _line_end(buf, position, size)
@@ -391,7 +397,8 @@ cdef object _scan(object data, Py_ssize_t start_at, Py_ssize_t max_bulk,
             items.append(words)
         _close(run, data, buf, run_start, position, items)
         _close_reads(reads, data, buf, reads_start, position, items)
-        _close_pops(pops, data, buf, pops_start, position, items)
+        if pops is not None:
+            _close_pops(pops, data, buf, pops_start, position, items)
     finally:
         PyBuffer_Release(&view)
     end[0] = position
