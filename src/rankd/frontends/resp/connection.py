@@ -6,8 +6,9 @@ up and one worker task per connection answers them in order.  Reads are
 answered at once; consecutive ``ZADD``/``ZINCRBY`` commands of a pipeline
 go to the engine as one batch (one WAL append, one commit) and are
 answered once it is applied, so a read pipelined after them sees them.
-Pops are applied as they are read and answered with that commit, a run of
-them on one board as one removal (:mod:`.pop_runs`).
+Pops are applied as they are read and answered with that commit: a run
+of plain ones natively (:mod:`.pop_lane`), others of one board as one
+removal (:mod:`.pop_runs`).
 
 Every command passes the same :class:`~rankd.security.Gate` as REST and
 TCP, under the operation it amounts to (``submit``, ``top``,
