@@ -17,6 +17,7 @@ import urllib.request
 import pytest
 
 from daemon import Daemon
+from redisserver import RedisClient, RedisServer
 from respclient import RawClient
 
 _scanner = pytest.importorskip("rankd.frontends.resp._scanner")
@@ -142,3 +143,32 @@ def test_pipelined_zmpop_and_blocking_pops_share_their_commits(tmp_path):
         assert replies[400] == b"*2\r\n$6\r\nshared\r\n*1\r\n*2\r\n$5\r\nm0400\r\n$3\r\n400\r\n"
         assert client.call("ZCARD", "shared") == b":1200\r\n"
     assert fsyncs <= 40, fsyncs
+
+
+@pytest.fixture(scope="module")
+def redis_port():
+    redis = RedisServer()
+    try:
+        yield redis.port
+    finally:
+        redis.stop()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_pops_of_many_members_answer_as_redis_in_steps(daemon, redis_port, protocol):
+    """A pipeline of pops removing 30,000 members (a run is answered
+    10,000 members at a time, the loop free between) gets Redis's replies,
+    in order, and leaves what Redis leaves."""
+    fill = [w for i in range(30_000) for w in (str(i % 1_009), f"p{i:05d}")]
+    commands = [["ZPOPMIN" if i % 3 else "ZPOPMAX", "many", "2300"] for i in range(12)]
+    commands += [["ZPOPMAX", "many"], ["ZPOPMIN", "many", "7"]] * 100 + [["ZCARD", "many"]]
+    with RedisClient(redis_port) as redis, RawClient(daemon.resp_port) as rankd:
+        for client in (redis, rankd):
+            if protocol == 3:
+                client.call("HELLO", "3")
+            client.call("DEL", "many")
+            for start in range(0, len(fill), 10_000):
+                client.call("ZADD", "many", *fill[start:start + 10_000])
+        assert rankd.pipeline(commands) == redis.pipeline(commands)
+        words = ["ZRANGE", "many", "0", "-1", "WITHSCORES"]
+        assert rankd.call(*words) == redis.call(*words)

@@ -17,6 +17,8 @@ cdef class PackedPops:
     cdef readonly Py_ssize_t count
     cdef Py_ssize_t capacity
     cdef PackedPop first_item          # (as PackedReads's)
+    #: The pops before this one are answered (a run answered in steps).
+    cdef public Py_ssize_t answered
 
     cdef PackedPop *add(self) except NULL
     cdef const char *chars(self, Span *span) noexcept

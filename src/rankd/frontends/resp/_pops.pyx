@@ -143,9 +143,8 @@ def remove_run(PackedPops pops, Py_ssize_t first, Py_ssize_t end, RankIndex inde
         i = first
         while i < end:
             pop = &pops.items[i]
-            wanted = 1 if pop.count < 0 else (
-                pop.count if pop.count < size - taken else size - taken)
-            if wanted > size - taken:
+            wanted = 1 if pop.count < 0 else <Py_ssize_t>min(pop.count, size - taken)
+            if wanted > size - taken:  # (what the pops before left)
                 wanted = size - taken
             if taken + wanted > most:
                 break

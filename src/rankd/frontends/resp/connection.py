@@ -389,6 +389,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                         rest = pop_lane.answer(self, words, out, pending)
                         self.queue.extendleft(reversed(rest))
                         self.queued_bytes += sum(map(weight, rest))
+                        if rest and rest[0] is words:
+                            break  # (the rest in the next batch: others run between)
                         continue
                     if isinstance(words, ProtocolError):
                         await self._flush(pending, out)

@@ -15,6 +15,9 @@ acknowledged once durable, each answered the error if it fails.  Listeners
 commit.  Admission is the general path's: a pop the caller's rate limit
 refuses, or charges for more than its request, and a pop that would take
 a stretch past :data:`~.sorted_sets.MAX_PAIRS` members, are left to it.
+A run that removed that many members already waits for the worker's next
+batch (it lets the loop run others between batches), the rest of it first
+in the queue.
 
 What the native path does not take goes the general way (:mod:`.pop_runs`,
 then each pop by itself), from the first pop it leaves on: a board with a
@@ -46,18 +49,24 @@ def answer(conn: RespConnection, pops: Any, out: list[bytes],
            pending: list[tuple[int, Writes | Applied]]) -> list[list[bytes]]:
     """Answer the pops of ``pops`` natively, in order, as far as the native
     path takes them: their replies into ``out`` (pending their commit in
-    ``pending``, which must hold no write not applied yet).  Returns the
-    pops left, as commands, for the general path."""
-    first = 0
+    ``pending``, which must hold no write not applied yet).  Returns what
+    is left for the worker's queue: the pops left, as commands, for the
+    general path, or ``pops`` itself, to go on with in its next batch."""
+    first = pops.answered
+    removed = 0
     if (conn.principal is not None and conn.multi is None and conn.window is None
             and conn.period is None and not conn.server.monitors
             and not (conn.deadline and conn.expired)):
         try:
             while first < len(pops):
-                stopped = _board_run(conn, pops, first, out, pending)
+                if removed >= MAX_PAIRS:
+                    pops.answered = first
+                    return [pops]
+                stopped, members = _board_run(conn, pops, first, out, pending)
                 if stopped == first:
                     break
                 first = stopped
+                removed += members
         except EngineError as exc:  # e.g. read-only: every pop left gets the error
             from rankd.frontends.resp.connection import error_text  # (it imports this module)
             _count(conn, pops, first, len(pops), exc.code)
@@ -68,19 +77,20 @@ def answer(conn: RespConnection, pops: Any, out: list[bytes],
 
 
 def _board_run(conn: RespConnection, pops: Any, first: int, out: list[bytes],
-               pending: list[tuple[int, Writes | Applied]]) -> int:
-    """Apply the pops on one board from ``first`` on: where they stopped."""
+               pending: list[tuple[int, Writes | Applied]]) -> tuple[int, int]:
+    """Apply the pops on one board from ``first`` on: where they stopped,
+    and how many members they removed."""
     engine = conn.service.engine
     name = pops.board(first)
     board = engine.boards.get(name)
     if (board is None or board.expires_at is not None or board.labels
             or not engine.removes_now(name)):
-        return first
+        return first, 0
     window = board.config.primary_window
     index = board.index(window, period_of(window, engine.clock()))
     indexes = [each for periods in board.periods.values() for each in periods.values()]
     if type(index) is not _RankIndex or any(type(each) is not _RankIndex for each in indexes):
-        return first
+        return first, 0
     engine._check_writable()
     ACTIVITY.frontend = "resp"  # who holds the loop, for the loop watchdog
     ACTIVITY.command = "zpopmax" if pops.highest(first) else "zpopmin"
@@ -90,7 +100,7 @@ def _board_run(conn: RespConnection, pops: Any, first: int, out: list[bytes],
         now_ms, conn.replies.version, MAX_PAIRS, ENTRIES_PER_REQUEST,
         conn._charger("remove_member"))
     if stopped == first:
-        return first
+        return first, 0
     if payloads:
         board.version += len(payloads)  # (one per member removed, as each REMOVE does)
         board.updated_at = now_ms / 1000
@@ -102,7 +112,7 @@ def _board_run(conn: RespConnection, pops: Any, first: int, out: list[bytes],
         stats[("zpopmax", "ok")] += maxes
     if stopped - first - maxes:
         stats[("zpopmin", "ok")] += stopped - first - maxes
-    return stopped
+    return stopped, len(payloads)
 
 
 def _count(conn: RespConnection, pops: Any, first: int, end: int, outcome: str) -> None:
