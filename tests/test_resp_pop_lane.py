@@ -12,13 +12,12 @@ a deadline, another window) keep their place in the pipeline; and
 
 from __future__ import annotations
 
-import urllib.request
-
 import pytest
 
 from daemon import Daemon
 from redisserver import RedisClient, RedisServer
 from respclient import RawClient
+from test_resp_pop_pipelines import _metric
 
 _scanner = pytest.importorskip("rankd.frontends.resp._scanner")
 
@@ -114,14 +113,6 @@ def test_pops_the_native_path_leaves_keep_their_place(daemon):
                            b"*2\r\n$1\r\nc\r\n$1\r\n3\r\n", b"*1\r\n$1\r\nz\r\n", b"*0\r\n"]
         assert client.call("ZCARD", "plain") == b":0\r\n"
         assert client.call("TTL", "timed") != b":-1\r\n"  # (popped: its deadline stays)
-
-
-def _metric(daemon: Daemon, name: str) -> float:
-    with urllib.request.urlopen(f"{daemon.url}/metrics", timeout=10) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "_total "):
-                return float(line.split()[-1])
-    raise AssertionError(f"no metric {name}")
 
 
 def test_pipelined_zmpop_and_blocking_pops_share_their_commits(tmp_path):

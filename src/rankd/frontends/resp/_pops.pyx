@@ -17,11 +17,11 @@ are ``pop_lane``'s.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeASCII
-from libc.stdlib cimport free, realloc
+from libc.stdlib cimport free
 from libc.string cimport memcmp, memcpy
 
 from rankd._skiplist cimport MAX_MEMBER_BYTES, OP_REMOVE, RK_MEMBER, RankIndex, rk_node
-from rankd.engine._packed cimport Span
+from rankd.engine._packed cimport Span, grown
 from rankd.engine._packing cimport Writer, put_array, put_int, put_str, writer_free
 from rankd.engine._replies cimport reply_double, reply_header, reply_put
 
@@ -50,19 +50,9 @@ cdef class PackedPops:
 
     cdef PackedPop *add(self) except NULL:
         """A new zeroed pop at the end."""
-        cdef Py_ssize_t capacity
-        cdef PackedPop *items
         if self.count == self.capacity:
-            inline = self.items == &self.first_item
-            capacity = 16 if inline else self.capacity * 2
-            items = <PackedPop *>realloc(NULL if inline else self.items,
-                                         capacity * sizeof(PackedPop))
-            if items == NULL:
-                raise MemoryError()
-            if inline:
-                memcpy(items, &self.first_item, sizeof(PackedPop))
-            self.items = items
-            self.capacity = capacity
+            self.items = <PackedPop *>grown(self.items, &self.first_item, self.count,
+                                            &self.capacity, sizeof(PackedPop))
         self.items[self.count] = PackedPop(source=Span(0, 0, False), board=Span(0, 0, False),
                                            count=-1, highest=False)
         self.count += 1
