@@ -83,6 +83,8 @@ extensions = [
     native("frontends._submits"),
     # The RESP front-end's request scanner and fast path for plain writes.
     native("frontends.resp._scanner"),
+    # Pipelined pops in packed form, removed, logged and answered natively.
+    native("frontends.resp._pops"),
     # The TCP and RESP connections' hot paths (their first bases).
     native("frontends._lanes"),
     # MONITOR's quoting of a command's words (Redis's sdscatrepr).

@@ -1,9 +1,10 @@
 """Pipelined pops (``ZPOPMIN``/``ZPOPMAX``, with and without a count) on the
-fast path (``rankd.frontends.resp.pop_runs``): applied at once, a run of
-them on one board as one removal, acknowledged with their commit.
+fast paths (``rankd.frontends.resp.pop_lane``, natively, and
+``rankd.frontends.resp.pop_runs``): applied at once, a run of them on one
+board as one removal, acknowledged with their commit.
 
-Differential: random pipelines mixing pops with ``ZADD``, ``ZINCRBY``,
-``ZREM`` and ``ZRANGE`` on the same and on other boards get Redis's replies,
+Differential: random pipelines mixing pops (and ``ZMPOP``) with ``ZADD``,
+``ZINCRBY``, ``ZREM`` and ``ZRANGE`` on the same and on other boards get Redis's replies,
 byte for byte, and leave Redis's state.  Through real daemons: a pipeline's
 pops share their commits (one fsync for many, under ``--fsync always``);
 scopes, rate limits and ``WATCH`` hold as one pop at a time; and after
@@ -58,6 +59,8 @@ def other(draw) -> list[str]:
         ["ZRANGE", key, "0", "-1", "WITHSCORES"],
         ["ZCARD", key],
         ["ZSCORE", key, draw(members)],
+        ["ZMPOP", "2", key, draw(keys), draw(st.sampled_from(["MIN", "max"])),
+         *draw(st.sampled_from([[], ["COUNT", draw(st.sampled_from(COUNTS))]]))],
     ]))
 
 
@@ -231,23 +234,29 @@ PIPELINE = 16
 
 
 def _members_of(reply: bytes) -> list[str]:
-    """The members of a RESP2 pop reply (``*2n``, member then score, each bulk)."""
-    lines = reply.split(b"\r\n")
-    return [line.decode() for line in lines[2::4] if line]
+    """The members of a RESP2 pop reply (``m`` and six digits: neither the
+    key ``q`` nor a score)."""
+    return [line.decode() for line in reply.split(b"\r\n") if line.startswith(b"m")]
 
 
 def _pop_stream(port: int, worker: int, acked: list[str], sent: list[int],
-                stop: threading.Event) -> None:
-    """Pipelines of :data:`PIPELINE` pops (lowest and highest, some of two)
-    until stopped or cut off; the members of each acknowledged pop noted,
-    and how many members the pops sent could take at most."""
+                stop: threading.Event, mixed: bool = False) -> None:
+    """Pipelines of :data:`PIPELINE` pops (lowest and highest, some of two;
+    ``mixed``: ``ZMPOP`` and ``BZPOPMIN`` among them, and pops of a board
+    that does not exist) until stopped or cut off; the members of each
+    acknowledged pop noted, and how many members the pops sent could take
+    at most."""
     commands = [["ZPOPMIN" if (i + worker) % 3 else "ZPOPMAX", "q", *(["2"] if i % 4 == 0
                                                                      else [])]
                 for i in range(PIPELINE)]
+    if mixed:
+        commands[1::4] = [["ZMPOP", "2", "none", "q", "MIN", "COUNT", "2"]] * len(commands[1::4])
+        commands[2::8] = [["BZPOPMIN", "none", "q", "1"]] * len(commands[2::8])
+        commands[3::8] = [["ZPOPMAX", "none", "3"]] * len(commands[3::8])
     try:
         with RawClient(port, timeout=10) as client:
             while not stop.is_set():
-                sent.append(sum(2 if len(words) == 3 else 1 for words in commands))
+                sent.append(sum(2 if len(words) in (3, 7) else 1 for words in commands))
                 client.send(b"".join(_encode(words) for words in commands))
                 for _ in commands:
                     acked.extend(_members_of(client.reply()))
@@ -260,14 +269,15 @@ def _encode(words: list[str]) -> bytes:
         b"$%d\r\n%s\r\n" % (len(word), word.encode()) for word in words)
 
 
-@pytest.mark.parametrize("fsync", ["no", "always"])
-def test_acknowledged_pops_survive_kill_9_once(tmp_path, fsync):
+@pytest.mark.parametrize(("fsync", "mixed"), [("no", False), ("always", False), ("no", True)])
+def test_acknowledged_pops_survive_kill_9_once(tmp_path, fsync, mixed):
     """Streams of pipelined pops from three connections while the daemon is
     killed with SIGKILL at random moments, a few times over: after the last
     restart no acknowledged pop is back (none lost), no member was popped
     twice, what is left is one run of scores (pops take the ends only: a
     hole would be a removal applied where none was asked), and no more is
-    gone than the pops sent could take (none applied twice)."""
+    gone than the pops sent could take (none applied twice).  ``mixed``:
+    ``ZMPOP`` and ``BZPOPMIN`` in the pipelines too."""
     data_dir = tmp_path / "data"
     acked: list[str] = []
     sent: list[int] = []
@@ -282,7 +292,7 @@ def test_acknowledged_pops_survive_kill_9_once(tmp_path, fsync):
                     assert client.call("ZADD", "q", *words) == b":10000\r\n"
         stop = threading.Event()
         workers = [threading.Thread(target=_pop_stream, args=(daemon.resp_port, w, acked, sent,
-                                                               stop)) for w in range(3)]
+                                                               stop, mixed)) for w in range(3)]
         for worker in workers:
             worker.start()
         time.sleep(pause)

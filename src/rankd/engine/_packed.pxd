@@ -10,6 +10,8 @@ from there.  Only what the engine's state keeps becomes a Python object.
 """
 
 from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdlib cimport realloc
+from libc.string cimport memcpy
 
 cdef enum NumberKind:
     NUMBER_ABSENT = 0    # the field was not sent
@@ -107,3 +109,23 @@ cdef class PackedReads:
 
     cdef PackedRead *add(self) except NULL
     cdef const char *chars(self, Span *span) noexcept
+
+
+cdef inline void *grown(void *items, void *first, Py_ssize_t count, Py_ssize_t *capacity,
+                        size_t size) except NULL:
+    """A packed run's array of ``size``-byte ``items`` (``first``: its one
+    item held in the object, where it starts), with room for one more
+    beyond ``count``: moved to the heap and doubled (16 at first) when
+    full, ``capacity`` updated; ``MemoryError`` if there is no memory."""
+    cdef Py_ssize_t more
+    cdef void *moved
+    if count < capacity[0]:
+        return items
+    more = 16 if items == first else capacity[0] * 2
+    moved = realloc(NULL if items == first else items, more * size)
+    if moved == NULL:
+        raise MemoryError()
+    if items == first:
+        memcpy(moved, first, size)
+    capacity[0] = more
+    return moved

@@ -165,19 +165,9 @@ cdef class PackedReads:
 
     cdef PackedRead *add(self) except NULL:
         """A new zeroed read at the end."""
-        cdef Py_ssize_t capacity
-        cdef PackedRead *items
         if self.count == self.capacity:
-            inline = self.items == &self.first_item
-            capacity = 16 if inline else self.capacity * 2
-            items = <PackedRead *>realloc(NULL if inline else self.items,
-                                          capacity * sizeof(PackedRead))
-            if items == NULL:
-                raise MemoryError()
-            if inline:
-                memcpy(items, &self.first_item, sizeof(PackedRead))
-            self.items = items
-            self.capacity = capacity
+            self.items = <PackedRead *>grown(self.items, &self.first_item, self.count,
+                                             &self.capacity, sizeof(PackedRead))
         self.items[self.count] = PackedRead(
             kind=READ_SCORE, source=Span(0, 0, False), board=Span(0, 0, False),
             member=Span(0, 0, False), start=0, stop=0, withscores=False)

@@ -293,8 +293,10 @@ cdef class RespLane(Lane):
                 self._hand_over_run(item)
             else:  # each write admitted (or refused) alone, by the worker
                 self._queue_items(self._unpack(item))
-        else:
+        elif type(item) is PackedReads:
             self._answer(item)
+        else:  # pops: the worker's (``pop_lane``), which awaits their commit
+            self._queue_items([item])
         if self.counts.armed:  # after the hand-over: the pass's commit goes first
             self.counts.wake()
 

@@ -19,8 +19,11 @@ Redis's.  Likewise each run of consecutive *plain* reads becomes one
 ``rankd.engine._packed.PackedReads``, which the engine answers natively
 (``rankd.engine._reads``): ``ZSCORE``/``ZRANK``/``ZREVRANK key member`` and
 ``ZRANGE``/``ZREVRANGE key start stop [WITHSCORES]`` with a board name,
-a member as above and indexes as ``string2ll`` reads them.  An inline
-request stops the scan: the Python reader takes it.
+a member as above and indexes as ``string2ll`` reads them.  And each run
+of consecutive *plain* pops becomes one ``_pops.PackedPops``, which
+``pop_lane`` removes and answers natively: ``ZPOPMIN``/``ZPOPMAX key
+[count]`` with a board name and a positive count as ``string2ll`` reads
+it.  An inline request stops the scan: the Python reader takes it.
 
 :func:`encode_replies` writes the replies of a packed run, byte for byte
 what the general path writes for the same answers.
@@ -40,6 +43,7 @@ from rankd.engine._packed cimport (
 )
 from rankd.engine._packing cimport Writer, writer_free
 from rankd.engine._replies cimport rankd_d2string, reply_double, reply_header, reply_put
+from rankd.frontends.resp._pops cimport PackedPop, PackedPops
 
 cdef enum:
     MAX_INLINE = 64 * 1024
@@ -242,6 +246,10 @@ cdef object _scan(object data, Py_ssize_t start_at, Py_ssize_t max_bulk,
     cdef double value
     cdef bint complete
     cdef int tag
+    cdef PackedPops pops = None
+    cdef Py_ssize_t pops_start = 0
+    cdef PackedPop *pop
+    cdef long long pop_count
     error = None
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
@@ -308,6 +316,9 @@ cdef object _scan(object data, Py_ssize_t start_at, Py_ssize_t max_bulk,
                 if tag >= 0:
                     _close_reads(reads, data, buf, reads_start, start, items)
                     reads = None
+                    if pops is not None:
+                        _close_pops(pops, data, buf, pops_start, start, items)
+                        pops = None
                     if run is None:
                         run = Packed(b"")
                         run_start = start
@@ -334,6 +345,9 @@ cdef object _scan(object data, Py_ssize_t start_at, Py_ssize_t max_bulk,
             if read_ok:
                 _close(run, data, buf, run_start, start, items)
                 run = None
+                if pops is not None:
+                    _close_pops(pops, data, buf, pops_start, start, items)
+                    pops = None
                 if reads is None:
                     reads = PackedReads(b"")
                     reads_start = start
@@ -347,10 +361,29 @@ cdef object _scan(object data, Py_ssize_t start_at, Py_ssize_t max_bulk,
                     read.start, read.stop = first_index, last_index
                     read.withscores = count == 5
                 continue
+            pop_count = -1
+            tag = _pop_kind(buf, count, offsets, sizes, &pop_count) if pack and count <= 3 else -1
+            if tag >= 0:
+                _close(run, data, buf, run_start, start, items)
+                run = None
+                _close_reads(reads, data, buf, reads_start, start, items)
+                reads = None
+                if pops is None:
+                    pops = PackedPops(b"")
+                    pops_start = start
+                pop = pops.add()
+                pop.source = Span(start - pops_start, position - start, True)
+                pop.board = Span(offsets[1] - pops_start, sizes[1], True)
+                pop.count = pop_count
+                pop.highest = tag == 1
+                continue
             _close(run, data, buf, run_start, start, items)
             run = None
             _close_reads(reads, data, buf, reads_start, start, items)
             reads = None
+            if pops is not None:
+                _close_pops(pops, data, buf, pops_start, start, items)
+                pops = None
             words = []
             position = start
             line = _line_end(buf, position, size)
@@ -364,6 +397,8 @@ cdef object _scan(object data, Py_ssize_t start_at, Py_ssize_t max_bulk,
             items.append(words)
         _close(run, data, buf, run_start, position, items)
         _close_reads(reads, data, buf, reads_start, position, items)
+        if pops is not None:
+            _close_pops(pops, data, buf, pops_start, position, items)
     finally:
         PyBuffer_Release(&view)
     end[0] = position
@@ -394,6 +429,26 @@ cdef int _read_kind(const uint8_t *buf, long long count, Py_ssize_t *offsets,
     return -1
 
 
+cdef int _pop_kind(const uint8_t *buf, long long count, Py_ssize_t *offsets,
+                  Py_ssize_t *sizes, long long *pop_count) noexcept:
+    """Whether a command is a plain pop: 1 for ``ZPOPMAX``, 0 for
+    ``ZPOPMIN key [count]`` with a board name and a positive count (set
+    through ``pop_count``), else -1."""
+    cdef int kind
+    if count < 2 or sizes[0] != 7 or not _board_name(buf + offsets[1], sizes[1]):
+        return -1
+    if _name_is(buf + offsets[0], sizes[0], b"ZPOPMIN", 7):
+        kind = 0
+    elif _name_is(buf + offsets[0], sizes[0], b"ZPOPMAX", 7):
+        kind = 1
+    else:
+        return -1
+    if count == 3 and not (_length(buf, offsets[2], offsets[2] + sizes[2], pop_count)
+                           and pop_count[0] >= 1):
+        return -1
+    return kind
+
+
 cdef bytes _part(object data, const uint8_t *buf, Py_ssize_t start, Py_ssize_t end):
     """``data[start:end]`` as bytes: ``data`` itself when that is all of it
     (a read of one command, the common case, is not copied)."""
@@ -407,6 +462,13 @@ cdef void _close_reads(PackedReads reads, object data, const uint8_t *buf, Py_ss
     if reads is not None and reads.count:
         reads.data = _part(data, buf, start, end)
         items.append(reads)
+
+
+cdef void _close_pops(PackedPops pops, object data, const uint8_t *buf, Py_ssize_t start,
+                      Py_ssize_t end, list items) except *:
+    if pops is not None and pops.count:
+        pops.data = _part(data, buf, start, end)
+        items.append(pops)
 
 
 cdef void _close(Packed run, object data, const uint8_t *buf, Py_ssize_t start,

@@ -733,13 +733,13 @@ COMMANDS.update({c.name.encode(): c for c in [
              summary="Random members", immediate=False),
     _command("zmpop", -4, pops.zmpop, "remove_member", ("write",),
              summary="Remove and return members from the first non-empty set",
-             immediate=False),
+             immediate=False, applied_now=True),
     _command("bzpopmin", -3, pops.bzpopmin, "remove_member", ("write", "blocking"), (1, -2),
-             summary="ZPOPMIN, waiting for a member", immediate=False),
+             summary="ZPOPMIN, waiting for a member", immediate=False, applied_now=True),
     _command("bzpopmax", -3, pops.bzpopmax, "remove_member", ("write", "blocking"), (1, -2),
-             summary="ZPOPMAX, waiting for a member", immediate=False),
+             summary="ZPOPMAX, waiting for a member", immediate=False, applied_now=True),
     _command("bzmpop", -5, pops.bzmpop, "remove_member", ("write", "blocking"),
-             summary="ZMPOP, waiting for a member", immediate=False),
+             summary="ZMPOP, waiting for a member", immediate=False, applied_now=True),
 ]})
 # MONITOR (rankd.frontends.resp.monitor): admin only (no scope names it).
 COMMANDS[b"monitor"] = _command(

@@ -6,8 +6,9 @@ up and one worker task per connection answers them in order.  Reads are
 answered at once; consecutive ``ZADD``/``ZINCRBY`` commands of a pipeline
 go to the engine as one batch (one WAL append, one commit) and are
 answered once it is applied, so a read pipelined after them sees them.
-Pops are applied as they are read and answered with that commit, a run of
-them on one board as one removal (:mod:`.pop_runs`).
+Pops are applied as they are read and answered with that commit: a run
+of plain ones natively (:mod:`.pop_lane`), others of one board as one
+removal (:mod:`.pop_runs`).
 
 Every command passes the same :class:`~rankd.security.Gate` as REST and
 TCP, under the operation it amounts to (``submit``, ``top``,
@@ -50,7 +51,7 @@ from rankd.frontends.connections import (
     PipelinedConnection,
     PipelinedServer,
 )
-from rankd.frontends.resp import monitor, pop_runs, transactions
+from rankd.frontends.resp import monitor, pop_lane, pop_runs, transactions
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import COMMANDS, lookup, unknown_command
 from rankd.frontends.resp.context import (
@@ -110,6 +111,9 @@ WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 _client_ids = itertools.count(1)
 _Packed, _ = native_or("rankd.engine._packed", "Packed", None)
 _PackedReads, _ = native_or("rankd.engine._packed", "PackedReads", None)
+_PackedPops = pop_lane.PackedPops
+#: What the scanner packs: runs of plain writes, reads and pops.
+_PACKED = (_Packed, _PackedReads, _PackedPops)
 _encode_replies, _ = native_or("rankd.frontends.resp._scanner", "encode_replies", None)
 
 
@@ -292,7 +296,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         size = [0, 0]
         position = 0
         for item in items:
-            if self.multi is not None and type(item) in (_Packed, _PackedReads):
+            if self.multi is not None and type(item) in _PACKED:
                 items[position:position + 1] = self._unpack(item)
                 break  # inside MULTI every command is queued as words (the worker's)
             if type(item) is _Packed:
@@ -305,6 +309,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                 self._hand_over(item)
                 position += 1
                 break  # what follows must see it applied: the worker waits for it
+            if type(item) is _PackedPops:
+                break  # applied now, acknowledged once committed: the worker's
             if type(item) is _PackedReads:
                 rest = self._reads(item, out)
                 position += 1
@@ -347,7 +353,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                        and _grown(out, size) < OUT_HIGH_WATER):
                     words = self.queue.popleft()
                     self.queued_bytes -= weight(words)
-                    if self.multi is not None and type(words) in (_Packed, _PackedReads):
+                    if self.multi is not None and type(words) in _PACKED:
                         unpacked = self._unpack(words)  # inside MULTI: queued as words
                         self.queue.extendleft(reversed(unpacked))
                         self.queued_bytes += sum(map(weight, unpacked))
@@ -363,6 +369,15 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                         self.queued_bytes += sum(map(weight, rest))
                         if rest:
                             break
+                        continue
+                    if type(words) is _PackedPops:
+                        if pending and type(pending[-1][1]) is Writes:
+                            await self._flush(pending, out)  # they must see them applied
+                        rest = pop_lane.answer(self, words, out, pending)
+                        self.queue.extendleft(reversed(rest))
+                        self.queued_bytes += sum(map(weight, rest))
+                        if rest and rest[0] is words:
+                            break  # (the rest in the next batch: others run between)
                         continue
                     if isinstance(words, ProtocolError):
                         await self._flush(pending, out)

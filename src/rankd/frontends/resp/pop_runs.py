@@ -16,7 +16,8 @@ logged) as much again.  So, on a single node:
   other command that is not batched, and before writing the replies out.
   The batched writes before a pop are applied before it runs.
 * the worker hands a run of consecutive pops on one board, each well
-  formed, to :func:`answer_run`, which plans them in order (each pops from
+  formed, that the native path (:mod:`.pop_lane`) did not take to
+  :func:`answer_run`, which plans them in order (each pops from
   what the ones before it left: the lowest from one end, the highest from
   the other), admits each as it would be alone (where a rate limit applies
   the run ends before the first pop it refuses, which is then refused by

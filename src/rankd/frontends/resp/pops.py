@@ -3,6 +3,10 @@
 
 A pop removes through ``Service.remove_members``, which picks and removes
 in one step.  ``ZMPOP`` pops from the first of its keys that has members.
+Where the engine applies a removal at once (``Service.remove_members_now``:
+a single node, outside ``MULTI``), ``ZMPOP`` and a blocking pop that finds
+members are applied as they run and answered with the pipeline's commit,
+as ``ZPOPMIN`` is (:mod:`.pop_runs`): a pipeline of them shares its commits.
 
 A blocking pop that finds nothing waits on its boards (:mod:`.blocking`:
 in arrival order per board, woken by any commit that changes one), then
@@ -28,12 +32,14 @@ from rankd.engine.errors import NotFound
 from rankd.frontends.resp import blocking, exec_step
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, integer
 from rankd.frontends.resp.sorted_sets import (
+    Applied,
     Reply,
     Steps,
     _charge,
     _check_removal,
     _check_size,
     _entries,
+    _persists,
     _removed,
     _stepwise,
     _view,
@@ -127,6 +133,37 @@ async def _pop_first(conn: Context, names: list[str], highest: bool, count: int
     return None
 
 
+#: What :func:`_pop_now` answers where the pop must wait (:func:`_pop_first`).
+_WAIT = object()
+
+
+def _pop_now(conn: RespConnection, names: list[str], highest: bool, count: int,
+             reply: Callable[[RespConnection, str, list], bytes]) -> Any:
+    """:func:`_pop_first` applied right here, where the engine removes at
+    once: the reply (an ``Applied`` pending its commit), None if no board
+    has members, or :data:`_WAIT` (nothing done) where the pop must wait:
+    inside ``EXEC``, on a cluster node, on a board a snapshot holds."""
+    if transactions.running(conn) is not None:
+        return _WAIT
+    name = next((n for n in names if _members(conn, n)), None)
+    if name is None:
+        return None
+    if not conn.service.engine.removes_now(name):
+        return _WAIT
+    size = min(count, _members(conn, name))
+    _check_removal(size)
+    _charge(conn, size, "remove_member")
+
+    def choose(view: Any) -> list[str]:
+        return [m for _, m, _ in view.by_position(0, min(count, len(view)), reverse=highest)]
+    now = conn.service.remove_members_now(name, choose, window=conn.window, period=conn.period,
+                                          persist_when_empty=_persists(conn, name))
+    assert now is not None, "removes_now said it would apply now"
+    popped, committed = now
+    data = reply(conn, name, popped)
+    return data if committed is None else Applied(data, committed)
+
+
 def _names(keys: list[bytes]) -> list[str]:
     return [name for name in map(board_name, keys) if name is not None]
 
@@ -176,6 +213,11 @@ def _mpop_args(args: list[bytes], at: int) -> tuple[list[bytes], bool, int]:
 def zmpop(conn: Context, args: list[bytes]) -> Reply:
     """ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]"""
     keys, highest, count = _mpop_args(args, 1)
+    now = _pop_now(conn, _names(keys), highest, count, _nested)
+    if now is None:
+        return conn.replies.null_array()
+    if now is not _WAIT:
+        return now
 
     async def run() -> bytes:
         found = await _pop_first(conn, _names(keys), highest, count)
@@ -208,6 +250,9 @@ async def _block(conn: Context, keys: list[bytes], timeout: int, highest: bool,
 def bzpop(conn: Context, args: list[bytes], highest: bool) -> Reply:
     """BZPOPMIN|BZPOPMAX key [key ...] timeout"""
     timeout = blocking.timeout(args[-1])
+    now = _pop_now(conn, _names(args[1:-1]), highest, 1, _flat)
+    if now is not None and now is not _WAIT:
+        return now
     return _block(conn, args[1:-1], timeout, highest, 1, _flat)
 
 
@@ -223,4 +268,7 @@ def bzmpop(conn: Context, args: list[bytes]) -> Reply:
     """BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count]"""
     keys, highest, count = _mpop_args(args, 2)
     timeout = blocking.timeout(args[1])
+    now = _pop_now(conn, _names(keys), highest, count, _nested)
+    if now is not None and now is not _WAIT:
+        return now
     return _block(conn, keys, timeout, highest, count, _nested)
