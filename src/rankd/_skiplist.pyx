@@ -1088,6 +1088,8 @@ cdef class RankIndex:
             self._table_remove(x)
             self.member_bytes -= x.mlen
             self._free_node(x)
+            if self.length == 0:
+                self.peak_length = self.peak_member_bytes = 0  # emptied: as new
             self.mutations += 1
             changed[0] = True
             self._after_write()
@@ -1706,8 +1708,8 @@ cdef class RankIndex:
     @property
     def peaks(self):
         """``(length, member bytes)``: the most members the index held, and
-        the longest member (UTF-8 bytes) it took, since it was made, cleared
-        or :meth:`reset_peaks`."""
+        the longest member (UTF-8 bytes) it took, since it was made, cleared,
+        emptied by a removal or :meth:`reset_peaks`."""
         return self.peak_length, self.peak_member_bytes
 
     def reset_peaks(self):

@@ -31,6 +31,7 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rankd._tasks import outcome_seen
-from rankd.engine import collector, expiry, records, staging
+from rankd.engine import collector, expiry, records, staging, zeros
 from rankd.engine.board import Board
 from rankd.engine.coalescer import SubmitCoalescer
 from rankd.engine.config import (
@@ -288,6 +289,10 @@ class Engine:
                      ", ".join(sorted(self._staged)[:10]))
             self._staged.clear()
         self._last_snapshot_time = time.monotonic()
+        if zeros.settle_after_load(self._boards):
+            # The -0 scores this restart made 0 are in no record: a snapshot soon keeps them so.
+            self._events_since_snapshot += 1
+            self._last_snapshot_time = -math.inf
         self._tasks.append(asyncio.create_task(self._snapshot_loop(), name="rankd-snapshots"))
         self._tasks.append(asyncio.create_task(self._housekeeping_loop(),
                                                name="rankd-housekeeping"))

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rankd._native import native_or
-from rankd.engine import records
+from rankd.engine import records, zeros
 from rankd.engine.config import (
     MAX_EVENT_ID_BYTES,
     MAX_LABEL_CHARS,
@@ -159,7 +159,10 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
         period = period_of(window, ts)
         index = board.index(window, period)
         old = None if index is None else index.score(member)
-        changes.append((window, period, old, new_score(config, old, value, is_delta)))
+        new = new_score(config, old, value, is_delta)
+        if new == 0.0 and new is not old and zeros.is_negative_zero(new):
+            new = zeros.stored_zero(config, index, member, old is None)
+        changes.append((window, period, old, new))
     updates = []
     primary = config.primary_window
     score = previous = rank = None
@@ -325,7 +328,7 @@ def new_score(config: BoardConfig, old: float | None, value: float, is_delta: bo
     """Apply the policy and guards: the member's score after ``value`` (a
     delta if ``is_delta``)."""
     if is_delta:
-        new = (old or 0.0) + value
+        new = value if old is None else old + value
         if not math.isfinite(new):
             raise InvalidInput("the resulting score is not finite")
     elif config.policy == "best" and old is not None:
@@ -348,9 +351,10 @@ def new_score(config: BoardConfig, old: float | None, value: float, is_delta: bo
 
 def number(value: object, what: str) -> float:
     """``value`` as a float, or ``InvalidInput``: finite, integers exact (at
-    most 2**53), and -0.0 made 0.0 (one zero, as readers answer it)."""
+    most 2**53).  A -0.0 stays one: which zero a board stores is
+    :func:`rankd.engine.zeros.stored_zero`'s to say."""
     if type(value) is float and math.isfinite(value):
-        return value + 0.0
+        return value
     if type(value) is int and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT:
         return float(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -360,7 +364,7 @@ def number(value: object, what: str) -> float:
     value = float(value)
     if not math.isfinite(value):
         raise InvalidInput(f"{what} must be finite")
-    return value + 0.0
+    return value
 
 
 def utf8_size(text: str) -> int | None:

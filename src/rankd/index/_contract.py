@@ -192,7 +192,8 @@ class RankIndexAPI(Protocol):
     def peaks(self) -> tuple[int, int]:
         """``(length, member bytes)``: the most members the index held and the
         longest member (UTF-8 bytes) it took since it was made, cleared,
-        loaded or :meth:`reset_peaks` (a Redis set's encoding follows them)."""
+        loaded, emptied by a removal or :meth:`reset_peaks` (a Redis set's
+        encoding follows them: an emptied Redis set is a deleted key)."""
 
     def reset_peaks(self) -> None:
         """Set :attr:`peaks` to what the index holds now.  O(n)."""

@@ -166,8 +166,8 @@ class RankIndex:
     @property
     def peaks(self) -> tuple[int, int]:
         """``(length, member bytes)``: the most members the index held, and
-        the longest member (UTF-8 bytes) it took, since it was made, cleared
-        or :meth:`reset_peaks`."""
+        the longest member (UTF-8 bytes) it took, since it was made, cleared,
+        emptied by a removal or :meth:`reset_peaks`."""
         return self._peak_length, self._peak_member_bytes
 
     def _note_peaks(self, member: str) -> None:
@@ -266,6 +266,8 @@ class RankIndex:
             if entry is None:
                 return None, None, False
             self._unlink(member)
+            if not self._entries:
+                self._peak_length = self._peak_member_bytes = 0  # emptied: as new
             self._mutations += 1
             return old, None, True
         if op == Op.INCR:

@@ -68,6 +68,7 @@ from rankd.frontends.resp.sorted_sets import (
     REDIS_BOARD_DICT,
     Applied,
     Writes,
+    incremented,
 )
 from rankd.frontends.service import MAX_BATCH
 from rankd.security import ANONYMOUS_ALL, Forbidden, Gate, Principal, Unauthorized
@@ -666,8 +667,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.server.stats[("write", "ok")] += 1
         if tag == 0:
             return self.replies.integer(0 if answer["previous"] is not None else 1)
-        return self.replies.double(answer["score"] if answer["previous"] is not None
-                                   else value)
+        return self.replies.double(incremented(answer, value))
 
     def _admit(self, command: Command, words: list[bytes]) -> None:
         """Authentication, scope and rate limits for ``command``: before

@@ -18,7 +18,7 @@ the board ranks as Redis leaderboards are read (``ZREVRANGE``): highest
 score first, equal scores by member from Z to A (so ``ZRANGE``, the
 reverse, lists them A to Z), each write replacing the score (``latest``)
 or adding to it (``ZINCRBY``: an explicit increment), one all-time
-window.  Boards RESP made before (:data:`LEGACY_REDIS_BOARD`, lowest
+window.  Boards RESP made before (``rankd.engine.zeros.LEGACY_REDIS_BOARD``, lowest
 first) are kept as they are and answer alike.  A board outlives its last
 member (only ``admin`` deletes boards), but an empty RESP-made board is
 no key to the keyspace commands, as in Redis.  Boards made through REST
@@ -40,10 +40,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rankd._native import native_or
-from rankd.engine.config import BOARD_NAME_RULE, BoardConfig, is_board_name
+from rankd.engine.config import BOARD_NAME_RULE, is_board_name
 from rankd.engine.errors import EngineError, NotFound, Unsettled
 from rankd.engine.ingest import IF_ABSENT, IF_GREATER, IF_LESS, IF_PRESENT, check_member
 from rankd.engine.submission import Submission
+from rankd.engine.zeros import REDIS_BOARD, REDIS_CONFIGS
 from rankd.frontends.resp.arguments import (
     BOUND_NOT_FLOAT,
     SYNTAX,
@@ -62,14 +63,11 @@ if TYPE_CHECKING:
 
 _encode_entries, _ = native_or("rankd.frontends.resp._scanner", "encode_entries", None)
 
-#: The config of boards made through RESP (see the module docstring).
-REDIS_BOARD = BoardConfig(order="desc", policy="latest", tie_break="member_desc",
-                          windows=("all",))
+#: The config of boards made through RESP (see the module docstring), and
+#: the one RESP made boards with before (lowest first): kept, not migrated.
+#: rankd.engine.zeros keeps ``-0`` on them as Redis does.
 REDIS_BOARD_DICT = REDIS_BOARD.to_dict()
-#: The config RESP made boards with before (lowest first): kept, not migrated.
-LEGACY_REDIS_BOARD = BoardConfig(order="asc", policy="latest", tie_break="member",
-                                 windows=("all",))
-_REDIS_CONFIGS = (REDIS_BOARD, LEGACY_REDIS_BOARD)
+_REDIS_CONFIGS = REDIS_CONFIGS
 #: Entries one range reply may hold (Redis has no cap; a reply of every
 #: member of a million-member board is 30 MB built in memory).
 MAX_REPLY_ENTRIES = 100_000
@@ -342,10 +340,7 @@ def zadd(conn: RespConnection, args: list[bytes], incr: bool = False) -> Reply:
         if incr:
             if last is None:
                 return conn.replies.null()
-            # A new member's score is the increment itself (-0 stays -0 in
-            # the reply, as in Redis, though both store a zero as 0).
-            return conn.replies.double(values[0] if last["previous"] is None
-                                       else last["score"])
+            return conn.replies.double(incremented(last, values[0]))
         return conn.replies.integer(added + updated if changed else added)
 
     writes = Writes(submissions, answer)
@@ -354,6 +349,15 @@ def zadd(conn: RespConnection, args: list[bytes], incr: bool = False) -> Reply:
     if flags & IF_PRESENT:  # XX on a missing key: nothing to do
         return answer([])
     return conn.create_and_write(name, writes)
+
+
+def incremented(answer: dict[str, Any], increment: float) -> float:
+    """``ZINCRBY``'s reply as Redis computes it: the score before plus the
+    increment, or the increment itself for a new member (``-0`` stays
+    ``-0``).  Not the score stored: ``-0`` plus ``0`` answers ``0`` and
+    leaves the ``-0``, a score equal to it."""
+    previous = answer["previous"]
+    return increment if previous is None else previous + increment
 
 
 def zincrby(conn: RespConnection, args: list[bytes]) -> Reply:
