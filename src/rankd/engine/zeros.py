@@ -26,6 +26,7 @@ two numbers of other signs is ``+0``).
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -93,3 +94,33 @@ def settle_after_load(boards: dict[str, Board]) -> int:
                 if not skiplist(index.peaks):
                     changed += index.positive_zeros()
     return changed
+
+
+def store_zeros(result: dict[str, float], range_by: str | None = None) -> dict[str, float]:
+    """``result``, the members and scores a store command writes to a
+    Redis board, with the zeros Redis keeps (changed in place, returned).
+
+    ``ZUNIONSTORE``, ``ZINTERSTORE`` and ``ZDIFFSTORE`` (``range_by``
+    None) build a skiplist and convert it to a listpack if the result is
+    small (``zsetConvertToListpackIfNeeded``).  ``ZRANGESTORE`` (``range_by``
+    ``"rank"``, ``"score"`` or ``"lex"``) makes the set for the range's
+    length (``zsetTypeCreate``: unknown, so 0, by score or lex, as 7.2.5
+    on; 7.2.4 made those a skiplist, reading -1 as a huge size) and adds
+    the members in the range's order, converting as ``ZADD`` does, so the
+    members added while it was a listpack (at most 128) lose their ``-0``.
+    """
+    if range_by is None:
+        if len(result) <= LISTPACK_ENTRIES and all(
+                len(member.encode()) <= LISTPACK_VALUE for member in result):
+            for member, value in result.items():
+                if value == 0.0:
+                    result[member] = 0.0
+        return result
+    if range_by == "rank" and len(result) > LISTPACK_ENTRIES:
+        return result
+    for member in itertools.islice(result, LISTPACK_ENTRIES):
+        if len(member.encode()) > LISTPACK_VALUE:
+            break  # a skiplist from this member on
+        if result[member] == 0.0:
+            result[member] = 0.0
+    return result
