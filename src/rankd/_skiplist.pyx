@@ -1712,6 +1712,12 @@ cdef class RankIndex:
         emptied by a removal or :meth:`reset_peaks`."""
         return self.peak_length, self.peak_member_bytes
 
+    def reach(self, Py_ssize_t length):
+        """Count ``length`` members as held (in :attr:`peaks`), as if it had
+        held them: a Redis ZADD of that many pairs converts its set first."""
+        if length > self.peak_length:
+            self.peak_length = length
+
     def reset_peaks(self):
         """Set :attr:`peaks` to what the index holds now.  Runtime complexity: O(n)."""
         cdef rk_node *x = self.header.level[0].forward

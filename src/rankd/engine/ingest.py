@@ -78,6 +78,12 @@ IF_PRESENT = 2
 IF_GREATER = 4
 IF_LESS = 8
 CONDITIONS = IF_ABSENT | IF_PRESENT | IF_GREATER | IF_LESS
+#: Not a condition: the submission is the first of a Redis ``ZADD`` of
+#: more than 128 pairs, which makes a RESP board's set a skiplist before it
+#: adds anything (Redis 7.2's ``zsetTypeMaybeConvert``, see
+#: rankd.engine.zeros).  It rides in ``condition`` so that the native
+#: ingest, which takes no conditional submission, hands it here.
+SKIPLIST_FIRST = 16
 
 
 class Ingested(NamedTuple):
@@ -135,8 +141,15 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
         check_label(label)
     event_id = sub.event_id
     value = None
+    condition = sub.condition
+    if type(condition) is int and condition & SKIPLIST_FIRST:
+        condition &= ~SKIPLIST_FIRST
+        if config in zeros.REDIS_CONFIGS:
+            for window in config.windows:
+                board.index_for_write(window, period_of(window, now)).reach(
+                    zeros.LISTPACK_ENTRIES + 1)
     if event_id is not None:
-        if sub.condition:
+        if condition:
             raise InvalidInput("a conditional submission takes no event_id")
         check_event_id(event_id)
         remembered = board.dedupe.get(event_id, now)
@@ -149,8 +162,8 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
     if value is None:
         value = submitted_value(name, config, sub.score, sub.delta)
     is_delta = sub.delta is not None
-    if sub.condition:
-        skipped = unmet_condition(board, member, sub.condition, is_delta, value, ts)
+    if condition:
+        skipped = unmet_condition(board, member, condition, is_delta, value, ts)
         if skipped is not None:
             return skipped
 

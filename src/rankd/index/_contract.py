@@ -195,6 +195,10 @@ class RankIndexAPI(Protocol):
         loaded, emptied by a removal or :meth:`reset_peaks` (a Redis set's
         encoding follows them: an emptied Redis set is a deleted key)."""
 
+    def reach(self, length: int) -> None:
+        """Count ``length`` members as held in :attr:`peaks` (a Redis ``ZADD``
+        of that many pairs converts its set first, whatever it adds).  O(1)."""
+
     def reset_peaks(self) -> None:
         """Set :attr:`peaks` to what the index holds now.  O(n)."""
 

@@ -174,6 +174,10 @@ class RankIndex:
         self._peak_length = max(self._peak_length, len(self._entries))
         self._peak_member_bytes = max(self._peak_member_bytes, len(member.encode()))
 
+    def reach(self, length: int) -> None:
+        """Count ``length`` members as held (in :attr:`peaks`)."""
+        self._peak_length = max(self._peak_length, length)
+
     def reset_peaks(self) -> None:
         """Set :attr:`peaks` to what the index holds now."""
         self._peak_length = len(self._entries)

@@ -42,9 +42,16 @@ from typing import TYPE_CHECKING, Any
 from rankd._native import native_or
 from rankd.engine.config import BOARD_NAME_RULE, is_board_name
 from rankd.engine.errors import EngineError, NotFound, Unsettled
-from rankd.engine.ingest import IF_ABSENT, IF_GREATER, IF_LESS, IF_PRESENT, check_member
+from rankd.engine.ingest import (
+    IF_ABSENT,
+    IF_GREATER,
+    IF_LESS,
+    IF_PRESENT,
+    SKIPLIST_FIRST,
+    check_member,
+)
 from rankd.engine.submission import Submission
-from rankd.engine.zeros import REDIS_BOARD, REDIS_CONFIGS
+from rankd.engine.zeros import LISTPACK_ENTRIES, REDIS_BOARD, REDIS_CONFIGS
 from rankd.frontends.resp.arguments import (
     BOUND_NOT_FLOAT,
     SYNTAX,
@@ -323,6 +330,8 @@ def zadd(conn: RespConnection, args: list[bytes], incr: bool = False) -> Reply:
         Submission(board=name, member=member, delta=value, condition=flags) if incr else
         Submission(board=name, member=member, score=value, condition=flags)
         for value, member in zip(values, members, strict=True)]
+    if pairs > LISTPACK_ENTRIES:  # Redis 7.2 makes the set a skiplist first
+        submissions[0].condition |= SKIPLIST_FIRST
 
     def answer(answers: list[dict[str, Any] | EngineError]) -> bytes:
         added = updated = 0
