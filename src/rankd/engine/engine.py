@@ -1765,7 +1765,7 @@ class Engine:
         entries = [] if index is None else index.range_by_rank(offset, limit)
         labels = board.labels
         return {
-            "entries": [{"rank": rank, "member": member, "score": score,
+            "entries": [{"rank": rank, "member": member, "score": score + 0.0,  # -0: 0
                          "label": labels.get(member)} for rank, member, score in entries],
             "total": 0 if index is None else len(index),
             "window": window,
@@ -1783,7 +1783,7 @@ class Engine:
             return None
         return {
             "member": member,
-            "score": index.score(member),
+            "score": index.score(member) + 0.0,  # a -0 (rankd.engine.zeros) shows as 0
             "rank": index.rank(member),
             "competition_rank": index.competition_rank(member),
             "dense_rank": index.dense_rank(member),
@@ -1804,7 +1804,7 @@ class Engine:
         entries = None if index is None else index.around(member, above, below)
         if entries is None:
             return None
-        return [{"rank": r, "member": m, "score": s, "label": board.labels.get(m)}
+        return [{"rank": r, "member": m, "score": s + 0.0, "label": board.labels.get(m)}
                 for r, m, s in entries]
 
     def ranks(self, name: str, members: Sequence[str], *, window: str | None = None,
@@ -1824,7 +1824,7 @@ class Engine:
         found.sort()
         return {
             "entries": [{"rank": rank, "list_rank": position, "member": member,
-                         "score": index.score(member), "label": board.labels.get(member)}
+                         "score": index.score(member) + 0.0, "label": board.labels.get(member)}
                         for position, (rank, member) in enumerate(found, 1)],
             "missing": missing,
             "window": window,
