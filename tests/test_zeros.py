@@ -11,15 +11,18 @@ restart, and what Debian's 7.0.15 cannot show (7.2's ``ZADD`` of more than
 from __future__ import annotations
 
 import math
+from typing import Any
 
+import asyncpg
 import pytest
 
 from conftest import native
 from daemon import Daemon
-from engine_helpers import SUNDAY
-from rankd.engine import records, zeros
+from engine_helpers import SUNDAY, engine_config, run, sub
+from rankd.engine import postgres, records, zeros
 from rankd.engine.board import Board
 from rankd.engine.config import BoardConfig
+from rankd.engine.engine import Engine
 from rankd.engine.ingest import SKIPLIST_FIRST, ingest_python
 from rankd.engine.submission import Submission
 from respclient import RawClient
@@ -190,3 +193,49 @@ def test_minus_zero_survives_a_restart_as_redis_decides_at_load(tmp_path):
     finally:
         if daemon.process is not None and daemon.process.poll() is None:
             daemon.stop()
+
+
+def _redis_board_with_minus_zero(engine) -> Any:
+    async def fill() -> None:
+        await engine.put_board("lb", zeros.REDIS_BOARD.to_dict())
+        await engine.submit_many([sub("lb", f"m{i}", score=i + 1) for i in range(130)])
+        await engine.submit_many([sub("lb", "z", score=-0.0), sub("lb", "y", delta=-0.0)])
+    return fill()
+
+
+def test_the_log_snapshot_and_postgres_keep_the_sign(tmp_path, pg_dsn):
+    """The records carry -0 (WAL replay, a snapshot, Postgres's float8
+    ``value`` and its payloads, a restore from Postgres alone)."""
+    async def live() -> list:
+        engine = await Engine.open(engine_config(tmp_path / "live", postgres_dsn=pg_dsn))
+        await _redis_board_with_minus_zero(engine)
+        await engine.shipper.wait_shipped(engine.wal.last_lsn)
+        await engine.close(snapshot=False)  # WAL replay
+        engine = await Engine.open(engine_config(tmp_path / "live", postgres_dsn=pg_dsn))
+        replayed = [engine.view("lb", None, None).score(m) for m in ("z", "y")]
+        await engine.snapshot()
+        await engine.close(snapshot=False)
+        engine = await Engine.open(engine_config(tmp_path / "live", postgres_dsn=pg_dsn))
+        loaded = [engine.view("lb", None, None).score(m) for m in ("z", "y")]
+        await engine.close()
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            values = await conn.fetch("SELECT value FROM rankd_events WHERE member IN ('z', 'y')")
+        finally:
+            await conn.close()
+        return [replayed, loaded, [row["value"] for row in values]]
+
+    replayed, loaded, shipped = run(live())
+    assert all(map(negative, [*replayed, *loaded])) and len(shipped) == 2
+    assert all(map(negative, shipped))
+    restored_dir = tmp_path / "restored"
+    run(postgres.restore(pg_dsn, restored_dir, Engine.rebuild))
+
+    async def restored() -> list:
+        engine = await Engine.open(engine_config(restored_dir))
+        try:
+            return [engine.view("lb", None, None).score(m) for m in ("z", "y")]
+        finally:
+            await engine.close()
+
+    assert all(map(negative, run(restored())))
