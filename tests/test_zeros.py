@@ -25,6 +25,7 @@ from rankd.engine.config import BoardConfig
 from rankd.engine.engine import Engine
 from rankd.engine.ingest import SKIPLIST_FIRST, ingest_python
 from rankd.engine.submission import Submission
+from redisserver import RedisClient, RedisServer
 from respclient import RawClient
 
 TTL = 3600.0
@@ -239,3 +240,41 @@ def test_the_log_snapshot_and_postgres_keep_the_sign(tmp_path, pg_dsn):
             await engine.close()
 
     assert all(map(negative, run(restored())))
+
+
+def _scanned(client: RawClient, key: str) -> dict[bytes, bytes]:
+    found: dict[bytes, bytes] = {}
+    cursor = b"0"
+    while True:
+        lines = client.call("ZSCAN", key, cursor, "COUNT", "50").split(b"\r\n")
+        cursor = lines[2]
+        items = [line for line in lines[4:] if line and line[:1] not in (b"$", b"*")]
+        found.update(zip(items[0::2], items[1::2], strict=True))
+        if cursor == b"0":
+            return found
+
+
+def test_zscan_of_a_skiplist_shows_scores_as_redis(tmp_path):
+    """A skiplist's ZSCAN writes scores with ``ld2string`` (``%.17Lg``, the
+    same in 7.0 and 7.2.4: compared with redis-server's raw replies), ``-0``
+    included; a listpack's as 7.2 stores them.  (The order is the
+    documented difference: Redis's is its hash table's.)"""
+    redis = RedisServer()
+    daemon = Daemon(tmp_path / "data", "--tcp-port", "0", "--fsync", "no")
+    daemon.start()
+    try:
+        theirs, ours = RawClient(redis.port), RawClient(daemon.resp_port)
+        pairs = (["-0", "z"], ["1e20", "e"], ["-3.5", "n"], ["123456789012345678", "h"])
+        for client in (theirs, ours):
+            for key, count in (("big", 130), ("small", 5)):
+                client.call("ZADD", key, *[w for i in range(count)
+                                           for w in (str(i * 0.1), f"m{i}")])
+                for pair in pairs:
+                    client.call("ZADD", key, *pair)
+        big = _scanned(ours, "big")
+        assert big == _scanned(theirs, "big") and big[b"z"] == b"-0"
+        # A listpack stores 7.2's shortest text (7.0's %.17g rewritten so).
+        assert _scanned(ours, "small") == _scanned(RedisClient(redis.port), "small")
+    finally:
+        daemon.stop()
+        redis.stop()

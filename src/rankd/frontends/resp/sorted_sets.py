@@ -781,14 +781,21 @@ def zscan(conn: RespConnection, args: list[bytes]) -> Reply:
     if pattern is not None:
         entries = [e for e in entries if glob_match(pattern, e[1].encode())]
     out = [b"*2\r\n", replies.bulk(str(following)), replies.array_header(2 * len(entries))]
+    shown = stored_score_text if view.encoding == "listpack" else skiplist_score_text
     for _, member, value in entries:
-        out += (replies.bulk(member), replies.bulk(stored_score_text(value)))
+        out += (replies.bulk(member), replies.bulk(shown(value)))
     return b"".join(out)
 
 
 #: Within this, an integral score is written as an integer where Redis
 #: stores it as text (``d2string``), which is what ZSCAN shows.
 _STORED_AS_INTEGER = 2**62
+
+
+def skiplist_score_text(value: float) -> bytes:
+    """A score as ZSCAN shows it from a skiplist: Redis's ``ld2string``
+    (``%.17Lg``), ``-0`` included."""
+    return b"%.17g" % value
 
 
 def stored_score_text(value: float) -> bytes:
