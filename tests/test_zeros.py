@@ -278,3 +278,24 @@ def test_zscan_of_a_skiplist_shows_scores_as_redis(tmp_path):
     finally:
         daemon.stop()
         redis.stop()
+
+
+def test_a_zadd_of_more_than_128_pairs_converts_first_over_resp(tmp_path):
+    """Redis 7.2.4 makes the set a skiplist before a ZADD of more than 128
+    pairs adds anything (``zsetTypeCreate(elements, ...)`` for a new key,
+    ``zsetTypeMaybeConvert`` for a listpack), whatever the pairs add:
+    7.0.15 answers ``listpack`` and ``0`` to each of these."""
+    with Daemon(tmp_path / "data", "--tcp-port", "0", "--fsync", "no") as daemon:
+        client = RawClient(daemon.resp_port)
+        assert _call(client, "ZADD", "new", *["-0", "a"] * 129) == b":1\r\n"
+        assert _call(client, "ZADD", "old", "1", "b") == b":1\r\n"
+        assert _call(client, "OBJECT", "ENCODING", "old") == b"$8\r\nlistpack\r\n"
+        assert _call(client, "ZADD", "old", *["-0", "a"] * 129) == b":1\r\n"
+        for key in ("new", "old"):
+            assert _call(client, "OBJECT", "ENCODING", key) == b"$8\r\nskiplist\r\n"
+            assert _call(client, "ZSCORE", key, "a") == b"$2\r\n-0\r\n"
+        # 128 pairs: still a listpack, as both versions keep it.
+        assert _call(client, "ZADD", "few", *["-0", "a"] * 128) == b":1\r\n"
+        assert _call(client, "OBJECT", "ENCODING", "few") == b"$8\r\nlistpack\r\n"
+        assert _call(client, "ZSCORE", "few", "a") == b"$1\r\n0\r\n"
+        client.close()

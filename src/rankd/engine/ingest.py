@@ -142,12 +142,9 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
     event_id = sub.event_id
     value = None
     condition = sub.condition
-    if type(condition) is int and condition & SKIPLIST_FIRST:
+    skiplist_first = type(condition) is int and condition & SKIPLIST_FIRST
+    if skiplist_first:
         condition &= ~SKIPLIST_FIRST
-        if config in zeros.REDIS_CONFIGS:
-            for window in config.windows:
-                board.index_for_write(window, period_of(window, now)).reach(
-                    zeros.LISTPACK_ENTRIES + 1)
     if event_id is not None:
         if condition:
             raise InvalidInput("a conditional submission takes no event_id")
@@ -162,6 +159,9 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
     if value is None:
         value = submitted_value(name, config, sub.score, sub.delta)
     is_delta = sub.delta is not None
+    if skiplist_first and config in zeros.REDIS_CONFIGS:  # (even if NX or XX skip it)
+        for window in config.windows:
+            board.index_for_write(window, period_of(window, ts)).reach(zeros.LISTPACK_ENTRIES + 1)
     if condition:
         skipped = unmet_condition(board, member, condition, is_delta, value, ts)
         if skipped is not None:
