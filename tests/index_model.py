@@ -60,8 +60,8 @@ def check_number(value: object) -> float:
         return float(value)
     if not math.isfinite(value):
         raise ValueError("not finite")
-    # -0.0 == 0.0: both are the same score, so keep a single zero.
-    return float(value) + 0.0
+    # -0.0 is kept as given; it ranks as 0.0 (-0.0 == 0.0 in every comparison).
+    return float(value)
 
 
 def check_bound(value: object) -> float:
@@ -116,6 +116,9 @@ class ModelIndex:
         self.scores: dict[str, float] = {}
         self.seqs: dict[str, int] = {}
         self.next_seq = 0
+        #: The most members held and the longest member taken since made,
+        #: cleared or emptied by a removal (``RankIndexAPI.peaks``).
+        self.peaks = (0, 0)
 
     # --- ordering ------------------------------------------------------------
 
@@ -154,6 +157,11 @@ class ModelIndex:
     def _store(self, member: str, score: float, seq: int | None) -> None:
         self.scores[member] = score
         self.seqs[member] = self._stamp(seq)
+        self._note(member)
+
+    def _note(self, member: str) -> None:
+        self.peaks = (max(self.peaks[0], len(self.scores)),
+                      max(self.peaks[1], len(member.encode())))
 
     def set(self, member, score, when=When.ALWAYS, seq=None):
         when = check_when(when)
@@ -181,10 +189,9 @@ class ModelIndex:
             check_seq(seq)
         check_member(member)
         old = self.scores.get(member)
-        new = (0.0 if old is None else old) + value
+        new = value if old is None else old + value
         if not math.isfinite(new):
             raise ValueError("increment gives a non-finite score")
-        new += 0.0
         if old is not None and new == old:
             return (old, old, False)
         self._store(member, new, seq)
@@ -196,11 +203,26 @@ class ModelIndex:
             return (None, None, False)
         old = self.scores.pop(member)
         del self.seqs[member]
+        if not self.scores:
+            self.peaks = (0, 0)
         return (old, None, True)
+
+    def reach(self, length: int) -> None:
+        self.peaks = (max(self.peaks[0], length), self.peaks[1])
+
+    def reset_peaks(self) -> None:
+        self.peaks = (len(self.scores), max((len(m.encode()) for m in self.scores), default=0))
+
+    def positive_zeros(self) -> int:
+        negative = [m for m, s in self.scores.items() if s == 0.0 and math.copysign(1, s) < 0]
+        for member in negative:
+            self.scores[member] = 0.0
+        return len(negative)
 
     def clear(self) -> None:
         self.scores.clear()
         self.seqs.clear()
+        self.peaks = (0, 0)
 
     def _apply_one(self, item):
         if not isinstance(item, tuple) or len(item) not in (3, 4):
@@ -241,6 +263,7 @@ class ModelIndex:
         for member, score, seq in checked:
             self.scores[member] = score
             self.seqs[member] = self._stamp(seq)
+            self._note(member)
 
     # --- reads -------------------------------------------------------------------
 
@@ -451,7 +474,8 @@ def assert_index_matches(index, model: ModelIndex, members=()) -> None:
     assert list(index) == [(m, s) for _, m, s in expected]
     assert index.range_by_rank() == expected
     assert index.next_seq == model.next_seq
-    assert index.dump() == model.dump()
+    assert index.dump() == model.dump()  # scores' bytes: the sign of a zero too
+    assert index.peaks == model.peaks
     probe = list(dict.fromkeys([*model.scores, *members]))
     for member in probe:
         assert (member in index) == (member in model), member

@@ -430,6 +430,22 @@ def test_dense_rank_follows_removals_and_updates(index_cls):
     assert [index.dense_rank(m) for m in "ad"] == [1, 1]
 
 
+def test_peaks_count_the_most_members_and_longest_member_until_emptied(index_cls):
+    index = build(index_cls, [("a", 1), ("bbb", 2)])
+    assert index.peaks == (2, 3)
+    index.remove("bbb")
+    assert index.peaks == (2, 3)
+    index.reach(200)
+    assert index.peaks == (200, 3)
+    index.reset_peaks()
+    assert index.peaks == (1, 1)
+    index.remove("a")  # emptied: counted afresh, as a deleted Redis key
+    assert index.peaks == (0, 0)
+    index.set("é" * 40, -0.0)
+    assert index.peaks == (1, 80)
+    assert index.positive_zeros() == 1 and math.copysign(1.0, index.score("é" * 40)) > 0
+
+
 def test_negative_zero_is_the_same_score_as_zero(index_cls):
     index = build(index_cls, [("a", 0.0), ("b", 1)])
     before = index.dump()
@@ -437,6 +453,9 @@ def test_negative_zero_is_the_same_score_as_zero(index_cls):
     assert index.dump() == before
     index.set("z", -0.0)
     index._check()
+    # Kept as given (a Redis skiplist keeps -0), and ranked as 0.
+    assert math.copysign(1.0, index.score("z")) < 0
+    assert math.copysign(1.0, index.score("a")) > 0
     assert index.competition_rank("z") == index.competition_rank("a") == 2
     assert index.dense_rank("z") == 2
     assert index.count(0, 0) == 2

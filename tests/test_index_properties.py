@@ -215,6 +215,20 @@ class IndexMachine(RuleBasedStateMachine):
         data = self.index.dump()
         self.index = self.index_cls.load(data)
         assert self.index.dump() == data
+        self.model.reset_peaks()  # a loaded index counts from what it holds
+
+    @rule(length=st.integers(0, 12))
+    def peaks_and_zeros(self, length):
+        """reach, reset_peaks and positive_zeros (what a Redis board's
+        encoding and restart use) agree with the model."""
+        self.index.reach(length)
+        self.model.reach(length)
+        assert self.index.peaks == self.model.peaks
+        if length % 3 == 0:
+            self.index.reset_peaks()
+            self.model.reset_peaks()
+        if length % 2 == 0:
+            assert self.index.positive_zeros() == self.model.positive_zeros()
 
     @invariant()
     def matches_model(self):

@@ -204,3 +204,76 @@ def test_large_boards_with_ties_answer_as_redis(servers, protocol):
         for words in commands:
             expected = redis.call(*words)
             assert rankd.call(*words) == expected, words[:6]
+
+
+#: Keys of the ``-0`` sequences: a set grown past 128 members, one that may
+#: grow there, and store destinations.
+ZERO_KEYS = ["big", "edge", "dst", "dst2"]
+ZERO_MEMBERS = ["z", "y", "a", "m1", "m120", "m127", "x" * 65]
+ZERO_SCORES = ["-0", "0", "-0.0", "+0", "1", "-1", "2.5", "-0e3"]
+WEIGHTS = ["1", "-1", "-2", "0", "0.5", "-0"]
+
+
+@st.composite
+def zero_command(draw) -> list[str]:
+    key, member, value = (draw(st.sampled_from(ZERO_KEYS)), draw(st.sampled_from(ZERO_MEMBERS)),
+                          draw(st.sampled_from(ZERO_SCORES)))
+    sources = draw(st.lists(st.sampled_from(ZERO_KEYS), min_size=1, max_size=2))
+    store = draw(st.sampled_from(["ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE"]))
+    words = [store, draw(st.sampled_from(["dst", "dst2", "edge"])), str(len(sources)), *sources]
+    if store != "ZDIFFSTORE" and draw(st.booleans()):
+        words += ["WEIGHTS", *[draw(st.sampled_from(WEIGHTS)) for _ in sources]]
+        if draw(st.booleans()):
+            words += ["AGGREGATE", draw(st.sampled_from(["SUM", "MIN", "MAX"]))]
+    many = [w for i in range(draw(st.integers(1, 12)))
+            for w in (draw(st.sampled_from(ZERO_SCORES)), f"n{draw(st.integers(0, 40))}")]
+    return draw(st.sampled_from([
+        ["ZADD", key, value, member],
+        ["ZADD", key, *many],
+        ["ZADD", key, draw(st.sampled_from(["XX", "NX", "GT", "LT", "CH"])), value, member],
+        ["ZADD", key, "INCR", value, member],
+        ["ZINCRBY", key, value, member],
+        ["ZREM", key, member, f"m{draw(st.integers(0, 140))}"],
+        ["ZREMRANGEBYRANK", key, "0", str(draw(st.integers(0, 30)))],
+        ["ZPOPMAX", key, str(draw(st.integers(1, 20)))],
+        words,
+        ["ZUNION", "2", key, draw(st.sampled_from(ZERO_KEYS)), "WEIGHTS",
+         draw(st.sampled_from(WEIGHTS)), "1", "WITHSCORES"],
+        ["ZRANGESTORE", draw(st.sampled_from(["dst", "dst2"])), key,
+         *draw(st.sampled_from([["0", "-1"], ["0", "130"], ["-0", "0", "BYSCORE"],
+                                ["-inf", "+inf", "BYSCORE"], ["(0", "+inf", "BYSCORE", "REV"],
+                                ["-", "+", "BYLEX"], ["0", "5", "REV"]]))],
+        ["ZSCORE", key, member],
+        ["ZMSCORE", key, member, "z", "y"],
+        ["OBJECT", "ENCODING", key],
+        ["ZRANGEBYSCORE", key, "-0", "0", "WITHSCORES"],
+        ["DEL", key],
+    ]))
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+@settings(max_examples=max(20, EXAMPLES // 5), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                 HealthCheck.too_slow])
+@given(grown=st.integers(120, 140), commands=st.lists(zero_command(), min_size=1, max_size=30))
+def test_minus_zero_is_kept_as_redis_keeps_it(servers, protocol, grown, commands):
+    """``-0`` on sets grown past 128 members (a skiplist keeps it, a listpack
+    stores 0), that shrink (a skiplist stays one), that are emptied, and
+    written by store commands (a small result is a listpack again): the
+    replies, ``OBJECT ENCODING`` and every score's sign are Redis's.  (No
+    ``ZADD`` here has more than 128 pairs: Redis 7.2 converts first then,
+    7.0.15 does not; ``test_zeros.py`` checks 7.2's way.)"""
+    redis, rankd = _clients(servers, protocol)
+    setup = []
+    for key, count in (("big", 150), ("edge", grown)):
+        for start in range(0, count, 100):
+            setup.append(["ZADD", key, *[w for i in range(start, min(count, start + 100))
+                                         for w in (str(i % 7), f"m{i}")]])
+    with redis, rankd:
+        for words in [*setup, *commands]:
+            expected = redis.call(*words)
+            answered = rankd.call(*words)
+            assert answered == expected, (words[:8], expected, answered)
+        for key in ZERO_KEYS:
+            for words in (["ZRANGE", key, "0", "-1", "WITHSCORES"], ["OBJECT", "ENCODING", key]):
+                assert rankd.call(*words) == redis.call(*words), words

@@ -653,6 +653,10 @@ cdef class RankIndex:
     cdef Py_ssize_t length
     cdef Py_ssize_t ndistinct       # leaders: distinct scores
     cdef Py_ssize_t member_bytes    # sum of member lengths, for dump()
+    # High-water marks since the index was made, cleared or reset_peaks():
+    # what a Redis-like board's encoding follows (rankd.engine.zeros).
+    cdef Py_ssize_t peak_length
+    cdef Py_ssize_t peak_member_bytes
     cdef int height                 # levels in use
     cdef int max_level
     cdef uint32_t branching

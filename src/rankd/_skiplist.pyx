@@ -75,7 +75,7 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.math cimport INFINITY, isfinite
+from libc.math cimport INFINITY, isfinite, signbit
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcmp, memcpy
@@ -143,9 +143,7 @@ cdef inline int _number(object value, double *out, str what) except -1:
         raise TypeError(f"{what} must be an int or float, got {type(value).__name__}")
     if not isfinite(out[0]):
         raise ValueError(f"{what} must be finite, got {value!r}")
-    if out[0] == 0.0:
-        out[0] = 0.0  # one zero: -0.0 and 0.0 are the same score
-    return 0
+    return 0  # -0.0 is kept: it ranks as 0.0 (the caller decides which zero it stores)
 
 
 cdef inline int _bound(object value, double *out, str what) except -1:
@@ -273,6 +271,8 @@ cdef class RankIndex:
         node.hash = 0
         if mlen:
             memcpy(RK_MEMBER(node), member, mlen)
+        if mlen > self.peak_member_bytes:
+            self.peak_member_bytes = mlen
         return node
 
     cdef void _free_nodes(self) noexcept:
@@ -300,6 +300,8 @@ cdef class RankIndex:
         self.length = 0
         self.ndistinct = 0
         self.member_bytes = 0
+        self.peak_length = 0
+        self.peak_member_bytes = 0
         self.height = 1
 
     @cython.cdivision(True)
@@ -353,8 +355,8 @@ cdef class RankIndex:
         return -node.key if self.descending else node.key
 
     cdef inline double _key(self, double score) noexcept:
-        # -0.0 never reaches here: _number normalises it, and 0.0 negates to -0.0
-        # which compares equal to 0.0, so keys of zero scores compare equal.
+        # Either zero negates to the other, and the two compare equal: a
+        # score of -0.0 ranks exactly as 0.0 (ties by seq or member).
         return -score if self.descending else score
 
     cdef inline bint _is_leader(self, rk_node *node) noexcept:
@@ -816,6 +818,8 @@ cdef class RankIndex:
         else:
             self.tail = x
         self.length += 1
+        if self.length > self.peak_length:
+            self.peak_length = self.length
         self.ndistinct += dx + ds
         return rank[0] + 1
 
@@ -1084,6 +1088,8 @@ cdef class RankIndex:
             self._table_remove(x)
             self.member_bytes -= x.mlen
             self._free_node(x)
+            if self.length == 0:
+                self.peak_length = self.peak_member_bytes = 0  # emptied: as new
             self.mutations += 1
             changed[0] = True
             self._after_write()
@@ -1093,8 +1099,6 @@ cdef class RankIndex:
             target = (old[0] + value) if x != NULL else value
             if not isfinite(target):
                 raise ValueError(f"incrementing by {value!r} gives a non-finite score")
-            if target == 0.0:
-                target = 0.0
         else:
             target = value
             if x != NULL:
@@ -1206,8 +1210,6 @@ cdef class RankIndex:
         """``set(member, score, seq=seq)``: returns the member's unique rank after it."""
         cdef double old = 0.0, new = 0.0
         cdef bint had, has_new, changed
-        if score == 0.0:
-            score = 0.0  # one zero, as _number makes it
         return self._write(member, mlen, score, OP_SET, True, seq, True,
                            &old, &had, &new, &has_new, &changed)
 
@@ -1703,6 +1705,44 @@ cdef class RankIndex:
     def __len__(self):
         return self.length
 
+    @property
+    def peaks(self):
+        """``(length, member bytes)``: the most members the index held, and
+        the longest member (UTF-8 bytes) it took, since it was made, cleared,
+        emptied by a removal or :meth:`reset_peaks`."""
+        return self.peak_length, self.peak_member_bytes
+
+    def reach(self, Py_ssize_t length):
+        """Count ``length`` members as held (in :attr:`peaks`), as if it had
+        held them: a Redis ZADD of that many pairs converts its set first."""
+        if length > self.peak_length:
+            self.peak_length = length
+
+    def reset_peaks(self):
+        """Set :attr:`peaks` to what the index holds now.  Runtime complexity: O(n)."""
+        cdef rk_node *x = self.header.level[0].forward
+        self.peak_length = self.length
+        self.peak_member_bytes = 0
+        while x != NULL:
+            if x.mlen > self.peak_member_bytes:
+                self.peak_member_bytes = x.mlen
+            x = x.level[0].forward
+
+    def positive_zeros(self):
+        """Make every score of -0.0 0.0 (their places do not change); return
+        how many were.  Runtime complexity: O(n)."""
+        cdef rk_node *x = self.header.level[0].forward
+        cdef Py_ssize_t changed = 0
+        cdef double key = self._key(0.0)
+        while x != NULL:
+            if x.key == 0.0 and signbit(x.key) != signbit(key):
+                x.key = key
+                changed += 1
+            x = x.level[0].forward
+        if changed:
+            self.mutations += 1
+        return changed
+
     def __contains__(self, member):
         if not isinstance(member, str):
             return False
@@ -1950,6 +1990,8 @@ cdef class RankIndex:
         cdef rk_node *prev = self.tail
         cdef bint leader = prev == NULL or prev.key != x.key
         self.length += 1
+        if self.length > self.peak_length:
+            self.peak_length = self.length
         self.ndistinct += leader
         if x.nlevels > self.height:
             self.height = x.nlevels
@@ -2147,8 +2189,6 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
             raise ValueError(f"rank index dump has a non-finite score at record {i}")
         if seq > MAX_SEQ or seq >= next_seq:
             raise ValueError(f"rank index dump has an invalid seq at record {i}")
-        if score == 0.0:
-            score = 0.0
         key = index._key(score)
         if prev != NULL and not index._before(prev, key, seq, p, mlen):
             raise ValueError(f"rank index dump is out of order at record {i}")

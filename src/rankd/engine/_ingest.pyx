@@ -32,7 +32,7 @@ from cpython.list cimport PyList_Append
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
-from libc.math cimport fabs, isfinite
+from libc.math cimport fabs, isfinite, signbit
 from libc.stdint cimport uint64_t
 from libc.string cimport memcmp, memcpy
 
@@ -160,8 +160,9 @@ cdef inline bint _number(object value, double *out) noexcept:
     cdef long long as_int
     cdef int overflow = 0
     if type(value) is float:
-        out[0] = PyFloat_AS_DOUBLE(value) + 0.0  # -0.0 is stored and answered as 0.0
-        return isfinite(out[0])
+        out[0] = PyFloat_AS_DOUBLE(value)
+        # -0.0 goes the reference way: which zero is stored is rankd.engine.zeros's to say.
+        return isfinite(out[0]) and not (out[0] == 0.0 and signbit(out[0]))
     if type(value) is int:
         as_int = PyLong_AsLongLongAndOverflow(value, &overflow)
         if overflow or as_int > MAX_EXACT_INT or as_int < -MAX_EXACT_INT:
@@ -578,8 +579,8 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
 cdef inline bint _packed_number(Number *number, double *out) noexcept:
     """``_number`` for a number read off the wire."""
     if number.kind == NUMBER_FLOAT:
-        out[0] = number.fval + 0.0  # -0.0 is stored and answered as 0.0
-        return isfinite(out[0])
+        out[0] = number.fval
+        return isfinite(out[0]) and not (out[0] == 0.0 and signbit(out[0]))  # see _number
     if number.kind == NUMBER_INT:
         if number.ival > MAX_EXACT_INT or number.ival < -MAX_EXACT_INT:
             return False

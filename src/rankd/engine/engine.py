@@ -31,6 +31,7 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rankd._tasks import outcome_seen
-from rankd.engine import collector, expiry, records, staging
+from rankd.engine import collector, expiry, records, staging, zeros
 from rankd.engine.board import Board
 from rankd.engine.coalescer import SubmitCoalescer
 from rankd.engine.config import (
@@ -288,6 +289,10 @@ class Engine:
                      ", ".join(sorted(self._staged)[:10]))
             self._staged.clear()
         self._last_snapshot_time = time.monotonic()
+        if zeros.settle_after_load(self._boards):
+            # The -0 scores this restart made 0 are in no record: a snapshot soon keeps them so.
+            self._events_since_snapshot += 1
+            self._last_snapshot_time = -math.inf
         self._tasks.append(asyncio.create_task(self._snapshot_loop(), name="rankd-snapshots"))
         self._tasks.append(asyncio.create_task(self._housekeeping_loop(),
                                                name="rankd-housekeeping"))
@@ -1760,7 +1765,7 @@ class Engine:
         entries = [] if index is None else index.range_by_rank(offset, limit)
         labels = board.labels
         return {
-            "entries": [{"rank": rank, "member": member, "score": score,
+            "entries": [{"rank": rank, "member": member, "score": score + 0.0,  # -0: 0
                          "label": labels.get(member)} for rank, member, score in entries],
             "total": 0 if index is None else len(index),
             "window": window,
@@ -1778,7 +1783,7 @@ class Engine:
             return None
         return {
             "member": member,
-            "score": index.score(member),
+            "score": index.score(member) + 0.0,  # a -0 (rankd.engine.zeros) shows as 0
             "rank": index.rank(member),
             "competition_rank": index.competition_rank(member),
             "dense_rank": index.dense_rank(member),
@@ -1799,7 +1804,7 @@ class Engine:
         entries = None if index is None else index.around(member, above, below)
         if entries is None:
             return None
-        return [{"rank": r, "member": m, "score": s, "label": board.labels.get(m)}
+        return [{"rank": r, "member": m, "score": s + 0.0, "label": board.labels.get(m)}
                 for r, m, s in entries]
 
     def ranks(self, name: str, members: Sequence[str], *, window: str | None = None,
@@ -1819,7 +1824,7 @@ class Engine:
         found.sort()
         return {
             "entries": [{"rank": rank, "list_rank": position, "member": member,
-                         "score": index.score(member), "label": board.labels.get(member)}
+                         "score": index.score(member) + 0.0, "label": board.labels.get(member)}
                         for position, (rank, member) in enumerate(found, 1)],
             "missing": missing,
             "window": window,

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rankd._native import native_or
-from rankd.engine import records
+from rankd.engine import records, zeros
 from rankd.engine.config import (
     MAX_EVENT_ID_BYTES,
     MAX_LABEL_CHARS,
@@ -78,6 +78,12 @@ IF_PRESENT = 2
 IF_GREATER = 4
 IF_LESS = 8
 CONDITIONS = IF_ABSENT | IF_PRESENT | IF_GREATER | IF_LESS
+#: Not a condition: the submission is the first of a Redis ``ZADD`` of
+#: more than 128 pairs, which makes a RESP board's set a skiplist before it
+#: adds anything (Redis 7.2's ``zsetTypeMaybeConvert``, see
+#: rankd.engine.zeros).  It rides in ``condition`` so that the native
+#: ingest, which takes no conditional submission, hands it here.
+SKIPLIST_FIRST = 16
 
 
 class Ingested(NamedTuple):
@@ -135,8 +141,12 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
         check_label(label)
     event_id = sub.event_id
     value = None
+    condition = sub.condition
+    skiplist_first = type(condition) is int and condition & SKIPLIST_FIRST
+    if skiplist_first:
+        condition &= ~SKIPLIST_FIRST
     if event_id is not None:
-        if sub.condition:
+        if condition:
             raise InvalidInput("a conditional submission takes no event_id")
         check_event_id(event_id)
         remembered = board.dedupe.get(event_id, now)
@@ -149,8 +159,11 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
     if value is None:
         value = submitted_value(name, config, sub.score, sub.delta)
     is_delta = sub.delta is not None
-    if sub.condition:
-        skipped = unmet_condition(board, member, sub.condition, is_delta, value, ts)
+    if skiplist_first and config in zeros.REDIS_CONFIGS:  # (even if NX or XX skip it)
+        for window in config.windows:
+            board.index_for_write(window, period_of(window, ts)).reach(zeros.LISTPACK_ENTRIES + 1)
+    if condition:
+        skipped = unmet_condition(board, member, condition, is_delta, value, ts)
         if skipped is not None:
             return skipped
 
@@ -159,7 +172,10 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
         period = period_of(window, ts)
         index = board.index(window, period)
         old = None if index is None else index.score(member)
-        changes.append((window, period, old, new_score(config, old, value, is_delta)))
+        new = new_score(config, old, value, is_delta)
+        if new == 0.0 and new is not old and zeros.is_negative_zero(new):
+            new = zeros.stored_zero(config, index, member, old is None)
+        changes.append((window, period, old, new))
     updates = []
     primary = config.primary_window
     score = previous = rank = None
@@ -325,7 +341,7 @@ def new_score(config: BoardConfig, old: float | None, value: float, is_delta: bo
     """Apply the policy and guards: the member's score after ``value`` (a
     delta if ``is_delta``)."""
     if is_delta:
-        new = (old or 0.0) + value
+        new = value if old is None else old + value
         if not math.isfinite(new):
             raise InvalidInput("the resulting score is not finite")
     elif config.policy == "best" and old is not None:
@@ -348,9 +364,10 @@ def new_score(config: BoardConfig, old: float | None, value: float, is_delta: bo
 
 def number(value: object, what: str) -> float:
     """``value`` as a float, or ``InvalidInput``: finite, integers exact (at
-    most 2**53), and -0.0 made 0.0 (one zero, as readers answer it)."""
+    most 2**53).  A -0.0 stays one: which zero a board stores is
+    :func:`rankd.engine.zeros.stored_zero`'s to say."""
     if type(value) is float and math.isfinite(value):
-        return value + 0.0
+        return value
     if type(value) is int and -_MAX_EXACT_INT <= value <= _MAX_EXACT_INT:
         return float(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -360,7 +377,7 @@ def number(value: object, what: str) -> float:
     value = float(value)
     if not math.isfinite(value):
         raise InvalidInput(f"{what} must be finite")
-    return value + 0.0
+    return value
 
 
 def utf8_size(text: str) -> int | None:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rankd.engine import zeros
+
 #: ``(rank, member, score)`` as the index gives them.
 Entry = tuple[int, str, float]
 
@@ -37,6 +39,12 @@ class SortedView:
 
     def __len__(self) -> int:
         return 0 if self._index is None else len(self._index)
+
+    @property
+    def encoding(self) -> str:
+        """What Redis would hold the window's set as (``OBJECT ENCODING``:
+        ``listpack`` or ``skiplist``, see :mod:`rankd.engine.zeros`)."""
+        return zeros.encoding(self._index)
 
     def score(self, member: str) -> float | None:
         return None if self._index is None else self._index.score(member)

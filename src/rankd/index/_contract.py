@@ -55,6 +55,14 @@ Invalid input raises and changes nothing:
   because a float64 cannot hold it exactly;
 * an increment whose result is not finite raises ``ValueError``;
 * a ``seq`` outside ``0 <= seq <= MAX_SEQ`` raises ``ValueError``.
+
+Zeros
+-----
+A score of ``-0.0`` is kept as given (a Redis skiplist keeps it; the
+engine decides which zero a board stores, ``rankd.engine.zeros``), and
+ranks exactly as ``0.0``: the two are one score for every order, count,
+range and rank.  Setting ``0.0`` over ``-0.0`` (or the reverse) changes
+nothing, as setting any equal score does.
 """
 
 from __future__ import annotations
@@ -179,6 +187,24 @@ class RankIndexAPI(Protocol):
     def clear(self) -> None:
         """Remove every member.  ``next_seq`` is kept, so arrival order stays
         monotonic."""
+
+    @property
+    def peaks(self) -> tuple[int, int]:
+        """``(length, member bytes)``: the most members the index held and the
+        longest member (UTF-8 bytes) it took since it was made, cleared,
+        loaded, emptied by a removal or :meth:`reset_peaks` (a Redis set's
+        encoding follows them: an emptied Redis set is a deleted key)."""
+
+    def reach(self, length: int) -> None:
+        """Count ``length`` members as held in :attr:`peaks` (a Redis ``ZADD``
+        of that many pairs converts its set first, whatever it adds).  O(1)."""
+
+    def reset_peaks(self) -> None:
+        """Set :attr:`peaks` to what the index holds now.  O(n)."""
+
+    def positive_zeros(self) -> int:
+        """Make every score of ``-0.0`` ``0.0`` (no member moves); return how
+        many were.  O(n)."""
 
     def apply_batch(
         self,

@@ -81,7 +81,7 @@ def _number(value: object, what: str) -> float:
         raise TypeError(f"{what} must be an int or float, got {type(value).__name__}")
     if not math.isfinite(number):
         raise ValueError(f"{what} must be finite, got {value!r}")
-    return number + 0.0  # one zero: -0.0 and 0.0 are the same score
+    return number  # -0.0 is kept: it ranks as 0.0 (the caller decides which zero it stores)
 
 
 def _bound(value: object, what: str) -> float:
@@ -142,6 +142,9 @@ class RankIndex:
         self._key_counts: dict[float, int] = {}
         self._next_seq = 0
         self._mutations = 0
+        #: High-water marks: see :attr:`peaks`.
+        self._peak_length = 0
+        self._peak_member_bytes = 0
 
     # --- properties -------------------------------------------------------------------
 
@@ -159,6 +162,38 @@ class RankIndex:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def peaks(self) -> tuple[int, int]:
+        """``(length, member bytes)``: the most members the index held, and
+        the longest member (UTF-8 bytes) it took, since it was made, cleared,
+        emptied by a removal or :meth:`reset_peaks`."""
+        return self._peak_length, self._peak_member_bytes
+
+    def _note_peaks(self, member: str) -> None:
+        self._peak_length = max(self._peak_length, len(self._entries))
+        self._peak_member_bytes = max(self._peak_member_bytes, len(member.encode()))
+
+    def reach(self, length: int) -> None:
+        """Count ``length`` members as held (in :attr:`peaks`)."""
+        self._peak_length = max(self._peak_length, length)
+
+    def reset_peaks(self) -> None:
+        """Set :attr:`peaks` to what the index holds now."""
+        self._peak_length = len(self._entries)
+        self._peak_member_bytes = max((len(m.encode()) for m in self._entries), default=0)
+
+    def positive_zeros(self) -> int:
+        """Make every score of -0.0 0.0 (their places do not change); return
+        how many were."""
+        changed = 0
+        for member, (score, seq) in self._entries.items():
+            if score == 0.0 and math.copysign(1.0, score) < 0:
+                self._entries[member] = (0.0, seq)
+                changed += 1
+        if changed:
+            self._mutations += 1
+        return changed
 
     def __contains__(self, member: object) -> bool:
         return isinstance(member, str) and member in self._entries
@@ -191,6 +226,7 @@ class RankIndex:
     def _link(self, member: str, score: float, seq: int) -> None:
         key = self._sort_key(member, score, seq)
         self._entries[member] = (score, seq)
+        self._note_peaks(member)
         self._keys.add(key)
         k = key[0]
         seen = self._key_counts.get(k, 0)
@@ -234,13 +270,14 @@ class RankIndex:
             if entry is None:
                 return None, None, False
             self._unlink(member)
+            if not self._entries:
+                self._peak_length = self._peak_member_bytes = 0  # emptied: as new
             self._mutations += 1
             return old, None, True
         if op == Op.INCR:
             target = value if old is None else old + value
             if not math.isfinite(target):
                 raise ValueError(f"incrementing by {value!r} gives a non-finite score")
-            target += 0.0
         else:
             target = value
             if old is not None:
@@ -291,6 +328,7 @@ class RankIndex:
         self._keys.clear()
         self._distinct.clear()
         self._key_counts.clear()
+        self._peak_length = self._peak_member_bytes = 0
         self._mutations += 1
 
     def apply_batch(self, ops: Iterable[tuple]) -> list[BatchResult | Exception]:
@@ -516,7 +554,6 @@ class RankIndex:
                 raise ValueError(f"rank index dump has a non-finite score at record {i}")
             if seq > MAX_SEQ or seq >= next_seq:
                 raise ValueError(f"rank index dump has an invalid seq at record {i}")
-            score += 0.0
             key = index._sort_key(member, score, seq)
             if keys and not keys[-1] < key:
                 if keys[-1][-1] == member:
@@ -534,6 +571,7 @@ class RankIndex:
         if position != end:
             raise ValueError(f"rank index dump has {end - position} bytes after its last record")
         index._keys.update(keys)
+        index.reset_peaks()
         return index
 
     # --- invariants ---------------------------------------------------------------------------

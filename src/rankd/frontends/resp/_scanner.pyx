@@ -513,8 +513,11 @@ cdef bytes replies_of(Packed packed, int version, object reply, Py_ssize_t *answ
             if item.tag == TAG_ZADD:
                 reply_put(&w, ":0\r\n" if result.has_previous else ":1\r\n", 4)
             else:
-                # A new member's reply is the increment itself (-0 stays -0).
-                reply_double(&w, result.score if result.has_previous else item.delta.fval, version)
+                # Redis's reply: the score plus the increment, or the increment
+                # itself for a new member (-0 stays -0; -0 + 0 is 0, though a
+                # -0 score stays, as equal to it).
+                reply_double(&w, result.previous + item.delta.fval if result.has_previous
+                             else item.delta.fval, version)
         answered[0] = native
         return PyBytes_FromStringAndSize(w.data, w.size)
     finally:

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rankd.engine.errors import Unsettled
+from rankd.engine.zeros import store_zeros
 from rankd.frontends.resp import exec_step
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, integer, score
 from rankd.frontends.resp.sorted_sets import (
@@ -426,11 +427,12 @@ Attempt = Callable[[bool], Awaitable[tuple[Result, Callable[[], bool]]]]
 
 
 async def _store(conn: Context, args: list[bytes], inputs: list[str | None],
-                 attempt: Attempt) -> bytes:
+                 attempt: Attempt, range_by: str | None = None) -> bytes:
     """Make board ``args[1]`` anew holding what ``attempt`` computes from
     boards ``inputs``, built in steps (see the module docstring); started
     again if an input changed before it is swapped in, the last time with
-    the inputs' writes held."""
+    the inputs' writes held.  ``range_by``: ZRANGESTORE's (its zeros, see
+    ``zeros.store_zeros``)."""
     try:
         name = board_name(args[1])
         if name is None:  # no board can be named so: nothing to store, or refused
@@ -445,7 +447,8 @@ async def _store(conn: Context, args: list[bytes], inputs: list[str | None],
         try:
             await staging.begin()  # (before any hold: a store waiting its turn holds none)
             for tries in range(STEP_RESTARTS + 1):
-                stored = await _store_once(conn, args, inputs, attempt, staging, tries)
+                stored = await _store_once(conn, args, inputs, attempt, staging, tries,
+                                           range_by)
                 if stored is not None:
                     return stored
                 staging.reset()
@@ -457,7 +460,8 @@ async def _store(conn: Context, args: list[bytes], inputs: list[str | None],
 
 
 async def _store_once(conn: Context, args: list[bytes], inputs: list[str | None],
-                      attempt: Attempt, staging: Any, tries: int) -> bytes | None:
+                      attempt: Attempt, staging: Any, tries: int, range_by: str | None
+                      ) -> bytes | None:
     """One attempt of :func:`_store`: its reply, or None if an input
     changed before the result was swapped in."""
     name = staging.name
@@ -466,6 +470,7 @@ async def _store_once(conn: Context, args: list[bytes], inputs: list[str | None]
     async with holding as release:
         result, current = await attempt(tries == 0)
         _check_stored(len(result))
+        store_zeros(result, range_by)
         if tries == 0:
             _charge(conn, len(result), "submit")
         if not result and not is_key(conn, name):
@@ -491,7 +496,7 @@ async def _store_once(conn: Context, args: list[bytes], inputs: list[str | None]
 
 
 async def _store_in_exec(conn: Context, args: list[bytes], result: Result,
-                        current: Callable[[], Result]) -> bytes:
+                        current: Callable[[], Result], range_by: str | None = None) -> bytes:
     """Inside EXEC: make board ``args[1]`` anew holding ``result`` (as
     ``current()`` gives it when applied: it computes it again if its inputs
     changed), in the EXEC's one commit."""
@@ -507,8 +512,8 @@ async def _store_in_exec(conn: Context, args: list[bytes], result: Result,
         return conn.replies.integer(0)  # no key before, none after
     name = _writable_name(args[1])
     admin = _admit_maker(conn, name)
-    stored = await conn.service.replace_board(name, REDIS_BOARD_DICT,
-                                              lambda: list(current().items()))
+    stored = await conn.service.replace_board(
+        name, REDIS_BOARD_DICT, lambda: list(store_zeros(current(), range_by).items()))
     if admin:
         _made(conn, name, args)
     return conn.replies.integer(stored)
@@ -646,7 +651,7 @@ def zrangestore(conn: Context, args: list[bytes]) -> Reply:
             return {member: value for _, member, value in fetch(0, total)}
         result = current()
         _charge_reads(conn, len(result))
-        return _store_in_exec(conn, args, result, current)
+        return _store_in_exec(conn, args, result, current, spec.by)
     names = [board_name(args[2])]
 
     async def attempt(first: bool) -> tuple[Result, Callable[[], bool]]:
@@ -660,4 +665,4 @@ def zrangestore(conn: Context, args: list[bytes]) -> Reply:
         if first:
             _charge_reads(conn, len(result))
         return result, lambda: _versions(conn, names) == versions
-    return _store(conn, args, names, attempt)
+    return _store(conn, args, names, attempt, spec.by)

@@ -72,7 +72,7 @@ from rankd.frontends.resp.protocol import (
     RequestReader,
     RequestRefused,
 )
-from rankd.frontends.resp.sorted_sets import MAX_REPLY_ENTRIES, REDIS_BOARD_DICT
+from rankd.frontends.resp.sorted_sets import MAX_REPLY_ENTRIES, REDIS_BOARD_DICT, incremented
 from rankd.frontends.service import MAX_BATCH
 from rankd.security import ANONYMOUS_ALL, Gate, Principal
 from rankd.watchdog import ACTIVITY
@@ -668,8 +668,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.server.stats[("write", "ok")] += 1
         if tag == 0:
             return self.replies.integer(0 if answer["previous"] is not None else 1)
-        return self.replies.double(answer["score"] if answer["previous"] is not None
-                                   else value)
+        return self.replies.double(incremented(answer, value))
 
     def _admit(self, command: Command, words: list[bytes]) -> None:
         """Authentication, scope and rate limits for ``command``: before

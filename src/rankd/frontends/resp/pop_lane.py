@@ -28,24 +28,22 @@ index not native; a monitor attached.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rankd._native import native_or
 from rankd.engine.errors import EngineError
 from rankd.engine.periods import period_of
+from rankd.frontends.resp.context import Applied, Context, Writes, error_text
+from rankd.frontends.resp.limits import ENTRIES_PER_REQUEST, MAX_PAIRS
 from rankd.frontends.resp.protocol import RequestReader
-from rankd.frontends.resp.sorted_sets import ENTRIES_PER_REQUEST, MAX_PAIRS, Applied, Writes
 from rankd.watchdog import ACTIVITY
-
-if TYPE_CHECKING:
-    from rankd.frontends.resp.connection import RespConnection
 
 PackedPops, _ = native_or("rankd.frontends.resp._pops", "PackedPops", None)
 _remove_run, _ = native_or("rankd.frontends.resp._pops", "remove_run", None)
 _RankIndex, _ = native_or("rankd._skiplist", "RankIndex", None)
 
 
-def answer(conn: RespConnection, pops: Any, out: list[bytes],
+def answer(conn: Context, pops: Any, out: list[bytes],
            pending: list[tuple[int, Writes | Applied]]) -> list[list[bytes]]:
     """Answer the pops of ``pops`` natively, in order, as far as the native
     path takes them: their replies into ``out`` (pending their commit in
@@ -68,7 +66,6 @@ def answer(conn: RespConnection, pops: Any, out: list[bytes],
                 first = stopped
                 removed += members
         except EngineError as exc:  # e.g. read-only: every pop left gets the error
-            from rankd.frontends.resp.connection import error_text  # (it imports this module)
             _count(conn, pops, first, len(pops), exc.code)
             out.append(conn.replies.error(error_text(exc)) * (len(pops) - first))
             return []
@@ -76,7 +73,7 @@ def answer(conn: RespConnection, pops: Any, out: list[bytes],
     return [words for i in range(first, len(pops)) for words in reader.feed(pops.source(i))]
 
 
-def _board_run(conn: RespConnection, pops: Any, first: int, out: list[bytes],
+def _board_run(conn: Context, pops: Any, first: int, out: list[bytes],
                pending: list[tuple[int, Writes | Applied]]) -> tuple[int, int]:
     """Apply the pops on one board from ``first`` on: where they stopped,
     and how many members they removed."""
@@ -115,7 +112,7 @@ def _board_run(conn: RespConnection, pops: Any, first: int, out: list[bytes],
     return stopped, len(payloads)
 
 
-def _count(conn: RespConnection, pops: Any, first: int, end: int, outcome: str) -> None:
+def _count(conn: Context, pops: Any, first: int, end: int, outcome: str) -> None:
     """Count pops ``first`` to ``end`` under their commands' series."""
     for i in range(first, end):
         conn.server.stats[("zpopmax" if pops.highest(i) else "zpopmin", outcome)] += 1

@@ -137,13 +137,13 @@ async def _pop_first(conn: Context, names: list[str], highest: bool, count: int
 _WAIT = object()
 
 
-def _pop_now(conn: RespConnection, names: list[str], highest: bool, count: int,
-             reply: Callable[[RespConnection, str, list], bytes]) -> Any:
+def _pop_now(conn: Context, names: list[str], highest: bool, count: int,
+             reply: Callable[[Context, str, list], bytes]) -> Any:
     """:func:`_pop_first` applied right here, where the engine removes at
     once: the reply (an ``Applied`` pending its commit), None if no board
     has members, or :data:`_WAIT` (nothing done) where the pop must wait:
     inside ``EXEC``, on a cluster node, on a board a snapshot holds."""
-    if transactions.running(conn) is not None:
+    if exec_step.running(conn) is not None:
         return _WAIT
     name = next((n for n in names if _members(conn, n)), None)
     if name is None:

@@ -18,7 +18,7 @@ the board ranks as Redis leaderboards are read (``ZREVRANGE``): highest
 score first, equal scores by member from Z to A (so ``ZRANGE``, the
 reverse, lists them A to Z), each write replacing the score (``latest``)
 or adding to it (``ZINCRBY``: an explicit increment), one all-time
-window.  Boards RESP made before (:data:`LEGACY_REDIS_BOARD`, lowest
+window.  Boards RESP made before (``rankd.engine.zeros.LEGACY_REDIS_BOARD``, lowest
 first) are kept as they are and answer alike.  A board outlives its last
 member (only ``admin`` deletes boards), but an empty RESP-made board is
 no key to the keyspace commands, as in Redis.  Boards made through REST
@@ -45,10 +45,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from rankd._native import native_or
-from rankd.engine.config import BOARD_NAME_RULE, BoardConfig, is_board_name
+from rankd.engine.config import BOARD_NAME_RULE, is_board_name
 from rankd.engine.errors import EngineError, NotFound, Unsettled
-from rankd.engine.ingest import IF_ABSENT, IF_GREATER, IF_LESS, IF_PRESENT, check_member
+from rankd.engine.ingest import (
+    IF_ABSENT,
+    IF_GREATER,
+    IF_LESS,
+    IF_PRESENT,
+    SKIPLIST_FIRST,
+    check_member,
+)
 from rankd.engine.submission import Submission
+from rankd.engine.zeros import LISTPACK_ENTRIES, REDIS_BOARD, REDIS_CONFIGS
 from rankd.frontends.resp import lex
 from rankd.frontends.resp.arguments import (
     BOUND_NOT_FLOAT,
@@ -76,14 +84,11 @@ from rankd.frontends.resp.protocol import format_double
 
 _encode_entries, _ = native_or("rankd.frontends.resp._scanner", "encode_entries", None)
 
-#: The config of boards made through RESP (see the module docstring).
-REDIS_BOARD = BoardConfig(order="desc", policy="latest", tie_break="member_desc",
-                          windows=("all",))
+#: The config of boards made through RESP (see the module docstring), and
+#: the one RESP made boards with before (lowest first): kept, not migrated.
+#: rankd.engine.zeros keeps ``-0`` on them as Redis does.
 REDIS_BOARD_DICT = REDIS_BOARD.to_dict()
-#: The config RESP made boards with before (lowest first): kept, not migrated.
-LEGACY_REDIS_BOARD = BoardConfig(order="asc", policy="latest", tie_break="member",
-                                 windows=("all",))
-_REDIS_CONFIGS = (REDIS_BOARD, LEGACY_REDIS_BOARD)
+_REDIS_CONFIGS = REDIS_CONFIGS
 
 
 def board_name(word: bytes) -> str | None:
@@ -293,6 +298,8 @@ def zadd(conn: Context, args: list[bytes], incr: bool = False) -> Reply:
         Submission(board=name, member=member, delta=value, condition=flags) if incr else
         Submission(board=name, member=member, score=value, condition=flags)
         for value, member in zip(values, members, strict=True)]
+    if pairs > LISTPACK_ENTRIES:  # Redis 7.2 makes the set a skiplist first
+        submissions[0].condition |= SKIPLIST_FIRST
 
     def answer(answers: list[dict[str, Any] | EngineError]) -> bytes:
         added = updated = 0
@@ -310,10 +317,7 @@ def zadd(conn: Context, args: list[bytes], incr: bool = False) -> Reply:
         if incr:
             if last is None:
                 return conn.replies.null()
-            # A new member's score is the increment itself (-0 stays -0 in
-            # the reply, as in Redis, though both store a zero as 0).
-            return conn.replies.double(values[0] if last["previous"] is None
-                                       else last["score"])
+            return conn.replies.double(incremented(last, values[0]))
         return conn.replies.integer(added + updated if changed else added)
 
     writes = Writes(submissions, answer)
@@ -322,6 +326,15 @@ def zadd(conn: Context, args: list[bytes], incr: bool = False) -> Reply:
     if flags & IF_PRESENT:  # XX on a missing key: nothing to do
         return answer([])
     return conn.create_and_write(name, writes)
+
+
+def incremented(answer: dict[str, Any], increment: float) -> float:
+    """``ZINCRBY``'s reply as Redis computes it: the score before plus the
+    increment, or the increment itself for a new member (``-0`` stays
+    ``-0``).  Not the score stored: ``-0`` plus ``0`` answers ``0`` and
+    leaves the ``-0``, a score equal to it."""
+    previous = answer["previous"]
+    return increment if previous is None else previous + increment
 
 
 def zincrby(conn: Context, args: list[bytes]) -> Reply:
@@ -797,14 +810,21 @@ def zscan(conn: Context, args: list[bytes]) -> Reply:
     if pattern is not None:
         entries = [e for e in entries if glob_match(pattern, e[1].encode())]
     out = [b"*2\r\n", replies.bulk(str(following)), replies.array_header(2 * len(entries))]
+    shown = stored_score_text if view.encoding == "listpack" else skiplist_score_text
     for _, member, value in entries:
-        out += (replies.bulk(member), replies.bulk(stored_score_text(value)))
+        out += (replies.bulk(member), replies.bulk(shown(value)))
     return b"".join(out)
 
 
 #: Within this, an integral score is written as an integer where Redis
 #: stores it as text (``d2string``), which is what ZSCAN shows.
 _STORED_AS_INTEGER = 2**62
+
+
+def skiplist_score_text(value: float) -> bytes:
+    """A score as ZSCAN shows it from a skiplist: Redis's ``ld2string``
+    (``%.17Lg``), ``-0`` included."""
+    return b"%.17g" % value
 
 
 def stored_score_text(value: float) -> bytes:

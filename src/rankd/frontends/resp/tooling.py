@@ -17,10 +17,6 @@ from rankd.frontends.resp.protocol import format_double
 if TYPE_CHECKING:
     from rankd.frontends.resp.context import Context
 
-#: Redis's ``zset-max-listpack-entries`` and ``-value``: a set within both
-#: is a listpack to ``OBJECT ENCODING``, else a skiplist.
-LISTPACK_ENTRIES = 128
-LISTPACK_VALUE = 64
 #: Members ``MEMORY USAGE`` samples by default (Redis's ``OBJ_COMPUTE_SIZE_DEF_SAMPLES``).
 DEFAULT_SAMPLES = 5
 #: The most members one ``MEMORY USAGE`` reads (``SAMPLES 0``: all, in Redis).
@@ -40,17 +36,13 @@ def time_(conn: Context, args: list[bytes]) -> bytes:
 
 
 def _encoding(view: object) -> str:
-    size = len(view)  # type: ignore[arg-type]
-    if size > LISTPACK_ENTRIES:
-        return "skiplist"
-    entries = view.by_position(0, size)  # type: ignore[attr-defined]
-    return ("listpack" if all(len(member.encode()) <= LISTPACK_VALUE
-                              for _, member, _ in entries) else "skiplist")
+    return view.encoding  # type: ignore[attr-defined]
 
 
 def object_encoding(conn: Context, args: list[bytes]) -> bytes:
     """OBJECT ENCODING key: what Redis would hold the set as (``listpack``
-    up to 128 members of at most 64 bytes, else ``skiplist``); rankd holds
+    until it held more than 128 members or one of more than 64 bytes, then
+    ``skiplist``, see :mod:`rankd.engine.zeros`); rankd holds
     every board in its own index either way."""
     view = _key_view(conn, args[2])
     return conn.replies.null() if view is None else conn.replies.bulk(_encoding(view))
