@@ -26,7 +26,9 @@ recovery is done), the first ``PONG`` for redis-server (it answers
 ``-LOADING`` until its RDB is loaded).  The table gives each case's median
 and every round's time, and the median of the per-round ratios of kill -9
 to SIGTERM.  ``--profile DIR`` also records one kill -9 restart of each
-tree under ``py-spy record --native`` (a flame graph per tree in DIR).
+tree under ``py-spy record --native`` (collapsed stacks per tree in DIR,
+``*-kill9.txt``, with the share of samples in the functions that took
+most printed).
 """
 
 from __future__ import annotations
@@ -264,6 +266,24 @@ def timed_redis(template: Path, root: Path) -> float:
         redis.stop()
 
 
+def print_profile(path: Path, top: int = 25) -> None:
+    """The functions most samples were in (self), and under (total)."""
+    own: dict[str, int] = {}
+    under: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        total += int(count)
+        own[frames[-1]] = own.get(frames[-1], 0) + int(count)
+        for frame in set(frames):
+            under[frame] = under.get(frame, 0) + int(count)
+    for title, counts in (("self", own), ("total", under)):
+        print(f"    {title}:")
+        for frame, count in sorted(counts.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"    {100 * count / total:5.1f}%  {frame[:150]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=1_000_000)
@@ -303,10 +323,14 @@ def main() -> int:
             py_spy = str(Path(PYTHON).parent / "py-spy")
             for case, (_kind, template, src) in cases.items():
                 if case.endswith("kill -9"):
-                    out = args.profile / f"{case.split()[0]}-kill9.svg"
+                    out = args.profile / f"{case.split()[0]}-kill9.txt"
                     timed_rankd(src, template, root, args.members, wrapper=(
-                        py_spy, "record", "--native", "--rate", "200", "-o", str(out), "--"))
+                        py_spy, "record", "--native", "--rate", "250", "--format", "raw",
+                        "-o", str(out), "--"))
                     print(f"  profile of {case}: {out}")
+                    print_profile(out)
+    if not args.rounds:
+        return 0
     print(f"\nrestart to first answer with the data, {args.members:,} members, "
           f"kill -9 tail {args.tail:,} records, {args.rounds} round(s), seconds")
     print(f"{'case':<24} {'median':>8}   rounds")
