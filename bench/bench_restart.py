@@ -7,7 +7,9 @@ WAL tail replayed), beside redis-server loading an RDB of the same set.
     python bench/bench_restart.py --src /work/wt-base/src --src src ...   # side by side
 
 For each source tree (``--src``, repeatable: the daemon runs that tree's
-``rankd``), one data dir is built once, not timed: ``--members`` members
+``rankd``), or once with ``--build-with`` a tree for them all (which then
+restart from the same files: the oldest tree's formats, which newer ones
+read), one data dir is built, not timed: ``--members`` members
 named ``player:%012d`` (19 bytes) with random scores, ``ZADD`` in pipelined
 batches over the RESP port, stopped with SIGTERM (so a snapshot holds
 them); then started again, ``--tail`` ``ZINCRBY`` of random members (one
@@ -291,6 +293,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--src", action="append", type=Path,
                         help="source tree(s) to compare (default: this checkout's src)")
+    parser.add_argument("--build-with", type=Path,
+                        help="build the data dirs once, with this source tree, for every "
+                             "--src (each reads the formats of older versions)")
     parser.add_argument("--no-redis", action="store_true")
     parser.add_argument("--profile", type=Path, help="py-spy flame graphs of kill -9 here")
     parser.add_argument("--seed", type=int, default=1)
@@ -299,10 +304,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         root = Path(tmp)
         cases: dict[str, tuple[str, Path, Path | None]] = {}
+        shared = None
+        if args.build_with is not None:  # one data dir for every tree
+            (root / "shared").mkdir()
+            shared = build_rankd(args.build_with.resolve(), root / "shared", args.members,
+                                 args.tail, args.seed)
         for number, src in enumerate(sources):
             tree = root / f"tree{number}"
             tree.mkdir()
-            crash, clean = build_rankd(src, tree, args.members, args.tail, args.seed)
+            crash, clean = shared or build_rankd(src, tree, args.members, args.tail, args.seed)
             label = src.parent.name
             cases[f"{label} SIGTERM"] = ("rankd", clean, src)
             cases[f"{label} kill -9"] = ("rankd", crash, src)
