@@ -1609,7 +1609,7 @@ class Engine:
         if self.shipper is not None:
             self.shipper.notify()
         if (self._events_since_snapshot >= self._snapshot_threshold
-                or self._tail_bytes.due(self.wal.stats.bytes)):
+                or self.wal.stats.bytes >= self._tail_bytes.due_at):
             self._snapshot_wanted.set()
 
     def _read_only_after(self, exc: WalFailedError) -> ReadOnly:
@@ -2077,7 +2077,7 @@ class Engine:
                 await asyncio.to_thread(writer.abort)
                 raise
             self._events_since_snapshot = max(0, self.wal.last_lsn - lsn)
-            self._tail_bytes.mark = logged_bytes
+            self._tail_bytes.set_mark(logged_bytes)
             self._last_snapshot_time = time.monotonic()
             self.last_snapshot = {"lsn": lsn, "path": str(path), "bytes": writer.size,
                                   "entries": entries, "seconds": time.monotonic() - started}
@@ -2162,7 +2162,7 @@ class Engine:
                 return  # nothing more may become durable: see snapshot()
             if self._events_since_snapshot and (
                     due or self._events_since_snapshot >= self._snapshot_threshold
-                    or self._tail_bytes.due(self.wal.stats.bytes)):
+                    or self.wal.stats.bytes >= self._tail_bytes.due_at):
                 try:
                     await self.snapshot()
                 except Exception:

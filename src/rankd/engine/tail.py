@@ -14,7 +14,7 @@ when it starts).
 
 The engine keeps the counts: records in ``Engine._events_since_snapshot``
 (as before), bytes as the WAL's running ``stats.bytes`` against a mark
-held here; checking costs two comparisons a pass of the event loop.
+held here; checking costs one more comparison a pass of the event loop.
 """
 
 from __future__ import annotations
@@ -39,22 +39,27 @@ def check_tail_options(every_events: int, every_bytes: int) -> None:
 
 class TailBytes:
     """Bytes of WAL frames logged since the last snapshot's position, read
-    off the log's running byte count."""
+    off the log's running byte count (``stats.bytes``): the write path
+    compares that count with :attr:`due_at`, one comparison a pass."""
 
-    __slots__ = ("every", "mark")
+    __slots__ = ("due_at", "every", "mark")
 
     def __init__(self, every: int) -> None:
         self.every = every
         #: ``stats.bytes`` at the last snapshot's position (negative after a
         #: recovery: the replayed tail was written by the previous run).
         self.mark = 0
+        #: ``stats.bytes`` from which a snapshot is due.
+        self.due_at = every
+
+    def set_mark(self, logged: int) -> None:
+        """The last snapshot holds what was logged up to ``logged`` bytes."""
+        self.mark = logged
+        self.due_at = logged + self.every
 
     def recovered(self, tail_bytes: int) -> None:
         """A restart replayed ``tail_bytes`` bytes of frames (the count starts at 0)."""
-        self.mark = -tail_bytes
+        self.set_mark(-tail_bytes)
 
     def since(self, logged: int) -> int:
         return logged - self.mark
-
-    def due(self, logged: int) -> bool:
-        return logged - self.mark >= self.every
