@@ -115,8 +115,9 @@ OPTIONS = (
            "sign their rows and forwards with it (see docs/cluster.md, Trust)"),
     Option("cluster_secret_file", Path, None, "read --cluster-secret from this file"),
     Option("snapshot_every_events", int, DEFAULT_SNAPSHOT_EVERY_EVENTS,
-           "snapshot after this many WAL records since the last snapshot (or "
-           "--snapshot-every-bytes, whichever first): the most a crash restart replays",
+           "snapshot after this many WAL records since the last snapshot (or, if more, as "
+           "many as the last snapshot wrote entries, up to 4,000,000; or "
+           "--snapshot-every-bytes, whichever first): bounds what a crash restart replays",
            minimum=1, maximum=MAX_SNAPSHOT_EVERY_EVENTS),
     Option("snapshot_every_bytes", int, DEFAULT_SNAPSHOT_EVERY_BYTES,
            "snapshot after this many bytes of WAL since the last snapshot (or "

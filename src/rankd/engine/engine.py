@@ -74,6 +74,7 @@ from rankd.engine.submission import Submission
 from rankd.engine.tail import (
     DEFAULT_SNAPSHOT_EVERY_BYTES,
     DEFAULT_SNAPSHOT_EVERY_EVENTS,
+    MAX_SNAPSHOT_EVERY_EVENTS,
     TailBytes,
     check_tail_options,
 )
@@ -180,7 +181,9 @@ class Engine:
         self._tasks: list[asyncio.Task] = []
         self._snapshot_lock = asyncio.Lock()
         self._events_since_snapshot = 0
-        #: Events after which a snapshot is wanted (see rankd.engine.tail).
+        #: Events after which a snapshot is wanted: ``snapshot_every_events``,
+        #: or as many as the last snapshot wrote entries if that is more, up
+        #: to the bound (see rankd.engine.tail).
         self._snapshot_threshold = self.config.snapshot_every_events
         self._tail_bytes = TailBytes(self.config.snapshot_every_bytes)
         self._last_snapshot_time = 0.0
@@ -2035,11 +2038,14 @@ class Engine:
         Each index is copied in a worker thread (the copy runs without the
         GIL) while writes to *that board* wait; the event loop keeps serving.
 
-        The next one is wanted after ``snapshot_every_events`` records or
-        ``snapshot_every_bytes`` bytes of log, whichever first, whatever
-        the size of the state: the WAL tail a crash leaves is bounded (see
-        :mod:`rankd.engine.tail`), at the price of rewriting a big state
-        more often under heavy writes.
+        A snapshot writes the whole state, remembered event ids included, so
+        the next one is wanted only after at least as many records as this
+        one wrote entries (or ``snapshot_every_events``, if more), but never
+        more than ``MAX_SNAPSHOT_EVERY_EVENTS``, or after
+        ``snapshot_every_bytes`` bytes of log, whichever first: a busy
+        server with a big dedupe table does not spend most of its time
+        rewriting it, and the WAL tail a crash leaves stays bounded (see
+        :mod:`rankd.engine.tail`).
         """
         async with self._snapshot_lock:
             self._check_writable()
@@ -2076,6 +2082,8 @@ class Engine:
             except BaseException:
                 await asyncio.to_thread(writer.abort)
                 raise
+            self._snapshot_threshold = min(max(self.config.snapshot_every_events, entries),
+                                           MAX_SNAPSHOT_EVERY_EVENTS)
             self._events_since_snapshot = max(0, self.wal.last_lsn - lsn)
             self._tail_bytes.set_mark(logged_bytes)
             self._last_snapshot_time = time.monotonic()

@@ -4,13 +4,17 @@ makes the next one due.
 A restart after a crash replays every record after the newest snapshot
 (the *tail*); a clean stop snapshots on the way out and replays nothing.
 A snapshot is wanted once the tail holds ``snapshot_every_events`` records
-or ``snapshot_every_bytes`` bytes of frames, whichever comes first (and
-``snapshot_every_seconds`` after the last one, when anything was logged).
-Neither depends on the size of the state, and neither may be set beyond
-:data:`MAX_SNAPSHOT_EVERY_EVENTS` / :data:`MAX_SNAPSHOT_EVERY_BYTES`, so
-no configuration makes a crash leave a longer tail than those plus the
-records written while one snapshot is being taken (its position is fixed
-when it starts).
+(or, if more, as many as the last snapshot wrote entries: a snapshot
+rewrites the whole state, and a big one rewritten every million events
+would cost many entries written per event) or ``snapshot_every_bytes``
+bytes of frames, whichever comes first (and ``snapshot_every_seconds``
+after the last one, when anything was logged).  The record count never
+exceeds :data:`MAX_SNAPSHOT_EVERY_EVENTS` however big the state, and
+neither setting may exceed its maximum, so no configuration and no state
+makes a crash leave a longer tail than :data:`MAX_SNAPSHOT_EVERY_EVENTS`
+records or :data:`MAX_SNAPSHOT_EVERY_BYTES` bytes, plus the records
+written while one snapshot is being taken (its position is fixed when it
+starts).
 
 The engine keeps the counts: records in ``Engine._events_since_snapshot``
 (as before), bytes as the WAL's running ``stats.bytes`` against a mark
