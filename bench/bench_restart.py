@@ -253,7 +253,7 @@ def timed_rankd(src: Path, template: Path, root: Path, members: int,
             children = Path(f"/proc/{daemon.process.pid}/task/{daemon.process.pid}/children")
             for pid in children.read_text().split():
                 os.kill(int(pid), signal.SIGKILL)
-            daemon.process.wait(120)
+            daemon.process.wait(900)  # py-spy writes a big profile slowly
             daemon.log.close()
         else:
             daemon.stop(signal.SIGKILL)
