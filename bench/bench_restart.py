@@ -27,7 +27,9 @@ equal to the members loaded for rankd (its RESP port opens only once
 recovery is done), the first ``PONG`` for redis-server (it answers
 ``-LOADING`` until its RDB is loaded).  The table gives each case's median
 and every round's time, and the median of the per-round ratios of kill -9
-to SIGTERM.  ``--profile DIR`` also records one kill -9 restart of each
+to SIGTERM; then the same for the CPU time (user + system, every thread)
+the server used until it answered, which moves far less than wall time
+with whatever else the machine runs.  ``--profile DIR`` also records one kill -9 restart of each
 tree under ``py-spy record --native`` (collapsed stacks per tree in DIR,
 ``*-kill9.txt``, with the share of samples in the functions that took
 most printed).
@@ -54,6 +56,12 @@ BOARD = "lb"
 #: Members per pipelined ZADD, and commands per pipelined write.
 BATCH = 1000
 PIPELINE = 50
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far, every thread."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -146,7 +154,8 @@ class Rankd:
             env=env, stdout=self.log, stderr=subprocess.STDOUT)
 
     def wait_serving(self, members: int, timeout: float = 600.0) -> float:
-        """Seconds from the start until ``ZCARD`` answers ``members``."""
+        """Seconds from the start until ``ZCARD`` answers ``members`` (and
+        the CPU seconds the daemon used until then in ``self.cpu``)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -157,6 +166,7 @@ class Rankd:
                 time.sleep(0.005)
                 continue
             elapsed = time.perf_counter() - self.started
+            self.cpu = cpu_seconds(self.process.pid)
             if reply != b":%d\r\n" % members:
                 raise RuntimeError(f"rankd holds {reply!r}, not {members} members")
             return elapsed
@@ -189,7 +199,9 @@ class Redis:
                 time.sleep(0.005)
                 continue
             if reply == b"+PONG\r\n":
-                return time.perf_counter() - self.started
+                elapsed = time.perf_counter() - self.started
+                self.cpu = cpu_seconds(self.process.pid)
+                return elapsed
             time.sleep(0.005)
         raise TimeoutError("redis did not serve in time")
 
@@ -243,11 +255,12 @@ def fresh_copy(template: Path, root: Path) -> Path:
 
 
 def timed_rankd(src: Path, template: Path, root: Path, members: int,
-                wrapper: tuple[str, ...] = ()) -> float:
+                wrapper: tuple[str, ...] = ()) -> tuple[float, float]:
+    """(seconds, CPU seconds) of one restart of rankd."""
     data = fresh_copy(template, root)
     daemon = Rankd(src, data, wrapper=wrapper)
     try:
-        return daemon.wait_serving(members)
+        return daemon.wait_serving(members), daemon.cpu
     finally:
         if wrapper:  # the profiler's child is the daemon: kill it, let py-spy write
             children = Path(f"/proc/{daemon.process.pid}/task/{daemon.process.pid}/children")
@@ -259,11 +272,12 @@ def timed_rankd(src: Path, template: Path, root: Path, members: int,
             daemon.stop(signal.SIGKILL)
 
 
-def timed_redis(template: Path, root: Path) -> float:
+def timed_redis(template: Path, root: Path) -> tuple[float, float]:
+    """(seconds, CPU seconds) of one restart of redis-server."""
     data = fresh_copy(template, root)
     redis = Redis(data)
     try:
-        return redis.wait_serving()
+        return redis.wait_serving(), redis.cpu
     finally:
         redis.stop()
 
@@ -319,15 +333,18 @@ def main() -> int:
         if not args.no_redis:
             cases["redis RDB"] = ("redis", build_redis(root, args.members, args.seed), None)
         times: dict[str, list[float]] = {case: [] for case in cases}
+        cpus: dict[str, list[float]] = {case: [] for case in cases}
         names = list(cases)
         for round_number in range(args.rounds):
             turn = round_number % len(names)
             for case in names[turn:] + names[:turn]:
                 kind, template, src = cases[case]
-                seconds = (timed_rankd(src, template, root, args.members) if kind == "rankd"
-                           else timed_redis(template, root))
+                seconds, cpu = (timed_rankd(src, template, root, args.members)
+                                if kind == "rankd" else timed_redis(template, root))
                 times[case].append(seconds)
-                print(f"  round {round_number + 1}: {case}: {seconds:.2f} s", flush=True)
+                cpus[case].append(cpu)
+                print(f"  round {round_number + 1}: {case}: {seconds:.2f} s, CPU {cpu:.2f} s",
+                      flush=True)
         if args.profile:
             args.profile.mkdir(parents=True, exist_ok=True)
             py_spy = str(Path(PYTHON).parent / "py-spy")
@@ -343,16 +360,17 @@ def main() -> int:
         return 0
     print(f"\nrestart to first answer with the data, {args.members:,} members, "
           f"kill -9 tail {args.tail:,} records, {args.rounds} round(s), seconds")
-    print(f"{'case':<24} {'median':>8}   rounds")
-    for case in names:
-        print(f"{case:<24} {statistics.median(times[case]):>8.2f}   "
-              + " ".join(f"{t:.2f}" for t in times[case]))
-    for src in sources:
-        label = src.parent.name
-        ratios = [k / s for k, s in zip(times[f"{label} kill -9"], times[f"{label} SIGTERM"],
-                                        strict=True)]
-        print(f"{label}: kill -9 / SIGTERM, median of the rounds' ratios: "
-              f"{statistics.median(ratios):.2f}")
+    for title, table in (("wall clock", times), ("CPU (user + system, every thread)", cpus)):
+        print(f"\n{title}\n{'case':<24} {'median':>8}   rounds")
+        for case in names:
+            print(f"{case:<24} {statistics.median(table[case]):>8.2f}   "
+                  + " ".join(f"{t:.2f}" for t in table[case]))
+        for src in sources:
+            label = src.parent.name
+            ratios = [k / s for k, s in zip(table[f"{label} kill -9"],
+                                            table[f"{label} SIGTERM"], strict=True)]
+            print(f"{label}: kill -9 / SIGTERM, median of the rounds' ratios: "
+                  f"{statistics.median(ratios):.2f}")
     return 0
 
 
