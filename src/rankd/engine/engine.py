@@ -31,6 +31,7 @@ import hashlib
 import itertools
 import json
 import logging
+import operator
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -448,7 +449,7 @@ class Engine:
         for batch in self.wal.iter_batches(snapshot_lsn + 1, REPLAY_BATCH):
             self._replay_local(batch)
             replayed += len(batch)
-            tail_bytes += sum(len(payload) for _, payload in batch)
+            tail_bytes += sum(map(len, map(operator.itemgetter(1), batch)))
             if replayed - reported >= REPLAY_BATCH * 20:
                 reported = replayed
                 log.info("recovery: replayed %d of %d WAL records (%.0f%%)",
