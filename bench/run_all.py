@@ -299,6 +299,8 @@ def plan(quick: bool) -> tuple[Plan, dict[str, dict[int, Run]]]:
                 "--recovery-members", size, "--recovery-events", size)
         work.add("engine", "bench_engine.py", "--quick")
         work.add("snapshot stall", "bench_snapshot.py", "--members", 50_000, "--repeats", 1)
+        work.add("restart after a crash", "bench_restart.py", "--members", 50_000, "--tail",
+                 50_000, "--rounds", 1)
         work.add("dedupe stores", "bench_dedupe.py", "--sizes", 100_000, "--ops", 20_000,
                  "--repeats", 1)
         sweeps["daemon"][0] = work.add("daemon", "bench_daemon.py", "--quick", "--depths",
@@ -322,6 +324,8 @@ def plan(quick: bool) -> tuple[Plan, dict[str, dict[int, Run]]]:
             f"engine recovery, {size:,}", "bench_engine.py", "--only", "recovery",
             "--recovery-members", size, "--recovery-events", size)
     work.add("snapshot stall", "bench_snapshot.py")
+    work.add("restart after a crash", "bench_restart.py", "--members", 1_000_000, "--tail",
+             1_000_000, "--rounds", 3)
     work.add("dedupe stores", "bench_dedupe.py")
     sweeps["daemon"][0] = work.add("daemon", "bench_daemon.py", "--depths", "1,4,16,64")
     for subscribers in (1_000, 5_000, 10_000):

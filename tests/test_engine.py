@@ -592,32 +592,50 @@ def test_a_held_board_refused_after_its_wait_does_not_undo_the_other_boards_answ
     scenario(tmp_path, clock, body)
 
 
+async def snapshots_after(engine: Engine, *counts: int) -> list[dict]:
+    """On a board ``b`` of two windows, submit ``counts`` new members (with
+    event ids) in turn, letting the snapshot loop take a snapshot, if one is
+    due, after each; the last snapshot after each."""
+    await engine.put_board("b", {"policy": "sum", "windows": ["all", "weekly"]})
+    seen, start = [], 0
+    for count in counts:
+        await engine.submit_many([sub("b", f"m{n}", delta=1, event_id=f"e{n}")
+                                  for n in range(start, start + count)])
+        start += count
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            if not engine._snapshot_wanted.is_set() and not engine._snapshot_lock.locked():
+                break
+        seen.append(dict(engine.last_snapshot))
+    return seen
+
+
 def test_snapshots_are_wanted_after_as_many_events_as_the_last_one_wrote_entries(
         tmp_path, clock):
     """With a big state (members and event ids), snapshots wait for as many
     events as the last one wrote, not snapshot_every_events: otherwise a
     busy server rewrites its whole dedupe table every few seconds."""
-    async def body(engine: Engine):
-        await engine.put_board("b", {"policy": "sum", "windows": ["all", "weekly"]})
-
-        async def submit(count: int, start: int) -> None:
-            await engine.submit_many([sub("b", f"m{n}", delta=1, event_id=f"e{n}")
-                                      for n in range(start, start + count)])
-            for _ in range(200):  # the snapshot loop takes over, if it is due
-                await asyncio.sleep(0.005)
-                if not engine._snapshot_wanted.is_set() and not engine._snapshot_lock.locked():
-                    break
-
-        await submit(50, 0)  # over snapshot_every_events (10): a snapshot
-        first = dict(engine.last_snapshot)
-        await submit(140, 50)  # 140 < 150 entries written (50 per window, 50 event ids)
-        unchanged = dict(engine.last_snapshot)
-        await submit(20, 190)  # now 160 >= 150
-        return first, unchanged, dict(engine.last_snapshot)
-
-    first, unchanged, second = scenario(tmp_path, clock, body, snapshot_every_events=10)
+    # 50: over snapshot_every_events (10), a snapshot; 140 < 150 entries
+    # written (50 per window, 50 event ids); then 160 >= 150.
+    first, unchanged, second = scenario(tmp_path, clock, lambda e: snapshots_after(e, 50, 140, 20),
+                                        snapshot_every_events=10)
     assert first["entries"] == 150 and unchanged == first
     assert second["lsn"] > first["lsn"] and second["entries"] == 210 * 3
+
+
+def test_the_interval_grown_with_the_state_stops_at_the_bound(tmp_path, clock, monkeypatch):
+    """However big the state, the records between snapshots (the WAL tail
+    a crash leaves) stay within MAX_SNAPSHOT_EVERY_EVENTS: the interval used
+    to grow with the state without limit (a 10M-member node could leave a
+    10M-record tail)."""
+    from rankd.engine import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "MAX_SNAPSHOT_EVERY_EVENTS", 30)
+    # 25 < the bound (30), though 150 entries were written; then 35 >= 30.
+    first, unchanged, second = scenario(tmp_path, clock, lambda e: snapshots_after(e, 50, 25, 10),
+                                        snapshot_every_events=10)
+    assert first["entries"] == 150 and unchanged == first
+    assert second["lsn"] == first["lsn"] + 35
 
 
 @given(window=st.sampled_from(["daily", "weekly", "monthly"]),

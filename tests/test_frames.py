@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from conftest import native
 from rankd.engine import frames
-from rankd.engine.frames import HEADER_BYTES, MAX_LSN, frame, scan_python
+from rankd.engine.frames import HEADER_BYTES, MAX_LSN, frame, frame_v1, scan_python
 
 
 def native_scan():
@@ -32,7 +32,10 @@ def build(first: int, records: list[bytes], harm) -> bytes:
     lsns = [first + i for i in range(len(records))]
     if harm is not None and harm[0] == "renumber" and lsns:
         lsns[harm[1] % len(lsns)] += 1
-    data = bytearray(b"".join(frame(lsn, p) for lsn, p in zip(lsns, records, strict=True)))
+    # Both frame formats, mixed as an upgraded log mixes them (CRC-32 where
+    # the payload's length is a multiple of 3: arbitrary, and varied).
+    data = bytearray(b"".join((frame_v1 if len(p) % 3 == 0 else frame)(lsn, p)
+                              for lsn, p in zip(lsns, records, strict=True)))
     if harm is None or harm[0] == "renumber":
         return bytes(data)
     kind = harm[0]

@@ -5,9 +5,10 @@ them on what a crash or a bad disk left.
 
 An input's first byte picks the mode, its second the first log position:
 
-* raw (even first byte): the rest is scanned as a segment's bytes.  Both
-  scanners agree; the records they return, framed again, are exactly the
-  bytes up to where the scan stopped; a bad frame is past every good one;
+* raw (even first byte): the rest is scanned as a segment's bytes (either
+  frame format, or both).  Both scanners agree; the records they return,
+  framed again in their format, are exactly the bytes up to where the scan
+  stopped; a bad frame is past every good one;
   and judging whether the damage is a torn tail returns, within the hang
   limit.
 * structured (odd first byte): the rest is cut into records (on 0xFF),
@@ -58,7 +59,15 @@ def raw(stream: bytes, first: int) -> None:
     assert 0 <= end <= len(stream)
     assert next_lsn == first + len(records)
     assert [lsn for lsn, _ in records] == list(range(first, next_lsn))
-    assert b"".join(frames.frame(lsn, payload) for lsn, payload in records) == stream[:end]
+    # Framed again in the format each frame carries (CRC-32C or, format 1, CRC-32).
+    offset = 0
+    for lsn, payload in records:
+        word = frames.HEADER.unpack_from(stream, offset)[1]
+        make = frames.frame if word & frames.CRC32C_FLAG else frames.frame_v1
+        size = frames.HEADER_BYTES + len(payload)
+        assert make(lsn, payload) == stream[offset:offset + size]
+        offset += size
+    assert offset == end
     if bad is None:
         assert end == len(stream)
         return

@@ -1351,8 +1351,9 @@ cdef class RankIndex:
         Every entry is validated before anything changes.
 
         Runtime complexity: O(k log n) for k entries; a batch of at least
-        RK_RETHREAD_MIN (1024) entries and n / RK_RETHREAD_RATIO (n / 8)
-        re-threads the list in one ordered pass instead, O(n + k log k).
+        RK_RETHREAD_MIN (1024) entries and n / RK_RETHREAD_RATIO (n / 8), or
+        n / 16 on an index of 2M members or more, re-threads the list in one
+        ordered pass instead, O(n + k log k).
         """
         cdef list items = list(states)
         cdef Py_ssize_t k = len(items), i, fresh = 0
@@ -1393,7 +1394,9 @@ cdef class RankIndex:
                 fresh += batch[i].node == NULL
             if self.length + fresh > MAX_LENGTH:
                 raise OverflowError("a rank index holds fewer than 2**32 members")
-            if k >= RETHREAD_MIN and k * RETHREAD_RATIO >= self.length:
+            if k >= RETHREAD_MIN and (
+                    k * RETHREAD_RATIO >= self.length
+                    or (self.length >= RETHREAD_BIG and k * RETHREAD_RATIO_BIG >= self.length)):
                 self._rethread(batch, k, fresh)
             else:
                 for i in range(k):

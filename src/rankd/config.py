@@ -21,6 +21,12 @@ from typing import Any
 from rankd.cluster.node import ClusterConfig
 from rankd.cluster.trust import MIN_SECRET_BYTES as CLUSTER_SECRET_BYTES
 from rankd.engine.engine import FSYNC_POLICIES, EngineConfig
+from rankd.engine.tail import (
+    DEFAULT_SNAPSHOT_EVERY_BYTES,
+    DEFAULT_SNAPSHOT_EVERY_EVENTS,
+    MAX_SNAPSHOT_EVERY_BYTES,
+    MAX_SNAPSHOT_EVERY_EVENTS,
+)
 from rankd.frontends.origins import OriginPolicy
 from rankd.security import Gate, TrustedProxies
 from rankd.security.auth import MIN_SECRET_BYTES, AuthConfig, Authenticator
@@ -43,6 +49,8 @@ class Option:
     choices: tuple[str, ...] | None = None
     #: The smallest value a number may take (else: not negative).
     minimum: float = 0
+    #: The largest value a number may take (None: no limit).
+    maximum: float | None = None
 
     @property
     def flag(self) -> str:
@@ -106,9 +114,15 @@ OPTIONS = (
            "required with credentials; --cluster-secret-file keeps it out of `ps`): nodes "
            "sign their rows and forwards with it (see docs/cluster.md, Trust)"),
     Option("cluster_secret_file", Path, None, "read --cluster-secret from this file"),
-    Option("snapshot_every_events", int, 1_000_000,
-           "snapshot after this many events (or, if more, as many as the last snapshot "
-           "wrote entries)"),
+    Option("snapshot_every_events", int, DEFAULT_SNAPSHOT_EVERY_EVENTS,
+           "snapshot after this many WAL records since the last snapshot (or, if more, as "
+           "many as the last snapshot wrote entries, up to 4,000,000; or "
+           "--snapshot-every-bytes, whichever first): bounds what a crash restart replays",
+           minimum=1, maximum=MAX_SNAPSHOT_EVERY_EVENTS),
+    Option("snapshot_every_bytes", int, DEFAULT_SNAPSHOT_EVERY_BYTES,
+           "snapshot after this many bytes of WAL since the last snapshot (or "
+           "--snapshot-every-events, whichever first)",
+           minimum=4096, maximum=MAX_SNAPSHOT_EVERY_BYTES),
     Option("snapshot_every_seconds", float, 300.0, "snapshot at least this often when busy"),
     Option("dedupe_ttl", float, 86_400.0, "seconds an event_id is remembered"),
     Option("ts_tolerance", float, 300.0, "how far an event timestamp may be from now, seconds"),
@@ -201,7 +215,8 @@ class ServerConfig:
     max_follow_lag: float = 5.0
     cluster_secret: str | None = None
     cluster_secret_file: Path | None = None
-    snapshot_every_events: int = 1_000_000
+    snapshot_every_events: int = DEFAULT_SNAPSHOT_EVERY_EVENTS
+    snapshot_every_bytes: int = DEFAULT_SNAPSHOT_EVERY_BYTES
     snapshot_every_seconds: float = 300.0
     dedupe_ttl: float = 86_400.0
     ts_tolerance: float = 300.0
@@ -437,4 +452,7 @@ def _convert(option: Option, value: Any, where: str) -> Any:
     if option.type in (int, float) and converted < option.minimum:
         raise ConfigError(f"{where}: must be at least {option.minimum:g}, got {value!r}"
                           if option.minimum else f"{where}: must not be negative, got {value!r}")
+    if option.maximum is not None and converted > option.maximum:
+        limit = int(option.maximum) if option.type is int else option.maximum
+        raise ConfigError(f"{where}: must be at most {limit:,}, got {value!r}")
     return converted

@@ -5,9 +5,10 @@ The hot loops of :func:`rankd.engine.frames.frame_into` and
 :func:`rankd.engine.frames.scan`, which document the frame format and the
 arguments; ``frame_into_python`` and ``scan_python`` there are the
 references these must match result for result (the tests compare them on
-random, cut and corrupted logs).  The checksum is zlib's ``crc32``, the
-function Python's ``zlib.crc32`` calls, so both implementations (and every
-log ever written) agree.
+random, cut and corrupted logs).  Frames are written with CRC-32C
+(``_crc32c.h``: the SSE4.2 instruction where the CPU has it, a table walk
+elsewhere); frames of format 1, without the flag, are checked with zlib's
+``crc32``, the function Python's ``zlib.crc32`` calls.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -19,10 +20,68 @@ from libc.string cimport memcpy
 cdef extern from "zlib.h":
     unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int length) nogil
 
+cdef extern from "_crc32c.h":
+    void rankd_crc32c_init()
+    uint32_t rankd_crc32c(uint32_t crc, const unsigned char *p, size_t n) nogil
+    uint32_t rankd_crc32c_portable(uint32_t crc, const unsigned char *p, size_t n) nogil
+    uint32_t rankd_crc32c_hardware(uint32_t crc, const unsigned char *p, size_t n) nogil
+    int rankd_crc32c_hw
+    #: The length word's flag of a CRC-32C frame (format 2; see frames.py).
+    const uint32_t CRC32C_FLAG "RANKD_WAL_CRC32C_FLAG"
+
+rankd_crc32c_init()
+
 cdef enum:
     HEADER_BYTES = 16
     CHECKED_BYTES = 12   # length and lsn: the header bytes the CRC covers
     MAX_RECORD_BYTES = 256 * 1024 * 1024
+
+
+cdef inline uint32_t _checksum(const unsigned char *frame, uint32_t word) noexcept nogil:
+    """The CRC a frame whose length word is ``word`` must carry: CRC-32C
+    when flagged, else zlib's CRC-32 (format 1)."""
+    cdef size_t size = CHECKED_BYTES + (word & ~CRC32C_FLAG)
+    if word & CRC32C_FLAG:
+        return rankd_crc32c(0, frame + 4, size)
+    return <uint32_t>crc32(0, frame + 4, <unsigned int>size)
+
+
+def crc32c(data, unsigned int crc=0):
+    """CRC-32C of ``data`` continuing from ``crc`` (as ``zlib.crc32`` takes it)."""
+    return _crc_of(data, crc, 0)
+
+
+def crc32c_portable(data, unsigned int crc=0):
+    """:func:`crc32c` by the portable table walk, whatever the CPU (tests)."""
+    return _crc_of(data, crc, 1)
+
+
+def crc32c_hardware(data, unsigned int crc=0):
+    """:func:`crc32c` by the SSE4.2 instruction, or None without it (tests)."""
+    if not rankd_crc32c_hw:
+        return None
+    return _crc_of(data, crc, 2)
+
+
+def has_hardware_crc32c():
+    """Whether the CPU computes CRC-32C (SSE4.2) for the WAL."""
+    return bool(rankd_crc32c_hw)
+
+
+cdef uint32_t _crc_of(data, uint32_t crc, int how) except? 0xffffffff:
+    cdef Py_buffer view
+    cdef uint32_t out
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if how == 1:
+            out = rankd_crc32c_portable(crc, <const unsigned char *>view.buf, view.len)
+        elif how == 2:
+            out = rankd_crc32c_hardware(crc, <const unsigned char *>view.buf, view.len)
+        else:
+            out = rankd_crc32c(crc, <const unsigned char *>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return out
 
 
 def frame_into(bytearray buffer, payloads, long long last_lsn, Py_ssize_t active,
@@ -52,12 +111,12 @@ def frame_into(bytearray buffer, payloads, long long last_lsn, Py_ssize_t active
         if active and active + length > limit:
             rolls.append((offset, lsn))
             active = 0
-        length32 = <uint32_t>length
+        length32 = <uint32_t>length | CRC32C_FLAG
         # Little-endian hosts only, like the rank index (see setup.py).
         memcpy(out + offset + 4, &length32, 4)
         memcpy(out + offset + 8, &lsn, 8)
         memcpy(out + offset + HEADER_BYTES, PyBytes_AS_STRING(payload), length)
-        crc = crc32(0, out + offset + 4, CHECKED_BYTES + length)
+        crc = rankd_crc32c(0, out + offset + 4, CHECKED_BYTES + length)
         memcpy(out + offset, &crc, 4)
         offset += HEADER_BYTES + length
         active += HEADER_BYTES + length
@@ -80,7 +139,7 @@ cdef tuple _scan(const unsigned char *buf, Py_ssize_t size, long long expected, 
                  long long from_lsn, long long upto_lsn, Py_ssize_t limit, bint collect):
     cdef list records = []
     cdef Py_ssize_t offset = 0, end, collected = 0
-    cdef uint32_t crc, length
+    cdef uint32_t crc, length, word
     cdef uint64_t lsn
     bad = None
     while offset < size and expected <= upto_lsn and collected < limit:
@@ -89,8 +148,9 @@ cdef tuple _scan(const unsigned char *buf, Py_ssize_t size, long long expected, 
             break
         # Little-endian hosts only, like the rank index (see setup.py).
         memcpy(&crc, buf + offset, 4)
-        memcpy(&length, buf + offset + 4, 4)
+        memcpy(&word, buf + offset + 4, 4)
         memcpy(&lsn, buf + offset + 8, 8)
+        length = word & ~CRC32C_FLAG
         end = offset + HEADER_BYTES + <Py_ssize_t>length
         if length > MAX_RECORD_BYTES:
             bad = (offset, f"impossible record length {length}", False)
@@ -98,7 +158,7 @@ cdef tuple _scan(const unsigned char *buf, Py_ssize_t size, long long expected, 
         if end > size:
             bad = (offset, f"record of {length} bytes runs past the end", True)
             break
-        if check and crc32(0, buf + offset + 4, CHECKED_BYTES + length) != crc:
+        if check and _checksum(buf + offset, word) != crc:
             bad = (offset, "checksum mismatch", end == size)
             break
         if lsn != <uint64_t>expected:
@@ -120,7 +180,7 @@ def find_frame(data, Py_ssize_t start, long long min_lsn, long long max_lsn):
     cdef Py_buffer view
     cdef const unsigned char *buf
     cdef Py_ssize_t offset, size
-    cdef uint32_t crc, length
+    cdef uint32_t crc, length, word
     cdef uint64_t lsn
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
@@ -130,10 +190,11 @@ def find_frame(data, Py_ssize_t start, long long min_lsn, long long max_lsn):
         while offset + HEADER_BYTES <= size:
             memcpy(&lsn, buf + offset + 8, 8)
             if lsn >= <uint64_t>min_lsn and lsn <= <uint64_t>max_lsn:
-                memcpy(&length, buf + offset + 4, 4)
+                memcpy(&word, buf + offset + 4, 4)
+                length = word & ~CRC32C_FLAG
                 if length <= MAX_RECORD_BYTES and offset + HEADER_BYTES + <Py_ssize_t>length <= size:
                     memcpy(&crc, buf + offset, 4)
-                    if crc32(0, buf + offset + 4, CHECKED_BYTES + length) == crc:
+                    if _checksum(buf + offset, word) == crc:
                         return offset
             offset += 1
         return -1

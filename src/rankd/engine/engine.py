@@ -32,6 +32,7 @@ import itertools
 import json
 import logging
 import math
+import operator
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -61,6 +62,7 @@ from rankd.engine.errors import (
     Unsettled,
 )
 from rankd.engine.expiry import Deadlines
+from rankd.engine.frames import HEADER_BYTES
 from rankd.engine.groups import group_of
 from rankd.engine.ingest import Ingested, check_member, ingest, ingest_packed, missing_board
 from rankd.engine.intake import Intake, Then
@@ -71,6 +73,13 @@ from rankd.engine.replication import GroupWriter, Replication
 from rankd.engine.settling import ReadGates
 from rankd.engine.snapshot import SnapshotStore
 from rankd.engine.submission import Submission
+from rankd.engine.tail import (
+    DEFAULT_SNAPSHOT_EVERY_BYTES,
+    DEFAULT_SNAPSHOT_EVERY_EVENTS,
+    MAX_SNAPSHOT_EVERY_EVENTS,
+    TailBytes,
+    check_tail_options,
+)
 from rankd.engine.transaction import Transaction
 from rankd.engine.view import SortedView
 from rankd.engine.wal import WalCorruptError, WalFailedError, WriteAheadLog
@@ -111,7 +120,10 @@ class EngineConfig:
     #: process crash loses nothing); ``no``: leave it to the OS.
     fsync: str = "everysec"
     segment_bytes: int = 64 << 20
-    snapshot_every_events: int = 1_000_000
+    #: A snapshot is wanted after this many WAL records or bytes since the
+    #: last one, whichever first (bounded: see rankd.engine.tail).
+    snapshot_every_events: int = DEFAULT_SNAPSHOT_EVERY_EVENTS
+    snapshot_every_bytes: int = DEFAULT_SNAPSHOT_EVERY_BYTES
     snapshot_every_seconds: float = 300.0
     dedupe_ttl: float = 86_400.0
     #: How far an event's timestamp may be from the engine clock, seconds.
@@ -127,6 +139,7 @@ class EngineConfig:
         if self.fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, "
                              f"got {self.fsync!r}")
+        check_tail_options(self.snapshot_every_events, self.snapshot_every_bytes)
 
 
 class Engine:
@@ -171,8 +184,10 @@ class Engine:
         self._snapshot_lock = asyncio.Lock()
         self._events_since_snapshot = 0
         #: Events after which a snapshot is wanted: ``snapshot_every_events``,
-        #: or as many as the last snapshot wrote entries if that is more.
+        #: or as many as the last snapshot wrote entries if that is more, up
+        #: to the bound (see rankd.engine.tail).
         self._snapshot_threshold = self.config.snapshot_every_events
+        self._tail_bytes = TailBytes(self.config.snapshot_every_bytes)
         self._last_snapshot_time = 0.0
         self._snapshot_wanted = asyncio.Event()
         #: This pass of the event loop's writes (see :meth:`_run_pass`): the
@@ -435,15 +450,18 @@ class Engine:
         total = max(0, self.wal.last_lsn - snapshot_lsn)
         replayed = 0
         reported = 0
+        tail_bytes = 0
         for batch in self.wal.iter_batches(snapshot_lsn + 1, REPLAY_BATCH):
             self._replay_local(batch)
             replayed += len(batch)
+            tail_bytes += sum(map(len, map(operator.itemgetter(1), batch)))
             if replayed - reported >= REPLAY_BATCH * 20:
                 reported = replayed
                 log.info("recovery: replayed %d of %d WAL records (%.0f%%)",
                          replayed, total, 100 * replayed / max(total, 1))
         self._apply_replayed()
         self._events_since_snapshot = replayed
+        self._tail_bytes.recovered(tail_bytes + replayed * HEADER_BYTES)
         log.info("recovered %d boards from snapshot @%d and %d WAL records in %.2fs",
                  len(self._boards), snapshot_lsn, replayed, time.monotonic() - started)
 
@@ -1599,7 +1617,8 @@ class Engine:
                     listener(name)
         if self.shipper is not None:
             self.shipper.notify()
-        if self._events_since_snapshot >= self._snapshot_threshold:
+        if (self._events_since_snapshot >= self._snapshot_threshold
+                or self.wal.stats.bytes >= self._tail_bytes.due_at):
             self._snapshot_wanted.set()
 
     def _read_only_after(self, exc: WalFailedError) -> ReadOnly:
@@ -2026,17 +2045,19 @@ class Engine:
         GIL) while writes to *that board* wait; the event loop keeps serving.
 
         A snapshot writes the whole state, remembered event ids included, so
-        the next one is wanted only after at least as many events as this
-        one wrote entries (or ``snapshot_every_events``, if more): a busy
-        server with a big dedupe table would otherwise spend most of its time
-        rewriting it.  Snapshots then cost at most about one entry written
-        per event, and the WAL tail a restart replays stays no longer than
-        the state it restores.
+        the next one is wanted only after at least as many records as this
+        one wrote entries (or ``snapshot_every_events``, if more), but never
+        more than ``MAX_SNAPSHOT_EVERY_EVENTS``, or after
+        ``snapshot_every_bytes`` bytes of log, whichever first: a busy
+        server with a big dedupe table does not spend most of its time
+        rewriting it, and the WAL tail a crash leaves stays bounded (see
+        :mod:`rankd.engine.tail`).
         """
         async with self._snapshot_lock:
             self._check_writable()
             started = time.monotonic()
             lsn = self.wal.last_lsn
+            logged_bytes = self.wal.stats.bytes
             positions = dict(self.positions)
             building = staging.parts_of(self._staged)  # (at `lsn`: no await between)
             try:
@@ -2067,8 +2088,10 @@ class Engine:
             except BaseException:
                 await asyncio.to_thread(writer.abort)
                 raise
-            self._snapshot_threshold = max(self.config.snapshot_every_events, entries)
+            self._snapshot_threshold = min(max(self.config.snapshot_every_events, entries),
+                                           MAX_SNAPSHOT_EVERY_EVENTS)
             self._events_since_snapshot = max(0, self.wal.last_lsn - lsn)
+            self._tail_bytes.set_mark(logged_bytes)
             self._last_snapshot_time = time.monotonic()
             self.last_snapshot = {"lsn": lsn, "path": str(path), "bytes": writer.size,
                                   "entries": entries, "seconds": time.monotonic() - started}
@@ -2152,7 +2175,8 @@ class Engine:
             if self.failure is not None:
                 return  # nothing more may become durable: see snapshot()
             if self._events_since_snapshot and (
-                    due or self._events_since_snapshot >= self._snapshot_threshold):
+                    due or self._events_since_snapshot >= self._snapshot_threshold
+                    or self.wal.stats.bytes >= self._tail_bytes.due_at):
                 try:
                     await self.snapshot()
                 except Exception:

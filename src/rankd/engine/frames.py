@@ -2,11 +2,22 @@
 
 A frame is a 16-byte header and the payload::
 
-    crc32 (u32) | length (u32) | lsn (u64) | payload (length bytes)
+    crc (u32) | length word (u32) | lsn (u64) | payload (length bytes)
 
-little-endian, where the CRC-32 covers the 12 header bytes after it and the
+little-endian, where the CRC covers the 12 header bytes after it and the
 payload, and ``lsn`` is the record's log position (consecutive within a
 segment, starting at the position in the segment's file name).
+
+The frame format is versioned by the top bit of the length word
+(:data:`CRC32C_FLAG`; lengths never exceed :data:`MAX_RECORD_BYTES`, so
+the bit is free): *format 2*, every frame written now, sets it and carries
+CRC-32C (Castagnoli: the SSE4.2 instruction computes it, nearly free on the
+write path); *format 1*, frames written before, has it clear and carries
+zlib's CRC-32.  Each frame says which, so old segments (and a segment that
+old frames start and new ones continue, as after an upgrade) read as
+before; a version that predates format 2 sees an impossible length and
+stops, rather than misreading a newer log.  The flag is inside what the
+CRC covers, so a flipped flag bit is a checksum mismatch like any other.
 
 :func:`frame_into` frames records into the log's write buffer, and
 :func:`scan` walks the frames of a buffer and stops at the first one that
@@ -27,9 +38,43 @@ from rankd._native import native_or
 
 HEADER = struct.Struct("<IIQ")
 HEADER_BYTES = HEADER.size
-CHECKED = struct.Struct("<IQ")  # the (length, lsn) part the CRC covers
+CHECKED = struct.Struct("<IQ")  # the (length word, lsn) part the CRC covers
 #: A record larger than this is a corrupt length, not a record.
 MAX_RECORD_BYTES = 256 * 1024 * 1024
+#: The length word's bit of a format-2 (CRC-32C) frame.
+CRC32C_FLAG = 0x8000_0000
+
+
+def _crc32c_table() -> tuple[int, ...]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+        table.append(crc)
+    return tuple(table)
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c_python(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
+    """CRC-32C (Castagnoli) of ``data`` continuing from ``crc``, a byte at a
+    time (the reference; the native one is ``rankd.engine._frames.crc32c``)."""
+    table = _CRC32C_TABLE
+    crc ^= 0xFFFF_FFFF
+    for byte in bytes(data):
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFF_FFFF
+
+
+def frame_checksum(word: int, lsn: int, payload: bytes | bytearray | memoryview) -> int:
+    """The CRC a frame of length word ``word`` (flag included), position
+    ``lsn`` and ``payload`` must carry: CRC-32C when flagged, else CRC-32."""
+    checked = CHECKED.pack(word, lsn)
+    if word & CRC32C_FLAG:
+        return crc32c(payload, crc32c(checked))
+    return zlib.crc32(payload, zlib.crc32(checked))
 #: The largest log position (signed 64-bit).
 MAX_LSN = 2**63 - 1
 
@@ -56,7 +101,13 @@ class Scan(NamedTuple):
 
 
 def frame(lsn: int, payload: bytes) -> bytes:
-    """One record as stored on disk."""
+    """One record as stored on disk (format 2)."""
+    word = len(payload) | CRC32C_FLAG
+    return HEADER.pack(frame_checksum(word, lsn, payload), word, lsn) + payload
+
+
+def frame_v1(lsn: int, payload: bytes) -> bytes:
+    """One record as format 1 stored it (CRC-32): what older logs hold."""
     checked = CHECKED.pack(len(payload), lsn)
     return HEADER.pack(zlib.crc32(payload, zlib.crc32(checked)), len(payload), lsn) + payload
 
@@ -94,12 +145,12 @@ def scan_python(data: bytes | bytearray | memoryview, first_lsn: int, check: boo
     expected = first_lsn
     bad = None
     unpack = HEADER.unpack_from
-    crc32 = zlib.crc32
     while offset < size and expected <= upto_lsn and len(records) < limit:
         if size - offset < HEADER_BYTES:
             bad = (offset, "incomplete record header", True)
             break
-        crc, length, lsn = unpack(view, offset)
+        crc, word, lsn = unpack(view, offset)
+        length = word & ~CRC32C_FLAG
         end = offset + HEADER_BYTES + length
         if length > MAX_RECORD_BYTES:
             bad = (offset, f"impossible record length {length}", False)
@@ -107,7 +158,7 @@ def scan_python(data: bytes | bytearray | memoryview, first_lsn: int, check: boo
         if end > size:
             bad = (offset, f"record of {length} bytes runs past the end", True)
             break
-        if check and crc32(view[offset + 4:end]) != crc:
+        if check and frame_checksum(word, lsn, view[offset + HEADER_BYTES:end]) != crc:
             bad = (offset, "checksum mismatch", end == size)
             break
         if lsn != expected:
@@ -130,14 +181,18 @@ def find_frame_python(data: bytes | bytearray | memoryview, start: int, min_lsn:
     size = len(view)
     unpack = HEADER.unpack_from
     for offset in range(start, size - HEADER_BYTES + 1):
-        crc, length, lsn = unpack(view, offset)
+        crc, word, lsn = unpack(view, offset)
+        length = word & ~CRC32C_FLAG
         if (min_lsn <= lsn <= max_lsn and length <= MAX_RECORD_BYTES
                 and offset + HEADER_BYTES + length <= size
-                and zlib.crc32(view[offset + 4:offset + HEADER_BYTES + length]) == crc):
+                and frame_checksum(word, lsn,
+                                   view[offset + HEADER_BYTES:offset + HEADER_BYTES + length])
+                == crc):
             return offset
     return -1
 
 
+crc32c, _ = native_or("rankd.engine._frames", "crc32c", crc32c_python)
 _scan, IMPLEMENTATION = native_or("rankd.engine._frames", "scan", scan_python)
 frame_into, _ = native_or("rankd.engine._frames", "frame_into", frame_into_python)
 find_frame, _ = native_or("rankd.engine._frames", "find_frame", find_frame_python)
@@ -207,11 +262,11 @@ def _length_bit_flipped(data: bytes | bytearray | memoryview, offset: int) -> bo
     view = memoryview(data)
     if len(view) - offset < HEADER_BYTES:
         return False
-    crc, length, lsn = HEADER.unpack_from(view, offset)
+    crc, word, lsn = HEADER.unpack_from(view, offset)
     for bit in range(32):
-        candidate = length ^ (1 << bit)
-        end = offset + HEADER_BYTES + candidate
-        if end <= len(view) and zlib.crc32(
-                view[offset + HEADER_BYTES:end], zlib.crc32(CHECKED.pack(candidate, lsn))) == crc:
+        candidate = word ^ (1 << bit)
+        end = offset + HEADER_BYTES + (candidate & ~CRC32C_FLAG)
+        if end <= len(view) and frame_checksum(candidate, lsn,
+                                               view[offset + HEADER_BYTES:end]) == crc:
             return True
     return False

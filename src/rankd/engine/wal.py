@@ -4,9 +4,10 @@ Every change the engine acknowledges is a record here first.  A record is
 identified by its *log position* (LSN): 1, 2, 3... without gaps.  Records
 are framed as::
 
-    u32 CRC-32 of (length, lsn, payload) | u32 length | u64 lsn | payload
+    u32 CRC-32C of (length word, lsn, payload) | u32 length word | u64 lsn | payload
 
-and stored in segment files named after their first LSN
+(older logs' frames carry CRC-32; see :mod:`rankd.engine.frames` for how
+each frame says which) and stored in segment files named after their first LSN
 (``00000000000000000001.log``).  A new segment starts once the current one
 holds ``segment_bytes``; segments wholly covered by a snapshot (and shipped
 to Postgres, when configured) are deleted by the engine.
