@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
+from operator import attrgetter
 
 from rankd.engine import expiry, records, staging
 from rankd.engine.commits import Commits
@@ -69,17 +69,10 @@ class BoardChanges:
         self.route = cluster.route
         self.resolve = queries.resolve
 
-    @property
-    def boards(self) -> dict[str, Any]:
-        return self.state.boards
-
-    @property
-    def wal(self) -> Any:
-        return self.core.wal
-
-    @property
-    def replication(self) -> Any:
-        return self.core.replication
+    # (The current ones, read by C-level getters.)
+    boards = property(attrgetter("state.boards"), doc="Every board, by name.")
+    wal = property(attrgetter("core.wal"), doc="The current write-ahead log.")
+    replication = property(attrgetter("core.replication"), doc="The cluster seam, or None.")
 
     # --- writing records ------------------------------------------------------------
 

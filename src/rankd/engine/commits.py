@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from rankd.engine.core import Core
@@ -44,6 +45,9 @@ class Commits:
     def __init__(self, core: Core, guard: StorageGuard) -> None:
         self.core = core
         self.guard = guard
+        self.config = core.config
+        self.clock = core.clock
+        self._listeners = core.listeners
         # The guard's checks under the names the native intake calls.
         self._check_writable = guard.check_writable
         self._fail = guard.fail
@@ -76,25 +80,10 @@ class Commits:
 
     # --- what the native intake reads -------------------------------------------------
 
-    @property
-    def wal(self) -> Any:
-        return self.core.wal
-
-    @property
-    def failure(self) -> BaseException | None:
-        return self.guard.failure
-
-    @property
-    def ready(self) -> bool:
-        return self.core.ready
-
-    @property
-    def config(self) -> Any:
-        return self.core.config
-
-    @property
-    def clock(self) -> Callable[[], float]:
-        return self.core.clock
+    # Read once a pass: C-level getters of the current ones (no Python frame).
+    wal = property(attrgetter("core.wal"), doc="The current write-ahead log.")
+    failure = property(attrgetter("guard.failure"), doc="``StorageGuard.failure``.")
+    ready = property(attrgetter("core.ready"), doc="Whether the engine serves.")
 
     @property
     def events_since_snapshot(self) -> int:
@@ -251,13 +240,14 @@ class Commits:
     def _committed(self, boards: set[str]) -> None:
         """A pass's records are durable as promised: only now may anyone be
         told (live feed, the Postgres shipper, the snapshot trigger)."""
-        core = self.core
-        if core.listeners:
+        listeners = self._listeners
+        if listeners:
             for name in boards:
-                for listener in core.listeners:
+                for listener in listeners:
                     listener(name)
-        if core.shipper is not None:
-            core.shipper.notify()
+        shipper = self.core.shipper
+        if shipper is not None:
+            shipper.notify()
         if self._events_since_snapshot >= self.snapshot_threshold:
             self.snapshot_wanted.set()
 

@@ -45,16 +45,14 @@ class Core:
         #: Called with a board name after each change (live feed, caches).
         self.listeners: list[Callable[[str], None]] = []
         self.tasks: list[asyncio.Task] = []
-        self._replication: Replication | None = None
+        #: Set (before start) on a cluster node, with :meth:`set_replication`:
+        #: see rankd.engine.replication.
+        self.replication: Replication | None = None
 
-    @property
-    def replication(self) -> Replication | None:
-        """Set (before start) on a cluster node: see rankd.engine.replication."""
-        return self._replication
-
-    @replication.setter
-    def replication(self, replication: Replication | None) -> None:
-        self._replication = replication
+    def set_replication(self, replication: Replication | None) -> None:
+        """Make the engine a cluster node's (None: a single node's); the
+        intake and the plain reads learn it too."""
+        self.replication = replication
         if self.intake is not None:
             self.intake.replicated = replication is not None
         self.plain_reads.replication = replication

@@ -40,6 +40,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -98,11 +99,16 @@ def _bind_rooms(engine: Engine) -> None:
             engine.__dict__[name] = forward.__get__(engine)
 
 
-def _kept(room: str, name: str, doc: str) -> property:
-    """An attribute of the :class:`Engine` that one of its rooms keeps."""
-    return property(lambda engine: getattr(getattr(engine, room), name),
-                    lambda engine, value: setattr(getattr(engine, room), name, value),
-                    doc=doc)
+def _kept(room: str, name: str, doc: str, setter: str | None = None) -> property:
+    """An attribute of the :class:`Engine` that one of its rooms keeps (read
+    by a C-level getter: no Python frame); set with the room's ``setter``
+    method if given."""
+    def set_it(engine: Engine, value: Any) -> None:
+        if setter is None:
+            setattr(getattr(engine, room), name, value)
+        else:
+            getattr(getattr(engine, room), setter)(value)
+    return property(attrgetter(f"{room}.{name}"), set_it, doc=doc)
 
 
 class Engine:
@@ -153,9 +159,8 @@ class Engine:
 
     # --- what the rooms keep ------------------------------------------------------------
 
-    boards = property(lambda self: self._state.boards,
-                      lambda self, boards: self._state.replace(boards),
-                      doc="Every board, by name (set: replaced whole, the intake's too).")
+    boards = _kept("_state", "boards", "Every board, by name (set: replaced whole, the "
+                   "intake's too).", setter="replace")
     positions = _kept("_state", "positions", "A cluster node's place in each group's log: "
                       "group -> (seq, epoch) of the last record it applied.")
     wal = _kept("_core", "wal", "The write-ahead log, once recovered.")
@@ -163,7 +168,7 @@ class Engine:
     shipper = _kept("_core", "shipper", "The Postgres shipper, when configured.")
     ready = _kept("_core", "ready", "Set once recovery finished and the engine serves.")
     replication = _kept("_core", "replication", "Set (before start) on a cluster node: see "
-                        "rankd.engine.replication.")
+                        "rankd.engine.replication.", setter="set_replication")
     failure = _kept("_guard", "failure", "The storage error that made the engine "
                     "read-only, if any.")
     rolling_back = _kept("_guard", "rolling_back", "Set while the state is rebuilt after a "
