@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from operator import attrgetter
 from typing import Any
 
 from rankd.engine.core import Core
@@ -47,6 +46,10 @@ class Commits:
         self.guard = guard
         self.config = core.config
         self.clock = core.clock
+        #: The core's log, ``ready`` and ``failure``, read once a pass (by the
+        #: native intake too): copies the core keeps current (``Core.publish``).
+        self.wal, self.ready, self.failure = core.wal, core.ready, core.failure
+        core.readers.append(self)
         self._listeners = core.listeners
         # The guard's checks under the names the native intake calls.
         self._check_writable = guard.check_writable
@@ -77,13 +80,6 @@ class Commits:
         self.unpacked_soon: Callable[[Any], asyncio.Future[None]] = _unwired
         self.apply_group_runs: Callable[..., None] = _unwired
         self.takes_replicated: Callable[[Any], bool] = _unwired
-
-    # --- what the native intake reads -------------------------------------------------
-
-    # Read once a pass: C-level getters of the current ones (no Python frame).
-    wal = property(attrgetter("core.wal"), doc="The current write-ahead log.")
-    failure = property(attrgetter("guard.failure"), doc="``StorageGuard.failure``.")
-    ready = property(attrgetter("core.ready"), doc="Whether the engine serves.")
 
     @property
     def events_since_snapshot(self) -> int:

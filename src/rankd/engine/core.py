@@ -4,8 +4,12 @@ state, the current log and the cluster seam.
 Owns the references that are replaced while the engine runs (the log and
 the snapshot store when a cluster node starts again empty, the cluster's
 :class:`rankd.engine.replication.Replication` when a node is set up), so
-each room reads the current one rather than keep a copy; and the life
-cycle flags (``ready``, ``closed``) and background tasks.  Holds no logic:
+each room reads the current one rather than keep a copy; the life-cycle
+flags (``ready``, ``closed``), the storage failure the engine stopped
+writing after (decided by :mod:`rankd.engine.failure`) and the background
+tasks.  The three a pass reads (``wal``, ``ready``, ``failure``) are set
+with :meth:`Core.publish`, which copies them into the commit pipeline too:
+the native intake reads them there as plain attributes.  Holds no logic:
 the rooms do the work, :class:`rankd.engine.engine.Engine` wires them.
 
 May not touch: anything above it (every room imports it, it imports none).
@@ -36,11 +40,17 @@ class Core:
         self.plain_reads = plain_reads
         #: The packed path's front door (rankd.engine.intake), once built.
         self.intake: Any = None
+        #: The write-ahead log once recovered, whether the engine serves, and
+        #: the storage error that made it read-only: set with :meth:`publish`.
         self.wal: WriteAheadLog | None = None
+        self.ready = False
+        self.failure: BaseException | None = None
+        #: Rooms that keep their own copy of what :meth:`publish` sets: the
+        #: pass's (Commits), whose native intake reads them once a pass and
+        #: so finds plain attributes.
+        self.readers: list[Any] = []
         self.snapshots = SnapshotStore(config.data_dir / "snapshots")
         self.shipper: Any = None
-        #: Set once recovery finished and the engine serves.
-        self.ready = False
         self.closed = False
         #: Called with a board name after each change (live feed, caches).
         self.listeners: list[Callable[[str], None]] = []
@@ -48,6 +58,14 @@ class Core:
         #: Set (before start) on a cluster node, with :meth:`set_replication`:
         #: see rankd.engine.replication.
         self.replication: Replication | None = None
+
+    def publish(self, **values: Any) -> None:
+        """Set ``wal``, ``ready`` or ``failure``, here and in each of
+        :attr:`readers`."""
+        for name, value in values.items():
+            setattr(self, name, value)
+            for reader in self.readers:
+                setattr(reader, name, value)
 
     def set_replication(self, replication: Replication | None) -> None:
         """Make the engine a cluster node's (None: a single node's); the

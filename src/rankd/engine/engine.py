@@ -163,10 +163,11 @@ class Engine:
                    "intake's too).", setter="replace")
     positions = _kept("_state", "positions", "A cluster node's place in each group's log: "
                       "group -> (seq, epoch) of the last record it applied.")
-    wal = _kept("_core", "wal", "The write-ahead log, once recovered.")
+    wal = property(attrgetter("_core.wal"), doc="The write-ahead log, once recovered.")
     snapshots = _kept("_core", "snapshots", "The snapshot files (rankd.engine.snapshot).")
     shipper = _kept("_core", "shipper", "The Postgres shipper, when configured.")
-    ready = _kept("_core", "ready", "Set once recovery finished and the engine serves.")
+    ready = property(attrgetter("_core.ready"),
+                     doc="Set once recovery finished and the engine serves.")
     replication = _kept("_core", "replication", "Set (before start) on a cluster node: see "
                         "rankd.engine.replication.", setter="set_replication")
     failure = _kept("_guard", "failure", "The storage error that made the engine "
@@ -235,7 +236,7 @@ class Engine:
                                               name="rankd-housekeeping"))
         core.tasks.append(asyncio.create_task(self._housekeeping.expiry_loop(),
                                               name="rankd-expiry"))
-        core.ready = True
+        core.publish(ready=True)
         # (The intake commits a common pass itself when the log writes at once.)
         self.intake.commits_now = core.replication is None and core.wal.fsync != "always"
 

@@ -37,9 +37,17 @@ class StorageGuard:
         self.core = core
         #: Builds the state as of a log position (``Recovery.rebuild``).
         self._rebuild = rebuild
-        #: The storage error that made the engine read-only, if any.
-        self.failure: BaseException | None = None
         self.rolled_back = asyncio.Event()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The storage error that made the engine read-only, if any (kept,
+        and published to the pass, by the core)."""
+        return self.core.failure
+
+    @failure.setter
+    def failure(self, failure: BaseException | None) -> None:
+        self.core.publish(failure=failure)
 
     @property
     def rolling_back(self) -> bool:
@@ -59,11 +67,12 @@ class StorageGuard:
 
     def check_writable(self) -> None:
         """Raise ``ReadOnly`` unless the engine may write now."""
-        wal = self.core.wal
-        if self.failure is not None or (wal is not None and wal.failed):
-            self.fail(self.failure or wal.failure)
+        core = self.core
+        wal = core.wal
+        if core.failure is not None or (wal is not None and wal.failed):
+            self.fail(core.failure or wal.failure)
             raise ReadOnly("rankd stopped accepting writes after a storage failure "
-                           f"({self.failure}); restart it after fixing the disk")
+                           f"({core.failure}); restart it after fixing the disk")
         if not self.core.ready:
             raise ReadOnly("rankd is not serving yet")
 

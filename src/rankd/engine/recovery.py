@@ -104,9 +104,9 @@ class Recovery:
             snapshot_lsn, sections = latest
             core.state.load(sections)
             self._check_snapshot_kind(sections)
-        core.wal = WriteAheadLog(config.data_dir / "wal", fsync=config.fsync,
-                                 segment_bytes=config.segment_bytes,
-                                 repair=config.repair, after_lsn=snapshot_lsn)
+        core.publish(wal=WriteAheadLog(config.data_dir / "wal", fsync=config.fsync,
+                                       segment_bytes=config.segment_bytes,
+                                       repair=config.repair, after_lsn=snapshot_lsn))
         self._check_log_covers(snapshot_lsn)
         total = max(0, core.wal.last_lsn - snapshot_lsn)
         replayed = 0
@@ -206,7 +206,7 @@ class Recovery:
         if core.wal is not None:
             with contextlib.suppress(Exception):
                 await core.wal.close()
-        core.wal = None
+        core.publish(wal=None)
         core.intake.commits_now = False
         core.state.replace({})
         core.state.positions = {}
