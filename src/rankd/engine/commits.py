@@ -77,9 +77,9 @@ class Commits:
         #: way (``Submits.unpacked_soon``); a cluster node's runs of one group
         #: (``ReplicatedWrites.apply_group_runs``); whether a cluster node
         #: applies a packed run itself (``ReplicatedWrites.takes``).
-        self.unpacked_soon: Callable[[Any], asyncio.Future[None]] = _unwired
-        self.apply_group_runs: Callable[..., None] = _unwired
-        self.takes_replicated: Callable[[Any], bool] = _unwired
+        self.unpacked_soon: Callable[[Any], asyncio.Future[None]] = unwired
+        self.apply_group_runs: Callable[..., None] = unwired
+        self.takes_replicated: Callable[[Any], bool] = unwired
 
     @property
     def events_since_snapshot(self) -> int:
@@ -248,7 +248,8 @@ class Commits:
             self.snapshot_wanted.set()
 
 
-def _unwired(*args: Any) -> Any:
+def unwired(*args: Any) -> Any:
+    """The stand-in for a callable the engine hands a room once built."""
     raise RuntimeError("the engine did not wire this room")
 
 

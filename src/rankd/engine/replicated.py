@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from rankd._tasks import outcome_seen
 from rankd.engine import records, settings
-from rankd.engine.commits import Commits, failed
+from rankd.engine.commits import Commits, unwired
 from rankd.engine.core import Core
 from rankd.engine.errors import (
     EngineError,
@@ -62,7 +62,7 @@ class ReplicatedWrites:
         #: Set (and replaced) whenever ``positions`` advance.
         self.advanced = asyncio.Event()
         #: Set by the engine: a run that goes the general way (``Submits.unpacked_soon``).
-        self.unpacked_soon: Callable[[Any], asyncio.Future[None]] = failed  # (until wired)
+        self.unpacked_soon: Callable[[Any], asyncio.Future[None]] = unwired
 
     def advance(self) -> None:
         self.advanced.set()
