@@ -1,35 +1,37 @@
-"""The engine's import structure (issue 46), read from the source with ``ast``.
+"""The import structure of ``src/`` (issue 46), read from the source with ``ast``.
 
 Every import counts, wherever it is written: at module level, under
 ``TYPE_CHECKING`` or inside a function, since each one ties the modules
 together all the same (a module importing another only for its type hints
 still cannot be read, moved or tested without it).  The checks:
 
-* no engine module imports ``rankd.cluster``: the cluster is built on the
-  engine (it implements the engine's :mod:`rankd.engine.replication` seam),
-  never the reverse;
-* the engine modules' import cycles are exactly :data:`KNOWN_CYCLES`: the
-  value types and the Postgres shipper no longer form a circle with
-  ``engine.py``, and a new circle fails here.
+* the packages form layers, :data:`LAYERS`, lowest first, and no module of
+  a layer imports one of a higher layer: the rank indexes know nothing of
+  the engine; the engine nothing of the cluster (it implements the
+  engine's :mod:`rankd.engine.replication` seam) nor of the front-ends;
+  the cluster nothing of the front-ends;
+* no import cycle remains anywhere in ``rankd``: a new circle fails here.
+  (The engine's rooms take what they need of each other as arguments,
+  callables or protocols: :mod:`rankd.engine.host`; the RESP command
+  modules take the connection's narrow ``resp.context.Context``.)
 
 ``python tests/test_architecture.py [src-dir]`` prints the cycles and the
-engine's imports of the cluster.
+imports of a higher layer.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 
-#: Cycles left among the engine's modules, each as a set of module names.
-#: ``staging`` and ``transaction`` take the ``Engine`` itself (for its type
-#: hints): they go when the façade is split into rooms (issue 46's next step).
-KNOWN_CYCLES = [{"rankd.engine.engine", "rankd.engine.staging", "rankd.engine.transaction"}]
-
+#: The layers of ``rankd``, lowest first: a module of one imports none of a
+#: higher one (the modules of no layer, the daemon's wiring, may import any).
+LAYERS = ["rankd.index", "rankd.engine", "rankd.cluster", "rankd.frontends"]
 
 def module_name(path: Path, src: Path) -> str:
     """``src/rankd/engine/ingest.py`` -> ``rankd.engine.ingest``."""
@@ -58,8 +60,10 @@ def imports_of(path: Path, name: str, modules: set[str]) -> Iterator[str]:
                 yield inner if inner in modules else base
 
 
+@functools.cache
 def import_graph(src: Path = SRC) -> dict[str, set[str]]:
-    """Each ``rankd`` module -> the ``rankd`` modules it imports."""
+    """Each ``rankd`` module -> the ``rankd`` modules it imports (read once
+    per tree: do not change the result)."""
     paths = {module_name(path, src): path for path in (src / "rankd").rglob("*.py")}
     modules = set(paths)
     return {name: set(imports_of(path, name, modules)) - {name}
@@ -112,13 +116,63 @@ def upward_imports(graph: dict[str, set[str]], lower: str, higher: str) -> list[
             for target in sorted(targets) if target.startswith(higher)]
 
 
-def test_engine_does_not_import_the_cluster():
-    assert upward_imports(import_graph(), "rankd.engine", "rankd.cluster") == []
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """``module -> imported`` for each import of a higher layer (:data:`LAYERS`)."""
+    return [line for position, lower in enumerate(LAYERS) for higher in LAYERS[position + 1:]
+            for line in upward_imports(graph, lower, higher)]
 
 
-def test_engine_cycles_are_only_the_known_ones():
-    found = cycles(import_graph(), "rankd.engine")
-    assert sorted(map(sorted, found)) == sorted(map(sorted, KNOWN_CYCLES))
+def test_no_module_imports_a_higher_layer():
+    assert layer_violations(import_graph()) == []
+
+
+def test_engine_does_not_import_the_cluster_nor_the_front_ends():
+    graph = import_graph()
+    assert upward_imports(graph, "rankd.engine", "rankd.cluster") == []
+    assert upward_imports(graph, "rankd.engine", "rankd.frontends") == []
+
+
+def test_the_indexes_do_not_import_the_engine():
+    assert upward_imports(import_graph(), "rankd.index", "rankd.engine") == []
+
+
+def test_no_import_cycle_anywhere():
+    assert cycles(import_graph(), "rankd") == []
+
+
+def test_the_engine_and_the_cluster_have_no_cycle():
+    graph = import_graph()
+    assert cycles(graph, "rankd.engine") == []
+    assert cycles(graph, "rankd.cluster") == []
+
+
+def test_a_new_cycle_or_an_upward_import_is_found(tmp_path):
+    """The checks fail on a tree with a circle (across packages, or within
+    one) and on an import of a higher layer."""
+    for package in ("engine", "cluster", "frontends/resp"):
+        (tmp_path / "rankd" / package).mkdir(parents=True)
+        (tmp_path / "rankd" / package / "__init__.py").write_text("")
+    (tmp_path / "rankd" / "__init__.py").write_text("")
+    (tmp_path / "rankd" / "engine" / "a.py").write_text("from rankd.engine import b\n")
+    (tmp_path / "rankd" / "engine" / "b.py").write_text("import rankd.cluster.c\n")
+    (tmp_path / "rankd" / "cluster" / "c.py").write_text("from rankd.engine.a import x\n")
+    resp = tmp_path / "rankd" / "frontends" / "resp"
+    (resp / "commands.py").write_text("from rankd.frontends.resp import connection\n")
+    (resp / "connection.py").write_text("from rankd.frontends.resp import newcomer\n")
+    (resp / "newcomer.py").write_text("from rankd.frontends.resp import commands\n")
+    graph = import_graph(tmp_path)
+    assert sorted(map(sorted, cycles(graph, "rankd"))) == [
+        ["rankd.cluster.c", "rankd.engine.a", "rankd.engine.b"],
+        ["rankd.frontends.resp.commands", "rankd.frontends.resp.connection",
+         "rankd.frontends.resp.newcomer"]]
+    assert layer_violations(graph) == ["rankd.engine.b -> rankd.cluster.c"]
+    (resp / "newcomer.py").unlink()
+    (resp / "connection.py").write_text("from rankd.frontends.resp import commands\n")
+    import_graph.cache_clear()  # (the tree changed)
+    graph = import_graph(tmp_path)
+    assert sorted(map(sorted, cycles(graph, "rankd"))) == [
+        ["rankd.cluster.c", "rankd.engine.a", "rankd.engine.b"],
+        ["rankd.frontends.resp.commands", "rankd.frontends.resp.connection"]]
 
 
 def test_the_graph_sees_every_kind_of_import(tmp_path):
@@ -138,15 +192,6 @@ def test_the_graph_sees_every_kind_of_import(tmp_path):
     assert graph["rankd.engine.d"] == {"rankd.engine.a"}
     assert cycles(graph, "rankd.engine") == [
         {"rankd.engine.a", "rankd.engine.b", "rankd.engine.c"}]
-
-
-if __name__ == "__main__":
-    source = Path(sys.argv[1]) if len(sys.argv) > 1 else SRC
-    imports = import_graph(source)
-    for cycle in cycles(imports, "rankd.engine"):
-        print("cycle:", " ".join(sorted(cycle)))
-    for line in upward_imports(imports, "rankd.engine", "rankd.cluster"):
-        print("engine imports the cluster:", line)
 
 
 # --- the front-ends (issue 46: the RESP port's circle) -----------------------------------
@@ -172,3 +217,12 @@ def test_resp_commands_import_neither_the_table_nor_the_connection():
              for target in sorted(targets)
              if target == RESP_CONNECTION or (target == RESP_TABLE and name != RESP_CONNECTION)]
     assert found == []
+
+
+if __name__ == "__main__":
+    source = Path(sys.argv[1]) if len(sys.argv) > 1 else SRC
+    imports = import_graph(source)
+    for cycle in cycles(imports, "rankd"):
+        print("cycle:", " ".join(sorted(cycle)))
+    for line in layer_violations(imports):
+        print("imports a higher layer:", line)

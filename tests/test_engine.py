@@ -628,9 +628,9 @@ def test_the_interval_grown_with_the_state_stops_at_the_bound(tmp_path, clock, m
     a crash leaves) stay within MAX_SNAPSHOT_EVERY_EVENTS: the interval used
     to grow with the state without limit (a 10M-member node could leave a
     10M-record tail)."""
-    from rankd.engine import engine as engine_module
+    from rankd.engine import snapshotting
 
-    monkeypatch.setattr(engine_module, "MAX_SNAPSHOT_EVERY_EVENTS", 30)
+    monkeypatch.setattr(snapshotting, "MAX_SNAPSHOT_EVERY_EVENTS", 30)
     # 25 < the bound (30), though 150 entries were written; then 35 >= 30.
     first, unchanged, second = scenario(tmp_path, clock, lambda e: snapshots_after(e, 50, 25, 10),
                                         snapshot_every_events=10)

@@ -96,7 +96,7 @@ def test_a_restart_counts_the_replayed_tail_towards_the_next_snapshot(tmp_path):
         await engine.close(snapshot=False)
         engine = await Engine.open(config, clock=FakeClock())
         try:
-            tail = engine._tail_bytes.since(engine.wal.stats.bytes)
+            tail = engine._commits.tail_bytes.since(engine.wal.stats.bytes)
             engine._snapshot_wanted.set()  # what the loop's 5 s timeout would do
             await settle(engine)
             return tail, engine.last_snapshot

@@ -25,10 +25,11 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from rankd.cluster.node import ClusterNode
+from rankd.cluster.leases import LeaseKeeper
+from rankd.cluster.tail import LogTail
+from rankd.engine.engine import Engine
 
 #: Polls remembered per group whose position this node has not reached yet
 #: (about one a second: with the bound a few seconds, only the newest matter).
@@ -37,10 +38,22 @@ MAX_PENDING = 64
 RECHECK_SECONDS = 0.25
 
 
+class FollowingNode(Protocol):
+    """What freshness reads of its node (``rankd.cluster.node.ClusterNode``,
+    which builds it: a protocol, so the two do not import each other)."""
+
+    engine: Engine
+    #: The groups this node writes, by group.
+    writers: dict[int, Any]
+    #: Its leases and its tail of the cluster's log, once started.
+    keeper: LeaseKeeper | None
+    tail: LogTail | None
+
+
 class Freshness:
     """What one node can vouch for about each group it serves."""
 
-    def __init__(self, node: ClusterNode, max_lag: float, *,
+    def __init__(self, node: FollowingNode, max_lag: float, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.node = node
         #: ``--max-follow-lag``: 0 never refuses.

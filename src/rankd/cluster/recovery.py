@@ -25,13 +25,15 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rankd._tasks import STOP_SECONDS, stop_task
-from rankd.cluster.log import Fenced
-
-if TYPE_CHECKING:
-    from rankd.cluster.node import ClusterNode
+from rankd.cluster.committer import GroupCommitter
+from rankd.cluster.groups import GroupLocks
+from rankd.cluster.leases import LeaseKeeper
+from rankd.cluster.log import ClusterLog, Fenced
+from rankd.cluster.tail import LogTail
+from rankd.engine.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +67,27 @@ def writable(directory: Path) -> bool:
     return True
 
 
+class RecoveringNode(Protocol):
+    """What disk recovery uses of its node (``rankd.cluster.node.ClusterNode``,
+    which builds it: a protocol, so the two do not import each other)."""
+
+    engine: Engine
+    node_id: str
+    ack_timeout: float
+    #: The groups this node writes, by group.
+    writers: dict[int, GroupCommitter]
+    #: Its cluster log, leases and tail, once started.
+    store: ClusterLog | None
+    keeper: LeaseKeeper | None
+    tail: LogTail | None
+    #: The per-group locks of its writes.
+    _lock: GroupLocks
+
+
 class DiskRecovery:
     """Watches one node's local log, and brings the node back after it failed."""
 
-    def __init__(self, node: ClusterNode, *, interval: float = PROBE_SECONDS) -> None:
+    def __init__(self, node: RecoveringNode, *, interval: float = PROBE_SECONDS) -> None:
         self.node = node
         self.interval = interval
         #: Times the node started again from the cluster's log after a failure.

@@ -8,7 +8,7 @@ new members a chunk at a time (:meth:`Staging.add`, other clients served in
 between), and ends with :meth:`Staging.commit`, or :meth:`Staging.close`
 without committing to abandon it.
 
-Each chunk is applied to a board nobody sees (``Engine._staged``, by name)
+Each chunk is applied to a board nobody sees (``BoardState.staged``, by name)
 and logged as one record at the next log position; the commit is one more
 record, which swaps the built board in place of any board of that name (its
 members, windows, deadline) in O(1).  Replay (and a cluster's followers,
@@ -54,7 +54,7 @@ from rankd.engine.errors import InvalidInput, Unavailable
 from rankd.engine.groups import group_of
 
 if TYPE_CHECKING:
-    from rankd.engine.engine import Engine
+    from rankd.engine.host import WriteHost
     from rankd.engine.replication import GroupWriter
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ def drop_group(staged: dict[str, Staged], group: int) -> None:
 class Staging:
     """One board built off to the side and swapped in (module docstring)."""
 
-    def __init__(self, engine: Engine, name: str, config: object) -> None:
+    def __init__(self, engine: WriteHost, name: str, config: object) -> None:
         check_board_name(name)
         parsed = BoardConfig.from_dict(config)
         if parsed.windows != ("all",):
@@ -154,20 +154,20 @@ class Staging:
         cluster node until this node writes its group (``NotPrimary``...
         if another does)."""
         engine = self.engine
-        while (earlier := engine._staging_turns.get(self.name)) is not None:
+        while (earlier := engine.staging_turns.get(self.name)) is not None:
             await asyncio.shield(earlier)
-        self._turn = engine._staging_turns[self.name] = (
+        self._turn = engine.staging_turns[self.name] = (
             asyncio.get_running_loop().create_future())
         if engine.replication is not None:
             await engine.route(self.name)
-            self._writer = await engine._writer_of(group_of(self.name))
+            self._writer = await engine.writer_of(group_of(self.name))
         else:
-            engine._check_writable()
+            engine.check_writable()
 
     def _position(self) -> int:
         """The next log position, once sure this building may go on there."""
         engine = self.engine
-        engine._check_writable()
+        engine.check_writable()
         if self._writer is None:
             return engine.wal.last_lsn + 1
         if engine.replication.writer(self._writer.group) is not self._writer:
@@ -182,11 +182,11 @@ class Staging:
         position = self._position()
         if not self.store:
             self.store = record[2] = position
-        engine._apply_record(position, record)
+        engine.apply_record(position, record)
         payload = records.encode(record)
         if self._writer is not None:
-            return engine._replicate(self._writer, [payload], boards)
-        return engine._commit_soon([payload], boards, events)
+            return engine.replicate(self._writer, [payload], boards)
+        return engine.commit_soon([payload], boards, events)
 
     def add(self, entries: Iterable[tuple[str, float]]) -> None:
         """Add ``(member, score)`` pairs (valid members, finite scores: a
@@ -198,7 +198,7 @@ class Staging:
         if not members:
             return
         self._log([STORE_PART, self.name, self.store, self.config, members, scores,
-                   self.engine._now_ms()], set(), len(members)).add_done_callback(
+                   self.engine.now_ms()], set(), len(members)).add_done_callback(
             outcome_seen)  # (the commit's outcome tells)
         self.parts += 1
         self.members += len(members)
@@ -215,7 +215,7 @@ class Staging:
         # it is, and passes to the new one: a store holding its inputs may
         # wait for this one's.)
         if self._writer is not None and (
-                await engine._writer_of(self._writer.group) is not self._writer):
+                await engine.writer_of(self._writer.group) is not self._writer):
             raise Unavailable(f"this node stopped writing board {self.name!r}'s group "
                               "while storing into it; nothing was stored: try again")
         # Nothing is awaited from here until the board is swapped in.
@@ -224,7 +224,7 @@ class Staging:
         if before is not None:
             before()
         done = self._log([STORE_DONE, self.name, self.store, self.config, self.parts,
-                          engine._now_ms()], {self.name}, 1)
+                          engine.now_ms()], {self.name}, 1)
         self._done = True
         await asyncio.shield(done)
         return self.members
@@ -233,12 +233,12 @@ class Staging:
         """Abandon what was built, unless committed (logged, so followers
         forget it too, if the log may still be written), to build anew."""
         engine = self.engine
-        building = engine._staged.get(self.name)
+        building = engine.staged.get(self.name)
         if not self._done and building is not None and building.store == self.store:
             with contextlib.suppress(Exception):  # (read-only, deposed: replay drops it)
-                self._log([STORE_DROP, self.name, self.store, engine._now_ms()], set(),
+                self._log([STORE_DROP, self.name, self.store, engine.now_ms()], set(),
                           0).add_done_callback(outcome_seen)
-            engine._staged.pop(self.name, None)
+            engine.staged.pop(self.name, None)
         self.store = self.parts = self.members = 0
 
     def close(self) -> None:
@@ -246,7 +246,7 @@ class Staging:
         self.reset()
         self._done = True
         engine = self.engine
-        if self._turn is not None and engine._staging_turns.get(self.name) is self._turn:
-            del engine._staging_turns[self.name]
+        if self._turn is not None and engine.staging_turns.get(self.name) is self._turn:
+            del engine.staging_turns[self.name]
             self._turn.set_result(None)
 

@@ -16,7 +16,7 @@ records or :data:`MAX_SNAPSHOT_EVERY_BYTES` bytes, plus the records
 written while one snapshot is being taken (its position is fixed when it
 starts).
 
-The engine keeps the counts: records in ``Engine._events_since_snapshot``
+The engine keeps the counts (its commits room): records since the snapshot
 (as before), bytes as the WAL's running ``stats.bytes`` against a mark
 held here; checking costs one more comparison a pass of the event loop.
 """

@@ -47,7 +47,7 @@ from rankd.engine.submission import Submission
 from rankd.engine.view import SortedView
 
 if TYPE_CHECKING:
-    from rankd.engine.engine import Engine
+    from rankd.engine.host import WriteHost
     from rankd.engine.replication import GroupWriter
 
 
@@ -60,7 +60,7 @@ class CrossGroup(EngineError):
 class Transaction:
     """One atomic unit of writes (see the module docstring)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: WriteHost) -> None:
         self.engine = engine
         #: The encoded records applied so far, in log order.
         self.payloads: list[bytes] = []
@@ -110,7 +110,7 @@ class Transaction:
         else:
             raise Unavailable("the boards of this transaction stay held by snapshots; "
                               "try again")
-        engine._check_writable()
+        engine.check_writable()
         if self.group is not None:
             self.writer = replication.writer(self.group)
             self.first = self.writer.next_seq
@@ -128,21 +128,21 @@ class Transaction:
         """Refuse a write this transaction cannot make atomically."""
         if not self._open:
             raise RuntimeError("Transaction.ready must come before its operations")
-        if name in self.engine._held:
+        if name in self.engine.held:
             raise Unavailable(f"board {name!r} is being snapshotted; try again")
         if self.engine.replication is not None and group_of(name) != self.group:
             raise CrossGroup(f"board {name!r} is of another group than this transaction's")
 
     def _log(self, record: list) -> None:
         """Apply a board change or removal at the next position."""
-        self.engine._apply_record(self._position, record)
+        self.engine.apply_record(self._position, record)
         self.payloads.append(records.encode(record))
         self.boards.add(record[1])
 
     def _purge(self, names: Iterable[object]) -> None:
         """Delete the boards of ``names`` whose deadline passed before a
-        write to them (``Engine._purge_now``), at the next positions."""
-        purged = self.engine._purge_now(names, self._position)
+        write to them (``BoardState.purge_now``), at the next positions."""
+        purged = self.engine.purge_now(names, self._position)
         self.payloads += purged
         self.boards.update(records.decode(payload)[1] for payload in purged)
 
@@ -158,9 +158,9 @@ class Transaction:
             done = ingest(engine.boards, submissions, engine.clock(), self._position,
                           engine.config.dedupe_ttl, engine.config.ts_tolerance)
         except Exception as exc:
-            engine._fail(exc)  # a bug: as in Engine._submit_batch
+            engine.fail(exc)  # a bug: as in Submits.submit_batch
             raise
-        engine._count(done)
+        engine.count(done)
         self.payloads += done.payloads
         self.boards |= done.boards
         return done.answers
@@ -179,7 +179,7 @@ class Transaction:
                 return parsed, False
             raise InvalidInput(f"board {name!r} exists with another config; a transaction "
                                "does not change board configs")
-        self._log([records.BOARD_PUT, name, parsed.to_dict(), self.engine._now_ms()])
+        self._log([records.BOARD_PUT, name, parsed.to_dict(), self.engine.now_ms()])
         return parsed, True
 
     def drop_board(self, name: str) -> None:
@@ -187,7 +187,7 @@ class Transaction:
         if name not in self.engine.boards:
             raise NotFound(f"no board named {name!r}")
         self._writable(name)
-        self._log([records.BOARD_DROP, name, self.engine._now_ms()])
+        self._log([records.BOARD_DROP, name, self.engine.now_ms()])
 
     def remove_members(self, name: str, choose: Callable[[SortedView], Iterable[str]], *,
                        window: str | None = None, period: str | None = None,
@@ -196,7 +196,7 @@ class Transaction:
         (as ``Engine.remove_members``, ``persist_when_empty`` too); returns
         them with their scores."""
         engine = self.engine
-        board, _, _, index = engine._view(name, window, period, reading=False)
+        board, _, _, index = engine.resolve(name, window, period, reading=False)
         self._writable(name)
         view = SortedView(index, board.config.order == "asc")
         chosen = {}
@@ -204,7 +204,7 @@ class Transaction:
             score = view.score(member)
             if score is not None:
                 chosen[member] = score
-        now_ms = engine._now_ms()
+        now_ms = engine.now_ms()
         for member in chosen:
             self._log([records.REMOVE, name, member, now_ms])
         if (persist_when_empty and chosen and board.expires_at is not None
@@ -225,7 +225,7 @@ class Transaction:
             raise NotFound(f"no board named {name!r}")
         if not expiry.allowed(board.expires_at, deadline, condition):
             return False
-        now_ms = engine._now_ms()
+        now_ms = engine.now_ms()
         self._log([records.EXPIRE, name, deadline, now_ms])
         if deadline is not None and deadline <= now_ms:
             self._log([records.EXPIRED, name, deadline, now_ms])
@@ -243,7 +243,7 @@ class Transaction:
         submissions = [Submission(board=name, member=member, score=score)
                        for member, score in entries()]
         self._purge([name])
-        now_ms = self.engine._now_ms()
+        now_ms = self.engine.now_ms()
         if name in self.engine.boards:
             self._log([records.BOARD_DROP, name, now_ms])
         self._log([records.BOARD_PUT, name, parsed.to_dict(), now_ms])
@@ -266,10 +266,10 @@ class Transaction:
         if len(payloads) > 1:
             # (The last record's board names the transaction, for the history.)
             board = records.decode(payloads[-1])[1]
-            now_ms = self.engine._now_ms()
+            now_ms = self.engine.now_ms()
             slot = records.encode([records.TX_SLOT, board, now_ms])
             logged = [slot] * (len(payloads) - 1) + [records.encode(
                 [records.TRANSACTION, board, self.first, payloads, now_ms])]
         if self.writer is not None:
-            return self.engine._replicate(self.writer, logged, self.boards)
-        return self.engine._commit_soon(logged, self.boards, len(payloads))
+            return self.engine.replicate(self.writer, logged, self.boards)
+        return self.engine.commit_soon(logged, self.boards, len(payloads))

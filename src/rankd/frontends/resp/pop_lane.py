@@ -88,10 +88,10 @@ def _board_run(conn: Context, pops: Any, first: int, out: list[bytes],
     indexes = [each for periods in board.periods.values() for each in periods.values()]
     if type(index) is not _RankIndex or any(type(each) is not _RankIndex for each in indexes):
         return first, 0
-    engine._check_writable()
+    engine.check_writable()
     ACTIVITY.frontend = "resp"  # who holds the loop, for the loop watchdog
     ACTIVITY.command = "zpopmax" if pops.highest(first) else "zpopmin"
-    now_ms = engine._now_ms()
+    now_ms = engine.now_ms()
     stopped, reply, payloads, maxes = _remove_run(
         pops, first, pops.board_end(first), index, indexes, board.config.order == "asc",
         now_ms, conn.replies.version, MAX_PAIRS, ENTRIES_PER_REQUEST,
@@ -101,7 +101,7 @@ def _board_run(conn: Context, pops: Any, first: int, out: list[bytes],
     if payloads:
         board.version += len(payloads)  # (one per member removed, as each REMOVE does)
         board.updated_at = now_ms / 1000
-        pending.append((len(out), Applied(reply, engine._commit_soon(payloads, {name}),
+        pending.append((len(out), Applied(reply, engine.commit_soon(payloads, {name}),
                                           stopped - first)))
     out.append(reply)
     stats = conn.server.stats
