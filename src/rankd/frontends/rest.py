@@ -31,6 +31,7 @@ from rankd.frontends.service import Service
 from rankd.frontends.upgrades import decline_unanswered_upgrade
 from rankd.metrics import CONTENT_TYPE, Metrics
 from rankd.security import Gate, RateLimited, TrustedProxies, Unauthorized
+from rankd.security.admissions import Admissions
 from rankd.security.auth import JOIN_TOKEN_SECONDS
 
 SERVICE = web.AppKey("service", Service)
@@ -91,16 +92,22 @@ class Door:
     metrics: Metrics
     origins: OriginPolicy
     forwarder: Forwarder | None
+    service: Service
+    #: Callers admitted to submit before (:func:`_submitted`).
+    submitters: Admissions
 
 
 async def _answered(request: web.Request,
                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
-                    door: Door, operation: str | None) -> web.StreamResponse:
-    """The gated handler's answer, or the JSON error answer of what it raised
-    (``operation``: the route handler's name, None for no route)."""
+                    door: Door, operation: str | None,
+                    gated: Callable[..., Awaitable[web.StreamResponse]] | None = None
+                    ) -> web.StreamResponse:
+    """The gated handler's answer (``gated``: :func:`_gated` unless told),
+    or the JSON error answer of what it raised (``operation``: the route
+    handler's name, None for no route)."""
     try:
         try:
-            return await _gated(request, handler, door, operation)
+            return await (gated or _gated)(request, handler, door, operation)
         except Unsettled as exc:
             if request.method not in READ_METHODS:
                 raise
@@ -205,6 +212,39 @@ async def _gated(request: web.Request,
     return response
 
 
+#: The headers of a submission's answer but those aiohttp adds (Date,
+#: Content-Length), with those :func:`_add_headers` would add.
+SUBMITTED_HEADERS = {"Content-Type": "application/json", "Server": "rankd", **COMMON_HEADERS}
+
+
+async def _submitted(request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                     door: Door, operation: str) -> web.StreamResponse:
+    """:func:`_gated` then :func:`submit`, in one step, for the common
+    submission: no query string, ``Content-Type: application/json``, its
+    whole body arrived, not forwarded by another node.  The same checks in
+    the same order (gate, body, event), so the same answers; what it saves
+    is their generality: the caller's admission is remembered
+    (:class:`Admissions`), the answer's headers are made once.  Any other
+    submission goes :func:`_gated`'s way."""
+    headers = request.headers
+    if (request.query_string or headers.get("Content-Type") != "application/json"
+            or not request.content.is_eof()
+            or (door.forwarder is not None and forwarded(request))):
+        return await _gated(request, handler, door, operation)
+    address = request.remote or ""
+    authorization = headers.get("Authorization")
+    principal = door.submitters.get(authorization, address)
+    if principal is None:
+        credential, from_url = credential_of(request, operation)
+        principal = door.gate.admitted(credential, operation, address, join_only=from_url)
+        door.submitters.put(authorization, address, principal)
+    request[PRINCIPAL] = principal
+    data = decoded(await _body(request))
+    answer = await door.service.submit(request.match_info["board"], data)
+    return web.Response(body=orjson.dumps(answer), headers=SUBMITTED_HEADERS)
+
+
 def front_door(door: Door) -> Callable[..., Awaitable[web.StreamResponse]]:
     """The middleware every request goes through, outermost first: metrics
     (and the close of a declined upgrade), the origin policy
@@ -225,7 +265,8 @@ def front_door(door: Door) -> Callable[..., Awaitable[web.StreamResponse]]:
         try:
             response = _refused(request, door.origins, operation)
             if response is None:
-                response = await _answered(request, handler, door, operation)
+                response = await _answered(request, handler, door, operation,
+                                           _submitted if operation == "submit" else None)
         except web.HTTPException as exc:
             decline_unanswered_upgrade(request, exc)
             raise
@@ -252,20 +293,28 @@ async def read_json(request: web.Request) -> Any:
     if not (content_type == "application/json" or content_type.endswith("+json")):
         raise RequestError(f"request body must be JSON, sent as Content-Type: "
                            f"application/json (not {content_type})", "unsupported_media_type")
+    return decoded(await _body(request))
+
+
+async def _body(request: web.Request) -> bytes:
+    """The body's bytes, within the body timeout (:data:`BODY_TIMEOUT`)."""
     seconds = 0.0
     try:
         if request.content.is_eof():  # all here already (the common case): no timer
-            body = await request.read()
-        else:
-            seconds = request.app.get(BODY_TIMEOUT, BODY_SECONDS)
-            async with asyncio.timeout(seconds):
-                body = await request.read()
+            return await request.read()
+        seconds = request.app.get(BODY_TIMEOUT, BODY_SECONDS)
+        async with asyncio.timeout(seconds):
+            return await request.read()
     except TimeoutError:
         raise RequestError(f"the request body did not arrive within {seconds:g} s",
                            "timeout") from None
     except ConnectionError:  # the client went away mid-body: nobody to answer, no bug
         raise RequestError("the client closed the connection before its body arrived"
                            ) from None
+
+
+def decoded(body: bytes) -> Any:
+    """``body`` read as JSON (``RequestError`` if it is not)."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -626,7 +675,8 @@ def create_app(service: Service, gate: Gate | None = None,
     gate = gate or Gate.open()
     # Only behind trusted proxies: no cost on each request otherwise.
     first = [proxy_middleware(gate.trusted_proxies)] if gate.trusted_proxies else []
-    door = Door(gate, metrics_registry or Metrics(), origins or OriginPolicy(), forwarder)
+    door = Door(gate, metrics_registry or Metrics(), origins or OriginPolicy(), forwarder,
+                service, Admissions(gate, "submit"))
     app = web.Application(middlewares=[*first, front_door(door)],
                           client_max_size=MAX_BODY_BYTES)
     app[METRICS] = door.metrics
