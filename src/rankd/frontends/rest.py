@@ -251,9 +251,12 @@ async def _submitted(request: web.Request,
         credential, from_url = credential_of(request, operation)
         principal = door.gate.admitted(credential, operation, address, join_only=from_url)
         submitters.put(authorization, address, principal)
-    request[PRINCIPAL] = principal
     data = decoded(await _body(request))
-    answer = await door.service.submit(request.match_info["board"], data)
+    try:
+        answer = await door.service.submit(request.match_info["board"], data)
+    except NotPrimary:
+        request[PRINCIPAL] = principal  # forwarded with the caller's credential (_failed)
+        raise
     return web.Response(body=orjson.dumps(answer), headers=SUBMITTED_HEADERS)
 
 
