@@ -78,7 +78,8 @@ BODIES = st.one_of(
                      b'{"member": "a", "delta": 1, "nope": 2}', b'{"member": "", "delta": 1}',
                      b'{"member": "a", "delta": 123456789012345678901234}',
                      b'{"member": "a", "delta": NaN}', b'{"member": "a"}',
-                     b'{"member": "a", "delta": 1, "score": 2}']),
+                     b'{"member": "a", "delta": 1, "score": 2}',
+                     b'{"member": "' + b"a" * rest.MAX_BODY_BYTES + b'", "delta": 1}']),
 )
 REQUESTS = st.tuples(st.sampled_from(range(len(AUTHORIZATIONS))), st.sampled_from(CONTENT_TYPES),
                      st.sampled_from(QUERIES), st.sampled_from(["plain", "signed", "missing"]),

@@ -251,7 +251,13 @@ async def _submitted(request: web.Request,
         credential, from_url = credential_of(request, operation)
         principal = door.gate.admitted(credential, operation, address, join_only=from_url)
         submitters.put(authorization, address, principal)
-    data = decoded(await _body(request))
+    if door.forwarder is None:  # nothing reads the body again (a forward would)
+        body = request.content.read_nowait()  # all here (is_eof): no coroutines
+        if len(body) > MAX_BODY_BYTES:
+            raise RequestError(f"request body exceeds {MAX_BODY_BYTES} bytes", "too_large")
+    else:
+        body = await _body(request)
+    data = decoded(body)
     try:
         answer = await door.service.submit(request.match_info["board"], data)
     except NotPrimary:
