@@ -218,6 +218,8 @@ def test_admissions_are_bounded():
         admissions.put(f"h{i}", "a", principal)
         assert len(admissions) <= 3
     assert admissions.get("h6", "a") is principal
+    admissions.put("x" * 5000, "a", principal)  # too long to keep
+    assert admissions.get("x" * 5000, "a") is None
 
 
 def test_the_general_twin_really_goes_the_general_way(twins, monkeypatch):

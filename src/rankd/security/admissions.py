@@ -13,7 +13,7 @@ Only successful admissions are kept, and only of principals that hold the
 operation's scope outright (a refusal is audited, so it always takes the
 gate's way).  An entry lasts until its credential expires (a token's
 ``exp``; after that the gate decides again, and refuses it), and the table
-is bounded: full, it is emptied.
+is bounded (entries, and the length of a header kept): full, it is emptied.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from rankd.security.auth import Principal
 
 #: Distinct (header, address) pairs kept at most.
 MAX_ADMISSIONS = 4096
+#: Headers longer than this are not kept (the table stays under ~10 MB even
+#: where any header is admitted: a server without authentication).
+MAX_HEADER_CHARS = 2048
 
 
 class Admissions:
@@ -62,7 +65,8 @@ class Admissions:
         """Remember that the gate admitted ``principal`` for ``header`` from
         ``address`` (only if it holds the operation's scope outright)."""
         scope = self._scope
-        if scope in (None, "self") or not principal.allows(scope):
+        if (scope in (None, "self") or not principal.allows(scope)
+                or (header is not None and len(header) > MAX_HEADER_CHARS)):
             return
         if len(self._entries) >= self.max_entries:
             self._entries.clear()
