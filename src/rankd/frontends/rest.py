@@ -31,6 +31,7 @@ from rankd.frontends.service import Service
 from rankd.frontends.upgrades import decline_unanswered_upgrade
 from rankd.metrics import CONTENT_TYPE, Metrics
 from rankd.security import Gate, RateLimited, TrustedProxies, Unauthorized
+from rankd.security.admissions import Admissions
 from rankd.security.auth import JOIN_TOKEN_SECONDS
 
 SERVICE = web.AppKey("service", Service)
@@ -91,6 +92,13 @@ class Door:
     metrics: Metrics
     origins: OriginPolicy
     forwarder: Forwarder | None
+    service: Service
+    #: Callers admitted to submit before (:func:`_submitted`); None: every
+    #: submission goes the general way (the tests' reference).
+    submitters: Admissions | None
+
+
+DOOR = web.AppKey("door", Door)
 
 
 async def _answered(request: web.Request,
@@ -106,6 +114,15 @@ async def _answered(request: web.Request,
                 raise
             return await _settled(request, functools.partial(
                 _gated, handler=handler, door=door, operation=operation), exc)
+    except Exception as exc:
+        return await _failed(request, exc, door)
+
+
+async def _failed(request: web.Request, exc: Exception, door: Door) -> web.StreamResponse:
+    """The JSON error answer to what answering ``request`` raised (``exc``),
+    or ``exc`` raised again for aiohttp to answer."""
+    try:
+        raise exc
     except NotPrimary as exc:
         forwarder = door.forwarder
         if forwarder is None or exc.primary is None or forwarded(request):
@@ -205,6 +222,50 @@ async def _gated(request: web.Request,
     return response
 
 
+#: The headers of a submission's answer but those aiohttp adds (Date,
+#: Content-Length), with those :func:`_add_headers` would add.
+SUBMITTED_HEADERS = {"Content-Type": "application/json", "Server": "rankd", **COMMON_HEADERS}
+
+
+async def _submitted(request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                     door: Door, operation: str) -> web.StreamResponse:
+    """:func:`_gated` then :func:`submit`, in one step, for the common
+    submission: no query string, ``Content-Type: application/json``, its
+    whole body arrived, not forwarded by another node.  The same checks in
+    the same order (gate, body, event), so the same answers; what it saves
+    is their generality: the caller's admission is remembered
+    (:class:`Admissions`), the answer's headers are made once.  Any other
+    submission goes :func:`_gated`'s way."""
+    headers = request.headers
+    submitters = door.submitters
+    if (submitters is None or request.query_string
+            or headers.get("Content-Type") != "application/json"
+            or not request.content.is_eof()
+            or (door.forwarder is not None and forwarded(request))):
+        return await _gated(request, handler, door, operation)
+    address = request.remote or ""
+    authorization = headers.get("Authorization")
+    principal = submitters.get(authorization, address)
+    if principal is None:
+        credential, from_url = credential_of(request, operation)
+        principal = door.gate.admitted(credential, operation, address, join_only=from_url)
+        submitters.put(authorization, address, principal)
+    if door.forwarder is None:  # nothing reads the body again (a forward would)
+        body = request.content.read_nowait()  # all here (is_eof): no coroutines
+        if len(body) > MAX_BODY_BYTES:
+            raise RequestError(f"request body exceeds {MAX_BODY_BYTES} bytes", "too_large")
+    else:
+        body = await _body(request)
+    data = decoded(body)
+    try:
+        answer = await door.service.submit(request.match_info["board"], data)
+    except NotPrimary:
+        request[PRINCIPAL] = principal  # forwarded with the caller's credential (_failed)
+        raise
+    return web.Response(body=orjson.dumps(answer), headers=SUBMITTED_HEADERS)
+
+
 def front_door(door: Door) -> Callable[..., Awaitable[web.StreamResponse]]:
     """The middleware every request goes through, outermost first: metrics
     (and the close of a declined upgrade), the origin policy
@@ -225,7 +286,13 @@ def front_door(door: Door) -> Callable[..., Awaitable[web.StreamResponse]]:
         try:
             response = _refused(request, door.origins, operation)
             if response is None:
-                response = await _answered(request, handler, door, operation)
+                if operation == "submit":  # the most common request: a frame less
+                    try:
+                        response = await _submitted(request, handler, door, operation)
+                    except Exception as exc:
+                        response = await _failed(request, exc, door)
+                else:
+                    response = await _answered(request, handler, door, operation)
         except web.HTTPException as exc:
             decline_unanswered_upgrade(request, exc)
             raise
@@ -252,20 +319,28 @@ async def read_json(request: web.Request) -> Any:
     if not (content_type == "application/json" or content_type.endswith("+json")):
         raise RequestError(f"request body must be JSON, sent as Content-Type: "
                            f"application/json (not {content_type})", "unsupported_media_type")
+    return decoded(await _body(request))
+
+
+async def _body(request: web.Request) -> bytes:
+    """The body's bytes, within the body timeout (:data:`BODY_TIMEOUT`)."""
     seconds = 0.0
     try:
         if request.content.is_eof():  # all here already (the common case): no timer
-            body = await request.read()
-        else:
-            seconds = request.app.get(BODY_TIMEOUT, BODY_SECONDS)
-            async with asyncio.timeout(seconds):
-                body = await request.read()
+            return await request.read()
+        seconds = request.app.get(BODY_TIMEOUT, BODY_SECONDS)
+        async with asyncio.timeout(seconds):
+            return await request.read()
     except TimeoutError:
         raise RequestError(f"the request body did not arrive within {seconds:g} s",
                            "timeout") from None
     except ConnectionError:  # the client went away mid-body: nobody to answer, no bug
         raise RequestError("the client closed the connection before its body arrived"
                            ) from None
+
+
+def decoded(body: bytes) -> Any:
+    """``body`` read as JSON (``RequestError`` if it is not)."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -626,10 +701,12 @@ def create_app(service: Service, gate: Gate | None = None,
     gate = gate or Gate.open()
     # Only behind trusted proxies: no cost on each request otherwise.
     first = [proxy_middleware(gate.trusted_proxies)] if gate.trusted_proxies else []
-    door = Door(gate, metrics_registry or Metrics(), origins or OriginPolicy(), forwarder)
+    door = Door(gate, metrics_registry or Metrics(), origins or OriginPolicy(), forwarder,
+                service, Admissions(gate, "submit"))
     app = web.Application(middlewares=[*first, front_door(door)],
                           client_max_size=MAX_BODY_BYTES)
     app[METRICS] = door.metrics
+    app[DOOR] = door
     app[SERVICE] = service
     app[GATE] = gate
     app[ORIGINS] = door.origins
