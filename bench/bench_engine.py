@@ -68,6 +68,7 @@ from rankd.engine import collector
 from rankd.engine.engine import Engine, EngineConfig
 from rankd.engine.errors import EngineError
 from rankd.engine.submission import Submission
+from rankd.engine.tail import MAX_SNAPSHOT_EVERY_BYTES, MAX_SNAPSHOT_EVERY_EVENTS
 
 BOARD = "bench"
 FIGURES = ("ingest", "ack", "recovery", "postgres")
@@ -151,7 +152,10 @@ def print_table(report: Report) -> None:
 
 
 def engine_config(path: Path, fsync: str) -> EngineConfig:
-    return EngineConfig(data_dir=path, fsync=fsync, snapshot_every_events=int(NEVER),
+    # Snapshots by count or bytes as late as allowed (rankd.engine.tail's bounds).
+    return EngineConfig(data_dir=path, fsync=fsync,
+                        snapshot_every_events=MAX_SNAPSHOT_EVERY_EVENTS,
+                        snapshot_every_bytes=MAX_SNAPSHOT_EVERY_BYTES,
                         snapshot_every_seconds=NEVER, housekeeping_seconds=NEVER)
 
 

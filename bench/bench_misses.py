@@ -38,10 +38,12 @@ CACHES = ["--D1=65536,2,64", "--LL=1048576,16,64"]
 async def ingest(total: int) -> None:
     from rankd.engine.engine import Engine, EngineConfig
     from rankd.engine.submission import Submission
+    from rankd.engine.tail import MAX_SNAPSHOT_EVERY_BYTES, MAX_SNAPSHOT_EVERY_EVENTS
 
     engine = await Engine.open(EngineConfig(
         data_dir=tempfile.mkdtemp(prefix="rankd-misses-"), fsync="no",
-        snapshot_every_events=10**12, snapshot_every_seconds=10**9))
+        snapshot_every_events=MAX_SNAPSHOT_EVERY_EVENTS,
+        snapshot_every_bytes=MAX_SNAPSHOT_EVERY_BYTES, snapshot_every_seconds=10**9))
     await engine.put_board("b", {"policy": "sum"})
     for start in range(0, total, 1000):
         await engine.submit_many([

@@ -24,6 +24,7 @@ import time
 
 from rankd.engine.engine import Engine, EngineConfig
 from rankd.engine.submission import Submission
+from rankd.engine.tail import MAX_SNAPSHOT_EVERY_BYTES, MAX_SNAPSHOT_EVERY_EVENTS
 
 
 async def fill(engine: Engine, members: int) -> None:
@@ -73,7 +74,8 @@ async def one_snapshot(engine: Engine) -> tuple[float, float, float, float]:
 async def main(members: int, repeats: int) -> None:
     with tempfile.TemporaryDirectory() as data_dir:
         engine = await Engine.open(EngineConfig(data_dir=data_dir, fsync="no",
-                                                snapshot_every_events=10**12))
+                                                snapshot_every_events=MAX_SNAPSHOT_EVERY_EVENTS,
+                                                snapshot_every_bytes=MAX_SNAPSHOT_EVERY_BYTES))
         await fill(engine, members)
         gc.freeze()  # as the daemon does after recovery
         runs = [await one_snapshot(engine) for _ in range(repeats)]
