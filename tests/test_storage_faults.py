@@ -212,9 +212,30 @@ def test_a_deleted_middle_segment_is_a_gap(tmp_path, base_log):
 
 def test_a_deleted_first_segment_is_a_gap_before_the_log(tmp_path, base_log):
     data_dir = copy_of(base_log, tmp_path / "data")
-    frames_of(data_dir)[0][0].path.unlink()
+    segments = frames_of(data_dir)
+    segments[0][0].path.unlink()
+    kept = {s[0].path.name: s[0].path.read_bytes() for s in segments[1:]}
     with pytest.raises(WalCorruptError, match=r"the WAL starts at position .* records 1-"):
         run(standings(data_dir))
+    # Repair replays none of a log that cannot follow the snapshot, and keeps
+    # every segment of it aside (it used to replay the rest into nothing,
+    # and the next snapshot deleted the segments that held it).
+    assert run(standings(data_dir, repair=True)) == {}
+    wal = data_dir / "wal"
+    aside = {path.name.split("-", 2)[2].removesuffix(".bad"): path.read_bytes()
+             for path in wal.glob("corrupt-*")}
+    assert aside == kept
+
+    async def write_and_stop_cleanly():  # the log goes on; a snapshot keeps what is aside
+        engine = await Engine.open(engine_config(data_dir, segment_bytes=SEGMENT_BYTES))
+        await engine.put_board("b", {"policy": "sum"})
+        await engine.submit(sub("b", "after", delta=1, event_id="after"))
+        await engine.close(snapshot=True)
+
+    run(write_and_stop_cleanly())
+    assert run(standings(data_dir)) == {"after": 1.0}
+    assert {path.name.split("-", 2)[2].removesuffix(".bad"): path.read_bytes()
+            for path in wal.glob("corrupt-*")} == kept
 
 
 def test_segments_deleted_from_the_end_below_a_snapshot_are_missing(tmp_path, base_log):

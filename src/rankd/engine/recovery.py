@@ -171,6 +171,9 @@ class Recovery:
         if not self.core.config.repair:
             raise WalCorruptError(wal.directory, 0, missing)
         log.error("%s; going on because repair is enabled", missing)
+        if first is not None and first > snapshot_lsn + 1:
+            # Nothing of it can follow the snapshot: keep it all aside, replay none.
+            wal.set_all_aside(snapshot_lsn)
 
     def _check_snapshot_kind(self, sections: list[bytes]) -> None:
         """A cluster node's snapshot starts with its positions in the groups'

@@ -365,6 +365,28 @@ class WriteAheadLog:
                   "every later segment moved aside as corrupt-%s-*", path.name, offset,
                   len(data) - offset, stamp)
 
+    def set_all_aside(self, after_lsn: int) -> None:
+        """Repair at opening, for a log that starts after the state a
+        snapshot restores (records between are missing, so none of it can be
+        replayed): every segment is kept aside as a corrupt-* file, and the
+        log starts anew after ``after_lsn``."""
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        for _, path in self._segments:
+            path.rename(self.directory / f"corrupt-{stamp}-{path.name}.bad")
+        log.error("write-ahead log repaired: %d segment(s) moved aside as corrupt-%s-*; "
+                  "the log starts again after position %d", len(self._segments), stamp,
+                  after_lsn)
+        self._segments.clear()
+        self._active_bytes = self._file_bytes = 0
+        self._acknowledged_end = None
+        self._last_lsn = self._written_lsn = self._durable_lsn = after_lsn
+        self._rolls = [(0, after_lsn + 1)]
+        # The mark named segments now set aside: none until the next fsync.
+        self._mark = None
+        if self._mark_fd is not None:
+            os.ftruncate(self._mark_fd, 0)
+        fsync_directory(self.directory)
+
     # --- positions ------------------------------------------------------------------
 
     @property
