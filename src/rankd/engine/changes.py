@@ -306,11 +306,7 @@ class BoardChanges:
         board = self.queries.board(name, reading=False)  # it may be gone meanwhile
         _, _, _, index = self.queries.resolve(name, window, period, reading=False)
         view = SortedView(index, board.config.order == "asc")
-        chosen = {}
-        for member in choose(view):
-            score = view.score(member)
-            if score is not None:
-                chosen[member] = score
+        chosen = view.picked(choose)
         if not chosen:
             return [], []
         now_ms = self.now_ms()

@@ -199,11 +199,7 @@ class Transaction:
         board, _, _, index = engine.resolve(name, window, period, reading=False)
         self._writable(name)
         view = SortedView(index, board.config.order == "asc")
-        chosen = {}
-        for member in choose(view):
-            score = view.score(member)
-            if score is not None:
-                chosen[member] = score
+        chosen = view.picked(choose)
         now_ms = engine.now_ms()
         for member in chosen:
             self._log([records.REMOVE, name, member, now_ms])

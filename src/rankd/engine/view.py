@@ -19,6 +19,7 @@ board's order, nor touch its index:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rankd.engine import zeros
@@ -48,6 +49,16 @@ class SortedView:
 
     def score(self, member: str) -> float | None:
         return None if self._index is None else self._index.score(member)
+
+    def picked(self, choose: Callable[[SortedView], Iterable[str]]) -> dict[str, float]:
+        """The members ``choose`` picks from this view that it holds, with
+        their scores, in the order picked (what a removal removes)."""
+        chosen = {}
+        for member in choose(self):
+            score = self.score(member)
+            if score is not None:
+                chosen[member] = score
+        return chosen
 
     def position(self, member: str, *, reverse: bool = False) -> int | None:
         """The member's 0-based position from the lowest score (``ZRANK``),
