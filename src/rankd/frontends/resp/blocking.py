@@ -153,7 +153,7 @@ async def wait(conn: Any, names: list[str], deadline: float | None,
             await waiter.event.wait()
             conn.unblock = None
             waiter.event.clear()
-            if conn.closing or waiter.timed_out:
+            if conn.closing or conn.ended or waiter.timed_out:
                 return None
             found = await attempt()
             if found is not None:

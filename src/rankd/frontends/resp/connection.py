@@ -227,6 +227,21 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.queued_bytes = 0
         monitor.detach(self)
 
+    def _has_work(self) -> bool:
+        return self.parse_paused or super()._has_work()
+
+    def _ended(self) -> None:
+        if self.unblock is not None:  # a blocked pop meets the EOF: see ``freed``
+            self.unblock()
+
+    def freed(self) -> None:
+        """A blocking pop that would wait met the client's EOF: as Redis
+        frees such a client, the pop and all sent after it are dropped
+        (the replies before it are written on a half-close)."""
+        self.queue.clear()
+        self.queued_bytes = 0
+        self.reader = self._reader()  # (what it buffered, too)
+
     def _data_received(self, data: bytes) -> None:
         """``data_received`` the general way (the lane's, for what it does not take)."""
         if self.closing:
@@ -272,6 +287,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self._data_received(b"")
         if not (self.parse_paused or self.reading_paused or self.closing):
             self.transport.resume_reading()
+        self._finish()  # (after the client's EOF: once all it sent is answered)
 
     def _queue_items(self, items: list[Any]) -> None:
         """Queue requests for the worker, which answers them in order."""
@@ -406,6 +422,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             self.transport.abort()
         finally:
             self.worker = None
+            self._finish()
 
     async def _pop_run(self, words: list[bytes], out: list[bytes],
                        pending: list[tuple[int, Writes | Applied]]) -> bool:
