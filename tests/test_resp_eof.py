@@ -13,8 +13,10 @@ runs all it has read, which is at least as much).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
+import ssl
 import time
 
 import pytest
@@ -223,3 +225,35 @@ def test_kill_after_full_close_keeps_what_was_applied(tmp_path):
     finally:
         daemon.stop()
         redis.stop()
+
+
+def test_over_tls_a_half_close_still_runs_what_was_sent(tmp_path):
+    """asyncio's TLS transport cannot stay open half-closed: the commands
+    sent before the EOF run all the same, unanswered."""
+    from test_security import _self_signed
+
+    cert, key = _self_signed(tmp_path)
+    context = ssl.create_default_context(cafile=str(cert))
+    with Daemon(tmp_path / "data", "--tls-cert", str(cert), "--tls-key", str(key),
+                ssl_context=context) as daemon:
+        commands = [["ZADD", "tls", "0", "seed"]] + [
+            ["ZADD", "tls", str(i), f"m{i}"] if i % 3 else ["ZPOPMIN", "tls"]
+            for i in range(3000)]
+        raw = socket.create_connection(("127.0.0.1", daemon.resp_port), timeout=10)
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+            sock.sendall(_payload(commands))
+            sock.shutdown(socket.SHUT_WR)
+            with contextlib.suppress(OSError):
+                while sock.recv(1 << 16):
+                    pass
+        expected = 1 + sum(1 for i in range(3000) if i % 3) - 1000
+        deadline = time.monotonic() + 10
+        while True:
+            raw = socket.create_connection(("127.0.0.1", daemon.resp_port), timeout=10)
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+                sock.sendall(encode_request(["ZCARD", "tls"]))
+                card = sock.recv(100)
+            if card == b":%d\r\n" % expected or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert card == b":%d\r\n" % expected

@@ -14,7 +14,8 @@ are served in arrival order, and a client blocked on several boards by
 whichever gets members first.
 
 A waiter is woken only by its boards, its timer and its connection closing
-(``RespConnection.unblock``): no polling, and nothing of it stays behind
+or its client's EOF (``RespConnection.unblock``; it then leaves, as Redis
+frees a client that closes while blocked): no polling, and nothing of it stays behind
 once its command ends.  A connection runs one command at a time (what it
 pipelined after waits behind it, as in Redis), so each connection has at
 most one waiter, and the server at most its connection cap

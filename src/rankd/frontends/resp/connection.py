@@ -29,6 +29,13 @@ they drain), and replies by the transport's back-pressure: answering waits
 while the client does not read, and a client that does not read for the
 idle timeout (at most ``OUTPUT_STALL_SECONDS``) is dropped.  Every command,
 those open to all included, is charged to a rate-limit bucket.
+
+A client that closes (or half-closes) after pipelining gets every command
+received before its EOF run, in order, as Redis runs them
+(:mod:`rankd.frontends.peer_end`); a blocking pop that would wait then is
+dropped with what follows it (:meth:`RespConnection.freed`), as Redis frees
+such a client.  A batch of the worker ends after :data:`BATCH_SECONDS` of
+work, so a long pipeline leaves the loop to others between batches.
 """
 
 from __future__ import annotations
