@@ -23,20 +23,14 @@ import pytest
 
 from daemon import Daemon
 from rankd.frontends.resp.protocol import encode_request
-from redisserver import RedisClient, RedisServer, as_redis_72
+from redisserver import RedisClient, RedisServer, as_redis_72, paired
 from respclient import RawClient
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
-    redis = RedisServer()
-    daemon = Daemon(tmp_path_factory.mktemp("resp-eof") / "data", "--fsync", "no")
-    daemon.start()
-    try:
-        yield redis.port, daemon.resp_port
-    finally:
-        daemon.stop()
-        redis.stop()
+    with paired(tmp_path_factory.mktemp("resp-eof") / "data", "--fsync", "no") as ports:
+        yield ports
 
 
 def _payload(commands: list[list[str]]) -> bytes:
