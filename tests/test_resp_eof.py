@@ -251,3 +251,25 @@ def test_over_tls_a_half_close_still_runs_what_was_sent(tmp_path):
                 break
             time.sleep(0.05)
         assert card == b":%d\r\n" % expected
+
+
+def test_a_half_closed_client_that_never_reads_is_dropped(tmp_path):
+    """Replies wait for a half-closed client no longer than for an open one
+    (the idle timeout, at most a minute): then the connection is dropped
+    and its slot freed, though it is closing."""
+    with Daemon(tmp_path / "data", "--fsync", "no", "--idle-timeout", "2") as daemon, \
+            RawClient(daemon.resp_port) as other:
+        other.call("ZADD", "wide", *(w for i in range(2000) for w in (str(i), f"m{i:05}")))
+        connected = other.call("INFO", "clients")
+        assert b"connected_clients:1\r\n" in connected
+        sock = socket.create_connection(("127.0.0.1", daemon.resp_port), timeout=10)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        try:
+            sock.sendall(_payload([["ZRANGE", "wide", "0", "-1", "WITHSCORES"]] * 300))
+            sock.shutdown(socket.SHUT_WR)  # and never reads
+            deadline = time.monotonic() + 15
+            while b"connected_clients:1\r\n" not in other.call("INFO", "clients"):
+                assert time.monotonic() < deadline, "the half-closed client stays"
+                time.sleep(0.2)
+        finally:
+            sock.close()

@@ -360,6 +360,10 @@ class PipelinedConnection(asyncio.Protocol):
             self._all_answered.add_done_callback(lambda _: self._finish())
             return
         self.closing = True
+        if self.blocked_since is None and self.transport.get_write_buffer_size():
+            # The close waits for the client to read the rest: no longer than
+            # replies wait for an open connection (the sweeper's stall check).
+            self.blocked_since = self.loop.time()
         self.transport.close()  # (a GoneTransport releases the connection)
 
     def pause_writing(self) -> None:
@@ -535,12 +539,14 @@ class PipelinedServer:
                 self.pacer.set_active(self, sum(
                     1 for c in self.connections if now - c.last_active < SWEEP_SECONDS))
             for connection in list(self.connections):
-                if connection.closing:
-                    continue
                 blocked = connection.blocked_since
                 if blocked is not None and now - blocked > min(
                         self.idle_timeout or OUTPUT_STALL_SECONDS, OUTPUT_STALL_SECONDS):
-                    connection.stalled()  # (Redis: client-output-buffer-limit)
+                    # (Redis: client-output-buffer-limit.)  Closing ones too: a
+                    # client that half-closed, or sent QUIT, and never reads.
+                    connection.stalled()
+                elif connection.closing:
+                    continue
                 elif not connection.authenticated:
                     if now - connection.opened_at > HANDSHAKE_SECONDS:
                         connection.handshake_expired()
