@@ -8,8 +8,9 @@ A REST-made board of two windows (``all``, ``daily``) and member labels
 ``--members`` members, the daemon restarted (the state recovered is frozen
 out of the garbage collector's walks), then a RESP client pipelines
 ``--pops`` ``ZPOPMIN``s while another client sends ``GET /v1/health`` one
-at a time.  Each round runs both trees back to back, the first of them
-alternating; per tree the medians over rounds of: the pipeline's time,
+at a time (``--no-health``: none, for the CPU time of the pops alone).
+Each round runs both trees back to back, the first of them alternating;
+per tree the medians over rounds of: the pipeline's time,
 the daemon's CPU time (user+sys, from /proc) for it, the worst health
 request and the longest loop hold (the watchdog's histogram bucket that
 holds every heartbeat of the run).
@@ -42,7 +43,8 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(tree: Path, members: int, pops: int) -> tuple[float, float, float, float]:
+def run(tree: Path, members: int, pops: int, health_checks: bool = True
+        ) -> tuple[float, float, float, float]:
     """One run at ``tree``: (seconds, CPU seconds, worst health request, longest hold)."""
     with tempfile.TemporaryDirectory() as directory, Daemon(
             Path(directory) / "data", "--fsync", "no",
@@ -63,12 +65,13 @@ def run(tree: Path, members: int, pops: int) -> tuple[float, float, float, float
             client.send(encode_request(["ZPOPMIN", "wl"]) * pops)
             answered, worst = 0, 0.0
             while answered < pops:
-                asked = time.monotonic()
-                health.request("GET", "/v1/health")
-                health.getresponse().read()
-                worst = max(worst, time.monotonic() - asked)
+                if health_checks:
+                    asked = time.monotonic()
+                    health.request("GET", "/v1/health")
+                    health.getresponse().read()
+                    worst = max(worst, time.monotonic() - asked)
                 while answered < pops and (client.buffer or select.select(
-                        [client.sock], [], [], 0)[0]):
+                        [client.sock], [], [], 0 if health_checks else 1)[0]):
                     client.reply()
                     answered += 1
             elapsed = time.monotonic() - started
@@ -85,13 +88,16 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=60_000)
     parser.add_argument("--pops", type=int, default=15_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-health", action="store_true",
+                        help="no health requests meanwhile (their own CPU is then not counted)")
     args = parser.parse_args()
     trees = {"base": args.base.resolve(), "current": ROOT}
     results: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in trees}
     for round_ in range(args.rounds):
         order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
         for name in order:
-            results[name].append(run(trees[name], args.members, args.pops))
+            results[name].append(run(trees[name], args.members, args.pops,
+                                     not args.no_health))
             print(name, "round", round_, results[name][-1], flush=True)
     print(f"\n{args.pops} pipelined ZPOPMIN on a board of {args.members} members, two windows "
           f"and labels; median of {args.rounds} round(s)")

@@ -1,12 +1,12 @@
 """Pipelined pops on the general path leave the event loop to others.
 
 On a REST-made board with windows and labels the native pop lane does not
-take pops (``resp/pop_lane.py``): they go the general way, ~30 µs each.
-The connection's worker once ran a whole pipeline's worth of them in one
-batch (up to a megabyte of replies: ~35,000 pops), holding the loop
+take pops (``resp/pop_lane.py``): they go the general way, a few µs of CPU
+each.  The connection's worker once ran a whole pipeline's worth of them
+in one batch (up to a megabyte of replies: ~35,000 pops), holding the loop
 100 ms and more; now a batch ends after a few ms of work
-(``BATCH_SECONDS``), a run of pops holds at most ``pop_runs.MAX_RUN``, and
-the pops the native lane gives back are unpacked a batch's worth at a time.
+(``BATCH_SECONDS``), and the pops the native lane gives back are unpacked
+a batch's worth at a time.
 """
 
 from __future__ import annotations

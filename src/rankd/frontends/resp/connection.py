@@ -108,7 +108,7 @@ WORD_OVERHEAD = 40
 PACKED_REQUEST_BYTES = 128
 #: The worker's batch ends after this much work (seconds), whatever it
 #: has left: a pipeline of pops on a board of windows and labels (the
-#: general path, ~30 µs each) held the loop 100 ms in one batch.
+#: general path) held the loop 100 ms and more in one batch.
 BATCH_SECONDS = 0.004
 MAX_AUTH_FAILURES = 3
 #: Before AUTH: the largest request (all its words) and the most words in one.

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from rankd.frontends.resp.context import Context
 
 #: Commands one run may hold: the worker's batch (``QUEUE_LOW_WATER``).
-MAX_RUN = 128
+MAX_RUN = 512
 _HIGHEST = {b"zpopmin": False, b"ZPOPMIN": False, b"zpopmax": True, b"ZPOPMAX": True}
 
 
