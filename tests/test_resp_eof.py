@@ -193,7 +193,8 @@ def test_blocked_pop_then_eof_frees_the_client(servers):
 
 def test_kill_after_full_close_keeps_what_was_applied(tmp_path):
     """A client pipelines and closes at once; once another connection sees
-    the state Redis ends in, a kill -9 loses none of it."""
+    the state Redis ends in (and a write of its own is acknowledged, so all
+    logged before it is durable), a kill -9 loses none of it."""
     redis = RedisServer()
     daemon = Daemon(tmp_path / "data", "--fsync", "always")
     daemon.start()
@@ -211,6 +212,9 @@ def test_kill_after_full_close_keeps_what_was_applied(tmp_path):
             expected = _state(client, keys)
         full_close(daemon.resp_port, payload)
         assert settled_state(daemon.resp_port, keys, expected) == expected
+        with RawClient(daemon.resp_port) as client:
+            # Acknowledged once durable, after all the log holds before it.
+            assert client.call("ZADD", "barrier", "1", "x") == b":1\r\n"
         daemon.process.send_signal(signal.SIGKILL)
         daemon.process.wait(10)
         daemon.start()
