@@ -24,10 +24,13 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from daemon import Daemon
 from rankd.frontends.resp.doubles import format_double
 from respclient import RawClient
 
@@ -114,3 +117,17 @@ class RedisClient(RawClient):
     def reply(self) -> bytes:
         raw = super().reply()
         return as_redis_72(raw) if self.rewrite else raw
+
+
+@contextmanager
+def paired(data_dir: Path, *daemon_args: str) -> Iterator[tuple[int, int]]:
+    """A ``redis-server`` and a rankd daemon (``daemon_args``) side by
+    side: their ports ``(redis, rankd's RESP)``, both stopped after."""
+    redis = RedisServer()
+    daemon = Daemon(data_dir, *daemon_args)
+    try:
+        daemon.start()
+        yield redis.port, daemon.resp_port
+    finally:
+        daemon.stop()
+        redis.stop()

@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from rankd.engine import zeros
 from rankd.engine.coalescer import SubmitCoalescer
 from rankd.engine.commits import Commits, failed
 from rankd.engine.core import Core
@@ -51,7 +52,7 @@ class Submits:
         (answer,) = await self.coalescer.submit_many([submission])
         if isinstance(answer, EngineError):
             raise answer
-        return answer
+        return zeros.shown(answer)  # (REST's: a -0 shows as 0, as in reads)
 
     async def submit_many(self, submissions: Iterable[Submission]
                           ) -> list[dict[str, Any] | EngineError]:

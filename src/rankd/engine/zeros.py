@@ -78,6 +78,18 @@ def stored_zero(config: BoardConfig, index: Any, member: str, new_member: bool) 
     return -0.0 if skiplist((length, member_bytes)) else 0.0
 
 
+def shown(answer: dict[str, Any]) -> dict[str, Any]:
+    """A write's answer as REST and TCP show it (changed in place,
+    returned): a stored ``-0`` score (and previous score) is ``0``, as their
+    reads show it.  RESP reads the answer raw: ``ZINCRBY`` adds to the
+    previous score's sign as Redis does."""
+    if answer.get("score") == 0.0:
+        answer["score"] = 0.0
+    if answer.get("previous") == 0.0:
+        answer["previous"] = 0.0
+    return answer
+
+
 def settle_after_load(boards: dict[str, Board]) -> int:
     """Decide every Redis board's encoding afresh from what it holds, as
     Redis does when it loads a dump: a board of at most 128 members of at

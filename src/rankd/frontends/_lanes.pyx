@@ -69,6 +69,8 @@ cdef class Lane:
     cdef public object worker
     cdef public object _all_answered
     cdef public bint closing
+    # The transport is lost: replies are dropped (``peer_end``).
+    cdef public bint gone
     cdef public bint writable
     cdef public double last_active
     # When the caller's credential expires, in loop time (0: never): past
@@ -155,7 +157,7 @@ cdef class Lane:
         answering = self.answering
         if error is None and len(answering) == 1 and answering[0] is entry:
             self.answering_clear()
-            if not self.closing:
+            if not (self.closing or self.gone):
                 self.write(self._encode(entry[0]))
             if self._all_answered is not None:
                 self._tell_answered()

@@ -37,6 +37,8 @@ from rankd.engine._packing cimport (
     read_be, take, writer_reserve,
 )
 
+from rankd.engine.zeros import shown
+
 cdef enum:
     LENGTH_BYTES = 4
     MAX_ID = 0xffffffff
@@ -330,7 +332,7 @@ cdef bytes encode_run(Packed packed, object ok, object error, Py_ssize_t *answer
             item = &packed.items[i]
             answer = answers[i]
             if answer is not None:
-                frame = (ok(item.tag, answer) if type(answer) is dict
+                frame = (ok(item.tag, shown(answer)) if type(answer) is dict
                          else error(item.tag, answer.code, answer.message))
                 writer_reserve(&w, len(frame))
                 memcpy(w.data + w.size, <const char *>(<bytes>frame), len(frame))
@@ -348,12 +350,12 @@ cdef bytes encode_run(Packed packed, object ok, object error, Py_ssize_t *answer
             put_str(&w, b"member", 6)
             _put_span(&w, packed, &item.member)
             put_str(&w, b"score", 5)
-            put_float(&w, result.score)
+            put_float(&w, result.score + 0.0)  # a stored -0 shows as 0 (as reads show it)
             put_str(&w, b"rank", 4)
             put_int(&w, result.rank)
             put_str(&w, b"previous", 8)
             if result.has_previous:
-                put_float(&w, result.previous)
+                put_float(&w, result.previous + 0.0)
             else:
                 put_nil(&w)
             put_str(&w, b"changed", 7)

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from rankd.engine.errors import EngineError
+from rankd.frontends.peer_end import GoneTransport
 from rankd.security.auth import JWT_LEEWAY_SECONDS
 from rankd.security.limits import is_loopback
 
@@ -242,6 +243,11 @@ class PipelinedConnection(asyncio.Protocol):
         self.address = ""
         self.admitted = False
         self.closing = False
+        #: The client is done sending (EOF, or gone): what it sent runs,
+        #: then the connection closes (:mod:`.peer_end`).
+        self.ended = False
+        #: The transport is lost: what was received runs unanswered.
+        self.gone = False
         self.reading_paused = False
         self.can_write = asyncio.Event()
         self.can_write.set()
@@ -295,6 +301,20 @@ class PipelinedConnection(asyncio.Protocol):
         self.server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.writable = True
+        self.can_write.set()
+        self.blocked_since = None
+        if not self.closing and self.admitted and self._has_work():
+            # The client is gone with requests received and not run yet:
+            # they run, unanswered, and the slot is held until they are done.
+            self.ended = self.gone = True
+            self.transport = GoneTransport(self.transport, self._released)
+            self._ended()
+            return
+        self._released()
+
+    def _released(self) -> None:
+        """The connection is done: its slot is free and what it holds dropped."""
         self.closing = True
         if self.admitted:
             self.admitted = False
@@ -303,8 +323,48 @@ class PipelinedConnection(asyncio.Protocol):
         self._forget()
         self.answering.clear()
         self._tell_answered()
-        self.writable = True
-        self.can_write.set()
+
+    def eof_received(self) -> bool | None:
+        """The client is done sending: run what it sent, in order, and
+        write the replies (a half-close keeps the transport writable),
+        then close (:meth:`_finish`).  Over TLS the transport closes
+        regardless: the requests still run, unanswered (``connection_lost``)."""
+        if self.closing or not self.admitted:
+            return None
+        first = not self.ended
+        self.ended = True
+        if first:
+            self._ended()
+        if not (self._has_work() or self.answering) or self.closing:
+            return None  # nothing left to answer: asyncio closes the transport
+        if self.transport.get_extra_info("sslcontext") is not None:
+            return None  # (asyncio's TLS transport cannot stay open half-closed)
+        return True
+
+    def _has_work(self) -> bool:
+        """Whether requests received are still to run (a subclass adds what
+        its reader holds)."""
+        return bool(self.queue) or self.worker is not None
+
+    def _ended(self) -> None:
+        """The client is done sending (a subclass drops what Redis would)."""
+
+    def _finish(self) -> None:
+        """Close an ended connection once what it received has run and its
+        replies are written."""
+        if not self.ended or self.closing or self._has_work():
+            return
+        if self.answering:  # runs with the engine: once they are answered
+            if self._all_answered is None:
+                self._all_answered = self.loop.create_future()
+            self._all_answered.add_done_callback(lambda _: self._finish())
+            return
+        self.closing = True
+        if self.blocked_since is None and self.transport.get_write_buffer_size():
+            # The close waits for the client to read the rest: no longer than
+            # replies wait for an open connection (the sweeper's stall check).
+            self.blocked_since = self.loop.time()
+        self.transport.close()  # (a GoneTransport releases the connection)
 
     def pause_writing(self) -> None:
         self.writable = False
@@ -479,12 +539,14 @@ class PipelinedServer:
                 self.pacer.set_active(self, sum(
                     1 for c in self.connections if now - c.last_active < SWEEP_SECONDS))
             for connection in list(self.connections):
-                if connection.closing:
-                    continue
                 blocked = connection.blocked_since
                 if blocked is not None and now - blocked > min(
                         self.idle_timeout or OUTPUT_STALL_SECONDS, OUTPUT_STALL_SECONDS):
-                    connection.stalled()  # (Redis: client-output-buffer-limit)
+                    # (Redis: client-output-buffer-limit.)  Closing ones too: a
+                    # client that half-closed, or sent QUIT, and never reads.
+                    connection.stalled()
+                elif connection.closing:
+                    continue
                 elif not connection.authenticated:
                     if now - connection.opened_at > HANDSHAKE_SECONDS:
                         connection.handshake_expired()

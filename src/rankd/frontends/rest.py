@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import hdrs, web
+from aiohttp.web_urldispatcher import _default_expect_handler
 
 from rankd.engine.engine import SETTLE_TRIES
 from rankd.engine.errors import EngineError, NotFound, NotPrimary, Unsettled
@@ -690,6 +691,25 @@ def proxy_middleware(proxies: TrustedProxies) -> Callable[..., Awaitable[web.Str
     return middleware
 
 
+async def _expect(request: web.Request) -> web.StreamResponse | None:
+    """``Expect: 100-continue``: a body announced over the limit is refused
+    (413) before the client sends it; aiohttp's own handler, which runs
+    before any middleware, invited it with ``100 Continue`` first."""
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        response = error_response("too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
+        response.force_close()  # (the body is never read)
+        return response
+    return await _default_expect_handler(request)
+
+
+def _expecting(route: Any) -> Any:
+    """``route`` with :func:`_expect` as its expect handler."""
+    if not isinstance(route, web.RouteDef):
+        return route
+    return web.RouteDef(route.method, route.path, route.handler,
+                        {**route.kwargs, "expect_handler": _expect})
+
+
 def create_app(service: Service, gate: Gate | None = None,
                metrics_registry: Metrics | None = None,
                origins: OriginPolicy | None = None,
@@ -720,6 +740,6 @@ def create_app(service: Service, gate: Gate | None = None,
         app.on_cleanup.append(close_forwarder)
     app.on_response_prepare.append(_add_headers)
     # The router tries a path's candidates in order: submissions' first.
-    app.add_routes(sorted(routes, key=lambda route: getattr(route, "handler", None)
-                          is not submit))
+    app.add_routes(sorted(map(_expecting, routes),
+                          key=lambda route: getattr(route, "handler", None) is not submit))
     return app

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from rankd.engine import zeros
 from rankd.engine.config import BoardConfig
 from rankd.engine.engine import Engine
 from rankd.engine.errors import EngineError, InvalidInput, NotFound
@@ -220,7 +221,8 @@ class Service:
         for slot in slots:
             if slot is None:
                 answer = next(answers)
-                slot = {"error": describe(answer)} if isinstance(answer, EngineError) else answer
+                slot = ({"error": describe(answer)} if isinstance(answer, EngineError)
+                        else zeros.shown(answer))  # (-0 shows as 0, as in reads)
             results.append(slot)
         return results
 

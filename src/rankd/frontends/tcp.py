@@ -439,6 +439,7 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
             self.transport.abort()
         finally:
             self.worker = None
+            self._finish()  # (after the client's EOF: once all it sent is answered)
 
     def _is_submit(self, message: Any) -> bool:
         return (self.greeted and self.principal is not None and isinstance(message, list)

@@ -14,7 +14,8 @@ are served in arrival order, and a client blocked on several boards by
 whichever gets members first.
 
 A waiter is woken only by its boards, its timer and its connection closing
-(``RespConnection.unblock``): no polling, and nothing of it stays behind
+or its client's EOF (``RespConnection.unblock``; it then leaves, as Redis
+frees a client that closes while blocked): no polling, and nothing of it stays behind
 once its command ends.  A connection runs one command at a time (what it
 pipelined after waits behind it, as in Redis), so each connection has at
 most one waiter, and the server at most its connection cap
@@ -153,7 +154,7 @@ async def wait(conn: Any, names: list[str], deadline: float | None,
             await waiter.event.wait()
             conn.unblock = None
             waiter.event.clear()
-            if conn.closing or waiter.timed_out:
+            if conn.closing or conn.ended or waiter.timed_out:
                 return None
             found = await attempt()
             if found is not None:

@@ -29,6 +29,13 @@ they drain), and replies by the transport's back-pressure: answering waits
 while the client does not read, and a client that does not read for the
 idle timeout (at most ``OUTPUT_STALL_SECONDS``) is dropped.  Every command,
 those open to all included, is charged to a rate-limit bucket.
+
+A client that closes (or half-closes) after pipelining gets every command
+received before its EOF run, in order, as Redis runs them
+(:mod:`rankd.frontends.peer_end`); a blocking pop that would wait then is
+dropped with what follows it (:meth:`RespConnection.freed`), as Redis frees
+such a client.  A batch of the worker ends after :data:`BATCH_SECONDS` of
+work, so a long pipeline leaves the loop to others between batches.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import functools
 import itertools
 import logging
 import ssl as ssl_module
+import time
 from typing import TYPE_CHECKING, Any
 
 from rankd._native import native_or
@@ -98,6 +106,10 @@ REQUEST_OVERHEAD = 64
 WORD_OVERHEAD = 40
 #: A packed run's requests, each (its spans, its result, its share of the read).
 PACKED_REQUEST_BYTES = 128
+#: The worker's batch ends after this much work (seconds), whatever it
+#: has left: a pipeline of pops on a board of windows and labels (the
+#: general path) held the loop 100 ms and more in one batch.
+BATCH_SECONDS = 0.004
 MAX_AUTH_FAILURES = 3
 #: Before AUTH: the largest request (all its words) and the most words in one.
 HANDSHAKE_MAX_BULK = 16 * 1024
@@ -227,6 +239,21 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.queued_bytes = 0
         monitor.detach(self)
 
+    def _has_work(self) -> bool:
+        return self.parse_paused or super()._has_work()
+
+    def _ended(self) -> None:
+        if self.unblock is not None:  # a blocked pop meets the EOF: see ``freed``
+            self.unblock()
+
+    def freed(self) -> None:
+        """A blocking pop that would wait met the client's EOF: as Redis
+        frees such a client, the pop and all sent after it are dropped
+        (the replies before it are written on a half-close)."""
+        self.queue.clear()
+        self.queued_bytes = 0
+        self.reader = self._reader()  # (what it buffered, too)
+
     def _data_received(self, data: bytes) -> None:
         """``data_received`` the general way (the lane's, for what it does not take)."""
         if self.closing:
@@ -272,6 +299,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self._data_received(b"")
         if not (self.parse_paused or self.reading_paused or self.closing):
             self.transport.resume_reading()
+        self._finish()  # (after the client's EOF: once all it sent is answered)
 
     def _queue_items(self, items: list[Any]) -> None:
         """Queue requests for the worker, which answers them in order."""
@@ -349,8 +377,9 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                 out: list[bytes] = []
                 pending: list[tuple[int, Writes | Applied]] = []
                 size = [0, 0]
+                until = time.perf_counter() + BATCH_SECONDS
                 while (self.queue and not self.closing and len(out) < QUEUE_LOW_WATER
-                       and _grown(out, size) < OUT_HIGH_WATER):
+                       and _grown(out, size) < OUT_HIGH_WATER and time.perf_counter() < until):
                     words = self.queue.popleft()
                     self.queued_bytes -= weight(words)
                     if self.multi is not None and type(words) in _PACKED:
@@ -406,6 +435,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             self.transport.abort()
         finally:
             self.worker = None
+            self._finish()
 
     async def _pop_run(self, words: list[bytes], out: list[bytes],
                        pending: list[tuple[int, Writes | Applied]]) -> bool:

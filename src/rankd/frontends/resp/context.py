@@ -197,6 +197,8 @@ class Context(Protocol):
     #: Whether the reader packs runs of plain requests for the native paths.
     packs: bool
     closing: bool
+    #: The client is done sending (EOF, or gone: :mod:`rankd.frontends.peer_end`).
+    ended: bool
     #: Set by QUIT: close once its reply is written.
     quitting: bool
     multi: Multi | None
@@ -220,6 +222,9 @@ class Context(Protocol):
 
     def describe(self) -> str:
         """The CLIENT INFO / CLIENT LIST line."""
+
+    def freed(self) -> None:
+        """A blocking pop met the client's EOF: it and all after it are dropped."""
 
     def stalled(self) -> None:
         """Drop the connection: it does not read what it is sent."""

@@ -41,6 +41,8 @@ from rankd.watchdog import ACTIVITY
 PackedPops, _ = native_or("rankd.frontends.resp._pops", "PackedPops", None)
 _remove_run, _ = native_or("rankd.frontends.resp._pops", "remove_run", None)
 _RankIndex, _ = native_or("rankd._skiplist", "RankIndex", None)
+#: Pops the general path is given back at once, as commands (a batch's worth).
+UNPACKED_AT_ONCE = 512
 
 
 def answer(conn: Context, pops: Any, out: list[bytes],
@@ -69,8 +71,15 @@ def answer(conn: Context, pops: Any, out: list[bytes],
             _count(conn, pops, first, len(pops), exc.code)
             out.append(conn.replies.error(error_text(exc)) * (len(pops) - first))
             return []
+    # The rest as commands, a batch's worth at a time (unpacking thousands
+    # at once held the loop): what is beyond goes on as ``pops``.
+    end = min(len(pops), first + UNPACKED_AT_ONCE)
     reader = RequestReader(max_bulk=conn.server.max_bulk)
-    return [words for i in range(first, len(pops)) for words in reader.feed(pops.source(i))]
+    rest: list[Any] = [words for i in range(first, end) for words in reader.feed(pops.source(i))]
+    if end < len(pops):
+        pops.answered = end
+        rest.append(pops)
+    return rest
 
 
 def _board_run(conn: Context, pops: Any, first: int, out: list[bytes],

@@ -240,10 +240,13 @@ async def _block(conn: Context, keys: list[bytes], timeout: int, highest: bool,
         return conn.replies.null_array()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout / 1000 if timeout else None
-    found = await blocking.wait(conn, names, deadline,
-                                lambda: _pop_first(conn, names, highest, count))
+    found = None if conn.ended else await blocking.wait(
+        conn, names, deadline, lambda: _pop_first(conn, names, highest, count))
     if found is not None:
         return reply(conn, *found)
+    if conn.ended:  # the client is done sending: it cannot wait (as Redis frees it)
+        conn.freed()
+        return b""
     return b"" if conn.closing else conn.replies.null_array()
 
 
