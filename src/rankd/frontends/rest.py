@@ -27,6 +27,7 @@ from rankd.engine.errors import EngineError, NotFound, NotPrimary, Unsettled
 from rankd.frontends.forwarding import Forwarder, forwarded
 from rankd.frontends.openapi import openapi_document
 from rankd.frontends.origins import COMMON_HEADERS, OriginPolicy
+from rankd.frontends.rest_hot import install as install_hot_route
 from rankd.frontends.service import Service
 from rankd.frontends.upgrades import decline_unanswered_upgrade
 from rankd.metrics import CONTENT_TYPE, Metrics
@@ -244,6 +245,18 @@ async def _submitted(request: web.Request,
             or not request.content.is_eof()
             or (door.forwarder is not None and forwarded(request))):
         return await _gated(request, handler, door, operation)
+    return await _submit_now(request, door, request.match_info["board"])
+
+
+async def _submit_now(request: web.Request, door: Door, board: str) -> web.Response:
+    """A common submission (see :func:`_submitted`) to ``board``: admitted,
+    its body read and decoded, submitted, answered (raises what the general
+    path would: ``_failed`` answers it).  Also the hot route's
+    (:mod:`rankd.frontends.rest_hot`)."""
+    headers = request.headers
+    submitters = door.submitters
+    assert submitters is not None
+    operation = "submit"
     address = request.remote or ""
     authorization = headers.get("Authorization")
     principal = submitters.get(authorization, address)
@@ -259,7 +272,7 @@ async def _submitted(request: web.Request,
         body = await _body(request)
     data = decoded(body)
     try:
-        answer = await door.service.submit(request.match_info["board"], data)
+        answer = await door.service.submit(board, data)
     except NotPrimary:
         request[PRINCIPAL] = principal  # forwarded with the caller's credential (_failed)
         raise
@@ -719,6 +732,8 @@ def create_app(service: Service, gate: Gate | None = None,
 
         app.on_cleanup.append(close_forwarder)
     app.on_response_prepare.append(_add_headers)
+    # The common submission, before the router and the middlewares.
+    install_hot_route(app, door, _submit_now, _failed)
     # The router tries a path's candidates in order: submissions' first.
     app.add_routes(sorted(routes, key=lambda route: getattr(route, "handler", None)
                           is not submit))

@@ -1,0 +1,122 @@
+"""The REST hot route: the common submission answered before aiohttp's
+router and middlewares.
+
+What it owns: deciding, from the raw request line and headers alone,
+whether a request is a plain ``POST /v1/boards/{board}/scores`` that the
+front door's fast submission (``rest._submit_now``) answers exactly as the
+general way would, and answering it there.  Its design:
+
+* It replaces the application's request handler (``Application._handle``,
+  what aiohttp's ``Server`` calls for every request) with one that looks at
+  the request first.  A request it does not take goes on to the original
+  handler unchanged: the router, the middlewares, the response-prepare
+  signal.  What it saves on the ones it takes is what aiohttp and the
+  middlewares cost a request: resolving the route among all of them, the
+  match info, the middleware's frame, the origin policy's generality and
+  the response-prepare signal (its headers are in the answer already).
+* It takes only what needs none of what it skips: method ``POST``, a raw
+  path ``/v1/boards/<board>/scores`` with no query, no percent-encoding and
+  no dot segment (so the router would find the same board), ``Content-Type:
+  application/json`` exactly, the whole body arrived, and no ``Origin``,
+  ``Expect`` or ``Upgrade`` header (CORS, ``100-continue`` and declined
+  upgrades are the middlewares' work), no ``X-Forwarded-For`` when proxies
+  are trusted (the proxy middleware reads it), a ``Host`` the origin policy
+  accepts (a refusal is the general way's answer), on a single node (a
+  cluster node may forward, which needs the route's match info), and while
+  the door's fast submission is on (``Door.submitters``).
+* Every check the general way makes on such a request is still made, in
+  the same order, by ``rest._submit_now``: the gate (authentication, scope,
+  the rate limits charged), the body's size bound, its JSON, the event.
+  Errors are answered by ``rest._failed`` with the headers the signal
+  would have added, and the request is counted in the metrics under
+  ``submit`` as the front door counts it.  ``tests/test_rest_hot.py``
+  replays random requests both ways and compares the answers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from rankd.frontends.origins import COMMON_HEADERS
+
+PREFIX = "/v1/boards/"
+SUFFIX = "/scores"
+#: The headers ``rest._add_headers`` gives an answer to a request without
+#: ``Origin`` (a success's are in ``rest.SUBMITTED_HEADERS`` already).
+ANSWER_HEADERS = {"Server": "rankd", **COMMON_HEADERS}
+#: Headers that send a request the general way (see the module docstring).
+GENERAL_HEADERS = ("Origin", "Expect", "Upgrade")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class HotDoor(Protocol):
+    """What the hot route reads of ``rest.Door``."""
+
+    gate: Any
+    metrics: Any
+    origins: Any
+    forwarder: Any
+    submitters: Any
+
+
+def hot_board(request: web.Request, door: HotDoor, proxied: bool) -> str | None:
+    """The board of a submission the hot route may answer, or None: the
+    general way (see the module docstring for what it takes)."""
+    if request.method != "POST" or door.submitters is None or door.forwarder is not None:
+        return None
+    path = request.raw_path
+    if not (path.startswith(PREFIX) and path.endswith(SUFFIX)):
+        return None
+    board = path[len(PREFIX):-len(SUFFIX)]
+    if (not board or "/" in board or "%" in board or "?" in board
+            or board == "." or board == ".."):
+        return None
+    headers = request.headers
+    if headers.get("Content-Type") != "application/json":
+        return None
+    for name in GENERAL_HEADERS:
+        if name in headers:
+            return None
+    if proxied and "X-Forwarded-For" in headers:
+        return None
+    if not request.content.is_eof() or door.origins.host_refused(headers.get("Host")):
+        return None
+    return board
+
+
+def install(app: web.Application, door: HotDoor,
+            submit_now: Callable[[web.Request, Any, str], Awaitable[web.Response]],
+            failed: Callable[[web.Request, Exception, Any], Awaitable[web.StreamResponse]]
+            ) -> bool:
+    """Put the hot route in front of ``app``'s router: ``submit_now``
+    answers what it takes, ``failed`` what that raises.  False (and nothing
+    changed) on an aiohttp without the handler it replaces."""
+    general: Handler | None = getattr(app, "_handle", None)
+    if general is None:
+        return False
+    observe = door.metrics.observe_request
+    proxied = bool(door.gate.trusted_proxies)
+    perf_counter = time.perf_counter
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        board = hot_board(request, door, proxied)
+        if board is None:
+            return await general(request)
+        started = perf_counter()
+        try:
+            response: web.StreamResponse = await submit_now(request, door, board)
+        except Exception as exc:
+            response = await failed(request, exc, door)
+            response.headers.update(ANSWER_HEADERS)
+        observe("submit", response.status, perf_counter() - started)
+        return response
+
+    # Not an attribute aiohttp expects to be set (it warns in development
+    # mode): set as the instance's own, which ``_make_handler`` then serves.
+    object.__setattr__(app, "_handle", handle)
+    return True

@@ -1,0 +1,316 @@
+"""The REST hot route (``rankd.frontends.rest_hot``) against the general way.
+
+Two REST applications, each over its own engine, take the same random raw
+HTTP requests in the same order: submissions with good, bad, read-only and
+expired credentials, a write rate limit that runs out, bodies that are not
+JSON, too large, of unknown fields, to a missing or a signed board, event
+ids sent again with another payload, and requests the hot route must leave
+to the general way (other methods, paths that the router reads otherwise,
+queries, content types, an ``Origin`` allowed or not, a ``Host`` the
+policy refuses, a proxy's ``X-Forwarded-For``, ``Expect``).  One is the
+daemon's application; the other has the door's fast submission off
+(``Door.submitters`` None), which also turns the hot route off, so every
+request goes through the router and the middlewares.  Their answers must
+have the same status, body and headers, the engines the same state and
+the metrics the same counts.  Requests are written on a socket byte for
+byte, so no client rewrites a path or adds a header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jwt
+import orjson
+import pytest
+from aiohttp.test_utils import TestServer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine_helpers import engine_config
+from rankd.engine.engine import Engine
+from rankd.frontends import rest, rest_hot
+from rankd.frontends.origins import OriginPolicy
+from rankd.frontends.service import Service
+from rankd.security import Gate
+from rankd.security.auth import AuthConfig, Authenticator, new_api_key
+from rankd.security.limits import LimitsConfig, RateLimiter
+from rankd.security.proxies import TrustedProxies
+
+SECRET = "hot-route-secret-" + "x" * 32
+WRITE_KEY, WRITE_ENTRY = new_api_key("writer", "write")
+READ_KEY, READ_ENTRY = new_api_key("reader", "read")
+GOOD_ORIGIN = "http://good.example"
+#: Headers whose difference a client would see (Date aside).
+HEADERS = ("content-type", "content-length", "server", "x-content-type-options",
+           "www-authenticate", "retry-after", "allow", "access-control-allow-origin", "vary",
+           "access-control-expose-headers")
+
+
+def bearer(scopes: str, expires_in: float) -> str:
+    return "Bearer " + jwt.encode({"scope": scopes, "exp": int(time.time() + expires_in)},
+                                  SECRET, algorithm="HS256")
+
+
+AUTHORIZATIONS = [None, f"Bearer {WRITE_KEY}", f"Bearer {READ_KEY}", "Bearer rk_nobody_x",
+                  "Basic dXNlcjpwYXNz", bearer("write", 3600), bearer("write", -3600)]
+#: (method, path template): {b} is the request's board.
+TARGETS = [("POST", "/v1/boards/{b}/scores")] * 6 + [
+    ("POST", "/v1/boards/{b}/scores?x=1"), ("POST", "/v1/boards/{b}/scores?"),
+    ("PUT", "/v1/boards/{b}/scores"), ("post", "/v1/boards/{b}/scores"),
+    ("POST", "/v1/boards/./scores"), ("POST", "/v1/boards/../scores"),
+    ("POST", "/v1/boards//scores"), ("POST", "/v1/boards/scores"),
+    ("POST", "/v1/boards/{b}/scores/"), ("POST", "/v1/boards/{b}%2Fx/scores"),
+    ("POST", "/v1/boards/%7Bb%7D/scores"), ("POST", "/v1/boards/{b}/scores/batch")]
+#: Extra headers: most requests none.
+EXTRAS = [{}] * 6 + [{"Origin": GOOD_ORIGIN}, {"Origin": "http://evil.example"},
+                     {"Host": "evil.example"}, {"X-Forwarded-For": "10.9.9.9"},
+                     {"Expect": "100-continue"}, {"Content-Type": "text/plain"},
+                     {"Content-Type": "application/json; charset=utf-8"}, {"Content-Type": None}]
+MEMBERS = st.sampled_from(["a", "b", "c"])
+NUMBERS = st.one_of(st.integers(-10, 10), st.floats(-1e3, 1e3, allow_nan=False),
+                    st.sampled_from([True, None, "1", 2**60]))
+
+
+@st.composite
+def submissions(draw: st.DrawFn) -> dict[str, Any]:
+    event: dict[str, Any] = {"member": draw(MEMBERS)}
+    event[draw(st.sampled_from(["delta", "score"]))] = draw(NUMBERS)
+    if draw(st.booleans()):
+        event["event_id"] = draw(st.sampled_from(["e1", "e2"]))  # again, maybe otherwise
+    return event
+
+
+BODIES = st.one_of(
+    submissions().map(orjson.dumps), submissions().map(orjson.dumps),
+    st.sampled_from([b"", b"{", b"[]", b'{"delta": 1}', b'{"member": "a", "nope": 2}',
+                     b'{"member": "a", "delta": 123456789012345678901234}',
+                     b'{"member": "a", "delta": 1, "score": 2}',
+                     b'{"member": "' + b"a" * rest.MAX_BODY_BYTES + b'", "delta": 1}']))
+REQUESTS = st.tuples(st.sampled_from(range(len(AUTHORIZATIONS))), st.sampled_from(TARGETS),
+                     st.sampled_from(EXTRAS), st.sampled_from(["plain", "signed", "missing"]),
+                     BODIES)
+
+
+class Twin:
+    """One engine and its REST application, served on loopback."""
+
+    def __init__(self, engine: Engine, hot: bool, clock: list[float]) -> None:
+        self.engine = engine
+        gate = Gate(Authenticator(AuthConfig(jwt_secret=SECRET,
+                                             api_keys=[WRITE_ENTRY, READ_ENTRY])),
+                    RateLimiter(LimitsConfig(address_writes=0, credential_writes=1,
+                                             exempt_loopback=False)),
+                    signing_secret=SECRET, trusted_proxies=TrustedProxies.parse("127.0.0.1"))
+        for buckets in gate.limiter._buckets.values():
+            buckets.clock = lambda: clock[0]
+        origins = OriginPolicy.parse([GOOD_ORIGIN], loopback_only=True)
+        self.app = rest.create_app(Service(engine, signing_secret=SECRET), gate, origins=origins)
+        if not hot:
+            self.app[rest.DOOR].submitters = None
+        self.server = TestServer(self.app, host="127.0.0.1")
+
+    def counts(self) -> dict[tuple[str, int], int]:
+        return {key: value[0] for key, value in self.app[rest.METRICS]._requests.items()}
+
+
+async def exchange(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """One request on a connection of its own: status, headers, body."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {}
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        if status == 100:  # Expect: 100-continue granted: the body, then the answer
+            return await exchange_rest(reader, writer, request)
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        return status, headers, body
+    finally:
+        writer.close()
+
+
+async def exchange_rest(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        request: bytes) -> tuple[int, dict[str, str], bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {n.strip().lower(): v.strip()
+               for n, _, v in (line.partition(":") for line in lines[1:] if line)}
+    return (int(lines[0].split()[1]), headers,
+            await reader.readexactly(int(headers.get("content-length", "0"))))
+
+
+def raw_request(method: str, path: str, extra: dict[str, str | None], authorization: str | None,
+                body: bytes) -> bytes:
+    headers: dict[str, str | None] = {"Host": "127.0.0.1", "Content-Type": "application/json",
+                                      "Authorization": authorization}
+    headers.update(extra)
+    headers["Content-Length"] = str(len(body))
+    headers["Connection"] = "close"
+    head = f"{method} {path} HTTP/1.1\r\n" + "".join(
+        f"{name}: {value}\r\n" for name, value in headers.items() if value is not None)
+    return head.encode("latin-1") + b"\r\n" + body
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, ...]]:
+    loop = asyncio.new_event_loop()
+    clock = [0.0]
+    root = Path(tmp_path_factory.mktemp("hot-route"))
+
+    async def start() -> tuple[Twin, Twin]:
+        pair = []
+        for name, hot in (("hot", True), ("general", False)):
+            twin = Twin(await Engine.open(engine_config(root / name)), hot, clock)
+            await twin.server.start_server()
+            pair.append(twin)
+        return pair[0], pair[1]
+
+    hot, general = loop.run_until_complete(start())
+    yield loop, clock, hot, general
+
+    async def stop() -> None:
+        for twin in (hot, general):
+            await twin.server.close()
+            await twin.engine.close()
+
+    loop.run_until_complete(stop())
+    loop.close()
+
+
+_boards = itertools.count()
+
+
+async def answer(twin: Twin, request: tuple[Any, ...], boards: dict[str, str]
+                 ) -> tuple[int, Any, dict[str, str | None]]:
+    authorization, (method, path), extra, board, body = request
+    assert twin.server.port is not None
+    status, headers, payload = await exchange(twin.server.port, raw_request(
+        method, path.replace("{b}", boards[board]), extra, AUTHORIZATIONS[authorization], body))
+    try:
+        data: Any = json.loads(payload) if payload else None
+    except ValueError:
+        data = payload  # aiohttp's own answer to what it cannot parse
+    return status, data, {name: headers.get(name) for name in HEADERS}
+
+
+def fresh_boards() -> dict[str, str]:
+    n = next(_boards)
+    return {"plain": f"plain{n}", "signed": f"signed{n}", "missing": f"missing{n}"}
+
+
+async def make_boards(twins: tuple[Twin, Twin], boards: dict[str, str]) -> None:
+    for twin in twins:
+        await twin.engine.put_board(boards["plain"], {"policy": "sum"})
+        await twin.engine.put_board(boards["signed"], {"policy": "sum", "signed": True})
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(requests=st.lists(REQUESTS, min_size=1, max_size=12))
+def test_the_hot_route_answers_as_the_general_way(twins, requests):
+    loop, clock, hot, general = twins
+    clock[0] += 3600.0  # every rate-limit bucket full again
+    boards = fresh_boards()
+
+    async def run() -> None:
+        await make_boards((hot, general), boards)
+        for request in requests:
+            seen = await answer(hot, request, boards)
+            assert seen == await answer(general, request, boards), request
+        for name in (boards["plain"], boards["signed"]):
+            assert hot.engine.digest(name) == general.engine.digest(name)
+        assert hot.counts() == general.counts()
+
+    loop.run_until_complete(run())
+
+
+def test_each_check_answers_alike(twins):
+    """Every check of the general way, one request each (the random test may
+    miss one): bad JSON, over-size, wrong scope, the rate limit, a missing
+    board, an event id sent again with another payload."""
+    loop, clock, hot, general = twins
+    clock[0] += 3600.0
+    boards = fresh_boards()
+    write, read = 1, 2
+    scores = ("POST", "/v1/boards/{b}/scores")
+    cases = [
+        (write, scores, {}, "plain", b"{not json"),
+        (write, scores, {}, "plain", b'{"member": "' + b"a" * rest.MAX_BODY_BYTES + b'"}'),
+        (read, scores, {}, "plain", b'{"member": "a", "delta": 1}'),
+        (write, scores, {}, "missing", b'{"member": "a", "delta": 1}'),
+        (write, scores, {}, "plain", b'{"member": "a", "delta": 1, "event_id": "x"}'),
+        (write, scores, {}, "plain", b'{"member": "a", "delta": 2, "event_id": "x"}'),
+        (write, scores, {}, "plain", b'{"member": "a", "delta": 3}'),
+        (write, scores, {}, "plain", b'{"member": "a", "delta": 4}'),  # over the limit
+    ]
+
+    async def run() -> list[int]:
+        await make_boards((hot, general), boards)
+        statuses = []
+        for i, case in enumerate(cases):
+            if i < len(cases) - 2:
+                clock[0] += 3600.0  # the burst (2) full again, but for the last two
+            seen = await answer(hot, case, boards)
+            assert seen == await answer(general, case, boards), case
+            statuses.append(seen[0])
+        return statuses
+
+    assert loop.run_until_complete(run()) == [400, 413, 403, 404, 200, 409, 200, 429]
+
+
+def test_the_hot_route_skips_the_router(twins, monkeypatch):
+    """(So the differential test compares two ways, not one with itself.)"""
+    loop, clock, hot, general = twins
+    clock[0] += 3600.0
+    resolved = []
+    router = type(hot.app.router)
+    real = router.resolve
+
+    async def spy(self: Any, request: Any) -> Any:
+        resolved.append(self is hot.app.router)
+        return await real(self, request)
+
+    monkeypatch.setattr(router, "resolve", spy)
+    boards = fresh_boards()
+    request = (1, ("POST", "/v1/boards/{b}/scores"), {}, "plain", b'{"member": "a", "delta": 1}')
+
+    async def run() -> None:
+        await make_boards((hot, general), boards)
+        for twin in (hot, general):
+            assert (await answer(twin, request, boards))[0] == 200
+        await answer(hot, (*request[:2], {"Origin": GOOD_ORIGIN}, *request[3:]), boards)
+
+    loop.run_until_complete(run())
+    assert resolved == [False, True]  # the general twin, then the hot one's Origin request
+
+
+def test_the_route_it_takes(twins):
+    _, _, hot, _ = twins
+    door = hot.app[rest.DOOR]
+
+    class Request:
+        method = "POST"
+
+        def __init__(self, path: str) -> None:
+            self.headers = {"Content-Type": "application/json", "Host": "localhost"}
+            self.raw_path = path
+            self.content = type("Content", (), {"is_eof": lambda self: True})()
+
+    assert rest_hot.hot_board(Request("/v1/boards/b1/scores"), door, False) == "b1"
+    for path in ("/v1/boards/./scores", "/v1/boards/../scores", "/v1/boards//scores",
+                 "/v1/boards/a%2Fb/scores", "/v1/boards/b/scores?x", "/v1/boards/a/b/scores",
+                 "/v1/boards/scores", "/x/v1/boards/b/scores"):
+        assert rest_hot.hot_board(Request(path), door, False) is None, path
