@@ -35,9 +35,11 @@ from hypothesis import strategies as st
 
 from engine_helpers import engine_config
 from rankd.engine.engine import Engine
+from rankd.engine.submission import Submission
 from rankd.frontends import rest, rest_hot
 from rankd.frontends.origins import OriginPolicy
 from rankd.frontends.service import Service
+from rankd.frontends.service import pack_json as rest_native
 from rankd.security import Gate
 from rankd.security.auth import AuthConfig, Authenticator, new_api_key
 from rankd.security.limits import LimitsConfig, RateLimiter
@@ -87,12 +89,31 @@ def submissions(draw: st.DrawFn) -> dict[str, Any]:
     return event
 
 
+#: Bodies at the edge of what the native ingest reads itself (``_rest.pack``).
+PLAIN_EDGES = [
+    b' \t\r\n{ "member" : "a" , "delta" : 3 } \n', b'{"delta": 2, "member": "b"}',
+    b'{"member": "a", "score": 5, "event_id": "e3"}', b'{"member": "a", "delta": -0}',
+    b'{"member": "a", "delta": 999999999999999}', b'{"member": "a", "delta": 9999999999999999}',
+    b'{"member": "a", "delta": -999999999999999}', b'{"member": "a", "delta": 01}',
+    b'{"member": "a", "delta": 1.5}', b'{"member": "a", "delta": 1e2}',
+    b'{"member": "a", "delta": 1E2}', b'{"member": "\\u0061", "delta": 1}',
+    b'{"member": "\xc3\xa9", "delta": 1}', b'{"member": "a", "member": "b", "delta": 1}',
+    b'{"member": "a", "delta": 1, "event_id": null}', b'{"member": "a", "delta": 1} x',
+    b'{"member": "a", "delta": 1,}', b'{"member": "a" "delta": 1}', b'{}', b'{"member": ""}',
+    b'{"member": "a", "delta": 1, "event_id": ""}', b'{"member": "a", "delta": -}',
+    b'{"member": "a", "delta": 1', b'{"member": "a\x01", "delta": 1}',
+    b'{"member": "' + b"m" * 300 + b'", "delta": 1}',
+    b'{"member": "a", "delta": 1, "event_id": "' + b"e" * 300 + b'"}',
+    b'{"member": "a", "delta": 1, "label": "x"}', b'{"member": "a", "delta": true}',
+    b'{"member": "a", "delta": 1, "score": 2}', b'{"member": "a", "score": -7}']
+
 BODIES = st.one_of(
     submissions().map(orjson.dumps), submissions().map(orjson.dumps),
     st.sampled_from([b"", b"{", b"[]", b'{"delta": 1}', b'{"member": "a", "nope": 2}',
                      b'{"member": "a", "delta": 123456789012345678901234}',
                      b'{"member": "a", "delta": 1, "score": 2}',
-                     b'{"member": "' + b"a" * rest.MAX_BODY_BYTES + b'", "delta": 1}']))
+                     b'{"member": "' + b"a" * rest.MAX_BODY_BYTES + b'", "delta": 1}']),
+    st.sampled_from(PLAIN_EDGES))
 REQUESTS = st.tuples(st.sampled_from(range(len(AUTHORIZATIONS))), st.sampled_from(TARGETS),
                      st.sampled_from(EXTRAS), st.sampled_from(["plain", "signed", "missing"]),
                      BODIES)
@@ -314,3 +335,26 @@ def test_the_route_it_takes(twins):
                  "/v1/boards/a%2Fb/scores", "/v1/boards/b/scores?x", "/v1/boards/a/b/scores",
                  "/v1/boards/scores", "/x/v1/boards/b/scores"):
         assert rest_hot.hot_board(Request(path), door, False) is None, path
+
+
+def test_plain_bodies_take_the_native_ingest(twins):
+    """A plain body goes the engine's packed path (``Service.submit_json``),
+    with the answer the general way gives; others do not."""
+    loop, _, hot, general = twins
+    boards = fresh_boards()
+    service = hot.app[rest.SERVICE]
+
+    async def run() -> None:
+        await make_boards((hot, general), boards)
+        plain = service.submit_json(boards["plain"], b'{"member": "z", "delta": 4}')
+        assert plain is not None
+        assert await plain == await general.engine.submit(
+            Submission.from_dict(boards["plain"], {"member": "z", "delta": 4}))
+        for board, body in ((boards["plain"], b'{"member": "z", "delta": 0.5}'),
+                            (boards["signed"], b'{"member": "z", "delta": 4}'),
+                            (boards["missing"], b'{"member": "z", "delta": 4}')):
+            assert service.submit_json(board, body) is None
+
+    if rest_native is None:
+        pytest.skip("the native REST ingest is not built")
+    loop.run_until_complete(run())

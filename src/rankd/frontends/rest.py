@@ -270,9 +270,10 @@ async def _submit_now(request: web.Request, door: Door, board: str) -> web.Respo
             raise RequestError(f"request body exceeds {MAX_BODY_BYTES} bytes", "too_large")
     else:
         body = await _body(request)
-    data = decoded(body)
+    service = door.service
+    plain = service.submit_json(board, body)  # None: decoded here, the general way
     try:
-        answer = await door.service.submit(board, data)
+        answer = await (service.submit(board, decoded(body)) if plain is None else plain)
     except NotPrimary:
         request[PRINCIPAL] = principal  # forwarded with the caller's credential (_failed)
         raise
