@@ -49,8 +49,9 @@ SECRET = "hot-route-secret-" + "x" * 32
 WRITE_KEY, WRITE_ENTRY = new_api_key("writer", "write")
 READ_KEY, READ_ENTRY = new_api_key("reader", "read")
 GOOD_ORIGIN = "http://good.example"
-#: Headers whose difference a client would see (Date aside).
-HEADERS = ("content-type", "content-length", "server", "x-content-type-options",
+#: Headers whose difference a client would see (Date aside; Content-Length
+#: follows the body, compared itself but for the twins' clocks).
+HEADERS = ("content-type", "server", "x-content-type-options",
            "www-authenticate", "retry-after", "allow", "access-control-allow-origin", "vary",
            "access-control-expose-headers")
 
@@ -69,7 +70,15 @@ TARGETS = [("POST", "/v1/boards/{b}/scores")] * 6 + [
     ("POST", "/v1/boards/./scores"), ("POST", "/v1/boards/../scores"),
     ("POST", "/v1/boards//scores"), ("POST", "/v1/boards/scores"),
     ("POST", "/v1/boards/{b}/scores/"), ("POST", "/v1/boards/{b}%2Fx/scores"),
-    ("POST", "/v1/boards/%7Bb%7D/scores"), ("POST", "/v1/boards/{b}/scores/batch")]
+    ("POST", "/v1/boards/%7Bb%7D/scores"), ("POST", "/v1/boards/{b}/scores/batch")] + [
+    ("GET", "/v1/boards/{b}/top"), ("GET", "/v1/boards/{b}/top?limit=10"),
+    ("GET", "/v1/boards/{b}/top?limit=2&offset=1"), ("GET", "/v1/boards/{b}/top?limit=0"),
+    ("GET", "/v1/boards/{b}/top?limit=99999"), ("GET", "/v1/boards/{b}/top?limit=1&limit=2"),
+    ("GET", "/v1/boards/{b}/top?limit=%31"), ("GET", "/v1/boards/{b}/top?limit=+1"),
+    ("GET", "/v1/boards/{b}/top?limit="), ("GET", "/v1/boards/{b}/top?x=1"),
+    ("GET", "/v1/boards/{b}/top?min_seq=1"), ("GET", "/v1/boards/{b}/top?limit=10&"),
+    ("GET", "/v1/boards/{b}/top?window=all"), ("HEAD", "/v1/boards/{b}/top"),
+    ("POST", "/v1/boards/{b}/top"), ("GET", "/v1/boards/{b}/top/")]
 #: Extra headers: most requests none.
 EXTRAS = [{}] * 6 + [{"Origin": GOOD_ORIGIN}, {"Origin": "http://evil.example"},
                      {"Host": "evil.example"}, {"X-Forwarded-For": "10.9.9.9"},
@@ -127,21 +136,22 @@ class Twin:
         gate = Gate(Authenticator(AuthConfig(jwt_secret=SECRET,
                                              api_keys=[WRITE_ENTRY, READ_ENTRY])),
                     RateLimiter(LimitsConfig(address_writes=0, credential_writes=1,
-                                             exempt_loopback=False)),
+                                             credential_reads=1, exempt_loopback=False)),
                     signing_secret=SECRET, trusted_proxies=TrustedProxies.parse("127.0.0.1"))
         for buckets in gate.limiter._buckets.values():
             buckets.clock = lambda: clock[0]
         origins = OriginPolicy.parse([GOOD_ORIGIN], loopback_only=True)
         self.app = rest.create_app(Service(engine, signing_secret=SECRET), gate, origins=origins)
         if not hot:
-            self.app[rest.DOOR].submitters = None
+            self.app[rest.DOOR].submitters = self.app[rest.DOOR].readers = None
         self.server = TestServer(self.app, host="127.0.0.1")
 
     def counts(self) -> dict[tuple[str, int], int]:
         return {key: value[0] for key, value in self.app[rest.METRICS]._requests.items()}
 
 
-async def exchange(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
+async def exchange(port: int, request: bytes, head_only: bool = False
+                   ) -> tuple[int, dict[str, str], bytes]:
     """One request on a connection of its own: status, headers, body."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
@@ -157,6 +167,8 @@ async def exchange(port: int, request: bytes) -> tuple[int, dict[str, str], byte
                 headers[name.strip().lower()] = value.strip()
         if status == 100:  # Expect: 100-continue granted: the body, then the answer
             return await exchange_rest(reader, writer, request)
+        if head_only:  # (the answer to HEAD has the GET's Content-Length, no body)
+            return status, headers, b""
         body = await reader.readexactly(int(headers.get("content-length", "0")))
         return status, headers, body
     finally:
@@ -219,11 +231,14 @@ async def answer(twin: Twin, request: tuple[Any, ...], boards: dict[str, str]
     authorization, (method, path), extra, board, body = request
     assert twin.server.port is not None
     status, headers, payload = await exchange(twin.server.port, raw_request(
-        method, path.replace("{b}", boards[board]), extra, AUTHORIZATIONS[authorization], body))
+        method, path.replace("{b}", boards[board]), extra, AUTHORIZATIONS[authorization], body),
+        method == "HEAD")
     try:
         data: Any = json.loads(payload) if payload else None
     except ValueError:
         data = payload  # aiohttp's own answer to what it cannot parse
+    if isinstance(data, dict):
+        data.pop("updated_at", None)  # (each twin's clock)
     return status, data, {name: headers.get(name) for name in HEADERS}
 
 
@@ -248,12 +263,16 @@ def test_the_hot_route_answers_as_the_general_way(twins, requests):
 
     async def run() -> None:
         await make_boards((hot, general), boards)
+        before = [twin.counts() for twin in (hot, general)]
         for request in requests:
             seen = await answer(hot, request, boards)
             assert seen == await answer(general, request, boards), request
         for name in (boards["plain"], boards["signed"]):
             assert hot.engine.digest(name) == general.engine.digest(name)
-        assert hot.counts() == general.counts()
+        counted = [{key: n - was.get(key, 0) for key, n in twin.counts().items()
+                    if n != was.get(key, 0)}
+                   for twin, was in zip((hot, general), before, strict=True)]
+        assert counted[0] == counted[1]
 
     loop.run_until_complete(run())
 
@@ -312,10 +331,41 @@ def test_the_hot_route_skips_the_router(twins, monkeypatch):
         await make_boards((hot, general), boards)
         for twin in (hot, general):
             assert (await answer(twin, request, boards))[0] == 200
-        await answer(hot, (*request[:2], {"Origin": GOOD_ORIGIN}, *request[3:]), boards)
+        for twin in (hot, general):  # (both: their logs stay alike for the tests after)
+            await answer(twin, (*request[:2], {"Origin": GOOD_ORIGIN}, *request[3:]), boards)
 
     loop.run_until_complete(run())
-    assert resolved == [False, True]  # the general twin, then the hot one's Origin request
+    # The general twin, then the hot one's request with an Origin, and the general's.
+    assert resolved == [False, True, False]
+
+
+def test_top_reads_answer_alike(twins):
+    """The top page read: each check of the general way, one request each
+    (scope, a missing board, a bad limit, the read rate limit)."""
+    loop, clock, hot, general = twins
+    boards = fresh_boards()
+    top = ("GET", "/v1/boards/{b}/top?limit=10")
+    submit = (1, ("POST", "/v1/boards/{b}/scores"), {}, "plain", b'{"member": "a", "delta": 1}')
+    cases = [(2, top, {}, "plain", b""), (2, top, {}, "missing", b""),
+             (2, ("GET", "/v1/boards/{b}/top?limit=0"), {}, "plain", b""),
+             (3, top, {}, "plain", b""), (1, top, {}, "plain", b""),
+             (2, top, {}, "plain", b""), (2, top, {}, "plain", b""), (2, top, {}, "plain", b"")]
+
+    async def run() -> list[int]:
+        await make_boards((hot, general), boards)
+        clock[0] += 3600.0
+        assert await answer(hot, submit, boards) == await answer(general, submit, boards)
+        statuses = []
+        for i, case in enumerate(cases):
+            if i < len(cases) - 3:
+                clock[0] += 3600.0  # the burst (2) full again, but for the last three
+            seen = await answer(hot, case, boards)
+            assert seen == await answer(general, case, boards), case
+            statuses.append(seen[0])
+        return statuses
+
+    statuses = loop.run_until_complete(run())
+    assert statuses[:3] == [200, 404, 422] and statuses[-3:] == [200, 200, 429]
 
 
 def test_the_route_it_takes(twins):

@@ -97,6 +97,9 @@ class Door:
     #: Callers admitted to submit before (:func:`_submitted`); None: every
     #: submission goes the general way (the tests' reference).
     submitters: Admissions | None
+    #: Callers admitted to read top pages before (:func:`_top_now`); None:
+    #: every read goes the general way.
+    readers: Admissions | None = None
 
 
 DOOR = web.AppKey("door", Door)
@@ -223,8 +226,8 @@ async def _gated(request: web.Request,
     return response
 
 
-#: The headers of a submission's answer but those aiohttp adds (Date,
-#: Content-Length), with those :func:`_add_headers` would add.
+#: The headers of a submission's answer (and a top page's) but those aiohttp
+#: adds (Date, Content-Length), with those :func:`_add_headers` would add.
 SUBMITTED_HEADERS = {"Content-Type": "application/json", "Server": "rankd", **COMMON_HEADERS}
 
 
@@ -278,6 +281,23 @@ async def _submit_now(request: web.Request, door: Door, board: str) -> web.Respo
         request[PRINCIPAL] = principal  # forwarded with the caller's credential (_failed)
         raise
     return web.Response(body=orjson.dumps(answer), headers=SUBMITTED_HEADERS)
+
+
+def _top_now(request: web.Request, door: Door, board: str, params: dict[str, int]
+             ) -> web.Response:
+    """A top page read the hot route takes (:mod:`rankd.frontends.rest_hot`):
+    admitted as :func:`_gated` admits it (the admission remembered as a
+    submission's), answered as :func:`top` answers it."""
+    readers = door.readers
+    assert readers is not None
+    address = request.remote or ""
+    authorization = request.headers.get("Authorization")
+    principal = readers.get(authorization, address)
+    if principal is None:
+        credential, from_url = credential_of(request, "top")
+        principal = door.gate.admitted(credential, "top", address, join_only=from_url)
+        readers.put(authorization, address, principal)
+    return web.Response(body=door.service.top_json(board, **params), headers=SUBMITTED_HEADERS)
 
 
 def front_door(door: Door) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -716,7 +736,7 @@ def create_app(service: Service, gate: Gate | None = None,
     # Only behind trusted proxies: no cost on each request otherwise.
     first = [proxy_middleware(gate.trusted_proxies)] if gate.trusted_proxies else []
     door = Door(gate, metrics_registry or Metrics(), origins or OriginPolicy(), forwarder,
-                service, Admissions(gate, "submit"))
+                service, Admissions(gate, "submit"), Admissions(gate, "top"))
     app = web.Application(middlewares=[*first, front_door(door)],
                           client_max_size=MAX_BODY_BYTES)
     app[METRICS] = door.metrics
@@ -734,7 +754,7 @@ def create_app(service: Service, gate: Gate | None = None,
         app.on_cleanup.append(close_forwarder)
     app.on_response_prepare.append(_add_headers)
     # The common submission, before the router and the middlewares.
-    install_hot_route(app, door, _submit_now, _failed)
+    install_hot_route(app, door, _submit_now, _top_now, _failed)
     # The router tries a path's candidates in order: submissions' first.
     app.add_routes(sorted(routes, key=lambda route: getattr(route, "handler", None)
                           is not submit))

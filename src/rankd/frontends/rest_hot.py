@@ -1,10 +1,12 @@
-"""The REST hot route: the common submission answered before aiohttp's
-router and middlewares.
+"""The REST hot route: the common submission and top page read answered
+before aiohttp's router and middlewares.
 
 What it owns: deciding, from the raw request line and headers alone,
 whether a request is a plain ``POST /v1/boards/{board}/scores`` that the
 front door's fast submission (``rest._submit_now``) answers exactly as the
-general way would, and answering it there.  Its design:
+general way would, or a plain ``GET /v1/boards/{board}/top`` (at most
+``limit`` and ``offset``, in digits) that ``rest._top_now`` answers so, and
+answering it there.  Its design:
 
 * It replaces the application's request handler (``Application._handle``,
   what aiohttp's ``Server`` calls for every request) with one that looks at
@@ -26,10 +28,13 @@ general way would, and answering it there.  Its design:
   the door's fast submission is on (``Door.submitters``).
 * Every check the general way makes on such a request is still made, in
   the same order, by ``rest._submit_now``: the gate (authentication, scope,
-  the rate limits charged), the body's size bound, its JSON, the event.
-  Errors are answered by ``rest._failed`` with the headers the signal
-  would have added, and the request is counted in the metrics under
-  ``submit`` as the front door counts it.  ``tests/test_rest_hot.py``
+  the rate limits charged), the body's size bound, its JSON, the event
+  (a plain body natively: ``Service.submit_json``).  A read is admitted
+  the same way (``rest._top_now``), and on a single node only (a cluster
+  node's reads may wait for their group's log).  Errors are answered by
+  ``rest._failed`` with the headers the signal would have added, and the
+  request is counted in the metrics under its operation as the front door
+  counts it.  ``tests/test_rest_hot.py``
   replays random requests both ways and compares the answers.
 """
 
@@ -45,6 +50,9 @@ from rankd.frontends.origins import COMMON_HEADERS
 
 PREFIX = "/v1/boards/"
 SUFFIX = "/scores"
+TOP_SUFFIX = "/top"
+#: The query parameters of a top page read the hot route takes.
+TOP_PARAMS = frozenset({"limit", "offset"})
 #: The headers ``rest._add_headers`` gives an answer to a request without
 #: ``Origin`` (a success's are in ``rest.SUBMITTED_HEADERS`` already).
 ANSWER_HEADERS = {"Server": "rankd", **COMMON_HEADERS}
@@ -61,7 +69,26 @@ class HotDoor(Protocol):
     metrics: Any
     origins: Any
     forwarder: Any
+    service: Any
     submitters: Any
+    readers: Any
+
+
+def _plain_board(board: str) -> bool:
+    """Whether the router would read ``board`` from the path as it is."""
+    return not (not board or "/" in board or "%" in board or "?" in board
+                or board == "." or board == "..")
+
+
+def _plain_headers(request: web.Request, door: HotDoor, proxied: bool) -> bool:
+    """Whether the request's headers need none of the middlewares' work."""
+    headers = request.headers
+    for name in GENERAL_HEADERS:
+        if name in headers:
+            return False
+    if proxied and "X-Forwarded-For" in headers:
+        return False
+    return door.origins.host_refused(headers.get("Host")) is None
 
 
 def hot_board(request: web.Request, door: HotDoor, proxied: bool) -> str | None:
@@ -73,29 +100,48 @@ def hot_board(request: web.Request, door: HotDoor, proxied: bool) -> str | None:
     if not (path.startswith(PREFIX) and path.endswith(SUFFIX)):
         return None
     board = path[len(PREFIX):-len(SUFFIX)]
-    if (not board or "/" in board or "%" in board or "?" in board
-            or board == "." or board == ".."):
-        return None
-    headers = request.headers
-    if headers.get("Content-Type") != "application/json":
-        return None
-    for name in GENERAL_HEADERS:
-        if name in headers:
-            return None
-    if proxied and "X-Forwarded-For" in headers:
-        return None
-    if not request.content.is_eof() or door.origins.host_refused(headers.get("Host")):
+    if (not _plain_board(board) or request.headers.get("Content-Type") != "application/json"
+            or not request.content.is_eof() or not _plain_headers(request, door, proxied)):
         return None
     return board
 
 
+def hot_top(request: web.Request, door: HotDoor, proxied: bool
+            ) -> tuple[str, dict[str, int]] | None:
+    """The board and query of a top page read the hot route may answer
+    (``GET /v1/boards/<board>/top``, with at most ``limit`` and ``offset``,
+    each once, in decimal digits), or None: the general way."""
+    if (request.method != "GET" or door.readers is None or door.forwarder is not None
+            or door.service.cluster is not None):  # (a cluster's reads may wait: Unsettled)
+        return None
+    path, _, query = request.raw_path.partition("?")
+    if not (path.startswith(PREFIX) and path.endswith(TOP_SUFFIX)):
+        return None
+    board = path[len(PREFIX):-len(TOP_SUFFIX)]
+    if not _plain_board(board):
+        return None
+    params: dict[str, int] = {}
+    if query:
+        for part in query.split("&"):
+            name, equals, value = part.partition("=")
+            if (not equals or name not in TOP_PARAMS or name in params
+                    or not value.isascii() or not value.isdigit()):
+                return None
+            params[name] = int(value)
+    if not _plain_headers(request, door, proxied):
+        return None
+    return board, params
+
+
 def install(app: web.Application, door: HotDoor,
             submit_now: Callable[[web.Request, Any, str], Awaitable[web.Response]],
+            top_now: Callable[[web.Request, Any, str, dict[str, int]], web.Response],
             failed: Callable[[web.Request, Exception, Any], Awaitable[web.StreamResponse]]
             ) -> bool:
     """Put the hot route in front of ``app``'s router: ``submit_now``
-    answers what it takes, ``failed`` what that raises.  False (and nothing
-    changed) on an aiohttp without the handler it replaces."""
+    answers the submissions it takes, ``top_now`` the top page reads,
+    ``failed`` what they raise.  False (and nothing changed) on an aiohttp
+    without the handler it replaces."""
     general: Handler | None = getattr(app, "_handle", None)
     if general is None:
         return False
@@ -104,16 +150,27 @@ def install(app: web.Application, door: HotDoor,
     perf_counter = time.perf_counter
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        response: web.StreamResponse
         board = hot_board(request, door, proxied)
-        if board is None:
+        if board is not None:
+            started = perf_counter()
+            try:
+                response = await submit_now(request, door, board)
+            except Exception as exc:
+                response = await failed(request, exc, door)
+                response.headers.update(ANSWER_HEADERS)
+            observe("submit", response.status, perf_counter() - started)
+            return response
+        read = hot_top(request, door, proxied)
+        if read is None:
             return await general(request)
         started = perf_counter()
         try:
-            response: web.StreamResponse = await submit_now(request, door, board)
+            response = top_now(request, door, *read)
         except Exception as exc:
             response = await failed(request, exc, door)
             response.headers.update(ANSWER_HEADERS)
-        observe("submit", response.status, perf_counter() - started)
+        observe("top", response.status, perf_counter() - started)
         return response
 
     # Not an attribute aiohttp expects to be set (it warns in development
