@@ -21,29 +21,27 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jwt
 import orjson
 import pytest
 from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine_helpers import engine_config
+import rest_twins
 from rankd.engine.engine import Engine
 from rankd.engine.submission import Submission
 from rankd.frontends import rest, rest_hot
 from rankd.frontends.origins import OriginPolicy
 from rankd.frontends.service import Service
 from rankd.frontends.service import pack_json as rest_native
-from rankd.security import Gate
-from rankd.security.auth import AuthConfig, Authenticator, new_api_key
-from rankd.security.limits import LimitsConfig, RateLimiter
+from rankd.security.auth import new_api_key
+from rankd.security.limits import LimitsConfig
 from rankd.security.proxies import TrustedProxies
+from rest_twins import running_twins, twin_gate
 
 SECRET = "hot-route-secret-" + "x" * 32
 WRITE_KEY, WRITE_ENTRY = new_api_key("writer", "write")
@@ -57,8 +55,7 @@ HEADERS = ("content-type", "server", "x-content-type-options",
 
 
 def bearer(scopes: str, expires_in: float) -> str:
-    return "Bearer " + jwt.encode({"scope": scopes, "exp": int(time.time() + expires_in)},
-                                  SECRET, algorithm="HS256")
+    return rest_twins.bearer(SECRET, scopes, expires_in)
 
 
 AUTHORIZATIONS = [None, f"Bearer {WRITE_KEY}", f"Bearer {READ_KEY}", "Bearer rk_nobody_x",
@@ -133,18 +130,21 @@ class Twin:
 
     def __init__(self, engine: Engine, hot: bool, clock: list[float]) -> None:
         self.engine = engine
-        gate = Gate(Authenticator(AuthConfig(jwt_secret=SECRET,
-                                             api_keys=[WRITE_ENTRY, READ_ENTRY])),
-                    RateLimiter(LimitsConfig(address_writes=0, credential_writes=1,
-                                             credential_reads=1, exempt_loopback=False)),
-                    signing_secret=SECRET, trusted_proxies=TrustedProxies.parse("127.0.0.1"))
-        for buckets in gate.limiter._buckets.values():
-            buckets.clock = lambda: clock[0]
+        gate = twin_gate(SECRET, [WRITE_ENTRY, READ_ENTRY],
+                         LimitsConfig(address_writes=0, credential_writes=1, credential_reads=1,
+                                      exempt_loopback=False), clock,
+                         trusted_proxies=TrustedProxies.parse("127.0.0.1"))
         origins = OriginPolicy.parse([GOOD_ORIGIN], loopback_only=True)
         self.app = rest.create_app(Service(engine, signing_secret=SECRET), gate, origins=origins)
         if not hot:
             self.app[rest.DOOR].submitters = self.app[rest.DOOR].readers = None
         self.server = TestServer(self.app, host="127.0.0.1")
+
+    async def start(self) -> None:
+        await self.server.start_server()
+
+    async def close(self) -> None:
+        await self.server.close()
 
     def counts(self) -> dict[tuple[str, int], int]:
         return {key: value[0] for key, value in self.app[rest.METRICS]._requests.items()}
@@ -199,28 +199,8 @@ def raw_request(method: str, path: str, extra: dict[str, str | None], authorizat
 
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, ...]]:
-    loop = asyncio.new_event_loop()
-    clock = [0.0]
-    root = Path(tmp_path_factory.mktemp("hot-route"))
-
-    async def start() -> tuple[Twin, Twin]:
-        pair = []
-        for name, hot in (("hot", True), ("general", False)):
-            twin = Twin(await Engine.open(engine_config(root / name)), hot, clock)
-            await twin.server.start_server()
-            pair.append(twin)
-        return pair[0], pair[1]
-
-    hot, general = loop.run_until_complete(start())
-    yield loop, clock, hot, general
-
-    async def stop() -> None:
-        for twin in (hot, general):
-            await twin.server.close()
-            await twin.engine.close()
-
-    loop.run_until_complete(stop())
-    loop.close()
+    with running_twins(Path(tmp_path_factory.mktemp("hot-route")), Twin) as pair:
+        yield pair
 
 
 _boards = itertools.count()
@@ -277,6 +257,22 @@ def test_the_hot_route_answers_as_the_general_way(twins, requests):
     loop.run_until_complete(run())
 
 
+async def replay(twins: tuple[Any, ...], cases: list[tuple[Any, ...]], boards: dict[str, str],
+                 unfilled: int) -> list[int]:
+    """The statuses of ``cases``, each answered alike by both twins; the
+    rate-limit buckets (burst 2) filled again before each but the last
+    ``unfilled``."""
+    _, clock, hot, general = twins
+    statuses = []
+    for i, case in enumerate(cases):
+        if i < len(cases) - unfilled:
+            clock[0] += 3600.0
+        seen = await answer(hot, case, boards)
+        assert seen == await answer(general, case, boards), case
+        statuses.append(seen[0])
+    return statuses
+
+
 def test_each_check_answers_alike(twins):
     """Every check of the general way, one request each (the random test may
     miss one): bad JSON, over-size, wrong scope, the rate limit, a missing
@@ -299,14 +295,7 @@ def test_each_check_answers_alike(twins):
 
     async def run() -> list[int]:
         await make_boards((hot, general), boards)
-        statuses = []
-        for i, case in enumerate(cases):
-            if i < len(cases) - 2:
-                clock[0] += 3600.0  # the burst (2) full again, but for the last two
-            seen = await answer(hot, case, boards)
-            assert seen == await answer(general, case, boards), case
-            statuses.append(seen[0])
-        return statuses
+        return await replay(twins, cases, boards, unfilled=2)
 
     assert loop.run_until_complete(run()) == [400, 413, 403, 404, 200, 409, 200, 429]
 
@@ -355,14 +344,7 @@ def test_top_reads_answer_alike(twins):
         await make_boards((hot, general), boards)
         clock[0] += 3600.0
         assert await answer(hot, submit, boards) == await answer(general, submit, boards)
-        statuses = []
-        for i, case in enumerate(cases):
-            if i < len(cases) - 3:
-                clock[0] += 3600.0  # the burst (2) full again, but for the last three
-            seen = await answer(hot, case, boards)
-            assert seen == await answer(general, case, boards), case
-            statuses.append(seen[0])
-        return statuses
+        return await replay(twins, cases, boards, unfilled=3)
 
     statuses = loop.run_until_complete(run())
     assert statuses[:3] == [200, 404, 422] and statuses[-3:] == [200, 200, 429]
