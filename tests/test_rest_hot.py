@@ -75,7 +75,12 @@ TARGETS = [("POST", "/v1/boards/{b}/scores")] * 6 + [
     ("GET", "/v1/boards/{b}/top?limit="), ("GET", "/v1/boards/{b}/top?x=1"),
     ("GET", "/v1/boards/{b}/top?min_seq=1"), ("GET", "/v1/boards/{b}/top?limit=10&"),
     ("GET", "/v1/boards/{b}/top?window=all"), ("HEAD", "/v1/boards/{b}/top"),
-    ("POST", "/v1/boards/{b}/top"), ("GET", "/v1/boards/{b}/top/")]
+    ("POST", "/v1/boards/{b}/top"), ("GET", "/v1/boards/{b}/top/")] + [
+    ("GET", "/v1/boards/{b}/members/a"), ("GET", "/v1/boards/{b}/members/b"),
+    ("GET", "/v1/boards/{b}/members/zz"), ("GET", "/v1/boards/{b}/members/%61"),
+    ("GET", "/v1/boards/{b}/members/a?window=all"), ("GET", "/v1/boards/{b}/members/a/around"),
+    ("GET", "/v1/boards/{b}/members/"), ("GET", "/v1/boards/{b}/members/.."),
+    ("DELETE", "/v1/boards/{b}/members/a"), ("HEAD", "/v1/boards/{b}/members/a")]
 #: Extra headers: most requests none.
 EXTRAS = [{}] * 6 + [{"Origin": GOOD_ORIGIN}, {"Origin": "http://evil.example"},
                      {"Host": "evil.example"}, {"X-Forwarded-For": "10.9.9.9"},
@@ -152,37 +157,24 @@ class Twin:
 
 async def exchange(port: int, request: bytes, head_only: bool = False
                    ) -> tuple[int, dict[str, str], bytes]:
-    """One request on a connection of its own: status, headers, body."""
+    """One request on a connection of its own: status, headers, body (an
+    interim ``100 Continue`` skipped)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(request)
         await writer.drain()
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        status = int(lines[0].split()[1])
-        headers = {}
-        for line in lines[1:]:
-            if line:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-        if status == 100:  # Expect: 100-continue granted: the body, then the answer
-            return await exchange_rest(reader, writer, request)
+        status = 100
+        while status == 100:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            status = int(lines[0].split()[1])
+        headers = {name.strip().lower(): value.strip()
+                   for name, _, value in (line.partition(":") for line in lines[1:] if line)}
         if head_only:  # (the answer to HEAD has the GET's Content-Length, no body)
             return status, headers, b""
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
-        return status, headers, body
+        return status, headers, await reader.readexactly(int(headers.get("content-length", "0")))
     finally:
         writer.close()
-
-
-async def exchange_rest(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        request: bytes) -> tuple[int, dict[str, str], bytes]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {n.strip().lower(): v.strip()
-               for n, _, v in (line.partition(":") for line in lines[1:] if line)}
-    return (int(lines[0].split()[1]), headers,
-            await reader.readexactly(int(headers.get("content-length", "0"))))
 
 
 def raw_request(method: str, path: str, extra: dict[str, str | None], authorization: str | None,
@@ -326,6 +318,27 @@ def test_the_hot_route_skips_the_router(twins, monkeypatch):
     loop.run_until_complete(run())
     # The general twin, then the hot one's request with an Origin, and the general's.
     assert resolved == [False, True, False]
+
+
+def test_member_reads_answer_alike(twins):
+    """The member read: scope, a missing board, a missing member, the read
+    rate limit."""
+    loop, clock, hot, general = twins
+    boards = fresh_boards()
+    read = ("GET", "/v1/boards/{b}/members/a")
+    submit = (1, ("POST", "/v1/boards/{b}/scores"), {}, "plain", b'{"member": "a", "delta": 1}')
+    cases = [(2, read, {}, "plain", b""), (2, read, {}, "missing", b""),
+             (2, ("GET", "/v1/boards/{b}/members/zz"), {}, "plain", b""),
+             (3, read, {}, "plain", b""), (2, read, {}, "plain", b""), (2, read, {}, "plain", b""),
+             (2, read, {}, "plain", b"")]
+
+    async def run() -> list[int]:
+        await make_boards((hot, general), boards)
+        clock[0] += 3600.0
+        assert await answer(hot, submit, boards) == await answer(general, submit, boards)
+        return await replay(twins, cases, boards, unfilled=3)
+
+    assert loop.run_until_complete(run()) == [200, 404, 404, 401, 200, 200, 429]
 
 
 def test_top_reads_answer_alike(twins):

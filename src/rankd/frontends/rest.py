@@ -97,8 +97,8 @@ class Door:
     #: Callers admitted to submit before (:func:`_submitted`); None: every
     #: submission goes the general way (the tests' reference).
     submitters: Admissions | None
-    #: Callers admitted to read top pages before (:func:`_top_now`); None:
-    #: every read goes the general way.
+    #: Callers admitted to read top pages and members before
+    #: (:func:`_admit_reader`); None: every read goes the general way.
     readers: Admissions | None = None
 
 
@@ -283,21 +283,33 @@ async def _submit_now(request: web.Request, door: Door, board: str) -> web.Respo
     return web.Response(body=orjson.dumps(answer), headers=SUBMITTED_HEADERS)
 
 
-def _top_now(request: web.Request, door: Door, board: str, params: dict[str, int]
-             ) -> web.Response:
-    """A top page read the hot route takes (:mod:`rankd.frontends.rest_hot`):
-    admitted as :func:`_gated` admits it (the admission remembered as a
-    submission's), answered as :func:`top` answers it."""
+def _admit_reader(request: web.Request, door: Door, operation: str) -> None:
+    """Admit a read the hot route takes (:mod:`rankd.frontends.rest_hot`) as
+    :func:`_gated` admits it, the admission remembered as a submission's
+    (``door.readers``: one table for ``top`` and ``member``, whose scope and
+    rate limit are the same)."""
     readers = door.readers
     assert readers is not None
     address = request.remote or ""
     authorization = request.headers.get("Authorization")
-    principal = readers.get(authorization, address)
-    if principal is None:
-        credential, from_url = credential_of(request, "top")
-        principal = door.gate.admitted(credential, "top", address, join_only=from_url)
+    if readers.get(authorization, address) is None:
+        credential, from_url = credential_of(request, operation)
+        principal = door.gate.admitted(credential, operation, address, join_only=from_url)
         readers.put(authorization, address, principal)
+
+
+def _top_now(request: web.Request, door: Door, board: str, params: dict[str, int]
+             ) -> web.Response:
+    """A top page read the hot route takes, answered as :func:`top` answers it."""
+    _admit_reader(request, door, "top")
     return web.Response(body=door.service.top_json(board, **params), headers=SUBMITTED_HEADERS)
+
+
+def _member_now(request: web.Request, door: Door, board: str, name: str) -> web.Response:
+    """A member read the hot route takes, answered as :func:`member` answers it."""
+    _admit_reader(request, door, "member")
+    return web.Response(body=orjson.dumps(door.service.member(board, name)),
+                        headers=SUBMITTED_HEADERS)
 
 
 def front_door(door: Door) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -754,7 +766,7 @@ def create_app(service: Service, gate: Gate | None = None,
         app.on_cleanup.append(close_forwarder)
     app.on_response_prepare.append(_add_headers)
     # The common submission, before the router and the middlewares.
-    install_hot_route(app, door, _submit_now, _top_now, _failed)
+    install_hot_route(app, door, _submit_now, _top_now, _member_now, _failed)
     # The router tries a path's candidates in order: submissions' first.
     app.add_routes(sorted(routes, key=lambda route: getattr(route, "handler", None)
                           is not submit))

@@ -1,12 +1,13 @@
-"""The REST hot route: the common submission and top page read answered
-before aiohttp's router and middlewares.
+"""The REST hot route: the common submission and reads answered before
+aiohttp's router and middlewares.
 
 What it owns: deciding, from the raw request line and headers alone,
 whether a request is a plain ``POST /v1/boards/{board}/scores`` that the
 front door's fast submission (``rest._submit_now``) answers exactly as the
 general way would, or a plain ``GET /v1/boards/{board}/top`` (at most
-``limit`` and ``offset``, in digits) that ``rest._top_now`` answers so, and
-answering it there.  Its design:
+``limit`` and ``offset``, in digits) or ``GET
+/v1/boards/{board}/members/{member}`` (no query) that ``rest._top_now`` and
+``rest._member_now`` answer so, and answering it there.  Its design:
 
 * It replaces the application's request handler (``Application._handle``,
   what aiohttp's ``Server`` calls for every request) with one that looks at
@@ -30,7 +31,7 @@ answering it there.  Its design:
   the same order, by ``rest._submit_now``: the gate (authentication, scope,
   the rate limits charged), the body's size bound, its JSON, the event
   (a plain body natively: ``Service.submit_json``).  A read is admitted
-  the same way (``rest._top_now``), and on a single node only (a cluster
+  the same way (``rest._admit_reader``), and on a single node only (a cluster
   node's reads may wait for their group's log).  Errors are answered by
   ``rest._failed`` with the headers the signal would have added, and the
   request is counted in the metrics under its operation as the front door
@@ -40,6 +41,7 @@ answering it there.  Its design:
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -51,6 +53,7 @@ from rankd.frontends.origins import COMMON_HEADERS
 PREFIX = "/v1/boards/"
 SUFFIX = "/scores"
 TOP_SUFFIX = "/top"
+MEMBERS = "/members/"
 #: The query parameters of a top page read the hot route takes.
 TOP_PARAMS = frozenset({"limit", "offset"})
 #: The headers ``rest._add_headers`` gives an answer to a request without
@@ -106,13 +109,18 @@ def hot_board(request: web.Request, door: HotDoor, proxied: bool) -> str | None:
     return board
 
 
+def _reads(request: web.Request, door: HotDoor) -> bool:
+    """Whether the hot route may answer ``request`` if it is a plain read."""
+    return (request.method == "GET" and door.readers is not None and door.forwarder is None
+            and door.service.cluster is None)  # (a cluster's reads may wait: Unsettled)
+
+
 def hot_top(request: web.Request, door: HotDoor, proxied: bool
             ) -> tuple[str, dict[str, int]] | None:
     """The board and query of a top page read the hot route may answer
     (``GET /v1/boards/<board>/top``, with at most ``limit`` and ``offset``,
     each once, in decimal digits), or None: the general way."""
-    if (request.method != "GET" or door.readers is None or door.forwarder is not None
-            or door.service.cluster is not None):  # (a cluster's reads may wait: Unsettled)
+    if not _reads(request, door):
         return None
     path, _, query = request.raw_path.partition("?")
     if not (path.startswith(PREFIX) and path.endswith(TOP_SUFFIX)):
@@ -133,15 +141,31 @@ def hot_top(request: web.Request, door: HotDoor, proxied: bool
     return board, params
 
 
+def hot_member(request: web.Request, door: HotDoor, proxied: bool) -> tuple[str, str] | None:
+    """The board and member of a member read the hot route may answer
+    (``GET /v1/boards/<board>/members/<member>``, no query), or None."""
+    if not _reads(request, door):
+        return None
+    path = request.raw_path
+    if not path.startswith(PREFIX) or "?" in path:
+        return None
+    board, _, member = path[len(PREFIX):].partition(MEMBERS)
+    if not (_plain_board(board) and _plain_board(member) and _plain_headers(request, door,
+                                                                            proxied)):
+        return None
+    return board, member
+
+
 def install(app: web.Application, door: HotDoor,
             submit_now: Callable[[web.Request, Any, str], Awaitable[web.Response]],
             top_now: Callable[[web.Request, Any, str, dict[str, int]], web.Response],
+            member_now: Callable[[web.Request, Any, str, str], web.Response],
             failed: Callable[[web.Request, Exception, Any], Awaitable[web.StreamResponse]]
             ) -> bool:
     """Put the hot route in front of ``app``'s router: ``submit_now``
     answers the submissions it takes, ``top_now`` the top page reads,
-    ``failed`` what they raise.  False (and nothing changed) on an aiohttp
-    without the handler it replaces."""
+    ``member_now`` the member reads, ``failed`` what they raise.  False
+    (and nothing changed) on an aiohttp without the handler it replaces."""
     general: Handler | None = getattr(app, "_handle", None)
     if general is None:
         return False
@@ -149,29 +173,52 @@ def install(app: web.Application, door: HotDoor,
     proxied = bool(door.gate.trusted_proxies)
     perf_counter = time.perf_counter
 
-    async def handle(request: web.Request) -> web.StreamResponse:
-        response: web.StreamResponse
+    # Not a coroutine: what aiohttp awaits is the general handler's own
+    # coroutine, or the hot route's (no frame more for either).
+    def handle(request: web.Request) -> Awaitable[web.StreamResponse]:
         board = hot_board(request, door, proxied)
         if board is not None:
-            started = perf_counter()
-            try:
-                response = await submit_now(request, door, board)
-            except Exception as exc:
-                response = await failed(request, exc, door)
-                response.headers.update(ANSWER_HEADERS)
-            observe("submit", response.status, perf_counter() - started)
-            return response
-        read = hot_top(request, door, proxied)
+            return submitted(request, board)
+        read = hot_read(request)
         if read is None:
-            return await general(request)
+            return general(request)
+        operation, answer, args = read
         started = perf_counter()
         try:
-            response = top_now(request, door, *read)
+            response = answer(request, door, *args)
         except Exception as exc:
-            response = await failed(request, exc, door)
-            response.headers.update(ANSWER_HEADERS)
-        observe("top", response.status, perf_counter() - started)
+            return refused(request, exc, operation, started)
+        observe(operation, response.status, perf_counter() - started)
+        done: asyncio.Future[web.StreamResponse] = asyncio.get_running_loop().create_future()
+        done.set_result(response)
+        return done
+
+    async def submitted(request: web.Request, board: str) -> web.StreamResponse:
+        started = perf_counter()
+        try:
+            response = await submit_now(request, door, board)
+        except Exception as exc:
+            return await refused(request, exc, "submit", started)
+        observe("submit", response.status, perf_counter() - started)
         return response
+
+    async def refused(request: web.Request, exc: Exception, operation: str, started: float
+                      ) -> web.StreamResponse:
+        response = await failed(request, exc, door)
+        response.headers.update(ANSWER_HEADERS)
+        observe(operation, response.status, perf_counter() - started)
+        return response
+
+    def hot_read(request: web.Request
+                 ) -> tuple[str, Callable[..., web.Response], tuple[Any, ...]] | None:
+        """(operation, its answer, the answer's arguments) of a read it takes."""
+        top = hot_top(request, door, proxied)
+        if top is not None:
+            return "top", top_now, top
+        member = hot_member(request, door, proxied)
+        if member is not None:
+            return "member", member_now, member
+        return None
 
     # Not an attribute aiohttp expects to be set (it warns in development
     # mode): set as the instance's own, which ``_make_handler`` then serves.
