@@ -265,6 +265,23 @@ async def replay(twins: tuple[Any, ...], cases: list[tuple[Any, ...]], boards: d
     return statuses
 
 
+def test_bodies_at_the_edge_answer_alike(twins):
+    """Every body at the edge of what the native reader takes, admitted, to
+    an existing board: answered alike (the random test seldom sends one so)."""
+    loop, _, hot, general = twins
+    boards = fresh_boards()
+    cases = [(1, ("POST", "/v1/boards/{b}/scores"), {}, board, body)
+             for body in PLAIN_EDGES for board in ("plain", "signed")]
+
+    async def run() -> None:
+        await make_boards((hot, general), boards)
+        await replay(twins, cases, boards, unfilled=0)
+        for name in (boards["plain"], boards["signed"]):
+            assert hot.engine.digest(name) == general.engine.digest(name)
+
+    loop.run_until_complete(run())
+
+
 def test_each_check_answers_alike(twins):
     """Every check of the general way, one request each (the random test may
     miss one): bad JSON, over-size, wrong scope, the rate limit, a missing
