@@ -765,7 +765,7 @@ def create_app(service: Service, gate: Gate | None = None,
 
         app.on_cleanup.append(close_forwarder)
     app.on_response_prepare.append(_add_headers)
-    # The common submission, before the router and the middlewares.
+    # The common submissions and reads, before the router and the middlewares.
     install_hot_route(app, door, _submit_now, _top_now, _member_now, _failed)
     # The router tries a path's candidates in order: submissions' first.
     app.add_routes(sorted(routes, key=lambda route: getattr(route, "handler", None)
