@@ -87,6 +87,8 @@ extensions = [
     native("frontends.resp._pops"),
     # The TCP and RESP connections' hot paths (their first bases).
     native("frontends._lanes"),
+    # The REST hot route's native ingest of a plain submission's JSON body.
+    native("frontends._rest"),
     # MONITOR's quoting of a command's words (Redis's sdscatrepr).
     native("frontends.resp._monitor"),
 ]

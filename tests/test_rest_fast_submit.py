@@ -13,7 +13,6 @@ body and headers that matter, and the engines the same state.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import time
@@ -21,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jwt
 import orjson
 import pytest
 from aiohttp import web
@@ -29,14 +27,15 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine_helpers import engine_config
+import rest_twins
 from rankd.engine.engine import Engine
 from rankd.frontends import rest
 from rankd.frontends.service import Service
 from rankd.security import Gate
 from rankd.security.admissions import Admissions
-from rankd.security.auth import AuthConfig, Authenticator, Principal, new_api_key
-from rankd.security.limits import LimitsConfig, RateLimiter
+from rankd.security.auth import Principal, new_api_key
+from rankd.security.limits import LimitsConfig
+from rest_twins import running_twins, twin_gate
 
 SECRET = "fast-path-secret-" + "x" * 32
 WRITE_KEY, WRITE_ENTRY = new_api_key("writer", "write")
@@ -47,8 +46,7 @@ HEADERS = ("Content-Type", "Server", "X-Content-Type-Options", "WWW-Authenticate
 
 
 def bearer(scopes: str, expires_in: float) -> str:
-    return "Bearer " + jwt.encode({"scope": scopes, "exp": int(time.time() + expires_in)},
-                                  SECRET, algorithm="HS256")
+    return rest_twins.bearer(SECRET, scopes, expires_in)
 
 
 AUTHORIZATIONS = [None, f"Bearer {WRITE_KEY}", f"Bearer {READ_KEY}", "Bearer rk_nobody_x",
@@ -91,45 +89,25 @@ class Twin:
 
     def __init__(self, engine: Engine, fast: bool, clock: list[float]) -> None:
         self.engine = engine
-        gate = Gate(Authenticator(AuthConfig(jwt_secret=SECRET,
-                                             api_keys=[WRITE_ENTRY, READ_ENTRY])),
-                    RateLimiter(LimitsConfig(address_writes=0, credential_writes=1,
-                                             exempt_loopback=False)),
-                    signing_secret=SECRET)
-        # The buckets refill only when the test moves this clock: both twins
-        # see the same limits whatever time their requests take.
-        for buckets in gate.limiter._buckets.values():
-            buckets.clock = lambda: clock[0]
+        gate = twin_gate(SECRET, [WRITE_ENTRY, READ_ENTRY],
+                         LimitsConfig(address_writes=0, credential_writes=1,
+                                      exempt_loopback=False), clock)
         self.app = rest.create_app(Service(engine, signing_secret=SECRET), gate)
         if not fast:
             self.app[rest.DOOR].submitters = None
         self.client = TestClient(TestServer(self.app))
 
+    async def start(self) -> None:
+        await self.client.start_server()
+
+    async def close(self) -> None:
+        await self.client.close()
+
 
 @pytest.fixture(scope="module")
-def twins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Twin, Twin]]:
-    loop = asyncio.new_event_loop()
-    clock = [0.0]
-    root = Path(tmp_path_factory.mktemp("fast-submit"))
-
-    async def start() -> tuple[Twin, Twin]:
-        pair = []
-        for name, fast in (("fast", True), ("general", False)):
-            twin = Twin(await Engine.open(engine_config(root / name)), fast, clock)
-            await twin.client.start_server()
-            pair.append(twin)
-        return pair[0], pair[1]
-
-    fast, general = loop.run_until_complete(start())
-    yield loop, clock, fast, general
-
-    async def stop() -> None:
-        for twin in (fast, general):
-            await twin.client.close()
-            await twin.engine.close()
-
-    loop.run_until_complete(stop())
-    loop.close()
+def twins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, ...]]:
+    with running_twins(Path(tmp_path_factory.mktemp("fast-submit")), Twin) as pair:
+        yield pair
 
 
 _boards = itertools.count()

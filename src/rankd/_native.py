@@ -21,7 +21,8 @@ PARTS = {"rankd._skiplist": "index", "rankd.engine._ingest": "ingest",
          "rankd.engine._frames": "wal_frames", "rankd.engine._dedupe": "dedupe",
          "rankd.engine._replay": "replay", "rankd.frontends._submits": "tcp_scanner",
          "rankd.frontends.resp._scanner": "resp_scanner", "rankd.engine._reads": "resp_reads",
-         "rankd.frontends._lanes": "lanes", "rankd.engine._intake": "intake"}
+         "rankd.frontends._lanes": "lanes", "rankd.engine._intake": "intake",
+         "rankd.frontends._rest": "rest_ingest"}
 
 
 def pure_python_forced() -> bool:
@@ -51,6 +52,6 @@ def implementations() -> dict[str, str]:
     for module in ("rankd.index", "rankd.engine.ingest", "rankd.engine.frames",
                    "rankd.engine.dedupe", "rankd.engine.replay", "rankd.frontends.tcp",
                    "rankd.frontends.resp.protocol", "rankd.frontends.resp.connection",
-                   "rankd.engine.engine"):
+                   "rankd.engine.engine", "rankd.frontends.service"):
         importlib.import_module(module)
     return {part: CHOSEN.get(module, "python") for module, part in PARTS.items()}

@@ -28,6 +28,7 @@ from rankd.engine.errors import EngineError, NotFound, NotPrimary, Unsettled
 from rankd.frontends.forwarding import Forwarder, forwarded
 from rankd.frontends.openapi import openapi_document
 from rankd.frontends.origins import COMMON_HEADERS, OriginPolicy
+from rankd.frontends.rest_hot import install as install_hot_route
 from rankd.frontends.service import Service
 from rankd.frontends.upgrades import decline_unanswered_upgrade
 from rankd.metrics import CONTENT_TYPE, Metrics
@@ -97,6 +98,9 @@ class Door:
     #: Callers admitted to submit before (:func:`_submitted`); None: every
     #: submission goes the general way (the tests' reference).
     submitters: Admissions | None
+    #: Callers admitted to read top pages and members before
+    #: (:func:`_admit_reader`); None: every read goes the general way.
+    readers: Admissions | None = None
 
 
 DOOR = web.AppKey("door", Door)
@@ -223,8 +227,8 @@ async def _gated(request: web.Request,
     return response
 
 
-#: The headers of a submission's answer but those aiohttp adds (Date,
-#: Content-Length), with those :func:`_add_headers` would add.
+#: The headers of a submission's answer (and a top page's) but those aiohttp
+#: adds (Date, Content-Length), with those :func:`_add_headers` would add.
 SUBMITTED_HEADERS = {"Content-Type": "application/json", "Server": "rankd", **COMMON_HEADERS}
 
 
@@ -245,6 +249,18 @@ async def _submitted(request: web.Request,
             or not request.content.is_eof()
             or (door.forwarder is not None and forwarded(request))):
         return await _gated(request, handler, door, operation)
+    return await _submit_now(request, door, request.match_info["board"])
+
+
+async def _submit_now(request: web.Request, door: Door, board: str) -> web.Response:
+    """A common submission (see :func:`_submitted`) to ``board``: admitted,
+    its body read and decoded, submitted, answered (raises what the general
+    path would: ``_failed`` answers it).  Also the hot route's
+    (:mod:`rankd.frontends.rest_hot`)."""
+    headers = request.headers
+    submitters = door.submitters
+    assert submitters is not None
+    operation = "submit"
     address = request.remote or ""
     authorization = headers.get("Authorization")
     principal = submitters.get(authorization, address)
@@ -258,13 +274,43 @@ async def _submitted(request: web.Request,
             raise RequestError(f"request body exceeds {MAX_BODY_BYTES} bytes", "too_large")
     else:
         body = await _body(request)
-    data = decoded(body)
+    service = door.service
+    plain = service.submit_json(board, body)  # None: decoded here, the general way
     try:
-        answer = await door.service.submit(request.match_info["board"], data)
+        answer = await (service.submit(board, decoded(body)) if plain is None else plain)
     except NotPrimary:
         request[PRINCIPAL] = principal  # forwarded with the caller's credential (_failed)
         raise
     return web.Response(body=orjson.dumps(answer), headers=SUBMITTED_HEADERS)
+
+
+def _admit_reader(request: web.Request, door: Door, operation: str) -> None:
+    """Admit a read the hot route takes (:mod:`rankd.frontends.rest_hot`) as
+    :func:`_gated` admits it, the admission remembered as a submission's
+    (``door.readers``: one table for ``top`` and ``member``, whose scope and
+    rate limit are the same)."""
+    readers = door.readers
+    assert readers is not None
+    address = request.remote or ""
+    authorization = request.headers.get("Authorization")
+    if readers.get(authorization, address) is None:
+        credential, from_url = credential_of(request, operation)
+        principal = door.gate.admitted(credential, operation, address, join_only=from_url)
+        readers.put(authorization, address, principal)
+
+
+def _top_now(request: web.Request, door: Door, board: str, params: dict[str, int]
+             ) -> web.Response:
+    """A top page read the hot route takes, answered as :func:`top` answers it."""
+    _admit_reader(request, door, "top")
+    return web.Response(body=door.service.top_json(board, **params), headers=SUBMITTED_HEADERS)
+
+
+def _member_now(request: web.Request, door: Door, board: str, name: str) -> web.Response:
+    """A member read the hot route takes, answered as :func:`member` answers it."""
+    _admit_reader(request, door, "member")
+    return web.Response(body=orjson.dumps(door.service.member(board, name)),
+                        headers=SUBMITTED_HEADERS)
 
 
 def front_door(door: Door) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -722,7 +768,7 @@ def create_app(service: Service, gate: Gate | None = None,
     # Only behind trusted proxies: no cost on each request otherwise.
     first = [proxy_middleware(gate.trusted_proxies)] if gate.trusted_proxies else []
     door = Door(gate, metrics_registry or Metrics(), origins or OriginPolicy(), forwarder,
-                service, Admissions(gate, "submit"))
+                service, Admissions(gate, "submit"), Admissions(gate, "top"))
     app = web.Application(middlewares=[*first, front_door(door)],
                           client_max_size=MAX_BODY_BYTES)
     app[METRICS] = door.metrics
@@ -739,6 +785,8 @@ def create_app(service: Service, gate: Gate | None = None,
 
         app.on_cleanup.append(close_forwarder)
     app.on_response_prepare.append(_add_headers)
+    # The common submissions and reads, before the router and the middlewares.
+    install_hot_route(app, door, _submit_now, _top_now, _member_now, _failed)
     # The router tries a path's candidates in order: submissions' first.
     app.add_routes(sorted(map(_expecting, routes),
                           key=lambda route: getattr(route, "handler", None) is not submit))
