@@ -13,8 +13,8 @@ from cluster_nodes import nodes, sql
 from rankd.cluster.groups import group_of
 from respclient import RawClient
 
-# Two boards of one group, and one of another.
-SAME, ALSO, OTHER = "alpha", "tx710", "beta"
+# Two boards of one slot (so one group), and one of another group.
+SAME, ALSO, OTHER = "alpha", "tx38395", "beta"
 assert group_of(SAME) == group_of(ALSO) != group_of(OTHER)
 
 

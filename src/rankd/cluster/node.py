@@ -53,6 +53,7 @@ from rankd.cluster.log import ClusterLog, Fenced, migrate
 from rankd.cluster.nodelock import NodeIdInUse, NodeLock
 from rankd.cluster.nodes import Nodes
 from rankd.cluster.recovery import DiskRecovery
+from rankd.cluster.scheme import check_data_dir, check_scheme
 from rankd.cluster.tail import LogTail
 from rankd.cluster.trust import ClusterTrust, shared_secret
 from rankd.engine.engine import Engine
@@ -196,6 +197,8 @@ class ClusterNode:
         self._unvouched: set[str] = set()
         #: Where each written group's last snapshot in Postgres stands.
         self._snapshot_marks: dict[int, SnapshotMark] = {}
+        #: The cluster's layout id (rankd.cluster.scheme), once joined.
+        self.layout: str | None = None
         self.pool: asyncpg.Pool | None = None
         self.lease_link: OneConnection | None = None
         self.store: ClusterLog | None = None
@@ -240,6 +243,10 @@ class ClusterNode:
             reset=release_cheaply)
         async with self.pool.acquire() as conn:
             await migrate(conn)
+            # Boards grouped by another scheme (an older rankd's) are refused.
+            self.layout = await check_scheme(conn)
+            check_data_dir(self.engine.config.data_dir, self.layout,
+                           bool(self.engine.positions))
             if self.trust.secret is None:
                 self.trust.secret = await shared_secret(conn)
         self.store = ClusterLog(self.pool, lease_seconds=self.config.lease_seconds)
