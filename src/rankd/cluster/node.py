@@ -93,6 +93,8 @@ class ClusterConfig:
     advertise: str
     #: ... and its TCP protocol at (None: it serves none).
     advertise_tcp: str | None = None
+    #: ... and its RESP port at (None: it serves none).
+    advertise_resp: str | None = None
     ack: str = "log"
     #: Seconds a write waits for the log before it answers ``unacknowledged``.
     ack_timeout: float = 10.0
@@ -183,6 +185,8 @@ class ClusterNode:
         self.registers: dict[int, Register] = {}
         #: Live nodes: id -> (HTTP address, TCP address, {group: applied seq}).
         self.peers: dict[str, tuple[str, str | None, dict[int, int]]] = {}
+        #: Live nodes' RESP addresses (None: the node serves no RESP port).
+        self.resp_peers: dict[str, str | None] = {}
         #: Records set aside by this node after it was deposed, for metrics.
         self.orphaned = 0
         self.takeovers = 0
@@ -709,19 +713,24 @@ class ClusterNode:
         config = self.config
         await self.nodes.heartbeat(self.node_id, config.advertise, applied, config.advertise_tcp,
                                    self.trust.node_proof(self.node_id, config.advertise,
-                                                         config.advertise_tcp))
+                                                         config.advertise_tcp,
+                                                         config.advertise_resp),
+                                   config.advertise_resp)
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
                 "SELECT group_id, epoch, holder, last_seq, "
                 "extract(epoch FROM lease_until - now()) AS left FROM rankd_groups")
             peers = await conn.fetch(
-                "SELECT node_id, advertise, advertise_tcp, applied, proof FROM rankd_nodes "
+                "SELECT node_id, advertise, advertise_tcp, applied, proof, advertise_resp "
+                "FROM rankd_nodes "
                 "WHERE seen_at > now() - make_interval(secs => $1)", self.nodes.alive_seconds)
         self._touched(started)
         now = time.monotonic()
         self.peers = {row["node_id"]: (row["advertise"], row["advertise_tcp"], {
             int(g): s for g, s in json.loads(row["applied"]).items()})
             for row in peers if self._vouched(row)}
+        self.resp_peers = {row["node_id"]: row["advertise_resp"] for row in peers
+                           if row["node_id"] in self.peers}
         for group, writer in list(self.writers.items()):
             if writer.fenced is not None:
                 await self._depose(group, writer.fenced)
@@ -752,7 +761,8 @@ class ClusterNode:
         """Whether a live node's row is signed with the cluster secret; one
         that is not is reported once and never taken as a peer."""
         node = row["node_id"]
-        if self.trust.vouches(node, row["advertise"], row["advertise_tcp"], row["proof"]):
+        if self.trust.vouches(node, row["advertise"], row["advertise_tcp"], row["proof"],
+                              row["advertise_resp"]):
             self._unvouched.discard(node)
             return True
         if node not in self._unvouched:

@@ -1,0 +1,121 @@
+"""The topology seam: which node serves each board group, and where nodes are reached.
+
+Every front-end that routes (RESP's ``CLUSTER SLOTS`` and ``-MOVED``, the
+TCP protocol's ``moved``, REST's forwarding) asks a :class:`Topology`, never
+the cluster's tables: so the placement of groups can change behind it (a
+placement table with primaries and followers per group) without touching a
+front-end.  The Protocol is small on purpose:
+
+* :meth:`Topology.primary` — the node that writes a group, always *some*
+  live node while any is known (a cluster client needs every slot covered,
+  Jedis refuses holes);
+* :meth:`Topology.followers` — the nodes that apply the group's log and may
+  serve its reads (``READONLY``);
+* :meth:`Topology.addresses` — a node's client-facing addresses;
+* :attr:`Topology.epoch` — a number that never goes back and grows whenever
+  a group's primary changes (clients compare it to know which map is newer).
+
+:class:`LeaseTopology` is the topology of part 1 of the cluster: every live
+node follows every group; a group's primary is the live node holding its
+lease in ``rankd_groups``; a group no live node holds is assigned to the
+live node that would take it, chosen by rendezvous hashing of ``(node,
+group)`` (stable: a node joining or leaving changes the choice for only the
+groups it wins or held), and that node takes it on the first write sent
+there.  Its epoch is the sum of the groups' register epochs: each only
+grows, and taking a group increments it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from rankd.cluster.node import ClusterNode
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddresses:
+    """Where clients reach a node (``host:port``; None: it serves no such port)."""
+
+    node: str
+    http: str
+    tcp: str | None
+    resp: str | None
+
+
+class Topology(Protocol):
+    """Which node serves each board group (see the module's docstring)."""
+
+    @property
+    def this_node(self) -> str:
+        """This node's id."""
+
+    @property
+    def epoch(self) -> int:
+        """The topology's version: never goes back."""
+
+    def nodes(self) -> tuple[str, ...]:
+        """The live nodes, by id, sorted."""
+
+    def primary(self, group: int) -> str | None:
+        """The node that writes ``group`` (None only while no node is known)."""
+
+    def followers(self, group: int) -> tuple[str, ...]:
+        """The nodes other than the primary that apply ``group``'s log."""
+
+    def addresses(self, node: str) -> NodeAddresses | None:
+        """``node``'s client-facing addresses (None: not a live node vouched for)."""
+
+
+def _rendezvous(nodes: tuple[str, ...], group: int) -> str:
+    return max(nodes, key=lambda node: (zlib.crc32(f"{node}\0{group}".encode()), node))
+
+
+class LeaseTopology:
+    """:class:`Topology` from what a part-1 cluster node knows: its leases'
+    registers (read every second) and the live nodes' rows."""
+
+    def __init__(self, cluster: ClusterNode) -> None:
+        self.cluster = cluster
+
+    @property
+    def this_node(self) -> str:
+        return self.cluster.node_id
+
+    @property
+    def epoch(self) -> int:
+        return sum(register.epoch for register in self.cluster.registers.values())
+
+    def nodes(self) -> tuple[str, ...]:
+        live = set(self.cluster.peers)
+        live.add(self.cluster.node_id)  # (before its first heartbeat is read back)
+        return tuple(sorted(live))
+
+    def primary(self, group: int) -> str | None:
+        cluster = self.cluster
+        writer = cluster.writers.get(group)
+        if writer is not None and writer.fenced is None:
+            return cluster.node_id
+        register = cluster.registers.get(group)
+        if register is not None and register.holder is not None and (
+                register.holder in cluster.peers and register.holder != cluster.node_id):
+            return register.holder
+        nodes = self.nodes()
+        return _rendezvous(nodes, group) if nodes else None
+
+    def followers(self, group: int) -> tuple[str, ...]:
+        primary = self.primary(group)
+        return tuple(node for node in self.nodes() if node != primary)
+
+    def addresses(self, node: str) -> NodeAddresses | None:
+        cluster = self.cluster
+        if node == cluster.node_id:
+            config = cluster.config
+            return NodeAddresses(node, config.advertise, config.advertise_tcp,
+                                 config.advertise_resp)
+        peer = cluster.peers.get(node)
+        if peer is None:
+            return None
+        return NodeAddresses(node, peer[0], peer[1], cluster.resp_peers.get(node))
