@@ -18,18 +18,19 @@ front-end.  The Protocol is small on purpose:
 :class:`LeaseTopology` is the topology of part 1 of the cluster: every live
 node follows every group; a group's primary is the live node holding its
 lease in ``rankd_groups``; a group no live node holds is assigned to the
-live node that would take it, chosen by rendezvous hashing of ``(node,
-group)`` (stable: a node joining or leaving changes the choice for only the
-groups it wins or held), and that node takes it on the first write sent
-there.  Its epoch is the sum of the groups' register epochs: each only
+live node that would take it: the live nodes, sorted by id, share the
+groups in contiguous blocks (so a cluster client's slot map stays a few
+ranges, not hundreds), and that node takes the group on the first write
+sent there.  Its epoch is the sum of the groups' register epochs: each only
 grows, and taking a group increments it.
 """
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from rankd.cluster.groups import GROUPS
 
 if TYPE_CHECKING:
     from rankd.cluster.node import ClusterNode
@@ -69,8 +70,9 @@ class Topology(Protocol):
         """``node``'s client-facing addresses (None: not a live node vouched for)."""
 
 
-def _rendezvous(nodes: tuple[str, ...], group: int) -> str:
-    return max(nodes, key=lambda node: (zlib.crc32(f"{node}\0{group}".encode()), node))
+def _block(nodes: tuple[str, ...], group: int) -> str:
+    """The node of ``nodes`` (sorted) whose contiguous block holds ``group``."""
+    return nodes[group * len(nodes) // GROUPS]
 
 
 class LeaseTopology:
@@ -103,7 +105,7 @@ class LeaseTopology:
                 register.holder in cluster.peers and register.holder != cluster.node_id):
             return register.holder
         nodes = self.nodes()
-        return _rendezvous(nodes, group) if nodes else None
+        return _block(nodes, group) if nodes else None
 
     def followers(self, group: int) -> tuple[str, ...]:
         primary = self.primary(group)

@@ -51,7 +51,7 @@ from rankd.frontends.connections import (
     PipelinedConnection,
     PipelinedServer,
 )
-from rankd.frontends.resp import monitor, pop_lane, pop_runs, transactions
+from rankd.frontends.resp import cluster_commands, monitor, pop_lane, pop_runs, transactions
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import COMMANDS, lookup, unknown_command
 from rankd.frontends.resp.context import (
@@ -192,6 +192,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.watched: dict[str, Any] | None = None
         #: Ends the blocking pop this connection waits in, if any (:mod:`.blocking`).
         self.unblock: Callable[[], None] | None = None
+        #: On a cluster node: what the client said of itself (:mod:`.cluster_commands`).
+        self.cluster_session: cluster_commands.ClusterSession | None = None
 
     def _reader(self) -> RequestReader:
         if self.principal is None:
@@ -226,6 +228,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.queue.clear()
         self.queued_bytes = 0
         monitor.detach(self)
+        if self.cluster_session is not None and self.cluster_session.relay is not None:
+            self.cluster_session.relay.close()
 
     def _data_received(self, data: bytes) -> None:
         """``data_received`` the general way (the lane's, for what it does not take)."""
@@ -422,6 +426,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         """The command ``words`` call, or None with its error in ``out``."""
         try:
             command = lookup(words)
+            if self.service.topology is not None and self.principal is not None:
+                command = cluster_commands.route(self, command, words)  # by slot
         except CommandError as exc:
             # Only known commands name a metrics series: a client can send
             # any number of names.
@@ -751,6 +757,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             raise CommandError(WRONGPASS) from None
         self.expires_with(self.principal)
         self.reader = self._carry_over(self.reader)
+        if self.service.topology is not None:  # (its commands relayed go with it)
+            cluster_commands.session(self).credential = credential
 
     def _carry_over(self, old: RequestReader) -> RequestReader:
         """A reader with the limits of the connection's state now (the
