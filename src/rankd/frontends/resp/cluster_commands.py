@@ -30,13 +30,15 @@ node, before it runs):
   the freshness rules of docs/cluster.md);
 * any other client is served as if the node held everything: its write of a
   slot another node writes is relayed there one hop (:mod:`.relay`) and the
-  answer passed back; its reads are served here, but those of a group it
-  wrote through a relay, which are relayed too (so it reads its own writes,
-  as from one Redis).  Inside ``MULTI`` nothing is relayed (the transaction
-  runs here, its writes answered ``TRYAGAIN`` if another node writes them).
+  answer passed back, and so is its read of a slot another node writes
+  (it reads its own writes, as from one Redis).  Inside ``MULTI`` nothing is
+  relayed (the transaction runs here, its writes answered ``TRYAGAIN`` if
+  another node writes them).
 
-Such a cluster client's connection stops packing plain commands for the
-native paths, so each command is routed: it goes the general way.
+Runs of plain commands the scanner packed for the native paths stay there
+only when this node serves all of them: writes of groups it writes
+(``Service.takes_packed``), reads it may answer (:func:`serves_reads`);
+the others go the general way, command by command, through :func:`route`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from rankd.engine.groups import GROUPS, SLOTS, SLOTS_PER_GROUP, slot_of
 from rankd.frontends.resp import transactions
 from rankd.frontends.resp.arguments import CommandError, integer
+from rankd.frontends.resp.protocol import RequestReader
 from rankd.frontends.resp.relay import Relay, RelayFailed
 
 if TYPE_CHECKING:
@@ -70,8 +73,6 @@ class ClusterSession:
     #: The client's credential (AUTH), to relay its commands with.
     credential: str | None = None
     relay: Relay | None = None
-    #: Groups this (plain) client wrote through the relay: their reads go there too.
-    relayed: set[int] = dataclasses.field(default_factory=set)
 
 
 def session(conn: Context) -> ClusterSession:
@@ -95,14 +96,8 @@ def _topology(conn: Context) -> Topology:
 
 
 def _aware(conn: Context) -> None:
-    """The client asked for the topology: answer it ``-MOVED`` from now on,
-    and route each of its commands (no packing for the native paths)."""
-    state = session(conn)
-    if not state.aware:
-        state.aware = True
-        conn.packs = False
-        if conn.multi is not None:
-            conn.multi.packs = False
+    """The client asked for the topology: answer it ``-MOVED`` from now on."""
+    session(conn).aware = True
 
 
 # --- the topology in Redis's shapes ---------------------------------------------------
@@ -315,8 +310,7 @@ def route(conn: Context, command: Command, words: list[bytes]) -> Command:
     state = conn.cluster_session
     aware = state is not None and state.aware
     write = "write" in command.flags
-    if not write and here in topology.followers(group) and (
-            (aware and state.readonly) or (not aware and group not in _relayed(state))):
+    if not write and aware and state.readonly and here in topology.followers(group):
         return command  # a follower's copy serves it (freshness checked as it runs)
     addresses = topology.addresses(primary)
     if aware:
@@ -326,7 +320,7 @@ def route(conn: Context, command: Command, words: list[bytes]) -> Command:
         raise CommandError(f"MOVED {slot} {addresses.resp}")
     if conn.multi is not None or addresses is None or not addresses.resp:
         return command  # run here: its writes are answered TRYAGAIN
-    return dataclasses.replace(command, handler=_relaying(addresses.resp, primary, group),
+    return dataclasses.replace(command, handler=_relaying(addresses.resp, primary),
                                immediate=False, batchable=False, applied_now=False)
 
 
@@ -343,19 +337,29 @@ def _exec_routed(conn: Context, command: Command) -> Command:
     return dataclasses.replace(command, handler=refused)
 
 
-def _relayed(state: ClusterSession | None) -> set[int]:
-    return state.relayed if state is not None else set()
+def serves_reads(conn: Context, reads: Any) -> bool:
+    """Whether this node answers every read of a packed run here (each
+    one's key is of a group it writes, or it follows and the client sent
+    ``READONLY``); if not, the run goes the general way, through :func:`route`."""
+    topology: Topology = conn.service.topology
+    here = topology.this_node
+    state = conn.cluster_session
+    followers_serve = state is not None and state.aware and state.readonly
+    reader = RequestReader()
+    for index in range(len(reads)):
+        for words in reader.feed(reads.source(index)):
+            group = slot_of(words[1]) // SLOTS_PER_GROUP
+            if topology.primary(group) != here and not (
+                    followers_serve and here in topology.followers(group)):
+                return False
+    return True
 
 
-def _relaying(address: str, node: str, group: int) -> Any:
+def _relaying(address: str, node: str) -> Any:
     async def relayed(conn: Context, words: list[bytes]) -> bytes:
         state = session(conn)
         if state.relay is None:
             state.relay = Relay()
-        if group not in state.relayed:
-            state.relayed.add(group)  # its reads follow (read-your-writes)
-            if conn.multi is None:
-                conn.packs = False  # (packed reads would be answered here)
         blocking = words[0].lower().startswith(b"b")  # BZPOPMIN...: its own timeout
         try:
             reply = await state.relay.send(address, words, version=conn.replies.version,

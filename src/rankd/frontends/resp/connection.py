@@ -179,6 +179,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         #: one group the node writes now (``_takes``); the others go the general
         #: way, which answers TRYAGAIN.
         self.packs = FAST_WRITES and not server.monitors  # (a monitor sees every command)
+        #: On a cluster node packed reads are routed by slot (``_reads``).
+        self.routed = server.service.topology is not None
         self.queue: collections.deque[Any] = collections.deque()
         #: What the queued requests hold (:func:`weight`).
         self.queued_bytes = 0
@@ -593,6 +595,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         the client does not read)."""
         native = (self.window is None and self.period is None and self.principal is not None
                   and not self.server.monitors)  # (a monitor sees each read: the general way)
+        if native and self.service.topology is not None:  # keys of other nodes: routed
+            native = cluster_commands.serves_reads(self, reads)
         if native and (charge := self._charger("top")) is not None:
             try:
                 charge(len(reads))
