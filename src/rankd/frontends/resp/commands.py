@@ -700,7 +700,7 @@ COMMANDS[b"command"] = Command(
         b"docs": _command("command|docs", -2, command_docs, None, group="server",
                           cost=_names_cost),
         b"list": _command("command|list", -2, command_list, None, group="server"),
-        b"getkeys": _command("command|getkeys", -3, command_getkeys, None, group="server"),
+        b"getkeys": _command("command|getkeys", -4, command_getkeys, None, group="server"),
     })
 
 # Transactions (rankd.frontends.resp.transactions): MULTI queues, EXEC applies atomically.
