@@ -396,7 +396,8 @@ class ClusterNode:
         address, tcp, _ = self.peers.get(holder, (None, None, None))
         if address is not None:
             return NotPrimary(f"node {self.node_id} does not write group {group}; node "
-                              f"{holder} does, at {address}", address, tcp)
+                              f"{holder} does, at {address}", address, tcp,
+                              **self._moved(group, holder))
         return Unavailable(f"group {group}'s primary {holder!r} has not renewed its lease "
                            "since the cluster's Postgres was last out of reach; its writes "
                            "wait for it a lease longer; nothing was applied")
@@ -411,10 +412,16 @@ class ClusterNode:
             address, tcp, _ = self.peers[holder]
             return NotPrimary(f"node {self.node_id} cannot reach the cluster's Postgres "
                               f"({type(exc).__name__}); group {group} was last written by "
-                              f"node {holder}, at {address}", address, tcp)
+                              f"node {holder}, at {address}", address, tcp,
+                              **self._moved(group, holder))
         return Unavailable(f"node {self.node_id} cannot reach the cluster's Postgres to "
                            f"learn who writes group {group} ({type(exc).__name__}: {exc}); "
                            "nothing was applied; try again shortly")
+
+    def _moved(self, group: int, holder: str | None) -> dict[str, Any]:
+        """What a ``moved`` answer says besides the address (see ``NotPrimary``)."""
+        return {"group": group, "node": holder,
+                "epoch": sum(register.epoch for register in self.registers.values())}
 
     def writer(self, group: int) -> GroupCommitter:
         writer = self.writers.get(group)
@@ -427,7 +434,8 @@ class ClusterNode:
                                 f"; its lease is held by {holder!r}, not a live node this "
                                 "cluster vouches for: try again shortly"
                                 if holder in self._unvouched else
-                                "; no live node does yet: try again shortly"), address, tcp)
+                                "; no live node does yet: try again shortly"), address, tcp,
+                             **self._moved(group, holder if address else None))
         if self.ack == "local":
             unshipped = writer.unshipped_seconds() * 1000
             if unshipped > self.config.max_unshipped_ms:
