@@ -24,7 +24,6 @@ from aiohttp import web
 from rankd import __version__
 from rankd._native import implementations
 from rankd.cluster.node import ClusterNode
-from rankd.cluster.topology import LeaseTopology
 from rankd.config import ServerConfig
 from rankd.engine import collector
 from rankd.engine.engine import Engine
@@ -106,7 +105,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     engine.lock()
     service = Service(engine, signing_secret=gate.signing_secret)
     service.cluster = node
-    service.topology = LeaseTopology(node) if node is not None else None
+    service.topology = node.topology if node is not None else None
     service.listening = False  # ready only once the TCP listener is up too
     limits = ConnectionLimits(config.max_connections or default_max_connections(),
                               config.max_connections_per_address,

@@ -33,6 +33,7 @@ def _everywhere(lab: Lab, words: list[str], expected: bytes, timeout: float = 15
     deadline = time.monotonic() + timeout
     for daemon in lab.daemons:
         with RawClient(daemon.resp_port) as client:
+            client.call("READONLY")  # (this node's copy, not relayed to the primary)
             while (answer := client.call(*words)) != expected:
                 assert time.monotonic() < deadline, (daemon.resp_port, answer, expected)
                 time.sleep(0.1)
@@ -90,6 +91,7 @@ def test_a_large_store_is_built_in_steps_and_swapped_in_on_every_node(lab: Lab) 
         assert client.call("ZADD", dst, "1", "old", "2", "older") == b":2\r\n"
         _everywhere(lab, ["ZCARD", dst], b":2\r\n")
         with RawClient(lab.daemons[follower].resp_port) as reader:
+            reader.call("READONLY")  # (the follower's copy)
             client.send(encode_request(["ZUNIONSTORE", dst, "2", *sources]))
             seen = set()
             while not client.buffer and not select.select([client.sock], [], [], 0)[0]:

@@ -57,7 +57,8 @@ def _same_group(count: int) -> list[str]:
 def test_cluster_transaction_of_stores_deadlines_and_pops(tmp_path, pg_dsn):
     """An EXEC holding stores, deadlines and pops of one group goes to the
     group's log as one append, and the other node applies it whole; their
-    keys count for CROSSSLOT (per slot, as on Redis Cluster) (the inputs of a store, the keys of ZMPOP),
+    keys count for CROSSSLOT, per slot as on Redis Cluster (the inputs of a
+    store, the keys of ZMPOP),
     and a node that does not write the group answers TRYAGAIN."""
     src, dst, popped, doomed, nothing = _same_group(5)
     group = group_of(SAME)

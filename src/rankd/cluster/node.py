@@ -55,6 +55,7 @@ from rankd.cluster.nodes import Nodes
 from rankd.cluster.recovery import DiskRecovery
 from rankd.cluster.scheme import check_data_dir, check_scheme
 from rankd.cluster.tail import LogTail
+from rankd.cluster.topology import LeaseTopology, read_elsewhere
 from rankd.cluster.trust import ClusterTrust, shared_secret
 from rankd.engine.engine import Engine
 from rankd.engine.errors import (
@@ -226,6 +227,8 @@ class ClusterNode:
         self._in_touch_since: float | None = None
         self._last_round_end = 0.0
         engine.replication = self
+        #: Which node serves each group, for the front-ends' routing.
+        self.topology = LeaseTopology(self)
         #: What this node can vouch for about each group (--max-follow-lag).
         self.freshness = Freshness(self, config.max_follow_lag)
         #: Gets the node back after its local log failed (a full disk).
@@ -457,6 +460,10 @@ class ClusterNode:
                                  "out before this write reached the log; it may be lost")
 
     def check_read(self, group: int, board: str) -> None:
+        if (held := read_elsewhere(self.topology, group)) is not None:
+            raise NotPrimary(f"node {self.node_id} holds no copy of board {board!r}'s group "
+                             f"{group}; node {held.node} does, at {held.http}", held.http,
+                             held.tcp, **self._moved(group, held.node))
         refusal = self._unreadable.get(group)
         if refusal is not None:
             raise Unavailable(f"node {self.node_id} cannot read board {board!r} now: "

@@ -10,7 +10,9 @@ front-end.  The Protocol is small on purpose:
   live node while any is known (a cluster client needs every slot covered,
   Jedis refuses holes);
 * :meth:`Topology.followers` — the nodes that apply the group's log and may
-  serve its reads (``READONLY``);
+  serve its reads (``READONLY``); :meth:`Topology.holds` — whether this node
+  is one of them or the primary (a read of a group it does not hold is sent
+  where it is held: :func:`read_elsewhere`);
 * :meth:`Topology.addresses` — a node's client-facing addresses;
 * :attr:`Topology.epoch` — a number that never goes back and grows whenever
   a group's primary changes (clients compare it to know which map is newer).
@@ -28,12 +30,9 @@ grows, and taking a group increments it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from rankd.cluster.groups import GROUPS
-
-if TYPE_CHECKING:
-    from rankd.cluster.node import ClusterNode
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +65,9 @@ class Topology(Protocol):
     def followers(self, group: int) -> tuple[str, ...]:
         """The nodes other than the primary that apply ``group``'s log."""
 
+    def holds(self, group: int) -> bool:
+        """Whether this node applies ``group``'s log (its primary or a follower)."""
+
     def addresses(self, node: str) -> NodeAddresses | None:
         """``node``'s client-facing addresses (None: not a live node vouched for)."""
 
@@ -79,7 +81,8 @@ class LeaseTopology:
     """:class:`Topology` from what a part-1 cluster node knows: its leases'
     registers (read every second) and the live nodes' rows."""
 
-    def __init__(self, cluster: ClusterNode) -> None:
+    def __init__(self, cluster: Any) -> None:
+        #: The ``rankd.cluster.node.ClusterNode`` (which imports this module).
         self.cluster = cluster
 
     @property
@@ -111,6 +114,9 @@ class LeaseTopology:
         primary = self.primary(group)
         return tuple(node for node in self.nodes() if node != primary)
 
+    def holds(self, group: int) -> bool:
+        return True  # (part 1: every node follows every group it does not write)
+
     def addresses(self, node: str) -> NodeAddresses | None:
         cluster = self.cluster
         if node == cluster.node_id:
@@ -121,3 +127,14 @@ class LeaseTopology:
         if peer is None:
             return None
         return NodeAddresses(node, peer[0], peer[1], cluster.resp_peers.get(node))
+
+
+def read_elsewhere(topology: Topology, group: int) -> NodeAddresses | None:
+    """Where a read of ``group`` goes when this node holds no copy of it
+    (its primary's addresses); None when this node holds it, or no node is
+    known.  Front-ends forward such a read (REST), answer ``moved`` (TCP)
+    or relay it (RESP)."""
+    if topology.holds(group):
+        return None
+    primary = topology.primary(group)
+    return topology.addresses(primary) if primary is not None else None

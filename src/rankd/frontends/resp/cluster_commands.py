@@ -310,7 +310,7 @@ def route(conn: Context, command: Command, words: list[bytes]) -> Command:
     state = conn.cluster_session
     aware = state is not None and state.aware
     write = "write" in command.flags
-    if not write and aware and state.readonly and here in topology.followers(group):
+    if not write and aware and state.readonly and topology.holds(group):
         return command  # a follower's copy serves it (freshness checked as it runs)
     addresses = topology.addresses(primary)
     if aware:
@@ -350,7 +350,7 @@ def serves_reads(conn: Context, reads: Any) -> bool:
         for words in reader.feed(reads.source(index)):
             group = slot_of(words[1]) // SLOTS_PER_GROUP
             if topology.primary(group) != here and not (
-                    followers_serve and here in topology.followers(group)):
+                    followers_serve and topology.holds(group)):
                 return False
     return True
 
