@@ -31,6 +31,11 @@ NODE_DIR = Path(__file__).parents[1] / "clients" / "node"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, pg_server):
     with nodes(tmp_path_factory.mktemp("resp-cluster"), pg_server.create_database(), 3) as ds:
+        # Until every node saw every other's heartbeat (a round of a second).
+        deadline = time.monotonic() + 15
+        while any(set(slot_map(d.resp_port).values()) != {n.resp_port for n in ds} for d in ds):
+            assert time.monotonic() < deadline, "the nodes never all saw each other"
+            time.sleep(0.2)
         yield ds
 
 
@@ -248,6 +253,18 @@ def test_redis_py_cluster_client(cluster) -> None:
         assert len({client.keyslot(f"py:{key}") for key in KEYS}) > 100
     finally:
         client.close()
+    # To a connection that asked for the topology, each node lists the keys
+    # of its own slots (as each Redis Cluster node does): each key once.
+    listed = []
+    for node in cluster:
+        aware = RawClient(node.resp_port)
+        aware.call("CLUSTER", "SHARDS")
+        listed += parse(aware.call("KEYS", "py:*"))
+        scanned = parse(aware.call("SCAN", "0", "MATCH", "py:*", "COUNT", "1000"))[1]
+        assert sorted(scanned) == sorted(parse(aware.call("KEYS", "py:*")))
+    assert sorted(listed) == sorted(f"py:{key}" for key in KEYS)
+    # A plain connection lists every key, as one Redis.
+    assert len(parse(RawClient(cluster[1].resp_port).call("KEYS", "py:*"))) == len(KEYS)
 
 
 def test_redis_cli_follows_moved(cluster) -> None:
