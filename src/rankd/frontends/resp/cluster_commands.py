@@ -52,7 +52,7 @@ from rankd.engine.groups import GROUPS, SLOTS, SLOTS_PER_GROUP, slot_of
 from rankd.frontends.resp import transactions
 from rankd.frontends.resp.arguments import CommandError, integer
 from rankd.frontends.resp.protocol import RequestReader
-from rankd.frontends.resp.relay import Relay, RelayFailed
+from rankd.frontends.resp.relay import RELAY_SECONDS, Relay, RelayFailed
 
 if TYPE_CHECKING:
     from rankd.cluster.topology import NodeAddresses, Topology
@@ -320,7 +320,8 @@ def route(conn: Context, command: Command, words: list[bytes]) -> Command:
         raise CommandError(f"MOVED {slot} {addresses.resp}")
     if conn.multi is not None or addresses is None or not addresses.resp:
         return command  # run here: its writes are answered TRYAGAIN
-    return dataclasses.replace(command, handler=_relaying(addresses.resp, primary),
+    return dataclasses.replace(command, handler=_relaying(addresses.resp, primary,
+                                                         "blocking" in command.flags),
                                immediate=False, batchable=False, applied_now=False)
 
 
@@ -355,16 +356,17 @@ def serves_reads(conn: Context, reads: Any) -> bool:
     return True
 
 
-def _relaying(address: str, node: str) -> Any:
+def _relaying(address: str, node: str, blocking: bool) -> Any:
+    """A handler relaying its command to ``node`` at ``address`` (a blocking
+    pop waits as long as its own timeout says, the rest :data:`RELAY_SECONDS`)."""
     async def relayed(conn: Context, words: list[bytes]) -> bytes:
         state = session(conn)
         if state.relay is None:
             state.relay = Relay()
-        blocking = words[0].lower().startswith(b"b")  # BZPOPMIN...: its own timeout
         try:
             reply = await state.relay.send(address, words, version=conn.replies.version,
                                            credential=state.credential,
-                                           seconds=None if blocking else 15.0)
+                                           seconds=None if blocking else RELAY_SECONDS)
         except RelayFailed as exc:
             return conn.replies.error(
                 f"TRYAGAIN node {node}, which writes this key, did not answer ({exc}); "
