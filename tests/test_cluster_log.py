@@ -5,6 +5,7 @@ clock says; positions stay contiguous; epochs only grow."""
 from __future__ import annotations
 
 import asyncio
+import binascii
 import random
 import time
 import zlib
@@ -14,15 +15,25 @@ import pytest
 
 from rankd.cluster.groups import GROUPS, group_of
 from rankd.cluster.log import READ_BATCHES, ClusterLog, Fenced, OutOfSequence, migrate
+from rankd.engine.groups import SLOTS, legacy_group_of, slot_of, slots_of_group
 
 
-def test_board_groups_are_crc32_of_the_name_modulo_the_group_count():
-    assert GROUPS == 1024
+def test_board_groups_are_redis_cluster_slot_ranges():
+    assert GROUPS == 1024 and SLOTS == 16384
+    # The CRC16 of Redis's cluster spec (XMODEM): its own test vector.
+    assert slot_of("123456789") == 12739 and binascii.crc_hqx(b"123456789", 0) == 0x31C3
+    # What `CLUSTER KEYSLOT` of a real redis-server answers (docs/cluster.md).
+    assert {k: slot_of(k) for k in ("arena", "weekly-cup", "été", "{cup}:daily",
+                                    "a{cup}b{x}", "{}x", "foo{}{bar}", "foo{{bar}}zap")} == {
+        "arena": 14505, "weekly-cup": 5480, "été": 10087, "{cup}:daily": 2816,
+        "a{cup}b{x}": 2816, "{}x": 10595, "foo{}{bar}": 8363, "foo{{bar}}zap": 4015}
     for board in ("arena", "weekly-cup", "été", "x" * 64):
-        assert group_of(board) == zlib.crc32(board.encode()) % 1024
-    # Vectors for clients in other languages (docs/cluster.md).
-    assert [group_of(b) for b in ("arena", "weekly-cup", "été")] == [987, 822, 212]
+        assert group_of(board) == slot_of(board) // 16 == slot_of(board.encode()) // 16
+        assert slot_of(board) in slots_of_group(group_of(board))
+    assert [group_of(b) for b in ("arena", "weekly-cup", "été")] == [906, 342, 630]
     assert len({group_of(f"board-{i}") for i in range(10_000)}) > 1000  # spread out
+    # Clusters of before grouped by CRC-32: kept only to migrate them.
+    assert legacy_group_of("arena") == zlib.crc32(b"arena") % 1024 == 987
 
 
 async def _open(dsn: str, lease: float = 5.0) -> ClusterLog:

@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     resubmit.add_argument("file", type=Path, help="a wal/orphan-* file")
     resubmit.add_argument("--without-event-id", action="store_true",
                           help="also send events without an event id (may apply one twice)")
+    regroup = cluster_commands.add_parser(
+        "migrate-slots", help="regroup a cluster made before hash slots (every node stopped)")
+    regroup.add_argument("--dsn", required=True, help="the cluster's --cluster-dsn")
     load = remote("import", "bulk-load submissions from CSV or JSONL into a board")
     load.add_argument("file", type=Path, help="CSV with a header (member, score or delta, "
                                               "event_id, label) or JSONL")
@@ -224,6 +227,8 @@ def _top(args: argparse.Namespace) -> int:
 def _cluster(args: argparse.Namespace) -> int:
     from rankd.admin import Api, resubmit_orphans
 
+    if args.cluster_command == "migrate-slots":
+        return _migrate_slots(args.dsn)
     api = Api(args.url, args.token)
     if args.cluster_command == "resubmit":
         return 1 if resubmit_orphans(api, args.file,
@@ -236,6 +241,22 @@ def _cluster(args: argparse.Namespace) -> int:
         lags = ", ".join(f"{name} lag {f['lag']}" for name, f in group["followers"].items())
         print(f"group {group['group']:>4}  epoch {group['epoch']:<4} primary "
               f"{group['primary'] or '-':<20} last {group['last_seq']:<8} {lags}")
+    return 0
+
+
+def _migrate_slots(dsn: str) -> int:
+    import asyncio
+
+    from rankd.cluster.migrate_slots import MigrationRefused, migrate_slots
+
+    try:
+        done = asyncio.run(migrate_slots(dsn))
+    except MigrationRefused as exc:
+        print(f"rankd: {exc}", file=sys.stderr)
+        return 1
+    print(f"regrouped {done['boards']} boards ({done['records']} log records) from "
+          f"{done['old_groups']} CRC-32 groups into {done['new_groups']} slot groups; "
+          "start the nodes with empty data dirs")
     return 0
 
 

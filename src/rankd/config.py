@@ -348,6 +348,8 @@ class ServerConfig:
             advertise=advertise, ack=self.ack,
             advertise_tcp=(f"{advertise.rpartition(':')[0]}:{self.tcp_port}"
                            if self.tcp_port else None),
+            advertise_resp=(f"{advertise.rpartition(':')[0]}:{self.resp_port}"
+                            if self.resp_port else None),
             ack_timeout=self.ack_timeout, lease_seconds=self.lease_seconds,
             max_unshipped_ms=self.max_unshipped_ms,
             group_snapshot_records=self.group_snapshot_records,

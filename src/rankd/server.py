@@ -105,6 +105,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     engine.lock()
     service = Service(engine, signing_secret=gate.signing_secret)
     service.cluster = node
+    service.topology = node.topology if node is not None else None
     service.listening = False  # ready only once the TCP listener is up too
     limits = ConnectionLimits(config.max_connections or default_max_connections(),
                               config.max_connections_per_address,

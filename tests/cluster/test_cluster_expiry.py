@@ -52,12 +52,13 @@ def test_a_board_expires_at_the_same_log_position_on_both_nodes(tmp_path: Path,
                                            {"member": f"p{n}", "delta": n + 1})
             assert status == 200, body
         with RawClient(primary.resp_port) as one, RawClient(follower.resp_port) as other:
+            other.call("READONLY")  # (the follower's own copy: plain reads are relayed)
             assert one.call("PEXPIRE", BOARD, "2500") == b":1\r\n"
             # The follower has the deadline (from the group's log) and the board.
             _wait(lambda: other.call("TTL", BOARD) in (b":2\r\n", b":3\r\n"), what="the TTL")
             assert other.call("ZCARD", BOARD) == b":5\r\n"
-            # A write on the follower is the primary's (TRYAGAIN), never applied there.
-            assert other.call("PERSIST", BOARD).startswith(b"-TRYAGAIN"), \
+            # A write on the follower is the primary's (MOVED), never applied there.
+            assert other.call("PERSIST", BOARD).startswith(b"-MOVED "), \
                 other.call("PERSIST", BOARD)
             _wait(lambda: other.call("EXISTS", BOARD) == b":0\r\n", what="the expiry")
             for client in (one, other):
@@ -92,6 +93,7 @@ def test_a_follower_never_deletes_on_its_own_clock(tmp_path: Path, pg_dsn: str) 
                ) as (primary, follower):
         assert primary.request("PUT", f"/v1/boards/{BOARD}", {"policy": "latest"})[0] == 201
         with RawClient(follower.resp_port) as other:
+            other.call("READONLY")  # (the follower's own copy: plain reads are relayed)
             with RawClient(primary.resp_port) as one:
                 assert one.call("ZADD", BOARD, "5", "a") == b":1\r\n"
                 assert one.call("PEXPIRE", BOARD, "1500") == b":1\r\n"

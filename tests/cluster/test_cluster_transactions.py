@@ -13,8 +13,8 @@ from cluster_nodes import nodes, sql
 from rankd.cluster.groups import group_of
 from respclient import RawClient
 
-# Two boards of one group, and one of another.
-SAME, ALSO, OTHER = "alpha", "tx710", "beta"
+# Two boards of one slot (so one group), and one of another group.
+SAME, ALSO, OTHER = "alpha", "tx38395", "beta"
 assert group_of(SAME) == group_of(ALSO) != group_of(OTHER)
 
 
@@ -49,15 +49,16 @@ def test_cluster_transactions(tmp_path, pg_dsn):
 
 
 def _same_group(count: int) -> list[str]:
-    names = [name for name in (f"tx-{n}" for n in range(20_000))
-             if group_of(name) == group_of(SAME)]
-    return names[:count]
+    """Names of ``SAME``'s slot (by its hash tag): a transaction's keys must
+    share a slot, as on Redis Cluster."""
+    return [f"{{{SAME}}}:tx-{n}" for n in range(count)]
 
 
 def test_cluster_transaction_of_stores_deadlines_and_pops(tmp_path, pg_dsn):
     """An EXEC holding stores, deadlines and pops of one group goes to the
     group's log as one append, and the other node applies it whole; their
-    keys count for CROSSSLOT (the inputs of a store, the keys of ZMPOP),
+    keys count for CROSSSLOT, per slot as on Redis Cluster (the inputs of a
+    store, the keys of ZMPOP),
     and a node that does not write the group answers TRYAGAIN."""
     src, dst, popped, doomed, nothing = _same_group(5)
     group = group_of(SAME)
@@ -84,11 +85,17 @@ def test_cluster_transaction_of_stores_deadlines_and_pops(tmp_path, pg_dsn):
             stored = client.call("ZRANGE", dst, "0", "-1", "WITHSCORES")
             assert stored == (b"*6\r\n$1\r\nb\r\n$1\r\n2\r\n$1\r\nc\r\n$1\r\n3\r\n"
                               b"$1\r\na\r\n$2\r\n11\r\n")
-            # Keys of two groups, counted by numkeys: refused whole.
+            # Keys of two slots, counted by numkeys: refused when queued (as
+            # Redis Cluster does), so the whole transaction is.
             for words in (["ZUNIONSTORE", dst, "2", src, OTHER],
                           ["ZMPOP", "2", src, OTHER, "MIN"], ["ZINTERSTORE", OTHER, "1", src]):
                 replies = _transaction(client, ["EXPIRE", src, "5000"], words)
-                assert replies[-1] == b"-CROSSSLOT Keys in request don't hash to the same slot\r\n"
+                assert replies[-2:] == [
+                    b"-CROSSSLOT Keys in request don't hash to the same slot\r\n",
+                    b"-EXECABORT Transaction discarded because of previous errors.\r\n"]
+            # Commands of two slots, each of one: refused at EXEC.
+            replies = _transaction(client, ["EXPIRE", src, "5000"], ["EXPIRE", OTHER, "5"])
+            assert replies[-1] == b"-CROSSSLOT Keys in request don't hash to the same slot\r\n"
             assert client.call("TTL", src) == b":-1\r\n"
         with RawClient(other.resp_port) as client:
             deadline = time.monotonic() + 15

@@ -18,6 +18,7 @@ from rankd.client.errors import (
     Unavailable,
     error_for,
 )
+from rankd.engine.groups import group_of
 
 #: Reads that take ``min_seq`` (on a cluster: answer once that write is applied).
 CONSISTENT_READS = frozenset({"get_board", "top", "member", "around", "ranks"})
@@ -98,7 +99,14 @@ class AsyncClient(Operations):
     that answer (one hop: a second ``moved`` raises :class:`Moved`).
     ``submit_many`` sends each moved event on likewise.  It follows only
     what its own node answers (the node names only nodes the cluster
-    vouches for: docs/cluster.md, Trust), and only one hop.
+    vouches for: docs/cluster.md, Trust), and only one hop.  It keeps what
+    ``moved`` answers said (:attr:`routes`: each group's node, the newest
+    topology epoch winning), so its next requests of a board of that group
+    go to that node directly, each node's over one pipelined connection, and
+    a ``submit_many`` is split by node up front, its answers put back in
+    the order of its events.  A node sent to directly that answers ``moved``
+    in turn (the group moved on) updates the map, and the request goes the
+    first node's way again.
 
     With ``read_your_writes`` (the default: session consistency) the client
     keeps, per board, the log position ``(epoch, seq)`` of its last write
@@ -132,6 +140,9 @@ class AsyncClient(Operations):
         self.positions: dict[str, tuple[int, int]] = {}
         #: Connections to the other cluster nodes ``moved`` answers named.
         self._peers: dict[str, AsyncClient] = {}
+        #: Group -> (topology epoch, TCP address) of the node that writes it,
+        #: as ``moved`` answers said (the slot map, learnt).
+        self.routes: dict[int, tuple[int, str]] = {}
         self.principal: dict[str, Any] | None = None
         self.server_info: dict[str, Any] | None = None
         self._connection: _Connection | None = None
@@ -236,8 +247,88 @@ class AsyncClient(Operations):
             if known is None or seq > known[1]:
                 self.positions[board] = (epoch, seq)
 
+    def _learn(self, moved: Moved | dict[str, Any]) -> None:
+        """Keep the route a ``moved`` answer gives, unless one of a newer epoch is known."""
+        if isinstance(moved, Moved):
+            group, epoch, address = moved.group, moved.epoch, moved.address
+        else:
+            group, epoch, address = moved.get("group"), moved.get("epoch"), moved.get("address")
+        if type(group) is not int or type(epoch) is not int or not address:
+            return
+        known = self.routes.get(group)
+        if known is None or epoch >= known[0]:
+            self.routes[group] = (epoch, address)
+
+    def _route(self, board: object) -> str | None:
+        """The address of the node known to write ``board``'s group, if not this one."""
+        if not self.routes or not isinstance(board, str):
+            return None
+        known = self.routes.get(group_of(board))
+        return known[1] if known is not None and known[1] != self._address else None
+
+    @property
+    def _address(self) -> str:
+        return f"{self.host}:{self.port}"
+
     async def _attempts(self, op: str, args: dict[str, Any], idempotent: bool) -> Any:
-        """Send ``op``, retried as :class:`AsyncClient` says, following ``moved``."""
+        """Send ``op`` to the node known to write its board (see :class:`AsyncClient`),
+        else to this one, retried as :class:`AsyncClient` says, following ``moved``."""
+        if self.follow_moved and op == "submit_many" and self.routes:
+            return await self._submit_split(args, idempotent)
+        address = self._route(args.get("board")) if self.follow_moved else None
+        if address is not None:
+            try:
+                return await self._peer(address)._attempts(op, args, idempotent)
+            except Moved as moved:  # it moved on: learn, and go this node's way
+                self._learn(moved)
+                group = group_of(args["board"])
+                if self.routes.get(group, (0, None))[1] == address:
+                    del self.routes[group]  # (an answer without its new place)
+            except ConnectionLost:
+                self.routes = {g: r for g, r in self.routes.items() if r[1] != address}
+        return await self._own_attempts(op, args, idempotent)
+
+    async def _submit_split(self, args: dict[str, Any], idempotent: bool) -> dict[str, Any]:
+        """``submit_many`` split by the node known to write each event's board
+        (the rest to this node), sent at once, answered in the events' order."""
+        events = args["events"]
+        by_node: dict[str | None, list[int]] = {}
+        for position, event in enumerate(events):
+            board = event.get("board") if isinstance(event, dict) else None
+            by_node.setdefault(self._route(board), []).append(position)
+        if list(by_node) == [None]:
+            return await self._own_attempts("submit_many", args, idempotent)
+        results: list[Any] = [None] * len(events)
+
+        async def send(address: str | None, positions: list[int]) -> None:
+            batch = {**args, "events": [events[p] for p in positions]}
+            ids = all(isinstance(events[p], dict) and events[p].get("event_id") is not None
+                      for p in positions)
+            if address is not None:
+                answer = await self._peer(address)._attempts("submit_many", batch, ids)
+                # Events whose group moved on meanwhile: this node's way.
+                again = [i for i, result in enumerate(answer["results"])
+                         if isinstance(result, dict) and (result.get("error") or {}).get(
+                             "code") == "moved"]
+                for i in again:
+                    self._learn(answer["results"][i]["error"])
+                if again:
+                    retry = await self._own_attempts(
+                        "submit_many", {**args, "events": [batch["events"][i] for i in again]},
+                        ids)
+                    for i, result in zip(again, retry["results"], strict=True):
+                        answer["results"][i] = result
+            else:
+                answer = await self._own_attempts("submit_many", batch, idempotent and ids)
+            for position, result in zip(positions, answer["results"], strict=True):
+                results[position] = result
+
+        await asyncio.gather(*(send(address, positions)
+                               for address, positions in by_node.items()))
+        return {"results": results}
+
+    async def _own_attempts(self, op: str, args: dict[str, Any], idempotent: bool) -> Any:
+        """Send ``op`` to this client's node, retried, following ``moved`` one hop."""
         delay = self.backoff
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
@@ -252,7 +343,8 @@ class AsyncClient(Operations):
                 except Moved as moved:
                     if not self.follow_moved or not moved.address:
                         raise
-                    return await self._peer(moved.address)._attempts(op, args, idempotent)
+                    self._learn(moved)
+                    return await self._peer(moved.address)._own_attempts(op, args, idempotent)
                 except (ConnectionLost, Unavailable):
                     # Sent: retrying is only safe when applying twice is harmless.
                     if last or not idempotent:
@@ -288,11 +380,12 @@ class AsyncClient(Operations):
             error = result.get("error") if isinstance(result, dict) else None
             if error is not None and error.get("code") == "moved" and error.get("address"):
                 moved.setdefault(error["address"], []).append(position)
+                self._learn(error)
         for address, positions in moved.items():
             batch = [events[p] for p in positions]
             idempotent = all(event.get("event_id") is not None for event in batch)
-            answer = await self._peer(address)._attempts("submit_many", {"events": batch},
-                                                         idempotent)
+            answer = await self._peer(address)._own_attempts("submit_many", {"events": batch},
+                                                             idempotent)
             for position, result in zip(positions, answer["results"], strict=True):
                 results[position] = result
 

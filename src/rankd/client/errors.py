@@ -61,9 +61,13 @@ class Moved(RankdError):
     code = "moved"
 
     def __init__(self, message: str, code: str | None = None,
-                 address: str | None = None) -> None:
+                 address: str | None = None, group: int | None = None,
+                 node: str | None = None, epoch: int | None = None) -> None:
         super().__init__(message, code)
         self.address = address
+        #: The board's group, the node that writes it and the topology epoch
+        #: (a server before hash slots sends none of them).
+        self.group, self.node, self.epoch = group, node, epoch
 
 
 class NotPrimary(RankdError):
@@ -131,5 +135,7 @@ def error_for(code: str, message: str, body: dict | None = None) -> RankdError:
     if code in _PROTOCOL_CODES:
         return ProtocolError(message, code)
     if code == "moved":
-        return Moved(message, code, (body or {}).get("address"))
+        body = body or {}
+        return Moved(message, code, body.get("address"), body.get("group"), body.get("node"),
+                     body.get("epoch"))
     return _BY_CODE.get(code, RankdError)(message, code)

@@ -273,6 +273,12 @@ class ClusterLog:
         expected = after_seq + 1
         if rows and rows[0]["first_seq"] > expected:
             raise Compacted(group, after_seq, rows[0]["first_seq"])
+        if not rows:  # a log that starts with a snapshot (rankd cluster migrate-slots)
+            async with self.pool.acquire() as conn:
+                kept = await conn.fetchval(
+                    "SELECT max(seq) FROM rankd_group_snapshots WHERE group_id = $1", group)
+            if kept is not None and kept > after_seq:
+                raise Compacted(group, after_seq, kept + 1)
         for row in rows:
             found = scan(bytes(row["records"]), row["first_seq"])
             if found.bad is not None or found.next_lsn != row["last_seq"] + 1:

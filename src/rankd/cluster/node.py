@@ -53,7 +53,9 @@ from rankd.cluster.log import ClusterLog, Fenced, migrate
 from rankd.cluster.nodelock import NodeIdInUse, NodeLock
 from rankd.cluster.nodes import Nodes
 from rankd.cluster.recovery import DiskRecovery
+from rankd.cluster.scheme import check_data_dir, check_scheme
 from rankd.cluster.tail import LogTail
+from rankd.cluster.topology import LeaseTopology, read_elsewhere
 from rankd.cluster.trust import ClusterTrust, shared_secret
 from rankd.engine.engine import Engine
 from rankd.engine.errors import (
@@ -92,6 +94,8 @@ class ClusterConfig:
     advertise: str
     #: ... and its TCP protocol at (None: it serves none).
     advertise_tcp: str | None = None
+    #: ... and its RESP port at (None: it serves none).
+    advertise_resp: str | None = None
     ack: str = "log"
     #: Seconds a write waits for the log before it answers ``unacknowledged``.
     ack_timeout: float = 10.0
@@ -182,6 +186,8 @@ class ClusterNode:
         self.registers: dict[int, Register] = {}
         #: Live nodes: id -> (HTTP address, TCP address, {group: applied seq}).
         self.peers: dict[str, tuple[str, str | None, dict[int, int]]] = {}
+        #: Live nodes' RESP addresses (None: the node serves no RESP port).
+        self.resp_peers: dict[str, str | None] = {}
         #: Records set aside by this node after it was deposed, for metrics.
         self.orphaned = 0
         self.takeovers = 0
@@ -196,6 +202,8 @@ class ClusterNode:
         self._unvouched: set[str] = set()
         #: Where each written group's last snapshot in Postgres stands.
         self._snapshot_marks: dict[int, SnapshotMark] = {}
+        #: The cluster's layout id (rankd.cluster.scheme), once joined.
+        self.layout: str | None = None
         self.pool: asyncpg.Pool | None = None
         self.lease_link: OneConnection | None = None
         self.store: ClusterLog | None = None
@@ -219,6 +227,8 @@ class ClusterNode:
         self._in_touch_since: float | None = None
         self._last_round_end = 0.0
         engine.replication = self
+        #: Which node serves each group, for the front-ends' routing.
+        self.topology = LeaseTopology(self)
         #: What this node can vouch for about each group (--max-follow-lag).
         self.freshness = Freshness(self, config.max_follow_lag)
         #: Gets the node back after its local log failed (a full disk).
@@ -240,6 +250,10 @@ class ClusterNode:
             reset=release_cheaply)
         async with self.pool.acquire() as conn:
             await migrate(conn)
+            # Boards grouped by another scheme (an older rankd's) are refused.
+            self.layout = await check_scheme(conn)
+            check_data_dir(self.engine.config.data_dir, self.layout,
+                           bool(self.engine.positions))
             if self.trust.secret is None:
                 self.trust.secret = await shared_secret(conn)
         self.store = ClusterLog(self.pool, lease_seconds=self.config.lease_seconds)
@@ -385,7 +399,8 @@ class ClusterNode:
         address, tcp, _ = self.peers.get(holder, (None, None, None))
         if address is not None:
             return NotPrimary(f"node {self.node_id} does not write group {group}; node "
-                              f"{holder} does, at {address}", address, tcp)
+                              f"{holder} does, at {address}", address, tcp,
+                              **self._moved(group, holder))
         return Unavailable(f"group {group}'s primary {holder!r} has not renewed its lease "
                            "since the cluster's Postgres was last out of reach; its writes "
                            "wait for it a lease longer; nothing was applied")
@@ -400,10 +415,16 @@ class ClusterNode:
             address, tcp, _ = self.peers[holder]
             return NotPrimary(f"node {self.node_id} cannot reach the cluster's Postgres "
                               f"({type(exc).__name__}); group {group} was last written by "
-                              f"node {holder}, at {address}", address, tcp)
+                              f"node {holder}, at {address}", address, tcp,
+                              **self._moved(group, holder))
         return Unavailable(f"node {self.node_id} cannot reach the cluster's Postgres to "
                            f"learn who writes group {group} ({type(exc).__name__}: {exc}); "
                            "nothing was applied; try again shortly")
+
+    def _moved(self, group: int, holder: str | None) -> dict[str, Any]:
+        """What a ``moved`` answer says besides the address (see ``NotPrimary``)."""
+        return {"group": group, "node": holder,
+                "epoch": sum(register.epoch for register in self.registers.values())}
 
     def writer(self, group: int) -> GroupCommitter:
         writer = self.writers.get(group)
@@ -416,7 +437,8 @@ class ClusterNode:
                                 f"; its lease is held by {holder!r}, not a live node this "
                                 "cluster vouches for: try again shortly"
                                 if holder in self._unvouched else
-                                "; no live node does yet: try again shortly"), address, tcp)
+                                "; no live node does yet: try again shortly"), address, tcp,
+                             **self._moved(group, holder if address else None))
         if self.ack == "local":
             unshipped = writer.unshipped_seconds() * 1000
             if unshipped > self.config.max_unshipped_ms:
@@ -438,6 +460,10 @@ class ClusterNode:
                                  "out before this write reached the log; it may be lost")
 
     def check_read(self, group: int, board: str) -> None:
+        if (held := read_elsewhere(self.topology, group)) is not None:
+            raise NotPrimary(f"node {self.node_id} holds no copy of board {board!r}'s group "
+                             f"{group}; node {held.node} does, at {held.http}", held.http,
+                             held.tcp, **self._moved(group, held.node))
         refusal = self._unreadable.get(group)
         if refusal is not None:
             raise Unavailable(f"node {self.node_id} cannot read board {board!r} now: "
@@ -702,19 +728,24 @@ class ClusterNode:
         config = self.config
         await self.nodes.heartbeat(self.node_id, config.advertise, applied, config.advertise_tcp,
                                    self.trust.node_proof(self.node_id, config.advertise,
-                                                         config.advertise_tcp))
+                                                         config.advertise_tcp,
+                                                         config.advertise_resp),
+                                   config.advertise_resp)
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
                 "SELECT group_id, epoch, holder, last_seq, "
                 "extract(epoch FROM lease_until - now()) AS left FROM rankd_groups")
             peers = await conn.fetch(
-                "SELECT node_id, advertise, advertise_tcp, applied, proof FROM rankd_nodes "
+                "SELECT node_id, advertise, advertise_tcp, applied, proof, advertise_resp "
+                "FROM rankd_nodes "
                 "WHERE seen_at > now() - make_interval(secs => $1)", self.nodes.alive_seconds)
         self._touched(started)
         now = time.monotonic()
         self.peers = {row["node_id"]: (row["advertise"], row["advertise_tcp"], {
             int(g): s for g, s in json.loads(row["applied"]).items()})
             for row in peers if self._vouched(row)}
+        self.resp_peers = {row["node_id"]: row["advertise_resp"] for row in peers
+                           if row["node_id"] in self.peers}
         for group, writer in list(self.writers.items()):
             if writer.fenced is not None:
                 await self._depose(group, writer.fenced)
@@ -745,7 +776,8 @@ class ClusterNode:
         """Whether a live node's row is signed with the cluster secret; one
         that is not is reported once and never taken as a peer."""
         node = row["node_id"]
-        if self.trust.vouches(node, row["advertise"], row["advertise_tcp"], row["proof"]):
+        if self.trust.vouches(node, row["advertise"], row["advertise_tcp"], row["proof"],
+                              row["advertise_resp"]):
             self._unvouched.discard(node)
             return True
         if node not in self._unvouched:

@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS rankd_nodes (
 );
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS advertise_tcp text;
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS proof text;
+ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS advertise_resp text;
 """
 
 
@@ -47,19 +48,22 @@ class Nodes:
 
     async def heartbeat(self, node: str, advertise: str,
                         applied: dict[int, int] | None = None,
-                        advertise_tcp: str | None = None, proof: str | None = None) -> None:
+                        advertise_tcp: str | None = None, proof: str | None = None,
+                        advertise_resp: str | None = None) -> None:
         """Say this node is alive, where it is reached (HTTP, and TCP
         protocol if it serves it), how far it has applied each group, and
-        its ``proof`` (``ClusterTrust.node_proof``)."""
+        its ``proof`` (``ClusterTrust.node_proof``); ``advertise_resp``: its
+        RESP port's address, if it serves one."""
         async with self.pool.acquire() as conn:
             await conn.execute(
                 "INSERT INTO rankd_nodes (node_id, advertise, applied, seen_at, advertise_tcp, "
-                "proof) VALUES ($1, $2, $3::jsonb, now(), $4, $5) ON CONFLICT (node_id) DO "
+                "proof, advertise_resp) VALUES ($1, $2, $3::jsonb, now(), $4, $5, $6) "
+                "ON CONFLICT (node_id) DO "
                 "UPDATE SET advertise = excluded.advertise, applied = excluded.applied, "
                 "seen_at = now(), advertise_tcp = excluded.advertise_tcp, "
-                "proof = excluded.proof",
+                "proof = excluded.proof, advertise_resp = excluded.advertise_resp",
                 node, advertise, json.dumps({str(g): s for g, s in (applied or {}).items()}),
-                advertise_tcp, proof)
+                advertise_tcp, proof, advertise_resp)
 
     async def status(self) -> dict[str, Any]:
         """Nodes and groups, for ``GET /v1/cluster`` and ``rankd cluster status``."""

@@ -88,15 +88,18 @@ class ClusterTrust:
 
     # --- nodes --------------------------------------------------------------------------
 
-    def node_proof(self, node: str, advertise: str, advertise_tcp: str | None) -> str:
-        """The proof a node writes beside its row of ``rankd_nodes``."""
-        return _mac(self._key(), "rankd-node-v1", node, advertise, advertise_tcp or "")
+    def node_proof(self, node: str, advertise: str, advertise_tcp: str | None,
+                   advertise_resp: str | None = None) -> str:
+        """The proof a node writes beside its row of ``rankd_nodes`` (its RESP
+        address signed too when it has one: cluster clients are sent there)."""
+        resp = (advertise_resp,) if advertise_resp else ()
+        return _mac(self._key(), "rankd-node-v1", node, advertise, advertise_tcp or "", *resp)
 
     def vouches(self, node: str, advertise: str, advertise_tcp: str | None,
-                proof: str | None) -> bool:
+                proof: str | None, advertise_resp: str | None = None) -> bool:
         """Whether a node row was written by a node holding the cluster secret."""
         return proof is not None and self.secret is not None and hmac.compare_digest(
-            proof, self.node_proof(node, advertise, advertise_tcp))
+            proof, self.node_proof(node, advertise, advertise_tcp, advertise_resp))
 
     # --- forwards -----------------------------------------------------------------------
 

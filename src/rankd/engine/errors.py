@@ -75,11 +75,15 @@ class NotPrimary(EngineError):
     code = "not_primary"
 
     def __init__(self, message: str, primary: str | None = None,
-                 primary_tcp: str | None = None) -> None:
+                 primary_tcp: str | None = None, *, group: int | None = None,
+                 node: str | None = None, epoch: int | None = None) -> None:
         super().__init__(message)
         self.primary = primary
         #: The primary's TCP protocol address (the TCP front-end answers ``moved``).
         self.primary_tcp = primary_tcp
+        #: The board's group, the node that writes it, and the topology epoch
+        #: this was decided at (clients keep the newest map they were told).
+        self.group, self.node, self.epoch = group, node, epoch
 
 
 class Unacknowledged(EngineError):

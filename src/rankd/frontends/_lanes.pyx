@@ -234,6 +234,8 @@ cdef class RespLane(Lane):
     cdef public object window
     cdef public object period
     cdef public bint packs
+    # On a cluster node runs of reads go through ``_reads``, which routes by slot.
+    cdef public bint routed
     cdef object current_reader
     cdef object current_replies
     # Of ``reader`` and ``replies``, read when they are set.
@@ -306,7 +308,10 @@ cdef class RespLane(Lane):
         """``RespConnection._reads`` of a run read alone: when every read is
         answered natively at once (the common case), written here."""
         cdef Py_ssize_t stopped
-        if self.window is None and self.period is None and self._admitted(reads, True):
+        if self.routed:
+            out = []
+            rest = self._reads(reads, out)
+        elif self.window is None and self.period is None and self._admitted(reads, True):
             data = self.reads.c_answer(reads, 0, self.version, MAX_REPLY_ENTRIES,
                                        OUT_HIGH_WATER, &stopped)
             if stopped >= len(reads):

@@ -124,6 +124,9 @@ class Service:
         self.listening = True
         #: On a cluster node, its ``rankd.cluster.node.ClusterNode`` (status).
         self.cluster: Any = None
+        #: On a cluster node, which node serves each group
+        #: (``rankd.cluster.topology.Topology``): what front-ends route by.
+        self.topology: Any = None
 
     # --- boards -------------------------------------------------------------------
 

@@ -224,10 +224,12 @@ async def _remove_member(service: Service, args: dict[str, Any]) -> dict[str, An
 
 def error_body(exc: EngineError) -> dict[str, Any]:
     """An error as this protocol answers it: a write for a group another
-    cluster node writes is ``moved``, with that node's TCP ``address``."""
+    cluster node writes is ``moved``, with that node's TCP ``address``, the
+    ``group``, the ``node`` and the topology ``epoch``."""
     address = getattr(exc, "primary_tcp", None)
     if address:
-        return {"code": "moved", "message": exc.message, "address": address}
+        return {"code": "moved", "message": exc.message, "address": address,
+                "group": exc.group, "node": exc.node, "epoch": exc.epoch}
     return exc.to_dict()
 
 

@@ -35,6 +35,7 @@ from rankd.frontends.resp import (
     aggregates,
     blocking,
     categories,
+    cluster_commands,
     expiry,
     monitor,
     pops,
@@ -161,7 +162,8 @@ def hello(conn: Context, args: list[bytes]) -> bytes:
     replies = conn.replies
     fields = [("server", replies.bulk("redis")), ("version", replies.bulk(REDIS_VERSION)),
               ("proto", replies.integer(version)), ("id", replies.integer(conn.id)),
-              ("mode", replies.bulk("standalone")), ("role", replies.bulk("master")),
+              ("mode", replies.bulk("cluster" if conn.service.topology is not None
+                                    else "standalone")), ("role", replies.bulk("master")),
               ("modules", replies.array_header(0))]
     return replies.map_header(len(fields)) + b"".join(
         replies.bulk(key) + value for key, value in fields)
@@ -262,7 +264,7 @@ def _info_sections(conn: Context) -> dict[str, list[tuple[str, object]]]:
                 ("used_cpu_user_children", f"{children.ru_utime:.6f}")],
         "commandstats": info_sections.commandstats(counts),
         "errorstats": info_sections.errorstats(),
-        "cluster": [("cluster_enabled", 0)],
+        "cluster": [("cluster_enabled", int(conn.service.topology is not None))],
         "keyspace": ([("db0", f"keys={keys},expires=0,avg_ttl=0")]
                      if (keys := len(zset.key_names(conn))) else []),
     }
@@ -403,6 +405,22 @@ def command_docs(conn: Context, args: list[bytes]) -> bytes:
 
 
 # --- rankd's own ------------------------------------------------------------------------
+
+
+def command_getkeys(conn: Context, args: list[bytes]) -> bytes:
+    """COMMAND GETKEYS command [arg ...]: the keys it names (Redis's errors)."""
+    words = args[2:]
+    command = COMMANDS.get(words[0].lower())
+    if command is None:
+        raise CommandError("ERR Invalid command specified")
+    if command.subcommands and len(words) >= 2:
+        command = command.subcommands.get(words[1].lower(), command)
+    if (command.arity > 0 and len(words) != command.arity) or len(words) < -command.arity:
+        raise CommandError("ERR Invalid number of arguments specified for command")
+    keys = cluster_commands.command_keys(command, words)
+    if not keys:
+        raise CommandError("ERR The command has no key arguments")
+    return conn.replies.array_header(len(keys)) + b"".join(conn.replies.bulk(k) for k in keys)
 
 
 def _board(conn: Context, key: bytes) -> str:
@@ -682,6 +700,7 @@ COMMANDS[b"command"] = Command(
         b"docs": _command("command|docs", -2, command_docs, None, group="server",
                           cost=_names_cost),
         b"list": _command("command|list", -2, command_list, None, group="server"),
+        b"getkeys": _command("command|getkeys", -4, command_getkeys, None, group="server"),
     })
 
 # Transactions (rankd.frontends.resp.transactions): MULTI queues, EXEC applies atomically.
@@ -745,3 +764,31 @@ COMMANDS.update({c.name.encode(): c for c in [
 COMMANDS[b"monitor"] = _command(
     "monitor", 1, monitor.monitor, "monitor", ("admin", "noscript", "loading", "stale"),
     group="server", summary="Stream every command the server runs")
+# Redis Cluster's protocol (rankd.frontends.resp.cluster_commands): on a cluster node.
+_CLUSTER = cluster_commands
+COMMANDS.update({c.name.encode(): c for c in [
+    _container("cluster", [
+        _command("cluster|slots", 2, _CLUSTER.cluster_slots, None, ("loading", "stale"),
+                 group="cluster"),
+        _command("cluster|shards", 2, _CLUSTER.cluster_shards, None, ("loading", "stale"),
+                 group="cluster"),
+        _command("cluster|nodes", 2, _CLUSTER.cluster_nodes, None, ("loading", "stale"),
+                 group="cluster"),
+        _command("cluster|info", 2, _CLUSTER.cluster_info, None, ("loading", "stale"),
+                 group="cluster"),
+        _command("cluster|myid", 2, _CLUSTER.cluster_myid, None, ("loading", "stale"),
+                 group="cluster"),
+        _command("cluster|keyslot", 3, _CLUSTER.cluster_keyslot, None, ("loading", "stale"),
+                 group="cluster"),
+        _command("cluster|countkeysinslot", 3, _CLUSTER.cluster_countkeysinslot,
+                 "list_boards", ("loading", "stale"), group="cluster"),
+        _command("cluster|getkeysinslot", 4, _CLUSTER.cluster_getkeysinslot, "list_boards",
+                 ("loading", "stale"), group="cluster"),
+    ], "cluster"),
+    _command("readonly", 1, _CLUSTER.readonly, None, ("loading", "stale", "fast"),
+             group="cluster", summary="Read from this node's copy of any slot it follows"),
+    _command("readwrite", 1, _CLUSTER.readwrite, None, ("loading", "stale", "fast"),
+             group="cluster", summary="Read only slots this node writes (the default)"),
+    _command("asking", 1, _CLUSTER.asking, None, ("fast",), group="cluster",
+             summary="Accepted: this client follows redirections"),
+]})

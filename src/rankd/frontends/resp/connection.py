@@ -59,7 +59,7 @@ from rankd.frontends.connections import (
     PipelinedConnection,
     PipelinedServer,
 )
-from rankd.frontends.resp import monitor, pop_lane, pop_runs, transactions
+from rankd.frontends.resp import cluster_commands, monitor, pop_lane, pop_runs, transactions
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import COMMANDS, lookup, unknown_command
 from rankd.frontends.resp.context import (
@@ -191,6 +191,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         #: one group the node writes now (``_takes``); the others go the general
         #: way, which answers TRYAGAIN.
         self.packs = FAST_WRITES and not server.monitors  # (a monitor sees every command)
+        #: On a cluster node packed reads are routed by slot (``_reads``).
+        self.routed = server.service.topology is not None
         self.queue: collections.deque[Any] = collections.deque()
         #: What the queued requests hold (:func:`weight`).
         self.queued_bytes = 0
@@ -204,6 +206,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.watched: dict[str, Any] | None = None
         #: Ends the blocking pop this connection waits in, if any (:mod:`.blocking`).
         self.unblock: Callable[[], None] | None = None
+        #: On a cluster node: what the client said of itself (:mod:`.cluster_commands`).
+        self.cluster_session: cluster_commands.ClusterSession | None = None
 
     def _reader(self) -> RequestReader:
         if self.principal is None:
@@ -238,6 +242,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         self.queue.clear()
         self.queued_bytes = 0
         monitor.detach(self)
+        if self.cluster_session is not None and self.cluster_session.relay is not None:
+            self.cluster_session.relay.close()
 
     def _has_work(self) -> bool:
         return self.parse_paused or super()._has_work()
@@ -452,6 +458,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         """The command ``words`` call, or None with its error in ``out``."""
         try:
             command = lookup(words)
+            if self.service.topology is not None and self.principal is not None:
+                command = cluster_commands.route(self, command, words)  # by slot
         except CommandError as exc:
             # Only known commands name a metrics series: a client can send
             # any number of names.
@@ -617,6 +625,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         the client does not read)."""
         native = (self.window is None and self.period is None and self.principal is not None
                   and not self.server.monitors)  # (a monitor sees each read: the general way)
+        if native and self.service.topology is not None:  # keys of other nodes: routed
+            native = cluster_commands.serves_reads(self, reads)
         if native and (charge := self._charger("top")) is not None:
             try:
                 charge(len(reads))
@@ -781,6 +791,8 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             raise CommandError(WRONGPASS) from None
         self.expires_with(self.principal)
         self.reader = self._carry_over(self.reader)
+        if self.service.topology is not None:  # (its commands relayed go with it)
+            cluster_commands.session(self).credential = credential
 
     def _carry_over(self, old: RequestReader) -> RequestReader:
         """A reader with the limits of the connection's state now (the

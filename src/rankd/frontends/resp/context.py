@@ -207,6 +207,8 @@ class Context(Protocol):
     unblock: Callable[[], None] | None
     #: The requests queued behind the one running (a run of pops reads ahead).
     queue: collections.deque[Any]
+    #: On a cluster node: what the client said of itself (``.cluster_commands``).
+    cluster_session: Any
 
     @property
     def authenticated(self) -> bool: ...

@@ -47,6 +47,7 @@ from typing import Any
 from rankd._native import native_or
 from rankd.engine.config import BOARD_NAME_RULE, is_board_name
 from rankd.engine.errors import EngineError, NotFound, Unsettled
+from rankd.engine.groups import group_of
 from rankd.engine.ingest import (
     IF_ABSENT,
     IF_GREATER,
@@ -866,8 +867,19 @@ def type_(conn: Context, args: list[bytes]) -> Reply:
 
 
 def key_names(conn: Context) -> list[str]:
-    """Every key (board names but empty RESP-made boards), sorted."""
-    return [name for name in conn.service.board_names() if is_key(conn, name)]
+    """Every key (board names but empty RESP-made boards), sorted; to a
+    cluster client, those of the slots this node writes (as each Redis
+    Cluster node lists its own: the client asks every node and joins them)."""
+    return [name for name in conn.service.board_names()
+            if is_key(conn, name) and _listed_here(conn, name)]
+
+
+def _listed_here(conn: Context, name: str) -> bool:
+    state = conn.cluster_session
+    if state is None or not state.aware:
+        return True
+    topology = conn.service.topology
+    return topology.primary(group_of(name)) == topology.this_node
 
 
 def _key_names(conn: Context) -> list[str]:
@@ -926,7 +938,7 @@ def scan(conn: Context, args: list[bytes]) -> Reply:
     following = first + len(page)
     if following >= len(names):
         following = 0
-    page = [name for name in page if is_key(conn, name)]
+    page = [name for name in page if is_key(conn, name) and _listed_here(conn, name)]
     if pattern is not None:
         page = [n for n in page if glob_match(pattern, n.encode())]
     if kind is not None and kind.lower() != b"zset":

@@ -1,0 +1,124 @@
+"""Sending a plain client's RESP command one hop on, to the node that serves its key.
+
+A client that never asked for the cluster's topology (no ``CLUSTER
+SLOTS/SHARDS/NODES``, ``READONLY`` or ``ASKING``) does not understand
+``-MOVED``: a write of a slot another node writes is sent there by the node
+the client is connected to, and the answer comes back as that node gave it
+(:mod:`.cluster_commands` decides when).  Each client connection keeps at
+most one connection per node it relays to (:class:`Relay`), opened on first
+use and closed with it, so the client's commands stay in order on it.
+
+The relayed connection speaks the client's protocol version (``HELLO 3``
+for a RESP3 client), authenticates with the client's own credential when
+it gave one (credentials are valid cluster-wide; only nodes the cluster
+vouches for are ever named by the topology), and first sends ``CLUSTER
+MYID``, which makes the far node answer ``-MOVED`` rather than relay again:
+a command never goes round.  Such a ``-MOVED`` (the slot moved meanwhile)
+reaches the plain client as ``-TRYAGAIN``, which it can retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from rankd.frontends.resp.protocol import encode_request
+
+#: How long a relayed command may take (a blocking pop: its own timeout more).
+RELAY_SECONDS = 15.0
+#: How long connecting to a node may take.
+CONNECT_SECONDS = 3.0
+#: The largest reply relayed (as the client's own output bound would hold).
+MAX_REPLY_BYTES = 512 << 20
+
+
+class RelayFailed(Exception):
+    """The node relayed to could not be reached, or broke off."""
+
+
+async def read_reply(reader: asyncio.StreamReader) -> bytes:
+    """One whole RESP2/RESP3 reply, as its raw bytes."""
+    out = bytearray()
+    await _one(reader, out)
+    return bytes(out)
+
+
+async def _one(reader: asyncio.StreamReader, out: bytearray) -> None:
+    pending = 1
+    while pending:
+        line = await reader.readuntil(b"\r\n")
+        out += line
+        if len(out) > MAX_REPLY_BYTES:
+            raise RelayFailed("the relayed reply is too large")
+        pending -= 1
+        kind, body = line[:1], line[1:-2]
+        if kind in b"$=!":  # a bulk string, verbatim string, bulk error
+            size = int(body)
+            if size >= 0:
+                out += await reader.readexactly(size + 2)
+        elif kind in b"*~>":  # an array, set, push
+            pending += max(0, int(body))
+        elif kind == b"%":  # a map
+            pending += 2 * int(body)
+        elif kind == b"|":  # attributes, then the reply they describe
+            pending += 2 * int(body) + 1
+        elif kind not in b"+-:,_#(":
+            raise RelayFailed(f"not a RESP reply: {bytes(line[:32])!r}")
+
+
+class Relay:
+    """One client connection's connections to the nodes it relays to."""
+
+    def __init__(self) -> None:
+        self._links: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+        self._lock = asyncio.Lock()
+
+    async def send(self, address: str, words: list[bytes], *, version: int,
+                   credential: str | None, seconds: float | None = RELAY_SECONDS) -> bytes:
+        """``words`` sent to the node at ``address`` (``host:port``); its reply
+        (waited for ``seconds``; None: as long as it takes)."""
+        async with self._lock:  # one command at a time: replies in order
+            try:
+                reader, writer = await self._link(address, version, credential)
+                writer.write(encode_request(words))
+                return await asyncio.wait_for(read_reply(reader), seconds)
+            except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError,
+                    ValueError, RelayFailed) as exc:
+                self._drop(address)
+                raise RelayFailed(f"{type(exc).__name__}: {exc}") from None
+
+    async def _link(self, address: str, version: int, credential: str | None
+                    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        link = self._links.get(address)
+        if link is not None:
+            return link
+        host, _, port = address.rpartition(":")
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_SECONDS)
+        self._links[address] = (reader, writer)
+        greeting: list[list[bytes]] = []
+        if version == 3:
+            hello = [b"HELLO", b"3"]
+            if credential is not None:
+                hello += [b"AUTH", b"default", credential.encode()]
+            greeting.append(hello)
+        elif credential is not None:
+            greeting.append([b"AUTH", credential.encode()])
+        greeting.append([b"CLUSTER", b"MYID"])
+        writer.write(b"".join(encode_request(words) for words in greeting))
+        for _ in greeting:
+            reply = await asyncio.wait_for(read_reply(reader), CONNECT_SECONDS)
+            if reply.startswith(b"-"):
+                raise RelayFailed(reply[:200].decode(errors="replace").strip())
+        return reader, writer
+
+    def _drop(self, address: str) -> None:
+        link = self._links.pop(address, None)
+        if link is not None:
+            link[1].close()
+
+    def close(self) -> None:
+        """Close every link (the client's connection closed)."""
+        for address in list(self._links):
+            with contextlib.suppress(Exception):
+                self._drop(address)

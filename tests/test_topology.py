@@ -1,0 +1,67 @@
+"""The topology seam (rankd.cluster.topology) from what a part-1 node knows:
+the group's lease holder is its primary, a group no live node holds goes to
+the node whose contiguous block holds it, every slot is always assigned,
+and a read of a group this node holds no copy of is sent to its primary."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from rankd.cluster.topology import LeaseTopology, NodeAddresses, read_elsewhere
+from rankd.frontends.resp.cluster_commands import slot_ranges
+
+
+@dataclass
+class Register:
+    epoch: int
+    holder: str | None
+
+
+@dataclass
+class FakeCluster:
+    node_id: str = "b"
+    registers: dict[int, Register] = field(default_factory=dict)
+    writers: dict[int, object] = field(default_factory=dict)
+    peers: dict[str, tuple[str, str | None, dict]] = field(default_factory=lambda: {
+        name: (f"{name}:80", f"{name}:81", {}) for name in ("a", "b", "c")})
+    resp_peers: dict[str, str | None] = field(default_factory=lambda: {
+        name: f"{name}:82" for name in ("a", "b", "c")})
+    config: SimpleNamespace = field(default_factory=lambda: SimpleNamespace(
+        advertise="b:80", advertise_tcp="b:81", advertise_resp="b:82"))
+
+
+def test_primaries_come_from_the_leases_and_blocks_cover_the_rest() -> None:
+    cluster = FakeCluster(registers={5: Register(3, "c"), 700: Register(2, "dead"),
+                                     900: Register(4, None)},
+                          writers={10: SimpleNamespace(fenced=None),
+                                   11: SimpleNamespace(fenced=RuntimeError())})
+    topology = LeaseTopology(cluster)
+    assert topology.nodes() == ("a", "b", "c") and topology.this_node == "b"
+    assert topology.primary(5) == "c"          # its lease holder
+    assert topology.primary(10) == "b"         # written here
+    assert topology.primary(11) == "a"         # fenced here: block of a (0..341)
+    assert topology.primary(700) == "c"        # holder not live: c's block (683..)
+    assert topology.primary(900) == "c" and topology.primary(400) == "b"
+    assert topology.followers(5) == ("a", "b")
+    assert topology.epoch == 9
+    assert topology.addresses("c") == NodeAddresses("c", "c:80", "c:81", "c:82")
+    assert topology.addresses("b") == NodeAddresses("b", "b:80", "b:81", "b:82")
+    assert topology.addresses("gone") is None
+    ranges = slot_ranges(topology)
+    assert ranges[0][0] == 0 and ranges[-1][1] == 16383
+    assert all(later[0] == earlier[1] + 1 for earlier, later in itertools.pairwise(ranges))
+    assert all((last + 1 - first) % 16 == 0 for first, last, _ in ranges)
+    # Part 1: every node holds every group, so no read is sent elsewhere.
+    assert read_elsewhere(topology, 5) is None
+
+
+def test_a_read_of_a_group_not_held_here_goes_to_its_primary() -> None:
+    class Partial(LeaseTopology):
+        def holds(self, group: int) -> bool:
+            return group != 5
+
+    topology = Partial(FakeCluster(registers={5: Register(3, "c")}))
+    assert read_elsewhere(topology, 5) == NodeAddresses("c", "c:80", "c:81", "c:82")
+    assert read_elsewhere(topology, 6) is None
