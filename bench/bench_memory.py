@@ -359,9 +359,9 @@ def measure(server: Redis | Rankd, members: int, seed: int) -> dict[str, float]:
         started = time.monotonic()
         server.start()
         restart_seconds = time.monotonic() - started
-        restart_peak = hwm(server.pid)  # (a new process: its peak so far is the start's)
         time.sleep(1.0)
         restarted = rss(server.pid)
+        restart_peak = hwm(server.pid)  # (a new process: its peak so far is the start's)
     finally:
         server.stop()
     return {"members": members, "empty": empty, "live": live,

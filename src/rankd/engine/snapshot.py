@@ -25,7 +25,7 @@ import logging
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,18 @@ class SnapshotWriter:
         self._file.write(_FRAME.pack(len(payload), zlib.crc32(payload)))
         self._file.write(payload)
         self.size += _FRAME.size + len(payload)
+
+    def add_parts(self, parts: Sequence[bytes]) -> None:
+        """Append one section given as parts written in turn (a big blob
+        is written where it is, never copied into one payload)."""
+        size = sum(map(len, parts))
+        crc = 0
+        for part in parts:
+            crc = zlib.crc32(part, crc)
+        self._file.write(_FRAME.pack(size, crc))
+        for part in parts:
+            self._file.write(part)
+        self.size += _FRAME.size + size
 
     def commit(self) -> Path:
         """Seal, fsync and publish the snapshot; prune old ones."""

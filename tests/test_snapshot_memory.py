@@ -1,0 +1,94 @@
+"""A snapshot's memory: index dumps written as parts, never copied into an
+encoder's buffer, and no encoder buffer kept at the size of the biggest
+record (``rankd.engine.sections``, ``rankd.engine.records.encode``)."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from engine_helpers import FakeClock, run, sub, with_engine
+from rankd.engine import records
+from rankd.engine.sections import bin_header, blob_section
+from rankd.engine.snapshot import SnapshotStore, read_sections
+
+
+@pytest.mark.parametrize("size", [0, 1, 255, 256, 65535, 65536, 300_000])
+def test_blob_section_is_what_encode_makes(size: int) -> None:
+    blob = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    head = ["index", "board:ü", "all", "2026-W47"]
+    prefix, tail = blob_section(head, blob)
+    assert tail is blob
+    assert prefix + tail == records.encode([*head, blob])
+    assert records.decode(prefix + tail) == (*head, blob)
+
+
+def test_bin_header_refuses_what_msgpack_cannot_hold() -> None:
+    with pytest.raises(ValueError, match="4 GiB"):
+        bin_header(1 << 32)
+
+
+def test_add_parts_frames_one_section(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    store.open()
+    writer = store.begin(7)
+    writer.add(b"first")
+    writer.add_parts([b"sec", b"", b"ond"])
+    path = writer.commit()
+    assert list(read_sections(path)) == [b"first", b"second"]
+    assert writer.size == path.stat().st_size
+
+
+def test_encode_keeps_no_buffer_of_a_big_record() -> None:
+    """The shared packer's buffer grew to the biggest record packed and
+    stayed so (35 MiB at 1M members, from the snapshot's index section)."""
+    records.encode(["warm", 1])
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        payload = records.encode(["index", "b", "all", "all", bytes(8 << 20)])
+        assert len(payload) > 8 << 20
+        del payload
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 1 << 20, f"{kept} bytes kept after encoding an 8 MiB record"
+
+
+def test_snapshot_peak_is_about_one_dump(tmp_path: Path) -> None:
+    """While a board is snapshotted, the memory allocated beyond its index
+    is about one copy of the dump (it was three: dump, packer, payload)."""
+    clock = FakeClock()
+    members = 60_000
+
+    async def body(engine) -> tuple[int, int, int]:
+        await engine.put_board("b", {"windows": ["all"]})
+        for start in range(0, members, 5_000):
+            await engine.submit_many([sub("b", f"player:{i:012d}", score=float(i * 7 % 1000))
+                                      for i in range(start, start + 5_000)])
+        index = engine._state.boards["b"].periods["all"]["all"]
+        dump_size = len(index.dump())
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            path = await engine.snapshot()
+            peak = tracemalloc.get_traced_memory()[1] - before
+        finally:
+            tracemalloc.stop()
+        return dump_size, peak, path.stat().st_size
+
+    dump_size, peak, file_size = run(with_engine(tmp_path, clock, body))
+    assert file_size > dump_size
+    assert peak < 1.5 * dump_size, f"snapshot peak {peak} for a {dump_size}-byte dump"
+
+    async def reopened(engine) -> int:
+        return len(engine._state.boards["b"].periods["all"]["all"])
+
+    assert run(with_engine(tmp_path, clock, reopened)) == members
