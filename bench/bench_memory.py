@@ -459,6 +459,7 @@ def churn(server: Redis | Rankd, members: int, seconds: float, seed: int) -> dic
     finally:
         server.stop()
     return {"start": start_rss, "end": samples[-1], "max": max(samples), "ops": ops,
+            "mib_each_minute": [round(m / MiB) for m in samples[::60]],
             "members_end": card, "growth": samples[-1] / start_rss - 1,
             "max_growth": max(samples) / start_rss - 1}
 
@@ -490,6 +491,7 @@ def main() -> int:
                         help="also a churn of this many seconds on the first size")
     parser.add_argument("--skip-load", action="store_true",
                         help="only the churn (with --churn-seconds)")
+    parser.add_argument("--no-redis", action="store_true", help="rankd only")
     parser.add_argument("--seed", type=int, default=47)
     parser.add_argument("--json", action="store_true", help="also print raw figures as JSON")
     args = parser.parse_args()
@@ -497,7 +499,7 @@ def main() -> int:
     variants = args.variant or ["plain"]
     raw: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="rankd-bench-memory-") as tmp:
-        makers = servers(Path(tmp), variants)
+        makers = servers(Path(tmp), variants)[1 if args.no_redis else 0:]
         if not args.skip_load:
             for size in sizes:
                 alone = index_alone(size, args.seed)
