@@ -92,3 +92,26 @@ def test_snapshot_peak_is_about_one_dump(tmp_path: Path) -> None:
         return len(engine._state.boards["b"].periods["all"]["all"])
 
     assert run(with_engine(tmp_path, clock, reopened)) == members
+
+
+def test_reading_a_snapshot_holds_the_file_once(tmp_path: Path) -> None:
+    """A restart read the file, then copied every section out of it: twice
+    the snapshot's size before a single index was loaded."""
+    store = SnapshotStore(tmp_path)
+    store.open()
+    writer = store.begin(3)
+    for i in range(4):
+        writer.add_parts(blob_section(["index", "b", "all", f"p{i}"], bytes([i]) * (2 << 20)))
+    path = writer.commit()
+    size = path.stat().st_size
+    gc.collect()
+    tracemalloc.start()
+    try:
+        lsn, sections = store.latest()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert lsn == 3
+    assert [records.decode(s)[3:] for s in sections] == [
+        (f"p{i}", bytes([i]) * (2 << 20)) for i in range(4)]
+    assert peak < 1.2 * size, f"reading a {size}-byte snapshot peaked at {peak} bytes"

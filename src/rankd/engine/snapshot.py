@@ -151,7 +151,7 @@ class SnapshotStore:
         if len(snapshots) > KEEP:
             fsync_directory(self.directory)
 
-    def latest(self) -> tuple[int, list[bytes]] | None:
+    def latest(self) -> tuple[int, list[memoryview]] | None:
         """The newest readable snapshot as ``(lsn, sections)``.
 
         An unreadable newest snapshot is logged and skipped for the previous
@@ -173,12 +173,14 @@ class SnapshotStore:
         return None
 
 
-def read_sections(path: Path) -> Iterator[bytes]:
-    """Yield the sections of a snapshot file, checking every frame."""
+def read_sections(path: Path) -> Iterator[memoryview]:
+    """Yield the sections of a snapshot file, checking every frame (views
+    of the file's bytes, which they keep alive)."""
     data = path.read_bytes()
     if len(data) < _HEADER.size or data[:8] != MAGIC:
         raise SnapshotError(f"{path}: not a snapshot file")
     header = data[: _HEADER.size]
+    view = memoryview(data)
     offset = _HEADER.size
     sections = []
     while True:
@@ -192,7 +194,7 @@ def read_sections(path: Path) -> Iterator[bytes]:
             if offset != len(data):
                 raise SnapshotError(f"{path}: {len(data) - offset} bytes after the end marker")
             break
-        payload = data[offset : offset + length]
+        payload = view[offset : offset + length]  # (no copy: a restart held the file twice)
         if len(payload) != length:
             raise SnapshotError(f"{path}: truncated at byte {offset}")
         if zlib.crc32(payload) != crc:
