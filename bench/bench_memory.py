@@ -250,7 +250,7 @@ class Redis:
         wait_for_port(self.port)
         conn = Connection(self.port)
         deadline = time.monotonic() + 600
-        while b"loading:0" not in self._info(conn, "persistence"):
+        while b"\r\nloading:0" not in self._info(conn, "persistence"):
             if time.monotonic() > deadline:
                 raise RuntimeError("redis-server did not finish loading")
             time.sleep(0.01)
@@ -359,6 +359,11 @@ def measure(server: Redis | Rankd, members: int, seed: int) -> dict[str, float]:
         started = time.monotonic()
         server.start()
         restart_seconds = time.monotonic() - started
+        conn = Connection(server.port)
+        count = int(conn.call(b"ZCARD", b"lb")[1:])
+        conn.close()
+        if count != members:
+            raise RuntimeError(f"{server.name} restarted with {count} members of {members}")
         time.sleep(1.0)
         restarted = rss(server.pid)
         restart_peak = hwm(server.pid)  # (a new process: its peak so far is the start's)
