@@ -12,7 +12,7 @@ import pytest
 
 from engine_helpers import FakeClock, run, sub, with_engine
 from rankd.engine import records
-from rankd.engine.sections import bin_header, blob_section
+from rankd.engine.sections import bin_header, blob_section, index_dump
 from rankd.engine.snapshot import SnapshotStore, read_sections
 
 
@@ -115,3 +115,66 @@ def test_reading_a_snapshot_holds_the_file_once(tmp_path: Path) -> None:
     assert [records.decode(s)[3:] for s in sections] == [
         (f"p{i}", bytes([i]) * (2 << 20)) for i in range(4)]
     assert peak < 1.2 * size, f"reading a {size}-byte snapshot peaked at {peak} bytes"
+
+
+@pytest.mark.parametrize("size", [0, 200, 70_000])
+def test_index_dump_reads_an_index_section_in_place(size: int) -> None:
+    blob = bytes(range(256)) * (size // 256)
+    payload = b"".join(blob_section(["index", "board:ü", "all", "2026-W47"], blob))
+    board, window, period, dump = index_dump(payload)
+    assert (board, window, period, bytes(dump)) == ("board:ü", "all", "2026-W47", blob)
+    assert dump.obj is payload  # a view, not a copy
+
+
+def test_index_dump_leaves_other_sections_to_the_decoder() -> None:
+    assert index_dump(records.encode(["board", "b", {}, 1, 0.0])) is None
+    assert index_dump(records.encode(["index", "b", "all", 7, b"x"])) is None  # not a str
+    assert index_dump(records.encode(["index", "b" * 5000, "all", "all", b"x"])) is None
+    truncated = records.encode(["index", "b", "all", "all", b"xyz"])[:-1]
+    assert index_dump(truncated) is None
+
+
+def test_restart_loads_every_index_from_the_file_in_place(tmp_path: Path) -> None:
+    clock = FakeClock()
+
+    async def fill(engine) -> dict:
+        await engine.put_board("b", {"windows": ["all", "daily"]})
+        await engine.submit_many([sub("b", f"m{i}", score=float(i % 17)) for i in range(500)])
+        await engine.snapshot()
+        return engine.digest()
+
+    async def digest(engine) -> dict:
+        return engine.digest()
+
+    before = run(with_engine(tmp_path, clock, fill, snapshot_every_events=10**6))
+    assert run(with_engine(tmp_path, clock, digest)) == before
+
+
+def test_restart_peak_is_about_one_file(tmp_path: Path) -> None:
+    """A restart held the file, a copy of each section, and msgpack's copy
+    of the dump inside it: three times the snapshot where one will do."""
+    from rankd.engine.state import BoardState
+
+    clock = FakeClock()
+
+    async def fill(engine) -> Path:
+        await engine.put_board("b", {"windows": ["all"]})
+        for start in range(0, 60_000, 5_000):
+            await engine.submit_many([sub("b", f"player:{i:012d}", score=float(i % 977))
+                                      for i in range(start, start + 5_000)])
+        return await engine.snapshot()
+
+    size = run(with_engine(tmp_path, clock, fill)).stat().st_size
+    store = SnapshotStore(tmp_path / "snapshots")
+    state = BoardState(clock)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        _, sections = store.latest()
+        state.load(sections)
+        del sections
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(state.boards["b"].periods["all"]["all"]) == 60_000
+    assert peak < 1.75 * size, f"a restart from a {size}-byte snapshot peaked at {peak} bytes"

@@ -47,3 +47,37 @@ def blob_section(head: Sequence[Any], blob: bytes) -> tuple[bytes, bytes]:
     prefix += [packer.pack(field) for field in head]
     prefix.append(bin_header(len(blob)))
     return b"".join(prefix), blob
+
+
+#: How far into a section its leading fields must end for :func:`index_dump`
+#: to read it without a copy (a board name and two window/period ids).
+_PREFIX_LIMIT = 4096
+_INDEX_HEAD = b"\x95\xa5index"  # fixarray of 5, then the fixstr "index"
+
+
+def index_dump(payload: bytes | memoryview) -> tuple[str, str, str, memoryview] | None:
+    """``(board, window, period, dump)`` of an ``index`` section, the dump a
+    view of ``payload`` (``RankIndex.load`` reads any buffer: decoded whole,
+    msgpack would copy it); ``None`` for any other section, or one this
+    cannot read in place (the caller then decodes it whole)."""
+    view = memoryview(payload)
+    if view[:len(_INDEX_HEAD)] != _INDEX_HEAD:
+        return None
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(view[len(_INDEX_HEAD):_PREFIX_LIMIT])
+    try:
+        board, window, period = unpacker.unpack(), unpacker.unpack(), unpacker.unpack()
+    except msgpack.OutOfData:
+        return None
+    if not all(type(field) is str for field in (board, window, period)):
+        return None
+    offset = len(_INDEX_HEAD) + unpacker.tell()
+    tag = bytes(view[offset:offset + 1])
+    width = {_BIN8: 1, _BIN16: 2, _BIN32: 4}.get(tag)
+    if width is None:
+        return None
+    start = offset + 1 + width
+    size = int.from_bytes(view[offset + 1:start], "big")
+    if start + size != len(view):
+        return None
+    return board, window, period, view[start:]
