@@ -178,3 +178,42 @@ def test_restart_peak_is_about_one_file(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert len(state.boards["b"].periods["all"]["all"]) == 60_000
     assert peak < 1.75 * size, f"a restart from a {size}-byte snapshot peaked at {peak} bytes"
+
+
+def test_recovery_lets_the_snapshot_file_go_before_reading_the_log(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """The snapshot's bytes stayed referenced while the log was opened and
+    replayed, each of which reads a whole segment: the restart peak held both."""
+    from rankd.engine import recovery
+
+    clock = FakeClock()
+
+    async def fill(engine) -> Path:
+        await engine.put_board("b", {"windows": ["all"]})
+        await engine.submit_many([sub("b", f"player:{i:012d}", score=float(i))
+                                  for i in range(40_000)])
+        return await engine.snapshot()
+
+    size = run(with_engine(tmp_path, clock, fill)).stat().st_size
+    held = []
+    opened = recovery.WriteAheadLog
+
+    def measured_open(*args, **kwargs):
+        gc.collect()
+        held.append(tracemalloc.get_traced_memory()[0])
+        return opened(*args, **kwargs)
+
+    monkeypatch.setattr(recovery, "WriteAheadLog", measured_open)
+
+    async def reopen(engine) -> int:
+        return len(engine._state.boards["b"].periods["all"]["all"])
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        assert run(with_engine(tmp_path, clock, reopen)) == 40_000
+    finally:
+        tracemalloc.stop()
+    assert held and held[0] - before < size / 2, (
+        f"{held[0] - before} bytes held when the log was opened after a {size}-byte snapshot")
