@@ -13,7 +13,8 @@ members named ``player:%012d`` (19 bytes) in shuffled order with random
 integer scores.  Reported, from ``/proc/<pid>/status``:
 
 * ``live B/member``: resident set growth from the empty server to the
-  loaded one (after a second's rest), per member;
+  loaded one (the least RSS over ten seconds after the load: a snapshot the
+  load set off holds a copy of the dump for a moment), per member;
 * ``load peak``: the high-water mark (``VmHWM``) during the load, per member
   over the empty server's RSS, and as a ratio to the live RSS;
 * ``snapshot peak``: the high-water mark while a snapshot is written: rankd's
@@ -95,6 +96,18 @@ def rss(pid: int) -> int:
 
 def hwm(pid: int) -> int:
     return status(pid)["VmHWM"]
+
+
+def settled_rss(pid: int, seconds: float = 10.0) -> int:
+    """The least RSS over ``seconds``: a snapshot the load set off (rankd
+    takes one after as many records as its last one wrote) holds a copy of
+    the board's dump for a moment, which is not the board's steady state."""
+    least = rss(pid)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        least = min(least, rss(pid))
+    return least
 
 
 def reset_hwm(pid: int) -> None:
@@ -350,8 +363,7 @@ def measure(server: Redis | Rankd, members: int, seed: int) -> dict[str, float]:
         load(server.port, order, scores, lambda: None)
         load_seconds = time.monotonic() - started
         load_peak = hwm(server.pid)
-        time.sleep(1.0)
-        live = rss(server.pid)
+        live = settled_rss(server.pid)
         snapshot_peak = server.snapshot()
         time.sleep(0.5)
         after_snapshot = rss(server.pid)
