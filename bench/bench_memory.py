@@ -67,6 +67,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE.parent / "src"))
 
+from bench_resp import wait_for_port  # noqa: E402
 from daemon import Daemon, free_port  # noqa: E402
 from rankd.frontends.resp.protocol import encode_request  # noqa: E402
 
@@ -137,18 +138,6 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def wait_for_port(port: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
 class Connection:
     """A pipelining RESP client that counts replies and fails on errors."""
 
@@ -166,25 +155,19 @@ class Connection:
         start = 0
         while seen < count:
             end = data.find(b"\r\n", start)
-            if end < 0:
+            size = -1
+            if end >= 0 and data[start:start + 1] == b"$" and data[start + 1:end] != b"-1":
+                size = int(data[start + 1:end])
+            if end < 0 or (size >= 0 and len(data) < end + 2 + size + 2):  # (not all here)
                 chunk = self.sock.recv(1 << 20)
                 if not chunk:
                     raise ConnectionError("closed while waiting for replies")
                 data = data[start:] + chunk
                 start = 0
                 continue
-            kind = data[start:start + 1]
-            if kind == b"-":
+            if data[start:start + 1] == b"-":
                 raise RuntimeError(f"server error: {data[start:end]!r}")
-            if kind == b"$" and data[start + 1:end] != b"-1":
-                size = int(data[start + 1:end])
-                if len(data) < end + 2 + size + 2:
-                    chunk = self.sock.recv(1 << 20)
-                    if not chunk:
-                        raise ConnectionError("closed inside a bulk reply")
-                    data = data[start:] + chunk
-                    start = 0
-                    continue
+            if size >= 0:
                 end = end + 2 + size
             start = end + 2
             seen += 1
