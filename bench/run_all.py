@@ -303,6 +303,7 @@ def plan(quick: bool) -> tuple[Plan, dict[str, dict[int, Run]]]:
                  50_000, "--rounds", 1)
         work.add("dedupe stores", "bench_dedupe.py", "--sizes", 100_000, "--ops", 20_000,
                  "--repeats", 1)
+        work.add("daemon memory", "bench_memory.py", "--members", 100_000, "--churn-seconds", 5)
         sweeps["daemon"][0] = work.add("daemon", "bench_daemon.py", "--quick", "--depths",
                                        "1,16")
         sweeps["live"][500] = work.add("live feed", "bench_live.py", "--quick")
@@ -327,6 +328,7 @@ def plan(quick: bool) -> tuple[Plan, dict[str, dict[int, Run]]]:
     work.add("restart after a crash", "bench_restart.py", "--members", 1_000_000, "--tail",
              1_000_000, "--rounds", 3)
     work.add("dedupe stores", "bench_dedupe.py")
+    work.add("daemon memory", "bench_memory.py", "--churn-seconds", 60)
     sweeps["daemon"][0] = work.add("daemon", "bench_daemon.py", "--depths", "1,4,16,64")
     for subscribers in (1_000, 5_000, 10_000):
         sweeps["live"][subscribers] = work.add(

@@ -96,9 +96,18 @@ KIND_NAMES.update({STORE_PART: "store_part", STORE_DONE: "store_done",
 _packer = msgpack.Packer(use_bin_type=True)
 
 
+#: A record bigger than this gets the packer replaced: its buffer keeps the
+#: size of the biggest record it ever packed, for the life of the process.
+_PACKER_KEEPS = 1 << 20
+
+
 def encode(record: tuple | list) -> bytes:
     """Encode one record."""
-    return _packer.pack(record)
+    global _packer
+    payload = _packer.pack(record)
+    if len(payload) > _PACKER_KEEPS:
+        _packer = msgpack.Packer(use_bin_type=True)
+    return payload
 
 
 def decode(payload: bytes) -> tuple:

@@ -108,6 +108,7 @@ class Recovery:
             snapshot_lsn, sections = latest
             core.state.load(sections)
             self._check_snapshot_kind(sections)
+            del latest, sections  # (the file's bytes: not held while the log is read too)
         core.publish(wal=WriteAheadLog(config.data_dir / "wal", fsync=config.fsync,
                                        segment_bytes=config.segment_bytes,
                                        repair=config.repair, after_lsn=snapshot_lsn))

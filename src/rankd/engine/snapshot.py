@@ -25,7 +25,7 @@ import logging
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,18 @@ class SnapshotWriter:
         self._file.write(_FRAME.pack(len(payload), zlib.crc32(payload)))
         self._file.write(payload)
         self.size += _FRAME.size + len(payload)
+
+    def add_parts(self, parts: Sequence[bytes]) -> None:
+        """Append one section given as parts written in turn (a big blob
+        is written where it is, never copied into one payload)."""
+        size = sum(map(len, parts))
+        crc = 0
+        for part in parts:
+            crc = zlib.crc32(part, crc)
+        self._file.write(_FRAME.pack(size, crc))
+        for part in parts:
+            self._file.write(part)
+        self.size += _FRAME.size + size
 
     def commit(self) -> Path:
         """Seal, fsync and publish the snapshot; prune old ones."""
@@ -139,7 +151,7 @@ class SnapshotStore:
         if len(snapshots) > KEEP:
             fsync_directory(self.directory)
 
-    def latest(self) -> tuple[int, list[bytes]] | None:
+    def latest(self) -> tuple[int, list[memoryview]] | None:
         """The newest readable snapshot as ``(lsn, sections)``.
 
         An unreadable newest snapshot is logged and skipped for the previous
@@ -161,12 +173,14 @@ class SnapshotStore:
         return None
 
 
-def read_sections(path: Path) -> Iterator[bytes]:
-    """Yield the sections of a snapshot file, checking every frame."""
+def read_sections(path: Path) -> Iterator[memoryview]:
+    """Yield the sections of a snapshot file, checking every frame (views
+    of the file's bytes, which they keep alive)."""
     data = path.read_bytes()
     if len(data) < _HEADER.size or data[:8] != MAGIC:
         raise SnapshotError(f"{path}: not a snapshot file")
     header = data[: _HEADER.size]
+    view = memoryview(data)
     offset = _HEADER.size
     sections = []
     while True:
@@ -180,7 +194,7 @@ def read_sections(path: Path) -> Iterator[bytes]:
             if offset != len(data):
                 raise SnapshotError(f"{path}: {len(data) - offset} bytes after the end marker")
             break
-        payload = data[offset : offset + length]
+        payload = view[offset : offset + length]  # (no copy: a restart held the file twice)
         if len(payload) != length:
             raise SnapshotError(f"{path}: truncated at byte {offset}")
         if zlib.crc32(payload) != crc:

@@ -20,7 +20,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,6 +31,7 @@ from rankd.engine.core import Core
 from rankd.engine.errors import StorageError
 from rankd.engine.failure import StorageGuard
 from rankd.engine.groups import group_of
+from rankd.engine.sections import blob_section
 from rankd.engine.tail import MAX_SNAPSHOT_EVERY_EVENTS
 from rankd.engine.wal import WalFailedError
 
@@ -145,7 +146,10 @@ class Snapshotter:
                 for period, index in list(periods.items()):
                     dump = await asyncio.to_thread(index.dump)
                     entries += len(index)
-                    await add(["index", board.name, window, period, dump])
+                    # As parts: the dump is written where it is (sections.py).
+                    await asyncio.to_thread(writer.add_parts, blob_section(
+                        ["index", board.name, window, period], dump))
+                    del dump  # (before the next window's is made)
             labels = [chunk async for chunk in _yielding(_columns(board.labels))]
             entries += len(board.dedupe)
         finally:
@@ -219,6 +223,9 @@ class _Sections:
 
     def add(self, section: bytes) -> None:
         self.parts.append(section)
+
+    def add_parts(self, parts: Sequence[bytes]) -> None:
+        self.parts.append(b"".join(parts))
 
 
 async def _yielding(chunks: Iterator[T]) -> AsyncIterator[T]:

@@ -24,6 +24,7 @@ from rankd.engine import records, staging
 from rankd.engine.board import Board
 from rankd.engine.config import BoardConfig
 from rankd.engine.expiry import Deadlines
+from rankd.engine.sections import index_dump
 
 
 class BoardState:
@@ -124,6 +125,11 @@ class BoardState:
 
         boards = self.boards
         for payload in sections:
+            in_place = index_dump(payload)  # (an index's dump is read where it is)
+            if in_place is not None:
+                name, window, period, dump = in_place
+                boards[name].periods[window][period] = RankIndex.load(dump)
+                continue
             section = records.decode(payload)
             kind = section[0]
             if kind == "board":
