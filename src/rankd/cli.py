@@ -67,7 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "and lag")
     resubmit = cluster_commands.add_parser(
         "resubmit", help="submit a node's wal/orphan-* records again, by event id")
-    for action in (status, resubmit):
+    move = cluster_commands.add_parser(
+        "move", help="move a board group to a node (its primary hands it over once the "
+                     "node caught up)")
+    move.add_argument("group", type=int)
+    move.add_argument("node")
+    move.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                      help="wait up to this long for the node to write the group")
+    for action in (status, resubmit, move):
         connection_options(action, argparse.SUPPRESS, argparse.SUPPRESS)
     resubmit.add_argument("file", type=Path, help="a wal/orphan-* file")
     resubmit.add_argument("--without-event-id", action="store_true",
@@ -222,20 +229,29 @@ def _top(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from rankd.admin import Api, resubmit_orphans
+    from rankd.admin import Api, move_group, resubmit_orphans
 
     api = Api(args.url, args.token)
     if args.cluster_command == "resubmit":
         return 1 if resubmit_orphans(api, args.file,
                                      without_event_id=args.without_event_id) else 0
+    if args.cluster_command == "move":
+        return move_group(api, args.group, args.node, args.wait)
     status = api.call("GET", "/v1/cluster")
+    placement = status.get("placement", {})
     for node in status["nodes"]:
         state = "alive" if node["alive"] else f"silent {node['silent_seconds']:.0f}s"
-        print(f"node {node['node']:<20} {node['advertise']:<24} {state}")
+        counts = placement.get("per_node", {}).get(node["node"], {})
+        print(f"node {node['node']:<20} {node['advertise']:<24} {state:<12} "
+              f"primary of {counts.get('primary', 0)}, follows {counts.get('follower', 0)}")
     for group in status["groups"]:
         lags = ", ".join(f"{name} lag {f['lag']}" for name, f in group["followers"].items())
         print(f"group {group['group']:>4}  epoch {group['epoch']:<4} primary "
               f"{group['primary'] or '-':<20} last {group['last_seq']:<8} {lags}")
+    for move in placement.get("moves", []):
+        print(f"move  group {move['group']:>4} to {move['target']} (in progress)")
+    if placement:
+        print(f"topology epoch {placement['topology_epoch']}")
     return 0
 
 

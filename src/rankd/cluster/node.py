@@ -47,17 +47,20 @@ import asyncpg
 from rankd._tasks import STOP_SECONDS, stop_task
 from rankd.cluster.committer import GroupCommitter, LogLost
 from rankd.cluster.freshness import Freshness
-from rankd.cluster.groups import GroupLocks
+from rankd.cluster.groups import GROUPS, GroupLocks
 from rankd.cluster.leases import LeaseKeeper
 from rankd.cluster.log import ClusterLog, Fenced, migrate
+from rankd.cluster.moves import Mover
 from rankd.cluster.nodelock import NodeIdInUse, NodeLock
 from rankd.cluster.nodes import Nodes
+from rankd.cluster.placement import Layout, Placement, PlacementTopology, choose_followers
 from rankd.cluster.recovery import DiskRecovery
 from rankd.cluster.tail import LogTail
 from rankd.cluster.trust import ClusterTrust, shared_secret
 from rankd.engine.engine import Engine
 from rankd.engine.errors import (
     EngineError,
+    InvalidInput,
     NotPrimary,
     Unacknowledged,
     Unavailable,
@@ -111,8 +114,12 @@ class ClusterConfig:
     #: Reads of a group this node cannot vouch is at most this many seconds
     #: stale are refused (0: never; see rankd.cluster.freshness).
     max_follow_lag: float = 5.0
+    #: Followers each group is placed on besides its primary (``--replicas``).
+    replicas: int = 1
 
     def __post_init__(self) -> None:
+        if self.replicas < 0:
+            raise ValueError(f"replicas must be 0 or more, got {self.replicas!r}")
         if self.ack not in ACK_MODES:
             raise ValueError(f"ack must be one of {', '.join(ACK_MODES)}, got {self.ack!r}")
         if not self.node_id:
@@ -202,6 +209,12 @@ class ClusterNode:
         self.keeper: LeaseKeeper | None = None
         self.tail: LogTail | None = None
         self.nodes: Nodes | None = None
+        #: Where groups are placed (rankd.cluster.placement), as last read,
+        #: and this node's side of moving them (rankd.cluster.moves).
+        self.placement: Placement | None = None
+        self.layout = Layout()
+        self.mover: Mover | None = None
+        self.replicas = config.replicas
         #: Held while a group is taken or given up.
         self._lock = GroupLocks()
         self._task: asyncio.Task | None = None
@@ -245,6 +258,9 @@ class ClusterNode:
         self.store = ClusterLog(self.pool, lease_seconds=self.config.lease_seconds)
         self.nodes = Nodes(self.pool, alive_seconds=self.config.lease_seconds * 2)
         await self.nodes.migrate()
+        self.placement = Placement(self.pool)
+        await self.placement.migrate()
+        self.mover = Mover(self, self.placement)
         await self._check_local_positions()
         # The renewals' own connection: one never queues behind appends.
         self.lease_link = OneConnection(
@@ -261,6 +277,7 @@ class ClusterNode:
         await self.keeper.start()
         await self.tail.start()
         await self.recovery.start()
+        await self.mover.start()
         await self._watch_once()
         self._task = asyncio.create_task(self._watch(), name="rankd-cluster-watch")
         await self._catch_up()
@@ -293,6 +310,8 @@ class ClusterNode:
         """Leave: let queued records reach the log (a few seconds at most),
         give the leases up so another node takes over at once, stop."""
         await stop_task(self._task, STOP_SECONDS)
+        if self.mover is not None:
+            await self.mover.stop()
         await self.recovery.stop()
         for timer in list(self._timers.values()):
             await stop_task(timer, STOP_SECONDS)
@@ -406,6 +425,8 @@ class ClusterNode:
                            "nothing was applied; try again shortly")
 
     def writer(self, group: int) -> GroupCommitter:
+        if self.mover is not None and group in self.mover.handing:
+            raise self.mover.refusal(group)
         writer = self.writers.get(group)
         if writer is None or writer.fenced is not None:
             register = self.registers.get(group)
@@ -695,6 +716,11 @@ class ClusterNode:
             except Exception as exc:
                 log.warning("node %s cannot store a snapshot of its groups yet: %s",
                             self.node_id, exc)
+            try:
+                await self._follow_placement()
+            except Exception as exc:
+                log.warning("node %s cannot read the groups' placement: %s", self.node_id,
+                            exc)
 
     async def _watch_once(self) -> None:
         started = time.monotonic()
@@ -854,6 +880,72 @@ class ClusterNode:
                                          register["last_seq"],
                                          time.monotonic() + left if left > 0 else 0.0)
 
+    # --- placement and moves (rankd.cluster.placement, rankd.cluster.moves) -------------
+
+    def group_lock(self, group: int) -> asyncio.Lock:
+        """The lock held while ``group`` is taken, given up or handed over."""
+        return self._lock(group)
+
+    async def take_handed(self, group: int) -> None:
+        """Take ``group``, which a move hands (or gave) to this node: at once,
+        whatever its register last read here said (its lease is this node's)."""
+        if group in self.writers:
+            return
+        await self._read_register(group)
+        register = self.registers.get(group)
+        if register is not None and register.holder not in (None, self.node_id):
+            return  # handed elsewhere meanwhile
+        await self._take(group)
+
+    async def handed_over(self, group: int, writer: GroupCommitter, epoch: int,
+                          target: str) -> None:
+        """``group``, written here by ``writer`` (every record committed),
+        now belongs to ``target`` at ``epoch``: follow it from here on."""
+        del self.writers[group]
+        self.keeper.held.pop(group, None)
+        await writer.close()
+        self.registers[group] = Register(epoch, target, writer.committed_seq,
+                                         time.monotonic() + self.config.lease_seconds)
+        await self.tail.resume(group, writer.committed_seq)
+
+    async def _follow_placement(self) -> None:
+        """Read the placement; place the groups written here that nobody
+        placed yet; carry out the moves this node can."""
+        self.layout = await self.placement.read()
+        live = set(self.peers) | {self.node_id}
+        load = {node: counts["primary"] + counts["follower"]
+                for node, counts in self.layout.per_node().items()}
+        for group, writer in list(self.writers.items()):
+            if group not in self.layout.groups and writer.fenced is None:
+                followers = choose_followers(self.node_id, live, self.replicas, load)
+                if await self.placement.place_if_new(group, self.node_id, followers):
+                    for node in followers:
+                        load[node] = load.get(node, 0) + 1
+        await self.mover.round(self.layout)
+
+    async def request_move(self, group: int, target: str) -> dict[str, Any]:
+        """Ask for ``group`` to move to ``target`` (``rankd cluster move``):
+        :class:`InvalidInput` for a group out of range or a node that is not
+        live, nothing changed."""
+        if not 0 <= group < GROUPS:
+            raise InvalidInput(f"group must be from 0 to {GROUPS - 1}, got {group}")
+        if target != self.node_id and target not in self.peers:
+            raise InvalidInput(f"node {target!r} is not a live node of this cluster (live: "
+                               f"{', '.join(sorted({*self.peers, self.node_id}))})")
+        epoch = await self.placement.request_move(group, target, self.replicas)
+        log.info("node %s: group %d is to move to node %s (topology epoch %d)", self.node_id,
+                 group, target, epoch)
+        return {"group": group, "node": target, "topology_epoch": epoch}
+
+    def topology(self) -> PlacementTopology:
+        """The cluster's layout as this node last read it (routing's ``Topology``)."""
+        now = time.monotonic()
+        holders = {group: r.holder for group, r in self.registers.items()
+                   if r.holder is not None and (r.lease_until > now or r.holder in self.peers)}
+        return PlacementTopology(self.layout, holders,
+                                 {node: (http, tcp) for node, (http, tcp, _) in
+                                  self.peers.items()})
+
     # --- status -------------------------------------------------------------------------
 
     @property
@@ -888,6 +980,8 @@ class ClusterNode:
             "takeovers": self.takeovers, "orphaned_records": self.orphaned,
             "group_snapshots": self.snapshots, "bootstraps": self.bootstraps,
             "disk_recoveries": self.recovery.recoveries, **self.freshness.figures(),
+            **(self.mover.figures() if self.mover is not None else {}),
+            "topology_epoch": self.layout.epoch,
         }
 
     async def status(self) -> dict[str, Any]:
@@ -902,8 +996,18 @@ class ClusterNode:
                                f"{type(exc).__name__}: {exc}"}
         else:
             status["stale"] = False
+        status["placement"] = self._placement_status()
         status["this_node"] = self.local_status()
         return status
+
+    def _placement_status(self) -> dict[str, Any]:
+        """Groups placed per node, and moves in progress, as last read."""
+        layout = self.layout
+        return {"topology_epoch": layout.epoch, "replicas": self.replicas,
+                "per_node": layout.per_node(),
+                "groups": {str(g): {"primary": p.primary, "followers": list(p.followers)}
+                           for g, p in sorted(layout.groups.items())},
+                "moves": [{"group": g, "target": t} for g, t in sorted(layout.moves.items())]}
 
     def _known_status(self) -> dict[str, Any]:
         """:meth:`status` as of this node's last read of the registers."""

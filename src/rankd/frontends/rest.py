@@ -605,6 +605,21 @@ async def cluster(request: web.Request) -> web.Response:
     return json_response(await _cluster_status(request))
 
 
+@routes.post("/v1/cluster/moves")
+async def cluster_move(request: web.Request) -> web.Response:
+    """Move a board group to a node: ``{"group": G, "node": N}`` (admin)."""
+    query(request, {})
+    data = await read_json(request)
+    if (not isinstance(data, dict) or set(data) != {"group", "node"}
+            or type(data["group"]) is not int or not isinstance(data["node"], str)):
+        raise RequestError('the body is {"group": <int>, "node": "<node id>"} and nothing '
+                           "else", "invalid")
+    node = service_of(request).cluster
+    if node is None:
+        raise NotFound("this rankd is a single node (started without --cluster-dsn)")
+    return json_response(await node.request_move(data["group"], data["node"]), 202)
+
+
 @routes.get("/v1/cluster/summary")
 async def cluster_summary(request: web.Request) -> web.Response:
     """:func:`cluster` without any node's address, for read credentials."""
