@@ -241,13 +241,14 @@ def _cluster(args: argparse.Namespace) -> int:
     placement = status.get("placement", {})
     for node in status["nodes"]:
         state = "alive" if node["alive"] else f"silent {node['silent_seconds']:.0f}s"
-        counts = placement.get("per_node", {}).get(node["node"], {})
-        print(f"node {node['node']:<20} {node['advertise']:<24} {state:<12} "
-              f"primary of {counts.get('primary', 0)}, follows {counts.get('follower', 0)}")
+        print(f"node {node['node']:<20} {node['advertise']:<24} {state}")
     for group in status["groups"]:
         lags = ", ".join(f"{name} lag {f['lag']}" for name, f in group["followers"].items())
         print(f"group {group['group']:>4}  epoch {group['epoch']:<4} primary "
               f"{group['primary'] or '-':<20} last {group['last_seq']:<8} {lags}")
+    for name, counts in sorted(placement.get("per_node", {}).items()):
+        print(f"placed {name:<20} primary of {counts['primary']} groups, follows "
+              f"{counts['follower']}")
     for move in placement.get("moves", []):
         print(f"move  group {move['group']:>4} to {move['target']} (in progress)")
     if placement:

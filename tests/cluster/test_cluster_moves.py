@@ -6,6 +6,7 @@ nothing acknowledged."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -66,7 +67,7 @@ class Writer(threading.Thread):
 
     def longest_pause(self, since: float) -> float:
         times = [t for t in self.times if t >= since]
-        return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
+        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
 
 def total(daemon: Daemon) -> int:

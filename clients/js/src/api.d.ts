@@ -209,5 +209,16 @@ export interface ClusterStatus {
   this_node: Record<string, unknown>;
 }
 
+export interface ClusterMoveRequest {
+  group: number;
+  node: string;
+}
+
+export interface ClusterMove {
+  group: number;
+  node: string;
+  topology_epoch: number;
+}
+
 /** This document. */
 export type OpenAPIDocument = Record<string, unknown>;
