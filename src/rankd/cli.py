@@ -74,7 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     move.add_argument("node")
     move.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                       help="wait up to this long for the node to write the group")
-    for action in (status, resubmit, move):
+    rebalance = cluster_commands.add_parser(
+        "rebalance", help="have the planner spread the groups' primaries evenly again")
+    drain = cluster_commands.add_parser(
+        "drain", help="move every board group off a node (before maintenance)")
+    drain.add_argument("node")
+    drain.add_argument("--cancel", action="store_true", help="stop draining the node")
+    for action in (status, resubmit, move, rebalance, drain):
         connection_options(action, argparse.SUPPRESS, argparse.SUPPRESS)
     resubmit.add_argument("file", type=Path, help="a wal/orphan-* file")
     resubmit.add_argument("--without-event-id", action="store_true",
@@ -237,6 +243,17 @@ def _cluster(args: argparse.Namespace) -> int:
                                      without_event_id=args.without_event_id) else 0
     if args.cluster_command == "move":
         return move_group(api, args.group, args.node, args.wait)
+    if args.cluster_command == "rebalance":
+        api.call("POST", "/v1/cluster/rebalance")
+        print("the planner rebalances the primaries at its next round")
+        return 0
+    if args.cluster_command == "drain":
+        answer = api.call("POST", "/v1/cluster/drain", {"node": args.node,
+                                                        "cancel": args.cancel})
+        print(f"node {answer['node']} is " + ("drained: its groups move away (see `rankd "
+                                              "cluster status`)" if answer["draining"]
+                                              else "no longer drained"))
+        return 0
     status = api.call("GET", "/v1/cluster")
     placement = status.get("placement", {})
     for node in status["nodes"]:

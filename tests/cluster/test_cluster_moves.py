@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from cluster_nodes import nodes, sql
@@ -159,6 +160,9 @@ def test_a_group_moves_under_load_losing_and_doubling_nothing(tmp_path: Path,
         assert (placed["primary_node"], list(placed["followers"])) == ("n1", ["n0"])
         assert sql(pg_dsn, "SELECT count(*) FROM rankd_moves")[0][0] == 0
         assert "handed group" in source.log()
+        with urllib.request.urlopen(source.url + "/metrics", timeout=10) as response:
+            metrics = response.read().decode()
+        assert "rankd_cluster_moves_out_total 1.0" in metrics, metrics
         pause = max(w.longest_pause(moved_at) for w in writers)
         print(f"acknowledged {acked}; longest pause between acknowledgements "
               f"{pause * 1000:.0f} ms; refusals {[w.refusals for w in writers]}")
@@ -207,3 +211,49 @@ def test_a_kill_of_the_target_mid_move_loses_nothing(tmp_path: Path, pg_dsn: str
             assert writer.failure is None, writer.failure
         acked = 1 + sum(w.acked for w in writers)
         assert settled_total(source, acked) == acked
+
+
+def follows(daemon: Daemon) -> dict[str, int]:
+    status, body = daemon.request("GET", "/v1/cluster")
+    assert status == 200, body
+    return body["this_node"]["follows"]
+
+
+def test_a_node_holds_only_the_groups_placed_on_it(tmp_path: Path, pg_dsn: str) -> None:
+    """Three nodes, one follower a group: the third node drops the group
+    (its boards, its log), reads sent to it are answered by a node that holds
+    it, and a move to it loads the group there (log, then writes) while the
+    follower it replaces drops it."""
+    with nodes(tmp_path, pg_dsn, 3) as daemons:
+        first = daemons[0]
+        start_group(first, pg_dsn)
+        for n in range(50):
+            assert first.request("POST", f"/v1/boards/{BOARD}/scores",
+                                 {"member": f"m{n}", "delta": n, "event_id": f"e{n}"})[0] == 200
+        expected = 1 + sum(range(50))
+        placed = sql(pg_dsn, "SELECT followers FROM rankd_placement WHERE group_id = $1",
+                     GROUP)[0]["followers"]
+        assert len(placed) == 1 and placed[0] in ("n1", "n2"), placed
+        follower = next(d for d in daemons if d.data_dir.name == placed[0])
+        other = next(d for d in daemons[1:] if d is not follower)
+        wait_until(lambda: str(GROUP) not in follows(other), 10,
+                   "the node the group is not placed on still follows it")
+        assert str(GROUP) in follows(follower)
+        # A read on the node that does not hold the group is answered by one that does.
+        assert settled_total(other, expected) == expected
+        assert "no longer holds group" in other.log()
+
+        status, body = first.request("POST", "/v1/cluster/moves",
+                                     {"group": GROUP, "node": other.data_dir.name})
+        assert status == 202, body
+        wait_until(lambda: holder(pg_dsn)[0] == other.data_dir.name, 15,
+                   "the group never moved to the node that did not hold it")
+        row = sql(pg_dsn, "SELECT primary_node, followers FROM rankd_placement "
+                          "WHERE group_id = $1", GROUP)[0]
+        assert (row["primary_node"], list(row["followers"])) == (other.data_dir.name, ["n0"])
+        wait_until(lambda: str(GROUP) not in follows(follower), 10,
+                   "the follower the move replaced still follows the group")
+        assert other.request("POST", f"/v1/boards/{BOARD}/scores",
+                             {"member": "m0", "delta": 1, "event_id": "after"})[0] == 200
+        for daemon in daemons:
+            assert settled_total(daemon, expected + 1) == expected + 1

@@ -220,5 +220,19 @@ export interface ClusterMove {
   topology_epoch: number;
 }
 
+export interface ClusterRebalance {
+  rebalance: string;
+}
+
+export interface ClusterDrainRequest {
+  node: string;
+  cancel?: boolean;
+}
+
+export interface ClusterDrain {
+  node: string;
+  draining: boolean;
+}
+
 /** This document. */
 export type OpenAPIDocument = Record<string, unknown>;

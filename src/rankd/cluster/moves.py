@@ -39,7 +39,6 @@ move is tried again the next round.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any, Protocol
@@ -194,7 +193,6 @@ class Mover:
         return True
 
     def figures(self) -> dict[str, float]:
-        with contextlib.suppress(ValueError):
-            return {"moves_out": self.moved, "moves_handing": len(self.handing),
-                    "move_last_pause_seconds": self.pauses[-1]}
-        return {"moves_out": self.moved, "moves_handing": len(self.handing)}
+        """Figures for ``/metrics``."""
+        return {"moves_out": self.moved,
+                "move_last_pause_seconds": self.pauses[-1] if self.pauses else 0.0}

@@ -53,7 +53,15 @@ from rankd.cluster.log import ClusterLog, Fenced, migrate
 from rankd.cluster.moves import Mover
 from rankd.cluster.nodelock import NodeIdInUse, NodeLock
 from rankd.cluster.nodes import Nodes
-from rankd.cluster.placement import Layout, Placement, PlacementTopology, choose_followers
+from rankd.cluster.placement import (
+    Layout,
+    Placed,
+    Placement,
+    PlacementTopology,
+    Stale,
+    choose_followers,
+)
+from rankd.cluster.planner import Planner
 from rankd.cluster.recovery import DiskRecovery
 from rankd.cluster.tail import LogTail
 from rankd.cluster.trust import ClusterTrust, shared_secret
@@ -214,7 +222,11 @@ class ClusterNode:
         self.placement: Placement | None = None
         self.layout = Layout()
         self.mover: Mover | None = None
+        self.planner: Planner | None = None
         self.replicas = config.replicas
+        #: Groups placed on other nodes only: their boards are dropped here,
+        #: their log not followed, their reads and writes sent on.
+        self.unheld: set[int] = set()
         #: Held while a group is taken or given up.
         self._lock = GroupLocks()
         self._task: asyncio.Task | None = None
@@ -261,6 +273,8 @@ class ClusterNode:
         self.placement = Placement(self.pool)
         await self.placement.migrate()
         self.mover = Mover(self, self.placement)
+        self.planner = Planner(self.placement, self.config.dsn, self.replicas)
+        await self.planner.migrate()
         await self._check_local_positions()
         # The renewals' own connection: one never queues behind appends.
         self.lease_link = OneConnection(
@@ -275,10 +289,18 @@ class ClusterNode:
                             bootstrap=self._bootstrap, rewound=self._rewound,
                             polled=self.freshness.polled)
         await self.keeper.start()
+        self.layout = await self.placement.read()
+        for group in self.layout.groups:
+            if not self.layout.holds(self.node_id, group):
+                self.tail.pause(group)  # dropped by _follow_placement below
         await self.tail.start()
         await self.recovery.start()
         await self.mover.start()
         await self._watch_once()
+        try:
+            await self._follow_placement()
+        except Exception as exc:
+            log.warning("node %s cannot read the groups' placement: %s", self.node_id, exc)
         self._task = asyncio.create_task(self._watch(), name="rankd-cluster-watch")
         await self._catch_up()
         self._joined.set()
@@ -290,11 +312,11 @@ class ClusterNode:
         the node started (reads of a node still catching up, after a lost or
         damaged data dir say, would show a past that never was current)."""
         targets = {group: register.last_seq for group, register in self.registers.items()
-                   if group not in self.writers}
+                   if group not in self.writers and group not in self.unheld}
         started = time.monotonic()
         for group, last_seq in sorted(targets.items()):
             while not await self.tail.wait_for(group, last_seq, 10.0):
-                if group in self.writers:
+                if group in self.writers or group in self.unheld:
                     break
                 log.warning("node %s is still catching up with group %d (%d of %d) after "
                             "%.0fs; it serves once it has", self.node_id, group,
@@ -312,6 +334,8 @@ class ClusterNode:
         await stop_task(self._task, STOP_SECONDS)
         if self.mover is not None:
             await self.mover.stop()
+        if self.planner is not None:
+            await self.planner.lock.release()
         await self.recovery.stop()
         for timer in list(self._timers.values()):
             await stop_task(timer, STOP_SECONDS)
@@ -431,6 +455,8 @@ class ClusterNode:
         if writer is None or writer.fenced is not None:
             register = self.registers.get(group)
             holder = register.holder if register is not None else None
+            if holder is None and group in self.unheld:
+                raise self._not_held(group)
             address, tcp, _ = self.peers.get(holder, (None, None, None))
             raise NotPrimary(f"node {self.node_id} does not write group {group}"
                              + (f"; node {holder} does, at {address}" if address else
@@ -459,6 +485,8 @@ class ClusterNode:
                                  "out before this write reached the log; it may be lost")
 
     def check_read(self, group: int, board: str) -> None:
+        if group in self.unheld:
+            raise self._not_held(group)
         refusal = self._unreadable.get(group)
         if refusal is not None:
             raise Unavailable(f"node {self.node_id} cannot read board {board!r} now: "
@@ -483,8 +511,9 @@ class ClusterNode:
 
     @property
     def reads_natively(self) -> bool:
-        if not self._joined.is_set() or self._unreadable or not self.freshness.all_fresh():
-            return False
+        if (not self._joined.is_set() or self._unreadable or self.unheld
+                or not self.freshness.all_fresh()):
+            return False  # (unheld groups: a missing board is not an answer here)
         if self.ack == "log":
             return all(w.committed_seq >= w.next_seq - 1 and w.fenced is None
                        for w in self.writers.values())
@@ -531,6 +560,7 @@ class ClusterNode:
                 await self.tail.resume(group, self.engine.positions.get(group, (0, 0))[0])
                 raise
             self.writers[group] = GroupCommitter(self.store, lease)
+            self.unheld.discard(group)
             self._rebuilt_up_to(group, lease.last_seq)
             self._snapshot_marks.pop(group, None)  # counted from the new committer's bytes
             self.registers[group] = Register(lease.epoch, self.node_id, lease.last_seq,
@@ -759,6 +789,8 @@ class ClusterNode:
                 continue
             if row["holder"] != self.node_id and not self._in_touch():
                 continue  # its primary may be alive: it gets a lease to renew first
+            if group in self.unheld and self._held_elsewhere(group):
+                continue  # a live node that holds it takes it (no bootstrap here)
             if left > 0 or self._most_caught_up(group) or register.deferred >= DEFER_ROUNDS:
                 try:
                     await self._take(group)
@@ -921,7 +953,9 @@ class ClusterNode:
                 if await self.placement.place_if_new(group, self.node_id, followers):
                     for node in followers:
                         load[node] = load.get(node, 0) + 1
+        await self._hold_placed()
         await self.mover.round(self.layout)
+        await self.planner.round(self.layout, live)
 
     async def request_move(self, group: int, target: str) -> dict[str, Any]:
         """Ask for ``group`` to move to ``target`` (``rankd cluster move``):
@@ -936,6 +970,92 @@ class ClusterNode:
         log.info("node %s: group %d is to move to node %s (topology epoch %d)", self.node_id,
                  group, target, epoch)
         return {"group": group, "node": target, "topology_epoch": epoch}
+
+    def _held_elsewhere(self, group: int) -> bool:
+        placed = self.layout.groups.get(group)
+        return placed is not None and any(node in self.peers for node in placed.nodes
+                                          if node != self.node_id)
+
+    def _not_held(self, group: int) -> EngineError:
+        """The answer to a request of ``group``, placed on other nodes only:
+        sent on to the node that writes it (or should: its placed primary)."""
+        register = self.registers.get(group)
+        placed = self.layout.groups.get(group)
+        candidates = [register.holder] if register is not None and register.holder else []
+        candidates += list(placed.nodes) if placed is not None else []
+        for node in candidates:
+            if node in self.peers and node != self.node_id:
+                address, tcp, _ = self.peers[node]
+                return NotPrimary(f"node {self.node_id} does not hold group {group}; node "
+                                  f"{node} does, at {address}", address, tcp)
+        return Unavailable(f"node {self.node_id} does not hold group {group} and no live "
+                           "node that does is known yet; nothing was applied; try again "
+                           "shortly")
+
+    async def _drop_group(self, group: int) -> None:
+        """Stop holding ``group`` (placed elsewhere): its boards go, its log
+        is no longer followed."""
+        async with self._lock(group):
+            if group in self.writers or group in self.unheld:
+                return
+            self.unheld.add(group)
+            self.tail.pause(group)
+            async with self.tail.locked(group):
+                self.tail.applied.pop(group, None)
+                self._unreadable.pop(group, None)
+                self._rebuild_to.pop(group, None)
+                if group in self.engine.positions:
+                    await self.engine.reset_group(group)
+        log.info("node %s no longer holds group %d (placed on other nodes)", self.node_id,
+                 group)
+
+    async def _gain_group(self, group: int) -> None:
+        """Hold ``group`` (placed here): load its snapshot, then its log;
+        its reads wait until it reached the log's end as last read."""
+        async with self._lock(group):
+            if group not in self.unheld:
+                return
+            register = self.registers.get(group)
+            self._rebuilding(group, register.last_seq if register else 0,
+                             "this node is loading the group (snapshot, then log)")
+            self.unheld.discard(group)
+            await self.tail.resume(group, 0)
+        log.info("node %s holds group %d from now on: loading it", self.node_id, group)
+
+    async def _hold_placed(self) -> None:
+        """Hold exactly the groups placed here (and those written here), and
+        name this node primary of the groups it writes (after a failover)."""
+        layout = self.layout
+        changes = {}
+        for group, placed in layout.groups.items():
+            writer = self.writers.get(group)
+            if writer is not None and placed.primary != self.node_id and writer.fenced is None:
+                followers = tuple(n for n in placed.nodes if n != self.node_id)
+                changes[group] = Placed(self.node_id, followers[:self.replicas], 0)
+            if writer is not None or self.node_id in placed.nodes:
+                if group in self.unheld:
+                    await self._gain_group(group)
+            elif group not in self.unheld and group not in self.mover.handing:
+                await self._drop_group(group)
+        if changes:
+            with contextlib.suppress(Stale):
+                self.layout.epoch = await self.placement.replace(layout.epoch, changes)
+
+    async def request_drain(self, target: str, *, cancel: bool = False) -> dict[str, Any]:
+        """Move every group off ``target`` (``rankd cluster drain``), or stop."""
+        known = {row["node"] for row in (await self.nodes.status())["nodes"]}
+        if target not in known:
+            raise InvalidInput(f"node {target!r} is not a node of this cluster (known: "
+                               f"{', '.join(sorted(known))})")
+        await self.planner.drain(target, cancel=cancel)
+        log.info("node %s: node %s is %s", self.node_id, target,
+                 "no longer drained" if cancel else "to be drained")
+        return {"node": target, "draining": not cancel}
+
+    async def request_rebalance(self) -> dict[str, Any]:
+        """Have the planner spread the primaries again (``rankd cluster rebalance``)."""
+        await self.planner.request_rebalance()
+        return {"rebalance": "requested"}
 
     def topology(self) -> PlacementTopology:
         """The cluster's layout as this node last read it (routing's ``Topology``)."""
@@ -981,7 +1101,7 @@ class ClusterNode:
             "group_snapshots": self.snapshots, "bootstraps": self.bootstraps,
             "disk_recoveries": self.recovery.recoveries, **self.freshness.figures(),
             **(self.mover.figures() if self.mover is not None else {}),
-            "topology_epoch": self.layout.epoch,
+            "topology_epoch": self.layout.epoch, "groups_unheld": len(self.unheld),
         }
 
     async def status(self) -> dict[str, Any]:

@@ -352,6 +352,10 @@ def schemas() -> dict[str, Any]:
                                    "node": {"type": "string"}}),
         "ClusterMove": obj({"group": {"type": "integer"}, "node": {"type": "string"},
                             "topology_epoch": {"type": "integer"}}),
+        "ClusterRebalance": obj({"rebalance": {"type": "string"}}),
+        "ClusterDrainRequest": obj({"node": {"type": "string"}, "cancel": {"type": "boolean"}},
+                                   required=["node"]),
+        "ClusterDrain": obj({"node": {"type": "string"}, "draining": {"type": "boolean"}}),
         "OpenAPIDocument": {"type": "object", "required": ["openapi", "info", "paths"],
                             "description": "This document."},
     }
@@ -642,6 +646,17 @@ def paths() -> dict[str, Any]:
             body=json_body("ClusterMoveRequest", "The group and the node to move it to."),
             description="Only on a cluster node; N must be a live node.  Needs the `admin` "
                         "scope.")},
+        "/v1/cluster/rebalance": {"post": operation(
+            "clusterRebalance", "Spread the groups' primaries evenly again", "service",
+            {202: ok("ClusterRebalance", "The planner rebalances at its next round.")},
+            errors=(400, 404),
+            description="Only on a cluster node.  Needs the `admin` scope.")},
+        "/v1/cluster/drain": {"post": operation(
+            "clusterDrain", "Move every board group off a node", "service",
+            {202: ok("ClusterDrain", "The planner moves the node's groups away.")},
+            errors=(*BODY_ERRORS, 404),
+            body=json_body("ClusterDrainRequest", "The node (and `cancel: true` to stop)."),
+            description="Only on a cluster node.  Needs the `admin` scope.")},
         "/v1/cluster/summary": {"get": operation(
             "clusterSummary", "The cluster's state without the nodes' addresses", "service",
             {200: ok("ClusterStatus", "As `GET /v1/cluster`, nodes named by id only.")},
