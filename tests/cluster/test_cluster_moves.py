@@ -224,7 +224,7 @@ def test_a_node_holds_only_the_groups_placed_on_it(tmp_path: Path, pg_dsn: str) 
     (its boards, its log), reads sent to it are answered by a node that holds
     it, and a move to it loads the group there (log, then writes) while the
     follower it replaces drops it."""
-    with nodes(tmp_path, pg_dsn, 3) as daemons:
+    with nodes(tmp_path, pg_dsn, 3, "--replicas", "1") as daemons:
         first = daemons[0]
         start_group(first, pg_dsn)
         for n in range(50):

@@ -955,7 +955,8 @@ class ClusterNode:
                         load[node] = load.get(node, 0) + 1
         await self._hold_placed()
         await self.mover.round(self.layout)
-        await self.planner.round(self.layout, live)
+        if self._in_touch():
+            await self.planner.round(self.layout, live, now=time.monotonic())
 
     async def request_move(self, group: int, target: str) -> dict[str, Any]:
         """Ask for ``group`` to move to ``target`` (``rankd cluster move``):
@@ -1155,6 +1156,8 @@ class ClusterNode:
                         if g not in self.writers} if self.tail else {},
             "tail_connected": self.log_connected,
             "tail_stage": self.tail.stage if self.tail else None, "orphaned_records": self.orphaned,
+            "planner": bool(self.planner and self.planner.lock.held),
+            "unheld_groups": sorted(self.unheld),
         }
 
 

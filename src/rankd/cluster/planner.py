@@ -18,7 +18,8 @@ round of the planning node's watch loop.  Each round it:
 * **drains**: moves the primary of each group a draining node writes to
   one of its followers (the least loaded);
 * **rebalances** when the live nodes changed since the last plan (a node
-  joined or left) or when asked (``rankd cluster rebalance``): moves
+  joined or left) and then stayed the same for :data:`STABLE_SECONDS`, or
+  when asked (``rankd cluster rebalance``): moves
   primaries from the nodes with the most to those with the fewest until
   they differ by at most one, preferring a target that already follows the
   group (nothing to load).
@@ -45,6 +46,10 @@ log = logging.getLogger(__name__)
 PLANNER_LOCK = 7231004
 #: Moves in progress at most (requested, not yet handed over).
 MAX_MOVES = 8
+#: How long the set of live nodes must stay the same before the planner
+#: moves primaries for its change: a node restarting, or every node
+#: looking silent while Postgres itself was away, moves nothing.
+STABLE_SECONDS = 30.0
 
 DRAIN_SCHEMA = """
 CREATE TABLE IF NOT EXISTS rankd_draining (
@@ -176,8 +181,11 @@ class Planner:
         self.placement = placement
         self.replicas = replicas
         self.lock = PlannerLock(dsn)
-        #: The live nodes at the last plan (a change re-plans the primaries).
-        self._last_live: frozenset[str] | None = None
+        #: The live nodes the primaries were last spread over, and the live
+        #: nodes now with the monotonic time since when they are so.
+        self._planned_live: frozenset[str] | None = None
+        self._live: frozenset[str] = frozenset()
+        self._live_since = 0.0
         #: The last ``rankd cluster rebalance`` acted on.
         self._rebalanced_at: object = None
         #: Plans that changed something, for metrics and status.
@@ -211,16 +219,24 @@ class Planner:
                 await conn.execute("INSERT INTO rankd_draining (node_id) VALUES ($1) "
                                    "ON CONFLICT DO NOTHING", node)
 
-    async def round(self, layout: Layout, live: set[str]) -> Plan | None:
-        """Plan once if this node holds the lock; the plan made (None: not the planner)."""
+    async def round(self, layout: Layout, live: set[str], *, now: float) -> Plan | None:
+        """Plan once if this node holds the lock (call it only while the node
+        is in touch with Postgres: its view of who is live is sound); the
+        plan made (None: not the planner)."""
         if not await self.lock.try_acquire():
             return None
         draining, asked = await self._asked()
         live_now = frozenset(live)
-        changed = self._last_live is not None and live_now != self._last_live
+        if live_now != self._live:
+            self._live, self._live_since = live_now, now
+        if self._planned_live is None:
+            self._planned_live = live_now
+        changed = (live_now != self._planned_live
+                   and now - self._live_since >= STABLE_SECONDS)
         rebalance = changed or (asked is not None and asked != self._rebalanced_at)
         made = plan(layout, live, draining, self.replicas, rebalance=rebalance)
-        self._last_live = live_now
+        if rebalance:
+            self._planned_live = live_now
         self._rebalanced_at = asked
         if not made:
             return made
