@@ -1096,6 +1096,10 @@ def summary(scenario: str, ack: str, figures: dict, wrong: list[str]) -> str:
             f"version_conflicts={f['version_conflicts']} "
             f"stale={f['stale_reads']} (max {f['stale_max_s']}s) takeover={takeover} "
             f"p50={f['p50_ms']}ms p99={f['p99_ms']}ms")
+    if "moves_done" in f:
+        line += (f" moves={f['moves_done']} of {f['moves_requested']} requested "
+                 f"topology_epochs_back={f['topology_epochs_back']} "
+                 f"placement_wrong={f['placement_wrong']}")
     return line + (f"\n    broken: {'; '.join(wrong)}" if wrong else "")
 
 
