@@ -38,6 +38,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,9 @@ CONNECT_SECONDS = 5.0
 DEFER_ROUNDS = 2
 #: How long a write that cannot apply here waits to learn its group's primary.
 REGISTER_READ_SECONDS = 2.0
+#: Records a follower applies at a time: a slice takes a few ms, so a
+#: node loading a group from far behind still serves between slices.
+APPLY_SLICE = 1000
 #: How long ``GET /v1/cluster`` waits for Postgres before it answers what it last knew.
 STATUS_SECONDS = 2.0
 
@@ -611,7 +615,9 @@ class ClusterNode:
                 await self._orphan(group, epoch, orphans)
             await self.engine.reset_group(group)
 
-    def _apply(self, group: int, logged: list[tuple[int, int, bytes]]) -> asyncio.Future:
+    def _apply(self, group: int, logged: list[tuple[int, int, bytes]]) -> Awaitable[None]:
+        if len(logged) > APPLY_SLICE:
+            return self._apply_sliced(group, logged)
         seq = self.engine.positions.get(group, (0, 0))[0]
         if logged[0][0] != seq + 1:
             raise RuntimeError(f"group {group}: the tail hands position {logged[0][0]} to a "
@@ -620,6 +626,16 @@ class ClusterNode:
         if group in self._unreadable:
             self._rebuilt_up_to(group, logged[-1][0])
         return applied
+
+    async def _apply_sliced(self, group: int, logged: list[tuple[int, int, bytes]]) -> None:
+        """Apply a long run of records (a group loaded from far behind: a
+        node that gains it, or catches up) a slice at a time, letting the
+        event loop serve between slices."""
+        applied = []
+        for start in range(0, len(logged), APPLY_SLICE):
+            applied.append(self._apply(group, logged[start:start + APPLY_SLICE]))
+            await asyncio.sleep(0)
+        await asyncio.gather(*applied)
 
     async def _bootstrap(self, group: int) -> int:
         """The log no longer holds the positions this node needs next: start
