@@ -972,24 +972,20 @@ async def move(lab: Lab, history: History, seconds: float) -> dict:
             live = [n for n in range(lab.count) if lab.alive(n) and n != primary]
             requested += await request_move(lab, history, group, rng.choice(live))
             await asyncio.sleep(0.6)
-        # A move, and its source killed mid-way (the cut-over runs within a round).
-        source = await asyncio.to_thread(lab.primary_of, BOARDS[0])
-        target = (source + 1) % lab.count
-        requested += await request_move(lab, history, group_of(BOARDS[0]), target)
-        await asyncio.sleep(rng.uniform(0.0, 0.6))
-        lab.kill(source)
-        history.faults.append((time.monotonic(), f"kill -9 move source n{source}"))
-        await asyncio.sleep(phase / 2)
-        await restart(lab, history, source)
-        # A move, and its target killed mid-way.
-        source = await asyncio.to_thread(lab.primary_of, BOARDS[1])
-        target = (source + 1) % lab.count
-        requested += await request_move(lab, history, group_of(BOARDS[1]), target)
-        await asyncio.sleep(rng.uniform(0.0, 0.6))
-        lab.kill(target)
-        history.faults.append((time.monotonic(), f"kill -9 move target n{target}"))
-        await asyncio.sleep(phase / 2)
-        await restart(lab, history, target)
+        # A move, and its source killed mid-way (the cut-over runs within a
+        # round), then another, and its target killed.
+        for board, victim in ((BOARDS[0], "source"), (BOARDS[1], "target")):
+            source = await asyncio.to_thread(lab.primary_of, board)
+            if source is None:  # nobody writes it just now: nothing to move
+                continue
+            target = (source + 1) % lab.count
+            requested += await request_move(lab, history, group_of(board), target)
+            await asyncio.sleep(rng.uniform(0.0, 0.6))
+            killed = source if victim == "source" else target
+            lab.kill(killed)
+            history.faults.append((time.monotonic(), f"kill -9 move {victim} n{killed}"))
+            await asyncio.sleep(phase / 2)
+            await restart(lab, history, killed)
         # The planner's node.
         for node in range(lab.count):
             status = await cluster_status(lab, node)

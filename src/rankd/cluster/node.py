@@ -234,6 +234,7 @@ class ClusterNode:
         #: Held while a group is taken or given up.
         self._lock = GroupLocks()
         self._task: asyncio.Task | None = None
+        self._placing: asyncio.Task | None = None
         self._deposing: set[asyncio.Task] = set()
         self._joined = asyncio.Event()
         #: Takeovers timed for when a lease runs out (see _take_when_free).
@@ -296,16 +297,18 @@ class ClusterNode:
         self.layout = await self.placement.read()
         for group in self.layout.groups:
             if not self.layout.holds(self.node_id, group):
-                self.tail.pause(group)  # dropped by _follow_placement below
+                self.tail.pause(group)  # dropped by _hold_placed below
         await self.tail.start()
         await self.recovery.start()
         await self.mover.start()
         await self._watch_once()
         try:
-            await self._follow_placement()
+            self.layout = await self.placement.read()
+            await self._hold_placed()
         except Exception as exc:
             log.warning("node %s cannot read the groups' placement: %s", self.node_id, exc)
         self._task = asyncio.create_task(self._watch(), name="rankd-cluster-watch")
+        self._placing = asyncio.create_task(self._place(), name="rankd-cluster-placement")
         await self._catch_up()
         self._joined.set()
         log.info("node %s joined the cluster (ack=%s, lease %.1fs, advertised at %s)",
@@ -336,6 +339,7 @@ class ClusterNode:
         """Leave: let queued records reach the log (a few seconds at most),
         give the leases up so another node takes over at once, stop."""
         await stop_task(self._task, STOP_SECONDS)
+        await stop_task(self._placing, STOP_SECONDS)
         if self.mover is not None:
             await self.mover.stop()
         if self.planner is not None:
@@ -459,8 +463,8 @@ class ClusterNode:
         if writer is None or writer.fenced is not None:
             register = self.registers.get(group)
             holder = register.holder if register is not None else None
-            if holder is None and group in self.unheld:
-                raise self._not_held(group)
+            if group in self.unheld:  # (its last known holder may look silent: never
+                raise self._not_held(group)  # "no node writes it", which reads as missing)
             address, tcp, _ = self.peers.get(holder, (None, None, None))
             raise NotPrimary(f"node {self.node_id} does not write group {group}"
                              + (f"; node {holder} does, at {address}" if address else
@@ -762,10 +766,16 @@ class ClusterNode:
             except Exception as exc:
                 log.warning("node %s cannot store a snapshot of its groups yet: %s",
                             self.node_id, exc)
+
+    async def _place(self) -> None:
+        """The placement's own loop: a move's flush, a group being loaded or
+        a plan never delay the watch loop's heartbeats and lease checks."""
+        while True:
+            await asyncio.sleep(self._round_seconds)
             try:
                 await self._follow_placement()
             except Exception as exc:
-                log.warning("node %s cannot read the groups' placement: %s", self.node_id,
+                log.warning("node %s cannot follow the groups' placement: %s", self.node_id,
                             exc)
 
     async def _watch_once(self) -> None:

@@ -1,7 +1,8 @@
 """The planner: spreads board groups' primaries and followers over live nodes.
 
 One node at a time plans: whichever holds a Postgres advisory lock
-(:class:`PlannerLock`, on a session of its own: it dies with the node).
+(a :class:`~rankd.cluster.nodelock.NodeLock` of its own key, on a session
+of its own: it dies with the node).
 The lock only avoids duplicate work: a plan changes the placement with
 the topology epoch's compare-and-set (:meth:`Placement.replace`), and a
 move is carried out by the group's holder under its register's epoch
@@ -35,9 +36,8 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import asyncpg
-
 from rankd.cluster.log import lock_schema
+from rankd.cluster.nodelock import NodeLock
 from rankd.cluster.placement import Layout, Placed, Placement, Stale, choose_followers
 
 log = logging.getLogger(__name__)
@@ -137,50 +137,14 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
     return out
 
 
-class PlannerLock:
-    """The planner's advisory lock, on a connection of its own."""
-
-    def __init__(self, dsn: str, *, timeout: float = 5.0) -> None:
-        self.dsn = dsn
-        self.timeout = timeout
-        self._conn: asyncpg.Connection | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._conn is not None and not self._conn.is_closed()
-
-    async def try_acquire(self) -> bool:
-        """Whether this node holds the lock (taking it if free)."""
-        if self.held:
-            return True
-        conn = await asyncpg.connect(self.dsn, timeout=self.timeout)
-        try:
-            taken = await conn.fetchval("SELECT pg_try_advisory_lock($1)", PLANNER_LOCK)
-        except BaseException:
-            await conn.close()
-            raise
-        if not taken:
-            await conn.close()
-            return False
-        self._conn = conn
-        return True
-
-    async def release(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None and not conn.is_closed():
-            try:
-                await conn.close(timeout=self.timeout)
-            except Exception:
-                conn.terminate()
-
-
 class Planner:
     """Plans once a round while this node holds the planner's lock."""
 
     def __init__(self, placement: Placement, dsn: str, replicas: int) -> None:
         self.placement = placement
         self.replicas = replicas
-        self.lock = PlannerLock(dsn)
+        #: The planner's lock, on a session of its own (with keepalives).
+        self.lock = NodeLock(dsn, "planner", space=PLANNER_LOCK)
         #: The live nodes the primaries were last spread over, and the live
         #: nodes now with the monotonic time since when they are so.
         self._planned_live: frozenset[str] | None = None
