@@ -11,12 +11,13 @@ the clients: figures are end to end on it, not per-node capacity.
    ``big`` gets ``--members`` members (default 1,000,000) through batches
    of 10,000; its group is placed on its primary and one follower.  Then,
    while ``--writers`` clients (default 16) each submit one event at a
-   time to the board through every node in turn (forwarded to the primary;
-   a refused write, ``503`` during the cut-over, is sent again with the
-   same event id at once), the group is moved ``--rounds`` times (default
+   time to the board (a refused write, ``503`` during the cut-over, is sent
+   again with the same event id), the group is moved ``--rounds`` times (default
    4) to the node that does not hold it, so each move first loads the
    group there (snapshot, then log) while writes go on, then cuts over.
-   Per move: each write's latency from its first attempt to its
+   Half the writers go to the primary as polled every 50 ms (a cluster-aware
+   client), half through every node in turn (a load balancer).  Per move, for
+   each half: each write's latency from its first attempt to its
    acknowledgement (retries included) over the move, p50/p99/max; the
    longest gap between two acknowledgements; how long the source refused
    writes (its log: "writes refused here for"); and how long the move took
@@ -123,23 +124,42 @@ async def fill(session: aiohttp.ClientSession, nodes: list[Daemon], board: str,
 
 
 class Load:
-    """Writers submitting one event at a time, retrying refusals by event id."""
+    """Writers submitting one event at a time, retrying refusals by event id:
+    half through every node in turn (as behind a load balancer), half to
+    the group's primary as last polled (as a cluster-aware client)."""
 
     def __init__(self, nodes: list[Daemon], writers: int) -> None:
         self.nodes = nodes
         self.writers = writers
-        #: (first attempt, acknowledgement) monotonic times of every acknowledged write.
-        self.acks: list[tuple[float, float]] = []
+        #: (first attempt, acknowledgement) monotonic times of every
+        #: acknowledged write, by way: "any node", "primary".
+        self.acks: dict[str, list[tuple[float, float]]] = {"any node": [], "primary": []}
         self.refused = 0
         self.running = True
+        #: The group's primary, as last polled.
+        self.primary = 0
+
+    async def poll_primary(self) -> None:
+        while self.running:
+            for node in self.nodes:
+                try:
+                    _, _, holder = await asyncio.to_thread(placement_of, node, group_of(BIG))
+                except (OSError, AssertionError):
+                    continue
+                if holder is not None:
+                    self.primary = int(holder[1:])
+                break
+            await asyncio.sleep(0.05)
 
     async def writer(self, session: aiohttp.ClientSession, index: int) -> None:
+        way = "primary" if index % 2 else "any node"
         for n in itertools.count():
             if not self.running:
                 return
             started = time.monotonic()
             for attempt in itertools.count():
-                node = self.nodes[(n + index + attempt) % len(self.nodes)]
+                node = (self.nodes[self.primary] if way == "primary" else
+                        self.nodes[(n + index + attempt) % len(self.nodes)])
                 try:
                     async with session.post(
                             f"{node.url}/v1/boards/{BIG}/scores",
@@ -155,15 +175,23 @@ class Load:
                 self.refused += 1
                 if not self.running:
                     return
-            self.acks.append((started, time.monotonic()))
+                if way == "primary":
+                    await asyncio.sleep(0.005)
+            self.acks[way].append((started, time.monotonic()))
 
     async def run(self) -> None:
         async with aiohttp.ClientSession() as session:
-            await asyncio.gather(*(self.writer(session, i) for i in range(self.writers)))
+            await asyncio.gather(self.poll_primary(),
+                                 *(self.writer(session, i) for i in range(self.writers)))
 
-    def window(self, start: float, end: float) -> dict[str, float]:
-        latencies = sorted(done - began for began, done in self.acks if start <= began <= end)
-        done = sorted(done for _, done in self.acks if start <= done <= end)
+    def window(self, start: float, end: float) -> dict[str, dict[str, float]]:
+        return {way: self._window(acks, start, end) for way, acks in self.acks.items()}
+
+    @staticmethod
+    def _window(acks: list[tuple[float, float]], start: float, end: float
+                ) -> dict[str, float]:
+        latencies = sorted(done - began for began, done in acks if start <= began <= end)
+        done = sorted(done for _, done in acks if start <= done <= end)
         gap = max((b - a for a, b in itertools.pairwise(done)), default=0.0)
         if not latencies:
             return {"writes": 0}
@@ -207,9 +235,13 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
             source = nodes[int(primary[1:])]
             seen = len(refused_ms(source, 0))
             asked = time.monotonic()
-            code, body = nodes[0].request("POST", "/v1/cluster/moves",
-                                          {"group": group, "node": target})
-            assert code == 202, body
+            while True:  # (a node busy loading a group may look silent a moment)
+                code, body = nodes[0].request("POST", "/v1/cluster/moves",
+                                              {"group": group, "node": target})
+                if code == 202:
+                    break
+                assert "not a live node" in str(body) and time.monotonic() < asked + 30, body
+                await asyncio.sleep(0.5)
             deadline = asked + 120
             while placement_of(nodes[0], group)[2] != target:
                 assert time.monotonic() < deadline, f"the move to {target} never finished"
