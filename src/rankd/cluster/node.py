@@ -466,6 +466,11 @@ class ClusterNode:
             if group in self.unheld:  # (its last known holder may look silent: never
                 raise self._not_held(group)  # "no node writes it", which reads as missing)
             address, tcp, _ = self.peers.get(holder, (None, None, None))
+            if address is None and group in self._unreadable:
+                # Its boards are being loaded here: a board missing now is no answer.
+                raise Unavailable(f"node {self.node_id} is loading group {group} and knows "
+                                  "no live node that writes it; nothing was applied; try "
+                                  "again shortly")
             raise NotPrimary(f"node {self.node_id} does not write group {group}"
                              + (f"; node {holder} does, at {address}" if address else
                                 f"; its lease is held by {holder!r}, not a live node this "
