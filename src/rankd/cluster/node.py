@@ -295,8 +295,9 @@ class ClusterNode:
                             polled=self.freshness.polled)
         await self.keeper.start()
         self.layout = await self.placement.read()
-        for group in self.layout.groups:
-            if not self.layout.holds(self.node_id, group):
+        for group, placed in self.layout.groups.items():
+            if (not self.layout.holds(self.node_id, group)
+                    and len(placed.followers) >= self.replicas):
                 self.tail.pause(group)  # dropped by _hold_placed below
         await self.tail.start()
         await self.recovery.start()
@@ -1067,7 +1068,10 @@ class ClusterNode:
             if writer is not None or self.node_id in placed.nodes:
                 if group in self.unheld:
                     await self._gain_group(group)
-            elif group not in self.unheld and group not in self.mover.handing:
+            elif (group not in self.unheld and group not in self.mover.handing
+                  and len(placed.followers) >= self.replicas):
+                # (a group short of followers keeps its copies: the planner is
+                # about to place it back on a node that was away a moment)
                 await self._drop_group(group)
         if changes:
             with contextlib.suppress(Stale):
