@@ -63,3 +63,17 @@ def test_nothing_to_do_on_a_balanced_cluster() -> None:
     layout = layout_of({0: ("a", ("b",)), 1: ("b", ("a",))})
     assert not plan(layout, {"a", "b"}, set(), 1, rebalance=True)
     assert not plan(layout, set(), set(), 1, rebalance=True)
+
+
+def test_the_topology_names_the_writer_first_then_the_placement() -> None:
+    from rankd.cluster.placement import PlacementTopology, Topology
+
+    layout = layout_of({1: ("a", ("b",)), 2: ("b", ("c",))})
+    addresses = {"a": ("a:1", "a:2"), "b": ("b:1", None), "c": ("c:1", None)}
+    topology: Topology = PlacementTopology(layout, {1: "b"}, addresses)
+    assert topology.epoch == 7
+    assert topology.primary(1) == "b" and topology.followers(1) == ("a",)  # after a failover
+    assert topology.primary(2) == "b" and topology.followers(2) == ("c",)
+    assert topology.primary(3) is None and topology.followers(3) == ("a", "b", "c")
+    assert topology.address("a") == ("a:1", "a:2") and topology.address("z") is None
+    assert layout.holds("c", 2) and not layout.holds("c", 1) and layout.holds("c", 3)
