@@ -263,9 +263,11 @@ def _cluster(args: argparse.Namespace) -> int:
         lags = ", ".join(f"{name} lag {f['lag']}" for name, f in group["followers"].items())
         print(f"group {group['group']:>4}  epoch {group['epoch']:<4} primary "
               f"{group['primary'] or '-':<20} last {group['last_seq']:<8} {lags}")
+    members = {node["node"]: node.get("members") for node in status["nodes"]}
     for name, counts in sorted(placement.get("per_node", {}).items()):
+        held = members.get(name)
         print(f"placed {name:<20} primary of {counts['primary']} groups, follows "
-              f"{counts['follower']}")
+              f"{counts['follower']}" + (f", {held:,} members" if held is not None else ""))
     for move in placement.get("moves", []):
         print(f"move  group {move['group']:>4} to {move['target']} (in progress)")
     if placement:

@@ -285,8 +285,10 @@ def test_a_drained_node_is_emptied_by_the_planner(tmp_path: Path, pg_dsn: str) -
         shown = subprocess.run(
             [sys.executable, "-m", "rankd.cli", "cluster", "status", "--url", first.url],
             capture_output=True, text=True, timeout=60, check=True).stdout
-        assert re.search(r"^placed n0\s+primary of 0 groups, follows 0$", shown, re.MULTILINE) \
-            or "placed n0" not in shown, shown
+        assert re.search(r"^placed n0\s+primary of 0 groups, follows 0, 0 members$", shown,
+                         re.MULTILINE) or "placed n0" not in shown, shown
+        assert re.search(r"^placed n1\s+primary of \d+ groups, follows \d+, [1-9]\d* members$",
+                         shown, re.MULTILINE), shown
 
 
 def holder_of(dsn: str, group: int) -> str | None:

@@ -790,7 +790,8 @@ class ClusterNode:
         config = self.config
         await self.nodes.heartbeat(self.node_id, config.advertise, applied, config.advertise_tcp,
                                    self.trust.node_proof(self.node_id, config.advertise,
-                                                         config.advertise_tcp))
+                                                         config.advertise_tcp),
+                                   members=self._members())
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
                 "SELECT group_id, epoch, holder, last_seq, "
@@ -830,6 +831,12 @@ class ClusterNode:
                     log.warning("node %s could not take group %d: %s", self.node_id, group, exc)
             else:
                 register.deferred += 1
+
+    def _members(self) -> int:
+        """Members the boards held here keep (each board's largest window)."""
+        now = self.engine.clock()
+        return sum(max(board.member_counts(now).values(), default=0)
+                   for board in list(self.engine.boards.values()))
 
     def _vouched(self, row: Any) -> bool:
         """Whether a live node's row is signed with the cluster secret; one
