@@ -1,7 +1,8 @@
-"""The topology seam (rankd.cluster.topology) from what a part-1 node knows:
-the group's lease holder is its primary, a group no live node holds goes to
-the node whose contiguous block holds it, every slot is always assigned,
-and a read of a group this node holds no copy of is sent to its primary."""
+"""The topology seam (rankd.cluster.topology) from what a node knows: the
+group's lease holder is its primary, then its placed primary or first live
+placed follower, a group nobody holds or placed goes to the node whose
+contiguous block holds it, every slot is always assigned, and a read of a
+group this node holds no copy of is sent to its primary."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import itertools
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from rankd.cluster.topology import LeaseTopology, NodeAddresses, read_elsewhere
+from rankd.cluster.placement import Layout, Placed
+from rankd.cluster.topology import ClusterTopology, NodeAddresses, read_elsewhere
 from rankd.frontends.resp.cluster_commands import slot_ranges
 
 
@@ -30,6 +32,8 @@ class FakeCluster:
         name: f"{name}:82" for name in ("a", "b", "c")})
     config: SimpleNamespace = field(default_factory=lambda: SimpleNamespace(
         advertise="b:80", advertise_tcp="b:81", advertise_resp="b:82"))
+    layout: Layout = field(default_factory=Layout)
+    unheld: set[int] = field(default_factory=set)
 
 
 def test_primaries_come_from_the_leases_and_blocks_cover_the_rest() -> None:
@@ -37,7 +41,7 @@ def test_primaries_come_from_the_leases_and_blocks_cover_the_rest() -> None:
                                      900: Register(4, None)},
                           writers={10: SimpleNamespace(fenced=None),
                                    11: SimpleNamespace(fenced=RuntimeError())})
-    topology = LeaseTopology(cluster)
+    topology = ClusterTopology(cluster)
     assert topology.nodes() == ("a", "b", "c") and topology.this_node == "b"
     assert topology.primary(5) == "c"          # its lease holder
     assert topology.primary(10) == "b"         # written here
@@ -57,8 +61,24 @@ def test_primaries_come_from_the_leases_and_blocks_cover_the_rest() -> None:
     assert read_elsewhere(topology, 5) is None
 
 
+def test_placement_names_primaries_and_followers_the_leases_do_not() -> None:
+    layout = Layout(7, {1: Placed("a", ("c",), 1), 2: Placed("dead", ("c", "b"), 1),
+                        3: Placed("c", ("a",), 1)})
+    cluster = FakeCluster(registers={3: Register(4, "a")}, layout=layout, unheld={1})
+    topology = ClusterTopology(cluster)
+    assert topology.primary(1) == "a" and topology.followers(1) == ("c",)
+    # Its placed primary is not live: its first live placed follower.
+    assert topology.primary(2) == "c" and topology.followers(2) == ("b",)
+    # A live lease holder comes first (a failover the placement has not caught up with).
+    assert topology.primary(3) == "a" and topology.followers(3) == ("c",)
+    assert topology.epoch == 4 + 7
+    assert not topology.holds(1) and topology.holds(2)
+    assert read_elsewhere(topology, 1) == NodeAddresses("a", "a:80", "a:81", "a:82")
+    assert read_elsewhere(topology, 2) is None
+
+
 def test_a_read_of_a_group_not_held_here_goes_to_its_primary() -> None:
-    class Partial(LeaseTopology):
+    class Partial(ClusterTopology):
         def holds(self, group: int) -> bool:
             return group != 5
 

@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -326,3 +327,26 @@ def resubmit_orphans(api: Api, path: Path, *, without_event_id: bool = False,
     for other in others:
         print(f"not resubmitted: {other}", file=out)
     return refused
+
+
+def move_group(api: Api, group: int, node: str, wait: float = 0.0) -> int:
+    """``rankd cluster move``: ask for ``group`` to move to ``node``; with
+    ``wait``, poll the cluster's status until ``node`` writes it (exit 0) or
+    the time is up (exit 1)."""
+    answer = api.call("POST", "/v1/cluster/moves", {"group": group, "node": node})
+    print(f"group {group} is to move to node {node} (topology epoch "
+          f"{answer['topology_epoch']})")
+    deadline = time.monotonic() + wait
+    while wait > 0:
+        status = api.call("GET", "/v1/cluster")
+        primary = next((g["primary"] for g in status["groups"] if g["group"] == group), None)
+        moving = any(m["group"] == group for m in status.get("placement", {}).get("moves", []))
+        if primary == node and not moving:
+            print(f"node {node} writes group {group}")
+            return 0
+        if time.monotonic() > deadline:
+            print(f"node {node} does not write group {group} yet (the move goes on)",
+                  file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+    return 0

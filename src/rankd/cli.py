@@ -67,7 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "and lag")
     resubmit = cluster_commands.add_parser(
         "resubmit", help="submit a node's wal/orphan-* records again, by event id")
-    for action in (status, resubmit):
+    move = cluster_commands.add_parser(
+        "move", help="move a board group to a node (its primary hands it over once the "
+                     "node caught up)")
+    move.add_argument("group", type=int)
+    move.add_argument("node")
+    move.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                      help="wait up to this long for the node to write the group")
+    rebalance = cluster_commands.add_parser(
+        "rebalance", help="have the planner spread the groups' primaries evenly again")
+    drain = cluster_commands.add_parser(
+        "drain", help="move every board group off a node (before maintenance)")
+    drain.add_argument("node")
+    drain.add_argument("--cancel", action="store_true", help="stop draining the node")
+    for action in (status, resubmit, move, rebalance, drain):
         connection_options(action, argparse.SUPPRESS, argparse.SUPPRESS)
     resubmit.add_argument("file", type=Path, help="a wal/orphan-* file")
     resubmit.add_argument("--without-event-id", action="store_true",
@@ -225,7 +238,7 @@ def _top(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from rankd.admin import Api, resubmit_orphans
+    from rankd.admin import Api, move_group, resubmit_orphans
 
     if args.cluster_command == "migrate-slots":
         return _migrate_slots(args.dsn)
@@ -233,7 +246,21 @@ def _cluster(args: argparse.Namespace) -> int:
     if args.cluster_command == "resubmit":
         return 1 if resubmit_orphans(api, args.file,
                                      without_event_id=args.without_event_id) else 0
+    if args.cluster_command == "move":
+        return move_group(api, args.group, args.node, args.wait)
+    if args.cluster_command == "rebalance":
+        api.call("POST", "/v1/cluster/rebalance")
+        print("the planner rebalances the primaries at its next round")
+        return 0
+    if args.cluster_command == "drain":
+        answer = api.call("POST", "/v1/cluster/drain", {"node": args.node,
+                                                        "cancel": args.cancel})
+        print(f"node {answer['node']} is " + ("drained: its groups move away (see `rankd "
+                                              "cluster status`)" if answer["draining"]
+                                              else "no longer drained"))
+        return 0
     status = api.call("GET", "/v1/cluster")
+    placement = status.get("placement", {})
     for node in status["nodes"]:
         state = "alive" if node["alive"] else f"silent {node['silent_seconds']:.0f}s"
         print(f"node {node['node']:<20} {node['advertise']:<24} {state}")
@@ -241,6 +268,15 @@ def _cluster(args: argparse.Namespace) -> int:
         lags = ", ".join(f"{name} lag {f['lag']}" for name, f in group["followers"].items())
         print(f"group {group['group']:>4}  epoch {group['epoch']:<4} primary "
               f"{group['primary'] or '-':<20} last {group['last_seq']:<8} {lags}")
+    members = {node["node"]: node.get("members") for node in status["nodes"]}
+    for name, counts in sorted(placement.get("per_node", {}).items()):
+        held = members.get(name)
+        print(f"placed {name:<20} primary of {counts['primary']} groups, follows "
+              f"{counts['follower']}" + (f", {held:,} members" if held is not None else ""))
+    for move in placement.get("moves", []):
+        print(f"move  group {move['group']:>4} to {move['target']} (in progress)")
+    if placement:
+        print(f"topology epoch {placement['topology_epoch']}")
     return 0
 
 

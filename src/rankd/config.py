@@ -109,6 +109,10 @@ OPTIONS = (
            "is at most this many seconds behind the cluster's log (a node cut off from "
            "Postgres, or whose disk is full), and leave /v1/ready meanwhile; 0: never "
            "refuse", minimum=0),
+    Option("replicas", int, 1,
+           "cluster: followers each board group is placed on besides its primary (a node "
+           "holds in memory only the groups it writes or follows once they are placed)",
+           minimum=0),
     Option("cluster_secret", str, None,
            "cluster: the secret every node of the cluster shares (at least 32 bytes; "
            "required with credentials; --cluster-secret-file keeps it out of `ps`): nodes "
@@ -213,6 +217,7 @@ class ServerConfig:
     group_snapshot_records: int = 100_000
     group_idle_seconds: float = 30.0
     max_follow_lag: float = 5.0
+    replicas: int = 1
     cluster_secret: str | None = None
     cluster_secret_file: Path | None = None
     snapshot_every_events: int = DEFAULT_SNAPSHOT_EVERY_EVENTS
@@ -354,7 +359,8 @@ class ServerConfig:
             max_unshipped_ms=self.max_unshipped_ms,
             group_snapshot_records=self.group_snapshot_records,
             secret=secret.encode() if secret is not None else None,
-            group_idle_seconds=self.group_idle_seconds, max_follow_lag=self.max_follow_lag)
+            group_idle_seconds=self.group_idle_seconds, max_follow_lag=self.max_follow_lag,
+            replicas=self.replicas)
 
     def engine_config(self) -> EngineConfig:
         engine_fields = {f.name for f in fields(EngineConfig)}

@@ -184,7 +184,11 @@ class DaemonCollector(Collector):
                 ("log_connected", "1 while the log tail's connection to Postgres is up"),
                 ("read_staleness_seconds", "How stale the stalest group's reads here may be "
                                            "(-1: a group this node cannot vouch for at all)"),
-                ("stale_groups", "Groups whose reads are refused here (--max-follow-lag)")):
+                ("stale_groups", "Groups whose reads are refused here (--max-follow-lag)"),
+                ("topology_epoch", "The cluster's placement version as this node last read it"),
+                ("groups_unheld", "Board groups placed on other nodes only (not held here)"),
+                ("move_last_pause_seconds", "How long the last group this node handed over "
+                                            "refused writes")):
             yield GaugeMetricFamily(f"rankd_cluster_{name}", text, value=figures[name])
         for name, text in (
                 ("takeovers", "Groups this node became the primary of"),
@@ -193,7 +197,8 @@ class DaemonCollector(Collector):
                 ("group_snapshots", "Group snapshots this node stored in Postgres"),
                 ("bootstraps", "Groups this node loaded from a snapshot"),
                 ("disk_recoveries", "Times this node started again from the cluster's log "
-                                    "after its local log failed")):
+                                    "after its local log failed"),
+                ("moves_out", "Board groups this node handed over to another node")):
             yield CounterMetricFamily(f"rankd_cluster_{name}", text, value=figures[name])
 
     def _shipper(self) -> Iterator[Metric]:

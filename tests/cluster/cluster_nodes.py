@@ -30,9 +30,10 @@ def sql(dsn: str, query: str, *args: Any) -> list[asyncpg.Record]:
 
 
 def node(root: Path, dsn: str, name: str, *args: str) -> Daemon:
-    """A cluster node (not started) with a short lease."""
+    """A cluster node (not started) with a short lease, holding every group
+    of a cluster of up to three nodes unless ``args`` say another ``--replicas``."""
     return Daemon(root / name, "--cluster-dsn", dsn, "--node-id", name,
-                  "--lease-seconds", "1.5", "--log-format", "text", *args)
+                  "--lease-seconds", "1.5", "--log-format", "text", "--replicas", "2", *args)
 
 
 @contextlib.contextmanager

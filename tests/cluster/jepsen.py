@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -113,13 +114,19 @@ class Lab:
     With ``shim`` (the fault shim's library, see ``faultshim.py``) every node
     runs under it, so that :meth:`fill_disk` can make its data dir's writes
     fail with ENOSPC until :meth:`free_disk`.
+
+    ``replicas`` is each node's ``--replicas``: by default every node holds
+    every group (``nodes - 1``), which the scenarios of part 1 check (every
+    node's digest, every node's live feed); the ``move`` scenario places
+    groups on fewer nodes.
     """
 
     def __init__(self, root: Path, *, nodes: int = 3, lease_seconds: float = 1.5,
                  ack: str = "log", ack_timeout: float = 3.0, tcp: bool = True,
                  extra: tuple[str, ...] = (), standby: bool = False,
-                 shim: Path | None = None) -> None:
+                 shim: Path | None = None, replicas: int | None = None) -> None:
         self.root = root
+        self.replicas = nodes - 1 if replicas is None else replicas
         bin_dir = _bin_dir()
         if bin_dir is None:
             raise RuntimeError("no PostgreSQL server binaries (initdb)")
@@ -167,6 +174,7 @@ class Lab:
                         "--lease-seconds", str(self.lease_seconds), "--ack", self.ack,
                         "--ack-timeout", str(self.ack_timeout), "--log-format", "text",
                         "--fsync", "always", *(() if self.tcp else ("--tcp-port", "0")),
+                        "--replicas", str(self.replicas),
                         *extra, env=env)
         self.daemons.append(daemon)
         daemon.start()
@@ -530,7 +538,7 @@ async def check(lab: Lab, history: History) -> dict:
 #: what was set aside may have been read, so reads may also go back, and the
 #: probe members' scores no longer count their writes (stale reads undecided).
 LOSSY_UNDER_LOCAL = {"kill_primary", "pause_primary", "blackhole_primary_postgres",
-                     "partition_primary_from_postgres_with_reads"}
+                     "partition_primary_from_postgres_with_reads", "move"}
 
 
 def violations(figures: dict, scenario: str, ack: str, lease_seconds: float = 1.5
@@ -567,6 +575,10 @@ def violations(figures: dict, scenario: str, ack: str, lease_seconds: float = 1.
         expect("failover_s", figures["failover_s"] < lease_seconds + 5)
     if "recovered_s" in figures:
         expect("recovered_s", figures["recovered_s"] is not None)
+    if "topology_epochs_back" in figures:  # the move scenario
+        expect("topology_epochs_back", figures["topology_epochs_back"] == 0)
+        expect("placement_wrong", figures["placement_wrong"] == 0)
+        expect("moves_done", figures["moves_done"] >= 1)
     if "victim_left_ready" in figures:
         expect("victim_left_ready", figures["victim_left_ready"])
     return wrong
@@ -897,6 +909,144 @@ async def promote_standby(lab: Lab, history: History, seconds: float) -> dict:
     return {"writes_back_s": round(back, 2)}
 
 
+async def cluster_status(lab: Lab, node: int) -> dict | None:
+    """``GET /v1/cluster`` of ``node`` (None if it does not answer)."""
+    if not lab.alive(node) or node in lab.paused:
+        return None
+    try:
+        status, body = await asyncio.to_thread(lab.daemons[node].request, "GET", "/v1/cluster",
+                                               timeout=5)
+    except OSError:
+        return None
+    return body if status == 200 else None
+
+
+async def request_move(lab: Lab, history: History, group: int, target: int) -> bool:
+    """Ask any live node to move ``group`` to node ``target``."""
+    for node in range(lab.count):
+        if lab.alive(node) and node not in lab.paused:
+            with contextlib.suppress(OSError):
+                status, _ = await asyncio.to_thread(
+                    lab.daemons[node].request, "POST", "/v1/cluster/moves",
+                    {"group": group, "node": f"n{target}"}, timeout=5)
+                if status == 202:
+                    history.faults.append((time.monotonic(), f"move group {group} to n{target}"))
+                    return True
+    return False
+
+
+async def move(lab: Lab, history: History, seconds: float) -> dict:
+    """Moves the boards' groups back and forth between nodes under load;
+    asks for a move and kills (``kill -9``) its source, then another and
+    kills its target, then kills the planner's node, restarting each; and
+    samples every node's topology epoch throughout (it must never go back)."""
+    from rankd.cluster.groups import group_of
+
+    board_of = {group_of(board): board for board in BOARDS}
+    groups = sorted(board_of)
+    #: Each node's topology epochs as sampled, per incarnation (a restarted
+    #: node reads the placement anew).
+    epochs: dict[tuple[int, int], list[int]] = {}
+    requested = 0
+    sampling = [True]
+
+    async def sample() -> None:
+        while sampling[0]:
+            for node in range(lab.count):
+                status = await cluster_status(lab, node)
+                if status is not None and "placement" in status:
+                    epochs.setdefault((node, lab.incarnation(node)), []).append(
+                        status["placement"]["topology_epoch"])
+            await asyncio.sleep(0.2)
+
+    sampler = asyncio.ensure_future(sample())
+    rng = random.Random(7)
+    planner = None
+    try:
+        end = time.monotonic() + seconds
+        phase = seconds / 4
+        # Back and forth under load.
+        while time.monotonic() < end - 3 * phase:
+            group = rng.choice(groups)
+            primary = await asyncio.to_thread(lab.primary_of, board_of[group])
+            live = [n for n in range(lab.count) if lab.alive(n) and n != primary]
+            requested += await request_move(lab, history, group, rng.choice(live))
+            await asyncio.sleep(0.6)
+        # A move, and its source killed mid-way (the cut-over runs within a
+        # round), then another, and its target killed.
+        for board, victim in ((BOARDS[0], "source"), (BOARDS[1], "target")):
+            source = await asyncio.to_thread(lab.primary_of, board)
+            if source is None:  # nobody writes it just now: nothing to move
+                continue
+            target = (source + 1) % lab.count
+            requested += await request_move(lab, history, group_of(board), target)
+            await asyncio.sleep(rng.uniform(0.0, 0.6))
+            killed = source if victim == "source" else target
+            lab.kill(killed)
+            history.faults.append((time.monotonic(), f"kill -9 move {victim} n{killed}"))
+            await asyncio.sleep(phase / 2)
+            await restart(lab, history, killed)
+        # The planner's node.
+        for node in range(lab.count):
+            status = await cluster_status(lab, node)
+            if status is not None and status["this_node"].get("planner"):
+                planner = node
+        if planner is not None:
+            lab.kill(planner)
+            history.faults.append((time.monotonic(), f"kill -9 planner n{planner}"))
+            await asyncio.sleep(phase / 2)
+            await restart(lab, history, planner)
+        await asyncio.sleep(max(0.0, end - time.monotonic()))
+    finally:
+        sampling[0] = False
+        await sampler
+    settled = await settled_placement(lab, groups)
+    return {"moves_requested": requested,
+            "moves_done": sum(d.log().count("handed group") for d in lab.daemons),
+            "planner_killed": planner is not None,
+            "topology_epochs_back": sum(b < a for samples in epochs.values()
+                                        for a, b in itertools.pairwise(samples)),
+            **settled}
+
+
+async def settled_placement(lab: Lab, groups: list[int], timeout: float = 30.0) -> dict:
+    """Wait until every group has one primary (its register's holder, the
+    placement's primary) and its R followers, distinct live nodes; the
+    figures of how far from that it ended."""
+    deadline = time.monotonic() + timeout
+    wrong: list[str] = []
+    while True:
+        wrong = []
+        status = None
+        for node in range(lab.count):
+            status = await cluster_status(lab, node)
+            if status is not None:
+                break
+        if status is None:
+            wrong.append("no node answers")
+        else:
+            placed = status["placement"]["groups"]
+            holders = {g["group"]: g["primary"] for g in status["groups"]}
+            replicas = min(status["placement"]["replicas"], lab.count - 1)
+            pending = {m["group"] for m in status["placement"]["moves"]}
+            for group in groups:
+                row = placed.get(str(group))
+                if row is None:
+                    wrong.append(f"group {group} not placed")
+                    continue
+                nodes = [row["primary"], *row["followers"]]
+                if len(set(nodes)) != len(nodes) or len(row["followers"]) != replicas:
+                    wrong.append(f"group {group} placed on {nodes}")
+                if holders.get(group) not in (None, row["primary"]) and group not in pending:
+                    wrong.append(f"group {group} written by {holders.get(group)}, placed "
+                                 f"on {row['primary']}")
+                if group in pending:
+                    wrong.append(f"group {group} still moving")
+        if not wrong or time.monotonic() > deadline:
+            return {"placement_wrong": len(wrong), "placement_problems": wrong[:5]}
+        await asyncio.sleep(0.5)
+
+
 #: Scenarios that need ``Lab(standby=True)``.
 NEEDS_STANDBY = {"promote_standby"}
 #: Scenarios that need ``Lab(shim=...)``.
@@ -915,6 +1065,7 @@ NEMESES = {
     "postgres_outages": postgres_outages,
     "partition_primary_from_postgres_with_reads": partition_primary_from_postgres_with_reads,
     "full_disk_follower": full_disk_follower,
+    "move": move,
 }
 
 
@@ -941,6 +1092,10 @@ def summary(scenario: str, ack: str, figures: dict, wrong: list[str]) -> str:
             f"version_conflicts={f['version_conflicts']} "
             f"stale={f['stale_reads']} (max {f['stale_max_s']}s) takeover={takeover} "
             f"p50={f['p50_ms']}ms p99={f['p99_ms']}ms")
+    if "moves_done" in f:
+        line += (f" moves={f['moves_done']} of {f['moves_requested']} requested "
+                 f"topology_epochs_back={f['topology_epochs_back']} "
+                 f"placement_wrong={f['placement_wrong']}")
     return line + (f"\n    broken: {'; '.join(wrong)}" if wrong else "")
 
 

@@ -31,7 +31,7 @@ CASES = [(name, "log") for name in sorted(NEMESES)
          if name not in ("pause_postgres", "restart_postgres")] + [
     (name, "local") for name in ("kill_primary", "pause_primary", "blackhole_primary_postgres",
                                  "postgres_outages",
-                                 "partition_primary_from_postgres_with_reads")]
+                                 "partition_primary_from_postgres_with_reads", "move")]
 
 
 @pytest.mark.parametrize(("scenario", "ack"), CASES)

@@ -209,5 +209,30 @@ export interface ClusterStatus {
   this_node: Record<string, unknown>;
 }
 
+export interface ClusterMoveRequest {
+  group: number;
+  node: string;
+}
+
+export interface ClusterMove {
+  group: number;
+  node: string;
+  topology_epoch: number;
+}
+
+export interface ClusterRebalance {
+  rebalance: string;
+}
+
+export interface ClusterDrainRequest {
+  node: string;
+  cancel?: boolean;
+}
+
+export interface ClusterDrain {
+  node: string;
+  draining: boolean;
+}
+
 /** This document. */
 export type OpenAPIDocument = Record<string, unknown>;

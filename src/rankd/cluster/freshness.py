@@ -48,6 +48,8 @@ class FollowingNode(Protocol):
     #: Its leases and its tail of the cluster's log, once started.
     keeper: LeaseKeeper | None
     tail: LogTail | None
+    #: Groups placed on other nodes only: not held here, so not served here.
+    unheld: set[int]
 
 
 class Freshness:
@@ -154,8 +156,9 @@ class Freshness:
         return True
 
     def _groups(self) -> set[int]:
-        """Every group this node knows of: polled, written or applied."""
-        return set(self._pending) | set(self.node.writers) | set(self.node.engine.positions)
+        """Every group this node holds and knows of: polled, written or applied."""
+        return ((set(self._pending) | set(self.node.engine.positions)) - self.node.unheld
+                | set(self.node.writers))
 
     def figures(self) -> dict[str, Any]:
         """Figures for ``/metrics``."""

@@ -38,6 +38,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,19 +48,29 @@ import asyncpg
 from rankd._tasks import STOP_SECONDS, stop_task
 from rankd.cluster.committer import GroupCommitter, LogLost
 from rankd.cluster.freshness import Freshness
-from rankd.cluster.groups import GroupLocks
+from rankd.cluster.groups import GROUPS, GroupLocks
 from rankd.cluster.leases import LeaseKeeper
 from rankd.cluster.log import ClusterLog, Fenced, migrate
+from rankd.cluster.moves import Mover
 from rankd.cluster.nodelock import NodeIdInUse, NodeLock
 from rankd.cluster.nodes import Nodes
+from rankd.cluster.placement import (
+    Layout,
+    Placed,
+    Placement,
+    Stale,
+    choose_followers,
+)
+from rankd.cluster.planner import Planner
 from rankd.cluster.recovery import DiskRecovery
 from rankd.cluster.scheme import check_data_dir, check_scheme
 from rankd.cluster.tail import LogTail
-from rankd.cluster.topology import LeaseTopology, read_elsewhere
+from rankd.cluster.topology import ClusterTopology, read_elsewhere
 from rankd.cluster.trust import ClusterTrust, shared_secret
 from rankd.engine.engine import Engine
 from rankd.engine.errors import (
     EngineError,
+    InvalidInput,
     NotPrimary,
     Unacknowledged,
     Unavailable,
@@ -80,6 +91,9 @@ CONNECT_SECONDS = 5.0
 DEFER_ROUNDS = 2
 #: How long a write that cannot apply here waits to learn its group's primary.
 REGISTER_READ_SECONDS = 2.0
+#: Records a follower applies at a time: a slice takes a few ms, so a
+#: node loading a group from far behind still serves between slices.
+APPLY_SLICE = 1000
 #: How long ``GET /v1/cluster`` waits for Postgres before it answers what it last knew.
 STATUS_SECONDS = 2.0
 
@@ -115,8 +129,12 @@ class ClusterConfig:
     #: Reads of a group this node cannot vouch is at most this many seconds
     #: stale are refused (0: never; see rankd.cluster.freshness).
     max_follow_lag: float = 5.0
+    #: Followers each group is placed on besides its primary (``--replicas``).
+    replicas: int = 1
 
     def __post_init__(self) -> None:
+        if self.replicas < 0:
+            raise ValueError(f"replicas must be 0 or more, got {self.replicas!r}")
         if self.ack not in ACK_MODES:
             raise ValueError(f"ack must be one of {', '.join(ACK_MODES)}, got {self.ack!r}")
         if not self.node_id:
@@ -203,16 +221,27 @@ class ClusterNode:
         #: Where each written group's last snapshot in Postgres stands.
         self._snapshot_marks: dict[int, SnapshotMark] = {}
         #: The cluster's layout id (rankd.cluster.scheme), once joined.
-        self.layout: str | None = None
+        self.scheme_layout: str | None = None
         self.pool: asyncpg.Pool | None = None
         self.lease_link: OneConnection | None = None
         self.store: ClusterLog | None = None
         self.keeper: LeaseKeeper | None = None
         self.tail: LogTail | None = None
         self.nodes: Nodes | None = None
+        #: Where groups are placed (rankd.cluster.placement), as last read,
+        #: and this node's side of moving them (rankd.cluster.moves).
+        self.placement: Placement | None = None
+        self.layout = Layout()
+        self.mover: Mover | None = None
+        self.planner: Planner | None = None
+        self.replicas = config.replicas
+        #: Groups placed on other nodes only: their boards are dropped here,
+        #: their log not followed, their reads and writes sent on.
+        self.unheld: set[int] = set()
         #: Held while a group is taken or given up.
         self._lock = GroupLocks()
         self._task: asyncio.Task | None = None
+        self._placing: asyncio.Task | None = None
         self._deposing: set[asyncio.Task] = set()
         self._joined = asyncio.Event()
         #: Takeovers timed for when a lease runs out (see _take_when_free).
@@ -228,7 +257,7 @@ class ClusterNode:
         self._last_round_end = 0.0
         engine.replication = self
         #: Which node serves each group, for the front-ends' routing.
-        self.topology = LeaseTopology(self)
+        self.topology = ClusterTopology(self)
         #: What this node can vouch for about each group (--max-follow-lag).
         self.freshness = Freshness(self, config.max_follow_lag)
         #: Gets the node back after its local log failed (a full disk).
@@ -251,14 +280,19 @@ class ClusterNode:
         async with self.pool.acquire() as conn:
             await migrate(conn)
             # Boards grouped by another scheme (an older rankd's) are refused.
-            self.layout = await check_scheme(conn)
-            check_data_dir(self.engine.config.data_dir, self.layout,
+            self.scheme_layout = await check_scheme(conn)
+            check_data_dir(self.engine.config.data_dir, self.scheme_layout,
                            bool(self.engine.positions))
             if self.trust.secret is None:
                 self.trust.secret = await shared_secret(conn)
         self.store = ClusterLog(self.pool, lease_seconds=self.config.lease_seconds)
         self.nodes = Nodes(self.pool, alive_seconds=self.config.lease_seconds * 2)
         await self.nodes.migrate()
+        self.placement = Placement(self.pool)
+        await self.placement.migrate()
+        self.mover = Mover(self, self.placement)
+        self.planner = Planner(self.placement, self.config.dsn, self.replicas)
+        await self.planner.migrate()
         await self._check_local_positions()
         # The renewals' own connection: one never queues behind appends.
         self.lease_link = OneConnection(
@@ -273,10 +307,22 @@ class ClusterNode:
                             bootstrap=self._bootstrap, rewound=self._rewound,
                             polled=self.freshness.polled)
         await self.keeper.start()
+        self.layout = await self.placement.read()
+        for group, placed in self.layout.groups.items():
+            if (not self.layout.holds(self.node_id, group)
+                    and len(placed.followers) >= self.replicas):
+                self.tail.pause(group)  # dropped by _hold_placed below
         await self.tail.start()
         await self.recovery.start()
+        await self.mover.start()
         await self._watch_once()
+        try:
+            self.layout = await self.placement.read()
+            await self._hold_placed()
+        except Exception as exc:
+            log.warning("node %s cannot read the groups' placement: %s", self.node_id, exc)
         self._task = asyncio.create_task(self._watch(), name="rankd-cluster-watch")
+        self._placing = asyncio.create_task(self._place(), name="rankd-cluster-placement")
         await self._catch_up()
         self._joined.set()
         log.info("node %s joined the cluster (ack=%s, lease %.1fs, advertised at %s)",
@@ -287,11 +333,11 @@ class ClusterNode:
         the node started (reads of a node still catching up, after a lost or
         damaged data dir say, would show a past that never was current)."""
         targets = {group: register.last_seq for group, register in self.registers.items()
-                   if group not in self.writers}
+                   if group not in self.writers and group not in self.unheld}
         started = time.monotonic()
         for group, last_seq in sorted(targets.items()):
             while not await self.tail.wait_for(group, last_seq, 10.0):
-                if group in self.writers:
+                if group in self.writers or group in self.unheld:
                     break
                 log.warning("node %s is still catching up with group %d (%d of %d) after "
                             "%.0fs; it serves once it has", self.node_id, group,
@@ -307,6 +353,11 @@ class ClusterNode:
         """Leave: let queued records reach the log (a few seconds at most),
         give the leases up so another node takes over at once, stop."""
         await stop_task(self._task, STOP_SECONDS)
+        await stop_task(self._placing, STOP_SECONDS)
+        if self.mover is not None:
+            await self.mover.stop()
+        if self.planner is not None:
+            await self.planner.lock.release()
         await self.recovery.stop()
         for timer in list(self._timers.values()):
             await stop_task(timer, STOP_SECONDS)
@@ -427,11 +478,20 @@ class ClusterNode:
                 "epoch": sum(register.epoch for register in self.registers.values())}
 
     def writer(self, group: int) -> GroupCommitter:
+        if self.mover is not None and group in self.mover.handing:
+            raise self.mover.refusal(group)
         writer = self.writers.get(group)
         if writer is None or writer.fenced is not None:
             register = self.registers.get(group)
             holder = register.holder if register is not None else None
+            if group in self.unheld:  # (its last known holder may look silent: never
+                raise self._not_held(group)  # "no node writes it", which reads as missing)
             address, tcp, _ = self.peers.get(holder, (None, None, None))
+            if address is None and group in self._unreadable:
+                # Its boards are being loaded here: a board missing now is no answer.
+                raise Unavailable(f"node {self.node_id} is loading group {group} and knows "
+                                  "no live node that writes it; nothing was applied; try "
+                                  "again shortly")
             raise NotPrimary(f"node {self.node_id} does not write group {group}"
                              + (f"; node {holder} does, at {address}" if address else
                                 f"; its lease is held by {holder!r}, not a live node this "
@@ -464,6 +524,8 @@ class ClusterNode:
             raise NotPrimary(f"node {self.node_id} holds no copy of board {board!r}'s group "
                              f"{group}; node {held.node} does, at {held.http}", held.http,
                              held.tcp, **self._moved(group, held.node))
+        if group in self.unheld:
+            raise self._not_held(group)
         refusal = self._unreadable.get(group)
         if refusal is not None:
             raise Unavailable(f"node {self.node_id} cannot read board {board!r} now: "
@@ -488,8 +550,9 @@ class ClusterNode:
 
     @property
     def reads_natively(self) -> bool:
-        if not self._joined.is_set() or self._unreadable or not self.freshness.all_fresh():
-            return False
+        if (not self._joined.is_set() or self._unreadable or self.unheld
+                or not self.freshness.all_fresh()):
+            return False  # (unheld groups: a missing board is not an answer here)
         if self.ack == "log":
             return all(w.committed_seq >= w.next_seq - 1 and w.fenced is None
                        for w in self.writers.values())
@@ -536,6 +599,7 @@ class ClusterNode:
                 await self.tail.resume(group, self.engine.positions.get(group, (0, 0))[0])
                 raise
             self.writers[group] = GroupCommitter(self.store, lease)
+            self.unheld.discard(group)
             self._rebuilt_up_to(group, lease.last_seq)
             self._snapshot_marks.pop(group, None)  # counted from the new committer's bytes
             self.registers[group] = Register(lease.epoch, self.node_id, lease.last_seq,
@@ -586,7 +650,9 @@ class ClusterNode:
                 await self._orphan(group, epoch, orphans)
             await self.engine.reset_group(group)
 
-    def _apply(self, group: int, logged: list[tuple[int, int, bytes]]) -> asyncio.Future:
+    def _apply(self, group: int, logged: list[tuple[int, int, bytes]]) -> Awaitable[None]:
+        if len(logged) > APPLY_SLICE:
+            return self._apply_sliced(group, logged)
         seq = self.engine.positions.get(group, (0, 0))[0]
         if logged[0][0] != seq + 1:
             raise RuntimeError(f"group {group}: the tail hands position {logged[0][0]} to a "
@@ -595,6 +661,16 @@ class ClusterNode:
         if group in self._unreadable:
             self._rebuilt_up_to(group, logged[-1][0])
         return applied
+
+    async def _apply_sliced(self, group: int, logged: list[tuple[int, int, bytes]]) -> None:
+        """Apply a long run of records (a group loaded from far behind: a
+        node that gains it, or catches up) a slice at a time, letting the
+        event loop serve between slices."""
+        applied = []
+        for start in range(0, len(logged), APPLY_SLICE):
+            applied.append(self._apply(group, logged[start:start + APPLY_SLICE]))
+            await asyncio.sleep(0)
+        await asyncio.gather(*applied)
 
     async def _bootstrap(self, group: int) -> int:
         """The log no longer holds the positions this node needs next: start
@@ -722,6 +798,17 @@ class ClusterNode:
                 log.warning("node %s cannot store a snapshot of its groups yet: %s",
                             self.node_id, exc)
 
+    async def _place(self) -> None:
+        """The placement's own loop: a move's flush, a group being loaded or
+        a plan never delay the watch loop's heartbeats and lease checks."""
+        while True:
+            await asyncio.sleep(self._round_seconds)
+            try:
+                await self._follow_placement()
+            except Exception as exc:
+                log.warning("node %s cannot follow the groups' placement: %s", self.node_id,
+                            exc)
+
     async def _watch_once(self) -> None:
         started = time.monotonic()
         applied = {g: seq for g, (seq, _) in self.engine.positions.items()}
@@ -730,7 +817,7 @@ class ClusterNode:
                                    self.trust.node_proof(self.node_id, config.advertise,
                                                          config.advertise_tcp,
                                                          config.advertise_resp),
-                                   config.advertise_resp)
+                                   config.advertise_resp, members=self._members())
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
                 "SELECT group_id, epoch, holder, last_seq, "
@@ -764,6 +851,8 @@ class ClusterNode:
                 continue
             if row["holder"] != self.node_id and not self._in_touch():
                 continue  # its primary may be alive: it gets a lease to renew first
+            if group in self.unheld and self._held_elsewhere(group):
+                continue  # a live node that holds it takes it (no bootstrap here)
             if left > 0 or self._most_caught_up(group) or register.deferred >= DEFER_ROUNDS:
                 try:
                     await self._take(group)
@@ -771,6 +860,12 @@ class ClusterNode:
                     log.warning("node %s could not take group %d: %s", self.node_id, group, exc)
             else:
                 register.deferred += 1
+
+    def _members(self) -> int:
+        """Members the boards held here keep (each board's largest window)."""
+        now = self.engine.clock()
+        return sum(max(board.member_counts(now).values(), default=0)
+                   for board in list(self.engine.boards.values()))
 
     def _vouched(self, row: Any) -> bool:
         """Whether a live node's row is signed with the cluster secret; one
@@ -886,6 +981,155 @@ class ClusterNode:
                                          register["last_seq"],
                                          time.monotonic() + left if left > 0 else 0.0)
 
+    # --- placement and moves (rankd.cluster.placement, rankd.cluster.moves) -------------
+
+    def group_lock(self, group: int) -> asyncio.Lock:
+        """The lock held while ``group`` is taken, given up or handed over."""
+        return self._lock(group)
+
+    async def take_handed(self, group: int) -> None:
+        """Take ``group``, which a move hands (or gave) to this node: at once,
+        whatever its register last read here said (its lease is this node's)."""
+        if group in self.writers:
+            return
+        await self._read_register(group)
+        register = self.registers.get(group)
+        if register is not None and register.holder not in (None, self.node_id):
+            return  # handed elsewhere meanwhile
+        await self._take(group)
+
+    async def handed_over(self, group: int, writer: GroupCommitter, epoch: int,
+                          target: str) -> None:
+        """``group``, written here by ``writer`` (every record committed),
+        now belongs to ``target`` at ``epoch``: follow it from here on."""
+        del self.writers[group]
+        self.keeper.held.pop(group, None)
+        await writer.close()
+        self.registers[group] = Register(epoch, target, writer.committed_seq,
+                                         time.monotonic() + self.config.lease_seconds)
+        await self.tail.resume(group, writer.committed_seq)
+
+    async def _follow_placement(self) -> None:
+        """Read the placement; place the groups written here that nobody
+        placed yet; carry out the moves this node can."""
+        self.layout = await self.placement.read()
+        live = set(self.peers) | {self.node_id}
+        load = {node: counts["primary"] + counts["follower"]
+                for node, counts in self.layout.per_node().items()}
+        for group, writer in list(self.writers.items()):
+            if group not in self.layout.groups and writer.fenced is None:
+                followers = choose_followers(self.node_id, live, self.replicas, load)
+                if await self.placement.place_if_new(group, self.node_id, followers):
+                    for node in followers:
+                        load[node] = load.get(node, 0) + 1
+        await self._hold_placed()
+        await self.mover.round(self.layout)
+        if self._in_touch():
+            await self.planner.round(self.layout, live, now=time.monotonic())
+
+    async def request_move(self, group: int, target: str) -> dict[str, Any]:
+        """Ask for ``group`` to move to ``target`` (``rankd cluster move``):
+        :class:`InvalidInput` for a group out of range or a node that is not
+        live, nothing changed."""
+        if not 0 <= group < GROUPS:
+            raise InvalidInput(f"group must be from 0 to {GROUPS - 1}, got {group}")
+        if target != self.node_id and target not in self.peers:
+            raise InvalidInput(f"node {target!r} is not a live node of this cluster (live: "
+                               f"{', '.join(sorted({*self.peers, self.node_id}))})")
+        epoch = await self.placement.request_move(group, target, self.replicas)
+        log.info("node %s: group %d is to move to node %s (topology epoch %d)", self.node_id,
+                 group, target, epoch)
+        return {"group": group, "node": target, "topology_epoch": epoch}
+
+    def _held_elsewhere(self, group: int) -> bool:
+        placed = self.layout.groups.get(group)
+        return placed is not None and any(node in self.peers for node in placed.nodes
+                                          if node != self.node_id)
+
+    def _not_held(self, group: int) -> EngineError:
+        """The answer to a request of ``group``, placed on other nodes only:
+        sent on to the node that writes it (or should: its placed primary)."""
+        register = self.registers.get(group)
+        placed = self.layout.groups.get(group)
+        candidates = [register.holder] if register is not None and register.holder else []
+        candidates += list(placed.nodes) if placed is not None else []
+        for node in candidates:
+            if node in self.peers and node != self.node_id:
+                address, tcp, _ = self.peers[node]
+                return NotPrimary(f"node {self.node_id} does not hold group {group}; node "
+                                  f"{node} does, at {address}", address, tcp)
+        return Unavailable(f"node {self.node_id} does not hold group {group} and no live "
+                           "node that does is known yet; nothing was applied; try again "
+                           "shortly")
+
+    async def _drop_group(self, group: int) -> None:
+        """Stop holding ``group`` (placed elsewhere): its boards go, its log
+        is no longer followed."""
+        async with self._lock(group):
+            if group in self.writers or group in self.unheld:
+                return
+            self.unheld.add(group)
+            self.tail.pause(group)
+            async with self.tail.locked(group):
+                self.tail.applied.pop(group, None)
+                self._unreadable.pop(group, None)
+                self._rebuild_to.pop(group, None)
+                if group in self.engine.positions:
+                    await self.engine.reset_group(group)
+        log.info("node %s no longer holds group %d (placed on other nodes)", self.node_id,
+                 group)
+
+    async def _gain_group(self, group: int) -> None:
+        """Hold ``group`` (placed here): load its snapshot, then its log;
+        its reads wait until it reached the log's end as last read."""
+        async with self._lock(group):
+            if group not in self.unheld:
+                return
+            register = self.registers.get(group)
+            self._rebuilding(group, register.last_seq if register else 0,
+                             "this node is loading the group (snapshot, then log)")
+            self.unheld.discard(group)
+            await self.tail.resume(group, 0)
+        log.info("node %s holds group %d from now on: loading it", self.node_id, group)
+
+    async def _hold_placed(self) -> None:
+        """Hold exactly the groups placed here (and those written here), and
+        name this node primary of the groups it writes (after a failover)."""
+        layout = self.layout
+        changes = {}
+        for group, placed in layout.groups.items():
+            writer = self.writers.get(group)
+            if writer is not None and placed.primary != self.node_id and writer.fenced is None:
+                followers = tuple(n for n in placed.nodes if n != self.node_id)
+                changes[group] = Placed(self.node_id, followers[:self.replicas], 0)
+            if writer is not None or self.node_id in placed.nodes:
+                if group in self.unheld:
+                    await self._gain_group(group)
+            elif (group not in self.unheld and group not in self.mover.handing
+                  and len(placed.followers) >= self.replicas):
+                # (a group short of followers keeps its copies: the planner is
+                # about to place it back on a node that was away a moment)
+                await self._drop_group(group)
+        if changes:
+            with contextlib.suppress(Stale):
+                self.layout.epoch = await self.placement.replace(layout.epoch, changes)
+
+    async def request_drain(self, target: str, *, cancel: bool = False) -> dict[str, Any]:
+        """Move every group off ``target`` (``rankd cluster drain``), or stop."""
+        known = {row["node"] for row in (await self.nodes.status())["nodes"]}
+        if target not in known:
+            raise InvalidInput(f"node {target!r} is not a node of this cluster (known: "
+                               f"{', '.join(sorted(known))})")
+        await self.planner.drain(target, cancel=cancel)
+        log.info("node %s: node %s is %s", self.node_id, target,
+                 "no longer drained" if cancel else "to be drained")
+        return {"node": target, "draining": not cancel}
+
+    async def request_rebalance(self) -> dict[str, Any]:
+        """Have the planner spread the primaries again (``rankd cluster rebalance``)."""
+        await self.planner.request_rebalance()
+        return {"rebalance": "requested"}
+
     # --- status -------------------------------------------------------------------------
 
     @property
@@ -920,6 +1164,8 @@ class ClusterNode:
             "takeovers": self.takeovers, "orphaned_records": self.orphaned,
             "group_snapshots": self.snapshots, "bootstraps": self.bootstraps,
             "disk_recoveries": self.recovery.recoveries, **self.freshness.figures(),
+            **(self.mover.figures() if self.mover is not None else {}),
+            "topology_epoch": self.layout.epoch, "groups_unheld": len(self.unheld),
         }
 
     async def status(self) -> dict[str, Any]:
@@ -934,8 +1180,18 @@ class ClusterNode:
                                f"{type(exc).__name__}: {exc}"}
         else:
             status["stale"] = False
+        status["placement"] = self._placement_status()
         status["this_node"] = self.local_status()
         return status
+
+    def _placement_status(self) -> dict[str, Any]:
+        """Groups placed per node, and moves in progress, as last read."""
+        layout = self.layout
+        return {"topology_epoch": layout.epoch, "replicas": self.replicas,
+                "per_node": layout.per_node(),
+                "groups": {str(g): {"primary": p.primary, "followers": list(p.followers)}
+                           for g, p in sorted(layout.groups.items())},
+                "moves": [{"group": g, "target": t} for g, t in sorted(layout.moves.items())]}
 
     def _known_status(self) -> dict[str, Any]:
         """:meth:`status` as of this node's last read of the registers."""
@@ -963,6 +1219,8 @@ class ClusterNode:
                         if g not in self.writers} if self.tail else {},
             "tail_connected": self.log_connected,
             "tail_stage": self.tail.stage if self.tail else None, "orphaned_records": self.orphaned,
+            "planner": bool(self.planner and self.planner.lock.held),
+            "unheld_groups": sorted(self.unheld),
         }
 
 

@@ -32,10 +32,13 @@ class NodeIdInUse(RuntimeError):
 class NodeLock:
     """The advisory lock of one node id, on a connection of its own."""
 
-    def __init__(self, dsn: str, node_id: str, *, timeout: float = 5.0) -> None:
+    def __init__(self, dsn: str, node_id: str, *, timeout: float = 5.0,
+                 space: int = LOCK_SPACE) -> None:
         self.dsn = dsn
         self.node_id = node_id
         self.timeout = timeout
+        #: The lock's first key (another one: another kind of lock, e.g. the planner's).
+        self.space = space
         self._conn: asyncpg.Connection | None = None
 
     @property
@@ -43,25 +46,31 @@ class NodeLock:
         """Whether this process holds the lock (its session is open)."""
         return self._conn is not None and not self._conn.is_closed()
 
-    async def acquire(self) -> None:
-        """Take the lock; :class:`NodeIdInUse` if another session holds it."""
+    async def try_acquire(self) -> bool:
+        """Take the lock if no other session holds it; whether this one does."""
         if self.held:
-            return
+            return True
         conn = await asyncpg.connect(self.dsn, timeout=self.timeout,
                                      server_settings=_KEEPALIVES)
         try:
             taken = await conn.fetchval("SELECT pg_try_advisory_lock($1, hashtext($2))",
-                                        LOCK_SPACE, self.node_id)
+                                        self.space, self.node_id)
         except BaseException:
             await conn.close()
             raise
         if not taken:
             await conn.close()
+            return False
+        self._conn = conn
+        return True
+
+    async def acquire(self) -> None:
+        """Take the lock; :class:`NodeIdInUse` if another session holds it."""
+        if not await self.try_acquire():
             raise NodeIdInUse(
                 f"node id {self.node_id!r} is in use: another rankd process with --node-id "
                 f"{self.node_id} is running on this cluster (it holds the id's lock in "
                 "Postgres); stop it first, or give this node another --node-id")
-        self._conn = conn
 
     async def release(self) -> None:
         """Give the lock up (the session ends)."""

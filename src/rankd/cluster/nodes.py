@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS rankd_nodes (
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS advertise_tcp text;
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS proof text;
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS advertise_resp text;
+ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS members bigint;
 """
 
 
@@ -49,27 +50,29 @@ class Nodes:
     async def heartbeat(self, node: str, advertise: str,
                         applied: dict[int, int] | None = None,
                         advertise_tcp: str | None = None, proof: str | None = None,
-                        advertise_resp: str | None = None) -> None:
+                        advertise_resp: str | None = None,
+                        members: int | None = None) -> None:
         """Say this node is alive, where it is reached (HTTP, and TCP
-        protocol if it serves it), how far it has applied each group, and
-        its ``proof`` (``ClusterTrust.node_proof``); ``advertise_resp``: its
-        RESP port's address, if it serves one."""
+        protocol if it serves it), how far it has applied each group, its
+        ``proof`` (``ClusterTrust.node_proof``), its RESP port's address if it
+        serves one, and how many members its boards hold."""
         async with self.pool.acquire() as conn:
             await conn.execute(
                 "INSERT INTO rankd_nodes (node_id, advertise, applied, seen_at, advertise_tcp, "
-                "proof, advertise_resp) VALUES ($1, $2, $3::jsonb, now(), $4, $5, $6) "
-                "ON CONFLICT (node_id) DO "
+                "proof, advertise_resp, members) VALUES ($1, $2, $3::jsonb, now(), $4, $5, $6, "
+                "$7) ON CONFLICT (node_id) DO "
                 "UPDATE SET advertise = excluded.advertise, applied = excluded.applied, "
                 "seen_at = now(), advertise_tcp = excluded.advertise_tcp, "
-                "proof = excluded.proof, advertise_resp = excluded.advertise_resp",
+                "proof = excluded.proof, advertise_resp = excluded.advertise_resp, "
+                "members = excluded.members",
                 node, advertise, json.dumps({str(g): s for g, s in (applied or {}).items()}),
-                advertise_tcp, proof, advertise_resp)
+                advertise_tcp, proof, advertise_resp, members)
 
     async def status(self) -> dict[str, Any]:
         """Nodes and groups, for ``GET /v1/cluster`` and ``rankd cluster status``."""
         async with self.pool.acquire() as conn:
             nodes = await conn.fetch(
-                "SELECT node_id, advertise, applied, "
+                "SELECT node_id, advertise, applied, members, "
                 "extract(epoch FROM now() - seen_at) AS silent FROM rankd_nodes "
                 "ORDER BY node_id")
             groups = await conn.fetch(
@@ -82,7 +85,7 @@ class Nodes:
                    for row in nodes}
         return {
             "nodes": [{"node": row["node_id"], "advertise": row["advertise"],
-                       "alive": alive[row["node_id"]],
+                       "alive": alive[row["node_id"]], "members": row["members"],
                        "silent_seconds": round(float(row["silent"]), 3)} for row in nodes],
             "groups": [{
                 "group": row["group_id"], "epoch": row["epoch"], "primary": row["holder"],

@@ -17,14 +17,20 @@ front-end.  The Protocol is small on purpose:
 * :attr:`Topology.epoch` — a number that never goes back and grows whenever
   a group's primary changes (clients compare it to know which map is newer).
 
-:class:`LeaseTopology` is the topology of part 1 of the cluster: every live
-node follows every group; a group's primary is the live node holding its
-lease in ``rankd_groups``; a group no live node holds is assigned to the
-live node that would take it: the live nodes, sorted by id, share the
-groups in contiguous blocks (so a cluster client's slot map stays a few
-ranges, not hundreds), and that node takes the group on the first write
-sent there.  Its epoch is the sum of the groups' register epochs: each only
-grows, and taking a group increments it.
+:class:`ClusterTopology` is a node's answer, from what it last read of
+Postgres.  A group's primary is, in order: this node while it writes the
+group; the live node holding the group's lease in ``rankd_groups``; the
+group's placed primary (:mod:`rankd.cluster.placement`) if it is live;
+its first live placed follower; and for a group nobody placed, the live
+node that would take it: the live nodes, sorted by id, share such groups
+in contiguous blocks (so a cluster client's slot map stays a few ranges,
+not hundreds), and that node takes the group on the first write sent
+there.  Followers are the group's other placed nodes that are live (every
+other live node for a group nobody placed).  This node holds a group
+unless placement put it on other nodes only.  The epoch is the sum of the
+groups' register epochs and the placement's topology epoch: each only
+grows, taking a group increments the first and every placement change the
+second.
 """
 
 from __future__ import annotations
@@ -77,9 +83,10 @@ def _block(nodes: tuple[str, ...], group: int) -> str:
     return nodes[group * len(nodes) // GROUPS]
 
 
-class LeaseTopology:
-    """:class:`Topology` from what a part-1 cluster node knows: its leases'
-    registers (read every second) and the live nodes' rows."""
+class ClusterTopology:
+    """:class:`Topology` from what a cluster node last read: its leases'
+    registers, the placement and the live nodes' rows (see the module's
+    docstring)."""
 
     def __init__(self, cluster: Any) -> None:
         #: The ``rankd.cluster.node.ClusterNode`` (which imports this module).
@@ -91,7 +98,9 @@ class LeaseTopology:
 
     @property
     def epoch(self) -> int:
-        return sum(register.epoch for register in self.cluster.registers.values())
+        cluster = self.cluster
+        return (sum(register.epoch for register in cluster.registers.values())
+                + cluster.layout.epoch)
 
     def nodes(self) -> tuple[str, ...]:
         live = set(self.cluster.peers)
@@ -108,14 +117,22 @@ class LeaseTopology:
                 register.holder in cluster.peers and register.holder != cluster.node_id):
             return register.holder
         nodes = self.nodes()
+        placed = cluster.layout.groups.get(group)
+        if placed is not None:
+            for node in (placed.primary, *placed.followers):
+                if node in nodes:
+                    return node
         return _block(nodes, group) if nodes else None
 
     def followers(self, group: int) -> tuple[str, ...]:
         primary = self.primary(group)
-        return tuple(node for node in self.nodes() if node != primary)
+        nodes = self.nodes()
+        placed = self.cluster.layout.groups.get(group)
+        holders = placed.nodes if placed is not None else nodes
+        return tuple(node for node in holders if node != primary and node in nodes)
 
     def holds(self, group: int) -> bool:
-        return True  # (part 1: every node follows every group it does not write)
+        return group not in self.cluster.unheld
 
     def addresses(self, node: str) -> NodeAddresses | None:
         cluster = self.cluster

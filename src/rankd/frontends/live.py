@@ -43,6 +43,7 @@ import orjson
 from rankd._tasks import stop_task
 from rankd.engine.engine import Engine
 from rankd.engine.errors import EngineError, InvalidInput, Unavailable
+from rankd.engine.groups import group_of
 from rankd.engine.ingest import check_member
 from rankd.engine.periods import period_of
 
@@ -56,6 +57,8 @@ MAX_QUEUE = 64
 #: WebSocket close code for a subscriber that cannot keep up.
 CLOSE_TOO_SLOW = 4008
 CLOSE_TOO_MANY = 4029
+#: WebSocket's "service restart": the board's group moved off this node.
+CLOSE_MOVED = 1012
 #: Above this many unsent bytes a subscriber's pushes queue up (and supersede).
 DIRECT_WRITE_LIMIT = 64 * 1024
 #: The longest a tick runs before it lets the loop serve others (seconds).
@@ -416,8 +419,13 @@ class LiveFeed:
                 continue  # its subscribers left meanwhile
             board, window, limit = key
             if board not in self.engine.boards:
+                # A group this cluster node stopped holding (placed elsewhere) is
+                # not a deletion: "service restart" tells the client to reconnect.
+                moved = group_of(board) in getattr(self.engine.replication, "unheld", ())
                 for subscriber in list(view.subscribers):
-                    self._drop(subscriber, 4004, "the board was deleted")
+                    self._drop(subscriber, *((CLOSE_MOVED, "the board's group moved to "
+                                              "another node: reconnect") if moved else
+                                             (4004, "the board was deleted")))
                 continue
             rolled = window != "all" and period_of(window, now) != view.period
             if board not in dirty and not rolled:

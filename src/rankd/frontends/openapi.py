@@ -348,6 +348,14 @@ def schemas() -> dict[str, Any]:
                         "a log, its `epoch`, `primary`, `lease_seconds_left`, `last_seq` "
                         "and every live follower's `applied` position and `lag`.  "
                         "`this_node`: the groups this node writes and follows."),
+        "ClusterMoveRequest": obj({"group": {"type": "integer", "minimum": 0},
+                                   "node": {"type": "string"}}),
+        "ClusterMove": obj({"group": {"type": "integer"}, "node": {"type": "string"},
+                            "topology_epoch": {"type": "integer"}}),
+        "ClusterRebalance": obj({"rebalance": {"type": "string"}}),
+        "ClusterDrainRequest": obj({"node": {"type": "string"}, "cancel": {"type": "boolean"}},
+                                   required=["node"]),
+        "ClusterDrain": obj({"node": {"type": "string"}, "draining": {"type": "boolean"}}),
         "OpenAPIDocument": {"type": "object", "required": ["openapi", "info", "paths"],
                             "description": "This document."},
     }
@@ -630,6 +638,25 @@ def paths() -> dict[str, Any]:
             description="Only on a cluster node (`--cluster-dsn`); a single node answers "
                         "404.  Needs the `admin` scope: it names the nodes' internal "
                         "addresses (`GET /v1/cluster/summary` leaves them out).")},
+        "/v1/cluster/moves": {"post": operation(
+            "clusterMove", "Move a board group to a node", "service",
+            {202: ok("ClusterMove", "The move is requested: the group's primary hands it "
+                                    "over once the node caught up.")},
+            errors=(*BODY_ERRORS, 404),
+            body=json_body("ClusterMoveRequest", "The group and the node to move it to."),
+            description="Only on a cluster node; N must be a live node.  Needs the `admin` "
+                        "scope.")},
+        "/v1/cluster/rebalance": {"post": operation(
+            "clusterRebalance", "Spread the groups' primaries evenly again", "service",
+            {202: ok("ClusterRebalance", "The planner rebalances at its next round.")},
+            errors=(400, 404),
+            description="Only on a cluster node.  Needs the `admin` scope.")},
+        "/v1/cluster/drain": {"post": operation(
+            "clusterDrain", "Move every board group off a node", "service",
+            {202: ok("ClusterDrain", "The planner moves the node's groups away.")},
+            errors=(*BODY_ERRORS, 404),
+            body=json_body("ClusterDrainRequest", "The node (and `cancel: true` to stop)."),
+            description="Only on a cluster node.  Needs the `admin` scope.")},
         "/v1/cluster/summary": {"get": operation(
             "clusterSummary", "The cluster's state without the nodes' addresses", "service",
             {200: ok("ClusterStatus", "As `GET /v1/cluster`, nodes named by id only.")},

@@ -652,6 +652,49 @@ async def cluster(request: web.Request) -> web.Response:
     return json_response(await _cluster_status(request))
 
 
+@routes.post("/v1/cluster/moves")
+async def cluster_move(request: web.Request) -> web.Response:
+    """Move a board group to a node: ``{"group": G, "node": N}`` (admin)."""
+    query(request, {})
+    data = await read_json(request)
+    if (not isinstance(data, dict) or set(data) != {"group", "node"}
+            or type(data["group"]) is not int or not isinstance(data["node"], str)):
+        raise RequestError('the body is {"group": <int>, "node": "<node id>"} and nothing '
+                           "else", "invalid")
+    node = service_of(request).cluster
+    if node is None:
+        raise NotFound("this rankd is a single node (started without --cluster-dsn)")
+    return json_response(await node.request_move(data["group"], data["node"]), 202)
+
+
+@routes.post("/v1/cluster/rebalance")
+async def cluster_rebalance(request: web.Request) -> web.Response:
+    """Have the planner spread the groups' primaries evenly again (admin)."""
+    query(request, {})
+    node = service_of(request).cluster
+    if node is None:
+        raise NotFound("this rankd is a single node (started without --cluster-dsn)")
+    return json_response(await node.request_rebalance(), 202)
+
+
+@routes.post("/v1/cluster/drain")
+async def cluster_drain(request: web.Request) -> web.Response:
+    """Move every group off a node, ``{"node": N}``, or stop, ``{"node": N,
+    "cancel": true}`` (admin)."""
+    query(request, {})
+    data = await read_json(request)
+    if (not isinstance(data, dict) or not isinstance(data.get("node"), str)
+            or not set(data) <= {"node", "cancel"}
+            or not isinstance(data.get("cancel", False), bool)):
+        raise RequestError('the body is {"node": "<node id>"}, with "cancel": true to stop '
+                           "draining it, and nothing else", "invalid")
+    node = service_of(request).cluster
+    if node is None:
+        raise NotFound("this rankd is a single node (started without --cluster-dsn)")
+    return json_response(await node.request_drain(data["node"],
+                                                  cancel=data.get("cancel", False)), 202)
+
+
 @routes.get("/v1/cluster/summary")
 async def cluster_summary(request: web.Request) -> web.Response:
     """:func:`cluster` without any node's address, for read credentials."""

@@ -1,0 +1,325 @@
+"""Group moves benchmark: the write pause of moving a group that holds a
+large board, under load, and memory per node as groups spread.
+
+Everything runs on this machine on loopback: a throwaway Postgres
+(tests/pgcluster.py), ``rankd serve --cluster-dsn`` nodes
+(tests/daemon.py's harness, ``--fsync everysec``), and the clients in this
+process.  This machine has 2 cores, shared by every node, Postgres and
+the clients: figures are end to end on it, not per-node capacity.
+
+1. **Write pause of a move.**  Three nodes, ``--replicas 1``.  Board
+   ``big`` gets ``--members`` members (default 1,000,000) through batches
+   of 10,000; its group is placed on its primary and one follower.  Then,
+   while ``--writers`` clients (default 16) each submit one event at a
+   time to the board (a refused write, ``503`` during the cut-over, is sent
+   again with the same event id), the group is moved ``--rounds`` times (default
+   4) to the node that does not hold it, so each move first loads the
+   group there (snapshot, then log) while writes go on, then cuts over.
+   Half the writers go to the primary as polled every 50 ms (a cluster-aware
+   client), half through every node in turn (a load balancer).  Per move, for
+   each half: each write's latency from its first attempt to its
+   acknowledgement (retries included) over the move, p50/p99/max; the
+   longest gap between two acknowledgements; how long the source refused
+   writes (its log: "writes refused here for"); and how long the move took
+   from request to the target writing.  Targets: p99 <= 50 ms, max <= 200 ms.
+2. **Memory per node.**  ``--boards`` boards (default 48) of
+   ``--board-members`` members (default 10,000), written through the nodes
+   in turn, on 1, 2 and 3 nodes (a fresh cluster each, ``--replicas 1``):
+   each node's resident memory (VmRSS) once the placement settled, against
+   a node without boards.  Each node holds about (1 + R) / N of the data.
+
+Run from the project root::
+
+    python bench/bench_moves.py                  # about 5 minutes
+    python bench/bench_moves.py --quick          # 200,000 members, 2 rounds, 12 boards
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from daemon import Daemon  # noqa: E402
+from pgcluster import Cluster, Server, _bin_dir  # noqa: E402
+from rankd.cluster.groups import group_of  # noqa: E402
+
+BIG = "big"
+BATCH = 10_000
+
+
+def start_nodes(root: Path, dsn: str, count: int, replicas: int) -> list[Daemon]:
+    root.mkdir(parents=True, exist_ok=True)
+    nodes = [Daemon(root / f"n{i}", "--cluster-dsn", dsn, "--node-id", f"n{i}",
+                    "--lease-seconds", "2", "--log-format", "text", "--replicas",
+                    str(replicas), "--rate-address-writes", "0", "--group-idle-seconds", "0")
+             for i in range(count)]
+    for node in nodes:
+        node.start()
+        while node.request("GET", "/v1/ready")[0] != 200:
+            time.sleep(0.05)
+    return nodes
+
+
+def stop_nodes(nodes: list[Daemon]) -> None:
+    for node in nodes:
+        if node.process is not None and node.process.poll() is None:
+            node.stop(timeout=30)
+
+
+def rss_mib(node: Daemon) -> float:
+    text = Path(f"/proc/{node.process.pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", text).group(1)) / 1024
+
+
+def status(node: Daemon) -> dict:
+    code, body = node.request("GET", "/v1/cluster")
+    assert code == 200, body
+    return body
+
+
+def placement_of(node: Daemon, group: int) -> tuple[str | None, list[str], str | None]:
+    """(placed primary, followers, register holder) of ``group``."""
+    body = status(node)
+    placed = body["placement"]["groups"].get(str(group))
+    holder = next((g["primary"] for g in body["groups"] if g["group"] == group), None)
+    return (placed["primary"] if placed else None, placed["followers"] if placed else [],
+            holder)
+
+
+async def fill(session: aiohttp.ClientSession, nodes: list[Daemon], board: str,
+               members: int, concurrency: int = 4) -> None:
+    """``members`` members on ``board`` (batches of ``BATCH``, through the nodes in turn)."""
+    batches = [range(start, min(members, start + BATCH)) for start in range(0, members, BATCH)]
+    queue = asyncio.Queue()
+    for n, batch in enumerate(batches):
+        queue.put_nowait((n, batch))
+
+    async def worker() -> None:
+        while not queue.empty():
+            n, batch = queue.get_nowait()
+            events = [{"member": f"m{i}", "score": i % 100_000, "event_id": f"{board}-{i}"}
+                      for i in batch]
+            for attempt in itertools.count():
+                node = nodes[(n + attempt) % len(nodes)]
+                async with session.post(f"{node.url}/v1/boards/{board}/scores/batch",
+                                        json={"events": events}) as answer:
+                    await answer.read()
+                if answer.status == 200:
+                    break
+                await asyncio.sleep(0.05)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+class Load:
+    """Writers submitting one event at a time, retrying refusals by event id:
+    half through every node in turn (as behind a load balancer), half to
+    the group's primary as last polled (as a cluster-aware client)."""
+
+    def __init__(self, nodes: list[Daemon], writers: int) -> None:
+        self.nodes = nodes
+        self.writers = writers
+        #: (first attempt, acknowledgement) monotonic times of every
+        #: acknowledged write, by way: "any node", "primary".
+        self.acks: dict[str, list[tuple[float, float]]] = {"any node": [], "primary": []}
+        self.refused = 0
+        self.running = True
+        #: The group's primary, as last polled.
+        self.primary = 0
+
+    async def poll_primary(self) -> None:
+        while self.running:
+            for node in self.nodes:
+                try:
+                    _, _, holder = await asyncio.to_thread(placement_of, node, group_of(BIG))
+                except (OSError, AssertionError):
+                    continue
+                if holder is not None:
+                    self.primary = int(holder[1:])
+                break
+            await asyncio.sleep(0.05)
+
+    async def writer(self, session: aiohttp.ClientSession, index: int) -> None:
+        way = "primary" if index % 2 else "any node"
+        for n in itertools.count():
+            if not self.running:
+                return
+            started = time.monotonic()
+            for attempt in itertools.count():
+                node = (self.nodes[self.primary] if way == "primary" else
+                        self.nodes[(n + index + attempt) % len(self.nodes)])
+                try:
+                    async with session.post(
+                            f"{node.url}/v1/boards/{BIG}/scores",
+                            json={"member": f"w{index}", "score": n,
+                                  "event_id": f"w{index}-{n}"}) as answer:
+                        body = await answer.read()
+                    if answer.status == 200:
+                        break
+                    if answer.status not in (421, 503):  # only "elsewhere" or "retry"
+                        raise RuntimeError(f"write refused: {answer.status} {body!r}")
+                except aiohttp.ClientError:
+                    pass
+                self.refused += 1
+                if not self.running:
+                    return
+                if way == "primary":
+                    await asyncio.sleep(0.005)
+            self.acks[way].append((started, time.monotonic()))
+
+    async def run(self) -> None:
+        async with aiohttp.ClientSession() as session:
+            await asyncio.gather(self.poll_primary(),
+                                 *(self.writer(session, i) for i in range(self.writers)))
+
+    def window(self, start: float, end: float) -> dict[str, dict[str, float]]:
+        return {way: self._window(acks, start, end) for way, acks in self.acks.items()}
+
+    @staticmethod
+    def _window(acks: list[tuple[float, float]], start: float, end: float
+                ) -> dict[str, float]:
+        latencies = sorted(done - began for began, done in acks if start <= began <= end)
+        done = sorted(done for _, done in acks if start <= done <= end)
+        gap = max((b - a for a, b in itertools.pairwise(done)), default=0.0)
+        if not latencies:
+            return {"writes": 0}
+        return {"writes": len(latencies),
+                "p50_ms": round(statistics.median(latencies) * 1000, 1),
+                "p99_ms": round(latencies[min(len(latencies) - 1,
+                                              int(0.99 * len(latencies)))] * 1000, 1),
+                "max_ms": round(latencies[-1] * 1000, 1),
+                "longest_gap_ms": round(gap * 1000, 1)}
+
+
+def refused_ms(node: Daemon, seen: int) -> list[float]:
+    """The source's own "writes refused here for X ms" since its ``seen``-th."""
+    found = re.findall(r"writes refused here for ([0-9.]+) ms", node.log())
+    return [float(x) for x in found[seen:]]
+
+
+async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: int) -> None:
+    nodes = start_nodes(root, dsn, 3, 1)
+    group = group_of(BIG)
+    try:
+        assert nodes[0].request("PUT", f"/v1/boards/{BIG}", {"policy": "best"})[0] == 201
+        started = time.monotonic()
+        async with aiohttp.ClientSession() as session:
+            await fill(session, nodes, BIG, members)
+        print(f"loaded {members:,} members into {BIG!r} (group {group}) in "
+              f"{time.monotonic() - started:.1f} s")
+        deadline = time.monotonic() + 30
+        while placement_of(nodes[0], group)[0] is None:
+            assert time.monotonic() < deadline, "the group was never placed"
+            await asyncio.sleep(0.2)
+        print(f"memory with the board: {[round(rss_mib(n)) for n in nodes]} MiB (n0, n1, n2)")
+        load = Load(nodes, writers)
+        running = asyncio.ensure_future(load.run())
+        await asyncio.sleep(3.0)
+        baseline = load.window(time.monotonic() - 2.0, time.monotonic())
+        print(f"load before any move: {baseline}")
+        for round_ in range(rounds):
+            primary, followers, _ = placement_of(nodes[0], group)
+            target = next(f"n{i}" for i in range(3) if f"n{i}" not in (primary, *followers))
+            source = nodes[int(primary[1:])]
+            seen = len(refused_ms(source, 0))
+            asked = time.monotonic()
+            while True:  # (a node busy loading a group may look silent a moment)
+                code, body = nodes[0].request("POST", "/v1/cluster/moves",
+                                              {"group": group, "node": target})
+                if code == 202:
+                    break
+                assert "not a live node" in str(body) and time.monotonic() < asked + 30, body
+                await asyncio.sleep(0.5)
+            deadline = asked + 120
+            while placement_of(nodes[0], group)[2] != target:
+                assert time.monotonic() < deadline, f"the move to {target} never finished"
+                await asyncio.sleep(0.1)
+            moved = time.monotonic()
+            await asyncio.sleep(1.0)
+            figures = load.window(asked, time.monotonic())
+            print(f"move {round_ + 1}: {primary} -> {target} (not holding it before): took "
+                  f"{moved - asked:.1f} s from request to the target writing; writes over "
+                  f"the move {figures}; the source refused writes for "
+                  f"{refused_ms(source, seen)} ms")
+            await asyncio.sleep(2.0)
+        load.running = False
+        await running
+        print(f"writes refused and sent again over the whole run: {load.refused}")
+    finally:
+        stop_nodes(nodes)
+
+
+async def memory_spread(root: Path, dsns: list[str], boards: int, members: int) -> None:
+    names = [f"mem-{i}" for i in range(boards)]
+    for count, dsn in zip((1, 2, 3), dsns, strict=True):
+        nodes = start_nodes(root / f"spread{count}", dsn, count, 1)
+        try:
+            empty = [rss_mib(n) for n in nodes]
+            async with aiohttp.ClientSession() as session:
+                for i, name in enumerate(names):
+                    node = nodes[i % count]
+                    async with session.put(f"{node.url}/v1/boards/{name}",
+                                           json={"policy": "best"}) as answer:
+                        await answer.read()
+                    # The first write takes the group where it lands: primaries spread.
+                    await fill(session, [node], name, members, concurrency=2)
+            await asyncio.sleep(4.0)  # placed, then dropped where not placed
+            rows = []
+            for node, before in zip(nodes, empty, strict=True):
+                body = status(node)
+                counts = body["placement"]["per_node"].get(node.data_dir.name, {})
+                rows.append(f"{node.data_dir.name}: {rss_mib(node):.0f} MiB "
+                            f"(+{rss_mib(node) - before:.0f} over empty; primary of "
+                            f"{counts.get('primary', 0)}, follows {counts.get('follower', 0)})")
+            print(f"{count} node(s), {boards} boards x {members:,} members, --replicas 1: "
+                  + "; ".join(rows))
+        finally:
+            stop_nodes(nodes)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=1_000_000)
+    parser.add_argument("--writers", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--boards", type=int, default=48)
+    parser.add_argument("--board-members", type=int, default=10_000)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--skip-memory", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.members, args.rounds, args.boards = 200_000, 2, 12
+    bin_dir = _bin_dir()
+    if bin_dir is None:
+        print("no PostgreSQL server binaries (initdb)", file=sys.stderr)
+        return 1
+    pg = Cluster(bin_dir)
+    pg.init()
+    pg.start(durable=True)
+    server = Server(pg.admin_dsn, pg)
+    try:
+        with tempfile.TemporaryDirectory() as root:
+            asyncio.run(move_pauses(Path(root) / "moves", server.create_database(),
+                                    args.members, args.writers, args.rounds))
+            if not args.skip_memory:
+                dsns = [server.create_database() for _ in range(3)]
+                asyncio.run(memory_spread(Path(root), dsns, args.boards, args.board_members))
+    finally:
+        pg.destroy()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Moving a board group from the node that writes it to another, under load.
+
+A move is a row of ``rankd_moves`` (:meth:`Placement.request_move`, from
+``rankd cluster move GROUP NODE`` or the planner), which also names the
+target a follower of the group, so the target holds it (bootstrapped from
+the group's snapshot and its log tail, as any follower).  Every round of
+its watch loop, the node that writes the group (whoever that is by then:
+a failover may have moved it meanwhile) looks at the moves of its groups
+(:meth:`Mover.round`); once the target is live and has applied the group to
+within :data:`CATCH_UP_RECORDS` of its last committed position, the
+source cuts over (:meth:`Mover.cut_over`):
+
+1. it refuses the group's new writes (``writer()`` raises
+   :class:`~rankd.engine.errors.Unavailable`: 503 on REST, ``TRYAGAIN`` on
+   RESP; nothing of them is applied);
+2. it waits for every record of the group it applied to commit to the log
+   (its shipping flushed: under ``--ack local`` too, nothing acknowledged
+   stays only here);
+3. one transaction (:meth:`Placement.hand_over`) gives the group's register
+   to the target at the next epoch, so the source's appends are fenced from
+   then on whatever it does, and notifies the target;
+4. the source follows the group from its last committed position; the
+   target, told at once, takes the group (a new epoch again, the log
+   drained to its end through the follower's path, as any takeover) and
+   opens it for writes.
+
+Writes pause for steps 1-4 only: a flush of what is in flight and three
+short transactions, never anything proportional to the group's boards (the
+target loaded them before, as a follower).  A crash at any step loses
+nothing acknowledged: before step 3 commits the source still holds the
+group (or, dead, loses it to an ordinary failover, and the move is carried
+out by the new holder); after it, the target holds a lease on the group
+(dead, it loses it to a failover likewise); the log is the truth and the
+register's epoch fences every earlier writer.  A step that fails (Postgres
+away, the flush too slow) reopens the group's writes on the source; the
+move is tried again the next round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Protocol
+
+from rankd._tasks import STOP_SECONDS, stop_task
+from rankd.cluster.committer import GroupCommitter
+from rankd.cluster.placement import CHANNEL, Layout, Placement
+from rankd.engine.errors import Unavailable
+from rankd.postgres_link import POSTGRES_ERRORS, reconnecting
+
+log = logging.getLogger(__name__)
+
+#: A target this close to the group's last committed position is caught
+#: up enough: what it still lacks it drains from the log while writes wait.
+CATCH_UP_RECORDS = 2000
+#: How long the source waits for its in-flight records to commit before it
+#: gives the cut-over up (and reopens writes) for this round.
+FLUSH_SECONDS = 2.0
+
+
+class Host(Protocol):
+    """What a mover needs of its node (``ClusterNode``, which imports this module)."""
+
+    node_id: str
+    config: Any
+    replicas: int
+    writers: dict[int, GroupCommitter]
+    registers: dict[int, Any]
+    #: Live nodes: id -> (HTTP address, TCP address, {group: applied seq}).
+    peers: dict[str, tuple[str, str | None, dict[int, int]]]
+
+    def group_lock(self, group: int) -> asyncio.Lock: ...
+
+    async def take_handed(self, group: int) -> None: ...
+
+    async def handed_over(self, group: int, writer: GroupCommitter, epoch: int,
+                          target: str) -> None: ...
+
+
+class Mover:
+    """One node's side of group moves: as source, and as target."""
+
+    def __init__(self, node: Host, placement: Placement) -> None:
+        self.node = node
+        self.placement = placement
+        #: Groups whose writes this node refuses while it hands them over.
+        self.handing: set[int] = set()
+        #: Moves carried out here as source, and their write pauses (seconds).
+        self.moved = 0
+        self.pauses: list[float] = []
+        self._listener: asyncio.Task | None = None
+        self._taking: set[asyncio.Task] = set()
+
+    def refusal(self, group: int) -> Unavailable:
+        return Unavailable(f"group {group} is moving from node {self.node.node_id} to "
+                           "another node; nothing was applied; try again in a moment")
+
+    async def start(self) -> None:
+        self._listener = asyncio.create_task(self._listen(), name="rankd-moves-listen")
+
+    async def stop(self) -> None:
+        await stop_task(self._listener, STOP_SECONDS)
+        for task in list(self._taking):
+            await stop_task(task, STOP_SECONDS)
+
+    async def _listen(self) -> None:
+        """Take a group the moment its source hands it here."""
+        async for conn in reconnecting(self.node.config.dsn, down=lambda exc: None,
+                                       timeout=5, min_delay=0.1, max_delay=3.0):
+            try:
+                await conn.add_listener(CHANNEL, self._notified)
+                while not conn.is_closed():
+                    await asyncio.sleep(1.0)
+            except POSTGRES_ERRORS as exc:
+                log.debug("node %s lost its topology listener: %s", self.node.node_id, exc)
+
+    def _notified(self, connection: object, pid: int, channel: str, payload: str) -> None:
+        group_text, target, _ = payload.split(":", 2)
+        if target != self.node.node_id:
+            return
+        task = asyncio.ensure_future(self._take_handed(int(group_text)))
+        self._taking.add(task)
+        task.add_done_callback(self._taking.discard)
+
+    async def _take_handed(self, group: int) -> None:
+        try:
+            await self.node.take_handed(group)
+        except Exception as exc:  # the watch loop takes it next round
+            log.warning("node %s could not take group %d handed to it: %s",
+                        self.node.node_id, group, exc)
+
+    async def round(self, layout: Layout) -> None:
+        """Carry out the requested moves this node can: of groups it writes
+        to a caught-up live target, and of unwritten groups to itself."""
+        node = self.node
+        for group, target in sorted(layout.moves.items()):
+            try:
+                writer = node.writers.get(group)
+                register = node.registers.get(group)
+                if target == node.node_id:
+                    if writer is not None and writer.fenced is None:
+                        await self.placement.forget_move(group, target)  # already here
+                    elif register is None or register.holder is None:
+                        await node.take_handed(group)  # nobody writes it: take it here
+                        if group in node.writers:
+                            await self.placement.forget_move(group, target)
+                    continue
+                if writer is None or writer.fenced is not None or group in self.handing:
+                    continue
+                peer = node.peers.get(target)
+                if peer is None:
+                    continue  # target not live: the move waits for it
+                if peer[2].get(group, -1) < writer.committed_seq - CATCH_UP_RECORDS:
+                    continue  # still loading the group
+                await self.cut_over(group, target)
+            except Exception as exc:
+                log.warning("node %s could not move group %d to %s yet: %s", node.node_id,
+                            group, target, exc)
+
+    async def cut_over(self, group: int, target: str) -> bool:
+        """Hand ``group``, written here, to ``target`` (steps 1-4 of the
+        module docstring); True once the register names the target."""
+        node = self.node
+        async with node.group_lock(group):
+            writer = node.writers.get(group)
+            if writer is None or writer.fenced is not None:
+                return False
+            started = time.monotonic()
+            self.handing.add(group)
+            try:
+                last = writer.next_seq - 1
+                if writer.committed_seq < last:
+                    await asyncio.wait_for(writer.committed(last), FLUSH_SECONDS)
+                epoch = await self.placement.hand_over(
+                    group, writer.lease.epoch, node.node_id, target, node.replicas,
+                    node.config.lease_seconds)
+                if epoch is None:  # the group moved on: the deposition path handles it
+                    return False
+                await node.handed_over(group, writer, epoch, target)
+            except (TimeoutError, *POSTGRES_ERRORS) as exc:
+                log.warning("node %s did not hand group %d to %s: %s; its writes go on here",
+                            node.node_id, group, target, exc or type(exc).__name__)
+                return False
+            finally:
+                self.handing.discard(group)
+            self.moved += 1
+            self.pauses.append(time.monotonic() - started)
+            del self.pauses[:-100]
+        log.info("node %s handed group %d to node %s at position %d (epoch %d), writes "
+                 "refused here for %.1f ms", node.node_id, group, target, writer.committed_seq,
+                 epoch, (time.monotonic() - started) * 1000)
+        return True
+
+    def figures(self) -> dict[str, float]:
+        """Figures for ``/metrics``."""
+        return {"moves_out": self.moved,
+                "move_last_pause_seconds": self.pauses[-1] if self.pauses else 0.0}

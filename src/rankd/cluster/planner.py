@@ -1,0 +1,218 @@
+"""The planner: spreads board groups' primaries and followers over live nodes.
+
+One node at a time plans: whichever holds a Postgres advisory lock
+(a :class:`~rankd.cluster.nodelock.NodeLock` of its own key, on a session
+of its own: it dies with the node).
+The lock only avoids duplicate work: a plan changes the placement with
+the topology epoch's compare-and-set (:meth:`Placement.replace`), and a
+move is carried out by the group's holder under its register's epoch
+(:mod:`rankd.cluster.moves`), so two planners, or a planner acting on a
+stale view, can waste a move but never break a group.
+
+:func:`plan` is pure (what to change, from the placement, the live nodes
+and the draining ones); :class:`Planner` reads, plans and writes once per
+round of the planning node's watch loop.  Each round it:
+
+* **restores R**: drops followers that are dead or draining (a dead
+  node's copy is no copy) and adds the least loaded live nodes until each
+  group has ``replicas`` followers (or every other live node);
+* **drains**: moves the primary of each group a draining node writes to
+  one of its followers (the least loaded);
+* **rebalances** when the live nodes changed since the last plan (a node
+  joined or left) and then stayed the same for :data:`STABLE_SECONDS`, or
+  when asked (``rankd cluster rebalance``): moves
+  primaries from the nodes with the most to those with the fewest until
+  they differ by at most one, preferring a target that already follows the
+  group (nothing to load).
+
+At most :data:`MAX_MOVES` moves are in progress at once: a node joining a
+large cluster is filled a few groups at a time, never by a storm of
+bootstraps.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from rankd.cluster.log import lock_schema
+from rankd.cluster.nodelock import NodeLock
+from rankd.cluster.placement import Layout, Placed, Placement, Stale, choose_followers
+
+log = logging.getLogger(__name__)
+
+#: The advisory lock's key (another number than the node ids' and migrations').
+PLANNER_LOCK = 7231004
+#: Moves in progress at most (requested, not yet handed over).
+MAX_MOVES = 8
+#: How long the set of live nodes must stay the same before the planner
+#: moves primaries for its change: a node restarting, or every node
+#: looking silent while Postgres itself was away, moves nothing.
+STABLE_SECONDS = 30.0
+
+DRAIN_SCHEMA = """
+CREATE TABLE IF NOT EXISTS rankd_draining (
+    node_id    text PRIMARY KEY,
+    since      timestamptz NOT NULL DEFAULT now()
+);
+ALTER TABLE rankd_topology ADD COLUMN IF NOT EXISTS rebalance_at timestamptz;
+"""
+
+
+@dataclass
+class Plan:
+    """What one round of planning changes."""
+
+    #: New placements (followers only: primaries change by moves).
+    placements: dict[int, Placed] = field(default_factory=dict)
+    #: Moves to request: group -> target.
+    moves: dict[int, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.placements or self.moves)
+
+
+def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas: int, *,
+         rebalance: bool = False, max_moves: int = MAX_MOVES) -> Plan:
+    """The changes that bring ``layout`` towards an even spread over the
+    ``live`` nodes that are not ``draining`` (see the module docstring)."""
+    draining = set(draining)
+    live = set(live)
+    usable = sorted(live - draining)
+    out = Plan()
+    if not usable:
+        return out
+    primaries = {node: 0 for node in usable}
+    load = {node: 0 for node in usable}
+    for placed in layout.groups.values():
+        if placed.primary in primaries:
+            primaries[placed.primary] += 1
+        for node in placed.nodes:
+            if node in load:
+                load[node] += 1
+    budget = max_moves - len(layout.moves)
+
+    def move(group: int, placed: Placed, target: str) -> None:
+        nonlocal budget
+        out.moves[group] = target
+        budget -= 1
+        primaries[target] = primaries.get(target, 0) + 1
+        if placed.primary in primaries:
+            primaries[placed.primary] -= 1
+
+    for group, placed in sorted(layout.groups.items()):
+        if group in layout.moves:
+            continue
+        # Drain: the primary goes to a usable follower (or the least loaded node).
+        if placed.primary in draining and placed.primary in live and budget > 0:
+            options = [n for n in placed.followers if n in primaries] or usable
+            move(group, placed, min(options, key=lambda n: (primaries[n], load[n], n)))
+        # Restore R: keep live usable followers, add the least loaded.
+        wanted = min(replicas, len(usable) - (placed.primary in usable))
+        keep = [n for n in placed.followers if n in usable and n != placed.primary]
+        if len(keep) < wanted or len(keep) > wanted or len(keep) != len(placed.followers):
+            followers = choose_followers(placed.primary, usable, wanted, load, keep)
+            if followers != placed.followers:
+                for node in set(followers) - set(placed.followers):
+                    load[node] += 1
+                out.placements[group] = Placed(placed.primary, followers, placed.version)
+    if rebalance:
+        by_node: dict[str, list[int]] = {node: [] for node in usable}
+        for group, placed in sorted(layout.groups.items()):
+            if placed.primary in by_node and group not in layout.moves \
+                    and group not in out.moves:
+                by_node[placed.primary].append(group)
+        while budget > 0:
+            most = max(usable, key=lambda n: (primaries[n], n))
+            least = min(usable, key=lambda n: (primaries[n], n))
+            if primaries[most] - primaries[least] <= 1 or not by_node[most]:
+                break
+            groups = by_node[most]
+            # A group the least loaded node already follows has nothing to load.
+            group = next((g for g in groups if least in layout.groups[g].followers),
+                         groups[0])
+            groups.remove(group)
+            move(group, layout.groups[group], least)
+    return out
+
+
+class Planner:
+    """Plans once a round while this node holds the planner's lock."""
+
+    def __init__(self, placement: Placement, dsn: str, replicas: int) -> None:
+        self.placement = placement
+        self.replicas = replicas
+        #: The planner's lock, on a session of its own (with keepalives).
+        self.lock = NodeLock(dsn, "planner", space=PLANNER_LOCK)
+        #: The live nodes the primaries were last spread over, and the live
+        #: nodes now with the monotonic time since when they are so.
+        self._planned_live: frozenset[str] | None = None
+        self._live: frozenset[str] = frozenset()
+        self._live_since = 0.0
+        #: The last ``rankd cluster rebalance`` acted on.
+        self._rebalanced_at: object = None
+        #: Plans that changed something, for metrics and status.
+        self.plans = 0
+
+    async def migrate(self) -> None:
+        async with self.placement.pool.acquire() as conn, conn.transaction():
+            await lock_schema(conn)
+            await conn.execute(DRAIN_SCHEMA)
+
+    async def request_rebalance(self) -> None:
+        """Have the planner, whichever node it runs on, rebalance the
+        primaries at its next round (``rankd cluster rebalance``)."""
+        async with self.placement.pool.acquire() as conn:
+            await conn.execute("UPDATE rankd_topology SET rebalance_at = clock_timestamp() "
+                               "WHERE id = 1")
+
+    async def _asked(self) -> tuple[set[str], object]:
+        """The draining nodes, and when a rebalance was last asked for."""
+        async with self.placement.pool.acquire() as conn:
+            draining = {row[0] for row in await conn.fetch("SELECT node_id FROM rankd_draining")}
+            asked = await conn.fetchval("SELECT rebalance_at FROM rankd_topology WHERE id = 1")
+        return draining, asked
+
+    async def drain(self, node: str, *, cancel: bool = False) -> None:
+        """Empty ``node`` of its groups (or stop doing so)."""
+        async with self.placement.pool.acquire() as conn:
+            if cancel:
+                await conn.execute("DELETE FROM rankd_draining WHERE node_id = $1", node)
+            else:
+                await conn.execute("INSERT INTO rankd_draining (node_id) VALUES ($1) "
+                                   "ON CONFLICT DO NOTHING", node)
+
+    async def round(self, layout: Layout, live: set[str], *, now: float) -> Plan | None:
+        """Plan once if this node holds the lock (call it only while the node
+        is in touch with Postgres: its view of who is live is sound); the
+        plan made (None: not the planner)."""
+        if not await self.lock.try_acquire():
+            return None
+        draining, asked = await self._asked()
+        live_now = frozenset(live)
+        if live_now != self._live:
+            self._live, self._live_since = live_now, now
+        if self._planned_live is None:
+            self._planned_live = live_now
+        changed = (live_now != self._planned_live
+                   and now - self._live_since >= STABLE_SECONDS)
+        rebalance = changed or (asked is not None and asked != self._rebalanced_at)
+        made = plan(layout, live, draining, self.replicas, rebalance=rebalance)
+        if rebalance:
+            self._planned_live = live_now
+        self._rebalanced_at = asked
+        if not made:
+            return made
+        try:
+            if made.placements:
+                await self.placement.replace(layout.epoch, made.placements)
+        except Stale:
+            return None  # the next round plans from the newer placement
+        for group, target in made.moves.items():
+            await self.placement.request_move(group, target, self.replicas)
+        self.plans += 1
+        log.info("planner: %d placements changed, %d moves requested (%s)",
+                 len(made.placements), len(made.moves),
+                 ", ".join(f"group {g} to {t}" for g, t in sorted(made.moves.items())[:8]))
+        return made
