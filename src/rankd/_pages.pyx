@@ -95,6 +95,7 @@ from rankd._skiplist cimport (
     rk_load_f64,
     rk_load_u16,
     rk_load_u64,
+    rk_prefetch,
     rk_siphash13,
     rk_store_f64,
     rk_store_u16,
@@ -109,7 +110,9 @@ cdef extern from "Python.h":
 cdef extern from *:
     """
     typedef struct pg_page pg_page;
-    typedef struct pg_link { pg_page *forward; uint32_t span, dspan; } pg_link;
+    /* fpno: the forward page's number, whose first key a search reads from
+       the dense first-key array instead of from the page itself. */
+    typedef struct pg_link { pg_page *forward; uint32_t span, dspan, fpno, pad; } pg_link;
     /* A page: header, its levels, then cap keys, cap seqs and cap ids. */
     struct pg_page {
         pg_page *prev;            /* previous page on level 0 (NULL: first) */
@@ -130,6 +133,7 @@ cdef extern from *:
         pg_page *forward
         uint32_t span
         uint32_t dspan
+        uint32_t fpno
     ctypedef struct pg_page:
         pg_page *prev
         uint32_t n
@@ -163,6 +167,7 @@ DEF MAX_LENGTH = 4294967294
 DEF DUMP_VERSION = 1
 DEF DUMP_HEADER_SIZE = 24
 DEF DUMP_RECORD_SIZE = 18
+DEF DUMP_AHEAD = 16
 DEF OP_SET = 0
 DEF OP_SET_NEW = 1
 DEF OP_SET_EXISTS = 2
@@ -302,16 +307,19 @@ cdef class RankIndex:
     cdef uint64_t _next_seq
     cdef uint64_t hash_k0, hash_k1
     cdef Py_ssize_t mutations
+    cdef uint32_t memo_mid          # the member last written, its rank, and
+    cdef Py_ssize_t memo_rank       # the mutation count that rank is good for
+    cdef Py_ssize_t memo_mutations
     # name arena: 8-byte units; id = offset in units (0 is never used)
     cdef uint64_t *names
     cdef size_t names_used, names_cap
     cdef uint32_t free_names[NAME_CLASSES]
     # member map
     cdef uint32_t *slot_ids
-    cdef uint8_t *slot_tags
     cdef size_t mask
     # page table
     cdef pg_page **pages
+    cdef double *firstkeys          # by page number: the key of its first entry
     cdef uint32_t pages_cap
     cdef uint32_t *free_pnos
     cdef uint32_t nfree_pnos, pnos_used
@@ -375,12 +383,12 @@ cdef class RankIndex:
         _live_names -= self.length
         free(self.names)
         free(self.slot_ids)
-        free(self.slot_tags)
         free(self.pages)
         free(self.free_pnos)
+        free(self.firstkeys)
+        self.firstkeys = NULL
         self.names = NULL
         self.slot_ids = NULL
-        self.slot_tags = NULL
         self.pages = NULL
         self.free_pnos = NULL
 
@@ -404,13 +412,13 @@ cdef class RankIndex:
         memset(self.free_names, 0, sizeof(self.free_names))
         self.mask = MIN_TABLE_SIZE - 1
         self.slot_ids = <uint32_t *>calloc(MIN_TABLE_SIZE, 4)
-        self.slot_tags = <uint8_t *>calloc(MIN_TABLE_SIZE, 1)
         self.pages_cap = 16
         self.pages = <pg_page **>calloc(self.pages_cap, sizeof(pg_page *))
         self.free_pnos = <uint32_t *>malloc(self.pages_cap * 4)
         self.nfree_pnos = 0
         self.pnos_used = 0
-        if (self.names == NULL or self.slot_ids == NULL or self.slot_tags == NULL
+        self.firstkeys = <double *>malloc(self.pages_cap * 8)
+        if (self.names == NULL or self.slot_ids == NULL or self.firstkeys == NULL
                 or self.pages == NULL or self.free_pnos == NULL):
             raise MemoryError()
         return 0
@@ -445,6 +453,10 @@ cdef class RankIndex:
             if grown == NULL:
                 raise MemoryError()
             self.free_pnos = <uint32_t *>grown
+            grown = realloc(self.firstkeys, self.pages_cap * 2 * 8)
+            if grown == NULL:
+                raise MemoryError()
+            self.firstkeys = <double *>grown
             self.pages_cap *= 2
         p = <pg_page *>malloc(PG_SIZE(h, self.page_size))
         if p == NULL:
@@ -527,7 +539,6 @@ cdef class RankIndex:
                                  uint64_t h) noexcept:
         """The map slot holding ``member``, or -1."""
         cdef size_t i = h & self.mask
-        cdef uint8_t tag = <uint8_t>(h >> 56)
         cdef uint32_t mid
         cdef Py_ssize_t nlen
         cdef const char *name
@@ -535,10 +546,9 @@ cdef class RankIndex:
             mid = self.slot_ids[i]
             if mid == 0:
                 return -1
-            if self.slot_tags[i] == tag:
-                name = self._name(mid, &nlen)
-                if nlen == mlen and memcmp(name, member, mlen) == 0:
-                    return <Py_ssize_t>i
+            name = self._name(mid, &nlen)
+            if nlen == mlen and memcmp(name, member, mlen) == 0:
+                return <Py_ssize_t>i
             i = (i + 1) & self.mask
 
     cdef inline uint32_t _lookup(self, const char *member, Py_ssize_t mlen) noexcept:
@@ -550,14 +560,12 @@ cdef class RankIndex:
         while self.slot_ids[i] != 0:
             i = (i + 1) & self.mask
         self.slot_ids[i] = mid
-        self.slot_tags[i] = <uint8_t>(h >> 56)
 
     cdef int _map_reserve(self, Py_ssize_t members) except -1:
         """Grow the map so that ``members`` fill at most 3/4 of it."""
         cdef size_t size = self.mask + 1
         cdef size_t old_size = size, i
         cdef uint32_t *old_ids = self.slot_ids
-        cdef uint8_t *old_tags = self.slot_tags
         cdef Py_ssize_t mlen
         cdef const char *name
         while <size_t>members * 4 > size * 3:
@@ -565,12 +573,8 @@ cdef class RankIndex:
         if size == old_size:
             return 0
         self.slot_ids = <uint32_t *>calloc(size, 4)
-        self.slot_tags = <uint8_t *>calloc(size, 1)
-        if self.slot_ids == NULL or self.slot_tags == NULL:
-            free(self.slot_ids)
-            free(self.slot_tags)
+        if self.slot_ids == NULL:
             self.slot_ids = old_ids
-            self.slot_tags = old_tags
             raise MemoryError()
         self.mask = size - 1
         for i in range(old_size):
@@ -578,7 +582,6 @@ cdef class RankIndex:
                 name = self._name(old_ids[i], &mlen)
                 self._map_put(old_ids[i], self._hash(name, mlen))
         free(old_ids)
-        free(old_tags)
         return 0
 
     cdef void _map_delete(self, size_t hole) noexcept:
@@ -595,10 +598,8 @@ cdef class RankIndex:
             # Move j into the hole unless its home lies cyclically in (hole, j].
             if (j > hole and (home <= hole or home > j)) or (j < hole and home <= hole and home > j):
                 self.slot_ids[hole] = self.slot_ids[j]
-                self.slot_tags[hole] = self.slot_tags[j]
                 hole = j
         self.slot_ids[hole] = 0
-        self.slot_tags[hole] = 0
 
     # --- ordering ----------------------------------------------------------------
 
@@ -652,12 +653,17 @@ cdef class RankIndex:
         cdef pg_page *f
         cdef Py_ssize_t rank = 0, drank = 0
         cdef int i, c
+        cdef double k
         for i in range(self.height - 1, -1, -1):
             while True:
                 f = x.level[i].forward
                 if f == NULL:
                     break
-                c = self._cmp(f, 0, key, seq, member, mlen)
+                k = self.firstkeys[x.level[i].fpno]
+                if k != key:
+                    c = -1 if k < key else 1
+                else:
+                    c = self._cmp(f, 0, key, seq, member, mlen)
                 if c > 0 or (strict and c == 0):
                     break
                 rank += x.level[i].span
@@ -683,7 +689,7 @@ cdef class RankIndex:
                 f = x.level[i].forward
                 if f == NULL:
                     break
-                k = PG_KEYS(f)[0]
+                k = self.firstkeys[x.level[i].fpno]
                 if k > key or (k == key and not inclusive):
                     break
                 r += x.level[i].span
@@ -736,7 +742,10 @@ cdef class RankIndex:
     cdef Py_ssize_t _rank_of(self, uint32_t mid, Py_ssize_t *dense) noexcept:
         """Unique rank of a present member (and its dense rank if asked)."""
         cdef Py_ssize_t pos, mlen, i
-        cdef pg_page *p = self._locate(mid, &pos)
+        cdef pg_page *p
+        if dense == NULL and mid == self.memo_mid and self.memo_mutations == self.mutations:
+            return self.memo_rank
+        p = self._locate(mid, &pos)
         cdef const char *name = self._name(mid, &mlen)
         cdef pg_path path
         cdef double *keys = PG_KEYS(p)
@@ -875,9 +884,11 @@ cdef class RankIndex:
             before = rank_p + p.n - rx
             dbefore = drank_p + p.lead - dx
             r.level[i].forward = x.level[i].forward
+            r.level[i].fpno = x.level[i].fpno
             r.level[i].span = <uint32_t>(x.level[i].span - before)
             r.level[i].dspan = <uint32_t>(x.level[i].dspan - dbefore)
             x.level[i].forward = r
+            x.level[i].fpno = r.pno
             x.level[i].span = <uint32_t>before
             x.level[i].dspan = <uint32_t>dbefore
         r.prev = NULL if p == self.header else p
@@ -895,6 +906,7 @@ cdef class RankIndex:
                 preds[i].level[i].span += r.level[i].span
                 preds[i].level[i].dspan += r.level[i].dspan
                 preds[i].level[i].forward = r.level[i].forward
+                preds[i].level[i].fpno = r.level[i].fpno
         if nxt != NULL:
             nxt.prev = r.prev
         while self.height > 1 and self.header.level[self.height - 1].forward == NULL:
@@ -928,6 +940,7 @@ cdef class RankIndex:
             return self._put(r, rcover, 0, key, seq, mid, rank_p + p.n)
         half = p.n // 2
         self._move_entries(r, 0, p, half, p.n - half)
+        self.firstkeys[r.pno] = PG_KEYS(r)[0]
         r.n = p.n - half
         p.n = half
         lead = self._leaders(p)
@@ -952,6 +965,8 @@ cdef class RankIndex:
         PG_SEQS(p)[pos] = seq
         PG_IDS(p)[pos] = mid
         self._name_page(mid)[0] = p.pno
+        if pos == 0:
+            self.firstkeys[p.pno] = key
         p.n += 1
         self.length += 1
         lead = self._leaders(p)
@@ -990,6 +1005,7 @@ cdef class RankIndex:
             next_lead = self._lead0(nxt)
         self._shift_entries(p, pos + 1, p.n, -1)
         p.n -= 1
+        self.firstkeys[p.pno] = PG_KEYS(p)[0]
         lead = self._leaders(p)
         self._account(p, path.update, -1, <int64_t>lead - p.lead)
         p.lead = lead
@@ -1036,6 +1052,8 @@ cdef class RankIndex:
             dn = -move
         a.n += dn
         b.n -= dn
+        self.firstkeys[a.pno] = PG_KEYS(a)[0]
+        self.firstkeys[b.pno] = PG_KEYS(b)[0]
         # Entries moved between two neighbours: each page's links are
         # re-found by its (new) first entry and adjusted.
         a.lead = self._leaders(a)
@@ -1099,6 +1117,18 @@ cdef class RankIndex:
         if not has_seq and self._next_seq > MAX_SEQ:
             raise ValueError("arrival sequences are exhausted (next_seq is past 2**63 - 1); "
                              "pass seq explicitly")
+        if mid != 0:
+            key = self._key(target)
+            if self._stays(p, key):
+                seq = self._stamp(has_seq, seq)
+                new[0] = target
+                has_new[0] = True
+                changed[0] = True
+                self.mutations += 1
+                pos = self._move_in_page(p, pos, key, seq, mid)
+                if not want_rank:
+                    return 0
+                return self._remember(mid, self._rank_of(mid, NULL))
         if mid == 0:
             if self.length >= MAX_LENGTH:
                 raise OverflowError("a rank index holds fewer than 2**32 members")
@@ -1117,7 +1147,51 @@ cdef class RankIndex:
         has_new[0] = True
         changed[0] = True
         self.mutations += 1
-        return self._insert(self._key(target), seq, mid)
+        return self._remember(mid, self._insert(self._key(target), seq, mid))
+
+    cdef inline Py_ssize_t _remember(self, uint32_t mid, Py_ssize_t rank) noexcept:
+        """Keep the rank a write found for ``mid``, good until the next change:
+        ``rank()`` of the member just written then needs no second search."""
+        self.memo_mid = mid
+        self.memo_rank = rank
+        self.memo_mutations = self.mutations
+        return rank
+
+    cdef bint _stays(self, pg_page *p, double key) noexcept:
+        """Whether an entry of ``p`` given ``key`` still sorts between the
+        pages around ``p`` (a tie with a neighbour page takes the full path)."""
+        cdef pg_page *q = p.prev
+        if q != NULL and not PG_KEYS(q)[q.n - 1] < key:
+            return False
+        q = p.level[0].forward
+        return q == NULL or key < PG_KEYS(q)[0]
+
+    cdef Py_ssize_t _move_in_page(self, pg_page *p, Py_ssize_t pos, double key, uint64_t seq,
+                                  uint32_t mid) noexcept:
+        """Give the entry at ``pos`` of ``p`` a new place in ``p`` (a memmove)
+        and its new key; return its new position."""
+        cdef Py_ssize_t mlen, t
+        cdef const char *name = self._name(mid, &mlen)
+        cdef pg_page *nxt = p.level[0].forward
+        cdef bint next_lead = nxt != NULL and self._lead0(nxt)
+        cdef uint32_t lead
+        t = self._lower(p, key, seq, name, mlen)
+        if t > pos:
+            t -= 1
+            self._shift_entries(p, pos + 1, t + 1, -1)
+        elif t < pos:
+            self._shift_entries(p, t, pos, 1)
+        PG_KEYS(p)[t] = key
+        PG_SEQS(p)[t] = seq
+        PG_IDS(p)[t] = mid
+        self.firstkeys[p.pno] = PG_KEYS(p)[0]
+        lead = self._leaders(p)
+        if lead != p.lead:
+            self._reaccount(p, 0, <int64_t>lead - p.lead)
+            p.lead = lead
+        if nxt != NULL and self._lead0(nxt) != next_lead:
+            self._relead(nxt)
+        return t
 
     cdef inline uint64_t _stamp(self, bint has_seq, uint64_t seq) noexcept:
         """The arrival sequence of a write that changes a score."""
@@ -1316,6 +1390,11 @@ cdef class RankIndex:
         """The arrival sequence the next unsequenced write will get."""
         return self._next_seq
 
+    @property
+    def _page_size(self):
+        """Entries a page holds at most (for tests)."""
+        return self.page_size
+
     def _pages(self):
         """Entries per page in rank order (for tests)."""
         cdef pg_page *p = self.header.level[0].forward
@@ -1334,7 +1413,7 @@ cdef class RankIndex:
             pages += PG_SIZE(p.height, p.cap)
             p = p.level[0].forward
         return {"pages": pages, "names": self.names_cap * 8,
-                "map": (self.mask + 1) * 5, "page_table": self.pages_cap * 12}
+                "map": (self.mask + 1) * 4, "page_table": self.pages_cap * 20}
 
     def __len__(self):
         return self.length
@@ -1376,6 +1455,7 @@ cdef class RankIndex:
                 if keys[i] == 0.0 and signbit(keys[i]) != signbit(key):
                     keys[i] = key
                     changed += 1
+            self.firstkeys[p.pno] = keys[0]
             p = p.level[0].forward
         if changed:
             self.mutations += 1
@@ -1613,6 +1693,12 @@ cdef class RankIndex:
             seqs = PG_SEQS(p)
             ids = PG_IDS(p)
             for i in range(p.n):
+                # Names lie in arrival order, not rank order: ask for the
+                # ones a few entries ahead so that their misses overlap.
+                if i + DUMP_AHEAD < p.n:
+                    rk_prefetch(&self.names[ids[i + DUMP_AHEAD]])
+                elif p.level[0].forward != NULL and i + DUMP_AHEAD - p.n < p.level[0].forward.n:
+                    rk_prefetch(&self.names[PG_IDS(p.level[0].forward)[i + DUMP_AHEAD - p.n]])
                 name = self._name(ids[i], &mlen)
                 rk_store_f64(out, -keys[i] if self.descending else keys[i])
                 rk_store_u64(out + 8, seqs[i])
@@ -1646,6 +1732,7 @@ cdef class RankIndex:
             self.height = r.height
         for i in range(r.height):
             last[i].level[i].forward = r
+            last[i].level[i].fpno = r.pno
             last[i].level[i].span = <uint32_t>(self.length - last_rank[i])
             last[i].level[i].dspan = <uint32_t>(self.ndistinct - last_drank[i])
             last[i] = r
@@ -1685,6 +1772,8 @@ cdef class RankIndex:
                 assert p.n >= self.min_fill, (
                     f"page below minimum fill: {p.n} < {self.min_fill}")
             assert self.pages[p.pno] == p, "page table does not point at the page"
+            assert self.firstkeys[p.pno] == PG_KEYS(p)[0], "first key not kept"
+            assert signbit(self.firstkeys[p.pno]) == signbit(PG_KEYS(p)[0]), "first key's zero"
             index_of[<size_t>p] = len(pages)
             pages.append(<size_t>p)
             starts.append((n, leaders))
@@ -1731,6 +1820,7 @@ cdef class RankIndex:
                 else:
                     b_n, b_l = starts[index_of[<size_t>nxt]]
                 assert x.level[level].span == b_n - a_n, f"span wrong at level {level}"
+                assert nxt == NULL or x.level[level].fpno == nxt.pno, "link's page number"
                 assert x.level[level].dspan == b_l - a_l, f"dspan wrong at level {level}"
                 x = nxt
         for level in range(self.height, MAX_LEVEL):
@@ -1815,6 +1905,8 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
         if page == NULL or page.n >= fill:
             page = index._new_page()
             index._append_page(page, last, last_rank, last_drank)
+        if page.n == 0:
+            index.firstkeys[page.pno] = key
         PG_KEYS(page)[page.n] = key
         PG_SEQS(page)[page.n] = seq
         PG_IDS(page)[page.n] = mid
