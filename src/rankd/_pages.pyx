@@ -62,11 +62,29 @@ addressed by a 32-bit id (its offset in 8-byte units).  Freed records go to
 free lists by size, so deleting and re-adding members reuses their memory.
 The page number finds the member's page in O(1) through the page table;
 the member is found in its page by scanning its ids (a page is small).
-The member map is open addressing with linear probing over two parallel
-arrays, 32-bit ids and 8-bit tags (hash bits that spare most name
-comparisons); it is keyed by SipHash-1-3 with a per-index random key (names
-come from players, so collisions must not be predictable) and deletes by
-backward shift, so it holds no tombstones.
+The member map is open addressing with linear probing over an array of
+32-bit ids (4 bytes a slot, at most 3/4 full), keyed by SipHash-1-3 with a
+per-index random key (names come from players, so collisions must not be
+predictable); it deletes by backward shift, so it holds no tombstones.  A
+hit reads the slot and the name it must compare anyway, so tags of hash
+bits beside the ids would only spare the rare collision, for a byte a slot.
+
+Searching
+---------
+A search step must compare the target with the first entry of the page a
+link leads to.  Reading that page is a cache miss per step, so every link
+also holds its forward page's number, and a dense array indexed by page
+number keeps each page's first key (8 bytes a page, small enough to stay
+in cache): a step reads the page it stands on and that array, and touches
+the next page only to step onto it or to break a tie of keys.
+
+What it costs
+-------------
+Finding a member's entry is a slot, its name, its page (by number) and a
+scan of the page's ids: two or three more cache misses than the skip
+list's slot and node, and a name is read from the arena, away from its
+entry, by every read that returns members and by ``dump``.  See
+bench/README.md for the measured price of each row.
 
 How it differs from Pugh and from the B+ trees
 ----------------------------------------------
@@ -168,6 +186,9 @@ DEF DUMP_VERSION = 1
 DEF DUMP_HEADER_SIZE = 24
 DEF DUMP_RECORD_SIZE = 18
 DEF DUMP_AHEAD = 16
+DEF SLOT_AHEAD = 8
+DEF NAME_AHEAD = 4
+DEF PREFETCH_MIN_LENGTH = 32768
 DEF OP_SET = 0
 DEF OP_SET_NEW = 1
 DEF OP_SET_EXISTS = 2
@@ -287,6 +308,9 @@ cdef class RankIndex:
 
     Besides the contract's knobs, ``page_size`` (4..4096, default 64) sets
     the entries a page holds; tests shrink it to force splits and merges.
+    ``branching`` defaults to 2, not 4: a page is tall more often, but the
+    levels are over pages, few enough that the height costs little, and a
+    search steps onto fewer pages (each step onto a page is a cache miss).
     """
 
     cdef pg_page *header
@@ -325,7 +349,7 @@ cdef class RankIndex:
     cdef uint32_t nfree_pnos, pnos_used
 
     def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
-                  int branching=4, seed=None, int page_size=DEFAULT_PAGE_SIZE):
+                  int branching=2, seed=None, int page_size=DEFAULT_PAGE_SIZE):
         if order not in ("desc", "asc"):
             raise ValueError(f"order must be 'desc' or 'asc', got {order!r}")
         if tie_break not in ("first", "member", "member_desc"):
@@ -564,14 +588,32 @@ cdef class RankIndex:
     cdef int _map_reserve(self, Py_ssize_t members) except -1:
         """Grow the map so that ``members`` fill at most 3/4 of it."""
         cdef size_t size = self.mask + 1
-        cdef size_t old_size = size, i
+        while <size_t>members * 4 > size * 3:
+            size *= 2
+        if size != self.mask + 1:
+            self._map_rehash(size)
+        return 0
+
+    cdef void _map_shrink(self) noexcept:
+        """After a removal: a map less than a quarter full halves while it
+        is (a growth at 3/4 leaves it 3/8 full, so growing and shrinking
+        never chase each other); removals give the memory back."""
+        cdef size_t size = self.mask + 1
+        if size <= MIN_TABLE_SIZE or <size_t>self.length * 4 >= size:
+            return
+        while size > MIN_TABLE_SIZE and <size_t>self.length * 4 < size:
+            size //= 2
+        try:
+            self._map_rehash(size)
+        except MemoryError:
+            pass  # the bigger map stays: still correct
+
+    cdef int _map_rehash(self, size_t size) except -1:
+        """Move every id into a new slot array of ``size`` slots."""
+        cdef size_t old_size = self.mask + 1, i
         cdef uint32_t *old_ids = self.slot_ids
         cdef Py_ssize_t mlen
         cdef const char *name
-        while <size_t>members * 4 > size * 3:
-            size *= 2
-        if size == old_size:
-            return 0
         self.slot_ids = <uint32_t *>calloc(size, 4)
         if self.slot_ids == NULL:
             self.slot_ids = old_ids
@@ -1088,6 +1130,7 @@ cdef class RankIndex:
                 return 0
             self._remove(mid)
             self._map_delete(slot)
+            self._map_shrink()
             self.member_bytes -= size
             self._name_free(mid)
             if self.length == 0:
@@ -1281,8 +1324,11 @@ cdef class RankIndex:
         cdef int op, overflow
         cdef long long op_code
         cdef bint has_seq
-        for position in range(len(items)):
+        cdef Py_ssize_t count = len(items)
+        for position in range(count):
             item = items[position]
+            if count > 1 and self.length >= PREFETCH_MIN_LENGTH:
+                self._prefetch_ahead(items, position, count)
             try:
                 if type(item) is not tuple:
                     raise TypeError(f"an operation must be a tuple, got {type(item).__name__}")
@@ -1312,6 +1358,33 @@ cdef class RankIndex:
             results.append(_untracked((_float_or_none(had, old), _float_or_none(has_new, new),
                                        changed, rank if has_new else None)))
         return results
+
+    cdef void _prefetch_ahead(self, list items, Py_ssize_t position, Py_ssize_t count):
+        """Ask for the map slot of the operation ``SLOT_AHEAD`` ahead and
+        for the name in the slot of the one ``NAME_AHEAD`` ahead (filled
+        by then), so that a batch's lookups overlap their cache misses."""
+        cdef const char *data
+        cdef Py_ssize_t size, ahead
+        cdef uint32_t mid
+        for ahead in (position + SLOT_AHEAD, position + NAME_AHEAD):
+            if ahead >= count:
+                continue
+            item = items[ahead]
+            if type(item) is not tuple or len(<tuple>item) < 3:
+                continue
+            member = (<tuple>item)[1]
+            if type(member) is not str:
+                continue
+            try:
+                data = PyUnicode_AsUTF8AndSize(member, &size)
+            except UnicodeEncodeError:
+                continue  # an invalid member: its own turn reports it
+            if ahead == position + SLOT_AHEAD:
+                rk_prefetch(&self.slot_ids[self._hash(data, size) & self.mask])
+            else:
+                mid = self.slot_ids[self._hash(data, size) & self.mask]
+                if mid != 0:
+                    rk_prefetch(&self.names[mid])
 
     def set_states(self, states):
         """Give members exact ``(member, score, seq)`` states; a later entry
@@ -1406,13 +1479,15 @@ cdef class RankIndex:
 
     def _memory(self):
         """Bytes held, by part: ``{"pages", "names", "map", "page_table"}``
-        (allocated sizes, without the allocator's own overhead)."""
+        (allocated sizes, without the allocator's own overhead; ``names``
+        counts the arena up to its high-water mark, free records included,
+        not the capacity its doubling reserved but never touched)."""
         cdef pg_page *p = self.header.level[0].forward
         cdef Py_ssize_t pages = 0
         while p != NULL:
             pages += PG_SIZE(p.height, p.cap)
             p = p.level[0].forward
-        return {"pages": pages, "names": self.names_cap * 8,
+        return {"pages": pages, "names": self.names_used * 8,
                 "map": (self.mask + 1) * 4, "page_table": self.pages_cap * 20}
 
     def __len__(self):
