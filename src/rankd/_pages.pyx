@@ -128,27 +128,39 @@ cdef extern from "Python.h":
 cdef extern from *:
     """
     typedef struct pg_page pg_page;
-    /* fpno: the forward page's number, whose first key a search reads from
-       the dense first-key array instead of from the page itself. */
-    typedef struct pg_link { pg_page *forward; uint32_t span, dspan, fpno, pad; } pg_link;
-    /* A page: header, its levels, then cap keys, cap seqs and cap ids. */
+    /* A link: the forward page, the spans, and what a search needs to go
+       on without reading the forward page: its number (whose first key is
+       in the dense first-key array) and its tower of links (flevel). */
+    typedef struct pg_link pg_link;
+    struct pg_link {
+        pg_page *forward;
+        pg_link *flevel;
+        uint32_t span, dspan, fpno, pad;
+    };
+    /* A page: header, then cap ids (the header and the first ids share a
+       cache line, and finding a member scans the ids), cap keys and cap
+       seqs.  Its levels (its
+       tower) live apart, packed with the other pages' towers in chunks
+       (see _tower_alloc), so that the levels a search walks stay in cache. */
     struct pg_page {
         pg_page *prev;            /* previous page on level 0 (NULL: first) */
         uint32_t n, lead, pno;    /* entries, leaders, page number */
         uint16_t height, cap;
-        pg_link level[];
+        pg_link *level;
     };
-    #define PG_KEYS(p) ((double *)&(p)->level[(p)->height])
+    #define PG_IDS_BYTES(cap) (((size_t)(cap) * 4 + 7) & ~(size_t)7)
+    #define PG_IDS(p) ((uint32_t *)((char *)(p) + sizeof(pg_page)))
+    #define PG_KEYS(p) ((double *)((char *)PG_IDS(p) + PG_IDS_BYTES((p)->cap)))
     #define PG_SEQS(p) ((uint64_t *)(PG_KEYS(p) + (p)->cap))
-    #define PG_IDS(p) ((uint32_t *)(PG_SEQS(p) + (p)->cap))
-    #define PG_SIZE(height, cap) (sizeof(pg_page) + (height) * sizeof(pg_link) \\
-                                  + (size_t)(cap) * (8 + 8 + 4))
+    #define PG_SIZE(cap) (sizeof(pg_page) + PG_IDS_BYTES(cap) + (size_t)(cap) * (8 + 8))
+    #define PG_TOWER_CHUNK 4096   /* links a chunk of towers holds */
     #define PG_MAX_LEVEL 32
     #define PG_NAME_CLASSES 34   /* records of 1..33 units of 8 bytes */
     """
     ctypedef struct pg_page
     ctypedef struct pg_link:
         pg_page *forward
+        pg_link *flevel
         uint32_t span
         uint32_t dspan
         uint32_t fpno
@@ -159,12 +171,14 @@ cdef extern from *:
         uint32_t pno
         uint16_t height
         uint16_t cap
-        pg_link level[1]
+        pg_link *level
     double *PG_KEYS(pg_page *p) nogil
     uint64_t *PG_SEQS(pg_page *p) nogil
     uint32_t *PG_IDS(pg_page *p) nogil
-    size_t PG_SIZE(int height, int cap) nogil
+    size_t PG_SIZE(int cap) nogil
+    size_t PG_IDS_BYTES(int cap) nogil
     enum:
+        TOWER_CHUNK "PG_TOWER_CHUNK"
         MAX_LEVEL "PG_MAX_LEVEL"
         NAME_CLASSES "PG_NAME_CLASSES"
 
@@ -344,6 +358,12 @@ cdef class RankIndex:
     # page table
     cdef pg_page **pages
     cdef double *firstkeys          # by page number: the key of its first entry
+    # towers: the pages' links, packed in chunks that never move
+    cdef pg_link *free_towers[MAX_LEVEL + 1]
+    cdef pg_link *tower_next
+    cdef size_t tower_room
+    cdef void **chunks
+    cdef size_t nchunks, chunks_cap
     cdef uint32_t pages_cap
     cdef uint32_t *free_pnos
     cdef uint32_t nfree_pnos, pnos_used
@@ -380,9 +400,10 @@ cdef class RankIndex:
         key = os.urandom(16)
         self.hash_k0 = int.from_bytes(key[:8], "little")
         self.hash_k1 = int.from_bytes(key[8:], "little")
-        self.header = <pg_page *>calloc(1, PG_SIZE(MAX_LEVEL, 0))
+        self.header = <pg_page *>calloc(1, PG_SIZE(0) + MAX_LEVEL * sizeof(pg_link))
         if self.header == NULL:
             raise MemoryError()
+        self.header.level = <pg_link *>(<char *>self.header + PG_SIZE(0))
         self.header.height = MAX_LEVEL
         self._reset()
 
@@ -394,6 +415,7 @@ cdef class RankIndex:
 
     cdef void _free_all(self) noexcept:
         global _live_pages, _live_names
+        cdef size_t i
         cdef pg_page *p
         cdef pg_page *nxt
         if self.header == NULL:
@@ -411,6 +433,14 @@ cdef class RankIndex:
         free(self.free_pnos)
         free(self.firstkeys)
         self.firstkeys = NULL
+        for i in range(self.nchunks):
+            free(self.chunks[i])
+        free(self.chunks)
+        self.chunks = NULL
+        self.nchunks = self.chunks_cap = 0
+        self.tower_next = NULL
+        self.tower_room = 0
+        memset(self.free_towers, 0, sizeof(self.free_towers))
         self.names = NULL
         self.slot_ids = NULL
         self.pages = NULL
@@ -422,6 +452,7 @@ cdef class RankIndex:
         self._free_all()
         for i in range(MAX_LEVEL):
             self.header.level[i].forward = NULL
+            self.header.level[i].flevel = NULL
             self.header.level[i].span = 0
             self.header.level[i].dspan = 0
         self.height = 1
@@ -482,9 +513,14 @@ cdef class RankIndex:
                 raise MemoryError()
             self.firstkeys = <double *>grown
             self.pages_cap *= 2
-        p = <pg_page *>malloc(PG_SIZE(h, self.page_size))
-        if p == NULL:
+        cdef pg_link *tower = self._tower_alloc(h)
+        if tower == NULL:
             raise MemoryError()
+        p = <pg_page *>malloc(PG_SIZE(self.page_size))
+        if p == NULL:
+            self._tower_free(tower, h)
+            raise MemoryError()
+        p.level = tower
         if self.nfree_pnos:
             self.nfree_pnos -= 1
             pno = self.free_pnos[self.nfree_pnos]
@@ -506,8 +542,42 @@ cdef class RankIndex:
         self.pages[p.pno] = NULL
         self.free_pnos[self.nfree_pnos] = p.pno
         self.nfree_pnos += 1
+        self._tower_free(p.level, p.height)
         free(p)
         _live_pages -= 1
+
+    cdef pg_link *_tower_alloc(self, int height) noexcept:
+        """Links for a page of ``height`` levels, from the chunks of towers
+        (a freed tower of that height first); NULL if out of memory."""
+        cdef pg_link *tower = self.free_towers[height]
+        cdef void *grown
+        if tower != NULL:
+            self.free_towers[height] = tower[0].flevel  # the next free one
+            return tower
+        if self.tower_room < <size_t>height:
+            if self.nchunks == self.chunks_cap:
+                grown = realloc(self.chunks, (self.chunks_cap * 2 + 4) * sizeof(void *))
+                if grown == NULL:
+                    return NULL
+                self.chunks = <void **>grown
+                self.chunks_cap = self.chunks_cap * 2 + 4
+            self.tower_next = <pg_link *>malloc(TOWER_CHUNK * sizeof(pg_link))
+            if self.tower_next == NULL:
+                self.tower_room = 0
+                return NULL
+            self.chunks[self.nchunks] = self.tower_next
+            self.nchunks += 1
+            self.tower_room = TOWER_CHUNK
+        tower = self.tower_next
+        self.tower_next += height
+        self.tower_room -= height
+        return tower
+
+    cdef void _tower_free(self, pg_link *tower, int height) noexcept:
+        """Keep ``tower`` for the next page of that height (a free list by
+        height, linked through the first link's ``flevel``)."""
+        tower[0].flevel = self.free_towers[height]
+        self.free_towers[height] = tower
 
     cdef inline const char *_name(self, uint32_t mid, Py_ssize_t *mlen) noexcept nogil:
         cdef const uint8_t *rec = <const uint8_t *>&self.names[mid]
@@ -692,24 +762,26 @@ cdef class RankIndex:
         first page (NULL if there is none).  ``path`` gets, per level, the
         page whose link covers it and the entries and leaders before that."""
         cdef pg_page *x = self.header
+        cdef pg_link *lv = x.level     # x's tower: a search reads no page but ties
         cdef pg_page *f
         cdef Py_ssize_t rank = 0, drank = 0
         cdef int i, c
         cdef double k
         for i in range(self.height - 1, -1, -1):
             while True:
-                f = x.level[i].forward
+                f = lv[i].forward
                 if f == NULL:
                     break
-                k = self.firstkeys[x.level[i].fpno]
+                k = self.firstkeys[lv[i].fpno]
                 if k != key:
                     c = -1 if k < key else 1
                 else:
                     c = self._cmp(f, 0, key, seq, member, mlen)
                 if c > 0 or (strict and c == 0):
                     break
-                rank += x.level[i].span
-                drank += x.level[i].dspan
+                rank += lv[i].span
+                drank += lv[i].dspan
+                lv = lv[i].flevel
                 x = f
             path.update[i] = x
             path.rank[i] = rank
@@ -722,19 +794,21 @@ cdef class RankIndex:
         """The last page whose first key is < ``key`` (<= if ``inclusive``),
         or the header; ``rank`` gets the entries before it."""
         cdef pg_page *x = self.header
+        cdef pg_link *lv = x.level
         cdef pg_page *f
         cdef Py_ssize_t r = 0
         cdef int i
         cdef double k
         for i in range(self.height - 1, -1, -1):
             while True:
-                f = x.level[i].forward
+                f = lv[i].forward
                 if f == NULL:
                     break
-                k = self.firstkeys[x.level[i].fpno]
+                k = self.firstkeys[lv[i].fpno]
                 if k > key or (k == key and not inclusive):
                     break
-                r += x.level[i].span
+                r += lv[i].span
+                lv = lv[i].flevel
                 x = f
         rank[0] = r
         return x
@@ -760,12 +834,14 @@ cdef class RankIndex:
     cdef pg_page *_page_at(self, Py_ssize_t rank, Py_ssize_t *pos) noexcept:
         """The page and position of 1-based ``rank`` (1 <= rank <= length)."""
         cdef pg_page *x = self.header
+        cdef pg_link *lv = x.level
         cdef Py_ssize_t traversed = 0
         cdef int i
         for i in range(self.height - 1, -1, -1):
-            while x.level[i].forward != NULL and traversed + x.level[i].span < rank:
-                traversed += x.level[i].span
-                x = x.level[i].forward
+            while lv[i].forward != NULL and traversed + lv[i].span < rank:
+                traversed += lv[i].span
+                x = lv[i].forward
+                lv = lv[i].flevel
         pos[0] = rank - traversed - 1
         return x
 
@@ -774,6 +850,10 @@ cdef class RankIndex:
         cdef pg_page *p = self.pages[self._name_page(mid)[0]]
         cdef uint32_t *ids = PG_IDS(p)
         cdef Py_ssize_t i
+        # The header and the ids are a few lines at a known place: ask for
+        # them all at once, so that their misses overlap.
+        for i in range(64, <Py_ssize_t>PG_IDS_BYTES(self.page_size) + 32, 64):
+            rk_prefetch(<char *>p + i)
         for i in range(p.n):
             if ids[i] == mid:
                 pos[0] = i
@@ -912,6 +992,7 @@ cdef class RankIndex:
         while self.height < r.height:
             i = self.height
             self.header.level[i].forward = NULL
+            self.header.level[i].flevel = NULL
             self.header.level[i].span = <uint32_t>self.length
             self.header.level[i].dspan = <uint32_t>self.ndistinct
             path.update[i] = self.header
@@ -926,10 +1007,12 @@ cdef class RankIndex:
             before = rank_p + p.n - rx
             dbefore = drank_p + p.lead - dx
             r.level[i].forward = x.level[i].forward
+            r.level[i].flevel = x.level[i].flevel
             r.level[i].fpno = x.level[i].fpno
             r.level[i].span = <uint32_t>(x.level[i].span - before)
             r.level[i].dspan = <uint32_t>(x.level[i].dspan - dbefore)
             x.level[i].forward = r
+            x.level[i].flevel = r.level
             x.level[i].fpno = r.pno
             x.level[i].span = <uint32_t>before
             x.level[i].dspan = <uint32_t>dbefore
@@ -948,6 +1031,7 @@ cdef class RankIndex:
                 preds[i].level[i].span += r.level[i].span
                 preds[i].level[i].dspan += r.level[i].dspan
                 preds[i].level[i].forward = r.level[i].forward
+                preds[i].level[i].flevel = r.level[i].flevel
                 preds[i].level[i].fpno = r.level[i].fpno
         if nxt != NULL:
             nxt.prev = r.prev
@@ -1485,7 +1569,7 @@ cdef class RankIndex:
         cdef pg_page *p = self.header.level[0].forward
         cdef Py_ssize_t pages = 0
         while p != NULL:
-            pages += PG_SIZE(p.height, p.cap)
+            pages += PG_SIZE(p.cap) + p.height * sizeof(pg_link)
             p = p.level[0].forward
         return {"pages": pages, "names": self.names_used * 8,
                 "map": (self.mask + 1) * 4, "page_table": self.pages_cap * 20}
@@ -1807,6 +1891,7 @@ cdef class RankIndex:
             self.height = r.height
         for i in range(r.height):
             last[i].level[i].forward = r
+            last[i].level[i].flevel = r.level
             last[i].level[i].fpno = r.pno
             last[i].level[i].span = <uint32_t>(self.length - last_rank[i])
             last[i].level[i].dspan = <uint32_t>(self.ndistinct - last_drank[i])
@@ -1814,6 +1899,7 @@ cdef class RankIndex:
             last_rank[i] = self.length
             last_drank[i] = self.ndistinct
             r.level[i].forward = NULL
+            r.level[i].flevel = NULL
         r.prev = NULL if tail == self.header else tail
 
     # --- invariants -----------------------------------------------------------------
@@ -1896,6 +1982,7 @@ cdef class RankIndex:
                     b_n, b_l = starts[index_of[<size_t>nxt]]
                 assert x.level[level].span == b_n - a_n, f"span wrong at level {level}"
                 assert nxt == NULL or x.level[level].fpno == nxt.pno, "link's page number"
+                assert nxt == NULL or x.level[level].flevel == nxt.level, "link's tower"
                 assert x.level[level].dspan == b_l - a_l, f"dspan wrong at level {level}"
                 x = nxt
         for level in range(self.height, MAX_LEVEL):
