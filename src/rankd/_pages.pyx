@@ -72,18 +72,22 @@ bits beside the ids would only spare the rare collision, for a byte a slot.
 Searching
 ---------
 A search step must compare the target with the first entry of the page a
-link leads to.  Reading that page is a cache miss per step, so every link
-also holds its forward page's number, and a dense array indexed by page
-number keeps each page's first key (8 bytes a page, small enough to stay
-in cache): a step reads the page it stands on and that array, and touches
-the next page only to step onto it or to break a tie of keys.
+link leads to, and go on from that page's links.  Reading pages would be a
+cache miss per step, so a search reads none: a page's links (its *tower*)
+live apart from it, packed with the other towers in chunks that never
+move, every link holds its forward page's number and tower, and a dense
+array indexed by page number keeps each page's first key.  Towers and
+first keys are a few dozen bytes a page (about one byte a member), small
+enough to stay in cache on a big board; a search touches a page only to
+break a tie of keys, and the one page it ends on.
 
 What it costs
 -------------
-Finding a member's entry is a slot, its name, its page (by number) and a
-scan of the page's ids: two or three more cache misses than the skip
-list's slot and node, and a name is read from the arena, away from its
-entry, by every read that returns members and by ``dump``.  See
+Finding a member's entry is a slot, its name, its page (by number: its
+header and ids are asked for at once) and the key found there: one or two
+more cache misses than the skip list's slot and node.  A name is read from
+the arena, away from its entry, by every read that returns members and by
+``dump`` (which asks for the names of the entries ahead).  See
 bench/README.md for the measured price of each row.
 
 How it differs from Pugh and from the B+ trees
