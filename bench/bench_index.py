@@ -819,7 +819,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"redis: {args.members:,} members, {args.ops:,} requests per run")
         redis = run_redis(args.members, args.ops, args.redis_unpipelined_ops, args.repeats)
     print(machine_info())
-    print(f"Board: {args.members:,} members, order desc, tie_break first; {args.ops:,} ops per "
+    print(f"Board: {args.members:,} members, order desc, tie_break {args.tie_break}; "
+          f"{args.ops:,} ops per "
           f"figure; median of {args.repeats}; total wall time "
           f"{time.perf_counter() - started:.0f} s")
     print(f"1-min load average: {load_before} at start, {load_average()} at end "

@@ -887,12 +887,14 @@ cdef class RankIndex:
         cdef pg_page *q = p.prev
         return q == NULL or PG_KEYS(q)[q.n - 1] != PG_KEYS(p)[0]
 
-    cdef uint32_t _leaders(self, pg_page *p) noexcept:
+    cdef uint32_t _leaders(self, pg_page *p, bint first=True) noexcept:
+        """Leaders in ``p`` (without its first entry unless ``first``)."""
         cdef double *keys = PG_KEYS(p)
-        cdef uint32_t count, i
+        cdef uint32_t count = 0, i
         if p.n == 0:
             return 0
-        count = self._lead0(p)
+        if first:
+            count = self._lead0(p)
         for i in range(1, p.n):
             count += keys[i] != keys[i - 1]
         return count
@@ -1250,7 +1252,7 @@ cdef class RankIndex:
                              "pass seq explicitly")
         if mid != 0:
             key = self._key(target)
-            if self._stays(p, key):
+            if self._stays(p, pos, key):
                 seq = self._stamp(has_seq, seq)
                 new[0] = target
                 has_new[0] = True
@@ -1288,14 +1290,17 @@ cdef class RankIndex:
         self.memo_mutations = self.mutations
         return rank
 
-    cdef bint _stays(self, pg_page *p, double key) noexcept:
-        """Whether an entry of ``p`` given ``key`` still sorts between the
-        pages around ``p`` (a tie with a neighbour page takes the full path)."""
+    cdef bint _stays(self, pg_page *p, Py_ssize_t pos, double key) noexcept:
+        """Whether the entry at ``pos`` of ``p`` given ``key`` still sorts
+        between the pages around ``p`` (a tie with a neighbour page takes
+        the full path).  The next page's first key is in the first-key
+        array; the previous page is read only when the entry may become
+        or was the first of ``p``."""
         cdef pg_page *q = p.prev
-        if q != NULL and not PG_KEYS(q)[q.n - 1] < key:
+        cdef double *keys = PG_KEYS(p)
+        if q != NULL and (pos == 0 or not key > keys[0]) and not PG_KEYS(q)[q.n - 1] < key:
             return False
-        q = p.level[0].forward
-        return q == NULL or key < PG_KEYS(q)[0]
+        return p.level[0].forward == NULL or key < self.firstkeys[p.level[0].fpno]
 
     cdef Py_ssize_t _move_in_page(self, pg_page *p, Py_ssize_t pos, double key, uint64_t seq,
                                   uint32_t mid) noexcept:
@@ -1304,8 +1309,11 @@ cdef class RankIndex:
         cdef Py_ssize_t mlen, t
         cdef const char *name = self._name(mid, &mlen)
         cdef pg_page *nxt = p.level[0].forward
-        cdef bint next_lead = nxt != NULL and self._lead0(nxt)
-        cdef uint32_t lead
+        cdef double old_last = PG_KEYS(p)[p.n - 1], new_last, first
+        cdef uint32_t lead, inner
+        # Leaders among entries 1..n-1; the first entry's leadership (which
+        # reads the previous page) changes only if the first entry does.
+        inner = self._leaders(p, False)
         t = self._lower(p, key, seq, name, mlen)
         if t > pos:
             t -= 1
@@ -1316,12 +1324,19 @@ cdef class RankIndex:
         PG_SEQS(p)[t] = seq
         PG_IDS(p)[t] = mid
         self.firstkeys[p.pno] = PG_KEYS(p)[0]
-        lead = self._leaders(p)
+        if pos == 0 or t == 0:
+            lead = self._leaders(p, True)
+        else:
+            lead = p.lead - inner + self._leaders(p, False)
         if lead != p.lead:
             self._reaccount(p, 0, <int64_t>lead - p.lead)
             p.lead = lead
-        if nxt != NULL and self._lead0(nxt) != next_lead:
-            self._relead(nxt)
+        if nxt != NULL:
+            # The next page's first entry leads unless it ties p's last.
+            new_last = PG_KEYS(p)[p.n - 1]
+            first = self.firstkeys[p.level[0].fpno]
+            if (old_last != first) != (new_last != first):
+                self._relead(nxt)
         return t
 
     cdef inline uint64_t _stamp(self, bint has_seq, uint64_t seq) noexcept:
