@@ -96,10 +96,12 @@ Results = dict[str, Any]
 # --- dataset -------------------------------------------------------------------------------
 
 
-def make_dataset(n: int) -> tuple[list[str], list[int]]:
-    """Members ``player:<i>`` and their scores, the same in every process."""
+def make_dataset(n: int, names: str = "short") -> tuple[list[str], list[int]]:
+    """Members ``player:<i>`` (``names="padded"``: ``player:%012d``, 19 bytes,
+    as Redis's benchmark names them) and their scores, the same in every process."""
     rng = random.Random(SEED)
-    members = [f"player:{i}" for i in range(n)]
+    template = "player:{:012d}" if names == "padded" else "player:{}"
+    members = [template.format(i) for i in range(n)]
     scores = [rng.randint(0, MAX_SCORE) for _ in range(n)]
     return members, scores
 
@@ -126,11 +128,12 @@ def str_block_bytes(members: Sequence[str]) -> float:
 # --- rankd worker (runs in a child process) ------------------------------------------------
 
 
-def load_index(cls: type, members: list[str], scores: list[int]) -> tuple[Any, float]:
+def load_index(cls: type, members: list[str], scores: list[int],
+               tie_break: str = "first") -> tuple[Any, float]:
     """Build a board with chunked ``apply_batch`` SETs; only the calls are timed."""
     from rankd.index import Op
 
-    index = cls(order="desc", tie_break="first")
+    index = cls(order="desc", tie_break=tie_break)
     elapsed = 0.0
     for start in range(0, len(members), LOAD_CHUNK):
         end = start + LOAD_CHUNK
@@ -252,26 +255,29 @@ def time_dump_load(cls: type, index: Any, repeats: int) -> tuple[float, float, i
 def worker_class(impl: str) -> type:
     if impl == "native":
         from rankd._skiplist import RankIndex
+    elif impl == "pages":
+        from rankd._pages import RankIndex
     else:
         from rankd.index._fallback import RankIndex
     return RankIndex
 
 
-def run_worker(impl: str, n: int, ops: int, repeats: int, load_repeats: int) -> Results:
+def run_worker(impl: str, n: int, ops: int, repeats: int, load_repeats: int,
+               names: str = "short", tie_break: str = "first") -> Results:
     """Every rankd figure for one implementation; runs in its own process."""
     cls = worker_class(impl)
-    members, scores = make_dataset(n)
+    members, scores = make_dataset(n, names)
     touches = {name: [pick(members, ops, SEED + 100 * k + i) for i in range(repeats)]
                for k, name in enumerate(TOUCHING, start=1)}
     gc.collect()
     baseline = rss_bytes()
-    index, first_load = load_index(cls, members, scores)
+    index, first_load = load_index(cls, members, scores, tie_break)
     grown = rss_bytes() - baseline
     loads = [first_load]
     for _ in range(load_repeats - 1):
         del index
         gc.collect()
-        index, seconds = load_index(cls, members, scores)
+        index, seconds = load_index(cls, members, scores, tie_break)
         loads.append(seconds)
     del scores  # transient; the members stay, the reads pick from them
     log(f"  {impl}: loaded {n:,} members, {statistics.median(loads):.2f} s")
@@ -597,17 +603,20 @@ def ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
 
 
-def table(native: Results | None, fallback: Results | None, redis: Results | None) -> str:
-    head = ("operation", "unit", "native", "fallback", "redis P=1", f"redis P={REDIS_PIPELINE}",
-            "nat/redis P=1", f"nat/redis P={REDIS_PIPELINE}")
+def table(native: Results | None, fallback: Results | None, redis: Results | None,
+          pages: Results | None = None) -> str:
+    head = ("operation", "unit", "native", "pages", "pages/nat", "fallback", "redis P=1",
+            f"redis P={REDIS_PIPELINE}", "nat/redis P=1", f"nat/redis P={REDIS_PIPELINE}")
     lines = [head]
     for row in ROWS:
         nat = native.get(row.key) if native else None
+        pg = pages.get(row.key) if pages else None
         fb = fallback.get(row.key) if fallback else None
         r1 = redis.get(row.redis_p1) if redis and row.redis_p1 else None
         r64 = redis.get(row.redis_p64) if redis and row.redis_p64 else None
-        lines.append((row.label, row.unit, fmt(nat, row.unit), fmt(fb, row.unit),
-                      fmt(r1, row.unit), fmt(r64, row.unit), ratio(nat, r1), ratio(nat, r64)))
+        lines.append((row.label, row.unit, fmt(nat, row.unit), fmt(pg, row.unit), ratio(pg, nat),
+                      fmt(fb, row.unit), fmt(r1, row.unit), fmt(r64, row.unit), ratio(nat, r1),
+                      ratio(nat, r64)))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     out = []
     for k, line in enumerate(lines):
@@ -701,12 +710,33 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def spawn_worker(impl: str, n: int, ops: int, repeats: int, load_repeats: int) -> Results:
+def spawn_worker(impl: str, n: int, ops: int, repeats: int, load_repeats: int,
+                 names: str = "short", tie_break: str = "first") -> Results:
     """Run one rankd implementation in a fresh interpreter and collect its JSON figures."""
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, "--members", str(n),
-           "--ops", str(ops), "--repeats", str(repeats), "--load-repeats", str(load_repeats)]
+           "--ops", str(ops), "--repeats", str(repeats), "--load-repeats", str(load_repeats),
+           "--names", names, "--tie-break", tie_break]
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def alternate(args: argparse.Namespace) -> tuple[Results, Results | None]:
+    """The native skip list's figures and, with ``--pages``, the paged index's,
+    from workers alternated over ``--rounds`` rounds; each figure is the median
+    over rounds (memory too), so machine noise hits both alike."""
+    runs: dict[str, list[Results]] = {"native": [], "pages": []}
+    impls = ("native", "pages") if args.pages else ("native",)
+    for r in range(args.rounds if args.pages else 1):
+        for impl in impls if r % 2 == 0 else impls[::-1]:
+            runs[impl].append(spawn_worker(impl, args.members, args.ops, args.repeats,
+                                           args.repeats, args.names, args.tie_break))
+            log(f"  round {r + 1}: {impl} done")
+
+    def median(results: list[Results]) -> Results:
+        return {k: statistics.median(r[k] for r in results) if isinstance(v, float) else v
+                for k, v in results[0].items()}
+
+    return median(runs["native"]), median(runs["pages"]) if args.pages else None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -727,7 +757,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-fallback", action="store_true", help="skip the pure-Python fallback")
     p.add_argument("--quick", action="store_true",
                    help=f"smoke run: {QUICK['members']:,} members, {QUICK['ops']:,} ops, 1 repeat")
-    p.add_argument("--worker", choices=("native", "python"), help=argparse.SUPPRESS)
+    p.add_argument("--pages", action="store_true",
+                   help="also run the compact paged index (rankd._pages), each round "
+                        "alternating with the native skip list")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="with --pages: alternated native/pages worker rounds; each figure "
+                        "is the median over rounds (default 1)")
+    p.add_argument("--names", choices=("short", "padded"), default="short",
+                   help="member names: player:<i> (default) or player:%%012d (19 bytes)")
+    p.add_argument("--tie-break", choices=("first", "member"), default="first",
+                   help="tie-break of the rankd boards (default first)")
+    p.add_argument("--worker", choices=("native", "python", "pages"), help=argparse.SUPPRESS)
     p.add_argument("--load-repeats", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     defaults = QUICK if args.quick else {"members": 1_000_000, "ops": 200_000, "repeats": 3}
@@ -754,7 +794,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
-        res = run_worker(args.worker, args.members, args.ops, args.repeats, args.load_repeats)
+        res = run_worker(args.worker, args.members, args.ops, args.repeats, args.load_repeats,
+                         args.names, args.tie_break)
         print(json.dumps(res))
         return 0
     if not args.no_redis and not (shutil.which("redis-server") and shutil.which("redis-benchmark")):
@@ -765,7 +806,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     load_before = load_average()
     log(f"native: {args.members:,} members, {args.ops:,} ops, {args.repeats} repeat(s)")
-    native = spawn_worker("native", args.members, args.ops, args.repeats, args.repeats)
+    native, pages = alternate(args)
     log(f"  native done at {time.perf_counter() - started:.0f} s")
     fallback = None
     if not args.no_fallback:
@@ -778,12 +819,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"redis: {args.members:,} members, {args.ops:,} requests per run")
         redis = run_redis(args.members, args.ops, args.redis_unpipelined_ops, args.repeats)
     print(machine_info())
-    print(f"Board: {args.members:,} members, order desc, tie_break first; {args.ops:,} ops per "
+    print(f"Board: {args.members:,} members, order desc, tie_break {args.tie_break}; "
+          f"{args.ops:,} ops per "
           f"figure; median of {args.repeats}; total wall time "
           f"{time.perf_counter() - started:.0f} s")
     print(f"1-min load average: {load_before} at start, {load_average()} at end "
           f"(this benchmark alone keeps it near 1-2)\n")
-    print(table(native, fallback, redis))
+    print(f"Names: {args.names}; tie_break {args.tie_break}; native/pages rounds: "
+          f"{args.rounds if args.pages else 1}")
+    print(table(native, fallback, redis, pages))
     print()
     print(notes(args, fallback, redis))
     return 0

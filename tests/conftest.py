@@ -65,12 +65,15 @@ def load_implementation(name: str) -> type:
         from rankd.index._fallback import RankIndex
 
         return RankIndex
+    if name == "pages":
+        return native("rankd._pages", "RankIndex")
     return native("rankd._skiplist", "RankIndex")
 
 
-@pytest.fixture(scope="session", params=["python", "native"])
+@pytest.fixture(scope="session", params=["python", "native", "pages"])
 def index_cls(request: pytest.FixtureRequest) -> type:
-    """Each implementation of ``RankIndex`` in turn."""
+    """Each implementation of ``RankIndex`` in turn (``pages``: the compact
+    paged layout of ``rankd._pages``)."""
     return load_implementation(request.param)
 
 

@@ -29,7 +29,7 @@ SEED = 20_240_611
 
 
 def is_native(index_cls) -> bool:
-    return index_cls.__module__ == "rankd._skiplist"
+    return index_cls.__module__ in ("rankd._skiplist", "rankd._pages")
 
 
 def member_name(i: int) -> str:
@@ -217,6 +217,9 @@ def test_creating_and_destroying_indexes_does_not_leak(index_cls):
     module = sys.modules[index_cls.__module__]
     live_nodes = getattr(module, "live_nodes", None)
     nodes_before = live_nodes() if live_nodes else None
+    # rankd._pages counts its pages and names: every one must be freed.
+    counters = [getattr(module, c) for c in ("live_pages", "live_names") if hasattr(module, c)]
+    counted_before = [count() for count in counters]
     before = rss_bytes()
     for _ in range(rounds):
         churn(index_cls, rng, size)
@@ -227,3 +230,4 @@ def test_creating_and_destroying_indexes_does_not_leak(index_cls):
     assert grown < 24 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB over {rounds} rounds"
     if live_nodes is not None:
         assert live_nodes() == nodes_before
+    assert [count() for count in counters] == counted_before

@@ -1,0 +1,2145 @@
+# cython: language_level=3
+"""Native rank index, compact layout: a skip list over pages of packed entries.
+
+What it is
+----------
+The same index as :mod:`rankd._skiplist` (same contract, same dump
+format, same results): a span-counting skip list ordered best-first plus a
+member hash map.  What changes is the memory layout, which is where an
+in-memory leaderboard spends its users' money.
+
+Why pages
+---------
+A skip list of one node per member pays, per member, a malloc'd block, a
+forward pointer and a span per level, a backward pointer, a cached key per
+level and a hash slot pointer: about 107 bytes for a 19-byte name.  Here
+level 0 is *unrolled*: a page holds up to ``page_size`` entries (64 by
+default) in rank order, as parallel arrays of score keys (f64), arrival
+sequences (u64) and 32-bit member ids.  Only pages carry skip list levels,
+so the tower overhead is paid once per page, not once per member.  Rank,
+top-K, neighbours and range reads walk a few pages of contiguous arrays
+instead of one pointer per member, and an update that stays inside its
+page is a memmove, not an unlink and relink.
+
+How spans count entries
+-----------------------
+A page's link at level ``i`` spans the entries of every page from the page
+itself (inclusive) to its forward page at that level (exclusive); a link
+to NULL spans to the end.  Summing spans on a search path therefore gives
+the number of entries before the page the search ends on, and a member's
+rank is that sum + its position in the page + 1.  When a page gains or
+loses entries, exactly one link per level covers it: its own link below
+its height, and above it the link of the last taller page before it, which
+is the search path's ``update[i]``; ``_account`` adjusts those.  Splitting
+a page links the new page after it with the spans cut at the rank where
+the new page starts, as a Pugh insertion cuts them at the new node.
+
+How dense rank stays O(log n)
+-----------------------------
+Every link also carries a *distinct span*: how many *leaders* (first
+entries of a run of equal scores) the pages it covers hold.  A page keeps
+its leader count (``lead``), recomputed by one scan of its keys after a
+change (a page is a few cache lines); its first entry's leadership depends
+on the previous page's last key, so a change at a page's end re-counts the
+next page's first entry too.  Dense rank is the distinct spans summed on
+the search path plus the leaders in the page up to the member.
+
+Minimum fill
+------------
+Every page but the last holds at least ``page_size // 2`` entries, as a B
+tree's nodes do: a removal that leaves a page below that merges it with a
+neighbour when the two fit in one page, else evens the two out.  Deletes,
+cheater removals and period resets therefore never leave memory behind in
+sparse pages (Valkey 9.2's B+ tree lacks this).  A page that fills splits
+in two halves, but a page appended at the end of the board (monotonic
+scores) starts empty instead, and ``load`` packs pages 7/8 full.
+
+Members
+-------
+Each member name is stored once, in the index's name arena: a record of
+``u32 page number | u8 length - 1 | UTF-8 bytes`` padded to 8 bytes,
+addressed by a 32-bit id (its offset in 8-byte units).  Freed records go to
+free lists by size, so deleting and re-adding members reuses their memory.
+The page number finds the member's page in O(1) through the page table;
+the member is found in its page by scanning its ids (a page is small).
+The member map is open addressing with linear probing over an array of
+32-bit ids (4 bytes a slot, at most 3/4 full), keyed by SipHash-1-3 with a
+per-index random key (names come from players, so collisions must not be
+predictable); it deletes by backward shift, so it holds no tombstones.  A
+hit reads the slot and the name it must compare anyway, so tags of hash
+bits beside the ids would only spare the rare collision, for a byte a slot.
+
+Searching
+---------
+A search step must compare the target with the first entry of the page a
+link leads to, and go on from that page's links.  Reading pages would be a
+cache miss per step, so a search reads none: a page's links (its *tower*)
+live apart from it, packed with the other towers in chunks that never
+move, every link holds its forward page's number and tower, and a dense
+array indexed by page number keeps each page's first key.  Towers and
+first keys are a few dozen bytes a page (about one byte a member), small
+enough to stay in cache on a big board; a search touches a page only to
+break a tie of keys, and the one page it ends on.
+
+What it costs
+-------------
+Finding a member's entry is a slot, its name, its page (by number: its
+header and ids are asked for at once) and the key found there: one or two
+more cache misses than the skip list's slot and node.  A name is read from
+the arena, away from its entry, by every read that returns members and by
+``dump`` (which asks for the names of the entries ahead).  See
+bench/README.md for the measured price of each row.
+
+How it differs from Pugh and from the B+ trees
+----------------------------------------------
+Pugh's skip list holds one key per node; here a node is a page of many,
+and spans count entries, not nodes (Redis's zskiplist counts nodes).
+Valkey's and Dragonfly's B+ tree sets keep internal nodes with child
+counts and split and merge them too; here the levels above the pages are
+a randomised skip list, so only level 0 is split and merged, and there is
+no internal node to rebalance; the per-level distinct spans give dense
+rank in O(log n), which neither B+ tree offers.
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.math cimport INFINITY, isfinite, signbit
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.string cimport memcmp, memcpy, memmove, memset
+
+from rankd._skiplist cimport (
+    PyUnicode_AsUTF8AndSize,
+    rk_load_f64,
+    rk_load_u16,
+    rk_load_u64,
+    rk_prefetch,
+    rk_siphash13,
+    rk_store_f64,
+    rk_store_u16,
+    rk_store_u32,
+    rk_store_u64,
+    rk_utf8_valid,
+)
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void *op)
+
+cdef extern from *:
+    """
+    typedef struct pg_page pg_page;
+    /* A link: the forward page, the spans, and what a search needs to go
+       on without reading the forward page: its number (whose first key is
+       in the dense first-key array) and its tower of links (flevel). */
+    typedef struct pg_link pg_link;
+    struct pg_link {
+        pg_page *forward;
+        pg_link *flevel;
+        uint32_t span, dspan, fpno, pad;
+    };
+    /* A page: header, then cap ids (the header and the first ids share a
+       cache line, and finding a member scans the ids), cap keys and cap
+       seqs.  Its levels (its
+       tower) live apart, packed with the other pages' towers in chunks
+       (see _tower_alloc), so that the levels a search walks stay in cache. */
+    struct pg_page {
+        pg_page *prev;            /* previous page on level 0 (NULL: first) */
+        uint32_t n, lead, pno;    /* entries, leaders, page number */
+        uint16_t height, cap;
+        pg_link *level;
+    };
+    #define PG_IDS_BYTES(cap) (((size_t)(cap) * 4 + 7) & ~(size_t)7)
+    #define PG_IDS(p) ((uint32_t *)((char *)(p) + sizeof(pg_page)))
+    #define PG_KEYS(p) ((double *)((char *)PG_IDS(p) + PG_IDS_BYTES((p)->cap)))
+    #define PG_SEQS(p) ((uint64_t *)(PG_KEYS(p) + (p)->cap))
+    #define PG_SIZE(cap) (sizeof(pg_page) + PG_IDS_BYTES(cap) + (size_t)(cap) * (8 + 8))
+    #define PG_TOWER_CHUNK 4096   /* links a chunk of towers holds */
+    #define PG_MAX_LEVEL 32
+    #define PG_NAME_CLASSES 34   /* records of 1..33 units of 8 bytes */
+    """
+    ctypedef struct pg_page
+    ctypedef struct pg_link:
+        pg_page *forward
+        pg_link *flevel
+        uint32_t span
+        uint32_t dspan
+        uint32_t fpno
+    ctypedef struct pg_page:
+        pg_page *prev
+        uint32_t n
+        uint32_t lead
+        uint32_t pno
+        uint16_t height
+        uint16_t cap
+        pg_link *level
+    double *PG_KEYS(pg_page *p) nogil
+    uint64_t *PG_SEQS(pg_page *p) nogil
+    uint32_t *PG_IDS(pg_page *p) nogil
+    size_t PG_SIZE(int cap) nogil
+    size_t PG_IDS_BYTES(int cap) nogil
+    enum:
+        TOWER_CHUNK "PG_TOWER_CHUNK"
+        MAX_LEVEL "PG_MAX_LEVEL"
+        NAME_CLASSES "PG_NAME_CLASSES"
+
+import os
+import zlib
+
+# A dump's tie-break byte, by value.
+TIE_BREAK_CODES = ("first", "member", "member_desc")
+
+DEF DEFAULT_PAGE_SIZE = 64
+DEF MIN_PAGE_SIZE = 4
+DEF MAX_PAGE_SIZE = 4096
+DEF MIN_TABLE_SIZE = 8
+DEF MAX_MEMBER_BYTES = 256
+DEF MAX_EXACT_INT = 9007199254740992
+DEF MAX_SEQ = 9223372036854775807
+DEF MAX_LENGTH = 4294967294
+DEF DUMP_VERSION = 1
+DEF DUMP_HEADER_SIZE = 24
+DEF DUMP_RECORD_SIZE = 18
+DEF DUMP_AHEAD = 16
+DEF SLOT_AHEAD = 8
+DEF NAME_AHEAD = 4
+DEF PREFETCH_MIN_LENGTH = 32768
+DEF OP_SET = 0
+DEF OP_SET_NEW = 1
+DEF OP_SET_EXISTS = 2
+DEF OP_SET_BETTER = 3
+DEF OP_SET_WORSE = 4
+DEF OP_INCR = 5
+DEF OP_REMOVE = 6
+
+# Pages and name records alive in every index of the process: tests use
+# them to prove that indexes free everything they allocate.
+cdef Py_ssize_t _live_pages = 0
+cdef Py_ssize_t _live_names = 0
+
+
+def live_pages():
+    """Number of pages currently allocated, across all indexes."""
+    return _live_pages
+
+
+def live_names():
+    """Number of member name records currently in use, across all indexes."""
+    return _live_names
+
+
+# --- input validation (the contract's errors, as rankd._skiplist raises them) ---
+
+cdef inline int _member_bytes(object member, const char **data, Py_ssize_t *size) except -1:
+    if not isinstance(member, str):
+        raise TypeError(f"member must be a str, got {type(member).__name__}")
+    try:
+        data[0] = PyUnicode_AsUTF8AndSize(member, size)
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"member is not encodable as UTF-8: {exc.reason}") from None
+    if size[0] == 0:
+        raise ValueError("member must not be empty")
+    if size[0] > MAX_MEMBER_BYTES:
+        raise ValueError(
+            f"member must be at most {MAX_MEMBER_BYTES} bytes in UTF-8, got {size[0]}"
+        )
+    return 0
+
+
+cdef inline int _number(object value, double *out, str what) except -1:
+    cdef long long as_int
+    cdef int overflow = 0
+    if type(value) is float:
+        out[0] = PyFloat_AS_DOUBLE(value)
+    elif isinstance(value, bool):
+        raise TypeError(f"{what} must be an int or float, got bool")
+    elif isinstance(value, int):
+        as_int = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if overflow or as_int > MAX_EXACT_INT or as_int < -MAX_EXACT_INT:
+            raise ValueError(
+                f"{what} {value} is beyond 2**53 and cannot be stored exactly as a float"
+            )
+        out[0] = <double>as_int
+    elif isinstance(value, float):
+        out[0] = PyFloat_AS_DOUBLE(value)
+    else:
+        raise TypeError(f"{what} must be an int or float, got {type(value).__name__}")
+    if not isfinite(out[0]):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    return 0
+
+
+cdef inline int _bound(object value, double *out, str what) except -1:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be an int or float, got {type(value).__name__}")
+    try:
+        out[0] = <double>value
+    except OverflowError:
+        out[0] = INFINITY if value > 0 else -INFINITY
+    if out[0] != out[0]:
+        raise ValueError(f"{what} must not be NaN")
+    return 0
+
+
+cdef inline int _seq(object value, uint64_t *out) except -1:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"seq must be an int, got {type(value).__name__}")
+    if value < 0 or value > MAX_SEQ:
+        raise ValueError(f"seq must be between 0 and 2**63 - 1, got {value}")
+    out[0] = <uint64_t>value
+    return 0
+
+
+cdef inline int _count(object value, str what) except -1:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{what} must not be negative, got {value}")
+    return 0
+
+
+cdef inline tuple _untracked(tuple result):
+    """``result`` (numbers, bools and None only) left out of the cyclic GC."""
+    PyObject_GC_UnTrack(<void *>result)
+    return result
+
+
+cdef object _float_or_none(bint present, double value):
+    return value if present else None
+
+
+# A search result: the page a target belongs to, with the links that
+# cover it and the entries and leaders before each.
+ctypedef struct pg_path:
+    pg_page *update[MAX_LEVEL]
+    Py_ssize_t rank[MAX_LEVEL]
+    Py_ssize_t drank[MAX_LEVEL]
+
+
+@cython.final
+cdef class RankIndex:
+    """A leaderboard index in the compact paged layout: members ordered by
+    score, best first.  See :mod:`rankd.index._contract` for the contract.
+
+    Besides the contract's knobs, ``page_size`` (4..4096, default 64) sets
+    the entries a page holds; tests shrink it to force splits and merges.
+    ``branching`` defaults to 2, not 4: a page is tall more often, but the
+    levels are over pages, few enough that the height costs little, and a
+    search steps onto fewer pages (each step onto a page is a cache miss).
+    """
+
+    cdef pg_page *header
+    cdef Py_ssize_t length
+    cdef Py_ssize_t ndistinct
+    cdef Py_ssize_t member_bytes
+    cdef Py_ssize_t peak_length
+    cdef Py_ssize_t peak_member_bytes
+    cdef int height
+    cdef int max_level
+    cdef uint32_t branching
+    cdef uint64_t rng_state
+    cdef int page_size
+    cdef int min_fill
+    cdef bint descending
+    cdef bint tie_by_member
+    cdef bint tie_member_desc
+    cdef uint64_t _next_seq
+    cdef uint64_t hash_k0, hash_k1
+    cdef Py_ssize_t mutations
+    cdef uint32_t memo_mid          # the member last written, its rank, and
+    cdef Py_ssize_t memo_rank       # the mutation count that rank is good for
+    cdef Py_ssize_t memo_mutations
+    # name arena: 8-byte units; id = offset in units (0 is never used)
+    cdef uint64_t *names
+    cdef size_t names_used, names_cap
+    cdef uint32_t free_names[NAME_CLASSES]
+    # member map
+    cdef uint32_t *slot_ids
+    cdef size_t mask
+    # page table
+    cdef pg_page **pages
+    cdef double *firstkeys          # by page number: the key of its first entry
+    # towers: the pages' links, packed in chunks that never move
+    cdef pg_link *free_towers[MAX_LEVEL + 1]
+    cdef pg_link *tower_next
+    cdef size_t tower_room
+    cdef void **chunks
+    cdef size_t nchunks, chunks_cap
+    cdef uint32_t pages_cap
+    cdef uint32_t *free_pnos
+    cdef uint32_t nfree_pnos, pnos_used
+
+    def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
+                  int branching=2, seed=None, int page_size=DEFAULT_PAGE_SIZE):
+        if order not in ("desc", "asc"):
+            raise ValueError(f"order must be 'desc' or 'asc', got {order!r}")
+        if tie_break not in ("first", "member", "member_desc"):
+            raise ValueError("tie_break must be 'first', 'member' or 'member_desc', "
+                             f"got {tie_break!r}")
+        if not 1 <= max_level <= MAX_LEVEL:
+            raise ValueError(f"max_level must be between 1 and {MAX_LEVEL}, got {max_level}")
+        if not 2 <= branching <= 64:
+            raise ValueError(f"branching must be between 2 and 64, got {branching}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        if not MIN_PAGE_SIZE <= page_size <= MAX_PAGE_SIZE:
+            raise ValueError(f"page_size must be between {MIN_PAGE_SIZE} and "
+                             f"{MAX_PAGE_SIZE}, got {page_size}")
+        self.descending = order == "desc"
+        self.tie_by_member = tie_break != "first"
+        self.tie_member_desc = tie_break == "member_desc"
+        self.max_level = max_level
+        self.branching = branching
+        self.page_size = page_size
+        self.min_fill = page_size // 2
+        if seed is None:
+            self.rng_state = int.from_bytes(os.urandom(8), "little")
+        else:
+            self.rng_state = (seed * 0x9E3779B97F4A7C15 + 1) & 0xFFFFFFFFFFFFFFFF
+        if self.rng_state == 0:
+            self.rng_state = 0x9E3779B97F4A7C15
+        key = os.urandom(16)
+        self.hash_k0 = int.from_bytes(key[:8], "little")
+        self.hash_k1 = int.from_bytes(key[8:], "little")
+        self.header = <pg_page *>calloc(1, PG_SIZE(0) + MAX_LEVEL * sizeof(pg_link))
+        if self.header == NULL:
+            raise MemoryError()
+        self.header.level = <pg_link *>(<char *>self.header + PG_SIZE(0))
+        self.header.height = MAX_LEVEL
+        self._reset()
+
+    def __dealloc__(self):
+        self._free_all()
+        free(self.header)
+
+    # --- memory: pages, names, member map --------------------------------------
+
+    cdef void _free_all(self) noexcept:
+        global _live_pages, _live_names
+        cdef size_t i
+        cdef pg_page *p
+        cdef pg_page *nxt
+        if self.header == NULL:
+            return
+        p = self.header.level[0].forward
+        while p != NULL:
+            nxt = p.level[0].forward
+            free(p)
+            _live_pages -= 1
+            p = nxt
+        _live_names -= self.length
+        free(self.names)
+        free(self.slot_ids)
+        free(self.pages)
+        free(self.free_pnos)
+        free(self.firstkeys)
+        self.firstkeys = NULL
+        for i in range(self.nchunks):
+            free(self.chunks[i])
+        free(self.chunks)
+        self.chunks = NULL
+        self.nchunks = self.chunks_cap = 0
+        self.tower_next = NULL
+        self.tower_room = 0
+        memset(self.free_towers, 0, sizeof(self.free_towers))
+        self.names = NULL
+        self.slot_ids = NULL
+        self.pages = NULL
+        self.free_pnos = NULL
+
+    cdef int _reset(self) except -1:
+        """An empty index (the memory of any previous state freed first)."""
+        cdef int i
+        self._free_all()
+        for i in range(MAX_LEVEL):
+            self.header.level[i].forward = NULL
+            self.header.level[i].flevel = NULL
+            self.header.level[i].span = 0
+            self.header.level[i].dspan = 0
+        self.height = 1
+        self.length = 0
+        self.ndistinct = 0
+        self.member_bytes = 0
+        self.peak_length = 0
+        self.peak_member_bytes = 0
+        self.names_cap = 64
+        self.names_used = 1
+        self.names = <uint64_t *>malloc(self.names_cap * 8)
+        memset(self.free_names, 0, sizeof(self.free_names))
+        self.mask = MIN_TABLE_SIZE - 1
+        self.slot_ids = <uint32_t *>calloc(MIN_TABLE_SIZE, 4)
+        self.pages_cap = 16
+        self.pages = <pg_page **>calloc(self.pages_cap, sizeof(pg_page *))
+        self.free_pnos = <uint32_t *>malloc(self.pages_cap * 4)
+        self.nfree_pnos = 0
+        self.pnos_used = 0
+        self.firstkeys = <double *>malloc(self.pages_cap * 8)
+        if (self.names == NULL or self.slot_ids == NULL or self.firstkeys == NULL
+                or self.pages == NULL or self.free_pnos == NULL):
+            raise MemoryError()
+        return 0
+
+    cdef int _random_height(self) noexcept:
+        cdef int level = 1
+        cdef uint64_t x
+        while level < self.max_level:
+            x = self.rng_state
+            x ^= x << 13
+            x ^= x >> 7
+            x ^= x << 17
+            self.rng_state = x
+            if (x >> 32) % self.branching != 0:
+                break
+            level += 1
+        return level
+
+    cdef pg_page *_new_page(self) except NULL:
+        """A fresh, unlinked, empty page with a page number."""
+        global _live_pages
+        cdef int h = self._random_height()
+        cdef pg_page *p
+        cdef uint32_t pno
+        cdef void *grown
+        if self.nfree_pnos == 0 and self.pnos_used == self.pages_cap:
+            grown = realloc(self.pages, self.pages_cap * 2 * sizeof(pg_page *))
+            if grown == NULL:
+                raise MemoryError()
+            self.pages = <pg_page **>grown
+            grown = realloc(self.free_pnos, self.pages_cap * 2 * 4)
+            if grown == NULL:
+                raise MemoryError()
+            self.free_pnos = <uint32_t *>grown
+            grown = realloc(self.firstkeys, self.pages_cap * 2 * 8)
+            if grown == NULL:
+                raise MemoryError()
+            self.firstkeys = <double *>grown
+            self.pages_cap *= 2
+        cdef pg_link *tower = self._tower_alloc(h)
+        if tower == NULL:
+            raise MemoryError()
+        p = <pg_page *>malloc(PG_SIZE(self.page_size))
+        if p == NULL:
+            self._tower_free(tower, h)
+            raise MemoryError()
+        p.level = tower
+        if self.nfree_pnos:
+            self.nfree_pnos -= 1
+            pno = self.free_pnos[self.nfree_pnos]
+        else:
+            pno = self.pnos_used
+            self.pnos_used += 1
+        p.prev = NULL
+        p.n = 0
+        p.lead = 0
+        p.pno = pno
+        p.height = h
+        p.cap = self.page_size
+        self.pages[pno] = p
+        _live_pages += 1
+        return p
+
+    cdef void _free_page(self, pg_page *p) noexcept:
+        global _live_pages
+        self.pages[p.pno] = NULL
+        self.free_pnos[self.nfree_pnos] = p.pno
+        self.nfree_pnos += 1
+        self._tower_free(p.level, p.height)
+        free(p)
+        _live_pages -= 1
+
+    cdef pg_link *_tower_alloc(self, int height) noexcept:
+        """Links for a page of ``height`` levels, from the chunks of towers
+        (a freed tower of that height first); NULL if out of memory."""
+        cdef pg_link *tower = self.free_towers[height]
+        cdef void *grown
+        if tower != NULL:
+            self.free_towers[height] = tower[0].flevel  # the next free one
+            return tower
+        if self.tower_room < <size_t>height:
+            if self.nchunks == self.chunks_cap:
+                grown = realloc(self.chunks, (self.chunks_cap * 2 + 4) * sizeof(void *))
+                if grown == NULL:
+                    return NULL
+                self.chunks = <void **>grown
+                self.chunks_cap = self.chunks_cap * 2 + 4
+            self.tower_next = <pg_link *>malloc(TOWER_CHUNK * sizeof(pg_link))
+            if self.tower_next == NULL:
+                self.tower_room = 0
+                return NULL
+            self.chunks[self.nchunks] = self.tower_next
+            self.nchunks += 1
+            self.tower_room = TOWER_CHUNK
+        tower = self.tower_next
+        self.tower_next += height
+        self.tower_room -= height
+        return tower
+
+    cdef void _tower_free(self, pg_link *tower, int height) noexcept:
+        """Keep ``tower`` for the next page of that height (a free list by
+        height, linked through the first link's ``flevel``)."""
+        tower[0].flevel = self.free_towers[height]
+        self.free_towers[height] = tower
+
+    cdef inline const char *_name(self, uint32_t mid, Py_ssize_t *mlen) noexcept nogil:
+        cdef const uint8_t *rec = <const uint8_t *>&self.names[mid]
+        mlen[0] = <Py_ssize_t>rec[4] + 1
+        return <const char *>(rec + 5)
+
+    cdef inline uint32_t *_name_page(self, uint32_t mid) noexcept:
+        return <uint32_t *>&self.names[mid]
+
+    cdef uint32_t _name_new(self, const char *member, Py_ssize_t mlen) except 0:
+        """Store a name; return its id."""
+        global _live_names
+        cdef size_t units = <size_t>(5 + mlen + 7) // 8
+        cdef uint32_t mid = self.free_names[units]
+        cdef uint8_t *rec
+        cdef void *grown
+        cdef size_t cap
+        if mid != 0:
+            self.free_names[units] = (<uint32_t *>&self.names[mid])[0]
+        else:
+            if self.names_used + units > self.names_cap:
+                cap = self.names_cap * 2
+                while cap < self.names_used + units:
+                    cap *= 2
+                if cap > (<size_t>1 << 32):
+                    raise OverflowError("the name arena of a rank index is full (32 GiB)")
+                grown = realloc(self.names, cap * 8)
+                if grown == NULL:
+                    raise MemoryError()
+                self.names = <uint64_t *>grown
+                self.names_cap = cap
+            mid = <uint32_t>self.names_used
+            self.names_used += units
+        rec = <uint8_t *>&self.names[mid]
+        rec[4] = <uint8_t>(mlen - 1)
+        memcpy(rec + 5, member, mlen)
+        _live_names += 1
+        return mid
+
+    cdef void _name_free(self, uint32_t mid) noexcept:
+        global _live_names
+        cdef Py_ssize_t mlen
+        self._name(mid, &mlen)
+        cdef size_t units = <size_t>(5 + mlen + 7) // 8
+        (<uint32_t *>&self.names[mid])[0] = self.free_names[units]
+        self.free_names[units] = mid
+        _live_names -= 1
+
+    cdef inline uint64_t _hash(self, const char *member, Py_ssize_t mlen) noexcept:
+        return rk_siphash13(self.hash_k0, self.hash_k1, member, mlen)
+
+    cdef inline Py_ssize_t _slot(self, const char *member, Py_ssize_t mlen,
+                                 uint64_t h) noexcept:
+        """The map slot holding ``member``, or -1."""
+        cdef size_t i = h & self.mask
+        cdef uint32_t mid
+        cdef Py_ssize_t nlen
+        cdef const char *name
+        while True:
+            mid = self.slot_ids[i]
+            if mid == 0:
+                return -1
+            name = self._name(mid, &nlen)
+            if nlen == mlen and memcmp(name, member, mlen) == 0:
+                return <Py_ssize_t>i
+            i = (i + 1) & self.mask
+
+    cdef inline uint32_t _lookup(self, const char *member, Py_ssize_t mlen) noexcept:
+        cdef Py_ssize_t i = self._slot(member, mlen, self._hash(member, mlen))
+        return 0 if i < 0 else self.slot_ids[i]
+
+    cdef void _map_put(self, uint32_t mid, uint64_t h) noexcept:
+        cdef size_t i = h & self.mask
+        while self.slot_ids[i] != 0:
+            i = (i + 1) & self.mask
+        self.slot_ids[i] = mid
+
+    cdef int _map_reserve(self, Py_ssize_t members) except -1:
+        """Grow the map so that ``members`` fill at most 3/4 of it."""
+        cdef size_t size = self.mask + 1
+        while <size_t>members * 4 > size * 3:
+            size *= 2
+        if size != self.mask + 1:
+            self._map_rehash(size)
+        return 0
+
+    cdef void _map_shrink(self) noexcept:
+        """After a removal: a map less than a quarter full halves while it
+        is (a growth at 3/4 leaves it 3/8 full, so growing and shrinking
+        never chase each other); removals give the memory back."""
+        cdef size_t size = self.mask + 1
+        if size <= MIN_TABLE_SIZE or <size_t>self.length * 4 >= size:
+            return
+        while size > MIN_TABLE_SIZE and <size_t>self.length * 4 < size:
+            size //= 2
+        try:
+            self._map_rehash(size)
+        except MemoryError:
+            pass  # the bigger map stays: still correct
+
+    cdef int _map_rehash(self, size_t size) except -1:
+        """Move every id into a new slot array of ``size`` slots."""
+        cdef size_t old_size = self.mask + 1, i
+        cdef uint32_t *old_ids = self.slot_ids
+        cdef Py_ssize_t mlen
+        cdef const char *name
+        self.slot_ids = <uint32_t *>calloc(size, 4)
+        if self.slot_ids == NULL:
+            self.slot_ids = old_ids
+            raise MemoryError()
+        self.mask = size - 1
+        for i in range(old_size):
+            if old_ids[i] != 0:
+                name = self._name(old_ids[i], &mlen)
+                self._map_put(old_ids[i], self._hash(name, mlen))
+        free(old_ids)
+        return 0
+
+    cdef void _map_delete(self, size_t hole) noexcept:
+        """Empty slot ``hole`` by backward shift (no tombstones)."""
+        cdef size_t j = hole, home
+        cdef Py_ssize_t mlen
+        cdef const char *name
+        while True:
+            j = (j + 1) & self.mask
+            if self.slot_ids[j] == 0:
+                break
+            name = self._name(self.slot_ids[j], &mlen)
+            home = self._hash(name, mlen) & self.mask
+            # Move j into the hole unless its home lies cyclically in (hole, j].
+            if (j > hole and (home <= hole or home > j)) or (j < hole and home <= hole and home > j):
+                self.slot_ids[hole] = self.slot_ids[j]
+                hole = j
+        self.slot_ids[hole] = 0
+
+    # --- ordering ----------------------------------------------------------------
+
+    cdef inline double _key(self, double score) noexcept:
+        return -score if self.descending else score
+
+    cdef inline double _score_of(self, double key) noexcept:
+        return -key if self.descending else key
+
+    cdef inline int _cmp(self, pg_page *p, Py_ssize_t i, double key, uint64_t seq,
+                         const char *member, Py_ssize_t mlen) noexcept:
+        """Entry ``i`` of ``p`` against the target: < 0 before, 0 same, > 0 after."""
+        cdef double k = PG_KEYS(p)[i]
+        cdef uint64_t s
+        cdef Py_ssize_t nlen
+        cdef const char *name
+        cdef int c
+        if k != key:
+            return -1 if k < key else 1
+        if not self.tie_by_member:
+            s = PG_SEQS(p)[i]
+            if s != seq:
+                return -1 if s < seq else 1
+        name = self._name(PG_IDS(p)[i], &nlen)
+        c = memcmp(name, member, nlen if nlen < mlen else mlen)
+        if c == 0:
+            c = (nlen > mlen) - (nlen < mlen)
+        return -c if self.tie_member_desc else c
+
+    cdef inline Py_ssize_t _lower(self, pg_page *p, double key, uint64_t seq,
+                                  const char *member, Py_ssize_t mlen) noexcept:
+        """Entries of ``p`` sorting strictly before the target."""
+        cdef Py_ssize_t lo = 0, hi = p.n, mid
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if self._cmp(p, mid, key, seq, member, mlen) < 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # --- searching ---------------------------------------------------------------
+
+    cdef pg_page *_search(self, double key, uint64_t seq, const char *member,
+                          Py_ssize_t mlen, bint strict, pg_path *path) noexcept:
+        """The page the target belongs in: the last page whose first entry
+        sorts before the target (``strict``) or at or before it, else the
+        first page (NULL if there is none).  ``path`` gets, per level, the
+        page whose link covers it and the entries and leaders before that."""
+        cdef pg_page *x = self.header
+        cdef pg_link *lv = x.level     # x's tower: a search reads no page but ties
+        cdef pg_page *f
+        cdef Py_ssize_t rank = 0, drank = 0
+        cdef int i, c
+        cdef double k
+        for i in range(self.height - 1, -1, -1):
+            while True:
+                f = lv[i].forward
+                if f == NULL:
+                    break
+                k = self.firstkeys[lv[i].fpno]
+                if k != key:
+                    c = -1 if k < key else 1
+                else:
+                    c = self._cmp(f, 0, key, seq, member, mlen)
+                if c > 0 or (strict and c == 0):
+                    break
+                rank += lv[i].span
+                drank += lv[i].dspan
+                lv = lv[i].flevel
+                x = f
+            path.update[i] = x
+            path.rank[i] = rank
+            path.drank[i] = drank
+        if x == self.header:
+            return x.level[0].forward
+        return x
+
+    cdef pg_page *_search_key(self, double key, bint inclusive, Py_ssize_t *rank) noexcept:
+        """The last page whose first key is < ``key`` (<= if ``inclusive``),
+        or the header; ``rank`` gets the entries before it."""
+        cdef pg_page *x = self.header
+        cdef pg_link *lv = x.level
+        cdef pg_page *f
+        cdef Py_ssize_t r = 0
+        cdef int i
+        cdef double k
+        for i in range(self.height - 1, -1, -1):
+            while True:
+                f = lv[i].forward
+                if f == NULL:
+                    break
+                k = self.firstkeys[lv[i].fpno]
+                if k > key or (k == key and not inclusive):
+                    break
+                r += lv[i].span
+                lv = lv[i].flevel
+                x = f
+        rank[0] = r
+        return x
+
+    cdef Py_ssize_t _count_before_key(self, double key, bint inclusive) noexcept:
+        """Entries whose key is < ``key`` (<= with ``inclusive``)."""
+        cdef Py_ssize_t rank = 0, lo, hi, mid
+        cdef pg_page *p = self._search_key(key, inclusive, &rank)
+        cdef double *keys
+        if p == self.header:
+            return 0
+        keys = PG_KEYS(p)
+        lo = 0
+        hi = p.n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if keys[mid] < key or (inclusive and keys[mid] == key):
+                lo = mid + 1
+            else:
+                hi = mid
+        return rank + lo
+
+    cdef pg_page *_page_at(self, Py_ssize_t rank, Py_ssize_t *pos) noexcept:
+        """The page and position of 1-based ``rank`` (1 <= rank <= length)."""
+        cdef pg_page *x = self.header
+        cdef pg_link *lv = x.level
+        cdef Py_ssize_t traversed = 0
+        cdef int i
+        for i in range(self.height - 1, -1, -1):
+            while lv[i].forward != NULL and traversed + lv[i].span < rank:
+                traversed += lv[i].span
+                x = lv[i].forward
+                lv = lv[i].flevel
+        pos[0] = rank - traversed - 1
+        return x
+
+    cdef inline pg_page *_locate(self, uint32_t mid, Py_ssize_t *pos) noexcept:
+        """The page and position of member ``mid``."""
+        cdef pg_page *p = self.pages[self._name_page(mid)[0]]
+        cdef uint32_t *ids = PG_IDS(p)
+        cdef Py_ssize_t i
+        # The header and the ids are a few lines at a known place: ask for
+        # them all at once, so that their misses overlap.
+        for i in range(64, <Py_ssize_t>PG_IDS_BYTES(self.page_size) + 32, 64):
+            rk_prefetch(<char *>p + i)
+        for i in range(p.n):
+            if ids[i] == mid:
+                pos[0] = i
+                return p
+        pos[0] = -1
+        return p
+
+    cdef Py_ssize_t _rank_of(self, uint32_t mid, Py_ssize_t *dense) noexcept:
+        """Unique rank of a present member (and its dense rank if asked)."""
+        cdef Py_ssize_t pos, mlen, i
+        cdef pg_page *p
+        if dense == NULL and mid == self.memo_mid and self.memo_mutations == self.mutations:
+            return self.memo_rank
+        p = self._locate(mid, &pos)
+        cdef const char *name = self._name(mid, &mlen)
+        cdef pg_path path
+        cdef double *keys = PG_KEYS(p)
+        self._search(keys[pos], PG_SEQS(p)[pos], name, mlen, False, &path)
+        if dense != NULL:
+            dense[0] = path.drank[0] + self._leaders_upto(p, pos)
+        return path.rank[0] + pos + 1
+
+    # --- leaders ---------------------------------------------------------------
+
+    cdef inline bint _lead0(self, pg_page *p) noexcept:
+        """Whether ``p``'s first entry starts a run of equal scores."""
+        cdef pg_page *q = p.prev
+        return q == NULL or PG_KEYS(q)[q.n - 1] != PG_KEYS(p)[0]
+
+    cdef uint32_t _leaders(self, pg_page *p, bint first=True) noexcept:
+        """Leaders in ``p`` (without its first entry unless ``first``)."""
+        cdef double *keys = PG_KEYS(p)
+        cdef uint32_t count = 0, i
+        if p.n == 0:
+            return 0
+        if first:
+            count = self._lead0(p)
+        for i in range(1, p.n):
+            count += keys[i] != keys[i - 1]
+        return count
+
+    cdef Py_ssize_t _leaders_upto(self, pg_page *p, Py_ssize_t pos) noexcept:
+        """Leaders among entries 0..pos of ``p``."""
+        cdef double *keys = PG_KEYS(p)
+        cdef Py_ssize_t count = self._lead0(p), i
+        for i in range(1, pos + 1):
+            count += keys[i] != keys[i - 1]
+        return count
+
+    # --- accounting: keeping spans equal to the entries and leaders they cover ---
+
+    cdef inline void _account(self, pg_page *p, pg_page **cover, int64_t dn,
+                              int64_t dl) noexcept:
+        """``p`` gained ``dn`` entries and ``dl`` leaders: adjust the one
+        link per level that covers it (its own below its height)."""
+        cdef int i
+        cdef pg_link *link
+        for i in range(self.height):
+            link = &p.level[i] if i < p.height else &cover[i].level[i]
+            link.span = <uint32_t>(<int64_t>link.span + dn)
+            link.dspan = <uint32_t>(<int64_t>link.dspan + dl)
+        self.ndistinct += dl
+
+    cdef void _reaccount(self, pg_page *p, int64_t dn, int64_t dl) noexcept:
+        """``_account`` for a page whose covering links are not at hand:
+        found by searching its first entry (searches read keys, not spans)."""
+        cdef pg_path path
+        cdef Py_ssize_t mlen
+        cdef const char *name
+        if dn == 0 and dl == 0:
+            return
+        name = self._name(PG_IDS(p)[0], &mlen)
+        self._search(PG_KEYS(p)[0], PG_SEQS(p)[0], name, mlen, False, &path)
+        self._account(p, path.update, dn, dl)
+
+    cdef void _relead(self, pg_page *p) noexcept:
+        """Re-count the leaders of ``p`` (non-empty) and account the change."""
+        cdef uint32_t lead
+        if p == NULL:
+            return
+        lead = self._leaders(p)
+        if lead != p.lead:
+            self._reaccount(p, 0, <int64_t>lead - p.lead)
+            p.lead = lead
+
+    cdef void _next_cover(self, pg_page *p, pg_page **cover, pg_page **out) noexcept:
+        """The covering links of the page after ``p``, from ``p``'s."""
+        cdef int i
+        for i in range(self.height):
+            out[i] = p if i < p.height else cover[i]
+
+    cdef void _relead_next(self, pg_page *p, pg_page **cover, bint before) noexcept:
+        """After a change at the end of ``p``: the next page's first entry
+        was a leader (``before``); account any change of that."""
+        cdef pg_page *q = p.level[0].forward
+        cdef pg_page *qcover[MAX_LEVEL]
+        cdef bint after
+        if q == NULL:
+            return
+        after = self._lead0(q)
+        if after != before:
+            self._next_cover(p, cover, qcover)
+            q.lead += <int>after - <int>before
+            self._account(q, qcover, 0, <int>after - <int>before)
+
+    # --- entries in pages ---------------------------------------------------------
+
+    cdef inline void _move_entries(self, pg_page *dst, Py_ssize_t at, pg_page *src,
+                                   Py_ssize_t start, Py_ssize_t count) noexcept:
+        """Copy entries src[start:start+count] to dst[at:] (no overlap) and
+        repoint their names at ``dst`` when it is another page."""
+        cdef Py_ssize_t i
+        cdef uint32_t *ids
+        memcpy(&PG_KEYS(dst)[at], &PG_KEYS(src)[start], count * 8)
+        memcpy(&PG_SEQS(dst)[at], &PG_SEQS(src)[start], count * 8)
+        memcpy(&PG_IDS(dst)[at], &PG_IDS(src)[start], count * 4)
+        if dst != src:
+            ids = PG_IDS(dst)
+            for i in range(at, at + count):
+                self._name_page(ids[i])[0] = dst.pno
+
+    cdef inline void _shift_entries(self, pg_page *p, Py_ssize_t start, Py_ssize_t end,
+                                    Py_ssize_t by) noexcept:
+        """Move entries start..end-1 of ``p`` by ``by`` places (memmove)."""
+        memmove(&PG_KEYS(p)[start + by], &PG_KEYS(p)[start], (end - start) * 8)
+        memmove(&PG_SEQS(p)[start + by], &PG_SEQS(p)[start], (end - start) * 8)
+        memmove(&PG_IDS(p)[start + by], &PG_IDS(p)[start], (end - start) * 4)
+
+    cdef void _link_after(self, pg_page *p, pg_page *r, pg_path *path,
+                          Py_ssize_t rank_p, Py_ssize_t drank_p) noexcept:
+        """Link the empty page ``r`` right after ``p`` (a page, or the
+        header of an empty index), ``p`` covered by ``path`` and preceded by
+        ``rank_p`` entries and ``drank_p`` leaders."""
+        cdef int i
+        cdef pg_page *x
+        cdef Py_ssize_t rx, dx, before, dbefore
+        cdef pg_page *nxt
+        while self.height < r.height:
+            i = self.height
+            self.header.level[i].forward = NULL
+            self.header.level[i].flevel = NULL
+            self.header.level[i].span = <uint32_t>self.length
+            self.header.level[i].dspan = <uint32_t>self.ndistinct
+            path.update[i] = self.header
+            path.rank[i] = 0
+            path.drank[i] = 0
+            self.height += 1
+        for i in range(r.height):
+            if i < p.height:
+                x, rx, dx = p, rank_p, drank_p
+            else:
+                x, rx, dx = path.update[i], path.rank[i], path.drank[i]
+            before = rank_p + p.n - rx
+            dbefore = drank_p + p.lead - dx
+            r.level[i].forward = x.level[i].forward
+            r.level[i].flevel = x.level[i].flevel
+            r.level[i].fpno = x.level[i].fpno
+            r.level[i].span = <uint32_t>(x.level[i].span - before)
+            r.level[i].dspan = <uint32_t>(x.level[i].dspan - dbefore)
+            x.level[i].forward = r
+            x.level[i].flevel = r.level
+            x.level[i].fpno = r.pno
+            x.level[i].span = <uint32_t>before
+            x.level[i].dspan = <uint32_t>dbefore
+        r.prev = NULL if p == self.header else p
+        nxt = r.level[0].forward
+        if nxt != NULL:
+            nxt.prev = r
+
+    cdef void _unlink_page(self, pg_page *r, pg_page **preds) noexcept:
+        """Unlink ``r``, whose entries are gone or were moved into its
+        previous page: ``preds[i]`` is the page before it on level ``i``."""
+        cdef int i
+        cdef pg_page *nxt = r.level[0].forward
+        for i in range(self.height):
+            if i < r.height:
+                preds[i].level[i].span += r.level[i].span
+                preds[i].level[i].dspan += r.level[i].dspan
+                preds[i].level[i].forward = r.level[i].forward
+                preds[i].level[i].flevel = r.level[i].flevel
+                preds[i].level[i].fpno = r.level[i].fpno
+        if nxt != NULL:
+            nxt.prev = r.prev
+        while self.height > 1 and self.header.level[self.height - 1].forward == NULL:
+            self.height -= 1
+        self._free_page(r)
+
+    cdef Py_ssize_t _insert(self, double key, uint64_t seq, uint32_t mid) except -1:
+        """Place a new entry; return its unique rank."""
+        cdef Py_ssize_t mlen, pos, rank_p, drank_p, half
+        cdef const char *name = self._name(mid, &mlen)
+        cdef pg_path path
+        cdef pg_page *p = self._search(key, seq, name, mlen, False, &path)
+        cdef pg_page *r
+        cdef pg_page *rcover[MAX_LEVEL]
+        cdef uint32_t lead
+        rank_p = path.rank[0]
+        drank_p = path.drank[0]
+        if p == NULL:  # empty index
+            r = self._new_page()
+            self._link_after(self.header, r, &path, 0, 0)
+            return self._put(r, path.update, 0, key, seq, mid, 0)
+        pos = self._lower(p, key, seq, name, mlen)
+        if p.n < p.cap:
+            return self._put(p, path.update, pos, key, seq, mid, rank_p)
+        # Full: split.  At the end of the last page, start an empty page
+        # (monotonic arrivals then fill pages whole); else halve it.
+        r = self._new_page()
+        self._link_after(p, r, &path, rank_p, drank_p)
+        self._next_cover(p, path.update, rcover)
+        if pos == p.n and r.level[0].forward == NULL:
+            return self._put(r, rcover, 0, key, seq, mid, rank_p + p.n)
+        half = p.n // 2
+        self._move_entries(r, 0, p, half, p.n - half)
+        self.firstkeys[r.pno] = PG_KEYS(r)[0]
+        r.n = p.n - half
+        p.n = half
+        lead = self._leaders(p)
+        r.lead = self._leaders(r)
+        self._account(p, path.update, -<int64_t>r.n, <int64_t>lead - p.lead)
+        self._account(r, rcover, r.n, r.lead)
+        self.ndistinct -= <int64_t>lead - p.lead + r.lead  # moved, not new
+        p.lead = lead
+        if pos <= half:
+            return self._put(p, path.update, pos, key, seq, mid, rank_p)
+        return self._put(r, rcover, pos - half, key, seq, mid, rank_p + half)
+
+    cdef Py_ssize_t _put(self, pg_page *p, pg_page **cover, Py_ssize_t pos, double key,
+                         uint64_t seq, uint32_t mid, Py_ssize_t rank_p) noexcept:
+        """Insert an entry at ``pos`` of ``p`` (not full); return its rank."""
+        cdef bint next_lead = False
+        cdef uint32_t lead
+        if p.level[0].forward != NULL:
+            next_lead = self._lead0(p.level[0].forward)
+        self._shift_entries(p, pos, p.n, 1)
+        PG_KEYS(p)[pos] = key
+        PG_SEQS(p)[pos] = seq
+        PG_IDS(p)[pos] = mid
+        self._name_page(mid)[0] = p.pno
+        if pos == 0:
+            self.firstkeys[p.pno] = key
+        p.n += 1
+        self.length += 1
+        lead = self._leaders(p)
+        self._account(p, cover, 1, <int64_t>lead - p.lead)
+        p.lead = lead
+        if pos == p.n - 1:
+            self._relead_next(p, cover, next_lead)
+        return rank_p + pos + 1
+
+    cdef void _remove(self, uint32_t mid) noexcept:
+        """Take a present member's entry out (its name stays)."""
+        cdef Py_ssize_t pos, mlen
+        cdef pg_page *p = self._locate(mid, &pos)
+        cdef const char *name = self._name(mid, &mlen)
+        cdef double key = PG_KEYS(p)[pos]
+        cdef uint64_t seq = PG_SEQS(p)[pos]
+        cdef pg_path path
+        cdef pg_page *nxt
+        cdef bint next_lead = False
+        cdef uint32_t lead
+        self.length -= 1
+        if p.n == 1:
+            self._search(key, seq, name, mlen, True, &path)
+            nxt = p.level[0].forward
+            # Its own links fold into its predecessors'; above its height the
+            # links over it lose its entry.
+            self._account(p, path.update, -1, -<int64_t>p.lead)
+            p.n = 0
+            p.lead = 0
+            self._unlink_page(p, path.update)
+            self._relead(nxt)
+            return
+        self._search(key, seq, name, mlen, False, &path)
+        nxt = p.level[0].forward
+        if nxt != NULL:
+            next_lead = self._lead0(nxt)
+        self._shift_entries(p, pos + 1, p.n, -1)
+        p.n -= 1
+        self.firstkeys[p.pno] = PG_KEYS(p)[0]
+        lead = self._leaders(p)
+        self._account(p, path.update, -1, <int64_t>lead - p.lead)
+        p.lead = lead
+        if pos == p.n:
+            self._relead_next(p, path.update, next_lead)
+        elif pos == 0:
+            pass  # its own first entry's leadership was re-counted above
+        if p.n < self.min_fill:
+            self._rebalance(p)
+
+    cdef void _rebalance(self, pg_page *p) noexcept:
+        """``p`` fell below the minimum fill: merge it with a neighbour when
+        the two fit in one page, else even the two out."""
+        cdef pg_page *a
+        cdef pg_page *b
+        cdef pg_path path
+        cdef Py_ssize_t mlen, move, total
+        cdef const char *name
+        cdef uint32_t lead_a, lead_b
+        cdef int64_t dn
+        if p.level[0].forward == NULL:
+            return  # the last page may hold fewer
+        a, b = p, p.level[0].forward
+        if a.n + b.n <= a.cap:
+            name = self._name(PG_IDS(b)[0], &mlen)
+            self._search(PG_KEYS(b)[0], PG_SEQS(b)[0], name, mlen, True, &path)
+            self._move_entries(a, a.n, b, 0, b.n)
+            a.n += b.n
+            a.lead += b.lead
+            b.n = 0
+            self._unlink_page(b, path.update)
+            return
+        total = a.n + b.n
+        lead_a, lead_b = a.lead, b.lead
+        if a.n < b.n:
+            move = total // 2 - a.n
+            self._move_entries(a, a.n, b, 0, move)
+            self._shift_entries(b, move, b.n, -move)
+            dn = move
+        else:
+            move = a.n - total // 2
+            self._shift_entries(b, 0, b.n, move)
+            self._move_entries(b, 0, a, a.n - move, move)
+            dn = -move
+        a.n += dn
+        b.n -= dn
+        self.firstkeys[a.pno] = PG_KEYS(a)[0]
+        self.firstkeys[b.pno] = PG_KEYS(b)[0]
+        # Entries moved between two neighbours: each page's links are
+        # re-found by its (new) first entry and adjusted.
+        a.lead = self._leaders(a)
+        b.lead = self._leaders(b)
+        self._reaccount(a, dn, <int64_t>a.lead - lead_a)
+        self._reaccount(b, -dn, <int64_t>b.lead - lead_b)
+        self.ndistinct -= (<int64_t>a.lead - lead_a) + (<int64_t>b.lead - lead_b)
+
+    # --- the one write path ---------------------------------------------------------
+
+    cdef Py_ssize_t _write(self, const char *data, Py_ssize_t size, double value, int op,
+                           bint has_seq, uint64_t seq, bint want_rank, double *old, bint *had,
+                           double *new, bint *has_new, bint *changed) except -2:
+        """Apply one write of a checked member and number; return the unique
+        rank after it (0 if absent or not wanted).  Raises, changing
+        nothing, on a non-finite increment result or a full index."""
+        cdef uint64_t h = self._hash(data, size)
+        cdef Py_ssize_t slot = self._slot(data, size, h)
+        cdef uint32_t mid = 0 if slot < 0 else self.slot_ids[slot]
+        cdef Py_ssize_t pos
+        cdef pg_page *p
+        cdef double key, target, old_key = 0.0
+        if mid != 0:
+            p = self._locate(mid, &pos)
+            old_key = PG_KEYS(p)[pos]
+            old[0] = self._score_of(old_key)
+        had[0] = mid != 0
+        changed[0] = False
+        if op == OP_REMOVE:
+            has_new[0] = False
+            if mid == 0:
+                return 0
+            self._remove(mid)
+            self._map_delete(slot)
+            self._map_shrink()
+            self.member_bytes -= size
+            self._name_free(mid)
+            if self.length == 0:
+                self.peak_length = self.peak_member_bytes = 0
+            self.mutations += 1
+            changed[0] = True
+            return 0
+        if op == OP_INCR:
+            target = (old[0] + value) if mid != 0 else value
+            if not isfinite(target):
+                raise ValueError(f"incrementing by {value!r} gives a non-finite score")
+        else:
+            target = value
+            if mid != 0:
+                key = self._key(value)
+                if (op == OP_SET_NEW
+                        or (op == OP_SET_BETTER and not key < old_key)
+                        or (op == OP_SET_WORSE and not key > old_key)):
+                    op = -1
+            elif op == OP_SET_EXISTS:
+                has_new[0] = False
+                return 0
+        if op == -1 or (mid != 0 and old[0] == target):
+            new[0] = old[0]
+            has_new[0] = True
+            return self._rank_of(mid, NULL) if want_rank else 0
+        if not has_seq and self._next_seq > MAX_SEQ:
+            raise ValueError("arrival sequences are exhausted (next_seq is past 2**63 - 1); "
+                             "pass seq explicitly")
+        if mid != 0:
+            key = self._key(target)
+            if self._stays(p, pos, key):
+                seq = self._stamp(has_seq, seq)
+                new[0] = target
+                has_new[0] = True
+                changed[0] = True
+                self.mutations += 1
+                pos = self._move_in_page(p, pos, key, seq, mid)
+                if not want_rank:
+                    return 0
+                return self._remember(mid, self._rank_of(mid, NULL))
+        if mid == 0:
+            if self.length >= MAX_LENGTH:
+                raise OverflowError("a rank index holds fewer than 2**32 members")
+            self._map_reserve(self.length + 1)
+            mid = self._name_new(data, size)
+            self._map_put(mid, h)
+            self.member_bytes += size
+            if self.length + 1 > self.peak_length:
+                self.peak_length = self.length + 1
+            if size > self.peak_member_bytes:
+                self.peak_member_bytes = size
+        else:
+            self._remove(mid)
+        seq = self._stamp(has_seq, seq)
+        new[0] = target
+        has_new[0] = True
+        changed[0] = True
+        self.mutations += 1
+        return self._remember(mid, self._insert(self._key(target), seq, mid))
+
+    cdef inline Py_ssize_t _remember(self, uint32_t mid, Py_ssize_t rank) noexcept:
+        """Keep the rank a write found for ``mid``, good until the next change:
+        ``rank()`` of the member just written then needs no second search."""
+        self.memo_mid = mid
+        self.memo_rank = rank
+        self.memo_mutations = self.mutations
+        return rank
+
+    cdef bint _stays(self, pg_page *p, Py_ssize_t pos, double key) noexcept:
+        """Whether the entry at ``pos`` of ``p`` given ``key`` still sorts
+        between the pages around ``p`` (a tie with a neighbour page takes
+        the full path).  The next page's first key is in the first-key
+        array; the previous page is read only when the entry may become
+        or was the first of ``p``."""
+        cdef pg_page *q = p.prev
+        cdef double *keys = PG_KEYS(p)
+        if q != NULL and (pos == 0 or not key > keys[0]) and not PG_KEYS(q)[q.n - 1] < key:
+            return False
+        return p.level[0].forward == NULL or key < self.firstkeys[p.level[0].fpno]
+
+    cdef Py_ssize_t _move_in_page(self, pg_page *p, Py_ssize_t pos, double key, uint64_t seq,
+                                  uint32_t mid) noexcept:
+        """Give the entry at ``pos`` of ``p`` a new place in ``p`` (a memmove)
+        and its new key; return its new position."""
+        cdef Py_ssize_t mlen, t
+        cdef const char *name = self._name(mid, &mlen)
+        cdef pg_page *nxt = p.level[0].forward
+        cdef double old_last = PG_KEYS(p)[p.n - 1], new_last, first
+        cdef uint32_t lead, inner
+        # Leaders among entries 1..n-1; the first entry's leadership (which
+        # reads the previous page) changes only if the first entry does.
+        inner = self._leaders(p, False)
+        t = self._lower(p, key, seq, name, mlen)
+        if t > pos:
+            t -= 1
+            self._shift_entries(p, pos + 1, t + 1, -1)
+        elif t < pos:
+            self._shift_entries(p, t, pos, 1)
+        PG_KEYS(p)[t] = key
+        PG_SEQS(p)[t] = seq
+        PG_IDS(p)[t] = mid
+        self.firstkeys[p.pno] = PG_KEYS(p)[0]
+        if pos == 0 or t == 0:
+            lead = self._leaders(p, True)
+        else:
+            lead = p.lead - inner + self._leaders(p, False)
+        if lead != p.lead:
+            self._reaccount(p, 0, <int64_t>lead - p.lead)
+            p.lead = lead
+        if nxt != NULL:
+            # The next page's first entry leads unless it ties p's last.
+            new_last = PG_KEYS(p)[p.n - 1]
+            first = self.firstkeys[p.level[0].fpno]
+            if (old_last != first) != (new_last != first):
+                self._relead(nxt)
+        return t
+
+    cdef inline uint64_t _stamp(self, bint has_seq, uint64_t seq) noexcept:
+        """The arrival sequence of a write that changes a score."""
+        if not has_seq:
+            seq = self._next_seq
+        if seq >= self._next_seq:
+            self._next_seq = seq + 1
+        return seq
+
+    cdef tuple _write_result(self, bint had, double old, bint has_new, double new,
+                             bint changed):
+        return _untracked((_float_or_none(had, old), _float_or_none(has_new, new), changed))
+
+    # --- writes -------------------------------------------------------------------
+
+    def set(self, member, score, int when=OP_SET, seq=None):
+        """Set ``member``'s score if ``when`` allows it: ``(old, new, changed)``.
+
+        Runtime complexity: O(log n).
+        """
+        cdef double value, old = 0.0, new = 0.0
+        cdef bint had, has_new, changed
+        cdef uint64_t s = 0
+        cdef const char *data
+        cdef Py_ssize_t size
+        if not OP_SET <= when <= OP_SET_WORSE:
+            raise ValueError(f"when must be a When value (0..4), got {when}")
+        _number(score, &value, "score")
+        if seq is not None:
+            _seq(seq, &s)
+        _member_bytes(member, &data, &size)
+        self._write(data, size, value, when, seq is not None, s, False,
+                    &old, &had, &new, &has_new, &changed)
+        return self._write_result(had, old, has_new, new, changed)
+
+    def incr(self, member, delta, seq=None):
+        """Add ``delta`` to ``member``'s score (absent members start at 0):
+        ``(old, new, changed)``.  Runtime complexity: O(log n)."""
+        cdef double value, old = 0.0, new = 0.0
+        cdef bint had, has_new, changed
+        cdef uint64_t s = 0
+        cdef const char *data
+        cdef Py_ssize_t size
+        _number(delta, &value, "delta")
+        if seq is not None:
+            _seq(seq, &s)
+        _member_bytes(member, &data, &size)
+        self._write(data, size, value, OP_INCR, seq is not None, s, False,
+                    &old, &had, &new, &has_new, &changed)
+        return self._write_result(had, old, has_new, new, changed)
+
+    def remove(self, member):
+        """Remove ``member``: ``(old, None, True)``, or ``(None, None, False)``.
+
+        Runtime complexity: O(log n).
+        """
+        cdef double old = 0.0, new = 0.0
+        cdef bint had, has_new, changed
+        cdef const char *data
+        cdef Py_ssize_t size
+        _member_bytes(member, &data, &size)
+        self._write(data, size, 0.0, OP_REMOVE, False, 0, False,
+                    &old, &had, &new, &has_new, &changed)
+        return self._write_result(had, old, has_new, new, changed)
+
+    def clear(self):
+        """Remove every member; ``next_seq`` is kept.  Runtime complexity: O(n)."""
+        self._reset()
+        self.mutations += 1
+
+    def apply_batch(self, ops):
+        """Apply ``(op, member, value[, seq])`` operations in order.
+
+        Returns one ``(old, new, changed, rank)`` per operation, or the
+        ``TypeError``/``ValueError`` of an invalid one, which changes nothing
+        while the others still apply.
+
+        Runtime complexity: O(k log n) for k operations.
+        """
+        cdef list items = ops if type(ops) is list else list(ops)
+        cdef list results = []
+        cdef double value = 0.0, old = 0.0, new = 0.0
+        cdef bint had, has_new, changed
+        cdef uint64_t s = 0
+        cdef Py_ssize_t rank, n, position, size
+        cdef const char *data
+        cdef int op, overflow
+        cdef long long op_code
+        cdef bint has_seq
+        cdef Py_ssize_t count = len(items)
+        for position in range(count):
+            item = items[position]
+            if count > 1 and self.length >= PREFETCH_MIN_LENGTH:
+                self._prefetch_ahead(items, position, count)
+            try:
+                if type(item) is not tuple:
+                    raise TypeError(f"an operation must be a tuple, got {type(item).__name__}")
+                n = len(<tuple>item)
+                if n != 3 and n != 4:
+                    raise TypeError(
+                        f"an operation is (op, member, value[, seq]), got {n} items"
+                    )
+                op_obj = (<tuple>item)[0]
+                if isinstance(op_obj, bool) or not isinstance(op_obj, int):
+                    raise TypeError(f"op must be an Op, got {type(op_obj).__name__}")
+                op_code = PyLong_AsLongLongAndOverflow(op_obj, &overflow)
+                if overflow or not OP_SET <= op_code <= OP_REMOVE:
+                    raise ValueError(f"op must be an Op value (0..6), got {op_obj}")
+                op = <int>op_code
+                if op != OP_REMOVE:
+                    _number((<tuple>item)[2], &value, "delta" if op == OP_INCR else "score")
+                has_seq = n == 4 and (<tuple>item)[3] is not None
+                if has_seq:
+                    _seq((<tuple>item)[3], &s)
+                _member_bytes((<tuple>item)[1], &data, &size)
+                rank = self._write(data, size, value, op, has_seq, s, True,
+                                   &old, &had, &new, &has_new, &changed)
+            except (TypeError, ValueError) as exc:
+                results.append(exc)
+                continue
+            results.append(_untracked((_float_or_none(had, old), _float_or_none(has_new, new),
+                                       changed, rank if has_new else None)))
+        return results
+
+    cdef void _prefetch_ahead(self, list items, Py_ssize_t position, Py_ssize_t count):
+        """Ask for the map slot of the operation ``SLOT_AHEAD`` ahead and
+        for the name in the slot of the one ``NAME_AHEAD`` ahead (filled
+        by then), so that a batch's lookups overlap their cache misses."""
+        cdef const char *data
+        cdef Py_ssize_t size, ahead
+        cdef uint32_t mid
+        for ahead in (position + SLOT_AHEAD, position + NAME_AHEAD):
+            if ahead >= count:
+                continue
+            item = items[ahead]
+            if type(item) is not tuple or len(<tuple>item) < 3:
+                continue
+            member = (<tuple>item)[1]
+            if type(member) is not str:
+                continue
+            try:
+                data = PyUnicode_AsUTF8AndSize(member, &size)
+            except UnicodeEncodeError:
+                continue  # an invalid member: its own turn reports it
+            if ahead == position + SLOT_AHEAD:
+                rk_prefetch(&self.slot_ids[self._hash(data, size) & self.mask])
+            else:
+                mid = self.slot_ids[self._hash(data, size) & self.mask]
+                if mid != 0:
+                    rk_prefetch(&self.names[mid])
+
+    def set_states(self, states):
+        """Give members exact ``(member, score, seq)`` states; a later entry
+        for the same member wins.  Every entry is validated before anything
+        changes; the arrival sequence is taken as given even when the score
+        does not change.
+
+        Runtime complexity: O(k log n) for k entries.
+        """
+        cdef list items = list(states)
+        cdef Py_ssize_t k = len(items), i, fresh = 0, size, mlen
+        cdef double score
+        cdef uint64_t s, top = 0
+        cdef const char *data
+        cdef uint32_t mid
+        cdef list checked = []
+        cdef set seen = set()
+        if k == 0:
+            return None
+        for i in range(k):
+            item = items[i]
+            if type(item) is not tuple:
+                raise TypeError(f"a state must be a tuple, got {type(item).__name__}")
+            if len(<tuple>item) != 3:
+                raise TypeError(
+                    f"a state is (member, score, seq), got {len(<tuple>item)} items")
+            _member_bytes((<tuple>item)[0], &data, &size)
+            _number((<tuple>item)[1], &score, "score")
+            _seq((<tuple>item)[2], &s)
+            if s > top:
+                top = s
+            member = (<tuple>item)[0]
+            if member not in seen:
+                seen.add(member)
+                if self._lookup(data, size) == 0:
+                    fresh += 1
+            checked.append((member, score, s))
+        if self.length + fresh > MAX_LENGTH:
+            raise OverflowError("a rank index holds fewer than 2**32 members")
+        for member, score, s in checked:
+            _member_bytes(member, &data, &size)
+            mid = self._lookup(data, size)
+            if mid == 0:
+                self._map_reserve(self.length + 1)
+                mid = self._name_new(data, size)
+                self._map_put(mid, self._hash(data, size))
+                self.member_bytes += size
+                if self.length + 1 > self.peak_length:
+                    self.peak_length = self.length + 1
+                if size > self.peak_member_bytes:
+                    self.peak_member_bytes = size
+            else:
+                self._remove(mid)
+            self._insert(self._key(score), s, mid)
+        if top >= self._next_seq:
+            self._next_seq = top + 1
+        self.mutations += 1
+        return None
+
+    # --- properties -------------------------------------------------------------
+
+    @property
+    def order(self):
+        """``"desc"`` (highest score ranks first) or ``"asc"``."""
+        return "desc" if self.descending else "asc"
+
+    @property
+    def tie_break(self):
+        """``"first"``, ``"member"`` (A to Z) or ``"member_desc"`` (Z to A)."""
+        if self.tie_member_desc:
+            return "member_desc"
+        return "member" if self.tie_by_member else "first"
+
+    @property
+    def next_seq(self):
+        """The arrival sequence the next unsequenced write will get."""
+        return self._next_seq
+
+    @property
+    def _page_size(self):
+        """Entries a page holds at most (for tests)."""
+        return self.page_size
+
+    def _pages(self):
+        """Entries per page in rank order (for tests)."""
+        cdef pg_page *p = self.header.level[0].forward
+        cdef list out = []
+        while p != NULL:
+            out.append(p.n)
+            p = p.level[0].forward
+        return out
+
+    def _memory(self):
+        """Bytes held, by part: ``{"pages", "names", "map", "page_table"}``
+        (allocated sizes, without the allocator's own overhead; ``names``
+        counts the arena up to its high-water mark, free records included,
+        not the capacity its doubling reserved but never touched)."""
+        cdef pg_page *p = self.header.level[0].forward
+        cdef Py_ssize_t pages = 0
+        while p != NULL:
+            pages += PG_SIZE(p.cap) + p.height * sizeof(pg_link)
+            p = p.level[0].forward
+        return {"pages": pages, "names": self.names_used * 8,
+                "map": (self.mask + 1) * 4, "page_table": self.pages_cap * 20}
+
+    def __len__(self):
+        return self.length
+
+    @property
+    def peaks(self):
+        """``(length, member bytes)``: the most members held and the longest
+        member taken since made, cleared, emptied or :meth:`reset_peaks`."""
+        return self.peak_length, self.peak_member_bytes
+
+    def reach(self, Py_ssize_t length):
+        """Count ``length`` members as held (in :attr:`peaks`)."""
+        if length > self.peak_length:
+            self.peak_length = length
+
+    def reset_peaks(self):
+        """Set :attr:`peaks` to what the index holds now.  Runtime complexity: O(n)."""
+        cdef pg_page *p = self.header.level[0].forward
+        cdef Py_ssize_t i, mlen
+        self.peak_length = self.length
+        self.peak_member_bytes = 0
+        while p != NULL:
+            for i in range(p.n):
+                self._name(PG_IDS(p)[i], &mlen)
+                if mlen > self.peak_member_bytes:
+                    self.peak_member_bytes = mlen
+            p = p.level[0].forward
+
+    def positive_zeros(self):
+        """Make every score of -0.0 0.0 (no member moves); return how many
+        were.  Runtime complexity: O(n)."""
+        cdef pg_page *p = self.header.level[0].forward
+        cdef Py_ssize_t changed = 0, i
+        cdef double key = self._key(0.0)
+        cdef double *keys
+        while p != NULL:
+            keys = PG_KEYS(p)
+            for i in range(p.n):
+                if keys[i] == 0.0 and signbit(keys[i]) != signbit(key):
+                    keys[i] = key
+                    changed += 1
+            self.firstkeys[p.pno] = keys[0]
+            p = p.level[0].forward
+        if changed:
+            self.mutations += 1
+        return changed
+
+    # --- reads ----------------------------------------------------------------------
+
+    cdef inline uint32_t _find(self, object member) except? 0:
+        cdef const char *data
+        cdef Py_ssize_t size
+        _member_bytes(member, &data, &size)
+        return self._lookup(data, size)
+
+    def __contains__(self, member):
+        if not isinstance(member, str):
+            return False
+        try:
+            return self._find(member) != 0
+        except ValueError:
+            return False
+
+    def __repr__(self):
+        return (f"RankIndex(order={self.order!r}, tie_break={self.tie_break!r}, "
+                f"members={self.length})")
+
+    def __iter__(self):
+        return _Iterator(self)
+
+    def __reduce__(self):
+        return (_load_from_dump, (self.dump(),))
+
+    cdef inline double _score_at(self, pg_page *p, Py_ssize_t pos) noexcept:
+        return self._score_of(PG_KEYS(p)[pos])
+
+    cdef inline str _member_str(self, pg_page *p, Py_ssize_t pos):
+        cdef Py_ssize_t mlen
+        cdef const char *name = self._name(PG_IDS(p)[pos], &mlen)
+        return PyUnicode_DecodeUTF8(name, mlen, NULL)
+
+    def score(self, member):
+        """``member``'s score, or ``None``.  Runtime complexity: O(1)."""
+        cdef uint32_t mid = self._find(member)
+        cdef Py_ssize_t pos
+        cdef pg_page *p
+        if mid == 0:
+            return None
+        p = self._locate(mid, &pos)
+        return self._score_at(p, pos)
+
+    def rank(self, member):
+        """Unique 1-based rank, or ``None``.  Runtime complexity: O(log n)."""
+        cdef uint32_t mid = self._find(member)
+        return None if mid == 0 else self._rank_of(mid, NULL)
+
+    def competition_rank(self, member):
+        """1 + members with a strictly better score, or ``None``.  O(log n)."""
+        cdef uint32_t mid = self._find(member)
+        cdef Py_ssize_t pos
+        cdef pg_page *p
+        if mid == 0:
+            return None
+        p = self._locate(mid, &pos)
+        return self._count_before_key(PG_KEYS(p)[pos], False) + 1
+
+    def dense_rank(self, member):
+        """1 + distinct scores strictly better, or ``None``.  O(log n)."""
+        cdef uint32_t mid = self._find(member)
+        cdef Py_ssize_t dense = 0
+        if mid == 0:
+            return None
+        self._rank_of(mid, &dense)
+        return dense
+
+    def percentile(self, member):
+        """Share of members scoring equal or worse, in percent.  O(log n)."""
+        cdef uint32_t mid = self._find(member)
+        cdef Py_ssize_t pos
+        cdef pg_page *p
+        if mid == 0:
+            return None
+        p = self._locate(mid, &pos)
+        return 100.0 * (self.length - self._count_before_key(PG_KEYS(p)[pos], False)) / self.length
+
+    def ranks(self, members):
+        """Unique ranks of many members (``None`` for absent ones).  O(k log n)."""
+        cdef list result = []
+        cdef uint32_t mid
+        for member in members:
+            mid = self._find(member)
+            result.append(None if mid == 0 else self._rank_of(mid, NULL))
+        return result
+
+    def member_at(self, rank):
+        """``(member, score)`` at a 1-based rank, ``None`` past the end.  O(log n)."""
+        cdef Py_ssize_t pos
+        cdef pg_page *p
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise TypeError(f"rank must be an int, got {type(rank).__name__}")
+        if rank < 1:
+            raise ValueError(f"rank must be at least 1, got {rank}")
+        if rank > self.length:
+            return None
+        p = self._page_at(rank, &pos)
+        return (self._member_str(p, pos), self._score_at(p, pos))
+
+    cdef list _collect(self, Py_ssize_t first, Py_ssize_t last, bint reverse):
+        """Entries of ranks first..last (1-based, inclusive, clipped by the
+        caller), best first or, with ``reverse``, worst first."""
+        cdef list entries = []
+        cdef pg_page *p
+        cdef Py_ssize_t rank, pos
+        if first > last:
+            return entries
+        if reverse:
+            rank = last
+            p = self._page_at(last, &pos)
+            while rank >= first:
+                entries.append((rank, self._member_str(p, pos), self._score_at(p, pos)))
+                rank -= 1
+                pos -= 1
+                if pos < 0 and rank >= first:
+                    p = p.prev
+                    pos = p.n - 1
+        else:
+            rank = first
+            p = self._page_at(first, &pos)
+            while rank <= last:
+                entries.append((rank, self._member_str(p, pos), self._score_at(p, pos)))
+                rank += 1
+                pos += 1
+                if pos == p.n and rank <= last:
+                    p = p.level[0].forward
+                    pos = 0
+        return entries
+
+    cdef list _window(self, Py_ssize_t lo, Py_ssize_t hi, object offset, object limit,
+                      bint reverse):
+        _count(offset, "offset")
+        if limit is not None:
+            _count(limit, "limit")
+        if hi - lo + 1 <= offset:
+            return []
+        cdef Py_ssize_t available = hi - lo + 1 - <Py_ssize_t>offset
+        cdef Py_ssize_t take = available if limit is None or limit > available else limit
+        if reverse:
+            return self._collect(hi - offset - take + 1, hi - offset, True)
+        return self._collect(lo + offset, lo + offset + take - 1, False)
+
+    def range_by_rank(self, offset=0, limit=None, *, reverse=False):
+        """Entries ``(rank, member, score)`` by rank after ``offset``, at most
+        ``limit``; ``reverse`` starts from the worst.  O(log n + limit)."""
+        return self._window(1, self.length, offset, limit, reverse)
+
+    cdef int _key_range(self, object low, object high, bint low_exclusive,
+                        bint high_exclusive, Py_ssize_t *lo, Py_ssize_t *hi) except -1:
+        cdef double low_score, high_score, key_low, key_high
+        cdef bint ex_low, ex_high
+        _bound(low, &low_score, "low")
+        _bound(high, &high_score, "high")
+        if self.descending:
+            key_low, key_high = -high_score, -low_score
+            ex_low, ex_high = high_exclusive, low_exclusive
+        else:
+            key_low, key_high = low_score, high_score
+            ex_low, ex_high = low_exclusive, high_exclusive
+        if key_low > key_high:
+            lo[0], hi[0] = 1, 0
+            return 0
+        lo[0] = self._count_before_key(key_low, ex_low) + 1
+        hi[0] = self._count_before_key(key_high, not ex_high)
+        return 0
+
+    def range_by_score(self, low, high, *, low_exclusive=False, high_exclusive=False,
+                       offset=0, limit=None, reverse=False):
+        """Entries with ``low <= score <= high`` in rank order (``reverse``:
+        from the worst), after ``offset``, at most ``limit``.  O(log n + limit)."""
+        cdef Py_ssize_t lo, hi
+        self._key_range(low, high, low_exclusive, high_exclusive, &lo, &hi)
+        if lo > hi:
+            _count(offset, "offset")
+            if limit is not None:
+                _count(limit, "limit")
+            return []
+        return self._window(lo, hi, offset, limit, reverse)
+
+    def count(self, low, high, *, low_exclusive=False, high_exclusive=False):
+        """Members with a score in the range.  Runtime complexity: O(log n)."""
+        cdef Py_ssize_t lo, hi
+        self._key_range(low, high, low_exclusive, high_exclusive, &lo, &hi)
+        return hi - lo + 1 if hi >= lo else 0
+
+    def around(self, member, above=5, below=5):
+        """Up to ``above`` better-ranked entries, the member, and up to
+        ``below`` worse-ranked ones; ``None`` if absent.  O(log n + above + below)."""
+        cdef uint32_t mid = self._find(member)
+        cdef Py_ssize_t rank
+        _count(above, "above")
+        _count(below, "below")
+        if mid == 0:
+            return None
+        rank = self._rank_of(mid, NULL)
+        return self._collect(max(1, rank - above), min(self.length, rank + below), False)
+
+    # --- snapshots -------------------------------------------------------------------
+
+    def dump(self):
+        """The whole index as bytes (format in rankd.index._contract).  O(n)."""
+        cdef Py_ssize_t size = (DUMP_HEADER_SIZE + self.length * DUMP_RECORD_SIZE
+                                + self.member_bytes + 4)
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+        cdef char *p = PyBytes_AS_STRING(out)
+        memcpy(p, b"RKIX", 4)
+        p[4] = DUMP_VERSION
+        p[5] = 0 if self.descending else 1
+        p[6] = self.tie_by_member + self.tie_member_desc
+        p[7] = 0
+        rk_store_u64(p + 8, self.length)
+        rk_store_u64(p + 16, self._next_seq)
+        p += DUMP_HEADER_SIZE
+        with nogil:
+            p = self._dump_pages(p)
+        crc = zlib.crc32(memoryview(out)[:size - 4])
+        rk_store_u32(p, <uint32_t>crc)
+        return out
+
+    cdef char *_dump_pages(self, char *out) noexcept nogil:
+        cdef pg_page *p = self.header.level[0].forward
+        cdef Py_ssize_t i, mlen
+        cdef const char *name
+        cdef double *keys
+        cdef uint64_t *seqs
+        cdef uint32_t *ids
+        while p != NULL:
+            keys = PG_KEYS(p)
+            seqs = PG_SEQS(p)
+            ids = PG_IDS(p)
+            for i in range(p.n):
+                # Names lie in arrival order, not rank order: ask for the
+                # ones a few entries ahead so that their misses overlap.
+                if i + DUMP_AHEAD < p.n:
+                    rk_prefetch(&self.names[ids[i + DUMP_AHEAD]])
+                elif p.level[0].forward != NULL and i + DUMP_AHEAD - p.n < p.level[0].forward.n:
+                    rk_prefetch(&self.names[PG_IDS(p.level[0].forward)[i + DUMP_AHEAD - p.n]])
+                name = self._name(ids[i], &mlen)
+                rk_store_f64(out, -keys[i] if self.descending else keys[i])
+                rk_store_u64(out + 8, seqs[i])
+                rk_store_u16(out + 16, <uint16_t>mlen)
+                memcpy(out + DUMP_RECORD_SIZE, name, mlen)
+                out += DUMP_RECORD_SIZE + mlen
+            p = p.level[0].forward
+        return out
+
+    @classmethod
+    def load(cls, data):
+        """Rebuild an index from :meth:`dump` output (by either implementation).
+
+        Raises ``ValueError`` if the data is corrupt.  Records arrive in rank
+        order, so pages are filled to 7/8 and appended without a search.
+        Runtime complexity: O(n).
+        """
+        cdef Py_buffer view
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            return _load(cls, <const char *>view.buf, view.len, data)
+        finally:
+            PyBuffer_Release(&view)
+
+    cdef void _append_page(self, pg_page *r, pg_page **last, Py_ssize_t *last_rank,
+                           Py_ssize_t *last_drank) noexcept:
+        """Link an empty page after every page (loading)."""
+        cdef int i
+        cdef pg_page *tail = last[0]
+        if r.height > self.height:
+            self.height = r.height
+        for i in range(r.height):
+            last[i].level[i].forward = r
+            last[i].level[i].flevel = r.level
+            last[i].level[i].fpno = r.pno
+            last[i].level[i].span = <uint32_t>(self.length - last_rank[i])
+            last[i].level[i].dspan = <uint32_t>(self.ndistinct - last_drank[i])
+            last[i] = r
+            last_rank[i] = self.length
+            last_drank[i] = self.ndistinct
+            r.level[i].forward = NULL
+            r.level[i].flevel = NULL
+        r.prev = NULL if tail == self.header else tail
+
+    # --- invariants -----------------------------------------------------------------
+
+    def _check(self):
+        """Verify every invariant; ``AssertionError`` names the first broken one.
+
+        Checks the strict order of all entries, page fills (1..page_size,
+        at least page_size // 2 but on the last page), every level's spans
+        and distinct spans against the entries and leaders they cover,
+        ``prev`` links, page numbers of names, the member map and counters.
+        Runtime complexity: O(n * levels).
+        """
+        cdef pg_page *p = self.header.level[0].forward
+        cdef pg_page *prevp = NULL
+        cdef pg_page *x
+        cdef pg_page *nxt
+        cdef Py_ssize_t n = 0, leaders = 0, nbytes = 0, i, mlen, pidx, count
+        cdef Py_ssize_t slots_used = 0
+        cdef int level
+        cdef double prev_key = 0.0
+        cdef uint32_t mid
+        cdef const char *name
+        cdef list starts = []     # per page: (entries before, leaders before)
+        cdef dict index_of = {}
+        cdef list pages = []
+        while p != NULL:
+            assert p.prev == prevp, "prev link broken"
+            assert 1 <= p.n <= p.cap, f"page holds {p.n} entries"
+            if p.level[0].forward != NULL:
+                assert p.n >= self.min_fill, (
+                    f"page below minimum fill: {p.n} < {self.min_fill}")
+            assert self.pages[p.pno] == p, "page table does not point at the page"
+            assert self.firstkeys[p.pno] == PG_KEYS(p)[0], "first key not kept"
+            assert signbit(self.firstkeys[p.pno]) == signbit(PG_KEYS(p)[0]), "first key's zero"
+            index_of[<size_t>p] = len(pages)
+            pages.append(<size_t>p)
+            starts.append((n, leaders))
+            count = 0
+            for i in range(p.n):
+                mid = PG_IDS(p)[i]
+                assert self._name_page(mid)[0] == p.pno, "name points at another page"
+                name = self._name(mid, &mlen)
+                nbytes += mlen
+                if i > 0:
+                    assert self._cmp(p, i - 1, PG_KEYS(p)[i], PG_SEQS(p)[i], name, mlen) < 0, \
+                        "entries out of order"
+                elif prevp != NULL:
+                    assert self._cmp(prevp, prevp.n - 1, PG_KEYS(p)[0], PG_SEQS(p)[0],
+                                     name, mlen) < 0, "entries out of order across pages"
+                if n == 0 or PG_KEYS(p)[i] != prev_key:
+                    leaders += 1
+                    count += 1
+                prev_key = PG_KEYS(p)[i]
+                n += 1
+                pidx = self._slot(name, mlen, self._hash(name, mlen))
+                assert pidx >= 0 and self.slot_ids[pidx] == mid, "member map misses a member"
+            assert count == p.lead, f"page leader count {p.lead} != {count}"
+            prevp = p
+            p = p.level[0].forward
+        assert n == self.length, f"length {self.length} != {n} entries"
+        assert leaders == self.ndistinct, f"ndistinct {self.ndistinct} != {leaders}"
+        assert nbytes == self.member_bytes, "member_bytes is wrong"
+        for i in range(self.mask + 1):
+            slots_used += self.slot_ids[i] != 0
+        assert slots_used == self.length, "member map holds stale ids"
+        assert self.height >= 1
+        for level in range(self.height):
+            x = self.header
+            while x != NULL:
+                nxt = x.level[level].forward
+                if x == self.header:
+                    a_n, a_l = 0, 0
+                else:
+                    assert x.height > level
+                    a_n, a_l = starts[index_of[<size_t>x]]
+                if nxt == NULL:
+                    b_n, b_l = self.length, self.ndistinct
+                else:
+                    b_n, b_l = starts[index_of[<size_t>nxt]]
+                assert x.level[level].span == b_n - a_n, f"span wrong at level {level}"
+                assert nxt == NULL or x.level[level].fpno == nxt.pno, "link's page number"
+                assert nxt == NULL or x.level[level].flevel == nxt.level, "link's tower"
+                assert x.level[level].dspan == b_l - a_l, f"dspan wrong at level {level}"
+                x = nxt
+        for level in range(self.height, MAX_LEVEL):
+            assert self.header.level[level].forward == NULL
+        # level i links every page of height > i, in order
+        for level in range(1, self.height):
+            x = self.header.level[level].forward
+            expected = [q for q in pages if (<pg_page *><size_t>q).height > level]
+            got = []
+            while x != NULL:
+                got.append(<size_t>x)
+                x = x.level[level].forward
+            assert got == expected, f"level {level} skips a tall page"
+
+
+cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
+    cdef RankIndex index
+    cdef pg_page *last[MAX_LEVEL]
+    cdef Py_ssize_t last_rank[MAX_LEVEL]
+    cdef Py_ssize_t last_drank[MAX_LEVEL]
+    cdef const char *p
+    cdef const char *end
+    cdef uint64_t count, next_seq, seq, i
+    cdef uint16_t mlen
+    cdef double score, key, prev_key = 0.0
+    cdef pg_page *page = NULL
+    cdef uint32_t mid
+    cdef uint64_t h
+    cdef int level, fill
+    cdef bint leader
+    if size < DUMP_HEADER_SIZE + 4:
+        raise ValueError(f"rank index dump is truncated: {size} bytes")
+    if memcmp(buf, b"RKIX", 4) != 0:
+        raise ValueError("not a rank index dump (bad magic)")
+    if <uint8_t>buf[4] != DUMP_VERSION:
+        raise ValueError(f"unsupported rank index dump version {<uint8_t>buf[4]}")
+    if <uint8_t>buf[5] > 1 or <uint8_t>buf[6] > 2 or buf[7] != 0:
+        raise ValueError("rank index dump has an unknown order or tie-break code")
+    stored_crc = int.from_bytes(data[size - 4:size], "little")
+    if zlib.crc32(memoryview(data)[:size - 4]) != stored_crc:
+        raise ValueError("rank index dump is corrupt (CRC mismatch)")
+    count = rk_load_u64(buf + 8)
+    next_seq = rk_load_u64(buf + 16)
+    if next_seq > <uint64_t>MAX_SEQ + 1:
+        raise ValueError("rank index dump has an invalid next_seq")
+    if count > MAX_LENGTH or count > <uint64_t>(size // DUMP_RECORD_SIZE):
+        raise ValueError(f"rank index dump claims {count} members, more than it holds")
+    index = cls("desc" if buf[5] == 0 else "asc", TIE_BREAK_CODES[buf[6]])
+    index._next_seq = next_seq
+    index._map_reserve(count)
+    fill = index.page_size - index.page_size // 8
+    for level in range(MAX_LEVEL):
+        last[level] = index.header
+        last_rank[level] = 0
+        last_drank[level] = 0
+    p = buf + DUMP_HEADER_SIZE
+    end = buf + size - 4
+    for i in range(count):
+        if end - p < DUMP_RECORD_SIZE:
+            raise ValueError(f"rank index dump is truncated at record {i}")
+        score = rk_load_f64(p)
+        seq = rk_load_u64(p + 8)
+        mlen = rk_load_u16(p + 16)
+        p += DUMP_RECORD_SIZE
+        if mlen == 0 or mlen > MAX_MEMBER_BYTES or end - p < mlen:
+            raise ValueError(f"rank index dump has a bad member length at record {i}")
+        if not rk_utf8_valid(<const uint8_t *>p, mlen):
+            raise ValueError(f"rank index dump has a member that is not UTF-8 at record {i}")
+        if not isfinite(score):
+            raise ValueError(f"rank index dump has a non-finite score at record {i}")
+        if seq > MAX_SEQ or seq >= next_seq:
+            raise ValueError(f"rank index dump has an invalid seq at record {i}")
+        key = index._key(score)
+        if page != NULL and index._cmp(page, page.n - 1, key, seq, p, mlen) >= 0:
+            raise ValueError(f"rank index dump is out of order at record {i}")
+        h = index._hash(p, mlen)
+        if index._slot(p, mlen, h) >= 0:
+            raise ValueError(f"rank index dump repeats a member at record {i}")
+        mid = index._name_new(p, mlen)
+        index._map_put(mid, h)
+        index.member_bytes += mlen
+        if page == NULL or page.n >= fill:
+            page = index._new_page()
+            index._append_page(page, last, last_rank, last_drank)
+        if page.n == 0:
+            index.firstkeys[page.pno] = key
+        PG_KEYS(page)[page.n] = key
+        PG_SEQS(page)[page.n] = seq
+        PG_IDS(page)[page.n] = mid
+        index._name_page(mid)[0] = page.pno
+        page.n += 1
+        leader = index.length == 0 or key != prev_key
+        page.lead += leader
+        index.ndistinct += leader
+        index.length += 1
+        prev_key = key
+        p += mlen
+    if p != end:
+        raise ValueError(f"rank index dump has {end - p} bytes after its last record")
+    for level in range(index.height):
+        last[level].level[level].span = <uint32_t>(index.length - last_rank[level])
+        last[level].level[level].dspan = <uint32_t>(index.ndistinct - last_drank[level])
+    index.peak_length = index.length
+    index.reset_peaks()
+    return index
+
+
+def _load_from_dump(data):
+    return RankIndex.load(data)
+
+
+@cython.final
+cdef class _Iterator:
+    """Walks an index in rank order; any write to the index invalidates it."""
+
+    cdef RankIndex index
+    cdef pg_page *page
+    cdef Py_ssize_t pos
+    cdef Py_ssize_t mutations
+
+    def __cinit__(self, RankIndex index):
+        self.index = index
+        self.page = index.header.level[0].forward
+        self.pos = 0
+        self.mutations = index.mutations
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef pg_page *p = self.page
+        cdef Py_ssize_t pos = self.pos
+        if self.index.mutations != self.mutations:
+            raise RuntimeError("rank index changed during iteration")
+        if p == NULL:
+            raise StopIteration
+        self.pos += 1
+        if self.pos == p.n:
+            self.page = p.level[0].forward
+            self.pos = 0
+        return (self.index._member_str(p, pos), self.index._score_at(p, pos))

@@ -1,0 +1,254 @@
+"""Tests of what is particular to the compact paged index (``rankd._pages``).
+
+The contract tests run against it as the ``pages`` implementation (see
+conftest.py); these force its page splits and merges with tiny page sizes,
+run ``_check()`` after every operation, prove that memory returns under
+churn and that every page and name is freed, and load snapshots written by
+the previous index (``rankd._skiplist`` at the revision before the paged
+layout; the files in tests/data were written by it).
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import native
+from index_model import DumpRecord, ModelIndex, assert_index_matches, encode_dump
+from rankd.index import ORDERS, TIE_BREAKS, Op, When
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture(scope="module")
+def pages_cls():
+    return native("rankd._pages", "RankIndex")
+
+
+@pytest.fixture(scope="module")
+def pages_module(pages_cls):
+    import rankd._pages
+
+    return rankd._pages
+
+
+def fills_ok(index) -> None:
+    """Every page holds 1..page_size entries, and all but the last at least half."""
+    fills = index._pages()
+    size = index._page_size
+    assert all(1 <= n <= size for n in fills), fills
+    assert all(n >= size // 2 for n in fills[:-1]), fills
+
+
+# --- splits and merges forced by tiny pages -----------------------------------------------
+
+
+@pytest.mark.parametrize("page_size", [4, 5, 8])
+@pytest.mark.parametrize("pattern", ["ascending", "descending", "random", "ties"])
+def test_split_and_merge_boundaries(pages_cls, page_size, pattern):
+    index = pages_cls("desc", "first", page_size=page_size, seed=3)
+    model = ModelIndex("desc", "first")
+    model.next_seq = index.next_seq
+    rng = random.Random(page_size)
+    n = 200
+    scores = {
+        "ascending": list(range(n)),
+        "descending": list(range(n, 0, -1)),
+        "random": [rng.randrange(10_000) for _ in range(n)],
+        "ties": [i % 3 for i in range(n)],
+    }[pattern]
+    for i, score in enumerate(scores):
+        member = f"m{i:04d}"
+        assert index.set(member, score) == model.set(member, score)
+        index._check()
+        fills_ok(index)
+    # Pages split: many of them, none above the size.
+    assert len(index._pages()) >= n // page_size
+    assert_index_matches(index, model)
+    # Remove every other member, then all the rest: merges and borrowing.
+    order = [f"m{i:04d}" for i in range(0, n, 2)] + [f"m{i:04d}" for i in range(1, n, 2)]
+    for k, member in enumerate(order):
+        assert index.remove(member) == model.remove(member)
+        index._check()
+        fills_ok(index)
+        if k == n // 2:
+            assert_index_matches(index, model)
+            # Half the members, about half the pages: never sparse.
+            assert len(index._pages()) <= len(index) // (page_size // 2) + 1
+    assert index._pages() == []
+    assert len(index) == 0
+
+
+@pytest.mark.parametrize("page_size", [4, 6])
+def test_moves_across_pages_keep_every_invariant(pages_cls, page_size):
+    # Members jump from page to page (incr) and within their page.
+    index = pages_cls("asc", "member", page_size=page_size, seed=1)
+    model = ModelIndex("asc", "member")
+    model.next_seq = index.next_seq
+    rng = random.Random(7)
+    for i in range(120):
+        index.set(f"p{i}", i % 17)
+        model.set(f"p{i}", i % 17)
+    for _ in range(1500):
+        member = f"p{rng.randrange(140)}"
+        delta = rng.choice([-20, -1, 0, 1, 3, 40])
+        assert index.incr(member, delta) == model.incr(member, delta)
+        index._check()
+        fills_ok(index)
+    assert_index_matches(index, model)
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(list(Op)),
+        st.integers(0, 40).map(lambda i: f"k{i}" if i % 13 else f"é{i}"),
+        st.one_of(st.integers(-4, 4), st.sampled_from([0.5, -0.0, 2.25])),
+        st.one_of(st.none(), st.integers(0, 50)),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    order=st.sampled_from(ORDERS),
+    tie_break=st.sampled_from(TIE_BREAKS),
+    page_size=st.sampled_from([4, 5, 7, 64]),
+    max_level=st.sampled_from([1, 2, 32]),
+    ops=OPS,
+)
+def test_random_operations_check_after_each(pages_cls, order, tie_break, page_size, max_level,
+                                            ops):
+    index = pages_cls(order, tie_break, page_size=page_size, max_level=max_level, branching=2,
+                      seed=5)
+    model = ModelIndex(order, tie_break)
+    model.next_seq = index.next_seq
+    for op in ops:
+        code, member, value, seq = op
+        if code == Op.REMOVE:
+            got, want = index.remove(member), model.remove(member)
+        elif code == Op.INCR:
+            got, want = index.incr(member, value, seq), model.incr(member, value, seq)
+        else:
+            got = index.set(member, value, When(code), seq)
+            want = model.set(member, value, When(code), seq)
+        assert got == want, op
+        index._check()
+        fills_ok(index)
+    assert_index_matches(index, model)
+    copy = pages_cls.load(index.dump())
+    copy._check()
+    assert copy.dump() == index.dump()
+
+
+def test_set_states_on_tiny_pages(pages_cls):
+    index = pages_cls("desc", "first", page_size=4, seed=2)
+    model = ModelIndex("desc", "first")
+    rng = random.Random(11)
+    for _ in range(5):
+        states = [(f"s{rng.randrange(60)}", rng.randrange(8), rng.randrange(1000))
+                  for _ in range(rng.randrange(1, 80))]
+        index.set_states(states)
+        model.set_states(states)
+        index._check()
+        fills_ok(index)
+    assert_index_matches(index, model)
+
+
+# --- snapshots ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["index-v1-desc-first.dump", "index-v1-asc-member.dump"])
+def test_snapshot_of_the_previous_index_loads(pages_cls, name):
+    # Written by rankd._skiplist at the revision before the paged layout.
+    data = (DATA / name).read_bytes()
+    skiplist = native("rankd._skiplist", "RankIndex").load(data)
+    index = pages_cls.load(data)
+    index._check()
+    fills_ok(index)
+    assert len(index) == 344
+    assert list(index) == list(skiplist)
+    assert index.range_by_rank() == skiplist.range_by_rank()
+    for member, _ in skiplist:
+        assert index.dense_rank(member) == skiplist.dense_rank(member)
+    assert index.dump() == data
+    # And it keeps working after the load: writes split the packed pages.
+    for i in range(300):
+        index.incr(f"player:{i:012d}", i % 7)
+    index._check()
+    fills_ok(index)
+
+
+def test_dumps_match_the_skip_list_byte_for_byte(pages_cls):
+    skiplist = native("rankd._skiplist", "RankIndex")("desc", "first")
+    index = pages_cls("desc", "first", page_size=8)
+    rng = random.Random(3)
+    ops = [(rng.choice([Op.SET, Op.INCR, Op.REMOVE, Op.SET_BETTER]), f"u{rng.randrange(500)}",
+            rng.randrange(30)) for _ in range(5000)]
+    assert index.apply_batch(ops) == skiplist.apply_batch(ops)
+    assert index.dump() == skiplist.dump()
+    assert skiplist.load(index.dump()).dump() == index.load(skiplist.dump()).dump()
+
+
+# --- memory: churn, fill after deletes, allocation balance ----------------------------------
+
+
+def test_churn_returns_memory(pages_cls):
+    # Delete a random half and re-add it, many times: the name arena and the
+    # pages stay at the size of one full board.
+    index = pages_cls("desc", "first")
+    rng = random.Random(5)
+    n = 100_000
+    names = [f"player:{i:012d}" for i in range(n)]
+    index.apply_batch([(Op.SET, m, rng.randrange(1_000_000)) for m in names])
+    full = index._memory()
+    for _ in range(4):
+        gone = rng.sample(names, n // 2)
+        index.apply_batch([(Op.REMOVE, m, None) for m in gone])
+        half = index._memory()
+        # Pages are at least half full: fewer than 2/page_size pages a member.
+        assert half["pages"] <= full["pages"] * 0.5 * 1.6
+        index.apply_batch([(Op.SET, m, rng.randrange(1_000_000)) for m in gone])
+    index._check()
+    after = index._memory()
+    assert after["names"] == full["names"]  # freed records are reused
+    assert after["map"] == full["map"]
+    assert after["pages"] <= full["pages"] * 1.1
+
+
+def test_every_page_and_name_is_freed(pages_cls, pages_module):
+    gc.collect()
+    pages0, names0 = pages_module.live_pages(), pages_module.live_names()
+    index = pages_cls("desc", "member", page_size=4)
+    for i in range(1000):
+        index.set(f"n{i}", i % 50)
+    assert pages_module.live_names() - names0 == 1000
+    assert pages_module.live_pages() - pages0 >= 250
+    copy = pages_cls.load(index.dump())
+    for i in range(0, 1000, 2):
+        index.remove(f"n{i}")
+    assert pages_module.live_names() - names0 == 500 + 1000
+    index.clear()
+    assert pages_module.live_names() - names0 == 1000
+    del copy
+    assert (pages_module.live_pages(), pages_module.live_names()) == (pages0, names0)
+    # A dump that turns out corrupt half-way frees what its load allocated.
+    records = [DumpRecord(float(100 - i), i, f"d{i}".encode()) for i in range(50)]
+    records.append(DumpRecord(0.0, 60, b"d7"))  # a member repeated
+    with pytest.raises(ValueError, match="repeats a member"):
+        pages_cls.load(encode_dump("desc", "first", 61, records))
+    del index
+    gc.collect()
+    assert (pages_module.live_pages(), pages_module.live_names()) == (pages0, names0)
+
+
+def test_page_size_is_checked(pages_cls):
+    for bad in (0, 3, 4097):
+        with pytest.raises(ValueError):
+            pages_cls(page_size=bad)
+    assert pages_cls(page_size=4)._page_size == 4
