@@ -115,6 +115,7 @@ class Recovery:
         replayed = 0
         reported = 0
         tail_bytes = 0
+        # Mapped (nothing else writes the log before recovery ends).
         for batch in core.wal.iter_batches(snapshot_lsn + 1, settings.REPLAY_BATCH,
                                            in_place=True):
             replayer.replay_local(batch)
@@ -200,8 +201,8 @@ class Recovery:
         if latest is not None:
             snapshot_lsn, sections = latest
             state.load(sections)
-        for batch in wal.iter_batches(snapshot_lsn + 1, settings.REPLAY_BATCH, upto_lsn,
-                                      in_place=True):
+        # Read, not mapped: the failed log's newest segment may be cut back meanwhile.
+        for batch in wal.iter_batches(snapshot_lsn + 1, settings.REPLAY_BATCH, upto_lsn):
             replayer.replay_local(batch)
         replayer.flush()
         return state
