@@ -5,6 +5,7 @@ WAL tail replayed), beside redis-server loading an RDB of the same set.
     python bench/bench_restart.py --members 1000000 --tail 1000000 --rounds 3
     python bench/bench_restart.py --members 10000000 --tail 1000000 --rounds 2
     python bench/bench_restart.py --src /work/wt-base/src --src src ...   # side by side
+    python bench/bench_restart.py --build-with A/src --src A/src --src B/src --keep DIR ...
 
 For each source tree (``--src``, repeatable: the daemon runs that tree's
 ``rankd``), or once with ``--build-with`` a tree for them all (which then
@@ -32,7 +33,9 @@ the server used until it answered, which moves far less than wall time
 with whatever else the machine runs.  ``--profile DIR`` also records one kill -9 restart of each
 tree under ``py-spy record --native`` (collapsed stacks per tree in DIR,
 ``*-kill9.txt``, with the share of samples in the functions that took
-most printed).
+most printed).  ``--keep DIR`` keeps the data dirs built (``--build-with``'s
+and Redis's) in DIR and restarts from them on a later run with the same
+arguments, which then builds nothing (10M members take minutes to load).
 """
 
 from __future__ import annotations
@@ -310,6 +313,10 @@ def main() -> int:
     parser.add_argument("--build-with", type=Path,
                         help="build the data dirs once, with this source tree, for every "
                              "--src (each reads the formats of older versions)")
+    parser.add_argument("--keep", type=Path,
+                        help="keep the data dirs built in this directory and, when it holds "
+                             "them, restart from them instead of building (with --build-with: "
+                             "the same members, tail and seed each time)")
     parser.add_argument("--no-redis", action="store_true")
     parser.add_argument("--profile", type=Path, help="py-spy flame graphs of kill -9 here")
     parser.add_argument("--seed", type=int, default=1)
@@ -319,10 +326,16 @@ def main() -> int:
         root = Path(tmp)
         cases: dict[str, tuple[str, Path, Path | None]] = {}
         shared = None
-        if args.build_with is not None:  # one data dir for every tree
+        kept = args.keep.resolve() if args.keep else None
+        if kept is not None and (kept / "shared" / "crash").is_dir():
+            shared = kept / "shared" / "crash", kept / "shared" / "clean"
+            print(f"  restarting from the data dirs kept in {kept}", flush=True)
+        elif args.build_with is not None:  # one data dir for every tree
             (root / "shared").mkdir()
             shared = build_rankd(args.build_with.resolve(), root / "shared", args.members,
                                  args.tail, args.seed)
+            if kept is not None:
+                shutil.copytree(root / "shared", kept / "shared", dirs_exist_ok=True)
         for number, src in enumerate(sources):
             tree = root / f"tree{number}"
             tree.mkdir()
@@ -331,7 +344,13 @@ def main() -> int:
             cases[f"{label} SIGTERM"] = ("rankd", clean, src)
             cases[f"{label} kill -9"] = ("rankd", crash, src)
         if not args.no_redis:
-            cases["redis RDB"] = ("redis", build_redis(root, args.members, args.seed), None)
+            if kept is not None and (kept / "redis").is_dir():
+                redis_dir = kept / "redis"
+            else:
+                redis_dir = build_redis(root, args.members, args.seed)
+                if kept is not None:
+                    shutil.copytree(redis_dir, kept / "redis", dirs_exist_ok=True)
+            cases["redis RDB"] = ("redis", redis_dir, None)
         times: dict[str, list[float]] = {case: [] for case in cases}
         cpus: dict[str, list[float]] = {case: [] for case in cases}
         names = list(cases)

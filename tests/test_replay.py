@@ -4,6 +4,7 @@ event ids, removed windows, and encodings the kernel leaves to the caller)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from conftest import native
 from rankd.engine import records
 from rankd.engine.board import Board
 from rankd.engine.config import BoardConfig
+from rankd.engine.frames import MAX_LSN, frame_many
 from rankd.engine.replay import Pending, gather_submit, replay_submits_python
 
 BOARD = "arena"
@@ -75,11 +77,14 @@ def state(board: Board, pending: Pending) -> dict[str, Any]:
             "updated_at": board.updated_at}
 
 
-def drive(replay, payloads: list[bytes]) -> tuple[dict[str, Any], int]:
-    """Replay as the engine does: decode a run's first record, hand the run on."""
+def drive(replay, payloads: list[bytes], batch: Sequence[tuple[int, bytes]] | None = None
+          ) -> tuple[dict[str, Any], int]:
+    """Replay as the engine does: decode a run's first record, hand the run on
+    (the records of ``payloads`` from position 100, or ``batch`` holding them)."""
     board = fresh_board()
     pending: Pending = {}
-    batch = [(lsn, payload) for lsn, payload in enumerate(payloads, start=100)]
+    if batch is None:
+        batch = [(lsn, payload) for lsn, payload in enumerate(payloads, start=100)]
     position = gathered = 0
     while position < len(batch):
         lsn, payload = batch[position]
@@ -96,6 +101,20 @@ def drive(replay, payloads: list[bytes]) -> tuple[dict[str, Any], int]:
 @given(st.lists(encoded, max_size=30))
 def test_native_replay_leaves_the_state_the_reference_leaves(payloads):
     assert drive(native_replay(), payloads) == drive(replay_submits_python, payloads)
+
+
+@given(st.lists(encoded, max_size=30), st.integers(0, 3))
+def test_replay_in_place_leaves_the_state_a_list_of_records_leaves(payloads, skipped):
+    """Recovery's batches leave the records in the log's buffer (a Frames
+    batch, from the frame scanner): the kernel reads them in place to the
+    state the reference leaves from a list, and the batch reads back as
+    that list (for the code that decodes a record of it)."""
+    scan_frames = native("rankd.engine._frames", "scan_frames")
+    log = frame_many(100 - skipped, [b"skipped"] * skipped + payloads)
+    batch, end, next_lsn, bad = scan_frames(log, 100 - skipped, True, 100, MAX_LSN, MAX_LSN)
+    assert (end, next_lsn, bad) == (len(log), 100 + len(payloads), None)
+    assert [batch[i] for i in range(len(batch))] == list(enumerate(payloads, 100))
+    assert drive(native_replay(), payloads, batch) == drive(replay_submits_python, payloads)
 
 
 @given(st.lists(submits.filter(lambda r: r[1] == BOARD).map(records.encode), max_size=30),

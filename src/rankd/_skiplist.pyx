@@ -1444,6 +1444,7 @@ cdef class RankIndex:
         cdef Py_ssize_t i, nmoved = 0, nkept = 0, a = 0, b = 0, member_bytes
         cdef rk_node *x
         cdef int level
+        cdef bint relaid
         try:
             if moved == NULL or kept == NULL:
                 raise MemoryError()
@@ -1451,11 +1452,15 @@ cdef class RankIndex:
             self._table_reserve(self.length + fresh)
             # The links are rebuilt from the nodes in order: a relayout
             # under way finishes first, in one go (this pass is O(n) too).
+            # It moves nodes: only then are the nodes set_states found stale.
+            relaid = self.relaying
             while self.relaying:
                 self._relayout_step(self.length + 1)
             try:
                 for i in range(k):
-                    x = self._lookup(batch[i].member, batch[i].mlen, batch[i].hash)
+                    x = NULL if relaid else batch[i].node
+                    if x == NULL:  # (or a member new earlier in the batch)
+                        x = self._lookup(batch[i].member, batch[i].mlen, batch[i].hash)
                     if x == NULL:
                         x = self._new_node(self._random_level(), batch[i].member, batch[i].mlen)
                         x.hash = batch[i].hash

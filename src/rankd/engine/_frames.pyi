@@ -23,3 +23,20 @@ def crc32c_portable(data: bytes | bytearray | memoryview, crc: int = 0) -> int: 
 def crc32c_hardware(data: bytes | bytearray | memoryview, crc: int = 0) -> int | None: ...
 
 def has_hardware_crc32c() -> bool: ...
+
+class Frames:
+    """Records left in the buffer scanned: a sequence of ``(lsn, payload)``."""
+
+    first_lsn: int
+    payload_bytes: int
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int) -> tuple[int, bytes]: ...
+
+def scan_frames(
+    data: bytes | bytearray | memoryview,
+    first_lsn: int,
+    check: bool,
+    from_lsn: int,
+    upto_lsn: int,
+    limit: int,
+) -> tuple[Frames, int, int, tuple[int, str, bool] | None]: ...

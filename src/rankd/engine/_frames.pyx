@@ -9,12 +9,19 @@ random, cut and corrupted logs).  Frames are written with CRC-32C
 (``_crc32c.h``: the SSE4.2 instruction where the CPU has it, a table walk
 elsewhere); frames of format 1, without the flag, are checked with zlib's
 ``crc32``, the function Python's ``zlib.crc32`` calls.
+
+:func:`scan_frames` is :func:`scan` for recovery: the records it collects
+stay in the buffer read (a :class:`Frames` batch of their offsets), so a
+million-record tail makes no million payload objects; the native replay
+(``_replay.pyx``) reads them in place.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_FromLongLong
 from libc.stdint cimport uint32_t, uint64_t
+from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 
 cdef extern from "zlib.h":
@@ -123,6 +130,58 @@ def frame_into(bytearray buffer, payloads, long long last_lsn, Py_ssize_t active
     return lsn, active, total
 
 
+cdef class Frames:
+    """Consecutive records a scan collected, left in the buffer it read: a
+    read-only sequence of ``(lsn, payload)``, like the list :func:`scan`
+    returns, whose items are made only when asked for.  It holds the
+    buffer (an ``mmap`` cannot be closed under it)."""
+
+    def __cinit__(self, data):
+        PyObject_GetBuffer(data, &self.view, PyBUF_SIMPLE)
+        self.held = True
+        self.base = <const unsigned char *>self.view.buf
+
+    def __dealloc__(self):
+        free(self.spans)
+        if self.held:
+            PyBuffer_Release(&self.view)
+
+    cdef int push(self, long long lsn, Py_ssize_t offset, Py_ssize_t size) except -1:
+        cdef FrameSpan *grown
+        if self.count == self.capacity:
+            grown = <FrameSpan *>realloc(self.spans,
+                                         (self.capacity * 2 + 64) * sizeof(FrameSpan))
+            if grown == NULL:
+                raise MemoryError()
+            self.spans = grown
+            self.capacity = self.capacity * 2 + 64
+        if self.count == 0:
+            self.first_lsn = lsn
+        self.spans[self.count].offset = offset
+        self.spans[self.count].size = size
+        self.count += 1
+        return 0
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, Py_ssize_t i):
+        if i < 0:
+            i += self.count
+        if not 0 <= i < self.count:
+            raise IndexError("frame index out of range")
+        return (PyLong_FromLongLong(self.first_lsn + i), PyBytes_FromStringAndSize(
+            <const char *>self.base + self.spans[i].offset, self.spans[i].size))
+
+    @property
+    def payload_bytes(self):
+        """The bytes of every payload (frames' headers not included)."""
+        cdef Py_ssize_t i, total = 0
+        for i in range(self.count):
+            total += self.spans[i].size
+        return total
+
+
 def scan(data, long long first_lsn, bint check, long long from_lsn, long long upto_lsn,
          Py_ssize_t limit, bint collect):
     """``(records, end, next_lsn, bad)``; see ``rankd.engine.frames.scan``."""
@@ -130,13 +189,23 @@ def scan(data, long long first_lsn, bint check, long long from_lsn, long long up
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         return _scan(<const unsigned char *>view.buf, view.len, first_lsn, check, from_lsn,
-                     upto_lsn, limit, collect)
+                     upto_lsn, limit, collect, None)
     finally:
         PyBuffer_Release(&view)
 
 
+def scan_frames(data, long long first_lsn, bint check, long long from_lsn,
+                long long upto_lsn, Py_ssize_t limit):
+    """:func:`scan` collecting a :class:`Frames` batch in place of the list."""
+    cdef Frames frames = Frames(data)
+    _, end, next_lsn, bad = _scan(frames.base, frames.view.len, first_lsn, check, from_lsn,
+                                  upto_lsn, limit, True, frames)
+    return frames, end, next_lsn, bad
+
+
 cdef tuple _scan(const unsigned char *buf, Py_ssize_t size, long long expected, bint check,
-                 long long from_lsn, long long upto_lsn, Py_ssize_t limit, bint collect):
+                 long long from_lsn, long long upto_lsn, Py_ssize_t limit, bint collect,
+                 Frames frames):
     cdef list records = []
     cdef Py_ssize_t offset = 0, end, collected = 0
     cdef uint32_t crc, length, word
@@ -165,8 +234,11 @@ cdef tuple _scan(const unsigned char *buf, Py_ssize_t size, long long expected, 
             bad = (offset, f"log position {lsn} where {expected} was expected", False)
             break
         if collect and expected >= from_lsn:
-            records.append((expected, PyBytes_FromStringAndSize(
-                <const char *>buf + offset + HEADER_BYTES, length)))
+            if frames is not None:
+                frames.push(expected, offset + HEADER_BYTES, length)
+            else:
+                records.append((expected, PyBytes_FromStringAndSize(
+                    <const char *>buf + offset + HEADER_BYTES, length)))
             collected += 1
         expected += 1
         offset = end

@@ -12,11 +12,16 @@ and log position the state keeps are created.  Anything else (another
 kind or board, an encoding our packer does not produce) stops the walk at
 that record, *before* any of its effects, and the caller replays it from
 its decoded form.  A record is parsed whole before it changes anything.
+
+The batch is a list of ``(lsn, payload)`` or, in recovery, a ``Frames``
+batch (``_frames.pyx``): payloads left in the log's buffer, read in place,
+so the tail makes no per-record payload or tuple objects.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
 from cpython.list cimport PyList_Append
+from cpython.long cimport PyLong_FromLongLong
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint8_t, uint64_t
@@ -24,6 +29,7 @@ from libc.string cimport memcmp, memcpy
 
 from rankd._skiplist cimport MAX_MEMBER_BYTES
 from rankd.engine._dedupe cimport PackedLog
+from rankd.engine._frames cimport Frames
 from rankd.engine._packing cimport (
     ENTRY_BYTES,
     FINGERPRINT_BYTES,
@@ -273,8 +279,9 @@ cdef Py_ssize_t _cache_states(Cached *cache, Py_ssize_t *ncached, Update *update
     return c
 
 
-def replay_submits(board, list batch, Py_ssize_t start, double dedupe_ttl, dict pending):
-    """``(stop, gathered)``; see ``rankd.engine.replay.replay_submits_python``."""
+def replay_submits(board, batch, Py_ssize_t start, double dedupe_ttl, dict pending):
+    """``(stop, gathered)``; see ``rankd.engine.replay.replay_submits_python``
+    (``batch``: a list of ``(lsn, payload)``, or a ``Frames`` batch)."""
     cdef Record rec
     cdef Cached cache[MAX_CACHED]
     cdef Py_ssize_t ncached = 0, stop = start, gathered = 0, changed = 0, i, c
@@ -288,14 +295,25 @@ def replay_submits(board, list batch, Py_ssize_t start, double dedupe_ttl, dict 
     cdef tuple item
     cdef bytes payload
     cdef PyObject *targets[MAX_UPDATES]
+    cdef Frames frames = batch if type(batch) is Frames else None
+    cdef list items = None if frames is not None else <list?>batch
+    cdef Py_ssize_t count = len(batch)
+    cdef const uint8_t *data
+    cdef Py_ssize_t size
     board_name.data = PyBytes_AS_STRING(name)
     board_name.size = len(name)
     if type(log) is not PackedLog:
         return start, 0  # the pure-Python store: the caller replays from decoded records
-    while stop < len(batch):
-        item = <tuple?>batch[stop]
-        payload = <bytes?>item[1]
-        if (_parse(<const uint8_t *>PyBytes_AS_STRING(payload), len(payload), &rec) < 0
+    while stop < count:
+        if frames is not None:
+            data = frames.base + frames.spans[stop].offset
+            size = frames.spans[stop].size
+        else:
+            item = <tuple?>items[stop]
+            payload = <bytes?>item[1]
+            data = <const uint8_t *>PyBytes_AS_STRING(payload)
+            size = len(payload)
+        if (_parse(data, size, &rec) < 0
                 or not _same(&rec.board, &board_name)
                 or rec.member.size > MAX_MEMBER_BYTES):
             break
@@ -303,7 +321,7 @@ def replay_submits(board, list batch, Py_ssize_t start, double dedupe_ttl, dict 
         member = _str(&rec.member)
         label = _str(&rec.label) if rec.label.present else None
         event_id = _str(&rec.event_id) if rec.event_id.present else None
-        lsn = item[0]
+        lsn = PyLong_FromLongLong(frames.first_lsn + stop) if frames is not None else item[0]
         for i in range(rec.nupdates):
             for c in range(ncached):
                 if (_same(&cache[c].window, &rec.updates[i].window)

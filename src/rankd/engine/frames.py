@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from rankd._native import native_or
@@ -91,8 +91,9 @@ class BadFrame(NamedTuple):
 class Scan(NamedTuple):
     """What :func:`scan` found."""
 
-    #: ``(lsn, payload)`` of each collected record.
-    records: list[tuple[int, bytes]]
+    #: ``(lsn, payload)`` of each collected record (a ``Frames`` batch
+    #: from :func:`scan_in_place`).
+    records: Sequence[tuple[int, bytes]]
     #: Offset just past the last good frame scanned.
     end: int
     #: Log position of the frame at ``end``.
@@ -196,6 +197,35 @@ crc32c, _ = native_or("rankd.engine._frames", "crc32c", crc32c_python)
 _scan, IMPLEMENTATION = native_or("rankd.engine._frames", "scan", scan_python)
 frame_into, _ = native_or("rankd.engine._frames", "frame_into", frame_into_python)
 find_frame, _ = native_or("rankd.engine._frames", "find_frame", find_frame_python)
+
+
+def scan_frames_python(data: bytes | bytearray | memoryview, first_lsn: int, check: bool,
+                       from_lsn: int, upto_lsn: int, limit: int) -> tuple:
+    """Pure-Python ``scan_frames``: the records as the list :func:`scan` makes."""
+    return scan_python(data, first_lsn, check, from_lsn, upto_lsn, limit, True)
+
+
+_scan_frames, _ = native_or("rankd.engine._frames", "scan_frames", scan_frames_python)
+
+
+def scan_in_place(data: bytes | bytearray | memoryview, first_lsn: int, *,
+                  check: bool = True, from_lsn: int = 0, upto_lsn: int = MAX_LSN,
+                  limit: int = MAX_LSN) -> Scan:
+    """:func:`scan` for recovery: the records collected are left in ``data``
+    (natively a ``Frames`` batch: a sequence of ``(lsn, payload)`` made on
+    access, which the native replay reads in place), so a long tail makes
+    no object per record.  ``data`` stays referenced while the batch lives."""
+    records, end, next_lsn, bad = _scan_frames(data, first_lsn, check, from_lsn, upto_lsn,
+                                               limit)
+    return Scan(records, end, next_lsn, None if bad is None else BadFrame(*bad))
+
+
+def payload_bytes(records: Sequence[tuple[int, bytes]]) -> int:
+    """The payload bytes of a batch of records (a list, or a ``Frames`` batch)."""
+    total = getattr(records, "payload_bytes", None)
+    if total is not None:
+        return total
+    return sum(len(payload) for _, payload in records)
 
 
 def frame_many(first_lsn: int, payloads: list[bytes]) -> bytes:

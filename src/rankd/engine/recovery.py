@@ -20,14 +20,13 @@ import contextlib
 import fcntl
 import gc
 import logging
-import operator
 import os
 import time
 from pathlib import Path
 
 from rankd.engine import collector, records, settings
 from rankd.engine.core import Core
-from rankd.engine.frames import HEADER_BYTES
+from rankd.engine.frames import HEADER_BYTES, payload_bytes
 from rankd.engine.replaying import Replayer
 from rankd.engine.snapshot import SnapshotStore
 from rankd.engine.state import BoardState
@@ -117,10 +116,12 @@ class Recovery:
         replayed = 0
         reported = 0
         tail_bytes = 0
-        for batch in core.wal.iter_batches(snapshot_lsn + 1, settings.REPLAY_BATCH):
+        # Mapped (nothing else writes the log before recovery ends).
+        for batch in core.wal.iter_batches(snapshot_lsn + 1, settings.REPLAY_BATCH,
+                                           in_place=True):
             replayer.replay_local(batch)
             replayed += len(batch)
-            tail_bytes += sum(map(len, map(operator.itemgetter(1), batch)))
+            tail_bytes += payload_bytes(batch)
             if replayed - reported >= settings.REPLAY_BATCH * 20:
                 reported = replayed
                 log.info("recovery: replayed %d of %d WAL records (%.0f%%)",
@@ -201,6 +202,7 @@ class Recovery:
         if latest is not None:
             snapshot_lsn, sections = latest
             state.load(sections)
+        # Read, not mapped: the failed log's newest segment may be cut back meanwhile.
         for batch in wal.iter_batches(snapshot_lsn + 1, settings.REPLAY_BATCH, upto_lsn):
             replayer.replay_local(batch)
         replayer.flush()

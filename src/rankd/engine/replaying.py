@@ -38,7 +38,7 @@ class Replayer:
         """Forget the states gathered (the state they were for is gone)."""
         self.replayed, self.replayed_count = {}, 0
 
-    def replay_local(self, batch: list[tuple[int, bytes]]) -> None:
+    def replay_local(self, batch: Sequence[tuple[int, bytes]]) -> None:
         """Replay records of the local log: as they are on a single node; a
         cluster node's unwrapped, each run of one group's records at their
         positions in its log (see :mod:`rankd.engine.replication`)."""
@@ -96,7 +96,7 @@ class Replayer:
         state.positions.pop(group, None)
         return names
 
-    def replay_records(self, batch: list[tuple[int, bytes]],
+    def replay_records(self, batch: Sequence[tuple[int, bytes]],
                        touched: set[str] | None = None) -> None:
         """Replay logged ``(lsn, payload)`` records in log order (noting
         the boards they change in ``touched``).

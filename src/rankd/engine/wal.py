@@ -69,12 +69,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import mmap
 import os
 import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +87,7 @@ from rankd.engine.frames import (
     frame_into,
     is_torn_tail,
     scan,
+    scan_in_place,
 )
 from rankd.engine.snapshot import fsync_directory
 
@@ -146,6 +148,14 @@ def read_sync_mark(directory: Path) -> tuple[int, int] | None:
     if magic != _MARK_MAGIC or crc != zlib.crc32(data[:_MARK.size - 4]):
         return None
     return first, size
+
+
+def _mapped(path: Path) -> mmap.mmap | bytes:
+    """A segment's bytes, mapped read-only (recovery reads them in place)."""
+    with open(path, "rb") as file:
+        if os.fstat(file.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
 
 
 def segment_name(first_lsn: int) -> str:
@@ -447,11 +457,13 @@ class WriteAheadLog:
         for batch in self.iter_batches(from_lsn):
             yield from batch
 
-    def iter_batches(self, from_lsn: int = 1, size: int = 10_000, upto_lsn: int | None = None
-                     ) -> Iterator[list[tuple[int, bytes]]]:
+    def iter_batches(self, from_lsn: int = 1, size: int = 10_000, upto_lsn: int | None = None,
+                     *, in_place: bool = False) -> Iterator[Sequence[tuple[int, bytes]]]:
         """Lists of up to ``size`` ``(lsn, payload)``: every written record at or
         after ``from_lsn`` (and at or before ``upto_lsn``), in order.
 
+        ``in_place`` (recovery): segments are mapped, not read, and each
+        batch leaves its records in the mapping (see ``frames.scan_in_place``).
         Damage in a segment other than the last raises ``WalCorruptError``
         (or, with ``repair``, truncates there and ends the iteration).
         """
@@ -464,12 +476,13 @@ class WriteAheadLog:
             position += 1
             if upper is not None and upper <= from_lsn:
                 continue
-            data = path.read_bytes()
+            data = _mapped(path) if in_place else path.read_bytes()
+            walk = scan_in_place if in_place else scan
             # The final segment was checked when the log was opened.
             check = path != self._checked[0]
             offset, lsn = 0, first
             while True:
-                found = scan(memoryview(data)[offset:], lsn, check=check, from_lsn=from_lsn,
+                found = walk(memoryview(data)[offset:], lsn, check=check, from_lsn=from_lsn,
                              upto_lsn=upto, limit=size)
                 if found.records:
                     yield found.records
@@ -486,6 +499,7 @@ class WriteAheadLog:
                                         bad.offset, bad.reason, from_lsn)
                             offset, lsn = resume, from_lsn
                             continue
+                    data = path.read_bytes()  # (not a mapping the repair may cut)
                     self._damaged(path, data, bad, found.next_lsn,
                                   final=position == len(self._segments))
                     # Repaired: the log now ends in this segment.
@@ -499,7 +513,7 @@ class WriteAheadLog:
                 if offset >= len(data):
                     break
             if upper is not None and upper != lsn:
-                self._broken_chain(path, data, lsn, upper)
+                self._broken_chain(path, path.read_bytes(), lsn, upper)
                 found = scan(path.read_bytes(), first, collect=False)
                 self._reset_end(found.next_lsn - 1, path)
                 return
