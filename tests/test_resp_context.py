@@ -58,7 +58,8 @@ def test_command_modules_use_only_what_the_context_names():
 
 def test_the_connection_and_its_server_provide_the_context():
     async def main() -> tuple[list[str], list[str]]:
-        server = RespServer(types.SimpleNamespace())  # (nothing here reaches the service)
+        # (nothing here reaches the service but whether it routes by a cluster's topology)
+        server = RespServer(types.SimpleNamespace(topology=None))
         port = await server.start("127.0.0.1", 0)
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         try:

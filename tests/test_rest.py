@@ -39,7 +39,9 @@ UNREACHABLE = {"503", "401", "403", "429"}
 #: A caller's own standing needs a token with a subject (tests/test_security.py).
 NEEDS_CREDENTIALS = {("/v1/me/{board}", "get", "200"), ("/v1/me/{board}", "get", "404")}
 #: Answered only by a cluster node (tests/cluster/, which checks the answer's shape).
-NEEDS_CLUSTER = {("/v1/cluster", "get", "200"), ("/v1/cluster/summary", "get", "200")}
+NEEDS_CLUSTER = {("/v1/cluster", "get", "200"), ("/v1/cluster/summary", "get", "200"),
+                 ("/v1/cluster/moves", "post", "202"), ("/v1/cluster/rebalance", "post", "202"),
+                 ("/v1/cluster/drain", "post", "202")}
 
 
 # --- the OpenAPI conformance checker ------------------------------------------------------
@@ -1083,6 +1085,20 @@ def test_a_single_node_says_it_is_no_cluster(api: Api) -> None:
     for path in ("/v1/cluster", "/v1/cluster/summary"):
         assert_error(api("GET", path), 404, "not_found", "single node")
         assert_error(api("GET", f"{path}?x=1"), 400, "bad_request")
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/cluster/moves", {"group": 3, "node": "n1"}), ("/v1/cluster/drain", {"node": "n1"})])
+def test_a_single_node_moves_nothing(api: Api, path: str, body: Any) -> None:
+    """Placement's operations: refused on a single node, a bad body first."""
+    assert_error(api("POST", path, body), 404, "not_found", "single node")
+    assert_error(api("POST", path, {**body, "extra": 1}), 422, "invalid", "nothing else")
+    assert_error(api("POST", path, raw=b"{not json"), 400, "bad_request", "not valid JSON")
+    assert_error(api("POST", path, body, headers={"Content-Type": "text/plain"}), 415,
+                 "unsupported_media_type", "text/plain")
+    assert_error(api("POST", path, raw=b"{" + b" " * MiB + b"}"), 413, "too_large", str(MiB))
+    assert_error(api("POST", "/v1/cluster/rebalance"), 404, "not_found", "single node")
+    assert_error(api("POST", "/v1/cluster/rebalance?x=1"), 400, "bad_request")
 
 
 # --- conformance: keep last --------------------------------------------------------------------
