@@ -114,15 +114,16 @@ cdef enum:
     DEAD = 32
     MEMBER_ONLY = 64            # payload fingerprint of the member alone (old snapshots)
     PORTABLE_FLAGS = CHANGED | HAS_SCORE | HAS_PREVIOUS | HAS_RANK | MEMBER_ONLY
-    BLOCK_BITS = 10
-    BLOCK = 1 << BLOCK_BITS     # records per expiry time
-    MIN_SLOTS = 64
     MAX_FIELD = 65535
 
 # Keys of the payload fingerprint are the id's, xored with this ("payload!").
 cdef uint64_t PAYLOAD_KEY = 0x21646167c6f6170
 # Logical record numbers are renumbered from 0 at a compaction once past this.
 cdef uint64_t _rebase_at = (<uint64_t>1) << 31
+# Slots of a new table.
+cdef size_t _min_slots = 64
+# log2 of the records per expiry time (BLOCK = 1024).
+cdef int _block_bits = 10
 # Records a put moves to the new table while a resize is under way.
 cdef size_t _moves_per_put = 32
 
@@ -137,6 +138,18 @@ def _set_rebase_at(uint64_t records):
     """For tests: renumber logical record numbers once past ``records``."""
     global _rebase_at
     _rebase_at = records
+
+
+def _set_block_bits(int bits):
+    """For tests: tables made from now on keep a time per ``2**bits`` records."""
+    global _block_bits
+    _block_bits = bits
+
+
+def _set_min_slots(size_t slots):
+    """For tests: the slots of tables made from now on (64 by default)."""
+    global _min_slots
+    _min_slots = max(slots, 2)
 
 
 def _set_moves_per_put(size_t moves):
@@ -187,13 +200,15 @@ cdef class FingerprintLog:
     cdef readonly uint64_t k0, k1
     cdef uint64_t changes
     cdef dict wide               # logical number -> (score, rank, previous)
+    cdef int bb                  # log2 of the records per expiry time
 
     def __cinit__(self):
         key = os.urandom(16)
         self.k0 = int.from_bytes(key[:8], "little")
         self.k1 = int.from_bytes(key[8:], "little")
         self.wide = {}
-        self._new_table(MIN_SLOTS)
+        self.bb = _block_bits
+        self._new_table(_min_slots)
 
     def __dealloc__(self):
         _free_table(self.tags, self.slots, self.n)
@@ -323,14 +338,14 @@ cdef class FingerprintLog:
     cdef int _make_room(self) except -1:
         """Room for one more record: reuse the expired front (whole blocks)
         when it is as big as the live part, else grow the array."""
-        cdef Py_ssize_t front = (self.head >> BLOCK_BITS) << BLOCK_BITS
+        cdef Py_ssize_t front = (self.head >> self.bb) << self.bb
         cdef Py_ssize_t live = self.size - front
         cdef Py_ssize_t cap
         cdef char *data
         if front and front >= live:
             memmove(self.records, self.records + front, live * sizeof(ids_record))
-            memmove(self.blocks, self.blocks + (front >> BLOCK_BITS),
-                    ((live + BLOCK - 1) >> BLOCK_BITS) * sizeof(double))
+            memmove(self.blocks, self.blocks + (front >> self.bb),
+                    ((live + (1 << self.bb) - 1) >> self.bb) * sizeof(double))
             self.base += front
             self.size -= front
             self.head -= front
@@ -338,7 +353,7 @@ cdef class FingerprintLog:
                 self._move(<size_t>-1)  # (the old table's numbers are not renumbered)
                 self._renumber()
             return 0
-        cap = max(2 * self.cap, BLOCK)
+        cap = max(2 * self.cap, 1 << self.bb)
         if cap * <Py_ssize_t>sizeof(ids_record) < HUGE_CHUNK and not self.mapped:
             data = <char *>realloc(self.records, cap * sizeof(ids_record))
         elif self.mapped:
@@ -354,7 +369,7 @@ cdef class FingerprintLog:
             raise MemoryError()
         self.records = <ids_record *>data
         self.cap = cap
-        data = <char *>realloc(self.blocks, (cap >> BLOCK_BITS) * sizeof(double))
+        data = <char *>realloc(self.blocks, (cap >> self.bb) * sizeof(double))
         if data == NULL:
             raise MemoryError()
         self.blocks = <double *>data
@@ -384,7 +399,7 @@ cdef class FingerprintLog:
         flags &= PORTABLE_FLAGS
         # Room first, so that nothing changes when memory runs out.
         if <size_t>(self.count + 1) * 8 > self.n * 7:
-            self._resize(self.n + self.n // 4)
+            self._resize(self.n + max(self.n // 4, 1))
         if self.size == self.cap:
             self._make_room()
         wide = ((flags & HAS_SCORE and not _exact32(score))
@@ -411,8 +426,8 @@ cdef class FingerprintLog:
         record.score = <int32_t>score if flags & HAS_SCORE and not wide else 0
         record.previous = <int32_t>previous if flags & HAS_PREVIOUS and not wide else 0
         record.rank = <uint32_t>rank if flags & HAS_RANK and not wide else 0
-        block = self.size >> BLOCK_BITS
-        if self.size & (BLOCK - 1) == 0 or self.blocks[block] < expires_at:
+        block = self.size >> self.bb
+        if self.size & ((1 << self.bb) - 1) == 0 or self.blocks[block] < expires_at:
             self.blocks[block] = expires_at
         self.tags[i] = _tag(fp)
         self.slots[i] = <uint32_t>(logical + 1)
@@ -459,9 +474,9 @@ cdef class FingerprintLog:
         cdef Py_ssize_t expired = 0, end
         cdef ids_record *record
         while self.head < self.size:
-            if self.blocks[self.head >> BLOCK_BITS] > now:
+            if self.blocks[self.head >> self.bb] > now:
                 break
-            end = min(((self.head >> BLOCK_BITS) + 1) << BLOCK_BITS, self.size)
+            end = min(((self.head >> self.bb) + 1) << self.bb, self.size)
             while self.head < end:
                 record = &self.records[self.head]
                 if not record.word & DEAD:
@@ -490,7 +505,7 @@ cdef class FingerprintLog:
         return (score, rank, previous, bool(flags & CHANGED))
 
     cdef bint _live(self, ids_record *record, double now) noexcept:
-        return self.blocks[(record - self.records) >> BLOCK_BITS] > now
+        return self.blocks[(record - self.records) >> self.bb] > now
 
     def get(self, str event_id, str member, content, double now):
         """``(score, rank, previous, changed)`` remembered for a retry of
@@ -548,7 +563,7 @@ cdef class FingerprintLog:
             i += 1
             if not record.word & DEAD:
                 yield (record.word >> 8, record.payload, bool(record.word & MEMBER_ONLY),
-                       self.blocks[(i - 1) >> BLOCK_BITS], self._answer(record))
+                       self.blocks[(i - 1) >> self.bb], self._answer(record))
 
     def log_chunks(self, Py_ssize_t max_bytes):
         """The live entries in the portable form, in chunks of about
@@ -579,7 +594,7 @@ cdef class FingerprintLog:
                 score, rank, previous, changed = self._answer(record)
                 parts.append(pack(record.word >> 8, record.payload,
                                   record.word & PORTABLE_FLAGS,
-                                  self.blocks[logical >> BLOCK_BITS],
+                                  self.blocks[logical >> self.bb],
                                   score or 0.0, previous or 0.0, rank or 0))
             cursor = stop
             if len(parts) > 1:

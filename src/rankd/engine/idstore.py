@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from rankd._native import native_or
 
-#: Records per expiry time (the native store's ``BLOCK``).
+#: log2 of the records per expiry time (the native store's; tests change it).
 BLOCK_BITS = 10
 CHANGED, HAS_SCORE, HAS_PREVIOUS, HAS_RANK, MEMBER_ONLY = 1, 2, 4, 8, 64
 PORTABLE_FLAGS = CHANGED | HAS_SCORE | HAS_PREVIOUS | HAS_RANK | MEMBER_ONLY
@@ -95,7 +95,7 @@ class FingerprintDict:
     """``id fingerprint -> remembered answer`` in arrival order (see the module
     docstring): the pure-Python twin of ``FingerprintLog``."""
 
-    __slots__ = ("_blocks", "_entries", "_seq", "k0", "k1")
+    __slots__ = ("_bits", "_blocks", "_entries", "_head_block", "_seq", "k0", "k1")
 
     def __init__(self) -> None:
         key = os.urandom(16)
@@ -105,6 +105,8 @@ class FingerprintDict:
         self._entries: dict[int, tuple[int, int, int, tuple]] = {}
         self._blocks: dict[int, float] = {}  # block number -> its latest expiry
         self._seq = 0
+        self._bits = BLOCK_BITS
+        self._head_block = 0  # the oldest block kept
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -132,7 +134,7 @@ class FingerprintDict:
         ``dedupe.fingerprint``); ``CONFLICT`` if it was remembered with
         another; None if it is not remembered (or expired)."""
         found = self._entries.get(self.id_fingerprint(event_id))
-        if found is None or self._blocks[found[2] >> BLOCK_BITS] <= now:
+        if found is None or self._blocks[found[2] >> self._bits] <= now:
             return None
         payload, flags, _, answer = found
         expected = self.payload_fingerprint(member, None if flags & MEMBER_ONLY else content)
@@ -162,35 +164,42 @@ class FingerprintDict:
                  | (HAS_RANK if rank is not None else 0) | (MEMBER_ONLY if member_only else 0))
         answer = (None if score is None else float(score), rank,
                   None if previous is None else float(previous), bool(changed))
-        block = self._seq >> BLOCK_BITS
-        if self._seq & ((1 << BLOCK_BITS) - 1) == 0 or self._blocks[block] < expires_at:
+        block = self._seq >> self._bits
+        if self._seq & ((1 << self._bits) - 1) == 0 or self._blocks[block] < expires_at:
             self._blocks[block] = expires_at
         self._entries.pop(fp, None)  # (re-inserted at the end: arrival order)
         self._entries[fp] = (payload, flags, self._seq, answer)
         self._seq += 1
 
     def expire(self, now: float) -> int:
-        """Forget the entries from the front whose block's time is at or
-        before ``now``; stop at the first live one.  Returns how many."""
-        expired = []
-        blocks = self._blocks
-        for fp, (_, _, seq, _) in self._entries.items():
-            if blocks[seq >> BLOCK_BITS] > now:
-                break
-            expired.append(fp)
-        for fp in expired:
-            del self._entries[fp]
-        live = {seq >> BLOCK_BITS for _, _, seq, _ in self._entries.values()}
-        if expired:
-            for block in [b for b in blocks if b not in live and b != self._seq >> BLOCK_BITS]:
-                del blocks[block]
-        return len(expired)
+        """Forget the blocks from the front whose time is at or before
+        ``now``; stop at the first live one (a block of superseded entries
+        only counts too, as in the native store).  Returns how many ids
+        were forgotten."""
+        bits, blocks, entries = self._bits, self._blocks, self._entries
+        last = (self._seq - 1) >> bits  # the newest entry's block
+        expired = 0
+        while self._head_block <= last and blocks[self._head_block] <= now:
+            end = (self._head_block + 1) << bits
+            dropped = []
+            for fp, (_, _, seq, _) in entries.items():
+                if seq >= end:
+                    break
+                dropped.append(fp)
+            for fp in dropped:
+                del entries[fp]
+            expired += len(dropped)
+            if end > self._seq:
+                break  # the block being filled: emptied, it takes the next entries
+            del blocks[self._head_block]
+            self._head_block += 1
+        return expired
 
     def items(self) -> Iterator[tuple[int, int, bool, float, tuple]]:
         """``(fingerprint, payload, member_only, expires_at, answer)`` in
         expiry order; the table must not change meanwhile."""
         for fp, (payload, flags, seq, answer) in self._entries.items():
-            yield fp, payload, bool(flags & MEMBER_ONLY), self._blocks[seq >> BLOCK_BITS], answer
+            yield fp, payload, bool(flags & MEMBER_ONLY), self._blocks[seq >> self._bits], answer
 
     def log_chunks(self, max_bytes: int) -> Iterator[bytes]:
         """The entries in the portable form, in chunks of about ``max_bytes``,
@@ -206,7 +215,7 @@ class FingerprintDict:
                 if entries.get(fp) is not entry:
                     continue  # forgotten, or remembered again, since
                 payload, flags, seq, (score, rank, previous, _) = entry
-                parts.append(PORTABLE.pack(fp, payload, flags, self._blocks[seq >> BLOCK_BITS],
+                parts.append(PORTABLE.pack(fp, payload, flags, self._blocks[seq >> self._bits],
                                            score or 0.0, previous or 0.0, rank or 0))
             if len(parts) > 1:
                 yield b"".join(parts)
