@@ -71,7 +71,7 @@ turned into fingerprints by ``idstore.load_old_chunk``.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.math cimport signbit
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, realloc
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memmove
 
 from rankd._skiplist cimport (HUGE_CHUNK, rk_free_table, rk_grow_map, rk_siphash13, rk_unmap,
@@ -243,9 +243,32 @@ cdef class FingerprintLog:
         """The 32-bit fingerprint of what a submission asked for: its member
         and content fingerprint (None: the member alone, for entries of old
         snapshots written before there was one)."""
-        data = payload_bytes(member, content)
-        return <uint32_t>rk_siphash13(self.k0 ^ PAYLOAD_KEY, self.k1, PyBytes_AS_STRING(data),
-                                      PyBytes_GET_SIZE(data))
+        cdef Py_ssize_t size
+        cdef const char *data = PyUnicode_AsUTF8AndSize(member, &size)
+        if content is None:
+            return self.c_payload(data, size, 0, False)
+        return self.c_payload(data, size, content, True)
+
+    cdef uint32_t c_payload(self, const char *member, Py_ssize_t size, uint64_t content,
+                            bint has_content) except? 0:
+        """``payload_fingerprint`` from C (``payload_bytes``' layout)."""
+        cdef char small[256]
+        cdef char *buffer = small
+        cdef Py_ssize_t total = 4 + size + (8 if has_content else 0)
+        cdef uint32_t member_size = <uint32_t>size
+        cdef uint32_t h
+        if total > 256:
+            buffer = <char *>malloc(total)
+            if buffer == NULL:
+                raise MemoryError()
+        memcpy(buffer, &member_size, 4)  # little-endian hosts only (see setup.py)
+        memcpy(buffer + 4, member, size)
+        if has_content:
+            memcpy(buffer + 4 + size, &content, 8)
+        h = <uint32_t>rk_siphash13(self.k0 ^ PAYLOAD_KEY, self.k1, buffer, total)
+        if buffer != small:
+            free(buffer)
+        return h
 
     # --- finding ---------------------------------------------------------------------
 
@@ -529,9 +552,9 @@ cdef class FingerprintLog:
         cdef const char *data = PyUnicode_AsUTF8AndSize(event_id, &size)
         if not 0 < size <= MAX_FIELD:
             raise ValueError(f"an event id must be 1 to {MAX_FIELD} bytes, got {size}")
-        self.put_fingerprint(self.c_id_fingerprint(data, size),
-                             self.payload_fingerprint(member, content),
-                             expires_at, answer)
+        cdef uint64_t fp = self.c_id_fingerprint(data, size)
+        data = PyUnicode_AsUTF8AndSize(member, &size)
+        self.put_fingerprint(fp, self.c_payload(data, size, content, True), expires_at, answer)
 
     def put_fingerprint(self, uint64_t fp, uint32_t payload, double expires_at, answer,
                         bint member_only=False):
@@ -577,28 +600,58 @@ cdef class FingerprintLog:
         cdef Py_ssize_t per_chunk = max(1, (max_bytes - _HEAD.size) // _PORTABLE.size)
         cdef ids_record *record
         cdef uint64_t logical, stop
+        cdef Py_ssize_t live
+        cdef char *p
         head = _HEAD.pack(_MAGIC, self.k0, self.k1)
-        pack = _PORTABLE.pack
         while True:
             # The front may have expired, or been renumbered, since the last chunk.
             origin = self.renumbered + self.base
             cursor = max(cursor, origin + <uint64_t>self.head)
             if cursor >= end:
                 return
-            parts = [head]
             stop = min(end, cursor + <uint64_t>per_chunk)
+            live = 0
             for logical in range(cursor - origin, stop - origin):
-                record = &self.records[logical]
-                if record.word & DEAD:
-                    continue
-                score, rank, previous, changed = self._answer(record)
-                parts.append(pack(record.word >> 8, record.payload,
-                                  record.word & PORTABLE_FLAGS,
-                                  self.blocks[logical >> self.bb],
-                                  score or 0.0, previous or 0.0, rank or 0))
+                live += not self.records[logical].word & DEAD
+            if live:
+                chunk = PyBytes_FromStringAndSize(NULL, _HEAD.size + live * _PORTABLE.size)
+                p = PyBytes_AS_STRING(chunk)
+                memcpy(p, PyBytes_AS_STRING(head), _HEAD.size)
+                p += _HEAD.size
+                for logical in range(cursor - origin, stop - origin):
+                    record = &self.records[logical]
+                    if not record.word & DEAD:
+                        p = self._portable(p, record, self.blocks[logical >> self.bb])
             cursor = stop
-            if len(parts) > 1:
-                yield b"".join(parts)
+            if live:
+                yield chunk
+
+    cdef char *_portable(self, char *p, ids_record *record, double expires_at):
+        """Write ``record`` in the portable form (``idstore.PORTABLE``) at ``p``."""
+        cdef uint64_t fp = record.word >> 8
+        cdef uint8_t flags = record.word & PORTABLE_FLAGS
+        cdef double score = record.score, previous = record.previous
+        cdef uint64_t rank = record.rank
+        if record.word & WIDE:
+            wide_score, wide_rank, wide_previous = self.wide[self.base + (record - self.records)]
+            score = wide_score or 0.0
+            previous = wide_previous or 0.0
+            rank = wide_rank or 0
+        else:
+            if not flags & HAS_SCORE:
+                score = 0.0
+            if not flags & HAS_PREVIOUS:
+                previous = 0.0
+            if not flags & HAS_RANK:
+                rank = 0
+        memcpy(p, &fp, 8)
+        memcpy(p + 8, &record.payload, 4)
+        p[12] = <char>flags
+        memcpy(p + 13, &expires_at, 8)
+        memcpy(p + 21, &score, 8)
+        memcpy(p + 29, &previous, 8)
+        memcpy(p + 37, &rank, 8)
+        return p + 45
 
     def load_log(self, bytes chunk):
         """Remember the entries of a :meth:`log_chunks` chunk, in order; an
