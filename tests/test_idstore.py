@@ -20,6 +20,7 @@ from rankd.engine.idstore import CONFLICT, FingerprintDict, load_old_chunk, siph
 
 _idstore = pytest.importorskip("rankd.engine._idstore")
 STORES = [_idstore.FingerprintLog, FingerprintDict]
+CHUNK_HEAD_SIZE, PORTABLE_SIZE = idstore.CHUNK_HEAD.size, idstore.PORTABLE.size
 OLD_CHUNK = pathlib.Path(__file__).parent / "data" / "dedupe-log-2026-11.bin"
 
 
@@ -318,3 +319,40 @@ def test_many_ids_with_growth_and_compaction():
     for n, event_id in enumerate(ids):
         got = table.get(event_id, "m", n, now)
         assert got == ((float(n), n, None, True) if event_id in live else None)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_log_chunks_taken_while_the_table_changes(store, small_blocks):
+    """A snapshot takes chunks while ids keep arriving: they hold the ids
+    remembered when the first was taken, less those expired or remembered
+    again since, and nothing remembered later."""
+    table = store()
+    for n in range(200):
+        table.put(f"id-{n}", 100.0 + n // 4, "m", n, (float(n), n, None, True))
+    chunks = table.log_chunks(CHUNK_HEAD_SIZE + 10 * PORTABLE_SIZE)
+    taken = [next(chunks)]
+    for n in range(200, 400):  # arrivals, growth, expiry and compaction meanwhile
+        table.put(f"id-{n}", 100.0 + n // 4, "m", n, (float(n), n, None, True))
+    table.put("id-150", 500.0, "m", 999, (0.0, 0, None, False))  # remembered again
+    table.expire(120.0)  # forgets id-0 .. id-83
+    taken += list(chunks)
+    loaded = store()
+    for chunk in taken:
+        loaded.load_log(chunk)
+    ids = {fp for fp, *_ in loaded.items()}
+    expected = {table.id_fingerprint(f"id-{n}")
+                for n in [*range(10), *range(84, 200)] if n != 150}
+    assert ids == expected
+    assert loaded.get("id-120", "m", 120, 0.0) == (120.0, 120, None, True)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_iterating_items_while_the_table_changes_is_refused(store):
+    table = store()
+    table.put("a", 100.0, "m", 1, (1.0, 1, None, True))
+    table.put("b", 100.0, "m", 1, (1.0, 1, None, True))
+    items = table.items()
+    next(items)
+    table.put("c", 100.0, "m", 1, (1.0, 1, None, True))
+    with pytest.raises(RuntimeError):
+        list(items)
