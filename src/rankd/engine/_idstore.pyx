@@ -530,7 +530,7 @@ cdef class FingerprintLog:
     cdef bint _live(self, ids_record *record, double now) noexcept:
         return self.blocks[(record - self.records) >> self.bb] > now
 
-    def get(self, str event_id, str member, content, double now):
+    def get(self, str event_id, str member, uint64_t content, double now):
         """``(score, rank, previous, changed)`` remembered for a retry of
         ``event_id`` with this payload (``content``: its
         ``dedupe.fingerprint``); ``CONFLICT`` if it was remembered with
@@ -538,14 +538,19 @@ cdef class FingerprintLog:
         cdef Py_ssize_t size
         cdef const char *data = PyUnicode_AsUTF8AndSize(event_id, &size)
         cdef ids_record *record = self._lookup(self.c_id_fingerprint(data, size))
+        cdef uint32_t payload
         if record == NULL or not self._live(record, now):
             return None
-        payload = self.payload_fingerprint(member, None if record.word & MEMBER_ONLY else content)
+        data = PyUnicode_AsUTF8AndSize(member, &size)
+        if record.word & MEMBER_ONLY:
+            payload = self.c_payload(data, size, 0, False)
+        else:
+            payload = self.c_payload(data, size, content, True)
         if payload != record.payload:
             return CONFLICT
         return self._answer(record)
 
-    def put(self, str event_id, double expires_at, str member, content, answer):
+    def put(self, str event_id, double expires_at, str member, uint64_t content, tuple answer):
         """Remember ``answer`` (``(score, rank, previous, changed)``) for
         ``event_id`` and its payload, last in expiry order."""
         cdef Py_ssize_t size
@@ -554,22 +559,26 @@ cdef class FingerprintLog:
             raise ValueError(f"an event id must be 1 to {MAX_FIELD} bytes, got {size}")
         cdef uint64_t fp = self.c_id_fingerprint(data, size)
         data = PyUnicode_AsUTF8AndSize(member, &size)
-        self.put_fingerprint(fp, self.c_payload(data, size, content, True), expires_at, answer)
+        self._put_answer(fp, self.c_payload(data, size, content, True), expires_at, answer, False)
 
-    def put_fingerprint(self, uint64_t fp, uint32_t payload, double expires_at, answer,
+    def put_fingerprint(self, uint64_t fp, uint32_t payload, double expires_at, tuple answer,
                         bint member_only=False):
         """Remember ``answer`` for an id known by its fingerprint."""
-        score, rank, previous, changed = answer
         if fp >> 56:
             raise ValueError("an id fingerprint has 56 bits")
+        self._put_answer(fp, payload, expires_at, answer, member_only)
+
+    cdef int _put_answer(self, uint64_t fp, uint32_t payload, double expires_at, tuple answer,
+                         bint member_only) except -1:
+        score, rank, previous, changed = answer
         if rank is not None and not 0 <= rank < (1 << 64):
             raise ValueError(f"a rank must be 0 to 2**64 - 1, got {rank}")
         cdef uint8_t flags = ((CHANGED if changed else 0) | (HAS_SCORE if score is not None else 0)
                               | (HAS_PREVIOUS if previous is not None else 0)
                               | (HAS_RANK if rank is not None else 0)
                               | (MEMBER_ONLY if member_only else 0))
-        self.c_put(fp, payload, expires_at, flags, 0.0 if score is None else score,
-                   0.0 if previous is None else previous, 0 if rank is None else rank)
+        return self.c_put(fp, payload, expires_at, flags, 0.0 if score is None else score,
+                          0.0 if previous is None else previous, 0 if rank is None else rank)
 
     def items(self):
         """``(fingerprint, payload, member_only, expires_at, answer)`` in expiry
