@@ -570,15 +570,26 @@ cdef class FingerprintLog:
 
     cdef int _put_answer(self, uint64_t fp, uint32_t payload, double expires_at, tuple answer,
                          bint member_only) except -1:
-        score, rank, previous, changed = answer
-        if rank is not None and not 0 <= rank < (1 << 64):
-            raise ValueError(f"a rank must be 0 to 2**64 - 1, got {rank}")
-        cdef uint8_t flags = ((CHANGED if changed else 0) | (HAS_SCORE if score is not None else 0)
-                              | (HAS_PREVIOUS if previous is not None else 0)
-                              | (HAS_RANK if rank is not None else 0)
-                              | (MEMBER_ONLY if member_only else 0))
-        return self.c_put(fp, payload, expires_at, flags, 0.0 if score is None else score,
-                          0.0 if previous is None else previous, 0 if rank is None else rank)
+        """``put_fingerprint`` with ``answer`` unpacked in C."""
+        cdef uint8_t flags = MEMBER_ONLY if member_only else 0
+        cdef double score = 0.0, previous = 0.0
+        cdef uint64_t rank = 0
+        if len(answer) != 4:
+            raise ValueError("an answer is (score, rank, previous, changed)")
+        if answer[0] is not None:
+            score = answer[0]
+            flags |= HAS_SCORE
+        if answer[1] is not None:
+            if answer[1] < 0:
+                raise ValueError(f"a rank must be 0 to 2**64 - 1, got {answer[1]}")
+            rank = answer[1]  # (OverflowError from 2**64 on)
+            flags |= HAS_RANK
+        if answer[2] is not None:
+            previous = answer[2]
+            flags |= HAS_PREVIOUS
+        if answer[3]:
+            flags |= CHANGED
+        return self.c_put(fp, payload, expires_at, flags, score, previous, rank)
 
     def items(self):
         """``(fingerprint, payload, member_only, expires_at, answer)`` in expiry
