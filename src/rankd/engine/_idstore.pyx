@@ -11,10 +11,12 @@ same portable snapshot form.
 **Fingerprints, not ids.**  An id is kept as 56 bits of a keyed SipHash-1-3
 (a random key per table: ids are chosen by clients, who must not be able to
 make them collide), and what the submission asked for as a 32-bit keyed
-*payload fingerprint* (another key) of its member and its content
-fingerprint (``dedupe.fingerprint``: kind, value and label, the 64-bit
-FNV-1a the old entries hold, so that old snapshots convert exactly).  A retry is
-known by its id fingerprint and answered only if its payload fingerprint
+*payload fingerprint* (under the table's key xored with a constant) of
+its member and its content fingerprint (``dedupe.fingerprint``: kind,
+value and label, the unkeyed 64-bit FNV-1a the old entries hold, so that
+old snapshots convert exactly; a client can find two payloads of one FNV
+value, but only to have its own conflicting retry answered as the
+original, as before).  A retry is known by its id fingerprint and answered only if its payload fingerprint
 matches too; with the id's alone matching it is a conflict (409).  So:
 
 * a new id whose fingerprint collides with a remembered one is refused as
