@@ -72,6 +72,9 @@ extensions = [
     # The dedupe table's store (see rankd.engine.dedupe); it cimports the
     # index's SipHash.
     native("engine._dedupe"),
+    # The compact event-id store: fingerprints, 24-byte records (see
+    # rankd.engine.idstore); it cimports the index's SipHash.
+    native("engine._idstore"),
     # Recovery's replay of SUBMIT records (see rankd.engine.replay).
     native("engine._replay"),
     # The ingest loop (see rankd.engine.ingest); it cimports the index.

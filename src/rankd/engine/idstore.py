@@ -1,0 +1,279 @@
+"""The compact event-id store's pure-Python twin, and old snapshots' conversion.
+
+What it owns: :class:`FingerprintDict`, which answers as
+:class:`rankd.engine._idstore.FingerprintLog` does (that module's docstring
+explains the design: 56-bit keyed id fingerprints, 32-bit payload
+fingerprints, compact answers, expiry per block of ``BLOCK`` records) on a
+dict kept in arrival order, and writes and reads the same portable
+snapshot form; :func:`load_old_chunk`, which turns a chunk of the old
+``PackedLog``/``DictLog`` form (event ids and packed entries, see
+:mod:`rankd.engine.dedupe`) into fingerprints in either store.
+
+The fingerprints are SipHash-1-3, as the native store computes them (in
+pure Python here: slow, but only the fallback runs it).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+
+from rankd._native import native_or
+
+#: log2 of the records per expiry time (the native store's; tests change it).
+BLOCK_BITS = 10
+CHANGED, HAS_SCORE, HAS_PREVIOUS, HAS_RANK, MEMBER_ONLY = 1, 2, 4, 8, 64
+PORTABLE_FLAGS = CHANGED | HAS_SCORE | HAS_PREVIOUS | HAS_RANK | MEMBER_ONLY
+#: The portable form: a chunk head (magic, the keys), then per entry the id
+#: fingerprint, the payload fingerprint, flags, the expiry, score, previous, rank.
+CHUNK_HEAD = struct.Struct("<4sQQ")
+PORTABLE = struct.Struct("<QIBdddQ")
+_MAGIC = b"RKI1"
+_PAYLOAD_KEY = 0x21646167C6F6170
+_U64 = (1 << 64) - 1
+_CONTENT = struct.Struct("<Q")
+_SIZE = struct.Struct("<I")
+MAX_FIELD = 0xFFFF
+
+
+class Conflict:
+    """What ``get`` answers for a remembered id sent with another payload."""
+
+    def __repr__(self) -> str:
+        return "CONFLICT"
+
+
+def _rotl(x: int, b: int) -> int:
+    return ((x << b) | (x >> (64 - b))) & _U64
+
+
+def siphash13(k0: int, k1: int, data: bytes) -> int:
+    """SipHash-1-3 of ``data`` under the key ``(k0, k1)`` (``rk_siphash13``)."""
+    v0, v1 = k0 ^ 0x736F6D6570736575, k1 ^ 0x646F72616E646F6D
+    v2, v3 = k0 ^ 0x6C7967656E657261, k1 ^ 0x7465646279746573
+
+    def rounds(count: int) -> None:
+        nonlocal v0, v1, v2, v3
+        for _ in range(count):
+            v0 = (v0 + v1) & _U64
+            v1 = _rotl(v1, 13) ^ v0
+            v0 = _rotl(v0, 32)
+            v2 = (v2 + v3) & _U64
+            v3 = _rotl(v3, 16) ^ v2
+            v0 = (v0 + v3) & _U64
+            v3 = _rotl(v3, 21) ^ v0
+            v2 = (v2 + v1) & _U64
+            v1 = _rotl(v1, 17) ^ v2
+            v2 = _rotl(v2, 32)
+
+    end = len(data) - len(data) % 8
+    for offset in range(0, end, 8):
+        m = int.from_bytes(data[offset:offset + 8], "little")
+        v3 ^= m
+        rounds(1)
+        v0 ^= m
+    b = ((len(data) & 0xFF) << 56) | int.from_bytes(data[end:], "little")
+    v3 ^= b
+    rounds(1)
+    v0 ^= b
+    v2 ^= 0xFF
+    rounds(3)
+    return v0 ^ v1 ^ v2 ^ v3
+
+
+def payload_bytes(member: str, content: int | None) -> bytes:
+    """What the payload fingerprint hashes: the member's size and bytes, then
+    (unless None) the submission's content fingerprint
+    (``rankd.engine.dedupe.fingerprint``: its kind, value and label)."""
+    data = member.encode()
+    data = _SIZE.pack(len(data)) + data
+    return data if content is None else data + _CONTENT.pack(content)
+
+
+class FingerprintDict:
+    """``id fingerprint -> remembered answer`` in arrival order (see the module
+    docstring): the pure-Python twin of ``FingerprintLog``."""
+
+    __slots__ = ("_bits", "_blocks", "_entries", "_head_block", "_seq", "k0", "k1")
+
+    def __init__(self) -> None:
+        key = os.urandom(16)
+        self.k0 = int.from_bytes(key[:8], "little")
+        self.k1 = int.from_bytes(key[8:], "little")
+        #: fingerprint -> (payload, flags, sequence number, answer)
+        self._entries: dict[int, tuple[int, int, int, tuple]] = {}
+        self._blocks: dict[int, float] = {}  # block number -> its latest expiry
+        self._seq = 0
+        self._bits = BLOCK_BITS
+        self._head_block = 0  # the oldest block kept
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def key(self) -> bytes:
+        """The fingerprint keys, 16 bytes."""
+        return self.k0.to_bytes(8, "little") + self.k1.to_bytes(8, "little")
+
+    def id_fingerprint(self, event_id: str) -> int:
+        """``event_id``'s 56-bit fingerprint."""
+        return siphash13(self.k0, self.k1, event_id.encode()) >> 8
+
+    def payload_fingerprint(self, member: str, content: int | None = None) -> int:
+        """The 32-bit fingerprint of what a submission asked for: its member
+        and content fingerprint (None: the member alone, for entries of old
+        snapshots written before there was one)."""
+        data = payload_bytes(member, content)
+        return siphash13(self.k0 ^ _PAYLOAD_KEY, self.k1, data) & 0xFFFFFFFF
+
+    def get(self, event_id: str, member: str, content: int,
+            now: float) -> tuple | Conflict | None:
+        """``(score, rank, previous, changed)`` remembered for a retry of
+        ``event_id`` with this payload (``content``: its
+        ``dedupe.fingerprint``); ``CONFLICT`` if it was remembered with
+        another; None if it is not remembered (or expired)."""
+        found = self._entries.get(self.id_fingerprint(event_id))
+        if found is None or self._blocks[found[2] >> self._bits] <= now:
+            return None
+        payload, flags, _, answer = found
+        expected = self.payload_fingerprint(member, None if flags & MEMBER_ONLY else content)
+        return answer if expected == payload else CONFLICT
+
+    def put(self, event_id: str, expires_at: float, member: str, content: int,
+            answer: tuple) -> None:
+        """Remember ``answer`` (``(score, rank, previous, changed)``) for
+        ``event_id`` and its payload, last in expiry order."""
+        size = len(event_id.encode())
+        if not 0 < size <= MAX_FIELD:
+            raise ValueError(f"an event id must be 1 to {MAX_FIELD} bytes, got {size}")
+        self.put_fingerprint(self.id_fingerprint(event_id),
+                             self.payload_fingerprint(member, content),
+                             expires_at, answer)
+
+    def put_fingerprint(self, fp: int, payload: int, expires_at: float, answer: tuple,
+                        member_only: bool = False) -> None:
+        """Remember ``answer`` for an id known by its fingerprint."""
+        score, rank, previous, changed = answer
+        if not 0 <= fp < 1 << 56 or not 0 <= payload < 1 << 32:
+            raise ValueError("an id fingerprint has 56 bits, a payload fingerprint 32")
+        if rank is not None and not 0 <= rank < 1 << 64:
+            raise ValueError(f"a rank must be 0 to 2**64 - 1, got {rank}")
+        flags = ((CHANGED if changed else 0) | (HAS_SCORE if score is not None else 0)
+                 | (HAS_PREVIOUS if previous is not None else 0)
+                 | (HAS_RANK if rank is not None else 0) | (MEMBER_ONLY if member_only else 0))
+        answer = (None if score is None else float(score), rank,
+                  None if previous is None else float(previous), bool(changed))
+        block = self._seq >> self._bits
+        if self._seq & ((1 << self._bits) - 1) == 0 or self._blocks[block] < expires_at:
+            self._blocks[block] = expires_at
+        self._entries.pop(fp, None)  # (re-inserted at the end: arrival order)
+        self._entries[fp] = (payload, flags, self._seq, answer)
+        self._seq += 1
+
+    def expire(self, now: float) -> int:
+        """Forget the blocks from the front whose time is at or before
+        ``now``; stop at the first live one (a block of superseded entries
+        only counts too, as in the native store).  Returns how many ids
+        were forgotten."""
+        bits, blocks, entries = self._bits, self._blocks, self._entries
+        last = (self._seq - 1) >> bits  # the newest entry's block
+        expired = 0
+        while self._head_block <= last and blocks[self._head_block] <= now:
+            end = (self._head_block + 1) << bits
+            dropped = []
+            for fp, (_, _, seq, _) in entries.items():
+                if seq >= end:
+                    break
+                dropped.append(fp)
+            for fp in dropped:
+                del entries[fp]
+            expired += len(dropped)
+            if end > self._seq:
+                break  # the block being filled: emptied, it takes the next entries
+            del blocks[self._head_block]
+            self._head_block += 1
+        return expired
+
+    def items(self) -> Iterator[tuple[int, int, bool, float, tuple]]:
+        """``(fingerprint, payload, member_only, expires_at, answer)`` in
+        expiry order; the table must not change meanwhile."""
+        for fp, (payload, flags, seq, answer) in self._entries.items():
+            yield fp, payload, bool(flags & MEMBER_ONLY), self._blocks[seq >> self._bits], answer
+
+    def log_chunks(self, max_bytes: int) -> Iterator[bytes]:
+        """The entries in the portable form, in chunks of about ``max_bytes``,
+        oldest first (the table may change between chunks, as in
+        ``FingerprintLog.log_chunks``)."""
+        per_chunk = max(1, (max_bytes - CHUNK_HEAD.size) // PORTABLE.size)
+        head = CHUNK_HEAD.pack(_MAGIC, self.k0, self.k1)
+        entries = self._entries
+        taken = list(entries.items())
+        for start in range(0, len(taken), per_chunk):
+            parts = [head]
+            for fp, entry in taken[start:start + per_chunk]:
+                if entries.get(fp) is not entry:
+                    continue  # forgotten, or remembered again, since
+                payload, flags, seq, (score, rank, previous, _) = entry
+                parts.append(PORTABLE.pack(fp, payload, flags, self._blocks[seq >> self._bits],
+                                           score or 0.0, previous or 0.0, rank or 0))
+            if len(parts) > 1:
+                yield b"".join(parts)
+
+    def load_log(self, chunk: bytes) -> int:
+        """Remember the entries of a portable chunk, in order; an empty table
+        adopts the chunk's keys.  A malformed chunk (or one of other keys
+        into a table that holds entries) raises ``ValueError`` and changes
+        nothing.  Returns how many entries it held."""
+        entries = check_chunk(chunk, self.k0, self.k1, not self._entries)
+        if entries:
+            _, self.k0, self.k1 = CHUNK_HEAD.unpack_from(chunk)
+        for fp, payload, flags, expires_at, score, previous, rank in entries:
+            self.put_fingerprint(fp, payload, expires_at, (
+                score if flags & HAS_SCORE else None, rank if flags & HAS_RANK else None,
+                previous if flags & HAS_PREVIOUS else None, flags & CHANGED),
+                bool(flags & MEMBER_ONLY))
+        return len(entries)
+
+
+def check_chunk(chunk: bytes, k0: int, k1: int, adopt: bool) -> list[tuple]:
+    """The entries of a portable chunk, checked (``ValueError`` if malformed,
+    or of other keys unless ``adopt``)."""
+    if len(chunk) < CHUNK_HEAD.size or (len(chunk) - CHUNK_HEAD.size) % PORTABLE.size:
+        raise ValueError("an event-id store chunk has a bad size")
+    magic, c0, c1 = CHUNK_HEAD.unpack_from(chunk)
+    if magic != _MAGIC:
+        raise ValueError("not an event-id store chunk")
+    if not adopt and (c0, c1) != (k0, k1):
+        raise ValueError("an event-id store chunk of other fingerprint keys")
+    entries = list(PORTABLE.iter_unpack(memoryview(chunk)[CHUNK_HEAD.size:]))
+    for entry in entries:
+        if entry[0] >> 56 or entry[2] & ~PORTABLE_FLAGS:
+            raise ValueError("an event-id store chunk holds a malformed entry")
+    return entries
+
+
+def load_old_chunk(store: FingerprintDict | FingerprintLog, chunk: bytes) -> int:
+    """Remember the entries of a chunk of the old portable form (event ids
+    and packed entries: ``DictLog.log_chunks``) in ``store``, as
+    fingerprints: the id's, and the payload's from the entry's member and
+    content fingerprint.  Entries written before there was a content
+    fingerprint keep the member's alone (``MEMBER_ONLY``: a retry is then
+    checked on its member, as before).  A malformed chunk raises
+    ``ValueError`` and changes nothing.  Returns how many entries."""
+    from rankd.engine.dedupe import DictLog, _unpack
+
+    old = DictLog()
+    old.load_log(chunk)  # (checks it all first)
+    for event_id, entry in old.items():
+        expires_at, (score, rank, previous, changed, member, content) = _unpack(entry)
+        store.put_fingerprint(store.id_fingerprint(event_id),
+                              store.payload_fingerprint(member, content), expires_at,
+                              (score, rank, previous, changed), content is None)
+    return len(old)
+
+
+
+FingerprintLog, IMPLEMENTATION = native_or("rankd.engine._idstore", "FingerprintLog",
+                                          FingerprintDict)
+CONFLICT = native_or("rankd.engine._idstore", "CONFLICT", Conflict())[0]
