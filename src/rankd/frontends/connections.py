@@ -48,6 +48,10 @@ RESERVED_DESCRIPTORS = 256
 DEFAULT_PER_ADDRESS = 256
 #: A handed-over run's error before the engine is done with it.
 _PENDING = object()
+#: A connection's worker gives the loop way after this much work (seconds),
+#: whatever it has left: a pipeline of general-path requests to a reader
+#: that keeps up (or to a gone one) would otherwise hold it for seconds.
+BATCH_SECONDS = 0.004
 
 
 def raise_descriptor_limit() -> int:

@@ -54,6 +54,7 @@ from rankd._native import native_or
 from rankd.engine.engine import SETTLE_TRIES
 from rankd.engine.errors import EngineError, Unsettled
 from rankd.frontends.connections import (
+    BATCH_SECONDS,
     HANDSHAKE_SECONDS,
     ConnectionLimits,
     PipelinedConnection,
@@ -106,10 +107,6 @@ REQUEST_OVERHEAD = 64
 WORD_OVERHEAD = 40
 #: A packed run's requests, each (its spans, its result, its share of the read).
 PACKED_REQUEST_BYTES = 128
-#: The worker's batch ends after this much work (seconds), whatever it
-#: has left: a pipeline of pops on a board of windows and labels (the
-#: general path) held the loop 100 ms and more in one batch.
-BATCH_SECONDS = 0.004
 MAX_AUTH_FAILURES = 3
 #: Before AUTH: the largest request (all its words) and the most words in one.
 HANDSHAKE_MAX_BULK = 16 * 1024
