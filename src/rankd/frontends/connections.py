@@ -250,8 +250,10 @@ class PipelinedConnection(asyncio.Protocol):
         #: The client is done sending (EOF, or gone): what it sent runs,
         #: then the connection closes (:mod:`.peer_end`).
         self.ended = False
-        #: The transport is lost: what was received runs unanswered.
+        #: The transport is lost: what was received runs unanswered
+        #: (reads skipped: :mod:`.gone_work`), since ``gone_at`` (loop time).
         self.gone = False
+        self.gone_at = 0.0
         self.reading_paused = False
         self.can_write = asyncio.Event()
         self.can_write.set()
@@ -312,6 +314,7 @@ class PipelinedConnection(asyncio.Protocol):
             # The client is gone with requests received and not run yet:
             # they run, unanswered, and the slot is held until they are done.
             self.ended = self.gone = True
+            self.gone_at = self.loop.time()
             self.transport = GoneTransport(self.transport, self._released)
             self._ended()
             return
@@ -398,6 +401,13 @@ class PipelinedConnection(asyncio.Protocol):
         self._forget()
         if self.transport is not None:
             self.transport.close()
+
+    def abandoned(self) -> None:
+        """Drop what a gone connection has not run yet: it took longer
+        than a stalled client may hold its slot (:mod:`.gone_work`)."""
+        log.warning("%s: the client closed; requests it sent not run within %.0f s of the"
+                    " close were dropped", self.address, self.loop.time() - self.gone_at)
+        self.transport.close()  # (a GoneTransport: released, its queue dropped)
 
     def stalled(self) -> None:
         """Close at once: replies have waited for the client to read for
@@ -542,15 +552,18 @@ class PipelinedServer:
             if self.pacer is not None:
                 self.pacer.set_active(self, sum(
                     1 for c in self.connections if now - c.last_active < SWEEP_SECONDS))
+            stall = min(self.idle_timeout or OUTPUT_STALL_SECONDS, OUTPUT_STALL_SECONDS)
             for connection in list(self.connections):
                 blocked = connection.blocked_since
-                if blocked is not None and now - blocked > min(
-                        self.idle_timeout or OUTPUT_STALL_SECONDS, OUTPUT_STALL_SECONDS):
+                if blocked is not None and now - blocked > stall:
                     # (Redis: client-output-buffer-limit.)  Closing ones too: a
                     # client that half-closed, or sent QUIT, and never reads.
                     connection.stalled()
                 elif connection.closing:
                     continue
+                elif connection.gone:  # nobody reads: held no longer than a stalled one
+                    if now - connection.gone_at > stall:
+                        connection.abandoned()
                 elif not connection.authenticated:
                     if now - connection.opened_at > HANDSHAKE_SECONDS:
                         connection.handshake_expired()

@@ -52,6 +52,7 @@ from rankd import __version__, wire
 from rankd._native import native_or
 from rankd.engine.errors import EngineError, InvalidInput, Unsettled
 from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
+from rankd.frontends import gone_work
 from rankd.frontends.connections import (
     BATCH_SECONDS,
     HANDSHAKE_SECONDS,
@@ -427,6 +428,9 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
                 await self.answered()  # runs applied earlier are answered first
                 out: list[bytes] = []
                 head = self.queue[0]
+                if self.gone and gone_work.tcp_read_only(head, OPERATIONS):
+                    self._dequeue()  # nobody reads its answer: no effect to keep
+                    continue
                 if type(head) is _Packed:
                     await self._submit_packed(self._dequeue(), out)
                 elif isinstance(head, wire.FrameError):

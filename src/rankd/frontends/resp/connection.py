@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from rankd._native import native_or
 from rankd.engine.engine import SETTLE_TRIES
 from rankd.engine.errors import EngineError, Unsettled
+from rankd.frontends import gone_work
 from rankd.frontends.connections import (
     BATCH_SECONDS,
     HANDSHAKE_SECONDS,
@@ -385,6 +386,9 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                        and _grown(out, size) < OUT_HIGH_WATER and time.perf_counter() < until):
                     words = self.queue.popleft()
                     self.queued_bytes -= weight(words)
+                    if self.gone and self.multi is None and (type(words) is _PackedReads or (
+                            gone_work.resp_read_only(words, COMMANDS))):
+                        continue  # nobody reads its reply: no effect to keep
                     if self.multi is not None and type(words) in _PACKED:
                         unpacked = self._unpack(words)  # inside MULTI: queued as words
                         self.queue.extendleft(reversed(unpacked))
