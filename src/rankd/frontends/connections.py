@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from aiohttp import web
+from aiohttp import web, web_response
 
 from rankd.engine.errors import EngineError
 from rankd.frontends.peer_end import GoneTransport
@@ -130,6 +130,9 @@ def peer_address(transport: asyncio.BaseTransport) -> str:
     return str(peer[0]) if isinstance(peer, tuple) else ""
 
 
+#: The ``Server`` header of every HTTP answer: no versions (they tell an
+#: attacker which flaws to try).
+SERVER_NAME = "rankd"
 #: How an HTTP connection's first bytes begin: a method, then a blank (or
 #: the first bytes are a part of that).
 _REQUEST_START = re.compile(rb"[A-Z]{1,16}(?: |$)")
@@ -202,6 +205,10 @@ class GuardedHttpProtocol(asyncio.Protocol):
 def guarded_http_factory(factory: Any, limits: ConnectionLimits) -> Any:
     """A protocol factory for ``loop.create_server``: aiohttp's ``factory``
     (``AppRunner.server``) behind ``limits``."""
+    # aiohttp answers what it cannot parse (a duplicate Content-Length or
+    # Host, a folded header) itself, before any handler or signal: its
+    # default Server header, which names versions, is rankd's instead.
+    web_response.SERVER_SOFTWARE = SERVER_NAME
     return lambda: GuardedHttpProtocol(factory(), limits)
 
 
