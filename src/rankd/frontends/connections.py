@@ -568,9 +568,8 @@ class PipelinedServer:
                     connection.stalled()
                 elif connection.closing:
                     continue
-                elif connection.gone:  # nobody reads: held no longer than a stalled one
-                    if now - connection.gone_at > stall:
-                        connection.abandoned()
+                elif connection.gone and now - connection.gone_at > stall:
+                    connection.abandoned()  # nobody reads: held no longer than a stalled one
                 elif not connection.authenticated:
                     if now - connection.opened_at > HANDSHAKE_SECONDS:
                         connection.handshake_expired()
