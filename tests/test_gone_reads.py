@@ -129,7 +129,7 @@ def test_a_closed_connection_s_long_work_is_dropped_past_the_idle_timeout(tmp_pa
                             encode_request(["ZUNIONSTORE", "copy", "1", "big"]) * 5000)
         back = _slots_back(daemon, daemon.resp_port, encode_request(["PING"]), 10.0)
         print(f"slots back after {back:.2f} s")
-        assert back < 4.0
+        assert back < 6.0  # (the idle timeout, the sweeper's second, a loaded machine)
         deadline = time.monotonic() + 5  # (the sweeper's next rounds)
         while daemon.log().count("were dropped") < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
