@@ -6,6 +6,7 @@ trusted proxies, and the JavaScript client readable from any page."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 import urllib.request
 
@@ -155,6 +156,25 @@ def test_the_page_and_its_files_carry_security_headers(daemon):
     for path in ("/v1/health", "/v1/boards", "/v1/nothing-here"):
         headers = raw_get(daemon.url + path)[1]
         assert headers["X-Content-Type-Options"] == "nosniff", path
+
+
+@pytest.mark.parametrize("head", [
+    b"POST /v1/health HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n",
+    b"GET /v1/health HTTP/1.1\r\nHost: a\r\nHost: b\r\n",
+    b"GET /v1/health HTTP/1.1\r\nHost: a\r\nX-A: b\r\n folded\r\n"])
+def test_requests_aiohttp_cannot_parse_are_answered_with_no_versions(daemon, head):
+    """aiohttp answers what it cannot parse itself (duplicate
+    ``Content-Length`` or ``Host``, a folded header) before any handler:
+    its 400 too names the server without versions."""
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=5) as sock:
+        sock.sendall(head + b"\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    status, _, rest = answer.partition(b"\r\n")
+    assert status.split()[1] == b"400", answer
+    headers = dict(line.split(b": ", 1) for line in rest.split(b"\r\n\r\n")[0].split(b"\r\n"))
+    assert headers[b"Server"] == b"rankd", answer
 
 
 def test_frame_ancestors_are_configurable(tmp_path):

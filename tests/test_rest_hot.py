@@ -60,6 +60,9 @@ def bearer(scopes: str, expires_in: float) -> str:
 
 AUTHORIZATIONS = [None, f"Bearer {WRITE_KEY}", f"Bearer {READ_KEY}", "Bearer rk_nobody_x",
                   "Basic dXNlcjpwYXNz", bearer("write", 3600), bearer("write", -3600)]
+#: Characters a raw path may hold that a URL parser may read specially.
+SPECIALS = ["#", "#/", "?", ";", "\\", "+", "&", "=", "%", "%23", "%2F", "%00", "@", ":", "!",
+            "$", "'", "(", "*", ",", "~", "\xe9", "|", "^", "`", "{", "[", "]", "\"", "<"]
 #: (method, path template): {b} is the request's board.
 TARGETS = [("POST", "/v1/boards/{b}/scores")] * 6 + [
     ("POST", "/v1/boards/{b}/scores?x=1"), ("POST", "/v1/boards/{b}/scores?"),
@@ -80,7 +83,20 @@ TARGETS = [("POST", "/v1/boards/{b}/scores")] * 6 + [
     ("GET", "/v1/boards/{b}/members/zz"), ("GET", "/v1/boards/{b}/members/%61"),
     ("GET", "/v1/boards/{b}/members/a?window=all"), ("GET", "/v1/boards/{b}/members/a/around"),
     ("GET", "/v1/boards/{b}/members/"), ("GET", "/v1/boards/{b}/members/.."),
-    ("DELETE", "/v1/boards/{b}/members/a"), ("HEAD", "/v1/boards/{b}/members/a")]
+    ("DELETE", "/v1/boards/{b}/members/a"), ("HEAD", "/v1/boards/{b}/members/a")] + [
+    # Digits past what int() reads (4,300) or an index holds; characters
+    # the router reads otherwise than as a name's (``#`` ends the path).
+    ("GET", "/v1/boards/{b}/top?limit=" + "9" * 5000),
+    ("GET", "/v1/boards/{b}/top?offset=" + "9" * 5000 + "&limit=1"),
+    ("GET", "/v1/boards/{b}/top?limit=" + "9" * 40),
+    ("GET", "/v1/boards/{b}/top?offset=" + "0" * 5000 + "1")] + [
+    target for special in SPECIALS for target in (
+        ("POST", "/v1/boards/{b}" + special + "x/scores"),
+        ("POST", "/v1/boards/{b}/scores" + special),
+        ("GET", "/v1/boards/{b}" + special + "/top"), ("GET", "/v1/boards/{b}/top" + special),
+        ("GET", "/v1/boards/{b}/top?limit=1" + special),
+        ("GET", "/v1/boards/{b}/members/a" + special + "b"),
+        ("GET", "/v1/boards/{b}" + special + "/members/a"))]
 #: Extra headers: most requests none.
 EXTRAS = [{}] * 6 + [{"Origin": GOOD_ORIGIN}, {"Origin": "http://evil.example"},
                      {"Host": "evil.example"}, {"X-Forwarded-For": "10.9.9.9"},
@@ -337,6 +353,25 @@ def test_the_hot_route_skips_the_router(twins, monkeypatch):
     assert resolved == [False, True, False]
 
 
+def test_odd_paths_answer_alike(twins):
+    """Each target with a long number or a character the router reads
+    specially, from each caller: answered alike (and written alike)."""
+    loop, _, hot, general = twins
+    boards = fresh_boards()
+    odd = TARGETS[TARGETS.index(("GET", "/v1/boards/{b}/top?limit=" + "9" * 5000)):]
+    cases = [(caller, target, {}, "plain", b'{"member": "a", "delta": 1}')
+             for target in odd for caller in (0, 1, 2)]
+
+    async def run() -> None:
+        await make_boards((hot, general), boards)
+        await replay(twins, cases, boards, unfilled=0)
+        for name in (boards["plain"], boards["signed"]):
+            assert hot.engine.digest(name) == general.engine.digest(name)
+        assert hot.engine.digest() == general.engine.digest()  # (no board made on one only)
+
+    loop.run_until_complete(run())
+
+
 def test_member_reads_answer_alike(twins):
     """The member read: scope, a missing board, a missing member, the read
     rate limit."""
@@ -395,7 +430,7 @@ def test_the_route_it_takes(twins):
     assert rest_hot.hot_board(Request("/v1/boards/b1/scores"), door, False) == "b1"
     for path in ("/v1/boards/./scores", "/v1/boards/../scores", "/v1/boards//scores",
                  "/v1/boards/a%2Fb/scores", "/v1/boards/b/scores?x", "/v1/boards/a/b/scores",
-                 "/v1/boards/scores", "/x/v1/boards/b/scores"):
+                 "/v1/boards/scores", "/x/v1/boards/b/scores", "/v1/boards/q#x/scores"):
         assert rest_hot.hot_board(Request(path), door, False) is None, path
 
 

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from aiohttp import web
+from aiohttp import web, web_response
 
 from rankd.engine.errors import EngineError
 from rankd.frontends.peer_end import GoneTransport
@@ -48,6 +48,10 @@ RESERVED_DESCRIPTORS = 256
 DEFAULT_PER_ADDRESS = 256
 #: A handed-over run's error before the engine is done with it.
 _PENDING = object()
+#: A connection's worker gives the loop way after this much work (seconds),
+#: whatever it has left: a pipeline of general-path requests to a reader
+#: that keeps up (or to a gone one) would otherwise hold it for seconds.
+BATCH_SECONDS = 0.004
 
 
 def raise_descriptor_limit() -> int:
@@ -126,6 +130,9 @@ def peer_address(transport: asyncio.BaseTransport) -> str:
     return str(peer[0]) if isinstance(peer, tuple) else ""
 
 
+#: The ``Server`` header of every HTTP answer: no versions (they tell an
+#: attacker which flaws to try).
+SERVER_NAME = "rankd"
 #: How an HTTP connection's first bytes begin: a method, then a blank (or
 #: the first bytes are a part of that).
 _REQUEST_START = re.compile(rb"[A-Z]{1,16}(?: |$)")
@@ -198,6 +205,10 @@ class GuardedHttpProtocol(asyncio.Protocol):
 def guarded_http_factory(factory: Any, limits: ConnectionLimits) -> Any:
     """A protocol factory for ``loop.create_server``: aiohttp's ``factory``
     (``AppRunner.server``) behind ``limits``."""
+    # aiohttp answers what it cannot parse (a duplicate Content-Length or
+    # Host, a folded header) itself, before any handler or signal: its
+    # default Server header, which names versions, is rankd's instead.
+    web_response.SERVER_SOFTWARE = SERVER_NAME
     return lambda: GuardedHttpProtocol(factory(), limits)
 
 
@@ -246,8 +257,10 @@ class PipelinedConnection(asyncio.Protocol):
         #: The client is done sending (EOF, or gone): what it sent runs,
         #: then the connection closes (:mod:`.peer_end`).
         self.ended = False
-        #: The transport is lost: what was received runs unanswered.
+        #: The transport is lost: what was received runs unanswered
+        #: (reads skipped: :mod:`.gone_work`), since ``gone_at`` (loop time).
         self.gone = False
+        self.gone_at = 0.0
         self.reading_paused = False
         self.can_write = asyncio.Event()
         self.can_write.set()
@@ -308,6 +321,7 @@ class PipelinedConnection(asyncio.Protocol):
             # The client is gone with requests received and not run yet:
             # they run, unanswered, and the slot is held until they are done.
             self.ended = self.gone = True
+            self.gone_at = self.loop.time()
             self.transport = GoneTransport(self.transport, self._released)
             self._ended()
             return
@@ -394,6 +408,13 @@ class PipelinedConnection(asyncio.Protocol):
         self._forget()
         if self.transport is not None:
             self.transport.close()
+
+    def abandoned(self) -> None:
+        """Drop what a gone connection has not run yet: it took longer
+        than a stalled client may hold its slot (:mod:`.gone_work`)."""
+        log.warning("%s: the client closed; requests it sent not run within %.0f s of the"
+                    " close were dropped", self.address, self.loop.time() - self.gone_at)
+        self.transport.close()  # (a GoneTransport: released, its queue dropped)
 
     def stalled(self) -> None:
         """Close at once: replies have waited for the client to read for
@@ -538,15 +559,17 @@ class PipelinedServer:
             if self.pacer is not None:
                 self.pacer.set_active(self, sum(
                     1 for c in self.connections if now - c.last_active < SWEEP_SECONDS))
+            stall = min(self.idle_timeout or OUTPUT_STALL_SECONDS, OUTPUT_STALL_SECONDS)
             for connection in list(self.connections):
                 blocked = connection.blocked_since
-                if blocked is not None and now - blocked > min(
-                        self.idle_timeout or OUTPUT_STALL_SECONDS, OUTPUT_STALL_SECONDS):
+                if blocked is not None and now - blocked > stall:
                     # (Redis: client-output-buffer-limit.)  Closing ones too: a
                     # client that half-closed, or sent QUIT, and never reads.
                     connection.stalled()
                 elif connection.closing:
                     continue
+                elif connection.gone and now - connection.gone_at > stall:
+                    connection.abandoned()  # nobody reads: held no longer than a stalled one
                 elif not connection.authenticated:
                     if now - connection.opened_at > HANDSHAKE_SECONDS:
                         connection.handshake_expired()

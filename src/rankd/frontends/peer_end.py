@@ -14,8 +14,9 @@ reply written; one that closes at once gets them applied, unanswered.
 - when the transport is lost while requests received are still to run
   (the client closed and a reply met its reset), the connection is *gone*:
   its transport becomes a :class:`GoneTransport`, which drops every write,
-  and the requests run unanswered; its connection slot is released once
-  they are done.
+  and the requests run unanswered (the reads skipped, within a time
+  bound: :mod:`.gone_work`); its connection slot is released once they
+  are done.
 
 A close the daemon decides (``QUIT``, a protocol error, an expired
 session, a stalled reader, shutdown past its grace) still stops at once:

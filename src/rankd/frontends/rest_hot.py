@@ -5,7 +5,7 @@ What it owns: deciding, from the raw request line and headers alone,
 whether a request is a plain ``POST /v1/boards/{board}/scores`` that the
 front door's fast submission (``rest._submit_now``) answers exactly as the
 general way would, or a plain ``GET /v1/boards/{board}/top`` (at most
-``limit`` and ``offset``, in digits) or ``GET
+``limit`` and ``offset``, in at most ``MAX_DIGITS`` digits) or ``GET
 /v1/boards/{board}/members/{member}`` (no query) that ``rest._top_now`` and
 ``rest._member_now`` answer so, and answering it there.  Its design:
 
@@ -18,8 +18,9 @@ general way would, or a plain ``GET /v1/boards/{board}/top`` (at most
   match info, the middleware's frame, the origin policy's generality and
   the response-prepare signal (its headers are in the answer already).
 * It takes only what needs none of what it skips: method ``POST``, a raw
-  path ``/v1/boards/<board>/scores`` with no query, no percent-encoding and
-  no dot segment (so the router would find the same board), ``Content-Type:
+  path ``/v1/boards/<board>/scores`` with no query, no fragment (``#``), no
+  percent-encoding and no dot segment (so the router would find the same
+  board), ``Content-Type:
   application/json`` exactly, the whole body arrived, and no ``Origin``,
   ``Expect`` or ``Upgrade`` header (CORS, ``100-continue`` and declined
   upgrades are the middlewares' work), no ``X-Forwarded-For`` when proxies
@@ -77,9 +78,18 @@ class HotDoor(Protocol):
     readers: Any
 
 
+#: Characters the URL parser reads otherwise than as a name's: a path
+#: separator, percent-encoding, the query's and the fragment's starts.
+ROUTER_SPECIALS = frozenset("/%?#")
+#: The most digits of a ``limit`` or ``offset`` the hot route reads itself
+#: (more than any index holds; a longer one, which ``int`` may even refuse
+#: past its 4,300 digits, goes the general way and is answered there).
+MAX_DIGITS = 18
+
+
 def _plain_board(board: str) -> bool:
     """Whether the router would read ``board`` from the path as it is."""
-    return not (not board or "/" in board or "%" in board or "?" in board
+    return not (not board or not ROUTER_SPECIALS.isdisjoint(board)
                 or board == "." or board == "..")
 
 
@@ -133,7 +143,7 @@ def hot_top(request: web.Request, door: HotDoor, proxied: bool
         for part in query.split("&"):
             name, equals, value = part.partition("=")
             if (not equals or name not in TOP_PARAMS or name in params
-                    or not value.isascii() or not value.isdigit()):
+                    or not value.isascii() or not value.isdigit() or len(value) > MAX_DIGITS):
                 return None
             params[name] = int(value)
     if not _plain_headers(request, door, proxied):

@@ -41,8 +41,10 @@ idle timeout, are closed.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -50,7 +52,9 @@ from rankd import __version__, wire
 from rankd._native import native_or
 from rankd.engine.errors import EngineError, InvalidInput, Unsettled
 from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
+from rankd.frontends import gone_work
 from rankd.frontends.connections import (
+    BATCH_SECONDS,
     HANDSHAKE_SECONDS,
     ConnectionLimits,
     PipelinedConnection,
@@ -411,6 +415,9 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
 
     async def _drain(self) -> None:
         try:
+            # A fast reader (or a gone one) never clears ``can_write``: the
+            # worker gives way to the loop after ``BATCH_SECONDS`` of work.
+            until = time.perf_counter() + BATCH_SECONDS
             while not self.closing:
                 if not self.queue:
                     if not self.decoder.max_messages:
@@ -421,6 +428,9 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
                 await self.answered()  # runs applied earlier are answered first
                 out: list[bytes] = []
                 head = self.queue[0]
+                if self.gone and gone_work.tcp_read_only(head, OPERATIONS):
+                    self._dequeue()  # nobody reads its answer: no effect to keep
+                    continue
                 if type(head) is _Packed:
                     await self._submit_packed(self._dequeue(), out)
                 elif isinstance(head, wire.FrameError):
@@ -436,6 +446,9 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
                 if self.reading_paused:
                     self._resume()
                 await self.can_write.wait()
+                if time.perf_counter() >= until:
+                    await asyncio.sleep(0)
+                    until = time.perf_counter() + BATCH_SECONDS
         except Exception:  # never let one connection's bug go unnoticed or kill others
             log.exception("TCP connection failed; closing it")
             self.transport.abort()

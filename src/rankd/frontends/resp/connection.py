@@ -53,7 +53,9 @@ from typing import TYPE_CHECKING, Any
 from rankd._native import native_or
 from rankd.engine.engine import SETTLE_TRIES
 from rankd.engine.errors import EngineError, Unsettled
+from rankd.frontends import gone_work
 from rankd.frontends.connections import (
+    BATCH_SECONDS,
     HANDSHAKE_SECONDS,
     ConnectionLimits,
     PipelinedConnection,
@@ -106,10 +108,6 @@ REQUEST_OVERHEAD = 64
 WORD_OVERHEAD = 40
 #: A packed run's requests, each (its spans, its result, its share of the read).
 PACKED_REQUEST_BYTES = 128
-#: The worker's batch ends after this much work (seconds), whatever it
-#: has left: a pipeline of pops on a board of windows and labels (the
-#: general path) held the loop 100 ms and more in one batch.
-BATCH_SECONDS = 0.004
 MAX_AUTH_FAILURES = 3
 #: Before AUTH: the largest request (all its words) and the most words in one.
 HANDSHAKE_MAX_BULK = 16 * 1024
@@ -388,6 +386,9 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                        and _grown(out, size) < OUT_HIGH_WATER and time.perf_counter() < until):
                     words = self.queue.popleft()
                     self.queued_bytes -= weight(words)
+                    if self.gone and self.multi is None and (type(words) is _PackedReads or (
+                            gone_work.resp_read_only(words, COMMANDS))):
+                        continue  # nobody reads its reply: no effect to keep
                     if self.multi is not None and type(words) in _PACKED:
                         unpacked = self._unpack(words)  # inside MULTI: queued as words
                         self.queue.extendleft(reversed(unpacked))
