@@ -87,6 +87,12 @@ def test_each_submission_of_a_batch_gets_its_own_groups_answer(tmp_path, pg_serv
         time.sleep(1.5)  # (node 0 follows C)
         for board in (A, B):
             assert submit(lab, 0, board, "warm", f"warm-{board}")[0] == 200
+        # --ack local answers before the log commits: A's group must have
+        # nothing unshipped when the link is cut, or it is refused too.
+        deadline = time.monotonic() + 10
+        while not {"warm-alpha", "warm-beta"} <= set(logged_events(lab)):
+            assert time.monotonic() < deadline, "the warm writes never reached the log"
+            time.sleep(0.05)
         cut(lab, 0)
         status, body = submit(lab, 0, B, "b", "b-1")  # acknowledged by the local log
         assert status == 200, body

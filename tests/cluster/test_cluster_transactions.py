@@ -34,13 +34,16 @@ def test_cluster_transactions(tmp_path, pg_dsn):
             assert replies[-1] == b"-CROSSSLOT Keys in request don't hash to the same slot\r\n"
             assert client.call("ZSCORE", SAME, "a") == b"$1\r\n6\r\n"
             assert client.call("EXISTS", OTHER) == b":0\r\n"
-        with RawClient(other.resp_port) as client:
-            # The other node replays the transaction whole...
+        with RawClient(other.resp_port) as reader:
+            # The other node replays the transaction whole (its own copy:
+            # a plain client's reads are relayed to the primary)...
+            reader.call("READONLY")
             deadline = time.monotonic() + 15
-            while client.call("ZSCORE", ALSO, "b") != b"$1\r\n2\r\n":
+            while reader.call("ZSCORE", ALSO, "b") != b"$1\r\n2\r\n":
                 assert time.monotonic() < deadline, "not replicated"
                 time.sleep(0.05)
-            assert client.call("ZSCORE", SAME, "a") == b"$1\r\n6\r\n"
+            assert reader.call("ZSCORE", SAME, "a") == b"$1\r\n6\r\n"
+        with RawClient(other.resp_port) as client:
             # ...and does not write the group: TRYAGAIN, nothing applied.
             replies = _transaction(client, ["ZINCRBY", SAME, "1", "a"])
             assert replies[-1].startswith(b"-TRYAGAIN "), replies
@@ -97,15 +100,17 @@ def test_cluster_transaction_of_stores_deadlines_and_pops(tmp_path, pg_dsn):
             replies = _transaction(client, ["EXPIRE", src, "5000"], ["EXPIRE", OTHER, "5"])
             assert replies[-1] == b"-CROSSSLOT Keys in request don't hash to the same slot\r\n"
             assert client.call("TTL", src) == b":-1\r\n"
-        with RawClient(other.resp_port) as client:
+        with RawClient(other.resp_port) as reader:
+            reader.call("READONLY")  # (its own copy: plain reads are relayed)
             deadline = time.monotonic() + 15
-            while client.call("ZRANGE", dst, "0", "-1", "WITHSCORES") != stored:
+            while reader.call("ZRANGE", dst, "0", "-1", "WITHSCORES") != stored:
                 assert time.monotonic() < deadline, "not replicated"
                 time.sleep(0.05)
-            assert client.call("EXISTS", doomed) == b":0\r\n"
-            assert 99_000 < int(client.call("TTL", dst)[1:-2]) <= 100_000
-            assert client.call("ZRANGE", SAME, "0", "-1") == b"*1\r\n$1\r\nb\r\n"
-            assert client.call("EXISTS", popped) == b":0\r\n"
+            assert reader.call("EXISTS", doomed) == b":0\r\n"
+            assert 99_000 < int(reader.call("TTL", dst)[1:-2]) <= 100_000
+            assert reader.call("ZRANGE", SAME, "0", "-1") == b"*1\r\n$1\r\nb\r\n"
+            assert reader.call("EXISTS", popped) == b":0\r\n"
+        with RawClient(other.resp_port) as client:
             replies = _transaction(client, ["EXPIRE", src, "100"])
             assert replies[-1].startswith(b"-TRYAGAIN "), replies
         digests = {d.request("GET", "/v1/admin/digest")[1]["digest"] for d in (primary, other)}

@@ -1180,13 +1180,19 @@ class ClusterNode:
                                f"{type(exc).__name__}: {exc}"}
         else:
             status["stale"] = False
-        status["placement"] = self._placement_status()
+        layout = self.layout
+        if not status["stale"]:
+            # Read now, as the groups are: the placement loop's copy may be a
+            # round (or a long move) behind, and `status` is what an operator
+            # waits on after `rankd cluster drain`.
+            with contextlib.suppress(*POSTGRES_ERRORS):
+                layout = await asyncio.wait_for(self.placement.read(), STATUS_SECONDS)
+        status["placement"] = self._placement_status(layout)
         status["this_node"] = self.local_status()
         return status
 
-    def _placement_status(self) -> dict[str, Any]:
-        """Groups placed per node, and moves in progress, as last read."""
-        layout = self.layout
+    def _placement_status(self, layout: Layout) -> dict[str, Any]:
+        """Groups placed per node, and moves in progress, as ``layout`` has them."""
         return {"topology_epoch": layout.epoch, "replicas": self.replicas,
                 "per_node": layout.per_node(),
                 "groups": {str(g): {"primary": p.primary, "followers": list(p.followers)}

@@ -331,9 +331,11 @@ def _exec_routed(conn: Context, command: Command) -> Command:
              for key in command_keys(queued, words)}
     if len(slots) <= 1:
         return command
-    transactions.forget(conn)
 
     def refused(conn: Context, args: list[bytes]) -> bytes:
+        # Discarded when it runs, not when routed: a connection may look a
+        # command up twice (once to answer it at once, again in its worker).
+        transactions.forget(conn)
         raise CommandError(CROSSSLOT)
     return dataclasses.replace(command, handler=refused)
 
