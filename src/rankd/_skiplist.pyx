@@ -102,92 +102,9 @@ def live_nodes():
     return _live_nodes
 
 
-# --- input validation --------------------------------------------------------
-#
-# Each helper raises the exception the contract names and returns -1, so a
-# write validates everything before it touches the structure.
+# --- input validation, shared with the other native index (see the .pxi) ---
 
-cdef inline int _member_bytes(object member, const char **data, Py_ssize_t *size) except -1:
-    if not isinstance(member, str):
-        raise TypeError(f"member must be a str, got {type(member).__name__}")
-    try:
-        data[0] = PyUnicode_AsUTF8AndSize(member, size)
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"member is not encodable as UTF-8: {exc.reason}") from None
-    if size[0] == 0:
-        raise ValueError("member must not be empty")
-    if size[0] > MAX_MEMBER_BYTES:
-        raise ValueError(
-            f"member must be at most {MAX_MEMBER_BYTES} bytes in UTF-8, got {size[0]}"
-        )
-    return 0
-
-
-cdef inline int _number(object value, double *out, str what) except -1:
-    cdef long long as_int
-    cdef int overflow = 0
-    if type(value) is float:
-        out[0] = PyFloat_AS_DOUBLE(value)
-    elif isinstance(value, bool):
-        raise TypeError(f"{what} must be an int or float, got bool")
-    elif isinstance(value, int):
-        as_int = PyLong_AsLongLongAndOverflow(value, &overflow)
-        if overflow or as_int > MAX_EXACT_INT or as_int < -MAX_EXACT_INT:
-            raise ValueError(
-                f"{what} {value} is beyond 2**53 and cannot be stored exactly as a float"
-            )
-        out[0] = <double>as_int
-    elif isinstance(value, float):
-        out[0] = PyFloat_AS_DOUBLE(value)
-    else:
-        raise TypeError(f"{what} must be an int or float, got {type(value).__name__}")
-    if not isfinite(out[0]):
-        raise ValueError(f"{what} must be finite, got {value!r}")
-    return 0  # -0.0 is kept: it ranks as 0.0 (the caller decides which zero it stores)
-
-
-cdef inline int _bound(object value, double *out, str what) except -1:
-    """A range bound: like a score, but infinities are allowed."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be an int or float, got {type(value).__name__}")
-    try:
-        out[0] = <double>value
-    except OverflowError:
-        # An int beyond float range lies beyond every score.
-        out[0] = INFINITY if value > 0 else -INFINITY
-    if out[0] != out[0]:
-        raise ValueError(f"{what} must not be NaN")
-    return 0
-
-
-cdef inline int _seq(object value, uint64_t *out) except -1:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"seq must be an int, got {type(value).__name__}")
-    if value < 0 or value > MAX_SEQ:
-        raise ValueError(f"seq must be between 0 and 2**63 - 1, got {value}")
-    out[0] = <uint64_t>value
-    return 0
-
-
-cdef inline int _count(object value, str what) except -1:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{what} must not be negative, got {value}")
-    return 0
-
-
-cdef inline tuple _untracked(tuple result):
-    """``result``, which holds only numbers, bools and None, left out of the
-    cyclic garbage collector: it can be in no cycle, and a batch of a
-    thousand results otherwise has the collector traverse them all (the
-    collector would untrack them itself, but only once it has)."""
-    PyObject_GC_UnTrack(<void *>result)
-    return result
-
-
-cdef object _float_or_none(bint present, double value):
-    return value if present else None
+include "_index_common.pxi"
 
 
 @cython.final
@@ -208,17 +125,7 @@ cdef class RankIndex:
 
     def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
                   int branching=DEFAULT_BRANCHING, seed=None):
-        if order not in ("desc", "asc"):
-            raise ValueError(f"order must be 'desc' or 'asc', got {order!r}")
-        if tie_break not in ("first", "member", "member_desc"):
-            raise ValueError("tie_break must be 'first', 'member' or 'member_desc', "
-                             f"got {tie_break!r}")
-        if not 1 <= max_level <= MAX_LEVEL:
-            raise ValueError(f"max_level must be between 1 and {MAX_LEVEL}, got {max_level}")
-        if not 2 <= branching <= 64:
-            raise ValueError(f"branching must be between 2 and 64, got {branching}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        _options(order, tie_break, max_level, branching, seed)
         self.descending = order == "desc"
         self.tie_by_member = tie_break != "first"
         self.tie_member_desc = tie_break == "member_desc"
