@@ -9,7 +9,7 @@
 # everything before it touches the structure.
 #
 # The including module provides: MAX_MEMBER_BYTES, MAX_EXACT_INT, MAX_SEQ,
-# MAX_LEVEL, PyUnicode_AsUTF8AndSize, PyObject_GC_UnTrack, and the cimports
+# MAX_LEVEL, OP_SET, OP_INCR, OP_REMOVE, PyUnicode_AsUTF8AndSize, PyObject_GC_UnTrack, and the cimports
 # PyFloat_AS_DOUBLE, PyLong_AsLongLongAndOverflow, INFINITY, isfinite and
 # uint64_t.
 
@@ -81,6 +81,50 @@ cdef inline int _count(object value, str what) except -1:
         raise TypeError(f"{what} must be an int, got {type(value).__name__}")
     if value < 0:
         raise ValueError(f"{what} must not be negative, got {value}")
+    return 0
+
+
+cdef inline int _write_input(object member, object number, str what, object seq,
+                             double *value, uint64_t *s, const char **data,
+                             Py_ssize_t *size) except -1:
+    """A ``set`` or ``incr`` call's arguments, checked and decoded (``s`` left
+    as it was when ``seq`` is None)."""
+    _number(number, value, what)
+    if seq is not None:
+        _seq(seq, s)
+    _member_bytes(member, data, size)
+    return 0
+
+
+cdef inline int _operation(object item, int *op, double *value, bint *has_seq, uint64_t *s,
+                           const char **data, Py_ssize_t *size) except -1:
+    """One ``(op, member, value[, seq])`` of ``apply_batch``, checked and
+    decoded (``value`` left as it was for a removal, ``s`` without a seq)."""
+    cdef Py_ssize_t n
+    cdef int overflow
+    cdef long long op_code
+    if type(item) is not tuple:
+        raise TypeError(f"an operation must be a tuple, got {type(item).__name__}")
+    n = len(<tuple>item)
+    if n != 3 and n != 4:
+        raise TypeError(
+            f"an operation is (op, member, value[, seq]), got {n} items"
+        )
+    op_obj = (<tuple>item)[0]
+    if isinstance(op_obj, bool) or not isinstance(op_obj, int):
+        raise TypeError(f"op must be an Op, got {type(op_obj).__name__}")
+    # Compared in C: Op is an IntEnum, a subclass of int, which
+    # Python-level comparisons take through the slow path.
+    op_code = PyLong_AsLongLongAndOverflow(op_obj, &overflow)
+    if overflow or not OP_SET <= op_code <= OP_REMOVE:
+        raise ValueError(f"op must be an Op value (0..6), got {op_obj}")
+    op[0] = <int>op_code
+    if op[0] != OP_REMOVE:
+        _number((<tuple>item)[2], value, "delta" if op[0] == OP_INCR else "score")
+    has_seq[0] = n == 4 and (<tuple>item)[3] is not None
+    if has_seq[0]:
+        _seq((<tuple>item)[3], s)
+    _member_bytes((<tuple>item)[1], data, size)
     return 0
 
 

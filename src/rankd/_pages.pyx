@@ -1280,10 +1280,7 @@ cdef class RankIndex:
         cdef Py_ssize_t size
         if not OP_SET <= when <= OP_SET_WORSE:
             raise ValueError(f"when must be a When value (0..4), got {when}")
-        _number(score, &value, "score")
-        if seq is not None:
-            _seq(seq, &s)
-        _member_bytes(member, &data, &size)
+        _write_input(member, score, "score", seq, &value, &s, &data, &size)
         self._write(data, size, value, when, seq is not None, s, False,
                     &old, &had, &new, &has_new, &changed)
         return self._write_result(had, old, has_new, new, changed)
@@ -1296,10 +1293,7 @@ cdef class RankIndex:
         cdef uint64_t s = 0
         cdef const char *data
         cdef Py_ssize_t size
-        _number(delta, &value, "delta")
-        if seq is not None:
-            _seq(seq, &s)
-        _member_bytes(member, &data, &size)
+        _write_input(member, delta, "delta", seq, &value, &s, &data, &size)
         self._write(data, size, value, OP_INCR, seq is not None, s, False,
                     &old, &had, &new, &has_new, &changed)
         return self._write_result(had, old, has_new, new, changed)
@@ -1337,10 +1331,9 @@ cdef class RankIndex:
         cdef double value = 0.0, old = 0.0, new = 0.0
         cdef bint had, has_new, changed
         cdef uint64_t s = 0
-        cdef Py_ssize_t rank, n, position, size
+        cdef Py_ssize_t rank, position, size
         cdef const char *data
-        cdef int op, overflow
-        cdef long long op_code
+        cdef int op
         cdef bint has_seq
         cdef Py_ssize_t count = len(items)
         for position in range(count):
@@ -1348,26 +1341,7 @@ cdef class RankIndex:
             if count > 1 and self.length >= PREFETCH_MIN_LENGTH:
                 self._prefetch_ahead(items, position, count)
             try:
-                if type(item) is not tuple:
-                    raise TypeError(f"an operation must be a tuple, got {type(item).__name__}")
-                n = len(<tuple>item)
-                if n != 3 and n != 4:
-                    raise TypeError(
-                        f"an operation is (op, member, value[, seq]), got {n} items"
-                    )
-                op_obj = (<tuple>item)[0]
-                if isinstance(op_obj, bool) or not isinstance(op_obj, int):
-                    raise TypeError(f"op must be an Op, got {type(op_obj).__name__}")
-                op_code = PyLong_AsLongLongAndOverflow(op_obj, &overflow)
-                if overflow or not OP_SET <= op_code <= OP_REMOVE:
-                    raise ValueError(f"op must be an Op value (0..6), got {op_obj}")
-                op = <int>op_code
-                if op != OP_REMOVE:
-                    _number((<tuple>item)[2], &value, "delta" if op == OP_INCR else "score")
-                has_seq = n == 4 and (<tuple>item)[3] is not None
-                if has_seq:
-                    _seq((<tuple>item)[3], &s)
-                _member_bytes((<tuple>item)[1], &data, &size)
+                _operation(item, &op, &value, &has_seq, &s, &data, &size)
                 rank = self._write(data, size, value, op, has_seq, s, True,
                                    &old, &had, &new, &has_new, &changed)
             except (TypeError, ValueError) as exc:
