@@ -9,7 +9,9 @@
 # everything before it touches the structure.
 #
 # The including module provides: MAX_MEMBER_BYTES, MAX_EXACT_INT, MAX_SEQ,
-# MAX_LEVEL, OP_SET, OP_INCR, OP_REMOVE, PyUnicode_AsUTF8AndSize, PyObject_GC_UnTrack, and the cimports
+# MAX_LEVEL, MAX_LENGTH, OP_SET, OP_INCR, OP_REMOVE, DUMP_VERSION,
+# DUMP_HEADER_SIZE, DUMP_RECORD_SIZE, the rk_load_* readers, rk_utf8_valid,
+# zlib, memcmp, uint8_t, uint16_t, PyUnicode_AsUTF8AndSize, PyObject_GC_UnTrack, and the cimports
 # PyFloat_AS_DOUBLE, PyLong_AsLongLongAndOverflow, INFINITY, isfinite and
 # uint64_t.
 
@@ -142,6 +144,53 @@ cdef inline int _options(object order, object tie_break, int max_level, int bran
         raise ValueError(f"branching must be between 2 and 64, got {branching}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+    return 0
+
+
+# --- dumps: the format both indexes write (see RankIndex.dump) ----------------
+
+cdef int _dump_header(const char *buf, Py_ssize_t size, object data, uint64_t *count,
+                      uint64_t *next_seq) except -1:
+    """A dump's header and checksum, checked: its member count and next seq
+    (its order and tie-break codes are ``buf[5]`` and ``buf[6]``)."""
+    if size < DUMP_HEADER_SIZE + 4:
+        raise ValueError(f"rank index dump is truncated: {size} bytes")
+    if memcmp(buf, b"RKIX", 4) != 0:
+        raise ValueError("not a rank index dump (bad magic)")
+    if <uint8_t>buf[4] != DUMP_VERSION:
+        raise ValueError(f"unsupported rank index dump version {<uint8_t>buf[4]}")
+    if <uint8_t>buf[5] > 1 or <uint8_t>buf[6] > 2 or buf[7] != 0:
+        raise ValueError("rank index dump has an unknown order or tie-break code")
+    stored_crc = int.from_bytes(data[size - 4:size], "little")
+    if zlib.crc32(memoryview(data)[:size - 4]) != stored_crc:
+        raise ValueError("rank index dump is corrupt (CRC mismatch)")
+    count[0] = rk_load_u64(buf + 8)
+    next_seq[0] = rk_load_u64(buf + 16)
+    if next_seq[0] > <uint64_t>MAX_SEQ + 1:
+        raise ValueError("rank index dump has an invalid next_seq")
+    if count[0] > MAX_LENGTH or count[0] > <uint64_t>(size // DUMP_RECORD_SIZE):
+        raise ValueError(f"rank index dump claims {count[0]} members, more than it holds")
+    return 0
+
+
+cdef inline int _dump_record(const char **p, const char *end, uint64_t i, uint64_t next_seq,
+                             double *score, uint64_t *seq, uint16_t *mlen) except -1:
+    """Record ``i`` at ``p[0]`` read and checked (``end``: where the records
+    end); ``p[0]`` is left at the member's bytes."""
+    if end - p[0] < DUMP_RECORD_SIZE:
+        raise ValueError(f"rank index dump is truncated at record {i}")
+    score[0] = rk_load_f64(p[0])
+    seq[0] = rk_load_u64(p[0] + 8)
+    mlen[0] = rk_load_u16(p[0] + 16)
+    p[0] += DUMP_RECORD_SIZE
+    if mlen[0] == 0 or mlen[0] > MAX_MEMBER_BYTES or end - p[0] < mlen[0]:
+        raise ValueError(f"rank index dump has a bad member length at record {i}")
+    if not rk_utf8_valid(<const uint8_t *>p[0], mlen[0]):
+        raise ValueError(f"rank index dump has a member that is not UTF-8 at record {i}")
+    if not isfinite(score[0]):
+        raise ValueError(f"rank index dump has a non-finite score at record {i}")
+    if seq[0] > MAX_SEQ or seq[0] >= next_seq:
+        raise ValueError(f"rank index dump has an invalid seq at record {i}")
     return 0
 
 

@@ -2035,23 +2035,7 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     cdef rk_node *x
     cdef rk_node *prev = NULL
     cdef int level
-    if size < DUMP_HEADER_SIZE + 4:
-        raise ValueError(f"rank index dump is truncated: {size} bytes")
-    if memcmp(buf, b"RKIX", 4) != 0:
-        raise ValueError("not a rank index dump (bad magic)")
-    if <uint8_t>buf[4] != DUMP_VERSION:
-        raise ValueError(f"unsupported rank index dump version {<uint8_t>buf[4]}")
-    if <uint8_t>buf[5] > 1 or <uint8_t>buf[6] > 2 or buf[7] != 0:
-        raise ValueError("rank index dump has an unknown order or tie-break code")
-    stored_crc = int.from_bytes(data[size - 4:size], "little")
-    if zlib.crc32(memoryview(data)[:size - 4]) != stored_crc:
-        raise ValueError("rank index dump is corrupt (CRC mismatch)")
-    count = rk_load_u64(buf + 8)
-    next_seq = rk_load_u64(buf + 16)
-    if next_seq > <uint64_t>MAX_SEQ + 1:
-        raise ValueError("rank index dump has an invalid next_seq")
-    if count > MAX_LENGTH or count > <uint64_t>(size // DUMP_RECORD_SIZE):
-        raise ValueError(f"rank index dump claims {count} members, more than it holds")
+    _dump_header(buf, size, data, &count, &next_seq)
     index = cls("desc" if buf[5] == 0 else "asc", TIE_BREAK_CODES[buf[6]])
     index._next_seq = next_seq
     index._table_reserve(count)
@@ -2062,20 +2046,7 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     p = buf + DUMP_HEADER_SIZE
     end = buf + size - 4
     for i in range(count):
-        if end - p < DUMP_RECORD_SIZE:
-            raise ValueError(f"rank index dump is truncated at record {i}")
-        score = rk_load_f64(p)
-        seq = rk_load_u64(p + 8)
-        mlen = rk_load_u16(p + 16)
-        p += DUMP_RECORD_SIZE
-        if mlen == 0 or mlen > MAX_MEMBER_BYTES or end - p < mlen:
-            raise ValueError(f"rank index dump has a bad member length at record {i}")
-        if not rk_utf8_valid(<const uint8_t *>p, mlen):
-            raise ValueError(f"rank index dump has a member that is not UTF-8 at record {i}")
-        if not isfinite(score):
-            raise ValueError(f"rank index dump has a non-finite score at record {i}")
-        if seq > MAX_SEQ or seq >= next_seq:
-            raise ValueError(f"rank index dump has an invalid seq at record {i}")
+        _dump_record(&p, end, i, next_seq, &score, &seq, &mlen)
         key = index._key(score)
         if prev != NULL and not index._before(prev, key, seq, p, mlen):
             raise ValueError(f"rank index dump is out of order at record {i}")
