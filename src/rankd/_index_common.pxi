@@ -86,6 +86,49 @@ cdef inline int _count(object value, str what) except -1:
     return 0
 
 
+cdef inline int _paging(object offset, object limit) except -1:
+    """A read's ``offset`` and ``limit`` (None: no limit), checked."""
+    _count(offset, "offset")
+    if limit is not None:
+        _count(limit, "limit")
+    return 0
+
+
+cdef inline bint _window_ranks(Py_ssize_t lo, Py_ssize_t hi, object offset, object limit,
+                               bint reverse, Py_ssize_t *first, Py_ssize_t *last) except -1:
+    """The ranks ``first..last`` among ``lo..hi`` left after skipping
+    ``offset`` and keeping at most ``limit`` from the chosen end; False when
+    none are left."""
+    _paging(offset, limit)
+    if hi - lo + 1 <= offset:
+        return False
+    cdef Py_ssize_t skip = offset
+    cdef Py_ssize_t available = hi - lo + 1 - skip
+    cdef Py_ssize_t take = available if limit is None or limit > available else limit
+    if reverse:
+        first[0], last[0] = hi - skip - take + 1, hi - skip
+    else:
+        first[0], last[0] = lo + skip, lo + skip + take - 1
+    return True
+
+
+cdef inline int _score_keys(object low, object high, bint low_exclusive, bint high_exclusive,
+                            bint descending, double *key_low, double *key_high,
+                            bint *ex_low, bint *ex_high) except -1:
+    """A score range as a range of keys (scores negated on a descending
+    board, which swaps the ends), with which end excludes its bound."""
+    cdef double low_score, high_score
+    _bound(low, &low_score, "low")
+    _bound(high, &high_score, "high")
+    if descending:
+        key_low[0], key_high[0] = -high_score, -low_score
+        ex_low[0], ex_high[0] = high_exclusive, low_exclusive
+    else:
+        key_low[0], key_high[0] = low_score, high_score
+        ex_low[0], ex_high[0] = low_exclusive, high_exclusive
+    return 0
+
+
 cdef inline int _write_input(object member, object number, str what, object seq,
                              double *value, uint64_t *s, const char **data,
                              Py_ssize_t *size) except -1:

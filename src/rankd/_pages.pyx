@@ -1660,16 +1660,10 @@ cdef class RankIndex:
 
     cdef list _window(self, Py_ssize_t lo, Py_ssize_t hi, object offset, object limit,
                       bint reverse):
-        _count(offset, "offset")
-        if limit is not None:
-            _count(limit, "limit")
-        if hi - lo + 1 <= offset:
+        cdef Py_ssize_t first, last
+        if not _window_ranks(lo, hi, offset, limit, reverse, &first, &last):
             return []
-        cdef Py_ssize_t available = hi - lo + 1 - <Py_ssize_t>offset
-        cdef Py_ssize_t take = available if limit is None or limit > available else limit
-        if reverse:
-            return self._collect(hi - offset - take + 1, hi - offset, True)
-        return self._collect(lo + offset, lo + offset + take - 1, False)
+        return self._collect(first, last, reverse)
 
     def range_by_rank(self, offset=0, limit=None, *, reverse=False):
         """Entries ``(rank, member, score)`` by rank after ``offset``, at most
@@ -1678,16 +1672,10 @@ cdef class RankIndex:
 
     cdef int _key_range(self, object low, object high, bint low_exclusive,
                         bint high_exclusive, Py_ssize_t *lo, Py_ssize_t *hi) except -1:
-        cdef double low_score, high_score, key_low, key_high
+        cdef double key_low, key_high
         cdef bint ex_low, ex_high
-        _bound(low, &low_score, "low")
-        _bound(high, &high_score, "high")
-        if self.descending:
-            key_low, key_high = -high_score, -low_score
-            ex_low, ex_high = high_exclusive, low_exclusive
-        else:
-            key_low, key_high = low_score, high_score
-            ex_low, ex_high = low_exclusive, high_exclusive
+        _score_keys(low, high, low_exclusive, high_exclusive, self.descending,
+                    &key_low, &key_high, &ex_low, &ex_high)
         if key_low > key_high:
             lo[0], hi[0] = 1, 0
             return 0
@@ -1702,9 +1690,7 @@ cdef class RankIndex:
         cdef Py_ssize_t lo, hi
         self._key_range(low, high, low_exclusive, high_exclusive, &lo, &hi)
         if lo > hi:
-            _count(offset, "offset")
-            if limit is not None:
-                _count(limit, "limit")
+            _paging(offset, limit)
             return []
         return self._window(lo, hi, offset, limit, reverse)
 
