@@ -1,19 +1,21 @@
-# What the two native rank indexes share: rankd._skiplist and rankd._pages
-# both ``include`` this file, so each module gets its own copy of these
-# ``cdef inline`` helpers and the C compiler inlines them on the write path
-# exactly as if they were written in place (a cimported module would cost a
-# call through a function pointer table per check).
+# What the two native rank indexes share: their argument checks, the
+# decoding of a write's or a batch operation's arguments, the paging of a
+# read, and the checks of a dump's header and records.
 #
-# Input validation: each helper raises the exception the contract
+# Design: rankd._skiplist and rankd._pages both ``include`` this file, so each
+# module gets its own copy of these ``cdef inline`` helpers and the C compiler
+# inlines them on the write path as if they were written in place (a common
+# Cython module would reach them through its C-API table: a call per check
+# that cannot be inlined).  Each check raises the exception the contract
 # (rankd.index._contract) names and returns -1, so a write validates
 # everything before it touches the structure.
 #
 # The including module provides: MAX_MEMBER_BYTES, MAX_EXACT_INT, MAX_SEQ,
 # MAX_LEVEL, MAX_LENGTH, OP_SET, OP_INCR, OP_REMOVE, DUMP_VERSION,
-# DUMP_HEADER_SIZE, DUMP_RECORD_SIZE, the rk_load_* readers, rk_utf8_valid,
-# zlib, memcmp, uint8_t, uint16_t, PyUnicode_AsUTF8AndSize, PyObject_GC_UnTrack, and the cimports
-# PyFloat_AS_DOUBLE, PyLong_AsLongLongAndOverflow, INFINITY, isfinite and
-# uint64_t.
+# DUMP_HEADER_SIZE, DUMP_RECORD_SIZE, rk_load_f64/u16/u64, rk_utf8_valid,
+# PyUnicode_AsUTF8AndSize, PyObject_GC_UnTrack, zlib, and the cimports memcmp,
+# PyFloat_AS_DOUBLE, PyLong_AsLongLongAndOverflow, INFINITY, isfinite,
+# uint8_t, uint16_t and uint64_t.
 
 
 cdef inline int _member_bytes(object member, const char **data, Py_ssize_t *size) except -1:
