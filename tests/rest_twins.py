@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import jwt
+from hypothesis import strategies as st
 
 from engine_helpers import engine_config
 from rankd.engine.engine import Engine
@@ -70,3 +71,19 @@ def bearer(secret: str, scopes: str, expires_in: float) -> str:
     """An ``Authorization`` header of a JWT with ``scopes``, signed with ``secret``."""
     return "Bearer " + jwt.encode({"scope": scopes, "exp": int(time.time() + expires_in)},
                                   secret, algorithm="HS256")
+
+
+#: A submission's number: in range, fractional, or of a type the API refuses.
+NUMBERS = st.one_of(st.integers(-10, 10), st.floats(-1e3, 1e3, allow_nan=False),
+                    st.sampled_from([True, None, "1", 2**60]))
+
+
+@st.composite
+def submissions(draw: st.DrawFn, members: list[str], event_ids: list[str]) -> dict[str, Any]:
+    """A submission body (as a dict): one of ``members``, a delta or a score,
+    and maybe one of ``event_ids`` (drawn again, so maybe a duplicate)."""
+    event: dict[str, Any] = {"member": draw(st.sampled_from(members))}
+    event[draw(st.sampled_from(["delta", "score"]))] = draw(NUMBERS)
+    if draw(st.booleans()):
+        event["event_id"] = draw(st.sampled_from(event_ids))
+    return event

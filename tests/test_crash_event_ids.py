@@ -7,12 +7,11 @@ again with another payload is refused."""
 from __future__ import annotations
 
 import random
-import signal
 import threading
-import time
 
+from crash_load import kill_under_load, submit_over_tcp
 from daemon import Daemon
-from rankd.client import Client, RankdError
+from rankd.client import Client
 
 
 def test_sigkill_with_event_ids_loses_nothing_and_retries_stay_deduplicated(tmp_path):
@@ -27,32 +26,10 @@ def test_sigkill_with_event_ids_loses_nothing_and_retries_stay_deduplicated(tmp_
         stop = threading.Event()
         lock = threading.Lock()
 
-        def load(worker: int, daemon=daemon, stop=stop, lock=lock, cycle=cycle) -> None:
-            client = Client("127.0.0.1", daemon.tcp_port, retries=0, timeout=5)
-            n = 0
-            try:
-                while not stop.is_set():
-                    batch = [{"member": f"p{cycle}-{worker}-{n + i}", "delta": 1,
-                              "event_id": f"e{cycle}-{worker}-{n + i}"} for i in range(50)]
-                    n += 50
-                    results = client.submit_many(batch, board="crash")["results"]
-                    with lock:
-                        acked.update(r["event_id"] for r in results if "error" not in r)
-            except (RankdError, OSError):
-                pass
-            finally:
-                client.close()
-
-        threads = [threading.Thread(target=load, args=(w,)) for w in range(3)]
-        for thread in threads:
-            thread.start()
-        time.sleep(rng.uniform(1.0, 2.0))
-        daemon.process.send_signal(signal.SIGKILL)
-        daemon.process.wait(30)
-        stop.set()
-        for thread in threads:
-            thread.join(30)
-        daemon.stop()
+        tcp = (daemon.tcp_port, stop, acked, lock)
+        threads = [threading.Thread(target=submit_over_tcp, args=tcp, kwargs={
+            "member": f"p{cycle}-{w}", "event": f"e{cycle}-{w}", "batch": 50}) for w in range(3)]
+        kill_under_load(daemon, threads, stop, rng.uniform(1.0, 2.0))
     assert any(path.suffix == ".snap" for path in (data_dir / "snapshots").iterdir())
 
     def member_of(event_id: str) -> str:

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from crash_load import kill_under_load, submit_over_tcp
 from daemon import SRC, Daemon
 from rankd.cli import build_parser
 from rankd.client import Client, RankdError
@@ -166,33 +167,11 @@ def test_sigkill_under_rest_and_tcp_load_never_loses_an_acknowledged_submission(
                     with lock:
                         acked.add(event_id)
 
-        def tcp_load(worker: int, daemon=daemon, stop=stop, lock=lock, cycle=cycle):
-            client = Client("127.0.0.1", daemon.tcp_port, retries=0, timeout=5)
-            n = 0
-            try:
-                while not stop.is_set():
-                    batch = [{"member": f"t{cycle}-{worker}-{n + i}", "delta": 1,
-                              "event_id": f"t{cycle}-{worker}-{n + i}"} for i in range(20)]
-                    n += 20
-                    results = client.submit_many(batch, board="crash")["results"]
-                    with lock:
-                        acked.update(r["event_id"] for r in results if "error" not in r)
-            except (RankdError, OSError):
-                pass
-            finally:
-                client.close()
-
         threads = [threading.Thread(target=rest_load, args=(w,)) for w in range(4)]
-        threads += [threading.Thread(target=tcp_load, args=(w,)) for w in range(4)]
-        for thread in threads:
-            thread.start()
-        time.sleep(rng.uniform(0.3, 1.0))
-        daemon.process.send_signal(signal.SIGKILL)
-        daemon.process.wait(30)
-        stop.set()
-        for thread in threads:
-            thread.join(30)
-        daemon.stop()
+        tcp = (daemon.tcp_port, stop, acked, lock)
+        threads += [threading.Thread(target=submit_over_tcp, args=tcp, kwargs={
+            "member": f"t{cycle}-{w}", "event": f"t{cycle}-{w}", "batch": 20}) for w in range(4)]
+        kill_under_load(daemon, threads, stop, rng.uniform(0.3, 1.0))
 
     with Daemon(data_dir) as daemon:
         status, info = daemon.request("GET", "/v1/boards/crash")

@@ -55,23 +55,12 @@ AUTHORIZATIONS = [None, f"Bearer {WRITE_KEY}", f"Bearer {READ_KEY}", "Bearer rk_
 CONTENT_TYPES = ["application/json", "application/json; charset=utf-8", "text/plain",
                  "application/problem+json", None]
 QUERIES = ["", "?x=1", "?"]
-MEMBERS = st.sampled_from(["a", "b", "c", "d"])
-NUMBERS = st.one_of(st.integers(-10, 10), st.floats(-1e3, 1e3, allow_nan=False),
-                    st.sampled_from([True, None, "1", 2**60]))
-
-
-@st.composite
-def submissions(draw: st.DrawFn) -> dict[str, Any]:
-    event: dict[str, Any] = {"member": draw(MEMBERS)}
-    event[draw(st.sampled_from(["delta", "score"]))] = draw(NUMBERS)
-    if draw(st.booleans()):
-        event["event_id"] = draw(st.sampled_from(["e1", "e2", "e3"]))
-    return event
+SUBMISSIONS = rest_twins.submissions(["a", "b", "c", "d"], ["e1", "e2", "e3"])
 
 
 BODIES = st.one_of(
-    submissions().map(orjson.dumps),
-    submissions().map(orjson.dumps),
+    SUBMISSIONS.map(orjson.dumps),
+    SUBMISSIONS.map(orjson.dumps),
     st.sampled_from([b"", b"{", b"[]", b"null", b'{"delta": 1}', b'{"member": 1, "delta": 1}',
                      b'{"member": "a", "delta": 1, "nope": 2}', b'{"member": "", "delta": 1}',
                      b'{"member": "a", "delta": 123456789012345678901234}',

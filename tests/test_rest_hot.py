@@ -102,18 +102,7 @@ EXTRAS = [{}] * 6 + [{"Origin": GOOD_ORIGIN}, {"Origin": "http://evil.example"},
                      {"Host": "evil.example"}, {"X-Forwarded-For": "10.9.9.9"},
                      {"Expect": "100-continue"}, {"Content-Type": "text/plain"},
                      {"Content-Type": "application/json; charset=utf-8"}, {"Content-Type": None}]
-MEMBERS = st.sampled_from(["a", "b", "c"])
-NUMBERS = st.one_of(st.integers(-10, 10), st.floats(-1e3, 1e3, allow_nan=False),
-                    st.sampled_from([True, None, "1", 2**60]))
-
-
-@st.composite
-def submissions(draw: st.DrawFn) -> dict[str, Any]:
-    event: dict[str, Any] = {"member": draw(MEMBERS)}
-    event[draw(st.sampled_from(["delta", "score"]))] = draw(NUMBERS)
-    if draw(st.booleans()):
-        event["event_id"] = draw(st.sampled_from(["e1", "e2"]))  # again, maybe otherwise
-    return event
+SUBMISSIONS = rest_twins.submissions(["a", "b", "c"], ["e1", "e2"])
 
 
 #: Bodies at the edge of what the native ingest reads itself (``_rest.pack``).
@@ -135,7 +124,7 @@ PLAIN_EDGES = [
     b'{"member": "a", "delta": 1, "score": 2}', b'{"member": "a", "score": -7}']
 
 BODIES = st.one_of(
-    submissions().map(orjson.dumps), submissions().map(orjson.dumps),
+    SUBMISSIONS.map(orjson.dumps), SUBMISSIONS.map(orjson.dumps),
     st.sampled_from([b"", b"{", b"[]", b'{"delta": 1}', b'{"member": "a", "nope": 2}',
                      b'{"member": "a", "delta": 123456789012345678901234}',
                      b'{"member": "a", "delta": 1, "score": 2}',

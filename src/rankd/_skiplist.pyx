@@ -102,92 +102,9 @@ def live_nodes():
     return _live_nodes
 
 
-# --- input validation --------------------------------------------------------
-#
-# Each helper raises the exception the contract names and returns -1, so a
-# write validates everything before it touches the structure.
+# --- input validation, shared with the other native index (see the .pxi) ---
 
-cdef inline int _member_bytes(object member, const char **data, Py_ssize_t *size) except -1:
-    if not isinstance(member, str):
-        raise TypeError(f"member must be a str, got {type(member).__name__}")
-    try:
-        data[0] = PyUnicode_AsUTF8AndSize(member, size)
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"member is not encodable as UTF-8: {exc.reason}") from None
-    if size[0] == 0:
-        raise ValueError("member must not be empty")
-    if size[0] > MAX_MEMBER_BYTES:
-        raise ValueError(
-            f"member must be at most {MAX_MEMBER_BYTES} bytes in UTF-8, got {size[0]}"
-        )
-    return 0
-
-
-cdef inline int _number(object value, double *out, str what) except -1:
-    cdef long long as_int
-    cdef int overflow = 0
-    if type(value) is float:
-        out[0] = PyFloat_AS_DOUBLE(value)
-    elif isinstance(value, bool):
-        raise TypeError(f"{what} must be an int or float, got bool")
-    elif isinstance(value, int):
-        as_int = PyLong_AsLongLongAndOverflow(value, &overflow)
-        if overflow or as_int > MAX_EXACT_INT or as_int < -MAX_EXACT_INT:
-            raise ValueError(
-                f"{what} {value} is beyond 2**53 and cannot be stored exactly as a float"
-            )
-        out[0] = <double>as_int
-    elif isinstance(value, float):
-        out[0] = PyFloat_AS_DOUBLE(value)
-    else:
-        raise TypeError(f"{what} must be an int or float, got {type(value).__name__}")
-    if not isfinite(out[0]):
-        raise ValueError(f"{what} must be finite, got {value!r}")
-    return 0  # -0.0 is kept: it ranks as 0.0 (the caller decides which zero it stores)
-
-
-cdef inline int _bound(object value, double *out, str what) except -1:
-    """A range bound: like a score, but infinities are allowed."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be an int or float, got {type(value).__name__}")
-    try:
-        out[0] = <double>value
-    except OverflowError:
-        # An int beyond float range lies beyond every score.
-        out[0] = INFINITY if value > 0 else -INFINITY
-    if out[0] != out[0]:
-        raise ValueError(f"{what} must not be NaN")
-    return 0
-
-
-cdef inline int _seq(object value, uint64_t *out) except -1:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"seq must be an int, got {type(value).__name__}")
-    if value < 0 or value > MAX_SEQ:
-        raise ValueError(f"seq must be between 0 and 2**63 - 1, got {value}")
-    out[0] = <uint64_t>value
-    return 0
-
-
-cdef inline int _count(object value, str what) except -1:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{what} must not be negative, got {value}")
-    return 0
-
-
-cdef inline tuple _untracked(tuple result):
-    """``result``, which holds only numbers, bools and None, left out of the
-    cyclic garbage collector: it can be in no cycle, and a batch of a
-    thousand results otherwise has the collector traverse them all (the
-    collector would untrack them itself, but only once it has)."""
-    PyObject_GC_UnTrack(<void *>result)
-    return result
-
-
-cdef object _float_or_none(bint present, double value):
-    return value if present else None
+include "_index_common.pxi"
 
 
 @cython.final
@@ -208,17 +125,7 @@ cdef class RankIndex:
 
     def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
                   int branching=DEFAULT_BRANCHING, seed=None):
-        if order not in ("desc", "asc"):
-            raise ValueError(f"order must be 'desc' or 'asc', got {order!r}")
-        if tie_break not in ("first", "member", "member_desc"):
-            raise ValueError("tie_break must be 'first', 'member' or 'member_desc', "
-                             f"got {tie_break!r}")
-        if not 1 <= max_level <= MAX_LEVEL:
-            raise ValueError(f"max_level must be between 1 and {MAX_LEVEL}, got {max_level}")
-        if not 2 <= branching <= 64:
-            raise ValueError(f"branching must be between 2 and 64, got {branching}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        _options(order, tie_break, max_level, branching, seed)
         self.descending = order == "desc"
         self.tie_by_member = tie_break != "first"
         self.tie_member_desc = tie_break == "member_desc"
@@ -1232,10 +1139,7 @@ cdef class RankIndex:
         cdef Py_ssize_t size
         if not OP_SET <= when <= OP_SET_WORSE:
             raise ValueError(f"when must be a When value (0..4), got {when}")
-        _number(score, &value, "score")
-        if seq is not None:
-            _seq(seq, &s)
-        _member_bytes(member, &data, &size)
+        _write_input(member, score, "score", seq, &value, &s, &data, &size)
         self._write(data, size, value, when, seq is not None, s, False,
                     &old, &had, &new, &has_new, &changed)
         return self._write_result(had, old, has_new, new, changed)
@@ -1251,10 +1155,7 @@ cdef class RankIndex:
         cdef uint64_t s = 0
         cdef const char *data
         cdef Py_ssize_t size
-        _number(delta, &value, "delta")
-        if seq is not None:
-            _seq(seq, &s)
-        _member_bytes(member, &data, &size)
+        _write_input(member, delta, "delta", seq, &value, &s, &data, &size)
         self._write(data, size, value, OP_INCR, seq is not None, s, False,
                     &old, &had, &new, &has_new, &changed)
         return self._write_result(had, old, has_new, new, changed)
@@ -1300,38 +1201,16 @@ cdef class RankIndex:
         cdef double value = 0.0, old = 0.0, new = 0.0
         cdef bint had, has_new, changed
         cdef uint64_t s = 0
-        cdef Py_ssize_t rank, n, position, size
+        cdef Py_ssize_t rank, position, size
         cdef const char *data
-        cdef int op, overflow
-        cdef long long op_code
+        cdef int op
         cdef bint has_seq
         for position in range(len(items)):
             item = items[position]
             if position % PREFETCH_GROUP == 0 and self.length >= PREFETCH_MIN_LENGTH:
                 self.warmed += self._prefetch_group(items, position)
             try:
-                if type(item) is not tuple:
-                    raise TypeError(f"an operation must be a tuple, got {type(item).__name__}")
-                n = len(<tuple>item)
-                if n != 3 and n != 4:
-                    raise TypeError(
-                        f"an operation is (op, member, value[, seq]), got {n} items"
-                    )
-                op_obj = (<tuple>item)[0]
-                if isinstance(op_obj, bool) or not isinstance(op_obj, int):
-                    raise TypeError(f"op must be an Op, got {type(op_obj).__name__}")
-                # Compared in C: Op is an IntEnum, a subclass of int, which
-                # Python-level comparisons take through the slow path.
-                op_code = PyLong_AsLongLongAndOverflow(op_obj, &overflow)
-                if overflow or not OP_SET <= op_code <= OP_REMOVE:
-                    raise ValueError(f"op must be an Op value (0..6), got {op_obj}")
-                op = <int>op_code
-                if op != OP_REMOVE:
-                    _number((<tuple>item)[2], &value, "delta" if op == OP_INCR else "score")
-                has_seq = n == 4 and (<tuple>item)[3] is not None
-                if has_seq:
-                    _seq((<tuple>item)[3], &s)
-                _member_bytes((<tuple>item)[1], &data, &size)
+                _operation(item, &op, &value, &has_seq, &s, &data, &size)
                 rank = self._write(data, size, value, op, has_seq, s, True,
                                    &old, &had, &new, &has_new, &changed)
             except (TypeError, ValueError) as exc:
@@ -1869,16 +1748,10 @@ cdef class RankIndex:
                       bint reverse):
         """Entries among ranks lo..hi after skipping ``offset`` and keeping at
         most ``limit``, from the chosen end."""
-        _count(offset, "offset")
-        if limit is not None:
-            _count(limit, "limit")
-        if hi - lo + 1 <= offset:
+        cdef Py_ssize_t first, last
+        if not _window_ranks(lo, hi, offset, limit, reverse, &first, &last):
             return []
-        cdef Py_ssize_t available = hi - lo + 1 - <Py_ssize_t>offset
-        cdef Py_ssize_t take = available if limit is None or limit > available else limit
-        if reverse:
-            return self._collect(hi - offset - take + 1, hi - offset, True)
-        return self._collect(lo + offset, lo + offset + take - 1, False)
+        return self._collect(first, last, reverse)
 
     def range_by_rank(self, offset=0, limit=None, *, reverse=False):
         """Entries ``(rank, member, score)`` by rank after ``offset``, at most
@@ -1891,16 +1764,10 @@ cdef class RankIndex:
     cdef int _key_range(self, object low, object high, bint low_exclusive,
                         bint high_exclusive, Py_ssize_t *lo, Py_ssize_t *hi) except -1:
         """Ranks lo..hi (1-based, empty when lo > hi) of the score range."""
-        cdef double low_score, high_score, key_low, key_high
+        cdef double key_low, key_high
         cdef bint ex_low, ex_high
-        _bound(low, &low_score, "low")
-        _bound(high, &high_score, "high")
-        if self.descending:
-            key_low, key_high = -high_score, -low_score
-            ex_low, ex_high = high_exclusive, low_exclusive
-        else:
-            key_low, key_high = low_score, high_score
-            ex_low, ex_high = low_exclusive, high_exclusive
+        _score_keys(low, high, low_exclusive, high_exclusive, self.descending,
+                    &key_low, &key_high, &ex_low, &ex_high)
         if key_low > key_high:
             lo[0], hi[0] = 1, 0
             return 0
@@ -1918,9 +1785,7 @@ cdef class RankIndex:
         cdef Py_ssize_t lo, hi
         self._key_range(low, high, low_exclusive, high_exclusive, &lo, &hi)
         if lo > hi:
-            _count(offset, "offset")
-            if limit is not None:
-                _count(limit, "limit")
+            _paging(offset, limit)
             return []
         return self._window(lo, hi, offset, limit, reverse)
 
@@ -2156,23 +2021,7 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     cdef rk_node *x
     cdef rk_node *prev = NULL
     cdef int level
-    if size < DUMP_HEADER_SIZE + 4:
-        raise ValueError(f"rank index dump is truncated: {size} bytes")
-    if memcmp(buf, b"RKIX", 4) != 0:
-        raise ValueError("not a rank index dump (bad magic)")
-    if <uint8_t>buf[4] != DUMP_VERSION:
-        raise ValueError(f"unsupported rank index dump version {<uint8_t>buf[4]}")
-    if <uint8_t>buf[5] > 1 or <uint8_t>buf[6] > 2 or buf[7] != 0:
-        raise ValueError("rank index dump has an unknown order or tie-break code")
-    stored_crc = int.from_bytes(data[size - 4:size], "little")
-    if zlib.crc32(memoryview(data)[:size - 4]) != stored_crc:
-        raise ValueError("rank index dump is corrupt (CRC mismatch)")
-    count = rk_load_u64(buf + 8)
-    next_seq = rk_load_u64(buf + 16)
-    if next_seq > <uint64_t>MAX_SEQ + 1:
-        raise ValueError("rank index dump has an invalid next_seq")
-    if count > MAX_LENGTH or count > <uint64_t>(size // DUMP_RECORD_SIZE):
-        raise ValueError(f"rank index dump claims {count} members, more than it holds")
+    _dump_header(buf, size, data, &count, &next_seq)
     index = cls("desc" if buf[5] == 0 else "asc", TIE_BREAK_CODES[buf[6]])
     index._next_seq = next_seq
     index._table_reserve(count)
@@ -2183,20 +2032,7 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     p = buf + DUMP_HEADER_SIZE
     end = buf + size - 4
     for i in range(count):
-        if end - p < DUMP_RECORD_SIZE:
-            raise ValueError(f"rank index dump is truncated at record {i}")
-        score = rk_load_f64(p)
-        seq = rk_load_u64(p + 8)
-        mlen = rk_load_u16(p + 16)
-        p += DUMP_RECORD_SIZE
-        if mlen == 0 or mlen > MAX_MEMBER_BYTES or end - p < mlen:
-            raise ValueError(f"rank index dump has a bad member length at record {i}")
-        if not rk_utf8_valid(<const uint8_t *>p, mlen):
-            raise ValueError(f"rank index dump has a member that is not UTF-8 at record {i}")
-        if not isfinite(score):
-            raise ValueError(f"rank index dump has a non-finite score at record {i}")
-        if seq > MAX_SEQ or seq >= next_seq:
-            raise ValueError(f"rank index dump has an invalid seq at record {i}")
+        _dump_record(&p, end, i, next_seq, &score, &seq, &mlen)
         key = index._key(score)
         if prev != NULL and not index._before(prev, key, seq, p, mlen):
             raise ValueError(f"rank index dump is out of order at record {i}")

@@ -14,6 +14,7 @@ import asyncpg
 from jepsen import wait_ready
 
 from daemon import Daemon
+from rankd.cluster.groups import group_of
 
 
 def sql(dsn: str, query: str, *args: Any) -> list[asyncpg.Record]:
@@ -58,3 +59,16 @@ def holder(dsn: str, group: int) -> str | None:
     rows = sql(dsn, "SELECT holder FROM rankd_groups WHERE group_id = $1 "
                     "AND lease_until > now()", group)
     return rows[0]["holder"] if rows else None
+
+
+def boards_in_distinct_groups(prefix: str, count: int, tries: int = 1000) -> list[str]:
+    """``count`` board names ``f"{prefix}-{n}"``, each in a group of its own
+    (fewer if ``tries`` names do not reach that many groups)."""
+    boards, groups = [], set()
+    for n in range(tries):
+        if group_of(f"{prefix}-{n}") not in groups:
+            boards.append(f"{prefix}-{n}")
+            groups.add(group_of(f"{prefix}-{n}"))
+        if len(boards) == count:
+            break
+    return boards

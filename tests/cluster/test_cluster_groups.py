@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from cluster_nodes import node, nodes, sql, wait_ready
+from cluster_nodes import boards_in_distinct_groups, node, nodes, sql, wait_ready
 
 from rankd.client import Client, NotFound
 from rankd.cluster.groups import group_of
@@ -54,13 +54,8 @@ def test_writes_to_missing_boards_take_no_group(tmp_path: Path, pg_dsn: str) -> 
 
 def test_an_idle_group_is_released_and_postgres_commits_fall_back(tmp_path: Path,
                                                                    pg_dsn: str) -> None:
-    boards, groups = [], set()
-    for n in range(1000):
-        if group_of(f"idle-{n}") not in groups:
-            boards.append(f"idle-{n}")
-            groups.add(group_of(f"idle-{n}"))
-        if len(boards) == 24:
-            break
+    boards = boards_in_distinct_groups("idle", 24)
+    groups = {group_of(board) for board in boards}
     with nodes(tmp_path, pg_dsn, 2, "--group-idle-seconds", "3") as (first, second):
         for board in boards:
             assert first.request("PUT", f"/v1/boards/{board}", {"policy": "sum"})[0] == 201

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from cluster_nodes import nodes, sql
+from cluster_nodes import boards_in_distinct_groups, nodes, sql
 
 from daemon import Daemon
 from rankd.cluster.groups import group_of
@@ -106,6 +106,17 @@ def start_group(first: Daemon, dsn: str) -> None:
                10, "the group's first primary never placed it")
 
 
+def stop_writers(writers: list[Writer]) -> int:
+    """Stop and join ``writers``, checking none failed; the writes the group
+    acknowledged: theirs and start_group's first."""
+    for writer in writers:
+        writer.running = False
+    for writer in writers:
+        writer.join(40)
+        assert writer.failure is None, writer.failure
+    return 1 + sum(w.acked for w in writers)
+
+
 def settled_total(daemon: Daemon, expected: int) -> int:
     deadline = time.monotonic() + 15
     while True:
@@ -148,12 +159,7 @@ def test_a_group_moves_under_load_losing_and_doubling_nothing(tmp_path: Path,
         assert status == 202, body
         wait_until(lambda: holder(pg_dsn)[0] == "n1", 10, "the group never moved")
         time.sleep(1.0)
-        for writer in writers:
-            writer.running = False
-        for writer in writers:
-            writer.join(40)
-            assert writer.failure is None, writer.failure
-        acked = 1 + sum(w.acked for w in writers)
+        acked = stop_writers(writers)
         assert settled_total(target, acked) == acked
         assert settled_total(source, acked) == acked
         new_holder, new_epoch = holder(pg_dsn)
@@ -192,12 +198,7 @@ def test_a_kill_mid_move_loses_nothing(tmp_path: Path, pg_dsn: str, victim: str)
         name = survivor.data_dir.name
         wait_until(lambda: holder(pg_dsn)[0] == name, 15, f"{name} never wrote the group")
         time.sleep(1.0)
-        for writer in writers:
-            writer.running = False
-        for writer in writers:
-            writer.join(40)
-            assert writer.failure is None, writer.failure
-        acked = 1 + sum(w.acked for w in writers)
+        acked = stop_writers(writers)
         assert settled_total(survivor, acked) == acked
 
 
@@ -250,13 +251,8 @@ def test_a_node_holds_only_the_groups_placed_on_it(tmp_path: Path, pg_dsn: str) 
 def test_a_drained_node_is_emptied_by_the_planner(tmp_path: Path, pg_dsn: str) -> None:
     """`rankd cluster drain n0`: the planner moves every primary off n0 and
     replaces it as a follower; `rankd cluster status` then shows it empty."""
-    boards, groups = [], set()
-    for n in range(200):
-        if group_of(f"drain-{n}") not in groups:
-            boards.append(f"drain-{n}")
-            groups.add(group_of(f"drain-{n}"))
-        if len(boards) == 6:
-            break
+    boards = boards_in_distinct_groups("drain", 6, 200)
+    groups = {group_of(board) for board in boards}
     with nodes(tmp_path, pg_dsn, 3, "--replicas", "1") as daemons:
         first = daemons[0]
         for board in boards:

@@ -1,0 +1,252 @@
+# What the two native rank indexes share: their argument checks, the
+# decoding of a write's or a batch operation's arguments, the paging of a
+# read, and the checks of a dump's header and records.
+#
+# Design: rankd._skiplist and rankd._pages both ``include`` this file, so each
+# module gets its own copy of these ``cdef inline`` helpers and the C compiler
+# inlines them on the write path as if they were written in place (a common
+# Cython module would reach them through its C-API table: a call per check
+# that cannot be inlined).  Each check raises the exception the contract
+# (rankd.index._contract) names and returns -1, so a write validates
+# everything before it touches the structure.
+#
+# The including module provides: MAX_MEMBER_BYTES, MAX_EXACT_INT, MAX_SEQ,
+# MAX_LEVEL, MAX_LENGTH, OP_SET, OP_INCR, OP_REMOVE, DUMP_VERSION,
+# DUMP_HEADER_SIZE, DUMP_RECORD_SIZE, rk_load_f64/u16/u64, rk_utf8_valid,
+# PyUnicode_AsUTF8AndSize, PyObject_GC_UnTrack, zlib, and the cimports memcmp,
+# PyFloat_AS_DOUBLE, PyLong_AsLongLongAndOverflow, INFINITY, isfinite,
+# uint8_t, uint16_t and uint64_t.
+
+
+cdef inline int _member_bytes(object member, const char **data, Py_ssize_t *size) except -1:
+    if not isinstance(member, str):
+        raise TypeError(f"member must be a str, got {type(member).__name__}")
+    try:
+        data[0] = PyUnicode_AsUTF8AndSize(member, size)
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"member is not encodable as UTF-8: {exc.reason}") from None
+    if size[0] == 0:
+        raise ValueError("member must not be empty")
+    if size[0] > MAX_MEMBER_BYTES:
+        raise ValueError(
+            f"member must be at most {MAX_MEMBER_BYTES} bytes in UTF-8, got {size[0]}"
+        )
+    return 0
+
+
+cdef inline int _number(object value, double *out, str what) except -1:
+    cdef long long as_int
+    cdef int overflow = 0
+    if type(value) is float:
+        out[0] = PyFloat_AS_DOUBLE(value)
+    elif isinstance(value, bool):
+        raise TypeError(f"{what} must be an int or float, got bool")
+    elif isinstance(value, int):
+        as_int = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if overflow or as_int > MAX_EXACT_INT or as_int < -MAX_EXACT_INT:
+            raise ValueError(
+                f"{what} {value} is beyond 2**53 and cannot be stored exactly as a float"
+            )
+        out[0] = <double>as_int
+    elif isinstance(value, float):
+        out[0] = PyFloat_AS_DOUBLE(value)
+    else:
+        raise TypeError(f"{what} must be an int or float, got {type(value).__name__}")
+    if not isfinite(out[0]):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    return 0  # -0.0 is kept: it ranks as 0.0 (the caller decides which zero it stores)
+
+
+cdef inline int _bound(object value, double *out, str what) except -1:
+    """A range bound: like a score, but infinities are allowed."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be an int or float, got {type(value).__name__}")
+    try:
+        out[0] = <double>value
+    except OverflowError:
+        # An int beyond float range lies beyond every score.
+        out[0] = INFINITY if value > 0 else -INFINITY
+    if out[0] != out[0]:
+        raise ValueError(f"{what} must not be NaN")
+    return 0
+
+
+cdef inline int _seq(object value, uint64_t *out) except -1:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"seq must be an int, got {type(value).__name__}")
+    if value < 0 or value > MAX_SEQ:
+        raise ValueError(f"seq must be between 0 and 2**63 - 1, got {value}")
+    out[0] = <uint64_t>value
+    return 0
+
+
+cdef inline int _count(object value, str what) except -1:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{what} must not be negative, got {value}")
+    return 0
+
+
+cdef inline int _paging(object offset, object limit) except -1:
+    """A read's ``offset`` and ``limit`` (None: no limit), checked."""
+    _count(offset, "offset")
+    if limit is not None:
+        _count(limit, "limit")
+    return 0
+
+
+cdef inline bint _window_ranks(Py_ssize_t lo, Py_ssize_t hi, object offset, object limit,
+                               bint reverse, Py_ssize_t *first, Py_ssize_t *last) except -1:
+    """The ranks ``first..last`` among ``lo..hi`` left after skipping
+    ``offset`` and keeping at most ``limit`` from the chosen end; False when
+    none are left."""
+    _paging(offset, limit)
+    if hi - lo + 1 <= offset:
+        return False
+    cdef Py_ssize_t skip = offset
+    cdef Py_ssize_t available = hi - lo + 1 - skip
+    cdef Py_ssize_t take = available if limit is None or limit > available else limit
+    if reverse:
+        first[0], last[0] = hi - skip - take + 1, hi - skip
+    else:
+        first[0], last[0] = lo + skip, lo + skip + take - 1
+    return True
+
+
+cdef inline int _score_keys(object low, object high, bint low_exclusive, bint high_exclusive,
+                            bint descending, double *key_low, double *key_high,
+                            bint *ex_low, bint *ex_high) except -1:
+    """A score range as a range of keys (scores negated on a descending
+    board, which swaps the ends), with which end excludes its bound."""
+    cdef double low_score, high_score
+    _bound(low, &low_score, "low")
+    _bound(high, &high_score, "high")
+    if descending:
+        key_low[0], key_high[0] = -high_score, -low_score
+        ex_low[0], ex_high[0] = high_exclusive, low_exclusive
+    else:
+        key_low[0], key_high[0] = low_score, high_score
+        ex_low[0], ex_high[0] = low_exclusive, high_exclusive
+    return 0
+
+
+cdef inline int _write_input(object member, object number, str what, object seq,
+                             double *value, uint64_t *s, const char **data,
+                             Py_ssize_t *size) except -1:
+    """A ``set`` or ``incr`` call's arguments, checked and decoded (``s`` left
+    as it was when ``seq`` is None)."""
+    _number(number, value, what)
+    if seq is not None:
+        _seq(seq, s)
+    _member_bytes(member, data, size)
+    return 0
+
+
+cdef inline int _operation(object item, int *op, double *value, bint *has_seq, uint64_t *s,
+                           const char **data, Py_ssize_t *size) except -1:
+    """One ``(op, member, value[, seq])`` of ``apply_batch``, checked and
+    decoded (``value`` left as it was for a removal, ``s`` without a seq)."""
+    cdef Py_ssize_t n
+    cdef int overflow
+    cdef long long op_code
+    if type(item) is not tuple:
+        raise TypeError(f"an operation must be a tuple, got {type(item).__name__}")
+    n = len(<tuple>item)
+    if n != 3 and n != 4:
+        raise TypeError(
+            f"an operation is (op, member, value[, seq]), got {n} items"
+        )
+    op_obj = (<tuple>item)[0]
+    if isinstance(op_obj, bool) or not isinstance(op_obj, int):
+        raise TypeError(f"op must be an Op, got {type(op_obj).__name__}")
+    # Compared in C: Op is an IntEnum, a subclass of int, which
+    # Python-level comparisons take through the slow path.
+    op_code = PyLong_AsLongLongAndOverflow(op_obj, &overflow)
+    if overflow or not OP_SET <= op_code <= OP_REMOVE:
+        raise ValueError(f"op must be an Op value (0..6), got {op_obj}")
+    op[0] = <int>op_code
+    if op[0] != OP_REMOVE:
+        _number((<tuple>item)[2], value, "delta" if op[0] == OP_INCR else "score")
+    has_seq[0] = n == 4 and (<tuple>item)[3] is not None
+    if has_seq[0]:
+        _seq((<tuple>item)[3], s)
+    _member_bytes((<tuple>item)[1], data, size)
+    return 0
+
+
+cdef inline int _options(object order, object tie_break, int max_level, int branching,
+                         object seed) except -1:
+    """The constructor arguments both indexes take, checked."""
+    if order not in ("desc", "asc"):
+        raise ValueError(f"order must be 'desc' or 'asc', got {order!r}")
+    if tie_break not in ("first", "member", "member_desc"):
+        raise ValueError("tie_break must be 'first', 'member' or 'member_desc', "
+                         f"got {tie_break!r}")
+    if not 1 <= max_level <= MAX_LEVEL:
+        raise ValueError(f"max_level must be between 1 and {MAX_LEVEL}, got {max_level}")
+    if not 2 <= branching <= 64:
+        raise ValueError(f"branching must be between 2 and 64, got {branching}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+    return 0
+
+
+# --- dumps: the format both indexes write (see RankIndex.dump) ----------------
+
+cdef int _dump_header(const char *buf, Py_ssize_t size, object data, uint64_t *count,
+                      uint64_t *next_seq) except -1:
+    """A dump's header and checksum, checked: its member count and next seq
+    (its order and tie-break codes are ``buf[5]`` and ``buf[6]``)."""
+    if size < DUMP_HEADER_SIZE + 4:
+        raise ValueError(f"rank index dump is truncated: {size} bytes")
+    if memcmp(buf, b"RKIX", 4) != 0:
+        raise ValueError("not a rank index dump (bad magic)")
+    if <uint8_t>buf[4] != DUMP_VERSION:
+        raise ValueError(f"unsupported rank index dump version {<uint8_t>buf[4]}")
+    if <uint8_t>buf[5] > 1 or <uint8_t>buf[6] > 2 or buf[7] != 0:
+        raise ValueError("rank index dump has an unknown order or tie-break code")
+    stored_crc = int.from_bytes(data[size - 4:size], "little")
+    if zlib.crc32(memoryview(data)[:size - 4]) != stored_crc:
+        raise ValueError("rank index dump is corrupt (CRC mismatch)")
+    count[0] = rk_load_u64(buf + 8)
+    next_seq[0] = rk_load_u64(buf + 16)
+    if next_seq[0] > <uint64_t>MAX_SEQ + 1:
+        raise ValueError("rank index dump has an invalid next_seq")
+    if count[0] > MAX_LENGTH or count[0] > <uint64_t>(size // DUMP_RECORD_SIZE):
+        raise ValueError(f"rank index dump claims {count[0]} members, more than it holds")
+    return 0
+
+
+cdef inline int _dump_record(const char **p, const char *end, uint64_t i, uint64_t next_seq,
+                             double *score, uint64_t *seq, uint16_t *mlen) except -1:
+    """Record ``i`` at ``p[0]`` read and checked (``end``: where the records
+    end); ``p[0]`` is left at the member's bytes."""
+    if end - p[0] < DUMP_RECORD_SIZE:
+        raise ValueError(f"rank index dump is truncated at record {i}")
+    score[0] = rk_load_f64(p[0])
+    seq[0] = rk_load_u64(p[0] + 8)
+    mlen[0] = rk_load_u16(p[0] + 16)
+    p[0] += DUMP_RECORD_SIZE
+    if mlen[0] == 0 or mlen[0] > MAX_MEMBER_BYTES or end - p[0] < mlen[0]:
+        raise ValueError(f"rank index dump has a bad member length at record {i}")
+    if not rk_utf8_valid(<const uint8_t *>p[0], mlen[0]):
+        raise ValueError(f"rank index dump has a member that is not UTF-8 at record {i}")
+    if not isfinite(score[0]):
+        raise ValueError(f"rank index dump has a non-finite score at record {i}")
+    if seq[0] > MAX_SEQ or seq[0] >= next_seq:
+        raise ValueError(f"rank index dump has an invalid seq at record {i}")
+    return 0
+
+
+cdef inline tuple _untracked(tuple result):
+    """``result``, which holds only numbers, bools and None, left out of the
+    cyclic garbage collector: it can be in no cycle, and a batch of a
+    thousand results otherwise has the collector traverse them all (the
+    collector would untrack them itself, but only once it has)."""
+    PyObject_GC_UnTrack(<void *>result)
+    return result
+
+
+cdef object _float_or_none(bint present, double value):
+    return value if present else None
