@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from rankd.cluster.placement import Layout, Placed
-from rankd.cluster.planner import plan
+from rankd.cluster.planner import MIN_GAIN, plan
 
 
 def layout_of(groups: dict[int, tuple[str, tuple[str, ...]]],
@@ -63,3 +66,62 @@ def test_nothing_to_do_on_a_balanced_cluster() -> None:
     layout = layout_of({0: ("a", ("b",)), 1: ("b", ("a",))})
     assert not plan(layout, {"a", "b"}, set(), 1, rebalance=True)
     assert not plan(layout, set(), set(), 1, rebalance=True)
+
+
+def test_a_rebalance_spreads_weight_not_count() -> None:
+    """One group as heavy as six others: it ends alone on a node, and the six
+    light ones split over the other two."""
+    layout = layout_of({g: ("a", ("b",)) for g in range(7)})
+    weights = {0: 6.0} | dict.fromkeys(range(1, 7), 1.0)
+    made = plan(layout, {"a", "b", "c"}, set(), 1, rebalance=True, max_moves=100,
+                weights=weights)
+    led = primaries_after(layout, made.moves, weights)
+    assert sorted(led.values()) == [3.0, 3.0, 6.0], led
+    heavy_node = made.moves.get(0, "a")
+    assert all(made.moves.get(g, "a") != heavy_node for g in range(1, 7)), made.moves
+    # By count, the same layout would have moved the heavy group like any other.
+    by_count = plan(layout, {"a", "b", "c"}, set(), 1, rebalance=True, max_moves=100)
+    assert sorted(Counter(by_count.moves.get(g, "a") for g in range(7)).values()) == [2, 2, 3]
+
+
+def test_followers_go_to_the_nodes_holding_the_least_weight() -> None:
+    """b leads one heavy group, c two light ones: a new follower goes to c."""
+    layout = layout_of({0: ("b", ()), 1: ("c", ()), 2: ("c", ()), 3: ("a", ())})
+    made = plan(layout, {"a", "b", "c"}, set(), 1,
+                weights={0: 5.0, 1: 1.0, 2: 1.0, 3: 1.0})
+    assert made.placements[3].followers == ("c",)
+
+
+def primaries_after(layout: Layout, moves: dict[int, str],
+                    weights: dict[int, float]) -> dict[str, float]:
+    led: dict[str, float] = {}
+    for group, placed in layout.groups.items():
+        node = moves.get(group, placed.primary)
+        led[node] = led.get(node, 0.0) + weights.get(group, 1.0)
+    return led
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcd"), st.floats(0.06, 20)), min_size=1,
+                max_size=40),
+       st.sets(st.sampled_from("abcde"), min_size=1))
+def test_a_rebalance_leaves_no_move_that_narrows_the_gap(
+        groups: list[tuple[str, float]], live: set[str]) -> None:
+    """Whatever the weights, a rebalance ends with the most and least loaded
+    live nodes no further apart than one group's weight (plus the least
+    gain a move must bring), and with weights alike it is spreading by count."""
+    layout = layout_of({g: (primary, ()) for g, (primary, _) in enumerate(groups)})
+    weights = {g: w for g, (_, w) in enumerate(groups)}
+    made = plan(layout, live, set(), 0, rebalance=True, max_moves=10_000, weights=weights)
+    assert all(target in live for target in made.moves.values())
+    led = primaries_after(layout, made.moves, weights)
+    loads = [led.get(node, 0.0) for node in live]
+    movable = [w for g, w in weights.items() if made.moves.get(g, groups[g][0]) in live]
+    if movable:
+        assert max(loads) - min(loads) <= max(movable) + MIN_GAIN + 1e-9, (led, made.moves)
+    alike = plan(layout, live, set(), 0, rebalance=True, max_moves=10_000,
+                 weights=dict.fromkeys(weights, 2.5))
+    counts = Counter(alike.moves.get(g, p) for g, (p, _) in enumerate(groups))
+    in_live = [counts.get(node, 0) for node in live]
+    if sum(in_live):
+        assert max(in_live) - min(in_live) <= 1, counts

@@ -136,7 +136,7 @@ async def _bump(conn: asyncpg.Connection, expected: int | None) -> int:
 
 
 def choose_followers(primary: str, live: Iterable[str], replicas: int,
-                     load: Mapping[str, int], keep: Iterable[str] = ()) -> tuple[str, ...]:
+                     load: Mapping[str, float], keep: Iterable[str] = ()) -> tuple[str, ...]:
     """``replicas`` followers for a group led by ``primary``: those of
     ``keep`` still live first (no needless bootstrap), then the least
     loaded live nodes (ties by name, so every planner agrees)."""

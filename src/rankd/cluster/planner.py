@@ -20,10 +20,16 @@ round of the planning node's watch loop.  Each round it:
   one of its followers (the least loaded);
 * **rebalances** when the live nodes changed since the last plan (a node
   joined or left) and then stayed the same for :data:`STABLE_SECONDS`, or
-  when asked (``rankd cluster rebalance``): moves
-  primaries from the nodes with the most to those with the fewest until
-  they differ by at most one, preferring a target that already follows the
-  group (nothing to load).
+  when asked (``rankd cluster rebalance``): moves primaries from the
+  most loaded node to the least loaded while a move narrows the gap
+  between them by more than :data:`MIN_GAIN` of an average group,
+  preferring a target that already follows the group (nothing to load).
+
+Nodes are loaded by group *weights* (:mod:`rankd.cluster.load`: memory and
+write rate, the average group weighing 1): a node's primaries weigh what
+their groups weigh, and followers go to the nodes holding the least weight.
+With groups alike (or no weights) that is spreading by count: primaries
+end differing by at most one group.
 
 At most :data:`MAX_MOVES` moves are in progress at once: a node joining a
 large cluster is filled a few groups at a time, never by a storm of
@@ -33,9 +39,10 @@ bootstraps.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from rankd.cluster.load import GroupLoad
 from rankd.cluster.log import lock_schema
 from rankd.cluster.nodelock import NodeLock
 from rankd.cluster.placement import Layout, Placed, Placement, Stale, choose_followers
@@ -50,6 +57,12 @@ MAX_MOVES = 8
 #: moves primaries for its change: a node restarting, or every node
 #: looking silent while Postgres itself was away, moves nothing.
 STABLE_SECONDS = 30.0
+#: The least a rebalancing move must narrow the gap between the most and the
+#: least loaded node by, in average groups: no move for a crumb of balance.
+MIN_GAIN = 0.1
+#: What a target that must load the group (it does not follow it) costs a
+#: rebalancing move's choice, in average groups.
+LOAD_COST = 0.25
 
 DRAIN_SCHEMA = """
 CREATE TABLE IF NOT EXISTS rankd_draining (
@@ -74,32 +87,39 @@ class Plan:
 
 
 def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas: int, *,
-         rebalance: bool = False, max_moves: int = MAX_MOVES) -> Plan:
+         rebalance: bool = False, max_moves: int = MAX_MOVES,
+         weights: Mapping[int, float] | None = None) -> Plan:
     """The changes that bring ``layout`` towards an even spread over the
-    ``live`` nodes that are not ``draining`` (see the module docstring)."""
+    ``live`` nodes that are not ``draining`` (see the module docstring);
+    ``weights``: each group's (1 for a group without one)."""
+    weights = weights or {}
+
+    def weight(group: int) -> float:
+        return weights.get(group, 1.0)
+
     draining = set(draining)
     live = set(live)
     usable = sorted(live - draining)
     out = Plan()
     if not usable:
         return out
-    primaries = {node: 0 for node in usable}
-    load = {node: 0 for node in usable}
-    for placed in layout.groups.values():
+    primaries = dict.fromkeys(usable, 0.0)  # the weight of the groups each leads
+    load = dict.fromkeys(usable, 0.0)  # the weight of the groups each holds
+    for group, placed in layout.groups.items():
         if placed.primary in primaries:
-            primaries[placed.primary] += 1
+            primaries[placed.primary] += weight(group)
         for node in placed.nodes:
             if node in load:
-                load[node] += 1
+                load[node] += weight(group)
     budget = max_moves - len(layout.moves)
 
     def move(group: int, placed: Placed, target: str) -> None:
         nonlocal budget
         out.moves[group] = target
         budget -= 1
-        primaries[target] = primaries.get(target, 0) + 1
+        primaries[target] = primaries.get(target, 0.0) + weight(group)
         if placed.primary in primaries:
-            primaries[placed.primary] -= 1
+            primaries[placed.primary] -= weight(group)
 
     for group, placed in sorted(layout.groups.items()):
         if group in layout.moves:
@@ -115,7 +135,7 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
             followers = choose_followers(placed.primary, usable, wanted, load, keep)
             if followers != placed.followers:
                 for node in set(followers) - set(placed.followers):
-                    load[node] += 1
+                    load[node] += weight(group)
                 out.placements[group] = Placed(placed.primary, followers, placed.version)
     if rebalance:
         by_node: dict[str, list[int]] = {node: [] for node in usable}
@@ -124,15 +144,25 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
                     and group not in out.moves:
                 by_node[placed.primary].append(group)
         while budget > 0:
-            most = max(usable, key=lambda n: (primaries[n], n))
             least = min(usable, key=lambda n: (primaries[n], n))
-            if primaries[most] - primaries[least] <= 1 or not by_node[most]:
+            chosen = None
+            # From the most loaded node that has a group to give (a group
+            # moved in this plan stays where it goes), the move to the least
+            # loaded one that narrows their gap most, if by enough; a group
+            # the target already follows has nothing to load.
+            for donor in sorted(usable, key=lambda n: (-primaries[n], n)):
+                gap = primaries[donor] - primaries[least]
+                left = {g: abs(gap - 2 * weight(g)) for g in by_node[donor]}
+                useful = [g for g, after in left.items() if gap - after > MIN_GAIN]
+                if useful:
+                    chosen = donor, min(useful, key=lambda g: (
+                        left[g] + (0.0 if least in layout.groups[g].followers
+                                   else LOAD_COST), g))
+                    break
+            if chosen is None:
                 break
-            groups = by_node[most]
-            # A group the least loaded node already follows has nothing to load.
-            group = next((g for g in groups if least in layout.groups[g].followers),
-                         groups[0])
-            groups.remove(group)
+            donor, group = chosen
+            by_node[donor].remove(group)
             move(group, layout.groups[group], least)
     return out
 
@@ -145,6 +175,8 @@ class Planner:
         self.replicas = replicas
         #: The planner's lock, on a session of its own (with keepalives).
         self.lock = NodeLock(dsn, "planner", space=PLANNER_LOCK)
+        #: The groups' weights, read from Postgres now and then.
+        self.load = GroupLoad(placement.pool)
         #: The live nodes the primaries were last spread over, and the live
         #: nodes now with the monotonic time since when they are so.
         self._planned_live: frozenset[str] | None = None
@@ -198,7 +230,9 @@ class Planner:
         changed = (live_now != self._planned_live
                    and now - self._live_since >= STABLE_SECONDS)
         rebalance = changed or (asked is not None and asked != self._rebalanced_at)
-        made = plan(layout, live, draining, self.replicas, rebalance=rebalance)
+        weights = await self.load.weights(now)
+        made = plan(layout, live, draining, self.replicas, rebalance=rebalance,
+                    weights=weights)
         if rebalance:
             self._planned_live = live_now
         self._rebalanced_at = asked

@@ -1,0 +1,95 @@
+"""What each board group weighs, for the planner: memory and write rate.
+
+What it owns: reading, from Postgres alone, how much each group holds and
+how fast it is written, and turning that into one weight per group that
+:func:`rankd.cluster.planner.plan` spreads over nodes.
+
+Nothing is reported by the nodes: the log and the snapshots in Postgres
+already say it.
+
+* **Memory**: the bytes of the group's newest snapshot plus those of its log
+  batches after it (``pg_column_size``: what Postgres stores, compressed,
+  read without detoasting).  A board's snapshot grows with its members, so
+  this stands in for the memory every node holding the group spends.
+* **Writes**: the records the group's register advanced by
+  (``rankd_groups.last_seq``) since the previous reading, per second.
+
+A group's weight is half its share of memory and half its share of writes,
+each scaled so that the average group weighs 1 (a term with no data yet,
+or with every group at zero, counts 1 for every group).  So with groups
+alike, or before the first reading, the planner spreads groups by count
+exactly as it would without weights.
+
+Readings are at least :data:`READ_EVERY` seconds apart (one query over the
+registers, the snapshots and the log's sizes); in between, the last weights
+are reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import asyncpg
+
+#: Seconds between two readings of the groups' sizes and positions.
+READ_EVERY = 60.0
+
+#: Per group: its register's position, and the bytes of its newest snapshot
+#: and of the log after that snapshot.
+QUERY = """
+SELECT g.group_id, g.last_seq,
+       coalesce(s.bytes, 0) + coalesce(
+           (SELECT sum(pg_column_size(l.records)) FROM rankd_log l
+             WHERE l.group_id = g.group_id AND l.last_seq > coalesce(s.seq, 0)), 0) AS bytes
+  FROM rankd_groups g
+  LEFT JOIN LATERAL (
+      SELECT seq, sum(pg_column_size(data)) AS bytes FROM rankd_group_snapshots
+       WHERE group_id = g.group_id GROUP BY seq ORDER BY seq DESC LIMIT 1) s ON true
+"""
+
+
+def weigh(memory: Mapping[int, float], writes: Mapping[int, float]) -> dict[int, float]:
+    """One weight per group of ``memory`` ∪ ``writes`` (see the module
+    docstring): half its scaled memory, half its scaled write rate."""
+    groups = set(memory) | set(writes)
+    if not groups:
+        return {}
+
+    def scaled(values: Mapping[int, float]) -> dict[int, float]:
+        total = sum(max(0.0, values.get(g, 0.0)) for g in groups)
+        if total <= 0:
+            return dict.fromkeys(groups, 1.0)
+        mean = total / len(groups)
+        return {g: max(0.0, values.get(g, 0.0)) / mean for g in groups}
+
+    by_memory, by_writes = scaled(memory), scaled(writes)
+    return {g: 0.5 * by_memory[g] + 0.5 * by_writes[g] for g in groups}
+
+
+class GroupLoad:
+    """Reads the groups' weights from Postgres at most every :data:`READ_EVERY` s."""
+
+    def __init__(self, pool: asyncpg.Pool, *, every: float = READ_EVERY) -> None:
+        self.pool = pool
+        self.every = every
+        #: The last reading: monotonic time, and each group's position.
+        self._read_at: float | None = None
+        self._positions: dict[int, int] = {}
+        self._weights: dict[int, float] = {}
+
+    async def weights(self, now: float) -> dict[int, float]:
+        """Each group's weight (``now``: the caller's monotonic clock)."""
+        if self._read_at is not None and now - self._read_at < self.every:
+            return self._weights
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(QUERY)
+        memory = {row["group_id"]: float(row["bytes"]) for row in rows}
+        positions = {row["group_id"]: int(row["last_seq"]) for row in rows}
+        writes: dict[int, float] = {}
+        if self._read_at is not None and now > self._read_at:
+            elapsed = now - self._read_at
+            writes = {g: max(0, seq - self._positions.get(g, seq)) / elapsed
+                      for g, seq in positions.items()}
+        self._read_at, self._positions = now, positions
+        self._weights = weigh(memory, writes)
+        return self._weights
