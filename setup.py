@@ -21,9 +21,20 @@ require_native = os.environ.get("RANKD_REQUIRE_NATIVE", "") not in ("", "0")
 BUILD_ERRORS = (CCompilerError, CompileError, ExecError, PlatformError, OSError)
 
 
+#: Modules compiled at once (Cython's translation and the C compiler's), so
+#: an install (``pip install``, the image's wheel build) uses every core.
+JOBS = os.cpu_count() or 1
+
+
 class OptionalBuildExt(build_ext):
     """``build_ext`` that leaves a module out, with a warning, when it cannot
-    be compiled (no compiler, no Python headers)."""
+    be compiled (no compiler, no Python headers), and that compiles the
+    modules in parallel unless told otherwise (``--parallel``)."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = JOBS
 
     def run(self) -> None:
         try:
@@ -104,6 +115,7 @@ setup(
     ext_modules=cythonize(
         extensions,
         include_path=["src"],  # for cimports between the modules
+        nthreads=JOBS,
         language_level="3",
         compiler_directives={
             "embedsignature": True,
