@@ -26,6 +26,10 @@ from rankd.index import Op
 pytestmark = pytest.mark.slow
 
 SEED = 20_240_611
+#: Members of the native skip list's seeded stress: at 400,000 (one level in
+#: four, about nine levels) every level a board of millions uses but the top
+#: one or two is exercised; larger runs are the long form.
+NATIVE_MEMBERS = int(os.environ.get("RANKD_INDEX_STRESS_MEMBERS", "400000"))
 
 
 def is_native(index_cls) -> bool:
@@ -71,9 +75,10 @@ def model_call(model: ModelIndex, item):
 @pytest.mark.parametrize(("order", "tie_break"), [("desc", "first"), ("asc", "member")])
 def test_seeded_stress_against_a_sorted_model(index_cls, order, tie_break):
     # (the paged index at a quarter of the skip list's size, to keep CI bounded:
-    # its pages split and merge alike at any size, page-level tests in test_pages.py)
+    # its pages split and merge alike at any size, page-level tests in test_pages.py;
+    # the long form: RANKD_INDEX_STRESS_MEMBERS=5000000)
     size = 100_000 if not is_native(index_cls) else (
-        250_000 if index_cls.__module__ == "rankd._pages" else 1_000_000)
+        NATIVE_MEMBERS // 4 if index_cls.__module__ == "rankd._pages" else NATIVE_MEMBERS)
     updates = size // 2
     chunk = 5_000
     rng = random.Random(SEED)
