@@ -59,12 +59,14 @@ BIG = "big"
 BATCH = 10_000
 
 
-def start_nodes(root: Path, dsn: str, count: int, replicas: int) -> list[Daemon]:
+def start_nodes(root: Path, dsn: str, count: int, replicas: int,
+                first: int = 0) -> list[Daemon]:
+    """``count`` nodes named ``n{first}``, ``n{first + 1}``..., started and ready."""
     root.mkdir(parents=True, exist_ok=True)
     nodes = [Daemon(root / f"n{i}", "--cluster-dsn", dsn, "--node-id", f"n{i}",
                     "--lease-seconds", "2", "--log-format", "text", "--replicas",
                     str(replicas), "--rate-address-writes", "0", "--group-idle-seconds", "0")
-             for i in range(count)]
+             for i in range(first, first + count)]
     for node in nodes:
         node.start()
         while node.request("GET", "/v1/ready")[0] != 200:

@@ -113,6 +113,10 @@ OPTIONS = (
            "cluster: followers each board group is placed on besides its primary (a node "
            "holds in memory only the groups it writes or follows once they are placed)",
            minimum=0),
+    Option("max_moves", int, 8,
+           "cluster: group moves the planner keeps in progress at most (a rebalance goes "
+           "on round after round until balanced; fewer: gentler on the nodes, slower)",
+           minimum=1),
     Option("cluster_secret", str, None,
            "cluster: the secret every node of the cluster shares (at least 32 bytes; "
            "required with credentials; --cluster-secret-file keeps it out of `ps`): nodes "
@@ -218,6 +222,7 @@ class ServerConfig:
     group_idle_seconds: float = 30.0
     max_follow_lag: float = 5.0
     replicas: int = 1
+    max_moves: int = 8
     cluster_secret: str | None = None
     cluster_secret_file: Path | None = None
     snapshot_every_events: int = DEFAULT_SNAPSHOT_EVERY_EVENTS
@@ -360,7 +365,7 @@ class ServerConfig:
             group_snapshot_records=self.group_snapshot_records,
             secret=secret.encode() if secret is not None else None,
             group_idle_seconds=self.group_idle_seconds, max_follow_lag=self.max_follow_lag,
-            replicas=self.replicas)
+            replicas=self.replicas, max_moves=self.max_moves)
 
     def engine_config(self) -> EngineConfig:
         engine_fields = {f.name for f in fields(EngineConfig)}

@@ -316,3 +316,39 @@ def settled_total_of(daemon: Daemon, board: str, expected: int) -> int:
         if found == expected or time.monotonic() > deadline:
             return found
         time.sleep(0.1)
+
+
+def test_a_rebalance_goes_on_until_the_primaries_are_even(tmp_path: Path, pg_dsn: str) -> None:
+    """One node leads six groups; a second joins and a rebalance is asked
+    for with ``--max-moves 1``: the planner moves one group at a time, round
+    after round, until each node leads three (it used to move one round's
+    worth and stop)."""
+    from cluster_nodes import node
+
+    boards = boards_in_distinct_groups("even", 6, 200)
+    groups = {group_of(board) for board in boards}
+    args = ("--replicas", "1", "--max-moves", "1")
+    first = node(tmp_path, pg_dsn, "n0", *args)
+    second = node(tmp_path, pg_dsn, "n1", *args)
+    try:
+        first.start()
+        for board in boards:
+            assert first.request("PUT", f"/v1/boards/{board}", {"policy": "sum"})[0] == 201
+            assert first.request("POST", f"/v1/boards/{board}/scores",
+                                 {"member": "a", "delta": 2, "event_id": "e"})[0] == 200
+        assert {holder_of(pg_dsn, g) for g in groups} == {"n0"}
+        second.start()
+        wait_until(lambda: second.request("GET", "/v1/ready")[0] == 200, 30, "n1 never ready")
+        assert first.request("POST", "/v1/cluster/rebalance", {})[0] == 202
+
+        def even() -> bool:
+            held = [holder_of(pg_dsn, g) for g in groups]
+            return held.count("n0") == held.count("n1") == 3
+
+        wait_until(even, 60, "the primaries never evened out")
+        for board in boards:
+            assert settled_total_of(second, board, 2) == 2
+    finally:
+        for daemon in (second, first):
+            if daemon.process is not None and daemon.process.poll() is None:
+                daemon.stop(timeout=20)

@@ -131,10 +131,14 @@ class ClusterConfig:
     max_follow_lag: float = 5.0
     #: Followers each group is placed on besides its primary (``--replicas``).
     replicas: int = 1
+    #: Moves the planner keeps in progress at most (``--max-moves``).
+    max_moves: int = 8
 
     def __post_init__(self) -> None:
         if self.replicas < 0:
             raise ValueError(f"replicas must be 0 or more, got {self.replicas!r}")
+        if self.max_moves < 1:
+            raise ValueError(f"max_moves must be 1 or more, got {self.max_moves!r}")
         if self.ack not in ACK_MODES:
             raise ValueError(f"ack must be one of {', '.join(ACK_MODES)}, got {self.ack!r}")
         if not self.node_id:
@@ -291,7 +295,8 @@ class ClusterNode:
         self.placement = Placement(self.pool)
         await self.placement.migrate()
         self.mover = Mover(self, self.placement)
-        self.planner = Planner(self.placement, self.config.dsn, self.replicas)
+        self.planner = Planner(self.placement, self.config.dsn, self.replicas,
+                               max_moves=self.config.max_moves)
         await self.planner.migrate()
         await self._check_local_positions()
         # The renewals' own connection: one never queues behind appends.

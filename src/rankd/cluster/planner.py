@@ -31,9 +31,10 @@ their groups weigh, and followers go to the nodes holding the least weight.
 With groups alike (or no weights) that is spreading by count: primaries
 end differing by at most one group.
 
-At most :data:`MAX_MOVES` moves are in progress at once: a node joining a
-large cluster is filled a few groups at a time, never by a storm of
-bootstraps.
+At most ``--max-moves`` (default :data:`MAX_MOVES`) moves are in progress
+at once: a node joining a large cluster is filled a few groups at a time,
+never by a storm of bootstraps; a rebalance goes on round after round
+until a round finds nothing to move.
 """
 
 from __future__ import annotations
@@ -170,9 +171,11 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
 class Planner:
     """Plans once a round while this node holds the planner's lock."""
 
-    def __init__(self, placement: Placement, dsn: str, replicas: int) -> None:
+    def __init__(self, placement: Placement, dsn: str, replicas: int, *,
+                 max_moves: int = MAX_MOVES) -> None:
         self.placement = placement
         self.replicas = replicas
+        self.max_moves = max_moves
         #: The planner's lock, on a session of its own (with keepalives).
         self.lock = NodeLock(dsn, "planner", space=PLANNER_LOCK)
         #: The groups' weights, read from Postgres now and then.
@@ -184,6 +187,9 @@ class Planner:
         self._live_since = 0.0
         #: The last ``rankd cluster rebalance`` acted on.
         self._rebalanced_at: object = None
+        #: A rebalance goes on round after round (at most ``max_moves``
+        #: moves in progress) until a round finds nothing to move.
+        self.rebalancing = False
         #: Plans that changed something, for metrics and status.
         self.plans = 0
 
@@ -229,13 +235,15 @@ class Planner:
             self._planned_live = live_now
         changed = (live_now != self._planned_live
                    and now - self._live_since >= STABLE_SECONDS)
-        rebalance = changed or (asked is not None and asked != self._rebalanced_at)
-        weights = await self.load.weights(now)
-        made = plan(layout, live, draining, self.replicas, rebalance=rebalance,
-                    weights=weights)
-        if rebalance:
+        if changed or (asked is not None and asked != self._rebalanced_at):
+            self.rebalancing = True
             self._planned_live = live_now
         self._rebalanced_at = asked
+        weights = await self.load.weights(now)
+        made = plan(layout, live, draining, self.replicas, rebalance=self.rebalancing,
+                    max_moves=self.max_moves, weights=weights)
+        if self.rebalancing and not made.moves and not layout.moves:
+            self.rebalancing = False  # nothing left to move, nothing moving
         if not made:
             return made
         try:
