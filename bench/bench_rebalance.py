@@ -43,6 +43,7 @@ from collections import Counter
 from pathlib import Path
 
 import aiohttp
+import asyncpg
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
@@ -52,6 +53,7 @@ from cluster_nodes import boards_in_distinct_groups  # noqa: E402
 
 from bench_moves import fill, start_nodes, status, stop_nodes  # noqa: E402
 from pgcluster import Cluster, Server, _bin_dir  # noqa: E402
+from rankd.cluster.load import GroupLoad  # noqa: E402
 
 
 def settled(body: dict, nodes: list[str], replicas: int) -> tuple[bool, bool, Counter]:
@@ -84,6 +86,7 @@ async def rebalance(root: Path, dsn: str, groups: int, members: int, join: int,
                   f"{time.monotonic() - loaded:.1f} s")
             joined = start_nodes(root, dsn, join, replicas, first=1)
             nodes = first + joined
+            names = [f"n{i}" for i in range(len(nodes))]
             started = time.monotonic()
             code, body = first[0].request("POST", "/v1/cluster/rebalance", {})
             assert code == 202, body
@@ -91,10 +94,21 @@ async def rebalance(root: Path, dsn: str, groups: int, members: int, join: int,
             tasks = [asyncio.create_task(load.run(session)) for _ in range(writers)]
             followed_at = even_at = None
             holders_before = {g["group"]: g["primary"] for g in status(first[0])["groups"]}
+            weights = GroupLoad(await asyncpg.create_pool(dsn, min_size=1, max_size=1), every=0)
+            last_print = 0.0
             while time.monotonic() - started < timeout:
                 body = status(first[0])
-                live = [n["node"] for n in body["nodes"] if n.get("alive")]
-                followed, even, holders = settled(body, live, replicas)
+                followed, even, holders = settled(body, names, replicas)
+                if time.monotonic() - last_print > 10:
+                    last_print = time.monotonic()
+                    weighed = await weights.weights(last_print)
+                    by_node: Counter = Counter()
+                    for g in body["groups"]:
+                        by_node[g["primary"]] += weighed.get(g["group"], 1.0)
+                    print(f"{time.monotonic() - started:6.1f} s: primaries "
+                          f"{dict(sorted(holders.items()))}, weight "
+                          f"{ {k: round(v, 1) for k, v in sorted(by_node.items())} }, "
+                          f"moves {len(body['placement']['moves'])}", flush=True)
                 now = time.monotonic() - started
                 if followed and followed_at is None:
                     followed_at = now

@@ -4,15 +4,17 @@ What it owns: reading, from Postgres alone, how much each group holds and
 how fast it is written, and turning that into one weight per group that
 :func:`rankd.cluster.planner.plan` spreads over nodes.
 
-Nothing is reported by the nodes: the log and the snapshots in Postgres
-already say it.
-
-* **Memory**: the bytes of the group's newest snapshot plus those of its log
-  batches after it (``pg_column_size``: what Postgres stores, compressed,
-  read without detoasting).  A board's snapshot grows with its members, so
-  this stands in for the memory every node holding the group spends.
+* **Memory**: the members the group's boards keep (each board's largest
+  window), as the live nodes holding it last reported them in their
+  heartbeats (``rankd_nodes.group_members``; the most any reports, so a
+  follower behind counts no less than its primary).  Members are
+  what every node holding the group spends memory on, and a count is the
+  same measure for every group (sizes read from Postgres were not: a group
+  that had a snapshot stored looked heavier than one of the same boards
+  that only had its log).
 * **Writes**: the records the group's register advanced by
-  (``rankd_groups.last_seq``) since the previous reading, per second.
+  (``rankd_groups.last_seq``) since the previous reading, per second:
+  Postgres's own count, whoever writes the group.
 
 A group's weight is half its share of memory and half its share of writes,
 each scaled so that the average group weighs 1 (a term with no data yet,
@@ -21,8 +23,7 @@ alike, or before the first reading, the planner spreads groups by count
 exactly as it would without weights.
 
 Readings are at least :data:`READ_EVERY` seconds apart (one query over the
-registers, the snapshots and the log's sizes); in between, the last weights
-are reused.
+registers and the nodes' rows); in between, the last weights are reused.
 """
 
 from __future__ import annotations
@@ -34,17 +35,14 @@ import asyncpg
 #: Seconds between two readings of the groups' sizes and positions.
 READ_EVERY = 60.0
 
-#: Per group: its register's position, and the bytes of its newest snapshot
-#: and of the log after that snapshot.
+#: Per group: its register's position, and its members as the nodes seen in
+#: the last minute report them.
 QUERY = """
 SELECT g.group_id, g.last_seq,
-       coalesce(s.bytes, 0) + coalesce(
-           (SELECT sum(pg_column_size(l.records)) FROM rankd_log l
-             WHERE l.group_id = g.group_id AND l.last_seq > coalesce(s.seq, 0)), 0) AS bytes
+       coalesce(max((n.group_members ->> g.group_id::text)::bigint), 0) AS members
   FROM rankd_groups g
-  LEFT JOIN LATERAL (
-      SELECT seq, sum(pg_column_size(data)) AS bytes FROM rankd_group_snapshots
-       WHERE group_id = g.group_id GROUP BY seq ORDER BY seq DESC LIMIT 1) s ON true
+  LEFT JOIN rankd_nodes n ON n.seen_at > now() - interval '1 minute'
+ GROUP BY g.group_id, g.last_seq
 """
 
 
@@ -83,7 +81,7 @@ class GroupLoad:
             return self._weights
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(QUERY)
-        memory = {row["group_id"]: float(row["bytes"]) for row in rows}
+        memory = {row["group_id"]: float(row["members"]) for row in rows}
         positions = {row["group_id"]: int(row["last_seq"]) for row in rows}
         writes: dict[int, float] = {}
         if self._read_at is not None and now > self._read_at:

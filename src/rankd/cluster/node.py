@@ -48,7 +48,7 @@ import asyncpg
 from rankd._tasks import STOP_SECONDS, stop_task
 from rankd.cluster.committer import GroupCommitter, LogLost
 from rankd.cluster.freshness import Freshness
-from rankd.cluster.groups import GROUPS, GroupLocks
+from rankd.cluster.groups import GROUPS, GroupLocks, group_of
 from rankd.cluster.leases import LeaseKeeper
 from rankd.cluster.log import ClusterLog, Fenced, migrate
 from rankd.cluster.moves import Mover
@@ -818,11 +818,13 @@ class ClusterNode:
         started = time.monotonic()
         applied = {g: seq for g, (seq, _) in self.engine.positions.items()}
         config = self.config
+        members, per_group = self._members()
         await self.nodes.heartbeat(self.node_id, config.advertise, applied, config.advertise_tcp,
                                    self.trust.node_proof(self.node_id, config.advertise,
                                                          config.advertise_tcp,
                                                          config.advertise_resp),
-                                   config.advertise_resp, members=self._members())
+                                   config.advertise_resp, members=members,
+                                   group_members=per_group)
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
                 "SELECT group_id, epoch, holder, last_seq, "
@@ -866,11 +868,17 @@ class ClusterNode:
             else:
                 register.deferred += 1
 
-    def _members(self) -> int:
-        """Members the boards held here keep (each board's largest window)."""
+    def _members(self) -> tuple[int, dict[int, int]]:
+        """Members the boards held here keep (each board's largest window),
+        in all and per group."""
         now = self.engine.clock()
-        return sum(max(board.member_counts(now).values(), default=0)
-                   for board in list(self.engine.boards.values()))
+        total, per_group = 0, {}
+        for name, board in list(self.engine.boards.items()):
+            members = max(board.member_counts(now).values(), default=0)
+            total += members
+            group = group_of(name)
+            per_group[group] = per_group.get(group, 0) + members
+        return total, per_group
 
     def _vouched(self, row: Any) -> bool:
         """Whether a live node's row is signed with the cluster secret; one
@@ -1231,6 +1239,8 @@ class ClusterNode:
             "tail_connected": self.log_connected,
             "tail_stage": self.tail.stage if self.tail else None, "orphaned_records": self.orphaned,
             "planner": bool(self.planner and self.planner.lock.held),
+            "rebalancing": bool(self.planner and self.planner.lock.held
+                                and self.planner.rebalancing),
             "unheld_groups": sorted(self.unheld),
         }
 

@@ -32,6 +32,7 @@ ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS advertise_tcp text;
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS proof text;
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS advertise_resp text;
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS members bigint;
+ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS group_members jsonb;
 """
 
 
@@ -51,22 +52,25 @@ class Nodes:
                         applied: dict[int, int] | None = None,
                         advertise_tcp: str | None = None, proof: str | None = None,
                         advertise_resp: str | None = None,
-                        members: int | None = None) -> None:
+                        members: int | None = None,
+                        group_members: dict[int, int] | None = None) -> None:
         """Say this node is alive, where it is reached (HTTP, and TCP
         protocol if it serves it), how far it has applied each group, its
         ``proof`` (``ClusterTrust.node_proof``), its RESP port's address if it
-        serves one, and how many members its boards hold."""
+        serves one, how many members its boards hold, and how many of them
+        each group's boards hold (for the planner)."""
         async with self.pool.acquire() as conn:
             await conn.execute(
                 "INSERT INTO rankd_nodes (node_id, advertise, applied, seen_at, advertise_tcp, "
-                "proof, advertise_resp, members) VALUES ($1, $2, $3::jsonb, now(), $4, $5, $6, "
-                "$7) ON CONFLICT (node_id) DO "
+                "proof, advertise_resp, members, group_members) VALUES ($1, $2, $3::jsonb, "
+                "now(), $4, $5, $6, $7, $8::jsonb) ON CONFLICT (node_id) DO "
                 "UPDATE SET advertise = excluded.advertise, applied = excluded.applied, "
                 "seen_at = now(), advertise_tcp = excluded.advertise_tcp, "
                 "proof = excluded.proof, advertise_resp = excluded.advertise_resp, "
-                "members = excluded.members",
+                "members = excluded.members, group_members = excluded.group_members",
                 node, advertise, json.dumps({str(g): s for g, s in (applied or {}).items()}),
-                advertise_tcp, proof, advertise_resp, members)
+                advertise_tcp, proof, advertise_resp, members,
+                json.dumps({str(g): n for g, n in (group_members or {}).items()}))
 
     async def status(self) -> dict[str, Any]:
         """Nodes and groups, for ``GET /v1/cluster`` and ``rankd cluster status``."""
