@@ -87,6 +87,25 @@ def native_cls() -> type:
     return load_implementation("native")
 
 
+@pytest.fixture(scope="module")
+def same_event_id_keys() -> Any:
+    """Dedupe tables made meanwhile all take one fingerprint key (in both
+    stores), so that tests comparing two boards' state side by side (native
+    against reference) compare the same fingerprints; random keys again after."""
+    from rankd.engine import idstore
+
+    modules: list[Any] = [idstore]
+    try:
+        modules.append(importlib.import_module("rankd.engine._idstore"))
+    except ImportError:
+        pass
+    for module in modules:
+        module._set_test_key(bytes(range(16)))
+    yield
+    for module in modules:
+        module._set_test_key(None)
+
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Each JavaScript project's ``npm ci`` outcome this session: None once installed.
 _npm_installed: dict[Path, str | None] = {}

@@ -15,7 +15,7 @@ through their C entry points (one hash lookup and one search per changed
 window; the write returns the new rank), encoded as its WAL record by a C
 msgpack writer, noted in the dedupe table and labels, and answered.  No
 Python object is made but the ones the state or the caller keeps: the
-record's bytes, the dedupe entry and the answer.
+record's bytes and the answer (the dedupe store keeps fingerprints).
 
 Anything else - an error of any kind, a duplicate event id, an explicit
 timestamp, non-ASCII text, a number of an unexpected type, a condition
@@ -33,18 +33,17 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.math cimport fabs, isfinite, signbit
-from libc.stdint cimport uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.stdint cimport uint32_t, uint64_t
+from libc.string cimport memcmp
 
 from rankd._skiplist cimport MAX_EXACT_INT, MAX_MEMBER_BYTES, RankIndex
 from rankd.engine._packed cimport (
     NUMBER_FLOAT, NUMBER_INT, NUMBER_NIL, Number, Packed, PackedResult, PackedSubmission,
 )
-from rankd.engine._dedupe cimport PackedLog
+from rankd.engine._idstore cimport FingerprintLog, answer_flags
 from rankd.engine._packing cimport (
-    ENTRY_BYTES, FINGERPRINT_BYTES, Writer, content_fingerprint, put_array, put_bool,
-    put_float, put_int, put_nil, put_str,
-    write_dedupe_entry, writer_free,
+    Writer, content_fingerprint, put_array, put_bool, put_float, put_int, put_nil, put_str,
+    writer_free,
 )
 
 cdef extern from "Python.h":
@@ -76,7 +75,7 @@ cdef struct Plan:
     PyObject *board
     PyObject *name
     PyObject *labels      # dict
-    PyObject *entries     # the dedupe table's store, a PackedLog
+    PyObject *entries     # the dedupe table's store, a FingerprintLog
     int policy
     bint desc
     bint has_min, has_max, has_max_delta
@@ -188,7 +187,7 @@ cdef int _plan(Plan *plan, object board, object now, list keep) except -1:
     plan.name = <PyObject *>name
     labels = board.labels
     entries = board.dedupe.log
-    if type(entries) is not PackedLog:
+    if type(entries) is not FingerprintLog:
         return 1
     keep.append(labels)
     keep.append(entries)
@@ -283,6 +282,7 @@ cdef struct Input:
     PyObject *member_str    # the member as a str, or NULL: made when a label needs it
     const char *event_id    # ASCII, or NULL
     Py_ssize_t event_id_size
+    uint64_t event_fp       # the event id's fingerprint in the board's dedupe store
     PyObject *label         # str or NULL
     double value
     bint is_delta           # value is an increment (sum boards; latest ones' ZINCRBY)
@@ -377,17 +377,13 @@ cdef class _Kernel:
         return self.plan(PyUnicode_DecodeASCII(name, size, NULL))
 
     cdef bint duplicate_or_live(self, Plan *plan, const char *event_id,
-                                Py_ssize_t event_id_size) noexcept:
+                                Py_ssize_t event_id_size, uint64_t *fp) noexcept:
         """Whether ``event_id`` is remembered and not expired (the reference
-        then answers it as a duplicate)."""
-        cdef double expires_at
-        cdef Py_ssize_t size
-        cdef const char *entry = (<PackedLog>plan.entries).c_entry(
-            event_id, event_id_size, &size)
-        if entry == NULL:
-            return False
-        memcpy(&expires_at, entry, 8)
-        return expires_at > self.now
+        then answers it, as a duplicate or a conflict); its fingerprint into
+        ``fp``, for the write."""
+        # (casts, not a variable: no reference counting per submission)
+        fp[0] = (<FingerprintLog>plan.entries).c_id_fingerprint(event_id, event_id_size)
+        return (<FingerprintLog>plan.entries).c_live(fp[0], self.now)
 
     cdef bint score(self, Plan *plan, Input *sub, Change *changes) noexcept:
         """Every window's change (reads only); False where the reference must
@@ -431,9 +427,9 @@ cdef class _Kernel:
         """Write a scored submission: indexes, WAL record, dedupe table,
         labels, version.  Nothing can fail here but memory."""
         cdef Writer *w = &self.w
-        cdef Py_ssize_t lsn = self.first_lsn + len(self.payloads), rank = 0, size
-        cdef char entry[ENTRY_BYTES + FINGERPRINT_BYTES + MAX_MEMBER_BYTES]
+        cdef Py_ssize_t lsn = self.first_lsn + len(self.payloads), rank = 0
         cdef uint64_t fingerprint
+        cdef uint32_t payload
         cdef int i, nupdates = 0
         cdef RankIndex index
         out.rank = 0
@@ -506,11 +502,11 @@ cdef class _Kernel:
                 sub.is_delta, sub.value,
                 NULL if sub.label == NULL else _chars(<object>sub.label),
                 0 if sub.label == NULL else PyUnicode_GET_LENGTH(<object>sub.label))
-            size = write_dedupe_entry(
-                entry, <double>self.now_ms / 1000.0 + self.dedupe_ttl, True, out.score,
-                out.has_previous, out.previous, True, out.rank, out.changed, fingerprint,
-                sub.member, sub.member_size)
-            (<PackedLog>plan.entries).c_put(sub.event_id, sub.event_id_size, entry, size)
+            payload = (<FingerprintLog>plan.entries).c_payload(
+                sub.member, sub.member_size, fingerprint, True)
+            (<FingerprintLog>plan.entries).c_put(sub.event_fp, payload, <double>self.now_ms / 1000.0 + self.dedupe_ttl,
+                        answer_flags(True, out.has_previous, True, out.changed),
+                        out.score, out.previous, out.rank)
         if nupdates:
             plan.writes += 1
         if not plan.named:
@@ -545,7 +541,8 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
                       and submission.ts is None and submission.condition == 0)
             if native and event_id is not None:
                 native = not kernel.duplicate_or_live(plan, _chars(event_id),
-                                                      PyUnicode_GET_LENGTH(event_id))
+                                                      PyUnicode_GET_LENGTH(event_id),
+                                                      &sub.event_fp)
             if native:
                 sub.is_delta = plan.policy == POLICY_SUM or (
                     plan.policy == POLICY_LATEST and submission.delta is not None)
@@ -631,7 +628,9 @@ cdef void _prefetch(_Kernel kernel, Packed packed, bint nodes) except *:
             continue
         if (not nodes and item.event_id.present
                 and 0 < item.event_id.size <= MAX_EVENT_ID_BYTES):
-            (<PackedLog>plan.entries).c_prefetch(packed.chars(&item.event_id), item.event_id.size)
+            (<FingerprintLog>plan.entries).c_prefetch(
+                (<FingerprintLog>plan.entries).c_id_fingerprint(packed.chars(&item.event_id),
+                                                                item.event_id.size))
         for w in range(plan.nwindows):
             if plan.windows[w].index == NULL:
                 continue
@@ -664,7 +663,7 @@ cdef int _ingest_run(_Kernel kernel, Packed packed) except -1:
                            and _plain(packed.chars(&item.event_id), item.event_id.size))))
         if native and item.event_id.present:
             native = not kernel.duplicate_or_live(plan, packed.chars(&item.event_id),
-                                                  item.event_id.size)
+                                                  item.event_id.size, &sub.event_fp)
         if native:
             sub.is_delta = plan.policy == POLICY_SUM or (
                 plan.policy == POLICY_LATEST and item.delta.kind > NUMBER_NIL)

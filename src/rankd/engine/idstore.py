@@ -6,8 +6,9 @@ explains the design: 56-bit keyed id fingerprints, 32-bit payload
 fingerprints, compact answers, expiry per block of ``BLOCK`` records) on a
 dict kept in arrival order, and writes and reads the same portable
 snapshot form; :func:`load_old_chunk`, which turns a chunk of the old
-``PackedLog``/``DictLog`` form (event ids and packed entries, see
-:mod:`rankd.engine.dedupe`) into fingerprints in either store.
+``PackedLog``/``DictLog`` form (event ids and packed entries, which the
+daemon wrote until 2026-11-29; :func:`read_old_chunk`) into fingerprints
+in either store.
 
 The fingerprints are SipHash-1-3, as the native store computes them (in
 pure Python here: slow, but only the fallback runs it).
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from rankd._native import native_or
 
@@ -35,6 +36,23 @@ _U64 = (1 << 64) - 1
 _CONTENT = struct.Struct("<Q")
 _SIZE = struct.Struct("<I")
 MAX_FIELD = 0xFFFF
+#: The old form (``PackedLog``/``DictLog``, until 2026-11-29): per entry in a
+#: chunk, the id's and entry's sizes; an entry is expires_at, score,
+#: previous, rank, flags, then (flagged) the content fingerprint and the member.
+_OLD_CHUNK_HEADER = struct.Struct("<HH")
+_OLD_ENTRY = struct.Struct("<dddqB")
+_OLD_HAS_FINGERPRINT = 16
+#: For tests: the keys of tables made from now on (None: random; see ``_set_test_key``).
+_test_key: bytes | None = None
+
+
+def _set_test_key(key: bytes | None) -> None:
+    """For tests: tables made from now on take the 16-byte ``key`` (None: a
+    random one each), so that two tables built side by side agree."""
+    global _test_key
+    if key is not None and len(key) != 16:
+        raise ValueError("a fingerprint key is 16 bytes")
+    _test_key = key
 
 
 class Conflict:
@@ -98,7 +116,7 @@ class FingerprintDict:
     __slots__ = ("_bits", "_blocks", "_entries", "_head_block", "_seq", "k0", "k1")
 
     def __init__(self) -> None:
-        key = os.urandom(16)
+        key = os.urandom(16) if _test_key is None else _test_key
         self.k0 = int.from_bytes(key[:8], "little")
         self.k1 = int.from_bytes(key[8:], "little")
         #: fingerprint -> (payload, flags, sequence number, answer)
@@ -253,25 +271,87 @@ def check_chunk(chunk: bytes, k0: int, k1: int, adopt: bool) -> list[tuple]:
     return entries
 
 
+def read_old_chunk(chunk: bytes) -> list[tuple[str, bytes]]:
+    """The ``(event id, packed entry)`` pairs of a chunk of the old portable
+    form (``event_id_log`` sections, written until 2026-11-29: per entry
+    the id's and the entry's sizes as two u16, then their bytes), all
+    checked before any is returned (``ValueError`` if malformed)."""
+    pairs = []
+    offset = 0
+    while offset < len(chunk):
+        if len(chunk) - offset < _OLD_CHUNK_HEADER.size:
+            raise ValueError("a dedupe log chunk ends inside an entry header")
+        id_size, entry_size = _OLD_CHUNK_HEADER.unpack_from(chunk, offset)
+        if id_size == 0 or entry_size < _OLD_ENTRY.size:
+            raise ValueError("a dedupe log chunk holds an empty event id or an entry "
+                             "too short to hold a result")
+        offset += _OLD_CHUNK_HEADER.size
+        event_id = chunk[offset:offset + id_size]
+        entry = chunk[offset + id_size:offset + id_size + entry_size]
+        offset += id_size + entry_size
+        if offset > len(chunk):
+            raise ValueError("a dedupe log chunk ends inside an entry")
+        pairs.append((event_id.decode(), entry))
+    return pairs
+
+
+def unpack_old_entry(entry: bytes) -> tuple[float, tuple]:
+    """An old packed entry as ``(expires_at, (score, rank, previous, changed,
+    member, content))``; ``content`` (the submission's content fingerprint)
+    is None in entries written before there was one."""
+    if len(entry) < _OLD_ENTRY.size:
+        raise ValueError("a packed dedupe entry is too short")
+    expires_at, score, previous, rank, flags = _OLD_ENTRY.unpack_from(entry)
+    start = _OLD_ENTRY.size
+    content = None
+    if flags & _OLD_HAS_FINGERPRINT:
+        (content,) = _CONTENT.unpack_from(entry, start)
+        start += _CONTENT.size
+    return expires_at, (score if flags & HAS_SCORE else None,
+                        rank if flags & HAS_RANK else None,
+                        previous if flags & HAS_PREVIOUS else None,
+                        bool(flags & CHANGED), entry[start:].decode(), content)
+
+
+def load_old_entries(store: FingerprintDict | FingerprintLog,
+                     entries: Iterable[tuple[str, float, Sequence]]) -> int:
+    """Remember old entries, ``(event_id, expires_at, (score, rank, previous,
+    changed, member[, content]))`` in expiry order, in ``store`` as
+    fingerprints: the id's, and the payload's from the member and content
+    fingerprint.  Entries written before there was a content fingerprint
+    keep the member's alone (``MEMBER_ONLY``: a retry is then checked on
+    its member, as before).  All are checked before any is remembered
+    (``ValueError``).  Returns how many."""
+    converted = []
+    for event_id, expires_at, result in entries:
+        score, rank, previous, changed, member = result[:5]
+        content = result[5] if len(result) > 5 else None
+        size = len(event_id.encode())
+        if not 0 < size <= MAX_FIELD:
+            raise ValueError(f"an event id must be 1 to {MAX_FIELD} bytes, got {size}")
+        if rank is not None and not 0 <= rank < 1 << 64:
+            raise ValueError(f"a rank must be 0 to 2**64 - 1, got {rank}")
+        converted.append((store.id_fingerprint(event_id),
+                          store.payload_fingerprint(member, content), float(expires_at),
+                          (score, rank, previous, bool(changed)), content is None))
+    for fp, payload, expires_at, answer, member_only in converted:
+        store.put_fingerprint(fp, payload, expires_at, answer, member_only)
+    return len(converted)
+
+
 def load_old_chunk(store: FingerprintDict | FingerprintLog, chunk: bytes) -> int:
     """Remember the entries of a chunk of the old portable form (event ids
-    and packed entries: ``DictLog.log_chunks``) in ``store``, as
-    fingerprints: the id's, and the payload's from the entry's member and
-    content fingerprint.  Entries written before there was a content
-    fingerprint keep the member's alone (``MEMBER_ONLY``: a retry is then
-    checked on its member, as before).  A malformed chunk raises
-    ``ValueError`` and changes nothing.  Returns how many entries."""
-    from rankd.engine.dedupe import DictLog, _unpack
+    and packed entries: :func:`read_old_chunk`) in ``store``, as
+    :func:`load_old_entries` does.  A malformed chunk raises ``ValueError``
+    and changes nothing.  Returns how many entries."""
+    return load_old_packed(store, read_old_chunk(chunk))
 
-    old = DictLog()
-    old.load_log(chunk)  # (checks it all first)
-    for event_id, entry in old.items():
-        expires_at, (score, rank, previous, changed, member, content) = _unpack(entry)
-        store.put_fingerprint(store.id_fingerprint(event_id),
-                              store.payload_fingerprint(member, content), expires_at,
-                              (score, rank, previous, changed), content is None)
-    return len(old)
 
+def load_old_packed(store: FingerprintDict | FingerprintLog,
+                    pairs: Iterable[tuple[str, bytes]]) -> int:
+    """:func:`load_old_entries` of ``(event id, old packed entry)`` pairs."""
+    return load_old_entries(store, [(event_id, *unpack_old_entry(entry))
+                                    for event_id, entry in pairs])
 
 
 FingerprintLog, IMPLEMENTATION = native_or("rankd.engine._idstore", "FingerprintLog",
