@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import FakeClock, engine_config, run, sub
-from rankd.engine import records
+from rankd.engine import idstore, records
 from rankd.engine import settings as engine_module
-from rankd.engine import idstore
 from rankd.engine.engine import Engine
 from rankd.engine.errors import EventConflict
 

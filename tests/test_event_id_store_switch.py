@@ -5,11 +5,12 @@ result, another payload refused - on both the native and the pure-Python
 paths; snapshots then write the new ``event_id_store`` sections.
 
 ``data/event-ids-2026-11`` is a data dir (a snapshot at position 52, and
-the log it covers) written by the code of 157be2a (before the switch): boards ``b`` (sum) and ``f`` (best, windows
-all and daily), 40 and 10 submissions with event ids ``e0..e39`` and
-``f0..f9`` (members ``m{i % 7}``, deltas ``i + 0.5 * (i % 3)``, labels
-``L{i}`` every 4th; members ``p{i}`` with scores ``1000 - i``), at
-``FakeClock()``'s time; ``answers.json`` holds the answers it gave them.
+the log it covers) written by the code of 157be2a (before the switch):
+boards ``b`` (sum) and ``f`` (best, windows all and daily), 40 and 10
+submissions with event ids ``e0..e39`` and ``f0..f9`` (members
+``m{i % 7}``, deltas ``i + 0.5 * (i % 3)``, labels ``L{i}`` every 4th;
+members ``p{i}`` with scores ``1000 - i``), at ``FakeClock()``'s time;
+``answers.json`` holds the answers it gave them.
 """
 
 from __future__ import annotations
@@ -133,3 +134,48 @@ def test_a_conflicting_retry_changes_nothing_and_names_no_other_member(tmp_path)
         await engine.close(snapshot=False)
 
     run(scenario())
+
+
+def test_every_front_end_answers_retries_and_refuses_conflicts_across_a_restart(tmp_path):
+    """Through the daemon: ids sent over TCP (the packed native path) and
+    REST are answered as duplicates by either front-end, before and after
+    a restart from a snapshot of the new form plus the log's tail; an id
+    sent again with another payload is refused (``event_conflict``, 409)
+    and changes nothing."""
+    from daemon import Daemon
+    from rankd.client import Client
+
+    data_dir = tmp_path / "data"
+    with Daemon(data_dir) as daemon:
+        daemon.request("PUT", "/v1/boards/fe", {"policy": "sum"})
+        with Client("127.0.0.1", daemon.tcp_port) as client:
+            first = client.submit_many([{"member": f"m{i}", "delta": i + 1, "event_id": f"t{i}"}
+                                        for i in range(50)], board="fe")["results"]
+        status, rest_first = daemon.request("POST", "/v1/boards/fe/scores",
+                                            {"member": "r", "delta": 5, "event_id": "r1"})
+        assert status == 200 and not rest_first["duplicate"]
+        assert daemon.request("POST", "/v1/admin/snapshot")[0] == 200
+        with Client("127.0.0.1", daemon.tcp_port) as client:  # (after it: in the log's tail)
+            late = client.submit_many([{"member": "late", "delta": 1, "event_id": "late"}],
+                                      board="fe")["results"][0]
+    for _ in range(2):  # once after the restart, once after a second one
+        with Daemon(data_dir) as daemon:
+            with Client("127.0.0.1", daemon.tcp_port) as client:
+                again = client.submit_many(
+                    [{"member": f"m{i}", "delta": i + 1, "event_id": f"t{i}"} for i in range(50)]
+                    + [{"member": "late", "delta": 1, "event_id": "late"},
+                       {"member": "r", "delta": 5, "event_id": "r1"},
+                       {"member": "m1", "delta": 99, "event_id": "t1"},
+                       {"member": "other", "delta": 2, "event_id": "t2"}], board="fe")["results"]
+            assert again[:50] == [{**answer, "duplicate": True} for answer in first]
+            assert again[50] == {**late, "duplicate": True}
+            assert again[51]["duplicate"] and again[51]["score"] == rest_first["score"]
+            assert [r["error"]["code"] for r in again[52:]] == ["event_conflict"] * 2
+            status, body = daemon.request("POST", "/v1/boards/fe/scores",
+                                          {"member": "m3", "delta": 4, "event_id": "t3"})
+            assert status == 200 and body == {**first[3], "duplicate": True}
+            status, body = daemon.request("POST", "/v1/boards/fe/scores",
+                                          {"member": "m3", "delta": 5, "event_id": "t3"})
+            assert status == 409 and body["error"]["code"] == "event_conflict"
+            status, body = daemon.request("GET", "/v1/boards/fe/members/m1")
+            assert body["score"] == 2.0  # nothing applied twice, nothing of the conflicts

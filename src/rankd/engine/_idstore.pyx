@@ -2,9 +2,13 @@
 """The compact event-id store: ≤ 32 bytes per remembered id.
 
 What it owns: for one board, every event id accepted in the last
-``dedupe_ttl``, and the answer a retry of it repeats.  It is the successor
-of :class:`rankd.engine._dedupe.PackedLog` (90 to 140 bytes an id: the id's
-bytes, the member's, and the answer in doubles); its pure-Python twin is
+``dedupe_ttl``, and the answer a retry of it repeats: the store of the
+board's :class:`rankd.engine.dedupe.DedupeTable`.  Live ingest (``_ingest``)
+and replay (``_replay``) call its C entry points (``_idstore.pxd``:
+``c_id_fingerprint``, ``c_live``, ``c_payload``, ``c_put``, ``c_prefetch``),
+with no Python call per event.  It succeeded ``PackedLog`` (until
+2026-11-29: 90 to 140 bytes an id, the id's bytes, the member's, and the
+answer in doubles); its pure-Python twin is
 :class:`rankd.engine.idstore.FingerprintDict`, which reads and writes the
 same portable snapshot form.
 
