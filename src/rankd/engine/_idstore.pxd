@@ -67,6 +67,11 @@ cdef class FingerprintLog:
     cdef uint64_t changes
     cdef dict wide               # logical number -> (score, rank, previous)
     cdef int bb                  # log2 of the records per expiry time
+    # The last lookup of c_live, for the put that follows it (valid while
+    # ``changes`` is ``memo_changes``): the slot it ended on, its record.
+    cdef uint64_t memo_fp, memo_changes
+    cdef size_t memo_slot
+    cdef ids_record *memo_record
 
     cdef uint64_t c_id_fingerprint(self, const char *event_id, Py_ssize_t size) noexcept
     cdef uint32_t c_payload(self, const char *member, Py_ssize_t size, uint64_t content,

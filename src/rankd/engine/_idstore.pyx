@@ -176,6 +176,7 @@ cdef class FingerprintLog:
         self.k1 = int.from_bytes(key[8:], "little")
         self.wide = {}
         self.bb = _block_bits
+        self.memo_changes = <uint64_t>-1
         self._new_table(_min_slots)
 
     def __dealloc__(self):
@@ -276,8 +277,19 @@ cdef class FingerprintLog:
 
     cdef bint c_live(self, uint64_t fp, double now) noexcept:
         """Whether the id of fingerprint ``fp`` is remembered and not expired
-        (whatever its payload: a retry, or a conflict)."""
-        cdef ids_record *record = self._lookup(fp)
+        (whatever its payload: a retry, or a conflict).  The lookup is kept
+        for a ``c_put`` of ``fp`` right after (the ingest of a new id), so
+        that it does not probe again."""
+        cdef size_t i = self._find(fp)
+        cdef ids_record *record = NULL
+        if self.tags[i] != 0:
+            record = self._rec(self.slots[i])
+        elif self.old_tags != NULL:
+            record = self._find_moving(fp)
+        self.memo_fp = fp
+        self.memo_changes = self.changes
+        self.memo_slot = i
+        self.memo_record = record
         return record != NULL and self._live(record, now)
 
     cdef ids_record *_lookup(self, uint64_t fp) noexcept:
@@ -324,6 +336,7 @@ cdef class FingerprintLog:
             self.old_slots = NULL
 
     cdef int _resize(self, size_t n) except -1:
+        self.changes += 1  # (slots move: c_live's lookup is stale)
         if self.old_tags != NULL:
             self._move(<size_t>-1)
         cdef uint8_t *tags = self.tags
@@ -343,6 +356,7 @@ cdef class FingerprintLog:
         cdef Py_ssize_t live = self.size - front
         cdef Py_ssize_t cap
         cdef char *data
+        self.changes += 1  # (records move: c_live's lookup is stale)
         if front and front >= live:
             memmove(self.records, self.records + front, live * sizeof(ids_record))
             memmove(self.blocks, self.blocks + (front >> self.bb),
@@ -403,21 +417,26 @@ cdef class FingerprintLog:
             self._resize(self.n + max(self.n // 4, 1))
         if self.size == self.cap:
             self._make_room()
+        # (C constants throughout: no Python object per put)
         wide = ((flags & HAS_SCORE and not _exact32(score))
                 or (flags & HAS_PREVIOUS and not _exact32(previous))
-                or (flags & HAS_RANK and rank > 0xFFFFFFFF))
+                or (flags & HAS_RANK and rank > <uint64_t>0xFFFFFFFF))
         logical = self.base + self.size
         if wide:
             self.wide[logical] = (score if flags & HAS_SCORE else None,
                                   rank if flags & HAS_RANK else None,
                                   previous if flags & HAS_PREVIOUS else None)
             flags |= WIDE
-        i = self._find(fp)
-        record = NULL
-        if self.tags[i] != 0:
-            record = self._rec(self.slots[i])
-        elif self.old_tags != NULL:
-            record = self._find_moving(fp)
+        if fp == self.memo_fp and self.changes == self.memo_changes:
+            i = self.memo_slot  # (c_live's lookup, nothing changed since)
+            record = self.memo_record
+        else:
+            i = self._find(fp)
+            record = NULL
+            if self.tags[i] != 0:
+                record = self._rec(self.slots[i])
+            elif self.old_tags != NULL:
+                record = self._find_moving(fp)
         if record != NULL:
             self._kill(record)
             self.count -= 1

@@ -34,6 +34,7 @@ from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.math cimport fabs, isfinite, signbit
 from libc.stdint cimport uint32_t, uint64_t
+from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp
 
 from rankd._skiplist cimport MAX_EXACT_INT, MAX_MEMBER_BYTES, RankIndex
@@ -288,6 +289,11 @@ cdef struct Input:
     bint is_delta           # value is an increment (sum boards; latest ones' ZINCRBY)
 
 
+cdef struct KnownFp:
+    PyObject *store       # the dedupe store it was computed for (NULL: none)
+    uint64_t fp
+
+
 cdef class _Kernel:
     """One ingest call's state: the plans of the boards it has met, the
     records written so far and the counts."""
@@ -305,6 +311,10 @@ cdef class _Kernel:
     cdef dict plan_of          # board name -> plan slot, or -1: reference only
     cdef list keep             # owns what the plans point at
     cdef Writer w
+    # Event ids' fingerprints, computed when a run is prefetched, for its
+    # ingest: two runs' worth (the one ingested, the next), by run parity.
+    cdef KnownFp *fps[2]
+    cdef Py_ssize_t fps_cap[2]
 
     def __cinit__(self, dict boards, double now, Py_ssize_t first_lsn, double dedupe_ttl,
                   double ts_tolerance):
@@ -324,9 +334,24 @@ cdef class _Kernel:
         self.keep = []
         self.w.data = NULL
         self.w.size = self.w.cap = 0
+        self.fps[0] = self.fps[1] = NULL
+        self.fps_cap[0] = self.fps_cap[1] = 0
 
     def __dealloc__(self):
         writer_free(&self.w)
+        free(self.fps[0])
+        free(self.fps[1])
+
+    cdef KnownFp *known_fps(self, int parity, Py_ssize_t count) except NULL:
+        """Room for ``count`` fingerprints of the runs of this ``parity``."""
+        cdef void *grown
+        if count > self.fps_cap[parity] or self.fps[parity] == NULL:
+            grown = realloc(self.fps[parity], max(count, 16) * sizeof(KnownFp))
+            if grown == NULL:
+                raise MemoryError()
+            self.fps[parity] = <KnownFp *>grown
+            self.fps_cap[parity] = max(count, 16)
+        return self.fps[parity]
 
     cdef object result(self, list answers):
         return _Ingested(answers, self.payloads, self.names, self.rejected, self.duplicates)
@@ -600,37 +625,44 @@ def ingest_packed(dict boards, list runs, double now, Py_ssize_t first_lsn,
     # submission rarely waits for memory to find its member or event id.
     try:
         if n:
-            _prefetch(kernel, <Packed>runs[0], False)
+            _prefetch(kernel, <Packed>runs[0], False, 0)
         for k in range(n):
             packed = <Packed>runs[k]
             if k + 1 < n:
-                _prefetch(kernel, <Packed>runs[k + 1], False)
-            _prefetch(kernel, packed, True)
-            _ingest_run(kernel, packed)
+                _prefetch(kernel, <Packed>runs[k + 1], False, (k + 1) & 1)
+            _prefetch(kernel, packed, True, k & 1)
+            _ingest_run(kernel, packed, kernel.fps[k & 1])
     finally:
         kernel.flush()
     return kernel.result(None)
 
 
-cdef void _prefetch(_Kernel kernel, Packed packed, bint nodes) except *:
+cdef void _prefetch(_Kernel kernel, Packed packed, bint nodes, int parity) except *:
     """Start loading what a run's lookups read first: each event id's slot
-    in its dedupe table and each member's in its indexes' hash tables; or,
-    with ``nodes`` (once the slots had time to load), the node each
-    member's slot points to."""
+    in its dedupe table (its fingerprint kept for the ingest, in the
+    kernel's ``fps`` of ``parity``) and each member's in its indexes' hash
+    tables; or, with ``nodes`` (once the slots had time to load), the node
+    each member's slot points to."""
     cdef PackedSubmission *item
     cdef Plan *plan
     cdef Py_ssize_t i
     cdef int w
+    cdef KnownFp *known = NULL
+    if not nodes:
+        known = kernel.known_fps(parity, packed.count)
     for i in range(packed.count):
         item = &packed.items[i]
+        if known != NULL:
+            known[i].store = NULL
         plan = kernel.plan_by_bytes(packed.chars(&item.board), item.board.size)
         if plan == NULL or not 0 < item.member.size <= MAX_MEMBER_BYTES:
             continue
         if (not nodes and item.event_id.present
                 and 0 < item.event_id.size <= MAX_EVENT_ID_BYTES):
-            (<FingerprintLog>plan.entries).c_prefetch(
-                (<FingerprintLog>plan.entries).c_id_fingerprint(packed.chars(&item.event_id),
-                                                                item.event_id.size))
+            known[i].store = plan.entries
+            known[i].fp = (<FingerprintLog>plan.entries).c_id_fingerprint(
+                packed.chars(&item.event_id), item.event_id.size)
+            (<FingerprintLog>plan.entries).c_prefetch(known[i].fp)
         for w in range(plan.nwindows):
             if plan.windows[w].index == NULL:
                 continue
@@ -642,7 +674,7 @@ cdef void _prefetch(_Kernel kernel, Packed packed, bint nodes) except *:
                     packed.chars(&item.member), item.member.size)
 
 
-cdef int _ingest_run(_Kernel kernel, Packed packed) except -1:
+cdef int _ingest_run(_Kernel kernel, Packed packed, const KnownFp *known) except -1:
     cdef list answers = [None] * packed.count
     cdef PackedSubmission *item
     cdef Plan *plan
@@ -662,8 +694,12 @@ cdef int _ingest_run(_Kernel kernel, Packed packed) except -1:
                        or (0 < item.event_id.size <= MAX_EVENT_ID_BYTES
                            and _plain(packed.chars(&item.event_id), item.event_id.size))))
         if native and item.event_id.present:
-            native = not kernel.duplicate_or_live(plan, packed.chars(&item.event_id),
-                                                  item.event_id.size, &sub.event_fp)
+            if known[i].store == plan.entries:  # (fingerprinted when prefetched)
+                sub.event_fp = known[i].fp
+                native = not (<FingerprintLog>plan.entries).c_live(sub.event_fp, kernel.now)
+            else:
+                native = not kernel.duplicate_or_live(plan, packed.chars(&item.event_id),
+                                                      item.event_id.size, &sub.event_fp)
         if native:
             sub.is_delta = plan.policy == POLICY_SUM or (
                 plan.policy == POLICY_LATEST and item.delta.kind > NUMBER_NIL)
