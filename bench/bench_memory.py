@@ -48,7 +48,8 @@ remembered id, once a snapshot was taken (settled as ``live`` above), the
 load's high-water mark per id, and the snapshot's peak over the live RSS.
 With ``--base DIR`` the same runs first on the daemon of an older tree's
 sources (``DIR/src``, e.g. a checkout of 157be2a, before the compact
-event-id store), side by side::
+event-id store), side by side; ``--no-ids-too`` adds the same load
+without event ids (what the rest of the daemon grows by)::
 
     python bench/bench_memory.py --event-ids 1000000 --base /work/wt-base
 
@@ -480,13 +481,17 @@ def churn(server: Redis | Rankd, members: int, seconds: float, seed: int) -> dic
             "max_growth": max(samples) / start_rss - 1}
 
 
-def event_ids(directory: Path, count: int, src: Path | None) -> dict[str, float]:
-    """The ``--event-ids`` figures of the daemon of ``src`` (None: this tree)."""
+def event_ids(directory: Path, count: int, src: Path | None,
+              with_ids: bool = True) -> dict[str, float]:
+    """The ``--event-ids`` figures of the daemon of ``src`` (None: this
+    tree); without ``with_ids``, of the same load with no event ids (what
+    the rest of the daemon grows by)."""
     import uuid
 
     from rankd.client import Client
 
     env = {} if src is None else {"PYTHONPATH": str(src)}
+    directory.mkdir(parents=True, exist_ok=True)
     daemon = Daemon(directory / "data", "--fsync", "everysec", env=env)
     daemon.start(timeout=600)
     try:
@@ -503,6 +508,7 @@ def event_ids(directory: Path, count: int, src: Path | None) -> dict[str, float]
             for start in range(0, count, 1000):
                 events = [{"member": names[n % 1000], "delta": 1,
                            "event_id": str(uuid.UUID(int=random.getrandbits(128)))}
+                          if with_ids else {"member": names[n % 1000], "delta": 1}
                           for n in range(start, min(start + 1000, count))]
                 results = client.submit_many(events, board="ids")["results"]
                 if any("error" in r or r.get("duplicate") for r in results):
@@ -557,6 +563,8 @@ def main() -> int:
                         help="measure remembered event ids instead (this many)")
     parser.add_argument("--base", type=Path,
                         help="with --event-ids: also the daemon of this older tree")
+    parser.add_argument("--no-ids-too", action="store_true",
+                        help="with --event-ids: also the same load without event ids")
     args = parser.parse_args()
     if args.event_ids:
         random.seed(args.seed)
@@ -564,10 +572,12 @@ def main() -> int:
         print("| daemon | B/remembered id (live) | load peak B/id | snapshot peak / live | "
               "live MiB | load s |")
         print("|---|---|---|---|---|---|")
-        runs = ([("base", args.base / "src")] if args.base else []) + [("this tree", None)]
+        runs = ([("base", args.base / "src", True)] if args.base else []) + [
+            ("this tree", None, True)] + ([("this tree, no event ids", None, False)]
+                                          if args.no_ids_too else [])
         with tempfile.TemporaryDirectory(prefix="rankd-bench-ids-") as tmp:
-            for i, (name, src) in enumerate(runs):
-                e = event_ids(Path(tmp) / str(i), args.event_ids, src)
+            for i, (name, src, with_ids) in enumerate(runs):
+                e = event_ids(Path(tmp) / str(i), args.event_ids, src, with_ids)
                 print(f"| {name} | {e['per_id']:.1f} | {e['load_peak_per_id']:.1f} | "
                       f"{e['snapshot_peak']:.2f} | {e['live'] / MiB:.0f} | "
                       f"{e['load_seconds']:.1f} |", flush=True)
