@@ -62,41 +62,39 @@ class Conflict:
         return "CONFLICT"
 
 
-def _rotl(x: int, b: int) -> int:
-    return ((x << b) | (x >> (64 - b))) & _U64
+def _sipround(v0: int, v1: int, v2: int, v3: int) -> tuple[int, int, int, int]:
+    """One SipRound, its rotations written out (the fallback's hot loop)."""
+    m = _U64
+    v0 = (v0 + v1) & m
+    v1 = (((v1 << 13) | (v1 >> 51)) & m) ^ v0
+    v0 = ((v0 << 32) | (v0 >> 32)) & m
+    v2 = (v2 + v3) & m
+    v3 = (((v3 << 16) | (v3 >> 48)) & m) ^ v2
+    v0 = (v0 + v3) & m
+    v3 = (((v3 << 21) | (v3 >> 43)) & m) ^ v0
+    v2 = (v2 + v1) & m
+    v1 = (((v1 << 17) | (v1 >> 47)) & m) ^ v2
+    v2 = ((v2 << 32) | (v2 >> 32)) & m
+    return v0, v1, v2, v3
 
 
 def siphash13(k0: int, k1: int, data: bytes) -> int:
     """SipHash-1-3 of ``data`` under the key ``(k0, k1)`` (``rk_siphash13``)."""
     v0, v1 = k0 ^ 0x736F6D6570736575, k1 ^ 0x646F72616E646F6D
     v2, v3 = k0 ^ 0x6C7967656E657261, k1 ^ 0x7465646279746573
-
-    def rounds(count: int) -> None:
-        nonlocal v0, v1, v2, v3
-        for _ in range(count):
-            v0 = (v0 + v1) & _U64
-            v1 = _rotl(v1, 13) ^ v0
-            v0 = _rotl(v0, 32)
-            v2 = (v2 + v3) & _U64
-            v3 = _rotl(v3, 16) ^ v2
-            v0 = (v0 + v3) & _U64
-            v3 = _rotl(v3, 21) ^ v0
-            v2 = (v2 + v1) & _U64
-            v1 = _rotl(v1, 17) ^ v2
-            v2 = _rotl(v2, 32)
-
     end = len(data) - len(data) % 8
-    for offset in range(0, end, 8):
-        m = int.from_bytes(data[offset:offset + 8], "little")
-        v3 ^= m
-        rounds(1)
-        v0 ^= m
+    words = struct.unpack_from(f"<{end // 8}Q", data) if end else ()
+    for word in words:
+        v3 ^= word
+        v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+        v0 ^= word
     b = ((len(data) & 0xFF) << 56) | int.from_bytes(data[end:], "little")
     v3 ^= b
-    rounds(1)
+    v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
     v0 ^= b
     v2 ^= 0xFF
-    rounds(3)
+    for _ in range(3):
+        v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
     return v0 ^ v1 ^ v2 ^ v3
 
 
@@ -113,7 +111,7 @@ class FingerprintDict:
     """``id fingerprint -> remembered answer`` in arrival order (see the module
     docstring): the pure-Python twin of ``FingerprintLog``."""
 
-    __slots__ = ("_bits", "_blocks", "_entries", "_head_block", "_seq", "k0", "k1")
+    __slots__ = ("_bits", "_blocks", "_entries", "_head_block", "_last", "_seq", "k0", "k1")
 
     def __init__(self) -> None:
         key = os.urandom(16) if _test_key is None else _test_key
@@ -125,6 +123,9 @@ class FingerprintDict:
         self._seq = 0
         self._bits = BLOCK_BITS
         self._head_block = 0  # the oldest block kept
+        # The last id fingerprinted, and its fingerprint: ingest asks about
+        # an id, then remembers it (one SipHash in Python, not two).
+        self._last: tuple[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -136,7 +137,12 @@ class FingerprintDict:
 
     def id_fingerprint(self, event_id: str) -> int:
         """``event_id``'s 56-bit fingerprint."""
-        return siphash13(self.k0, self.k1, event_id.encode()) >> 8
+        last = self._last
+        if last is not None and last[0] == event_id:
+            return last[1]
+        fp = siphash13(self.k0, self.k1, event_id.encode()) >> 8
+        self._last = (event_id, fp)
+        return fp
 
     def payload_fingerprint(self, member: str, content: int | None = None) -> int:
         """The 32-bit fingerprint of what a submission asked for: its member
@@ -246,6 +252,7 @@ class FingerprintDict:
         entries = check_chunk(chunk, self.k0, self.k1, not self._entries)
         if entries:
             _, self.k0, self.k1 = CHUNK_HEAD.unpack_from(chunk)
+            self._last = None  # (of the old keys)
         for fp, payload, flags, expires_at, score, previous, rank in entries:
             self.put_fingerprint(fp, payload, expires_at, (
                 score if flags & HAS_SCORE else None, rank if flags & HAS_RANK else None,
