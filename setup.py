@@ -80,10 +80,7 @@ extensions = [
     # The WAL's framing and frame scanner; they checksum with zlib's crc32
     # (zlib.h comes with Python's development headers on Debian).
     native("engine._frames", libraries=["z"]),
-    # The dedupe table's store (see rankd.engine.dedupe); it cimports the
-    # index's SipHash.
-    native("engine._dedupe"),
-    # The compact event-id store: fingerprints, 24-byte records (see
+    # The dedupe table's store, compact: fingerprints, 24-byte records (see
     # rankd.engine.idstore); it cimports the index's SipHash.
     native("engine._idstore"),
     # Recovery's replay of SUBMIT records (see rankd.engine.replay).

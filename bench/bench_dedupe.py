@@ -1,7 +1,10 @@
 """The dedupe table's stores side by side: the compact FingerprintLog
-(``rankd.engine._idstore``: fingerprints, 24-byte records), the native
-PackedLog it succeeds (ids and packed answers, unchanged since main at
-2026-11-29 19:05) and the pure-Python DictLog (a dict of ``str -> bytes``).
+(``rankd.engine._idstore``: fingerprints, 24-byte records) behind the
+``DedupeTable`` the daemon holds (``compact``), and, from the sources of an
+older tree (``--base``, e.g. a checkout of 157be2a), the native PackedLog it
+succeeded (``native``: ids and packed answers) and the pure-Python DictLog
+(``python``: a dict of ``str -> bytes``); the pure-Python twin of the
+compact store is ``compact-python``.
 
 A busy board remembers every event id of the last day, and nearly every
 submission asks about an id the table has never seen, then remembers it.
@@ -23,7 +26,8 @@ Run from the project root (the native store built)::
 
     python bench/bench_dedupe.py
     python bench/bench_dedupe.py --sizes 100000,1000000 --ops 100000
-    python bench/bench_dedupe.py --ids uuid --stores native,compact --sizes 1000000,10000000
+    python bench/bench_dedupe.py --base /work/wt-base --ids uuid --stores native,compact \
+        --sizes 1000000,10000000
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import resource
 import statistics
 import struct
@@ -63,8 +68,8 @@ def make_member(kind: str, n: int) -> str:
 
 
 def worker(store: str, size: int, ops: int, repeats: int, ids: str) -> dict[str, float]:
-    if store == "compact":
-        return compact_worker(size, ops, repeats, ids)
+    if store.startswith("compact"):
+        return compact_worker(size, ops, repeats, ids, store == "compact-python")
     if store == "native":
         from rankd.engine._dedupe import PackedLog as Log
     else:
@@ -99,13 +104,16 @@ def worker(store: str, size: int, ops: int, repeats: int, ids: str) -> dict[str,
             "snapshot_mb": copied / 1e6, "longest_ms": longest * 1e3}
 
 
-def compact_worker(size: int, ops: int, repeats: int, ids: str) -> dict[str, float]:
-    """The same for ``FingerprintLog``, whose put takes the payload (member,
+def compact_worker(size: int, ops: int, repeats: int, ids: str,
+                   pure: bool) -> dict[str, float]:
+    """The same for the daemon's ``DedupeTable`` on ``FingerprintLog`` (or,
+    ``pure``, ``FingerprintDict``), whose put takes the payload (member,
     content fingerprint) and the answer rather than a packed entry."""
-    from rankd.engine._idstore import FingerprintLog
+    from rankd.engine.dedupe import DedupeTable
+    from rankd.engine.idstore import FingerprintDict
 
     baseline = rss_bytes()
-    log = FingerprintLog()
+    log = DedupeTable(FingerprintDict() if pure else None).log
     put = log.put
     clock = time.perf_counter
     longest = 0.0
@@ -141,7 +149,9 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--ids", choices=("tcp", "uuid"), default="tcp")
-    parser.add_argument("--stores", default="python,native,compact")
+    parser.add_argument("--stores", default="compact")
+    parser.add_argument("--base", help="the root of an older tree: its sources run the "
+                        "'native' and 'python' stores (PackedLog, DictLog)")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -156,10 +166,15 @@ def main() -> None:
         figures = {}
         stores = args.stores.split(",")
         for store in stores:
+            env = dict(os.environ)
+            if store in ("native", "python"):
+                if not args.base:
+                    parser.error(f"the {store!r} store is gone from this tree: give --base")
+                env["PYTHONPATH"] = os.path.join(args.base, "src")
             out = subprocess.run(
                 [sys.executable, __file__, "--ops", str(args.ops), "--repeats",
                  str(args.repeats), "--ids", args.ids, "--worker", store, str(size)],
-                check=True, capture_output=True, text=True).stdout
+                check=True, capture_output=True, text=True, env=env).stdout
             figures[store] = f = json.loads(out)
             print(f"{size:>10,}  {store:>7}  {f['ns']:>7.0f}  {f['bytes']:>9.1f}  "
                   f"{f['snapshot_s']:>7.3f} s {f['snapshot_mb']:>4.0f} MB"

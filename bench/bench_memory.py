@@ -40,6 +40,19 @@ RSS sampled every second; printed: RSS at the start, at the end and its
 maximum, and the growth in per cent.  The issue's hour is ``--churn-seconds
 3600``; 60 is the short form.
 
+``--event-ids N`` measures instead what remembered event ids cost the
+daemon: a ``sum`` board takes ``N`` submissions over the TCP protocol, in
+batches of 1,000, each with a fresh UUID event id and one of 1,000
+19-byte members (so the index stays small); printed: the RSS growth per
+remembered id, once a snapshot was taken (settled as ``live`` above), the
+load's high-water mark per id, and the snapshot's peak over the live RSS.
+With ``--base DIR`` the same runs first on the daemon of an older tree's
+sources (``DIR/src``, e.g. a checkout of 157be2a, before the compact
+event-id store), side by side; ``--no-ids-too`` adds the same load
+without event ids (what the rest of the daemon grows by)::
+
+    python bench/bench_memory.py --event-ids 1000000 --base /work/wt-base
+
 Each server runs alone (one at a time); the two cores are shared with the
 loader.  Run from the project root with the native extensions built.
 """
@@ -468,6 +481,54 @@ def churn(server: Redis | Rankd, members: int, seconds: float, seed: int) -> dic
             "max_growth": max(samples) / start_rss - 1}
 
 
+def event_ids(directory: Path, count: int, src: Path | None,
+              with_ids: bool = True) -> dict[str, float]:
+    """The ``--event-ids`` figures of the daemon of ``src`` (None: this
+    tree); without ``with_ids``, of the same load with no event ids (what
+    the rest of the daemon grows by)."""
+    import uuid
+
+    from rankd.client import Client
+
+    env = {} if src is None else {"PYTHONPATH": str(src)}
+    directory.mkdir(parents=True, exist_ok=True)
+    daemon = Daemon(directory / "data", "--fsync", "everysec", env=env)
+    daemon.start(timeout=600)
+    try:
+        assert daemon.process is not None
+        pid = daemon.process.pid
+        daemon.request("PUT", "/v1/boards/ids", {"policy": "sum"})
+        names = [member(i).decode() for i in range(1000)]
+        with Client("127.0.0.1", daemon.tcp_port) as client:
+            client.submit_many([{"member": name, "delta": 1} for name in names], board="ids")
+            time.sleep(0.5)
+            empty = rss(pid)
+            reset_hwm(pid)
+            started = time.monotonic()
+            for start in range(0, count, 1000):
+                events = [{"member": names[n % 1000], "delta": 1,
+                           "event_id": str(uuid.UUID(int=random.getrandbits(128)))}
+                          if with_ids else {"member": names[n % 1000], "delta": 1}
+                          for n in range(start, min(start + 1000, count))]
+                results = client.submit_many(events, board="ids")["results"]
+                if any("error" in r or r.get("duplicate") for r in results):
+                    raise RuntimeError(f"a submission failed: {results[:3]}")
+            load_seconds = time.monotonic() - started
+        load_peak = hwm(pid)
+        status_code, body = daemon.request("POST", "/v1/admin/snapshot")
+        if status_code != 200:
+            raise RuntimeError(f"snapshot: {status_code} {body!r}")
+        live = settled_rss(pid, 3.0)
+        reset_hwm(pid)
+        daemon.request("POST", "/v1/admin/snapshot")
+        snapshot_peak = hwm(pid)
+    finally:
+        daemon.stop(timeout=600)
+    return {"ids": count, "per_id": (live - empty) / count,
+            "load_peak_per_id": (load_peak - empty) / count,
+            "snapshot_peak": snapshot_peak / live, "live": live, "load_seconds": load_seconds}
+
+
 def servers(root: Path, variants: list[str]) -> list[Callable[[], Redis | Rankd]]:
     made = []
 
@@ -498,7 +559,29 @@ def main() -> int:
     parser.add_argument("--no-redis", action="store_true", help="rankd only")
     parser.add_argument("--seed", type=int, default=47)
     parser.add_argument("--json", action="store_true", help="also print raw figures as JSON")
+    parser.add_argument("--event-ids", type=int, default=0,
+                        help="measure remembered event ids instead (this many)")
+    parser.add_argument("--base", type=Path,
+                        help="with --event-ids: also the daemon of this older tree")
+    parser.add_argument("--no-ids-too", action="store_true",
+                        help="with --event-ids: also the same load without event ids")
     args = parser.parse_args()
+    if args.event_ids:
+        random.seed(args.seed)
+        print(f"\n{args.event_ids:,} submissions with UUID event ids over TCP, 1,000 members")
+        print("| daemon | B/remembered id (live) | load peak B/id | snapshot peak / live | "
+              "live MiB | load s |")
+        print("|---|---|---|---|---|---|")
+        runs = ([("base", args.base / "src", True)] if args.base else []) + [
+            ("this tree", None, True)] + ([("this tree, no event ids", None, False)]
+                                          if args.no_ids_too else [])
+        with tempfile.TemporaryDirectory(prefix="rankd-bench-ids-") as tmp:
+            for i, (name, src, with_ids) in enumerate(runs):
+                e = event_ids(Path(tmp) / str(i), args.event_ids, src, with_ids)
+                print(f"| {name} | {e['per_id']:.1f} | {e['load_peak_per_id']:.1f} | "
+                      f"{e['snapshot_peak']:.2f} | {e['live'] / MiB:.0f} | "
+                      f"{e['load_seconds']:.1f} |", flush=True)
+        return 0
     sizes = [int(s) for s in args.members.split(",")] + ([10_000_000] if args.big else [])
     variants = args.variant or ["plain"]
     raw: dict[str, object] = {}

@@ -13,6 +13,7 @@ installed by the session from the committed lockfiles (``npm_deps``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from pathlib import Path
@@ -85,6 +86,23 @@ def python_cls() -> type:
 @pytest.fixture(scope="session")
 def native_cls() -> type:
     return load_implementation("native")
+
+
+@pytest.fixture(scope="module")
+def same_event_id_keys() -> Any:
+    """Dedupe tables made meanwhile all take one fingerprint key (in both
+    stores), so that tests comparing two boards' state side by side (native
+    against reference) compare the same fingerprints; random keys again after."""
+    from rankd.engine import idstore
+
+    modules: list[Any] = [idstore]
+    with contextlib.suppress(ImportError):  # (not built: the pure store only)
+        modules.append(importlib.import_module("rankd.engine._idstore"))
+    for module in modules:
+        module._set_test_key(bytes(range(16)))
+    yield
+    for module in modules:
+        module._set_test_key(None)
 
 
 ROOT = Path(__file__).resolve().parent.parent

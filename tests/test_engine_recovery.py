@@ -4,9 +4,11 @@ and a crash test that SIGKILLs a live engine again and again."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,9 +18,8 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import FakeClock, engine_config, run, sub
-from rankd.engine import records
+from rankd.engine import idstore, records
 from rankd.engine import settings as engine_module
-from rankd.engine.dedupe import DedupeTable
 from rankd.engine.engine import Engine
 from rankd.engine.errors import EventConflict
 
@@ -250,19 +251,21 @@ def test_sigkill_never_loses_an_acknowledged_event(tmp_path, fsync):
     assert total >= len(acked)
 
 
-@pytest.mark.parametrize("old_kind", ["dedupe", "event_id_columns"])
+@pytest.mark.parametrize("old_kind", ["dedupe", "event_id_columns", "event_ids"])
 def test_event_ids_of_a_snapshot_in_an_older_format_are_still_remembered(tmp_path, old_kind):
     """Snapshots written before event ids were stored as a log load the
-    same: 'event_id_columns' (packed entries, as columns) and, older still,
-    'dedupe' (``[event_id, expires_at, result]`` entries)."""
-    clock = FakeClock()
+    same: 'event_id_columns' (packed entries, as columns), 'event_ids' (a
+    map of them) and, older still, 'dedupe' (``[event_id, expires_at,
+    result]`` entries).  They are made from the log chunks of a snapshot
+    the code before the compact store wrote (test_event_id_store_switch)."""
+    fixture = HERE / "data" / "event-ids-2026-11"
+    shutil.copytree(fixture, tmp_path, dirs_exist_ok=True)
+    clock = FakeClock(json.loads((fixture / "answers.json").read_text())["clock"])
 
     async def scenario():
         engine = await Engine.open(engine_config(tmp_path), clock=clock)
-        await engine.put_board("b", {"policy": "sum"})
-        first = await engine.submit(sub("b", "ann", delta=5, event_id="e1"))
-        await engine.submit(sub("b", "bob", delta=7, event_id="e2"))
-        await engine.snapshot()
+        first = await engine.submit(sub("b", "m1", delta=1.5, event_id="e1"))
+        assert first["duplicate"]
         await engine.close(snapshot=False)
 
         lsn, sections = engine.snapshots.latest()
@@ -270,27 +273,32 @@ def test_event_ids_of_a_snapshot_in_an_older_format_are_still_remembered(tmp_pat
         for payload in sections:
             section = records.decode(payload)
             if section[0] == "event_id_log":
-                table = DedupeTable()
-                table.load_log(section[2])
+                pairs = idstore.read_old_chunk(section[2])
                 if old_kind == "dedupe":
-                    section = ["dedupe", section[1],
-                               [[event_id, expires_at, list(result)]
-                                for event_id, expires_at, result in table.items()]]
+                    section = ["dedupe", section[1], [
+                        [event_id, expires_at, list(result)] for event_id, (expires_at, result)
+                        in ((e, idstore.unpack_old_entry(p)) for e, p in pairs)]]
+                elif old_kind == "event_ids":
+                    section = ["event_ids", section[1], dict(pairs)]
                 else:
-                    pairs = table.packed_items()
                     section = ["event_id_columns", section[1], [e for e, _ in pairs],
                                [p for _, p in pairs]]
             old_format.append(records.encode(list(section)))
         assert any(records.decode(p)[0] == old_kind for p in old_format)
+        for path in (tmp_path / "snapshots").iterdir():
+            path.unlink()
         writer = engine.snapshots.begin(lsn)
         for payload in old_format:
             writer.add(payload)
         writer.commit()
 
         engine = await Engine.open(engine_config(tmp_path), clock=clock)
-        again = await engine.submit(sub("b", "ann", delta=5, event_id="e1"))
-        assert again == {**first, "duplicate": True}
-        assert engine.standing("b", "ann")["score"] == 5.0
+        again = await engine.submit(sub("b", "m1", delta=1.5, event_id="e1"))
+        assert again == first
+        digest = engine.digest()
+        with pytest.raises(EventConflict):
+            await engine.submit(sub("b", "m1", delta=2.5, event_id="e1"))
+        assert engine.digest() == digest
         await engine.close(snapshot=False)
 
     run(scenario())
@@ -329,8 +337,8 @@ def test_writes_during_a_snapshot_survive_a_restart(tmp_path, monkeypatch):
         await engine.close(snapshot=False)
         # Chunk by chunk: labels as columns, event ids as a log.
         kinds = [records.decode(p)[0] for p in engine.snapshots.latest()[1]]
-        assert kinds.count("label_columns") > 1 and kinds.count("event_id_log") > 1
-        assert not {"labels", "event_ids", "event_id_columns"} & set(kinds)
+        assert kinds.count("label_columns") > 1 and kinds.count("event_id_store") > 1
+        assert not {"labels", "event_ids", "event_id_columns", "event_id_log"} & set(kinds)
 
         engine = await Engine.open(engine_config(tmp_path), clock=clock)
         assert engine.digest() == digest

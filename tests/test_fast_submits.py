@@ -36,6 +36,9 @@ from rankd.security import Gate
 from rankd.security.auth import AuthConfig, Authenticator
 from rankd.security.limits import LimitsConfig, RateLimiter
 
+# Native and reference boards are compared side by side: one dedupe key.
+pytestmark = pytest.mark.usefixtures("same_event_id_keys")
+
 MAX_FRAME = 4096
 
 

@@ -26,6 +26,9 @@ from rankd.engine.errors import EngineError
 from rankd.engine.ingest import ingest_python
 from rankd.engine.submission import Submission
 
+# Native and reference boards are compared side by side: one dedupe key.
+pytestmark = pytest.mark.usefixtures("same_event_id_keys")
+
 TTL = 3600.0
 TOLERANCE = 300.0
 #: (Names of every kind: the kernel writes only compact ASCII ones itself.)

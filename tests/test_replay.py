@@ -18,6 +18,9 @@ from rankd.engine.config import BoardConfig
 from rankd.engine.frames import MAX_LSN, frame_many
 from rankd.engine.replay import Pending, gather_submit, replay_submits_python
 
+# Native and reference boards are compared side by side: one dedupe key.
+pytestmark = pytest.mark.usefixtures("same_event_id_keys")
+
 BOARD = "arena"
 TTL = 86_400.0
 

@@ -18,7 +18,7 @@ T = TypeVar("T")
 CHOSEN: dict[str, str] = {}
 #: The names the daemon reports them by (metrics, the start-up line).
 PARTS = {"rankd._skiplist": "index", "rankd.engine._ingest": "ingest",
-         "rankd.engine._frames": "wal_frames", "rankd.engine._dedupe": "dedupe",
+         "rankd.engine._frames": "wal_frames", "rankd.engine._idstore": "dedupe",
          "rankd.engine._replay": "replay", "rankd.frontends._submits": "tcp_scanner",
          "rankd.frontends.resp._scanner": "resp_scanner", "rankd.engine._reads": "resp_reads",
          "rankd.frontends._lanes": "lanes", "rankd.engine._intake": "intake",

@@ -38,8 +38,8 @@ them and ships them to Postgres.
 ``replay``          recovery's replay of SUBMIT records (native ``_replay``
                     when built)
 ``snapshot``        atomic snapshot files
-``dedupe``          event-id table with a TTL (its store native ``_dedupe``
-                    when built)
+``dedupe``          event-id table with a TTL (its store ``idstore``: keyed
+                    fingerprints, native ``_idstore`` when built)
 ``postgres``        schema, WAL shipping and restore (optional)
 ``groups``          which board group a board name belongs to (the cluster
                     routes and logs by group)

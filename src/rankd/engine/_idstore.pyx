@@ -2,9 +2,13 @@
 """The compact event-id store: ≤ 32 bytes per remembered id.
 
 What it owns: for one board, every event id accepted in the last
-``dedupe_ttl``, and the answer a retry of it repeats.  It is the successor
-of :class:`rankd.engine._dedupe.PackedLog` (90 to 140 bytes an id: the id's
-bytes, the member's, and the answer in doubles); its pure-Python twin is
+``dedupe_ttl``, and the answer a retry of it repeats: the store of the
+board's :class:`rankd.engine.dedupe.DedupeTable`.  Live ingest (``_ingest``)
+and replay (``_replay``) call its C entry points (``_idstore.pxd``:
+``c_id_fingerprint``, ``c_live``, ``c_payload``, ``c_put``, ``c_prefetch``),
+with no Python call per event.  It succeeded ``PackedLog`` (until
+2026-11-29: 90 to 140 bytes an id, the id's bytes, the member's, and the
+answer in doubles); its pure-Python twin is
 :class:`rankd.engine.idstore.FingerprintDict`, which reads and writes the
 same portable snapshot form.
 
@@ -76,47 +80,14 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memmove
 
-from rankd._skiplist cimport (HUGE_CHUNK, rk_free_table, rk_grow_map, rk_siphash13, rk_unmap,
-                              rk_zeroed_table)
+from rankd._skiplist cimport (HUGE_CHUNK, rk_free_table, rk_grow_map, rk_prefetch, rk_siphash13,
+                              rk_unmap, rk_zeroed_table)
 
 import os
 import struct
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
-
-cdef extern from *:
-    """
-    typedef struct ids_record {
-        uint64_t word;      /* id fingerprint (56 bits) << 8 | flags */
-        uint32_t payload;   /* payload fingerprint */
-        int32_t score;
-        int32_t previous;
-        uint32_t rank;
-    } ids_record;
-    static inline size_t ids_fastrange(uint64_t h, size_t n) {
-        return (size_t)(((unsigned __int128)h * n) >> 64);
-    }
-    """
-    ctypedef struct ids_record:
-        uint64_t word
-        uint32_t payload
-        int32_t score
-        int32_t previous
-        uint32_t rank
-    size_t ids_fastrange(uint64_t h, size_t n) nogil
-
-
-cdef enum:
-    CHANGED = 1
-    HAS_SCORE = 2
-    HAS_PREVIOUS = 4
-    HAS_RANK = 8
-    WIDE = 16
-    DEAD = 32
-    MEMBER_ONLY = 64            # payload fingerprint of the member alone (old snapshots)
-    PORTABLE_FLAGS = CHANGED | HAS_SCORE | HAS_PREVIOUS | HAS_RANK | MEMBER_ONLY
-    MAX_FIELD = 65535
 
 # Keys of the payload fingerprint are the id's, xored with this ("payload!").
 cdef uint64_t PAYLOAD_KEY = 0x21646167c6f6170
@@ -134,6 +105,20 @@ _HEAD = struct.Struct("<4sQQ")
 _MAGIC = b"RKI1"
 _CONTENT = struct.Struct("<Q")
 _SIZE = struct.Struct("<I")
+
+
+# For tests: the fingerprint keys of tables made from now on (None: random).
+cdef object _test_key = None
+
+
+def _set_test_key(key):
+    """For tests: tables made from now on take the 16-byte ``key`` (None:
+    a random one each, as always outside tests), so that two tables built
+    side by side hold the same fingerprints."""
+    global _test_key
+    if key is not None and len(key) != 16:
+        raise ValueError("a fingerprint key is 16 bytes")
+    _test_key = None if key is None else bytes(key)
 
 
 def _set_rebase_at(uint64_t records):
@@ -184,32 +169,14 @@ cdef class FingerprintLog:
     """``event id -> answer`` by fingerprints, in arrival order (see the module
     docstring).  The same API as :class:`rankd.engine.idstore.FingerprintDict`."""
 
-    cdef ids_record *records      # physical array; logical number = base + index
-    cdef Py_ssize_t size, cap, head
-    cdef bint mapped
-    cdef uint64_t base
-    cdef uint64_t renumbered      # subtracted from logical numbers so far
-    cdef double *blocks           # per physical block: the latest expiry put into it
-    cdef Py_ssize_t blocks_cap
-    cdef uint8_t *tags
-    cdef uint32_t *slots          # logical number + 1 (valid where the tag is not 0)
-    cdef size_t n
-    cdef uint8_t *old_tags
-    cdef uint32_t *old_slots
-    cdef size_t old_n
-    cdef uint64_t moved_to, moving_end
-    cdef Py_ssize_t count
-    cdef readonly uint64_t k0, k1
-    cdef uint64_t changes
-    cdef dict wide               # logical number -> (score, rank, previous)
-    cdef int bb                  # log2 of the records per expiry time
 
     def __cinit__(self):
-        key = os.urandom(16)
+        key = os.urandom(16) if _test_key is None else _test_key
         self.k0 = int.from_bytes(key[:8], "little")
         self.k1 = int.from_bytes(key[8:], "little")
         self.wide = {}
         self.bb = _block_bits
+        self.memo_changes = <uint64_t>-1
         self._new_table(_min_slots)
 
     def __dealloc__(self):
@@ -274,7 +241,7 @@ cdef class FingerprintLog:
 
     # --- finding ---------------------------------------------------------------------
 
-    cdef inline ids_record *_rec(self, uint32_t slot) noexcept:
+    cdef ids_record *_rec(self, uint32_t slot) noexcept:
         return &self.records[<uint64_t>(slot - 1) - self.base]
 
     cdef size_t _find(self, uint64_t fp) noexcept:
@@ -303,6 +270,27 @@ cdef class FingerprintLog:
             if i == self.old_n:
                 i = 0
         return NULL
+
+    cdef void c_prefetch(self, uint64_t fp) noexcept:
+        """Start loading the tag ``fp``'s lookup reads first."""
+        rk_prefetch(&self.tags[ids_fastrange(fp << 8, self.n)])
+
+    cdef bint c_live(self, uint64_t fp, double now) noexcept:
+        """Whether the id of fingerprint ``fp`` is remembered and not expired
+        (whatever its payload: a retry, or a conflict).  The lookup is kept
+        for a ``c_put`` of ``fp`` right after (the ingest of a new id), so
+        that it does not probe again."""
+        cdef size_t i = self._find(fp)
+        cdef ids_record *record = NULL
+        if self.tags[i] != 0:
+            record = self._rec(self.slots[i])
+        elif self.old_tags != NULL:
+            record = self._find_moving(fp)
+        self.memo_fp = fp
+        self.memo_changes = self.changes
+        self.memo_slot = i
+        self.memo_record = record
+        return record != NULL and self._live(record, now)
 
     cdef ids_record *_lookup(self, uint64_t fp) noexcept:
         cdef size_t i = self._find(fp)
@@ -348,6 +336,7 @@ cdef class FingerprintLog:
             self.old_slots = NULL
 
     cdef int _resize(self, size_t n) except -1:
+        self.changes += 1  # (slots move: c_live's lookup is stale)
         if self.old_tags != NULL:
             self._move(<size_t>-1)
         cdef uint8_t *tags = self.tags
@@ -367,6 +356,7 @@ cdef class FingerprintLog:
         cdef Py_ssize_t live = self.size - front
         cdef Py_ssize_t cap
         cdef char *data
+        self.changes += 1  # (records move: c_live's lookup is stale)
         if front and front >= live:
             memmove(self.records, self.records + front, live * sizeof(ids_record))
             memmove(self.blocks, self.blocks + (front >> self.bb),
@@ -427,21 +417,26 @@ cdef class FingerprintLog:
             self._resize(self.n + max(self.n // 4, 1))
         if self.size == self.cap:
             self._make_room()
+        # (C constants throughout: no Python object per put)
         wide = ((flags & HAS_SCORE and not _exact32(score))
                 or (flags & HAS_PREVIOUS and not _exact32(previous))
-                or (flags & HAS_RANK and rank > 0xFFFFFFFF))
+                or (flags & HAS_RANK and rank > <uint64_t>0xFFFFFFFF))
         logical = self.base + self.size
         if wide:
             self.wide[logical] = (score if flags & HAS_SCORE else None,
                                   rank if flags & HAS_RANK else None,
                                   previous if flags & HAS_PREVIOUS else None)
             flags |= WIDE
-        i = self._find(fp)
-        record = NULL
-        if self.tags[i] != 0:
-            record = self._rec(self.slots[i])
-        elif self.old_tags != NULL:
-            record = self._find_moving(fp)
+        if fp == self.memo_fp and self.changes == self.memo_changes:
+            i = self.memo_slot  # (c_live's lookup, nothing changed since)
+            record = self.memo_record
+        else:
+            i = self._find(fp)
+            record = NULL
+            if self.tags[i] != 0:
+                record = self._rec(self.slots[i])
+            elif self.old_tags != NULL:
+                record = self._find_moving(fp)
         if record != NULL:
             self._kill(record)
             self.count -= 1

@@ -15,7 +15,7 @@ through their C entry points (one hash lookup and one search per changed
 window; the write returns the new rank), encoded as its WAL record by a C
 msgpack writer, noted in the dedupe table and labels, and answered.  No
 Python object is made but the ones the state or the caller keeps: the
-record's bytes, the dedupe entry and the answer.
+record's bytes and the answer (the dedupe store keeps fingerprints).
 
 Anything else - an error of any kind, a duplicate event id, an explicit
 timestamp, non-ASCII text, a number of an unexpected type, a condition
@@ -33,18 +33,18 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.math cimport fabs, isfinite, signbit
-from libc.stdint cimport uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.stdint cimport uint32_t, uint64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp
 
 from rankd._skiplist cimport MAX_EXACT_INT, MAX_MEMBER_BYTES, RankIndex
 from rankd.engine._packed cimport (
     NUMBER_FLOAT, NUMBER_INT, NUMBER_NIL, Number, Packed, PackedResult, PackedSubmission,
 )
-from rankd.engine._dedupe cimport PackedLog
+from rankd.engine._idstore cimport FingerprintLog, answer_flags
 from rankd.engine._packing cimport (
-    ENTRY_BYTES, FINGERPRINT_BYTES, Writer, content_fingerprint, put_array, put_bool,
-    put_float, put_int, put_nil, put_str,
-    write_dedupe_entry, writer_free,
+    Writer, content_fingerprint, put_array, put_bool, put_float, put_int, put_nil, put_str,
+    writer_free,
 )
 
 cdef extern from "Python.h":
@@ -76,7 +76,7 @@ cdef struct Plan:
     PyObject *board
     PyObject *name
     PyObject *labels      # dict
-    PyObject *entries     # the dedupe table's store, a PackedLog
+    PyObject *entries     # the dedupe table's store, a FingerprintLog
     int policy
     bint desc
     bint has_min, has_max, has_max_delta
@@ -188,7 +188,7 @@ cdef int _plan(Plan *plan, object board, object now, list keep) except -1:
     plan.name = <PyObject *>name
     labels = board.labels
     entries = board.dedupe.log
-    if type(entries) is not PackedLog:
+    if type(entries) is not FingerprintLog:
         return 1
     keep.append(labels)
     keep.append(entries)
@@ -283,9 +283,15 @@ cdef struct Input:
     PyObject *member_str    # the member as a str, or NULL: made when a label needs it
     const char *event_id    # ASCII, or NULL
     Py_ssize_t event_id_size
+    uint64_t event_fp       # the event id's fingerprint in the board's dedupe store
     PyObject *label         # str or NULL
     double value
     bint is_delta           # value is an increment (sum boards; latest ones' ZINCRBY)
+
+
+cdef struct KnownFp:
+    PyObject *store       # the dedupe store it was computed for (NULL: none)
+    uint64_t fp
 
 
 cdef class _Kernel:
@@ -305,6 +311,10 @@ cdef class _Kernel:
     cdef dict plan_of          # board name -> plan slot, or -1: reference only
     cdef list keep             # owns what the plans point at
     cdef Writer w
+    # Event ids' fingerprints, computed when a run is prefetched, for its
+    # ingest: two runs' worth (the one ingested, the next), by run parity.
+    cdef KnownFp *fps[2]
+    cdef Py_ssize_t fps_cap[2]
 
     def __cinit__(self, dict boards, double now, Py_ssize_t first_lsn, double dedupe_ttl,
                   double ts_tolerance):
@@ -324,9 +334,24 @@ cdef class _Kernel:
         self.keep = []
         self.w.data = NULL
         self.w.size = self.w.cap = 0
+        self.fps[0] = self.fps[1] = NULL
+        self.fps_cap[0] = self.fps_cap[1] = 0
 
     def __dealloc__(self):
         writer_free(&self.w)
+        free(self.fps[0])
+        free(self.fps[1])
+
+    cdef KnownFp *known_fps(self, int parity, Py_ssize_t count) except NULL:
+        """Room for ``count`` fingerprints of the runs of this ``parity``."""
+        cdef void *grown
+        if count > self.fps_cap[parity] or self.fps[parity] == NULL:
+            grown = realloc(self.fps[parity], max(count, 16) * sizeof(KnownFp))
+            if grown == NULL:
+                raise MemoryError()
+            self.fps[parity] = <KnownFp *>grown
+            self.fps_cap[parity] = max(count, 16)
+        return self.fps[parity]
 
     cdef object result(self, list answers):
         return _Ingested(answers, self.payloads, self.names, self.rejected, self.duplicates)
@@ -377,17 +402,13 @@ cdef class _Kernel:
         return self.plan(PyUnicode_DecodeASCII(name, size, NULL))
 
     cdef bint duplicate_or_live(self, Plan *plan, const char *event_id,
-                                Py_ssize_t event_id_size) noexcept:
+                                Py_ssize_t event_id_size, uint64_t *fp) noexcept:
         """Whether ``event_id`` is remembered and not expired (the reference
-        then answers it as a duplicate)."""
-        cdef double expires_at
-        cdef Py_ssize_t size
-        cdef const char *entry = (<PackedLog>plan.entries).c_entry(
-            event_id, event_id_size, &size)
-        if entry == NULL:
-            return False
-        memcpy(&expires_at, entry, 8)
-        return expires_at > self.now
+        then answers it, as a duplicate or a conflict); its fingerprint into
+        ``fp``, for the write."""
+        # (casts, not a variable: no reference counting per submission)
+        fp[0] = (<FingerprintLog>plan.entries).c_id_fingerprint(event_id, event_id_size)
+        return (<FingerprintLog>plan.entries).c_live(fp[0], self.now)
 
     cdef bint score(self, Plan *plan, Input *sub, Change *changes) noexcept:
         """Every window's change (reads only); False where the reference must
@@ -431,9 +452,9 @@ cdef class _Kernel:
         """Write a scored submission: indexes, WAL record, dedupe table,
         labels, version.  Nothing can fail here but memory."""
         cdef Writer *w = &self.w
-        cdef Py_ssize_t lsn = self.first_lsn + len(self.payloads), rank = 0, size
-        cdef char entry[ENTRY_BYTES + FINGERPRINT_BYTES + MAX_MEMBER_BYTES]
+        cdef Py_ssize_t lsn = self.first_lsn + len(self.payloads), rank = 0
         cdef uint64_t fingerprint
+        cdef uint32_t payload
         cdef int i, nupdates = 0
         cdef RankIndex index
         out.rank = 0
@@ -506,11 +527,11 @@ cdef class _Kernel:
                 sub.is_delta, sub.value,
                 NULL if sub.label == NULL else _chars(<object>sub.label),
                 0 if sub.label == NULL else PyUnicode_GET_LENGTH(<object>sub.label))
-            size = write_dedupe_entry(
-                entry, <double>self.now_ms / 1000.0 + self.dedupe_ttl, True, out.score,
-                out.has_previous, out.previous, True, out.rank, out.changed, fingerprint,
-                sub.member, sub.member_size)
-            (<PackedLog>plan.entries).c_put(sub.event_id, sub.event_id_size, entry, size)
+            payload = (<FingerprintLog>plan.entries).c_payload(
+                sub.member, sub.member_size, fingerprint, True)
+            (<FingerprintLog>plan.entries).c_put(sub.event_fp, payload, <double>self.now_ms / 1000.0 + self.dedupe_ttl,
+                        answer_flags(True, out.has_previous, True, out.changed),
+                        out.score, out.previous, out.rank)
         if nupdates:
             plan.writes += 1
         if not plan.named:
@@ -545,7 +566,8 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
                       and submission.ts is None and submission.condition == 0)
             if native and event_id is not None:
                 native = not kernel.duplicate_or_live(plan, _chars(event_id),
-                                                      PyUnicode_GET_LENGTH(event_id))
+                                                      PyUnicode_GET_LENGTH(event_id),
+                                                      &sub.event_fp)
             if native:
                 sub.is_delta = plan.policy == POLICY_SUM or (
                     plan.policy == POLICY_LATEST and submission.delta is not None)
@@ -603,35 +625,44 @@ def ingest_packed(dict boards, list runs, double now, Py_ssize_t first_lsn,
     # submission rarely waits for memory to find its member or event id.
     try:
         if n:
-            _prefetch(kernel, <Packed>runs[0], False)
+            _prefetch(kernel, <Packed>runs[0], False, 0)
         for k in range(n):
             packed = <Packed>runs[k]
             if k + 1 < n:
-                _prefetch(kernel, <Packed>runs[k + 1], False)
-            _prefetch(kernel, packed, True)
-            _ingest_run(kernel, packed)
+                _prefetch(kernel, <Packed>runs[k + 1], False, (k + 1) & 1)
+            _prefetch(kernel, packed, True, k & 1)
+            _ingest_run(kernel, packed, kernel.fps[k & 1])
     finally:
         kernel.flush()
     return kernel.result(None)
 
 
-cdef void _prefetch(_Kernel kernel, Packed packed, bint nodes) except *:
+cdef void _prefetch(_Kernel kernel, Packed packed, bint nodes, int parity) except *:
     """Start loading what a run's lookups read first: each event id's slot
-    in its dedupe table and each member's in its indexes' hash tables; or,
-    with ``nodes`` (once the slots had time to load), the node each
-    member's slot points to."""
+    in its dedupe table (its fingerprint kept for the ingest, in the
+    kernel's ``fps`` of ``parity``) and each member's in its indexes' hash
+    tables; or, with ``nodes`` (once the slots had time to load), the node
+    each member's slot points to."""
     cdef PackedSubmission *item
     cdef Plan *plan
     cdef Py_ssize_t i
     cdef int w
+    cdef KnownFp *known = NULL
+    if not nodes:
+        known = kernel.known_fps(parity, packed.count)
     for i in range(packed.count):
         item = &packed.items[i]
+        if known != NULL:
+            known[i].store = NULL
         plan = kernel.plan_by_bytes(packed.chars(&item.board), item.board.size)
         if plan == NULL or not 0 < item.member.size <= MAX_MEMBER_BYTES:
             continue
         if (not nodes and item.event_id.present
                 and 0 < item.event_id.size <= MAX_EVENT_ID_BYTES):
-            (<PackedLog>plan.entries).c_prefetch(packed.chars(&item.event_id), item.event_id.size)
+            known[i].store = plan.entries
+            known[i].fp = (<FingerprintLog>plan.entries).c_id_fingerprint(
+                packed.chars(&item.event_id), item.event_id.size)
+            (<FingerprintLog>plan.entries).c_prefetch(known[i].fp)
         for w in range(plan.nwindows):
             if plan.windows[w].index == NULL:
                 continue
@@ -643,7 +674,7 @@ cdef void _prefetch(_Kernel kernel, Packed packed, bint nodes) except *:
                     packed.chars(&item.member), item.member.size)
 
 
-cdef int _ingest_run(_Kernel kernel, Packed packed) except -1:
+cdef int _ingest_run(_Kernel kernel, Packed packed, const KnownFp *known) except -1:
     cdef list answers = [None] * packed.count
     cdef PackedSubmission *item
     cdef Plan *plan
@@ -663,8 +694,12 @@ cdef int _ingest_run(_Kernel kernel, Packed packed) except -1:
                        or (0 < item.event_id.size <= MAX_EVENT_ID_BYTES
                            and _plain(packed.chars(&item.event_id), item.event_id.size))))
         if native and item.event_id.present:
-            native = not kernel.duplicate_or_live(plan, packed.chars(&item.event_id),
-                                                  item.event_id.size)
+            if known[i].store == plan.entries:  # (fingerprinted when prefetched)
+                sub.event_fp = known[i].fp
+                native = not (<FingerprintLog>plan.entries).c_live(sub.event_fp, kernel.now)
+            else:
+                native = not kernel.duplicate_or_live(plan, packed.chars(&item.event_id),
+                                                      item.event_id.size, &sub.event_fp)
         if native:
             sub.is_delta = plan.policy == POLICY_SUM or (
                 plan.policy == POLICY_LATEST and item.delta.kind > NUMBER_NIL)

@@ -7,8 +7,8 @@
   (arrays, ints, float64, str, nil, bool), byte for byte what
   ``msgpack.Packer(use_bin_type=True)`` writes for the same Python values,
   so a record encoded natively is the record ``records.encode`` would give.
-* The dedupe table's packed entry (:mod:`rankd.engine.dedupe`), which
-  live ingest (``_ingest``) and replay (``_replay``) both add.
+* The content fingerprint of a submission (:func:`rankd.engine.dedupe.fingerprint`),
+  which live ingest (``_ingest``) and replay (``_replay``) both compute.
 
 Everything is ``cdef inline``: each module that cimports this file gets
 its own copy, with no call across modules.
@@ -17,18 +17,6 @@ its own copy, with no call across modules.
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
-
-cdef enum:
-    # rankd.engine.dedupe: expires_at, score, previous (f64), rank (i64), flags (u8),
-    # then the content fingerprint (u64, when flagged) and the member's bytes
-    ENTRY_BYTES = 33
-    ENTRY_CHANGED = 1
-    ENTRY_HAS_SCORE = 2
-    ENTRY_HAS_PREVIOUS = 4
-    ENTRY_HAS_RANK = 8
-    ENTRY_HAS_FINGERPRINT = 16
-    FINGERPRINT_BYTES = 8
-
 
 cdef inline uint64_t _fnv1a(uint64_t h, const char *data, Py_ssize_t size) noexcept nogil:
     cdef Py_ssize_t i
@@ -47,35 +35,6 @@ cdef inline uint64_t content_fingerprint(bint is_delta, double value, const char
     head[9] = 0 if label == NULL else 1
     cdef uint64_t h = _fnv1a(<uint64_t>0xcbf29ce484222325, head, 10)
     return h if label == NULL else _fnv1a(h, label, label_size)
-
-
-cdef inline Py_ssize_t write_dedupe_entry(
-        char *p, double expires_at, bint has_score, double score, bint has_previous,
-        double previous, bint has_rank, int64_t rank, bint changed, uint64_t fingerprint,
-        const char *member, Py_ssize_t mlen) noexcept:
-    """Write a packed dedupe entry, as ``rankd.engine.dedupe._pack`` makes it,
-    at ``p`` (room for ``ENTRY_BYTES + FINGERPRINT_BYTES + mlen``); returns
-    its size."""
-    cdef uint8_t flags = ((ENTRY_CHANGED if changed else 0)
-                          | (ENTRY_HAS_SCORE if has_score else 0)
-                          | (ENTRY_HAS_PREVIOUS if has_previous else 0)
-                          | (ENTRY_HAS_RANK if has_rank else 0)
-                          | ENTRY_HAS_FINGERPRINT)
-    if not has_score:
-        score = 0.0
-    if not has_previous:
-        previous = 0.0
-    if not has_rank:
-        rank = 0
-    # Little-endian hosts only, like the rank index (see setup.py).
-    memcpy(p, &expires_at, 8)
-    memcpy(p + 8, &score, 8)
-    memcpy(p + 16, &previous, 8)
-    memcpy(p + 24, &rank, 8)
-    p[32] = <char>flags
-    memcpy(p + ENTRY_BYTES, &fingerprint, FINGERPRINT_BYTES)
-    memcpy(p + ENTRY_BYTES + FINGERPRINT_BYTES, member, mlen)
-    return ENTRY_BYTES + FINGERPRINT_BYTES + mlen
 
 
 # --- reading in place -----------------------------------------------------------------

@@ -24,21 +24,13 @@ from cpython.list cimport PyList_Append
 from cpython.long cimport PyLong_FromLongLong
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from rankd._skiplist cimport MAX_MEMBER_BYTES
-from rankd.engine._dedupe cimport PackedLog
+from rankd.engine._idstore cimport FingerprintLog, answer_flags
 from rankd.engine._frames cimport Frames
-from rankd.engine._packing cimport (
-    ENTRY_BYTES,
-    FINGERPRINT_BYTES,
-    Reader,
-    content_fingerprint,
-    read_be,
-    take,
-    write_dedupe_entry,
-)
+from rankd.engine._packing cimport Reader, content_fingerprint, read_be, take
 
 cdef enum:
     SUBMIT = 3
@@ -238,17 +230,18 @@ cdef inline object _str(Text *t):
     return PyUnicode_DecodeUTF8(t.data, t.size, NULL)
 
 
-cdef int _remember(PackedLog log, Record *rec, double expires_at) except -1:
-    """Note the record's event id and result in the dedupe table, packed as
-    ``rankd.engine.dedupe`` packs them (the member fits: see replay_submits)."""
-    cdef char entry[ENTRY_BYTES + FINGERPRINT_BYTES + MAX_MEMBER_BYTES]
+cdef int _remember(FingerprintLog log, Record *rec, double expires_at) except -1:
+    """Note the record's event id and result in the dedupe table, as
+    ``rankd.engine.ingest.note_submit`` does: the id's fingerprint, the
+    payload's (member and content fingerprint) and the answer."""
     cdef uint64_t fingerprint = content_fingerprint(
         rec.is_delta, rec.value, rec.label.data if rec.label.present else NULL,
         rec.label.size)
-    cdef Py_ssize_t size = write_dedupe_entry(
-        entry, expires_at, rec.has_score, rec.score, rec.has_previous, rec.previous,
-        rec.has_rank, rec.rank, rec.changed, fingerprint, rec.member.data, rec.member.size)
-    return log.c_put(rec.event_id.data, rec.event_id.size, entry, size)
+    cdef uint32_t payload = log.c_payload(rec.member.data, rec.member.size, fingerprint, True)
+    return log.c_put(log.c_id_fingerprint(rec.event_id.data, rec.event_id.size), payload,
+                     expires_at, answer_flags(rec.has_score, rec.has_previous, rec.has_rank,
+                                              rec.changed),
+                     rec.score, rec.previous, <uint64_t>rec.rank)
 
 
 cdef Py_ssize_t _cache_states(Cached *cache, Py_ssize_t *ncached, Update *update, str name,
@@ -302,7 +295,7 @@ def replay_submits(board, batch, Py_ssize_t start, double dedupe_ttl, dict pendi
     cdef Py_ssize_t size
     board_name.data = PyBytes_AS_STRING(name)
     board_name.size = len(name)
-    if type(log) is not PackedLog:
+    if type(log) is not FingerprintLog:
         return start, 0  # the pure-Python store: the caller replays from decoded records
     while stop < count:
         if frames is not None:
@@ -338,7 +331,7 @@ def replay_submits(board, batch, Py_ssize_t start, double dedupe_ttl, dict pendi
         if label is not None:
             PyDict_SetItem(labels, member, label)
         if event_id is not None:
-            _remember(<PackedLog>log, &rec, <double>rec.now_ms / 1000.0 + dedupe_ttl)
+            _remember(<FingerprintLog>log, &rec, <double>rec.now_ms / 1000.0 + dedupe_ttl)
         if rec.nupdates:
             changed += 1
             last_now_ms = rec.now_ms

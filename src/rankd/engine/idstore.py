@@ -6,8 +6,9 @@ explains the design: 56-bit keyed id fingerprints, 32-bit payload
 fingerprints, compact answers, expiry per block of ``BLOCK`` records) on a
 dict kept in arrival order, and writes and reads the same portable
 snapshot form; :func:`load_old_chunk`, which turns a chunk of the old
-``PackedLog``/``DictLog`` form (event ids and packed entries, see
-:mod:`rankd.engine.dedupe`) into fingerprints in either store.
+``PackedLog``/``DictLog`` form (event ids and packed entries, which the
+daemon wrote until 2026-11-29; :func:`read_old_chunk`) into fingerprints
+in either store.
 
 The fingerprints are SipHash-1-3, as the native store computes them (in
 pure Python here: slow, but only the fallback runs it).
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from rankd._native import native_or
 
@@ -35,6 +36,23 @@ _U64 = (1 << 64) - 1
 _CONTENT = struct.Struct("<Q")
 _SIZE = struct.Struct("<I")
 MAX_FIELD = 0xFFFF
+#: The old form (``PackedLog``/``DictLog``, until 2026-11-29): per entry in a
+#: chunk, the id's and entry's sizes; an entry is expires_at, score,
+#: previous, rank, flags, then (flagged) the content fingerprint and the member.
+_OLD_CHUNK_HEADER = struct.Struct("<HH")
+_OLD_ENTRY = struct.Struct("<dddqB")
+_OLD_HAS_FINGERPRINT = 16
+#: For tests: the keys of tables made from now on (None: random; see ``_set_test_key``).
+_test_key: bytes | None = None
+
+
+def _set_test_key(key: bytes | None) -> None:
+    """For tests: tables made from now on take the 16-byte ``key`` (None: a
+    random one each), so that two tables built side by side agree."""
+    global _test_key
+    if key is not None and len(key) != 16:
+        raise ValueError("a fingerprint key is 16 bytes")
+    _test_key = key
 
 
 class Conflict:
@@ -44,41 +62,39 @@ class Conflict:
         return "CONFLICT"
 
 
-def _rotl(x: int, b: int) -> int:
-    return ((x << b) | (x >> (64 - b))) & _U64
+def _sipround(v0: int, v1: int, v2: int, v3: int) -> tuple[int, int, int, int]:
+    """One SipRound, its rotations written out (the fallback's hot loop)."""
+    m = _U64
+    v0 = (v0 + v1) & m
+    v1 = (((v1 << 13) | (v1 >> 51)) & m) ^ v0
+    v0 = ((v0 << 32) | (v0 >> 32)) & m
+    v2 = (v2 + v3) & m
+    v3 = (((v3 << 16) | (v3 >> 48)) & m) ^ v2
+    v0 = (v0 + v3) & m
+    v3 = (((v3 << 21) | (v3 >> 43)) & m) ^ v0
+    v2 = (v2 + v1) & m
+    v1 = (((v1 << 17) | (v1 >> 47)) & m) ^ v2
+    v2 = ((v2 << 32) | (v2 >> 32)) & m
+    return v0, v1, v2, v3
 
 
 def siphash13(k0: int, k1: int, data: bytes) -> int:
     """SipHash-1-3 of ``data`` under the key ``(k0, k1)`` (``rk_siphash13``)."""
     v0, v1 = k0 ^ 0x736F6D6570736575, k1 ^ 0x646F72616E646F6D
     v2, v3 = k0 ^ 0x6C7967656E657261, k1 ^ 0x7465646279746573
-
-    def rounds(count: int) -> None:
-        nonlocal v0, v1, v2, v3
-        for _ in range(count):
-            v0 = (v0 + v1) & _U64
-            v1 = _rotl(v1, 13) ^ v0
-            v0 = _rotl(v0, 32)
-            v2 = (v2 + v3) & _U64
-            v3 = _rotl(v3, 16) ^ v2
-            v0 = (v0 + v3) & _U64
-            v3 = _rotl(v3, 21) ^ v0
-            v2 = (v2 + v1) & _U64
-            v1 = _rotl(v1, 17) ^ v2
-            v2 = _rotl(v2, 32)
-
     end = len(data) - len(data) % 8
-    for offset in range(0, end, 8):
-        m = int.from_bytes(data[offset:offset + 8], "little")
-        v3 ^= m
-        rounds(1)
-        v0 ^= m
+    words = struct.unpack_from(f"<{end // 8}Q", data) if end else ()
+    for word in words:
+        v3 ^= word
+        v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+        v0 ^= word
     b = ((len(data) & 0xFF) << 56) | int.from_bytes(data[end:], "little")
     v3 ^= b
-    rounds(1)
+    v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
     v0 ^= b
     v2 ^= 0xFF
-    rounds(3)
+    for _ in range(3):
+        v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
     return v0 ^ v1 ^ v2 ^ v3
 
 
@@ -95,10 +111,10 @@ class FingerprintDict:
     """``id fingerprint -> remembered answer`` in arrival order (see the module
     docstring): the pure-Python twin of ``FingerprintLog``."""
 
-    __slots__ = ("_bits", "_blocks", "_entries", "_head_block", "_seq", "k0", "k1")
+    __slots__ = ("_bits", "_blocks", "_entries", "_head_block", "_last", "_seq", "k0", "k1")
 
     def __init__(self) -> None:
-        key = os.urandom(16)
+        key = os.urandom(16) if _test_key is None else _test_key
         self.k0 = int.from_bytes(key[:8], "little")
         self.k1 = int.from_bytes(key[8:], "little")
         #: fingerprint -> (payload, flags, sequence number, answer)
@@ -107,6 +123,9 @@ class FingerprintDict:
         self._seq = 0
         self._bits = BLOCK_BITS
         self._head_block = 0  # the oldest block kept
+        # The last id fingerprinted, and its fingerprint: ingest asks about
+        # an id, then remembers it (one SipHash in Python, not two).
+        self._last: tuple[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -118,7 +137,12 @@ class FingerprintDict:
 
     def id_fingerprint(self, event_id: str) -> int:
         """``event_id``'s 56-bit fingerprint."""
-        return siphash13(self.k0, self.k1, event_id.encode()) >> 8
+        last = self._last
+        if last is not None and last[0] == event_id:
+            return last[1]
+        fp = siphash13(self.k0, self.k1, event_id.encode()) >> 8
+        self._last = (event_id, fp)
+        return fp
 
     def payload_fingerprint(self, member: str, content: int | None = None) -> int:
         """The 32-bit fingerprint of what a submission asked for: its member
@@ -228,6 +252,7 @@ class FingerprintDict:
         entries = check_chunk(chunk, self.k0, self.k1, not self._entries)
         if entries:
             _, self.k0, self.k1 = CHUNK_HEAD.unpack_from(chunk)
+            self._last = None  # (of the old keys)
         for fp, payload, flags, expires_at, score, previous, rank in entries:
             self.put_fingerprint(fp, payload, expires_at, (
                 score if flags & HAS_SCORE else None, rank if flags & HAS_RANK else None,
@@ -253,25 +278,87 @@ def check_chunk(chunk: bytes, k0: int, k1: int, adopt: bool) -> list[tuple]:
     return entries
 
 
+def read_old_chunk(chunk: bytes) -> list[tuple[str, bytes]]:
+    """The ``(event id, packed entry)`` pairs of a chunk of the old portable
+    form (``event_id_log`` sections, written until 2026-11-29: per entry
+    the id's and the entry's sizes as two u16, then their bytes), all
+    checked before any is returned (``ValueError`` if malformed)."""
+    pairs = []
+    offset = 0
+    while offset < len(chunk):
+        if len(chunk) - offset < _OLD_CHUNK_HEADER.size:
+            raise ValueError("a dedupe log chunk ends inside an entry header")
+        id_size, entry_size = _OLD_CHUNK_HEADER.unpack_from(chunk, offset)
+        if id_size == 0 or entry_size < _OLD_ENTRY.size:
+            raise ValueError("a dedupe log chunk holds an empty event id or an entry "
+                             "too short to hold a result")
+        offset += _OLD_CHUNK_HEADER.size
+        event_id = chunk[offset:offset + id_size]
+        entry = chunk[offset + id_size:offset + id_size + entry_size]
+        offset += id_size + entry_size
+        if offset > len(chunk):
+            raise ValueError("a dedupe log chunk ends inside an entry")
+        pairs.append((event_id.decode(), entry))
+    return pairs
+
+
+def unpack_old_entry(entry: bytes) -> tuple[float, tuple]:
+    """An old packed entry as ``(expires_at, (score, rank, previous, changed,
+    member, content))``; ``content`` (the submission's content fingerprint)
+    is None in entries written before there was one."""
+    if len(entry) < _OLD_ENTRY.size:
+        raise ValueError("a packed dedupe entry is too short")
+    expires_at, score, previous, rank, flags = _OLD_ENTRY.unpack_from(entry)
+    start = _OLD_ENTRY.size
+    content = None
+    if flags & _OLD_HAS_FINGERPRINT:
+        (content,) = _CONTENT.unpack_from(entry, start)
+        start += _CONTENT.size
+    return expires_at, (score if flags & HAS_SCORE else None,
+                        rank if flags & HAS_RANK else None,
+                        previous if flags & HAS_PREVIOUS else None,
+                        bool(flags & CHANGED), entry[start:].decode(), content)
+
+
+def load_old_entries(store: FingerprintDict | FingerprintLog,
+                     entries: Iterable[tuple[str, float, Sequence]]) -> int:
+    """Remember old entries, ``(event_id, expires_at, (score, rank, previous,
+    changed, member[, content]))`` in expiry order, in ``store`` as
+    fingerprints: the id's, and the payload's from the member and content
+    fingerprint.  Entries written before there was a content fingerprint
+    keep the member's alone (``MEMBER_ONLY``: a retry is then checked on
+    its member, as before).  All are checked before any is remembered
+    (``ValueError``).  Returns how many."""
+    converted = []
+    for event_id, expires_at, result in entries:
+        score, rank, previous, changed, member = result[:5]
+        content = result[5] if len(result) > 5 else None
+        size = len(event_id.encode())
+        if not 0 < size <= MAX_FIELD:
+            raise ValueError(f"an event id must be 1 to {MAX_FIELD} bytes, got {size}")
+        if rank is not None and not 0 <= rank < 1 << 64:
+            raise ValueError(f"a rank must be 0 to 2**64 - 1, got {rank}")
+        converted.append((store.id_fingerprint(event_id),
+                          store.payload_fingerprint(member, content), float(expires_at),
+                          (score, rank, previous, bool(changed)), content is None))
+    for fp, payload, expires_at, answer, member_only in converted:
+        store.put_fingerprint(fp, payload, expires_at, answer, member_only)
+    return len(converted)
+
+
 def load_old_chunk(store: FingerprintDict | FingerprintLog, chunk: bytes) -> int:
     """Remember the entries of a chunk of the old portable form (event ids
-    and packed entries: ``DictLog.log_chunks``) in ``store``, as
-    fingerprints: the id's, and the payload's from the entry's member and
-    content fingerprint.  Entries written before there was a content
-    fingerprint keep the member's alone (``MEMBER_ONLY``: a retry is then
-    checked on its member, as before).  A malformed chunk raises
-    ``ValueError`` and changes nothing.  Returns how many entries."""
-    from rankd.engine.dedupe import DictLog, _unpack
+    and packed entries: :func:`read_old_chunk`) in ``store``, as
+    :func:`load_old_entries` does.  A malformed chunk raises ``ValueError``
+    and changes nothing.  Returns how many entries."""
+    return load_old_packed(store, read_old_chunk(chunk))
 
-    old = DictLog()
-    old.load_log(chunk)  # (checks it all first)
-    for event_id, entry in old.items():
-        expires_at, (score, rank, previous, changed, member, content) = _unpack(entry)
-        store.put_fingerprint(store.id_fingerprint(event_id),
-                              store.payload_fingerprint(member, content), expires_at,
-                              (score, rank, previous, changed), content is None)
-    return len(old)
 
+def load_old_packed(store: FingerprintDict | FingerprintLog,
+                    pairs: Iterable[tuple[str, bytes]]) -> int:
+    """:func:`load_old_entries` of ``(event id, old packed entry)`` pairs."""
+    return load_old_entries(store, [(event_id, *unpack_old_entry(entry))
+                                    for event_id, entry in pairs])
 
 
 FingerprintLog, IMPLEMENTATION = native_or("rankd.engine._idstore", "FingerprintLog",

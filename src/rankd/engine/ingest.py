@@ -48,7 +48,7 @@ from rankd.engine.config import (
     REFUSED_CHARACTERS,
     BoardConfig,
 )
-from rankd.engine.dedupe import fingerprint
+from rankd.engine.dedupe import CONFLICT, fingerprint
 from rankd.engine.errors import (
     EngineError,
     EventConflict,
@@ -149,12 +149,12 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
         if condition:
             raise InvalidInput("a conditional submission takes no event_id")
         check_event_id(event_id)
-        remembered = board.dedupe.get(event_id, now)
-        if remembered is not None:
+        if board.dedupe.remembers(event_id, now):
             value = submitted_value(name, config, sub.score, sub.delta)
-            check_same_event(event_id, remembered, member, sub.delta is not None, value,
-                             label)
-            return answer(remembered[4], event_id, remembered, True)
+            remembered = board.dedupe.get(event_id, member,
+                                          fingerprint(sub.delta is not None, value, label), now)
+            check_same_event(event_id, remembered)
+            return answer(member, event_id, remembered, True)
     ts = now if sub.ts is None else check_ts(sub.ts, now, ts_tolerance)
     if value is None:
         value = submitted_value(name, config, sub.score, sub.delta)
@@ -217,15 +217,13 @@ def unmet_condition(board: Board, member: str, condition: object, is_delta: bool
     return {**answer(member, None, [old, rank, old, False], False), "skipped": True}
 
 
-def check_same_event(event_id: str, remembered: Sequence, member: str, is_delta: bool,
-                     value: float, label: str | None) -> None:
+def check_same_event(event_id: str, remembered: object) -> None:
     """A remembered event id sent again must be the same submission (a
-    retry); with another member, value or label it is ``EventConflict``."""
-    content = remembered[5]
-    if remembered[4] != member or (content is not None
-                                   and content != fingerprint(is_delta, value, label)):
-        raise EventConflict(f"event_id {event_id!r} was already used for another submission "
-                            f"(member {remembered[4]!r}); a retry must repeat it exactly, and "
+    retry); with another member, kind, value or label (the dedupe table
+    answers ``CONFLICT``) it is ``EventConflict``."""
+    if remembered is CONFLICT or remembered is None:
+        raise EventConflict(f"event_id {event_id!r} was already used for another submission; "
+                            "a retry must repeat it exactly (member, value and label), and "
                             "a new event needs a new id")
 
 
@@ -237,9 +235,8 @@ def note_submit(board: Board, record: Sequence, dedupe_ttl: float) -> None:
     if record[8] is not None:
         board.labels[record[2]] = record[8]
     if record[5] is not None:
-        # The original answer, member included: a duplicate repeats it.
-        board.dedupe.remember(record[5], record[7] / 1000 + dedupe_ttl,
-                              (*record[10], record[2]),
+        # The original answer, which a retry repeats, under what it asked for.
+        board.dedupe.remember(record[5], record[7] / 1000 + dedupe_ttl, record[10], record[2],
                               fingerprint(record[4], float(record[3]), record[8]))
     if record[9]:
         board.version += 1

@@ -159,7 +159,7 @@ class Snapshotter:
         for keys, values in labels:
             await add(["label_columns", board.name, keys, values])
         for chunk in board.dedupe.log_chunks(settings.SNAPSHOT_LOG_BYTES):
-            await add(["event_id_log", board.name, chunk])
+            await add(["event_id_store", board.name, chunk])
         return entries + sum(len(keys) for keys, _ in labels)
 
     async def group_snapshot(self, group: int) -> tuple[int, int, list[bytes]]:

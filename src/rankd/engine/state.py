@@ -149,7 +149,9 @@ class BoardState:
             elif kind == "positions":
                 self.positions = {group: (seq, epoch) for group, (seq, epoch)
                                   in section[1].items()}
-            elif kind == "event_id_log":
+            elif kind == "event_id_store":
+                boards[section[1]].dedupe.load_store(section[2])
+            elif kind == "event_id_log":  # ids and packed entries until 2026-11-29
                 boards[section[1]].dedupe.load_log(section[2])
             elif kind == "event_id_columns":  # written as columns until 2026-11-24
                 boards[section[1]].dedupe.load_packed(section[2], section[3])

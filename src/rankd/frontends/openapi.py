@@ -530,7 +530,9 @@ def paths() -> dict[str, Any]:
                             "answered with its original result, marked `duplicate`, when "
                             "the submission repeats it (same member, kind, value and "
                             "label; `ts` may differ); with any of those different it is "
-                            "refused with 409 `event_conflict` and changes nothing.",
+                            "refused with 409 `event_conflict` and changes nothing.  "
+                            "An id is remembered for at least the TTL (a little longer "
+                            "at times: ids expire in blocks, see durability.md).",
                 body=json_body("SubmitRequest", "The submission.")),
         },
         board_path + "/scores/batch": {
