@@ -57,6 +57,8 @@ from rankd.cluster.groups import group_of  # noqa: E402
 
 BIG = "big"
 BATCH = 10_000
+#: The longest loop stalls of each node printed after the moves.
+STALLS_SHOWN = 3
 
 
 def start_nodes(root: Path, dsn: str, count: int, replicas: int) -> list[Daemon]:
@@ -203,6 +205,16 @@ class Load:
                 "longest_gap_ms": round(gap * 1000, 1)}
 
 
+def stalls(logged: str) -> str:
+    """The loop watchdog's warnings in ``logged``: how often and where a
+    node's event loop was held over its threshold."""
+    found = re.findall(r"event loop held for ([0-9.]+) s[^:]*: (.*)", logged)
+    longest = sorted(found, key=lambda stall: -float(stall[0]))[:STALLS_SHOWN]
+    return (f"{len(found)} loop stalls over 0.1 s; longest: "
+            + ("; ".join(f"{seconds} s at {where[:240]}" for seconds, where in longest)
+               or "none"))
+
+
 def refused_ms(node: Daemon, seen: int) -> list[float]:
     """The source's own "writes refused here for X ms" since its ``seen``-th."""
     found = re.findall(r"writes refused here for ([0-9.]+) ms", node.log())
@@ -234,6 +246,7 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
             target = next(f"n{i}" for i in range(3) if f"n{i}" not in (primary, *followers))
             source = nodes[int(primary[1:])]
             seen = len(refused_ms(source, 0))
+            logged = [len(node.log()) for node in nodes]
             asked = time.monotonic()
             while True:  # (a node busy loading a group may look silent a moment)
                 code, body = nodes[0].request("POST", "/v1/cluster/moves",
@@ -253,6 +266,8 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
                   f"{moved - asked:.1f} s from request to the target writing; writes over "
                   f"the move {figures}; the source refused writes for "
                   f"{refused_ms(source, seen)} ms")
+            for node, start in zip(nodes, logged, strict=True):
+                print(f"  {node.data_dir.name}: {stalls(node.log()[start:])}")
             await asyncio.sleep(2.0)
         load.running = False
         await running
