@@ -16,7 +16,7 @@ from cluster_nodes import nodes, sql
 from daemon import Daemon
 from rankd.cluster.catchup import APPLY_SLICE, APPLY_SLICE_BYTES, apply_slices
 from rankd.cluster.groups import group_of
-from rankd.engine import group_load
+from rankd.engine import group_load, records
 
 BOARD = "loaded"
 GROUP = group_of(BOARD)
@@ -132,6 +132,9 @@ def test_a_group_built_off_the_loop_equals_one_loaded_on_it(tmp_path: Path) -> N
             assert other.expires_at == one.expires_at is not None
             assert other.labels == one.labels
             assert list(other.dedupe.packed_items()) == list(one.dedupe.packed_items())
+            assert group_load.encoded(GROUP, seq, epoch, sections) == [
+                records.encode([records.GROUP_LOAD, GROUP, seq, epoch, part, len(sections),
+                                section]) for part, section in enumerate(sections)]
         finally:
             await expected.close()
             await built.close()

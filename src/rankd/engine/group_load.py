@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import msgpack
+
 from rankd.engine import records, staging
 from rankd.engine.board import Board
 from rankd.engine.dedupe import _CHUNK_HEADER
@@ -97,7 +99,10 @@ def encoded(group: int, seq: int, epoch: int, sections: list[bytes]) -> list[byt
     """The local log's ``GROUP_LOAD`` records of a group snapshot (replayed
     by ``Replayer.load_group_part``), one per section."""
     parts = sections or [None]  # a group without boards: one empty part
-    return [records.encode([records.GROUP_LOAD, group, seq, epoch, part, len(parts), section])
+    # records.encode's bytes, from a packer of this thread's own (the
+    # module's one is the loop thread's).
+    packer = msgpack.Packer(use_bin_type=True)
+    return [packer.pack([records.GROUP_LOAD, group, seq, epoch, part, len(parts), section])
             for part, section in enumerate(parts)]
 
 

@@ -68,7 +68,8 @@ def _subscribe(request: web.Request) -> Subscriber:
         if proxy is None or exc.primary is None or forwarded(request):
             raise
         return proxy.subscribe(request.match_info["board"], window, limit, members,
-                               request[PRINCIPAL], request.remote or "")
+                               request[PRINCIPAL], request.remote or "",
+                               secure=request.secure)
 
 
 def _feed_of(request: web.Request, subscriber: Subscriber) -> LiveFeed | LiveProxy:

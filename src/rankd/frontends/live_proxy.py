@@ -79,6 +79,7 @@ class Upstream:
     window: str | None
     principal: Principal
     address: str
+    secure: bool
     subscribers: set[Subscriber] = field(default_factory=set)
     #: Followed members: how many local subscribers follow each.
     members: dict[str, int] = field(default_factory=dict)
@@ -104,21 +105,24 @@ class LiveProxy:
         self.resolve = resolve
         self.upstreams: dict[tuple[str, str | None], Upstream] = {}
         self._client: aiohttp.ClientSession | None = None
+        self._sending: set[asyncio.Future] = set()
         #: Upstream connections opened so far (for tests and ``/metrics``).
         self.connections = 0
 
     # --- subscribers (what live_http calls, as it calls LiveFeed) ------------------------
 
     def subscribe(self, board: str, window: str | None, limit: int, members: list[str],
-                  principal: Principal, address: str = "") -> Subscriber:
-        """A local subscriber of ``board`` fed through an upstream."""
+                  principal: Principal, address: str = "", *, secure: bool = False
+                  ) -> Subscriber:
+        """A local subscriber of ``board`` fed through an upstream (over TLS
+        when ``secure``: the nodes serve what their clients are served)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}")
         subscriber = Subscriber(board, window or "", limit, address=address)
         upstream = self.upstreams.get((board, window))
         if upstream is None:
             upstream = self.upstreams[board, window] = Upstream(board, window, principal,
-                                                                address)
+                                                                address, secure)
             upstream.task = asyncio.ensure_future(self._run(upstream))
         upstream.subscribers.add(subscriber)
         self.follow(subscriber, members)
@@ -211,7 +215,13 @@ class LiveProxy:
         socket = upstream.socket
         if socket is not None and not socket.closed:
             task = asyncio.ensure_future(socket.send_str(orjson.dumps(message).decode()))
-            task.add_done_callback(lambda done: done.cancelled() or done.exception())
+            self._sending.add(task)  # (the loop keeps only weak references)
+            task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Future) -> None:
+        self._sending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("a message to a live upstream was not sent: %s", task.exception())
 
     async def _run(self, upstream: Upstream) -> None:
         """Keep ``upstream`` connected to the board's holder while it has
@@ -267,7 +277,8 @@ class LiveProxy:
                    FORWARD_AUTH: forwarder.trust.forward_header(
                        forwarder.node, "GET", path_qs, b"", upstream.principal,
                        upstream.address)}
-        async with self._client.ws_connect(URL(f"http://{holder}{path_qs}", encoded=True),
+        scheme = "https" if upstream.secure else "http"
+        async with self._client.ws_connect(URL(f"{scheme}://{holder}{path_qs}", encoded=True),
                                            headers=headers, heartbeat=20.0,
                                            max_msg_size=1 << 20) as socket:
             self.connections += 1
