@@ -272,6 +272,14 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
         load.running = False
         await running
         print(f"writes refused and sent again over the whole run: {load.refused}")
+    except BaseException:
+        for node in nodes:  # what went wrong, as the nodes saw it
+            alive = node.process is not None and node.process.poll() is None
+            errors = [line for line in node.log().splitlines()
+                      if " ERROR " in line or "Traceback" in line or "Error:" in line]
+            print(f"{node.data_dir.name} ({'alive' if alive else 'exited'}): "
+                  + "\n".join(errors[-10:]), file=sys.stderr)
+        raise
     finally:
         stop_nodes(nodes)
 
