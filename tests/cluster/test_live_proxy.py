@@ -68,7 +68,7 @@ class Watcher:
     async def until(self, predicate, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
         while not predicate():
-            assert time.monotonic() < deadline, self.messages[-5:]
+            assert time.monotonic() < deadline, (self.messages[-5:], self.closed)
             await asyncio.sleep(0.02)
 
 
@@ -133,17 +133,25 @@ def test_subscribers_on_a_node_without_the_board_share_one_upstream(tmp_path: Pa
                 assert len(five.tops()[-1]["top"]) == 5
                 assert any(m["type"] == "user.rank.updated" and m["member"] == "seed"
                            for m in five.messages)
-                await asyncio.sleep(0.3)
+                deadline = time.monotonic() + 10
+                while not any(b'"member":"p8"' in line for line in sse_lines):
+                    assert time.monotonic() < deadline, sse_lines[-3:]
+                    await asyncio.sleep(0.05)
                 sse.cancel()
-                lines = await asyncio.gather(sse, return_exceptions=True)
+                await asyncio.gather(sse, return_exceptions=True)
+                tops = [orjson.loads(line[len(b"data: "):]) for line in sse_lines
+                        if line.startswith(b'data: {"type":"leaderboard.updated"')]
+                assert all(len(top["top"]) <= 3 for top in tops)
+                assert [t["version"] for t in tops] == sorted(t["version"] for t in tops)
                 assert subscribers(primary) == 1  # still the one upstream
-                del lines
+
+        sse_lines: list[bytes] = []
 
         async def read_sse(session: aiohttp.ClientSession, daemon: Daemon) -> None:
             async with session.get(f"{daemon.url}/v1/boards/{BOARD}/events?limit=3") as answer:
                 assert answer.status == 200
-                async for _ in answer.content:
-                    pass
+                async for line in answer.content:
+                    sse_lines.append(line.rstrip(b"\n"))
 
         asyncio.run(run())
 
@@ -206,7 +214,7 @@ def test_a_proxied_subscription_survives_a_kill_of_the_primary(tmp_path: Path,
                 watcher = await Watcher(session, third, "limit=3").start()
                 await write(session, first, "before", 10)
                 await watcher.until(lambda: watcher.leaders()[-1:] == ["before"])
-                first.kill()
+                first.kill()  # (the subscriber's node logs what its upstream does)
                 for n in range(1, 4):
                     await write(session, second, f"after{n}", 10 + n)
                 await watcher.until(lambda: watcher.leaders()[-1:] == ["after3"]
@@ -223,4 +231,8 @@ def test_a_proxied_subscription_survives_a_kill_of_the_primary(tmp_path: Path,
                 assert [(e["member"], e["score"]) for e in watcher.tops()[-1]["top"]] == [
                     ("after3", 13.0), ("after2", 12.0), ("after1", 11.0)]
 
-        asyncio.run(run())
+        try:
+            asyncio.run(run())
+        except BaseException:
+            print("\n".join(line for line in third.log().splitlines() if "live" in line))
+            raise

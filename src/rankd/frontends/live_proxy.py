@@ -64,9 +64,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two tries to reach the board's holder again.
 RETRY_SECONDS = 0.2
-#: Upgrade answers of the holder that end the subscription (not found,
-#: not allowed, bad query): others (421, 503) are tried again.
-REFUSED = frozenset({400, 401, 403, 404, 429})
+#: Upgrade answers of the holder that end the subscription (bad query, not
+#: allowed, not found): others are tried again (421 and 503 while a group
+#: moves, 401 while the holder does not know this node yet, 429).
+REFUSED = frozenset({400, 403, 404})
 #: How long the proxy keeps trying before it closes its subscribers (1012).
 GIVE_UP_SECONDS = 30.0
 
@@ -244,6 +245,8 @@ class LiveProxy:
                         await self._stream(upstream, holder)
                         trying_since = loop.time()
                     except aiohttp.WSServerHandshakeError as exc:
+                        log.info("live upstream of %s to %s refused: %s %s", upstream.board,
+                                 holder, exc.status, exc.message)
                         if exc.status in REFUSED:  # the holder says no: so does this node
                             why = f"refused by the node that holds the board: {exc.status}"
                             break
