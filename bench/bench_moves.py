@@ -85,10 +85,20 @@ def rss_mib(node: Daemon) -> float:
     return int(re.search(r"VmRSS:\s+(\d+) kB", text).group(1)) / 1024
 
 
-def status(node: Daemon) -> dict:
-    code, body = node.request("GET", "/v1/cluster")
-    assert code == 200, body
-    return body
+def status(node: Daemon, tries: int = 3) -> dict:
+    """``GET /v1/cluster`` of ``node`` (asked again, up to ``tries`` times,
+    when the node is too busy to answer: a poll, not a measurement)."""
+    for attempt in range(tries):
+        try:
+            code, body = node.request("GET", "/v1/cluster")
+        except OSError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5)
+            continue
+        assert code == 200, body
+        return body
+    raise AssertionError("unreachable")
 
 
 def placement_of(node: Daemon, group: int) -> tuple[str | None, list[str], str | None]:
