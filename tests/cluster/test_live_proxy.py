@@ -23,7 +23,8 @@ ARGS = ("--replicas", "0", "--live-interval", "0.05")
 
 
 def subscribers(daemon: Daemon) -> int:
-    """``daemon``'s live-feed subscribers (its own feed's, not proxied ones)."""
+    """``daemon``'s live-feed connections (``rankd_live_subscribers``: those
+    it serves itself and those it proxies)."""
     with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as response:
         text = response.read().decode()
     return round(float(re.search(r"^rankd_live_subscribers (\S+)$", text, re.M)[1]))
@@ -120,7 +121,8 @@ def test_subscribers_on_a_node_without_the_board_share_one_upstream(tmp_path: Pa
                 sse = asyncio.ensure_future(read_sse(session, other))
                 await one.until(lambda: one.tops())
                 await five.until(lambda: five.tops())
-                assert subscribers(primary) == 1 and subscribers(other) == 0
+                # n0 serves one connection (the upstream); n1 counts its three own.
+                assert subscribers(primary) == 1 and subscribers(other) == 3
                 for n in range(1, 9):
                     await write(session, primary, f"p{n}", n)
                     await one.until(lambda n=n: one.leaders()[-1:] == [f"p{n}"])

@@ -237,7 +237,7 @@ def add_live_routes(app: web.Application, feed: LiveFeed) -> None:
     """Mount the live feed and the page on ``app``; start/stop the feed with it."""
     app[FEED] = feed
     forwarder = app.get(FORWARDER)
-    proxy = app[PROXY] = (LiveProxy(forwarder, holder_of(feed.engine))
+    proxy = app[PROXY] = (LiveProxy(feed, forwarder, holder_of(feed.engine))
                           if forwarder is not None else None)
     app.add_routes(routes)
 

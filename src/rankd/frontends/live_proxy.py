@@ -55,7 +55,9 @@ from rankd.frontends.live import (
     CLOSE_TOO_SLOW,
     MAX_FOLLOWS,
     MAX_LIMIT,
+    LiveFeed,
     Subscriber,
+    TooManyConnections,
     _member_names,
 )
 from rankd.security import Principal
@@ -92,14 +94,15 @@ class Upstream:
     version: int = -1
     socket: aiohttp.ClientWebSocketResponse | None = None
     task: asyncio.Task | None = None
-    connections: int = 0
 
 
 class LiveProxy:
     """Every upstream of this node (module docstring)."""
 
-    def __init__(self, forwarder: Forwarder, resolve: Callable[[str, str | None], str | None]
-                 ) -> None:
+    def __init__(self, feed: LiveFeed, forwarder: Forwarder,
+                 resolve: Callable[[str, str | None], str | None]) -> None:
+        #: The local feed: its per-address count of connections is shared.
+        self.feed = feed
         self.forwarder = forwarder
         #: The address of the node that holds a board's group; None when
         #: this node does (raises EngineError when nobody is known).
@@ -107,7 +110,7 @@ class LiveProxy:
         self.upstreams: dict[tuple[str, str | None], Upstream] = {}
         self._client: aiohttp.ClientSession | None = None
         self._sending: set[asyncio.Future] = set()
-        #: Upstream connections opened so far (for tests and ``/metrics``).
+        #: Upstream connections opened so far.
         self.connections = 0
 
     # --- subscribers (what live_http calls, as it calls LiveFeed) ------------------------
@@ -119,6 +122,13 @@ class LiveProxy:
         when ``secure``: the nodes serve what their clients are served)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}")
+        if len(dict.fromkeys(_member_names(members))) > MAX_FOLLOWS:
+            raise InvalidInput(f"a connection follows at most {MAX_FOLLOWS} members")
+        feed = self.feed  # one count of connections per address, local and proxied
+        if feed.per_address[address] >= feed.max_per_address:
+            raise TooManyConnections(f"at most {feed.max_per_address} live connections "
+                                     "per client address")
+        feed.per_address[address] += 1
         subscriber = Subscriber(board, window or "", limit, address=address)
         upstream = self.upstreams.get((board, window))
         if upstream is None:
@@ -151,9 +161,6 @@ class LiveProxy:
             self._send_up(upstream, {"action": "follow", "members": new})
         return added
 
-    def send_members(self, subscriber: Subscriber, members: list[str]) -> None:
-        """(Sent as they come down from the upstream.)"""
-
     def unfollow(self, subscriber: Subscriber, members: object) -> None:
         members = _member_names(members)
         upstream = self._upstream_of(subscriber)
@@ -177,6 +184,7 @@ class LiveProxy:
             return
         self.unfollow(subscriber, list(subscriber.follows))
         upstream.subscribers.discard(subscriber)
+        self._uncount(subscriber)
         subscriber.dropped = subscriber.dropped or (1000, "unsubscribed")
         subscriber.wakeup.set()
         if not upstream.subscribers:
@@ -184,17 +192,16 @@ class LiveProxy:
             if upstream.task is not None:
                 upstream.task.cancel()
 
+    def _uncount(self, subscriber: Subscriber) -> None:
+        per_address = self.feed.per_address
+        per_address[subscriber.address] -= 1
+        if per_address[subscriber.address] <= 0:
+            del per_address[subscriber.address]
+
     def serves(self, subscriber: Subscriber) -> bool:
         """Whether ``subscriber`` is one of the proxy's."""
         upstream = self.upstreams.get((subscriber.board, subscriber.window or None))
         return upstream is not None and subscriber in upstream.subscribers
-
-    def figures(self) -> dict[str, int]:
-        """For ``/metrics`` and tests: open upstreams, connections opened."""
-        return {"live_upstreams": len(self.upstreams),
-                "live_upstream_connections": self.connections,
-                "live_proxied_subscribers": sum(len(u.subscribers)
-                                                for u in self.upstreams.values())}
 
     async def close(self) -> None:
         for upstream in list(self.upstreams.values()):
@@ -262,6 +269,8 @@ class LiveProxy:
             upstream.socket = None
             self.upstreams.pop((upstream.board, upstream.window), None)
             for subscriber in list(upstream.subscribers):
+                upstream.subscribers.discard(subscriber)
+                self._uncount(subscriber)
                 _drop(subscriber, CLOSE_MOVED, why[:120])
 
     async def _stream(self, upstream: Upstream, holder: str) -> None:
@@ -285,7 +294,6 @@ class LiveProxy:
                                            headers=headers, heartbeat=20.0,
                                            max_msg_size=1 << 20) as socket:
             self.connections += 1
-            upstream.connections += 1
             upstream.socket = socket
             upstream.sent.clear()  # the new upstream's first top goes to everyone
             # Followed or left while it connected: told now.
