@@ -86,7 +86,9 @@ async def write(session: aiohttp.ClientSession, daemon: Daemon, member: str, sco
     raise AssertionError(body)
 
 
-def start_board(primary: Daemon, dsn: str) -> None:
+def start_board(primary: Daemon, dsn: str, *others: Daemon) -> None:
+    """The board, written on ``primary`` and placed there only: ``others``
+    no longer hold its group."""
     assert primary.request("PUT", f"/v1/boards/{BOARD}", {"policy": "best"})[0] == 201
     assert primary.request("POST", f"/v1/boards/{BOARD}/scores",
                            {"member": "seed", "score": 0, "event_id": "seed"})[0] == 200
@@ -94,6 +96,8 @@ def start_board(primary: Daemon, dsn: str) -> None:
     while not sql(dsn, "SELECT 1 FROM rankd_placement WHERE group_id = $1", GROUP):
         assert time.monotonic() < deadline
         time.sleep(0.05)
+    for other in others:
+        wait_dropped(other)
 
 
 def wait_dropped(daemon: Daemon) -> None:
@@ -111,8 +115,7 @@ def test_subscribers_on_a_node_without_the_board_share_one_upstream(tmp_path: Pa
     subscriber), and each sees every write made on n0, in order, with
     versions that never go back."""
     with nodes(tmp_path, pg_dsn, 2, *ARGS) as (primary, other):
-        start_board(primary, pg_dsn)
-        wait_dropped(other)
+        start_board(primary, pg_dsn, other)
 
         async def run() -> None:
             async with aiohttp.ClientSession() as session:
@@ -164,9 +167,7 @@ def test_a_proxied_subscription_follows_the_board_through_a_move(tmp_path: Path,
     n1: the upstream is re-established to n1 and the subscriber sees the
     writes made there, its versions never going back."""
     with nodes(tmp_path, pg_dsn, 3, *ARGS) as (first, second, third):
-        start_board(first, pg_dsn)
-        wait_dropped(second)
-        wait_dropped(third)
+        start_board(first, pg_dsn, second, third)
 
         async def run() -> None:
             async with aiohttp.ClientSession() as session:
@@ -207,9 +208,7 @@ def test_a_proxied_subscription_survives_a_kill_of_the_primary(tmp_path: Path,
     going back; or, if the group lands on the subscriber's own node, it is
     closed with 1012 and a new subscription there is current at once."""
     with nodes(tmp_path, pg_dsn, 3, *ARGS) as (first, second, third):
-        start_board(first, pg_dsn)
-        wait_dropped(second)
-        wait_dropped(third)
+        start_board(first, pg_dsn, second, third)
 
         async def run() -> None:
             async with aiohttp.ClientSession() as session:

@@ -53,12 +53,12 @@ from rankd.frontends.forwarding import FORWARDED, Forwarder
 from rankd.frontends.live import (
     CLOSE_MOVED,
     CLOSE_TOO_SLOW,
-    MAX_FOLLOWS,
     MAX_LIMIT,
     LiveFeed,
     Subscriber,
     TooManyConnections,
     _member_names,
+    added_follows,
 )
 from rankd.security import Principal
 
@@ -122,14 +122,13 @@ class LiveProxy:
         when ``secure``: the nodes serve what their clients are served)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}")
-        if len(dict.fromkeys(_member_names(members))) > MAX_FOLLOWS:
-            raise InvalidInput(f"a connection follows at most {MAX_FOLLOWS} members")
+        subscriber = Subscriber(board, window or "", limit, address=address)
+        added_follows(subscriber, members)  # (checked before anything is registered)
         feed = self.feed  # one count of connections per address, local and proxied
         if feed.per_address[address] >= feed.max_per_address:
             raise TooManyConnections(f"at most {feed.max_per_address} live connections "
                                      "per client address")
         feed.per_address[address] += 1
-        subscriber = Subscriber(board, window or "", limit, address=address)
         upstream = self.upstreams.get((board, window))
         if upstream is None:
             upstream = self.upstreams[board, window] = Upstream(board, window, principal,
@@ -143,10 +142,7 @@ class LiveProxy:
 
     def follow(self, subscriber: Subscriber, members: object) -> list[str]:
         """Follow more members (validated); returns those added."""
-        members = _member_names(members)
-        added = [m for m in dict.fromkeys(members) if m not in subscriber.follows]
-        if len(subscriber.follows) + len(added) > MAX_FOLLOWS:
-            raise InvalidInput(f"a connection follows at most {MAX_FOLLOWS} members")
+        added = added_follows(subscriber, members)
         upstream = self._upstream_of(subscriber)
         new = []
         for member in added:
