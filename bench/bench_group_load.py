@@ -8,7 +8,10 @@ times (default 3) into a second engine while a heartbeat coroutine wakes
 every millisecond and records how late it ran: the longest lateness is the
 longest the load held the loop.  Prints, per round, the load's wall time,
 the process's CPU time over it (user + sys), and the heartbeat's p50, p99
-and maximum lateness.  In-process: no daemon, no Postgres, no network.
+and maximum lateness.  First, the native index's load alone in a worker
+thread, and how late the main thread's 1 ms sleeps run meanwhile (the
+load lets go of the GIL every 2,048 members).  In-process: no daemon, no
+Postgres, no network.
 
 Compare two checkouts side by side (the same machine, alternated)::
 
@@ -46,6 +49,33 @@ async def heartbeat(lateness: list[float], running: asyncio.Event) -> None:
 def cpu() -> float:
     times = os.times()
     return times.user + times.system
+
+
+def thread_load(members: int) -> None:
+    """The native index's ``load`` of ``members`` in a worker thread, while
+    this thread sleeps 1 ms at a time: how late its wake-ups are is how
+    long the load kept the GIL from it."""
+    import threading
+
+    from rankd.index import RankIndex
+
+    index = RankIndex("desc")
+    for n in range(members):
+        index.set(f"m{n}", float(n))
+    dump = index.dump()
+    loaded = threading.Event()
+    worker = threading.Thread(target=lambda: (RankIndex.load(dump), loaded.set()))
+    lateness = []
+    started = time.perf_counter()
+    worker.start()
+    while not loaded.is_set():
+        due = time.perf_counter() + 0.001
+        time.sleep(0.001)
+        lateness.append(time.perf_counter() - due)
+    worker.join()
+    print(f"index load of {members:,} members in a thread: {time.perf_counter() - started:.2f}"
+          f" s; the other thread's 1 ms sleeps woke up to {max(lateness) * 1000:.1f} ms late "
+          f"({len(lateness)} wake-ups)")
 
 
 async def main(members: int, rounds: int) -> None:
@@ -89,5 +119,6 @@ if __name__ == "__main__":
     parser.add_argument("--members", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    thread_load(args.members)
     asyncio.run(main(args.members, args.rounds))
     sys.exit(0)
