@@ -285,10 +285,12 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
     except BaseException:
         for node in nodes:  # what went wrong, as the nodes saw it
             alive = node.process is not None and node.process.poll() is None
-            errors = [line for line in node.log().splitlines()
-                      if " ERROR " in line or "Traceback" in line or "Error:" in line]
-            print(f"{node.data_dir.name} ({'alive' if alive else 'exited'}): "
-                  + "\n".join(errors[-10:]), file=sys.stderr)
+            lines = node.log().splitlines()
+            errors = [line for line in lines if " ERROR " in line or " CRITICAL " in line
+                      or "Traceback" in line or "error" in line.lower()]
+            status = "alive" if alive else f"exited with {node.process.returncode}"
+            print(f"{node.data_dir.name} ({status}): " + "\n".join(
+                errors[-10:] + ([] if alive else lines[-5:])), file=sys.stderr)
         raise
     finally:
         stop_nodes(nodes)
