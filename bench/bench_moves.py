@@ -57,6 +57,8 @@ from rankd.cluster.groups import group_of  # noqa: E402
 
 BIG = "big"
 BATCH = 10_000
+#: The longest loop stalls of each node printed after the moves.
+STALLS_SHOWN = 3
 
 
 def start_nodes(root: Path, dsn: str, count: int, replicas: int,
@@ -85,10 +87,20 @@ def rss_mib(node: Daemon) -> float:
     return int(re.search(r"VmRSS:\s+(\d+) kB", text).group(1)) / 1024
 
 
-def status(node: Daemon) -> dict:
-    code, body = node.request("GET", "/v1/cluster")
-    assert code == 200, body
-    return body
+def status(node: Daemon, tries: int = 3) -> dict:
+    """``GET /v1/cluster`` of ``node`` (asked again, up to ``tries`` times,
+    when the node is too busy to answer: a poll, not a measurement)."""
+    for attempt in range(tries):
+        try:
+            code, body = node.request("GET", "/v1/cluster")
+        except OSError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5)
+            continue
+        assert code == 200, body
+        return body
+    raise AssertionError("unreachable")
 
 
 def placement_of(node: Daemon, group: int) -> tuple[str | None, list[str], str | None]:
@@ -205,6 +217,16 @@ class Load:
                 "longest_gap_ms": round(gap * 1000, 1)}
 
 
+def stalls(logged: str) -> str:
+    """The loop watchdog's warnings in ``logged``: how often and where a
+    node's event loop was held over its threshold."""
+    found = re.findall(r"event loop held for ([0-9.]+) s[^:]*: (.*)", logged)
+    longest = sorted(found, key=lambda stall: -float(stall[0]))[:STALLS_SHOWN]
+    return (f"{len(found)} loop stalls over 0.1 s; longest: "
+            + ("; ".join(f"{seconds} s at {where[:240]}" for seconds, where in longest)
+               or "none"))
+
+
 def refused_ms(node: Daemon, seen: int) -> list[float]:
     """The source's own "writes refused here for X ms" since its ``seen``-th."""
     found = re.findall(r"writes refused here for ([0-9.]+) ms", node.log())
@@ -236,6 +258,7 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
             target = next(f"n{i}" for i in range(3) if f"n{i}" not in (primary, *followers))
             source = nodes[int(primary[1:])]
             seen = len(refused_ms(source, 0))
+            logged = [len(node.log()) for node in nodes]
             asked = time.monotonic()
             while True:  # (a node busy loading a group may look silent a moment)
                 code, body = nodes[0].request("POST", "/v1/cluster/moves",
@@ -255,10 +278,22 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
                   f"{moved - asked:.1f} s from request to the target writing; writes over "
                   f"the move {figures}; the source refused writes for "
                   f"{refused_ms(source, seen)} ms")
+            for node, start in zip(nodes, logged, strict=True):
+                print(f"  {node.data_dir.name}: {stalls(node.log()[start:])}")
             await asyncio.sleep(2.0)
         load.running = False
         await running
         print(f"writes refused and sent again over the whole run: {load.refused}")
+    except BaseException:
+        for node in nodes:  # what went wrong, as the nodes saw it
+            alive = node.process is not None and node.process.poll() is None
+            lines = node.log().splitlines()
+            errors = [line for line in lines if " ERROR " in line or " CRITICAL " in line
+                      or "Traceback" in line or "error" in line.lower()]
+            status = "alive" if alive else f"exited with {node.process.returncode}"
+            print(f"{node.data_dir.name} ({status}): " + "\n".join(
+                errors[-10:] + ([] if alive else lines[-5:])), file=sys.stderr)
+        raise
     finally:
         stop_nodes(nodes)
 

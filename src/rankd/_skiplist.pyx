@@ -2007,6 +2007,11 @@ cdef inline void _count_free(Py_ssize_t n) noexcept:
     _live_nodes -= n
 
 
+cdef enum:
+    # A load releases the GIL after each run of this many + 1 records (a ms or two).
+    LOAD_YIELD_MASK = 2047
+
+
 cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     cdef RankIndex index
     cdef rk_node *last[MAX_LEVEL]
@@ -2032,6 +2037,11 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     p = buf + DUMP_HEADER_SIZE
     end = buf + size - 4
     for i in range(count):
+        if i & LOAD_YIELD_MASK == LOAD_YIELD_MASK:
+            # A big index is loaded in a worker thread (a cluster node taking
+            # a group): let the event loop's thread have the GIL meanwhile.
+            with nogil:
+                pass
         _dump_record(&p, end, i, next_seq, &score, &seq, &mlen)
         key = index._key(score)
         if prev != NULL and not index._before(prev, key, seq, p, mlen):

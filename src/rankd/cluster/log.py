@@ -29,6 +29,7 @@ same node are fenced too.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 
 #: The NOTIFY channel: one notification per committed batch, ``group:last_seq``.
 CHANNEL = "rankd_log"
+#: A read of the log this large is checked in a worker thread (a follower
+#: catching up fetches up to a hundred batches of up to megabytes each).
+SCAN_ON_LOOP_BYTES = 256 << 10
 #: Advisory lock serialising migrations (another number than the shipper's).
 _MIGRATION_LOCK = 7231002
 
@@ -279,19 +283,11 @@ class ClusterLog:
                     "SELECT max(seq) FROM rankd_group_snapshots WHERE group_id = $1", group)
             if kept is not None and kept > after_seq:
                 raise Compacted(group, after_seq, kept + 1)
-        for row in rows:
-            found = scan(bytes(row["records"]), row["first_seq"])
-            if found.bad is not None or found.next_lsn != row["last_seq"] + 1:
-                raise RuntimeError(f"group {group}: the batch at {row['first_seq']} in "
-                                   f"Postgres is damaged ({found.bad})")
-            for seq, payload in found.records:
-                if seq >= expected:
-                    if seq != expected:
-                        raise RuntimeError(f"group {group}: position {expected} is missing "
-                                           "from the log in Postgres")
-                    out.append((seq, row["epoch"], payload))
-                    expected += 1
-        return out
+        if sum(len(row["records"]) for row in rows) > SCAN_ON_LOOP_BYTES:
+            # A node loading a group from far behind reads megabytes at once:
+            # checked in a worker thread, the event loop serves meanwhile.
+            return await asyncio.to_thread(_scanned, group, rows, expected, out)
+        return _scanned(group, rows, expected, out)
 
     async def register(self, group: int) -> dict | None:
         """The group's register row (epoch, holder, lease_until, last_seq),
@@ -407,3 +403,22 @@ class ClusterLog:
                                       "group_id = $1", lease.group)
         raise Fenced(lease.group, lease.epoch, row["epoch"] if row else -1,
                      row["holder"] if row else None)
+
+
+def _scanned(group: int, rows: list, expected: int, out: list[tuple[int, int, bytes]]
+             ) -> list[tuple[int, int, bytes]]:
+    """Append to ``out`` the records of ``rows`` (log batches) from position
+    ``expected`` on, each one's checksum and position checked."""
+    for row in rows:
+        found = scan(bytes(row["records"]), row["first_seq"])
+        if found.bad is not None or found.next_lsn != row["last_seq"] + 1:
+            raise RuntimeError(f"group {group}: the batch at {row['first_seq']} in "
+                               f"Postgres is damaged ({found.bad})")
+        for seq, payload in found.records:
+            if seq >= expected:
+                if seq != expected:
+                    raise RuntimeError(f"group {group}: position {expected} is missing "
+                                       "from the log in Postgres")
+                out.append((seq, row["epoch"], payload))
+                expected += 1
+    return out

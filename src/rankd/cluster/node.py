@@ -46,6 +46,7 @@ from typing import Any
 import asyncpg
 
 from rankd._tasks import STOP_SECONDS, stop_task
+from rankd.cluster.catchup import apply_slices, too_long
 from rankd.cluster.committer import GroupCommitter, LogLost
 from rankd.cluster.freshness import Freshness
 from rankd.cluster.groups import GROUPS, GroupLocks, group_of
@@ -91,9 +92,6 @@ CONNECT_SECONDS = 5.0
 DEFER_ROUNDS = 2
 #: How long a write that cannot apply here waits to learn its group's primary.
 REGISTER_READ_SECONDS = 2.0
-#: Records a follower applies at a time: a slice takes a few ms, so a
-#: node loading a group from far behind still serves between slices.
-APPLY_SLICE = 1000
 #: How long ``GET /v1/cluster`` waits for Postgres before it answers what it last knew.
 STATUS_SECONDS = 2.0
 
@@ -656,7 +654,7 @@ class ClusterNode:
             await self.engine.reset_group(group)
 
     def _apply(self, group: int, logged: list[tuple[int, int, bytes]]) -> Awaitable[None]:
-        if len(logged) > APPLY_SLICE:
+        if too_long(logged):
             return self._apply_sliced(group, logged)
         seq = self.engine.positions.get(group, (0, 0))[0]
         if logged[0][0] != seq + 1:
@@ -672,8 +670,8 @@ class ClusterNode:
         node that gains it, or catches up) a slice at a time, letting the
         event loop serve between slices."""
         applied = []
-        for start in range(0, len(logged), APPLY_SLICE):
-            applied.append(self._apply(group, logged[start:start + APPLY_SLICE]))
+        for part in apply_slices(logged):
+            applied.append(self._apply(group, part))
             await asyncio.sleep(0)
         await asyncio.gather(*applied)
 

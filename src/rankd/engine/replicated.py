@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from rankd._tasks import outcome_seen
-from rankd.engine import records, settings
+from rankd.engine import group_load, records, settings
 from rankd.engine.commits import Commits, unwired
 from rankd.engine.core import Core
 from rankd.engine.errors import (
@@ -403,22 +403,24 @@ class ReplicatedWrites:
                                  in enumerate(record[4], record[2]) if seq > after_seq)
         return found
 
-    def load_group_snapshot(self, group: int, seq: int, epoch: int, sections: list[bytes]
-                            ) -> asyncio.Future[None]:
+    async def load_group_snapshot(self, group: int, seq: int, epoch: int,
+                                  sections: list[bytes]) -> None:
         """Replace ``group``'s boards with its snapshot at ``seq`` (a follower
         whose position the cluster's log no longer holds).  The local log
-        keeps the snapshot too, so a restart recovers it."""
+        keeps the snapshot too, so a restart recovers it.  The boards are
+        built in a worker thread and swapped in at once
+        (:mod:`rankd.engine.group_load`): the loop serves meanwhile."""
         self.guard.check_writable()
-        parts = sections or [None]  # a group without boards: one empty part
-        logged = [records.encode([records.GROUP_LOAD, group, seq, epoch, part, len(parts),
-                                  section]) for part, section in enumerate(parts)]
+        built = await asyncio.to_thread(group_load.build, sections, self.state.clock)
+        logged = await asyncio.to_thread(group_load.encoded, group, seq, epoch, sections)
+        self.guard.check_writable()
         names = self.replayer.drop_group(group)
-        self.state.load(sections)
-        names |= {name for name in self.state.boards if group_of(name) == group}
+        names |= group_load.install(self.state, group, built)
         self.state.positions[group] = (seq, epoch)
         self.advance()
         self.commits.snapshot_wanted.set()  # and soon a local snapshot, for a short replay
-        return self.commits.commit_soon(logged, names)
+        for run in group_load.commit_runs(logged):
+            await self.commits.commit_soon(run, names)
 
     def reset_group(self, group: int) -> asyncio.Future[None]:
         """Forget a group's boards (to replay its log anew from the start):

@@ -305,10 +305,7 @@ class LiveFeed:
 
     def follow(self, subscriber: Subscriber, members: object) -> list[str]:
         """Follow more members (validated); returns those added."""
-        members = _member_names(members)
-        added = [m for m in dict.fromkeys(members) if m not in subscriber.follows]
-        if len(subscriber.follows) + len(added) > MAX_FOLLOWS:
-            raise InvalidInput(f"a connection follows at most {MAX_FOLLOWS} members")
+        added = added_follows(subscriber, members)
         followers = self.follows.setdefault((subscriber.board, subscriber.window), {})
         for member in added:
             subscriber.follows.add(member)
@@ -514,6 +511,15 @@ def websocket_frame(message: bytes) -> bytes:
 
 class TooManyConnections(EngineError):
     code = "too_many_connections"
+
+
+def added_follows(subscriber: Subscriber, members: object) -> list[str]:
+    """The members of ``members`` that ``subscriber`` does not follow yet;
+    ``InvalidInput`` unless they are member names it may follow all of."""
+    added = [m for m in dict.fromkeys(_member_names(members)) if m not in subscriber.follows]
+    if len(subscriber.follows) + len(added) > MAX_FOLLOWS:
+        raise InvalidInput(f"a connection follows at most {MAX_FOLLOWS} members")
+    return added
 
 
 def _member_names(members: object) -> list[str]:

@@ -17,7 +17,8 @@ from importlib import resources
 
 from aiohttp import WSMsgType, web
 
-from rankd.engine.errors import EngineError
+from rankd.engine.errors import EngineError, NotPrimary
+from rankd.frontends.forwarding import forwarded
 from rankd.frontends.live import (
     CLOSE_TOO_MANY,
     CLOSE_TOO_SLOW,
@@ -26,13 +27,16 @@ from rankd.frontends.live import (
     Subscriber,
     parse_client_message,
 )
+from rankd.frontends.live_proxy import LiveProxy, holder_of
 from rankd.frontends.origins import PUBLIC_CORS_HEADERS
-from rankd.frontends.rest import GATE, ORIGINS, PRINCIPAL, RequestError
+from rankd.frontends.rest import FORWARDER, GATE, ORIGINS, PRINCIPAL, RequestError
 from rankd.security import RateLimited
 
 log = logging.getLogger(__name__)
 
 FEED = web.AppKey("live_feed", LiveFeed)
+#: A cluster node's proxy of the feeds of boards other nodes hold (None: not a cluster).
+PROXY = web.AppKey("live_proxy", LiveProxy | None)
 HEARTBEAT_SECONDS = 20.0
 SSE_KEEPALIVE_SECONDS = 15.0
 SEND_BUFFER_BYTES = 128 * 1024
@@ -56,8 +60,24 @@ def _subscription(request: web.Request) -> tuple[str | None, int, list[str]]:
 def _subscribe(request: web.Request) -> Subscriber:
     window, limit, members = _subscription(request)
     feed = request.app[FEED]
-    return feed.subscribe(request.match_info["board"], window, limit, members,
-                          address=request.remote or "")
+    try:
+        return feed.subscribe(request.match_info["board"], window, limit, members,
+                              address=request.remote or "")
+    except NotPrimary as exc:  # another node holds the board: its feed, proxied
+        proxy = request.app.get(PROXY)
+        if proxy is None or exc.primary is None or forwarded(request):
+            raise
+        return proxy.subscribe(request.match_info["board"], window, limit, members,
+                               request[PRINCIPAL], request.remote or "",
+                               secure=request.secure)
+
+
+def _feed_of(request: web.Request, subscriber: Subscriber) -> LiveFeed | LiveProxy:
+    """The local feed, or the proxy when ``subscriber`` is proxied."""
+    proxy = request.app.get(PROXY)
+    if proxy is not None and proxy.serves(subscriber):
+        return proxy
+    return request.app[FEED]
 
 
 @routes.get("/v1/boards/{board:[^/]+}/live")
@@ -66,7 +86,7 @@ async def live_socket(request: web.Request) -> web.StreamResponse:
     socket = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS, max_msg_size=64 * 1024,
                                    compress=False)
     subscriber = _subscribe(request)  # errors answer as plain HTTP, before the upgrade
-    feed = request.app[FEED]
+    feed = _feed_of(request, subscriber)
     gate, principal, address = request.app[GATE], request[PRINCIPAL], request.remote or ""
     sender = None
     try:
@@ -78,7 +98,7 @@ async def live_socket(request: web.Request) -> web.StreamResponse:
         await socket.prepare(request)
         subscriber.transport = request.transport
         sender = asyncio.get_running_loop().create_task(
-            _send_loop(socket, request.transport, subscriber, feed.send_timeout))
+            _send_loop(socket, request.transport, subscriber, request.app[FEED].send_timeout))
         async for message in socket:
             try:  # each message a subscriber sends counts as a read
                 gate.admit(principal, "live_socket", address)
@@ -95,8 +115,9 @@ async def live_socket(request: web.Request) -> web.StreamResponse:
                     await socket.send_str('{"type":"pong"}')
                 elif action == "follow":
                     added = feed.follow(subscriber, members)
-                    await feed.engine.settled_read(functools.partial(
-                        feed.send_members, subscriber, added))
+                    if isinstance(feed, LiveFeed):  # (proxied: the upstream sends them)
+                        await feed.engine.settled_read(functools.partial(
+                            feed.send_members, subscriber, added))
                 else:
                     feed.unfollow(subscriber, members)
             except EngineError as exc:
@@ -153,7 +174,7 @@ async def _send_loop(socket: web.WebSocketResponse, transport: asyncio.Transport
 @routes.get("/v1/boards/{board:[^/]+}/events")
 async def live_events(request: web.Request) -> web.StreamResponse:
     subscriber = _subscribe(request)
-    feed = request.app[FEED]
+    feed = _feed_of(request, subscriber)
     _bound_send_buffer(request)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache",
@@ -174,7 +195,7 @@ async def live_events(request: web.Request) -> web.StreamResponse:
             kind = b"leaderboard.updated" if message.startswith(
                 b'{"type":"leaderboard') else b"user.rank.updated"
             await asyncio.wait_for(response.write(b"event: " + kind + b"\ndata: " + message
-                                                  + b"\n\n"), feed.send_timeout)
+                                                  + b"\n\n"), request.app[FEED].send_timeout)
     except (ConnectionResetError, TimeoutError):
         pass
     finally:
@@ -215,6 +236,9 @@ async def static_file(request: web.Request) -> web.Response:
 def add_live_routes(app: web.Application, feed: LiveFeed) -> None:
     """Mount the live feed and the page on ``app``; start/stop the feed with it."""
     app[FEED] = feed
+    forwarder = app.get(FORWARDER)
+    proxy = app[PROXY] = (LiveProxy(feed, forwarder, holder_of(feed.engine))
+                          if forwarder is not None else None)
     app.add_routes(routes)
 
     async def on_startup(_: web.Application) -> None:
@@ -222,6 +246,8 @@ def add_live_routes(app: web.Application, feed: LiveFeed) -> None:
 
     async def on_cleanup(_: web.Application) -> None:
         await feed.stop()
+        if proxy is not None:
+            await proxy.close()
 
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_cleanup)

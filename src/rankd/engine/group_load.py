@@ -1,0 +1,132 @@
+"""A cluster group's snapshot, loaded without holding the event loop.
+
+Owns how a node builds the boards of a group from its snapshot (a follower
+the group's log no longer serves from its position, the target of a move)
+and puts them in place.  Loading them in one callback held the node's
+event loop for seconds on a board of a million members (the rank index's
+rebuild, then every event id), so every client of the node waited, and a
+move's writers with them.  Now:
+
+1. :func:`build` runs in a worker thread: it makes new :class:`Board`
+   objects, nobody else sees yet, from the sections that belong to one
+   board (the board, its indexes, labels and event ids), in a scratch
+   :class:`BoardState`.  The native index's load releases the GIL every
+   few thousand members and the event ids go in pieces of
+   :data:`EVENT_ID_PIECE` bytes, so the loop's thread gets the GIL within
+   a few ms whenever it wants it;
+2. :func:`encoded` makes the local log's records of the snapshot, in the
+   worker thread too (copies of megabytes);
+3. on the loop, :func:`install` swaps the built boards in (one dict store
+   each) and applies the sections that touch the node's shared state
+   (deadlines, boards being built, positions): small, and in order.
+
+The caller drops the group's old boards right before :func:`install`, in
+the same callback, so no reader ever sees a mix; the group's records after
+the snapshot wait (the log tail holds the group's lock meanwhile).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import msgpack
+
+from rankd.engine import records, staging
+from rankd.engine.board import Board
+from rankd.engine.dedupe import _CHUNK_HEADER
+from rankd.engine.groups import group_of
+from rankd.engine.sections import index_dump
+from rankd.engine.state import BoardState
+
+#: Sections applied on the loop: they change state other boards share.
+LOOP_KINDS = frozenset({"expiry", "positions", staging.SECTION})
+#: Bytes of event ids handed to the native store at once (a ms or so).
+EVENT_ID_PIECE = 64 << 10
+#: Bytes of the local log's records of a snapshot committed in one pass.
+COMMIT_BYTES = 8 << 20
+
+
+@dataclass
+class Built:
+    """A group's boards built off the loop, and what is left to apply on it."""
+
+    boards: dict[str, Board] = field(default_factory=dict)
+    #: Sections of :data:`LOOP_KINDS`, in snapshot order.
+    later: list[bytes] = field(default_factory=list)
+
+
+def build(sections: list[bytes], clock: Callable[[], float]) -> Built:
+    """The boards of a group snapshot's ``sections`` (call it in a worker
+    thread: it touches no state the loop sees).  Raises as
+    ``BoardState.load`` does on a damaged section."""
+    scratch = BoardState(clock)
+    built = Built(scratch.boards)
+    for payload in sections:
+        if index_dump(payload) is None:
+            section = records.decode(payload)
+            kind = section[0]
+            if kind in LOOP_KINDS:
+                built.later.append(payload)
+                continue
+            if kind == "event_id_log":
+                dedupe = scratch.boards[section[1]].dedupe
+                for piece in event_id_pieces(section[2], EVENT_ID_PIECE):
+                    dedupe.load_log(piece)
+                continue
+        scratch.load([payload])
+    return built
+
+
+def event_id_pieces(chunk: bytes, size: int) -> Iterator[bytes]:
+    """A snapshot's chunk of event ids (``DedupeTable.log_chunks``) as
+    chunks of about ``size`` bytes, cut between entries, in order."""
+    header = _CHUNK_HEADER
+    start = offset = 0
+    while offset < len(chunk):
+        if len(chunk) - offset < header.size:
+            raise ValueError("a dedupe log chunk ends inside an entry header")
+        id_size, entry_size = header.unpack_from(chunk, offset)
+        offset += header.size + id_size + entry_size
+        if offset - start >= size:
+            yield chunk[start:offset]
+            start = offset
+    if start < len(chunk):
+        yield chunk[start:]
+
+
+def encoded(group: int, seq: int, epoch: int, sections: list[bytes]) -> list[bytes]:
+    """The local log's ``GROUP_LOAD`` records of a group snapshot (replayed
+    by ``Replayer.load_group_part``), one per section."""
+    parts = sections or [None]  # a group without boards: one empty part
+    # records.encode's bytes, from a packer of this thread's own (the
+    # module's one is the loop thread's).
+    packer = msgpack.Packer(use_bin_type=True)
+    return [packer.pack([records.GROUP_LOAD, group, seq, epoch, part, len(parts), section])
+            for part, section in enumerate(parts)]
+
+
+def commit_runs(logged: list[bytes]) -> Iterator[list[bytes]]:
+    """``logged`` in runs of about :data:`COMMIT_BYTES`, each appended to
+    the local log in a pass of its own (one write of tens of megabytes
+    would hold the loop)."""
+    run: list[bytes] = []
+    size = 0
+    for payload in logged:
+        if run and size + len(payload) > COMMIT_BYTES:
+            yield run
+            run, size = [], 0
+        run.append(payload)
+        size += len(payload)
+    yield run
+
+
+def install(state: BoardState, group: int, built: Built) -> set[str]:
+    """Put ``built``'s boards in place (the group's old ones dropped just
+    before, in the same callback) and apply its other sections; returns
+    the group's board names."""
+    boards = state.boards
+    for name, board in built.boards.items():
+        boards[name] = board
+    state.load(built.later)
+    return {name for name in boards if group_of(name) == group}
