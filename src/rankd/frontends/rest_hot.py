@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, NamedTuple, Protocol
 
 from aiohttp import web
@@ -206,9 +206,13 @@ def install(app: web.Application, door: HotDoor, ways: HotWays) -> bool:
     service = door.service
     pack_plain = service.pack_plain
     submit_packed_then = service.submit_packed_then
+    # The loop the application runs on, once known: get_running_loop() makes
+    # a getpid() system call each time (Python 3.11).
+    loops: list[asyncio.AbstractEventLoop] = []
 
     # Not a coroutine: what aiohttp awaits is the general handler's own
-    # coroutine, or a future the hot route completes (no frame more for either).
+    # coroutine, an answer (awaited, itself) or a future the hot route
+    # completes (no frame more for any).
     def handle(request: web.Request) -> Awaitable[Any]:
         board = hot_board(request, door, proxied)
         if board is not None:
@@ -223,9 +227,7 @@ def install(app: web.Application, door: HotDoor, ways: HotWays) -> bool:
         except Exception as exc:
             return refused(request, exc, operation, started)
         observe(operation, 200, perf_counter() - started)
-        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        done.set_result(Answer(body))
-        return done
+        return Answer(body)
 
     def submitted(request: web.Request, board: str) -> Awaitable[Any]:
         """A submission it takes: a plain body's answer comes from its pass's
@@ -238,7 +240,9 @@ def install(app: web.Application, door: HotDoor, ways: HotWays) -> bool:
             return refused(request, exc, "submit", started)
         if packed is None:
             return decoded(request, board, principal, body, started)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if not loops:
+            loops.append(asyncio.get_running_loop())
+        future: asyncio.Future[Any] = loops[0].create_future()
         submit_packed_then(packed, answered, (future, packed, started))
         return future
 
@@ -331,6 +335,12 @@ class Answer:
 
     async def write_eof(self, data: bytes = b"") -> None:
         """(All written by :meth:`prepare`.)"""
+
+    def __await__(self) -> Generator[Any, None, Answer]:
+        """The answer itself, at once (what the hot route's handler returns
+        for a read: no future made)."""
+        return self
+        yield  # (a generator: what ``await`` takes)
 
     @property
     def headers(self) -> CIMultiDict[str]:
