@@ -517,7 +517,7 @@ def test_member_answers_are_orjsons(twins):
     ``orjson.dumps`` of ``Service.member``, on boards of either order, for
     ties, negative, fractional, zero and large scores, labels with escapes
     and members of non-ASCII text; a member absent is the same ``NotFound``."""
-    loop, _, hot, _ = twins
+    loop, _, hot, general = twins
     service = hot.app[rest.SERVICE]
     boards = fresh_boards()
     scores = [0.0, -0.0, 1.0, 1.0, -2.5, 1e-7, 3.0000000000000004, 2.5e15, -1e300, 7.0, 7.0]
@@ -527,22 +527,23 @@ def test_member_answers_are_orjsons(twins):
     async def run() -> None:
         for order in ("desc", "asc"):
             name = f"{boards['plain']}-{order}"
-            await hot.engine.put_board(name, {"policy": "latest", "order": order})
-            for i, (member, score) in enumerate(zip(members, scores, strict=True)):
-                event = {"member": member, "score": score}
-                if i % 3 == 0:
-                    event["label"] = f"label {i} \"\\ \u2603"
-                await hot.engine.submit(Submission.from_dict(name, event))
+            for twin in (hot, general):  # (both: their states stay alike for the tests after)
+                await twin.engine.put_board(name, {"policy": "latest", "order": order})
+                for i, (member, score) in enumerate(zip(members, scores, strict=True)):
+                    event = {"member": member, "score": score}
+                    if i % 3 == 0:
+                        event["label"] = f"label {i} \"\\ \u2603"
+                    await twin.engine.submit(Submission.from_dict(name, event))
             for member in members:
                 assert service.member_json(name, member) == orjson.dumps(
                     service.member(name, member)), (order, member)
             for absent in ("nobody", "A"):
                 with pytest.raises(Exception) as native:
                     service.member_json(name, absent)
-                with pytest.raises(Exception) as general:
+                with pytest.raises(Exception) as python_way:
                     service.member(name, absent)
-                assert type(native.value) is type(general.value)
-                assert str(native.value) == str(general.value)
+                assert type(native.value) is type(python_way.value)
+                assert str(native.value) == str(python_way.value)
 
     loop.run_until_complete(run())
 
@@ -576,7 +577,7 @@ def test_the_hot_route_builds_no_response_nor_standing(twins, monkeypatch):
 
     from rankd.engine.queries import Queries
 
-    loop, clock, hot, _ = twins
+    loop, clock, hot, general = twins
     boards = fresh_boards()
     made: list[str] = []
     real_init = web.Response.__init__
@@ -594,13 +595,17 @@ def test_the_hot_route_builds_no_response_nor_standing(twins, monkeypatch):
              (2, ("GET", "/v1/boards/{b}/top?limit=5"), {}, "plain", b"")]
 
     async def run() -> list[int]:
-        await make_boards((hot,), boards)
+        await make_boards((hot, general), boards)
         monkeypatch.setattr(web.Response, "__init__", counted)
         monkeypatch.setattr(Queries, "standing", standing)
         statuses = []
         for case in cases:
             clock[0] += 3600.0
             statuses.append((await answer(hot, case, boards))[0])
+        monkeypatch.undo()
+        for case in cases:  # (the general twin too: their states stay alike)
+            clock[0] += 3600.0
+            await answer(general, case, boards)
         return statuses
 
     if rest_native is None:
@@ -636,3 +641,58 @@ def test_a_pass_that_fails_answers_as_the_general_way(tmp_path):
         (status, data, _), counted = loop.run_until_complete(run())
     assert status >= 500 and data["error"]["code"], data
     assert counted == {("submit", status): 1}
+
+
+def test_pipelined_answers_keep_their_order(twins):
+    """Requests sent at once on one kept-alive connection (plain and other
+    submissions, reads of what they wrote, refusals): answered in order,
+    each as the general way answers it, though a plain submission's answer
+    is written by its pass's completion."""
+    loop, clock, hot, general = twins
+    boards = fresh_boards()
+    board = boards["plain"]
+
+    def request(method: str, path: str, body: bytes = b"", close: bool = False) -> bytes:
+        key = WRITE_KEY if method == "POST" else READ_KEY
+        return (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+                + ("Connection: close\r\n" if close else "")
+                + (f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                   if method == "POST" else "") + "\r\n").encode() + body
+
+    pipeline = b"".join([
+        request("POST", f"/v1/boards/{board}/scores", b'{"member": "a", "delta": 3}'),
+        request("GET", f"/v1/boards/{board}/members/a"),
+        request("POST", f"/v1/boards/{board}/scores", b'{"member": "a", "delta": 0.5}'),
+        request("POST", f"/v1/boards/{board}/scores", b'{"member": "b", "delta": 2}'),
+        request("POST", f"/v1/boards/{boards['missing']}/scores", b'{"member": "b", "delta": 2}'),
+        request("GET", f"/v1/boards/{board}/top?limit=5"),
+        request("POST", f"/v1/boards/{board}/scores", b'{"member": "a", "delta": 1}', close=True)])
+
+    async def answers(port: int) -> list[tuple[str, Any]]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(pipeline)
+            await writer.drain()
+            seen = []
+            for _ in range(7):
+                head = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+                length = next(int(line.split(":")[1]) for line in head
+                              if line.lower().startswith("content-length:"))
+                data = json.loads(await reader.readexactly(length))
+                data.pop("updated_at", None)
+                seen.append((head[0], data))
+            assert await reader.read() == b""  # (closed after the last, as asked)
+            return seen
+        finally:
+            writer.close()
+
+    async def run() -> None:
+        await make_boards((hot, general), boards)
+        clock[0] += 3600.0
+        seen = [await answers(twin.server.port) for twin in (hot, general)]
+        assert seen[0] == seen[1]
+        assert [status.split()[1] for status, _ in seen[0]] == [
+            "200", "200", "200", "429", "429", "200", "429"], seen[0]  # (a burst of 2 writes)
+        assert seen[0][1][1]["score"] == 3.0 and seen[0][5][1]["entries"][0]["score"] == 3.5
+
+    loop.run_until_complete(run())

@@ -243,15 +243,19 @@ def install(app: web.Application, door: HotDoor, ways: HotWays) -> bool:
         if not loops:
             loops.append(asyncio.get_running_loop())
         future: asyncio.Future[Any] = loops[0].create_future()
-        submit_packed_then(packed, answered, (future, packed, started))
+        submit_packed_then(packed, answered, (future, packed, started, request))
         return future
 
-    def answered(token: tuple[asyncio.Future[Any], Any, float], error: BaseException | None
-                 ) -> None:
-        """The ``then`` of a plain submission's packed run (called once its
-        pass committed, or could not): its answer, ready to write, completes
-        the request's future."""
-        future, packed, started = token
+    def answered(token: tuple[asyncio.Future[Any], Any, float, web.Request],
+                 error: BaseException | None) -> None:
+        """The ``then`` of a plain submission's packed run, called once its
+        pass committed (or could not), one after the other for the pass's
+        runs: its answer is written at once, and completes the request's
+        future (whose handler then only finishes: the answer is out, and
+        the connection takes no next request before it is, so answers stay
+        in order).  An error's answer is made by the handler (``failed``
+        may await)."""
+        future, packed, started, request = token
         if future.done():  # the request was cancelled (its client went away)
             return
         try:
@@ -262,7 +266,12 @@ def install(app: web.Application, door: HotDoor, ways: HotWays) -> bool:
             future.set_result(Refusal(ways.failed, door, exc, started, observe))
             return
         observe("submit", 200, perf_counter() - started)
-        future.set_result(Answer(body))
+        answer = Answer(body)
+        try:  # noqa: SIM105 - (a context manager costs more, for every answer)
+            answer.write(request)
+        except ConnectionError:
+            pass  # (its client went away: writing it again tells the handler so)
+        future.set_result(answer)
 
     async def decoded(request: web.Request, board: str, principal: Any, body: bytes,
                       started: float) -> web.StreamResponse:
@@ -307,7 +316,7 @@ class Answer:
     (``prepare``, ``write_eof``, ``keep_alive``; ``status``,
     ``body_length`` and ``headers`` for an access log) it has."""
 
-    __slots__ = ("body", "body_length", "keep_alive")
+    __slots__ = ("body", "body_length", "keep_alive", "written")
 
     status = 200
     reason = "OK"
@@ -316,8 +325,18 @@ class Answer:
         self.body = body
         self.body_length = 0
         self.keep_alive: bool | None = None
+        self.written = False
 
     async def prepare(self, request: web.BaseRequest) -> Any:
+        writer = request._payload_writer
+        if not self.written:
+            self.write(request)
+        await writer.drain()  # (returns at once unless the client reads slower)
+        return writer
+
+    def write(self, request: web.BaseRequest) -> None:
+        """Write it all as the answer to ``request`` (raises a
+        ``ConnectionError`` if its client went away)."""
         writer = request._payload_writer
         keep_alive = self.keep_alive = request.keep_alive
         version = request.version
@@ -329,9 +348,8 @@ class Answer:
         body = self.body
         writer._write(b"".join((first, JSON_HEAD, str(len(body)).encode(), DATE, _date(),
                                 connection, b"\r\n\r\n", body)))
+        self.written = True
         self.body_length = writer.output_size
-        await writer.drain()  # (returns at once unless the client reads slower)
-        return writer
 
     async def write_eof(self, data: bytes = b"") -> None:
         """(All written by :meth:`prepare`.)"""
