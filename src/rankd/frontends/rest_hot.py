@@ -2,12 +2,13 @@
 aiohttp's router and middlewares.
 
 What it owns: deciding, from the raw request line and headers alone,
-whether a request is a plain ``POST /v1/boards/{board}/scores`` that the
-front door's fast submission (``rest._submit_now``) answers exactly as the
-general way would, or a plain ``GET /v1/boards/{board}/top`` (at most
+whether a request is a plain ``POST /v1/boards/{board}/scores`` that it
+answers exactly as the general way would (by the front door's ways,
+:class:`HotWays`), or a plain ``GET /v1/boards/{board}/top`` (at most
 ``limit`` and ``offset``, in at most ``MAX_DIGITS`` digits) or ``GET
 /v1/boards/{board}/members/{member}`` (no query) that ``rest._top_now`` and
-``rest._member_now`` answer so, and answering it there.  Its design:
+``rest._member_now`` answer so, and answering it there; and writing those
+answers (:class:`Answer`).  Its design:
 
 * It replaces the application's request handler (``Application._handle``,
   what aiohttp's ``Server`` calls for every request) with one that looks at
@@ -29,15 +30,35 @@ general way would, or a plain ``GET /v1/boards/{board}/top`` (at most
   cluster node may forward, which needs the route's match info), and while
   the door's fast submission is on (``Door.submitters``).
 * Every check the general way makes on such a request is still made, in
-  the same order, by ``rest._submit_now``: the gate (authentication, scope,
-  the rate limits charged), the body's size bound, its JSON, the event
-  (a plain body natively: ``Service.submit_json``).  A read is admitted
+  the same order: the gate (authentication, scope, the rate limits
+  charged) and the body's size bound (``rest._admit_now``), its JSON, the
+  event (a plain body natively: ``Service.pack_plain``; any other the
+  general way, ``rest._submit_body``).  A read is admitted
   the same way (``rest._admit_reader``), and on a single node only (a cluster
   node's reads may wait for their group's log).  Errors are answered by
   ``rest._failed`` with the headers the signal would have added, and the
   request is counted in the metrics under its operation as the front door
   counts it.  ``tests/test_rest_hot.py``
   replays random requests both ways and compares the answers.
+* What is left of a request is aiohttp's own work (parsing, the request
+  object, its task) and the engine's, so the answers cost no more than
+  they must: a read's body is made natively (a member's standing by
+  ``_rest_reads``, a top page from the cache of its JSON); a plain
+  submission joins its pass as a packed run, and the pass's completion
+  (``answered``, called for each run of the pass in turn, once the pass is
+  logged as the ack mode asks) writes its answer at once, the JSON made
+  natively from the applied result (``_rest.answer_json``), then
+  completes the future the request's handler awaits, which then only
+  finishes (the connection takes no next request before, so pipelined
+  answers stay in order).  No handler coroutine of the hot route's is
+  resumed: the handler returns the future itself, or for a read its
+  :class:`Answer`, which awaits as itself.
+* :class:`Answer` writes a ``200`` JSON answer in one write: the status
+  line and the headers aiohttp's ``web.Response`` writes for it, in its
+  order, with ``Connection`` as it sets it for the request's version and
+  keep-alive, from bytes made once (``Date`` once a second), with no
+  header map, no ``web.Response`` and no response-prepare step.
+  Refusals still go through ``web.Response`` (``rest._failed``).
 """
 
 from __future__ import annotations
