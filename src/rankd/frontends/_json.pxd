@@ -26,6 +26,7 @@ from libc.math cimport isfinite
 from libc.string cimport memcpy, strlen
 
 from rankd.engine._packing cimport Writer, writer_reserve
+from rankd.engine._replies cimport _digits
 
 
 cdef extern from "Python.h":
@@ -48,25 +49,12 @@ cdef inline int json_key(Writer *w, const char *text) except -1:
 
 cdef inline int json_integer(Writer *w, long long value) except -1:
     cdef char text[24]
-    cdef char reversed_[24]
-    cdef int n = 0, size = 0
-    cdef unsigned long long u
+    cdef int size = 0
     if value < 0:
         text[0] = 45
-        size = 1
-        u = <unsigned long long>(-(value + 1)) + 1
+        size = 1 + _digits(text + 1, <unsigned long long>(-(value + 1)) + 1)
     else:
-        u = <unsigned long long>value
-    while True:
-        reversed_[n] = <char>(48 + u % 10)
-        n += 1
-        u //= 10
-        if u == 0:
-            break
-    while n:
-        n -= 1
-        text[size] = reversed_[n]
-        size += 1
+        size = _digits(text, <unsigned long long>value)
     return json_put(w, text, size)
 
 
