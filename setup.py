@@ -103,6 +103,8 @@ extensions = [
     native("frontends._lanes"),
     # The REST hot route's native ingest of a plain submission's JSON body.
     native("frontends._rest"),
+    # The REST hot route's native member reads (answers as JSON bytes).
+    native("frontends._rest_reads"),
     # MONITOR's quoting of a command's words (Redis's sdscatrepr).
     native("frontends.resp._monitor"),
 ]

@@ -42,6 +42,15 @@ Run from the project root::
     python bench/bench_rest.py                         # 3 rounds, 5 s a row, -c64 and -c16
     python bench/bench_rest.py --base /work/wt-base    # before/after
     python bench/bench_rest.py --quick                 # 1 round, 1 s a row
+    python bench/bench_rest.py --base /work/wt-base --callgrind   # instructions per request
+
+With ``--callgrind`` every server runs under valgrind's callgrind, counting
+only while a row runs (``callgrind_control -i on/off``), and a row's CPU
+column is the server's user-space instructions per request (thousands),
+less what it runs idle in as long (its timers, counted first over 5 s;
+under callgrind a request takes ~50 times as long, so an idle timer's work
+would weigh 50 times what it does).  Instruction counts are what this
+machine's noise does not move; the rates under callgrind mean nothing.
     python bench/bench_rest.py --bare-serve PORT       # only the bare server (used by the run)
 """
 
@@ -114,13 +123,70 @@ LUA_GET = ""  # the URL's path and query as given
 
 @dataclass
 class Run:
-    """One wrk run's figures."""
+    """One wrk run's figures (``cpu_us``: under callgrind, thousands of
+    instructions per request)."""
 
     rate: float
     p50_ms: float
     p99_ms: float
     cpu_us: float
     errors: int
+
+
+# --- callgrind ---------------------------------------------------------------------------
+
+#: valgrind's command line for a server counted only while a row runs.
+CALLGRIND = ("valgrind", "--tool=callgrind", "--instr-atstart=no")
+#: How long each server's idle instructions are counted (see the docstring).
+IDLE_SECONDS = 5.0
+
+
+def callgrind_wrapper(out: Path) -> tuple[str, ...]:
+    return (*CALLGRIND, f"--callgrind-out-file={out}.%p")
+
+
+def instrument(pid: int, on: bool) -> None:
+    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(pid)],
+                   check=True, capture_output=True)
+
+
+def counted_instructions(pid: int, out: Path) -> int:
+    """The instructions callgrind counted in ``pid`` since its last dump
+    (``out``: the ``--callgrind-out-file`` prefix); the dump zeroes them."""
+    pattern = f"{out.name}.{pid}*"
+    before = set(out.parent.glob(pattern))
+    subprocess.run(["callgrind_control", "--dump", str(pid)], check=True, capture_output=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for path in set(out.parent.glob(pattern)) - before:
+            totals = [line for line in path.read_text().splitlines()
+                      if line.startswith("totals:")]
+            if totals:
+                path.unlink()
+                return int(totals[0].split()[1])
+        time.sleep(0.2)
+    raise RuntimeError("callgrind wrote no dump")
+
+
+class Counting:
+    """Instructions per request of servers run under callgrind (by pid)."""
+
+    def __init__(self) -> None:
+        self.outs: dict[int, Path] = {}
+        self.idle: dict[int, float] = {}
+
+    def add(self, pid: int, out: Path) -> None:
+        """Count server ``pid`` (dumping to ``out``), its idle rate first."""
+        self.outs[pid] = out
+        instrument(pid, True)
+        time.sleep(IDLE_SECONDS)
+        instrument(pid, False)
+        self.idle[pid] = counted_instructions(pid, out) / IDLE_SECONDS
+
+    def per_request(self, pid: int, seconds: float, requests: int) -> float:
+        """Thousands of instructions per request since counting began."""
+        total = counted_instructions(pid, self.outs[pid]) - self.idle[pid] * seconds
+        return total / max(1, requests) / 1e3
 
 
 @dataclass
@@ -195,23 +261,29 @@ def cpu_seconds(pid: int) -> float:
 
 
 def wrk(url: str, script: str, connections: int, seconds: float, pid: int,
-        workdir: Path) -> Run:
+        workdir: Path, counting: Counting | None = None) -> Run:
     path = workdir / f"s{abs(hash(script))}.lua"
     path.write_text(script + LUA_DONE)
     command = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s",
                "--timeout", "5s", "-s", str(path), url]
-    before = cpu_seconds(pid)
+    if counting is not None:
+        instrument(pid, True)
+    before, started = cpu_seconds(pid), time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, check=True,
                           timeout=seconds + 60)
-    cpu = cpu_seconds(pid) - before
+    cpu, elapsed = cpu_seconds(pid) - before, time.monotonic() - started
+    if counting is not None:
+        instrument(pid, False)
     match = re.search(r"^WRKJSON (.*)$", done.stdout, re.MULTILINE)
     if match is None:
         raise RuntimeError(f"unexpected wrk output:\n{done.stdout}\n{done.stderr}")
     data = json.loads(match.group(1))
     requests = max(1, data["requests"])
     errors = sum(data[k] for k in ("connect", "read", "write", "status", "timeout"))
+    per_request = (cpu / requests * 1e6 if counting is None
+                   else counting.per_request(pid, elapsed, data["requests"]))
     return Run(data["requests"] / (data["duration_us"] / 1e6), data["p50_us"] / 1e3,
-               data["p99_us"] / 1e3, cpu / requests * 1e6, errors)
+               data["p99_us"] / 1e3, per_request, errors)
 
 
 def redis_benchmark(port: int, connections: int, seconds: float, pid: int,
@@ -253,12 +325,13 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
     raise RuntimeError(f"{url} did not answer in {timeout} s")
 
 
-def start_rankd(tree: Path, data_dir: Path, members: int, extra: list[str]) -> Any:
+def start_rankd(tree: Path, data_dir: Path, members: int, extra: list[str],
+                wrapper: tuple[str, ...] = ()) -> Any:
     sys.path.insert(0, str(ROOT / "tests"))
     from daemon import Daemon
 
-    daemon = Daemon(data_dir, "--fsync", "everysec", *extra,
-                    env={"PYTHONPATH": str(tree / "src")}).start()
+    daemon = Daemon(data_dir, "--fsync", "everysec", *extra, env={"PYTHONPATH": str(tree / "src")},
+                    wrapper=wrapper).start(timeout=600 if wrapper else 30)
     status, body = daemon.request("PUT", f"/v1/boards/{BOARD}", {"policy": "sum"})
     if status not in (200, 201):
         raise RuntimeError(f"PUT /v1/boards/{BOARD} answered {status}: {body}")
@@ -297,6 +370,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="add the bare handler behind a pass-through middleware and a "
                              "response-prepare signal (server 'framed')")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count instructions per request under callgrind (see above)")
     parser.add_argument("--bare-serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--rankd-arg", action="append", default=[],
                         help="an extra argument for every rankd serve")
@@ -308,26 +383,40 @@ def main(argv: list[str] | None = None) -> None:
         args.rounds, args.seconds, args.members = 1, 1.0, 10_000
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian: apt-get install wrk)")
+    if args.callgrind and (args.resp or shutil.which("valgrind") is None):
+        sys.exit("--callgrind needs valgrind, and counts no --resp row")
     connection_counts = [int(c) for c in args.connections.split(",")]
     only = {name.strip() for name in args.only.split(",") if name.strip()}
 
     workdir = Path(tempfile.mkdtemp(prefix="bench_rest."))
     port, framed_port = free_port(), free_port()
-    bare = subprocess.Popen([sys.executable, __file__, "--bare-serve", str(port)])
-    framed = subprocess.Popen([sys.executable, __file__, "--bare-serve", str(framed_port)],
+    counting = Counting() if args.callgrind else None
+
+    def wrapper(name: str) -> tuple[str, ...]:
+        return callgrind_wrapper(workdir / f"{name}-callgrind") if counting else ()
+
+    bare = subprocess.Popen([*wrapper("bare"), sys.executable, __file__, "--bare-serve",
+                             str(port)])
+    framed = subprocess.Popen([*wrapper("framed"), sys.executable, __file__, "--bare-serve",
+                               str(framed_port)],
                               env={**os.environ, "BARE_FRAMED": "1"}) if args.framed else None
     daemons: dict[str, Any] = {}
     try:
-        wait_http(f"http://127.0.0.1:{port}/bare")
+        wait = 600 if counting else 30
+        wait_http(f"http://127.0.0.1:{port}/bare", wait)
         servers = {"bare": (f"http://127.0.0.1:{port}", bare.pid)}
         if framed is not None:
-            wait_http(f"http://127.0.0.1:{framed_port}/bare")
+            wait_http(f"http://127.0.0.1:{framed_port}/bare", wait)
             servers["framed"] = (f"http://127.0.0.1:{framed_port}", framed.pid)
         trees = {"rankd": ROOT, **({"base": args.base.resolve()} if args.base else {})}
         for name, tree in trees.items():
-            daemons[name] = start_rankd(tree, workdir / name, args.members, args.rankd_arg)
+            daemons[name] = start_rankd(tree, workdir / name, args.members, args.rankd_arg,
+                                        wrapper(name))
             servers[name] = (daemons[name].url, daemons[name].process.pid)
-        rows = run_rounds(args, servers, daemons, connection_counts, only, workdir)
+        if counting is not None:
+            for name, (_, pid) in servers.items():
+                counting.add(pid, workdir / f"{name}-callgrind")
+        rows = run_rounds(args, servers, daemons, connection_counts, only, workdir, counting)
         print_table(rows, args, trees)
     finally:
         for daemon in daemons.values():
@@ -341,7 +430,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def run_rounds(args: argparse.Namespace, servers: dict[str, tuple[str, int]],
                daemons: dict[str, Any], connection_counts: list[int], only: set[str],
-               workdir: Path) -> list[Row]:
+               workdir: Path, counting: Counting | None = None) -> list[Row]:
     rows: dict[tuple[str, str, int], Row] = {}
     plan = []
     for connections in connection_counts:
@@ -364,7 +453,8 @@ def run_rounds(args: argparse.Namespace, servers: dict[str, tuple[str, int]],
                 run = redis_benchmark(daemons[target].resp_port, connections, args.seconds,
                                       pid, args.members)
             else:
-                run = wrk(url + path, script, connections, args.seconds, pid, workdir)
+                run = wrk(url + path, script, connections, args.seconds, pid, workdir,
+                          counting)
             row = rows.setdefault((name, target, connections),
                                   Row(f"{name} -c{connections}", target))
             row.runs.append(run)
@@ -372,7 +462,8 @@ def run_rounds(args: argparse.Namespace, servers: dict[str, tuple[str, int]],
                 bare_of[(connections, name)] = run
             done.append((row, run, name))
             print(f"  round {round_ + 1} {row.name:<22} {target:<5} {run.rate:>9,.0f}/s "
-                  f"p50 {run.p50_ms:.2f} p99 {run.p99_ms:.2f} ms {run.cpu_us:.0f} us/req"
+                  f"p50 {run.p50_ms:.2f} p99 {run.p99_ms:.2f} ms {run.cpu_us:.0f} "
+                  + ("k instr/req" if counting else "us/req")
                   + (f" ERRORS {run.errors}" if run.errors else ""), file=sys.stderr,
                   flush=True)
         for row, run, name in done:
@@ -390,7 +481,8 @@ def print_table(rows: list[Row], args: argparse.Namespace, trees: dict[str, Path
           f"members, wrk -t1; medians of the rounds; "
           + ", ".join(f"{k}={v}" for k, v in trees.items()))
     print()
-    print("| row | server | req/s | p50 ms | p99 ms | server CPU us/req | / bare (rate) | "
+    cost = "server k instructions/req" if args.callgrind else "server CPU us/req"
+    print(f"| row | server | req/s | p50 ms | p99 ms | {cost} | / bare (rate) | "
           "/ bare (CPU) | errors |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:

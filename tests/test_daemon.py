@@ -272,7 +272,7 @@ def test_the_daemon_under_test_says_what_it_runs(tmp_path):
         parts = daemon.implementations()
         assert set(parts) == {"index", "ingest", "wal_frames", "dedupe", "replay", "tcp_scanner",
                               "resp_scanner", "resp_reads", "lanes", "intake",
-                              "rest_ingest"}
+                              "rest_ingest", "rest_reads"}
         if native_required():
             assert set(parts.values()) == {"native"}, parts
         assert daemon.wait_for_log("serving:")

@@ -444,3 +444,255 @@ def test_plain_bodies_take_the_native_ingest(twins):
     if rest_native is None:
         pytest.skip("the native REST ingest is not built")
     loop.run_until_complete(run())
+
+
+async def exchange_raw(port: int, request: bytes) -> tuple[str, list[tuple[str, str]], bytes]:
+    """One request on a connection of its own, its answer as sent: the
+    status line, the headers (``Date`` aside) sorted, the body's bytes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        headers = sorted((name.strip().lower(), value.strip())
+                         for name, _, value in (line.partition(":") for line in head[1:] if line)
+                         if name.strip().lower() != "date")
+        length = int(dict(headers).get("content-length", "0"))
+        return head[0], headers, await reader.readexactly(length)
+    finally:
+        writer.close()
+
+
+#: (HTTP version, Connection header): each way a client may ask to keep the
+#: connection or not, which the answer's ``Connection`` header follows.
+CONNECTIONS = [("1.1", None), ("1.1", "close"), ("1.1", "keep-alive"), ("1.0", None),
+               ("1.0", "keep-alive"), ("1.0", "close")]
+
+
+def test_answers_are_written_alike_byte_for_byte(twins):
+    """The hot route writes its answers itself (``rest_hot.Answer``, the JSON
+    natively): the status line, every header but ``Date`` and the body's
+    bytes are the general way's, for each HTTP version and ``Connection``
+    header, for submissions (with and without an event id, a duplicate),
+    member reads (a label that needs escapes, a member absent) and errors."""
+    loop, clock, hot, general = twins
+    boards = fresh_boards()
+    board = boards["plain"]
+    requests = [
+        ("POST", f"/v1/boards/{board}/scores", b'{"member": "a", "delta": 3}'),
+        ("POST", f"/v1/boards/{board}/scores", b'{"member": "b", "score": -7, "event_id": "e"}'),
+        ("POST", f"/v1/boards/{board}/scores", b'{"member": "b", "score": -7, "event_id": "e"}'),
+        ("POST", f"/v1/boards/{board}/scores", b'{"member": "b", "score": 5, "event_id": "e"}'),
+        ("POST", f"/v1/boards/{board}/scores", b'{"member": "a", "delta": 0.25}'),
+        ("GET", f"/v1/boards/{board}/members/a", b""),
+        ("GET", f"/v1/boards/{board}/members/b", b""),
+        ("GET", f"/v1/boards/{board}/members/q%22", b""),
+        ("GET", f"/v1/boards/{board}/members/zz", b""),
+        ("GET", f"/v1/boards/{boards['missing']}/members/a", b""),
+    ]
+
+    async def run() -> None:
+        await make_boards((hot, general), boards)
+        for twin in (hot, general):
+            await twin.engine.submit(Submission.from_dict(
+                board, {"member": 'q"', "delta": 1, "label": 'say "hi" \\ \u00e9'}))
+        for (version, connection), (method, path, body) in itertools.product(CONNECTIONS,
+                                                                              requests):
+            clock[0] += 3600.0  # (the rate limits are not what this test is about)
+            head = (f"{method} {path} HTTP/{version}\r\nHost: 127.0.0.1\r\n"
+                    f"Authorization: Bearer {WRITE_KEY if method == 'POST' else READ_KEY}\r\n"
+                    + (f"Connection: {connection}\r\n" if connection else "")
+                    + (f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                       if method == "POST" else ""))
+            request = head.encode() + b"\r\n" + body
+            seen = [await exchange_raw(twin.server.port, request) for twin in (hot, general)]
+            assert seen[0] == seen[1], (version, connection, method, path, body)
+        assert hot.engine.digest(board) == general.engine.digest(board)
+
+    loop.run_until_complete(run())
+
+
+def test_member_answers_are_orjsons(twins):
+    """``Service.member_json`` (natively written) is byte for byte
+    ``orjson.dumps`` of ``Service.member``, on boards of either order, for
+    ties, negative, fractional, zero and large scores, labels with escapes
+    and members of non-ASCII text; a member absent is the same ``NotFound``."""
+    loop, _, hot, general = twins
+    service = hot.app[rest.SERVICE]
+    boards = fresh_boards()
+    scores = [0.0, -0.0, 1.0, 1.0, -2.5, 1e-7, 3.0000000000000004, 2.5e15, -1e300, 7.0, 7.0]
+    members = ["a", "b", "\u00e9t\u00e9", 'q"uote', "back\\slash", "\u2603", "x" * 200,
+               "m1", "m2", "m3", "m4"]
+
+    async def run() -> None:
+        for order in ("desc", "asc"):
+            name = f"{boards['plain']}-{order}"
+            for twin in (hot, general):  # (both: their states stay alike for the tests after)
+                await twin.engine.put_board(name, {"policy": "latest", "order": order})
+                for i, (member, score) in enumerate(zip(members, scores, strict=True)):
+                    event = {"member": member, "score": score}
+                    if i % 3 == 0:
+                        event["label"] = f"label {i} \"\\ \u2603"
+                    await twin.engine.submit(Submission.from_dict(name, event))
+            for member in members:
+                assert service.member_json(name, member) == orjson.dumps(
+                    service.member(name, member)), (order, member)
+            for absent in ("nobody", "A"):
+                with pytest.raises(Exception) as native:
+                    service.member_json(name, absent)
+                with pytest.raises(Exception) as python_way:
+                    service.member(name, absent)
+                assert type(native.value) is type(python_way.value)
+                assert str(native.value) == str(python_way.value)
+
+    loop.run_until_complete(run())
+
+
+def test_doubles_are_written_as_orjson_writes_them():
+    """Every notation orjson switches between (fixed, ``e-5`` in fixed,
+    ``e-6`` and below, ``e+16`` and above), non-finite values, and random
+    doubles of every magnitude and bit pattern."""
+    import math
+    import random
+    import struct
+
+    native = pytest.importorskip("rankd.frontends._rest_reads")
+    rng = random.Random(48)
+    values = [0.0, -0.0, 1.0, 1e-4, 1e-5, -1e-5, 9.999999999999999e-6, 1e-6, 1.5e-7, 1e-100,
+              5e-324, 1e15, 1e16, 1.5e16, 1e22, 1.7976931348623157e308, 100.0, 33.333333333333336,
+              math.inf, -math.inf, math.nan]
+    values += [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0]
+               for _ in range(20_000)]
+    values += [rng.random() * 10.0 ** rng.randint(-12, 20) * rng.choice((1, -1))
+               for _ in range(20_000)]
+    for value in values:
+        assert native.double_json(value) == orjson.dumps(value), value
+
+
+def test_the_hot_route_builds_no_response_nor_standing(twins, monkeypatch):
+    """What it saves, seen: its answers to a plain submission and to member
+    and top reads make no ``web.Response`` (it writes them itself), and a
+    member read runs neither ``Queries.standing`` nor ``orjson.dumps``."""
+    from aiohttp import web
+
+    from rankd.engine.queries import Queries
+
+    loop, clock, hot, general = twins
+    boards = fresh_boards()
+    made: list[str] = []
+    real_init = web.Response.__init__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        made.append("response")
+        real_init(self, *args, **kwargs)
+
+    def standing(*args: Any, **kwargs: Any) -> Any:
+        made.append("standing")
+        raise AssertionError("the engine's Python standing path ran")
+
+    cases = [(1, ("POST", "/v1/boards/{b}/scores"), {}, "plain", b'{"member": "a", "delta": 1}'),
+             (2, ("GET", "/v1/boards/{b}/members/a"), {}, "plain", b""),
+             (2, ("GET", "/v1/boards/{b}/top?limit=5"), {}, "plain", b"")]
+
+    async def run() -> list[int]:
+        await make_boards((hot, general), boards)
+        monkeypatch.setattr(web.Response, "__init__", counted)
+        monkeypatch.setattr(Queries, "standing", standing)
+        statuses = []
+        for case in cases:
+            clock[0] += 3600.0
+            statuses.append((await answer(hot, case, boards))[0])
+        monkeypatch.undo()
+        for case in cases:  # (the general twin too: their states stay alike)
+            clock[0] += 3600.0
+            await answer(general, case, boards)
+        return statuses
+
+    if rest_native is None:
+        pytest.skip("the native REST ingest is not built")
+    assert loop.run_until_complete(run()) == [200, 200, 200]
+    assert made == []
+
+
+def test_a_pass_that_fails_answers_as_the_general_way(tmp_path):
+    """A plain submission whose pass cannot be logged (the log failed): the
+    hot route's completion answers the general way's error, and counts it."""
+    from rankd.engine.wal import WalFailedError
+
+    with running_twins(tmp_path, Twin) as (loop, clock, hot, general):
+        boards = fresh_boards()
+        request = (1, ("POST", "/v1/boards/{b}/scores"), {}, "plain",
+                   b'{"member": "a", "delta": 1}')
+
+        def failing(payloads: Any) -> int:
+            raise WalFailedError("disk on fire (test)")
+
+        async def run() -> tuple[Any, ...]:
+            await make_boards((hot, general), boards)
+            for twin in (hot, general):
+                twin.engine.wal.append_many = failing
+            clock[0] += 3600.0
+            before = hot.counts()
+            seen = await answer(hot, request, boards)
+            assert seen == await answer(general, request, boards)
+            return seen, {k: n - before.get(k, 0) for k, n in hot.counts().items()
+                          if n != before.get(k, 0)}
+
+        (status, data, _), counted = loop.run_until_complete(run())
+    assert status >= 500 and data["error"]["code"], data
+    assert counted == {("submit", status): 1}
+
+
+def test_pipelined_answers_keep_their_order(twins):
+    """Requests sent at once on one kept-alive connection (plain and other
+    submissions, reads of what they wrote, refusals): answered in order,
+    each as the general way answers it, though a plain submission's answer
+    is written by its pass's completion."""
+    loop, clock, hot, general = twins
+    boards = fresh_boards()
+    board = boards["plain"]
+
+    def request(method: str, path: str, body: bytes = b"", close: bool = False) -> bytes:
+        key = WRITE_KEY if method == "POST" else READ_KEY
+        return (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+                + ("Connection: close\r\n" if close else "")
+                + (f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                   if method == "POST" else "") + "\r\n").encode() + body
+
+    pipeline = b"".join([
+        request("POST", f"/v1/boards/{board}/scores", b'{"member": "a", "delta": 3}'),
+        request("GET", f"/v1/boards/{board}/members/a"),
+        request("POST", f"/v1/boards/{board}/scores", b'{"member": "a", "delta": 0.5}'),
+        request("POST", f"/v1/boards/{board}/scores", b'{"member": "b", "delta": 2}'),
+        request("POST", f"/v1/boards/{boards['missing']}/scores", b'{"member": "b", "delta": 2}'),
+        request("GET", f"/v1/boards/{board}/top?limit=5"),
+        request("POST", f"/v1/boards/{board}/scores", b'{"member": "a", "delta": 1}', close=True)])
+
+    async def answers(port: int) -> list[tuple[str, Any]]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(pipeline)
+            await writer.drain()
+            seen = []
+            for _ in range(7):
+                head = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+                length = next(int(line.split(":")[1]) for line in head
+                              if line.lower().startswith("content-length:"))
+                data = json.loads(await reader.readexactly(length))
+                data.pop("updated_at", None)
+                seen.append((head[0], data))
+            assert await reader.read() == b""  # (closed after the last, as asked)
+            return seen
+        finally:
+            writer.close()
+
+    async def run() -> None:
+        await make_boards((hot, general), boards)
+        clock[0] += 3600.0
+        seen = [await answers(twin.server.port) for twin in (hot, general)]
+        assert seen[0] == seen[1]
+        assert [status.split()[1] for status, _ in seen[0]] == [
+            "200", "200", "200", "429", "429", "200", "429"], seen[0]  # (a burst of 2 writes)
+        assert seen[0][1][1]["score"] == 3.0 and seen[0][5][1]["entries"][0]["score"] == 3.5
+
+    loop.run_until_complete(run())

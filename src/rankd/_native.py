@@ -22,7 +22,7 @@ PARTS = {"rankd._skiplist": "index", "rankd.engine._ingest": "ingest",
          "rankd.engine._replay": "replay", "rankd.frontends._submits": "tcp_scanner",
          "rankd.frontends.resp._scanner": "resp_scanner", "rankd.engine._reads": "resp_reads",
          "rankd.frontends._lanes": "lanes", "rankd.engine._intake": "intake",
-         "rankd.frontends._rest": "rest_ingest"}
+         "rankd.frontends._rest": "rest_ingest", "rankd.frontends._rest_reads": "rest_reads"}
 
 
 def pure_python_forced() -> bool:

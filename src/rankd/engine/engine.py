@@ -360,6 +360,7 @@ class Engine:
     read_version = _Room("_queries", Queries.read_version)
     top = _Room("_queries", Queries.top)
     standing = _Room("_queries", Queries.standing)
+    standing_read = _Room("_queries", Queries.standing_read)
     around = _Room("_queries", Queries.around)
     ranks = _Room("_queries", Queries.ranks)
     periods = _Room("_queries", Queries.periods)

@@ -120,11 +120,19 @@ class Queries:
             "updated_at": board.updated_at,
         }
 
+    def standing_read(self, name: str, member: str, window: str | None = None,
+                      period: str | None = None) -> tuple[Board, str, str, Any]:
+        """What a standing read of ``member`` reads: ``(board, window,
+        period, index or None)`` as :meth:`resolve` finds them, the member
+        checked (a front-end that writes the answer itself starts here)."""
+        found = self.resolve(name, window, period)
+        check_member(member)
+        return found
+
     def standing(self, name: str, member: str, *, window: str | None = None,
                  period: str | None = None) -> dict[str, Any] | None:
         """A member's score and ranks in a window, or ``None`` if absent."""
-        board, window, period, index = self.resolve(name, window, period)
-        check_member(member)
+        board, window, period, index = self.standing_read(name, member, window, period)
         if index is None or member not in index:
             return None
         return {

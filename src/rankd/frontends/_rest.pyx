@@ -7,7 +7,10 @@ packed run of one, and its answer once applied.
 the TCP and RESP scanners do), which the engine's packed path applies with
 the others of its pass (``Intake.submit_then``); :func:`answered` is the
 ``then`` that completes the request's future with the answer the general
-path would give (``ingest.answer``'s dict, or the ``EngineError``).
+path would give (``ingest.answer``'s dict, or the ``EngineError``), and
+:func:`answer_json` the same answer as the JSON bytes ``orjson.dumps``
+gives for it, written with no dict made (``_json.pxd``): what the hot
+route's own completion (``rest_hot``) answers.
 
 A plain body is exactly a JSON object of the keys ``member`` (required),
 ``delta``, ``score`` and ``event_id``, each at most once: the text fields
@@ -21,11 +24,19 @@ both ways.  The engine's ingest validates the fields as it does the TCP
 protocol's plain submits (lengths, the board's policy, event ids).
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t
 from libc.string cimport memcmp
 
 from rankd.engine._packed cimport NUMBER_INT, Number, Packed, PackedResult, PackedSubmission, Span
+from rankd.engine._packing cimport Writer, writer_free
+from rankd.frontends._json cimport (
+    json_bool, json_double, json_integer, json_key, json_put, json_text,
+)
+
+import orjson
+
+cdef object dumps = orjson.dumps
 
 cdef enum:
     # Keys of a plain body, as bits.
@@ -200,3 +211,45 @@ cdef dict _answer(Packed packed):
     if position is not None:
         answer["seq"], answer["epoch"] = position
     return answer
+
+
+def answer_json(Packed packed):
+    """The answer to the run's one submission (a run :func:`pack` made, now
+    applied) as the JSON bytes ``orjson.dumps`` gives for what
+    :func:`answered` would answer; raises the submission's ``EngineError``."""
+    answer = packed.answers[0]
+    if answer is not None:
+        if type(answer) is dict:
+            return dumps(answer)
+        raise answer
+    cdef PackedSubmission *item = &packed.items[0]
+    cdef PackedResult *result = &packed.results[0]
+    cdef Writer w
+    w.data = NULL
+    w.size = w.cap = 0
+    try:
+        json_key(&w, "{\"member\":")
+        json_text(&w, packed.text(&item.member), dumps)
+        json_key(&w, ",\"score\":")
+        json_double(&w, result.score + 0.0)  # (a -0 shows as 0, as in _answer)
+        json_key(&w, ",\"rank\":")
+        json_integer(&w, result.rank)
+        json_key(&w, ",\"previous\":")
+        if result.has_previous:
+            json_double(&w, result.previous + 0.0)
+        else:
+            json_put(&w, "null", 4)
+        json_key(&w, ",\"changed\":")
+        json_bool(&w, result.changed)
+        json_key(&w, ",\"duplicate\":false,\"event_id\":")
+        json_text(&w, packed.text(&item.event_id), dumps)
+        position = packed.position
+        if position is not None:
+            json_key(&w, ",\"seq\":")
+            json_integer(&w, position[0])
+            json_key(&w, ",\"epoch\":")
+            json_integer(&w, position[1])
+        json_put(&w, "}", 1)
+        return PyBytes_FromStringAndSize(w.data, w.size)
+    finally:
+        writer_free(&w)

@@ -28,6 +28,7 @@ from rankd.engine.errors import EngineError, NotFound, NotPrimary, Unsettled
 from rankd.frontends.forwarding import Forwarder, forwarded
 from rankd.frontends.openapi import openapi_document
 from rankd.frontends.origins import COMMON_HEADERS, OriginPolicy
+from rankd.frontends.rest_hot import JSON_HEADERS, HotWays
 from rankd.frontends.rest_hot import install as install_hot_route
 from rankd.frontends.service import Service
 from rankd.frontends.upgrades import decline_unanswered_upgrade
@@ -229,7 +230,7 @@ async def _gated(request: web.Request,
 
 #: The headers of a submission's answer (and a top page's) but those aiohttp
 #: adds (Date, Content-Length), with those :func:`_add_headers` would add.
-SUBMITTED_HEADERS = {"Content-Type": "application/json", "Server": "rankd", **COMMON_HEADERS}
+SUBMITTED_HEADERS = JSON_HEADERS
 
 
 async def _submitted(request: web.Request,
@@ -255,25 +256,48 @@ async def _submitted(request: web.Request,
 async def _submit_now(request: web.Request, door: Door, board: str) -> web.Response:
     """A common submission (see :func:`_submitted`) to ``board``: admitted,
     its body read and decoded, submitted, answered (raises what the general
-    path would: ``_failed`` answers it).  Also the hot route's
-    (:mod:`rankd.frontends.rest_hot`)."""
-    headers = request.headers
+    path would: ``_failed`` answers it)."""
+    if door.forwarder is None:  # nothing reads the body again (a forward would)
+        principal, body = _admit_now(request, door)
+    else:
+        principal = _admitted_submitter(request, door)
+        body = await _body(request)
+    return await _submit_body(request, door, board, principal, body)
+
+
+def _admitted_submitter(request: web.Request, door: Door) -> Any:
+    """The caller of a common submission, admitted as :func:`_gated` admits
+    it (the admission remembered: ``door.submitters``)."""
     submitters = door.submitters
     assert submitters is not None
     operation = "submit"
     address = request.remote or ""
-    authorization = headers.get("Authorization")
+    authorization = request.headers.get("Authorization")
     principal = submitters.get(authorization, address)
     if principal is None:
         credential, from_url = credential_of(request, operation)
         principal = door.gate.admitted(credential, operation, address, join_only=from_url)
         submitters.put(authorization, address, principal)
-    if door.forwarder is None:  # nothing reads the body again (a forward would)
-        body = request.content.read_nowait()  # all here (is_eof): no coroutines
-        if len(body) > MAX_BODY_BYTES:
-            raise RequestError(f"request body exceeds {MAX_BODY_BYTES} bytes", "too_large")
-    else:
-        body = await _body(request)
+    return principal
+
+
+def _admit_now(request: web.Request, door: Door) -> tuple[Any, bytes]:
+    """A common submission's caller admitted and its body read, with no
+    coroutine: ``(principal, body)``, for a request whose whole body arrived
+    and that no node forwards (as the hot route's,
+    :mod:`rankd.frontends.rest_hot`)."""
+    principal = _admitted_submitter(request, door)
+    body = request.content.read_nowait()  # all here (is_eof)
+    if len(body) > MAX_BODY_BYTES:
+        raise RequestError(f"request body exceeds {MAX_BODY_BYTES} bytes", "too_large")
+    return principal, body
+
+
+async def _submit_body(request: web.Request, door: Door, board: str, principal: Any,
+                       body: bytes) -> web.Response:
+    """:func:`_submit_now` once admitted and its ``body`` read: decoded,
+    submitted, answered (the hot route's way for a body its native reader
+    does not take)."""
     service = door.service
     plain = service.submit_json(board, body)  # None: decoded here, the general way
     try:
@@ -299,18 +323,18 @@ def _admit_reader(request: web.Request, door: Door, operation: str) -> None:
         readers.put(authorization, address, principal)
 
 
-def _top_now(request: web.Request, door: Door, board: str, params: dict[str, int]
-             ) -> web.Response:
-    """A top page read the hot route takes, answered as :func:`top` answers it."""
+def _top_now(request: web.Request, door: Door, board: str, params: dict[str, int]) -> bytes:
+    """The body of a top page read the hot route takes, as :func:`top`
+    answers it (its headers: ``SUBMITTED_HEADERS``)."""
     _admit_reader(request, door, "top")
-    return web.Response(body=door.service.top_json(board, **params), headers=SUBMITTED_HEADERS)
+    return door.service.top_json(board, **params)
 
 
-def _member_now(request: web.Request, door: Door, board: str, name: str) -> web.Response:
-    """A member read the hot route takes, answered as :func:`member` answers it."""
+def _member_now(request: web.Request, door: Door, board: str, name: str) -> bytes:
+    """The body of a member read the hot route takes, as :func:`member`
+    answers it (its headers: ``SUBMITTED_HEADERS``)."""
     _admit_reader(request, door, "member")
-    return web.Response(body=orjson.dumps(door.service.member(board, name)),
-                        headers=SUBMITTED_HEADERS)
+    return door.service.member_json(board, name)
 
 
 def front_door(door: Door) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -829,7 +853,7 @@ def create_app(service: Service, gate: Gate | None = None,
         app.on_cleanup.append(close_forwarder)
     app.on_response_prepare.append(_add_headers)
     # The common submissions and reads, before the router and the middlewares.
-    install_hot_route(app, door, _submit_now, _top_now, _member_now, _failed)
+    install_hot_route(app, door, HotWays(_admit_now, _submit_body, _top_now, _member_now, _failed))
     # The router tries a path's candidates in order: submissions' first.
     app.add_routes(sorted(map(_expecting, routes),
                           key=lambda route: getattr(route, "handler", None) is not submit))

@@ -100,6 +100,9 @@ READ_WAIT_SECONDS = 5.0
 #: that answers it (``rankd.frontends._rest``); None where it is not built.
 pack_json, _ = native_or("rankd.frontends._rest", "pack", None)
 answered_json, _ = native_or("rankd.frontends._rest", "answered", None)
+#: A member's standing as the JSON bytes of its answer, natively
+#: (``rankd.frontends._rest_reads``); None where it is not built.
+standing_json, _ = native_or("rankd.frontends._rest_reads", "standing_json", None)
 
 
 class Service:
@@ -205,14 +208,23 @@ class Service:
         read and applied with the pass's other packed runs: what
         :meth:`submit` answers, at a fraction of the cost); else None, and
         the caller decodes the body and calls :meth:`submit`."""
+        packed = self.pack_plain(board, body)
+        if packed is None:
+            return None
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.submit_packed_then(packed, answered_json, (future, packed))
+        return future
+
+    def pack_plain(self, board: str, body: bytes) -> Any | None:
+        """The JSON ``body`` of one submission to ``board`` as a packed run of
+        one (``rankd.frontends._rest.pack``), if it is plain and the engine's
+        packed path takes it; else None (see :meth:`submit_json`)."""
         if pack_json is None:
             return None
         packed = pack_json(board, body)
         if packed is None or not self.takes_packed(packed, True):
             return None  # (a missing, signed or expiring board: the general way)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.submit_packed_then(packed, answered_json, (future, packed))
-        return future
+        return packed
 
     def _checked(self, board: str, event: object) -> object:
         """``event`` with its signature verified and removed, on signed boards."""
@@ -350,8 +362,24 @@ class Service:
         standing = self.engine.standing(board, member, window=optional_text(window, "window"),
                                         period=optional_text(period, "period"))
         if standing is None:
-            raise NotFound(f"no member {member!r} in that window")
+            raise _no_member(member)
         return standing
+
+    def member_json(self, board: str, member: str) -> bytes:
+        """:meth:`member`'s answer (its window and period the board's
+        current ones) as JSON: written natively where the index is the
+        native one, with no dict made (``rankd.frontends._rest_reads``)."""
+        if standing_json is not None:
+            found, window, period, index = self.engine.standing_read(board, member)
+            if index is None:
+                raise _no_member(member)
+            data = standing_json(index, member, found.labels.get(member), window, period,
+                                 found.version)
+            if data is not None:
+                if not data:
+                    raise _no_member(member)
+                return data
+        return orjson.dumps(self.member(board, member))
 
     def around(self, board: str, member: str, *, above: int = 4, below: int = 4,
                window: str | None = None, period: str | None = None) -> dict[str, Any]:
@@ -374,6 +402,10 @@ class Service:
 
     def periods(self, board: str, *, window: str | None = None) -> dict[str, Any]:
         return self.engine.periods(board, optional_text(window, "window"))
+
+
+def _no_member(member: str) -> NotFound:
+    return NotFound(f"no member {member!r} in that window")
 
 
 def check_fields(data: object, required: set[str], optional: set[str], what: str
