@@ -34,8 +34,8 @@ import msgpack
 
 from rankd.engine import records, staging
 from rankd.engine.board import Board
-from rankd.engine.dedupe import _CHUNK_HEADER
 from rankd.engine.groups import group_of
+from rankd.engine.idstore import CHUNK_HEAD, PORTABLE
 from rankd.engine.sections import index_dump
 from rankd.engine.state import BoardState
 
@@ -69,30 +69,27 @@ def build(sections: list[bytes], clock: Callable[[], float]) -> Built:
             if kind in LOOP_KINDS:
                 built.later.append(payload)
                 continue
-            if kind == "event_id_log":
+            if kind == "event_id_store":
                 dedupe = scratch.boards[section[1]].dedupe
                 for piece in event_id_pieces(section[2], EVENT_ID_PIECE):
-                    dedupe.load_log(piece)
+                    dedupe.load_store(piece)
                 continue
         scratch.load([payload])
     return built
 
 
 def event_id_pieces(chunk: bytes, size: int) -> Iterator[bytes]:
-    """A snapshot's chunk of event ids (``DedupeTable.log_chunks``) as
-    chunks of about ``size`` bytes, cut between entries, in order."""
-    header = _CHUNK_HEADER
-    start = offset = 0
-    while offset < len(chunk):
-        if len(chunk) - offset < header.size:
-            raise ValueError("a dedupe log chunk ends inside an entry header")
-        id_size, entry_size = header.unpack_from(chunk, offset)
-        offset += header.size + id_size + entry_size
-        if offset - start >= size:
-            yield chunk[start:offset]
-            start = offset
-    if start < len(chunk):
-        yield chunk[start:]
+    """A snapshot's chunk of event ids (``DedupeTable.log_chunks``: a head,
+    then fixed-size entries) as chunks of about ``size`` bytes, each the
+    head and a run of the entries, in order.  A malformed chunk is yielded
+    whole, for ``load_store`` to refuse."""
+    head, body = chunk[:CHUNK_HEAD.size], memoryview(chunk)[CHUNK_HEAD.size:]
+    per_piece = max(1, size // PORTABLE.size) * PORTABLE.size
+    if len(chunk) < CHUNK_HEAD.size or len(body) % PORTABLE.size:
+        yield chunk
+        return
+    for start in range(0, len(body), per_piece):
+        yield head + body[start:start + per_piece]
 
 
 def encoded(group: int, seq: int, epoch: int, sections: list[bytes]) -> list[bytes]:
