@@ -523,6 +523,8 @@ cdef extern from *:
        entry at 10M members, against 2-4 s for the whole ordered pass). */
     #define RK_RETHREAD_RATIO 8
     #define RK_RETHREAD_MIN 1024
+    /* A packed state's head (rankd.index.packed): f64 score, u64 seq, u16 length. */
+    #define RK_PACKED_HEAD 18
     #define RK_RETHREAD_BIG (1 << 21)
     #define RK_RETHREAD_RATIO_BIG 16
 
@@ -624,6 +626,7 @@ cdef extern from *:
         NODE_AHEAD "RK_NODE_AHEAD"
         RETHREAD_RATIO "RK_RETHREAD_RATIO"
         RETHREAD_MIN "RK_RETHREAD_MIN"
+        PACKED_HEAD "RK_PACKED_HEAD"
         RETHREAD_BIG "RK_RETHREAD_BIG"
         RETHREAD_RATIO_BIG "RK_RETHREAD_RATIO_BIG"
 
@@ -747,6 +750,7 @@ cdef class RankIndex:
     cdef inline uint64_t _stamp(self, bint has_seq, uint64_t seq) noexcept
     cdef inline void _set_new(self, double target, double *new, bint *has_new, bint *changed) noexcept
     cdef tuple _write_result(self, bint had, double old, bint has_new, double new, bint changed)
+    cdef int _set_batch(self, rk_state *batch, Py_ssize_t k, uint64_t top) except -1
     cdef int _assign(self, rk_state *state) except -1
     cdef int _rethread(self, rk_state *batch, Py_ssize_t k, Py_ssize_t fresh) except -1
     cdef int _prefetch_group(self, list items, Py_ssize_t start)
