@@ -81,9 +81,7 @@ def test_a_crash_replays_to_the_state_the_events_left_one_by_one(
     async def scenario():
         engine = await Engine.open(engine_config(data_dir), clock=clock)
         await engine.put_board("lb", config)
-        number = 0
-        for op in operations:
-            number += 1
+        for number, op in enumerate(operations, 1):
             if op[0] == "submit":
                 await engine.submit(event(op[1], op[2], number, op[3], op[4]))
             elif op[0] == "remove":
