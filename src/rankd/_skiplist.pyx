@@ -1420,15 +1420,20 @@ cdef class RankIndex:
                         self.member_bytes -= x.mlen
                         self._free_node(x)
                 raise
-            # 2. The untouched nodes, in their order (read before any link changes).
-            for i in range(k):
+            # 2. The moved nodes with their final states: the batch read
+            # backwards, so a member's last entry is the first seen (each
+            # node is reached once, its miss overlapped by a prefetch).
+            for i in range(k - 1, -1, -1):
+                if i >= NODE_AHEAD:
+                    rk_prefetch(batch[i - NODE_AHEAD].node)
                 x = batch[i].node
                 if x.queued != 1:
-                    x.queued = 1
+                    x.queued = 1  # (until the merge below takes it)
+                    x.key = moved[nmoved].key = batch[i].key
+                    x.seq = moved[nmoved].seq = batch[i].seq
                     moved[nmoved].node = x
                     nmoved += 1
-                x.key = batch[i].key
-                x.seq = batch[i].seq
+            # The untouched nodes, in their order (read before any link changes).
             x = self.header.level[0].forward
             while x != NULL:
                 if not x.queued:
@@ -1436,10 +1441,6 @@ cdef class RankIndex:
                     nkept += 1
                 x = x.level[0].forward
             # 3. The moved nodes, sorted by their final keys.
-            for i in range(nmoved):
-                moved[i].key = moved[i].node.key
-                moved[i].seq = moved[i].node.seq
-                moved[i].node.queued = 0
             with nogil:
                 rk_sort_moved(moved, nmoved, self.tie_by_member + self.tie_member_desc)
             # 4. Re-thread: append the merge of both runs at the tail.
@@ -1456,7 +1457,10 @@ cdef class RankIndex:
                     a += 1
                 else:
                     x = moved[b].node
+                    x.queued = 0
                     b += 1
+                    if b + NODE_AHEAD < nmoved:
+                        rk_prefetch(moved[b + NODE_AHEAD].node)
                 self._append_loaded(x, last, last_rank, last_drank)
             for level in range(self.height):
                 last[level].level[level].span = self.length - last_rank[level]
