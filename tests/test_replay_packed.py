@@ -15,6 +15,7 @@ as tuples and check that a bad run changes nothing.
 from __future__ import annotations
 
 import math
+import random
 import struct
 
 import pytest
@@ -22,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine_helpers import FakeClock, engine_config, run, sub
+from index_model import ModelIndex
 from rankd.engine import settings as engine_settings
 from rankd.engine.engine import Engine
 from rankd.index import RankIndex
@@ -181,3 +183,23 @@ def test_a_bad_packed_run_is_refused_and_changes_nothing(index_cls, bad):
 def test_the_packed_layout_is_the_documented_one():
     run = _packed([("é", -2.5, 7)])
     assert bytes(run) == struct.pack("=dQH", -2.5, 7, 2) + "é".encode()
+
+
+@pytest.mark.parametrize("order", ["desc", "asc"])
+@pytest.mark.parametrize("tie_break", ["first", "member", "member_desc"])
+def test_a_batch_large_enough_for_the_radix_sort_orders_as_the_model(order, tie_break):
+    # Over 4,096 moved nodes set_states sorts them by radix on their keys,
+    # then each run of equal keys by the tie-break: keys of both signs, both
+    # zeros (which rank alike), far apart and equal, against the model.
+    rng = random.Random(f"{order}{tie_break}")
+    scores = [0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 1e300, -1e300, 5e-324, -5e-324, 7.0]
+    index, model = RankIndex(order, tie_break), ModelIndex(order, tie_break)
+    base = [(f"m{i}", rng.choice(scores), rng.randrange(100)) for i in range(3000)]
+    index.set_states(base)
+    model.set_states(base)
+    states = [(f"m{rng.randrange(9000)}", rng.choice(scores) + rng.randrange(3) * 0.5,
+               rng.randrange(10**6)) for _ in range(12_000)]
+    assert index.set_states_packed(_packed(states)) == len(states)
+    model.set_states(states)
+    index._check()
+    assert index.dump() == model.dump()
