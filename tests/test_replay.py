@@ -17,6 +17,7 @@ from rankd.engine.board import Board
 from rankd.engine.config import BoardConfig
 from rankd.engine.frames import MAX_LSN, frame_many
 from rankd.engine.replay import Pending, gather_submit, replay_submits_python
+from rankd.index.packed import unpack_states
 
 # Native and reference boards are compared side by side: one dedupe key.
 pytestmark = pytest.mark.usefixtures("same_event_id_keys")
@@ -165,7 +166,8 @@ def test_a_record_cut_short_changes_nothing_and_is_left_to_the_caller():
     board, pending = fresh_board(), {}
     batch = [(1, good), (2, good[:-1]), (3, good)]
     assert native_replay()(board, batch, 0, TTL, pending) == (1, 1)
-    assert pending == {(BOARD, "all", "all"): [("p1", 3.0, 1)]}
+    assert {key: unpack_states(run) for key, run in pending.items()} == {
+        (BOARD, "all", "all"): [("p1", 3.0, 1)]}
     assert board.version == 1 and board.labels == {"p1": "Pat"}
     with pytest.raises(ValueError):
         records.decode(good[:-1])  # what the caller then meets: recovery stops

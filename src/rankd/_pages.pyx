@@ -1378,6 +1378,15 @@ cdef class RankIndex:
                 if mid != 0:
                     rk_prefetch(&self.names[mid])
 
+    def set_states_packed(self, states):
+        """``set_states`` for a packed run (``rankd.index.packed``), read
+        back as tuples here; returns how many states it held."""
+        from rankd.index.packed import unpack_states
+
+        unpacked = unpack_states(states)
+        self.set_states(unpacked)
+        return len(unpacked)
+
     def set_states(self, states):
         """Give members exact ``(member, score, seq)`` states; a later entry
         for the same member wins.  Every entry is validated before anything

@@ -499,10 +499,69 @@ cdef extern from *:
         return rk_member_cmp(b->node, a->node);
     }
 
+    /* A key as an unsigned integer in the same order; -0.0 as 0.0, since
+       the two rank alike (keys are finite: no NaN). */
+    static inline uint64_t rk_key_bits(double key) {
+        uint64_t bits;
+        if (key == 0.0) key = 0.0;
+        memcpy(&bits, &key, 8);
+        return bits >> 63 ? ~bits : bits | 0x8000000000000000ULL;
+    }
+
+    /* A large batch is sorted by key with an LSD radix sort (a million
+       moved nodes: qsort's calls of the comparator were a fifth of a
+       restart's replay), then each run of equal keys by the tie-break. */
+    #define RK_RADIX_BITS 11
+    #define RK_RADIX_PASSES 6  /* 6 * 11 >= 64 */
+    #define RK_RADIX_MIN 4096  /* below it, qsort alone */
+
     /* by_member: 0 "first", 1 "member", 2 "member_desc". */
     static void rk_sort_moved(rk_moved *moved, size_t n, int by_member) {
-        qsort(moved, n, sizeof(rk_moved), by_member == 2 ? rk_moved_cmp_member_desc
-              : by_member ? rk_moved_cmp_member : rk_moved_cmp_first);
+        int (*cmp)(const void *, const void *) = by_member == 2 ? rk_moved_cmp_member_desc
+            : by_member ? rk_moved_cmp_member : rk_moved_cmp_first;
+        const uint64_t mask = (1u << RK_RADIX_BITS) - 1;
+        rk_moved *tmp = n >= RK_RADIX_MIN ? malloc(n * sizeof(rk_moved)) : NULL;
+        size_t (*counts)[1u << RK_RADIX_BITS] = NULL;
+        rk_moved *from = moved, *to = tmp, *swap;
+        size_t i, j, sum, t;
+        int pass, shift;
+        if (tmp != NULL)
+            counts = calloc(RK_RADIX_PASSES, sizeof *counts);
+        if (counts == NULL) {  /* small, or no memory for the radix sort */
+            free(tmp);
+            qsort(moved, n, sizeof(rk_moved), cmp);
+            return;
+        }
+        for (i = 0; i < n; i++) {
+            uint64_t bits = rk_key_bits(moved[i].key);
+            for (pass = 0; pass < RK_RADIX_PASSES; pass++)
+                counts[pass][(bits >> (pass * RK_RADIX_BITS)) & mask]++;
+        }
+        for (pass = 0; pass < RK_RADIX_PASSES; pass++) {
+            size_t *count = counts[pass];
+            shift = pass * RK_RADIX_BITS;
+            if (count[(rk_key_bits(from[0].key) >> shift) & mask] == n)
+                continue;  /* every key has this digit: the pass would change nothing */
+            for (sum = 0, j = 0; j <= mask; j++) {
+                t = count[j];
+                count[j] = sum;
+                sum += t;
+            }
+            for (i = 0; i < n; i++)
+                to[count[(rk_key_bits(from[i].key) >> shift) & mask]++] = from[i];
+            swap = from;
+            from = to;
+            to = swap;
+        }
+        if (from != moved)
+            memcpy(moved, from, n * sizeof(rk_moved));
+        free(tmp);
+        free(counts);
+        for (i = 0; i < n; i = j) {
+            for (j = i + 1; j < n && moved[j].key == moved[i].key; j++) {}
+            if (j - i > 1)
+                qsort(moved + i, j - i, sizeof(rk_moved), cmp);
+        }
     }
 
     /* A validated set_states entry. */
@@ -523,6 +582,8 @@ cdef extern from *:
        entry at 10M members, against 2-4 s for the whole ordered pass). */
     #define RK_RETHREAD_RATIO 8
     #define RK_RETHREAD_MIN 1024
+    /* A packed state's head (rankd.index.packed): f64 score, u64 seq, u16 length. */
+    #define RK_PACKED_HEAD 18
     #define RK_RETHREAD_BIG (1 << 21)
     #define RK_RETHREAD_RATIO_BIG 16
 
@@ -624,6 +685,7 @@ cdef extern from *:
         NODE_AHEAD "RK_NODE_AHEAD"
         RETHREAD_RATIO "RK_RETHREAD_RATIO"
         RETHREAD_MIN "RK_RETHREAD_MIN"
+        PACKED_HEAD "RK_PACKED_HEAD"
         RETHREAD_BIG "RK_RETHREAD_BIG"
         RETHREAD_RATIO_BIG "RK_RETHREAD_RATIO_BIG"
 
@@ -747,6 +809,7 @@ cdef class RankIndex:
     cdef inline uint64_t _stamp(self, bint has_seq, uint64_t seq) noexcept
     cdef inline void _set_new(self, double target, double *new, bint *has_new, bint *changed) noexcept
     cdef tuple _write_result(self, bint had, double old, bint has_new, double new, bint changed)
+    cdef int _set_batch(self, rk_state *batch, Py_ssize_t k, uint64_t top) except -1
     cdef int _assign(self, rk_state *state) except -1
     cdef int _rethread(self, rk_state *batch, Py_ssize_t k, Py_ssize_t fresh) except -1
     cdef int _prefetch_group(self, list items, Py_ssize_t start)

@@ -1235,8 +1235,7 @@ cdef class RankIndex:
         ordered pass instead, O(n + k log k).
         """
         cdef list items = list(states)
-        cdef Py_ssize_t k = len(items), i, fresh = 0
-        cdef rk_node *ahead
+        cdef Py_ssize_t k = len(items), i
         cdef rk_state *batch
         cdef double score
         cdef uint64_t top = 0
@@ -1260,32 +1259,97 @@ cdef class RankIndex:
                 batch[i].hash = self._hash(batch[i].member, batch[i].mlen)
                 if batch[i].seq > top:
                     top = batch[i].seq
-            # Each lookup is two cache misses (slot, node) on a big index:
-            # prefetching ahead lets the misses of many lookups overlap.
-            for i in range(k):
-                if i + SLOT_AHEAD < k:
-                    rk_prefetch(&self.slots[batch[i + SLOT_AHEAD].hash & self.mask])
-                if i + NODE_AHEAD < k:
-                    ahead = self.slots[batch[i + NODE_AHEAD].hash & self.mask]
-                    if ahead != NULL:
-                        rk_prefetch_node(ahead)
-                batch[i].node = self._lookup(batch[i].member, batch[i].mlen, batch[i].hash)
-                fresh += batch[i].node == NULL
-            if self.length + fresh > MAX_LENGTH:
-                raise OverflowError("a rank index holds fewer than 2**32 members")
-            if k >= RETHREAD_MIN and (
-                    k * RETHREAD_RATIO >= self.length
-                    or (self.length >= RETHREAD_BIG and k * RETHREAD_RATIO_BIG >= self.length)):
-                self._rethread(batch, k, fresh)
-            else:
-                for i in range(k):
-                    self._assign(&batch[i])
+            self._set_batch(batch, k, top)
         finally:
             free(batch)
+        return None
+
+    def set_states_packed(self, states):
+        """``set_states`` for a packed run (``rankd.index.packed``: any
+        buffer of ``f64 score | u64 seq | u16 n | member`` entries), read in
+        place, no object per state; returns how many states it held.
+
+        A run the index cannot take (cut short, a member empty, too long or
+        not UTF-8, a score not finite, a seq beyond ``MAX_SEQ``) raises
+        ``ValueError`` and changes nothing.
+        """
+        cdef Py_buffer view
+        cdef const char *p
+        cdef const char *end
+        cdef Py_ssize_t k = 0, i, mlen
+        cdef rk_state *batch = NULL
+        cdef double score
+        cdef uint64_t top = 0
+        PyObject_GetBuffer(states, &view, PyBUF_SIMPLE)
+        try:
+            p = <const char *>view.buf
+            end = p + view.len
+            # Count first: one allocation, and the run's shape checked.
+            while p < end:
+                if end - p < PACKED_HEAD:
+                    raise ValueError("a packed state run ends inside an entry's head")
+                mlen = rk_load_u16(p + 16)
+                if mlen == 0 or mlen > MAX_MEMBER_BYTES or end - p - PACKED_HEAD < mlen:
+                    raise ValueError(f"a packed state's member of {mlen} bytes does not fit")
+                p += PACKED_HEAD + mlen
+                k += 1
+            if k == 0:
+                return 0
+            batch = <rk_state *>malloc(k * sizeof(rk_state))
+            if batch == NULL:
+                raise MemoryError()
+            p = <const char *>view.buf
+            for i in range(k):
+                score = rk_load_f64(p)
+                batch[i].seq = rk_load_u64(p + 8)
+                batch[i].mlen = rk_load_u16(p + 16)
+                batch[i].member = p + PACKED_HEAD
+                p += PACKED_HEAD + batch[i].mlen
+                if not isfinite(score):
+                    raise ValueError(f"score must be finite, got {score!r}")
+                if batch[i].seq > <uint64_t>MAX_SEQ:
+                    raise ValueError(f"seq must be between 0 and 2**63 - 1, got {batch[i].seq}")
+                if not rk_utf8_valid(<const uint8_t *>batch[i].member, batch[i].mlen):
+                    raise ValueError("a packed state's member is not UTF-8")
+                batch[i].key = self._key(score)
+                batch[i].hash = self._hash(batch[i].member, batch[i].mlen)
+                if batch[i].seq > top:
+                    top = batch[i].seq
+            self._set_batch(batch, k, top)
+        finally:
+            free(batch)
+            PyBuffer_Release(&view)
+        return k
+
+    cdef int _set_batch(self, rk_state *batch, Py_ssize_t k, uint64_t top) except -1:
+        """Apply ``k`` checked states (``top``: their largest seq), a later
+        entry for the same member winning: set_states' common part."""
+        cdef Py_ssize_t i, fresh = 0
+        cdef rk_node *ahead
+        # Each lookup is two cache misses (slot, node) on a big index:
+        # prefetching ahead lets the misses of many lookups overlap.
+        for i in range(k):
+            if i + SLOT_AHEAD < k:
+                rk_prefetch(&self.slots[batch[i + SLOT_AHEAD].hash & self.mask])
+            if i + NODE_AHEAD < k:
+                ahead = self.slots[batch[i + NODE_AHEAD].hash & self.mask]
+                if ahead != NULL:
+                    rk_prefetch_node(ahead)
+            batch[i].node = self._lookup(batch[i].member, batch[i].mlen, batch[i].hash)
+            fresh += batch[i].node == NULL
+        if self.length + fresh > MAX_LENGTH:
+            raise OverflowError("a rank index holds fewer than 2**32 members")
+        if k >= RETHREAD_MIN and (
+                k * RETHREAD_RATIO >= self.length
+                or (self.length >= RETHREAD_BIG and k * RETHREAD_RATIO_BIG >= self.length)):
+            self._rethread(batch, k, fresh)
+        else:
+            for i in range(k):
+                self._assign(&batch[i])
         if top >= self._next_seq:
             self._next_seq = top + 1
         self.mutations += 1
-        return None
+        return 0
 
     cdef int _assign(self, rk_state *state) except -1:
         """Give one member an exact (key, seq), searching for its place."""
@@ -1356,15 +1420,20 @@ cdef class RankIndex:
                         self.member_bytes -= x.mlen
                         self._free_node(x)
                 raise
-            # 2. The untouched nodes, in their order (read before any link changes).
-            for i in range(k):
+            # 2. The moved nodes with their final states: the batch read
+            # backwards, so a member's last entry is the first seen (each
+            # node is reached once, its miss overlapped by a prefetch).
+            for i in range(k - 1, -1, -1):
+                if i >= NODE_AHEAD:
+                    rk_prefetch(batch[i - NODE_AHEAD].node)
                 x = batch[i].node
                 if x.queued != 1:
-                    x.queued = 1
+                    x.queued = 1  # (until the merge below takes it)
+                    x.key = moved[nmoved].key = batch[i].key
+                    x.seq = moved[nmoved].seq = batch[i].seq
                     moved[nmoved].node = x
                     nmoved += 1
-                x.key = batch[i].key
-                x.seq = batch[i].seq
+            # The untouched nodes, in their order (read before any link changes).
             x = self.header.level[0].forward
             while x != NULL:
                 if not x.queued:
@@ -1372,10 +1441,6 @@ cdef class RankIndex:
                     nkept += 1
                 x = x.level[0].forward
             # 3. The moved nodes, sorted by their final keys.
-            for i in range(nmoved):
-                moved[i].key = moved[i].node.key
-                moved[i].seq = moved[i].node.seq
-                moved[i].node.queued = 0
             with nogil:
                 rk_sort_moved(moved, nmoved, self.tie_by_member + self.tie_member_desc)
             # 4. Re-thread: append the merge of both runs at the tail.
@@ -1392,7 +1457,10 @@ cdef class RankIndex:
                     a += 1
                 else:
                     x = moved[b].node
+                    x.queued = 0
                     b += 1
+                    if b + NODE_AHEAD < nmoved:
+                        rk_prefetch(moved[b + NODE_AHEAD].node)
                 self._append_loaded(x, last, last_rank, last_drank)
             for level in range(self.height):
                 last[level].level[level].span = self.length - last_rank[level]

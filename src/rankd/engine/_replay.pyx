@@ -15,19 +15,29 @@ its decoded form.  A record is parsed whole before it changes anything.
 
 The batch is a list of ``(lsn, payload)`` or, in recovery, a ``Frames``
 batch (``_frames.pyx``): payloads left in the log's buffer, read in place,
-so the tail makes no per-record payload or tuple objects.
+so the tail makes no per-record payload or tuple objects.  The states
+gathered are appended to packed runs (``rankd.index.packed``: a
+``bytearray`` per index, which the native index reads in place), so a
+record makes no object at all unless it carries a label (the board keeps
+it as a str).
 """
 
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
-from cpython.list cimport PyList_Append
-from cpython.long cimport PyLong_FromLongLong
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
-from rankd._skiplist cimport MAX_MEMBER_BYTES
+from rankd._skiplist cimport (
+    MAX_MEMBER_BYTES,
+    PACKED_HEAD,
+    rk_store_f64,
+    rk_store_u16,
+    rk_store_u64,
+    rk_utf8_valid,
+)
 from rankd.engine._idstore cimport FingerprintLog, answer_flags
 from rankd.engine._frames cimport Frames
 from rankd.engine._packing cimport Reader, content_fingerprint, read_be, take
@@ -230,6 +240,27 @@ cdef inline object _str(Text *t):
     return PyUnicode_DecodeUTF8(t.data, t.size, NULL)
 
 
+cdef inline int _check_utf8(Text *t) except -1:
+    """Raise what decoding would raise if ``t`` is present and not UTF-8
+    (as msgpack does for the Python replay), without making a str."""
+    if t.present and not rk_utf8_valid(<const uint8_t *>t.data, t.size):
+        _str(t)
+    return 0
+
+
+cdef int _append_state(bytearray run, Text *member, double score, uint64_t lsn) except -1:
+    """Append ``(member, score, lsn)`` to a packed run (``rankd.index.packed``)."""
+    cdef Py_ssize_t at = PyByteArray_GET_SIZE(run)
+    cdef char *p
+    PyByteArray_Resize(run, at + PACKED_HEAD + member.size)  # (it over-allocates)
+    p = PyByteArray_AS_STRING(run) + at
+    rk_store_f64(p, score)
+    rk_store_u64(p + 8, lsn)
+    rk_store_u16(p + 16, <uint16_t>member.size)
+    memcpy(p + PACKED_HEAD, member.data, member.size)
+    return 0
+
+
 cdef int _remember(FingerprintLog log, Record *rec, double expires_at) except -1:
     """Note the record's event id and result in the dedupe table, as
     ``rankd.engine.ingest.note_submit`` does: the id's fingerprint, the
@@ -246,8 +277,8 @@ cdef int _remember(FingerprintLog log, Record *rec, double expires_at) except -1
 
 cdef Py_ssize_t _cache_states(Cached *cache, Py_ssize_t *ncached, Update *update, str name,
                               dict windows, dict pending, list keep) except -1:
-    """Remember which pending list a ``(window, period)`` feeds (``NULL``: a
-    window the board no longer has); return its cache slot."""
+    """Remember which pending packed run a ``(window, period)`` feeds
+    (``NULL``: a window the board no longer has); return its cache slot."""
     cdef Py_ssize_t c
     cdef PyObject *found
     if ncached[0] == MAX_CACHED:
@@ -263,7 +294,7 @@ cdef Py_ssize_t _cache_states(Cached *cache, Py_ssize_t *ncached, Update *update
         key = (name, window, period)
         found = PyDict_GetItem(pending, key)
         if found == NULL:
-            states = []
+            states = bytearray()
             PyDict_SetItem(pending, key, states)
         else:
             states = <object>found
@@ -284,9 +315,10 @@ def replay_submits(board, batch, Py_ssize_t start, double dedupe_ttl, dict pendi
     cdef dict windows = board.periods
     cdef dict labels = board.labels
     log = board.dedupe.log
-    cdef list keep = []          # owns the cached state lists
+    cdef list keep = []          # owns the cached packed runs
     cdef tuple item
     cdef bytes payload
+    cdef uint64_t lsn
     cdef PyObject *targets[MAX_UPDATES]
     cdef Frames frames = batch if type(batch) is Frames else None
     cdef list items = None if frames is not None else <list?>batch
@@ -311,10 +343,10 @@ def replay_submits(board, batch, Py_ssize_t start, double dedupe_ttl, dict pendi
                 or rec.member.size > MAX_MEMBER_BYTES):
             break
         # Everything that can fail (UTF-8 decoding) before any effect.
-        member = _str(&rec.member)
+        _check_utf8(&rec.member)
+        _check_utf8(&rec.event_id)
         label = _str(&rec.label) if rec.label.present else None
-        event_id = _str(&rec.event_id) if rec.event_id.present else None
-        lsn = PyLong_FromLongLong(frames.first_lsn + stop) if frames is not None else item[0]
+        lsn = <uint64_t>(frames.first_lsn + stop) if frames is not None else item[0]
         for i in range(rec.nupdates):
             for c in range(ncached):
                 if (_same(&cache[c].window, &rec.updates[i].window)
@@ -326,11 +358,11 @@ def replay_submits(board, batch, Py_ssize_t start, double dedupe_ttl, dict pendi
             targets[i] = cache[c].states
         for i in range(rec.nupdates):
             if targets[i] != NULL:
-                PyList_Append(<object>targets[i], (member, rec.updates[i].score, lsn))
+                _append_state(<bytearray>targets[i], &rec.member, rec.updates[i].score, lsn)
                 gathered += 1
         if label is not None:
-            PyDict_SetItem(labels, member, label)
-        if event_id is not None:
+            PyDict_SetItem(labels, _str(&rec.member), label)
+        if rec.event_id.present:
             _remember(<FingerprintLog>log, &rec, <double>rec.now_ms / 1000.0 + dedupe_ttl)
         if rec.nupdates:
             changed += 1

@@ -3,9 +3,10 @@
 Recovery replays a long run of SUBMIT records, most of them for one board.
 It does not write the indexes record by record: it gathers each record's
 absolute states ``(member, score, lsn)`` per ``(board, window, period)``
-into ``pending`` lists, which the engine hands to ``RankIndex.set_states``
-in bulk; labels, event ids and the board version are noted as live ingest
-notes them (:func:`rankd.engine.ingest.note_submit`).
+into ``pending`` packed runs (:mod:`rankd.index.packed`, one ``bytearray``
+each), which the engine hands to ``RankIndex.set_states_packed`` in bulk;
+labels, event ids and the board version are noted as live ingest notes
+them (:func:`rankd.engine.ingest.note_submit`).
 
 :func:`replay_submits` walks a run of one board's records from a batch of
 ``(lsn, payload)``.  It is the hot loop of recovery (a million records in a
@@ -26,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 from rankd._native import native_or
 from rankd.engine import records
 from rankd.engine.ingest import note_submit
+from rankd.index.packed import pack_state
 
 if TYPE_CHECKING:
     from rankd.engine.board import Board
 
-#: ``(board, window, period) -> [(member, score, lsn), ...]``
-Pending = dict[tuple[str, str, str], list[tuple[str, float, int]]]
+#: ``(board, window, period) -> packed (member, score, lsn) states``
+Pending = dict[tuple[str, str, str], bytearray]
 
 
 def gather_submit(board: Board, lsn: int, record: Sequence[Any], dedupe_ttl: float,
@@ -45,8 +47,8 @@ def gather_submit(board: Board, lsn: int, record: Sequence[Any], dedupe_ttl: flo
             key = (board.name, window, period)
             states = pending.get(key)
             if states is None:
-                states = pending[key] = []
-            states.append((member, score, lsn))
+                states = pending[key] = bytearray()
+            pack_state(states, member, score, lsn)
             gathered += 1
     note_submit(board, record, dedupe_ttl)
     return gathered

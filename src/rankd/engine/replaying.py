@@ -30,8 +30,9 @@ class Replayer:
     def __init__(self, core: Core, state: BoardState) -> None:
         self.core = core
         self.state = state
-        #: Replay: (board, window, period) -> states not yet in the index.
-        self.replayed: dict[tuple[str, str, str], list[tuple[str, float, int]]] = {}
+        #: Replay: (board, window, period) -> states not yet in the index,
+        #: packed (:mod:`rankd.index.packed`).
+        self.replayed: dict[tuple[str, str, str], bytearray] = {}
         self.replayed_count = 0
 
     def clear(self) -> None:
@@ -145,5 +146,5 @@ class Replayer:
         replayed = self.replayed
         for key in [k for k in replayed if name is None or k[0] == name]:
             states = replayed.pop(key)
-            self.replayed_count -= len(states)
-            self.state.boards[key[0]].index_for_write(key[1], key[2]).set_states(states)
+            index = self.state.boards[key[0]].index_for_write(key[1], key[2])
+            self.replayed_count -= index.set_states_packed(states)

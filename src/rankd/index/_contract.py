@@ -236,6 +236,14 @@ class RankIndexAPI(Protocol):
         applied by re-threading the whole list once, O(n + k log k).
         """
 
+    def set_states_packed(self, states: bytes | bytearray | memoryview) -> int:
+        """``set_states`` for the same states packed in one buffer
+        (:mod:`rankd.index.packed`), which a native index reads in place;
+        returns how many states the run held.  A run that is not one (cut
+        short, a member empty, too long or not UTF-8, a score not finite, a
+        seq beyond ``MAX_SEQ``) raises ``ValueError`` and changes nothing.
+        """
+
     # --- reads ---------------------------------------------------------------
 
     def score(self, member: str) -> float | None:

@@ -44,6 +44,7 @@ from rankd.index._contract import (
     Op,
     WriteResult,
 )
+from rankd.index.packed import unpack_states
 
 _REFUSED = object()  # a condition (NX/XX/GT/LT) refused the write
 
@@ -375,6 +376,12 @@ class RankIndex:
                 self._next_seq = seq + 1
         if checked:
             self._mutations += 1
+
+    def set_states_packed(self, states: bytes | bytearray | memoryview) -> int:
+        """``set_states`` for a packed run (see the contract); how many it held."""
+        unpacked = unpack_states(states)
+        self.set_states(unpacked)
+        return len(unpacked)
 
     # --- reads ----------------------------------------------------------------------------
 
