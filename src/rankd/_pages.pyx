@@ -3,9 +3,10 @@
 
 What it is
 ----------
-The same index as :mod:`rankd._skiplist` (same contract, same dump
-format, same results): a span-counting skip list ordered best-first plus a
-member hash map.  What changes is the memory layout, which is where an
+The same index as :mod:`rankd._skiplist` (same contract, same results,
+the same dump format but for boards tied by member, which dump version 2,
+without seqs): a span-counting skip list ordered best-first plus a member
+hash map.  What changes is the memory layout, which is where an
 in-memory leaderboard spends its users' money.
 
 Why pages
@@ -14,8 +15,10 @@ A skip list of one node per member pays, per member, a malloc'd block, a
 forward pointer and a span per level, a backward pointer, a cached key per
 level and a hash slot pointer: about 107 bytes for a 19-byte name.  Here
 level 0 is *unrolled*: a page holds up to ``page_size`` entries (64 by
-default) in rank order, as parallel arrays of score keys (f64), arrival
-sequences (u64) and 32-bit member ids.  Only pages carry skip list levels,
+default) in rank order, as parallel arrays of 32-bit member ids, score
+keys (f64) and, on boards tied by arrival, arrival sequences (u64): a
+board tied by member never orders by a seq, so its pages keep none (12
+bytes an entry, not 20) and its dump leaves them out.  Only pages carry skip list levels,
 so the tower overhead is paid once per page, not once per member.  Rank,
 top-K, neighbours and range reads walk a few pages of contiguous arrays
 instead of one pointer per member, and an update that stays inside its
@@ -62,13 +65,23 @@ Members
 Each member name is stored once, in the index's name arena: a record of
 ``u32 page number | u8 length - 1 | UTF-8 bytes`` padded to 8 bytes,
 addressed by a 32-bit id (its offset in 8-byte units).  Freed records go to
-free lists by size, so deleting and re-adding members reuses their memory.
+free lists by size, so deleting and re-adding members reuses their memory;
+when a quarter of the arena is free records nobody took back, a sliding
+compaction moves the live records down over them, 64 units a write (a
+moved record's id is changed in its page and in the member map), and the
+arena's memory is given back at its end.  (A 19-byte name costs its 24
+bytes with the page number whatever the padding; a byte-packed record
+would spare the padding of other lengths only.)
 The page number finds the member's page in O(1) through the page table;
 the member is found in its page by scanning its ids (a page is small).
 The member map is open addressing with linear probing over an array of
 32-bit ids (4 bytes a slot, at most 3/4 full), keyed by SipHash-1-3 with a
 per-index random key (names come from players, so collisions must not be
-predictable); it deletes by backward shift, so it holds no tombstones.  A
+predictable); it deletes by backward shift, so it holds no tombstones.
+It resizes incrementally, as Redis's dict does: a new table takes the
+puts, and every write moves 16 slots of the old one (marking them moved,
+so that probes of the old table still walk over them); lookups probe
+both meanwhile.  No write pays for moving the whole map.  A
 hit reads the slot and the name it must compare anyway, so tags of hash
 bits beside the ids would only spare the rare collision, for a byte a slot.
 
