@@ -26,7 +26,8 @@ built in each contestant, then:
 9. memory per member: growth of the resident set size (``/proc/self/statm``,
    after ``gc.collect()``) from the state before the first load to the
    populated index, divided by N (Redis: growth of ``INFO memory``
-   ``used_memory``).
+   ``used_memory``); and the same growth once a random half is removed (and
+   a tenth of the rest incremented), divided by the members left (rankd only).
 
 Each rankd implementation runs in a fresh child process (this script with
 the hidden ``--worker`` option) so that memory figures start from a clean
@@ -291,7 +292,26 @@ def run_worker(impl: str, n: int, ops: int, repeats: int, load_repeats: int,
     }
     res.update(run_timed(index, touches, ops, repeats))
     res["dump_s"], res["load2_s"], res["dump_bytes"] = time_dump_load(cls, index, repeats)
+    res["half_mem_b"] = remove_half(index, members, baseline)
     return res
+
+
+def remove_half(index: Any, members: list[str], baseline: int) -> float:
+    """Remove a random half of the members, then increment a tenth of the
+    rest (writes are when the paged index compacts its name arena); return
+    the RSS growth over ``baseline`` per remaining member."""
+    from rankd.index import Op
+
+    gone = set(random.Random(SEED + 7).sample(members, len(members) // 2))
+    left = [m for m in members if m not in gone]
+    ordered = [m for m in members if m in gone]
+    for start in range(0, len(ordered), LOAD_CHUNK):
+        index.apply_batch([(Op.REMOVE, m, None) for m in ordered[start : start + LOAD_CHUNK]])
+    touched = left[: len(left) // 10]
+    for start in range(0, len(touched), LOAD_CHUNK):
+        index.apply_batch([(Op.INCR, m, 1) for m in touched[start : start + LOAD_CHUNK]])
+    del gone, ordered, touched
+    return (rss_bytes() - baseline - 8 * len(left)) / len(left)  # less the list of the rest
 
 
 TOUCHING = ("incr_rank", "incr_batch", "rank", "around", "ranks")
@@ -584,6 +604,7 @@ ROWS = (
     Row("dump()", "s", "dump_s", "dump_s", None),
     Row("load()", "s", "load2_s", "load2_s", None),
     Row("memory per member (RSS growth)", "B", "mem_b", "mem_b", None),
+    Row("  same, after removing a random half", "B", "half_mem_b", None, None),
 )
 
 

@@ -195,17 +195,24 @@ cdef inline int _options(object order, object tie_break, int max_level, int bran
 # --- dumps: the format both indexes write (see RankIndex.dump) ----------------
 
 cdef int _dump_header(const char *buf, Py_ssize_t size, object data, uint64_t *count,
-                      uint64_t *next_seq) except -1:
+                      uint64_t *next_seq, int max_version=DUMP_VERSION) except -1:
     """A dump's header and checksum, checked: its member count and next seq
-    (its order and tie-break codes are ``buf[5]`` and ``buf[6]``)."""
+    (its version, order and tie-break codes are ``buf[4]``, ``buf[5]`` and
+    ``buf[6]``).  Versions 1..``max_version`` are taken; version 2's records
+    have no seq and belong to boards tied by member."""
+    cdef Py_ssize_t record = DUMP_RECORD_SIZE
     if size < DUMP_HEADER_SIZE + 4:
         raise ValueError(f"rank index dump is truncated: {size} bytes")
     if memcmp(buf, b"RKIX", 4) != 0:
         raise ValueError("not a rank index dump (bad magic)")
-    if <uint8_t>buf[4] != DUMP_VERSION:
+    if not 1 <= <uint8_t>buf[4] <= max_version:
         raise ValueError(f"unsupported rank index dump version {<uint8_t>buf[4]}")
     if <uint8_t>buf[5] > 1 or <uint8_t>buf[6] > 2 or buf[7] != 0:
         raise ValueError("rank index dump has an unknown order or tie-break code")
+    if buf[4] == 2:
+        if buf[6] == 0:
+            raise ValueError("a version 2 rank index dump (no seqs) of a board tied by arrival")
+        record -= 8
     stored_crc = int.from_bytes(data[size - 4:size], "little")
     if zlib.crc32(memoryview(data)[:size - 4]) != stored_crc:
         raise ValueError("rank index dump is corrupt (CRC mismatch)")
@@ -213,28 +220,31 @@ cdef int _dump_header(const char *buf, Py_ssize_t size, object data, uint64_t *c
     next_seq[0] = rk_load_u64(buf + 16)
     if next_seq[0] > <uint64_t>MAX_SEQ + 1:
         raise ValueError("rank index dump has an invalid next_seq")
-    if count[0] > MAX_LENGTH or count[0] > <uint64_t>(size // DUMP_RECORD_SIZE):
+    if count[0] > MAX_LENGTH or count[0] > <uint64_t>(size // record):
         raise ValueError(f"rank index dump claims {count[0]} members, more than it holds")
     return 0
 
 
 cdef inline int _dump_record(const char **p, const char *end, uint64_t i, uint64_t next_seq,
-                             double *score, uint64_t *seq, uint16_t *mlen) except -1:
+                             double *score, uint64_t *seq, uint16_t *mlen,
+                             bint has_seq=True) except -1:
     """Record ``i`` at ``p[0]`` read and checked (``end``: where the records
-    end); ``p[0]`` is left at the member's bytes."""
-    if end - p[0] < DUMP_RECORD_SIZE:
+    end; ``has_seq``: a version 1 record, else version 2's, whose ``seq``
+    reads as 0); ``p[0]`` is left at the member's bytes."""
+    cdef Py_ssize_t record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
+    if end - p[0] < record:
         raise ValueError(f"rank index dump is truncated at record {i}")
     score[0] = rk_load_f64(p[0])
-    seq[0] = rk_load_u64(p[0] + 8)
-    mlen[0] = rk_load_u16(p[0] + 16)
-    p[0] += DUMP_RECORD_SIZE
+    seq[0] = rk_load_u64(p[0] + 8) if has_seq else 0
+    mlen[0] = rk_load_u16(p[0] + record - 2)
+    p[0] += record
     if mlen[0] == 0 or mlen[0] > MAX_MEMBER_BYTES or end - p[0] < mlen[0]:
         raise ValueError(f"rank index dump has a bad member length at record {i}")
     if not rk_utf8_valid(<const uint8_t *>p[0], mlen[0]):
         raise ValueError(f"rank index dump has a member that is not UTF-8 at record {i}")
     if not isfinite(score[0]):
         raise ValueError(f"rank index dump has a non-finite score at record {i}")
-    if seq[0] > MAX_SEQ or seq[0] >= next_seq:
+    if has_seq and (seq[0] > MAX_SEQ or seq[0] >= next_seq):
         raise ValueError(f"rank index dump has an invalid seq at record {i}")
     return 0
 

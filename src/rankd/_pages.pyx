@@ -3,9 +3,10 @@
 
 What it is
 ----------
-The same index as :mod:`rankd._skiplist` (same contract, same dump
-format, same results): a span-counting skip list ordered best-first plus a
-member hash map.  What changes is the memory layout, which is where an
+The same index as :mod:`rankd._skiplist` (same contract, same results,
+the same dump format but for boards tied by member, which dump version 2,
+without seqs): a span-counting skip list ordered best-first plus a member
+hash map.  What changes is the memory layout, which is where an
 in-memory leaderboard spends its users' money.
 
 Why pages
@@ -14,8 +15,10 @@ A skip list of one node per member pays, per member, a malloc'd block, a
 forward pointer and a span per level, a backward pointer, a cached key per
 level and a hash slot pointer: about 107 bytes for a 19-byte name.  Here
 level 0 is *unrolled*: a page holds up to ``page_size`` entries (64 by
-default) in rank order, as parallel arrays of score keys (f64), arrival
-sequences (u64) and 32-bit member ids.  Only pages carry skip list levels,
+default) in rank order, as parallel arrays of 32-bit member ids, score
+keys (f64) and, on boards tied by arrival, arrival sequences (u64): a
+board tied by member never orders by a seq, so its pages keep none (12
+bytes an entry, not 20) and its dump leaves them out.  Only pages carry skip list levels,
 so the tower overhead is paid once per page, not once per member.  Rank,
 top-K, neighbours and range reads walk a few pages of contiguous arrays
 instead of one pointer per member, and an update that stays inside its
@@ -50,22 +53,35 @@ Every page but the last holds at least ``page_size // 2`` entries, as a B
 tree's nodes do: a removal that leaves a page below that merges it with a
 neighbour when the two fit in one page, else evens the two out.  Deletes,
 cheater removals and period resets therefore never leave memory behind in
-sparse pages (Valkey 9.2's B+ tree lacks this).  A page that fills splits
-in two halves, but a page appended at the end of the board (monotonic
-scores) starts empty instead, and ``load`` packs pages 7/8 full.
+sparse pages (Valkey 9.2's B+ tree lacks this).  A page that fills first
+shares its entries with a neighbour that is at least 1/8 empty (as a B*
+tree does), and splits in two halves only when neither is: random
+arrivals then keep pages about 5/6 full, where halving alone leaves them
+2/3 full.  A page appended at the end of the board (monotonic scores)
+starts empty instead, and ``load`` packs pages 7/8 full.
 
 Members
 -------
 Each member name is stored once, in the index's name arena: a record of
 ``u32 page number | u8 length - 1 | UTF-8 bytes`` padded to 8 bytes,
 addressed by a 32-bit id (its offset in 8-byte units).  Freed records go to
-free lists by size, so deleting and re-adding members reuses their memory.
+free lists by size, so deleting and re-adding members reuses their memory;
+when a quarter of the arena is free records nobody took back, a sliding
+compaction moves the live records down over them, 64 units a write (a
+moved record's id is changed in its page and in the member map), and the
+arena's memory is given back at its end.  (A 19-byte name costs its 24
+bytes with the page number whatever the padding; a byte-packed record
+would spare the padding of other lengths only.)
 The page number finds the member's page in O(1) through the page table;
 the member is found in its page by scanning its ids (a page is small).
 The member map is open addressing with linear probing over an array of
 32-bit ids (4 bytes a slot, at most 3/4 full), keyed by SipHash-1-3 with a
 per-index random key (names come from players, so collisions must not be
-predictable); it deletes by backward shift, so it holds no tombstones.  A
+predictable); it deletes by backward shift, so it holds no tombstones.
+It resizes incrementally, as Redis's dict does: a new table takes the
+puts, and every write moves 16 slots of the old one (marking them moved,
+so that probes of the old table still walk over them); lookups probe
+both meanwhile.  No write pays for moving the whole map.  A
 hit reads the slot and the name it must compare anyway, so tags of hash
 bits beside the ids would only spare the rare collision, for a byte a slot.
 
@@ -156,7 +172,8 @@ cdef extern from *:
     #define PG_IDS(p) ((uint32_t *)((char *)(p) + sizeof(pg_page)))
     #define PG_KEYS(p) ((double *)((char *)PG_IDS(p) + PG_IDS_BYTES((p)->cap)))
     #define PG_SEQS(p) ((uint64_t *)(PG_KEYS(p) + (p)->cap))
-    #define PG_SIZE(cap) (sizeof(pg_page) + PG_IDS_BYTES(cap) + (size_t)(cap) * (8 + 8))
+    /* Pages of boards tied by member hold no seqs (the seq array is absent). */
+    #define PG_SIZE(cap, seqs) (sizeof(pg_page) + PG_IDS_BYTES(cap) + (size_t)(cap) * ((seqs) ? 16 : 8))
     #define PG_TOWER_CHUNK 4096   /* links a chunk of towers holds */
     #define PG_MAX_LEVEL 32
     #define PG_NAME_CLASSES 34   /* records of 1..33 units of 8 bytes */
@@ -179,7 +196,7 @@ cdef extern from *:
     double *PG_KEYS(pg_page *p) nogil
     uint64_t *PG_SEQS(pg_page *p) nogil
     uint32_t *PG_IDS(pg_page *p) nogil
-    size_t PG_SIZE(int cap) nogil
+    size_t PG_SIZE(int cap, bint seqs) nogil
     size_t PG_IDS_BYTES(int cap) nogil
     enum:
         TOWER_CHUNK "PG_TOWER_CHUNK"
@@ -201,12 +218,18 @@ DEF MAX_EXACT_INT = 9007199254740992
 DEF MAX_SEQ = 9223372036854775807
 DEF MAX_LENGTH = 4294967294
 DEF DUMP_VERSION = 1
+DEF DUMP_VERSION_NO_SEQS = 2   # records without seqs (boards tied by member)
 DEF DUMP_HEADER_SIZE = 24
 DEF DUMP_RECORD_SIZE = 18
 DEF DUMP_AHEAD = 16
 DEF SLOT_AHEAD = 8
 DEF NAME_AHEAD = 4
 DEF PREFETCH_MIN_LENGTH = 32768
+DEF MIN_COMPACT_UNITS = 4096   # arenas below 32 KiB are not compacted
+DEF COMPACT_STEP = 64           # arena units a write's compaction step looks at
+DEF MAP_STEP = 16               # old-table slots a write's resize step moves
+DEF MOVED = 0xFFFFFFFF          # an old table's slot whose id was moved
+DEF SHARE_ROOM_DIVISOR = 8   # a full page shares with a neighbour 1/8 empty
 DEF OP_SET = 0
 DEF OP_SET_NEW = 1
 DEF OP_SET_EXISTS = 2
@@ -281,9 +304,15 @@ cdef class RankIndex:
     cdef uint64_t *names
     cdef size_t names_used, names_cap
     cdef uint32_t free_names[NAME_CLASSES]
+    cdef size_t free_units          # units in the free lists' records
+    cdef bint compacting            # a compaction is under way (see _compact_step)
+    cdef size_t compact_src, compact_dst
     # member map
     cdef uint32_t *slot_ids
     cdef size_t mask
+    cdef uint32_t *old_ids          # a resize under way: the table being emptied
+    cdef size_t old_mask, migrate_pos
+    cdef Py_ssize_t map_moves       # ids a resize moved, ever (for tests)
     # page table
     cdef pg_page **pages
     cdef double *firstkeys          # by page number: the key of its first entry
@@ -319,10 +348,10 @@ cdef class RankIndex:
         key = os.urandom(16)
         self.hash_k0 = int.from_bytes(key[:8], "little")
         self.hash_k1 = int.from_bytes(key[8:], "little")
-        self.header = <pg_page *>calloc(1, PG_SIZE(0) + MAX_LEVEL * sizeof(pg_link))
+        self.header = <pg_page *>calloc(1, PG_SIZE(0, 0) + MAX_LEVEL * sizeof(pg_link))
         if self.header == NULL:
             raise MemoryError()
-        self.header.level = <pg_link *>(<char *>self.header + PG_SIZE(0))
+        self.header.level = <pg_link *>(<char *>self.header + PG_SIZE(0, 0))
         self.header.height = MAX_LEVEL
         self._reset()
 
@@ -348,6 +377,9 @@ cdef class RankIndex:
         _live_names -= self.length
         free(self.names)
         free(self.slot_ids)
+        free(self.old_ids)
+        self.old_ids = NULL
+        self.old_mask = self.migrate_pos = 0
         free(self.pages)
         free(self.free_pnos)
         free(self.firstkeys)
@@ -382,6 +414,9 @@ cdef class RankIndex:
         self.peak_member_bytes = 0
         self.names_cap = 64
         self.names_used = 1
+        self.free_units = 0
+        self.compacting = False
+        self.compact_src = self.compact_dst = 0
         self.names = <uint64_t *>malloc(self.names_cap * 8)
         memset(self.free_names, 0, sizeof(self.free_names))
         self.mask = MIN_TABLE_SIZE - 1
@@ -435,7 +470,7 @@ cdef class RankIndex:
         cdef pg_link *tower = self._tower_alloc(h)
         if tower == NULL:
             raise MemoryError()
-        p = <pg_page *>malloc(PG_SIZE(self.page_size))
+        p = <pg_page *>malloc(PG_SIZE(self.page_size, not self.tie_by_member))
         if p == NULL:
             self._tower_free(tower, h)
             raise MemoryError()
@@ -506,23 +541,31 @@ cdef class RankIndex:
     cdef inline uint32_t *_name_page(self, uint32_t mid) noexcept:
         return <uint32_t *>&self.names[mid]
 
+    cdef inline uint64_t _seq(self, pg_page *p, Py_ssize_t i) noexcept nogil:
+        """Entry ``i``'s arrival sequence (0 on boards tied by member, whose
+        pages keep none: the order never reads it)."""
+        return 0 if self.tie_by_member else PG_SEQS(p)[i]
+
     cdef uint32_t _name_new(self, const char *member, Py_ssize_t mlen) except 0:
         """Store a name; return its id."""
         global _live_names
         cdef size_t units = <size_t>(5 + mlen + 7) // 8
-        cdef uint32_t mid = self.free_names[units]
+        cdef uint32_t mid = 0 if self.compacting else self.free_names[units]
         cdef uint8_t *rec
         cdef void *grown
         cdef size_t cap
         if mid != 0:
             self.free_names[units] = (<uint32_t *>&self.names[mid])[0]
+            self.free_units -= units
         else:
             if self.names_used + units > self.names_cap:
                 cap = self.names_cap * 2
                 while cap < self.names_used + units:
                     cap *= 2
-                if cap > (<size_t>1 << 32):
+                if self.names_used + units >= MOVED:
                     raise OverflowError("the name arena of a rank index is full (32 GiB)")
+                if cap > MOVED:
+                    cap = MOVED
                 grown = realloc(self.names, cap * 8)
                 if grown == NULL:
                     raise MemoryError()
@@ -541,32 +584,133 @@ cdef class RankIndex:
         cdef Py_ssize_t mlen
         self._name(mid, &mlen)
         cdef size_t units = <size_t>(5 + mlen + 7) // 8
+        _live_names -= 1
+        if self.compacting and mid >= self.compact_dst:
+            return  # past the compacted part: the sweep leaves it out
         (<uint32_t *>&self.names[mid])[0] = self.free_names[units]
         self.free_names[units] = mid
-        _live_names -= 1
+        self.free_units += units
+        if (not self.compacting and self.names_used > MIN_COMPACT_UNITS
+                and self.free_units * 4 > self.names_used):
+            # A quarter of the arena is free records (that arrivals did not
+            # take back): compact it, a few records per write.
+            self.compacting = True
+            self.compact_src = self.compact_dst = 1
+            memset(self.free_names, 0, sizeof(self.free_names))
+            self.free_units = 0
+
+    cdef void _compact_step(self) noexcept:
+        """Move the next live records of the arena down over the free ones
+        (a sliding compaction: ``compact_dst`` and ``compact_src`` walk up
+        the arena; live records below ``compact_dst`` are packed, those at
+        or above ``compact_src`` are not yet looked at).  It looks at
+        ``COMPACT_STEP`` units a call, once per write, so no write stalls;
+        new names go to the arena's end meanwhile (the free lists are
+        emptied when a compaction starts, and only records freed below
+        ``compact_dst`` join them).  When the sweep reaches the end, the
+        arena is cut to its live records and its memory given back."""
+        cdef size_t budget = COMPACT_STEP, units, cap
+        cdef uint32_t src, dst, pno
+        cdef Py_ssize_t mlen
+        cdef pg_page *p
+        cdef void *shrunk
+        while budget > 0 and self.compact_src < self.names_used:
+            src = <uint32_t>self.compact_src
+            self._name(src, &mlen)
+            units = <size_t>(5 + mlen + 7) // 8
+            pno = self._name_page(src)[0]
+            p = self.pages[pno] if pno < self.pnos_used else NULL
+            if p != NULL and self._repoint(p, src, <uint32_t>self.compact_dst):
+                dst = <uint32_t>self.compact_dst
+                memmove(&self.names[dst], &self.names[src], units * 8)
+                self.compact_dst += units
+            self.compact_src += units
+            budget -= units if units < budget else budget
+        if self.compact_src >= self.names_used:
+            self.names_used = self.compact_dst
+            self.compacting = False
+            cap = 64
+            while cap < self.names_used + self.names_used // 4:
+                cap *= 2
+            if cap < self.names_cap:
+                shrunk = realloc(self.names, cap * 8)
+                if shrunk != NULL:
+                    self.names = <uint64_t *>shrunk
+                    self.names_cap = cap
+
+    cdef bint _repoint(self, pg_page *p, uint32_t old, uint32_t new) noexcept:
+        """If the record ``old`` is a live member's (its page lists it; a
+        free record's id is in no page), give it the id ``new``: in its
+        page, in the member map and in the rank memo."""
+        cdef uint32_t *ids = PG_IDS(p)
+        cdef Py_ssize_t i, mlen, slot
+        cdef const char *name
+        for i in range(p.n):
+            if ids[i] == old:
+                break
+        else:
+            return False
+        if old == new:
+            return True
+        ids[i] = new
+        name = self._name(old, &mlen)
+        slot = self._slot(name, mlen, self._hash(name, mlen))
+        if slot >= 0:
+            self.slot_ids[slot] = new
+        else:
+            self.old_ids[-2 - slot] = new
+        if self.memo_mid == old:
+            self.memo_mid = new
+        return True
 
     cdef inline uint64_t _hash(self, const char *member, Py_ssize_t mlen) noexcept:
         return rk_siphash13(self.hash_k0, self.hash_k1, member, mlen)
 
     cdef inline Py_ssize_t _slot(self, const char *member, Py_ssize_t mlen,
                                  uint64_t h) noexcept:
-        """The map slot holding ``member``, or -1."""
-        cdef size_t i = h & self.mask
+        """The map slot holding ``member``: ``i >= 0`` in the table, ``-2 - i``
+        in the old table of a resize under way, or -1 if it is in neither."""
+        cdef size_t i = h & self.mask, left
         cdef uint32_t mid
         cdef Py_ssize_t nlen
         cdef const char *name
         while True:
             mid = self.slot_ids[i]
             if mid == 0:
-                return -1
+                break
             name = self._name(mid, &nlen)
             if nlen == mlen and memcmp(name, member, mlen) == 0:
                 return <Py_ssize_t>i
             i = (i + 1) & self.mask
+        if self.old_ids == NULL:
+            return -1
+        # The old table: slots before the resize step are all moved marks,
+        # so a probe jumps over them; it looks at each other slot once at
+        # most (near the end of a resize they may hold no empty slot).
+        i = h & self.old_mask
+        left = self.old_mask + 1 - self.migrate_pos
+        while left > 0:
+            if i < self.migrate_pos:
+                i = self.migrate_pos
+            mid = self.old_ids[i]
+            if mid == 0:
+                return -1
+            if mid != MOVED:
+                name = self._name(mid, &nlen)
+                if nlen == mlen and memcmp(name, member, mlen) == 0:
+                    return -2 - <Py_ssize_t>i
+            i = (i + 1) & self.old_mask
+            left -= 1
+        return -1
+
+    cdef inline uint32_t _slot_id(self, Py_ssize_t slot) noexcept:
+        """The id in a slot that ``_slot`` found (0 for -1)."""
+        if slot >= 0:
+            return self.slot_ids[slot]
+        return 0 if slot == -1 else self.old_ids[-2 - slot]
 
     cdef inline uint32_t _lookup(self, const char *member, Py_ssize_t mlen) noexcept:
-        cdef Py_ssize_t i = self._slot(member, mlen, self._hash(member, mlen))
-        return 0 if i < 0 else self.slot_ids[i]
+        return self._slot_id(self._slot(member, mlen, self._hash(member, mlen)))
 
     cdef void _map_put(self, uint32_t mid, uint64_t h) noexcept:
         cdef size_t i = h & self.mask
@@ -575,45 +719,95 @@ cdef class RankIndex:
         self.slot_ids[i] = mid
 
     cdef int _map_reserve(self, Py_ssize_t members) except -1:
-        """Grow the map so that ``members`` fill at most 3/4 of it."""
+        """Make room for ``members`` (at most 3/4 of the table).  Growing to
+        hold one more member starts an incremental resize (each later write
+        moves a step of it); growing by more (a load) resizes at once."""
         cdef size_t size = self.mask + 1
         while <size_t>members * 4 > size * 3:
             size *= 2
-        if size != self.mask + 1:
-            self._map_rehash(size)
+        if size == self.mask + 1:
+            pass
+        elif <size_t>members <= <size_t>self.length + 1:
+            self._map_resize(size, False)
+        else:
+            self._map_resize(size, True)
         return 0
 
     cdef void _map_shrink(self) noexcept:
         """After a removal: a map less than a quarter full halves while it
         is (a growth at 3/4 leaves it 3/8 full, so growing and shrinking
-        never chase each other); removals give the memory back."""
+        never chase each other); removals give the memory back.  The
+        resize is incremental, as a growth's is."""
         cdef size_t size = self.mask + 1
-        if size <= MIN_TABLE_SIZE or <size_t>self.length * 4 >= size:
+        if size <= MIN_TABLE_SIZE or <size_t>self.length * 4 >= size or self.old_ids != NULL:
             return
         while size > MIN_TABLE_SIZE and <size_t>self.length * 4 < size:
             size //= 2
         try:
-            self._map_rehash(size)
+            self._map_resize(size, False)
         except MemoryError:
             pass  # the bigger map stays: still correct
 
-    cdef int _map_rehash(self, size_t size) except -1:
-        """Move every id into a new slot array of ``size`` slots."""
-        cdef size_t old_size = self.mask + 1, i
-        cdef uint32_t *old_ids = self.slot_ids
+    cdef int _map_resize(self, size_t size, bint now) except -1:
+        """Give the map a new, empty table of ``size`` slots and keep the
+        current one as the old table, whose ids ``_map_step`` moves over a
+        few slots per later insert or removal (as Redis's dict rehashes):
+        no single write pays for moving the whole map.  Lookups meanwhile
+        probe both tables, puts go to the new one.  With ``now`` (or when
+        a resize is still under way) the old table is emptied at once."""
+        cdef uint32_t *ids
+        self._map_finish()
+        ids = <uint32_t *>calloc(size, 4)
+        if ids == NULL:
+            raise MemoryError()
+        self.old_ids = self.slot_ids
+        self.old_mask = self.mask
+        self.migrate_pos = 0
+        self.slot_ids = ids
+        self.mask = size - 1
+        if now:
+            self._map_finish()
+        return 0
+
+    cdef void _map_finish(self) noexcept:
+        """Move what is left of an old table."""
+        while self.old_ids != NULL:
+            self._map_step()
+
+    cdef void _map_step(self) noexcept:
+        """Move the ids of the next ``MAP_STEP`` slots of the old table to
+        the new one (a moved slot reads ``MOVED``, so that probes for the
+        ids past it still walk over it); free the old table at its end."""
+        cdef size_t i, end
+        cdef uint32_t mid
         cdef Py_ssize_t mlen
         cdef const char *name
-        self.slot_ids = <uint32_t *>calloc(size, 4)
-        if self.slot_ids == NULL:
-            self.slot_ids = old_ids
-            raise MemoryError()
-        self.mask = size - 1
-        for i in range(old_size):
-            if old_ids[i] != 0:
-                name = self._name(old_ids[i], &mlen)
-                self._map_put(old_ids[i], self._hash(name, mlen))
-        free(old_ids)
-        return 0
+        if self.old_ids == NULL:
+            return
+        end = self.migrate_pos + MAP_STEP
+        if end > self.old_mask + 1:
+            end = self.old_mask + 1
+        for i in range(self.migrate_pos, end):
+            mid = self.old_ids[i]
+            if mid != 0 and mid != MOVED:
+                name = self._name(mid, &mlen)
+                self._map_put(mid, self._hash(name, mlen))
+                self.map_moves += 1
+            self.old_ids[i] = MOVED
+        self.migrate_pos = end
+        if end == self.old_mask + 1:
+            free(self.old_ids)
+            self.old_ids = NULL
+            self.old_mask = 0
+            self.migrate_pos = 0
+
+    cdef void _map_remove(self, Py_ssize_t slot) noexcept:
+        """Empty a slot that ``_slot`` found: by backward shift in the table,
+        by marking it moved in an old table (which takes no puts)."""
+        if slot >= 0:
+            self._map_delete(slot)
+        else:
+            self.old_ids[-2 - slot] = MOVED
 
     cdef void _map_delete(self, size_t hole) noexcept:
         """Empty slot ``hole`` by backward shift (no tombstones)."""
@@ -790,7 +984,7 @@ cdef class RankIndex:
         cdef const char *name = self._name(mid, &mlen)
         cdef pg_path path
         cdef double *keys = PG_KEYS(p)
-        self._search(keys[pos], PG_SEQS(p)[pos], name, mlen, False, &path)
+        self._search(keys[pos], self._seq(p, pos), name, mlen, False, &path)
         if dense != NULL:
             dense[0] = path.drank[0] + self._leaders_upto(p, pos)
         return path.rank[0] + pos + 1
@@ -845,7 +1039,7 @@ cdef class RankIndex:
         if dn == 0 and dl == 0:
             return
         name = self._name(PG_IDS(p)[0], &mlen)
-        self._search(PG_KEYS(p)[0], PG_SEQS(p)[0], name, mlen, False, &path)
+        self._search(PG_KEYS(p)[0], self._seq(p, 0), name, mlen, False, &path)
         self._account(p, path.update, dn, dl)
 
     cdef void _relead(self, pg_page *p) noexcept:
@@ -887,7 +1081,8 @@ cdef class RankIndex:
         cdef Py_ssize_t i
         cdef uint32_t *ids
         memcpy(&PG_KEYS(dst)[at], &PG_KEYS(src)[start], count * 8)
-        memcpy(&PG_SEQS(dst)[at], &PG_SEQS(src)[start], count * 8)
+        if not self.tie_by_member:
+            memcpy(&PG_SEQS(dst)[at], &PG_SEQS(src)[start], count * 8)
         memcpy(&PG_IDS(dst)[at], &PG_IDS(src)[start], count * 4)
         if dst != src:
             ids = PG_IDS(dst)
@@ -898,7 +1093,8 @@ cdef class RankIndex:
                                     Py_ssize_t by) noexcept:
         """Move entries start..end-1 of ``p`` by ``by`` places (memmove)."""
         memmove(&PG_KEYS(p)[start + by], &PG_KEYS(p)[start], (end - start) * 8)
-        memmove(&PG_SEQS(p)[start + by], &PG_SEQS(p)[start], (end - start) * 8)
+        if not self.tie_by_member:
+            memmove(&PG_SEQS(p)[start + by], &PG_SEQS(p)[start], (end - start) * 8)
         memmove(&PG_IDS(p)[start + by], &PG_IDS(p)[start], (end - start) * 4)
 
     cdef void _link_after(self, pg_page *p, pg_page *r, pg_path *path,
@@ -967,8 +1163,10 @@ cdef class RankIndex:
         cdef pg_path path
         cdef pg_page *p = self._search(key, seq, name, mlen, False, &path)
         cdef pg_page *r
+        cdef pg_page *nxt
         cdef pg_page *rcover[MAX_LEVEL]
         cdef uint32_t lead
+        cdef int room
         rank_p = path.rank[0]
         drank_p = path.drank[0]
         if p == NULL:  # empty index
@@ -978,13 +1176,27 @@ cdef class RankIndex:
         pos = self._lower(p, key, seq, name, mlen)
         if p.n < p.cap:
             return self._put(p, path.update, pos, key, seq, mid, rank_p)
-        # Full: split.  At the end of the last page, start an empty page
-        # (monotonic arrivals then fill pages whole); else halve it.
+        nxt = p.level[0].forward
+        if pos == p.n and nxt == NULL:
+            # At the end of the last page, start an empty page (monotonic
+            # arrivals then fill pages whole).
+            r = self._new_page()
+            self._link_after(p, r, &path, rank_p, drank_p)
+            self._next_cover(p, path.update, rcover)
+            return self._put(r, rcover, 0, key, seq, mid, rank_p + p.n)
+        # Full: a neighbour with room takes a share first (B*-tree style),
+        # so that pages split only when both are nearly full and random
+        # arrivals keep pages about 5/6 full, not 2/3; else split in halves.
+        room = max(2, p.cap // SHARE_ROOM_DIVISOR)  # 2: both keep room after
+        if nxt != NULL and nxt.n + room <= nxt.cap:
+            self._even(p, nxt)
+            return self._insert(key, seq, mid)
+        if p.prev != NULL and p.prev.n + room <= p.prev.cap:
+            self._even(p.prev, p)
+            return self._insert(key, seq, mid)
         r = self._new_page()
         self._link_after(p, r, &path, rank_p, drank_p)
         self._next_cover(p, path.update, rcover)
-        if pos == p.n and r.level[0].forward == NULL:
-            return self._put(r, rcover, 0, key, seq, mid, rank_p + p.n)
         half = p.n // 2
         self._move_entries(r, 0, p, half, p.n - half)
         self.firstkeys[r.pno] = PG_KEYS(r)[0]
@@ -1009,7 +1221,8 @@ cdef class RankIndex:
             next_lead = self._lead0(p.level[0].forward)
         self._shift_entries(p, pos, p.n, 1)
         PG_KEYS(p)[pos] = key
-        PG_SEQS(p)[pos] = seq
+        if not self.tie_by_member:
+            PG_SEQS(p)[pos] = seq
         PG_IDS(p)[pos] = mid
         self._name_page(mid)[0] = p.pno
         if pos == 0:
@@ -1029,7 +1242,7 @@ cdef class RankIndex:
         cdef pg_page *p = self._locate(mid, &pos)
         cdef const char *name = self._name(mid, &mlen)
         cdef double key = PG_KEYS(p)[pos]
-        cdef uint64_t seq = PG_SEQS(p)[pos]
+        cdef uint64_t seq = self._seq(p, pos)
         cdef pg_path path
         cdef pg_page *nxt
         cdef bint next_lead = False
@@ -1069,22 +1282,28 @@ cdef class RankIndex:
         cdef pg_page *a
         cdef pg_page *b
         cdef pg_path path
-        cdef Py_ssize_t mlen, move, total
+        cdef Py_ssize_t mlen
         cdef const char *name
-        cdef uint32_t lead_a, lead_b
-        cdef int64_t dn
         if p.level[0].forward == NULL:
             return  # the last page may hold fewer
         a, b = p, p.level[0].forward
         if a.n + b.n <= a.cap:
             name = self._name(PG_IDS(b)[0], &mlen)
-            self._search(PG_KEYS(b)[0], PG_SEQS(b)[0], name, mlen, True, &path)
+            self._search(PG_KEYS(b)[0], self._seq(b, 0), name, mlen, True, &path)
             self._move_entries(a, a.n, b, 0, b.n)
             a.n += b.n
             a.lead += b.lead
             b.n = 0
             self._unlink_page(b, path.update)
             return
+        self._even(a, b)
+
+    cdef void _even(self, pg_page *a, pg_page *b) noexcept:
+        """Share the entries of ``a`` and its next page ``b`` out evenly
+        (the second of them gets the odd one)."""
+        cdef Py_ssize_t move, total
+        cdef uint32_t lead_a, lead_b
+        cdef int64_t dn
         total = a.n + b.n
         lead_a, lead_b = a.lead, b.lead
         if a.n < b.n:
@@ -1117,9 +1336,14 @@ cdef class RankIndex:
         """Apply one write of a checked member and number; return the unique
         rank after it (0 if absent or not wanted).  Raises, changing
         nothing, on a non-finite increment result or a full index."""
+        # Every write moves a step of a map resize or arena compaction under way.
+        if self.old_ids != NULL:
+            self._map_step()
+        if self.compacting:
+            self._compact_step()
         cdef uint64_t h = self._hash(data, size)
         cdef Py_ssize_t slot = self._slot(data, size, h)
-        cdef uint32_t mid = 0 if slot < 0 else self.slot_ids[slot]
+        cdef uint32_t mid = self._slot_id(slot)
         cdef Py_ssize_t pos
         cdef pg_page *p
         cdef double key, target, old_key = 0.0
@@ -1134,7 +1358,7 @@ cdef class RankIndex:
             if mid == 0:
                 return 0
             self._remove(mid)
-            self._map_delete(slot)
+            self._map_remove(slot)
             self._map_shrink()
             self.member_bytes -= size
             self._name_free(mid)
@@ -1236,7 +1460,8 @@ cdef class RankIndex:
         elif t < pos:
             self._shift_entries(p, t, pos, 1)
         PG_KEYS(p)[t] = key
-        PG_SEQS(p)[t] = seq
+        if not self.tie_by_member:
+            PG_SEQS(p)[t] = seq
         PG_IDS(p)[t] = mid
         self.firstkeys[p.pno] = PG_KEYS(p)[0]
         if pos == 0 or t == 0:
@@ -1428,6 +1653,8 @@ cdef class RankIndex:
         for member, score, s in checked:
             _member_bytes(member, &data, &size)
             mid = self._lookup(data, size)
+            if self.old_ids != NULL:
+                self._map_step()  # as a write does
             if mid == 0:
                 self._map_reserve(self.length + 1)
                 mid = self._name_new(data, size)
@@ -1486,10 +1713,18 @@ cdef class RankIndex:
         cdef pg_page *p = self.header.level[0].forward
         cdef Py_ssize_t pages = 0
         while p != NULL:
-            pages += PG_SIZE(p.cap) + p.height * sizeof(pg_link)
+            pages += PG_SIZE(p.cap, not self.tie_by_member) + p.height * sizeof(pg_link)
             p = p.level[0].forward
         return {"pages": pages, "names": self.names_used * 8,
-                "map": (self.mask + 1) * 4, "page_table": self.pages_cap * 20}
+                "map": (self.mask + 1 + (self.old_mask + 1 if self.old_ids else 0)) * 4,
+                "page_table": self.pages_cap * 20}
+
+    def _map_state(self):
+        """``(slots, old slots or 0, old slots moved so far, ids moved ever)``
+        of the member map (for tests: a resize moves ``MAP_STEP`` slots a
+        write)."""
+        return (self.mask + 1, self.old_mask + 1 if self.old_ids != NULL else 0,
+                self.migrate_pos, self.map_moves)
 
     def __len__(self):
         return self.length
@@ -1724,13 +1959,15 @@ cdef class RankIndex:
     # --- snapshots -------------------------------------------------------------------
 
     def dump(self):
-        """The whole index as bytes (format in rankd.index._contract).  O(n)."""
-        cdef Py_ssize_t size = (DUMP_HEADER_SIZE + self.length * DUMP_RECORD_SIZE
+        """The whole index as bytes (format in rankd.index._contract: version
+        1, or version 2 without seqs for a board tied by member).  O(n)."""
+        cdef Py_ssize_t record = DUMP_RECORD_SIZE - 8 * self.tie_by_member
+        cdef Py_ssize_t size = (DUMP_HEADER_SIZE + self.length * record
                                 + self.member_bytes + 4)
         cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
         cdef char *p = PyBytes_AS_STRING(out)
         memcpy(p, b"RKIX", 4)
-        p[4] = DUMP_VERSION
+        p[4] = DUMP_VERSION_NO_SEQS if self.tie_by_member else DUMP_VERSION
         p[5] = 0 if self.descending else 1
         p[6] = self.tie_by_member + self.tie_member_desc
         p[7] = 0
@@ -1752,7 +1989,7 @@ cdef class RankIndex:
         cdef uint32_t *ids
         while p != NULL:
             keys = PG_KEYS(p)
-            seqs = PG_SEQS(p)
+            seqs = PG_SEQS(p)  # not read on a board tied by member
             ids = PG_IDS(p)
             for i in range(p.n):
                 # Names lie in arrival order, not rank order: ask for the
@@ -1763,6 +2000,11 @@ cdef class RankIndex:
                     rk_prefetch(&self.names[PG_IDS(p.level[0].forward)[i + DUMP_AHEAD - p.n]])
                 name = self._name(ids[i], &mlen)
                 rk_store_f64(out, -keys[i] if self.descending else keys[i])
+                if self.tie_by_member:
+                    rk_store_u16(out + 8, <uint16_t>mlen)
+                    memcpy(out + DUMP_RECORD_SIZE - 8, name, mlen)
+                    out += DUMP_RECORD_SIZE - 8 + mlen
+                    continue
                 rk_store_u64(out + 8, seqs[i])
                 rk_store_u16(out + 16, <uint16_t>mlen)
                 memcpy(out + DUMP_RECORD_SIZE, name, mlen)
@@ -1848,10 +2090,10 @@ cdef class RankIndex:
                 name = self._name(mid, &mlen)
                 nbytes += mlen
                 if i > 0:
-                    assert self._cmp(p, i - 1, PG_KEYS(p)[i], PG_SEQS(p)[i], name, mlen) < 0, \
+                    assert self._cmp(p, i - 1, PG_KEYS(p)[i], self._seq(p, i), name, mlen) < 0, \
                         "entries out of order"
                 elif prevp != NULL:
-                    assert self._cmp(prevp, prevp.n - 1, PG_KEYS(p)[0], PG_SEQS(p)[0],
+                    assert self._cmp(prevp, prevp.n - 1, PG_KEYS(p)[0], self._seq(p, 0),
                                      name, mlen) < 0, "entries out of order across pages"
                 if n == 0 or PG_KEYS(p)[i] != prev_key:
                     leaders += 1
@@ -1859,7 +2101,7 @@ cdef class RankIndex:
                 prev_key = PG_KEYS(p)[i]
                 n += 1
                 pidx = self._slot(name, mlen, self._hash(name, mlen))
-                assert pidx >= 0 and self.slot_ids[pidx] == mid, "member map misses a member"
+                assert self._slot_id(pidx) == mid, "member map misses a member"
             assert count == p.lead, f"page leader count {p.lead} != {count}"
             prevp = p
             p = p.level[0].forward
@@ -1868,7 +2110,13 @@ cdef class RankIndex:
         assert nbytes == self.member_bytes, "member_bytes is wrong"
         for i in range(self.mask + 1):
             slots_used += self.slot_ids[i] != 0
+            assert self.slot_ids[i] != MOVED, "a moved mark in the table"
+        if self.old_ids != NULL:
+            for i in range(self.old_mask + 1):
+                assert i >= self.migrate_pos or self.old_ids[i] == MOVED, "an id behind the step"
+                slots_used += self.old_ids[i] != 0 and self.old_ids[i] != MOVED
         assert slots_used == self.length, "member map holds stale ids"
+        self._check_arena()
         assert self.height >= 1
         for level in range(self.height):
             x = self.header
@@ -1901,6 +2149,34 @@ cdef class RankIndex:
             assert got == expected, f"level {level} skips a tall page"
 
 
+    cdef _check_arena(self):
+        """The free lists hold ``free_units`` units of records that no page
+        lists; during a compaction no live record lies between its cursors."""
+        cdef size_t units = 0, c
+        cdef uint32_t mid
+        cdef Py_ssize_t mlen, i
+        cdef pg_page *p = self.header.level[0].forward
+        cdef set live = set()
+        while p != NULL:
+            for i in range(p.n):
+                live.add(PG_IDS(p)[i])
+            p = p.level[0].forward
+        for c in range(NAME_CLASSES):
+            mid = self.free_names[c]
+            while mid != 0:
+                assert mid not in live, "a free record is a member's"
+                self._name(mid, &mlen)
+                assert (5 + mlen + 7) // 8 == c, "a free record is in the wrong list"
+                assert not self.compacting or mid < self.compact_dst, "free record past the sweep"
+                units += c
+                mid = (<uint32_t *>&self.names[mid])[0]
+        assert units == self.free_units, f"free units {self.free_units} != {units}"
+        if self.compacting:
+            assert all(m < self.compact_dst or m >= self.compact_src for m in live), \
+                "a live record in the compaction's gap"
+        assert all(m < self.names_used for m in live), "a record past the arena's end"
+
+
 cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     cdef RankIndex index
     cdef pg_page *last[MAX_LEVEL]
@@ -1916,7 +2192,7 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     cdef uint64_t h
     cdef int level, fill
     cdef bint leader
-    _dump_header(buf, size, data, &count, &next_seq)
+    _dump_header(buf, size, data, &count, &next_seq, DUMP_VERSION_NO_SEQS)
     index = cls("desc" if buf[5] == 0 else "asc", TIE_BREAK_CODES[buf[6]])
     index._next_seq = next_seq
     index._map_reserve(count)
@@ -1928,12 +2204,12 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     p = buf + DUMP_HEADER_SIZE
     end = buf + size - 4
     for i in range(count):
-        _dump_record(&p, end, i, next_seq, &score, &seq, &mlen)
+        _dump_record(&p, end, i, next_seq, &score, &seq, &mlen, buf[4] == DUMP_VERSION)
         key = index._key(score)
         if page != NULL and index._cmp(page, page.n - 1, key, seq, p, mlen) >= 0:
             raise ValueError(f"rank index dump is out of order at record {i}")
         h = index._hash(p, mlen)
-        if index._slot(p, mlen, h) >= 0:
+        if index._slot(p, mlen, h) != -1:
             raise ValueError(f"rank index dump repeats a member at record {i}")
         mid = index._name_new(p, mlen)
         index._map_put(mid, h)
@@ -1944,7 +2220,8 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
         if page.n == 0:
             index.firstkeys[page.pno] = key
         PG_KEYS(page)[page.n] = key
-        PG_SEQS(page)[page.n] = seq
+        if not index.tie_by_member:
+            PG_SEQS(page)[page.n] = seq
         PG_IDS(page)[page.n] = mid
         index._name_page(mid)[0] = page.pno
         page.n += 1

@@ -128,12 +128,20 @@ Entry: TypeAlias = tuple[int, str, float]
 #           f64 score | u64 seq | u16 member length | member UTF-8 bytes
 #   trailer u32 CRC-32 (zlib.crc32) of everything before it
 #
+# Version 2 is version 1 without the seqs, for boards tied by member (whose
+# order never reads a seq): records are  f64 score | u16 member length |
+# member UTF-8 bytes.  The compact paged index (rankd._pages) writes it for
+# such boards and loads both versions (a version 1 dump's seqs are dropped);
+# the other implementations write and load version 1 only.
+#
 # load() rejects a wrong magic/version/CRC, a truncated or over-long body,
 # records out of rank order, duplicate members and non-finite scores.
 DUMP_MAGIC = b"RKIX"
 DUMP_VERSION = 1
+DUMP_VERSION_NO_SEQS = 2
 DUMP_HEADER = struct.Struct("<4sBBBBQQ")
 DUMP_RECORD = struct.Struct("<dQH")
+DUMP_RECORD_NO_SEQ = struct.Struct("<dH")
 DUMP_TRAILER = struct.Struct("<I")
 
 
