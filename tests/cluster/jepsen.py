@@ -944,22 +944,10 @@ async def move(lab: Lab, history: History, seconds: float) -> dict:
 
     board_of = {group_of(board): board for board in BOARDS}
     groups = sorted(board_of)
-    #: Each node's topology epochs as sampled, per incarnation (a restarted
-    #: node reads the placement anew).
     epochs: dict[tuple[int, int], list[int]] = {}
     requested = 0
     sampling = [True]
-
-    async def sample() -> None:
-        while sampling[0]:
-            for node in range(lab.count):
-                status = await cluster_status(lab, node)
-                if status is not None and "placement" in status:
-                    epochs.setdefault((node, lab.incarnation(node)), []).append(
-                        status["placement"]["topology_epoch"])
-            await asyncio.sleep(0.2)
-
-    sampler = asyncio.ensure_future(sample())
+    sampler = asyncio.ensure_future(sample_epochs(lab, epochs, sampling))
     rng = random.Random(7)
     planner = None
     try:
@@ -1004,9 +992,82 @@ async def move(lab: Lab, history: History, seconds: float) -> dict:
     return {"moves_requested": requested,
             "moves_done": sum(d.log().count("handed group") for d in lab.daemons),
             "planner_killed": planner is not None,
-            "topology_epochs_back": sum(b < a for samples in epochs.values()
-                                        for a, b in itertools.pairwise(samples)),
-            **settled}
+            "topology_epochs_back": epochs_back(epochs), **settled}
+
+
+async def sample_epochs(lab: Lab, epochs: dict[tuple[int, int], list[int]],
+                        sampling: list[bool]) -> None:
+    """While ``sampling[0]``, every node's topology epoch into ``epochs``,
+    per incarnation (a restarted node reads the placement anew)."""
+    while sampling[0]:
+        for node in range(lab.count):
+            status = await cluster_status(lab, node)
+            if status is not None and "placement" in status:
+                epochs.setdefault((node, lab.incarnation(node)), []).append(
+                    status["placement"]["topology_epoch"])
+        await asyncio.sleep(0.2)
+
+
+def epochs_back(epochs: dict[tuple[int, int], list[int]]) -> int:
+    """How often a node's sampled topology epoch went back."""
+    return sum(b < a for samples in epochs.values() for a, b in itertools.pairwise(samples))
+
+
+async def move_faults(lab: Lab, history: History, seconds: float) -> dict:
+    """Moves under faults the ``move`` scenario does not strike: a move
+    asked for just before Postgres is paused (SIGSTOP) for a while, so its
+    steps meet a frozen Postgres somewhere between loading and cut-over;
+    then a move to a node whose data dir is full (every write ENOSPC,
+    through the fault shim) until space comes back.  Neither may lose or
+    double an acknowledged write, nor move a topology epoch back; once the
+    fault heals every group must end placed right, with its moves done or
+    given up."""
+    from rankd.cluster.groups import group_of
+
+    epochs: dict[tuple[int, int], list[int]] = {}
+    sampling = [True]
+    sampler = asyncio.ensure_future(sample_epochs(lab, epochs, sampling))
+    rng = random.Random(11)
+    requested = 0
+    figures: dict[str, Any] = {}
+    try:
+        phase = seconds / 3
+        await asyncio.sleep(phase / 2)
+        # A move, then Postgres frozen at a random point of it.
+        source = await asyncio.to_thread(lab.primary_of, BOARDS[0])
+        if source is not None:
+            requested += await request_move(lab, history, group_of(BOARDS[0]),
+                                            (source + 1) % lab.count)
+        await asyncio.sleep(rng.uniform(0.0, 0.5))
+        pause = bounded(seconds, 1 / 8, 3.0, 6.0)
+        await pause_postgres_for(lab, history, pause)
+        await asyncio.sleep(phase / 2)
+        # A move to a node whose disk is full.
+        source = await asyncio.to_thread(lab.primary_of, BOARDS[1])
+        target = ((source if source is not None else 0) + 1) % lab.count
+        done = asyncio.Event()
+        lab.fill_disk(target)
+        history.faults.append((time.monotonic(), f"disk full on node {target} (move target)"))
+        watch = asyncio.create_task(ready_left(lab, target, done))
+        requested += await request_move(lab, history, group_of(BOARDS[1]), target)
+        await asyncio.sleep(bounded(seconds, 1 / 6, 3.0, 8.0))
+        done.set()
+        lab.free_disk(target)
+        freed = time.monotonic()
+        history.faults.append((freed, f"disk space back on node {target}"))
+        figures = {"outage_s": pause, "victim_left_ready": await watch,
+                   "victim_alive": lab.alive(target),
+                   "recovered_s": await caught_up(lab, history, target, freed,
+                                                  RECOVERY_SECONDS)}
+        await asyncio.sleep(max(0.0, phase / 2))
+    finally:
+        sampling[0] = False
+        await sampler
+    groups = sorted({group_of(board) for board in BOARDS})
+    return {**figures, "moves_requested": requested,
+            "moves_done": sum(d.log().count("handed group") for d in lab.daemons),
+            "topology_epochs_back": epochs_back(epochs),
+            **await settled_placement(lab, groups)}
 
 
 async def settled_placement(lab: Lab, groups: list[int], timeout: float = 30.0) -> dict:
@@ -1050,7 +1111,7 @@ async def settled_placement(lab: Lab, groups: list[int], timeout: float = 30.0) 
 #: Scenarios that need ``Lab(standby=True)``.
 NEEDS_STANDBY = {"promote_standby"}
 #: Scenarios that need ``Lab(shim=...)``.
-NEEDS_SHIM = {"full_disk_follower"}
+NEEDS_SHIM = {"full_disk_follower", "move_faults"}
 
 NEMESES = {
     "kill_primary": kill_primary,
@@ -1066,6 +1127,7 @@ NEMESES = {
     "partition_primary_from_postgres_with_reads": partition_primary_from_postgres_with_reads,
     "full_disk_follower": full_disk_follower,
     "move": move,
+    "move_faults": move_faults,
 }
 
 
