@@ -1031,6 +1031,7 @@ class ClusterNode:
         """Ask for ``group`` to move to ``target`` (``rankd cluster move``):
         :class:`InvalidInput` for a group out of range or a node that is not
         live, nothing changed."""
+        self._check_joined()
         if not 0 <= group < GROUPS:
             raise InvalidInput(f"group must be from 0 to {GROUPS - 1}, got {group}")
         if target != self.node_id and target not in self.peers:
@@ -1116,6 +1117,7 @@ class ClusterNode:
 
     async def request_drain(self, target: str, *, cancel: bool = False) -> dict[str, Any]:
         """Move every group off ``target`` (``rankd cluster drain``), or stop."""
+        self._check_joined()
         known = {row["node"] for row in (await self.nodes.status())["nodes"]}
         if target not in known:
             raise InvalidInput(f"node {target!r} is not a node of this cluster (known: "
@@ -1127,6 +1129,7 @@ class ClusterNode:
 
     async def request_rebalance(self) -> dict[str, Any]:
         """Have the planner spread the primaries again (``rankd cluster rebalance``)."""
+        self._check_joined()
         await self.planner.request_rebalance()
         return {"rebalance": "requested"}
 
@@ -1168,9 +1171,17 @@ class ClusterNode:
             "topology_epoch": self.layout.epoch, "groups_unheld": len(self.unheld),
         }
 
+    def _check_joined(self) -> None:
+        """Refuse a cluster request (503) until this node joined: before,
+        it has no view of the nodes, the placement or the planner."""
+        if not self._joined.is_set():
+            raise Unavailable(f"node {self.node_id} is joining the cluster: try again "
+                              "shortly, or ask another node")
+
     async def status(self) -> dict[str, Any]:
         """What ``GET /v1/cluster`` shows: every node and group as Postgres
         has them, and this node's own view."""
+        self._check_joined()
         try:
             status = await asyncio.wait_for(self.nodes.status(), STATUS_SECONDS)
         except POSTGRES_ERRORS as exc:
