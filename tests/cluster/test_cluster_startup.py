@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
-from cluster_nodes import node
+from cluster_nodes import node, sql
 from jepsen import wait_ready
 
 from rankd.cluster.log import _MIGRATION_LOCK
@@ -88,3 +89,34 @@ def test_cluster_routes_answer_unavailable_until_the_node_joined(tmp_path: Path,
         if daemon.process is not None and daemon.process.poll() is None:
             daemon.stop(timeout=20)
 
+
+
+def test_a_node_paused_in_the_middle_of_a_migration_still_starts(tmp_path: Path,
+                                                                 pg_dsn: str) -> None:
+    """A node stalled inside a migration's transaction for longer than half
+    a lease (a loaded machine: the move scenario's restarted node) has its
+    session ended by Postgres (``idle_in_transaction_session_timeout``); it
+    migrates again on a new connection and joins, rather than exit."""
+    daemon = node(tmp_path, pg_dsn, "n0")  # a 1.5 s lease: ended after 0.75 s idle
+    try:
+        with migration_lock(pg_dsn) as release:
+            starting = start_in_background(daemon)
+            waiting = "SELECT pg_advisory_xact_lock"
+            deadline = time.monotonic() + 20
+            while not sql(pg_dsn, "SELECT 1 FROM pg_stat_activity WHERE query LIKE $1 "
+                                  "AND wait_event_type = 'Lock'", waiting + "%"):
+                assert time.monotonic() < deadline, daemon.log()[-3000:]
+                time.sleep(0.05)
+            daemon.process.send_signal(signal.SIGSTOP)
+            try:
+                release.set()  # its lock is granted while it is stopped: idle in transaction
+                time.sleep(2.0)
+            finally:
+                daemon.process.send_signal(signal.SIGCONT)
+        starting.join(30)
+        assert daemon.process.poll() is None, daemon.log()[-3000:]
+        wait_ready(daemon)
+        assert "a schema migration was ended midway" in daemon.log(), daemon.log()[-3000:]
+    finally:
+        if daemon.process is not None and daemon.process.poll() is None:
+            daemon.stop(timeout=20)

@@ -51,6 +51,7 @@ from rankd.cluster.freshness import Freshness
 from rankd.cluster.groups import GROUPS, GroupLocks
 from rankd.cluster.leases import LeaseKeeper
 from rankd.cluster.log import ClusterLog, Fenced, migrate
+from rankd.cluster.migrations import migrate_retrying
 from rankd.cluster.moves import Mover
 from rankd.cluster.nodelock import NodeIdInUse, NodeLock
 from rankd.cluster.nodes import Nodes
@@ -277,22 +278,12 @@ class ClusterNode:
             timeout=CONNECT_SECONDS,
             server_settings=session_settings(self.config.lease_seconds),
             reset=release_cheaply)
-        async with self.pool.acquire() as conn:
-            await migrate(conn)
-            # Boards grouped by another scheme (an older rankd's) are refused.
-            self.scheme_layout = await check_scheme(conn)
-            check_data_dir(self.engine.config.data_dir, self.scheme_layout,
-                           bool(self.engine.positions))
-            if self.trust.secret is None:
-                self.trust.secret = await shared_secret(conn)
         self.store = ClusterLog(self.pool, lease_seconds=self.config.lease_seconds)
         self.nodes = Nodes(self.pool, alive_seconds=self.config.lease_seconds * 2)
-        await self.nodes.migrate()
         self.placement = Placement(self.pool)
-        await self.placement.migrate()
         self.mover = Mover(self, self.placement)
         self.planner = Planner(self.placement, self.config.dsn, self.replicas)
-        await self.planner.migrate()
+        await migrate_retrying(self._migrate, self.node_id)
         await self._check_local_positions()
         # The renewals' own connection: one never queues behind appends.
         self.lease_link = OneConnection(
@@ -1149,6 +1140,21 @@ class ClusterNode:
     def log_connected(self) -> bool:
         """Whether the log tail's connection to Postgres is up."""
         return bool(self.tail and self.tail.connected)
+
+    async def _migrate(self) -> None:
+        """Every schema migration of the start (idempotent: see
+        ``cluster.migrations``), and the checks made on the way."""
+        async with self.pool.acquire() as conn:
+            await migrate(conn)
+            # Boards grouped by another scheme (an older rankd's) are refused.
+            self.scheme_layout = await check_scheme(conn)
+            check_data_dir(self.engine.config.data_dir, self.scheme_layout,
+                           bool(self.engine.positions))
+            if self.trust.secret is None:
+                self.trust.secret = await shared_secret(conn)
+        await self.nodes.migrate()
+        await self.placement.migrate()
+        await self.planner.migrate()
 
     def figures(self) -> dict[str, float]:
         """Figures for ``/metrics``."""
