@@ -26,15 +26,17 @@ Properties, on every input:
   always the general way; their answers (or errors: type, code, message)
   are equal as JSON, and so are the boards' digests.
 
-The engines live in a temporary directory for the process (``fsync no``,
-a fixed clock) and are opened again every :data:`REOPEN_EVERY` inputs, so
-memory stays bounded however long the run.
+The engines live in a temporary directory of the process (``fsync no``,
+a fixed clock; removed by the next run once the process is gone) and are
+opened again every :data:`REOPEN_EVERY` inputs, so memory stays bounded
+however long the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -55,6 +57,8 @@ REOPEN_EVERY = 5000
 BOARDS = ("arena", "best-of", "latest-one", "missing", "signed", "été", "a" * 64)
 POLICIES = {"arena": "sum", "best-of": "best", "latest-one": "latest",
             "signed": "sum", "été": "sum", "a" * 64: "sum"}
+#: The engines' directory: this prefix and the fuzzing process's id.
+ROOT_PREFIX = "rankd-fuzz-rest-"
 #: The fixed time both engines read.
 NOW = 1795348800.0
 
@@ -101,7 +105,7 @@ def load() -> Callable[[bytes], None]:
     rest, engine_module, submission_module = rest_mod, engine_mod, submission_mod
     errors, service_module = errors_mod, service_mod
     _loop = asyncio.new_event_loop()
-    _root = Path(tempfile.mkdtemp(prefix="rankd-fuzz-rest-"))
+    _root = _fresh_root()
     atexit.register(_close)
     _open()
     return test_one
@@ -265,6 +269,30 @@ def _close_engines() -> None:
 
         _loop.run_until_complete(close())
         _twins.clear()
+
+
+def _fresh_root() -> Path:
+    """This process's directory for the engines, after removing those of
+    processes gone (libFuzzer ends a run without Python's exit handlers)."""
+    base = Path(tempfile.gettempdir())
+    for old in base.glob(f"{ROOT_PREFIX}*"):
+        pid = old.name[len(ROOT_PREFIX):]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    root = base / f"{ROOT_PREFIX}{os.getpid()}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir()
+    return root
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _close() -> None:

@@ -98,7 +98,14 @@ TAIL_SECONDS = 3.0
 def wait_ready(daemon: Daemon, timeout: float = 30.0) -> None:
     """Until the node joined its cluster and every listener is up."""
     deadline = time.monotonic() + timeout
-    while daemon.request("GET", "/v1/ready")[0] != 200:
+    while True:
+        try:
+            if daemon.request("GET", "/v1/ready")[0] == 200:
+                return
+        except OSError as exc:  # (a node that exited: say so, with its log)
+            if daemon.process is None or daemon.process.poll() is not None:
+                raise RuntimeError(f"node exited before it was ready ({exc}):\n"
+                                   f"{daemon.log()[-3000:]}") from None
         if time.monotonic() > deadline:
             raise RuntimeError(f"node not ready in {timeout} s:\n{daemon.log()[-3000:]}")
         time.sleep(0.05)
