@@ -160,6 +160,28 @@ def test_follow_and_unfollow_over_the_socket_and_malformed_messages(daemon):
     assert member_updates == [("bob", 1)]
 
 
+def test_a_broken_socket_ends_quietly_without_an_error_answer(daemon):
+    """A socket that breaks (here a message over the size limit, which
+    aiohttp answers by closing with 1009; a heartbeat timeout breaks it the
+    same way) ends its handler: no error message is written to the closed
+    socket, so no failed request and traceback are logged (the fault suite
+    saw them for every subscriber cut off from its node)."""
+    async def scenario(client, session):
+        await new_board(client, "broken")
+        async with session.ws_connect(ws_url(daemon, "broken")) as ws:
+            await receive(ws)
+            await ws.send_str("x" * (65 * 1024))
+            closed = await ws.receive(timeout=3)
+            return closed.type, ws.close_code
+
+    before = daemon.log().count("/live failed")
+    kind, code = run_with_client(daemon, scenario)
+    assert kind in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED), kind
+    assert code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG, code
+    time.sleep(0.2)
+    assert daemon.log().count("/live failed") == before, daemon.log()[-3000:]
+
+
 def test_a_plain_request_to_the_socket_route_is_refused_and_holds_nothing(tmp_path):
     """A GET without the WebSocket upgrade once registered a subscriber it
     never released: enough of them used up the address's live connections."""

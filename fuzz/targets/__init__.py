@@ -17,6 +17,7 @@ TARGETS = {
     "tcp": "tcp_decoder",
     "wal": "wal_frames",
     "live": "live_message",
+    "rest": "rest_json",
 }
 
 

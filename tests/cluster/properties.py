@@ -14,6 +14,7 @@ completion.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 
@@ -198,3 +199,22 @@ def stale_reads(history: History) -> dict:
     return {"stale_reads": sum(c for c, _ in by_node.values()),
             "stale_max_s": max((age for _, age in by_node.values()), default=0.0),
             "stale_by_node": by_node}
+
+
+_TOOK = re.compile(r"node (\S+) took group (\d+) at epoch (\d+)")
+_HANDED = re.compile(r"handed group (\d+) to node (\S+) at position \d+ \(epoch (\d+)\)")
+
+
+def takeovers(logs: Iterable[str]) -> list[tuple[str, int, int]]:
+    """``(node, group, epoch)`` of every group a node took without a
+    hand-over (a failover), from the nodes' logs: a move gives the register
+    to its target at one epoch (``handed group``) and the target takes it at
+    the next, and a group's first take, at epoch 1, creates it."""
+    took: list[tuple[str, int, int]] = []
+    handed: set[tuple[str, int, int]] = set()
+    for text in logs:
+        took += [(node, int(group), int(epoch)) for node, group, epoch in _TOOK.findall(text)]
+        handed |= {(node, int(group), int(epoch))
+                   for group, node, epoch in _HANDED.findall(text)}
+    return [(node, group, epoch) for node, group, epoch in took
+            if epoch > 1 and (node, group, epoch - 1) not in handed]

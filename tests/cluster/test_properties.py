@@ -13,6 +13,7 @@ from properties import (
     reads_going_back,
     refused_but_applied,
     stale_reads,
+    takeovers,
     version_conflicts,
 )
 
@@ -147,3 +148,15 @@ def test_staleness_beyond_the_bound_breaks_the_promise_save_for_local_acks_in_an
                       "pause_postgres", "local") == [f"stale_max_s = {stale}"]
     assert violations(clean | {"stale_max_s": stale}, "restart_follower", "local") == [
         f"stale_max_s = {stale}"]
+
+
+def test_takeovers_are_the_takes_no_move_handed_over() -> None:
+    logs = [
+        "node n0 took group 342 at epoch 1 (last position 0)\n"
+        "node n0 handed group 342 to node n1 at position 2014 (epoch 2), writes refused\n",
+        "node n1 took group 342 at epoch 3 (last position 2014)\n"  # the move's take
+        "node n1 took group 906 at epoch 2 (last position 2059)\n",  # a failover
+        "node n2 took group 342 at epoch 4 (last position 2100)\n",  # n1 lost it
+    ]
+    assert takeovers(logs) == [("n1", 906, 2), ("n2", 342, 4)]
+    assert takeovers(logs[:1] + logs[1].splitlines(keepends=True)[:1]) == []

@@ -68,6 +68,9 @@ class Freshness:
         self._pending: dict[int, deque[tuple[float, int]]] = {}
         #: Per group: the newest poll it reached.
         self._vouched: dict[int, tuple[float, int]] = {}
+        #: Per group: the furthest position this node applied as seen here
+        #: (every read asks first): a state behind it is vouched for by no poll.
+        self._highest: dict[int, int] = {}
         #: Monotonic time before which every group is known fresh (a cache
         #: for the native reads' one check a batch; 0: look again).
         self._all_fresh_until = 0.0
@@ -85,17 +88,23 @@ class Freshness:
     def fresh_as_of(self, group: int) -> float | None:
         """The monotonic time as of which this node's state of ``group`` is
         complete, or None if it cannot vouch for any (never polled, or its
-        state went back since: a replay)."""
+        state went back since: a replay, a roll-back after its local log
+        failed, a state set aside; until it is back where it was)."""
         writers = self.node.writers
         if group in writers and self.node.engine.failure is None:
             held = self.node.keeper.held.get(group) if self.node.keeper else None
             if held is not None:
                 now = self.clock()
                 return now if now < held.good_until else held.good_until
+        applied = self.node.engine.positions.get(group, (0, 0))[0]
+        if applied < self._highest.get(group, 0):
+            # The state went back (rolled back to what a failed local log
+            # held, or set aside): it may be older than what was shown.
+            return None
+        self._highest[group] = applied
         points = self._pending.get(group)
         if points is None:  # no register: the group holds nothing
             return self.last_poll
-        applied = self.node.engine.positions.get(group, (0, 0))[0]
         while points and points[0][1] <= applied:
             self._vouched[group] = points.popleft()
         vouched = self._vouched.get(group)

@@ -52,6 +52,7 @@ from rankd.cluster.freshness import Freshness
 from rankd.cluster.groups import GROUPS, GroupLocks, group_of
 from rankd.cluster.leases import LeaseKeeper
 from rankd.cluster.log import ClusterLog, Fenced, migrate
+from rankd.cluster.migrations import migrate_retrying
 from rankd.cluster.moves import Mover
 from rankd.cluster.nodelock import NodeIdInUse, NodeLock
 from rankd.cluster.nodes import Nodes
@@ -279,23 +280,13 @@ class ClusterNode:
             timeout=CONNECT_SECONDS,
             server_settings=session_settings(self.config.lease_seconds),
             reset=release_cheaply)
-        async with self.pool.acquire() as conn:
-            await migrate(conn)
-            # Boards grouped by another scheme (an older rankd's) are refused.
-            self.scheme_layout = await check_scheme(conn)
-            check_data_dir(self.engine.config.data_dir, self.scheme_layout,
-                           bool(self.engine.positions))
-            if self.trust.secret is None:
-                self.trust.secret = await shared_secret(conn)
         self.store = ClusterLog(self.pool, lease_seconds=self.config.lease_seconds)
         self.nodes = Nodes(self.pool, alive_seconds=self.config.lease_seconds * 2)
-        await self.nodes.migrate()
         self.placement = Placement(self.pool)
-        await self.placement.migrate()
         self.mover = Mover(self, self.placement)
         self.planner = Planner(self.placement, self.config.dsn, self.replicas,
                                max_moves=self.config.max_moves)
-        await self.planner.migrate()
+        await migrate_retrying(self._migrate, self.node_id)
         await self._check_local_positions()
         # The renewals' own connection: one never queues behind appends.
         self.lease_link = OneConnection(
@@ -1042,6 +1033,7 @@ class ClusterNode:
         """Ask for ``group`` to move to ``target`` (``rankd cluster move``):
         :class:`InvalidInput` for a group out of range or a node that is not
         live, nothing changed."""
+        self._check_joined()
         if not 0 <= group < GROUPS:
             raise InvalidInput(f"group must be from 0 to {GROUPS - 1}, got {group}")
         if target != self.node_id and target not in self.peers:
@@ -1127,6 +1119,7 @@ class ClusterNode:
 
     async def request_drain(self, target: str, *, cancel: bool = False) -> dict[str, Any]:
         """Move every group off ``target`` (``rankd cluster drain``), or stop."""
+        self._check_joined()
         known = {row["node"] for row in (await self.nodes.status())["nodes"]}
         if target not in known:
             raise InvalidInput(f"node {target!r} is not a node of this cluster (known: "
@@ -1138,6 +1131,7 @@ class ClusterNode:
 
     async def request_rebalance(self) -> dict[str, Any]:
         """Have the planner spread the primaries again (``rankd cluster rebalance``)."""
+        self._check_joined()
         await self.planner.request_rebalance()
         return {"rebalance": "requested"}
 
@@ -1157,6 +1151,21 @@ class ClusterNode:
     def log_connected(self) -> bool:
         """Whether the log tail's connection to Postgres is up."""
         return bool(self.tail and self.tail.connected)
+
+    async def _migrate(self) -> None:
+        """Every schema migration of the start (idempotent: see
+        ``cluster.migrations``), and the checks made on the way."""
+        async with self.pool.acquire() as conn:
+            await migrate(conn)
+            # Boards grouped by another scheme (an older rankd's) are refused.
+            self.scheme_layout = await check_scheme(conn)
+            check_data_dir(self.engine.config.data_dir, self.scheme_layout,
+                           bool(self.engine.positions))
+            if self.trust.secret is None:
+                self.trust.secret = await shared_secret(conn)
+        await self.nodes.migrate()
+        await self.placement.migrate()
+        await self.planner.migrate()
 
     def figures(self) -> dict[str, float]:
         """Figures for ``/metrics``."""
@@ -1179,9 +1188,17 @@ class ClusterNode:
             "topology_epoch": self.layout.epoch, "groups_unheld": len(self.unheld),
         }
 
+    def _check_joined(self) -> None:
+        """Refuse a cluster request (503) until this node joined: before,
+        it has no view of the nodes, the placement or the planner."""
+        if not self._joined.is_set():
+            raise Unavailable(f"node {self.node_id} is joining the cluster: try again "
+                              "shortly, or ask another node")
+
     async def status(self) -> dict[str, Any]:
         """What ``GET /v1/cluster`` shows: every node and group as Postgres
         has them, and this node's own view."""
+        self._check_joined()
         try:
             status = await asyncio.wait_for(self.nodes.status(), STATUS_SECONDS)
         except POSTGRES_ERRORS as exc:

@@ -105,6 +105,10 @@ async def live_socket(request: web.Request) -> web.StreamResponse:
             except RateLimited:
                 await socket.close(code=CLOSE_TOO_MANY, message=b"rate limited")
                 break
+            if message.type == WSMsgType.ERROR:
+                # The socket broke (a heartbeat unanswered, a frame over the
+                # limit): aiohttp closed it, so nothing can be answered.
+                break
             if message.type != WSMsgType.TEXT:
                 await socket.send_json({"type": "error", "code": "invalid",
                                         "message": "send JSON text messages"})
