@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import re
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -59,6 +61,22 @@ BIG = "big"
 BATCH = 10_000
 #: The longest loop stalls of each node printed after the moves.
 STALLS_SHOWN = 3
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[Server]:
+    """A throwaway durable Postgres (tests/pgcluster.py) for one run; exits
+    with a message where its binaries are missing."""
+    bin_dir = _bin_dir()
+    if bin_dir is None:
+        raise SystemExit("no PostgreSQL server binaries (initdb)")
+    pg = Cluster(bin_dir)
+    pg.init()
+    pg.start(durable=True)
+    try:
+        yield Server(pg.admin_dsn, pg)
+    finally:
+        pg.destroy()
 
 
 def start_nodes(root: Path, dsn: str, count: int, replicas: int,
@@ -338,23 +356,12 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.members, args.rounds, args.boards = 200_000, 2, 12
-    bin_dir = _bin_dir()
-    if bin_dir is None:
-        print("no PostgreSQL server binaries (initdb)", file=sys.stderr)
-        return 1
-    pg = Cluster(bin_dir)
-    pg.init()
-    pg.start(durable=True)
-    server = Server(pg.admin_dsn, pg)
-    try:
-        with tempfile.TemporaryDirectory() as root:
-            asyncio.run(move_pauses(Path(root) / "moves", server.create_database(),
-                                    args.members, args.writers, args.rounds))
-            if not args.skip_memory:
-                dsns = [server.create_database() for _ in range(3)]
-                asyncio.run(memory_spread(Path(root), dsns, args.boards, args.board_members))
-    finally:
-        pg.destroy()
+    with postgres_server() as server, tempfile.TemporaryDirectory() as root:
+        asyncio.run(move_pauses(Path(root) / "moves", server.create_database(),
+                                args.members, args.writers, args.rounds))
+        if not args.skip_memory:
+            dsns = [server.create_database() for _ in range(3)]
+            asyncio.run(memory_spread(Path(root), dsns, args.boards, args.board_members))
     return 0
 
 

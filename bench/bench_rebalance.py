@@ -51,8 +51,7 @@ sys.path.insert(0, str(HERE.parent / "tests" / "cluster"))
 
 from cluster_nodes import boards_in_distinct_groups  # noqa: E402
 
-from bench_moves import fill, start_nodes, status, stop_nodes  # noqa: E402
-from pgcluster import Cluster, Server, _bin_dir  # noqa: E402
+from bench_moves import fill, postgres_server, start_nodes, status, stop_nodes  # noqa: E402
 from rankd.cluster.load import GroupLoad  # noqa: E402
 
 
@@ -196,21 +195,10 @@ def main() -> int:
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=1800.0)
     args = parser.parse_args()
-    bin_dir = _bin_dir()
-    if bin_dir is None:
-        print("no PostgreSQL server binaries (initdb)", file=sys.stderr)
-        return 1
-    pg = Cluster(bin_dir)
-    pg.init()
-    pg.start(durable=True)
-    server = Server(pg.admin_dsn, pg)
-    try:
-        with tempfile.TemporaryDirectory() as root:
-            asyncio.run(rebalance(Path(root), server.create_database(), args.groups,
-                                  args.members, args.join, args.writers, args.replicas,
-                                  args.timeout))
-    finally:
-        pg.destroy()
+    with postgres_server() as server, tempfile.TemporaryDirectory() as root:
+        asyncio.run(rebalance(Path(root), server.create_database(), args.groups,
+                              args.members, args.join, args.writers, args.replicas,
+                              args.timeout))
     return 0
 
 
