@@ -237,3 +237,32 @@ def test_a_proxied_subscription_survives_a_kill_of_the_primary(tmp_path: Path,
         except BaseException:
             print("\n".join(line for line in third.log().splitlines() if "live" in line))
             raise
+
+
+def test_subscribers_that_drop_their_connection_leave_nothing_behind(tmp_path: Path,
+                                                                     pg_dsn: str) -> None:
+    """Proxied WebSocket subscribers that reset their TCP connection one
+    after another (no close frame): once gone, the proxying node counts no
+    subscriber and keeps no upstream, and a new subscriber is admitted.  A
+    cancelled upstream's end removed the next upstream made under the same
+    key, whose subscribers then never left the per-address count: the
+    address was locked out."""
+    with nodes(tmp_path, pg_dsn, 2, *ARGS, "--live-max-per-address", "5") as (primary, other):
+        start_board(primary, pg_dsn, other)
+
+        async def run() -> None:
+            url = f"{other.url.replace('http', 'ws')}/v1/boards/{BOARD}/live?limit=3"
+            async with aiohttp.ClientSession() as session:
+                for n in range(30):
+                    socket = await session.ws_connect(f"{url}&members=m{n % 5}")
+                    await socket.receive(timeout=10)  # its first message
+                    socket._response.connection.transport.abort()  # (no close frame)
+            deadline = time.monotonic() + 15
+            while subscribers(other) or subscribers(primary):
+                assert time.monotonic() < deadline, (subscribers(other), subscribers(primary))
+                await asyncio.sleep(0.1)
+            async with aiohttp.ClientSession() as session:
+                watcher = await Watcher(session, other, "limit=1").start()
+                await watcher.until(lambda: watcher.tops())
+
+        asyncio.run(run())

@@ -72,6 +72,10 @@ RETRY_SECONDS = 0.2
 REFUSED = frozenset({400, 403, 404})
 #: How long the proxy keeps trying before it closes its subscribers (1012).
 GIVE_UP_SECONDS = 30.0
+#: The upstream pings the holder this often and gives it half as long to
+#: answer: a holder frozen (SIGSTOP, a partition without resets) is left in
+#: seconds, as the cluster fails its groups over, not when TCP gives up.
+UPSTREAM_HEARTBEAT = 2.0
 
 
 @dataclass(eq=False)
@@ -263,7 +267,12 @@ class LiveProxy:
                 await asyncio.sleep(RETRY_SECONDS)
         finally:
             upstream.socket = None
-            self.upstreams.pop((upstream.board, upstream.window), None)
+            # Only this upstream's entry: once its last subscriber left, a new
+            # subscriber may have made another under the same key before
+            # this task, cancelled, got here (dropping that one leaked it).
+            key = (upstream.board, upstream.window)
+            if self.upstreams.get(key) is upstream:
+                del self.upstreams[key]
             for subscriber in list(upstream.subscribers):
                 upstream.subscribers.discard(subscriber)
                 self._uncount(subscriber)
@@ -287,7 +296,7 @@ class LiveProxy:
                        upstream.address)}
         scheme = "https" if upstream.secure else "http"
         async with self._client.ws_connect(URL(f"{scheme}://{holder}{path_qs}", encoded=True),
-                                           headers=headers, heartbeat=20.0,
+                                           headers=headers, heartbeat=UPSTREAM_HEARTBEAT,
                                            max_msg_size=1 << 20) as socket:
             self.connections += 1
             upstream.socket = socket
