@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -468,3 +469,25 @@ def test_a_newer_top_supersedes_a_queued_one_without_overtaking(tmp_path):
                                           "user.rank.updated"]
     versions = [version for _, version in sent]
     assert versions[0] < versions[1] == versions[2]
+
+
+def test_a_client_that_resets_during_the_handshake_is_no_server_error(daemon):
+    """Upgrade requests whose connection is reset at once (an outside
+    attack: any client, no credentials): each was logged as a failed
+    request with a traceback and counted as a 500."""
+    run_with_client(daemon, lambda client, session: new_board(client, "reset"))
+    before = daemon.log().count("/live failed")
+    for _ in range(30):
+        with socket.create_connection(("127.0.0.1", daemon.port), timeout=5) as raw:
+            key = base64.b64encode(os.urandom(16)).decode()
+            raw.sendall(f"GET /v1/boards/reset/live?limit=3 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        f"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                        .encode())
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        time.sleep(0.01)
+    time.sleep(0.5)
+    with urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/metrics", timeout=10) as page:
+        metrics = page.read().decode()
+    assert 'operation="live_socket",status="500"' not in metrics, metrics
+    assert daemon.log().count("/live failed") == before, daemon.log()[-3000:]

@@ -40,6 +40,9 @@ PROXY = web.AppKey("live_proxy", LiveProxy | None)
 HEARTBEAT_SECONDS = 20.0
 SSE_KEEPALIVE_SECONDS = 15.0
 SEND_BUFFER_BYTES = 128 * 1024
+#: The status counted for a client that left before its answer (as nginx
+#: logs it): nothing failed here, and nothing can be written.
+CLIENT_CLOSED = 499
 
 routes = web.RouteTableDef()
 
@@ -95,7 +98,10 @@ async def live_socket(request: web.Request) -> web.StreamResponse:
                                "the same feed as Server-Sent Events at "
                                f"{request.rel_url.raw_path[:-len('/live')]}/events")
         _bound_send_buffer(request)
-        await socket.prepare(request)
+        try:
+            await socket.prepare(request)
+        except ConnectionResetError:  # the client left during the handshake
+            return web.Response(status=CLIENT_CLOSED)
         subscriber.transport = request.transport
         sender = asyncio.get_running_loop().create_task(
             _send_loop(socket, request.transport, subscriber, request.app[FEED].send_timeout))
