@@ -54,10 +54,11 @@ answers (:class:`Answer`).  Its design:
   resumed: the handler returns the future itself, or for a read its
   :class:`Answer`, which awaits as itself.
 * :class:`Answer` writes a ``200`` JSON answer in one write: the status
-  line and the headers aiohttp's ``web.Response`` writes for it, in its
-  order, with ``Connection`` as it sets it for the request's version and
-  keep-alive, from bytes made once (``Date`` once a second), with no
-  header map, no ``web.Response`` and no response-prepare step.
+  line and the headers the general path writes for it (in an order of its
+  own: HTTP gives the order no meaning), with ``Connection`` as aiohttp
+  sets it for the request's version and keep-alive, from bytes made once
+  (``Date`` once a second), with no header map, no ``web.Response`` and no
+  response-prepare step.
   Refusals still go through ``web.Response`` (``rest._failed``).
 """
 
@@ -332,7 +333,8 @@ class Answer:
     the headers aiohttp's ``web.Response`` would write for it
     (:data:`JSON_HEADERS`, ``Content-Length``, ``Date`` and, where the
     connection is not kept alive or is HTTP/1.0's kept alive,
-    ``Connection``), in that order, and the body, in one write, with no
+    ``Connection``; the general path puts ``Server`` and
+    ``X-Content-Type-Options`` last), and the body, in one write, with no
     header map built.  What aiohttp's request handler calls of a response
     (``prepare``, ``write_eof``, ``keep_alive``; ``status``,
     ``body_length`` and ``headers`` for an access log) it has."""
