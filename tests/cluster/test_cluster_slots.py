@@ -61,18 +61,16 @@ def test_a_new_cluster_records_the_slot_scheme(tmp_path: Path, pg_dsn: str) -> N
 
 def test_an_old_cluster_is_refused_until_migrated_and_keeps_every_score(
         tmp_path: Path, pg_dsn: str, old_src: Path) -> None:
-    old = _old_node(tmp_path, pg_dsn, "n0", old_src)
-    old.start()
-    wait_ready(old)
-    for n, board in enumerate(BOARDS):
-        assert old.request("PUT", f"/v1/boards/{board.replace('{', '%7B').replace('}', '%7D')}",
-                           {"policy": "sum"})[0] == 201
-        for member in range(3):
-            status, body = old.request(
-                "POST", f"/v1/boards/{board.replace('{', '%7B').replace('}', '%7D')}/scores",
-                {"member": f"m{member}", "delta": n + member, "event_id": f"{board}-{member}"})
-            assert status == 200, body
-    old.stop(timeout=20)
+    with _old_node(tmp_path, pg_dsn, "n0", old_src) as old:  # (stopped whatever happens)
+        wait_ready(old)
+        for n, board in enumerate(BOARDS):
+            path = f"/v1/boards/{board.replace('{', '%7B').replace('}', '%7D')}"
+            assert old.request("PUT", path, {"policy": "sum"})[0] == 201
+            for member in range(3):
+                status, body = old.request(
+                    "POST", f"{path}/scores",
+                    {"member": f"m{member}", "delta": n + member, "event_id": f"{board}-{member}"})
+                assert status == 200, body
 
     # A node of this version refuses the cluster, saying what to run; nothing changed.
     before = sql(pg_dsn, "SELECT group_id, epoch, last_seq FROM rankd_groups ORDER BY 1")
