@@ -60,3 +60,41 @@ def test_a_state_set_aside_is_refused_until_caught_up() -> None:
     assert freshness.refusal(GROUP) is not None
     node.engine.positions[GROUP] = (3, 0)
     assert freshness.refusal(GROUP) is None
+
+
+@dataclass
+class _Writer:
+    committed_seq: int
+
+
+@dataclass
+class _Held:
+    good_until: float
+
+
+@dataclass
+class _Keeper:
+    held: dict[int, _Held] = field(default_factory=dict)
+
+
+def test_what_a_writer_showed_is_not_gone_back_on_once_it_stops_writing() -> None:
+    """Found by the fault suite's ``move_faults --ack log``: a node wrote a
+    group (its reads answered from its own state, committed up to 20), then
+    its local log failed: it stopped writing it, set its state aside and
+    followed every group again from the cluster's log.  Its reads of the
+    group were vouched for by a poll older than what it had shown as the
+    writer: reads went back."""
+    node, now = _Node(keeper=_Keeper()), [10.0]
+    freshness = Freshness(node, 5.0, clock=lambda: now[0])
+    node.writers[GROUP] = _Writer(committed_seq=20)
+    node.keeper.held[GROUP] = _Held(good_until=12.0)
+    node.engine.positions[GROUP] = (20, 1)
+    assert freshness.fresh_as_of(GROUP) == 10.0  # the writer's own
+    freshness.polled(9.0, {GROUP: 5})  # a poll from before, at 5
+    del node.writers[GROUP], node.keeper.held[GROUP]  # its local log failed
+    node.engine.positions[GROUP] = (6, 2)  # set aside, following again from the log
+    assert freshness.fresh_as_of(GROUP) is None
+    now[0] = 11.0
+    freshness.polled(11.0, {GROUP: 25})
+    node.engine.positions[GROUP] = (25, 2)  # back, and further
+    assert freshness.fresh_as_of(GROUP) == 11.0

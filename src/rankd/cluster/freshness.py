@@ -91,7 +91,15 @@ class Freshness:
         state went back since: a replay, a roll-back after its local log
         failed, a state set aside; until it is back where it was)."""
         writers = self.node.writers
-        if group in writers and self.node.engine.failure is None:
+        writer = writers.get(group)
+        if writer is not None:
+            # What it shows as the group's writer is committed (reads wait for
+            # their commits): once it stops writing the group (its local log
+            # failed, it was deposed) its state must not go back behind that.
+            committed = writer.committed_seq
+            if committed > self._highest.get(group, 0):
+                self._highest[group] = committed
+        if writer is not None and self.node.engine.failure is None:
             held = self.node.keeper.held.get(group) if self.node.keeper else None
             if held is not None:
                 now = self.clock()
