@@ -85,3 +85,19 @@ def test_a_read_of_a_group_not_held_here_goes_to_its_primary() -> None:
     topology = Partial(FakeCluster(registers={5: Register(3, "c")}))
     assert read_elsewhere(topology, 5) == NodeAddresses("c", "c:80", "c:81", "c:82")
     assert read_elsewhere(topology, 6) is None
+
+
+def test_the_epoch_never_goes_back_even_when_the_view_it_sums_does() -> None:
+    """The fault suite (``move_faults``) saw a node's topology epoch go back
+    once: what it sums (its registers' epochs and the placement's) went
+    back.  The epoch stays ahead and still moves with every later change."""
+    cluster = FakeCluster(registers={1: Register(3, "a"), 2: Register(5, "c")},
+                          layout=Layout(4))
+    topology = ClusterTopology(cluster)
+    assert topology.epoch == 12
+    del cluster.registers[2]  # (a view rebuilt without that row yet)
+    assert topology.epoch == 13
+    cluster.registers[1] = Register(4, "b")  # a takeover: it moves on
+    assert topology.epoch == 14
+    cluster.registers[2] = Register(5, "c")  # the row back
+    assert topology.epoch == 19
