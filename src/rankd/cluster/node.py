@@ -235,6 +235,9 @@ class ClusterNode:
         #: and this node's side of moving them (rankd.cluster.moves).
         self.placement: Placement | None = None
         self.layout = Layout()
+        #: The newest placement ``status`` answered (read from Postgres, or
+        #: this node's copy): it never answers an older one after it.
+        self._status_layout = Layout()
         self.mover: Mover | None = None
         self.planner: Planner | None = None
         self.replicas = config.replicas
@@ -1215,6 +1218,12 @@ class ClusterNode:
             # waits on after `rankd cluster drain`.
             with contextlib.suppress(*POSTGRES_ERRORS):
                 layout = await asyncio.wait_for(self.placement.read(), STATUS_SECONDS)
+        # This node's copy can be older than what an earlier answer read from
+        # Postgres (which then went out of reach): the topology epoch shown
+        # never goes back.
+        if layout.epoch < self._status_layout.epoch:
+            layout = self._status_layout
+        self._status_layout = layout
         status["placement"] = self._placement_status(layout)
         status["this_node"] = self.local_status()
         return status
