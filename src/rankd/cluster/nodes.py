@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 
+from rankd.cluster.capacity import SCHEMA as CAPACITY_SCHEMA
 from rankd.cluster.log import lock_schema
 
 SCHEMA = """
@@ -33,7 +34,7 @@ ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS proof text;
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS advertise_resp text;
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS members bigint;
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS group_members jsonb;
-"""
+""" + CAPACITY_SCHEMA
 
 
 class Nodes:
@@ -53,24 +54,28 @@ class Nodes:
                         advertise_tcp: str | None = None, proof: str | None = None,
                         advertise_resp: str | None = None,
                         members: int | None = None,
-                        group_members: dict[int, int] | None = None) -> None:
+                        group_members: dict[int, int] | None = None,
+                        planning: dict[str, Any] | None = None) -> None:
         """Say this node is alive, where it is reached (HTTP, and TCP
         protocol if it serves it), how far it has applied each group, its
         ``proof`` (``ClusterTrust.node_proof``), its RESP port's address if it
         serves one, how many members its boards hold, and how many of them
-        each group's boards hold (for the planner)."""
+        each group's boards hold, and what it can take
+        (``planning``: :mod:`rankd.cluster.capacity`), for the planner."""
         async with self.pool.acquire() as conn:
             await conn.execute(
                 "INSERT INTO rankd_nodes (node_id, advertise, applied, seen_at, advertise_tcp, "
-                "proof, advertise_resp, members, group_members) VALUES ($1, $2, $3::jsonb, "
-                "now(), $4, $5, $6, $7, $8::jsonb) ON CONFLICT (node_id) DO "
+                "proof, advertise_resp, members, group_members, planning) VALUES ($1, $2, "
+                "$3::jsonb, now(), $4, $5, $6, $7, $8::jsonb, $9::jsonb) ON CONFLICT (node_id) DO "
                 "UPDATE SET advertise = excluded.advertise, applied = excluded.applied, "
                 "seen_at = now(), advertise_tcp = excluded.advertise_tcp, "
                 "proof = excluded.proof, advertise_resp = excluded.advertise_resp, "
-                "members = excluded.members, group_members = excluded.group_members",
+                "members = excluded.members, group_members = excluded.group_members, "
+                "planning = excluded.planning",
                 node, advertise, json.dumps({str(g): s for g, s in (applied or {}).items()}),
                 advertise_tcp, proof, advertise_resp, members,
-                json.dumps({str(g): n for g, n in (group_members or {}).items()}))
+                json.dumps({str(g): n for g, n in (group_members or {}).items()}),
+                None if planning is None else json.dumps(planning))
 
     async def status(self) -> dict[str, Any]:
         """Nodes and groups, for ``GET /v1/cluster`` and ``rankd cluster status``."""
