@@ -81,7 +81,7 @@ class Nodes:
         """Nodes and groups, for ``GET /v1/cluster`` and ``rankd cluster status``."""
         async with self.pool.acquire() as conn:
             nodes = await conn.fetch(
-                "SELECT node_id, advertise, applied, members, "
+                "SELECT node_id, advertise, applied, members, planning, "
                 "extract(epoch FROM now() - seen_at) AS silent FROM rankd_nodes "
                 "ORDER BY node_id")
             groups = await conn.fetch(
@@ -92,10 +92,18 @@ class Nodes:
         alive = {row["node_id"]: float(row["silent"]) < self.alive_seconds for row in nodes}
         applied = {row["node_id"]: {int(g): s for g, s in json.loads(row["applied"]).items()}
                    for row in nodes}
+        # What each node reports it can take (rankd.cluster.capacity).
+        planning = {row["node_id"]: json.loads(row["planning"]) if row["planning"] else {}
+                    for row in nodes}
         return {
             "nodes": [{"node": row["node_id"], "advertise": row["advertise"],
                        "alive": alive[row["node_id"]], "members": row["members"],
-                       "silent_seconds": round(float(row["silent"]), 3)} for row in nodes],
+                       "silent_seconds": round(float(row["silent"]), 3),
+                       "free_bytes": planning[row["node_id"]].get("free_bytes"),
+                       "log_failed": planning[row["node_id"]].get("log_failed")}
+                      for row in nodes],
+            "replicas_all": sorted({int(g) for node, sent in planning.items() if alive[node]
+                                    for g in sent.get("spread") or ()}),
             "groups": [{
                 "group": row["group_id"], "epoch": row["epoch"], "primary": row["holder"],
                 "lease_seconds_left": (None if row["lease_left"] is None
