@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -51,6 +52,13 @@ def write(daemon: Daemon, board: str, event: str) -> None:
     assert status == 200, body
 
 
+def create(daemon: Daemon, boards: list[str]) -> None:
+    """Make each of ``boards`` on ``daemon`` with one event: ``daemon`` leads its group."""
+    for board in boards:
+        assert daemon.request("PUT", f"/v1/boards/{board}", {"policy": "sum"})[0] == 201
+        write(daemon, board, "e0")
+
+
 @contextlib.contextmanager
 def started(daemons: list[Daemon]) -> Iterator[list[Daemon]]:
     try:
@@ -85,9 +93,7 @@ def test_a_node_whose_log_fails_is_given_no_group_and_emptied(
     first_boards = boards_in_distinct_groups("early", 6, 300)
     later_boards = boards_in_distinct_groups("late", 6, 300)
     with started(daemons) as (n0, n1, n2):
-        for board in first_boards:
-            assert n0.request("PUT", f"/v1/boards/{board}", {"policy": "sum"})[0] == 201
-            write(n0, board, "e0")
+        create(n0, first_boards)
         # The followers went to the least loaded nodes: n2 follows some groups.
         wait_until(lambda: len(placements(pg_dsn)) == len(first_boards), 15, "placed")
         on_n2 = [g for g, (_, f) in placements(pg_dsn).items() if "n2" in f]
@@ -106,9 +112,7 @@ def test_a_node_whose_log_fails_is_given_no_group_and_emptied(
                    "n2 still named a holder of a group")
         # ...and a new group's first primary names no follower there either:
         # n2 holds the least, so it would be the one chosen otherwise.
-        for board in later_boards:
-            assert n1.request("PUT", f"/v1/boards/{board}", {"policy": "sum"})[0] == 201
-            write(n1, board, "e0")
+        create(n1, later_boards)
         wait_until(lambda: len(placements(pg_dsn)) == len(first_boards) + len(later_boards),
                    15, "the later groups were never placed")
         for _ in range(20):  # (several planner rounds)
@@ -144,9 +148,7 @@ def test_a_node_short_of_disk_is_given_no_group(tmp_path: Path, pg_dsn: str) -> 
         daemons = [node(tmp_path, pg_dsn, f"n{i}", *args) for i in range(3)]
         boards = boards_in_distinct_groups("tiny", 6, 300)
         with started(daemons) as (n0, n1, n2):
-            for board in boards:
-                assert n0.request("PUT", f"/v1/boards/{board}", {"policy": "sum"})[0] == 201
-                write(n0, board, "e0")
+            create(n0, boards)
             wait_until(lambda: len(placements(pg_dsn)) == len(boards), 15, "placed")
             assert all(f == ["n1"] for _, f in placements(pg_dsn).values()), \
                 placements(pg_dsn)
@@ -162,6 +164,14 @@ def test_a_node_short_of_disk_is_given_no_group(tmp_path: Path, pg_dsn: str) -> 
             assert all(p == "n0" for p, _ in placements(pg_dsn).values()), placements(pg_dsn)
     finally:
         subprocess.run(["umount", "-l", str(tmp_path / "n2")], check=False)
+
+
+def metric(daemon: Daemon, name: str) -> float:
+    with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
 
 
 def primaries(dsn: str, groups: set[int]) -> dict[str, int]:
@@ -182,13 +192,12 @@ def test_one_node_taking_every_write_is_rebalanced_without_a_command(
     daemons = [node(tmp_path, pg_dsn, f"n{i}", "--replicas", "1", "--auto-rebalance", "2")
                for i in range(3)]
     with started(daemons) as (n0, _, _):
-        for board in boards:
-            assert n0.request("PUT", f"/v1/boards/{board}", {"policy": "sum"})[0] == 201
-            write(n0, board, "e0")
+        create(n0, boards)
         wait_until(lambda: primaries(pg_dsn, groups) == {"n0": 6}, 15, "n0 leads all")
         took = wait_until(lambda: primaries(pg_dsn, groups) == {"n0": 2, "n1": 2, "n2": 2},
                           25, "the primaries were never spread")
         assert "rebalancing (--auto-rebalance)" in "".join(d.log() for d in daemons)
+        assert sum(metric(d, "rankd_cluster_drift_rebalances_total") for d in daemons) >= 1
         for board in boards:  # every write still there, and writable where it went
             write(n0, board, "e1")
             wait_until(lambda b=board: n0.request("GET", f"/v1/boards/{b}/members/a")[1]
@@ -204,9 +213,7 @@ def test_auto_rebalance_0_moves_nothing_by_itself(tmp_path: Path, pg_dsn: str) -
     daemons = [node(tmp_path, pg_dsn, f"n{i}", "--replicas", "1", "--auto-rebalance", "0")
                for i in range(2)]
     with started(daemons) as (n0, _):
-        for board in boards:
-            assert n0.request("PUT", f"/v1/boards/{board}", {"policy": "sum"})[0] == 201
-            write(n0, board, "e0")
+        create(n0, boards)
         time.sleep(8)
         assert primaries(pg_dsn, groups) == {"n0": 6}
 

@@ -1032,6 +1032,7 @@ class ClusterNode:
                 for node, counts in self.layout.per_node().items()}
         new = [g for g, w in self.writers.items()
                if g not in self.layout.groups and w.fenced is None]
+        fit, spread = live, set()
         if new:  # (no follower on a node short of disk; every node for a spread group)
             fit = live - (await capacity.read_reports(self.pool, live,
                                                       self.config.min_free_disk)).full
@@ -1223,6 +1224,7 @@ class ClusterNode:
             "group_snapshots": self.snapshots, "bootstraps": self.bootstraps,
             "disk_recoveries": self.recovery.recoveries, **self.freshness.figures(),
             **(self.mover.figures() if self.mover is not None else {}),
+            **(self.planner.figures() if self.planner is not None else {}),
             "topology_epoch": self.layout.epoch, "groups_unheld": len(self.unheld),
         }
 

@@ -286,6 +286,13 @@ class Planner:
                  ", ".join(f"group {g} to {t}" for g, t in sorted(made.moves.items())[:8]))
         return made
 
+    def figures(self) -> dict[str, float]:
+        """Figures for ``/metrics`` (the drift ratio is 0 on a node that is
+        not the planner: it measures nothing)."""
+        return {"drift_ratio": self.drift.ratio if self.lock.held else 0.0,
+                "drift_rebalances": self.drift.started,
+                "nodes_given_no_group": len(self.capacity.full) if self.lock.held else 0}
+
     def _watch_drift(self, layout: Layout, usable: set[str], weights: Mapping[int, float],
                      now: float) -> None:
         """Start a rebalance once the primaries' load stayed drifted for the
