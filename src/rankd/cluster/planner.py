@@ -23,7 +23,12 @@ round of the planning node's watch loop.  Each round it:
   when asked (``rankd cluster rebalance``): moves primaries from the
   most loaded node to the least loaded while a move narrows the gap
   between them by more than :data:`MIN_GAIN` of an average group,
-  preferring a target that already follows the group (nothing to load).
+  preferring a target that already follows the group (nothing to load);
+  it also starts one by itself once the load stayed drifted for
+  ``--auto-rebalance`` seconds (:mod:`rankd.cluster.drift`);
+* gives no group to a node short of disk, and empties one whose local log
+  fails, as the nodes report in their heartbeats, and keeps a group with a
+  ``replicas: all`` board on every node (:mod:`rankd.cluster.capacity`).
 
 Nodes are loaded by group *weights* (:mod:`rankd.cluster.load`: memory and
 write rate, the average group weighing 1): a node's primaries weigh what
@@ -112,7 +117,8 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
     live = set(live)
     usable = sorted(live - draining)
     # The nodes a group may be given to (as primary or new follower).
-    targets = [node for node in usable if node not in set(full)]
+    full = set(full)
+    targets = [node for node in usable if node not in full]
     spread = set(spread)
     out = Plan()
     if not usable:
