@@ -123,6 +123,11 @@ def test_a_node_whose_log_fails_is_given_no_group_and_emptied(
             [sys.executable, "-m", "rankd.cli", "cluster", "status", "--url", n0.url],
             capture_output=True, text=True, timeout=60, check=True).stdout
         assert "local log FAILED" in shown, shown
+        # An operator's move there is refused, changing nothing.
+        group = group_of(first_boards[0])
+        status, body = n0.request("POST", "/v1/cluster/moves", {"group": group, "node": "n2"})
+        assert status == 422 and "local log fails" in body["error"]["message"], body
+        assert not sql(pg_dsn, "SELECT 1 FROM rankd_moves")
         # Every write is still there, read anywhere.
         for board in first_boards:
             status, body = n1.request("GET", f"/v1/boards/{board}/members/a")

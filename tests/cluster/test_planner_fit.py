@@ -81,6 +81,9 @@ def test_reports_make_failing_full_and_spread() -> None:
     assert capacity.failing == {"c"}
     assert capacity.full == {"b", "c"}
     assert capacity.spread == {3, 5}
+    assert "log fails" in capacity.refusal("c")
+    assert "1,048,576 bytes free" in capacity.refusal("b")
+    assert capacity.refusal("a") is None and capacity.refusal("d") is None
 
 
 def test_a_board_with_replicas_all_makes_its_group_spread() -> None:

@@ -80,6 +80,15 @@ class Capacity:
     #: Each reporting node's free bytes (None: unknown), for status.
     free: dict[str, int | None] = field(default_factory=dict)
 
+    def refusal(self, node: str) -> str | None:
+        """Why ``node`` may be given no group (None: it may)."""
+        if node in self.failing:
+            return f"node {node!r} cannot take a group: its local log fails (a full disk?)"
+        if node in self.full:
+            return (f"node {node!r} cannot take a group: its data dir has "
+                    f"{self.free.get(node) or 0:,} bytes free, under --min-free-disk")
+        return None
+
 
 def capacity_of(reports: dict[str, dict[str, Any] | None], min_free: int) -> Capacity:
     """:class:`Capacity` from each node's last report (None: none sent)."""

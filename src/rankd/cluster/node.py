@@ -1059,6 +1059,10 @@ class ClusterNode:
         if target != self.node_id and target not in self.peers:
             raise InvalidInput(f"node {target!r} is not a live node of this cluster (live: "
                                f"{', '.join(sorted({*self.peers, self.node_id}))})")
+        refusal = (await capacity.read_reports(self.pool, [target], self.config.min_free_disk)
+                   ).refusal(target)
+        if refusal is not None:
+            raise InvalidInput(refusal)
         epoch = await self.placement.request_move(group, target, self.replicas)
         log.info("node %s: group %d is to move to node %s (topology epoch %d)", self.node_id,
                  group, target, epoch)
