@@ -57,14 +57,14 @@ def spread_groups(boards: Iterable[tuple[str, Any]]) -> list[int]:
     """The groups of the ``(name, board)`` pairs whose config keeps them on
     every node (``replicas: all``)."""
     return sorted({group_of(name) for name, board in boards
-                   if getattr(board.config, "replicas", None) == "all"})
+                   if board.config.replicas == "all"})
 
 
-def report(data_dir: Path, log_failed: bool, boards: Iterable[tuple[str, Any]]
-           ) -> dict[str, Any]:
-    """This node's ``planning`` report (see the module docstring)."""
+def report(data_dir: Path, log_failed: bool, spread: Iterable[int]) -> dict[str, Any]:
+    """This node's ``planning`` report (see the module docstring); ``spread``:
+    the groups it holds with a ``replicas: all`` board."""
     return {"free_bytes": free_bytes(data_dir), "log_failed": log_failed,
-            "spread": spread_groups(boards)}
+            "spread": sorted(spread)}
 
 
 @dataclass

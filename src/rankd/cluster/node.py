@@ -273,6 +273,9 @@ class ClusterNode:
         self.freshness = Freshness(self, config.max_follow_lag)
         #: Gets the node back after its local log failed (a full disk).
         self.recovery = DiskRecovery(self)
+        #: Groups held here with a ``replicas: all`` board, as the watch loop
+        #: last counted them (rankd.cluster.capacity).
+        self._spread: set[int] = set()
 
     # --- life cycle ------------------------------------------------------------------
 
@@ -825,7 +828,7 @@ class ClusterNode:
                                    config.advertise_resp, members=members,
                                    group_members=per_group, planning=capacity.report(
                                        self.engine.config.data_dir, self.recovery.failed,
-                                       self.engine.boards.items()))
+                                       self._spread))
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
                 "SELECT group_id, epoch, holder, last_seq, "
@@ -871,14 +874,18 @@ class ClusterNode:
 
     def _members(self) -> tuple[int, dict[int, int]]:
         """Members the boards held here keep (each board's largest window),
-        in all and per group."""
+        in all and per group (and, on the way, the groups kept on every
+        node: ``replicas: all``, :attr:`_spread`)."""
         now = self.engine.clock()
-        total, per_group = 0, {}
+        total, per_group, spread = 0, {}, set()
         for name, board in list(self.engine.boards.items()):
             members = max(board.member_counts(now).values(), default=0)
             total += members
             group = group_of(name)
             per_group[group] = per_group.get(group, 0) + members
+            if board.config.replicas == "all":
+                spread.add(group)
+        self._spread = spread
         return total, per_group
 
     def _vouched(self, row: Any) -> bool:
@@ -1146,7 +1153,9 @@ class ClusterNode:
                 self.layout.epoch = await self.placement.replace(layout.epoch, changes)
 
     def _spread_here(self) -> list[int]:
-        """The groups held here with a board kept on every node (``replicas: all``)."""
+        """The groups held here with a board kept on every node (``replicas:
+        all``), counted now (a pass over every board: only when placing a
+        new group; the watch loop's count is :attr:`_spread`)."""
         return capacity.spread_groups(self.engine.boards.items())
 
     async def _spread_kept(self) -> set[int]:
@@ -1154,7 +1163,7 @@ class ClusterNode:
         no holder of them (a move or a failover leaves ``--replicas``
         followers; the planner places them on every node again): none on a
         node being drained or whose log failed."""
-        spread = set(self._spread_here())
+        spread = set(self._spread)
         if spread and (self.recovery.failed or await capacity.draining(self.pool,
                                                                        self.node_id)):
             return set()
