@@ -256,10 +256,12 @@ def test_a_board_with_replicas_all_is_held_by_every_node(tmp_path: Path, pg_dsn:
 
         n3 = daemons[3]
         with started([n3]):
-            wait_until(lambda: held_by({"n0", "n1", "n2", "n3"}), 20,
-                       "the joining node was not given the hot group")
-            wait_until(lambda: str(hot_group) in follows(n3), 20,
-                       "the joining node does not follow the hot group")
+            given = wait_until(lambda: held_by({"n0", "n1", "n2", "n3"}), 20,
+                               "the joining node was not given the hot group")
+            loaded = wait_until(lambda: str(hot_group) in follows(n3), 20,
+                                "the joining node does not follow the hot group")
+            print(f"replicas all: a joining node was placed {given:.1f} s after it was "
+                  f"ready and followed the group {loaded:.1f} s later")
             write(n0, hot, "e1")
             wait_until(lambda: n3.request("GET", f"/v1/boards/{hot}/members/a")[1]
                        .get("score") == 2, 10, "the joining node's copy is not current")
