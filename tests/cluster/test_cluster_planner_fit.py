@@ -253,6 +253,18 @@ def test_a_board_with_replicas_all_is_held_by_every_node(tmp_path: Path, pg_dsn:
             [sys.executable, "-m", "rankd.cli", "cluster", "status", "--url", n1.url],
             capture_output=True, text=True, timeout=60, check=True).stdout
         assert f"replicas all (on every node): groups {hot_group}" in shown, shown
+        # A move leaves --replicas followers for a round: the node left out
+        # keeps its copy (nothing to load again) and is placed back.
+        left_out = n2 if placements(pg_dsn)[hot_group][0] != "n2" else n1
+        target = next(d for d in (n1, n2) if d is not left_out)
+        status, body = n0.request("POST", "/v1/cluster/moves",
+                                  {"group": hot_group, "node": target.data_dir.name})
+        assert status == 202, body
+        wait_until(lambda: placements(pg_dsn)[hot_group][0] == target.data_dir.name, 20,
+                   "the hot group never moved")
+        wait_until(lambda: held_by({"n0", "n1", "n2"}), 15, "the hot group is not on all 3")
+        assert f"no longer holds group {hot_group}" not in left_out.log()
+        assert str(hot_group) in follows(left_out)
 
         n3 = daemons[3]
         with started([n3]):
