@@ -91,11 +91,18 @@ def test_a_node_whose_log_fails_is_given_no_group_and_emptied(
     full.env.update(LD_PRELOAD=str(shim), RANKD_FAULT_TRIGGER=str(trigger),
                     RANKD_FAULT_WRITE_FAIL=f"{os.path.realpath(full.data_dir)}/:{errno.ENOSPC}")
     first_boards = boards_in_distinct_groups("early", 6, 300)
-    later_boards = boards_in_distinct_groups("late", 6, 300)
+    taken = {group_of(b) for b in first_boards}
+    led_boards = [b for b in boards_in_distinct_groups("led", 8, 300)
+                  if group_of(b) not in taken][:2]
+    taken |= {group_of(b) for b in led_boards}
+    later_boards = [b for b in boards_in_distinct_groups("late", 12, 300)
+                    if group_of(b) not in taken][:6]
     with started(daemons) as (n0, n1, n2):
         create(n0, first_boards)
+        create(n2, led_boards)  # n2 leads these
         # The followers went to the least loaded nodes: n2 follows some groups.
-        wait_until(lambda: len(placements(pg_dsn)) == len(first_boards), 15, "placed")
+        wait_until(lambda: len(placements(pg_dsn)) == len(taken), 15, "placed")
+        assert {placements(pg_dsn)[group_of(b)][0] for b in led_boards} == {"n2"}
         on_n2 = [g for g, (_, f) in placements(pg_dsn).items() if "n2" in f]
         assert on_n2, placements(pg_dsn)
         wait_until(lambda: all(str(g) in follows(n2) for g in on_n2), 15, "n2 follows")
@@ -106,14 +113,17 @@ def test_a_node_whose_log_fails_is_given_no_group_and_emptied(
         wait_until(lambda: sql(pg_dsn, "SELECT planning FROM rankd_nodes WHERE node_id = "
                                        "'n2'")[0]["planning"].find('"log_failed": true') >= 0,
                    20, "n2 never reported its log failed")
-        # The planner replaces n2's copies (it cannot log them)...
+        # The planner moves n2's primaries away and replaces its copies (it
+        # cannot log them)...
         wait_until(lambda: all("n2" not in f and p != "n2"
                                for p, f in placements(pg_dsn).values()), 20,
                    "n2 still named a holder of a group")
+        for board in led_boards:  # (written where they went)
+            write(n0, board, "e1")
         # ...and a new group's first primary names no follower there either:
         # n2 holds the least, so it would be the one chosen otherwise.
         create(n1, later_boards)
-        wait_until(lambda: len(placements(pg_dsn)) == len(first_boards) + len(later_boards),
+        wait_until(lambda: len(placements(pg_dsn)) == len(taken) + len(later_boards),
                    15, "the later groups were never placed")
         for _ in range(20):  # (several planner rounds)
             assert all("n2" not in f and p != "n2"
@@ -129,9 +139,9 @@ def test_a_node_whose_log_fails_is_given_no_group_and_emptied(
         assert status == 422 and "local log fails" in body["error"]["message"], body
         assert not sql(pg_dsn, "SELECT 1 FROM rankd_moves")
         # Every write is still there, read anywhere.
-        for board in first_boards:
-            status, body = n1.request("GET", f"/v1/boards/{board}/members/a")
-            assert status == 200 and body["score"] == 2, body
+        for board in first_boards + led_boards:
+            wait_until(lambda b=board: n1.request("GET", f"/v1/boards/{b}/members/a")[1]
+                       .get("score") == 2, 10, f"{board} lost a write")
     trigger.unlink(missing_ok=True)
 
 
