@@ -1162,10 +1162,14 @@ class ClusterNode:
         """The spread groups this node keeps while the placement names it
         no holder of them (a move or a failover leaves ``--replicas``
         followers; the planner places them on every node again): none on a
-        node being drained or whose log failed."""
+        node being drained, short of disk or whose log failed (the planner
+        would not place them back)."""
         spread = set(self._spread)
-        if spread and (self.recovery.failed or await capacity.draining(self.pool,
-                                                                       self.node_id)):
+        if not spread:
+            return spread
+        free = capacity.free_bytes(self.engine.config.data_dir)
+        if (self.recovery.failed or (free is not None and free < self.config.min_free_disk)
+                or await capacity.draining(self.pool, self.node_id)):
             return set()
         return spread
 
