@@ -263,7 +263,7 @@ def _cluster(args: argparse.Namespace) -> int:
     placement = status.get("placement", {})
     for node in status["nodes"]:
         state = "alive" if node["alive"] else f"silent {node['silent_seconds']:.0f}s"
-        print(f"node {node['node']:<20} {node['advertise']:<24} {state}")
+        print(f"node {node['node']:<20} {node['advertise']:<24} {state}" + _disk(node))
     for group in status["groups"]:
         lags = ", ".join(f"{name} lag {f['lag']}" for name, f in group["followers"].items())
         print(f"group {group['group']:>4}  epoch {group['epoch']:<4} primary "
@@ -275,9 +275,20 @@ def _cluster(args: argparse.Namespace) -> int:
               f"{counts['follower']}" + (f", {held:,} members" if held is not None else ""))
     for move in placement.get("moves", []):
         print(f"move  group {move['group']:>4} to {move['target']} (in progress)")
+    if status.get("replicas_all"):
+        print("replicas all (on every node): groups "
+              + ", ".join(str(g) for g in status["replicas_all"]))
     if placement:
         print(f"topology epoch {placement['topology_epoch']}")
     return 0
+
+
+def _disk(node: dict) -> str:
+    """A node's disk as it reports it to the planner (rankd.cluster.capacity)."""
+    if node.get("log_failed"):
+        return ", local log FAILED (given no group)"
+    free = node.get("free_bytes")
+    return f", {free / (1 << 30):.1f} GiB free" if free is not None else ""
 
 
 def _migrate_slots(dsn: str) -> int:

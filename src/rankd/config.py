@@ -117,6 +117,13 @@ OPTIONS = (
            "cluster: group moves the planner keeps in progress at most (a rebalance goes "
            "on round after round until balanced; fewer: gentler on the nodes, slower)",
            minimum=1),
+    Option("auto_rebalance", float, 300.0,
+           "cluster: seconds the heaviest node must lead more than 1.25 times the mean "
+           "load before the planner rebalances by itself (0: only when asked or when nodes "
+           "join or leave)", minimum=0),
+    Option("min_free_disk", int, 256 << 20,
+           "cluster: a node whose data dir has fewer free bytes than this is given no "
+           "group by the planner (it keeps those it holds)", minimum=0),
     Option("cluster_secret", str, None,
            "cluster: the secret every node of the cluster shares (at least 32 bytes; "
            "required with credentials; --cluster-secret-file keeps it out of `ps`): nodes "
@@ -223,6 +230,8 @@ class ServerConfig:
     max_follow_lag: float = 5.0
     replicas: int = 1
     max_moves: int = 8
+    auto_rebalance: float = 300.0
+    min_free_disk: int = 256 << 20
     cluster_secret: str | None = None
     cluster_secret_file: Path | None = None
     snapshot_every_events: int = DEFAULT_SNAPSHOT_EVERY_EVENTS
@@ -365,7 +374,8 @@ class ServerConfig:
             group_snapshot_records=self.group_snapshot_records,
             secret=secret.encode() if secret is not None else None,
             group_idle_seconds=self.group_idle_seconds, max_follow_lag=self.max_follow_lag,
-            replicas=self.replicas, max_moves=self.max_moves)
+            replicas=self.replicas, max_moves=self.max_moves,
+            auto_rebalance=self.auto_rebalance, min_free_disk=self.min_free_disk)
 
     def engine_config(self) -> EngineConfig:
         engine_fields = {f.name for f in fields(EngineConfig)}

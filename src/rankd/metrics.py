@@ -200,6 +200,20 @@ class DaemonCollector(Collector):
                                     "after its local log failed"),
                 ("moves_out", "Board groups this node handed over to another node")):
             yield CounterMetricFamily(f"rankd_cluster_{name}", text, value=figures[name])
+        yield from self._planner(figures)
+
+    @staticmethod
+    def _planner(figures: dict[str, float]) -> Iterator[Metric]:
+        """The planner's figures (rankd.cluster.drift, rankd.cluster.capacity)."""
+        yield GaugeMetricFamily(
+            "rankd_cluster_drift_ratio", "On the planner's node: the heaviest node's primary "
+            "load over the mean (0 on the other nodes)", value=figures["drift_ratio"])
+        yield GaugeMetricFamily(
+            "rankd_cluster_nodes_given_no_group", "On the planner's node: live nodes short of "
+            "disk or whose local log fails", value=figures["nodes_given_no_group"])
+        yield CounterMetricFamily(
+            "rankd_cluster_drift_rebalances", "Rebalances this node's planner started because "
+            "the load drifted (--auto-rebalance)", value=figures["drift_rebalances"])
 
     def _shipper(self) -> Iterator[Metric]:
         shipper = self.engine.shipper

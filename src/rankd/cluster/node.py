@@ -46,6 +46,7 @@ from typing import Any
 import asyncpg
 
 from rankd._tasks import STOP_SECONDS, stop_task
+from rankd.cluster import capacity
 from rankd.cluster.catchup import apply_slices, too_long
 from rankd.cluster.committer import GroupCommitter, LogLost
 from rankd.cluster.freshness import Freshness
@@ -132,6 +133,10 @@ class ClusterConfig:
     replicas: int = 1
     #: Moves the planner keeps in progress at most (``--max-moves``).
     max_moves: int = 8
+    #: Seconds of drifted load before the planner rebalances (``--auto-rebalance``; 0: never).
+    auto_rebalance: float = 300.0
+    #: Free bytes of the data dir below which the planner gives a node no group.
+    min_free_disk: int = 256 << 20
 
     def __post_init__(self) -> None:
         if self.replicas < 0:
@@ -268,6 +273,9 @@ class ClusterNode:
         self.freshness = Freshness(self, config.max_follow_lag)
         #: Gets the node back after its local log failed (a full disk).
         self.recovery = DiskRecovery(self)
+        #: Groups held here with a ``replicas: all`` board, as the watch loop
+        #: last counted them (rankd.cluster.capacity).
+        self._spread: set[int] = set()
 
     # --- life cycle ------------------------------------------------------------------
 
@@ -288,7 +296,9 @@ class ClusterNode:
         self.placement = Placement(self.pool)
         self.mover = Mover(self, self.placement)
         self.planner = Planner(self.placement, self.config.dsn, self.replicas,
-                               max_moves=self.config.max_moves)
+                               max_moves=self.config.max_moves,
+                               auto_rebalance=self.config.auto_rebalance,
+                               min_free=self.config.min_free_disk)
         await migrate_retrying(self._migrate, self.node_id)
         await self._check_local_positions()
         # The renewals' own connection: one never queues behind appends.
@@ -816,7 +826,9 @@ class ClusterNode:
                                                          config.advertise_tcp,
                                                          config.advertise_resp),
                                    config.advertise_resp, members=members,
-                                   group_members=per_group)
+                                   group_members=per_group, planning=capacity.report(
+                                       self.engine.config.data_dir, self.recovery.failed,
+                                       self._spread))
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
                 "SELECT group_id, epoch, holder, last_seq, "
@@ -862,14 +874,18 @@ class ClusterNode:
 
     def _members(self) -> tuple[int, dict[int, int]]:
         """Members the boards held here keep (each board's largest window),
-        in all and per group."""
+        in all and per group (and, on the way, the groups kept on every
+        node: ``replicas: all``, :attr:`_spread`)."""
         now = self.engine.clock()
-        total, per_group = 0, {}
+        total, per_group, spread = 0, {}, set()
         for name, board in list(self.engine.boards.items()):
             members = max(board.member_counts(now).values(), default=0)
             total += members
             group = group_of(name)
             per_group[group] = per_group.get(group, 0) + members
+            if board.config.replicas == "all":
+                spread.add(group)
+        self._spread = spread
         return total, per_group
 
     def _vouched(self, row: Any) -> bool:
@@ -1021,9 +1037,17 @@ class ClusterNode:
         live = set(self.peers) | {self.node_id}
         load = {node: counts["primary"] + counts["follower"]
                 for node, counts in self.layout.per_node().items()}
+        new = [g for g, w in self.writers.items()
+               if g not in self.layout.groups and w.fenced is None]
+        fit, spread = live, set()
+        if new:  # (no follower on a node short of disk; every node for a spread group)
+            fit = live - (await capacity.read_reports(self.pool, live,
+                                                      self.config.min_free_disk)).full
+            spread = set(self._spread_here())
         for group, writer in list(self.writers.items()):
-            if group not in self.layout.groups and writer.fenced is None:
-                followers = choose_followers(self.node_id, live, self.replicas, load)
+            if group in new and writer.fenced is None:
+                followers = choose_followers(self.node_id, fit, len(fit) if group in spread
+                                             else self.replicas, load)
                 if await self.placement.place_if_new(group, self.node_id, followers):
                     for node in followers:
                         load[node] = load.get(node, 0) + 1
@@ -1042,6 +1066,10 @@ class ClusterNode:
         if target != self.node_id and target not in self.peers:
             raise InvalidInput(f"node {target!r} is not a live node of this cluster (live: "
                                f"{', '.join(sorted({*self.peers, self.node_id}))})")
+        refusal = (await capacity.read_reports(self.pool, [target], self.config.min_free_disk)
+                   ).refusal(target)
+        if refusal is not None:
+            raise InvalidInput(refusal)
         epoch = await self.placement.request_move(group, target, self.replicas)
         log.info("node %s: group %d is to move to node %s (topology epoch %d)", self.node_id,
                  group, target, epoch)
@@ -1103,22 +1131,47 @@ class ClusterNode:
         name this node primary of the groups it writes (after a failover)."""
         layout = self.layout
         changes = {}
+        spread = await self._spread_kept()
         for group, placed in layout.groups.items():
             writer = self.writers.get(group)
             if writer is not None and placed.primary != self.node_id and writer.fenced is None:
                 followers = tuple(n for n in placed.nodes if n != self.node_id)
-                changes[group] = Placed(self.node_id, followers[:self.replicas], 0)
+                if group not in spread:
+                    followers = followers[:self.replicas]
+                changes[group] = Placed(self.node_id, followers, 0)
             if writer is not None or self.node_id in placed.nodes:
                 if group in self.unheld:
                     await self._gain_group(group)
             elif (group not in self.unheld and group not in self.mover.handing
-                  and len(placed.followers) >= self.replicas):
+                  and len(placed.followers) >= self.replicas and group not in spread):
                 # (a group short of followers keeps its copies: the planner is
-                # about to place it back on a node that was away a moment)
+                # about to place it back on a node that was away a moment; so
+                # does a spread group, which the planner places on every node)
                 await self._drop_group(group)
         if changes:
             with contextlib.suppress(Stale):
                 self.layout.epoch = await self.placement.replace(layout.epoch, changes)
+
+    def _spread_here(self) -> list[int]:
+        """The groups held here with a board kept on every node (``replicas:
+        all``), counted now (a pass over every board: only when placing a
+        new group; the watch loop's count is :attr:`_spread`)."""
+        return capacity.spread_groups(self.engine.boards.items())
+
+    async def _spread_kept(self) -> set[int]:
+        """The spread groups this node keeps while the placement names it
+        no holder of them (a move or a failover leaves ``--replicas``
+        followers; the planner places them on every node again): none on a
+        node being drained, short of disk or whose log failed (the planner
+        would not place them back)."""
+        spread = set(self._spread)
+        if not spread:
+            return spread
+        free = capacity.free_bytes(self.engine.config.data_dir)
+        if (self.recovery.failed or (free is not None and free < self.config.min_free_disk)
+                or await capacity.draining(self.pool, self.node_id)):
+            return set()
+        return spread
 
     async def request_drain(self, target: str, *, cancel: bool = False) -> dict[str, Any]:
         """Move every group off ``target`` (``rankd cluster drain``), or stop."""
@@ -1188,6 +1241,7 @@ class ClusterNode:
             "group_snapshots": self.snapshots, "bootstraps": self.bootstraps,
             "disk_recoveries": self.recovery.recoveries, **self.freshness.figures(),
             **(self.mover.figures() if self.mover is not None else {}),
+            **(self.planner.figures() if self.planner is not None else {}),
             "topology_epoch": self.layout.epoch, "groups_unheld": len(self.unheld),
         }
 

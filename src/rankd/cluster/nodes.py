@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 
+from rankd.cluster.capacity import SCHEMA as CAPACITY_SCHEMA
 from rankd.cluster.log import lock_schema
 
 SCHEMA = """
@@ -33,7 +34,7 @@ ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS proof text;
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS advertise_resp text;
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS members bigint;
 ALTER TABLE rankd_nodes ADD COLUMN IF NOT EXISTS group_members jsonb;
-"""
+""" + CAPACITY_SCHEMA
 
 
 class Nodes:
@@ -53,30 +54,34 @@ class Nodes:
                         advertise_tcp: str | None = None, proof: str | None = None,
                         advertise_resp: str | None = None,
                         members: int | None = None,
-                        group_members: dict[int, int] | None = None) -> None:
+                        group_members: dict[int, int] | None = None,
+                        planning: dict[str, Any] | None = None) -> None:
         """Say this node is alive, where it is reached (HTTP, and TCP
         protocol if it serves it), how far it has applied each group, its
         ``proof`` (``ClusterTrust.node_proof``), its RESP port's address if it
         serves one, how many members its boards hold, and how many of them
-        each group's boards hold (for the planner)."""
+        each group's boards hold, and what it can take
+        (``planning``: :mod:`rankd.cluster.capacity`), for the planner."""
         async with self.pool.acquire() as conn:
             await conn.execute(
                 "INSERT INTO rankd_nodes (node_id, advertise, applied, seen_at, advertise_tcp, "
-                "proof, advertise_resp, members, group_members) VALUES ($1, $2, $3::jsonb, "
-                "now(), $4, $5, $6, $7, $8::jsonb) ON CONFLICT (node_id) DO "
+                "proof, advertise_resp, members, group_members, planning) VALUES ($1, $2, "
+                "$3::jsonb, now(), $4, $5, $6, $7, $8::jsonb, $9::jsonb) ON CONFLICT (node_id) DO "
                 "UPDATE SET advertise = excluded.advertise, applied = excluded.applied, "
                 "seen_at = now(), advertise_tcp = excluded.advertise_tcp, "
                 "proof = excluded.proof, advertise_resp = excluded.advertise_resp, "
-                "members = excluded.members, group_members = excluded.group_members",
+                "members = excluded.members, group_members = excluded.group_members, "
+                "planning = excluded.planning",
                 node, advertise, json.dumps({str(g): s for g, s in (applied or {}).items()}),
                 advertise_tcp, proof, advertise_resp, members,
-                json.dumps({str(g): n for g, n in (group_members or {}).items()}))
+                json.dumps({str(g): n for g, n in (group_members or {}).items()}),
+                None if planning is None else json.dumps(planning))
 
     async def status(self) -> dict[str, Any]:
         """Nodes and groups, for ``GET /v1/cluster`` and ``rankd cluster status``."""
         async with self.pool.acquire() as conn:
             nodes = await conn.fetch(
-                "SELECT node_id, advertise, applied, members, "
+                "SELECT node_id, advertise, applied, members, planning, "
                 "extract(epoch FROM now() - seen_at) AS silent FROM rankd_nodes "
                 "ORDER BY node_id")
             groups = await conn.fetch(
@@ -87,10 +92,18 @@ class Nodes:
         alive = {row["node_id"]: float(row["silent"]) < self.alive_seconds for row in nodes}
         applied = {row["node_id"]: {int(g): s for g, s in json.loads(row["applied"]).items()}
                    for row in nodes}
+        # What each node reports it can take (rankd.cluster.capacity).
+        planning = {row["node_id"]: json.loads(row["planning"]) if row["planning"] else {}
+                    for row in nodes}
         return {
             "nodes": [{"node": row["node_id"], "advertise": row["advertise"],
                        "alive": alive[row["node_id"]], "members": row["members"],
-                       "silent_seconds": round(float(row["silent"]), 3)} for row in nodes],
+                       "silent_seconds": round(float(row["silent"]), 3),
+                       "free_bytes": planning[row["node_id"]].get("free_bytes"),
+                       "log_failed": planning[row["node_id"]].get("log_failed")}
+                      for row in nodes],
+            "replicas_all": sorted({int(g) for node, sent in planning.items() if alive[node]
+                                    for g in sent.get("spread") or ()}),
             "groups": [{
                 "group": row["group_id"], "epoch": row["epoch"], "primary": row["holder"],
                 "lease_seconds_left": (None if row["lease_left"] is None

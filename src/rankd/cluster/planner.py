@@ -23,7 +23,12 @@ round of the planning node's watch loop.  Each round it:
   when asked (``rankd cluster rebalance``): moves primaries from the
   most loaded node to the least loaded while a move narrows the gap
   between them by more than :data:`MIN_GAIN` of an average group,
-  preferring a target that already follows the group (nothing to load).
+  preferring a target that already follows the group (nothing to load);
+  it also starts one by itself once the load stayed drifted for
+  ``--auto-rebalance`` seconds (:mod:`rankd.cluster.drift`);
+* gives no group to a node short of disk, and empties one whose local log
+  fails, as the nodes report in their heartbeats, and keeps a group with a
+  ``replicas: all`` board on every node (:mod:`rankd.cluster.capacity`).
 
 Nodes are loaded by group *weights* (:mod:`rankd.cluster.load`: memory and
 write rate, the average group weighing 1): a node's primaries weigh what
@@ -43,6 +48,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from rankd.cluster.capacity import MIN_FREE_BYTES, Capacity, read_reports
+from rankd.cluster.drift import SETTLE_SECONDS, DriftWatch, drift_ratio
 from rankd.cluster.load import GroupLoad
 from rankd.cluster.log import lock_schema
 from rankd.cluster.nodelock import NodeLock
@@ -89,18 +96,30 @@ class Plan:
 
 def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas: int, *,
          rebalance: bool = False, max_moves: int = MAX_MOVES,
-         weights: Mapping[int, float] | None = None) -> Plan:
+         weights: Mapping[int, float] | None = None, failing: Iterable[str] = (),
+         full: Iterable[str] = (), spread: Iterable[int] = ()) -> Plan:
     """The changes that bring ``layout`` towards an even spread over the
     ``live`` nodes that are not ``draining`` (see the module docstring);
-    ``weights``: each group's (1 for a group without one)."""
+    ``weights``: each group's (1 for a group without one).
+
+    ``failing``: nodes whose local log fails, emptied as if draining (a
+    copy they cannot log is no copy); ``full``: nodes short of disk, which
+    keep what they hold but are given no group, as primary or follower
+    (:mod:`rankd.cluster.capacity`); ``spread``: groups holding a board
+    with ``replicas: all``, followed by every usable node."""
     weights = weights or {}
 
     def weight(group: int) -> float:
         return weights.get(group, 1.0)
 
-    draining = set(draining)
+    failing = set(failing)
+    draining = set(draining) | failing
     live = set(live)
     usable = sorted(live - draining)
+    # The nodes a group may be given to (as primary or new follower).
+    full = set(full)
+    targets = [node for node in usable if node not in full]
+    spread = set(spread)
     out = Plan()
     if not usable:
         return out
@@ -127,13 +146,16 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
             continue
         # Drain: the primary goes to a usable follower (or the least loaded node).
         if placed.primary in draining and placed.primary in live and budget > 0:
-            options = [n for n in placed.followers if n in primaries] or usable
-            move(group, placed, min(options, key=lambda n: (primaries[n], load[n], n)))
-        # Restore R: keep live usable followers, add the least loaded.
-        wanted = min(replicas, len(usable) - (placed.primary in usable))
+            options = [n for n in placed.followers if n in primaries] or targets
+            if options:
+                move(group, placed, min(options, key=lambda n: (primaries[n], load[n], n)))
+        # Restore R: keep live usable followers, add the least loaded targets
+        # (every one for a spread group).
         keep = [n for n in placed.followers if n in usable and n != placed.primary]
+        room = (set(targets) | set(keep)) - {placed.primary}
+        wanted = len(room) if group in spread else min(replicas, len(room))
         if len(keep) < wanted or len(keep) > wanted or len(keep) != len(placed.followers):
-            followers = choose_followers(placed.primary, usable, wanted, load, keep)
+            followers = choose_followers(placed.primary, room, wanted, load, keep)
             if followers != placed.followers:
                 for node in set(followers) - set(placed.followers):
                     load[node] += weight(group)
@@ -144,8 +166,8 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
             if placed.primary in by_node and group not in layout.moves \
                     and group not in out.moves:
                 by_node[placed.primary].append(group)
-        while budget > 0:
-            least = min(usable, key=lambda n: (primaries[n], n))
+        while budget > 0 and targets:
+            least = min(targets, key=lambda n: (primaries[n], n))
             chosen = None
             # From the most loaded node that has a group to give (a group
             # moved in this plan stays where it goes), the move to the least
@@ -172,8 +194,16 @@ class Planner:
     """Plans once a round while this node holds the planner's lock."""
 
     def __init__(self, placement: Placement, dsn: str, replicas: int, *,
-                 max_moves: int = MAX_MOVES) -> None:
+                 max_moves: int = MAX_MOVES, auto_rebalance: float = SETTLE_SECONDS,
+                 min_free: int = MIN_FREE_BYTES) -> None:
         self.placement = placement
+        #: Starts a rebalance once the load stayed drifted ``auto_rebalance``
+        #: seconds (0: never; rankd.cluster.drift).
+        self.drift = DriftWatch(auto_rebalance)
+        #: Free bytes below which a node is given no group (rankd.cluster.capacity).
+        self.min_free = min_free
+        #: What the live nodes last reported they can take.
+        self.capacity = Capacity()
         self.replicas = replicas
         self.max_moves = max_moves
         #: The planner's lock, on a session of its own (with keepalives).
@@ -240,8 +270,11 @@ class Planner:
             self._planned_live = live_now
         self._rebalanced_at = asked
         weights = await self.load.weights(now)
+        capacity = self.capacity = await read_reports(self.placement.pool, live, self.min_free)
+        self._watch_drift(layout, live - draining - capacity.failing, weights, now)
         made = plan(layout, live, draining, self.replicas, rebalance=self.rebalancing,
-                    max_moves=self.max_moves, weights=weights)
+                    max_moves=self.max_moves, weights=weights, failing=capacity.failing,
+                    full=capacity.full, spread=capacity.spread)
         if self.rebalancing and not made.moves and not layout.moves:
             self.rebalancing = False  # nothing left to move, nothing moving
         if not made:
@@ -258,3 +291,20 @@ class Planner:
                  len(made.placements), len(made.moves),
                  ", ".join(f"group {g} to {t}" for g, t in sorted(made.moves.items())[:8]))
         return made
+
+    def figures(self) -> dict[str, float]:
+        """Figures for ``/metrics`` (the drift ratio is 0 on a node that is
+        not the planner: it measures nothing)."""
+        return {"drift_ratio": self.drift.ratio if self.lock.held else 0.0,
+                "drift_rebalances": self.drift.started,
+                "nodes_given_no_group": len(self.capacity.full) if self.lock.held else 0}
+
+    def _watch_drift(self, layout: Layout, usable: set[str], weights: Mapping[int, float],
+                     now: float) -> None:
+        """Start a rebalance once the primaries' load stayed drifted for the
+        settle time (rankd.cluster.drift); not while one is going on."""
+        ratio = drift_ratio(layout, usable, weights)
+        if self.drift.observe(ratio, now, busy=self.rebalancing):
+            self.rebalancing = True
+            log.info("planner: the heaviest node leads %.2f times the mean load for %g s or "
+                     "more: rebalancing (--auto-rebalance)", ratio, self.drift.settle)

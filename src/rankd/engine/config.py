@@ -95,6 +95,10 @@ class BoardConfig:
     max_delta: float | None = None
     #: Submissions must carry an HMAC signature (see rankd.security.signing).
     signed: bool = False
+    #: On a cluster, ``"all"``: the board's group is kept on every live node
+    #: (a follower on each, so its live feed is local everywhere); None: the
+    #: cluster's ``--replicas``.  Shown only when set.
+    replicas: str | None = None
 
     @classmethod
     def from_dict(cls, data: object) -> BoardConfig:
@@ -102,7 +106,7 @@ class BoardConfig:
         if not isinstance(data, dict):
             raise InvalidInput("board config must be an object")
         known = {"order", "policy", "tie_break", "windows", "retain",
-                 "min_score", "max_score", "max_delta", "signed"}
+                 "min_score", "max_score", "max_delta", "signed", "replicas"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise InvalidInput(f"unknown board config field(s): {', '.join(map(str, unknown))}")
@@ -144,12 +148,20 @@ class BoardConfig:
         if not isinstance(signed, bool):
             raise InvalidInput("signed must be true or false")
         values["signed"] = signed
+        replicas = data.get("replicas")
+        if replicas not in (None, "all"):
+            raise InvalidInput(f'replicas must be "all" or null (the cluster\'s --replicas); '
+                               f"got {replicas!r}")
+        values["replicas"] = replicas
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as JSON-like data (inverse of :meth:`from_dict`)."""
         data = asdict(self)
         data["windows"] = list(self.windows)
+        if self.replicas is None:
+            # Left out unset: configs (and digests) of boards without it stay as before.
+            del data["replicas"]
         return data
 
     @property

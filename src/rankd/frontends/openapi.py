@@ -182,6 +182,11 @@ def schemas() -> dict[str, Any]:
                 "signed": {"type": "boolean", "default": False,
                            "description": "Every submission must carry an HMAC-SHA256 "
                                           "`signature`, an `event_id` and a `ts`."},
+                "replicas": {"anyOf": [{"const": "all"}, {"type": "null"}], "default": None,
+                             "description": "On a cluster, `all` keeps the board's group on "
+                                            "every live node (docs/cluster.md); null: the "
+                                            "cluster's `--replicas`.  In a response only "
+                                            "when set."},
                 "expires_at_ms": {
                     "anyOf": [{"type": "integer", "minimum": 0,
                                "maximum": MAX_DEADLINE_MS}, {"type": "null"}],
