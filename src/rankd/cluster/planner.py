@@ -44,6 +44,7 @@ until a round finds nothing to move.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -272,9 +273,13 @@ class Planner:
         weights = await self.load.weights(now)
         capacity = self.capacity = await read_reports(self.placement.pool, live, self.min_free)
         self._watch_drift(layout, live - draining - capacity.failing, weights, now)
-        made = plan(layout, live, draining, self.replicas, rebalance=self.rebalancing,
-                    max_moves=self.max_moves, weights=weights, failing=capacity.failing,
-                    full=capacity.full, spread=capacity.spread)
+        # Off the loop: a plan over a thousand groups takes tens of ms of
+        # Python.  Layouts are never changed in place; the sets are copied.
+        made = await asyncio.to_thread(
+            plan, layout, live_now, frozenset(draining), self.replicas,
+            rebalance=self.rebalancing,
+            max_moves=self.max_moves, weights=weights, failing=capacity.failing,
+            full=capacity.full, spread=capacity.spread)
         if self.rebalancing and not made.moves and not layout.moves:
             self.rebalancing = False  # nothing left to move, nothing moving
         if not made:
