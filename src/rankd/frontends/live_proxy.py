@@ -60,10 +60,12 @@ from rankd.cluster.trust import FORWARD_AUTH
 from rankd.engine.errors import EngineError, InvalidInput, NotPrimary
 from rankd.frontends.forwarding import FORWARDED, Forwarder
 from rankd.frontends.live import (
+    BURST_QUEUE,
     CLOSE_MOVED,
     CLOSE_TOO_SLOW,
     MAX_FOLLOWS,
     MAX_LIMIT,
+    MAX_QUEUE,
     LiveFeed,
     Subscriber,
     TooManyConnections,
@@ -192,7 +194,7 @@ class LiveProxy:
             upstream.members[member] = upstream.members.get(member, 0) + 1
             message = upstream.member_messages.get(member)
             if message is not None:
-                self._offer(subscriber, None, message)
+                self._offer(subscriber, None, message, BURST_QUEUE)
         for lane, members_of_lane in new.items():
             self._send_up(lane, {"action": "follow", "members": members_of_lane})
         return added
@@ -406,9 +408,10 @@ class LiveProxy:
             if upstream.lane_of.get(member) is not lane:
                 return  # no longer followed (or followed again on another lane)
             upstream.member_messages[member] = data
+            # (a lane re-established sends each of its members' states at once)
             for subscriber in list(upstream.subscribers):
                 if member in subscriber.follows:
-                    self._offer(subscriber, None, data)
+                    self._offer(subscriber, None, data, BURST_QUEUE)
 
     def _send_top(self, upstream: Upstream, subscriber: Subscriber | None = None) -> None:
         """The last top, cut to each limit, to the subscribers of that limit
@@ -429,8 +432,9 @@ class LiveProxy:
                 if other.limit == limit:
                     self._offer(other, "top", message)
 
-    def _offer(self, subscriber: Subscriber, key: str | None, message: bytes) -> None:
-        if subscriber.offer(key, message):
+    def _offer(self, subscriber: Subscriber, key: str | None, message: bytes,
+               bound: int = MAX_QUEUE) -> None:
+        if subscriber.offer(key, message, bound):
             self.relayed += 1
         else:
             _drop(subscriber, CLOSE_TOO_SLOW, "subscriber too slow")
