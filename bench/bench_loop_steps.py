@@ -8,9 +8,10 @@ callback the loop runs (``asyncio.Handle._run``) is timed with
 ``time.thread_time`` (CPU time of the loop's thread, user and system: a
 write's copy into the page cache included, a wait for a core not).  It
 builds a ``--members`` board with event ids (default 1,000,000), takes its
-group snapshot, loads it into a second engine (``load_group_snapshot``:
-built in a worker thread, swapped in, then the local log's copy written)
-and prints the longest steps, how many took over 5 ms and the total.
+group snapshot (as ``bench_group_load.py`` does), loads it into a second
+engine (``load_group_snapshot``: built in a worker thread, swapped in,
+then the local log's copy written) and prints the longest steps, how many
+took over 5 ms and the total.
 In-process: no daemon, no Postgres, no network.
 
 Compare two checkouts side by side (alternated)::
@@ -28,12 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rankd.cluster.groups import group_of
+from bench_group_load import group_snapshot
 from rankd.engine.engine import Engine, EngineConfig
-from rankd.engine.submission import Submission
-
-BOARD = "big"
-BATCH = 10_000
 
 #: (CPU seconds, callback) of each loop step while recording.
 steps: list[tuple[float, str]] = []
@@ -55,15 +52,7 @@ async def main(members: int, show: int) -> None:
     global recording
     asyncio.events.Handle._run = _timed_run
     with tempfile.TemporaryDirectory() as root:
-        source = await Engine.open(EngineConfig(data_dir=Path(root) / "source"))
-        await source.put_board(BOARD, {"policy": "best"})
-        for start in range(0, members, BATCH):
-            await source.submit_many([
-                Submission(BOARD, f"m{i}", float(i % 100_000), event_id=f"{BOARD}-{i}")
-                for i in range(start, min(members, start + BATCH))])
-        group = group_of(BOARD)
-        seq, epoch, sections = await source.group_snapshot(group)
-        await source.close(snapshot=False)
+        group, seq, epoch, sections = await group_snapshot(Path(root) / "source", members)
         target = await Engine.open(EngineConfig(data_dir=Path(root) / "target"))
         try:
             recording = True
