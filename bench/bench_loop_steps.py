@@ -14,6 +14,12 @@ then the local log's copy written) and prints the longest steps, how many
 took over 5 ms and the total.
 In-process: no daemon, no Postgres, no network.
 
+``--transaction N``: then one transaction of ``N`` submissions (RESP's
+``EXEC``: one ``TRANSACTION`` record) on the loaded board, and the CPU of
+applying that record as a follower does (``Replayer.replay_records`` and
+``flush``, what ``apply_replicated`` runs in one step) on a third engine
+holding the board: a record that is applied whole.
+
 Compare two checkouts side by side (alternated)::
 
     PYTHONPATH=src python bench/bench_loop_steps.py
@@ -29,8 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_group_load import group_snapshot
+from bench_group_load import BOARD, group_snapshot
 from rankd.engine.engine import Engine, EngineConfig
+from rankd.engine.submission import Submission
 
 #: (CPU seconds, callback) of each loop step while recording.
 steps: list[tuple[float, str]] = []
@@ -74,9 +81,48 @@ async def main(members: int, show: int) -> None:
         print(f"  {seconds * 1000:.1f} ms {handle}")
 
 
+async def transaction(members: int, submissions: int) -> None:
+    """One transaction's record, applied as a follower applies it (module doc)."""
+    with tempfile.TemporaryDirectory() as root:
+        *_, sections = await group_snapshot(Path(root) / "source", members)
+        primary = await Engine.open(EngineConfig(data_dir=Path(root) / "primary"))
+        follower = await Engine.open(EngineConfig(data_dir=Path(root) / "follower"))
+        try:
+            for engine in (primary, follower):
+                engine._state.load(sections)
+            wal = primary._core.wal
+            before = wal.last_lsn
+            writing = primary.transaction()
+            await writing.ready([BOARD])
+            started = time.thread_time()
+            writing.submit([Submission(BOARD, f"m{n * 97 % members}", float(members + n))
+                            for n in range(submissions)])
+            committed = writing.commit()
+            primary_cpu = time.thread_time() - started
+            if committed is not None:
+                await committed
+            logged = [record for batch in wal.iter_batches(before + 1, submissions + 10)
+                      for record in batch]
+            started, wall = time.thread_time(), time.perf_counter()
+            follower._replayer.replay_records(logged)
+            follower._replayer.flush()
+            follower_cpu, wall = time.thread_time() - started, time.perf_counter() - wall
+        finally:
+            await primary.close(snapshot=False)
+            await follower.close(snapshot=False)
+    print(f"a transaction of {submissions:,} submissions on {members:,} members: "
+          f"{max(len(payload) for _, payload in logged) / 1e6:.1f} MB record; the primary's "
+          f"step {primary_cpu * 1000:.1f} ms CPU; a follower's application "
+          f"{follower_cpu * 1000:.1f} ms CPU ({wall * 1000:.1f} ms wall)")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=1_000_000)
     parser.add_argument("--show", type=int, default=6, help="longest steps printed")
+    parser.add_argument("--transaction", type=int, default=0, metavar="N",
+                        help="then a transaction of N submissions (module doc)")
     args = parser.parse_args()
     asyncio.run(main(args.members, args.show))
+    if args.transaction:
+        asyncio.run(transaction(args.members, args.transaction))

@@ -195,3 +195,36 @@ def test_upstream_metrics_of_a_real_node(tmp_path: Path, pg_dsn: str) -> None:
                 assert metric(other, "rankd_live_proxy_connections_total") >= 2
 
         asyncio.run(run())
+
+
+def test_a_subscriber_following_the_most_members_keeps_up_through_a_move(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """A subscriber on n2 following MAX_FOLLOWS members of a board n0 holds;
+    the group moves to n1: the upstream re-established there sends every
+    member's state at once, and the subscriber takes them all (its queue
+    has room for one per followed member) instead of being closed as too
+    slow (4008), then gets every member's next write made on n1."""
+    with nodes(tmp_path, pg_dsn, 3, *ARGS) as (first, second, third):
+        start_board(first, pg_dsn, second, third)
+        members = [f"f{n}" for n in range(MAX_FOLLOWS)]
+
+        async def run() -> None:
+            async with aiohttp.ClientSession() as session:
+                await write_all(session, first, {m: float(n) for n, m in enumerate(members)})
+                watcher = await Watcher(session, third,
+                                        f"limit=1&members={','.join(members)}").start()
+                await watcher.until(lambda: len(seen(watcher)) == MAX_FOLLOWS)
+                status, body = first.request("POST", "/v1/cluster/moves",
+                                             {"group": GROUP, "node": "n1"})
+                assert status == 202, body
+                deadline = time.monotonic() + 30
+                while metric(third, "rankd_live_proxy_reconnections_total") < 1:
+                    assert time.monotonic() < deadline, "the upstream was not re-established"
+                    await asyncio.sleep(0.1)
+                scores = {m: 1000.0 + n for n, m in enumerate(members)}
+                await write_all(session, second, scores)
+                await watcher.until(lambda: all(seen(watcher).get(m) == s
+                                                for m, s in scores.items()), timeout=20)
+                assert watcher.closed is None
+
+        asyncio.run(run())
