@@ -39,8 +39,10 @@ class Replayer:
         self.pieces: tuple[tuple[int, int, int], list[bytes]] | None = None
 
     def clear(self) -> None:
-        """Forget the states gathered (the state they were for is gone)."""
+        """Forget the states gathered and pieces read (the state they were
+        for is gone)."""
         self.replayed, self.replayed_count = {}, 0
+        self.pieces = None
 
     def replay_local(self, batch: Sequence[tuple[int, bytes]]) -> None:
         """Replay records of the local log: as they are on a single node; a

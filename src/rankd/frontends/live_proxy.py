@@ -183,6 +183,8 @@ class LiveProxy:
         """Follow more members (validated); returns those added."""
         added = added_follows(subscriber, members)
         upstream = self._upstream_of(subscriber)
+        if upstream is None:
+            return []
         new: dict[Lane, list[str]] = {}
         for member in added:
             subscriber.follows.add(member)
@@ -202,6 +204,8 @@ class LiveProxy:
     def unfollow(self, subscriber: Subscriber, members: object) -> None:
         members = _member_names(members)
         upstream = self._upstream_of(subscriber)
+        if upstream is None:
+            return
         gone: dict[Lane, list[str]] = {}
         for member in members:
             if member in subscriber.follows:
@@ -222,8 +226,8 @@ class LiveProxy:
                 self._retire(upstream, lane)
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
-        upstream = self.upstreams.get((subscriber.board, subscriber.window or None))
-        if upstream is None or subscriber not in upstream.subscribers:
+        upstream = self._upstream_of(subscriber)
+        if upstream is None:
             return
         self.unfollow(subscriber, list(subscriber.follows))
         upstream.subscribers.discard(subscriber)
@@ -243,8 +247,7 @@ class LiveProxy:
 
     def serves(self, subscriber: Subscriber) -> bool:
         """Whether ``subscriber`` is one of the proxy's."""
-        upstream = self.upstreams.get((subscriber.board, subscriber.window or None))
-        return upstream is not None and subscriber in upstream.subscribers
+        return self._upstream_of(subscriber) is not None
 
     async def close(self) -> None:
         for upstream in list(self.upstreams.values()):
@@ -260,8 +263,11 @@ class LiveProxy:
 
     # --- the lanes -----------------------------------------------------------------------
 
-    def _upstream_of(self, subscriber: Subscriber) -> Upstream:
-        return self.upstreams[subscriber.board, subscriber.window or None]
+    def _upstream_of(self, subscriber: Subscriber) -> Upstream | None:
+        """``subscriber``'s upstream; None once it ended (the subscriber was
+        closed with 1012 and may still send a follow before it sees that)."""
+        upstream = self.upstreams.get((subscriber.board, subscriber.window or None))
+        return upstream if upstream is not None and subscriber in upstream.subscribers else None
 
     def _open_lane(self, upstream: Upstream) -> Lane:
         lane = Lane()
