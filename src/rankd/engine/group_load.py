@@ -15,7 +15,11 @@ move's writers with them.  Now:
    :data:`EVENT_ID_PIECE` bytes, so the loop's thread gets the GIL within
    a few ms whenever it wants it;
 2. :func:`encoded` makes the local log's records of the snapshot, in the
-   worker thread too (copies of megabytes);
+   worker thread too (copies of megabytes), none over
+   :data:`COMMIT_BYTES` (a larger section in pieces), and
+   :func:`commit_runs` hands them to the log a run of that size per loop
+   step: framing and writing a board's 25 MB index in one step held the
+   loop for tens of ms;
 3. on the loop, :func:`install` swaps the built boards in (one dict store
    each) and applies the sections that touch the node's shared state
    (deadlines, boards being built, positions): small, and in order.
