@@ -45,6 +45,17 @@ async def write_all(session: aiohttp.ClientSession, daemon: Daemon, scores: dict
     raise AssertionError(body)
 
 
+async def move_and_reconnect(via: Daemon, node: str, proxying: Daemon) -> None:
+    """The board's group moved to ``node`` (asked of ``via``), until
+    ``proxying`` re-established its upstream."""
+    status, body = via.request("POST", "/v1/cluster/moves", {"group": GROUP, "node": node})
+    assert status == 202, body
+    deadline = time.monotonic() + 30
+    while metric(proxying, "rankd_live_proxy_reconnections_total") < 1:
+        assert time.monotonic() < deadline, "the upstream was not re-established"
+        await asyncio.sleep(0.1)
+
+
 class Follower(Watcher):
     """A :class:`Watcher` that keeps its socket, to send on it."""
 
@@ -185,13 +196,7 @@ def test_upstream_metrics_of_a_real_node(tmp_path: Path, pg_dsn: str) -> None:
                 assert received >= 3  # a first top, w's first state, a top and w's new one
                 assert relayed >= 2 * received - 2  # each fanned out to both (tops cut)
                 assert metric(other, "rankd_live_proxy_buffered_bytes") >= 0
-                status, body = primary.request("POST", "/v1/cluster/moves",
-                                               {"group": GROUP, "node": "n2"})
-                assert status == 202, body
-                deadline = time.monotonic() + 30
-                while metric(other, "rankd_live_proxy_reconnections_total") < 1:
-                    assert time.monotonic() < deadline, "the upstream was not re-established"
-                    await asyncio.sleep(0.1)
+                await move_and_reconnect(primary, "n2", other)
                 assert metric(other, "rankd_live_proxy_connections_total") >= 2
 
         asyncio.run(run())
@@ -214,13 +219,7 @@ def test_a_subscriber_following_the_most_members_keeps_up_through_a_move(
                 watcher = await Watcher(session, third,
                                         f"limit=1&members={','.join(members)}").start()
                 await watcher.until(lambda: len(seen(watcher)) == MAX_FOLLOWS)
-                status, body = first.request("POST", "/v1/cluster/moves",
-                                             {"group": GROUP, "node": "n1"})
-                assert status == 202, body
-                deadline = time.monotonic() + 30
-                while metric(third, "rankd_live_proxy_reconnections_total") < 1:
-                    assert time.monotonic() < deadline, "the upstream was not re-established"
-                    await asyncio.sleep(0.1)
+                await move_and_reconnect(first, "n1", third)
                 scores = {m: 1000.0 + n for n, m in enumerate(members)}
                 await write_all(session, second, scores)
                 await watcher.until(lambda: all(seen(watcher).get(m) == s
