@@ -78,17 +78,24 @@ def thread_load(members: int) -> None:
           f"({len(lateness)} wake-ups)")
 
 
+async def group_snapshot(root: Path, members: int) -> tuple[int, int, int, list[bytes]]:
+    """``(group, seq, epoch, sections)``: the group snapshot of a board of
+    ``members`` members with event ids, made by an engine in ``root``."""
+    source = await Engine.open(EngineConfig(data_dir=root))
+    await source.put_board(BOARD, {"policy": "best"})
+    for start in range(0, members, BATCH):
+        await source.submit_many([
+            Submission(BOARD, f"m{i}", float(i % 100_000), event_id=f"{BOARD}-{i}")
+            for i in range(start, min(members, start + BATCH))])
+    group = group_of(BOARD)
+    seq, epoch, sections = await source.group_snapshot(group)
+    await source.close(snapshot=False)
+    return group, seq, epoch, sections
+
+
 async def main(members: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as root:
-        source = await Engine.open(EngineConfig(data_dir=Path(root) / "source"))
-        await source.put_board(BOARD, {"policy": "best"})
-        for start in range(0, members, BATCH):
-            await source.submit_many([
-                Submission(BOARD, f"m{i}", float(i % 100_000), event_id=f"{BOARD}-{i}")
-                for i in range(start, min(members, start + BATCH))])
-        group = group_of(BOARD)
-        seq, epoch, sections = await source.group_snapshot(group)
-        await source.close(snapshot=False)
+        group, seq, epoch, sections = await group_snapshot(Path(root) / "source", members)
         size = sum(map(len, sections))
         print(f"{members:,} members: a group snapshot of {len(sections)} sections, "
               f"{size / 1e6:.1f} MB")

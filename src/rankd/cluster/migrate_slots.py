@@ -97,6 +97,7 @@ async def _rebuild(store: ClusterLog, engine: Engine, old_groups: list[int]) -> 
             records = await store.read(group, seq, 100)
             if not records:
                 break
+            await engine.released(group)  # (not under a snapshot's dump)
             await engine.apply_replicated(group, records)
             seq = records[-1][0]
             applied += len(records)

@@ -660,6 +660,8 @@ class ClusterNode:
     def _apply(self, group: int, logged: list[tuple[int, int, bytes]]) -> Awaitable[None]:
         if too_long(logged):
             return self._apply_sliced(group, logged)
+        if self.engine.held_in(group):  # a snapshot is dumping its indexes: after it
+            return self._apply_released(group, logged)
         seq = self.engine.positions.get(group, (0, 0))[0]
         if logged[0][0] != seq + 1:
             raise RuntimeError(f"group {group}: the tail hands position {logged[0][0]} to a "
@@ -675,9 +677,14 @@ class ClusterNode:
         event loop serve between slices."""
         applied = []
         for part in apply_slices(logged):
+            await self.engine.released(group)  # (then _apply applies the part at once)
             applied.append(self._apply(group, part))
             await asyncio.sleep(0)
         await asyncio.gather(*applied)
+
+    async def _apply_released(self, group: int, logged: list[tuple[int, int, bytes]]) -> None:
+        await self.engine.released(group)
+        await self._apply(group, logged)
 
     async def _bootstrap(self, group: int) -> int:
         """The log no longer holds the positions this node needs next: start

@@ -342,6 +342,8 @@ class Engine:
     settled_read = _Room("_cluster", ReplicatedWrites.settled_read)
     route = _Room("_cluster", ReplicatedWrites.route)
     apply_replicated = _Room("_cluster", ReplicatedWrites.apply_replicated)
+    held_in = _Room("_cluster", ReplicatedWrites.held_in)
+    released = _Room("_cluster", ReplicatedWrites.released)
     written_by = _Room("_cluster", ReplicatedWrites.written_by)
     load_group_snapshot = _Room("_cluster", ReplicatedWrites.load_group_snapshot)
     reset_group = _Room("_cluster", ReplicatedWrites.reset_group)

@@ -15,7 +15,11 @@ move's writers with them.  Now:
    :data:`EVENT_ID_PIECE` bytes, so the loop's thread gets the GIL within
    a few ms whenever it wants it;
 2. :func:`encoded` makes the local log's records of the snapshot, in the
-   worker thread too (copies of megabytes);
+   worker thread too (copies of megabytes), none over
+   :data:`COMMIT_BYTES` (a larger section in pieces), and
+   :func:`commit_runs` hands them to the log a run of that size per loop
+   step: framing and writing a board's 25 MB index in one step held the
+   loop for tens of ms;
 3. on the loop, :func:`install` swaps the built boards in (one dict store
    each) and applies the sections that touch the node's shared state
    (deadlines, boards being built, positions): small, and in order.
@@ -43,8 +47,11 @@ from rankd.engine.state import BoardState
 LOOP_KINDS = frozenset({"expiry", "positions", staging.SECTION})
 #: Bytes of event ids handed to the native store at once (a ms or so).
 EVENT_ID_PIECE = 64 << 10
-#: Bytes of the local log's records of a snapshot committed in one pass.
-COMMIT_BYTES = 8 << 20
+#: Bytes of the local log's records of a snapshot committed in one pass,
+#: and the most of a section one record holds (a larger one, a board's
+#: index, is logged in pieces): framing and writing 8 MiB at once held the
+#: loop for tens of ms, a 25 MB index section hundreds.
+COMMIT_BYTES = 1 << 20
 
 
 @dataclass
@@ -94,13 +101,23 @@ def event_id_pieces(chunk: bytes, size: int) -> Iterator[bytes]:
 
 def encoded(group: int, seq: int, epoch: int, sections: list[bytes]) -> list[bytes]:
     """The local log's ``GROUP_LOAD`` records of a group snapshot (replayed
-    by ``Replayer.load_group_part``), one per section."""
+    by ``Replayer.load_group_part``), one per section, or one per piece of
+    :data:`COMMIT_BYTES` of a larger section."""
     parts = sections or [None]  # a group without boards: one empty part
     # records.encode's bytes, from a packer of this thread's own (the
     # module's one is the loop thread's).
     packer = msgpack.Packer(use_bin_type=True)
-    return [packer.pack([records.GROUP_LOAD, group, seq, epoch, part, len(parts), section])
-            for part, section in enumerate(parts)]
+    logged = []
+    for part, section in enumerate(parts):
+        head = [records.GROUP_LOAD, group, seq, epoch, part, len(parts)]
+        if section is None or len(section) <= COMMIT_BYTES:
+            logged.append(packer.pack([*head, section]))
+            continue
+        view = memoryview(section)
+        pieces = -(-len(section) // COMMIT_BYTES)
+        logged.extend(packer.pack([*head, view[start:start + COMMIT_BYTES], piece, pieces])
+                      for piece, start in enumerate(range(0, len(section), COMMIT_BYTES)))
+    return logged
 
 
 def commit_runs(logged: list[bytes]) -> Iterator[list[bytes]]:

@@ -44,9 +44,13 @@ REPLICATED    group, first_seq, epoch, payloads: records above (each
               encoded) at positions first_seq, first_seq + 1, ...
 GROUP_RESET   group: the group's boards are gone (it is replayed again from
               the cluster's log)
-GROUP_LOAD    group, seq, epoch, part, parts, section: part ``part`` of
-              ``parts`` of the group's state at ``seq`` (its snapshot in the
-              cluster, as snapshot sections); part 0 drops the group's boards
+GROUP_LOAD    group, seq, epoch, part, parts, section[, piece, pieces]: part
+              ``part`` of ``parts`` of the group's state at ``seq`` (its
+              snapshot in the cluster, as snapshot sections); part 0 drops
+              the group's boards.  With ``piece``, ``section`` is piece
+              ``piece`` of ``pieces`` of the part's section, in order in
+              consecutive records (a large section is logged in pieces:
+              ``rankd.engine.group_load``)
 ============  ============================================================
 
 A board built in steps (a large store: ``rankd.engine.staging``) is logged

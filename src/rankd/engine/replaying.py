@@ -34,10 +34,15 @@ class Replayer:
         #: packed (:mod:`rankd.index.packed`).
         self.replayed: dict[tuple[str, str, str], bytearray] = {}
         self.replayed_count = 0
+        #: A GROUP_LOAD part logged in pieces: ``((group, seq, part), the
+        #: pieces read so far)``, until its last piece.
+        self.pieces: tuple[tuple[int, int, int], list[bytes]] | None = None
 
     def clear(self) -> None:
-        """Forget the states gathered (the state they were for is gone)."""
+        """Forget the states gathered and pieces read (the state they were
+        for is gone)."""
         self.replayed, self.replayed_count = {}, 0
+        self.pieces = None
 
     def replay_local(self, batch: Sequence[tuple[int, bytes]]) -> None:
         """Replay records of the local log: as they are on a single node; a
@@ -78,7 +83,20 @@ class Replayer:
             self.replay_records(run)
 
     def load_group_part(self, record: Sequence[Any]) -> None:
-        _, group, seq, epoch, part, parts, section = record
+        _, group, seq, epoch, part, parts, section, *cut = record
+        if cut:  # piece ``cut[0]`` of ``cut[1]`` of the part's section
+            piece, pieces = cut
+            pending, self.pieces = self.pieces, None
+            if piece == 0:
+                pending = ((group, seq, part), [])
+            elif (pending is None or pending[0] != (group, seq, part)
+                  or len(pending[1]) != piece):
+                return  # the rest of pieces cut short (a crash): never loaded
+            pending[1].append(section)
+            if piece < pieces - 1:
+                self.pieces = pending
+                return
+            section = b"".join(pending[1])
         if part == 0:
             self.drop_group(group)
         if section is not None:

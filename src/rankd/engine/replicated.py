@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from rankd._tasks import outcome_seen
 from rankd.engine import group_load, records, settings
+from rankd.engine.board import Board
 from rankd.engine.commits import Commits, unwired
 from rankd.engine.core import Core
 from rankd.engine.errors import (
@@ -365,6 +366,22 @@ class ReplicatedWrites:
             else outcome.exception() or outcome.result()))
 
     # --- a follower ---------------------------------------------------------------------
+
+    def held_in(self, group: int) -> list[Board]:
+        """The boards of ``group`` a snapshot holds now: a follower applies
+        nothing to them until they are released (:meth:`released`).  The
+        snapshot dumps their indexes in a worker thread without the GIL; a
+        record applied meanwhile changed an index under the dump and
+        crashed the process."""
+        state = self.state
+        return [state.boards[name] for name in state.held
+                if name in state.boards and group_of(name) == group]
+
+    async def released(self, group: int) -> None:
+        """Once no board of ``group`` is held (see :meth:`held_in`)."""
+        while boards := self.held_in(group):
+            for board in boards:
+                await board.writable.wait()
 
     def apply_replicated(self, group: int, logged: list[tuple[int, int, bytes]]
                          ) -> asyncio.Future[None]:

@@ -54,6 +54,10 @@ DEFAULT_INTERVAL = 0.25
 MAX_LIMIT = 100
 MAX_FOLLOWS = 100
 MAX_QUEUE = 64
+#: A queue's bound for the states of members a subscriber begins following
+#: (one each, all in one step, before its sender runs): past MAX_QUEUE by
+#: at most what one connection follows.
+BURST_QUEUE = MAX_QUEUE + MAX_FOLLOWS
 #: WebSocket close code for a subscriber that cannot keep up.
 CLOSE_TOO_SLOW = 4008
 CLOSE_TOO_MANY = 4029
@@ -105,11 +109,12 @@ class Subscriber:
             return True
         return self.offer(key, message)
 
-    def offer(self, key: str | None, message: bytes) -> bool:
+    def offer(self, key: str | None, message: bytes, bound: int = MAX_QUEUE) -> bool:
         """Queue a message; one with the same ``key`` still queued is dropped
         (superseded).
 
-        Returns False when the queue is full (the subscriber is too slow).
+        Returns False when the queue holds ``bound`` messages (the
+        subscriber is too slow).
         """
         if key is not None:
             for position, (queued_key, _) in enumerate(self.queue):
@@ -119,7 +124,7 @@ class Subscriber:
                     del self.queue[position]
                     self.queue.append((key, message))
                     return True
-        if len(self.queue) >= MAX_QUEUE:
+        if len(self.queue) >= bound:
             return False
         self.queue.append((key, message))
         self.wakeup.set()
@@ -326,7 +331,7 @@ class LiveFeed:
                 state = states[member]
                 subscriber.members_sent[member] = state
                 subscriber.offer(None, self._member_message(board, window, member, state,
-                                                            version))
+                                                            version), BURST_QUEUE)
 
     def unfollow(self, subscriber: Subscriber, members: object) -> None:
         members = _member_names(members)

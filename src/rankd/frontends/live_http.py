@@ -28,8 +28,9 @@ from rankd.frontends.live import (
     parse_client_message,
 )
 from rankd.frontends.live_proxy import LiveProxy, holder_of
+from rankd.frontends.live_proxy_metrics import LiveProxyCollector
 from rankd.frontends.origins import PUBLIC_CORS_HEADERS
-from rankd.frontends.rest import FORWARDER, GATE, ORIGINS, PRINCIPAL, RequestError
+from rankd.frontends.rest import FORWARDER, GATE, METRICS, ORIGINS, PRINCIPAL, RequestError
 from rankd.security import RateLimited
 
 log = logging.getLogger(__name__)
@@ -249,6 +250,8 @@ def add_live_routes(app: web.Application, feed: LiveFeed) -> None:
     forwarder = app.get(FORWARDER)
     proxy = app[PROXY] = (LiveProxy(feed, forwarder, holder_of(feed.engine))
                           if forwarder is not None else None)
+    if proxy is not None:
+        app[METRICS].add(LiveProxyCollector(proxy))
     app.add_routes(routes)
 
     async def on_startup(_: web.Application) -> None:

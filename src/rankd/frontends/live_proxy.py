@@ -3,13 +3,22 @@
 On a cluster a node holds only the groups placed on it, so a subscription
 to another group's board (a browser's page behind a plain load balancer)
 cannot be rendered here.  The node then proxies it: it opens **one
-upstream** WebSocket per ``(board, window)`` to the node that holds the
-board's group, and fans what comes down out to every local subscriber of
-that board and window, whatever their ``limit`` and followed members.
+upstream** per ``(board, window)`` to the node that holds the board's
+group, and fans what comes down out to every local subscriber of that
+board and window, whatever their ``limit`` and followed members.
 
-* The upstream asks for the largest top (:data:`~rankd.frontends.live.
-  MAX_LIMIT`) and follows the union of the members the local subscribers
-  follow (``follow``/``unfollow`` sent up as they change).  Each local
+* The upstream follows the union of the members the local subscribers
+  follow (``follow``/``unfollow`` sent up as they change).  The holder
+  caps every connection, a node's included, at
+  :data:`~rankd.frontends.live.MAX_FOLLOWS` followed members, so an
+  upstream is a small pool of WebSocket connections, its *lanes*
+  (:class:`Lane`): each follows at most ``MAX_FOLLOWS`` members, a member
+  is followed on one lane only, a lane is opened only when every open one
+  is full and closed once it follows nobody.  The first lane asks for the
+  largest top (:data:`~rankd.frontends.live.MAX_LIMIT`) and is the only
+  one whose tops are used; the others ask for a top of one (cheap for the
+  holder) and carry members only.  No claim of being a node is needed, so
+  no client can get past the cap either.  Each local
   subscriber gets the top cut to its ``limit``, only when that cut changed
   (as the local feed pushes only a changed top-N), and the state of the
   members it follows; one it starts following that is followed already gets
@@ -51,9 +60,12 @@ from rankd.cluster.trust import FORWARD_AUTH
 from rankd.engine.errors import EngineError, InvalidInput, NotPrimary
 from rankd.frontends.forwarding import FORWARDED, Forwarder
 from rankd.frontends.live import (
+    BURST_QUEUE,
     CLOSE_MOVED,
     CLOSE_TOO_SLOW,
+    MAX_FOLLOWS,
     MAX_LIMIT,
+    MAX_QUEUE,
     LiveFeed,
     Subscriber,
     TooManyConnections,
@@ -79,8 +91,22 @@ UPSTREAM_HEARTBEAT = 2.0
 
 
 @dataclass(eq=False)
+class Lane:
+    """One connection of an upstream and the members it follows (at most
+    :data:`~rankd.frontends.live.MAX_FOLLOWS`)."""
+
+    members: set[str] = field(default_factory=set)
+    socket: aiohttp.ClientWebSocketResponse | None = None
+    task: asyncio.Task | None = None
+    #: Closed because it follows nobody: its end is not its upstream's.
+    retired: bool = False
+    #: Times it connected (from the second on, it was re-established).
+    connected: int = 0
+
+
+@dataclass(eq=False)
 class Upstream:
-    """One proxied ``(board, window)``: its connection and local subscribers."""
+    """One proxied ``(board, window)``: its lanes and local subscribers."""
 
     board: str
     window: str | None
@@ -90,14 +116,17 @@ class Upstream:
     subscribers: set[Subscriber] = field(default_factory=set)
     #: Followed members: how many local subscribers follow each.
     members: dict[str, int] = field(default_factory=dict)
+    #: Its connections; the first's tops are the ones used, and it lives
+    #: as long as the upstream.
+    lanes: list[Lane] = field(default_factory=list)
+    #: The lane each followed member is followed on.
+    lane_of: dict[str, Lane] = field(default_factory=dict)
     #: The last top seen (the whole message) and, per limit, the cut last sent.
     top: dict[str, Any] | None = None
     sent: dict[int, tuple[Any, list]] = field(default_factory=dict)
     #: The last message of each followed member.
     member_messages: dict[str, bytes] = field(default_factory=dict)
     version: int = -1
-    socket: aiohttp.ClientWebSocketResponse | None = None
-    task: asyncio.Task | None = None
 
 
 class LiveProxy:
@@ -114,8 +143,14 @@ class LiveProxy:
         self.upstreams: dict[tuple[str, str | None], Upstream] = {}
         self._client: aiohttp.ClientSession | None = None
         self._sending: set[asyncio.Future] = set()
-        #: Upstream connections opened so far.
+        # Counters read by /metrics (rankd.frontends.live_proxy_metrics).
+        #: Upstream connections opened so far, and of them re-established
+        #: (a lane that had been connected before: the holder moved or failed).
         self.connections = 0
+        self.reconnections = 0
+        #: Messages received from holders, and queued for local subscribers.
+        self.received = 0
+        self.relayed = 0
 
     # --- subscribers (what live_http calls, as it calls LiveFeed) ------------------------
 
@@ -137,7 +172,7 @@ class LiveProxy:
         if upstream is None:
             upstream = self.upstreams[board, window] = Upstream(board, window, principal,
                                                                 address, secure)
-            upstream.task = asyncio.ensure_future(self._run(upstream))
+            self._open_lane(upstream)
         upstream.subscribers.add(subscriber)
         self.follow(subscriber, members)
         if upstream.top is not None:
@@ -148,23 +183,30 @@ class LiveProxy:
         """Follow more members (validated); returns those added."""
         added = added_follows(subscriber, members)
         upstream = self._upstream_of(subscriber)
-        new = []
+        if upstream is None:
+            return []
+        new: dict[Lane, list[str]] = {}
         for member in added:
             subscriber.follows.add(member)
             if upstream.members.get(member, 0) == 0:
-                new.append(member)
+                lane = self._lane_with_room(upstream)
+                lane.members.add(member)
+                upstream.lane_of[member] = lane
+                new.setdefault(lane, []).append(member)
             upstream.members[member] = upstream.members.get(member, 0) + 1
             message = upstream.member_messages.get(member)
             if message is not None:
-                self._offer(subscriber, None, message)
-        if new:
-            self._send_up(upstream, {"action": "follow", "members": new})
+                self._offer(subscriber, None, message, BURST_QUEUE)
+        for lane, members_of_lane in new.items():
+            self._send_up(lane, {"action": "follow", "members": members_of_lane})
         return added
 
     def unfollow(self, subscriber: Subscriber, members: object) -> None:
         members = _member_names(members)
         upstream = self._upstream_of(subscriber)
-        gone = []
+        if upstream is None:
+            return
+        gone: dict[Lane, list[str]] = {}
         for member in members:
             if member in subscriber.follows:
                 subscriber.follows.discard(member)
@@ -172,15 +214,20 @@ class LiveProxy:
                 if left <= 0:
                     upstream.members.pop(member, None)
                     upstream.member_messages.pop(member, None)
-                    gone.append(member)
+                    lane = upstream.lane_of.pop(member)
+                    lane.members.discard(member)
+                    gone.setdefault(lane, []).append(member)
                 else:
                     upstream.members[member] = left
-        if gone:
-            self._send_up(upstream, {"action": "unfollow", "members": gone})
+        for lane, members_of_lane in gone.items():
+            if lane.members or lane is upstream.lanes[0]:
+                self._send_up(lane, {"action": "unfollow", "members": members_of_lane})
+            else:  # a lane following nobody is closed (the first stays: the tops)
+                self._retire(upstream, lane)
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
-        upstream = self.upstreams.get((subscriber.board, subscriber.window or None))
-        if upstream is None or subscriber not in upstream.subscribers:
+        upstream = self._upstream_of(subscriber)
+        if upstream is None:
             return
         self.unfollow(subscriber, list(subscriber.follows))
         upstream.subscribers.discard(subscriber)
@@ -189,8 +236,8 @@ class LiveProxy:
         subscriber.wakeup.set()
         if not upstream.subscribers:
             del self.upstreams[upstream.board, upstream.window]
-            if upstream.task is not None:
-                upstream.task.cancel()
+            for lane in list(upstream.lanes):
+                self._retire(upstream, lane)
 
     def _uncount(self, subscriber: Subscriber) -> None:
         per_address = self.feed.per_address
@@ -200,27 +247,50 @@ class LiveProxy:
 
     def serves(self, subscriber: Subscriber) -> bool:
         """Whether ``subscriber`` is one of the proxy's."""
-        upstream = self.upstreams.get((subscriber.board, subscriber.window or None))
-        return upstream is not None and subscriber in upstream.subscribers
+        return self._upstream_of(subscriber) is not None
 
     async def close(self) -> None:
         for upstream in list(self.upstreams.values()):
-            if upstream.task is not None:
-                upstream.task.cancel()
-                with contextlib.suppress(BaseException):
-                    await upstream.task
+            for lane in list(upstream.lanes):
+                if lane.task is not None:
+                    lane.task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await lane.task
         self.upstreams.clear()
         if self._client is not None:
             await self._client.close()
             self._client = None
 
-    # --- the upstream --------------------------------------------------------------------
+    # --- the lanes -----------------------------------------------------------------------
 
-    def _upstream_of(self, subscriber: Subscriber) -> Upstream:
-        return self.upstreams[subscriber.board, subscriber.window or None]
+    def _upstream_of(self, subscriber: Subscriber) -> Upstream | None:
+        """``subscriber``'s upstream; None once it ended (the subscriber was
+        closed with 1012 and may still send a follow before it sees that)."""
+        upstream = self.upstreams.get((subscriber.board, subscriber.window or None))
+        return upstream if upstream is not None and subscriber in upstream.subscribers else None
 
-    def _send_up(self, upstream: Upstream, message: dict[str, Any]) -> None:
-        socket = upstream.socket
+    def _open_lane(self, upstream: Upstream) -> Lane:
+        lane = Lane()
+        upstream.lanes.append(lane)
+        lane.task = asyncio.ensure_future(self._run(upstream, lane))
+        return lane
+
+    def _lane_with_room(self, upstream: Upstream) -> Lane:
+        """The first lane that follows fewer than MAX_FOLLOWS members, or a new one."""
+        for lane in upstream.lanes:
+            if len(lane.members) < MAX_FOLLOWS:
+                return lane
+        return self._open_lane(upstream)
+
+    def _retire(self, upstream: Upstream, lane: Lane) -> None:
+        lane.retired = True
+        with contextlib.suppress(ValueError):
+            upstream.lanes.remove(lane)
+        if lane.task is not None and lane.task is not asyncio.current_task():
+            lane.task.cancel()  # (not the lane ending its upstream: it is ending)
+
+    def _send_up(self, lane: Lane, message: dict[str, Any]) -> None:
+        socket = lane.socket
         if socket is not None and not socket.closed:
             task = asyncio.ensure_future(socket.send_str(orjson.dumps(message).decode()))
             self._sending.add(task)  # (the loop keeps only weak references)
@@ -231,15 +301,16 @@ class LiveProxy:
         if not task.cancelled() and task.exception() is not None:
             log.debug("a message to a live upstream was not sent: %s", task.exception())
 
-    async def _run(self, upstream: Upstream) -> None:
-        """Keep ``upstream`` connected to the board's holder while it has
-        subscribers; close them (1012) if this node holds the board now or
-        no holder is reachable for :data:`GIVE_UP_SECONDS`."""
+    async def _run(self, upstream: Upstream, lane: Lane) -> None:
+        """Keep ``lane`` connected to the board's holder while its upstream
+        has subscribers and it is not retired; end the upstream (its
+        subscribers closed with 1012) if this node holds the board now, the
+        holder refused, or no holder is reachable for :data:`GIVE_UP_SECONDS`."""
         loop = asyncio.get_running_loop()
         trying_since = loop.time()
         why = "the board's group is not reachable from this node"
         try:
-            while upstream.subscribers:
+            while upstream.subscribers and not lane.retired:
                 try:
                     holder = self.resolve(upstream.board, upstream.window)
                 except EngineError as exc:
@@ -249,7 +320,7 @@ class LiveProxy:
                     break
                 if holder:
                     try:
-                        await self._stream(upstream, holder)
+                        await self._stream(upstream, lane, holder)
                         trying_since = loop.time()
                     except aiohttp.WSServerHandshakeError as exc:
                         log.info("live upstream of %s to %s refused: %s %s", upstream.board,
@@ -266,28 +337,37 @@ class LiveProxy:
                     break
                 await asyncio.sleep(RETRY_SECONDS)
         finally:
-            upstream.socket = None
-            # Only this upstream's entry: once its last subscriber left, a new
-            # subscriber may have made another under the same key before
-            # this task, cancelled, got here (dropping that one leaked it).
-            key = (upstream.board, upstream.window)
-            if self.upstreams.get(key) is upstream:
-                del self.upstreams[key]
-            for subscriber in list(upstream.subscribers):
-                upstream.subscribers.discard(subscriber)
-                self._uncount(subscriber)
-                _drop(subscriber, CLOSE_MOVED, why[:120])
+            lane.socket = None
+            if not lane.retired:
+                self._end(upstream, why)
 
-    async def _stream(self, upstream: Upstream, holder: str) -> None:
-        """One upstream connection: subscribe, then fan out until it ends."""
+    def _end(self, upstream: Upstream, why: str) -> None:
+        """The upstream is over: its other lanes closed, its subscribers too (1012)."""
+        # Only this upstream's entry: once its last subscriber left, a new
+        # subscriber may have made another under the same key before this
+        # task, cancelled, got here (dropping that one leaked it).
+        key = (upstream.board, upstream.window)
+        if self.upstreams.get(key) is upstream:
+            del self.upstreams[key]
+        for lane in list(upstream.lanes):
+            self._retire(upstream, lane)
+        for subscriber in list(upstream.subscribers):
+            upstream.subscribers.discard(subscriber)
+            self._uncount(subscriber)
+            _drop(subscriber, CLOSE_MOVED, why[:120])
+
+    async def _stream(self, upstream: Upstream, lane: Lane, holder: str) -> None:
+        """One connection of ``lane``: subscribe, follow its members, then
+        fan out what comes down until it ends."""
         if self._client is None:
             self._client = aiohttp.ClientSession()
-        query = {"limit": str(MAX_LIMIT)}
+        first = bool(upstream.lanes) and lane is upstream.lanes[0]
+        # Only the first lane's tops are used: the others ask for the smallest.
+        query = {"limit": str(MAX_LIMIT if first else 1)}
         if upstream.window:
             query["window"] = upstream.window
-        asked = set(upstream.members)
-        if asked:
-            query["members"] = ",".join(asked)
+        # The members go in a message once connected, not in the query: a
+        # hundred names of up to 256 bytes would not fit a request line.
         path_qs = f"/v1/boards/{quote(upstream.board, safe='')}/live?{urlencode(query)}"
         forwarder = self.forwarder
         headers = {FORWARDED: forwarder.node,
@@ -299,26 +379,30 @@ class LiveProxy:
                                            headers=headers, heartbeat=UPSTREAM_HEARTBEAT,
                                            max_msg_size=1 << 20) as socket:
             self.connections += 1
-            upstream.socket = socket
-            upstream.sent.clear()  # the new upstream's first top goes to everyone
-            # Followed or left while it connected: told now.
-            if added := [member for member in upstream.members if member not in asked]:
-                self._send_up(upstream, {"action": "follow", "members": added})
-            if left := [member for member in asked if member not in upstream.members]:
-                self._send_up(upstream, {"action": "unfollow", "members": left})
+            lane.connected += 1
+            if lane.connected > 1:
+                self.reconnections += 1
+            lane.socket = socket
+            if first:
+                upstream.sent.clear()  # the new upstream's first top goes to everyone
+            if lane.members:  # (followed meanwhile included; never more than MAX_FOLLOWS)
+                self._send_up(lane, {"action": "follow", "members": list(lane.members)})
             async for message in socket:
                 if message.type != aiohttp.WSMsgType.TEXT:
                     break
-                self._came_down(upstream, message.data.encode())
-            upstream.socket = None
+                self._came_down(upstream, lane, message.data.encode())
+            lane.socket = None
             if socket.close_code not in (None, 1000, CLOSE_MOVED, 1006):
                 log.info("live upstream of %s closed by %s: %s %s", upstream.board, holder,
                          socket.close_code, message.extra if message else "")
 
-    def _came_down(self, upstream: Upstream, data: bytes) -> None:
+    def _came_down(self, upstream: Upstream, lane: Lane, data: bytes) -> None:
+        self.received += 1
         message = orjson.loads(data)
         kind = message.get("type")
         if kind == "leaderboard.updated":
+            if not upstream.lanes or lane is not upstream.lanes[0]:
+                return  # the other lanes' tops (of one) are not used
             version = message.get("version", 0)
             if version < upstream.version:
                 return  # older than what subscribers have: never back
@@ -327,12 +411,13 @@ class LiveProxy:
             self._send_top(upstream)
         elif kind == "user.rank.updated":
             member = message.get("member")
-            if member not in upstream.members:
-                return
+            if upstream.lane_of.get(member) is not lane:
+                return  # no longer followed (or followed again on another lane)
             upstream.member_messages[member] = data
+            # (a lane re-established sends each of its members' states at once)
             for subscriber in list(upstream.subscribers):
                 if member in subscriber.follows:
-                    self._offer(subscriber, None, data)
+                    self._offer(subscriber, None, data, BURST_QUEUE)
 
     def _send_top(self, upstream: Upstream, subscriber: Subscriber | None = None) -> None:
         """The last top, cut to each limit, to the subscribers of that limit
@@ -353,9 +438,24 @@ class LiveProxy:
                 if other.limit == limit:
                     self._offer(other, "top", message)
 
-    def _offer(self, subscriber: Subscriber, key: str | None, message: bytes) -> None:
-        if not subscriber.offer(key, message):
+    def _offer(self, subscriber: Subscriber, key: str | None, message: bytes,
+               bound: int = MAX_QUEUE) -> None:
+        if subscriber.offer(key, message, bound):
+            self.relayed += 1
+        else:
             _drop(subscriber, CLOSE_TOO_SLOW, "subscriber too slow")
+
+    def buffered(self) -> int:
+        """Bytes waiting for the proxied subscribers: queued, and in their
+        sockets' write buffers."""
+        total = 0
+        for upstream in self.upstreams.values():
+            for subscriber in upstream.subscribers:
+                total += sum(len(message) for _, message in subscriber.queue)
+                transport = subscriber.transport
+                if transport is not None and not transport.is_closing():
+                    total += transport.get_write_buffer_size()
+        return total
 
 
 def _drop(subscriber: Subscriber, code: int, reason: str) -> None:
