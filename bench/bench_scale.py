@@ -457,13 +457,20 @@ def scale(args: argparse.Namespace, root: Path, rows: list[Row], memory: list[st
                       f"filled in {time.monotonic() - began:.1f} s", flush=True)
                 time.sleep(args.settle)  # placed, then dropped where not placed
                 cpu = Cpu({"servers": [node.process.pid for node in nodes], "postgres": [pg]})
+                before = cpu.sample()
+                time.sleep(args.idle)
+                idle = {name: (value - before[name]) / args.idle
+                        for name, value in cpu.sample().items()}
                 label = f"{count} node{'s' if count > 1 else ''}"
-                for client, name in (("tcp", "Python TCP client"), ("redis", "redis-py "
-                                                                             "RedisCluster")):
-                    rows.append(run_load(client, nodes[0].tcp_port if client == "tcp"
-                                         else nodes[0].resp_port, boards, args, cpu,
-                                         f"{name}, {label}"))
+                loads = [("tcp", "Python TCP client", boards),
+                         ("redis", "redis-py RedisCluster", boards),
+                         ("tcp", "Python TCP client, ONE board", boards[:1])]
+                for client, name, chosen in loads:
+                    port = nodes[0].tcp_port if client == "tcp" else nodes[0].resp_port
+                    rows.append(run_load(client, port, chosen, args, cpu, f"{name}, {label}"))
                     print(f"#   {rows[-1].what}: {rows[-1].rate:,.0f}/s", flush=True)
+                memory.append(f"{label}, idle (no load, {args.idle:g} s): rankd nodes "
+                              f"{idle['servers']:.2f} cores, Postgres {idle['postgres']:.2f}")
                 memory.append(f"{label}, --replicas {min(1, count - 1)}: "
                               + "; ".join(memory_rows(nodes, empty)))
                 if count in (1, 3) and not args.skip_redis_benchmark:
@@ -483,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--submitters", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--settle", type=float, default=4.0)
+    parser.add_argument("--idle", type=float, default=3.0,
+                        help="seconds the idle CPU of the nodes and Postgres is measured")
     parser.add_argument("--nodes", type=lambda text: [int(n) for n in text.split(",")],
                         default=[1, 2, 3], help="cluster sizes, e.g. 1,3")
     parser.add_argument("--bench-requests", type=int, default=20_000,
@@ -496,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.boards, args.members, args.seconds, args.warmup = 32, 200, 2.0, 1.0
-        args.bench_requests, args.settle = 2_000, 2.0
+        args.bench_requests, args.settle, args.idle = 2_000, 2.0, 1.0
     if shutil.which("redis-benchmark") is None:
         args.skip_redis_benchmark = True
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -515,8 +524,8 @@ def main(argv: list[str] | None = None) -> int:
                                          cluster=True):
                     rows.append(row)
     print_table(rows)
-    print("\nMemory per node (VmRSS) after the loads, against the same node before its "
-          "boards:")
+    print("\nPer cluster size: idle CPU, and memory per node (VmRSS) after the loads "
+          "against the same node before its boards:")
     for line in memory:
         print(f"- {line}")
     print(f"\nload average at the end: {load_average()}")
