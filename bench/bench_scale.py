@@ -36,15 +36,19 @@ rates do not extrapolate, the rates per busy core do.
    leads and follows: each holds about (1 + R) / N of the data.
 2. **redis-benchmark --cluster.**  Debian's ``redis-benchmark`` (7.0) with
    ``--cluster -c 50``: ``ZADD``, ``ZINCRBY`` (``-P 1`` and ``-P 16``) and
-   ``ZSCORE`` of key ``rb:{tag}`` (redis-benchmark puts a hash tag of a slot
-   of the client's node in place of ``{tag}``, a random slot per request:
-   the load covers every slot, one board per slot) and member
-   ``m:__rand_int__`` (``-r 100000``), against the three rankd nodes (after
-   the loads of 1), against one rankd node (the one-node cluster, same
-   ``--ack log``), and against a three-node Redis Cluster of ``redis-server``
-   processes (``--cluster-enabled yes``, no persistence, created with
-   ``redis-cli --cluster create``) for reference.  The CPU seconds of
-   redis-benchmark and of the servers are measured likewise.
+   ``ZSCORE`` of key ``rb:{tag}:__rand_int__`` and member ``m:__rand_int__``
+   (``-r 16384``).  redis-benchmark puts in place of ``{tag}`` the hash tag
+   of one slot of each master (the same slot for all its requests, unless
+   ``-MOVED`` says otherwise), and counts a ``-MOVED`` as an error, so keys
+   cannot spread over more slots than there are masters: the load is many
+   boards in one slot, one group, per master.  Against the three rankd
+   nodes (after the loads of 1), against one rankd node (the one-node
+   cluster, same ``--ack log``; redis-benchmark refuses ``--cluster`` with a
+   single master, so the same load without it, key
+   ``rb:{one}:__rand_int__``), and against a three-node Redis Cluster of
+   ``redis-server`` processes (``--cluster-enabled yes``, no persistence,
+   created with ``redis-cli --cluster create``) for reference.  The CPU
+   seconds of redis-benchmark and of the servers are measured likewise.
 
 Run from the project root::
 
@@ -355,10 +359,14 @@ def redis_benchmark(port: int, requests: int, pipeline: int, command: list[str],
                (err.strip().splitlines() or [""])[0][:160] if errors else "")
 
 
-#: (what, pipeline depth, command); KEY is the board: ``rb:{tag}`` with
-#: ``--cluster`` (a slot of the client's node per request, so one board per
-#: slot), ``rb:__rand_int__`` on one node (redis-benchmark refuses
-#: ``--cluster`` with fewer than 2 masters), both over 16384 boards.
+#: (what, pipeline depth, command); KEY is the board.  redis-benchmark
+#: ``--cluster`` (7.0) swaps ``{tag}`` for the hash tag of ONE slot per master
+#: (the slot changes only on ``-MOVED``) and a key without ``{tag}`` is
+#: answered ``-MOVED`` by two masters of three, which it counts as an error:
+#: so ``rb:{tag}:__rand_int__``, many boards in one slot (one group) per
+#: master.  On one node (redis-benchmark refuses ``--cluster`` with a
+#: single master) the same load without ``--cluster``: ``rb:{one}:__rand_int__``,
+#: many boards in one slot.
 BENCH_LOADS = [("ZADD, -P 16", 16, ["ZADD", "KEY", "__rand_int__", "m:__rand_int__"]),
                ("ZINCRBY, -P 1", 1, ["ZINCRBY", "KEY", "1", "m:__rand_int__"]),
                ("ZINCRBY, -P 16", 16, ["ZINCRBY", "KEY", "1", "m:__rand_int__"]),
@@ -368,7 +376,7 @@ BENCH_LOADS = [("ZADD, -P 16", 16, ["ZADD", "KEY", "__rand_int__", "m:__rand_int
 def bench_against(port: int, cpu: Cpu, label: str, requests: dict[int, int],
                   cluster: bool) -> list[Row]:
     """Every load of :data:`BENCH_LOADS` against ``port``, one after another."""
-    key = "rb:{tag}" if cluster else "rb:__rand_int__"
+    key = "rb:{tag}:__rand_int__" if cluster else "rb:{one}:__rand_int__"
     return [redis_benchmark(port, requests[pipeline], pipeline,
                             [key if word == "KEY" else word for word in command], cpu,
                             f"redis-benchmark{' --cluster' if cluster else ''} {what}, "
