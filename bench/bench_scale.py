@@ -52,7 +52,7 @@ rates do not extrapolate, the rates per busy core do.
 
 Run from the project root::
 
-    python bench/bench_scale.py                 # about 4 minutes
+    python bench/bench_scale.py                 # about 8 minutes on a busy 2-core machine
     python bench/bench_scale.py --quick         # 32 boards, 2 s loads: a smoke test
 """
 
@@ -66,7 +66,6 @@ import json
 import os
 import random
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -80,6 +79,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
+
+from bench_daemon import children_cpu_seconds, machine_busy_seconds  # noqa: E402
 
 #: Members drawn for each submit (per board).
 MEMBERS = 10_000
@@ -115,18 +116,6 @@ def tree_cpu(pid: int) -> float:
             if child is not None and child[1] == str(pid):
                 total += int(child[11]) + int(child[12])
     return total / TICK
-
-
-def children_cpu() -> float:
-    """CPU seconds of this process's reaped children."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def machine_busy() -> float:
-    """CPU seconds every process of the machine has used (/proc/stat)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return (sum(values) - values[3] - values[4]) / TICK
 
 
 def postmaster_pid(data_dir: Path) -> int:
@@ -219,7 +208,7 @@ class Cpu:
 
     def sample(self) -> dict[str, float]:
         found = {name: sum(tree_cpu(pid) for pid in pids) for name, pids in self.groups.items()}
-        found["machine"] = machine_busy()
+        found["machine"] = machine_busy_seconds()
         return found
 
 
@@ -336,7 +325,7 @@ def redis_benchmark(port: int, requests: int, pipeline: int, command: list[str],
             "-p", str(port), "-c",
             str(BENCH_CLIENTS), "-P", str(pipeline), "-n", str(requests), "-r",
             str(BENCH_RANDOM), "--csv", *command]
-    children = children_cpu()
+    children = children_cpu_seconds()
     before = cpu.sample()
     began = time.perf_counter()
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -352,7 +341,7 @@ def redis_benchmark(port: int, requests: int, pipeline: int, command: list[str],
     lines = [line.replace('"', "").split(",") for line in out.splitlines() if "," in line]
     data = dict(zip(lines[0], lines[-1], strict=True))
     used = {name: after[name] - before[name] for name in after}
-    used["load"] = children_cpu() - children  # redis-benchmark, reaped just now
+    used["load"] = children_cpu_seconds() - children  # redis-benchmark, reaped just now
     errors = len(re.findall(r"Error from server", err))
     return Row(what, float(data["rps"]), float(data["p50_latency_ms"]),
                float(data["p99_latency_ms"]), errors, used, elapsed,
