@@ -26,7 +26,9 @@ rates do not extrapolate, the rates per busy core do.
    * ``redis-py``: ``redis.asyncio.cluster.RedisCluster`` (slot map from
      ``CLUSTER SLOTS``), ``ZINCRBY board 1 member``.
 
-   Each row: acknowledged submits/s in the window, p50/p99 latency, errors,
+   Each row: acknowledged submits/s of the writes both sent and answered
+   within the window, their p50/p99 latency (a write straddling the end of
+   the window is left out, so p99 may read a little low), errors,
    and CPU seconds over the window (user + sys from ``/proc/PID/stat``) of
    the rankd nodes (with their children), Postgres (the postmaster and its
    backends) and the load processes; **per busy core** is submits/s divided
