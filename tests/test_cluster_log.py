@@ -547,3 +547,67 @@ def test_a_snapshot_is_copied_in_without_locking_its_group_and_can_be_cancelled(
             await store.pool.close()
 
     run(scenario())
+
+
+def test_an_append_never_waits_for_another_sessions_notification_commit(pg_cluster):
+    """Postgres serialises the commits of transactions that NOTIFY (one lock
+    held through the WAL flush): an append that notified inside its own
+    transaction queued behind every other notifying commit, so appends to
+    many groups got no group commit (bench/bench_scale.py).  Here another
+    session's notifying commit is held (it waits for a synchronous standby
+    that never comes) and appends must still commit; their notification
+    reaches a listener once that session lets go."""
+    dsn = pg_cluster.admin_dsn
+
+    async def scenario():
+        admin = await asyncpg.connect(dsn)
+        await admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+        await admin.execute("SELECT pg_reload_conf()")
+        # The appends' sessions commit locally; only the blocker waits for the standby.
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4,
+                                         server_settings={"synchronous_commit": "local"})
+        async with pool.acquire() as conn:
+            await migrate(conn)
+            await conn.execute("CREATE TABLE elsewhere (x int)")
+        store = ClusterLog(pool, lease_seconds=30)
+        listener = await asyncpg.connect(dsn)
+        heard: asyncio.Queue = asyncio.Queue()
+        await listener.add_listener("rankd_log", lambda *args: heard.put_nowait(args[3]))
+        blocker = await asyncpg.connect(dsn)
+        blocker_pid = blocker.get_server_pid()
+        for _ in range(100):  # (a reload reaches the sessions a moment later)
+            if await blocker.fetchval("SHOW synchronous_standby_names") == "nobody":
+                break
+            await asyncio.sleep(0.05)
+        held = asyncio.ensure_future(blocker.execute(  # (WAL written: its commit waits)
+            "BEGIN; INSERT INTO elsewhere VALUES (1); SELECT pg_notify('elsewhere', 'x'); "
+            "COMMIT"))
+        try:
+            for _ in range(100):  # until its commit waits (holding the notify lock)
+                waiting = await admin.fetchval(
+                    "SELECT wait_event FROM pg_stat_activity WHERE pid = $1", blocker_pid)
+                if waiting == "SyncRep":
+                    break
+                await asyncio.sleep(0.05)
+            assert waiting == "SyncRep"
+            leases = [await store.take(group, "a") for group in (3, 4)]
+            for lease in leases:
+                assert await asyncio.wait_for(store.append(lease, 1, [b"r1"]), 5) == 1
+            assert [r[2] for r in await store.read(4, 0)] == [b"r1"]
+            assert heard.empty()  # the notifications wait behind the blocker ...
+        finally:
+            await admin.execute("SELECT pg_cancel_backend($1)", blocker_pid)
+            await asyncio.gather(held, return_exceptions=True)
+            await admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            await admin.execute("SELECT pg_reload_conf()")
+        # ... and arrive once it committed: one per group, its last position.
+        notes = set()
+        while len(notes) < 2:
+            notes.add(await asyncio.wait_for(heard.get(), 5))
+        assert notes == {"3:1", "4:1"}
+        await store.notifier.drain()
+        for conn in (listener, blocker, admin):
+            await conn.close()
+        await pool.close()
+
+    run(asyncio.wait_for(scenario(), 60))

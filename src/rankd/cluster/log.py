@@ -15,8 +15,9 @@ Two tables (created by :func:`migrate`):
 **Appending is a compare-and-set.**  :meth:`ClusterLog.append` locks the
 group's register row, checks that the register's epoch is the appender's
 and that the batch starts right after ``last_seq``, inserts the batch,
-advances ``last_seq``, renews the lease and notifies, all in one
-transaction.  A primary that was deposed (its lease ran out, another node
+advances ``last_seq`` and renews the lease, all in one transaction; the
+followers are notified after it committed (:mod:`rankd.cluster.notifier`
+says why not inside it).  A primary that was deposed (its lease ran out, another node
 took the group with a higher epoch) therefore cannot append, whatever its
 own clock says: its append raises :class:`Fenced` and nothing of it is
 committed.  The lease only decides who should *try* to be primary
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from rankd.cluster.notifier import LogNotifier
 from rankd.engine.errors import NotPrimary
 from rankd.engine.frames import frame_many, scan
 
@@ -82,7 +84,6 @@ BEGIN
             VALUES (g, first, last, appender_epoch, framed);
         UPDATE rankd_groups SET last_seq = last,
             lease_until = now() + make_interval(secs => lease) WHERE group_id = g;
-        PERFORM pg_notify('rankd_log', g || ':' || last);
         outcome := 'ok'; last_seq := last;
     END IF;
 END $$;
@@ -171,6 +172,8 @@ class ClusterLog:
     def __init__(self, pool: asyncpg.Pool, *, lease_seconds: float = 4.0) -> None:
         self.pool = pool
         self.lease_seconds = lease_seconds
+        #: Tells followers of each committed append, after its commit.
+        self.notifier = LogNotifier(pool, CHANNEL)
         #: How long a renewal may take.  Renewals start a third of a lease
         #: apart, and one that times out is tried again at once: the second
         #: try still ends well within the lease the last success gave.
@@ -242,9 +245,10 @@ class ClusterLog:
     async def append(self, lease: Lease, first_seq: int, payloads: list[bytes]) -> int:
         """Commit ``payloads`` at positions ``first_seq, first_seq + 1, ...``
         in one transaction, if ``lease`` is still the group's epoch and the
-        batch starts right after its last position; renews the lease and
-        notifies followers.  Returns the new last position.  Raises
-        :class:`Fenced` or :class:`OutOfSequence`, having committed nothing."""
+        batch starts right after its last position; renews the lease, and
+        once committed notifies followers (in the background).  Returns the
+        new last position.  Raises :class:`Fenced` or :class:`OutOfSequence`,
+        having committed nothing."""
         if not payloads:
             raise ValueError("an empty batch")
         last_seq = first_seq + len(payloads) - 1
@@ -264,6 +268,7 @@ class ClusterLog:
         if row["outcome"] == "sequence":
             raise OutOfSequence(f"group {lease.group} is at position {row['last_seq']}; "
                                 f"a batch from {first_seq} does not follow it")
+        self.notifier.note(lease.group, last_seq)
         return last_seq
 
     async def read(self, group: int, after_seq: int, limit: int = 100
