@@ -100,10 +100,11 @@ cdef object _Ingested = None
 cdef object _EngineError = None
 cdef object _period_of = None
 cdef object _index_type = None
+cdef object _index_class = None   # rankd.index.kinds.current: what new periods are built with
 
 
 cdef _imports():
-    global _ingest_one, _Ingested, _EngineError, _period_of, _index_type
+    global _ingest_one, _Ingested, _EngineError, _period_of, _index_type, _index_class
     from rankd.engine import ingest as reference
     from rankd.engine.errors import EngineError
     from rankd.engine.periods import period_of
@@ -112,6 +113,8 @@ cdef _imports():
     _Ingested = reference.Ingested
     _period_of = period_of
     _index_type = RankIndex
+    from rankd.index.kinds import current
+    _index_class = current
 
 
 cdef inline bint _ascii(object text, Py_ssize_t max_size) noexcept:
@@ -207,6 +210,8 @@ cdef int _plan(Plan *plan, object board, object now, list keep) except -1:
     windows = config.windows
     if len(windows) > MAX_WINDOWS:
         return 1
+    if _index_class() is not _index_type:
+        return 1  # another index kind (rankd.index.kinds): its periods are not skip lists
     for window in windows:
         period = _period_of(window, now)
         index = board.index(window, period)
