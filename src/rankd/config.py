@@ -76,7 +76,7 @@ OPTIONS = (
     Option("index", str, "skiplist",
            "rank index layout of every board: skiplist (one node a member; the native fast "
            "paths) or pages (compact: entries packed in pages, names stored once; served "
-           "through the general paths for now; see docs/operations.md, \"Memory\")",
+           "through the general paths for now; see docs/operations.md, \"Index layout\")",
            INDEX_KINDS),
     Option("segment_bytes", int, 64 << 20, "size at which the WAL starts a new segment file",
            minimum=4096),
