@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from rankd import __version__
+from rankd import __version__, mallocs
 from rankd._native import implementations
 from rankd.cluster.node import ClusterNode
 from rankd.config import ServerConfig
@@ -99,6 +99,8 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     config.check_exposure(gate)
     origins = config.origin_policy(gate)
     tls = config.ssl_context()
+    if config.index == "pages":
+        mallocs.fix_mmap_threshold()  # (before recovery loads the snapshot)
     engine = Engine(config.engine_config())
     cluster_config = config.cluster_config()
     node = ClusterNode(engine, cluster_config) if cluster_config is not None else None
