@@ -24,7 +24,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
+import test_ingest as ingest_cases
 from conftest import native_required
 from crash_load import kill_under_load, submit_over_tcp
 from daemon import SRC, Daemon
@@ -262,3 +264,22 @@ def test_the_mmap_threshold_is_fixed_unless_the_operator_set_one(monkeypatch):
     if not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"):
         pytest.skip("not glibc")
     assert mallocs.fix_mmap_threshold() is True
+
+
+@pytest.mark.usefixtures("same_event_id_keys")
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=ingest_cases.scenarios())
+def test_native_ingest_on_paged_boards_matches_the_reference(monkeypatch, scenario):
+    """The native ingest writes a paged board through its Python API (not
+    the skip list's C entry points, nor the reference per submission): the
+    answers, records and states it leaves are the reference's."""
+    paged = kinds.index_class("pages")
+    monkeypatch.setattr(ingest_cases, "new_index_class", lambda: paged)
+    kinds.use("pages")
+    try:
+        board_configs, batches = scenario
+        native = ingest_cases.drive(ingest_cases.native_ingest(), board_configs, batches)
+        reference = ingest_cases.drive(ingest_cases.ingest_python, board_configs, batches)
+    finally:
+        kinds.use("skiplist")
+    assert native == reference
