@@ -14,7 +14,10 @@ Design: the engine's native fast paths (``engine/_ingest.pyx``, ``_reads.pyx``,
 ``frontends/_rest_reads.pyx``, ``resp/_pops.pyx``) walk the skip list's C
 structures; for any other index class they take their general path, which
 calls the contract API only, so a paged board is served correctly by every
-front-end.  Both kinds read each other's snapshots (dump versions 1 and 2).
+front-end (the native ingest writes a paged board through that API too,
+keeping the rest of its work native; RESP connections do not pack plain
+requests on the paged layout).  Both kinds read each other's snapshots
+(dump versions 1 and 2).
 """
 
 from __future__ import annotations
