@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 
 import test_ingest as ingest_cases
 from conftest import native_required
-from crash_load import kill_under_load, submit_over_tcp
+from crash_load import kill_under_load, submit_over_rest, submit_over_tcp
 from daemon import SRC, Daemon
 from engine_helpers import FakeClock, run, sub, with_engine
 from rankd.cli import build_parser
@@ -183,20 +183,6 @@ def test_sigkill_under_load_on_the_paged_layout_never_loses_an_acknowledged_writ
         daemon.request("PUT", "/v1/boards/crash", {"policy": "sum"})
         stop, lock = threading.Event(), threading.Lock()
 
-        def rest_load(worker: int, daemon=daemon, stop=stop, cycle=cycle, lock=lock):
-            n = 0
-            while not stop.is_set():
-                event_id = f"r{cycle}-{worker}-{n}"
-                n += 1
-                try:
-                    status, _ = daemon.request("POST", "/v1/boards/crash/scores", {
-                        "member": event_id, "delta": 1, "event_id": event_id}, timeout=5)
-                except OSError:
-                    return
-                if status == 200:
-                    with lock:
-                        acked.add(event_id)
-
         def resp_load(worker: int, daemon=daemon, stop=stop, cycle=cycle, lock=lock):
             n = 0
             try:
@@ -210,7 +196,8 @@ def test_sigkill_under_load_on_the_paged_layout_never_loses_an_acknowledged_writ
             except OSError:  # (ConnectionError too): the daemon was killed
                 return
 
-        threads = [threading.Thread(target=rest_load, args=(w,)) for w in range(2)]
+        threads = [threading.Thread(target=submit_over_rest, args=(daemon, stop, acked, lock),
+                                    kwargs={"prefix": f"r{cycle}-{w}"}) for w in range(2)]
         threads += [threading.Thread(target=resp_load, args=(w,)) for w in range(2)]
         threads += [threading.Thread(target=submit_over_tcp, args=(
             daemon.tcp_port, stop, acked, lock), kwargs={

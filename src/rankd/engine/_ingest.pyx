@@ -504,23 +504,18 @@ cdef class _Kernel:
         out.rank = 0
         member = _member_of(sub) if plan.paged else None  # (score_paged decoded it)
         for i in range(plan.nwindows):
-            if changes[i].updated and plan.paged:
+            if changes[i].updated:
                 nupdates += 1
                 if plan.windows[i].index == NULL:
                     created = (<object>plan.board).index_for_write(
                         <object>plan.windows[i].name, <object>plan.windows[i].period)
                     self.keep.append(created)
                     plan.windows[i].index = <PyObject *>created
+            if changes[i].updated and plan.paged:
                 (<object>plan.windows[i].index).set(member, changes[i].new, seq=lsn)
                 if plan.windows[i].primary:
                     rank = (<object>plan.windows[i].index).rank(member)
             elif changes[i].updated:
-                nupdates += 1
-                if plan.windows[i].index == NULL:
-                    created = (<object>plan.board).index_for_write(
-                        <object>plan.windows[i].name, <object>plan.windows[i].period)
-                    self.keep.append(created)
-                    plan.windows[i].index = <PyObject *>created
                 index = <RankIndex>plan.windows[i].index
                 rank = index.c_put(sub.member, sub.member_size, changes[i].new, lsn)
             if plan.windows[i].primary:
