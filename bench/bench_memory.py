@@ -5,6 +5,7 @@ machines by.
     python bench/bench_memory.py --members 1000000 --big   # also 10M
     python bench/bench_memory.py --members 1000000 --churn-seconds 60
     python bench/bench_memory.py --variant plain --variant MALLOC_ARENA_MAX=2
+    python bench/bench_memory.py --index skiplist --index pages   # the two layouts
 
 For each size, each server (redis-server, then rankd once per ``--variant``:
 an environment for the daemon, ``plain`` for none) starts empty in a fresh
@@ -31,6 +32,10 @@ The peaks are per phase: ``VmHWM`` is reset between phases by writing 5 to
 growth of a child process that builds the same board (same names, scores,
 order and tie-break as a RESP board) with ``RankIndex.apply_batch`` in
 chunks, so the daemon's overhead over its index is visible.
+
+``--index KIND`` (repeatable) adds a daemon run with ``RANKD_INDEX=KIND``
+(``skiplist``, ``pages``: see rankd.index.kinds) and the ``index alone``
+figure of that kind, which each such run's ``vs index`` column divides by.
 
 ``--churn-seconds S`` then runs a churn on a freshly loaded board of the
 first size for each server: for ``S`` seconds, pipelined batches that are
@@ -390,25 +395,29 @@ def measure(server: Redis | Rankd, members: int, seed: int) -> dict[str, float]:
             "restart_seconds": restart_seconds}
 
 
-def index_alone(members: int, seed: int) -> dict[str, float]:
-    """RSS growth of a child building the same board with ``apply_batch``."""
+def index_alone(members: int, seed: int, kind: str = "") -> dict[str, float]:
+    """RSS growth of a child building the same board with ``apply_batch``
+    (on the ``kind`` of index, the default one if empty)."""
     code = f"""
 import gc, json, random, sys
 sys.path.insert(0, {str(HERE.parent / 'src')!r})
 sys.path.insert(0, {str(HERE)!r})
 from bench_memory import index_worker
-print(json.dumps(index_worker({members}, {seed})))
+print(json.dumps(index_worker({members}, {seed}, {kind!r})))
 """
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def index_worker(members: int, seed: int) -> dict[str, float]:
+def index_worker(members: int, seed: int, kind: str = "") -> dict[str, float]:
     """In the child: the names are made per chunk and dropped, as the daemon's are."""
     import gc
 
-    from rankd.index import Op, RankIndex
+    from rankd.index import Op, RankIndex, kinds
+
+    if kind:
+        RankIndex = kinds.index_class(kind)
 
     rng = random.Random(seed)
     order = list(range(members))
@@ -552,6 +561,8 @@ def main() -> int:
     parser.add_argument("--variant", action="append",
                         help="the daemon's environment, KEY=VALUE[,KEY=VALUE] (repeatable); "
                              "'plain' is none (the default)")
+    parser.add_argument("--index", action="append", choices=("skiplist", "pages"),
+                        help="a daemon run on this index layout (RANKD_INDEX; repeatable)")
     parser.add_argument("--churn-seconds", type=float, default=0.0,
                         help="also a churn of this many seconds on the first size")
     parser.add_argument("--skip-load", action="store_true",
@@ -583,7 +594,8 @@ def main() -> int:
                       f"{e['load_seconds']:.1f} |", flush=True)
         return 0
     sizes = [int(s) for s in args.members.split(",")] + ([10_000_000] if args.big else [])
-    variants = args.variant or ["plain"]
+    layouts = {f"RANKD_INDEX={kind}": kind for kind in args.index or []}
+    variants = (args.variant or ([] if layouts else ["plain"])) + list(layouts)
     raw: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="rankd-bench-memory-") as tmp:
         makers = servers(Path(tmp), variants)[1 if args.no_redis else 0:]
@@ -594,6 +606,12 @@ def main() -> int:
                 print(f"\n{size:,} members, 19-byte names, random integer scores; "
                       f"index alone (apply_batch, in-process): "
                       f"{alone['per_member']:.1f} B/member, peak {alone['peak_per_member']:.1f}")
+                alone_of = {}
+                for variant, kind in layouts.items():
+                    alone_of[variant] = raw[f"index {kind} {size}"] = index_alone(
+                        size, args.seed, kind)
+                    print(f"index alone, {kind}: {alone_of[variant]['per_member']:.1f} B/member, "
+                          f"peak {alone_of[variant]['peak_per_member']:.1f}")
                 print("| server | live B/member | vs index | load peak B/member | "
                       "load peak / live | snapshot peak / live | restart peak / live | "
                       "restarted / live | live MiB | load s | restart s |")
@@ -602,8 +620,9 @@ def main() -> int:
                     server = make()
                     m = measure(server, size, args.seed)
                     raw[f"{server.name} {size}"] = m
+                    its = alone_of.get(server.name.removeprefix("rankd "), alone)
                     print(f"| {server.name} | {m['live_per_member']:.1f} | "
-                          f"{m['live_per_member'] / alone['per_member']:.2f}x | "
+                          f"{m['live_per_member'] / its['per_member']:.2f}x | "
                           f"{m['load_peak_per_member']:.1f} | "
                           f"{m['load_peak'] / m['live']:.2f} | "
                           f"{m['snapshot_peak'] / m['live']:.2f} | "

@@ -3,12 +3,16 @@ port, side by side in one run.
 
     python bench/bench_resp.py                 # 1M members, 5 rounds
     python bench/bench_resp.py --members 100000 --rounds 1 --requests 20000   # quick
+    python bench/bench_resp.py --pages ...     # also rankd on the paged index layout
 
 Servers, all on loopback, one at a time on the machine's cores:
 
 * ``redis``: redis-server without persistence (the speed reference);
 * ``redis-aof``: redis-server with ``appendonly yes``, ``appendfsync everysec``;
-* ``rankd``: ``rankd serve --fsync everysec`` (its WAL, fsynced every second).
+* ``rankd``: ``rankd serve --fsync everysec`` (its WAL, fsynced every second);
+* ``rankd-pages``, with ``--pages``: the same on ``--index pages`` (the compact
+  paged index, served through the general paths); a last table sets it
+  against ``rankd`` (rates and CPU per request, paired by round).
 
 Each is loaded with the same ``--members`` members (``ZADD`` in large
 pipelined batches, not timed), then every row runs ``redis-benchmark -c
@@ -262,6 +266,25 @@ def paired_ratio(results: dict[tuple[str, int, str], list[Run]], command: str, d
                                           higher_is_better=higher_is_better))
 
 
+def print_layouts(results: dict[tuple[str, int, str], list[Run]], depths: list[int]) -> None:
+    """rankd on the paged layout against rankd on the skip list: rates and
+    CPU per request, medians and the median of the rounds' ratios."""
+    print("| command | -P | rankd req/s | rankd-pages req/s | pages / skiplist rate | "
+          "rankd CPU us/req | rankd-pages CPU us/req | pages / skiplist CPU |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for depth in depths:
+        for command in COMMANDS:
+            rate, paged_rate, cpu, paged_cpu = (
+                statistics.median(run[field] for run in results[(command, depth, name)])
+                for field, name in ((0, "rankd"), (0, "rankd-pages"), (1, "rankd"),
+                                    (1, "rankd-pages")))
+            rates = paired_ratio(results, command, depth, "rankd-pages", "rankd", 0)
+            cpus = 1 / paired_ratio(results, command, depth, "rankd-pages", "rankd", 1,
+                                    higher_is_better=False)
+            print(f"| `{command}` | {depth} | {rate:,.0f} | {paged_rate:,.0f} | {rates:.2f}x | "
+                  f"{cpu:.1f} | {paged_cpu:.1f} | {cpus:.2f}x |")
+
+
 def print_noise(results: dict[tuple[str, int, str], list[Run]], depths: list[int]) -> None:
     """How far two identical servers differ here: Redis with and without its
     AOF serve the read rows alike (the AOF logs writes only)."""
@@ -281,6 +304,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--depths", default="1,16")
+    parser.add_argument("--pages", action="store_true",
+                        help="also rankd on --index pages, set against rankd")
     args = parser.parse_args()
     if shutil.which("redis-benchmark") is None or shutil.which("redis-server") is None:
         print("redis-server and redis-benchmark are needed (Debian: redis-server, redis-tools)")
@@ -296,6 +321,11 @@ def main() -> int:
         servers = {"redis": (redis.port, redis.process.pid),
                    "redis-aof": (redis_aof.port, redis_aof.process.pid),
                    "rankd": (daemon.resp_port, daemon.process.pid)}
+        paged = None
+        if args.pages:
+            paged = Daemon(Path(root) / "rankd-pages", "--fsync", "everysec", "--tcp-port", "0",
+                           "--index", "pages").start()
+            servers["rankd-pages"] = (paged.resp_port, paged.process.pid)
         try:
             for name, (port, _) in servers.items():
                 began = time.monotonic()
@@ -321,6 +351,8 @@ def main() -> int:
                     raise AssertionError(f"{name} holds {held} members, not "
                                          f"{args.members}: the requests missed the load")
         finally:
+            if paged is not None:
+                paged.stop()
             daemon.stop()
             redis.stop()
             redis_aof.stop()
@@ -351,6 +383,10 @@ def main() -> int:
     print("\nserver sleeps: times its threads blocked per 1,000 requests, median of the rounds")
     print_by_server(results, depths, lambda runs: (
         f"{statistics.median(run.sleeps for run in runs):.0f}"))
+    if args.pages:
+        print("\nrankd on --index pages against rankd on the skip list (above 1.00: pages "
+              "is faster / uses more CPU), median of the rounds' ratios")
+        print_layouts(results, depths)
     return 0
 
 

@@ -37,6 +37,25 @@ def submit_over_tcp(port: int, stop: threading.Event, acked: set[str], lock: thr
         client.close()
 
 
+def submit_over_rest(daemon: Daemon, stop: threading.Event, acked: set[str],
+                     lock: threading.Lock, *, prefix: str, board: str = "crash") -> None:
+    """Submit events one at a time over REST, member and event id
+    ``f"{prefix}-{n}"`` for n = 0, 1, ..., adding the acknowledged ids to
+    ``acked`` (under ``lock``), until ``stop`` is set or a request fails."""
+    n = 0
+    while not stop.is_set():
+        event_id = f"{prefix}-{n}"
+        n += 1
+        try:
+            status, _ = daemon.request("POST", f"/v1/boards/{board}/scores", {
+                "member": event_id, "delta": 1, "event_id": event_id}, timeout=5)
+        except OSError:
+            return
+        if status == 200:
+            with lock:
+                acked.add(event_id)
+
+
 def kill_under_load(daemon: Daemon, threads: list[threading.Thread], stop: threading.Event,
                     seconds: float) -> None:
     """Start ``threads``, SIGKILL the daemon ``seconds`` later, then stop and

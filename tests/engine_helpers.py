@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,6 +40,8 @@ def engine_config(data_dir: Path, **overrides: Any) -> EngineConfig:
         "fsync": "no",
         "snapshot_every_seconds": 3600.0,
         "housekeeping_seconds": 3600.0,
+        # RANKD_INDEX=pages runs the engine suites on the paged index too.
+        "index": os.environ.get("RANKD_INDEX", "skiplist"),
     }
     settings.update(overrides)
     return EngineConfig(**settings)

@@ -2094,7 +2094,9 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     cdef rk_node *x
     cdef rk_node *prev = NULL
     cdef int level
-    _dump_header(buf, size, data, &count, &next_seq)
+    # Version 2 (no seqs: a board tied by member, written by rankd._pages)
+    # loads too, its seqs 0: such a board never orders by them.
+    _dump_header(buf, size, data, &count, &next_seq, 2)
     index = cls("desc" if buf[5] == 0 else "asc", TIE_BREAK_CODES[buf[6]])
     index._next_seq = next_seq
     index._table_reserve(count)
@@ -2110,7 +2112,7 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
             # a group): let the event loop's thread have the GIL meanwhile.
             with nogil:
                 pass
-        _dump_record(&p, end, i, next_seq, &score, &seq, &mlen)
+        _dump_record(&p, end, i, next_seq, &score, &seq, &mlen, buf[4] == DUMP_VERSION)
         key = index._key(score)
         if prev != NULL and not index._before(prev, key, seq, p, mlen):
             raise ValueError(f"rank index dump is out of order at record {i}")

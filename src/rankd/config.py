@@ -28,6 +28,7 @@ from rankd.engine.tail import (
     MAX_SNAPSHOT_EVERY_EVENTS,
 )
 from rankd.frontends.origins import OriginPolicy
+from rankd.index.kinds import INDEX_KINDS
 from rankd.security import Gate, TrustedProxies
 from rankd.security.auth import MIN_SECRET_BYTES, AuthConfig, Authenticator
 from rankd.security.limits import LimitsConfig, RateLimiter, is_loopback
@@ -72,6 +73,11 @@ OPTIONS = (
     Option("fsync", str, "everysec",
            "WAL fsync policy: always (ack after fsync, group commit), everysec (a machine "
            "crash may lose the last second), no (left to the OS)", FSYNC_POLICIES),
+    Option("index", str, "skiplist",
+           "rank index layout of every board: skiplist (one node a member; the native fast "
+           "paths) or pages (compact: entries packed in pages, names stored once; served "
+           "through the general paths for now; see docs/operations.md, \"Index layout\")",
+           INDEX_KINDS),
     Option("segment_bytes", int, 64 << 20, "size at which the WAL starts a new segment file",
            minimum=4096),
     Option("postgres_dsn", str, None, "ship every event to this PostgreSQL database"),
@@ -216,6 +222,7 @@ class ServerConfig:
     resp_port: int = 7702
     data_dir: Path = Path("rankd-data")
     fsync: str = "everysec"
+    index: str = "skiplist"
     segment_bytes: int = 64 << 20
     postgres_dsn: str | None = None
     cluster_dsn: str | None = None

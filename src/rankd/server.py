@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from rankd import __version__
+from rankd import __version__, mallocs
 from rankd._native import implementations
 from rankd.cluster.node import ClusterNode
 from rankd.config import ServerConfig
@@ -99,6 +99,8 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     config.check_exposure(gate)
     origins = config.origin_policy(gate)
     tls = config.ssl_context()
+    if config.index == "pages":
+        mallocs.fix_mmap_threshold()  # (before recovery loads the snapshot)
     engine = Engine(config.engine_config())
     cluster_config = config.cluster_config()
     node = ClusterNode(engine, cluster_config) if cluster_config is not None else None
@@ -164,10 +166,11 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
                         "it, and any web page a user of this network opens, can read and "
                         "write every board", config.host)
         log.info(
-            "rankd %s serving: %s data_dir=%s fsync=%s http=%s:%d tcp=%s resp=%s postgres=%s "
-            "cluster=%s auth=%s tls=%s (recovered in %.2fs)", __version__,
+            "rankd %s serving: %s data_dir=%s fsync=%s index_layout=%s http=%s:%d tcp=%s resp=%s "
+            "postgres=%s cluster=%s auth=%s tls=%s (recovered in %.2fs)", __version__,
             " ".join(f"{part}={kind}" for part, kind in implementations().items()),
-            config.data_dir.resolve(), config.fsync, config.host, config.port, tcp_address,
+            config.data_dir.resolve(), config.fsync, config.index, config.host, config.port,
+            tcp_address,
             resp_address, "on" if config.postgres_dsn else "off",
             f"{cluster_config.node_id}/ack={cluster_config.ack}" if cluster_config else "off",
             "on" if gate.auth_enabled else "off (loopback only)" if not config.insecure_no_auth

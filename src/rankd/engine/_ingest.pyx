@@ -31,7 +31,7 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_Append
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject
-from cpython.unicode cimport PyUnicode_DecodeASCII
+from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.math cimport fabs, isfinite, signbit
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
@@ -85,6 +85,7 @@ cdef struct Plan:
     Window windows[MAX_WINDOWS]
     Py_ssize_t writes     # version bumps not yet added to the board (_Kernel.flush)
     bint named            # the board is in the call's set of changed boards
+    bint paged            # its indexes are rankd._pages's: written through their Python API
 
 
 cdef struct Change:
@@ -100,10 +101,12 @@ cdef object _Ingested = None
 cdef object _EngineError = None
 cdef object _period_of = None
 cdef object _index_type = None
+cdef object _index_class = None   # rankd.index.kinds.current: what new periods are built with
+cdef object _paged_type = None    # rankd._pages.RankIndex, if built
 
 
 cdef _imports():
-    global _ingest_one, _Ingested, _EngineError, _period_of, _index_type
+    global _ingest_one, _Ingested, _EngineError, _period_of, _index_type, _index_class, _paged_type
     from rankd.engine import ingest as reference
     from rankd.engine.errors import EngineError
     from rankd.engine.periods import period_of
@@ -112,6 +115,13 @@ cdef _imports():
     _Ingested = reference.Ingested
     _period_of = period_of
     _index_type = RankIndex
+    from rankd.index.kinds import current
+    _index_class = current
+    try:
+        from rankd._pages import RankIndex as paged
+    except ImportError:
+        paged = None
+    _paged_type = paged
 
 
 cdef inline bint _ascii(object text, Py_ssize_t max_size) noexcept:
@@ -207,10 +217,17 @@ cdef int _plan(Plan *plan, object board, object now, list keep) except -1:
     windows = config.windows
     if len(windows) > MAX_WINDOWS:
         return 1
+    # The skip list is written through its C entry points; the paged index
+    # (rankd.index.kinds) through its Python API, one call per write and
+    # window; any other index the reference way.
+    expected = _index_class()
+    plan.paged = expected is _paged_type and expected is not None
+    if expected is not _index_type and not plan.paged:
+        return 1
     for window in windows:
         period = _period_of(window, now)
         index = board.index(window, period)
-        if index is not None and type(index) is not _index_type:
+        if index is not None and type(index) is not expected:
             return 1
         if not (type(window) is str and PyUnicode_IS_COMPACT_ASCII(window)
                 and type(period) is str and PyUnicode_IS_COMPACT_ASCII(period)):
@@ -292,6 +309,13 @@ cdef struct Input:
 cdef struct KnownFp:
     PyObject *store       # the dedupe store it was computed for (NULL: none)
     uint64_t fp
+
+
+cdef inline object _member_of(Input *sub):
+    """The member of ``sub`` as a str (a paged board's index takes str)."""
+    if sub.member_str != NULL:
+        return <object>sub.member_str
+    return PyUnicode_DecodeUTF8(sub.member, sub.member_size, NULL)
 
 
 cdef class _Kernel:
@@ -427,6 +451,26 @@ cdef class _Kernel:
             changes[i].updated = not changes[i].had or changes[i].new != changes[i].old
         return True
 
+    cdef int score_paged(self, Plan *plan, Input *sub, Change *changes) except -1:
+        """:meth:`score` of a paged board, through the index's Python API
+        (1, or 0 where the reference must answer)."""
+        cdef int i
+        try:
+            member = _member_of(sub)
+        except UnicodeDecodeError:
+            return 0  # (the reference says why)
+        for i in range(plan.nwindows):
+            found = (None if plan.windows[i].index == NULL
+                     else (<object>plan.windows[i].index).score(member))
+            changes[i].had = found is not None
+            if changes[i].had:
+                changes[i].old = found
+            if not _new_score(plan, changes[i].had, changes[i].old, sub.value, sub.is_delta,
+                              &changes[i].new):
+                return 0
+            changes[i].updated = not changes[i].had or changes[i].new != changes[i].old
+        return 1
+
     cdef object reference(self, object sub):
         """The reference's answer to ``sub`` (or its EngineError), counted."""
         cdef Py_ssize_t lsn = self.first_lsn + len(self.payloads)
@@ -458,6 +502,7 @@ cdef class _Kernel:
         cdef int i, nupdates = 0
         cdef RankIndex index
         out.rank = 0
+        member = _member_of(sub) if plan.paged else None  # (score_paged decoded it)
         for i in range(plan.nwindows):
             if changes[i].updated:
                 nupdates += 1
@@ -466,6 +511,11 @@ cdef class _Kernel:
                         <object>plan.windows[i].name, <object>plan.windows[i].period)
                     self.keep.append(created)
                     plan.windows[i].index = <PyObject *>created
+            if changes[i].updated and plan.paged:
+                (<object>plan.windows[i].index).set(member, changes[i].new, seq=lsn)
+                if plan.windows[i].primary:
+                    rank = (<object>plan.windows[i].index).rank(member)
+            elif changes[i].updated:
                 index = <RankIndex>plan.windows[i].index
                 rank = index.c_put(sub.member, sub.member_size, changes[i].new, lsn)
             if plan.windows[i].primary:
@@ -474,6 +524,8 @@ cdef class _Kernel:
                 out.score = changes[i].new
                 if changes[i].updated:
                     out.rank = rank
+                elif plan.paged:
+                    out.rank = (<object>plan.windows[i].index).rank(member)
                 else:
                     out.rank = (<RankIndex>plan.windows[i].index).c_rank(
                         sub.member, sub.member_size)
@@ -586,7 +638,8 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
                     sub.event_id = _chars(event_id)
                     sub.event_id_size = PyUnicode_GET_LENGTH(event_id)
                 sub.label = NULL if label is None else <PyObject *>label
-                native = kernel.score(plan, &sub, changes)
+                native = (kernel.score_paged(plan, &sub, changes) if plan.paged
+                          else kernel.score(plan, &sub, changes))
             if not native:
                 answers.append(kernel.reference(submission))
                 continue
@@ -664,7 +717,7 @@ cdef void _prefetch(_Kernel kernel, Packed packed, bint nodes, int parity) excep
                 packed.chars(&item.event_id), item.event_id.size)
             (<FingerprintLog>plan.entries).c_prefetch(known[i].fp)
         for w in range(plan.nwindows):
-            if plan.windows[w].index == NULL:
+            if plan.windows[w].index == NULL or plan.paged:
                 continue
             if nodes:  # (casts, not a variable: no reference counting per member)
                 (<RankIndex>plan.windows[w].index).c_prefetch_node(
@@ -722,7 +775,8 @@ cdef int _ingest_run(_Kernel kernel, Packed packed, const KnownFp *known) except
                 sub.event_id = NULL
             label = packed.text(&item.label)
             sub.label = NULL if label is None else <PyObject *>label
-            native = kernel.score(plan, &sub, changes)
+            native = (kernel.score_paged(plan, &sub, changes) if plan.paged
+                      else kernel.score(plan, &sub, changes))
         if not native:
             answers[i] = kernel.reference(packed.submission(i))
             continue

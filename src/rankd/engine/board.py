@@ -13,7 +13,7 @@ import asyncio
 from rankd.engine.config import BoardConfig
 from rankd.engine.dedupe import DedupeTable
 from rankd.engine.periods import oldest_retained, period_of
-from rankd.index import RankIndex
+from rankd.index import RankIndex, kinds
 
 
 class Board:
@@ -38,7 +38,8 @@ class Board:
         self.writable.set()
 
     def new_index(self) -> RankIndex:
-        return RankIndex(self.config.order, self.config.tie_break)
+        # The kind the daemon chose (rankd.index.kinds): the same API either way.
+        return kinds.current()(self.config.order, self.config.tie_break)
 
     def index(self, window: str, period: str) -> RankIndex | None:
         """The index of a period, or ``None`` if nothing was recorded in it."""

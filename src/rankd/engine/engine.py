@@ -69,6 +69,7 @@ from rankd.engine.snapshotting import Snapshotter
 from rankd.engine.state import BoardState
 from rankd.engine.submits import Submits
 from rankd.engine.wal import WalFailedError
+from rankd.index import kinds
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ class Engine:
     def __init__(self, config: EngineConfig | None = None, *,
                  clock: Callable[[], float] = time.time) -> None:
         self.config = config = config or EngineConfig()
+        kinds.use(config.index)  # (one kind a process: every board built from now on)
         self.clock = clock
         self._state = state = BoardState(clock)
         #: Answers packed plain reads (RESP's), natively when built.

@@ -16,6 +16,7 @@ from rankd.engine.tail import (
     DEFAULT_SNAPSHOT_EVERY_EVENTS,
     check_tail_options,
 )
+from rankd.index.kinds import INDEX_KINDS
 
 #: How long a read of a cluster primary's group waits for the writes it
 #: would show to commit (see rankd.engine.settling).
@@ -63,6 +64,9 @@ class EngineConfig:
     #: Truncate the WAL at a mid-log corruption (keeping the rest aside)
     #: instead of refusing to start.
     repair: bool = False
+    #: The rank index every board is built with (rankd.index.kinds):
+    #: ``skiplist`` or ``pages`` (compact; general paths, not the native ones).
+    index: str = "skiplist"
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -70,3 +74,6 @@ class EngineConfig:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, "
                              f"got {self.fsync!r}")
         check_tail_options(self.snapshot_every_events, self.snapshot_every_bytes)
+        if self.index not in INDEX_KINDS:
+            raise ValueError(f"index must be one of {', '.join(INDEX_KINDS)}, "
+                             f"got {self.index!r}")

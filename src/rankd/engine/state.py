@@ -121,14 +121,15 @@ class BoardState:
 
     def load(self, sections: list[bytes]) -> None:
         """Apply a snapshot's sections (a local one, or a group's)."""
-        from rankd.index import RankIndex
+        from rankd.index import kinds
 
+        index_class = kinds.current()  # (either kind reads the other's dumps)
         boards = self.boards
         for payload in sections:
             in_place = index_dump(payload)  # (an index's dump is read where it is)
             if in_place is not None:
                 name, window, period, dump = in_place
-                boards[name].periods[window][period] = RankIndex.load(dump)
+                boards[name].periods[window][period] = index_class.load(dump)
                 continue
             section = records.decode(payload)
             kind = section[0]
@@ -141,7 +142,7 @@ class BoardState:
                 self.set_deadline(boards[section[1]], section[2])
             elif kind == "index":
                 _, name, window, period, dump = section
-                boards[name].periods[window][period] = RankIndex.load(dump)
+                boards[name].periods[window][period] = index_class.load(dump)
             elif kind == "label_columns":
                 boards[section[1]].labels.update(zip(section[2], section[3], strict=True))
             elif kind == staging.SECTION:

@@ -132,7 +132,8 @@ Entry: TypeAlias = tuple[int, str, float]
 # order never reads a seq): records are  f64 score | u16 member length |
 # member UTF-8 bytes.  The compact paged index (rankd._pages) writes it for
 # such boards and loads both versions (a version 1 dump's seqs are dropped);
-# the other implementations write and load version 1 only.
+# the other implementations write version 1 and load both (a version 2
+# record's seq reads as 0), so a data dir moves between index kinds.
 #
 # load() rejects a wrong magic/version/CRC, a truncated or over-long body,
 # records out of rank order, duplicate members and non-finite scores.

@@ -33,8 +33,10 @@ from rankd.index._contract import (
     DUMP_HEADER,
     DUMP_MAGIC,
     DUMP_RECORD,
+    DUMP_RECORD_NO_SEQ,
     DUMP_TRAILER,
     DUMP_VERSION,
+    DUMP_VERSION_NO_SEQS,
     MAX_EXACT_INT,
     MAX_MEMBER_BYTES,
     MAX_SEQ,
@@ -528,16 +530,20 @@ class RankIndex:
         magic, version, order, tie, reserved, count, next_seq = DUMP_HEADER.unpack_from(view)
         if magic != DUMP_MAGIC:
             raise ValueError("not a rank index dump (bad magic)")
-        if version != DUMP_VERSION:
+        if version not in (DUMP_VERSION, DUMP_VERSION_NO_SEQS):
             raise ValueError(f"unsupported rank index dump version {version}")
         if order > 1 or tie >= len(TIE_BREAKS) or reserved != 0:
             raise ValueError("rank index dump has an unknown order or tie-break code")
+        # Version 2 has no seqs (a board tied by member, which never orders by them).
+        record = DUMP_RECORD if version == DUMP_VERSION else DUMP_RECORD_NO_SEQ
+        if record is DUMP_RECORD_NO_SEQ and tie == 0:
+            raise ValueError("a version 2 rank index dump (no seqs) of a board tied by arrival")
         (stored_crc,) = DUMP_TRAILER.unpack_from(view, size - DUMP_TRAILER.size)
         if zlib.crc32(view[: size - DUMP_TRAILER.size]) != stored_crc:
             raise ValueError("rank index dump is corrupt (CRC mismatch)")
         if next_seq > MAX_SEQ + 1:
             raise ValueError("rank index dump has an invalid next_seq")
-        if count > size // DUMP_RECORD.size:
+        if count > size // record.size:
             raise ValueError(f"rank index dump claims {count} members, more than it holds")
         index = cls("desc" if order == 0 else "asc", TIE_BREAKS[tie])
         index._next_seq = next_seq
@@ -545,10 +551,13 @@ class RankIndex:
         end = size - DUMP_TRAILER.size
         keys: list[tuple] = []
         for i in range(count):
-            if end - position < DUMP_RECORD.size:
+            if end - position < record.size:
                 raise ValueError(f"rank index dump is truncated at record {i}")
-            score, seq, length = DUMP_RECORD.unpack_from(view, position)
-            position += DUMP_RECORD.size
+            if record is DUMP_RECORD:
+                score, seq, length = record.unpack_from(view, position)
+            else:
+                (score, length), seq = record.unpack_from(view, position), 0
+            position += record.size
             if length == 0 or length > MAX_MEMBER_BYTES or end - position < length:
                 raise ValueError(f"rank index dump has a bad member length at record {i}")
             try:

@@ -37,6 +37,7 @@ from rankd.engine.errors import EngineError, NotPrimary, ReadOnly, Unavailable
 from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
 from rankd.engine.submission import Submission
 from rankd.frontends.resp.protocol import SCANNER
+from rankd.index import kinds
 from rankd.security import Forbidden, Unauthorized
 
 if TYPE_CHECKING:
@@ -47,6 +48,15 @@ if TYPE_CHECKING:
 
 #: Whether plain writes take the native fast path (see ``_scanner``).
 FAST_WRITES = SCANNER == "native" and ingest_implementation == "native"
+
+
+def fast_paths() -> bool:
+    """Whether connections pack plain requests for the native paths now:
+    :data:`FAST_WRITES`, and the boards are skip lists, whose nodes those
+    paths walk.  On another index layout (``--index pages``) every command
+    goes the general way, charged and counted once, as each would be alone."""
+    return FAST_WRITES and kinds.current_kind() == "skiplist"
+
 NOAUTH = "NOAUTH Authentication required."
 
 

@@ -1,0 +1,61 @@
+"""Which rank index the boards of this process are built with.
+
+Owns the choice between the two native layouts of the same contract
+(:mod:`rankd.index._contract`): ``skiplist``, one node per member
+(``rankd._skiplist``, the default), and ``pages``, the compact paged index
+(``rankd._pages``: entries packed in pages, names stored once).  The daemon
+chooses once, from its ``index`` setting (:class:`rankd.engine.settings.
+EngineConfig`), and every board it creates or loads from a snapshot then
+uses that class: one choice a process, like the native-or-Python choice of
+:mod:`rankd._native` (``RANKD_PURE_PYTHON=1`` makes both kinds the
+pure-Python fallback).
+
+Design: the engine's native fast paths (``engine/_ingest.pyx``, ``_reads.pyx``,
+``frontends/_rest_reads.pyx``, ``resp/_pops.pyx``) walk the skip list's C
+structures; for any other index class they take their general path, which
+calls the contract API only, so a paged board is served correctly by every
+front-end (the native ingest writes a paged board through that API too,
+keeping the rest of its work native; RESP connections do not pack plain
+requests on the paged layout).  Both kinds read each other's snapshots
+(dump versions 1 and 2).
+"""
+
+from __future__ import annotations
+
+from rankd._native import native_or
+from rankd.index._fallback import RankIndex as _PurePythonIndex
+
+#: The layouts ``index`` may name, the default first.
+INDEX_KINDS = ("skiplist", "pages")
+
+_MODULES = {"skiplist": "rankd._skiplist", "pages": "rankd._pages"}
+_chosen: list = []  # [kind, class] once chosen; empty: the default
+
+
+def index_class(kind: str) -> type:
+    """The ``RankIndex`` class of ``kind`` (one of :data:`INDEX_KINDS`): the
+    native one when it was compiled and pure Python is not forced, else the
+    pure-Python fallback.  ``ValueError`` for an unknown kind."""
+    if kind not in _MODULES:
+        raise ValueError(f"index must be one of {', '.join(INDEX_KINDS)}, got {kind!r}")
+    found, _ = native_or(_MODULES[kind], "RankIndex", _PurePythonIndex)
+    return found
+
+
+def use(kind: str) -> None:
+    """Build every board of this process from now on with ``kind``'s index."""
+    cls = index_class(kind)
+    _chosen[:] = [kind, cls]
+
+
+def current() -> type:
+    """The index class boards are built with (see :func:`use`)."""
+    if not _chosen:
+        use(INDEX_KINDS[0])
+    return _chosen[1]
+
+
+def current_kind() -> str:
+    """The name of the kind :func:`current` builds (see :data:`INDEX_KINDS`)."""
+    current()
+    return _chosen[0]
