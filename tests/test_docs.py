@@ -115,7 +115,7 @@ def test_the_loopback_cluster_recipe_runs_as_printed(tmp_path, pg_cluster):
             pytest.fail(f"the recipe did not finish in 120 s:\n{output.read_text()}\n{logs}")
         status = output.read_text()
         for node in "abc":
-            assert re.search(rf"^node {node}\s.*\salive$", status, re.MULTILINE), status
+            assert re.search(rf"^node {node}\s.*\salive(, .* free)?$", status, re.MULTILINE), status
         _get("http://127.0.0.1:7700/v1/boards/arena", {"policy": "best"}, "PUT")
         written = _get("http://127.0.0.1:7710/v1/boards/arena/scores",
                        {"member": "ann", "score": 42}, "POST")
