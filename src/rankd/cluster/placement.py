@@ -39,7 +39,8 @@ from rankd.cluster.log import lock_schema
 
 log = logging.getLogger(__name__)
 
-#: Channel on which a hand-over tells the target ``group:target:epoch``.
+#: Channel on which a hand-over tells every node ``group:target:epoch``, and
+#: the target, once it writes the group, ``group:target:epoch:opened``.
 CHANNEL = "rankd_topology"
 
 SCHEMA = """
@@ -257,3 +258,10 @@ class Placement:
             await conn.execute("SELECT pg_notify($1, $2)", CHANNEL,
                                f"{group}:{target}:{new_epoch}")
         return new_epoch
+
+    async def notify_opened(self, group: int, target: str, epoch: int) -> None:
+        """Tell every node that ``target``, a move's target, writes ``group``
+        at ``epoch`` now: the source lets the writes it held go there."""
+        async with self.pool.acquire() as conn:
+            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL,
+                               f"{group}:{target}:{epoch}:opened")
