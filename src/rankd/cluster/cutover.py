@@ -64,6 +64,16 @@ class Gates:
     def closed(self, group: int) -> bool:
         return group in self._closed
 
+    def __bool__(self) -> bool:
+        """Whether any group is closed (the writes' fast path asks only this)."""
+        return bool(self._closed)
+
+    async def wait_all(self, groups: set[int]) -> None:
+        """Wait while any of ``groups`` is closed (each at most :data:`HOLD_SECONDS`)."""
+        for group in groups:
+            if group in self._closed:
+                await self.wait(group)
+
     async def wait(self, group: int) -> None:
         """Wait while ``group`` is closed, at most :data:`HOLD_SECONDS`."""
         gate = self._closed.get(group)

@@ -264,10 +264,10 @@ class Mover:
         self.pauses.append(phases.total_ms / 1000)
         del self.pauses[:-KEPT]
         self._keep("source", phases)
-        log.info("node %s handed group %d to node %s at position %d (epoch %d, committed at "
-                 "%.6f, %d records flushed), writes held here for %.1f ms: %s", node.node_id,
-                 group, target, writer.committed_seq, epoch, handed_at, unshipped,
-                 phases.total_ms, phases.text())
+        log.info("node %s handed group %d to node %s at position %d (epoch %d; closed at "
+                 "%.6f, committed at %.6f; %d records flushed), writes held here for %.1f ms: "
+                 "%s", node.node_id, group, target, writer.committed_seq, epoch,
+                 phases.began_at, handed_at, unshipped, phases.total_ms, phases.text())
         return True
 
     def figures(self) -> dict[str, float]:

@@ -404,6 +404,8 @@ class ClusterNode:
                 refused = Unavailable(f"node {self.node_id} is still joining the cluster; "
                                       "try again shortly; nothing was applied")
                 return dict.fromkeys(groups, refused)
+        if self.mover is not None and self.mover.gates:  # a move's cut-over: wait for it
+            await self.mover.gates.wait_all(groups)
         writers = self.writers
         # The common case, groups this node writes: nothing to do, nor to wait for.
         pending = [group for group in groups if group not in writers
@@ -425,8 +427,6 @@ class ClusterNode:
         return refusals
 
     async def _prepare_group(self, group: int, take: bool) -> None:
-        if self.mover is not None:  # a move's cut-over: wait for it, then see
-            await self.mover.gates.wait(group)
         writer = self.writers.get(group)
         if writer is not None:
             if writer.fenced is not None:
@@ -1015,6 +1015,7 @@ class ClusterNode:
         new epoch: a transaction less while writes wait)."""
         if group in self.writers:
             return
+        self.tail.hurry()  # the hand-over's last records: read now, not after a gather
         read_at = time.monotonic()
         row = await self.store.register(group)
         if phases is not None:
