@@ -11,17 +11,25 @@ the clients: figures are end to end on it, not per-node capacity.
    ``big`` gets ``--members`` members (default 1,000,000) through batches
    of 10,000; its group is placed on its primary and one follower.  Then,
    while ``--writers`` clients (default 16) each submit one event at a
-   time to the board (a refused write, ``503`` during the cut-over, is sent
-   again with the same event id), the group is moved ``--rounds`` times (default
-   4) to the node that does not hold it, so each move first loads the
-   group there (snapshot, then log) while writes go on, then cuts over.
-   Half the writers go to the primary as polled every 50 ms (a cluster-aware
-   client), half through every node in turn (a load balancer).  Per move, for
-   each half: each write's latency from its first attempt to its
-   acknowledgement (retries included) over the move, p50/p99/max; the
-   longest gap between two acknowledgements; how long the source refused
-   writes (its log: "writes refused here for"); and how long the move took
+   time to the board (a refused write, ``503`` or ``421``, is sent again
+   with the same event id: to the same node 5 ms later for a writer to the
+   primary, at once to the next node for the others), the group is moved
+   ``--rounds`` times (default 4) to the node that does not hold it, so each
+   move first loads the group there (snapshot, then log) while writes go
+   on, then cuts over.  Half the writers go to the primary as polled every
+   50 ms (a cluster-aware client), half through every node in turn (a load
+   balancer).  Per move, for each half: each write's latency from its first
+   attempt to its acknowledgement (retries included), p50/p99/max, and the
+   longest gap between two acknowledgements, over the whole move and over
+   the writes begun from 1 s before the cut-over to 1 s after it; how long
+   the source held (or, before, refused) the group's writes and each step
+   of the cut-over as the source's and the target's logs time them (the
+   wall-clock moments they log line the two up); the slowest retried writes
+   around the cut-over attempt by attempt (node, answer, when, from the
+   moment the source closed the group's writes); and how long the move took
    from request to the target writing.  Targets: p99 <= 50 ms, max <= 200 ms.
+   Run it with another revision's sources first on ``PYTHONPATH`` to
+   measure that revision with this same script.
 2. **Memory per node.**  ``--boards`` boards (default 48) of
    ``--board-members`` members (default 10,000), written through the nodes
    in turn, on 1, 2 and 3 nodes (a fresh cluster each, ``--replicas 1``):
@@ -378,6 +386,12 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
                       + (f" ({cut.source_steps}); the target was told {cut.told_after_ms} "
                          f"ms after the hand-over committed and opened in {cut.target_steps}"
                          if cut.source_steps else ""))
+                if cut.source_steps and not cut.target_steps:  # what the target did instead
+                    lines = [line for line in target_node.log()[
+                        logged[nodes.index(target_node)]:].splitlines()
+                        if f"group {group}" in line or " WARNING " in line]
+                    print("  the target did not log its opening; its log:\n    "
+                          + "\n    ".join(lines[:12]))
                 print(f"  writes around the cut-over (from {AROUND_SECONDS:g} s before to "
                       f"{AROUND_SECONDS:g} s after): {around(load, cut, wall)}")
             for node, start in zip(nodes, logged, strict=True):

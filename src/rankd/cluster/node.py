@@ -599,7 +599,10 @@ class ClusterNode:
                 phases.step("lease")
             try:
                 self.tail.pause(group)
-                await self._align(group, lease.last_seq)
+                # No read of the tail in flight while the state is checked: it
+                # would apply records after the position _align hands the tail.
+                async with self.tail.locked(group):
+                    await self._align(group, lease.last_seq)
                 await self.tail.drain(group, lease.last_seq)
                 if phases is not None:
                     phases.step("drain")
