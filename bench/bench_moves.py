@@ -319,7 +319,12 @@ def around(load: Load, cut: CutOver, wall: float) -> str:
                           f"{(answered - closed) * 1000:+.0f}"
                           for sent, answered, at, status in attempts)
         shown.append(f"{way} from {(began - closed) * 1000:+.0f} ms: {steps} ms, then acked")
-    return f"{figures}; slowest retried: " + ("; ".join(shown) or "none")
+    during = sorted(done - began for acks in load.acks.values() for began, done in acks
+                    if began <= cut.ended - wall and done >= closed)
+    caught = (f"{len(during)} writes in flight across the cut-over itself, latency max "
+              f"{during[-1] * 1000:.0f} ms, median {statistics.median(during) * 1000:.0f} ms"
+              if during else "no write in flight across the cut-over itself")
+    return f"{figures}; {caught}; slowest retried: " + ("; ".join(shown) or "none")
 
 
 def stalls(logged: str) -> str:

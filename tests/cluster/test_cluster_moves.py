@@ -354,6 +354,15 @@ def test_a_rebalance_goes_on_until_the_primaries_are_even(tmp_path: Path, pg_dsn
                 daemon.stop(timeout=20)
 
 
+def started_writers(daemons: list[Daemon], count: int) -> list[Writer]:
+    """``count`` writers started, a second after which they are all writing."""
+    writers = [Writer(daemons, f"w{i}") for i in range(count)]
+    for writer in writers:
+        writer.start()
+    time.sleep(1.0)
+    return writers
+
+
 def test_a_cut_over_holds_writes_and_hands_its_lease_over(tmp_path: Path, pg_dsn: str) -> None:
     """Writes that come during a cut-over wait for it and are then sent to
     the target, never refused (503); the target writes at the epoch the
@@ -362,10 +371,7 @@ def test_a_cut_over_holds_writes_and_hands_its_lease_over(tmp_path: Path, pg_dsn
     with nodes(tmp_path, pg_dsn, 2) as (source, target):
         start_group(source, pg_dsn)
         before_epoch = holder(pg_dsn)[1]
-        writers = [Writer([source, target], f"w{i}") for i in range(4)]
-        for writer in writers:
-            writer.start()
-        time.sleep(1.0)
+        writers = started_writers([source, target], 4)
         assert target.request("POST", "/v1/cluster/moves",
                               {"group": GROUP, "node": "n1"})[0] == 202
         wait_until(lambda: holder(pg_dsn)[0] == "n1", 10, "the group never moved")
