@@ -382,7 +382,7 @@ def test_a_cut_over_holds_writes_and_hands_its_lease_over(tmp_path: Path, pg_dsn
         refused = [w.refusals for w in writers]
         assert not any(503 in refusals for refusals in refused), refused
         assert re.search(r"writes held here for [0-9.]+ ms: flush [0-9.]+ ms, hand-over "
-                         r"[0-9.]+ ms, follow [0-9.]+ ms, target open [0-9.]+ ms", source.log())
+                         r"[0-9.]+ ms, follow [0-9.]+ ms, target holding [0-9.]+ ms", source.log())
         assert re.search(r"opened group \d+ handed to it at epoch \d+, .*: register [0-9.]+ "
                          r"ms, lease [0-9.]+ ms, drain [0-9.]+ ms", target.log())
         with urllib.request.urlopen(source.url + "/metrics", timeout=10) as response:

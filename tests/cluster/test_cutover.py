@@ -81,12 +81,12 @@ def test_every_node_routes_to_the_target_as_soon_as_it_is_told() -> None:
     assert host.registers[3].holder == "n2"
 
 
-def test_the_source_lets_held_writes_go_when_the_target_opens() -> None:
+def test_the_source_lets_held_writes_go_when_the_target_holds_them() -> None:
     async def scenario() -> bool:
         mover = Mover(node(set()), placement=None)
         loop = asyncio.get_running_loop()
         mover._opening[1] = waiting = loop.create_future()
-        mover._notified(None, 0, "rankd_topology", "1:n1:7:opened")
+        mover._notified(None, 0, "rankd_topology", "1:n1:7:holding")
         return waiting.done()
 
     assert asyncio.run(scenario())

@@ -9,8 +9,10 @@ was a moment old came back ``not_primary``.  Instead, while a group is
 closed on a node, its writes **wait** at :class:`Gates` (bounded by
 :data:`HOLD_SECONDS`) until the gate opens:
 
-* on the source, once the target says it opened the group (its
-  ``opened`` notification), or the hand-over failed (writes go on there):
+* on the source, once the target says it holds the group's writes in
+  turn (its ``holding`` notification, sent as soon as it is told of the
+  hand-over, so the writes travel while it opens), or the hand-over
+  failed (writes go on there):
   a held write then finds the group written elsewhere and is sent on as
   any write is (REST forwards it one hop; TCP and RESP answer ``moved``
   naming the target);

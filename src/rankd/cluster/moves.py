@@ -61,8 +61,8 @@ CATCH_UP_RECORDS = 2000
 #: gives the cut-over up (and reopens writes) for this round.
 FLUSH_SECONDS = 2.0
 #: How long the source holds the writes that came during a cut-over for the
-#: target to say it writes the group, before it lets them go on anyway
-#: (sent to the target, which holds them in turn while it opens).
+#: target to say it holds the group's writes in turn (until it opens the
+#: group), before it lets them go on anyway.
 OPEN_WAIT_SECONDS = 1.0
 #: Cut-overs whose phases ``/metrics`` and the log keep, per node.
 KEPT = 100
@@ -105,7 +105,7 @@ class Mover:
         self.phases: list[tuple[str, Phases]] = []
         self._listener: asyncio.Task | None = None
         self._taking: set[asyncio.Task] = set()
-        #: Cut-overs handed from here that wait for their target to open.
+        #: Cut-overs handed from here that wait for their target to hold the writes.
         self._opening: dict[int, asyncio.Future[None]] = {}
 
     def refusal(self, group: int) -> Unavailable:
@@ -132,24 +132,33 @@ class Mover:
                 log.debug("node %s lost its topology listener: %s", self.node.node_id, exc)
 
     def _notified(self, connection: object, pid: int, channel: str, payload: str) -> None:
-        """A hand-over (``group:target:epoch``) or its target opening
-        (``group:target:epoch:opened``), as every node hears it."""
+        """A hand-over (``group:target:epoch``) or its target holding the
+        group's writes (``group:target:epoch:holding``), as every node hears it."""
         group_text, target, epoch_text, *rest = payload.split(":")
         group, epoch = int(group_text), int(epoch_text)
-        opened = rest[:1] == ["opened"]
+        holding = rest[:1] == ["holding"]
         if target != self.node.node_id:
             self._learn(group, target, epoch)
             waiting = self._opening.get(group)
-            if opened and waiting is not None and not waiting.done():
+            if holding and waiting is not None and not waiting.done():
                 waiting.set_result(None)
             return
-        if opened:
+        if holding:
             return
-        # Writes that reach this node for the group wait until it writes it.
+        # Writes that reach this node for the group wait until it writes it;
+        # the source, told so, sends those it held here meanwhile.
         self.gates.close(group)
-        task = asyncio.ensure_future(self._take_handed(group, epoch, Phases()))
-        self._taking.add(task)
-        task.add_done_callback(self._taking.discard)
+        for step in (self._take_handed(group, epoch, Phases()), self._say_holding(group, epoch)):
+            task = asyncio.ensure_future(step)
+            self._taking.add(task)
+            task.add_done_callback(self._taking.discard)
+
+    async def _say_holding(self, group: int, epoch: int) -> None:
+        try:
+            await self.placement.notify_holding(group, self.node.node_id, epoch)
+        except POSTGRES_ERRORS as exc:  # (the source lets them go after a while anyway)
+            log.debug("node %s could not say it holds group %d's writes: %s",
+                      self.node.node_id, group, exc)
 
     def _learn(self, group: int, target: str, epoch: int) -> None:
         """Route ``group``'s requests to ``target`` from now on (rather than
@@ -179,11 +188,6 @@ class Mover:
         log.info("node %s opened group %d handed to it at epoch %d, %.1f ms after it was told "
                  "(at %.6f): %s", node.node_id, group, writer.epoch, phases.total_ms,
                  phases.began_at, phases.text())
-        try:  # the source lets the writes it holds go on: to here
-            await self.placement.notify_opened(group, node.node_id, writer.epoch)
-        except POSTGRES_ERRORS as exc:  # (it lets them go after a while anyway)
-            log.debug("node %s could not say it opened group %d: %s", node.node_id, group,
-                      exc)
 
     def _keep(self, side: str, phases: Phases) -> None:
         self.phases.append((side, phases))
@@ -253,10 +257,11 @@ class Mover:
                     return False
                 finally:
                     self.handing.discard(group)
-            # The writes held here go on once the target writes the group.
+            # The writes held here go on once the target holds them in turn
+            # (it opens the group meanwhile: they travel while it does).
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(opened, OPEN_WAIT_SECONDS)
-            phases.step("target open")
+            phases.step("target holding")
         finally:
             self._opening.pop(group, None)
             self.gates.open(group)

@@ -40,7 +40,8 @@ from rankd.cluster.log import lock_schema
 log = logging.getLogger(__name__)
 
 #: Channel on which a hand-over tells every node ``group:target:epoch``, and
-#: the target, once it writes the group, ``group:target:epoch:opened``.
+#: the target, once the group's writes wait there until it writes it,
+#: ``group:target:epoch:holding``.
 CHANNEL = "rankd_topology"
 
 SCHEMA = """
@@ -277,9 +278,10 @@ class Placement:
                                       max(replicas, 0), lease_seconds, CHANNEL)
         return None if row is None else row[0]
 
-    async def notify_opened(self, group: int, target: str, epoch: int) -> None:
-        """Tell every node that ``target``, a move's target, writes ``group``
-        at ``epoch`` now: the source lets the writes it held go there."""
+    async def notify_holding(self, group: int, target: str, epoch: int) -> None:
+        """Tell every node that ``target``, a move's target, holds ``group``'s
+        writes (handed at ``epoch``) until it writes the group: the source
+        lets the writes it held go there."""
         async with self.pool.acquire() as conn:
             await conn.execute("SELECT pg_notify($1, $2)", CHANNEL,
-                               f"{group}:{target}:{epoch}:opened")
+                               f"{group}:{target}:{epoch}:holding")
