@@ -216,6 +216,13 @@ class Mover:
                     continue  # target not live: the move waits for it
                 if peer[2].get(group, -1) < writer.committed_seq - CATCH_UP_RECORDS:
                     continue  # still loading the group
+                # Confirmed by a heartbeat the target wrote since the move was
+                # asked for: the copy read here can be older (this node's watch
+                # loop busy storing a snapshot), from before the target dropped
+                # the group, and the target would then load it while writes wait.
+                applied = await self.placement.applied_since_asked(group, target)
+                if applied is None or applied < writer.committed_seq - CATCH_UP_RECORDS:
+                    continue
                 await self.cut_over(group, target)
             except Exception as exc:
                 log.warning("node %s could not move group %d to %s yet: %s", node.node_id,

@@ -278,6 +278,16 @@ class Placement:
                                       max(replicas, 0), lease_seconds, CHANNEL)
         return None if row is None else row[0]
 
+    async def applied_since_asked(self, group: int, target: str) -> int | None:
+        """How far ``target`` applied ``group`` by its last heartbeat, if it
+        wrote one since the group's move to it was asked for (else None)."""
+        async with self.pool.acquire() as conn:
+            return await conn.fetchval(
+                "SELECT coalesce((n.applied ->> $1::int::text)::bigint, -1) "
+                "FROM rankd_nodes AS n JOIN rankd_moves AS m ON m.group_id = $1 "
+                "AND m.target = n.node_id WHERE n.node_id = $2 AND n.seen_at > m.requested_at",
+                group, target)
+
     async def notify_holding(self, group: int, target: str, epoch: int) -> None:
         """Tell every node that ``target``, a move's target, holds ``group``'s
         writes (handed at ``epoch``) until it writes the group: the source
