@@ -90,3 +90,37 @@ def test_the_source_lets_held_writes_go_when_the_target_holds_them() -> None:
         return waiting.done()
 
     assert asyncio.run(scenario())
+
+
+def test_a_move_waits_for_a_heartbeat_written_since_it_was_asked() -> None:
+    """The source's copy of the heartbeats may predate the move (the target
+    then still held an old copy of the group it dropped since): it cuts over
+    only once a heartbeat written after the move was asked shows the target
+    caught up."""
+
+    class Placement:
+        applied: int | None = None
+
+        async def applied_since_asked(self, group: int, target: str) -> int | None:
+            return self.applied
+
+    async def scenario(fresh: int | None) -> list[tuple[int, str]]:
+        writer = SimpleNamespace(fenced=None, committed_seq=10_000)
+        host = SimpleNamespace(node_id="n0", writers={5: writer}, registers={},
+                               peers={"n1": ("127.0.0.1:1", None, {5: 9_999})})
+        placement = Placement()
+        placement.applied = fresh
+        mover = Mover(host, placement)
+        cut: list[tuple[int, str]] = []
+
+        async def cut_over(group: int, target: str) -> bool:
+            cut.append((group, target))
+            return True
+
+        mover.cut_over = cut_over
+        await mover.round(SimpleNamespace(moves={5: "n1"}))
+        return cut
+
+    assert asyncio.run(scenario(None)) == []  # no heartbeat since the move was asked
+    assert asyncio.run(scenario(100)) == []  # one since: far behind (loading)
+    assert asyncio.run(scenario(9_500)) == [(5, "n1")]
