@@ -11,17 +11,25 @@ the clients: figures are end to end on it, not per-node capacity.
    ``big`` gets ``--members`` members (default 1,000,000) through batches
    of 10,000; its group is placed on its primary and one follower.  Then,
    while ``--writers`` clients (default 16) each submit one event at a
-   time to the board (a refused write, ``503`` during the cut-over, is sent
-   again with the same event id), the group is moved ``--rounds`` times (default
-   4) to the node that does not hold it, so each move first loads the
-   group there (snapshot, then log) while writes go on, then cuts over.
-   Half the writers go to the primary as polled every 50 ms (a cluster-aware
-   client), half through every node in turn (a load balancer).  Per move, for
-   each half: each write's latency from its first attempt to its
-   acknowledgement (retries included) over the move, p50/p99/max; the
-   longest gap between two acknowledgements; how long the source refused
-   writes (its log: "writes refused here for"); and how long the move took
+   time to the board (a refused write, ``503`` or ``421``, is sent again
+   with the same event id: to the same node 5 ms later for a writer to the
+   primary, at once to the next node for the others), the group is moved
+   ``--rounds`` times (default 4) to the node that does not hold it, so each
+   move first loads the group there (snapshot, then log) while writes go
+   on, then cuts over.  Half the writers go to the primary as polled every
+   50 ms (a cluster-aware client), half through every node in turn (a load
+   balancer).  Per move, for each half: each write's latency from its first
+   attempt to its acknowledgement (retries included), p50/p99/max, and the
+   longest gap between two acknowledgements, over the whole move and over
+   the writes begun from 1 s before the cut-over to 1 s after it; how long
+   the source held (or, before, refused) the group's writes and each step
+   of the cut-over as the source's and the target's logs time them (the
+   wall-clock moments they log line the two up); the slowest retried writes
+   around the cut-over attempt by attempt (node, answer, when, from the
+   moment the source closed the group's writes); and how long the move took
    from request to the target writing.  Targets: p99 <= 50 ms, max <= 200 ms.
+   Run it with another revision's sources first on ``PYTHONPATH`` to
+   measure that revision with this same script.
 2. **Memory per node.**  ``--boards`` boards (default 48) of
    ``--board-members`` members (default 10,000), written through the nodes
    in turn, on 1, 2 and 3 nodes (a fresh cluster each, ``--replicas 1``):
@@ -39,6 +47,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import datetime
 import itertools
 import re
 import statistics
@@ -59,6 +69,11 @@ from rankd.cluster.groups import group_of  # noqa: E402
 
 BIG = "big"
 BATCH = 10_000
+#: Writes from this long before a cut-over closed to this long after it
+#: ended are "around the cut-over".
+AROUND_SECONDS = 1.0
+#: The slowest writes around each cut-over shown attempt by attempt.
+SLOWEST_SHOWN = 3
 #: The longest loop stalls of each node printed after the moves.
 STALLS_SHOWN = 3
 
@@ -166,10 +181,15 @@ class Load:
         #: (first attempt, acknowledgement) monotonic times of every
         #: acknowledged write, by way: "any node", "primary".
         self.acks: dict[str, list[tuple[float, float]]] = {"any node": [], "primary": []}
+        #: Each acknowledged write's attempts but the last: (way, its first
+        #: attempt, [(sent, answered, node, status)]) (monotonic times).
+        self.retried: list[tuple[str, float, list[tuple[float, float, int, int]]]] = []
         self.refused = 0
         self.running = True
         #: The group's primary, as last polled.
         self.primary = 0
+        #: Each writer's write not acknowledged yet: its first attempt (monotonic).
+        self.pending: dict[int, float] = {}
 
     async def poll_primary(self) -> None:
         while self.running:
@@ -188,10 +208,13 @@ class Load:
         for n in itertools.count():
             if not self.running:
                 return
-            started = time.monotonic()
+            started = self.pending[index] = time.monotonic()
+            attempts: list[tuple[float, float, int, int]] = []
             for attempt in itertools.count():
-                node = (self.nodes[self.primary] if way == "primary" else
-                        self.nodes[(n + index + attempt) % len(self.nodes)])
+                at = (self.primary if way == "primary" else
+                      (n + index + attempt) % len(self.nodes))
+                node = self.nodes[at]
+                sent = time.monotonic()
                 try:
                     async with session.post(
                             f"{node.url}/v1/boards/{BIG}/scores",
@@ -202,14 +225,19 @@ class Load:
                         break
                     if answer.status not in (421, 503):  # only "elsewhere" or "retry"
                         raise RuntimeError(f"write refused: {answer.status} {body!r}")
+                    status = answer.status
                 except aiohttp.ClientError:
-                    pass
+                    status = 0
+                attempts.append((sent, time.monotonic(), at, status))
                 self.refused += 1
                 if not self.running:
                     return
                 if way == "primary":
                     await asyncio.sleep(0.005)
             self.acks[way].append((started, time.monotonic()))
+            del self.pending[index]
+            if attempts:
+                self.retried.append((way, started, attempts))
 
     async def run(self) -> None:
         async with aiohttp.ClientSession() as session:
@@ -235,6 +263,77 @@ class Load:
                 "longest_gap_ms": round(gap * 1000, 1)}
 
 
+def log_time(line: str) -> float:
+    """The wall-clock time a node's text log ``line`` was written."""
+    stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    return stamp.timestamp()
+
+
+@dataclasses.dataclass
+class CutOver:
+    """One cut-over as the source's and the target's logs tell it."""
+
+    #: Wall-clock times: the source closed the group's writes; its writes went on elsewhere.
+    closed: float
+    ended: float
+    #: The source's total and its steps; the target's steps (this code only).
+    held_ms: float
+    source_steps: str = ""
+    target_steps: str = ""
+    #: The target was told this long after the hand-over committed (ms).
+    told_after_ms: float | None = None
+
+
+def cut_over(source: Daemon, seen: int, target: Daemon, target_seen: int) -> CutOver | None:
+    """The source's cut-over logged after its first ``seen`` characters of
+    log (and the target's opening after ``target_seen``): this code's
+    "writes held here" or the start revision's "writes refused here"."""
+    for line in source.log()[seen:].splitlines():
+        held = re.search(r"closed at ([0-9.]+), committed at ([0-9.]+).*writes held here "
+                         r"for ([0-9.]+) ms: (.*)", line)
+        if held:
+            closed, committed, ms = float(held[1]), float(held[2]), float(held[3])
+            found = CutOver(closed, closed + ms / 1000, ms, held[4])
+            opened = re.search(r"opened group .* after it was told \(at ([0-9.]+)\): (.*)",
+                               target.log()[target_seen:])
+            if opened:
+                found.target_steps = opened[2]
+                found.told_after_ms = round((float(opened[1]) - committed) * 1000, 1)
+            return found
+        refused = re.search(r"writes refused here for ([0-9.]+) ms", line)
+        if refused:  # (the start revision: logged when the hand-over committed)
+            ended = log_time(line)
+            return CutOver(ended - float(refused[1]) / 1000, ended, float(refused[1]))
+    return None
+
+
+def around(load: Load, cut: CutOver, wall: float) -> str:
+    """Writes around ``cut`` (``wall``: this process's wall clock minus its
+    monotonic one): latency per way, and the slowest ones attempt by attempt
+    (times from the moment the source closed the group's writes)."""
+    start, end = cut.closed - wall - AROUND_SECONDS, cut.ended - wall + AROUND_SECONDS
+    figures = load.window(start, end)
+    closed = cut.closed - wall
+    slow = sorted((attempts[-1][1] - began, way, began, attempts)
+                  for way, began, attempts in load.retried if start <= began <= end)[::-1]
+    shown = []
+    for _, way, began, attempts in slow[:SLOWEST_SHOWN]:
+        steps = ", ".join(f"n{at} {status or 'error'} at {(sent - closed) * 1000:+.0f}.."
+                          f"{(answered - closed) * 1000:+.0f}"
+                          for sent, answered, at, status in attempts)
+        shown.append(f"{way} from {(began - closed) * 1000:+.0f} ms: {steps} ms, then acked")
+    during = sorted(done - began for acks in load.acks.values() for began, done in acks
+                    if began <= cut.ended - wall and done >= closed)
+    waiting = [time.monotonic() - began for began in load.pending.values() if began <= end]
+    if waiting:  # (not in the figures above: a lower bound of their latency)
+        figures["not acknowledged yet"] = (f"{len(waiting)}, waiting {max(waiting) * 1000:.0f} "
+                                           "ms so far")
+    caught = (f"{len(during)} writes in flight across the cut-over itself, latency max "
+              f"{during[-1] * 1000:.0f} ms, median {statistics.median(during) * 1000:.0f} ms"
+              if during else "no write in flight across the cut-over itself")
+    return f"{figures}; {caught}; slowest retried: " + ("; ".join(shown) or "none")
+
+
 def stalls(logged: str) -> str:
     """The loop watchdog's warnings in ``logged``: how often and where a
     node's event loop was held over its threshold."""
@@ -243,12 +342,6 @@ def stalls(logged: str) -> str:
     return (f"{len(found)} loop stalls over 0.1 s; longest: "
             + ("; ".join(f"{seconds} s at {where[:240]}" for seconds, where in longest)
                or "none"))
-
-
-def refused_ms(node: Daemon, seen: int) -> list[float]:
-    """The source's own "writes refused here for X ms" since its ``seen``-th."""
-    found = re.findall(r"writes refused here for ([0-9.]+) ms", node.log())
-    return [float(x) for x in found[seen:]]
 
 
 async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: int) -> None:
@@ -267,6 +360,7 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
             await asyncio.sleep(0.2)
         print(f"memory with the board: {[round(rss_mib(n)) for n in nodes]} MiB (n0, n1, n2)")
         load = Load(nodes, writers)
+        wall = time.time() - time.monotonic()
         running = asyncio.ensure_future(load.run())
         await asyncio.sleep(3.0)
         baseline = load.window(time.monotonic() - 2.0, time.monotonic())
@@ -275,7 +369,6 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
             primary, followers, _ = placement_of(nodes[0], group)
             target = next(f"n{i}" for i in range(3) if f"n{i}" not in (primary, *followers))
             source = nodes[int(primary[1:])]
-            seen = len(refused_ms(source, 0))
             logged = [len(node.log()) for node in nodes]
             asked = time.monotonic()
             while True:  # (a node busy loading a group may look silent a moment)
@@ -291,11 +384,32 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
                 await asyncio.sleep(0.1)
             moved = time.monotonic()
             await asyncio.sleep(1.0)
+            for _ in range(100):  # the writes begun around the cut-over: answered first
+                if not any(began <= moved + AROUND_SECONDS for began in load.pending.values()):
+                    break
+                await asyncio.sleep(0.1)
             figures = load.window(asked, time.monotonic())
+            target_node = nodes[int(target[1:])]
+            cut = cut_over(source, logged[nodes.index(source)], target_node,
+                           logged[nodes.index(target_node)])
             print(f"move {round_ + 1}: {primary} -> {target} (not holding it before): took "
                   f"{moved - asked:.1f} s from request to the target writing; writes over "
-                  f"the move {figures}; the source refused writes for "
-                  f"{refused_ms(source, seen)} ms")
+                  f"the whole move {figures}")
+            if cut is None:
+                print("  (no cut-over in the source's log)")
+            else:
+                print(f"  cut-over: the source held (or refused) writes for {cut.held_ms} ms"
+                      + (f" ({cut.source_steps}); the target was told {cut.told_after_ms} "
+                         f"ms after the hand-over committed and opened in {cut.target_steps}"
+                         if cut.source_steps else ""))
+                if cut.source_steps and not cut.target_steps:  # what the target did instead
+                    lines = [line for line in target_node.log()[
+                        logged[nodes.index(target_node)]:].splitlines()
+                        if f"group {group}" in line or " WARNING " in line]
+                    print("  the target did not log its opening; its log:\n    "
+                          + "\n    ".join(lines[:12]))
+                print(f"  writes around the cut-over (from {AROUND_SECONDS:g} s before to "
+                      f"{AROUND_SECONDS:g} s after): {around(load, cut, wall)}")
             for node, start in zip(nodes, logged, strict=True):
                 print(f"  {node.data_dir.name}: {stalls(node.log()[start:])}")
             await asyncio.sleep(2.0)

@@ -188,7 +188,7 @@ class DaemonCollector(Collector):
                 ("topology_epoch", "The cluster's placement version as this node last read it"),
                 ("groups_unheld", "Board groups placed on other nodes only (not held here)"),
                 ("move_last_pause_seconds", "How long the last group this node handed over "
-                                            "refused writes")):
+                                            "held its writes")):
             yield GaugeMetricFamily(f"rankd_cluster_{name}", text, value=figures[name])
         for name, text in (
                 ("takeovers", "Groups this node became the primary of"),
@@ -201,6 +201,7 @@ class DaemonCollector(Collector):
                 ("moves_out", "Board groups this node handed over to another node")):
             yield CounterMetricFamily(f"rankd_cluster_{name}", text, value=figures[name])
         yield from self._planner(figures)
+        yield from _move_steps(node, figures)
 
     @staticmethod
     def _planner(figures: dict[str, float]) -> Iterator[Metric]:
@@ -320,3 +321,21 @@ class DaemonCollector(Collector):
                                   value=usage.ru_utime + usage.ru_stime)
         yield GaugeMetricFamily("rankd_uptime_seconds", "Seconds since start",
                                 value=time.time() - self.started)
+
+
+def _move_steps(node: Any, figures: dict[str, float]) -> Iterator[Metric]:
+    """A cluster node's last move cut-over, step by step (rankd.cluster.cutover)."""
+    mover = getattr(node, "mover", None)
+    if mover is None:
+        return
+    yield CounterMetricFamily("rankd_cluster_move_writes_held", "Writes that waited for a "
+                              "move's cut-over on this node", value=figures["move_writes_held"])
+    yield GaugeMetricFamily("rankd_cluster_move_longest_hold_seconds", "The longest a write "
+                            "waited for a move's cut-over on this node",
+                            value=figures["move_longest_hold_seconds"])
+    steps = GaugeMetricFamily("rankd_cluster_move_step_seconds", "Each step of the last "
+                              "move cut-over this node took part in, as source or target",
+                              labels=["side", "step"])
+    for (side, step), seconds in mover.last_steps().items():
+        steps.add_metric([side, step], seconds)
+    yield steps

@@ -352,3 +352,39 @@ def test_a_rebalance_goes_on_until_the_primaries_are_even(tmp_path: Path, pg_dsn
         for daemon in (second, first):
             if daemon.process is not None and daemon.process.poll() is None:
                 daemon.stop(timeout=20)
+
+
+def started_writers(daemons: list[Daemon], count: int) -> list[Writer]:
+    """``count`` writers started, a second after which they are all writing."""
+    writers = [Writer(daemons, f"w{i}") for i in range(count)]
+    for writer in writers:
+        writer.start()
+    time.sleep(1.0)
+    return writers
+
+
+def test_a_cut_over_holds_writes_and_hands_its_lease_over(tmp_path: Path, pg_dsn: str) -> None:
+    """Writes that come during a cut-over wait for it and are then sent to
+    the target, never refused (503); the target writes at the epoch the
+    hand-over gave it (no second takeover while writes wait); each step of
+    the cut-over is logged and in /metrics."""
+    with nodes(tmp_path, pg_dsn, 2) as (source, target):
+        start_group(source, pg_dsn)
+        before_epoch = holder(pg_dsn)[1]
+        writers = started_writers([source, target], 4)
+        assert target.request("POST", "/v1/cluster/moves",
+                              {"group": GROUP, "node": "n1"})[0] == 202
+        wait_until(lambda: holder(pg_dsn)[0] == "n1", 10, "the group never moved")
+        time.sleep(1.0)
+        acked = stop_writers(writers)
+        assert settled_total(target, acked) == acked
+        assert holder(pg_dsn) == ("n1", before_epoch + 1)
+        refused = [w.refusals for w in writers]
+        assert not any(503 in refusals for refusals in refused), refused
+        assert re.search(r"writes held here for [0-9.]+ ms: flush [0-9.]+ ms, hand-over "
+                         r"[0-9.]+ ms, follow [0-9.]+ ms, target holding [0-9.]+ ms", source.log())
+        assert re.search(r"opened group \d+ handed to it at epoch \d+, .*: register [0-9.]+ "
+                         r"ms, lease [0-9.]+ ms, drain [0-9.]+ ms", target.log())
+        with urllib.request.urlopen(source.url + "/metrics", timeout=10) as response:
+            metrics = response.read().decode()
+        assert 'rankd_cluster_move_step_seconds{side="source",step="hand-over"}' in metrics

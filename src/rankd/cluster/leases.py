@@ -81,6 +81,13 @@ class LeaseKeeper:
             self.held[group] = Held(lease, started + self.store.lease_seconds - self.margin)
         return lease
 
+    def adopt(self, lease: Lease, read_at: float, lease_left: float) -> None:
+        """Hold ``lease``, given to this node by another's transaction (a
+        move's hand-over) rather than taken here: good until ``lease_left``
+        seconds (by Postgres's clock, as read) after ``read_at``, a local
+        time before that read, less the margin."""
+        self.held[lease.group] = Held(lease, read_at + lease_left - self.margin)
+
     async def renew_all(self) -> None:
         """Renew every held lease once, all in one round trip; drop (and
         report) the fenced ones."""

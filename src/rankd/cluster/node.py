@@ -49,10 +49,11 @@ from rankd._tasks import STOP_SECONDS, stop_task
 from rankd.cluster import capacity
 from rankd.cluster.catchup import apply_slices, too_long
 from rankd.cluster.committer import GroupCommitter, LogLost
+from rankd.cluster.cutover import Phases
 from rankd.cluster.freshness import Freshness
 from rankd.cluster.groups import GROUPS, GroupLocks, group_of
 from rankd.cluster.leases import LeaseKeeper
-from rankd.cluster.log import ClusterLog, Fenced, migrate
+from rankd.cluster.log import ClusterLog, Fenced, Lease, migrate
 from rankd.cluster.migrations import migrate_retrying
 from rankd.cluster.moves import Mover
 from rankd.cluster.nodelock import NodeIdInUse, NodeLock
@@ -413,6 +414,8 @@ class ClusterNode:
                 refused = Unavailable(f"node {self.node_id} is still joining the cluster; "
                                       "try again shortly; nothing was applied")
                 return dict.fromkeys(groups, refused)
+        if self.mover is not None and self.mover.gates:  # a move's cut-over: wait for it
+            await self.mover.gates.wait_all(groups)
         writers = self.writers
         # The common case, groups this node writes: nothing to do, nor to wait for.
         pending = [group for group in groups if group not in writers
@@ -584,21 +587,35 @@ class ClusterNode:
 
     # --- taking, following, being deposed ----------------------------------------------
 
-    async def _take(self, group: int) -> None:
+    async def _take(self, group: int, handed: tuple[Lease, float, float] | None = None,
+                    phases: Phases | None = None) -> None:
+        """Write ``group`` here: a new epoch, or the lease a move's hand-over
+        gave (``handed``: the lease, when its register was read, its time left)."""
         if self.recovery.failed:
             raise Unavailable(f"node {self.node_id}'s local log failed; it writes no group "
                               "until it recovers (nothing was applied)")
         async with self._lock(group):
             if group in self.writers:
                 return
-            lease = await self.keeper.take(group)
+            if handed is not None:
+                lease = handed[0]
+                self.keeper.adopt(*handed)
+            else:
+                lease = await self.keeper.take(group)
             if lease is None:
                 await self._read_register(group)
                 return
+            if phases is not None:
+                phases.step("lease")
             try:
                 self.tail.pause(group)
-                await self._align(group, lease.last_seq)
+                # No read of the tail in flight while the state is checked: it
+                # would apply records after the position _align hands the tail.
+                async with self.tail.locked(group):
+                    await self._align(group, lease.last_seq)
                 await self.tail.drain(group, lease.last_seq)
+                if phases is not None:
+                    phases.step("drain")
             except BaseException:
                 self.keeper.held.pop(group, None)
                 with contextlib.suppress(Exception):
@@ -1015,16 +1032,32 @@ class ClusterNode:
         """The lock held while ``group`` is taken, given up or handed over."""
         return self._lock(group)
 
-    async def take_handed(self, group: int) -> None:
+    async def take_handed(self, group: int, epoch: int | None = None,
+                          phases: Phases | None = None) -> None:
         """Take ``group``, which a move hands (or gave) to this node: at once,
-        whatever its register last read here said (its lease is this node's)."""
+        whatever its register last read here said.  Told the hand-over's
+        ``epoch``, and the register still there and naming this node, the
+        lease the hand-over's transaction gave is this node's as it is (no
+        new epoch: a transaction less while writes wait)."""
         if group in self.writers:
             return
-        await self._read_register(group)
-        register = self.registers.get(group)
-        if register is not None and register.holder not in (None, self.node_id):
+        self.tail.hurry()  # the hand-over's last records: read now, not after a gather
+        read_at = time.monotonic()
+        row = await self.store.register(group)
+        if phases is not None:
+            phases.step("register")
+        if row is None:
+            return
+        left = row["lease_left"] or 0.0
+        self.registers[group] = Register(row["epoch"], row["holder"], row["last_seq"],
+                                         read_at + left if left > 0 else 0.0)
+        if row["holder"] not in (None, self.node_id):
             return  # handed elsewhere meanwhile
-        await self._take(group)
+        handed = None
+        if (epoch is not None and row["epoch"] == epoch and row["holder"] == self.node_id
+                and left > 0 and group not in self.keeper.held):
+            handed = (Lease(group, epoch, self.node_id, row["last_seq"]), read_at, left)
+        await self._take(group, handed, phases)
 
     async def handed_over(self, group: int, writer: GroupCommitter, epoch: int,
                           target: str) -> None:

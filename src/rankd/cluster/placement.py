@@ -39,7 +39,9 @@ from rankd.cluster.log import lock_schema
 
 log = logging.getLogger(__name__)
 
-#: Channel on which a hand-over tells the target ``group:target:epoch``.
+#: Channel on which a hand-over tells every node ``group:target:epoch``, and
+#: the target, once the group's writes wait there until it writes it,
+#: ``group:target:epoch:holding``.
 CHANNEL = "rankd_topology"
 
 SCHEMA = """
@@ -59,6 +61,42 @@ CREATE TABLE IF NOT EXISTS rankd_moves (
     target       text NOT NULL,
     requested_at timestamptz NOT NULL DEFAULT now()
 );
+"""
+
+
+#: :meth:`Placement.hand_over` as one statement (its own transaction): the
+#: register moves only if ``source`` still holds it at ``epoch`` (the row
+#: locked by the UPDATE, its condition checked again on the newest version,
+#: as a ``SELECT ... FOR UPDATE`` then an ``UPDATE`` did); every other change
+#: happens only if it did.  $1 group, $2 epoch, $3 source, $4 target,
+#: $5 replicas, $6 lease seconds, $7 the notification channel.
+HAND_OVER = """
+WITH register AS (
+    UPDATE rankd_groups SET epoch = epoch + 1, holder = $4,
+        lease_until = now() + make_interval(secs => $6)
+    WHERE group_id = $1 AND epoch = $2 AND holder = $3
+    RETURNING epoch
+), placed AS (
+    SELECT followers FROM rankd_placement WHERE group_id = $1 FOR UPDATE
+), topology AS (
+    UPDATE rankd_topology SET epoch = epoch + 1
+    WHERE id = 1 AND EXISTS (SELECT 1 FROM register)
+    RETURNING epoch
+), placement AS (
+    INSERT INTO rankd_placement (group_id, primary_node, followers, version)
+    SELECT $1, $4, (ARRAY[$3::text] || ARRAY(
+        SELECT node FROM unnest(coalesce((SELECT followers FROM placed), '{}')) AS node
+        WHERE node <> $3 AND node <> $4))[1:$5], topology.epoch
+    FROM topology
+    ON CONFLICT (group_id) DO UPDATE SET primary_node = excluded.primary_node,
+        followers = excluded.followers, version = excluded.version
+    RETURNING 1
+), moved AS (
+    DELETE FROM rankd_moves WHERE group_id = $1 AND EXISTS (SELECT 1 FROM register)
+    RETURNING 1
+)
+SELECT register.epoch, pg_notify($7, $1::int::text || ':' || $4::text || ':'
+    || register.epoch::text) FROM register
 """
 
 
@@ -230,30 +268,30 @@ class Placement:
         appends are fenced from then on, and no third node takes the group
         before the target does), the placement names ``target`` primary and
         ``source`` a follower, the topology epoch grows, the move row goes,
-        and the target is notified.  Returns the group's new epoch; None
-        (nothing changed) if the group moved on."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            register = await conn.fetchrow("SELECT epoch, holder FROM rankd_groups "
-                                           "WHERE group_id = $1 FOR UPDATE", group)
-            if register is None or register["epoch"] != epoch or register["holder"] != source:
-                return None
-            new_epoch = epoch + 1
-            await conn.execute(
-                "UPDATE rankd_groups SET epoch = $2, holder = $3, "
-                "lease_until = now() + make_interval(secs => $4) WHERE group_id = $1",
-                group, new_epoch, target, lease_seconds)
-            row = await conn.fetchrow("SELECT followers FROM rankd_placement "
-                                      "WHERE group_id = $1 FOR UPDATE", group)
-            followers = [n for n in (row["followers"] if row else []) if n not in
-                         (source, target)]
-            followers = [source, *followers][:max(replicas, 0)]
-            topology = await _bump(conn, None)
-            await conn.execute(
-                "INSERT INTO rankd_placement (group_id, primary_node, followers, version) "
-                "VALUES ($1, $2, $3, $4) ON CONFLICT (group_id) DO UPDATE SET "
-                "primary_node = excluded.primary_node, followers = excluded.followers, "
-                "version = excluded.version", group, target, followers, topology)
-            await conn.execute("DELETE FROM rankd_moves WHERE group_id = $1", group)
+        and every node is notified.  Returns the group's new epoch; None
+        (nothing changed) if the group moved on.
+
+        It is one statement (:data:`HAND_OVER`), so one round trip to
+        Postgres while the group's writes wait, not one per step."""
+        async with self.pool.acquire() as conn:
+            row = await conn.fetchrow(HAND_OVER, group, epoch, source, target,
+                                      max(replicas, 0), lease_seconds, CHANNEL)
+        return None if row is None else row[0]
+
+    async def applied_since_asked(self, group: int, target: str) -> int | None:
+        """How far ``target`` applied ``group`` by its last heartbeat, if it
+        wrote one since the group's move to it was asked for (else None)."""
+        async with self.pool.acquire() as conn:
+            return await conn.fetchval(
+                "SELECT coalesce((n.applied ->> $1::int::text)::bigint, -1) "
+                "FROM rankd_nodes AS n JOIN rankd_moves AS m ON m.group_id = $1 "
+                "AND m.target = n.node_id WHERE n.node_id = $2 AND n.seen_at > m.requested_at",
+                group, target)
+
+    async def notify_holding(self, group: int, target: str, epoch: int) -> None:
+        """Tell every node that ``target``, a move's target, holds ``group``'s
+        writes (handed at ``epoch``) until it writes the group: the source
+        lets the writes it held go there."""
+        async with self.pool.acquire() as conn:
             await conn.execute("SELECT pg_notify($1, $2)", CHANNEL,
-                               f"{group}:{target}:{new_epoch}")
-        return new_epoch
+                               f"{group}:{target}:{epoch}:holding")

@@ -325,6 +325,13 @@ class ReplicatedWrites:
         """Whether the packed path applies a run itself (``Engine.takes_replicated``)."""
         return self.written_group(packed) is not None
 
+    def _the_general_way(self, runs: list[Any], finished: asyncio.Future[None]) -> None:
+        """Apply ``runs`` as submissions (each waits as the general way does)."""
+        general = asyncio.gather(*(self.unpacked_soon(packed) for packed in runs))
+        general.add_done_callback(lambda outcome: _answer_runs(
+            runs, finished, asyncio.CancelledError() if outcome.cancelled()
+            else outcome.exception() or (0, 0), positioned=False))
+
     def apply_group_runs(self, group: int, runs: list[Any], finished: asyncio.Future[None],
                          local: asyncio.Future[None]) -> None:
         """Apply a cluster node's packed runs of one group at the group's
@@ -332,14 +339,14 @@ class ReplicatedWrites:
         the ack mode is met, each run then holding its answers and
         ``position`` (the log's ``(seq, epoch)`` of its writes)."""
         if group in self.read_gates.closed:  # readers settle it: the general way waits
-            general = asyncio.gather(*(self.unpacked_soon(packed) for packed in runs))
-            general.add_done_callback(lambda outcome: _answer_runs(
-                runs, finished, asyncio.CancelledError() if outcome.cancelled()
-                else outcome.exception() or (0, 0), positioned=False))
+            self._the_general_way(runs, finished)
             return
         try:
             self.guard.check_writable()
             writer = self.core.replication.writer(group)
+        except Unavailable:  # (a group move's cut-over began since: the general way waits)
+            self._the_general_way(runs, finished)
+            return
         except EngineError as exc:  # deposed, or read-only, since the runs came
             _answer_runs(runs, finished, exc)
             return
