@@ -25,7 +25,7 @@ from rankd import __version__
 from rankd._native import implementations
 from rankd.cluster.node import ClusterNode
 from rankd.config import ServerConfig
-from rankd.engine import collector
+from rankd.engine import collector, heap
 from rankd.engine.engine import Engine
 from rankd.engine.wal import WalCorruptError
 from rankd.frontends.connections import ConnectionLimits, GuardedSite, default_max_connections
@@ -203,6 +203,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
 def run(config: ServerConfig) -> None:
     """Run the daemon on uvloop when it is installed."""
     setup_logging(config)
+    heap.tune()  # (before the engine allocates: see engine/heap.py)
     try:
         import uvloop
     except ImportError:

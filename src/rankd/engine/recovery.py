@@ -24,7 +24,7 @@ import os
 import time
 from pathlib import Path
 
-from rankd.engine import collector, records, settings
+from rankd.engine import collector, heap, records, settings
 from rankd.engine.core import Core
 from rankd.engine.frames import HEADER_BYTES, payload_bytes
 from rankd.engine.replaying import Replayer
@@ -127,6 +127,7 @@ class Recovery:
                 log.info("recovery: replayed %d of %d WAL records (%.0f%%)",
                          replayed, total, 100 * replayed / max(total, 1))
         replayer.flush()
+        heap.release()  # (the file's and the log's buffers are freed)
         self.replayed_bytes = tail_bytes + replayed * HEADER_BYTES
         log.info("recovered %d boards from snapshot @%d and %d WAL records in %.2fs",
                  len(core.state.boards), snapshot_lsn, replayed, time.monotonic() - started)
