@@ -22,6 +22,7 @@ import gc
 import logging
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from rankd.engine import collector, heap, records, settings
@@ -178,13 +179,14 @@ class Recovery:
             # Nothing of it can follow the snapshot: keep it all aside, replay none.
             wal.set_all_aside(snapshot_lsn)
 
-    def _check_snapshot_kind(self, sections: list[bytes]) -> None:
+    def _check_snapshot_kind(self, sections: Iterable[bytes]) -> None:
         """A cluster node's snapshot starts with its positions in the groups'
         logs; a single node's has none.  Neither may start as the other."""
         data_dir = self.core.config.data_dir
         replicated = self.core.replication is not None
-        of_a_node = bool(sections) and records.decode(sections[0])[0] == "positions"
-        if replicated and not of_a_node and sections:
+        first = next(iter(sections), None)
+        of_a_node = first is not None and records.decode(first)[0] == "positions"
+        if replicated and not of_a_node and first is not None:
             raise RuntimeError(f"{data_dir}: its snapshot is a single node's; "
                                "this data dir was not a cluster node's: start it without "
                                "--cluster-dsn, or the node with an empty data dir")
