@@ -3,8 +3,9 @@ freed heap pages back to the kernel.
 
 What it owns: how the daemon's process asks glibc's malloc to hand back the
 memory of big, short-lived blocks (:func:`tune`, called once at start-up),
-and :func:`release`, which returns the free pages inside the heap (after a
-snapshot, after recovery).  Nothing here changes what any allocation holds.
+and :func:`release`, which returns the free pages inside the heap (after
+recovery, before the daemon serves).  Nothing here changes what any
+allocation holds.
 
 **Why.**  glibc serves a block of ``M_MMAP_THRESHOLD`` bytes or more (128 KiB
 at first) with its own mapping, unmapped when it is freed.  But by default
@@ -20,8 +21,12 @@ store itself takes 29.7).  Setting the threshold explicitly turns the
 dynamic adjustment off (glibc's ``mallopt``): blocks of 1 MiB and more are
 always mapped and given back when freed, blocks below it (requests,
 batches, WAL appends) stay in the heap, which the usual trimming keeps
-small.  :func:`release` (``malloc_trim(0)``) then gives back whole free
-pages in the middle of the heap too, which trimming from the top cannot.
+small.  :func:`release` (``malloc_trim(0)``) gives back whole free pages
+in the middle of the heap too, which trimming from the top cannot; it
+holds malloc's lock while it works (7 ms of CPU to give back 64 MiB, and
+far longer in wall time on a loaded machine), so it runs only where nothing
+is served yet: after recovery.  After a snapshot it gained about 1 B per
+remembered id once the threshold was fixed: not worth a stall.
 
 The environment wins: with ``MALLOC_MMAP_THRESHOLD_`` or a
 ``glibc.malloc.mmap_threshold`` tunable set, :func:`tune` leaves glibc's
@@ -85,9 +90,8 @@ def tune(threshold: int = MMAP_THRESHOLD) -> bool:
 
 def release() -> None:
     """Give the heap's free pages back to the kernel (``malloc_trim(0)``).
-    It locks malloc's arenas while it walks their free blocks (about a
-    millisecond per few tens of MiB of heap): call it off the event loop,
-    after a phase that freed much (ctypes lets the GIL go meanwhile)."""
+    It locks malloc's arenas while it walks their free blocks and gives
+    pages back (module docstring): call it only while nothing is served."""
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)

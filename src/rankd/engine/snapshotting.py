@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rankd.engine import heap, records, settings, staging
+from rankd.engine import records, settings, staging
 from rankd.engine.board import Board
 from rankd.engine.commits import Commits
 from rankd.engine.core import Core
@@ -117,8 +117,6 @@ class Snapshotter:
             log.info("snapshot @%d: %d boards, %d bytes in %.2fs", lsn, len(state.boards),
                      writer.size, self.last_snapshot["seconds"])
             await self._drop_covered_segments()
-            # The snapshot's chunks and copies are freed: their pages go back.
-            await asyncio.to_thread(heap.release)
             return path
 
     async def snapshot_board(self, writer: Any, board: Board, *, hold: bool = True) -> int:
