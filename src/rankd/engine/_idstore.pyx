@@ -721,23 +721,6 @@ def payload_bytes(str member, content):
     return data if content is None else data + _CONTENT.pack(content)
 
 
-def check_chunk(bytes chunk, uint64_t k0, uint64_t k1, bint adopt):
-    """The entries of a portable chunk, checked (``ValueError`` if malformed,
-    or of other keys unless ``adopt``)."""
-    if len(chunk) < _HEAD.size or (len(chunk) - _HEAD.size) % _PORTABLE.size:
-        raise ValueError("an event-id store chunk has a bad size")
-    magic, c0, c1 = _HEAD.unpack_from(chunk)
-    if magic != _MAGIC:
-        raise ValueError("not an event-id store chunk")
-    if not adopt and (c0, c1) != (k0, k1):
-        raise ValueError("an event-id store chunk of other fingerprint keys")
-    entries = list(_PORTABLE.iter_unpack(memoryview(chunk)[_HEAD.size:]))
-    for entry in entries:
-        if entry[0] >> 56 or entry[2] & ~PORTABLE_FLAGS:
-            raise ValueError("an event-id store chunk holds a malformed entry")
-    return entries
-
-
 cdef size_t _table_bytes(size_t n) noexcept:
     cdef size_t nbytes = n * 5
     if nbytes >= HUGE_CHUNK:
