@@ -50,7 +50,10 @@ daemon: a ``sum`` board takes ``N`` submissions over the TCP protocol, in
 batches of 1,000, each with a fresh UUID event id and one of 1,000
 19-byte members (so the index stays small); printed: the RSS growth per
 remembered id, once a snapshot was taken (settled as ``live`` above), the
-load's high-water mark per id, and the snapshot's peak over the live RSS.
+load's high-water mark per id, the snapshot's peak over the live RSS, and
+a restart's (the daemon stopped and started again on its data dir: its
+high-water mark during the start, and its RSS once it answers, over the
+live RSS before).
 With ``--base DIR`` the same runs first on the daemon of an older tree's
 sources (``DIR/src``, e.g. a checkout of 157be2a, before the compact
 event-id store), side by side; ``--no-ids-too`` adds the same load
@@ -531,11 +534,20 @@ def event_ids(directory: Path, count: int, src: Path | None,
         reset_hwm(pid)
         daemon.request("POST", "/v1/admin/snapshot")
         snapshot_peak = hwm(pid)
+        daemon.stop(timeout=600)
+        started = time.monotonic()
+        daemon.start(timeout=600)  # (a new process: its peak so far is the start's)
+        restart_seconds = time.monotonic() - started
+        assert daemon.process is not None
+        time.sleep(1.0)
+        restarted, restart_peak = rss(daemon.process.pid), hwm(daemon.process.pid)
     finally:
         daemon.stop(timeout=600)
     return {"ids": count, "per_id": (live - empty) / count,
             "load_peak_per_id": (load_peak - empty) / count,
-            "snapshot_peak": snapshot_peak / live, "live": live, "load_seconds": load_seconds}
+            "snapshot_peak": snapshot_peak / live, "live": live, "load_seconds": load_seconds,
+            "restart_peak": restart_peak / live, "restarted": restarted / live,
+            "restart_seconds": restart_seconds}
 
 
 def servers(root: Path, variants: list[str]) -> list[Callable[[], Redis | Rankd]]:
@@ -581,8 +593,8 @@ def main() -> int:
         random.seed(args.seed)
         print(f"\n{args.event_ids:,} submissions with UUID event ids over TCP, 1,000 members")
         print("| daemon | B/remembered id (live) | load peak B/id | snapshot peak / live | "
-              "live MiB | load s |")
-        print("|---|---|---|---|---|---|")
+              "restart peak / live | restarted / live | live MiB | load s | restart s |")
+        print("|---|---|---|---|---|---|---|---|---|")
         runs = ([("base", args.base / "src", True)] if args.base else []) + [
             ("this tree", None, True)] + ([("this tree, no event ids", None, False)]
                                           if args.no_ids_too else [])
@@ -590,8 +602,9 @@ def main() -> int:
             for i, (name, src, with_ids) in enumerate(runs):
                 e = event_ids(Path(tmp) / str(i), args.event_ids, src, with_ids)
                 print(f"| {name} | {e['per_id']:.1f} | {e['load_peak_per_id']:.1f} | "
-                      f"{e['snapshot_peak']:.2f} | {e['live'] / MiB:.0f} | "
-                      f"{e['load_seconds']:.1f} |", flush=True)
+                      f"{e['snapshot_peak']:.2f} | {e['restart_peak']:.2f} | "
+                      f"{e['restarted']:.2f} | {e['live'] / MiB:.0f} | "
+                      f"{e['load_seconds']:.1f} | {e['restart_seconds']:.1f} |", flush=True)
         return 0
     sizes = [int(s) for s in args.members.split(",")] + ([10_000_000] if args.big else [])
     layouts = {f"RANKD_INDEX={kind}": kind for kind in args.index or []}

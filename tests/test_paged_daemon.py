@@ -241,18 +241,6 @@ def test_every_index_loads_a_version_2_dump(python_cls, native_cls, tie_break):
             cls.load(bytes(arrival))
 
 
-def test_the_mmap_threshold_is_fixed_unless_the_operator_set_one(monkeypatch):
-    from rankd import mallocs
-
-    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
-    assert mallocs.fix_mmap_threshold() is False  # the operator's own wins
-    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
-    import ctypes
-    if not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"):
-        pytest.skip("not glibc")
-    assert mallocs.fix_mmap_threshold() is True
-
-
 @pytest.mark.usefixtures("same_event_id_keys")
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=ingest_cases.scenarios())

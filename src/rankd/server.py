@@ -21,11 +21,11 @@ from typing import Any
 
 from aiohttp import web
 
-from rankd import __version__, mallocs
+from rankd import __version__
 from rankd._native import implementations
 from rankd.cluster.node import ClusterNode
 from rankd.config import ServerConfig
-from rankd.engine import collector
+from rankd.engine import collector, heap
 from rankd.engine.engine import Engine
 from rankd.engine.wal import WalCorruptError
 from rankd.frontends.connections import ConnectionLimits, GuardedSite, default_max_connections
@@ -99,8 +99,6 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     config.check_exposure(gate)
     origins = config.origin_policy(gate)
     tls = config.ssl_context()
-    if config.index == "pages":
-        mallocs.fix_mmap_threshold()  # (before recovery loads the snapshot)
     engine = Engine(config.engine_config())
     cluster_config = config.cluster_config()
     node = ClusterNode(engine, cluster_config) if cluster_config is not None else None
@@ -206,6 +204,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
 def run(config: ServerConfig) -> None:
     """Run the daemon on uvloop when it is installed."""
     setup_logging(config)
+    heap.tune()  # (before the engine allocates: see engine/heap.py)
     try:
         import uvloop
     except ImportError:

@@ -78,7 +78,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.math cimport signbit
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy, memmove
+from libc.string cimport memcmp, memcpy, memmove
 
 from rankd._skiplist cimport (HUGE_CHUNK, rk_free_table, rk_grow_map, rk_prefetch, rk_siphash13,
                               rk_unmap, rk_zeroed_table)
@@ -674,13 +674,44 @@ cdef class FingerprintLog:
         """Remember the entries of a :meth:`log_chunks` chunk, in order; an
         empty table adopts the chunk's keys.  A malformed chunk (or one of
         other keys into a table that holds entries) raises ``ValueError`` and
-        changes nothing.  Returns how many entries it held."""
-        entries = check_chunk(chunk, self.k0, self.k1, self.count == 0)
-        if entries:
-            _, self.k0, self.k1 = _HEAD.unpack_from(chunk)
-        for fp, payload, flags, expires_at, score, previous, rank in entries:
+        changes nothing.  Returns how many entries it held.  Read in C, in
+        place: a tuple per entry made a restart hold 17 times the chunk."""
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(chunk)
+        cdef const char *p = PyBytes_AS_STRING(chunk)
+        cdef const char *q
+        cdef Py_ssize_t n, i
+        cdef Py_ssize_t head = _HEAD.size, width = _PORTABLE.size
+        cdef uint64_t c0, c1, fp, rank
+        cdef uint32_t payload
+        cdef uint8_t flags
+        cdef double expires_at, score, previous
+        if size < head or (size - head) % width:
+            raise ValueError("an event-id store chunk has a bad size")
+        if memcmp(p, <const char *>_MAGIC, 4) != 0:
+            raise ValueError("not an event-id store chunk")
+        memcpy(&c0, p + 4, 8)
+        memcpy(&c1, p + 12, 8)
+        if self.count != 0 and (c0 != self.k0 or c1 != self.k1):
+            raise ValueError("an event-id store chunk of other fingerprint keys")
+        n = (size - head) // width
+        for i in range(n):  # (all checked first: a malformed one changes nothing)
+            q = p + head + i * width
+            memcpy(&fp, q, 8)
+            if fp >> 56 or (<uint8_t>q[12]) & ~PORTABLE_FLAGS:
+                raise ValueError("an event-id store chunk holds a malformed entry")
+        if n:
+            self.k0, self.k1 = c0, c1
+        for i in range(n):
+            q = p + head + i * width  # (idstore.PORTABLE's layout)
+            memcpy(&fp, q, 8)
+            memcpy(&payload, q + 8, 4)
+            flags = <uint8_t>q[12]
+            memcpy(&expires_at, q + 13, 8)
+            memcpy(&score, q + 21, 8)
+            memcpy(&previous, q + 29, 8)
+            memcpy(&rank, q + 37, 8)
             self.c_put(fp, payload, expires_at, flags, score, previous, rank)
-        return len(entries)
+        return n
 
 
 def payload_bytes(str member, content):
@@ -688,23 +719,6 @@ def payload_bytes(str member, content):
     data = member.encode()
     data = _SIZE.pack(len(data)) + data
     return data if content is None else data + _CONTENT.pack(content)
-
-
-def check_chunk(bytes chunk, uint64_t k0, uint64_t k1, bint adopt):
-    """The entries of a portable chunk, checked (``ValueError`` if malformed,
-    or of other keys unless ``adopt``)."""
-    if len(chunk) < _HEAD.size or (len(chunk) - _HEAD.size) % _PORTABLE.size:
-        raise ValueError("an event-id store chunk has a bad size")
-    magic, c0, c1 = _HEAD.unpack_from(chunk)
-    if magic != _MAGIC:
-        raise ValueError("not an event-id store chunk")
-    if not adopt and (c0, c1) != (k0, k1):
-        raise ValueError("an event-id store chunk of other fingerprint keys")
-    entries = list(_PORTABLE.iter_unpack(memoryview(chunk)[_HEAD.size:]))
-    for entry in entries:
-        if entry[0] >> 56 or entry[2] & ~PORTABLE_FLAGS:
-            raise ValueError("an event-id store chunk holds a malformed entry")
-    return entries
 
 
 cdef size_t _table_bytes(size_t n) noexcept:

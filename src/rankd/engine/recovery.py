@@ -22,9 +22,10 @@ import gc
 import logging
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
-from rankd.engine import collector, records, settings
+from rankd.engine import collector, heap, records, settings
 from rankd.engine.core import Core
 from rankd.engine.frames import HEADER_BYTES, payload_bytes
 from rankd.engine.replaying import Replayer
@@ -127,6 +128,7 @@ class Recovery:
                 log.info("recovery: replayed %d of %d WAL records (%.0f%%)",
                          replayed, total, 100 * replayed / max(total, 1))
         replayer.flush()
+        heap.release()  # (the file's and the log's buffers are freed)
         self.replayed_bytes = tail_bytes + replayed * HEADER_BYTES
         log.info("recovered %d boards from snapshot @%d and %d WAL records in %.2fs",
                  len(core.state.boards), snapshot_lsn, replayed, time.monotonic() - started)
@@ -177,13 +179,14 @@ class Recovery:
             # Nothing of it can follow the snapshot: keep it all aside, replay none.
             wal.set_all_aside(snapshot_lsn)
 
-    def _check_snapshot_kind(self, sections: list[bytes]) -> None:
+    def _check_snapshot_kind(self, sections: Iterable[bytes]) -> None:
         """A cluster node's snapshot starts with its positions in the groups'
         logs; a single node's has none.  Neither may start as the other."""
         data_dir = self.core.config.data_dir
         replicated = self.core.replication is not None
-        of_a_node = bool(sections) and records.decode(sections[0])[0] == "positions"
-        if replicated and not of_a_node and sections:
+        first = next(iter(sections), None)
+        of_a_node = first is not None and records.decode(first)[0] == "positions"
+        if replicated and not of_a_node and first is not None:
             raise RuntimeError(f"{data_dir}: its snapshot is a single node's; "
                                "this data dir was not a cluster node's: start it without "
                                "--cluster-dsn, or the node with an empty data dir")

@@ -27,6 +27,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +152,10 @@ class SnapshotStore:
         if len(snapshots) > KEEP:
             fsync_directory(self.directory)
 
-    def latest(self) -> tuple[int, list[memoryview]] | None:
-        """The newest readable snapshot as ``(lsn, sections)``.
+    def latest(self) -> tuple[int, SnapshotSections] | None:
+        """The newest readable snapshot as ``(lsn, sections)``; every frame
+        is checked first, and ``sections`` reads them from the file one at a
+        time as it is iterated (:class:`SnapshotSections`).
 
         An unreadable newest snapshot is logged and skipped for the previous
         one.  Returns ``None`` when there is no snapshot at all, and raises
@@ -164,7 +167,7 @@ class SnapshotStore:
         errors = []
         for lsn, path in reversed(snapshots):
             try:
-                return lsn, list(read_sections(path))
+                return lsn, SnapshotSections(path)
             except SnapshotError as exc:
                 log.error("snapshot %s is unreadable (%s); trying an older one", path, exc)
                 errors.append(str(exc))
@@ -173,32 +176,78 @@ class SnapshotStore:
         return None
 
 
-def read_sections(path: Path) -> Iterator[memoryview]:
-    """Yield the sections of a snapshot file, checking every frame (views
-    of the file's bytes, which they keep alive)."""
-    data = path.read_bytes()
-    if len(data) < _HEADER.size or data[:8] != MAGIC:
+#: Bytes read at a time while a snapshot's frames are checked.
+_CHECK_READ = 1 << 20
+
+
+class SnapshotSections:
+    """The sections of a snapshot file whose every frame was checked (the
+    constructor reads the file through once, a chunk at a time, and raises
+    :class:`SnapshotError` if it is not whole).  Each iteration reads the
+    sections from the file again, one at a time, each as its own ``bytes``:
+    a restart holds the section being applied, not the file (it held the
+    whole file until the last index was built: a board's four windows' dumps,
+    or all of its event ids, on top of the state built from them).  A file
+    changed after the check (it never is: snapshots are written once) is
+    caught by each section's checksum again."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.count = 0
+        with open(path, "rb") as f:
+            header = _read_header(f, path)
+            buffer = bytearray(_CHECK_READ)
+            while (length := _next_frame(f, path, header)) is not None:
+                size, crc = length
+                value, left = 0, size
+                while left:
+                    got = f.readinto(memoryview(buffer)[:min(left, _CHECK_READ)])
+                    if not got:
+                        raise SnapshotError(f"{path}: truncated at byte {f.tell()}")
+                    value = zlib.crc32(memoryview(buffer)[:got], value)
+                    left -= got
+                if value != crc:
+                    raise SnapshotError(
+                        f"{path}: checksum mismatch in the section at byte {f.tell() - size}")
+                self.count += 1
+            if f.read(1):
+                raise SnapshotError(f"{path}: bytes after the end marker")
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[bytes]:
+        with open(self.path, "rb") as f:
+            header = _read_header(f, self.path)
+            while (length := _next_frame(f, self.path, header)) is not None:
+                size, crc = length
+                payload = f.read(size)
+                if len(payload) != size or zlib.crc32(payload) != crc:
+                    raise SnapshotError(f"{self.path}: changed since it was checked")
+                yield payload
+
+
+def _read_header(f: BinaryIO, path: Path) -> bytes:
+    header = f.read(_HEADER.size)
+    if len(header) < _HEADER.size or header[:8] != MAGIC:
         raise SnapshotError(f"{path}: not a snapshot file")
-    header = data[: _HEADER.size]
-    view = memoryview(data)
-    offset = _HEADER.size
-    sections = []
-    while True:
-        if offset + _FRAME.size > len(data):
-            raise SnapshotError(f"{path}: truncated at byte {offset}")
-        length, crc = _FRAME.unpack_from(data, offset)
-        offset += _FRAME.size
-        if length == _END:
-            if crc != zlib.crc32(header):
-                raise SnapshotError(f"{path}: bad end marker")
-            if offset != len(data):
-                raise SnapshotError(f"{path}: {len(data) - offset} bytes after the end marker")
-            break
-        payload = view[offset : offset + length]  # (no copy: a restart held the file twice)
-        if len(payload) != length:
-            raise SnapshotError(f"{path}: truncated at byte {offset}")
-        if zlib.crc32(payload) != crc:
-            raise SnapshotError(f"{path}: checksum mismatch in the section at byte {offset}")
-        sections.append(payload)
-        offset += length
-    yield from sections
+    return header
+
+
+def _next_frame(f: BinaryIO, path: Path, header: bytes) -> tuple[int, int] | None:
+    """The next section's ``(length, crc)``; None at the end marker."""
+    frame = f.read(_FRAME.size)
+    if len(frame) < _FRAME.size:
+        raise SnapshotError(f"{path}: truncated at byte {f.tell() - len(frame)}")
+    length, crc = _FRAME.unpack(frame)
+    if length == _END:
+        if crc != zlib.crc32(header):
+            raise SnapshotError(f"{path}: bad end marker")
+        return None
+    return length, crc
+
+
+def read_sections(path: Path) -> Iterator[bytes]:
+    """Yield the sections of a snapshot file, every frame checked before the
+    first is yielded (:class:`SnapshotSections`)."""
+    yield from SnapshotSections(path)

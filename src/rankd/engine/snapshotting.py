@@ -159,7 +159,10 @@ class Snapshotter:
         for keys, values in labels:
             await add(["label_columns", board.name, keys, values])
         for chunk in board.dedupe.log_chunks(settings.SNAPSHOT_LOG_BYTES):
-            await add(["event_id_store", board.name, chunk])
+            # As parts: no encoded copy of the chunk, nor a packer grown to it.
+            await asyncio.to_thread(writer.add_parts,
+                                    blob_section(["event_id_store", board.name], chunk))
+            del chunk  # (not held while the next is made)
         return entries + sum(len(keys) for keys, _ in labels)
 
     async def group_snapshot(self, group: int) -> tuple[int, int, list[bytes]]:

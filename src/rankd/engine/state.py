@@ -119,8 +119,8 @@ class BoardState:
         else:
             raise RuntimeError(f"unknown WAL record kind {kind!r} at position {lsn}")
 
-    def load(self, sections: list[bytes]) -> None:
-        """Apply a snapshot's sections (a local one, or a group's)."""
+    def load(self, sections: Iterable[bytes]) -> None:
+        """Apply a snapshot's sections (a local one, or a group's), in one pass."""
         from rankd.index import kinds
 
         index_class = kinds.current()  # (either kind reads the other's dumps)

@@ -158,6 +158,66 @@ def _mapped(path: Path) -> mmap.mmap | bytes:
         return mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
 
 
+def _let_go(data: mmap.mmap | bytes, end: int) -> None:
+    """Drop the mapped pages of ``data`` before ``end`` from this process's
+    resident set (a read-only file mapping: a later read maps them again
+    from the page cache, so nothing that refers to them breaks).  A
+    recovery's scan touches every page of the segments it replays: up to a
+    whole segment more resident memory at a restart's peak."""
+    if isinstance(data, mmap.mmap) and end >= mmap.PAGESIZE:
+        with contextlib.suppress(OSError, ValueError):
+            data.madvise(mmap.MADV_DONTNEED, 0, end - end % mmap.PAGESIZE)
+
+
+def _skip_to(data: mmap.mmap | bytes, lsn: int, from_lsn: int, check: bool) -> tuple[int, int]:
+    """``(offset, lsn)`` of ``data``'s frame of position ``from_lsn`` (or of
+    the first damage, or the end), walking sound frames ``_CHECK_WINDOW``
+    bytes at a time and letting each window's pages go."""
+    offset, window = 0, _CHECK_WINDOW
+    view = memoryview(data)
+    while lsn < from_lsn and offset < len(view):
+        found = scan(view[offset:offset + window], lsn, check=check, upto_lsn=from_lsn - 1,
+                     collect=False)
+        offset += found.end
+        lsn = found.next_lsn
+        _let_go(data, offset)
+        if found.bad is not None:
+            if not found.bad.torn or offset + window >= len(view):
+                break  # (the caller's walk finds it again and deals with it)
+            if found.end == 0:
+                window *= 2  # (one frame bigger than the window)
+    view.release()
+    return offset, lsn
+
+
+#: Bytes of a segment checked at a time when the log is opened.
+_CHECK_WINDOW = 4 << 20
+
+
+def _scan_windows(path: Path, first: int) -> tuple[int, int] | None:
+    """``(valid bytes, next lsn)`` of a segment whose frames are all whole
+    and sound, read ``_CHECK_WINDOW`` bytes at a time (a restart read the
+    last segment whole, up to ``segment_bytes``, on top of the state it
+    had just loaded); None at the first damage of any kind, which the
+    caller then reads whole to mend or report."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        offset, next_lsn, window = 0, first, _CHECK_WINDOW
+        while offset < size:
+            f.seek(offset)
+            data = f.read(window)
+            found = scan(data, next_lsn, collect=False)
+            offset += found.end
+            next_lsn = found.next_lsn
+            if found.bad is None:
+                continue
+            if not found.bad.torn or len(data) < window:
+                return None  # (damage, or a frame cut short by the file's end)
+            if found.end == 0:
+                window *= 2  # (one frame bigger than the window)
+        return offset, next_lsn
+
+
 def segment_name(first_lsn: int) -> str:
     return f"{first_lsn:020d}{_SUFFIX}"
 
@@ -298,6 +358,10 @@ class WriteAheadLog:
         """Validate one segment: (records, valid bytes).  Fixes or raises on
         damage, except in records up to ``covered`` (a snapshot holds them)
         when whole records follow from the next position on."""
+        whole = _scan_windows(path, first)
+        if whole is not None:  # (the usual case, in bounded memory)
+            self._checked = (path, whole[0])
+            return whole[1] - first, whole[0]
         data = path.read_bytes()
         found = scan(data, first, collect=False)
         if found.bad is not None and found.next_lsn <= covered:
@@ -481,11 +545,14 @@ class WriteAheadLog:
             # The final segment was checked when the log was opened.
             check = path != self._checked[0]
             offset, lsn = 0, first
+            if in_place and lsn < from_lsn:
+                offset, lsn = _skip_to(data, lsn, from_lsn, check)
             while True:
                 found = walk(memoryview(data)[offset:], lsn, check=check, from_lsn=from_lsn,
                              upto_lsn=upto, limit=size)
                 if found.records:
                     yield found.records
+                    _let_go(data, offset)  # (the batch before it is applied)
                 if found.bad is not None:
                     bad = found.bad._replace(offset=offset + found.bad.offset)
                     if found.next_lsn < from_lsn:
