@@ -171,12 +171,21 @@ cdef extern from *:
     #define PG_IDS_BYTES(cap) (((size_t)(cap) * 4 + 7) & ~(size_t)7)
     #define PG_IDS(p) ((uint32_t *)((char *)(p) + sizeof(pg_page)))
     #define PG_KEYS(p) ((double *)((char *)PG_IDS(p) + PG_IDS_BYTES((p)->cap)))
+    /* Seqs are 32-bit (PG_SEQS32) until a board's first seq past 2^32 - 1
+       widens every page to 64-bit (PG_SEQS); boards tied by member hold
+       none.  seq_bytes: 0, 4 or 8 per entry. */
     #define PG_SEQS(p) ((uint64_t *)(PG_KEYS(p) + (p)->cap))
-    /* Pages of boards tied by member hold no seqs (the seq array is absent). */
-    #define PG_SIZE(cap, seqs) (sizeof(pg_page) + PG_IDS_BYTES(cap) + (size_t)(cap) * ((seqs) ? 16 : 8))
+    #define PG_SEQS32(p) ((uint32_t *)(PG_KEYS(p) + (p)->cap))
+    #define PG_SIZE(cap, seq_bytes) (sizeof(pg_page) + PG_IDS_BYTES(cap) + (size_t)(cap) * (8 + (seq_bytes)))
     #define PG_TOWER_CHUNK 4096   /* links a chunk of towers holds */
     #define PG_MAX_LEVEL 32
     #define PG_NAME_CLASSES 34   /* records of 1..33 units of 8 bytes */
+    /* A hash's home slot in a table of n slots, any n (Lemire's fast range:
+       the high bits of h * n), so that the member map can grow by 3/2 and
+       4/3, not only double. */
+    static inline size_t pg_home(uint64_t h, size_t n) {
+        return (size_t)(((unsigned __int128)h * n) >> 64);
+    }
     """
     ctypedef struct pg_page
     ctypedef struct pg_link:
@@ -195,9 +204,11 @@ cdef extern from *:
         pg_link *level
     double *PG_KEYS(pg_page *p) nogil
     uint64_t *PG_SEQS(pg_page *p) nogil
+    uint32_t *PG_SEQS32(pg_page *p) nogil
     uint32_t *PG_IDS(pg_page *p) nogil
-    size_t PG_SIZE(int cap, bint seqs) nogil
+    size_t PG_SIZE(int cap, int seq_bytes) nogil
     size_t PG_IDS_BYTES(int cap) nogil
+    size_t pg_home(uint64_t h, size_t n) nogil
     enum:
         TOWER_CHUNK "PG_TOWER_CHUNK"
         MAX_LEVEL "PG_MAX_LEVEL"
@@ -294,6 +305,7 @@ cdef class RankIndex:
     cdef bint descending
     cdef bint tie_by_member
     cdef bint tie_member_desc
+    cdef int seq_bytes              # per page entry: 0 (tied by member), 4 or 8
     cdef uint64_t _next_seq
     cdef uint64_t hash_k0, hash_k1
     cdef Py_ssize_t mutations
@@ -309,9 +321,9 @@ cdef class RankIndex:
     cdef size_t compact_src, compact_dst
     # member map
     cdef uint32_t *slot_ids
-    cdef size_t mask
+    cdef size_t nslots              # slots in the table (any size: see pg_home)
     cdef uint32_t *old_ids          # a resize under way: the table being emptied
-    cdef size_t old_mask, migrate_pos
+    cdef size_t old_nslots, migrate_pos
     cdef Py_ssize_t map_moves       # ids a resize moved, ever (for tests)
     # page table
     cdef pg_page **pages
@@ -335,6 +347,7 @@ cdef class RankIndex:
         self.descending = order == "desc"
         self.tie_by_member = tie_break != "first"
         self.tie_member_desc = tie_break == "member_desc"
+        self.seq_bytes = 0 if self.tie_by_member else 4
         self.max_level = max_level
         self.branching = branching
         self.page_size = page_size
@@ -379,7 +392,7 @@ cdef class RankIndex:
         free(self.slot_ids)
         free(self.old_ids)
         self.old_ids = NULL
-        self.old_mask = self.migrate_pos = 0
+        self.old_nslots = self.migrate_pos = 0
         free(self.pages)
         free(self.free_pnos)
         free(self.firstkeys)
@@ -419,7 +432,7 @@ cdef class RankIndex:
         self.compact_src = self.compact_dst = 0
         self.names = <uint64_t *>malloc(self.names_cap * 8)
         memset(self.free_names, 0, sizeof(self.free_names))
-        self.mask = MIN_TABLE_SIZE - 1
+        self.nslots = MIN_TABLE_SIZE
         self.slot_ids = <uint32_t *>calloc(MIN_TABLE_SIZE, 4)
         self.pages_cap = 16
         self.pages = <pg_page **>calloc(self.pages_cap, sizeof(pg_page *))
@@ -470,7 +483,7 @@ cdef class RankIndex:
         cdef pg_link *tower = self._tower_alloc(h)
         if tower == NULL:
             raise MemoryError()
-        p = <pg_page *>malloc(PG_SIZE(self.page_size, not self.tie_by_member))
+        p = <pg_page *>malloc(PG_SIZE(self.page_size, self.seq_bytes))
         if p == NULL:
             self._tower_free(tower, h)
             raise MemoryError()
@@ -544,7 +557,76 @@ cdef class RankIndex:
     cdef inline uint64_t _seq(self, pg_page *p, Py_ssize_t i) noexcept nogil:
         """Entry ``i``'s arrival sequence (0 on boards tied by member, whose
         pages keep none: the order never reads it)."""
-        return 0 if self.tie_by_member else PG_SEQS(p)[i]
+        if self.seq_bytes == 4:
+            return PG_SEQS32(p)[i]
+        return 0 if self.seq_bytes == 0 else PG_SEQS(p)[i]
+
+    cdef inline void _set_seq(self, pg_page *p, Py_ssize_t i, uint64_t seq) noexcept nogil:
+        """Store entry ``i``'s seq (which ``_fit_seq`` made fit)."""
+        if self.seq_bytes == 4:
+            PG_SEQS32(p)[i] = <uint32_t>seq
+        elif self.seq_bytes == 8:
+            PG_SEQS(p)[i] = seq
+
+    cdef int _fit_seq(self, uint64_t seq) except -1:
+        """Make the pages able to hold ``seq``: the first seq past 2^32 - 1
+        widens every page's seqs to 64 bits, once (O(n)).  Returns 1 if it
+        did (every page moved: page pointers held are stale); a MemoryError
+        leaves every page as it was."""
+        cdef size_t old_size, new_size
+        cdef uint32_t pno, i
+        cdef pg_page *p
+        cdef pg_page *q
+        cdef pg_page **fresh
+        cdef int level
+        if self.seq_bytes != 4 or seq <= 0xFFFFFFFF:
+            return 0
+        old_size = PG_SIZE(self.page_size, 4)
+        new_size = PG_SIZE(self.page_size, 8)
+        fresh = <pg_page **>calloc(self.pnos_used + 1, sizeof(pg_page *))
+        if fresh == NULL:
+            raise MemoryError()
+        # Allocate every wider page first, so that running out of memory
+        # changes nothing.
+        for pno in range(self.pnos_used):
+            if self.pages[pno] != NULL:
+                fresh[pno] = <pg_page *>malloc(new_size)
+                if fresh[pno] == NULL:
+                    for i in range(pno):
+                        free(fresh[i])
+                    free(fresh)
+                    raise MemoryError()
+        for pno in range(self.pnos_used):
+            p = self.pages[pno]
+            if p == NULL:
+                continue
+            q = fresh[pno]
+            memcpy(q, p, old_size - <size_t>p.cap * 4)  # header, ids, keys
+            for i in range(p.n):
+                PG_SEQS(q)[i] = PG_SEQS32(p)[i]
+            free(p)
+            self.pages[pno] = q
+        free(fresh)
+        self.seq_bytes = 8
+        # Links and prev pointers name pages by address: repoint them (the
+        # towers themselves do not move).
+        for pno in range(self.pnos_used):
+            p = self.pages[pno]
+            if p == NULL:
+                continue
+            for level in range(p.height):
+                if p.level[level].forward != NULL:
+                    p.level[level].forward = self.pages[p.level[level].fpno]
+        for level in range(self.height):
+            if self.header.level[level].forward != NULL:
+                self.header.level[level].forward = self.pages[self.header.level[level].fpno]
+        q = NULL
+        p = self.header.level[0].forward
+        while p != NULL:
+            p.prev = q
+            q = p
+            p = p.level[0].forward
+        return 1
 
     cdef uint32_t _name_new(self, const char *member, Py_ssize_t mlen) except 0:
         """Store a name; return its id."""
@@ -670,7 +752,7 @@ cdef class RankIndex:
                                  uint64_t h) noexcept:
         """The map slot holding ``member``: ``i >= 0`` in the table, ``-2 - i``
         in the old table of a resize under way, or -1 if it is in neither."""
-        cdef size_t i = h & self.mask, left
+        cdef size_t i = pg_home(h, self.nslots), left
         cdef uint32_t mid
         cdef Py_ssize_t nlen
         cdef const char *name
@@ -681,14 +763,14 @@ cdef class RankIndex:
             name = self._name(mid, &nlen)
             if nlen == mlen and memcmp(name, member, mlen) == 0:
                 return <Py_ssize_t>i
-            i = (i + 1) & self.mask
+            i = i + 1 if i + 1 < self.nslots else 0
         if self.old_ids == NULL:
             return -1
         # The old table: slots before the resize step are all moved marks,
         # so a probe jumps over them; it looks at each other slot once at
         # most (near the end of a resize they may hold no empty slot).
-        i = h & self.old_mask
-        left = self.old_mask + 1 - self.migrate_pos
+        i = pg_home(h, self.old_nslots)
+        left = self.old_nslots - self.migrate_pos
         while left > 0:
             if i < self.migrate_pos:
                 i = self.migrate_pos
@@ -699,7 +781,7 @@ cdef class RankIndex:
                 name = self._name(mid, &nlen)
                 if nlen == mlen and memcmp(name, member, mlen) == 0:
                     return -2 - <Py_ssize_t>i
-            i = (i + 1) & self.old_mask
+            i = i + 1 if i + 1 < self.old_nslots else 0
             left -= 1
         return -1
 
@@ -713,19 +795,22 @@ cdef class RankIndex:
         return self._slot_id(self._slot(member, mlen, self._hash(member, mlen)))
 
     cdef void _map_put(self, uint32_t mid, uint64_t h) noexcept:
-        cdef size_t i = h & self.mask
+        cdef size_t i = pg_home(h, self.nslots)
         while self.slot_ids[i] != 0:
-            i = (i + 1) & self.mask
+            i = i + 1 if i + 1 < self.nslots else 0
         self.slot_ids[i] = mid
 
     cdef int _map_reserve(self, Py_ssize_t members) except -1:
         """Make room for ``members`` (at most 3/4 of the table).  Growing to
         hold one more member starts an incremental resize (each later write
-        moves a step of it); growing by more (a load) resizes at once."""
-        cdef size_t size = self.mask + 1
+        moves a step of it); growing by more (a load) resizes at once.
+        Tables grow through the sizes 2^k and 3 * 2^(k-1) (steps of 3/2 and
+        4/3, not 2: a map 3/8 to 3/4 full after doubling is 1/2 to 3/4 full
+        here, about a sixth fewer bytes a member on average)."""
+        cdef size_t size = self.nslots
         while <size_t>members * 4 > size * 3:
-            size *= 2
-        if size == self.mask + 1:
+            size = _next_table_size(size)
+        if size == self.nslots:
             pass
         elif <size_t>members <= <size_t>self.length + 1:
             self._map_resize(size, False)
@@ -734,15 +819,22 @@ cdef class RankIndex:
         return 0
 
     cdef void _map_shrink(self) noexcept:
-        """After a removal: a map less than a quarter full halves while it
-        is (a growth at 3/4 leaves it 3/8 full, so growing and shrinking
-        never chase each other); removals give the memory back.  The
-        resize is incremental, as a growth's is."""
-        cdef size_t size = self.mask + 1
-        if size <= MIN_TABLE_SIZE or <size_t>self.length * 4 >= size or self.old_ids != NULL:
+        """After a removal: a map less than 3/8 full shrinks to the
+        smallest table size (2^k or 3 * 2^(k-1)) that holds it at most 5/8
+        full, so removals give the memory back (a random half of the
+        members removed leaves the map about as big as a fresh one's).
+        Growing and shrinking never chase each other: a growth at 3/4
+        leaves the map at least 1/2 full, and after a shrink the next growth
+        is 1/5 more members away, more writes than moving the old table
+        takes (it moves ``MAP_STEP`` slots a write, as a growth's does)."""
+        cdef size_t size = MIN_TABLE_SIZE
+        if (self.nslots <= MIN_TABLE_SIZE or <size_t>self.length * 8 >= self.nslots * 3
+                or self.old_ids != NULL):
             return
-        while size > MIN_TABLE_SIZE and <size_t>self.length * 4 < size:
-            size //= 2
+        while <size_t>self.length * 8 > size * 5:
+            size = _next_table_size(size)
+        if size >= self.nslots:
+            return
         try:
             self._map_resize(size, False)
         except MemoryError:
@@ -761,10 +853,10 @@ cdef class RankIndex:
         if ids == NULL:
             raise MemoryError()
         self.old_ids = self.slot_ids
-        self.old_mask = self.mask
+        self.old_nslots = self.nslots
         self.migrate_pos = 0
         self.slot_ids = ids
-        self.mask = size - 1
+        self.nslots = size
         if now:
             self._map_finish()
         return 0
@@ -785,8 +877,8 @@ cdef class RankIndex:
         if self.old_ids == NULL:
             return
         end = self.migrate_pos + MAP_STEP
-        if end > self.old_mask + 1:
-            end = self.old_mask + 1
+        if end > self.old_nslots:
+            end = self.old_nslots
         for i in range(self.migrate_pos, end):
             mid = self.old_ids[i]
             if mid != 0 and mid != MOVED:
@@ -795,10 +887,10 @@ cdef class RankIndex:
                 self.map_moves += 1
             self.old_ids[i] = MOVED
         self.migrate_pos = end
-        if end == self.old_mask + 1:
+        if end == self.old_nslots:
             free(self.old_ids)
             self.old_ids = NULL
-            self.old_mask = 0
+            self.old_nslots = 0
             self.migrate_pos = 0
 
     cdef void _map_remove(self, Py_ssize_t slot) noexcept:
@@ -815,11 +907,11 @@ cdef class RankIndex:
         cdef Py_ssize_t mlen
         cdef const char *name
         while True:
-            j = (j + 1) & self.mask
+            j = j + 1 if j + 1 < self.nslots else 0
             if self.slot_ids[j] == 0:
                 break
             name = self._name(self.slot_ids[j], &mlen)
-            home = self._hash(name, mlen) & self.mask
+            home = pg_home(self._hash(name, mlen), self.nslots)
             # Move j into the hole unless its home lies cyclically in (hole, j].
             if (j > hole and (home <= hole or home > j)) or (j < hole and home <= hole and home > j):
                 self.slot_ids[hole] = self.slot_ids[j]
@@ -845,7 +937,7 @@ cdef class RankIndex:
         if k != key:
             return -1 if k < key else 1
         if not self.tie_by_member:
-            s = PG_SEQS(p)[i]
+            s = self._seq(p, i)
             if s != seq:
                 return -1 if s < seq else 1
         name = self._name(PG_IDS(p)[i], &nlen)
@@ -1081,8 +1173,9 @@ cdef class RankIndex:
         cdef Py_ssize_t i
         cdef uint32_t *ids
         memcpy(&PG_KEYS(dst)[at], &PG_KEYS(src)[start], count * 8)
-        if not self.tie_by_member:
-            memcpy(&PG_SEQS(dst)[at], &PG_SEQS(src)[start], count * 8)
+        if self.seq_bytes:
+            memcpy(<char *>PG_SEQS(dst) + at * self.seq_bytes,
+                   <char *>PG_SEQS(src) + start * self.seq_bytes, count * self.seq_bytes)
         memcpy(&PG_IDS(dst)[at], &PG_IDS(src)[start], count * 4)
         if dst != src:
             ids = PG_IDS(dst)
@@ -1093,8 +1186,9 @@ cdef class RankIndex:
                                     Py_ssize_t by) noexcept:
         """Move entries start..end-1 of ``p`` by ``by`` places (memmove)."""
         memmove(&PG_KEYS(p)[start + by], &PG_KEYS(p)[start], (end - start) * 8)
-        if not self.tie_by_member:
-            memmove(&PG_SEQS(p)[start + by], &PG_SEQS(p)[start], (end - start) * 8)
+        if self.seq_bytes:
+            memmove(<char *>PG_SEQS(p) + (start + by) * self.seq_bytes,
+                    <char *>PG_SEQS(p) + start * self.seq_bytes, (end - start) * self.seq_bytes)
         memmove(&PG_IDS(p)[start + by], &PG_IDS(p)[start], (end - start) * 4)
 
     cdef void _link_after(self, pg_page *p, pg_page *r, pg_path *path,
@@ -1221,8 +1315,7 @@ cdef class RankIndex:
             next_lead = self._lead0(p.level[0].forward)
         self._shift_entries(p, pos, p.n, 1)
         PG_KEYS(p)[pos] = key
-        if not self.tie_by_member:
-            PG_SEQS(p)[pos] = seq
+        self._set_seq(p, pos, seq)
         PG_IDS(p)[pos] = mid
         self._name_page(mid)[0] = p.pno
         if pos == 0:
@@ -1389,6 +1482,10 @@ cdef class RankIndex:
         if not has_seq and self._next_seq > MAX_SEQ:
             raise ValueError("arrival sequences are exhausted (next_seq is past 2**63 - 1); "
                              "pass seq explicitly")
+        # Before anything changes; a widening moves every page, so find
+        # the member's entry again.
+        if self._fit_seq(seq if has_seq else self._next_seq) and mid != 0:
+            p = self._locate(mid, &pos)
         if mid != 0:
             key = self._key(target)
             if self._stays(p, pos, key):
@@ -1460,8 +1557,7 @@ cdef class RankIndex:
         elif t < pos:
             self._shift_entries(p, t, pos, 1)
         PG_KEYS(p)[t] = key
-        if not self.tie_by_member:
-            PG_SEQS(p)[t] = seq
+        self._set_seq(p, t, seq)
         PG_IDS(p)[t] = mid
         self.firstkeys[p.pno] = PG_KEYS(p)[0]
         if pos == 0 or t == 0:
@@ -1597,9 +1693,9 @@ cdef class RankIndex:
             except UnicodeEncodeError:
                 continue  # an invalid member: its own turn reports it
             if ahead == position + SLOT_AHEAD:
-                rk_prefetch(&self.slot_ids[self._hash(data, size) & self.mask])
+                rk_prefetch(&self.slot_ids[pg_home(self._hash(data, size), self.nslots)])
             else:
-                mid = self.slot_ids[self._hash(data, size) & self.mask]
+                mid = self.slot_ids[pg_home(self._hash(data, size), self.nslots)]
                 if mid != 0:
                     rk_prefetch(&self.names[mid])
 
@@ -1650,6 +1746,7 @@ cdef class RankIndex:
             checked.append((member, score, s))
         if self.length + fresh > MAX_LENGTH:
             raise OverflowError("a rank index holds fewer than 2**32 members")
+        self._fit_seq(top)
         for member, score, s in checked:
             _member_bytes(member, &data, &size)
             mid = self._lookup(data, size)
@@ -1713,17 +1810,17 @@ cdef class RankIndex:
         cdef pg_page *p = self.header.level[0].forward
         cdef Py_ssize_t pages = 0
         while p != NULL:
-            pages += PG_SIZE(p.cap, not self.tie_by_member) + p.height * sizeof(pg_link)
+            pages += PG_SIZE(p.cap, self.seq_bytes) + p.height * sizeof(pg_link)
             p = p.level[0].forward
         return {"pages": pages, "names": self.names_used * 8,
-                "map": (self.mask + 1 + (self.old_mask + 1 if self.old_ids else 0)) * 4,
+                "map": (self.nslots + (self.old_nslots if self.old_ids else 0)) * 4,
                 "page_table": self.pages_cap * 20}
 
     def _map_state(self):
         """``(slots, old slots or 0, old slots moved so far, ids moved ever)``
         of the member map (for tests: a resize moves ``MAP_STEP`` slots a
         write)."""
-        return (self.mask + 1, self.old_mask + 1 if self.old_ids != NULL else 0,
+        return (self.nslots, self.old_nslots if self.old_ids != NULL else 0,
                 self.migrate_pos, self.map_moves)
 
     def __len__(self):
@@ -1985,11 +2082,9 @@ cdef class RankIndex:
         cdef Py_ssize_t i, mlen
         cdef const char *name
         cdef double *keys
-        cdef uint64_t *seqs
         cdef uint32_t *ids
         while p != NULL:
             keys = PG_KEYS(p)
-            seqs = PG_SEQS(p)  # not read on a board tied by member
             ids = PG_IDS(p)
             for i in range(p.n):
                 # Names lie in arrival order, not rank order: ask for the
@@ -2005,7 +2100,7 @@ cdef class RankIndex:
                     memcpy(out + DUMP_RECORD_SIZE - 8, name, mlen)
                     out += DUMP_RECORD_SIZE - 8 + mlen
                     continue
-                rk_store_u64(out + 8, seqs[i])
+                rk_store_u64(out + 8, self._seq(p, i))
                 rk_store_u16(out + 16, <uint16_t>mlen)
                 memcpy(out + DUMP_RECORD_SIZE, name, mlen)
                 out += DUMP_RECORD_SIZE + mlen
@@ -2108,11 +2203,11 @@ cdef class RankIndex:
         assert n == self.length, f"length {self.length} != {n} entries"
         assert leaders == self.ndistinct, f"ndistinct {self.ndistinct} != {leaders}"
         assert nbytes == self.member_bytes, "member_bytes is wrong"
-        for i in range(self.mask + 1):
+        for i in range(self.nslots):
             slots_used += self.slot_ids[i] != 0
             assert self.slot_ids[i] != MOVED, "a moved mark in the table"
         if self.old_ids != NULL:
-            for i in range(self.old_mask + 1):
+            for i in range(self.old_nslots):
                 assert i >= self.migrate_pos or self.old_ids[i] == MOVED, "an id behind the step"
                 slots_used += self.old_ids[i] != 0 and self.old_ids[i] != MOVED
         assert slots_used == self.length, "member map holds stale ids"
@@ -2177,6 +2272,17 @@ cdef class RankIndex:
         assert all(m < self.names_used for m in live), "a record past the arena's end"
 
 
+cdef inline size_t _next_table_size(size_t size) noexcept:
+    """The member map's next size: 2^k -> 3 * 2^(k-1) -> 2^(k+1) (a size
+    that is neither, after a shrink, goes to the next that is)."""
+    cdef size_t power = MIN_TABLE_SIZE
+    while power * 2 <= size:
+        power *= 2
+    if size < power + power // 2:
+        return power + power // 2
+    return power * 2
+
+
 cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     cdef RankIndex index
     cdef pg_page *last[MAX_LEVEL]
@@ -2195,6 +2301,8 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     _dump_header(buf, size, data, &count, &next_seq, DUMP_VERSION_NO_SEQS)
     index = cls("desc" if buf[5] == 0 else "asc", TIE_BREAK_CODES[buf[6]])
     index._next_seq = next_seq
+    if next_seq > 0:
+        index._fit_seq(next_seq - 1)  # seqs are below next_seq
     index._map_reserve(count)
     fill = index.page_size - index.page_size // 8
     for level in range(MAX_LEVEL):
@@ -2220,8 +2328,7 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
         if page.n == 0:
             index.firstkeys[page.pno] = key
         PG_KEYS(page)[page.n] = key
-        if not index.tie_by_member:
-            PG_SEQS(page)[page.n] = seq
+        index._set_seq(page, page.n, seq)
         PG_IDS(page)[page.n] = mid
         index._name_page(mid)[0] = page.pno
         page.n += 1
