@@ -488,3 +488,26 @@ def test_the_member_map_grows_by_three_halves_and_four_thirds(pages_cls):
     assert slots * 3 >= 30_000 * 4
     assert slots < 30_000 * 2
     assert all(index.rank(f"m{i}") is not None for i in range(0, 30_000, 7))
+
+
+def test_removals_give_freed_memory_back_at_a_bounded_cadence(pages_cls):
+    # glibc keeps freed chunks resident: after removing a large share of a
+    # board the index trims the heap, once per sixteenth of the board freed
+    # (and 1 MiB), not on every removal; a small board never does.
+    small = pages_cls("desc", "first")
+    small.apply_batch([(Op.SET, f"s{i}", i) for i in range(2000)])
+    small.apply_batch([(Op.REMOVE, f"s{i}", None) for i in range(2000)])
+    assert small._trims == 0
+    index = pages_cls("desc", "first")
+    n = 200_000
+    names = [f"player:{i:012d}" for i in range(n)]
+    rng = random.Random(3)
+    index.apply_batch([(Op.SET, m, rng.randrange(1_000_000)) for m in names])
+    assert index._trims == 0
+    gone = rng.sample(names, n * 3 // 4)
+    index.apply_batch([(Op.REMOVE, m, None) for m in gone])
+    index._check()
+    assert 1 <= index._trims <= 16
+    trims = index._trims
+    index.clear()  # everything freed at once: one more trim
+    assert index._trims == trims + 1

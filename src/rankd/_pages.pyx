@@ -144,6 +144,11 @@ from rankd._skiplist cimport (
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void *op)
+    # Borrowed: the batch's prefetch reads the pointers without a reference.
+    void *PyList_GET_ITEM_PTR "PyList_GET_ITEM"(object list, Py_ssize_t i)
+    void *PyTuple_GET_ITEM_PTR "PyTuple_GET_ITEM"(void *tuple, Py_ssize_t i)
+    Py_ssize_t Py_SIZE_PTR "Py_SIZE"(void *o)
+    void *Py_TYPE_PTR "Py_TYPE"(void *o)
 
 cdef extern from *:
     """
@@ -186,6 +191,15 @@ cdef extern from *:
     static inline size_t pg_home(uint64_t h, size_t n) {
         return (size_t)(((unsigned __int128)h * n) >> 64);
     }
+    /* Give the C heap's free memory back to the system (glibc keeps freed
+       chunks resident, even whole free pages inside its heap); a no-op
+       with other C libraries. */
+    #ifdef __GLIBC__
+    #include <malloc.h>
+    static inline void pg_trim(void) { malloc_trim(0); }
+    #else
+    static inline void pg_trim(void) {}
+    #endif
     """
     ctypedef struct pg_page
     ctypedef struct pg_link:
@@ -209,6 +223,7 @@ cdef extern from *:
     size_t PG_SIZE(int cap, int seq_bytes) nogil
     size_t PG_IDS_BYTES(int cap) nogil
     size_t pg_home(uint64_t h, size_t n) nogil
+    void pg_trim() nogil
     enum:
         TOWER_CHUNK "PG_TOWER_CHUNK"
         MAX_LEVEL "PG_MAX_LEVEL"
@@ -235,6 +250,9 @@ DEF DUMP_RECORD_SIZE = 18
 DEF DUMP_AHEAD = 16
 DEF SLOT_AHEAD = 8
 DEF NAME_AHEAD = 4
+DEF PAGE_AHEAD = 2
+DEF STR_AHEAD = 12
+DEF TUPLE_AHEAD = 16
 DEF PREFETCH_MIN_LENGTH = 32768
 DEF MIN_COMPACT_UNITS = 4096   # arenas below 32 KiB are not compacted
 DEF COMPACT_STEP = 64           # arena units a write's compaction step looks at
@@ -337,6 +355,8 @@ cdef class RankIndex:
     cdef uint32_t pages_cap
     cdef uint32_t *free_pnos
     cdef uint32_t nfree_pnos, pnos_used
+    cdef size_t freed_bytes         # pages and tables freed since the last trim
+    cdef Py_ssize_t trims           # heap trims, ever (for tests)
 
     def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
                   int branching=2, seed=None, int page_size=DEFAULT_PAGE_SIZE):
@@ -512,6 +532,27 @@ cdef class RankIndex:
         self._tower_free(p.level, p.height)
         free(p)
         _live_pages -= 1
+        self.freed_bytes += PG_SIZE(self.page_size, self.seq_bytes)
+
+    cdef inline size_t _held(self) noexcept:
+        """Bytes in the pages, the map and the name arena (an estimate)."""
+        return (<size_t>(self.pnos_used - self.nfree_pnos) * PG_SIZE(self.page_size, self.seq_bytes)
+                + self.nslots * 4 + self.names_used * 8)
+
+    cdef void _trim_step(self) noexcept:
+        """After removals: once the pages and tables freed since the last
+        trim reach a sixteenth of what the index holds (and 1 MiB), give the
+        heap's free memory back to the system.  glibc keeps freed pages
+        resident otherwise, so a board that lost half its members would
+        keep the RSS of the full one.  The cadence bounds the cost: a trim
+        walks the heap's free chunks (about 1.5 ms on a heap holding a 1M
+        board, bench/README.md), and comes at most once per sixteenth of the
+        board removed."""
+        if self.freed_bytes >= (1 << 20) and self.freed_bytes >= self._held() // 16:
+            self.freed_bytes = 0
+            self.trims += 1
+            with nogil:
+                pg_trim()
 
     cdef pg_link *_tower_alloc(self, int height) noexcept:
         """Links for a page of ``height`` levels, from the chunks of towers
@@ -715,6 +756,7 @@ cdef class RankIndex:
             while cap < self.names_used + self.names_used // 4:
                 cap *= 2
             if cap < self.names_cap:
+                self.freed_bytes += (self.names_cap - cap) * 8
                 shrunk = realloc(self.names, cap * 8)
                 if shrunk != NULL:
                     self.names = <uint64_t *>shrunk
@@ -888,6 +930,7 @@ cdef class RankIndex:
             self.old_ids[i] = MOVED
         self.migrate_pos = end
         if end == self.old_nslots:
+            self.freed_bytes += self.old_nslots * 4
             free(self.old_ids)
             self.old_ids = NULL
             self.old_nslots = 0
@@ -1068,17 +1111,29 @@ cdef class RankIndex:
 
     cdef Py_ssize_t _rank_of(self, uint32_t mid, Py_ssize_t *dense) noexcept:
         """Unique rank of a present member (and its dense rank if asked)."""
-        cdef Py_ssize_t pos, mlen, i
+        cdef Py_ssize_t pos, mlen
         cdef pg_page *p
+        cdef const char *name
+        cdef pg_path path
         if dense == NULL and mid == self.memo_mid and self.memo_mutations == self.mutations:
             return self.memo_rank
         p = self._locate(mid, &pos)
-        cdef const char *name = self._name(mid, &mlen)
+        if dense == NULL:
+            return self._rank_in(mid, p, pos)
+        name = self._name(mid, &mlen)
+        self._search(PG_KEYS(p)[pos], self._seq(p, pos), name, mlen, False, &path)
+        dense[0] = path.drank[0] + self._leaders_upto(p, pos)
+        return path.rank[0] + pos + 1
+
+    cdef Py_ssize_t _rank_in(self, uint32_t mid, pg_page *p, Py_ssize_t pos) noexcept:
+        """Unique rank of member ``mid``, found at ``pos`` of ``p``."""
+        cdef Py_ssize_t mlen
+        cdef const char *name
         cdef pg_path path
-        cdef double *keys = PG_KEYS(p)
-        self._search(keys[pos], self._seq(p, pos), name, mlen, False, &path)
-        if dense != NULL:
-            dense[0] = path.drank[0] + self._leaders_upto(p, pos)
+        if mid == self.memo_mid and self.memo_mutations == self.mutations:
+            return self.memo_rank
+        name = self._name(mid, &mlen)
+        self._search(PG_KEYS(p)[pos], self._seq(p, pos), name, mlen, False, &path)
         return path.rank[0] + pos + 1
 
     # --- leaders ---------------------------------------------------------------
@@ -1455,6 +1510,7 @@ cdef class RankIndex:
             self._map_shrink()
             self.member_bytes -= size
             self._name_free(mid)
+            self._trim_step()
             if self.length == 0:
                 self.peak_length = self.peak_member_bytes = 0
             self.mutations += 1
@@ -1635,7 +1691,10 @@ cdef class RankIndex:
 
     def clear(self):
         """Remove every member; ``next_seq`` is kept.  Runtime complexity: O(n)."""
+        cdef size_t held = self._held()
         self._reset()
+        self.freed_bytes += held
+        self._trim_step()
         self.mutations += 1
 
     def apply_batch(self, ops):
@@ -1673,13 +1732,30 @@ cdef class RankIndex:
         return results
 
     cdef void _prefetch_ahead(self, list items, Py_ssize_t position, Py_ssize_t count):
-        """Ask for the map slot of the operation ``SLOT_AHEAD`` ahead and
-        for the name in the slot of the one ``NAME_AHEAD`` ahead (filled
-        by then), so that a batch's lookups overlap their cache misses."""
+        """Ask for the map slot of the operation ``SLOT_AHEAD`` ahead, for
+        the name in the slot of the one ``NAME_AHEAD`` ahead and for the
+        page that name's record points at of the one ``PAGE_AHEAD`` ahead
+        (each filled by then), so that a batch's lookups overlap their
+        cache misses: a write's slot, name and page are three dependent
+        misses."""
         cdef const char *data
         cdef Py_ssize_t size, ahead
-        cdef uint32_t mid
-        for ahead in (position + SLOT_AHEAD, position + NAME_AHEAD):
+        cdef uint32_t mid, pno
+        cdef pg_page *pg
+        cdef void *tup
+        cdef void *obj
+        # The member str of the operation STR_AHEAD ahead: a batch's strs
+        # are Python objects anywhere in memory, and the stage below that
+        # first touches one (a reference count) would stall on its miss.
+        if position + TUPLE_AHEAD < count:  # and its operation's tuple before
+            rk_prefetch(PyList_GET_ITEM_PTR(items, position + TUPLE_AHEAD))
+        if position + STR_AHEAD < count:
+            tup = PyList_GET_ITEM_PTR(items, position + STR_AHEAD)
+            if Py_TYPE_PTR(tup) == <void *>tuple and Py_SIZE_PTR(tup) >= 3:
+                obj = PyTuple_GET_ITEM_PTR(tup, 1)
+                rk_prefetch(obj)
+                rk_prefetch(<char *>obj + 64)
+        for ahead in (position + SLOT_AHEAD, position + NAME_AHEAD, position + PAGE_AHEAD):
             if ahead >= count:
                 continue
             item = items[ahead]
@@ -1694,10 +1770,21 @@ cdef class RankIndex:
                 continue  # an invalid member: its own turn reports it
             if ahead == position + SLOT_AHEAD:
                 rk_prefetch(&self.slot_ids[pg_home(self._hash(data, size), self.nslots)])
-            else:
-                mid = self.slot_ids[pg_home(self._hash(data, size), self.nslots)]
-                if mid != 0:
-                    rk_prefetch(&self.names[mid])
+                continue
+            mid = self.slot_ids[pg_home(self._hash(data, size), self.nslots)]
+            if mid == 0 or mid >= self.names_used:
+                continue
+            if ahead == position + NAME_AHEAD:
+                rk_prefetch(&self.names[mid])
+                continue
+            # The home slot's member (a collision asks for the wrong page:
+            # harmless) and its page's header and first ids.
+            pno = self._name_page(mid)[0]
+            if pno < self.pnos_used:
+                pg = self.pages[pno]
+                if pg != NULL:
+                    rk_prefetch(pg)
+                    rk_prefetch(<char *>pg + 64)
 
     def set_states_packed(self, states):
         """``set_states`` for a packed run (``rankd.index.packed``), read
@@ -1815,6 +1902,11 @@ cdef class RankIndex:
         return {"pages": pages, "names": self.names_used * 8,
                 "map": (self.nslots + (self.old_nslots if self.old_ids else 0)) * 4,
                 "page_table": self.pages_cap * 20}
+
+    @property
+    def _trims(self):
+        """Heap trims this index asked for (for tests)."""
+        return self.trims
 
     def _map_state(self):
         """``(slots, old slots or 0, old slots moved so far, ids moved ever)``
@@ -1972,14 +2064,43 @@ cdef class RankIndex:
     cdef list _collect(self, Py_ssize_t first, Py_ssize_t last, bint reverse):
         """Entries of ranks first..last (1-based, inclusive, clipped by the
         caller), best first or, with ``reverse``, worst first."""
-        cdef list entries = []
         cdef pg_page *p
-        cdef Py_ssize_t rank, pos
+        cdef Py_ssize_t pos
         if first > last:
-            return entries
+            return []
+        p = self._page_at(last if reverse else first, &pos)
+        return self._walk(p, pos, last if reverse else first, first, last, reverse)
+
+    cdef void _prefetch_names(self, pg_page *p, Py_ssize_t pos, Py_ssize_t count,
+                              bint reverse) noexcept:
+        """Ask for the names of ``count`` entries from ``pos`` of ``p`` on
+        (back with ``reverse``) at once: names lie in arrival order, away
+        from their entries, and a read that returns members would otherwise
+        wait for each miss in turn.  At most 64 (a window's first names)."""
+        if count > 64:
+            count = 64
+        while count > 0 and p != NULL:
+            rk_prefetch(&self.names[PG_IDS(p)[pos]])
+            count -= 1
+            if reverse:
+                pos -= 1
+                if pos < 0:
+                    p = p.prev
+                    if p != NULL:
+                        pos = p.n - 1
+            else:
+                pos += 1
+                if pos == p.n:
+                    p = p.level[0].forward
+                    pos = 0
+
+    cdef list _walk(self, pg_page *p, Py_ssize_t pos, Py_ssize_t rank, Py_ssize_t first,
+                    Py_ssize_t last, bint reverse):
+        """Entries from ``pos`` of ``p``, whose rank is ``rank``, on to
+        ``last`` (back to ``first`` with ``reverse``)."""
+        cdef list entries = []
+        self._prefetch_names(p, pos, (rank - first if reverse else last - rank) + 1, reverse)
         if reverse:
-            rank = last
-            p = self._page_at(last, &pos)
             while rank >= first:
                 entries.append((rank, self._member_str(p, pos), self._score_at(p, pos)))
                 rank -= 1
@@ -1988,8 +2109,6 @@ cdef class RankIndex:
                     p = p.prev
                     pos = p.n - 1
         else:
-            rank = first
-            p = self._page_at(first, &pos)
             while rank <= last:
                 entries.append((rank, self._member_str(p, pos), self._score_at(p, pos)))
                 rank += 1
@@ -2045,13 +2164,24 @@ cdef class RankIndex:
         """Up to ``above`` better-ranked entries, the member, and up to
         ``below`` worse-ranked ones; ``None`` if absent.  O(log n + above + below)."""
         cdef uint32_t mid = self._find(member)
-        cdef Py_ssize_t rank
+        cdef Py_ssize_t rank, pos, first, back
+        cdef pg_page *p
         _count(above, "above")
         _count(below, "below")
         if mid == 0:
             return None
-        rank = self._rank_of(mid, NULL)
-        return self._collect(max(1, rank - above), min(self.length, rank + below), False)
+        # The neighbours are read from the member's own entry on, back over
+        # ``prev`` links and forward: one search (for its rank), not two.
+        p = self._locate(mid, &pos)
+        rank = self._rank_in(mid, p, pos)
+        first = max(1, rank - above)
+        back = rank - first
+        while back > pos:
+            back -= pos + 1
+            p = p.prev
+            pos = p.n - 1
+        pos -= back
+        return self._walk(p, pos, first, first, min(self.length, rank + below), False)
 
     # --- snapshots -------------------------------------------------------------------
 
