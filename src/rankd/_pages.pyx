@@ -16,9 +16,20 @@ forward pointer and a span per level, a backward pointer, a cached key per
 level and a hash slot pointer: about 107 bytes for a 19-byte name.  Here
 level 0 is *unrolled*: a page holds up to ``page_size`` entries (64 by
 default) in rank order, as parallel arrays of 32-bit member ids, score
-keys (f64) and, on boards tied by arrival, arrival sequences (u64): a
-board tied by member never orders by a seq, so its pages keep none (12
-bytes an entry, not 20) and its dump leaves them out.  Only pages carry skip list levels,
+keys (f64) and, on boards tied by arrival, arrival sequences: a board
+tied by member never orders by a seq, so its pages keep none (12 bytes an
+entry) and its dump leaves them out.  A board tied by arrival keeps its
+seqs in 32 bits (16 bytes an entry, not 20) while they are below 2^32:
+seqs count a board's score changes, so only a replay that gives explicit
+seqs or four billion writes pass that, and the first seq that does widens
+every page to 64-bit seqs, once (O(n), page by page allocated before any
+moves, so running out of memory changes nothing; links name pages by
+number as well as address, so the moved pages are re-linked from the page
+table).  Of the ways to fewer bytes a member this is the cheapest (4
+bytes an entry, one branch a read): a per-page base with 32-bit offsets
+saves the same but needs a rebase when a page's seqs span more than 2^32,
+and the other two (tags in the member map, no page number in the name
+record) are weighed under Members.  Only pages carry skip list levels,
 so the tower overhead is paid once per page, not once per member.  Rank,
 top-K, neighbours and range reads walk a few pages of contiguous arrays
 instead of one pointer per member, and an update that stays inside its
@@ -60,6 +71,13 @@ arrivals then keep pages about 5/6 full, where halving alone leaves them
 2/3 full.  A page appended at the end of the board (monotonic scores)
 starts empty instead, and ``load`` packs pages 7/8 full.
 
+glibc keeps the chunks the index frees resident (even whole free pages
+inside its heap), so a board that lost half its members would keep the
+RSS of the full one: once the pages and tables freed since the last time
+reach a sixteenth of what the index holds (and 1 MiB), a removal calls
+``malloc_trim`` (a walk of the heap's free chunks: a millisecond or two
+for a heap of a million members), and ``clear`` does after freeing all.
+
 Members
 -------
 Each member name is stored once, in the index's name arena: a record of
@@ -78,12 +96,21 @@ The member map is open addressing with linear probing over an array of
 32-bit ids (4 bytes a slot, at most 3/4 full), keyed by SipHash-1-3 with a
 per-index random key (names come from players, so collisions must not be
 predictable); it deletes by backward shift, so it holds no tombstones.
+Its size is 2^k or 3 * 2^(k-1) slots (a hash's home slot is the high bits
+of hash * size, Lemire's fast range, so any size works): it grows by 3/2
+or 4/3, never below half full after growing (doubling left 3/8), about
+6.3 bytes a member at 1M where doubling gave 8.4; it shrinks below 3/8
+full to a size it fills at most 5/8.
 It resizes incrementally, as Redis's dict does: a new table takes the
 puts, and every write moves 16 slots of the old one (marking them moved,
 so that probes of the old table still walk over them); lookups probe
 both meanwhile.  No write pays for moving the whole map.  A
 hit reads the slot and the name it must compare anyway, so tags of hash
-bits beside the ids would only spare the rare collision, for a byte a slot.
+bits beside the ids would only spare the rare collision, for a byte a slot
+(a map 7/8 full with tags costs what one 3/4 full without them does).
+The page number in the name record stays: a member's page cannot be found
+from its name without it (its key is in the page), and keeping it in the
+map instead would cost the same 4 bytes a slot, not a member.
 
 Searching
 ---------
@@ -102,8 +129,13 @@ What it costs
 Finding a member's entry is a slot, its name, its page (by number: its
 header and ids are asked for at once) and the key found there: one or two
 more cache misses than the skip list's slot and node.  A name is read from
-the arena, away from its entry, by every read that returns members and by
-``dump`` (which asks for the names of the entries ahead).  See
+the arena, away from its entry, by every read that returns members (which
+ask for the names of the window at once, so that their misses overlap)
+and by ``dump`` (which asks for the names of the entries ahead).
+``around`` reads the neighbours from the member's own entry, back over
+``prev`` links and forward, so it searches once, for the rank.  A batch
+asks for each operation's tuple, member str, map slot, name and page a
+few operations ahead, so that these dependent misses overlap.  See
 bench/README.md for the measured price of each row.
 
 How it differs from Pugh and from the B+ trees
@@ -793,25 +825,47 @@ cdef class RankIndex:
     cdef inline Py_ssize_t _slot(self, const char *member, Py_ssize_t mlen,
                                  uint64_t h) noexcept:
         """The map slot holding ``member``: ``i >= 0`` in the table, ``-2 - i``
-        in the old table of a resize under way, or -1 if it is in neither."""
-        cdef size_t i = pg_home(h, self.nslots), left
+        in the old table of a resize under way, or -1 if it is in neither.
+        During a resize a member whose old home slot the step has not
+        reached yet is most likely still in the old table: that one is
+        probed first (a probe that misses reads a name per slot it passes,
+        so probing the wrong table first cost every lookup of a resize a
+        few more misses)."""
+        cdef Py_ssize_t found
+        if self.old_ids != NULL and pg_home(h, self.old_nslots) >= self.migrate_pos:
+            found = self._probe_old(member, mlen, h)
+            return found if found != -1 else self._probe_new(member, mlen, h)
+        found = self._probe_new(member, mlen, h)
+        if found != -1 or self.old_ids == NULL:
+            return found
+        return self._probe_old(member, mlen, h)
+
+    cdef inline Py_ssize_t _probe_new(self, const char *member, Py_ssize_t mlen,
+                                      uint64_t h) noexcept:
+        """``_slot`` in the table only."""
+        cdef size_t i = pg_home(h, self.nslots)
         cdef uint32_t mid
         cdef Py_ssize_t nlen
         cdef const char *name
         while True:
             mid = self.slot_ids[i]
             if mid == 0:
-                break
+                return -1
             name = self._name(mid, &nlen)
             if nlen == mlen and memcmp(name, member, mlen) == 0:
                 return <Py_ssize_t>i
             i = i + 1 if i + 1 < self.nslots else 0
-        if self.old_ids == NULL:
-            return -1
-        # The old table: slots before the resize step are all moved marks,
-        # so a probe jumps over them; it looks at each other slot once at
-        # most (near the end of a resize they may hold no empty slot).
-        i = pg_home(h, self.old_nslots)
+
+    cdef Py_ssize_t _probe_old(self, const char *member, Py_ssize_t mlen,
+                               uint64_t h) noexcept:
+        """``_slot`` in the old table of a resize under way only."""
+        cdef size_t i = pg_home(h, self.old_nslots), left
+        cdef uint32_t mid
+        cdef Py_ssize_t nlen
+        cdef const char *name
+        # Slots before the resize step are all moved marks, so a probe
+        # jumps over them; it looks at each other slot once at most (near
+        # the end of a resize they may hold no empty slot).
         left = self.old_nslots - self.migrate_pos
         while left > 0:
             if i < self.migrate_pos:
@@ -916,16 +970,29 @@ cdef class RankIndex:
         cdef uint32_t mid
         cdef Py_ssize_t mlen
         cdef const char *name
+        cdef uint64_t hashes[MAP_STEP]
         if self.old_ids == NULL:
             return
         end = self.migrate_pos + MAP_STEP
         if end > self.old_nslots:
             end = self.old_nslots
+        # Three passes, so that the step's misses overlap instead of
+        # queueing: ask for the names, hash them and ask for their new
+        # slots, then put.
+        for i in range(self.migrate_pos, end):
+            mid = self.old_ids[i]
+            if mid != 0 and mid != MOVED:
+                rk_prefetch(&self.names[mid])
         for i in range(self.migrate_pos, end):
             mid = self.old_ids[i]
             if mid != 0 and mid != MOVED:
                 name = self._name(mid, &mlen)
-                self._map_put(mid, self._hash(name, mlen))
+                hashes[i - self.migrate_pos] = self._hash(name, mlen)
+                rk_prefetch(&self.slot_ids[pg_home(hashes[i - self.migrate_pos], self.nslots)])
+        for i in range(self.migrate_pos, end):
+            mid = self.old_ids[i]
+            if mid != 0 and mid != MOVED:
+                self._map_put(mid, hashes[i - self.migrate_pos])
                 self.map_moves += 1
             self.old_ids[i] = MOVED
         self.migrate_pos = end
