@@ -1601,7 +1601,7 @@ cdef class RankIndex:
         if op == -1 or (mid != 0 and old[0] == target):
             new[0] = old[0]
             has_new[0] = True
-            return self._rank_of(mid, NULL) if want_rank else 0
+            return self._rank_in(mid, p, pos) if want_rank else 0
         if not has_seq and self._next_seq > MAX_SEQ:
             raise ValueError("arrival sequences are exhausted (next_seq is past 2**63 - 1); "
                              "pass seq explicitly")
@@ -1620,7 +1620,8 @@ cdef class RankIndex:
                 pos = self._move_in_page(p, pos, key, seq, mid)
                 if not want_rank:
                     return 0
-                return self._remember(mid, self._rank_of(mid, NULL))
+                # Its page and place are known: search for the rank only.
+                return self._remember(mid, self._rank_in(mid, p, pos))
         if mid == 0:
             if self.length >= MAX_LENGTH:
                 raise OverflowError("a rank index holds fewer than 2**32 members")
@@ -1822,7 +1823,10 @@ cdef class RankIndex:
                 obj = PyTuple_GET_ITEM_PTR(tup, 1)
                 rk_prefetch(obj)
                 rk_prefetch(<char *>obj + 64)
-        for ahead in (position + SLOT_AHEAD, position + NAME_AHEAD, position + PAGE_AHEAD):
+        cdef int stage
+        for stage in range(3):  # a C loop (a tuple of three made Python ints)
+            ahead = position + (SLOT_AHEAD if stage == 0 else
+                                NAME_AHEAD if stage == 1 else PAGE_AHEAD)
             if ahead >= count:
                 continue
             item = items[ahead]
