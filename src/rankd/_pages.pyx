@@ -217,6 +217,10 @@ cdef extern from *:
     #define PG_TOWER_CHUNK 4096   /* links a chunk of towers holds */
     #define PG_MAX_LEVEL 32
     #define PG_NAME_CLASSES 34   /* records of 1..33 units of 8 bytes */
+    /* An old table's slot whose id was moved.  A C constant: as a Cython
+       DEF, a value past 2^31 - 1 was a Python int, and every comparison
+       with it made one of the id too. */
+    #define PG_MOVED 0xFFFFFFFFu
     /* A hash's home slot in a table of n slots, any n (Lemire's fast range:
        the high bits of h * n), so that the member map can grow by 3/2 and
        4/3, not only double. */
@@ -255,6 +259,7 @@ cdef extern from *:
     size_t PG_SIZE(int cap, int seq_bytes) nogil
     size_t PG_IDS_BYTES(int cap) nogil
     size_t pg_home(uint64_t h, size_t n) nogil
+    const uint32_t MOVED "PG_MOVED"
     void pg_trim() nogil
     enum:
         TOWER_CHUNK "PG_TOWER_CHUNK"
@@ -289,7 +294,6 @@ DEF PREFETCH_MIN_LENGTH = 32768
 DEF MIN_COMPACT_UNITS = 4096   # arenas below 32 KiB are not compacted
 DEF COMPACT_STEP = 64           # arena units a write's compaction step looks at
 DEF MAP_STEP = 16               # old-table slots a write's resize step moves
-DEF MOVED = 0xFFFFFFFF          # an old table's slot whose id was moved
 DEF SHARE_ROOM_DIVISOR = 8   # a full page shares with a neighbour 1/8 empty
 DEF OP_SET = 0
 DEF OP_SET_NEW = 1
@@ -652,7 +656,7 @@ cdef class RankIndex:
         cdef pg_page *q
         cdef pg_page **fresh
         cdef int level
-        if self.seq_bytes != 4 or seq <= 0xFFFFFFFF:
+        if self.seq_bytes != 4 or seq >> 32 == 0:  # (a C test: no Python int)
             return 0
         old_size = PG_SIZE(self.page_size, 4)
         new_size = PG_SIZE(self.page_size, 8)
