@@ -511,3 +511,49 @@ def test_removals_give_freed_memory_back_at_a_bounded_cadence(pages_cls):
     trims = index._trims
     index.clear()  # everything freed at once: one more trim
     assert index._trims == trims + 1
+
+
+def test_a_big_batch_matches_single_calls(pages_cls):
+    # Past 32768 members a batch asks for its operations' slots, names and
+    # pages ahead and keeps each member's hash for its write: repeated
+    # members, invalid operations between valid ones and members that are
+    # equal strs but other objects must give what single calls give.
+    rng = random.Random(31)
+    names = [f"player:{i:012d}" for i in range(40_000)]
+    batched, single = pages_cls("desc", "first"), pages_cls("desc", "first")
+    load = [(Op.SET, m, rng.randrange(1_000_000)) for m in names]
+    batched.apply_batch(load)
+    single.apply_batch(load)
+    ops = []
+    for i in range(6000):
+        roll = rng.random()
+        member = rng.choice(names[:500]) if roll < 0.5 else rng.choice(names)
+        if roll < 0.05:
+            ops.append((Op.INCR, "".join(member), 1))  # an equal str, another object
+        elif roll < 0.08:
+            ops.append((Op.INCR, 7, 1))  # invalid: not a str
+        elif roll < 0.10:
+            ops.append((Op.INCR, member, float("nan")))  # invalid value
+        elif roll < 0.15:
+            ops.append((Op.REMOVE, member, None))
+        elif roll < 0.20:
+            ops.append((Op.SET, f"new{i}", rng.randrange(1000)))
+        else:
+            ops.append((Op.INCR, member, rng.randrange(-5, 6)))
+    got = batched.apply_batch(ops)
+    for op, result in zip(ops, got, strict=True):
+        if isinstance(result, Exception):
+            with pytest.raises(type(result)):
+                single.incr(op[1], op[2])
+            continue
+        code, member, value = op
+        if code == Op.REMOVE:
+            expected = single.remove(member)
+        elif code == Op.SET:
+            expected = single.set(member, value)
+        else:
+            expected = single.incr(member, value)
+        rank = single.rank(member)
+        assert result == (*expected, rank if expected[1] is not None else None), op
+    batched._check()
+    assert batched.dump() == single.dump()

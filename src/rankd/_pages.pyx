@@ -392,6 +392,12 @@ cdef class RankIndex:
     cdef uint32_t *free_pnos
     cdef uint32_t nfree_pnos, pnos_used
     cdef size_t freed_bytes         # pages and tables freed since the last trim
+    # A batch's member hashes, by position & 15, and the str each is of
+    # (see apply_batch); the hash the next _write takes instead of its own.
+    cdef uint64_t ring_hash[16]
+    cdef void *ring_obj[16]
+    cdef bint has_hint
+    cdef uint64_t hint_hash
     cdef Py_ssize_t trims           # heap trims, ever (for tests)
 
     def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
@@ -1560,7 +1566,12 @@ cdef class RankIndex:
             self._map_step()
         if self.compacting:
             self._compact_step()
-        cdef uint64_t h = self._hash(data, size)
+        cdef uint64_t h
+        if self.has_hint:  # apply_batch's, of this very member
+            h = self.hint_hash
+            self.has_hint = False
+        else:
+            h = self._hash(data, size)
         cdef Py_ssize_t slot = self._slot(data, size, h)
         cdef uint32_t mid = self._slot_id(slot)
         cdef Py_ssize_t pos
@@ -1778,8 +1789,12 @@ cdef class RankIndex:
 
         Runtime complexity: O(k log n) for k operations.
         """
-        cdef list items = ops if type(ops) is list else list(ops)
+        # A private copy: the batch keeps every operation's member alive
+        # and in place (a value's __float__ cannot change the list), so a
+        # hash kept by the str's address (the ring) is that str's.
+        cdef list items = list(ops)
         cdef list results = []
+        cdef void *obj
         cdef double value = 0.0, old = 0.0, new = 0.0
         cdef bint had, has_new, changed
         cdef uint64_t s = 0
@@ -1788,12 +1803,19 @@ cdef class RankIndex:
         cdef int op
         cdef bint has_seq
         cdef Py_ssize_t count = len(items)
+        memset(self.ring_obj, 0, sizeof(self.ring_obj))
         for position in range(count):
             item = items[position]
             if count > 1 and self.length >= PREFETCH_MIN_LENGTH:
                 self._prefetch_ahead(items, position, count)
             try:
                 _operation(item, &op, &value, &has_seq, &s, &data, &size)
+                # The prefetch hashed this member already (the same str:
+                # _operation took it from the same tuple).
+                obj = PyTuple_GET_ITEM_PTR(<void *>item, 1)
+                if self.ring_obj[position & 15] == obj:
+                    self.hint_hash = self.ring_hash[position & 15]
+                    self.has_hint = True
                 rank = self._write(data, size, value, op, has_seq, s, True,
                                    &old, &had, &new, &has_new, &changed)
             except (TypeError, ValueError) as exc:
@@ -1813,6 +1835,7 @@ cdef class RankIndex:
         cdef const char *data
         cdef Py_ssize_t size, ahead
         cdef uint32_t mid, pno
+        cdef uint64_t h
         cdef pg_page *pg
         cdef void *tup
         cdef void *obj
@@ -1844,9 +1867,16 @@ cdef class RankIndex:
             except UnicodeEncodeError:
                 continue  # an invalid member: its own turn reports it
             if ahead == position + SLOT_AHEAD:
-                rk_prefetch(&self.slot_ids[pg_home(self._hash(data, size), self.nslots)])
+                h = self._hash(data, size)
+                self.ring_hash[ahead & 15] = h
+                self.ring_obj[ahead & 15] = <void *>member
+                rk_prefetch(&self.slot_ids[pg_home(h, self.nslots)])
                 continue
-            mid = self.slot_ids[pg_home(self._hash(data, size), self.nslots)]
+            if self.ring_obj[ahead & 15] == <void *>member:
+                h = self.ring_hash[ahead & 15]
+            else:
+                h = self._hash(data, size)
+            mid = self.slot_ids[pg_home(h, self.nslots)]
             if mid == 0 or mid >= self.names_used:
                 continue
             if ahead == position + NAME_AHEAD:
