@@ -135,7 +135,10 @@ and by ``dump`` (which asks for the names of the entries ahead).
 ``around`` reads the neighbours from the member's own entry, back over
 ``prev`` links and forward, so it searches once, for the rank.  A batch
 asks for each operation's tuple, member str, map slot, name and page a
-few operations ahead, so that these dependent misses overlap.  See
+few operations ahead, so that these dependent misses overlap, and hashes
+each member once: the first stage keeps the hash, by the str's address,
+for the later stages and the write (the batch works on its own copy of
+the operations, so an address names one str for the whole batch).  See
 bench/README.md for the measured price of each row.
 
 How it differs from Pugh and from the B+ trees
