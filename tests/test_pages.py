@@ -11,6 +11,7 @@ layout; the files in tests/data were written by it).
 from __future__ import annotations
 
 import gc
+import itertools
 import random
 from pathlib import Path
 
@@ -251,9 +252,10 @@ def test_pages_of_boards_tied_by_member_hold_no_seqs(pages_cls):
     for index in boards.values():
         index.apply_batch([(Op.SET, f"p{i:06d}", i % 1000) for i in range(20_000)])
     first, member = (boards[tb]._memory()["pages"] for tb in ("first", "member"))
-    # 12 bytes an entry (key, id) against 20 (key, seq, id), and the same pages.
+    # 12 bytes an entry (key, id) against 16 (key, 32-bit seq, id), and the
+    # same pages.
     assert boards["first"]._pages() == boards["member"]._pages()
-    assert member < first * 0.66
+    assert member < first * 0.8
 
 
 # --- memory: churn, fill after deletes, allocation balance ----------------------------------
@@ -278,7 +280,7 @@ def test_churn_returns_memory(pages_cls):
     index._check()
     after = index._memory()
     assert after["names"] == full["names"]  # freed records are reused
-    assert after["map"] == full["map"]
+    assert after["map"] <= full["map"]  # (full may hold a resize's old table)
     assert after["pages"] <= full["pages"] * 1.1
 
 
@@ -354,9 +356,11 @@ def test_the_member_map_grows_and_shrinks_a_step_per_write(pages_cls):
         state = new
         if i % 5000 == 0:
             index._check()
-    assert resizes >= 10  # 8 slots -> 131072 (the smallest finish within a write)
+    # 8 slots -> 98304 through 2^k and 3 * 2^(k-1) (the smallest finish
+    # within a write)
+    assert resizes >= 20
     assert worst <= 16
-    assert state[0] == 131072
+    assert state[0] == 98304
     # Removals shrink it the same way.
     for i, member in enumerate(names[:55_000]):
         index.remove(member)
@@ -371,7 +375,7 @@ def test_the_member_map_grows_and_shrinks_a_step_per_write(pages_cls):
     while index._map_state()[1]:  # inserts move the rest of the last resize
         index.set(f"x{extra}", 1)
         extra += 1
-    assert extra <= 65536 // 16
+    assert extra <= 49152 // 16
     index._check()
     assert index._map_state()[0] <= 32768
     assert all(index.score(m) is not None for m in names[55_000:])
@@ -408,3 +412,148 @@ def test_page_size_is_checked(pages_cls):
         with pytest.raises(ValueError):
             pages_cls(page_size=bad)
     assert pages_cls(page_size=4)._page_size == 4
+
+
+# --- 32-bit seqs, widened on a board's first seq past 2**32 - 1 --------------------------------
+
+
+@pytest.mark.parametrize("page_size", [4, 64])
+def test_the_first_seq_past_32_bits_widens_every_page(pages_cls, page_size):
+    # Seqs below 2**32 are kept in 4 bytes an entry; the first larger one
+    # (here given explicitly, as a replay may) widens every page to 8
+    # bytes, keeping every entry, link and order, and later writes, dumps
+    # and loads see the full seqs.
+    rng = random.Random(21)
+    index = pages_cls("desc", "first", page_size=page_size)
+    model = ModelIndex("desc", "first")
+    for i in range(400):
+        member, score = f"m{i}", rng.randrange(20)  # many ties: seqs decide
+        index.set(member, score)
+        model.set(member, score)
+    narrow = index._memory()["pages"]
+    big = 2**32 + 5
+    # The widening write moves a present member (its page moves under it).
+    index.set("m10", 7, seq=big)
+    model.set("m10", 7, seq=big)
+    index.set("late", 7, seq=big + 1)
+    model.set("late", 7, seq=big + 1)
+    index._check()
+    assert index._memory()["pages"] > narrow  # 8 bytes a seq now
+    assert index.next_seq == big + 2
+    for i in range(0, 400, 3):  # ties with the wide seq: it arrived last
+        index.set(f"m{i}", 7)
+        model.set(f"m{i}", 7)
+    index.set("big2", 7, seq=2**40)
+    model.set("big2", 7, seq=2**40)
+    index._check()
+    assert_index_matches(index, model)
+    records = decode_dump(index.dump()).records
+    assert max(r.seq for r in records) == 2**40
+    copy = pages_cls.load(index.dump())
+    copy._check()
+    assert copy.dump() == index.dump()
+    assert_index_matches(copy, model)
+
+
+def test_a_seq_that_fits_keeps_the_pages_narrow(pages_cls):
+    index = pages_cls("desc", "first", page_size=8)
+    index.apply_batch([(Op.SET, f"m{i}", i % 5, 2**32 - 1 - i) for i in range(100)])
+    narrow = index._memory()["pages"]
+    wide = pages_cls("desc", "first", page_size=8)
+    wide.apply_batch([(Op.SET, f"m{i}", i % 5, 2**32 - 1 - i) for i in range(100)])
+    wide.set("x", 1, seq=2**32)
+    wide.remove("x")
+    assert wide._memory()["pages"] > narrow
+    index._check()
+    wide._check()
+    assert [index.rank(f"m{i}") for i in range(100)] == [wide.rank(f"m{i}") for i in range(100)]
+
+
+def test_the_member_map_grows_by_three_halves_and_four_thirds(pages_cls):
+    # Sizes 2^k and 3 * 2^(k-1), at most 3/4 full: a map is never below
+    # half full after growing (doubling left it 3/8 full); 1M members take
+    # 1.5 * 2^20 slots (6.3 bytes a member), not 2^21 (8.4).
+    index = pages_cls("desc", "member")
+    sizes = set()
+    for i in range(30_000):
+        index.set(f"m{i}", i % 100)
+        sizes.add(index._map_state()[0])
+        if i % 3000 == 0:
+            index._check()
+    index._check()
+    grown = sorted(sizes)
+    assert grown[:6] == [8, 12, 16, 24, 32, 48]
+    assert all(b in (a * 3 // 2, a * 4 // 3) for a, b in itertools.pairwise(grown))
+    slots = index._map_state()[0]
+    assert slots * 3 >= 30_000 * 4
+    assert slots < 30_000 * 2
+    assert all(index.rank(f"m{i}") is not None for i in range(0, 30_000, 7))
+
+
+def test_removals_give_freed_memory_back_at_a_bounded_cadence(pages_cls):
+    # glibc keeps freed chunks resident: after removing a large share of a
+    # board the index trims the heap, once per sixteenth of the board freed
+    # (and 1 MiB), not on every removal; a small board never does.
+    small = pages_cls("desc", "first")
+    small.apply_batch([(Op.SET, f"s{i}", i) for i in range(2000)])
+    small.apply_batch([(Op.REMOVE, f"s{i}", None) for i in range(2000)])
+    assert small._trims == 0
+    index = pages_cls("desc", "first")
+    n = 200_000
+    names = [f"player:{i:012d}" for i in range(n)]
+    rng = random.Random(3)
+    index.apply_batch([(Op.SET, m, rng.randrange(1_000_000)) for m in names])
+    assert index._trims == 0
+    gone = rng.sample(names, n * 3 // 4)
+    index.apply_batch([(Op.REMOVE, m, None) for m in gone])
+    index._check()
+    assert 1 <= index._trims <= 16
+    trims = index._trims
+    index.clear()  # everything freed at once: one more trim
+    assert index._trims == trims + 1
+
+
+def test_a_big_batch_matches_single_calls(pages_cls):
+    # Past 32768 members a batch asks for its operations' slots, names and
+    # pages ahead and keeps each member's hash for its write: repeated
+    # members, invalid operations between valid ones and members that are
+    # equal strs but other objects must give what single calls give.
+    rng = random.Random(31)
+    names = [f"player:{i:012d}" for i in range(40_000)]
+    batched, single = pages_cls("desc", "first"), pages_cls("desc", "first")
+    load = [(Op.SET, m, rng.randrange(1_000_000)) for m in names]
+    batched.apply_batch(load)
+    single.apply_batch(load)
+    ops = []
+    for i in range(6000):
+        roll = rng.random()
+        member = rng.choice(names[:500]) if roll < 0.5 else rng.choice(names)
+        if roll < 0.05:
+            ops.append((Op.INCR, "".join(member), 1))  # an equal str, another object
+        elif roll < 0.08:
+            ops.append((Op.INCR, 7, 1))  # invalid: not a str
+        elif roll < 0.10:
+            ops.append((Op.INCR, member, float("nan")))  # invalid value
+        elif roll < 0.15:
+            ops.append((Op.REMOVE, member, None))
+        elif roll < 0.20:
+            ops.append((Op.SET, f"new{i}", rng.randrange(1000)))
+        else:
+            ops.append((Op.INCR, member, rng.randrange(-5, 6)))
+    got = batched.apply_batch(ops)
+    for op, result in zip(ops, got, strict=True):
+        if isinstance(result, Exception):
+            with pytest.raises(type(result)):
+                single.incr(op[1], op[2])
+            continue
+        code, member, value = op
+        if code == Op.REMOVE:
+            expected = single.remove(member)
+        elif code == Op.SET:
+            expected = single.set(member, value)
+        else:
+            expected = single.incr(member, value)
+        rank = single.rank(member)
+        assert result == (*expected, rank if expected[1] is not None else None), op
+    batched._check()
+    assert batched.dump() == single.dump()

@@ -16,9 +16,20 @@ forward pointer and a span per level, a backward pointer, a cached key per
 level and a hash slot pointer: about 107 bytes for a 19-byte name.  Here
 level 0 is *unrolled*: a page holds up to ``page_size`` entries (64 by
 default) in rank order, as parallel arrays of 32-bit member ids, score
-keys (f64) and, on boards tied by arrival, arrival sequences (u64): a
-board tied by member never orders by a seq, so its pages keep none (12
-bytes an entry, not 20) and its dump leaves them out.  Only pages carry skip list levels,
+keys (f64) and, on boards tied by arrival, arrival sequences: a board
+tied by member never orders by a seq, so its pages keep none (12 bytes an
+entry) and its dump leaves them out.  A board tied by arrival keeps its
+seqs in 32 bits (16 bytes an entry, not 20) while they are below 2^32:
+seqs count a board's score changes, so only a replay that gives explicit
+seqs or four billion writes pass that, and the first seq that does widens
+every page to 64-bit seqs, once (O(n), page by page allocated before any
+moves, so running out of memory changes nothing; links name pages by
+number as well as address, so the moved pages are re-linked from the page
+table).  Of the ways to fewer bytes a member this is the cheapest (4
+bytes an entry, one branch a read): a per-page base with 32-bit offsets
+saves the same but needs a rebase when a page's seqs span more than 2^32,
+and the other two (tags in the member map, no page number in the name
+record) are weighed under Members.  Only pages carry skip list levels,
 so the tower overhead is paid once per page, not once per member.  Rank,
 top-K, neighbours and range reads walk a few pages of contiguous arrays
 instead of one pointer per member, and an update that stays inside its
@@ -60,6 +71,13 @@ arrivals then keep pages about 5/6 full, where halving alone leaves them
 2/3 full.  A page appended at the end of the board (monotonic scores)
 starts empty instead, and ``load`` packs pages 7/8 full.
 
+glibc keeps the chunks the index frees resident (even whole free pages
+inside its heap), so a board that lost half its members would keep the
+RSS of the full one: once the pages and tables freed since the last time
+reach a sixteenth of what the index holds (and 1 MiB), a removal calls
+``malloc_trim`` (a walk of the heap's free chunks: a millisecond or two
+for a heap of a million members), and ``clear`` does after freeing all.
+
 Members
 -------
 Each member name is stored once, in the index's name arena: a record of
@@ -78,12 +96,21 @@ The member map is open addressing with linear probing over an array of
 32-bit ids (4 bytes a slot, at most 3/4 full), keyed by SipHash-1-3 with a
 per-index random key (names come from players, so collisions must not be
 predictable); it deletes by backward shift, so it holds no tombstones.
+Its size is 2^k or 3 * 2^(k-1) slots (a hash's home slot is the high bits
+of hash * size, Lemire's fast range, so any size works): it grows by 3/2
+or 4/3, never below half full after growing (doubling left 3/8), about
+6.3 bytes a member at 1M where doubling gave 8.4; it shrinks below 3/8
+full to a size it fills at most 5/8.
 It resizes incrementally, as Redis's dict does: a new table takes the
 puts, and every write moves 16 slots of the old one (marking them moved,
 so that probes of the old table still walk over them); lookups probe
 both meanwhile.  No write pays for moving the whole map.  A
 hit reads the slot and the name it must compare anyway, so tags of hash
-bits beside the ids would only spare the rare collision, for a byte a slot.
+bits beside the ids would only spare the rare collision, for a byte a slot
+(a map 7/8 full with tags costs what one 3/4 full without them does).
+The page number in the name record stays: a member's page cannot be found
+from its name without it (its key is in the page), and keeping it in the
+map instead would cost the same 4 bytes a slot, not a member.
 
 Searching
 ---------
@@ -102,8 +129,16 @@ What it costs
 Finding a member's entry is a slot, its name, its page (by number: its
 header and ids are asked for at once) and the key found there: one or two
 more cache misses than the skip list's slot and node.  A name is read from
-the arena, away from its entry, by every read that returns members and by
-``dump`` (which asks for the names of the entries ahead).  See
+the arena, away from its entry, by every read that returns members (which
+ask for the names of the window at once, so that their misses overlap)
+and by ``dump`` (which asks for the names of the entries ahead).
+``around`` reads the neighbours from the member's own entry, back over
+``prev`` links and forward, so it searches once, for the rank.  A batch
+asks for each operation's tuple, member str, map slot, name and page a
+few operations ahead, so that these dependent misses overlap, and hashes
+each member once: the first stage keeps the hash, by the str's address,
+for the later stages and the write (the batch works on its own copy of
+the operations, so an address names one str for the whole batch).  See
 bench/README.md for the measured price of each row.
 
 How it differs from Pugh and from the B+ trees
@@ -144,6 +179,11 @@ from rankd._skiplist cimport (
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void *op)
+    # Borrowed: the batch's prefetch reads the pointers without a reference.
+    void *PyList_GET_ITEM_PTR "PyList_GET_ITEM"(object list, Py_ssize_t i)
+    void *PyTuple_GET_ITEM_PTR "PyTuple_GET_ITEM"(void *tuple, Py_ssize_t i)
+    Py_ssize_t Py_SIZE_PTR "Py_SIZE"(void *o)
+    void *Py_TYPE_PTR "Py_TYPE"(void *o)
 
 cdef extern from *:
     """
@@ -171,12 +211,34 @@ cdef extern from *:
     #define PG_IDS_BYTES(cap) (((size_t)(cap) * 4 + 7) & ~(size_t)7)
     #define PG_IDS(p) ((uint32_t *)((char *)(p) + sizeof(pg_page)))
     #define PG_KEYS(p) ((double *)((char *)PG_IDS(p) + PG_IDS_BYTES((p)->cap)))
+    /* Seqs are 32-bit (PG_SEQS32) until a board's first seq past 2^32 - 1
+       widens every page to 64-bit (PG_SEQS); boards tied by member hold
+       none.  seq_bytes: 0, 4 or 8 per entry. */
     #define PG_SEQS(p) ((uint64_t *)(PG_KEYS(p) + (p)->cap))
-    /* Pages of boards tied by member hold no seqs (the seq array is absent). */
-    #define PG_SIZE(cap, seqs) (sizeof(pg_page) + PG_IDS_BYTES(cap) + (size_t)(cap) * ((seqs) ? 16 : 8))
+    #define PG_SEQS32(p) ((uint32_t *)(PG_KEYS(p) + (p)->cap))
+    #define PG_SIZE(cap, seq_bytes) (sizeof(pg_page) + PG_IDS_BYTES(cap) + (size_t)(cap) * (8 + (seq_bytes)))
     #define PG_TOWER_CHUNK 4096   /* links a chunk of towers holds */
     #define PG_MAX_LEVEL 32
     #define PG_NAME_CLASSES 34   /* records of 1..33 units of 8 bytes */
+    /* An old table's slot whose id was moved.  A C constant: as a Cython
+       DEF, a value past 2^31 - 1 was a Python int, and every comparison
+       with it made one of the id too. */
+    #define PG_MOVED 0xFFFFFFFFu
+    /* A hash's home slot in a table of n slots, any n (Lemire's fast range:
+       the high bits of h * n), so that the member map can grow by 3/2 and
+       4/3, not only double. */
+    static inline size_t pg_home(uint64_t h, size_t n) {
+        return (size_t)(((unsigned __int128)h * n) >> 64);
+    }
+    /* Give the C heap's free memory back to the system (glibc keeps freed
+       chunks resident, even whole free pages inside its heap); a no-op
+       with other C libraries. */
+    #ifdef __GLIBC__
+    #include <malloc.h>
+    static inline void pg_trim(void) { malloc_trim(0); }
+    #else
+    static inline void pg_trim(void) {}
+    #endif
     """
     ctypedef struct pg_page
     ctypedef struct pg_link:
@@ -195,9 +257,13 @@ cdef extern from *:
         pg_link *level
     double *PG_KEYS(pg_page *p) nogil
     uint64_t *PG_SEQS(pg_page *p) nogil
+    uint32_t *PG_SEQS32(pg_page *p) nogil
     uint32_t *PG_IDS(pg_page *p) nogil
-    size_t PG_SIZE(int cap, bint seqs) nogil
+    size_t PG_SIZE(int cap, int seq_bytes) nogil
     size_t PG_IDS_BYTES(int cap) nogil
+    size_t pg_home(uint64_t h, size_t n) nogil
+    const uint32_t MOVED "PG_MOVED"
+    void pg_trim() nogil
     enum:
         TOWER_CHUNK "PG_TOWER_CHUNK"
         MAX_LEVEL "PG_MAX_LEVEL"
@@ -224,11 +290,13 @@ DEF DUMP_RECORD_SIZE = 18
 DEF DUMP_AHEAD = 16
 DEF SLOT_AHEAD = 8
 DEF NAME_AHEAD = 4
+DEF PAGE_AHEAD = 2
+DEF STR_AHEAD = 12
+DEF TUPLE_AHEAD = 16
 DEF PREFETCH_MIN_LENGTH = 32768
 DEF MIN_COMPACT_UNITS = 4096   # arenas below 32 KiB are not compacted
 DEF COMPACT_STEP = 64           # arena units a write's compaction step looks at
 DEF MAP_STEP = 16               # old-table slots a write's resize step moves
-DEF MOVED = 0xFFFFFFFF          # an old table's slot whose id was moved
 DEF SHARE_ROOM_DIVISOR = 8   # a full page shares with a neighbour 1/8 empty
 DEF OP_SET = 0
 DEF OP_SET_NEW = 1
@@ -294,6 +362,7 @@ cdef class RankIndex:
     cdef bint descending
     cdef bint tie_by_member
     cdef bint tie_member_desc
+    cdef int seq_bytes              # per page entry: 0 (tied by member), 4 or 8
     cdef uint64_t _next_seq
     cdef uint64_t hash_k0, hash_k1
     cdef Py_ssize_t mutations
@@ -309,9 +378,9 @@ cdef class RankIndex:
     cdef size_t compact_src, compact_dst
     # member map
     cdef uint32_t *slot_ids
-    cdef size_t mask
+    cdef size_t nslots              # slots in the table (any size: see pg_home)
     cdef uint32_t *old_ids          # a resize under way: the table being emptied
-    cdef size_t old_mask, migrate_pos
+    cdef size_t old_nslots, migrate_pos
     cdef Py_ssize_t map_moves       # ids a resize moved, ever (for tests)
     # page table
     cdef pg_page **pages
@@ -325,6 +394,14 @@ cdef class RankIndex:
     cdef uint32_t pages_cap
     cdef uint32_t *free_pnos
     cdef uint32_t nfree_pnos, pnos_used
+    cdef size_t freed_bytes         # pages and tables freed since the last trim
+    # A batch's member hashes, by position & 15, and the str each is of
+    # (see apply_batch); the hash the next _write takes instead of its own.
+    cdef uint64_t ring_hash[16]
+    cdef void *ring_obj[16]
+    cdef bint has_hint
+    cdef uint64_t hint_hash
+    cdef Py_ssize_t trims           # heap trims, ever (for tests)
 
     def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
                   int branching=2, seed=None, int page_size=DEFAULT_PAGE_SIZE):
@@ -335,6 +412,7 @@ cdef class RankIndex:
         self.descending = order == "desc"
         self.tie_by_member = tie_break != "first"
         self.tie_member_desc = tie_break == "member_desc"
+        self.seq_bytes = 0 if self.tie_by_member else 4
         self.max_level = max_level
         self.branching = branching
         self.page_size = page_size
@@ -379,7 +457,7 @@ cdef class RankIndex:
         free(self.slot_ids)
         free(self.old_ids)
         self.old_ids = NULL
-        self.old_mask = self.migrate_pos = 0
+        self.old_nslots = self.migrate_pos = 0
         free(self.pages)
         free(self.free_pnos)
         free(self.firstkeys)
@@ -419,7 +497,7 @@ cdef class RankIndex:
         self.compact_src = self.compact_dst = 0
         self.names = <uint64_t *>malloc(self.names_cap * 8)
         memset(self.free_names, 0, sizeof(self.free_names))
-        self.mask = MIN_TABLE_SIZE - 1
+        self.nslots = MIN_TABLE_SIZE
         self.slot_ids = <uint32_t *>calloc(MIN_TABLE_SIZE, 4)
         self.pages_cap = 16
         self.pages = <pg_page **>calloc(self.pages_cap, sizeof(pg_page *))
@@ -470,7 +548,7 @@ cdef class RankIndex:
         cdef pg_link *tower = self._tower_alloc(h)
         if tower == NULL:
             raise MemoryError()
-        p = <pg_page *>malloc(PG_SIZE(self.page_size, not self.tie_by_member))
+        p = <pg_page *>malloc(PG_SIZE(self.page_size, self.seq_bytes))
         if p == NULL:
             self._tower_free(tower, h)
             raise MemoryError()
@@ -499,6 +577,27 @@ cdef class RankIndex:
         self._tower_free(p.level, p.height)
         free(p)
         _live_pages -= 1
+        self.freed_bytes += PG_SIZE(self.page_size, self.seq_bytes)
+
+    cdef inline size_t _held(self) noexcept:
+        """Bytes in the pages, the map and the name arena (an estimate)."""
+        return (<size_t>(self.pnos_used - self.nfree_pnos) * PG_SIZE(self.page_size, self.seq_bytes)
+                + self.nslots * 4 + self.names_used * 8)
+
+    cdef void _trim_step(self) noexcept:
+        """After removals: once the pages and tables freed since the last
+        trim reach a sixteenth of what the index holds (and 1 MiB), give the
+        heap's free memory back to the system.  glibc keeps freed pages
+        resident otherwise, so a board that lost half its members would
+        keep the RSS of the full one.  The cadence bounds the cost: a trim
+        walks the heap's free chunks (about 1.5 ms on a heap holding a 1M
+        board, bench/README.md), and comes at most once per sixteenth of the
+        board removed."""
+        if self.freed_bytes >= (1 << 20) and self.freed_bytes >= self._held() // 16:
+            self.freed_bytes = 0
+            self.trims += 1
+            with nogil:
+                pg_trim()
 
     cdef pg_link *_tower_alloc(self, int height) noexcept:
         """Links for a page of ``height`` levels, from the chunks of towers
@@ -544,7 +643,76 @@ cdef class RankIndex:
     cdef inline uint64_t _seq(self, pg_page *p, Py_ssize_t i) noexcept nogil:
         """Entry ``i``'s arrival sequence (0 on boards tied by member, whose
         pages keep none: the order never reads it)."""
-        return 0 if self.tie_by_member else PG_SEQS(p)[i]
+        if self.seq_bytes == 4:
+            return PG_SEQS32(p)[i]
+        return 0 if self.seq_bytes == 0 else PG_SEQS(p)[i]
+
+    cdef inline void _set_seq(self, pg_page *p, Py_ssize_t i, uint64_t seq) noexcept nogil:
+        """Store entry ``i``'s seq (which ``_fit_seq`` made fit)."""
+        if self.seq_bytes == 4:
+            PG_SEQS32(p)[i] = <uint32_t>seq
+        elif self.seq_bytes == 8:
+            PG_SEQS(p)[i] = seq
+
+    cdef int _fit_seq(self, uint64_t seq) except -1:
+        """Make the pages able to hold ``seq``: the first seq past 2^32 - 1
+        widens every page's seqs to 64 bits, once (O(n)).  Returns 1 if it
+        did (every page moved: page pointers held are stale); a MemoryError
+        leaves every page as it was."""
+        cdef size_t old_size, new_size
+        cdef uint32_t pno, i
+        cdef pg_page *p
+        cdef pg_page *q
+        cdef pg_page **fresh
+        cdef int level
+        if self.seq_bytes != 4 or seq >> 32 == 0:  # (a C test: no Python int)
+            return 0
+        old_size = PG_SIZE(self.page_size, 4)
+        new_size = PG_SIZE(self.page_size, 8)
+        fresh = <pg_page **>calloc(self.pnos_used + 1, sizeof(pg_page *))
+        if fresh == NULL:
+            raise MemoryError()
+        # Allocate every wider page first, so that running out of memory
+        # changes nothing.
+        for pno in range(self.pnos_used):
+            if self.pages[pno] != NULL:
+                fresh[pno] = <pg_page *>malloc(new_size)
+                if fresh[pno] == NULL:
+                    for i in range(pno):
+                        free(fresh[i])
+                    free(fresh)
+                    raise MemoryError()
+        for pno in range(self.pnos_used):
+            p = self.pages[pno]
+            if p == NULL:
+                continue
+            q = fresh[pno]
+            memcpy(q, p, old_size - <size_t>p.cap * 4)  # header, ids, keys
+            for i in range(p.n):
+                PG_SEQS(q)[i] = PG_SEQS32(p)[i]
+            free(p)
+            self.pages[pno] = q
+        free(fresh)
+        self.seq_bytes = 8
+        # Links and prev pointers name pages by address: repoint them (the
+        # towers themselves do not move).
+        for pno in range(self.pnos_used):
+            p = self.pages[pno]
+            if p == NULL:
+                continue
+            for level in range(p.height):
+                if p.level[level].forward != NULL:
+                    p.level[level].forward = self.pages[p.level[level].fpno]
+        for level in range(self.height):
+            if self.header.level[level].forward != NULL:
+                self.header.level[level].forward = self.pages[self.header.level[level].fpno]
+        q = NULL
+        p = self.header.level[0].forward
+        while p != NULL:
+            p.prev = q
+            q = p
+            p = p.level[0].forward
+        return 1
 
     cdef uint32_t _name_new(self, const char *member, Py_ssize_t mlen) except 0:
         """Store a name; return its id."""
@@ -633,6 +801,7 @@ cdef class RankIndex:
             while cap < self.names_used + self.names_used // 4:
                 cap *= 2
             if cap < self.names_cap:
+                self.freed_bytes += (self.names_cap - cap) * 8
                 shrunk = realloc(self.names, cap * 8)
                 if shrunk != NULL:
                     self.names = <uint64_t *>shrunk
@@ -669,26 +838,48 @@ cdef class RankIndex:
     cdef inline Py_ssize_t _slot(self, const char *member, Py_ssize_t mlen,
                                  uint64_t h) noexcept:
         """The map slot holding ``member``: ``i >= 0`` in the table, ``-2 - i``
-        in the old table of a resize under way, or -1 if it is in neither."""
-        cdef size_t i = h & self.mask, left
+        in the old table of a resize under way, or -1 if it is in neither.
+        During a resize a member whose old home slot the step has not
+        reached yet is most likely still in the old table: that one is
+        probed first (a probe that misses reads a name per slot it passes,
+        so probing the wrong table first cost every lookup of a resize a
+        few more misses)."""
+        cdef Py_ssize_t found
+        if self.old_ids != NULL and pg_home(h, self.old_nslots) >= self.migrate_pos:
+            found = self._probe_old(member, mlen, h)
+            return found if found != -1 else self._probe_new(member, mlen, h)
+        found = self._probe_new(member, mlen, h)
+        if found != -1 or self.old_ids == NULL:
+            return found
+        return self._probe_old(member, mlen, h)
+
+    cdef inline Py_ssize_t _probe_new(self, const char *member, Py_ssize_t mlen,
+                                      uint64_t h) noexcept:
+        """``_slot`` in the table only."""
+        cdef size_t i = pg_home(h, self.nslots)
         cdef uint32_t mid
         cdef Py_ssize_t nlen
         cdef const char *name
         while True:
             mid = self.slot_ids[i]
             if mid == 0:
-                break
+                return -1
             name = self._name(mid, &nlen)
             if nlen == mlen and memcmp(name, member, mlen) == 0:
                 return <Py_ssize_t>i
-            i = (i + 1) & self.mask
-        if self.old_ids == NULL:
-            return -1
-        # The old table: slots before the resize step are all moved marks,
-        # so a probe jumps over them; it looks at each other slot once at
-        # most (near the end of a resize they may hold no empty slot).
-        i = h & self.old_mask
-        left = self.old_mask + 1 - self.migrate_pos
+            i = i + 1 if i + 1 < self.nslots else 0
+
+    cdef Py_ssize_t _probe_old(self, const char *member, Py_ssize_t mlen,
+                               uint64_t h) noexcept:
+        """``_slot`` in the old table of a resize under way only."""
+        cdef size_t i = pg_home(h, self.old_nslots), left
+        cdef uint32_t mid
+        cdef Py_ssize_t nlen
+        cdef const char *name
+        # Slots before the resize step are all moved marks, so a probe
+        # jumps over them; it looks at each other slot once at most (near
+        # the end of a resize they may hold no empty slot).
+        left = self.old_nslots - self.migrate_pos
         while left > 0:
             if i < self.migrate_pos:
                 i = self.migrate_pos
@@ -699,7 +890,7 @@ cdef class RankIndex:
                 name = self._name(mid, &nlen)
                 if nlen == mlen and memcmp(name, member, mlen) == 0:
                     return -2 - <Py_ssize_t>i
-            i = (i + 1) & self.old_mask
+            i = i + 1 if i + 1 < self.old_nslots else 0
             left -= 1
         return -1
 
@@ -713,19 +904,22 @@ cdef class RankIndex:
         return self._slot_id(self._slot(member, mlen, self._hash(member, mlen)))
 
     cdef void _map_put(self, uint32_t mid, uint64_t h) noexcept:
-        cdef size_t i = h & self.mask
+        cdef size_t i = pg_home(h, self.nslots)
         while self.slot_ids[i] != 0:
-            i = (i + 1) & self.mask
+            i = i + 1 if i + 1 < self.nslots else 0
         self.slot_ids[i] = mid
 
     cdef int _map_reserve(self, Py_ssize_t members) except -1:
         """Make room for ``members`` (at most 3/4 of the table).  Growing to
         hold one more member starts an incremental resize (each later write
-        moves a step of it); growing by more (a load) resizes at once."""
-        cdef size_t size = self.mask + 1
+        moves a step of it); growing by more (a load) resizes at once.
+        Tables grow through the sizes 2^k and 3 * 2^(k-1) (steps of 3/2 and
+        4/3, not 2: a map 3/8 to 3/4 full after doubling is 1/2 to 3/4 full
+        here, about a sixth fewer bytes a member on average)."""
+        cdef size_t size = self.nslots
         while <size_t>members * 4 > size * 3:
-            size *= 2
-        if size == self.mask + 1:
+            size = _next_table_size(size)
+        if size == self.nslots:
             pass
         elif <size_t>members <= <size_t>self.length + 1:
             self._map_resize(size, False)
@@ -734,15 +928,22 @@ cdef class RankIndex:
         return 0
 
     cdef void _map_shrink(self) noexcept:
-        """After a removal: a map less than a quarter full halves while it
-        is (a growth at 3/4 leaves it 3/8 full, so growing and shrinking
-        never chase each other); removals give the memory back.  The
-        resize is incremental, as a growth's is."""
-        cdef size_t size = self.mask + 1
-        if size <= MIN_TABLE_SIZE or <size_t>self.length * 4 >= size or self.old_ids != NULL:
+        """After a removal: a map less than 3/8 full shrinks to the
+        smallest table size (2^k or 3 * 2^(k-1)) that holds it at most 5/8
+        full, so removals give the memory back (a random half of the
+        members removed leaves the map about as big as a fresh one's).
+        Growing and shrinking never chase each other: a growth at 3/4
+        leaves the map at least 1/2 full, and after a shrink the next growth
+        is 1/5 more members away, more writes than moving the old table
+        takes (it moves ``MAP_STEP`` slots a write, as a growth's does)."""
+        cdef size_t size = MIN_TABLE_SIZE
+        if (self.nslots <= MIN_TABLE_SIZE or <size_t>self.length * 8 >= self.nslots * 3
+                or self.old_ids != NULL):
             return
-        while size > MIN_TABLE_SIZE and <size_t>self.length * 4 < size:
-            size //= 2
+        while <size_t>self.length * 8 > size * 5:
+            size = _next_table_size(size)
+        if size >= self.nslots:
+            return
         try:
             self._map_resize(size, False)
         except MemoryError:
@@ -761,10 +962,10 @@ cdef class RankIndex:
         if ids == NULL:
             raise MemoryError()
         self.old_ids = self.slot_ids
-        self.old_mask = self.mask
+        self.old_nslots = self.nslots
         self.migrate_pos = 0
         self.slot_ids = ids
-        self.mask = size - 1
+        self.nslots = size
         if now:
             self._map_finish()
         return 0
@@ -782,23 +983,37 @@ cdef class RankIndex:
         cdef uint32_t mid
         cdef Py_ssize_t mlen
         cdef const char *name
+        cdef uint64_t hashes[MAP_STEP]
         if self.old_ids == NULL:
             return
         end = self.migrate_pos + MAP_STEP
-        if end > self.old_mask + 1:
-            end = self.old_mask + 1
+        if end > self.old_nslots:
+            end = self.old_nslots
+        # Three passes, so that the step's misses overlap instead of
+        # queueing: ask for the names, hash them and ask for their new
+        # slots, then put.
+        for i in range(self.migrate_pos, end):
+            mid = self.old_ids[i]
+            if mid != 0 and mid != MOVED:
+                rk_prefetch(&self.names[mid])
         for i in range(self.migrate_pos, end):
             mid = self.old_ids[i]
             if mid != 0 and mid != MOVED:
                 name = self._name(mid, &mlen)
-                self._map_put(mid, self._hash(name, mlen))
+                hashes[i - self.migrate_pos] = self._hash(name, mlen)
+                rk_prefetch(&self.slot_ids[pg_home(hashes[i - self.migrate_pos], self.nslots)])
+        for i in range(self.migrate_pos, end):
+            mid = self.old_ids[i]
+            if mid != 0 and mid != MOVED:
+                self._map_put(mid, hashes[i - self.migrate_pos])
                 self.map_moves += 1
             self.old_ids[i] = MOVED
         self.migrate_pos = end
-        if end == self.old_mask + 1:
+        if end == self.old_nslots:
+            self.freed_bytes += self.old_nslots * 4
             free(self.old_ids)
             self.old_ids = NULL
-            self.old_mask = 0
+            self.old_nslots = 0
             self.migrate_pos = 0
 
     cdef void _map_remove(self, Py_ssize_t slot) noexcept:
@@ -815,11 +1030,11 @@ cdef class RankIndex:
         cdef Py_ssize_t mlen
         cdef const char *name
         while True:
-            j = (j + 1) & self.mask
+            j = j + 1 if j + 1 < self.nslots else 0
             if self.slot_ids[j] == 0:
                 break
             name = self._name(self.slot_ids[j], &mlen)
-            home = self._hash(name, mlen) & self.mask
+            home = pg_home(self._hash(name, mlen), self.nslots)
             # Move j into the hole unless its home lies cyclically in (hole, j].
             if (j > hole and (home <= hole or home > j)) or (j < hole and home <= hole and home > j):
                 self.slot_ids[hole] = self.slot_ids[j]
@@ -845,7 +1060,7 @@ cdef class RankIndex:
         if k != key:
             return -1 if k < key else 1
         if not self.tie_by_member:
-            s = PG_SEQS(p)[i]
+            s = self._seq(p, i)
             if s != seq:
                 return -1 if s < seq else 1
         name = self._name(PG_IDS(p)[i], &nlen)
@@ -976,17 +1191,29 @@ cdef class RankIndex:
 
     cdef Py_ssize_t _rank_of(self, uint32_t mid, Py_ssize_t *dense) noexcept:
         """Unique rank of a present member (and its dense rank if asked)."""
-        cdef Py_ssize_t pos, mlen, i
+        cdef Py_ssize_t pos, mlen
         cdef pg_page *p
+        cdef const char *name
+        cdef pg_path path
         if dense == NULL and mid == self.memo_mid and self.memo_mutations == self.mutations:
             return self.memo_rank
         p = self._locate(mid, &pos)
-        cdef const char *name = self._name(mid, &mlen)
+        if dense == NULL:
+            return self._rank_in(mid, p, pos)
+        name = self._name(mid, &mlen)
+        self._search(PG_KEYS(p)[pos], self._seq(p, pos), name, mlen, False, &path)
+        dense[0] = path.drank[0] + self._leaders_upto(p, pos)
+        return path.rank[0] + pos + 1
+
+    cdef Py_ssize_t _rank_in(self, uint32_t mid, pg_page *p, Py_ssize_t pos) noexcept:
+        """Unique rank of member ``mid``, found at ``pos`` of ``p``."""
+        cdef Py_ssize_t mlen
+        cdef const char *name
         cdef pg_path path
-        cdef double *keys = PG_KEYS(p)
-        self._search(keys[pos], self._seq(p, pos), name, mlen, False, &path)
-        if dense != NULL:
-            dense[0] = path.drank[0] + self._leaders_upto(p, pos)
+        if mid == self.memo_mid and self.memo_mutations == self.mutations:
+            return self.memo_rank
+        name = self._name(mid, &mlen)
+        self._search(PG_KEYS(p)[pos], self._seq(p, pos), name, mlen, False, &path)
         return path.rank[0] + pos + 1
 
     # --- leaders ---------------------------------------------------------------
@@ -1081,8 +1308,9 @@ cdef class RankIndex:
         cdef Py_ssize_t i
         cdef uint32_t *ids
         memcpy(&PG_KEYS(dst)[at], &PG_KEYS(src)[start], count * 8)
-        if not self.tie_by_member:
-            memcpy(&PG_SEQS(dst)[at], &PG_SEQS(src)[start], count * 8)
+        if self.seq_bytes:
+            memcpy(<char *>PG_SEQS(dst) + at * self.seq_bytes,
+                   <char *>PG_SEQS(src) + start * self.seq_bytes, count * self.seq_bytes)
         memcpy(&PG_IDS(dst)[at], &PG_IDS(src)[start], count * 4)
         if dst != src:
             ids = PG_IDS(dst)
@@ -1093,8 +1321,9 @@ cdef class RankIndex:
                                     Py_ssize_t by) noexcept:
         """Move entries start..end-1 of ``p`` by ``by`` places (memmove)."""
         memmove(&PG_KEYS(p)[start + by], &PG_KEYS(p)[start], (end - start) * 8)
-        if not self.tie_by_member:
-            memmove(&PG_SEQS(p)[start + by], &PG_SEQS(p)[start], (end - start) * 8)
+        if self.seq_bytes:
+            memmove(<char *>PG_SEQS(p) + (start + by) * self.seq_bytes,
+                    <char *>PG_SEQS(p) + start * self.seq_bytes, (end - start) * self.seq_bytes)
         memmove(&PG_IDS(p)[start + by], &PG_IDS(p)[start], (end - start) * 4)
 
     cdef void _link_after(self, pg_page *p, pg_page *r, pg_path *path,
@@ -1221,8 +1450,7 @@ cdef class RankIndex:
             next_lead = self._lead0(p.level[0].forward)
         self._shift_entries(p, pos, p.n, 1)
         PG_KEYS(p)[pos] = key
-        if not self.tie_by_member:
-            PG_SEQS(p)[pos] = seq
+        self._set_seq(p, pos, seq)
         PG_IDS(p)[pos] = mid
         self._name_page(mid)[0] = p.pno
         if pos == 0:
@@ -1341,7 +1569,12 @@ cdef class RankIndex:
             self._map_step()
         if self.compacting:
             self._compact_step()
-        cdef uint64_t h = self._hash(data, size)
+        cdef uint64_t h
+        if self.has_hint:  # apply_batch's, of this very member
+            h = self.hint_hash
+            self.has_hint = False
+        else:
+            h = self._hash(data, size)
         cdef Py_ssize_t slot = self._slot(data, size, h)
         cdef uint32_t mid = self._slot_id(slot)
         cdef Py_ssize_t pos
@@ -1362,6 +1595,7 @@ cdef class RankIndex:
             self._map_shrink()
             self.member_bytes -= size
             self._name_free(mid)
+            self._trim_step()
             if self.length == 0:
                 self.peak_length = self.peak_member_bytes = 0
             self.mutations += 1
@@ -1385,10 +1619,14 @@ cdef class RankIndex:
         if op == -1 or (mid != 0 and old[0] == target):
             new[0] = old[0]
             has_new[0] = True
-            return self._rank_of(mid, NULL) if want_rank else 0
+            return self._rank_in(mid, p, pos) if want_rank else 0
         if not has_seq and self._next_seq > MAX_SEQ:
             raise ValueError("arrival sequences are exhausted (next_seq is past 2**63 - 1); "
                              "pass seq explicitly")
+        # Before anything changes; a widening moves every page, so find
+        # the member's entry again.
+        if self._fit_seq(seq if has_seq else self._next_seq) and mid != 0:
+            p = self._locate(mid, &pos)
         if mid != 0:
             key = self._key(target)
             if self._stays(p, pos, key):
@@ -1400,7 +1638,8 @@ cdef class RankIndex:
                 pos = self._move_in_page(p, pos, key, seq, mid)
                 if not want_rank:
                     return 0
-                return self._remember(mid, self._rank_of(mid, NULL))
+                # Its page and place are known: search for the rank only.
+                return self._remember(mid, self._rank_in(mid, p, pos))
         if mid == 0:
             if self.length >= MAX_LENGTH:
                 raise OverflowError("a rank index holds fewer than 2**32 members")
@@ -1460,8 +1699,7 @@ cdef class RankIndex:
         elif t < pos:
             self._shift_entries(p, t, pos, 1)
         PG_KEYS(p)[t] = key
-        if not self.tie_by_member:
-            PG_SEQS(p)[t] = seq
+        self._set_seq(p, t, seq)
         PG_IDS(p)[t] = mid
         self.firstkeys[p.pno] = PG_KEYS(p)[0]
         if pos == 0 or t == 0:
@@ -1539,7 +1777,10 @@ cdef class RankIndex:
 
     def clear(self):
         """Remove every member; ``next_seq`` is kept.  Runtime complexity: O(n)."""
+        cdef size_t held = self._held()
         self._reset()
+        self.freed_bytes += held
+        self._trim_step()
         self.mutations += 1
 
     def apply_batch(self, ops):
@@ -1551,8 +1792,12 @@ cdef class RankIndex:
 
         Runtime complexity: O(k log n) for k operations.
         """
-        cdef list items = ops if type(ops) is list else list(ops)
+        # A private copy: the batch keeps every operation's member alive
+        # and in place (a value's __float__ cannot change the list), so a
+        # hash kept by the str's address (the ring) is that str's.
+        cdef list items = list(ops)
         cdef list results = []
+        cdef void *obj
         cdef double value = 0.0, old = 0.0, new = 0.0
         cdef bint had, has_new, changed
         cdef uint64_t s = 0
@@ -1561,12 +1806,19 @@ cdef class RankIndex:
         cdef int op
         cdef bint has_seq
         cdef Py_ssize_t count = len(items)
+        memset(self.ring_obj, 0, sizeof(self.ring_obj))
         for position in range(count):
             item = items[position]
             if count > 1 and self.length >= PREFETCH_MIN_LENGTH:
                 self._prefetch_ahead(items, position, count)
             try:
                 _operation(item, &op, &value, &has_seq, &s, &data, &size)
+                # The prefetch hashed this member already (the same str:
+                # _operation took it from the same tuple).
+                obj = PyTuple_GET_ITEM_PTR(<void *>item, 1)
+                if self.ring_obj[position & 15] == obj:
+                    self.hint_hash = self.ring_hash[position & 15]
+                    self.has_hint = True
                 rank = self._write(data, size, value, op, has_seq, s, True,
                                    &old, &had, &new, &has_new, &changed)
             except (TypeError, ValueError) as exc:
@@ -1577,13 +1829,34 @@ cdef class RankIndex:
         return results
 
     cdef void _prefetch_ahead(self, list items, Py_ssize_t position, Py_ssize_t count):
-        """Ask for the map slot of the operation ``SLOT_AHEAD`` ahead and
-        for the name in the slot of the one ``NAME_AHEAD`` ahead (filled
-        by then), so that a batch's lookups overlap their cache misses."""
+        """Ask for the map slot of the operation ``SLOT_AHEAD`` ahead, for
+        the name in the slot of the one ``NAME_AHEAD`` ahead and for the
+        page that name's record points at of the one ``PAGE_AHEAD`` ahead
+        (each filled by then), so that a batch's lookups overlap their
+        cache misses: a write's slot, name and page are three dependent
+        misses."""
         cdef const char *data
         cdef Py_ssize_t size, ahead
-        cdef uint32_t mid
-        for ahead in (position + SLOT_AHEAD, position + NAME_AHEAD):
+        cdef uint32_t mid, pno
+        cdef uint64_t h
+        cdef pg_page *pg
+        cdef void *tup
+        cdef void *obj
+        # The member str of the operation STR_AHEAD ahead: a batch's strs
+        # are Python objects anywhere in memory, and the stage below that
+        # first touches one (a reference count) would stall on its miss.
+        if position + TUPLE_AHEAD < count:  # and its operation's tuple before
+            rk_prefetch(PyList_GET_ITEM_PTR(items, position + TUPLE_AHEAD))
+        if position + STR_AHEAD < count:
+            tup = PyList_GET_ITEM_PTR(items, position + STR_AHEAD)
+            if Py_TYPE_PTR(tup) == <void *>tuple and Py_SIZE_PTR(tup) >= 3:
+                obj = PyTuple_GET_ITEM_PTR(tup, 1)
+                rk_prefetch(obj)
+                rk_prefetch(<char *>obj + 64)
+        cdef int stage
+        for stage in range(3):  # a C loop (a tuple of three made Python ints)
+            ahead = position + (SLOT_AHEAD if stage == 0 else
+                                NAME_AHEAD if stage == 1 else PAGE_AHEAD)
             if ahead >= count:
                 continue
             item = items[ahead]
@@ -1597,11 +1870,29 @@ cdef class RankIndex:
             except UnicodeEncodeError:
                 continue  # an invalid member: its own turn reports it
             if ahead == position + SLOT_AHEAD:
-                rk_prefetch(&self.slot_ids[self._hash(data, size) & self.mask])
+                h = self._hash(data, size)
+                self.ring_hash[ahead & 15] = h
+                self.ring_obj[ahead & 15] = <void *>member
+                rk_prefetch(&self.slot_ids[pg_home(h, self.nslots)])
+                continue
+            if self.ring_obj[ahead & 15] == <void *>member:
+                h = self.ring_hash[ahead & 15]
             else:
-                mid = self.slot_ids[self._hash(data, size) & self.mask]
-                if mid != 0:
-                    rk_prefetch(&self.names[mid])
+                h = self._hash(data, size)
+            mid = self.slot_ids[pg_home(h, self.nslots)]
+            if mid == 0 or mid >= self.names_used:
+                continue
+            if ahead == position + NAME_AHEAD:
+                rk_prefetch(&self.names[mid])
+                continue
+            # The home slot's member (a collision asks for the wrong page:
+            # harmless) and its page's header and first ids.
+            pno = self._name_page(mid)[0]
+            if pno < self.pnos_used:
+                pg = self.pages[pno]
+                if pg != NULL:
+                    rk_prefetch(pg)
+                    rk_prefetch(<char *>pg + 64)
 
     def set_states_packed(self, states):
         """``set_states`` for a packed run (``rankd.index.packed``), read
@@ -1650,6 +1941,7 @@ cdef class RankIndex:
             checked.append((member, score, s))
         if self.length + fresh > MAX_LENGTH:
             raise OverflowError("a rank index holds fewer than 2**32 members")
+        self._fit_seq(top)
         for member, score, s in checked:
             _member_bytes(member, &data, &size)
             mid = self._lookup(data, size)
@@ -1713,17 +2005,22 @@ cdef class RankIndex:
         cdef pg_page *p = self.header.level[0].forward
         cdef Py_ssize_t pages = 0
         while p != NULL:
-            pages += PG_SIZE(p.cap, not self.tie_by_member) + p.height * sizeof(pg_link)
+            pages += PG_SIZE(p.cap, self.seq_bytes) + p.height * sizeof(pg_link)
             p = p.level[0].forward
         return {"pages": pages, "names": self.names_used * 8,
-                "map": (self.mask + 1 + (self.old_mask + 1 if self.old_ids else 0)) * 4,
+                "map": (self.nslots + (self.old_nslots if self.old_ids else 0)) * 4,
                 "page_table": self.pages_cap * 20}
+
+    @property
+    def _trims(self):
+        """Heap trims this index asked for (for tests)."""
+        return self.trims
 
     def _map_state(self):
         """``(slots, old slots or 0, old slots moved so far, ids moved ever)``
         of the member map (for tests: a resize moves ``MAP_STEP`` slots a
         write)."""
-        return (self.mask + 1, self.old_mask + 1 if self.old_ids != NULL else 0,
+        return (self.nslots, self.old_nslots if self.old_ids != NULL else 0,
                 self.migrate_pos, self.map_moves)
 
     def __len__(self):
@@ -1875,14 +2172,43 @@ cdef class RankIndex:
     cdef list _collect(self, Py_ssize_t first, Py_ssize_t last, bint reverse):
         """Entries of ranks first..last (1-based, inclusive, clipped by the
         caller), best first or, with ``reverse``, worst first."""
-        cdef list entries = []
         cdef pg_page *p
-        cdef Py_ssize_t rank, pos
+        cdef Py_ssize_t pos
         if first > last:
-            return entries
+            return []
+        p = self._page_at(last if reverse else first, &pos)
+        return self._walk(p, pos, last if reverse else first, first, last, reverse)
+
+    cdef void _prefetch_names(self, pg_page *p, Py_ssize_t pos, Py_ssize_t count,
+                              bint reverse) noexcept:
+        """Ask for the names of ``count`` entries from ``pos`` of ``p`` on
+        (back with ``reverse``) at once: names lie in arrival order, away
+        from their entries, and a read that returns members would otherwise
+        wait for each miss in turn.  At most 64 (a window's first names)."""
+        if count > 64:
+            count = 64
+        while count > 0 and p != NULL:
+            rk_prefetch(&self.names[PG_IDS(p)[pos]])
+            count -= 1
+            if reverse:
+                pos -= 1
+                if pos < 0:
+                    p = p.prev
+                    if p != NULL:
+                        pos = p.n - 1
+            else:
+                pos += 1
+                if pos == p.n:
+                    p = p.level[0].forward
+                    pos = 0
+
+    cdef list _walk(self, pg_page *p, Py_ssize_t pos, Py_ssize_t rank, Py_ssize_t first,
+                    Py_ssize_t last, bint reverse):
+        """Entries from ``pos`` of ``p``, whose rank is ``rank``, on to
+        ``last`` (back to ``first`` with ``reverse``)."""
+        cdef list entries = []
+        self._prefetch_names(p, pos, (rank - first if reverse else last - rank) + 1, reverse)
         if reverse:
-            rank = last
-            p = self._page_at(last, &pos)
             while rank >= first:
                 entries.append((rank, self._member_str(p, pos), self._score_at(p, pos)))
                 rank -= 1
@@ -1891,8 +2217,6 @@ cdef class RankIndex:
                     p = p.prev
                     pos = p.n - 1
         else:
-            rank = first
-            p = self._page_at(first, &pos)
             while rank <= last:
                 entries.append((rank, self._member_str(p, pos), self._score_at(p, pos)))
                 rank += 1
@@ -1948,13 +2272,24 @@ cdef class RankIndex:
         """Up to ``above`` better-ranked entries, the member, and up to
         ``below`` worse-ranked ones; ``None`` if absent.  O(log n + above + below)."""
         cdef uint32_t mid = self._find(member)
-        cdef Py_ssize_t rank
+        cdef Py_ssize_t rank, pos, first, back
+        cdef pg_page *p
         _count(above, "above")
         _count(below, "below")
         if mid == 0:
             return None
-        rank = self._rank_of(mid, NULL)
-        return self._collect(max(1, rank - above), min(self.length, rank + below), False)
+        # The neighbours are read from the member's own entry on, back over
+        # ``prev`` links and forward: one search (for its rank), not two.
+        p = self._locate(mid, &pos)
+        rank = self._rank_in(mid, p, pos)
+        first = max(1, rank - above)
+        back = rank - first
+        while back > pos:
+            back -= pos + 1
+            p = p.prev
+            pos = p.n - 1
+        pos -= back
+        return self._walk(p, pos, first, first, min(self.length, rank + below), False)
 
     # --- snapshots -------------------------------------------------------------------
 
@@ -1985,11 +2320,9 @@ cdef class RankIndex:
         cdef Py_ssize_t i, mlen
         cdef const char *name
         cdef double *keys
-        cdef uint64_t *seqs
         cdef uint32_t *ids
         while p != NULL:
             keys = PG_KEYS(p)
-            seqs = PG_SEQS(p)  # not read on a board tied by member
             ids = PG_IDS(p)
             for i in range(p.n):
                 # Names lie in arrival order, not rank order: ask for the
@@ -2005,7 +2338,7 @@ cdef class RankIndex:
                     memcpy(out + DUMP_RECORD_SIZE - 8, name, mlen)
                     out += DUMP_RECORD_SIZE - 8 + mlen
                     continue
-                rk_store_u64(out + 8, seqs[i])
+                rk_store_u64(out + 8, self._seq(p, i))
                 rk_store_u16(out + 16, <uint16_t>mlen)
                 memcpy(out + DUMP_RECORD_SIZE, name, mlen)
                 out += DUMP_RECORD_SIZE + mlen
@@ -2108,11 +2441,11 @@ cdef class RankIndex:
         assert n == self.length, f"length {self.length} != {n} entries"
         assert leaders == self.ndistinct, f"ndistinct {self.ndistinct} != {leaders}"
         assert nbytes == self.member_bytes, "member_bytes is wrong"
-        for i in range(self.mask + 1):
+        for i in range(self.nslots):
             slots_used += self.slot_ids[i] != 0
             assert self.slot_ids[i] != MOVED, "a moved mark in the table"
         if self.old_ids != NULL:
-            for i in range(self.old_mask + 1):
+            for i in range(self.old_nslots):
                 assert i >= self.migrate_pos or self.old_ids[i] == MOVED, "an id behind the step"
                 slots_used += self.old_ids[i] != 0 and self.old_ids[i] != MOVED
         assert slots_used == self.length, "member map holds stale ids"
@@ -2177,6 +2510,17 @@ cdef class RankIndex:
         assert all(m < self.names_used for m in live), "a record past the arena's end"
 
 
+cdef inline size_t _next_table_size(size_t size) noexcept:
+    """The member map's next size: 2^k -> 3 * 2^(k-1) -> 2^(k+1) (a size
+    that is neither, after a shrink, goes to the next that is)."""
+    cdef size_t power = MIN_TABLE_SIZE
+    while power * 2 <= size:
+        power *= 2
+    if size < power + power // 2:
+        return power + power // 2
+    return power * 2
+
+
 cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     cdef RankIndex index
     cdef pg_page *last[MAX_LEVEL]
@@ -2195,6 +2539,8 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     _dump_header(buf, size, data, &count, &next_seq, DUMP_VERSION_NO_SEQS)
     index = cls("desc" if buf[5] == 0 else "asc", TIE_BREAK_CODES[buf[6]])
     index._next_seq = next_seq
+    if next_seq > 0:
+        index._fit_seq(next_seq - 1)  # seqs are below next_seq
     index._map_reserve(count)
     fill = index.page_size - index.page_size // 8
     for level in range(MAX_LEVEL):
@@ -2220,8 +2566,7 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
         if page.n == 0:
             index.firstkeys[page.pno] = key
         PG_KEYS(page)[page.n] = key
-        if not index.tie_by_member:
-            PG_SEQS(page)[page.n] = seq
+        index._set_seq(page, page.n, seq)
         PG_IDS(page)[page.n] = mid
         index._name_page(mid)[0] = page.pno
         page.n += 1
