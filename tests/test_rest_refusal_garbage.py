@@ -20,6 +20,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from engine_helpers import engine_config
 from rankd.engine.engine import Engine
 from rankd.engine.errors import NotPrimary
+from rankd.engine.submission import Submission
 from rankd.frontends import rest
 from rankd.frontends.service import Service
 
@@ -61,3 +62,32 @@ def test_a_refused_write_leaves_no_cycles(tmp_path: Path) -> None:
 
     found = asyncio.run(run())
     assert found < REQUESTS, f"{found} objects in cycles after {REQUESTS} refused writes"
+
+
+def test_the_engine_raises_a_refusal_without_a_cycle(tmp_path: Path) -> None:
+    """The same at its source, for every caller of ``Engine.submit``."""
+    async def run() -> int:
+        engine = await Engine.open(engine_config(tmp_path))
+        try:
+            async def refuse(submissions: list[object]) -> list[NotPrimary]:
+                return [NotPrimary("node n1 writes this board's group") for _ in submissions]
+
+            engine.coalescer.submit_many = refuse  # type: ignore[method-assign]
+            gc.collect()
+            gc.disable()
+            try:
+                for n in range(REQUESTS):
+                    try:
+                        await engine.submit(Submission("b", f"m{n}", 1.0))
+                    except NotPrimary:
+                        pass
+                    else:
+                        raise AssertionError("the refusal was not raised")
+                return gc.collect()
+            finally:
+                gc.enable()
+        finally:
+            await engine.close()
+
+    found = asyncio.run(run())
+    assert found < REQUESTS, f"{found} objects in cycles after {REQUESTS} refusals"
