@@ -47,6 +47,8 @@ CHANNEL = "rankd_log"
 #: A read of the log this large is checked in a worker thread (a follower
 #: catching up fetches up to a hundred batches of up to megabytes each).
 SCAN_ON_LOOP_BYTES = 256 << 10
+#: The most of a snapshot's section read in one row (a larger one in pieces).
+SNAPSHOT_PIECE = 1 << 20
 #: Advisory lock serialising migrations (another number than the shipper's).
 _MIGRATION_LOCK = 7231002
 
@@ -365,13 +367,24 @@ class ClusterLog:
                                       "WHERE group_id = $1", group)
             if seq is None:
                 return None
-            rows = await conn.fetch("SELECT epoch, part, parts, data FROM "
-                                    "rankd_group_snapshots WHERE group_id = $1 AND seq = $2 "
-                                    "ORDER BY part", group, seq)
+            # A section over SNAPSHOT_PIECE bytes comes in pieces of it, joined
+            # in a worker thread (CPython joins megabytes without the GIL):
+            # asyncpg parses a row in one loop step, and a board's 25 MB index
+            # as one row, or joined on the loop, held it 25-130 ms.
+            rows = await conn.fetch(
+                "SELECT epoch, part, parts, length(data) AS size, CASE WHEN "
+                "length(data) <= $3 THEN data END AS data FROM rankd_group_snapshots "
+                "WHERE group_id = $1 AND seq = $2 ORDER BY part", group, seq, SNAPSHOT_PIECE)
+            sections = [row["data"] if row["data"] is not None else await asyncio.to_thread(
+                b"".join, [await conn.fetchval(
+                    "SELECT substring(data FROM $4 FOR $5) FROM rankd_group_snapshots "
+                    "WHERE group_id = $1 AND seq = $2 AND part = $3",
+                    group, seq, row["part"], start + 1, SNAPSHOT_PIECE)
+                    for start in range(0, row["size"], SNAPSHOT_PIECE)]) for row in rows]
         if not rows or len(rows) != rows[0]["parts"]:
             raise RuntimeError(f"group {group}: the snapshot at {seq} in Postgres is "
                                "incomplete")
-        return seq, rows[0]["epoch"], [bytes(row["data"]) for row in rows]
+        return seq, rows[0]["epoch"], [bytes(section) for section in sections]
 
     async def epoch_at(self, group: int, seq: int) -> int | None:
         """The epoch that committed position ``seq`` of ``group`` (None if

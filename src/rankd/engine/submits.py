@@ -51,7 +51,10 @@ class Submits:
         """Apply one submission and return its result (raises EngineError)."""
         (answer,) = await self.coalescer.submit_many([submission])
         if isinstance(answer, EngineError):
-            raise answer
+            try:
+                raise answer
+            finally:  # its traceback holds this frame: no cycle through the local
+                del answer
         return zeros.shown(answer)  # (REST's: a -0 shows as 0, as in reads)
 
     async def submit_many(self, submissions: Iterable[Submission]
