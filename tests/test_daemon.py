@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from crash_load import kill_under_load, submit_over_tcp
+from crash_load import kill_under_load, submit_over_rest, submit_over_tcp
 from daemon import SRC, Daemon
 from rankd.cli import build_parser
 from rankd.client import Client, RankdError
@@ -153,21 +153,8 @@ def test_sigkill_under_rest_and_tcp_load_never_loses_an_acknowledged_submission(
         stop = threading.Event()
         lock = threading.Lock()
 
-        def rest_load(worker: int, daemon=daemon, stop=stop, lock=lock, cycle=cycle):
-            n = 0
-            while not stop.is_set():
-                event_id = f"r{cycle}-{worker}-{n}"
-                n += 1
-                try:
-                    status, _ = daemon.request("POST", "/v1/boards/crash/scores", {
-                        "member": event_id, "delta": 1, "event_id": event_id}, timeout=5)
-                except OSError:
-                    return
-                if status == 200:
-                    with lock:
-                        acked.add(event_id)
-
-        threads = [threading.Thread(target=rest_load, args=(w,)) for w in range(4)]
+        threads = [threading.Thread(target=submit_over_rest, args=(daemon, stop, acked, lock),
+                                    kwargs={"prefix": f"r{cycle}-{w}"}) for w in range(4)]
         tcp = (daemon.tcp_port, stop, acked, lock)
         threads += [threading.Thread(target=submit_over_tcp, args=tcp, kwargs={
             "member": f"t{cycle}-{w}", "event": f"t{cycle}-{w}", "batch": 20}) for w in range(4)]
