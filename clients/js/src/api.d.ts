@@ -17,6 +17,8 @@ export interface BoardConfig {
   max_delta?: number | null;
   /** Every submission must carry an HMAC-SHA256 `signature`, an `event_id` and a `ts`. */
   signed?: boolean;
+  /** On a cluster, `all` keeps the board's group on every live node (docs/cluster.md); null: the cluster's `--replicas`.  In a response only when set. */
+  replicas?: "all" | null;
   /** When the board is deleted, milliseconds since 1970 (UTC); null: never (Redis's `PEXPIREAT`, `TTL`: docs/redis.md).  In a request it must be in the future (422).  Once it passes the board answers 404 everywhere and a write to it needs a new board. */
   expires_at_ms?: number | null;
 }
