@@ -62,6 +62,15 @@ def test_moves_are_bounded_and_groups_moving_are_left_alone() -> None:
     assert 0 not in made.placements and 1 not in made.placements
 
 
+def test_moves_in_progress_count_as_done() -> None:
+    """One node leads six groups and four of them are being moved off it: the
+    next round plans nothing more (it planned two more moves off the same
+    node, leaving it none, and the next rebalance moved them back)."""
+    groups = {g: ("a", ("b",) if g % 2 else ("c",)) for g in range(6)}
+    layout = layout_of(groups, moves={0: "c", 1: "b", 2: "c", 3: "b"})
+    assert not plan(layout, {"a", "b", "c"}, set(), 1, rebalance=True).moves
+
+
 def test_nothing_to_do_on_a_balanced_cluster() -> None:
     layout = layout_of({0: ("a", ("b",)), 1: ("b", ("a",))})
     assert not plan(layout, {"a", "b"}, set(), 1, rebalance=True)

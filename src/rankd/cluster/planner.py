@@ -132,6 +132,15 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
         for node in placed.nodes:
             if node in load:
                 load[node] += weight(group)
+    # A move in progress counts as done: the primaries it hands over are the
+    # target's already (else the next round, a move or two later, plans more
+    # moves off the same node and the rebalance swings back and forth).
+    for group, target in layout.moves.items():
+        placed = layout.groups.get(group)
+        if placed is not None and target in primaries and placed.primary != target:
+            primaries[target] += weight(group)
+            if placed.primary in primaries:
+                primaries[placed.primary] -= weight(group)
     budget = max_moves - len(layout.moves)
 
     def move(group: int, placed: Placed, target: str) -> None:
