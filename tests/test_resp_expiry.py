@@ -29,7 +29,9 @@ from test_resp_differential import command as zset_command
 
 #: Times that keep a key for the test or delete it at once, and bad ones.
 FUTURE_SECONDS = st.integers(1_000, 10**9).map(str)
-PAST_OR_NOW = st.sampled_from(["0", "-1", "-100", "1", "1000", "-9223372036854775"])
+# (Not "1": a key given PEXPIRE 1 may be gone by the next command on one
+# server and not yet on the other.)
+PAST_OR_NOW = st.sampled_from(["0", "-1", "-100", "1000", "-9223372036854775"])
 BAD_TIMES = st.sampled_from(["abc", "", "1.5", " 1", "9223372036854775807",
                              "-9223372036854775808", "9223372036854776",
                              "-9223372036854776", "9223372036854775808", "0x10", "+1"])
