@@ -98,6 +98,11 @@ def test_a_node_whose_log_fails_is_given_no_group_and_emptied(
     later_boards = [b for b in boards_in_distinct_groups("late", 12, 300)
                     if group_of(b) not in taken][:6]
     with started(daemons) as (n0, n1, n2):
+        # n0 names followers among the nodes whose heartbeats it has read: all
+        # three, a placement round or two after the last one joined.
+        wait_until(lambda: len(sql(pg_dsn, "SELECT node_id FROM rankd_nodes")) == 3, 15,
+                   "a node never joined")
+        time.sleep(3)
         create(n0, first_boards)
         create(n2, led_boards)  # n2 leads these
         # The followers went to the least loaded nodes: n2 follows some groups.
