@@ -28,7 +28,9 @@ round of the planning node's watch loop.  Each round it:
   ``--auto-rebalance`` seconds (:mod:`rankd.cluster.drift`);
 * gives no group to a node short of disk, and empties one whose local log
   fails, as the nodes report in their heartbeats, and keeps a group with a
-  ``replicas: all`` board on every node (:mod:`rankd.cluster.capacity`).
+  ``replicas: all`` board on every node (:mod:`rankd.cluster.capacity`);
+  gives a node a group it must load only if the group's snapshot and log
+  fit in its free space over ``--min-free-disk`` (:mod:`rankd.cluster.disk_fit`).
 
 Nodes are loaded by group *weights* (:mod:`rankd.cluster.load`: memory and
 write rate, the average group weighing 1): a node's primaries weigh what
@@ -50,6 +52,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rankd.cluster.capacity import MIN_FREE_BYTES, Capacity, read_reports
+from rankd.cluster.disk_fit import DiskRoom, GroupSizes, disk_room
 from rankd.cluster.drift import SETTLE_SECONDS, DriftWatch, drift_ratio
 from rankd.cluster.load import GroupLoad
 from rankd.cluster.log import lock_schema
@@ -98,7 +101,8 @@ class Plan:
 def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas: int, *,
          rebalance: bool = False, max_moves: int = MAX_MOVES,
          weights: Mapping[int, float] | None = None, failing: Iterable[str] = (),
-         full: Iterable[str] = (), spread: Iterable[int] = ()) -> Plan:
+         full: Iterable[str] = (), spread: Iterable[int] = (),
+         disk: DiskRoom | None = None) -> Plan:
     """The changes that bring ``layout`` towards an even spread over the
     ``live`` nodes that are not ``draining`` (see the module docstring);
     ``weights``: each group's (1 for a group without one).
@@ -107,8 +111,11 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
     copy they cannot log is no copy); ``full``: nodes short of disk, which
     keep what they hold but are given no group, as primary or follower
     (:mod:`rankd.cluster.capacity`); ``spread``: groups holding a board
-    with ``replicas: all``, followed by every usable node."""
+    with ``replicas: all``, followed by every usable node; ``disk``: each
+    node's room and each group's size (:mod:`rankd.cluster.disk_fit`): a
+    node is given a group it does not hold only if it has room for it."""
     weights = weights or {}
+    disk = disk or DiskRoom()
 
     def weight(group: int) -> float:
         return weights.get(group, 1.0)
@@ -145,6 +152,8 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
 
     def move(group: int, placed: Placed, target: str) -> None:
         nonlocal budget
+        if target not in placed.nodes:
+            disk.take(target, group)
         out.moves[group] = target
         budget -= 1
         primaries[target] = primaries.get(target, 0.0) + weight(group)
@@ -156,19 +165,22 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
             continue
         # Drain: the primary goes to a usable follower (or the least loaded node).
         if placed.primary in draining and placed.primary in live and budget > 0:
-            options = [n for n in placed.followers if n in primaries] or targets
+            options = [n for n in placed.followers if n in primaries] or [
+                n for n in targets if disk.fits(n, group)]
             if options:
                 move(group, placed, min(options, key=lambda n: (primaries[n], load[n], n)))
         # Restore R: keep live usable followers, add the least loaded targets
         # (every one for a spread group).
         keep = [n for n in placed.followers if n in usable and n != placed.primary]
-        room = (set(targets) | set(keep)) - {placed.primary}
+        room = ({n for n in targets if n in placed.nodes or disk.fits(n, group)}
+                | set(keep)) - {placed.primary}
         wanted = len(room) if group in spread else min(replicas, len(room))
         if len(keep) < wanted or len(keep) > wanted or len(keep) != len(placed.followers):
             followers = choose_followers(placed.primary, room, wanted, load, keep)
             if followers != placed.followers:
                 for node in set(followers) - set(placed.followers):
                     load[node] += weight(group)
+                    disk.take(node, group)
                 out.placements[group] = Placed(placed.primary, followers, placed.version)
     if rebalance:
         by_node: dict[str, list[int]] = {node: [] for node in usable}
@@ -176,9 +188,13 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
             if placed.primary in by_node and group not in layout.moves \
                     and group not in out.moves:
                 by_node[placed.primary].append(group)
-        while budget > 0 and targets:
-            least = min(targets, key=lambda n: (primaries[n], n))
+        # The targets still worth trying (one without room for any group
+        # the heaviest could give is passed over for the next).
+        open_targets = list(targets)
+        while budget > 0 and open_targets:
+            least = min(open_targets, key=lambda n: (primaries[n], n))
             chosen = None
+            no_room = False
             # From the most loaded node that has a group to give (a group
             # moved in this plan stays where it goes), the move to the least
             # loaded one that narrows their gap most, if by enough; a group
@@ -187,12 +203,19 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
                 gap = primaries[donor] - primaries[least]
                 left = {g: abs(gap - 2 * weight(g)) for g in by_node[donor]}
                 useful = [g for g, after in left.items() if gap - after > MIN_GAIN]
+                fitting = [g for g in useful if least in layout.groups[g].nodes
+                           or disk.fits(least, g)]
+                no_room = no_room or len(fitting) < len(useful)
+                useful = fitting
                 if useful:
                     chosen = donor, min(useful, key=lambda g: (
                         left[g] + (0.0 if least in layout.groups[g].followers
                                    else LOAD_COST), g))
                     break
             if chosen is None:
+                if no_room:  # the next lightest may have room
+                    open_targets.remove(least)
+                    continue
                 break
             donor, group = chosen
             by_node[donor].remove(group)
@@ -220,6 +243,8 @@ class Planner:
         self.lock = NodeLock(dsn, "planner", space=PLANNER_LOCK)
         #: The groups' weights, read from Postgres now and then.
         self.load = GroupLoad(placement.pool)
+        #: The groups' sizes on disk, likewise (rankd.cluster.disk_fit).
+        self.sizes = GroupSizes(placement.pool)
         #: The live nodes the primaries were last spread over, and the live
         #: nodes now with the monotonic time since when they are so.
         self._planned_live: frozenset[str] | None = None
@@ -281,6 +306,7 @@ class Planner:
         self._rebalanced_at = asked
         weights = await self.load.weights(now)
         capacity = self.capacity = await read_reports(self.placement.pool, live, self.min_free)
+        disk = disk_room(capacity, self.min_free, await self.sizes.sizes(now), layout.moves)
         self._watch_drift(layout, live - draining - capacity.failing, weights, now)
         # Off the loop: a plan over a thousand groups takes tens of ms of
         # Python.  Layouts are never changed in place; the sets are copied.
@@ -288,7 +314,7 @@ class Planner:
             plan, layout, live_now, frozenset(draining), self.replicas,
             rebalance=self.rebalancing,
             max_moves=self.max_moves, weights=weights, failing=capacity.failing,
-            full=capacity.full, spread=capacity.spread)
+            full=capacity.full, spread=capacity.spread, disk=disk)
         if self.rebalancing and not made.moves and not layout.moves:
             self.rebalancing = False  # nothing left to move, nothing moving
         if not made:
