@@ -56,6 +56,7 @@ from rankd.cluster.disk_fit import DiskRoom, GroupSizes, disk_room
 from rankd.cluster.drift import SETTLE_SECONDS, DriftWatch, drift_ratio
 from rankd.cluster.load import GroupLoad
 from rankd.cluster.log import lock_schema
+from rankd.cluster.node_load import FOLLOWER_WEIGHT, expected, node_loads, relocate_followers
 from rankd.cluster.nodelock import NodeLock
 from rankd.cluster.placement import Layout, Placed, Placement, Stale, choose_followers
 
@@ -132,13 +133,12 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
     if not usable:
         return out
     primaries = dict.fromkeys(usable, 0.0)  # the weight of the groups each leads
-    load = dict.fromkeys(usable, 0.0)  # the weight of the groups each holds
+    # What each holds: the groups it leads, and a follower's share
+    # (rankd.cluster.node_load) of those it follows.
+    load = node_loads(layout.groups, usable, weights)
     for group, placed in layout.groups.items():
         if placed.primary in primaries:
             primaries[placed.primary] += weight(group)
-        for node in placed.nodes:
-            if node in load:
-                load[node] += weight(group)
     # A move in progress counts as done: the primaries it hands over are the
     # target's already (else the next round, a move or two later, plans more
     # moves off the same node and the rebalance swings back and forth).
@@ -179,7 +179,7 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
             followers = choose_followers(placed.primary, room, wanted, load, keep)
             if followers != placed.followers:
                 for node in set(followers) - set(placed.followers):
-                    load[node] += weight(group)
+                    load[node] += FOLLOWER_WEIGHT * weight(group)
                     disk.take(node, group)
                 out.placements[group] = Placed(placed.primary, followers, placed.version)
     if rebalance:
@@ -192,7 +192,7 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
         # the heaviest could give is passed over for the next).
         open_targets = list(targets)
         while budget > 0 and open_targets:
-            least = min(open_targets, key=lambda n: (primaries[n], n))
+            least = min(open_targets, key=lambda n: (primaries[n], load[n], n))
             chosen = None
             no_room = False
             # From the most loaded node that has a group to give (a group
@@ -220,6 +220,12 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
             donor, group = chosen
             by_node[donor].remove(group)
             move(group, layout.groups[group], least)
+        if not layout.moves and not out.moves and budget > 0:
+            # The primaries are even: the followers are spread next
+            # (rankd.cluster.node_load), the groups every node follows kept.
+            out.placements.update(relocate_followers(
+                expected(layout, replicas, out.placements), usable, targets, budget,
+                weights=weights, fixed=spread, disk=disk, min_gain=MIN_GAIN))
     return out
 
 
@@ -341,10 +347,10 @@ class Planner:
 
     def _watch_drift(self, layout: Layout, usable: set[str], weights: Mapping[int, float],
                      now: float) -> None:
-        """Start a rebalance once the primaries' load stayed drifted for the
+        """Start a rebalance once the nodes' load stayed drifted for the
         settle time (rankd.cluster.drift); not while one is going on."""
-        ratio = drift_ratio(layout, usable, weights)
+        ratio = drift_ratio(layout, usable, weights, self.replicas)
         if self.drift.observe(ratio, now, busy=self.rebalancing):
             self.rebalancing = True
-            log.info("planner: the heaviest node leads %.2f times the mean load for %g s or "
+            log.info("planner: the heaviest node holds %.2f times the mean load for %g s or "
                      "more: rebalancing (--auto-rebalance)", ratio, self.drift.settle)
