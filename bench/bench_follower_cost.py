@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import tempfile
-import os
 from pathlib import Path
 
 from rankd.engine.engine import Engine, EngineConfig

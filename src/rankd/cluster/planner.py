@@ -23,9 +23,11 @@ round of the planning node's watch loop.  Each round it:
   when asked (``rankd cluster rebalance``): moves primaries from the
   most loaded node to the least loaded while a move narrows the gap
   between them by more than :data:`MIN_GAIN` of an average group,
-  preferring a target that already follows the group (nothing to load);
-  it also starts one by itself once the load stayed drifted for
-  ``--auto-rebalance`` seconds (:mod:`rankd.cluster.drift`);
+  preferring a target that already follows the group (nothing to load),
+  then, once no primary moves, relocates followers from the node holding
+  the most load to the one holding the least (:mod:`rankd.cluster.node_load`);
+  it also starts one by itself once the load, followers counted, stayed
+  drifted for ``--auto-rebalance`` seconds (:mod:`rankd.cluster.drift`);
 * gives no group to a node short of disk, and empties one whose local log
   fails, as the nodes report in their heartbeats, and keeps a group with a
   ``replicas: all`` board on every node (:mod:`rankd.cluster.capacity`);
@@ -34,7 +36,8 @@ round of the planning node's watch loop.  Each round it:
 
 Nodes are loaded by group *weights* (:mod:`rankd.cluster.load`: memory and
 write rate, the average group weighing 1): a node's primaries weigh what
-their groups weigh, and followers go to the nodes holding the least weight.
+their groups weigh, its followers two thirds of it, and followers go to
+the nodes holding the least weight.
 With groups alike (or no weights) that is spreading by count: primaries
 end differing by at most one group.
 
