@@ -9,20 +9,15 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
+from test_planner import layout_of
 
 from rankd.cluster.capacity import Capacity
 from rankd.cluster.disk_fit import DiskRoom, disk_room, group_sizes, move_refusal
 from rankd.cluster.log import ClusterLog, migrate
 from rankd.cluster.nodes import Nodes
-from rankd.cluster.placement import Layout, Placed
 from rankd.cluster.planner import plan
 
 GB = 1 << 30
-
-
-def layout_of(groups: dict[int, tuple[str, tuple[str, ...]]],
-              moves: dict[int, str] | None = None) -> Layout:
-    return Layout(7, {g: Placed(p, f, 1) for g, (p, f) in groups.items()}, moves or {})
 
 
 def test_a_group_larger_than_a_nodes_room_goes_to_a_node_with_room() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_planner import layout_of
 
 from rankd.cluster.disk_fit import DiskRoom
 from rankd.cluster.drift import HIGH, drift_ratio
@@ -18,11 +19,6 @@ from rankd.cluster.placement import Layout, Placed
 from rankd.cluster.planner import MIN_GAIN, plan
 
 F = FOLLOWER_WEIGHT
-
-
-def layout_of(groups: dict[int, tuple[str, tuple[str, ...]]],
-              moves: dict[int, str] | None = None) -> Layout:
-    return Layout(7, {g: Placed(p, f, 1) for g, (p, f) in groups.items()}, moves or {})
 
 
 #: Primaries even (two each), but a follows four groups, b two, c none.
@@ -53,6 +49,7 @@ def test_a_rebalance_relocates_followers_once_the_primaries_are_even() -> None:
     after = {g: made.placements.get(g, p) for g, p in layout.groups.items()}
     assert node_loads(after, "abc") == pytest.approx(dict.fromkeys("abc", 2 + 2 * F))
     assert {g: p.followers for g, p in made.placements.items()} == {2: ("c",), 3: ("c",)}
+    assert made.relocated == {2, 3}  # (the planner rebalances on while it relocates)
     assert drift_ratio(Layout(8, after), {"a", "b", "c"}) == pytest.approx(1.0)
     # Only on a rebalance; and the balanced result moves nothing more.
     assert not plan(layout, {"a", "b", "c"}, set(), 1)

@@ -97,6 +97,8 @@ class Plan:
     placements: dict[int, Placed] = field(default_factory=dict)
     #: Moves to request: group -> target.
     moves: dict[int, str] = field(default_factory=dict)
+    #: The groups of ``placements`` whose follower a rebalance relocated.
+    relocated: set[int] = field(default_factory=set)
 
     def __bool__(self) -> bool:
         return bool(self.placements or self.moves)
@@ -226,9 +228,11 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
         if not layout.moves and not out.moves and budget > 0:
             # The primaries are even: the followers are spread next
             # (rankd.cluster.node_load), the groups every node follows kept.
-            out.placements.update(relocate_followers(
+            relocated = relocate_followers(
                 expected(layout, replicas, out.placements), usable, targets, budget,
-                weights=weights, fixed=spread, disk=disk, min_gain=MIN_GAIN))
+                weights=weights, fixed=spread, disk=disk, min_gain=MIN_GAIN)
+            out.placements.update(relocated)
+            out.relocated = set(relocated)
     return out
 
 
@@ -324,7 +328,7 @@ class Planner:
             rebalance=self.rebalancing,
             max_moves=self.max_moves, weights=weights, failing=capacity.failing,
             full=capacity.full, spread=capacity.spread, disk=disk)
-        if self.rebalancing and not made.moves and not layout.moves:
+        if self.rebalancing and not made.moves and not made.relocated and not layout.moves:
             self.rebalancing = False  # nothing left to move, nothing moving
         if not made:
             return made
@@ -336,8 +340,8 @@ class Planner:
         for group, target in made.moves.items():
             await self.placement.request_move(group, target, self.replicas)
         self.plans += 1
-        log.info("planner: %d placements changed, %d moves requested (%s)",
-                 len(made.placements), len(made.moves),
+        log.info("planner: %d placements changed (%d followers relocated), %d moves "
+                 "requested (%s)", len(made.placements), len(made.relocated), len(made.moves),
                  ", ".join(f"group {g} to {t}" for g, t in sorted(made.moves.items())[:8]))
         return made
 
