@@ -7,6 +7,9 @@ every group looked as loaded as one following none."""
 
 from __future__ import annotations
 
+import asyncio
+
+import asyncpg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,9 +17,11 @@ from test_planner import layout_of
 
 from rankd.cluster.disk_fit import DiskRoom
 from rankd.cluster.drift import HIGH, drift_ratio
+from rankd.cluster.log import migrate
 from rankd.cluster.node_load import FOLLOWER_WEIGHT, node_loads, settled
-from rankd.cluster.placement import Layout, Placed
-from rankd.cluster.planner import MIN_GAIN, plan
+from rankd.cluster.nodes import Nodes
+from rankd.cluster.placement import Layout, Placed, Placement
+from rankd.cluster.planner import MIN_GAIN, Planner, plan
 
 F = FOLLOWER_WEIGHT
 
@@ -115,3 +120,37 @@ def test_a_rebalance_with_followers_ends_and_rests(
         assert not plan(layout, live, set(), 1, rebalance=True, max_moves=4, weights=weights)
     assert all(node in live for p in layout.groups.values() if p.primary in live
                for node in p.followers)
+
+
+def test_the_planner_rebalances_on_while_it_relocates_followers(pg_dsn: str) -> None:
+    """With Postgres, ``--max-moves 1``: a rebalance asked for relocates one
+    follower a round, round after round, until the followers are even (it
+    stopped after the first round: a round without a move ended it)."""
+
+    async def scenario() -> None:
+        pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=4)
+        placement = Placement(pool)
+        planner = Planner(placement, pg_dsn, 1, max_moves=1, auto_rebalance=0)
+        try:
+            async with pool.acquire() as conn:
+                await migrate(conn)
+            await Nodes(pool).migrate()
+            await placement.migrate()
+            await planner.migrate()
+            epoch = (await placement.read()).epoch
+            await placement.replace(epoch, layout_of(SKEWED).groups)
+            await planner.request_rebalance()
+            relocated = []
+            for now in range(10):
+                made = await planner.round(await placement.read(), {"a", "b", "c"},
+                                           now=float(now))
+                assert made is not None and not made.moves
+                relocated.append(len(made.relocated))
+            assert relocated[:3] == [1, 1, 0] and not planner.rebalancing, relocated
+            groups = (await placement.read()).groups
+            assert node_loads(groups, "abc") == pytest.approx(dict.fromkeys("abc", 2 + 2 * F))
+        finally:
+            await planner.lock.release()
+            await pool.close()
+
+    asyncio.run(scenario())
