@@ -12,7 +12,7 @@ import asyncpg
 from test_planner import layout_of
 
 from rankd.cluster.capacity import Capacity
-from rankd.cluster.disk_fit import DiskRoom, disk_room, group_sizes, move_refusal
+from rankd.cluster.disk_fit import DiskRoom, GroupSizes, disk_room, group_size, move_refusal
 from rankd.cluster.log import ClusterLog, migrate
 from rankd.cluster.nodes import Nodes
 from rankd.cluster.planner import plan
@@ -83,8 +83,9 @@ def test_moves_in_progress_are_charged_to_their_targets() -> None:
 
 def test_group_sizes_and_a_move_refused_for_room(pg_dsn: str) -> None:
     """Postgres knows a group's size (its newest snapshot and the log after
-    it); a move to a node without room for it is refused with both
-    figures, one to a node with room (or that holds the group) is not."""
+    it), the planner's reading follows appends and snapshots; a move to a
+    node without room for the group is refused with both figures, one to a
+    node with room (or that holds the group) is not."""
 
     async def scenario() -> None:
         pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=4)
@@ -94,15 +95,22 @@ def test_group_sizes_and_a_move_refused_for_room(pg_dsn: str) -> None:
             nodes = Nodes(pool)
             await nodes.migrate()
             log = ClusterLog(pool, lease_seconds=5.0)
-            lease = await log.take(1, "a")
+            lease, other = await log.take(1, "a"), await log.take(2, "a")
             await log.append(lease, 1, [b"x" * 1000] * 10)
+            reader = GroupSizes(pool, every=0.0)
+            first = await reader.sizes(0.0)
+            assert 10_000 <= first[1] < 10_500 and first[2] == 0, first
             assert await log.store_snapshot(lease, 10, lease.epoch, [b"s" * 60_000] * 2)
             await log.append(lease, 11, [b"y" * 1000] * 5)
-            sizes = await group_sizes(pool)
+            await log.append(other, 1, [b"z" * 3000])
+            size = await group_size(pool, 1)
             # 120,000 of snapshot, 5 records of 1,000 and their framing; the
             # log before the snapshot is not loaded by a new node.
-            assert 125_000 <= sizes[1] < 125_500, sizes
-            assert await group_sizes(pool, 1) == sizes and await group_sizes(pool, 2) == {}
+            assert 125_000 <= size < 125_500, size
+            assert await reader.sizes(1.0) == {1: size, 2: await group_size(pool, 2)}
+            await log.append(lease, 16, [b"w" * 2000])  # counted from where it stopped
+            assert (await reader.sizes(2.0))[1] == await group_size(pool, 1) > size
+            assert await group_size(pool, 3) == 0
             min_free = 1 << 20
             await nodes.heartbeat("small", "s:1", planning={
                 "free_bytes": min_free + 100_000, "log_failed": False, "spread": []})
@@ -110,10 +118,10 @@ def test_group_sizes_and_a_move_refused_for_room(pg_dsn: str) -> None:
                 "free_bytes": 10 * GB, "log_failed": False, "spread": []})
             refusal = await move_refusal(pool, "small", 1, min_free, holds=False)
             assert refusal is not None and "100,000 bytes free over --min-free-disk" in refusal
-            assert f"take {sizes[1]:,} bytes" in refusal
+            assert f"take {await group_size(pool, 1):,} bytes" in refusal
             assert await move_refusal(pool, "small", 1, min_free, holds=True) is None
             assert await move_refusal(pool, "big", 1, min_free, holds=False) is None
-            assert await move_refusal(pool, "small", 2, min_free, holds=False) is None
+            assert await move_refusal(pool, "small", 3, min_free, holds=False) is None
             assert "under --min-free-disk" in await move_refusal(pool, "small", 1, 1 << 30,
                                                                  holds=True)
         finally:
