@@ -207,7 +207,7 @@ class DaemonCollector(Collector):
     def _planner(figures: dict[str, float]) -> Iterator[Metric]:
         """The planner's figures (rankd.cluster.drift, rankd.cluster.capacity)."""
         yield GaugeMetricFamily(
-            "rankd_cluster_drift_ratio", "On the planner's node: the heaviest node's primary "
+            "rankd_cluster_drift_ratio", "On the planner's node: the heaviest node's "
             "load over the mean (0 on the other nodes)", value=figures["drift_ratio"])
         yield GaugeMetricFamily(
             "rankd_cluster_nodes_given_no_group", "On the planner's node: live nodes short of "

@@ -1,15 +1,18 @@
 """Rebalancing on drift: when the planner starts a rebalance by itself.
 
-What it owns: the measure of how unevenly the primaries' load is spread
+What it owns: the measure of how unevenly the nodes' load is spread
 (:func:`drift_ratio`) and the decision, round after round, that it has
 drifted for long enough to rebalance (:class:`DriftWatch`).
 
 Design:
 
-* **The measure** is the heaviest usable node's primary load (the weights
-  of the groups it leads, :mod:`rankd.cluster.load`) over the mean of the
-  usable nodes': 1 on a perfectly even cluster, ``N`` with every primary on
-  one node of ``N``.
+* **The measure** is the heaviest usable node's load over the mean of the
+  usable nodes': 1 on a perfectly even cluster, ``N`` with every group on
+  one node of ``N``.  A node's load is the weights of the groups it leads
+  (:mod:`rankd.cluster.load`) plus a follower's share of those it follows
+  (:mod:`rankd.cluster.node_load`: followers hold the same memory and
+  apply every write); before, only primaries counted, and a node that
+  followed every group looked as loaded as one that followed none.
 * **Hysteresis.** The cluster counts as drifted from the round the ratio
   goes above :data:`HIGH` until a round finds it below :data:`LOW`; a ratio
   wavering around ``HIGH`` neither restarts nor ends the settle time.
@@ -22,13 +25,15 @@ Design:
 * **No flapping.** The rebalance itself is the planner's ordinary one: it
   only makes moves that narrow the gap between the heaviest and the
   lightest node (by more than :data:`rankd.cluster.planner.MIN_GAIN`), so a
-  move is never undone by the next rebalance while the weights stay put.
+  move is never undone by the next rebalance while the weights stay put;
+  its follower relocations change no primary (:mod:`rankd.cluster.node_load`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from rankd.cluster.node_load import expected, node_loads
 from rankd.cluster.placement import Layout
 
 #: The ratio above which the cluster counts as drifted, and the one below
@@ -41,19 +46,16 @@ SETTLE_SECONDS = 300.0
 
 
 def drift_ratio(layout: Layout, nodes: Iterable[str],
-                weights: Mapping[int, float] | None = None) -> float:
-    """The heaviest of ``nodes``' primary loads over their mean (1.0 when
-    there is nothing to spread); groups being moved count where they go."""
-    weights = weights or {}
-    led = dict.fromkeys(nodes, 0.0)
-    if not led:
+                weights: Mapping[int, float] | None = None,
+                replicas: int | None = None) -> float:
+    """The heaviest of ``nodes``' loads (primaries and followers) over their
+    mean (1.0 when there is nothing to spread); groups being moved count as
+    moved (``replicas``: the followers a hand-over leaves)."""
+    loads = node_loads(expected(layout, replicas), nodes, weights)
+    if not loads:
         return 1.0
-    for group, placed in layout.groups.items():
-        node = layout.moves.get(group, placed.primary)
-        if node in led:
-            led[node] += weights.get(group, 1.0)
-    mean = sum(led.values()) / len(led)
-    return max(led.values()) / mean if mean > 0 else 1.0
+    mean = sum(loads.values()) / len(loads)
+    return max(loads.values()) / mean if mean > 0 else 1.0
 
 
 class DriftWatch:

@@ -46,7 +46,7 @@ from typing import Any
 import asyncpg
 
 from rankd._tasks import STOP_SECONDS, stop_task
-from rankd.cluster import capacity
+from rankd.cluster import capacity, disk_fit
 from rankd.cluster.catchup import apply_slices, too_long
 from rankd.cluster.committer import GroupCommitter, LogLost
 from rankd.cluster.cutover import Phases
@@ -1106,8 +1106,9 @@ class ClusterNode:
         if target != self.node_id and target not in self.peers:
             raise InvalidInput(f"node {target!r} is not a live node of this cluster (live: "
                                f"{', '.join(sorted({*self.peers, self.node_id}))})")
-        refusal = (await capacity.read_reports(self.pool, [target], self.config.min_free_disk)
-                   ).refusal(target)
+        refusal = await disk_fit.move_refusal(self.pool, target, group,
+                                              self.config.min_free_disk,
+                                              holds=self.layout.holds(target, group))
         if refusal is not None:
             raise InvalidInput(refusal)
         epoch = await self.placement.request_move(group, target, self.replicas)

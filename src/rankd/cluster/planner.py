@@ -23,16 +23,21 @@ round of the planning node's watch loop.  Each round it:
   when asked (``rankd cluster rebalance``): moves primaries from the
   most loaded node to the least loaded while a move narrows the gap
   between them by more than :data:`MIN_GAIN` of an average group,
-  preferring a target that already follows the group (nothing to load);
-  it also starts one by itself once the load stayed drifted for
-  ``--auto-rebalance`` seconds (:mod:`rankd.cluster.drift`);
+  preferring a target that already follows the group (nothing to load),
+  then, once no primary moves, relocates followers from the node holding
+  the most load to the one holding the least (:mod:`rankd.cluster.node_load`);
+  it also starts one by itself once the load, followers counted, stayed
+  drifted for ``--auto-rebalance`` seconds (:mod:`rankd.cluster.drift`);
 * gives no group to a node short of disk, and empties one whose local log
   fails, as the nodes report in their heartbeats, and keeps a group with a
-  ``replicas: all`` board on every node (:mod:`rankd.cluster.capacity`).
+  ``replicas: all`` board on every node (:mod:`rankd.cluster.capacity`);
+  gives a node a group it must load only if the group's snapshot and log
+  fit in its free space over ``--min-free-disk`` (:mod:`rankd.cluster.disk_fit`).
 
 Nodes are loaded by group *weights* (:mod:`rankd.cluster.load`: memory and
 write rate, the average group weighing 1): a node's primaries weigh what
-their groups weigh, and followers go to the nodes holding the least weight.
+their groups weigh, its followers two thirds of it, and followers go to
+the nodes holding the least weight.
 With groups alike (or no weights) that is spreading by count: primaries
 end differing by at most one group.
 
@@ -50,9 +55,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rankd.cluster.capacity import MIN_FREE_BYTES, Capacity, read_reports
+from rankd.cluster.disk_fit import DiskRoom, GroupSizes, disk_room
 from rankd.cluster.drift import SETTLE_SECONDS, DriftWatch, drift_ratio
 from rankd.cluster.load import GroupLoad
 from rankd.cluster.log import lock_schema
+from rankd.cluster.node_load import FOLLOWER_WEIGHT, expected, node_loads, relocate_followers
 from rankd.cluster.nodelock import NodeLock
 from rankd.cluster.placement import Layout, Placed, Placement, Stale, choose_followers
 
@@ -90,6 +97,8 @@ class Plan:
     placements: dict[int, Placed] = field(default_factory=dict)
     #: Moves to request: group -> target.
     moves: dict[int, str] = field(default_factory=dict)
+    #: The groups of ``placements`` whose follower a rebalance relocated.
+    relocated: set[int] = field(default_factory=set)
 
     def __bool__(self) -> bool:
         return bool(self.placements or self.moves)
@@ -98,7 +107,8 @@ class Plan:
 def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas: int, *,
          rebalance: bool = False, max_moves: int = MAX_MOVES,
          weights: Mapping[int, float] | None = None, failing: Iterable[str] = (),
-         full: Iterable[str] = (), spread: Iterable[int] = ()) -> Plan:
+         full: Iterable[str] = (), spread: Iterable[int] = (),
+         disk: DiskRoom | None = None) -> Plan:
     """The changes that bring ``layout`` towards an even spread over the
     ``live`` nodes that are not ``draining`` (see the module docstring);
     ``weights``: each group's (1 for a group without one).
@@ -107,8 +117,11 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
     copy they cannot log is no copy); ``full``: nodes short of disk, which
     keep what they hold but are given no group, as primary or follower
     (:mod:`rankd.cluster.capacity`); ``spread``: groups holding a board
-    with ``replicas: all``, followed by every usable node."""
+    with ``replicas: all``, followed by every usable node; ``disk``: each
+    node's room and each group's size (:mod:`rankd.cluster.disk_fit`): a
+    node is given a group it does not hold only if it has room for it."""
     weights = weights or {}
+    disk = disk or DiskRoom()
 
     def weight(group: int) -> float:
         return weights.get(group, 1.0)
@@ -125,13 +138,12 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
     if not usable:
         return out
     primaries = dict.fromkeys(usable, 0.0)  # the weight of the groups each leads
-    load = dict.fromkeys(usable, 0.0)  # the weight of the groups each holds
+    # What each holds: the groups it leads, and a follower's share
+    # (rankd.cluster.node_load) of those it follows.
+    load = node_loads(layout.groups, usable, weights)
     for group, placed in layout.groups.items():
         if placed.primary in primaries:
             primaries[placed.primary] += weight(group)
-        for node in placed.nodes:
-            if node in load:
-                load[node] += weight(group)
     # A move in progress counts as done: the primaries it hands over are the
     # target's already (else the next round, a move or two later, plans more
     # moves off the same node and the rebalance swings back and forth).
@@ -145,6 +157,8 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
 
     def move(group: int, placed: Placed, target: str) -> None:
         nonlocal budget
+        if target not in placed.nodes:
+            disk.take(target, group)
         out.moves[group] = target
         budget -= 1
         primaries[target] = primaries.get(target, 0.0) + weight(group)
@@ -156,19 +170,22 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
             continue
         # Drain: the primary goes to a usable follower (or the least loaded node).
         if placed.primary in draining and placed.primary in live and budget > 0:
-            options = [n for n in placed.followers if n in primaries] or targets
+            options = [n for n in placed.followers if n in primaries] or [
+                n for n in targets if disk.fits(n, group)]
             if options:
                 move(group, placed, min(options, key=lambda n: (primaries[n], load[n], n)))
         # Restore R: keep live usable followers, add the least loaded targets
         # (every one for a spread group).
         keep = [n for n in placed.followers if n in usable and n != placed.primary]
-        room = (set(targets) | set(keep)) - {placed.primary}
+        room = ({n for n in targets if n in placed.nodes or disk.fits(n, group)}
+                | set(keep)) - {placed.primary}
         wanted = len(room) if group in spread else min(replicas, len(room))
         if len(keep) < wanted or len(keep) > wanted or len(keep) != len(placed.followers):
             followers = choose_followers(placed.primary, room, wanted, load, keep)
             if followers != placed.followers:
                 for node in set(followers) - set(placed.followers):
-                    load[node] += weight(group)
+                    load[node] += FOLLOWER_WEIGHT * weight(group)
+                    disk.take(node, group)
                 out.placements[group] = Placed(placed.primary, followers, placed.version)
     if rebalance:
         by_node: dict[str, list[int]] = {node: [] for node in usable}
@@ -176,9 +193,13 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
             if placed.primary in by_node and group not in layout.moves \
                     and group not in out.moves:
                 by_node[placed.primary].append(group)
-        while budget > 0 and targets:
-            least = min(targets, key=lambda n: (primaries[n], n))
+        # The targets still worth trying (one without room for any group
+        # the heaviest could give is passed over for the next).
+        open_targets = list(targets)
+        while budget > 0 and open_targets:
+            least = min(open_targets, key=lambda n: (primaries[n], load[n], n))
             chosen = None
+            no_room = False
             # From the most loaded node that has a group to give (a group
             # moved in this plan stays where it goes), the move to the least
             # loaded one that narrows their gap most, if by enough; a group
@@ -187,16 +208,31 @@ def plan(layout: Layout, live: Iterable[str], draining: Iterable[str], replicas:
                 gap = primaries[donor] - primaries[least]
                 left = {g: abs(gap - 2 * weight(g)) for g in by_node[donor]}
                 useful = [g for g, after in left.items() if gap - after > MIN_GAIN]
+                fitting = [g for g in useful if least in layout.groups[g].nodes
+                           or disk.fits(least, g)]
+                no_room = no_room or len(fitting) < len(useful)
+                useful = fitting
                 if useful:
                     chosen = donor, min(useful, key=lambda g: (
                         left[g] + (0.0 if least in layout.groups[g].followers
                                    else LOAD_COST), g))
                     break
             if chosen is None:
+                if no_room:  # the next lightest may have room
+                    open_targets.remove(least)
+                    continue
                 break
             donor, group = chosen
             by_node[donor].remove(group)
             move(group, layout.groups[group], least)
+        if not layout.moves and not out.moves and budget > 0:
+            # The primaries are even: the followers are spread next
+            # (rankd.cluster.node_load), the groups every node follows kept.
+            relocated = relocate_followers(
+                expected(layout, replicas, out.placements), usable, targets, budget,
+                weights=weights, fixed=spread, disk=disk, min_gain=MIN_GAIN)
+            out.placements.update(relocated)
+            out.relocated = set(relocated)
     return out
 
 
@@ -220,6 +256,8 @@ class Planner:
         self.lock = NodeLock(dsn, "planner", space=PLANNER_LOCK)
         #: The groups' weights, read from Postgres now and then.
         self.load = GroupLoad(placement.pool)
+        #: The groups' sizes on disk, likewise (rankd.cluster.disk_fit).
+        self.sizes = GroupSizes(placement.pool)
         #: The live nodes the primaries were last spread over, and the live
         #: nodes now with the monotonic time since when they are so.
         self._planned_live: frozenset[str] | None = None
@@ -281,6 +319,7 @@ class Planner:
         self._rebalanced_at = asked
         weights = await self.load.weights(now)
         capacity = self.capacity = await read_reports(self.placement.pool, live, self.min_free)
+        disk = disk_room(capacity, self.min_free, await self.sizes.sizes(now), layout.moves)
         self._watch_drift(layout, live - draining - capacity.failing, weights, now)
         # Off the loop: a plan over a thousand groups takes tens of ms of
         # Python.  Layouts are never changed in place; the sets are copied.
@@ -288,8 +327,8 @@ class Planner:
             plan, layout, live_now, frozenset(draining), self.replicas,
             rebalance=self.rebalancing,
             max_moves=self.max_moves, weights=weights, failing=capacity.failing,
-            full=capacity.full, spread=capacity.spread)
-        if self.rebalancing and not made.moves and not layout.moves:
+            full=capacity.full, spread=capacity.spread, disk=disk)
+        if self.rebalancing and not made.moves and not made.relocated and not layout.moves:
             self.rebalancing = False  # nothing left to move, nothing moving
         if not made:
             return made
@@ -301,8 +340,8 @@ class Planner:
         for group, target in made.moves.items():
             await self.placement.request_move(group, target, self.replicas)
         self.plans += 1
-        log.info("planner: %d placements changed, %d moves requested (%s)",
-                 len(made.placements), len(made.moves),
+        log.info("planner: %d placements changed (%d followers relocated), %d moves "
+                 "requested (%s)", len(made.placements), len(made.relocated), len(made.moves),
                  ", ".join(f"group {g} to {t}" for g, t in sorted(made.moves.items())[:8]))
         return made
 
@@ -315,10 +354,10 @@ class Planner:
 
     def _watch_drift(self, layout: Layout, usable: set[str], weights: Mapping[int, float],
                      now: float) -> None:
-        """Start a rebalance once the primaries' load stayed drifted for the
+        """Start a rebalance once the nodes' load stayed drifted for the
         settle time (rankd.cluster.drift); not while one is going on."""
-        ratio = drift_ratio(layout, usable, weights)
+        ratio = drift_ratio(layout, usable, weights, self.replicas)
         if self.drift.observe(ratio, now, busy=self.rebalancing):
             self.rebalancing = True
-            log.info("planner: the heaviest node leads %.2f times the mean load for %g s or "
+            log.info("planner: the heaviest node holds %.2f times the mean load for %g s or "
                      "more: rebalancing (--auto-rebalance)", ratio, self.drift.settle)

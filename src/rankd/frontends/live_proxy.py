@@ -14,7 +14,9 @@ board and window, whatever their ``limit`` and followed members.
   upstream is a small pool of WebSocket connections, its *lanes*
   (:class:`Lane`): each follows at most ``MAX_FOLLOWS`` members, a member
   is followed on one lane only, a lane is opened only when every open one
-  is full and closed once it follows nobody.  The first lane asks for the
+  is full and closed once it follows nobody, or once the others have room
+  for its members (unfollows left them few: they move over, one lane per
+  unfollow, so the work of a step stays bounded).  The first lane asks for the
   largest top (:data:`~rankd.frontends.live.MAX_LIMIT`) and is the only
   one whose tops are used; the others ask for a top of one (cheap for the
   holder) and carry members only.  No claim of being a node is needed, so
@@ -224,6 +226,8 @@ class LiveProxy:
                 self._send_up(lane, {"action": "unfollow", "members": members_of_lane})
             else:  # a lane following nobody is closed (the first stays: the tops)
                 self._retire(upstream, lane)
+        if gone:
+            self._merge(upstream)
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         upstream = self._upstream_of(subscriber)
@@ -281,6 +285,37 @@ class LiveProxy:
             if len(lane.members) < MAX_FOLLOWS:
                 return lane
         return self._open_lane(upstream)
+
+    def _merge(self, upstream: Upstream) -> None:
+        """Close one lane more than the followed members need, if any: its
+        members go to the others' room (a follow sent up on each), then it
+        is retired.  One lane a call (at most MAX_FOLLOWS members moved), so
+        an unfollow's step stays short; each later unfollow merges another."""
+        needed = max(1, -(-len(upstream.members) // MAX_FOLLOWS))
+        if len(upstream.lanes) <= needed:
+            return
+        # The smallest lane but the first (its tops are the ones used).
+        source = min(upstream.lanes[1:], key=lambda lane: len(lane.members))
+        moved: dict[Lane, list[str]] = {}
+        members = sorted(source.members)
+        for lane in upstream.lanes:
+            if lane is source:
+                continue
+            room = MAX_FOLLOWS - len(lane.members)
+            taken, members = members[:room], members[room:]
+            for member in taken:
+                lane.members.add(member)
+                # (its messages from the source are ignored from now on; the
+                # new lane's follow brings its current state)
+                upstream.lane_of[member] = lane
+            if taken:
+                moved[lane] = taken
+        # They fit: the lanes are more than the members need, so the others
+        # have at least the source's count of room between them.
+        source.members.clear()
+        for lane, taken in moved.items():
+            self._send_up(lane, {"action": "follow", "members": taken})
+        self._retire(upstream, source)
 
     def _retire(self, upstream: Upstream, lane: Lane) -> None:
         lane.retired = True
