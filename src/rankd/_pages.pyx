@@ -71,6 +71,21 @@ arrivals then keep pages about 5/6 full, where halving alone leaves them
 2/3 full.  A page appended at the end of the board (monotonic scores)
 starts empty instead, and ``load`` packs pages 7/8 full.
 
+A page is allocated for the entries it holds, not for ``page_size``: its
+arrays have room for its entries and one more, rounded up to a step of
+``CAP_STEP`` entries (4), and it grows by a step when full (``_grow``) and
+gives back all but a step of spare room after removals, splits and shares
+(``_shrink``).  The fill above then costs no memory but the per-page
+overhead (header, tower, page table): entries at 5/6 or at 2/3 fill cost
+what full ones do, plus two spare entries a page on average.  ``realloc``
+may move a page; the links to it hold its address, so the page table, the
+next page's ``prev`` and the link before it on each of its levels are
+repointed (``_repoint_moved``: one search for its first entry, through the
+page table, since the link's own address may be the old one).  A step of
+4 reallocates once per 4 inserts into a page: the copy is a page's worth
+of bytes, about what the insert's memmove moves, and the towers, which
+searches read, never move.
+
 glibc keeps the chunks the index frees resident (even whole free pages
 inside its heap), so a board that lost half its members would keep the
 RSS of the full one: once the pages and tables freed since the last time
@@ -108,9 +123,20 @@ both meanwhile.  No write pays for moving the whole map.  A
 hit reads the slot and the name it must compare anyway, so tags of hash
 bits beside the ids would only spare the rare collision, for a byte a slot
 (a map 7/8 full with tags costs what one 3/4 full without them does).
-The page number in the name record stays: a member's page cannot be found
-from its name without it (its key is in the page), and keeping it in the
-map instead would cost the same 4 bytes a slot, not a member.
+The page number in the name record stays (weighed for issue 47's third
+memory step): a member's page cannot be found from its name without it.
+Finding the entry by a search from the top needs its score and seq,
+which live in the page (kept beside the name they would cost 12 bytes to
+save 4).  Keeping the page number in the map slot beside the id costs 4
+bytes a slot (about 6 a member), not 4 a member.  A map slot of page
+number and hash tag *instead of* the id (the name found by scanning the
+page for a per-entry tag byte) saves 4 bytes less the tag's 1, but a slot
+no longer names its member: every entry that moves to another page
+(splits, shares and merges move a page's worth) must be hashed again to
+find its slot, and the map's resize and backward-shift deletion, which
+need each slot's hash, would have to read pages and names to get it.
+A shorter page number saves nothing: a 19-byte name's record is 24 bytes
+with a 3-byte page number as with a 4-byte one.
 
 Searching
 ---------
@@ -298,7 +324,7 @@ DEF MIN_COMPACT_UNITS = 4096   # arenas below 32 KiB are not compacted
 DEF COMPACT_STEP = 64           # arena units a write's compaction step looks at
 DEF MAP_STEP = 16               # old-table slots a write's resize step moves
 DEF SHARE_ROOM_DIVISOR = 8   # a full page shares with a neighbour 1/8 empty
-DEF CAP_STEP = 8             # entries a page's allocation grows or shrinks by
+DEF CAP_STEP = 4             # entries a page's allocation grows or shrinks by
 DEF OP_SET = 0
 DEF OP_SET_NEW = 1
 DEF OP_SET_EXISTS = 2
