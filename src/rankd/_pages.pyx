@@ -674,6 +674,9 @@ cdef class RankIndex:
         self.pages[q.pno] = q
         if nxt != NULL:
             nxt.prev = q
+        if q.height == 1:  # (half the pages) the link before it is prev's
+            (q.prev if q.prev != NULL else self.header).level[0].forward = q
+            return
         for i in range(self.height - 1, -1, -1):
             while lv[i].forward != NULL and lv[i].fpno != q.pno:
                 k = self.firstkeys[lv[i].fpno]
