@@ -71,6 +71,21 @@ arrivals then keep pages about 5/6 full, where halving alone leaves them
 2/3 full.  A page appended at the end of the board (monotonic scores)
 starts empty instead, and ``load`` packs pages 7/8 full.
 
+A page is allocated for the entries it holds, not for ``page_size``: its
+arrays have room for its entries and one more, rounded up to a step of
+``CAP_STEP`` entries (4), and it grows by a step when full (``_grow``) and
+gives back all but a step of spare room after removals, splits and shares
+(``_shrink``).  The fill above then costs no memory but the per-page
+overhead (header, tower, page table): entries at 5/6 or at 2/3 fill cost
+what full ones do, plus two spare entries a page on average.  ``realloc``
+may move a page; the links to it hold its address, so the page table, the
+next page's ``prev`` and the link before it on each of its levels are
+repointed (``_repoint_moved``: one search for its first entry, through the
+page table, since the link's own address may be the old one).  A step of
+4 reallocates once per 4 inserts into a page: the copy is a page's worth
+of bytes, about what the insert's memmove moves, and the towers, which
+searches read, never move.
+
 glibc keeps the chunks the index frees resident (even whole free pages
 inside its heap), so a board that lost half its members would keep the
 RSS of the full one: once the pages and tables freed since the last time
@@ -108,9 +123,20 @@ both meanwhile.  No write pays for moving the whole map.  A
 hit reads the slot and the name it must compare anyway, so tags of hash
 bits beside the ids would only spare the rare collision, for a byte a slot
 (a map 7/8 full with tags costs what one 3/4 full without them does).
-The page number in the name record stays: a member's page cannot be found
-from its name without it (its key is in the page), and keeping it in the
-map instead would cost the same 4 bytes a slot, not a member.
+The page number in the name record stays (weighed for issue 47's third
+memory step): a member's page cannot be found from its name without it.
+Finding the entry by a search from the top needs its score and seq,
+which live in the page (kept beside the name they would cost 12 bytes to
+save 4).  Keeping the page number in the map slot beside the id costs 4
+bytes a slot (about 6 a member), not 4 a member.  A map slot of page
+number and hash tag *instead of* the id (the name found by scanning the
+page for a per-entry tag byte) saves 4 bytes less the tag's 1, but a slot
+no longer names its member: every entry that moves to another page
+(splits, shares and merges move a page's worth) must be hashed again to
+find its slot, and the map's resize and backward-shift deletion, which
+need each slot's hash, would have to read pages and names to get it.
+A shorter page number saves nothing: a 19-byte name's record is 24 bytes
+with a 3-byte page number as with a 4-byte one.
 
 Searching
 ---------
@@ -298,6 +324,7 @@ DEF MIN_COMPACT_UNITS = 4096   # arenas below 32 KiB are not compacted
 DEF COMPACT_STEP = 64           # arena units a write's compaction step looks at
 DEF MAP_STEP = 16               # old-table slots a write's resize step moves
 DEF SHARE_ROOM_DIVISOR = 8   # a full page shares with a neighbour 1/8 empty
+DEF CAP_STEP = 4             # entries a page's allocation grows or shrinks by
 DEF OP_SET = 0
 DEF OP_SET_NEW = 1
 DEF OP_SET_EXISTS = 2
@@ -524,8 +551,9 @@ cdef class RankIndex:
             level += 1
         return level
 
-    cdef pg_page *_new_page(self) except NULL:
-        """A fresh, unlinked, empty page with a page number."""
+    cdef pg_page *_new_page(self, int cap=0) except NULL:
+        """A fresh, unlinked, empty page with a page number, room for
+        ``cap`` entries (0: ``_cap_for(0)``, the growth step)."""
         global _live_pages
         cdef int h = self._random_height()
         cdef pg_page *p
@@ -548,7 +576,9 @@ cdef class RankIndex:
         cdef pg_link *tower = self._tower_alloc(h)
         if tower == NULL:
             raise MemoryError()
-        p = <pg_page *>malloc(PG_SIZE(self.page_size, self.seq_bytes))
+        if cap <= 0:
+            cap = self._cap_for(0)
+        p = <pg_page *>malloc(PG_SIZE(cap, self.seq_bytes))
         if p == NULL:
             self._tower_free(tower, h)
             raise MemoryError()
@@ -564,7 +594,7 @@ cdef class RankIndex:
         p.lead = 0
         p.pno = pno
         p.height = h
-        p.cap = self.page_size
+        p.cap = cap
         self.pages[pno] = p
         _live_pages += 1
         return p
@@ -575,9 +605,114 @@ cdef class RankIndex:
         self.free_pnos[self.nfree_pnos] = p.pno
         self.nfree_pnos += 1
         self._tower_free(p.level, p.height)
+        self.freed_bytes += PG_SIZE(p.cap, self.seq_bytes)
         free(p)
         _live_pages -= 1
-        self.freed_bytes += PG_SIZE(self.page_size, self.seq_bytes)
+
+    # --- page allocations at their entries' size ------------------------------------
+
+    cdef inline int _cap_for(self, Py_ssize_t n) noexcept:
+        """The allocation for a page of ``n`` entries: room for one more,
+        rounded up to ``CAP_STEP`` entries, at most ``page_size``."""
+        cdef Py_ssize_t cap = (n + CAP_STEP) // CAP_STEP * CAP_STEP
+        return <int>(cap if cap < self.page_size else self.page_size)
+
+    cdef pg_page *_resize(self, pg_page *p, int cap) noexcept:
+        """Reallocate ``p`` (at least one entry) for ``cap`` entries, which
+        hold its ``n``; return it at its new place, or NULL if out of memory
+        (``p`` unchanged).  The arrays move to their offsets for ``cap``
+        (keys and seqs follow the ids); if the page itself moved, the page
+        table, the next page's ``prev`` and the links to it are repointed
+        (``_repoint_moved``), so callers must take page pointers again."""
+        cdef int old_cap = p.cap
+        cdef size_t n = p.n, sb = <size_t>self.seq_bytes
+        cdef pg_page *q
+        cdef char *old_keys
+        cdef char *old_seqs
+        if cap == old_cap:
+            return p
+        if cap < old_cap:
+            # Shrinking: move the arrays down first, then give back the end.
+            old_keys = <char *>PG_KEYS(p)
+            old_seqs = <char *>PG_SEQS(p)
+            p.cap = <uint16_t>cap
+            memmove(PG_KEYS(p), old_keys, n * 8)
+            if sb:
+                memmove(PG_SEQS(p), old_seqs, n * sb)
+            q = <pg_page *>realloc(p, PG_SIZE(cap, self.seq_bytes))
+            if q == NULL:
+                return p  # the larger block still holds the new layout
+        else:
+            q = <pg_page *>realloc(p, PG_SIZE(cap, self.seq_bytes))
+            if q == NULL:
+                return NULL
+            # Growing: the seqs (last) move up first, then the keys.
+            old_keys = <char *>PG_KEYS(q)
+            old_seqs = <char *>PG_SEQS(q)
+            q.cap = <uint16_t>cap
+            if sb:
+                memmove(PG_SEQS(q), old_seqs, n * sb)
+            memmove(PG_KEYS(q), old_keys, n * 8)
+        if q != p:
+            self._repoint_moved(q)
+        return q
+
+    cdef void _repoint_moved(self, pg_page *q) noexcept:
+        """``q`` (at least one entry, its first key in ``firstkeys``) was
+        reallocated: point the page table, its next page's ``prev`` and the
+        link before it on each of its levels at its new place.  The links
+        are found by a search for its first entry that reads pages through
+        the page table (a link's own ``forward`` may be the old address) and
+        stops at the link whose forward page number is ``q``'s."""
+        cdef pg_link *lv = self.header.level
+        cdef pg_page *nxt = q.level[0].forward
+        cdef double key = PG_KEYS(q)[0], k
+        cdef uint64_t seq = self._seq(q, 0)
+        cdef Py_ssize_t mlen
+        cdef const char *name = self._name(PG_IDS(q)[0], &mlen)
+        cdef int i, c
+        self.pages[q.pno] = q
+        if nxt != NULL:
+            nxt.prev = q
+        if q.height == 1:  # (half the pages) the link before it is prev's
+            (q.prev if q.prev != NULL else self.header).level[0].forward = q
+            return
+        for i in range(self.height - 1, -1, -1):
+            while lv[i].forward != NULL and lv[i].fpno != q.pno:
+                k = self.firstkeys[lv[i].fpno]
+                if k != key:
+                    c = -1 if k < key else 1
+                else:
+                    c = self._cmp(self.pages[lv[i].fpno], 0, key, seq, name, mlen)
+                if c >= 0:
+                    break
+                lv = lv[i].flevel
+            if i < q.height:
+                lv[i].forward = q
+
+    cdef pg_page *_grow(self, pg_page *p, pg_page **cover) except NULL:
+        """Room for one more entry in ``p`` (which holds fewer than
+        ``page_size``): ``p`` at its place after growing by ``CAP_STEP``
+        entries, with ``cover`` (a search path's covering pages) repointed.
+        Raises MemoryError, changing nothing."""
+        cdef pg_page *q
+        cdef int i
+        if p.n < p.cap:
+            return p
+        q = self._resize(p, self._cap_for(p.n))
+        if q == NULL:
+            raise MemoryError()
+        if q != p and cover != NULL:
+            for i in range(self.height):
+                if cover[i] == p:
+                    cover[i] = q
+        return q
+
+    cdef void _shrink(self, pg_page *p) noexcept:
+        """Give back a page's room beyond ``CAP_STEP`` spare entries (none
+        in a full page is kept); nothing if out of memory."""
+        if p.n >= 1 and p.cap >= p.n + 2 * CAP_STEP:
+            self._resize(p, self._cap_for(p.n))
 
     cdef inline size_t _held(self) noexcept:
         """Bytes in the pages, the map and the name arena (an estimate)."""
@@ -659,7 +794,6 @@ cdef class RankIndex:
         widens every page's seqs to 64 bits, once (O(n)).  Returns 1 if it
         did (every page moved: page pointers held are stale); a MemoryError
         leaves every page as it was."""
-        cdef size_t old_size, new_size
         cdef uint32_t pno, i
         cdef pg_page *p
         cdef pg_page *q
@@ -667,8 +801,6 @@ cdef class RankIndex:
         cdef int level
         if self.seq_bytes != 4 or seq >> 32 == 0:  # (a C test: no Python int)
             return 0
-        old_size = PG_SIZE(self.page_size, 4)
-        new_size = PG_SIZE(self.page_size, 8)
         fresh = <pg_page **>calloc(self.pnos_used + 1, sizeof(pg_page *))
         if fresh == NULL:
             raise MemoryError()
@@ -676,7 +808,7 @@ cdef class RankIndex:
         # changes nothing.
         for pno in range(self.pnos_used):
             if self.pages[pno] != NULL:
-                fresh[pno] = <pg_page *>malloc(new_size)
+                fresh[pno] = <pg_page *>malloc(PG_SIZE(self.pages[pno].cap, 8))
                 if fresh[pno] == NULL:
                     for i in range(pno):
                         free(fresh[i])
@@ -687,7 +819,7 @@ cdef class RankIndex:
             if p == NULL:
                 continue
             q = fresh[pno]
-            memcpy(q, p, old_size - <size_t>p.cap * 4)  # header, ids, keys
+            memcpy(q, p, PG_SIZE(p.cap, 4) - <size_t>p.cap * 4)  # header, ids, keys
             for i in range(p.n):
                 PG_SEQS(q)[i] = PG_SEQS32(p)[i]
             free(p)
@@ -1403,7 +1535,8 @@ cdef class RankIndex:
             self._link_after(self.header, r, &path, 0, 0)
             return self._put(r, path.update, 0, key, seq, mid, 0)
         pos = self._lower(p, key, seq, name, mlen)
-        if p.n < p.cap:
+        if p.n < self.page_size:
+            p = self._grow(p, path.update)
             return self._put(p, path.update, pos, key, seq, mid, rank_p)
         nxt = p.level[0].forward
         if pos == p.n and nxt == NULL:
@@ -1417,13 +1550,15 @@ cdef class RankIndex:
         # so that pages split only when both are nearly full and random
         # arrivals keep pages about 5/6 full, not 2/3; else split in halves.
         room = max(2, p.cap // SHARE_ROOM_DIVISOR)  # 2: both keep room after
-        if nxt != NULL and nxt.n + room <= nxt.cap:
-            self._even(p, nxt)
+        if nxt != NULL and nxt.n + room <= self.page_size:
+            if self._even(p, nxt) < 0:
+                raise MemoryError()
             return self._insert(key, seq, mid)
-        if p.prev != NULL and p.prev.n + room <= p.prev.cap:
-            self._even(p.prev, p)
+        if p.prev != NULL and p.prev.n + room <= self.page_size:
+            if self._even(p.prev, p) < 0:
+                raise MemoryError()
             return self._insert(key, seq, mid)
-        r = self._new_page()
+        r = self._new_page(self._cap_for(p.n - p.n // 2))
         self._link_after(p, r, &path, rank_p, drank_p)
         self._next_cover(p, path.update, rcover)
         half = p.n // 2
@@ -1438,8 +1573,11 @@ cdef class RankIndex:
         self.ndistinct -= <int64_t>lead - p.lead + r.lead  # moved, not new
         p.lead = lead
         if pos <= half:
-            return self._put(p, path.update, pos, key, seq, mid, rank_p)
-        return self._put(r, rcover, pos - half, key, seq, mid, rank_p + half)
+            rank_p = self._put(p, path.update, pos, key, seq, mid, rank_p)
+        else:
+            rank_p = self._put(r, rcover, pos - half, key, seq, mid, rank_p + half)
+        self._shrink(p)
+        return rank_p
 
     cdef Py_ssize_t _put(self, pg_page *p, pg_page **cover, Py_ssize_t pos, double key,
                          uint64_t seq, uint32_t mid, Py_ssize_t rank_p) noexcept:
@@ -1501,8 +1639,10 @@ cdef class RankIndex:
             self._relead_next(p, path.update, next_lead)
         elif pos == 0:
             pass  # its own first entry's leadership was re-counted above
-        if p.n < self.min_fill:
+        if p.n < self.min_fill and p.level[0].forward != NULL:
             self._rebalance(p)
+        else:
+            self._shrink(p)
 
     cdef void _rebalance(self, pg_page *p) noexcept:
         """``p`` fell below the minimum fill: merge it with a neighbour when
@@ -1515,7 +1655,12 @@ cdef class RankIndex:
         if p.level[0].forward == NULL:
             return  # the last page may hold fewer
         a, b = p, p.level[0].forward
-        if a.n + b.n <= a.cap:
+        if a.n + b.n <= self.page_size:
+            if a.n + b.n > a.cap:
+                a = self._resize(a, self._cap_for(a.n + b.n))
+                if a == NULL:
+                    return  # out of memory: the page stays sparse
+                b = a.level[0].forward
             name = self._name(PG_IDS(b)[0], &mlen)
             self._search(PG_KEYS(b)[0], self._seq(b, 0), name, mlen, True, &path)
             self._move_entries(a, a.n, b, 0, b.n)
@@ -1524,15 +1669,28 @@ cdef class RankIndex:
             b.n = 0
             self._unlink_page(b, path.update)
             return
-        self._even(a, b)
+        self._even(a, b)  # out of memory: the page stays sparse
 
-    cdef void _even(self, pg_page *a, pg_page *b) noexcept:
+    cdef int _even(self, pg_page *a, pg_page *b) noexcept:
         """Share the entries of ``a`` and its next page ``b`` out evenly
-        (the second of them gets the odd one)."""
+        (the second of them gets the odd one); -1 if out of memory for the
+        page that gains (nothing changed)."""
         cdef Py_ssize_t move, total
         cdef uint32_t lead_a, lead_b
         cdef int64_t dn
         total = a.n + b.n
+        # The page that gains grows first (it may move), the other shrinks
+        # after.
+        if a.n < b.n and <Py_ssize_t>a.cap < total // 2:
+            a = self._resize(a, self._cap_for(total // 2))
+            if a == NULL:
+                return -1
+            b = a.level[0].forward
+        elif a.n >= b.n and <Py_ssize_t>b.cap < total - total // 2:
+            b = self._resize(b, self._cap_for(total - total // 2))
+            if b == NULL:
+                return -1
+            a = b.prev
         lead_a, lead_b = a.lead, b.lead
         if a.n < b.n:
             move = total // 2 - a.n
@@ -1555,6 +1713,8 @@ cdef class RankIndex:
         self._reaccount(a, dn, <int64_t>a.lead - lead_a)
         self._reaccount(b, -dn, <int64_t>b.lead - lead_b)
         self.ndistinct -= (<int64_t>a.lead - lead_a) + (<int64_t>b.lead - lead_b)
+        self._shrink(b if dn > 0 else a)
+        return 0
 
     # --- the one write path ---------------------------------------------------------
 
@@ -2406,7 +2566,7 @@ cdef class RankIndex:
         cdef list pages = []
         while p != NULL:
             assert p.prev == prevp, "prev link broken"
-            assert 1 <= p.n <= p.cap, f"page holds {p.n} entries"
+            assert 1 <= p.n <= p.cap <= self.page_size, f"page holds {p.n} entries"
             if p.level[0].forward != NULL:
                 assert p.n >= self.min_fill, (
                     f"page below minimum fill: {p.n} < {self.min_fill}")
@@ -2561,7 +2721,7 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
         index._map_put(mid, h)
         index.member_bytes += mlen
         if page == NULL or page.n >= fill:
-            page = index._new_page()
+            page = index._new_page(fill)  # packed: no room kept
             index._append_page(page, last, last_rank, last_drank)
         if page.n == 0:
             index.firstkeys[page.pno] = key
@@ -2581,6 +2741,8 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     for level in range(index.height):
         last[level].level[level].span = <uint32_t>(index.length - last_rank[level])
         last[level].level[level].dspan = <uint32_t>(index.ndistinct - last_drank[level])
+    if page != NULL:
+        index._shrink(page)  # the last page may be short
     index.peak_length = index.length
     index.reset_peaks()
     return index
