@@ -23,7 +23,7 @@ from rankd.client import AsyncClient, Client
 from rankd.cluster.groups import group_of
 
 #: How long each append of the slow group takes.
-SLOW = 1.5
+SLOW = 1.2
 #: An answer that waited for the slow group came after this much.
 HELD = 0.8 * SLOW
 
@@ -103,12 +103,10 @@ def test_a_slow_group_holds_no_other_groups_answers_unless_in_order_was_asked(
 
         # A client that did not ask (every client before the option) gets
         # its answers in request order, the fast one behind the slow one.
-        for hello in ({}, {"out_of_order": False}):
-            member = f"c{len(hello)}"
-            frames = submit_frame(2, slow, member) + submit_frame(3, fast, member)
-            answers = raw_answers(port, hello, frames, 2)
-            assert [message[0] for _, message in answers] == [2, 3], answers
-            assert answers[0][0] >= HELD, answers
+        frames = submit_frame(2, slow, "c0") + submit_frame(3, fast, "c0")
+        answers = raw_answers(port, {}, frames, 2)
+        assert [message[0] for _, message in answers] == [2, 3], answers
+        assert answers[0][0] >= HELD, answers
         with Client("127.0.0.1", port, out_of_order=False) as client:
             assert "out_of_order" not in client.server_info
             assert client.submit(fast, "d", delta=2)["score"] == 2

@@ -615,7 +615,9 @@ class TcpConnection(_Lane, AnyOrder, PipelinedConnection):  # type: ignore[valid
         self.greeted = True
         answer = {"version": wire.VERSION, "server": f"rankd {__version__}",
                   "max_frame": self.server.max_frame}
-        if out_of_order:
+        # Granted where it changes something: a single node commits every
+        # run of a pass at once, and its in-order lane is native.
+        if out_of_order and self.service.engine.replication is not None:
             self._answer_in_any_order()
             answer["out_of_order"] = True
         out.append(wire.ok(request_id, answer))

@@ -1,0 +1,131 @@
+"""Answer order side by side: the Python client over many boards on a
+cluster, one shared client against one client per submitter, with the
+rankd of another checkout (``--base``) and of this one, alternated.
+
+Each round, for each side (base and this checkout, the order swapped every
+round): a fresh database on one throwaway durable Postgres, ``--nodes``
+``rankd serve --cluster-dsn`` nodes run from that side's sources
+(``--ack log``, ``--replicas 1`` where N > 1, none on one node, as
+bench_scale.py), ``--boards`` boards of ``--members`` members, then three
+loads of bench_scale.py's load processes, their client code from the same
+side: ``tcp`` (one ``AsyncClient`` per load process, shared by its
+submitters), ``tcp-each`` (one ``AsyncClient`` per submitter) and
+``redis`` (redis-py's ``RedisCluster``, for reference).  Each row:
+acknowledged submits/s, p50/p99 ms, errors, and the CPU of the nodes,
+Postgres and the load (bench_scale.py's ``Row``); then per load the
+medians of both sides and their ratio.
+
+    python bench/bench_answer_order.py --base /work/wt-base/src --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
+
+from bench_moves import postgres_server  # noqa: E402
+from bench_scale import (  # noqa: E402
+    HEADER,
+    Cpu,
+    Row,
+    fill,
+    load_average,
+    postmaster_pid,
+    run_load,
+)
+from daemon import Daemon  # noqa: E402
+
+LOADS = [("tcp", "Python TCP client, shared"), ("tcp-each", "Python TCP client, one each"),
+         ("redis", "redis-py RedisCluster")]
+
+
+def start(root: Path, dsn: str, count: int, src: str) -> list[Daemon]:
+    """``count`` nodes run from ``src`` (bench_moves.start_nodes' options)."""
+    root.mkdir(parents=True, exist_ok=True)
+    nodes = [Daemon(root / f"n{i}", "--cluster-dsn", dsn, "--node-id", f"n{i}",
+                    "--lease-seconds", "2", "--log-format", "text", "--replicas",
+                    str(min(1, count - 1)), "--rate-address-writes", "0",
+                    "--group-idle-seconds", "0", env={"PYTHONPATH": src})
+             for i in range(count)]
+    for node in nodes:
+        node.start()
+        while node.request("GET", "/v1/ready")[0] != 200:
+            time.sleep(0.05)
+    return nodes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="the other checkout's src directory")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--boards", type=int, default=256)
+    parser.add_argument("--members", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--submitters", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--settle", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    sides = {"base": str(Path(args.base).resolve()), "this": str(HERE.parent / "src")}
+    boards = [f"s{i}" for i in range(args.boards)]
+    print(f"# bench_answer_order: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+          f"{args.nodes} node(s), {args.boards} boards, {args.submitters} submitters, "
+          f"{args.seconds:g} s per load, load average {load_average()}", flush=True)
+    rows: dict[tuple[str, str], list[Row]] = {}
+    with tempfile.TemporaryDirectory() as name, postgres_server() as server:
+        pg = postmaster_pid(server.cluster.data)
+        for round_ in range(args.rounds):
+            order = list(sides) if round_ % 2 == 0 else list(sides)[::-1]
+            for side in order:
+                src = sides[side]
+                nodes = start(Path(name) / f"r{round_}-{side}", server.create_database(),
+                              args.nodes, src)
+                try:
+                    fill(nodes, boards, args.members)
+                    time.sleep(args.settle)
+                    cpu = Cpu({"servers": [n.process.pid for n in nodes], "postgres": [pg]})
+                    # The load processes import the client of the same side.
+                    os.environ["PYTHONPATH"] = src
+                    for client, what in LOADS:
+                        port = nodes[0].resp_port if client == "redis" else nodes[0].tcp_port
+                        row = run_load(client, port, boards, args, cpu,
+                                       f"{what}, {side}, round {round_ + 1}")
+                        rows.setdefault((client, side), []).append(row)
+                        print("| " + " | ".join(row.cells()) + " |", flush=True)
+                finally:
+                    for node in nodes:
+                        node.stop(timeout=30)
+    print("\n| " + " | ".join(HEADER) + " |")
+    print("|" + "---|" * len(HEADER))
+    for measured in rows.values():
+        for row in measured:
+            print("| " + " | ".join(row.cells()) + " |")
+    print("\nMedians (ops/s, p50 ms, p99 ms, ops/s per server core), this / base:")
+    for client, what in LOADS:
+        medians = {}
+        for side in sides:
+            measured = rows[(client, side)]
+            medians[side] = [statistics.median(getattr(r, key) for r in measured)
+                             for key in ("rate", "p50_ms", "p99_ms")]
+            medians[side].append(statistics.median(
+                r.rate / r.cores("servers") if r.cores("servers") else 0 for r in measured))
+        base, this = medians["base"], medians["this"]
+        print(f"- {what}: base {base[0]:,.0f}/s p50 {base[1]:.1f} p99 {base[2]:.1f} "
+              f"({base[3]:,.0f}/server core); this {this[0]:,.0f}/s p50 {this[1]:.1f} "
+              f"p99 {this[2]:.1f} ({this[3]:,.0f}/server core); rate x{this[0] / base[0]:.2f}")
+    print(f"\nload average at the end: {load_average()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
