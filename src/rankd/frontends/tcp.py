@@ -82,6 +82,10 @@ QUEUE_LOW_WATER = 512
 #: :data:`REQUEST_LIMITS` (a frame of empty maps; names and numbers about 3
 #: times), under :data:`HANDSHAKE_LIMITS` into a few KiB.
 QUEUE_HIGH_FRAMES = 2
+#: Runs handed to the engine and not answered yet at which a connection
+#: answered in any order stops handing over more until they all are (a
+#: client that pipelines faster than its groups commit).
+MAX_RUNS_IN_FLIGHT = 1024
 #: Refused requests before authentication (a malformed request, a repeated
 #: hello, one that needs a credential, a failed auth, a health with bad
 #: arguments) at which the connection is closed, as on RESP.
@@ -429,7 +433,8 @@ class TcpConnection(_Lane, AnyOrder, PipelinedConnection):  # type: ignore[valid
                     self._decode(b"")  # the handshake's next request, if any
                     if not self.queue:
                         break
-                if not (self.out_of_order and type(self.queue[0]) is _Packed):
+                if not (self.out_of_order and type(self.queue[0]) is _Packed
+                        and len(self.answering) < MAX_RUNS_IN_FLIGHT):
                     await self.answered()  # runs applied earlier are answered first
                 out: list[bytes] = []
                 head = self.queue[0]
