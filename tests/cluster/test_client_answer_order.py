@@ -66,8 +66,8 @@ def submit_frame(request_id: int, board: str, member: str) -> bytes:
 
 def test_a_slow_group_holds_no_other_groups_answers_unless_in_order_was_asked(
         tmp_path: Path, pg_dsn: str) -> None:
-    slow, fast = boards_in_distinct_groups("order", 2)
-    assert group_of(slow) != group_of(fast)
+    slow, fast, missing = boards_in_distinct_groups("order", 3)
+    assert len({group_of(slow), group_of(fast), group_of(missing)}) == 3
     with nodes(tmp_path, pg_dsn, 1, "--replicas", "0", "--lease-seconds", "60") as (daemon,):
         port = daemon.tcp_port
         with Client("127.0.0.1", port) as client:
@@ -92,14 +92,18 @@ def test_a_slow_group_holds_no_other_groups_answers_unless_in_order_was_asked(
         took = asyncio.run(shared())
         assert took[fast] < SLOW / 2 <= HELD <= took[slow], took
 
-        # Both submits in one read (one packed run over two groups): cut by
-        # group, the fast one answered first.
-        frames = submit_frame(2, slow, "b") + submit_frame(3, fast, "b")
-        answers = raw_answers(port, {"out_of_order": True}, frames, 2)
-        assert [message[0] for _, message in answers] == [3, 2], answers
+        # Submits in one read (one packed run over three groups): cut by
+        # group, the fast one answered first; the part the fast path does
+        # not take (a board that does not exist, of a group no node holds)
+        # goes the general way, behind the runs in flight.
+        frames = (submit_frame(2, slow, "b") + submit_frame(3, fast, "b")
+                  + submit_frame(4, missing, "b"))
+        answers = raw_answers(port, {"out_of_order": True}, frames, 3)
+        assert [message[0] for _, message in answers] == [3, 2, 4], answers
         assert answers[0][0] < SLOW / 2 and answers[1][0] >= HELD, answers
-        assert all(message[1] == wire.OK and message[2]["score"] == 1
-                   for _, message in answers), answers
+        assert [message[2]["score"] for _, message in answers[:2]] == [1, 1], answers
+        _, status, body = answers[2][1]
+        assert status == wire.ERROR and body["code"] == "not_found", answers
 
         # A client that did not ask (every client before the option) gets
         # its answers in request order, the fast one behind the slow one.
