@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
-from bench_moves import postgres_server  # noqa: E402
+from bench_moves import postgres_server, start_nodes  # noqa: E402
 from bench_scale import (  # noqa: E402
     HEADER,
     Cpu,
@@ -49,25 +49,9 @@ from bench_scale import (  # noqa: E402
     postmaster_pid,
     run_load,
 )
-from daemon import Daemon  # noqa: E402
 
 LOADS = [("tcp", "Python TCP client, shared"), ("tcp-each", "Python TCP client, one each"),
          ("redis", "redis-py RedisCluster")]
-
-
-def start(root: Path, dsn: str, count: int, src: str) -> list[Daemon]:
-    """``count`` nodes run from ``src`` (bench_moves.start_nodes' options)."""
-    root.mkdir(parents=True, exist_ok=True)
-    nodes = [Daemon(root / f"n{i}", "--cluster-dsn", dsn, "--node-id", f"n{i}",
-                    "--lease-seconds", "2", "--log-format", "text", "--replicas",
-                    str(min(1, count - 1)), "--rate-address-writes", "0",
-                    "--group-idle-seconds", "0", env={"PYTHONPATH": src})
-             for i in range(count)]
-    for node in nodes:
-        node.start()
-        while node.request("GET", "/v1/ready")[0] != 200:
-            time.sleep(0.05)
-    return nodes
 
 
 def slow_group(dsn: str, board: str, ms: float) -> None:
@@ -121,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             # two figures of a pair saw about the same machine.
             order = list(sides) if round_ % 2 == 0 else list(sides)[::-1]
             dsns = {side: server.create_database() for side in order}
-            clusters = {side: start(Path(name) / f"r{round_}-{side}", dsns[side],
-                                    args.nodes, sides[side])
+            clusters = {side: start_nodes(Path(name) / f"r{round_}-{side}", dsns[side],
+                                          args.nodes, min(1, args.nodes - 1),
+                                          env={"PYTHONPATH": sides[side]})
                         for side in order}
             try:
                 for side, nodes in clusters.items():

@@ -33,15 +33,13 @@ path's requests, a connection that did not ask.
 
 from __future__ import annotations
 
-import logging
 import struct
 from collections.abc import Callable
 from typing import Any
 
 from rankd.engine.errors import EngineError
 from rankd.engine.groups import group_of
-
-log = logging.getLogger(__name__)
+from rankd.frontends.connections import PipelinedConnection
 
 _LENGTH = struct.Struct(">I")
 
@@ -77,15 +75,10 @@ def runs_by_group(packed: Any, max_frame: int, split: Splitter) -> list[Any] | N
 class AnyOrder:
     """The part of a TCP connection that answers in any order (mixed into
     ``TcpConnection``; see the module docstring).  It reads the
-    connection's ``answering``, ``transport``, ``service``, ``closing``,
-    ``gone`` and ``_encoded``."""
+    connection's ``answering`` and ``service``."""
 
     answering: Any
-    transport: Any
     service: Any
-    closing: bool
-    gone: bool
-    _all_answered: Any
 
     def _answer_in_any_order(self) -> None:
         """From now on, write each handed-over run's answers once it is
@@ -97,21 +90,15 @@ class AnyOrder:
     def _applied_any_order(self, entry: list[Any], error: BaseException | None) -> None:
         """``PipelinedConnection._applied`` without the order: this run's
         answers are written now, whatever is still in flight before it."""
+        answering = self.answering
         try:
-            self.answering.remove(entry)
+            answering.remove(entry)
         except ValueError:  # the connection was released meanwhile
             return
-        packed = entry[0]
-        if error is not None:
-            if not isinstance(error, EngineError):
-                log.error("a packed run failed; closing the connection", exc_info=error)
-                self.transport.abort()
-                return
-            packed.answers = [error] * len(packed)
-        if not (self.closing or self.gone):
-            self.transport.write(self._encoded(packed))  # type: ignore[attr-defined]
-        if not self.answering and self._all_answered is not None:
-            self._tell_answered()  # type: ignore[attr-defined]
+        # At the head, the in-order writer answers it (and only it: every
+        # run done before it was answered and removed at once).
+        answering.appendleft(entry)
+        PipelinedConnection._applied(self, entry, error)  # type: ignore[arg-type]
 
     def _hand_over_by_group(self, packed: Any, max_frame: int, split: Splitter,
                             charge: Callable[[int], None] | None) -> list[Any] | None:
