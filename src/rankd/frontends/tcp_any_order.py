@@ -80,12 +80,20 @@ class AnyOrder:
     answering: Any
     service: Any
 
+    any_order = False
+
     def _answer_in_any_order(self) -> None:
         """From now on, write each handed-over run's answers once it is
-        committed.  Called by hello, before any run is handed over: the
-        native lane binds ``_applied`` at its first hand-over."""
-        self.out_of_order = True
-        self._applied = self._applied_any_order  # type: ignore[method-assign]
+        committed (the native lane's ``_applied`` reads ``any_order``)."""
+        self.out_of_order = self.any_order = True
+
+    def _applied(self, entry: list[Any], error: BaseException | None) -> None:
+        """``PipelinedConnection._applied``, or in any order (where the
+        native lane is not built: it decides so itself)."""
+        if self.any_order:
+            self._applied_any_order(entry, error)
+        else:
+            PipelinedConnection._applied(self, entry, error)  # type: ignore[arg-type]
 
     def _applied_any_order(self, entry: list[Any], error: BaseException | None) -> None:
         """``PipelinedConnection._applied`` without the order: this run's
