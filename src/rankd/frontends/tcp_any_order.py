@@ -25,7 +25,11 @@ group this node writes, boards that take unsigned submissions) are
 handed over; the other parts go the general way, request by request,
 behind the runs in flight (the connection's worker waits for them first),
 as before.  Nothing else changes order: every request that is not a plain
-submit still waits for the runs before it to be answered.
+submit still waits for the runs before it to be answered.  A run's answers
+are written by the native lane's completion (``_lanes.Lane._applied``)
+when it is the only run in flight, as on any connection; with
+``any_order`` set, one committed while others are in flight is written at
+once by :meth:`AnyOrder._applied_any_order` instead of waiting its turn.
 
 May not touch: the engine's order of writes (it keeps it), the general
 path's requests, a connection that did not ask.
