@@ -139,6 +139,24 @@ async def _tcp_load(spec: dict[str, Any]) -> dict[str, Any]:
         board, member, delta=1, event_id=event_id), client.close)
 
 
+async def _tcp_each_load(spec: dict[str, Any]) -> dict[str, Any]:
+    """``_tcp_load`` with one ``AsyncClient`` (one connection per node) per submitter."""
+    from rankd.client import AsyncClient
+
+    clients = [AsyncClient("127.0.0.1", spec["port"], retries=2)
+               for _ in range(spec["submitters"])]
+    for client in clients:
+        await client.connect()
+
+    async def close() -> None:
+        for client in clients:
+            await client.close()
+    # The submitter's index is the middle of the event id ``_drive`` makes.
+    return await _drive(spec, lambda board, member, event_id: clients[
+        int(event_id.rsplit("-", 2)[1])].submit(board, member, delta=1, event_id=event_id),
+        close)
+
+
 async def _redis_load(spec: dict[str, Any]) -> dict[str, Any]:
     from redis.asyncio.cluster import RedisCluster
 
@@ -191,7 +209,8 @@ async def _drive(spec: dict[str, Any], submit: Any, close: Any) -> dict[str, Any
 
 
 def worker_main(spec: dict[str, Any]) -> dict[str, Any]:
-    coroutine = _tcp_load(spec) if spec["client"] == "tcp" else _redis_load(spec)
+    coroutine = {"tcp": _tcp_load, "tcp-each": _tcp_each_load}.get(
+        spec["client"], _redis_load)(spec)
     try:
         import uvloop
     except ImportError:

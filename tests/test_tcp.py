@@ -380,3 +380,19 @@ def test_every_request_is_charged_even_health(secured):
     codes = [raw.receive()[2].get("code", "ok") for _ in range(30)]
     assert codes.count("ok") <= 12 and "rate_limited" in codes, codes
     raw.close()
+
+
+def test_hello_takes_out_of_order_as_a_boolean_granted_only_on_a_cluster_node(daemon):
+    raw = Raw(daemon.tcp_port, hello=False)
+    raw.send(wire.request(1, "hello", {"version": 1, "out_of_order": True}))
+    request_id, status, body = raw.receive()
+    assert (request_id, status) == (1, wire.OK) and "out_of_order" not in body, body
+    raw.send(wire.request(2, "submit", {"board": "wins", "member": "ooo", "delta": 1}))
+    assert raw.receive()[:2] == [2, wire.OK]
+    raw.close()
+    raw = Raw(daemon.tcp_port, hello=False)
+    raw.send(wire.request(1, "hello", {"version": 1, "out_of_order": "yes"}))
+    request_id, status, body = raw.receive()
+    assert status == wire.ERROR and body["code"] == "invalid", body
+    assert raw.closed_by_server()
+    raw.close()

@@ -2,7 +2,9 @@
 
 :class:`AsyncClient` (asyncio) and :class:`Client` (blocking) have the same
 methods.  Concurrent calls on one ``AsyncClient`` are pipelined over one
-connection and matched to their answers by request id::
+connection and matched to their answers by request id; the client asks
+the server to answer submits as each is committed (``out_of_order``), so
+on a cluster one slow board group holds no other caller's answer::
 
     async with AsyncClient("127.0.0.1", 7701) as client:
         await client.put_board("arena", {"policy": "sum"})

@@ -11,6 +11,7 @@ from rankd import __version__, wire
 from rankd.client._operations import Operations
 from rankd.client.errors import (
     ConnectionLost,
+    InvalidInput,
     Moved,
     ProtocolError,
     RankdError,
@@ -114,6 +115,13 @@ class AsyncClient(Operations):
     ``min_seq`` carries that position as ``min_seq``: on a cluster a read
     served by a follower then waits until the follower applied the write.
     On a single node answers carry no position and nothing is sent.
+
+    With ``out_of_order`` (the default) the client asks each node in its
+    hello to answer its submits as each one's board group commits rather
+    than in request order (it matches answers by id anyway): on a cluster,
+    the callers sharing a connection then do not wait for each other's
+    slowest group.  A server too old to know the option refuses that hello
+    (``invalid``); the client then connects again with a plain one.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 7701, *, timeout: float = 10.0,
@@ -121,7 +129,7 @@ class AsyncClient(Operations):
                  max_backoff: float = 2.0, client_name: str = f"rankd-python/{__version__}",
                  max_frame: int = wire.MAX_FRAME, token: str | None = None,
                  ssl: ssl_module.SSLContext | None = None, follow_moved: bool = True,
-                 read_your_writes: bool = True) -> None:
+                 read_your_writes: bool = True, out_of_order: bool = True) -> None:
         self.host = host
         self.port = port
         self.timeout = timeout
@@ -136,6 +144,8 @@ class AsyncClient(Operations):
         self.ssl = ssl
         self.follow_moved = follow_moved
         self.read_your_writes = read_your_writes
+        #: Ask for answers in any order (see above); cleared when the server refused it.
+        self.out_of_order = out_of_order
         #: Board -> (epoch, seq) of the last write this client made to it.
         self.positions: dict[str, tuple[int, int]] = {}
         #: Connections to the other cluster nodes ``moved`` answers named.
@@ -193,8 +203,17 @@ class AsyncClient(Operations):
         except (OSError, TimeoutError) as exc:
             raise ConnectionLost(f"cannot connect to rankd at {self.host}:{self.port}: "
                                  f"{exc}") from exc
-        self.server_info = await self._send(connection, "hello", {
-            "version": wire.VERSION, "client": self.client_name})
+        hello = {"version": wire.VERSION, "client": self.client_name}
+        if self.out_of_order:
+            hello["out_of_order"] = True
+        try:
+            self.server_info = await self._send(connection, "hello", hello)
+        except InvalidInput:
+            if not self.out_of_order:
+                raise
+            # A server from before the option: it closed; a plain hello, anew.
+            self.out_of_order = False
+            return await self._open()
         if self.token is not None:
             self.principal = await self._send(connection, "auth", {"token": self.token})
         self._connection = connection
@@ -368,7 +387,8 @@ class AsyncClient(Operations):
                 connect_timeout=self.connect_timeout, retries=self.retries,
                 backoff=self.backoff, max_backoff=self.max_backoff,
                 client_name=self.client_name, max_frame=self.max_frame, token=self.token,
-                ssl=self.ssl, follow_moved=False, read_your_writes=False)
+                ssl=self.ssl, follow_moved=False, read_your_writes=False,
+                out_of_order=self.out_of_order)
         return peer
 
     async def _send_moved_on(self, events: list[dict[str, Any]],

@@ -69,6 +69,10 @@ cdef class Lane:
     cdef public object worker
     cdef public object _all_answered
     cdef public bint closing
+    # The connection's answers may go in any order (TCP's ``out_of_order``:
+    # ``rankd.frontends.tcp_any_order``): a run committed while others are
+    # in flight is answered at once.
+    cdef public bint any_order
     # The transport is lost: replies are dropped (``peer_end``).
     cdef public bint gone
     cdef public bint writable
@@ -161,6 +165,9 @@ cdef class Lane:
                 self.write(self._encode(entry[0]))
             if self._all_answered is not None:
                 self._tell_answered()
+            return
+        if self.any_order:
+            self._applied_any_order(entry, error)
             return
         PipelinedConnection._applied(self, entry, error)
 

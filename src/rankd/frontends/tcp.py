@@ -61,6 +61,7 @@ from rankd.frontends.connections import (
     PipelinedServer,
 )
 from rankd.frontends.service import MAX_BATCH, Service, check_fields, integer
+from rankd.frontends.tcp_any_order import AnyOrder
 from rankd.security import ANONYMOUS_ALL, OPERATION_SCOPES, Gate, Principal, Unauthorized
 from rankd.security.auth import MAX_CREDENTIAL_CHARS
 from rankd.watchdog import ACTIVITY
@@ -81,6 +82,10 @@ QUEUE_LOW_WATER = 512
 #: :data:`REQUEST_LIMITS` (a frame of empty maps; names and numbers about 3
 #: times), under :data:`HANDSHAKE_LIMITS` into a few KiB.
 QUEUE_HIGH_FRAMES = 2
+#: Runs handed to the engine and not answered yet at which a connection
+#: answered in any order stops handing over more until they all are (a
+#: client that pipelines faster than its groups commit).
+MAX_RUNS_IN_FLIGHT = 1024
 #: Refused requests before authentication (a malformed request, a repeated
 #: hello, one that needs a credential, a failed auth, a health with bad
 #: arguments) at which the connection is closed, as on RESP.
@@ -303,7 +308,7 @@ class _GeneralLane:
 _Lane, _ = native_or("rankd.frontends._lanes", "TcpLane", _GeneralLane)
 
 
-class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, misc]
+class TcpConnection(_Lane, AnyOrder, PipelinedConnection):  # type: ignore[valid-type, misc]
     """One client connection."""
 
     def __init__(self, server: TcpServer) -> None:
@@ -323,6 +328,9 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
         self.queued = 0
         self.queued_bytes = 0
         self.greeted = False
+        #: The client asked for its submits' answers in any order (hello's
+        #: ``out_of_order``: :mod:`rankd.frontends.tcp_any_order`).
+        self.out_of_order = False
 
     # --- asyncio.Protocol ---------------------------------------------------------
 
@@ -425,7 +433,9 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
                     self._decode(b"")  # the handshake's next request, if any
                     if not self.queue:
                         break
-                await self.answered()  # runs applied earlier are answered first
+                if not (self.out_of_order and type(self.queue[0]) is _Packed
+                        and len(self.answering) < MAX_RUNS_IN_FLIGHT):
+                    await self.answered()  # runs applied earlier are answered first
                 out: list[bytes] = []
                 head = self.queue[0]
                 if self.gone and gone_work.tcp_read_only(head, OPERATIONS):
@@ -600,13 +610,22 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
                              f"not {version!r}")
             return
         try:
-            check_fields(args, {"version"}, {"client"}, "hello arguments")
+            check_fields(args, {"version"}, {"client", "out_of_order"}, "hello arguments")
+            out_of_order = args.get("out_of_order", False)
+            if type(out_of_order) is not bool:
+                raise InvalidInput("out_of_order must be true or false")
         except EngineError as exc:
             self._close_with(out, request_id, exc.code, exc.message)
             return
         self.greeted = True
-        out.append(wire.ok(request_id, {"version": wire.VERSION, "server": f"rankd {__version__}",
-                                        "max_frame": self.server.max_frame}))
+        answer = {"version": wire.VERSION, "server": f"rankd {__version__}",
+                  "max_frame": self.server.max_frame}
+        # Granted where it changes something: a single node commits every
+        # run of a pass at once, and its in-order lane is native.
+        if out_of_order and self.service.engine.replication is not None:
+            self._answer_in_any_order()
+            answer["out_of_order"] = True
+        out.append(wire.ok(request_id, answer))
 
     async def _submit_group(self, out: list[bytes]) -> None:
         """Consecutive submit requests at the head of the queue, as one batch."""
@@ -661,11 +680,18 @@ class TcpConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mis
     async def _submit_packed(self, packed: Any, out: list[bytes]) -> None:
         """A queued packed run of plain submits (see the module docstring)."""
         if not self._takes(packed):
-            requests, sizes = self.decoder.requests_of(packed)
-            self.queue.extendleft(reversed(requests))
-            self.sizes.extendleft(reversed(sizes))
-            self.queued += len(requests)
-            self.queued_bytes += sum(sizes)
+            rest = self._hand_over_by_group(
+                packed, self.decoder.max_frame, _split, self._charger("submit")
+            ) if self.out_of_order and self.service.engine.replication is not None else None
+            for run in reversed([packed] if rest is None else rest):
+                requests, sizes = self.decoder.requests_of(run)
+                self.queue.extendleft(reversed(requests))
+                self.sizes.extendleft(reversed(sizes))
+                self.queued += len(requests)
+                self.queued_bytes += sum(sizes)
+            return
+        if self.out_of_order:  # answered once committed, whatever comes after it
+            self._hand_over(packed)
             return
         try:
             await self.service.submit_packed(packed)
