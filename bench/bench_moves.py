@@ -337,10 +337,13 @@ def around(load: Load, cut: CutOver, wall: float) -> str:
 def stalls(logged: str) -> str:
     """The loop watchdog's warnings in ``logged``: how often and where a
     node's event loop was held over its threshold."""
-    found = re.findall(r"event loop held for ([0-9.]+) s[^:]*: (.*)", logged)
-    longest = sorted(found, key=lambda stall: -float(stall[0]))[:STALLS_SHOWN]
+    found = re.findall(r"^(\S+ (\S+)) .*event loop held for ([0-9.]+) s \(over [0-9.]+ s"
+                       r"(?:; CPU meanwhile ([^)]*))?\): (.*)$", logged, re.MULTILINE)
+    longest = sorted(found, key=lambda stall: -float(stall[2]))[:STALLS_SHOWN]
     return (f"{len(found)} loop stalls over 0.1 s; longest: "
-            + ("; ".join(f"{seconds} s at {where[:240]}" for seconds, where in longest)
+            + ("; ".join(f"{seconds} s (ended {clock}"
+                         + (f"; CPU meanwhile {cpu}" if cpu else "") + f") at {where[:200]}"
+                         for _, clock, seconds, cpu, where in longest)
                or "none"))
 
 

@@ -27,6 +27,14 @@ from the sampled stack (which module of ``rankd.frontends`` is running).
 The watcher needs the GIL to sample: a callback stuck in native code that
 holds the GIL is measured (by the heartbeat, once it returns) and logged
 without a stack.
+
+A warning also says where the time went (:class:`CpuSplit`): the CPU the
+loop's thread used since the last beat, and that of the process's other
+threads.  A loop thread that computed all along is a long callback; one
+that barely ran while other threads did waited for the GIL (a worker
+thread's CPU-bound work: uvloop takes the GIL again for every libuv
+callback, each take waiting up to the switch interval); neither ran much:
+the machine's cores were busy elsewhere.
 """
 
 from __future__ import annotations
@@ -155,6 +163,28 @@ def rankd_stack(frame: FrameType | None, limit: int = STACK_FRAMES
     return shown, frontend
 
 
+class CpuSplit:
+    """CPU time used since the last heartbeat was scheduled, by the loop's
+    thread and by the process's other threads (read on the loop's thread)."""
+
+    __slots__ = ("process", "thread")
+
+    def __init__(self) -> None:
+        self.thread = time.thread_time()
+        self.process = time.process_time()
+
+    def since(self) -> tuple[float, float]:
+        """``(loop thread, other threads)`` CPU seconds since this was made."""
+        thread = time.thread_time() - self.thread
+        return thread, max(0.0, time.process_time() - self.process - thread)
+
+
+def cpu_text(late: float, loop_cpu: float, others_cpu: float) -> str:
+    """How a stall of ``late`` seconds splits, for its warning."""
+    return (f"CPU meanwhile {loop_cpu * 1000:.0f} ms in the loop's thread, "
+            f"{others_cpu * 1000:.0f} ms in others")
+
+
 class LoopWatchdog:
     """Heartbeat on one event loop plus the watcher thread (see the module)."""
 
@@ -178,6 +208,7 @@ class LoopWatchdog:
         self._due = 0.0
         self._beat_number = 0
         self._sample: Sample | None = None
+        self._cpu = CpuSplit()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -203,6 +234,7 @@ class LoopWatchdog:
 
     def _schedule(self) -> None:
         self._due = time.monotonic() + self.interval
+        self._cpu = CpuSplit()
         self._handle = self._loop.call_later(self.interval, self._beat)  # type: ignore[union-attr]
 
     def _beat(self) -> None:
@@ -211,21 +243,23 @@ class LoopWatchdog:
             late = 0.0  # the loop's clock has millisecond steps
         self.histogram.observe(late)
         if late > self.threshold:
-            self._stalled(late)
+            self._stalled(late, *self._cpu.since())
         self._beat_number += 1
         self.activity.clear()
         self._schedule()
 
-    def _stalled(self, late: float) -> None:
+    def _stalled(self, late: float, loop_cpu: float = 0.0, others_cpu: float = 0.0) -> None:
         self.stalls += 1
         sample = self._sample
         if sample is not None and sample.beat == self._beat_number:
             where = sample.describe()
         else:  # not sampled (the watcher had no GIL): the marker alone
             where = describe(self.activity.frontend, self.activity.command, [])
-        log.warning("event loop held for %.3f s (over %g s): %s", late,
-                    self.threshold, where,
-                    extra={"fields": {"stall_seconds": round(late, 4)}})
+        log.warning("event loop held for %.3f s (over %g s; %s): %s", late,
+                    self.threshold, cpu_text(late, loop_cpu, others_cpu), where,
+                    extra={"fields": {"stall_seconds": round(late, 4),
+                                      "loop_cpu_seconds": round(loop_cpu, 4),
+                                      "other_threads_cpu_seconds": round(others_cpu, 4)}})
 
     def _watch(self) -> None:
         """The watcher thread: sample a late heartbeat, log a loop held for good."""
