@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import datetime
@@ -185,6 +186,8 @@ class Load:
         #: attempt, [(sent, answered, node, status)]) (monotonic times).
         self.retried: list[tuple[str, float, list[tuple[float, float, int, int]]]] = []
         self.refused = 0
+        #: Refused attempts by way and answer (HTTP status, 0: no answer).
+        self.refusals: collections.Counter[tuple[str, int]] = collections.Counter()
         self.running = True
         #: The group's primary, as last polled.
         self.primary = 0
@@ -230,6 +233,7 @@ class Load:
                     status = 0
                 attempts.append((sent, time.monotonic(), at, status))
                 self.refused += 1
+                self.refusals[way, status] += 1
                 if not self.running:
                     return
                 if way == "primary":
@@ -418,7 +422,9 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
             await asyncio.sleep(2.0)
         load.running = False
         await running
-        print(f"writes refused and sent again over the whole run: {load.refused}")
+        print(f"writes refused and sent again over the whole run: {load.refused} ("
+              + ", ".join(f"{way} {status or 'no answer'}: {count}"
+                          for (way, status), count in sorted(load.refusals.items())) + ")")
     except BaseException:
         for node in nodes:  # what went wrong, as the nodes saw it
             alive = node.process is not None and node.process.poll() is None
