@@ -188,6 +188,8 @@ class Load:
         self.refused = 0
         #: Refused attempts by way and answer (HTTP status, 0: no answer).
         self.refusals: collections.Counter[tuple[str, int]] = collections.Counter()
+        #: The first answers of each kind of refusal (what the node said).
+        self.refused_bodies: dict[tuple[str, int], list[str]] = {}
         self.running = True
         #: The group's primary, as last polled.
         self.primary = 0
@@ -229,6 +231,9 @@ class Load:
                     if answer.status not in (421, 503):  # only "elsewhere" or "retry"
                         raise RuntimeError(f"write refused: {answer.status} {body!r}")
                     status = answer.status
+                    shown = self.refused_bodies.setdefault((way, status), [])
+                    if len(shown) < 2:
+                        shown.append(f"n{at}: {body[:200].decode(errors='replace')}")
                 except aiohttp.ClientError:
                     status = 0
                 attempts.append((sent, time.monotonic(), at, status))
@@ -342,11 +347,11 @@ def stalls(logged: str) -> str:
     """The loop watchdog's warnings in ``logged``: how often and where a
     node's event loop was held over its threshold."""
     found = re.findall(r"^(\S+ (\S+)) .*event loop held for ([0-9.]+) s \(over [0-9.]+ s"
-                       r"(?:; CPU meanwhile ([^)]*))?\): (.*)$", logged, re.MULTILINE)
+                       r"(?:; ([^)]*))?\): (.*)$", logged, re.MULTILINE)
     longest = sorted(found, key=lambda stall: -float(stall[2]))[:STALLS_SHOWN]
     return (f"{len(found)} loop stalls over 0.1 s; longest: "
             + ("; ".join(f"{seconds} s (ended {clock}"
-                         + (f"; CPU meanwhile {cpu}" if cpu else "") + f") at {where[:200]}"
+                         + (f"; {cpu}" if cpu else "") + f") at {where[:200]}"
                          for _, clock, seconds, cpu, where in longest)
                or "none"))
 
@@ -425,6 +430,8 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
         print(f"writes refused and sent again over the whole run: {load.refused} ("
               + ", ".join(f"{way} {status or 'no answer'}: {count}"
                           for (way, status), count in sorted(load.refusals.items())) + ")")
+        for (way, status), bodies in sorted(load.refused_bodies.items()):
+            print(f"  {way} {status}, first answers: " + "; ".join(bodies))
     except BaseException:
         for node in nodes:  # what went wrong, as the nodes saw it
             alive = node.process is not None and node.process.poll() is None
