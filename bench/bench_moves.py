@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import datetime
@@ -187,6 +188,10 @@ class Load:
         #: attempt, [(sent, answered, node, status)]) (monotonic times).
         self.retried: list[tuple[str, float, list[tuple[float, float, int, int]]]] = []
         self.refused = 0
+        #: Refused attempts by way and answer (HTTP status, 0: no answer).
+        self.refusals: collections.Counter[tuple[str, int]] = collections.Counter()
+        #: The first answers of each kind of refusal (what the node said).
+        self.refused_bodies: dict[tuple[str, int], list[str]] = {}
         self.running = True
         #: The group's primary, as last polled.
         self.primary = 0
@@ -228,10 +233,14 @@ class Load:
                     if answer.status not in (421, 503):  # only "elsewhere" or "retry"
                         raise RuntimeError(f"write refused: {answer.status} {body!r}")
                     status = answer.status
+                    shown = self.refused_bodies.setdefault((way, status), [])
+                    if len(shown) < 2:
+                        shown.append(f"n{at}: {body[:200].decode(errors='replace')}")
                 except aiohttp.ClientError:
                     status = 0
                 attempts.append((sent, time.monotonic(), at, status))
                 self.refused += 1
+                self.refusals[way, status] += 1
                 if not self.running:
                     return
                 if way == "primary":
@@ -339,10 +348,13 @@ def around(load: Load, cut: CutOver, wall: float) -> str:
 def stalls(logged: str) -> str:
     """The loop watchdog's warnings in ``logged``: how often and where a
     node's event loop was held over its threshold."""
-    found = re.findall(r"event loop held for ([0-9.]+) s[^:]*: (.*)", logged)
-    longest = sorted(found, key=lambda stall: -float(stall[0]))[:STALLS_SHOWN]
+    found = re.findall(r"^(\S+ (\S+)) .*event loop held for ([0-9.]+) s \(over [0-9.]+ s"
+                       r"(?:; ([^)]*))?\): (.*)$", logged, re.MULTILINE)
+    longest = sorted(found, key=lambda stall: -float(stall[2]))[:STALLS_SHOWN]
     return (f"{len(found)} loop stalls over 0.1 s; longest: "
-            + ("; ".join(f"{seconds} s at {where[:240]}" for seconds, where in longest)
+            + ("; ".join(f"{seconds} s (ended {clock}"
+                         + (f"; {cpu}" if cpu else "") + f") at {where[:200]}"
+                         for _, clock, seconds, cpu, where in longest)
                or "none"))
 
 
@@ -417,7 +429,11 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
             await asyncio.sleep(2.0)
         load.running = False
         await running
-        print(f"writes refused and sent again over the whole run: {load.refused}")
+        print(f"writes refused and sent again over the whole run: {load.refused} ("
+              + ", ".join(f"{way} {status or 'no answer'}: {count}"
+                          for (way, status), count in sorted(load.refusals.items())) + ")")
+        for (way, status), bodies in sorted(load.refused_bodies.items()):
+            print(f"  {way} {status}, first answers: " + "; ".join(bodies))
     except BaseException:
         for node in nodes:  # what went wrong, as the nodes saw it
             alive = node.process is not None and node.process.poll() is None

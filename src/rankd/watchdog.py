@@ -27,6 +27,18 @@ from the sampled stack (which module of ``rankd.frontends`` is running).
 The watcher needs the GIL to sample: a callback stuck in native code that
 holds the GIL is measured (by the heartbeat, once it returns) and logged
 without a stack.
+
+A warning also says where the time went (:class:`CpuSplit`, read every
+:data:`CPU_EVERY` beats: the window a warning covers begins up to that
+many beats before the stall): the CPU the loop's thread used, that of the
+process's other threads, and how often the loop's thread waited (a voluntary context
+switch: I/O, a lock, the GIL) or lost its core (an involuntary one).  A
+loop thread that computed all along is a long callback; one that barely
+ran while other threads did waited for the GIL (a worker thread's
+CPU-bound work: uvloop takes the GIL again for every libuv callback); one
+that barely ran and was preempted often waited for a core (the machine's
+cores busy elsewhere); one that waited often without others running was
+blocked (a write the kernel throttled, say).
 """
 
 from __future__ import annotations
@@ -40,6 +52,11 @@ import time
 from pathlib import Path
 from types import FrameType
 
+try:
+    import resource
+except ImportError:  # (not on Windows: no context switches counted)
+    resource = None  # type: ignore[assignment]
+
 log = logging.getLogger(__name__)
 
 #: Seconds between heartbeats.
@@ -50,6 +67,8 @@ THRESHOLD = 0.100
 STUCK_SECONDS = 1.0
 #: Seconds between the watcher's looks at the heartbeat.
 WATCH_PERIOD = 0.050
+#: Beats between two readings of the CPU a stall's warning splits (see CpuSplit).
+CPU_EVERY = 5
 #: Upper bounds of the histogram's buckets, in seconds.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
            30.0)
@@ -155,6 +174,49 @@ def rankd_stack(frame: FrameType | None, limit: int = STACK_FRAMES
     return shown, frontend
 
 
+_RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None) if resource else None
+
+
+def _thread_usage() -> tuple[float, int, int]:
+    """The calling thread's CPU seconds and ``(voluntary, involuntary)``
+    context switches so far (one system call: this runs every beat)."""
+    if _RUSAGE_THREAD is None:
+        return time.thread_time(), 0, 0
+    usage = resource.getrusage(_RUSAGE_THREAD)
+    return usage.ru_utime + usage.ru_stime, usage.ru_nvcsw, usage.ru_nivcsw
+
+
+class CpuSplit:
+    """CPU time used since the last heartbeat was scheduled, by the loop's
+    thread and by the process's other threads, and the loop thread's
+    context switches (read on the loop's thread)."""
+
+    __slots__ = ("at", "process", "thread")
+
+    def __init__(self) -> None:
+        self.at = time.monotonic()
+        self.thread = _thread_usage()
+        self.process = time.process_time()
+
+    def since(self) -> tuple[float, float, float, int, int]:
+        """Seconds since this was made, ``(loop thread, other threads)`` CPU
+        seconds in them, and the loop thread's voluntary (it waited: I/O, a
+        lock, the GIL) and involuntary (its core was taken) context switches."""
+        cpu, voluntary, involuntary = _thread_usage()
+        thread = cpu - self.thread[0]
+        return (time.monotonic() - self.at, thread,
+                max(0.0, time.process_time() - self.process - thread),
+                voluntary - self.thread[1], involuntary - self.thread[2])
+
+
+def cpu_text(window: float, loop_cpu: float, others_cpu: float, waited: int = 0,
+             preempted: int = 0) -> str:
+    """Where a stall's time went (over the last ``window`` seconds), for its warning."""
+    return (f"in the last {window * 1000:.0f} ms: CPU {loop_cpu * 1000:.0f} ms in the loop's "
+            f"thread, {others_cpu * 1000:.0f} ms in others; the loop's thread waited "
+            f"{waited} times, was preempted {preempted} times")
+
+
 class LoopWatchdog:
     """Heartbeat on one event loop plus the watcher thread (see the module)."""
 
@@ -178,6 +240,7 @@ class LoopWatchdog:
         self._due = 0.0
         self._beat_number = 0
         self._sample: Sample | None = None
+        self._cpu = CpuSplit()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -203,6 +266,8 @@ class LoopWatchdog:
 
     def _schedule(self) -> None:
         self._due = time.monotonic() + self.interval
+        if self._beat_number % CPU_EVERY == 0:  # (a few system calls: not every beat)
+            self._cpu = CpuSplit()
         self._handle = self._loop.call_later(self.interval, self._beat)  # type: ignore[union-attr]
 
     def _beat(self) -> None:
@@ -211,21 +276,26 @@ class LoopWatchdog:
             late = 0.0  # the loop's clock has millisecond steps
         self.histogram.observe(late)
         if late > self.threshold:
-            self._stalled(late)
+            self._stalled(late, *self._cpu.since())
         self._beat_number += 1
         self.activity.clear()
         self._schedule()
 
-    def _stalled(self, late: float) -> None:
+    def _stalled(self, late: float, window: float = 0.0, loop_cpu: float = 0.0,
+                 others_cpu: float = 0.0, waited: int = 0, preempted: int = 0) -> None:
         self.stalls += 1
         sample = self._sample
         if sample is not None and sample.beat == self._beat_number:
             where = sample.describe()
         else:  # not sampled (the watcher had no GIL): the marker alone
             where = describe(self.activity.frontend, self.activity.command, [])
-        log.warning("event loop held for %.3f s (over %g s): %s", late,
-                    self.threshold, where,
-                    extra={"fields": {"stall_seconds": round(late, 4)}})
+        log.warning("event loop held for %.3f s (over %g s; %s): %s", late,
+                    self.threshold, cpu_text(window, loop_cpu, others_cpu, waited, preempted),
+                    where,
+                    extra={"fields": {"stall_seconds": round(late, 4),
+                                      "loop_cpu_seconds": round(loop_cpu, 4),
+                                      "other_threads_cpu_seconds": round(others_cpu, 4),
+                                      "loop_waits": waited, "loop_preemptions": preempted}})
 
     def _watch(self) -> None:
         """The watcher thread: sample a late heartbeat, log a loop held for good."""

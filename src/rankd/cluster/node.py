@@ -47,7 +47,7 @@ import asyncpg
 
 from rankd._tasks import STOP_SECONDS, stop_task
 from rankd.cluster import capacity, disk_fit
-from rankd.cluster.catchup import apply_slices, too_long
+from rankd.cluster.catchup import SliceSize, apply_slices, too_long
 from rankd.cluster.committer import GroupCommitter, LogLost
 from rankd.cluster.cutover import Phases
 from rankd.cluster.freshness import Freshness
@@ -677,6 +677,9 @@ class ClusterNode:
     def _apply(self, group: int, logged: list[tuple[int, int, bytes]]) -> Awaitable[None]:
         if too_long(logged):
             return self._apply_sliced(group, logged)
+        return self._apply_now(group, logged)
+
+    def _apply_now(self, group: int, logged: list[tuple[int, int, bytes]]) -> Awaitable[None]:
         if self.engine.held_in(group):  # a snapshot is dumping its indexes: after it
             return self._apply_released(group, logged)
         seq = self.engine.positions.get(group, (0, 0))[0]
@@ -693,9 +696,12 @@ class ClusterNode:
         node that gains it, or catches up) a slice at a time, letting the
         event loop serve between slices."""
         applied = []
-        for part in apply_slices(logged):
-            await self.engine.released(group)  # (then _apply applies the part at once)
-            applied.append(self._apply(group, part))
+        sizes = SliceSize()  # (each slice sized by what the one before cost)
+        for part in apply_slices(logged, sizes):
+            await self.engine.released(group)  # (then _apply_now applies the part at once)
+            started = time.thread_time()
+            applied.append(self._apply_now(group, part))
+            sizes.timed(len(part), time.thread_time() - started)
             await asyncio.sleep(0)
         await asyncio.gather(*applied)
 

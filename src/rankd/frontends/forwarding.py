@@ -4,10 +4,13 @@ On a cluster any node accepts any request.  A write whose board's group
 another node writes (the engine raises ``NotPrimary`` naming it: only a node
 the cluster vouches for, see :mod:`rankd.cluster.trust`) is sent there
 once, as it came (method, path, query, body), and its answer is returned as
-that node gave it.  The forwarded request carries :data:`FORWARDED`: a node
-that gets one and does not write the group either (the group moved
-meanwhile) answers ``not_primary`` itself instead of forwarding again, so a
-request never goes round.
+that node gave it.  The forwarded request carries :data:`FORWARDED` and its
+hop (:data:`HOP`): a node that gets one and does not write the group either
+sends it on once more (:data:`MAX_HOPS`), and answers ``not_primary`` itself
+after that, so a request never goes round.  The second hop is for a group
+that moved meanwhile: a write sent to the source just before a move's
+cut-over waits there (:mod:`rankd.cluster.cutover`) and then goes on to
+the target, rather than back to the client as ``421`` to be sent again.
 
 The first node already checked the request's ``Origin`` (and its own
 ``Host``), and the client's credential: none of them is passed on.  The
@@ -28,16 +31,44 @@ from rankd.security import Gate, Principal, Unauthorized, audit
 
 #: Marks a forwarded request (its value: the forwarding node).
 FORWARDED = "X-Rankd-Forwarded-By"
+#: A forward's hop, from 2 on (absent: the first), signed with it.
+HOP = "X-Rankd-Forward-Hop"
+#: The most nodes a request is sent through after the one it reached.
+MAX_HOPS = 2
+#: The request key of a forwarded request's caller address (as the first node saw it).
+CALLER_ADDRESS = "rankd_caller_address"
 #: Headers not passed on: per-connection ones, the client's credential, and
 #: those the first node checked.
 _DROPPED = frozenset({"host", "origin", "connection", "keep-alive", "transfer-encoding",
                       "content-length", "te", "trailer", "upgrade", "proxy-authorization",
-                      "authorization", "cookie", FORWARDED.lower(), FORWARD_AUTH.lower()})
+                      "authorization", "cookie", FORWARDED.lower(), FORWARD_AUTH.lower(),
+                      HOP.lower()})
 
 
 def forwarded(request: web.Request) -> bool:
     """Whether ``request`` says it was forwarded to this node already."""
     return FORWARDED in request.headers
+
+
+def hop(request: web.Request) -> int:
+    """How many nodes forwarded ``request`` on its way here (0: from a client)."""
+    if FORWARDED not in request.headers:
+        return 0
+    try:
+        return max(1, int(request.headers.get(HOP, "1")))
+    except ValueError:
+        return MAX_HOPS  # (the signature fails too: it covers the hop)
+
+
+def may_forward(request: web.Request) -> bool:
+    """Whether this node may send ``request`` on (it has hops left)."""
+    return hop(request) < MAX_HOPS
+
+
+def _signed_node(node: str, hop: int) -> str:
+    """What a forward's signature names as its node: the node, and its hop
+    past the first (so that a hop changed on the way fails the signature)."""
+    return node if hop <= 1 else f"{node}\0hop={hop}"
 
 
 class Forwarder:
@@ -62,11 +93,15 @@ class Forwarder:
         headers = {name: value for name, value in request.headers.items()
                    if name.lower() not in _DROPPED}
         headers[FORWARDED] = self.node
+        sent_hop = hop(request) + 1
+        if sent_hop > 1:
+            headers[HOP] = str(sent_hop)
         # The path as it came, percent-encoding kept (a board "a/b" is a%2Fb),
         # sent as is (encoded=True): the signed bytes are the ones received.
         path_qs = request.rel_url.raw_path_qs
         headers[FORWARD_AUTH] = self.trust.forward_header(
-            self.node, request.method, path_qs, body, principal, request.remote or "")
+            _signed_node(self.node, sent_hop), request.method, path_qs, body, principal,
+            request.get(CALLER_ADDRESS, request.remote or ""))
         scheme = "https" if request.secure else "http"
         self.forwarded += 1
         async with self._client.request(request.method,
@@ -86,13 +121,15 @@ class Forwarder:
         unless the request carries a valid node credential."""
         try:
             caller = self.trust.verify_forward(
-                request.headers[FORWARDED], request.headers.get(FORWARD_AUTH), request.method,
+                _signed_node(request.headers[FORWARDED], hop(request)),
+                request.headers.get(FORWARD_AUTH), request.method,
                 request.rel_url.raw_path_qs, await request.read())
         except Unauthorized as exc:
             audit("auth_rejected", operation=operation, address=request.remote or "",
                   node=request.headers[FORWARDED][:64], reason=exc.message)
             raise
         gate.admit(caller.principal, operation, caller.address, cost)
+        request[CALLER_ADDRESS] = caller.address  # (passed on if sent on again)
         return caller.principal, caller.address
 
     async def close(self) -> None:

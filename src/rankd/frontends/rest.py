@@ -25,7 +25,7 @@ from aiohttp.web_urldispatcher import _default_expect_handler
 
 from rankd.engine.engine import SETTLE_TRIES
 from rankd.engine.errors import EngineError, NotFound, NotPrimary, Unsettled
-from rankd.frontends.forwarding import Forwarder, forwarded
+from rankd.frontends.forwarding import Forwarder, forwarded, may_forward
 from rankd.frontends.openapi import openapi_document
 from rankd.frontends.origins import COMMON_HEADERS, OriginPolicy
 from rankd.frontends.rest_hot import JSON_HEADERS, HotWays
@@ -142,7 +142,7 @@ async def _answer_to(request: web.Request, exc: Exception, door: Door) -> web.St
         raise exc
     except NotPrimary as exc:
         forwarder = door.forwarder
-        if forwarder is None or exc.primary is None or forwarded(request):
+        if forwarder is None or exc.primary is None or not may_forward(request):
             return error_response(exc.code, exc.message)
         try:
             return await forwarder.forward(request, exc.primary, request[PRINCIPAL])

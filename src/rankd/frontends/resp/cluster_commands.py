@@ -30,7 +30,8 @@ node, before it runs):
   the freshness rules of docs/cluster.md);
 * any other client is served as if the node held everything: its write of a
   slot another node writes is relayed there one hop (:mod:`.relay`) and the
-  answer passed back, and so is its read of a slot another node writes
+  answer passed back (a ``-MOVED`` back, the slot moved meanwhile: one
+  hop more, to the node it names), and so is its read of a slot another node writes
   (it reads its own writes, as from one Redis).  Inside ``MULTI`` nothing is
   relayed (the transaction runs here, its writes answered ``TRYAGAIN`` if
   another node writes them).
@@ -358,6 +359,15 @@ def serves_reads(conn: Context, reads: Any) -> bool:
     return True
 
 
+def moved_address(reply: bytes) -> str | None:
+    """The ``host:port`` a ``-MOVED slot host:port`` reply names (None for
+    any other reply)."""
+    if not reply.startswith(b"-MOVED "):
+        return None
+    parts = reply[1:].split(b"\r\n", 1)[0].split()
+    return parts[2].decode(errors="replace") if len(parts) == 3 else None
+
+
 def _relaying(address: str, node: str, blocking: bool) -> Any:
     """A handler relaying its command to ``node`` at ``address`` (a blocking
     pop waits as long as its own timeout says, the rest :data:`RELAY_SECONDS`)."""
@@ -373,6 +383,19 @@ def _relaying(address: str, node: str, blocking: bool) -> Any:
             return conn.replies.error(
                 f"TRYAGAIN node {node}, which writes this key, did not answer ({exc}); "
                 "its outcome is unknown if it was sent: retry it with the same values")
+        moved_to = moved_address(reply)
+        if moved_to is not None and moved_to != address:
+            # The slot moved meanwhile (sent just before a move's cut-over, the
+            # command waited there): one more hop, to the node now serving it.
+            try:
+                reply = await state.relay.send(moved_to, words, version=conn.replies.version,
+                                               credential=state.credential,
+                                               seconds=None if blocking else RELAY_SECONDS)
+            except RelayFailed as exc:
+                return conn.replies.error(
+                    f"TRYAGAIN the key's slot moved to {moved_to}, which did not answer "
+                    f"({exc}); its outcome is unknown if it was sent: retry it with the "
+                    "same values")
         if reply.startswith((b"-MOVED", b"-ASK")):
             return conn.replies.error("TRYAGAIN the key's slot moved to another node; "
                                       "nothing was applied")

@@ -13,8 +13,10 @@ for a RESP3 client), authenticates with the client's own credential when
 it gave one (credentials are valid cluster-wide; only nodes the cluster
 vouches for are ever named by the topology), and first sends ``CLUSTER
 MYID``, which makes the far node answer ``-MOVED`` rather than relay again:
-a command never goes round.  Such a ``-MOVED`` (the slot moved meanwhile)
-reaches the plain client as ``-TRYAGAIN``, which it can retry.
+a command never goes round.  Such a ``-MOVED`` (the slot moved meanwhile:
+sent just before a move's cut-over) is relayed once more, to the node it
+names; a second ``-MOVED`` reaches the plain client as ``-TRYAGAIN``, which
+it can retry.
 """
 
 from __future__ import annotations
