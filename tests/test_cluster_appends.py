@@ -101,9 +101,13 @@ def test_a_batch_whose_session_ends_midway_is_settled_by_each_committer_once(pg_
                        for g in groups]
             pid = None
             for _ in range(200):
-                pid = await blocker.fetchval(
-                    "SELECT pid FROM pg_stat_activity WHERE query LIKE '%rankd_append_many%' "
-                    "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")
+                # (Not from the blocker: a transaction sees one snapshot of
+                # pg_stat_activity.)
+                async with store.pool.acquire() as conn:
+                    pid = await conn.fetchval(
+                        "SELECT pid FROM pg_stat_activity WHERE query LIKE "
+                        "'%rankd_append_many%' AND wait_event_type = 'Lock' "
+                        "AND pid <> pg_backend_pid()")
                 if pid is not None:
                     break
                 await asyncio.sleep(0.02)
