@@ -95,12 +95,14 @@ def postgres_server() -> Iterator[Server]:
 
 
 def start_nodes(root: Path, dsn: str, count: int, replicas: int,
-                first: int = 0) -> list[Daemon]:
-    """``count`` nodes named ``n{first}``, ``n{first + 1}``..., started and ready."""
+                first: int = 0, env: dict[str, str] | None = None) -> list[Daemon]:
+    """``count`` nodes named ``n{first}``, ``n{first + 1}``..., started and
+    ready (``env``: the nodes' extra environment, e.g. another PYTHONPATH)."""
     root.mkdir(parents=True, exist_ok=True)
     nodes = [Daemon(root / f"n{i}", "--cluster-dsn", dsn, "--node-id", f"n{i}",
                     "--lease-seconds", "2", "--log-format", "text", "--replicas",
-                    str(replicas), "--rate-address-writes", "0", "--group-idle-seconds", "0")
+                    str(replicas), "--rate-address-writes", "0", "--group-idle-seconds", "0",
+                    env=env)
              for i in range(first, first + count)]
     for node in nodes:
         node.start()
