@@ -10,12 +10,14 @@ group that are ready at the same moment as one statement,
 
 Design:
 
-* **When.**  An append asked for while fewer than :data:`MAX_IN_FLIGHT`
-  round trips are out is sent at the end of the event-loop pass it was asked
-  in, with every other append asked in that pass; once that many are out,
-  appends wait and go together in the next one as soon as one returns.  One
-  busy group therefore still sends at once, as before (a batch of one is the
-  plain ``rankd_append`` of one group), and many busy groups share round trips.
+* **When.**  An append asked for while no round trip is out and none waits
+  is sent at once, in its caller's task, as ``rankd_append`` of that group
+  alone: one busy group's appends (a committer has one in flight) take the
+  path they took before batching.  Otherwise, while fewer than
+  :data:`MAX_IN_FLIGHT` round trips are out, it is sent at the end of the
+  event-loop pass it was asked in, with every other append asked in that
+  pass; once that many are out, appends wait and go together in the next
+  one as soon as one returns.  So many busy groups share round trips.
 * **Fencing, per group, as strong as alone.**  ``rankd_append_many`` runs the
   compare-and-set of ``rankd_append`` for each group in turn, inside the one
   transaction: lock the register row, check the epoch and that the batch
@@ -146,9 +148,11 @@ class AppendBatcher:
         self._in_flight = 0
         self._scheduled = False
         self._tasks: set[asyncio.Task] = set()  # referenced while they run
-        #: Round trips made (a batch, or one group alone), groups appended
-        #: through them, and batches that failed and were sent again per group.
+        #: Round trips made (a batch, or one group alone), those of several
+        #: groups, groups appended through them, and batches that failed and
+        #: were sent again per group.
         self.round_trips = 0
+        self.batches = 0
         self.appends = 0
         self.split = 0
 
@@ -158,6 +162,15 @@ class AppendBatcher:
         answer), sent with the others ready at the same moment."""
         loop = asyncio.get_running_loop()
         request = _Append(group, epoch, first_seq, last_seq, framed, loop.create_future())
+        if self._in_flight == 0 and not self._ready and not self._scheduled:
+            # Nothing else out nor waiting (one busy group, or the first
+            # append after a lull): sent now, in this task, as before batching.
+            self._in_flight += 1
+            try:
+                await self._alone(request)
+            finally:
+                self._returned()
+            return request.done.result()
         self._ready.append(request)
         if not self._scheduled and self._in_flight < MAX_IN_FLIGHT:
             self._scheduled = True
@@ -191,10 +204,14 @@ class AppendBatcher:
             else:
                 await self._together(batch)
         finally:
-            self._in_flight -= 1
-            if self._ready and not self._scheduled:
-                self._scheduled = True
-                asyncio.get_running_loop().call_soon(self._start)
+            self._returned()
+
+    def _returned(self) -> None:
+        """A round trip ended: what waits for one goes at the end of this pass."""
+        self._in_flight -= 1
+        if self._ready and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._start)
 
     async def _alone(self, request: _Append) -> None:
         """One group's append, as ``rankd_append`` (waits for its register's lock)."""
@@ -223,6 +240,7 @@ class AppendBatcher:
         # but two batches of one node keep to one order all the same).
         batch.sort(key=lambda request: request.group)
         self.round_trips += 1
+        self.batches += 1
         self.appends += len(batch)
         try:
             async with self.pool.acquire() as conn:
