@@ -10,14 +10,17 @@ group that are ready at the same moment as one statement,
 
 Design:
 
-* **When.**  An append asked for while no round trip is out and none waits
-  is sent at once, in its caller's task, as ``rankd_append`` of that group
-  alone: one busy group's appends (a committer has one in flight) take the
-  path they took before batching.  Otherwise, while fewer than
-  :data:`MAX_IN_FLIGHT` round trips are out, it is sent at the end of the
-  event-loop pass it was asked in, with every other append asked in that
-  pass; once that many are out, appends wait and go together in the next
-  one as soon as one returns.  So many busy groups share round trips.
+* **When.**  An append asked for while fewer than :data:`MAX_IN_FLIGHT`
+  round trips are out is sent at the end of the event-loop pass it was asked
+  in, with every other append asked in that pass; once that many are out,
+  appends wait and go together in the next one as soon as one returns.  One
+  busy group (a committer has one append in flight) therefore still sends
+  each append at once, one loop iteration later, as the plain
+  ``rankd_append`` of that group alone, and many busy groups share round
+  trips.  (Sending an append at once in its caller's task when nothing else
+  was out was tried: it spends one of the round trips on a group alone at
+  the start of every burst, and bursty clients, the Python TCP client's
+  pipelined batches over many groups, measured slower with it.)
 * **Fencing, per group, as strong as alone.**  ``rankd_append_many`` runs the
   compare-and-set of ``rankd_append`` for each group in turn, inside the one
   transaction: lock the register row, check the epoch and that the batch
@@ -162,15 +165,6 @@ class AppendBatcher:
         answer), sent with the others ready at the same moment."""
         loop = asyncio.get_running_loop()
         request = _Append(group, epoch, first_seq, last_seq, framed, loop.create_future())
-        if self._in_flight == 0 and not self._ready and not self._scheduled:
-            # Nothing else out nor waiting (one busy group, or the first
-            # append after a lull): sent now, in this task, as before batching.
-            self._in_flight += 1
-            try:
-                await self._alone(request)
-            finally:
-                self._returned()
-            return request.done.result()
         self._ready.append(request)
         if not self._scheduled and self._in_flight < MAX_IN_FLIGHT:
             self._scheduled = True
