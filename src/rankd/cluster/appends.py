@@ -20,7 +20,8 @@ Design:
   trips.  (Sending an append at once in its caller's task when nothing else
   was out was tried: it spends one of the round trips on a group alone at
   the start of every burst, and bursty clients, the Python TCP client's
-  pipelined batches over many groups, measured slower with it.)
+  pipelined batches over many groups, measured slower with it in a run of
+  bench_groupbatch.py, bench/README.md.)
 * **Fencing, per group, as strong as alone.**  ``rankd_append_many`` runs the
   compare-and-set of ``rankd_append`` for each group in turn, inside the one
   transaction: lock the register row, check the epoch and that the batch
