@@ -4,6 +4,7 @@ port, side by side in one run.
     python bench/bench_resp.py                 # 1M members, 5 rounds
     python bench/bench_resp.py --members 100000 --rounds 1 --requests 20000   # quick
     python bench/bench_resp.py --pages ...     # also rankd on the paged index layout
+    python bench/bench_resp.py --pages --base-src ../wt-base/src ...  # and before a change
 
 Servers, all on loopback, one at a time on the machine's cores:
 
@@ -11,8 +12,11 @@ Servers, all on loopback, one at a time on the machine's cores:
 * ``redis-aof``: redis-server with ``appendonly yes``, ``appendfsync everysec``;
 * ``rankd``: ``rankd serve --fsync everysec`` (its WAL, fsynced every second);
 * ``rankd-pages``, with ``--pages``: the same on ``--index pages`` (the compact
-  paged index, served through the general paths); a last table sets it
-  against ``rankd`` (rates and CPU per request, paired by round).
+  paged index); a last table sets it against ``rankd`` (rates and CPU per
+  request, paired by round);
+* ``rankd@base`` (and ``rankd-pages@base``), with ``--base-src DIR``: the same
+  daemons run from another checkout's sources (built), in the same rounds,
+  so a change's before and after are measured side by side.
 
 Each is loaded with the same ``--members`` members (``ZADD`` in large
 pipelined batches, not timed), then every row runs ``redis-benchmark -c
@@ -266,9 +270,12 @@ def paired_ratio(results: dict[tuple[str, int, str], list[Run]], command: str, d
                                           higher_is_better=higher_is_better))
 
 
-def print_layouts(results: dict[tuple[str, int, str], list[Run]], depths: list[int]) -> None:
+def print_layouts(results: dict[tuple[str, int, str], list[Run]], depths: list[int],
+                  suffix: str = "") -> None:
     """rankd on the paged layout against rankd on the skip list: rates and
-    CPU per request, medians and the median of the rounds' ratios."""
+    CPU per request, medians and the median of the rounds' ratios (of the
+    daemons named with ``suffix``: ``@base`` for ``--base-src``)."""
+    skiplist, pages = "rankd" + suffix, "rankd-pages" + suffix
     print("| command | -P | rankd req/s | rankd-pages req/s | pages / skiplist rate | "
           "rankd CPU us/req | rankd-pages CPU us/req | pages / skiplist CPU |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -276,10 +283,9 @@ def print_layouts(results: dict[tuple[str, int, str], list[Run]], depths: list[i
         for command in COMMANDS:
             rate, paged_rate, cpu, paged_cpu = (
                 statistics.median(run[field] for run in results[(command, depth, name)])
-                for field, name in ((0, "rankd"), (0, "rankd-pages"), (1, "rankd"),
-                                    (1, "rankd-pages")))
-            rates = paired_ratio(results, command, depth, "rankd-pages", "rankd", 0)
-            cpus = 1 / paired_ratio(results, command, depth, "rankd-pages", "rankd", 1,
+                for field, name in ((0, skiplist), (0, pages), (1, skiplist), (1, pages)))
+            rates = paired_ratio(results, command, depth, pages, skiplist, 0)
+            cpus = 1 / paired_ratio(results, command, depth, pages, skiplist, 1,
                                     higher_is_better=False)
             print(f"| `{command}` | {depth} | {rate:,.0f} | {paged_rate:,.0f} | {rates:.2f}x | "
                   f"{cpu:.1f} | {paged_cpu:.1f} | {cpus:.2f}x |")
@@ -306,6 +312,9 @@ def main() -> int:
     parser.add_argument("--depths", default="1,16")
     parser.add_argument("--pages", action="store_true",
                         help="also rankd on --index pages, set against rankd")
+    parser.add_argument("--base-src", type=Path, default=None,
+                        help="also the rankd daemons run from this src dir (another "
+                             "checkout, built), '@base' in the tables")
     args = parser.parse_args()
     if shutil.which("redis-benchmark") is None or shutil.which("redis-server") is None:
         print("redis-server and redis-benchmark are needed (Debian: redis-server, redis-tools)")
@@ -321,11 +330,16 @@ def main() -> int:
         servers = {"redis": (redis.port, redis.process.pid),
                    "redis-aof": (redis_aof.port, redis_aof.process.pid),
                    "rankd": (daemon.resp_port, daemon.process.pid)}
-        paged = None
-        if args.pages:
-            paged = Daemon(Path(root) / "rankd-pages", "--fsync", "everysec", "--tcp-port", "0",
-                           "--index", "pages").start()
-            servers["rankd-pages"] = (paged.resp_port, paged.process.pid)
+        daemons = [daemon]
+        for suffix, src in [("", None)] + ([("@base", args.base_src)] if args.base_src else []):
+            env = None if src is None else {"PYTHONPATH": str(src.resolve())}
+            kinds = (["rankd"] if src is not None else []) + (["rankd-pages"] if args.pages else [])
+            for kind in kinds:
+                extra = ("--index", "pages") if kind == "rankd-pages" else ()
+                started = Daemon(Path(root) / f"{kind}{suffix}", "--fsync", "everysec",
+                                 "--tcp-port", "0", *extra, env=env).start()
+                daemons.append(started)
+                servers[kind + suffix] = (started.resp_port, started.process.pid)
         try:
             for name, (port, _) in servers.items():
                 began = time.monotonic()
@@ -351,9 +365,8 @@ def main() -> int:
                     raise AssertionError(f"{name} holds {held} members, not "
                                          f"{args.members}: the requests missed the load")
         finally:
-            if paged is not None:
-                paged.stop()
-            daemon.stop()
+            for each in daemons:
+                each.stop()
             redis.stop()
             redis_aof.stop()
     print(f"\nredis-benchmark -c 50 -n {args.requests} -r {args.members}, {args.members} "
@@ -387,6 +400,9 @@ def main() -> int:
         print("\nrankd on --index pages against rankd on the skip list (above 1.00: pages "
               "is faster / uses more CPU), median of the rounds' ratios")
         print_layouts(results, depths)
+    if args.pages and args.base_src:
+        print(f"\nthe same, run from {args.base_src} (@base)")
+        print_layouts(results, depths, "@base")
     return 0
 
 
