@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import os
 import resource
 import shutil
@@ -282,8 +283,9 @@ def round_ratios(results: dict[tuple[str, int, str], list[Run]], command: str, d
     medians would mix moments the machine was slow with moments it was not.
     """
     pairs = zip(results[(command, depth, name)], results[(command, depth, other)], strict=True)
+    # (A figure of 0, a time below /proc's tick, gives no ratio.)
     return [ours[field] / theirs[field] if higher_is_better else theirs[field] / ours[field]
-            for ours, theirs in pairs]
+            for ours, theirs in pairs if ours[field] and theirs[field]] or [math.nan]
 
 
 def paired_ratio(results: dict[tuple[str, int, str], list[Run]], command: str, depth: int,
