@@ -35,6 +35,8 @@ cdef int pg_remove(object index, const char *member, Py_ssize_t mlen) except -1
 cdef Py_ssize_t pg_standing(object index, const char *member, Py_ssize_t mlen, double *score,
                             Py_ssize_t *dense, Py_ssize_t *before) noexcept
 cdef void pg_at(object index, Py_ssize_t rank, pg_cursor *cursor) noexcept
+cdef void pg_prefetch_names(object index, pg_cursor *cursor, Py_ssize_t count,
+                            bint forward) noexcept
 cdef const char *pg_member(object index, pg_cursor *cursor, Py_ssize_t *mlen) noexcept
 cdef double pg_score(object index, pg_cursor *cursor) noexcept
 cdef void pg_step(object index, pg_cursor *cursor, bint forward) noexcept

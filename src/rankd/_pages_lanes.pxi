@@ -95,6 +95,14 @@ cdef void pg_at(object index, Py_ssize_t rank, pg_cursor *cursor) noexcept:
     cursor.page = (<RankIndex>index)._page_at(rank, &cursor.pos)
 
 
+cdef void pg_prefetch_names(object index, pg_cursor *cursor, Py_ssize_t count,
+                            bint forward) noexcept:
+    """Start loading the names of ``count`` entries from ``cursor`` on (back
+    unless ``forward``), as a range read of the index does: names lie away
+    from their entries, and a range would wait for each miss in turn."""
+    (<RankIndex>index)._prefetch_names(<pg_page *>cursor.page, cursor.pos, count, not forward)
+
+
 cdef const char *pg_member(object index, pg_cursor *cursor, Py_ssize_t *mlen) noexcept:
     """The member at ``cursor`` (its UTF-8 bytes, ``mlen`` of them), valid
     until the index changes."""

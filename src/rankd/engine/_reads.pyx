@@ -25,8 +25,8 @@ from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 
 from rankd._pages cimport (
-    pg_at, pg_cursor, pg_get, pg_is, pg_length, pg_member, pg_prefetch_name, pg_prefetch_slot,
-    pg_rank, pg_score, pg_step,
+    pg_at, pg_cursor, pg_get, pg_is, pg_length, pg_member, pg_prefetch_name, pg_prefetch_names,
+    pg_prefetch_slot, pg_rank, pg_score, pg_step,
 )
 from rankd._skiplist cimport RK_MEMBER, RankIndex, rk_node
 from rankd.engine._packed cimport (
@@ -250,6 +250,7 @@ cdef bytes _answer(Reads owner, PackedReads reads, Py_ssize_t first, int version
                     rank = start + 1 if from_best else n - start
                     if paged:
                         pg_at(pindex, rank, &at)
+                        pg_prefetch_names(pindex, &at, count, from_best)
                     while count and paged:
                         if pairs:
                             reply_put(&w, "*2\r\n", 4)
