@@ -4,6 +4,7 @@ port, side by side in one run.
     python bench/bench_resp.py                 # 1M members, 5 rounds
     python bench/bench_resp.py --members 100000 --rounds 1 --requests 20000   # quick
     python bench/bench_resp.py --pages ...     # also rankd on the paged index layout
+    python bench/bench_resp.py --pages --base-src ../wt-base/src ...  # and before a change
 
 Servers, all on loopback, one at a time on the machine's cores:
 
@@ -11,8 +12,11 @@ Servers, all on loopback, one at a time on the machine's cores:
 * ``redis-aof``: redis-server with ``appendonly yes``, ``appendfsync everysec``;
 * ``rankd``: ``rankd serve --fsync everysec`` (its WAL, fsynced every second);
 * ``rankd-pages``, with ``--pages``: the same on ``--index pages`` (the compact
-  paged index, served through the general paths); a last table sets it
-  against ``rankd`` (rates and CPU per request, paired by round).
+  paged index); a last table sets it against ``rankd`` (rates and CPU per
+  request, paired by round);
+* ``rankd@base`` (and ``rankd-pages@base``), with ``--base-src DIR``: the same
+  daemons run from another checkout's sources (built), in the same rounds,
+  so a change's before and after are measured side by side.
 
 Each is loaded with the same ``--members`` members (``ZADD`` in large
 pipelined batches, not timed), then every row runs ``redis-benchmark -c
@@ -29,7 +33,8 @@ here, the run's noise.  redis-benchmark writes ``__rand_int__`` as a
 hit, writes update), which the run checks at the end (``ZCARD`` unchanged).
 The two cores are shared by the server and redis-benchmark (which is
 single-threaded) for every server alike.  A second table gives each
-server's own CPU time per request (``/proc``, every thread) over the same
+server's own CPU time per request (``/proc``, every thread: ``schedstat``'s
+nanoseconds where the kernel keeps them, else ``stat``'s ticks) over the same
 runs: it moves far less than the rates with whatever else the machine is
 doing.  A third gives its user-space part: unpipelined, the kernel's share
 (a read and a write per request, the same system calls for every server)
@@ -49,6 +54,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import os
 import resource
 import shutil
@@ -171,6 +177,25 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
+def run_seconds(pid: int) -> float | None:
+    """CPU time the threads of process ``pid`` have run so far, to the
+    nanosecond (``schedstat``; None without it): ``/proc``'s ticks of 10 ms
+    are 0.5 us a request at 20,000 requests, a third of a pipelined read's
+    cost.  A thread that ended meanwhile drops out, as in
+    :func:`voluntary_switches`."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
+                    total += int(stat.read().split()[0])
+            except FileNotFoundError:
+                continue
+    except FileNotFoundError:
+        return None
+    return total / 1e9
+
+
 def voluntary_switches(pid: int) -> int:
     """Times the threads of process ``pid`` have blocked so far (a thread
     that ended meanwhile drops out: the servers' threads live for the run)."""
@@ -196,16 +221,20 @@ def measured(port: int, pid: int, command: str, depth: int, requests: int, membe
              ) -> Run:
     """One run of redis-benchmark against the server ``pid``."""
     user, system = cpu_seconds(pid)
+    ran = run_seconds(pid)
     client = client_cpu_seconds()
     switches = voluntary_switches(pid)
     began = time.monotonic()
     rate = benchmark(port, command, depth, requests, members)
     elapsed = time.monotonic() - began
     user_after, system_after = cpu_seconds(pid)
+    ran_after = run_seconds(pid)
     client = client_cpu_seconds() - client
     switches = voluntary_switches(pid) - switches
     spent = user_after - user
     server = spent + system_after - system
+    if ran is not None and ran_after is not None:
+        server = ran_after - ran  # (the same time, to the nanosecond)
     return Run(rate, server / requests * 1e6, spent / requests * 1e6,
                server / elapsed * 100, client / elapsed * 100, switches / requests * 1e3)
 
@@ -254,8 +283,9 @@ def round_ratios(results: dict[tuple[str, int, str], list[Run]], command: str, d
     medians would mix moments the machine was slow with moments it was not.
     """
     pairs = zip(results[(command, depth, name)], results[(command, depth, other)], strict=True)
+    # (A figure of 0, a time below /proc's tick, gives no ratio.)
     return [ours[field] / theirs[field] if higher_is_better else theirs[field] / ours[field]
-            for ours, theirs in pairs]
+            for ours, theirs in pairs if ours[field] and theirs[field]] or [math.nan]
 
 
 def paired_ratio(results: dict[tuple[str, int, str], list[Run]], command: str, depth: int,
@@ -266,9 +296,12 @@ def paired_ratio(results: dict[tuple[str, int, str], list[Run]], command: str, d
                                           higher_is_better=higher_is_better))
 
 
-def print_layouts(results: dict[tuple[str, int, str], list[Run]], depths: list[int]) -> None:
+def print_layouts(results: dict[tuple[str, int, str], list[Run]], depths: list[int],
+                  suffix: str = "") -> None:
     """rankd on the paged layout against rankd on the skip list: rates and
-    CPU per request, medians and the median of the rounds' ratios."""
+    CPU per request, medians and the median of the rounds' ratios (of the
+    daemons named with ``suffix``: ``@base`` for ``--base-src``)."""
+    skiplist, pages = "rankd" + suffix, "rankd-pages" + suffix
     print("| command | -P | rankd req/s | rankd-pages req/s | pages / skiplist rate | "
           "rankd CPU us/req | rankd-pages CPU us/req | pages / skiplist CPU |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -276,10 +309,9 @@ def print_layouts(results: dict[tuple[str, int, str], list[Run]], depths: list[i
         for command in COMMANDS:
             rate, paged_rate, cpu, paged_cpu = (
                 statistics.median(run[field] for run in results[(command, depth, name)])
-                for field, name in ((0, "rankd"), (0, "rankd-pages"), (1, "rankd"),
-                                    (1, "rankd-pages")))
-            rates = paired_ratio(results, command, depth, "rankd-pages", "rankd", 0)
-            cpus = 1 / paired_ratio(results, command, depth, "rankd-pages", "rankd", 1,
+                for field, name in ((0, skiplist), (0, pages), (1, skiplist), (1, pages)))
+            rates = paired_ratio(results, command, depth, pages, skiplist, 0)
+            cpus = 1 / paired_ratio(results, command, depth, pages, skiplist, 1,
                                     higher_is_better=False)
             print(f"| `{command}` | {depth} | {rate:,.0f} | {paged_rate:,.0f} | {rates:.2f}x | "
                   f"{cpu:.1f} | {paged_cpu:.1f} | {cpus:.2f}x |")
@@ -306,6 +338,9 @@ def main() -> int:
     parser.add_argument("--depths", default="1,16")
     parser.add_argument("--pages", action="store_true",
                         help="also rankd on --index pages, set against rankd")
+    parser.add_argument("--base-src", type=Path, default=None,
+                        help="also the rankd daemons run from this src dir (another "
+                             "checkout, built), '@base' in the tables")
     args = parser.parse_args()
     if shutil.which("redis-benchmark") is None or shutil.which("redis-server") is None:
         print("redis-server and redis-benchmark are needed (Debian: redis-server, redis-tools)")
@@ -321,11 +356,16 @@ def main() -> int:
         servers = {"redis": (redis.port, redis.process.pid),
                    "redis-aof": (redis_aof.port, redis_aof.process.pid),
                    "rankd": (daemon.resp_port, daemon.process.pid)}
-        paged = None
-        if args.pages:
-            paged = Daemon(Path(root) / "rankd-pages", "--fsync", "everysec", "--tcp-port", "0",
-                           "--index", "pages").start()
-            servers["rankd-pages"] = (paged.resp_port, paged.process.pid)
+        daemons = [daemon]
+        for suffix, src in [("", None)] + ([("@base", args.base_src)] if args.base_src else []):
+            env = None if src is None else {"PYTHONPATH": str(src.resolve())}
+            kinds = (["rankd"] if src is not None else []) + (["rankd-pages"] if args.pages else [])
+            for kind in kinds:
+                extra = ("--index", "pages") if kind == "rankd-pages" else ()
+                started = Daemon(Path(root) / f"{kind}{suffix}", "--fsync", "everysec",
+                                 "--tcp-port", "0", *extra, env=env).start()
+                daemons.append(started)
+                servers[kind + suffix] = (started.resp_port, started.process.pid)
         try:
             for name, (port, _) in servers.items():
                 began = time.monotonic()
@@ -351,9 +391,8 @@ def main() -> int:
                     raise AssertionError(f"{name} holds {held} members, not "
                                          f"{args.members}: the requests missed the load")
         finally:
-            if paged is not None:
-                paged.stop()
-            daemon.stop()
+            for each in daemons:
+                each.stop()
             redis.stop()
             redis_aof.stop()
     print(f"\nredis-benchmark -c 50 -n {args.requests} -r {args.members}, {args.members} "
@@ -387,6 +426,9 @@ def main() -> int:
         print("\nrankd on --index pages against rankd on the skip list (above 1.00: pages "
               "is faster / uses more CPU), median of the rounds' ratios")
         print_layouts(results, depths)
+    if args.pages and args.base_src:
+        print(f"\nthe same, run from {args.base_src} (@base)")
+        print_layouts(results, depths, "@base")
     return 0
 
 

@@ -4,7 +4,6 @@ batches, boards, and restart consistency."""
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 from hypothesis import given
@@ -688,8 +687,6 @@ def test_housekeeping_of_many_boards_keeps_the_event_loop_responsive(tmp_path):
     assert took < 2.0 and longest < 0.1, (took, longest)
 
 
-@pytest.mark.skipif(os.environ.get("RANKD_INDEX", "skiplist") != "skiplist",
-                    reason="the native lanes serve skip-list boards only (rankd.index.kinds)")
 def test_native_plain_reads_follow_the_engines_state(tmp_path, clock):
     """RESP's plain reads are answered natively from what the engine keeps
     current: its boards (replaced whole by a roll-back), a board's config

@@ -1,9 +1,9 @@
 """The daemon on the compact paged index (``--index pages``, rankd._pages).
 
 What this file proves: the setting is checked; every board of an engine
-set to ``pages`` is a paged index, served by every front-end through the
-general paths (the native ones walk skip-list nodes) with the answers the
-skip list gives; a data dir written under one layout starts under the
+set to ``pages`` is a paged index, served by every front-end (the native
+lanes through ``rankd/_pages.pxd``: ``test_paged_lanes.py``) with the
+answers the skip list gives; a data dir written under one layout starts under the
 other (the paged index dumps boards tied by member as version 2, without
 seqs), in both directions, through real restarts; and a kill -9 under
 REST, TCP and RESP load loses nothing acknowledged.
@@ -245,9 +245,9 @@ def test_every_index_loads_a_version_2_dump(python_cls, native_cls, tie_break):
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=ingest_cases.scenarios())
 def test_native_ingest_on_paged_boards_matches_the_reference(monkeypatch, scenario):
-    """The native ingest writes a paged board through its Python API (not
-    the skip list's C entry points, nor the reference per submission): the
-    answers, records and states it leaves are the reference's."""
+    """The native ingest writes a paged board through its C entry points
+    (``rankd/_pages.pxd``, not the reference per submission): the answers,
+    records and states it leaves are the reference's."""
     paged = kinds.index_class("pages")
     monkeypatch.setattr(ingest_cases, "new_index_class", lambda: paged)
     kinds.use("pages")

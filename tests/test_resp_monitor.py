@@ -6,7 +6,6 @@ that does not read disconnected."""
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import time
@@ -216,8 +215,6 @@ def test_monitor_is_for_admins_and_redacts_credentials(secured):
 
 
 @pytest.mark.skipif(not FAST_WRITES, reason="the native paths are not built (or not used)")
-@pytest.mark.skipif(os.environ.get("RANKD_INDEX", "skiplist") != "skiplist",
-                    reason="the native lanes serve skip-list boards only (rankd.index.kinds)")
 def test_native_paths_are_shown_then_resumed(secured):
     """A plain ZADD takes the native path; with a monitor attached it goes
     the general way and is shown; once the monitor is gone it is native again."""

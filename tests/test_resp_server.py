@@ -5,7 +5,6 @@ tooling commands, and acknowledged writes surviving ``kill -9``."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import socket
@@ -346,8 +345,6 @@ def resp_commands_counted(daemon: Daemon, command: str) -> float:
                if line.startswith(prefix))
 
 
-@pytest.mark.skipif(os.environ.get("RANKD_INDEX", "skiplist") != "skiplist",
-                    reason="the native lanes serve skip-list boards only (rankd.index.kinds)")
 def test_metrics_count_the_commands_the_native_lane_answers(open_daemon):
     """Plain writes and reads one at a time take the native lane, which
     counts them in the server's tallies as the general path does."""

@@ -2782,3 +2782,8 @@ cdef class _Iterator:
             self.page = p.level[0].forward
             self.pos = 0
         return (self.index._member_str(p, pos), self.index._score_at(p, pos))
+
+
+# --- C entry points for the daemon's native lanes (see _pages.pxd) ---
+
+include "_pages_lanes.pxi"

@@ -74,9 +74,9 @@ OPTIONS = (
            "WAL fsync policy: always (ack after fsync, group commit), everysec (a machine "
            "crash may lose the last second), no (left to the OS)", FSYNC_POLICIES),
     Option("index", str, "skiplist",
-           "rank index layout of every board: skiplist (one node a member; the native fast "
-           "paths) or pages (compact: entries packed in pages, names stored once; served "
-           "through the general paths for now; see docs/operations.md, \"Index layout\")",
+           "rank index layout of every board: skiplist (one node a member) or pages "
+           "(compact: entries packed in pages, names stored once); both take the native "
+           "fast paths (see docs/operations.md, \"Index layout\")",
            INDEX_KINDS),
     Option("segment_bytes", int, 64 << 20, "size at which the WAL starts a new segment file",
            minimum=4096),

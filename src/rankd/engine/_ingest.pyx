@@ -37,6 +37,7 @@ from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp
 
+from rankd._pages cimport pg_get, pg_prefetch_name, pg_prefetch_slot, pg_put, pg_rank
 from rankd._skiplist cimport MAX_EXACT_INT, MAX_MEMBER_BYTES, RankIndex
 from rankd.engine._packed cimport (
     NUMBER_FLOAT, NUMBER_INT, NUMBER_NIL, Number, Packed, PackedResult, PackedSubmission,
@@ -85,7 +86,7 @@ cdef struct Plan:
     Window windows[MAX_WINDOWS]
     Py_ssize_t writes     # version bumps not yet added to the board (_Kernel.flush)
     bint named            # the board is in the call's set of changed boards
-    bint paged            # its indexes are rankd._pages's: written through their Python API
+    bint paged            # its indexes are rankd._pages's: written through _pages.pxd's pg_*
 
 
 cdef struct Change:
@@ -217,9 +218,9 @@ cdef int _plan(Plan *plan, object board, object now, list keep) except -1:
     windows = config.windows
     if len(windows) > MAX_WINDOWS:
         return 1
-    # The skip list is written through its C entry points; the paged index
-    # (rankd.index.kinds) through its Python API, one call per write and
-    # window; any other index the reference way.
+    # The skip list is written through its C entry points, the paged index
+    # (rankd.index.kinds) through its own (_pages.pxd), chosen here once per
+    # board; any other index the reference way.
     expected = _index_class()
     plan.paged = expected is _paged_type and expected is not None
     if expected is not _index_type and not plan.paged:
@@ -309,13 +310,6 @@ cdef struct Input:
 cdef struct KnownFp:
     PyObject *store       # the dedupe store it was computed for (NULL: none)
     uint64_t fp
-
-
-cdef inline object _member_of(Input *sub):
-    """The member of ``sub`` as a str (a paged board's index takes str)."""
-    if sub.member_str != NULL:
-        return <object>sub.member_str
-    return PyUnicode_DecodeUTF8(sub.member, sub.member_size, NULL)
 
 
 cdef class _Kernel:
@@ -442,6 +436,9 @@ cdef class _Kernel:
         for i in range(plan.nwindows):
             if plan.windows[i].index == NULL:
                 changes[i].had = False
+            elif plan.paged:
+                changes[i].had = pg_get(<object>plan.windows[i].index, sub.member,
+                                        sub.member_size, &changes[i].old)
             else:
                 index = <RankIndex>plan.windows[i].index
                 changes[i].had = index.c_get(sub.member, sub.member_size, &changes[i].old)
@@ -450,26 +447,6 @@ cdef class _Kernel:
                 return False
             changes[i].updated = not changes[i].had or changes[i].new != changes[i].old
         return True
-
-    cdef int score_paged(self, Plan *plan, Input *sub, Change *changes) except -1:
-        """:meth:`score` of a paged board, through the index's Python API
-        (1, or 0 where the reference must answer)."""
-        cdef int i
-        try:
-            member = _member_of(sub)
-        except UnicodeDecodeError:
-            return 0  # (the reference says why)
-        for i in range(plan.nwindows):
-            found = (None if plan.windows[i].index == NULL
-                     else (<object>plan.windows[i].index).score(member))
-            changes[i].had = found is not None
-            if changes[i].had:
-                changes[i].old = found
-            if not _new_score(plan, changes[i].had, changes[i].old, sub.value, sub.is_delta,
-                              &changes[i].new):
-                return 0
-            changes[i].updated = not changes[i].had or changes[i].new != changes[i].old
-        return 1
 
     cdef object reference(self, object sub):
         """The reference's answer to ``sub`` (or its EngineError), counted."""
@@ -502,7 +479,6 @@ cdef class _Kernel:
         cdef int i, nupdates = 0
         cdef RankIndex index
         out.rank = 0
-        member = _member_of(sub) if plan.paged else None  # (score_paged decoded it)
         for i in range(plan.nwindows):
             if changes[i].updated:
                 nupdates += 1
@@ -512,9 +488,8 @@ cdef class _Kernel:
                     self.keep.append(created)
                     plan.windows[i].index = <PyObject *>created
             if changes[i].updated and plan.paged:
-                (<object>plan.windows[i].index).set(member, changes[i].new, seq=lsn)
-                if plan.windows[i].primary:
-                    rank = (<object>plan.windows[i].index).rank(member)
+                rank = pg_put(<object>plan.windows[i].index, sub.member, sub.member_size,
+                              changes[i].new, lsn)
             elif changes[i].updated:
                 index = <RankIndex>plan.windows[i].index
                 rank = index.c_put(sub.member, sub.member_size, changes[i].new, lsn)
@@ -525,7 +500,8 @@ cdef class _Kernel:
                 if changes[i].updated:
                     out.rank = rank
                 elif plan.paged:
-                    out.rank = (<object>plan.windows[i].index).rank(member)
+                    out.rank = pg_rank(<object>plan.windows[i].index, sub.member,
+                                       sub.member_size)
                 else:
                     out.rank = (<RankIndex>plan.windows[i].index).c_rank(
                         sub.member, sub.member_size)
@@ -638,8 +614,7 @@ def ingest(dict boards, submissions, double now, Py_ssize_t first_lsn, double de
                     sub.event_id = _chars(event_id)
                     sub.event_id_size = PyUnicode_GET_LENGTH(event_id)
                 sub.label = NULL if label is None else <PyObject *>label
-                native = (kernel.score_paged(plan, &sub, changes) if plan.paged
-                          else kernel.score(plan, &sub, changes))
+                native = kernel.score(plan, &sub, changes)
             if not native:
                 answers.append(kernel.reference(submission))
                 continue
@@ -717,9 +692,16 @@ cdef void _prefetch(_Kernel kernel, Packed packed, bint nodes, int parity) excep
                 packed.chars(&item.event_id), item.event_id.size)
             (<FingerprintLog>plan.entries).c_prefetch(known[i].fp)
         for w in range(plan.nwindows):
-            if plan.windows[w].index == NULL or plan.paged:
+            if plan.windows[w].index == NULL:
                 continue
-            if nodes:  # (casts, not a variable: no reference counting per member)
+            if plan.paged:
+                if nodes:
+                    pg_prefetch_name(<object>plan.windows[w].index,
+                                     packed.chars(&item.member), item.member.size)
+                else:
+                    pg_prefetch_slot(<object>plan.windows[w].index,
+                                     packed.chars(&item.member), item.member.size)
+            elif nodes:  # (casts, not a variable: no reference counting per member)
                 (<RankIndex>plan.windows[w].index).c_prefetch_node(
                     packed.chars(&item.member), item.member.size)
             else:
@@ -775,8 +757,7 @@ cdef int _ingest_run(_Kernel kernel, Packed packed, const KnownFp *known) except
                 sub.event_id = NULL
             label = packed.text(&item.label)
             sub.label = NULL if label is None else <PyObject *>label
-            native = (kernel.score_paged(plan, &sub, changes) if plan.paged
-                      else kernel.score(plan, &sub, changes))
+            native = kernel.score(plan, &sub, changes)
         if not native:
             answers[i] = kernel.reference(packed.submission(i))
             continue

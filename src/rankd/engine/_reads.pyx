@@ -14,6 +14,8 @@ window by default, a range of more than ``ENTRIES_PER_REQUEST`` entries:
 the front-end charges those by their size and builds them in steps) and
 says where: the front-end answers that one its general way and hands the
 rest back.
+A board on the paged index (``--index pages``) is read the same way
+through ``_pages.pxd``'s entry points, chosen once per board (``paged``).
 The tests compare every reply with Redis's.
 """
 
@@ -22,6 +24,10 @@ from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 
+from rankd._pages cimport (
+    pg_at, pg_cursor, pg_get, pg_is, pg_length, pg_member, pg_prefetch_name, pg_prefetch_names,
+    pg_prefetch_slot, pg_rank, pg_score, pg_step,
+)
 from rankd._skiplist cimport RK_MEMBER, RankIndex, rk_node
 from rankd.engine._packed cimport (
     READ_RANGE, READ_RANK, READ_REVRANGE, READ_REVRANK, READ_SCORE, PackedRead, PackedReads,
@@ -72,7 +78,8 @@ cdef class Reads:
         """The index a read of ``board`` answers from here: its all-time
         window's (None while it has none, or without a board); False when the
         read goes the general way (the board reads another window by default,
-        or the index is the pure-Python one).  Sets ``ascending``."""
+        or the index is the pure-Python one).  Sets ``ascending``.  The index
+        is a skip list or a paged one (``pg_is``)."""
         cdef PyObject *periods
         cdef PyObject *found
         if board is None:
@@ -92,7 +99,7 @@ cdef class Reads:
         found = PyDict_GetItem(<object>periods, "all")
         if found == NULL:
             return None
-        if type(<object>found) is not RankIndex:
+        if type(<object>found) is not RankIndex and not pg_is(<object>found):
             return False
         return <object>found
 
@@ -108,10 +115,12 @@ cdef void _warm(Reads owner, PackedReads reads, Py_ssize_t first, Py_ssize_t las
     cdef const char *last_name
     cdef Py_ssize_t last_size
     cdef RankIndex index
+    cdef bint paged = False
     for step in range(2):
         last_name = NULL
         last_size = -1
         index = None
+        paged = False
         for i in range(first, last):
             read = &reads.items[i]
             if read.kind != READ_SCORE and read.kind != READ_RANK and read.kind != READ_REVRANK:
@@ -119,8 +128,16 @@ cdef void _warm(Reads owner, PackedReads reads, Py_ssize_t first, Py_ssize_t las
             if _other_board(reads, read, last_name, last_size):
                 found = owner._index(_board(owner.boards, reads, read))
                 index = found if type(found) is RankIndex else None
+                paged = pg_is(found)
+                pindex = found
                 last_name = reads.chars(&read.board)
                 last_size = read.board.size
+            if paged:
+                if step == 0:
+                    pg_prefetch_slot(pindex, reads.chars(&read.member), read.member.size)
+                else:
+                    pg_prefetch_name(pindex, reads.chars(&read.member), read.member.size)
+                continue
             if index is None:
                 continue
             if step == 0:
@@ -156,7 +173,9 @@ cdef bytes _answer(Reads owner, PackedReads reads, Py_ssize_t first, int version
     cdef double score
     cdef RankIndex index
     cdef rk_node *x
-    cdef bint ascending = True, from_best, pairs
+    cdef pg_cursor at
+    cdef Py_ssize_t mlen
+    cdef bint ascending = True, from_best, pairs, paged = False
     cdef const char *member
     cdef const char *last_name = NULL
     cdef Py_ssize_t last_size = -1
@@ -178,18 +197,28 @@ cdef bytes _answer(Reads owner, PackedReads reads, Py_ssize_t first, int version
                 found = owner._index(board)
                 if found is False:
                     break  # the general path reads it
-                index = found
+                paged = pg_is(found)
+                pindex = found  # (read through pg_* when paged)
+                index = None if paged else found
                 ascending = owner.ascending if board is not None else True
-            n = 0 if index is None else index.length
+            n = pg_length(pindex) if paged else 0 if index is None else index.length
             if read.kind == READ_SCORE:
                 member = reads.chars(&read.member)
-                if index is not None and index.c_get(member, read.member.size, &score):
+                if paged:
+                    if pg_get(pindex, member, read.member.size, &score):
+                        reply_double(&w, score, version)
+                    else:
+                        reply_null(&w, version)
+                elif index is not None and index.c_get(member, read.member.size, &score):
                     reply_double(&w, score, version)
                 else:
                     reply_null(&w, version)
             elif read.kind == READ_RANK or read.kind == READ_REVRANK:
-                rank = 0 if index is None else index.c_rank(reads.chars(&read.member),
-                                                            read.member.size)
+                if paged:
+                    rank = pg_rank(pindex, reads.chars(&read.member), read.member.size)
+                else:
+                    rank = 0 if index is None else index.c_rank(reads.chars(&read.member),
+                                                                read.member.size)
                 if rank == 0:
                     reply_null(&w, version)
                 else:
@@ -219,7 +248,21 @@ cdef bytes _answer(Reads owner, PackedReads reads, Py_ssize_t first, int version
                     # Position p from the lowest score (from the highest on REV).
                     from_best = ascending == (read.kind == READ_RANGE)
                     rank = start + 1 if from_best else n - start
-                    x = index._node_at(rank)
+                    if paged:
+                        pg_at(pindex, rank, &at)
+                        pg_prefetch_names(pindex, &at, count, from_best)
+                    while count and paged:
+                        if pairs:
+                            reply_put(&w, "*2\r\n", 4)
+                        member = pg_member(pindex, &at, &mlen)
+                        reply_header(&w, b"$", mlen)
+                        reply_put(&w, member, mlen)
+                        reply_put(&w, "\r\n", 2)
+                        if read.withscores:
+                            reply_double(&w, pg_score(pindex, &at), version)
+                        pg_step(pindex, &at, from_best)
+                        count -= 1
+                    x = NULL if paged else index._node_at(rank)
                     while count:
                         if pairs:
                             reply_put(&w, "*2\r\n", 4)

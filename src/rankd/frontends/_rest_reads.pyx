@@ -10,15 +10,17 @@ come from one walk down the skip list (``_rank_of``), its competition rank
 and percentile from a second (``_count_before_key``), where the general
 path looks it up six times and walks four: the same methods
 ``RankIndex.rank``, ``dense_rank``, ``competition_rank`` and
-``percentile`` call, so the same numbers.  Anything but the native index
-(the pure-Python fallback) gives None: the caller answers the general way.
+``percentile`` call, so the same numbers; a paged index (``--index
+pages``) answers them all in one call of its entry point ``pg_standing``.
+Anything but a native index (the pure-Python fallback) gives None: the caller answers the general way.
 ``tests/test_rest_hot.py`` compares its bytes with ``orjson.dumps`` of the
 general path's dict.
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
-from rankd._skiplist cimport RankIndex, rk_node
+from rankd._pages cimport pg_is, pg_length, pg_standing
+from rankd._skiplist cimport MAX_MEMBER_BYTES, PyUnicode_AsUTF8AndSize, RankIndex, rk_node
 from rankd.engine._packing cimport Writer, writer_free
 from rankd.frontends._json cimport (
     json_double, json_integer, json_key, json_put, json_text,
@@ -46,24 +48,41 @@ def standing_json(index, str member, label, str window, str period, version):
     (``label``, ``window``, ``period`` and the board's ``version`` as
     ``Queries.standing`` reads them); ``b""`` if the member is not in the
     index; None if ``index`` is not the native one."""
-    if type(index) is not RankIndex:
-        return None
-    cdef RankIndex rank_index = <RankIndex>index
-    cdef rk_node *x = rank_index._find(member)
-    if x == NULL:
-        return b""
-    cdef Py_ssize_t dense = 0
-    cdef Py_ssize_t rank = rank_index._rank_of(x, &dense)
-    cdef Py_ssize_t before = rank_index._count_before_key(x.key, False)
-    cdef Py_ssize_t total = rank_index.length
+    cdef RankIndex rank_index
+    cdef rk_node *x
+    cdef Py_ssize_t dense = 0, rank, before = 0, total, size
+    cdef double score = 0.0
+    cdef const char *data
     cdef Writer w
+    if pg_is(index):
+        try:
+            data = PyUnicode_AsUTF8AndSize(member, &size)
+        except UnicodeEncodeError:
+            return None  # (the general path says why)
+        if not 0 < size <= MAX_MEMBER_BYTES:
+            return None
+        rank = pg_standing(index, data, size, &score, &dense, &before)
+        if rank == 0:
+            return b""
+        total = pg_length(index)
+    elif type(index) is RankIndex:
+        rank_index = <RankIndex>index
+        x = rank_index._find(member)
+        if x == NULL:
+            return b""
+        rank = rank_index._rank_of(x, &dense)
+        before = rank_index._count_before_key(x.key, False)
+        total = rank_index.length
+        score = rank_index._score(x)
+    else:
+        return None
     w.data = NULL
     w.size = w.cap = 0
     try:
         json_key(&w, "{\"member\":")
         json_text(&w, member, dumps)
         json_key(&w, ",\"score\":")
-        json_double(&w, rank_index._score(x) + 0.0)  # (a -0 shows as 0, as the general path's)
+        json_double(&w, score + 0.0)  # (a -0 shows as 0, as the general path's)
         json_key(&w, ",\"rank\":")
         json_integer(&w, rank)
         json_key(&w, ",\"competition_rank\":")

@@ -11,13 +11,12 @@ uses that class: one choice a process, like the native-or-Python choice of
 pure-Python fallback).
 
 Design: the engine's native fast paths (``engine/_ingest.pyx``, ``_reads.pyx``,
-``frontends/_rest_reads.pyx``, ``resp/_pops.pyx``) walk the skip list's C
-structures; for any other index class they take their general path, which
-calls the contract API only, so a paged board is served correctly by every
-front-end (the native ingest writes a paged board through that API too,
-keeping the rest of its work native; RESP connections do not pack plain
-requests on the paged layout).  Both kinds read each other's snapshots
-(dump versions 1 and 2).
+``frontends/_rest_reads.pyx``, ``resp/_pops.pyx``) serve both kinds through
+their C entry points (``rankd/_skiplist.pxd``'s ``c_*`` methods and node
+walks, ``rankd/_pages.pxd``'s ``pg_*`` functions), choosing once per board;
+for any other index class (the pure-Python fallback) they take their
+general path, which calls the contract API only.  Both kinds read each
+other's snapshots (dump versions 1 and 2).
 """
 
 from __future__ import annotations

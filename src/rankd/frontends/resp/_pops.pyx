@@ -12,7 +12,9 @@ member from the index, removes it from every index of the board, writes
 its ``REMOVE`` record (byte for byte what ``records.encode`` writes) and
 the pop's reply (what ``sorted_sets.zpop`` writes), with no Python object
 per pop but the record.  The checks, the commit and the acknowledgement
-are ``pop_lane``'s.
+are ``pop_lane``'s.  A board on the paged index (``--index pages``) is
+popped the same way through ``_pages.pxd``'s entry points, chosen once per
+run.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -20,6 +22,7 @@ from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdlib cimport free
 from libc.string cimport memcmp, memcpy
 
+from rankd._pages cimport pg_at, pg_cursor, pg_is, pg_length, pg_member, pg_remove, pg_score
 from rankd._skiplist cimport MAX_MEMBER_BYTES, OP_REMOVE, RK_MEMBER, RankIndex, rk_node
 from rankd.engine._packed cimport Span, grown
 from rankd.engine._packing cimport Writer, put_array, put_int, put_str, writer_free
@@ -100,12 +103,12 @@ cdef class PackedPops:
         return bool(self.items[i].highest)
 
 
-def remove_run(PackedPops pops, Py_ssize_t first, Py_ssize_t end, RankIndex index,
+def remove_run(PackedPops pops, Py_ssize_t first, Py_ssize_t end, object index,
                list indexes, bint ascending, long long now_ms, int version,
                Py_ssize_t most, Py_ssize_t per_request, object charge):
     """Apply pops ``first`` to ``end`` of ``pops`` (all on one board, whose
-    view is ``index`` and whose every index is in ``indexes``: each a
-    ``RankIndex``), in order: ``(stopped, reply, payloads, maxes)``.
+    view is ``index`` and whose every index is in ``indexes``: all native
+    skip lists, or all paged indexes), in order: ``(stopped, reply, payloads, maxes)``.
 
     The run stops before a pop that would take the run past ``most``
     members removed, or that ``charge`` (the caller's rate limit, or None)
@@ -118,7 +121,12 @@ def remove_run(PackedPops pops, Py_ssize_t first, Py_ssize_t end, RankIndex inde
     cdef Writer record
     cdef PackedPop *pop
     cdef rk_node *x
-    cdef Py_ssize_t i, k, wanted, taken = 0, size = index.length, maxes = 0
+    cdef bint paged = pg_is(index)
+    cdef RankIndex skiplist = None if paged else index
+    cdef pg_cursor at
+    cdef const char *found
+    cdef Py_ssize_t i, k, wanted, taken = 0, maxes = 0
+    cdef Py_ssize_t size = pg_length(index) if paged else skiplist.length
     cdef char member[MAX_MEMBER_BYTES]
     cdef Py_ssize_t mlen
     cdef double score, old = 0.0, new = 0.0
@@ -127,6 +135,8 @@ def remove_run(PackedPops pops, Py_ssize_t first, Py_ssize_t end, RankIndex inde
     cdef const char *name
     cdef Py_ssize_t name_size
     cdef list payloads = []
+    if paged and not all(pg_is(each) for each in indexes):
+        raise TypeError("a board's indexes are all of one kind")
     w.data = record.data = NULL
     w.size = w.cap = record.size = record.cap = 0
     try:
@@ -151,10 +161,16 @@ def remove_run(PackedPops pops, Py_ssize_t first, Py_ssize_t end, RankIndex inde
             reply_header(&w, b"*", wanted if pairs else 2 * wanted)
             from_front = ascending != pop.highest
             for k in range(wanted):
-                x = index._node_at(1 if from_front else index.length)
-                mlen = x.mlen
-                memcpy(member, RK_MEMBER(x), mlen)
-                score = index._score(x)
+                if paged:
+                    pg_at(index, 1 if from_front else pg_length(index), &at)
+                    found = pg_member(index, &at, &mlen)
+                    memcpy(member, found, mlen)
+                    score = pg_score(index, &at)
+                else:
+                    x = skiplist._node_at(1 if from_front else skiplist.length)
+                    mlen = x.mlen
+                    memcpy(member, RK_MEMBER(x), mlen)
+                    score = skiplist._score(x)
                 if pairs:
                     reply_put(&w, "*2\r\n", 4)
                 reply_header(&w, b"$", mlen)
@@ -168,9 +184,13 @@ def remove_run(PackedPops pops, Py_ssize_t first, Py_ssize_t end, RankIndex inde
                 put_str(&record, member, mlen)
                 put_int(&record, now_ms)
                 payloads.append(PyBytes_FromStringAndSize(record.data, record.size))
-                for other in indexes:
-                    other._write(member, mlen, 0.0, OP_REMOVE, False, 0, False,
-                                 &old, &had, &new, &has_new, &changed)
+                if paged:
+                    for each in indexes:
+                        pg_remove(each, member, mlen)
+                else:
+                    for other in indexes:
+                        other._write(member, mlen, 0.0, OP_REMOVE, False, 0, False,
+                                     &old, &had, &new, &has_new, &changed)
             taken += wanted
             if pop.highest:
                 maxes += 1

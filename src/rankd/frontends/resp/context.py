@@ -48,14 +48,15 @@ if TYPE_CHECKING:
 
 #: Whether plain writes take the native fast path (see ``_scanner``).
 FAST_WRITES = SCANNER == "native" and ingest_implementation == "native"
+#: The index kinds (``rankd.index.kinds``) the native lanes serve.
+NATIVE_LANE_KINDS = ("skiplist", "pages")
 
 
 def fast_paths() -> bool:
     """Whether connections pack plain requests for the native paths now:
-    :data:`FAST_WRITES`, and the boards are skip lists, whose nodes those
-    paths walk.  On another index layout (``--index pages``) every command
-    goes the general way, charged and counted once, as each would be alone."""
-    return FAST_WRITES and kinds.current_kind() == "skiplist"
+    :data:`FAST_WRITES`, and the boards are of a native index kind, whose C
+    entry points those paths call (``_skiplist.pxd``, ``_pages.pxd``)."""
+    return FAST_WRITES and kinds.current_kind() in NATIVE_LANE_KINDS
 
 NOAUTH = "NOAUTH Authentication required."
 

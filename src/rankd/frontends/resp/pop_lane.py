@@ -41,6 +41,7 @@ from rankd.watchdog import ACTIVITY
 PackedPops, _ = native_or("rankd.frontends.resp._pops", "PackedPops", None)
 _remove_run, _ = native_or("rankd.frontends.resp._pops", "remove_run", None)
 _RankIndex, _ = native_or("rankd._skiplist", "RankIndex", None)
+_PagedIndex, _ = native_or("rankd._pages", "RankIndex", None)
 #: Pops the general path is given back at once, as commands (a batch's worth).
 UNPACKED_AT_ONCE = 512
 
@@ -95,7 +96,10 @@ def _board_run(conn: Context, pops: Any, first: int, out: list[bytes],
     window = board.config.primary_window
     index = board.index(window, period_of(window, engine.clock()))
     indexes = [each for periods in board.periods.values() for each in periods.values()]
-    if type(index) is not _RankIndex or any(type(each) is not _RankIndex for each in indexes):
+    # Either native kind (rankd.index.kinds), the same for all the board's indexes.
+    kind = type(index)
+    if (kind is not _RankIndex and kind is not _PagedIndex) or any(
+            type(each) is not kind for each in indexes):
         return first, 0
     engine.check_writable()
     ACTIVITY.frontend = "resp"  # who holds the loop, for the loop watchdog
