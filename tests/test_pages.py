@@ -502,10 +502,10 @@ def test_the_first_seq_past_32_bits_widens_every_page(pages_cls, page_size):
 
 
 def test_a_seq_that_fits_keeps_the_pages_narrow(pages_cls):
-    index = pages_cls("desc", "first", page_size=8)
+    index = pages_cls("desc", "first", page_size=8, seed=5)
     index.apply_batch([(Op.SET, f"m{i}", i % 5, 2**32 - 1 - i) for i in range(100)])
     narrow = index._memory()["pages"]
-    wide = pages_cls("desc", "first", page_size=8)
+    wide = pages_cls("desc", "first", page_size=8, seed=5)
     wide.apply_batch([(Op.SET, f"m{i}", i % 5, 2**32 - 1 - i) for i in range(100)])
     wide.set("x", 1, seq=2**32)
     wide.remove("x")
