@@ -24,7 +24,7 @@ GROUP = group_of(BOARD)
 def follower_of(engine: Engine) -> SimpleNamespace:
     """What ClusterNode's log application needs of its node, around ``engine``."""
     node = SimpleNamespace(engine=engine, _unreadable=set())
-    for name in ("_apply", "_apply_sliced", "_apply_released"):
+    for name in ("_apply", "_apply_now", "_apply_sliced", "_apply_released"):
         setattr(node, name, functools.partial(getattr(ClusterNode, name), node))
     return node
 
