@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from rankd.engine.groups import GROUPS, SLOTS, SLOTS_PER_GROUP, slot_of
@@ -375,10 +376,15 @@ def _relaying(address: str, node: str, blocking: bool) -> Any:
         state = session(conn)
         if state.relay is None:
             state.relay = Relay()
+        relay = state.relay
+
+        def send(to: str) -> Awaitable[bytes]:
+            return relay.send(to, words, version=conn.replies.version,
+                              credential=state.credential,
+                              seconds=None if blocking else RELAY_SECONDS)
+
         try:
-            reply = await state.relay.send(address, words, version=conn.replies.version,
-                                           credential=state.credential,
-                                           seconds=None if blocking else RELAY_SECONDS)
+            reply = await send(address)
         except RelayFailed as exc:
             return conn.replies.error(
                 f"TRYAGAIN node {node}, which writes this key, did not answer ({exc}); "
@@ -388,9 +394,7 @@ def _relaying(address: str, node: str, blocking: bool) -> Any:
             # The slot moved meanwhile (sent just before a move's cut-over, the
             # command waited there): one more hop, to the node now serving it.
             try:
-                reply = await state.relay.send(moved_to, words, version=conn.replies.version,
-                                               credential=state.credential,
-                                               seconds=None if blocking else RELAY_SECONDS)
+                reply = await send(moved_to)
             except RelayFailed as exc:
                 return conn.replies.error(
                     f"TRYAGAIN the key's slot moved to {moved_to}, which did not answer "
