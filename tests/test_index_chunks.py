@@ -6,9 +6,11 @@ and restart peaks.  Piece sizes are forced small here, so every boundary
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import random
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -101,6 +103,20 @@ def test_a_dump_in_pieces_refuses_an_index_that_changed(kind: str) -> None:
         next(chunks)
 
 
+@contextlib.contextmanager
+def traced() -> Iterator[list[int]]:
+    """``[peak]``: the most allocated (tracemalloc) in the block, set at its end."""
+    found = [0]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        yield found
+        found[0] = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
 def fill(engine_board: str, members: int) -> list:
     return [sub(engine_board, f"player:{i:012d}", score=float(i * 7 % 1000))
             for i in range(members)]
@@ -120,48 +136,27 @@ def test_snapshot_streams_the_dump_and_a_restart_reads_it_in_pieces(
         await engine.put_board("b", {"windows": ["all"]})
         for start in range(0, members, 10_000):
             await engine.submit_many(fill("b", members)[start:start + 10_000])
-        index = engine._state.boards["b"].periods["all"]["all"]
-        dump = index.dump()
-        gc.collect()
-        tracemalloc.start()
-        try:
-            before = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
+        dump = engine._state.boards["b"].periods["all"]["all"].dump()
+        with traced() as peak:
             path = await engine.snapshot()
-            peak = tracemalloc.get_traced_memory()[1] - before
-        finally:
-            tracemalloc.stop()
-        return dump, peak, path
+        return dump, peak[0], path
 
     dump, peak, path = run(with_engine(tmp_path, clock, body))
-
-    def state_index():
-        from rankd.index import kinds
-
-        return kinds.current()("desc", "first")
-
     assert len(dump) > 1 << 20
     assert peak < len(dump) // 4, f"snapshot peak {peak} for a {len(dump)}-byte dump"
     whole = b"".join(blob_section(["index", "b", "all", "all"], dump))
     assert whole in path.read_bytes()
 
-    def load_peak(load, *args) -> int:
-        """What ``load(*args)`` allocated at most (the index's own tables too)."""
-        gc.collect()
-        tracemalloc.start()
-        try:
-            before = tracemalloc.get_traced_memory()[0]
-            load(*args)
-            return tracemalloc.get_traced_memory()[1] - before
-        finally:
-            tracemalloc.stop()
+    from rankd.index import kinds
 
-    index_alone = load_peak(lambda: type(state_index()).load(dump))
+    with traced() as index_alone:  # (what the index allocates itself)
+        kinds.current().load(dump)
     _, sections = SnapshotStore(path.parent).latest()
     state = BoardState(clock)
-    peak = load_peak(state.load, sections)
-    assert peak < index_alone + len(dump) // 4, \
-        f"restart peak {peak} for a {len(dump)}-byte dump ({index_alone} the index's own)"
+    with traced() as peak:
+        state.load(sections)
+    assert peak[0] < index_alone[0] + len(dump) // 4, \
+        f"restart peak {peak[0]} for a {len(dump)}-byte dump ({index_alone[0]} the index's own)"
     assert state.boards["b"].periods["all"]["all"].dump() == dump
 
     async def reopened(engine) -> int:

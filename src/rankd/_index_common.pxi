@@ -209,6 +209,19 @@ cdef int _dump_header(const char *buf, Py_ssize_t size, object data, uint64_t *c
     return 0
 
 
+cdef Py_ssize_t _checked_dump_size(object data, int max_version) except -1:
+    """The size of the whole dump ``data``, its header and checksum checked
+    (``load``: a damaged dump is refused before anything is built)."""
+    cdef Py_buffer view
+    cdef uint64_t count, next_seq
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        _dump_header(<const char *>view.buf, view.len, data, &count, &next_seq, max_version)
+        return view.len
+    finally:
+        PyBuffer_Release(&view)
+
+
 cdef int _dump_header_fields(const char *buf, Py_ssize_t size, uint64_t *count,
                              uint64_t *next_seq, int max_version) except -1:
     """:func:`_dump_header` without the checksum (a dump read in pieces has

@@ -2358,10 +2358,7 @@ cdef class RankIndex:
         return out
 
     def dump_chunks(self, Py_ssize_t max_bytes):
-        """:meth:`dump`'s bytes as pieces of at most ``max_bytes`` (cut
-        between records; a piece holds one record at least), made one at a
-        time as they are iterated; ``size`` is their total.  The index must
-        not change meanwhile (``RuntimeError``).  O(n)."""
+        """:meth:`dump` in pieces (as rankd._skiplist's: see the contract)."""
         return _DumpChunks(self, max_bytes)
 
     @classmethod
@@ -2372,23 +2369,12 @@ cdef class RankIndex:
         order, so pages are filled to 7/8 and appended without a search.
         Runtime complexity: O(n).
         """
-        cdef Py_buffer view
-        cdef uint64_t count, next_seq
-        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-        try:
-            _dump_header(<const char *>view.buf, view.len, data, &count, &next_seq,
-                         DUMP_VERSION_NO_SEQS)
-            size = view.len
-        finally:
-            PyBuffer_Release(&view)
-        return _load(cls, _DumpReader((data,), False), size)
+        return _load(cls, _DumpReader((data,), False),
+                     _checked_dump_size(data, DUMP_VERSION_NO_SEQS))
 
     @classmethod
     def load_chunks(cls, pieces, size=None):
-        """Rebuild an index from :meth:`dump` output given as an iterable of
-        buffers cut anywhere (:meth:`dump_chunks`, or a file read in
-        windows), each let go before the next is read; ``size``: their
-        total, if known.  ``ValueError`` as :meth:`load`.  O(n)."""
+        """:meth:`load` of pieces (as rankd._skiplist's: see the contract)."""
         return _load(cls, _DumpReader(pieces), -1 if size is None else size)
 
     cdef void _append_page(self, pg_page *r, pg_page **last, Py_ssize_t *last_rank,

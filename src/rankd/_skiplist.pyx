@@ -1920,15 +1920,7 @@ cdef class RankIndex:
 
         Runtime complexity: O(n).
         """
-        cdef Py_buffer view
-        cdef uint64_t count, next_seq
-        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-        try:
-            _dump_header(<const char *>view.buf, view.len, data, &count, &next_seq, 2)
-            size = view.len
-        finally:
-            PyBuffer_Release(&view)
-        return _load(cls, _DumpReader((data,), False), size)
+        return _load(cls, _DumpReader((data,), False), _checked_dump_size(data, 2))
 
     @classmethod
     def load_chunks(cls, pieces, size=None):
