@@ -200,9 +200,33 @@ cdef int _dump_header(const char *buf, Py_ssize_t size, object data, uint64_t *c
     (its version, order and tie-break codes are ``buf[4]``, ``buf[5]`` and
     ``buf[6]``).  Versions 1..``max_version`` are taken; version 2's records
     have no seq and belong to boards tied by member."""
-    cdef Py_ssize_t record = DUMP_RECORD_SIZE
     if size < DUMP_HEADER_SIZE + 4:
         raise ValueError(f"rank index dump is truncated: {size} bytes")
+    _dump_header_fields(buf, size, count, next_seq, max_version)
+    stored_crc = int.from_bytes(data[size - 4:size], "little")
+    if zlib.crc32(memoryview(data)[:size - 4]) != stored_crc:
+        raise ValueError("rank index dump is corrupt (CRC mismatch)")
+    return 0
+
+
+cdef Py_ssize_t _checked_dump_size(object data, int max_version) except -1:
+    """The size of the whole dump ``data``, its header and checksum checked
+    (``load``: a damaged dump is refused before anything is built)."""
+    cdef Py_buffer view
+    cdef uint64_t count, next_seq
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        _dump_header(<const char *>view.buf, view.len, data, &count, &next_seq, max_version)
+        return view.len
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef int _dump_header_fields(const char *buf, Py_ssize_t size, uint64_t *count,
+                             uint64_t *next_seq, int max_version) except -1:
+    """:func:`_dump_header` without the checksum (a dump read in pieces has
+    it checked at its end); ``size``: the dump's whole size, -1 if unknown."""
+    cdef Py_ssize_t record = DUMP_RECORD_SIZE
     if memcmp(buf, b"RKIX", 4) != 0:
         raise ValueError("not a rank index dump (bad magic)")
     if not 1 <= <uint8_t>buf[4] <= max_version:
@@ -213,14 +237,11 @@ cdef int _dump_header(const char *buf, Py_ssize_t size, object data, uint64_t *c
         if buf[6] == 0:
             raise ValueError("a version 2 rank index dump (no seqs) of a board tied by arrival")
         record -= 8
-    stored_crc = int.from_bytes(data[size - 4:size], "little")
-    if zlib.crc32(memoryview(data)[:size - 4]) != stored_crc:
-        raise ValueError("rank index dump is corrupt (CRC mismatch)")
     count[0] = rk_load_u64(buf + 8)
     next_seq[0] = rk_load_u64(buf + 16)
     if next_seq[0] > <uint64_t>MAX_SEQ + 1:
         raise ValueError("rank index dump has an invalid next_seq")
-    if count[0] > MAX_LENGTH or count[0] > <uint64_t>(size // record):
+    if count[0] > MAX_LENGTH or (size >= 0 and count[0] > <uint64_t>(size // record)):
         raise ValueError(f"rank index dump claims {count[0]} members, more than it holds")
     return 0
 
@@ -260,3 +281,191 @@ cdef inline tuple _untracked(tuple result):
 
 cdef object _float_or_none(bint present, double value):
     return value if present else None
+
+
+# --- dumps in pieces: the header, and a reader of pieces (dump_chunks/load_chunks) ---
+#
+# A snapshot writes a board's dump, and a restart reads it back, in pieces of
+# a few MiB: a whole-board byte string was a second copy of the index at the
+# snapshot and restart peaks (a third of the skip list's live size, over half
+# of the paged index's).  The pieces are the bytes of ``dump()`` cut anywhere:
+# the writer cuts them between records, but the reader takes any cut (a
+# snapshot section read from its file in fixed windows), copying only a
+# record that straddles two pieces.
+
+cdef void _dump_header_write(char *p, int version, bint descending, int tie_code,
+                             uint64_t length, uint64_t next_seq) noexcept nogil:
+    """A dump's 24-byte header at ``p``."""
+    memcpy(p, b"RKIX", 4)
+    p[4] = version
+    p[5] = 0 if descending else 1
+    p[6] = tie_code  # 0 first, 1 member, 2 member_desc
+    p[7] = 0
+    rk_store_u64(p + 8, length)
+    rk_store_u64(p + 16, next_seq)
+
+
+cdef inline Py_ssize_t _dump_chunk_room(Py_ssize_t max_bytes) noexcept nogil:
+    """The scratch a ``dump_chunks(max_bytes)`` piece is built in: room for
+    the header, the one record a piece always holds, and the checksum."""
+    return max(max_bytes, 0) + DUMP_HEADER_SIZE + DUMP_RECORD_SIZE + MAX_MEMBER_BYTES + 4
+
+
+@cython.final
+cdef class _DumpReader:
+    """The bytes of a dump given as an iterable of buffers (cut anywhere),
+    for a load to parse in place: ``need(n)`` makes ``n`` bytes readable at
+    ``p`` (``end`` is where the readable bytes stop), ``finish()`` checks
+    the CRC-32 trailer and that nothing follows it.  Each piece is let go
+    before the next is asked for; the CRC is taken as the bytes are passed."""
+
+    cdef object pieces
+    cdef object piece
+    cdef Py_buffer view
+    cdef bint held
+    cdef Py_ssize_t pos        # first byte of the piece not yet taken (in the carry)
+    cdef Py_ssize_t crc_from   # first byte of the piece not yet in ``crc``
+    cdef bytearray carry       # a record that straddled pieces
+    cdef bint in_carry
+    cdef bint check_crc
+    cdef object crc
+    cdef const char *p
+    cdef const char *end
+
+    def __cinit__(self, pieces, bint check_crc=True):
+        self.pieces = iter(pieces)
+        self.check_crc = check_crc
+        self.crc = 0
+        self.held = False
+        self.in_carry = False
+        self.p = NULL
+        self.end = NULL
+
+    def __dealloc__(self):
+        if self.held:
+            PyBuffer_Release(&self.view)
+
+    cdef inline int need(self, Py_ssize_t n) except -1:
+        if self.end - self.p >= n:
+            return 0
+        return self._gather(n)
+
+    cdef int _crc_piece(self, Py_ssize_t upto) except -1:
+        if self.check_crc and upto > self.crc_from:
+            self.crc = zlib.crc32(memoryview(self.piece)[self.crc_from:upto], self.crc)
+        self.crc_from = upto
+        return 0
+
+    cdef bint _next_piece(self) except -1:
+        """Move to the next non-empty piece; False at the end of the pieces."""
+        while True:
+            if self.held:
+                PyBuffer_Release(&self.view)
+                self.held = False
+            self.piece = None
+            piece = next(self.pieces, None)
+            if piece is None:
+                return False
+            PyObject_GetBuffer(piece, &self.view, PyBUF_SIMPLE)
+            self.held = True
+            self.piece = piece
+            self.pos = 0
+            self.crc_from = 0
+            if self.view.len:
+                return True
+
+    cdef int _gather(self, Py_ssize_t n) except -1:
+        cdef bytearray taken
+        cdef Py_ssize_t take
+        cdef const char *buf
+        if self.in_carry:
+            taken = bytearray(self.p[:self.end - self.p])  # already in the CRC
+        else:
+            if self.held:
+                self.pos = self.view.len
+                self._crc_piece(self.pos)
+            taken = bytearray(self.p[:self.end - self.p])
+        while len(taken) < n:
+            if not self.held or self.pos >= self.view.len:
+                if not self._next_piece():
+                    raise ValueError("rank index dump is truncated")
+            buf = <const char *>self.view.buf
+            if not taken and self.view.len - self.pos >= n:
+                # Read the piece in place from here on.
+                self.in_carry = False
+                self.carry = None
+                self.p = buf + self.pos
+                self.end = buf + self.view.len
+                self.crc_from = self.pos
+                return 0
+            take = min(n - len(taken), self.view.len - self.pos)
+            taken += buf[self.pos:self.pos + take]
+            self.pos += take
+            self._crc_piece(self.pos)
+        self.carry = taken
+        self.in_carry = True
+        self.p = <const char *>taken
+        self.end = self.p + len(taken)
+        return 0
+
+    cdef int finish(self) except -1:
+        """Check the trailer after the last record (and nothing after it)."""
+        cdef bytearray trailer = bytearray()
+        cdef Py_ssize_t take
+        if not self.in_carry and self.held:
+            self.pos = self.p - <const char *>self.view.buf
+            self._crc_piece(self.pos)
+        elif self.in_carry and self.p != self.end:
+            trailer += self.p[:self.end - self.p]  # (a trailer this short cannot be)
+        while len(trailer) < 4:
+            if not self.held or self.pos >= self.view.len:
+                if not self._next_piece():
+                    raise ValueError("rank index dump is truncated (no checksum)")
+            take = min(4 - len(trailer), self.view.len - self.pos)
+            trailer += (<const char *>self.view.buf)[self.pos:self.pos + take]
+            self.pos += take
+        if self.pos < self.view.len or self._next_piece():
+            raise ValueError("rank index dump has bytes after its last record")
+        if self.check_crc and int.from_bytes(trailer, "little") != self.crc:
+            raise ValueError("rank index dump is corrupt (CRC mismatch)")
+        return 0
+
+
+
+cdef class _DumpPieces:
+    """What the ``dump_chunks`` iterators of both indexes share (each adds
+    its position in the index and ``__next__``): a piece is built in
+    ``scratch`` without the GIL, then copied into its ``bytes``."""
+
+    cdef Py_ssize_t mutations
+    cdef Py_ssize_t max_bytes
+    cdef char *scratch
+    cdef bint started
+    cdef bint done
+    cdef object crc
+    cdef readonly Py_ssize_t size
+
+    def __cinit__(self, *args):
+        self.max_bytes = max(1, args[1])
+        self.crc = 0
+        self.scratch = <char *>malloc(_dump_chunk_room(self.max_bytes))
+        if self.scratch == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.scratch)
+
+    def __iter__(self):
+        return self
+
+    cdef bytes _piece(self, Py_ssize_t n, bint last_record):
+        """The piece of the ``n`` bytes in the scratch, with the checksum
+        after the last record if it fits (else it is the next piece alone)."""
+        cdef bint final = last_record and (n == 0 or n + 4 <= self.max_bytes)
+        cdef bytes out = PyBytes_FromStringAndSize(self.scratch, n + 4 * final)
+        self.crc = zlib.crc32(memoryview(out)[:n], self.crc)
+        if final:
+            # ``out`` is not shared yet, so finishing it in place is safe.
+            rk_store_u32(PyBytes_AS_STRING(out) + n, <uint32_t>self.crc)
+            self.done = True
+        return out

@@ -2461,30 +2461,36 @@ cdef class RankIndex:
                                 + self.member_bytes + 4)
         cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
         cdef char *p = PyBytes_AS_STRING(out)
-        memcpy(p, b"RKIX", 4)
-        p[4] = DUMP_VERSION_NO_SEQS if self.tie_by_member else DUMP_VERSION
-        p[5] = 0 if self.descending else 1
-        p[6] = self.tie_by_member + self.tie_member_desc
-        p[7] = 0
-        rk_store_u64(p + 8, self.length)
-        rk_store_u64(p + 16, self._next_seq)
+        cdef pg_page *page = self.header.level[0].forward
+        cdef Py_ssize_t pos = 0
+        self._write_dump_header(p)
         p += DUMP_HEADER_SIZE
         with nogil:
-            p = self._dump_pages(p)
+            p = self._dump_pages(&page, &pos, p, p + size)
         crc = zlib.crc32(memoryview(out)[:size - 4])
         rk_store_u32(p, <uint32_t>crc)
         return out
 
-    cdef char *_dump_pages(self, char *out) noexcept nogil:
-        cdef pg_page *p = self.header.level[0].forward
-        cdef Py_ssize_t i, mlen
+    cdef void _write_dump_header(self, char *p) noexcept:
+        _dump_header_write(p, DUMP_VERSION_NO_SEQS if self.tie_by_member else DUMP_VERSION,
+                           self.descending, self.tie_by_member + self.tie_member_desc,
+                           self.length, self._next_seq)
+
+    cdef char *_dump_pages(self, pg_page **at, Py_ssize_t *at_pos, char *out,
+                           const char *limit) noexcept nogil:
+        """Write the dump records from entry ``at_pos[0]`` of page ``at[0]``
+        on at ``out`` while each fits before ``limit``; ``at``/``at_pos``
+        are left at the first entry not written."""
+        cdef pg_page *p = at[0]
+        cdef Py_ssize_t i = at_pos[0], mlen
+        cdef Py_ssize_t record = DUMP_RECORD_SIZE - 8 * self.tie_by_member
         cdef const char *name
         cdef double *keys
         cdef uint32_t *ids
         while p != NULL:
             keys = PG_KEYS(p)
             ids = PG_IDS(p)
-            for i in range(p.n):
+            while i < p.n:
                 # Names lie in arrival order, not rank order: ask for the
                 # ones a few entries ahead so that their misses overlap.
                 if i + DUMP_AHEAD < p.n:
@@ -2492,18 +2498,28 @@ cdef class RankIndex:
                 elif p.level[0].forward != NULL and i + DUMP_AHEAD - p.n < p.level[0].forward.n:
                     rk_prefetch(&self.names[PG_IDS(p.level[0].forward)[i + DUMP_AHEAD - p.n]])
                 name = self._name(ids[i], &mlen)
+                if limit - out < record + mlen:
+                    at[0] = p
+                    at_pos[0] = i
+                    return out
                 rk_store_f64(out, -keys[i] if self.descending else keys[i])
                 if self.tie_by_member:
                     rk_store_u16(out + 8, <uint16_t>mlen)
-                    memcpy(out + DUMP_RECORD_SIZE - 8, name, mlen)
-                    out += DUMP_RECORD_SIZE - 8 + mlen
-                    continue
-                rk_store_u64(out + 8, self._seq(p, i))
-                rk_store_u16(out + 16, <uint16_t>mlen)
-                memcpy(out + DUMP_RECORD_SIZE, name, mlen)
-                out += DUMP_RECORD_SIZE + mlen
+                else:
+                    rk_store_u64(out + 8, self._seq(p, i))
+                    rk_store_u16(out + 16, <uint16_t>mlen)
+                memcpy(out + record, name, mlen)
+                out += record + mlen
+                i += 1
             p = p.level[0].forward
+            i = 0
+        at[0] = NULL
+        at_pos[0] = 0
         return out
+
+    def dump_chunks(self, Py_ssize_t max_bytes):
+        """:meth:`dump` in pieces (as rankd._skiplist's: see the contract)."""
+        return _DumpChunks(self, max_bytes)
 
     @classmethod
     def load(cls, data):
@@ -2513,12 +2529,13 @@ cdef class RankIndex:
         order, so pages are filled to 7/8 and appended without a search.
         Runtime complexity: O(n).
         """
-        cdef Py_buffer view
-        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-        try:
-            return _load(cls, <const char *>view.buf, view.len, data)
-        finally:
-            PyBuffer_Release(&view)
+        return _load(cls, _DumpReader((data,), False),
+                     _checked_dump_size(data, DUMP_VERSION_NO_SEQS))
+
+    @classmethod
+    def load_chunks(cls, pieces, size=None):
+        """:meth:`load` of pieces (as rankd._skiplist's: see the contract)."""
+        return _load(cls, _DumpReader(pieces), -1 if size is None else size)
 
     cdef void _append_page(self, pg_page *r, pg_page **last, Py_ssize_t *last_rank,
                            Py_ssize_t *last_drank) noexcept:
@@ -2681,13 +2698,14 @@ cdef inline size_t _next_table_size(size_t size) noexcept:
     return power * 2
 
 
-cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
+cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     cdef RankIndex index
     cdef pg_page *last[MAX_LEVEL]
     cdef Py_ssize_t last_rank[MAX_LEVEL]
     cdef Py_ssize_t last_drank[MAX_LEVEL]
     cdef const char *p
-    cdef const char *end
+    cdef Py_ssize_t record
+    cdef bint has_seq
     cdef uint64_t count, next_seq, seq, i
     cdef uint16_t mlen
     cdef double score, key, prev_key = 0.0
@@ -2696,8 +2714,12 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     cdef uint64_t h
     cdef int level, fill
     cdef bint leader
-    _dump_header(buf, size, data, &count, &next_seq, DUMP_VERSION_NO_SEQS)
-    index = cls("desc" if buf[5] == 0 else "asc", TIE_BREAK_CODES[buf[6]])
+    reader.need(DUMP_HEADER_SIZE)
+    _dump_header_fields(reader.p, size, &count, &next_seq, DUMP_VERSION_NO_SEQS)
+    has_seq = reader.p[4] == DUMP_VERSION
+    record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
+    index = cls("desc" if reader.p[5] == 0 else "asc", TIE_BREAK_CODES[reader.p[6]])
+    reader.p += DUMP_HEADER_SIZE
     index._next_seq = next_seq
     if next_seq > 0:
         index._fit_seq(next_seq - 1)  # seqs are below next_seq
@@ -2707,10 +2729,11 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
         last[level] = index.header
         last_rank[level] = 0
         last_drank[level] = 0
-    p = buf + DUMP_HEADER_SIZE
-    end = buf + size - 4
     for i in range(count):
-        _dump_record(&p, end, i, next_seq, &score, &seq, &mlen, buf[4] == DUMP_VERSION)
+        reader.need(record)
+        reader.need(record + rk_load_u16(reader.p + record - 2))
+        _dump_record(&reader.p, reader.end, i, next_seq, &score, &seq, &mlen, has_seq)
+        p = reader.p
         key = index._key(score)
         if page != NULL and index._cmp(page, page.n - 1, key, seq, p, mlen) >= 0:
             raise ValueError(f"rank index dump is out of order at record {i}")
@@ -2735,9 +2758,8 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
         index.ndistinct += leader
         index.length += 1
         prev_key = key
-        p += mlen
-    if p != end:
-        raise ValueError(f"rank index dump has {end - p} bytes after its last record")
+        reader.p += mlen
+    reader.finish()
     for level in range(index.height):
         last[level].level[level].span = <uint32_t>(index.length - last_rank[level])
         last[level].level[level].dspan = <uint32_t>(index.ndistinct - last_drank[level])
@@ -2746,6 +2768,45 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     index.peak_length = index.length
     index.reset_peaks()
     return index
+
+
+@cython.final
+cdef class _DumpChunks(_DumpPieces):
+    """``RankIndex.dump_chunks``: the pieces, from entry ``pos`` of ``page`` on."""
+
+    cdef RankIndex index
+    cdef pg_page *page
+    cdef Py_ssize_t pos
+
+    def __cinit__(self, RankIndex index, Py_ssize_t max_bytes):
+        cdef Py_ssize_t record = DUMP_RECORD_SIZE - 8 * index.tie_by_member
+        self.index = index
+        self.page = index.header.level[0].forward
+        self.pos = 0
+        self.mutations = index.mutations
+        self.size = DUMP_HEADER_SIZE + index.length * record + index.member_bytes + 4
+
+    def __next__(self):
+        cdef char *p = self.scratch
+        cdef char *first
+        cdef pg_page *page = self.page
+        cdef Py_ssize_t pos = self.pos
+        if self.done:
+            raise StopIteration
+        if self.index.mutations != self.mutations:
+            raise RuntimeError("rank index changed during its dump")
+        if not self.started:
+            self.index._write_dump_header(p)
+            p += DUMP_HEADER_SIZE
+            self.started = True
+        first = p
+        with nogil:
+            p = self.index._dump_pages(&page, &pos, p, self.scratch + self.max_bytes)
+            if p == first and page != NULL:  # one record at least
+                p = self.index._dump_pages(&page, &pos, p, self.scratch + _dump_chunk_room(0))
+        self.page = page
+        self.pos = pos
+        return self._piece(p - self.scratch, page == NULL)
 
 
 def _load_from_dump(data):

@@ -1890,23 +1890,26 @@ cdef class RankIndex:
         cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
         cdef char *p = PyBytes_AS_STRING(out)
         cdef rk_node *x = self.header.level[0].forward
-        memcpy(p, b"RKIX", 4)
-        p[4] = DUMP_VERSION
-        p[5] = 0 if self.descending else 1
-        p[6] = self.tie_by_member + self.tie_member_desc  # 0 first, 1 member, 2 member_desc
-        p[7] = 0
-        rk_store_u64(p + 8, self.length)
-        rk_store_u64(p + 16, self._next_seq)
+        _dump_header_write(p, DUMP_VERSION, self.descending,
+                           self.tie_by_member + self.tie_member_desc, self.length,
+                           self._next_seq)
         p += DUMP_HEADER_SIZE
         # The copy needs no Python objects, so other threads run meanwhile;
         # the engine snapshots an index from a worker thread while making
         # sure nothing writes to it.
         with nogil:
-            p = _dump_nodes(x, p, self.descending)
+            p = _dump_nodes(&x, p, p + size, self.descending)
         # ``out`` is not shared yet, so finishing it in place is safe.
         crc = zlib.crc32(memoryview(out)[:size - 4])
         rk_store_u32(p, <uint32_t>crc)
         return out
+
+    def dump_chunks(self, Py_ssize_t max_bytes):
+        """:meth:`dump`'s bytes as pieces of at most ``max_bytes`` (cut
+        between records; a piece holds one record at least), made one at a
+        time as they are iterated; ``size`` is their total.  The index must
+        not change meanwhile (``RuntimeError``).  O(n)."""
+        return _DumpChunks(self, max_bytes)
 
     @classmethod
     def load(cls, data):
@@ -1917,12 +1920,15 @@ cdef class RankIndex:
 
         Runtime complexity: O(n).
         """
-        cdef Py_buffer view
-        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-        try:
-            return _load(cls, <const char *>view.buf, view.len, data)
-        finally:
-            PyBuffer_Release(&view)
+        return _load(cls, _DumpReader((data,), False), _checked_dump_size(data, 2))
+
+    @classmethod
+    def load_chunks(cls, pieces, size=None):
+        """Rebuild an index from :meth:`dump` output given as an iterable of
+        buffers cut anywhere (:meth:`dump_chunks`, or a file read in
+        windows), each let go before the next is read; ``size``: their
+        total, if known.  ``ValueError`` as :meth:`load`.  O(n)."""
+        return _load(cls, _DumpReader(pieces), -1 if size is None else size)
 
     cdef int _append_loaded(self, rk_node *x, rk_node **last, Py_ssize_t *last_rank,
                             Py_ssize_t *last_drank) except -1:
@@ -2045,16 +2051,57 @@ cdef class RankIndex:
         assert <size_t>n * 4 <= (self.mask + 1) * 3 or n == 0, "hash table over 3/4 full"
 
 
-cdef char *_dump_nodes(rk_node *x, char *p, bint descending) noexcept nogil:
-    """Write the dump records of ``x`` and every node after it at ``p``."""
-    while x != NULL:
+cdef char *_dump_nodes(rk_node **at, char *p, const char *limit,
+                       bint descending) noexcept nogil:
+    """Write the dump records of ``at[0]`` and the nodes after it at ``p``
+    while each fits before ``limit``; ``at[0]`` is left at the first node
+    not written."""
+    cdef rk_node *x = at[0]
+    while x != NULL and limit - p >= DUMP_RECORD_SIZE + x.mlen:
         rk_store_f64(p, -x.key if descending else x.key)
         rk_store_u64(p + 8, x.seq)
         rk_store_u16(p + 16, x.mlen)
         memcpy(p + DUMP_RECORD_SIZE, RK_MEMBER(x), x.mlen)
         p += DUMP_RECORD_SIZE + x.mlen
         x = x.level[0].forward
+    at[0] = x
     return p
+
+
+@cython.final
+cdef class _DumpChunks(_DumpPieces):
+    """``RankIndex.dump_chunks``: the pieces, from the node ``node`` on."""
+
+    cdef RankIndex index
+    cdef rk_node *node
+
+    def __cinit__(self, RankIndex index, Py_ssize_t max_bytes):
+        self.index = index
+        self.node = index.header.level[0].forward
+        self.mutations = index.mutations
+        self.size = DUMP_HEADER_SIZE + index.length * DUMP_RECORD_SIZE + index.member_bytes + 4
+
+    def __next__(self):
+        cdef char *p = self.scratch
+        cdef const char *limit = self.scratch + self.max_bytes
+        cdef rk_node *x = self.node
+        cdef bint descending = self.index.descending
+        if self.done:
+            raise StopIteration
+        if self.index.mutations != self.mutations:
+            raise RuntimeError("rank index changed during its dump")
+        if not self.started:
+            _dump_header_write(p, DUMP_VERSION, self.index.descending,
+                               self.index.tie_by_member + self.index.tie_member_desc,
+                               self.index.length, self.index._next_seq)
+            p += DUMP_HEADER_SIZE
+            self.started = True
+        with nogil:
+            if x != NULL and limit - p < DUMP_RECORD_SIZE + x.mlen:
+                limit = p + DUMP_RECORD_SIZE + x.mlen  # one record at least
+            p = _dump_nodes(&x, p, limit, descending)
+        self.node = x
+        return self._piece(p - self.scratch, x == NULL)
 
 
 cdef rk_node **_table_alloc(size_t size, bint huge=False) except NULL:
@@ -2080,13 +2127,14 @@ cdef enum:
     LOAD_YIELD_MASK = 2047
 
 
-cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
+cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     cdef RankIndex index
     cdef rk_node *last[MAX_LEVEL]
     cdef Py_ssize_t last_rank[MAX_LEVEL]
     cdef Py_ssize_t last_drank[MAX_LEVEL]
     cdef const char *p
-    cdef const char *end
+    cdef Py_ssize_t record
+    cdef bint has_seq
     cdef uint64_t count, next_seq, seq, i
     cdef uint32_t h
     cdef uint16_t mlen
@@ -2096,23 +2144,28 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
     cdef int level
     # Version 2 (no seqs: a board tied by member, written by rankd._pages)
     # loads too, its seqs 0: such a board never orders by them.
-    _dump_header(buf, size, data, &count, &next_seq, 2)
-    index = cls("desc" if buf[5] == 0 else "asc", TIE_BREAK_CODES[buf[6]])
+    reader.need(DUMP_HEADER_SIZE)
+    _dump_header_fields(reader.p, size, &count, &next_seq, 2)
+    has_seq = reader.p[4] == DUMP_VERSION
+    record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
+    index = cls("desc" if reader.p[5] == 0 else "asc", TIE_BREAK_CODES[reader.p[6]])
+    reader.p += DUMP_HEADER_SIZE
     index._next_seq = next_seq
     index._table_reserve(count)
     for level in range(MAX_LEVEL):
         last[level] = index.header
         last_rank[level] = 0
         last_drank[level] = 0
-    p = buf + DUMP_HEADER_SIZE
-    end = buf + size - 4
     for i in range(count):
         if i & LOAD_YIELD_MASK == LOAD_YIELD_MASK:
             # A big index is loaded in a worker thread (a cluster node taking
             # a group): let the event loop's thread have the GIL meanwhile.
             with nogil:
                 pass
-        _dump_record(&p, end, i, next_seq, &score, &seq, &mlen, buf[4] == DUMP_VERSION)
+        reader.need(record)
+        reader.need(record + rk_load_u16(reader.p + record - 2))
+        _dump_record(&reader.p, reader.end, i, next_seq, &score, &seq, &mlen, has_seq)
+        p = reader.p
         key = index._key(score)
         if prev != NULL and not index._before(prev, key, seq, p, mlen):
             raise ValueError(f"rank index dump is out of order at record {i}")
@@ -2127,9 +2180,8 @@ cdef object _load(type cls, const char *buf, Py_ssize_t size, object data):
         index._append_loaded(x, last, last_rank, last_drank)
         index.member_bytes += mlen
         prev = x
-        p += mlen
-    if p != end:
-        raise ValueError(f"rank index dump has {end - p} bytes after its last record")
+        reader.p += mlen
+    reader.finish()
     # Links still pointing at NULL span to the end of the list.
     for level in range(index.height):
         last[level].level[level].span = index.length - last_rank[level]

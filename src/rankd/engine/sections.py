@@ -12,7 +12,11 @@ snapshot peak was a third above its live memory.
 :func:`blob_section` gives the msgpack prefix (array header, the leading
 fields, the blob's ``bin`` header) and the blob itself; written one after
 the other (``SnapshotWriter.add_parts``) they are byte for byte what
-``records.encode`` makes of the same list, so readers do not change.
+``records.encode`` makes of the same list, so readers do not change.  An
+index's dump is not even made whole: :func:`blob_prefix` is written, then
+the index's ``dump_chunks`` pieces as they are made (``add_stream``), and a
+restart reads the section back in pieces into ``load_chunks``
+(:func:`index_head` reads the leading fields from its first piece).
 """
 
 from __future__ import annotations
@@ -42,11 +46,17 @@ def blob_section(head: Sequence[Any], blob: bytes) -> tuple[bytes, bytes]:
     """``(prefix, blob)``: written in turn, the msgpack encoding of
     ``[*head, blob]`` (``head``'s fields are small: they go through a fresh
     packer, whose buffer goes with it)."""
+    return blob_prefix(head, len(blob)), blob
+
+
+def blob_prefix(head: Sequence[Any], size: int) -> bytes:
+    """What :func:`blob_section` writes before a blob of ``size`` bytes (a
+    blob written in pieces as it is made: ``SnapshotWriter.add_stream``)."""
     packer = msgpack.Packer(use_bin_type=True)
     prefix = [packer.pack_array_header(len(head) + 1)]
     prefix += [packer.pack(field) for field in head]
-    prefix.append(bin_header(len(blob)))
-    return b"".join(prefix), blob
+    prefix.append(bin_header(size))
+    return b"".join(prefix)
 
 
 #: How far into a section its leading fields must end for :func:`index_dump`
@@ -61,9 +71,22 @@ def index_dump(payload: bytes | memoryview) -> tuple[str, str, str, memoryview] 
     msgpack would copy it); ``None`` for any other section, or one this
     cannot read in place (the caller then decodes it whole)."""
     view = memoryview(payload)
+    head = index_head(view, len(view))
+    if head is None:
+        return None
+    board, window, period, start = head
+    return board, window, period, view[start:]
+
+
+def index_head(first: bytes | memoryview, size: int) -> tuple[str, str, str, int] | None:
+    """``(board, window, period, offset)`` of an ``index`` section of
+    ``size`` bytes from its ``first`` bytes (``_PREFIX_LIMIT`` of them are
+    enough), its dump starting at ``offset``; ``None`` as :func:`index_dump`."""
+    view = memoryview(first)
     if view[:len(_INDEX_HEAD)] != _INDEX_HEAD:
         return None
-    unpacker = msgpack.Unpacker(raw=False)
+    # (A default Unpacker allocates a 1 MiB buffer: more than a piece.)
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=_PREFIX_LIMIT)
     unpacker.feed(view[len(_INDEX_HEAD):_PREFIX_LIMIT])
     try:
         board, window, period = unpacker.unpack(), unpacker.unpack(), unpacker.unpack()
@@ -77,7 +100,6 @@ def index_dump(payload: bytes | memoryview) -> tuple[str, str, str, memoryview] 
     if width is None:
         return None
     start = offset + 1 + width
-    size = int.from_bytes(view[offset + 1:start], "big")
-    if start + size != len(view):
+    if start + int.from_bytes(view[offset + 1:start], "big") != size:
         return None
-    return board, window, period, view[start:]
+    return board, window, period, start

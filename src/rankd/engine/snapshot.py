@@ -25,7 +25,7 @@ import logging
 import os
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -90,6 +90,29 @@ class SnapshotWriter:
         for part in parts:
             self._file.write(part)
         self.size += _FRAME.size + size
+
+    def add_stream(self, prefix: bytes, pieces: Iterable[bytes], size: int) -> None:
+        """Append one section of ``prefix`` then ``pieces`` (``size`` bytes
+        in all), each written as it comes (an index's ``dump_chunks``: the
+        board's dump is never whole in memory); the frame's checksum is
+        written in place once the last piece is.  ``ValueError`` (and the
+        snapshot is to be aborted) if the pieces do not add up to ``size``."""
+        start = self._file.tell()
+        self._file.write(_FRAME.pack(0, 0))
+        self._file.write(prefix)
+        crc, written = zlib.crc32(prefix), len(prefix)
+        for piece in pieces:
+            self._file.write(piece)
+            crc = zlib.crc32(piece, crc)
+            written += len(piece)
+            del piece  # (not held while the next is made)
+        if written - len(prefix) != size:
+            raise ValueError(f"a streamed section of {size} bytes came as {written - len(prefix)}")
+        end = self._file.tell()
+        self._file.seek(start)
+        self._file.write(_FRAME.pack(written, crc))
+        self._file.seek(end)
+        self.size += _FRAME.size + written
 
     def commit(self) -> Path:
         """Seal, fsync and publish the snapshot; prune old ones."""
@@ -217,14 +240,59 @@ class SnapshotSections:
         return self.count
 
     def __iter__(self) -> Iterator[bytes]:
+        for section in self.stream(-1):
+            assert isinstance(section, bytes)
+            yield section
+
+    def stream(self, large: int) -> Iterator[bytes | LargeSection]:
+        """The sections as :meth:`__iter__` gives them, but each of more
+        than ``large`` bytes (-1: none) as a :class:`LargeSection`, to be
+        read in pieces before the next section is asked for (a restart
+        loads a board's index from its file a window at a time)."""
         with open(self.path, "rb") as f:
             header = _read_header(f, self.path)
             while (length := _next_frame(f, self.path, header)) is not None:
                 size, crc = length
+                if 0 <= large < size:
+                    start = f.tell()
+                    yield LargeSection(f, self.path, start, size, crc)
+                    f.seek(start + size)
+                    continue
                 payload = f.read(size)
                 if len(payload) != size or zlib.crc32(payload) != crc:
                     raise SnapshotError(f"{self.path}: changed since it was checked")
                 yield payload
+
+
+class LargeSection:
+    """A big section of a snapshot file, read when it is applied, whole
+    (:meth:`read`) or in pieces (:meth:`pieces`), its checksum checked
+    again either way.  Valid until the next section is asked for."""
+
+    def __init__(self, f: BinaryIO, path: Path, offset: int, size: int, crc: int) -> None:
+        self._f, self._path, self._offset, self.size, self._crc = f, path, offset, size, crc
+
+    def read(self) -> bytes:
+        """The whole section."""
+        return b"".join(self.pieces(self.size))
+
+    def pieces(self, window: int) -> Iterator[bytes]:
+        """The section in pieces of ``window`` bytes, each read as it is
+        asked for; once the last was read,
+        :class:`SnapshotError` if the bytes are not those checked."""
+        f = self._f
+        f.seek(self._offset)
+        left, crc = self.size, 0
+        while left:
+            piece = f.read(min(left, window))
+            if not piece:
+                break
+            crc = zlib.crc32(piece, crc)
+            left -= len(piece)
+            yield piece
+            del piece
+        if left or crc != self._crc:
+            raise SnapshotError(f"{self._path}: changed since it was checked")
 
 
 def _read_header(f: BinaryIO, path: Path) -> bytes:

@@ -20,7 +20,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,7 +31,7 @@ from rankd.engine.core import Core
 from rankd.engine.errors import StorageError
 from rankd.engine.failure import StorageGuard
 from rankd.engine.groups import group_of
-from rankd.engine.sections import blob_section
+from rankd.engine.sections import blob_prefix, blob_section
 from rankd.engine.tail import MAX_SNAPSHOT_EVERY_EVENTS
 from rankd.engine.wal import WalFailedError
 
@@ -144,12 +144,12 @@ class Snapshotter:
                 await add(["expiry", board.name, board.expires_at])
             for window, periods in board.periods.items():
                 for period, index in list(periods.items()):
-                    dump = await asyncio.to_thread(index.dump)
                     entries += len(index)
-                    # As parts: the dump is written where it is (sections.py).
-                    await asyncio.to_thread(writer.add_parts, blob_section(
-                        ["index", board.name, window, period], dump))
-                    del dump  # (before the next window's is made)
+                    # In pieces, each written as it is made (sections.py).
+                    chunks = index.dump_chunks(settings.SNAPSHOT_INDEX_BYTES)
+                    await asyncio.to_thread(
+                        writer.add_stream, blob_prefix(["index", board.name, window, period],
+                                                       chunks.size), chunks, chunks.size)
             labels = [chunk async for chunk in _yielding(_columns(board.labels))]
             entries += len(board.dedupe)
         finally:
@@ -229,6 +229,9 @@ class _Sections:
 
     def add_parts(self, parts: Sequence[bytes]) -> None:
         self.parts.append(b"".join(parts))
+
+    def add_stream(self, prefix: bytes, pieces: Iterable[bytes], size: int) -> None:
+        self.parts.append(b"".join([prefix, *pieces]))
 
 
 async def _yielding(chunks: Iterator[T]) -> AsyncIterator[T]:

@@ -17,14 +17,15 @@ replays into it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from rankd.engine import records, staging
+from rankd.engine import records, settings, staging
 from rankd.engine.board import Board
 from rankd.engine.config import BoardConfig
 from rankd.engine.expiry import Deadlines
-from rankd.engine.sections import index_dump
+from rankd.engine.sections import index_dump, index_head
+from rankd.engine.snapshot import LargeSection, SnapshotSections
 
 
 class BoardState:
@@ -125,7 +126,13 @@ class BoardState:
 
         index_class = kinds.current()  # (either kind reads the other's dumps)
         boards = self.boards
+        if isinstance(sections, SnapshotSections):  # (big index sections read in pieces)
+            sections = sections.stream(settings.SNAPSHOT_INDEX_BYTES)
         for payload in sections:
+            if isinstance(payload, LargeSection):
+                if self._load_index_pieces(payload, index_class):
+                    continue
+                payload = payload.read()
             in_place = index_dump(payload)  # (an index's dump is read where it is)
             if in_place is not None:
                 name, window, period, dump = in_place
@@ -166,6 +173,25 @@ class BoardState:
             else:
                 raise RuntimeError(f"unknown snapshot section {kind!r} (written by a newer "
                                    "rankd?)")
+
+    def _load_index_pieces(self, section: LargeSection, index_class: type) -> bool:
+        """Load an ``index`` section from its file in pieces (``load_chunks``:
+        the restart holds a piece of the dump, never all of it); False, with
+        nothing read for good, if ``section`` is of another kind."""
+        pieces = section.pieces(settings.SNAPSHOT_INDEX_BYTES)
+        first = [next(pieces)]
+        head = index_head(first[0], section.size)
+        if head is None:
+            return False
+        name, window, period, start = head
+
+        def dump() -> Iterator[bytes | memoryview]:
+            yield memoryview(first.pop())[start:]  # (not kept once read)
+            yield from pieces
+
+        self.boards[name].periods[window][period] = index_class.load_chunks(
+            dump(), section.size - start)
+        return True
 
     # --- deadlines (see rankd.engine.expiry) ------------------------------------------
 

@@ -327,10 +327,24 @@ class RankIndexAPI(Protocol):
     def dump(self) -> bytes:
         """The whole index in the dump format above.  O(n)."""
 
+    def dump_chunks(self, max_bytes: int) -> Iterable[bytes]:
+        """:meth:`dump`'s bytes as pieces of about ``max_bytes`` (the native
+        indexes cut between records, one record at least a piece), made as
+        they are iterated, so a snapshot never holds a board's whole dump;
+        the iterable's ``size`` is their total.  The index must not change
+        meanwhile (``RuntimeError``).  O(n)."""
+
     @classmethod
     def load(cls, data: bytes) -> RankIndexAPI:
         """Rebuild an index from :meth:`dump` output; ``ValueError`` if the
         data is corrupt.  O(n)."""
+
+    @classmethod
+    def load_chunks(cls, pieces: Iterable[bytes], size: int | None = None) -> RankIndexAPI:
+        """:meth:`load` of a dump given as pieces cut anywhere (``size``:
+        their total, if known), each let go before the next is read: a
+        restart holds a window of the snapshot, not the board's dump.
+        ``ValueError`` as :meth:`load`.  O(n)."""
 
     def _check(self) -> None:
         """Verify every internal invariant; raise ``AssertionError`` if one

@@ -520,6 +520,16 @@ class RankIndex:
         body = b"".join(parts)
         return body + DUMP_TRAILER.pack(zlib.crc32(body))
 
+    def dump_chunks(self, max_bytes: int) -> DumpChunks:
+        """:meth:`dump`'s bytes in pieces of at most ``max_bytes`` (made
+        whole first: the fallback is not for boards of millions)."""
+        return DumpChunks(self.dump(), max_bytes)
+
+    @classmethod
+    def load_chunks(cls, pieces: Iterable[Any], size: int | None = None) -> RankIndex:
+        """Rebuild an index from :meth:`dump` output in pieces."""
+        return cls.load(b"".join(pieces))
+
     @classmethod
     def load(cls, data: bytes) -> RankIndex:
         """Rebuild an index from :meth:`dump` output; ``ValueError`` if corrupt."""
@@ -614,3 +624,17 @@ class RankIndex:
 
 def _load_from_dump(data: bytes) -> RankIndex:
     return RankIndex.load(data)
+
+
+class DumpChunks:
+    """A dump's bytes as pieces of at most ``max_bytes`` (``size``: their total)."""
+
+    def __init__(self, dump: bytes, max_bytes: int) -> None:
+        self.size = len(dump)
+        self._dump = dump
+        self._step = max(1, max_bytes)
+
+    def __iter__(self) -> Iterator[bytes]:
+        view = memoryview(self._dump)
+        for start in range(0, self.size, self._step):
+            yield bytes(view[start:start + self._step])
