@@ -2,22 +2,28 @@
 connection (``rankd.frontends.tcp_any_order``), and a client that did not
 ask for that is answered in request order as before.
 
-The slow group is made slow in Postgres itself: a trigger on the cluster's
-log sleeps in every append of that group (and of no other), so its writes
-commit late while the others' commit at once.  The node's lease is long,
-so no lease renewal (which would wait on the slow group's row) runs while
-the test does.  Without the native modules (``RANKD_PURE_PYTHON=1``) every
-request goes the general path, in order: skipped."""
+The slow group is made slow in Postgres itself: another session holds the
+group's register row locked, as a cut-over or a lease renewal does for a
+moment, so its appends wait for the lock while the other groups' commit at
+once (a node sends several groups' appends in one round trip, and that
+round trip leaves a locked group out: rankd.cluster.appends).  The node's
+lease is long, so no lease renewal of its own runs while the test does.
+Without the native modules (``RANKD_PURE_PYTHON=1``) every request goes
+the general path, in order: skipped."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cluster_nodes import boards_in_distinct_groups, nodes, sql
+import asyncpg
+from cluster_nodes import boards_in_distinct_groups, nodes
 
 from conftest import native
 from rankd import wire
@@ -30,12 +36,39 @@ SLOW = 1.2
 HELD = 0.8 * SLOW
 
 
-def slow_appends_of(dsn: str, group: int) -> None:
-    """Every log append of ``group`` sleeps :data:`SLOW` seconds in Postgres."""
-    sql(dsn, "CREATE OR REPLACE FUNCTION test_slow_append() RETURNS trigger "
-             f"LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep({SLOW}); RETURN NEW; END $$")
-    sql(dsn, "CREATE TRIGGER test_slow_append BEFORE INSERT ON rankd_log FOR EACH ROW "
-             f"WHEN (NEW.group_id = {int(group)}) EXECUTE FUNCTION test_slow_append()")
+@contextlib.contextmanager
+def register_held(dsn: str, group: int) -> Iterator[None]:
+    """``group``'s register row held locked by another session for
+    :data:`SLOW` seconds from the start of the ``with`` block: its appends
+    wait that long."""
+    locked, failed = threading.Event(), []
+
+    async def hold() -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT 1 FROM rankd_groups WHERE group_id = $1 FOR UPDATE",
+                                   group)
+                locked.set()
+                await asyncio.sleep(SLOW)
+        finally:
+            await conn.close()
+
+    def run() -> None:
+        try:
+            asyncio.run(hold())
+        except BaseException as exc:  # (seen by the test, not lost in the thread)
+            failed.append(exc)
+            locked.set()
+
+    holder = threading.Thread(target=run, daemon=True)
+    holder.start()
+    assert locked.wait(10) and not failed, failed
+    try:
+        yield
+    finally:
+        holder.join(10 + SLOW)
+        assert not failed, failed
 
 
 def raw_answers(port: int, hello: dict[str, Any], frames: bytes, count: int
@@ -79,7 +112,6 @@ def test_a_slow_group_holds_no_other_groups_answers_unless_in_order_was_asked(
             for board in (slow, fast):
                 client.put_board(board, {"policy": "sum"})
                 client.submit(board, "seed", delta=1)  # the node takes the group
-        slow_appends_of(pg_dsn, group_of(slow))
 
         # The client asks for any order: two callers on one connection, the
         # fast group's answer comes at once.
@@ -94,7 +126,8 @@ def test_a_slow_group_holds_no_other_groups_answers_unless_in_order_was_asked(
                     took[board] = time.monotonic() - started
                 await asyncio.gather(timed(slow), timed(fast))
                 return took
-        took = asyncio.run(shared())
+        with register_held(pg_dsn, group_of(slow)):
+            took = asyncio.run(shared())
         assert took[fast] < SLOW / 2 <= HELD <= took[slow], took
 
         # Submits in one read (one packed run over three groups): cut by
@@ -103,7 +136,8 @@ def test_a_slow_group_holds_no_other_groups_answers_unless_in_order_was_asked(
         # goes the general way, behind the runs in flight.
         frames = (submit_frame(2, slow, "b") + submit_frame(3, fast, "b")
                   + submit_frame(4, missing, "b"))
-        answers = raw_answers(port, {"out_of_order": True}, frames, 3)
+        with register_held(pg_dsn, group_of(slow)):
+            answers = raw_answers(port, {"out_of_order": True}, frames, 3)
         assert [message[0] for _, message in answers] == [3, 2, 4], answers
         assert answers[0][0] < SLOW / 2 and answers[1][0] >= HELD, answers
         assert [message[2]["score"] for _, message in answers[:2]] == [1, 1], answers
@@ -113,7 +147,8 @@ def test_a_slow_group_holds_no_other_groups_answers_unless_in_order_was_asked(
         # A client that did not ask (every client before the option) gets
         # its answers in request order, the fast one behind the slow one.
         frames = submit_frame(2, slow, "c0") + submit_frame(3, fast, "c0")
-        answers = raw_answers(port, {}, frames, 2)
+        with register_held(pg_dsn, group_of(slow)):
+            answers = raw_answers(port, {}, frames, 2)
         assert [message[0] for _, message in answers] == [2, 3], answers
         assert answers[0][0] >= HELD, answers
         with Client("127.0.0.1", port, out_of_order=False) as client:
