@@ -66,6 +66,11 @@ class LogNotifier:
             except POSTGRES_ERRORS as exc:
                 # The followers' polls find it (see the module doc).
                 log.debug("log notifications for %d groups not sent: %s", len(notes), exc)
+            except Exception as exc:  # (a hint: never an unretrieved task error)
+                # Seen once after the process was stopped and resumed: asyncpg
+                # found the connection still busy with the previous statement
+                # (InternalClientError).  The pool replaces that connection.
+                log.warning("log notifications for %d groups not sent: %r", len(notes), exc)
 
     async def drain(self) -> None:
         """Wait until every notification noted so far was sent (or dropped)."""
