@@ -97,7 +97,10 @@ def test_a_large_store_is_built_in_steps_and_swapped_in_on_every_node(lab: Lab) 
             while not client.buffer and not select.select([client.sock], [], [], 0)[0]:
                 seen.add(reader.call("ZCARD", dst))
             assert client.reply() == b":30000\r\n"
-            assert seen <= {b":2\r\n", b":30000\r\n"}, seen
+            # (a follower lagging past --max-follow-lag, as on a loaded machine,
+            # answers -TRYAGAIN: a retry, never a wrong answer)
+            answers = {reply for reply in seen if not reply.startswith(b"-TRYAGAIN ")}
+            assert answers <= {b":2\r\n", b":30000\r\n"}, seen
         stored = client.call("ZRANGE", dst, "0", "-1", "WITHSCORES")
     _everywhere(lab, ["ZRANGE", dst, "0", "-1", "WITHSCORES"], stored)
     digests = {d.request("GET", "/v1/admin/digest")[1]["digest"] for d in lab.daemons}
