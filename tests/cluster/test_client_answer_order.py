@@ -5,11 +5,9 @@ ask for that is answered in request order as before.
 The slow group is made slow in Postgres itself: another session holds the
 group's register row locked, as a cut-over or a lease renewal does for a
 moment, so its appends wait for the lock while the other groups' commit at
-once (a node sends several groups' appends in one round trip, and that
-round trip leaves a locked group out: rankd.cluster.appends).  The node's
-lease is long, so no lease renewal of its own runs while the test does.
-Without the native modules (``RANKD_PURE_PYTHON=1``) every request goes
-the general path, in order: skipped."""
+once.  The node's lease is long, so no lease renewal of its own runs while
+the test does.  Without the native modules (``RANKD_PURE_PYTHON=1``) every
+request goes the general path, in order: skipped."""
 
 from __future__ import annotations
 
