@@ -13,6 +13,7 @@ from rankd.client.errors import (
     ConnectionLost,
     InvalidInput,
     Moved,
+    NotPrimary,
     ProtocolError,
     RankdError,
     RequestTimeout,
@@ -91,7 +92,9 @@ class AsyncClient(Operations):
 
     ``timeout`` bounds each call; ``retries`` is how many times a call that
     may be retried is sent again after a lost connection, with exponential
-    backoff from ``backoff`` seconds up to ``max_backoff``.
+    backoff from ``backoff`` seconds up to ``max_backoff``.  A call refused
+    ``not_primary`` (no live node writes its group just now: nothing was
+    applied) is sent again likewise, whether or not it may be retried.
 
     On a cluster, a write sent to a node that does not write its board's
     group is answered ``moved`` with the node that does; with
@@ -364,6 +367,11 @@ class AsyncClient(Operations):
                         raise
                     self._learn(moved)
                     return await self._peer(moved.address)._own_attempts(op, args, idempotent)
+                except NotPrimary:
+                    # Refused before anything applied (no live node writes the
+                    # group just now): sending it again is always safe.
+                    if last:
+                        raise
                 except (ConnectionLost, Unavailable):
                     # Sent: retrying is only safe when applying twice is harmless.
                     if last or not idempotent:
