@@ -56,10 +56,17 @@ async def submit(session: aiohttp.ClientSession, url: str, op: Operation) -> Non
         return
     if answer.status == 200:
         op.outcome, op.detail = "ok", "duplicate" if payload.get("duplicate") else ""
+        op.epoch = acknowledged_epoch(payload)
         return
     code = (payload or {}).get("error", {}).get("code", str(answer.status))
     op.outcome = "fail" if code in REFUSED_CODES else "unknown"
     op.detail = code
+
+
+def acknowledged_epoch(answer: object) -> int | None:
+    """The group epoch a write's answer names (None if it names none)."""
+    epoch = answer.get("epoch") if isinstance(answer, dict) else None
+    return epoch if type(epoch) is int else None
 
 
 async def probe_writer(nodes: Nodes, history: History, board: str, member: str,

@@ -24,6 +24,9 @@ class Operation:
     detail: str = ""
     #: A probe member's write: its number n (the member's n-th write); None for the load's.
     number: int | None = None
+    #: The group epoch an acknowledgement named: the term of the primary that
+    #: applied it (None: not acknowledged, or a single node's answer).
+    epoch: int | None = None
 
     @property
     def applied_here(self) -> bool:

@@ -71,7 +71,7 @@ from properties import (  # noqa: E402
     version_conflicts,
 )
 
-from clients import REFUSED_CODES, live_watcher, probe_writer, prober, submit  # noqa: E402
+from clients import REFUSED_CODES, acknowledged_epoch, live_watcher, probe_writer, prober, submit  # noqa: E402
 from daemon import Daemon  # noqa: E402
 from nemesis import Proxy, process_tree, signal_all  # noqa: E402
 from pgcluster import Cluster, _bin_dir  # noqa: E402
@@ -344,6 +344,7 @@ class TcpSubmitter:
             await self._drop(op.node)
             return
         op.outcome, op.detail = "ok", "tcp duplicate" if answer.get("duplicate") else "tcp"
+        op.epoch = acknowledged_epoch(answer)
 
     async def _drop(self, node: int) -> None:
         client = self.clients.pop(node, None)

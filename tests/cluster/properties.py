@@ -30,20 +30,22 @@ def lost_and_doubled(history: History, logged: Mapping[str, int],
     the final log lacks (``lost``; those not set aside
     by any node: ``lost_not_set_aside``), events it holds more than once
     (``doubled``), events nobody submitted (``strangers``), and the widest
-    span of the invocation times of one board's lost events
-    (``lost_window_s``: what a failover under ``--ack local`` may lose is
-    at most the unshipped window)."""
+    span of the invocation times of the lost events one primary term of a
+    board acknowledged (``lost_window_s``: what a failover under ``--ack
+    local`` may lose is at most the unshipped window).  A term is the group
+    epoch the acknowledgement named: two primaries of one board killed a
+    few seconds apart are two windows, not one span across both."""
     acknowledged: dict[str, Operation] = {}
     for op in (*history.operations, *history.resubmissions):
         if op.outcome == "ok":
             acknowledged.setdefault(op.event_id, op)
     lost = [acknowledged[e] for e in acknowledged if logged.get(e, 0) == 0]
     submitted = {op.event_id for op in history.operations}
-    times: dict[str, list[float]] = defaultdict(list)
+    times: dict[tuple[str, int | None], list[float]] = defaultdict(list)
     for op in lost:
         # When sent: an answer a paused primary gave just before SIGSTOP
         # leaves after SIGCONT, and its completion spans the pause.
-        times[op.board].append(op.invoked)
+        times[op.board, op.epoch].append(op.invoked)
     return {
         "lost": len(lost),
         "lost_not_set_aside": sum(op.event_id not in orphaned for op in lost),

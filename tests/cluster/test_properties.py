@@ -52,6 +52,22 @@ def test_lost_and_doubled() -> None:
                       "strangers": 1}
 
 
+def test_the_lost_window_spans_one_primary_term_of_a_board() -> None:
+    """Two primaries of one board, each killed with 0.5 s unshipped, 4 s
+    apart: two windows of 0.5 s, not one of 4.5 s; one term's 3 s is 3 s."""
+    def acked(event: str, invoked: float, epoch: int | None) -> Operation:
+        answer = op(event, "ok", invoked, invoked + 0.01)
+        answer.epoch = epoch
+        return answer
+
+    two_terms = History([acked("a", 1.0, 3), acked("b", 1.5, 3), acked("c", 5.0, 4),
+                         acked("d", 5.5, 4), acked("e", 6.0, 5)])
+    assert lost_and_doubled(two_terms, Counter({"e": 1}), {"a", "b", "c", "d"}
+                            )["lost_window_s"] == 0.5
+    one_term = History([acked("a", 1.0, 3), acked("b", 4.0, 3), acked("c", 5.0, 4)])
+    assert lost_and_doubled(one_term, Counter({"c": 1}), {"a", "b"})["lost_window_s"] == 3.0
+
+
 def test_refused_but_applied() -> None:
     history = History([op("a", "fail", 0, 1), op("b", "fail", 0, 1), op("c", "fail", 0, 1),
                        op("d", "fail", 0, 1), op("d", "ok", 2, 3)])
