@@ -120,20 +120,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rate", type=float, default=20_000.0, help="follower figure")
     args = parser.parse_args()
-    cluster = None
-    dsn = args.dsn
-    if dsn is None:
-        from pgcluster import start_server
+    from pgcluster import database
 
-        cluster = start_server()
-        dsn = cluster.create_database()
-    try:
+    with database(args.dsn) as dsn:
         runs = [asyncio.run(one_run(dsn, group, args.submitters, args.seconds))
                 for group in range(args.repeats)]
         lags = asyncio.run(follow_run(dsn, 500, args.rate, args.seconds))
-    finally:
-        if cluster is not None and cluster.cluster is not None:
-            cluster.cluster.destroy()
     rates = [rate for rate, _, _ in runs]
     median = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
     _, latencies, per_transaction = median

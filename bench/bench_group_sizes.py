@@ -85,18 +85,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    cluster = None
-    dsn = args.dsn
-    if dsn is None:
-        from pgcluster import start_server
+    from pgcluster import database
 
-        cluster = start_server()
-        dsn = cluster.create_database()
-    try:
+    with database(args.dsn) as dsn:
         asyncio.run(run(dsn, args.groups, args.batches, args.rounds))
-    finally:
-        if cluster is not None and cluster.cluster is not None:
-            cluster.cluster.destroy()
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
@@ -154,3 +155,18 @@ def start_server() -> Server:
     cluster.init()
     cluster.start()
     return Server(cluster.admin_dsn, cluster)
+
+
+@contextlib.contextmanager
+def database(dsn: str | None = None) -> Iterator[str]:
+    """``dsn`` itself, or (None) an empty database on a throwaway server
+    that is destroyed at the end: what a benchmark's ``--dsn`` defaults to."""
+    if dsn is not None:
+        yield dsn
+        return
+    server = start_server()
+    try:
+        yield server.create_database()
+    finally:
+        if server.cluster is not None:
+            server.cluster.destroy()

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 import pytest
 
+from cluster_tables import cluster_tables
 from rankd.cluster.load import GroupLoad, weigh
-from rankd.cluster.log import ClusterLog, migrate
-from rankd.cluster.nodes import Nodes
 
 
 def test_weights_average_one_and_fall_back_to_count() -> None:
@@ -35,13 +33,7 @@ def test_small_differences_weigh_nothing_large_ones_weigh_their_share() -> None:
 
 def test_a_group_weighs_its_members_and_its_write_rate(pg_dsn: str) -> None:
     async def scenario() -> None:
-        pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=4)
-        try:
-            async with pool.acquire() as conn:
-                await migrate(conn)
-            nodes = Nodes(pool)
-            await nodes.migrate()
-            log = ClusterLog(pool, lease_seconds=5.0)
+        async with cluster_tables(pg_dsn) as (pool, nodes, log):
             big, small, idle = await log.take(1, "a"), await log.take(2, "a"), \
                 await log.take(3, "b")
             # a holds groups 1 and 2, b follows 1 (a little behind) and holds 3.
@@ -61,7 +53,5 @@ def test_a_group_weighs_its_members_and_its_write_rate(pg_dsn: str) -> None:
             kept = await again.weights(now=0.0)
             await log.append(idle, 1, [b"x"] * 100)
             assert await again.weights(now=1.0) is kept
-        finally:
-            await pool.close()
 
     asyncio.run(scenario())

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 from test_planner import layout_of
 
+from cluster_tables import cluster_tables
 from rankd.cluster.capacity import Capacity
 from rankd.cluster.disk_fit import DiskRoom, GroupSizes, disk_room, group_size, move_refusal
-from rankd.cluster.log import ClusterLog, migrate
-from rankd.cluster.nodes import Nodes
 from rankd.cluster.planner import plan
 
 GB = 1 << 30
@@ -88,13 +86,7 @@ def test_group_sizes_and_a_move_refused_for_room(pg_dsn: str) -> None:
     node with room (or that holds the group) is not."""
 
     async def scenario() -> None:
-        pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=4)
-        try:
-            async with pool.acquire() as conn:
-                await migrate(conn)
-            nodes = Nodes(pool)
-            await nodes.migrate()
-            log = ClusterLog(pool, lease_seconds=5.0)
+        async with cluster_tables(pg_dsn) as (pool, nodes, log):
             lease, other = await log.take(1, "a"), await log.take(2, "a")
             await log.append(lease, 1, [b"x" * 1000] * 10)
             reader = GroupSizes(pool, every=0.0)
@@ -124,7 +116,5 @@ def test_group_sizes_and_a_move_refused_for_room(pg_dsn: str) -> None:
             assert await move_refusal(pool, "small", 3, min_free, holds=False) is None
             assert "under --min-free-disk" in await move_refusal(pool, "small", 1, 1 << 30,
                                                                  holds=True)
-        finally:
-            await pool.close()
 
     asyncio.run(scenario())
