@@ -194,38 +194,35 @@ cdef inline int _options(object order, object tie_break, int max_level, int bran
 
 # --- dumps: the format both indexes write (see RankIndex.dump) ----------------
 
-cdef int _dump_header(const char *buf, Py_ssize_t size, object data, uint64_t *count,
-                      uint64_t *next_seq, int max_version=DUMP_VERSION) except -1:
-    """A dump's header and checksum, checked: its member count and next seq
-    (its version, order and tie-break codes are ``buf[4]``, ``buf[5]`` and
-    ``buf[6]``).  Versions 1..``max_version`` are taken; version 2's records
-    have no seq and belong to boards tied by member."""
-    if size < DUMP_HEADER_SIZE + 4:
-        raise ValueError(f"rank index dump is truncated: {size} bytes")
-    _dump_header_fields(buf, size, count, next_seq, max_version)
-    stored_crc = int.from_bytes(data[size - 4:size], "little")
-    if zlib.crc32(memoryview(data)[:size - 4]) != stored_crc:
-        raise ValueError("rank index dump is corrupt (CRC mismatch)")
-    return 0
-
-
 cdef Py_ssize_t _checked_dump_size(object data, int max_version) except -1:
-    """The size of the whole dump ``data``, its header and checksum checked
-    (``load``: a damaged dump is refused before anything is built)."""
+    """The size of the whole dump ``data``, its header (:func:`_dump_header_fields`)
+    and checksum checked (``load``: a damaged dump is refused before anything
+    is built)."""
     cdef Py_buffer view
     cdef uint64_t count, next_seq
+    cdef Py_ssize_t size
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
-        _dump_header(<const char *>view.buf, view.len, data, &count, &next_seq, max_version)
-        return view.len
+        size = view.len
+        if size < DUMP_HEADER_SIZE + 4:
+            raise ValueError(f"rank index dump is truncated: {size} bytes")
+        _dump_header_fields(<const char *>view.buf, size, &count, &next_seq, max_version)
+        stored_crc = int.from_bytes(data[size - 4:size], "little")
+        if zlib.crc32(memoryview(data)[:size - 4]) != stored_crc:
+            raise ValueError("rank index dump is corrupt (CRC mismatch)")
+        return size
     finally:
         PyBuffer_Release(&view)
 
 
 cdef int _dump_header_fields(const char *buf, Py_ssize_t size, uint64_t *count,
                              uint64_t *next_seq, int max_version) except -1:
-    """:func:`_dump_header` without the checksum (a dump read in pieces has
-    it checked at its end); ``size``: the dump's whole size, -1 if unknown."""
+    """A dump's header, checked: its member count and next seq (its version,
+    order and tie-break codes are ``buf[4]``, ``buf[5]`` and ``buf[6]``).
+    Versions 1..``max_version`` are taken; version 2's records have no seq
+    and belong to boards tied by member.  The checksum is not checked here
+    (a dump read in pieces has it checked at its end); ``size``: the dump's
+    whole size, -1 if unknown."""
     cdef Py_ssize_t record = DUMP_RECORD_SIZE
     if memcmp(buf, b"RKIX", 4) != 0:
         raise ValueError("not a rank index dump (bad magic)")
@@ -378,13 +375,10 @@ cdef class _DumpReader:
         cdef bytearray taken
         cdef Py_ssize_t take
         cdef const char *buf
-        if self.in_carry:
-            taken = bytearray(self.p[:self.end - self.p])  # already in the CRC
-        else:
-            if self.held:
-                self.pos = self.view.len
-                self._crc_piece(self.pos)
-            taken = bytearray(self.p[:self.end - self.p])
+        if not self.in_carry and self.held:  # (a carry's bytes are in the CRC already)
+            self.pos = self.view.len
+            self._crc_piece(self.pos)
+        taken = bytearray(self.p[:self.end - self.p])
         while len(taken) < n:
             if not self.held or self.pos >= self.view.len:
                 if not self._next_piece():

@@ -1885,14 +1885,11 @@ cdef class RankIndex:
 
         Runtime complexity: O(n).
         """
-        cdef Py_ssize_t size = (DUMP_HEADER_SIZE + self.length * DUMP_RECORD_SIZE
-                                + self.member_bytes + 4)
+        cdef Py_ssize_t size = _dump_size(self)
         cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
         cdef char *p = PyBytes_AS_STRING(out)
         cdef rk_node *x = self.header.level[0].forward
-        _dump_header_write(p, DUMP_VERSION, self.descending,
-                           self.tie_by_member + self.tie_member_desc, self.length,
-                           self._next_seq)
+        _dump_head(self, p)
         p += DUMP_HEADER_SIZE
         # The copy needs no Python objects, so other threads run meanwhile;
         # the engine snapshots an index from a worker thread while making
@@ -2068,6 +2065,18 @@ cdef char *_dump_nodes(rk_node **at, char *p, const char *limit,
     return p
 
 
+cdef inline Py_ssize_t _dump_size(RankIndex index) noexcept:
+    """The bytes of ``index``'s dump (``dump``, ``dump_chunks``)."""
+    return DUMP_HEADER_SIZE + index.length * DUMP_RECORD_SIZE + index.member_bytes + 4
+
+
+cdef inline void _dump_head(RankIndex index, char *p) noexcept:
+    """``index``'s dump header at ``p``."""
+    _dump_header_write(p, DUMP_VERSION, index.descending,
+                       index.tie_by_member + index.tie_member_desc, index.length,
+                       index._next_seq)
+
+
 @cython.final
 cdef class _DumpChunks(_DumpPieces):
     """``RankIndex.dump_chunks``: the pieces, from the node ``node`` on."""
@@ -2079,7 +2088,7 @@ cdef class _DumpChunks(_DumpPieces):
         self.index = index
         self.node = index.header.level[0].forward
         self.mutations = index.mutations
-        self.size = DUMP_HEADER_SIZE + index.length * DUMP_RECORD_SIZE + index.member_bytes + 4
+        self.size = _dump_size(index)
 
     def __next__(self):
         cdef char *p = self.scratch
@@ -2091,9 +2100,7 @@ cdef class _DumpChunks(_DumpPieces):
         if self.index.mutations != self.mutations:
             raise RuntimeError("rank index changed during its dump")
         if not self.started:
-            _dump_header_write(p, DUMP_VERSION, self.index.descending,
-                               self.index.tie_by_member + self.index.tie_member_desc,
-                               self.index.length, self.index._next_seq)
+            _dump_head(self.index, p)
             p += DUMP_HEADER_SIZE
             self.started = True
         with nogil:

@@ -51,6 +51,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import NamedTuple
 
 try:
     import resource
@@ -198,23 +199,38 @@ class CpuSplit:
         self.thread = _thread_usage()
         self.process = time.process_time()
 
-    def since(self) -> tuple[float, float, float, int, int]:
-        """Seconds since this was made, ``(loop thread, other threads)`` CPU
-        seconds in them, and the loop thread's voluntary (it waited: I/O, a
-        lock, the GIL) and involuntary (its core was taken) context switches."""
+    def since(self) -> CpuUse:
+        """What was used since this was made."""
         cpu, voluntary, involuntary = _thread_usage()
         thread = cpu - self.thread[0]
-        return (time.monotonic() - self.at, thread,
-                max(0.0, time.process_time() - self.process - thread),
-                voluntary - self.thread[1], involuntary - self.thread[2])
+        return CpuUse(time.monotonic() - self.at, thread,
+                      max(0.0, time.process_time() - self.process - thread),
+                      voluntary - self.thread[1], involuntary - self.thread[2])
 
 
-def cpu_text(window: float, loop_cpu: float, others_cpu: float, waited: int = 0,
-             preempted: int = 0) -> str:
-    """Where a stall's time went (over the last ``window`` seconds), for its warning."""
-    return (f"in the last {window * 1000:.0f} ms: CPU {loop_cpu * 1000:.0f} ms in the loop's "
-            f"thread, {others_cpu * 1000:.0f} ms in others; the loop's thread waited "
-            f"{waited} times, was preempted {preempted} times")
+class CpuUse(NamedTuple):
+    """Where a stall's time went: over ``window`` seconds, the CPU seconds
+    of the loop's thread and of the process's other threads, and the loop
+    thread's voluntary (it waited: I/O, a lock, the GIL) and involuntary
+    (its core was taken) context switches."""
+
+    window: float
+    loop_cpu: float
+    others_cpu: float
+    waited: int
+    preempted: int
+
+    def text(self) -> str:
+        """The split as a stall's warning says it."""
+        return (f"in the last {self.window * 1000:.0f} ms: CPU {self.loop_cpu * 1000:.0f} ms "
+                f"in the loop's thread, {self.others_cpu * 1000:.0f} ms in others; the loop's "
+                f"thread waited {self.waited} times, was preempted {self.preempted} times")
+
+    def fields(self) -> dict[str, float]:
+        """The split as a stall's structured log fields."""
+        return {"loop_cpu_seconds": round(self.loop_cpu, 4),
+                "other_threads_cpu_seconds": round(self.others_cpu, 4),
+                "loop_waits": self.waited, "loop_preemptions": self.preempted}
 
 
 class LoopWatchdog:
@@ -276,13 +292,12 @@ class LoopWatchdog:
             late = 0.0  # the loop's clock has millisecond steps
         self.histogram.observe(late)
         if late > self.threshold:
-            self._stalled(late, *self._cpu.since())
+            self._stalled(late, self._cpu.since())
         self._beat_number += 1
         self.activity.clear()
         self._schedule()
 
-    def _stalled(self, late: float, window: float = 0.0, loop_cpu: float = 0.0,
-                 others_cpu: float = 0.0, waited: int = 0, preempted: int = 0) -> None:
+    def _stalled(self, late: float, cpu: CpuUse) -> None:
         self.stalls += 1
         sample = self._sample
         if sample is not None and sample.beat == self._beat_number:
@@ -290,12 +305,8 @@ class LoopWatchdog:
         else:  # not sampled (the watcher had no GIL): the marker alone
             where = describe(self.activity.frontend, self.activity.command, [])
         log.warning("event loop held for %.3f s (over %g s; %s): %s", late,
-                    self.threshold, cpu_text(window, loop_cpu, others_cpu, waited, preempted),
-                    where,
-                    extra={"fields": {"stall_seconds": round(late, 4),
-                                      "loop_cpu_seconds": round(loop_cpu, 4),
-                                      "other_threads_cpu_seconds": round(others_cpu, 4),
-                                      "loop_waits": waited, "loop_preemptions": preempted}})
+                    self.threshold, cpu.text(), where,
+                    extra={"fields": {"stall_seconds": round(late, 4), **cpu.fields()}})
 
     def _watch(self) -> None:
         """The watcher thread: sample a late heartbeat, log a loop held for good."""

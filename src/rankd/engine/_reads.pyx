@@ -33,7 +33,9 @@ from rankd.engine._packed cimport (
     READ_RANGE, READ_RANK, READ_REVRANGE, READ_REVRANK, READ_SCORE, PackedRead, PackedReads,
 )
 from rankd.engine._packing cimport Writer, writer_free
-from rankd.engine._replies cimport reply_double, reply_header, reply_null, reply_put
+from rankd.engine._replies cimport (
+    reply_bulk, reply_double, reply_header, reply_null, reply_put,
+)
 
 
 cdef enum:
@@ -175,7 +177,7 @@ cdef bytes _answer(Reads owner, PackedReads reads, Py_ssize_t first, int version
     cdef rk_node *x
     cdef pg_cursor at
     cdef Py_ssize_t mlen
-    cdef bint ascending = True, from_best, pairs, paged = False
+    cdef bint ascending = True, from_best, pairs, paged = False, present
     cdef const char *member
     cdef const char *last_name = NULL
     cdef Py_ssize_t last_size = -1
@@ -205,11 +207,11 @@ cdef bytes _answer(Reads owner, PackedReads reads, Py_ssize_t first, int version
             if read.kind == READ_SCORE:
                 member = reads.chars(&read.member)
                 if paged:
-                    if pg_get(pindex, member, read.member.size, &score):
-                        reply_double(&w, score, version)
-                    else:
-                        reply_null(&w, version)
-                elif index is not None and index.c_get(member, read.member.size, &score):
+                    present = pg_get(pindex, member, read.member.size, &score)
+                else:
+                    present = index is not None and index.c_get(member, read.member.size,
+                                                                &score)
+                if present:
                     reply_double(&w, score, version)
                 else:
                     reply_null(&w, version)
@@ -251,28 +253,25 @@ cdef bytes _answer(Reads owner, PackedReads reads, Py_ssize_t first, int version
                     if paged:
                         pg_at(pindex, rank, &at)
                         pg_prefetch_names(pindex, &at, count, from_best)
-                    while count and paged:
-                        if pairs:
-                            reply_put(&w, "*2\r\n", 4)
-                        member = pg_member(pindex, &at, &mlen)
-                        reply_header(&w, b"$", mlen)
-                        reply_put(&w, member, mlen)
-                        reply_put(&w, "\r\n", 2)
-                        if read.withscores:
-                            reply_double(&w, pg_score(pindex, &at), version)
-                        pg_step(pindex, &at, from_best)
-                        count -= 1
-                    x = NULL if paged else index._node_at(rank)
-                    while count:
-                        if pairs:
-                            reply_put(&w, "*2\r\n", 4)
-                        reply_header(&w, b"$", x.mlen)
-                        reply_put(&w, RK_MEMBER(x), x.mlen)
-                        reply_put(&w, "\r\n", 2)
-                        if read.withscores:
-                            reply_double(&w, index._score(x), version)
-                        x = x.level[0].forward if from_best else x.backward
-                        count -= 1
+                        while count:
+                            if pairs:
+                                reply_put(&w, "*2\r\n", 4)
+                            member = pg_member(pindex, &at, &mlen)
+                            reply_bulk(&w, member, mlen)
+                            if read.withscores:
+                                reply_double(&w, pg_score(pindex, &at), version)
+                            pg_step(pindex, &at, from_best)
+                            count -= 1
+                    else:
+                        x = index._node_at(rank)
+                        while count:
+                            if pairs:
+                                reply_put(&w, "*2\r\n", 4)
+                            reply_bulk(&w, RK_MEMBER(x), x.mlen)
+                            if read.withscores:
+                                reply_double(&w, index._score(x), version)
+                            x = x.level[0].forward if from_best else x.backward
+                            count -= 1
             i += 1
         stopped[0] = i
         return PyBytes_FromStringAndSize(w.data, w.size)

@@ -54,6 +54,13 @@ cdef inline void reply_header(Writer *w, char kind, long long count) except *:
     reply_put(w, text, size + 2)
 
 
+cdef inline void reply_bulk(Writer *w, const char *text, Py_ssize_t size) except *:
+    """``text`` as a bulk string: ``$<size>\\r\\n``, its bytes, ``\\r\\n``."""
+    reply_header(w, b"$", size)
+    reply_put(w, text, size)
+    reply_put(w, "\r\n", 2)
+
+
 cdef inline void reply_double(Writer *w, double value, int version) except *:
     """A score as ``Replies.double`` writes it (Redis 7.2's ``d2string``:
     ``49.9``, not 7.0's ``49.899999999999999``; RESP3 ``,``)."""

@@ -682,7 +682,7 @@ class TcpConnection(_Lane, AnyOrder, PipelinedConnection):  # type: ignore[valid
         if not self._takes(packed):
             rest = self._hand_over_by_group(
                 packed, self.decoder.max_frame, _split, self._charger("submit")
-            ) if self.out_of_order and self.service.engine.replication is not None else None
+            ) if self.out_of_order else None  # (granted on a cluster node only: hello)
             for run in reversed([packed] if rest is None else rest):
                 requests, sizes = self.decoder.requests_of(run)
                 self.queue.extendleft(reversed(requests))

@@ -26,7 +26,7 @@ from rankd._pages cimport pg_at, pg_cursor, pg_is, pg_length, pg_member, pg_remo
 from rankd._skiplist cimport MAX_MEMBER_BYTES, OP_REMOVE, RK_MEMBER, RankIndex, rk_node
 from rankd.engine._packed cimport Span, grown
 from rankd.engine._packing cimport Writer, put_array, put_int, put_str, writer_free
-from rankd.engine._replies cimport reply_double, reply_header, reply_put
+from rankd.engine._replies cimport reply_bulk, reply_double, reply_header, reply_put
 
 from rankd.engine.errors import EngineError
 
@@ -173,9 +173,7 @@ def remove_run(PackedPops pops, Py_ssize_t first, Py_ssize_t end, object index,
                     score = skiplist._score(x)
                 if pairs:
                     reply_put(&w, "*2\r\n", 4)
-                reply_header(&w, b"$", mlen)
-                reply_put(&w, member, mlen)
-                reply_put(&w, "\r\n", 2)
+                reply_bulk(&w, member, mlen)
                 reply_double(&w, score, version)
                 record.size = 0
                 put_array(&record, 4)

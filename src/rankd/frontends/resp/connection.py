@@ -65,7 +65,7 @@ from rankd.frontends.resp import cluster_commands, monitor, pop_lane, pop_runs, 
 from rankd.frontends.resp.arguments import CommandError
 from rankd.frontends.resp.commands import COMMANDS, lookup, unknown_command
 from rankd.frontends.resp.context import (
-    FAST_WRITES,  # noqa: F401 - read from here by tests
+    FAST_WRITES,  # (also read from here by tests)
     NOAUTH,
     Applied,
     Command,
@@ -73,7 +73,6 @@ from rankd.frontends.resp.context import (
     Writes,
     endpoint,
     error_text,
-    fast_paths,
 )
 from rankd.frontends.resp.protocol import (
     MAX_REQUEST,
@@ -189,7 +188,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
         #: On a cluster node a run of writes is taken only if its boards are of
         #: one group the node writes now (``_takes``); the others go the general
         #: way, which answers TRYAGAIN.
-        self.packs = fast_paths() and not server.monitors  # (a monitor sees every command)
+        self.packs = FAST_WRITES and not server.monitors  # (a monitor sees every command)
         #: On a cluster node packed reads are routed by slot (``_reads``).
         self.routed = server.service.topology is not None
         self.queue: collections.deque[Any] = collections.deque()

@@ -37,7 +37,6 @@ from rankd.engine.errors import EngineError, NotPrimary, ReadOnly, Unavailable
 from rankd.engine.ingest import IMPLEMENTATION as ingest_implementation
 from rankd.engine.submission import Submission
 from rankd.frontends.resp.protocol import SCANNER
-from rankd.index import kinds
 from rankd.security import Forbidden, Unauthorized
 
 if TYPE_CHECKING:
@@ -46,17 +45,11 @@ if TYPE_CHECKING:
     from rankd.frontends.service import Service
     from rankd.security import Gate, Principal
 
-#: Whether plain writes take the native fast path (see ``_scanner``).
+#: Whether plain writes take the native fast path (see ``_scanner``), and
+#: so whether connections pack plain requests for the native paths: these
+#: serve every index kind (``rankd.index.kinds``) through its C entry points
+#: (``_skiplist.pxd``, ``_pages.pxd``).
 FAST_WRITES = SCANNER == "native" and ingest_implementation == "native"
-#: The index kinds (``rankd.index.kinds``) the native lanes serve.
-NATIVE_LANE_KINDS = ("skiplist", "pages")
-
-
-def fast_paths() -> bool:
-    """Whether connections pack plain requests for the native paths now:
-    :data:`FAST_WRITES`, and the boards are of a native index kind, whose C
-    entry points those paths call (``_skiplist.pxd``, ``_pages.pxd``)."""
-    return FAST_WRITES and kinds.current_kind() in NATIVE_LANE_KINDS
 
 NOAUTH = "NOAUTH Authentication required."
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from rankd._native import native_or
 from rankd.frontends.resp.arguments import CommandError
-from rankd.frontends.resp.context import endpoint, fast_paths
+from rankd.frontends.resp.context import FAST_WRITES, endpoint
 from rankd.security import audit
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def detach(conn: Context) -> None:
 def _packing(conn: Context, on: bool) -> None:
     """Let every connection of ``conn``'s server pack plain commands for
     the native paths (``on``), or none."""
-    packs = fast_paths() and on
+    packs = FAST_WRITES and on
     for each in conn.server.connections:
         if each.multi is not None:  # MULTI turned packing off: what EXEC turns back on
             each.multi.packs = packs
