@@ -307,3 +307,22 @@ def test_a_plain_redis_py_client_works_against_any_node(cluster) -> None:
         client = redis.Redis(port=node.resp_port, decode_responses=True)
         _leaderboard(client.execute_command, f"plain{node.resp_port}:")
         client.close()
+
+
+def test_a_relayed_reply_follows_the_clients_protocol_as_it_changes(cluster) -> None:
+    """A plain client's relayed commands are answered in the protocol it
+    speaks now: its link to the far node was greeted in the version (and
+    credential) of the client's first relayed command and kept, so after
+    ``HELLO 3`` a relayed ``ZSCORE`` came back as RESP2's bulk string, and
+    after ``HELLO 2`` a relayed one as RESP3's double."""
+    key, _, other = _key_written_elsewhere(cluster, "protocol")
+    plain = RawClient(other)
+    assert plain.call("ZADD", key, "1.5", "alice") == b":1\r\n"
+    assert plain.call("ZSCORE", key, "alice") == b"$3\r\n1.5\r\n"
+    assert plain.call("HELLO", "3").startswith(b"%")
+    assert plain.call("ZSCORE", key, "alice") == b",1.5\r\n"
+    assert plain.call("ZRANGE", key, "0", "0", "WITHSCORES") == (
+        b"*1\r\n*2\r\n$5\r\nalice\r\n,1.5\r\n")
+    assert plain.call("HELLO", "2").startswith(b"*")
+    assert plain.call("ZSCORE", key, "alice") == b"$3\r\n1.5\r\n"
+    plain.close()
