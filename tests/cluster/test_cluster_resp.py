@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -17,11 +18,12 @@ from pathlib import Path
 
 import pytest
 import redis
-from cluster_nodes import nodes
+from cluster_nodes import holder, nodes
 from redis.cluster import RedisCluster
 
 from daemon import free_port
 from rankd.engine.groups import group_of, slot_of
+from rankd.security.auth import new_api_key
 from redisserver import RedisServer
 from respclient import RawClient
 
@@ -326,3 +328,41 @@ def test_a_relayed_reply_follows_the_clients_protocol_as_it_changes(cluster) -> 
     assert plain.call("HELLO", "2").startswith(b"*")
     assert plain.call("ZSCORE", key, "alice") == b"$3\r\n1.5\r\n"
     plain.close()
+
+
+def test_a_relayed_command_runs_as_the_caller_the_client_authenticated_as_last(
+        tmp_path: Path, pg_server) -> None:
+    """A client that authenticates again (here from a read credential to a
+    write one) has its relayed commands run as the new caller: its link to
+    the far node was authenticated once, with the first credential, so a
+    relayed write the node admitted was refused there (``NOPERM``)."""
+    reader, reader_entry = new_api_key("reader", "read")
+    writer, writer_entry = new_api_key("writer", "read+write+admin")
+    dsn = pg_server.create_database()
+    with nodes(tmp_path, dsn, 2, "--api-keys",
+               f"{reader_entry},{writer_entry}",
+               "--cluster-secret", secrets.token_hex(32)) as (first, second):
+        auth = {"Authorization": f"Bearer {writer}"}
+        assert first.request("PUT", "/v1/boards/relayed", {}, headers=auth)[0] == 201
+        deadline = time.monotonic() + 20
+        while (moved := first.request("POST", "/v1/cluster/moves",
+                                      {"group": group_of("relayed"), "node": "n1"},
+                                      headers=auth))[0] != 202:
+            assert time.monotonic() < deadline, moved  # (until each node saw the other)
+            time.sleep(0.2)
+        while holder(dsn, group_of("relayed")) != "n1":
+            assert time.monotonic() < deadline, "the group never moved"
+            time.sleep(0.2)
+        while second.request("POST", "/v1/boards/relayed/scores", {"member": "bob", "score": 2},
+                             headers=auth)[0] != 200:
+            assert time.monotonic() < deadline, "the group's new primary never wrote"
+            time.sleep(0.2)
+        # A read of it is relayed now, on a link authenticated as the reader.
+        plain = RawClient(first.resp_port)
+        assert plain.call("AUTH", reader) == b"+OK\r\n"
+        assert plain.call("ZADD", "relayed", "1", "ann").startswith(b"-NOPERM")
+        assert plain.call("ZSCORE", "relayed", "bob") == b"$1\r\n2\r\n"
+        assert plain.call("AUTH", writer) == b"+OK\r\n"
+        assert plain.call("ZADD", "relayed", "3", "ann") == b":1\r\n"
+        assert plain.call("ZSCORE", "relayed", "ann") == b"$1\r\n3\r\n"
+        plain.close()
