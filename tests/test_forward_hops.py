@@ -17,12 +17,15 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 
 from rankd.cluster.trust import FORWARD_AUTH, ClusterTrust
 from rankd.engine.errors import NotPrimary
 from rankd.frontends import rest
 from rankd.frontends.forwarding import FORWARDED, HOP, Forwarder, signed_node
-from rankd.security import Principal, Unauthorized
+from rankd.security import Gate, Principal, RateLimited, Unauthorized
+from rankd.security.auth import AuthConfig, Authenticator
+from rankd.security.limits import LimitsConfig, RateLimiter
 
 SECRET = b"s" * 32
 #: The forward headers of each request a node applied, as they came on the wire.
@@ -34,6 +37,9 @@ class OpenGate:
     """Admits everyone (the nodes' own gates are not under test)."""
 
     def admit(self, principal: Principal, operation: str, address: str, cost: int) -> None:
+        pass
+
+    def charge_refused(self, operation: str, address: str) -> None:
         pass
 
 
@@ -167,3 +173,27 @@ def test_a_forward_seen_on_the_way_is_accepted_by_no_other_node():
             assert [entry["node"] for entry in applied] == ["s"]
 
     asyncio.run(scenario())
+
+
+def test_a_forged_forward_is_charged_to_the_senders_address():
+    """A client sending the forward headers itself (no valid node
+    credential) is refused, and each refusal counts against its address's
+    rate limit as a failed credential does: forged forwards used to skip
+    the limit, every one hashed and checked for free."""
+    gate = Gate(Authenticator(AuthConfig()), RateLimiter(LimitsConfig(address_writes=1.0)))
+    forwarder = Forwarder("t", 5.0, ClusterTrust(SECRET), "127.0.0.1:1")
+    codes = []
+
+    async def scenario() -> None:
+        for _ in range(5):
+            request = make_mocked_request(
+                "POST", "/v1/boards/b/scores", headers={FORWARDED: "s", FORWARD_AUTH: "v1 x"},
+                transport=types.SimpleNamespace(get_extra_info=lambda name, default=None: (
+                    ("203.0.113.9", 4000) if name == "peername" else default)))
+            try:
+                await forwarder.admitted(request, gate, "submit", 1)
+            except (Unauthorized, RateLimited) as exc:
+                codes.append(exc.code)
+
+    asyncio.run(scenario())
+    assert codes[0] == "unauthorized" and codes[-1] == "rate_limited", codes

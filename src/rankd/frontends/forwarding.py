@@ -134,6 +134,9 @@ class Forwarder:
         except Unauthorized as exc:
             audit("auth_rejected", operation=operation, address=request.remote or "",
                   node=request.headers[FORWARDED][:64], reason=exc.message)
+            # A client's forged forward is charged to its address as a failed
+            # credential is (a valid forward is charged to its caller, below).
+            gate.charge_refused(operation, request.remote or "")
             raise
         gate.admit(caller.principal, operation, caller.address, cost)
         request[CALLER_ADDRESS] = caller.address  # (passed on if sent on again)
