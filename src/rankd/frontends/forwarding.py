@@ -18,10 +18,11 @@ forward carries the node's own credential instead (:data:`FORWARD_AUTH`, an
 HMAC with the cluster secret over the request and the caller the first node
 admitted); the primary accepts a forward only with a valid one, and then
 checks that caller's scope and rate limits as its own.  The signature names
-the node it is sent to (its advertised address): each node remembers the
-nonces it accepted, so a forward seen on the way and sent again to
-another node (the forwarding one included, which sent it on once more) was
-applied twice.
+the node it is sent to (its advertised address), and no other accepts it:
+each node remembers only the nonces it accepted, so a forward taken off the
+wire and sent to another node (the forwarding one included, which would
+send it on once more) would be applied again.  A forward refused for its
+credential is charged to the sender's address, as a failed credential is.
 """
 
 from __future__ import annotations

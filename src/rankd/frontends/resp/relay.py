@@ -8,10 +8,10 @@ the client is connected to, and the answer comes back as that node gave it
 most one connection per node it relays to (:class:`Relay`), opened on first
 use and closed with it, so the client's commands stay in order on it.
 A link is greeted as the client was when it opened; once the client
-changes its protocol version (``HELLO``) or its credential (``AUTH``,
-``RESET``), the link is closed and the next relayed command opens one
-greeted as the client is now (else its replies came in the old version,
-run as the old caller).
+changes its protocol version (``HELLO``, ``RESET``) or its credential
+(``AUTH``), the link is closed and the next relayed command opens one
+greeted as the client is now (a kept link answered in the old version,
+as the old caller).
 
 The relayed connection speaks the client's protocol version (``HELLO 3``
 for a RESP3 client), authenticates with the client's own credential when
