@@ -17,14 +17,19 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 
 from rankd.cluster.trust import FORWARD_AUTH, ClusterTrust
 from rankd.engine.errors import NotPrimary
 from rankd.frontends import rest
-from rankd.frontends.forwarding import FORWARDED, HOP, Forwarder
-from rankd.security import Principal, Unauthorized
+from rankd.frontends.forwarding import FORWARDED, HOP, Forwarder, signed_node
+from rankd.security import Gate, Principal, RateLimited, Unauthorized
+from rankd.security.auth import AuthConfig, Authenticator
+from rankd.security.limits import LimitsConfig, RateLimiter
 
 SECRET = b"s" * 32
+#: The forward headers of each request a node applied, as they came on the wire.
+seen: list[dict[str, str]] = []
 CALLER = Principal("key:app", frozenset({"write"}))
 
 
@@ -34,11 +39,14 @@ class OpenGate:
     def admit(self, principal: Principal, operation: str, address: str, cost: int) -> None:
         pass
 
+    def charge_refused(self, operation: str, address: str) -> None:
+        pass
+
 
 async def node(name: str, primary: list[str | None], applied: list[dict]
                ) -> tuple[web.AppRunner, str]:
     """A node: it forwards to ``primary[0]`` when set, else applies the write."""
-    forwarder = Forwarder(name, 5.0, ClusterTrust(SECRET))
+    forwarder = Forwarder(name, 5.0, ClusterTrust(SECRET), "")  # (its address: below)
     door = types.SimpleNamespace(forwarder=forwarder)
 
     async def submit(request: web.Request) -> web.StreamResponse:
@@ -56,6 +64,8 @@ async def node(name: str, primary: list[str | None], applied: list[dict]
         applied.append({"node": name, "hop": request.headers.get(HOP, "1"),
                         "by": request.headers.get(FORWARDED), "caller": principal.name,
                         "address": address, "body": await request.json()})
+        seen.append({key: value for key, value in request.headers.items()
+                     if key in (FORWARDED, HOP, FORWARD_AUTH)})
         return web.json_response({"applied_by": name})
 
     app = web.Application()
@@ -70,7 +80,8 @@ async def node(name: str, primary: list[str | None], applied: list[dict]
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"127.0.0.1:{port}"
+    forwarder.advertise = f"127.0.0.1:{port}"
+    return runner, forwarder.advertise
 
 
 @contextlib.asynccontextmanager
@@ -129,8 +140,8 @@ def test_the_hop_is_signed_with_the_forward():
 
     async def scenario() -> None:
         async with three() as (addresses, _, applied), aiohttp.ClientSession() as session:
-            signed = ClusterTrust(SECRET).forward_header("s", "POST", path, body, CALLER,
-                                                         "10.0.0.1")
+            signed = ClusterTrust(SECRET).forward_header(
+                signed_node("s", 1, addresses["t"]), "POST", path, body, CALLER, "10.0.0.1")
             url = f"http://{addresses['t']}{path}"
             async with session.post(url, data=body, headers={
                     FORWARDED: "s", HOP: "2", FORWARD_AUTH: signed}) as answer:
@@ -141,3 +152,48 @@ def test_the_hop_is_signed_with_the_forward():
             assert [entry["address"] for entry in applied] == ["10.0.0.1"]
 
     asyncio.run(scenario())
+
+
+def test_a_forward_seen_on_the_way_is_accepted_by_no_other_node():
+    """A forward taken off the wire between two nodes and sent again, to
+    the node that sent it or to a third one, is refused there, nothing
+    applied again (each node remembers only the nonces it accepted: the
+    forwarding node took it as a forward to send on, a second write)."""
+    async def scenario() -> None:
+        async with three() as (addresses, views, applied), aiohttp.ClientSession() as session:
+            views["s"][0] = None  # s writes the group: x forwards to it, one hop
+            seen.clear()
+            assert await post(addresses["x"]) == (200, {"applied_by": "s"})
+            (captured,) = seen
+            for name in "sxt":
+                async with session.post(
+                        f"http://{addresses[name]}/v1/boards/b/scores", headers=captured,
+                        json={"member": "ann", "score": 1, "event_id": "e1"}) as answer:
+                    assert answer.status == 401, (name, await answer.text())
+            assert [entry["node"] for entry in applied] == ["s"]
+
+    asyncio.run(scenario())
+
+
+def test_a_forged_forward_is_charged_to_the_senders_address():
+    """A client sending the forward headers itself (no valid node
+    credential) is refused, and each refusal counts against its address's
+    rate limit as a failed credential does: forged forwards used to skip
+    the limit, every one hashed and checked for free."""
+    gate = Gate(Authenticator(AuthConfig()), RateLimiter(LimitsConfig(address_writes=1.0)))
+    forwarder = Forwarder("t", 5.0, ClusterTrust(SECRET), "127.0.0.1:1")
+    codes = []
+
+    async def scenario() -> None:
+        for _ in range(5):
+            request = make_mocked_request(
+                "POST", "/v1/boards/b/scores", headers={FORWARDED: "s", FORWARD_AUTH: "v1 x"},
+                transport=types.SimpleNamespace(get_extra_info=lambda name, default=None: (
+                    ("203.0.113.9", 4000) if name == "peername" else default)))
+            try:
+                await forwarder.admitted(request, gate, "submit", 1)
+            except (Unauthorized, RateLimited) as exc:
+                codes.append(exc.code)
+
+    asyncio.run(scenario())
+    assert codes[0] == "unauthorized" and codes[-1] == "rate_limited", codes

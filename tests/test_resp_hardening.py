@@ -488,3 +488,22 @@ def test_a_removal_of_more_than_a_batch_is_refused_and_changes_nothing(open_daem
             b"remove a range at a time\r\n")
         assert client.call("ZCARD", "many") == b":12000\r\n"
         assert client.call("ZREMRANGEBYRANK", "many", "0", "9999") == b":10000\r\n"
+
+
+@pytest.mark.parametrize("member", [b"", b"m" * 257], ids=["empty", "too-long"])
+def test_a_lookup_of_a_member_no_board_can_hold_is_answered_as_absent(open_daemon, member):
+    """A member no board can hold (empty, or longer than 256 bytes) is not
+    there: the lookups answer as Redis does for an absent member, and the
+    connection goes on.  The index refused such a member with a
+    ``ValueError``, which the connection took for a bug of its own: it was
+    closed, unanswered, with what was pipelined after it."""
+    key = f"holds-{len(member)}"
+    with RawClient(open_daemon.resp_port) as client:
+        assert client.call("ZADD", key, "1", "ann") == b":1\r\n"
+        assert client.pipeline([
+            ["ZSCORE", key, member], ["ZMSCORE", key, "ann", member],
+            ["ZRANK", key, member], ["ZREVRANK", key, member],
+            ["ZRANK", key, member, "WITHSCORE"], ["ZREM", key, member],
+            ["ZCARD", key]]) == [
+            b"$-1\r\n", b"*2\r\n$1\r\n1\r\n$-1\r\n", b"$-1\r\n", b"$-1\r\n", b"*-1\r\n",
+            b":0\r\n", b":1\r\n"]

@@ -123,7 +123,8 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     metrics.add(DaemonCollector(engine, tcp, feed, resp, watchdog))
     app = create_app(service, gate, metrics, origins,
                      Forwarder(cluster_config.node_id, cluster_config.ack_timeout + 5,
-                               node.trust) if node is not None else None,
+                               node.trust, cluster_config.advertise)
+                     if node is not None else None,
                      body_seconds=config.http_idle_timeout or BODY_SECONDS)
     add_live_routes(app, feed)
     # The keep-alive timeout also runs from the moment a connection opens and

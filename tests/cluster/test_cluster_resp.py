@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -17,11 +18,12 @@ from pathlib import Path
 
 import pytest
 import redis
-from cluster_nodes import nodes
+from cluster_nodes import holder, nodes
 from redis.cluster import RedisCluster
 
 from daemon import free_port
 from rankd.engine.groups import group_of, slot_of
+from rankd.security.auth import new_api_key
 from redisserver import RedisServer
 from respclient import RawClient
 
@@ -307,3 +309,60 @@ def test_a_plain_redis_py_client_works_against_any_node(cluster) -> None:
         client = redis.Redis(port=node.resp_port, decode_responses=True)
         _leaderboard(client.execute_command, f"plain{node.resp_port}:")
         client.close()
+
+
+def test_a_relayed_reply_follows_the_clients_protocol_as_it_changes(cluster) -> None:
+    """A plain client's relayed commands are answered in the protocol it
+    speaks now: its link to the far node was greeted in the version (and
+    credential) of the client's first relayed command and kept, so after
+    ``HELLO 3`` a relayed ``ZSCORE`` came back as RESP2's bulk string, and
+    after ``HELLO 2`` a relayed one as RESP3's double."""
+    key, _, other = _key_written_elsewhere(cluster, "protocol")
+    plain = RawClient(other)
+    assert plain.call("ZADD", key, "1.5", "alice") == b":1\r\n"
+    assert plain.call("ZSCORE", key, "alice") == b"$3\r\n1.5\r\n"
+    assert plain.call("HELLO", "3").startswith(b"%")
+    assert plain.call("ZSCORE", key, "alice") == b",1.5\r\n"
+    assert plain.call("ZRANGE", key, "0", "0", "WITHSCORES") == (
+        b"*1\r\n*2\r\n$5\r\nalice\r\n,1.5\r\n")
+    assert plain.call("HELLO", "2").startswith(b"*")
+    assert plain.call("ZSCORE", key, "alice") == b"$3\r\n1.5\r\n"
+    plain.close()
+
+
+def test_a_relayed_command_runs_as_the_caller_the_client_authenticated_as_last(
+        tmp_path: Path, pg_server) -> None:
+    """A client that authenticates again (here from a read credential to a
+    write one) has its relayed commands run as the new caller: its link to
+    the far node was authenticated once, with the first credential, so a
+    relayed write the node admitted was refused there (``NOPERM``)."""
+    reader, reader_entry = new_api_key("reader", "read")
+    writer, writer_entry = new_api_key("writer", "read+write+admin")
+    dsn = pg_server.create_database()
+    with nodes(tmp_path, dsn, 2, "--api-keys",
+               f"{reader_entry},{writer_entry}",
+               "--cluster-secret", secrets.token_hex(32)) as (first, second):
+        auth = {"Authorization": f"Bearer {writer}"}
+        assert first.request("PUT", "/v1/boards/relayed", {}, headers=auth)[0] == 201
+        deadline = time.monotonic() + 20
+        while (moved := first.request("POST", "/v1/cluster/moves",
+                                      {"group": group_of("relayed"), "node": "n1"},
+                                      headers=auth))[0] != 202:
+            assert time.monotonic() < deadline, moved  # (until each node saw the other)
+            time.sleep(0.2)
+        while holder(dsn, group_of("relayed")) != "n1":
+            assert time.monotonic() < deadline, "the group never moved"
+            time.sleep(0.2)
+        while second.request("POST", "/v1/boards/relayed/scores", {"member": "bob", "score": 2},
+                             headers=auth)[0] != 200:
+            assert time.monotonic() < deadline, "the group's new primary never wrote"
+            time.sleep(0.2)
+        # A read of it is relayed now, on a link authenticated as the reader.
+        plain = RawClient(first.resp_port)
+        assert plain.call("AUTH", reader) == b"+OK\r\n"
+        assert plain.call("ZADD", "relayed", "1", "ann").startswith(b"-NOPERM")
+        assert plain.call("ZSCORE", "relayed", "bob") == b"$1\r\n2\r\n"
+        assert plain.call("AUTH", writer) == b"+OK\r\n"
+        assert plain.call("ZADD", "relayed", "3", "ann") == b":1\r\n"
+        assert plain.call("ZSCORE", "relayed", "ann") == b"$1\r\n3\r\n"
+        plain.close()

@@ -48,7 +48,14 @@ class SortedView:
         return zeros.encoding(self._index)
 
     def score(self, member: str) -> float | None:
-        return None if self._index is None else self._index.score(member)
+        """``member``'s score, or None if absent (so is a member no index can
+        hold: empty, or too long)."""
+        if self._index is None:
+            return None
+        try:
+            return self._index.score(member)
+        except ValueError:  # (the index refuses it: it holds no such member)
+            return None
 
     def picked(self, choose: Callable[[SortedView], Iterable[str]]) -> dict[str, float]:
         """The members ``choose`` picks from this view that it holds, with
@@ -65,7 +72,10 @@ class SortedView:
         or from the highest with ``reverse`` (``ZREVRANK``); None if absent."""
         if self._index is None:
             return None
-        rank = self._index.rank(member)
+        try:
+            rank = self._index.rank(member)
+        except ValueError:  # (as in :meth:`score`)
+            return None
         if rank is None:
             return None
         from_best = rank - 1

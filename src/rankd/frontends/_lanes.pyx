@@ -184,6 +184,9 @@ cdef class TcpLane(Lane):
     cdef object current_decoder
     cdef public bint greeted
     cdef public Py_ssize_t queued
+    # Runs with the engine at which a read goes the general way (its worker
+    # hands over more once they are answered): ``tcp.MAX_RUNS_IN_FLIGHT``.
+    cdef public Py_ssize_t max_runs
     # The decoder's frame limit, read when ``settled`` is set.
     cdef Py_ssize_t max_frame
 
@@ -200,7 +203,8 @@ cdef class TcpLane(Lane):
     def data_received(self, data):
         cdef Packed packed
         if (self.closing or not self.greeted or self.principal is None
-                or self.worker is not None or self.queue or not self.writable):
+                or self.worker is not None or self.queue or not self.writable
+                or len(self.answering) >= self.max_runs):
             self._generally(data)
             return
         if not self.settled:

@@ -17,7 +17,12 @@ The first node already checked the request's ``Origin`` (and its own
 forward carries the node's own credential instead (:data:`FORWARD_AUTH`, an
 HMAC with the cluster secret over the request and the caller the first node
 admitted); the primary accepts a forward only with a valid one, and then
-checks that caller's scope and rate limits as its own.
+checks that caller's scope and rate limits as its own.  The signature names
+the node it is sent to (its advertised address), and no other accepts it:
+each node remembers only the nonces it accepted, so a forward taken off the
+wire and sent to another node (the forwarding one included, which would
+send it on once more) would be applied again.  A forward refused for its
+credential is charged to the sender's address, as a failed credential is.
 """
 
 from __future__ import annotations
@@ -65,18 +70,21 @@ def may_forward(request: web.Request) -> bool:
     return hop(request) < MAX_HOPS
 
 
-def _signed_node(node: str, hop: int) -> str:
-    """What a forward's signature names as its node: the node, and its hop
-    past the first (so that a hop changed on the way fails the signature)."""
-    return node if hop <= 1 else f"{node}\0hop={hop}"
+def signed_node(node: str, hop: int, to: str) -> str:
+    """What a forward's signature names as its node: the node, its hop past
+    the first (so that a hop changed on the way fails the signature), and
+    the address of the node it is for (so that no other node accepts it)."""
+    return f"{node}\0to={to}" if hop <= 1 else f"{node}\0hop={hop}\0to={to}"
 
 
 class Forwarder:
     """Forwards requests from node ``node`` (one HTTP client, made on first
-    use), and admits the requests other nodes forward to it."""
+    use), and admits the requests other nodes forward to it (at
+    ``advertise``, the address they send them to)."""
 
-    def __init__(self, node: str, timeout: float, trust: ClusterTrust) -> None:
+    def __init__(self, node: str, timeout: float, trust: ClusterTrust, advertise: str) -> None:
         self.node = node
+        self.advertise = advertise
         self.timeout = timeout
         self.trust = trust
         self.forwarded = 0
@@ -100,7 +108,7 @@ class Forwarder:
         # sent as is (encoded=True): the signed bytes are the ones received.
         path_qs = request.rel_url.raw_path_qs
         headers[FORWARD_AUTH] = self.trust.forward_header(
-            _signed_node(self.node, sent_hop), request.method, path_qs, body, principal,
+            signed_node(self.node, sent_hop, address), request.method, path_qs, body, principal,
             request.get(CALLER_ADDRESS, request.remote or ""))
         scheme = "https" if request.secure else "http"
         self.forwarded += 1
@@ -121,12 +129,15 @@ class Forwarder:
         unless the request carries a valid node credential."""
         try:
             caller = self.trust.verify_forward(
-                _signed_node(request.headers[FORWARDED], hop(request)),
+                signed_node(request.headers[FORWARDED], hop(request), self.advertise),
                 request.headers.get(FORWARD_AUTH), request.method,
                 request.rel_url.raw_path_qs, await request.read())
         except Unauthorized as exc:
             audit("auth_rejected", operation=operation, address=request.remote or "",
                   node=request.headers[FORWARDED][:64], reason=exc.message)
+            # A client's forged forward is charged to its address as a failed
+            # credential is (a valid forward is charged to its caller, below).
+            gate.charge_refused(operation, request.remote or "")
             raise
         gate.admit(caller.principal, operation, caller.address, cost)
         request[CALLER_ADDRESS] = caller.address  # (passed on if sent on again)

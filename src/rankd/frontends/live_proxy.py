@@ -60,7 +60,7 @@ from yarl import URL
 
 from rankd.cluster.trust import FORWARD_AUTH
 from rankd.engine.errors import EngineError, InvalidInput, NotPrimary
-from rankd.frontends.forwarding import FORWARDED, Forwarder
+from rankd.frontends.forwarding import FORWARDED, Forwarder, signed_node
 from rankd.frontends.live import (
     BURST_QUEUE,
     CLOSE_MOVED,
@@ -407,7 +407,8 @@ class LiveProxy:
         forwarder = self.forwarder
         headers = {FORWARDED: forwarder.node,
                    FORWARD_AUTH: forwarder.trust.forward_header(
-                       forwarder.node, "GET", path_qs, b"", upstream.principal,
+                       signed_node(forwarder.node, 1, holder), "GET", path_qs, b"",
+                       upstream.principal,
                        upstream.address)}
         scheme = "https" if upstream.secure else "http"
         async with self._client.ws_connect(URL(f"{scheme}://{holder}{path_qs}", encoded=True),

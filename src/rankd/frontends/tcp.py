@@ -83,8 +83,9 @@ QUEUE_LOW_WATER = 512
 #: times), under :data:`HANDSHAKE_LIMITS` into a few KiB.
 QUEUE_HIGH_FRAMES = 2
 #: Runs handed to the engine and not answered yet at which a connection
-#: answered in any order stops handing over more until they all are (a
-#: client that pipelines faster than its groups commit).
+#: stops handing over more until they all are (a client that pipelines
+#: faster than its groups commit): a read that finds this many queues its
+#: run, and the queue's own bounds pause reading.
 MAX_RUNS_IN_FLIGHT = 1024
 #: Refused requests before authentication (a malformed request, a repeated
 #: hello, one that needs a credential, a failed auth, a health with bad
@@ -328,6 +329,8 @@ class TcpConnection(_Lane, AnyOrder, PipelinedConnection):  # type: ignore[valid
         self.queued = 0
         self.queued_bytes = 0
         self.greeted = False
+        #: ``MAX_RUNS_IN_FLIGHT``, read by the native lane.
+        self.max_runs = MAX_RUNS_IN_FLIGHT
         #: The client asked for its submits' answers in any order (hello's
         #: ``out_of_order``: :mod:`rankd.frontends.tcp_any_order`).
         self.out_of_order = False
@@ -372,6 +375,7 @@ class TcpConnection(_Lane, AnyOrder, PipelinedConnection):  # type: ignore[valid
                 # A packed run that finds the connection idle is applied right
                 # away (see the module docstring); anything else waits its turn.
                 if (not self.queue and self.worker is None and self.writable
+                        and len(self.answering) < MAX_RUNS_IN_FLIGHT
                         and self._takes(message)):
                     self._hand_over(message)
                 else:

@@ -121,6 +121,12 @@ class Gate:
             audit("auth_rejected", operation=operation, address=address, reason=exc.message)
             raise
 
+    def charge_refused(self, operation: str, address: str) -> None:
+        """Charge one request of ``operation`` to ``address``'s rate limit for
+        a credential refused outside :meth:`identify` (a node credential),
+        so that it too cannot be tried for free."""
+        self.limiter.check_address(self._kind(operation), address)
+
     def admit(self, principal: Principal, operation: str, address: str, cost: int = 1, *,
               address_charged: bool = False) -> None:
         """Check scope and rate limits for ``operation`` (``cost``: events in

@@ -7,6 +7,11 @@ the client is connected to, and the answer comes back as that node gave it
 (:mod:`.cluster_commands` decides when).  Each client connection keeps at
 most one connection per node it relays to (:class:`Relay`), opened on first
 use and closed with it, so the client's commands stay in order on it.
+A link is greeted as the client was when it opened; once the client
+changes its protocol version (``HELLO``, ``RESET``) or its credential
+(``AUTH``), the link is closed and the next relayed command opens one
+greeted as the client is now (a kept link answered in the old version,
+as the old caller).
 
 The relayed connection speaks the client's protocol version (``HELLO 3``
 for a RESP3 client), authenticates with the client's own credential when
@@ -73,6 +78,8 @@ class Relay:
 
     def __init__(self) -> None:
         self._links: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+        #: What each link was greeted with: (protocol version, credential).
+        self._greeted: dict[str, tuple[int, str | None]] = {}
         self._lock = asyncio.Lock()
 
     async def send(self, address: str, words: list[bytes], *, version: int,
@@ -92,12 +99,14 @@ class Relay:
     async def _link(self, address: str, version: int, credential: str | None
                     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         link = self._links.get(address)
-        if link is not None:
+        if link is not None and self._greeted.get(address) == (version, credential):
             return link
+        self._drop(address)  # (greeted as the client no longer is)
         host, _, port = address.rpartition(":")
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_SECONDS)
         self._links[address] = (reader, writer)
+        self._greeted[address] = (version, credential)
         greeting: list[list[bytes]] = []
         if version == 3:
             hello = [b"HELLO", b"3"]
@@ -116,6 +125,7 @@ class Relay:
 
     def _drop(self, address: str) -> None:
         link = self._links.pop(address, None)
+        self._greeted.pop(address, None)
         if link is not None:
             link[1].close()
 
