@@ -157,7 +157,8 @@ OPTIONS = (
     Option("max_connections", int, 0, "open HTTP, TCP and RESP connections allowed in all "
                                       "(0: what the descriptor limit leaves after a reserve)"),
     Option("max_connections_per_address", int, 256,
-           "open connections allowed per client address (0: no cap; loopback is exempt)"),
+           "open connections allowed per client address (0: no cap; loopback, trusted "
+           "proxies and a cluster's live nodes are exempt)"),
     Option("idle_timeout", float, 300.0,
            "seconds a TCP or RESP connection may stay silent before it is closed (0: never); "
            "a client whose replies wait this long (at most 60 s) for it to read is dropped"),

@@ -17,6 +17,7 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -39,6 +40,7 @@ from rankd.frontends.service import Service
 from rankd.frontends.tcp import TcpServer
 from rankd.logbudget import ClientErrorFilter
 from rankd.metrics import DaemonCollector, Metrics
+from rankd.security import Gate
 from rankd.startup import listening, reaching_postgres
 from rankd.watchdog import LoopWatchdog
 
@@ -66,6 +68,17 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry)
+
+
+def cap_exemption(gate: Gate, node: ClusterNode | None) -> Callable[[str], bool]:
+    """Which client addresses the per-address connection cap spares:
+    loopback and trusted proxies, and a cluster node's live peers
+    (:mod:`rankd.cluster.peer_hosts`)."""
+    exempt = gate.trusted_proxies.exempt_from_address_caps
+    if node is None:
+        return exempt
+    peers = node.peer_hosts
+    return lambda address: exempt(address) or address in peers
 
 
 def setup_logging(config: ServerConfig) -> None:
@@ -109,7 +122,7 @@ async def serve(config: ServerConfig, *, started: asyncio.Event | None = None,
     service.listening = False  # ready only once the TCP listener is up too
     limits = ConnectionLimits(config.max_connections or default_max_connections(),
                               config.max_connections_per_address,
-                              gate.trusted_proxies.exempt_from_address_caps)
+                              cap_exemption(gate, node))
     tcp = TcpServer(service, gate, limits=limits, idle_timeout=config.idle_timeout)
     resp = RespServer(service, gate, limits=limits, idle_timeout=config.idle_timeout,
                       max_request=config.max_request_bytes, port_of={"fsync": config.fsync})

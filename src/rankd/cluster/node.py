@@ -58,6 +58,7 @@ from rankd.cluster.migrations import migrate_retrying
 from rankd.cluster.moves import Mover
 from rankd.cluster.nodelock import NodeIdInUse, NodeLock
 from rankd.cluster.nodes import Nodes
+from rankd.cluster.peer_hosts import PeerHosts
 from rankd.cluster.placement import (
     Layout,
     Placed,
@@ -213,6 +214,9 @@ class ClusterNode:
         self.registers: dict[int, Register] = {}
         #: Live nodes: id -> (HTTP address, TCP address, {group: applied seq}).
         self.peers: dict[str, tuple[str, str | None, dict[int, int]]] = {}
+        #: The live peers' IP addresses: exempt from the per-address
+        #: connection cap (they carry many clients' forwards and relays).
+        self.peer_hosts = PeerHosts()
         #: Live nodes' RESP addresses (None: the node serves no RESP port).
         self.resp_peers: dict[str, str | None] = {}
         #: Records set aside by this node after it was deposed, for metrics.
@@ -874,6 +878,10 @@ class ClusterNode:
             for row in peers if self._vouched(row)}
         self.resp_peers = {row["node_id"]: row["advertise_resp"] for row in peers
                            if row["node_id"] in self.peers}
+        await self.peer_hosts.update(
+            address for row in peers if row["node_id"] in self.peers
+            and row["node_id"] != self.node_id
+            for address in (row["advertise"], row["advertise_tcp"], row["advertise_resp"]))
         for group, writer in list(self.writers.items()):
             if writer.fenced is not None:
                 await self._depose(group, writer.fenced)
