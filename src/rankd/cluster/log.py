@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from rankd.cluster.appends import SCHEMA as APPEND_MANY_SCHEMA
+from rankd.cluster.appends import AppendBatcher
 from rankd.cluster.notifier import LogNotifier
 from rankd.engine.errors import NotPrimary
 from rankd.engine.frames import frame_many, scan
@@ -98,7 +100,7 @@ CREATE TABLE IF NOT EXISTS rankd_group_snapshots (
     data     bytea NOT NULL,
     PRIMARY KEY (group_id, seq, part)
 );
-"""
+""" + APPEND_MANY_SCHEMA
 
 
 #: A group's batches after a position.  ``last_seq`` is not indexed: the
@@ -176,6 +178,8 @@ class ClusterLog:
         self.lease_seconds = lease_seconds
         #: Tells followers of each committed append, after its commit.
         self.notifier = LogNotifier(pool, CHANNEL)
+        #: Sends the appends of groups ready together in one round trip.
+        self.appender = AppendBatcher(pool, lease_seconds)
         #: How long a renewal may take.  Renewals start a third of a lease
         #: apart, and one that times out is tried again at once: the second
         #: try still ends well within the lease the last success gave.
@@ -255,20 +259,14 @@ class ClusterLog:
             raise ValueError("an empty batch")
         last_seq = first_seq + len(payloads) - 1
         framed = frame_many(first_seq, payloads)
-        # One round trip: the compare-and-set runs in Postgres (rankd_append).
-        # No timeout of its own (the pool's command timeout): a Postgres that
-        # is only paused answers an append already sent the moment it
-        # resumes, before any follower's poll, where a retry on a fresh
-        # connection would come after them.
-        async with self.pool.acquire() as conn:
-            row = await conn.fetchrow("SELECT * FROM rankd_append($1, $2, $3, $4, $5, $6)",
-                                      lease.group, lease.epoch, first_seq, last_seq, framed,
-                                      self.lease_seconds)
-        if row["outcome"] == "fenced":
+        # One round trip, shared with the other groups ready at the same
+        # moment (rankd.cluster.appends): the compare-and-set runs in Postgres.
+        row = await self.appender.append(lease.group, lease.epoch, first_seq, last_seq, framed)
+        if row.outcome == "fenced":
             raise Fenced(lease.group, lease.epoch,
-                         row["epoch"] if row["epoch"] is not None else -1, row["holder"])
-        if row["outcome"] == "sequence":
-            raise OutOfSequence(f"group {lease.group} is at position {row['last_seq']}; "
+                         row.epoch if row.epoch is not None else -1, row.holder)
+        if row.outcome == "sequence":
+            raise OutOfSequence(f"group {lease.group} is at position {row.last_seq}; "
                                 f"a batch from {first_seq} does not follow it")
         self.notifier.note(lease.group, last_seq)
         return last_seq
