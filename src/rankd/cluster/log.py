@@ -31,6 +31,7 @@ same node are fenced too.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 from dataclasses import dataclass
 
@@ -196,17 +197,29 @@ class ClusterLog:
         a fresh connection keeps."""
         return self.pool.acquire(timeout=seconds)
 
-    async def take(self, group: int, node: str) -> Lease | None:
+    async def take(self, group: int, node: str, *,
+                   expired_by: datetime.datetime | None = None) -> Lease | None:
         """Become the group's primary if its lease is free or expired (by
         Postgres's clock): a new epoch.  ``None`` when another node holds a
-        lease still valid."""
+        lease still valid.
+
+        ``expired_by`` (a time of Postgres's clock, from :meth:`register` or
+        a read of the registers) takes another node's lease only if it ran
+        out by then: when the taker *saw* it run out, in touch with
+        Postgres.  A take sent before Postgres paused and run after it
+        resumed would otherwise find every lease run out by the pause,
+        before any primary could renew its own (``--ack local``: what only
+        that primary holds would be set aside)."""
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(
                 "INSERT INTO rankd_groups (group_id, epoch, last_seq) VALUES ($1, 0, 0) "
                 "ON CONFLICT DO NOTHING", group)
             row = await conn.fetchrow(
-                "SELECT epoch, holder, lease_until < now() OR lease_until IS NULL AS free, "
-                "last_seq FROM rankd_groups WHERE group_id = $1 FOR UPDATE", group)
+                "SELECT epoch, holder, (lease_until < now() OR lease_until IS NULL) AND "
+                "(holder IS NULL OR holder = $2 OR $3::timestamptz IS NULL "
+                "OR coalesce(lease_until <= $3, true)) AS free, "
+                "last_seq FROM rankd_groups WHERE group_id = $1 FOR UPDATE",
+                group, node, expired_by)
             if not row["free"] and row["holder"] != node:
                 return None
             epoch = row["epoch"] + 1
@@ -296,11 +309,12 @@ class ClusterLog:
 
     async def register(self, group: int) -> dict | None:
         """The group's register row (epoch, holder, lease_until, last_seq),
-        and ``lease_left``: seconds its lease still holds by Postgres's clock."""
+        ``lease_left``: seconds its lease still holds by Postgres's clock,
+        and ``at``: Postgres's time of the read."""
         async with self._connection(self.call_seconds) as conn:
             row = await conn.fetchrow(
                 "SELECT epoch, holder, lease_until, last_seq, "
-                "extract(epoch FROM lease_until - now())::float8 AS lease_left "
+                "extract(epoch FROM lease_until - now())::float8 AS lease_left, now() AS at "
                 "FROM rankd_groups WHERE group_id = $1", group, timeout=self.call_seconds)
         return None if row is None else dict(row)
 
