@@ -22,8 +22,8 @@ import time
 
 from cluster_nodes import boards_in_distinct_groups, sql
 from jepsen import Lab, read_log
-from nemesis import process_tree, signal_all
 
+from nemesis import process_tree, signal_all
 from rankd.cluster.groups import group_of
 
 #: How long Postgres stays paused: well past the lease (1.5 s).
