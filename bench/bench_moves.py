@@ -98,7 +98,7 @@ def postgres_server() -> Iterator[Server]:
 def start_nodes(root: Path, dsn: str, count: int, replicas: int,
                 first: int = 0, env: dict[str, str] | None = None) -> list[Daemon]:
     """``count`` nodes named ``n{first}``, ``n{first + 1}``..., started and
-    ready (``env``: more of their environment)."""
+    ready (``env``: the nodes' extra environment, e.g. another PYTHONPATH)."""
     root.mkdir(parents=True, exist_ok=True)
     nodes = [Daemon(root / f"n{i}", "--cluster-dsn", dsn, "--node-id", f"n{i}",
                     "--lease-seconds", "2", "--log-format", "text", "--replicas",

@@ -100,6 +100,36 @@ def test_a_deposed_primary_cannot_append_whatever_its_clock_says(pg_dsn):
     run(scenario())
 
 
+def test_a_take_names_when_it_saw_the_lease_run_out(pg_dsn):
+    """``expired_by``: another node's lease is taken only if it had run out
+    by the time the taker read it (a take decided on an older read, sent
+    while Postgres was paused and run after, finds the pause's expiry and
+    is refused); a lease nobody holds, or the taker's own, takes no such
+    proof."""
+    async def scenario():
+        store = await _open(pg_dsn, lease=0.3)
+        try:
+            held = await store.take(2, "a")
+            seen = (await store.register(2))["at"]  # read while the lease held
+            await asyncio.sleep(0.5)  # it runs out later, unseen (Postgres "paused")
+            assert await store.take(2, "b", expired_by=seen) is None
+            assert (await store.register(2))["epoch"] == held.epoch
+            seen = await store.register(2)
+            assert seen["lease_left"] < 0  # read once it had run out
+            taker = await store.take(2, "b", expired_by=seen["at"])
+            assert taker is not None and taker.epoch == held.epoch + 1
+            # The holder itself takes its group again on any read.
+            again = await store.take(2, "b", expired_by=seen["at"])
+            assert again is not None and again.epoch == taker.epoch + 1
+            # A group given up idle has no holder: nothing to prove.
+            await store.release(again, idle=True)
+            assert (await store.take(2, "c", expired_by=seen["at"])).epoch == again.epoch + 1
+        finally:
+            await store.pool.close()
+
+    run(scenario())
+
+
 def test_racing_takers_get_one_epoch_each_and_only_one_wins(pg_dsn):
     async def scenario():
         store = await _open(pg_dsn, lease=0.2)

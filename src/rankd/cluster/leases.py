@@ -23,6 +23,7 @@ log (``--ack log``) never depend on this: Postgres fences them.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import time
 from collections.abc import Callable
@@ -73,10 +74,12 @@ class LeaseKeeper:
         held = self.held.get(group)
         return None if held is None else held.lease
 
-    async def take(self, group: int) -> Lease | None:
-        """Try to become the group's primary (see :meth:`ClusterLog.take`)."""
+    async def take(self, group: int, expired_by: datetime.datetime | None = None
+                   ) -> Lease | None:
+        """Try to become the group's primary (see :meth:`ClusterLog.take`,
+        which says what ``expired_by`` is)."""
         started = self.clock()
-        lease = await self.store.take(group, self.node)
+        lease = await self.store.take(group, self.node, expired_by=expired_by)
         if lease is not None:
             self.held[group] = Held(lease, started + self.store.lease_seconds - self.margin)
         return lease

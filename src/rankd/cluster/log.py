@@ -31,11 +31,14 @@ same node are fenced too.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 from dataclasses import dataclass
 
 import asyncpg
 
+from rankd.cluster.appends import SCHEMA as APPEND_MANY_SCHEMA
+from rankd.cluster.appends import AppendBatcher
 from rankd.cluster.notifier import LogNotifier
 from rankd.engine.errors import NotPrimary
 from rankd.engine.frames import frame_many, scan
@@ -98,7 +101,7 @@ CREATE TABLE IF NOT EXISTS rankd_group_snapshots (
     data     bytea NOT NULL,
     PRIMARY KEY (group_id, seq, part)
 );
-"""
+""" + APPEND_MANY_SCHEMA
 
 
 #: A group's batches after a position.  ``last_seq`` is not indexed: the
@@ -176,6 +179,8 @@ class ClusterLog:
         self.lease_seconds = lease_seconds
         #: Tells followers of each committed append, after its commit.
         self.notifier = LogNotifier(pool, CHANNEL)
+        #: Sends the appends of groups ready together in one round trip.
+        self.appender = AppendBatcher(pool, lease_seconds)
         #: How long a renewal may take.  Renewals start a third of a lease
         #: apart, and one that times out is tried again at once: the second
         #: try still ends well within the lease the last success gave.
@@ -192,17 +197,29 @@ class ClusterLog:
         a fresh connection keeps."""
         return self.pool.acquire(timeout=seconds)
 
-    async def take(self, group: int, node: str) -> Lease | None:
+    async def take(self, group: int, node: str, *,
+                   expired_by: datetime.datetime | None = None) -> Lease | None:
         """Become the group's primary if its lease is free or expired (by
         Postgres's clock): a new epoch.  ``None`` when another node holds a
-        lease still valid."""
+        lease still valid.
+
+        ``expired_by`` (a time of Postgres's clock, from :meth:`register` or
+        a read of the registers) takes another node's lease only if it ran
+        out by then: when the taker *saw* it run out, in touch with
+        Postgres.  A take sent before Postgres paused and run after it
+        resumed would otherwise find every lease run out by the pause,
+        before any primary could renew its own (``--ack local``: what only
+        that primary holds would be set aside)."""
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(
                 "INSERT INTO rankd_groups (group_id, epoch, last_seq) VALUES ($1, 0, 0) "
                 "ON CONFLICT DO NOTHING", group)
             row = await conn.fetchrow(
-                "SELECT epoch, holder, lease_until < now() OR lease_until IS NULL AS free, "
-                "last_seq FROM rankd_groups WHERE group_id = $1 FOR UPDATE", group)
+                "SELECT epoch, holder, (lease_until < now() OR lease_until IS NULL) AND "
+                "(holder IS NULL OR holder = $2 OR $3::timestamptz IS NULL "
+                "OR coalesce(lease_until <= $3, true)) AS free, "
+                "last_seq FROM rankd_groups WHERE group_id = $1 FOR UPDATE",
+                group, node, expired_by)
             if not row["free"] and row["holder"] != node:
                 return None
             epoch = row["epoch"] + 1
@@ -255,20 +272,14 @@ class ClusterLog:
             raise ValueError("an empty batch")
         last_seq = first_seq + len(payloads) - 1
         framed = frame_many(first_seq, payloads)
-        # One round trip: the compare-and-set runs in Postgres (rankd_append).
-        # No timeout of its own (the pool's command timeout): a Postgres that
-        # is only paused answers an append already sent the moment it
-        # resumes, before any follower's poll, where a retry on a fresh
-        # connection would come after them.
-        async with self.pool.acquire() as conn:
-            row = await conn.fetchrow("SELECT * FROM rankd_append($1, $2, $3, $4, $5, $6)",
-                                      lease.group, lease.epoch, first_seq, last_seq, framed,
-                                      self.lease_seconds)
-        if row["outcome"] == "fenced":
+        # One round trip, shared with the other groups ready at the same
+        # moment (rankd.cluster.appends): the compare-and-set runs in Postgres.
+        row = await self.appender.append(lease.group, lease.epoch, first_seq, last_seq, framed)
+        if row.outcome == "fenced":
             raise Fenced(lease.group, lease.epoch,
-                         row["epoch"] if row["epoch"] is not None else -1, row["holder"])
-        if row["outcome"] == "sequence":
-            raise OutOfSequence(f"group {lease.group} is at position {row['last_seq']}; "
+                         row.epoch if row.epoch is not None else -1, row.holder)
+        if row.outcome == "sequence":
+            raise OutOfSequence(f"group {lease.group} is at position {row.last_seq}; "
                                 f"a batch from {first_seq} does not follow it")
         self.notifier.note(lease.group, last_seq)
         return last_seq
@@ -298,11 +309,12 @@ class ClusterLog:
 
     async def register(self, group: int) -> dict | None:
         """The group's register row (epoch, holder, lease_until, last_seq),
-        and ``lease_left``: seconds its lease still holds by Postgres's clock."""
+        ``lease_left``: seconds its lease still holds by Postgres's clock,
+        and ``at``: Postgres's time of the read."""
         async with self._connection(self.call_seconds) as conn:
             row = await conn.fetchrow(
                 "SELECT epoch, holder, lease_until, last_seq, "
-                "extract(epoch FROM lease_until - now())::float8 AS lease_left "
+                "extract(epoch FROM lease_until - now())::float8 AS lease_left, now() AS at "
                 "FROM rankd_groups WHERE group_id = $1", group, timeout=self.call_seconds)
         return None if row is None else dict(row)
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import logging
 import time
@@ -450,13 +451,8 @@ class ClusterNode:
         if (register is not None and register.holder != self.node_id
                 and register.lease_until > time.monotonic()):
             return  # another live primary: the write goes there
-        if (take and register is not None and register.holder not in (None, self.node_id)
-                and not self._in_touch()):
-            # The holder's lease ran out while this node could not tell whether
-            # it is alive (Postgres itself was away): it gets a lease to renew.
-            raise self._not_taken(group, register.holder)
         if take:
-            await self._take(group)
+            await self._take(group, seen_now=True)
         else:  # a write that cannot apply here: only learn who writes the group
             await asyncio.wait_for(self._read_register(group), REGISTER_READ_SECONDS)
 
@@ -592,20 +588,29 @@ class ClusterNode:
     # --- taking, following, being deposed ----------------------------------------------
 
     async def _take(self, group: int, handed: tuple[Lease, float, float] | None = None,
-                    phases: Phases | None = None) -> None:
+                    phases: Phases | None = None, *,
+                    expired_by: datetime.datetime | None = None,
+                    seen_now: bool = False) -> None:
         """Write ``group`` here: a new epoch, or the lease a move's hand-over
-        gave (``handed``: the lease, when its register was read, its time left)."""
+        gave (``handed``: the lease, when its register was read, its time left).
+        ``expired_by``: when this node saw the group's register (see
+        :meth:`ClusterLog.take`); ``seen_now``: read it first (see
+        :meth:`_seen_expired`)."""
         if self.recovery.failed:
             raise Unavailable(f"node {self.node_id}'s local log failed; it writes no group "
                               "until it recovers (nothing was applied)")
         async with self._lock(group):
             if group in self.writers:
                 return
+            if seen_now:
+                seen, expired_by = await self._seen_expired(group)
+                if not seen:
+                    return
             if handed is not None:
                 lease = handed[0]
                 self.keeper.adopt(*handed)
             else:
-                lease = await self.keeper.take(group)
+                lease = await self.keeper.take(group, expired_by)
             if lease is None:
                 await self._read_register(group)
                 return
@@ -866,7 +871,8 @@ class ClusterNode:
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(
                 "SELECT group_id, epoch, holder, last_seq, "
-                "extract(epoch FROM lease_until - now()) AS left FROM rankd_groups")
+                "extract(epoch FROM lease_until - now()) AS left, now() AS at "
+                "FROM rankd_groups")
             peers = await conn.fetch(
                 "SELECT node_id, advertise, advertise_tcp, applied, proof, advertise_resp "
                 "FROM rankd_nodes "
@@ -904,7 +910,8 @@ class ClusterNode:
                 continue  # a live node that holds it takes it (no bootstrap here)
             if left > 0 or self._most_caught_up(group) or register.deferred >= DEFER_ROUNDS:
                 try:
-                    await self._take(group)
+                    # Taken only if its lease had run out when this round read it.
+                    await self._take(group, expired_by=row["at"])
                 except Exception as exc:
                     log.warning("node %s could not take group %d: %s", self.node_id, group, exc)
             else:
@@ -1018,7 +1025,7 @@ class ClusterNode:
                 await asyncio.sleep(left + 0.01)
                 if (group not in self.writers and self._most_caught_up(group)
                         and self._in_touch()):
-                    await self._take(group)
+                    await self._take(group, seen_now=True)
             except Exception as exc:
                 log.warning("node %s could not take group %d: %s", self.node_id, group, exc)
             finally:
@@ -1032,13 +1039,39 @@ class ClusterNode:
                    in self.peers.items() if node != self.node_id)
 
     async def _read_register(self, group: int) -> None:
-        register = await self.store.register(group)
+        self._note_register(group, await self.store.register(group))
+
+    def _note_register(self, group: int, register: dict | None) -> None:
+        """Keep what a read of ``group``'s register (``ClusterLog.register``) says."""
         if register is None:
             return
         left = register["lease_left"] or 0.0
         self.registers[group] = Register(register["epoch"], register["holder"],
                                          register["last_seq"],
                                          time.monotonic() + left if left > 0 else 0.0)
+
+    async def _seen_expired(self, group: int) -> tuple[bool, datetime.datetime | None]:
+        """Whether to take ``group`` on what a read of its register made now
+        shows, not on what this node last knew of it, and the read's time
+        (``expired_by`` of the take: another node's lease is taken only if
+        this read saw it run out while this node was in touch with
+        Postgres).  A view read before Postgres paused tells nothing of a
+        lease that the pause ran out: its primary gets a lease in touch to
+        renew it (under ``--ack local`` it holds acknowledged writes that
+        only it has); meanwhile its writes here are refused."""
+        started = time.monotonic()
+        register = await self.store.register(group)
+        self._touched(started)  # a read that waited on a Postgres away: not in touch
+        self._note_register(group, register)
+        if register is None:  # no register yet: nobody ever held the group
+            return True, None
+        holder = register["holder"]
+        if holder not in (None, self.node_id):
+            if (register["lease_left"] or 0.0) > 0:
+                return False, None  # a live primary: the write goes there
+            if not self._in_touch():
+                raise self._not_taken(group, holder)
+        return True, register["at"]
 
     # --- placement and moves (rankd.cluster.placement, rankd.cluster.moves) -------------
 
