@@ -819,6 +819,7 @@ cdef class RankIndex:
     cdef list _window(self, Py_ssize_t lo, Py_ssize_t hi, object offset, object limit, bint reverse)
     cdef int _key_range(self, object low, object high, bint low_exclusive, bint high_exclusive, Py_ssize_t *lo, Py_ssize_t *hi) except -1
     cdef int _append_loaded(self, rk_node *x, rk_node **last, Py_ssize_t *last_rank, Py_ssize_t *last_drank) noexcept nogil
+    cdef void _place_loaded(self, rk_node *x, double key, uint64_t seq, uint32_t h, rk_node **last, Py_ssize_t *last_rank, Py_ssize_t *last_drank) noexcept nogil
     cdef uint64_t _load_run(self, const char **p, const char *end, uint64_t i, uint64_t stop, uint64_t next_seq, bint has_seq, rk_node **last, Py_ssize_t *last_rank, Py_ssize_t *last_drank, rk_node **prev) noexcept nogil
 
     # Entry points for other native modules (member = UTF-8 bytes, checked by the caller).

@@ -1997,16 +1997,22 @@ cdef class RankIndex:
             x = self._alloc_node(self._random_level(), q, mlen)
             if x == NULL:
                 break
-            x.key = key
-            x.seq = seq
-            x.hash = h
-            self._table_insert(x)
-            self._append_loaded(x, last, last_rank, last_drank)
-            self.member_bytes += mlen
+            self._place_loaded(x, key, seq, h, last, last_rank, last_drank)
             prev[0] = x
             p[0] = q + mlen
             i += 1
         return i
+
+    cdef void _place_loaded(self, rk_node *x, double key, uint64_t seq, uint32_t h,
+                            rk_node **last, Py_ssize_t *last_rank,
+                            Py_ssize_t *last_drank) noexcept nogil:
+        """A loaded record's new node ``x`` keyed, in the table and at the tail."""
+        x.key = key
+        x.seq = seq
+        x.hash = h
+        self._table_insert(x)
+        self._append_loaded(x, last, last_rank, last_drank)
+        self.member_bytes += x.mlen
 
     # --- invariants ------------------------------------------------------------------
 
@@ -2246,12 +2252,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
         if index._lookup(p, mlen, h) != NULL:
             raise ValueError(f"rank index dump repeats a member at record {i}")
         x = index._new_node(index._random_level(), p, mlen)
-        x.key = key
-        x.seq = seq
-        x.hash = h
-        index._table_insert(x)
-        index._append_loaded(x, last, last_rank, last_drank)
-        index.member_bytes += mlen
+        index._place_loaded(x, key, seq, h, last, last_rank, last_drank)
         prev = x
         reader.p += mlen
         i += 1
