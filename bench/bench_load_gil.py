@@ -25,8 +25,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from rankd._skiplist import RankIndex
 from rankd.engine._idstore import FingerprintLog
+
+from rankd._skiplist import RankIndex
 
 #: A round trip this much over an idle one waited for the GIL.
 WAITED = 0.0001
