@@ -361,6 +361,9 @@ def stalls(logged: str) -> str:
 async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: int) -> None:
     nodes = start_nodes(root, dsn, 3, 1)
     group = group_of(BIG)
+    # (to attach a profiler to a node during the moves: py-spy record --pid)
+    print("node pids: " + ", ".join(f"{node.data_dir.name} {node.process.pid}"
+                                    for node in nodes), flush=True)
     try:
         assert nodes[0].request("PUT", f"/v1/boards/{BIG}", {"policy": "best"})[0] == 201
         started = time.monotonic()

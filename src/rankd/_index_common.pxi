@@ -243,26 +243,58 @@ cdef int _dump_header_fields(const char *buf, Py_ssize_t size, uint64_t *count,
     return 0
 
 
+cdef enum:
+    # What :func:`_dump_record_check` found wrong with a record.
+    RECORD_SOUND = 0
+    RECORD_TRUNCATED
+    RECORD_BAD_LENGTH
+    RECORD_NOT_UTF8
+    RECORD_NOT_FINITE
+    RECORD_BAD_SEQ
+
+
+cdef inline int _dump_record_check(const char **p, const char *end, uint64_t next_seq,
+                                   double *score, uint64_t *seq, uint16_t *mlen,
+                                   bint has_seq) noexcept nogil:
+    """:func:`_dump_record` without the GIL: ``RECORD_SOUND`` with the record
+    read and ``p[0]`` left at the member's bytes, else what is wrong with
+    it (``p[0]`` then unmoved)."""
+    cdef Py_ssize_t record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
+    cdef const char *q = p[0]
+    if end - q < record:
+        return RECORD_TRUNCATED
+    score[0] = rk_load_f64(q)
+    seq[0] = rk_load_u64(q + 8) if has_seq else 0
+    mlen[0] = rk_load_u16(q + record - 2)
+    q += record
+    if mlen[0] == 0 or mlen[0] > MAX_MEMBER_BYTES or end - q < mlen[0]:
+        return RECORD_BAD_LENGTH
+    if not rk_utf8_valid(<const uint8_t *>q, mlen[0]):
+        return RECORD_NOT_UTF8
+    if not isfinite(score[0]):
+        return RECORD_NOT_FINITE
+    if has_seq and (seq[0] > <uint64_t>MAX_SEQ or seq[0] >= next_seq):
+        return RECORD_BAD_SEQ
+    p[0] = q
+    return RECORD_SOUND
+
+
 cdef inline int _dump_record(const char **p, const char *end, uint64_t i, uint64_t next_seq,
                              double *score, uint64_t *seq, uint16_t *mlen,
                              bint has_seq=True) except -1:
     """Record ``i`` at ``p[0]`` read and checked (``end``: where the records
     end; ``has_seq``: a version 1 record, else version 2's, whose ``seq``
     reads as 0); ``p[0]`` is left at the member's bytes."""
-    cdef Py_ssize_t record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
-    if end - p[0] < record:
+    cdef int found = _dump_record_check(p, end, next_seq, score, seq, mlen, has_seq)
+    if found == RECORD_TRUNCATED:
         raise ValueError(f"rank index dump is truncated at record {i}")
-    score[0] = rk_load_f64(p[0])
-    seq[0] = rk_load_u64(p[0] + 8) if has_seq else 0
-    mlen[0] = rk_load_u16(p[0] + record - 2)
-    p[0] += record
-    if mlen[0] == 0 or mlen[0] > MAX_MEMBER_BYTES or end - p[0] < mlen[0]:
+    if found == RECORD_BAD_LENGTH:
         raise ValueError(f"rank index dump has a bad member length at record {i}")
-    if not rk_utf8_valid(<const uint8_t *>p[0], mlen[0]):
+    if found == RECORD_NOT_UTF8:
         raise ValueError(f"rank index dump has a member that is not UTF-8 at record {i}")
-    if not isfinite(score[0]):
+    if found == RECORD_NOT_FINITE:
         raise ValueError(f"rank index dump has a non-finite score at record {i}")
-    if has_seq and (seq[0] > MAX_SEQ or seq[0] >= next_seq):
+    if found == RECORD_BAD_SEQ:
         raise ValueError(f"rank index dump has an invalid seq at record {i}")
     return 0
 

@@ -761,28 +761,29 @@ cdef class RankIndex:
     cdef Py_ssize_t relayout_min_length, relayout_moves   # RK_RELAYOUT_*, or set by tests
 
     cdef rk_node *_new_node(self, int nlevels, const char *member, Py_ssize_t mlen) except NULL
+    cdef rk_node *_alloc_node(self, int nlevels, const char *member, Py_ssize_t mlen) noexcept nogil
     cdef void _free_nodes(self) noexcept
     cdef void _free_node(self, rk_node *node) noexcept
     cdef void _reset_header(self) noexcept
-    cdef int _random_level(self) noexcept
-    cdef inline bint _before(self, rk_node *node, double key, uint64_t seq, const char *member, Py_ssize_t mlen) noexcept
+    cdef int _random_level(self) noexcept nogil
+    cdef inline bint _before(self, rk_node *node, double key, uint64_t seq, const char *member, Py_ssize_t mlen) noexcept nogil
     cdef inline bint _link_before(self, rk_level *link, double key, uint64_t seq, const char *member, Py_ssize_t mlen) noexcept
     cdef inline bint _node_before(self, rk_node *a, rk_node *b) noexcept
     cdef inline double _score(self, rk_node *node) noexcept
-    cdef inline double _key(self, double score) noexcept
+    cdef inline double _key(self, double score) noexcept nogil
     cdef inline bint _is_leader(self, rk_node *node) noexcept
     cdef inline void _prefetch_neighbourhood(self, rk_node *x) noexcept
     cdef inline void _prefetch_ahead(self, rk_node *node, int finished) noexcept
     cdef inline Py_ssize_t _remember(self, rk_node *x, Py_ssize_t rank) noexcept
-    cdef inline uint32_t _hash(self, const char *member, Py_ssize_t mlen) noexcept
-    cdef inline rk_node *_lookup(self, const char *member, Py_ssize_t mlen, uint32_t h) noexcept
+    cdef inline uint32_t _hash(self, const char *member, Py_ssize_t mlen) noexcept nogil
+    cdef inline rk_node *_lookup(self, const char *member, Py_ssize_t mlen, uint32_t h) noexcept nogil
     cdef inline rk_node *_find(self, object member) except? NULL
     cdef int _table_reserve(self, Py_ssize_t members) except -1
-    cdef void _table_insert(self, rk_node *node) noexcept
+    cdef void _table_insert(self, rk_node *node) noexcept nogil
     cdef int _table_resize(self, size_t size) except -1
     cdef int _table_begin(self, size_t size) except -1
     cdef void _table_migrate(self, size_t count) noexcept
-    cdef rk_node *_lookup_old(self, const char *member, Py_ssize_t mlen, uint32_t h) noexcept
+    cdef rk_node *_lookup_old(self, const char *member, Py_ssize_t mlen, uint32_t h) noexcept nogil
     cdef rk_node **_slot_of(self, rk_node *node) noexcept
     cdef rk_node **_old_slot_of(self, rk_node *node) noexcept
     cdef void _drop_old_table(self) noexcept
@@ -817,7 +818,9 @@ cdef class RankIndex:
     cdef list _collect(self, Py_ssize_t first, Py_ssize_t last, bint reverse)
     cdef list _window(self, Py_ssize_t lo, Py_ssize_t hi, object offset, object limit, bint reverse)
     cdef int _key_range(self, object low, object high, bint low_exclusive, bint high_exclusive, Py_ssize_t *lo, Py_ssize_t *hi) except -1
-    cdef int _append_loaded(self, rk_node *x, rk_node **last, Py_ssize_t *last_rank, Py_ssize_t *last_drank) except -1
+    cdef int _append_loaded(self, rk_node *x, rk_node **last, Py_ssize_t *last_rank, Py_ssize_t *last_drank) noexcept nogil
+    cdef void _place_loaded(self, rk_node *x, double key, uint64_t seq, uint32_t h, rk_node **last, Py_ssize_t *last_rank, Py_ssize_t *last_drank) noexcept nogil
+    cdef uint64_t _load_run(self, const char **p, const char *end, uint64_t i, uint64_t stop, uint64_t next_seq, bint has_seq, rk_node **last, Py_ssize_t *last_rank, Py_ssize_t *last_drank, rk_node **prev) noexcept nogil
 
     # Entry points for other native modules (member = UTF-8 bytes, checked by the caller).
     cdef void c_prefetch_slot(self, const char *member, Py_ssize_t mlen) noexcept

@@ -163,11 +163,21 @@ cdef class RankIndex:
     # --- node memory --------------------------------------------------------
 
     cdef rk_node *_new_node(self, int nlevels, const char *member, Py_ssize_t mlen) except NULL:
-        cdef rk_node *node = <rk_node *>rk_arena_alloc(&self.arena, RK_NODE_SIZE(nlevels, mlen))
+        cdef rk_node *node = self._alloc_node(nlevels, member, mlen)
         if node == NULL:
             raise MemoryError()
         global _live_nodes
         _live_nodes += 1
+        return node
+
+    cdef rk_node *_alloc_node(self, int nlevels, const char *member,
+                              Py_ssize_t mlen) noexcept nogil:
+        """:meth:`_new_node` without the GIL: NULL if there is no memory,
+        and not counted in ``_live_nodes`` (the caller counts it, holding
+        the GIL)."""
+        cdef rk_node *node = <rk_node *>rk_arena_alloc(&self.arena, RK_NODE_SIZE(nlevels, mlen))
+        if node == NULL:
+            return NULL
         self.unplaced += 1
         node.nlevels = nlevels
         node.queued = 0
@@ -212,7 +222,7 @@ cdef class RankIndex:
         self.height = 1
 
     @cython.cdivision(True)
-    cdef int _random_level(self) noexcept:
+    cdef int _random_level(self) noexcept nogil:
         """Level of a new node: 1, then one more with probability 1/branching."""
         cdef int level = 1
         cdef uint64_t x
@@ -232,7 +242,7 @@ cdef class RankIndex:
     # A target is described by (key, seq, member bytes); node order is total.
 
     cdef inline bint _before(self, rk_node *node, double key, uint64_t seq,
-                             const char *member, Py_ssize_t mlen) noexcept:
+                             const char *member, Py_ssize_t mlen) noexcept nogil:
         """Whether ``node`` sorts strictly before the target."""
         cdef int cmp
         if node.key != key:
@@ -261,7 +271,7 @@ cdef class RankIndex:
     cdef inline double _score(self, rk_node *node) noexcept:
         return -node.key if self.descending else node.key
 
-    cdef inline double _key(self, double score) noexcept:
+    cdef inline double _key(self, double score) noexcept nogil:
         # Either zero negates to the other, and the two compare equal: a
         # score of -0.0 ranks exactly as 0.0 (ties by seq or member).
         return -score if self.descending else score
@@ -303,11 +313,11 @@ cdef class RankIndex:
 
     # --- hash table -------------------------------------------------------------
 
-    cdef inline uint32_t _hash(self, const char *member, Py_ssize_t mlen) noexcept:
+    cdef inline uint32_t _hash(self, const char *member, Py_ssize_t mlen) noexcept nogil:
         return rk_hash_memo_get(&self.hash_memo, self.hash_k0, self.hash_k1, member, mlen)
 
     cdef inline rk_node *_lookup(self, const char *member, Py_ssize_t mlen,
-                                 uint32_t h) noexcept:
+                                 uint32_t h) noexcept nogil:
         cdef size_t i = h & self.mask
         cdef rk_node *node = self.slots[i]
         while node != NULL:
@@ -320,7 +330,7 @@ cdef class RankIndex:
         return NULL
 
     cdef rk_node *_lookup_old(self, const char *member, Py_ssize_t mlen,
-                              uint32_t h) noexcept:
+                              uint32_t h) noexcept nogil:
         """While the table doubles, a member only the old table holds.  Its
         slots below ``migrated`` were copied to the new table and are not
         read (the nodes they point to may have moved or gone)."""
@@ -359,7 +369,7 @@ cdef class RankIndex:
             self._relayout_begin()
         return 0
 
-    cdef void _table_insert(self, rk_node *node) noexcept:
+    cdef void _table_insert(self, rk_node *node) noexcept nogil:
         """Add a node known to be absent; the caller reserved room for it."""
         cdef size_t i = node.hash & self.mask
         while self.slots[i] != NULL:
@@ -1928,7 +1938,7 @@ cdef class RankIndex:
         return _load(cls, _DumpReader(pieces), -1 if size is None else size)
 
     cdef int _append_loaded(self, rk_node *x, rk_node **last, Py_ssize_t *last_rank,
-                            Py_ssize_t *last_drank) except -1:
+                            Py_ssize_t *last_drank) noexcept nogil:
         """Append a node that sorts after every present node."""
         cdef int i
         cdef rk_node *prev = self.tail
@@ -1951,6 +1961,55 @@ cdef class RankIndex:
         x.backward = prev
         self.tail = x
         return 0
+
+    cdef uint64_t _load_run(self, const char **p, const char *end, uint64_t i, uint64_t stop,
+                            uint64_t next_seq, bint has_seq, rk_node **last,
+                            Py_ssize_t *last_rank, Py_ssize_t *last_drank,
+                            rk_node **prev) noexcept nogil:
+        """Load records ``i`` to ``stop`` of a dump at ``p[0]`` (``end``:
+        where the bytes read so far end) without the GIL, as ``_load``
+        does, while each is whole before ``end`` and sound, in order, new
+        and given memory.  Returns the first record not loaded: ``_load``
+        loads that one with the GIL (reading more bytes, or raising)."""
+        cdef Py_ssize_t record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
+        cdef const char *q
+        cdef double score, key
+        cdef uint64_t seq
+        cdef uint16_t mlen
+        cdef uint32_t h
+        cdef rk_node *x
+        while i < stop:
+            q = p[0]
+            if end - q < record or end - q < record + rk_load_u16(q + record - 2):
+                break  # it straddles the pieces read so far
+            if _dump_record_check(&q, end, next_seq, &score, &seq, &mlen,
+                                  has_seq) != RECORD_SOUND:
+                break
+            key = self._key(score)
+            if prev[0] != NULL and not self._before(prev[0], key, seq, q, mlen):
+                break
+            h = self._hash(q, mlen)
+            if self._lookup(q, mlen, h) != NULL:
+                break
+            x = self._alloc_node(self._random_level(), q, mlen)
+            if x == NULL:
+                break
+            self._place_loaded(x, key, seq, h, last, last_rank, last_drank)
+            prev[0] = x
+            p[0] = q + mlen
+            i += 1
+        return i
+
+    cdef void _place_loaded(self, rk_node *x, double key, uint64_t seq, uint32_t h,
+                            rk_node **last, Py_ssize_t *last_rank,
+                            Py_ssize_t *last_drank) noexcept nogil:
+        """A loaded record's new node ``x`` keyed, in the table and at the tail."""
+        x.key = key
+        x.seq = seq
+        x.hash = h
+        self._table_insert(x)
+        self._append_loaded(x, last, last_rank, last_drank)
+        self.member_bytes += x.mlen
 
     # --- invariants ------------------------------------------------------------------
 
@@ -2130,8 +2189,14 @@ cdef inline void _count_free(Py_ssize_t n) noexcept:
 
 
 cdef enum:
-    # A load releases the GIL after each run of this many + 1 records (a ms or two).
+    # A load takes the GIL again after each run of this many + 1 records
+    # loaded without it (a ms or two).
     LOAD_YIELD_MASK = 2047
+
+
+cdef inline void _count_new(Py_ssize_t n) noexcept:
+    global _live_nodes
+    _live_nodes += n
 
 
 cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
@@ -2149,6 +2214,8 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     cdef rk_node *x
     cdef rk_node *prev = NULL
     cdef int level
+    cdef uint64_t stop, loaded
+    cdef const char *at
     # Version 2 (no seqs: a board tied by member, written by rankd._pages)
     # loads too, its seqs 0: such a board never orders by them.
     reader.need(DUMP_HEADER_SIZE)
@@ -2163,12 +2230,24 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
         last[level] = index.header
         last_rank[level] = 0
         last_drank[level] = 0
-    for i in range(count):
-        if i & LOAD_YIELD_MASK == LOAD_YIELD_MASK:
-            # A big index is loaded in a worker thread (a cluster node taking
-            # a group): let the event loop's thread have the GIL meanwhile.
-            with nogil:
-                pass
+    i = 0
+    while i < count:
+        # A big index is loaded in a worker thread (a cluster node taking a
+        # group): its records are loaded without the GIL, a run at a time.
+        # Only letting go of it between runs left the event loop's thread
+        # waiting up to the switch interval (5 ms) for each of its callbacks.
+        stop = min(count, (i | LOAD_YIELD_MASK) + 1)
+        at = reader.p
+        with nogil:
+            loaded = index._load_run(&at, reader.end, i, stop, next_seq, has_seq, last,
+                                     last_rank, last_drank, &prev)
+        reader.p = at
+        _count_new(<Py_ssize_t>(loaded - i))
+        i = loaded
+        if i == stop:
+            continue
+        # A record that straddles the pieces read so far, or is not sound: as
+        # it always was, with the GIL (reading on, or raising).
         reader.need(record)
         reader.need(record + rk_load_u16(reader.p + record - 2))
         _dump_record(&reader.p, reader.end, i, next_seq, &score, &seq, &mlen, has_seq)
@@ -2180,14 +2259,10 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
         if index._lookup(p, mlen, h) != NULL:
             raise ValueError(f"rank index dump repeats a member at record {i}")
         x = index._new_node(index._random_level(), p, mlen)
-        x.key = key
-        x.seq = seq
-        x.hash = h
-        index._table_insert(x)
-        index._append_loaded(x, last, last_rank, last_drank)
-        index.member_bytes += mlen
+        index._place_loaded(x, key, seq, h, last, last_rank, last_drank)
         prev = x
         reader.p += mlen
+        i += 1
     reader.finish()
     # Links still pointing at NULL span to the end of the list.
     for level in range(index.height):

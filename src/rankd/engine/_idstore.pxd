@@ -76,17 +76,24 @@ cdef class FingerprintLog:
     cdef uint64_t c_id_fingerprint(self, const char *event_id, Py_ssize_t size) noexcept
     cdef uint32_t c_payload(self, const char *member, Py_ssize_t size, uint64_t content,
                             bint has_content) except? 0
-    cdef ids_record *_rec(self, uint32_t slot) noexcept
-    cdef size_t _find(self, uint64_t fp) noexcept
-    cdef ids_record *_find_moving(self, uint64_t fp) noexcept
+    cdef ids_record *_rec(self, uint32_t slot) noexcept nogil
+    cdef size_t _find(self, uint64_t fp) noexcept nogil
+    cdef ids_record *_find_moving(self, uint64_t fp) noexcept nogil
     cdef ids_record *_lookup(self, uint64_t fp) noexcept
     cdef int _new_table(self, size_t n) except -1
-    cdef void _move(self, size_t budget) noexcept
+    cdef void _move(self, size_t budget) noexcept nogil
     cdef int _resize(self, size_t n) except -1
     cdef int _make_room(self) except -1
     cdef void _renumber(self) noexcept
     cdef int c_put(self, uint64_t fp, uint32_t payload, double expires_at, uint8_t flags,
                    double score, double previous, uint64_t rank) except -1
+    cdef bint _put_plain(self, uint64_t fp, uint32_t payload, double expires_at, uint8_t flags,
+                         double score, double previous, uint64_t rank) noexcept nogil
+    cdef ids_record *_slot_of(self, uint64_t fp, size_t *i) noexcept nogil
+    cdef void _append(self, size_t i, uint64_t fp, uint32_t payload, double expires_at,
+                      uint8_t flags, double score, double previous, uint64_t rank) noexcept nogil
+    cdef Py_ssize_t _load_run(self, const char *entries, Py_ssize_t width, Py_ssize_t i,
+                              Py_ssize_t stop) noexcept nogil
     cdef void _kill(self, ids_record *record) noexcept
     cdef void _drop_slot(self, ids_record *record) noexcept
     cdef void c_prefetch(self, uint64_t fp) noexcept

@@ -156,13 +156,26 @@ class Conflict:
 CONFLICT = Conflict()
 
 
-cdef inline uint8_t _tag(uint64_t fp) noexcept:
+cdef inline uint8_t _tag(uint64_t fp) noexcept nogil:
     return <uint8_t>(1 + (fp & 0xFFFF) % 255)
 
 
-cdef inline bint _exact32(double value) noexcept:
+cdef inline bint _exact32(double value) noexcept nogil:
     return -2147483648.0 <= value <= 2147483647.0 and <double><int32_t>value == value \
         and not (value == 0.0 and signbit(value))
+
+
+cdef enum:
+    # Entries of a chunk loaded without the GIL at a time (a ms or so).
+    LOAD_RUN = 4096
+
+
+cdef inline bint _is_wide(uint8_t flags, double score, double previous,
+                          uint64_t rank) noexcept nogil:
+    """Whether an answer does not fit a record (kept in ``wide`` beside it)."""
+    return ((flags & HAS_SCORE and not _exact32(score))
+            or (flags & HAS_PREVIOUS and not _exact32(previous))
+            or (flags & HAS_RANK and rank > <uint64_t>0xFFFFFFFF))
 
 
 cdef class FingerprintLog:
@@ -241,10 +254,10 @@ cdef class FingerprintLog:
 
     # --- finding ---------------------------------------------------------------------
 
-    cdef ids_record *_rec(self, uint32_t slot) noexcept:
+    cdef ids_record *_rec(self, uint32_t slot) noexcept nogil:
         return &self.records[<uint64_t>(slot - 1) - self.base]
 
-    cdef size_t _find(self, uint64_t fp) noexcept:
+    cdef size_t _find(self, uint64_t fp) noexcept nogil:
         """The slot holding ``fp``, or the empty one that ends its probe."""
         cdef size_t i = ids_fastrange(fp << 8, self.n)
         cdef uint8_t tag = _tag(fp)
@@ -256,7 +269,7 @@ cdef class FingerprintLog:
                 i = 0
         return i
 
-    cdef ids_record *_find_moving(self, uint64_t fp) noexcept:
+    cdef ids_record *_find_moving(self, uint64_t fp) noexcept nogil:
         """During a resize, the live record of ``fp`` only the old table holds."""
         cdef size_t i = ids_fastrange(fp << 8, self.old_n)
         cdef uint8_t tag = _tag(fp)
@@ -312,7 +325,7 @@ cdef class FingerprintLog:
         self.n = n
         return 0
 
-    cdef void _move(self, size_t budget) noexcept:
+    cdef void _move(self, size_t budget) noexcept nogil:
         """Index up to ``budget`` more records of a resize in the new table."""
         cdef ids_record *record
         cdef size_t j
@@ -409,7 +422,6 @@ cdef class FingerprintLog:
         cdef size_t i
         cdef ids_record *record
         cdef uint64_t logical
-        cdef Py_ssize_t block
         cdef bint wide
         flags &= PORTABLE_FLAGS
         # Room first, so that nothing changes when memory runs out.
@@ -418,34 +430,68 @@ cdef class FingerprintLog:
         if self.size == self.cap:
             self._make_room()
         # (C constants throughout: no Python object per put)
-        wide = ((flags & HAS_SCORE and not _exact32(score))
-                or (flags & HAS_PREVIOUS and not _exact32(previous))
-                or (flags & HAS_RANK and rank > <uint64_t>0xFFFFFFFF))
+        wide = _is_wide(flags, score, previous, rank)
         logical = self.base + self.size
         if wide:
             self.wide[logical] = (score if flags & HAS_SCORE else None,
                                   rank if flags & HAS_RANK else None,
                                   previous if flags & HAS_PREVIOUS else None)
             flags |= WIDE
-        if fp == self.memo_fp and self.changes == self.memo_changes:
-            i = self.memo_slot  # (c_live's lookup, nothing changed since)
-            record = self.memo_record
-        else:
-            i = self._find(fp)
-            record = NULL
-            if self.tags[i] != 0:
-                record = self._rec(self.slots[i])
-            elif self.old_tags != NULL:
-                record = self._find_moving(fp)
+        record = self._slot_of(fp, &i)
         if record != NULL:
             self._kill(record)
             self.count -= 1
-        record = &self.records[self.size]
+        self._append(i, fp, payload, expires_at, flags, score, previous, rank)
+        return 0
+
+    cdef bint _put_plain(self, uint64_t fp, uint32_t payload, double expires_at,
+                         uint8_t flags, double score, double previous,
+                         uint64_t rank) noexcept nogil:
+        """:meth:`c_put` without the GIL, of an answer that fits the record
+        (not wide) when there is room for it and it replaces no wide one;
+        False (nothing changed) for any other, which :meth:`c_put` puts."""
+        cdef size_t i
+        cdef ids_record *record
+        flags &= PORTABLE_FLAGS
+        if (<size_t>(self.count + 1) * 8 > self.n * 7 or self.size == self.cap
+                or _is_wide(flags, score, previous, rank)):
+            return False
+        record = self._slot_of(fp, &i)
+        if record != NULL:
+            if record.word & WIDE:
+                return False
+            record.word |= DEAD  # (_kill, of a record with no wide answer)
+            self.count -= 1
+        self._append(i, fp, payload, expires_at, flags, score, previous, rank)
+        return True
+
+    cdef ids_record *_slot_of(self, uint64_t fp, size_t *i) noexcept nogil:
+        """The record of ``fp`` (NULL: none), and in ``i[0]`` its slot or
+        the empty one its probe ends at."""
+        if fp == self.memo_fp and self.changes == self.memo_changes:
+            i[0] = self.memo_slot  # (c_live's lookup, nothing changed since)
+            return self.memo_record
+        i[0] = self._find(fp)
+        if self.tags[i[0]] != 0:
+            return self._rec(self.slots[i[0]])
+        if self.old_tags != NULL:
+            return self._find_moving(fp)
+        return NULL
+
+    cdef void _append(self, size_t i, uint64_t fp, uint32_t payload, double expires_at,
+                      uint8_t flags, double score, double previous,
+                      uint64_t rank) noexcept nogil:
+        """A record of ``fp`` after every other, in slot ``i`` (there is room;
+        a wide answer is in ``wide`` and flagged)."""
+        cdef ids_record *record = &self.records[self.size]
+        cdef uint64_t logical = self.base + self.size
+        cdef Py_ssize_t block
+        cdef bint narrow = not flags & WIDE
         record.word = (fp << 8) | flags
         record.payload = payload
-        record.score = <int32_t>score if flags & HAS_SCORE and not wide else 0
-        record.previous = <int32_t>previous if flags & HAS_PREVIOUS and not wide else 0
-        record.rank = <uint32_t>rank if flags & HAS_RANK and not wide else 0
+        record.score = <int32_t>score if flags & HAS_SCORE and narrow else 0
+        record.previous = <int32_t>previous if flags & HAS_PREVIOUS and narrow else 0
+        record.rank = <uint32_t>rank if flags & HAS_RANK and narrow else 0
         block = self.size >> self.bb
         if self.size & ((1 << self.bb) - 1) == 0 or self.blocks[block] < expires_at:
             self.blocks[block] = expires_at
@@ -456,7 +502,6 @@ cdef class FingerprintLog:
         self.changes += 1
         if self.old_tags != NULL:
             self._move(_moves_per_put)
-        return 0
 
     cdef void _kill(self, ids_record *record) noexcept:
         if record.word & WIDE:
@@ -701,17 +746,51 @@ cdef class FingerprintLog:
                 raise ValueError("an event-id store chunk holds a malformed entry")
         if n:
             self.k0, self.k1 = c0, c1
-        for i in range(n):
+        i = 0
+        while i < n:
+            # A group's event ids are loaded in a worker thread (a node taking
+            # the group): most entries are put without the GIL, a run at a
+            # time, so that the event loop's thread does not wait for it.
+            with nogil:
+                i = self._load_run(p + head, width, i, min(n, i + LOAD_RUN))
+            if i == n:
+                break
+            # One that needs room, or a wide answer: with the GIL.
             q = p + head + i * width  # (idstore.PORTABLE's layout)
-            memcpy(&fp, q, 8)
-            memcpy(&payload, q + 8, 4)
-            flags = <uint8_t>q[12]
-            memcpy(&expires_at, q + 13, 8)
-            memcpy(&score, q + 21, 8)
-            memcpy(&previous, q + 29, 8)
-            memcpy(&rank, q + 37, 8)
+            _portable_entry(q, &fp, &payload, &flags, &expires_at, &score, &previous, &rank)
             self.c_put(fp, payload, expires_at, flags, score, previous, rank)
+            i += 1
         return n
+
+    cdef Py_ssize_t _load_run(self, const char *entries, Py_ssize_t width, Py_ssize_t i,
+                              Py_ssize_t stop) noexcept nogil:
+        """Put entries ``i`` to ``stop`` of a checked chunk's ``entries`` (of
+        ``width`` bytes each) without the GIL while :meth:`_put_plain` can;
+        returns the first not put."""
+        cdef uint64_t fp, rank
+        cdef uint32_t payload
+        cdef uint8_t flags
+        cdef double expires_at, score, previous
+        while i < stop:
+            _portable_entry(entries + i * width, &fp, &payload, &flags, &expires_at,
+                            &score, &previous, &rank)
+            if not self._put_plain(fp, payload, expires_at, flags, score, previous, rank):
+                break
+            i += 1
+        return i
+
+
+cdef inline void _portable_entry(const char *q, uint64_t *fp, uint32_t *payload, uint8_t *flags,
+                                 double *expires_at, double *score, double *previous,
+                                 uint64_t *rank) noexcept nogil:
+    """The fields of an entry of a chunk (``idstore.PORTABLE``'s layout) at ``q``."""
+    memcpy(fp, q, 8)
+    memcpy(payload, q + 8, 4)
+    flags[0] = <uint8_t>q[12]
+    memcpy(expires_at, q + 13, 8)
+    memcpy(score, q + 21, 8)
+    memcpy(previous, q + 29, 8)
+    memcpy(rank, q + 37, 8)
 
 
 def payload_bytes(str member, content):
@@ -721,12 +800,12 @@ def payload_bytes(str member, content):
     return data if content is None else data + _CONTENT.pack(content)
 
 
-cdef size_t _table_bytes(size_t n) noexcept:
+cdef size_t _table_bytes(size_t n) noexcept nogil:
     cdef size_t nbytes = n * 5
     if nbytes >= HUGE_CHUNK:
         return (nbytes + HUGE_CHUNK - 1) // HUGE_CHUNK * HUGE_CHUNK
     return nbytes
 
 
-cdef void _free_table(uint8_t *tags, uint32_t *slots, size_t n) noexcept:
+cdef void _free_table(uint8_t *tags, uint32_t *slots, size_t n) noexcept nogil:
     rk_free_table(slots, _table_bytes(n))
