@@ -133,13 +133,19 @@ which live in the page (kept beside the name they would cost 12 bytes to
 save 4).  Keeping the page number in the map slot beside the id costs 4
 bytes a slot (about 6 a member), not 4 a member.  A map slot of page
 number and hash tag *instead of* the id (the name found by scanning the
-page for a per-entry tag byte) saves 4 bytes less the tag's 1, but a slot
-no longer names its member: every entry that moves to another page
-(splits, shares and merges move a page's worth) must be hashed again to
-find its slot, and the map's resize and backward-shift deletion, which
-need each slot's hash, would have to read pages and names to get it.
-A shorter page number saves nothing: a 19-byte name's record is 24 bytes
-with a 3-byte page number as with a 4-byte one.
+page for a per-entry tag byte) saves 4 bytes less the tag's 1 (with
+4-byte units a 19-byte name's record is 20 bytes without the page number;
+with 8-byte units it was 24 either way), but a slot no longer names its
+member: every entry that moves to another page (splits, shares and
+merges move a page's worth) must be hashed again to find its slot, and
+the map's resize and backward-shift deletion, which need each slot's
+hash, would have to read pages and names to get it.  A slot of page
+number and a stable per-page entry number (a byte an entry, 6 bits of a
+64-entry page) would name its member exactly, so that deletes and
+resizes find each slot's name through its page; it costs a probe a page
+read beside the name read.  A shorter page number saves nothing: a
+19-byte name's record is 24 bytes with a 3-byte page number as with a
+4-byte one.
 
 Searching
 ---------
