@@ -387,13 +387,16 @@ def test_name_records_take_their_length_in_4_byte_units(pages_cls):
     # A record is a 4-byte page number, a length byte and the name's UTF-8
     # bytes, padded to 4 bytes (issue 47: 8-byte units cost 4 more bytes
     # for half the lengths, player:123456's 13 bytes among them).
-    names = [("x" * k) for k in range(1, 41)] + ["é" * 7, "名" * 5, "player:123456", "p" * 256]
+    names = [("x" * k) for k in range(1, 41)] + ["é" * 7, "名" * 5, "player:123456", "p" * 256,
+                                                 "abcdefg\x7f", "abcdefghi\xff"]
     index = pages_cls("desc", "member")
     index.apply_batch([(Op.SET, m, i) for i, m in enumerate(names)])
     index._check()
     records = sum((5 + len(m.encode()) + 3) // 4 * 4 for m in names)
     assert index._memory()["names"] == 4 + records  # (unit 0 is never an id)
     assert all(index.score(m) == i for i, m in enumerate(names))
+    # Names read back as str, ASCII (copied at once) or not (decoded).
+    assert [m for m, _ in index] == names[::-1]
     # Freed records of each size are taken back by names of that size.
     index.apply_batch([(Op.REMOVE, m, None) for m in names[::2]])
     index.apply_batch([(Op.SET, m, 0) for m in names[::2]])

@@ -274,6 +274,21 @@ cdef extern from *:
         __builtin_prefetch(rec);
         if (((uintptr_t)rec & 63) > 32) __builtin_prefetch((const char *)rec + 31);
     }
+    /* A member's str from its UTF-8 bytes: an ASCII name (the common
+       case) is copied into a new str at once.  CPython's decoder reads a
+       name byte by byte up to its first 8-byte boundary, and a name in
+       4-byte units starts at either of two offsets from one. */
+    static PyObject *pg_name_str(const char *s, Py_ssize_t n) {
+        Py_ssize_t i = 0;
+        uint64_t acc = 0, w;
+        PyObject *u;
+        for (; i + 8 <= n; i += 8) { memcpy(&w, s + i, 8); acc |= w; }
+        for (; i < n; i++) acc |= (unsigned char)s[i];
+        if (acc & 0x8080808080808080ULL) return PyUnicode_DecodeUTF8(s, n, NULL);
+        u = PyUnicode_New(n, 127);
+        if (u != NULL) memcpy(PyUnicode_1BYTE_DATA(u), s, (size_t)n);
+        return u;
+    }
     /* Give the C heap's free memory back to the system (glibc keeps freed
        chunks resident, even whole free pages inside its heap); a no-op
        with other C libraries. */
@@ -310,6 +325,7 @@ cdef extern from *:
     const uint32_t MAX_PNOS "PG_MAX_PNOS"
     void pg_trim() nogil
     void pg_prefetch_rec(const uint32_t *rec) nogil
+    str pg_name_str(const char *s, Py_ssize_t n)
     enum:
         TOWER_CHUNK "PG_TOWER_CHUNK"
         MAX_LEVEL "PG_MAX_LEVEL"
@@ -2289,7 +2305,7 @@ cdef class RankIndex:
     cdef inline str _member_str(self, pg_page *p, Py_ssize_t pos):
         cdef Py_ssize_t mlen
         cdef const char *name = self._name(PG_IDS(p)[pos], &mlen)
-        return PyUnicode_DecodeUTF8(name, mlen, NULL)
+        return pg_name_str(name, mlen)
 
     def score(self, member):
         """``member``'s score, or ``None``.  Runtime complexity: O(1)."""
