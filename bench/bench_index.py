@@ -290,10 +290,26 @@ def run_worker(impl: str, n: int, ops: int, repeats: int, load_repeats: int,
         "members": n,
         "load_repeats": load_repeats,
     }
+    res.update(index_parts(index, n))
     res.update(run_timed(index, touches, ops, repeats))
     res["dump_s"], res["load2_s"], res["dump_bytes"] = time_dump_load(cls, index, repeats)
     res["half_mem_b"] = remove_half(index, members, baseline)
     return res
+
+
+INDEX_PARTS = ("pages", "names", "map", "page_table")
+
+
+def index_parts(index: Any, n: int) -> Results:
+    """The bytes per member the index counts itself, by structure (the
+    paged index's ``_memory()``; none for the others).  The RSS growth
+    beyond their sum is the allocator's headers and free chunks and what
+    the load's own Python objects left resident."""
+    memory = getattr(index, "_memory", None)
+    if memory is None:
+        return {}
+    parts = memory()
+    return {f"idx_{name}_b": parts[name] / n for name in INDEX_PARTS}
 
 
 def remove_half(index: Any, members: list[str], baseline: int) -> float:
@@ -604,6 +620,10 @@ ROWS = (
     Row("dump()", "s", "dump_s", "dump_s", None),
     Row("load()", "s", "load2_s", "load2_s", None),
     Row("memory per member (RSS growth)", "B", "mem_b", "mem_b", None),
+    Row("  of which index pages (entries, towers)", "B", "idx_pages_b", None, None),
+    Row("  of which index names (arena)", "B", "idx_names_b", None, None),
+    Row("  of which index member map", "B", "idx_map_b", None, None),
+    Row("  of which index page table", "B", "idx_page_table_b", None, None),
     Row("  same, after removing a random half", "B", "half_mem_b", None, None),
 )
 

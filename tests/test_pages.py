@@ -383,6 +383,40 @@ def test_memory_after_deleting_half_is_near_a_fresh_board(pages_cls):
     assert after <= new * 1.2, (index._memory(), fresh._memory())
 
 
+def test_name_records_take_their_length_in_4_byte_units(pages_cls):
+    # A record is a 4-byte page number, a length byte and the name's UTF-8
+    # bytes, padded to 4 bytes (issue 47: 8-byte units cost 4 more bytes
+    # for half the lengths, player:123456's 13 bytes among them).
+    names = [("x" * k) for k in range(1, 41)] + ["é" * 7, "名" * 5, "player:123456", "p" * 256,
+                                                 "abcdefg\x7f", "abcdefghi\xff"]
+    index = pages_cls("desc", "member")
+    index.apply_batch([(Op.SET, m, i) for i, m in enumerate(names)])
+    index._check()
+    records = sum((5 + len(m.encode()) + 3) // 4 * 4 for m in names)
+    assert index._memory()["names"] == 4 + records  # (unit 0 is never an id)
+    assert all(index.score(m) == i for i, m in enumerate(names))
+    # Names read back as str, ASCII (copied at once) or not (decoded).
+    assert [m for m, _ in index] == names[::-1]
+    # Freed records of each size are taken back by names of that size.
+    index.apply_batch([(Op.REMOVE, m, None) for m in names[::2]])
+    index.apply_batch([(Op.SET, m, 0) for m in names[::2]])
+    index._check()
+    assert index._memory()["names"] == 4 + records
+
+
+def test_the_page_table_grows_by_half(pages_cls):
+    # The page table (20 bytes a page number) grows by 3/2, not 2, so it
+    # is never more than a third empty beyond its first 16 page numbers.
+    index = pages_cls("desc", "first", page_size=4, seed=3)
+    rng = random.Random(13)
+    for start in range(0, 4000, 50):
+        batch = range(start, start + 50)
+        index.apply_batch([(Op.SET, f"m{i}", rng.randrange(10**6)) for i in batch])
+        pages = len(index._pages())  # inserts only: no page number is free
+        assert index._memory()["page_table"] <= 20 * max(16, pages * 3 // 2 + 1), pages
+    index._check()
+
+
 def test_the_member_map_grows_and_shrinks_a_step_per_write(pages_cls):
     # A resize moves at most MAP_STEP (16) old slots per insert or removal:
     # no write pays for the whole map, which at millions of members was a

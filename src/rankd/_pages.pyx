@@ -96,15 +96,18 @@ for a heap of a million members), and ``clear`` does after freeing all.
 Members
 -------
 Each member name is stored once, in the index's name arena: a record of
-``u32 page number | u8 length - 1 | UTF-8 bytes`` padded to 8 bytes,
-addressed by a 32-bit id (its offset in 8-byte units).  Freed records go to
+``u32 page number | u8 length - 1 | UTF-8 bytes`` padded to 4 bytes,
+addressed by a 32-bit id (its offset in 4-byte units).  Freed records go to
 free lists by size, so deleting and re-adding members reuses their memory;
 when a quarter of the arena is free records nobody took back, a sliding
-compaction moves the live records down over them, 64 units a write (a
+compaction moves the live records down over them, 128 units a write (a
 moved record's id is changed in its page and in the member map), and the
-arena's memory is given back at its end.  (A 19-byte name costs its 24
-bytes with the page number whatever the padding; a byte-packed record
-would spare the padding of other lengths only.)
+arena's memory is given back at its end.  Units of 4 bytes, not 8, spare
+4 bytes a member for half the name lengths (``player:123456``, 13 bytes,
+takes 20 bytes, not 24) and cost the arena's reach (16 GiB, not 32); a
+19-byte name costs its 24 bytes either way, and a byte-packed record
+would spare at most 3 more bytes of padding, for ids of bytes that reach
+only 4 GiB.
 The page number finds the member's page in O(1) through the page table;
 the member is found in its page by scanning its ids (a page is small).
 The member map is open addressing with linear probing over an array of
@@ -130,13 +133,19 @@ which live in the page (kept beside the name they would cost 12 bytes to
 save 4).  Keeping the page number in the map slot beside the id costs 4
 bytes a slot (about 6 a member), not 4 a member.  A map slot of page
 number and hash tag *instead of* the id (the name found by scanning the
-page for a per-entry tag byte) saves 4 bytes less the tag's 1, but a slot
-no longer names its member: every entry that moves to another page
-(splits, shares and merges move a page's worth) must be hashed again to
-find its slot, and the map's resize and backward-shift deletion, which
-need each slot's hash, would have to read pages and names to get it.
-A shorter page number saves nothing: a 19-byte name's record is 24 bytes
-with a 3-byte page number as with a 4-byte one.
+page for a per-entry tag byte) saves 4 bytes less the tag's 1 (with
+4-byte units a 19-byte name's record is 20 bytes without the page number;
+with 8-byte units it was 24 either way), but a slot no longer names its
+member: every entry that moves to another page (splits, shares and
+merges move a page's worth) must be hashed again to find its slot, and
+the map's resize and backward-shift deletion, which need each slot's
+hash, would have to read pages and names to get it.  A slot of page
+number and a stable per-page entry number (a byte an entry, 6 bits of a
+64-entry page) would name its member exactly, so that deletes and
+resizes find each slot's name through its page; it costs a probe a page
+read beside the name read.  A shorter page number saves nothing: a
+19-byte name's record is 24 bytes with a 3-byte page number as with a
+4-byte one.
 
 Searching
 ---------
@@ -245,16 +254,40 @@ cdef extern from *:
     #define PG_SIZE(cap, seq_bytes) (sizeof(pg_page) + PG_IDS_BYTES(cap) + (size_t)(cap) * (8 + (seq_bytes)))
     #define PG_TOWER_CHUNK 4096   /* links a chunk of towers holds */
     #define PG_MAX_LEVEL 32
-    #define PG_NAME_CLASSES 34   /* records of 1..33 units of 8 bytes */
+    #define PG_NAME_CLASSES 67   /* records of 1..66 units of 4 bytes */
     /* An old table's slot whose id was moved.  A C constant: as a Cython
        DEF, a value past 2^31 - 1 was a Python int, and every comparison
        with it made one of the id too. */
     #define PG_MOVED 0xFFFFFFFFu
+    #define PG_MAX_PNOS 0xFFFFFFFFu   /* page numbers are 32-bit */
     /* A hash's home slot in a table of n slots, any n (Lemire's fast range:
        the high bits of h * n), so that the member map can grow by 3/2 and
        4/3, not only double. */
     static inline size_t pg_home(uint64_t h, size_t n) {
         return (size_t)(((unsigned __int128)h * n) >> 64);
+    }
+    /* Ask for a name record's line, and for the next one when a record of
+       up to 32 bytes (a name of up to 27) would cross into it: records
+       are 4-byte aligned, so 3 in 8 of the 24-byte records of 19-byte
+       names cross a line (2 in 8 at 8-byte alignment). */
+    static inline void pg_prefetch_rec(const uint32_t *rec) {
+        __builtin_prefetch(rec);
+        if (((uintptr_t)rec & 63) > 32) __builtin_prefetch((const char *)rec + 31);
+    }
+    /* A member's str from its UTF-8 bytes: an ASCII name (the common
+       case) is copied into a new str at once.  CPython's decoder reads a
+       name byte by byte up to its first 8-byte boundary, and a name in
+       4-byte units starts at either of two offsets from one. */
+    static PyObject *pg_name_str(const char *s, Py_ssize_t n) {
+        Py_ssize_t i = 0;
+        uint64_t acc = 0, w;
+        PyObject *u;
+        for (; i + 8 <= n; i += 8) { memcpy(&w, s + i, 8); acc |= w; }
+        for (; i < n; i++) acc |= (unsigned char)s[i];
+        if (acc & 0x8080808080808080ULL) return PyUnicode_DecodeUTF8(s, n, NULL);
+        u = PyUnicode_New(n, 127);
+        if (u != NULL) memcpy(PyUnicode_1BYTE_DATA(u), s, (size_t)n);
+        return u;
     }
     /* Give the C heap's free memory back to the system (glibc keeps freed
        chunks resident, even whole free pages inside its heap); a no-op
@@ -289,7 +322,10 @@ cdef extern from *:
     size_t PG_IDS_BYTES(int cap) nogil
     size_t pg_home(uint64_t h, size_t n) nogil
     const uint32_t MOVED "PG_MOVED"
+    const uint32_t MAX_PNOS "PG_MAX_PNOS"
     void pg_trim() nogil
+    void pg_prefetch_rec(const uint32_t *rec) nogil
+    str pg_name_str(const char *s, Py_ssize_t n)
     enum:
         TOWER_CHUNK "PG_TOWER_CHUNK"
         MAX_LEVEL "PG_MAX_LEVEL"
@@ -320,8 +356,8 @@ DEF PAGE_AHEAD = 2
 DEF STR_AHEAD = 12
 DEF TUPLE_AHEAD = 16
 DEF PREFETCH_MIN_LENGTH = 32768
-DEF MIN_COMPACT_UNITS = 4096   # arenas below 32 KiB are not compacted
-DEF COMPACT_STEP = 64           # arena units a write's compaction step looks at
+DEF MIN_COMPACT_UNITS = 8192   # arenas below 32 KiB are not compacted
+DEF COMPACT_STEP = 128          # arena units a write's compaction step looks at
 DEF MAP_STEP = 16               # old-table slots a write's resize step moves
 DEF SHARE_ROOM_DIVISOR = 8   # a full page shares with a neighbour 1/8 empty
 DEF CAP_STEP = 4             # entries a page's allocation grows or shrinks by
@@ -396,8 +432,8 @@ cdef class RankIndex:
     cdef uint32_t memo_mid          # the member last written, its rank, and
     cdef Py_ssize_t memo_rank       # the mutation count that rank is good for
     cdef Py_ssize_t memo_mutations
-    # name arena: 8-byte units; id = offset in units (0 is never used)
-    cdef uint64_t *names
+    # name arena: 4-byte units; id = offset in units (0 is never used)
+    cdef uint32_t *names
     cdef size_t names_used, names_cap
     cdef uint32_t free_names[NAME_CLASSES]
     cdef size_t free_units          # units in the free lists' records
@@ -517,12 +553,12 @@ cdef class RankIndex:
         self.member_bytes = 0
         self.peak_length = 0
         self.peak_member_bytes = 0
-        self.names_cap = 64
+        self.names_cap = 128
         self.names_used = 1
         self.free_units = 0
         self.compacting = False
         self.compact_src = self.compact_dst = 0
-        self.names = <uint64_t *>malloc(self.names_cap * 8)
+        self.names = <uint32_t *>malloc(self.names_cap * 4)
         memset(self.free_names, 0, sizeof(self.free_names))
         self.nslots = MIN_TABLE_SIZE
         self.slot_ids = <uint32_t *>calloc(MIN_TABLE_SIZE, 4)
@@ -558,21 +594,29 @@ cdef class RankIndex:
         cdef int h = self._random_height()
         cdef pg_page *p
         cdef uint32_t pno
+        cdef size_t cap_pnos
         cdef void *grown
         if self.nfree_pnos == 0 and self.pnos_used == self.pages_cap:
-            grown = realloc(self.pages, self.pages_cap * 2 * sizeof(pg_page *))
+            # By 3/2, not 2: the table (20 bytes a page number) is then at
+            # least 2/3 used, not 1/2.
+            cap_pnos = <size_t>self.pages_cap + self.pages_cap // 2
+            if cap_pnos > MAX_PNOS:
+                cap_pnos = MAX_PNOS
+            if cap_pnos == self.pages_cap:
+                raise OverflowError("the page table of a rank index is full")
+            grown = realloc(self.pages, cap_pnos * sizeof(pg_page *))
             if grown == NULL:
                 raise MemoryError()
             self.pages = <pg_page **>grown
-            grown = realloc(self.free_pnos, self.pages_cap * 2 * 4)
+            grown = realloc(self.free_pnos, cap_pnos * 4)
             if grown == NULL:
                 raise MemoryError()
             self.free_pnos = <uint32_t *>grown
-            grown = realloc(self.firstkeys, self.pages_cap * 2 * 8)
+            grown = realloc(self.firstkeys, cap_pnos * 8)
             if grown == NULL:
                 raise MemoryError()
             self.firstkeys = <double *>grown
-            self.pages_cap *= 2
+            self.pages_cap = <uint32_t>cap_pnos
         cdef pg_link *tower = self._tower_alloc(h)
         if tower == NULL:
             raise MemoryError()
@@ -717,7 +761,7 @@ cdef class RankIndex:
     cdef inline size_t _held(self) noexcept:
         """Bytes in the pages, the map and the name arena (an estimate)."""
         return (<size_t>(self.pnos_used - self.nfree_pnos) * PG_SIZE(self.page_size, self.seq_bytes)
-                + self.nslots * 4 + self.names_used * 8)
+                + self.nslots * 4 + self.names_used * 4)
 
     cdef void _trim_step(self) noexcept:
         """After removals: once the pages and tables freed since the last
@@ -849,7 +893,7 @@ cdef class RankIndex:
     cdef uint32_t _name_new(self, const char *member, Py_ssize_t mlen) except 0:
         """Store a name; return its id."""
         global _live_names
-        cdef size_t units = <size_t>(5 + mlen + 7) // 8
+        cdef size_t units = <size_t>(5 + mlen + 3) // 4
         cdef uint32_t mid = 0 if self.compacting else self.free_names[units]
         cdef uint8_t *rec
         cdef void *grown
@@ -863,13 +907,13 @@ cdef class RankIndex:
                 while cap < self.names_used + units:
                     cap *= 2
                 if self.names_used + units >= MOVED:
-                    raise OverflowError("the name arena of a rank index is full (32 GiB)")
+                    raise OverflowError("the name arena of a rank index is full (16 GiB)")
                 if cap > MOVED:
                     cap = MOVED
-                grown = realloc(self.names, cap * 8)
+                grown = realloc(self.names, cap * 4)
                 if grown == NULL:
                     raise MemoryError()
-                self.names = <uint64_t *>grown
+                self.names = <uint32_t *>grown
                 self.names_cap = cap
             mid = <uint32_t>self.names_used
             self.names_used += units
@@ -883,7 +927,7 @@ cdef class RankIndex:
         global _live_names
         cdef Py_ssize_t mlen
         self._name(mid, &mlen)
-        cdef size_t units = <size_t>(5 + mlen + 7) // 8
+        cdef size_t units = <size_t>(5 + mlen + 3) // 4
         _live_names -= 1
         if self.compacting and mid >= self.compact_dst:
             return  # past the compacted part: the sweep leaves it out
@@ -917,26 +961,26 @@ cdef class RankIndex:
         while budget > 0 and self.compact_src < self.names_used:
             src = <uint32_t>self.compact_src
             self._name(src, &mlen)
-            units = <size_t>(5 + mlen + 7) // 8
+            units = <size_t>(5 + mlen + 3) // 4
             pno = self._name_page(src)[0]
             p = self.pages[pno] if pno < self.pnos_used else NULL
             if p != NULL and self._repoint(p, src, <uint32_t>self.compact_dst):
                 dst = <uint32_t>self.compact_dst
-                memmove(&self.names[dst], &self.names[src], units * 8)
+                memmove(&self.names[dst], &self.names[src], units * 4)
                 self.compact_dst += units
             self.compact_src += units
             budget -= units if units < budget else budget
         if self.compact_src >= self.names_used:
             self.names_used = self.compact_dst
             self.compacting = False
-            cap = 64
+            cap = 128
             while cap < self.names_used + self.names_used // 4:
                 cap *= 2
             if cap < self.names_cap:
-                self.freed_bytes += (self.names_cap - cap) * 8
-                shrunk = realloc(self.names, cap * 8)
+                self.freed_bytes += (self.names_cap - cap) * 4
+                shrunk = realloc(self.names, cap * 4)
                 if shrunk != NULL:
-                    self.names = <uint64_t *>shrunk
+                    self.names = <uint32_t *>shrunk
                     self.names_cap = cap
 
     cdef bint _repoint(self, pg_page *p, uint32_t old, uint32_t new) noexcept:
@@ -1127,7 +1171,7 @@ cdef class RankIndex:
         for i in range(self.migrate_pos, end):
             mid = self.old_ids[i]
             if mid != 0 and mid != MOVED:
-                rk_prefetch(&self.names[mid])
+                pg_prefetch_rec(&self.names[mid])
         for i in range(self.migrate_pos, end):
             mid = self.old_ids[i]
             if mid != 0 and mid != MOVED:
@@ -2043,7 +2087,7 @@ cdef class RankIndex:
             if mid == 0 or mid >= self.names_used:
                 continue
             if ahead == position + NAME_AHEAD:
-                rk_prefetch(&self.names[mid])
+                pg_prefetch_rec(&self.names[mid])
                 continue
             # The home slot's member (a collision asks for the wrong page:
             # harmless) and its page's header and first ids.
@@ -2167,7 +2211,7 @@ cdef class RankIndex:
         while p != NULL:
             pages += PG_SIZE(p.cap, self.seq_bytes) + p.height * sizeof(pg_link)
             p = p.level[0].forward
-        return {"pages": pages, "names": self.names_used * 8,
+        return {"pages": pages, "names": self.names_used * 4,
                 "map": (self.nslots + (self.old_nslots if self.old_ids else 0)) * 4,
                 "page_table": self.pages_cap * 20}
 
@@ -2261,7 +2305,7 @@ cdef class RankIndex:
     cdef inline str _member_str(self, pg_page *p, Py_ssize_t pos):
         cdef Py_ssize_t mlen
         cdef const char *name = self._name(PG_IDS(p)[pos], &mlen)
-        return PyUnicode_DecodeUTF8(name, mlen, NULL)
+        return pg_name_str(name, mlen)
 
     def score(self, member):
         """``member``'s score, or ``None``.  Runtime complexity: O(1)."""
@@ -2348,7 +2392,7 @@ cdef class RankIndex:
         if count > 64:
             count = 64
         while count > 0 and p != NULL:
-            rk_prefetch(&self.names[PG_IDS(p)[pos]])
+            pg_prefetch_rec(&self.names[PG_IDS(p)[pos]])
             count -= 1
             if reverse:
                 pos -= 1
@@ -2494,9 +2538,9 @@ cdef class RankIndex:
                 # Names lie in arrival order, not rank order: ask for the
                 # ones a few entries ahead so that their misses overlap.
                 if i + DUMP_AHEAD < p.n:
-                    rk_prefetch(&self.names[ids[i + DUMP_AHEAD]])
+                    pg_prefetch_rec(&self.names[ids[i + DUMP_AHEAD]])
                 elif p.level[0].forward != NULL and i + DUMP_AHEAD - p.n < p.level[0].forward.n:
-                    rk_prefetch(&self.names[PG_IDS(p.level[0].forward)[i + DUMP_AHEAD - p.n]])
+                    pg_prefetch_rec(&self.names[PG_IDS(p.level[0].forward)[i + DUMP_AHEAD - p.n]])
                 name = self._name(ids[i], &mlen)
                 if limit - out < record + mlen:
                     at[0] = p
@@ -2676,7 +2720,7 @@ cdef class RankIndex:
             while mid != 0:
                 assert mid not in live, "a free record is a member's"
                 self._name(mid, &mlen)
-                assert (5 + mlen + 7) // 8 == c, "a free record is in the wrong list"
+                assert (5 + mlen + 3) // 4 == c, "a free record is in the wrong list"
                 assert not self.compacting or mid < self.compact_dst, "free record past the sweep"
                 units += c
                 mid = (<uint32_t *>&self.names[mid])[0]

@@ -31,7 +31,7 @@ cdef void pg_prefetch_name(object index, const char *member, Py_ssize_t mlen) no
     cdef RankIndex x = <RankIndex>index
     cdef uint32_t mid = x.slot_ids[pg_home(x._hash(member, mlen), x.nslots)]
     if mid != 0:
-        rk_prefetch(&x.names[mid])
+        pg_prefetch_rec(&x.names[mid])
 
 
 cdef bint pg_get(object index, const char *member, Py_ssize_t mlen, double *score) noexcept:
