@@ -57,9 +57,9 @@ def runs_by_group(packed: Any, max_frame: int, split: Splitter) -> list[Any] | N
     order); None when they are all of one group (or a part does not scan
     as one run, which a run's own requests always do)."""
     names = packed.board_names()
-    if len({group_of(name) for name in names}) < 2:
-        return None
     groups: dict[str, int] = {name: group_of(name) for name in names}
+    if len(set(groups.values())) < 2:
+        return None
     parts: dict[int, list[bytes]] = {}
     for index, source in enumerate(packed.sources()):
         chunks = parts.setdefault(groups[packed.submission(index).board], [])
