@@ -22,14 +22,16 @@ def test_hosts_of_advertised_addresses() -> None:
 def test_peer_addresses_are_resolved_and_follow_the_rounds() -> None:
     async def run() -> None:
         hosts = PeerHosts()
-        await hosts.update(["10.0.0.7:7700", "10.0.0.7:7701", "[fd00::7]:7702",
-                            "localhost:7700"])
+        hosts.update(["10.0.0.7:7700", "10.0.0.7:7701", "[fd00::7]:7702", "localhost:7700"])
+        assert "10.0.0.7" in hosts  # (literals at once; names once resolved)
+        await hosts.settled()
         assert "10.0.0.7" in hosts and "fd00::7" in hosts
         assert "127.0.0.1" in hosts or "::1" in hosts  # (a name, resolved)
         assert "10.0.0.8" not in hosts
-        await hosts.update(["10.0.0.8:7700"])  # n7 gone, n8 joined
+        hosts.update(["10.0.0.8:7700"])  # n7 gone, n8 joined
         assert "10.0.0.8" in hosts and "10.0.0.7" not in hosts
-        await hosts.update(["no-such-host.invalid:7700"])
+        hosts.update(["no-such-host.invalid:7700"])
+        await hosts.settled()
         assert hosts.addresses == frozenset()
 
     asyncio.run(run())
@@ -38,7 +40,7 @@ def test_peer_addresses_are_resolved_and_follow_the_rounds() -> None:
 def test_the_cap_spares_peers_but_still_counts_every_other_address() -> None:
     async def run() -> None:
         node = SimpleNamespace(peer_hosts=PeerHosts())
-        await node.peer_hosts.update(["10.0.0.7:7700"])
+        node.peer_hosts.update(["10.0.0.7:7700"])
         gate = SimpleNamespace(trusted_proxies=TrustedProxies([]))
         limits = ConnectionLimits(10_000, 3, cap_exemption(gate, node))
         assert [limits.admit("10.0.0.7") for _ in range(5)] == [None] * 5

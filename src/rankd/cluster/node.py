@@ -884,7 +884,7 @@ class ClusterNode:
             for row in peers if self._vouched(row)}
         self.resp_peers = {row["node_id"]: row["advertise_resp"] for row in peers
                            if row["node_id"] in self.peers}
-        await self.peer_hosts.update(
+        self.peer_hosts.update(
             address for row in peers if row["node_id"] in self.peers
             and row["node_id"] != self.node_id
             for address in (row["advertise"], row["advertise_tcp"], row["advertise_resp"]))

@@ -10,7 +10,7 @@ to a node fill its peer's cap for that node, and the node's forwards and
 every other client's relays would be refused.  A vouched peer's addresses
 are exempt from the cap as loopback and trusted proxies are (the total
 cap still holds): :class:`PeerHosts` keeps them, resolving an advertised
-host name only when the set of names changes.
+host name in a task of its own when it first appears.
 """
 
 from __future__ import annotations
@@ -35,26 +35,53 @@ class PeerHosts:
     def __init__(self) -> None:
         self.addresses: frozenset[str] = frozenset()
         self._names: frozenset[str] = frozenset()
+        #: Each advertised host's addresses (an IP literal: itself).
+        self._resolved: dict[str, frozenset[str]] = {}
+        self._resolving: asyncio.Task[None] | None = None
 
     def __contains__(self, address: object) -> bool:
         return address in self.addresses
 
-    async def update(self, advertised: Iterable[str]) -> None:
-        """Take the peers' advertised ``host:port`` addresses of a round."""
+    def update(self, advertised: Iterable[str]) -> None:
+        """Take the peers' advertised ``host:port`` addresses of a round.
+        Host names not resolved yet are resolved in a task of their own:
+        a slow resolver never holds up the round (its leases and heartbeat)."""
         names = frozenset(host_of(address) for address in advertised if address)
         if names == self._names:
             return
-        resolved: set[str] = set()
-        for name in names:
+        self._names = names
+        unknown = []
+        for name in names - self._resolved.keys():
             try:
-                resolved.add(str(ipaddress.ip_address(name)))
-                continue
+                self._resolved[name] = frozenset({str(ipaddress.ip_address(name))})
             except ValueError:
-                pass
-            try:
-                infos = await asyncio.wait_for(
-                    asyncio.get_running_loop().getaddrinfo(name, None), RESOLVE_SECONDS)
-            except (OSError, TimeoutError):
-                continue  # (tried again when the names change; the cap holds meanwhile)
-            resolved.update(str(info[4][0]) for info in infos)
-        self.addresses, self._names = frozenset(resolved), names
+                unknown.append(name)
+        self._settle()
+        if unknown and (self._resolving is None or self._resolving.done()):
+            self._resolving = asyncio.ensure_future(self._resolve(unknown))
+
+    def _settle(self) -> None:
+        for name in self._resolved.keys() - self._names:
+            del self._resolved[name]
+        self.addresses = frozenset().union(*(self._resolved.get(name, ())
+                                              for name in self._names))
+
+    async def _resolve(self, names: list[str]) -> None:
+        loop = asyncio.get_running_loop()
+        tried: set[str] = set()
+        while names:  # (and the names that came while it resolved)
+            for name in names:
+                tried.add(name)
+                try:
+                    infos = await asyncio.wait_for(loop.getaddrinfo(name, None),
+                                                   RESOLVE_SECONDS)
+                except (OSError, TimeoutError, ValueError):
+                    continue  # (not exempt; tried again when the names change)
+                self._resolved[name] = frozenset(str(info[4][0]) for info in infos)
+            self._settle()
+            names = [name for name in self._names - self._resolved.keys() if name not in tried]
+
+    async def settled(self) -> None:
+        """Wait for the names being resolved (for tests)."""
+        if self._resolving is not None:
+            await self._resolving
