@@ -119,16 +119,26 @@ READ_ONLY_REQUESTS = [
 ]
 
 
+#: The id of the ``health`` request sent after each payload: once it is
+#: answered, everything before it was (no wait for the server to go quiet).
+LAST_ID = 2**31 - 1
+
+
 def exchange(port: int, payload: bytes) -> list:
-    """Say hello, send ``payload``, read until the server goes quiet or closes."""
+    """Say hello, send ``payload`` and a ``health``, read until that is
+    answered, the server closes, or it goes quiet (a payload cut short
+    swallows the health request)."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(wire.request(1, "hello", {"version": 1}) + payload)
+        sock.sendall(wire.request(1, "hello", {"version": 1}) + payload
+                     + wire.request(LAST_ID, "health", {}))
         sock.settimeout(0.3)
         decoder = wire.FrameDecoder()
         answers = []
         try:
             while chunk := sock.recv(65536):
                 answers += decoder.feed(chunk)
+                if answers and wire.parse_response(answers[-1])[0] == LAST_ID:
+                    break
         except TimeoutError:
             pass
         return answers
