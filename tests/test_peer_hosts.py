@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from rankd.cluster.peer_hosts import PeerHosts, host_of
+from rankd.cluster.peer_hosts import RETRY_SECONDS, PeerHosts, host_of
 from rankd.frontends.connections import ConnectionLimits
 from rankd.security import TrustedProxies
 from rankd.server import cap_exemption
@@ -31,6 +31,15 @@ def test_peer_addresses_are_resolved_and_follow_the_rounds() -> None:
         hosts.update(["10.0.0.8:7700"])  # n7 gone, n8 joined
         assert "10.0.0.8" in hosts and "10.0.0.7" not in hosts
         hosts.update(["no-such-host.invalid:7700"])
+        await hosts.settled()
+        assert hosts.addresses == frozenset()
+        # A name that did not resolve is tried again, not every round.
+        first = hosts._resolving
+        hosts.update(["no-such-host.invalid:7700"])
+        assert hosts._resolving is first
+        hosts._tried_at -= RETRY_SECONDS + 1
+        hosts.update(["no-such-host.invalid:7700"])
+        assert hosts._resolving is not first
         await hosts.settled()
         assert hosts.addresses == frozenset()
 

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import time
 from collections.abc import Iterable
 
 #: Seconds one resolution of an advertised host name may take.
 RESOLVE_SECONDS = 2.0
+#: Seconds after which a name that did not resolve is tried again.
+RETRY_SECONDS = 60.0
 
 
 def host_of(advertised: str) -> str:
@@ -38,6 +41,7 @@ class PeerHosts:
         #: Each advertised host's addresses (an IP literal: itself).
         self._resolved: dict[str, frozenset[str]] = {}
         self._resolving: asyncio.Task[None] | None = None
+        self._tried_at = 0.0
 
     def __contains__(self, address: object) -> bool:
         return address in self.addresses
@@ -47,17 +51,20 @@ class PeerHosts:
         Host names not resolved yet are resolved in a task of their own:
         a slow resolver never holds up the round (its leases and heartbeat)."""
         names = frozenset(host_of(address) for address in advertised if address)
-        if names == self._names:
+        unresolved = names - self._resolved.keys()
+        if names == self._names and not (
+                unresolved and time.monotonic() - self._tried_at > RETRY_SECONDS):
             return
         self._names = names
         unknown = []
-        for name in names - self._resolved.keys():
+        for name in unresolved:
             try:
                 self._resolved[name] = frozenset({str(ipaddress.ip_address(name))})
             except ValueError:
                 unknown.append(name)
         self._settle()
         if unknown and (self._resolving is None or self._resolving.done()):
+            self._tried_at = time.monotonic()
             self._resolving = asyncio.ensure_future(self._resolve(unknown))
 
     def _settle(self) -> None:
@@ -76,7 +83,7 @@ class PeerHosts:
                     infos = await asyncio.wait_for(loop.getaddrinfo(name, None),
                                                    RESOLVE_SECONDS)
                 except (OSError, TimeoutError, ValueError):
-                    continue  # (not exempt; tried again when the names change)
+                    continue  # (not exempt; tried again after RETRY_SECONDS)
                 self._resolved[name] = frozenset(str(info[4][0]) for info in infos)
             self._settle()
             names = [name for name in self._names - self._resolved.keys() if name not in tried]
