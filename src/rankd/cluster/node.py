@@ -1038,6 +1038,12 @@ class ClusterNode:
         return all(applied.get(group, 0) <= mine for node, (_, _, applied)
                    in self.peers.items() if node != self.node_id)
 
+    async def read_holder(self, group: int) -> None:
+        """Read ``group``'s register now (``Topology.learn``): a view that
+        Postgres cannot give in time stays as it was."""
+        with contextlib.suppress(*POSTGRES_ERRORS):
+            await asyncio.wait_for(self._read_register(group), REGISTER_READ_SECONDS)
+
     async def _read_register(self, group: int) -> None:
         self._note_register(group, await self.store.register(group))
 

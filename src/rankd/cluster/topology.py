@@ -74,6 +74,15 @@ class Topology(Protocol):
     def holds(self, group: int) -> bool:
         """Whether this node applies ``group``'s log (its primary or a follower)."""
 
+    def writes(self, group: int) -> bool:
+        """Whether this node writes ``group`` now (holds its lease, unfenced):
+        when :meth:`primary` names this node and this is False, that is the
+        view's best guess, which a first write here settles."""
+
+    async def learn(self, group: int) -> None:
+        """Read again, now, which node writes ``group`` (bounded in time; on
+        failure the view stays as it was)."""
+
     def addresses(self, node: str) -> NodeAddresses | None:
         """``node``'s client-facing addresses (None: not a live node vouched for)."""
 
@@ -145,6 +154,13 @@ class ClusterTopology:
 
     def holds(self, group: int) -> bool:
         return group not in self.cluster.unheld
+
+    def writes(self, group: int) -> bool:
+        writer = self.cluster.writers.get(group)
+        return writer is not None and writer.fenced is None
+
+    async def learn(self, group: int) -> None:
+        await self.cluster.read_holder(group)
 
     def addresses(self, node: str) -> NodeAddresses | None:
         cluster = self.cluster

@@ -290,10 +290,13 @@ def command_keys(command: Command, words: list[bytes]) -> list[bytes]:
 # --- routing ------------------------------------------------------------------------
 
 
-def route(conn: Context, command: Command, words: list[bytes]) -> Command:
+def route(conn: Context, command: Command, words: list[bytes], learn: bool = True
+          ) -> Command:
     """``command`` if this node runs it; a command relaying it one hop for a
-    plain client; ``CommandError`` (``MOVED``, ``CROSSSLOT``) otherwise.
-    Called on a cluster node only (``Service.topology`` set)."""
+    plain client; ``CommandError`` (``MOVED``, ``CROSSSLOT``) otherwise;
+    with ``learn``, a write this node's view only guesses it writes reads
+    the view again first (:func:`_learning`).  Called on a cluster node
+    only (``Service.topology`` set)."""
     if command.name == "exec" and conn.multi is not None:
         return _exec_routed(conn, command)
     keys = command_keys(command, words)
@@ -307,11 +310,19 @@ def route(conn: Context, command: Command, words: list[bytes]) -> Command:
     group = slot // SLOTS_PER_GROUP
     primary = topology.primary(group)
     here = topology.this_node
+    write = "write" in command.flags
+    if (learn and primary == here and write and conn.multi is None
+            and not topology.writes(group)):
+        # This node's view guesses it: another node may have taken the
+        # group since the view was read.  Read again before the write runs,
+        # so a write another node takes is redirected (or relayed), not
+        # refused.
+        return dataclasses.replace(command, handler=_learning(command, group),
+                                   immediate=False)
     if primary is None or primary == here:
         return command
     state = conn.cluster_session
     aware = state is not None and state.aware
-    write = "write" in command.flags
     if not write and aware and state.readonly and topology.holds(group):
         return command  # a follower's copy serves it (freshness checked as it runs)
     addresses = topology.addresses(primary)
@@ -325,6 +336,18 @@ def route(conn: Context, command: Command, words: list[bytes]) -> Command:
     return dataclasses.replace(command, handler=_relaying(addresses.resp, primary,
                                                          "blocking" in command.flags),
                                immediate=False, batchable=False, applied_now=False)
+
+
+def _learning(command: Command, group: int) -> Any:
+    """A handler that reads again which node writes ``group``, then runs
+    ``command`` as :func:`route` routes it on that view: here (what its
+    handler returns: writes are submitted by the connection), relayed, or
+    ``-MOVED``."""
+    async def learned(conn: Context, words: list[bytes]) -> Any:
+        await conn.service.topology.learn(group)
+        result = route(conn, command, words, learn=False).handler(conn, words)
+        return await result if isinstance(result, Awaitable) else result
+    return learned
 
 
 def _exec_routed(conn: Context, command: Command) -> Command:

@@ -566,6 +566,9 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             if command.name != "exec":
                 shown = True
                 self._monitored(command, words, out)
+            if not isinstance(result, bytes | Writes | Applied):
+                await self._flush(pending, out)
+                result = await result  # (bytes, or writes it decided on: see cluster routing)
             if isinstance(result, Writes):
                 if sum(len(w.submissions) for _, w in pending if type(w) is Writes) \
                         + len(result.submissions) > MAX_BATCH:
@@ -579,9 +582,6 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                 out.append(result.reply)
                 stats[(command.name, "ok")] += 1
                 return
-            if not isinstance(result, bytes):
-                await self._flush(pending, out)
-                result = await result
         except CommandError as exc:
             stats[(command.name, "error")] += 1
             out.append(self.replies.error(exc.text))
