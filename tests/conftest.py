@@ -110,6 +110,17 @@ ROOT = Path(__file__).resolve().parent.parent
 _npm_installed: dict[Path, str | None] = {}
 
 
+#: Parallel test workers at most (``-n auto``): each cluster test runs several
+#: daemons and a Postgres, and timing checks need some CPU left to them.
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than cores (most tests wait on I/O), at
+    most :data:`MAX_WORKERS`."""
+    return min(MAX_WORKERS, (os.cpu_count() or 1) + 1)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "npm(project, required=ENV): the test uses the JavaScript packages of "

@@ -7,11 +7,17 @@ group this node holds no copy of is sent to its primary."""
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from rankd.cluster.placement import Layout, Placed
-from rankd.cluster.topology import ClusterTopology, NodeAddresses, read_elsewhere
+from rankd.cluster.topology import (
+    ClusterTopology,
+    NodeAddresses,
+    holder_addresses,
+    read_elsewhere,
+)
 from rankd.frontends.resp.cluster_commands import slot_ranges
 
 
@@ -19,6 +25,7 @@ from rankd.frontends.resp.cluster_commands import slot_ranges
 class Register:
     epoch: int
     holder: str | None
+    lease_until: float = 0.0  # (monotonic; 0: run out)
 
 
 @dataclass
@@ -34,6 +41,8 @@ class FakeCluster:
         advertise="b:80", advertise_tcp="b:81", advertise_resp="b:82"))
     layout: Layout = field(default_factory=Layout)
     unheld: set[int] = field(default_factory=set)
+    known: dict[str, tuple[str, str | None, str | None]] = field(default_factory=lambda: {
+        name: (f"{name}:80", f"{name}:81", f"{name}:82") for name in ("a", "b", "c", "quiet")})
 
 
 def test_primaries_come_from_the_leases_and_blocks_cover_the_rest() -> None:
@@ -59,6 +68,24 @@ def test_primaries_come_from_the_leases_and_blocks_cover_the_rest() -> None:
     assert all((last + 1 - first) % 16 == 0 for first, last, _ in ranges)
     # Part 1: every node holds every group, so no read is sent elsewhere.
     assert read_elsewhere(topology, 5) is None
+
+
+def test_a_silent_node_still_renewing_its_lease_is_where_its_groups_go() -> None:
+    """A holder whose heartbeats are late (not among the live nodes) but
+    whose lease runs is the group's primary, reached at its signed
+    addresses; once its lease ran out, it is not."""
+    running = time.monotonic() + 60
+    cluster = FakeCluster(registers={5: Register(3, "quiet", running),
+                                     6: Register(3, "quiet", time.monotonic() - 1),
+                                     7: Register(3, "stranger", running)})
+    topology = ClusterTopology(cluster)
+    assert "quiet" not in topology.nodes()
+    assert topology.primary(5) == "quiet"
+    assert topology.addresses("quiet") == NodeAddresses("quiet", "quiet:80", "quiet:81",
+                                                        "quiet:82")
+    assert holder_addresses(cluster, 5) == ("quiet:80", "quiet:81", "quiet:82")
+    assert topology.primary(6) == "a" and holder_addresses(cluster, 6) is None  # its block
+    assert topology.primary(7) == "a" and topology.addresses("stranger") is None  # unsigned
 
 
 def test_placement_names_primaries_and_followers_the_leases_do_not() -> None:

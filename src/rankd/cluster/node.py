@@ -71,7 +71,7 @@ from rankd.cluster.planner import Planner
 from rankd.cluster.recovery import DiskRecovery
 from rankd.cluster.scheme import check_data_dir, check_scheme
 from rankd.cluster.tail import LogTail
-from rankd.cluster.topology import ClusterTopology, read_elsewhere
+from rankd.cluster.topology import ClusterTopology, holder_addresses, read_elsewhere
 from rankd.cluster.trust import ClusterTrust, shared_secret
 from rankd.engine.engine import Engine
 from rankd.engine.errors import (
@@ -220,6 +220,10 @@ class ClusterNode:
         self.peer_hosts = PeerHosts()
         #: Live nodes' RESP addresses (None: the node serves no RESP port).
         self.resp_peers: dict[str, str | None] = {}
+        #: Every node whose row is signed with the cluster secret, live or
+        #: silent: id -> (HTTP, TCP, RESP address).  A silent node still
+        #: holding a lease it renews is reached there (``topology.holder_addresses``).
+        self.known: dict[str, tuple[str, str | None, str | None]] = {}
         #: Records set aside by this node after it was deposed, for metrics.
         self.orphaned = 0
         self.takeovers = 0
@@ -259,6 +263,7 @@ class ClusterNode:
         self._lock = GroupLocks()
         self._task: asyncio.Task | None = None
         self._placing: asyncio.Task | None = None
+        self._snapshotting: asyncio.Task | None = None
         self._deposing: set[asyncio.Task] = set()
         self._joined = asyncio.Event()
         #: Takeovers timed for when a lease runs out (see _take_when_free).
@@ -336,6 +341,8 @@ class ClusterNode:
             log.warning("node %s cannot read the groups' placement: %s", self.node_id, exc)
         self._task = asyncio.create_task(self._watch(), name="rankd-cluster-watch")
         self._placing = asyncio.create_task(self._place(), name="rankd-cluster-placement")
+        self._snapshotting = asyncio.create_task(self._snapshot(),
+                                                 name="rankd-cluster-snapshots")
         await self._catch_up()
         self._joined.set()
         log.info("node %s joined the cluster (ack=%s, lease %.1fs, advertised at %s)",
@@ -367,6 +374,7 @@ class ClusterNode:
         give the leases up so another node takes over at once, stop."""
         await stop_task(self._task, STOP_SECONDS)
         await stop_task(self._placing, STOP_SECONDS)
+        await stop_task(self._snapshotting, STOP_SECONDS)
         if self.mover is not None:
             await self.mover.stop()
         if self.planner is not None:
@@ -457,7 +465,7 @@ class ClusterNode:
             await asyncio.wait_for(self._read_register(group), REGISTER_READ_SECONDS)
 
     def _not_taken(self, group: int, holder: str) -> EngineError:
-        address, tcp, _ = self.peers.get(holder, (None, None, None))
+        address, tcp, _ = holder_addresses(self, group) or (None, None, None)
         if address is not None:
             return NotPrimary(f"node {self.node_id} does not write group {group}; node "
                               f"{holder} does, at {address}", address, tcp,
@@ -472,8 +480,9 @@ class ClusterNode:
         another live node (the write is forwarded there), else 503."""
         register = self.registers.get(group)
         holder = register.holder if register is not None else None
-        if holder is not None and holder != self.node_id and holder in self.peers:
-            address, tcp, _ = self.peers[holder]
+        reached = holder_addresses(self, group)
+        if reached is not None:
+            address, tcp, _ = reached
             return NotPrimary(f"node {self.node_id} cannot reach the cluster's Postgres "
                               f"({type(exc).__name__}); group {group} was last written by "
                               f"node {holder}, at {address}", address, tcp,
@@ -496,7 +505,7 @@ class ClusterNode:
             holder = register.holder if register is not None else None
             if group in self.unheld:  # (its last known holder may look silent: never
                 raise self._not_held(group)  # "no node writes it", which reads as missing)
-            address, tcp, _ = self.peers.get(holder, (None, None, None))
+            address, tcp, _ = holder_addresses(self, group) or (None, None, None)
             if address is None and group in self._unreadable:
                 # Its boards are being loaded here: a board missing now is no answer.
                 raise Unavailable(f"node {self.node_id} is loading group {group} and knows "
@@ -838,6 +847,14 @@ class ClusterNode:
                 self._in_touch_since = None
                 log.warning("node %s cannot read the cluster's registers: %s", self.node_id,
                             exc)
+
+    async def _snapshot(self) -> None:
+        """The groups' snapshots' own loop: storing a large group's state
+        takes seconds, and the watch loop's heartbeats must not wait for it
+        (a node silent for two leases drops out of its peers' live nodes
+        while it holds its leases: writes sent to it get no address)."""
+        while True:
+            await asyncio.sleep(self._round_seconds)
             try:
                 await self._snapshot_groups()
             except Exception as exc:
@@ -873,15 +890,18 @@ class ClusterNode:
                 "SELECT group_id, epoch, holder, last_seq, "
                 "extract(epoch FROM lease_until - now()) AS left, now() AS at "
                 "FROM rankd_groups")
-            peers = await conn.fetch(
-                "SELECT node_id, advertise, advertise_tcp, applied, proof, advertise_resp "
-                "FROM rankd_nodes "
-                "WHERE seen_at > now() - make_interval(secs => $1)", self.nodes.alive_seconds)
+            nodes = await conn.fetch(
+                "SELECT node_id, advertise, advertise_tcp, applied, proof, advertise_resp, "
+                "seen_at > now() - make_interval(secs => $1) AS alive "
+                "FROM rankd_nodes", self.nodes.alive_seconds)
         self._touched(started)
         now = time.monotonic()
+        vouched = [row for row in nodes if self._vouched(row)]
+        self.known = {row["node_id"]: (row["advertise"], row["advertise_tcp"],
+                                       row["advertise_resp"]) for row in vouched}
+        peers = [row for row in vouched if row["alive"]]
         self.peers = {row["node_id"]: (row["advertise"], row["advertise_tcp"], {
-            int(g): s for g, s in json.loads(row["applied"]).items()})
-            for row in peers if self._vouched(row)}
+            int(g): s for g, s in json.loads(row["applied"]).items()}) for row in peers}
         self.resp_peers = {row["node_id"]: row["advertise_resp"] for row in peers
                            if row["node_id"] in self.peers}
         self.peer_hosts.update(

@@ -19,9 +19,11 @@ front-end.  The Protocol is small on purpose:
 
 :class:`ClusterTopology` is a node's answer, from what it last read of
 Postgres.  A group's primary is, in order: this node while it writes the
-group; the live node holding the group's lease in ``rankd_groups``; the
-group's placed primary (:mod:`rankd.cluster.placement`) if it is live;
-its first live placed follower; and for a group nobody placed, the live
+group; the node holding the group's lease in ``rankd_groups``, live (or
+silent while its lease runs: its heartbeats may be late, its renewals are
+not, see :func:`holder_addresses`); the group's placed primary
+(:mod:`rankd.cluster.placement`) if it is live; its first live placed
+follower; and for a group nobody placed, the live
 node that would take it: the live nodes, sorted by id, share such groups
 in contiguous blocks (so a cluster client's slot map stays a few ranges,
 not hundreds), and that node takes the group on the first write sent
@@ -35,6 +37,7 @@ second.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -133,10 +136,8 @@ class ClusterTopology:
         writer = cluster.writers.get(group)
         if writer is not None and writer.fenced is None:
             return cluster.node_id
-        register = cluster.registers.get(group)
-        if register is not None and register.holder is not None and (
-                register.holder in cluster.peers and register.holder != cluster.node_id):
-            return register.holder
+        if holder_addresses(cluster, group) is not None:  # (another node, reachable)
+            return cluster.registers[group].holder
         nodes = self.nodes()
         placed = cluster.layout.groups.get(group)
         if placed is not None:
@@ -169,9 +170,29 @@ class ClusterTopology:
             return NodeAddresses(node, config.advertise, config.advertise_tcp,
                                  config.advertise_resp)
         peer = cluster.peers.get(node)
-        if peer is None:
-            return None
-        return NodeAddresses(node, peer[0], peer[1], cluster.resp_peers.get(node))
+        if peer is not None:
+            return NodeAddresses(node, peer[0], peer[1], cluster.resp_peers.get(node))
+        known = cluster.known.get(node)  # (silent, holding a lease: see primary())
+        return NodeAddresses(node, *known) if known is not None else None
+
+
+def holder_addresses(cluster: Any, group: int) -> tuple[str, str | None, str | None] | None:
+    """The HTTP, TCP and RESP addresses of the node holding ``group``'s
+    lease as ``cluster`` (a cluster node) last read its register: a live
+    peer's, or a silent node's while its lease runs (it renews it, so it is
+    up: its heartbeats may be late, as on a loaded machine, or behind a
+    long write of its own); None if ``cluster`` holds it itself, or no
+    other node does, or its lease ran out."""
+    register = cluster.registers.get(group)
+    holder = register.holder if register is not None else None
+    if holder is None or holder == cluster.node_id:
+        return None
+    peer = cluster.peers.get(holder)
+    if peer is not None:
+        return peer[0], peer[1], cluster.resp_peers.get(holder)
+    if register.lease_until > time.monotonic():
+        return cluster.known.get(holder)
+    return None
 
 
 def read_elsewhere(topology: Topology, group: int) -> NodeAddresses | None:
