@@ -29,14 +29,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from rankd.frontends.resp.limits import MAX_REPLY_ENTRIES
 from rankd.frontends.resp.protocol import encode_request
+from rankd.index._contract import MAX_MEMBER_BYTES
 
 #: How long a relayed command may take (a blocking pop: its own timeout more).
 RELAY_SECONDS = 15.0
 #: How long connecting to a node may take.
 CONNECT_SECONDS = 3.0
-#: The largest reply relayed (as the client's own output bound would hold).
-MAX_REPLY_BYTES = 512 << 20
+#: The largest reply relayed: a node's largest reply (a range of
+#: ``MAX_REPLY_ENTRIES`` members of ``MAX_MEMBER_BYTES`` bytes with their
+#: scores, about 31 MB in RESP3) with room to spare.  A link that sends more
+#: is not a rankd node keeping its bounds: it is dropped, its reply unread.
+MAX_REPLY_BYTES = MAX_REPLY_ENTRIES * (2 * MAX_MEMBER_BYTES + 128)
 
 
 class RelayFailed(Exception):
@@ -56,11 +61,13 @@ async def _one(reader: asyncio.StreamReader, out: bytearray) -> None:
         line = await reader.readuntil(b"\r\n")
         out += line
         if len(out) > MAX_REPLY_BYTES:
-            raise RelayFailed("the relayed reply is too large")
+            raise RelayFailed(f"the relayed reply is over {MAX_REPLY_BYTES} bytes")
         pending -= 1
         kind, body = line[:1], line[1:-2]
         if kind in b"$=!":  # a bulk string, verbatim string, bulk error
             size = int(body)
+            if len(out) + size > MAX_REPLY_BYTES:  # (checked before it is read)
+                raise RelayFailed(f"the relayed reply is over {MAX_REPLY_BYTES} bytes")
             if size >= 0:
                 out += await reader.readexactly(size + 2)
         elif kind in b"*~>":  # an array, set, push
