@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import socket
 import ssl
@@ -18,39 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import rankd
+from ports import free_port
 
 #: Where the ``rankd`` package this process imports lives: the daemon runs
 #: the same one.  (Putting the source tree first once made a non-editable
 #: install's daemon import the uncompiled sources and run pure Python.)
 SRC = Path(rankd.__file__).resolve().parent.parent
-
-
-#: Ports handed out here are drawn below Linux's ephemeral range (32768 and
-#: up by default), where the kernel picks the local ports of outgoing
-#: connections: a port found free there could be taken by some client's
-#: connection before the daemon bound it (seen in CI as "address already in
-#: use" on a restart).  Each port is handed out once per test process.
-PORTS = range(20_000, 32_000)
-_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A loopback port free now, outside the ephemeral range, not handed out
-    before by this process (the kernel's choice if none is found)."""
-    for _ in range(200):
-        port = random.choice(PORTS)
-        if port in _handed_out:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Daemon:

@@ -20,7 +20,6 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -30,14 +29,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from ports import free_port
+
 PG_BIN_DIRS = [Path("/usr/lib/postgresql/15/bin"), Path("/usr/lib/postgresql/16/bin"),
                Path("/usr/lib/postgresql/17/bin")]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _bin_dir() -> Path | None:
@@ -60,7 +55,7 @@ class Cluster:
 
     def __init__(self, bin_dir: Path) -> None:
         self.bin_dir = bin_dir
-        self.port = _free_port()
+        self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="rankd-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"

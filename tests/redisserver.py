@@ -31,14 +31,9 @@ from pathlib import Path
 import pytest
 
 from daemon import Daemon
+from ports import free_port
 from rankd.frontends.resp.doubles import format_double
 from respclient import RawClient
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class RedisServer:
@@ -51,7 +46,7 @@ class RedisServer:
             if os.environ.get("RANKD_REQUIRE_REDIS", "") not in ("", "0"):
                 pytest.fail("redis-server is required (RANKD_REQUIRE_REDIS) but not installed")
             pytest.skip("redis-server is not installed")
-        self.port = _free_port()
+        self.port = free_port()
         self.directory = Path(tempfile.mkdtemp(prefix="rankd-redis-"))
         self.process = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",

@@ -32,7 +32,9 @@ from test_security import (
 def secured(tmp_path_factory):
     with Daemon(tmp_path_factory.mktemp("resp-sec") / "data", "--jwt-secret", SECRET,
                 "--api-keys", f"{WRITER_ENTRY},{READER_ENTRY}",
-                "--rate-credential-writes", "50") as running:
+                # (low: 120 pipelined writes outrun it however slowly a
+                # loaded machine applies them)
+                "--rate-credential-writes", "5") as running:
         running.request("PUT", "/v1/boards/lb", {"order": "asc", "policy": "latest",
                                                 "tie_break": "member"},
                         headers={"Authorization": f"Bearer {ADMIN}"})
