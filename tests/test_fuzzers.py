@@ -19,7 +19,8 @@ sys.path.insert(0, str(ROOT))
 from fuzz.targets import TARGETS  # noqa: E402
 
 #: Inputs per target in CI (a few seconds each), and the time cap.
-RUNS = {"resp": 3000, "tcp": 10000, "wal": 20000, "live": 10000, "rest": 10000}
+RUNS = {"resp": 3000, "tcp": 10000, "wal": 20000, "live": 10000, "rest": 10000,
+        "relay": 10000}
 SECONDS = 20
 
 

@@ -18,6 +18,7 @@ TARGETS = {
     "wal": "wal_frames",
     "live": "live_message",
     "rest": "rest_json",
+    "relay": "relay_reply",
 }
 
 

@@ -48,6 +48,13 @@ class RelayFailed(Exception):
     """The node relayed to could not be reached, or broke off."""
 
 
+#: What reading a link's reply may raise when the far end fails or sends
+#: what is not a reply: the link is dropped and the client told TRYAGAIN.
+RELAY_ERRORS: tuple[type[BaseException], ...] = (
+    OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError,
+    ValueError, RelayFailed)
+
+
 async def read_reply(reader: asyncio.StreamReader) -> bytes:
     """One whole RESP2/RESP3 reply, as its raw bytes."""
     out = bytearray()
@@ -57,7 +64,7 @@ async def read_reply(reader: asyncio.StreamReader) -> bytes:
 
 async def _one(reader: asyncio.StreamReader, out: bytearray) -> None:
     pending = 1
-    while pending:
+    while pending > 0:
         line = await reader.readuntil(b"\r\n")
         out += line
         if len(out) > MAX_REPLY_BYTES:
@@ -73,9 +80,9 @@ async def _one(reader: asyncio.StreamReader, out: bytearray) -> None:
         elif kind in b"*~>":  # an array, set, push
             pending += max(0, int(body))
         elif kind == b"%":  # a map
-            pending += 2 * int(body)
+            pending += 2 * max(0, int(body))
         elif kind == b"|":  # attributes, then the reply they describe
-            pending += 2 * int(body) + 1
+            pending += 2 * max(0, int(body)) + 1
         elif kind not in b"+-:,_#(":
             raise RelayFailed(f"not a RESP reply: {bytes(line[:32])!r}")
 
@@ -98,8 +105,7 @@ class Relay:
                 reader, writer = await self._link(address, version, credential)
                 writer.write(encode_request(words))
                 return await asyncio.wait_for(read_reply(reader), seconds)
-            except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError,
-                    ValueError, RelayFailed) as exc:
+            except RELAY_ERRORS as exc:
                 self._drop(address)
                 raise RelayFailed(f"{type(exc).__name__}: {exc}") from None
 
