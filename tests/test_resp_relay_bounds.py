@@ -64,7 +64,7 @@ def test_a_far_line_longer_than_the_links_buffer_fails_the_relay() -> None:
         address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
         link = relay.Relay()
         try:
-            with pytest.raises(RelayFailed, match="LimitOverrun|Separator"):
+            with pytest.raises(RelayFailed, match=r"LimitOverrun|Separator"):
                 await link.send(address, [b"ZCARD", b"lb"], version=2, credential=None)
         finally:
             link.close()
