@@ -48,7 +48,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -277,6 +277,17 @@ class Lab:
     def logs(self) -> str:
         return "\n".join(f"--- node {i} ---\n{d.log()[-6000:]}"
                          for i, d in enumerate(self.daemons))
+
+    def run(self, scenario: Callable[[], Awaitable[None]]) -> None:
+        """Run a test's ``scenario`` on a new event loop, print the nodes'
+        logs if it fails, and close the lab either way."""
+        try:
+            asyncio.run(scenario())
+        except BaseException:
+            print(self.logs())
+            raise
+        finally:
+            self.close()
 
 
 # --- load -------------------------------------------------------------------------------------

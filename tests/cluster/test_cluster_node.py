@@ -451,36 +451,21 @@ def test_writes_go_on_while_a_snapshot_is_stored_and_a_node_stops_in_the_middle(
     stops the node at once, handing the group over."""
     import asyncio
 
-    import asyncpg
+    from held_snapshots import (
+        BOARD,
+        copies_held,
+        snapping_lab,
+        waiting_copies,
+        write_until_a_copy_waits,
+    )
 
-    async def waiting_copies(conn: asyncpg.Connection) -> int:
-        return await conn.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE 'INSERT INTO rankd_group_snapshots%'")
-
-    lab = Lab(tmp_path, lease_seconds=10.0, extra=("--group-snapshot-records", "20"))
+    lab, primary = snapping_lab(tmp_path)
+    board = BOARD
 
     async def scenario() -> None:
-        board = "snapping"
-        lab.daemons[0].request("PUT", f"/v1/boards/{board}", {"policy": "sum"})
-        primary = lab.primary_of(board)
         node = lab.daemons[primary]
-        blocker = await asyncpg.connect(lab.dsn)
-        watcher = await asyncpg.connect(lab.dsn)  # outside the blocker's transaction
-        try:
-            holding = blocker.transaction()
-            await holding.start()
-            await blocker.execute("LOCK TABLE rankd_group_snapshots IN EXCLUSIVE MODE")
-            written = 0
-            deadline = time.monotonic() + 30
-            while not await waiting_copies(watcher):
-                assert time.monotonic() < deadline, "no snapshot was begun"
-                for _ in range(10):
-                    status, answer = node.request("POST", f"/v1/boards/{board}/scores", {
-                        "member": f"m{written % 5}", "delta": 1, "event_id": f"e{written}"})
-                    assert status == 200, answer
-                    written += 1
-                await asyncio.sleep(0.05)
+        async with copies_held(lab.dsn) as (watcher, holding):
+            written = await write_until_a_copy_waits(node, board, watcher)
             # The copy waits (up to half a lease, then the node tries again later).
             for _ in range(5):
                 started = time.monotonic()
@@ -493,9 +478,6 @@ def test_writes_go_on_while_a_snapshot_is_stored_and_a_node_stops_in_the_middle(
             assert node.stop(timeout=20) == 0
             assert time.monotonic() - started < 3.0
             await holding.rollback()
-        finally:
-            await blocker.close()
-            await watcher.close()
         other = lab.daemons[(primary + 1) % 3]
         deadline = time.monotonic() + 10
         while True:
@@ -510,10 +492,4 @@ def test_writes_go_on_while_a_snapshot_is_stored_and_a_node_stops_in_the_middle(
                                            f"&min_seq={answer['seq']}")
         assert sum(e["score"] for e in top["entries"]) == written + 1
 
-    try:
-        asyncio.run(scenario())
-    except BaseException:
-        print(lab.logs())
-        raise
-    finally:
-        lab.close()
+    lab.run(scenario)
