@@ -1,0 +1,70 @@
+"""Reads of one group's register that writes ask for (``Topology.learn``).
+
+A write to a group this node's view only guesses it writes reads the
+group's register first (:mod:`rankd.frontends.resp.cluster_commands`).  A
+write that takes nothing (``ZREM`` of an absent member, ``ZADD XX`` of a
+new one) never makes this node the group's writer, so every such write
+would read again: clients sending many would turn each command into a
+Postgres query on the pool that also carries the log's appends and the
+heartbeats.  So :class:`RegisterReads`:
+
+* shares one read of a group among the writes that ask while it runs;
+* lets a read that *started* less than :data:`FRESH_SECONDS` ago answer
+  (the take that follows a guess is the authority: Postgres's
+  compare-and-set, never this view);
+* reads at most :data:`AT_ONCE` groups at a time (the pool keeps the rest).
+
+Each caller waits at most ``seconds`` (a read Postgres does not answer in
+time leaves the view as it was).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+
+from rankd.postgres_link import POSTGRES_ERRORS
+
+#: How long a read of a group's register answers the writes that follow.
+FRESH_SECONDS = 0.25
+#: Groups whose registers are read at the same time, at most.
+AT_ONCE = 2
+
+
+class RegisterReads:
+    """Shared, bounded reads of single groups' registers (module docstring)."""
+
+    def __init__(self, read: Callable[[int], Awaitable[None]], seconds: float, *,
+                 fresh: float = FRESH_SECONDS, at_once: int = AT_ONCE) -> None:
+        self._read = read
+        self._seconds = seconds
+        self._fresh = fresh
+        self._slots = asyncio.Semaphore(at_once)
+        #: The groups being read now.
+        self._reading: dict[int, asyncio.Future[None]] = {}
+        #: When each group's last successful read started (monotonic).
+        self._read_at: dict[int, float] = {}
+
+    async def learn(self, group: int) -> None:
+        """Read ``group``'s register now, or share a read under way or
+        just made; returns within about ``seconds`` whatever Postgres does."""
+        read_at = self._read_at.get(group)
+        if read_at is not None and time.monotonic() - read_at < self._fresh:
+            return
+        reading = self._reading.get(group)
+        if reading is None:
+            reading = self._reading[group] = asyncio.ensure_future(self._bounded(group))
+            reading.add_done_callback(lambda _: self._reading.pop(group, None))
+        # Shielded: a caller that leaves (its client gone) ends no one else's wait.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(reading), self._seconds)
+
+    async def _bounded(self, group: int) -> None:
+        with contextlib.suppress(*POSTGRES_ERRORS):
+            async with asyncio.timeout(self._seconds):
+                async with self._slots:
+                    started = time.monotonic()
+                    await self._read(group)
+                    self._read_at[group] = started
