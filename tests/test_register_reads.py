@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from rankd.cluster import register_reads
 from rankd.cluster.register_reads import RegisterReads
 
 
@@ -53,3 +54,25 @@ def test_a_caller_leaving_does_not_cancel_the_shared_read() -> None:
         await second
         return done
     assert asyncio.run(run()) == ["read"]
+
+
+def test_after_postgres_did_not_answer_reads_fail_at_once_for_a_moment() -> None:
+    async def run() -> tuple[bool, bool, float, bool, list[int]]:
+        reads: list[int] = []
+        away = [True]
+
+        async def read(group: int) -> None:
+            reads.append(group)
+            if away[0]:
+                await asyncio.sleep(60)
+        learner = RegisterReads(read, 0.2)
+        first = await learner.learn(1)
+        started = time.monotonic()
+        second = await learner.learn(2)  # another group: no second wait
+        waited = time.monotonic() - started
+        away[0] = False
+        await asyncio.sleep(register_reads.AWAY_SECONDS)
+        return first, second, waited, await learner.learn(3), reads
+    first, second, waited, third, reads = asyncio.run(run())
+    assert (first, second, third) == (False, False, True)
+    assert waited < 0.05 and reads == [1, 3]

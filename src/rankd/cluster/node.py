@@ -1060,11 +1060,11 @@ class ClusterNode:
         return all(applied.get(group, 0) <= mine for node, (_, _, applied)
                    in self.peers.items() if node != self.node_id)
 
-    async def read_holder(self, group: int) -> None:
+    async def read_holder(self, group: int) -> bool:
         """Read ``group``'s register now (``Topology.learn``), shared with
         the writes asking at the same time (``RegisterReads``): a view that
-        Postgres cannot give in time stays as it was."""
-        await self._register_reads.learn(group)
+        Postgres cannot give in time stays as it was (False)."""
+        return await self._register_reads.learn(group)
 
     async def _read_register(self, group: int) -> None:
         self._note_register(group, await self.store.register(group))

@@ -50,6 +50,7 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from rankd.engine.errors import Unavailable
 from rankd.engine.groups import GROUPS, SLOTS, SLOTS_PER_GROUP, slot_of
 from rankd.frontends.resp import transactions
 from rankd.frontends.resp.arguments import CommandError, integer
@@ -344,7 +345,12 @@ def _learning(command: Command, group: int) -> Any:
     handler returns: writes are submitted by the connection), relayed, or
     ``-MOVED``."""
     async def learned(conn: Context, words: list[bytes]) -> Any:
-        await conn.service.topology.learn(group)
+        topology: Topology = conn.service.topology
+        if await topology.learn(group) is False:
+            # Its take would wait on that Postgres again: refused now.
+            raise Unavailable(f"node {topology.this_node} cannot reach the cluster's "
+                              f"Postgres to learn which node writes group {group}; try "
+                              "again shortly")
         result = route(conn, command, words, learn=False).handler(conn, words)
         return await result if isinstance(result, Awaitable) else result
     return learned
