@@ -12,9 +12,8 @@ import threading
 import time
 
 import pytest
-from cluster_nodes import nodes
+from cluster_nodes import keys_guessed_by, nodes
 
-from rankd.engine.groups import slot_of
 from respclient import RawClient
 
 
@@ -30,20 +29,8 @@ def pair(tmp_path_factory, pg_server):
         yield ds
 
 
-def _key_of(port: int, prefix: str) -> str:
-    """A key (in a group nobody wrote yet) of a slot the node at ``port``
-    serves, as its slot map says."""
-    lines = RawClient(port).call("CLUSTER", "NODES").decode().splitlines()
-    ranges = [(int(lo), int(hi)) for line in lines if "myself" in line
-              for lo, _, hi in (part.partition("-") for part in line.split()[8:])]
-    return next(key for key in (f"{prefix}{n}" for n in range(10_000))
-                if any(lo <= slot_of(key) <= hi for lo, hi in ranges))
-
-
-@pytest.mark.parametrize("writer", [0, 1], ids=["write-here", "write-relayed"])
-@pytest.mark.parametrize("fresh", [True, False], ids=["fresh-group", "held-group"])
 def test_a_woken_blocking_pop_pops_the_member(pair, writer: int, fresh: bool) -> None:
-    key = _key_of(pair[0].resp_port, f"pop-{writer}-{fresh}-")
+    key = keys_guessed_by(pair[0].resp_port, pair[1].resp_port, f"pop-{writer}-{fresh}-", 1)[0]
     if not fresh:  # the node writes the group already
         assert RawClient(pair[0].resp_port).call("ZADD", key, "0", "warm") == b":1\r\n"
         assert RawClient(pair[0].resp_port).call("ZPOPMIN", key).startswith(b"*2\r\n")

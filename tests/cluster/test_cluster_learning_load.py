@@ -12,9 +12,8 @@ import threading
 import time
 
 import asyncpg
-from cluster_nodes import nodes
+from cluster_nodes import keys_guessed_by, nodes
 
-from rankd.engine.groups import SLOTS_PER_GROUP, slot_of
 from respclient import RawClient
 
 CLIENTS = 16
@@ -36,32 +35,10 @@ def _transactions(dsn: str) -> int:
     return asyncio.run(read())
 
 
-def _fresh_boards(node, other, count: int) -> list[str]:
-    """``count`` boards of distinct groups nobody wrote yet that ``node``'s
-    view guesses it writes (its block of the slots, once it sees ``other``)."""
-    deadline = time.monotonic() + 15
-    while True:
-        raw = RawClient(node.resp_port).call("CLUSTER", "NODES").decode()
-        if f":{other.resp_port}@" in raw:
-            break
-        assert time.monotonic() < deadline, "the nodes never saw each other"
-        time.sleep(0.2)
-    ranges = [(int(lo), int(hi)) for line in raw.splitlines() if "myself" in line
-              for lo, _, hi in (part.partition("-") for part in line.split()[8:])]
-    boards: dict[int, str] = {}
-    for n in range(100_000):
-        key = f"learn-{n}"
-        if any(lo <= slot_of(key) <= hi for lo, hi in ranges):
-            boards.setdefault(slot_of(key) // SLOTS_PER_GROUP, key)
-        if len(boards) == count:
-            return list(boards.values())
-    raise AssertionError("too few groups in the node's block")
-
-
 def test_writes_that_take_nothing_do_not_query_postgres_each(tmp_path, pg_server) -> None:
     dsn = pg_server.create_database()
     with nodes(tmp_path, dsn, 2) as (node, other):
-        boards = _fresh_boards(node, other, PIPELINE)
+        boards = keys_guessed_by(node.resp_port, other.resp_port, "learn-", PIPELINE)
         replies: list[bytes] = []
 
         def client(index: int) -> None:
