@@ -56,6 +56,22 @@ def test_a_caller_leaving_does_not_cancel_the_shared_read() -> None:
     assert asyncio.run(run()) == ["read"]
 
 
+def test_a_caller_whose_wait_ran_out_makes_the_next_group_fail_at_once() -> None:
+    async def run() -> tuple[bool, float]:
+        async def read(group: int) -> None:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:  # (a link to a stuck Postgres closes slowly)
+                await asyncio.sleep(0.3)
+                raise
+        learner = RegisterReads(read, 0.2)
+        await learner.learn(1)  # its wait ran out; the read is still closing
+        started = time.monotonic()
+        return await learner.learn(2), time.monotonic() - started
+    answer, waited = asyncio.run(run())
+    assert answer is False and waited < 0.05
+
+
 def test_after_postgres_did_not_answer_reads_fail_at_once_for_a_moment() -> None:
     async def run() -> tuple[bool, bool, float, bool, list[int]]:
         reads: list[int] = []
