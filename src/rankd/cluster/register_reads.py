@@ -71,7 +71,8 @@ class RegisterReads:
         # Shielded: a caller that leaves (its client gone) ends no one else's wait.
         try:
             return await asyncio.wait_for(asyncio.shield(reading), self._seconds)
-        except TimeoutError:
+        except TimeoutError:  # (before the read's own bound: it counts already)
+            self._failed_at = time.monotonic()
             return False
 
     async def _bounded(self, group: int) -> bool:
