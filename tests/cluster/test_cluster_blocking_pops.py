@@ -29,6 +29,8 @@ def pair(tmp_path_factory, pg_server):
         yield ds
 
 
+@pytest.mark.parametrize("writer", [0, 1], ids=["write-here", "write-relayed"])
+@pytest.mark.parametrize("fresh", [True, False], ids=["fresh-group", "held-group"])
 def test_a_woken_blocking_pop_pops_the_member(pair, writer: int, fresh: bool) -> None:
     key = keys_guessed_by(pair[0].resp_port, pair[1].resp_port, f"pop-{writer}-{fresh}-", 1)[0]
     if not fresh:  # the node writes the group already
