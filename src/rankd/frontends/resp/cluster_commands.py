@@ -339,11 +339,18 @@ def route(conn: Context, command: Command, words: list[bytes], learn: bool = Tru
                                immediate=False, batchable=False, applied_now=False)
 
 
+class Rerouted(CommandError):
+    """A command :func:`_learning` found to be another node's after all
+    (``-MOVED``, ``-TRYAGAIN``): refused before it ran, as :func:`route`
+    refuses, so monitors are not shown it."""
+
+
 def _learning(command: Command, group: int) -> Any:
     """A handler that reads again which node writes ``group``, then runs
     ``command`` as :func:`route` routes it on that view: here (what its
     handler returns: writes are submitted by the connection), relayed, or
-    ``-MOVED``."""
+    ``-MOVED`` (:class:`Rerouted`).  Monitors see it once routed
+    (``routes_first``)."""
     async def learned(conn: Context, words: list[bytes]) -> Any:
         topology: Topology = conn.service.topology
         if await topology.learn(group) is False:
@@ -351,8 +358,13 @@ def _learning(command: Command, group: int) -> Any:
             raise Unavailable(f"node {topology.this_node} cannot reach the cluster's "
                               f"Postgres to learn which node writes group {group}; try "
                               "again shortly")
-        result = route(conn, command, words, learn=False).handler(conn, words)
+        try:
+            routed = route(conn, command, words, learn=False)
+        except CommandError as exc:
+            raise Rerouted(exc.text) from None
+        result = routed.handler(conn, words)
         return await result if isinstance(result, Awaitable) else result
+    learned.routes_first = True  # type: ignore[attr-defined]
     return learned
 
 
