@@ -46,3 +46,20 @@ def test_a_write_moved_after_learning_is_not_shown(tmp_path, pg_server) -> None:
         shown = _shown(monitor)
         monitor.close()
         assert [line.split('"')[1] for line in shown] == ["CLUSTER", "PING"], shown
+
+
+def test_a_blocking_pop_of_a_fresh_group_is_shown_as_it_waits(tmp_path, pg_server) -> None:
+    dsn = pg_server.create_database()
+    with nodes(tmp_path, dsn, 2) as (node, other):
+        (key,) = keys_guessed_by(node.resp_port, other.resp_port, "waits-", 1)
+        monitor = socket.create_connection(("127.0.0.1", node.resp_port))
+        monitor.sendall(b"MONITOR\r\n")
+        time.sleep(0.3)
+        monitor.recv(100)  # +OK
+        with RawClient(node.resp_port, timeout=10) as client:
+            client.send(b"*3\r\n$8\r\nBZPOPMIN\r\n$%d\r\n%s\r\n$1\r\n3\r\n" % (
+                len(key), key.encode()))
+            shown = _shown(monitor)  # (a second: the pop still waits)
+            assert client.reply() == b"*-1\r\n"
+        monitor.close()
+        assert [line.split('"')[1] for line in shown] == ["BZPOPMIN"], shown
