@@ -350,7 +350,7 @@ def _learning(command: Command, group: int) -> Any:
     ``command`` as :func:`route` routes it on that view: here (what its
     handler returns: writes are submitted by the connection), relayed, or
     ``-MOVED`` (:class:`Rerouted`).  Monitors see it once routed
-    (``routes_first``)."""
+    (``routes_first``), a blocking pop at once."""
     async def learned(conn: Context, words: list[bytes]) -> Any:
         topology: Topology = conn.service.topology
         if await topology.learn(group) is False:
@@ -364,7 +364,8 @@ def _learning(command: Command, group: int) -> Any:
             raise Rerouted(exc.text) from None
         result = routed.handler(conn, words)
         return await result if isinstance(result, Awaitable) else result
-    learned.routes_first = True  # type: ignore[attr-defined]
+    # (A blocking pop is shown as it starts to wait, as Redis shows it: at once.)
+    learned.routes_first = "blocking" not in command.flags  # type: ignore[attr-defined]
     return learned
 
 
