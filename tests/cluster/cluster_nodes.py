@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from jepsen import wait_ready
 
 from daemon import Daemon
 from rankd.cluster.groups import group_of
+from rankd.engine.groups import SLOTS_PER_GROUP, slot_of
+from respclient import RawClient
 
 
 def sql(dsn: str, query: str, *args: Any) -> list[asyncpg.Record]:
@@ -72,3 +75,25 @@ def boards_in_distinct_groups(prefix: str, count: int, tries: int = 1000) -> lis
         if len(boards) == count:
             break
     return boards
+
+
+def keys_guessed_by(resp_port: int, peer_resp_port: int, prefix: str, count: int) -> list[str]:
+    """``count`` keys ``f"{prefix}{n}"`` of distinct groups in the block of
+    slots the node at ``resp_port`` serves by its ``CLUSTER NODES`` (a group
+    nobody wrote yet falls to it by block), once it sees the node at
+    ``peer_resp_port``."""
+    deadline = time.monotonic() + 15
+    while f":{peer_resp_port}@" not in (
+            raw := RawClient(resp_port).call("CLUSTER", "NODES").decode()):
+        assert time.monotonic() < deadline, "the nodes never saw each other"
+        time.sleep(0.2)
+    ranges = [(int(lo), int(hi)) for line in raw.splitlines() if "myself" in line
+              for lo, _, hi in (part.partition("-") for part in line.split()[8:])]
+    keys: dict[int, str] = {}
+    for n in range(100_000):
+        key = f"{prefix}{n}"
+        if any(lo <= slot_of(key) <= hi for lo, hi in ranges):
+            keys.setdefault(slot_of(key) // SLOTS_PER_GROUP, key)
+        if len(keys) == count:
+            return list(keys.values())
+    raise AssertionError("too few groups in the node's block")

@@ -69,6 +69,7 @@ from rankd.cluster.placement import (
 )
 from rankd.cluster.planner import Planner
 from rankd.cluster.recovery import DiskRecovery
+from rankd.cluster.register_reads import RegisterReads
 from rankd.cluster.scheme import check_data_dir, check_scheme
 from rankd.cluster.tail import LogTail
 from rankd.cluster.topology import ClusterTopology, holder_addresses, read_elsewhere
@@ -264,6 +265,7 @@ class ClusterNode:
         self._task: asyncio.Task | None = None
         self._placing: asyncio.Task | None = None
         self._snapshotting: asyncio.Task | None = None
+        self._register_reads = RegisterReads(self._read_register, REGISTER_READ_SECONDS)
         self._deposing: set[asyncio.Task] = set()
         self._joined = asyncio.Event()
         #: Takeovers timed for when a lease runs out (see _take_when_free).
@@ -1058,11 +1060,11 @@ class ClusterNode:
         return all(applied.get(group, 0) <= mine for node, (_, _, applied)
                    in self.peers.items() if node != self.node_id)
 
-    async def read_holder(self, group: int) -> None:
-        """Read ``group``'s register now (``Topology.learn``): a view that
-        Postgres cannot give in time stays as it was."""
-        with contextlib.suppress(*POSTGRES_ERRORS):
-            await asyncio.wait_for(self._read_register(group), REGISTER_READ_SECONDS)
+    async def read_holder(self, group: int) -> bool:
+        """Read ``group``'s register now (``Topology.learn``), shared with
+        the writes asking at the same time (``RegisterReads``): a view that
+        Postgres cannot give in time stays as it was (False)."""
+        return await self._register_reads.learn(group)
 
     async def _read_register(self, group: int) -> None:
         self._note_register(group, await self.store.register(group))

@@ -82,9 +82,10 @@ class Topology(Protocol):
         when :meth:`primary` names this node and this is False, that is the
         view's best guess, which a first write here settles."""
 
-    async def learn(self, group: int) -> None:
+    async def learn(self, group: int) -> bool | None:
         """Read again, now, which node writes ``group`` (bounded in time; on
-        failure the view stays as it was)."""
+        failure the view stays as it was, and False says Postgres did not
+        answer)."""
 
     def addresses(self, node: str) -> NodeAddresses | None:
         """``node``'s client-facing addresses (None: not a live node vouched for)."""
@@ -160,8 +161,8 @@ class ClusterTopology:
         writer = self.cluster.writers.get(group)
         return writer is not None and writer.fenced is None
 
-    async def learn(self, group: int) -> None:
-        await self.cluster.read_holder(group)
+    async def learn(self, group: int) -> bool | None:
+        return await self.cluster.read_holder(group)
 
     def addresses(self, node: str) -> NodeAddresses | None:
         cluster = self.cluster

@@ -50,6 +50,7 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from rankd.engine.errors import Unavailable
 from rankd.engine.groups import GROUPS, SLOTS, SLOTS_PER_GROUP, slot_of
 from rankd.frontends.resp import transactions
 from rankd.frontends.resp.arguments import CommandError, integer
@@ -338,15 +339,33 @@ def route(conn: Context, command: Command, words: list[bytes], learn: bool = Tru
                                immediate=False, batchable=False, applied_now=False)
 
 
+class Rerouted(CommandError):
+    """A command :func:`_learning` found to be another node's after all
+    (``-MOVED``, ``-TRYAGAIN``): refused before it ran, as :func:`route`
+    refuses, so monitors are not shown it."""
+
+
 def _learning(command: Command, group: int) -> Any:
     """A handler that reads again which node writes ``group``, then runs
     ``command`` as :func:`route` routes it on that view: here (what its
     handler returns: writes are submitted by the connection), relayed, or
-    ``-MOVED``."""
+    ``-MOVED`` (:class:`Rerouted`).  Monitors see it once routed
+    (``routes_first``), a blocking pop at once."""
     async def learned(conn: Context, words: list[bytes]) -> Any:
-        await conn.service.topology.learn(group)
-        result = route(conn, command, words, learn=False).handler(conn, words)
+        topology: Topology = conn.service.topology
+        if await topology.learn(group) is False:
+            # Its take would wait on that Postgres again: refused now.
+            raise Unavailable(f"node {topology.this_node} cannot reach the cluster's "
+                              f"Postgres to learn which node writes group {group}; try "
+                              "again shortly")
+        try:
+            routed = route(conn, command, words, learn=False)
+        except CommandError as exc:
+            raise Rerouted(exc.text) from None
+        result = routed.handler(conn, words)
         return await result if isinstance(result, Awaitable) else result
+    # (A blocking pop is shown as it starts to wait, as Redis shows it: at once.)
+    learned.routes_first = "blocking" not in command.flags  # type: ignore[attr-defined]
     return learned
 
 

@@ -562,13 +562,18 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
                 result = await self.service.engine.settled_read(
                     functools.partial(command.handler, self, words))
             # Shown once it has run (a blocking pop once it waits), as Redis
-            # shows it; EXEC after the commands it runs.
-            if command.name != "exec":
+            # shows it; EXEC after the commands it runs; a write routed
+            # once the group's register is read, once it is routed here.
+            routes_first = getattr(command.handler, "routes_first", False)
+            if command.name != "exec" and not routes_first:
                 shown = True
                 self._monitored(command, words, out)
             if not isinstance(result, bytes | Writes | Applied):
                 await self._flush(pending, out)
                 result = await result  # (bytes, or writes it decided on: see cluster routing)
+            if routes_first:
+                shown = True
+                self._monitored(command, words, out)
             if isinstance(result, Writes):
                 if sum(len(w.submissions) for _, w in pending if type(w) is Writes) \
                         + len(result.submissions) > MAX_BATCH:
@@ -587,7 +592,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             out.append(self.replies.error(exc.text))
             if exc.text == NOAUTH:
                 self._failed_auth(out)
-            if admitted and not shown:
+            if admitted and not shown and not isinstance(exc, cluster_commands.Rerouted):
                 self._monitored(command, words, out)
             return
         except EngineError as exc:

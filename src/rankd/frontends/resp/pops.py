@@ -28,7 +28,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rankd.engine.errors import NotFound
+from rankd.engine.errors import NotFound, Unsettled
 from rankd.frontends.resp import blocking, exec_step
 from rankd.frontends.resp.arguments import SYNTAX, CommandError, integer
 from rankd.frontends.resp.sorted_sets import (
@@ -112,9 +112,15 @@ def _members(conn: Context, name: str) -> int:
 async def _pop_first(conn: Context, names: list[str], highest: bool, count: int
                      ) -> tuple[str, list[tuple[str, float]]] | None:
     """Pop up to ``count`` members (lowest, or ``highest``) from the first
-    of boards ``names`` that has any: ``(board, popped)``, or None."""
+    of boards ``names`` that has any: ``(board, popped)``, or None.  On a
+    cluster node a write may wake a blocked pop before the log committed
+    it: the pop waits for that commit (``Engine.settle``), as a read does."""
     for _ in range(POP_TRIES):
-        name = next((n for n in names if _members(conn, n)), None)
+        try:
+            name = next((n for n in names if _members(conn, n)), None)
+        except Unsettled as exc:
+            await conn.service.engine.settle(exc.group)
+            name = next((n for n in names if _members(conn, n)), None)
         if name is None:
             return None
         size = min(count, _members(conn, name))

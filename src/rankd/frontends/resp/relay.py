@@ -72,19 +72,29 @@ async def _one(reader: asyncio.StreamReader, out: bytearray) -> None:
         pending -= 1
         kind, body = line[:1], line[1:-2]
         if kind in b"$=!":  # a bulk string, verbatim string, bulk error
-            size = int(body)
+            size = _length(line, body)
             if len(out) + size > MAX_REPLY_BYTES:  # (checked before it is read)
                 raise RelayFailed(f"the relayed reply is over {MAX_REPLY_BYTES} bytes")
             if size >= 0:
                 out += await reader.readexactly(size + 2)
         elif kind in b"*~>":  # an array, set, push
-            pending += max(0, int(body))
+            pending += max(0, _length(line, body))
         elif kind == b"%":  # a map
-            pending += 2 * max(0, int(body))
+            pending += 2 * _length(line, body, null=False)
         elif kind == b"|":  # attributes, then the reply they describe
-            pending += 2 * max(0, int(body)) + 1
+            pending += 2 * _length(line, body, null=False) + 1
         elif kind not in b"+-:,_#(":
             raise RelayFailed(f"not a RESP reply: {bytes(line[:32])!r}")
+
+
+def _length(line: bytes | bytearray, body: bytes | bytearray, null: bool = True) -> int:
+    """The length a bulk or aggregate header announces: -1 (a null, where
+    ``null``) or more; any other count is no RESP reply (a negative map
+    would leave the reply never complete)."""
+    size = int(body)
+    if size < (-1 if null else 0):
+        raise RelayFailed(f"not a RESP reply: {bytes(line[:32])!r}")
+    return size
 
 
 class Relay:
