@@ -2670,24 +2670,21 @@ cdef class RankIndex:
 
     cdef uint64_t _load_run(self, const char **p, const char *end, uint64_t i, uint64_t stop,
                             uint64_t next_seq, bint has_seq, pg_loading *ld) noexcept nogil:
-        """Load records ``i`` to ``stop`` of a dump at ``p[0]`` (``end``:
-        where the bytes read so far end) without the GIL, as ``_load``
-        does, while each is whole before ``end`` and sound, in order, new
-        and given memory.  Returns the first record not loaded: ``_load``
-        loads that one with the GIL (reading more bytes, or raising)."""
-        cdef Py_ssize_t record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
-        cdef const char *q
-        cdef double score, key
-        cdef uint64_t seq, h
-        cdef uint16_t mlen
-        cdef uint32_t mid
+        """The dump's records from ``i`` on (below ``stop``, at ``p[0]``;
+        ``end``: the end of the bytes read so far) loaded without the GIL,
+        as the skip list's run does: while each lies whole before ``end``,
+        is sound, in order and new, and its name (and a page, when the one
+        being filled is full) finds memory.  Returns the first record not
+        loaded, which ``_load`` then takes with the GIL."""
         cdef pg_page *page
+        cdef uint32_t mid
+        cdef uint64_t seq, h
+        cdef double score, key
+        cdef uint16_t mlen
+        cdef const char *q
         while i < stop:
             q = p[0]
-            if end - q < record or end - q < record + rk_load_u16(q + record - 2):
-                break  # it straddles the pieces read so far
-            if _dump_record_check(&q, end, next_seq, &score, &seq, &mlen,
-                                  has_seq) != RECORD_SOUND:
+            if not _dump_record_whole(&q, end, next_seq, &score, &seq, &mlen, has_seq):
                 break
             key = self._key(score)
             if not self._loaded_in_order(ld, key, seq, q, mlen):
@@ -2865,7 +2862,6 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     cdef pg_loading ld
     cdef const char *p
     cdef const char *at
-    cdef Py_ssize_t record
     cdef bint has_seq
     cdef uint64_t count, next_seq, seq, i, stop, loaded
     cdef uint16_t mlen
@@ -2876,7 +2872,6 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     reader.need(DUMP_HEADER_SIZE)
     _dump_header_fields(reader.p, size, &count, &next_seq, DUMP_VERSION_NO_SEQS)
     has_seq = reader.p[4] == DUMP_VERSION
-    record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
     index = cls("desc" if reader.p[5] == 0 else "asc", TIE_BREAK_CODES[reader.p[6]])
     reader.p += DUMP_HEADER_SIZE
     index._next_seq = next_seq
@@ -2911,9 +2906,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
         # A record that straddles the pieces read so far, or is not sound,
         # or found no memory: as it always was, with the GIL (reading on,
         # or raising).
-        reader.need(record)
-        reader.need(record + rk_load_u16(reader.p + record - 2))
-        _dump_record(&reader.p, reader.end, i, next_seq, &score, &seq, &mlen, has_seq)
+        _dump_record_read(reader, i, next_seq, &score, &seq, &mlen, has_seq)
         p = reader.p
         key = index._key(score)
         if not index._loaded_in_order(&ld, key, seq, p, mlen):
