@@ -350,6 +350,7 @@ DEF DUMP_VERSION_NO_SEQS = 2   # records without seqs (boards tied by member)
 DEF DUMP_HEADER_SIZE = 24
 DEF DUMP_RECORD_SIZE = 18
 DEF DUMP_AHEAD = 16
+DEF LOAD_AHEAD = 8   # records a load hashes ahead (its ring holds 16)
 DEF SLOT_AHEAD = 8
 DEF NAME_AHEAD = 4
 DEF PAGE_AHEAD = 2
@@ -2668,6 +2669,37 @@ cdef class RankIndex:
         self.length += 1
         ld.prev_key = key
 
+    cdef inline bint _hash_ahead(self, const char **at, const char *end, bint has_seq,
+                                 uint64_t *h) noexcept nogil:
+        """Hash the member of the record at ``at[0]``, ask for its map
+        slot, and move ``at[0]`` past it; False (unmoved) if the record is
+        not whole before ``end`` (``_load_run`` checks it when it gets there)."""
+        cdef Py_ssize_t record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
+        cdef const char *q = at[0]
+        cdef uint16_t mlen
+        if end - q < record:
+            return False
+        mlen = rk_load_u16(q + record - 2)
+        if end - q - record < mlen:
+            return False
+        h[0] = self._hash(q + record, mlen)
+        rk_prefetch(&self.slot_ids[pg_home(h[0], self.nslots)])
+        at[0] = q + record + mlen
+        return True
+
+    cdef inline void _prefetch_probe(self, uint64_t h) noexcept nogil:
+        """Ask for the names a probe for the hash ``h`` compares (up to 8:
+        the slots from its home to the first empty one)."""
+        cdef size_t i = pg_home(h, self.nslots)
+        cdef uint32_t mid
+        cdef int k
+        for k in range(8):
+            mid = self.slot_ids[i]
+            if mid == 0:
+                return
+            pg_prefetch_rec(&self.names[mid])
+            i = i + 1 if i + 1 < self.nslots else 0
+
     cdef uint64_t _load_run(self, const char **p, const char *end, uint64_t i, uint64_t stop,
                             uint64_t next_seq, bint has_seq, pg_loading *ld) noexcept nogil:
         """The dump's records from ``i`` on (below ``stop``, at ``p[0]``;
@@ -2682,6 +2714,15 @@ cdef class RankIndex:
         cdef double score, key
         cdef uint16_t mlen
         cdef const char *q
+        # The records ahead, hashed (ring, by record & 15) and their map
+        # slots asked for, LOAD_AHEAD records before their probe: a probe is
+        # a miss in the map and one in the names of the slots it passes.
+        cdef uint64_t ring[16]
+        cdef const char *ahead = p[0]
+        cdef uint64_t hashed = i
+        while hashed < stop and hashed < i + LOAD_AHEAD and self._hash_ahead(
+                &ahead, end, has_seq, &ring[hashed & 15]):
+            hashed += 1
         while i < stop:
             q = p[0]
             if not _dump_record_whole(&q, end, next_seq, &score, &seq, &mlen, has_seq):
@@ -2689,7 +2730,14 @@ cdef class RankIndex:
             key = self._key(score)
             if not self._loaded_in_order(ld, key, seq, q, mlen):
                 break
-            h = self._hash(q, mlen)
+            h = ring[i & 15] if i < hashed else self._hash(q, mlen)
+            if hashed < stop and hashed == i + LOAD_AHEAD and self._hash_ahead(
+                    &ahead, end, has_seq, &ring[hashed & 15]):
+                hashed += 1
+            if i + LOAD_AHEAD // 2 < hashed:
+                # (the slots asked for earlier are here now: ask for the
+                # names its probe will compare)
+                self._prefetch_probe(ring[(i + LOAD_AHEAD // 2) & 15])
             if self._slot(q, mlen, h) != -1:
                 break
             mid = self._name_put(q, mlen)
