@@ -279,6 +279,20 @@ cdef inline int _dump_record_check(const char **p, const char *end, uint64_t nex
     return RECORD_SOUND
 
 
+cdef inline bint _dump_record_whole(const char **p, const char *end, uint64_t next_seq,
+                                    double *score, uint64_t *seq, uint16_t *mlen,
+                                    bint has_seq) noexcept nogil:
+    """Whether the record at ``p[0]`` lies whole before ``end`` (the bytes
+    of a dump read so far) and is sound: then it is read as by
+    :func:`_dump_record_check`, else ``p[0]`` is unmoved (a load's run
+    without the GIL stops there: see :func:`_dump_record_read`)."""
+    cdef Py_ssize_t record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
+    cdef const char *q = p[0]
+    if end - q < record or end - q < record + rk_load_u16(q + record - 2):
+        return False  # it straddles the pieces read so far
+    return _dump_record_check(p, end, next_seq, score, seq, mlen, has_seq) == RECORD_SOUND
+
+
 cdef inline int _dump_record(const char **p, const char *end, uint64_t i, uint64_t next_seq,
                              double *score, uint64_t *seq, uint16_t *mlen,
                              bint has_seq=True) except -1:
@@ -456,6 +470,18 @@ cdef class _DumpReader:
             raise ValueError("rank index dump is corrupt (CRC mismatch)")
         return 0
 
+
+
+cdef inline int _dump_record_read(_DumpReader reader, uint64_t i, uint64_t next_seq,
+                                  double *score, uint64_t *seq, uint16_t *mlen,
+                                  bint has_seq) except -1:
+    """Record ``i`` read from ``reader`` and checked as by :func:`_dump_record`
+    (gathered whole first if it straddles pieces); ``reader.p`` is left at
+    the member's bytes."""
+    cdef Py_ssize_t record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
+    reader.need(record)
+    reader.need(record + rk_load_u16(reader.p + record - 2))
+    return _dump_record(&reader.p, reader.end, i, next_seq, score, seq, mlen, has_seq)
 
 
 cdef class _DumpPieces:

@@ -350,6 +350,7 @@ DEF DUMP_VERSION_NO_SEQS = 2   # records without seqs (boards tied by member)
 DEF DUMP_HEADER_SIZE = 24
 DEF DUMP_RECORD_SIZE = 18
 DEF DUMP_AHEAD = 16
+DEF LOAD_AHEAD = 8   # records a load hashes ahead (its ring holds 16)
 DEF SLOT_AHEAD = 8
 DEF NAME_AHEAD = 4
 DEF PAGE_AHEAD = 2
@@ -396,6 +397,19 @@ ctypedef struct pg_path:
     pg_page *update[MAX_LEVEL]
     Py_ssize_t rank[MAX_LEVEL]
     Py_ssize_t drank[MAX_LEVEL]
+
+
+# A load's place (see _load): the page being filled, the last page on each
+# level with the entries and leaders before it, the last entry's key, and
+# the pages made without the GIL not yet counted in _live_pages.
+ctypedef struct pg_loading:
+    pg_page *page
+    int fill
+    double prev_key
+    Py_ssize_t pages
+    pg_page *last[MAX_LEVEL]
+    Py_ssize_t last_rank[MAX_LEVEL]
+    Py_ssize_t last_drank[MAX_LEVEL]
 
 
 @cython.final
@@ -573,7 +587,7 @@ cdef class RankIndex:
             raise MemoryError()
         return 0
 
-    cdef int _random_height(self) noexcept:
+    cdef int _random_height(self) noexcept nogil:
         cdef int level = 1
         cdef uint64_t x
         while level < self.max_level:
@@ -589,8 +603,21 @@ cdef class RankIndex:
 
     cdef pg_page *_new_page(self, int cap=0) except NULL:
         """A fresh, unlinked, empty page with a page number, room for
-        ``cap`` entries (0: ``_cap_for(0)``, the growth step)."""
+        ``cap`` entries (0: ``_cap_for(0)``, the growth step).  Raises
+        OverflowError (the page table is full) or MemoryError."""
         global _live_pages
+        cdef pg_page *p = self._page_alloc(cap)
+        if p == NULL:
+            if self.nfree_pnos == 0 and self.pnos_used == self.pages_cap == MAX_PNOS:
+                raise OverflowError("the page table of a rank index is full")
+            raise MemoryError()
+        _live_pages += 1
+        return p
+
+    cdef pg_page *_page_alloc(self, int cap) noexcept nogil:
+        """``_new_page`` without the GIL: NULL where it raises (nothing
+        changed but the page table's room), and not counted in
+        ``_live_pages`` (a C global other threads change with the GIL)."""
         cdef int h = self._random_height()
         cdef pg_page *p
         cdef uint32_t pno
@@ -603,29 +630,29 @@ cdef class RankIndex:
             if cap_pnos > MAX_PNOS:
                 cap_pnos = MAX_PNOS
             if cap_pnos == self.pages_cap:
-                raise OverflowError("the page table of a rank index is full")
+                return NULL
             grown = realloc(self.pages, cap_pnos * sizeof(pg_page *))
             if grown == NULL:
-                raise MemoryError()
+                return NULL
             self.pages = <pg_page **>grown
             grown = realloc(self.free_pnos, cap_pnos * 4)
             if grown == NULL:
-                raise MemoryError()
+                return NULL
             self.free_pnos = <uint32_t *>grown
             grown = realloc(self.firstkeys, cap_pnos * 8)
             if grown == NULL:
-                raise MemoryError()
+                return NULL
             self.firstkeys = <double *>grown
             self.pages_cap = <uint32_t>cap_pnos
         cdef pg_link *tower = self._tower_alloc(h)
         if tower == NULL:
-            raise MemoryError()
+            return NULL
         if cap <= 0:
             cap = self._cap_for(0)
         p = <pg_page *>malloc(PG_SIZE(cap, self.seq_bytes))
         if p == NULL:
             self._tower_free(tower, h)
-            raise MemoryError()
+            return NULL
         p.level = tower
         if self.nfree_pnos:
             self.nfree_pnos -= 1
@@ -640,7 +667,6 @@ cdef class RankIndex:
         p.height = h
         p.cap = cap
         self.pages[pno] = p
-        _live_pages += 1
         return p
 
     cdef void _free_page(self, pg_page *p) noexcept:
@@ -655,7 +681,7 @@ cdef class RankIndex:
 
     # --- page allocations at their entries' size ------------------------------------
 
-    cdef inline int _cap_for(self, Py_ssize_t n) noexcept:
+    cdef inline int _cap_for(self, Py_ssize_t n) noexcept nogil:
         """The allocation for a page of ``n`` entries: room for one more,
         rounded up to ``CAP_STEP`` entries, at most ``page_size``."""
         cdef Py_ssize_t cap = (n + CAP_STEP) // CAP_STEP * CAP_STEP
@@ -778,7 +804,7 @@ cdef class RankIndex:
             with nogil:
                 pg_trim()
 
-    cdef pg_link *_tower_alloc(self, int height) noexcept:
+    cdef pg_link *_tower_alloc(self, int height) noexcept nogil:
         """Links for a page of ``height`` levels, from the chunks of towers
         (a freed tower of that height first); NULL if out of memory."""
         cdef pg_link *tower = self.free_towers[height]
@@ -805,7 +831,7 @@ cdef class RankIndex:
         self.tower_room -= height
         return tower
 
-    cdef void _tower_free(self, pg_link *tower, int height) noexcept:
+    cdef void _tower_free(self, pg_link *tower, int height) noexcept nogil:
         """Keep ``tower`` for the next page of that height (a free list by
         height, linked through the first link's ``flevel``)."""
         tower[0].flevel = self.free_towers[height]
@@ -816,7 +842,7 @@ cdef class RankIndex:
         mlen[0] = <Py_ssize_t>rec[4] + 1
         return <const char *>(rec + 5)
 
-    cdef inline uint32_t *_name_page(self, uint32_t mid) noexcept:
+    cdef inline uint32_t *_name_page(self, uint32_t mid) noexcept nogil:
         return <uint32_t *>&self.names[mid]
 
     cdef inline uint64_t _seq(self, pg_page *p, Py_ssize_t i) noexcept nogil:
@@ -891,8 +917,20 @@ cdef class RankIndex:
         return 1
 
     cdef uint32_t _name_new(self, const char *member, Py_ssize_t mlen) except 0:
-        """Store a name; return its id."""
+        """Store a name; return its id.  Raises OverflowError (the arena is
+        full) or MemoryError."""
         global _live_names
+        cdef uint32_t mid = self._name_put(member, mlen)
+        if mid == 0:
+            if self.names_used + <size_t>(5 + mlen + 3) // 4 >= MOVED:
+                raise OverflowError("the name arena of a rank index is full (16 GiB)")
+            raise MemoryError()
+        _live_names += 1
+        return mid
+
+    cdef inline uint32_t _name_put(self, const char *member, Py_ssize_t mlen) noexcept nogil:
+        """``_name_new`` without the GIL: 0 where it raises (nothing
+        changed), and not counted in ``_live_names``."""
         cdef size_t units = <size_t>(5 + mlen + 3) // 4
         cdef uint32_t mid = 0 if self.compacting else self.free_names[units]
         cdef uint8_t *rec
@@ -907,12 +945,12 @@ cdef class RankIndex:
                 while cap < self.names_used + units:
                     cap *= 2
                 if self.names_used + units >= MOVED:
-                    raise OverflowError("the name arena of a rank index is full (16 GiB)")
+                    return 0
                 if cap > MOVED:
                     cap = MOVED
                 grown = realloc(self.names, cap * 4)
                 if grown == NULL:
-                    raise MemoryError()
+                    return 0
                 self.names = <uint32_t *>grown
                 self.names_cap = cap
             mid = <uint32_t>self.names_used
@@ -920,7 +958,6 @@ cdef class RankIndex:
         rec = <uint8_t *>&self.names[mid]
         rec[4] = <uint8_t>(mlen - 1)
         memcpy(rec + 5, member, mlen)
-        _live_names += 1
         return mid
 
     cdef void _name_free(self, uint32_t mid) noexcept:
@@ -1008,11 +1045,11 @@ cdef class RankIndex:
             self.memo_mid = new
         return True
 
-    cdef inline uint64_t _hash(self, const char *member, Py_ssize_t mlen) noexcept:
+    cdef inline uint64_t _hash(self, const char *member, Py_ssize_t mlen) noexcept nogil:
         return rk_siphash13(self.hash_k0, self.hash_k1, member, mlen)
 
     cdef inline Py_ssize_t _slot(self, const char *member, Py_ssize_t mlen,
-                                 uint64_t h) noexcept:
+                                 uint64_t h) noexcept nogil:
         """The map slot holding ``member``: ``i >= 0`` in the table, ``-2 - i``
         in the old table of a resize under way, or -1 if it is in neither.
         During a resize a member whose old home slot the step has not
@@ -1030,7 +1067,7 @@ cdef class RankIndex:
         return self._probe_old(member, mlen, h)
 
     cdef inline Py_ssize_t _probe_new(self, const char *member, Py_ssize_t mlen,
-                                      uint64_t h) noexcept:
+                                      uint64_t h) noexcept nogil:
         """``_slot`` in the table only."""
         cdef size_t i = pg_home(h, self.nslots)
         cdef uint32_t mid
@@ -1046,7 +1083,7 @@ cdef class RankIndex:
             i = i + 1 if i + 1 < self.nslots else 0
 
     cdef Py_ssize_t _probe_old(self, const char *member, Py_ssize_t mlen,
-                               uint64_t h) noexcept:
+                               uint64_t h) noexcept nogil:
         """``_slot`` in the old table of a resize under way only."""
         cdef size_t i = pg_home(h, self.old_nslots), left
         cdef uint32_t mid
@@ -1079,7 +1116,7 @@ cdef class RankIndex:
     cdef inline uint32_t _lookup(self, const char *member, Py_ssize_t mlen) noexcept:
         return self._slot_id(self._slot(member, mlen, self._hash(member, mlen)))
 
-    cdef void _map_put(self, uint32_t mid, uint64_t h) noexcept:
+    cdef void _map_put(self, uint32_t mid, uint64_t h) noexcept nogil:
         cdef size_t i = pg_home(h, self.nslots)
         while self.slot_ids[i] != 0:
             i = i + 1 if i + 1 < self.nslots else 0
@@ -1219,14 +1256,14 @@ cdef class RankIndex:
 
     # --- ordering ----------------------------------------------------------------
 
-    cdef inline double _key(self, double score) noexcept:
+    cdef inline double _key(self, double score) noexcept nogil:
         return -score if self.descending else score
 
     cdef inline double _score_of(self, double key) noexcept:
         return -key if self.descending else key
 
     cdef inline int _cmp(self, pg_page *p, Py_ssize_t i, double key, uint64_t seq,
-                         const char *member, Py_ssize_t mlen) noexcept:
+                         const char *member, Py_ssize_t mlen) noexcept nogil:
         """Entry ``i`` of ``p`` against the target: < 0 before, 0 same, > 0 after."""
         cdef double k = PG_KEYS(p)[i]
         cdef uint64_t s
@@ -2581,25 +2618,144 @@ cdef class RankIndex:
         """:meth:`load` of pieces (as rankd._skiplist's: see the contract)."""
         return _load(cls, _DumpReader(pieces), -1 if size is None else size)
 
-    cdef void _append_page(self, pg_page *r, pg_page **last, Py_ssize_t *last_rank,
-                           Py_ssize_t *last_drank) noexcept:
+    cdef void _append_page(self, pg_page *r, pg_loading *ld) noexcept nogil:
         """Link an empty page after every page (loading)."""
         cdef int i
-        cdef pg_page *tail = last[0]
+        cdef pg_page *tail = ld.last[0]
         if r.height > self.height:
             self.height = r.height
         for i in range(r.height):
-            last[i].level[i].forward = r
-            last[i].level[i].flevel = r.level
-            last[i].level[i].fpno = r.pno
-            last[i].level[i].span = <uint32_t>(self.length - last_rank[i])
-            last[i].level[i].dspan = <uint32_t>(self.ndistinct - last_drank[i])
-            last[i] = r
-            last_rank[i] = self.length
-            last_drank[i] = self.ndistinct
+            ld.last[i].level[i].forward = r
+            ld.last[i].level[i].flevel = r.level
+            ld.last[i].level[i].fpno = r.pno
+            ld.last[i].level[i].span = <uint32_t>(self.length - ld.last_rank[i])
+            ld.last[i].level[i].dspan = <uint32_t>(self.ndistinct - ld.last_drank[i])
+            ld.last[i] = r
+            ld.last_rank[i] = self.length
+            ld.last_drank[i] = self.ndistinct
             r.level[i].forward = NULL
             r.level[i].flevel = NULL
         r.prev = NULL if tail == self.header else tail
+        ld.page = r
+
+    cdef inline bint _loaded_in_order(self, pg_loading *ld, double key, uint64_t seq,
+                                      const char *member, Py_ssize_t mlen) noexcept nogil:
+        """Whether a loaded record sorts after every entry loaded before it."""
+        return ld.page == NULL or self._cmp(ld.page, ld.page.n - 1, key, seq, member,
+                                            mlen) < 0
+
+    cdef inline bint _load_needs_page(self, pg_loading *ld) noexcept nogil:
+        """Whether the next loaded entry starts a page (pages are packed
+        to ``ld.fill``, with no room kept)."""
+        return ld.page == NULL or ld.page.n >= <uint32_t>ld.fill
+
+    cdef void _place_loaded(self, pg_loading *ld, double key, uint64_t seq, uint32_t mid,
+                            uint64_t h, Py_ssize_t mlen) noexcept nogil:
+        """A loaded record, its name stored as ``mid``, at the end of the
+        page being filled (which has room) and in the member map."""
+        cdef pg_page *page = ld.page
+        cdef bint leader = self.length == 0 or key != ld.prev_key
+        self._map_put(mid, h)
+        self.member_bytes += mlen
+        if page.n == 0:
+            self.firstkeys[page.pno] = key
+        PG_KEYS(page)[page.n] = key
+        self._set_seq(page, page.n, seq)
+        PG_IDS(page)[page.n] = mid
+        self._name_page(mid)[0] = page.pno
+        page.n += 1
+        page.lead += leader
+        self.ndistinct += leader
+        self.length += 1
+        ld.prev_key = key
+
+    cdef inline bint _hash_ahead(self, const char **at, const char *end, bint has_seq,
+                                 uint64_t *h) noexcept nogil:
+        """Hash the member of the record at ``at[0]``, ask for its map
+        slot, and move ``at[0]`` past it; False (unmoved) if the record is
+        not whole before ``end`` (``_load_run`` checks it when it gets there)."""
+        cdef Py_ssize_t record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
+        cdef const char *q = at[0]
+        cdef uint16_t mlen
+        if end - q < record:
+            return False
+        mlen = rk_load_u16(q + record - 2)
+        if end - q - record < mlen:
+            return False
+        h[0] = self._hash(q + record, mlen)
+        rk_prefetch(&self.slot_ids[pg_home(h[0], self.nslots)])
+        at[0] = q + record + mlen
+        return True
+
+    cdef inline void _prefetch_probe(self, uint64_t h) noexcept nogil:
+        """Ask for the names a probe for the hash ``h`` compares (up to 8:
+        the slots from its home to the first empty one)."""
+        cdef size_t i = pg_home(h, self.nslots)
+        cdef uint32_t mid
+        cdef int k
+        for k in range(8):
+            mid = self.slot_ids[i]
+            if mid == 0:
+                return
+            pg_prefetch_rec(&self.names[mid])
+            i = i + 1 if i + 1 < self.nslots else 0
+
+    cdef uint64_t _load_run(self, const char **p, const char *end, uint64_t i, uint64_t stop,
+                            uint64_t next_seq, bint has_seq, pg_loading *ld) noexcept nogil:
+        """The dump's records from ``i`` on (below ``stop``, at ``p[0]``;
+        ``end``: the end of the bytes read so far) loaded without the GIL,
+        as the skip list's run does: while each lies whole before ``end``,
+        is sound, in order and new, and its name (and a page, when the one
+        being filled is full) finds memory.  Returns the first record not
+        loaded, which ``_load`` then takes with the GIL."""
+        cdef pg_page *page
+        cdef uint32_t mid
+        cdef uint64_t seq, h
+        cdef double score, key
+        cdef uint16_t mlen
+        cdef const char *q
+        # The records ahead, hashed (ring, by record & 15) and their map
+        # slots asked for, LOAD_AHEAD records before their probe: a probe is
+        # a miss in the map and one in the names of the slots it passes.
+        cdef uint64_t ring[16]
+        cdef const char *ahead = p[0]
+        cdef uint64_t hashed = i
+        while hashed < stop and hashed < i + LOAD_AHEAD and self._hash_ahead(
+                &ahead, end, has_seq, &ring[hashed & 15]):
+            hashed += 1
+        while i < stop:
+            q = p[0]
+            if not _dump_record_whole(&q, end, next_seq, &score, &seq, &mlen, has_seq):
+                break
+            key = self._key(score)
+            if not self._loaded_in_order(ld, key, seq, q, mlen):
+                break
+            h = ring[i & 15] if i < hashed else self._hash(q, mlen)
+            if hashed < stop and hashed == i + LOAD_AHEAD and self._hash_ahead(
+                    &ahead, end, has_seq, &ring[hashed & 15]):
+                hashed += 1
+            if i + LOAD_AHEAD // 2 < hashed:
+                # (the slots asked for earlier are here now: ask for the
+                # names its probe will compare)
+                self._prefetch_probe(ring[(i + LOAD_AHEAD // 2) & 15])
+            if self._slot(q, mlen, h) != -1:
+                break
+            mid = self._name_put(q, mlen)
+            if mid == 0:
+                break
+            if self._load_needs_page(ld):
+                page = self._page_alloc(ld.fill)
+                if page == NULL:
+                    # A load's names are the arena's last (a new index
+                    # has no free ones): this one goes back.
+                    self.names_used = mid
+                    break
+                self._append_page(page, ld)
+                ld.pages += 1
+            self._place_loaded(ld, key, seq, mid, h, mlen)
+            p[0] = q + mlen
+            i += 1
+        return i
 
     # --- invariants -----------------------------------------------------------------
 
@@ -2742,73 +2898,84 @@ cdef inline size_t _next_table_size(size_t size) noexcept:
     return power * 2
 
 
+cdef enum:
+    # A load takes the GIL again after each run of this many + 1 records
+    # loaded without it (about a millisecond).
+    LOAD_YIELD_MASK = 2047
+
+
 cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
+    global _live_pages, _live_names
     cdef RankIndex index
-    cdef pg_page *last[MAX_LEVEL]
-    cdef Py_ssize_t last_rank[MAX_LEVEL]
-    cdef Py_ssize_t last_drank[MAX_LEVEL]
+    cdef pg_loading ld
     cdef const char *p
-    cdef Py_ssize_t record
+    cdef const char *at
     cdef bint has_seq
-    cdef uint64_t count, next_seq, seq, i
+    cdef uint64_t count, next_seq, seq, i, stop, loaded
     cdef uint16_t mlen
-    cdef double score, key, prev_key = 0.0
-    cdef pg_page *page = NULL
+    cdef double score, key
     cdef uint32_t mid
     cdef uint64_t h
-    cdef int level, fill
-    cdef bint leader
+    cdef int level
     reader.need(DUMP_HEADER_SIZE)
     _dump_header_fields(reader.p, size, &count, &next_seq, DUMP_VERSION_NO_SEQS)
     has_seq = reader.p[4] == DUMP_VERSION
-    record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
     index = cls("desc" if reader.p[5] == 0 else "asc", TIE_BREAK_CODES[reader.p[6]])
     reader.p += DUMP_HEADER_SIZE
     index._next_seq = next_seq
     if next_seq > 0:
         index._fit_seq(next_seq - 1)  # seqs are below next_seq
-    index._map_reserve(count)
-    fill = index.page_size - index.page_size // 8
+    index._map_reserve(count)  # (at once: no resize under way while loading)
+    ld.page = NULL
+    ld.fill = index.page_size - index.page_size // 8
+    ld.prev_key = 0.0
+    ld.pages = 0
     for level in range(MAX_LEVEL):
-        last[level] = index.header
-        last_rank[level] = 0
-        last_drank[level] = 0
-    for i in range(count):
-        reader.need(record)
-        reader.need(record + rk_load_u16(reader.p + record - 2))
-        _dump_record(&reader.p, reader.end, i, next_seq, &score, &seq, &mlen, has_seq)
+        ld.last[level] = index.header
+        ld.last_rank[level] = 0
+        ld.last_drank[level] = 0
+    i = 0
+    while i < count:
+        # A big index is loaded in a worker thread (a cluster node taking a
+        # group): its records are loaded without the GIL, a run at a time,
+        # so that the event loop's thread, which takes the GIL for each of
+        # its callbacks, never waits for more than a run.
+        stop = min(count, (i | LOAD_YIELD_MASK) + 1)
+        at = reader.p
+        with nogil:
+            loaded = index._load_run(&at, reader.end, i, stop, next_seq, has_seq, &ld)
+        reader.p = at
+        _live_names += <Py_ssize_t>(loaded - i)
+        _live_pages += ld.pages
+        ld.pages = 0
+        i = loaded
+        if i == stop:
+            continue
+        # A record that straddles the pieces read so far, or is not sound,
+        # or found no memory: as it always was, with the GIL (reading on,
+        # or raising).
+        _dump_record_read(reader, i, next_seq, &score, &seq, &mlen, has_seq)
         p = reader.p
         key = index._key(score)
-        if page != NULL and index._cmp(page, page.n - 1, key, seq, p, mlen) >= 0:
+        if not index._loaded_in_order(&ld, key, seq, p, mlen):
             raise ValueError(f"rank index dump is out of order at record {i}")
         h = index._hash(p, mlen)
         if index._slot(p, mlen, h) != -1:
             raise ValueError(f"rank index dump repeats a member at record {i}")
+        if index._load_needs_page(&ld):
+            # (before the name: a page left empty by a failed name is
+            # freed with the index, a name without its entry is not)
+            index._append_page(index._new_page(ld.fill), &ld)  # packed: no room kept
         mid = index._name_new(p, mlen)
-        index._map_put(mid, h)
-        index.member_bytes += mlen
-        if page == NULL or page.n >= fill:
-            page = index._new_page(fill)  # packed: no room kept
-            index._append_page(page, last, last_rank, last_drank)
-        if page.n == 0:
-            index.firstkeys[page.pno] = key
-        PG_KEYS(page)[page.n] = key
-        index._set_seq(page, page.n, seq)
-        PG_IDS(page)[page.n] = mid
-        index._name_page(mid)[0] = page.pno
-        page.n += 1
-        leader = index.length == 0 or key != prev_key
-        page.lead += leader
-        index.ndistinct += leader
-        index.length += 1
-        prev_key = key
+        index._place_loaded(&ld, key, seq, mid, h, mlen)
         reader.p += mlen
+        i += 1
     reader.finish()
     for level in range(index.height):
-        last[level].level[level].span = <uint32_t>(index.length - last_rank[level])
-        last[level].level[level].dspan = <uint32_t>(index.ndistinct - last_drank[level])
-    if page != NULL:
-        index._shrink(page)  # the last page may be short
+        ld.last[level].level[level].span = <uint32_t>(index.length - ld.last_rank[level])
+        ld.last[level].level[level].dspan = <uint32_t>(index.ndistinct - ld.last_drank[level])
+    if ld.page != NULL:
+        index._shrink(ld.page)  # the last page may be short
     index.peak_length = index.length
     index.reset_peaks()
     return index

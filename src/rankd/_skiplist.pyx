@@ -1971,7 +1971,6 @@ cdef class RankIndex:
         does, while each is whole before ``end`` and sound, in order, new
         and given memory.  Returns the first record not loaded: ``_load``
         loads that one with the GIL (reading more bytes, or raising)."""
-        cdef Py_ssize_t record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
         cdef const char *q
         cdef double score, key
         cdef uint64_t seq
@@ -1980,10 +1979,7 @@ cdef class RankIndex:
         cdef rk_node *x
         while i < stop:
             q = p[0]
-            if end - q < record or end - q < record + rk_load_u16(q + record - 2):
-                break  # it straddles the pieces read so far
-            if _dump_record_check(&q, end, next_seq, &score, &seq, &mlen,
-                                  has_seq) != RECORD_SOUND:
+            if not _dump_record_whole(&q, end, next_seq, &score, &seq, &mlen, has_seq):
                 break
             key = self._key(score)
             if prev[0] != NULL and not self._before(prev[0], key, seq, q, mlen):
@@ -2205,7 +2201,6 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     cdef Py_ssize_t last_rank[MAX_LEVEL]
     cdef Py_ssize_t last_drank[MAX_LEVEL]
     cdef const char *p
-    cdef Py_ssize_t record
     cdef bint has_seq
     cdef uint64_t count, next_seq, seq, i
     cdef uint32_t h
@@ -2221,7 +2216,6 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     reader.need(DUMP_HEADER_SIZE)
     _dump_header_fields(reader.p, size, &count, &next_seq, 2)
     has_seq = reader.p[4] == DUMP_VERSION
-    record = DUMP_RECORD_SIZE if has_seq else DUMP_RECORD_SIZE - 8
     index = cls("desc" if reader.p[5] == 0 else "asc", TIE_BREAK_CODES[reader.p[6]])
     reader.p += DUMP_HEADER_SIZE
     index._next_seq = next_seq
@@ -2248,9 +2242,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
             continue
         # A record that straddles the pieces read so far, or is not sound: as
         # it always was, with the GIL (reading on, or raising).
-        reader.need(record)
-        reader.need(record + rk_load_u16(reader.p + record - 2))
-        _dump_record(&reader.p, reader.end, i, next_seq, &score, &seq, &mlen, has_seq)
+        _dump_record_read(reader, i, next_seq, &score, &seq, &mlen, has_seq)
         p = reader.p
         key = index._key(score)
         if prev != NULL and not index._before(prev, key, seq, p, mlen):

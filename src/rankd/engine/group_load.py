@@ -10,11 +10,12 @@ move's writers with them.  Now:
 1. :func:`build` runs in a worker thread: it makes new :class:`Board`
    objects, nobody else sees yet, from the sections that belong to one
    board (the board, its indexes, labels and event ids), in a scratch
-   :class:`BoardState`.  The native skip list's load and the event ids'
-   (in pieces of :data:`EVENT_ID_PIECE` bytes) run without the GIL,
-   taking it back between runs of a few thousand members or entries: the
-   loop's thread takes the GIL again for each uvloop callback, and a load
-   that only let go of it now and then made each of them wait;
+   :class:`BoardState`.  The native rank indexes' loads (either kind)
+   and the event ids' (in pieces of :data:`EVENT_ID_PIECE` bytes) run
+   without the GIL, taking it back between runs of a few thousand
+   members or entries: the loop's thread takes the GIL again for each
+   uvloop callback, and a load that only let go of it now and then made
+   each of them wait;
 2. :func:`encoded` makes the local log's records of the snapshot, in the
    worker thread too (copies of megabytes), none over
    :data:`COMMIT_BYTES` (a larger section in pieces), and
