@@ -356,8 +356,8 @@ def _learning(command: Command, group: int) -> Any:
         if await topology.learn(group) is False:
             # Its take would wait on that Postgres again: refused now.
             raise Unavailable(f"node {topology.this_node} cannot reach the cluster's "
-                              f"Postgres to learn which node writes group {group}; try "
-                              "again shortly")
+                              f"Postgres to learn which node writes group {group}; "
+                              "nothing was applied; try again shortly")
         try:
             routed = route(conn, command, words, learn=False)
         except CommandError as exc:
