@@ -113,7 +113,7 @@ def test_many_subscribers_following_many_members_do_not_hold_the_loop(daemon):
     finally:
         for sock in socks:
             sock.close()
-    assert probe.slowest < 0.2, probe.slowest
+    assert not probe.held(), probe.report()
     assert pushed > 1_000_000, pushed  # the followers were sent their new ranks throughout
     assert closed == 0
     assert "event loop held" not in daemon.log()
