@@ -904,11 +904,9 @@ class ClusterNode:
         peers = [row for row in vouched if row["alive"]]
         self.peers = {row["node_id"]: (row["advertise"], row["advertise_tcp"], {
             int(g): s for g, s in json.loads(row["applied"]).items()}) for row in peers}
-        self.resp_peers = {row["node_id"]: row["advertise_resp"] for row in peers
-                           if row["node_id"] in self.peers}
+        self.resp_peers = {row["node_id"]: row["advertise_resp"] for row in peers}
         self.peer_hosts.update(
-            address for row in peers if row["node_id"] in self.peers
-            and row["node_id"] != self.node_id
+            address for row in peers if row["node_id"] != self.node_id
             for address in (row["advertise"], row["advertise_tcp"], row["advertise_resp"]))
         for group, writer in list(self.writers.items()):
             if writer.fenced is not None:

@@ -88,7 +88,7 @@ class Topology(Protocol):
         answer)."""
 
     def addresses(self, node: str) -> NodeAddresses | None:
-        """``node``'s client-facing addresses (None: not a live node vouched for)."""
+        """``node``'s client-facing addresses (None: no node the cluster vouches for)."""
 
 
 def _block(nodes: tuple[str, ...], group: int) -> str:
@@ -188,11 +188,8 @@ def holder_addresses(cluster: Any, group: int) -> tuple[str, str | None, str | N
     holder = register.holder if register is not None else None
     if holder is None or holder == cluster.node_id:
         return None
-    peer = cluster.peers.get(holder)
-    if peer is not None:
-        return peer[0], peer[1], cluster.resp_peers.get(holder)
-    if register.lease_until > time.monotonic():
-        return cluster.known.get(holder)
+    if holder in cluster.peers or register.lease_until > time.monotonic():
+        return cluster.known.get(holder)  # (live peers are known too, signed alike)
     return None
 
 
