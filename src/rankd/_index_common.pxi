@@ -194,6 +194,12 @@ cdef inline int _options(object order, object tie_break, int max_level, int bran
 
 # --- dumps: the format both indexes write (see RankIndex.dump) ----------------
 
+cdef enum:
+    # A dump header's byte 7: the records were walked while the index changed
+    # (``dump_walk``), so a member may repeat.
+    DUMP_WALKED = 1
+
+
 cdef Py_ssize_t _checked_dump_size(object data, int max_version) except -1:
     """The size of the whole dump ``data``, its header (:func:`_dump_header_fields`)
     and checksum checked (``load``: a damaged dump is refused before anything
@@ -218,7 +224,9 @@ cdef Py_ssize_t _checked_dump_size(object data, int max_version) except -1:
 cdef int _dump_header_fields(const char *buf, Py_ssize_t size, uint64_t *count,
                              uint64_t *next_seq, int max_version) except -1:
     """A dump's header, checked: its member count and next seq (its version,
-    order and tie-break codes are ``buf[4]``, ``buf[5]`` and ``buf[6]``).
+    order and tie-break codes are ``buf[4]``, ``buf[5]`` and ``buf[6]``;
+    ``buf[7]`` is ``DUMP_WALKED`` for a walked dump, whose loader keeps the
+    first record of a member and skips any later one: see ``dump_walk``).
     Versions 1..``max_version`` are taken; version 2's records have no seq
     and belong to boards tied by member.  The checksum is not checked here
     (a dump read in pieces has it checked at its end); ``size``: the dump's
@@ -228,7 +236,7 @@ cdef int _dump_header_fields(const char *buf, Py_ssize_t size, uint64_t *count,
         raise ValueError("not a rank index dump (bad magic)")
     if not 1 <= <uint8_t>buf[4] <= max_version:
         raise ValueError(f"unsupported rank index dump version {<uint8_t>buf[4]}")
-    if <uint8_t>buf[5] > 1 or <uint8_t>buf[6] > 2 or buf[7] != 0:
+    if <uint8_t>buf[5] > 1 or <uint8_t>buf[6] > 2 or <uint8_t>buf[7] > DUMP_WALKED:
         raise ValueError("rank index dump has an unknown order or tie-break code")
     if buf[4] == 2:
         if buf[6] == 0:
@@ -337,13 +345,14 @@ cdef object _float_or_none(bint present, double value):
 # record that straddles two pieces.
 
 cdef void _dump_header_write(char *p, int version, bint descending, int tie_code,
-                             uint64_t length, uint64_t next_seq) noexcept nogil:
+                             uint64_t length, uint64_t next_seq,
+                             bint walked=False) noexcept nogil:
     """A dump's 24-byte header at ``p``."""
     memcpy(p, b"RKIX", 4)
     p[4] = version
     p[5] = 0 if descending else 1
     p[6] = tie_code  # 0 first, 1 member, 2 member_desc
-    p[7] = 0
+    p[7] = DUMP_WALKED if walked else 0
     rk_store_u64(p + 8, length)
     rk_store_u64(p + 16, next_seq)
 

@@ -2602,6 +2602,28 @@ cdef class RankIndex:
         """:meth:`dump` in pieces (as rankd._skiplist's: see the contract)."""
         return _DumpChunks(self, max_bytes)
 
+    def dump_walk(self, Py_ssize_t max_bytes):
+        """A walked dump's records in pieces (as rankd._skiplist's: see the
+        contract); the index may change between pieces."""
+        return _DumpWalk(self, max_bytes)
+
+    cdef pg_page *_after(self, double key, uint64_t seq, const char *member,
+                         Py_ssize_t mlen, Py_ssize_t *pos) noexcept:
+        """The page and entry (``pos``) of the first entry sorting after the
+        target (which may no longer be in the index); NULL if none does."""
+        cdef pg_path path
+        cdef pg_page *p = self._search(key, seq, member, mlen, False, &path)
+        cdef Py_ssize_t i
+        if p == NULL:
+            return NULL
+        i = self._lower(p, key, seq, member, mlen)
+        if i < p.n and self._cmp(p, i, key, seq, member, mlen) == 0:
+            i += 1  # the target itself
+        if i == p.n:
+            p, i = p.level[0].forward, 0
+        pos[0] = i
+        return p
+
     @classmethod
     def load(cls, data):
         """Rebuild an index from :meth:`dump` output (by either implementation).
@@ -2910,7 +2932,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     cdef pg_loading ld
     cdef const char *p
     cdef const char *at
-    cdef bint has_seq
+    cdef bint has_seq, walked
     cdef uint64_t count, next_seq, seq, i, stop, loaded
     cdef uint16_t mlen
     cdef double score, key
@@ -2920,6 +2942,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     reader.need(DUMP_HEADER_SIZE)
     _dump_header_fields(reader.p, size, &count, &next_seq, DUMP_VERSION_NO_SEQS)
     has_seq = reader.p[4] == DUMP_VERSION
+    walked = reader.p[7] == DUMP_WALKED
     index = cls("desc" if reader.p[5] == 0 else "asc", TIE_BREAK_CODES[reader.p[6]])
     reader.p += DUMP_HEADER_SIZE
     index._next_seq = next_seq
@@ -2961,7 +2984,11 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
             raise ValueError(f"rank index dump is out of order at record {i}")
         h = index._hash(p, mlen)
         if index._slot(p, mlen, h) != -1:
-            raise ValueError(f"rank index dump repeats a member at record {i}")
+            if not walked:
+                raise ValueError(f"rank index dump repeats a member at record {i}")
+            reader.p += mlen  # written again while walked: its first record stays
+            i += 1
+            continue
         if index._load_needs_page(&ld):
             # (before the name: a page left empty by a failed name is
             # freed with the index, a name without its entry is not)
@@ -3018,6 +3045,90 @@ cdef class _DumpChunks(_DumpPieces):
         self.page = page
         self.pos = pos
         return self._piece(p - self.scratch, page == NULL)
+
+
+@cython.final
+cdef class _DumpWalk:
+    """``RankIndex.dump_walk``: a walked dump's records, a piece at a time,
+    each from the first entry after the last record written."""
+
+    cdef RankIndex index
+    cdef Py_ssize_t max_bytes
+    cdef char *scratch
+    cdef char *member          # the last record written: member, key and seq
+    cdef Py_ssize_t mlen
+    cdef double key
+    cdef uint64_t seq
+    cdef bint started
+    cdef bint done
+    #: Records written so far (the header's count).
+    cdef readonly uint64_t records
+
+    def __cinit__(self, RankIndex index, Py_ssize_t max_bytes):
+        self.index = index
+        self.max_bytes = max(1, max_bytes)
+        self.scratch = <char *>malloc(self.max_bytes + DUMP_RECORD_SIZE + MAX_MEMBER_BYTES)
+        self.member = <char *>malloc(MAX_MEMBER_BYTES)
+        if self.scratch == NULL or self.member == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.scratch)
+        free(self.member)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef RankIndex index = self.index
+        cdef pg_page *page
+        cdef pg_page *last_page
+        cdef Py_ssize_t pos = 0, last_pos, i
+        cdef Py_ssize_t record = DUMP_RECORD_SIZE - 8 * index.tie_by_member
+        cdef char *p = self.scratch
+        cdef char *q
+        cdef const char *name
+        cdef uint64_t n = 0
+        if self.done:
+            raise StopIteration
+        if self.started:
+            page = index._after(self.key, self.seq, self.member, self.mlen, &pos)
+        else:
+            page = index.header.level[0].forward
+            self.started = True
+        if page == NULL:
+            self.done = True
+            raise StopIteration
+        p = index._dump_pages(&page, &pos, p, self.scratch + self.max_bytes)
+        if p == self.scratch:  # one record at least
+            p = index._dump_pages(&page, &pos, p,
+                                  self.scratch + DUMP_RECORD_SIZE + MAX_MEMBER_BYTES)
+        # The last record written: found again by reading it back.
+        q = self.scratch
+        while q < p:
+            self.mlen = rk_load_u16(q + record - 2)
+            last_pos = q - self.scratch
+            q += record + self.mlen
+            n += 1
+        q = self.scratch + last_pos
+        self.key = index._key(rk_load_f64(q))
+        self.seq = 0 if index.tie_by_member else rk_load_u64(q + 8)
+        memcpy(self.member, q + record, self.mlen)
+        self.records += n
+        if page == NULL:
+            self.done = True
+        return PyBytes_FromStringAndSize(self.scratch, p - self.scratch)
+
+    def header(self):
+        """The walked dump's header: the records written so far, and the
+        index's next seq now (above every seq written)."""
+        cdef RankIndex index = self.index
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, DUMP_HEADER_SIZE)
+        _dump_header_write(PyBytes_AS_STRING(out),
+                           DUMP_VERSION_NO_SEQS if index.tie_by_member else DUMP_VERSION,
+                           index.descending, index.tie_by_member + index.tie_member_desc,
+                           self.records, index._next_seq, True)
+        return out
 
 
 def _load_from_dump(data):

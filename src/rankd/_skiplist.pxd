@@ -777,6 +777,7 @@ cdef class RankIndex:
     cdef inline Py_ssize_t _remember(self, rk_node *x, Py_ssize_t rank) noexcept
     cdef inline uint32_t _hash(self, const char *member, Py_ssize_t mlen) noexcept nogil
     cdef inline rk_node *_lookup(self, const char *member, Py_ssize_t mlen, uint32_t h) noexcept nogil
+    cdef rk_node *_after(self, double key, uint64_t seq, const char *member, Py_ssize_t mlen) noexcept
     cdef inline rk_node *_find(self, object member) except? NULL
     cdef int _table_reserve(self, Py_ssize_t members) except -1
     cdef void _table_insert(self, rk_node *node) noexcept nogil

@@ -1918,6 +1918,31 @@ cdef class RankIndex:
         not change meanwhile (``RuntimeError``).  O(n)."""
         return _DumpChunks(self, max_bytes)
 
+    def dump_walk(self, Py_ssize_t max_bytes):
+        """The records of a walked dump (see rankd.index._contract), in
+        pieces of about ``max_bytes`` made one at a time as they are
+        iterated; the index may change between pieces.  Each piece goes on
+        after the last record written (found again by its key, O(log n)), so
+        the records stay in rank order; a member written meanwhile may be
+        missing or repeat.  ``header()`` after the last piece gives the
+        dump's header.  O(n) in all."""
+        return _DumpWalk(self, max_bytes)
+
+    cdef rk_node *_after(self, double key, uint64_t seq, const char *member,
+                         Py_ssize_t mlen) noexcept:
+        """The first node sorting after the target (``(key, seq, member)``,
+        which may no longer be in the index)."""
+        cdef rk_node *x = self.header
+        cdef int i
+        for i in range(self.height - 1, -1, -1):
+            while self._link_before(&x.level[i], key, seq, member, mlen):
+                x = x.level[i].forward
+        x = x.level[0].forward  # the first node not before the target
+        if (x != NULL and x.key == key and (self.tie_by_member or x.seq == seq)
+                and x.mlen == mlen and memcmp(RK_MEMBER(x), member, mlen) == 0):
+            x = x.level[0].forward  # the target itself
+        return x
+
     @classmethod
     def load(cls, data):
         """Rebuild an index from :meth:`dump` output.
@@ -2166,6 +2191,84 @@ cdef class _DumpChunks(_DumpPieces):
         return self._piece(p - self.scratch, x == NULL)
 
 
+@cython.final
+cdef class _DumpWalk:
+    """``RankIndex.dump_walk``: a walked dump's records, a piece at a time,
+    each from the first node after the last record written."""
+
+    cdef RankIndex index
+    cdef Py_ssize_t max_bytes
+    cdef char *scratch
+    cdef char *member          # the last record written: member, key and seq
+    cdef Py_ssize_t mlen
+    cdef double key
+    cdef uint64_t seq
+    cdef bint started
+    cdef bint done
+    #: Records written so far (the header's count).
+    cdef readonly uint64_t records
+
+    def __cinit__(self, RankIndex index, Py_ssize_t max_bytes):
+        self.index = index
+        self.max_bytes = max(1, max_bytes)
+        self.scratch = <char *>malloc(self.max_bytes + DUMP_RECORD_SIZE + MAX_MEMBER_BYTES)
+        self.member = <char *>malloc(MAX_MEMBER_BYTES)
+        if self.scratch == NULL or self.member == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.scratch)
+        free(self.member)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef RankIndex index = self.index
+        cdef rk_node *x
+        cdef rk_node *last = NULL
+        cdef char *p = self.scratch
+        cdef const char *limit = self.scratch + self.max_bytes
+        cdef uint64_t n = 0
+        cdef bint descending = index.descending
+        if self.done:
+            raise StopIteration
+        if self.started:
+            x = index._after(self.key, self.seq, self.member, self.mlen)
+        else:
+            x = index.header.level[0].forward
+            self.started = True
+        if x != NULL and limit - p < DUMP_RECORD_SIZE + x.mlen:
+            limit = p + DUMP_RECORD_SIZE + x.mlen  # one record at least
+        while x != NULL and limit - p >= DUMP_RECORD_SIZE + x.mlen:
+            rk_store_f64(p, -x.key if descending else x.key)
+            rk_store_u64(p + 8, x.seq)
+            rk_store_u16(p + 16, x.mlen)
+            memcpy(p + DUMP_RECORD_SIZE, RK_MEMBER(x), x.mlen)
+            p += DUMP_RECORD_SIZE + x.mlen
+            n += 1
+            last = x
+            x = x.level[0].forward
+        if last != NULL:
+            self.key, self.seq, self.mlen = last.key, last.seq, last.mlen
+            memcpy(self.member, RK_MEMBER(last), last.mlen)
+        self.records += n
+        if x == NULL:
+            self.done = True
+            if n == 0:
+                raise StopIteration
+        return PyBytes_FromStringAndSize(self.scratch, p - self.scratch)
+
+    def header(self):
+        """The walked dump's header: the records written so far, and the
+        index's next seq now (above every seq written)."""
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, DUMP_HEADER_SIZE)
+        _dump_header_write(PyBytes_AS_STRING(out), DUMP_VERSION, self.index.descending,
+                           self.index.tie_by_member + self.index.tie_member_desc,
+                           self.records, self.index._next_seq, True)
+        return out
+
+
 cdef rk_node **_table_alloc(size_t size, bint huge=False) except NULL:
     """A zeroed slot array (``rk_zeroed_table``; ``huge``: once large, in
     huge pages from the start)."""
@@ -2201,7 +2304,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     cdef Py_ssize_t last_rank[MAX_LEVEL]
     cdef Py_ssize_t last_drank[MAX_LEVEL]
     cdef const char *p
-    cdef bint has_seq
+    cdef bint has_seq, walked
     cdef uint64_t count, next_seq, seq, i
     cdef uint32_t h
     cdef uint16_t mlen
@@ -2216,6 +2319,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     reader.need(DUMP_HEADER_SIZE)
     _dump_header_fields(reader.p, size, &count, &next_seq, 2)
     has_seq = reader.p[4] == DUMP_VERSION
+    walked = reader.p[7] == DUMP_WALKED
     index = cls("desc" if reader.p[5] == 0 else "asc", TIE_BREAK_CODES[reader.p[6]])
     reader.p += DUMP_HEADER_SIZE
     index._next_seq = next_seq
@@ -2249,7 +2353,11 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
             raise ValueError(f"rank index dump is out of order at record {i}")
         h = index._hash(p, mlen)
         if index._lookup(p, mlen, h) != NULL:
-            raise ValueError(f"rank index dump repeats a member at record {i}")
+            if not walked:
+                raise ValueError(f"rank index dump repeats a member at record {i}")
+            reader.p += mlen  # written again while walked: its first record stays
+            i += 1
+            continue
         x = index._new_node(index._random_level(), p, mlen)
         index._place_loaded(x, key, seq, h, last, last_rank, last_drank)
         prev = x

@@ -137,7 +137,17 @@ Entry: TypeAlias = tuple[int, str, float]
 #
 # load() rejects a wrong magic/version/CRC, a truncated or over-long body,
 # records out of rank order, duplicate members and non-finite scores.
+#
+# A *walked* dump (dump_walk) has reserved = DUMP_WALKED.  Its records were
+# written a piece at a time while the index took writes between pieces:
+# each piece goes on after the last record written, so they are in rank
+# order, but a member written meanwhile may be missing (it moved behind the
+# walk) or repeat (it moved ahead of it).  load() keeps a member's first
+# record and skips later ones.  The snapshot that holds it is taken at a log
+# position from before the walk: replaying the log's absolute states from
+# there sets every member written meanwhile (rankd.engine.snapshotting).
 DUMP_MAGIC = b"RKIX"
+DUMP_WALKED = 1
 DUMP_VERSION = 1
 DUMP_VERSION_NO_SEQS = 2
 DUMP_HEADER = struct.Struct("<4sBBBBQQ")
@@ -333,6 +343,14 @@ class RankIndexAPI(Protocol):
         they are iterated, so a snapshot never holds a board's whole dump;
         the iterable's ``size`` is their total.  The index must not change
         meanwhile (``RuntimeError``).  O(n)."""
+
+    def dump_walk(self, max_bytes: int) -> Iterator[bytes]:
+        """The records of a walked dump (format above) in pieces of about
+        ``max_bytes`` (one record at least), each made when it is asked
+        for; the index may change between pieces, never during one.  After
+        the last piece, ``header()`` gives the dump's 24-byte header; the
+        dump is the header, the pieces and the CRC-32 of both.  O(log n)
+        a piece to find its place, O(n) in all."""
 
     @classmethod
     def load(cls, data: bytes) -> RankIndexAPI:

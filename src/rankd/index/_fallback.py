@@ -37,6 +37,7 @@ from rankd.index._contract import (
     DUMP_TRAILER,
     DUMP_VERSION,
     DUMP_VERSION_NO_SEQS,
+    DUMP_WALKED,
     MAX_EXACT_INT,
     MAX_MEMBER_BYTES,
     MAX_SEQ,
@@ -506,19 +507,33 @@ class RankIndex:
 
     def dump(self) -> bytes:
         """The whole index in the shared dump format."""
-        parts = [DUMP_HEADER.pack(DUMP_MAGIC, DUMP_VERSION, 0 if self._order == "desc" else 1,
-                                  TIE_BREAKS.index(self._tie_break), 0, len(self._keys),
-                                  self._next_seq)]
+        parts = [self._dump_header(len(self._keys))]
+        parts += self._records(self._keys)
+        body = b"".join(parts)
+        return body + DUMP_TRAILER.pack(zlib.crc32(body))
+
+    def _dump_header(self, count: int, walked: bool = False) -> bytes:
+        return DUMP_HEADER.pack(DUMP_MAGIC, DUMP_VERSION, 0 if self._order == "desc" else 1,
+                                TIE_BREAKS.index(self._tie_break), DUMP_WALKED if walked else 0,
+                                count, self._next_seq)
+
+    def _records(self, keys: Iterable[tuple]) -> list[bytes]:
+        """The dump records of the entries of ``keys`` (sort keys), in turn."""
         pack = DUMP_RECORD.pack
         entries = self._entries
-        for key in self._keys:
+        parts = []
+        for key in keys:
             member = key[-1]
             score, seq = entries[member]
             raw = member.encode("utf-8")
             parts.append(pack(score, seq, len(raw)))
             parts.append(raw)
-        body = b"".join(parts)
-        return body + DUMP_TRAILER.pack(zlib.crc32(body))
+        return parts
+
+    def dump_walk(self, max_bytes: int) -> DumpWalk:
+        """The records of a walked dump in pieces of about ``max_bytes``
+        (see the contract); the index may change between pieces."""
+        return DumpWalk(self, max_bytes)
 
     def dump_chunks(self, max_bytes: int) -> DumpChunks:
         """:meth:`dump`'s bytes in pieces of at most ``max_bytes`` (made
@@ -542,7 +557,7 @@ class RankIndex:
             raise ValueError("not a rank index dump (bad magic)")
         if version not in (DUMP_VERSION, DUMP_VERSION_NO_SEQS):
             raise ValueError(f"unsupported rank index dump version {version}")
-        if order > 1 or tie >= len(TIE_BREAKS) or reserved != 0:
+        if order > 1 or tie >= len(TIE_BREAKS) or reserved not in (0, DUMP_WALKED):
             raise ValueError("rank index dump has an unknown order or tie-break code")
         # Version 2 has no seqs (a board tied by member, which never orders by them).
         record = DUMP_RECORD if version == DUMP_VERSION else DUMP_RECORD_NO_SEQ
@@ -586,6 +601,8 @@ class RankIndex:
                     raise ValueError(f"rank index dump repeats a member at record {i}")
                 raise ValueError(f"rank index dump is out of order at record {i}")
             if member in index._entries:
+                if reserved == DUMP_WALKED:
+                    continue  # written again while walked: its first record stays
                 raise ValueError(f"rank index dump repeats a member at record {i}")
             index._entries[member] = (score, seq)
             keys.append(key)
@@ -624,6 +641,45 @@ class RankIndex:
 
 def _load_from_dump(data: bytes) -> RankIndex:
     return RankIndex.load(data)
+
+
+class DumpWalk:
+    """:meth:`RankIndex.dump_walk`: each piece goes on after the sort key
+    of the last record written."""
+
+    def __init__(self, index: RankIndex, max_bytes: int) -> None:
+        self._index = index
+        self._max_bytes = max(1, max_bytes)
+        self._after: tuple | None = None
+        self._done = False
+        self.records = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._done:
+            raise StopIteration
+        keys = self._index._keys
+        following = (iter(keys) if self._after is None
+                     else keys.irange(minimum=self._after, inclusive=(False, True)))
+        taken, size = [], 0
+        for key in following:
+            size += DUMP_RECORD.size + len(key[-1].encode("utf-8"))
+            if taken and size > self._max_bytes:
+                break  # (this one starts the next piece)
+            taken.append(key)
+        else:
+            self._done = True
+        if not taken:
+            raise StopIteration
+        self._after = taken[-1]
+        self.records += len(taken)
+        return b"".join(self._index._records(taken))
+
+    def header(self) -> bytes:
+        """The walked dump's header (the records written so far)."""
+        return self._index._dump_header(self.records, walked=True)
 
 
 class DumpChunks:
