@@ -463,8 +463,12 @@ class ClusterNode:
             return  # another live primary: the write goes there
         if take:
             await self._take(group, seen_now=True)
-        else:  # a write that cannot apply here: only learn who writes the group
-            await asyncio.wait_for(self._read_register(group), REGISTER_READ_SECONDS)
+        elif not await self._register_reads.learn(group):
+            # A write that cannot apply here only learns who writes the group,
+            # through the shared, bounded reads: a burst of them against a
+            # Postgres away opens no read per write, and fails fast meanwhile.
+            raise TimeoutError(f"the register of group {group} could not be read within "
+                               f"{REGISTER_READ_SECONDS:g} s")
 
     def _not_taken(self, group: int, holder: str) -> EngineError:
         address, tcp, resp = holder_addresses(self, group) or (None, None, None)
