@@ -463,15 +463,19 @@ class ClusterNode:
             return  # another live primary: the write goes there
         if take:
             await self._take(group, seen_now=True)
-        else:  # a write that cannot apply here: only learn who writes the group
-            await asyncio.wait_for(self._read_register(group), REGISTER_READ_SECONDS)
+        elif not await self._register_reads.learn(group):
+            # A write that cannot apply here only learns who writes the group,
+            # through the shared, bounded reads: a burst of them against a
+            # Postgres away opens no read per write, and fails fast meanwhile.
+            raise TimeoutError(f"the register of group {group} could not be read within "
+                               f"{REGISTER_READ_SECONDS:g} s")
 
     def _not_taken(self, group: int, holder: str) -> EngineError:
-        address, tcp, _ = holder_addresses(self, group) or (None, None, None)
+        address, tcp, resp = holder_addresses(self, group) or (None, None, None)
         if address is not None:
             return NotPrimary(f"node {self.node_id} does not write group {group}; node "
                               f"{holder} does, at {address}", address, tcp,
-                              **self._moved(group, holder))
+                              primary_resp=resp, **self._moved(group, holder))
         return Unavailable(f"group {group}'s primary {holder!r} has not renewed its lease "
                            "since the cluster's Postgres was last out of reach; its writes "
                            "wait for it a lease longer; nothing was applied")
@@ -484,11 +488,11 @@ class ClusterNode:
         holder = register.holder if register is not None else None
         reached = holder_addresses(self, group)
         if reached is not None:
-            address, tcp, _ = reached
+            address, tcp, resp = reached
             return NotPrimary(f"node {self.node_id} cannot reach the cluster's Postgres "
                               f"({type(exc).__name__}); group {group} was last written by "
                               f"node {holder}, at {address}", address, tcp,
-                              **self._moved(group, holder))
+                              primary_resp=resp, **self._moved(group, holder))
         return Unavailable(f"node {self.node_id} cannot reach the cluster's Postgres to "
                            f"learn who writes group {group} ({type(exc).__name__}: {exc}); "
                            "nothing was applied; try again shortly")
@@ -507,7 +511,7 @@ class ClusterNode:
             holder = register.holder if register is not None else None
             if group in self.unheld:  # (its last known holder may look silent: never
                 raise self._not_held(group)  # "no node writes it", which reads as missing)
-            address, tcp, _ = holder_addresses(self, group) or (None, None, None)
+            address, tcp, resp = holder_addresses(self, group) or (None, None, None)
             if address is None and group in self._unreadable:
                 # Its boards are being loaded here: a board missing now is no answer.
                 raise Unavailable(f"node {self.node_id} is loading group {group} and knows "
@@ -519,7 +523,7 @@ class ClusterNode:
                                 "cluster vouches for: try again shortly"
                                 if holder in self._unvouched else
                                 "; no live node does yet: try again shortly"), address, tcp,
-                             **self._moved(group, holder if address else None))
+                             primary_resp=resp, **self._moved(group, holder if address else None))
         if self.ack == "local":
             unshipped = writer.unshipped_seconds() * 1000
             if unshipped > self.config.max_unshipped_ms:
@@ -544,7 +548,7 @@ class ClusterNode:
         if (held := read_elsewhere(self.topology, group)) is not None:
             raise NotPrimary(f"node {self.node_id} holds no copy of board {board!r}'s group "
                              f"{group}; node {held.node} does, at {held.http}", held.http,
-                             held.tcp, **self._moved(group, held.node))
+                             held.tcp, primary_resp=held.resp, **self._moved(group, held.node))
         if group in self.unheld:
             raise self._not_held(group)
         refusal = self._unreadable.get(group)
@@ -1205,7 +1209,8 @@ class ClusterNode:
             if node in self.peers and node != self.node_id:
                 address, tcp, _ = self.peers[node]
                 return NotPrimary(f"node {self.node_id} does not hold group {group}; node "
-                                  f"{node} does, at {address}", address, tcp)
+                                  f"{node} does, at {address}", address, tcp,
+                                  primary_resp=self.resp_peers.get(node))
         return Unavailable(f"node {self.node_id} does not hold group {group} and no live "
                            "node that does is known yet; nothing was applied; try again "
                            "shortly")

@@ -1,7 +1,9 @@
 """Reads of one group's register that writes ask for (``Topology.learn``).
 
 A write to a group this node's view only guesses it writes reads the
-group's register first (:mod:`rankd.frontends.resp.cluster_commands`).  A
+group's register first (:mod:`rankd.frontends.resp.cluster_commands`), and
+so does a write the engine prepares without taking its group
+(``ClusterNode.prepare(take=False)``: boards missing here).  A
 write that takes nothing (``ZREM`` of an absent member, ``ZADD XX`` of a
 new one) never makes this node the group's writer, so every such write
 would read again: clients sending many would turn each command into a

@@ -76,14 +76,28 @@ class NotPrimary(EngineError):
 
     def __init__(self, message: str, primary: str | None = None,
                  primary_tcp: str | None = None, *, group: int | None = None,
-                 node: str | None = None, epoch: int | None = None) -> None:
+                 node: str | None = None, epoch: int | None = None,
+                 primary_resp: str | None = None) -> None:
         super().__init__(message)
         self.primary = primary
         #: The primary's TCP protocol address (the TCP front-end answers ``moved``).
         self.primary_tcp = primary_tcp
+        #: The primary's Redis-protocol address (what a RESP error names).
+        self.primary_resp = primary_resp
         #: The board's group, the node that writes it, and the topology epoch
         #: this was decided at (clients keep the newest map they were told).
         self.group, self.node, self.epoch = group, node, epoch
+
+    def resp_message(self) -> str:
+        """The message as a Redis client reads it: the primary named at its
+        RESP address (``host:port`` of its Redis port, as ``-MOVED`` names
+        it), not at its HTTP one, which ``message`` names for REST."""
+        if self.primary is None:
+            return self.message
+        named = f"at {self.primary}"
+        if self.primary_resp is not None:
+            return self.message.replace(named, f"at {self.primary_resp}")
+        return self.message.replace(named, "which serves no RESP port this node knows of")
 
 
 class Unacknowledged(EngineError):

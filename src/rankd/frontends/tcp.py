@@ -684,15 +684,22 @@ class TcpConnection(_Lane, AnyOrder, PipelinedConnection):  # type: ignore[valid
     async def _submit_packed(self, packed: Any, out: list[bytes]) -> None:
         """A queued packed run of plain submits (see the module docstring)."""
         if not self._takes(packed):
-            rest = self._hand_over_by_group(
-                packed, self.decoder.max_frame, _split, self._charger("submit")
+            cut = self._hand_over_by_group(
+                packed, self.decoder.max_frame, _split, self._charger("submit"),
+                MAX_RUNS_IN_FLIGHT - len(self.answering),
             ) if self.out_of_order else None  # (granted on a cluster node only: hello)
-            for run in reversed([packed] if rest is None else rest):
+            rest, later = ([packed], []) if cut is None else cut
+            for run in reversed(rest):
                 requests, sizes = self.decoder.requests_of(run)
                 self.queue.extendleft(reversed(requests))
                 self.sizes.extendleft(reversed(sizes))
                 self.queued += len(requests)
                 self.queued_bytes += sum(sizes)
+            for run in reversed(later):  # handed over once runs in flight leave room
+                self.queue.appendleft(run)
+                self.sizes.appendleft(len(run.data))
+                self.queued += len(run)
+                self.queued_bytes += len(run.data)
             return
         if self.out_of_order:  # answered once committed, whatever comes after it
             self._hand_over(packed)

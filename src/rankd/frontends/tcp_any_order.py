@@ -18,18 +18,22 @@ each batch (bench/README.md, "Cluster scale benchmark").
 Design: the cut is made from the run's own request bytes (each
 submission's ``source``), framed again and split by the native scanner
 into one packed run per group, so each part is exactly what the fast path
-would have read had those requests come alone; the parts keep the order
-of their requests within each group, and the engine applies each group's
-runs in the order they are handed over.  Only runs the engine takes (a
-group this node writes, boards that take unsigned submissions) are
-handed over; the other parts go the general way, request by request,
-behind the runs in flight (the connection's worker waits for them first),
-as before.  Nothing else changes order: every request that is not a plain
-submit still waits for the runs before it to be answered.  A run's answers
-are written by the native lane's completion (``_lanes.Lane._applied``)
-when it is the only run in flight, as on any connection; with
-``any_order`` set, one committed while others are in flight is written at
-once by :meth:`AnyOrder._applied_any_order` instead of waiting its turn.
+would have read had those requests come alone; the parts keep the order of
+their requests within each group, and the engine applies each group's runs
+in the order they are handed over.  Only runs the engine takes (a group
+this node writes, boards that take unsigned submissions) are handed over;
+the other parts go the general way, request by request, behind the runs in
+flight (the connection's worker waits for them first), as before.  The
+parts count against ``MAX_RUNS_IN_FLIGHT`` like any run: those that find
+no room wait at the head of the queue, as runs, and go over as the runs in
+flight are answered (so a run of more groups than the bound goes over in
+turns, never stalls).  Nothing else changes order: every request that is
+not a plain submit still waits for the runs before it to be answered.  A
+run's answers are written by the native lane's completion
+(``_lanes.Lane._applied``) when it is the only run in flight, as on any
+connection; with ``any_order`` set, one committed while others are in
+flight is written at once by :meth:`AnyOrder._applied_any_order` instead
+of waiting its turn.
 
 May not touch: the engine's order of writes (it keeps it), the general
 path's requests, a connection that did not ask.
@@ -113,10 +117,14 @@ class AnyOrder:
         PipelinedConnection._applied(self, entry, error)  # type: ignore[arg-type]
 
     def _hand_over_by_group(self, packed: Any, max_frame: int, split: Splitter,
-                            charge: Callable[[int], None] | None) -> list[Any] | None:
-        """Hand over each group's part of ``packed`` the engine takes (charged
-        to ``charge`` as one run); the parts it does not take are returned,
-        for the general way.  None, with nothing handed over, when the run
+                            charge: Callable[[int], None] | None,
+                            room: int) -> tuple[list[Any], list[Any]] | None:
+        """Hand over each group's part of ``packed`` the engine takes, at
+        most ``room`` of them (what the connection's bound on runs in
+        flight leaves), charged to ``charge`` as one run.  Returns the parts
+        it does not take (for the general way) and the parts taken but not
+        handed over for want of room (to wait their turn, as runs, at the
+        head of the queue).  None, with nothing handed over, when the run
         is of one group or the caller may not submit that much now."""
         runs = runs_by_group(packed, max_frame, split)
         if runs is None:
@@ -127,11 +135,15 @@ class AnyOrder:
             (taken if takes(run) else rest).append(run)
         if not taken:
             return None
-        if charge is not None:
+        # Never past the bound, however many groups the run spans; a run of
+        # more groups than that goes over as room comes back.
+        room = max(room, 0)
+        now, later = taken[:room], taken[room:]
+        if charge is not None and now:
             try:
-                charge(sum(len(run) for run in taken))
+                charge(sum(len(run) for run in now))  # (the later ones: when taken)
             except EngineError:
                 return None  # each submit is admitted (or refused) alone
-        for run in taken:
+        for run in now:
             self._hand_over(run)  # type: ignore[attr-defined]
-        return rest
+        return rest, later

@@ -62,7 +62,9 @@ def error_text(exc: EngineError) -> str:
         return NOAUTH
     if isinstance(exc, ReadOnly):
         return f"READONLY {exc.message}"
-    if isinstance(exc, Unavailable | NotPrimary):
+    if isinstance(exc, NotPrimary):
+        return f"TRYAGAIN {exc.resp_message()}"
+    if isinstance(exc, Unavailable):
         return f"TRYAGAIN {exc.message}"
     return f"ERR {exc.message}"
 
