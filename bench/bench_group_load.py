@@ -88,7 +88,7 @@ async def group_snapshot(root: Path, members: int) -> tuple[int, int, int, list[
             Submission(BOARD, f"m{i}", float(i % 100_000), event_id=f"{BOARD}-{i}")
             for i in range(start, min(members, start + BATCH))])
     group = group_of(BOARD)
-    seq, epoch, sections = await source.group_snapshot(group)
+    seq, epoch, sections, _ = await source.group_snapshot(group)
     await source.close(snapshot=False)
     return group, seq, epoch, sections
 

@@ -124,10 +124,10 @@ def fill(engine_board: str, members: int) -> list:
 
 def test_snapshot_streams_the_dump_and_a_restart_reads_it_in_pieces(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The section is byte for byte the one written whole before (the
-    format is unchanged), and neither the snapshot nor the restart holds
-    more than a few pieces of it (both held the whole dump: a copy of a
-    third to a half of the index)."""
+    """The section holds the dump's records as they are (walked, with no
+    write meanwhile: ``test_index_walk.py``), and neither the snapshot nor
+    the restart holds more than a few pieces of it (both held the whole
+    dump: a copy of a third to a half of the index)."""
     monkeypatch.setattr(settings, "SNAPSHOT_INDEX_BYTES", 16 << 10)
     clock = FakeClock()
     members = 40_000
@@ -144,8 +144,7 @@ def test_snapshot_streams_the_dump_and_a_restart_reads_it_in_pieces(
     dump, peak, path = run(with_engine(tmp_path, clock, body))
     assert len(dump) > 1 << 20
     assert peak < len(dump) // 4, f"snapshot peak {peak} for a {len(dump)}-byte dump"
-    whole = b"".join(blob_section(["index", "b", "all", "all"], dump))
-    assert whole in path.read_bytes()
+    assert dump[24:-4] in path.read_bytes()
 
     from rankd.index import kinds
 

@@ -126,7 +126,7 @@ def test_a_group_built_off_the_loop_equals_one_loaded_on_it(tmp_path: Path) -> N
             await engine.submit_many([Submission(BOARD, f"m{i}", float(i), event_id=f"e{i}",
                                                  label=f"L{i}") for i in range(30_000)])
             await engine.expire(BOARD, int(time.time() * 1000) + 3_600_000)
-            seq, epoch, sections = await engine.group_snapshot(GROUP)
+            seq, epoch, sections, _ = await engine.group_snapshot(GROUP)
         finally:
             await engine.close()
         expected = await Engine.open(EngineConfig(data_dir=tmp_path / "b"))

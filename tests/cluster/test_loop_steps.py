@@ -35,7 +35,7 @@ def test_a_large_section_is_logged_in_pieces_and_replayed_whole(tmp_path: Path) 
                 await source.submit_many([
                     Submission(BOARD, f"member-{i:08d}", float(i), event_id=f"e{i}")
                     for i in range(start, start + 10_000)])
-            seq, epoch, sections = await source.group_snapshot(GROUP)
+            seq, epoch, sections, _ = await source.group_snapshot(GROUP)
         finally:
             await source.close(snapshot=False)
         assert max(map(len, sections)) > 2 * group_load.COMMIT_BYTES  # (the index)

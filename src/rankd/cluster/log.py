@@ -319,14 +319,17 @@ class ClusterLog:
         return None if row is None else dict(row)
 
     async def store_snapshot(self, lease: Lease, seq: int, epoch: int,
-                             sections: list[bytes]) -> bool:
-        """Keep ``sections``, the group's state at position ``seq`` (written
-        at ``epoch``), as its snapshot, if ``lease`` is still the group's
-        epoch and the log holds ``seq`` (so every record in the state is
-        committed); then drop the snapshot before it and the log up to it:
-        the log keeps one snapshot interval, so a follower that far behind
-        still catches up from the log.  False if the lease moved on (nothing
-        kept)."""
+                             sections: list[bytes], covers: int | None = None) -> bool:
+        """Keep ``sections``, the group's state from position ``seq``
+        (written at ``epoch``; it may hold records up to ``covers``, which
+        the log from ``seq`` sets again: ``Engine.group_snapshot``), as its
+        snapshot, if ``lease`` is still the group's epoch and the log holds
+        ``covers`` (so every record in the state is committed); then drop
+        the snapshot before it and the log up to it: the log keeps one
+        snapshot interval, so a follower that far behind still catches up
+        from the log.  False if the lease moved on or the log does not hold
+        ``covers`` yet (nothing kept)."""
+        covers = seq if covers is None else max(covers, seq)
         async with self.pool.acquire() as conn:
             try:
                 async with conn.transaction():
@@ -346,7 +349,8 @@ class ClusterLog:
                             lease.group, seq, epoch, part, len(sections), data)
                     row = await conn.fetchrow("SELECT epoch, last_seq FROM rankd_groups "
                                               "WHERE group_id = $1 FOR UPDATE", lease.group)
-                    if row is None or row["epoch"] != lease.epoch or row["last_seq"] < seq:
+                    if (row is None or row["epoch"] != lease.epoch
+                            or row["last_seq"] < covers):
                         raise _NotKept
             except _NotKept:
                 return False

@@ -687,6 +687,8 @@ class ClusterNode:
             last_seq = register["last_seq"] if register else 0
             if seq > last_seq or await self.store.epoch_at(group, seq) != epoch:
                 diverged.append((group, seq, epoch, last_seq))
+        for group in list(self.engine.walked):
+            self._unwalked(group)
         for group, seq, epoch, last_seq in diverged:
             log.error("node %s: local state of group %d goes to position %d (epoch %d), "
                       "beyond or beside the cluster's log (at %d): those records were never "
@@ -745,8 +747,19 @@ class ClusterNode:
                  self.node_id, group, seq, len(sections))
         await self.engine.load_group_snapshot(group, seq, epoch, sections)
         self.bootstraps += 1
+        self._unwalked(group)
         self._rebuilt_up_to(group, seq)
         return seq
+
+    def _unwalked(self, group: int) -> None:
+        """A group loaded from a snapshot walked under writes may show
+        records up to a later position than its own: reads wait until its
+        log is applied that far (a record applied again in between would
+        show a member's older state than a read may have shown)."""
+        covers = self.engine.walked.get(group, 0)
+        if covers > self.engine.positions.get(group, (0, 0))[0]:
+            self._rebuilding(group, covers, "it was loaded from a snapshot taken while it was "
+                             "written, and its log is being applied up to that snapshot's end")
 
     async def _rewound(self, group: int, last_seq: int) -> None:
         """A followed group's log ends before what this node applied: Postgres
@@ -772,11 +785,11 @@ class ClusterNode:
                     await self.store.snapshot_seq(group))
             if not mark.due(writer, self.config.group_snapshot_records):
                 continue
-            seq, epoch, sections = await self.engine.group_snapshot(group)
+            seq, epoch, sections, covers = await self.engine.group_snapshot(group)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(writer.committed(seq), self.ack_timeout)
+                await asyncio.wait_for(writer.committed(covers), self.ack_timeout)
             size = sum(map(len, sections))
-            if await self.store.store_snapshot(writer.lease, seq, epoch, sections):
+            if await self.store.store_snapshot(writer.lease, seq, epoch, sections, covers):
                 self._snapshot_marks[group] = SnapshotMark(seq, size, writer.bytes)
                 self.snapshots += 1
                 log.info("node %s stored group %d's snapshot at position %d (%d bytes)",

@@ -166,6 +166,8 @@ class Engine:
                    "intake's too).", setter="replace")
     positions = _kept("_state", "positions", "A cluster node's place in each group's log: "
                       "group -> (seq, epoch) of the last record it applied.")
+    walked = _kept("_state", "walked", "Groups loaded from a snapshot walked under writes: "
+                   "group -> the position their state may show records up to.")
     wal = property(attrgetter("_core.wal"), doc="The write-ahead log, once recovered.")
     snapshots = _kept("_core", "snapshots", "The snapshot files (rankd.engine.snapshot).")
     shipper = _kept("_core", "shipper", "The Postgres shipper, when configured.")

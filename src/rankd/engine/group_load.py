@@ -46,7 +46,7 @@ from rankd.engine.sections import index_dump
 from rankd.engine.state import BoardState
 
 #: Sections applied on the loop: they change state other boards share.
-LOOP_KINDS = frozenset({"expiry", "positions", staging.SECTION})
+LOOP_KINDS = frozenset({"expiry", "positions", "walked", staging.SECTION})
 #: Bytes of event ids handed to the native store at once (a ms or so).
 EVENT_ID_PIECE = 64 << 10
 #: Bytes of the local log's records of a snapshot committed in one pass,

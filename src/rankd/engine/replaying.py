@@ -113,6 +113,7 @@ class Replayer:
             state.forget(name)
         staging.drop_group(state.staged, group)
         state.positions.pop(group, None)
+        state.walked.pop(group, None)
         return names
 
     def replay_records(self, batch: Sequence[tuple[int, bytes]],

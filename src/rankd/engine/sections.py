@@ -16,7 +16,10 @@ the other (``SnapshotWriter.add_parts``) they are byte for byte what
 index's dump is not even made whole: :func:`blob_prefix` is written, then
 the index's ``dump_chunks`` pieces as they are made (``add_stream``), and a
 restart reads the section back in pieces into ``load_chunks``
-(:func:`index_head` reads the leading fields from its first piece).
+(:func:`index_head` reads the leading fields from its first piece).  A
+walked dump (``dump_walk``: its size is known only once the walk ends) is
+written after :func:`walked_prefix`, whose size is put in at the end
+(``SnapshotWriter.walked``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,14 @@ def blob_section(head: Sequence[Any], blob: bytes) -> tuple[bytes, bytes]:
     ``[*head, blob]`` (``head``'s fields are small: they go through a fresh
     packer, whose buffer goes with it)."""
     return blob_prefix(head, len(blob)), blob
+
+
+def walked_prefix(head: Sequence[Any], size: int = 0) -> bytes:
+    """:func:`blob_prefix` with a ``bin 32`` header whatever ``size``: the
+    same length before a walked dump's size is known and after (a walked
+    section's prefix is written first and its size put in at the end)."""
+    prefix = blob_prefix(head, 0)
+    return prefix[:-2] + _BIN32 + _U32.pack(size)  # (bin 8 of 0: two bytes)
 
 
 def blob_prefix(head: Sequence[Any], size: int) -> bytes:

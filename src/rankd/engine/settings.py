@@ -43,6 +43,10 @@ SNAPSHOT_LOG_BYTES = 4 << 20
 #: pieces of about this many bytes (``dump_chunks``/``load_chunks``), never
 #: as one dump: a whole dump was a second copy of the index at those peaks.
 SNAPSHOT_INDEX_BYTES = 4 << 20
+#: A walked index (``dump_walk``: a snapshot that never holds a board's
+#: writes) is made in pieces of about this many bytes, each on the event
+#: loop: a few thousand records, well under a millisecond.
+SNAPSHOT_WALK_BYTES = 128 << 10
 
 
 @dataclass

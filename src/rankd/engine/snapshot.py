@@ -27,7 +27,10 @@ import struct
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+from rankd.engine.sections import walked_prefix
+from rankd.index._contract import DUMP_HEADER, DUMP_TRAILER
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +117,11 @@ class SnapshotWriter:
         self._file.seek(end)
         self.size += _FRAME.size + written
 
+    def walked(self, head: Sequence[Any]) -> WalkedSection:
+        """Begin a section of ``head`` then a walked dump (``dump_walk``),
+        written as its pieces come (:class:`WalkedSection`)."""
+        return WalkedSection(self, head)
+
     def commit(self) -> Path:
         """Seal, fsync and publish the snapshot; prune old ones."""
         self._file.write(_FRAME.pack(_END, zlib.crc32(self._header)))
@@ -134,6 +142,57 @@ class SnapshotWriter:
                 step()
             except OSError as exc:  # what is left is cleared at the next start
                 log.error("cannot drop the unfinished snapshot %s: %s", self._tmp, exc)
+
+
+class WalkedSection:
+    """A snapshot section ending in a walked dump: its pieces are written as
+    they come; its sizes and dump header, known once the walk ends, are put
+    in place then, and both checksums (the frame's, the dump's) taken by
+    reading the section back (from the page cache: the walk's pieces are
+    made on the event loop and must not wait for a checksum pass each)."""
+
+    def __init__(self, writer: SnapshotWriter, head: Sequence[Any]) -> None:
+        self._writer = writer
+        self._head = head
+        self._start = writer._file.tell()
+        self._prefix = walked_prefix(head)
+        writer._file.write(_FRAME.pack(0, 0) + self._prefix + bytes(DUMP_HEADER.size))
+        self._records = 0
+
+    def write(self, pieces: Sequence[bytes]) -> None:
+        """Append walked records."""
+        self._writer._file.writelines(pieces)
+        self._records += sum(map(len, pieces))
+
+    def finish(self, header: bytes) -> None:
+        """End the section with the walk's ``header`` (``header()``)."""
+        writer, file = self._writer, self._writer._file
+        prefix = walked_prefix(self._head, len(header) + self._records + DUMP_TRAILER.size)
+        file.write(bytes(DUMP_TRAILER.size))
+        end = file.tell()
+        file.flush()
+        dump_crc = zlib.crc32(header)
+        frame_crc = zlib.crc32(header, zlib.crc32(prefix))
+        with open(self._tmp_path(), "rb") as read:
+            read.seek(self._start + _FRAME.size + len(prefix) + len(header))
+            left = self._records
+            while left:
+                chunk = read.read(min(left, 64 << 10))
+                if not chunk:
+                    raise OSError(f"snapshot {self._tmp_path()} is shorter than was written")
+                dump_crc = zlib.crc32(chunk, dump_crc)
+                frame_crc = zlib.crc32(chunk, frame_crc)
+                left -= len(chunk)
+        trailer = DUMP_TRAILER.pack(dump_crc)
+        payload = len(prefix) + len(header) + self._records + len(trailer)
+        file.seek(self._start)
+        file.write(_FRAME.pack(payload, zlib.crc32(trailer, frame_crc)) + prefix + header)
+        file.seek(end - len(trailer))
+        file.write(trailer)
+        writer.size += _FRAME.size + payload
+
+    def _tmp_path(self) -> Path:
+        return self._writer._tmp
 
 
 class SnapshotStore:

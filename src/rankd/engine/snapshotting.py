@@ -20,6 +20,7 @@ import contextlib
 import itertools
 import logging
 import time
+import zlib
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -88,6 +89,10 @@ class Snapshotter:
                 if core.replication is not None:
                     await asyncio.to_thread(writer.add, records.encode(
                         ["positions", {g: list(p) for g, p in positions.items()}]))
+                    for group, covers in state.walked.items():
+                        if positions.get(group, (0, 0))[0] < covers:  # (still catching up)
+                            await asyncio.to_thread(writer.add, records.encode(
+                                ["walked", group, covers]))
                 for name, board in list(state.boards.items()):
                     if state.boards.get(name) is not board:
                         continue  # dropped meanwhile; the WAL replays the drop
@@ -121,10 +126,21 @@ class Snapshotter:
 
     async def snapshot_board(self, writer: Any, board: Board, *, hold: bool = True) -> int:
         """Write one board; return how many entries (members of every
-        window and period, labels, event ids) it wrote.  Its writers wait
-        (other boards' do not) while its indexes are dumped, in a worker
-        thread without the GIL, and while its labels are copied a chunk at
-        a time; the copies are encoded and written after writes resume.
+        window and period, labels, event ids) it wrote.
+
+        A board whose indexes all walk (``dump_walk``: the native ones and
+        the fallback) is written while its writes go on: each index a
+        piece at a time on the event loop (a millisecond or so each), its
+        labels a chunk at a time.  What a write changes meanwhile may be
+        in the snapshot or not; the snapshot's position is from before the
+        walk, so replaying the log from there sets it (its records are
+        absolute states).  No write waits for the size of a board.
+
+        Otherwise its writers wait (other boards' do not) while its
+        indexes are dumped, in a worker thread without the GIL, and while
+        its labels are copied a chunk at a time; the copies are encoded
+        and written after writes resume.
+
         Its event ids are copied a chunk at a time as each is written,
         while writes go on: a copy of them all would double the memory
         they take (hundreds of megabytes on a busy board) for as long as
@@ -134,6 +150,8 @@ class Snapshotter:
         async def add(section: list) -> None:
             await asyncio.to_thread(writer.add, records.encode(section))
 
+        if walks(board):
+            return await self._walk_board(writer, board)
         entries = 0
         if hold:
             self.state.hold(board)
@@ -151,25 +169,51 @@ class Snapshotter:
                         writer.add_stream, blob_prefix(["index", board.name, window, period],
                                                        chunks.size), chunks, chunks.size)
             labels = [chunk async for chunk in _yielding(_columns(board.labels))]
-            entries += len(board.dedupe)
         finally:
             if hold:
                 self.state.release(board)
         # As columns: a msgpack map's decoder would intern every key.
         for keys, values in labels:
             await add(["label_columns", board.name, keys, values])
-        for chunk in board.dedupe.log_chunks(settings.SNAPSHOT_LOG_BYTES):
-            # As parts: no encoded copy of the chunk, nor a packer grown to it.
-            await asyncio.to_thread(writer.add_parts,
-                                    blob_section(["event_id_store", board.name], chunk))
-            del chunk  # (not held while the next is made)
-        return entries + sum(len(keys) for keys, _ in labels)
+        return entries + sum(len(keys) for keys, _ in labels) + await _event_ids(writer, board)
 
-    async def group_snapshot(self, group: int) -> tuple[int, int, list[bytes]]:
-        """The state of ``group``'s boards at its last applied position:
-        ``(seq, epoch, sections)`` (snapshot sections, as
-        ``Engine.load_group_snapshot`` takes them).  The group's writers wait
-        while its indexes and labels are copied, as for a local snapshot."""
+    async def _walk_board(self, writer: Any, board: Board) -> int:
+        """:meth:`snapshot_board` of a board whose indexes walk."""
+        async def add(section: list) -> None:
+            await asyncio.to_thread(writer.add, records.encode(section))
+
+        await add(["board", board.name, board.config.to_dict(), board.version,
+                   board.updated_at])
+        if board.expires_at is not None:
+            await add(["expiry", board.name, board.expires_at])
+        entries = 0
+        for window, periods in list(board.periods.items()):
+            for period, index in list(periods.items()):
+                entries += await _walk_index(writer, ["index", board.name, window, period],
+                                             index)
+        labels = board.labels
+        names = list(labels)  # (one copy of the keys; their values are read as written)
+        for start in range(0, len(names), settings.SNAPSHOT_CHUNK):
+            keys = [name for name in names[start:start + settings.SNAPSHOT_CHUNK]
+                    if name in labels]
+            await add(["label_columns", board.name, keys, [labels[name] for name in keys]])
+            entries += len(keys)
+        return entries + await _event_ids(writer, board)
+
+    async def group_snapshot(self, group: int) -> tuple[int, int, list[bytes], int]:
+        """The state of ``group``'s boards from its last applied position:
+        ``(seq, epoch, sections, covers)`` (snapshot sections, as
+        ``Engine.load_group_snapshot`` takes them).
+
+        Boards whose indexes walk are written while their writes go on, as
+        for a local snapshot: the sections hold the group's state at
+        ``seq`` and some of the writes applied after it, up to ``covers``
+        (the position applied when the copy ended), which the group's log
+        applied from ``seq`` sets again.  It may be kept only once the log
+        holds ``covers``: a write applied here and never committed must not
+        reach a follower.  If some board's indexes do not walk, the group's
+        writers wait while every board is copied, at one position (``covers``
+        is ``seq``)."""
         state = self.state
         boards = [board for name, board in state.boards.items() if group_of(name) == group]
         for board in boards:
@@ -178,17 +222,21 @@ class Snapshotter:
         seq, epoch = state.positions.get(group, (0, 0))
         sections = _Sections()
         building = staging.parts_of(state.staged, group)  # (at `seq`: no await between)
-        for board in boards:  # held at once: the copy is of one position
+        held = [] if all(map(walks, boards)) else boards
+        for board in held:  # held at once: the copy is of one position
             state.hold(board)
         try:
             for board in boards:
                 await self.snapshot_board(sections, board, hold=False)
         finally:
-            for board in boards:
+            for board in held:
                 state.release(board)
+        covers = max(state.positions.get(group, (0, 0))[0] if not held else seq, seq)
         for part in building:
             sections.add(staging.section(part))
-        return seq, epoch, sections.parts
+        if covers > seq:  # (a follower serves no read of it before it applied this far)
+            sections.parts.insert(0, records.encode(["walked", group, covers]))
+        return seq, epoch, sections.parts, covers
 
     async def _drop_covered_segments(self) -> None:
         core = self.core
@@ -218,6 +266,70 @@ class Snapshotter:
                     log.exception("snapshot failed; the WAL keeps everything meanwhile")
 
 
+def walks(board: Board) -> bool:
+    """Whether every index of ``board`` can be walked (``dump_walk``)."""
+    return all(hasattr(index, "dump_walk")
+               for periods in board.periods.values() for index in periods.values())
+
+
+async def _walk_index(writer: Any, head: list, index: Any) -> int:
+    """Write ``index`` walked (:meth:`Snapshotter.snapshot_board`) as the
+    section ``head``; return the records written.  Each piece is made on
+    the event loop, which runs writes between pieces; the file is written
+    from a worker thread, a few MiB at a time."""
+    batch = settings.SNAPSHOT_INDEX_BYTES // 4  # (pieces held before a write)
+    walk = index.dump_walk(min(settings.SNAPSHOT_WALK_BYTES, batch))
+    section = writer.walked(head)
+    pending: list[bytes] = []
+    size = 0
+    for piece in walk:
+        pending.append(piece)
+        size += len(piece)
+        if size >= batch:
+            await asyncio.to_thread(section.write, pending)
+            pending, size = [], 0
+        else:
+            await asyncio.sleep(0)
+    if pending:
+        await asyncio.to_thread(section.write, pending)
+    await asyncio.to_thread(section.finish, walk.header())
+    return walk.records
+
+
+async def _event_ids(writer: Any, board: Board) -> int:
+    """Write ``board``'s remembered event ids a chunk at a time, while its
+    writes go on (:meth:`Snapshotter.snapshot_board`); return how many."""
+    count = len(board.dedupe)
+    for chunk in board.dedupe.log_chunks(settings.SNAPSHOT_LOG_BYTES):
+        # As parts: no encoded copy of the chunk, nor a packer grown to it.
+        await asyncio.to_thread(writer.add_parts,
+                                blob_section(["event_id_store", board.name], chunk))
+        del chunk  # (not held while the next is made)
+    return count
+
+
+class _Walked:
+    """A walked index section collected in memory (:class:`_Sections`)."""
+
+    def __init__(self, sections: _Sections, head: list) -> None:
+        self._sections = sections
+        self._head = head
+        self._pieces: list[bytes] = []
+
+    def write(self, pieces: list[bytes]) -> None:
+        self._pieces += pieces
+
+    def finish(self, header: bytes) -> None:
+        body = [header, *self._pieces]
+        crc = 0
+        for part in body:
+            crc = zlib.crc32(part, crc)
+        body.append(crc.to_bytes(4, "little"))
+        self._sections.parts.append(
+            b"".join([blob_prefix(self._head, sum(map(len, body))), *body]))
+        self._pieces = []
+
+
 class _Sections:
     """Collects snapshot sections in memory (a group snapshot)."""
 
@@ -232,6 +344,9 @@ class _Sections:
 
     def add_stream(self, prefix: bytes, pieces: Iterable[bytes], size: int) -> None:
         self.parts.append(b"".join([prefix, *pieces]))
+
+    def walked(self, head: list) -> _Walked:
+        return _Walked(self, head)
 
 
 async def _yielding(chunks: Iterator[T]) -> AsyncIterator[T]:

@@ -54,6 +54,11 @@ class BoardState:
         #: A cluster node's place in each group's log: group -> (seq, epoch)
         #: of the last record it applied.
         self.positions: dict[int, tuple[int, int]] = {}
+        #: A cluster node's groups loaded from a snapshot walked under writes
+        #: (``Snapshotter.group_snapshot``): group -> the position up to which
+        #: its state may show records; until its log is applied that far, an
+        #: older record applied again shows an older state than the snapshot did.
+        self.walked: dict[int, int] = {}
 
     def replace(self, boards: dict[str, Board]) -> None:
         """Put ``boards`` in place of the table (a roll-back, a fresh start)."""
@@ -154,6 +159,9 @@ class BoardState:
                 boards[section[1]].labels.update(zip(section[2], section[3], strict=True))
             elif kind == staging.SECTION:
                 self.apply_record(section[1], records.decode(section[2]))
+            elif kind == "walked":
+                _, group, covers = section
+                self.walked[group] = max(covers, self.walked.get(group, 0))
             elif kind == "positions":
                 self.positions = {group: (seq, epoch) for group, (seq, epoch)
                                   in section[1].items()}
