@@ -706,7 +706,7 @@ class ClusterNode:
         return self._apply_now(group, logged)
 
     def _apply_now(self, group: int, logged: list[tuple[int, int, bytes]]) -> Awaitable[None]:
-        if self.engine.held_in(group):  # a snapshot is dumping its indexes: after it
+        if self.engine.held_in(group):  # a store is reading its boards: after it
             return self._apply_released(group, logged)
         seq = self.engine.positions.get(group, (0, 0))[0]
         if logged[0][0] != seq + 1:

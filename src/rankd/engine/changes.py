@@ -9,8 +9,8 @@ ReplicatedWrites`).  It is also the :class:`rankd.engine.host.WriteHost`
 that :class:`~rankd.engine.transaction.Transaction` and
 :class:`~rankd.engine.staging.Staging` write through.
 
-May not touch: recovery, snapshots (it waits for their holds, it takes
-none but those a front-end asks for with :meth:`BoardChanges.hold_writes`).
+May not touch: recovery, snapshots (it takes no hold of a board but those
+a front-end asks for with :meth:`BoardChanges.hold_writes`).
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ class BoardChanges:
         removal is durable (None if nothing was removed), which the caller
         must await before acknowledging it.  None, with nothing done, where
         the removal would have to wait: on a cluster node (its group's log),
-        or while a snapshot holds the board; :meth:`remove_members` then.
+        or while a store holds the board; :meth:`remove_members` then.
 
         What a pipeline's pops use: many of them, each seeing the ones
         before, are applied in one turn of the loop and share its commit.
@@ -333,7 +333,7 @@ class BoardChanges:
     @contextlib.asynccontextmanager
     async def hold_writes(self, names: Iterable[str]) -> AsyncIterator[Callable[[], None]]:
         """Hold the writes of boards ``names`` (those that exist) while the
-        block runs, as a snapshot holds a board it copies (readers go on);
+        block runs (a store reading its inputs in steps; readers go on);
         gives a function that releases them early (idempotent)."""
         state = self.state
         boards = []

@@ -375,11 +375,11 @@ class ReplicatedWrites:
     # --- a follower ---------------------------------------------------------------------
 
     def held_in(self, group: int) -> list[Board]:
-        """The boards of ``group`` a snapshot holds now: a follower applies
-        nothing to them until they are released (:meth:`released`).  The
-        snapshot dumps their indexes in a worker thread without the GIL; a
-        record applied meanwhile changed an index under the dump and
-        crashed the process."""
+        """The boards of ``group`` held now (``BoardState.hold``: a store
+        reading them in steps): a follower applies nothing to them until
+        they are released (:meth:`released`), as a write on its primary
+        would wait.  Snapshots hold nothing: they walk an index on the
+        event loop, between the records applied to it."""
         state = self.state
         return [state.boards[name] for name in state.held
                 if name in state.boards and group_of(name) == group]

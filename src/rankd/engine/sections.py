@@ -13,13 +13,12 @@ snapshot peak was a third above its live memory.
 fields, the blob's ``bin`` header) and the blob itself; written one after
 the other (``SnapshotWriter.add_parts``) they are byte for byte what
 ``records.encode`` makes of the same list, so readers do not change.  An
-index's dump is not even made whole: :func:`blob_prefix` is written, then
-the index's ``dump_chunks`` pieces as they are made (``add_stream``), and a
-restart reads the section back in pieces into ``load_chunks``
-(:func:`index_head` reads the leading fields from its first piece).  A
-walked dump (``dump_walk``: its size is known only once the walk ends) is
-written after :func:`walked_prefix`, whose size is put in at the end
-(``SnapshotWriter.walked``).
+index's dump is not even made whole: it is walked (``dump_walk``: its
+size is known only once the walk ends) and written after
+:func:`walked_prefix`, whose size is put in at the end
+(``SnapshotWriter.walked``), and a restart reads the section back in
+pieces into ``load_chunks`` (:func:`index_head` reads the leading fields
+from its first piece).
 """
 
 from __future__ import annotations
@@ -61,8 +60,7 @@ def walked_prefix(head: Sequence[Any], size: int = 0) -> bytes:
 
 
 def blob_prefix(head: Sequence[Any], size: int) -> bytes:
-    """What :func:`blob_section` writes before a blob of ``size`` bytes (a
-    blob written in pieces as it is made: ``SnapshotWriter.add_stream``)."""
+    """What :func:`blob_section` writes before a blob of ``size`` bytes."""
     packer = msgpack.Packer(use_bin_type=True)
     prefix = [packer.pack_array_header(len(head) + 1)]
     prefix += [packer.pack(field) for field in head]

@@ -39,9 +39,10 @@ HOUSEKEEPING_STEP = 64
 #: Remembered event ids are copied for a snapshot in chunks of about this
 #: many bytes (their portable log form: see rankd.engine.dedupe).
 SNAPSHOT_LOG_BYTES = 4 << 20
-#: A board's index is written to a snapshot, and read back at a restart, in
-#: pieces of about this many bytes (``dump_chunks``/``load_chunks``), never
-#: as one dump: a whole dump was a second copy of the index at those peaks.
+#: A board's index is written to a snapshot (a quarter of this at a time),
+#: and read back at a restart, in pieces of about this many bytes
+#: (``dump_walk``/``load_chunks``), never as one dump: a whole dump was a
+#: second copy of the index at those peaks.
 SNAPSHOT_INDEX_BYTES = 4 << 20
 #: A walked index (``dump_walk``: a snapshot that never holds a board's
 #: writes) is made in pieces of about this many bytes, each on the event

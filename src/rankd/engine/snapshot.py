@@ -25,7 +25,7 @@ import logging
 import os
 import struct
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -93,29 +93,6 @@ class SnapshotWriter:
         for part in parts:
             self._file.write(part)
         self.size += _FRAME.size + size
-
-    def add_stream(self, prefix: bytes, pieces: Iterable[bytes], size: int) -> None:
-        """Append one section of ``prefix`` then ``pieces`` (``size`` bytes
-        in all), each written as it comes (an index's ``dump_chunks``: the
-        board's dump is never whole in memory); the frame's checksum is
-        written in place once the last piece is.  ``ValueError`` (and the
-        snapshot is to be aborted) if the pieces do not add up to ``size``."""
-        start = self._file.tell()
-        self._file.write(_FRAME.pack(0, 0))
-        self._file.write(prefix)
-        crc, written = zlib.crc32(prefix), len(prefix)
-        for piece in pieces:
-            self._file.write(piece)
-            crc = zlib.crc32(piece, crc)
-            written += len(piece)
-            del piece  # (not held while the next is made)
-        if written - len(prefix) != size:
-            raise ValueError(f"a streamed section of {size} bytes came as {written - len(prefix)}")
-        end = self._file.tell()
-        self._file.seek(start)
-        self._file.write(_FRAME.pack(written, crc))
-        self._file.seek(end)
-        self.size += _FRAME.size + written
 
     def walked(self, head: Sequence[Any]) -> WalkedSection:
         """Begin a section of ``head`` then a walked dump (``dump_walk``),

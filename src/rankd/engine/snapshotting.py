@@ -2,28 +2,29 @@
 the engine serves, and the log segments it makes unneeded dropped.
 
 Owns when a snapshot is taken (the loop: after enough events, or time) and
-how: each board is copied while its writers wait (``BoardState.hold``; other
-boards' writes go on), its indexes dumped in a worker thread, and the
-snapshot published only once the log holds durably everything it shows.
-A cluster node's group snapshot (for a follower whose position the
-group's log no longer holds) is copied the same way.  The files themselves
-are :mod:`rankd.engine.snapshot`'s.
+how: each board is copied while its writes go on, its indexes walked a
+piece at a time on the event loop (``dump_walk``: what a write changes
+meanwhile the log replays from the snapshot's position), and the snapshot
+published only once the log holds durably everything it shows.  No write
+ever waits for a snapshot's copy of its board.  A cluster node's group
+snapshot (for a follower whose position the group's log no longer holds)
+is copied the same way, and says how far its copy may reach (``walked``).
+The files themselves are :mod:`rankd.engine.snapshot`'s.
 
-May not touch: the board state beyond holding and reading it; the commit
-pipeline beyond its event count and trigger (which it resets).
+May not touch: the board state beyond reading it; the commit pipeline
+beyond its event count and trigger (which it resets).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from rankd.engine import records, settings, staging
 from rankd.engine.board import Board
@@ -37,7 +38,6 @@ from rankd.engine.tail import MAX_SNAPSHOT_EVERY_EVENTS
 from rankd.engine.wal import WalFailedError
 
 log = logging.getLogger("rankd.engine.engine")
-T = TypeVar("T")
 
 
 class Snapshotter:
@@ -60,8 +60,8 @@ class Snapshotter:
         published), and none is taken after a storage failure
         (``ReadOnly``).
 
-        Each index is copied in a worker thread (the copy runs without the
-        GIL) while writes to *that board* wait; the event loop keeps serving.
+        Each board is copied while its writes go on
+        (:meth:`snapshot_board`); the event loop keeps serving.
 
         A snapshot writes the whole state, remembered event ids included, so
         the next one is wanted only after at least as many records as this
@@ -124,61 +124,23 @@ class Snapshotter:
             await self._drop_covered_segments()
             return path
 
-    async def snapshot_board(self, writer: Any, board: Board, *, hold: bool = True) -> int:
+    async def snapshot_board(self, writer: Any, board: Board) -> int:
         """Write one board; return how many entries (members of every
         window and period, labels, event ids) it wrote.
 
-        A board whose indexes all walk (``dump_walk``: the native ones and
-        the fallback) is written while its writes go on: each index a
-        piece at a time on the event loop (a millisecond or so each), its
-        labels a chunk at a time.  What a write changes meanwhile may be
-        in the snapshot or not; the snapshot's position is from before the
-        walk, so replaying the log from there sets it (its records are
-        absolute states).  No write waits for the size of a board.
+        Its writes go on meanwhile: each index is walked (``dump_walk``) a
+        piece at a time on the event loop (well under a millisecond each),
+        its labels copied a chunk at a time.  What a write changes meanwhile
+        may be in the snapshot or not; the snapshot's position is from
+        before the walk, so replaying the log from there sets it again (its
+        records are absolute states).  No write waits for the size of a
+        board, and no other thread reads an index while the loop writes it.
 
-        Otherwise its writers wait (other boards' do not) while its
-        indexes are dumped, in a worker thread without the GIL, and while
-        its labels are copied a chunk at a time; the copies are encoded
-        and written after writes resume.
-
-        Its event ids are copied a chunk at a time as each is written,
-        while writes go on: a copy of them all would double the memory
-        they take (hundreds of megabytes on a busy board) for as long as
-        the snapshot runs.  Event ids remembered meanwhile are in the WAL
-        after the snapshot's position, and ids expired meanwhile would be
-        expired again.  The event loop never waits long."""
-        async def add(section: list) -> None:
-            await asyncio.to_thread(writer.add, records.encode(section))
-
-        if walks(board):
-            return await self._walk_board(writer, board)
-        entries = 0
-        if hold:
-            self.state.hold(board)
-        try:
-            await add(["board", board.name, board.config.to_dict(), board.version,
-                       board.updated_at])
-            if board.expires_at is not None:
-                await add(["expiry", board.name, board.expires_at])
-            for window, periods in board.periods.items():
-                for period, index in list(periods.items()):
-                    entries += len(index)
-                    # In pieces, each written as it is made (sections.py).
-                    chunks = index.dump_chunks(settings.SNAPSHOT_INDEX_BYTES)
-                    await asyncio.to_thread(
-                        writer.add_stream, blob_prefix(["index", board.name, window, period],
-                                                       chunks.size), chunks, chunks.size)
-            labels = [chunk async for chunk in _yielding(_columns(board.labels))]
-        finally:
-            if hold:
-                self.state.release(board)
-        # As columns: a msgpack map's decoder would intern every key.
-        for keys, values in labels:
-            await add(["label_columns", board.name, keys, values])
-        return entries + sum(len(keys) for keys, _ in labels) + await _event_ids(writer, board)
-
-    async def _walk_board(self, writer: Any, board: Board) -> int:
-        """:meth:`snapshot_board` of a board whose indexes walk."""
+        Its event ids are copied a chunk at a time as each is written: a
+        copy of them all would double the memory they take (hundreds of
+        megabytes on a busy board) for as long as the snapshot runs.  Event
+        ids remembered meanwhile are in the log after the snapshot's
+        position, and ids expired meanwhile would be expired again."""
         async def add(section: list) -> None:
             await asyncio.to_thread(writer.add, records.encode(section))
 
@@ -196,6 +158,7 @@ class Snapshotter:
         for start in range(0, len(names), settings.SNAPSHOT_CHUNK):
             keys = [name for name in names[start:start + settings.SNAPSHOT_CHUNK]
                     if name in labels]
+            # As columns: a msgpack map's decoder would intern every key.
             await add(["label_columns", board.name, keys, [labels[name] for name in keys]])
             entries += len(keys)
         return entries + await _event_ids(writer, board)
@@ -205,33 +168,25 @@ class Snapshotter:
         ``(seq, epoch, sections, covers)`` (snapshot sections, as
         ``Engine.load_group_snapshot`` takes them).
 
-        Boards whose indexes walk are written while their writes go on, as
-        for a local snapshot: the sections hold the group's state at
-        ``seq`` and some of the writes applied after it, up to ``covers``
-        (the position applied when the copy ended), which the group's log
-        applied from ``seq`` sets again.  It may be kept only once the log
-        holds ``covers``: a write applied here and never committed must not
-        reach a follower.  If some board's indexes do not walk, the group's
-        writers wait while every board is copied, at one position (``covers``
-        is ``seq``)."""
+        Its boards are walked while their writes go on, as for a local
+        snapshot: the sections hold the group's state at ``seq`` and some of
+        the writes applied after it, up to ``covers`` (the position applied
+        when the copy ended), which the group's log applied from ``seq``
+        sets again.  It may be kept only once the log holds ``covers`` (a
+        write applied here and never committed must not reach a follower),
+        and a follower loaded from it serves no read of the group before it
+        applied that far (the ``walked`` section)."""
         state = self.state
         boards = [board for name, board in state.boards.items() if group_of(name) == group]
-        for board in boards:
+        for board in boards:  # (a store swapping a board in: after it)
             await board.writable.wait()
         boards = [board for name, board in state.boards.items() if group_of(name) == group]
         seq, epoch = state.positions.get(group, (0, 0))
         sections = _Sections()
         building = staging.parts_of(state.staged, group)  # (at `seq`: no await between)
-        held = [] if all(map(walks, boards)) else boards
-        for board in held:  # held at once: the copy is of one position
-            state.hold(board)
-        try:
-            for board in boards:
-                await self.snapshot_board(sections, board, hold=False)
-        finally:
-            for board in held:
-                state.release(board)
-        covers = max(state.positions.get(group, (0, 0))[0] if not held else seq, seq)
+        for board in boards:
+            await self.snapshot_board(sections, board)
+        covers = max(state.positions.get(group, (0, 0))[0], seq)
         for part in building:
             sections.add(staging.section(part))
         if covers > seq:  # (a follower serves no read of it before it applied this far)
@@ -264,12 +219,6 @@ class Snapshotter:
                     await self.snapshot()
                 except Exception:
                     log.exception("snapshot failed; the WAL keeps everything meanwhile")
-
-
-def walks(board: Board) -> bool:
-    """Whether every index of ``board`` can be walked (``dump_walk``)."""
-    return all(hasattr(index, "dump_walk")
-               for periods in board.periods.values() for index in periods.values())
 
 
 async def _walk_index(writer: Any, head: list, index: Any) -> int:
@@ -342,23 +291,5 @@ class _Sections:
     def add_parts(self, parts: Sequence[bytes]) -> None:
         self.parts.append(b"".join(parts))
 
-    def add_stream(self, prefix: bytes, pieces: Iterable[bytes], size: int) -> None:
-        self.parts.append(b"".join([prefix, *pieces]))
-
     def walked(self, head: list) -> _Walked:
         return _Walked(self, head)
-
-
-async def _yielding(chunks: Iterator[T]) -> AsyncIterator[T]:
-    """``chunks``, letting the event loop run after each."""
-    for chunk in chunks:
-        yield chunk
-        await asyncio.sleep(0)
-
-
-def _columns(mapping: Mapping[str, Any]) -> Iterator[tuple[list, list]]:
-    """``mapping``'s keys and values, in lists of ``SNAPSHOT_CHUNK`` (``mapping``
-    must not change meanwhile)."""
-    keys, values = iter(mapping), iter(mapping.values())
-    while chunk := list(itertools.islice(keys, settings.SNAPSHOT_CHUNK)):
-        yield chunk, list(itertools.islice(values, len(chunk)))

@@ -43,7 +43,7 @@ class BoardState:
         self.deadlines = Deadlines()
         #: Set when a deadline is set, for the expiry task to look again.
         self.deadline_set = asyncio.Event()
-        #: Boards whose writes wait for a snapshot (``Board.writable`` clear).
+        #: Boards whose writes wait for a store (``Board.writable`` clear).
         self.held: set[str] = set()
         #: How many holds each held board has (a snapshot's, a store's), by name.
         self.holds: dict[str, int] = {}
@@ -259,8 +259,8 @@ class BoardState:
     # --- holds -----------------------------------------------------------------------
 
     def hold(self, board: Board) -> None:
-        """Make ``board``'s writers wait (a snapshot is reading it, or a
-        store its inputs) until every hold is released.  A board swapped in
+        """Make ``board``'s writers wait (a store is reading its inputs)
+        until every hold is released.  A board swapped in
         for it meanwhile (a store's) is held with it."""
         board.writable.clear()
         self.held.add(board.name)
