@@ -31,9 +31,10 @@ REPLAY_BATCH = 10_000
 #: Replayed index states held before they are applied: enough for a large
 #: index to take them in one re-threading pass, few enough to bound memory.
 REPLAY_PENDING_STATES = 1_000_000
-#: Labels copied, then encoded, per step of a snapshot (each a few ms of
-#: event-loop time).
-SNAPSHOT_CHUNK = 20_000
+#: Labels copied and encoded per step of a snapshot, on the event loop
+#: (about a millisecond; encoded in a worker thread, the encoding held the
+#: interpreter's lock from the loop as long).
+SNAPSHOT_CHUNK = 5_000
 #: Boards housekeeping looks at before it lets the event loop run.
 HOUSEKEEPING_STEP = 64
 #: Remembered event ids are copied for a snapshot in chunks of about this

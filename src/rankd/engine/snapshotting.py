@@ -156,10 +156,14 @@ class Snapshotter:
         labels = board.labels
         names = list(labels)  # (one copy of the keys; their values are read as written)
         for start in range(0, len(names), settings.SNAPSHOT_CHUNK):
-            keys = [name for name in names[start:start + settings.SNAPSHOT_CHUNK]
-                    if name in labels]
+            keys = names[start:start + settings.SNAPSHOT_CHUNK]
+            values = list(map(labels.get, keys))
+            if None in values:  # (removed since the copy)
+                kept = [i for i, value in enumerate(values) if value is not None]
+                keys, values = [keys[i] for i in kept], [values[i] for i in kept]
             # As columns: a msgpack map's decoder would intern every key.
-            await add(["label_columns", board.name, keys, [labels[name] for name in keys]])
+            section = records.encode(["label_columns", board.name, keys, values])
+            await asyncio.to_thread(writer.add, section)
             entries += len(keys)
         return entries + await _event_ids(writer, board)
 
