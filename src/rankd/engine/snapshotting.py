@@ -89,10 +89,10 @@ class Snapshotter:
                 if core.replication is not None:
                     await asyncio.to_thread(writer.add, records.encode(
                         ["positions", {g: list(p) for g, p in positions.items()}]))
-                    for group, covers in state.walked.items():
-                        if positions.get(group, (0, 0))[0] < covers:  # (still catching up)
-                            await asyncio.to_thread(writer.add, records.encode(
-                                ["walked", group, covers]))
+                for group, covers in list(state.walked.items()):
+                    if positions.get(group, (0, 0))[0] < covers:  # (still catching up)
+                        await asyncio.to_thread(writer.add, records.encode(
+                            ["walked", group, covers]))
                 for name, board in list(state.boards.items()):
                     if state.boards.get(name) is not board:
                         continue  # dropped meanwhile; the WAL replays the drop
