@@ -1160,14 +1160,15 @@ NEMESES = {
 }
 
 
-def make_lab(root: Path, scenario: str, ack: str) -> Lab:
-    """The lab ``scenario`` needs, under ``--ack ack``."""
+def make_lab(root: Path, scenario: str, ack: str, extra: tuple[str, ...] = ()) -> Lab:
+    """The lab ``scenario`` needs, under ``--ack ack`` (``extra``: more
+    arguments for every node)."""
     shim = None
     if scenario in NEEDS_SHIM:
         from faultshim import build_shim
 
         shim = build_shim(root)
-    return Lab(root, ack=ack, standby=scenario in NEEDS_STANDBY, shim=shim)
+    return Lab(root, ack=ack, standby=scenario in NEEDS_STANDBY, shim=shim, extra=extra)
 
 
 def summary(scenario: str, ack: str, figures: dict, wrong: list[str]) -> str:
@@ -1199,14 +1200,19 @@ def main() -> int:
     parser.add_argument("--ack", default="log", choices=("log", "local", "both"))
     parser.add_argument("--json", type=Path, help="write every run's figures there")
     parser.add_argument("--logs", action="store_true", help="print the nodes' logs on a failure")
+    parser.add_argument("--group-snapshot-records", type=int,
+                        help="the nodes' --group-snapshot-records (small: groups' snapshots "
+                             "stored, and loaded by followers, under the nemesis)")
     args = parser.parse_args()
+    extra = (() if args.group_snapshot_records is None
+             else ("--group-snapshot-records", str(args.group_snapshot_records)))
     acks = ("log", "local") if args.ack == "both" else (args.ack,)
     failed = 0
     results = []
     for name in args.scenarios:
         for ack in acks:
             with tempfile.TemporaryDirectory() as root:
-                lab = make_lab(Path(root), name, ack)
+                lab = make_lab(Path(root), name, ack, extra)
                 result: dict[str, Any] = {"scenario": name, "ack": ack,
                                           "seconds": args.seconds}
                 try:
