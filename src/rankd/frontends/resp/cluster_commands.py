@@ -318,8 +318,11 @@ def route(conn: Context, command: Command, words: list[bytes], learn: bool = Tru
         # group since the view was read.  Read again before the write runs,
         # so a write another node takes is redirected (or relayed), not
         # refused.
+        # (Shown to monitors once routed; a blocking pop as it starts to
+        # wait, as Redis shows it: at once.)
         return dataclasses.replace(command, handler=_learning(command, group),
-                                   immediate=False)
+                                   immediate=False,
+                                   shown_once_routed="blocking" not in command.flags)
     if primary is None or primary == here:
         return command
     state = conn.cluster_session
@@ -350,7 +353,7 @@ def _learning(command: Command, group: int) -> Any:
     ``command`` as :func:`route` routes it on that view: here (what its
     handler returns: writes are submitted by the connection), relayed, or
     ``-MOVED`` (:class:`Rerouted`).  Monitors see it once routed
-    (``routes_first``), a blocking pop at once."""
+    (``Command.shown_once_routed``), a blocking pop at once."""
     async def learned(conn: Context, words: list[bytes]) -> Any:
         topology: Topology = conn.service.topology
         if await topology.learn(group) is False:
@@ -364,8 +367,6 @@ def _learning(command: Command, group: int) -> Any:
             raise Rerouted(exc.text) from None
         result = routed.handler(conn, words)
         return await result if isinstance(result, Awaitable) else result
-    # (A blocking pop is shown as it starts to wait, as Redis shows it: at once.)
-    learned.routes_first = "blocking" not in command.flags  # type: ignore[attr-defined]
     return learned
 
 

@@ -564,7 +564,7 @@ class RespConnection(_Lane, PipelinedConnection):  # type: ignore[valid-type, mi
             # Shown once it has run (a blocking pop once it waits), as Redis
             # shows it; EXEC after the commands it runs; a write routed
             # once the group's register is read, once it is routed here.
-            routes_first = getattr(command.handler, "routes_first", False)
+            routes_first = command.shown_once_routed
             if command.name != "exec" and not routes_first:
                 shown = True
                 self._monitored(command, words, out)

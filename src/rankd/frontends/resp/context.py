@@ -134,6 +134,10 @@ class Command:
     #: Applied when it runs, its reply waiting for the commit (``.pop_runs``):
     #: the batched writes before it are applied first, the rest stay batched.
     applied_now: bool = False
+    #: Shown to monitors once its handler's awaitable has run, not before
+    #: (a write that first reads which node writes its key: ``-MOVED`` or
+    #: relayed, it never ran here).
+    shown_once_routed: bool = False
     subcommands: dict[str, Command] = field(default_factory=dict)
 
 
