@@ -404,12 +404,36 @@ async def resolve_unknowns(lab: Lab, history: History, timeout: float = 60.0,
     return len(pending)
 
 
-async def read_log(dsn: str) -> dict[int, list[tuple[int, int, tuple]]]:
-    """Every group's log in Postgres: ``(seq, epoch, record)`` in order."""
+async def keep_compacted_log(dsn: str) -> None:
+    """Keep every row of the groups' logs that a snapshot's compaction
+    deletes (``ClusterLog.store_snapshot``, the only ``DELETE`` of them) in a
+    table of the harness's own, by a trigger: :func:`read_log` then reads
+    the whole history of every group however often snapshots are stored."""
     conn = await asyncpg.connect(dsn)
     try:
-        rows = await conn.fetch("SELECT group_id, first_seq, last_seq, epoch, records "
-                                "FROM rankd_log ORDER BY group_id, first_seq")
+        await conn.execute("""
+            CREATE TABLE IF NOT EXISTS jepsen_compacted_log (LIKE rankd_log);
+            CREATE OR REPLACE FUNCTION jepsen_keep_compacted() RETURNS trigger AS $$
+            BEGIN INSERT INTO jepsen_compacted_log SELECT OLD.*; RETURN OLD; END
+            $$ LANGUAGE plpgsql;
+            DROP TRIGGER IF EXISTS jepsen_keep_compacted ON rankd_log;
+            CREATE TRIGGER jepsen_keep_compacted BEFORE DELETE ON rankd_log
+                FOR EACH ROW EXECUTE FUNCTION jepsen_keep_compacted();""")
+    finally:
+        await conn.close()
+
+
+async def read_log(dsn: str) -> dict[int, list[tuple[int, int, tuple]]]:
+    """Every group's log in Postgres: ``(seq, epoch, record)`` in order
+    (with the rows compaction deleted, if :func:`keep_compacted_log` kept them)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        kept = await conn.fetchval("SELECT to_regclass('jepsen_compacted_log') IS NOT NULL")
+        rows = await conn.fetch(
+            "SELECT group_id, first_seq, last_seq, epoch, records FROM rankd_log "
+            + ("UNION ALL SELECT group_id, first_seq, last_seq, epoch, records "
+               "FROM jepsen_compacted_log " if kept else "")
+            + "ORDER BY group_id, first_seq")
         registers = {r["group_id"]: r["last_seq"] for r in
                      await conn.fetch("SELECT group_id, last_seq FROM rankd_groups")}
     finally:
@@ -605,6 +629,7 @@ def violations(figures: dict, scenario: str, ack: str, lease_seconds: float = 1.
 
 
 def make_boards(lab: Lab) -> None:
+    asyncio.run(keep_compacted_log(lab.dsn))
     for board in BOARDS:
         for _ in range(100):
             status, body = lab.daemons[0].request("PUT", f"/v1/boards/{board}",
