@@ -530,3 +530,50 @@ cdef class _DumpPieces:
             rk_store_u32(PyBytes_AS_STRING(out) + n, <uint32_t>self.crc)
             self.done = True
         return out
+
+
+cdef class _WalkPieces:
+    """What the ``dump_walk`` iterators of both indexes share (each adds its
+    index, how it finds the first entry after the last record written, and
+    ``__next__``): a piece is built in ``scratch``; the last record written
+    is kept (member, key, seq) for the next piece to go on after it."""
+
+    cdef Py_ssize_t max_bytes
+    cdef char *scratch
+    cdef char *member
+    cdef Py_ssize_t mlen
+    cdef double key
+    cdef uint64_t seq
+    cdef bint started
+    cdef bint done
+    #: Records written so far (the header's count).
+    cdef readonly uint64_t records
+
+    def __cinit__(self, *args):
+        self.max_bytes = max(1, args[1])
+        self.scratch = <char *>malloc(self.max_bytes + DUMP_RECORD_SIZE + MAX_MEMBER_BYTES)
+        self.member = <char *>malloc(MAX_MEMBER_BYTES)
+        if self.scratch == NULL or self.member == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.scratch)
+        free(self.member)
+
+    def __iter__(self):
+        return self
+
+    cdef void _written(self, double key, uint64_t seq, const char *member,
+                       Py_ssize_t mlen) noexcept:
+        """Note the last record a piece wrote (the next goes on after it)."""
+        self.key, self.seq, self.mlen = key, seq, mlen
+        memcpy(self.member, member, mlen)
+
+
+cdef bytes _walked_header(int version, bint descending, int tie_code, uint64_t records,
+                          uint64_t next_seq):
+    """A walked dump's header (``DUMP_WALKED``)."""
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, DUMP_HEADER_SIZE)
+    _dump_header_write(PyBytes_AS_STRING(out), version, descending, tie_code, records,
+                       next_seq, True)
+    return out

@@ -3048,47 +3048,22 @@ cdef class _DumpChunks(_DumpPieces):
 
 
 @cython.final
-cdef class _DumpWalk:
+cdef class _DumpWalk(_WalkPieces):
     """``RankIndex.dump_walk``: a walked dump's records, a piece at a time,
     each from the first entry after the last record written."""
 
     cdef RankIndex index
-    cdef Py_ssize_t max_bytes
-    cdef char *scratch
-    cdef char *member          # the last record written: member, key and seq
-    cdef Py_ssize_t mlen
-    cdef double key
-    cdef uint64_t seq
-    cdef bint started
-    cdef bint done
-    #: Records written so far (the header's count).
-    cdef readonly uint64_t records
 
     def __cinit__(self, RankIndex index, Py_ssize_t max_bytes):
         self.index = index
-        self.max_bytes = max(1, max_bytes)
-        self.scratch = <char *>malloc(self.max_bytes + DUMP_RECORD_SIZE + MAX_MEMBER_BYTES)
-        self.member = <char *>malloc(MAX_MEMBER_BYTES)
-        if self.scratch == NULL or self.member == NULL:
-            raise MemoryError()
-
-    def __dealloc__(self):
-        free(self.scratch)
-        free(self.member)
-
-    def __iter__(self):
-        return self
 
     def __next__(self):
         cdef RankIndex index = self.index
         cdef pg_page *page
-        cdef pg_page *last_page
-        cdef Py_ssize_t pos = 0, last_pos, i
+        cdef Py_ssize_t pos = 0, last_pos = 0
         cdef Py_ssize_t record = DUMP_RECORD_SIZE - 8 * index.tie_by_member
         cdef char *p = self.scratch
         cdef char *q
-        cdef const char *name
-        cdef uint64_t n = 0
         if self.done:
             raise StopIteration
         if self.started:
@@ -3103,32 +3078,26 @@ cdef class _DumpWalk:
         if p == self.scratch:  # one record at least
             p = index._dump_pages(&page, &pos, p,
                                   self.scratch + DUMP_RECORD_SIZE + MAX_MEMBER_BYTES)
-        # The last record written: found again by reading it back.
+        # The last record written: found again by reading the piece.
         q = self.scratch
         while q < p:
-            self.mlen = rk_load_u16(q + record - 2)
             last_pos = q - self.scratch
-            q += record + self.mlen
-            n += 1
+            q += record + rk_load_u16(q + record - 2)
+            self.records += 1
         q = self.scratch + last_pos
-        self.key = index._key(rk_load_f64(q))
-        self.seq = 0 if index.tie_by_member else rk_load_u64(q + 8)
-        memcpy(self.member, q + record, self.mlen)
-        self.records += n
-        if page == NULL:
-            self.done = True
+        self._written(index._key(rk_load_f64(q)),
+                      0 if index.tie_by_member else rk_load_u64(q + 8),
+                      q + record, rk_load_u16(q + record - 2))
+        self.done = page == NULL
         return PyBytes_FromStringAndSize(self.scratch, p - self.scratch)
 
     def header(self):
         """The walked dump's header: the records written so far, and the
         index's next seq now (above every seq written)."""
         cdef RankIndex index = self.index
-        cdef bytes out = PyBytes_FromStringAndSize(NULL, DUMP_HEADER_SIZE)
-        _dump_header_write(PyBytes_AS_STRING(out),
-                           DUMP_VERSION_NO_SEQS if index.tie_by_member else DUMP_VERSION,
-                           index.descending, index.tie_by_member + index.tie_member_desc,
-                           self.records, index._next_seq, True)
-        return out
+        return _walked_header(DUMP_VERSION_NO_SEQS if index.tie_by_member else DUMP_VERSION,
+                              index.descending, index.tie_by_member + index.tie_member_desc,
+                              self.records, index._next_seq)
 
 
 def _load_from_dump(data):

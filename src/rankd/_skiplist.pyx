@@ -2129,11 +2129,12 @@ cdef class RankIndex:
 
 
 cdef char *_dump_nodes(rk_node **at, char *p, const char *limit,
-                       bint descending) noexcept nogil:
+                       bint descending, uint64_t *written=NULL) noexcept nogil:
     """Write the dump records of ``at[0]`` and the nodes after it at ``p``
     while each fits before ``limit``; ``at[0]`` is left at the first node
-    not written."""
+    not written (``written``, if given, counts the records)."""
     cdef rk_node *x = at[0]
+    cdef uint64_t n = 0
     while x != NULL and limit - p >= DUMP_RECORD_SIZE + x.mlen:
         rk_store_f64(p, -x.key if descending else x.key)
         rk_store_u64(p + 8, x.seq)
@@ -2141,7 +2142,10 @@ cdef char *_dump_nodes(rk_node **at, char *p, const char *limit,
         memcpy(p + DUMP_RECORD_SIZE, RK_MEMBER(x), x.mlen)
         p += DUMP_RECORD_SIZE + x.mlen
         x = x.level[0].forward
+        n += 1
     at[0] = x
+    if written != NULL:
+        written[0] += n
     return p
 
 
@@ -2192,45 +2196,21 @@ cdef class _DumpChunks(_DumpPieces):
 
 
 @cython.final
-cdef class _DumpWalk:
+cdef class _DumpWalk(_WalkPieces):
     """``RankIndex.dump_walk``: a walked dump's records, a piece at a time,
     each from the first node after the last record written."""
 
     cdef RankIndex index
-    cdef Py_ssize_t max_bytes
-    cdef char *scratch
-    cdef char *member          # the last record written: member, key and seq
-    cdef Py_ssize_t mlen
-    cdef double key
-    cdef uint64_t seq
-    cdef bint started
-    cdef bint done
-    #: Records written so far (the header's count).
-    cdef readonly uint64_t records
 
     def __cinit__(self, RankIndex index, Py_ssize_t max_bytes):
         self.index = index
-        self.max_bytes = max(1, max_bytes)
-        self.scratch = <char *>malloc(self.max_bytes + DUMP_RECORD_SIZE + MAX_MEMBER_BYTES)
-        self.member = <char *>malloc(MAX_MEMBER_BYTES)
-        if self.scratch == NULL or self.member == NULL:
-            raise MemoryError()
-
-    def __dealloc__(self):
-        free(self.scratch)
-        free(self.member)
-
-    def __iter__(self):
-        return self
 
     def __next__(self):
         cdef RankIndex index = self.index
         cdef rk_node *x
-        cdef rk_node *last = NULL
+        cdef rk_node *last
         cdef char *p = self.scratch
         cdef const char *limit = self.scratch + self.max_bytes
-        cdef uint64_t n = 0
-        cdef bint descending = index.descending
         if self.done:
             raise StopIteration
         if self.started:
@@ -2238,35 +2218,23 @@ cdef class _DumpWalk:
         else:
             x = index.header.level[0].forward
             self.started = True
-        if x != NULL and limit - p < DUMP_RECORD_SIZE + x.mlen:
-            limit = p + DUMP_RECORD_SIZE + x.mlen  # one record at least
-        while x != NULL and limit - p >= DUMP_RECORD_SIZE + x.mlen:
-            rk_store_f64(p, -x.key if descending else x.key)
-            rk_store_u64(p + 8, x.seq)
-            rk_store_u16(p + 16, x.mlen)
-            memcpy(p + DUMP_RECORD_SIZE, RK_MEMBER(x), x.mlen)
-            p += DUMP_RECORD_SIZE + x.mlen
-            n += 1
-            last = x
-            x = x.level[0].forward
-        if last != NULL:
-            self.key, self.seq, self.mlen = last.key, last.seq, last.mlen
-            memcpy(self.member, RK_MEMBER(last), last.mlen)
-        self.records += n
         if x == NULL:
             self.done = True
-            if n == 0:
-                raise StopIteration
+            raise StopIteration
+        if limit - p < DUMP_RECORD_SIZE + x.mlen:
+            limit = p + DUMP_RECORD_SIZE + x.mlen  # one record at least
+        p = _dump_nodes(&x, p, limit, index.descending, &self.records)
+        last = index.tail if x == NULL else x.backward
+        self._written(last.key, last.seq, RK_MEMBER(last), last.mlen)
+        self.done = x == NULL
         return PyBytes_FromStringAndSize(self.scratch, p - self.scratch)
 
     def header(self):
         """The walked dump's header: the records written so far, and the
         index's next seq now (above every seq written)."""
-        cdef bytes out = PyBytes_FromStringAndSize(NULL, DUMP_HEADER_SIZE)
-        _dump_header_write(PyBytes_AS_STRING(out), DUMP_VERSION, self.index.descending,
-                           self.index.tie_by_member + self.index.tie_member_desc,
-                           self.records, self.index._next_seq, True)
-        return out
+        return _walked_header(DUMP_VERSION, self.index.descending,
+                              self.index.tie_by_member + self.index.tie_member_desc,
+                              self.records, self.index._next_seq)
 
 
 cdef rk_node **_table_alloc(size_t size, bint huge=False) except NULL:
