@@ -345,6 +345,19 @@ def around(load: Load, cut: CutOver, wall: float) -> str:
     return f"{figures}; {caught}; slowest retried: " + ("; ".join(shown) or "none")
 
 
+def snapshots(logged: str) -> str:
+    """The group and local snapshots a node logged in ``logged``: how many,
+    with their times."""
+    stored = re.findall(r"^\S+ (\S+) .*stored group (\d+)'s snapshot at position", logged,
+                        re.MULTILINE)
+    local = re.findall(r"^\S+ (\S+) .*snapshot @\d+: .* in ([0-9.]+)s", logged, re.MULTILINE)
+    return (f"{len(stored)} group snapshots stored"
+            + (f" (at {', '.join(clock for clock, _ in stored)})" if stored else "")
+            + f", {len(local)} local"
+            + (f" ({', '.join(f'{clock} in {seconds} s' for clock, seconds in local)})"
+               if local else ""))
+
+
 def stalls(logged: str) -> str:
     """The loop watchdog's warnings in ``logged``: how often and where a
     node's event loop was held over its threshold."""
@@ -382,6 +395,8 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
         await asyncio.sleep(3.0)
         baseline = load.window(time.monotonic() - 2.0, time.monotonic())
         print(f"load before any move: {baseline}")
+        for node in nodes:
+            print(f"  {node.data_dir.name} so far: {snapshots(node.log())}")
         for round_ in range(rounds):
             primary, followers, _ = placement_of(nodes[0], group)
             target = next(f"n{i}" for i in range(3) if f"n{i}" not in (primary, *followers))
@@ -428,7 +443,8 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
                 print(f"  writes around the cut-over (from {AROUND_SECONDS:g} s before to "
                       f"{AROUND_SECONDS:g} s after): {around(load, cut, wall)}")
             for node, start in zip(nodes, logged, strict=True):
-                print(f"  {node.data_dir.name}: {stalls(node.log()[start:])}")
+                print(f"  {node.data_dir.name}: {stalls(node.log()[start:])}; "
+                      f"{snapshots(node.log()[start:])}")
             await asyncio.sleep(2.0)
         load.running = False
         await running
