@@ -144,12 +144,15 @@ class Snapshotter:
         async def add(section: list) -> None:
             await asyncio.to_thread(writer.add, records.encode(section))
 
+        # The windows walked are the config's written here (no await between):
+        # a window added meanwhile has no place in the board a restart makes.
+        windows = list(board.periods.items())
         await add(["board", board.name, board.config.to_dict(), board.version,
                    board.updated_at])
         if board.expires_at is not None:
             await add(["expiry", board.name, board.expires_at])
         entries = 0
-        for window, periods in list(board.periods.items()):
+        for window, periods in windows:
             for period, index in list(periods.items()):
                 entries += await _walk_index(writer, ["index", board.name, window, period],
                                              index)
