@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import FakeClock, engine_config, run, sub
-from rankd.engine import records
+from rankd.engine import records, snapshotting
 from rankd.engine.engine import Engine
+from rankd.engine.groups import group_of
 from rankd.engine.snapshot import SnapshotWriter
+from rankd.engine.state import BoardState
 
 INDEX_KINDS = ["skiplist", "pages"]
 
@@ -28,15 +30,16 @@ class _PauseAfter:
     """Pauses the snapshot's writer thread after the first section of
     ``kind`` for ``board`` until :meth:`go` (the loop writes meanwhile)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, kind: str, board: str) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, kind: str, board: str,
+                 writer: type = SnapshotWriter) -> None:
         self.reached = asyncio.Event()
         self._go = threading.Event()
         self._loop = asyncio.get_running_loop()
         self._done = False
-        original = SnapshotWriter.add
+        original = writer.add
 
-        def add(writer: SnapshotWriter, payload: bytes) -> None:
-            original(writer, payload)
+        def add(sections: object, payload: bytes) -> None:
+            original(sections, payload)
             if self._done:
                 return
             section = records.decode(payload)
@@ -45,7 +48,7 @@ class _PauseAfter:
                 self._loop.call_soon_threadsafe(self.reached.set)
                 assert self._go.wait(10), "the test never let the snapshot go on"
 
-        monkeypatch.setattr(SnapshotWriter, "add", add)
+        monkeypatch.setattr(writer, "add", add)
 
     def go(self) -> None:
         self._go.set()
@@ -101,6 +104,37 @@ def test_window_added_while_the_board_is_walked_restarts(tmp_path: Path, index: 
         await engine.submit(sub("b", "late", score=99.0))
 
     run(_walked_restart(tmp_path, index, monkeypatch, before, meanwhile))
+
+
+@pytest.mark.parametrize("index", INDEX_KINDS)
+def test_window_added_while_a_group_snapshot_walks_the_board_loads(
+        tmp_path: Path, index: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for a cluster group's snapshot (``Engine.group_snapshot``,
+    what a follower whose position the log dropped loads): its sections
+    must load (they raised ``KeyError: 'daily'``, and the follower could
+    never load its group)."""
+    async def body() -> None:
+        clock = FakeClock()
+        engine = await Engine.open(engine_config(tmp_path, index=index), clock=clock)
+        try:
+            await engine.put_board("b", {"windows": ["all"]})
+            await engine.submit_many([sub("b", f"m{i}", score=float(i)) for i in range(20)])
+            pause = _PauseAfter(monkeypatch, "board", "b", snapshotting._Sections)
+            copy = asyncio.create_task(engine.group_snapshot(group_of("b")))
+            await asyncio.wait_for(pause.reached.wait(), 10)
+            try:
+                await engine.put_board("b", {"windows": ["all", "daily"]})
+                await engine.submit(sub("b", "late", score=99.0))
+            finally:
+                pause.go()
+            _, _, sections, _ = await copy
+            loaded = BoardState(clock)
+            loaded.load(sections)
+            assert set(loaded.boards["b"].periods) <= set(loaded.boards["b"].config.windows)
+        finally:
+            await engine.close(snapshot=False)
+
+    run(body())
 
 
 @pytest.mark.parametrize("index", INDEX_KINDS)
