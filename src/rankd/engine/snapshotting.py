@@ -95,10 +95,10 @@ class Snapshotter:
                     if positions.get(group, (0, 0))[0] < covers:  # (still catching up)
                         await asyncio.to_thread(writer.add, records.encode(
                             ["walked", group, covers]))
-                for board, mark in boards:
+                for board, version, updated_at in boards:
                     if state.boards.get(board.name) is not board:
                         continue  # dropped meanwhile; the WAL replays the drop
-                    entries += await self.snapshot_board(writer, board, mark)
+                    entries += await self.snapshot_board(writer, board, version, updated_at)
                 for part in building:
                     await asyncio.to_thread(writer.add, staging.section(part))
                 # The boards may hold writes logged after `lsn`: every one of
@@ -126,10 +126,11 @@ class Snapshotter:
             await self._drop_covered_segments()
             return path
 
-    async def snapshot_board(self, writer: Any, board: Board, mark: tuple[int, float]) -> int:
+    async def snapshot_board(self, writer: Any, board: Board, version: int,
+                             updated_at: float) -> int:
         """Write one board; return how many entries (members of every
-        window and period, labels, event ids) it wrote.  ``mark`` is its
-        ``(version, updated_at)`` at the snapshot's position
+        window and period, labels, event ids) it wrote.  ``version`` and
+        ``updated_at`` are its own at the snapshot's position
         (:func:`at_position`): the log replayed from there counts every
         version since again.
 
@@ -152,7 +153,7 @@ class Snapshotter:
         # The windows walked are the config's written here (no await between):
         # a window added meanwhile has no place in the board a restart makes.
         windows = list(board.periods.items())
-        await add(["board", board.name, board.config.to_dict(), *mark])
+        await add(["board", board.name, board.config.to_dict(), version, updated_at])
         if board.expires_at is not None:
             await add(["expiry", board.name, board.expires_at])
         entries = 0
@@ -196,8 +197,8 @@ class Snapshotter:
         seq, epoch = state.positions.get(group, (0, 0))
         sections = _Sections()
         building = staging.parts_of(state.staged, group)  # (at `seq`: no await between)
-        for board, mark in boards:
-            await self.snapshot_board(sections, board, mark)
+        for board, version, updated_at in boards:
+            await self.snapshot_board(sections, board, version, updated_at)
         covers = max(state.positions.get(group, (0, 0))[0], seq)
         for part in building:
             sections.add(staging.section(part))
@@ -233,11 +234,11 @@ class Snapshotter:
                     log.exception("snapshot failed; the WAL keeps everything meanwhile")
 
 
-def at_position(boards: Iterable[Board]) -> list[tuple[Board, tuple[int, float]]]:
-    """Each of ``boards`` with its ``(version, updated_at)`` now: taken at a
+def at_position(boards: Iterable[Board]) -> list[tuple[Board, int, float]]:
+    """``(board, version, updated_at)`` of each of ``boards`` now: taken at a
     snapshot's position (no await between), written in its section, so that
     the versions the writes after it count are counted once."""
-    return [(board, (board.version, board.updated_at)) for board in boards]
+    return [(board, board.version, board.updated_at) for board in boards]
 
 
 async def _walk_index(writer: Any, head: list, index: Any) -> int:
