@@ -22,7 +22,7 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,8 @@ class Snapshotter:
             logged_bytes = core.wal.stats.bytes
             positions = dict(state.positions)
             building = staging.parts_of(state.staged)  # (at `lsn`: no await between)
+            # The boards as of `lsn` (one made since is made again by the log).
+            boards = at_position(state.boards.values())
             try:
                 writer = await asyncio.to_thread(core.snapshots.begin, lsn)
             except OSError as exc:
@@ -93,10 +95,10 @@ class Snapshotter:
                     if positions.get(group, (0, 0))[0] < covers:  # (still catching up)
                         await asyncio.to_thread(writer.add, records.encode(
                             ["walked", group, covers]))
-                for name, board in list(state.boards.items()):
-                    if state.boards.get(name) is not board:
+                for board, version, updated_at in boards:
+                    if state.boards.get(board.name) is not board:
                         continue  # dropped meanwhile; the WAL replays the drop
-                    entries += await self.snapshot_board(writer, board)
+                    entries += await self.snapshot_board(writer, board, version, updated_at)
                 for part in building:
                     await asyncio.to_thread(writer.add, staging.section(part))
                 # The boards may hold writes logged after `lsn`: every one of
@@ -124,9 +126,13 @@ class Snapshotter:
             await self._drop_covered_segments()
             return path
 
-    async def snapshot_board(self, writer: Any, board: Board) -> int:
+    async def snapshot_board(self, writer: Any, board: Board, version: int,
+                             updated_at: float) -> int:
         """Write one board; return how many entries (members of every
-        window and period, labels, event ids) it wrote.
+        window and period, labels, event ids) it wrote.  ``version`` and
+        ``updated_at`` are its own at the snapshot's position
+        (:func:`at_position`): the log replayed from there counts every
+        version since again.
 
         Its writes go on meanwhile: each index is walked (``dump_walk``) a
         piece at a time on the event loop (well under a millisecond each),
@@ -144,12 +150,14 @@ class Snapshotter:
         async def add(section: list) -> None:
             await asyncio.to_thread(writer.add, records.encode(section))
 
-        await add(["board", board.name, board.config.to_dict(), board.version,
-                   board.updated_at])
+        # The windows walked are the config's written here (no await between):
+        # a window added meanwhile has no place in the board a restart makes.
+        windows = list(board.periods.items())
+        await add(["board", board.name, board.config.to_dict(), version, updated_at])
         if board.expires_at is not None:
             await add(["expiry", board.name, board.expires_at])
         entries = 0
-        for window, periods in list(board.periods.items()):
+        for window, periods in windows:
             for period, index in list(periods.items()):
                 entries += await _walk_index(writer, ["index", board.name, window, period],
                                              index)
@@ -184,12 +192,13 @@ class Snapshotter:
         boards = [board for name, board in state.boards.items() if group_of(name) == group]
         for board in boards:  # (a store swapping a board in: after it)
             await board.writable.wait()
-        boards = [board for name, board in state.boards.items() if group_of(name) == group]
+        boards = at_position(board for name, board in state.boards.items()
+                             if group_of(name) == group)
         seq, epoch = state.positions.get(group, (0, 0))
         sections = _Sections()
         building = staging.parts_of(state.staged, group)  # (at `seq`: no await between)
-        for board in boards:
-            await self.snapshot_board(sections, board)
+        for board, version, updated_at in boards:
+            await self.snapshot_board(sections, board, version, updated_at)
         covers = max(state.positions.get(group, (0, 0))[0], seq)
         for part in building:
             sections.add(staging.section(part))
@@ -223,6 +232,13 @@ class Snapshotter:
                     await self.snapshot()
                 except Exception:
                     log.exception("snapshot failed; the WAL keeps everything meanwhile")
+
+
+def at_position(boards: Iterable[Board]) -> list[tuple[Board, int, float]]:
+    """``(board, version, updated_at)`` of each of ``boards`` now: taken at a
+    snapshot's position (no await between), written in its section, so that
+    the versions the writes after it count are counted once."""
+    return [(board, board.version, board.updated_at) for board in boards]
 
 
 async def _walk_index(writer: Any, head: list, index: Any) -> int:
