@@ -63,7 +63,7 @@ class Housekeeping:
         for position, board in enumerate(list(self.state.boards.values())):
             if position % step == step - 1:
                 await asyncio.sleep(0)
-            await board.writable.wait()  # not while a snapshot reads this board
+            await board.writable.wait()  # not while a store reads this board
             board.dedupe.expire(now)
             for window, period in board.expired_periods(now):
                 index = board.periods[window].get(period)

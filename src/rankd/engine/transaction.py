@@ -80,7 +80,7 @@ class Transaction:
 
     async def ready(self, writes: Iterable[str], reads: Iterable[str] = ()) -> None:
         """Wait until the boards named in ``writes`` may be written: no
-        snapshot holds them and, on a cluster node, this node writes their
+        store holds them and, on a cluster node, this node writes their
         group.  ``CrossGroup`` if the boards named (``writes`` and
         ``reads``) are of more than one group on a cluster node;
         ``NotPrimary`` if another node writes the group.  Nothing is
@@ -108,7 +108,7 @@ class Transaction:
             for board in held:
                 await board.writable.wait()
         else:
-            raise Unavailable("the boards of this transaction stay held by snapshots; "
+            raise Unavailable("the boards of this transaction stay held by stores; "
                               "try again")
         engine.check_writable()
         if self.group is not None:
@@ -129,7 +129,7 @@ class Transaction:
         if not self._open:
             raise RuntimeError("Transaction.ready must come before its operations")
         if name in self.engine.held:
-            raise Unavailable(f"board {name!r} is being snapshotted; try again")
+            raise Unavailable(f"board {name!r} is held by a store; try again")
         if self.engine.replication is not None and group_of(name) != self.group:
             raise CrossGroup(f"board {name!r} is of another group than this transaction's")
 
