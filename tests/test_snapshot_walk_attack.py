@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_helpers import FakeClock, engine_config, run, sub
+from engine_helpers import FakeClock, engine_config, run, sub, with_engine
 from rankd.engine import records, snapshotting
 from rankd.engine.engine import Engine
 from rankd.engine.groups import group_of
@@ -159,3 +159,33 @@ def test_board_version_not_counted_twice_after_a_walked_snapshot(
                                           board="a",
                                           observe=lambda engine: engine.read_version("b")))
     assert restarted == live
+
+
+def test_a_period_retired_before_a_restart_stays_retired(tmp_path: Path) -> None:
+    """Retiring a closed period is not logged (housekeeping: its standings
+    are archived, then it is dropped), so the log made it again at a
+    restart until the next housekeeping; the restart retires it again before
+    the first read."""
+    clock = FakeClock()
+
+    async def before(engine) -> str:
+        await engine.put_board("d", {"windows": ["all", "daily"], "retain": 1})
+        await engine.submit(sub("d", "a", score=1.0))
+        clock.advance(3 * 86_400)
+        await engine.submit(sub("d", "b", score=2.0))
+        await engine.housekeeping()
+        return engine.digest()
+
+    async def session() -> str:
+        engine = await Engine.open(engine_config(tmp_path), clock=clock)
+        try:
+            return await before(engine)
+        finally:
+            await engine.close(snapshot=False)
+
+    live = run(session())
+
+    async def reopened(engine) -> str:
+        return engine.digest()
+
+    assert run(with_engine(tmp_path, clock, reopened)) == live

@@ -238,6 +238,12 @@ class Engine:
             # The -0 scores this restart made 0 are in no record: a snapshot soon keeps them so.
             self._commits.events_since_snapshot += 1
             self._snapshotter.last_time = -math.inf
+        # Periods retired before the restart (retiring is not logged: the log
+        # made them again) are retired again before the first read.
+        try:
+            await self._housekeeping.housekeeping()
+        except Exception:
+            log.exception("housekeeping at start failed; its loop tries again")
         core.tasks.append(asyncio.create_task(self._snapshotter.loop(),
                                               name="rankd-snapshots"))
         core.tasks.append(asyncio.create_task(self._housekeeping.loop(),
