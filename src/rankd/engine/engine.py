@@ -195,11 +195,12 @@ class Engine:
         return engine
 
     @classmethod
-    async def rebuild(cls, data_dir: Path) -> int:
+    async def rebuild(cls, data_dir: Path, *, clock: Callable[[], float] = time.time) -> int:
         """Open ``data_dir`` as after a crash (replaying its log), close it
         with a snapshot and return its last position: what
-        :func:`rankd.engine.postgres.restore` does once the log is written."""
-        engine = await cls.open(EngineConfig(data_dir=data_dir, fsync="always"))
+        :func:`rankd.engine.postgres.restore` does once the log is written.
+        Its start retires periods and forgets event ids as of ``clock``."""
+        engine = await cls.open(EngineConfig(data_dir=data_dir, fsync="always"), clock=clock)
         try:
             return engine.wal.last_lsn
         finally:
