@@ -43,6 +43,7 @@ import itertools
 import json
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -1196,6 +1197,14 @@ def make_lab(root: Path, scenario: str, ack: str, extra: tuple[str, ...] = ()) -
     return Lab(root, ack=ack, standby=scenario in NEEDS_STANDBY, shim=shim, extra=extra)
 
 
+def snapshot_counts(lab: Lab) -> dict[str, int]:
+    """Groups' snapshots the nodes stored and loaded (from their logs)."""
+    logs = [daemon.log() for daemon in lab.daemons]
+    return {"group_snapshots_stored": sum(log.count("'s snapshot at position") for log in logs),
+            "group_snapshots_loaded": sum(len(re.findall(r"loads group \d+ from its snapshot",
+                                                         log)) for log in logs)}
+
+
 def summary(scenario: str, ack: str, figures: dict, wrong: list[str]) -> str:
     """One line of figures for a scenario run, and what it broke."""
     f = figures
@@ -1209,6 +1218,9 @@ def summary(scenario: str, ack: str, figures: dict, wrong: list[str]) -> str:
             f"version_conflicts={f['version_conflicts']} "
             f"stale={f['stale_reads']} (max {f['stale_max_s']}s) takeover={takeover} "
             f"p50={f['p50_ms']}ms p99={f['p99_ms']}ms")
+    if f.get("group_snapshots_stored"):
+        line += (f" group_snapshots={f['group_snapshots_stored']} stored, "
+                 f"{f['group_snapshots_loaded']} loaded")
     if "moves_done" in f:
         line += (f" moves={f['moves_done']} of {f['moves_requested']} requested "
                  f"topology_epochs_back={f['topology_epochs_back']} "
@@ -1243,6 +1255,7 @@ def main() -> int:
                 try:
                     make_boards(lab)
                     figures = asyncio.run(run_scenario(lab, name, args.seconds))
+                    figures |= snapshot_counts(lab)
                     wrong = violations(figures, name, ack, lab.lease_seconds)
                     result |= {"figures": figures, "broken": wrong}
                     print(summary(name, ack, figures, wrong), flush=True)
