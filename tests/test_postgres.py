@@ -155,8 +155,8 @@ def test_restore_from_postgres_rebuilds_the_live_state(tmp_path, pg_dsn):
 
     live_digest = run(live())
     restored_dir = tmp_path / "restored"
-    # (Rebuilt as of the live engine's clock: its start retires periods and
-    # forgets event ids as of then.)
+    # (Rebuilt as of the live engine's clock: its start retires periods as of
+    # then.)
     last = run(postgres.restore(pg_dsn, restored_dir,
                                 functools.partial(Engine.rebuild, clock=clock)))
 

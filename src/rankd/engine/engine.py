@@ -199,7 +199,7 @@ class Engine:
         """Open ``data_dir`` as after a crash (replaying its log), close it
         with a snapshot and return its last position: what
         :func:`rankd.engine.postgres.restore` does once the log is written.
-        Its start retires periods and forgets event ids as of ``clock``."""
+        Its start retires periods as of ``clock``."""
         engine = await cls.open(EngineConfig(data_dir=data_dir, fsync="always"), clock=clock)
         try:
             return engine.wal.last_lsn
@@ -240,9 +240,10 @@ class Engine:
             self._commits.events_since_snapshot += 1
             self._snapshotter.last_time = -math.inf
         # Periods retired before the restart (retiring is not logged: the log
-        # made them again) are retired again before the first read.
+        # made them again) are retired again before the first read.  (Expired
+        # event ids answer as forgotten already: they wait for the loop.)
         try:
-            await self._housekeeping.housekeeping()
+            await self._housekeeping.housekeeping(expire_ids=False)
         except Exception:
             log.exception("housekeeping at start failed; its loop tries again")
         core.tasks.append(asyncio.create_task(self._snapshotter.loop(),

@@ -54,17 +54,19 @@ class Housekeeping:
             except Exception:
                 log.exception("housekeeping failed")
 
-    async def housekeeping(self) -> None:
-        """Expire dedupe entries and retire periods beyond ``retain``,
-        archiving their final standings first.  The event loop runs between
-        boards: with tens of thousands of boards, one pass is many steps."""
+    async def housekeeping(self, *, expire_ids: bool = True) -> None:
+        """Expire dedupe entries (unless not ``expire_ids``) and retire
+        periods beyond ``retain``, archiving their final standings first.
+        The event loop runs between boards: with tens of thousands of
+        boards, one pass is many steps."""
         now = self.core.clock()
         step = settings.HOUSEKEEPING_STEP
         for position, board in enumerate(list(self.state.boards.values())):
             if position % step == step - 1:
                 await asyncio.sleep(0)
             await board.writable.wait()  # not while a store reads this board
-            board.dedupe.expire(now)
+            if expire_ids:
+                board.dedupe.expire(now)
             for window, period in board.expired_periods(now):
                 index = board.periods[window].get(period)
                 if index is None:
