@@ -384,15 +384,17 @@ def test_memory_after_deleting_half_is_near_a_fresh_board(pages_cls):
 
 
 def test_name_records_take_their_length_in_4_byte_units(pages_cls):
-    # A record is a 4-byte page number, a length byte and the name's UTF-8
-    # bytes, padded to 4 bytes (issue 47: 8-byte units cost 4 more bytes
-    # for half the lengths, player:123456's 13 bytes among them).
+    # A record is a length byte and the name's UTF-8 bytes, padded to 4
+    # bytes, at least 8 (a free record keeps its length and a link) (issue
+    # 47: 8-byte units cost 4 more bytes for half the lengths,
+    # player:123456's 13 bytes among them; the member's page is found
+    # through its map slot, not a page number in the record).
     names = [("x" * k) for k in range(1, 41)] + ["é" * 7, "名" * 5, "player:123456", "p" * 256,
                                                  "abcdefg\x7f", "abcdefghi\xff"]
     index = pages_cls("desc", "member")
     index.apply_batch([(Op.SET, m, i) for i, m in enumerate(names)])
     index._check()
-    records = sum((5 + len(m.encode()) + 3) // 4 * 4 for m in names)
+    records = sum(max(2, (1 + len(m.encode()) + 3) // 4) * 4 for m in names)
     assert index._memory()["names"] == 4 + records  # (unit 0 is never an id)
     assert all(index.score(m) == i for i, m in enumerate(names))
     # Names read back as str, ASCII (copied at once) or not (decoded).
