@@ -15,11 +15,12 @@ A skip list of one node per member pays, per member, a malloc'd block, a
 forward pointer and a span per level, a backward pointer, a cached key per
 level and a hash slot pointer: about 107 bytes for a 19-byte name.  Here
 level 0 is *unrolled*: a page holds up to ``page_size`` entries (64 by
-default) in rank order, as parallel arrays of 32-bit member ids, score
-keys (f64) and, on boards tied by arrival, arrival sequences: a board
-tied by member never orders by a seq, so its pages keep none (12 bytes an
-entry) and its dump leaves them out.  A board tied by arrival keeps its
-seqs in 32 bits (16 bytes an entry, not 20) while they are below 2^32:
+default, and at most) in rank order, as parallel arrays of entry numbers
+(a byte: see Members), 32-bit member ids, score keys (f64) and, on boards
+tied by arrival, arrival sequences: a board tied by member never orders
+by a seq, so its pages keep none (13 bytes an entry) and its dump leaves
+them out.  A board tied by arrival keeps its seqs in 32 bits (17 bytes an
+entry, not 21) while they are below 2^32:
 seqs count a board's score changes, so only a replay that gives explicit
 seqs or four billion writes pass that, and the first seq that does widens
 every page to 64-bit seqs, once (O(n), page by page allocated before any
@@ -27,9 +28,8 @@ moves, so running out of memory changes nothing; links name pages by
 number as well as address, so the moved pages are re-linked from the page
 table).  Of the ways to fewer bytes a member this is the cheapest (4
 bytes an entry, one branch a read): a per-page base with 32-bit offsets
-saves the same but needs a rebase when a page's seqs span more than 2^32,
-and the other two (tags in the member map, no page number in the name
-record) are weighed under Members.  Only pages carry skip list levels,
+saves the same but needs a rebase when a page's seqs span more than 2^32;
+the page number that name records held is gone (see Members).  Only pages carry skip list levels,
 so the tower overhead is paid once per page, not once per member.  Rank,
 top-K, neighbours and range reads walk a few pages of contiguous arrays
 instead of one pointer per member, and an update that stays inside its
@@ -81,7 +81,8 @@ what full ones do, plus two spare entries a page on average.  ``realloc``
 may move a page; the links to it hold its address, so the page table, the
 next page's ``prev`` and the link before it on each of its levels are
 repointed (``_repoint_moved``: one search for its first entry, through the
-page table, since the link's own address may be the old one).  A step of
+page table, since the link's own address may be the old one; the map's
+codes name it by number, which stays).  A step of
 4 reallocates once per 4 inserts into a page: the copy is a page's worth
 of bytes, about what the insert's memmove moves, and the towers, which
 searches read, never move.
@@ -96,56 +97,66 @@ for a heap of a million members), and ``clear`` does after freeing all.
 Members
 -------
 Each member name is stored once, in the index's name arena: a record of
-``u32 page number | u8 length - 1 | UTF-8 bytes`` padded to 4 bytes,
-addressed by a 32-bit id (its offset in 4-byte units).  Freed records go to
-free lists by size, so deleting and re-adding members reuses their memory;
-when a quarter of the arena is free records nobody took back, a sliding
-compaction moves the live records down over them, 128 units a write (a
-moved record's id is changed in its page and in the member map), and the
-arena's memory is given back at its end.  Units of 4 bytes, not 8, spare
-4 bytes a member for half the name lengths (``player:123456``, 13 bytes,
-takes 20 bytes, not 24) and cost the arena's reach (16 GiB, not 32); a
-19-byte name costs its 24 bytes either way, and a byte-packed record
-would spare at most 3 more bytes of padding, for ids of bytes that reach
-only 4 GiB.
-The page number finds the member's page in O(1) through the page table;
-the member is found in its page by scanning its ids (a page is small).
+``u8 length - 1 | UTF-8 bytes`` padded to 4 bytes (at least 8: a freed
+record keeps its length byte and holds its free list's link in its
+second unit), addressed by a 32-bit id (its offset in 4-byte units): a
+19-byte name takes 20 bytes.  Freed records go to free lists by size, so
+deleting and re-adding members reuses their memory; when a quarter of
+the arena is free records nobody took back, a sliding compaction moves
+the live records down over them, 128 units a write, and the arena's
+memory is given back at its end.  A record does not say whose it is:
+the compaction finds a record's entry through the member map by the
+record's name, and the record is live if that entry lists it (a freed
+record's name finds no member, or one re-added under a new record; its
+bytes from the fifth on are the link, so it may name nobody at all); a
+moved record's id changes in its entry only.  Units of 4 bytes, not 8,
+spare 4 bytes a member for half the name lengths and cost the arena's
+reach (16 GiB, not 32).
+
 The member map is open addressing with linear probing over an array of
-32-bit ids (4 bytes a slot, at most 3/4 full), keyed by SipHash-1-3 with a
-per-index random key (names come from players, so collisions must not be
-predictable); it deletes by backward shift, so it holds no tombstones.
-Its size is 2^k or 3 * 2^(k-1) slots (a hash's home slot is the high bits
-of hash * size, Lemire's fast range, so any size works): it grows by 3/2
-or 4/3, never below half full after growing (doubling left 3/8), about
-6.3 bytes a member at 1M where doubling gave 8.4; it shrinks below 3/8
-full to a size it fills at most 5/8.
-It resizes incrementally, as Redis's dict does: a new table takes the
-puts, and every write moves 16 slots of the old one (marking them moved,
-so that probes of the old table still walk over them); lookups probe
-both meanwhile.  No write pays for moving the whole map.  A
-hit reads the slot and the name it must compare anyway, so tags of hash
-bits beside the ids would only spare the rare collision, for a byte a slot
-(a map 7/8 full with tags costs what one 3/4 full without them does).
-The page number in the name record stays (weighed for issue 47's third
-memory step): a member's page cannot be found from its name without it.
-Finding the entry by a search from the top needs its score and seq,
-which live in the page (kept beside the name they would cost 12 bytes to
-save 4).  Keeping the page number in the map slot beside the id costs 4
-bytes a slot (about 6 a member), not 4 a member.  A map slot of page
-number and hash tag *instead of* the id (the name found by scanning the
-page for a per-entry tag byte) saves 4 bytes less the tag's 1 (with
-4-byte units a 19-byte name's record is 20 bytes without the page number;
-with 8-byte units it was 24 either way), but a slot no longer names its
-member: every entry that moves to another page (splits, shares and
-merges move a page's worth) must be hashed again to find its slot, and
-the map's resize and backward-shift deletion, which need each slot's
-hash, would have to read pages and names to get it.  A slot of page
-number and a stable per-page entry number (a byte an entry, 6 bits of a
-64-entry page) would name its member exactly, so that deletes and
-resizes find each slot's name through its page; it costs a probe a page
-read beside the name read.  A shorter page number saves nothing: a
-19-byte name's record is 24 bytes with a 3-byte page number as with a
-4-byte one.
+32-bit *codes*, one per member (4 bytes a slot, at most 3/4 full), keyed
+by SipHash-1-3 with a per-index random key (names come from players, so
+collisions must not be predictable); it deletes by backward shift, so it
+holds no tombstones.  A code names the member's entry: ``(page number <<
+6 | entry number) + 1`` (0 is an empty slot).  An entry number is a byte
+beside the entry, unique in its page and kept while the entry moves
+inside it (a page keeps the numbers in use as a 64-bit word, so pages
+hold at most 64 entries; page numbers are 26-bit, and 2^26 pages hold at
+least 2^31 members at the minimum fill).  A lookup reads the home slot,
+the page the code names (the page table gives its address; its header,
+entry numbers and ids are asked for at once), finds the entry by number
+(16 numbers a compare) and compares the name its id leads to: the
+misses of a map of ids, whose name record held the page number, in
+another order.  A probe past another member's slot reads that member's
+page as well as its name; deletes and resizes, which need each slot's
+hash, get the name the same way.  Entries that move to another page
+(splits, shares and merges move up to a page's worth) take numbers
+unused there, and their slots get the new codes: each found by the
+name's hash and recognised by the old code (codes are unique, so no
+name is compared), a move's names and slots asked for at once so that
+their misses overlap.  A member moved by its own write (taken out, put
+in elsewhere) has its slot marked pending meanwhile, since the entries
+the write moves may take its old number.
+
+Of the two shapes weighed for issue 47, this is the one of a page
+number and a stable entry number.  The other, a page number and a hash
+tag, costs as much (a tag byte an entry) but does not name its member:
+a tag may match two entries of a page, and deletes and resizes could not
+tell whose a slot is without hashing the names of the page.  Against a
+page number in the record, this saves 4 bytes a member and costs a byte
+an entry and 8 bytes a page (the word of numbers in use): about 2.8
+bytes a member net for 19-byte names, and a hash and a slot write for
+each entry a split, share or merge moves to another page.
+
+The map's size is 2^k or 3 * 2^(k-1) slots (a hash's home slot is the
+high bits of hash * size, Lemire's fast range, so any size works): it
+grows by 3/2 or 4/3, never below half full after growing (doubling left
+3/8), about 6.3 bytes a member at 1M where doubling gave 8.4; it shrinks
+below 3/8 full to a size it fills at most 5/8.  It resizes
+incrementally, as Redis's dict does: a new table takes the puts, and
+every write moves 16 slots of the old one (marking them moved, so that
+probes of the old table still walk over them); lookups probe both
+meanwhile.  No write pays for moving the whole map.
 
 Searching
 ---------
@@ -161,15 +172,15 @@ break a tie of keys, and the one page it ends on.
 
 What it costs
 -------------
-Finding a member's entry is a slot, its name, its page (by number: its
-header and ids are asked for at once) and the key found there: one or two
-more cache misses than the skip list's slot and node.  A name is read from
+Finding a member's entry is a slot, its page (by number: its header,
+entry numbers and ids are asked for at once), its name and the key found
+there: one or two more cache misses than the skip list's slot and node.  A name is read from
 the arena, away from its entry, by every read that returns members (which
 ask for the names of the window at once, so that their misses overlap)
 and by ``dump`` (which asks for the names of the entries ahead).
 ``around`` reads the neighbours from the member's own entry, back over
 ``prev`` links and forward, so it searches once, for the rank.  A batch
-asks for each operation's tuple, member str, map slot, name and page a
+asks for each operation's tuple, member str, map slot, page and name a
 few operations ahead, so that these dependent misses overlap, and hashes
 each member once: the first stage keeps the hash, by the str's address,
 for the later stages and the write (the batch works on its own copy of
@@ -2983,7 +2994,8 @@ cdef class RankIndex:
         Checks the strict order of all entries, page fills (1..page_size,
         at least page_size // 2 but on the last page), every level's spans
         and distinct spans against the entries and leaders they cover,
-        ``prev`` links, page numbers of names, the member map and counters.
+        ``prev`` links, entry numbers, the member map (each member's slot holds
+        its entry's code) and counters.
         Runtime complexity: O(n * levels).
         """
         cdef pg_page *p = self.header.level[0].forward
