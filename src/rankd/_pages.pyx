@@ -517,6 +517,8 @@ cdef class RankIndex:
     cdef Py_ssize_t memo_rank       # the mutation count that rank is good for
     cdef Py_ssize_t memo_mutations
     cdef uint32_t put_code          # the code of the entry _put placed last
+    cdef Py_ssize_t last_pos        # the position _locate found last (a hint)
+    cdef Py_ssize_t locate_bytes    # a page's header, entry numbers and ids
     # name arena: 4-byte units; id = offset in units (0 is never used)
     cdef uint32_t *names
     cdef size_t names_used, names_cap
@@ -565,6 +567,8 @@ cdef class RankIndex:
         self.branching = branching
         self.page_size = page_size
         self.min_fill = page_size // 2
+        self.locate_bytes = <Py_ssize_t>(sizeof(pg_page) + PG_ENOS_BYTES(page_size)
+                                         + PG_IDS_BYTES(page_size))
         if seed is None:
             self.rng_state = int.from_bytes(os.urandom(8), "little")
         else:
@@ -1316,26 +1320,36 @@ cdef class RankIndex:
         cdef const char *name
         cdef uint64_t hashes[MAP_STEP]
         cdef uint32_t ids[MAP_STEP]
+        cdef uint32_t *at[MAP_STEP]
         cdef pg_page *p
         if self.old_ids == NULL:
             return
         end = self.migrate_pos + MAP_STEP
         if end > self.old_nslots:
             end = self.old_nslots
-        # Four passes, so that the step's misses overlap instead of
-        # queueing: ask for the pages the codes name, then for the names
-        # their entries list, hash them and ask for their new slots, then
-        # put.  (A slot pending a move, see _write, holds no code.)
+        # Five passes, so that the step's misses overlap instead of
+        # queueing: ask for the pages the codes name (header and entry
+        # numbers), then for the ids of the entries found there, then for
+        # the names, hash them and ask for their new slots, then put.
+        # (A slot pending a move, see _write, holds no code.)
         for i in range(self.migrate_pos, end):
             code = self.old_ids[i]
             if code != 0 and code != MOVED and code != PENDING:
-                rk_prefetch(self.pages[PG_CODE_PNO(code)])
+                p = self.pages[PG_CODE_PNO(code)]
+                rk_prefetch(p)
+                rk_prefetch(<char *>p + 64)
         for i in range(self.migrate_pos, end):
             code = self.old_ids[i]
             if code != 0 and code != MOVED and code != PENDING:
-                p = self._locate(code, &pos)
-                ids[i - self.migrate_pos] = PG_IDS(p)[pos]
-                pg_prefetch_rec(&self.names[PG_IDS(p)[pos]])
+                p = self.pages[PG_CODE_PNO(code)]
+                pos = pg_find_eno(PG_ENOS(p), p.n, PG_CODE_ENO(code))
+                at[i - self.migrate_pos] = &PG_IDS(p)[pos]
+                rk_prefetch(at[i - self.migrate_pos])
+        for i in range(self.migrate_pos, end):
+            code = self.old_ids[i]
+            if code != 0 and code != MOVED and code != PENDING:
+                ids[i - self.migrate_pos] = at[i - self.migrate_pos][0]
+                pg_prefetch_rec(&self.names[ids[i - self.migrate_pos]])
         for i in range(self.migrate_pos, end):
             code = self.old_ids[i]
             if code != 0 and code != MOVED and code != PENDING:
@@ -1516,14 +1530,24 @@ cdef class RankIndex:
     cdef inline pg_page *_locate(self, uint32_t code, Py_ssize_t *pos) noexcept nogil:
         """The page and position of the entry whose code is ``code``."""
         cdef pg_page *p = self.pages[PG_CODE_PNO(code)]
+        cdef uint32_t e = PG_CODE_ENO(code)
         cdef Py_ssize_t i
         # The header, the entry numbers and the ids are a few lines at a
         # known place: ask for them all at once, so that their misses
         # overlap (the numbers give the position, the ids the name).
-        for i in range(64, <Py_ssize_t>(sizeof(pg_page) + PG_ENOS_BYTES(self.page_size)
-                                        + PG_IDS_BYTES(self.page_size)), 64):
+        for i in range(64, self.locate_bytes, 64):
             rk_prefetch(<char *>p + i)
-        pos[0] = pg_find_eno(PG_ENOS(p), p.n, PG_CODE_ENO(code))
+        # A lookup locates its entry twice (its probe compares the name,
+        # the caller reads the entry): the place found last is tried
+        # first, and is right if the page holds that number there.
+        i = self.last_pos
+        if <size_t>i < p.n and PG_ENOS(p)[i] == e:
+            pos[0] = i
+            return p
+        i = pg_find_eno(PG_ENOS(p), p.n, e)
+        pos[0] = i
+        if i >= 0:
+            self.last_pos = i
         return p
 
     cdef inline const char *_code_name(self, uint32_t code, Py_ssize_t *mlen) noexcept nogil:
