@@ -2926,6 +2926,25 @@ cdef class RankIndex:
         at[0] = q + record + mlen
         return True
 
+    cdef inline bint _loaded_has(self, const char *member, Py_ssize_t mlen,
+                                 uint64_t h) noexcept nogil:
+        """Whether a loading index holds ``member`` already: ``_slot`` for
+        an index that only ``_place_loaded`` filled, where an entry's number
+        is its position (no entry has moved) and no resize is under way,
+        so a slot's name is read without searching its page."""
+        cdef size_t i = pg_home(h, self.nslots)
+        cdef uint32_t code
+        cdef Py_ssize_t nlen
+        cdef const char *name
+        while True:
+            code = self.slot_ids[i]
+            if code == 0:
+                return False
+            name = self._name(PG_IDS(self.pages[PG_CODE_PNO(code)])[PG_CODE_ENO(code)], &nlen)
+            if nlen == mlen and memcmp(name, member, mlen) == 0:
+                return True
+            i = i + 1 if i + 1 < self.nslots else 0
+
     cdef inline void _prefetch_probe(self, uint64_t h, int stage) noexcept nogil:
         """Ask for what a probe for the hash ``h`` reads of the entries it
         compares (up to 8: the slots from its home to the first empty
@@ -2991,7 +3010,7 @@ cdef class RankIndex:
                 self._prefetch_probe(ring[(i + 4) & 15], 1)
             if i + 2 < hashed:
                 self._prefetch_probe(ring[(i + 2) & 15], 2)
-            if self._slot(q, mlen, h) != -1:
+            if self._loaded_has(q, mlen, h):
                 break
             mid = self._name_put(q, mlen)
             if mid == 0:
