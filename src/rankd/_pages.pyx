@@ -1311,57 +1311,52 @@ cdef class RankIndex:
             self._map_step()
 
     cdef void _map_step(self) noexcept:
-        """Move the ids of the next ``MAP_STEP`` slots of the old table to
+        """Move the codes of the next ``MAP_STEP`` slots of the old table to
         the new one (a moved slot reads ``MOVED``, so that probes for the
-        ids past it still walk over it); free the old table at its end."""
+        codes past it still walk over it); free the old table at its end."""
         cdef size_t i, end
-        cdef uint32_t code
-        cdef Py_ssize_t mlen, pos
+        cdef Py_ssize_t mlen, pos, j, k = 0
         cdef const char *name
+        cdef uint32_t codes[MAP_STEP]
         cdef uint64_t hashes[MAP_STEP]
         cdef uint32_t ids[MAP_STEP]
         cdef uint32_t *at[MAP_STEP]
+        cdef pg_page *pgs[MAP_STEP]
         cdef pg_page *p
         if self.old_ids == NULL:
             return
         end = self.migrate_pos + MAP_STEP
         if end > self.old_nslots:
             end = self.old_nslots
-        # Five passes, so that the step's misses overlap instead of
-        # queueing: ask for the pages the codes name (header and entry
-        # numbers), then for the ids of the entries found there, then for
-        # the names, hash them and ask for their new slots, then put.
+        # In passes over the step's codes, so that the misses overlap
+        # instead of queueing: ask for the pages the codes name (header
+        # and entry numbers), then for the ids of the entries found there,
+        # then for the names; hash them and ask for their new slots; put.
         # (A slot pending a move, see _write, holds no code.)
         for i in range(self.migrate_pos, end):
-            code = self.old_ids[i]
-            if code != 0 and code != MOVED and code != PENDING:
-                p = self.pages[PG_CODE_PNO(code)]
+            codes[k] = self.old_ids[i]
+            self.old_ids[i] = MOVED
+            if codes[k] != 0 and codes[k] != MOVED and codes[k] != PENDING:
+                p = self.pages[PG_CODE_PNO(codes[k])]
+                pgs[k] = p
                 rk_prefetch(p)
                 rk_prefetch(<char *>p + 64)
-        for i in range(self.migrate_pos, end):
-            code = self.old_ids[i]
-            if code != 0 and code != MOVED and code != PENDING:
-                p = self.pages[PG_CODE_PNO(code)]
-                pos = pg_find_eno(PG_ENOS(p), p.n, PG_CODE_ENO(code))
-                at[i - self.migrate_pos] = &PG_IDS(p)[pos]
-                rk_prefetch(at[i - self.migrate_pos])
-        for i in range(self.migrate_pos, end):
-            code = self.old_ids[i]
-            if code != 0 and code != MOVED and code != PENDING:
-                ids[i - self.migrate_pos] = at[i - self.migrate_pos][0]
-                pg_prefetch_rec(&self.names[ids[i - self.migrate_pos]])
-        for i in range(self.migrate_pos, end):
-            code = self.old_ids[i]
-            if code != 0 and code != MOVED and code != PENDING:
-                name = self._name(ids[i - self.migrate_pos], &mlen)
-                hashes[i - self.migrate_pos] = self._hash(name, mlen)
-                rk_prefetch(&self.slot_ids[pg_home(hashes[i - self.migrate_pos], self.nslots)])
-        for i in range(self.migrate_pos, end):
-            code = self.old_ids[i]
-            if code != 0 and code != MOVED and code != PENDING:
-                self._map_put(code, hashes[i - self.migrate_pos])
-                self.map_moves += 1
-            self.old_ids[i] = MOVED
+                k += 1
+        for j in range(k):
+            p = pgs[j]
+            pos = pg_find_eno(PG_ENOS(p), p.n, PG_CODE_ENO(codes[j]))
+            at[j] = &PG_IDS(p)[pos]
+            rk_prefetch(at[j])
+        for j in range(k):
+            ids[j] = at[j][0]
+            pg_prefetch_rec(&self.names[ids[j]])
+        for j in range(k):
+            name = self._name(ids[j], &mlen)
+            hashes[j] = self._hash(name, mlen)
+            rk_prefetch(&self.slot_ids[pg_home(hashes[j], self.nslots)])
+        for j in range(k):
+            self._map_put(codes[j], hashes[j])
+        self.map_moves += k
         self.migrate_pos = end
         if end == self.old_nslots:
             self.freed_bytes += self.old_nslots * 4
