@@ -519,6 +519,7 @@ cdef class RankIndex:
     cdef uint32_t put_code          # the code of the entry _put placed last
     cdef Py_ssize_t last_pos        # the position _locate found last (a hint)
     cdef Py_ssize_t locate_bytes    # a page's header, entry numbers and ids
+    cdef uint8_t *load_tags         # while loading: a hash byte by code (see _load)
     # name arena: 4-byte units; id = offset in units (0 is never used)
     cdef uint32_t *names
     cdef size_t names_used, names_cap
@@ -614,6 +615,8 @@ cdef class RankIndex:
         free(self.free_pnos)
         free(self.firstkeys)
         self.firstkeys = NULL
+        free(self.load_tags)
+        self.load_tags = NULL
         for i in range(self.nchunks):
             free(self.chunks[i])
         free(self.chunks)
@@ -2889,6 +2892,8 @@ cdef class RankIndex:
         cdef bint leader = self.length == 0 or key != ld.prev_key
         cdef uint32_t e = page.n   # (a loaded page's numbers are its positions)
         self._map_put(PG_CODE(page.pno, e), h)
+        if self.load_tags != NULL:
+            self.load_tags[PG_CODE(page.pno, e)] = <uint8_t>h
         self.member_bytes += mlen
         if page.n == 0:
             self.firstkeys[page.pno] = key
@@ -2921,12 +2926,19 @@ cdef class RankIndex:
         at[0] = q + record + mlen
         return True
 
+    cdef inline uint32_t *_loaded_id(self, uint32_t code, int fill) noexcept nogil:
+        """Where a loading index keeps the id of the entry ``code``: every
+        page it made has room for ``fill`` entries, and an entry's number
+        is its position (no entry has moved), so the place is known
+        without reading the page's header."""
+        return <uint32_t *>(<char *>self.pages[PG_CODE_PNO(code)] + sizeof(pg_page)
+                            + PG_ENOS_BYTES(fill)) + PG_CODE_ENO(code)
+
     cdef inline bint _loaded_has(self, const char *member, Py_ssize_t mlen,
-                                 uint64_t h) noexcept nogil:
+                                 uint64_t h, int fill) noexcept nogil:
         """Whether a loading index holds ``member`` already: ``_slot`` for
-        an index that only ``_place_loaded`` filled, where an entry's number
-        is its position (no entry has moved) and no resize is under way,
-        so a slot's name is read without searching its page."""
+        an index that only ``_place_loaded`` filled (see ``_loaded_id``),
+        where no resize is under way."""
         cdef size_t i = pg_home(h, self.nslots)
         cdef uint32_t code
         cdef Py_ssize_t nlen
@@ -2935,32 +2947,35 @@ cdef class RankIndex:
             code = self.slot_ids[i]
             if code == 0:
                 return False
-            name = self._name(PG_IDS(self.pages[PG_CODE_PNO(code)])[PG_CODE_ENO(code)], &nlen)
+            if self.load_tags != NULL and self.load_tags[code] != <uint8_t>h:
+                i = i + 1 if i + 1 < self.nslots else 0
+                continue
+            name = self._name(self._loaded_id(code, fill)[0], &nlen)
             if nlen == mlen and memcmp(name, member, mlen) == 0:
                 return True
             i = i + 1 if i + 1 < self.nslots else 0
 
-    cdef inline void _prefetch_probe(self, uint64_t h, int stage) noexcept nogil:
+    cdef inline void _prefetch_probe(self, uint64_t h, int stage, int fill) noexcept nogil:
         """Ask for what a probe for the hash ``h`` reads of the entries it
         compares (up to 8: the slots from its home to the first empty
-        one), a stage at a time, each after the one before had time to
-        arrive: 0 their pages' headers, 1 their ids, 2 the names.  Only
-        while loading, where an entry's number is its position."""
+        one), a stage at a time, the second after the first had time to
+        arrive: 0 their ids, 1 the names; with the load's tags, only the
+        tags.  Only while loading (see ``_loaded_id``)."""
         cdef size_t i = pg_home(h, self.nslots)
         cdef uint32_t code
-        cdef pg_page *p
         cdef int k
+        if self.load_tags != NULL and stage != 0:
+            return  # (the tags filter the names: a match is rare)
         for k in range(8):
             code = self.slot_ids[i]
             if code == 0:
                 return
-            p = self.pages[PG_CODE_PNO(code)]
-            if stage == 0:
-                rk_prefetch(p)
-            elif stage == 1:
-                rk_prefetch(&PG_IDS(p)[PG_CODE_ENO(code)])
+            if self.load_tags != NULL:
+                rk_prefetch(&self.load_tags[code])
+            elif stage == 0:
+                rk_prefetch(self._loaded_id(code, fill))
             else:
-                pg_prefetch_rec(&self.names[PG_IDS(p)[PG_CODE_ENO(code)]])
+                pg_prefetch_rec(&self.names[self._loaded_id(code, fill)[0]])
             i = i + 1 if i + 1 < self.nslots else 0
 
     cdef uint64_t _load_run(self, const char **p, const char *end, uint64_t i, uint64_t stop,
@@ -2998,14 +3013,12 @@ cdef class RankIndex:
                     &ahead, end, has_seq, &ring[hashed & 15]):
                 hashed += 1
             # (the slots asked for earlier are here now: ask for the
-            # pages, ids and names their probes will compare, in turn)
+            # ids and then the names their probes will compare)
             if i + 6 < hashed:
-                self._prefetch_probe(ring[(i + 6) & 15], 0)
-            if i + 4 < hashed:
-                self._prefetch_probe(ring[(i + 4) & 15], 1)
-            if i + 2 < hashed:
-                self._prefetch_probe(ring[(i + 2) & 15], 2)
-            if self._loaded_has(q, mlen, h):
+                self._prefetch_probe(ring[(i + 6) & 15], 0, ld.fill)
+            if i + 3 < hashed:
+                self._prefetch_probe(ring[(i + 3) & 15], 1, ld.fill)
+            if self._loaded_has(q, mlen, h, ld.fill):
                 break
             mid = self._name_put(q, mlen)
             if mid == 0:
@@ -3206,6 +3219,11 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     index._map_reserve(count)  # (at once: no resize under way while loading)
     ld.page = NULL
     ld.fill = index.page_size - index.page_size // 8
+    # A byte of each loaded member's hash, by code, for the repeat checks
+    # to compare before a name (a code's name is two misses away: its
+    # page's id, then the record); about a byte a member, freed at the
+    # end.  Without the memory the checks compare names.
+    index.load_tags = <uint8_t *>calloc(((count + ld.fill - 1) // ld.fill + 1) * 64 + 1, 1)
     ld.prev_key = 0.0
     ld.pages = 0
     for level in range(MAX_LEVEL):
@@ -3253,6 +3271,8 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
         reader.p += mlen
         i += 1
     reader.finish()
+    free(index.load_tags)
+    index.load_tags = NULL
     for level in range(index.height):
         ld.last[level].level[level].span = <uint32_t>(index.length - ld.last_rank[level])
         ld.last[level].level[level].dspan = <uint32_t>(index.ndistinct - ld.last_drank[level])
