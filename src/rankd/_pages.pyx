@@ -1092,9 +1092,13 @@ cdef class RankIndex:
         if self.compact_src >= self.names_used:
             self.names_used = self.compact_dst
             self.compacting = False
-            cap = 128
-            while cap < self.names_used + self.names_used // 4:
-                cap *= 2
+            # Room for an eighth more, in whole 4 KiB pages: the arena's
+            # end was touched before the removals, so room kept beyond
+            # that (a power of two kept up to twice the live records)
+            # would stay resident unused.
+            cap = (self.names_used + self.names_used // 8 + 1023) // 1024 * 1024
+            if cap < 128:
+                cap = 128
             if cap < self.names_cap:
                 self.freed_bytes += (self.names_cap - cap) * 4
                 shrunk = realloc(self.names, cap * 4)
@@ -2469,6 +2473,10 @@ cdef class RankIndex:
     def _trims(self):
         """Heap trims this index asked for (for tests)."""
         return self.trims
+
+    def _arena_state(self):
+        """``(units used, units of capacity)`` of the name arena (for tests)."""
+        return self.names_used, self.names_cap
 
     def _map_state(self):
         """``(slots, old slots or 0, old slots moved so far, ids moved ever)``
