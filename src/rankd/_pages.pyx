@@ -1212,6 +1212,20 @@ cdef class RankIndex:
             i = i + 1 if i + 1 < self.nslots else 0
         self.slot_ids[i] = code
 
+    cdef inline void _hash_names(self, const uint32_t *ids, Py_ssize_t count,
+                                 uint64_t *hashes) noexcept:
+        """Hash the names of the records ``ids`` into ``hashes`` and ask for
+        their home slots: in two passes, so that the names' misses overlap
+        (all asked for first), then the slots'."""
+        cdef Py_ssize_t k, mlen
+        cdef const char *name
+        for k in range(count):
+            pg_prefetch_rec(&self.names[ids[k]])
+        for k in range(count):
+            name = self._name(ids[k], &mlen)
+            hashes[k] = self._hash(name, mlen)
+            rk_prefetch(&self.slot_ids[pg_home(hashes[k], self.nslots)])
+
     cdef void _reslot(self, const uint32_t *olds, const uint32_t *news,
                       const uint32_t *ids, Py_ssize_t count) noexcept:
         """Entries moved to another page: give the slots holding the codes
@@ -1220,16 +1234,10 @@ cdef class RankIndex:
         so it is recognised by the code, not by comparing names.  In three
         passes, so that the misses overlap: the names, their hashes (and
         home slots), the slots."""
-        cdef Py_ssize_t k, mlen
-        cdef const char *name
+        cdef Py_ssize_t k
         cdef uint64_t hashes[64]
         cdef size_t i, left
-        for k in range(count):
-            pg_prefetch_rec(&self.names[ids[k]])
-        for k in range(count):
-            name = self._name(ids[k], &mlen)
-            hashes[k] = self._hash(name, mlen)
-            rk_prefetch(&self.slot_ids[pg_home(hashes[k], self.nslots)])
+        self._hash_names(ids, count, hashes)
         for k in range(count):
             i = pg_home(hashes[k], self.nslots)
             while self.slot_ids[i] != 0:
@@ -1322,8 +1330,7 @@ cdef class RankIndex:
         the new one (a moved slot reads ``MOVED``, so that probes for the
         codes past it still walk over it); free the old table at its end."""
         cdef size_t i, end
-        cdef Py_ssize_t mlen, pos, j, k = 0
-        cdef const char *name
+        cdef Py_ssize_t pos, j, k = 0
         cdef uint32_t codes[MAP_STEP]
         cdef uint64_t hashes[MAP_STEP]
         cdef uint32_t ids[MAP_STEP]
@@ -1356,11 +1363,7 @@ cdef class RankIndex:
             rk_prefetch(at[j])
         for j in range(k):
             ids[j] = at[j][0]
-            pg_prefetch_rec(&self.names[ids[j]])
-        for j in range(k):
-            name = self._name(ids[j], &mlen)
-            hashes[j] = self._hash(name, mlen)
-            rk_prefetch(&self.slot_ids[pg_home(hashes[j], self.nslots)])
+        self._hash_names(ids, k, hashes)
         for j in range(k):
             self._map_put(codes[j], hashes[j])
         self.map_moves += k
@@ -2948,20 +2951,18 @@ cdef class RankIndex:
         an index that only ``_place_loaded`` filled (see ``_loaded_id``),
         where no resize is under way."""
         cdef size_t i = pg_home(h, self.nslots)
-        cdef uint32_t code
+        cdef uint32_t code = self.slot_ids[i]
         cdef Py_ssize_t nlen
         cdef const char *name
-        while True:
-            code = self.slot_ids[i]
-            if code == 0:
-                return False
-            if self.load_tags != NULL and self.load_tags[code] != <uint8_t>h:
-                i = i + 1 if i + 1 < self.nslots else 0
-                continue
-            name = self._name(self._loaded_id(code, fill)[0], &nlen)
-            if nlen == mlen and memcmp(name, member, mlen) == 0:
-                return True
+        while code != 0:
+            # (the tag first: a name is two misses away)
+            if self.load_tags == NULL or self.load_tags[code] == <uint8_t>h:
+                name = self._name(self._loaded_id(code, fill)[0], &nlen)
+                if nlen == mlen and memcmp(name, member, mlen) == 0:
+                    return True
             i = i + 1 if i + 1 < self.nslots else 0
+            code = self.slot_ids[i]
+        return False
 
     cdef inline void _prefetch_probe(self, uint64_t h, int stage, int fill) noexcept nogil:
         """Ask for what a probe for the hash ``h`` reads of the entries it
