@@ -15,11 +15,12 @@ A skip list of one node per member pays, per member, a malloc'd block, a
 forward pointer and a span per level, a backward pointer, a cached key per
 level and a hash slot pointer: about 107 bytes for a 19-byte name.  Here
 level 0 is *unrolled*: a page holds up to ``page_size`` entries (64 by
-default) in rank order, as parallel arrays of 32-bit member ids, score
-keys (f64) and, on boards tied by arrival, arrival sequences: a board
-tied by member never orders by a seq, so its pages keep none (12 bytes an
-entry) and its dump leaves them out.  A board tied by arrival keeps its
-seqs in 32 bits (16 bytes an entry, not 20) while they are below 2^32:
+default, and at most) in rank order, as parallel arrays of entry numbers
+(a byte: see Members), 32-bit member ids, score keys (f64) and, on boards
+tied by arrival, arrival sequences: a board tied by member never orders
+by a seq, so its pages keep none (13 bytes an entry) and its dump leaves
+them out.  A board tied by arrival keeps its seqs in 32 bits (17 bytes an
+entry, not 21) while they are below 2^32:
 seqs count a board's score changes, so only a replay that gives explicit
 seqs or four billion writes pass that, and the first seq that does widens
 every page to 64-bit seqs, once (O(n), page by page allocated before any
@@ -27,9 +28,8 @@ moves, so running out of memory changes nothing; links name pages by
 number as well as address, so the moved pages are re-linked from the page
 table).  Of the ways to fewer bytes a member this is the cheapest (4
 bytes an entry, one branch a read): a per-page base with 32-bit offsets
-saves the same but needs a rebase when a page's seqs span more than 2^32,
-and the other two (tags in the member map, no page number in the name
-record) are weighed under Members.  Only pages carry skip list levels,
+saves the same but needs a rebase when a page's seqs span more than 2^32;
+the page number that name records held is gone (see Members).  Only pages carry skip list levels,
 so the tower overhead is paid once per page, not once per member.  Rank,
 top-K, neighbours and range reads walk a few pages of contiguous arrays
 instead of one pointer per member, and an update that stays inside its
@@ -81,7 +81,8 @@ what full ones do, plus two spare entries a page on average.  ``realloc``
 may move a page; the links to it hold its address, so the page table, the
 next page's ``prev`` and the link before it on each of its levels are
 repointed (``_repoint_moved``: one search for its first entry, through the
-page table, since the link's own address may be the old one).  A step of
+page table, since the link's own address may be the old one; the map's
+codes name it by number, which stays).  A step of
 4 reallocates once per 4 inserts into a page: the copy is a page's worth
 of bytes, about what the insert's memmove moves, and the towers, which
 searches read, never move.
@@ -96,56 +97,66 @@ for a heap of a million members), and ``clear`` does after freeing all.
 Members
 -------
 Each member name is stored once, in the index's name arena: a record of
-``u32 page number | u8 length - 1 | UTF-8 bytes`` padded to 4 bytes,
-addressed by a 32-bit id (its offset in 4-byte units).  Freed records go to
-free lists by size, so deleting and re-adding members reuses their memory;
-when a quarter of the arena is free records nobody took back, a sliding
-compaction moves the live records down over them, 128 units a write (a
-moved record's id is changed in its page and in the member map), and the
-arena's memory is given back at its end.  Units of 4 bytes, not 8, spare
-4 bytes a member for half the name lengths (``player:123456``, 13 bytes,
-takes 20 bytes, not 24) and cost the arena's reach (16 GiB, not 32); a
-19-byte name costs its 24 bytes either way, and a byte-packed record
-would spare at most 3 more bytes of padding, for ids of bytes that reach
-only 4 GiB.
-The page number finds the member's page in O(1) through the page table;
-the member is found in its page by scanning its ids (a page is small).
+``u8 length - 1 | UTF-8 bytes`` padded to 4 bytes (at least 8: a freed
+record keeps its length byte and holds its free list's link in its
+second unit), addressed by a 32-bit id (its offset in 4-byte units): a
+19-byte name takes 20 bytes.  Freed records go to free lists by size, so
+deleting and re-adding members reuses their memory; when a quarter of
+the arena is free records nobody took back, a sliding compaction moves
+the live records down over them, 128 units a write, and the arena's
+memory is given back at its end.  A record does not say whose it is:
+the compaction finds a record's entry through the member map by the
+record's name, and the record is live if that entry lists it (a freed
+record's name finds no member, or one re-added under a new record; its
+bytes from the fifth on are the link, so it may name nobody at all); a
+moved record's id changes in its entry only.  Units of 4 bytes, not 8,
+spare 4 bytes a member for half the name lengths and cost the arena's
+reach (16 GiB, not 32).
+
 The member map is open addressing with linear probing over an array of
-32-bit ids (4 bytes a slot, at most 3/4 full), keyed by SipHash-1-3 with a
-per-index random key (names come from players, so collisions must not be
-predictable); it deletes by backward shift, so it holds no tombstones.
-Its size is 2^k or 3 * 2^(k-1) slots (a hash's home slot is the high bits
-of hash * size, Lemire's fast range, so any size works): it grows by 3/2
-or 4/3, never below half full after growing (doubling left 3/8), about
-6.3 bytes a member at 1M where doubling gave 8.4; it shrinks below 3/8
-full to a size it fills at most 5/8.
-It resizes incrementally, as Redis's dict does: a new table takes the
-puts, and every write moves 16 slots of the old one (marking them moved,
-so that probes of the old table still walk over them); lookups probe
-both meanwhile.  No write pays for moving the whole map.  A
-hit reads the slot and the name it must compare anyway, so tags of hash
-bits beside the ids would only spare the rare collision, for a byte a slot
-(a map 7/8 full with tags costs what one 3/4 full without them does).
-The page number in the name record stays (weighed for issue 47's third
-memory step): a member's page cannot be found from its name without it.
-Finding the entry by a search from the top needs its score and seq,
-which live in the page (kept beside the name they would cost 12 bytes to
-save 4).  Keeping the page number in the map slot beside the id costs 4
-bytes a slot (about 6 a member), not 4 a member.  A map slot of page
-number and hash tag *instead of* the id (the name found by scanning the
-page for a per-entry tag byte) saves 4 bytes less the tag's 1 (with
-4-byte units a 19-byte name's record is 20 bytes without the page number;
-with 8-byte units it was 24 either way), but a slot no longer names its
-member: every entry that moves to another page (splits, shares and
-merges move a page's worth) must be hashed again to find its slot, and
-the map's resize and backward-shift deletion, which need each slot's
-hash, would have to read pages and names to get it.  A slot of page
-number and a stable per-page entry number (a byte an entry, 6 bits of a
-64-entry page) would name its member exactly, so that deletes and
-resizes find each slot's name through its page; it costs a probe a page
-read beside the name read.  A shorter page number saves nothing: a
-19-byte name's record is 24 bytes with a 3-byte page number as with a
-4-byte one.
+32-bit *codes*, one per member (4 bytes a slot, at most 3/4 full), keyed
+by SipHash-1-3 with a per-index random key (names come from players, so
+collisions must not be predictable); it deletes by backward shift, so it
+holds no tombstones.  A code names the member's entry: ``(page number <<
+6 | entry number) + 1`` (0 is an empty slot).  An entry number is a byte
+beside the entry, unique in its page and kept while the entry moves
+inside it (a page keeps the numbers in use as a 64-bit word, so pages
+hold at most 64 entries; page numbers are 26-bit, and 2^26 pages hold at
+least 2^31 members at the minimum fill).  A lookup reads the home slot,
+the page the code names (the page table gives its address; its header,
+entry numbers and ids are asked for at once), finds the entry by number
+(16 numbers a compare) and compares the name its id leads to: the
+misses of a map of ids, whose name record held the page number, in
+another order.  A probe past another member's slot reads that member's
+page as well as its name; deletes and resizes, which need each slot's
+hash, get the name the same way.  Entries that move to another page
+(splits, shares and merges move up to a page's worth) take numbers
+unused there, and their slots get the new codes: each found by the
+name's hash and recognised by the old code (codes are unique, so no
+name is compared), a move's names and slots asked for at once so that
+their misses overlap.  A member moved by its own write (taken out, put
+in elsewhere) has its slot marked pending meanwhile, since the entries
+the write moves may take its old number.
+
+Of the two shapes weighed for issue 47, this is the one of a page
+number and a stable entry number.  The other, a page number and a hash
+tag, costs as much (a tag byte an entry) but does not name its member:
+a tag may match two entries of a page, and deletes and resizes could not
+tell whose a slot is without hashing the names of the page.  Against a
+page number in the record, this saves 4 bytes a member and costs a byte
+an entry and 8 bytes a page (the word of numbers in use): about 2.8
+bytes a member net for 19-byte names, and a hash and a slot write for
+each entry a split, share or merge moves to another page.
+
+The map's size is 2^k or 3 * 2^(k-1) slots (a hash's home slot is the
+high bits of hash * size, Lemire's fast range, so any size works): it
+grows by 3/2 or 4/3, never below half full after growing (doubling left
+3/8), about 6.3 bytes a member at 1M where doubling gave 8.4; it shrinks
+below 3/8 full to a size it fills at most 5/8.  It resizes
+incrementally, as Redis's dict does: a new table takes the puts, and
+every write moves 16 slots of the old one (marking them moved, so that
+probes of the old table still walk over them); lookups probe both
+meanwhile.  No write pays for moving the whole map.
 
 Searching
 ---------
@@ -161,15 +172,15 @@ break a tie of keys, and the one page it ends on.
 
 What it costs
 -------------
-Finding a member's entry is a slot, its name, its page (by number: its
-header and ids are asked for at once) and the key found there: one or two
-more cache misses than the skip list's slot and node.  A name is read from
+Finding a member's entry is a slot, its page (by number: its header,
+entry numbers and ids are asked for at once), its name and the key found
+there: one or two more cache misses than the skip list's slot and node.  A name is read from
 the arena, away from its entry, by every read that returns members (which
 ask for the names of the window at once, so that their misses overlap)
 and by ``dump`` (which asks for the names of the entries ahead).
 ``around`` reads the neighbours from the member's own entry, back over
 ``prev`` links and forward, so it searches once, for the rank.  A batch
-asks for each operation's tuple, member str, map slot, name and page a
+asks for each operation's tuple, member str, map slot, page and name a
 few operations ahead, so that these dependent misses overlap, and hashes
 each member once: the first stage keeps the hash, by the str's address,
 for the later stages and the write (the batch works on its own copy of
@@ -242,16 +253,23 @@ cdef extern from *:
         uint32_t n, lead, pno;    /* entries, leaders, page number */
         uint16_t height, cap;
         pg_link *level;
+        uint64_t used;            /* the entry numbers in use (bit e: e) */
     };
+    /* After the header: cap entry numbers (u8, padded to 8 bytes), cap
+       ids, cap keys, cap seqs.  The numbers come first: finding an entry
+       by number scans them, in the header's lines. */
+    #define PG_ENOS_BYTES(cap) (((size_t)(cap) + 7) & ~(size_t)7)
     #define PG_IDS_BYTES(cap) (((size_t)(cap) * 4 + 7) & ~(size_t)7)
-    #define PG_IDS(p) ((uint32_t *)((char *)(p) + sizeof(pg_page)))
+    #define PG_ENOS(p) ((uint8_t *)((char *)(p) + sizeof(pg_page)))
+    #define PG_IDS(p) ((uint32_t *)((char *)(p) + sizeof(pg_page) + PG_ENOS_BYTES((p)->cap)))
     #define PG_KEYS(p) ((double *)((char *)PG_IDS(p) + PG_IDS_BYTES((p)->cap)))
     /* Seqs are 32-bit (PG_SEQS32) until a board's first seq past 2^32 - 1
        widens every page to 64-bit (PG_SEQS); boards tied by member hold
        none.  seq_bytes: 0, 4 or 8 per entry. */
     #define PG_SEQS(p) ((uint64_t *)(PG_KEYS(p) + (p)->cap))
     #define PG_SEQS32(p) ((uint32_t *)(PG_KEYS(p) + (p)->cap))
-    #define PG_SIZE(cap, seq_bytes) (sizeof(pg_page) + PG_IDS_BYTES(cap) + (size_t)(cap) * (8 + (seq_bytes)))
+    #define PG_SIZE(cap, seq_bytes) (sizeof(pg_page) + PG_ENOS_BYTES(cap) + PG_IDS_BYTES(cap) \
+                                     + (size_t)(cap) * (8 + (seq_bytes)))
     #define PG_TOWER_CHUNK 4096   /* links a chunk of towers holds */
     #define PG_MAX_LEVEL 32
     #define PG_NAME_CLASSES 67   /* records of 1..66 units of 4 bytes */
@@ -259,7 +277,49 @@ cdef extern from *:
        DEF, a value past 2^31 - 1 was a Python int, and every comparison
        with it made one of the id too. */
     #define PG_MOVED 0xFFFFFFFFu
-    #define PG_MAX_PNOS 0xFFFFFFFFu   /* page numbers are 32-bit */
+    /* A member map slot holds its member's code: page number and entry
+       number, PG_CODE(pno, eno) = (pno << 6 | eno) + 1 (0 is an empty
+       slot), so page numbers are 26-bit and below PG_MAX_PNOS, and codes
+       stay below PG_PENDING (a slot whose member is being moved: see
+       _write) and PG_MOVED. */
+    #define PG_MAX_PNOS ((1u << 26) - 1)
+    #define PG_CODE(pno, eno) ((((uint32_t)(pno) << 6) | (uint32_t)(eno)) + 1)
+    #define PG_CODE_PNO(c) (((c) - 1) >> 6)
+    #define PG_CODE_ENO(c) (((c) - 1) & 63)
+    #define PG_PENDING 0xFFFFFFFEu
+    /* The lowest entry number a page does not use (it holds fewer than
+       64 entries). */
+    static inline uint32_t pg_free_eno(uint64_t used) {
+        return (uint32_t)__builtin_ctzll(~used);
+    }
+    /* The position of entry number e among a page's n entry numbers, or
+       -1: 16 at a time.  It may read up to 15 bytes past the n numbers,
+       still inside the page (the ids follow them); those bytes are
+       masked off before they count. */
+    #ifdef __SSE2__
+    #include <emmintrin.h>
+    static inline Py_ssize_t pg_find_eno(const uint8_t *enos, uint32_t n, uint32_t e) {
+        __m128i t = _mm_set1_epi8((char)e);
+        uint32_t i, m;
+        for (i = 0; i < n; i += 16) {
+            m = (uint32_t)_mm_movemask_epi8(
+                _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(enos + i)), t));
+            if (n - i < 16) m &= (1u << (n - i)) - 1;
+            if (m) return (Py_ssize_t)(i + (uint32_t)__builtin_ctz(m));
+        }
+        return -1;
+    }
+    #else
+    static inline Py_ssize_t pg_find_eno(const uint8_t *enos, uint32_t n, uint32_t e) {
+        uint32_t i;
+        for (i = 0; i < n; i++) if (enos[i] == e) return (Py_ssize_t)i;
+        return -1;
+    }
+    #endif
+    /* Units of 4 bytes a name record of mlen bytes takes: u8 length - 1
+       and the name, at least 2 (a free record keeps its length byte and
+       holds the free list's link in its second unit). */
+    #define PG_NAME_UNITS(mlen) ((size_t)(mlen) < 4 ? (size_t)2 : ((size_t)(mlen) + 4) >> 2)
     /* A hash's home slot in a table of n slots, any n (Lemire's fast range:
        the high bits of h * n), so that the member map can grow by 3/2 and
        4/3, not only double. */
@@ -314,7 +374,16 @@ cdef extern from *:
         uint16_t height
         uint16_t cap
         pg_link *level
+        uint64_t used
     double *PG_KEYS(pg_page *p) nogil
+    uint8_t *PG_ENOS(pg_page *p) nogil
+    size_t PG_ENOS_BYTES(int cap) nogil
+    uint32_t PG_CODE(uint32_t pno, uint32_t eno) nogil
+    uint32_t PG_CODE_PNO(uint32_t code) nogil
+    uint32_t PG_CODE_ENO(uint32_t code) nogil
+    uint32_t pg_free_eno(uint64_t used) nogil
+    Py_ssize_t pg_find_eno(const uint8_t *enos, uint32_t n, uint32_t e) nogil
+    size_t PG_NAME_UNITS(Py_ssize_t mlen) nogil
     uint64_t *PG_SEQS(pg_page *p) nogil
     uint32_t *PG_SEQS32(pg_page *p) nogil
     uint32_t *PG_IDS(pg_page *p) nogil
@@ -323,6 +392,7 @@ cdef extern from *:
     size_t pg_home(uint64_t h, size_t n) nogil
     const uint32_t MOVED "PG_MOVED"
     const uint32_t MAX_PNOS "PG_MAX_PNOS"
+    const uint32_t PENDING "PG_PENDING"
     void pg_trim() nogil
     void pg_prefetch_rec(const uint32_t *rec) nogil
     str pg_name_str(const char *s, Py_ssize_t n)
@@ -339,7 +409,7 @@ TIE_BREAK_CODES = ("first", "member", "member_desc")
 
 DEF DEFAULT_PAGE_SIZE = 64
 DEF MIN_PAGE_SIZE = 4
-DEF MAX_PAGE_SIZE = 4096
+DEF MAX_PAGE_SIZE = 64      # entry numbers are 6-bit (see Members)
 DEF MIN_TABLE_SIZE = 8
 DEF MAX_MEMBER_BYTES = 256
 DEF MAX_EXACT_INT = 9007199254740992
@@ -352,8 +422,8 @@ DEF DUMP_RECORD_SIZE = 18
 DEF DUMP_AHEAD = 16
 DEF LOAD_AHEAD = 8   # records a load hashes ahead (its ring holds 16)
 DEF SLOT_AHEAD = 8
-DEF NAME_AHEAD = 4
-DEF PAGE_AHEAD = 2
+DEF PAGE_AHEAD = 4
+DEF NAME_AHEAD = 2
 DEF STR_AHEAD = 12
 DEF TUPLE_AHEAD = 16
 DEF PREFETCH_MIN_LENGTH = 32768
@@ -443,9 +513,13 @@ cdef class RankIndex:
     cdef uint64_t _next_seq
     cdef uint64_t hash_k0, hash_k1
     cdef Py_ssize_t mutations
-    cdef uint32_t memo_mid          # the member last written, its rank, and
+    cdef uint32_t memo_code         # the entry last written (its code), its rank, and
     cdef Py_ssize_t memo_rank       # the mutation count that rank is good for
     cdef Py_ssize_t memo_mutations
+    cdef uint32_t put_code          # the code of the entry _put placed last
+    cdef Py_ssize_t last_pos        # the position _locate found last (a hint)
+    cdef Py_ssize_t locate_bytes    # a page's header, entry numbers and ids
+    cdef uint8_t *load_tags         # while loading: a hash byte by code (see _load)
     # name arena: 4-byte units; id = offset in units (0 is never used)
     cdef uint32_t *names
     cdef size_t names_used, names_cap
@@ -453,7 +527,7 @@ cdef class RankIndex:
     cdef size_t free_units          # units in the free lists' records
     cdef bint compacting            # a compaction is under way (see _compact_step)
     cdef size_t compact_src, compact_dst
-    # member map
+    # member map: slots of codes (page number and entry number, see PG_CODE)
     cdef uint32_t *slot_ids
     cdef size_t nslots              # slots in the table (any size: see pg_home)
     cdef uint32_t *old_ids          # a resize under way: the table being emptied
@@ -494,6 +568,8 @@ cdef class RankIndex:
         self.branching = branching
         self.page_size = page_size
         self.min_fill = page_size // 2
+        self.locate_bytes = <Py_ssize_t>(sizeof(pg_page) + PG_ENOS_BYTES(page_size)
+                                         + PG_IDS_BYTES(page_size))
         if seed is None:
             self.rng_state = int.from_bytes(os.urandom(8), "little")
         else:
@@ -539,6 +615,8 @@ cdef class RankIndex:
         free(self.free_pnos)
         free(self.firstkeys)
         self.firstkeys = NULL
+        free(self.load_tags)
+        self.load_tags = NULL
         for i in range(self.nchunks):
             free(self.chunks[i])
         free(self.chunks)
@@ -663,6 +741,7 @@ cdef class RankIndex:
         p.prev = NULL
         p.n = 0
         p.lead = 0
+        p.used = 0
         p.pno = pno
         p.height = h
         p.cap = cap
@@ -697,15 +776,19 @@ cdef class RankIndex:
         cdef int old_cap = p.cap
         cdef size_t n = p.n, sb = <size_t>self.seq_bytes
         cdef pg_page *q
+        cdef char *old_ids
         cdef char *old_keys
         cdef char *old_seqs
         if cap == old_cap:
             return p
         if cap < old_cap:
-            # Shrinking: move the arrays down first, then give back the end.
+            # Shrinking: move the arrays down first (lowest first), then
+            # give back the end.
+            old_ids = <char *>PG_IDS(p)
             old_keys = <char *>PG_KEYS(p)
             old_seqs = <char *>PG_SEQS(p)
             p.cap = <uint16_t>cap
+            memmove(PG_IDS(p), old_ids, n * 4)
             memmove(PG_KEYS(p), old_keys, n * 8)
             if sb:
                 memmove(PG_SEQS(p), old_seqs, n * sb)
@@ -716,13 +799,16 @@ cdef class RankIndex:
             q = <pg_page *>realloc(p, PG_SIZE(cap, self.seq_bytes))
             if q == NULL:
                 return NULL
-            # Growing: the seqs (last) move up first, then the keys.
+            # Growing: the seqs (last) move up first, then the keys, then
+            # the ids (the entry numbers stay).
+            old_ids = <char *>PG_IDS(q)
             old_keys = <char *>PG_KEYS(q)
             old_seqs = <char *>PG_SEQS(q)
             q.cap = <uint16_t>cap
             if sb:
                 memmove(PG_SEQS(q), old_seqs, n * sb)
             memmove(PG_KEYS(q), old_keys, n * 8)
+            memmove(PG_IDS(q), old_ids, n * 4)
         if q != p:
             self._repoint_moved(q)
         return q
@@ -839,11 +925,8 @@ cdef class RankIndex:
 
     cdef inline const char *_name(self, uint32_t mid, Py_ssize_t *mlen) noexcept nogil:
         cdef const uint8_t *rec = <const uint8_t *>&self.names[mid]
-        mlen[0] = <Py_ssize_t>rec[4] + 1
-        return <const char *>(rec + 5)
-
-    cdef inline uint32_t *_name_page(self, uint32_t mid) noexcept nogil:
-        return <uint32_t *>&self.names[mid]
+        mlen[0] = <Py_ssize_t>rec[0] + 1
+        return <const char *>(rec + 1)
 
     cdef inline uint64_t _seq(self, pg_page *p, Py_ssize_t i) noexcept nogil:
         """Entry ``i``'s arrival sequence (0 on boards tied by member, whose
@@ -889,7 +972,7 @@ cdef class RankIndex:
             if p == NULL:
                 continue
             q = fresh[pno]
-            memcpy(q, p, PG_SIZE(p.cap, 4) - <size_t>p.cap * 4)  # header, ids, keys
+            memcpy(q, p, PG_SIZE(p.cap, 4) - <size_t>p.cap * 4)  # header, numbers, ids, keys
             for i in range(p.n):
                 PG_SEQS(q)[i] = PG_SEQS32(p)[i]
             free(p)
@@ -922,7 +1005,7 @@ cdef class RankIndex:
         global _live_names
         cdef uint32_t mid = self._name_put(member, mlen)
         if mid == 0:
-            if self.names_used + <size_t>(5 + mlen + 3) // 4 >= MOVED:
+            if self.names_used + PG_NAME_UNITS(mlen) >= MOVED:
                 raise OverflowError("the name arena of a rank index is full (16 GiB)")
             raise MemoryError()
         _live_names += 1
@@ -931,13 +1014,13 @@ cdef class RankIndex:
     cdef inline uint32_t _name_put(self, const char *member, Py_ssize_t mlen) noexcept nogil:
         """``_name_new`` without the GIL: 0 where it raises (nothing
         changed), and not counted in ``_live_names``."""
-        cdef size_t units = <size_t>(5 + mlen + 3) // 4
+        cdef size_t units = PG_NAME_UNITS(mlen)
         cdef uint32_t mid = 0 if self.compacting else self.free_names[units]
         cdef uint8_t *rec
         cdef void *grown
         cdef size_t cap
         if mid != 0:
-            self.free_names[units] = (<uint32_t *>&self.names[mid])[0]
+            self.free_names[units] = self.names[mid + 1]
             self.free_units -= units
         else:
             if self.names_used + units > self.names_cap:
@@ -956,19 +1039,21 @@ cdef class RankIndex:
             mid = <uint32_t>self.names_used
             self.names_used += units
         rec = <uint8_t *>&self.names[mid]
-        rec[4] = <uint8_t>(mlen - 1)
-        memcpy(rec + 5, member, mlen)
+        rec[0] = <uint8_t>(mlen - 1)
+        memcpy(rec + 1, member, mlen)
         return mid
 
     cdef void _name_free(self, uint32_t mid) noexcept:
         global _live_names
         cdef Py_ssize_t mlen
         self._name(mid, &mlen)
-        cdef size_t units = <size_t>(5 + mlen + 3) // 4
+        cdef size_t units = PG_NAME_UNITS(mlen)
         _live_names -= 1
         if self.compacting and mid >= self.compact_dst:
             return  # past the compacted part: the sweep leaves it out
-        (<uint32_t *>&self.names[mid])[0] = self.free_names[units]
+        # (the length byte stays: the compaction's sweep reads every
+        # record's size; the link takes the second unit)
+        self.names[mid + 1] = self.free_names[units]
         self.free_names[units] = mid
         self.free_units += units
         if (not self.compacting and self.names_used > MIN_COMPACT_UNITS
@@ -991,17 +1076,14 @@ cdef class RankIndex:
         ``compact_dst`` join them).  When the sweep reaches the end, the
         arena is cut to its live records and its memory given back."""
         cdef size_t budget = COMPACT_STEP, units, cap
-        cdef uint32_t src, dst, pno
+        cdef uint32_t src, dst
         cdef Py_ssize_t mlen
-        cdef pg_page *p
         cdef void *shrunk
         while budget > 0 and self.compact_src < self.names_used:
             src = <uint32_t>self.compact_src
             self._name(src, &mlen)
-            units = <size_t>(5 + mlen + 3) // 4
-            pno = self._name_page(src)[0]
-            p = self.pages[pno] if pno < self.pnos_used else NULL
-            if p != NULL and self._repoint(p, src, <uint32_t>self.compact_dst):
+            units = PG_NAME_UNITS(mlen)
+            if self._repoint(src, <uint32_t>self.compact_dst):
                 dst = <uint32_t>self.compact_dst
                 memmove(&self.names[dst], &self.names[src], units * 4)
                 self.compact_dst += units
@@ -1010,9 +1092,13 @@ cdef class RankIndex:
         if self.compact_src >= self.names_used:
             self.names_used = self.compact_dst
             self.compacting = False
-            cap = 128
-            while cap < self.names_used + self.names_used // 4:
-                cap *= 2
+            # Room for an eighth more, in whole 4 KiB pages: the arena's
+            # end was touched before the removals, so room kept beyond
+            # that (a power of two kept up to twice the live records)
+            # would stay resident unused.
+            cap = (self.names_used + self.names_used // 8 + 1023) // 1024 * 1024
+            if cap < 128:
+                cap = 128
             if cap < self.names_cap:
                 self.freed_bytes += (self.names_cap - cap) * 4
                 shrunk = realloc(self.names, cap * 4)
@@ -1020,29 +1106,24 @@ cdef class RankIndex:
                     self.names = <uint32_t *>shrunk
                     self.names_cap = cap
 
-    cdef bint _repoint(self, pg_page *p, uint32_t old, uint32_t new) noexcept:
-        """If the record ``old`` is a live member's (its page lists it; a
-        free record's id is in no page), give it the id ``new``: in its
-        page, in the member map and in the rank memo."""
-        cdef uint32_t *ids = PG_IDS(p)
-        cdef Py_ssize_t i, mlen, slot
-        cdef const char *name
-        for i in range(p.n):
-            if ids[i] == old:
-                break
-        else:
+    cdef bint _repoint(self, uint32_t old, uint32_t new) noexcept:
+        """If the record ``old`` is a live member's, give it the id ``new``
+        in its entry.  The entry is found through the member map by the
+        record's name: a live record's name finds its member, whose entry
+        lists it; a free record's name (its bytes from the fifth on hold
+        the free list's link) finds no member or another record's member,
+        whose entry lists another id.  The map's codes name entries, not
+        records, so nothing else changes."""
+        cdef Py_ssize_t pos, mlen
+        cdef const char *name = self._name(old, &mlen)
+        cdef uint32_t code = self._slot_code(self._slot(name, mlen, self._hash(name, mlen)))
+        cdef pg_page *p
+        if code == 0:
             return False
-        if old == new:
-            return True
-        ids[i] = new
-        name = self._name(old, &mlen)
-        slot = self._slot(name, mlen, self._hash(name, mlen))
-        if slot >= 0:
-            self.slot_ids[slot] = new
-        else:
-            self.old_ids[-2 - slot] = new
-        if self.memo_mid == old:
-            self.memo_mid = new
+        p = self._locate(code, &pos)
+        if PG_IDS(p)[pos] != old:
+            return False
+        PG_IDS(p)[pos] = new
         return True
 
     cdef inline uint64_t _hash(self, const char *member, Py_ssize_t mlen) noexcept nogil:
@@ -1070,23 +1151,24 @@ cdef class RankIndex:
                                       uint64_t h) noexcept nogil:
         """``_slot`` in the table only."""
         cdef size_t i = pg_home(h, self.nslots)
-        cdef uint32_t mid
+        cdef uint32_t code
         cdef Py_ssize_t nlen
         cdef const char *name
         while True:
-            mid = self.slot_ids[i]
-            if mid == 0:
+            code = self.slot_ids[i]
+            if code == 0:
                 return -1
-            name = self._name(mid, &nlen)
-            if nlen == mlen and memcmp(name, member, mlen) == 0:
-                return <Py_ssize_t>i
+            if code != PENDING:
+                name = self._code_name(code, &nlen)
+                if nlen == mlen and memcmp(name, member, mlen) == 0:
+                    return <Py_ssize_t>i
             i = i + 1 if i + 1 < self.nslots else 0
 
     cdef Py_ssize_t _probe_old(self, const char *member, Py_ssize_t mlen,
                                uint64_t h) noexcept nogil:
         """``_slot`` in the old table of a resize under way only."""
         cdef size_t i = pg_home(h, self.old_nslots), left
-        cdef uint32_t mid
+        cdef uint32_t code
         cdef Py_ssize_t nlen
         cdef const char *name
         # Slots before the resize step are all moved marks, so a probe
@@ -1096,31 +1178,86 @@ cdef class RankIndex:
         while left > 0:
             if i < self.migrate_pos:
                 i = self.migrate_pos
-            mid = self.old_ids[i]
-            if mid == 0:
+            code = self.old_ids[i]
+            if code == 0:
                 return -1
-            if mid != MOVED:
-                name = self._name(mid, &nlen)
+            if code != MOVED and code != PENDING:
+                name = self._code_name(code, &nlen)
                 if nlen == mlen and memcmp(name, member, mlen) == 0:
                     return -2 - <Py_ssize_t>i
             i = i + 1 if i + 1 < self.old_nslots else 0
             left -= 1
         return -1
 
-    cdef inline uint32_t _slot_id(self, Py_ssize_t slot) noexcept:
-        """The id in a slot that ``_slot`` found (0 for -1)."""
+    cdef inline uint32_t _slot_code(self, Py_ssize_t slot) noexcept nogil:
+        """The code in a slot that ``_slot`` found (0 for -1)."""
         if slot >= 0:
             return self.slot_ids[slot]
         return 0 if slot == -1 else self.old_ids[-2 - slot]
 
-    cdef inline uint32_t _lookup(self, const char *member, Py_ssize_t mlen) noexcept:
-        return self._slot_id(self._slot(member, mlen, self._hash(member, mlen)))
+    cdef inline void _slot_set(self, Py_ssize_t slot, uint32_t code) noexcept nogil:
+        """Give a slot that ``_slot`` found (not -1) another code."""
+        if slot >= 0:
+            self.slot_ids[slot] = code
+        else:
+            self.old_ids[-2 - slot] = code
 
-    cdef void _map_put(self, uint32_t mid, uint64_t h) noexcept nogil:
+    cdef inline uint32_t _lookup(self, const char *member, Py_ssize_t mlen) noexcept:
+        """The code of ``member``'s entry, or 0 if absent."""
+        return self._slot_code(self._slot(member, mlen, self._hash(member, mlen)))
+
+    cdef void _map_put(self, uint32_t code, uint64_t h) noexcept nogil:
         cdef size_t i = pg_home(h, self.nslots)
         while self.slot_ids[i] != 0:
             i = i + 1 if i + 1 < self.nslots else 0
-        self.slot_ids[i] = mid
+        self.slot_ids[i] = code
+
+    cdef inline void _hash_names(self, const uint32_t *ids, Py_ssize_t count,
+                                 uint64_t *hashes) noexcept:
+        """Hash the names of the records ``ids`` into ``hashes`` and ask for
+        their home slots: in two passes, so that the names' misses overlap
+        (all asked for first), then the slots'."""
+        cdef Py_ssize_t k, mlen
+        cdef const char *name
+        for k in range(count):
+            pg_prefetch_rec(&self.names[ids[k]])
+        for k in range(count):
+            name = self._name(ids[k], &mlen)
+            hashes[k] = self._hash(name, mlen)
+            rk_prefetch(&self.slot_ids[pg_home(hashes[k], self.nslots)])
+
+    cdef void _reslot(self, const uint32_t *olds, const uint32_t *news,
+                      const uint32_t *ids, Py_ssize_t count) noexcept:
+        """Entries moved to another page: give the slots holding the codes
+        ``olds`` the codes ``news`` (the members' name ids are ``ids``).
+        A slot is found by its member's hash and holds exactly one code,
+        so it is recognised by the code, not by comparing names.  In three
+        passes, so that the misses overlap: the names, their hashes (and
+        home slots), the slots."""
+        cdef Py_ssize_t k
+        cdef uint64_t hashes[64]
+        cdef size_t i, left
+        self._hash_names(ids, count, hashes)
+        for k in range(count):
+            i = pg_home(hashes[k], self.nslots)
+            while self.slot_ids[i] != 0:
+                if self.slot_ids[i] == olds[k]:
+                    self.slot_ids[i] = news[k]
+                    break
+                i = i + 1 if i + 1 < self.nslots else 0
+            else:
+                # Not in the table: in the old table of a resize under way
+                # (as _probe_old walks it).
+                i = pg_home(hashes[k], self.old_nslots)
+                left = self.old_nslots - self.migrate_pos
+                while left > 0:
+                    if i < self.migrate_pos:
+                        i = self.migrate_pos
+                    if self.old_ids[i] == olds[k]:
+                        self.old_ids[i] = news[k]
+                        break
+                    i = i + 1 if i + 1 < self.old_nslots else 0
+                    left -= 1
 
     cdef int _map_reserve(self, Py_ssize_t members) except -1:
         """Make room for ``members`` (at most 3/4 of the table).  Growing to
@@ -1189,38 +1326,47 @@ cdef class RankIndex:
             self._map_step()
 
     cdef void _map_step(self) noexcept:
-        """Move the ids of the next ``MAP_STEP`` slots of the old table to
+        """Move the codes of the next ``MAP_STEP`` slots of the old table to
         the new one (a moved slot reads ``MOVED``, so that probes for the
-        ids past it still walk over it); free the old table at its end."""
+        codes past it still walk over it); free the old table at its end."""
         cdef size_t i, end
-        cdef uint32_t mid
-        cdef Py_ssize_t mlen
-        cdef const char *name
+        cdef Py_ssize_t pos, j, k = 0
+        cdef uint32_t codes[MAP_STEP]
         cdef uint64_t hashes[MAP_STEP]
+        cdef uint32_t ids[MAP_STEP]
+        cdef uint32_t *at[MAP_STEP]
+        cdef pg_page *pgs[MAP_STEP]
+        cdef pg_page *p
         if self.old_ids == NULL:
             return
         end = self.migrate_pos + MAP_STEP
         if end > self.old_nslots:
             end = self.old_nslots
-        # Three passes, so that the step's misses overlap instead of
-        # queueing: ask for the names, hash them and ask for their new
-        # slots, then put.
+        # In passes over the step's codes, so that the misses overlap
+        # instead of queueing: ask for the pages the codes name (header
+        # and entry numbers), then for the ids of the entries found there,
+        # then for the names; hash them and ask for their new slots; put.
+        # (A slot pending a move, see _write, holds no code.)
         for i in range(self.migrate_pos, end):
-            mid = self.old_ids[i]
-            if mid != 0 and mid != MOVED:
-                pg_prefetch_rec(&self.names[mid])
-        for i in range(self.migrate_pos, end):
-            mid = self.old_ids[i]
-            if mid != 0 and mid != MOVED:
-                name = self._name(mid, &mlen)
-                hashes[i - self.migrate_pos] = self._hash(name, mlen)
-                rk_prefetch(&self.slot_ids[pg_home(hashes[i - self.migrate_pos], self.nslots)])
-        for i in range(self.migrate_pos, end):
-            mid = self.old_ids[i]
-            if mid != 0 and mid != MOVED:
-                self._map_put(mid, hashes[i - self.migrate_pos])
-                self.map_moves += 1
+            codes[k] = self.old_ids[i]
             self.old_ids[i] = MOVED
+            if codes[k] != 0 and codes[k] != MOVED and codes[k] != PENDING:
+                p = self.pages[PG_CODE_PNO(codes[k])]
+                pgs[k] = p
+                rk_prefetch(p)
+                rk_prefetch(<char *>p + 64)
+                k += 1
+        for j in range(k):
+            p = pgs[j]
+            pos = pg_find_eno(PG_ENOS(p), p.n, PG_CODE_ENO(codes[j]))
+            at[j] = &PG_IDS(p)[pos]
+            rk_prefetch(at[j])
+        for j in range(k):
+            ids[j] = at[j][0]
+        self._hash_names(ids, k, hashes)
+        for j in range(k):
+            self._map_put(codes[j], hashes[j])
+        self.map_moves += k
         self.migrate_pos = end
         if end == self.old_nslots:
             self.freed_bytes += self.old_nslots * 4
@@ -1246,7 +1392,7 @@ cdef class RankIndex:
             j = j + 1 if j + 1 < self.nslots else 0
             if self.slot_ids[j] == 0:
                 break
-            name = self._name(self.slot_ids[j], &mlen)
+            name = self._code_name(self.slot_ids[j], &mlen)
             home = pg_home(self._hash(name, mlen), self.nslots)
             # Move j into the hole unless its home lies cyclically in (hole, j].
             if (j > hole and (home <= hole or home > j)) or (j < hole and home <= hole and home > j):
@@ -1386,46 +1532,61 @@ cdef class RankIndex:
         pos[0] = rank - traversed - 1
         return x
 
-    cdef inline pg_page *_locate(self, uint32_t mid, Py_ssize_t *pos) noexcept:
-        """The page and position of member ``mid``."""
-        cdef pg_page *p = self.pages[self._name_page(mid)[0]]
-        cdef uint32_t *ids = PG_IDS(p)
+    cdef inline pg_page *_locate(self, uint32_t code, Py_ssize_t *pos) noexcept nogil:
+        """The page and position of the entry whose code is ``code``."""
+        cdef pg_page *p = self.pages[PG_CODE_PNO(code)]
+        cdef uint32_t e = PG_CODE_ENO(code)
         cdef Py_ssize_t i
-        # The header and the ids are a few lines at a known place: ask for
-        # them all at once, so that their misses overlap.
-        for i in range(64, <Py_ssize_t>PG_IDS_BYTES(self.page_size) + 32, 64):
+        # The header, the entry numbers and the ids are a few lines at a
+        # known place: ask for them all at once, so that their misses
+        # overlap (the numbers give the position, the ids the name).
+        for i in range(64, self.locate_bytes, 64):
             rk_prefetch(<char *>p + i)
-        for i in range(p.n):
-            if ids[i] == mid:
-                pos[0] = i
-                return p
-        pos[0] = -1
+        # A lookup locates its entry twice (its probe compares the name,
+        # the caller reads the entry): the place found last is tried
+        # first, and is right if the page holds that number there.
+        i = self.last_pos
+        if <size_t>i < p.n and PG_ENOS(p)[i] == e:
+            pos[0] = i
+            return p
+        i = pg_find_eno(PG_ENOS(p), p.n, e)
+        pos[0] = i
+        if i >= 0:
+            self.last_pos = i
         return p
 
-    cdef Py_ssize_t _rank_of(self, uint32_t mid, Py_ssize_t *dense) noexcept:
-        """Unique rank of a present member (and its dense rank if asked)."""
+    cdef inline const char *_code_name(self, uint32_t code, Py_ssize_t *mlen) noexcept nogil:
+        """The name of the member whose entry's code is ``code``."""
+        cdef Py_ssize_t pos
+        cdef pg_page *p = self._locate(code, &pos)
+        return self._name(PG_IDS(p)[pos], mlen)
+
+    cdef Py_ssize_t _rank_of(self, uint32_t code, Py_ssize_t *dense) noexcept:
+        """Unique rank of a present member, by its code (and its dense
+        rank if asked)."""
         cdef Py_ssize_t pos, mlen
         cdef pg_page *p
         cdef const char *name
         cdef pg_path path
-        if dense == NULL and mid == self.memo_mid and self.memo_mutations == self.mutations:
+        if dense == NULL and code == self.memo_code and self.memo_mutations == self.mutations:
             return self.memo_rank
-        p = self._locate(mid, &pos)
+        p = self._locate(code, &pos)
         if dense == NULL:
-            return self._rank_in(mid, p, pos)
-        name = self._name(mid, &mlen)
+            return self._rank_in(code, p, pos)
+        name = self._name(PG_IDS(p)[pos], &mlen)
         self._search(PG_KEYS(p)[pos], self._seq(p, pos), name, mlen, False, &path)
         dense[0] = path.drank[0] + self._leaders_upto(p, pos)
         return path.rank[0] + pos + 1
 
-    cdef Py_ssize_t _rank_in(self, uint32_t mid, pg_page *p, Py_ssize_t pos) noexcept:
-        """Unique rank of member ``mid``, found at ``pos`` of ``p``."""
+    cdef Py_ssize_t _rank_in(self, uint32_t code, pg_page *p, Py_ssize_t pos) noexcept:
+        """Unique rank of the entry whose code is ``code``, found at ``pos``
+        of ``p``."""
         cdef Py_ssize_t mlen
         cdef const char *name
         cdef pg_path path
-        if mid == self.memo_mid and self.memo_mutations == self.mutations:
+        if code == self.memo_code and self.memo_mutations == self.mutations:
             return self.memo_rank
-        name = self._name(mid, &mlen)
+        name = self._name(PG_IDS(p)[pos], &mlen)
         self._search(PG_KEYS(p)[pos], self._seq(p, pos), name, mlen, False, &path)
         return path.rank[0] + pos + 1
 
@@ -1514,21 +1675,31 @@ cdef class RankIndex:
 
     # --- entries in pages ---------------------------------------------------------
 
-    cdef inline void _move_entries(self, pg_page *dst, Py_ssize_t at, pg_page *src,
-                                   Py_ssize_t start, Py_ssize_t count) noexcept:
-        """Copy entries src[start:start+count] to dst[at:] (no overlap) and
-        repoint their names at ``dst`` when it is another page."""
+    cdef void _move_entries(self, pg_page *dst, Py_ssize_t at, pg_page *src,
+                            Py_ssize_t start, Py_ssize_t count) noexcept:
+        """Move entries src[start:start+count] to dst[at:] (another page,
+        with room): they take entry numbers ``dst`` does not use and give
+        theirs back to ``src``, and their map slots get the new codes."""
         cdef Py_ssize_t i
-        cdef uint32_t *ids
+        cdef uint32_t e
+        cdef uint32_t olds[64]
+        cdef uint32_t news[64]
+        cdef uint8_t *src_enos = PG_ENOS(src)
+        cdef uint8_t *dst_enos = PG_ENOS(dst)
         memcpy(&PG_KEYS(dst)[at], &PG_KEYS(src)[start], count * 8)
         if self.seq_bytes:
             memcpy(<char *>PG_SEQS(dst) + at * self.seq_bytes,
                    <char *>PG_SEQS(src) + start * self.seq_bytes, count * self.seq_bytes)
         memcpy(&PG_IDS(dst)[at], &PG_IDS(src)[start], count * 4)
-        if dst != src:
-            ids = PG_IDS(dst)
-            for i in range(at, at + count):
-                self._name_page(ids[i])[0] = dst.pno
+        for i in range(count):
+            e = src_enos[start + i]
+            src.used &= ~(<uint64_t>1 << e)
+            olds[i] = PG_CODE(src.pno, e)
+            e = pg_free_eno(dst.used)
+            dst.used |= <uint64_t>1 << e
+            dst_enos[at + i] = <uint8_t>e
+            news[i] = PG_CODE(dst.pno, e)
+        self._reslot(olds, news, &PG_IDS(dst)[at], count)
 
     cdef inline void _shift_entries(self, pg_page *p, Py_ssize_t start, Py_ssize_t end,
                                     Py_ssize_t by) noexcept:
@@ -1538,6 +1709,7 @@ cdef class RankIndex:
             memmove(<char *>PG_SEQS(p) + (start + by) * self.seq_bytes,
                     <char *>PG_SEQS(p) + start * self.seq_bytes, (end - start) * self.seq_bytes)
         memmove(&PG_IDS(p)[start + by], &PG_IDS(p)[start], (end - start) * 4)
+        memmove(&PG_ENOS(p)[start + by], &PG_ENOS(p)[start], end - start)
 
     cdef void _link_after(self, pg_page *p, pg_page *r, pg_path *path,
                           Py_ssize_t rank_p, Py_ssize_t drank_p) noexcept:
@@ -1599,7 +1771,8 @@ cdef class RankIndex:
         self._free_page(r)
 
     cdef Py_ssize_t _insert(self, double key, uint64_t seq, uint32_t mid) except -1:
-        """Place a new entry; return its unique rank."""
+        """Place a new entry for the name ``mid``; return its unique rank
+        (its code is left in ``put_code``: the caller puts it in the map)."""
         cdef Py_ssize_t mlen, pos, rank_p, drank_p, half
         cdef const char *name = self._name(mid, &mlen)
         cdef pg_path path
@@ -1667,11 +1840,14 @@ cdef class RankIndex:
         cdef uint32_t lead
         if p.level[0].forward != NULL:
             next_lead = self._lead0(p.level[0].forward)
+        cdef uint32_t e = pg_free_eno(p.used)
         self._shift_entries(p, pos, p.n, 1)
         PG_KEYS(p)[pos] = key
         self._set_seq(p, pos, seq)
         PG_IDS(p)[pos] = mid
-        self._name_page(mid)[0] = p.pno
+        PG_ENOS(p)[pos] = <uint8_t>e
+        p.used |= <uint64_t>1 << e
+        self.put_code = PG_CODE(p.pno, e)
         if pos == 0:
             self.firstkeys[p.pno] = key
         p.n += 1
@@ -1683,11 +1859,13 @@ cdef class RankIndex:
             self._relead_next(p, cover, next_lead)
         return rank_p + pos + 1
 
-    cdef void _remove(self, uint32_t mid) noexcept:
-        """Take a present member's entry out (its name stays)."""
+    cdef void _remove(self, uint32_t code) noexcept:
+        """Take a present member's entry out, by its code (its name stays,
+        and its map slot: the caller empties it or marks it pending first,
+        since the entries this moves are found in the map by code)."""
         cdef Py_ssize_t pos, mlen
-        cdef pg_page *p = self._locate(mid, &pos)
-        cdef const char *name = self._name(mid, &mlen)
+        cdef pg_page *p = self._locate(code, &pos)
+        cdef const char *name = self._name(PG_IDS(p)[pos], &mlen)
         cdef double key = PG_KEYS(p)[pos]
         cdef uint64_t seq = self._seq(p, pos)
         cdef pg_path path
@@ -1695,6 +1873,7 @@ cdef class RankIndex:
         cdef bint next_lead = False
         cdef uint32_t lead
         self.length -= 1
+        p.used &= ~(<uint64_t>1 << PG_ENOS(p)[pos])
         if p.n == 1:
             self._search(key, seq, name, mlen, True, &path)
             nxt = p.level[0].forward
@@ -1817,22 +1996,25 @@ cdef class RankIndex:
         else:
             h = self._hash(data, size)
         cdef Py_ssize_t slot = self._slot(data, size, h)
-        cdef uint32_t mid = self._slot_id(slot)
-        cdef Py_ssize_t pos
+        cdef uint32_t code = self._slot_code(slot), mid = 0
+        cdef Py_ssize_t pos, rank
         cdef pg_page *p
         cdef double key, target, old_key = 0.0
-        if mid != 0:
-            p = self._locate(mid, &pos)
+        if code != 0:
+            p = self._locate(code, &pos)
+            mid = PG_IDS(p)[pos]
             old_key = PG_KEYS(p)[pos]
             old[0] = self._score_of(old_key)
-        had[0] = mid != 0
+        had[0] = code != 0
         changed[0] = False
         if op == OP_REMOVE:
             has_new[0] = False
-            if mid == 0:
+            if code == 0:
                 return 0
-            self._remove(mid)
+            # Out of the map first: the entries the removal moves (a merge)
+            # are found in the map by their codes.
             self._map_remove(slot)
+            self._remove(code)
             self._map_shrink()
             self.member_bytes -= size
             self._name_free(mid)
@@ -1857,18 +2039,18 @@ cdef class RankIndex:
             elif op == OP_SET_EXISTS:
                 has_new[0] = False
                 return 0
-        if op == -1 or (mid != 0 and old[0] == target):
+        if op == -1 or (code != 0 and old[0] == target):
             new[0] = old[0]
             has_new[0] = True
-            return self._rank_in(mid, p, pos) if want_rank else 0
+            return self._rank_in(code, p, pos) if want_rank else 0
         if not has_seq and self._next_seq > MAX_SEQ:
             raise ValueError("arrival sequences are exhausted (next_seq is past 2**63 - 1); "
                              "pass seq explicitly")
         # Before anything changes; a widening moves every page, so find
         # the member's entry again.
-        if self._fit_seq(seq if has_seq else self._next_seq) and mid != 0:
-            p = self._locate(mid, &pos)
-        if mid != 0:
+        if self._fit_seq(seq if has_seq else self._next_seq) and code != 0:
+            p = self._locate(code, &pos)
+        if code != 0:
             key = self._key(target)
             if self._stays(p, pos, key):
                 seq = self._stamp(has_seq, seq)
@@ -1880,31 +2062,49 @@ cdef class RankIndex:
                 if not want_rank:
                     return 0
                 # Its page and place are known: search for the rank only.
-                return self._remember(mid, self._rank_in(mid, p, pos))
-        if mid == 0:
+                return self._remember(code, self._rank_in(code, p, pos))
+        self._need_pno()
+        if code == 0:
             if self.length >= MAX_LENGTH:
                 raise OverflowError("a rank index holds fewer than 2**32 members")
             self._map_reserve(self.length + 1)
             mid = self._name_new(data, size)
-            self._map_put(mid, h)
+            try:
+                rank = self._insert(self._key(target), self._stamp(has_seq, seq), mid)
+            except MemoryError:
+                self._name_free(mid)
+                raise
+            self._map_put(self.put_code, h)
             self.member_bytes += size
-            if self.length + 1 > self.peak_length:
-                self.peak_length = self.length + 1
+            if self.length > self.peak_length:
+                self.peak_length = self.length
             if size > self.peak_member_bytes:
                 self.peak_member_bytes = size
         else:
-            self._remove(mid)
-        seq = self._stamp(has_seq, seq)
+            # The slot holds no code while its entry moves: the entries
+            # the move shifts to other pages may take its old code.
+            self._slot_set(slot, PENDING)
+            self._remove(code)
+            rank = self._insert(self._key(target), self._stamp(has_seq, seq), mid)
+            self._slot_set(slot, self.put_code)
         new[0] = target
         has_new[0] = True
         changed[0] = True
         self.mutations += 1
-        return self._remember(mid, self._insert(self._key(target), seq, mid))
+        return self._remember(self.put_code, rank)
 
-    cdef inline Py_ssize_t _remember(self, uint32_t mid, Py_ssize_t rank) noexcept:
-        """Keep the rank a write found for ``mid``, good until the next change:
-        ``rank()`` of the member just written then needs no second search."""
-        self.memo_mid = mid
+    cdef int _need_pno(self) except -1:
+        """Before a write that may make a page (one at most): raise
+        OverflowError, changing nothing, if the page table is full."""
+        if self.nfree_pnos == 0 and self.pnos_used >= MAX_PNOS:
+            raise OverflowError("the page table of a rank index is full")
+        return 0
+
+    cdef inline Py_ssize_t _remember(self, uint32_t code, Py_ssize_t rank) noexcept:
+        """Keep the rank a write found for the entry ``code``, good until the
+        next change (which alone moves an entry to another code): ``rank()``
+        of the member just written then needs no second search."""
+        self.memo_code = code
         self.memo_rank = rank
         self.memo_mutations = self.mutations
         return rank
@@ -1929,6 +2129,7 @@ cdef class RankIndex:
         cdef const char *name = self._name(mid, &mlen)
         cdef pg_page *nxt = p.level[0].forward
         cdef double old_last = PG_KEYS(p)[p.n - 1], new_last, first
+        cdef uint8_t eno = PG_ENOS(p)[pos]   # (it stays in its page: so does its code)
         cdef uint32_t lead, inner
         # Leaders among entries 1..n-1; the first entry's leadership (which
         # reads the previous page) changes only if the first entry does.
@@ -1942,6 +2143,7 @@ cdef class RankIndex:
         PG_KEYS(p)[t] = key
         self._set_seq(p, t, seq)
         PG_IDS(p)[t] = mid
+        PG_ENOS(p)[t] = eno
         self.firstkeys[p.pno] = PG_KEYS(p)[0]
         if pos == 0 or t == 0:
             lead = self._leaders(p, True)
@@ -2071,14 +2273,14 @@ cdef class RankIndex:
 
     cdef void _prefetch_ahead(self, list items, Py_ssize_t position, Py_ssize_t count):
         """Ask for the map slot of the operation ``SLOT_AHEAD`` ahead, for
-        the name in the slot of the one ``NAME_AHEAD`` ahead and for the
-        page that name's record points at of the one ``PAGE_AHEAD`` ahead
-        (each filled by then), so that a batch's lookups overlap their
-        cache misses: a write's slot, name and page are three dependent
-        misses."""
+        the page the code in the slot names of the one ``PAGE_AHEAD`` ahead
+        and for the name that page's entry lists of the one ``NAME_AHEAD``
+        ahead (each filled by then), so that a batch's lookups overlap
+        their cache misses: a write's slot, page and name are three
+        dependent misses."""
         cdef const char *data
-        cdef Py_ssize_t size, ahead
-        cdef uint32_t mid, pno
+        cdef Py_ssize_t size, ahead, pos, i
+        cdef uint32_t code, pno
         cdef uint64_t h
         cdef pg_page *pg
         cdef void *tup
@@ -2097,7 +2299,7 @@ cdef class RankIndex:
         cdef int stage
         for stage in range(3):  # a C loop (a tuple of three made Python ints)
             ahead = position + (SLOT_AHEAD if stage == 0 else
-                                NAME_AHEAD if stage == 1 else PAGE_AHEAD)
+                                PAGE_AHEAD if stage == 1 else NAME_AHEAD)
             if ahead >= count:
                 continue
             item = items[ahead]
@@ -2120,20 +2322,25 @@ cdef class RankIndex:
                 h = self.ring_hash[ahead & 15]
             else:
                 h = self._hash(data, size)
-            mid = self.slot_ids[pg_home(h, self.nslots)]
-            if mid == 0 or mid >= self.names_used:
+            # The home slot's member (a collision asks for the wrong page
+            # and name: harmless), by a code that writes since may have
+            # made stale: its page may be gone or lack the entry.
+            code = self.slot_ids[pg_home(h, self.nslots)]
+            if code == 0 or code >= PENDING:
                 continue
-            if ahead == position + NAME_AHEAD:
-                pg_prefetch_rec(&self.names[mid])
+            pno = PG_CODE_PNO(code)
+            if pno >= self.pnos_used or self.pages[pno] == NULL:
                 continue
-            # The home slot's member (a collision asks for the wrong page:
-            # harmless) and its page's header and first ids.
-            pno = self._name_page(mid)[0]
-            if pno < self.pnos_used:
-                pg = self.pages[pno]
-                if pg != NULL:
-                    rk_prefetch(pg)
-                    rk_prefetch(<char *>pg + 64)
+            pg = self.pages[pno]
+            if ahead == position + PAGE_AHEAD:
+                # its header, entry numbers and ids
+                for i in range(0, <Py_ssize_t>(sizeof(pg_page) + PG_ENOS_BYTES(self.page_size)
+                                               + PG_IDS_BYTES(self.page_size)), 64):
+                    rk_prefetch(<char *>pg + i)
+                continue
+            pos = pg_find_eno(PG_ENOS(pg), pg.n, PG_CODE_ENO(code))
+            if pos >= 0 and PG_IDS(pg)[pos] < self.names_used:
+                pg_prefetch_rec(&self.names[PG_IDS(pg)[pos]])
 
     def set_states_packed(self, states):
         """``set_states`` for a packed run (``rankd.index.packed``), read
@@ -2157,7 +2364,10 @@ cdef class RankIndex:
         cdef double score
         cdef uint64_t s, top = 0
         cdef const char *data
-        cdef uint32_t mid
+        cdef uint32_t mid, code
+        cdef Py_ssize_t slot, pos
+        cdef uint64_t h
+        cdef pg_page *p
         cdef list checked = []
         cdef set seen = set()
         if k == 0:
@@ -2182,24 +2392,34 @@ cdef class RankIndex:
             checked.append((member, score, s))
         if self.length + fresh > MAX_LENGTH:
             raise OverflowError("a rank index holds fewer than 2**32 members")
+        # Each state makes a page at most (a split).
+        if (self.nfree_pnos + <Py_ssize_t>(MAX_PNOS - self.pnos_used)) < k:
+            raise OverflowError("the page table of a rank index is full")
         self._fit_seq(top)
         for member, score, s in checked:
             _member_bytes(member, &data, &size)
-            mid = self._lookup(data, size)
             if self.old_ids != NULL:
-                self._map_step()  # as a write does
-            if mid == 0:
+                self._map_step()  # as a write does (before the slot is found)
+            h = self._hash(data, size)
+            slot = self._slot(data, size, h)
+            code = self._slot_code(slot)
+            if code == 0:
                 self._map_reserve(self.length + 1)
                 mid = self._name_new(data, size)
-                self._map_put(mid, self._hash(data, size))
+                self._insert(self._key(score), s, mid)
+                self._map_put(self.put_code, h)
                 self.member_bytes += size
-                if self.length + 1 > self.peak_length:
-                    self.peak_length = self.length + 1
+                if self.length > self.peak_length:
+                    self.peak_length = self.length
                 if size > self.peak_member_bytes:
                     self.peak_member_bytes = size
             else:
-                self._remove(mid)
-            self._insert(self._key(score), s, mid)
+                p = self._locate(code, &pos)
+                mid = PG_IDS(p)[pos]
+                self._slot_set(slot, PENDING)  # (see _write)
+                self._remove(code)
+                self._insert(self._key(score), s, mid)
+                self._slot_set(slot, self.put_code)
         if top >= self._next_seq:
             self._next_seq = top + 1
         self.mutations += 1
@@ -2256,6 +2476,10 @@ cdef class RankIndex:
     def _trims(self):
         """Heap trims this index asked for (for tests)."""
         return self.trims
+
+    def _arena_state(self):
+        """``(units used, units of capacity)`` of the name arena (for tests)."""
+        return self.names_used, self.names_cap
 
     def _map_state(self):
         """``(slots, old slots or 0, old slots moved so far, ids moved ever)``
@@ -2346,55 +2570,55 @@ cdef class RankIndex:
 
     def score(self, member):
         """``member``'s score, or ``None``.  Runtime complexity: O(1)."""
-        cdef uint32_t mid = self._find(member)
+        cdef uint32_t code = self._find(member)
         cdef Py_ssize_t pos
         cdef pg_page *p
-        if mid == 0:
+        if code == 0:
             return None
-        p = self._locate(mid, &pos)
+        p = self._locate(code, &pos)
         return self._score_at(p, pos)
 
     def rank(self, member):
         """Unique 1-based rank, or ``None``.  Runtime complexity: O(log n)."""
-        cdef uint32_t mid = self._find(member)
-        return None if mid == 0 else self._rank_of(mid, NULL)
+        cdef uint32_t code = self._find(member)
+        return None if code == 0 else self._rank_of(code, NULL)
 
     def competition_rank(self, member):
         """1 + members with a strictly better score, or ``None``.  O(log n)."""
-        cdef uint32_t mid = self._find(member)
+        cdef uint32_t code = self._find(member)
         cdef Py_ssize_t pos
         cdef pg_page *p
-        if mid == 0:
+        if code == 0:
             return None
-        p = self._locate(mid, &pos)
+        p = self._locate(code, &pos)
         return self._count_before_key(PG_KEYS(p)[pos], False) + 1
 
     def dense_rank(self, member):
         """1 + distinct scores strictly better, or ``None``.  O(log n)."""
-        cdef uint32_t mid = self._find(member)
+        cdef uint32_t code = self._find(member)
         cdef Py_ssize_t dense = 0
-        if mid == 0:
+        if code == 0:
             return None
-        self._rank_of(mid, &dense)
+        self._rank_of(code, &dense)
         return dense
 
     def percentile(self, member):
         """Share of members scoring equal or worse, in percent.  O(log n)."""
-        cdef uint32_t mid = self._find(member)
+        cdef uint32_t code = self._find(member)
         cdef Py_ssize_t pos
         cdef pg_page *p
-        if mid == 0:
+        if code == 0:
             return None
-        p = self._locate(mid, &pos)
+        p = self._locate(code, &pos)
         return 100.0 * (self.length - self._count_before_key(PG_KEYS(p)[pos], False)) / self.length
 
     def ranks(self, members):
         """Unique ranks of many members (``None`` for absent ones).  O(k log n)."""
         cdef list result = []
-        cdef uint32_t mid
+        cdef uint32_t code
         for member in members:
-            mid = self._find(member)
-            result.append(None if mid == 0 else self._rank_of(mid, NULL))
+            code = self._find(member)
+            result.append(None if code == 0 else self._rank_of(code, NULL))
         return result
 
     def member_at(self, rank):
@@ -2512,17 +2736,17 @@ cdef class RankIndex:
     def around(self, member, above=5, below=5):
         """Up to ``above`` better-ranked entries, the member, and up to
         ``below`` worse-ranked ones; ``None`` if absent.  O(log n + above + below)."""
-        cdef uint32_t mid = self._find(member)
+        cdef uint32_t code = self._find(member)
         cdef Py_ssize_t rank, pos, first, back
         cdef pg_page *p
         _count(above, "above")
         _count(below, "below")
-        if mid == 0:
+        if code == 0:
             return None
         # The neighbours are read from the member's own entry on, back over
         # ``prev`` links and forward: one search (for its rank), not two.
-        p = self._locate(mid, &pos)
-        rank = self._rank_in(mid, p, pos)
+        p = self._locate(code, &pos)
+        rank = self._rank_in(code, p, pos)
         first = max(1, rank - above)
         back = rank - first
         while back > pos:
@@ -2677,14 +2901,18 @@ cdef class RankIndex:
         page being filled (which has room) and in the member map."""
         cdef pg_page *page = ld.page
         cdef bint leader = self.length == 0 or key != ld.prev_key
-        self._map_put(mid, h)
+        cdef uint32_t e = page.n   # (a loaded page's numbers are its positions)
+        self._map_put(PG_CODE(page.pno, e), h)
+        if self.load_tags != NULL:
+            self.load_tags[PG_CODE(page.pno, e)] = <uint8_t>h
         self.member_bytes += mlen
         if page.n == 0:
             self.firstkeys[page.pno] = key
         PG_KEYS(page)[page.n] = key
         self._set_seq(page, page.n, seq)
         PG_IDS(page)[page.n] = mid
-        self._name_page(mid)[0] = page.pno
+        PG_ENOS(page)[page.n] = <uint8_t>e
+        page.used |= <uint64_t>1 << e
         page.n += 1
         page.lead += leader
         self.ndistinct += leader
@@ -2709,17 +2937,54 @@ cdef class RankIndex:
         at[0] = q + record + mlen
         return True
 
-    cdef inline void _prefetch_probe(self, uint64_t h) noexcept nogil:
-        """Ask for the names a probe for the hash ``h`` compares (up to 8:
-        the slots from its home to the first empty one)."""
+    cdef inline uint32_t *_loaded_id(self, uint32_t code, int fill) noexcept nogil:
+        """Where a loading index keeps the id of the entry ``code``: every
+        page it made has room for ``fill`` entries, and an entry's number
+        is its position (no entry has moved), so the place is known
+        without reading the page's header."""
+        return <uint32_t *>(<char *>self.pages[PG_CODE_PNO(code)] + sizeof(pg_page)
+                            + PG_ENOS_BYTES(fill)) + PG_CODE_ENO(code)
+
+    cdef inline bint _loaded_has(self, const char *member, Py_ssize_t mlen,
+                                 uint64_t h, int fill) noexcept nogil:
+        """Whether a loading index holds ``member`` already: ``_slot`` for
+        an index that only ``_place_loaded`` filled (see ``_loaded_id``),
+        where no resize is under way."""
         cdef size_t i = pg_home(h, self.nslots)
-        cdef uint32_t mid
+        cdef uint32_t code = self.slot_ids[i]
+        cdef Py_ssize_t nlen
+        cdef const char *name
+        while code != 0:
+            # (the tag first: a name is two misses away)
+            if self.load_tags == NULL or self.load_tags[code] == <uint8_t>h:
+                name = self._name(self._loaded_id(code, fill)[0], &nlen)
+                if nlen == mlen and memcmp(name, member, mlen) == 0:
+                    return True
+            i = i + 1 if i + 1 < self.nslots else 0
+            code = self.slot_ids[i]
+        return False
+
+    cdef inline void _prefetch_probe(self, uint64_t h, int stage, int fill) noexcept nogil:
+        """Ask for what a probe for the hash ``h`` reads of the entries it
+        compares (up to 8: the slots from its home to the first empty
+        one), a stage at a time, the second after the first had time to
+        arrive: 0 their ids, 1 the names; with the load's tags, only the
+        tags.  Only while loading (see ``_loaded_id``)."""
+        cdef size_t i = pg_home(h, self.nslots)
+        cdef uint32_t code
         cdef int k
+        if self.load_tags != NULL and stage != 0:
+            return  # (the tags filter the names: a match is rare)
         for k in range(8):
-            mid = self.slot_ids[i]
-            if mid == 0:
+            code = self.slot_ids[i]
+            if code == 0:
                 return
-            pg_prefetch_rec(&self.names[mid])
+            if self.load_tags != NULL:
+                rk_prefetch(&self.load_tags[code])
+            elif stage == 0:
+                rk_prefetch(self._loaded_id(code, fill))
+            else:
+                pg_prefetch_rec(&self.names[self._loaded_id(code, fill)[0]])
             i = i + 1 if i + 1 < self.nslots else 0
 
     cdef uint64_t _load_run(self, const char **p, const char *end, uint64_t i, uint64_t stop,
@@ -2756,11 +3021,13 @@ cdef class RankIndex:
             if hashed < stop and hashed == i + LOAD_AHEAD and self._hash_ahead(
                     &ahead, end, has_seq, &ring[hashed & 15]):
                 hashed += 1
-            if i + LOAD_AHEAD // 2 < hashed:
-                # (the slots asked for earlier are here now: ask for the
-                # names its probe will compare)
-                self._prefetch_probe(ring[(i + LOAD_AHEAD // 2) & 15])
-            if self._slot(q, mlen, h) != -1:
+            # (the slots asked for earlier are here now: ask for the
+            # ids and then the names their probes will compare)
+            if i + 6 < hashed:
+                self._prefetch_probe(ring[(i + 6) & 15], 0, ld.fill)
+            if i + 3 < hashed:
+                self._prefetch_probe(ring[(i + 3) & 15], 1, ld.fill)
+            if self._loaded_has(q, mlen, h, ld.fill):
                 break
             mid = self._name_put(q, mlen)
             if mid == 0:
@@ -2787,7 +3054,8 @@ cdef class RankIndex:
         Checks the strict order of all entries, page fills (1..page_size,
         at least page_size // 2 but on the last page), every level's spans
         and distinct spans against the entries and leaders they cover,
-        ``prev`` links, page numbers of names, the member map and counters.
+        ``prev`` links, entry numbers, the member map (each member's slot holds
+        its entry's code) and counters.
         Runtime complexity: O(n * levels).
         """
         cdef pg_page *p = self.header.level[0].forward
@@ -2799,6 +3067,7 @@ cdef class RankIndex:
         cdef int level
         cdef double prev_key = 0.0
         cdef uint32_t mid
+        cdef uint64_t used
         cdef const char *name
         cdef list starts = []     # per page: (entries before, leaders before)
         cdef dict index_of = {}
@@ -2816,9 +3085,14 @@ cdef class RankIndex:
             pages.append(<size_t>p)
             starts.append((n, leaders))
             count = 0
+            used = 0
+            for i in range(p.n):
+                assert PG_ENOS(p)[i] < self.page_size, "entry number past the page size"
+                assert not (used >> PG_ENOS(p)[i]) & 1, "entry number used twice in a page"
+                used |= <uint64_t>1 << PG_ENOS(p)[i]
+            assert used == p.used, "page's entry numbers in use are wrong"
             for i in range(p.n):
                 mid = PG_IDS(p)[i]
-                assert self._name_page(mid)[0] == p.pno, "name points at another page"
                 name = self._name(mid, &mlen)
                 nbytes += mlen
                 if i > 0:
@@ -2833,7 +3107,8 @@ cdef class RankIndex:
                 prev_key = PG_KEYS(p)[i]
                 n += 1
                 pidx = self._slot(name, mlen, self._hash(name, mlen))
-                assert self._slot_id(pidx) == mid, "member map misses a member"
+                assert self._slot_code(pidx) == PG_CODE(p.pno, PG_ENOS(p)[i]), \
+                    "member map misses a member or names another entry"
             assert count == p.lead, f"page leader count {p.lead} != {count}"
             prevp = p
             p = p.level[0].forward
@@ -2843,9 +3118,11 @@ cdef class RankIndex:
         for i in range(self.nslots):
             slots_used += self.slot_ids[i] != 0
             assert self.slot_ids[i] != MOVED, "a moved mark in the table"
+            assert self.slot_ids[i] != PENDING, "a slot left pending"
         if self.old_ids != NULL:
             for i in range(self.old_nslots):
                 assert i >= self.migrate_pos or self.old_ids[i] == MOVED, "an id behind the step"
+                assert self.old_ids[i] != PENDING, "a slot left pending"
                 slots_used += self.old_ids[i] != 0 and self.old_ids[i] != MOVED
         assert slots_used == self.length, "member map holds stale ids"
         self._check_arena()
@@ -2898,10 +3175,10 @@ cdef class RankIndex:
             while mid != 0:
                 assert mid not in live, "a free record is a member's"
                 self._name(mid, &mlen)
-                assert (5 + mlen + 3) // 4 == c, "a free record is in the wrong list"
+                assert PG_NAME_UNITS(mlen) == c, "a free record is in the wrong list"
                 assert not self.compacting or mid < self.compact_dst, "free record past the sweep"
                 units += c
-                mid = (<uint32_t *>&self.names[mid])[0]
+                mid = self.names[mid + 1]
         assert units == self.free_units, f"free units {self.free_units} != {units}"
         if self.compacting:
             assert all(m < self.compact_dst or m >= self.compact_src for m in live), \
@@ -2951,6 +3228,11 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     index._map_reserve(count)  # (at once: no resize under way while loading)
     ld.page = NULL
     ld.fill = index.page_size - index.page_size // 8
+    # A byte of each loaded member's hash, by code, for the repeat checks
+    # to compare before a name (a code's name is two misses away: its
+    # page's id, then the record); about a byte a member, freed at the
+    # end.  Without the memory the checks compare names.
+    index.load_tags = <uint8_t *>calloc(((count + ld.fill - 1) // ld.fill + 1) * 64 + 1, 1)
     ld.prev_key = 0.0
     ld.pages = 0
     for level in range(MAX_LEVEL):
@@ -2998,6 +3280,8 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
         reader.p += mlen
         i += 1
     reader.finish()
+    free(index.load_tags)
+    index.load_tags = NULL
     for level in range(index.height):
         ld.last[level].level[level].span = <uint32_t>(index.length - ld.last_rank[level])
         ld.last[level].level[level].dspan = <uint32_t>(index.ndistinct - ld.last_drank[level])

@@ -25,24 +25,30 @@ cdef void pg_prefetch_slot(object index, const char *member, Py_ssize_t mlen) no
 
 
 cdef void pg_prefetch_name(object index, const char *member, Py_ssize_t mlen) noexcept:
-    """Start loading the name record the home slot names (after
-    :func:`pg_prefetch_slot` had time to load the slot): a lookup compares
-    it, and it leads to the member's page."""
+    """Start loading the page the home slot's code names (after
+    :func:`pg_prefetch_slot` had time to load the slot): its header, entry
+    numbers and ids, which a lookup reads to find the name it compares."""
     cdef RankIndex x = <RankIndex>index
-    cdef uint32_t mid = x.slot_ids[pg_home(x._hash(member, mlen), x.nslots)]
-    if mid != 0:
-        pg_prefetch_rec(&x.names[mid])
+    cdef uint32_t code = x.slot_ids[pg_home(x._hash(member, mlen), x.nslots)]
+    cdef pg_page *p
+    cdef Py_ssize_t i
+    if code == 0 or code >= PENDING:
+        return
+    p = x.pages[PG_CODE_PNO(code)]
+    for i in range(0, <Py_ssize_t>(sizeof(pg_page) + PG_ENOS_BYTES(x.page_size)
+                                   + PG_IDS_BYTES(x.page_size)), 64):
+        rk_prefetch(<char *>p + i)
 
 
 cdef bint pg_get(object index, const char *member, Py_ssize_t mlen, double *score) noexcept:
     """Whether ``member`` is present; its score into ``score`` if so."""
     cdef RankIndex x = <RankIndex>index
-    cdef uint32_t mid = x._lookup(member, mlen)
+    cdef uint32_t code = x._lookup(member, mlen)
     cdef Py_ssize_t pos
     cdef pg_page *p
-    if mid == 0:
+    if code == 0:
         return False
-    p = x._locate(mid, &pos)
+    p = x._locate(code, &pos)
     score[0] = x._score_at(p, pos)
     return True
 
@@ -59,8 +65,8 @@ cdef Py_ssize_t pg_put(object index, const char *member, Py_ssize_t mlen, double
 cdef Py_ssize_t pg_rank(object index, const char *member, Py_ssize_t mlen) noexcept:
     """The unique rank of ``member``, 0 if absent."""
     cdef RankIndex x = <RankIndex>index
-    cdef uint32_t mid = x._lookup(member, mlen)
-    return 0 if mid == 0 else x._rank_of(mid, NULL)
+    cdef uint32_t code = x._lookup(member, mlen)
+    return 0 if code == 0 else x._rank_of(code, NULL)
 
 
 cdef int pg_remove(object index, const char *member, Py_ssize_t mlen) except -1:
@@ -78,15 +84,15 @@ cdef Py_ssize_t pg_standing(object index, const char *member, Py_ssize_t mlen, d
     the members scoring strictly better (``competition_rank - 1``): what
     ``score``, ``rank``, ``dense_rank`` and ``competition_rank`` answer."""
     cdef RankIndex x = <RankIndex>index
-    cdef uint32_t mid = x._lookup(member, mlen)
+    cdef uint32_t code = x._lookup(member, mlen)
     cdef Py_ssize_t pos, rank
     cdef pg_page *p
-    if mid == 0:
+    if code == 0:
         return 0
-    p = x._locate(mid, &pos)
+    p = x._locate(code, &pos)
     score[0] = x._score_at(p, pos)
     before[0] = x._count_before_key(PG_KEYS(p)[pos], False)
-    rank = x._rank_of(mid, dense)
+    rank = x._rank_of(code, dense)
     return rank
 
 
