@@ -192,9 +192,11 @@ def test_the_expiry_task_deletes_due_boards_in_steps(tmp_path):
         for n in range(300):
             await engine.put_board(f"b{n}", {})
         now_ms = engine._now_ms()
-        await asyncio.gather(*(engine.expire(f"b{n}", now_ms + 150) for n in range(300)))
+        # (Due 1.5 s on, within the margin: setting 300 deadlines took over
+        # 150 ms on a loaded test run, and boards were gone before counted.)
+        await asyncio.gather(*(engine.expire(f"b{n}", now_ms + 1_500) for n in range(300)))
         assert len(engine.deadlines.expiring) == 300  # all within the margin
-        for _ in range(200):
+        for _ in range(400):
             if not engine.boards:
                 break
             await asyncio.sleep(0.02)
