@@ -130,6 +130,49 @@ def test_a_take_names_when_it_saw_the_lease_run_out(pg_dsn):
     run(scenario())
 
 
+def test_an_epochs_committed_end_survives_the_compaction_of_its_batches(pg_dsn):
+    """A restarted ``--ack local`` primary sets aside what it wrote under
+    its epoch past that epoch's committed end.  Once the next primaries'
+    snapshots compacted the log past that end, the batches no longer say
+    where it was (taking the log's start, every position counted as
+    committed: acknowledged writes the new primary rewrote were lost);
+    where the next epoch began, kept per takeover, still does."""
+    from rankd.cluster.placement import Placement
+    from rankd.cluster.placement import migrate as migrate_placement
+
+    async def scenario():
+        store = await _open(pg_dsn, lease=0.2)
+        try:
+            first = await store.take(5, "a")
+            await store.append(first, 1, [b"a1", b"a2", b"a3"])
+            assert await store.last_seq_of_epoch(5, first.epoch) == 3  # current: the log's end
+            await asyncio.sleep(0.4)  # "a" is gone; "b" takes over at 3
+            second = await store.take(5, "b")
+            assert second.last_seq == 3
+            for start in range(4, 40, 6):
+                await store.append(second, start, [b"b%d" % i for i in range(start, start + 6)])
+            assert await store.store_snapshot(second, 15, second.epoch, [b"s15"])
+            assert await store.store_snapshot(second, 30, second.epoch, [b"s30"])
+            assert (await store.read(5, 15))[0][0] == 16  # compacted past position 3
+            assert await store.last_seq_of_epoch(5, first.epoch) == 3
+            assert await store.last_seq_of_epoch(5, second.epoch) == 39
+            # A move's hand-over keeps where its epoch began too.
+            async with store.pool.acquire() as conn:
+                await migrate_placement(conn)
+            third = await Placement(store.pool).hand_over(5, second.epoch, "b", "c", 1, 5.0)
+            assert third == second.epoch + 1
+            await store.append(type(second)(5, third, "c", 39), 40, [b"c40"])
+            assert await store.store_snapshot(type(second)(5, third, "c", 40), 40, third,
+                                              [b"s40"])
+            assert await store.last_seq_of_epoch(5, second.epoch) == 39
+            assert await store.last_seq_of_epoch(5, first.epoch) == 3
+            assert await store.last_seq_of_epoch(5, third) == 40
+        finally:
+            await store.pool.close()
+
+    run(scenario())
+
+
 def test_racing_takers_get_one_epoch_each_and_only_one_wins(pg_dsn):
     async def scenario():
         store = await _open(pg_dsn, lease=0.2)

@@ -92,6 +92,15 @@ BEGIN
         outcome := 'ok'; last_seq := last;
     END IF;
 END $$;
+-- Where each epoch of a group began: the group's last committed position
+-- when the epoch was taken.  Never compacted (a row per takeover): it tells
+-- which positions an epoch committed after the log's batches are gone.
+CREATE TABLE IF NOT EXISTS rankd_epochs (
+    group_id   int NOT NULL,
+    epoch      bigint NOT NULL,
+    after_seq  bigint NOT NULL,
+    PRIMARY KEY (group_id, epoch)
+);
 CREATE TABLE IF NOT EXISTS rankd_group_snapshots (
     group_id int NOT NULL,
     seq      bigint NOT NULL,
@@ -114,6 +123,26 @@ READ_BATCHES = (
     "(SELECT first_seq FROM rankd_log WHERE group_id = $1 AND first_seq <= $2 + 1 "
     "ORDER BY first_seq DESC LIMIT 1), 0) "
     "ORDER BY first_seq LIMIT $3")
+
+
+#: Keeps where an epoch began ($1 group, $2 epoch, $3 the last position
+#: committed before it), in the transaction that takes the epoch.
+RECORD_EPOCH = ("INSERT INTO rankd_epochs (group_id, epoch, after_seq) VALUES ($1, $2, $3) "
+                "ON CONFLICT DO NOTHING")
+
+#: :meth:`ClusterLog.last_seq_of_epoch`.  LEAST skips NULLs: a later epoch's
+#: start is exact; the register's end applies only to the current epoch; the
+#: batches' bound covers epochs older than ``rankd_epochs`` (it errs high
+#: once a snapshot compacted past the epoch's end, which the first two
+#: terms, when present, are below).
+LAST_SEQ_OF_EPOCH = """
+SELECT least(
+    (SELECT min(after_seq) FROM rankd_epochs WHERE group_id = $1 AND epoch > $2),
+    (SELECT last_seq FROM rankd_groups WHERE group_id = $1 AND epoch = $2),
+    (SELECT greatest(coalesce(max(last_seq) FILTER (WHERE epoch = $2), 0),
+                     coalesce(min(first_seq), 1) - 1)
+     FROM rankd_log WHERE group_id = $1))
+"""
 
 
 class Fenced(NotPrimary):
@@ -227,6 +256,7 @@ class ClusterLog:
                 "UPDATE rankd_groups SET epoch = $2, holder = $3, "
                 "lease_until = now() + make_interval(secs => $4) WHERE group_id = $1",
                 group, epoch, node, self.lease_seconds)
+            await conn.execute(RECORD_EPOCH, group, epoch, row["last_seq"])
         log.info("node %s took group %d at epoch %d (last position %d)", node, group, epoch,
                  row["last_seq"])
         return Lease(group, epoch, node, row["last_seq"])
@@ -411,13 +441,16 @@ class ClusterLog:
                 "AND last_seq >= $2", group, seq)
 
     async def last_seq_of_epoch(self, group: int, epoch: int) -> int:
-        """The last position of ``group`` known committed under ``epoch``
-        (or before the log's first position, which a snapshot took)."""
+        """The last position of ``group`` committed while ``epoch`` was its
+        epoch: where the next epoch began (``rankd_epochs``), or the log's
+        end while ``epoch`` is current.  A record this node wrote under
+        ``epoch`` past it was never committed.
+
+        For epochs taken before ``rankd_epochs`` kept them, the log's
+        batches are the bound: the last one ``epoch`` wrote, or the log's
+        start when a snapshot compacted them away."""
         async with self.pool.acquire() as conn:
-            return await conn.fetchval(
-                "SELECT greatest(coalesce(max(last_seq) FILTER (WHERE epoch = $2), 0), "
-                "coalesce(min(first_seq), 1) - 1) FROM rankd_log WHERE group_id = $1",
-                group, epoch)
+            return await conn.fetchval(LAST_SEQ_OF_EPOCH, group, epoch)
 
     async def release(self, lease: Lease, *, idle: bool = False) -> None:
         """Give ``lease`` up: another node may take the group at once.  A node

@@ -150,6 +150,7 @@ async def migrate_slots(dsn: str) -> dict[str, Any]:
             await conn.execute("DELETE FROM rankd_log")
             await conn.execute("DELETE FROM rankd_group_snapshots")
             await conn.execute("DELETE FROM rankd_groups")
+            await conn.execute("DELETE FROM rankd_epochs")  # the old groups' epochs
             for group, sections in snapshots.items():
                 await conn.execute(
                     "INSERT INTO rankd_groups (group_id, epoch, last_seq) VALUES ($1, $2, 1)",

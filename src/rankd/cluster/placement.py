@@ -75,7 +75,11 @@ WITH register AS (
     UPDATE rankd_groups SET epoch = epoch + 1, holder = $4,
         lease_until = now() + make_interval(secs => $6)
     WHERE group_id = $1 AND epoch = $2 AND holder = $3
-    RETURNING epoch
+    RETURNING epoch, last_seq
+), began AS (
+    INSERT INTO rankd_epochs (group_id, epoch, after_seq)
+    SELECT $1, epoch, last_seq FROM register
+    ON CONFLICT DO NOTHING
 ), placed AS (
     SELECT followers FROM rankd_placement WHERE group_id = $1 FOR UPDATE
 ), topology AS (
