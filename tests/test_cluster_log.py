@@ -571,6 +571,50 @@ async def _waiting_inserts(conn: asyncpg.Connection) -> int:
         "AND query LIKE 'INSERT INTO rankd_group_snapshots%'")
 
 
+def test_batches_and_snapshots_are_stored_uncompressed(pg_dsn):
+    """TOAST's compression is left out of the log and the snapshots (its
+    CPU on every append, and a snapshot's pieced read decompressing from
+    the start for every piece): compressible batches and sections are kept
+    as they came, and read back whole and in pieces.  A table made before
+    (compressing) is altered at the next start."""
+    async def scenario():
+        store = await _open(pg_dsn)
+        try:
+            for altered in (False, True):
+                lease = await store.take(3, "a")
+                first = (await store.register(3))["last_seq"] + 1
+                batch = [b"player:%012d" % i + bytes(20) for i in range(2_000)]
+                await store.append(lease, first, batch)
+                section = b"".join(batch) * 40  # 2.5 MiB: read in pieces
+                assert await store.store_snapshot(lease, first + 1_999, lease.epoch,
+                                                  [section, b"x"])
+                assert await store.pool.fetchval(
+                    "SELECT count(*) FROM rankd_log WHERE pg_column_compression(records) "
+                    "IS NOT NULL") == 0
+                assert await store.pool.fetchval(
+                    "SELECT count(*) FROM rankd_group_snapshots WHERE "
+                    "pg_column_compression(data) IS NOT NULL") == 0
+                assert [p for _, _, p in await store.read(3, first - 1, 10_000)] == batch
+                assert await store.snapshot(3) == (first + 1_999, lease.epoch, [section, b"x"])
+                if not altered:  # as a table of before: compressed; a start alters it
+                    async with store.pool.acquire() as conn:
+                        await conn.execute(
+                            "ALTER TABLE rankd_log ALTER COLUMN records SET STORAGE EXTENDED;"
+                            "ALTER TABLE rankd_group_snapshots ALTER COLUMN data "
+                            "SET STORAGE EXTENDED")
+                        await conn.execute("INSERT INTO rankd_log VALUES (99, 1, 1, 1, $1)",
+                                           section)
+                        assert await conn.fetchval(
+                            "SELECT pg_column_compression(records) FROM rankd_log "
+                            "WHERE group_id = 99") == "pglz"
+                        await conn.execute("DELETE FROM rankd_log WHERE group_id = 99")
+                        await migrate(conn)
+        finally:
+            await store.pool.close()
+
+    run(scenario())
+
+
 def test_a_snapshot_is_copied_in_without_locking_its_group_and_can_be_cancelled(pg_dsn):
     """Storing a large snapshot takes seconds; the group's appends and
     lease renewals go on meanwhile (they wait for the register's lock).  A
