@@ -184,6 +184,9 @@ class Load:
         #: (first attempt, acknowledgement) monotonic times of every
         #: acknowledged write, by way: "any node", "primary".
         self.acks: dict[str, list[tuple[float, float]]] = {"any node": [], "primary": []}
+        #: The same of the writes sent through any node, by the node that
+        #: acknowledged them (a node not writing the group relays them).
+        self.through: dict[int, list[tuple[float, float]]] = collections.defaultdict(list)
         #: Each acknowledged write's attempts but the last: (way, its first
         #: attempt, [(sent, answered, node, status)]) (monotonic times).
         self.retried: list[tuple[str, float, list[tuple[float, float, int, int]]]] = []
@@ -246,6 +249,8 @@ class Load:
                 if way == "primary":
                     await asyncio.sleep(0.005)
             self.acks[way].append((started, time.monotonic()))
+            if way == "any node":
+                self.through[at].append(self.acks[way][-1])
             del self.pending[index]
             if attempts:
                 self.retried.append((way, started, attempts))
@@ -257,6 +262,15 @@ class Load:
 
     def window(self, start: float, end: float) -> dict[str, dict[str, float]]:
         return {way: self._window(acks, start, end) for way, acks in self.acks.items()}
+
+    def through_each(self, start: float, end: float) -> str:
+        """p99 / max (ms) of the writes sent through any node, by node."""
+        shown = []
+        for at, acks in sorted(self.through.items()):
+            figures = self._window(acks, start, end)
+            if figures["writes"]:
+                shown.append(f"n{at} {figures['p99_ms']} / {figures['max_ms']}")
+        return ", ".join(shown)
 
     @staticmethod
     def _window(acks: list[tuple[float, float]], start: float, end: float
@@ -427,6 +441,8 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
             print(f"move {round_ + 1}: {primary} -> {target} (not holding it before): took "
                   f"{moved - asked:.1f} s from request to the target writing; writes over "
                   f"the whole move {figures}")
+            print(f"  through any node, p99 / max ms by the node written to: "
+                  f"{load.through_each(asked, time.monotonic())}")
             if cut is None:
                 print("  (no cut-over in the source's log)")
             else:

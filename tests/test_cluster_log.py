@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import binascii
+import contextlib
 import random
 import time
 import zlib
@@ -568,7 +569,74 @@ def test_cluster_status_shows_nodes_primaries_epochs_and_follower_lag(pg_dsn):
 async def _waiting_inserts(conn: asyncpg.Connection) -> int:
     return await conn.fetchval(
         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND query LIKE 'INSERT INTO rankd_group_snapshots%'")
+        "AND (query LIKE 'INSERT INTO rankd_group_snapshots%' "
+        "OR query LIKE 'COPY %rankd_group_snapshots%')")
+
+
+class _Recording:
+    """A pool whose connections note the size of every parameter and COPY
+    chunk they send (a statement's parameter is encoded in one loop step)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool, self.sizes = pool, []
+
+    @contextlib.asynccontextmanager
+    async def acquire(self, **kwargs):
+        async with self.pool.acquire(**kwargs) as conn:
+            yield _RecordingConnection(conn, self.sizes)
+
+
+class _RecordingConnection:
+    def __init__(self, conn: asyncpg.Connection, sizes: list[int]) -> None:
+        self.conn, self.sizes = conn, sizes
+
+    def __getattr__(self, name: str):
+        method = getattr(self.conn, name)
+        if name not in ("execute", "fetch", "fetchrow", "fetchval"):
+            return method
+
+        def noted(query, *args, **kwargs):
+            self.sizes.extend(len(arg) for arg in args if isinstance(arg, bytes))
+            return method(query, *args, **kwargs)
+        return noted
+
+    async def copy_to_table(self, table: str, *, source, **kwargs):
+        async def noted():
+            async for chunk in source:
+                self.sizes.append(len(chunk))
+                yield chunk
+        return await self.conn.copy_to_table(table, source=noted(), **kwargs)
+
+
+def test_a_large_snapshot_section_is_sent_a_piece_at_a_time(pg_dsn):
+    """A board's index section runs to tens of MiB: sent as one statement
+    parameter, asyncpg copied it into its buffer in one loop step (a move's
+    target held its loop 40-80 ms so, storing its first snapshot).  It is
+    streamed SNAPSHOT_PIECE bytes at a time; small sections go as before;
+    the snapshot reads back whole, and storing it again changes nothing."""
+    from rankd.cluster.log import SNAPSHOT_PIECE
+
+    async def scenario():
+        store = await _open(pg_dsn)
+        try:
+            lease = await store.take(4, "a")
+            await store.append(lease, 1, [b"r1"])
+            big = random.Random(4).randbytes(5 * SNAPSHOT_PIECE + 123)
+            sections = [b"small", big, b"x" * SNAPSHOT_PIECE]
+            recording = _Recording(store.pool)
+            store.pool = recording
+            assert await store.store_snapshot(lease, 1, lease.epoch, sections)
+            assert recording.sizes and max(recording.sizes) <= SNAPSHOT_PIECE + 64
+            assert sum(recording.sizes) >= len(big) + SNAPSHOT_PIECE
+            assert await store.store_snapshot(lease, 1, lease.epoch, sections)  # again
+            store.pool = recording.pool
+            assert await store.snapshot(4) == (1, lease.epoch, sections)
+            assert await store.pool.fetchval(
+                "SELECT count(*) FROM rankd_group_snapshots WHERE group_id = 4") == 3
+        finally:
+            await store.pool.close()
+
+    run(scenario())
 
 
 def test_batches_and_snapshots_are_stored_uncompressed(pg_dsn):
