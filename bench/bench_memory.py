@@ -550,6 +550,48 @@ def event_ids(directory: Path, count: int, src: Path | None,
             "restart_seconds": restart_seconds}
 
 
+def windowed(directory: Path, members: int, windows: list[str], kind: str,
+             seed: int) -> dict[str, float]:
+    """The ``--windows`` figures: a ``best`` board of ``windows`` on a daemon
+    with index ``kind`` takes ``members`` 19-byte members (random integer
+    scores, shuffled, no event ids) over TCP in batches of 10,000; its RSS
+    growth per member once a snapshot was taken, and the load's peak."""
+    from rankd.client import Client
+
+    rng = random.Random(seed)
+    order = list(range(members))
+    rng.shuffle(order)
+    directory.mkdir(parents=True, exist_ok=True)
+    daemon = Daemon(directory / "data", "--fsync", "everysec", env={"RANKD_INDEX": kind})
+    daemon.start(timeout=600)
+    try:
+        assert daemon.process is not None
+        pid = daemon.process.pid
+        code, body = daemon.request("PUT", "/v1/boards/w", {"policy": "best",
+                                                          "windows": windows})
+        if code not in (200, 201):
+            raise RuntimeError(f"board: {code} {body!r}")
+        time.sleep(0.5)
+        empty = rss(pid)
+        reset_hwm(pid)
+        with Client("127.0.0.1", daemon.tcp_port) as client:
+            for start in range(0, members, 10_000):
+                events = [{"member": member(i).decode(), "score": rng.randrange(10**9)}
+                          for i in order[start:start + 10_000]]
+                results = client.submit_many(events, board="w")["results"]
+                if any("error" in r for r in results):
+                    raise RuntimeError(f"a submission failed: {results[:3]}")
+        load_peak = hwm(pid)
+        code, body = daemon.request("POST", "/v1/admin/snapshot")
+        if code != 200:
+            raise RuntimeError(f"snapshot: {code} {body!r}")
+        live = settled_rss(pid, 3.0)
+    finally:
+        daemon.stop(timeout=600)
+    return {"per_member": (live - empty) / members,
+            "load_peak_per_member": (load_peak - empty) / members, "live": live}
+
+
 def servers(root: Path, variants: list[str]) -> list[Callable[[], Redis | Rankd]]:
     made = []
 
@@ -588,7 +630,24 @@ def main() -> int:
                         help="with --event-ids: also the daemon of this older tree")
     parser.add_argument("--no-ids-too", action="store_true",
                         help="with --event-ids: also the same load without event ids")
+    parser.add_argument("--windows", action="store_true",
+                        help="a board of windows all, daily, weekly, monthly against one of "
+                        "all, per index kind (--index; default both), at the first --members")
     args = parser.parse_args()
+    if args.windows:
+        size = int(args.members.split(",")[0])
+        print(f"\n{size:,} members, 19-byte names, over TCP; RSS growth per member "
+              "(after a snapshot) and the load's peak")
+        print("| index | windows | live B/member | load peak B/member | live MiB |")
+        print("|---|---|---|---|---|")
+        with tempfile.TemporaryDirectory(prefix="rankd-bench-windows-") as tmp:
+            for n, kind in enumerate(args.index or ["skiplist", "pages"]):
+                for m, windows in enumerate((["all"], ["all", "daily", "weekly", "monthly"])):
+                    w = windowed(Path(tmp) / f"{n}-{m}", size, windows, kind, args.seed)
+                    print(f"| {kind} | {', '.join(windows)} | {w['per_member']:.1f} | "
+                          f"{w['load_peak_per_member']:.1f} | {w['live'] / MiB:.0f} |",
+                          flush=True)
+        return 0
     if args.event_ids:
         random.seed(args.seed)
         print(f"\n{args.event_ids:,} submissions with UUID event ids over TCP, 1,000 members")

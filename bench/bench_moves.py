@@ -149,9 +149,9 @@ def placement_of(node: Daemon, group: int) -> tuple[str | None, list[str], str |
 
 
 async def fill(session: aiohttp.ClientSession, nodes: list[Daemon], board: str,
-               members: int, concurrency: int = 4) -> None:
-    """``members`` members on ``board`` (batches of ``BATCH``, through the nodes in turn)."""
-    batches = [range(start, min(members, start + BATCH)) for start in range(0, members, BATCH)]
+               members: int, concurrency: int = 4, batch: int = BATCH) -> None:
+    """``members`` members on ``board`` (batches of ``batch``, through the nodes in turn)."""
+    batches = [range(start, min(members, start + batch)) for start in range(0, members, batch)]
     queue = asyncio.Queue()
     for n, batch in enumerate(batches):
         queue.put_nowait((n, batch))
@@ -385,7 +385,8 @@ def stalls(logged: str) -> str:
                or "none"))
 
 
-async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: int) -> None:
+async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: int,
+                      fill_batch: int = BATCH) -> None:
     nodes = start_nodes(root, dsn, 3, 1)
     group = group_of(BIG)
     # (to attach a profiler to a node during the moves: py-spy record --pid)
@@ -395,7 +396,7 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
         assert nodes[0].request("PUT", f"/v1/boards/{BIG}", {"policy": "best"})[0] == 201
         started = time.monotonic()
         async with aiohttp.ClientSession() as session:
-            await fill(session, nodes, BIG, members)
+            await fill(session, nodes, BIG, members, batch=fill_batch)
         print(f"loaded {members:,} members into {BIG!r} (group {group}) in "
               f"{time.monotonic() - started:.1f} s")
         deadline = time.monotonic() + 30
@@ -520,12 +521,15 @@ def main() -> int:
     parser.add_argument("--board-members", type=int, default=10_000)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--fill-batch", type=int, default=BATCH,
+                        help="events per REST batch loading the big board (one log record "
+                        "each, which a move's target applies in one loop step)")
     args = parser.parse_args()
     if args.quick:
         args.members, args.rounds, args.boards = 200_000, 2, 12
     with postgres_server() as server, tempfile.TemporaryDirectory() as root:
         asyncio.run(move_pauses(Path(root) / "moves", server.create_database(),
-                                args.members, args.writers, args.rounds))
+                                args.members, args.writers, args.rounds, args.fill_batch))
         if not args.skip_memory:
             dsns = [server.create_database() for _ in range(3)]
             asyncio.run(memory_spread(Path(root), dsns, args.boards, args.board_members))
