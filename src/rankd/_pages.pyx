@@ -277,16 +277,27 @@ cdef extern from *:
        DEF, a value past 2^31 - 1 was a Python int, and every comparison
        with it made one of the id too. */
     #define PG_MOVED 0xFFFFFFFFu
-    /* A member map slot holds its member's code: page number and entry
-       number, PG_CODE(pno, eno) = (pno << 6 | eno) + 1 (0 is an empty
-       slot), so page numbers are 26-bit and below PG_MAX_PNOS, and codes
-       stay below PG_PENDING (a slot whose member is being moved: see
-       _write) and PG_MOVED. */
-    #define PG_MAX_PNOS ((1u << 26) - 1)
-    #define PG_CODE(pno, eno) ((((uint32_t)(pno) << 6) | (uint32_t)(eno)) + 1)
-    #define PG_CODE_PNO(c) (((c) - 1) >> 6)
+    /* A member map slot holds its member's code: a 4-bit tag of the
+       member's hash, page number and entry number, PG_CODE(tag, pno, eno)
+       = (tag << 28 | pno << 6 | eno) + 1 (0 is an empty slot), so page
+       numbers are 22-bit and below PG_MAX_PNOS: the largest code, tag 15
+       of page PG_MAX_PNOS - 1, stays below PG_PENDING (a slot whose member
+       is being moved: see _write) and PG_MOVED, and the + 1 never carries
+       into the tag. */
+    #define PG_MAX_PNOS ((1u << 22) - 1)
+    #define PG_CODE(tag, pno, eno) ((((uint32_t)(tag) << 28) | ((uint32_t)(pno) << 6) \
+                                     | (uint32_t)(eno)) + 1)
+    #define PG_CODE_PNO(c) ((((c) - 1) >> 6) & 0x3FFFFFu)
     #define PG_CODE_ENO(c) (((c) - 1) & 63)
+    #define PG_CODE_TAG(c) (((c) - 1) >> 28)
+    #define PG_CODE_ENTRY(c) (((c) - 1) & 0x0FFFFFFFu)   /* pno << 6 | eno */
+    /* The tag of a hash: its low bits (the home slot is its high bits,
+       pg_home), so the members of a probe sequence have independent tags. */
+    #define PG_HASH_TAG(h) ((uint32_t)(h) & 15u)
+    /* A code with another tag: the same entry. */
+    #define PG_RETAG(c, tag) ((((c) - 1) & 0x0FFFFFFFu | ((uint32_t)(tag) << 28)) + 1)
     #define PG_PENDING 0xFFFFFFFEu
+    _Static_assert(PG_CODE(15, PG_MAX_PNOS - 1, 63) < PG_PENDING, "codes below PG_PENDING");
     /* The lowest entry number a page does not use (it holds fewer than
        64 entries). */
     static inline uint32_t pg_free_eno(uint64_t used) {
@@ -378,9 +389,13 @@ cdef extern from *:
     double *PG_KEYS(pg_page *p) nogil
     uint8_t *PG_ENOS(pg_page *p) nogil
     size_t PG_ENOS_BYTES(int cap) nogil
-    uint32_t PG_CODE(uint32_t pno, uint32_t eno) nogil
+    uint32_t PG_CODE(uint32_t tag, uint32_t pno, uint32_t eno) nogil
     uint32_t PG_CODE_PNO(uint32_t code) nogil
     uint32_t PG_CODE_ENO(uint32_t code) nogil
+    uint32_t PG_CODE_TAG(uint32_t code) nogil
+    uint32_t PG_CODE_ENTRY(uint32_t code) nogil
+    uint32_t PG_HASH_TAG(uint64_t h) nogil
+    uint32_t PG_RETAG(uint32_t code, uint32_t tag) nogil
     uint32_t pg_free_eno(uint64_t used) nogil
     Py_ssize_t pg_find_eno(const uint8_t *enos, uint32_t n, uint32_t e) nogil
     size_t PG_NAME_UNITS(Py_ssize_t mlen) nogil
@@ -403,6 +418,19 @@ cdef extern from *:
 
 import os
 import zlib
+
+# Pages an index numbers at most: a map slot's code holds a 22-bit page
+# number beside its tag and entry number (see Members).
+MAX_PAGES = MAX_PNOS
+
+
+cdef object _pages_full(uint32_t limit):
+    """The error of a write or load that needs a page past ``limit``."""
+    return OverflowError(
+        f"a rank index holds at most {limit} pages (page numbers are 22-bit: "
+        f"at least {limit * 32} members at the default page size); it has no page "
+        "number left for this write")
+
 
 # A dump's tie-break byte, by value.
 TIE_BREAK_CODES = ("first", "member", "member_desc")
@@ -545,6 +573,7 @@ cdef class RankIndex:
     cdef uint32_t pages_cap
     cdef uint32_t *free_pnos
     cdef uint32_t nfree_pnos, pnos_used
+    cdef uint32_t max_pnos          # page numbers are below it (MAX_PNOS; tests lower it)
     cdef size_t freed_bytes         # pages and tables freed since the last trim
     # A batch's member hashes, by position & 15, and the str each is of
     # (see apply_batch); the hash the next _write takes instead of its own.
@@ -568,6 +597,7 @@ cdef class RankIndex:
         self.branching = branching
         self.page_size = page_size
         self.min_fill = page_size // 2
+        self.max_pnos = MAX_PNOS
         self.locate_bytes = <Py_ssize_t>(sizeof(pg_page) + PG_ENOS_BYTES(page_size)
                                          + PG_IDS_BYTES(page_size))
         if seed is None:
@@ -686,8 +716,8 @@ cdef class RankIndex:
         global _live_pages
         cdef pg_page *p = self._page_alloc(cap)
         if p == NULL:
-            if self.nfree_pnos == 0 and self.pnos_used == self.pages_cap == MAX_PNOS:
-                raise OverflowError("the page table of a rank index is full")
+            if self.nfree_pnos == 0 and self.pnos_used >= self.max_pnos:
+                raise _pages_full(self.max_pnos)
             raise MemoryError()
         _live_pages += 1
         return p
@@ -701,14 +731,14 @@ cdef class RankIndex:
         cdef uint32_t pno
         cdef size_t cap_pnos
         cdef void *grown
+        if self.nfree_pnos == 0 and self.pnos_used >= self.max_pnos:
+            return NULL  # every page number is taken (see Members)
         if self.nfree_pnos == 0 and self.pnos_used == self.pages_cap:
             # By 3/2, not 2: the table (20 bytes a page number) is then at
             # least 2/3 used, not 1/2.
             cap_pnos = <size_t>self.pages_cap + self.pages_cap // 2
             if cap_pnos > MAX_PNOS:
                 cap_pnos = MAX_PNOS
-            if cap_pnos == self.pages_cap:
-                return NULL
             grown = realloc(self.pages, cap_pnos * sizeof(pg_page *))
             if grown == NULL:
                 return NULL
@@ -1151,14 +1181,16 @@ cdef class RankIndex:
                                       uint64_t h) noexcept nogil:
         """``_slot`` in the table only."""
         cdef size_t i = pg_home(h, self.nslots)
-        cdef uint32_t code
+        cdef uint32_t code, tag = PG_HASH_TAG(h)
         cdef Py_ssize_t nlen
         cdef const char *name
         while True:
             code = self.slot_ids[i]
             if code == 0:
                 return -1
-            if code != PENDING:
+            # Another tag is another member: its page and name stay unread
+            # (a pending slot's tag is 15 and is skipped below).
+            if PG_CODE_TAG(code) == tag and code != PENDING:
                 name = self._code_name(code, &nlen)
                 if nlen == mlen and memcmp(name, member, mlen) == 0:
                     return <Py_ssize_t>i
@@ -1168,7 +1200,7 @@ cdef class RankIndex:
                                uint64_t h) noexcept nogil:
         """``_slot`` in the old table of a resize under way only."""
         cdef size_t i = pg_home(h, self.old_nslots), left
-        cdef uint32_t code
+        cdef uint32_t code, tag = PG_HASH_TAG(h)
         cdef Py_ssize_t nlen
         cdef const char *name
         # Slots before the resize step are all moved marks, so a probe
@@ -1181,13 +1213,30 @@ cdef class RankIndex:
             code = self.old_ids[i]
             if code == 0:
                 return -1
-            if code != MOVED and code != PENDING:
+            if PG_CODE_TAG(code) == tag and code != MOVED and code != PENDING:
                 name = self._code_name(code, &nlen)
                 if nlen == mlen and memcmp(name, member, mlen) == 0:
                     return -2 - <Py_ssize_t>i
             i = i + 1 if i + 1 < self.old_nslots else 0
             left -= 1
         return -1
+
+    cdef inline uint32_t _tagged_code(self, uint64_t h) noexcept nogil:
+        """The first code from the hash ``h``'s home slot on (up to 8
+        slots, in the table only) whose tag is ``h``'s, or 0: the entry a
+        lookup will most likely read, for the prefetches (a member absent
+        gives 0 15 times in 16 per slot passed, and nothing is asked for)."""
+        cdef size_t i = pg_home(h, self.nslots)
+        cdef uint32_t code, tag = PG_HASH_TAG(h)
+        cdef int k
+        for k in range(8):
+            code = self.slot_ids[i]
+            if code == 0:
+                return 0
+            if PG_CODE_TAG(code) == tag and code < PENDING:
+                return code
+            i = i + 1 if i + 1 < self.nslots else 0
+        return 0
 
     cdef inline uint32_t _slot_code(self, Py_ssize_t slot) noexcept nogil:
         """The code in a slot that ``_slot`` found (0 for -1)."""
@@ -1229,20 +1278,24 @@ cdef class RankIndex:
     cdef void _reslot(self, const uint32_t *olds, const uint32_t *news,
                       const uint32_t *ids, Py_ssize_t count) noexcept:
         """Entries moved to another page: give the slots holding the codes
-        ``olds`` the codes ``news`` (the members' name ids are ``ids``).
-        A slot is found by its member's hash and holds exactly one code,
-        so it is recognised by the code, not by comparing names.  In three
-        passes, so that the misses overlap: the names, their hashes (and
-        home slots), the slots."""
+        ``olds`` the codes ``news`` (both without their tags, which the
+        members' hashes give: the members' name ids are ``ids``).  A slot
+        is found by its member's hash and holds exactly one code, so it is
+        recognised by the code, not by comparing names.  In three passes,
+        so that the misses overlap: the names, their hashes (and home
+        slots), the slots."""
         cdef Py_ssize_t k
         cdef uint64_t hashes[64]
         cdef size_t i, left
+        cdef uint32_t old, new
         self._hash_names(ids, count, hashes)
         for k in range(count):
+            old = PG_RETAG(olds[k], PG_HASH_TAG(hashes[k]))
+            new = PG_RETAG(news[k], PG_HASH_TAG(hashes[k]))
             i = pg_home(hashes[k], self.nslots)
             while self.slot_ids[i] != 0:
-                if self.slot_ids[i] == olds[k]:
-                    self.slot_ids[i] = news[k]
+                if self.slot_ids[i] == old:
+                    self.slot_ids[i] = new
                     break
                 i = i + 1 if i + 1 < self.nslots else 0
             else:
@@ -1253,8 +1306,8 @@ cdef class RankIndex:
                 while left > 0:
                     if i < self.migrate_pos:
                         i = self.migrate_pos
-                    if self.old_ids[i] == olds[k]:
-                        self.old_ids[i] = news[k]
+                    if self.old_ids[i] == old:
+                        self.old_ids[i] = new
                         break
                     i = i + 1 if i + 1 < self.old_nslots else 0
                     left -= 1
@@ -1694,11 +1747,11 @@ cdef class RankIndex:
         for i in range(count):
             e = src_enos[start + i]
             src.used &= ~(<uint64_t>1 << e)
-            olds[i] = PG_CODE(src.pno, e)
+            olds[i] = PG_CODE(0, src.pno, e)   # (_reslot tags them)
             e = pg_free_eno(dst.used)
             dst.used |= <uint64_t>1 << e
             dst_enos[at + i] = <uint8_t>e
-            news[i] = PG_CODE(dst.pno, e)
+            news[i] = PG_CODE(0, dst.pno, e)
         self._reslot(olds, news, &PG_IDS(dst)[at], count)
 
     cdef inline void _shift_entries(self, pg_page *p, Py_ssize_t start, Py_ssize_t end,
@@ -1770,9 +1823,11 @@ cdef class RankIndex:
             self.height -= 1
         self._free_page(r)
 
-    cdef Py_ssize_t _insert(self, double key, uint64_t seq, uint32_t mid) except -1:
-        """Place a new entry for the name ``mid``; return its unique rank
-        (its code is left in ``put_code``: the caller puts it in the map)."""
+    cdef Py_ssize_t _insert(self, double key, uint64_t seq, uint32_t mid,
+                            uint32_t tag) except -1:
+        """Place a new entry for the name ``mid`` (whose hash's tag is
+        ``tag``); return its unique rank (its code is left in
+        ``put_code``: the caller puts it in the map)."""
         cdef Py_ssize_t mlen, pos, rank_p, drank_p, half
         cdef const char *name = self._name(mid, &mlen)
         cdef pg_path path
@@ -1787,11 +1842,11 @@ cdef class RankIndex:
         if p == NULL:  # empty index
             r = self._new_page()
             self._link_after(self.header, r, &path, 0, 0)
-            return self._put(r, path.update, 0, key, seq, mid, 0)
+            return self._put(r, path.update, 0, key, seq, mid, tag, 0)
         pos = self._lower(p, key, seq, name, mlen)
         if p.n < self.page_size:
             p = self._grow(p, path.update)
-            return self._put(p, path.update, pos, key, seq, mid, rank_p)
+            return self._put(p, path.update, pos, key, seq, mid, tag, rank_p)
         nxt = p.level[0].forward
         if pos == p.n and nxt == NULL:
             # At the end of the last page, start an empty page (monotonic
@@ -1799,7 +1854,7 @@ cdef class RankIndex:
             r = self._new_page()
             self._link_after(p, r, &path, rank_p, drank_p)
             self._next_cover(p, path.update, rcover)
-            return self._put(r, rcover, 0, key, seq, mid, rank_p + p.n)
+            return self._put(r, rcover, 0, key, seq, mid, tag, rank_p + p.n)
         # Full: a neighbour with room takes a share first (B*-tree style),
         # so that pages split only when both are nearly full and random
         # arrivals keep pages about 5/6 full, not 2/3; else split in halves.
@@ -1807,11 +1862,11 @@ cdef class RankIndex:
         if nxt != NULL and nxt.n + room <= self.page_size:
             if self._even(p, nxt) < 0:
                 raise MemoryError()
-            return self._insert(key, seq, mid)
+            return self._insert(key, seq, mid, tag)
         if p.prev != NULL and p.prev.n + room <= self.page_size:
             if self._even(p.prev, p) < 0:
                 raise MemoryError()
-            return self._insert(key, seq, mid)
+            return self._insert(key, seq, mid, tag)
         r = self._new_page(self._cap_for(p.n - p.n // 2))
         self._link_after(p, r, &path, rank_p, drank_p)
         self._next_cover(p, path.update, rcover)
@@ -1827,14 +1882,15 @@ cdef class RankIndex:
         self.ndistinct -= <int64_t>lead - p.lead + r.lead  # moved, not new
         p.lead = lead
         if pos <= half:
-            rank_p = self._put(p, path.update, pos, key, seq, mid, rank_p)
+            rank_p = self._put(p, path.update, pos, key, seq, mid, tag, rank_p)
         else:
-            rank_p = self._put(r, rcover, pos - half, key, seq, mid, rank_p + half)
+            rank_p = self._put(r, rcover, pos - half, key, seq, mid, tag, rank_p + half)
         self._shrink(p)
         return rank_p
 
     cdef Py_ssize_t _put(self, pg_page *p, pg_page **cover, Py_ssize_t pos, double key,
-                         uint64_t seq, uint32_t mid, Py_ssize_t rank_p) noexcept:
+                         uint64_t seq, uint32_t mid, uint32_t tag,
+                         Py_ssize_t rank_p) noexcept:
         """Insert an entry at ``pos`` of ``p`` (not full); return its rank."""
         cdef bint next_lead = False
         cdef uint32_t lead
@@ -1847,7 +1903,7 @@ cdef class RankIndex:
         PG_IDS(p)[pos] = mid
         PG_ENOS(p)[pos] = <uint8_t>e
         p.used |= <uint64_t>1 << e
-        self.put_code = PG_CODE(p.pno, e)
+        self.put_code = PG_CODE(tag, p.pno, e)
         if pos == 0:
             self.firstkeys[p.pno] = key
         p.n += 1
@@ -2070,7 +2126,8 @@ cdef class RankIndex:
             self._map_reserve(self.length + 1)
             mid = self._name_new(data, size)
             try:
-                rank = self._insert(self._key(target), self._stamp(has_seq, seq), mid)
+                rank = self._insert(self._key(target), self._stamp(has_seq, seq), mid,
+                                    PG_HASH_TAG(h))
             except MemoryError:
                 self._name_free(mid)
                 raise
@@ -2085,7 +2142,8 @@ cdef class RankIndex:
             # the move shifts to other pages may take its old code.
             self._slot_set(slot, PENDING)
             self._remove(code)
-            rank = self._insert(self._key(target), self._stamp(has_seq, seq), mid)
+            rank = self._insert(self._key(target), self._stamp(has_seq, seq), mid,
+                                PG_CODE_TAG(code))
             self._slot_set(slot, self.put_code)
         new[0] = target
         has_new[0] = True
@@ -2096,8 +2154,8 @@ cdef class RankIndex:
     cdef int _need_pno(self) except -1:
         """Before a write that may make a page (one at most): raise
         OverflowError, changing nothing, if the page table is full."""
-        if self.nfree_pnos == 0 and self.pnos_used >= MAX_PNOS:
-            raise OverflowError("the page table of a rank index is full")
+        if self.nfree_pnos == 0 and self.pnos_used >= self.max_pnos:
+            raise _pages_full(self.max_pnos)
         return 0
 
     cdef inline Py_ssize_t _remember(self, uint32_t code, Py_ssize_t rank) noexcept:
@@ -2322,11 +2380,12 @@ cdef class RankIndex:
                 h = self.ring_hash[ahead & 15]
             else:
                 h = self._hash(data, size)
-            # The home slot's member (a collision asks for the wrong page
-            # and name: harmless), by a code that writes since may have
-            # made stale: its page may be gone or lack the entry.
-            code = self.slot_ids[pg_home(h, self.nslots)]
-            if code == 0 or code >= PENDING:
+            # The first slot with the member's tag (a tag's collision asks
+            # for the wrong page and name: harmless), by a code that writes
+            # since may have made stale: its page may be gone or lack the
+            # entry.
+            code = self._tagged_code(h)
+            if code == 0:
                 continue
             pno = PG_CODE_PNO(code)
             if pno >= self.pnos_used or self.pages[pno] == NULL:
@@ -2393,8 +2452,8 @@ cdef class RankIndex:
         if self.length + fresh > MAX_LENGTH:
             raise OverflowError("a rank index holds fewer than 2**32 members")
         # Each state makes a page at most (a split).
-        if (self.nfree_pnos + <Py_ssize_t>(MAX_PNOS - self.pnos_used)) < k:
-            raise OverflowError("the page table of a rank index is full")
+        if (self.nfree_pnos + <Py_ssize_t>(self.max_pnos - self.pnos_used)) < k:
+            raise _pages_full(self.max_pnos)
         self._fit_seq(top)
         for member, score, s in checked:
             _member_bytes(member, &data, &size)
@@ -2406,7 +2465,7 @@ cdef class RankIndex:
             if code == 0:
                 self._map_reserve(self.length + 1)
                 mid = self._name_new(data, size)
-                self._insert(self._key(score), s, mid)
+                self._insert(self._key(score), s, mid, PG_HASH_TAG(h))
                 self._map_put(self.put_code, h)
                 self.member_bytes += size
                 if self.length > self.peak_length:
@@ -2418,7 +2477,7 @@ cdef class RankIndex:
                 mid = PG_IDS(p)[pos]
                 self._slot_set(slot, PENDING)  # (see _write)
                 self._remove(code)
-                self._insert(self._key(score), s, mid)
+                self._insert(self._key(score), s, mid, PG_CODE_TAG(code))
                 self._slot_set(slot, self.put_code)
         if top >= self._next_seq:
             self._next_seq = top + 1
@@ -2480,6 +2539,14 @@ cdef class RankIndex:
     def _arena_state(self):
         """``(units used, units of capacity)`` of the name arena (for tests)."""
         return self.names_used, self.names_cap
+
+    def _limit_pages(self, Py_ssize_t limit):
+        """Number pages below ``limit`` from now on, not ``MAX_PAGES`` (for
+        tests: reaching the real limit takes over a hundred million
+        members).  ``limit`` must cover the page numbers in use."""
+        if not self.pnos_used <= limit <= MAX_PNOS:
+            raise ValueError(f"a page limit must be between {self.pnos_used} and {MAX_PNOS}")
+        self.max_pnos = <uint32_t>limit
 
     def _map_state(self):
         """``(slots, old slots or 0, old slots moved so far, ids moved ever)``
@@ -2902,9 +2969,10 @@ cdef class RankIndex:
         cdef pg_page *page = ld.page
         cdef bint leader = self.length == 0 or key != ld.prev_key
         cdef uint32_t e = page.n   # (a loaded page's numbers are its positions)
-        self._map_put(PG_CODE(page.pno, e), h)
+        cdef uint32_t code = PG_CODE(PG_HASH_TAG(h), page.pno, e)
+        self._map_put(code, h)
         if self.load_tags != NULL:
-            self.load_tags[PG_CODE(page.pno, e)] = <uint8_t>h
+            self.load_tags[PG_CODE_ENTRY(code)] = <uint8_t>(h >> 4)  # (past the slot's tag)
         self.member_bytes += mlen
         if page.n == 0:
             self.firstkeys[page.pno] = key
@@ -2951,12 +3019,14 @@ cdef class RankIndex:
         an index that only ``_place_loaded`` filled (see ``_loaded_id``),
         where no resize is under way."""
         cdef size_t i = pg_home(h, self.nslots)
-        cdef uint32_t code = self.slot_ids[i]
+        cdef uint32_t code = self.slot_ids[i], tag = PG_HASH_TAG(h)
         cdef Py_ssize_t nlen
         cdef const char *name
         while code != 0:
-            # (the tag first: a name is two misses away)
-            if self.load_tags == NULL or self.load_tags[code] == <uint8_t>h:
+            # (the tags first: a name is two misses away)
+            if PG_CODE_TAG(code) == tag and (
+                    self.load_tags == NULL
+                    or self.load_tags[PG_CODE_ENTRY(code)] == <uint8_t>(h >> 4)):
                 name = self._name(self._loaded_id(code, fill)[0], &nlen)
                 if nlen == mlen and memcmp(name, member, mlen) == 0:
                     return True
@@ -2971,7 +3041,7 @@ cdef class RankIndex:
         arrive: 0 their ids, 1 the names; with the load's tags, only the
         tags.  Only while loading (see ``_loaded_id``)."""
         cdef size_t i = pg_home(h, self.nslots)
-        cdef uint32_t code
+        cdef uint32_t code, tag = PG_HASH_TAG(h)
         cdef int k
         if self.load_tags != NULL and stage != 0:
             return  # (the tags filter the names: a match is rare)
@@ -2979,8 +3049,10 @@ cdef class RankIndex:
             code = self.slot_ids[i]
             if code == 0:
                 return
-            if self.load_tags != NULL:
-                rk_prefetch(&self.load_tags[code])
+            if PG_CODE_TAG(code) != tag:
+                pass  # another member (the slot's tag says so)
+            elif self.load_tags != NULL:
+                rk_prefetch(&self.load_tags[PG_CODE_ENTRY(code)])
             elif stage == 0:
                 rk_prefetch(self._loaded_id(code, fill))
             else:
@@ -3048,6 +3120,23 @@ cdef class RankIndex:
 
     # --- invariants -----------------------------------------------------------------
 
+    cdef _check_tag(self, uint32_t code):
+        """A slot's code (0: empty) names a live entry whose member's hash
+        has the code's tag."""
+        cdef Py_ssize_t pos, mlen
+        cdef pg_page *p
+        cdef const char *name
+        if code == 0:
+            return
+        assert PG_CODE_PNO(code) < self.pnos_used and self.pages[PG_CODE_PNO(code)] != NULL, \
+            "a slot names no page"
+        p = self.pages[PG_CODE_PNO(code)]
+        pos = pg_find_eno(PG_ENOS(p), p.n, PG_CODE_ENO(code))
+        assert pos >= 0, "a slot names no entry"
+        name = self._name(PG_IDS(p)[pos], &mlen)
+        assert PG_CODE_TAG(code) == PG_HASH_TAG(self._hash(name, mlen)), \
+            "a slot's tag is not its member's hash's"
+
     def _check(self):
         """Verify every invariant; ``AssertionError`` names the first broken one.
 
@@ -3055,7 +3144,8 @@ cdef class RankIndex:
         at least page_size // 2 but on the last page), every level's spans
         and distinct spans against the entries and leaders they cover,
         ``prev`` links, entry numbers, the member map (each member's slot holds
-        its entry's code) and counters.
+        its entry's code, and every slot's tag is its member's hash's) and
+        counters.
         Runtime complexity: O(n * levels).
         """
         cdef pg_page *p = self.header.level[0].forward
@@ -3067,7 +3157,7 @@ cdef class RankIndex:
         cdef int level
         cdef double prev_key = 0.0
         cdef uint32_t mid
-        cdef uint64_t used
+        cdef uint64_t used, h
         cdef const char *name
         cdef list starts = []     # per page: (entries before, leaders before)
         cdef dict index_of = {}
@@ -3106,9 +3196,13 @@ cdef class RankIndex:
                     count += 1
                 prev_key = PG_KEYS(p)[i]
                 n += 1
-                pidx = self._slot(name, mlen, self._hash(name, mlen))
-                assert self._slot_code(pidx) == PG_CODE(p.pno, PG_ENOS(p)[i]), \
+                h = self._hash(name, mlen)
+                pidx = self._slot(name, mlen, h)
+                assert PG_CODE_ENTRY(self._slot_code(pidx)) == PG_CODE_ENTRY(
+                    PG_CODE(0, p.pno, PG_ENOS(p)[i])), \
                     "member map misses a member or names another entry"
+                assert PG_CODE_TAG(self._slot_code(pidx)) == PG_HASH_TAG(h), \
+                    "a slot's tag is not its member's hash's"
             assert count == p.lead, f"page leader count {p.lead} != {count}"
             prevp = p
             p = p.level[0].forward
@@ -3119,11 +3213,14 @@ cdef class RankIndex:
             slots_used += self.slot_ids[i] != 0
             assert self.slot_ids[i] != MOVED, "a moved mark in the table"
             assert self.slot_ids[i] != PENDING, "a slot left pending"
+            self._check_tag(self.slot_ids[i])
         if self.old_ids != NULL:
             for i in range(self.old_nslots):
                 assert i >= self.migrate_pos or self.old_ids[i] == MOVED, "an id behind the step"
                 assert self.old_ids[i] != PENDING, "a slot left pending"
                 slots_used += self.old_ids[i] != 0 and self.old_ids[i] != MOVED
+                if self.old_ids[i] != MOVED:
+                    self._check_tag(self.old_ids[i])
         assert slots_used == self.length, "member map holds stale ids"
         self._check_arena()
         assert self.height >= 1
