@@ -2540,6 +2540,31 @@ cdef class RankIndex:
         """``(units used, units of capacity)`` of the name arena (for tests)."""
         return self.names_used, self.names_cap
 
+    def _tags(self, member):
+        """``(the tag in member's slot, its hash's tag)``, or None if absent
+        (for tests)."""
+        cdef const char *data
+        cdef Py_ssize_t size
+        cdef uint32_t code
+        _member_bytes(member, &data, &size)
+        code = self._lookup(data, size)
+        if code == 0:
+            return None
+        return PG_CODE_TAG(code), PG_HASH_TAG(self._hash(data, size))
+
+    def _corrupt_tag(self, member):
+        """Give member's slot another tag (for tests of ``_check``: the
+        member is then lost to lookups)."""
+        cdef const char *data
+        cdef Py_ssize_t size
+        cdef Py_ssize_t slot
+        cdef uint32_t code
+        _member_bytes(member, &data, &size)
+        slot = self._slot(data, size, self._hash(data, size))
+        code = self._slot_code(slot)
+        if code != 0:
+            self._slot_set(slot, PG_RETAG(code, (PG_CODE_TAG(code) + 1) & 15))
+
     def _limit_pages(self, Py_ssize_t limit):
         """Number pages below ``limit`` from now on, not ``MAX_PAGES`` (for
         tests: reaching the real limit takes over a hundred million
