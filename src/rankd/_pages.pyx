@@ -117,36 +117,49 @@ The member map is open addressing with linear probing over an array of
 32-bit *codes*, one per member (4 bytes a slot, at most 3/4 full), keyed
 by SipHash-1-3 with a per-index random key (names come from players, so
 collisions must not be predictable); it deletes by backward shift, so it
-holds no tombstones.  A code names the member's entry: ``(page number <<
-6 | entry number) + 1`` (0 is an empty slot).  An entry number is a byte
-beside the entry, unique in its page and kept while the entry moves
-inside it (a page keeps the numbers in use as a 64-bit word, so pages
-hold at most 64 entries; page numbers are 26-bit, and 2^26 pages hold at
-least 2^31 members at the minimum fill).  A lookup reads the home slot,
-the page the code names (the page table gives its address; its header,
-entry numbers and ids are asked for at once), finds the entry by number
-(16 numbers a compare) and compares the name its id leads to: the
-misses of a map of ids, whose name record held the page number, in
-another order.  A probe past another member's slot reads that member's
-page as well as its name; deletes and resizes, which need each slot's
-hash, get the name the same way.  Entries that move to another page
+holds no tombstones.  A code names the member's entry and carries a tag
+of the member's hash: ``(tag << 28 | page number << 6 | entry number) +
+1`` (0 is an empty slot).  An entry number is a byte beside the entry,
+unique in its page and kept while the entry moves inside it (a page
+keeps the numbers in use as a 64-bit word, so pages hold at most 64
+entries).  The tag is the hash's low 4 bits (the home slot comes from
+its high bits, so the members of one probe sequence have independent
+tags), from the same keyed SipHash.  Page numbers are therefore 22-bit:
+an index numbers at most ``MAX_PAGES`` = 2^22 - 1 pages (over 134M
+members at the default page size's minimum fill of 32, over 230M as a
+load packs them; 8.4M at the smallest page size, 4), and a write or load
+that needs a page past that is refused with ``OverflowError``, changing
+nothing (``_need_pno``, ``_page_alloc``).  A lookup reads the home slot
+and, for each slot from there whose tag is the member's, the page the
+code names (the page table gives its address; its header, entry numbers
+and ids are asked for at once), finds the entry by number (16 numbers a
+compare) and compares the name its id leads to.  A probe that passes
+another member's slot skips it on its tag 15 times in 16, reading
+neither its page nor its name, so a lookup that misses (every new
+member) reads about nothing but the slots.  Deletes and resizes, which
+need each slot's home, still hash the slot's member's name, found the
+same way.  Codes are unique (the page and entry numbers alone are), so
+a slot is recognised by its code: entries that move to another page
 (splits, shares and merges move up to a page's worth) take numbers
-unused there, and their slots get the new codes: each found by the
-name's hash and recognised by the old code (codes are unique, so no
-name is compared), a move's names and slots asked for at once so that
-their misses overlap.  A member moved by its own write (taken out, put
-in elsewhere) has its slot marked pending meanwhile, since the entries
-the write moves may take its old number.
+unused there, and their slots get the new codes, each found by the
+name's hash (which also gives the tag both codes carry) and recognised
+by the old code, no name compared; a move's names and slots are asked
+for at once so that their misses overlap.  A member moved by its own
+write (taken out, put in elsewhere) has its slot marked pending
+meanwhile, since the entries the write moves may take its old number;
+its new code keeps its tag.
 
-Of the two shapes weighed for issue 47, this is the one of a page
-number and a stable entry number.  The other, a page number and a hash
-tag, costs as much (a tag byte an entry) but does not name its member:
-a tag may match two entries of a page, and deletes and resizes could not
-tell whose a slot is without hashing the names of the page.  Against a
-page number in the record, this saves 4 bytes a member and costs a byte
-an entry and 8 bytes a page (the word of numbers in use): about 2.8
-bytes a member net for 19-byte names, and a hash and a slot write for
-each entry a split, share or merge moves to another page.
+Of the shapes weighed for issue 47, this is a page number, a stable
+entry number and a tag.  A page number and a tag alone (a tag byte an
+entry, no entry numbers) do not name the member: a tag may match two
+entries of a page, and deletes and resizes could not tell whose a slot
+is without hashing the names of the page.  Against a page number in the
+record, entry numbers save 4 bytes a member and cost a byte an entry
+and 8 bytes a page (the word of numbers in use): about 2.8 bytes a
+member net for 19-byte names, and a hash and a slot write for each
+entry a split, share or merge moves to another page.  The tag costs no
+byte: it takes the page number's top 4 bits, which only a board of more
+than 2^22 pages (134M members and up) would use.
 
 The map's size is 2^k or 3 * 2^(k-1) slots (a hash's home slot is the
 high bits of hash * size, Lemire's fast range, so any size works): it
@@ -174,7 +187,9 @@ What it costs
 -------------
 Finding a member's entry is a slot, its page (by number: its header,
 entry numbers and ids are asked for at once), its name and the key found
-there: one or two more cache misses than the skip list's slot and node.  A name is read from
+there: one or two more cache misses than the skip list's slot and node;
+finding that a member is absent is its slots (their tags), as the skip
+list's is, but for a tag's false match one time in 16 per slot passed.  A name is read from
 the arena, away from its entry, by every read that returns members (which
 ask for the names of the window at once, so that their misses overlap)
 and by ``dump`` (which asks for the names of the entries ahead).
