@@ -1665,6 +1665,28 @@ cdef class RankIndex:
         cdef pg_page *q = p.prev
         return q == NULL or PG_KEYS(q)[q.n - 1] != PG_KEYS(p)[0]
 
+    cdef inline bint _alone(self, pg_page *p, Py_ssize_t i) noexcept:
+        """Whether entry ``i`` of ``p`` ties neither neighbour (the one
+        before entry 0 is the previous page's last, read only then).  Keys
+        are sorted, so taking such an entry out of a page, or putting one
+        in, changes the page's leaders by one, and any other by none:
+        writes count leaders around the entry, not over the page."""
+        cdef double *keys = PG_KEYS(p)
+        cdef pg_page *q
+        if i + 1 < p.n and keys[i + 1] == keys[i]:
+            return False
+        if i > 0:
+            return keys[i - 1] != keys[i]
+        q = p.prev
+        return q == NULL or PG_KEYS(q)[q.n - 1] != keys[0]
+
+    cdef inline bint _next_lead(self, pg_page *p) noexcept:
+        """Whether the first entry of the page after ``p`` (non-empty)
+        starts a run: from the first-key array, without reading that page."""
+        if p.level[0].forward == NULL:
+            return False
+        return PG_KEYS(p)[p.n - 1] != self.firstkeys[p.level[0].fpno]
+
     cdef uint32_t _leaders(self, pg_page *p, bint first=True) noexcept:
         """Leaders in ``p`` (without its first entry unless ``first``)."""
         cdef double *keys = PG_KEYS(p)
@@ -1735,7 +1757,7 @@ cdef class RankIndex:
         cdef bint after
         if q == NULL:
             return
-        after = self._lead0(q)
+        after = self._next_lead(p)
         if after != before:
             self._next_cover(p, cover, qcover)
             q.lead += <int>after - <int>before
@@ -1906,11 +1928,14 @@ cdef class RankIndex:
     cdef Py_ssize_t _put(self, pg_page *p, pg_page **cover, Py_ssize_t pos, double key,
                          uint64_t seq, uint32_t mid, uint32_t tag,
                          Py_ssize_t rank_p) noexcept:
-        """Insert an entry at ``pos`` of ``p`` (not full); return its rank."""
+        """Insert an entry at ``pos`` of ``p`` (not full); return its rank.
+        Its leaders change only around ``pos`` (the new entry and the one it
+        pushes on): counted there, not over the page; the next page is read
+        only if its first entry's leadership changes."""
         cdef bint next_lead = False
-        cdef uint32_t lead
-        if p.level[0].forward != NULL:
-            next_lead = self._lead0(p.level[0].forward)
+        cdef int64_t dl
+        if pos == p.n:
+            next_lead = self._next_lead(p)
         cdef uint32_t e = pg_free_eno(p.used)
         self._shift_entries(p, pos, p.n, 1)
         PG_KEYS(p)[pos] = key
@@ -1923,9 +1948,9 @@ cdef class RankIndex:
             self.firstkeys[p.pno] = key
         p.n += 1
         self.length += 1
-        lead = self._leaders(p)
-        self._account(p, cover, 1, <int64_t>lead - p.lead)
-        p.lead = lead
+        dl = self._alone(p, pos)
+        self._account(p, cover, 1, dl)
+        p.lead = <uint32_t>(p.lead + dl)
         if pos == p.n - 1:
             self._relead_next(p, cover, next_lead)
         return rank_p + pos + 1
@@ -1942,7 +1967,7 @@ cdef class RankIndex:
         cdef pg_path path
         cdef pg_page *nxt
         cdef bint next_lead = False
-        cdef uint32_t lead
+        cdef int64_t dl
         self.length -= 1
         p.used &= ~(<uint64_t>1 << PG_ENOS(p)[pos])
         if p.n == 1:
@@ -1957,15 +1982,14 @@ cdef class RankIndex:
             self._relead(nxt)
             return
         self._search(key, seq, name, mlen, False, &path)
-        nxt = p.level[0].forward
-        if nxt != NULL:
-            next_lead = self._lead0(nxt)
+        if pos == p.n - 1:
+            next_lead = self._next_lead(p)
+        dl = -<int64_t>self._alone(p, pos)
         self._shift_entries(p, pos + 1, p.n, -1)
         p.n -= 1
         self.firstkeys[p.pno] = PG_KEYS(p)[0]
-        lead = self._leaders(p)
-        self._account(p, path.update, -1, <int64_t>lead - p.lead)
-        p.lead = lead
+        self._account(p, path.update, -1, dl)
+        p.lead = <uint32_t>(p.lead + dl)
         if pos == p.n:
             self._relead_next(p, path.update, next_lead)
         elif pos == 0:
@@ -2203,10 +2227,7 @@ cdef class RankIndex:
         cdef pg_page *nxt = p.level[0].forward
         cdef double old_last = PG_KEYS(p)[p.n - 1], new_last, first
         cdef uint8_t eno = PG_ENOS(p)[pos]   # (it stays in its page: so does its code)
-        cdef uint32_t lead, inner
-        # Leaders among entries 1..n-1; the first entry's leadership (which
-        # reads the previous page) changes only if the first entry does.
-        inner = self._leaders(p, False)
+        cdef int64_t dl = -<int64_t>self._alone(p, pos)   # (see _alone)
         t = self._lower(p, key, seq, name, mlen)
         if t > pos:
             t -= 1
@@ -2218,13 +2239,10 @@ cdef class RankIndex:
         PG_IDS(p)[t] = mid
         PG_ENOS(p)[t] = eno
         self.firstkeys[p.pno] = PG_KEYS(p)[0]
-        if pos == 0 or t == 0:
-            lead = self._leaders(p, True)
-        else:
-            lead = p.lead - inner + self._leaders(p, False)
-        if lead != p.lead:
-            self._reaccount(p, 0, <int64_t>lead - p.lead)
-            p.lead = lead
+        dl += self._alone(p, t)
+        if dl != 0:
+            self._reaccount(p, 0, dl)
+            p.lead = <uint32_t>(p.lead + dl)
         if nxt != NULL:
             # The next page's first entry leads unless it ties p's last.
             new_last = PG_KEYS(p)[p.n - 1]
