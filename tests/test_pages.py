@@ -791,3 +791,103 @@ def test_a_compacted_arena_keeps_an_eighth_of_room(pages_cls):
     assert cap <= used + used // 8 + 1024
     index._check()
     assert all(m in index for m in left)
+
+
+# --- a hash tag in each map slot (issue 47, speed step) -------------------------------------
+
+
+def test_slot_tags_follow_members_through_moves_resizes_and_compaction(pages_cls):
+    # A slot holds 4 bits of its member's hash beside the page and entry
+    # numbers, so that a probe passes other members' slots without reading
+    # their pages.  Entries moved to other pages (splits, shares, merges of
+    # tiny pages), slots moved by the map's resizes (it grows from 8 slots
+    # and shrinks, a step a write) and records moved by the arena's
+    # compaction all keep the member's own tag; _check() verifies every
+    # slot's tag against its member's hash, in both tables of a resize.
+    index = pages_cls("desc", "first", page_size=4, seed=7)
+    rng = random.Random(11)
+    names = [f"player:{i:012d}" for i in range(3000)]
+    live: set[str] = set()
+    for step in range(9000):
+        member = rng.choice(names)
+        kind = rng.random()
+        if kind < 0.3 and step > 4000:
+            index.remove(member)
+            live.discard(member)
+        elif kind < 0.6:
+            index.incr(member, rng.choice([-40, -1, 3, 55]))
+            live.add(member)
+        else:
+            index.set(member, rng.randrange(200))
+            live.add(member)
+        if step % 250 == 0:
+            index._check()
+            assert all(index._tags(m)[0] == index._tags(m)[1] for m in live)
+    index._check()
+    tags = [index._tags(m) for m in live]
+    assert all(slot == hashed for slot, hashed in tags)
+    # From the keyed hash: spread over all 16 values.
+    assert len({slot for slot, _ in tags}) == 16
+    assert index._map_state()[3] > 0  # the map did resize meanwhile
+    assert all(index._tags(m) is None for m in set(names) - live)
+
+
+def test_a_load_tags_its_slots(pages_cls):
+    index = pages_cls("asc", "member", page_size=5, seed=3)
+    index.apply_batch([(Op.SET, f"player:{i:012d}", i % 97) for i in range(2000)])
+    copy = pages_cls.load(index.dump())
+    copy._check()
+    assert all(copy._tags(f"player:{i:012d}") is not None
+               and copy._tags(f"player:{i:012d}")[0] == copy._tags(f"player:{i:012d}")[1]
+               for i in range(2000))
+
+
+def test_check_finds_a_slot_with_another_tag(pages_cls):
+    index = pages_cls("desc", "first", page_size=8, seed=1)
+    index.apply_batch([(Op.SET, f"m{i}", i) for i in range(100)])
+    index._check()
+    index._corrupt_tag("m42")
+    assert "m42" not in index  # a lookup skips a slot of another tag
+    with pytest.raises(AssertionError, match=r"tag|misses a member"):
+        index._check()
+
+
+def test_the_page_number_limit_is_refused_clearly(pages_cls, pages_module):
+    # Page numbers are 22-bit (the slot's code holds a tag, a page number
+    # and an entry number): 2^22 - 1 pages, over 134M members at the
+    # default page size's minimum fill.  Reaching it takes that many
+    # members, so the test lowers it: a write that needs another page is
+    # refused, changing nothing, and the index stays whole.
+    assert pages_module.MAX_PAGES == 2**22 - 1
+    index = pages_cls("asc", "first", page_size=4, seed=5)
+    with pytest.raises(ValueError, match="page limit"):
+        index._limit_pages(2**22)
+    index._limit_pages(6)
+    with pytest.raises(ValueError, match="page limit"):
+        index._limit_pages(-1)
+    i = 0
+    while True:
+        try:
+            index.set(f"a{i:03d}", i)  # ascending: a new page each 4 entries
+        except OverflowError as exc:
+            assert "at most 6 pages" in str(exc) and "22-bit" in str(exc)
+            break
+        i += 1
+    # (a write that may make a page is refused once none is left)
+    assert len(index) == i and 21 <= i <= 24 and len(index._pages()) == 6
+    before = index.dump()
+    with pytest.raises(OverflowError, match="at most 6 pages"):
+        index.set("b", 1000)
+    with pytest.raises(OverflowError, match="at most 6 pages"):
+        index.set_states([("b", 3.5, 10**6)])
+    assert index.dump() == before and "b" not in index
+    index._check()
+    # Writes that need no page still go; a removal that frees a page makes
+    # room again.
+    assert index.set("a005", 5.5) is not None
+    for m in ("a000", "a001", "a002", "a003"):
+        index.remove(m)
+    index._check()
+    index.set("b", 1000)
+    index._check()
+    assert index.rank("b") == len(index)

@@ -117,36 +117,49 @@ The member map is open addressing with linear probing over an array of
 32-bit *codes*, one per member (4 bytes a slot, at most 3/4 full), keyed
 by SipHash-1-3 with a per-index random key (names come from players, so
 collisions must not be predictable); it deletes by backward shift, so it
-holds no tombstones.  A code names the member's entry: ``(page number <<
-6 | entry number) + 1`` (0 is an empty slot).  An entry number is a byte
-beside the entry, unique in its page and kept while the entry moves
-inside it (a page keeps the numbers in use as a 64-bit word, so pages
-hold at most 64 entries; page numbers are 26-bit, and 2^26 pages hold at
-least 2^31 members at the minimum fill).  A lookup reads the home slot,
-the page the code names (the page table gives its address; its header,
-entry numbers and ids are asked for at once), finds the entry by number
-(16 numbers a compare) and compares the name its id leads to: the
-misses of a map of ids, whose name record held the page number, in
-another order.  A probe past another member's slot reads that member's
-page as well as its name; deletes and resizes, which need each slot's
-hash, get the name the same way.  Entries that move to another page
+holds no tombstones.  A code names the member's entry and carries a tag
+of the member's hash: ``(tag << 28 | page number << 6 | entry number) +
+1`` (0 is an empty slot).  An entry number is a byte beside the entry,
+unique in its page and kept while the entry moves inside it (a page
+keeps the numbers in use as a 64-bit word, so pages hold at most 64
+entries).  The tag is the hash's low 4 bits (the home slot comes from
+its high bits, so the members of one probe sequence have independent
+tags), from the same keyed SipHash.  Page numbers are therefore 22-bit:
+an index numbers at most ``MAX_PAGES`` = 2^22 - 1 pages (over 134M
+members at the default page size's minimum fill of 32, over 230M as a
+load packs them; 8.4M at the smallest page size, 4), and a write or load
+that needs a page past that is refused with ``OverflowError``, changing
+nothing (``_need_pno``, ``_page_alloc``).  A lookup reads the home slot
+and, for each slot from there whose tag is the member's, the page the
+code names (the page table gives its address; its header, entry numbers
+and ids are asked for at once), finds the entry by number (16 numbers a
+compare) and compares the name its id leads to.  A probe that passes
+another member's slot skips it on its tag 15 times in 16, reading
+neither its page nor its name, so a lookup that misses (every new
+member) reads about nothing but the slots.  Deletes and resizes, which
+need each slot's home, still hash the slot's member's name, found the
+same way.  Codes are unique (the page and entry numbers alone are), so
+a slot is recognised by its code: entries that move to another page
 (splits, shares and merges move up to a page's worth) take numbers
-unused there, and their slots get the new codes: each found by the
-name's hash and recognised by the old code (codes are unique, so no
-name is compared), a move's names and slots asked for at once so that
-their misses overlap.  A member moved by its own write (taken out, put
-in elsewhere) has its slot marked pending meanwhile, since the entries
-the write moves may take its old number.
+unused there, and their slots get the new codes, each found by the
+name's hash (which also gives the tag both codes carry) and recognised
+by the old code, no name compared; a move's names and slots are asked
+for at once so that their misses overlap.  A member moved by its own
+write (taken out, put in elsewhere) has its slot marked pending
+meanwhile, since the entries the write moves may take its old number;
+its new code keeps its tag.
 
-Of the two shapes weighed for issue 47, this is the one of a page
-number and a stable entry number.  The other, a page number and a hash
-tag, costs as much (a tag byte an entry) but does not name its member:
-a tag may match two entries of a page, and deletes and resizes could not
-tell whose a slot is without hashing the names of the page.  Against a
-page number in the record, this saves 4 bytes a member and costs a byte
-an entry and 8 bytes a page (the word of numbers in use): about 2.8
-bytes a member net for 19-byte names, and a hash and a slot write for
-each entry a split, share or merge moves to another page.
+Of the shapes weighed for issue 47, this is a page number, a stable
+entry number and a tag.  A page number and a tag alone (a tag byte an
+entry, no entry numbers) do not name the member: a tag may match two
+entries of a page, and deletes and resizes could not tell whose a slot
+is without hashing the names of the page.  Against a page number in the
+record, entry numbers save 4 bytes a member and cost a byte an entry
+and 8 bytes a page (the word of numbers in use): about 2.8 bytes a
+member net for 19-byte names, and a hash and a slot write for each
+entry a split, share or merge moves to another page.  The tag costs no
+byte: it takes the page number's top 4 bits, which only a board of more
+than 2^22 pages (134M members and up) would use.
 
 The map's size is 2^k or 3 * 2^(k-1) slots (a hash's home slot is the
 high bits of hash * size, Lemire's fast range, so any size works): it
@@ -174,7 +187,9 @@ What it costs
 -------------
 Finding a member's entry is a slot, its page (by number: its header,
 entry numbers and ids are asked for at once), its name and the key found
-there: one or two more cache misses than the skip list's slot and node.  A name is read from
+there: one or two more cache misses than the skip list's slot and node;
+finding that a member is absent is its slots (their tags), as the skip
+list's is, but for a tag's false match one time in 16 per slot passed.  A name is read from
 the arena, away from its entry, by every read that returns members (which
 ask for the names of the window at once, so that their misses overlap)
 and by ``dump`` (which asks for the names of the entries ahead).
@@ -277,16 +292,27 @@ cdef extern from *:
        DEF, a value past 2^31 - 1 was a Python int, and every comparison
        with it made one of the id too. */
     #define PG_MOVED 0xFFFFFFFFu
-    /* A member map slot holds its member's code: page number and entry
-       number, PG_CODE(pno, eno) = (pno << 6 | eno) + 1 (0 is an empty
-       slot), so page numbers are 26-bit and below PG_MAX_PNOS, and codes
-       stay below PG_PENDING (a slot whose member is being moved: see
-       _write) and PG_MOVED. */
-    #define PG_MAX_PNOS ((1u << 26) - 1)
-    #define PG_CODE(pno, eno) ((((uint32_t)(pno) << 6) | (uint32_t)(eno)) + 1)
-    #define PG_CODE_PNO(c) (((c) - 1) >> 6)
+    /* A member map slot holds its member's code: a 4-bit tag of the
+       member's hash, page number and entry number, PG_CODE(tag, pno, eno)
+       = (tag << 28 | pno << 6 | eno) + 1 (0 is an empty slot), so page
+       numbers are 22-bit and below PG_MAX_PNOS: the largest code, tag 15
+       of page PG_MAX_PNOS - 1, stays below PG_PENDING (a slot whose member
+       is being moved: see _write) and PG_MOVED, and the + 1 never carries
+       into the tag. */
+    #define PG_MAX_PNOS ((1u << 22) - 1)
+    #define PG_CODE(tag, pno, eno) ((((uint32_t)(tag) << 28) | ((uint32_t)(pno) << 6) \
+                                     | (uint32_t)(eno)) + 1)
+    #define PG_CODE_PNO(c) ((((c) - 1) >> 6) & 0x3FFFFFu)
     #define PG_CODE_ENO(c) (((c) - 1) & 63)
+    #define PG_CODE_TAG(c) (((c) - 1) >> 28)
+    #define PG_CODE_ENTRY(c) (((c) - 1) & 0x0FFFFFFFu)   /* pno << 6 | eno */
+    /* The tag of a hash: its low bits (the home slot is its high bits,
+       pg_home), so the members of a probe sequence have independent tags. */
+    #define PG_HASH_TAG(h) ((uint32_t)(h) & 15u)
+    /* A code with another tag: the same entry. */
+    #define PG_RETAG(c, tag) ((((c) - 1) & 0x0FFFFFFFu | ((uint32_t)(tag) << 28)) + 1)
     #define PG_PENDING 0xFFFFFFFEu
+    _Static_assert(PG_CODE(15, PG_MAX_PNOS - 1, 63) < PG_PENDING, "codes below PG_PENDING");
     /* The lowest entry number a page does not use (it holds fewer than
        64 entries). */
     static inline uint32_t pg_free_eno(uint64_t used) {
@@ -378,9 +404,13 @@ cdef extern from *:
     double *PG_KEYS(pg_page *p) nogil
     uint8_t *PG_ENOS(pg_page *p) nogil
     size_t PG_ENOS_BYTES(int cap) nogil
-    uint32_t PG_CODE(uint32_t pno, uint32_t eno) nogil
+    uint32_t PG_CODE(uint32_t tag, uint32_t pno, uint32_t eno) nogil
     uint32_t PG_CODE_PNO(uint32_t code) nogil
     uint32_t PG_CODE_ENO(uint32_t code) nogil
+    uint32_t PG_CODE_TAG(uint32_t code) nogil
+    uint32_t PG_CODE_ENTRY(uint32_t code) nogil
+    uint32_t PG_HASH_TAG(uint64_t h) nogil
+    uint32_t PG_RETAG(uint32_t code, uint32_t tag) nogil
     uint32_t pg_free_eno(uint64_t used) nogil
     Py_ssize_t pg_find_eno(const uint8_t *enos, uint32_t n, uint32_t e) nogil
     size_t PG_NAME_UNITS(Py_ssize_t mlen) nogil
@@ -403,6 +433,19 @@ cdef extern from *:
 
 import os
 import zlib
+
+# Pages an index numbers at most: a map slot's code holds a 22-bit page
+# number beside its tag and entry number (see Members).
+MAX_PAGES = MAX_PNOS
+
+
+cdef object _pages_full(uint32_t limit):
+    """The error of a write or load that needs a page past ``limit``."""
+    return OverflowError(
+        f"a rank index holds at most {limit} pages (page numbers are 22-bit: "
+        f"at least {limit * 32} members at the default page size); it has no page "
+        "number left for this write")
+
 
 # A dump's tie-break byte, by value.
 TIE_BREAK_CODES = ("first", "member", "member_desc")
@@ -545,6 +588,7 @@ cdef class RankIndex:
     cdef uint32_t pages_cap
     cdef uint32_t *free_pnos
     cdef uint32_t nfree_pnos, pnos_used
+    cdef uint32_t max_pnos          # page numbers are below it (MAX_PNOS; tests lower it)
     cdef size_t freed_bytes         # pages and tables freed since the last trim
     # A batch's member hashes, by position & 15, and the str each is of
     # (see apply_batch); the hash the next _write takes instead of its own.
@@ -568,6 +612,7 @@ cdef class RankIndex:
         self.branching = branching
         self.page_size = page_size
         self.min_fill = page_size // 2
+        self.max_pnos = MAX_PNOS
         self.locate_bytes = <Py_ssize_t>(sizeof(pg_page) + PG_ENOS_BYTES(page_size)
                                          + PG_IDS_BYTES(page_size))
         if seed is None:
@@ -686,8 +731,8 @@ cdef class RankIndex:
         global _live_pages
         cdef pg_page *p = self._page_alloc(cap)
         if p == NULL:
-            if self.nfree_pnos == 0 and self.pnos_used == self.pages_cap == MAX_PNOS:
-                raise OverflowError("the page table of a rank index is full")
+            if self.nfree_pnos == 0 and self.pnos_used >= self.max_pnos:
+                raise _pages_full(self.max_pnos)
             raise MemoryError()
         _live_pages += 1
         return p
@@ -701,14 +746,14 @@ cdef class RankIndex:
         cdef uint32_t pno
         cdef size_t cap_pnos
         cdef void *grown
+        if self.nfree_pnos == 0 and self.pnos_used >= self.max_pnos:
+            return NULL  # every page number is taken (see Members)
         if self.nfree_pnos == 0 and self.pnos_used == self.pages_cap:
             # By 3/2, not 2: the table (20 bytes a page number) is then at
             # least 2/3 used, not 1/2.
             cap_pnos = <size_t>self.pages_cap + self.pages_cap // 2
             if cap_pnos > MAX_PNOS:
                 cap_pnos = MAX_PNOS
-            if cap_pnos == self.pages_cap:
-                return NULL
             grown = realloc(self.pages, cap_pnos * sizeof(pg_page *))
             if grown == NULL:
                 return NULL
@@ -1151,14 +1196,16 @@ cdef class RankIndex:
                                       uint64_t h) noexcept nogil:
         """``_slot`` in the table only."""
         cdef size_t i = pg_home(h, self.nslots)
-        cdef uint32_t code
+        cdef uint32_t code, tag = PG_HASH_TAG(h)
         cdef Py_ssize_t nlen
         cdef const char *name
         while True:
             code = self.slot_ids[i]
             if code == 0:
                 return -1
-            if code != PENDING:
+            # Another tag is another member: its page and name stay unread
+            # (a pending slot's tag is 15 and is skipped below).
+            if PG_CODE_TAG(code) == tag and code != PENDING:
                 name = self._code_name(code, &nlen)
                 if nlen == mlen and memcmp(name, member, mlen) == 0:
                     return <Py_ssize_t>i
@@ -1168,7 +1215,7 @@ cdef class RankIndex:
                                uint64_t h) noexcept nogil:
         """``_slot`` in the old table of a resize under way only."""
         cdef size_t i = pg_home(h, self.old_nslots), left
-        cdef uint32_t code
+        cdef uint32_t code, tag = PG_HASH_TAG(h)
         cdef Py_ssize_t nlen
         cdef const char *name
         # Slots before the resize step are all moved marks, so a probe
@@ -1181,13 +1228,30 @@ cdef class RankIndex:
             code = self.old_ids[i]
             if code == 0:
                 return -1
-            if code != MOVED and code != PENDING:
+            if PG_CODE_TAG(code) == tag and code != MOVED and code != PENDING:
                 name = self._code_name(code, &nlen)
                 if nlen == mlen and memcmp(name, member, mlen) == 0:
                     return -2 - <Py_ssize_t>i
             i = i + 1 if i + 1 < self.old_nslots else 0
             left -= 1
         return -1
+
+    cdef inline uint32_t _tagged_code(self, uint64_t h) noexcept nogil:
+        """The first code from the hash ``h``'s home slot on (up to 8
+        slots, in the table only) whose tag is ``h``'s, or 0: the entry a
+        lookup will most likely read, for the prefetches (a member absent
+        gives 0 15 times in 16 per slot passed, and nothing is asked for)."""
+        cdef size_t i = pg_home(h, self.nslots)
+        cdef uint32_t code, tag = PG_HASH_TAG(h)
+        cdef int k
+        for k in range(8):
+            code = self.slot_ids[i]
+            if code == 0:
+                return 0
+            if PG_CODE_TAG(code) == tag and code < PENDING:
+                return code
+            i = i + 1 if i + 1 < self.nslots else 0
+        return 0
 
     cdef inline uint32_t _slot_code(self, Py_ssize_t slot) noexcept nogil:
         """The code in a slot that ``_slot`` found (0 for -1)."""
@@ -1229,20 +1293,24 @@ cdef class RankIndex:
     cdef void _reslot(self, const uint32_t *olds, const uint32_t *news,
                       const uint32_t *ids, Py_ssize_t count) noexcept:
         """Entries moved to another page: give the slots holding the codes
-        ``olds`` the codes ``news`` (the members' name ids are ``ids``).
-        A slot is found by its member's hash and holds exactly one code,
-        so it is recognised by the code, not by comparing names.  In three
-        passes, so that the misses overlap: the names, their hashes (and
-        home slots), the slots."""
+        ``olds`` the codes ``news`` (both without their tags, which the
+        members' hashes give: the members' name ids are ``ids``).  A slot
+        is found by its member's hash and holds exactly one code, so it is
+        recognised by the code, not by comparing names.  In three passes,
+        so that the misses overlap: the names, their hashes (and home
+        slots), the slots."""
         cdef Py_ssize_t k
         cdef uint64_t hashes[64]
         cdef size_t i, left
+        cdef uint32_t old, new
         self._hash_names(ids, count, hashes)
         for k in range(count):
+            old = PG_RETAG(olds[k], PG_HASH_TAG(hashes[k]))
+            new = PG_RETAG(news[k], PG_HASH_TAG(hashes[k]))
             i = pg_home(hashes[k], self.nslots)
             while self.slot_ids[i] != 0:
-                if self.slot_ids[i] == olds[k]:
-                    self.slot_ids[i] = news[k]
+                if self.slot_ids[i] == old:
+                    self.slot_ids[i] = new
                     break
                 i = i + 1 if i + 1 < self.nslots else 0
             else:
@@ -1253,8 +1321,8 @@ cdef class RankIndex:
                 while left > 0:
                     if i < self.migrate_pos:
                         i = self.migrate_pos
-                    if self.old_ids[i] == olds[k]:
-                        self.old_ids[i] = news[k]
+                    if self.old_ids[i] == old:
+                        self.old_ids[i] = new
                         break
                     i = i + 1 if i + 1 < self.old_nslots else 0
                     left -= 1
@@ -1597,6 +1665,28 @@ cdef class RankIndex:
         cdef pg_page *q = p.prev
         return q == NULL or PG_KEYS(q)[q.n - 1] != PG_KEYS(p)[0]
 
+    cdef inline bint _alone(self, pg_page *p, Py_ssize_t i) noexcept:
+        """Whether entry ``i`` of ``p`` ties neither neighbour (the one
+        before entry 0 is the previous page's last, read only then).  Keys
+        are sorted, so taking such an entry out of a page, or putting one
+        in, changes the page's leaders by one, and any other by none:
+        writes count leaders around the entry, not over the page."""
+        cdef double *keys = PG_KEYS(p)
+        cdef pg_page *q
+        if i + 1 < p.n and keys[i + 1] == keys[i]:
+            return False
+        if i > 0:
+            return keys[i - 1] != keys[i]
+        q = p.prev
+        return q == NULL or PG_KEYS(q)[q.n - 1] != keys[0]
+
+    cdef inline bint _next_lead(self, pg_page *p) noexcept:
+        """Whether the first entry of the page after ``p`` (non-empty)
+        starts a run: from the first-key array, without reading that page."""
+        if p.level[0].forward == NULL:
+            return False
+        return PG_KEYS(p)[p.n - 1] != self.firstkeys[p.level[0].fpno]
+
     cdef uint32_t _leaders(self, pg_page *p, bint first=True) noexcept:
         """Leaders in ``p`` (without its first entry unless ``first``)."""
         cdef double *keys = PG_KEYS(p)
@@ -1667,7 +1757,7 @@ cdef class RankIndex:
         cdef bint after
         if q == NULL:
             return
-        after = self._lead0(q)
+        after = self._next_lead(p)
         if after != before:
             self._next_cover(p, cover, qcover)
             q.lead += <int>after - <int>before
@@ -1694,11 +1784,11 @@ cdef class RankIndex:
         for i in range(count):
             e = src_enos[start + i]
             src.used &= ~(<uint64_t>1 << e)
-            olds[i] = PG_CODE(src.pno, e)
+            olds[i] = PG_CODE(0, src.pno, e)   # (_reslot tags them)
             e = pg_free_eno(dst.used)
             dst.used |= <uint64_t>1 << e
             dst_enos[at + i] = <uint8_t>e
-            news[i] = PG_CODE(dst.pno, e)
+            news[i] = PG_CODE(0, dst.pno, e)
         self._reslot(olds, news, &PG_IDS(dst)[at], count)
 
     cdef inline void _shift_entries(self, pg_page *p, Py_ssize_t start, Py_ssize_t end,
@@ -1770,9 +1860,11 @@ cdef class RankIndex:
             self.height -= 1
         self._free_page(r)
 
-    cdef Py_ssize_t _insert(self, double key, uint64_t seq, uint32_t mid) except -1:
-        """Place a new entry for the name ``mid``; return its unique rank
-        (its code is left in ``put_code``: the caller puts it in the map)."""
+    cdef Py_ssize_t _insert(self, double key, uint64_t seq, uint32_t mid,
+                            uint32_t tag) except -1:
+        """Place a new entry for the name ``mid`` (whose hash's tag is
+        ``tag``); return its unique rank (its code is left in
+        ``put_code``: the caller puts it in the map)."""
         cdef Py_ssize_t mlen, pos, rank_p, drank_p, half
         cdef const char *name = self._name(mid, &mlen)
         cdef pg_path path
@@ -1787,11 +1879,11 @@ cdef class RankIndex:
         if p == NULL:  # empty index
             r = self._new_page()
             self._link_after(self.header, r, &path, 0, 0)
-            return self._put(r, path.update, 0, key, seq, mid, 0)
+            return self._put(r, path.update, 0, key, seq, mid, tag, 0)
         pos = self._lower(p, key, seq, name, mlen)
         if p.n < self.page_size:
             p = self._grow(p, path.update)
-            return self._put(p, path.update, pos, key, seq, mid, rank_p)
+            return self._put(p, path.update, pos, key, seq, mid, tag, rank_p)
         nxt = p.level[0].forward
         if pos == p.n and nxt == NULL:
             # At the end of the last page, start an empty page (monotonic
@@ -1799,7 +1891,7 @@ cdef class RankIndex:
             r = self._new_page()
             self._link_after(p, r, &path, rank_p, drank_p)
             self._next_cover(p, path.update, rcover)
-            return self._put(r, rcover, 0, key, seq, mid, rank_p + p.n)
+            return self._put(r, rcover, 0, key, seq, mid, tag, rank_p + p.n)
         # Full: a neighbour with room takes a share first (B*-tree style),
         # so that pages split only when both are nearly full and random
         # arrivals keep pages about 5/6 full, not 2/3; else split in halves.
@@ -1807,11 +1899,11 @@ cdef class RankIndex:
         if nxt != NULL and nxt.n + room <= self.page_size:
             if self._even(p, nxt) < 0:
                 raise MemoryError()
-            return self._insert(key, seq, mid)
+            return self._insert(key, seq, mid, tag)
         if p.prev != NULL and p.prev.n + room <= self.page_size:
             if self._even(p.prev, p) < 0:
                 raise MemoryError()
-            return self._insert(key, seq, mid)
+            return self._insert(key, seq, mid, tag)
         r = self._new_page(self._cap_for(p.n - p.n // 2))
         self._link_after(p, r, &path, rank_p, drank_p)
         self._next_cover(p, path.update, rcover)
@@ -1827,19 +1919,23 @@ cdef class RankIndex:
         self.ndistinct -= <int64_t>lead - p.lead + r.lead  # moved, not new
         p.lead = lead
         if pos <= half:
-            rank_p = self._put(p, path.update, pos, key, seq, mid, rank_p)
+            rank_p = self._put(p, path.update, pos, key, seq, mid, tag, rank_p)
         else:
-            rank_p = self._put(r, rcover, pos - half, key, seq, mid, rank_p + half)
+            rank_p = self._put(r, rcover, pos - half, key, seq, mid, tag, rank_p + half)
         self._shrink(p)
         return rank_p
 
     cdef Py_ssize_t _put(self, pg_page *p, pg_page **cover, Py_ssize_t pos, double key,
-                         uint64_t seq, uint32_t mid, Py_ssize_t rank_p) noexcept:
-        """Insert an entry at ``pos`` of ``p`` (not full); return its rank."""
+                         uint64_t seq, uint32_t mid, uint32_t tag,
+                         Py_ssize_t rank_p) noexcept:
+        """Insert an entry at ``pos`` of ``p`` (not full); return its rank.
+        Its leaders change only around ``pos`` (the new entry and the one it
+        pushes on): counted there, not over the page; the next page is read
+        only if its first entry's leadership changes."""
         cdef bint next_lead = False
-        cdef uint32_t lead
-        if p.level[0].forward != NULL:
-            next_lead = self._lead0(p.level[0].forward)
+        cdef int64_t dl
+        if pos == p.n:
+            next_lead = self._next_lead(p)
         cdef uint32_t e = pg_free_eno(p.used)
         self._shift_entries(p, pos, p.n, 1)
         PG_KEYS(p)[pos] = key
@@ -1847,14 +1943,14 @@ cdef class RankIndex:
         PG_IDS(p)[pos] = mid
         PG_ENOS(p)[pos] = <uint8_t>e
         p.used |= <uint64_t>1 << e
-        self.put_code = PG_CODE(p.pno, e)
+        self.put_code = PG_CODE(tag, p.pno, e)
         if pos == 0:
             self.firstkeys[p.pno] = key
         p.n += 1
         self.length += 1
-        lead = self._leaders(p)
-        self._account(p, cover, 1, <int64_t>lead - p.lead)
-        p.lead = lead
+        dl = self._alone(p, pos)
+        self._account(p, cover, 1, dl)
+        p.lead = <uint32_t>(p.lead + dl)
         if pos == p.n - 1:
             self._relead_next(p, cover, next_lead)
         return rank_p + pos + 1
@@ -1871,7 +1967,7 @@ cdef class RankIndex:
         cdef pg_path path
         cdef pg_page *nxt
         cdef bint next_lead = False
-        cdef uint32_t lead
+        cdef int64_t dl
         self.length -= 1
         p.used &= ~(<uint64_t>1 << PG_ENOS(p)[pos])
         if p.n == 1:
@@ -1886,15 +1982,14 @@ cdef class RankIndex:
             self._relead(nxt)
             return
         self._search(key, seq, name, mlen, False, &path)
-        nxt = p.level[0].forward
-        if nxt != NULL:
-            next_lead = self._lead0(nxt)
+        if pos == p.n - 1:
+            next_lead = self._next_lead(p)
+        dl = -<int64_t>self._alone(p, pos)
         self._shift_entries(p, pos + 1, p.n, -1)
         p.n -= 1
         self.firstkeys[p.pno] = PG_KEYS(p)[0]
-        lead = self._leaders(p)
-        self._account(p, path.update, -1, <int64_t>lead - p.lead)
-        p.lead = lead
+        self._account(p, path.update, -1, dl)
+        p.lead = <uint32_t>(p.lead + dl)
         if pos == p.n:
             self._relead_next(p, path.update, next_lead)
         elif pos == 0:
@@ -2070,7 +2165,8 @@ cdef class RankIndex:
             self._map_reserve(self.length + 1)
             mid = self._name_new(data, size)
             try:
-                rank = self._insert(self._key(target), self._stamp(has_seq, seq), mid)
+                rank = self._insert(self._key(target), self._stamp(has_seq, seq), mid,
+                                    PG_HASH_TAG(h))
             except MemoryError:
                 self._name_free(mid)
                 raise
@@ -2085,7 +2181,8 @@ cdef class RankIndex:
             # the move shifts to other pages may take its old code.
             self._slot_set(slot, PENDING)
             self._remove(code)
-            rank = self._insert(self._key(target), self._stamp(has_seq, seq), mid)
+            rank = self._insert(self._key(target), self._stamp(has_seq, seq), mid,
+                                PG_CODE_TAG(code))
             self._slot_set(slot, self.put_code)
         new[0] = target
         has_new[0] = True
@@ -2096,8 +2193,8 @@ cdef class RankIndex:
     cdef int _need_pno(self) except -1:
         """Before a write that may make a page (one at most): raise
         OverflowError, changing nothing, if the page table is full."""
-        if self.nfree_pnos == 0 and self.pnos_used >= MAX_PNOS:
-            raise OverflowError("the page table of a rank index is full")
+        if self.nfree_pnos == 0 and self.pnos_used >= self.max_pnos:
+            raise _pages_full(self.max_pnos)
         return 0
 
     cdef inline Py_ssize_t _remember(self, uint32_t code, Py_ssize_t rank) noexcept:
@@ -2130,10 +2227,7 @@ cdef class RankIndex:
         cdef pg_page *nxt = p.level[0].forward
         cdef double old_last = PG_KEYS(p)[p.n - 1], new_last, first
         cdef uint8_t eno = PG_ENOS(p)[pos]   # (it stays in its page: so does its code)
-        cdef uint32_t lead, inner
-        # Leaders among entries 1..n-1; the first entry's leadership (which
-        # reads the previous page) changes only if the first entry does.
-        inner = self._leaders(p, False)
+        cdef int64_t dl = -<int64_t>self._alone(p, pos)   # (see _alone)
         t = self._lower(p, key, seq, name, mlen)
         if t > pos:
             t -= 1
@@ -2145,13 +2239,10 @@ cdef class RankIndex:
         PG_IDS(p)[t] = mid
         PG_ENOS(p)[t] = eno
         self.firstkeys[p.pno] = PG_KEYS(p)[0]
-        if pos == 0 or t == 0:
-            lead = self._leaders(p, True)
-        else:
-            lead = p.lead - inner + self._leaders(p, False)
-        if lead != p.lead:
-            self._reaccount(p, 0, <int64_t>lead - p.lead)
-            p.lead = lead
+        dl += self._alone(p, t)
+        if dl != 0:
+            self._reaccount(p, 0, dl)
+            p.lead = <uint32_t>(p.lead + dl)
         if nxt != NULL:
             # The next page's first entry leads unless it ties p's last.
             new_last = PG_KEYS(p)[p.n - 1]
@@ -2322,11 +2413,12 @@ cdef class RankIndex:
                 h = self.ring_hash[ahead & 15]
             else:
                 h = self._hash(data, size)
-            # The home slot's member (a collision asks for the wrong page
-            # and name: harmless), by a code that writes since may have
-            # made stale: its page may be gone or lack the entry.
-            code = self.slot_ids[pg_home(h, self.nslots)]
-            if code == 0 or code >= PENDING:
+            # The first slot with the member's tag (a tag's collision asks
+            # for the wrong page and name: harmless), by a code that writes
+            # since may have made stale: its page may be gone or lack the
+            # entry.
+            code = self._tagged_code(h)
+            if code == 0:
                 continue
             pno = PG_CODE_PNO(code)
             if pno >= self.pnos_used or self.pages[pno] == NULL:
@@ -2393,8 +2485,8 @@ cdef class RankIndex:
         if self.length + fresh > MAX_LENGTH:
             raise OverflowError("a rank index holds fewer than 2**32 members")
         # Each state makes a page at most (a split).
-        if (self.nfree_pnos + <Py_ssize_t>(MAX_PNOS - self.pnos_used)) < k:
-            raise OverflowError("the page table of a rank index is full")
+        if (self.nfree_pnos + <Py_ssize_t>(self.max_pnos - self.pnos_used)) < k:
+            raise _pages_full(self.max_pnos)
         self._fit_seq(top)
         for member, score, s in checked:
             _member_bytes(member, &data, &size)
@@ -2406,7 +2498,7 @@ cdef class RankIndex:
             if code == 0:
                 self._map_reserve(self.length + 1)
                 mid = self._name_new(data, size)
-                self._insert(self._key(score), s, mid)
+                self._insert(self._key(score), s, mid, PG_HASH_TAG(h))
                 self._map_put(self.put_code, h)
                 self.member_bytes += size
                 if self.length > self.peak_length:
@@ -2418,7 +2510,7 @@ cdef class RankIndex:
                 mid = PG_IDS(p)[pos]
                 self._slot_set(slot, PENDING)  # (see _write)
                 self._remove(code)
-                self._insert(self._key(score), s, mid)
+                self._insert(self._key(score), s, mid, PG_CODE_TAG(code))
                 self._slot_set(slot, self.put_code)
         if top >= self._next_seq:
             self._next_seq = top + 1
@@ -2480,6 +2572,39 @@ cdef class RankIndex:
     def _arena_state(self):
         """``(units used, units of capacity)`` of the name arena (for tests)."""
         return self.names_used, self.names_cap
+
+    def _tags(self, member):
+        """``(the tag in member's slot, its hash's tag)``, or None if absent
+        (for tests)."""
+        cdef const char *data
+        cdef Py_ssize_t size
+        cdef uint32_t code
+        _member_bytes(member, &data, &size)
+        code = self._lookup(data, size)
+        if code == 0:
+            return None
+        return PG_CODE_TAG(code), PG_HASH_TAG(self._hash(data, size))
+
+    def _corrupt_tag(self, member):
+        """Give member's slot another tag (for tests of ``_check``: the
+        member is then lost to lookups)."""
+        cdef const char *data
+        cdef Py_ssize_t size
+        cdef Py_ssize_t slot
+        cdef uint32_t code
+        _member_bytes(member, &data, &size)
+        slot = self._slot(data, size, self._hash(data, size))
+        code = self._slot_code(slot)
+        if code != 0:
+            self._slot_set(slot, PG_RETAG(code, (PG_CODE_TAG(code) + 1) & 15))
+
+    def _limit_pages(self, Py_ssize_t limit):
+        """Number pages below ``limit`` from now on, not ``MAX_PAGES`` (for
+        tests: reaching the real limit takes over a hundred million
+        members).  ``limit`` must cover the page numbers in use."""
+        if not self.pnos_used <= limit <= MAX_PNOS:
+            raise ValueError(f"a page limit must be between {self.pnos_used} and {MAX_PNOS}")
+        self.max_pnos = <uint32_t>limit
 
     def _map_state(self):
         """``(slots, old slots or 0, old slots moved so far, ids moved ever)``
@@ -2902,9 +3027,10 @@ cdef class RankIndex:
         cdef pg_page *page = ld.page
         cdef bint leader = self.length == 0 or key != ld.prev_key
         cdef uint32_t e = page.n   # (a loaded page's numbers are its positions)
-        self._map_put(PG_CODE(page.pno, e), h)
+        cdef uint32_t code = PG_CODE(PG_HASH_TAG(h), page.pno, e)
+        self._map_put(code, h)
         if self.load_tags != NULL:
-            self.load_tags[PG_CODE(page.pno, e)] = <uint8_t>h
+            self.load_tags[PG_CODE_ENTRY(code)] = <uint8_t>(h >> 4)  # (past the slot's tag)
         self.member_bytes += mlen
         if page.n == 0:
             self.firstkeys[page.pno] = key
@@ -2951,12 +3077,14 @@ cdef class RankIndex:
         an index that only ``_place_loaded`` filled (see ``_loaded_id``),
         where no resize is under way."""
         cdef size_t i = pg_home(h, self.nslots)
-        cdef uint32_t code = self.slot_ids[i]
+        cdef uint32_t code = self.slot_ids[i], tag = PG_HASH_TAG(h)
         cdef Py_ssize_t nlen
         cdef const char *name
         while code != 0:
-            # (the tag first: a name is two misses away)
-            if self.load_tags == NULL or self.load_tags[code] == <uint8_t>h:
+            # (the tags first: a name is two misses away)
+            if PG_CODE_TAG(code) == tag and (
+                    self.load_tags == NULL
+                    or self.load_tags[PG_CODE_ENTRY(code)] == <uint8_t>(h >> 4)):
                 name = self._name(self._loaded_id(code, fill)[0], &nlen)
                 if nlen == mlen and memcmp(name, member, mlen) == 0:
                     return True
@@ -2971,7 +3099,7 @@ cdef class RankIndex:
         arrive: 0 their ids, 1 the names; with the load's tags, only the
         tags.  Only while loading (see ``_loaded_id``)."""
         cdef size_t i = pg_home(h, self.nslots)
-        cdef uint32_t code
+        cdef uint32_t code, tag = PG_HASH_TAG(h)
         cdef int k
         if self.load_tags != NULL and stage != 0:
             return  # (the tags filter the names: a match is rare)
@@ -2979,8 +3107,10 @@ cdef class RankIndex:
             code = self.slot_ids[i]
             if code == 0:
                 return
-            if self.load_tags != NULL:
-                rk_prefetch(&self.load_tags[code])
+            if PG_CODE_TAG(code) != tag:
+                pass  # another member (the slot's tag says so)
+            elif self.load_tags != NULL:
+                rk_prefetch(&self.load_tags[PG_CODE_ENTRY(code)])
             elif stage == 0:
                 rk_prefetch(self._loaded_id(code, fill))
             else:
@@ -3048,6 +3178,23 @@ cdef class RankIndex:
 
     # --- invariants -----------------------------------------------------------------
 
+    cdef _check_tag(self, uint32_t code):
+        """A slot's code (0: empty) names a live entry whose member's hash
+        has the code's tag."""
+        cdef Py_ssize_t pos, mlen
+        cdef pg_page *p
+        cdef const char *name
+        if code == 0:
+            return
+        assert PG_CODE_PNO(code) < self.pnos_used and self.pages[PG_CODE_PNO(code)] != NULL, \
+            "a slot names no page"
+        p = self.pages[PG_CODE_PNO(code)]
+        pos = pg_find_eno(PG_ENOS(p), p.n, PG_CODE_ENO(code))
+        assert pos >= 0, "a slot names no entry"
+        name = self._name(PG_IDS(p)[pos], &mlen)
+        assert PG_CODE_TAG(code) == PG_HASH_TAG(self._hash(name, mlen)), \
+            "a slot's tag is not its member's hash's"
+
     def _check(self):
         """Verify every invariant; ``AssertionError`` names the first broken one.
 
@@ -3055,7 +3202,8 @@ cdef class RankIndex:
         at least page_size // 2 but on the last page), every level's spans
         and distinct spans against the entries and leaders they cover,
         ``prev`` links, entry numbers, the member map (each member's slot holds
-        its entry's code) and counters.
+        its entry's code, and every slot's tag is its member's hash's) and
+        counters.
         Runtime complexity: O(n * levels).
         """
         cdef pg_page *p = self.header.level[0].forward
@@ -3067,7 +3215,7 @@ cdef class RankIndex:
         cdef int level
         cdef double prev_key = 0.0
         cdef uint32_t mid
-        cdef uint64_t used
+        cdef uint64_t used, h
         cdef const char *name
         cdef list starts = []     # per page: (entries before, leaders before)
         cdef dict index_of = {}
@@ -3106,9 +3254,13 @@ cdef class RankIndex:
                     count += 1
                 prev_key = PG_KEYS(p)[i]
                 n += 1
-                pidx = self._slot(name, mlen, self._hash(name, mlen))
-                assert self._slot_code(pidx) == PG_CODE(p.pno, PG_ENOS(p)[i]), \
+                h = self._hash(name, mlen)
+                pidx = self._slot(name, mlen, h)
+                assert PG_CODE_ENTRY(self._slot_code(pidx)) == PG_CODE_ENTRY(
+                    PG_CODE(0, p.pno, PG_ENOS(p)[i])), \
                     "member map misses a member or names another entry"
+                assert PG_CODE_TAG(self._slot_code(pidx)) == PG_HASH_TAG(h), \
+                    "a slot's tag is not its member's hash's"
             assert count == p.lead, f"page leader count {p.lead} != {count}"
             prevp = p
             p = p.level[0].forward
@@ -3119,11 +3271,14 @@ cdef class RankIndex:
             slots_used += self.slot_ids[i] != 0
             assert self.slot_ids[i] != MOVED, "a moved mark in the table"
             assert self.slot_ids[i] != PENDING, "a slot left pending"
+            self._check_tag(self.slot_ids[i])
         if self.old_ids != NULL:
             for i in range(self.old_nslots):
                 assert i >= self.migrate_pos or self.old_ids[i] == MOVED, "an id behind the step"
                 assert self.old_ids[i] != PENDING, "a slot left pending"
                 slots_used += self.old_ids[i] != 0 and self.old_ids[i] != MOVED
+                if self.old_ids[i] != MOVED:
+                    self._check_tag(self.old_ids[i])
         assert slots_used == self.length, "member map holds stale ids"
         self._check_arena()
         assert self.height >= 1

@@ -25,14 +25,15 @@ cdef void pg_prefetch_slot(object index, const char *member, Py_ssize_t mlen) no
 
 
 cdef void pg_prefetch_name(object index, const char *member, Py_ssize_t mlen) noexcept:
-    """Start loading the page the home slot's code names (after
-    :func:`pg_prefetch_slot` had time to load the slot): its header, entry
-    numbers and ids, which a lookup reads to find the name it compares."""
+    """Start loading the page named by the first slot from the home slot on
+    whose tag is the member's (after :func:`pg_prefetch_slot` had time to
+    load the slot): its header, entry numbers and ids, which a lookup reads
+    to find the name it compares.  A member absent asks for nothing."""
     cdef RankIndex x = <RankIndex>index
-    cdef uint32_t code = x.slot_ids[pg_home(x._hash(member, mlen), x.nslots)]
+    cdef uint32_t code = x._tagged_code(x._hash(member, mlen))
     cdef pg_page *p
     cdef Py_ssize_t i
-    if code == 0 or code >= PENDING:
+    if code == 0:
         return
     p = x.pages[PG_CODE_PNO(code)]
     for i in range(0, <Py_ssize_t>(sizeof(pg_page) + PG_ENOS_BYTES(x.page_size)

@@ -1,0 +1,140 @@
+"""CPU time per operation of the paged index against the skip list, paired.
+
+``bench_index.py`` times each row by wall clock over a tenth of a second,
+which this shared machine moves by a factor of two from run to run.  This
+one times each row by the process's CPU time (``time.process_time``), and
+runs every (tree, kind) pair in its own process, alternating trees and
+kinds round by round, so that a row's ratio pages/skip list is taken from
+runs made seconds apart.  Rows, on a board of ``--members`` members
+``player:%012d`` (19 bytes) with random integer scores:
+
+- ``build``: ``apply_batch`` SETs of 10,000 new members, all of them;
+- ``batch INCR``: ``apply_batch`` INCRs of 1,000 random members;
+- ``set (new)``, ``incr (new)``: per call, members not on the board;
+- ``incr+rank``: per call, ``incr`` then ``rank`` of a random member;
+- ``score``, ``rank``: per call, random members;
+- ``top-10``: ``range_by_rank(0, 10)``.
+
+Usage (figures are ns per operation, medians over rounds)::
+
+    python bench/bench_index_cpu.py --tree base=/work/wt-base/src --tree branch=src
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+ROWS = ("build", "batch INCR", "set (new)", "incr (new)", "incr+rank", "score", "rank",
+        "top-10")
+OP_SET, OP_INCR = 0, 5
+
+
+def worker(kind: str, members: int, ops: int, tie_break: str) -> dict[str, float]:
+    """ns of CPU per operation of each row, for one index kind."""
+    if kind == "pages":
+        from rankd._pages import RankIndex
+    else:
+        from rankd._skiplist import RankIndex
+    rng = random.Random(7)
+    index = RankIndex("desc", tie_break)
+    names = [f"player:{i:012d}" for i in range(members + 2 * ops)]
+    order = list(range(members))
+    rng.shuffle(order)
+    batches = [[(OP_SET, names[i], float(rng.randrange(10_000_000))) for i in order[s:s + 10_000]]
+               for s in range(0, members, 10_000)]
+    out: dict[str, float] = {}
+    clock = time.process_time
+    t = clock()
+    for batch in batches:
+        index.apply_batch(batch)
+    out["build"] = (clock() - t) / members
+    incrs = [[(OP_INCR, names[rng.randrange(members)], float(rng.randrange(1, 100)))
+              for _ in range(1000)] for _ in range(ops // 1000)]
+    t = clock()
+    for batch in incrs:
+        index.apply_batch(batch)
+    out["batch INCR"] = (clock() - t) / (len(incrs) * 1000)
+    fresh = names[members:members + ops]
+    scores = [float(rng.randrange(10_000_000)) for _ in range(ops)]
+    t = clock()
+    for name, score in zip(fresh, scores, strict=True):
+        index.set(name, score)
+    out["set (new)"] = (clock() - t) / ops
+    fresh = names[members + ops:]
+    t = clock()
+    for name, score in zip(fresh, scores, strict=True):
+        index.incr(name, score)
+    out["incr (new)"] = (clock() - t) / ops
+    probes = [names[rng.randrange(members)] for _ in range(ops)]
+    t = clock()
+    for name in probes:
+        index.incr(name, 1.0)
+        index.rank(name)
+    out["incr+rank"] = (clock() - t) / ops
+    t = clock()
+    for name in probes:
+        index.score(name)
+    out["score"] = (clock() - t) / ops
+    t = clock()
+    for name in probes:
+        index.rank(name)
+    out["rank"] = (clock() - t) / ops
+    t = clock()
+    for _ in range(ops):
+        index.range_by_rank(0, 10)
+    out["top-10"] = (clock() - t) / ops
+    return {row: value * 1e9 for row, value in out.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tree", action="append", required=True,
+                        help="NAME=SRC, a tree to measure (repeatable)")
+    parser.add_argument("--members", type=int, default=1_000_000)
+    parser.add_argument("--ops", type=int, default=50_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tie-break", choices=("first", "member"), default="first")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.members, args.ops, args.tie_break)))
+        return
+    trees = [tree.split("=", 1) for tree in args.tree]
+    got: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for rnd in range(args.rounds):
+        for name, src in trees if rnd % 2 == 0 else trees[::-1]:
+            for kind in ("skiplist", "pages") if rnd % 2 == 0 else ("pages", "skiplist"):
+                env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
+                result = subprocess.run(
+                    [sys.executable, __file__, "--worker", kind, "--members", str(args.members),
+                     "--ops", str(args.ops), "--tie-break", args.tie_break, "--tree", "-"],
+                    env=env, capture_output=True, text=True, check=True)
+                got.setdefault((name, kind), []).append(json.loads(result.stdout))
+                print(f"round {rnd + 1} {name} {kind} done, load {os.getloadavg()[0]:.1f}",
+                      file=sys.stderr)
+    print(f"CPU ns per operation, {args.members:,} members, tie-break {args.tie_break}, "
+          f"{args.rounds} rounds (medians; ratio pages/skip list per round)")
+    header = f"{'':12}"
+    for name, _ in trees:
+        header += f"{name + ' skip':>13}{name + ' pages':>13}  {'ratios':<18}{'median':>7}"
+    print(header)
+    for row in ROWS:
+        line = f"{row:12}"
+        for name, _ in trees:
+            skip = [r[row] for r in got[(name, "skiplist")]]
+            pages = [r[row] for r in got[(name, "pages")]]
+            ratios = [p / s for p, s in zip(pages, skip, strict=True)]
+            line += (f"{statistics.median(skip):13,.0f}{statistics.median(pages):13,.0f}  "
+                     f"{' '.join(f'{x:.2f}' for x in ratios):<18}{statistics.median(ratios):6.2f}x")
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
