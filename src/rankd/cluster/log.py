@@ -31,6 +31,7 @@ same node are fenced too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import struct
@@ -507,7 +508,10 @@ async def _copy_section(conn: asyncpg.Connection, group: int, seq: int, epoch: i
     bytes a loop step (binary COPY).  A statement's parameter is encoded in
     one step: a 35 MiB index section held the event loop for 40-80 ms
     (copied into asyncpg's buffer, its fresh memory faulted in).  Nothing if
-    the part is stored already (COPY has no ``ON CONFLICT DO NOTHING``)."""
+    the part is stored already (COPY has no ``ON CONFLICT DO NOTHING``): by
+    the check, or, when another store of the same snapshot committed it
+    after the check, by the unique violation the COPY then meets (in a
+    savepoint, so the store's transaction goes on as the ``INSERT`` would)."""
     if await conn.fetchval("SELECT 1 FROM rankd_group_snapshots WHERE group_id = $1 "
                            "AND seq = $2 AND part = $3", group, seq, part):
         return
@@ -520,8 +524,11 @@ async def _copy_section(conn: asyncpg.Connection, group: int, seq: int, epoch: i
             yield bytes(view[start:start + SNAPSHOT_PIECE])
         yield _COPY_END
 
-    await conn.copy_to_table("rankd_group_snapshots", source=stream(), format="binary",
-                             columns=["group_id", "seq", "epoch", "part", "parts", "data"])
+    with contextlib.suppress(asyncpg.UniqueViolationError):
+        async with conn.transaction():  # (a savepoint)
+            await conn.copy_to_table("rankd_group_snapshots", source=stream(),
+                                     format="binary", columns=["group_id", "seq", "epoch",
+                                                               "part", "parts", "data"])
 
 
 def _scanned(group: int, rows: list, expected: int, out: list[tuple[int, int, bytes]]
