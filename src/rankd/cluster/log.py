@@ -149,18 +149,22 @@ READ_BATCHES = (
 RECORD_EPOCH = ("INSERT INTO rankd_epochs (group_id, epoch, after_seq) VALUES ($1, $2, $3) "
                 "ON CONFLICT DO NOTHING")
 
-#: :meth:`ClusterLog.last_seq_of_epoch`.  LEAST skips NULLs: a later epoch's
-#: start is exact; the register's end applies only to the current epoch; the
-#: batches' bound covers epochs older than ``rankd_epochs`` (it errs high
-#: once a snapshot compacted past the epoch's end, which the first two
-#: terms, when present, are below).
+#: :meth:`ClusterLog.last_seq_of_epoch`.  Epochs are taken one by one, so
+#: where epoch $2 + 1 began is where $2 ended; the register's end applies
+#: only to the current epoch.  An epoch taken by a version before
+#: ``rankd_epochs`` left no row: then the epoch's own last batch, while the
+#: log holds any (compaction drops a prefix, so its last goes last); once
+#: compacted, its end is unknown and the answer errs low, never high (a
+#: later epoch's start or the log's start may be far past it): where it
+#: began, or the last batch an earlier epoch wrote.
 LAST_SEQ_OF_EPOCH = """
-SELECT least(
-    (SELECT min(after_seq) FROM rankd_epochs WHERE group_id = $1 AND epoch > $2),
+SELECT coalesce(
+    (SELECT after_seq FROM rankd_epochs WHERE group_id = $1 AND epoch = $2 + 1),
     (SELECT last_seq FROM rankd_groups WHERE group_id = $1 AND epoch = $2),
-    (SELECT greatest(coalesce(max(last_seq) FILTER (WHERE epoch = $2), 0),
-                     coalesce(min(first_seq), 1) - 1)
-     FROM rankd_log WHERE group_id = $1))
+    (SELECT max(last_seq) FROM rankd_log WHERE group_id = $1 AND epoch = $2),
+    greatest((SELECT after_seq FROM rankd_epochs WHERE group_id = $1 AND epoch = $2),
+             (SELECT max(last_seq) FROM rankd_log WHERE group_id = $1 AND epoch < $2),
+             0))
 """
 
 
@@ -469,9 +473,12 @@ class ClusterLog:
         end while ``epoch`` is current.  A record this node wrote under
         ``epoch`` past it was never committed.
 
-        For epochs taken before ``rankd_epochs`` kept them, the log's
-        batches are the bound: the last one ``epoch`` wrote, or the log's
-        start when a snapshot compacted them away."""
+        When the next epoch was taken by a version before ``rankd_epochs``,
+        the last batch ``epoch`` wrote is the bound; once snapshots
+        compacted those away the answer is a lower bound (where ``epoch``
+        began): a record set aside that was committed is answered as a
+        duplicate when resubmitted by its event id, one counted as committed
+        that was not would be lost."""
         async with self.pool.acquire() as conn:
             return await conn.fetchval(LAST_SEQ_OF_EPOCH, group, epoch)
 
