@@ -6,6 +6,7 @@ found, in a real Postgres."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import asyncpg
 
@@ -128,6 +129,52 @@ def test_an_epoch_deposed_by_a_node_before_the_upgrade_never_counts_compacted_po
             assert await store.last_seq_of_epoch(9, 1) <= 100
             assert await store.last_seq_of_epoch(9, 2) == 300
         finally:
+            await store.pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_snapshot_copy_whose_connection_postgres_ended_does_not_hang(pg_dsn):
+    """Postgres ends the backend (``pg_terminate_backend``, a restart) while
+    a large section streams in by COPY: asyncpg waits for its transport to
+    take more data, which a closed connection never does, and no timeout
+    covers that wait: the store hung for good (the node's snapshot loop
+    with it, so its groups' logs were never compacted again).  It must fail
+    at once, store nothing, and the next store must keep the snapshot."""
+    async def scenario() -> None:
+        store = await _open(pg_dsn)
+        admin = await asyncpg.connect(pg_dsn)
+        try:
+            lease = await store.take(7, "a")
+            await store.append(lease, 1, [b"x"])
+            large = bytes(range(256)) * (96 * SNAPSHOT_PIECE // 256)
+            sections = [b"head", large, b"tail"]
+            for _ in range(3):
+                storing = asyncio.ensure_future(
+                    store.store_snapshot(lease, 1, lease.epoch, sections))
+                pid = None
+                for _ in range(500):
+                    pid = await admin.fetchval(
+                        "SELECT pid FROM pg_stat_activity WHERE query LIKE 'COPY%' "
+                        "AND datname = current_database() AND pid <> pg_backend_pid()")
+                    if pid is not None or storing.done():
+                        break
+                    await asyncio.sleep(0.002)
+                assert pid is not None, "the COPY was not seen running"
+                await admin.execute("SELECT pg_terminate_backend($1)", pid)
+                done, _ = await asyncio.wait({storing}, timeout=5)
+                if not done:
+                    storing.cancel()
+                    with contextlib.suppress(BaseException):
+                        await storing
+                assert done, "the store still waits on a connection Postgres closed"
+                assert isinstance(storing.exception(), (asyncpg.PostgresError,
+                                                        asyncpg.InterfaceError, OSError))
+                assert await admin.fetchval("SELECT count(*) FROM rankd_group_snapshots") == 0
+            assert await store.store_snapshot(lease, 1, lease.epoch, sections)
+            assert (await store.snapshot(7))[2] == sections
+        finally:
+            await admin.close()
             await store.pool.close()
 
     asyncio.run(scenario())
