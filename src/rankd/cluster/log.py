@@ -31,10 +31,8 @@ same node are fenced too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
-import struct
 from dataclasses import dataclass
 
 import asyncpg
@@ -42,6 +40,7 @@ import asyncpg
 from rankd.cluster.appends import SCHEMA as APPEND_MANY_SCHEMA
 from rankd.cluster.appends import AppendBatcher
 from rankd.cluster.notifier import LogNotifier
+from rankd.cluster.section_copy import copy_section
 from rankd.engine.errors import NotPrimary
 from rankd.engine.frames import frame_many, scan
 
@@ -53,7 +52,7 @@ CHANNEL = "rankd_log"
 #: catching up fetches up to a hundred batches of up to megabytes each).
 SCAN_ON_LOOP_BYTES = 256 << 10
 #: The most of a snapshot's section read in one row (a larger one in pieces).
-SNAPSHOT_PIECE = 1 << 20
+SNAPSHOT_PIECE = 1 << 20  # (also the COPY's step: rankd.cluster.section_copy)
 #: Advisory lock serialising migrations (another number than the shipper's).
 _MIGRATION_LOCK = 7231002
 
@@ -396,7 +395,7 @@ class ClusterLog:
                     # (a node leaving hung so until the command timeout).
                     for part, data in enumerate(sections):
                         if len(data) > SNAPSHOT_PIECE:
-                            await _copy_section(conn, lease.group, seq, epoch, part,
+                            await copy_section(conn, lease.group, seq, epoch, part,
                                                 len(sections), data)
                             continue
                         await conn.execute(
@@ -500,42 +499,6 @@ class ClusterLog:
                                       "group_id = $1", lease.group)
         raise Fenced(lease.group, lease.epoch, row["epoch"] if row else -1,
                      row["holder"] if row else None)
-
-
-#: The binary COPY stream's header (signature, flags, no extension) and trailer.
-_COPY_HEAD = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
-_COPY_END = b"\xff\xff"
-#: A snapshot row's fields before its data: six fields, each length-prefixed.
-_COPY_ROW = struct.Struct("!hiiiqiqiiiii")
-
-
-async def _copy_section(conn: asyncpg.Connection, group: int, seq: int, epoch: int,
-                        part: int, parts: int, data: bytes) -> None:
-    """Store one large section of a snapshot, streamed :data:`SNAPSHOT_PIECE`
-    bytes a loop step (binary COPY).  A statement's parameter is encoded in
-    one step: a 35 MiB index section held the event loop for 40-80 ms
-    (copied into asyncpg's buffer, its fresh memory faulted in).  Nothing if
-    the part is stored already (COPY has no ``ON CONFLICT DO NOTHING``): by
-    the check, or, when another store of the same snapshot committed it
-    after the check, by the unique violation the COPY then meets (in a
-    savepoint, so the store's transaction goes on as the ``INSERT`` would)."""
-    if await conn.fetchval("SELECT 1 FROM rankd_group_snapshots WHERE group_id = $1 "
-                           "AND seq = $2 AND part = $3", group, seq, part):
-        return
-
-    async def stream():
-        yield _COPY_HEAD + _COPY_ROW.pack(6, 4, group, 8, seq, 8, epoch, 4, part, 4, parts,
-                                          len(data))
-        view = memoryview(data)
-        for start in range(0, len(data), SNAPSHOT_PIECE):
-            yield bytes(view[start:start + SNAPSHOT_PIECE])
-        yield _COPY_END
-
-    with contextlib.suppress(asyncpg.UniqueViolationError):
-        async with conn.transaction():  # (a savepoint)
-            await conn.copy_to_table("rankd_group_snapshots", source=stream(),
-                                     format="binary", columns=["group_id", "seq", "epoch",
-                                                               "part", "parts", "data"])
 
 
 def _scanned(group: int, rows: list, expected: int, out: list[tuple[int, int, bytes]]
