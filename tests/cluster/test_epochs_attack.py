@@ -10,14 +10,8 @@ import contextlib
 
 import asyncpg
 
-from rankd.cluster.log import SNAPSHOT_PIECE, ClusterLog, migrate
-
-
-async def _open(dsn: str, lease: float = 5.0) -> ClusterLog:
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=8)
-    async with pool.acquire() as conn:
-        await migrate(conn)
-    return ClusterLog(pool, lease_seconds=lease)
+from cluster_tables import cluster_tables
+from rankd.cluster.log import SNAPSHOT_PIECE, ClusterLog, Lease
 
 
 def test_two_stores_of_one_snapshot_racing_do_not_fail_on_a_copied_section(pg_dsn):
@@ -28,46 +22,48 @@ def test_two_stores_of_one_snapshot_racing_do_not_fail_on_a_copied_section(pg_ds
     ``ON CONFLICT DO NOTHING`` it waited and stored nothing; the COPY raised
     a unique violation out of ``store_snapshot`` instead of an answer."""
     async def scenario() -> None:
-        store = await _open(pg_dsn)
-        blocker = await asyncpg.connect(pg_dsn)
-        try:
-            lease = await store.take(7, "a")
-            await store.append(lease, 1, [b"x"])
-            large = bytes(range(256)) * (SNAPSHOT_PIECE // 256 + 10)
-            sections = [large, b"tail"]
-            # The register held elsewhere: the first store waits after its
-            # sections went in (uncommitted), so the second's check finds none.
-            held = blocker.transaction()
-            await held.start()
-            await blocker.execute("SELECT 1 FROM rankd_groups WHERE group_id = 7 FOR UPDATE")
-            first = asyncio.ensure_future(store.store_snapshot(lease, 1, lease.epoch, sections))
-            await asyncio.sleep(0.5)
-            second = asyncio.ensure_future(store.store_snapshot(lease, 1, lease.epoch,
-                                                                sections))
-            await asyncio.sleep(0.5)
-            await held.rollback()
-            answers = await asyncio.wait_for(
-                asyncio.gather(first, second, return_exceptions=True), 10)
-            assert answers == [True, True]
-            assert (await store.snapshot(7))[2] == sections
-        finally:
-            await blocker.close()
-            await store.pool.close()
+        async with cluster_tables(pg_dsn) as (_, _, store):
+            blocker = await asyncpg.connect(pg_dsn)
+            try:
+                lease = await store.take(7, "a")
+                await store.append(lease, 1, [b"x"])
+                large = bytes(range(256)) * (SNAPSHOT_PIECE // 256 + 10)
+                sections = [large, b"tail"]
+                # The register held elsewhere: the first store waits after its
+                # sections went in (uncommitted), so the second's check finds none.
+                held = blocker.transaction()
+                await held.start()
+                await blocker.execute("SELECT 1 FROM rankd_groups WHERE group_id = 7 "
+                                      "FOR UPDATE")
+                stores = []
+                for _ in range(2):
+                    stores.append(asyncio.ensure_future(
+                        store.store_snapshot(lease, 1, lease.epoch, sections)))
+                    await asyncio.sleep(0.5)
+                await held.rollback()
+                answers = await asyncio.wait_for(
+                    asyncio.gather(*stores, return_exceptions=True), 10)
+                assert answers == [True, True]
+                assert (await store.snapshot(7))[2] == sections
+            finally:
+                await blocker.close()
 
     asyncio.run(scenario())
 
 
-async def _take_as_before_epochs(store: ClusterLog, group: int, node: str):
+async def _take_as_before_epochs(store: ClusterLog, group: int, node: str) -> Lease:
     """A take by a node of the version before ``rankd_epochs``: the same
     register change, and no row of where the epoch began."""
     lease = await store.take(group, node)
+    assert lease is not None
     async with store.pool.acquire() as conn:
         await conn.execute("DELETE FROM rankd_epochs WHERE group_id = $1 AND epoch = $2",
                            group, lease.epoch)
     return lease
 
 
-async def _fill(store: ClusterLog, lease, first: int, last: int, snapshots=()) -> None:
+async def _fill(store: ClusterLog, lease: Lease, first: int, last: int,
+                snapshots: tuple[int, ...] = ()) -> None:
     """Append ``first..last`` a record a batch, storing the group's snapshot
     at each position of ``snapshots`` (compacting the log behind it)."""
     for seq in range(first, last + 1):
@@ -76,39 +72,39 @@ async def _fill(store: ClusterLog, lease, first: int, last: int, snapshots=()) -
             assert await store.store_snapshot(lease, seq, lease.epoch, [b"state"])
 
 
+async def _before_the_upgrade(store: ClusterLog) -> None:
+    """Under the previous version: P writes group 9 at epoch 1 (1-100
+    committed; under ``--ack local`` it acknowledged more it never shipped)
+    and is killed; Q takes epoch 2 at 100, writes 101-300 and stores
+    snapshots that compact the log to start after 200.  No epoch has a
+    ``rankd_epochs`` row."""
+    await _fill(store, await _take_as_before_epochs(store, 9, "p"), 1, 100)
+    await asyncio.sleep(0.3)  # P killed: its lease runs out
+    await _fill(store, await _take_as_before_epochs(store, 9, "q"), 101, 300,
+                snapshots=(200, 300))
+    async with store.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT min(first_seq) FROM rankd_log "
+                                   "WHERE group_id = 9") == 201
+
+
 def test_an_epoch_taken_before_the_upgrade_never_counts_compacted_positions_as_its_own(
         pg_dsn):
-    """A primary killed across the upgrade: under the previous version P
-    wrote group 9 at epoch 1 (positions 1-100 committed; under ``--ack
-    local`` it acknowledged more it never shipped) and was killed; Q took
-    epoch 2 at position 100, wrote on and stored snapshots that compacted
-    the log to start after 200.  Neither epoch has a ``rankd_epochs`` row.
-    After the upgrade Q takes epoch 3 (a row: it began after 300).  P, back
-    on this version, asks where its epoch 1 ended: the answer was 200 (the
-    later epoch's start and the compacted log's start, both past epoch 1's
-    end), so what P acknowledged at 101-200 counted as committed and was
-    neither replayed nor set aside: lost.  The answer may err low (what is
-    set aside is resubmitted by event id), never high."""
+    """A primary killed across the upgrade (:func:`_before_the_upgrade`);
+    after it Q takes epoch 3 (a row: it began after 300).  P, back on this
+    version, asks where its epoch 1 ended: the answer was 200 (the later
+    epoch's start and the compacted log's start, both past epoch 1's end),
+    so what P acknowledged at 101-200 counted as committed and was neither
+    replayed nor set aside: lost.  The answer may err low (what is set
+    aside is resubmitted by event id), never high."""
     async def scenario() -> None:
-        store = await _open(pg_dsn, lease=0.2)
-        try:
-            p = await _take_as_before_epochs(store, 9, "p")
-            await _fill(store, p, 1, 100)
-            await asyncio.sleep(0.3)  # P killed: its lease runs out
-            q = await _take_as_before_epochs(store, 9, "q")
-            await _fill(store, q, 101, 300, snapshots=(200, 300))
-            async with store.pool.acquire() as conn:
-                assert await conn.fetchval("SELECT min(first_seq) FROM rankd_log "
-                                           "WHERE group_id = 9") == 201
-            # The upgrade: Q starts on this version and takes its group again.
+        async with cluster_tables(pg_dsn, lease_seconds=0.2) as (_, _, store):
+            await _before_the_upgrade(store)
             await asyncio.sleep(0.3)
-            q3 = await store.take(9, "q")
-            assert q3.epoch == 3
+            q3 = await store.take(9, "q")  # Q starts on this version
+            assert q3 is not None and q3.epoch == 3
             assert await store.last_seq_of_epoch(9, 1) <= 100
             # Where the epochs are known, the answer is exact.
             assert await store.last_seq_of_epoch(9, 3) == 300
-        finally:
-            await store.pool.close()
 
     asyncio.run(scenario())
 
@@ -119,17 +115,10 @@ def test_an_epoch_deposed_by_a_node_before_the_upgrade_never_counts_compacted_po
     the register is at epoch 2 (no row), the log starts after 200; epoch 1's
     end was 100, and the answer was 200."""
     async def scenario() -> None:
-        store = await _open(pg_dsn, lease=0.2)
-        try:
-            p = await _take_as_before_epochs(store, 9, "p")
-            await _fill(store, p, 1, 100)
-            await asyncio.sleep(0.3)
-            q = await _take_as_before_epochs(store, 9, "q")
-            await _fill(store, q, 101, 300, snapshots=(200, 300))
+        async with cluster_tables(pg_dsn, lease_seconds=0.2) as (_, _, store):
+            await _before_the_upgrade(store)
             assert await store.last_seq_of_epoch(9, 1) <= 100
             assert await store.last_seq_of_epoch(9, 2) == 300
-        finally:
-            await store.pool.close()
 
     asyncio.run(scenario())
 
@@ -142,39 +131,43 @@ def test_a_snapshot_copy_whose_connection_postgres_ended_does_not_hang(pg_dsn):
     with it, so its groups' logs were never compacted again).  It must fail
     at once, store nothing, and the next store must keep the snapshot."""
     async def scenario() -> None:
-        store = await _open(pg_dsn)
-        admin = await asyncpg.connect(pg_dsn)
-        try:
-            lease = await store.take(7, "a")
-            await store.append(lease, 1, [b"x"])
-            large = bytes(range(256)) * (96 * SNAPSHOT_PIECE // 256)
-            sections = [b"head", large, b"tail"]
-            for _ in range(3):
-                storing = asyncio.ensure_future(
-                    store.store_snapshot(lease, 1, lease.epoch, sections))
-                pid = None
-                for _ in range(500):
-                    pid = await admin.fetchval(
-                        "SELECT pid FROM pg_stat_activity WHERE query LIKE 'COPY%' "
-                        "AND datname = current_database() AND pid <> pg_backend_pid()")
-                    if pid is not None or storing.done():
-                        break
-                    await asyncio.sleep(0.002)
-                assert pid is not None, "the COPY was not seen running"
-                await admin.execute("SELECT pg_terminate_backend($1)", pid)
-                done, _ = await asyncio.wait({storing}, timeout=5)
-                if not done:
-                    storing.cancel()
-                    with contextlib.suppress(BaseException):
-                        await storing
-                assert done, "the store still waits on a connection Postgres closed"
-                assert isinstance(storing.exception(), (asyncpg.PostgresError,
-                                                        asyncpg.InterfaceError, OSError))
-                assert await admin.fetchval("SELECT count(*) FROM rankd_group_snapshots") == 0
-            assert await store.store_snapshot(lease, 1, lease.epoch, sections)
-            assert (await store.snapshot(7))[2] == sections
-        finally:
-            await admin.close()
-            await store.pool.close()
+        async with cluster_tables(pg_dsn) as (_, _, store):
+            admin = await asyncpg.connect(pg_dsn)
+            try:
+                await _terminated_copies(store, admin)
+            finally:
+                await admin.close()
 
     asyncio.run(scenario())
+
+
+async def _terminated_copies(store: ClusterLog, admin: asyncpg.Connection) -> None:
+    """Three stores whose COPY ``admin`` ends; then one that keeps the snapshot."""
+    lease = await store.take(7, "a")
+    await store.append(lease, 1, [b"x"])
+    large = bytes(range(256)) * (96 * SNAPSHOT_PIECE // 256)
+    sections = [b"head", large, b"tail"]
+    for _ in range(3):
+        storing = asyncio.ensure_future(
+            store.store_snapshot(lease, 1, lease.epoch, sections))
+        pid = None
+        for _ in range(500):
+            pid = await admin.fetchval(
+                "SELECT pid FROM pg_stat_activity WHERE query LIKE 'COPY%' "
+                "AND datname = current_database() AND pid <> pg_backend_pid()")
+            if pid is not None or storing.done():
+                break
+            await asyncio.sleep(0.002)
+        assert pid is not None, "the COPY was not seen running"
+        await admin.execute("SELECT pg_terminate_backend($1)", pid)
+        done, _ = await asyncio.wait({storing}, timeout=5)
+        if not done:
+            storing.cancel()
+            with contextlib.suppress(BaseException):
+                await storing
+        assert done, "the store still waits on a connection Postgres closed"
+        assert isinstance(storing.exception(), (asyncpg.PostgresError,
+                                                asyncpg.InterfaceError, OSError))
+        assert await admin.fetchval("SELECT count(*) FROM rankd_group_snapshots") == 0
+    assert await store.store_snapshot(lease, 1, lease.epoch, sections)
+    assert (await store.snapshot(7))[2] == sections
