@@ -7,10 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import time
+from pathlib import Path
 
 import asyncpg
+from cluster_nodes import node, sql
+from jepsen import wait_ready
 
 from cluster_tables import cluster_tables
+from daemon import Daemon
+from pgcluster import PG_BIN_DIRS
+from rankd.cluster.groups import group_of
 from rankd.cluster.log import SNAPSHOT_PIECE, ClusterLog, Lease
 
 
@@ -171,3 +179,106 @@ async def _terminated_copies(store: ClusterLog, admin: asyncpg.Connection) -> No
         assert await admin.fetchval("SELECT count(*) FROM rankd_group_snapshots") == 0
     assert await store.store_snapshot(lease, 1, lease.epoch, sections)
     assert (await store.snapshot(7))[2] == sections
+
+
+#: Nodes that acknowledge before Postgres has a write, and store their
+#: groups' snapshots (compacting the log) every few records.
+LOCAL_ACKS = ("--ack", "local", "--group-snapshot-records", "5")
+
+
+def _psql() -> str:
+    return next(str(d / "psql") for d in PG_BIN_DIRS if (d / "psql").exists())
+
+
+def _submit(daemon: Daemon, board: str, event_id: str, seconds: float = 20.0) -> None:
+    """One event, sent again (same event id) until a node acknowledges it."""
+    until = time.monotonic() + seconds
+    while True:
+        status, answer = daemon.request("POST", f"/v1/boards/{board}/scores",
+                                        {"member": event_id, "delta": 1, "event_id": event_id})
+        if status == 200:
+            return
+        assert time.monotonic() < until, (status, answer)
+        time.sleep(0.1)
+
+
+def _compact(dsn: str, daemon: Daemon, board: str, group: int, past: int) -> None:
+    """Write ``board`` through ``daemon`` until its snapshots compacted the
+    group's log past position ``past``."""
+    written, until = 0, time.monotonic() + 30
+    while sql(dsn, "SELECT coalesce(min(first_seq), 0) FROM rankd_log WHERE group_id = $1",
+              group)[0][0] <= past:
+        assert time.monotonic() < until, "the group's log was not compacted"
+        for _ in range(10):
+            _submit(daemon, board, f"later-{written}")
+            written += 1
+        time.sleep(0.3)
+
+
+def _acknowledged_alone(dsn: str, primary: Daemon, board: str, group: int) -> list[str]:
+    """Events ``primary`` acknowledged under ``--ack local`` while Postgres
+    could not take them (the group's register held by another session),
+    then ``primary`` killed (``kill -9``)."""
+    blocker = subprocess.Popen([_psql(), dsn, "-q"], stdin=subprocess.PIPE, text=True)
+    try:
+        assert blocker.stdin is not None
+        blocker.stdin.write(f"BEGIN; SELECT 1 FROM rankd_groups WHERE group_id = {group} "
+                            "FOR UPDATE;\n")
+        blocker.stdin.flush()
+        time.sleep(0.2)
+        acknowledged = [f"alone-{n}" for n in range(5) if primary.request(
+            "POST", f"/v1/boards/{board}/scores",
+            {"member": f"alone-{n}", "delta": 1, "event_id": f"alone-{n}"})[0] == 200]
+        primary.kill()
+        blocker.stdin.write("ROLLBACK;\n\\q\n")
+        blocker.stdin.flush()
+        blocker.wait(10)
+    finally:
+        if blocker.poll() is None:
+            blocker.kill()
+    return acknowledged
+
+
+def test_a_primary_killed_across_the_upgrade_sets_aside_what_it_acknowledged(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """Real nodes under ``--ack local``.  Before the upgrade (takes that
+    leave no ``rankd_epochs`` row, as the previous version's: a trigger
+    drops them) node a writes a board, acknowledges five events Postgres
+    never gets and is killed; node b takes the group over and its snapshots
+    compact the log past a's epoch.  Then the upgrade (the trigger gone) and
+    a starts again: every event it acknowledged must be committed or set
+    aside.  a set nothing aside (its epoch's end was taken as the log's
+    start): four acknowledged events were lost."""
+    a = node(tmp_path, pg_dsn, "a", *LOCAL_ACKS)
+    b = node(tmp_path, pg_dsn, "b", *LOCAL_ACKS)
+    try:
+        a.start()
+        wait_ready(a)
+        sql(pg_dsn, "CREATE FUNCTION skip_row() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$$ BEGIN RETURN NULL; END $$")
+        sql(pg_dsn, "CREATE TRIGGER before_epochs BEFORE INSERT ON rankd_epochs "
+                    "FOR EACH ROW EXECUTE FUNCTION skip_row()")
+        board, group = "up", group_of("up")
+        assert a.request("PUT", f"/v1/boards/{board}", {"policy": "sum"})[0] in (200, 201)
+        for n in range(3):
+            _submit(a, board, f"kept-{n}")
+        acknowledged = _acknowledged_alone(pg_dsn, a, board, group)
+        assert acknowledged
+        b.start()
+        wait_ready(b)
+        _compact(pg_dsn, b, board, group, past=20)
+        sql(pg_dsn, "DROP TRIGGER before_epochs ON rankd_epochs")  # the upgrade
+        a.start()
+        wait_ready(a)
+        assert a.wait_for_log("replaying the group from the log")
+        time.sleep(0.5)
+        aside = b"".join(path.read_bytes() for path in (tmp_path / "a" / "wal").glob("orphan-*"))
+        committed = b"".join(bytes(row[0]) for row in sql(
+            pg_dsn, "SELECT records FROM rankd_log UNION ALL "
+                    "SELECT data FROM rankd_group_snapshots"))
+        lost = [e for e in acknowledged if e.encode() not in aside + committed]
+        assert lost == []
+    finally:
+        for daemon in (a, b):
+            if daemon.process is not None and daemon.process.poll() is None:
+                daemon.stop(timeout=20)
