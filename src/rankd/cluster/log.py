@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import struct
 from dataclasses import dataclass
 
 import asyncpg
@@ -41,6 +40,7 @@ import asyncpg
 from rankd.cluster.appends import SCHEMA as APPEND_MANY_SCHEMA
 from rankd.cluster.appends import AppendBatcher
 from rankd.cluster.notifier import LogNotifier
+from rankd.cluster.section_copy import copy_section
 from rankd.engine.errors import NotPrimary
 from rankd.engine.frames import frame_many, scan
 
@@ -52,7 +52,7 @@ CHANNEL = "rankd_log"
 #: catching up fetches up to a hundred batches of up to megabytes each).
 SCAN_ON_LOOP_BYTES = 256 << 10
 #: The most of a snapshot's section read in one row (a larger one in pieces).
-SNAPSHOT_PIECE = 1 << 20
+SNAPSHOT_PIECE = 1 << 20  # (also the COPY's step: rankd.cluster.section_copy)
 #: Advisory lock serialising migrations (another number than the shipper's).
 _MIGRATION_LOCK = 7231002
 
@@ -148,18 +148,22 @@ READ_BATCHES = (
 RECORD_EPOCH = ("INSERT INTO rankd_epochs (group_id, epoch, after_seq) VALUES ($1, $2, $3) "
                 "ON CONFLICT DO NOTHING")
 
-#: :meth:`ClusterLog.last_seq_of_epoch`.  LEAST skips NULLs: a later epoch's
-#: start is exact; the register's end applies only to the current epoch; the
-#: batches' bound covers epochs older than ``rankd_epochs`` (it errs high
-#: once a snapshot compacted past the epoch's end, which the first two
-#: terms, when present, are below).
+#: :meth:`ClusterLog.last_seq_of_epoch`.  Epochs are taken one by one, so
+#: where epoch $2 + 1 began is where $2 ended; the register's end applies
+#: only to the current epoch.  An epoch taken by a version before
+#: ``rankd_epochs`` left no row: then the epoch's own last batch, while the
+#: log holds any (compaction drops a prefix, so its last goes last); once
+#: compacted, its end is unknown and the answer errs low, never high (a
+#: later epoch's start or the log's start may be far past it): where it
+#: began, or the last batch an earlier epoch wrote.
 LAST_SEQ_OF_EPOCH = """
-SELECT least(
-    (SELECT min(after_seq) FROM rankd_epochs WHERE group_id = $1 AND epoch > $2),
+SELECT coalesce(
+    (SELECT after_seq FROM rankd_epochs WHERE group_id = $1 AND epoch = $2 + 1),
     (SELECT last_seq FROM rankd_groups WHERE group_id = $1 AND epoch = $2),
-    (SELECT greatest(coalesce(max(last_seq) FILTER (WHERE epoch = $2), 0),
-                     coalesce(min(first_seq), 1) - 1)
-     FROM rankd_log WHERE group_id = $1))
+    (SELECT max(last_seq) FROM rankd_log WHERE group_id = $1 AND epoch = $2),
+    greatest((SELECT after_seq FROM rankd_epochs WHERE group_id = $1 AND epoch = $2),
+             (SELECT max(last_seq) FROM rankd_log WHERE group_id = $1 AND epoch < $2),
+             0))
 """
 
 
@@ -391,7 +395,7 @@ class ClusterLog:
                     # (a node leaving hung so until the command timeout).
                     for part, data in enumerate(sections):
                         if len(data) > SNAPSHOT_PIECE:
-                            await _copy_section(conn, lease.group, seq, epoch, part,
+                            await copy_section(conn, lease.group, seq, epoch, part,
                                                 len(sections), data)
                             continue
                         await conn.execute(
@@ -468,9 +472,12 @@ class ClusterLog:
         end while ``epoch`` is current.  A record this node wrote under
         ``epoch`` past it was never committed.
 
-        For epochs taken before ``rankd_epochs`` kept them, the log's
-        batches are the bound: the last one ``epoch`` wrote, or the log's
-        start when a snapshot compacted them away."""
+        When the next epoch was taken by a version before ``rankd_epochs``,
+        the last batch ``epoch`` wrote is the bound; once snapshots
+        compacted those away the answer is a lower bound (where ``epoch``
+        began): a record set aside that was committed is answered as a
+        duplicate when resubmitted by its event id, one counted as committed
+        that was not would be lost."""
         async with self.pool.acquire() as conn:
             return await conn.fetchval(LAST_SEQ_OF_EPOCH, group, epoch)
 
@@ -492,36 +499,6 @@ class ClusterLog:
                                       "group_id = $1", lease.group)
         raise Fenced(lease.group, lease.epoch, row["epoch"] if row else -1,
                      row["holder"] if row else None)
-
-
-#: The binary COPY stream's header (signature, flags, no extension) and trailer.
-_COPY_HEAD = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
-_COPY_END = b"\xff\xff"
-#: A snapshot row's fields before its data: six fields, each length-prefixed.
-_COPY_ROW = struct.Struct("!hiiiqiqiiiii")
-
-
-async def _copy_section(conn: asyncpg.Connection, group: int, seq: int, epoch: int,
-                        part: int, parts: int, data: bytes) -> None:
-    """Store one large section of a snapshot, streamed :data:`SNAPSHOT_PIECE`
-    bytes a loop step (binary COPY).  A statement's parameter is encoded in
-    one step: a 35 MiB index section held the event loop for 40-80 ms
-    (copied into asyncpg's buffer, its fresh memory faulted in).  Nothing if
-    the part is stored already (COPY has no ``ON CONFLICT DO NOTHING``)."""
-    if await conn.fetchval("SELECT 1 FROM rankd_group_snapshots WHERE group_id = $1 "
-                           "AND seq = $2 AND part = $3", group, seq, part):
-        return
-
-    async def stream():
-        yield _COPY_HEAD + _COPY_ROW.pack(6, 4, group, 8, seq, 8, epoch, 4, part, 4, parts,
-                                          len(data))
-        view = memoryview(data)
-        for start in range(0, len(data), SNAPSHOT_PIECE):
-            yield bytes(view[start:start + SNAPSHOT_PIECE])
-        yield _COPY_END
-
-    await conn.copy_to_table("rankd_group_snapshots", source=stream(), format="binary",
-                             columns=["group_id", "seq", "epoch", "part", "parts", "data"])
 
 
 def _scanned(group: int, rows: list, expected: int, out: list[tuple[int, int, bytes]]
