@@ -1,6 +1,7 @@
 """Under ``--ack local``, a primary killed with writes it acknowledged and
 never shipped sets them aside when it restarts, however far the next
-primary's snapshots compacted the group's log meanwhile.
+primary's snapshots compacted the group's log meanwhile, and however many
+local snapshots it took itself before it died.
 
 The restarted node must know which of its positions its epoch committed.
 It read that from the log's batches (the last one of its epoch, or else
@@ -104,3 +105,49 @@ async def _last_seq(dsn: str) -> int:
     finally:
         await conn.close()
 
+
+
+def test_a_killed_local_primary_keeps_its_unshipped_records_past_its_own_snapshots(
+        tmp_path, pg_server) -> None:
+    """A local snapshot drops the log's segments before it: it dropped them
+    whether or not the group's log had their records, so a primary that
+    took two snapshots after a segment rolled over, between acknowledging
+    writes and dying, restarted with them in its state but not in its log,
+    and could not set them aside."""
+    lab = Lab(tmp_path, nodes=2, ack="local", extra=("--segment-bytes", "4096"))
+    try:
+        _wait("the board", lambda: lab.daemons[0].request(
+            "PUT", f"/v1/boards/{BOARD}", {"policy": "sum"})[0] in (200, 201))
+        _wait("a primary", lambda: lab.primary_of(BOARD) is not None)
+        old = lab.primary_of(BOARD)
+        assert _submit(lab, old, "shipped") == 200
+        time.sleep(1.0)
+        lab.pg_proxies[old].set_mode("blackhole")
+        # One record over a segment (a batch of 100), then one more: the
+        # batch's segment is behind the active one.
+        unshipped = {f"unshipped-{n}" for n in range(100)}
+        wal = lab.daemons[old].data_dir / "wal"
+        active = sorted(wal.glob("*.log"))[-1]  # the batch goes here or after
+        status, body = lab.daemons[old].request(
+            "POST", f"/v1/boards/{BOARD}/scores/batch",
+            {"events": [{"member": event_id, "delta": 1, "event_id": event_id}
+                        for event_id in sorted(unshipped)]})
+        assert status == 200, body
+        assert _submit(lab, old, "unshipped-last") == 200
+        unshipped.add("unshipped-last")
+        assert sorted(wal.glob("*.log"))[-1] > active  # rolled over
+        for _ in range(2):
+            status, body = lab.daemons[old].request("POST", "/v1/admin/snapshot")
+            assert status == 200, body
+        lab.kill(old)
+        lab.pg_proxies[old].set_mode("pass")
+        _wait("the next primary to take a write",
+              lambda: _submit(lab, 1 - old, "next") == 200)
+        lab.restart(old)
+        _wait("the restarted node to set its unshipped writes aside",
+              lambda: unshipped <= read_orphans(lab))
+    except BaseException:
+        print(lab.logs())
+        raise
+    finally:
+        lab.close()

@@ -25,6 +25,7 @@ from rankd.engine.replication import Replication
 from rankd.engine.settings import EngineConfig
 from rankd.engine.snapshot import SnapshotStore
 from rankd.engine.state import BoardState
+from rankd.engine.unshipped import UnshippedRecords
 from rankd.engine.wal import WriteAheadLog
 
 
@@ -51,6 +52,8 @@ class Core:
         self.readers: list[Any] = []
         self.snapshots = SnapshotStore(config.data_dir / "snapshots")
         self.shipper: Any = None
+        #: A cluster primary's records in the local log its groups' logs may lack.
+        self.unshipped = UnshippedRecords()
         self.closed = False
         #: Called with a board name after each change (live feed, caches).
         self.listeners: list[Callable[[str], None]] = []

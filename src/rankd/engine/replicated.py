@@ -267,6 +267,7 @@ class ReplicatedWrites:
         # log nothing either, so a write refused so is refused everywhere.
         self.commits.append([records.encode([records.REPLICATED, group, first, epoch,
                                              payloads])], boards, len(payloads))
+        self.core.unshipped.written(writer, last, self.core.wal.last_lsn)
         enqueued = writer.enqueue(payloads)
         assert enqueued == first, f"group {group}: log gave {enqueued}, applied at {first}"
         self.state.positions[group] = (last, epoch)
@@ -451,6 +452,7 @@ class ReplicatedWrites:
         after this node wrote records the group's log never took."""
         self.guard.check_writable()
         names = self.replayer.drop_group(group)
+        self.core.unshipped.forget(group)
         return self.commits.commit_soon([records.encode([records.GROUP_RESET, group])], names)
 
 

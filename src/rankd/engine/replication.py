@@ -27,6 +27,8 @@ class GroupWriter(Protocol):
     epoch: int
     #: The position the next record of the group gets.
     next_seq: int
+    #: The last position known committed to the group's log.
+    committed_seq: int
 
     def enqueue(self, payloads: list[bytes]) -> int:
         """Send records to the group's log at the next positions; return the

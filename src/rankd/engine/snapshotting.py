@@ -211,6 +211,9 @@ class Snapshotter:
         keep_from = core.snapshots.oldest_kept_lsn() + 1
         if core.shipper is not None:
             keep_from = min(keep_from, core.shipper.shipped_lsn + 1)
+        unshipped = core.unshipped.lowest()  # (a cluster primary's, not in Postgres yet)
+        if unshipped is not None:
+            keep_from = min(keep_from, unshipped)
         await asyncio.to_thread(core.wal.remove_segments_before, keep_from)
 
     async def loop(self) -> None:
