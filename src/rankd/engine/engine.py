@@ -357,6 +357,7 @@ class Engine:
     held_in = _Room("_cluster", ReplicatedWrites.held_in)
     released = _Room("_cluster", ReplicatedWrites.released)
     written_by = _Room("_cluster", ReplicatedWrites.written_by)
+    local_positions_checked = _Room("_cluster", ReplicatedWrites.local_positions_checked)
     load_group_snapshot = _Room("_cluster", ReplicatedWrites.load_group_snapshot)
     reset_group = _Room("_cluster", ReplicatedWrites.reset_group)
     group_snapshot = _Room("_snapshotter", Snapshotter.group_snapshot)
