@@ -78,3 +78,61 @@ def test_snapshot_while_restarting_drops_acknowledged_unshipped_records(tmp_path
         raise
     finally:
         lab.close()
+
+
+def test_notes_of_a_writer_given_up_on_a_failed_local_log_keep_every_later_segment(
+        tmp_path: Path) -> None:
+    """A primary whose local log fails gives its groups up (its committer
+    closed with records its link to Postgres never took) and starts again
+    on a new, empty log: the closed committer's notes never go (nothing
+    commits them, nothing resets the group), so every later snapshot keeps
+    every segment from their position on, and the local log grows without
+    bound."""
+    from faultshim import build_shim
+
+    (tmp_path / "shim").mkdir()
+    lab = Lab(tmp_path, nodes=1, lease_seconds=30.0, ack="local",
+              shim=build_shim(tmp_path / "shim"),
+              extra=("--segment-bytes", "4096", "--max-unshipped-ms", "60000"))
+    try:
+        daemon = lab.daemons[0]
+        for _ in range(100):
+            if daemon.request("PUT", f"/v1/boards/{BOARD}", {"policy": "sum"})[0] in (200, 201):
+                break
+            time.sleep(0.1)
+        assert _write(lab, "committed") == 200
+        time.sleep(1.0)
+        lab.pg_proxies[0].set_mode("blackhole")
+        assert all(_write(lab, f"u{i}") == 200 for i in range(5))  # (acknowledged, unshipped)
+        lab.fill_disk(0)
+        _write(lab, "fails")  # (the local log fails: the node gives the group up)
+        deadline = time.monotonic() + 20
+        while "gives up group" not in daemon.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "gives up group" in daemon.log()
+        lab.pg_proxies[0].set_mode("pass")
+        lab.free_disk(0)
+        deadline = time.monotonic() + 30
+        while ("recovered from its failed local log" not in daemon.log()
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+        assert "recovered from its failed local log" in daemon.log()
+        deadline = time.monotonic() + 30
+        written = 0
+        while written < 300 and time.monotonic() < deadline:
+            if _write(lab, f"later{written}") == 200:
+                written += 1
+            else:
+                time.sleep(0.1)
+        assert written == 300
+        time.sleep(1.0)  # (committed to the group's log by now)
+        for _ in range(2):
+            assert daemon.request("POST", "/v1/admin/snapshot")[0] == 200
+        segments = sorted((daemon.data_dir / "wal").glob("*.log"))
+        assert len(segments) <= 2, (
+            f"{len(segments)} segments kept after two snapshots, every record committed")
+    except BaseException:
+        print(lab.logs())
+        raise
+    finally:
+        lab.close()
