@@ -301,7 +301,9 @@ class Engine:
         and snapshots aside (kept, never deleted) and start empty; the
         cluster's log is the authority, and following it rebuilds every
         group."""
-        return await self._recovery.set_local_state_aside(reason)
+        aside = await self._recovery.set_local_state_aside(reason)
+        self._core.unshipped.clear()  # (its notes are positions of the log set aside)
+        return aside
 
     async def start_again_empty(self) -> Path:
         """A cluster node whose local log failed (a full disk) and whose data

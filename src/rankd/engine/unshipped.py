@@ -56,6 +56,12 @@ class UnshippedRecords:
         aside or dropped, the local log need not keep them."""
         self._held.pop(group, None)
 
+    def clear(self) -> None:
+        """The local log was set aside (a new, empty one follows): its
+        positions mean nothing in the new one, and the writers noted are
+        given up, so nothing would ever commit their notes."""
+        self._held.clear()
+
     def lowest(self) -> int | None:
         """The least local log position of a record whose group's log may
         not have it (None: every one is committed)."""
