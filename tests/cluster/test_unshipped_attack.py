@@ -20,22 +20,36 @@ def _write(lab: Lab, event_id: str) -> int:
     return status
 
 
-def test_snapshot_while_restarting_drops_acknowledged_unshipped_records(tmp_path: Path) -> None:
-    """A primary killed with acknowledged records its group's log lacks
-    restarts with an empty note of them: local snapshots taken before it
-    reached Postgres (its link down) dropped the segments holding them, and
-    once it reached Postgres nothing was set aside: the writes were lost."""
-    lab = Lab(tmp_path, nodes=1, lease_seconds=30.0, ack="local",
+def _cut_off_primary(root: Path, shim: Path | None = None) -> Lab:
+    """A one-node ``--ack local`` cluster with small WAL segments, whose
+    node writes ``BOARD``'s group (one record committed), then loses its
+    link to Postgres (a long lease and unshipped bound: it goes on
+    acknowledging writes)."""
+    lab = Lab(root, nodes=1, lease_seconds=30.0, ack="local", shim=shim,
               extra=("--segment-bytes", "4096", "--max-unshipped-ms", "60000"))
     try:
-        daemon = lab.daemons[0]
         for _ in range(100):
-            if daemon.request("PUT", f"/v1/boards/{BOARD}", {"policy": "sum"})[0] in (200, 201):
+            if lab.daemons[0].request("PUT", f"/v1/boards/{BOARD}",
+                                      {"policy": "sum"})[0] in (200, 201):
                 break
             time.sleep(0.1)
         assert _write(lab, "committed") == 200
         time.sleep(1.0)  # (committed to the group's log by now)
         lab.pg_proxies[0].set_mode("blackhole")
+    except BaseException:
+        lab.close()
+        raise
+    return lab
+
+
+def test_snapshot_while_restarting_drops_acknowledged_unshipped_records(tmp_path: Path) -> None:
+    """A primary killed with acknowledged records its group's log lacks
+    restarts with an empty note of them: local snapshots taken before it
+    reached Postgres (its link down) dropped the segments holding them, and
+    once it reached Postgres nothing was set aside: the writes were lost."""
+    lab = _cut_off_primary(tmp_path)
+    try:
+        daemon = lab.daemons[0]
         acknowledged = [f"e{i}" for i in range(WRITES) if _write(lab, f"e{i}") == 200]
         assert len(acknowledged) == WRITES
         lab.kill(0)
@@ -91,18 +105,9 @@ def test_notes_of_a_writer_given_up_on_a_failed_local_log_keep_every_later_segme
     from faultshim import build_shim
 
     (tmp_path / "shim").mkdir()
-    lab = Lab(tmp_path, nodes=1, lease_seconds=30.0, ack="local",
-              shim=build_shim(tmp_path / "shim"),
-              extra=("--segment-bytes", "4096", "--max-unshipped-ms", "60000"))
+    lab = _cut_off_primary(tmp_path, shim=build_shim(tmp_path / "shim"))
     try:
         daemon = lab.daemons[0]
-        for _ in range(100):
-            if daemon.request("PUT", f"/v1/boards/{BOARD}", {"policy": "sum"})[0] in (200, 201):
-                break
-            time.sleep(0.1)
-        assert _write(lab, "committed") == 200
-        time.sleep(1.0)
-        lab.pg_proxies[0].set_mode("blackhole")
         assert all(_write(lab, f"u{i}") == 200 for i in range(5))  # (acknowledged, unshipped)
         lab.fill_disk(0)
         _write(lab, "fails")  # (the local log fails: the node gives the group up)
