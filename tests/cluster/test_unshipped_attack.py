@@ -10,6 +10,8 @@ from pathlib import Path
 
 from jepsen import Lab, read_orphans
 
+from daemon import Daemon
+
 BOARD = "arena"
 WRITES = 150
 
@@ -102,26 +104,11 @@ def test_notes_of_a_writer_given_up_on_a_failed_local_log_keep_every_later_segme
     commits them, nothing resets the group), so every later snapshot keeps
     every segment from their position on, and the local log grows without
     bound."""
-    from faultshim import build_shim
-
-    (tmp_path / "shim").mkdir()
-    lab = _cut_off_primary(tmp_path, shim=build_shim(tmp_path / "shim"))
+    lab = _cut_off_primary(tmp_path, shim=_shim(tmp_path))
     try:
         daemon = lab.daemons[0]
         assert all(_write(lab, f"u{i}") == 200 for i in range(5))  # (acknowledged, unshipped)
-        lab.fill_disk(0)
-        _write(lab, "fails")  # (the local log fails: the node gives the group up)
-        deadline = time.monotonic() + 20
-        while "gives up group" not in daemon.log() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert "gives up group" in daemon.log()
-        lab.pg_proxies[0].set_mode("pass")
-        lab.free_disk(0)
-        deadline = time.monotonic() + 30
-        while ("recovered from its failed local log" not in daemon.log()
-               and time.monotonic() < deadline):
-            time.sleep(0.1)
-        assert "recovered from its failed local log" in daemon.log()
+        _fail_local_log_then_recover(lab)
         deadline = time.monotonic() + 30
         written = 0
         while written < 300 and time.monotonic() < deadline:
@@ -141,3 +128,65 @@ def test_notes_of_a_writer_given_up_on_a_failed_local_log_keep_every_later_segme
         raise
     finally:
         lab.close()
+
+
+def test_writes_acknowledged_before_the_local_log_failed_are_not_set_aside(
+        tmp_path: Path) -> None:
+    """A ``--ack local`` primary whose link to Postgres is down acknowledges
+    writes, then its local log fails: it gives the group up and starts again
+    on an empty log, the old one moved aside whole.  The writes it
+    acknowledged and never shipped are then in neither the group's log nor
+    an orphan file (``rankd cluster resubmit``): lost."""
+    lab = _cut_off_primary(tmp_path, shim=_shim(tmp_path))
+    try:
+        daemon = lab.daemons[0]
+        acknowledged = [f"u{i}" for i in range(5) if _write(lab, f"u{i}") == 200]
+        assert len(acknowledged) == 5
+        _fail_local_log_then_recover(lab)
+
+        orphans = read_orphans(lab)
+        lost = [event for event in acknowledged
+                if event not in orphans and _member_status(daemon, event) == 404]
+        assert not lost, f"acknowledged writes lost, not set aside: {lost}"
+    except BaseException:
+        print(lab.logs())
+        raise
+    finally:
+        lab.close()
+
+
+def _shim(root: Path) -> Path:
+    from faultshim import build_shim
+
+    (root / "shim").mkdir()
+    return build_shim(root / "shim")
+
+
+def _fail_local_log_then_recover(lab: Lab) -> None:
+    """Fill the node's disk (its local log fails and it gives its group up,
+    its link to Postgres still down), then give room and the link back
+    until it started again on a new log."""
+    daemon = lab.daemons[0]
+    lab.fill_disk(0)
+    _write(lab, "fails")  # (the local log fails: the node gives the group up)
+    _wait_logged(daemon, "gives up group", 20)
+    lab.pg_proxies[0].set_mode("pass")
+    lab.free_disk(0)
+    _wait_logged(daemon, "recovered from its failed local log", 30)
+
+
+def _wait_logged(daemon: Daemon, text: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in daemon.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert text in daemon.log(), f"never logged: {text}"
+
+
+def _member_status(daemon: Daemon, member: str) -> int:
+    """200 or 404, once the node answers the read (it may catch up first)."""
+    deadline = time.monotonic() + 20
+    while True:
+        status = daemon.request("GET", f"/v1/boards/{BOARD}/members/{member}")[0]
+        if status in (200, 404) or time.monotonic() > deadline:
+            return status
+        time.sleep(0.1)
