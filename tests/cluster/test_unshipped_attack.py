@@ -4,8 +4,10 @@ must stay in its local log until it is set aside."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from jepsen import Lab, read_orphans
@@ -50,7 +52,7 @@ def test_snapshot_while_restarting_drops_acknowledged_unshipped_records(tmp_path
     reached Postgres (its link down) dropped the segments holding them, and
     once it reached Postgres nothing was set aside: the writes were lost."""
     lab = _cut_off_primary(tmp_path)
-    try:
+    with _logged(lab):
         daemon = lab.daemons[0]
         acknowledged = [f"e{i}" for i in range(WRITES) if _write(lab, f"e{i}") == 200]
         assert len(acknowledged) == WRITES
@@ -85,15 +87,7 @@ def test_snapshot_while_restarting_drops_acknowledged_unshipped_records(tmp_path
         lab.pg_proxies[0].set_mode("pass")
         lab.restart(0)
 
-        orphans = read_orphans(lab)
-        lost = [event for event in acknowledged if event not in orphans
-                and daemon.request("GET", f"/v1/boards/{BOARD}/members/{event}")[0] != 200]
-        assert not lost, f"{len(lost)} acknowledged writes lost, not set aside: {lost[:5]}"
-    except BaseException:
-        print(lab.logs())
-        raise
-    finally:
-        lab.close()
+        _none_lost(lab, acknowledged)
 
 
 def test_notes_of_a_writer_given_up_on_a_failed_local_log_keep_every_later_segment(
@@ -105,7 +99,7 @@ def test_notes_of_a_writer_given_up_on_a_failed_local_log_keep_every_later_segme
     every segment from their position on, and the local log grows without
     bound."""
     lab = _cut_off_primary(tmp_path, shim=_shim(tmp_path))
-    try:
+    with _logged(lab):
         daemon = lab.daemons[0]
         assert all(_write(lab, f"u{i}") == 200 for i in range(5))  # (acknowledged, unshipped)
         _fail_local_log_then_recover(lab)
@@ -123,11 +117,6 @@ def test_notes_of_a_writer_given_up_on_a_failed_local_log_keep_every_later_segme
         segments = sorted((daemon.data_dir / "wal").glob("*.log"))
         assert len(segments) <= 2, (
             f"{len(segments)} segments kept after two snapshots, every record committed")
-    except BaseException:
-        print(lab.logs())
-        raise
-    finally:
-        lab.close()
 
 
 def test_writes_acknowledged_before_the_local_log_failed_are_not_set_aside(
@@ -138,21 +127,32 @@ def test_writes_acknowledged_before_the_local_log_failed_are_not_set_aside(
     acknowledged and never shipped are then in neither the group's log nor
     an orphan file (``rankd cluster resubmit``): lost."""
     lab = _cut_off_primary(tmp_path, shim=_shim(tmp_path))
-    try:
-        daemon = lab.daemons[0]
+    with _logged(lab):
         acknowledged = [f"u{i}" for i in range(5) if _write(lab, f"u{i}") == 200]
         assert len(acknowledged) == 5
         _fail_local_log_then_recover(lab)
 
-        orphans = read_orphans(lab)
-        lost = [event for event in acknowledged
-                if event not in orphans and _member_status(daemon, event) == 404]
-        assert not lost, f"acknowledged writes lost, not set aside: {lost}"
+        _none_lost(lab, acknowledged)
+
+
+@contextlib.contextmanager
+def _logged(lab: Lab) -> Iterator[None]:
+    """Print the nodes' logs if the block fails; close the lab either way."""
+    try:
+        yield
     except BaseException:
         print(lab.logs())
         raise
     finally:
         lab.close()
+
+
+def _none_lost(lab: Lab, acknowledged: list[str]) -> None:
+    """Each acknowledged write is on the board or set aside."""
+    orphans = read_orphans(lab)
+    lost = [event for event in acknowledged
+            if event not in orphans and _member_status(lab.daemons[0], event) == 404]
+    assert not lost, f"{len(lost)} acknowledged writes lost, not set aside: {lost[:5]}"
 
 
 def _shim(root: Path) -> Path:
