@@ -699,6 +699,7 @@ class ClusterNode:
             if orphans:
                 await self._orphan(group, epoch, orphans)
             await self.engine.reset_group(group)
+        self.engine.local_positions_checked()  # (its local log was kept whole until now)
 
     def _apply(self, group: int, logged: list[tuple[int, int, bytes]]) -> Awaitable[None]:
         if too_long(logged):

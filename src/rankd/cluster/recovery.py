@@ -15,7 +15,10 @@ cluster's log, so once its log fails (:attr:`Engine.failure`) the node
    fsync) and, once it takes writes again, sets its local state aside
    (``aside-*``, kept: see :meth:`Engine.set_local_state_aside`), opens a
    new log and follows every group again from the cluster's log (or a
-   group's snapshot), with no restart.
+   group's snapshot), with no restart.  Under ``--ack local`` the records
+   of a group given up that its log never took were acknowledged: they are
+   set aside then (``orphan-*``, for ``rankd cluster resubmit``), as a
+   deposed primary's are (a full disk had no room for them before).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class RecoveringNode(Protocol):
 
     engine: Engine
     node_id: str
+    ack: str
     ack_timeout: float
     #: The groups this node writes, by group.
     writers: dict[int, GroupCommitter]
@@ -82,6 +86,9 @@ class RecoveringNode(Protocol):
     tail: LogTail | None
     #: The per-group locks of its writes.
     _lock: GroupLocks
+
+    async def _orphan(self, group: int, epoch: int, orphans: list[tuple[int, bytes]]) -> None:
+        """Set ``orphans`` of ``group`` aside (applied here, never committed)."""
 
 
 class DiskRecovery:
@@ -94,6 +101,9 @@ class DiskRecovery:
         self.recoveries = 0
         self._stepped_back = False
         self._task: asyncio.Task | None = None
+        #: (group, epoch, records) acknowledged in groups given up, never
+        #: committed: set aside once the data dir takes writes again.
+        self._unshipped: list[tuple[int, int, list[tuple[int, bytes]]]] = []
 
     @property
     def failed(self) -> bool:
@@ -149,6 +159,8 @@ class DiskRecovery:
                         await asyncio.wait_for(writer.committed(writer.next_seq - 1),
                                                node.ack_timeout)
                 await writer.close()
+                if node.ack == "local" and writer.unshipped():
+                    self._unshipped.append((group, writer.epoch, writer.unshipped()))
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(node.store.release(writer.lease), STOP_SECONDS)
                 node.tail.paused.discard(group)
@@ -163,6 +175,9 @@ class DiskRecovery:
                     "aside and following every group again from the cluster's log",
                     node.node_id)
         aside = await node.engine.start_again_empty()
+        while self._unshipped:  # (the new log's directory has room for them now)
+            await node._orphan(*self._unshipped[0])
+            del self._unshipped[0]
         node.tail.applied.clear()
         await node.tail.start()
         self._stepped_back = False

@@ -74,6 +74,7 @@ class Core:
         """Make the engine a cluster node's (None: a single node's); the
         intake and the plain reads learn it too."""
         self.replication = replication
+        self.unshipped.unchecked = replication is not None
         if self.intake is not None:
             self.intake.replicated = replication is not None
         self.plain_reads.replication = replication

@@ -301,7 +301,9 @@ class Engine:
         and snapshots aside (kept, never deleted) and start empty; the
         cluster's log is the authority, and following it rebuilds every
         group."""
-        return await self._recovery.set_local_state_aside(reason)
+        aside = await self._recovery.set_local_state_aside(reason)
+        self._core.unshipped.clear()  # (its notes are positions of the log set aside)
+        return aside
 
     async def start_again_empty(self) -> Path:
         """A cluster node whose local log failed (a full disk) and whose data
@@ -357,6 +359,7 @@ class Engine:
     held_in = _Room("_cluster", ReplicatedWrites.held_in)
     released = _Room("_cluster", ReplicatedWrites.released)
     written_by = _Room("_cluster", ReplicatedWrites.written_by)
+    local_positions_checked = _Room("_cluster", ReplicatedWrites.local_positions_checked)
     load_group_snapshot = _Room("_cluster", ReplicatedWrites.load_group_snapshot)
     reset_group = _Room("_cluster", ReplicatedWrites.reset_group)
     group_snapshot = _Room("_snapshotter", Snapshotter.group_snapshot)

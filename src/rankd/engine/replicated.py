@@ -447,6 +447,11 @@ class ReplicatedWrites:
         for run in group_load.commit_runs(logged):
             await self.commits.commit_soon(run, names)
 
+    def local_positions_checked(self) -> None:
+        """A cluster node compared its local state with the groups' logs at
+        start (what they lack was set aside): snapshots drop segments again."""
+        self.core.unshipped.unchecked = False
+
     def reset_group(self, group: int) -> asyncio.Future[None]:
         """Forget a group's boards (to replay its log anew from the start):
         after this node wrote records the group's log never took."""

@@ -17,6 +17,11 @@ last group position; :meth:`UnshippedRecords.lowest` is the least local
 position of a record its writer has not seen committed, the bound the
 snapshots keep the log from.  A group's notes go when its state is reset
 (its uncommitted records set aside or dropped: nothing needs them since).
+
+A restarted cluster node has no notes: until it has compared its local
+state with the groups' logs (``ClusterNode._check_local_positions``), any
+record of its local log may be one to set aside, so the log keeps them all
+(its engine recovers and snapshots before it reaches Postgres).
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ class UnshippedRecords:
     def __init__(self) -> None:
         #: Per group: (writer, last group position, local log position), in order.
         self._held: dict[int, deque[tuple[GroupWriter, int, int]]] = {}
+        #: Set on a cluster node until its local positions were checked:
+        #: the whole local log is kept meanwhile.
+        self.unchecked = False
 
     def written(self, writer: GroupWriter, last_seq: int, lsn: int) -> None:
         """``writer``'s records up to group position ``last_seq`` are in the
@@ -48,9 +56,17 @@ class UnshippedRecords:
         aside or dropped, the local log need not keep them."""
         self._held.pop(group, None)
 
+    def clear(self) -> None:
+        """The local log was set aside (a new, empty one follows): its
+        positions mean nothing in the new one, and the writers noted are
+        given up, so nothing would ever commit their notes."""
+        self._held.clear()
+
     def lowest(self) -> int | None:
         """The least local log position of a record whose group's log may
         not have it (None: every one is committed)."""
+        if self.unchecked:
+            return 1  # (the first position: what is unchecked may be unshipped)
         lowest = None
         for group, held in list(self._held.items()):
             _drop_committed(held)
