@@ -52,7 +52,7 @@ CHANNEL = "rankd_log"
 #: catching up fetches up to a hundred batches of up to megabytes each).
 SCAN_ON_LOOP_BYTES = 256 << 10
 #: The most of a snapshot's section read in one row (a larger one in pieces).
-SNAPSHOT_PIECE = 1 << 20  # (also the COPY's step: rankd.cluster.section_copy)
+SNAPSHOT_PIECE = 1 << 20  # (and the most of one sent in one loop step)
 #: Advisory lock serialising migrations (another number than the shipper's).
 _MIGRATION_LOCK = 7231002
 
@@ -396,7 +396,7 @@ class ClusterLog:
                     for part, data in enumerate(sections):
                         if len(data) > SNAPSHOT_PIECE:
                             await copy_section(conn, lease.group, seq, epoch, part,
-                                                len(sections), data)
+                                               len(sections), data, SNAPSHOT_PIECE)
                             continue
                         await conn.execute(
                             "INSERT INTO rankd_group_snapshots (group_id, seq, epoch, part, "

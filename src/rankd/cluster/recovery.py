@@ -159,8 +159,9 @@ class DiskRecovery:
                         await asyncio.wait_for(writer.committed(writer.next_seq - 1),
                                                node.ack_timeout)
                 await writer.close()
-                if node.ack == "local" and writer.unshipped():
-                    self._unshipped.append((group, writer.epoch, writer.unshipped()))
+                unshipped = writer.unshipped()
+                if node.ack == "local" and unshipped:
+                    self._unshipped.append((group, writer.epoch, unshipped))
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(node.store.release(writer.lease), STOP_SECONDS)
                 node.tail.paused.discard(group)

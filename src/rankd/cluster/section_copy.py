@@ -17,8 +17,6 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 
-#: The most of a section sent in one loop step.
-PIECE = 1 << 20
 #: The binary COPY stream's header (signature, flags, no extension) and trailer.
 _COPY_HEAD = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
 _COPY_END = b"\xff\xff"
@@ -28,7 +26,7 @@ _COLUMNS = ["group_id", "seq", "epoch", "part", "parts", "data"]
 
 
 async def copy_section(conn: asyncpg.Connection, group: int, seq: int, epoch: int,
-                       part: int, parts: int, data: bytes) -> None:
+                       part: int, parts: int, data: bytes, piece: int) -> None:
     """Store part ``part`` of ``parts`` of the group's snapshot at ``seq``,
     within the caller's transaction.  Nothing if the part is stored already:
     by the check, or, when another store of the same snapshot committed it
@@ -44,8 +42,8 @@ async def copy_section(conn: asyncpg.Connection, group: int, seq: int, epoch: in
         yield _COPY_HEAD + _COPY_ROW.pack(6, 4, group, 8, seq, 8, epoch, 4, part, 4, parts,
                                           len(data))
         view = memoryview(data)
-        for start in range(0, len(data), PIECE):
-            yield bytes(view[start:start + PIECE])
+        for start in range(0, len(data), piece):  # (one loop step each)
+            yield bytes(view[start:start + piece])
         yield _COPY_END
 
     with contextlib.suppress(asyncpg.UniqueViolationError):
