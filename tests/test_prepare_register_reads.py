@@ -30,7 +30,8 @@ class Registers:
 
 
 def test_writes_that_only_learn_share_bounded_register_reads(monkeypatch) -> None:
-    monkeypatch.setattr(cluster_node, "REGISTER_READ_SECONDS", 0.3)
+    # (A second: a burst of 400 prepares on a loaded machine must not outlast it.)
+    monkeypatch.setattr(cluster_node, "REGISTER_READ_SECONDS", 1.0)
 
     async def run() -> None:
         node = ClusterNode(SimpleNamespace(), ClusterConfig("postgresql:///none", "n1",
@@ -50,7 +51,7 @@ def test_writes_that_only_learn_share_bounded_register_reads(monkeypatch) -> Non
         store.away, store.reads = True, 0
         started = time.monotonic()
         refusals = await burst(400)
-        assert time.monotonic() - started < 1.0  # bounded: not a wait per write
+        assert time.monotonic() - started < 2.5  # bounded: not a wait per write
         assert all(isinstance(refused[n % len(groups)], Unavailable)
                    for n, refused in enumerate(refusals))
         assert store.reads <= 2, store.reads  # (RegisterReads' AT_ONCE)

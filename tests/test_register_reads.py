@@ -92,3 +92,20 @@ def test_after_postgres_did_not_answer_reads_fail_at_once_for_a_moment() -> None
     first, second, waited, third, reads = asyncio.run(run())
     assert (first, second, third) == (False, False, True)
     assert waited < 0.05 and reads == [1, 3]
+
+
+def test_a_read_waiting_for_a_slot_when_postgres_was_found_away_does_not_go() -> None:
+    async def run() -> tuple[list[int], list[bool]]:
+        reads: list[int] = []
+
+        async def read(group: int) -> None:
+            reads.append(group)
+            await asyncio.sleep(60)  # Postgres paused
+        learner = RegisterReads(read, 0.5, at_once=1)
+        first = asyncio.ensure_future(learner.learn(1))
+        await asyncio.sleep(0.2)  # group 2's read queues for the slot, its own bound later
+        second = asyncio.ensure_future(learner.learn(2))
+        return reads, list(await asyncio.gather(first, second))
+    reads, answers = asyncio.run(run())
+    assert answers == [False, False]
+    assert reads == [1]  # group 2's read, given the slot after the first failed, sent nothing

@@ -81,6 +81,8 @@ class RegisterReads:
         try:
             async with asyncio.timeout(self._seconds), self._slots:
                 started = time.monotonic()
+                if started - self._failed_at < AWAY_SECONDS:
+                    return False  # (found away while this read waited for a slot)
                 await self._read(group)
                 self._read_at[group] = started
                 return True
