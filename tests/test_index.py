@@ -13,6 +13,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 import zlib
 from decimal import Decimal
 from fractions import Fraction
@@ -2075,3 +2076,46 @@ def test_load_checks_the_crc_itself(index_cls):
     bad_crc = good[:-4] + ((zlib.crc32(good[:-4]) + 1) & 0xFFFFFFFF).to_bytes(4, "little")
     with pytest.raises(ValueError):
         index_cls.load(bad_crc)
+
+
+def _packed_new_members(prefix: str, count: int, first_seq: int) -> bytearray:
+    from rankd.index.packed import pack_state
+
+    rng = random.Random(prefix)
+    states = bytearray()
+    for n in range(count):
+        pack_state(states, f"{prefix}{n}", float(rng.randrange(100_000)), first_seq + n)
+    return states
+
+
+@pytest.mark.parametrize("pace_ns", [0, 400])
+def test_a_run_of_writes_moves_a_relayout_on_by_the_clock_not_by_its_length(native_cls,
+                                                                             pace_ns):
+    # A follower applies 1,000 members of its log in one event-loop callback.
+    # Unpaced, each write moves 256 nodes: a relayout of the whole board
+    # happens inside that one run of writes (46 ms at a million members).
+    # Paced, the run moves the credit (8,192) and one node per 400 ns it
+    # took: the relayout goes on in the runs that follow, and still ends.
+    index = native_cls("desc", "first")
+    index.set_states_packed(_packed_new_members("m", 200_000, 1))  # laid out at once
+    index._growth_knobs(RELAYOUT_MIN_LENGTH, 256, pace_ns=pace_ns)
+    seq = 200_001
+    while not index._relaying:  # one node in eight placed since: the next begins one
+        index.set(f"a{seq}", float(seq % 100_000))
+        seq += 1
+    run = _packed_new_members("run", 1_000, seq)
+    started = time.monotonic()
+    index.set_states_packed(run)
+    took = time.monotonic() - started
+    if pace_ns == 0:
+        assert not index._relaying  # 256,000 moves: more than the board's 228,000 nodes
+    else:
+        assert index._relaying or took > 0.05, took  # (unless the run was stalled that long)
+        for n in range(1_000):  # runs later: it ends
+            if not index._relaying:
+                break
+            index.set_states_packed(_packed_new_members(f"r{n}-", 1_000, seq + 1_000 * (n + 1)))
+            time.sleep(0.001)
+        assert not index._relaying
+    index._check()
+    assert _laid_out_in_rank_order(index, arrived_after=1_000 * (n + 1) if pace_ns else 1_000)

@@ -436,6 +436,25 @@ cdef extern from *:
        at a time, after being prefetched. */
     #define RK_RELAYOUT_MOVES 256
     #define RK_REPOINT_BATCH 32
+    /* And by the clock: a write moves nodes from a credit that grows by
+       one move every RK_RELAYOUT_PACE_NS of wall time, up to
+       RK_RELAYOUT_CREDIT, and only once it holds RK_RELAYOUT_MIN_STEP (a
+       step's search is paid for by many moves).  256 moves a write cost
+       one event-loop callback that wrote 1,000 members (a follower's
+       slice of its log, a batch of events) 46 ms at a million members;
+       paced, such a callback moves at most the credit plus one node per
+       RK_RELAYOUT_PACE_NS it ran, which a move of 90-185 ns keeps under
+       half its time.  A relayout of a million nodes under steady writes
+       then lasts about half a second; writes alone move it on, as before. */
+    #define RK_RELAYOUT_PACE_NS 400
+    #define RK_RELAYOUT_CREDIT 8192
+    #define RK_RELAYOUT_MIN_STEP 64
+    #include <time.h>
+    static inline uint64_t rk_now_ns(void) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+    }
     /* The member table doubles by moving this many slots of the old table
        a write into the new one, once the new one is at least
        RK_TABLE_MIGRATE_MIN slots (2 MiB; below that it is filled at once,
@@ -660,6 +679,7 @@ cdef extern from *:
     void *rk_zeroed_table(size_t bytes, int huge) nogil
     void rk_free_table(void *p, size_t bytes) nogil
     void rk_advise_huge(void *p, size_t bytes) nogil
+    uint64_t rk_now_ns() nogil
     void rk_prefetch(const void *p) nogil
     void rk_prefetch_node(const void *p) nogil
     void rk_prefetch_level(const rk_node *n, int i) nogil
@@ -672,6 +692,9 @@ cdef extern from *:
         RELAYOUT_MIN_LENGTH "RK_RELAYOUT_MIN_LENGTH"
         RELAYOUT_SHARE "RK_RELAYOUT_SHARE"
         RELAYOUT_MOVES "RK_RELAYOUT_MOVES"
+        RELAYOUT_PACE_NS "RK_RELAYOUT_PACE_NS"
+        RELAYOUT_CREDIT "RK_RELAYOUT_CREDIT"
+        RELAYOUT_MIN_STEP "RK_RELAYOUT_MIN_STEP"
         REPOINT_BATCH "RK_REPOINT_BATCH"
         TABLE_MOVES "RK_TABLE_MOVES"
         TABLE_MIGRATE_MIN "RK_TABLE_MIGRATE_MIN"
@@ -759,6 +782,9 @@ cdef class RankIndex:
     cdef rk_ranges old_ranges       # their chunks
     cdef rk_node *relayout_next
     cdef Py_ssize_t relayout_min_length, relayout_moves   # RK_RELAYOUT_*, or set by tests
+    cdef uint64_t relayout_pace_ns  # RK_RELAYOUT_PACE_NS, or 0 (tests: unpaced)
+    cdef uint64_t relayout_clock    # when the credit was last counted (rk_now_ns)
+    cdef Py_ssize_t relayout_credit # moves the writes may make now
 
     cdef rk_node *_new_node(self, int nlevels, const char *member, Py_ssize_t mlen) except NULL
     cdef rk_node *_alloc_node(self, int nlevels, const char *member, Py_ssize_t mlen) noexcept nogil
@@ -792,6 +818,7 @@ cdef class RankIndex:
     cdef void _relayout_step(self, Py_ssize_t moves) noexcept
     cdef void _relayout_end(self) noexcept
     cdef inline void _after_write(self) noexcept
+    cdef inline Py_ssize_t _relayout_share(self) noexcept
     cdef rk_node *_placed(self, rk_node *x) noexcept
     cdef rk_node *_move_node(self, rk_node *x, rk_node **update) noexcept
     cdef void _repoint_slots(self, rk_node **moved_from, rk_node **moved_to,

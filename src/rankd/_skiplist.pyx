@@ -48,8 +48,8 @@ one in Redis's t_zset.c)
   a search is a miss somewhere at random.  Once one node in eight was
   allocated since the last layout began (past 32,768 members), the nodes
   are copied in rank order into fresh memory, the nodes of three levels or
-  more in a region of their own, a few hundred a write so that no write
-  waits long (``_relayout_begin``).  A search then finds its last steps
+  more in a region of their own, a few hundred a write, paced by the clock,
+  so that no write nor run of writes waits long (``_relayout_begin``).  A search then finds its last steps
   close together and prefetches them: the memory around the node it looks
   for (levels 0 and 1) and after the tall node it goes down from (levels
   2 and 3).
@@ -144,6 +144,7 @@ cdef class RankIndex:
         rk_arena_init(&self.tall_arena)
         self.relayout_min_length = RELAYOUT_MIN_LENGTH
         self.relayout_moves = RELAYOUT_MOVES
+        self.relayout_pace_ns = RELAYOUT_PACE_NS
         self.header = <rk_node *>calloc(1, RK_NODE_SIZE(MAX_LEVEL, 0))
         if self.header == NULL:
             raise MemoryError()
@@ -486,7 +487,8 @@ cdef class RankIndex:
         place, and each costs a miss to every search that passes it.
 
         A relayout moves the nodes a few at a time: every write moves the
-        next RELAYOUT_MOVES (``_relayout_step``), in rank order, into
+        next RELAYOUT_MOVES (``_relayout_step``; fewer when many writes
+        come at once: see ``_relayout_share``), in rank order, into
         fresh arenas, and the old ones are freed once it has passed the
         last node.  Copied all at once, at millions of members, it stopped
         the event loop for 0.1-0.4 s each time.  Meanwhile new nodes come
@@ -510,6 +512,8 @@ cdef class RankIndex:
         self.relaying = True
         self.relayout_next = self.header.level[0].forward
         self.unplaced = 0
+        self.relayout_credit = RELAYOUT_CREDIT
+        self.relayout_clock = rk_now_ns()
         return 0
 
     cdef void _relayout_step(self, Py_ssize_t moves) noexcept:
@@ -605,8 +609,30 @@ cdef class RankIndex:
         write that changes the index does."""
         if self.old_slots != NULL:
             self._table_migrate(self.table_moves)
+        cdef Py_ssize_t moves
         if self.relaying:
-            self._relayout_step(self.relayout_moves)
+            moves = self._relayout_share()
+            if moves:
+                self._relayout_step(moves)
+
+    cdef inline Py_ssize_t _relayout_share(self) noexcept:
+        """How many nodes of the relayout under way this write moves: up
+        to ``relayout_moves``, from a credit the clock fills (see
+        RK_RELAYOUT_PACE_NS), none while it holds less than a step's worth."""
+        cdef uint64_t now, earned
+        cdef Py_ssize_t moves
+        if self.relayout_pace_ns == 0:
+            return self.relayout_moves
+        now = rk_now_ns()
+        earned = (now - self.relayout_clock) // self.relayout_pace_ns
+        if earned:
+            self.relayout_clock += earned * self.relayout_pace_ns
+            self.relayout_credit = min(<uint64_t>RELAYOUT_CREDIT, self.relayout_credit + earned)
+        if self.relayout_credit < RELAYOUT_MIN_STEP:
+            return 0
+        moves = min(self.relayout_moves, self.relayout_credit)
+        self.relayout_credit -= moves
+        return moves
 
     cdef rk_node *_placed(self, rk_node *x) noexcept:
         """``x``, just written, or the copy it moved to: a node of the old
@@ -1630,18 +1656,22 @@ cdef class RankIndex:
         return self.relaying
 
     def _growth_knobs(self, Py_ssize_t relayout_min_length, Py_ssize_t relayout_moves,
-                      size_t table_migrate_min=TABLE_MIGRATE_MIN, size_t table_moves=TABLE_MOVES):
+                      size_t table_migrate_min=TABLE_MIGRATE_MIN, size_t table_moves=TABLE_MOVES,
+                      uint64_t pace_ns=0):
         """For tests: relayouts from ``relayout_min_length`` members (32,768
         by default), moving ``relayout_moves`` nodes a write (256), and
         table doublings a few slots a write once the new table has
         ``table_migrate_min`` slots (262,144), moving ``table_moves`` slots
         a write (64).  A pace of 1 keeps one under way across many writes;
         more than the board holds makes it all happen in the write that
-        begins it."""
+        begins it.  Relayouts are then unpaced by the clock unless
+        ``pace_ns`` says how often the credit gains a move (see
+        RK_RELAYOUT_PACE_NS)."""
         if relayout_min_length < 1 or relayout_moves < 1 or table_moves < 1:
             raise ValueError("growth needs at least one member and one move a write")
         self.relayout_min_length = relayout_min_length
         self.relayout_moves = relayout_moves
+        self.relayout_pace_ns = pace_ns
         self.table_migrate_min = table_migrate_min
         self.table_moves = table_moves
 
