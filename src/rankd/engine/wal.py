@@ -79,7 +79,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankd._tasks import stop_task
+from rankd._tasks import outcome_seen, stop_task
 from rankd.engine.frames import (
     HEADER_BYTES,
     BadFrame,
@@ -313,6 +313,8 @@ class WriteAheadLog:
         self._failure: BaseException | None = None
         self._flush: asyncio.Future | None = None
         self._write_soon: asyncio.Future | None = None
+        #: A write that starts a segment, in a worker thread (see _roll_out).
+        self._rolling: asyncio.Future | None = None
         self._syncer: asyncio.Task | None = None
         self._closed = False
         self.stats = WalStats()
@@ -613,7 +615,12 @@ class WriteAheadLog:
     async def commit(self, lsn: int) -> None:
         """Return once record ``lsn`` (and all before it) meets the fsync policy."""
         if self.fsync != "always":
-            if self._written_lsn < lsn:
+            while self._written_lsn < lsn:
+                if self._failure is not None:
+                    raise WalFailedError(f"write-ahead log failed: {self._failure}")
+                if self._rolling is not None or self._rolls:
+                    await asyncio.shield(self._rolled())
+                    continue
                 if self._write_soon is None:
                     loop = asyncio.get_running_loop()
                     self._write_soon = loop.create_future()
@@ -639,9 +646,7 @@ class WriteAheadLog:
         ``WalFailedError`` if the write fails."""
         if self.fsync == "always":
             return False
-        if self._written_lsn < lsn:
-            self._write_out()
-        return True
+        return self._written_lsn >= lsn or self._write_out()
 
     async def make_durable(self, lsn: int) -> None:
         """Return once records up to ``lsn`` are written *and* fsynced, whatever
@@ -666,6 +671,28 @@ class WriteAheadLog:
         self._rolls = []
         return taken
 
+    def _rolled(self) -> asyncio.Future:
+        """The write under way that starts a segment, or one begun now."""
+        if self._rolling is None:
+            self._rolling = asyncio.ensure_future(self._roll_out())
+            self._rolling.add_done_callback(outcome_seen)
+        return self._rolling
+
+    async def _roll_out(self) -> None:
+        """Write what is pending when it starts a new segment, in a worker
+        thread: the finished segment is fsynced before the next one exists
+        (see :meth:`_start_segment`), tens of ms on the event loop at every
+        segment (hundreds on a slow disk).  Writes on the loop wait for it
+        (:meth:`_write_out`), so records reach the files in order."""
+        try:
+            while self._rolls and self._failure is None:
+                data, rolls, last = self._take_pending()
+                await asyncio.to_thread(self._guarded, self._write, data, rolls)
+                self._written_lsn = last
+                self._acknowledged_end = self._file_end()
+        finally:
+            self._rolling = None
+
     def _write_shared(self, done: asyncio.Future) -> None:
         self._write_soon = None
         try:
@@ -675,15 +702,19 @@ class WriteAheadLog:
         else:
             done.set_result(None)
 
-    def _write_out(self) -> None:
-        """Hand buffered records to the OS (no fsync), in the caller's thread."""
+    def _write_out(self) -> bool:
+        """Hand buffered records to the OS (no fsync), in the caller's
+        thread; False, writing nothing, if they start a new segment or such
+        a write is under way (they go with it: :meth:`_roll_out`)."""
         if self._failure is not None:
             raise WalFailedError(f"write-ahead log failed: {self._failure}")
-        data, rolls, last = self._pending, self._rolls, self._last_lsn
+        if self._rolls or self._rolling is not None:
+            self._rolled()
+            return False
+        data, last = self._pending, self._last_lsn
         self._pending = bytearray()
-        if rolls or self._fd is None:
-            self._rolls = []
-            self._guarded(self._write, data, rolls)
+        if self._fd is None:
+            self._guarded(self._write, data, [])
         else:  # the common case, once a pass: the records go to the open segment
             try:
                 self._write_all(memoryview(data))
@@ -691,6 +722,7 @@ class WriteAheadLog:
                 raise self._failed_with(exc) from exc
         self._written_lsn = last
         self._acknowledged_end = self._file_end()
+        return True
 
     def _write_and_sync(self, data: bytearray, rolls: list[tuple[int, int]], last: int) -> None:
         if self._failure is not None:
@@ -817,7 +849,9 @@ class WriteAheadLog:
             return
         if self._written_lsn < self._last_lsn:
             with contextlib.suppress(WalFailedError):
-                self._write_out()
+                if not self._write_out():  # (a segment starts: once it is written)
+                    await asyncio.shield(self._rolled())
+                    self._write_out()
         target = self._written_lsn
         if self._durable_lsn < target:
             with contextlib.suppress(WalFailedError):
@@ -830,7 +864,7 @@ class WriteAheadLog:
             return
         self._closed = True
         await stop_task(self._syncer)
-        for pending in (self._flush, self._write_soon):
+        for pending in (self._flush, self._write_soon, self._rolling):
             if pending is not None:
                 with contextlib.suppress(WalFailedError):
                     await asyncio.shield(pending)
