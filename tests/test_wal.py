@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import os
 import time
 
@@ -458,6 +459,6 @@ def test_a_segment_roll_fsyncs_off_the_event_loop_and_keeps_the_order(tmp_path, 
     beats, waited = run(scenario())
     assert slow_on_loop and not any(slow_on_loop)  # every slow fsync off the loop
     assert waited > 0  # commits that met a roll waited for it
-    gaps = [later - earlier for earlier, later in zip(beats, beats[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(beats)]
     assert max(gaps) < 0.15, max(gaps)  # the loop served through 0.2 s fsyncs
     assert records(tmp_path) == [(i + 1, payload(i)) for i in range(200)]
