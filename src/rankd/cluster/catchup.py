@@ -16,6 +16,13 @@ slice's time: slices of 1,000 held a move's target for 40-50 ms of CPU
 each, stretched to 0.3-0.8 s when the cores were busy.  :class:`SliceSize`
 times each slice (the loop thread's CPU, which waiting for a core does not
 inflate) and sizes the next one to about :data:`SLICE_CPU_SECONDS`.
+
+Between two slices the loop runs one pass of everything else that is
+ready, so a request through the node (a write relayed to its group's
+primary takes four or five passes) waits for a slice at each pass: with
+slices of 4 ms a move's target relayed writes with a p99 of 90-115 ms
+while it caught up, and with slices of 1 ms 64-67 ms (bench/README.md,
+"The first move's target").  The catch-up takes about as long either way.
 """
 
 from __future__ import annotations
@@ -27,9 +34,9 @@ APPLY_SLICE = 1000
 #: And bytes of records (one record larger than this is a slice of its own).
 APPLY_SLICE_BYTES = 64 << 10
 #: The loop thread's CPU a slice aims at.
-SLICE_CPU_SECONDS = 0.004
+SLICE_CPU_SECONDS = 0.001
 #: Records of a run's first slice (none timed yet), and the fewest a slice takes.
-FIRST_SLICE = 100
+FIRST_SLICE = 32
 MIN_SLICE = 10
 
 Logged = list[tuple[int, int, bytes]]
