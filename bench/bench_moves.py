@@ -26,8 +26,11 @@ the clients: figures are end to end on it, not per-node capacity.
    of the cut-over as the source's and the target's logs time them (the
    wall-clock moments they log line the two up); the slowest retried writes
    around the cut-over attempt by attempt (node, answer, when, from the
-   moment the source closed the group's writes); and how long the move took
-   from request to the target writing.  Targets: p99 <= 50 ms, max <= 200 ms.
+   moment the source closed the group's writes); how long the move took
+   from request to the target writing; the target's log of the group
+   (loading, caught up, writing) and how many writes through the target took
+   over ``SLOW_MS``, by the half second after the request they began in.
+   Targets: p99 <= 50 ms, max <= 200 ms.
    Run it with another revision's sources first on ``PYTHONPATH`` to
    measure that revision with this same script.
 2. **Memory per node.**  ``--boards`` boards (default 48) of
@@ -75,6 +78,8 @@ BATCH = 10_000
 AROUND_SECONDS = 1.0
 #: The slowest writes around each cut-over shown attempt by attempt.
 SLOWEST_SHOWN = 3
+#: Writes through a move's target slower than this are counted by when they began.
+SLOW_MS = 50
 #: The longest loop stalls of each node printed after the moves.
 STALLS_SHOWN = 3
 
@@ -272,6 +277,16 @@ class Load:
                 shown.append(f"n{at} {figures['p99_ms']} / {figures['max_ms']}")
         return ", ".join(shown)
 
+    def slow_through(self, at: int, start: float, end: float, over: float) -> str:
+        """When the writes through node ``at`` begun in [start, end] that took
+        longer than ``over`` seconds began: how many in each half second
+        after ``start``."""
+        halves = collections.Counter(int((began - start) * 2) for began, done
+                                     in self.through.get(at, []) if start <= began <= end
+                                     and done - began > over)
+        return ", ".join(f"{half / 2:.1f}-{half / 2 + 0.5:.1f} s: {count}"
+                         for half, count in sorted(halves.items())) or "none"
+
     @staticmethod
     def _window(acks: list[tuple[float, float]], start: float, end: float
                 ) -> dict[str, float]:
@@ -444,6 +459,13 @@ async def move_pauses(root: Path, dsn: str, members: int, writers: int, rounds: 
                   f"the whole move {figures}")
             print(f"  through any node, p99 / max ms by the node written to: "
                   f"{load.through_each(asked, time.monotonic())}")
+            slow = load.slow_through(int(target[1:]), asked, time.monotonic(), SLOW_MS / 1000)
+            steps = [f"{log_time(line) - wall - asked:.2f} s {line[24:].split(': ', 1)[-1][:70]}"
+                     for line in target_node.log()[logged[nodes.index(target_node)]:]
+                     .splitlines() if f"group {group}" in line and line[:4].isdigit()]
+            print("  the target's log of the group, after the request: " + "; ".join(steps[:8]))
+            print(f"  writes through the target over {SLOW_MS} ms, by when they began after the "
+                  f"request: {slow}")
             if cut is None:
                 print("  (no cut-over in the source's log)")
             else:
