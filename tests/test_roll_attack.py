@@ -68,3 +68,68 @@ def test_relayout_credit_earned_by_its_own_moves_holds_a_batch_for_long():
     ratio = statistics.median(during) / statistics.median(without)
     assert ratio < 4, (f"500 new members: {statistics.median(during):.1f} ms of CPU during a "
                        f"relayout, {statistics.median(without):.1f} ms without ({ratio:.1f}x)")
+
+
+# --- the write-ahead log's segment roll in a worker thread ---------------------------------
+
+def test_roll_acknowledges_records_a_concurrent_fsync_failure_cut_off(tmp_path, monkeypatch):
+    """The once-a-second fsync fails (EIO) while a roll runs in another
+    worker thread: the failure cuts the files back to the last acknowledged
+    record (deleting the segment the roll just made), and the roll, which
+    checks the failure only before it starts, then marks its records
+    written: their commits return as if they were safe, the log failed,
+    and after a restart the records are gone."""
+    import asyncio
+    import errno
+    import sys
+    import threading
+
+    from rankd.engine import wal as walmod
+    from rankd.engine.wal import WalCorruptError, WalFailedError, WriteAheadLog
+
+    real_fsync = os_fsync = walmod.os.fsync
+    roll_in = threading.Event()
+    log = WriteAheadLog(tmp_path / "wal", fsync="everysec", segment_bytes=4096)
+
+    def fsync(fd: int) -> None:
+        caller = sys._getframe(1).f_code.co_name
+        if caller == "_sync":  # the background fsync: fails while the roll is under way
+            roll_in.wait(10)
+            raise OSError(errno.EIO, "Input/output error")
+        if caller == "_start_segment":  # the roll: carries on once the failure cut back
+            roll_in.set()
+            deadline = time.monotonic() + 10
+            while log.failure is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.3)
+        os_fsync(fd)
+
+    async def scenario() -> tuple[list[int], list[object]]:
+        first = log.append(b"a" * 100)
+        await log.commit(first)
+        while log._active_bytes < 3500:
+            await log.commit(log.append(b"b" * 100))
+        monkeypatch.setattr(walmod.os, "fsync", fsync)
+        syncing = asyncio.ensure_future(log.sync())  # (its fsync waits for the roll)
+        await asyncio.sleep(0.1)
+        lsns = [log.append(b"c" * 300) for _ in range(4)]  # (the 1st fits, the 2nd rolls)
+        results = await asyncio.gather(*(log.commit(lsn) for lsn in lsns),
+                                       return_exceptions=True)
+        await syncing
+        monkeypatch.setattr(walmod.os, "fsync", real_fsync)
+        await log.close()
+        return lsns, results
+
+    lsns, results = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert log.failed
+    acknowledged = [lsn for lsn, result in zip(lsns, results, strict=True)
+                    if not isinstance(result, BaseException)]
+    reopened = WriteAheadLog(tmp_path / "wal", fsync="everysec", segment_bytes=4096)
+    try:
+        found = [lsn for lsn, _ in reopened.iter_records()]
+    except WalCorruptError as exc:
+        found = [f"corrupt: {exc}"]
+    assert all(isinstance(result, WalFailedError) for result in results) or (
+        found[-len(acknowledged):] == acknowledged), (
+        f"commits of records {acknowledged} returned, then the log failed; reopened, it "
+        f"holds {found[-3:]}")
