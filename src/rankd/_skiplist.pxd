@@ -437,14 +437,15 @@ cdef extern from *:
     #define RK_RELAYOUT_MOVES 256
     #define RK_REPOINT_BATCH 32
     /* And by the clock: a write moves nodes from a credit that grows by
-       one move every RK_RELAYOUT_PACE_NS of wall time, up to
-       RK_RELAYOUT_CREDIT, and only once it holds RK_RELAYOUT_MIN_STEP (a
-       step's search is paid for by many moves).  256 moves a write cost
-       one event-loop callback that wrote 1,000 members (a follower's
-       slice of its log, a batch of events) 46 ms at a million members;
-       paced, such a callback moves at most the credit plus one node per
-       RK_RELAYOUT_PACE_NS it ran, which a move of 90-185 ns keeps under
-       half its time.  A relayout of a million nodes under steady writes
+       one move every RK_RELAYOUT_PACE_NS of wall time spent outside the
+       steps (the clock restarts after each: counted, a move costing about
+       the pace would pay for the next one), up to RK_RELAYOUT_CREDIT, and
+       only once it holds RK_RELAYOUT_MIN_STEP (a step's search is paid for
+       by many moves).  256 moves a write cost one event-loop callback that
+       wrote 1,000 members (a follower's slice of its log, a batch of
+       events) 46 ms at a million members; paced, such a callback moves at
+       most the credit plus one node per RK_RELAYOUT_PACE_NS of its own
+       work, whatever a move costs.  A relayout of a million nodes under steady writes
        then lasts about half a second; writes alone move it on, as before. */
     #define RK_RELAYOUT_PACE_NS 400
     #define RK_RELAYOUT_CREDIT 8192

@@ -614,6 +614,10 @@ cdef class RankIndex:
             moves = self._relayout_share()
             if moves:
                 self._relayout_step(moves)
+                # The step's own time earns no credit: counted, a move
+                # costing about the pace would pay for the next one, and
+                # every write of a run would move the most it may.
+                self.relayout_clock = rk_now_ns()
 
     cdef inline Py_ssize_t _relayout_share(self) noexcept:
         """How many nodes of the relayout under way this write moves: up

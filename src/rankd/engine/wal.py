@@ -688,8 +688,7 @@ class WriteAheadLog:
             while self._rolls and self._failure is None:
                 data, rolls, last = self._take_pending()
                 await asyncio.to_thread(self._guarded, self._write, data, rolls)
-                self._written_lsn = last
-                self._acknowledged_end = self._file_end()
+                self._acknowledge(last)
         finally:
             self._rolling = None
 
@@ -720,9 +719,21 @@ class WriteAheadLog:
                 self._write_all(memoryview(data))
             except OSError as exc:
                 raise self._failed_with(exc) from exc
-        self._written_lsn = last
-        self._acknowledged_end = self._file_end()
+        self._acknowledge(last)
         return True
+
+    def _acknowledge(self, last: int) -> None:
+        """Mark records up to ``last``, just written, as handed to the OS,
+        unless the log failed meanwhile (the background fsync, in another
+        thread): its cut-back may have removed them, so they are refused."""
+        with self._fd_lock:  # (against _failed_with: which end it cuts back to)
+            if self._failure is None:
+                self._written_lsn = last
+                self._acknowledged_end = self._file_end()
+                return
+        # Cut back again: the write may have landed after the first cut-back.
+        self._cut_back_to_acknowledged()
+        raise WalFailedError(f"write-ahead log failed: {self._failure}")
 
     def _write_and_sync(self, data: bytearray, rolls: list[tuple[int, int]], last: int) -> None:
         if self._failure is not None:
@@ -745,7 +756,8 @@ class WriteAheadLog:
 
     def _failed_with(self, exc: OSError) -> WalFailedError:
         """Fail the log for good after an I/O error (see ``_cut_back_to_acknowledged``)."""
-        self._failure = exc
+        with self._fd_lock:  # (against _acknowledge: no record acknowledged after this)
+            self._failure = exc
         log.critical("write-ahead log I/O failed, not retrying: %s", exc)
         self._cut_back_to_acknowledged()
         return WalFailedError(f"write-ahead log I/O failed: {exc}")
