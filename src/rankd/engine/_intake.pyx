@@ -130,15 +130,18 @@ cdef class Intake:
             return
         runs, thens = self.take_pass()
         try:
-            self._commit(engine, runs)
+            deferred = self._commit(engine, runs, thens)
         except Exception as exc:  # ReadOnly, or a bug (already refusing writes)
             _tell(thens, exc)
             return
-        _tell(thens, None)
+        if not deferred:  # (else the pass's task tells them)
+            _tell(thens, None)
 
-    cdef int _commit(self, engine, list runs) except -1:
+    cdef int _commit(self, engine, list runs, list thens) except -1:
         """``Engine._apply_runs`` (with ``_count`` and ``_append``), the
-        log's ``commit_now`` and ``Engine._committed``, for :meth:`commit_pass`."""
+        log's ``commit_now`` and ``Engine._committed``, for :meth:`commit_pass`.
+        Returns 1 if the waiters are told later: the records start a log
+        segment, whose write runs off the loop (``WriteAheadLog._roll_out``)."""
         wal = engine.wal
         if engine.failure is not None or not engine.ready or wal.failed:
             engine._check_writable()  # (raises ReadOnly)
@@ -159,13 +162,15 @@ cdef class Intake:
         try:
             # (With no record appended, what the pass's answers repeat is still written.)
             last = wal.append_many(payloads) if appended else first - 1
-            if not wal.commit_now(last):
-                raise AssertionError("commits_now is set for a log that fsyncs each commit")
+            written = wal.commit_now(last)
         except WalFailedError as exc:
             raise engine._read_only_after(exc) from exc
         if last != first - 1 + appended:
             raise AssertionError(f"WAL assigned up to {last}, expected {first - 1 + appended}")
         engine._events_since_snapshot += appended
+        if not written:
+            engine.finish_soon(False, [], done.boards, thens, None)
+            return 1
         engine._committed(done.boards)
         return 0
 

@@ -173,10 +173,7 @@ class Commits:
             except WalFailedError as exc:
                 raise self.guard.read_only_after(exc) from exc
             if not written or unpacked:
-                finishing = asyncio.ensure_future(
-                    self._finish_pass(written, unpacked, boards, thens, future))
-                self._finishing.add(finishing)  # held: the loop keeps only weak references
-                finishing.add_done_callback(self._finishing.discard)
+                self.finish_soon(written, unpacked, boards, thens, future)
                 return
             self._committed(boards)
         except Exception as exc:  # ReadOnly, or a bug (already refusing writes)
@@ -211,6 +208,17 @@ class Commits:
             if done.payloads:
                 self.append(done.payloads, done.boards)
         return unpacked
+
+    def finish_soon(self, written: bool, unpacked: list[asyncio.Future[None]],
+                    boards: set[str], thens: list[Any],
+                    future: asyncio.Future[None] | None) -> None:
+        """Finish a pass that has to wait (:meth:`_finish_pass`) in a task:
+        for the fsync, the runs that went the general way, or a write that
+        starts a log segment (the native intake's pass too)."""
+        finishing = asyncio.ensure_future(
+            self._finish_pass(written, unpacked, boards, thens, future))
+        self._finishing.add(finishing)  # held: the loop keeps only weak references
+        finishing.add_done_callback(self._finishing.discard)
 
     async def _finish_pass(self, written: bool, unpacked: list[asyncio.Future[None]],
                            boards: set[str],
