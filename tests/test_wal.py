@@ -462,3 +462,23 @@ def test_a_segment_roll_fsyncs_off_the_event_loop_and_keeps_the_order(tmp_path, 
     gaps = [later - earlier for earlier, later in itertools.pairwise(beats)]
     assert max(gaps) < 0.15, max(gaps)  # the loop served through 0.2 s fsyncs
     assert records(tmp_path) == [(i + 1, payload(i)) for i in range(200)]
+
+
+def test_a_reader_goes_on_through_the_segments_a_snapshot_left_when_it_drops_some(tmp_path):
+    """A reader (``written_by``, in a worker thread) and a snapshot's
+    ``remove_segments_before`` (in another) race: the reader once indexed the
+    live list of segments, so dropping the two oldest while it read the first
+    made it pass over the third, still kept (its records silently missing),
+    or stop on a broken chain."""
+    log = run(write(tmp_path, 400, segment_bytes=4096))
+    log = WriteAheadLog(tmp_path, segment_bytes=4096)
+    segments = log.segments()
+    assert len(segments) > 5
+    reading = log.iter_batches(1, size=5)
+    seen = [lsn for lsn, _ in next(reading)]  # inside the first segment
+    kept_from = segments[2][0]
+    assert log.remove_segments_before(kept_from) == 2
+    for batch in reading:
+        seen += [lsn for lsn, _ in batch]
+    rest = [lsn for lsn in seen if lsn >= kept_from]
+    assert rest == list(range(kept_from, 401))  # every kept record, in order

@@ -534,15 +534,27 @@ class WriteAheadLog:
         (or, with ``repair``, truncates there and ends the iteration).
         """
         upto = self._written_lsn if upto_lsn is None else min(upto_lsn, self._written_lsn)
-        position = 0
-        while position < len(self._segments):
-            first, path = self._segments[position]
-            upper = (self._segments[position + 1][0] if position + 1 < len(self._segments)
-                     else None)
-            position += 1
+        wanted = 0  # the first position of the next segment to read
+        while True:
+            # Found by position, in a copy: a snapshot may drop segments meanwhile
+            # (remove_segments_before, in another thread), and an index into the
+            # live list would then pass over a segment still there.
+            segments = list(self._segments)
+            position = next((i for i, (first, _) in enumerate(segments) if first >= wanted),
+                            len(segments))
+            if position == len(segments):
+                return
+            first, path = segments[position]
+            upper = segments[position + 1][0] if position + 1 < len(segments) else None
+            wanted = first + 1
             if upper is not None and upper <= from_lsn:
                 continue
-            data = _mapped(path) if in_place else path.read_bytes()
+            try:
+                data = _mapped(path) if in_place else path.read_bytes()
+            except FileNotFoundError:
+                if any(path == kept for _, kept in self._segments):
+                    raise
+                continue  # dropped meanwhile: its records are in a snapshot
             walk = scan_in_place if in_place else scan
             # The final segment was checked when the log was opened.
             check = path != self._checked[0]
@@ -569,8 +581,7 @@ class WriteAheadLog:
                             offset, lsn = resume, from_lsn
                             continue
                     data = path.read_bytes()  # (not a mapping the repair may cut)
-                    self._damaged(path, data, bad, found.next_lsn,
-                                  final=position == len(self._segments))
+                    self._damaged(path, data, bad, found.next_lsn, final=upper is None)
                     # Repaired: the log now ends in this segment.
                     found = scan(path.read_bytes(), first, collect=False)
                     self._reset_end(found.next_lsn - 1, path)
