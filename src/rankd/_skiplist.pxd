@@ -448,6 +448,14 @@ cdef extern from *:
        work, whatever a move costs.  A relayout of a million nodes under steady writes
        then lasts about half a second; writes alone move it on, as before. */
     #define RK_RELAYOUT_PACE_NS 400
+    /* And every write adds this many moves to the credit, whatever the
+       clock says: a relayout then ends within 1/32 as many writes as the
+       board has nodes, before the next can begin (1/7 as many new members
+       away), so a board that keeps growing is not always holding two
+       layouts.  Paced by the clock alone, a bulk load (about 2.4 us a
+       write) moved 6 nodes a write and the board held 1.5x the memory at
+       its end (bench_index.py: 160 against 105 B per member). */
+    #define RK_RELAYOUT_PER_WRITE 32
     #define RK_RELAYOUT_CREDIT 8192
     #define RK_RELAYOUT_MIN_STEP 64
     #include <time.h>
@@ -694,6 +702,7 @@ cdef extern from *:
         RELAYOUT_SHARE "RK_RELAYOUT_SHARE"
         RELAYOUT_MOVES "RK_RELAYOUT_MOVES"
         RELAYOUT_PACE_NS "RK_RELAYOUT_PACE_NS"
+        RELAYOUT_PER_WRITE "RK_RELAYOUT_PER_WRITE"
         RELAYOUT_CREDIT "RK_RELAYOUT_CREDIT"
         RELAYOUT_MIN_STEP "RK_RELAYOUT_MIN_STEP"
         REPOINT_BATCH "RK_REPOINT_BATCH"

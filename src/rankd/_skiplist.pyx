@@ -621,16 +621,17 @@ cdef class RankIndex:
 
     cdef inline Py_ssize_t _relayout_share(self) noexcept:
         """How many nodes of the relayout under way this write moves: up
-        to ``relayout_moves``, from a credit the clock fills (see
-        RK_RELAYOUT_PACE_NS), none while it holds less than a step's worth."""
+        to ``relayout_moves``, from a credit that each write and the clock
+        fill (see RK_RELAYOUT_PACE_NS), none while it holds less than a
+        step's worth."""
         cdef uint64_t now, earned
         cdef Py_ssize_t moves
         if self.relayout_pace_ns == 0:
             return self.relayout_moves
         now = rk_now_ns()
-        earned = (now - self.relayout_clock) // self.relayout_pace_ns
-        if earned:
-            self.relayout_clock += earned * self.relayout_pace_ns
+        earned = (now - self.relayout_clock) // self.relayout_pace_ns + RELAYOUT_PER_WRITE
+        if earned > RELAYOUT_PER_WRITE:
+            self.relayout_clock += (earned - RELAYOUT_PER_WRITE) * self.relayout_pace_ns
             self.relayout_credit = min(<uint64_t>RELAYOUT_CREDIT, self.relayout_credit + earned)
         if self.relayout_credit < RELAYOUT_MIN_STEP:
             return 0
