@@ -629,10 +629,10 @@ cdef class RankIndex:
         if self.relayout_pace_ns == 0:
             return self.relayout_moves
         now = rk_now_ns()
-        earned = (now - self.relayout_clock) // self.relayout_pace_ns + RELAYOUT_PER_WRITE
-        if earned > RELAYOUT_PER_WRITE:
-            self.relayout_clock += (earned - RELAYOUT_PER_WRITE) * self.relayout_pace_ns
-            self.relayout_credit = min(<uint64_t>RELAYOUT_CREDIT, self.relayout_credit + earned)
+        earned = (now - self.relayout_clock) // self.relayout_pace_ns
+        self.relayout_clock += earned * self.relayout_pace_ns
+        self.relayout_credit = min(<uint64_t>RELAYOUT_CREDIT,
+                                   self.relayout_credit + earned + RELAYOUT_PER_WRITE)
         if self.relayout_credit < RELAYOUT_MIN_STEP:
             return 0
         moves = min(self.relayout_moves, self.relayout_credit)

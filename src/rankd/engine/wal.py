@@ -723,13 +723,10 @@ class WriteAheadLog:
             return False
         data, last = self._pending, self._last_lsn
         self._pending = bytearray()
-        if self._fd is None:
-            self._guarded(self._write, data, [])
-        else:  # the common case, once a pass: the records go to the open segment
-            try:
-                self._write_all(memoryview(data))
-            except OSError as exc:
-                raise self._failed_with(exc) from exc
+        try:  # (no segment starts here: the records go to the newest, opened if need be)
+            self._write_all(memoryview(data))
+        except OSError as exc:
+            raise self._failed_with(exc) from exc
         self._acknowledge(last)
         return True
 
