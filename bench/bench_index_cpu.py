@@ -13,7 +13,10 @@ runs made seconds apart.  Rows, on a board of ``--members`` members
 - ``set (new)``, ``incr (new)``: per call, members not on the board;
 - ``incr+rank``: per call, ``incr`` then ``rank`` of a random member;
 - ``score``, ``rank``: per call, random members;
-- ``top-10``: ``range_by_rank(0, 10)``.
+- ``around``: ``around(member, 5, 5)`` of random members;
+- ``ranks(100)``: ``ranks`` of 100 random members, per member;
+- ``top-10``: ``range_by_rank(0, 10)``;
+- ``dump``, ``load``: the whole board's snapshot, per member.
 
 Usage (figures are ns per operation, medians over rounds)::
 
@@ -32,7 +35,7 @@ import sys
 import time
 
 ROWS = ("build", "batch INCR", "set (new)", "incr (new)", "incr+rank", "score", "rank",
-        "top-10")
+        "around", "ranks(100)", "top-10", "dump", "load")
 OP_SET, OP_INCR = 0, 5
 
 
@@ -87,9 +90,24 @@ def worker(kind: str, members: int, ops: int, tie_break: str) -> dict[str, float
         index.rank(name)
     out["rank"] = (clock() - t) / ops
     t = clock()
+    for name in probes:
+        index.around(name, 5, 5)
+    out["around"] = (clock() - t) / ops
+    groups = [probes[i:i + 100] for i in range(0, ops, 100)]
+    t = clock()
+    for group in groups:
+        index.ranks(group)
+    out["ranks(100)"] = (clock() - t) / ops
+    t = clock()
     for _ in range(ops):
         index.range_by_rank(0, 10)
     out["top-10"] = (clock() - t) / ops
+    t = clock()
+    data = index.dump()
+    out["dump"] = (clock() - t) / len(index)
+    t = clock()
+    type(index).load(data)
+    out["load"] = (clock() - t) / len(index)
     return {row: value * 1e9 for row, value in out.items()}
 
 

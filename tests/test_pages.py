@@ -406,6 +406,27 @@ def test_name_records_take_their_length_in_4_byte_units(pages_cls):
     assert index._memory()["names"] == 4 + records
 
 
+def test_names_of_every_length_are_copied_whole(pages_cls):
+    # Names are copied in words, the last one overlapping (pg_copy_short):
+    # every length from 1 to the longest, at each of a record's alignments,
+    # must come back byte for byte from a range read, a member read, a
+    # dump and a load (a copy one byte short or long changes a name).
+    names = [(chr(ord("a") + k % 26) * k)[:-1] + "Z" for k in range(1, 257)]
+    names += ["é" + "y" * k for k in range(0, 20)]
+    index = pages_cls("desc", "first")
+    index.apply_batch([(Op.SET, m, i) for i, m in enumerate(names)])
+    index._check()
+    expected = names[::-1]
+    assert [m for _, m, _ in index.range_by_rank(0, None)] == expected
+    assert [index.member_at(r)[0] for r in range(1, len(names) + 1)] == expected
+    loaded = pages_cls.load(index.dump())
+    loaded._check()
+    assert [m for _, m, _ in loaded.range_by_rank(0, None)] == expected
+    assert all(loaded.score(m) == i for i, m in enumerate(names))
+    skip = native("rankd._skiplist", "RankIndex").load(index.dump())
+    assert skip.dump() == index.dump()
+
+
 def test_the_page_table_grows_by_half(pages_cls):
     # The page table (20 bytes a page number) grows by 3/2, not 2, so it
     # is never more than a third empty beyond its first 16 page numbers.
