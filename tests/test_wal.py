@@ -7,6 +7,7 @@ import asyncio
 import errno
 import itertools
 import os
+import threading
 import time
 
 import pytest
@@ -482,3 +483,78 @@ def test_a_reader_goes_on_through_the_segments_a_snapshot_left_when_it_drops_som
         seen += [lsn for lsn, _ in batch]
     rest = [lsn for lsn in seen if lsn >= kept_from]
     assert rest == list(range(kept_from, 401))  # every kept record, in order
+
+
+def test_a_closed_log_refuses_appends_and_opens_no_file(tmp_path):
+    # A record appended once close began would never be written (close
+    # writes out what came before), and its commit reopened a segment file
+    # that nothing closed: refused now, and no descriptor is left open.
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async def scenario():
+        log = WriteAheadLog(tmp_path, fsync="everysec")
+        await log.start()
+        for i in range(5):
+            log.append(payload(i))
+        await log.commit(log.last_lsn)
+        before = open_fds()
+        await log.close()
+        closed = open_fds()
+        with pytest.raises(WalFailedError, match="closed"):
+            log.append(payload(5))
+        with pytest.raises(WalFailedError, match="closed"):
+            log.append_many([payload(6), payload(7)])
+        await log.commit(log.last_lsn)  # (what was appended before is written)
+        assert log.commit_now(log.last_lsn)
+        await log.sync()
+        return before, closed, open_fds(), log.last_lsn
+
+    before, closed, after, last = run(scenario())
+    assert closed < before and after == closed
+    assert last == 5
+    assert [lsn for lsn, _ in records(tmp_path)] == [1, 2, 3, 4, 5]
+
+
+def test_under_always_a_sync_during_a_group_commit_writes_from_one_thread(tmp_path, monkeypatch):
+    # Under ``always`` the group commit writes from a worker thread; a
+    # ``sync()`` (shutdown calls one) during such a flush wrote what was
+    # appended since from the loop's thread at the same time.  Now it goes
+    # through the group commit: no two writes at once, the records in order.
+    real_write = wal_module.os.write
+    busy = []
+    overlaps = []
+    writers = set()
+
+    def slow_write(fd, data):
+        if busy:
+            overlaps.append(len(data))
+        busy.append(1)
+        writers.add(threading.get_ident())
+        try:
+            time.sleep(0.05)
+            return real_write(fd, data)
+        finally:
+            busy.pop()
+
+    monkeypatch.setattr(wal_module.os, "write", slow_write)
+
+    async def scenario():
+        log = WriteAheadLog(tmp_path, fsync="always")
+        await log.start()
+        loop_thread = threading.get_ident()
+        first = log.append(payload(0))
+        committing = asyncio.ensure_future(log.commit(first))
+        await asyncio.sleep(0.01)  # the flush of record 1 is in its worker thread
+        for i in range(1, 50):
+            log.append(payload(i))
+        await log.sync()
+        await committing
+        assert log.durable_lsn == 50
+        await log.close()
+        return loop_thread
+
+    loop_thread = run(scenario())
+    assert overlaps == []
+    assert loop_thread not in writers
+    assert [lsn for lsn, _ in records(tmp_path)] == list(range(1, 51))

@@ -612,9 +612,14 @@ class WriteAheadLog:
         return self.append_many((payload,))
 
     def append_many(self, payloads: Iterable[bytes]) -> int:
-        """Buffer records in order; returns the log position of the last."""
+        """Buffer records in order; returns the log position of the last.
+        ``WalFailedError`` once the log failed or began closing (a record
+        appended then would never be written: close writes out only what
+        came before it, and a write after it would reopen a segment)."""
         if self._failure is not None:
             raise WalFailedError(f"write-ahead log failed earlier: {self._failure}")
+        if self._closed:
+            raise WalFailedError("write-ahead log is closed")
         lsn, self._active_bytes, appended = frame_into(
             self._pending, payloads, self._last_lsn, self._active_bytes,
             self.segment_bytes - HEADER_BYTES, self._rolls)
@@ -866,6 +871,12 @@ class WriteAheadLog:
     async def sync(self) -> None:
         """Write out and fsync everything appended so far."""
         if self._failure is not None:
+            return
+        if self.fsync == "always":
+            # Through the group commit: its flush writes from a worker thread,
+            # and a write from this one meanwhile would interleave with it.
+            with contextlib.suppress(WalFailedError):
+                await self.commit(self._last_lsn)
             return
         if self._written_lsn < self._last_lsn:
             with contextlib.suppress(WalFailedError):
