@@ -32,6 +32,7 @@ from rankd.engine.errors import ReadOnly
 from rankd.engine.ingest import ingest_python
 from rankd.frontends import tcp
 from rankd.frontends.service import Service
+from rankd.index import kinds
 from rankd.security import Gate
 from rankd.security.auth import AuthConfig, Authenticator
 from rankd.security.limits import LimitsConfig, RateLimiter
@@ -165,8 +166,13 @@ def test_plain_submits_are_packed_with_their_fields():
 # --- the kernel and the encoder ------------------------------------------------------------
 
 
-def make_boards() -> dict[str, Board]:
-    index_class = native("rankd._skiplist", "RankIndex")
+NATIVE_KINDS = {"skiplist": "rankd._skiplist", "pages": "rankd._pages"}
+
+
+def make_boards(kind: str | None = None) -> dict[str, Board]:
+    # The kind the native ingest writes through is the process's
+    # (rankd.index.kinds); ``kind`` builds the boards' new periods otherwise.
+    index_class = native(NATIVE_KINDS[kind or kinds.current_kind()], "RankIndex")
     boards = {}
     for name, config in (("arena", {"policy": "best"}), ("wins", {"policy": "sum",
                                                                   "max_delta": 20,
@@ -208,6 +214,23 @@ def test_packed_ingest_answers_and_records_like_the_general_path(requests):
     assert b"".join(fast_frames) == b"".join(general_frames)
     assert fast_records == general_records
     assert state(fast_boards) == state(general_boards)
+
+
+def test_a_new_period_of_another_index_kind_is_refused_before_any_write():
+    # The native ingest writes a board's periods through the C entry points
+    # of the process's index kind; a period built of another class (a board
+    # whose ``new_index`` disagrees with rankd.index.kinds) was written as
+    # if it were that kind: memory misread (a crash).  Refused now, before
+    # any window of the submission is written.
+    other = "skiplist" if kinds.current_kind() == "pages" else "pages"
+    boards = make_boards(other)
+    packed = [item for item in split()(frame([1, "submit", {"board": "wins", "member": "ann",
+                                                             "delta": 3}], "plain"),
+                                       MAX_FRAME, True)[0] if type(item) is not tuple]
+    with pytest.raises(TypeError, match="not the kind this process writes natively"):
+        ingest_packed()(boards, packed, SUNDAY + 3600.5, 1, 3600.0, 300.0)
+    assert all(len(index) == 0 for periods in boards["wins"].periods.values()
+               for index in periods.values())
 
 
 # --- a real server, both ways --------------------------------------------------------------

@@ -479,14 +479,22 @@ cdef class _Kernel:
         cdef int i, nupdates = 0
         cdef RankIndex index
         out.rank = 0
+        for i in range(plan.nwindows):  # (periods opened before any window is written)
+            if changes[i].updated and plan.windows[i].index == NULL:
+                created = (<object>plan.board).index_for_write(
+                    <object>plan.windows[i].name, <object>plan.windows[i].period)
+                # Written below through the C entry points of the kind
+                # planned: an index of any other class would be misread.
+                if type(created) is not (_paged_type if plan.paged else _index_type):
+                    raise TypeError(
+                        f"board {(<object>plan.board).name!r} built a "
+                        f"{type(created).__module__}.{type(created).__name__} index, "
+                        f"not the kind this process writes natively")
+                self.keep.append(created)
+                plan.windows[i].index = <PyObject *>created
         for i in range(plan.nwindows):
             if changes[i].updated:
                 nupdates += 1
-                if plan.windows[i].index == NULL:
-                    created = (<object>plan.board).index_for_write(
-                        <object>plan.windows[i].name, <object>plan.windows[i].period)
-                    self.keep.append(created)
-                    plan.windows[i].index = <PyObject *>created
             if changes[i].updated and plan.paged:
                 rank = pg_put(<object>plan.windows[i].index, sub.member, sub.member_size,
                               changes[i].new, lsn)
