@@ -73,9 +73,9 @@ OPTIONS = (
     Option("fsync", str, "everysec",
            "WAL fsync policy: always (ack after fsync, group commit), everysec (a machine "
            "crash may lose the last second), no (left to the OS)", FSYNC_POLICIES),
-    Option("index", str, "skiplist",
-           "rank index layout of every board: skiplist (one node a member) or pages "
-           "(compact: entries packed in pages, names stored once); both take the native "
+    Option("index", str, "pages",
+           "rank index layout of every board: pages (compact: entries packed in pages, "
+           "names stored once) or skiplist (one node a member); both take the native "
            "fast paths (see docs/operations.md, \"Index layout\")",
            INDEX_KINDS),
     Option("segment_bytes", int, 64 << 20, "size at which the WAL starts a new segment file",
@@ -223,7 +223,7 @@ class ServerConfig:
     resp_port: int = 7702
     data_dir: Path = Path("rankd-data")
     fsync: str = "everysec"
-    index: str = "skiplist"
+    index: str = "pages"
     segment_bytes: int = 64 << 20
     postgres_dsn: str | None = None
     cluster_dsn: str | None = None

@@ -75,8 +75,8 @@ class EngineConfig:
     #: instead of refusing to start.
     repair: bool = False
     #: The rank index every board is built with (rankd.index.kinds):
-    #: ``skiplist`` or ``pages`` (compact; general paths, not the native ones).
-    index: str = "skiplist"
+    #: ``pages`` (compact) or ``skiplist``.
+    index: str = "pages"
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

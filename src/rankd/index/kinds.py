@@ -1,9 +1,9 @@
 """Which rank index the boards of this process are built with.
 
 Owns the choice between the two native layouts of the same contract
-(:mod:`rankd.index._contract`): ``skiplist``, one node per member
-(``rankd._skiplist``, the default), and ``pages``, the compact paged index
-(``rankd._pages``: entries packed in pages, names stored once).  The daemon
+(:mod:`rankd.index._contract`): ``pages``, the compact paged index
+(``rankd._pages``: entries packed in pages, names stored once; the
+default), and ``skiplist``, one node per member (``rankd._skiplist``).  The daemon
 chooses once, from its ``index`` setting (:class:`rankd.engine.settings.
 EngineConfig`), and every board it creates or loads from a snapshot then
 uses that class: one choice a process, like the native-or-Python choice of
@@ -25,7 +25,7 @@ from rankd._native import native_or
 from rankd.index._fallback import RankIndex as _PurePythonIndex
 
 #: The layouts ``index`` may name, the default first.
-INDEX_KINDS = ("skiplist", "pages")
+INDEX_KINDS = ("pages", "skiplist")
 
 _MODULES = {"skiplist": "rankd._skiplist", "pages": "rankd._pages"}
 _chosen: list = []  # [kind, class] once chosen; empty: the default
