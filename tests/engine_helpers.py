@@ -34,15 +34,19 @@ def run(coro: Awaitable[T]) -> T:
     return asyncio.run(coro)
 
 
+def index_kind() -> str:
+    """The index layout the engine suites run on: ``RANKD_INDEX``, else the
+    daemon's default (CI runs some suites again with ``RANKD_INDEX=skiplist``)."""
+    return os.environ.get("RANKD_INDEX", EngineConfig.index)
+
+
 def engine_config(data_dir: Path, **overrides: Any) -> EngineConfig:
     settings: dict[str, Any] = {
         "data_dir": data_dir,
         "fsync": "no",
         "snapshot_every_seconds": 3600.0,
         "housekeeping_seconds": 3600.0,
-        # The daemon's default layout; RANKD_INDEX=skiplist runs the engine
-        # suites on the other one (as CI does for some of them).
-        "index": os.environ.get("RANKD_INDEX", EngineConfig.index),
+        "index": index_kind(),
     }
     settings.update(overrides)
     return EngineConfig(**settings)

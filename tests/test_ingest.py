@@ -18,13 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import native
-from engine_helpers import SUNDAY
+from engine_helpers import SUNDAY, index_kind
 from rankd.engine import records
 from rankd.engine.board import Board
 from rankd.engine.config import BoardConfig
 from rankd.engine.errors import EngineError
 from rankd.engine.ingest import ingest_python
 from rankd.engine.submission import Submission
+from rankd.index import kinds
 
 # Native and reference boards are compared side by side: one dedupe key.
 pytestmark = pytest.mark.usefixtures("same_event_id_keys")
@@ -40,7 +41,12 @@ def native_ingest():
 
 
 def new_index_class():
-    return native("rankd._skiplist", "RankIndex")
+    """The native index class of the suites' layout (``index_kind``), made the
+    process's: the native ingest writes new periods through that kind's C
+    entry points, and refuses a period of another class."""
+    kind = index_kind()
+    kinds.use(kind)
+    return native({"skiplist": "rankd._skiplist", "pages": "rankd._pages"}[kind], "RankIndex")
 
 
 configs = st.builds(

@@ -253,11 +253,12 @@ def test_native_ingest_on_paged_boards_matches_the_reference(monkeypatch, scenar
     records and states it leaves are the reference's."""
     paged = kinds.index_class("pages")
     monkeypatch.setattr(ingest_cases, "new_index_class", lambda: paged)
+    before = kinds.current_kind()
     kinds.use("pages")
     try:
         board_configs, batches = scenario
         native = ingest_cases.drive(ingest_cases.native_ingest(), board_configs, batches)
         reference = ingest_cases.drive(ingest_cases.ingest_python, board_configs, batches)
     finally:
-        kinds.use("skiplist")
+        kinds.use(before)
     assert native == reference
