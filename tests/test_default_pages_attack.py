@@ -37,3 +37,24 @@ def test_the_digest_of_a_board_tied_by_member_is_the_same_under_either_layout(tm
             assert client.call("ZRANGE", "lb", "0", "-1", "WITHSCORES") == ranking
             digests[layout] = _digest(daemon)
     assert digests["skiplist"] == digests["pages"]
+
+
+def test_a_store_in_multi_keeps_the_minus_zero_a_skiplist_result_keeps(tmp_path):
+    """``ZUNIONSTORE`` (``ZINTERSTORE``, ``ZDIFFSTORE``) of a result with a
+    member of more than 64 bytes makes a skiplist, which keeps ``-0``: rankd
+    wrote it so run alone, but queued in ``MULTI`` and run by ``EXEC`` the
+    same store wrote ``0`` (what only a listpack result holds), where
+    redis-server keeps ``-0`` either way."""
+    from redisserver import RedisClient, paired
+
+    short, long = "x" * 30, "y" * 70
+    with paired(tmp_path / "data") as (redis_port, rankd_port), \
+            RedisClient(redis_port) as redis, RawClient(rankd_port) as rankd:
+        for store, key in (("ZUNIONSTORE", "u"), ("ZINTERSTORE", "i"), ("ZDIFFSTORE", "d")):
+            commands = [["ZADD", f"{key}:src", "1", long], ["ZADD", f"{key}:src", "-0", short],
+                        ["MULTI"], [store, f"{key}:dst", "1", f"{key}:src"], ["EXEC"],
+                        ["ZRANGE", f"{key}:dst", "0", "-1", "WITHSCORES"],
+                        ["ZSCORE", f"{key}:dst", short]]
+            expected = redis.pipeline(commands)
+            assert expected[-1] == b"$2\r\n-0\r\n"
+            assert rankd.pipeline(commands) == expected, store
