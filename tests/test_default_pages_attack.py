@@ -58,3 +58,24 @@ def test_a_store_in_multi_keeps_the_minus_zero_a_skiplist_result_keeps(tmp_path)
             expected = redis.pipeline(commands)
             assert expected[-1] == b"$2\r\n-0\r\n"
             assert rankd.pipeline(commands) == expected, store
+
+
+def test_periods_opened_by_late_events_are_listed_newest_first(tmp_path):
+    """A late event opening an older period was to keep a window's periods
+    in time order, but the check compared the new period with itself (the
+    last key once inserted): ``GET .../periods`` listed ``retained`` in
+    arrival order, not newest first as documented."""
+    import time
+
+    day = 86400
+    now = time.time()
+    with Daemon(tmp_path / "data", "--ts-tolerance", str(10 * day)) as daemon:
+        daemon.request("PUT", "/v1/boards/w", {"policy": "sum", "windows": ["all", "daily"]})
+        for days_ago in (0, 2, 1, 3):
+            status, body = daemon.request("POST", "/v1/boards/w/scores", {
+                "member": "a", "delta": 1, "ts": now - days_ago * day})
+            assert status == 200, body
+        status, body = daemon.request("GET", "/v1/boards/w/periods?window=daily")
+    assert status == 200, body
+    assert len(body["retained"]) == 3
+    assert body["retained"] == sorted(body["retained"], reverse=True)
