@@ -50,8 +50,10 @@ class Board:
         periods = self.periods[window]
         index = periods.get(period)
         if index is None:
+            # (The newest before this one: once inserted, this is the last key.)
+            late = bool(periods) and period < next(reversed(periods))
             index = periods[period] = self.new_index()
-            if len(periods) > 1 and period < next(reversed(periods)):
+            if late:
                 # A late event opened an older period: keep time order.
                 self.periods[window] = dict(sorted(periods.items()))
         return index

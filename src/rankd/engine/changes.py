@@ -31,8 +31,7 @@ from rankd.engine.groups import group_of
 from rankd.engine.ingest import check_member, ingest
 from rankd.engine.queries import Queries
 from rankd.engine.replicated import ReplicatedWrites, purged_by
-from rankd.engine.submission import Submission
-from rankd.engine.transaction import Transaction
+from rankd.engine.transaction import Transaction, store_submissions
 from rankd.engine.view import SortedView
 
 log = logging.getLogger("rankd.engine.engine")
@@ -183,8 +182,7 @@ class BoardChanges:
             self.guard.check_writable()
             first = self.core.wal.last_lsn + 1
         # Nothing is awaited from here until every record is applied.
-        submissions = [Submission(board=name, member=member, score=score)
-                       for member, score in entries()]
+        submissions = store_submissions(name, parsed, entries())
         now_ms = self.now_ms()
         logged: list[list] = ([[records.BOARD_DROP, name, now_ms]]
                               if name in state.boards else [])

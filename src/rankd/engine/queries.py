@@ -28,6 +28,7 @@ from rankd.engine.groups import group_of
 from rankd.engine.ingest import check_member
 from rankd.engine.periods import check_window, period_of, period_start
 from rankd.engine.view import SortedView
+from rankd.index.dump_body import state_body
 
 
 class Queries:
@@ -219,8 +220,7 @@ class Queries:
             for window in sorted(board.periods):
                 for period, index in sorted(board.periods[window].items()):
                     digest.update(f"{window}/{period}".encode())
-                    # The dump without its header (which holds next_seq, an
-                    # artefact of history) and its CRC trailer.
-                    digest.update(memoryview(index.dump())[24:-4])
+                    # The same bytes under either index layout (dump_body).
+                    digest.update(state_body(index.dump()))
             digest.update(json.dumps(sorted(board.labels.items())).encode())
         return digest.hexdigest()

@@ -38,11 +38,11 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from rankd.engine import expiry, records
+from rankd.engine import expiry, records, zeros
 from rankd.engine.config import BoardConfig, check_board_name
 from rankd.engine.errors import EngineError, InvalidInput, NotFound, Unavailable
 from rankd.engine.groups import group_of
-from rankd.engine.ingest import ingest
+from rankd.engine.ingest import SKIPLIST_FIRST, ingest
 from rankd.engine.submission import Submission
 from rankd.engine.view import SortedView
 
@@ -236,8 +236,7 @@ class Transaction:
         parsed = BoardConfig.from_dict(config)
         self._writable(name)
         # (Read first: the destination may be one of the inputs.)
-        submissions = [Submission(board=name, member=member, score=score)
-                       for member, score in entries()]
+        submissions = store_submissions(name, parsed, entries())
         self._purge([name])
         now_ms = self.engine.now_ms()
         if name in self.engine.boards:
@@ -269,3 +268,19 @@ class Transaction:
         if self.writer is not None:
             return self.engine.replicate(self.writer, logged, self.boards)
         return self.engine.commit_soon(logged, self.boards, len(payloads))
+
+
+def store_submissions(name: str, config: BoardConfig,
+                      entries: Iterable[tuple[str, float]]) -> list[Submission]:
+    """The submissions that make a new board ``name`` hold ``entries``, a
+    store command's result.  A result that Redis holds as a skiplist
+    (``zeros.store_zeros`` kept its ``-0``) makes a RESP board a skiplist
+    before its first write: added one by one to a board that is still a
+    listpack, its first members would lose their ``-0`` again."""
+    submissions = [Submission(board=name, member=member, score=score)
+                   for member, score in entries]
+    if submissions and config in zeros.REDIS_CONFIGS and (
+            len(submissions) > zeros.LISTPACK_ENTRIES
+            or any(len(s.member.encode()) > zeros.LISTPACK_VALUE for s in submissions)):
+        submissions[0].condition |= SKIPLIST_FIRST
+    return submissions
