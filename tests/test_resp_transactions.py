@@ -297,6 +297,31 @@ def test_watch_sees_deadlines_stores_and_pops_as_redis(servers, touch):
             assert rankd_client.call(*words) == expected, (who, words)
 
 
+@pytest.mark.parametrize("made_and_dropped", [
+    [["ZINCRBY", "k", "0", "a"], ["FLUSHALL"]],
+    [["ZADD", "k", "1", "a"], ["ZREM", "k", "a"]],
+    [["ZADD", "k", "1", "a"], ["DEL", "k"]],
+    [["ZADD", "other", "1", "a"], ["DEL", "other"]],
+], ids=["flushall", "last member removed", "del", "another key"])
+def test_watch_sees_a_key_made_and_dropped_again_as_redis(servers, made_and_dropped):
+    """A watched key absent at WATCH, made and dropped again before EXEC,
+    was touched: Redis aborts the EXEC.  Its board was absent at both looks,
+    so only the drops counted in between tell (the state's ``dropped``);
+    another key made and dropped does not abort it."""
+    redis_port, daemon = servers
+    script = [("b", ["FLUSHALL"]), ("a", ["WATCH", "k"]),
+              *(("b", words) for words in made_and_dropped), ("a", ["MULTI"]),
+              ("a", ["ZADD", "k", "5", "z"]), ("a", ["EXEC"]),
+              ("a", ["ZRANGE", "k", "0", "-1", "WITHSCORES"])]
+    with RedisClient(redis_port) as redis_a, RedisClient(redis_port) as redis_b, \
+            RawClient(daemon.resp_port) as rankd_a, RawClient(daemon.resp_port) as rankd_b:
+        clients = {"a": (redis_a, rankd_a), "b": (redis_b, rankd_b)}
+        for who, words in script:
+            redis_client, rankd_client = clients[who]
+            expected = redis_client.call(*words)
+            assert rankd_client.call(*words) == expected, (who, words)
+
+
 def test_emptying_a_board_inside_exec_clears_its_deadline_as_redis(servers):
     """A board emptied by a pop inside EXEC loses its deadline, as a Redis
     key that went away with its last member and came back would."""

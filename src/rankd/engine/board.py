@@ -9,11 +9,15 @@ front-ends never touch it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from rankd.engine.config import BoardConfig
 from rankd.engine.dedupe import DedupeTable
 from rankd.engine.periods import oldest_retained, period_of
 from rankd.index import RankIndex, kinds
+
+#: Serial numbers of the boards made in this process (``Board.serial``).
+_serials = itertools.count(1)
 
 
 class Board:
@@ -21,6 +25,9 @@ class Board:
 
     def __init__(self, name: str, config: BoardConfig) -> None:
         self.name = name
+        #: Never given to another board of this process (``id()`` is, once
+        #: this one is freed): what tells a board made again from the old.
+        self.serial = next(_serials)
         self.config = config
         #: window -> period id -> index; periods are added in time order.
         self.periods: dict[str, dict[str, RankIndex]] = {w: {} for w in config.windows}

@@ -168,6 +168,7 @@ class Engine:
                       "group -> (seq, epoch) of the last record it applied.")
     walked = _kept("_state", "walked", "Groups loaded from a snapshot walked under writes: "
                    "group -> the position their state may show records up to.")
+    drops = _kept("_state", "drops", "Boards dropped so far (see ``dropped_since``).")
     wal = property(attrgetter("_core.wal"), doc="The write-ahead log, once recovered.")
     snapshots = _kept("_core", "snapshots", "The snapshot files (rankd.engine.snapshot).")
     shipper = _kept("_core", "shipper", "The Postgres shipper, when configured.")
@@ -386,6 +387,7 @@ class Engine:
     deadline = _Room("_queries", Queries.deadline)
     live_board = _Room("_state", BoardState.live_board)
     live_names = _Room("_state", BoardState.live_names)
+    dropped_since = _Room("_state", BoardState.dropped_since)
 
     # --- snapshots and housekeeping -----------------------------------------------------------
 

@@ -27,6 +27,9 @@ from rankd.engine.expiry import Deadlines
 from rankd.engine.sections import index_dump, index_head
 from rankd.engine.snapshot import LargeSection, SnapshotSections
 
+#: Names of dropped boards kept for :meth:`BoardState.dropped_since`.
+MAX_DROPS_KEPT = 10_000
+
 
 class BoardState:
     """Every board, by name, and what goes with them (module docstring)."""
@@ -35,6 +38,14 @@ class BoardState:
         self.clock = clock
         #: Every board, by name: replaced whole with :meth:`replace`.
         self.boards: dict[str, Board] = {}
+        #: Boards dropped (deleted, or gone in a :meth:`replace`), counted,
+        #: and the count at each name's last drop: a board made and dropped
+        #: between two looks leaves no other trace (Redis's ``WATCH``).
+        #: At most ``MAX_DROPS_KEPT`` names; ``drops_forgotten`` is the count
+        #: when the names were last let go.
+        self.drops = 0
+        self.dropped: dict[str, int] = {}
+        self.drops_forgotten = 0
         #: Objects holding the table too (the intake, the plain reads): a
         #: ``boards`` attribute :meth:`replace` keeps current.
         self.mirrors: list[Any] = []
@@ -62,6 +73,9 @@ class BoardState:
 
     def replace(self, boards: dict[str, Board]) -> None:
         """Put ``boards`` in place of the table (a roll-back, a fresh start)."""
+        for name in self.boards:
+            if name not in boards:
+                self._dropped(name)
         self.boards = boards
         for mirror in self.mirrors:
             mirror.boards = boards
@@ -214,6 +228,19 @@ class BoardState:
         board = self.boards.pop(name, None)
         if board is not None:
             self.deadlines.forget(name, board.expires_at)
+            self._dropped(name)
+
+    def _dropped(self, name: str) -> None:
+        self.drops += 1
+        self.dropped[name] = self.drops
+        if len(self.dropped) > MAX_DROPS_KEPT:
+            self.dropped.clear()
+            self.drops_forgotten = self.drops
+
+    def dropped_since(self, name: str, drops: int) -> bool:
+        """Whether board ``name`` may have been dropped since :attr:`drops`
+        was ``drops`` (True also once the names kept were let go since)."""
+        return drops < self.drops_forgotten or self.dropped.get(name, 0) > drops
 
     def deadline_of(self, name: str) -> int | None:
         board = self.boards.get(name)

@@ -147,7 +147,7 @@ def is_key(conn: Context, name: str) -> bool:
 def _version(conn: Context, name: str | None) -> tuple[int, int] | None:
     """What changes when board ``name`` is written, deleted or made again."""
     board = None if name is None else conn.service.engine.boards.get(name)
-    return None if board is None else (id(board), board.version)
+    return None if board is None else (board.serial, board.version)
 
 
 #: A reply to build: its header, how many entries (or members) it holds,

@@ -93,23 +93,32 @@ CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"
 # --- the state a connection keeps -------------------------------------------------------
 
 
-def _state(conn: Context, name: str | None) -> tuple[int, int, bool] | None:
+def _state(conn: Context, name: str | None) -> tuple[int, int, bool] | int:
     """What changes when board ``name`` is written, deleted or made again:
-    ``(board, version, whether it is a key)``, None if there is no board."""
-    board = None if name is None else conn.service.engine.boards.get(name)
+    ``(board's serial, version, whether it is a key)``; with no board, how
+    many boards were dropped so far (one made and dropped before EXEC
+    leaves nothing else to see)."""
+    engine = conn.service.engine
+    board = None if name is None else engine.boards.get(name)
     if board is None:
-        return None
-    return id(board), board.version, is_key(conn, name)
+        return engine.drops
+    return board.serial, board.version, is_key(conn, name)
 
 
 def _dirty(conn: Context) -> bool:
     """Whether a watched key changed since WATCH."""
+    engine = conn.service.engine
     for name, before in (conn.watched or {}).items():
         now = _state(conn, name)
         if now == before:
             continue
-        if now is None and (before is None or not before[2]):
-            continue  # an empty board (no key to Redis) deleted: nothing changed for Redis
+        if type(now) is int:
+            if type(before) is int:
+                if engine.dropped_since(name, before):
+                    return True  # made (a write touches it, as in Redis) and dropped again
+                continue
+            if not before[2]:
+                continue  # an empty board (no key to Redis) deleted: nothing changed for Redis
         return True
     return False
 
