@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 
 import asyncpg
 import pytest
@@ -228,7 +229,10 @@ def test_restore_command_line(tmp_path, pg_dsn):
     from rankd.cli import main
 
     async def live():
-        engine = await _open(tmp_path / "live", pg_dsn)
+        # The real clock, as the command line's restore and the reopened
+        # engine below have: they retire closed periods as of now, and a
+        # fake clock's periods are long past.
+        engine = await _open(tmp_path / "live", pg_dsn, clock=time.time)
         await _fill(engine, 0, 300)
         await engine.shipper.wait_shipped(engine.wal.last_lsn)
         digest = engine.digest()
@@ -341,7 +345,10 @@ def test_a_record_postgres_refuses_is_set_aside_and_shipping_goes_on(tmp_path, p
         finally:
             await conn.close()
         restored = tmp_path.parent / (tmp_path.name + "-restored")
-        await postgres.restore(pg_dsn, restored, Engine.rebuild)
+        # (Rebuilt as of the fake clock the engine ran on: it retires closed
+        # periods as of its clock.)
+        await postgres.restore(pg_dsn, restored,
+                               lambda data_dir: Engine.rebuild(data_dir, clock=FakeClock()))
         engine = await _open(restored, None)
         try:
             after = engine.digest()
