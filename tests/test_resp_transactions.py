@@ -283,11 +283,17 @@ def test_watch_sees_deadlines_stores_and_pops_as_redis(servers, touch):
     popped key count as changed for another client's WATCH (outside MULTI
     and inside another client's EXEC); what leaves them as they were does
     not, as in Redis."""
-    redis_port, daemon = servers
     script = [("b", ["FLUSHALL"]), ("b", ["ZADD", "k", "1", "a"]), ("b", ["ZADD", "src", "2", "b"]),
               ("a", ["WATCH", "k"]), *(("b", words) for words in touch), ("a", ["MULTI"]),
               ("a", ["ZADD", "k", "5", "z"]), ("a", ["EXEC"]),
               ("a", ["ZRANGE", "k", "0", "-1", "WITHSCORES"]), ("a", ["EXISTS", "k", "src"])]
+    _two_clients_answer_alike(servers, script)
+
+
+def _two_clients_answer_alike(servers, script: list[tuple[str, list[str]]]) -> None:
+    """Run ``script`` (client "a" or "b", command) on Redis and on rankd, two
+    connections each: every answer rankd gives is Redis's."""
+    redis_port, daemon = servers
     with RedisClient(redis_port) as redis_a, RedisClient(redis_port) as redis_b, \
             RawClient(daemon.resp_port) as rankd_a, RawClient(daemon.resp_port) as rankd_b:
         clients = {"a": (redis_a, rankd_a), "b": (redis_b, rankd_b)}
@@ -308,18 +314,11 @@ def test_watch_sees_a_key_made_and_dropped_again_as_redis(servers, made_and_drop
     was touched: Redis aborts the EXEC.  Its board was absent at both looks,
     so only the drops counted in between tell (the state's ``dropped``);
     another key made and dropped does not abort it."""
-    redis_port, daemon = servers
     script = [("b", ["FLUSHALL"]), ("a", ["WATCH", "k"]),
               *(("b", words) for words in made_and_dropped), ("a", ["MULTI"]),
               ("a", ["ZADD", "k", "5", "z"]), ("a", ["EXEC"]),
               ("a", ["ZRANGE", "k", "0", "-1", "WITHSCORES"])]
-    with RedisClient(redis_port) as redis_a, RedisClient(redis_port) as redis_b, \
-            RawClient(daemon.resp_port) as rankd_a, RawClient(daemon.resp_port) as rankd_b:
-        clients = {"a": (redis_a, rankd_a), "b": (redis_b, rankd_b)}
-        for who, words in script:
-            redis_client, rankd_client = clients[who]
-            expected = redis_client.call(*words)
-            assert rankd_client.call(*words) == expected, (who, words)
+    _two_clients_answer_alike(servers, script)
 
 
 def test_emptying_a_board_inside_exec_clears_its_deadline_as_redis(servers):
