@@ -10,10 +10,11 @@ Servers, all on loopback, one at a time on the machine's cores:
 
 * ``redis``: redis-server without persistence (the speed reference);
 * ``redis-aof``: redis-server with ``appendonly yes``, ``appendfsync everysec``;
-* ``rankd``: ``rankd serve --fsync everysec`` (its WAL, fsynced every second);
+* ``rankd``: ``rankd serve --fsync everysec`` (its WAL, fsynced every second),
+  on the default index, or on ``--index skiplist`` with ``--pages``;
 * ``rankd-pages``, with ``--pages``: the same on ``--index pages`` (the compact
-  paged index); a last table sets it against ``rankd`` (rates and CPU per
-  request, paired by round);
+  paged index, the default); a last table sets it against ``rankd`` on the
+  skip list (rates and CPU per request, paired by round);
 * ``rankd@base`` (and ``rankd-pages@base``), with ``--base-src DIR``: the same
   daemons run from another checkout's sources (built), in the same rounds,
   so a change's before and after are measured side by side.
@@ -351,7 +352,9 @@ def main() -> int:
         aof_dir = Path(root) / "aof"
         aof_dir.mkdir()
         redis_aof = RedisProcess(aof_dir, "--appendonly", "yes", "--appendfsync", "everysec")
-        daemon = Daemon(Path(root) / "rankd", "--fsync", "everysec", "--tcp-port", "0")
+        # With --pages, "rankd" is the skip list's (the paged index is the default).
+        skiplist = ("--index", "skiplist") if args.pages else ()
+        daemon = Daemon(Path(root) / "rankd", "--fsync", "everysec", "--tcp-port", "0", *skiplist)
         daemon.start()
         servers = {"redis": (redis.port, redis.process.pid),
                    "redis-aof": (redis_aof.port, redis_aof.process.pid),
@@ -361,7 +364,7 @@ def main() -> int:
             env = None if src is None else {"PYTHONPATH": str(src.resolve())}
             kinds = (["rankd"] if src is not None else []) + (["rankd-pages"] if args.pages else [])
             for kind in kinds:
-                extra = ("--index", "pages") if kind == "rankd-pages" else ()
+                extra = ("--index", "pages") if kind == "rankd-pages" else skiplist
                 started = Daemon(Path(root) / f"{kind}{suffix}", "--fsync", "everysec",
                                  "--tcp-port", "0", *extra, env=env).start()
                 daemons.append(started)
