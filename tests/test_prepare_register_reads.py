@@ -59,7 +59,10 @@ def test_writes_that_only_learn_share_bounded_register_reads(monkeypatch) -> Non
         store.reads = 0
         started = time.monotonic()
         refusals = await burst(400)
-        assert time.monotonic() - started < 0.2
+        # Well under one read's time bound, which a write waiting for a read
+        # would spend (a wall-clock bound: 0.24 s seen for the burst alone on
+        # a loaded machine).
+        assert time.monotonic() - started < cluster_node.REGISTER_READ_SECONDS
         assert all(refused for refused in refusals) and store.reads == 0
 
     asyncio.run(run())
