@@ -18,6 +18,12 @@ runs made seconds apart.  Rows, on a board of ``--members`` members
 - ``top-10``: ``range_by_rank(0, 10)``;
 - ``dump``, ``load``: the whole board's snapshot, per member.
 
+Scores are integers below 10^7 (``--scores int``, which the paged index
+keeps in 4 bytes) or the same plus 0.5 (``--scores fraction``: 8 bytes).
+With two trees or more, a last column gives each tree's paged index
+against the first tree's, round by round (``--pages-only`` leaves the
+skip list out).
+
 Usage (figures are ns per operation, medians over rounds)::
 
     python bench/bench_index_cpu.py --tree base=/work/wt-base/src --tree branch=src
@@ -39,7 +45,8 @@ ROWS = ("build", "batch INCR", "set (new)", "incr (new)", "incr+rank", "score", 
 OP_SET, OP_INCR = 0, 5
 
 
-def worker(kind: str, members: int, ops: int, tie_break: str) -> dict[str, float]:
+def worker(kind: str, members: int, ops: int, tie_break: str,
+           fraction: float = 0.0) -> dict[str, float]:
     """ns of CPU per operation of each row, for one index kind."""
     if kind == "pages":
         from rankd._pages import RankIndex
@@ -50,8 +57,8 @@ def worker(kind: str, members: int, ops: int, tie_break: str) -> dict[str, float
     names = [f"player:{i:012d}" for i in range(members + 2 * ops)]
     order = list(range(members))
     rng.shuffle(order)
-    batches = [[(OP_SET, names[i], float(rng.randrange(10_000_000))) for i in order[s:s + 10_000]]
-               for s in range(0, members, 10_000)]
+    batches = [[(OP_SET, names[i], rng.randrange(10_000_000) + fraction)
+                for i in order[s:s + 10_000]] for s in range(0, members, 10_000)]
     out: dict[str, float] = {}
     clock = time.process_time
     t = clock()
@@ -119,39 +126,61 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tie-break", choices=("first", "member"), default="first")
+    parser.add_argument("--scores", choices=("int", "fraction"), default="int")
+    parser.add_argument("--pages-only", action="store_true")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.members, args.ops, args.tie_break)))
+        print(json.dumps(worker(args.worker, args.members, args.ops, args.tie_break,
+                                0.5 if args.scores == "fraction" else 0.0)))
         return
     trees = [tree.split("=", 1) for tree in args.tree]
     got: dict[tuple[str, str], list[dict[str, float]]] = {}
     for rnd in range(args.rounds):
         for name, src in trees if rnd % 2 == 0 else trees[::-1]:
-            for kind in ("skiplist", "pages") if rnd % 2 == 0 else ("pages", "skiplist"):
+            kinds = ("pages",) if args.pages_only else ("skiplist", "pages")
+            for kind in kinds if rnd % 2 == 0 else kinds[::-1]:
                 env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
                 result = subprocess.run(
                     [sys.executable, __file__, "--worker", kind, "--members", str(args.members),
-                     "--ops", str(args.ops), "--tie-break", args.tie_break, "--tree", "-"],
+                     "--ops", str(args.ops), "--tie-break", args.tie_break,
+                     "--scores", args.scores, "--tree", "-"],
                     env=env, capture_output=True, text=True, check=True)
                 got.setdefault((name, kind), []).append(json.loads(result.stdout))
                 print(f"round {rnd + 1} {name} {kind} done, load {os.getloadavg()[0]:.1f}",
                       file=sys.stderr)
     print(f"CPU ns per operation, {args.members:,} members, tie-break {args.tie_break}, "
-          f"{args.rounds} rounds (medians; ratio pages/skip list per round)")
+          f"{args.scores} scores, {args.rounds} rounds (medians; ratios per round)")
     header = f"{'':12}"
     for name, _ in trees:
-        header += f"{name + ' skip':>13}{name + ' pages':>13}  {'ratios':<18}{'median':>7}"
+        if not args.pages_only:
+            header += f"{name + ' skip':>13}"
+        header += f"{name + ' pages':>13}"
+        if not args.pages_only:
+            header += f"  {'pages/skip':<18}{'median':>7}"
+    for name, _ in trees[1:]:
+        header += f"  {name + '/' + trees[0][0] + ' pages':<20}{'median':>7}"
     print(header)
     for row in ROWS:
         line = f"{row:12}"
         for name, _ in trees:
-            skip = [r[row] for r in got[(name, "skiplist")]]
             pages = [r[row] for r in got[(name, "pages")]]
-            ratios = [p / s for p, s in zip(pages, skip, strict=True)]
-            line += (f"{statistics.median(skip):13,.0f}{statistics.median(pages):13,.0f}  "
-                     f"{' '.join(f'{x:.2f}' for x in ratios):<18}{statistics.median(ratios):6.2f}x")
+            if not args.pages_only:
+                skip = [r[row] for r in got[(name, "skiplist")]]
+                line += f"{statistics.median(skip):13,.0f}"
+            line += f"{statistics.median(pages):13,.0f}"
+            if not args.pages_only:
+                line += ratio_cells(pages, skip, 18)
+        first = [r[row] for r in got[(trees[0][0], "pages")]]
+        for name, _ in trees[1:]:
+            line += ratio_cells([r[row] for r in got[(name, "pages")]], first, 20)
         print(line)
+
+
+def ratio_cells(values: list[float], against: list[float], width: int) -> str:
+    """Round-by-round ratios and their median, as table cells."""
+    ratios = [v / a for v, a in zip(values, against, strict=True)]
+    return f"  {' '.join(f'{x:.2f}' for x in ratios):<{width}}{statistics.median(ratios):6.2f}x"
 
 
 if __name__ == "__main__":

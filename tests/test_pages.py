@@ -572,6 +572,107 @@ def test_a_seq_that_fits_keeps_the_pages_narrow(pages_cls):
     assert [index.rank(f"m{i}") for i in range(100)] == [wide.rank(f"m{i}") for i in range(100)]
 
 
+# --- narrow keys: int32 scores in 4 bytes, widened once by the first that is not -----------
+
+INT32_EDGES = [0, 1, -1, 2**31 - 1, -(2**31), 2**31 - 2, -(2**31) + 1]
+NOT_INT32 = [2**31, -(2**31) - 1, 0.5, -0.0, 1e300, 2**53, -2.5]
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("tie_break", TIE_BREAKS)
+@pytest.mark.parametrize("widening", NOT_INT32)
+def test_the_first_score_that_is_not_an_int32_widens_every_page(pages_cls, order, tie_break,
+                                                                widening):
+    # Scores that are int32s (the edges of its range included) keep keys
+    # in 4 bytes; the first that is not (out of range, a fraction, -0.0)
+    # widens every page to f64 keys, keeping every entry, link, order and
+    # zero's sign, and later writes, dumps and loads see exact scores.
+    rng = random.Random(hash((order, tie_break, str(widening))) & 0xFFFF)
+    index = pages_cls(order, tie_break, page_size=5, seed=3)
+    model = ModelIndex(order, tie_break)
+    model.next_seq = index.next_seq
+    for _i in range(300):
+        member = f"m{rng.randrange(200)}"
+        score = rng.choice([*INT32_EDGES, rng.randrange(-50, 50)])
+        assert index.set(member, score) == model.set(member, score)
+    index._check()
+    assert index._widths[0] == 4
+    narrow = index._memory()["pages"]
+    # The widening write moves a present member (its page moves under it).
+    present = next(iter(index))[0]
+    assert index.set(present, widening) == model.set(present, widening)
+    index._check()
+    assert index._widths[0] == 8
+    assert index._memory()["pages"] > narrow
+    for _i in range(200):  # and on, wide: ties with the widening score too
+        member = f"m{rng.randrange(220)}"
+        score = rng.choice([widening, rng.randrange(-50, 50), 0.0, -0.0])
+        assert index.incr(member, score) == model.incr(member, score)
+    index._check()
+    assert_index_matches(index, model)
+    assert_same_dump(index.dump(), model.dump())
+    copy = pages_cls.load(index.dump())
+    copy._check()
+    assert copy.dump() == index.dump()
+    assert_index_matches(copy, model)
+
+
+@pytest.mark.parametrize("tie_break", TIE_BREAKS)
+def test_int32_scores_take_four_bytes_an_entry_fewer(pages_cls, tie_break):
+    # The same board with one score that is not an int32, written first
+    # and removed: every page holds f64 keys, 4 bytes an entry more.
+    def board(widen: bool):
+        index = pages_cls("desc", tie_break, page_size=64, seed=9)
+        if widen:
+            index.set("w", 0.5)
+            index.remove("w")
+        index.apply_batch([(Op.SET, f"m{i}", (i * 7919) % 100_000, None)
+                           for i in range(20_000)])
+        index._check()
+        return index
+    narrow, wide = board(False), board(True)
+    assert (narrow._widths[0], wide._widths[0]) == (4, 8)
+    extra = wide._memory()["pages"] - narrow._memory()["pages"]
+    assert 4 * 20_000 <= extra <= 4 * 20_000 * 1.3, extra  # (spare room in pages too)
+    assert list(narrow) == list(wide)  # (the seqs differ by the one "w" took)
+
+
+@pytest.mark.parametrize("where", [0, 1, 250, 499])
+def test_a_load_widens_at_the_first_record_that_needs_it(pages_cls, where):
+    # A dump of int32 scores but one loads narrow up to that record, then
+    # widens every page loaded so far (its own page pointers taken again).
+    model = ModelIndex("asc", "first")
+    for i in range(500):
+        model.set(f"m{i:03d}", i * 2 + (0.5 if i == where else 0))
+    index = pages_cls.load(model.dump())
+    index._check()
+    assert index._widths[0] == 8
+    assert_index_matches(index, model)
+    assert index.dump() == model.dump()
+    whole = pages_cls.load(ModelIndex("asc", "first").dump())
+    assert whole._widths[0] == 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    order=st.sampled_from(ORDERS),
+    tie_break=st.sampled_from(TIE_BREAKS),
+    states=st.lists(st.tuples(st.integers(0, 30).map(lambda i: f"s{i}"),
+                              st.sampled_from(INT32_EDGES + NOT_INT32 + [3, -7]),
+                              st.integers(0, 40)), min_size=1, max_size=40),
+)
+def test_set_states_widen_before_any_state_is_placed(pages_cls, order, tie_break, states):
+    index = pages_cls(order, tie_break, page_size=4, seed=1)
+    model = ModelIndex(order, tie_break)
+    index.set_states(states)
+    model.set_states(states)
+    index._check()
+    narrow_enough = all(not isinstance(score, float) and -(2**31) <= score < 2**31
+                        for _, score, _ in states)
+    assert index._widths[0] == (4 if narrow_enough else 8)
+    assert_index_matches(index, model)
+
+
 def test_the_member_map_grows_by_three_halves_and_four_thirds(pages_cls):
     # Sizes 2^k and 3 * 2^(k-1), at most 3/4 full: a map is never below
     # half full after growing (doubling left it 3/8 full); 1M members take

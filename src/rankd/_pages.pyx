@@ -16,20 +16,27 @@ forward pointer and a span per level, a backward pointer, a cached key per
 level and a hash slot pointer: about 107 bytes for a 19-byte name.  Here
 level 0 is *unrolled*: a page holds up to ``page_size`` entries (64 by
 default, and at most) in rank order, as parallel arrays of entry numbers
-(a byte: see Members), 32-bit member ids, score keys (f64) and, on boards
-tied by arrival, arrival sequences: a board tied by member never orders
-by a seq, so its pages keep none (13 bytes an entry) and its dump leaves
-them out.  A board tied by arrival keeps its seqs in 32 bits (17 bytes an
-entry, not 21) while they are below 2^32:
-seqs count a board's score changes, so only a replay that gives explicit
-seqs or four billion writes pass that, and the first seq that does widens
-every page to 64-bit seqs, once (O(n), page by page allocated before any
-moves, so running out of memory changes nothing; links name pages by
-number as well as address, so the moved pages are re-linked from the page
-table).  Of the ways to fewer bytes a member this is the cheapest (4
-bytes an entry, one branch a read): a per-page base with 32-bit offsets
-saves the same but needs a rebase when a page's seqs span more than 2^32;
-the page number that name records held is gone (see Members).  Only pages carry skip list levels,
+(a byte: see Members), 32-bit member ids, score keys and, on boards tied
+by arrival, arrival sequences: a board tied by member never orders by a
+seq, so its pages keep none and its dump leaves them out.
+
+Both keys and seqs start narrow, 4 bytes each, and widen once when a
+value does not fit: an entry is 9 bytes on a board tied by member whose
+scores are all integers (13 with f64 keys), 13 tied by arrival (17, and
+21 with 64-bit seqs).  A key is held as the score itself, an int32,
+while every score the board was given is an integer in int32's range
+and not -0.0 (game points, steps, wins, Elo: most leaderboards), and as
+the f64 key from the first score that is not.  Seqs count a board's
+score changes, so only a replay that gives explicit seqs or four billion
+writes pass 2^32.  A widening moves every page to the wider layout, once
+(O(n), every page allocated before any moves, so running out of memory
+changes nothing; links name pages by number as well as address, so the
+moved pages are re-linked from the page table), and a board stays wide
+until it is loaded again (a load widens at the first record that needs
+it).  Of the ways to fewer bytes a member this is the cheapest (4 bytes
+an entry each, one predictable branch a read): a per-page base with
+32-bit offsets saves the same but needs a rebase when a page's values
+span more than 2^32.  Only pages carry skip list levels,
 so the tower overhead is paid once per page, not once per member.  Rank,
 top-K, neighbours and range reads walk a few pages of contiguous arrays
 instead of one pointer per member, and an update that stays inside its
@@ -220,7 +227,7 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.math cimport INFINITY, isfinite, signbit
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memmove, memset
 
@@ -277,14 +284,19 @@ cdef extern from *:
     #define PG_IDS_BYTES(cap) (((size_t)(cap) * 4 + 7) & ~(size_t)7)
     #define PG_ENOS(p) ((uint8_t *)((char *)(p) + sizeof(pg_page)))
     #define PG_IDS(p) ((uint32_t *)((char *)(p) + sizeof(pg_page) + PG_ENOS_BYTES((p)->cap)))
+    /* Keys are the scores as int32 (PG_KEYS32) while every score a board
+       was given is an integer in int32's range (not -0.0), and f64 keys
+       (PG_KEYS) from the first that is not, which widens every page once;
+       key_bytes: 4 or 8 per entry, the array padded to 8 bytes. */
     #define PG_KEYS(p) ((double *)((char *)PG_IDS(p) + PG_IDS_BYTES((p)->cap)))
-    /* Seqs are 32-bit (PG_SEQS32) until a board's first seq past 2^32 - 1
-       widens every page to 64-bit (PG_SEQS); boards tied by member hold
-       none.  seq_bytes: 0, 4 or 8 per entry. */
-    #define PG_SEQS(p) ((uint64_t *)(PG_KEYS(p) + (p)->cap))
-    #define PG_SEQS32(p) ((uint32_t *)(PG_KEYS(p) + (p)->cap))
-    #define PG_SIZE(cap, seq_bytes) (sizeof(pg_page) + PG_ENOS_BYTES(cap) + PG_IDS_BYTES(cap) \
-                                     + (size_t)(cap) * (8 + (seq_bytes)))
+    #define PG_KEYS32(p) ((int32_t *)PG_KEYS(p))
+    #define PG_KEYS_BYTES(cap, key_bytes) (((size_t)(cap) * (key_bytes) + 7) & ~(size_t)7)
+    /* Seqs are 32-bit until a board's first seq past 2^32 - 1 widens every
+       page to 64-bit; boards tied by member hold none.  seq_bytes: 0, 4 or
+       8 per entry. */
+    #define PG_SEQS_AT(p, key_bytes) ((char *)PG_KEYS(p) + PG_KEYS_BYTES((p)->cap, key_bytes))
+    #define PG_SIZE(cap, key_bytes, seq_bytes) (sizeof(pg_page) + PG_ENOS_BYTES(cap) \
+        + PG_IDS_BYTES(cap) + PG_KEYS_BYTES(cap, key_bytes) + (size_t)(cap) * (seq_bytes))
     #define PG_TOWER_CHUNK 4096   /* links a chunk of towers holds */
     #define PG_MAX_LEVEL 32
     #define PG_NAME_CLASSES 67   /* records of 1..66 units of 4 bytes */
@@ -423,6 +435,8 @@ cdef extern from *:
         pg_link *level
         uint64_t used
     double *PG_KEYS(pg_page *p) nogil
+    int32_t *PG_KEYS32(pg_page *p) nogil
+    char *PG_SEQS_AT(pg_page *p, int key_bytes) nogil
     uint8_t *PG_ENOS(pg_page *p) nogil
     size_t PG_ENOS_BYTES(int cap) nogil
     uint32_t PG_CODE(uint32_t tag, uint32_t pno, uint32_t eno) nogil
@@ -435,10 +449,8 @@ cdef extern from *:
     uint32_t pg_free_eno(uint64_t used) nogil
     Py_ssize_t pg_find_eno(const uint8_t *enos, uint32_t n, uint32_t e) nogil
     size_t PG_NAME_UNITS(Py_ssize_t mlen) nogil
-    uint64_t *PG_SEQS(pg_page *p) nogil
-    uint32_t *PG_SEQS32(pg_page *p) nogil
     uint32_t *PG_IDS(pg_page *p) nogil
-    size_t PG_SIZE(int cap, int seq_bytes) nogil
+    size_t PG_SIZE(int cap, int key_bytes, int seq_bytes) nogil
     size_t PG_IDS_BYTES(int cap) nogil
     size_t pg_home(uint64_t h, size_t n) nogil
     const uint32_t MOVED "PG_MOVED"
@@ -575,6 +587,8 @@ cdef class RankIndex:
     cdef bint tie_by_member
     cdef bint tie_member_desc
     cdef int seq_bytes              # per page entry: 0 (tied by member), 4 or 8
+    cdef int key_bytes              # per page entry: 4 (int32 scores so far) or 8
+    cdef double key_sign            # a key is the score times this (-1: desc)
     cdef uint64_t _next_seq
     cdef uint64_t hash_k0, hash_k1
     cdef Py_ssize_t mutations
@@ -630,6 +644,8 @@ cdef class RankIndex:
         self.tie_by_member = tie_break != "first"
         self.tie_member_desc = tie_break == "member_desc"
         self.seq_bytes = 0 if self.tie_by_member else 4
+        self.key_bytes = 4
+        self.key_sign = -1.0 if self.descending else 1.0
         self.max_level = max_level
         self.branching = branching
         self.page_size = page_size
@@ -646,10 +662,10 @@ cdef class RankIndex:
         key = os.urandom(16)
         self.hash_k0 = int.from_bytes(key[:8], "little")
         self.hash_k1 = int.from_bytes(key[8:], "little")
-        self.header = <pg_page *>calloc(1, PG_SIZE(0, 0) + MAX_LEVEL * sizeof(pg_link))
+        self.header = <pg_page *>calloc(1, PG_SIZE(0, 0, 0) + MAX_LEVEL * sizeof(pg_link))
         if self.header == NULL:
             raise MemoryError()
-        self.header.level = <pg_link *>(<char *>self.header + PG_SIZE(0, 0))
+        self.header.level = <pg_link *>(<char *>self.header + PG_SIZE(0, 0, 0))
         self.header.height = MAX_LEVEL
         self._reset()
 
@@ -794,7 +810,7 @@ cdef class RankIndex:
             return NULL
         if cap <= 0:
             cap = self._cap_for(0)
-        p = <pg_page *>malloc(PG_SIZE(cap, self.seq_bytes))
+        p = <pg_page *>malloc(PG_SIZE(cap, self.key_bytes, self.seq_bytes))
         if p == NULL:
             self._tower_free(tower, h)
             return NULL
@@ -821,7 +837,7 @@ cdef class RankIndex:
         self.free_pnos[self.nfree_pnos] = p.pno
         self.nfree_pnos += 1
         self._tower_free(p.level, p.height)
-        self.freed_bytes += PG_SIZE(p.cap, self.seq_bytes)
+        self.freed_bytes += PG_SIZE(p.cap, self.key_bytes, self.seq_bytes)
         free(p)
         _live_pages -= 1
 
@@ -841,7 +857,7 @@ cdef class RankIndex:
         table, the next page's ``prev`` and the links to it are repointed
         (``_repoint_moved``), so callers must take page pointers again."""
         cdef int old_cap = p.cap
-        cdef size_t n = p.n, sb = <size_t>self.seq_bytes
+        cdef size_t n = p.n, sb = <size_t>self.seq_bytes, kb = <size_t>self.key_bytes
         cdef pg_page *q
         cdef char *old_ids
         cdef char *old_keys
@@ -853,28 +869,28 @@ cdef class RankIndex:
             # give back the end.
             old_ids = <char *>PG_IDS(p)
             old_keys = <char *>PG_KEYS(p)
-            old_seqs = <char *>PG_SEQS(p)
+            old_seqs = PG_SEQS_AT(p, kb)
             p.cap = <uint16_t>cap
             memmove(PG_IDS(p), old_ids, n * 4)
-            memmove(PG_KEYS(p), old_keys, n * 8)
+            memmove(PG_KEYS(p), old_keys, n * kb)
             if sb:
-                memmove(PG_SEQS(p), old_seqs, n * sb)
-            q = <pg_page *>realloc(p, PG_SIZE(cap, self.seq_bytes))
+                memmove(PG_SEQS_AT(p, kb), old_seqs, n * sb)
+            q = <pg_page *>realloc(p, PG_SIZE(cap, self.key_bytes, self.seq_bytes))
             if q == NULL:
                 return p  # the larger block still holds the new layout
         else:
-            q = <pg_page *>realloc(p, PG_SIZE(cap, self.seq_bytes))
+            q = <pg_page *>realloc(p, PG_SIZE(cap, self.key_bytes, self.seq_bytes))
             if q == NULL:
                 return NULL
             # Growing: the seqs (last) move up first, then the keys, then
             # the ids (the entry numbers stay).
             old_ids = <char *>PG_IDS(q)
             old_keys = <char *>PG_KEYS(q)
-            old_seqs = <char *>PG_SEQS(q)
+            old_seqs = PG_SEQS_AT(q, kb)
             q.cap = <uint16_t>cap
             if sb:
-                memmove(PG_SEQS(q), old_seqs, n * sb)
-            memmove(PG_KEYS(q), old_keys, n * 8)
+                memmove(PG_SEQS_AT(q, kb), old_seqs, n * sb)
+            memmove(PG_KEYS(q), old_keys, n * kb)
             memmove(PG_IDS(q), old_ids, n * 4)
         if q != p:
             self._repoint_moved(q)
@@ -889,7 +905,7 @@ cdef class RankIndex:
         stops at the link whose forward page number is ``q``'s."""
         cdef pg_link *lv = self.header.level
         cdef pg_page *nxt = q.level[0].forward
-        cdef double key = PG_KEYS(q)[0], k
+        cdef double key = self._key_at(q, 0), k
         cdef uint64_t seq = self._seq(q, 0)
         cdef Py_ssize_t mlen
         cdef const char *name = self._name(PG_IDS(q)[0], &mlen)
@@ -939,7 +955,7 @@ cdef class RankIndex:
 
     cdef inline size_t _held(self) noexcept:
         """Bytes in the pages, the map and the name arena (an estimate)."""
-        return (<size_t>(self.pnos_used - self.nfree_pnos) * PG_SIZE(self.page_size, self.seq_bytes)
+        return (<size_t>(self.pnos_used - self.nfree_pnos) * PG_SIZE(self.page_size, self.key_bytes, self.seq_bytes)
                 + self.nslots * 4 + self.names_used * 4)
 
     cdef void _trim_step(self) noexcept:
@@ -999,28 +1015,67 @@ cdef class RankIndex:
         """Entry ``i``'s arrival sequence (0 on boards tied by member, whose
         pages keep none: the order never reads it)."""
         if self.seq_bytes == 4:
-            return PG_SEQS32(p)[i]
-        return 0 if self.seq_bytes == 0 else PG_SEQS(p)[i]
+            return (<uint32_t *>PG_SEQS_AT(p, self.key_bytes))[i]
+        return 0 if self.seq_bytes == 0 else (<uint64_t *>PG_SEQS_AT(p, self.key_bytes))[i]
 
     cdef inline void _set_seq(self, pg_page *p, Py_ssize_t i, uint64_t seq) noexcept nogil:
         """Store entry ``i``'s seq (which ``_fit_seq`` made fit)."""
         if self.seq_bytes == 4:
-            PG_SEQS32(p)[i] = <uint32_t>seq
+            (<uint32_t *>PG_SEQS_AT(p, self.key_bytes))[i] = <uint32_t>seq
         elif self.seq_bytes == 8:
-            PG_SEQS(p)[i] = seq
+            (<uint64_t *>PG_SEQS_AT(p, self.key_bytes))[i] = seq
+
+    cdef inline double _key_at(self, pg_page *p, Py_ssize_t i) noexcept nogil:
+        """Entry ``i``'s key (a narrow entry holds the score: 0 is +0.0's key)."""
+        if self.key_bytes == 4:
+            return <double>PG_KEYS32(p)[i] * self.key_sign
+        return PG_KEYS(p)[i]
+
+    cdef inline void _set_key(self, pg_page *p, Py_ssize_t i, double key) noexcept nogil:
+        """Store entry ``i``'s key (which ``_fit_key`` made fit)."""
+        if self.key_bytes == 4:
+            PG_KEYS32(p)[i] = <int32_t>(key * self.key_sign)
+        else:
+            PG_KEYS(p)[i] = key
+
+    cdef inline bint _narrow(self, double key) noexcept nogil:
+        """Whether ``key``'s score is an int32 (and not -0.0), which a
+        narrow entry holds exactly."""
+        cdef double score = key * self.key_sign
+        return (-2147483648.0 <= score <= 2147483647.0
+                and score == <double><int32_t>score
+                and not (score == 0.0 and signbit(score)))
+
+    cdef int _fit_key(self, double key) except -1:
+        """Make the pages able to hold ``key``: the first score that is not
+        an int32 widens every page's keys to f64, once (O(n)).  Returns 1 if
+        it did (every page moved: page pointers held are stale); a
+        MemoryError leaves every page as it was."""
+        if self.key_bytes == 8 or self._narrow(key):
+            return 0
+        self._rewiden(8, self.seq_bytes)
+        return 1
 
     cdef int _fit_seq(self, uint64_t seq) except -1:
         """Make the pages able to hold ``seq``: the first seq past 2^32 - 1
         widens every page's seqs to 64 bits, once (O(n)).  Returns 1 if it
         did (every page moved: page pointers held are stale); a MemoryError
         leaves every page as it was."""
+        if self.seq_bytes != 4 or seq >> 32 == 0:  # (a C test: no Python int)
+            return 0
+        self._rewiden(self.key_bytes, 8)
+        return 1
+
+    cdef int _rewiden(self, int key_bytes, int seq_bytes) except -1:
+        """Move every page to a layout of wider keys or seqs (O(n)); a
+        MemoryError changes nothing."""
         cdef uint32_t pno, i
         cdef pg_page *p
         cdef pg_page *q
         cdef pg_page **fresh
+        cdef char *from_seqs
+        cdef char *to_seqs
         cdef int level
-        if self.seq_bytes != 4 or seq >> 32 == 0:  # (a C test: no Python int)
-            return 0
         fresh = <pg_page **>calloc(self.pnos_used + 1, sizeof(pg_page *))
         if fresh == NULL:
             raise MemoryError()
@@ -1028,7 +1083,7 @@ cdef class RankIndex:
         # changes nothing.
         for pno in range(self.pnos_used):
             if self.pages[pno] != NULL:
-                fresh[pno] = <pg_page *>malloc(PG_SIZE(self.pages[pno].cap, 8))
+                fresh[pno] = <pg_page *>malloc(PG_SIZE(self.pages[pno].cap, key_bytes, seq_bytes))
                 if fresh[pno] == NULL:
                     for i in range(pno):
                         free(fresh[i])
@@ -1039,13 +1094,25 @@ cdef class RankIndex:
             if p == NULL:
                 continue
             q = fresh[pno]
-            memcpy(q, p, PG_SIZE(p.cap, 4) - <size_t>p.cap * 4)  # header, numbers, ids, keys
+            memcpy(q, p, PG_SIZE(p.cap, 0, 0))  # header, numbers, ids
             for i in range(p.n):
-                PG_SEQS(q)[i] = PG_SEQS32(p)[i]
+                if key_bytes == 8:
+                    PG_KEYS(q)[i] = self._key_at(p, i)
+                else:
+                    PG_KEYS32(q)[i] = PG_KEYS32(p)[i]
+            from_seqs = PG_SEQS_AT(p, self.key_bytes)
+            to_seqs = PG_SEQS_AT(q, key_bytes)
+            for i in range(p.n):
+                if seq_bytes == 8:
+                    (<uint64_t *>to_seqs)[i] = self._seq(p, i)
+                elif seq_bytes == 4:
+                    (<uint32_t *>to_seqs)[i] = (<uint32_t *>from_seqs)[i]
+            self.freed_bytes += PG_SIZE(p.cap, self.key_bytes, self.seq_bytes)
             free(p)
             self.pages[pno] = q
         free(fresh)
-        self.seq_bytes = 8
+        self.key_bytes = key_bytes
+        self.seq_bytes = seq_bytes
         # Links and prev pointers name pages by address: repoint them (the
         # towers themselves do not move).
         for pno in range(self.pnos_used):
@@ -1064,7 +1131,7 @@ cdef class RankIndex:
             p.prev = q
             q = p
             p = p.level[0].forward
-        return 1
+        return 0
 
     cdef uint32_t _name_new(self, const char *member, Py_ssize_t mlen) except 0:
         """Store a name; return its id.  Raises OverflowError (the arena is
@@ -1495,13 +1562,13 @@ cdef class RankIndex:
     cdef inline double _key(self, double score) noexcept nogil:
         return -score if self.descending else score
 
-    cdef inline double _score_of(self, double key) noexcept:
+    cdef inline double _score_of(self, double key) noexcept nogil:
         return -key if self.descending else key
 
     cdef inline int _cmp(self, pg_page *p, Py_ssize_t i, double key, uint64_t seq,
                          const char *member, Py_ssize_t mlen) noexcept nogil:
         """Entry ``i`` of ``p`` against the target: < 0 before, 0 same, > 0 after."""
-        cdef double k = PG_KEYS(p)[i]
+        cdef double k = self._key_at(p, i)
         cdef uint64_t s
         cdef Py_ssize_t nlen
         cdef const char *name
@@ -1594,15 +1661,15 @@ cdef class RankIndex:
         """Entries whose key is < ``key`` (<= with ``inclusive``)."""
         cdef Py_ssize_t rank = 0, lo, hi, mid
         cdef pg_page *p = self._search_key(key, inclusive, &rank)
-        cdef double *keys
+        cdef double k
         if p == self.header:
             return 0
-        keys = PG_KEYS(p)
         lo = 0
         hi = p.n
         while lo < hi:
             mid = (lo + hi) >> 1
-            if keys[mid] < key or (inclusive and keys[mid] == key):
+            k = self._key_at(p, mid)
+            if k < key or (inclusive and k == key):
                 lo = mid + 1
             else:
                 hi = mid
@@ -1664,7 +1731,7 @@ cdef class RankIndex:
         if dense == NULL:
             return self._rank_in(code, p, pos)
         name = self._name(PG_IDS(p)[pos], &mlen)
-        self._search(PG_KEYS(p)[pos], self._seq(p, pos), name, mlen, False, &path)
+        self._search(self._key_at(p, pos), self._seq(p, pos), name, mlen, False, &path)
         dense[0] = path.drank[0] + self._leaders_upto(p, pos)
         return path.rank[0] + pos + 1
 
@@ -1677,7 +1744,7 @@ cdef class RankIndex:
         if code == self.memo_code and self.memo_mutations == self.mutations:
             return self.memo_rank
         name = self._name(PG_IDS(p)[pos], &mlen)
-        self._search(PG_KEYS(p)[pos], self._seq(p, pos), name, mlen, False, &path)
+        self._search(self._key_at(p, pos), self._seq(p, pos), name, mlen, False, &path)
         return path.rank[0] + pos + 1
 
     # --- leaders ---------------------------------------------------------------
@@ -1685,7 +1752,7 @@ cdef class RankIndex:
     cdef inline bint _lead0(self, pg_page *p) noexcept:
         """Whether ``p``'s first entry starts a run of equal scores."""
         cdef pg_page *q = p.prev
-        return q == NULL or PG_KEYS(q)[q.n - 1] != PG_KEYS(p)[0]
+        return q == NULL or not self._same_key(q, q.n - 1, p, 0)
 
     cdef inline bint _alone(self, pg_page *p, Py_ssize_t i) noexcept:
         """Whether entry ``i`` of ``p`` ties neither neighbour (the one
@@ -1693,41 +1760,56 @@ cdef class RankIndex:
         are sorted, so taking such an entry out of a page, or putting one
         in, changes the page's leaders by one, and any other by none:
         writes count leaders around the entry, not over the page."""
-        cdef double *keys = PG_KEYS(p)
         cdef pg_page *q
-        if i + 1 < p.n and keys[i + 1] == keys[i]:
+        if i + 1 < p.n and self._same_key(p, i + 1, p, i):
             return False
         if i > 0:
-            return keys[i - 1] != keys[i]
+            return not self._same_key(p, i - 1, p, i)
         q = p.prev
-        return q == NULL or PG_KEYS(q)[q.n - 1] != keys[0]
+        return q == NULL or not self._same_key(q, q.n - 1, p, 0)
+
+    cdef inline bint _same_key(self, pg_page *p, Py_ssize_t i, pg_page *q,
+                               Py_ssize_t j) noexcept nogil:
+        """Whether entry ``i`` of ``p`` and entry ``j`` of ``q`` have equal keys."""
+        if self.key_bytes == 4:
+            return PG_KEYS32(p)[i] == PG_KEYS32(q)[j]
+        return PG_KEYS(p)[i] == PG_KEYS(q)[j]
+
+    cdef inline uint32_t _key_changes(self, pg_page *p, Py_ssize_t end) noexcept nogil:
+        """How many of entries 1..end-1 of ``p`` differ from the one before."""
+        cdef uint32_t count = 0
+        cdef Py_ssize_t i
+        cdef double *keys
+        cdef int32_t *narrow
+        if self.key_bytes == 4:
+            narrow = PG_KEYS32(p)
+            for i in range(1, end):
+                count += narrow[i] != narrow[i - 1]
+        else:
+            keys = PG_KEYS(p)
+            for i in range(1, end):
+                count += keys[i] != keys[i - 1]
+        return count
 
     cdef inline bint _next_lead(self, pg_page *p) noexcept:
         """Whether the first entry of the page after ``p`` (non-empty)
         starts a run: from the first-key array, without reading that page."""
         if p.level[0].forward == NULL:
             return False
-        return PG_KEYS(p)[p.n - 1] != self.firstkeys[p.level[0].fpno]
+        return self._key_at(p, p.n - 1) != self.firstkeys[p.level[0].fpno]
 
     cdef uint32_t _leaders(self, pg_page *p, bint first=True) noexcept:
         """Leaders in ``p`` (without its first entry unless ``first``)."""
-        cdef double *keys = PG_KEYS(p)
-        cdef uint32_t count = 0, i
+        cdef uint32_t count = 0
         if p.n == 0:
             return 0
         if first:
             count = self._lead0(p)
-        for i in range(1, p.n):
-            count += keys[i] != keys[i - 1]
-        return count
+        return count + self._key_changes(p, p.n)
 
     cdef Py_ssize_t _leaders_upto(self, pg_page *p, Py_ssize_t pos) noexcept:
         """Leaders among entries 0..pos of ``p``."""
-        cdef double *keys = PG_KEYS(p)
-        cdef Py_ssize_t count = self._lead0(p), i
-        for i in range(1, pos + 1):
-            count += keys[i] != keys[i - 1]
-        return count
+        return self._lead0(p) + self._key_changes(p, pos + 1)
 
     # --- accounting: keeping spans equal to the entries and leaders they cover ---
 
@@ -1752,7 +1834,7 @@ cdef class RankIndex:
         if dn == 0 and dl == 0:
             return
         name = self._name(PG_IDS(p)[0], &mlen)
-        self._search(PG_KEYS(p)[0], self._seq(p, 0), name, mlen, False, &path)
+        self._search(self._key_at(p, 0), self._seq(p, 0), name, mlen, False, &path)
         self._account(p, path.update, dn, dl)
 
     cdef void _relead(self, pg_page *p) noexcept:
@@ -1798,10 +1880,11 @@ cdef class RankIndex:
         cdef uint32_t news[64]
         cdef uint8_t *src_enos = PG_ENOS(src)
         cdef uint8_t *dst_enos = PG_ENOS(dst)
-        memcpy(&PG_KEYS(dst)[at], &PG_KEYS(src)[start], count * 8)
+        cdef size_t kb = <size_t>self.key_bytes
+        memcpy(<char *>PG_KEYS(dst) + at * kb, <char *>PG_KEYS(src) + start * kb, count * kb)
         if self.seq_bytes:
-            memcpy(<char *>PG_SEQS(dst) + at * self.seq_bytes,
-                   <char *>PG_SEQS(src) + start * self.seq_bytes, count * self.seq_bytes)
+            memcpy(PG_SEQS_AT(dst, kb) + at * self.seq_bytes,
+                   PG_SEQS_AT(src, kb) + start * self.seq_bytes, count * self.seq_bytes)
         memcpy(&PG_IDS(dst)[at], &PG_IDS(src)[start], count * 4)
         for i in range(count):
             e = src_enos[start + i]
@@ -1816,10 +1899,12 @@ cdef class RankIndex:
     cdef inline void _shift_entries(self, pg_page *p, Py_ssize_t start, Py_ssize_t end,
                                     Py_ssize_t by) noexcept:
         """Move entries start..end-1 of ``p`` by ``by`` places (memmove)."""
-        memmove(&PG_KEYS(p)[start + by], &PG_KEYS(p)[start], (end - start) * 8)
+        cdef size_t kb = <size_t>self.key_bytes
+        memmove(<char *>PG_KEYS(p) + (start + by) * kb, <char *>PG_KEYS(p) + start * kb,
+                (end - start) * kb)
         if self.seq_bytes:
-            memmove(<char *>PG_SEQS(p) + (start + by) * self.seq_bytes,
-                    <char *>PG_SEQS(p) + start * self.seq_bytes, (end - start) * self.seq_bytes)
+            memmove(PG_SEQS_AT(p, kb) + (start + by) * self.seq_bytes,
+                    PG_SEQS_AT(p, kb) + start * self.seq_bytes, (end - start) * self.seq_bytes)
         memmove(&PG_IDS(p)[start + by], &PG_IDS(p)[start], (end - start) * 4)
         memmove(&PG_ENOS(p)[start + by], &PG_ENOS(p)[start], end - start)
 
@@ -1931,7 +2016,7 @@ cdef class RankIndex:
         self._next_cover(p, path.update, rcover)
         half = p.n // 2
         self._move_entries(r, 0, p, half, p.n - half)
-        self.firstkeys[r.pno] = PG_KEYS(r)[0]
+        self.firstkeys[r.pno] = self._key_at(r, 0)
         r.n = p.n - half
         p.n = half
         lead = self._leaders(p)
@@ -1960,7 +2045,7 @@ cdef class RankIndex:
             next_lead = self._next_lead(p)
         cdef uint32_t e = pg_free_eno(p.used)
         self._shift_entries(p, pos, p.n, 1)
-        PG_KEYS(p)[pos] = key
+        self._set_key(p, pos, key)
         self._set_seq(p, pos, seq)
         PG_IDS(p)[pos] = mid
         PG_ENOS(p)[pos] = <uint8_t>e
@@ -1984,7 +2069,7 @@ cdef class RankIndex:
         cdef Py_ssize_t pos, mlen
         cdef pg_page *p = self._locate(code, &pos)
         cdef const char *name = self._name(PG_IDS(p)[pos], &mlen)
-        cdef double key = PG_KEYS(p)[pos]
+        cdef double key = self._key_at(p, pos)
         cdef uint64_t seq = self._seq(p, pos)
         cdef pg_path path
         cdef pg_page *nxt
@@ -2009,7 +2094,7 @@ cdef class RankIndex:
         dl = -<int64_t>self._alone(p, pos)
         self._shift_entries(p, pos + 1, p.n, -1)
         p.n -= 1
-        self.firstkeys[p.pno] = PG_KEYS(p)[0]
+        self.firstkeys[p.pno] = self._key_at(p, 0)
         self._account(p, path.update, -1, dl)
         p.lead = <uint32_t>(p.lead + dl)
         if pos == p.n:
@@ -2039,7 +2124,7 @@ cdef class RankIndex:
                     return  # out of memory: the page stays sparse
                 b = a.level[0].forward
             name = self._name(PG_IDS(b)[0], &mlen)
-            self._search(PG_KEYS(b)[0], self._seq(b, 0), name, mlen, True, &path)
+            self._search(self._key_at(b, 0), self._seq(b, 0), name, mlen, True, &path)
             self._move_entries(a, a.n, b, 0, b.n)
             a.n += b.n
             a.lead += b.lead
@@ -2081,8 +2166,8 @@ cdef class RankIndex:
             dn = -move
         a.n += dn
         b.n -= dn
-        self.firstkeys[a.pno] = PG_KEYS(a)[0]
-        self.firstkeys[b.pno] = PG_KEYS(b)[0]
+        self.firstkeys[a.pno] = self._key_at(a, 0)
+        self.firstkeys[b.pno] = self._key_at(b, 0)
         # Entries moved between two neighbours: each page's links are
         # re-found by its (new) first entry and adjusted.
         a.lead = self._leaders(a)
@@ -2120,7 +2205,7 @@ cdef class RankIndex:
         if code != 0:
             p = self._locate(code, &pos)
             mid = PG_IDS(p)[pos]
-            old_key = PG_KEYS(p)[pos]
+            old_key = self._key_at(p, pos)
             old[0] = self._score_of(old_key)
         had[0] = code != 0
         changed[0] = False
@@ -2165,7 +2250,8 @@ cdef class RankIndex:
                              "pass seq explicitly")
         # Before anything changes; a widening moves every page, so find
         # the member's entry again.
-        if self._fit_seq(seq if has_seq else self._next_seq) and code != 0:
+        if (self._fit_seq(seq if has_seq else self._next_seq)
+                | self._fit_key(self._key(target))) and code != 0:
             p = self._locate(code, &pos)
         if code != 0:
             key = self._key(target)
@@ -2235,8 +2321,8 @@ cdef class RankIndex:
         array; the previous page is read only when the entry may become
         or was the first of ``p``."""
         cdef pg_page *q = p.prev
-        cdef double *keys = PG_KEYS(p)
-        if q != NULL and (pos == 0 or not key > keys[0]) and not PG_KEYS(q)[q.n - 1] < key:
+        if q != NULL and (pos == 0 or not key > self._key_at(p, 0)) \
+                and not self._key_at(q, q.n - 1) < key:
             return False
         return p.level[0].forward == NULL or key < self.firstkeys[p.level[0].fpno]
 
@@ -2247,7 +2333,7 @@ cdef class RankIndex:
         cdef Py_ssize_t mlen, t
         cdef const char *name = self._name(mid, &mlen)
         cdef pg_page *nxt = p.level[0].forward
-        cdef double old_last = PG_KEYS(p)[p.n - 1], new_last, first
+        cdef double old_last = self._key_at(p, p.n - 1), new_last, first
         cdef uint8_t eno = PG_ENOS(p)[pos]   # (it stays in its page: so does its code)
         cdef int64_t dl = -<int64_t>self._alone(p, pos)   # (see _alone)
         t = self._lower(p, key, seq, name, mlen)
@@ -2256,18 +2342,18 @@ cdef class RankIndex:
             self._shift_entries(p, pos + 1, t + 1, -1)
         elif t < pos:
             self._shift_entries(p, t, pos, 1)
-        PG_KEYS(p)[t] = key
+        self._set_key(p, t, key)
         self._set_seq(p, t, seq)
         PG_IDS(p)[t] = mid
         PG_ENOS(p)[t] = eno
-        self.firstkeys[p.pno] = PG_KEYS(p)[0]
+        self.firstkeys[p.pno] = self._key_at(p, 0)
         dl += self._alone(p, t)
         if dl != 0:
             self._reaccount(p, 0, dl)
             p.lead = <uint32_t>(p.lead + dl)
         if nxt != NULL:
             # The next page's first entry leads unless it ties p's last.
-            new_last = PG_KEYS(p)[p.n - 1]
+            new_last = self._key_at(p, p.n - 1)
             first = self.firstkeys[p.level[0].fpno]
             if (old_last != first) != (new_last != first):
                 self._relead(nxt)
@@ -2511,6 +2597,9 @@ cdef class RankIndex:
             raise _pages_full(self.max_pnos)
         self._fit_seq(top)
         for member, score, s in checked:
+            if self._fit_key(self._key(score)):
+                break
+        for member, score, s in checked:
             _member_bytes(member, &data, &size)
             if self.old_ids != NULL:
                 self._map_step()  # as a write does (before the slot is found)
@@ -2580,7 +2669,7 @@ cdef class RankIndex:
         cdef pg_page *p = self.header.level[0].forward
         cdef Py_ssize_t pages = 0
         while p != NULL:
-            pages += PG_SIZE(p.cap, self.seq_bytes) + p.height * sizeof(pg_link)
+            pages += PG_SIZE(p.cap, self.key_bytes, self.seq_bytes) + p.height * sizeof(pg_link)
             p = p.level[0].forward
         return {"pages": pages, "names": self.names_used * 4,
                 "map": (self.nslots + (self.old_nslots if self.old_ids else 0)) * 4,
@@ -2590,6 +2679,12 @@ cdef class RankIndex:
     def _trims(self):
         """Heap trims this index asked for (for tests)."""
         return self.trims
+
+    @property
+    def _widths(self):
+        """``(key bytes, seq bytes)`` per entry (for tests): keys are 4
+        while every score is an int32, seqs 4 while below 2^32."""
+        return self.key_bytes, self.seq_bytes
 
     def _arena_state(self):
         """``(units used, units of capacity)`` of the name arena (for tests)."""
@@ -2669,6 +2764,8 @@ cdef class RankIndex:
         cdef Py_ssize_t changed = 0, i
         cdef double key = self._key(0.0)
         cdef double *keys
+        if self.key_bytes == 4:
+            return 0  # (a narrow entry's 0 is 0.0: -0.0 widens)
         while p != NULL:
             keys = PG_KEYS(p)
             for i in range(p.n):
@@ -2707,7 +2804,9 @@ cdef class RankIndex:
     def __reduce__(self):
         return (_load_from_dump, (self.dump(),))
 
-    cdef inline double _score_at(self, pg_page *p, Py_ssize_t pos) noexcept:
+    cdef inline double _score_at(self, pg_page *p, Py_ssize_t pos) noexcept nogil:
+        if self.key_bytes == 4:
+            return <double>PG_KEYS32(p)[pos]  # (a narrow entry holds the score)
         return self._score_of(PG_KEYS(p)[pos])
 
     cdef inline str _member_str(self, pg_page *p, Py_ssize_t pos):
@@ -2738,7 +2837,7 @@ cdef class RankIndex:
         if code == 0:
             return None
         p = self._locate(code, &pos)
-        return self._count_before_key(PG_KEYS(p)[pos], False) + 1
+        return self._count_before_key(self._key_at(p, pos), False) + 1
 
     def dense_rank(self, member):
         """1 + distinct scores strictly better, or ``None``.  O(log n)."""
@@ -2757,7 +2856,7 @@ cdef class RankIndex:
         if code == 0:
             return None
         p = self._locate(code, &pos)
-        return 100.0 * (self.length - self._count_before_key(PG_KEYS(p)[pos], False)) / self.length
+        return 100.0 * (self.length - self._count_before_key(self._key_at(p, pos), False)) / self.length
 
     def ranks(self, members):
         """Unique ranks of many members (``None`` for absent ones).  O(k log n)."""
@@ -2937,10 +3036,8 @@ cdef class RankIndex:
         cdef Py_ssize_t i = at_pos[0], mlen
         cdef Py_ssize_t record = DUMP_RECORD_SIZE - 8 * self.tie_by_member
         cdef const char *name
-        cdef double *keys
         cdef uint32_t *ids
         while p != NULL:
-            keys = PG_KEYS(p)
             ids = PG_IDS(p)
             while i < p.n:
                 # Names lie in arrival order, not rank order: ask for the
@@ -2954,7 +3051,7 @@ cdef class RankIndex:
                     at[0] = p
                     at_pos[0] = i
                     return out
-                rk_store_f64(out, -keys[i] if self.descending else keys[i])
+                rk_store_f64(out, self._score_at(p, i))
                 if self.tie_by_member:
                     rk_store_u16(out + 8, <uint16_t>mlen)
                 else:
@@ -3031,6 +3128,23 @@ cdef class RankIndex:
         r.prev = NULL if tail == self.header else tail
         ld.page = r
 
+    cdef int _fit_key_loading(self, double key, pg_loading *ld) except -1:
+        """``_fit_key`` while loading: a widening moves every page, so the
+        load's own page pointers are taken again, by number."""
+        cdef uint32_t pnos[MAX_LEVEL]
+        cdef uint32_t page_pno = ld.page.pno if ld.page != NULL else 0
+        cdef int level
+        for level in range(MAX_LEVEL):
+            pnos[level] = MOVED if ld.last[level] == self.header else ld.last[level].pno
+        if not self._fit_key(key):
+            return 0
+        if ld.page != NULL:
+            ld.page = self.pages[page_pno]
+        for level in range(MAX_LEVEL):
+            if pnos[level] != MOVED:
+                ld.last[level] = self.pages[pnos[level]]
+        return 1
+
     cdef inline bint _loaded_in_order(self, pg_loading *ld, double key, uint64_t seq,
                                       const char *member, Py_ssize_t mlen) noexcept nogil:
         """Whether a loaded record sorts after every entry loaded before it."""
@@ -3056,7 +3170,7 @@ cdef class RankIndex:
         self.member_bytes += mlen
         if page.n == 0:
             self.firstkeys[page.pno] = key
-        PG_KEYS(page)[page.n] = key
+        self._set_key(page, page.n, key)
         self._set_seq(page, page.n, seq)
         PG_IDS(page)[page.n] = mid
         PG_ENOS(page)[page.n] = <uint8_t>e
@@ -3167,6 +3281,8 @@ cdef class RankIndex:
             if not _dump_record_whole(&q, end, next_seq, &score, &seq, &mlen, has_seq):
                 break
             key = self._key(score)
+            if self.key_bytes == 4 and not self._narrow(key):
+                break  # (the pages widen: with the GIL, in _load)
             if not self._loaded_in_order(ld, key, seq, q, mlen):
                 break
             h = ring[i & 15] if i < hashed else self._hash(q, mlen)
@@ -3242,6 +3358,9 @@ cdef class RankIndex:
         cdef list starts = []     # per page: (entries before, leaders before)
         cdef dict index_of = {}
         cdef list pages = []
+        assert self.key_bytes in (4, 8), "key width"
+        assert self.seq_bytes == 0 if self.tie_by_member else self.seq_bytes in (4, 8), \
+            "seq width"
         while p != NULL:
             assert p.prev == prevp, "prev link broken"
             assert 1 <= p.n <= p.cap <= self.page_size, f"page holds {p.n} entries"
@@ -3249,8 +3368,8 @@ cdef class RankIndex:
                 assert p.n >= self.min_fill, (
                     f"page below minimum fill: {p.n} < {self.min_fill}")
             assert self.pages[p.pno] == p, "page table does not point at the page"
-            assert self.firstkeys[p.pno] == PG_KEYS(p)[0], "first key not kept"
-            assert signbit(self.firstkeys[p.pno]) == signbit(PG_KEYS(p)[0]), "first key's zero"
+            assert self.firstkeys[p.pno] == self._key_at(p, 0), "first key not kept"
+            assert signbit(self.firstkeys[p.pno]) == signbit(self._key_at(p, 0)), "first key's zero"
             index_of[<size_t>p] = len(pages)
             pages.append(<size_t>p)
             starts.append((n, leaders))
@@ -3266,15 +3385,15 @@ cdef class RankIndex:
                 name = self._name(mid, &mlen)
                 nbytes += mlen
                 if i > 0:
-                    assert self._cmp(p, i - 1, PG_KEYS(p)[i], self._seq(p, i), name, mlen) < 0, \
+                    assert self._cmp(p, i - 1, self._key_at(p, i), self._seq(p, i), name, mlen) < 0, \
                         "entries out of order"
                 elif prevp != NULL:
-                    assert self._cmp(prevp, prevp.n - 1, PG_KEYS(p)[0], self._seq(p, 0),
+                    assert self._cmp(prevp, prevp.n - 1, self._key_at(p, 0), self._seq(p, 0),
                                      name, mlen) < 0, "entries out of order across pages"
-                if n == 0 or PG_KEYS(p)[i] != prev_key:
+                if n == 0 or self._key_at(p, i) != prev_key:
                     leaders += 1
                     count += 1
-                prev_key = PG_KEYS(p)[i]
+                prev_key = self._key_at(p, i)
                 n += 1
                 h = self._hash(name, mlen)
                 pidx = self._slot(name, mlen, h)
@@ -3439,6 +3558,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
         _dump_record_read(reader, i, next_seq, &score, &seq, &mlen, has_seq)
         p = reader.p
         key = index._key(score)
+        index._fit_key_loading(key, &ld)
         if not index._loaded_in_order(&ld, key, seq, p, mlen):
             raise ValueError(f"rank index dump is out of order at record {i}")
         h = index._hash(p, mlen)
