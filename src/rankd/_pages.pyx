@@ -20,24 +20,34 @@ default, and at most) in rank order, as parallel arrays of entry numbers
 by arrival, arrival sequences: a board tied by member never orders by a
 seq, so its pages keep none and its dump leaves them out.
 
-Both keys and seqs start narrow, 4 bytes each, and widen once when a
-value does not fit: an entry is 9 bytes on a board tied by member whose
-scores are all integers (13 with f64 keys), 13 tied by arrival (17, and
-21 with 64-bit seqs).  A key is held as the score itself, an int32,
-while every score the board was given is an integer in int32's range
-and not -0.0 (game points, steps, wins, Elo: most leaderboards), and as
-the f64 key from the first score that is not.  Seqs count a board's
-score changes, so only a replay that gives explicit seqs or four billion
-writes pass 2^32.  A widening moves every page to the wider layout, once
-(O(n), every page allocated before any moves, so running out of memory
-changes nothing; links name pages by number as well as address, so the
-moved pages are re-linked from the page table), and a board stays wide
-until it is loaded again (a load widens at the first record that needs
-it).  Of the ways to fewer bytes a member this is the cheapest (4 bytes
-an entry each, one predictable branch a read): a per-page base with
-32-bit offsets saves the same but needs a rebase when a page's values
-span more than 2^32.  Only pages carry skip list levels,
-so the tower overhead is paid once per page, not once per member.  Rank,
+Keys and seqs start narrow, 4 bytes each: an entry is 9 bytes on a
+board tied by member whose scores are integers (13 with f64 keys), 13
+tied by arrival (17, and 21 with 64-bit seqs).  A page holds its keys as
+the scores themselves, int32, while every score it was given is an
+integer in int32's range and not -0.0 (game points, steps, wins, Elo:
+most leaderboards), and as f64 keys once it is *wide* (a flag in its
+header, read with the keys: one predictable branch a read).  A score
+that does not fit widens only the page it enters (``_widened``: one
+page copied, its links repointed as a reallocation's are), before
+anything changes, and pages that take entries from a wide one (splits,
+shares, merges) widen only if a moved key needs it; a wide page stays
+wide until the board is loaded again, and a load widens only the pages
+whose records need it.  So one fractional score costs a page, not the
+board, and no write pays an O(n) pass: a board-wide widening took 22 ms
+of one event-loop callback at 1M members.  Seqs count a board's score
+changes, so only a replay that gives explicit seqs or four billion
+writes pass 2^32: the first seq that does widens every page to 64-bit
+seqs, once (O(n), every page allocated before any moves, so running out
+of memory changes nothing; links name pages by number as well as
+address, so the moved pages are re-linked from the page table).  Every
+move of a page counts as a change of the index, so iterators and dumps
+in chunks refuse to go on even when the write that moved it is then
+refused.  Of the ways to fewer bytes a member this is the cheapest: a
+per-page base with 32-bit offsets saves the same but needs a rebase when
+a page's values span more than 2^32.
+
+Only pages carry skip list levels, so the tower overhead is paid once
+per page, not once per member.  Rank,
 top-K, neighbours and range reads walk a few pages of contiguous arrays
 instead of one pointer per member, and an update that stays inside its
 page is a memmove, not an unlink and relink.
@@ -273,7 +283,8 @@ cdef extern from *:
     struct pg_page {
         pg_page *prev;            /* previous page on level 0 (NULL: first) */
         uint32_t n, lead, pno;    /* entries, leaders, page number */
-        uint16_t height, cap;
+        uint8_t height, wide;     /* levels; keys: 0 int32 scores, 1 f64 keys */
+        uint16_t cap;
         pg_link *level;
         uint64_t used;            /* the entry numbers in use (bit e: e) */
     };
@@ -284,17 +295,18 @@ cdef extern from *:
     #define PG_IDS_BYTES(cap) (((size_t)(cap) * 4 + 7) & ~(size_t)7)
     #define PG_ENOS(p) ((uint8_t *)((char *)(p) + sizeof(pg_page)))
     #define PG_IDS(p) ((uint32_t *)((char *)(p) + sizeof(pg_page) + PG_ENOS_BYTES((p)->cap)))
-    /* Keys are the scores as int32 (PG_KEYS32) while every score a board
-       was given is an integer in int32's range (not -0.0), and f64 keys
-       (PG_KEYS) from the first that is not, which widens every page once;
-       key_bytes: 4 or 8 per entry, the array padded to 8 bytes. */
+    /* A page's keys are its scores as int32 (PG_KEYS32) while every one
+       it was given is an integer in int32's range (not -0.0), f64 keys
+       (PG_KEYS) once it is widened (wide); PG_KEY_BYTES(p): 4 or 8 per
+       entry, the array padded to 8 bytes. */
     #define PG_KEYS(p) ((double *)((char *)PG_IDS(p) + PG_IDS_BYTES((p)->cap)))
     #define PG_KEYS32(p) ((int32_t *)PG_KEYS(p))
     #define PG_KEYS_BYTES(cap, key_bytes) (((size_t)(cap) * (key_bytes) + 7) & ~(size_t)7)
     /* Seqs are 32-bit until a board's first seq past 2^32 - 1 widens every
        page to 64-bit; boards tied by member hold none.  seq_bytes: 0, 4 or
        8 per entry. */
-    #define PG_SEQS_AT(p, key_bytes) ((char *)PG_KEYS(p) + PG_KEYS_BYTES((p)->cap, key_bytes))
+    #define PG_KEY_BYTES(p) ((p)->wide ? 8 : 4)
+    #define PG_SEQS(p) ((char *)PG_KEYS(p) + PG_KEYS_BYTES((p)->cap, PG_KEY_BYTES(p)))
     #define PG_SIZE(cap, key_bytes, seq_bytes) (sizeof(pg_page) + PG_ENOS_BYTES(cap) \
         + PG_IDS_BYTES(cap) + PG_KEYS_BYTES(cap, key_bytes) + (size_t)(cap) * (seq_bytes))
     #define PG_TOWER_CHUNK 4096   /* links a chunk of towers holds */
@@ -430,13 +442,15 @@ cdef extern from *:
         uint32_t n
         uint32_t lead
         uint32_t pno
-        uint16_t height
+        uint8_t height
+        uint8_t wide
         uint16_t cap
         pg_link *level
         uint64_t used
     double *PG_KEYS(pg_page *p) nogil
     int32_t *PG_KEYS32(pg_page *p) nogil
-    char *PG_SEQS_AT(pg_page *p, int key_bytes) nogil
+    char *PG_SEQS(pg_page *p) nogil
+    int PG_KEY_BYTES(pg_page *p) nogil
     uint8_t *PG_ENOS(pg_page *p) nogil
     size_t PG_ENOS_BYTES(int cap) nogil
     uint32_t PG_CODE(uint32_t tag, uint32_t pno, uint32_t eno) nogil
@@ -555,6 +569,7 @@ ctypedef struct pg_loading:
     double prev_key
     Py_ssize_t pages
     pg_page *last[MAX_LEVEL]
+    pg_page *before[MAX_LEVEL]   # the page being filled: the page before it on each level
     Py_ssize_t last_rank[MAX_LEVEL]
     Py_ssize_t last_drank[MAX_LEVEL]
 
@@ -587,7 +602,6 @@ cdef class RankIndex:
     cdef bint tie_by_member
     cdef bint tie_member_desc
     cdef int seq_bytes              # per page entry: 0 (tied by member), 4 or 8
-    cdef int key_bytes              # per page entry: 4 (int32 scores so far) or 8
     cdef double key_sign            # a key is the score times this (-1: desc)
     cdef uint64_t _next_seq
     cdef uint64_t hash_k0, hash_k1
@@ -644,7 +658,6 @@ cdef class RankIndex:
         self.tie_by_member = tie_break != "first"
         self.tie_member_desc = tie_break == "member_desc"
         self.seq_bytes = 0 if self.tie_by_member else 4
-        self.key_bytes = 4
         self.key_sign = -1.0 if self.descending else 1.0
         self.max_level = max_level
         self.branching = branching
@@ -762,12 +775,12 @@ cdef class RankIndex:
             level += 1
         return level
 
-    cdef pg_page *_new_page(self, int cap=0) except NULL:
+    cdef pg_page *_new_page(self, int cap=0, bint wide=False) except NULL:
         """A fresh, unlinked, empty page with a page number, room for
         ``cap`` entries (0: ``_cap_for(0)``, the growth step).  Raises
         OverflowError (the page table is full) or MemoryError."""
         global _live_pages
-        cdef pg_page *p = self._page_alloc(cap)
+        cdef pg_page *p = self._page_alloc(cap, wide)
         if p == NULL:
             if self.nfree_pnos == 0 and self.pnos_used >= self.max_pnos:
                 raise _pages_full(self.max_pnos)
@@ -775,7 +788,7 @@ cdef class RankIndex:
         _live_pages += 1
         return p
 
-    cdef pg_page *_page_alloc(self, int cap) noexcept nogil:
+    cdef pg_page *_page_alloc(self, int cap, bint wide=False) noexcept nogil:
         """``_new_page`` without the GIL: NULL where it raises (nothing
         changed but the page table's room), and not counted in
         ``_live_pages`` (a C global other threads change with the GIL)."""
@@ -810,7 +823,7 @@ cdef class RankIndex:
             return NULL
         if cap <= 0:
             cap = self._cap_for(0)
-        p = <pg_page *>malloc(PG_SIZE(cap, self.key_bytes, self.seq_bytes))
+        p = <pg_page *>malloc(PG_SIZE(cap, 8 if wide else 4, self.seq_bytes))
         if p == NULL:
             self._tower_free(tower, h)
             return NULL
@@ -827,6 +840,7 @@ cdef class RankIndex:
         p.used = 0
         p.pno = pno
         p.height = h
+        p.wide = wide
         p.cap = cap
         self.pages[pno] = p
         return p
@@ -837,7 +851,7 @@ cdef class RankIndex:
         self.free_pnos[self.nfree_pnos] = p.pno
         self.nfree_pnos += 1
         self._tower_free(p.level, p.height)
-        self.freed_bytes += PG_SIZE(p.cap, self.key_bytes, self.seq_bytes)
+        self.freed_bytes += PG_SIZE(p.cap, PG_KEY_BYTES(p), self.seq_bytes)
         free(p)
         _live_pages -= 1
 
@@ -857,7 +871,7 @@ cdef class RankIndex:
         table, the next page's ``prev`` and the links to it are repointed
         (``_repoint_moved``), so callers must take page pointers again."""
         cdef int old_cap = p.cap
-        cdef size_t n = p.n, sb = <size_t>self.seq_bytes, kb = <size_t>self.key_bytes
+        cdef size_t n = p.n, sb = <size_t>self.seq_bytes, kb = <size_t>PG_KEY_BYTES(p)
         cdef pg_page *q
         cdef char *old_ids
         cdef char *old_keys
@@ -869,31 +883,32 @@ cdef class RankIndex:
             # give back the end.
             old_ids = <char *>PG_IDS(p)
             old_keys = <char *>PG_KEYS(p)
-            old_seqs = PG_SEQS_AT(p, kb)
+            old_seqs = PG_SEQS(p)
             p.cap = <uint16_t>cap
             memmove(PG_IDS(p), old_ids, n * 4)
             memmove(PG_KEYS(p), old_keys, n * kb)
             if sb:
-                memmove(PG_SEQS_AT(p, kb), old_seqs, n * sb)
-            q = <pg_page *>realloc(p, PG_SIZE(cap, self.key_bytes, self.seq_bytes))
+                memmove(PG_SEQS(p), old_seqs, n * sb)
+            q = <pg_page *>realloc(p, PG_SIZE(cap, kb, sb))
             if q == NULL:
                 return p  # the larger block still holds the new layout
         else:
-            q = <pg_page *>realloc(p, PG_SIZE(cap, self.key_bytes, self.seq_bytes))
+            q = <pg_page *>realloc(p, PG_SIZE(cap, kb, sb))
             if q == NULL:
                 return NULL
             # Growing: the seqs (last) move up first, then the keys, then
             # the ids (the entry numbers stay).
             old_ids = <char *>PG_IDS(q)
             old_keys = <char *>PG_KEYS(q)
-            old_seqs = PG_SEQS_AT(q, kb)
+            old_seqs = PG_SEQS(q)
             q.cap = <uint16_t>cap
             if sb:
-                memmove(PG_SEQS_AT(q, kb), old_seqs, n * sb)
+                memmove(PG_SEQS(q), old_seqs, n * sb)
             memmove(PG_KEYS(q), old_keys, n * kb)
             memmove(PG_IDS(q), old_ids, n * 4)
         if q != p:
             self._repoint_moved(q)
+            self.mutations += 1  # (a page moved: iterators must not go on)
         return q
 
     cdef void _repoint_moved(self, pg_page *q) noexcept:
@@ -947,6 +962,64 @@ cdef class RankIndex:
                     cover[i] = q
         return q
 
+    cdef pg_page *_widen_copy(self, pg_page *p) noexcept nogil:
+        """A copy of ``p`` with f64 keys (its int32 scores made keys), ``p``
+        freed; NULL if out of memory (``p`` unchanged).  Nothing that points
+        at ``p`` is repointed."""
+        cdef pg_page *q = <pg_page *>malloc(PG_SIZE(p.cap, 8, self.seq_bytes))
+        cdef Py_ssize_t i
+        if q == NULL:
+            return NULL
+        memcpy(q, p, PG_SIZE(p.cap, 0, 0))  # header, numbers, ids
+        q.wide = 1
+        for i in range(p.n):
+            PG_KEYS(q)[i] = self._key_at(p, i)
+        if self.seq_bytes:
+            memcpy(PG_SEQS(q), PG_SEQS(p), p.n * self.seq_bytes)
+        self.freed_bytes += PG_SIZE(p.cap, 4, self.seq_bytes)
+        free(p)
+        # A page moved: iterators and dumps in chunks must not go on, even
+        # if the write that moved it is then refused.
+        self.mutations += 1
+        return q
+
+    cdef pg_page *_widen_page(self, pg_page *p) noexcept:
+        """``p`` (linked, at least one entry) with f64 keys, at its new
+        place, the page table, its next page's ``prev`` and the links to it
+        repointed (``_repoint_moved``); NULL if out of memory (``p``
+        unchanged).  Callers must take page pointers again."""
+        cdef pg_page *q
+        if p.wide:
+            return p
+        q = self._widen_copy(p)
+        if q != NULL:
+            self._repoint_moved(q)
+        return q
+
+    cdef pg_page *_widened(self, pg_page *p, pg_page **cover) except NULL:
+        """``_widen_page``, with ``cover`` (a search path's covering pages,
+        or NULL) repointed too; raises MemoryError, changing nothing."""
+        cdef pg_page *q = self._widen_page(p)
+        cdef int i
+        if q == NULL:
+            raise MemoryError()
+        if q != p and cover != NULL:
+            for i in range(self.height):
+                if cover[i] == p:
+                    cover[i] = q
+        return q
+
+    cdef bint _all_narrow(self, pg_page *p, Py_ssize_t start, Py_ssize_t count) noexcept:
+        """Whether entries ``start``..``start + count - 1`` of ``p`` have
+        keys a narrow page can hold."""
+        cdef Py_ssize_t i
+        if not p.wide:
+            return True
+        for i in range(start, start + count):
+            if not self._narrow(PG_KEYS(p)[i]):
+                return False
+        return True
+
     cdef void _shrink(self, pg_page *p) noexcept:
         """Give back a page's room beyond ``CAP_STEP`` spare entries (none
         in a full page is kept); nothing if out of memory."""
@@ -955,7 +1028,7 @@ cdef class RankIndex:
 
     cdef inline size_t _held(self) noexcept:
         """Bytes in the pages, the map and the name arena (an estimate)."""
-        return (<size_t>(self.pnos_used - self.nfree_pnos) * PG_SIZE(self.page_size, self.key_bytes, self.seq_bytes)
+        return (<size_t>(self.pnos_used - self.nfree_pnos) * PG_SIZE(self.page_size, 4, self.seq_bytes)
                 + self.nslots * 4 + self.names_used * 4)
 
     cdef void _trim_step(self) noexcept:
@@ -1015,25 +1088,25 @@ cdef class RankIndex:
         """Entry ``i``'s arrival sequence (0 on boards tied by member, whose
         pages keep none: the order never reads it)."""
         if self.seq_bytes == 4:
-            return (<uint32_t *>PG_SEQS_AT(p, self.key_bytes))[i]
-        return 0 if self.seq_bytes == 0 else (<uint64_t *>PG_SEQS_AT(p, self.key_bytes))[i]
+            return (<uint32_t *>PG_SEQS(p))[i]
+        return 0 if self.seq_bytes == 0 else (<uint64_t *>PG_SEQS(p))[i]
 
     cdef inline void _set_seq(self, pg_page *p, Py_ssize_t i, uint64_t seq) noexcept nogil:
         """Store entry ``i``'s seq (which ``_fit_seq`` made fit)."""
         if self.seq_bytes == 4:
-            (<uint32_t *>PG_SEQS_AT(p, self.key_bytes))[i] = <uint32_t>seq
+            (<uint32_t *>PG_SEQS(p))[i] = <uint32_t>seq
         elif self.seq_bytes == 8:
-            (<uint64_t *>PG_SEQS_AT(p, self.key_bytes))[i] = seq
+            (<uint64_t *>PG_SEQS(p))[i] = seq
 
     cdef inline double _key_at(self, pg_page *p, Py_ssize_t i) noexcept nogil:
         """Entry ``i``'s key (a narrow entry holds the score: 0 is +0.0's key)."""
-        if self.key_bytes == 4:
+        if not p.wide:
             return <double>PG_KEYS32(p)[i] * self.key_sign
         return PG_KEYS(p)[i]
 
     cdef inline void _set_key(self, pg_page *p, Py_ssize_t i, double key) noexcept nogil:
-        """Store entry ``i``'s key (which ``_fit_key`` made fit)."""
-        if self.key_bytes == 4:
+        """Store entry ``i``'s key (``p`` is wide unless it is ``_narrow``)."""
+        if not p.wide:
             PG_KEYS32(p)[i] = <int32_t>(key * self.key_sign)
         else:
             PG_KEYS(p)[i] = key
@@ -1046,16 +1119,6 @@ cdef class RankIndex:
                 and score == <double><int32_t>score
                 and not (score == 0.0 and signbit(score)))
 
-    cdef int _fit_key(self, double key) except -1:
-        """Make the pages able to hold ``key``: the first score that is not
-        an int32 widens every page's keys to f64, once (O(n)).  Returns 1 if
-        it did (every page moved: page pointers held are stale); a
-        MemoryError leaves every page as it was."""
-        if self.key_bytes == 8 or self._narrow(key):
-            return 0
-        self._rewiden(8, self.seq_bytes)
-        return 1
-
     cdef int _fit_seq(self, uint64_t seq) except -1:
         """Make the pages able to hold ``seq``: the first seq past 2^32 - 1
         widens every page's seqs to 64 bits, once (O(n)).  Returns 1 if it
@@ -1063,18 +1126,16 @@ cdef class RankIndex:
         leaves every page as it was."""
         if self.seq_bytes != 4 or seq >> 32 == 0:  # (a C test: no Python int)
             return 0
-        self._rewiden(self.key_bytes, 8)
+        self._rewiden_seqs()
         return 1
 
-    cdef int _rewiden(self, int key_bytes, int seq_bytes) except -1:
-        """Move every page to a layout of wider keys or seqs (O(n)); a
-        MemoryError changes nothing."""
+    cdef int _rewiden_seqs(self) except -1:
+        """Move every page to 64-bit seqs (O(n)); a MemoryError changes
+        nothing.  Each page keeps its key width."""
         cdef uint32_t pno, i
         cdef pg_page *p
         cdef pg_page *q
         cdef pg_page **fresh
-        cdef char *from_seqs
-        cdef char *to_seqs
         cdef int level
         fresh = <pg_page **>calloc(self.pnos_used + 1, sizeof(pg_page *))
         if fresh == NULL:
@@ -1082,8 +1143,9 @@ cdef class RankIndex:
         # Allocate every wider page first, so that running out of memory
         # changes nothing.
         for pno in range(self.pnos_used):
-            if self.pages[pno] != NULL:
-                fresh[pno] = <pg_page *>malloc(PG_SIZE(self.pages[pno].cap, key_bytes, seq_bytes))
+            p = self.pages[pno]
+            if p != NULL:
+                fresh[pno] = <pg_page *>malloc(PG_SIZE(p.cap, PG_KEY_BYTES(p), 8))
                 if fresh[pno] == NULL:
                     for i in range(pno):
                         free(fresh[i])
@@ -1094,25 +1156,15 @@ cdef class RankIndex:
             if p == NULL:
                 continue
             q = fresh[pno]
-            memcpy(q, p, PG_SIZE(p.cap, 0, 0))  # header, numbers, ids
+            memcpy(q, p, PG_SIZE(p.cap, PG_KEY_BYTES(p), 0))  # header, numbers, ids, keys
             for i in range(p.n):
-                if key_bytes == 8:
-                    PG_KEYS(q)[i] = self._key_at(p, i)
-                else:
-                    PG_KEYS32(q)[i] = PG_KEYS32(p)[i]
-            from_seqs = PG_SEQS_AT(p, self.key_bytes)
-            to_seqs = PG_SEQS_AT(q, key_bytes)
-            for i in range(p.n):
-                if seq_bytes == 8:
-                    (<uint64_t *>to_seqs)[i] = self._seq(p, i)
-                elif seq_bytes == 4:
-                    (<uint32_t *>to_seqs)[i] = (<uint32_t *>from_seqs)[i]
-            self.freed_bytes += PG_SIZE(p.cap, self.key_bytes, self.seq_bytes)
+                (<uint64_t *>PG_SEQS(q))[i] = (<uint32_t *>PG_SEQS(p))[i]
+            self.freed_bytes += PG_SIZE(p.cap, PG_KEY_BYTES(p), 4)
             free(p)
             self.pages[pno] = q
         free(fresh)
-        self.key_bytes = key_bytes
-        self.seq_bytes = seq_bytes
+        self.seq_bytes = 8
+        self.mutations += 1  # (every page moved: see _widen_copy)
         # Links and prev pointers name pages by address: repoint them (the
         # towers themselves do not move).
         for pno in range(self.pnos_used):
@@ -1771,9 +1823,9 @@ cdef class RankIndex:
     cdef inline bint _same_key(self, pg_page *p, Py_ssize_t i, pg_page *q,
                                Py_ssize_t j) noexcept nogil:
         """Whether entry ``i`` of ``p`` and entry ``j`` of ``q`` have equal keys."""
-        if self.key_bytes == 4:
+        if not p.wide and not q.wide:
             return PG_KEYS32(p)[i] == PG_KEYS32(q)[j]
-        return PG_KEYS(p)[i] == PG_KEYS(q)[j]
+        return self._key_at(p, i) == self._key_at(q, j)
 
     cdef inline uint32_t _key_changes(self, pg_page *p, Py_ssize_t end) noexcept nogil:
         """How many of entries 1..end-1 of ``p`` differ from the one before."""
@@ -1781,7 +1833,7 @@ cdef class RankIndex:
         cdef Py_ssize_t i
         cdef double *keys
         cdef int32_t *narrow
-        if self.key_bytes == 4:
+        if not p.wide:
             narrow = PG_KEYS32(p)
             for i in range(1, end):
                 count += narrow[i] != narrow[i - 1]
@@ -1880,11 +1932,15 @@ cdef class RankIndex:
         cdef uint32_t news[64]
         cdef uint8_t *src_enos = PG_ENOS(src)
         cdef uint8_t *dst_enos = PG_ENOS(dst)
-        cdef size_t kb = <size_t>self.key_bytes
-        memcpy(<char *>PG_KEYS(dst) + at * kb, <char *>PG_KEYS(src) + start * kb, count * kb)
+        cdef size_t kb = <size_t>PG_KEY_BYTES(src)
+        if dst.wide == src.wide:
+            memcpy(<char *>PG_KEYS(dst) + at * kb, <char *>PG_KEYS(src) + start * kb, count * kb)
+        else:  # (converted: a narrow page is never given a key it cannot hold)
+            for i in range(count):
+                self._set_key(dst, at + i, self._key_at(src, start + i))
         if self.seq_bytes:
-            memcpy(PG_SEQS_AT(dst, kb) + at * self.seq_bytes,
-                   PG_SEQS_AT(src, kb) + start * self.seq_bytes, count * self.seq_bytes)
+            memcpy(PG_SEQS(dst) + at * self.seq_bytes,
+                   PG_SEQS(src) + start * self.seq_bytes, count * self.seq_bytes)
         memcpy(&PG_IDS(dst)[at], &PG_IDS(src)[start], count * 4)
         for i in range(count):
             e = src_enos[start + i]
@@ -1899,12 +1955,12 @@ cdef class RankIndex:
     cdef inline void _shift_entries(self, pg_page *p, Py_ssize_t start, Py_ssize_t end,
                                     Py_ssize_t by) noexcept:
         """Move entries start..end-1 of ``p`` by ``by`` places (memmove)."""
-        cdef size_t kb = <size_t>self.key_bytes
+        cdef size_t kb = <size_t>PG_KEY_BYTES(p)
         memmove(<char *>PG_KEYS(p) + (start + by) * kb, <char *>PG_KEYS(p) + start * kb,
                 (end - start) * kb)
         if self.seq_bytes:
-            memmove(PG_SEQS_AT(p, kb) + (start + by) * self.seq_bytes,
-                    PG_SEQS_AT(p, kb) + start * self.seq_bytes, (end - start) * self.seq_bytes)
+            memmove(PG_SEQS(p) + (start + by) * self.seq_bytes,
+                    PG_SEQS(p) + start * self.seq_bytes, (end - start) * self.seq_bytes)
         memmove(&PG_IDS(p)[start + by], &PG_IDS(p)[start], (end - start) * 4)
         memmove(&PG_ENOS(p)[start + by], &PG_ENOS(p)[start], end - start)
 
@@ -1983,19 +2039,22 @@ cdef class RankIndex:
         cdef int room
         rank_p = path.rank[0]
         drank_p = path.drank[0]
+        cdef bint wide = not self._narrow(key)
         if p == NULL:  # empty index
-            r = self._new_page()
+            r = self._new_page(0, wide)
             self._link_after(self.header, r, &path, 0, 0)
             return self._put(r, path.update, 0, key, seq, mid, tag, 0)
         pos = self._lower(p, key, seq, name, mlen)
         if p.n < self.page_size:
             p = self._grow(p, path.update)
+            if wide and not p.wide:  # (a key its int32 scores cannot hold)
+                p = self._widened(p, path.update)
             return self._put(p, path.update, pos, key, seq, mid, tag, rank_p)
         nxt = p.level[0].forward
         if pos == p.n and nxt == NULL:
             # At the end of the last page, start an empty page (monotonic
             # arrivals then fill pages whole).
-            r = self._new_page()
+            r = self._new_page(0, wide)
             self._link_after(p, r, &path, rank_p, drank_p)
             self._next_cover(p, path.update, rcover)
             return self._put(r, rcover, 0, key, seq, mid, tag, rank_p + p.n)
@@ -2011,10 +2070,14 @@ cdef class RankIndex:
             if self._even(p.prev, p) < 0:
                 raise MemoryError()
             return self._insert(key, seq, mid, tag)
-        r = self._new_page(self._cap_for(p.n - p.n // 2))
+        half = p.n // 2
+        if wide and pos <= half and not p.wide:
+            p = self._widened(p, path.update)
+        # The new page is wide only if it takes a key a narrow one cannot hold.
+        r = self._new_page(self._cap_for(p.n - half),
+                           (wide and pos > half) or not self._all_narrow(p, half, p.n - half))
         self._link_after(p, r, &path, rank_p, drank_p)
         self._next_cover(p, path.update, rcover)
-        half = p.n // 2
         self._move_entries(r, 0, p, half, p.n - half)
         self.firstkeys[r.pno] = self._key_at(r, 0)
         r.n = p.n - half
@@ -2123,6 +2186,11 @@ cdef class RankIndex:
                 if a == NULL:
                     return  # out of memory: the page stays sparse
                 b = a.level[0].forward
+            if not a.wide and not self._all_narrow(b, 0, b.n):
+                a = self._widen_page(a)
+                if a == NULL:
+                    return  # out of memory: the page stays sparse
+                b = a.level[0].forward
             name = self._name(PG_IDS(b)[0], &mlen)
             self._search(self._key_at(b, 0), self._seq(b, 0), name, mlen, True, &path)
             self._move_entries(a, a.n, b, 0, b.n)
@@ -2150,6 +2218,18 @@ cdef class RankIndex:
             b = a.level[0].forward
         elif a.n >= b.n and <Py_ssize_t>b.cap < total - total // 2:
             b = self._resize(b, self._cap_for(total - total // 2))
+            if b == NULL:
+                return -1
+            a = b.prev
+        # The page that gains widens if it takes a key it cannot hold.
+        if a.n < b.n and not a.wide and not self._all_narrow(b, 0, total // 2 - a.n):
+            a = self._widen_page(a)
+            if a == NULL:
+                return -1
+            b = a.level[0].forward
+        elif (a.n >= b.n and not b.wide
+                and not self._all_narrow(a, total // 2, a.n - total // 2)):
+            b = self._widen_page(b)
             if b == NULL:
                 return -1
             a = b.prev
@@ -2250,12 +2330,13 @@ cdef class RankIndex:
                              "pass seq explicitly")
         # Before anything changes; a widening moves every page, so find
         # the member's entry again.
-        if (self._fit_seq(seq if has_seq else self._next_seq)
-                | self._fit_key(self._key(target))) and code != 0:
+        if self._fit_seq(seq if has_seq else self._next_seq) and code != 0:
             p = self._locate(code, &pos)
         if code != 0:
             key = self._key(target)
             if self._stays(p, pos, key):
+                if not p.wide and not self._narrow(key):
+                    p = self._widened(p, NULL)  # (before anything changes)
                 seq = self._stamp(has_seq, seq)
                 new[0] = target
                 has_new[0] = True
@@ -2597,9 +2678,6 @@ cdef class RankIndex:
             raise _pages_full(self.max_pnos)
         self._fit_seq(top)
         for member, score, s in checked:
-            if self._fit_key(self._key(score)):
-                break
-        for member, score, s in checked:
             _member_bytes(member, &data, &size)
             if self.old_ids != NULL:
                 self._map_step()  # as a write does (before the slot is found)
@@ -2669,7 +2747,7 @@ cdef class RankIndex:
         cdef pg_page *p = self.header.level[0].forward
         cdef Py_ssize_t pages = 0
         while p != NULL:
-            pages += PG_SIZE(p.cap, self.key_bytes, self.seq_bytes) + p.height * sizeof(pg_link)
+            pages += PG_SIZE(p.cap, PG_KEY_BYTES(p), self.seq_bytes) + p.height * sizeof(pg_link)
             p = p.level[0].forward
         return {"pages": pages, "names": self.names_used * 4,
                 "map": (self.nslots + (self.old_nslots if self.old_ids else 0)) * 4,
@@ -2680,11 +2758,20 @@ cdef class RankIndex:
         """Heap trims this index asked for (for tests)."""
         return self.trims
 
+    def _wide_pages(self):
+        """Pages whose keys are f64 (for tests): a page's keys are int32
+        scores until it is given one that is not."""
+        cdef pg_page *p = self.header.level[0].forward
+        cdef Py_ssize_t wide = 0
+        while p != NULL:
+            wide += p.wide
+            p = p.level[0].forward
+        return wide
+
     @property
-    def _widths(self):
-        """``(key bytes, seq bytes)`` per entry (for tests): keys are 4
-        while every score is an int32, seqs 4 while below 2^32."""
-        return self.key_bytes, self.seq_bytes
+    def _seq_bytes(self):
+        """Bytes of a seq per entry (for tests): 4 while below 2^32."""
+        return self.seq_bytes
 
     def _arena_state(self):
         """``(units used, units of capacity)`` of the name arena (for tests)."""
@@ -2764,9 +2851,11 @@ cdef class RankIndex:
         cdef Py_ssize_t changed = 0, i
         cdef double key = self._key(0.0)
         cdef double *keys
-        if self.key_bytes == 4:
-            return 0  # (a narrow entry's 0 is 0.0: -0.0 widens)
         while p != NULL:
+            if not p.wide:  # (a narrow entry's 0 is 0.0: -0.0 widens)
+                self.firstkeys[p.pno] = self._key_at(p, 0)
+                p = p.level[0].forward
+                continue
             keys = PG_KEYS(p)
             for i in range(p.n):
                 if keys[i] == 0.0 and signbit(keys[i]) != signbit(key):
@@ -2805,7 +2894,7 @@ cdef class RankIndex:
         return (_load_from_dump, (self.dump(),))
 
     cdef inline double _score_at(self, pg_page *p, Py_ssize_t pos) noexcept nogil:
-        if self.key_bytes == 4:
+        if not p.wide:
             return <double>PG_KEYS32(p)[pos]  # (a narrow entry holds the score)
         return self._score_of(PG_KEYS(p)[pos])
 
@@ -3120,6 +3209,7 @@ cdef class RankIndex:
             ld.last[i].level[i].fpno = r.pno
             ld.last[i].level[i].span = <uint32_t>(self.length - ld.last_rank[i])
             ld.last[i].level[i].dspan = <uint32_t>(self.ndistinct - ld.last_drank[i])
+            ld.before[i] = ld.last[i]
             ld.last[i] = r
             ld.last_rank[i] = self.length
             ld.last_drank[i] = self.ndistinct
@@ -3128,22 +3218,21 @@ cdef class RankIndex:
         r.prev = NULL if tail == self.header else tail
         ld.page = r
 
-    cdef int _fit_key_loading(self, double key, pg_loading *ld) except -1:
-        """``_fit_key`` while loading: a widening moves every page, so the
-        load's own page pointers are taken again, by number."""
-        cdef uint32_t pnos[MAX_LEVEL]
-        cdef uint32_t page_pno = ld.page.pno if ld.page != NULL else 0
+    cdef int _widen_loading(self, pg_loading *ld) except -1:
+        """While loading: the page being filled, given a key its int32
+        scores cannot hold, widened.  It is the last page on each of its
+        levels, so what points at it is the page table, the load's own
+        pointers and the links of the pages before it (``ld.before``)."""
+        cdef pg_page *q = self._widen_copy(ld.page)
         cdef int level
-        for level in range(MAX_LEVEL):
-            pnos[level] = MOVED if ld.last[level] == self.header else ld.last[level].pno
-        if not self._fit_key(key):
-            return 0
-        if ld.page != NULL:
-            ld.page = self.pages[page_pno]
-        for level in range(MAX_LEVEL):
-            if pnos[level] != MOVED:
-                ld.last[level] = self.pages[pnos[level]]
-        return 1
+        if q == NULL:
+            raise MemoryError()
+        self.pages[q.pno] = q
+        for level in range(q.height):
+            ld.before[level].level[level].forward = q
+            ld.last[level] = q
+        ld.page = q
+        return 0
 
     cdef inline bint _loaded_in_order(self, pg_loading *ld, double key, uint64_t seq,
                                       const char *member, Py_ssize_t mlen) noexcept nogil:
@@ -3281,8 +3370,8 @@ cdef class RankIndex:
             if not _dump_record_whole(&q, end, next_seq, &score, &seq, &mlen, has_seq):
                 break
             key = self._key(score)
-            if self.key_bytes == 4 and not self._narrow(key):
-                break  # (the pages widen: with the GIL, in _load)
+            if not self._narrow(key) and (self._load_needs_page(ld) or not ld.page.wide):
+                break  # (a wide page: with the GIL, in _load)
             if not self._loaded_in_order(ld, key, seq, q, mlen):
                 break
             h = ring[i & 15] if i < hashed else self._hash(q, mlen)
@@ -3358,7 +3447,6 @@ cdef class RankIndex:
         cdef list starts = []     # per page: (entries before, leaders before)
         cdef dict index_of = {}
         cdef list pages = []
-        assert self.key_bytes in (4, 8), "key width"
         assert self.seq_bytes == 0 if self.tie_by_member else self.seq_bytes in (4, 8), \
             "seq width"
         while p != NULL:
@@ -3558,7 +3646,6 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
         _dump_record_read(reader, i, next_seq, &score, &seq, &mlen, has_seq)
         p = reader.p
         key = index._key(score)
-        index._fit_key_loading(key, &ld)
         if not index._loaded_in_order(&ld, key, seq, p, mlen):
             raise ValueError(f"rank index dump is out of order at record {i}")
         h = index._hash(p, mlen)
@@ -3571,7 +3658,9 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
         if index._load_needs_page(&ld):
             # (before the name: a page left empty by a failed name is
             # freed with the index, a name without its entry is not)
-            index._append_page(index._new_page(ld.fill), &ld)  # packed: no room kept
+            index._append_page(index._new_page(ld.fill, not index._narrow(key)), &ld)  # packed
+        elif not ld.page.wide and not index._narrow(key):
+            index._widen_loading(&ld)
         mid = index._name_new(p, mlen)
         index._place_loaded(&ld, key, seq, mid, h, mlen)
         reader.p += mlen
