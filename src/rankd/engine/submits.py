@@ -64,7 +64,10 @@ class Submits:
         A bad submission gets its own error and does not fail the others.
         Submissions of concurrent callers (those that call during the same
         pass of the event loop) are applied together: one WAL append and one
-        commit, so under ``fsync=always`` they share one fsync.
+        commit, so under ``fsync=always`` they share one fsync.  A batch
+        holds at most ``coalescer.MAX_COALESCED`` submissions (a few ms of
+        the loop): a longer list goes in parts, a pass apart, answered at
+        once (see :mod:`rankd.engine.coalescer`).
         """
         return await self.coalescer.submit_many(list(submissions))
 
