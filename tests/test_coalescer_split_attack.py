@@ -1,0 +1,73 @@
+"""Attacks on the submit coalescer's bounded flushes (split lists) together
+with the per-board snapshot hold, through a real engine."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from engine_helpers import FakeClock, run, sub, with_engine
+from rankd.engine.coalescer import MAX_COALESCED
+from rankd.engine.engine import Engine
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def _release_after(engine: Engine, board: str, hops: int) -> None:
+    """Release ``board``'s hold ``hops`` callbacks of the loop from now."""
+    loop = asyncio.get_running_loop()
+
+    def step(left: int) -> None:
+        if left:
+            loop.call_soon(step, left - 1)
+        else:
+            engine._release(engine.boards[board])
+    loop.call_soon(step, hops)
+
+
+@pytest.mark.parametrize("hops", range(8))
+def test_a_split_list_writes_a_held_member_in_its_own_order(tmp_path, clock, hops):
+    """One caller's list, longer than a flush: its first part sets x/ann
+    to 1 on a board held by a snapshot, its second part (a pass later) sets
+    her to 2.  Whenever the hold is released, the list's order must stand:
+    ann ends at 2, as a replay of the log would have her."""
+    async def body(engine: Engine):
+        await engine.put_board("x", {"policy": "latest"})
+        await engine.put_board("y", {"policy": "latest"})
+        await engine.submit(sub("x", "ann", score=0))
+        engine._hold(engine.boards["x"])
+        filler = [sub("y", f"m{i}", score=i) for i in range(MAX_COALESCED + 10)]
+        submissions = [sub("x", "ann", score=1), *filler, sub("x", "ann", score=2)]
+        batch = asyncio.ensure_future(engine.submit_many(submissions))
+        _release_after(engine, "x", hops)
+        answers = await asyncio.wait_for(batch, 10)
+        assert answers[0]["score"] == 1.0 and answers[-1]["score"] == 2.0
+        assert engine.standing("x", "ann")["score"] == 2.0
+
+    run(with_engine(tmp_path / "data", clock, body))
+
+
+@pytest.mark.parametrize("hops", range(4))
+def test_a_later_caller_does_not_overtake_an_earlier_one_on_a_released_board(
+        tmp_path, clock, hops):
+    """Caller A sets x/ann to 1 while x is held; caller B sets her to 2
+    after A was answered nothing yet; the hold is released around B's
+    flush.  B called later, so ann must end at 2."""
+    async def body(engine: Engine):
+        await engine.put_board("x", {"policy": "latest"})
+        await engine.submit(sub("x", "ann", score=0))
+        engine._hold(engine.boards["x"])
+        first = asyncio.ensure_future(engine.submit_many([sub("x", "ann", score=1)]))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not first.done()
+        second = asyncio.ensure_future(engine.submit_many([sub("x", "ann", score=2)]))
+        _release_after(engine, "x", hops)
+        await asyncio.wait_for(asyncio.gather(first, second), 10)
+        assert engine.standing("x", "ann")["score"] == 2.0
+
+    run(with_engine(tmp_path / "data", clock, body))
