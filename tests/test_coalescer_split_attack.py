@@ -71,3 +71,19 @@ def test_a_later_caller_does_not_overtake_an_earlier_one_on_a_released_board(
         assert engine.standing("x", "ann")["score"] == 2.0
 
     run(with_engine(tmp_path / "data", clock, body))
+
+
+def test_a_list_that_fits_one_flush_gets_read_only_raised_even_when_split(tmp_path, clock):
+    """Two concurrent callers of 600 submissions each on a read-only engine:
+    each list fits one flush, so each gets ``ReadOnly`` raised (as one
+    caller alone does), not a list of answers that all say read-only (the
+    second list is split 400 + 200 only because it shared a flush)."""
+    async def body(engine: Engine):
+        await engine.put_board("y", {"policy": "latest"})
+        engine.failure = OSError("simulated disk failure")
+        calls = [[sub("y", f"{who}{i}", score=i) for i in range(600)] for who in "ab"]
+        answers = await asyncio.gather(*(engine.submit_many(c) for c in calls),
+                                       return_exceptions=True)
+        assert [type(a).__name__ for a in answers] == ["ReadOnly", "ReadOnly"]
+
+    run(with_engine(tmp_path / "data", clock, body))
