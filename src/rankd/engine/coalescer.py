@@ -13,10 +13,11 @@ A batch is applied in one callback of the event loop (the ingest of every
 submission in it, then its log append), so a flush takes at most
 ``MAX_COALESCED`` submissions, splitting a caller's list across flushes
 if need be: the rest go in the next passes, in order, and the caller gets
-all its answers at once.  One call of 20,000 submissions held the loop
-30-45 ms in one callback (see bench/README.md).  A caller's submissions
-never were one transaction: each gets its own answer.  So when the batch
-of one part of a split list fails with an
+all its answers at once.  Only a list longer than a flush is split: one
+that fits but not in the room left waits whole for the next flush.
+One call of 20,000 submissions held the loop 30-45 ms in one callback
+(see bench/README.md).  A caller's submissions never were one
+transaction: each gets its own answer.  So when the batch of one part of a split list fails with an
 :class:`~rankd.engine.errors.EngineError`, that error is the answer of
 each submission of the part, and every other part has its own outcome
 (the next part may already be applied: parts go out a pass apart, each
@@ -99,6 +100,9 @@ class SubmitCoalescer:
         while self._pending and count < MAX_COALESCED:
             caller = self._pending[0]
             start = caller.taken
+            if count and count + len(caller.submissions) - start > MAX_COALESCED >= len(
+                    caller.submissions):
+                break  # a list that fits one flush goes whole, in the next (see above)
             end = min(len(caller.submissions), start + MAX_COALESCED - count)
             parts.append((caller, start, end))
             caller.taken = end
