@@ -17,8 +17,8 @@ all its answers at once.  Only a list longer than a flush is split: one
 that fits but not in the room left waits whole for the next flush.
 One call of 20,000 submissions held the loop 30-45 ms in one callback
 (see bench/README.md).  A caller's submissions never were one
-transaction: each gets its own answer.  So when the batch of one part of a split list fails with an
-:class:`~rankd.engine.errors.EngineError`, that error is the answer of
+transaction: each gets its own answer.  So when the batch of one part
+of a split list fails with an :class:`~rankd.engine.errors.EngineError`, that error is the answer of
 each submission of the part, and every other part has its own outcome
 (the next part may already be applied: parts go out a pass apart, each
 without waiting for the one before to be committed); a list that fits
