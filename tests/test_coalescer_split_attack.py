@@ -87,3 +87,37 @@ def test_a_list_that_fits_one_flush_gets_read_only_raised_even_when_split(tmp_pa
         assert [type(a).__name__ for a in answers] == ["ReadOnly", "ReadOnly"]
 
     run(with_engine(tmp_path / "data", clock, body))
+
+
+def test_a_bug_in_a_later_part_does_not_fail_a_call_whose_first_part_is_applied(
+        tmp_path, clock, monkeypatch):
+    """A list of 1,500 deltas goes in two parts; the second part's batch hits
+    a bug (an exception that is not an ``EngineError``).  The first 1,000
+    are applied and logged by then, so the caller must not be told that
+    its call failed (a retry would count them twice): it gets their answers,
+    and an error for each submission of the failed part."""
+    import rankd.engine.submits as submits
+
+    real = submits.ingest
+    calls = []
+
+    def buggy(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # (1: the first part)
+            raise RuntimeError("a bug in ingest")
+        return real(*args, **kwargs)
+
+    async def body(engine: Engine):
+        await engine.put_board("y", {"policy": "sum"})
+        monkeypatch.setattr(submits, "ingest", buggy)
+        submissions = [sub("y", f"m{i}", delta=1) for i in range(MAX_COALESCED + 500)]
+        try:
+            answers = await engine.submit_many(submissions)
+        except RuntimeError:
+            applied = sum(engine.standing("y", f"m{i}") is not None
+                          for i in range(len(submissions)))
+            pytest.fail(f"the call raised, with {applied} of its submissions applied")
+        assert all(a["score"] == 1.0 for a in answers[:MAX_COALESCED])
+        assert all(isinstance(a, Exception) for a in answers[MAX_COALESCED:])
+
+    run(with_engine(tmp_path / "data", clock, body))
