@@ -46,6 +46,10 @@ class Submits:
         self.cluster = cluster
         #: Merges the submissions of concurrent callers into one batch.
         self.coalescer = SubmitCoalescer(self.submit_batch)
+        #: By board, the future of the last part waiting for it (a hold):
+        #: done once that part's turn came.  A later batch's submissions to
+        #: the board wait behind it, even once the hold is released.
+        self._waiting: dict[str, asyncio.Future[None]] = {}
 
     async def submit(self, submission: Submission) -> dict[str, Any]:
         """Apply one submission and return its result (raises EngineError)."""
@@ -71,23 +75,31 @@ class Submits:
         """
         return await self.coalescer.submit_many(list(submissions))
 
-    async def submit_batch(self, submissions: list[Submission]
+    async def submit_batch(self, submissions: list[Submission], *, turn: bool = False
                            ) -> list[dict[str, Any] | EngineError]:
         """Apply one coalesced batch (see :meth:`submit_many`).
 
-        Submissions to a board whose snapshot holds its writes wait for it;
-        the rest of the batch does not wait with them (the order of each
-        board's submissions is kept).
+        Submissions to a board whose snapshot holds its writes wait for it,
+        and so do those to a board that earlier submissions still wait for
+        (``turn``: these are those earlier ones, their turn come); the rest
+        of the batch does not wait with them (the order of each board's
+        submissions is kept).
         """
         state = self.state
-        held = state.held and {s.board for s in submissions
-                               if type(s.board) is str and s.board in state.held}
+        queued = self._waiting
+        held = (state.held or (queued and not turn)) and {
+            s.board for s in submissions if type(s.board) is str and (
+                s.board in state.held or (not turn and s.board in queued))}
         if held:
             waiting = [type(s.board) is str and s.board in held for s in submissions]
             free = [s for s, wait in zip(submissions, waiting, strict=True) if not wait]
             later = [s for s, wait in zip(submissions, waiting, strict=True) if wait]
+            # Queued now, before any await: a later batch finds it.
+            before = [queued[name] for name in held if name in queued]
+            mine = asyncio.get_running_loop().create_future()
+            queued.update(dict.fromkeys(held, mine))
             parts = await asyncio.gather(self.submit_batch(free),
-                                         self._submit_when_writable(held, later),
+                                         self._submit_when_writable(held, later, before, mine),
                                          return_exceptions=True)
             first, then = [_answers_of(part) for part in parts]
             return [next(then) if wait else next(first) for wait in waiting]
@@ -116,13 +128,28 @@ class Submits:
             await asyncio.shield(commits.pass_())
         return done.answers
 
-    async def _submit_when_writable(self, names: set[str], submissions: list[Submission]
+    async def _submit_when_writable(self, names: set[str], submissions: list[Submission],
+                                    before: list[asyncio.Future[None]],
+                                    mine: asyncio.Future[None]
                                     ) -> list[dict[str, Any] | EngineError]:
-        for name in names:
-            board = self.state.boards.get(name)
-            if board is not None:
-                await board.writable.wait()
-        return await self.submit_batch(submissions)  # held again meanwhile: it waits again
+        """Apply ``submissions`` once the parts queued ``before`` them on
+        boards ``names`` had their turn and no hold is left on those boards."""
+        try:
+            for earlier in before:
+                await asyncio.shield(earlier)
+            while blocked := [board for name in names
+                              if (board := self.state.boards.get(name)) is not None
+                              and not board.writable.is_set()]:
+                for board in blocked:
+                    await board.writable.wait()
+        finally:
+            # Our turn (or we are gone): the parts queued behind go on.
+            for name in names:
+                if self._waiting.get(name) is mine:
+                    del self._waiting[name]
+            mine.set_result(None)
+        # (no await since the check: applied before any part queued behind)
+        return await self.submit_batch(submissions, turn=True)
 
     # --- packed runs ------------------------------------------------------------------
 
