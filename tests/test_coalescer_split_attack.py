@@ -121,3 +121,32 @@ def test_a_bug_in_a_later_part_does_not_fail_a_call_whose_first_part_is_applied(
         assert all(isinstance(a, Exception) for a in answers[MAX_COALESCED:])
 
     run(with_engine(tmp_path / "data", clock, body))
+
+
+def test_a_packed_run_does_not_overtake_general_submissions_waiting_for_a_released_board(
+        tmp_path, clock):
+    """A general-path submission sets x/ann to 1 while x is held; the hold
+    is released, and in the same callback a native packed run sets her to
+    2 (it joins a pass already scheduled by another run).  The packed run
+    came later, so ann must end at 2."""
+    from conftest import native
+    from test_fast_submits import packed_run
+
+    native("rankd.engine._ingest", "ingest_packed")
+
+    async def body(engine: Engine):
+        await engine.put_board("x", {"policy": "latest"})
+        await engine.put_board("y", {"policy": "latest"})
+        await engine.submit(sub("x", "ann", score=0))
+        engine._hold(engine.boards["x"])
+        waiting = asyncio.ensure_future(engine.submit_many([sub("x", "ann", score=1)]))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        passed = engine.submit_packed_nowait(packed_run(("y", "bob", 1.0)))  # the pass
+        engine._release(engine.boards["x"])
+        later = engine.submit_packed_nowait(packed_run(("x", "ann", 2.0)))
+        await asyncio.wait_for(asyncio.gather(waiting, passed, later), 10)
+        assert engine.standing("x", "ann")["score"] == 2.0
+
+    run(with_engine(tmp_path / "data", clock, body))
