@@ -98,6 +98,8 @@ class Submits:
             before = [queued[name] for name in held if name in queued]
             mine = asyncio.get_running_loop().create_future()
             queued.update(dict.fromkeys(held, mine))
+            # Packed runs handed over meanwhile go the general way, behind it.
+            self.core.intake.unpacked += 1
             parts = await asyncio.gather(self.submit_batch(free),
                                          self._submit_when_writable(held, later, before, mine),
                                          return_exceptions=True)
@@ -148,6 +150,7 @@ class Submits:
                 if self._waiting.get(name) is mine:
                     del self._waiting[name]
             mine.set_result(None)
+            self.core.intake.unpacked -= 1
         # (no await since the check: applied before any part queued behind)
         return await self.submit_batch(submissions, turn=True)
 
