@@ -29,6 +29,19 @@ def _release_after(engine: Engine, board: str, hops: int) -> None:
     loop.call_soon(step, hops)
 
 
+async def _ann_set_to_1_while_x_is_held(engine: Engine) -> asyncio.Future:
+    """Board x (ann at 0), held; ann set to 1 through the general path,
+    waiting for the hold (given time to get there)."""
+    await engine.put_board("x", {"policy": "latest"})
+    await engine.submit(sub("x", "ann", score=0))
+    engine._hold(engine.boards["x"])
+    waiting = asyncio.ensure_future(engine.submit_many([sub("x", "ann", score=1)]))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    return waiting
+
+
 @pytest.mark.parametrize("hops", range(8))
 def test_a_split_list_writes_a_held_member_in_its_own_order(tmp_path, clock, hops):
     """One caller's list, longer than a flush: its first part sets x/ann
@@ -58,13 +71,7 @@ def test_a_later_caller_does_not_overtake_an_earlier_one_on_a_released_board(
     after A was answered nothing yet; the hold is released around B's
     flush.  B called later, so ann must end at 2."""
     async def body(engine: Engine):
-        await engine.put_board("x", {"policy": "latest"})
-        await engine.submit(sub("x", "ann", score=0))
-        engine._hold(engine.boards["x"])
-        first = asyncio.ensure_future(engine.submit_many([sub("x", "ann", score=1)]))
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert not first.done()
+        first = await _ann_set_to_1_while_x_is_held(engine)
         second = asyncio.ensure_future(engine.submit_many([sub("x", "ann", score=2)]))
         _release_after(engine, "x", hops)
         await asyncio.wait_for(asyncio.gather(first, second), 10)
@@ -135,14 +142,8 @@ def test_a_packed_run_does_not_overtake_general_submissions_waiting_for_a_releas
     native("rankd.engine._ingest", "ingest_packed")
 
     async def body(engine: Engine):
-        await engine.put_board("x", {"policy": "latest"})
+        waiting = await _ann_set_to_1_while_x_is_held(engine)
         await engine.put_board("y", {"policy": "latest"})
-        await engine.submit(sub("x", "ann", score=0))
-        engine._hold(engine.boards["x"])
-        waiting = asyncio.ensure_future(engine.submit_many([sub("x", "ann", score=1)]))
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert not waiting.done()
         passed = engine.submit_packed_nowait(packed_run(("y", "bob", 1.0)))  # the pass
         engine._release(engine.boards["x"])
         later = engine.submit_packed_nowait(packed_run(("x", "ann", 2.0)))
