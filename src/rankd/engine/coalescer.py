@@ -18,11 +18,14 @@ that fits but not in the room left waits whole for the next flush.
 One call of 20,000 submissions held the loop 30-45 ms in one callback
 (see bench/README.md).  A caller's submissions never were one
 transaction: each gets its own answer.  So when the batch of one part
-of a split list fails with an :class:`~rankd.engine.errors.EngineError`, that error is the answer of
-each submission of the part, and every other part has its own outcome
-(the next part may already be applied: parts go out a pass apart, each
-without waiting for the one before to be committed); a list that fits
-one flush gets the error raised, as it always did.
+of a split list fails, the error is the answer of each submission of
+the part (an :class:`~rankd.engine.errors.EngineError` as it is; a bug
+as ``ReadOnly``: the engine then refuses writes), and every other part
+has its own outcome (the next part may already be applied: parts go out
+a pass apart, each without waiting for the one before to be committed);
+a list that fits one flush gets the error raised, as it always did.
+Parts of a list waiting for a board held by a store keep their order
+behind each other (:meth:`rankd.engine.submits.Submits.submit_batch`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from rankd.engine.errors import EngineError
+from rankd.engine.errors import EngineError, ReadOnly
 
 if TYPE_CHECKING:
     from rankd.engine.submission import Submission
@@ -128,8 +131,10 @@ class SubmitCoalescer:
             for caller, start, end in parts:
                 if caller.future.done():
                     continue
-                if isinstance(exc, EngineError) and end - start < len(caller.submissions):
-                    caller.answer(start, [exc] * (end - start))  # (a part: see above)
+                if end - start < len(caller.submissions) and isinstance(exc, Exception):
+                    # A part (see above): its own error, not the call's.  A
+                    # bug has turned the engine read-only, this part unlogged.
+                    caller.answer(start, [_part_error(exc)] * (end - start))
                 else:
                     caller.future.set_exception(exc)
             if not isinstance(exc, Exception):
@@ -140,3 +145,14 @@ class SubmitCoalescer:
             if not caller.future.done():
                 caller.answer(start, answers[at:at + end - start])
             at += end - start
+
+
+def _part_error(exc: Exception) -> EngineError:
+    """The answer of each submission of a split list's part whose batch
+    raised ``exc``: an engine error as it is; anything else is a bug, after
+    which the engine refuses writes (``Submits.submit_batch``) and the part
+    was not logged."""
+    if isinstance(exc, EngineError):
+        return exc
+    return ReadOnly(f"rankd stopped accepting writes after an internal error ({exc!r}); "
+                    "this part of the batch was not logged")
