@@ -39,9 +39,26 @@ export class Daemon {
   get url() { return `http://127.0.0.1:${this.port}`; }
 
   async start({ timeoutMs = 30_000 } = {}) {
+    // A free port may be taken by another process between its pick and the
+    // daemon's bind (tests run in parallel): then pick again (the HTTP port
+    // of a restart stays: it is tried again) and start again.
+    const fresh = this.port === undefined;
+    for (let attempt = 1; ; attempt++) {
+      if (fresh && attempt > 1) this.port = undefined;
+      if (await this.#startOnce(timeoutMs)) return this;
+      const output = this.output.join("");
+      if (attempt >= 5 || !output.includes("address already in use")) {
+        throw new Error(`rankd did not start:\n${output}`);
+      }
+      await sleep(100);
+    }
+  }
+
+  async #startOnce(timeoutMs) {
     this.port ??= await freePort();
     const ports = ["--port", String(this.port), "--tcp-port", String(await freePort()),
                    "--resp-port", String(await freePort())];
+    this.output = [];
     this.process = spawn(python(), ["-m", "rankd.cli", "serve", "--host", "127.0.0.1", ...ports,
                                     "--data-dir", join(this.dataDir, "data"), ...this.args],
                          { stdio: ["ignore", "pipe", "pipe"] });
@@ -52,12 +69,12 @@ export class Daemon {
     while (Date.now() < deadline) {
       if (this.process.exitCode !== null) break;
       try {
-        if ((await fetch(`${this.url}/v1/health`)).ok) return this;
+        if ((await fetch(`${this.url}/v1/health`)).ok) return true;
       } catch { /* not listening yet */ }
       await sleep(100);
     }
     await this.stop();
-    throw new Error(`rankd did not start:\n${this.output.join("")}`);
+    return false;
   }
 
   /** SIGTERM by pid (SIGKILL after 20 s); the data dir stays for a restart. */
