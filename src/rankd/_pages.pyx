@@ -956,11 +956,17 @@ cdef class RankIndex:
         q = self._resize(p, self._cap_for(p.n))
         if q == NULL:
             raise MemoryError()
-        if q != p and cover != NULL:
-            for i in range(self.height):
-                if cover[i] == p:
-                    cover[i] = q
+        self._repoint_cover(p, q, cover)
         return q
+
+    cdef inline void _repoint_cover(self, pg_page *old, pg_page *new, pg_page **cover) noexcept:
+        """Point ``cover`` (a search path's covering pages, or NULL) at
+        ``new`` wherever it held ``old``, a page that moved."""
+        cdef int i
+        if new != old and cover != NULL:
+            for i in range(self.height):
+                if cover[i] == old:
+                    cover[i] = new
 
     cdef pg_page *_widen_copy(self, pg_page *p) noexcept nogil:
         """A copy of ``p`` with f64 keys (its int32 scores made keys), ``p``
@@ -1003,10 +1009,7 @@ cdef class RankIndex:
         cdef int i
         if q == NULL:
             raise MemoryError()
-        if q != p and cover != NULL:
-            for i in range(self.height):
-                if cover[i] == p:
-                    cover[i] = q
+        self._repoint_cover(p, q, cover)
         return q
 
     cdef bint _all_narrow(self, pg_page *p, Py_ssize_t start, Py_ssize_t count) noexcept:
