@@ -950,7 +950,6 @@ cdef class RankIndex:
         entries, with ``cover`` (a search path's covering pages) repointed.
         Raises MemoryError, changing nothing."""
         cdef pg_page *q
-        cdef int i
         if p.n < p.cap:
             return p
         q = self._resize(p, self._cap_for(p.n))
@@ -1006,7 +1005,6 @@ cdef class RankIndex:
         """``_widen_page``, with ``cover`` (a search path's covering pages,
         or NULL) repointed too; raises MemoryError, changing nothing."""
         cdef pg_page *q = self._widen_page(p)
-        cdef int i
         if q == NULL:
             raise MemoryError()
         self._repoint_cover(p, q, cover)
