@@ -130,6 +130,37 @@ moved record's id changes in its entry only.  Units of 4 bytes, not 8,
 spare 4 bytes a member for half the name lengths and cost the arena's
 reach (16 GiB, not 32).
 
+Shared by a board's indexes
+---------------------------
+A board keeps an index per window and period (``all``, ``daily``,
+``weekly``, ``monthly``, and the closed periods it retains), and they
+hold mostly the same members: an arena of their own each stored every
+name four times on a board of four windows.  They share one arena
+(:class:`Names`, given as ``names=``), and every index of an arena that
+holds a member lists the same record, so a name is stored once a board.
+The indexes keep their own pages and member maps (a member's place
+differs from window to window); the maps share the arena's SipHash key,
+so a name is hashed once for all of them.  A record says neither whose
+it is nor how many indexes list it (a count would cost a unit a record
+for the 19-byte names whose record fills its units exactly), so:
+
+* a member new to an index takes the record another index of the arena
+  lists for it (a lookup in each other index's map, stopping at the
+  first that holds it: for a member new to the board, one map slot an
+  index, whose tag says "absent" 15 times in 16);
+* an index that removes a member frees its record only if no other
+  index lists it (the same lookups);
+* an index emptied or freed (a period retired, a window dropped) does
+  not look up each of its members in the others, which would be O(n) in
+  one call: it adds an estimate of its records to the arena's possibly
+  dead units, and the compaction, started once free and possibly dead
+  records may be a quarter of the arena, tells the live from the dead as
+  it already did, by looking each record's name up, now in every index
+  of the arena (a record is live if one lists it, and moved in each);
+* a compaction step runs on a write to any index of the arena.
+
+An index made without ``names`` has an arena of its own, as before.
+
 The member map is open addressing with linear probing over an array of
 32-bit *codes*, one per member (4 bytes a slot, at most 3/4 full), keyed
 by SipHash-1-3 with a per-index random key (names come from players, so
@@ -543,7 +574,9 @@ def live_pages():
 
 
 def live_names():
-    """Number of member name records currently in use, across all indexes."""
+    """Number of member name records currently stored, across all arenas
+    (a record shared by a board's indexes counts once; one that only
+    indexes gone or cleared listed counts until a compaction drops it)."""
     return _live_names
 
 
@@ -568,10 +601,92 @@ ctypedef struct pg_loading:
     int fill
     double prev_key
     Py_ssize_t pages
+    Py_ssize_t names             # names stored without the GIL, not yet counted in _live_names
     pg_page *last[MAX_LEVEL]
     pg_page *before[MAX_LEVEL]   # the page being filled: the page before it on each level
     Py_ssize_t last_rank[MAX_LEVEL]
     Py_ssize_t last_drank[MAX_LEVEL]
+
+
+@cython.final
+@cython.no_gc
+cdef class Names:
+    """The name arena of a board's indexes: each member's name stored once
+    for all the windows and periods that hold it (see Members, "Shared
+    by a board's indexes").  Give it to each index as ``names=``; an index
+    made without one has an arena of its own.  Opaque: only the indexes
+    of this module read it."""
+
+    cdef uint32_t *names            # 4-byte units; id = offset in units (0 is never used)
+    cdef size_t names_used, names_cap
+    cdef uint32_t free_names[NAME_CLASSES]
+    cdef size_t free_units          # units in the free lists' records
+    cdef size_t dead_units          # units, about, of records that indexes gone or
+                                    # cleared may have left listed by none
+    cdef bint compacting            # a compaction is under way (see _compact_step)
+    cdef size_t compact_src, compact_dst
+    cdef Py_ssize_t records         # records stored, not in a free list nor swept away
+    cdef Py_ssize_t sweep_kept      # during a compaction: records it kept, and
+    cdef Py_ssize_t sweep_freed     # records freed behind it since it started
+    cdef uint64_t hash_k0, hash_k1  # the member maps' key, shared so a name hashes once
+    cdef void **members             # the indexes using the arena (borrowed: each
+    cdef Py_ssize_t nmembers, members_cap  # leaves in its __dealloc__)
+
+    def __cinit__(self):
+        key = os.urandom(16)
+        self.hash_k0 = int.from_bytes(key[:8], "little")
+        self.hash_k1 = int.from_bytes(key[8:], "little")
+        self._clear()
+
+    def __dealloc__(self):
+        global _live_names
+        _live_names -= self.records
+        free(self.names)
+        free(self.members)
+
+    cdef void _clear(self) noexcept:
+        """Drop every record (no index lists any); ``names`` is NULL if
+        out of memory (the index's ``_reset`` raises MemoryError)."""
+        global _live_names
+        _live_names -= self.records
+        self.records = 0
+        free(self.names)
+        self.names_cap = 128
+        self.names_used = 1
+        self.free_units = self.dead_units = 0
+        self.compacting = False
+        self.compact_src = self.compact_dst = 0
+        memset(self.free_names, 0, sizeof(self.free_names))
+        self.names = <uint32_t *>malloc(self.names_cap * 4)
+
+    cdef int _join(self, void *index) except -1:
+        cdef void *grown
+        if self.nmembers == self.members_cap:
+            grown = realloc(self.members, (self.members_cap * 2 + 4) * sizeof(void *))
+            if grown == NULL:
+                raise MemoryError()
+            self.members = <void **>grown
+            self.members_cap = self.members_cap * 2 + 4
+        self.members[self.nmembers] = index
+        self.nmembers += 1
+        return 0
+
+    cdef void _leave(self, void *index) noexcept:
+        cdef Py_ssize_t k
+        for k in range(self.nmembers):
+            if self.members[k] == index:
+                self.members[k] = self.members[self.nmembers - 1]
+                self.nmembers -= 1
+                return
+
+    @property
+    def indexes(self):
+        """How many indexes use the arena now."""
+        return self.nmembers
+
+    def _state(self):
+        """``(records, units used, free units, compacting)`` (for tests)."""
+        return self.records, self.names_used, self.free_units, bool(self.compacting)
 
 
 @cython.final
@@ -613,13 +728,8 @@ cdef class RankIndex:
     cdef Py_ssize_t last_pos        # the position _locate found last (a hint)
     cdef Py_ssize_t locate_bytes    # a page's header, entry numbers and ids
     cdef uint8_t *load_tags         # while loading: a hash byte by code (see _load)
-    # name arena: 4-byte units; id = offset in units (0 is never used)
-    cdef uint32_t *names
-    cdef size_t names_used, names_cap
-    cdef uint32_t free_names[NAME_CLASSES]
-    cdef size_t free_units          # units in the free lists' records
-    cdef bint compacting            # a compaction is under way (see _compact_step)
-    cdef size_t compact_src, compact_dst
+    # the name arena (the board's, shared by its indexes, or this one's own)
+    cdef Names arena
     # member map: slots of codes (page number and entry number, see PG_CODE)
     cdef uint32_t *slot_ids
     cdef size_t nslots              # slots in the table (any size: see pg_home)
@@ -649,7 +759,8 @@ cdef class RankIndex:
     cdef Py_ssize_t trims           # heap trims, ever (for tests)
 
     def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
-                  int branching=2, seed=None, int page_size=DEFAULT_PAGE_SIZE):
+                  int branching=2, seed=None, int page_size=DEFAULT_PAGE_SIZE,
+                  Names names=None):
         _options(order, tie_break, max_level, branching, seed)
         if not MIN_PAGE_SIZE <= page_size <= MAX_PAGE_SIZE:
             raise ValueError(f"page_size must be between {MIN_PAGE_SIZE} and "
@@ -672,9 +783,12 @@ cdef class RankIndex:
             self.rng_state = (seed * 0x9E3779B97F4A7C15 + 1) & 0xFFFFFFFFFFFFFFFF
         if self.rng_state == 0:
             self.rng_state = 0x9E3779B97F4A7C15
-        key = os.urandom(16)
-        self.hash_k0 = int.from_bytes(key[:8], "little")
-        self.hash_k1 = int.from_bytes(key[8:], "little")
+        # The board's arena, or one of its own; the map is keyed by the
+        # arena's key, so a name hashes the same in every index of it.
+        self.arena = Names() if names is None else names
+        self.hash_k0 = self.arena.hash_k0
+        self.hash_k1 = self.arena.hash_k1
+        self.arena._join(<void *>self)
         self.header = <pg_page *>calloc(1, PG_SIZE(0, 0, 0) + MAX_LEVEL * sizeof(pg_link))
         if self.header == NULL:
             raise MemoryError()
@@ -685,6 +799,8 @@ cdef class RankIndex:
     def __dealloc__(self):
         self._free_all()
         free(self.header)
+        if self.arena is not None:
+            self.arena._leave(<void *>self)
 
     # --- memory: pages, names, member map --------------------------------------
 
@@ -701,8 +817,7 @@ cdef class RankIndex:
             free(p)
             _live_pages -= 1
             p = nxt
-        _live_names -= self.length
-        free(self.names)
+        self._release_names()
         free(self.slot_ids)
         free(self.old_ids)
         self.old_ids = NULL
@@ -721,7 +836,6 @@ cdef class RankIndex:
         self.tower_next = NULL
         self.tower_room = 0
         memset(self.free_towers, 0, sizeof(self.free_towers))
-        self.names = NULL
         self.slot_ids = NULL
         self.pages = NULL
         self.free_pnos = NULL
@@ -741,13 +855,6 @@ cdef class RankIndex:
         self.member_bytes = 0
         self.peak_length = 0
         self.peak_member_bytes = 0
-        self.names_cap = 128
-        self.names_used = 1
-        self.free_units = 0
-        self.compacting = False
-        self.compact_src = self.compact_dst = 0
-        self.names = <uint32_t *>malloc(self.names_cap * 4)
-        memset(self.free_names, 0, sizeof(self.free_names))
         self.nslots = MIN_TABLE_SIZE
         self.slot_ids = <uint32_t *>calloc(MIN_TABLE_SIZE, 4)
         self.pages_cap = 16
@@ -756,7 +863,7 @@ cdef class RankIndex:
         self.nfree_pnos = 0
         self.pnos_used = 0
         self.firstkeys = <double *>malloc(self.pages_cap * 8)
-        if (self.names == NULL or self.slot_ids == NULL or self.firstkeys == NULL
+        if (self.arena.names == NULL or self.slot_ids == NULL or self.firstkeys == NULL
                 or self.pages == NULL or self.free_pnos == NULL):
             raise MemoryError()
         return 0
@@ -1030,7 +1137,7 @@ cdef class RankIndex:
     cdef inline size_t _held(self) noexcept:
         """Bytes in the pages, the map and the name arena (an estimate)."""
         return (<size_t>(self.pnos_used - self.nfree_pnos) * PG_SIZE(self.page_size, 4, self.seq_bytes)
-                + self.nslots * 4 + self.names_used * 4)
+                + self.nslots * 4 + self.arena.names_used * 4)
 
     cdef void _trim_step(self) noexcept:
         """After removals: once the pages and tables freed since the last
@@ -1081,7 +1188,7 @@ cdef class RankIndex:
         self.free_towers[height] = tower
 
     cdef inline const char *_name(self, uint32_t mid, Py_ssize_t *mlen) noexcept nogil:
-        cdef const uint8_t *rec = <const uint8_t *>&self.names[mid]
+        cdef const uint8_t *rec = <const uint8_t *>&self.arena.names[mid]
         mlen[0] = <Py_ssize_t>rec[0] + 1
         return <const char *>(rec + 1)
 
@@ -1186,132 +1293,211 @@ cdef class RankIndex:
             p = p.level[0].forward
         return 0
 
-    cdef uint32_t _name_new(self, const char *member, Py_ssize_t mlen) except 0:
-        """Store a name; return its id.  Raises OverflowError (the arena is
-        full) or MemoryError."""
+    cdef uint32_t _name_new(self, const char *member, Py_ssize_t mlen,
+                            uint64_t h) except 0:
+        """The id of a name for a member new to this index (``h``: its
+        hash): another index of the arena's record of it, or a new record.
+        Raises OverflowError (the arena is full) or MemoryError."""
         global _live_names
-        cdef uint32_t mid = self._name_put(member, mlen)
+        cdef uint32_t mid = self._shared_id(member, mlen, h)
+        if mid != 0:
+            return mid
+        mid = self._name_put(member, mlen)
         if mid == 0:
-            if self.names_used + PG_NAME_UNITS(mlen) >= MOVED:
+            if self.arena.names_used + PG_NAME_UNITS(mlen) >= MOVED:
                 raise OverflowError("the name arena of a rank index is full (16 GiB)")
             raise MemoryError()
         _live_names += 1
         return mid
 
+    cdef uint32_t _shared_id(self, const char *member, Py_ssize_t mlen,
+                             uint64_t h) noexcept nogil:
+        """The record another index of the arena lists for ``member``
+        (``h``: its hash), or 0.  Every index of an arena that holds a
+        member lists the same record (a member new to one takes another's
+        record, here), so the first found is the one."""
+        cdef Py_ssize_t k
+        cdef uint32_t mid
+        for k in range(self.arena.nmembers):
+            if self.arena.members[k] != <void *>self:
+                mid = (<RankIndex>self.arena.members[k])._listed_id(member, mlen, h)
+                if mid != 0:
+                    return mid
+        return 0
+
+    cdef uint32_t _listed_id(self, const char *member, Py_ssize_t mlen,
+                             uint64_t h) noexcept nogil:
+        """The record this index lists for ``member``, or 0 if absent."""
+        cdef Py_ssize_t pos
+        cdef uint32_t code = self._slot_code(self._slot(member, mlen, h))
+        if code == 0 or code == PENDING:
+            return 0
+        return PG_IDS(self._locate(code, &pos))[pos]
+
     cdef inline uint32_t _name_put(self, const char *member, Py_ssize_t mlen) noexcept nogil:
-        """``_name_new`` without the GIL: 0 where it raises (nothing
-        changed), and not counted in ``_live_names``."""
+        """A new record of a name, without the GIL: 0 where ``_name_new``
+        raises (nothing changed), and not counted in ``_live_names``."""
         cdef size_t units = PG_NAME_UNITS(mlen)
-        cdef uint32_t mid = 0 if self.compacting else self.free_names[units]
+        cdef uint32_t mid = 0 if self.arena.compacting else self.arena.free_names[units]
         cdef uint8_t *rec
         cdef void *grown
         cdef size_t cap
         if mid != 0:
-            self.free_names[units] = self.names[mid + 1]
-            self.free_units -= units
+            self.arena.free_names[units] = self.arena.names[mid + 1]
+            self.arena.free_units -= units
         else:
-            if self.names_used + units > self.names_cap:
-                cap = self.names_cap * 2
-                while cap < self.names_used + units:
+            if self.arena.names_used + units > self.arena.names_cap:
+                cap = self.arena.names_cap * 2
+                while cap < self.arena.names_used + units:
                     cap *= 2
-                if self.names_used + units >= MOVED:
+                if self.arena.names_used + units >= MOVED:
                     return 0
                 if cap > MOVED:
                     cap = MOVED
-                grown = realloc(self.names, cap * 4)
+                grown = realloc(self.arena.names, cap * 4)
                 if grown == NULL:
                     return 0
-                self.names = <uint32_t *>grown
-                self.names_cap = cap
-            mid = <uint32_t>self.names_used
-            self.names_used += units
-        rec = <uint8_t *>&self.names[mid]
+                self.arena.names = <uint32_t *>grown
+                self.arena.names_cap = cap
+            mid = <uint32_t>self.arena.names_used
+            self.arena.names_used += units
+        self.arena.records += 1
+        rec = <uint8_t *>&self.arena.names[mid]
         rec[0] = <uint8_t>(mlen - 1)
         pg_copy_short(<char *>rec + 1, member, mlen)
         return mid
 
     cdef void _name_free(self, uint32_t mid) noexcept:
+        """Give up the record ``mid`` of a member this index no longer
+        lists: freed, unless another index of the arena lists it."""
         global _live_names
+        cdef Names arena = self.arena
         cdef Py_ssize_t mlen
-        self._name(mid, &mlen)
+        cdef const char *name = self._name(mid, &mlen)
         cdef size_t units = PG_NAME_UNITS(mlen)
+        if arena.nmembers > 1 and self._shared_id(name, mlen, self._hash(name, mlen)) == mid:
+            return
         _live_names -= 1
-        if self.compacting and mid >= self.compact_dst:
+        arena.records -= 1
+        if arena.compacting and mid >= arena.compact_dst:
             return  # past the compacted part: the sweep leaves it out
+        if arena.compacting:
+            arena.sweep_freed += 1  # (kept by the sweep, then freed)
         # (the length byte stays: the compaction's sweep reads every
         # record's size; the link takes the second unit)
-        self.names[mid + 1] = self.free_names[units]
-        self.free_names[units] = mid
-        self.free_units += units
-        if (not self.compacting and self.names_used > MIN_COMPACT_UNITS
-                and self.free_units * 4 > self.names_used):
-            # A quarter of the arena is free records (that arrivals did not
-            # take back): compact it, a few records per write.
-            self.compacting = True
-            self.compact_src = self.compact_dst = 1
-            memset(self.free_names, 0, sizeof(self.free_names))
-            self.free_units = 0
+        arena.names[mid + 1] = arena.free_names[units]
+        arena.free_names[units] = mid
+        arena.free_units += units
+        self._compact_if_due()
+
+    cdef void _compact_if_due(self) noexcept:
+        """Start a compaction once a quarter of the arena is free records
+        (that arrivals did not take back) or, about, records that indexes
+        gone or cleared may have left listed by none."""
+        cdef Names arena = self.arena
+        if (not arena.compacting and arena.names_used > MIN_COMPACT_UNITS
+                and (arena.free_units + arena.dead_units) * 4 > arena.names_used):
+            # Compact it, a few records per write.
+            arena.compacting = True
+            arena.compact_src = arena.compact_dst = 1
+            memset(arena.free_names, 0, sizeof(arena.free_names))
+            arena.free_units = arena.dead_units = 0
+            arena.sweep_kept = arena.sweep_freed = 0
+
+    cdef void _release_names(self) noexcept:
+        """Give up every member's name (the index is being emptied or
+        freed).  Alone in its arena, the index drops every record.  An
+        arena shared with other indexes keeps them: finding which are
+        listed by none would be a lookup per member in each other index,
+        O(n) in one call.  The arena's compaction tells the live records
+        from the dead by looking them up anyway, a few per write: it is
+        started once, by this estimate, a quarter of the arena may be dead."""
+        cdef Names arena = self.arena
+        if arena is None:
+            return
+        if arena.nmembers <= 1:
+            arena._clear()
+            return
+        arena.dead_units += <size_t>(self.member_bytes + 4 * self.length) // 4 + <size_t>self.length
+        self._compact_if_due()
 
     cdef void _compact_step(self) noexcept:
         """Move the next live records of the arena down over the free ones
         (a sliding compaction: ``compact_dst`` and ``compact_src`` walk up
         the arena; live records below ``compact_dst`` are packed, those at
         or above ``compact_src`` are not yet looked at).  It looks at
-        ``COMPACT_STEP`` units a call, once per write, so no write stalls;
-        new names go to the arena's end meanwhile (the free lists are
-        emptied when a compaction starts, and only records freed below
-        ``compact_dst`` join them).  When the sweep reaches the end, the
-        arena is cut to its live records and its memory given back."""
+        ``COMPACT_STEP`` units a call, once per write of any index of the
+        arena, so no write stalls; new names go to the arena's end
+        meanwhile (the free lists are emptied when a compaction starts,
+        and only records freed below ``compact_dst`` join them).  When the
+        sweep reaches the end, the arena is cut to its live records and its
+        memory given back."""
+        global _live_names
+        cdef Names arena = self.arena
         cdef size_t budget = COMPACT_STEP, units, cap
         cdef uint32_t src, dst
-        cdef Py_ssize_t mlen
+        cdef Py_ssize_t mlen, live
         cdef void *shrunk
-        while budget > 0 and self.compact_src < self.names_used:
-            src = <uint32_t>self.compact_src
+        while budget > 0 and arena.compact_src < arena.names_used:
+            src = <uint32_t>arena.compact_src
             self._name(src, &mlen)
             units = PG_NAME_UNITS(mlen)
-            if self._repoint(src, <uint32_t>self.compact_dst):
-                dst = <uint32_t>self.compact_dst
-                memmove(&self.names[dst], &self.names[src], units * 4)
-                self.compact_dst += units
-            self.compact_src += units
+            if self._repoint(src, <uint32_t>arena.compact_dst):
+                dst = <uint32_t>arena.compact_dst
+                memmove(&arena.names[dst], &arena.names[src], units * 4)
+                arena.compact_dst += units
+                arena.sweep_kept += 1
+            arena.compact_src += units
             budget -= units if units < budget else budget
-        if self.compact_src >= self.names_used:
-            self.names_used = self.compact_dst
-            self.compacting = False
+        if arena.compact_src >= arena.names_used:
+            arena.names_used = arena.compact_dst
+            arena.compacting = False
+            # The records it did not keep and nobody freed were listed by
+            # none (left by indexes gone or cleared): dropped with it.
+            live = arena.sweep_kept - arena.sweep_freed
+            _live_names -= arena.records - live
+            arena.records = live
             # Room for an eighth more, in whole 4 KiB pages: the arena's
             # end was touched before the removals, so room kept beyond
             # that (a power of two kept up to twice the live records)
             # would stay resident unused.
-            cap = (self.names_used + self.names_used // 8 + 1023) // 1024 * 1024
+            cap = (arena.names_used + arena.names_used // 8 + 1023) // 1024 * 1024
             if cap < 128:
                 cap = 128
-            if cap < self.names_cap:
-                self.freed_bytes += (self.names_cap - cap) * 4
-                shrunk = realloc(self.names, cap * 4)
+            if cap < arena.names_cap:
+                self.freed_bytes += (arena.names_cap - cap) * 4
+                shrunk = realloc(arena.names, cap * 4)
                 if shrunk != NULL:
-                    self.names = <uint32_t *>shrunk
-                    self.names_cap = cap
+                    arena.names = <uint32_t *>shrunk
+                    arena.names_cap = cap
 
     cdef bint _repoint(self, uint32_t old, uint32_t new) noexcept:
         """If the record ``old`` is a live member's, give it the id ``new``
-        in its entry.  The entry is found through the member map by the
-        record's name: a live record's name finds its member, whose entry
-        lists it; a free record's name (its bytes from the fifth on hold
-        the free list's link) finds no member or another record's member,
-        whose entry lists another id.  The map's codes name entries, not
-        records, so nothing else changes."""
-        cdef Py_ssize_t pos, mlen
+        in every index of the arena that lists it.  The entries are found
+        through the member maps by the record's name: a live record's name
+        finds its member, whose entry lists it; a free or dead record's
+        name (a free one's bytes from the fifth on hold the free list's
+        link) finds no member or another record's member, whose entry
+        lists another id.  The maps' codes name entries, not records, so
+        nothing else changes."""
+        cdef Names arena = self.arena
+        cdef Py_ssize_t pos, mlen, k
         cdef const char *name = self._name(old, &mlen)
-        cdef uint32_t code = self._slot_code(self._slot(name, mlen, self._hash(name, mlen)))
+        cdef uint64_t h = self._hash(name, mlen)
+        cdef RankIndex index
+        cdef uint32_t code
         cdef pg_page *p
-        if code == 0:
-            return False
-        p = self._locate(code, &pos)
-        if PG_IDS(p)[pos] != old:
-            return False
-        PG_IDS(p)[pos] = new
-        return True
+        cdef bint live = False
+        for k in range(arena.nmembers):
+            index = <RankIndex>arena.members[k]
+            code = index._slot_code(index._slot(name, mlen, h))
+            if code == 0 or code == PENDING:
+                continue
+            p = index._locate(code, &pos)
+            if PG_IDS(p)[pos] == old:
+                PG_IDS(p)[pos] = new
+                live = True
+        return live
 
     cdef inline uint64_t _hash(self, const char *member, Py_ssize_t mlen) noexcept nogil:
         return rk_siphash13(self.hash_k0, self.hash_k1, member, mlen)
@@ -1426,7 +1612,7 @@ cdef class RankIndex:
         cdef Py_ssize_t k, mlen
         cdef const char *name
         for k in range(count):
-            pg_prefetch_rec(&self.names[ids[k]])
+            pg_prefetch_rec(&self.arena.names[ids[k]])
         for k in range(count):
             name = self._name(ids[k], &mlen)
             hashes[k] = self._hash(name, mlen)
@@ -2270,7 +2456,7 @@ cdef class RankIndex:
         # Every write moves a step of a map resize or arena compaction under way.
         if self.old_ids != NULL:
             self._map_step()
-        if self.compacting:
+        if self.arena.compacting:
             self._compact_step()
         cdef uint64_t h
         if self.has_hint:  # apply_batch's, of this very member
@@ -2353,7 +2539,7 @@ cdef class RankIndex:
             if self.length >= MAX_LENGTH:
                 raise OverflowError("a rank index holds fewer than 2**32 members")
             self._map_reserve(self.length + 1)
-            mid = self._name_new(data, size)
+            mid = self._name_new(data, size, h)
             try:
                 rank = self._insert(self._key(target), self._stamp(has_seq, seq), mid,
                                     PG_HASH_TAG(h))
@@ -2621,8 +2807,8 @@ cdef class RankIndex:
                     rk_prefetch(<char *>pg + i)
                 continue
             pos = pg_find_eno(PG_ENOS(pg), pg.n, PG_CODE_ENO(code))
-            if pos >= 0 and PG_IDS(pg)[pos] < self.names_used:
-                pg_prefetch_rec(&self.names[PG_IDS(pg)[pos]])
+            if pos >= 0 and PG_IDS(pg)[pos] < self.arena.names_used:
+                pg_prefetch_rec(&self.arena.names[PG_IDS(pg)[pos]])
 
     def set_states_packed(self, states):
         """``set_states`` for a packed run (``rankd.index.packed``), read
@@ -2687,7 +2873,7 @@ cdef class RankIndex:
             code = self._slot_code(slot)
             if code == 0:
                 self._map_reserve(self.length + 1)
-                mid = self._name_new(data, size)
+                mid = self._name_new(data, size, h)
                 self._insert(self._key(score), s, mid, PG_HASH_TAG(h))
                 self._map_put(self.put_code, h)
                 self.member_bytes += size
@@ -2744,13 +2930,14 @@ cdef class RankIndex:
         """Bytes held, by part: ``{"pages", "names", "map", "page_table"}``
         (allocated sizes, without the allocator's own overhead; ``names``
         counts the arena up to its high-water mark, free records included,
-        not the capacity its doubling reserved but never touched)."""
+        not the capacity its doubling reserved but never touched: the
+        whole arena, which a board's indexes share)."""
         cdef pg_page *p = self.header.level[0].forward
         cdef Py_ssize_t pages = 0
         while p != NULL:
             pages += PG_SIZE(p.cap, PG_KEY_BYTES(p), self.seq_bytes) + p.height * sizeof(pg_link)
             p = p.level[0].forward
-        return {"pages": pages, "names": self.names_used * 4,
+        return {"pages": pages, "names": self.arena.names_used * 4,  # (the arena's, shared)
                 "map": (self.nslots + (self.old_nslots if self.old_ids else 0)) * 4,
                 "page_table": self.pages_cap * 20}
 
@@ -2774,9 +2961,20 @@ cdef class RankIndex:
         """Bytes of a seq per entry (for tests): 4 while below 2^32."""
         return self.seq_bytes
 
+    def _names_arena(self):
+        """The :class:`Names` this index stores its names in (for tests)."""
+        return self.arena
+
+    def _hash_of(self, member):
+        """``member``'s hash under the map's key (for tests)."""
+        cdef const char *data
+        cdef Py_ssize_t size
+        _member_bytes(member, &data, &size)
+        return self._hash(data, size)
+
     def _arena_state(self):
         """``(units used, units of capacity)`` of the name arena (for tests)."""
-        return self.names_used, self.names_cap
+        return self.arena.names_used, self.arena.names_cap
 
     def _tags(self, member):
         """``(the tag in member's slot, its hash's tag)``, or None if absent
@@ -2989,7 +3187,7 @@ cdef class RankIndex:
         if count > 64:
             count = 64
         while count > 0 and p != NULL:
-            pg_prefetch_rec(&self.names[PG_IDS(p)[pos]])
+            pg_prefetch_rec(&self.arena.names[PG_IDS(p)[pos]])
             count -= 1
             if reverse:
                 pos -= 1
@@ -3133,9 +3331,9 @@ cdef class RankIndex:
                 # Names lie in arrival order, not rank order: ask for the
                 # ones a few entries ahead so that their misses overlap.
                 if i + DUMP_AHEAD < p.n:
-                    pg_prefetch_rec(&self.names[ids[i + DUMP_AHEAD]])
+                    pg_prefetch_rec(&self.arena.names[ids[i + DUMP_AHEAD]])
                 elif p.level[0].forward != NULL and i + DUMP_AHEAD - p.n < p.level[0].forward.n:
-                    pg_prefetch_rec(&self.names[PG_IDS(p.level[0].forward)[i + DUMP_AHEAD - p.n]])
+                    pg_prefetch_rec(&self.arena.names[PG_IDS(p.level[0].forward)[i + DUMP_AHEAD - p.n]])
                 name = self._name(ids[i], &mlen)
                 if limit - out < record + mlen:
                     at[0] = p
@@ -3183,20 +3381,23 @@ cdef class RankIndex:
         return p
 
     @classmethod
-    def load(cls, data):
+    def load(cls, data, *, Names names=None):
         """Rebuild an index from :meth:`dump` output (by either implementation).
 
         Raises ``ValueError`` if the data is corrupt.  Records arrive in rank
         order, so pages are filled to 7/8 and appended without a search.
+        ``names``: the arena to store the names in (a board's, shared by
+        its indexes: see :class:`Names`); the index's own if not given.
+
         Runtime complexity: O(n).
         """
         return _load(cls, _DumpReader((data,), False),
-                     _checked_dump_size(data, DUMP_VERSION_NO_SEQS))
+                     _checked_dump_size(data, DUMP_VERSION_NO_SEQS), names)
 
     @classmethod
-    def load_chunks(cls, pieces, size=None):
+    def load_chunks(cls, pieces, size=None, *, Names names=None):
         """:meth:`load` of pieces (as rankd._skiplist's: see the contract)."""
-        return _load(cls, _DumpReader(pieces), -1 if size is None else size)
+        return _load(cls, _DumpReader(pieces), -1 if size is None else size, names)
 
     cdef void _append_page(self, pg_page *r, pg_loading *ld) noexcept nogil:
         """Link an empty page after every page (loading)."""
@@ -3340,7 +3541,7 @@ cdef class RankIndex:
             elif stage == 0:
                 rk_prefetch(self._loaded_id(code, fill))
             else:
-                pg_prefetch_rec(&self.names[self._loaded_id(code, fill)[0]])
+                pg_prefetch_rec(&self.arena.names[self._loaded_id(code, fill)[0]])
             i = i + 1 if i + 1 < self.nslots else 0
 
     cdef uint64_t _load_run(self, const char **p, const char *end, uint64_t i, uint64_t stop,
@@ -3387,18 +3588,22 @@ cdef class RankIndex:
                 self._prefetch_probe(ring[(i + 3) & 15], 1, ld.fill)
             if self._loaded_has(q, mlen, h, ld.fill):
                 break
-            mid = self._name_put(q, mlen)
-            if mid == 0:
-                break
             if self._load_needs_page(ld):
+                # (before the name: a page left empty by a name that
+                # found no memory is filled by the load with the GIL)
                 page = self._page_alloc(ld.fill)
                 if page == NULL:
-                    # A load's names are the arena's last (a new index
-                    # has no free ones): this one goes back.
-                    self.names_used = mid
                     break
                 self._append_page(page, ld)
                 ld.pages += 1
+            # Another index of the arena's record of the name (a board's
+            # windows hold the same members), or a new one.
+            mid = self._shared_id(q, mlen, h) if self.arena.nmembers > 1 else 0
+            if mid == 0:
+                mid = self._name_put(q, mlen)
+                if mid == 0:
+                    break
+                ld.names += 1
             self._place_loaded(ld, key, seq, mid, h, mlen)
             p[0] = q + mlen
             i += 1
@@ -3545,30 +3750,43 @@ cdef class RankIndex:
 
     cdef _check_arena(self):
         """The free lists hold ``free_units`` units of records that no page
-        lists; during a compaction no live record lies between its cursors."""
+        of any index of the arena lists; during a compaction no live record
+        lies between its cursors; the indexes that list a member list the
+        same record, whose name is the member's."""
         cdef size_t units = 0, c
         cdef uint32_t mid
-        cdef Py_ssize_t mlen, i
-        cdef pg_page *p = self.header.level[0].forward
+        cdef Py_ssize_t mlen, i, k
+        cdef pg_page *p
+        cdef RankIndex index
+        cdef const char *at
         cdef set live = set()
-        while p != NULL:
-            for i in range(p.n):
-                live.add(PG_IDS(p)[i])
-            p = p.level[0].forward
+        cdef dict named = {}
+        for k in range(self.arena.nmembers):
+            index = <RankIndex>self.arena.members[k]
+            p = index.header.level[0].forward
+            while p != NULL:
+                for i in range(p.n):
+                    mid = PG_IDS(p)[i]
+                    live.add(mid)
+                    at = self._name(mid, &mlen)
+                    name = at[:mlen]
+                    assert named.setdefault(name, mid) == mid, "two records of one member"
+                p = p.level[0].forward
+        assert len(live) <= self.arena.records, "records uncounted"
         for c in range(NAME_CLASSES):
-            mid = self.free_names[c]
+            mid = self.arena.free_names[c]
             while mid != 0:
                 assert mid not in live, "a free record is a member's"
                 self._name(mid, &mlen)
                 assert PG_NAME_UNITS(mlen) == c, "a free record is in the wrong list"
-                assert not self.compacting or mid < self.compact_dst, "free record past the sweep"
+                assert not self.arena.compacting or mid < self.arena.compact_dst, "free record past the sweep"
                 units += c
-                mid = self.names[mid + 1]
-        assert units == self.free_units, f"free units {self.free_units} != {units}"
-        if self.compacting:
-            assert all(m < self.compact_dst or m >= self.compact_src for m in live), \
+                mid = self.arena.names[mid + 1]
+        assert units == self.arena.free_units, f"free units {self.arena.free_units} != {units}"
+        if self.arena.compacting:
+            assert all(m < self.arena.compact_dst or m >= self.arena.compact_src for m in live), \
                 "a live record in the compaction's gap"
-        assert all(m < self.names_used for m in live), "a record past the arena's end"
+        assert all(m < self.arena.names_used for m in live), "a record past the arena's end"
 
 
 cdef inline size_t _next_table_size(size_t size) noexcept:
@@ -3588,7 +3806,7 @@ cdef enum:
     LOAD_YIELD_MASK = 2047
 
 
-cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
+cdef object _load(type cls, _DumpReader reader, Py_ssize_t size, Names names):
     global _live_pages, _live_names
     cdef RankIndex index
     cdef pg_loading ld
@@ -3605,7 +3823,8 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     _dump_header_fields(reader.p, size, &count, &next_seq, DUMP_VERSION_NO_SEQS)
     has_seq = reader.p[4] == DUMP_VERSION
     walked = reader.p[7] == DUMP_WALKED
-    index = cls("desc" if reader.p[5] == 0 else "asc", TIE_BREAK_CODES[reader.p[6]])
+    index = cls("desc" if reader.p[5] == 0 else "asc", TIE_BREAK_CODES[reader.p[6]],
+                names=names)
     reader.p += DUMP_HEADER_SIZE
     index._next_seq = next_seq
     if next_seq > 0:
@@ -3619,7 +3838,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
     # end.  Without the memory the checks compare names.
     index.load_tags = <uint8_t *>calloc(((count + ld.fill - 1) // ld.fill + 1) * 64 + 1, 1)
     ld.prev_key = 0.0
-    ld.pages = 0
+    ld.pages = ld.names = 0
     for level in range(MAX_LEVEL):
         ld.last[level] = index.header
         ld.last_rank[level] = 0
@@ -3635,9 +3854,9 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
         with nogil:
             loaded = index._load_run(&at, reader.end, i, stop, next_seq, has_seq, &ld)
         reader.p = at
-        _live_names += <Py_ssize_t>(loaded - i)
+        _live_names += ld.names
         _live_pages += ld.pages
-        ld.pages = 0
+        ld.pages = ld.names = 0
         i = loaded
         if i == stop:
             continue
@@ -3662,7 +3881,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size):
             index._append_page(index._new_page(ld.fill, not index._narrow(key)), &ld)  # packed
         elif not ld.page.wide and not index._narrow(key):
             index._widen_loading(&ld)
-        mid = index._name_new(p, mlen)
+        mid = index._name_new(p, mlen, h)
         index._place_loaded(&ld, key, seq, mid, h, mlen)
         reader.p += mlen
         i += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import Any
 
 from rankd.engine.config import BoardConfig
 from rankd.engine.dedupe import DedupeTable
@@ -31,6 +32,9 @@ class Board:
         self.config = config
         #: window -> period id -> index; periods are added in time order.
         self.periods: dict[str, dict[str, RankIndex]] = {w: {} for w in config.windows}
+        #: The name arena the indexes share (each name stored once a board),
+        #: or None if the index kind keeps names per index.
+        self.names = kinds.new_names()
         self.labels: dict[str, str] = {}
         self.dedupe = DedupeTable()
         #: Bumped by every change, so readers can cache by it.
@@ -46,7 +50,16 @@ class Board:
 
     def new_index(self) -> RankIndex:
         # The kind the daemon chose (rankd.index.kinds): the same API either way.
-        return kinds.current()(self.config.order, self.config.tie_break)
+        cls = kinds.current()
+        return cls(self.config.order, self.config.tie_break, **kinds.sharing(cls, self.names))
+
+    def load_index(self, window: str, period: str, cls: type, dump: Any,
+                   size: int | None = None, *, chunks: bool = False) -> None:
+        """Put the index of ``dump`` (``cls.load``'s, or ``load_chunks``'
+        with ``chunks``) in place, its names in the board's arena."""
+        shared = kinds.sharing(cls, self.names)
+        self.periods[window][period] = (cls.load_chunks(dump, size, **shared) if chunks
+                                        else cls.load(dump, **shared))
 
     def index(self, window: str, period: str) -> RankIndex | None:
         """The index of a period, or ``None`` if nothing was recorded in it."""

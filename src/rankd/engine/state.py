@@ -155,7 +155,7 @@ class BoardState:
             in_place = index_dump(payload)  # (an index's dump is read where it is)
             if in_place is not None:
                 name, window, period, dump = in_place
-                boards[name].periods[window][period] = index_class.load(dump)
+                boards[name].load_index(window, period, index_class, dump)
                 continue
             section = records.decode(payload)
             kind = section[0]
@@ -168,7 +168,7 @@ class BoardState:
                 self.set_deadline(boards[section[1]], section[2])
             elif kind == "index":
                 _, name, window, period, dump = section
-                boards[name].periods[window][period] = index_class.load(dump)
+                boards[name].load_index(window, period, index_class, dump)
             elif kind == "label_columns":
                 boards[section[1]].labels.update(zip(section[2], section[3], strict=True))
             elif kind == staging.SECTION:
@@ -211,8 +211,8 @@ class BoardState:
             yield memoryview(first.pop())[start:]  # (not kept once read)
             yield from pieces
 
-        self.boards[name].periods[window][period] = index_class.load_chunks(
-            dump(), section.size - start)
+        self.boards[name].load_index(window, period, index_class, dump(),
+                                     section.size - start, chunks=True)
         return True
 
     # --- deadlines (see rankd.engine.expiry) ------------------------------------------

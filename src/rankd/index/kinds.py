@@ -17,9 +17,18 @@ walks, ``rankd/_pages.pxd``'s ``pg_*`` functions), choosing once per board;
 for any other index class (the pure-Python fallback) they take their
 general path, which calls the contract API only.  Both kinds read each
 other's snapshots (dump versions 1 and 2).
+
+A board's indexes of the paged kind share one name arena
+(``rankd._pages.Names``: each name stored once a board, not once a window
+and period): :func:`new_names` makes one for a board, and :func:`sharing`
+gives the keyword that hands it to a constructor or a load of a class
+that takes it, none to a class that does not.
 """
 
 from __future__ import annotations
+
+import sys
+from typing import Any
 
 from rankd._native import native_or
 from rankd.index._fallback import RankIndex as _PurePythonIndex
@@ -58,3 +67,26 @@ def current_kind() -> str:
     """The name of the kind :func:`current` builds (see :data:`INDEX_KINDS`)."""
     current()
     return _chosen[0]
+
+
+def _arena_class(cls: type) -> type | None:
+    # The kind's arena class, in the module of its index (None: no sharing).
+    module = sys.modules.get(cls.__module__)
+    return getattr(module, "Names", None)
+
+
+def new_names(cls: type | None = None) -> Any:
+    """A name arena for one board's indexes of ``cls`` (the current class
+    if not given), or None if that class keeps its names itself."""
+    arena = _arena_class(current() if cls is None else cls)
+    return None if arena is None else arena()
+
+
+def sharing(cls: type, names: Any) -> dict[str, Any]:
+    """The keyword arguments that make an index of ``cls`` (its constructor,
+    ``load`` or ``load_chunks``) share ``names``: none if ``names`` is None
+    or not ``cls``'s kind of arena."""
+    arena = _arena_class(cls)
+    if arena is None or not isinstance(names, arena):
+        return {}
+    return {"names": names}
