@@ -18,7 +18,8 @@ board:
   tenth of the members, then writes until the arena's compaction is done;
   the RSS growth against the built board.
 
-    PYTHONPATH=src python bench/bench_windows_memory.py --members 1000000 --rounds 3
+    PYTHONPATH=src python bench/bench_windows_memory.py --members 1000000 --rounds 3 \
+        [--base-src /path/to/older/tree/src]
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ def main() -> int:
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=47)
+    parser.add_argument("--base-src", type=Path,
+                        help="run the 'own' layout on this tree's sources (a tree before "
+                        "the arena was shared), so the CPU columns compare the trees")
     parser.add_argument("--worker", choices=("own", "shared"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -124,11 +128,14 @@ def main() -> int:
     runs: dict[str, list[dict[str, float]]] = {"own": [], "shared": []}
     for r in range(args.rounds):
         for layout in (("own", "shared") if r % 2 == 0 else ("shared", "own")):
+            env = dict(os.environ)
+            if layout == "own" and args.base_src is not None:
+                env["PYTHONPATH"] = f"{args.base_src}:{env.get('PYTHONPATH', '')}"
             out = subprocess.run(
                 [sys.executable, str(Path(__file__).resolve()), "--worker", layout,
                  "--members", str(args.members), "--windows", str(args.windows),
                  "--seed", str(args.seed + r)],
-                check=True, capture_output=True, text=True).stdout
+                check=True, capture_output=True, text=True, env=env).stdout
             runs[layout].append(json.loads(out))
             print(f"round {r + 1} {layout}: {runs[layout][-1]}", file=sys.stderr, flush=True)
     print(f"\n{args.members:,} members in each of {args.windows} windows, 19-byte names, "

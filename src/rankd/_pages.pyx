@@ -1334,6 +1334,29 @@ cdef class RankIndex:
             return 0
         return PG_IDS(self._locate(code, &pos))[pos]
 
+    cdef inline void _prefetch_listed(self, uint64_t h, int stage) noexcept nogil:
+        """Ask for what ``_listed_id`` of the hash ``h`` will read, a stage
+        at a time, each after the one before had time to arrive: 0 the
+        home slot, 1 the page of the first slot with ``h``'s tag (its
+        header, numbers and ids), 2 that entry's name."""
+        cdef uint32_t code
+        cdef pg_page *p
+        cdef Py_ssize_t pos
+        if stage == 0:
+            rk_prefetch(&self.slot_ids[pg_home(h, self.nslots)])
+            return
+        code = self._tagged_code(h)
+        if code == 0:
+            return
+        p = self.pages[PG_CODE_PNO(code)]
+        if stage == 1:
+            for pos in range(0, self.locate_bytes, 64):
+                rk_prefetch(<char *>p + pos)
+            return
+        pos = pg_find_eno(PG_ENOS(p), p.n, PG_CODE_ENO(code))
+        if pos >= 0:
+            pg_prefetch_rec(&self.arena.names[PG_IDS(p)[pos]])
+
     cdef inline uint32_t _name_put(self, const char *member, Py_ssize_t mlen) noexcept nogil:
         """A new record of a name, without the GIL: 0 where ``_name_new``
         raises (nothing changed), and not counted in ``_live_names``."""
@@ -3564,6 +3587,12 @@ cdef class RankIndex:
         cdef uint64_t ring[16]
         cdef const char *ahead = p[0]
         cdef uint64_t hashed = i
+        # Sharing an arena: the first other index, where a member of this
+        # one is most likely listed already (a board's windows hold the
+        # same members), is asked for ahead as this index's own map is.
+        cdef void *other = NULL
+        if self.arena.nmembers > 1:
+            other = self.arena.members[1 if self.arena.members[0] == <void *>self else 0]
         while hashed < stop and hashed < i + LOAD_AHEAD and self._hash_ahead(
                 &ahead, end, has_seq, &ring[hashed & 15]):
             hashed += 1
@@ -3586,6 +3615,13 @@ cdef class RankIndex:
                 self._prefetch_probe(ring[(i + 6) & 15], 0, ld.fill)
             if i + 3 < hashed:
                 self._prefetch_probe(ring[(i + 3) & 15], 1, ld.fill)
+            if other != NULL:
+                if i + 7 < hashed:
+                    (<RankIndex>other)._prefetch_listed(ring[(i + 7) & 15], 0)
+                if i + 5 < hashed:
+                    (<RankIndex>other)._prefetch_listed(ring[(i + 5) & 15], 1)
+                if i + 2 < hashed:
+                    (<RankIndex>other)._prefetch_listed(ring[(i + 2) & 15], 2)
             if self._loaded_has(q, mlen, h, ld.fill):
                 break
             if self._load_needs_page(ld):
