@@ -16,7 +16,10 @@ board:
   its RSS growth and time;
 * a period retired: the ``daily`` index dropped and a new one filled with a
   tenth of the members, then writes until the arena's compaction is done;
-  the RSS growth against the built board.
+  the RSS growth against the built board;
+* then a random half of the members removed from every window, and writes
+  until the compaction is done: RSS growth per member left (against the
+  restarted figure, a board loaded afresh).
 
     PYTHONPATH=src python bench/bench_windows_memory.py --members 1000000 --rounds 3 \
         [--base-src /path/to/older/tree/src]
@@ -104,7 +107,22 @@ def worker(layout: str, members: int, windows: int, seed: int) -> dict[str, floa
         writes += 1
     trim()
     retired = rss() - base
-    return {"built": built / members, "own": own / members,
+    # A random half of the members removed from every window (cheaters, a
+    # purge), then writes to the rest until the compaction is done.
+    gone = rng.sample(names, members // 2)
+    for member in gone:
+        for index in indexes:
+            index.remove(member)
+    left = list(set(names) - set(gone))
+    writes = 0
+    while arena is not None and arena._state()[3] and writes < 50 * members:
+        indexes[0].incr(left[writes % len(left)], 1)
+        writes += 1
+    del gone
+    gc.collect()
+    trim()
+    halved = rss() - base - 8 * len(left)  # (less the list of the rest)
+    return {"halved": halved / len(left), "built": built / members, "own": own / members,
             "build_us": build_cpu / (members * windows) * 1e6,
             "update_us": update_cpu / (len(touched) * windows) * 1e6,
             "restarted": restarted / members, "load_s": load_seconds,
@@ -142,13 +160,13 @@ def main() -> int:
           f"random integer scores, tie-break first; medians of {args.rounds} rounds "
           "(B/member of the board)")
     print("| arena | built RSS | own count | build µs/write | update µs/write | "
-          "restarted RSS | load s | period retired RSS |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "restarted RSS | load s | period retired RSS | half removed, RSS a member left |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for layout, results in runs.items():
         med = {k: statistics.median(r[k] for r in results) for k in results[0]}
         print(f"| {layout} | {med['built']:.1f} | {med['own']:.1f} | {med['build_us']:.2f} | "
               f"{med['update_us']:.2f} | {med['restarted']:.1f} | {med['load_s']:.2f} | "
-              f"{med['retired']:.1f} |")
+              f"{med['retired']:.1f} | {med['halved']:.1f} |")
     return 0
 
 

@@ -1337,8 +1337,10 @@ cdef class RankIndex:
     cdef inline void _prefetch_listed(self, uint64_t h, int stage) noexcept nogil:
         """Ask for what ``_listed_id`` of the hash ``h`` will read, a stage
         at a time, each after the one before had time to arrive: 0 the
-        home slot, 1 the page of the first slot with ``h``'s tag (its
-        header, numbers and ids), 2 that entry's name."""
+        home slot; then of the first slot with ``h``'s tag, 1 its page's
+        header and entry numbers, 2 the line of the entry's id, 3 the
+        name (only the lines the lookup reads: a page's ids are a few
+        lines, one of them this entry's)."""
         cdef uint32_t code
         cdef pg_page *p
         cdef Py_ssize_t pos
@@ -1350,11 +1352,15 @@ cdef class RankIndex:
             return
         p = self.pages[PG_CODE_PNO(code)]
         if stage == 1:
-            for pos in range(0, self.locate_bytes, 64):
-                rk_prefetch(<char *>p + pos)
+            rk_prefetch(p)
+            rk_prefetch(<char *>p + 64)
             return
         pos = pg_find_eno(PG_ENOS(p), p.n, PG_CODE_ENO(code))
-        if pos >= 0:
+        if pos < 0:
+            return
+        if stage == 2:
+            rk_prefetch(&PG_IDS(p)[pos])
+        else:
             pg_prefetch_rec(&self.arena.names[PG_IDS(p)[pos]])
 
     cdef inline uint32_t _name_put(self, const char *member, Py_ssize_t mlen) noexcept nogil:
@@ -3620,8 +3626,10 @@ cdef class RankIndex:
                     (<RankIndex>other)._prefetch_listed(ring[(i + 7) & 15], 0)
                 if i + 5 < hashed:
                     (<RankIndex>other)._prefetch_listed(ring[(i + 5) & 15], 1)
-                if i + 2 < hashed:
-                    (<RankIndex>other)._prefetch_listed(ring[(i + 2) & 15], 2)
+                if i + 3 < hashed:
+                    (<RankIndex>other)._prefetch_listed(ring[(i + 3) & 15], 2)
+                if i + 1 < hashed:
+                    (<RankIndex>other)._prefetch_listed(ring[(i + 1) & 15], 3)
             if self._loaded_has(q, mlen, h, ld.fill):
                 break
             if self._load_needs_page(ld):
