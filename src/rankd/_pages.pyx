@@ -690,6 +690,10 @@ cdef class Names:
 
 
 @cython.final
+# The collector must not drop ``arena`` before __dealloc__ leaves it (a
+# freed index left listed in a shared arena is read by its siblings);
+# the index refers to nothing else, so it is in no cycle to break.
+@cython.no_gc_clear
 cdef class RankIndex:
     """A leaderboard index in the compact paged layout: members ordered by
     score, best first.  See :mod:`rankd.index._contract` for the contract.
