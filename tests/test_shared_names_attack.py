@@ -69,3 +69,45 @@ def test_writes_after_an_index_freed_by_the_garbage_collector_do_not_crash() -> 
     """)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "ok"
+
+
+def _churn(index: RankIndex, writes: int) -> None:
+    """Writes to ``index`` (each a compaction step, if one is under way)."""
+    for t in range(writes):
+        index.set("churn", float(t))
+        index.remove("churn")
+
+
+def test_records_of_a_cleared_index_are_reclaimed_in_a_small_arena() -> None:
+    # A cleared (or retired) index leaves its records to the compaction,
+    # which an arena below 32 KiB never started: 3000 records no index
+    # lists stayed stored (and counted by live_names()) forever, however
+    # many writes followed; a small board kept up to 32 KiB of names of
+    # members gone.
+    arena = Names()
+    retired = RankIndex(names=arena)
+    kept = RankIndex(names=arena)
+    for i in range(3000):
+        retired.set(f"a{i}", float(i))
+    kept.set("k", 1.0)
+    retired.clear()
+    _churn(kept, 20000)
+    kept._check()
+    assert arena._state()[0] == 1  # "k"'s record only
+    assert list(kept) == [("k", 1.0)]
+
+
+def test_records_of_a_freed_index_are_reclaimed_in_a_small_arena() -> None:
+    arena = Names()
+    kept = RankIndex(names=arena, page_size=4)
+    kept.set("k", 1.0)
+    for r in range(50):  # periods opened and retired
+        period = RankIndex(names=arena, page_size=4)
+        for i in range(40):
+            period.set(f"r{r}-{i}", float(i))
+        kept.set(f"r{r}-0", 0.0)  # one member of each stays listed
+        del period
+    _churn(kept, 20000)
+    kept._check()
+    assert arena._state()[0] == len(kept) == 51
+    assert sorted(m for m, _ in kept) == sorted(["k"] + [f"r{r}-0" for r in range(50)])
