@@ -111,3 +111,41 @@ def test_records_of_a_freed_index_are_reclaimed_in_a_small_arena() -> None:
     kept._check()
     assert arena._state()[0] == len(kept) == 51
     assert sorted(m for m, _ in kept) == sorted(["k"] + [f"r{r}-0" for r in range(50)])
+
+
+def test_a_load_into_a_shared_arena_in_a_thread_races_writes_to_a_sibling() -> None:
+    # ``load`` stores names without the GIL, so another thread runs
+    # meanwhile.  Indexes of their own arenas were independent objects; in
+    # a shared arena a sibling's write (a record taken at the arena's end,
+    # the arena moved by realloc) races the load's: records overwritten,
+    # maps naming the wrong members, or a crash.  (The daemon loads into
+    # a live board's arena on the event loop only; a group's boards are
+    # built in a worker on boards of their own.)
+    result = _run("""
+        import threading
+        from rankd._pages import Names, RankIndex
+        source = RankIndex()
+        for i in range(200000):
+            source.set(f"load-{i}-" + "v" * (i % 30), float(i))
+        dump = source.dump()
+        expected = list(source)
+        for attempt in range(4):
+            arena = Names()
+            sibling = RankIndex(names=arena)
+            loaded = {}
+            thread = threading.Thread(
+                target=lambda: loaded.setdefault("index", RankIndex.load(dump, names=arena)))
+            thread.start()
+            n = 0
+            while thread.is_alive() and n < 1000000:
+                sibling.set(f"sib-{n}-" + "s" * (n % 40), float(n))
+                n += 1
+            thread.join()
+            loaded["index"]._check()
+            sibling._check()
+            assert list(loaded["index"]) == expected
+            assert all(sibling.score(f"sib-{i}-" + "s" * (i % 40)) == float(i) for i in range(n))
+        print("ok")
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "ok"
