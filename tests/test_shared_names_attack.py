@@ -13,7 +13,10 @@ import textwrap
 
 from rankd._pages import Names, RankIndex
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+import rankd
+
+#: The sources this test imported (the child runs the same build).
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(rankd.__file__)))
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
