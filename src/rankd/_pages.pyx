@@ -690,6 +690,10 @@ cdef class Names:
 
 
 @cython.final
+# The collector must not drop ``arena`` before __dealloc__ leaves it (a
+# freed index left listed in a shared arena is read by its siblings);
+# the index refers to nothing else, so it is in no cycle to break.
+@cython.no_gc_clear
 cdef class RankIndex:
     """A leaderboard index in the compact paged layout: members ordered by
     score, best first.  See :mod:`rankd.index._contract` for the contract.
@@ -1424,7 +1428,11 @@ cdef class RankIndex:
         (that arrivals did not take back) or, about, records that indexes
         gone or cleared may have left listed by none."""
         cdef Names arena = self.arena
-        if (not arena.compacting and arena.names_used > MIN_COMPACT_UNITS
+        # A small arena's free records are taken back by arrivals, so it
+        # is not compacted for them; records left by indexes gone or
+        # cleared are in no free list, and only the compaction drops them.
+        if (not arena.compacting
+                and (arena.names_used > MIN_COMPACT_UNITS or arena.dead_units > 0)
                 and (arena.free_units + arena.dead_units) * 4 > arena.names_used):
             # Compact it, a few records per write.
             arena.compacting = True
