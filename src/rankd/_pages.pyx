@@ -159,6 +159,13 @@ for the 19-byte names whose record fills its units exactly), so:
   of the arena (a record is live if one lists it, and moved in each);
 * a compaction step runs on a write to any index of the arena.
 
+An arena is one object's state spread over several: its indexes are used
+by one thread at a time, as one index is.  A load stores names without
+the GIL, a run of records at a time, so no other thread may use an index
+of the arena it loads into meanwhile.  The daemon builds a group's boards
+in a worker thread on arenas of their own, and serves them from the event
+loop only once built.
+
 An index made without ``names`` has an arena of its own, as before.
 
 The member map is open addressing with linear probing over an array of
@@ -615,7 +622,9 @@ cdef class Names:
     for all the windows and periods that hold it (see Members, "Shared
     by a board's indexes").  Give it to each index as ``names=``; an index
     made without one has an arena of its own.  Opaque: only the indexes
-    of this module read it."""
+    of this module read it.  Not thread-safe: while one thread uses an
+    index of the arena (a load runs without the GIL), no other may use
+    another."""
 
     cdef uint32_t *names            # 4-byte units; id = offset in units (0 is never used)
     cdef size_t names_used, names_cap

@@ -159,6 +159,43 @@ def test_a_group_built_off_the_loop_equals_one_loaded_on_it(tmp_path: Path) -> N
     asyncio.run(run())
 
 
+def test_a_group_is_built_off_the_loop_on_name_arenas_of_its_own(tmp_path: Path) -> None:
+    """A load stores names without the GIL, so no other thread may use an
+    index of the arena it loads into meanwhile (rankd._pages.Names): the
+    boards a worker thread builds share an arena among their own windows,
+    and none with a board the loop serves."""
+    from rankd.engine.engine import Engine, EngineConfig
+    from rankd.engine.submission import Submission
+    from rankd.index import kinds
+
+    if kinds.new_names() is None:
+        pytest.skip("the index kind in use keeps names per index")
+
+    async def run() -> None:
+        engine = await Engine.open(EngineConfig(data_dir=tmp_path / "a"))
+        try:
+            await engine.put_board(BOARD, {"policy": "best",
+                                           "windows": ["all", "daily", "weekly"]})
+            await engine.submit_many([Submission(BOARD, f"m{i}", float(i))
+                                      for i in range(3_000)])
+            _, _, sections, _ = await engine.group_snapshot(GROUP)
+            live = engine._state.boards[BOARD]
+            built = await asyncio.to_thread(group_load.build, sections, engine._state.clock)
+            board = built.boards[BOARD]
+            indexes = [ix for periods in board.periods.values() for ix in periods.values()]
+            assert len(indexes) == 3
+            assert board.names is not live.names
+            assert all(ix._names_arena() is board.names for ix in indexes)
+            assert board.names.indexes == 3
+            assert board.names._state()[0] == 3_000  # each name stored once
+            assert all(ix._names_arena() is live.names
+                       for periods in live.periods.values() for ix in periods.values())
+        finally:
+            await engine.close()
+
+    asyncio.run(run())
+
+
 def test_event_ids_are_loaded_in_pieces_cut_between_entries() -> None:
     from rankd.engine.dedupe import DedupeTable
 
