@@ -1340,12 +1340,34 @@ cdef class RankIndex:
 
     cdef uint32_t _listed_id(self, const char *member, Py_ssize_t mlen,
                              uint64_t h) noexcept nogil:
-        """The record this index lists for ``member``, or 0 if absent."""
-        cdef Py_ssize_t pos
-        cdef uint32_t code = self._slot_code(self._slot(member, mlen, h))
-        if code == 0 or code == PENDING:
-            return 0
-        return PG_IDS(self._locate(code, &pos))[pos]
+        """The record this index lists for ``member``, or 0 if absent: a
+        probe that reads, of each slot with the member's tag, the entry
+        number, id and name only (another index's pages, which its
+        ``_prefetch_listed`` asked for line by line, not ``_locate``'s
+        whole head of a page)."""
+        cdef size_t i
+        cdef uint32_t code, tag = PG_HASH_TAG(h), mid
+        cdef pg_page *p
+        cdef Py_ssize_t pos, nlen
+        cdef const char *name
+        if self.old_ids != NULL:  # a resize under way: both tables
+            code = self._slot_code(self._slot(member, mlen, h))
+            if code == 0:
+                return 0
+            return PG_IDS(self._locate(code, &pos))[pos]
+        i = pg_home(h, self.nslots)
+        while True:
+            code = self.slot_ids[i]
+            if code == 0:
+                return 0
+            if PG_CODE_TAG(code) == tag and code != PENDING:
+                p = self.pages[PG_CODE_PNO(code)]
+                pos = pg_find_eno(PG_ENOS(p), p.n, PG_CODE_ENO(code))
+                mid = PG_IDS(p)[pos]
+                name = self._name(mid, &nlen)
+                if nlen == mlen and memcmp(name, member, mlen) == 0:
+                    return mid
+            i = i + 1 if i + 1 < self.nslots else 0
 
     cdef inline void _prefetch_listed(self, uint64_t h, int stage) noexcept nogil:
         """Ask for what ``_listed_id`` of the hash ``h`` will read, a stage
