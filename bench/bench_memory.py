@@ -555,7 +555,9 @@ def windowed(directory: Path, members: int, windows: list[str], kind: str,
     """The ``--windows`` figures: a ``best`` board of ``windows`` on a daemon
     with index ``kind`` takes ``members`` 19-byte members (random integer
     scores, shuffled, no event ids) over TCP in batches of 10,000; its RSS
-    growth per member once a snapshot was taken, and the load's peak."""
+    growth per member once a snapshot was taken, and the load's peak; then
+    a restart from that snapshot: its time (until the daemon answers), its
+    RSS (over the first process's before the load) and peak."""
     from rankd.client import Client
 
     rng = random.Random(seed)
@@ -586,10 +588,20 @@ def windowed(directory: Path, members: int, windows: list[str], kind: str,
         if code != 200:
             raise RuntimeError(f"snapshot: {code} {body!r}")
         live = settled_rss(pid, 3.0)
+        daemon.stop(timeout=600)
+        started = time.monotonic()
+        daemon.start(timeout=600)  # (a new process: its peak so far is the start's)
+        restart_seconds = time.monotonic() - started
+        assert daemon.process is not None
+        restarted = settled_rss(daemon.process.pid, 3.0)
+        restart_peak = hwm(daemon.process.pid)
     finally:
         daemon.stop(timeout=600)
     return {"per_member": (live - empty) / members,
-            "load_peak_per_member": (load_peak - empty) / members, "live": live}
+            "load_peak_per_member": (load_peak - empty) / members, "live": live,
+            "restart_seconds": restart_seconds,
+            "restarted_per_member": (restarted - empty) / members,
+            "restart_peak": restart_peak / live}
 
 
 def servers(root: Path, variants: list[str]) -> list[Callable[[], Redis | Rankd]]:
@@ -638,15 +650,17 @@ def main() -> int:
         size = int(args.members.split(",")[0])
         print(f"\n{size:,} members, 19-byte names, over TCP; RSS growth per member "
               "(after a snapshot) and the load's peak")
-        print("| index | windows | live B/member | load peak B/member | live MiB |")
-        print("|---|---|---|---|---|")
+        print("| index | windows | live B/member | load peak B/member | live MiB | restart s | "
+              "restarted B/member | restart peak / live |")
+        print("|---|---|---|---|---|---|---|---|")
         with tempfile.TemporaryDirectory(prefix="rankd-bench-windows-") as tmp:
             for n, kind in enumerate(args.index or ["skiplist", "pages"]):
                 for m, windows in enumerate((["all"], ["all", "daily", "weekly", "monthly"])):
                     w = windowed(Path(tmp) / f"{n}-{m}", size, windows, kind, args.seed)
                     print(f"| {kind} | {', '.join(windows)} | {w['per_member']:.1f} | "
-                          f"{w['load_peak_per_member']:.1f} | {w['live'] / MiB:.0f} |",
-                          flush=True)
+                          f"{w['load_peak_per_member']:.1f} | {w['live'] / MiB:.0f} | "
+                          f"{w['restart_seconds']:.1f} | {w['restarted_per_member']:.1f} | "
+                          f"{w['restart_peak']:.2f} |", flush=True)
         return 0
     if args.event_ids:
         random.seed(args.seed)

@@ -299,3 +299,30 @@ def test_a_board_shares_one_arena_across_windows_and_restarts(pages, tmp_path):
     again.load_index("daily", "2026-11-30", kinds.current(), iter([dump]), len(dump),
                      chunks=True)
     assert records(again.names) == 500
+
+
+def test_a_retired_index_whose_members_stay_listed_starts_no_sweep(pages):
+    # The estimate of what a retired index leaves dead is sampled: a
+    # period whose members all stay on `all` does not start a compaction
+    # (a sweep of the whole arena that would drop nothing), one whose
+    # members were its own does.
+    names = pages.Names()
+    all_time = pages.RankIndex("desc", "first", names=names)
+    members = [f"player:{i:012d}" for i in range(40_000)]
+    for day in range(6):
+        daily = pages.RankIndex("desc", "first", names=names)
+        for i, member in enumerate(members[day * 5000:day * 5000 + 20_000]):
+            all_time.set(member, i)
+            daily.set(member, i)
+        del daily
+        gc.collect()
+        assert not names._state()[3], f"day {day}: a sweep for nothing"
+    assert records(names) == len(all_time) == 40_000
+    guests = pages.RankIndex("desc", "first", names=names)
+    for i in range(20_000):
+        guests.set(f"guest:{i:013d}", i)
+    del guests
+    gc.collect()
+    assert names._state()[3], "the guests' records are dead: a sweep is due"
+    settle([all_time])
+    assert records(names) == 40_000

@@ -152,11 +152,13 @@ for the 19-byte names whose record fills its units exactly), so:
   index lists it (the same lookups);
 * an index emptied or freed (a period retired, a window dropped) does
   not look up each of its members in the others, which would be O(n) in
-  one call: it adds an estimate of its records to the arena's possibly
-  dead units, and the compaction, started once free and possibly dead
-  records may be a quarter of the arena, tells the live from the dead as
-  it already did, by looking each record's name up, now in every index
-  of the arena (a record is live if one lists it, and moved in each);
+  one call: it looks up 64 of them, one a page over its pages, and adds
+  its records times the share no other index lists to the arena's
+  possibly dead units; the compaction, started once free and possibly
+  dead records may be a quarter of the arena (at any size, if any may be
+  dead), tells the live from the dead as it already did, by looking each
+  record's name up, now in every index of the arena (a record is live if
+  one lists it, and moved in each);
 * a compaction step runs on a write to any index of the arena.
 
 An arena is one object's state spread over several: its indexes are used
@@ -558,6 +560,7 @@ DEF TUPLE_AHEAD = 16
 DEF PREFETCH_MIN_LENGTH = 32768
 DEF MIN_COMPACT_UNITS = 8192   # arenas below 32 KiB are not compacted
 DEF COMPACT_STEP = 128          # arena units a write's compaction step looks at
+DEF DEAD_SAMPLES = 64           # entries an index leaving a shared arena looks up
 DEF MAP_STEP = 16               # old-table slots a write's resize step moves
 DEF SHARE_ROOM_DIVISOR = 8   # a full page shares with a neighbour 1/8 empty
 DEF CAP_STEP = 4             # entries a page's allocation grows or shrinks by
@@ -824,13 +827,13 @@ cdef class RankIndex:
         cdef pg_page *nxt
         if self.header == NULL:
             return
+        self._release_names()  # (first: it samples the pages)
         p = self.header.level[0].forward
         while p != NULL:
             nxt = p.level[0].forward
             free(p)
             _live_pages -= 1
             p = nxt
-        self._release_names()
         free(self.slot_ids)
         free(self.old_ids)
         self.old_ids = NULL
@@ -1479,14 +1482,38 @@ cdef class RankIndex:
         listed by none would be a lookup per member in each other index,
         O(n) in one call.  The arena's compaction tells the live records
         from the dead by looking them up anyway, a few per write: it is
-        started once, by this estimate, a quarter of the arena may be dead."""
+        started once, by this estimate, a quarter of the arena may be
+        dead.  The estimate is the index's records times the share of
+        ``DEAD_SAMPLES`` of its entries (one a page, pages spread over
+        the board) that no other index lists, plus one: a retired period
+        whose members all stay on ``all`` adds about a 65th of its
+        records, not all of them, so it does not start a sweep of the
+        arena that would find nothing to drop."""
         cdef Names arena = self.arena
+        cdef size_t units, step, pno
+        cdef Py_ssize_t sampled = 0, unlisted = 0, mlen
+        cdef pg_page *p
+        cdef uint32_t mid
+        cdef const char *name
         if arena is None:
             return
         if arena.nmembers <= 1:
             arena._clear()
             return
-        arena.dead_units += <size_t>(self.member_bytes + 4 * self.length) // 4 + <size_t>self.length
+        if self.length == 0:
+            return
+        step = self.pnos_used // DEAD_SAMPLES + 1
+        for pno in range(0, self.pnos_used, step):
+            p = self.pages[pno]
+            if p == NULL or p.n == 0:
+                continue
+            mid = PG_IDS(p)[p.n // 2]
+            name = self._name(mid, &mlen)
+            sampled += 1
+            unlisted += self._shared_id(name, mlen, self._hash(name, mlen)) != mid
+        # (units of the records: a length byte and the name, in 4-byte units)
+        units = <size_t>(self.member_bytes + 4 * self.length) // 4 + <size_t>self.length
+        arena.dead_units += units * <size_t>(unlisted + 1) // <size_t>(sampled + 1)
         self._compact_if_due()
 
     cdef void _compact_step(self) noexcept:
