@@ -18,8 +18,10 @@ board:
   tenth of the members, then writes until the arena's compaction is done;
   the RSS growth against the built board;
 * then a random half of the members removed from every window, and writes
-  until the compaction is done: RSS growth per member left (against the
-  restarted figure, a board loaded afresh).
+  to every window until the compaction and the member maps' shrinks are
+  done: RSS growth per member left, and the indexes' own count against
+  that of the same windows loaded afresh (RSS after removals is as much
+  the allocator's as the index's: freed pages lie between live ones).
 
     PYTHONPATH=src python bench/bench_windows_memory.py --members 1000000 --rounds 3 \
         [--base-src /path/to/older/tree/src]
@@ -75,9 +77,14 @@ def worker(layout: str, members: int, windows: int, seed: int) -> dict[str, floa
             indexes[w].set(member, scores[w][i])
     build_cpu = time.process_time() - start
     built = rss() - base
-    own = sum(v for k, v in indexes[0]._memory().items() if k != "names")
-    own = own * windows + (indexes[0]._memory()["names"] if layout == "shared"
-                           else sum(ix._memory()["names"] for ix in indexes))
+    def own_count(made: list) -> int:
+        # The indexes' own count of their bytes, the shared arena once.
+        parts = [ix._memory() for ix in made]
+        held = sum(v for part in parts for k, v in part.items() if k != "names")
+        return held + (parts[0]["names"] if layout == "shared"
+                       else sum(part["names"] for part in parts))
+
+    own = own_count(indexes)
     touched = rng.sample(names, min(members, 200_000))
     start = time.process_time()
     for member in touched:
@@ -114,15 +121,26 @@ def worker(layout: str, members: int, windows: int, seed: int) -> dict[str, floa
         for index in indexes:
             index.remove(member)
     left = list(set(names) - set(gone))
+    # (writes to every window: each moves its own map's shrink a step, and
+    # the arena's compaction)
     writes = 0
-    while arena is not None and arena._state()[3] and writes < 50 * members:
-        indexes[0].incr(left[writes % len(left)], 1)
+    while writes < 50 * members and (
+            (arena is not None and arena._state()[3])
+            or any(index._map_state()[1] for index in indexes)):
+        for index in indexes:
+            index.incr(left[writes % len(left)], 1)
         writes += 1
     del gone
     gc.collect()
     trim()
     halved = rss() - base - 8 * len(left)  # (less the list of the rest)
-    return {"halved": halved / len(left), "built": built / members, "own": own / members,
+    halved_own = own_count(indexes)
+    # The same windows loaded afresh (a restart), in the index's own count.
+    dumps = [ix.dump() for ix in indexes]
+    fresh_arena = _pages.Names() if layout == "shared" else None
+    fresh_own = own_count([_pages.RankIndex.load(d, **shared(fresh_arena)) for d in dumps])
+    return {"halved": halved / len(left), "halved_own": halved_own / len(left),
+            "fresh_own": fresh_own / len(left), "built": built / members, "own": own / members,
             "build_us": build_cpu / (members * windows) * 1e6,
             "update_us": update_cpu / (len(touched) * windows) * 1e6,
             "restarted": restarted / members, "load_s": load_seconds,
@@ -160,13 +178,15 @@ def main() -> int:
           f"random integer scores, tie-break first; medians of {args.rounds} rounds "
           "(B/member of the board)")
     print("| arena | built RSS | own count | build µs/write | update µs/write | "
-          "restarted RSS | load s | period retired RSS | half removed, RSS a member left |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "restarted RSS | load s | period retired RSS | half removed: RSS a member left | "
+          "own count / loaded afresh |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for layout, results in runs.items():
         med = {k: statistics.median(r[k] for r in results) for k in results[0]}
         print(f"| {layout} | {med['built']:.1f} | {med['own']:.1f} | {med['build_us']:.2f} | "
               f"{med['update_us']:.2f} | {med['restarted']:.1f} | {med['load_s']:.2f} | "
-              f"{med['retired']:.1f} | {med['halved']:.1f} |")
+              f"{med['retired']:.1f} | {med['halved']:.1f} | "
+              f"{med['halved_own']:.1f} / {med['fresh_own']:.1f} |")
     return 0
 
 
