@@ -1315,9 +1315,11 @@ cdef class RankIndex:
         hash): another index of the arena's record of it, or a new record.
         Raises OverflowError (the arena is full) or MemoryError."""
         global _live_names
-        cdef uint32_t mid = self._shared_id(member, mlen, h)
-        if mid != 0:
-            return mid
+        cdef uint32_t mid = 0
+        if self.arena.nmembers > 1:  # (an arena of its own: nothing to look up)
+            mid = self._shared_id(member, mlen, h)
+            if mid != 0:
+                return mid
         mid = self._name_put(member, mlen)
         if mid == 0:
             if self.arena.names_used + PG_NAME_UNITS(mlen) >= MOVED:
