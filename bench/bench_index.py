@@ -120,6 +120,15 @@ def rss_bytes() -> int:
     return resident_pages * resource.getpagesize()
 
 
+def trim_heap() -> None:
+    """Collect, and give the C heap's free memory back (glibc's ``malloc_trim``)."""
+    import ctypes
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def str_block_bytes(members: Sequence[str]) -> float:
     """Mean pymalloc block size of the member ``str`` objects (16-byte classes)."""
     total = sum((sys.getsizeof(m) + 15) // 16 * 16 for m in members)
@@ -266,6 +275,8 @@ def worker_class(impl: str) -> type:
 def run_worker(impl: str, n: int, ops: int, repeats: int, load_repeats: int,
                names: str = "short", tie_break: str = "first") -> Results:
     """Every rankd figure for one implementation; runs in its own process."""
+    import rankd.index  # noqa: F401  (before the baseline: module code is not the index's)
+
     cls = worker_class(impl)
     members, scores = make_dataset(n, names)
     touches = {name: [pick(members, ops, SEED + 100 * k + i) for i in range(repeats)]
@@ -274,8 +285,17 @@ def run_worker(impl: str, n: int, ops: int, repeats: int, load_repeats: int,
     baseline = rss_bytes()
     index, first_load = load_index(cls, members, scores, tie_break)
     grown = rss_bytes() - baseline
+    # What the build leaves resident once its index is freed (the build's
+    # own Python objects, which pin pymalloc arenas; the allocator's free
+    # memory): the RSS growth less this is what the index holds.
+    del index
+    trim_heap()
+    residue = rss_bytes() - baseline
     loads = [first_load]
-    for _ in range(load_repeats - 1):
+    index, seconds = load_index(cls, members, scores, tie_break)  # the board read below
+    if load_repeats > 1:
+        loads.append(seconds)
+    for _ in range(load_repeats - 2):
         del index
         gc.collect()
         index, seconds = load_index(cls, members, scores, tie_break)
@@ -285,6 +305,7 @@ def run_worker(impl: str, n: int, ops: int, repeats: int, load_repeats: int,
     res: Results = {
         "load_s": statistics.median(loads),
         "mem_b": grown / n,
+        "held_b": (grown - residue) / n,
         "str_b": str_block_bytes(members) if impl == "python" else 0.0,
         "ops": ops,
         "members": n,
@@ -620,6 +641,7 @@ ROWS = (
     Row("dump()", "s", "dump_s", "dump_s", None),
     Row("load()", "s", "load2_s", "load2_s", None),
     Row("memory per member (RSS growth)", "B", "mem_b", "mem_b", None),
+    Row("  less what the build leaves once the index is freed", "B", "held_b", None, None),
     Row("  of which index pages (entries, towers)", "B", "idx_pages_b", None, None),
     Row("  of which index names (arena)", "B", "idx_names_b", None, None),
     Row("  of which index member map", "B", "idx_map_b", None, None),

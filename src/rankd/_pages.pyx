@@ -424,6 +424,19 @@ cdef extern from *:
         __builtin_prefetch(rec);
         if (((uintptr_t)rec & 63) > 32) __builtin_prefetch((const char *)rec + 31);
     }
+    /* One step of a search, at level i of tower lv, reads the forward
+       page's first key and then, if it goes forward, that page's link at
+       level i; if it stops, its own link at level i - 1 and that forward
+       page's first key.  Each is a miss on a big board, and each waits
+       for the one before: ask for the forward page's link and the first
+       key below at once with this step's key, so that their misses
+       overlap instead of queueing (about halving a rank's time at 10M
+       members and up). */
+    static inline void pg_prefetch_step(const pg_link *lv, int i, const double *firstkeys) {
+        __builtin_prefetch(&lv[i].flevel[i]);
+        if (i > 0 && lv[i - 1].forward != NULL)
+            __builtin_prefetch(&firstkeys[lv[i - 1].fpno]);
+    }
     /* Copy a name (a few dozen bytes at most, usually): whole words, the
        last one overlapping the one before, where a memcpy of a size not
        known at compile time became an inline ``rep movsq`` whose start-up
@@ -512,6 +525,7 @@ cdef extern from *:
     const uint32_t PENDING "PG_PENDING"
     void pg_trim() nogil
     void pg_prefetch_rec(const uint32_t *rec) nogil
+    void pg_prefetch_step(const pg_link *lv, int i, const double *firstkeys) nogil
     str pg_name_str(const char *s, Py_ssize_t n)
     void pg_copy_short(char *d, const char *s, Py_ssize_t n) nogil
     enum:
@@ -1952,6 +1966,7 @@ cdef class RankIndex:
                 f = lv[i].forward
                 if f == NULL:
                     break
+                pg_prefetch_step(lv, i, self.firstkeys)
                 k = self.firstkeys[lv[i].fpno]
                 if k != key:
                     c = -1 if k < key else 1
@@ -1984,6 +1999,7 @@ cdef class RankIndex:
                 f = lv[i].forward
                 if f == NULL:
                     break
+                pg_prefetch_step(lv, i, self.firstkeys)
                 k = self.firstkeys[lv[i].fpno]
                 if k > key or (k == key and not inclusive):
                     break
@@ -3422,9 +3438,26 @@ cdef class RankIndex:
         cdef Py_ssize_t record = DUMP_RECORD_SIZE - 8 * self.tie_by_member
         cdef const char *name
         cdef uint32_t *ids
+        cdef pg_page *q
+        cdef Py_ssize_t half, b
         while p != NULL:
             ids = PG_IDS(p)
+            # The next page is a block of its own: ask for its header,
+            # entry numbers and ids now, and for the rest of it and its
+            # tower halfway through this page (by then its header is in),
+            # so that reading on into it, and the names prefetched ahead
+            # across the boundary, wait for no miss (they took a third of
+            # a dump's time).
+            q = p.level[0].forward
+            half = p.n >> 1
+            if q != NULL:
+                for b in range(0, self.locate_bytes, 64):
+                    rk_prefetch(<char *>q + b)
             while i < p.n:
+                if i == half and q != NULL:
+                    for b in range(self.locate_bytes, <Py_ssize_t>PG_SIZE(q.cap, PG_KEY_BYTES(q), self.seq_bytes), 64):
+                        rk_prefetch(<char *>q + b)
+                    rk_prefetch(q.level)
                 # Names lie in arrival order, not rank order: ask for the
                 # ones a few entries ahead so that their misses overlap.
                 if i + DUMP_AHEAD < p.n:
