@@ -25,6 +25,7 @@ cdef struct pg_cursor:
 
 cdef bint pg_is(object index) noexcept
 cdef Py_ssize_t pg_length(object index) noexcept
+cdef bint pg_full(object index) noexcept
 cdef void pg_prefetch_slot(object index, const char *member, Py_ssize_t mlen) noexcept
 cdef void pg_prefetch_name(object index, const char *member, Py_ssize_t mlen) noexcept
 cdef bint pg_get(object index, const char *member, Py_ssize_t mlen, double *score) noexcept

@@ -3138,6 +3138,20 @@ cdef class RankIndex:
         member taken since made, cleared, emptied or :meth:`reset_peaks`."""
         return self.peak_length, self.peak_member_bytes
 
+    @property
+    def full(self):
+        """Whether a write that changes a score may be refused with
+        ``OverflowError``: every page number is taken (a write may need
+        one, see Members), the name arena has no room for a longest name,
+        or the index holds ``2**32 - 2`` members.  The engine asks before a
+        submission changes any window, so such a write is refused whole."""
+        return self._full()
+
+    cdef bint _full(self) noexcept:
+        return ((self.nfree_pnos == 0 and self.pnos_used >= self.max_pnos)
+                or self.length >= MAX_LENGTH
+                or self.arena.names_used + PG_NAME_UNITS(MAX_MEMBER_BYTES) >= MOVED)
+
     def reach(self, Py_ssize_t length):
         """Count ``length`` members as held (in :attr:`peaks`)."""
         if length > self.peak_length:

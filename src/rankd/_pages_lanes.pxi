@@ -17,6 +17,11 @@ cdef Py_ssize_t pg_length(object index) noexcept:
     return (<RankIndex>index).length
 
 
+cdef bint pg_full(object index) noexcept:
+    """``index.full``: a write that changes a score may be refused."""
+    return (<RankIndex>index)._full()
+
+
 cdef void pg_prefetch_slot(object index, const char *member, Py_ssize_t mlen) noexcept:
     """Start loading ``member``'s home slot in the member map (a batch warms
     its next lookups, as the skip list's ``c_prefetch_slot``)."""

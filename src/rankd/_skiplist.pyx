@@ -1712,6 +1712,12 @@ cdef class RankIndex:
         emptied by a removal or :meth:`reset_peaks`."""
         return self.peak_length, self.peak_member_bytes
 
+    @property
+    def full(self):
+        """Whether a write that changes a score may be refused with
+        ``OverflowError``: the index holds ``2**32 - 2`` members."""
+        return self.length >= MAX_LENGTH
+
     def reach(self, Py_ssize_t length):
         """Count ``length`` members as held (in :attr:`peaks`), as if it had
         held them: a Redis ZADD of that many pairs converts its set first."""

@@ -37,7 +37,9 @@ from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp
 
-from rankd._pages cimport pg_get, pg_prefetch_name, pg_prefetch_slot, pg_put, pg_rank
+from rankd._pages cimport (
+    pg_full, pg_get, pg_prefetch_name, pg_prefetch_slot, pg_put, pg_rank,
+)
 from rankd._skiplist cimport MAX_EXACT_INT, MAX_MEMBER_BYTES, RankIndex
 from rankd.engine._packed cimport (
     NUMBER_FLOAT, NUMBER_INT, NUMBER_NIL, Number, Packed, PackedResult, PackedSubmission,
@@ -430,7 +432,7 @@ cdef class _Kernel:
 
     cdef bint score(self, Plan *plan, Input *sub, Change *changes) noexcept:
         """Every window's change (reads only); False where the reference must
-        answer (a guard, a non-finite sum)."""
+        answer (a guard, a non-finite sum, an index with no room)."""
         cdef int i
         cdef RankIndex index
         for i in range(plan.nwindows):
@@ -446,6 +448,12 @@ cdef class _Kernel:
                               &changes[i].new):
                 return False
             changes[i].updated = not changes[i].had or changes[i].new != changes[i].old
+            # An index with no room left (ingest.check_room): the reference
+            # refuses the whole submission.  (A skip list's room is its
+            # 2**32 members: more than memory holds.)
+            if (changes[i].updated and plan.paged and plan.windows[i].index != NULL
+                    and pg_full(<object>plan.windows[i].index)):
+                return False
         return True
 
     cdef object reference(self, object sub):

@@ -44,6 +44,13 @@ class Conflict(EngineError):
     code = "conflict"
 
 
+class BoardFull(Conflict):
+    """A submission that would change a window whose index has no room left
+    that it numbers (hundreds of millions of members, or gigabytes of
+    names: see ``RankIndexAPI.full``): refused whole, in every window, and
+    the engine goes on taking writes that need no room there."""
+
+
 class StorageError(EngineError):
     """The disk refused an operation that is not a write, such as a
     snapshot (HTTP 503); the log and the state are unchanged."""

@@ -50,6 +50,7 @@ from rankd.engine.config import (
 )
 from rankd.engine.dedupe import CONFLICT, fingerprint
 from rankd.engine.errors import (
+    BoardFull,
     EngineError,
     EventConflict,
     GuardViolation,
@@ -176,6 +177,9 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
         if new == 0.0 and new is not old and zeros.is_negative_zero(new):
             new = zeros.stored_zero(config, index, member, old is None)
         changes.append((window, period, old, new))
+    for window, period, old, new in changes:
+        if new != old:
+            check_room(board, window, period)
     updates = []
     primary = config.primary_window
     score = previous = rank = None
@@ -193,6 +197,17 @@ def ingest_one(boards: dict[str, Board], sub: Submission, now: float, now_ms: in
     payloads.append(records.encode(record))
     note_submit(board, record, dedupe_ttl)
     return answer(member, event_id, result, False)
+
+
+def check_room(board: Board, window: str, period: str) -> None:
+    """Raise ``BoardFull`` if the index of ``window``'s ``period`` may
+    refuse a write for want of room: checked in every window a submission
+    changes before any changes, so that the refusal is whole."""
+    index = board.index(window, period)
+    if index is not None and index.full:
+        raise BoardFull(f"board {board.name!r} holds as many members as one index can in "
+                        f"window {window!r} (period {period!r}); remove members to write "
+                        "new scores there")
 
 
 def unmet_condition(board: Board, member: str, condition: object, is_delta: bool,

@@ -214,6 +214,14 @@ class RankIndexAPI(Protocol):
         loaded, emptied by a removal or :meth:`reset_peaks` (a Redis set's
         encoding follows them: an emptied Redis set is a deleted key)."""
 
+    @property
+    def full(self) -> bool:
+        """Whether a write that changes a score may be refused with
+        ``OverflowError`` for want of room the index numbers (not memory):
+        a native index numbers its members, pages and name bytes in
+        fixed-width fields.  The engine asks before a submission changes
+        any window, so that such a write is refused whole.  O(1)."""
+
     def reach(self, length: int) -> None:
         """Count ``length`` members as held in :attr:`peaks` (a Redis ``ZADD``
         of that many pairs converts its set first, whatever it adds).  O(1)."""

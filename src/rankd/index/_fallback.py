@@ -178,6 +178,11 @@ class RankIndex:
         self._peak_length = max(self._peak_length, len(self._entries))
         self._peak_member_bytes = max(self._peak_member_bytes, len(member.encode()))
 
+    @property
+    def full(self) -> bool:
+        """Never: a dict and a sorted list hold what memory holds."""
+        return False
+
     def reach(self, length: int) -> None:
         """Count ``length`` members as held (in :attr:`peaks`)."""
         self._peak_length = max(self._peak_length, length)
