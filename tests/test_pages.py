@@ -1028,3 +1028,65 @@ def test_the_page_number_limit_is_refused_clearly(pages_cls, pages_module):
     index.set("b", 1000)
     index._check()
     assert index.rank("b") == len(index)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("tie_break", TIE_BREAKS)
+@pytest.mark.parametrize("leaving", ["remove", "whole", "moved"])
+def test_a_wide_page_narrows_again_when_its_wide_keys_leave(pages_cls, order, tie_break,
+                                                           leaving):
+    # A fraction widens the page it enters; once no key of that page needs
+    # 8 bytes (the member removed, its score a whole number again in the
+    # same page, or moved to a page far away), the page holds 4-byte keys
+    # again and the memory it took comes back.
+    index = pages_cls(order, tie_break, seed=6)
+    model = ModelIndex(order, tie_break)
+    model.next_seq = index.next_seq
+    for i in range(6_000):
+        index.set(f"m{i}", i * 10)
+        model.set(f"m{i}", i * 10)
+    before = index._memory()["pages"]
+    for member, score in [("m500", 5001.5), ("m4000", 40_000.25), ("new", 23_455.5)]:
+        assert index.set(member, score) == model.set(member, score)
+    index._check()
+    assert index._wide_pages() == 3
+    for member, whole in [("m500", 5001), ("m4000", 40_001), ("new", 23_455)]:
+        if leaving == "remove":
+            assert index.remove(member) == model.remove(member)
+        elif leaving == "whole":  # its neighbours' scores: it stays in its page
+            assert index.set(member, whole) == model.set(member, whole)
+        else:
+            assert index.set(member, -7 if order == "desc" else 10**9) == model.set(
+                member, -7 if order == "desc" else 10**9)
+        index._check()
+    assert index._wide_pages() == 0
+    assert index._memory()["pages"] <= before + 2 * 64 * 13  # (a split's spare room at most)
+    assert_same_dump(index.dump(), model.dump())
+    copy = pages_cls.load(index.dump())
+    assert copy.dump() == index.dump()
+
+
+@pytest.mark.parametrize("tie_break", TIE_BREAKS)
+def test_pages_stay_wide_exactly_while_they_hold_a_wide_key(pages_cls, tie_break):
+    # Random writes of fractions and whole numbers on tiny pages (every
+    # split, share and merge): after each, _check() holds; once every
+    # fraction is made whole, no page is wide.
+    rng = random.Random(11)
+    index = pages_cls("desc", tie_break, page_size=4, seed=2)
+    model = ModelIndex("desc", tie_break)
+    model.next_seq = index.next_seq
+    for _ in range(3000):
+        member = f"m{rng.randrange(300)}"
+        roll = rng.random()
+        if roll < 0.2:
+            assert index.remove(member) == model.remove(member)
+        else:
+            score = rng.randrange(1000) + (0.5 if roll < 0.5 else 0)
+            assert index.set(member, score) == model.set(member, score)
+        index._check()
+    for member, score in list(index):
+        if score != int(score):
+            assert index.set(member, int(score)) == model.set(member, int(score))
+            index._check()
+    assert_index_matches(index, model)
+    assert index._wide_pages() == 0

@@ -30,10 +30,13 @@ header, read with the keys: one predictable branch a read).  A score
 that does not fit widens only the page it enters (``_widened``: one
 page copied, its links repointed as a reallocation's are), before
 anything changes, and pages that take entries from a wide one (splits,
-shares, merges) widen only if a moved key needs it; a wide page stays
-wide until the board is loaded again, and a load widens only the pages
-whose records need it.  So one fractional score costs a page, not the
-board, and no write pays an O(n) pass: a board-wide widening took 22 ms
+shares, merges) widen only if a moved key needs it; a wide page is
+narrowed again, in place, by the write that leaves every key it holds
+narrow (``_narrow_page``, checked by the writes that take an entry out
+of a wide page or change one in it: a scan of its keys that stops at the
+first wide one), and a load widens only the pages whose records need it.
+So one fractional score costs a page while it is there, not the board,
+and no write pays an O(n) pass: a board-wide widening took 22 ms
 of one event-loop callback at 1M members.  Seqs count a board's score
 changes, so only a replay that gives explicit seqs or four billion
 writes pass 2^32: the first seq that does widens every page to 64-bit
@@ -1160,9 +1163,40 @@ cdef class RankIndex:
 
     cdef void _shrink(self, pg_page *p) noexcept:
         """Give back a page's room beyond ``CAP_STEP`` spare entries (none
-        in a full page is kept); nothing if out of memory."""
+        in a full page is kept), and a wide page's 4 bytes a key once a
+        narrow page holds its keys again (``_narrow_page``); nothing if out
+        of memory.  ``p`` may move (callers take page pointers again)."""
+        if p.wide and p.n >= 1 and self._all_narrow(p, 0, p.n):
+            p = self._narrow_page(p)
         if p.n >= 1 and p.cap >= p.n + 2 * CAP_STEP:
             self._resize(p, self._cap_for(p.n))
+
+    cdef pg_page *_narrow_page(self, pg_page *p) noexcept:
+        """``p`` (linked, wide, at least one entry, every key ``_narrow``)
+        with int32 keys, converted in place and given back the bytes it no
+        longer needs; returned at its new place if the smaller block moved
+        (the page table and links to it repointed, as ``_resize`` does).  So
+        a page that took a fraction (or a score past int32) once does not
+        stay wide after the key leaves: the writes that take the wide key
+        out or change it call this through ``_shrink``."""
+        cdef size_t n = p.n, sb = <size_t>self.seq_bytes
+        cdef char *old_seqs = PG_SEQS(p)
+        cdef Py_ssize_t i
+        cdef pg_page *q
+        # Key i's 4 bytes land at or below where key i's 8 bytes were read.
+        for i in range(p.n):
+            PG_KEYS32(p)[i] = <int32_t>(PG_KEYS(p)[i] * self.key_sign)
+        p.wide = 0
+        if sb:
+            memmove(PG_SEQS(p), old_seqs, n * sb)
+        self.freed_bytes += PG_SIZE(p.cap, 8, sb) - PG_SIZE(p.cap, 4, sb)
+        self.mutations += 1  # (its keys changed width: iterators must not go on)
+        q = <pg_page *>realloc(p, PG_SIZE(p.cap, 4, sb))
+        if q == NULL:
+            return p  # the larger block still holds the new layout
+        if q != p:
+            self._repoint_moved(q)
+        return q
 
     cdef inline size_t _held(self) noexcept:
         """Bytes in the pages, the map and the name arena (an estimate)."""
@@ -2498,6 +2532,7 @@ cdef class RankIndex:
             a.lead += b.lead
             b.n = 0
             self._unlink_page(b, path.update)
+            self._shrink(a)  # (the entry that left it may have been its last wide key)
             return
         self._even(a, b)  # out of memory: the page stays sparse
 
@@ -2556,6 +2591,10 @@ cdef class RankIndex:
         self._reaccount(b, -dn, <int64_t>b.lead - lead_b)
         self.ndistinct -= (<int64_t>a.lead - lead_a) + (<int64_t>b.lead - lead_b)
         self._shrink(b if dn > 0 else a)
+        # The page that gained may have lost its last wide key before (a
+        # removal that left it sparse): it narrows too.
+        if (a if dn > 0 else b).wide:
+            self._shrink(a if dn > 0 else b)
         return 0
 
     # --- the one write path ---------------------------------------------------------
@@ -2643,10 +2682,11 @@ cdef class RankIndex:
                 changed[0] = True
                 self.mutations += 1
                 pos = self._move_in_page(p, pos, key, seq, mid)
-                if not want_rank:
-                    return 0
                 # Its page and place are known: search for the rank only.
-                return self._remember(code, self._rank_in(code, p, pos))
+                rank = self._rank_in(code, p, pos) if want_rank else 0
+                if p.wide:  # (it may have left a page narrow keys fit again)
+                    self._shrink(p)
+                return self._remember(code, rank) if want_rank else 0
         self._need_pno()
         if code == 0:
             if self.length >= MAX_LENGTH:
