@@ -1183,9 +1183,11 @@ cdef class RankIndex:
         cdef char *old_seqs = PG_SEQS(p)
         cdef Py_ssize_t i
         cdef pg_page *q
-        # Key i's 4 bytes land at or below where key i's 8 bytes were read.
+        cdef int32_t scores[MAX_PAGE_SIZE]
+        # Through a copy: the int32 keys overlay the f64 keys they come from.
         for i in range(p.n):
-            PG_KEYS32(p)[i] = <int32_t>(PG_KEYS(p)[i] * self.key_sign)
+            scores[i] = <int32_t>(PG_KEYS(p)[i] * self.key_sign)
+        memcpy(PG_KEYS32(p), scores, n * 4)
         p.wide = 0
         if sb:
             memmove(PG_SEQS(p), old_seqs, n * sb)
