@@ -1090,3 +1090,70 @@ def test_pages_stay_wide_exactly_while_they_hold_a_wide_key(pages_cls, tie_break
             index._check()
     assert_index_matches(index, model)
     assert index._wide_pages() == 0
+
+
+def test_positive_zeros_narrows_the_pages_whose_only_wide_key_was_minus_zero(pages_cls):
+    index = pages_cls("desc", "first", page_size=4, seed=1)
+    model = ModelIndex("desc", "first")
+    model.next_seq = index.next_seq
+    writes = [(f"m{i}", 100 + i) for i in range(12)] + [("d", 110.5), ("a", -0.0)]
+    for member, score in writes:
+        index.set(member, score)
+        model.set(member, score)
+    assert index._wide_pages() == 2  # the top pages' 110.5, the last page's -0.0
+    assert index.positive_zeros() == model.positive_zeros() == 1
+    index._check()
+    assert_index_matches(index, model)
+    assert index._wide_pages() == 1
+
+
+def test_a_refused_write_past_32_bit_seqs_widens_nothing(pages_cls, pages_module):
+    # The seqs widen to 8 bytes only for a write that goes ahead: one the
+    # page table refuses leaves the pages, their memory and a live
+    # iterator as they were.
+    index = pages_cls("desc", "first", page_size=4, seed=1)
+    for i in range(8):
+        index.set(f"m{i}", i)
+    fill_page_table(index)
+    before = (index.dump(), index._memory()["pages"], index._seq_bytes, index.next_seq)
+    walking = iter(index)
+    next(walking)
+    with pytest.raises(OverflowError):
+        index.set("new", 3, seq=2**32)
+    assert (index.dump(), index._memory()["pages"], index._seq_bytes, index.next_seq) == before
+    assert len(list(walking)) == 7
+    index._check()
+    # With room again, the same write goes ahead and widens the seqs.
+    index._limit_pages(pages_module.MAX_PAGES)
+    index.set("new", 3, seq=2**32)
+    index._check()
+    assert index._seq_bytes == 8 and index.next_seq == 2**32 + 1
+
+
+def test_apply_batch_reports_a_refusal_for_want_of_room_per_operation(pages_cls):
+    index = pages_cls("desc", "first", page_size=4, seed=1)
+    for i in range(8):
+        index.set(f"m{i}", i)
+    fill_page_table(index)
+    before = index.dump()
+    # (m0 stays last, in its page: that write needs no page.)
+    results = index.apply_batch([(Op.SET, "m0", -1, None), (Op.SET, "new", 5, None),
+                                 (Op.REMOVE, "m7", None, None)])
+    assert results[0][:3] == (0.0, -1.0, True)
+    assert isinstance(results[1], OverflowError)
+    assert results[2][:3] == (7.0, None, True)
+    assert "new" not in index and index.score("m0") == -1.0 and "m7" not in index
+    assert index.dump() != before
+    index._check()
+
+
+def fill_page_table(index) -> None:
+    """Let ``index`` number no page beyond those in use (``full``)."""
+    for limit in range(len(index._pages()), len(index._pages()) + 1000):
+        try:
+            index._limit_pages(limit)
+        except ValueError:
+            continue
+        if index.full:
+            return
+    raise AssertionError("no page limit made the index full")

@@ -2670,7 +2670,11 @@ cdef class RankIndex:
             raise ValueError("arrival sequences are exhausted (next_seq is past 2**63 - 1); "
                              "pass seq explicitly")
         # Before anything changes; a widening moves every page, so find
-        # the member's entry again.
+        # the member's entry again.  (A write that would then be refused
+        # for want of a page is refused before the seqs widen.)
+        if (self.seq_bytes == 4 and (seq if has_seq else self._next_seq) >> 32 != 0
+                and (code == 0 or not self._stays(p, pos, self._key(target)))):
+            self._need_pno()
         if self._fit_seq(seq if has_seq else self._next_seq) and code != 0:
             p = self._locate(code, &pos)
         if code != 0:
@@ -2852,8 +2856,9 @@ cdef class RankIndex:
         """Apply ``(op, member, value[, seq])`` operations in order.
 
         Returns one ``(old, new, changed, rank)`` per operation, or the
-        ``TypeError``/``ValueError`` of an invalid one, which changes nothing
-        while the others still apply.
+        ``TypeError``/``ValueError`` of an invalid one, or the
+        ``OverflowError`` of one the index has no room for, which changes
+        nothing while the others still apply.
 
         Runtime complexity: O(k log n) for k operations.
         """
@@ -2886,7 +2891,7 @@ cdef class RankIndex:
                     self.has_hint = True
                 rank = self._write(data, size, value, op, has_seq, s, True,
                                    &old, &had, &new, &has_new, &changed)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, OverflowError) as exc:
                 results.append(exc)
                 continue
             results.append(_untracked((_float_or_none(had, old), _float_or_none(has_new, new),
@@ -3216,7 +3221,7 @@ cdef class RankIndex:
         """Make every score of -0.0 0.0 (no member moves); return how many
         were.  Runtime complexity: O(n)."""
         cdef pg_page *p = self.header.level[0].forward
-        cdef Py_ssize_t changed = 0, i
+        cdef Py_ssize_t changed = 0, i, before
         cdef double key = self._key(0.0)
         cdef double *keys
         while p != NULL:
@@ -3225,11 +3230,14 @@ cdef class RankIndex:
                 p = p.level[0].forward
                 continue
             keys = PG_KEYS(p)
+            before = changed
             for i in range(p.n):
                 if keys[i] == 0.0 and signbit(keys[i]) != signbit(key):
                     keys[i] = key
                     changed += 1
             self.firstkeys[p.pno] = keys[0]
+            if changed != before and self._all_narrow(p, 0, p.n):
+                p = self._narrow_page(p)  # (its -0.0 may have been its only wide key)
             p = p.level[0].forward
         if changed:
             self.mutations += 1

@@ -1231,8 +1231,9 @@ cdef class RankIndex:
         """Apply ``(op, member, value[, seq])`` operations in order.
 
         Returns one ``(old, new, changed, rank)`` per operation, or the
-        ``TypeError``/``ValueError`` of an invalid one, which changes nothing
-        while the others still apply.  This is the ingest path: one call, no
+        ``TypeError``/``ValueError`` of an invalid one, or the
+        ``OverflowError`` of one the index has no room for, which changes
+        nothing while the others still apply.  This is the ingest path: one call, no
         Python-level dispatch per operation.
 
         Runtime complexity: O(k log n) for k operations.
@@ -1254,7 +1255,7 @@ cdef class RankIndex:
                 _operation(item, &op, &value, &has_seq, &s, &data, &size)
                 rank = self._write(data, size, value, op, has_seq, s, True,
                                    &old, &had, &new, &has_new, &changed)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, OverflowError) as exc:
                 results.append(exc)
                 continue
             results.append(_untracked((_float_or_none(had, old), _float_or_none(has_new, new),

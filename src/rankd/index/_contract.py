@@ -244,7 +244,9 @@ class RankIndexAPI(Protocol):
         ``(old, new, changed, rank)`` with the unique rank after the
         operation (``None`` if absent), or, for an invalid operation, the
         ``TypeError``/``ValueError`` that the single-call method would have
-        raised: that operation changes nothing and the others still apply.
+        raised, or for one the index has no room for (``full``), its
+        ``OverflowError``: that operation changes nothing and the others
+        still apply.
         """
 
     def set_states(self, states: Iterable[tuple[str, float, int]]) -> None:
