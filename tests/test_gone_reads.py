@@ -24,6 +24,12 @@ from respclient import RawClient
 
 MEMBERS = 20_000
 CONNECTIONS = 8
+#: The daemon's CPU for the whole scenario, at most.  The defect cost about
+#: 30 s; the fixed daemon took 2.4-2.5 s on a slow day of this machine (the
+#: tree before this bound and the one after it, paired, 2026-12-02) and
+#: under 2 s on others: a bound of a sixth of the defect's cost, not a
+#: figure of a fast day.
+CPU_BOUND = 5.0
 
 
 def _cpu(daemon: Daemon) -> float:
@@ -85,7 +91,7 @@ def test_closed_redis_pipelines_of_reads_cost_little_and_free_their_slots(tmp_pa
         spent = _cpu(daemon) - before
         print(f"slots back after {back:.2f} s, CPU {spent:.2f} s")
         assert back < 5.0
-        assert spent < 2.0
+        assert spent < CPU_BOUND
         with RawClient(daemon.resp_port) as client:
             for n in range(CONNECTIONS):
                 assert client.call("ZSCORE", f"after{n}", "x") == b"$1\r\n1\r\n", n
@@ -110,7 +116,7 @@ def test_closed_tcp_pipelines_of_reads_cost_little_and_free_their_slots(tmp_path
         spent = _cpu(daemon) - before
         print(f"slots back after {back:.2f} s, CPU {spent:.2f} s")
         assert back < 5.0
-        assert spent < 2.0
+        assert spent < CPU_BOUND
         for n in range(CONNECTIONS):
             status, body = daemon.request("GET", f"/v1/boards/big/members/after{n}")
             assert status == 200 and body["score"] == 1, (n, body)

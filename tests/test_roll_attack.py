@@ -66,8 +66,10 @@ def test_relayout_credit_earned_by_its_own_moves_holds_a_batch_for_long():
         without.append(_cpu_ms(plain, _batch(f"b{rep}", 500, seq)))
         seq += 1000
     ratio = statistics.median(during) / statistics.median(without)
-    # Without the defect about 1 + (a move) / PACE_NS: 2-3x here; with it 17-19x.
-    assert ratio < 8, (f"500 new members: {statistics.median(during):.1f} ms of CPU during a "
+    # Without the defect about 1 + (a move) / PACE_NS: 2-3x here alone, up to
+    # 8.4x under a whole CI run's load on a slow day (2026-12-02); with it
+    # 17-19x.
+    assert ratio < 11, (f"500 new members: {statistics.median(during):.1f} ms of CPU during a "
                        f"relayout, {statistics.median(without):.1f} ms without ({ratio:.1f}x)")
 
 
