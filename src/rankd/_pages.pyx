@@ -1298,10 +1298,14 @@ cdef class RankIndex:
         widens every page's seqs to 64 bits, once (O(n)).  Returns 1 if it
         did (every page moved: page pointers held are stale); a MemoryError
         leaves every page as it was."""
-        if self.seq_bytes != 4 or seq >> 32 == 0:  # (a C test: no Python int)
+        if not self._seq_widens(seq):
             return 0
         self._rewiden_seqs()
         return 1
+
+    cdef inline bint _seq_widens(self, uint64_t seq) noexcept:
+        """Whether holding ``seq`` widens every page's seqs (``_fit_seq``)."""
+        return self.seq_bytes == 4 and seq >> 32 != 0  # (a C test: no Python int)
 
     cdef int _rewiden_seqs(self) except -1:
         """Move every page to 64-bit seqs (O(n)); a MemoryError changes
@@ -2672,7 +2676,7 @@ cdef class RankIndex:
         # Before anything changes; a widening moves every page, so find
         # the member's entry again.  (A write that would then be refused
         # for want of a page is refused before the seqs widen.)
-        if (self.seq_bytes == 4 and (seq if has_seq else self._next_seq) >> 32 != 0
+        if (self._seq_widens(seq if has_seq else self._next_seq)
                 and (code == 0 or not self._stays(p, pos, self._key(target)))):
             self._need_pno()
         if self._fit_seq(seq if has_seq else self._next_seq) and code != 0:
