@@ -2691,9 +2691,8 @@ cdef class RankIndex:
                 has_new[0] = True
                 changed[0] = True
                 self.mutations += 1
-                pos = self._move_in_page(p, pos, key, seq, mid)
-                # Its page and place are known: search for the rank only.
-                rank = self._rank_in(code, p, pos) if want_rank else 0
+                rank = 0
+                pos = self._move_in_page(p, pos, key, seq, mid, &rank if want_rank else NULL)
                 if p.wide:  # (it may have left a page narrow keys fit again)
                     self._shrink(p)
                 return self._remember(code, rank) if want_rank else 0
@@ -2758,10 +2757,12 @@ cdef class RankIndex:
         return p.level[0].forward == NULL or key < self.firstkeys[p.level[0].fpno]
 
     cdef Py_ssize_t _move_in_page(self, pg_page *p, Py_ssize_t pos, double key, uint64_t seq,
-                                  uint32_t mid) noexcept:
+                                  uint32_t mid, Py_ssize_t *rank) noexcept:
         """Give the entry at ``pos`` of ``p`` a new place in ``p`` (a memmove)
-        and its new key; return its new position."""
+        and its new key; return its new position, and its unique rank in
+        ``rank`` unless that is NULL."""
         cdef Py_ssize_t mlen, t
+        cdef pg_path path
         cdef const char *name = self._name(mid, &mlen)
         cdef pg_page *nxt = p.level[0].forward
         cdef double old_last = self._key_at(p, p.n - 1), new_last, first
@@ -2779,9 +2780,16 @@ cdef class RankIndex:
         PG_ENOS(p)[t] = eno
         self.firstkeys[p.pno] = self._key_at(p, 0)
         dl += self._alone(p, t)
-        if dl != 0:
-            self._reaccount(p, 0, dl)
-            p.lead = <uint32_t>(p.lead + dl)
+        if dl != 0 or rank != NULL:
+            # One search serves both: the entry's own path ends at p with
+            # the same covering links as p's first entry's, and a change
+            # of leaders moves no span the rank sums.
+            self._search(key, seq, name, mlen, False, &path)
+            if dl != 0:
+                self._account(p, path.update, 0, dl)
+                p.lead = <uint32_t>(p.lead + dl)
+            if rank != NULL:
+                rank[0] = path.rank[0] + t + 1
         if nxt != NULL:
             # The next page's first entry leads unless it ties p's last.
             new_last = self._key_at(p, p.n - 1)
