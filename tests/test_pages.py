@@ -778,6 +778,45 @@ def test_a_big_batch_matches_single_calls(pages_cls):
     assert batched.dump() == single.dump()
 
 
+def test_a_batch_warms_the_walks_of_what_it_can_read(pages_cls):
+    # Past 32768 members a batch walks each group's searches in lock step
+    # before the writes.  Op members are an IntEnum and plain ints alike;
+    # what it cannot read (a bool op, a member that is not a str, a value
+    # that is not a number, a tuple too short) is skipped, and a removal
+    # of an absent member has nothing to walk to.  Skipped or not, every
+    # operation's result is its single call's.
+    batched, single = pages_cls("desc", "first"), pages_cls("desc", "first")
+    load = [(Op.SET, f"w{i}", i % 5000) for i in range(40_000)]
+    batched.apply_batch(load)
+    single.apply_batch(load)
+    for ops in ([(Op.INCR, f"w{i}", 1.0) for i in range(64)],
+                [(int(Op.SET), f"w{i}", 7) for i in range(64)],
+                [(Op.REMOVE, f"w{i}", None) for i in range(100, 164)],
+                [(Op.SET, f"wü{i}", i) for i in range(64)]):
+        before = batched._warmed
+        batched.apply_batch(ops)
+        assert batched._warmed - before == 64, ops[0]
+        single.apply_batch([(op, member, value) for op, member, value in ops])
+
+    class Score(float):
+        """A float the batch takes but its warming does not read."""
+
+    skipped = [(True, "w1", 1), (Op.SET, 5, 1), (Op.SET, "w2", "3"),
+               (Op.REMOVE, "absent", None), (Op.SET, "w3"), "garbage",
+               (Op.INCR, "w4", float("nan")), (Op.SET, "w5", 2**70),
+               (Op.SET, "w6", Score(9999.5))]
+    before = batched._warmed
+    results = batched.apply_batch(skipped * 8)
+    assert batched._warmed - before == 0
+    assert sum(isinstance(r, Exception) for r in results) == 7 * 8
+    assert results[3] == (None, None, False, None)  # the absent member's removal
+    assert results[8] == (7.0, 9999.5, True, 1)  # (set to 7 above)
+    assert results[17] == (9999.5, 9999.5, False, 1)
+    single.set("w6", 9999.5)
+    batched._check()
+    assert batched.dump() == single.dump()
+
+
 # --- map slots that name entries (issue 47, memory step 5) ----------------------------------
 
 

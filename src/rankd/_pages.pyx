@@ -569,11 +569,7 @@ DEF DUMP_HEADER_SIZE = 24
 DEF DUMP_RECORD_SIZE = 18
 DEF DUMP_AHEAD = 16
 DEF LOAD_AHEAD = 8   # records a load hashes ahead (its ring holds 16)
-DEF SLOT_AHEAD = 8
-DEF PAGE_AHEAD = 4
-DEF NAME_AHEAD = 2
-DEF STR_AHEAD = 12
-DEF TUPLE_AHEAD = 16
+DEF WARM_GROUP = 16   # a batch's writes whose walks advance in lock step (the ring holds 16)
 DEF PREFETCH_MIN_LENGTH = 32768
 DEF MIN_COMPACT_UNITS = 8192   # arenas below 32 KiB are not compacted
 DEF COMPACT_STEP = 128          # arena units a write's compaction step looks at
@@ -790,6 +786,7 @@ cdef class RankIndex:
     cdef bint has_hint
     cdef uint64_t hint_hash
     cdef Py_ssize_t trims           # heap trims, ever (for tests)
+    cdef Py_ssize_t warmed          # operations apply_batch warmed (for tests)
 
     def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
                   int branching=2, seed=None, int page_size=DEFAULT_PAGE_SIZE,
@@ -2692,10 +2689,12 @@ cdef class RankIndex:
                 changed[0] = True
                 self.mutations += 1
                 rank = 0
-                pos = self._move_in_page(p, pos, key, seq, mid, &rank if want_rank else NULL)
+                pos = self._move_in_page(p, pos, key, seq, mid, want_rank, &rank)
                 if p.wide:  # (it may have left a page narrow keys fit again)
                     self._shrink(p)
-                return self._remember(code, rank) if want_rank else 0
+                if rank != 0:  # (found even unasked when the leaders changed)
+                    self._remember(code, rank)
+                return rank if want_rank else 0
         self._need_pno()
         if code == 0:
             if self.length >= MAX_LENGTH:
@@ -2757,10 +2756,11 @@ cdef class RankIndex:
         return p.level[0].forward == NULL or key < self.firstkeys[p.level[0].fpno]
 
     cdef Py_ssize_t _move_in_page(self, pg_page *p, Py_ssize_t pos, double key, uint64_t seq,
-                                  uint32_t mid, Py_ssize_t *rank) noexcept:
+                                  uint32_t mid, bint want_rank, Py_ssize_t *rank) noexcept:
         """Give the entry at ``pos`` of ``p`` a new place in ``p`` (a memmove)
-        and its new key; return its new position, and its unique rank in
-        ``rank`` unless that is NULL."""
+        and its new key; return its new position.  ``rank`` gets its unique
+        rank if ``want_rank`` or if a change of leaders made the search
+        that finds it anyway, else 0."""
         cdef Py_ssize_t mlen, t
         cdef pg_path path
         cdef const char *name = self._name(mid, &mlen)
@@ -2780,7 +2780,7 @@ cdef class RankIndex:
         PG_ENOS(p)[t] = eno
         self.firstkeys[p.pno] = self._key_at(p, 0)
         dl += self._alone(p, t)
-        if dl != 0 or rank != NULL:
+        if dl != 0 or want_rank:
             # One search serves both: the entry's own path ends at p with
             # the same covering links as p's first entry's, and a change
             # of leaders moves no span the rank sums.
@@ -2788,8 +2788,7 @@ cdef class RankIndex:
             if dl != 0:
                 self._account(p, path.update, 0, dl)
                 p.lead = <uint32_t>(p.lead + dl)
-            if rank != NULL:
-                rank[0] = path.rank[0] + t + 1
+            rank[0] = path.rank[0] + t + 1
         if nxt != NULL:
             # The next page's first entry leads unless it ties p's last.
             new_last = self._key_at(p, p.n - 1)
@@ -2892,7 +2891,8 @@ cdef class RankIndex:
         for position in range(count):
             item = items[position]
             if count > 1 and self.length >= PREFETCH_MIN_LENGTH:
-                self._prefetch_ahead(items, position, count)
+                if position % WARM_GROUP == 0:
+                    self.warmed += self._warm_group(items, position, count)
             try:
                 _operation(item, &op, &value, &has_seq, &s, &data, &size)
                 # The prefetch hashed this member already (the same str:
@@ -2910,77 +2910,166 @@ cdef class RankIndex:
                                        changed, rank if has_new else None)))
         return results
 
-    cdef void _prefetch_ahead(self, list items, Py_ssize_t position, Py_ssize_t count):
-        """Ask for the map slot of the operation ``SLOT_AHEAD`` ahead, for
-        the page the code in the slot names of the one ``PAGE_AHEAD`` ahead
-        and for the name that page's entry lists of the one ``NAME_AHEAD``
-        ahead (each filled by then), so that a batch's lookups overlap
-        their cache misses: a write's slot, page and name are three
-        dependent misses."""
+    cdef int _warm_group(self, list items, Py_ssize_t start, Py_ssize_t count):
+        """Warm the cache for the next ``WARM_GROUP`` writes of a batch.
+
+        A write's search for its rank is a chain of dependent misses (a
+        link, then the first key it names, then the next link), and so are
+        its slot, page, entry and name; one write cannot overlap them.
+        Here the chains of a whole group advance in lock step, one link of
+        each per round, so that the group's misses overlap, as the skip
+        list's batches do.  Nothing is written or trusted: a stale or wrong
+        guess (a tag's collision, a write earlier in the group that moves
+        things) costs a useless prefetch; operations that are not plain
+        tuples of an int op, a str member and a number are not warmed.
+        The member hashes go to the ring for the writes to reuse.  Returns
+        how many operations it walked."""
+        cdef Py_ssize_t stop = min(start + WARM_GROUP, count)
+        cdef Py_ssize_t position, size, pos
         cdef const char *data
-        cdef Py_ssize_t size, ahead, pos, i
+        cdef uint64_t hashes[WARM_GROUP]
+        cdef double values[WARM_GROUP]
+        cdef double target[WARM_GROUP]
+        cdef int ops[WARM_GROUP]
+        cdef pg_page *pg[WARM_GROUP]
+        cdef pg_link *lv[WARM_GROUP]
+        cdef int level[WARM_GROUP]
+        cdef bint keyed[WARM_GROUP]
+        cdef bint phase[WARM_GROUP]
+        cdef Py_ssize_t entry[WARM_GROUP]
+        cdef int lanes = 0, active, j, i, overflow
+        cdef long long op_code
         cdef uint32_t code, pno
-        cdef uint64_t h
-        cdef pg_page *pg
+        cdef pg_page *page
+        cdef pg_link *link
         cdef void *tup
         cdef void *obj
-        # The member str of the operation STR_AHEAD ahead: a batch's strs
-        # are Python objects anywhere in memory, and the stage below that
-        # first touches one (a reference count) would stall on its miss.
-        if position + TUPLE_AHEAD < count:  # and its operation's tuple before
-            rk_prefetch(PyList_GET_ITEM_PTR(items, position + TUPLE_AHEAD))
-        if position + STR_AHEAD < count:
-            tup = PyList_GET_ITEM_PTR(items, position + STR_AHEAD)
+        # The group's tuples were asked for by the group before (the first
+        # group's now); their member strs are objects anywhere in memory:
+        # ask for them all before the first is read.
+        for position in range(start, stop):
+            tup = PyList_GET_ITEM_PTR(items, position)
             if Py_TYPE_PTR(tup) == <void *>tuple and Py_SIZE_PTR(tup) >= 3:
                 obj = PyTuple_GET_ITEM_PTR(tup, 1)
                 rk_prefetch(obj)
                 rk_prefetch(<char *>obj + 64)
-        cdef int stage
-        for stage in range(3):  # a C loop (a tuple of three made Python ints)
-            ahead = position + (SLOT_AHEAD if stage == 0 else
-                                PAGE_AHEAD if stage == 1 else NAME_AHEAD)
-            if ahead >= count:
-                continue
-            item = items[ahead]
+        for position in range(stop, min(stop + WARM_GROUP, count)):
+            rk_prefetch(PyList_GET_ITEM_PTR(items, position))
+        for position in range(start, stop):
+            self.ring_obj[position & 15] = NULL
+            item = items[position]
             if type(item) is not tuple or len(<tuple>item) < 3:
                 continue
+            op_obj = (<tuple>item)[0]
             member = (<tuple>item)[1]
-            if type(member) is not str:
+            value = (<tuple>item)[2]
+            if type(member) is not str or isinstance(op_obj, bool) or not isinstance(op_obj, int):
+                continue
+            op_code = PyLong_AsLongLongAndOverflow(op_obj, &overflow)
+            if overflow or not OP_SET <= op_code <= OP_REMOVE:
+                continue
+            if type(value) is float:
+                values[lanes] = PyFloat_AS_DOUBLE(value)
+            elif type(value) is int:
+                values[lanes] = <double>PyLong_AsLongLongAndOverflow(value, &overflow)
+                if overflow:
+                    continue
+            elif op_code != OP_REMOVE:
                 continue
             try:
                 data = PyUnicode_AsUTF8AndSize(member, &size)
             except UnicodeEncodeError:
                 continue  # an invalid member: its own turn reports it
-            if ahead == position + SLOT_AHEAD:
-                h = self._hash(data, size)
-                self.ring_hash[ahead & 15] = h
-                self.ring_obj[ahead & 15] = <void *>member
-                rk_prefetch(&self.slot_ids[pg_home(h, self.nslots)])
-                continue
-            if self.ring_obj[ahead & 15] == <void *>member:
-                h = self.ring_hash[ahead & 15]
-            else:
-                h = self._hash(data, size)
-            # The first slot with the member's tag (a tag's collision asks
-            # for the wrong page and name: harmless), by a code that writes
-            # since may have made stale: its page may be gone or lack the
-            # entry.
-            code = self._tagged_code(h)
+            hashes[lanes] = self._hash(data, size)
+            self.ring_hash[position & 15] = hashes[lanes]
+            self.ring_obj[position & 15] = <void *>member
+            rk_prefetch(&self.slot_ids[pg_home(hashes[lanes], self.nslots)])
+            ops[lanes] = <int>op_code
+            lanes += 1
+        # The member's page: its header and entry numbers ...
+        for j in range(lanes):
+            pg[j] = NULL
+            code = self._tagged_code(hashes[j])
             if code == 0:
                 continue
             pno = PG_CODE_PNO(code)
             if pno >= self.pnos_used or self.pages[pno] == NULL:
                 continue
-            pg = self.pages[pno]
-            if ahead == position + PAGE_AHEAD:
-                # its header, entry numbers and ids
-                for i in range(0, <Py_ssize_t>(sizeof(pg_page) + PG_ENOS_BYTES(self.page_size)
-                                               + PG_IDS_BYTES(self.page_size)), 64):
-                    rk_prefetch(<char *>pg + i)
+            page = self.pages[pno]
+            pg[j] = page
+            rk_prefetch(page)
+            rk_prefetch(<char *>PG_ENOS(page) + PG_ENOS_BYTES(self.page_size) - 1)
+            if sizeof(pg_page) > 64:
+                rk_prefetch(<char *>page + 64)
+        # ... then its entry's id and key ...
+        for j in range(lanes):
+            if pg[j] == NULL:
                 continue
-            pos = pg_find_eno(PG_ENOS(pg), pg.n, PG_CODE_ENO(code))
-            if pos >= 0 and PG_IDS(pg)[pos] < self.arena.names_used:
-                pg_prefetch_rec(&self.arena.names[PG_IDS(pg)[pos]])
+            code = self._tagged_code(hashes[j])
+            pos = pg_find_eno(PG_ENOS(pg[j]), pg[j].n, PG_CODE_ENO(code))
+            if pos < 0:
+                pg[j] = NULL
+                continue
+            entry[j] = pos
+            rk_prefetch(&PG_IDS(pg[j])[pos])
+            rk_prefetch(<char *>PG_KEYS(pg[j]) + pos * PG_KEY_BYTES(pg[j]))
+        # ... then its name, and the key the write searches for: the new
+        # one (a removal's, the old).
+        for j in range(lanes):
+            keyed[j] = True
+            if pg[j] != NULL:
+                pos = entry[j]
+                if PG_IDS(pg[j])[pos] < self.arena.names_used:
+                    pg_prefetch_rec(&self.arena.names[PG_IDS(pg[j])[pos]])
+                if ops[j] == OP_REMOVE:
+                    target[j] = self._key_at(pg[j], pos)
+                elif ops[j] == OP_INCR:
+                    target[j] = self._key(self._score_of(self._key_at(pg[j], pos)) + values[j])
+                else:
+                    target[j] = self._key(values[j])
+            elif ops[j] == OP_REMOVE:
+                keyed[j] = False  # absent: nothing to walk to
+            else:
+                target[j] = self._key(values[j])
+            if target[j] != target[j]:  # a NaN: its own turn refuses it
+                keyed[j] = False
+            lv[j] = self.header.level
+            level[j] = self.height - 1
+        # The walks, one step of each per round: a lane asks for the first
+        # key its link names and yields; in its next round (the group's
+        # other lanes between) it reads the key, and either steps on,
+        # asking for the next page's link, or goes down its own tower.
+        active = lanes
+        for j in range(lanes):
+            phase[j] = 0
+            if not keyed[j] or level[j] < 0:
+                level[j] = -1
+                active -= 1
+        while active > 0:
+            for j in range(lanes):
+                i = level[j]
+                while i >= 0:
+                    link = &lv[j][i]
+                    if phase[j] == 0:
+                        if link.forward == NULL:
+                            i -= 1
+                            continue
+                        rk_prefetch(&self.firstkeys[link.fpno])
+                        phase[j] = 1
+                        break
+                    phase[j] = 0
+                    if self.firstkeys[link.fpno] <= target[j]:
+                        lv[j] = link.flevel
+                        rk_prefetch(&lv[j][i])
+                        break
+                    i -= 1
+                if i < 0 and level[j] >= 0:
+                    active -= 1
+                level[j] = i
+        active = 0
+        for j in range(lanes):
+            active += keyed[j]
+        return active
 
     def set_states_packed(self, states):
         """``set_states`` for a packed run (``rankd.index.packed``), read
@@ -3117,6 +3206,11 @@ cdef class RankIndex:
     def _trims(self):
         """Heap trims this index asked for (for tests)."""
         return self.trims
+
+    @property
+    def _warmed(self):
+        """Operations whose walks apply_batch warmed (for tests)."""
+        return self.warmed
 
     def _wide_pages(self):
         """Pages whose keys are f64 (for tests): a page's keys are int32
