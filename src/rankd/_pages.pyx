@@ -2890,12 +2890,12 @@ cdef class RankIndex:
         memset(self.ring_obj, 0, sizeof(self.ring_obj))
         for position in range(count):
             item = items[position]
-            if count > 1 and self.length >= PREFETCH_MIN_LENGTH:
-                if position % WARM_GROUP == 0:
-                    self.warmed += self._warm_group(items, position, count)
+            if (position % WARM_GROUP == 0 and count > 1
+                    and self.length >= PREFETCH_MIN_LENGTH):
+                self.warmed += self._warm_group(items, position, count)
             try:
                 _operation(item, &op, &value, &has_seq, &s, &data, &size)
-                # The prefetch hashed this member already (the same str:
+                # The group's warm hashed this member already (the same str:
                 # _operation took it from the same tuple).
                 obj = PyTuple_GET_ITEM_PTR(<void *>item, 1)
                 if self.ring_obj[position & 15] == obj:
@@ -2928,6 +2928,7 @@ cdef class RankIndex:
         cdef Py_ssize_t position, size, pos
         cdef const char *data
         cdef uint64_t hashes[WARM_GROUP]
+        cdef uint32_t codes[WARM_GROUP]
         cdef double values[WARM_GROUP]
         cdef double target[WARM_GROUP]
         cdef int ops[WARM_GROUP]
@@ -2937,7 +2938,7 @@ cdef class RankIndex:
         cdef bint keyed[WARM_GROUP]
         cdef bint phase[WARM_GROUP]
         cdef Py_ssize_t entry[WARM_GROUP]
-        cdef int lanes = 0, active, j, i, overflow
+        cdef int lanes = 0, walked = 0, active = 0, j, i, overflow
         cdef long long op_code
         cdef uint32_t code, pno
         cdef pg_page *page
@@ -2989,7 +2990,7 @@ cdef class RankIndex:
         # The member's page: its header and entry numbers ...
         for j in range(lanes):
             pg[j] = NULL
-            code = self._tagged_code(hashes[j])
+            code = codes[j] = self._tagged_code(hashes[j])
             if code == 0:
                 continue
             pno = PG_CODE_PNO(code)
@@ -3005,8 +3006,7 @@ cdef class RankIndex:
         for j in range(lanes):
             if pg[j] == NULL:
                 continue
-            code = self._tagged_code(hashes[j])
-            pos = pg_find_eno(PG_ENOS(pg[j]), pg[j].n, PG_CODE_ENO(code))
+            pos = pg_find_eno(PG_ENOS(pg[j]), pg[j].n, PG_CODE_ENO(codes[j]))
             if pos < 0:
                 pg[j] = NULL
                 continue
@@ -3039,12 +3039,13 @@ cdef class RankIndex:
         # key its link names and yields; in its next round (the group's
         # other lanes between) it reads the key, and either steps on,
         # asking for the next page's link, or goes down its own tower.
-        active = lanes
         for j in range(lanes):
             phase[j] = 0
+            walked += keyed[j]
             if not keyed[j] or level[j] < 0:
                 level[j] = -1
-                active -= 1
+            else:
+                active += 1
         while active > 0:
             for j in range(lanes):
                 i = level[j]
@@ -3066,10 +3067,7 @@ cdef class RankIndex:
                 if i < 0 and level[j] >= 0:
                     active -= 1
                 level[j] = i
-        active = 0
-        for j in range(lanes):
-            active += keyed[j]
-        return active
+        return walked
 
     def set_states_packed(self, states):
         """``set_states`` for a packed run (``rankd.index.packed``), read
