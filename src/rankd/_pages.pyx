@@ -243,6 +243,20 @@ first keys are a few dozen bytes a page (about one byte a member), small
 enough to stay in cache on a big board; a search touches a page only to
 break a tie of keys, and the one page it ends on.
 
+A member's rank needs no search at all: its page is known (the map names
+it), and the entries from that page to the end are the span of its top
+link plus the span of the top link of each page that link leads to, and
+so on to the link to the end (each link leads to a page at least as
+tall, so this walk climbs as a search descends: as many towers, from the
+other side).  A link keeps its forward page's height for it, so the walk
+reads towers only: no first key, no comparison, no tie broken
+(bench/README.md, issue 47 step 10, measures it).
+
+The member map's table and the name arena are read at random places by
+every lookup; once one is 32 MiB or more (a mapping of its own), it asks
+for 2 MiB pages (``pg_advise_huge``), so that a lookup's misses do not
+also miss the TLB.
+
 What it costs
 -------------
 Finding a member's entry is a slot, its page (by number: its header,
@@ -311,12 +325,14 @@ cdef extern from *:
     typedef struct pg_page pg_page;
     /* A link: the forward page, the spans, and what a search needs to go
        on without reading the forward page: its number (whose first key is
-       in the dense first-key array) and its tower of links (flevel). */
+       in the dense first-key array), its tower of links (flevel) and its
+       height (fheight, 0 with no forward page: a rank walks forward over
+       towers alone, see _entries_from). */
     typedef struct pg_link pg_link;
     struct pg_link {
         pg_page *forward;
         pg_link *flevel;
-        uint32_t span, dspan, fpno, pad;
+        uint32_t span, dspan, fpno, fheight;
     };
     /* A page: header, then cap ids (the header and the first ids share a
        cache line, and finding a member scans the ids), cap keys and cap
@@ -440,6 +456,27 @@ cdef extern from *:
         if (i > 0 && lv[i - 1].forward != NULL)
             __builtin_prefetch(&firstkeys[lv[i - 1].fpno]);
     }
+    /* Ask for 2 MiB pages under an array of n bytes at p, when it is big
+       enough to be a mapping of its own (malloc maps every block of 32 MiB
+       and more): a lookup on a big board misses the cache in the member
+       map and the name arena at random places, and with 4 KiB pages each
+       such miss also misses the TLB, whose page walk misses the cache in
+       its turn.  Only whole 2 MiB pages inside the block are advised;
+       transparent huge pages in "madvise" mode (the usual default) give
+       them on first touch, and a block realloc moves or grows keeps the
+       advice (mremap carries it).  A hint: the kernel may refuse it. */
+    #include <sys/mman.h>
+    #define PG_HUGE_MIN ((size_t)32 << 20)
+    #define PG_HUGE_PAGE ((uintptr_t)2 << 20)
+    static inline void pg_advise_huge(void *p, size_t n) {
+    #ifdef MADV_HUGEPAGE
+        uintptr_t start, end;
+        if (p == NULL || n < PG_HUGE_MIN) return;
+        start = ((uintptr_t)p + PG_HUGE_PAGE - 1) & ~(PG_HUGE_PAGE - 1);
+        end = ((uintptr_t)p + n) & ~(PG_HUGE_PAGE - 1);
+        if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+    #endif
+    }
     /* Copy a name (a few dozen bytes at most, usually): whole words, the
        last one overlapping the one before, where a memcpy of a size not
        known at compile time became an inline ``rep movsq`` whose start-up
@@ -493,6 +530,7 @@ cdef extern from *:
         uint32_t span
         uint32_t dspan
         uint32_t fpno
+        uint32_t fheight
     ctypedef struct pg_page:
         pg_page *prev
         uint32_t n
@@ -529,6 +567,7 @@ cdef extern from *:
     void pg_trim() nogil
     void pg_prefetch_rec(const uint32_t *rec) nogil
     void pg_prefetch_step(const pg_link *lv, int i, const double *firstkeys) nogil
+    void pg_advise_huge(void *p, size_t n) nogil
     str pg_name_str(const char *s, Py_ssize_t n)
     void pg_copy_short(char *d, const char *s, Py_ssize_t n) nogil
     enum:
@@ -877,6 +916,7 @@ cdef class RankIndex:
         for i in range(MAX_LEVEL):
             self.header.level[i].forward = NULL
             self.header.level[i].flevel = NULL
+            self.header.level[i].fheight = 0
             self.header.level[i].span = 0
             self.header.level[i].dspan = 0
         self.height = 1
@@ -1477,6 +1517,7 @@ cdef class RankIndex:
                 grown = realloc(self.arena.names, cap * 4)
                 if grown == NULL:
                     return 0
+                pg_advise_huge(grown, cap * 4)
                 self.arena.names = <uint32_t *>grown
                 self.arena.names_cap = cap
             mid = <uint32_t>self.arena.names_used
@@ -1855,6 +1896,7 @@ cdef class RankIndex:
         ids = <uint32_t *>calloc(size, 4)
         if ids == NULL:
             raise MemoryError()
+        pg_advise_huge(ids, size * 4)
         self.old_ids = self.slot_ids
         self.old_nslots = self.nslots
         self.migrate_pos = 0
@@ -2110,31 +2152,47 @@ cdef class RankIndex:
     cdef Py_ssize_t _rank_of(self, uint32_t code, Py_ssize_t *dense) noexcept:
         """Unique rank of a present member, by its code (and its dense
         rank if asked)."""
-        cdef Py_ssize_t pos, mlen
+        cdef Py_ssize_t pos, before, leaders
         cdef pg_page *p
-        cdef const char *name
-        cdef pg_path path
         if dense == NULL and code == self.memo_code and self.memo_mutations == self.mutations:
             return self.memo_rank
         p = self._locate(code, &pos)
         if dense == NULL:
             return self._rank_in(code, p, pos)
-        name = self._name(PG_IDS(p)[pos], &mlen)
-        self._search(self._key_at(p, pos), self._seq(p, pos), name, mlen, False, &path)
-        dense[0] = path.drank[0] + self._leaders_upto(p, pos)
-        return path.rank[0] + pos + 1
+        before = self.length - self._entries_from(p, &leaders)
+        dense[0] = self.ndistinct - leaders + self._leaders_upto(p, pos)
+        return before + pos + 1
 
     cdef Py_ssize_t _rank_in(self, uint32_t code, pg_page *p, Py_ssize_t pos) noexcept:
         """Unique rank of the entry whose code is ``code``, found at ``pos``
         of ``p``."""
-        cdef Py_ssize_t mlen
-        cdef const char *name
-        cdef pg_path path
+        cdef Py_ssize_t leaders
         if code == self.memo_code and self.memo_mutations == self.mutations:
             return self.memo_rank
-        name = self._name(PG_IDS(p)[pos], &mlen)
-        self._search(self._key_at(p, pos), self._seq(p, pos), name, mlen, False, &path)
-        return path.rank[0] + pos + 1
+        return self.length - self._entries_from(p, &leaders) + pos + 1
+
+    cdef inline Py_ssize_t _entries_from(self, pg_page *p, Py_ssize_t *leaders) noexcept nogil:
+        """The entries of ``p`` and of every page after it, and their
+        leaders: the spans of ``p``'s top link and of the top link of each
+        page one leads to, up to the link to the end.  Each such link leads
+        to a page at least as tall, so this walks the search path of the
+        board's end backwards from ``p``: as many towers as a search from
+        the header visits, and nothing else (a search also reads the first
+        key of each page it compares with, one more miss a step on a big
+        board), with no key compared and no tie broken."""
+        cdef const pg_link *lv = p.level
+        cdef uint32_t top = p.height - 1, top_next
+        cdef Py_ssize_t n = 0, d = 0
+        while True:
+            n += lv[top].span
+            d += lv[top].dspan
+            if lv[top].fheight == 0:
+                break
+            top_next = lv[top].fheight - 1
+            lv = lv[top].flevel
+            top = top_next
+        leaders[0] = d
+        return n
 
     # --- leaders ---------------------------------------------------------------
 
@@ -2314,6 +2372,7 @@ cdef class RankIndex:
             i = self.height
             self.header.level[i].forward = NULL
             self.header.level[i].flevel = NULL
+            self.header.level[i].fheight = 0
             self.header.level[i].span = <uint32_t>self.length
             self.header.level[i].dspan = <uint32_t>self.ndistinct
             path.update[i] = self.header
@@ -2330,11 +2389,13 @@ cdef class RankIndex:
             r.level[i].forward = x.level[i].forward
             r.level[i].flevel = x.level[i].flevel
             r.level[i].fpno = x.level[i].fpno
+            r.level[i].fheight = x.level[i].fheight
             r.level[i].span = <uint32_t>(x.level[i].span - before)
             r.level[i].dspan = <uint32_t>(x.level[i].dspan - dbefore)
             x.level[i].forward = r
             x.level[i].flevel = r.level
             x.level[i].fpno = r.pno
+            x.level[i].fheight = r.height
             x.level[i].span = <uint32_t>before
             x.level[i].dspan = <uint32_t>dbefore
         r.prev = NULL if p == self.header else p
@@ -2354,6 +2415,7 @@ cdef class RankIndex:
                 preds[i].level[i].forward = r.level[i].forward
                 preds[i].level[i].flevel = r.level[i].flevel
                 preds[i].level[i].fpno = r.level[i].fpno
+                preds[i].level[i].fheight = r.level[i].fheight
         if nxt != NULL:
             nxt.prev = r.prev
         while self.height > 1 and self.header.level[self.height - 1].forward == NULL:
@@ -3707,6 +3769,7 @@ cdef class RankIndex:
             ld.last[i].level[i].forward = r
             ld.last[i].level[i].flevel = r.level
             ld.last[i].level[i].fpno = r.pno
+            ld.last[i].level[i].fheight = r.height
             ld.last[i].level[i].span = <uint32_t>(self.length - ld.last_rank[i])
             ld.last[i].level[i].dspan = <uint32_t>(self.ndistinct - ld.last_drank[i])
             ld.before[i] = ld.last[i]
@@ -3715,6 +3778,7 @@ cdef class RankIndex:
             ld.last_drank[i] = self.ndistinct
             r.level[i].forward = NULL
             r.level[i].flevel = NULL
+            r.level[i].fheight = 0
         r.prev = NULL if tail == self.header else tail
         ld.page = r
 
@@ -4046,6 +4110,8 @@ cdef class RankIndex:
                 assert x.level[level].span == b_n - a_n, f"span wrong at level {level}"
                 assert nxt == NULL or x.level[level].fpno == nxt.pno, "link's page number"
                 assert nxt == NULL or x.level[level].flevel == nxt.level, "link's tower"
+                assert x.level[level].fheight == (0 if nxt == NULL else nxt.height), \
+                    "link's forward height"
                 assert x.level[level].dspan == b_l - a_l, f"dspan wrong at level {level}"
                 x = nxt
         for level in range(self.height, MAX_LEVEL):
