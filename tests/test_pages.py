@@ -1197,3 +1197,56 @@ def fill_page_table(index) -> None:
         if index.full:
             return
     raise AssertionError("no page limit made the index full")
+
+
+@pytest.mark.parametrize("tie_break", ["first", "member"])
+def test_a_load_of_known_size_takes_its_names_room_at_once(pages_cls, tie_break):
+    # A load that knows the dump's size reserves the arena for its names in
+    # one block (so that a big one is advised huge pages before it is
+    # touched); the room is bounded by the names' bytes, and a load of
+    # unknown size grows as it goes.  Either way the index is the same.
+    rng = random.Random(11)
+    index = pages_cls("desc", tie_break, page_size=8, seed=2)
+    names = {"".join(rng.choice("ab\u00e9\u4e2d\U0001f600") for _ in range(rng.randint(1, 40)))
+             for _ in range(3000)}
+    index.apply_batch([(Op.SET, name, rng.randrange(1000)) for name in sorted(names)])
+    data = index.dump()
+    name_bytes = sum(len(name.encode()) for name in names)
+    loaded = pages_cls.load(data)
+    loaded._check()
+    used, cap = loaded._arena_state()
+    assert used <= cap <= 1 + name_bytes // 4 + 2 * len(names)
+    streamed = pages_cls.load_chunks(iter([data[:1000], data[1000:]]))
+    streamed._check()
+    streamed_cap = streamed._arena_state()[1]
+    assert streamed._arena_state()[0] == used
+    assert streamed_cap & (streamed_cap - 1) == 0 and streamed_cap > cap  # doubled as it went
+    assert streamed.dump() == loaded.dump() == data
+    # The reserved room is used, then grows as the arena's does.
+    loaded.apply_batch([(Op.SET, f"new:{i}", i) for i in range(500)])
+    loaded._check()
+    assert loaded._arena_state()[0] > used and len(loaded) == len(names) + 500
+
+
+def test_a_big_board_takes_its_towers_in_huge_chunks(pages_cls):
+    # From the 32nd chunk of towers on, a chunk is 2 MiB on 2 MiB pages.  Tiny
+    # pages reach that at a few hundred thousand members; ranks, the dump and
+    # a removal of most of the board stay right across the chunks.
+    rng = random.Random(5)
+    index = pages_cls("desc", "first", page_size=4, seed=9)
+    count = 240_000
+    scores = [rng.randrange(50_000) for _ in range(count)]
+    for start in range(0, count, 20_000):
+        index.apply_batch([(Op.SET, f"m{i}", scores[i]) for i in range(start, start + 20_000)])
+    chunks, room = index._tower_chunks
+    assert chunks > 32 and room == (2 << 20) // 32
+    order = sorted(range(count), key=lambda i: (-scores[i], i))  # tie-break first: set order
+    for i in rng.sample(range(count), 2000):
+        assert index.rank(f"m{order[i]}") == i + 1
+    assert pages_cls.load(index.dump()).dump() == index.dump()
+    index.apply_batch([(Op.REMOVE, f"m{i}", None) for i in range(count) if i % 10])
+    index._check()
+    kept = [i for i in order if i % 10 == 0]
+    assert len(index) == len(kept)
+    for rank, i in enumerate(kept[:: 97]):
+        assert index.rank(f"m{i}") == rank * 97 + 1

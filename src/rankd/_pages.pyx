@@ -255,7 +255,9 @@ reads towers only: no first key, no comparison, no tie broken
 The member map's table and the name arena are read at random places by
 every lookup; once one is 32 MiB or more (a mapping of its own), it asks
 for 2 MiB pages (``pg_advise_huge``), so that a lookup's misses do not
-also miss the TLB.
+also miss the TLB; a load that knows its dump's size reserves the arena
+at once, before touching it.  A big board's towers (from its 32nd chunk,
+some 3M members) come in 2 MiB chunks on huge pages too.
 
 What it costs
 -------------
@@ -369,6 +371,10 @@ cdef extern from *:
     #define PG_SIZE(cap, key_bytes, seq_bytes) (sizeof(pg_page) + PG_ENOS_BYTES(cap) \
         + PG_IDS_BYTES(cap) + PG_KEYS_BYTES(cap, key_bytes) + (size_t)(cap) * (seq_bytes))
     #define PG_TOWER_CHUNK 4096   /* links a chunk of towers holds */
+    /* From the PG_TOWER_BIG_AFTER-th chunk on (a board of some 3M members),
+       a chunk holds PG_TOWER_BIG links: 2 MiB, one huge page. */
+    #define PG_TOWER_BIG_AFTER 32
+    #define PG_TOWER_BIG ((size_t)(2 << 20) / sizeof(pg_link))
     #define PG_MAX_LEVEL 32
     #define PG_NAME_CLASSES 67   /* records of 1..66 units of 4 bytes */
     /* An old table's slot whose id was moved.  A C constant: as a Cython
@@ -477,6 +483,17 @@ cdef extern from *:
         if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
     #endif
     }
+    /* A block of n bytes (a multiple of 2 MiB) on 2 MiB boundaries, advised
+       2 MiB pages: a big board's chunks of towers, which a rank's walk and
+       a search read at random.  NULL if out of memory; free() frees it. */
+    static inline void *pg_huge_block(size_t n) {
+        void *p = NULL;
+        if (posix_memalign(&p, PG_HUGE_PAGE, n) != 0) return NULL;
+    #ifdef MADV_HUGEPAGE
+        (void)madvise(p, n, MADV_HUGEPAGE);
+    #endif
+        return p;
+    }
     /* Copy a name (a few dozen bytes at most, usually): whole words, the
        last one overlapping the one before, where a memcpy of a size not
        known at compile time became an inline ``rep movsq`` whose start-up
@@ -568,10 +585,13 @@ cdef extern from *:
     void pg_prefetch_rec(const uint32_t *rec) nogil
     void pg_prefetch_step(const pg_link *lv, int i, const double *firstkeys) nogil
     void pg_advise_huge(void *p, size_t n) nogil
+    void *pg_huge_block(size_t n) nogil
     str pg_name_str(const char *s, Py_ssize_t n)
     void pg_copy_short(char *d, const char *s, Py_ssize_t n) nogil
     enum:
         TOWER_CHUNK "PG_TOWER_CHUNK"
+        TOWER_BIG "PG_TOWER_BIG"
+        TOWER_BIG_AFTER "PG_TOWER_BIG_AFTER"
         MAX_LEVEL "PG_MAX_LEVEL"
         NAME_CLASSES "PG_NAME_CLASSES"
 
@@ -1262,6 +1282,7 @@ cdef class RankIndex:
         (a freed tower of that height first); NULL if out of memory."""
         cdef pg_link *tower = self.free_towers[height]
         cdef void *grown
+        cdef size_t room
         if tower != NULL:
             self.free_towers[height] = tower[0].flevel  # the next free one
             return tower
@@ -1272,13 +1293,17 @@ cdef class RankIndex:
                     return NULL
                 self.chunks = <void **>grown
                 self.chunks_cap = self.chunks_cap * 2 + 4
-            self.tower_next = <pg_link *>malloc(TOWER_CHUNK * sizeof(pg_link))
+            room = TOWER_BIG if self.nchunks >= TOWER_BIG_AFTER else TOWER_CHUNK
+            if room == TOWER_BIG:
+                self.tower_next = <pg_link *>pg_huge_block(room * sizeof(pg_link))
+            else:
+                self.tower_next = <pg_link *>malloc(room * sizeof(pg_link))
             if self.tower_next == NULL:
                 self.tower_room = 0
                 return NULL
             self.chunks[self.nchunks] = self.tower_next
             self.nchunks += 1
-            self.tower_room = TOWER_CHUNK
+            self.tower_room = room
         tower = self.tower_next
         self.tower_next += height
         self.tower_room -= height
@@ -1493,6 +1518,24 @@ cdef class RankIndex:
             rk_prefetch(&PG_IDS(p)[pos])
         else:
             pg_prefetch_rec(&self.arena.names[PG_IDS(p)[pos]])
+
+    cdef void _names_reserve(self, size_t units) noexcept:
+        """Room for ``units`` more units of records at the arena's end, in
+        one block (a hint: out of memory, the arena grows as it goes).  A
+        load that knows its names' bytes takes it before storing any, so
+        that a big arena is advised 2 MiB pages before it is touched (a
+        block that doubles as it fills moves, and its pages touched
+        before the advice stay small)."""
+        cdef size_t cap = self.arena.names_used + units
+        cdef void *grown
+        if cap <= self.arena.names_cap or cap >= MOVED:
+            return
+        grown = realloc(self.arena.names, cap * 4)
+        if grown == NULL:
+            return
+        pg_advise_huge(grown, cap * 4)
+        self.arena.names = <uint32_t *>grown
+        self.arena.names_cap = cap
 
     cdef inline uint32_t _name_put(self, const char *member, Py_ssize_t mlen) noexcept nogil:
         """A new record of a name, without the GIL: 0 where ``_name_new``
@@ -2823,7 +2866,7 @@ cdef class RankIndex:
         and its new key; return its new position.  ``rank`` gets its unique
         rank if ``want_rank`` or if a change of leaders made the search
         that finds it anyway, else 0."""
-        cdef Py_ssize_t mlen, t
+        cdef Py_ssize_t mlen, t, leaders
         cdef pg_path path
         cdef const char *name = self._name(mid, &mlen)
         cdef pg_page *nxt = p.level[0].forward
@@ -2842,15 +2885,16 @@ cdef class RankIndex:
         PG_ENOS(p)[t] = eno
         self.firstkeys[p.pno] = self._key_at(p, 0)
         dl += self._alone(p, t)
-        if dl != 0 or want_rank:
+        if dl != 0:
             # One search serves both: the entry's own path ends at p with
             # the same covering links as p's first entry's, and a change
             # of leaders moves no span the rank sums.
             self._search(key, seq, name, mlen, False, &path)
-            if dl != 0:
-                self._account(p, path.update, 0, dl)
-                p.lead = <uint32_t>(p.lead + dl)
+            self._account(p, path.update, 0, dl)
+            p.lead = <uint32_t>(p.lead + dl)
             rank[0] = path.rank[0] + t + 1
+        elif want_rank:
+            rank[0] = self.length - self._entries_from(p, &leaders) + t + 1
         if nxt != NULL:
             # The next page's first entry leads unless it ties p's last.
             new_last = self._key_at(p, p.n - 1)
@@ -3237,6 +3281,14 @@ cdef class RankIndex:
     def _page_size(self):
         """Entries a page holds at most (for tests)."""
         return self.page_size
+
+    @property
+    def _tower_chunks(self):
+        """``(chunks of towers, links the newest holds)`` (for tests)."""
+        cdef size_t room = 0
+        if self.nchunks > 0:
+            room = TOWER_BIG if self.nchunks > TOWER_BIG_AFTER else TOWER_CHUNK
+        return self.nchunks, room
 
     def _pages(self):
         """Entries per page in rank order (for tests)."""
@@ -4192,6 +4244,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size, Names names):
     cdef const char *p
     cdef const char *at
     cdef bint has_seq, walked
+    cdef Py_ssize_t name_bytes
     cdef uint64_t count, next_seq, seq, i, stop, loaded
     cdef uint16_t mlen
     cdef double score, key
@@ -4209,6 +4262,15 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size, Names names):
     if next_seq > 0:
         index._fit_seq(next_seq - 1)  # seqs are below next_seq
     index._map_reserve(count)  # (at once: no resize under way while loading)
+    if size >= 0:
+        # The names' bytes are what the records' fixed parts leave of the
+        # dump (count was checked against size); each takes a record of
+        # its bytes and a length byte, rounded up to 4, at least 8: at
+        # most a quarter of its bytes + 2 units.
+        name_bytes = (size - DUMP_HEADER_SIZE - 4
+                      - <Py_ssize_t>count * (DUMP_RECORD_SIZE - 8 * (not has_seq)))
+        if name_bytes >= <Py_ssize_t>count:
+            index._names_reserve(<size_t>name_bytes // 4 + 2 * <size_t>count)
     ld.page = NULL
     ld.fill = index.page_size - index.page_size // 8
     # A byte of each loaded member's hash, by code, for the repeat checks
