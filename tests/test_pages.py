@@ -790,13 +790,16 @@ def test_a_batch_warms_the_walks_of_what_it_can_read(pages_cls):
     load = [(Op.SET, f"w{i}", i % 5000) for i in range(40_000)]
     batched.apply_batch(load)
     single.apply_batch(load)
-    for ops in ([(Op.INCR, f"w{i}", 1.0) for i in range(64)],
-                [(int(Op.SET), f"w{i}", 7) for i in range(64)],
-                [(Op.REMOVE, f"w{i}", None) for i in range(100, 164)],
-                [(Op.SET, f"wü{i}", i) for i in range(64)]):
-        before = batched._warmed
+    # A write that stays in its page (most +1s) warms its rank's walk
+    # forward from there; one that moves far or removes, its search.
+    for ops, ahead in (([(Op.INCR, f"w{i}", 1.0) for i in range(64)], range(40, 65)),
+                       ([(int(Op.SET), f"w{i}", 7) for i in range(64)], range(0, 17)),
+                       ([(Op.REMOVE, f"w{i}", None) for i in range(100, 164)], range(1)),
+                       ([(Op.SET, f"wü{i}", i) for i in range(64)], range(1))):
+        before, before_ahead = batched._warmed, batched._warmed_ahead
         batched.apply_batch(ops)
         assert batched._warmed - before == 64, ops[0]
+        assert batched._warmed_ahead - before_ahead in ahead, ops[0]
         single.apply_batch([(op, member, value) for op, member, value in ops])
 
     class Score(float):

@@ -846,6 +846,7 @@ cdef class RankIndex:
     cdef uint64_t hint_hash
     cdef Py_ssize_t trims           # heap trims, ever (for tests)
     cdef Py_ssize_t warmed          # operations apply_batch warmed (for tests)
+    cdef Py_ssize_t warmed_ahead    # of which walked forward from their page (for tests)
 
     def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
                   int branching=2, seed=None, int page_size=DEFAULT_PAGE_SIZE,
@@ -3042,6 +3043,7 @@ cdef class RankIndex:
         cdef pg_link *lv[WARM_GROUP]
         cdef int level[WARM_GROUP]
         cdef bint keyed[WARM_GROUP]
+        cdef bint ahead[WARM_GROUP]     # walks forward from its page (see _entries_from)
         cdef bint phase[WARM_GROUP]
         cdef Py_ssize_t entry[WARM_GROUP]
         cdef int lanes = 0, walked = 0, active = 0, j, i, overflow
@@ -3119,6 +3121,7 @@ cdef class RankIndex:
             entry[j] = pos
             rk_prefetch(&PG_IDS(pg[j])[pos])
             rk_prefetch(<char *>PG_KEYS(pg[j]) + pos * PG_KEY_BYTES(pg[j]))
+            rk_prefetch(<char *>PG_KEYS(pg[j]) + (pg[j].n - 1) * PG_KEY_BYTES(pg[j]))
         # ... then its name, and the key the write searches for: the new
         # one (a removal's, the old).
         for j in range(lanes):
@@ -3141,6 +3144,16 @@ cdef class RankIndex:
                 keyed[j] = False
             lv[j] = self.header.level
             level[j] = self.height - 1
+            ahead[j] = False
+            if (keyed[j] and pg[j] != NULL and ops[j] != OP_REMOVE
+                    and self.firstkeys[pg[j].pno] <= target[j] <= self._key_at(pg[j], pg[j].n - 1)):
+                # It stays in its page: its rank is the walk forward over
+                # the towers from there (_entries_from), not a search.
+                ahead[j] = True
+                self.warmed_ahead += 1
+                lv[j] = pg[j].level
+                level[j] = pg[j].height - 1
+                rk_prefetch(&lv[j][level[j]])
         # The walks, one step of each per round: a lane asks for the first
         # key its link names and yields; in its next round (the group's
         # other lanes between) it reads the key, and either steps on,
@@ -3155,6 +3168,16 @@ cdef class RankIndex:
         while active > 0:
             for j in range(lanes):
                 i = level[j]
+                if ahead[j] and i >= 0:
+                    link = &lv[j][i]
+                    if link.fheight == 0:
+                        level[j] = -1
+                        active -= 1
+                    else:
+                        lv[j] = link.flevel
+                        level[j] = link.fheight - 1
+                        rk_prefetch(&lv[j][level[j]])
+                    continue
                 while i >= 0:
                     link = &lv[j][i]
                     if phase[j] == 0:
@@ -3323,6 +3346,12 @@ cdef class RankIndex:
     def _warmed(self):
         """Operations whose walks apply_batch warmed (for tests)."""
         return self.warmed
+
+    @property
+    def _warmed_ahead(self):
+        """Of those, the ones warmed as staying in their page: their walk
+        forward from it (for tests)."""
+        return self.warmed_ahead
 
     def _wide_pages(self):
         """Pages whose keys are f64 (for tests): a page's keys are int32
