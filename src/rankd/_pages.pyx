@@ -293,6 +293,8 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.ref cimport Py_INCREF
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.math cimport INFINITY, isfinite, signbit
@@ -3629,22 +3631,28 @@ cdef class RankIndex:
                     Py_ssize_t last, bint reverse):
         """Entries from ``pos`` of ``p``, whose rank is ``rank``, on to
         ``last`` (back to ``first`` with ``reverse``)."""
-        cdef list entries = []
-        self._prefetch_names(p, pos, (rank - first if reverse else last - rank) + 1, reverse)
-        if reverse:
-            while rank >= first:
-                entries.append((rank, self._member_str(p, pos), self._score_at(p, pos)))
+        cdef Py_ssize_t count = (rank - first if reverse else last - rank) + 1, i
+        # Made at its size, not grown by appends: a top-10 is a list, ten
+        # tuples and their items, and the growth was a tenth of it.
+        cdef list entries = PyList_New(count)
+        cdef tuple entry
+        self._prefetch_names(p, pos, count, reverse)
+        for i in range(count):
+            entry = (rank, self._member_str(p, pos), self._score_at(p, pos))
+            Py_INCREF(entry)
+            PyList_SET_ITEM(entries, i, entry)
+            if i + 1 == count:
+                break
+            if reverse:
                 rank -= 1
                 pos -= 1
-                if pos < 0 and rank >= first:
+                if pos < 0:
                     p = p.prev
                     pos = p.n - 1
-        else:
-            while rank <= last:
-                entries.append((rank, self._member_str(p, pos), self._score_at(p, pos)))
+            else:
                 rank += 1
                 pos += 1
-                if pos == p.n and rank <= last:
+                if pos == p.n:
                     p = p.level[0].forward
                     pos = 0
         return entries
