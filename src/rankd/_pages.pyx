@@ -2221,11 +2221,12 @@ cdef class RankIndex:
         """The entries of ``p`` and of every page after it, and their
         leaders: the spans of ``p``'s top link and of the top link of each
         page one leads to, up to the link to the end.  Each such link leads
-        to a page at least as tall, so this walks the search path of the
-        board's end backwards from ``p``: as many towers as a search from
-        the header visits, and nothing else (a search also reads the first
-        key of each page it compares with, one more miss a step on a big
-        board), with no key compared and no tie broken."""
+        to a page at least as tall, so the walk climbs to the tallest pages
+        and runs out along their top level: O(log n) towers expected, about
+        as many as a search from the header visits, and nothing else (a
+        search also reads the first key of each page it compares with, one
+        more miss a step on a big board), with no key compared and no tie
+        broken."""
         cdef const pg_link *lv = p.level
         cdef uint32_t top = p.height - 1, top_next
         cdef Py_ssize_t n = 0, d = 0
