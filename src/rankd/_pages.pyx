@@ -270,13 +270,16 @@ the arena, away from its entry, by every read that returns members (which
 ask for the names of the window at once, so that their misses overlap)
 and by ``dump`` (which asks for the names of the entries ahead).
 ``around`` reads the neighbours from the member's own entry, back over
-``prev`` links and forward, so it searches once, for the rank.  A batch
-asks for each operation's tuple, member str, map slot, page and name a
-few operations ahead, so that these dependent misses overlap, and hashes
-each member once: the first stage keeps the hash, by the str's address,
-for the later stages and the write (the batch works on its own copy of
-the operations, so an address names one str for the whole batch).  See
-bench/README.md for the measured price of each row.
+``prev`` links and forward, so it needs its rank only (the walk forward,
+above), no search.  A batch warms its writes sixteen at a time: each
+group's member strs, map slots, pages, entries and names are asked for
+stage by stage across the group, then the walks its writes will make
+(the walk forward from its page for a write whose new key stays in it,
+the search for its new key otherwise) advance in lock step, so that the
+group's dependent misses overlap; each member is hashed once, the hash
+kept by the str's address for its write (the batch works on its own copy
+of the operations, so an address names one str for the whole batch).
+See bench/README.md for the measured price of each row.
 
 How it differs from Pugh and from the B+ trees
 ----------------------------------------------
