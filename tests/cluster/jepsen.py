@@ -428,6 +428,11 @@ async def read_log(dsn: str) -> dict[int, list[tuple[int, int, tuple]]]:
     """Every group's log in Postgres: ``(seq, epoch, record)`` in order
     (with the rows compaction deleted, if :func:`keep_compacted_log` kept them)."""
     conn = await asyncpg.connect(dsn)
+    # One snapshot for the logs and the registers: nodes may still be
+    # appending, and an append committed between two separate reads made
+    # a register look ahead of its log.
+    transaction = conn.transaction(isolation="repeatable_read", readonly=True)
+    await transaction.start()
     try:
         kept = await conn.fetchval("SELECT to_regclass('jepsen_compacted_log') IS NOT NULL")
         rows = await conn.fetch(
@@ -437,6 +442,7 @@ async def read_log(dsn: str) -> dict[int, list[tuple[int, int, tuple]]]:
             + "ORDER BY group_id, first_seq")
         registers = {r["group_id"]: r["last_seq"] for r in
                      await conn.fetch("SELECT group_id, last_seq FROM rankd_groups")}
+        await transaction.commit()
     finally:
         await conn.close()
     logs: dict[int, list[tuple[int, int, tuple]]] = {}
