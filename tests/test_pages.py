@@ -383,6 +383,64 @@ def test_memory_after_deleting_half_is_near_a_fresh_board(pages_cls):
     assert after <= new * 1.2, (index._memory(), fresh._memory())
 
 
+# --- the page heap ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tie_break", ["first", "member"])
+@pytest.mark.parametrize("page_size", [4, 7, 64])
+def test_evacuations_keep_every_invariant(pages_cls, tie_break, page_size):
+    # Evacuated from any size of holes on, a small board meets them under
+    # every kind of write (splits, shares, merges, widenings, removals), and
+    # stays the model's, with the page heap's own invariants (_check).
+    rng = random.Random(page_size)
+    index = pages_cls("desc", tie_break, page_size=page_size, seed=3)
+    index._evacuate_from(0)
+    model = ModelIndex("desc", tie_break)
+    model.next_seq = index.next_seq
+    names = [f"m{i}" for i in range(600)]
+    for step in range(6000):
+        member = rng.choice(names)
+        kind = rng.random()
+        if kind < 0.3 + 0.3 * (step // 1500 % 2):  # waves of removals
+            assert index.remove(member) == model.remove(member)
+        elif kind < 0.8:
+            score = rng.randrange(1000) + (0.5 if rng.random() < 0.05 else 0)
+            assert index.set(member, score) == model.set(member, score)
+        else:
+            assert index.incr(member, 3) == model.incr(member, 3)
+        if step % 97 == 0:
+            index._check()
+    index._check()
+    assert index._page_heap()["evacuated"] > 0
+    assert_index_matches(index, model)
+
+
+def test_a_board_that_lost_most_members_gives_its_page_heap_back(pages_cls):
+    # Removals leave holes across the page heap's blocks; past an eighth of
+    # it, writes move the live pages out of the sparsest blocks, which go
+    # back to the C heap, until holes are under a sixteenth (or no block is
+    # 7/8 empty).  The heap then holds about what a fresh board would.
+    rng = random.Random(8)
+    n = 200_000
+    names = [f"player:{i:012d}" for i in range(n)]
+    index = pages_cls("desc", "first")
+    index.apply_batch([(Op.SET, m, rng.randrange(1_000_000)) for m in names])
+    full = index._page_heap()
+    assert full["dead"] <= full["bytes"] / 8  # random arrivals reuse their holes
+    gone = set(rng.sample(names, n * 3 // 4))
+    index.apply_batch([(Op.REMOVE, m, None) for m in names if m in gone])
+    left = [m for m in names if m not in gone]
+    index.apply_batch([(Op.INCR, m, 1) for m in left[:5_000]])
+    index._check()
+    heap = index._page_heap()
+    assert heap["evacuated"] > 0
+    assert heap["blocks"] < full["blocks"] / 2
+    assert heap["dead"] <= heap["bytes"] / 8 + 256 * 1024, heap
+    fresh = pages_cls("desc", "first")
+    fresh.apply_batch([(Op.SET, m, rng.randrange(1_000_000)) for m in left])
+    assert heap["bytes"] <= fresh._page_heap()["bytes"] * 1.3, (heap, fresh._page_heap())
+
+
 def test_name_records_take_their_length_in_4_byte_units(pages_cls):
     # A record is a length byte and the name's UTF-8 bytes, padded to 4
     # bytes, at least 8 (a free record keeps its length and a link) (issue

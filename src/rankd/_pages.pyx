@@ -499,6 +499,304 @@ cdef extern from *:
     #endif
         return p;
     }
+    /* The page heap: where an index's pages live (see "Where pages
+       live").  Blocks of memory, bumped into; a page is a chunk of a
+       block behind an 8-byte prefix (its size, whether it is live,
+       whether it is a listed hole, and its block's number).  A freed
+       chunk becomes a hole, listed by exact size (pages come in a dozen
+       sizes, so exact fits are the rule); an allocation takes a hole of
+       its size before it bumps.  A block whose last live chunk is freed
+       goes back to the C heap at once; a block left sparse is
+       *evacuated* (its live pages moved elsewhere, a few a write, by the
+       index, which knows how to repoint a moved page) until it is empty. */
+    #define PG_CHUNK_LIVE 1u
+    #define PG_CHUNK_LISTED 2u
+    #define PG_CHUNK_SIZE(c) ((c)->size & ~7u)
+    #define PG_HOLE_CLASSES 257      /* exact sizes 24..2048 bytes, by 8 */
+    #define PG_HOLE_MIN 24           /* a prefix and two links */
+    #define PG_BLOCK_MIN ((size_t)1 << 10)
+    #define PG_BLOCK_MAX ((size_t)256 << 10)
+    #define PG_BLOCK_HUGE_AFTER ((size_t)64 << 20)
+    #define PG_NO_BLOCK 0xFFFFFFFFu
+    typedef struct pg_chunk { uint32_t size, block; } pg_chunk;
+    typedef struct pg_hole { pg_chunk c; struct pg_hole *next, *prev; } pg_hole;
+    typedef struct pg_block { char *base; uint32_t size, used, live, pad; } pg_block;
+    typedef struct pg_pool {
+        pg_block *blocks;             /* by number; base NULL: a number free */
+        uint32_t nblocks, blocks_cap;
+        uint32_t cur;                 /* the block bumped into, or PG_NO_BLOCK */
+        uint32_t evac;                /* the block being evacuated, or PG_NO_BLOCK */
+        uint32_t evac_off;            /* the evacuation's next chunk in it */
+        size_t bytes, live;           /* all blocks' sizes; live chunks' bytes */
+        pg_hole *holes[PG_HOLE_CLASSES];
+        uint64_t listed[(PG_HOLE_CLASSES + 63) / 64];   /* classes with a hole */
+    } pg_pool;
+    static inline pg_hole *pg_hole_next(pg_hole *h) { return h->next; }
+    static inline void pg_pool_init(pg_pool *pool) {
+        memset(pool, 0, sizeof(*pool));
+        pool->cur = pool->evac = PG_NO_BLOCK;
+    }
+    /* Bytes in holes and in blocks' ends no chunk reached but the
+       current block's (which the next allocations bump into). */
+    static inline size_t pg_pool_dead(const pg_pool *pool) {
+        size_t room = 0;
+        if (pool->cur != PG_NO_BLOCK)
+            room = pool->blocks[pool->cur].size - pool->blocks[pool->cur].used;
+        return pool->bytes - pool->live - room;
+    }
+    static inline void pg_hole_push(pg_pool *pool, pg_chunk *c) {
+        pg_hole *h = (pg_hole *)c;
+        uint32_t cls = PG_CHUNK_SIZE(c) >> 3;
+        if (PG_CHUNK_SIZE(c) < PG_HOLE_MIN || cls >= PG_HOLE_CLASSES || c->block == pool->evac)
+            return;  /* dead, unlisted: an evacuation or a block's release ends it */
+        c->size |= PG_CHUNK_LISTED;
+        h->prev = NULL;
+        h->next = pool->holes[cls];
+        if (h->next != NULL) h->next->prev = h;
+        pool->holes[cls] = h;
+        pool->listed[cls >> 6] |= (uint64_t)1 << (cls & 63);
+    }
+    static inline void pg_hole_unlink(pg_pool *pool, pg_chunk *c) {
+        pg_hole *h = (pg_hole *)c;
+        if (!(c->size & PG_CHUNK_LISTED)) return;
+        c->size &= ~PG_CHUNK_LISTED;
+        uint32_t cls = PG_CHUNK_SIZE(c) >> 3;
+        if (h->prev != NULL) h->prev->next = h->next;
+        else if ((pool->holes[cls] = h->next) == NULL)
+            pool->listed[cls >> 6] &= ~((uint64_t)1 << (cls & 63));
+        if (h->next != NULL) h->next->prev = h->prev;
+    }
+    /* The smallest class from cls on with a hole, or PG_HOLE_CLASSES. */
+    static inline uint32_t pg_hole_class_from(const pg_pool *pool, uint32_t cls) {
+        uint32_t w = cls >> 6;
+        uint64_t bits;
+        if (cls >= PG_HOLE_CLASSES) return PG_HOLE_CLASSES;
+        bits = pool->listed[w] & (~(uint64_t)0 << (cls & 63));
+        while (bits == 0) {
+            if (++w >= (PG_HOLE_CLASSES + 63) / 64) return PG_HOLE_CLASSES;
+            bits = pool->listed[w];
+        }
+        return w * 64 + (uint32_t)__builtin_ctzll(bits);
+    }
+    /* Merge the dead chunks that follow dead chunk c into it (holes
+       unlisted first); c itself must not be listed. */
+    static inline void pg_chunk_absorb(pg_pool *pool, pg_chunk *c) {
+        pg_block *blk = &pool->blocks[c->block];
+        char *end = blk->base + blk->used;
+        pg_chunk *next = (pg_chunk *)((char *)c + PG_CHUNK_SIZE(c));
+        while ((char *)next < end && !(next->size & PG_CHUNK_LIVE)) {
+            pg_hole_unlink(pool, next);
+            c->size += PG_CHUNK_SIZE(next);
+            next = (pg_chunk *)((char *)c + PG_CHUNK_SIZE(c));
+        }
+    }
+    /* Unlist every hole of block b (before it is released or evacuated). */
+    static inline void pg_block_unlist(pg_pool *pool, uint32_t b) {
+        pg_block *blk = &pool->blocks[b];
+        uint32_t off = 0;
+        pg_chunk *c;
+        while (off < blk->used) {
+            c = (pg_chunk *)(blk->base + off);
+            pg_hole_unlink(pool, c);
+            off += PG_CHUNK_SIZE(c);
+        }
+    }
+    static inline void pg_block_release(pg_pool *pool, uint32_t b) {
+        pg_block *blk = &pool->blocks[b];
+        pg_block_unlist(pool, b);
+        pool->bytes -= blk->size;
+        free(blk->base);
+        blk->base = NULL;
+        blk->size = blk->used = blk->live = 0;
+        if (pool->evac == b) pool->evac = PG_NO_BLOCK;
+        if (pool->cur == b) pool->cur = PG_NO_BLOCK;
+    }
+    /* A new current block with room for csize bytes: an eighth of the
+       pool (from PG_BLOCK_MIN to PG_BLOCK_MAX), or 2 MiB on huge pages
+       once the pool is big (a big board's pages are read at random by
+       every lookup).  0 if out of memory. */
+    static int pg_block_open(pg_pool *pool, size_t csize) {
+        size_t size = PG_BLOCK_MIN;
+        uint32_t b;
+        char *base;
+        pg_block *grown;
+        pg_chunk *tail;
+        int huge = pool->bytes >= PG_BLOCK_HUGE_AFTER;
+        if (huge) size = (size_t)PG_HUGE_PAGE;
+        else while (size < PG_BLOCK_MAX && size < pool->bytes / 8) size <<= 1;
+        if (size < csize) size = csize;
+        for (b = 0; b < pool->nblocks; b++) if (pool->blocks[b].base == NULL) break;
+        if (b == pool->nblocks && pool->nblocks == pool->blocks_cap) {
+            grown = (pg_block *)realloc(pool->blocks, (pool->blocks_cap * 2 + 8) * sizeof(pg_block));
+            if (grown == NULL) return 0;
+            pool->blocks = grown;
+            pool->blocks_cap = pool->blocks_cap * 2 + 8;
+        }
+        base = huge ? (char *)pg_huge_block(size) : (char *)malloc(size);
+        if (base == NULL) return 0;
+        if (pool->cur != PG_NO_BLOCK) {
+            /* The old current block's end becomes a hole. */
+            pg_block *old = &pool->blocks[pool->cur];
+            if (old->size - old->used >= sizeof(pg_chunk)) {
+                tail = (pg_chunk *)(old->base + old->used);
+                tail->size = old->size - old->used;
+                tail->block = pool->cur;
+                old->used = old->size;
+                pg_hole_push(pool, tail);
+            }
+        }
+        if (pool->cur != PG_NO_BLOCK && pool->blocks[pool->cur].live == 0)
+            pg_block_release(pool, pool->cur);
+        if (b == pool->nblocks) pool->nblocks++;
+        pool->blocks[b].base = base;
+        pool->blocks[b].size = (uint32_t)size;
+        pool->blocks[b].used = pool->blocks[b].live = 0;
+        pool->bytes += size;
+        pool->cur = b;
+        return 1;
+    }
+    /* n bytes (8-aligned) for a page, or NULL if out of memory. */
+    static void *pg_pool_alloc(pg_pool *pool, size_t n) {
+        size_t csize = ((n + 7) & ~(size_t)7) + sizeof(pg_chunk);
+        uint32_t cls = (uint32_t)(csize >> 3);
+        pg_chunk *c;
+        pg_block *blk;
+        uint32_t fit = pg_hole_class_from(pool, cls);
+        pg_chunk *rest;
+        if (fit != PG_HOLE_CLASSES && fit != cls && fit < cls + PG_HOLE_MIN / 8)
+            fit = pg_hole_class_from(pool, cls + PG_HOLE_MIN / 8);  /* a rest too small to list */
+        if (fit != PG_HOLE_CLASSES) {
+            c = &pool->holes[fit]->c;
+            pg_hole_unlink(pool, c);
+            if (fit != cls) {  /* split: the rest stays a hole */
+                rest = (pg_chunk *)((char *)c + csize);
+                rest->size = (uint32_t)(fit * 8 - csize);
+                rest->block = c->block;
+                c->size = (uint32_t)csize;
+                pg_hole_push(pool, rest);
+            }
+        } else {
+            if (pool->cur == PG_NO_BLOCK
+                    || pool->blocks[pool->cur].size - pool->blocks[pool->cur].used < csize) {
+                if (!pg_block_open(pool, csize)) return NULL;
+            }
+            blk = &pool->blocks[pool->cur];
+            c = (pg_chunk *)(blk->base + blk->used);
+            blk->used += (uint32_t)csize;
+            c->size = (uint32_t)csize;
+            c->block = pool->cur;
+        }
+        c->size |= PG_CHUNK_LIVE;
+        pool->blocks[c->block].live += (uint32_t)csize;
+        pool->live += csize;
+        return (char *)c + sizeof(pg_chunk);
+    }
+    static inline pg_chunk *pg_chunk_of(void *p) {
+        return (pg_chunk *)((char *)p - sizeof(pg_chunk));
+    }
+    /* The bytes a page's chunk has room for. */
+    static inline size_t pg_pool_room(void *p) {
+        return PG_CHUNK_SIZE(pg_chunk_of(p)) - sizeof(pg_chunk);
+    }
+    static void pg_pool_free(pg_pool *pool, void *p) {
+        pg_chunk *c = pg_chunk_of(p);
+        uint32_t size = PG_CHUNK_SIZE(c), b = c->block;
+        pg_block *blk = &pool->blocks[b];
+        c->size = size;
+        blk->live -= size;
+        pool->live -= size;
+        if (blk->live == 0 && b != pool->cur) {
+            pg_block_release(pool, b);
+            return;
+        }
+        pg_chunk_absorb(pool, c);
+        if (b == pool->cur && (char *)c + PG_CHUNK_SIZE(c) == blk->base + blk->used)
+            blk->used -= PG_CHUNK_SIZE(c);  /* the last chunk bumped: bump back */
+        else
+            pg_hole_push(pool, c);
+    }
+    /* Grow p's chunk to n bytes in place if it is the current block's
+       last and the block has the room; whether it did. */
+    static int pg_pool_grow_in_place(pg_pool *pool, void *p, size_t n) {
+        pg_chunk *c = pg_chunk_of(p);
+        uint32_t size = PG_CHUNK_SIZE(c);
+        uint32_t want = (uint32_t)(((n + 7) & ~(size_t)7) + sizeof(pg_chunk));
+        pg_block *blk;
+        if (want <= size) return 1;
+        if (c->block != pool->cur) return 0;
+        blk = &pool->blocks[pool->cur];
+        if ((char *)c + size != blk->base + blk->used || blk->size - blk->used < want - size)
+            return 0;
+        blk->used += want - size;
+        blk->live += want - size;
+        pool->live += want - size;
+        c->size = want | PG_CHUNK_LIVE;
+        return 1;
+    }
+    /* Give back the end of p's chunk past n bytes, in place. */
+    static void pg_pool_shrink(pg_pool *pool, void *p, size_t n) {
+        pg_chunk *c = pg_chunk_of(p), *tail;
+        uint32_t size = PG_CHUNK_SIZE(c);
+        uint32_t keep = (uint32_t)(((n + 7) & ~(size_t)7) + sizeof(pg_chunk));
+        pg_block *blk = &pool->blocks[c->block];
+        if (keep >= size) return;
+        c->size = keep | PG_CHUNK_LIVE;
+        blk->live -= size - keep;
+        pool->live -= size - keep;
+        if (c->block == pool->cur && (char *)c + size == blk->base + blk->used) {
+            blk->used -= size - keep;
+            return;
+        }
+        tail = (pg_chunk *)((char *)c + keep);
+        tail->size = size - keep;
+        tail->block = c->block;
+        pg_chunk_absorb(pool, tail);
+        if (c->block == pool->cur && (char *)tail + PG_CHUNK_SIZE(tail) == blk->base + blk->used)
+            blk->used -= PG_CHUNK_SIZE(tail);
+        else
+            pg_hole_push(pool, tail);
+    }
+    /* Start evacuating the sparsest block other than the current one, if
+       the pool's dead bytes are at least min_dead and a share of it (1 /
+       divisor), and that block is at most 7/8 live; 0 if there is nothing
+       to do. */
+    static int pg_pool_pick_evac(pg_pool *pool, size_t min_dead, size_t divisor) {
+        uint32_t b, best = PG_NO_BLOCK;
+        double fill, best_fill = 0.875;
+        size_t dead = pg_pool_dead(pool);
+        if (dead < min_dead || dead < pool->bytes / divisor) return 0;
+        for (b = 0; b < pool->nblocks; b++) {
+            if (pool->blocks[b].base == NULL || b == pool->cur) continue;
+            fill = (double)pool->blocks[b].live / pool->blocks[b].size;
+            if (fill <= best_fill) { best_fill = fill; best = b; }
+        }
+        if (best == PG_NO_BLOCK) return 0;
+        pg_block_unlist(pool, best);
+        pool->evac = best;
+        pool->evac_off = 0;
+        return 1;
+    }
+    /* The evacuation's next live page, or NULL when it has walked the
+       block (ended: the block keeps only pages it may not move). */
+    static void *pg_pool_evac_next(pg_pool *pool) {
+        pg_block *blk;
+        pg_chunk *c;
+        if (pool->evac == PG_NO_BLOCK) return NULL;
+        blk = &pool->blocks[pool->evac];
+        while (pool->evac_off < blk->used) {
+            c = (pg_chunk *)(blk->base + pool->evac_off);
+            pool->evac_off += PG_CHUNK_SIZE(c);
+            if (c->size & PG_CHUNK_LIVE) return (char *)c + sizeof(pg_chunk);
+        }
+        pool->evac = PG_NO_BLOCK;
+        return NULL;
+    }
+    static void pg_pool_destroy(pg_pool *pool) {
+        uint32_t b;
+        for (b = 0; b < pool->nblocks; b++) free(pool->blocks[b].base);
+        free(pool->blocks);
+        pg_pool_init(pool);
+    }
     /* Copy a name (a few dozen bytes at most, usually): whole words, the
        last one overlapping the one before, where a memcpy of a size not
        known at compile time became an inline ``rep movsq`` whose start-up
@@ -591,6 +889,40 @@ cdef extern from *:
     void pg_prefetch_step(const pg_link *lv, int i, const double *firstkeys) nogil
     void pg_advise_huge(void *p, size_t n) nogil
     void *pg_huge_block(size_t n) nogil
+    ctypedef struct pg_chunk:
+        uint32_t size
+        uint32_t block
+    ctypedef struct pg_block:
+        char *base
+        uint32_t size
+        uint32_t used
+        uint32_t live
+    ctypedef struct pg_pool:
+        pg_block *blocks
+        uint32_t nblocks
+        uint32_t cur
+        uint32_t evac
+        size_t bytes
+        size_t live
+        void *holes[1]
+    void pg_pool_init(pg_pool *pool) nogil
+    void pg_pool_destroy(pg_pool *pool) nogil
+    void *pg_pool_alloc(pg_pool *pool, size_t n) nogil
+    void pg_pool_free(pg_pool *pool, void *p) nogil
+    void pg_pool_shrink(pg_pool *pool, void *p, size_t n) nogil
+    bint pg_pool_grow_in_place(pg_pool *pool, void *p, size_t n) nogil
+    size_t pg_pool_room(void *p) nogil
+    size_t pg_pool_dead(const pg_pool *pool) nogil
+    bint pg_pool_pick_evac(pg_pool *pool, size_t min_dead, size_t divisor) nogil
+    void *pg_pool_evac_next(pg_pool *pool) nogil
+    pg_chunk *pg_chunk_of(void *p) nogil
+    ctypedef void *pg_hole_ptr "pg_hole *"
+    pg_hole_ptr pg_hole_next(pg_hole_ptr h) nogil
+    const uint32_t CHUNK_LIVE "PG_CHUNK_LIVE"
+    const uint32_t CHUNK_LISTED "PG_CHUNK_LISTED"
+    const uint32_t NO_BLOCK "PG_NO_BLOCK"
+    enum:
+        HOLE_CLASSES "PG_HOLE_CLASSES"
     str pg_name_str(const char *s, Py_ssize_t n)
     void pg_copy_short(char *d, const char *s, Py_ssize_t n) nogil
     enum:
@@ -641,6 +973,8 @@ DEF DEAD_SAMPLES = 64           # entries an index leaving a shared arena looks 
 DEF MAP_STEP = 16               # old-table slots a write's resize step moves
 DEF SHARE_ROOM_DIVISOR = 8   # a full page shares with a neighbour 1/8 empty
 DEF CAP_STEP = 4             # entries a page's allocation grows or shrinks by
+DEF EVAC_PAGES = 2           # pages a write's evacuation step moves
+DEF EVAC_MIN_DEAD = 262144   # dead page-heap bytes before any block is evacuated
 DEF OP_SET = 0
 DEF OP_SET_NEW = 1
 DEF OP_SET_EXISTS = 2
@@ -843,6 +1177,11 @@ cdef class RankIndex:
     cdef uint32_t nfree_pnos, pnos_used
     cdef uint32_t max_pnos          # page numbers are below it (MAX_PNOS; tests lower it)
     cdef size_t freed_bytes         # pages and tables freed since the last trim
+    cdef pg_pool pool               # the page heap (see "Where pages live")
+    cdef size_t evac_retry          # dead page bytes before a sparse block is looked for again
+    cdef bint evacuating            # blocks are being evacuated, one after another
+    cdef size_t evac_min_dead       # EVAC_MIN_DEAD (tests lower it)
+    cdef Py_ssize_t evacuated       # pages an evacuation moved, ever (for tests)
     # A batch's member hashes, by position & 15, and the str each is of
     # (see apply_batch); the hash the next _write takes instead of its own.
     cdef uint64_t ring_hash[16]
@@ -856,6 +1195,7 @@ cdef class RankIndex:
     def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
                   int branching=2, seed=None, int page_size=DEFAULT_PAGE_SIZE,
                   Names names=None):
+        pg_pool_init(&self.pool)
         _options(order, tie_break, max_level, branching, seed)
         if not MIN_PAGE_SIZE <= page_size <= MAX_PAGE_SIZE:
             raise ValueError(f"page_size must be between {MIN_PAGE_SIZE} and "
@@ -870,6 +1210,7 @@ cdef class RankIndex:
         self.page_size = page_size
         self.min_fill = page_size // 2
         self.max_pnos = MAX_PNOS
+        self.evac_min_dead = EVAC_MIN_DEAD
         self.locate_bytes = <Py_ssize_t>(sizeof(pg_page) + PG_ENOS_BYTES(page_size)
                                          + PG_IDS_BYTES(page_size))
         if seed is None:
@@ -909,10 +1250,11 @@ cdef class RankIndex:
         self._release_names()  # (first: it samples the pages)
         p = self.header.level[0].forward
         while p != NULL:
-            nxt = p.level[0].forward
-            free(p)
             _live_pages -= 1
-            p = nxt
+            p = p.level[0].forward
+        pg_pool_destroy(&self.pool)  # (every page at once)
+        self.evac_retry = 0
+        self.evacuating = False
         free(self.slot_ids)
         free(self.old_ids)
         self.old_ids = NULL
@@ -1026,7 +1368,7 @@ cdef class RankIndex:
             return NULL
         if cap <= 0:
             cap = self._cap_for(0)
-        p = <pg_page *>malloc(PG_SIZE(cap, 8 if wide else 4, self.seq_bytes))
+        p = <pg_page *>pg_pool_alloc(&self.pool, PG_SIZE(cap, 8 if wide else 4, self.seq_bytes))
         if p == NULL:
             self._tower_free(tower, h)
             return NULL
@@ -1055,7 +1397,7 @@ cdef class RankIndex:
         self.nfree_pnos += 1
         self._tower_free(p.level, p.height)
         self.freed_bytes += PG_SIZE(p.cap, PG_KEY_BYTES(p), self.seq_bytes)
-        free(p)
+        pg_pool_free(&self.pool, p)
         _live_pages -= 1
 
     # --- page allocations at their entries' size ------------------------------------
@@ -1092,13 +1434,15 @@ cdef class RankIndex:
             memmove(PG_KEYS(p), old_keys, n * kb)
             if sb:
                 memmove(PG_SEQS(p), old_seqs, n * sb)
-            q = <pg_page *>realloc(p, PG_SIZE(cap, kb, sb))
-            if q == NULL:
-                return p  # the larger block still holds the new layout
+            pg_pool_shrink(&self.pool, p, PG_SIZE(cap, kb, sb))  # (in place)
+            q = p
         else:
-            q = <pg_page *>realloc(p, PG_SIZE(cap, kb, sb))
-            if q == NULL:
-                return NULL
+            if pg_pool_grow_in_place(&self.pool, p, PG_SIZE(cap, kb, sb)):
+                q = p
+            else:
+                q = self._page_move(p, PG_SIZE(cap, kb, sb))
+                if q == NULL:
+                    return NULL
             # Growing: the seqs (last) move up first, then the keys, then
             # the ids (the entry numbers stay).
             old_ids = <char *>PG_IDS(q)
@@ -1113,6 +1457,53 @@ cdef class RankIndex:
             self._repoint_moved(q)
             self.mutations += 1  # (a page moved: iterators must not go on)
         return q
+
+    cdef pg_page *_page_move(self, pg_page *p, size_t size) noexcept:
+        """``p`` copied to a chunk of ``size`` bytes (at least its own)
+        and freed: the new page, not yet repointed, or NULL if out of
+        memory (``p`` unchanged)."""
+        cdef size_t old = pg_pool_room(p)
+        cdef pg_page *q = <pg_page *>pg_pool_alloc(&self.pool, size)
+        if q == NULL:
+            return NULL
+        memcpy(q, p, old if old < size else size)
+        pg_pool_free(&self.pool, p)
+        return q
+
+    cdef void _evacuate_step(self) noexcept:
+        """A write's step of the page heap's evacuation (see "Where pages
+        live"): once its dead bytes are a quarter of it (and a block's
+        worth), move the live pages of its sparsest block elsewhere,
+        ``EVAC_PAGES`` a write, so that the block goes back to the C heap
+        when its last one leaves; out of memory, it stops."""
+        cdef pg_page *p
+        cdef pg_page *q
+        cdef int moved
+        cdef size_t dead
+        if self.pool.evac == NO_BLOCK:
+            dead = pg_pool_dead(&self.pool)
+            if dead < self.evac_min_dead or dead < self.evac_retry:
+                return
+            # Start at an eighth dead, go on down to a sixteenth.
+            if not pg_pool_pick_evac(&self.pool, self.evac_min_dead, 16 if self.evacuating else 8):
+                self.evacuating = False
+                # Nothing to do: look again once another sixteenth of
+                # the heap is dead, not at every write.
+                self.evac_retry = dead + self.pool.bytes // 16
+                return
+            self.evacuating = True
+            self.evac_retry = 0
+        for moved in range(EVAC_PAGES):
+            p = <pg_page *>pg_pool_evac_next(&self.pool)
+            if p == NULL:
+                return
+            q = self._page_move(p, PG_SIZE(p.cap, PG_KEY_BYTES(p), self.seq_bytes))
+            if q == NULL:
+                self.pool.evac = NO_BLOCK
+                return
+            self._repoint_moved(q)
+            self.mutations += 1  # (a page moved: iterators must not go on)
+            self.evacuated += 1
 
     cdef void _repoint_moved(self, pg_page *q) noexcept:
         """``q`` (at least one entry, its first key in ``firstkeys``) was
@@ -1174,7 +1565,7 @@ cdef class RankIndex:
         """A copy of ``p`` with f64 keys (its int32 scores made keys), ``p``
         freed; NULL if out of memory (``p`` unchanged).  Nothing that points
         at ``p`` is repointed."""
-        cdef pg_page *q = <pg_page *>malloc(PG_SIZE(p.cap, 8, self.seq_bytes))
+        cdef pg_page *q = <pg_page *>pg_pool_alloc(&self.pool, PG_SIZE(p.cap, 8, self.seq_bytes))
         cdef Py_ssize_t i
         if q == NULL:
             return NULL
@@ -1185,7 +1576,7 @@ cdef class RankIndex:
         if self.seq_bytes:
             memcpy(PG_SEQS(q), PG_SEQS(p), p.n * self.seq_bytes)
         self.freed_bytes += PG_SIZE(p.cap, 4, self.seq_bytes)
-        free(p)
+        pg_pool_free(&self.pool, p)
         # A page moved: iterators and dumps in chunks must not go on, even
         # if the write that moved it is then refused.
         self.mutations += 1
@@ -1256,12 +1647,8 @@ cdef class RankIndex:
             memmove(PG_SEQS(p), old_seqs, n * sb)
         self.freed_bytes += PG_SIZE(p.cap, 8, sb) - PG_SIZE(p.cap, 4, sb)
         self.mutations += 1  # (its keys changed width: iterators must not go on)
-        q = <pg_page *>realloc(p, PG_SIZE(p.cap, 4, sb))
-        if q == NULL:
-            return p  # the larger block still holds the new layout
-        if q != p:
-            self._repoint_moved(q)
-        return q
+        pg_pool_shrink(&self.pool, p, PG_SIZE(p.cap, 4, sb))  # (in place)
+        return p
 
     cdef inline size_t _held(self) noexcept:
         """Bytes in the pages, the map and the name arena (an estimate)."""
@@ -1391,10 +1778,11 @@ cdef class RankIndex:
         for pno in range(self.pnos_used):
             p = self.pages[pno]
             if p != NULL:
-                fresh[pno] = <pg_page *>malloc(PG_SIZE(p.cap, PG_KEY_BYTES(p), 8))
+                fresh[pno] = <pg_page *>pg_pool_alloc(&self.pool, PG_SIZE(p.cap, PG_KEY_BYTES(p), 8))
                 if fresh[pno] == NULL:
                     for i in range(pno):
-                        free(fresh[i])
+                        if fresh[i] != NULL:
+                            pg_pool_free(&self.pool, fresh[i])
                     free(fresh)
                     raise MemoryError()
         for pno in range(self.pnos_used):
@@ -1406,7 +1794,7 @@ cdef class RankIndex:
             for i in range(p.n):
                 (<uint64_t *>PG_SEQS(q))[i] = (<uint32_t *>PG_SEQS(p))[i]
             self.freed_bytes += PG_SIZE(p.cap, PG_KEY_BYTES(p), 4)
-            free(p)
+            pg_pool_free(&self.pool, p)
             self.pages[pno] = q
         free(fresh)
         self.seq_bytes = 8
@@ -2725,6 +3113,8 @@ cdef class RankIndex:
             self._map_step()
         if self.arena.compacting:
             self._compact_step()
+        if self.pool.evac != NO_BLOCK or pg_pool_dead(&self.pool) >= self.evac_min_dead:
+            self._evacuate_step()
         cdef uint64_t h
         if self.has_hint:  # apply_batch's, of this very member
             h = self.hint_hash
@@ -3329,19 +3719,38 @@ cdef class RankIndex:
         return out
 
     def _memory(self):
-        """Bytes held, by part: ``{"pages", "names", "map", "page_table"}``
-        (allocated sizes, without the allocator's own overhead; ``names``
-        counts the arena up to its high-water mark, free records included,
-        not the capacity its doubling reserved but never touched: the
-        whole arena, which a board's indexes share)."""
+        """Bytes held, by part: ``{"pages", "page_heap", "names", "map",
+        "page_table"}`` (allocated sizes, without the C allocator's own
+        overhead): ``pages`` the pages at their sizes and their towers,
+        ``page_heap`` the rest of the page heap's blocks (chunk prefixes
+        and holes, but not the end of the block allocations bump into);
+        ``names`` counts the arena up to its high-water mark, free records
+        included, not the capacity its doubling reserved but never touched:
+        the whole arena, which a board's indexes share)."""
         cdef pg_page *p = self.header.level[0].forward
-        cdef Py_ssize_t pages = 0
+        cdef Py_ssize_t pages = 0, sizes = 0
         while p != NULL:
-            pages += PG_SIZE(p.cap, PG_KEY_BYTES(p), self.seq_bytes) + p.height * sizeof(pg_link)
+            sizes += PG_SIZE(p.cap, PG_KEY_BYTES(p), self.seq_bytes)
+            pages += p.height * sizeof(pg_link)
             p = p.level[0].forward
-        return {"pages": pages, "names": self.arena.names_used * 4,  # (the arena's, shared)
+        return {"pages": pages + sizes,
+                "page_heap": <Py_ssize_t>(self.pool.live + pg_pool_dead(&self.pool)) - sizes,
+                "names": self.arena.names_used * 4,  # (the arena's, shared)
                 "map": (self.nslots + (self.old_nslots if self.old_ids else 0)) * 4,
                 "page_table": self.pages_cap * 20}
+
+    def _page_heap(self):
+        """The page heap's state (for tests and benchmarks): ``{"bytes",
+        "live", "dead", "blocks", "evacuated"}``: its blocks' bytes, the
+        pages' (with their chunks' prefixes), the bytes of holes and
+        blocks' ends no allocation is bumping into, its blocks, and the
+        pages evacuations moved, ever."""
+        cdef uint32_t b, blocks = 0
+        for b in range(self.pool.nblocks):
+            blocks += self.pool.blocks[b].base != NULL
+        return {"bytes": self.pool.bytes, "live": self.pool.live,
+                "dead": pg_pool_dead(&self.pool), "blocks": blocks,
+                "evacuated": self.evacuated}
 
     @property
     def _trims(self):
@@ -3413,6 +3822,12 @@ cdef class RankIndex:
         code = self._slot_code(slot)
         if code != 0:
             self._slot_set(slot, PG_RETAG(code, (PG_CODE_TAG(code) + 1) & 15))
+
+    def _evacuate_from(self, size_t dead):
+        """Evacuate the page heap's sparse blocks from ``dead`` bytes of
+        holes on, not ``EVAC_MIN_DEAD`` (for tests: small boards then meet
+        evacuations)."""
+        self.evac_min_dead = dead
 
     def _limit_pages(self, Py_ssize_t limit):
         """Number pages below ``limit`` from now on, not ``MAX_PAGES`` (for
@@ -4259,6 +4674,59 @@ cdef class RankIndex:
             assert all(m < self.arena.compact_dst or m >= self.arena.compact_src for m in live), \
                 "a live record in the compaction's gap"
         assert all(m < self.arena.names_used for m in live), "a record past the arena's end"
+        self._check_pool()
+
+    cdef void _check_pool(self) except *:
+        """The page heap's invariants: its blocks tile into chunks, the
+        live chunks are exactly the pages in the page table, the counts of
+        live and total bytes add up, and every listed hole is dead, the
+        size of its list and outside the block being evacuated."""
+        cdef pg_pool *pool = &self.pool
+        cdef uint32_t b, off
+        cdef size_t total = 0, live = 0, blive
+        cdef pg_chunk *c
+        cdef set pages = set()
+        cdef set listed = set()
+        cdef Py_ssize_t cls
+        cdef uint32_t pno
+        cdef pg_hole_ptr h
+        for pno in range(self.pnos_used):
+            if self.pages[pno] != NULL:
+                pages.add(<size_t>self.pages[pno])
+        for cls in range(HOLE_CLASSES):
+            h = pool.holes[cls]
+            while h != NULL:
+                c = <pg_chunk *>h
+                assert c.size & CHUNK_LISTED and not c.size & CHUNK_LIVE, "a listed hole is not dead"
+                assert (c.size & ~7u) >> 3 == <uint32_t>cls, "a hole in the wrong list"
+                assert c.block != pool.evac, "a listed hole in the block being evacuated"
+                listed.add(<size_t>c)
+                h = pg_hole_next(h)
+        for b in range(pool.nblocks):
+            if pool.blocks[b].base == NULL:
+                continue
+            total += pool.blocks[b].size
+            assert pool.blocks[b].used <= pool.blocks[b].size, "a block bumped past its end"
+            off = 0
+            blive = 0
+            while off < pool.blocks[b].used:
+                c = <pg_chunk *>(pool.blocks[b].base + off)
+                assert c.block == b, "a chunk names another block"
+                assert c.size & ~7u >= 8, "a chunk of no size"
+                if c.size & CHUNK_LIVE:
+                    blive += c.size & ~7u
+                    assert <size_t>(<char *>c + 8) in pages, "a live chunk is no page"
+                    pages.discard(<size_t>(<char *>c + 8))
+                elif c.size & CHUNK_LISTED:
+                    listed.discard(<size_t>c)
+                off += c.size & ~7u
+            assert off == pool.blocks[b].used, "chunks overrun their block"
+            assert blive == pool.blocks[b].live, "a block's live bytes"
+            assert blive > 0 or b == pool.cur, "an empty block kept"
+            live += blive
+        assert not pages, "a page outside the page heap"
+        assert not listed, "a listed hole outside every block"
+        assert total == pool.bytes and live == pool.live, "the page heap's totals"
 
 
 cdef inline size_t _next_table_size(size_t size) noexcept:
