@@ -511,16 +511,26 @@ cdef extern from *:
        index, which knows how to repoint a moved page) until it is empty. */
     #define PG_CHUNK_LIVE 1u
     #define PG_CHUNK_LISTED 2u
+    #define PG_CHUNK_PREV_DEAD 4u    /* the chunk before is dead: its size ends it */
     #define PG_CHUNK_SIZE(c) ((c)->size & ~7u)
-    #define PG_HOLE_CLASSES 257      /* exact sizes 24..2048 bytes, by 8 */
-    #define PG_HOLE_MIN 24           /* a prefix and two links */
+    #define PG_HOLE_CLASSES 257      /* exact sizes 32..2040 bytes, by 8; 2048 and up */
+    #define PG_HOLE_CLASS(size) ((size) >> 3 < PG_HOLE_CLASSES - 1 ? (size) >> 3 : PG_HOLE_CLASSES - 1)
+    #define PG_HOLE_MIN 32           /* a prefix, two links and the size that ends it */
     #define PG_BLOCK_MIN ((size_t)1 << 10)
     #define PG_BLOCK_MAX ((size_t)256 << 10)
     #define PG_BLOCK_HUGE_AFTER ((size_t)64 << 20)
     #define PG_NO_BLOCK 0xFFFFFFFFu
     typedef struct pg_chunk { uint32_t size, block; } pg_chunk;
     typedef struct pg_hole { pg_chunk c; struct pg_hole *next, *prev; } pg_hole;
-    typedef struct pg_block { char *base; uint32_t size, used, live, pad; } pg_block;
+    typedef struct pg_block { char *base; uint32_t size, used, live, mapped; } pg_block;
+    /* Blocks of this size and more are mappings of their own, unmapped
+       when they empty: their memory goes back to the system at once, not
+       to the C heap (which keeps it resident until trimmed). */
+    #define PG_BLOCK_MAP_MIN ((size_t)64 << 10)
+    static inline void pg_block_unmap(pg_block *blk) {
+        if (blk->mapped) munmap(blk->base, blk->size);
+        else free(blk->base);
+    }
     typedef struct pg_pool {
         pg_block *blocks;             /* by number; base NULL: a number free */
         uint32_t nblocks, blocks_cap;
@@ -528,6 +538,7 @@ cdef extern from *:
         uint32_t evac;                /* the block being evacuated, or PG_NO_BLOCK */
         uint32_t evac_off;            /* the evacuation's next chunk in it */
         size_t bytes, live;           /* all blocks' sizes; live chunks' bytes */
+        uint32_t min_rest;            /* the least hole a split may leave (a page's) */
         pg_hole *holes[PG_HOLE_CLASSES];
         uint64_t listed[(PG_HOLE_CLASSES + 63) / 64];   /* classes with a hole */
     } pg_pool;
@@ -535,6 +546,7 @@ cdef extern from *:
     static inline void pg_pool_init(pg_pool *pool) {
         memset(pool, 0, sizeof(*pool));
         pool->cur = pool->evac = PG_NO_BLOCK;
+        pool->min_rest = PG_HOLE_MIN;
     }
     /* Bytes in holes and in blocks' ends no chunk reached but the
        current block's (which the next allocations bump into). */
@@ -546,8 +558,8 @@ cdef extern from *:
     }
     static inline void pg_hole_push(pg_pool *pool, pg_chunk *c) {
         pg_hole *h = (pg_hole *)c;
-        uint32_t cls = PG_CHUNK_SIZE(c) >> 3;
-        if (PG_CHUNK_SIZE(c) < PG_HOLE_MIN || cls >= PG_HOLE_CLASSES || c->block == pool->evac)
+        uint32_t cls = PG_HOLE_CLASS(PG_CHUNK_SIZE(c));
+        if (PG_CHUNK_SIZE(c) < PG_HOLE_MIN || c->block == pool->evac)
             return;  /* dead, unlisted: an evacuation or a block's release ends it */
         c->size |= PG_CHUNK_LISTED;
         h->prev = NULL;
@@ -560,7 +572,7 @@ cdef extern from *:
         pg_hole *h = (pg_hole *)c;
         if (!(c->size & PG_CHUNK_LISTED)) return;
         c->size &= ~PG_CHUNK_LISTED;
-        uint32_t cls = PG_CHUNK_SIZE(c) >> 3;
+        uint32_t cls = PG_HOLE_CLASS(PG_CHUNK_SIZE(c));
         if (h->prev != NULL) h->prev->next = h->next;
         else if ((pool->holes[cls] = h->next) == NULL)
             pool->listed[cls >> 6] &= ~((uint64_t)1 << (cls & 63));
@@ -590,6 +602,23 @@ cdef extern from *:
             next = (pg_chunk *)((char *)c + PG_CHUNK_SIZE(c));
         }
     }
+    /* The chunk after c in its block, or NULL at the block's bump. */
+    static inline pg_chunk *pg_chunk_next(pg_pool *pool, pg_chunk *c) {
+        pg_block *blk = &pool->blocks[c->block];
+        char *next = (char *)c + PG_CHUNK_SIZE(c);
+        return next < blk->base + blk->used ? (pg_chunk *)next : NULL;
+    }
+    /* Dead chunk c (of PG_HOLE_MIN bytes at least, or its block's last)
+       ends in its size, and the chunk after it knows: a free merges
+       with the dead chunk before it as with the ones after it, so that
+       holes stay as big as the runs of free bytes they are. */
+    static inline void pg_chunk_bury(pg_pool *pool, pg_chunk *c) {
+        uint32_t size = PG_CHUNK_SIZE(c);
+        pg_chunk *next = pg_chunk_next(pool, c);
+        if (next == NULL) return;
+        *(uint32_t *)((char *)c + size - 4) = size;
+        next->size |= PG_CHUNK_PREV_DEAD;
+    }
     /* Unlist every hole of block b (before it is released or evacuated). */
     static inline void pg_block_unlist(pg_pool *pool, uint32_t b) {
         pg_block *blk = &pool->blocks[b];
@@ -605,7 +634,7 @@ cdef extern from *:
         pg_block *blk = &pool->blocks[b];
         pg_block_unlist(pool, b);
         pool->bytes -= blk->size;
-        free(blk->base);
+        pg_block_unmap(blk);
         blk->base = NULL;
         blk->size = blk->used = blk->live = 0;
         if (pool->evac == b) pool->evac = PG_NO_BLOCK;
@@ -632,7 +661,14 @@ cdef extern from *:
             pool->blocks = grown;
             pool->blocks_cap = pool->blocks_cap * 2 + 8;
         }
-        base = huge ? (char *)pg_huge_block(size) : (char *)malloc(size);
+        if (huge) {
+            base = (char *)pg_huge_block(size);
+        } else if (size >= PG_BLOCK_MAP_MIN) {
+            base = (char *)mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (base == (char *)MAP_FAILED) base = NULL;
+        } else {
+            base = (char *)malloc(size);
+        }
         if (base == NULL) return 0;
         if (pool->cur != PG_NO_BLOCK) {
             /* The old current block's end becomes a hole. */
@@ -651,6 +687,7 @@ cdef extern from *:
         pool->blocks[b].base = base;
         pool->blocks[b].size = (uint32_t)size;
         pool->blocks[b].used = pool->blocks[b].live = 0;
+        pool->blocks[b].mapped = !huge && size >= PG_BLOCK_MAP_MIN;
         pool->bytes += size;
         pool->cur = b;
         return 1;
@@ -663,17 +700,20 @@ cdef extern from *:
         pg_block *blk;
         uint32_t fit = pg_hole_class_from(pool, cls);
         pg_chunk *rest;
-        if (fit != PG_HOLE_CLASSES && fit != cls && fit < cls + PG_HOLE_MIN / 8)
-            fit = pg_hole_class_from(pool, cls + PG_HOLE_MIN / 8);  /* a rest too small to list */
+        if (fit != PG_HOLE_CLASSES && fit != cls && fit < cls + pool->min_rest / 8)
+            fit = pg_hole_class_from(pool, cls + pool->min_rest / 8);  /* a rest no page fits */
         if (fit != PG_HOLE_CLASSES) {
             c = &pool->holes[fit]->c;
             pg_hole_unlink(pool, c);
-            if (fit != cls) {  /* split: the rest stays a hole */
+            if (PG_CHUNK_SIZE(c) != csize) {  /* split: the rest stays a hole */
                 rest = (pg_chunk *)((char *)c + csize);
-                rest->size = (uint32_t)(fit * 8 - csize);
+                rest->size = (uint32_t)(PG_CHUNK_SIZE(c) - csize);
                 rest->block = c->block;
-                c->size = (uint32_t)csize;
+                c->size = (uint32_t)csize | (c->size & PG_CHUNK_PREV_DEAD);
+                pg_chunk_bury(pool, rest);
                 pg_hole_push(pool, rest);
+            } else if ((rest = pg_chunk_next(pool, c)) != NULL) {
+                rest->size &= ~PG_CHUNK_PREV_DEAD;
             }
         } else {
             if (pool->cur == PG_NO_BLOCK
@@ -702,35 +742,62 @@ cdef extern from *:
         pg_chunk *c = pg_chunk_of(p);
         uint32_t size = PG_CHUNK_SIZE(c), b = c->block;
         pg_block *blk = &pool->blocks[b];
-        c->size = size;
+        pg_chunk *before;
+        c->size &= ~PG_CHUNK_LIVE;
         blk->live -= size;
         pool->live -= size;
         if (blk->live == 0 && b != pool->cur) {
             pg_block_release(pool, b);
             return;
         }
+        if (c->size & PG_CHUNK_PREV_DEAD) {  /* merge with the dead chunk before */
+            before = (pg_chunk *)((char *)c - *(uint32_t *)((char *)c - 4));
+            pg_hole_unlink(pool, before);
+            before->size += size;
+            c = before;
+        }
         pg_chunk_absorb(pool, c);
-        if (b == pool->cur && (char *)c + PG_CHUNK_SIZE(c) == blk->base + blk->used)
-            blk->used -= PG_CHUNK_SIZE(c);  /* the last chunk bumped: bump back */
-        else
+        if (b == pool->cur && (char *)c + PG_CHUNK_SIZE(c) == blk->base + blk->used) {
+            blk->used -= PG_CHUNK_SIZE(c);  /* the last chunks bumped: bump back */
+        } else {
+            pg_chunk_bury(pool, c);
             pg_hole_push(pool, c);
+        }
     }
-    /* Grow p's chunk to n bytes in place if it is the current block's
-       last and the block has the room; whether it did. */
+    /* Grow p's chunk to n bytes in place, as realloc does where it can:
+       into the current block's room if it is the last chunk bumped, or
+       into the dead chunk after it (the rest of which stays a hole);
+       whether it did. */
     static int pg_pool_grow_in_place(pg_pool *pool, void *p, size_t n) {
-        pg_chunk *c = pg_chunk_of(p);
-        uint32_t size = PG_CHUNK_SIZE(c);
+        pg_chunk *c = pg_chunk_of(p), *next, *rest;
+        uint32_t size = PG_CHUNK_SIZE(c), avail;
         uint32_t want = (uint32_t)(((n + 7) & ~(size_t)7) + sizeof(pg_chunk));
-        pg_block *blk;
+        pg_block *blk = &pool->blocks[c->block];
         if (want <= size) return 1;
-        if (c->block != pool->cur) return 0;
-        blk = &pool->blocks[pool->cur];
-        if ((char *)c + size != blk->base + blk->used || blk->size - blk->used < want - size)
-            return 0;
-        blk->used += want - size;
+        if (c->block == pool->cur && (char *)c + size == blk->base + blk->used) {
+            if (blk->size - blk->used < want - size) return 0;
+            blk->used += want - size;
+        } else {
+            next = pg_chunk_next(pool, c);
+            if (c->block == pool->evac || next == NULL || (next->size & PG_CHUNK_LIVE)) return 0;
+            avail = size + PG_CHUNK_SIZE(next);
+            if (avail < want) return 0;
+            pg_hole_unlink(pool, next);
+            if (avail - want >= PG_HOLE_MIN) {
+                rest = (pg_chunk *)((char *)c + want);
+                rest->size = avail - want;
+                rest->block = c->block;
+                pg_chunk_bury(pool, rest);
+                pg_hole_push(pool, rest);
+            } else {
+                want = avail;  /* (the whole hole: a rest too small to merge) */
+                c->size = avail | (c->size & 7u);
+                if ((rest = pg_chunk_next(pool, c)) != NULL) rest->size &= ~PG_CHUNK_PREV_DEAD;
+            }
+        }
         blk->live += want - size;
         pool->live += want - size;
-        c->size = want | PG_CHUNK_LIVE;
+        c->size = want | PG_CHUNK_LIVE | (c->size & PG_CHUNK_PREV_DEAD);
         return 1;
     }
     /* Give back the end of p's chunk past n bytes, in place. */
@@ -739,8 +806,8 @@ cdef extern from *:
         uint32_t size = PG_CHUNK_SIZE(c);
         uint32_t keep = (uint32_t)(((n + 7) & ~(size_t)7) + sizeof(pg_chunk));
         pg_block *blk = &pool->blocks[c->block];
-        if (keep >= size) return;
-        c->size = keep | PG_CHUNK_LIVE;
+        if (keep + PG_HOLE_MIN > size) return;  /* (no hole too small to merge) */
+        c->size = keep | PG_CHUNK_LIVE | (c->size & PG_CHUNK_PREV_DEAD);
         blk->live -= size - keep;
         pool->live -= size - keep;
         if (c->block == pool->cur && (char *)c + size == blk->base + blk->used) {
@@ -751,10 +818,12 @@ cdef extern from *:
         tail->size = size - keep;
         tail->block = c->block;
         pg_chunk_absorb(pool, tail);
-        if (c->block == pool->cur && (char *)tail + PG_CHUNK_SIZE(tail) == blk->base + blk->used)
+        if (c->block == pool->cur && (char *)tail + PG_CHUNK_SIZE(tail) == blk->base + blk->used) {
             blk->used -= PG_CHUNK_SIZE(tail);
-        else
+        } else {
+            pg_chunk_bury(pool, tail);
             pg_hole_push(pool, tail);
+        }
     }
     /* Start evacuating the sparsest block other than the current one, if
        the pool's dead bytes are at least min_dead and a share of it (1 /
@@ -792,10 +861,12 @@ cdef extern from *:
         return NULL;
     }
     static void pg_pool_destroy(pg_pool *pool) {
-        uint32_t b;
-        for (b = 0; b < pool->nblocks; b++) free(pool->blocks[b].base);
+        uint32_t b, min_rest = pool->min_rest;
+        for (b = 0; b < pool->nblocks; b++)
+            if (pool->blocks[b].base != NULL) pg_block_unmap(&pool->blocks[b]);
         free(pool->blocks);
         pg_pool_init(pool);
+        pool->min_rest = min_rest;
     }
     /* Copy a name (a few dozen bytes at most, usually): whole words, the
        last one overlapping the one before, where a memcpy of a size not
@@ -904,6 +975,7 @@ cdef extern from *:
         uint32_t evac
         size_t bytes
         size_t live
+        uint32_t min_rest
         void *holes[1]
     void pg_pool_init(pg_pool *pool) nogil
     void pg_pool_destroy(pg_pool *pool) nogil
@@ -920,6 +992,7 @@ cdef extern from *:
     pg_hole_ptr pg_hole_next(pg_hole_ptr h) nogil
     const uint32_t CHUNK_LIVE "PG_CHUNK_LIVE"
     const uint32_t CHUNK_LISTED "PG_CHUNK_LISTED"
+    const uint32_t CHUNK_PREV_DEAD "PG_CHUNK_PREV_DEAD"
     const uint32_t NO_BLOCK "PG_NO_BLOCK"
     enum:
         HOLE_CLASSES "PG_HOLE_CLASSES"
@@ -1211,6 +1284,9 @@ cdef class RankIndex:
         self.min_fill = page_size // 2
         self.max_pnos = MAX_PNOS
         self.evac_min_dead = EVAC_MIN_DEAD
+        # A hole smaller than the least page (min_fill entries, narrow) is
+        # of no use to any: splits and shrinks leave none (see _resize).
+        self.pool.min_rest = <uint32_t>(PG_SIZE(self._cap_for(self.min_fill - 1), 4, self.seq_bytes) + 8)
         self.locate_bytes = <Py_ssize_t>(sizeof(pg_page) + PG_ENOS_BYTES(page_size)
                                          + PG_IDS_BYTES(page_size))
         if seed is None:
@@ -1434,8 +1510,15 @@ cdef class RankIndex:
             memmove(PG_KEYS(p), old_keys, n * kb)
             if sb:
                 memmove(PG_SEQS(p), old_seqs, n * sb)
-            pg_pool_shrink(&self.pool, p, PG_SIZE(cap, kb, sb))  # (in place)
-            q = p
+            q = NULL
+            if pg_pool_room(p) - PG_SIZE(cap, kb, sb) < self.pool.min_rest:
+                # The end given back could hold no page: a hole no
+                # allocation would take.  Move instead (the whole chunk
+                # left is a page's worth), unless out of memory.
+                q = self._page_move(p, PG_SIZE(cap, kb, sb))
+            if q == NULL:
+                pg_pool_shrink(&self.pool, p, PG_SIZE(cap, kb, sb))  # (in place)
+                q = p
         else:
             if pg_pool_grow_in_place(&self.pool, p, PG_SIZE(cap, kb, sb)):
                 q = p
@@ -1485,7 +1568,7 @@ cdef class RankIndex:
             if dead < self.evac_min_dead or dead < self.evac_retry:
                 return
             # Start at an eighth dead, go on down to a sixteenth.
-            if not pg_pool_pick_evac(&self.pool, self.evac_min_dead, 16 if self.evacuating else 8):
+            if not pg_pool_pick_evac(&self.pool, self.evac_min_dead, 32 if self.evacuating else 16):
                 self.evacuating = False
                 # Nothing to do: look again once another sixteenth of
                 # the heap is dead, not at every write.
@@ -4690,6 +4773,7 @@ cdef class RankIndex:
         cdef Py_ssize_t cls
         cdef uint32_t pno
         cdef pg_hole_ptr h
+        cdef bint prev_dead
         for pno in range(self.pnos_used):
             if self.pages[pno] != NULL:
                 pages.add(<size_t>self.pages[pno])
@@ -4698,7 +4782,8 @@ cdef class RankIndex:
             while h != NULL:
                 c = <pg_chunk *>h
                 assert c.size & CHUNK_LISTED and not c.size & CHUNK_LIVE, "a listed hole is not dead"
-                assert (c.size & ~7u) >> 3 == <uint32_t>cls, "a hole in the wrong list"
+                assert min((c.size & ~7u) >> 3, HOLE_CLASSES - 1) == <uint32_t>cls, \
+                    "a hole in the wrong list"
                 assert c.block != pool.evac, "a listed hole in the block being evacuated"
                 listed.add(<size_t>c)
                 h = pg_hole_next(h)
@@ -4709,10 +4794,19 @@ cdef class RankIndex:
             assert pool.blocks[b].used <= pool.blocks[b].size, "a block bumped past its end"
             off = 0
             blive = 0
+            prev_dead = False
             while off < pool.blocks[b].used:
                 c = <pg_chunk *>(pool.blocks[b].base + off)
                 assert c.block == b, "a chunk names another block"
                 assert c.size & ~7u >= 8, "a chunk of no size"
+                assert bool(c.size & CHUNK_PREV_DEAD) == prev_dead, "a chunk's prev-dead flag"
+                if not c.size & CHUNK_LIVE:
+                    assert not prev_dead, "two dead chunks side by side"
+                    if off + (c.size & ~7u) < pool.blocks[b].used:
+                        assert c.size & ~7u >= 32, "a dead chunk too small to merge"
+                        assert (<uint32_t *>(<char *>c + (c.size & ~7u) - 4))[0] == c.size & ~7u, \
+                            "a dead chunk's size does not end it"
+                prev_dead = not c.size & CHUNK_LIVE
                 if c.size & CHUNK_LIVE:
                     blive += c.size & ~7u
                     assert <size_t>(<char *>c + 8) in pages, "a live chunk is no page"
