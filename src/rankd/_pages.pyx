@@ -97,22 +97,62 @@ arrays have room for its entries and one more, rounded up to a step of
 gives back all but a step of spare room after removals, splits and shares
 (``_shrink``).  The fill above then costs no memory but the per-page
 overhead (header, tower, page table): entries at 5/6 or at 2/3 fill cost
-what full ones do, plus two spare entries a page on average.  ``realloc``
-may move a page; the links to it hold its address, so the page table, the
+what full ones do, plus two spare entries a page on average.  Growing may
+move a page; the links to it hold its address, so the page table, the
 next page's ``prev`` and the link before it on each of its levels are
 repointed (``_repoint_moved``: one search for its first entry, through the
 page table, since the link's own address may be the old one; the map's
-codes name it by number, which stays).  A step of
-4 reallocates once per 4 inserts into a page: the copy is a page's worth
-of bytes, about what the insert's memmove moves, and the towers, which
-searches read, never move.
+codes name it by number, which stays).  A step of 4 moves a page at most
+once per 4 inserts into it: the copy is a page's worth of bytes, about
+what the insert's memmove moves, and the towers, which searches read,
+never move.
 
-glibc keeps the chunks the index frees resident (even whole free pages
-inside its heap), so a board that lost half its members would keep the
-RSS of the full one: once the pages and tables freed since the last time
-reach a sixteenth of what the index holds (and 1 MiB), a removal calls
-``malloc_trim`` (a walk of the heap's free chunks: a millisecond or two
-for a heap of a million members), and ``clear`` does after freeing all.
+Where pages live
+----------------
+Pages do not come from ``malloc``: an index keeps them in a page heap of
+its own (``pg_pool``), because a board that shrinks must give memory
+back and the C heap cannot.  glibc keeps freed chunks resident, and after
+a random half of a board's members left, the freed pages lay one here and
+one there among live ones: no 4 KiB page of the heap was wholly free, so
+even ``malloc_trim`` gave back little (a board of 1M members that lost
+half kept 64 B of RSS a remaining member, against 41.5 loaded fresh).
+The C heap cannot move a chunk; the index can move a page (as a growth
+does), so its heap compacts:
+
+* blocks of memory (1 KiB growing to 256 KiB, an eighth of the heap;
+  2 MiB on huge pages once the heap passes 64 MiB, as the towers), bumped
+  into; a block of 64 KiB or more is a mapping of its own, unmapped the
+  moment its last page leaves, so its memory goes back to the system at
+  once, not to the C heap;
+* a page is a chunk behind an 8-byte prefix (its size, live, listed and
+  "the chunk before is dead" bits, its block's number): 8 bytes a page,
+  as glibc's header, without its rounding to 16;
+* a freed chunk is a *hole*: it merges with the dead chunks after it and
+  the one before it (found by the size a hole keeps in its last 4 bytes,
+  glibc's boundary tag) and goes to a list by exact size (pages come in a
+  few dozen sizes); an allocation takes a hole of its size, or splits the
+  smallest larger one, before it bumps, and a page that grows takes the
+  hole after it in place, as ``realloc`` does;
+* no hole smaller than the least page (``min_fill`` entries) is made:
+  such a hole no allocation of the index would ever take (the C heap's
+  other users took them, which the page heap has none of).  A split
+  leaves no such rest, and a shrink that would leave one moves the page
+  to a chunk of its new size instead (the whole chunk it leaves is a
+  page's worth).  A random build leaves about 3% of the heap in holes;
+* once holes are an eighth of the heap (and 256 KiB), writes *evacuate*
+  the sparsest block (at most 7/8 live): its live pages move elsewhere,
+  ``EVAC_PAGES`` (2) a write, each repointed as a growth repoints, and the
+  block is unmapped when the last leaves; the next sparsest follows until
+  holes are under a sixteenth.  A board that lost half its members is then
+  within a few bytes a member of one loaded fresh (bench/README.md, issue
+  47 step 11), paying a search and a page copy for each page moved, on the
+  writes that follow the removals.  An idle board evacuates nothing.
+
+The map, the page table and the name arena are still ``malloc``'d: once
+the memory freed since the last time reaches a sixteenth of what the index
+holds (and 1 MiB), a removal calls ``malloc_trim`` (a walk of the heap's
+free chunks: a millisecond or two for a heap of a million members), and
+``clear`` does after freeing all.
 
 Members
 -------
@@ -1555,10 +1595,11 @@ cdef class RankIndex:
 
     cdef void _evacuate_step(self) noexcept:
         """A write's step of the page heap's evacuation (see "Where pages
-        live"): once its dead bytes are a quarter of it (and a block's
-        worth), move the live pages of its sparsest block elsewhere,
-        ``EVAC_PAGES`` a write, so that the block goes back to the C heap
-        when its last one leaves; out of memory, it stops."""
+        live"): once its holes are an eighth of it (and ``evac_min_dead``),
+        move the live pages of its sparsest block elsewhere, ``EVAC_PAGES``
+        a write, so that the block is freed when its last one leaves, and
+        go on to the next sparsest until holes are under a sixteenth; out
+        of memory, it stops."""
         cdef pg_page *p
         cdef pg_page *q
         cdef int moved
@@ -1711,8 +1752,7 @@ cdef class RankIndex:
     cdef pg_page *_narrow_page(self, pg_page *p) noexcept:
         """``p`` (linked, wide, at least one entry, every key ``_narrow``)
         with int32 keys, converted in place and given back the bytes it no
-        longer needs; returned at its new place if the smaller block moved
-        (the page table and links to it repointed, as ``_resize`` does).  So
+        longer needs, in place (returned: it does not move).  So
         a page that took a fraction (or a score past int32) once does not
         stay wide after the key leaves: the writes that take the wide key
         out or change it call this through ``_shrink``."""
