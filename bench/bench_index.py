@@ -324,7 +324,7 @@ def run_worker(impl: str, n: int, ops: int, repeats: int, load_repeats: int,
     return res
 
 
-INDEX_PARTS = ("pages", "names", "map", "page_table")
+INDEX_PARTS = ("pages", "page_heap", "names", "map", "page_table")
 
 
 def index_parts(index: Any, n: int) -> Results:
@@ -336,18 +336,20 @@ def index_parts(index: Any, n: int) -> Results:
     if memory is None:
         return {}
     parts = memory()
-    return {f"idx_{name}_b": parts[name] / n for name in INDEX_PARTS}
+    return {f"idx_{name}_b": parts.get(name, 0) / n for name in INDEX_PARTS}
 
 
 def remove_half(index: Any, members: list[str], grown: int) -> float:
     """Remove a random half of the members, then increment a tenth of the
     rest (writes are when the paged index compacts its name arena and
     evacuates its page heap); return the full board's RSS growth
-    (``grown``) less what the removals gave back, per remaining member.
-    (Not the growth over the first baseline: the timed runs since freed
-    objects that were there before it.)"""
+    (``grown``) less what the removals gave back, per remaining member,
+    the C heap's free pages given back before and after.  (Not the growth
+    over the first baseline: the timed runs since freed objects that were
+    there before it.)"""
     from rankd.index import Op
 
+    trim_heap()  # (what the timed runs left free goes back first, not in the count)
     full = rss_bytes()
     gone = set(random.Random(SEED + 7).sample(members, len(members) // 2))
     left = [m for m in members if m not in gone]
@@ -358,6 +360,7 @@ def remove_half(index: Any, members: list[str], grown: int) -> float:
     for start in range(0, len(touched), LOAD_CHUNK):
         index.apply_batch([(Op.INCR, m, 1) for m in touched[start : start + LOAD_CHUNK]])
     del gone, ordered, touched
+    trim_heap()  # (as the index itself does after removals, at its cadence)
     given_back = full - (rss_bytes() - 8 * len(left))  # (less the list of the rest)
     return (grown - given_back) / len(left)
 
@@ -654,6 +657,7 @@ ROWS = (
     Row("memory per member (RSS growth)", "B", "mem_b", "mem_b", None),
     Row("  less what the build leaves once the index is freed", "B", "held_b", None, None),
     Row("  of which index pages (entries, towers)", "B", "idx_pages_b", None, None),
+    Row("  of which page heap (chunk prefixes, holes)", "B", "idx_page_heap_b", None, None),
     Row("  of which index names (arena)", "B", "idx_names_b", None, None),
     Row("  of which index member map", "B", "idx_map_b", None, None),
     Row("  of which index page table", "B", "idx_page_table_b", None, None),

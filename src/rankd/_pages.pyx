@@ -140,13 +140,16 @@ does), so its heap compacts:
   to a chunk of its new size instead (the whole chunk it leaves is a
   page's worth).  A random build leaves about 3% of the heap in holes;
 * once holes are an eighth of the heap (and 256 KiB), writes *evacuate*
-  the sparsest block (at most 7/8 live): its live pages move elsewhere,
-  ``EVAC_PAGES`` (2) a write, each repointed as a growth repoints, and the
-  block is unmapped when the last leaves; the next sparsest follows until
-  holes are under a sixteenth.  A board that lost half its members is then
-  within a few bytes a member of one loaded fresh (bench/README.md, issue
-  47 step 11), paying a search and a page copy for each page moved, on the
-  writes that follow the removals.  An idle board evacuates nothing.
+  the sparsest block (at most 15/16 live): its live pages move elsewhere,
+  into the holes of other blocks first, ``EVAC_PAGES`` (2) a write, each
+  repointed as a growth repoints, and the block is unmapped when the last
+  leaves; the next sparsest follows until holes are under a sixteenth.
+  Moving a block's pages into holes elsewhere takes the whole block off
+  the heap, so even a block 15/16 live is worth it.  The cost is a
+  search and a page copy for each page moved, on the writes that follow
+  the removals (bench/README.md, issue 47 step 11, measures what a board
+  that lost half its members then holds).  An idle board evacuates
+  nothing.
 
 The map, the page table and the name arena are still ``malloc``'d: once
 the memory freed since the last time reaches a sixteenth of what the index
@@ -528,17 +531,6 @@ cdef extern from *:
         if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
     #endif
     }
-    /* A block of n bytes (a multiple of 2 MiB) on 2 MiB boundaries, advised
-       2 MiB pages: a big board's chunks of towers, which a rank's walk and
-       a search read at random.  NULL if out of memory; free() frees it. */
-    static inline void *pg_huge_block(size_t n) {
-        void *p = NULL;
-        if (posix_memalign(&p, PG_HUGE_PAGE, n) != 0) return NULL;
-    #ifdef MADV_HUGEPAGE
-        (void)madvise(p, n, MADV_HUGEPAGE);
-    #endif
-        return p;
-    }
     /* The page heap: where an index's pages live (see "Where pages
        live").  Blocks of memory, bumped into; a page is a chunk of a
        block behind an 8-byte prefix (its size, whether it is live,
@@ -563,6 +555,28 @@ cdef extern from *:
     typedef struct pg_chunk { uint32_t size, block; } pg_chunk;
     typedef struct pg_hole { pg_chunk c; struct pg_hole *next, *prev; } pg_hole;
     typedef struct pg_block { char *base; uint32_t size, used, live, mapped; } pg_block;
+    /* A mapping of n bytes (a multiple of 2 MiB) on a 2 MiB boundary,
+       advised 2 MiB pages; NULL if out of memory.  Not posix_memalign:
+       glibc serves that from its heap once its mmap threshold has risen
+       past the request, in a chunk twice the size whose other half,
+       touched before by whatever held it, stays resident. */
+    static inline void *pg_huge_map(size_t n) {
+        size_t extra = (size_t)PG_HUGE_PAGE;
+        char *raw = (char *)mmap(NULL, n + extra, PROT_READ | PROT_WRITE,
+                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        char *p;
+        size_t head;
+        if (raw == (char *)MAP_FAILED) return NULL;
+        p = (char *)(((uintptr_t)raw + PG_HUGE_PAGE - 1) & ~(PG_HUGE_PAGE - 1));
+        head = (size_t)(p - raw);
+        if (head) munmap(raw, head);
+        if (extra - head) munmap(p + n, extra - head);
+    #ifdef MADV_HUGEPAGE
+        (void)madvise(p, n, MADV_HUGEPAGE);
+    #endif
+        return p;
+    }
+    static inline void pg_huge_unmap(void *p, size_t n) { munmap(p, n); }
     /* Blocks of this size and more are mappings of their own, unmapped
        when they empty: their memory goes back to the system at once, not
        to the C heap (which keeps it resident until trimmed). */
@@ -702,7 +716,7 @@ cdef extern from *:
             pool->blocks_cap = pool->blocks_cap * 2 + 8;
         }
         if (huge) {
-            base = (char *)pg_huge_block(size);
+            base = (char *)pg_huge_map(size);
         } else if (size >= PG_BLOCK_MAP_MIN) {
             base = (char *)mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (base == (char *)MAP_FAILED) base = NULL;
@@ -727,7 +741,7 @@ cdef extern from *:
         pool->blocks[b].base = base;
         pool->blocks[b].size = (uint32_t)size;
         pool->blocks[b].used = pool->blocks[b].live = 0;
-        pool->blocks[b].mapped = !huge && size >= PG_BLOCK_MAP_MIN;
+        pool->blocks[b].mapped = size >= PG_BLOCK_MAP_MIN;
         pool->bytes += size;
         pool->cur = b;
         return 1;
@@ -867,11 +881,11 @@ cdef extern from *:
     }
     /* Start evacuating the sparsest block other than the current one, if
        the pool's dead bytes are at least min_dead and a share of it (1 /
-       divisor), and that block is at most 7/8 live; 0 if there is nothing
+       divisor), and that block is at most 15/16 live; 0 if there is nothing
        to do. */
     static int pg_pool_pick_evac(pg_pool *pool, size_t min_dead, size_t divisor) {
         uint32_t b, best = PG_NO_BLOCK;
-        double fill, best_fill = 0.875;
+        double fill, best_fill = 0.9375;
         size_t dead = pg_pool_dead(pool);
         if (dead < min_dead || dead < pool->bytes / divisor) return 0;
         for (b = 0; b < pool->nblocks; b++) {
@@ -999,7 +1013,8 @@ cdef extern from *:
     void pg_prefetch_rec(const uint32_t *rec) nogil
     void pg_prefetch_step(const pg_link *lv, int i, const double *firstkeys) nogil
     void pg_advise_huge(void *p, size_t n) nogil
-    void *pg_huge_block(size_t n) nogil
+    void *pg_huge_map(size_t n) nogil
+    void pg_huge_unmap(void *p, size_t n) nogil
     ctypedef struct pg_chunk:
         uint32_t size
         uint32_t block
@@ -1382,7 +1397,10 @@ cdef class RankIndex:
         free(self.load_tags)
         self.load_tags = NULL
         for i in range(self.nchunks):
-            free(self.chunks[i])
+            if i >= TOWER_BIG_AFTER:  # (a mapping: see _tower_alloc)
+                pg_huge_unmap(self.chunks[i], TOWER_BIG * sizeof(pg_link))
+            else:
+                free(self.chunks[i])
         free(self.chunks)
         self.chunks = NULL
         self.nchunks = self.chunks_cap = 0
@@ -1811,7 +1829,7 @@ cdef class RankIndex:
                 self.chunks_cap = self.chunks_cap * 2 + 4
             room = TOWER_BIG if self.nchunks >= TOWER_BIG_AFTER else TOWER_CHUNK
             if room == TOWER_BIG:
-                self.tower_next = <pg_link *>pg_huge_block(room * sizeof(pg_link))
+                self.tower_next = <pg_link *>pg_huge_map(room * sizeof(pg_link))
             else:
                 self.tower_next = <pg_link *>malloc(room * sizeof(pg_link))
             if self.tower_next == NULL:
@@ -2712,16 +2730,16 @@ cdef class RankIndex:
     cdef Py_ssize_t _rank_of(self, uint32_t code, Py_ssize_t *dense) noexcept:
         """Unique rank of a present member, by its code (and its dense
         rank if asked)."""
-        cdef Py_ssize_t pos, before, leaders
+        cdef Py_ssize_t pos, rank, leaders
         cdef pg_page *p
         if dense == NULL and code == self.memo_code and self.memo_mutations == self.mutations:
             return self.memo_rank
         p = self._locate(code, &pos)
         if dense == NULL:
             return self._rank_in(code, p, pos)
-        before = self.length - self._entries_from(p, &leaders)
+        rank = self._rank_at(p, pos, &leaders)
         dense[0] = self.ndistinct - leaders + self._leaders_upto(p, pos)
-        return before + pos + 1
+        return rank
 
     cdef Py_ssize_t _rank_in(self, uint32_t code, pg_page *p, Py_ssize_t pos) noexcept:
         """Unique rank of the entry whose code is ``code``, found at ``pos``
@@ -2729,7 +2747,12 @@ cdef class RankIndex:
         cdef Py_ssize_t leaders
         if code == self.memo_code and self.memo_mutations == self.mutations:
             return self.memo_rank
-        return self.length - self._entries_from(p, &leaders) + pos + 1
+        return self._rank_at(p, pos, &leaders)
+
+    cdef inline Py_ssize_t _rank_at(self, pg_page *p, Py_ssize_t pos, Py_ssize_t *leaders) noexcept nogil:
+        """Unique rank of entry ``pos`` of ``p``, by the walk forward from
+        ``p`` (``_entries_from``, whose leaders it gives)."""
+        return self.length - self._entries_from(p, leaders) + pos + 1
 
     cdef inline Py_ssize_t _entries_from(self, pg_page *p, Py_ssize_t *leaders) noexcept nogil:
         """The entries of ``p`` and of every page after it, and their
@@ -3414,7 +3437,7 @@ cdef class RankIndex:
             p.lead = <uint32_t>(p.lead + dl)
             rank[0] = path.rank[0] + t + 1
         elif want_rank:
-            rank[0] = self.length - self._entries_from(p, &leaders) + t + 1
+            rank[0] = self._rank_at(p, t, &leaders)
         if nxt != NULL:
             # The next page's first entry leads unless it ties p's last.
             new_last = self._key_at(p, p.n - 1)
