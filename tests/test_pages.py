@@ -416,9 +416,9 @@ def test_evacuations_keep_every_invariant(pages_cls, tie_break, page_size):
 
 
 def test_a_board_that_lost_most_members_gives_its_page_heap_back(pages_cls):
-    # Removals leave holes across the page heap's blocks; past an eighth of
-    # it, writes move the live pages out of the sparsest blocks, which go
-    # back, until holes are under a sixteenth (or no block is a sixteenth
+    # Removals leave holes across the page heap's blocks; past a sixteenth
+    # of it, writes move the live pages out of the sparsest blocks, which
+    # go back, until holes are under a 32nd (or no block is a sixteenth
     # empty).  The heap then holds about what a fresh board would.
     rng = random.Random(8)
     n = 200_000

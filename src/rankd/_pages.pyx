@@ -138,12 +138,14 @@ does), so its heap compacts:
   other users took them, which the page heap has none of).  A split
   leaves no such rest, and a shrink that would leave one moves the page
   to a chunk of its new size instead (the whole chunk it leaves is a
-  page's worth).  A random build leaves about 3% of the heap in holes;
-* once holes are an eighth of the heap (and 256 KiB), writes *evacuate*
+  page's worth), unless the page is the last the current block bumped
+  (its end goes back to the bump) or is narrowed from f64 keys (rare:
+  it shrinks in place).  A random build leaves about 3% of the heap in holes;
+* once holes are a sixteenth of the heap (and 256 KiB), writes *evacuate*
   the sparsest block (at most 15/16 live): its live pages move elsewhere,
   into the holes of other blocks first, ``EVAC_PAGES`` (2) a write, each
   repointed as a growth repoints, and the block is unmapped when the last
-  leaves; the next sparsest follows until holes are under a sixteenth.
+  leaves; the next sparsest follows until holes are under a 32nd.
   Moving a block's pages into holes elsewhere takes the whole block off
   the heap, so even a block 15/16 live is worth it.  The cost is a
   search and a page copy for each page moved, on the writes that follow
@@ -707,7 +709,8 @@ cdef extern from *:
         int huge = pool->bytes >= PG_BLOCK_HUGE_AFTER;
         if (huge) size = (size_t)PG_HUGE_PAGE;
         else while (size < PG_BLOCK_MAX && size < pool->bytes / 8) size <<= 1;
-        if (size < csize) size = csize;
+        if (size < csize)
+            size = huge ? (csize + PG_HUGE_PAGE - 1) & ~(size_t)(PG_HUGE_PAGE - 1) : csize;
         for (b = 0; b < pool->nblocks; b++) if (pool->blocks[b].base == NULL) break;
         if (b == pool->nblocks && pool->nblocks == pool->blocks_cap) {
             grown = (pg_block *)realloc(pool->blocks, (pool->blocks_cap * 2 + 8) * sizeof(pg_block));
@@ -749,7 +752,7 @@ cdef extern from *:
     /* n bytes (8-aligned) for a page, or NULL if out of memory. */
     static void *pg_pool_alloc(pg_pool *pool, size_t n) {
         size_t csize = ((n + 7) & ~(size_t)7) + sizeof(pg_chunk);
-        uint32_t cls = (uint32_t)(csize >> 3);
+        uint32_t cls = (uint32_t)(csize >> 3);  /* (past the exact classes: bumped) */
         pg_chunk *c;
         pg_block *blk;
         uint32_t fit = pg_hole_class_from(pool, cls);
@@ -837,14 +840,14 @@ cdef extern from *:
             avail = size + PG_CHUNK_SIZE(next);
             if (avail < want) return 0;
             pg_hole_unlink(pool, next);
-            if (avail - want >= PG_HOLE_MIN) {
+            if (avail - want >= pool->min_rest) {
                 rest = (pg_chunk *)((char *)c + want);
                 rest->size = avail - want;
                 rest->block = c->block;
                 pg_chunk_bury(pool, rest);
                 pg_hole_push(pool, rest);
             } else {
-                want = avail;  /* (the whole hole: a rest too small to merge) */
+                want = avail;  /* (the whole hole: a rest no page fits) */
                 c->size = avail | (c->size & 7u);
                 if ((rest = pg_chunk_next(pool, c)) != NULL) rest->size &= ~PG_CHUNK_PREV_DEAD;
             }
@@ -853,6 +856,15 @@ cdef extern from *:
         pool->live += want - size;
         c->size = want | PG_CHUNK_LIVE | (c->size & PG_CHUNK_PREV_DEAD);
         return 1;
+    }
+    /* Whether p's chunk is the last the current block bumped (a shrink
+       in place then gives its end back to the bump). */
+    static inline int pg_pool_is_last(const pg_pool *pool, void *p) {
+        pg_chunk *c = pg_chunk_of(p);
+        const pg_block *blk;
+        if (c->block != pool->cur) return 0;
+        blk = &pool->blocks[c->block];
+        return (char *)c + PG_CHUNK_SIZE(c) == blk->base + blk->used;
     }
     /* Give back the end of p's chunk past n bytes, in place. */
     static void pg_pool_shrink(pg_pool *pool, void *p, size_t n) {
@@ -1038,6 +1050,7 @@ cdef extern from *:
     void pg_pool_free(pg_pool *pool, void *p) nogil
     void pg_pool_shrink(pg_pool *pool, void *p, size_t n) nogil
     bint pg_pool_grow_in_place(pg_pool *pool, void *p, size_t n) nogil
+    bint pg_pool_is_last(const pg_pool *pool, void *p) nogil
     size_t pg_pool_room(void *p) nogil
     size_t pg_pool_dead(const pg_pool *pool) nogil
     bint pg_pool_pick_evac(pg_pool *pool, size_t min_dead, size_t divisor) nogil
@@ -1569,7 +1582,8 @@ cdef class RankIndex:
             if sb:
                 memmove(PG_SEQS(p), old_seqs, n * sb)
             q = NULL
-            if pg_pool_room(p) - PG_SIZE(cap, kb, sb) < self.pool.min_rest:
+            if (pg_pool_room(p) - PG_SIZE(cap, kb, sb) < self.pool.min_rest
+                    and not pg_pool_is_last(&self.pool, p)):
                 # The end given back could hold no page: a hole no
                 # allocation would take.  Move instead (the whole chunk
                 # left is a page's worth), unless out of memory.
@@ -1613,11 +1627,12 @@ cdef class RankIndex:
 
     cdef void _evacuate_step(self) noexcept:
         """A write's step of the page heap's evacuation (see "Where pages
-        live"): once its holes are an eighth of it (and ``evac_min_dead``),
-        move the live pages of its sparsest block elsewhere, ``EVAC_PAGES``
-        a write, so that the block is freed when its last one leaves, and
-        go on to the next sparsest until holes are under a sixteenth; out
-        of memory, it stops."""
+        live"): once its holes are a sixteenth of it (and
+        ``evac_min_dead``), move the live pages of its sparsest block
+        elsewhere, ``EVAC_PAGES`` a write, so that the block is freed when
+        its last one leaves, and go on to the next sparsest until holes are
+        under a 32nd; out of memory, it stops and waits as a failed pick
+        does."""
         cdef pg_page *p
         cdef pg_page *q
         cdef int moved
@@ -1626,7 +1641,7 @@ cdef class RankIndex:
             dead = pg_pool_dead(&self.pool)
             if dead < self.evac_min_dead or dead < self.evac_retry:
                 return
-            # Start at an eighth dead, go on down to a sixteenth.
+            # Start at a sixteenth dead, go on down to a 32nd.
             if not pg_pool_pick_evac(&self.pool, self.evac_min_dead, 32 if self.evacuating else 16):
                 self.evacuating = False
                 # Nothing to do: look again once another sixteenth of
@@ -1642,6 +1657,8 @@ cdef class RankIndex:
             q = self._page_move(p, PG_SIZE(p.cap, PG_KEY_BYTES(p), self.seq_bytes))
             if q == NULL:
                 self.pool.evac = NO_BLOCK
+                self.evacuating = False
+                self.evac_retry = pg_pool_dead(&self.pool) + self.pool.bytes // 16
                 return
             self._repoint_moved(q)
             self.mutations += 1  # (a page moved: iterators must not go on)
@@ -1939,6 +1956,7 @@ cdef class RankIndex:
             self.pages[pno] = q
         free(fresh)
         self.seq_bytes = 8
+        self.pool.min_rest = <uint32_t>(PG_SIZE(self._cap_for(self.min_fill - 1), 4, 8) + 8)
         self.mutations += 1  # (every page moved: see _widen_copy)
         # Links and prev pointers name pages by address: repoint them (the
         # towers themselves do not move).
