@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 
 import pytest
 from jepsen import NEMESES, Lab, make_boards, make_lab, run_scenario, summary, violations
@@ -73,7 +74,10 @@ def test_what_a_deposed_primary_set_aside_can_be_resubmitted(tmp_path, pg_server
         capsys.readouterr()
         assert cli.main(["cluster", "--url", url, "status"]) == 0
         shown = capsys.readouterr().out
-        assert shown.count(" alive") == 3 and "epoch 2" in shown, shown
+        # Deposed: a group's epoch moved on (once, or more on a slow machine,
+        # where a new primary's lease may lapse in its turn).
+        epochs = [int(e) for e in re.findall(r"^group\s+\d+\s+epoch (\d+)", shown, re.M)]
+        assert shown.count(" alive") == 3 and max(epochs, default=0) >= 2, shown
         files = sorted(p for d in lab.daemons for p in (d.data_dir / "wal").glob("orphan-*"))
         for path in files:
             assert cli.main(["cluster", "--url", url, "resubmit", str(path)]) == 0
