@@ -19,7 +19,7 @@ import time
 import pytest
 
 from daemon import Daemon
-from test_resp_hardening import HealthProbe
+from test_resp_hardening import HealthProbe, _preempted
 
 SUBSCRIBERS = 500
 FOLLOWS = 100
@@ -116,4 +116,8 @@ def test_many_subscribers_following_many_members_do_not_hold_the_loop(daemon):
     assert not probe.held(), probe.report()
     assert pushed > 1_000_000, pushed  # the followers were sent their new ranks throughout
     assert closed == 0
-    assert "event loop held" not in daemon.log()
+    # No loop stall, from the start, but those the machine caused (see
+    # HealthProbe.stalls: the loop's thread mostly preempted, not computing).
+    stalls = [line for line in daemon.log().splitlines()
+              if "event loop held for" in line and not _preempted(line)]
+    assert not stalls, stalls
