@@ -363,6 +363,26 @@ def test_deletes_compact_the_name_arena_a_step_per_write(pages_cls):
     assert index._memory()["names"] <= full * 1.3
 
 
+def random_board(pages_cls, rng: random.Random, members) -> object:
+    """A board tied by arrival holding ``members`` at random scores."""
+    index = pages_cls("desc", "first")
+    index.apply_batch([(Op.SET, m, rng.randrange(1_000_000)) for m in members])
+    return index
+
+
+def lose_members(index, rng: random.Random, names: list[str], count: int,
+                 touched: int) -> list[str]:
+    """Remove ``count`` random members of ``names`` from ``index``, then
+    increment the first ``touched`` of the rest (writes are when the index
+    compacts); return the rest."""
+    gone = set(rng.sample(names, count))
+    index.apply_batch([(Op.REMOVE, m, None) for m in names if m in gone])
+    left = [m for m in names if m not in gone]
+    index.apply_batch([(Op.INCR, m, 1) for m in left[:touched]])
+    index._check()
+    return left
+
+
 def test_memory_after_deleting_half_is_near_a_fresh_board(pages_cls):
     # The issue's churn target, in the index's own count: after a random
     # half is removed (and some writes), memory per remaining member is
@@ -370,15 +390,9 @@ def test_memory_after_deleting_half_is_near_a_fresh_board(pages_cls):
     rng = random.Random(12)
     n = 100_000
     names = [f"player:{i:012d}" for i in range(n)]
-    index = pages_cls("desc", "first")
-    index.apply_batch([(Op.SET, m, rng.randrange(1_000_000)) for m in names])
-    gone = set(rng.sample(names, n // 2))
-    index.apply_batch([(Op.REMOVE, m, None) for m in names if m in gone])
-    left = [m for m in names if m not in gone]
-    index.apply_batch([(Op.INCR, m, 1) for m in left[:10_000]])
-    index._check()
-    fresh = pages_cls("desc", "first")
-    fresh.apply_batch([(Op.SET, m, rng.randrange(1_000_000)) for m in left])
+    index = random_board(pages_cls, rng, names)
+    left = lose_members(index, rng, names, n // 2, 10_000)
+    fresh = random_board(pages_cls, rng, left)
     after, new = sum(index._memory().values()), sum(fresh._memory().values())
     assert after <= new * 1.2, (index._memory(), fresh._memory())
 
@@ -423,21 +437,15 @@ def test_a_board_that_lost_most_members_gives_its_page_heap_back(pages_cls):
     rng = random.Random(8)
     n = 200_000
     names = [f"player:{i:012d}" for i in range(n)]
-    index = pages_cls("desc", "first")
-    index.apply_batch([(Op.SET, m, rng.randrange(1_000_000)) for m in names])
+    index = random_board(pages_cls, rng, names)
     full = index._page_heap()
     assert full["dead"] <= full["bytes"] / 8  # random arrivals reuse their holes
-    gone = set(rng.sample(names, n * 3 // 4))
-    index.apply_batch([(Op.REMOVE, m, None) for m in names if m in gone])
-    left = [m for m in names if m not in gone]
-    index.apply_batch([(Op.INCR, m, 1) for m in left[:5_000]])
-    index._check()
+    left = lose_members(index, rng, names, n * 3 // 4, 5_000)
     heap = index._page_heap()
     assert heap["evacuated"] > 0
     assert heap["blocks"] < full["blocks"] / 2
     assert heap["dead"] <= heap["bytes"] / 8 + 256 * 1024, heap
-    fresh = pages_cls("desc", "first")
-    fresh.apply_batch([(Op.SET, m, rng.randrange(1_000_000)) for m in left])
+    fresh = random_board(pages_cls, rng, left)
     assert heap["bytes"] <= fresh._page_heap()["bytes"] * 1.3, (heap, fresh._page_heap())
 
 

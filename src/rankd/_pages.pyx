@@ -892,14 +892,14 @@ cdef extern from *:
         }
     }
     /* Start evacuating the sparsest block other than the current one, if
-       the pool's dead bytes are at least min_dead and a share of it (1 /
-       divisor), and that block is at most 15/16 live; 0 if there is nothing
-       to do. */
-    static int pg_pool_pick_evac(pg_pool *pool, size_t min_dead, size_t divisor) {
+       the pool's dead bytes are a share of it (1 / divisor) and that block
+       is at most 15/16 live; 0 if there is nothing to do.  (The index
+       decides whether its dead bytes are enough to look at all.) */
+    static int pg_pool_pick_evac(pg_pool *pool, size_t divisor) {
         uint32_t b, best = PG_NO_BLOCK;
         double fill, best_fill = 0.9375;
         size_t dead = pg_pool_dead(pool);
-        if (dead < min_dead || dead < pool->bytes / divisor) return 0;
+        if (dead < pool->bytes / divisor) return 0;
         for (b = 0; b < pool->nblocks; b++) {
             if (pool->blocks[b].base == NULL || b == pool->cur) continue;
             fill = (double)pool->blocks[b].live / pool->blocks[b].size;
@@ -1053,7 +1053,7 @@ cdef extern from *:
     bint pg_pool_is_last(const pg_pool *pool, void *p) nogil
     size_t pg_pool_room(void *p) nogil
     size_t pg_pool_dead(const pg_pool *pool) nogil
-    bint pg_pool_pick_evac(pg_pool *pool, size_t min_dead, size_t divisor) nogil
+    bint pg_pool_pick_evac(pg_pool *pool, size_t divisor) nogil
     void *pg_pool_evac_next(pg_pool *pool) nogil
     pg_chunk *pg_chunk_of(void *p) nogil
     ctypedef void *pg_hole_ptr "pg_hole *"
@@ -1319,7 +1319,7 @@ cdef class RankIndex:
     cdef uint32_t max_pnos          # page numbers are below it (MAX_PNOS; tests lower it)
     cdef size_t freed_bytes         # pages and tables freed since the last trim
     cdef pg_pool pool               # the page heap (see "Where pages live")
-    cdef size_t evac_retry          # dead page bytes before a sparse block is looked for again
+    cdef size_t evac_at             # dead page bytes from which a write looks for a sparse block
     cdef bint evacuating            # blocks are being evacuated, one after another
     cdef size_t evac_min_dead       # EVAC_MIN_DEAD (tests lower it)
     cdef Py_ssize_t evacuated       # pages an evacuation moved, ever (for tests)
@@ -1352,9 +1352,7 @@ cdef class RankIndex:
         self.min_fill = page_size // 2
         self.max_pnos = MAX_PNOS
         self.evac_min_dead = EVAC_MIN_DEAD
-        # A hole smaller than the least page (min_fill entries, narrow) is
-        # of no use to any: splits and shrinks leave none (see _resize).
-        self.pool.min_rest = <uint32_t>(PG_SIZE(self._cap_for(self.min_fill - 1), 4, self.seq_bytes) + 8)
+        self._set_min_rest()
         self.locate_bytes = <Py_ssize_t>(sizeof(pg_page) + PG_ENOS_BYTES(page_size)
                                          + PG_IDS_BYTES(page_size))
         if seed is None:
@@ -1397,7 +1395,7 @@ cdef class RankIndex:
             _live_pages -= 1
             p = p.level[0].forward
         pg_pool_destroy(&self.pool)  # (every page at once)
-        self.evac_retry = 0
+        self.evac_at = self.evac_min_dead
         self.evacuating = False
         free(self.slot_ids)
         free(self.old_ids)
@@ -1613,6 +1611,14 @@ cdef class RankIndex:
             self.mutations += 1  # (a page moved: iterators must not go on)
         return q
 
+    cdef void _set_min_rest(self) noexcept:
+        """The least hole the page heap may leave: the chunk of the least
+        page (``min_fill`` entries, narrow keys, this index's seqs).  A
+        smaller hole is of no use to any page: splits and shrinks leave
+        none (see ``_resize``)."""
+        self.pool.min_rest = <uint32_t>(
+            PG_SIZE(self._cap_for(self.min_fill - 1), 4, self.seq_bytes) + sizeof(pg_chunk))
+
     cdef pg_page *_page_move(self, pg_page *p, size_t size) noexcept:
         """``p`` copied to a chunk of ``size`` bytes (at least its own)
         and freed: the new page, not yet repointed, or NULL if out of
@@ -1638,18 +1644,16 @@ cdef class RankIndex:
         cdef int moved
         cdef size_t dead
         if self.pool.evac == NO_BLOCK:
-            dead = pg_pool_dead(&self.pool)
-            if dead < self.evac_min_dead or dead < self.evac_retry:
-                return
+            dead = pg_pool_dead(&self.pool)  # (at least evac_at: see _write)
             # Start at a sixteenth dead, go on down to a 32nd.
-            if not pg_pool_pick_evac(&self.pool, self.evac_min_dead, 32 if self.evacuating else 16):
+            if not pg_pool_pick_evac(&self.pool, 32 if self.evacuating else 16):
                 self.evacuating = False
                 # Nothing to do: look again once another sixteenth of
                 # the heap is dead, not at every write.
-                self.evac_retry = dead + self.pool.bytes // 16
+                self.evac_at = dead + self.pool.bytes // 16
                 return
             self.evacuating = True
-            self.evac_retry = 0
+            self.evac_at = self.evac_min_dead
         for moved in range(EVAC_PAGES):
             p = <pg_page *>pg_pool_evac_next(&self.pool)
             if p == NULL:
@@ -1658,7 +1662,7 @@ cdef class RankIndex:
             if q == NULL:
                 self.pool.evac = NO_BLOCK
                 self.evacuating = False
-                self.evac_retry = pg_pool_dead(&self.pool) + self.pool.bytes // 16
+                self.evac_at = pg_pool_dead(&self.pool) + self.pool.bytes // 16
                 return
             self._repoint_moved(q)
             self.mutations += 1  # (a page moved: iterators must not go on)
@@ -1956,7 +1960,7 @@ cdef class RankIndex:
             self.pages[pno] = q
         free(fresh)
         self.seq_bytes = 8
-        self.pool.min_rest = <uint32_t>(PG_SIZE(self._cap_for(self.min_fill - 1), 4, 8) + 8)
+        self._set_min_rest()
         self.mutations += 1  # (every page moved: see _widen_copy)
         # Links and prev pointers name pages by address: repoint them (the
         # towers themselves do not move).
@@ -3277,7 +3281,7 @@ cdef class RankIndex:
             self._map_step()
         if self.arena.compacting:
             self._compact_step()
-        if self.pool.evac != NO_BLOCK or pg_pool_dead(&self.pool) >= self.evac_min_dead:
+        if self.pool.evac != NO_BLOCK or pg_pool_dead(&self.pool) >= self.evac_at:
             self._evacuate_step()
         cdef uint64_t h
         if self.has_hint:  # apply_batch's, of this very member
@@ -3991,7 +3995,7 @@ cdef class RankIndex:
         """Evacuate the page heap's sparse blocks from ``dead`` bytes of
         holes on, not ``EVAC_MIN_DEAD`` (for tests: small boards then meet
         evacuations)."""
-        self.evac_min_dead = dead
+        self.evac_min_dead = self.evac_at = dead
 
     def _limit_pages(self, Py_ssize_t limit):
         """Number pages below ``limit`` from now on, not ``MAX_PAGES`` (for
