@@ -270,7 +270,7 @@ The map's size is 2^k or 3 * 2^(k-1) slots (a hash's home slot is the
 high bits of hash * size, Lemire's fast range, so any size works): it
 grows by 3/2 or 4/3, never below half full after growing (doubling left
 3/8), about 6.3 bytes a member at 1M where doubling gave 8.4; it shrinks
-below 3/8 full to a size it fills at most 5/8.  It resizes
+to the next smaller size once that would be at most 2/3 full.  It resizes
 incrementally, as Redis's dict does: a new table takes the puts, and
 every write moves 16 slots of the old one (marking them moved, so that
 probes of the old table still walk over them); lookups probe both
@@ -532,6 +532,16 @@ cdef extern from *:
         end = ((uintptr_t)p + n) & ~(PG_HUGE_PAGE - 1);
         if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
     #endif
+    }
+    /* Give back the resident pages inside [p, p + n) of a block that
+       stays allocated (MADV_DONTNEED: they read as zeros when touched
+       again, which an unused end of an array never is before written).
+       Only whole 4 KiB pages inside the range: the allocator's own words
+       around a block are never touched. */
+    static inline void pg_release(void *p, size_t n) {
+        uintptr_t start = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+        uintptr_t end = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+        if (end > start) (void)madvise((void *)start, end - start, MADV_DONTNEED);
     }
     /* The page heap: where an index's pages live (see "Where pages
        live").  Blocks of memory, bumped into; a page is a chunk of a
@@ -1025,6 +1035,7 @@ cdef extern from *:
     void pg_prefetch_rec(const uint32_t *rec) nogil
     void pg_prefetch_step(const pg_link *lv, int i, const double *firstkeys) nogil
     void pg_advise_huge(void *p, size_t n) nogil
+    void pg_release(void *p, size_t n) nogil
     void *pg_huge_map(size_t n) nogil
     void pg_huge_unmap(void *p, size_t n) nogil
     ctypedef struct pg_chunk:
@@ -2223,7 +2234,7 @@ cdef class RankIndex:
         memory given back."""
         global _live_names
         cdef Names arena = self.arena
-        cdef size_t budget = COMPACT_STEP, units, cap
+        cdef size_t budget = COMPACT_STEP, units, cap, swept
         cdef uint32_t src, dst
         cdef Py_ssize_t mlen, live
         cdef void *shrunk
@@ -2239,6 +2250,7 @@ cdef class RankIndex:
             arena.compact_src += units
             budget -= units if units < budget else budget
         if arena.compact_src >= arena.names_used:
+            swept = arena.names_used
             arena.names_used = arena.compact_dst
             arena.compacting = False
             # The records it did not keep and nobody freed were listed by
@@ -2246,10 +2258,10 @@ cdef class RankIndex:
             live = arena.sweep_kept - arena.sweep_freed
             _live_names -= arena.records - live
             arena.records = live
-            # Room for an eighth more, in whole 4 KiB pages: the arena's
-            # end was touched before the removals, so room kept beyond
-            # that (a power of two kept up to twice the live records)
-            # would stay resident unused.
+            # Room for an eighth more, in whole 4 KiB pages (a power of
+            # two kept up to twice the live records); the room was touched
+            # before the removals, so its pages are given back too (they
+            # cost nothing resident until names are stored there again).
             cap = (arena.names_used + arena.names_used // 8 + 1023) // 1024 * 1024
             if cap < 128:
                 cap = 128
@@ -2259,6 +2271,10 @@ cdef class RankIndex:
                 if shrunk != NULL:
                     arena.names = <uint32_t *>shrunk
                     arena.names_cap = cap
+            if swept > arena.names_cap:
+                swept = arena.names_cap
+            if swept > arena.names_used:
+                pg_release(&arena.names[arena.names_used], (swept - arena.names_used) * 4)
 
     cdef bint _repoint(self, uint32_t old, uint32_t new) noexcept:
         """If the record ``old`` is a live member's, give it the id ``new``
@@ -2463,20 +2479,26 @@ cdef class RankIndex:
         return 0
 
     cdef void _map_shrink(self) noexcept:
-        """After a removal: a map less than 3/8 full shrinks to the
-        smallest table size (2^k or 3 * 2^(k-1)) that holds it at most 5/8
-        full, so removals give the memory back (a random half of the
-        members removed leaves the map about as big as a fresh one's).
-        Growing and shrinking never chase each other: a growth at 3/4
-        leaves the map at least 1/2 full, and after a shrink the next growth
-        is 1/5 more members away, more writes than moving the old table
-        takes (it moves ``MAP_STEP`` slots a write, as a growth's does)."""
-        cdef size_t size = MIN_TABLE_SIZE
-        if (self.nslots <= MIN_TABLE_SIZE or <size_t>self.length * 8 >= self.nslots * 3
-                or self.old_ids != NULL):
+        """After a removal: shrink the map once the next smaller table size
+        (2^k or 3 * 2^(k-1)) would hold it at most 2/3 full (it is then
+        below 1/2 or 4/9 full), to the smallest size that does, so removals
+        give the memory back: a board that lost a random half of its
+        members has the map a board of the rest grows to.  Growing and
+        shrinking never chase each other: a growth at 3/4 leaves the map at
+        least 1/2 full in a 3 * 2^(k-1) table and 9/16 in a 2^k one, 1/9
+        fewer members from the next shrink, and moving the old table takes
+        1/12 of the members in writes (at most 4/3 slots a member,
+        ``MAP_STEP`` a write); a shrink leaves it at most 2/3 full, 1/8
+        more members from the next growth, and moving the old table takes
+        1/14 (at most 9/4 slots a member, twice ``MAP_STEP`` a write)."""
+        cdef size_t size
+        if self.nslots <= MIN_TABLE_SIZE or self.old_ids != NULL:
             return
-        while <size_t>self.length * 8 > size * 5:
-            size = _next_table_size(size)
+        size = _prev_table_size(self.nslots)
+        if <size_t>self.length * 3 > size * 2:
+            return
+        while size > MIN_TABLE_SIZE and <size_t>self.length * 3 <= _prev_table_size(size) * 2:
+            size = _prev_table_size(size)
         if size >= self.nslots:
             return
         try:
@@ -2505,6 +2527,13 @@ cdef class RankIndex:
         if now:
             self._map_finish()
         return 0
+
+    cdef inline void _map_advance(self) noexcept:
+        """A write's share of a resize under way: ``MAP_STEP`` slots of
+        the old table, twice that while it shrinks (see ``_map_shrink``)."""
+        self._map_step()
+        if self.old_ids != NULL and self.old_nslots > self.nslots:
+            self._map_step()
 
     cdef void _map_finish(self) noexcept:
         """Move what is left of an old table."""
@@ -3278,7 +3307,7 @@ cdef class RankIndex:
         nothing, on a non-finite increment result or a full index."""
         # Every write moves a step of a map resize or arena compaction under way.
         if self.old_ids != NULL:
-            self._map_step()
+            self._map_advance()
         if self.arena.compacting:
             self._compact_step()
         if self.pool.evac != NO_BLOCK or pg_pool_dead(&self.pool) >= self.evac_at:
@@ -3819,7 +3848,7 @@ cdef class RankIndex:
         for member, score, s in checked:
             _member_bytes(member, &data, &size)
             if self.old_ids != NULL:
-                self._map_step()  # as a write does (before the slot is found)
+                self._map_advance()  # as a write does (before the slot is found)
             h = self._hash(data, size)
             slot = self._slot(data, size, h)
             code = self._slot_code(slot)
@@ -4906,6 +4935,16 @@ cdef class RankIndex:
         assert not pages, "a page outside the page heap"
         assert not listed, "a listed hole outside every block"
         assert total == pool.bytes and live == pool.live, "the page heap's totals"
+
+
+cdef inline size_t _prev_table_size(size_t size) noexcept:
+    """The member map's size before ``size`` (2^k or 3 * 2^(k-1), at least
+    ``MIN_TABLE_SIZE``): 3 * 2^(k-1) -> 2^k -> 3 * 2^(k-2)."""
+    if size <= MIN_TABLE_SIZE:
+        return MIN_TABLE_SIZE
+    if size & (size - 1) == 0:
+        return size // 4 * 3
+    return size // 3 * 2
 
 
 cdef inline size_t _next_table_size(size_t size) noexcept:
