@@ -533,6 +533,34 @@ cdef extern from *:
         if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
     #endif
     }
+    /* An array that only grows (the page table): a C heap block while
+       small, from 64 KiB on a mapping of its own grown by mremap, so that
+       a growth leaves no freed copy behind.  glibc keeps a freed copy
+       resident until a trim, and under the daemon's fixed mmap threshold
+       (1 MiB) the page tables of boards of 0.5M to 7M members are heap
+       blocks: their copies were about half a byte a member. */
+    #define PG_ARRAY_MAP_MIN ((size_t)64 << 10)
+    static inline size_t pg_array_span(size_t n) {
+        return (n + 4095) & ~(size_t)4095;
+    }
+    static void *pg_array_grow(void *p, size_t old, size_t n) {
+        void *q;
+        if (n < PG_ARRAY_MAP_MIN) return realloc(p, n);
+        if (old >= PG_ARRAY_MAP_MIN) {
+            q = mremap(p, pg_array_span(old), pg_array_span(n), MREMAP_MAYMOVE);
+            return q == MAP_FAILED ? NULL : q;
+        }
+        q = mmap(NULL, pg_array_span(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (q == MAP_FAILED) return NULL;
+        if (old) memcpy(q, p, old);
+        free(p);
+        return q;
+    }
+    static void pg_array_free(void *p, size_t n) {
+        if (p == NULL) return;
+        if (n >= PG_ARRAY_MAP_MIN) munmap(p, pg_array_span(n));
+        else free(p);
+    }
     /* Give back the resident pages inside [p, p + n) of a block that
        stays allocated (MADV_DONTNEED: they read as zeros when touched
        again, which an unused end of an array never is before written).
@@ -1036,6 +1064,8 @@ cdef extern from *:
     void pg_prefetch_step(const pg_link *lv, int i, const double *firstkeys) nogil
     void pg_advise_huge(void *p, size_t n) nogil
     void pg_release(void *p, size_t n) nogil
+    void *pg_array_grow(void *p, size_t old, size_t n) nogil
+    void pg_array_free(void *p, size_t n) nogil
     void *pg_huge_map(size_t n) nogil
     void pg_huge_unmap(void *p, size_t n) nogil
     ctypedef struct pg_chunk:
@@ -1412,9 +1442,8 @@ cdef class RankIndex:
         free(self.old_ids)
         self.old_ids = NULL
         self.old_nslots = self.migrate_pos = 0
-        free(self.pages)
-        free(self.free_pnos)
-        free(self.firstkeys)
+        pg_array_free(self.pages, <size_t>self.pages_cap * 20)  # (all three arrays)
+        self.pages_cap = 0
         self.firstkeys = NULL
         free(self.load_tags)
         self.load_tags = NULL
@@ -1451,14 +1480,12 @@ cdef class RankIndex:
         self.peak_member_bytes = 0
         self.nslots = MIN_TABLE_SIZE
         self.slot_ids = <uint32_t *>calloc(MIN_TABLE_SIZE, 4)
-        self.pages_cap = 16
-        self.pages = <pg_page **>calloc(self.pages_cap, sizeof(pg_page *))
-        self.free_pnos = <uint32_t *>malloc(self.pages_cap * 4)
+        self.pages_cap = 0
         self.nfree_pnos = 0
         self.pnos_used = 0
-        self.firstkeys = <double *>malloc(self.pages_cap * 8)
-        if (self.arena.names == NULL or self.slot_ids == NULL or self.firstkeys == NULL
-                or self.pages == NULL or self.free_pnos == NULL):
+        if self._grow_page_table(16) == 0:
+            memset(self.pages, 0, 16 * sizeof(pg_page *))
+        if (self.arena.names == NULL or self.slot_ids == NULL or self.pages == NULL):
             raise MemoryError()
         return 0
 
@@ -1489,6 +1516,23 @@ cdef class RankIndex:
         _live_pages += 1
         return p
 
+    cdef int _grow_page_table(self, size_t cap) noexcept nogil:
+        """Room for ``cap`` page numbers; -1 if out of memory (nothing
+        changed).  The table's three arrays are one block (``pg_array_grow``):
+        pages (8 bytes a number), first keys (8), free numbers (4)."""
+        cdef size_t old = self.pages_cap
+        cdef char *block = <char *>pg_array_grow(self.pages, old * 20, cap * 20)
+        if block == NULL:
+            return -1
+        # The free numbers move furthest (to cap * 16), so they go first.
+        memmove(block + cap * 16, block + old * 16, old * 4)
+        memmove(block + cap * 8, block + old * 8, old * 8)
+        self.pages = <pg_page **>block
+        self.firstkeys = <double *>(block + cap * 8)
+        self.free_pnos = <uint32_t *>(block + cap * 16)
+        self.pages_cap = <uint32_t>cap
+        return 0
+
     cdef pg_page *_page_alloc(self, int cap, bint wide=False) noexcept nogil:
         """``_new_page`` without the GIL: NULL where it raises (nothing
         changed but the page table's room), and not counted in
@@ -1506,19 +1550,8 @@ cdef class RankIndex:
             cap_pnos = <size_t>self.pages_cap + self.pages_cap // 2
             if cap_pnos > MAX_PNOS:
                 cap_pnos = MAX_PNOS
-            grown = realloc(self.pages, cap_pnos * sizeof(pg_page *))
-            if grown == NULL:
+            if self._grow_page_table(cap_pnos) < 0:
                 return NULL
-            self.pages = <pg_page **>grown
-            grown = realloc(self.free_pnos, cap_pnos * 4)
-            if grown == NULL:
-                return NULL
-            self.free_pnos = <uint32_t *>grown
-            grown = realloc(self.firstkeys, cap_pnos * 8)
-            if grown == NULL:
-                return NULL
-            self.firstkeys = <double *>grown
-            self.pages_cap = <uint32_t>cap_pnos
         cdef pg_link *tower = self._tower_alloc(h)
         if tower == NULL:
             return NULL
