@@ -13,6 +13,9 @@ from __future__ import annotations
 import gc
 import itertools
 import random
+import re
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
@@ -580,6 +583,65 @@ def test_a_shrunk_map_finishes_moving_before_it_must_grow(pages_cls):
     assert grew
     assert worst <= 32
     index._check()
+
+
+def test_a_map_sized_for_a_walked_dump_shrinks_a_step_per_write(pages_cls):
+    # A walked dump repeats the members written ahead of the walk, and its
+    # load sizes the map for every record: here ten records a member.  The
+    # oversized map shrinks after the load and the writes that follow move
+    # the old table (more steps a write the bigger it is), all of it before
+    # the map can grow again: no write moves the rest at once.
+    index = pages_cls("desc", "first")
+    members = 4000
+    index.apply_batch([(Op.SET, f"m{i}", i) for i in range(members)])
+    walk, pieces, low, rounds = index.dump_walk(2000), [], -1, {}
+    for piece in walk:
+        pieces.append(piece)
+        for name in re.findall(rb"m[0-9]+", piece):
+            if rounds.get(name, 0) < 9:  # written again, ahead of the walk
+                rounds[name] = rounds.get(name, 0) + 1
+                index.set(name.decode(), low)
+                low -= 1
+    body = walk.header() + b"".join(pieces)
+    loaded = pages_cls.load(body + struct.pack("<I", zlib.crc32(body)))
+    assert len(loaded) == members and sum(rounds.values()) > 8 * members
+    loaded._check()
+    slots, old, _, _ = loaded._map_state()
+    assert old > 8 * slots  # shrinking from the size of every record
+    steps = (12 * old + 16 * slots - 1) // (16 * slots)  # a write's, 16 slots each
+    state, worst, inserts = loaded._map_state(), 0, 0
+    loaded.remove("m0")
+    while True:
+        new = loaded._map_state()
+        worst = max(worst, new[3] - state[3])
+        if new[0] > state[0]:
+            assert state[1] == 0, "a growth came while the shrink was still moving"
+            break
+        state = new
+        loaded.set(f"new{inserts}", inserts)
+        inserts += 1
+    # (ids moved by a write: at most the slots it scans, a small share of
+    # the thousands a write finishing the shrink at once would move)
+    assert 16 < 16 * steps <= 160 and worst <= 16 * steps
+    loaded._check()
+
+
+def test_the_page_table_grows_past_its_mapping_and_reuses_numbers(pages_cls):
+    # Past 64 KiB an array of the page table is a mapping of its own, grown
+    # by mremap: pages, first keys and free numbers survive every growth.
+    index = pages_cls("desc", "first", page_size=4, seed=5)
+    rng = random.Random(3)
+    index.apply_batch([(Op.SET, f"m{i}", rng.randrange(10**6)) for i in range(40_000)])
+    assert len(index._pages()) > 8192  # 8 bytes a number: past 64 KiB
+    index._check()
+    gone = rng.sample(range(40_000), 30_000)
+    index.apply_batch([(Op.REMOVE, f"m{i}", None) for i in gone])
+    index._check()
+    index.apply_batch([(Op.SET, f"b{i}", rng.randrange(10**6)) for i in range(60_000)])
+    index._check()
+    assert len(index) == 70_000
+    pages = len(index._pages())
+    assert index._memory()["page_table"] <= 20 * (pages * 3 // 2 + 1)
 
 
 def test_every_page_and_name_is_freed(pages_cls, pages_module):

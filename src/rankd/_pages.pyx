@@ -522,6 +522,7 @@ cdef extern from *:
        them on first touch, and a block realloc moves or grows keeps the
        advice (mremap carries it).  A hint: the kernel may refuse it. */
     #include <sys/mman.h>
+    #include <unistd.h>
     #define PG_HUGE_MIN ((size_t)32 << 20)
     #define PG_HUGE_PAGE ((uintptr_t)2 << 20)
     static inline void pg_advise_huge(void *p, size_t n) {
@@ -540,8 +541,18 @@ cdef extern from *:
        (1 MiB) the page tables of boards of 0.5M to 7M members are heap
        blocks: their copies were about half a byte a member. */
     #define PG_ARRAY_MAP_MIN ((size_t)64 << 10)
+    /* The kernel's page size (4 KiB here; 16 or 64 KiB on some arm64 and
+       ppc64 kernels), read once. */
+    static size_t pg_os_page_size = 0;
+    static inline size_t pg_os_page(void) {
+        if (pg_os_page_size == 0) {
+            long n = sysconf(_SC_PAGESIZE);
+            pg_os_page_size = n > 0 ? (size_t)n : 4096;
+        }
+        return pg_os_page_size;
+    }
     static inline size_t pg_array_span(size_t n) {
-        return (n + 4095) & ~(size_t)4095;
+        return (n + pg_os_page() - 1) & ~(pg_os_page() - 1);
     }
     static void *pg_array_grow(void *p, size_t old, size_t n) {
         void *q;
@@ -564,11 +575,12 @@ cdef extern from *:
     /* Give back the resident pages inside [p, p + n) of a block that
        stays allocated (MADV_DONTNEED: they read as zeros when touched
        again, which an unused end of an array never is before written).
-       Only whole 4 KiB pages inside the range: the allocator's own words
-       around a block are never touched. */
+       Only whole pages of the kernel's inside the range: the allocator's
+       own words around a block are never touched. */
     static inline void pg_release(void *p, size_t n) {
-        uintptr_t start = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
-        uintptr_t end = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+        uintptr_t page = (uintptr_t)pg_os_page();
+        uintptr_t start = ((uintptr_t)p + page - 1) & ~(page - 1);
+        uintptr_t end = ((uintptr_t)p + n) & ~(page - 1);
         if (end > start) (void)madvise((void *)start, end - start, MADV_DONTNEED);
     }
     /* The page heap: where an index's pages live (see "Where pages
@@ -1354,7 +1366,8 @@ cdef class RankIndex:
     cdef size_t tower_room
     cdef void **chunks
     cdef size_t nchunks, chunks_cap
-    cdef uint32_t pages_cap
+    cdef uint32_t pages_cap         # room in pages (and at least in the two below)
+    cdef uint32_t keys_cap, free_cap  # room in firstkeys, in free_pnos
     cdef uint32_t *free_pnos
     cdef uint32_t nfree_pnos, pnos_used
     cdef uint32_t max_pnos          # page numbers are below it (MAX_PNOS; tests lower it)
@@ -1442,8 +1455,10 @@ cdef class RankIndex:
         free(self.old_ids)
         self.old_ids = NULL
         self.old_nslots = self.migrate_pos = 0
-        pg_array_free(self.pages, <size_t>self.pages_cap * 20)  # (all three arrays)
-        self.pages_cap = 0
+        pg_array_free(self.pages, <size_t>self.pages_cap * 8)
+        pg_array_free(self.firstkeys, <size_t>self.keys_cap * 8)
+        pg_array_free(self.free_pnos, <size_t>self.free_cap * 4)
+        self.pages_cap = self.keys_cap = self.free_cap = 0
         self.firstkeys = NULL
         free(self.load_tags)
         self.load_tags = NULL
@@ -1480,7 +1495,7 @@ cdef class RankIndex:
         self.peak_member_bytes = 0
         self.nslots = MIN_TABLE_SIZE
         self.slot_ids = <uint32_t *>calloc(MIN_TABLE_SIZE, 4)
-        self.pages_cap = 0
+        self.pages_cap = self.keys_cap = self.free_cap = 0
         self.nfree_pnos = 0
         self.pnos_used = 0
         if self._grow_page_table(16) == 0:
@@ -1517,19 +1532,29 @@ cdef class RankIndex:
         return p
 
     cdef int _grow_page_table(self, size_t cap) noexcept nogil:
-        """Room for ``cap`` page numbers; -1 if out of memory (nothing
-        changed).  The table's three arrays are one block (``pg_array_grow``):
-        pages (8 bytes a number), first keys (8), free numbers (4)."""
-        cdef size_t old = self.pages_cap
-        cdef char *block = <char *>pg_array_grow(self.pages, old * 20, cap * 20)
-        if block == NULL:
+        """Room for ``cap`` page numbers; -1 if out of memory (the arrays
+        grown so far keep their room: ``pages_cap``, grown last, says what
+        all three hold).  Each array grows by ``pg_array_grow``: from
+        64 KiB on, by mremap, so that no growth copies a big table (the
+        kernel moves its page-table entries, not its bytes) or leaves a
+        freed copy resident."""
+        cdef void *grown
+        if self.keys_cap < cap:
+            grown = pg_array_grow(self.firstkeys, <size_t>self.keys_cap * 8, cap * 8)
+            if grown == NULL:
+                return -1
+            self.firstkeys = <double *>grown
+            self.keys_cap = <uint32_t>cap
+        if self.free_cap < cap:
+            grown = pg_array_grow(self.free_pnos, <size_t>self.free_cap * 4, cap * 4)
+            if grown == NULL:
+                return -1
+            self.free_pnos = <uint32_t *>grown
+            self.free_cap = <uint32_t>cap
+        grown = pg_array_grow(self.pages, <size_t>self.pages_cap * 8, cap * 8)
+        if grown == NULL:
             return -1
-        # The free numbers move furthest (to cap * 16), so they go first.
-        memmove(block + cap * 16, block + old * 16, old * 4)
-        memmove(block + cap * 8, block + old * 8, old * 8)
-        self.pages = <pg_page **>block
-        self.firstkeys = <double *>(block + cap * 8)
-        self.free_pnos = <uint32_t *>(block + cap * 16)
+        self.pages = <pg_page **>grown
         self.pages_cap = <uint32_t>cap
         return 0
 
@@ -2563,10 +2588,18 @@ cdef class RankIndex:
 
     cdef inline void _map_advance(self) noexcept:
         """A write's share of a resize under way: ``MAP_STEP`` slots of
-        the old table, twice that while it shrinks (see ``_map_shrink``)."""
+        the old table; while it shrinks, enough steps that the old table
+        is empty before the map can grow again, which is at least 1/12 of
+        the new table's size in inserts away (see ``_map_shrink``): twice
+        the step after a shrink by one size, more after a load that sized
+        the map for more records than it kept members (a walked dump)."""
+        cdef size_t steps
         self._map_step()
         if self.old_ids != NULL and self.old_nslots > self.nslots:
-            self._map_step()
+            steps = (12 * self.old_nslots + MAP_STEP * self.nslots - 1) // (MAP_STEP * self.nslots)
+            while steps > 1 and self.old_ids != NULL:
+                self._map_step()
+                steps -= 1
 
     cdef void _map_finish(self) noexcept:
         """Move what is left of an old table."""
@@ -3967,7 +4000,8 @@ cdef class RankIndex:
                 "page_heap": <Py_ssize_t>(self.pool.live + pg_pool_dead(&self.pool)) - sizes,
                 "names": self.arena.names_used * 4,  # (the arena's, shared)
                 "map": (self.nslots + (self.old_nslots if self.old_ids else 0)) * 4,
-                "page_table": self.pages_cap * 20}
+                "page_table": <size_t>self.pages_cap * 8 + <size_t>self.keys_cap * 8
+                              + <size_t>self.free_cap * 4}
 
     def _page_heap(self):
         """The page heap's state (for tests and benchmarks): ``{"bytes",
@@ -5094,6 +5128,10 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size, Names names):
         ld.last[level].level[level].dspan = <uint32_t>(index.ndistinct - ld.last_drank[level])
     if ld.page != NULL:
         index._shrink(ld.page)  # the last page may be short
+    # The map was sized for every record; a walked dump's repeats leave it
+    # roomier than its members need: shrink it as a removal would (the
+    # old table is moved by the writes that follow, see _map_advance).
+    index._map_shrink()
     index.peak_length = index.length
     index.reset_peaks()
     return index
