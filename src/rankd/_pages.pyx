@@ -301,7 +301,10 @@ The member map's table and the name arena are read at random places by
 every lookup; once one is 32 MiB or more (a mapping of its own), it asks
 for 2 MiB pages (``pg_advise_huge``), so that a lookup's misses do not
 also miss the TLB; a load that knows its dump's size reserves the arena
-at once, before touching it.  A big board's towers (from its 32nd chunk,
+at once, before touching it.  The arena, which fills from its start, asks
+only once it holds 32 MiB of names: a huge page is resident whole from
+its first touch, and the one being filled would otherwise cost a 1M
+board about a byte a member.  A big board's towers (from its 32nd chunk,
 some 3M members) come in 2 MiB chunks on huge pages too.
 
 What it costs
@@ -533,6 +536,14 @@ cdef extern from *:
         end = ((uintptr_t)p + n) & ~(PG_HUGE_PAGE - 1);
         if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
     #endif
+    }
+    /* An array that fills from its start as it grows (the name arena):
+       advised only once it holds PG_HUGE_MIN bytes (or a load will fill
+       that much), because a huge page is resident whole from its first
+       touch: the one being filled costs up to 2 MiB, at most 1/16 of what
+       the arena holds by then, not a byte a member of a 1M board. */
+    static inline void pg_advise_huge_filled(void *p, size_t filled, size_t n) {
+        if (filled >= PG_HUGE_MIN) pg_advise_huge(p, n);
     }
     /* An array that only grows (the page table): a C heap block while
        small, from 64 KiB on a mapping of its own grown by mremap, so that
@@ -1075,6 +1086,7 @@ cdef extern from *:
     void pg_prefetch_rec(const uint32_t *rec) nogil
     void pg_prefetch_step(const pg_link *lv, int i, const double *firstkeys) nogil
     void pg_advise_huge(void *p, size_t n) nogil
+    void pg_advise_huge_filled(void *p, size_t filled, size_t n) nogil
     void pg_release(void *p, size_t n) nogil
     void *pg_array_grow(void *p, size_t old, size_t n) nogil
     void pg_array_free(void *p, size_t n) nogil
@@ -2145,7 +2157,7 @@ cdef class RankIndex:
         else:
             pg_prefetch_rec(&self.arena.names[PG_IDS(p)[pos]])
 
-    cdef void _names_reserve(self, size_t units) noexcept:
+    cdef void _names_reserve(self, size_t units, size_t filled) noexcept:
         """Room for ``units`` more units of records at the arena's end, in
         one block (a hint: out of memory, the arena grows as it goes).  A
         load that knows its names' bytes takes it before storing any, so
@@ -2159,7 +2171,7 @@ cdef class RankIndex:
         grown = realloc(self.arena.names, cap * 4)
         if grown == NULL:
             return
-        pg_advise_huge(grown, cap * 4)
+        pg_advise_huge_filled(grown, (self.arena.names_used + filled) * 4, cap * 4)
         self.arena.names = <uint32_t *>grown
         self.arena.names_cap = cap
 
@@ -2186,7 +2198,7 @@ cdef class RankIndex:
                 grown = realloc(self.arena.names, cap * 4)
                 if grown == NULL:
                     return 0
-                pg_advise_huge(grown, cap * 4)
+                pg_advise_huge_filled(grown, self.arena.names_used * 4, cap * 4)
                 self.arena.names = <uint32_t *>grown
                 self.arena.names_cap = cap
             mid = <uint32_t>self.arena.names_used
@@ -5064,7 +5076,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size, Names names):
         name_bytes = (size - DUMP_HEADER_SIZE - 4
                       - <Py_ssize_t>count * (DUMP_RECORD_SIZE - 8 * (not has_seq)))
         if name_bytes >= <Py_ssize_t>count:
-            index._names_reserve(<size_t>name_bytes // 4 + 2 * <size_t>count)
+            index._names_reserve(<size_t>name_bytes // 4 + 2 * <size_t>count, <size_t>name_bytes // 4)
     ld.page = NULL
     ld.fill = index.page_size - index.page_size // 8
     # A byte of each loaded member's hash, by code, for the repeat checks
