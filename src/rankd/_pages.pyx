@@ -250,9 +250,10 @@ unused there, and their slots get the new codes, each found by the
 name's hash (which also gives the tag both codes carry) and recognised
 by the old code, no name compared; a move's names and slots are asked
 for at once so that their misses overlap.  A member moved by its own
-write (taken out, put in elsewhere) has its slot marked pending
-meanwhile, since the entries the write moves may take its old number;
-its new code keeps its tag.
+write gets its new entry before its old one goes (so that only the
+insert, which alone may need memory, can fail, and fails changing
+nothing): its slot follows the old entry, then takes the new one's code,
+which keeps its tag.
 
 Of the shapes weighed for issue 47, this is a page number, a stable
 entry number and a tag.  A page number and a tag alone (a tag byte an
@@ -438,9 +439,8 @@ cdef extern from *:
        member's hash, page number and entry number, PG_CODE(tag, pno, eno)
        = (tag << 28 | pno << 6 | eno) + 1 (0 is an empty slot), so page
        numbers are 22-bit and below PG_MAX_PNOS: the largest code, tag 15
-       of page PG_MAX_PNOS - 1, stays below PG_PENDING (a slot whose member
-       is being moved: see _write) and PG_MOVED, and the + 1 never carries
-       into the tag. */
+       of page PG_MAX_PNOS - 1, stays below PG_MOVED, and the + 1 never
+       carries into the tag. */
     #define PG_MAX_PNOS ((1u << 22) - 1)
     #define PG_CODE(tag, pno, eno) ((((uint32_t)(tag) << 28) | ((uint32_t)(pno) << 6) \
                                      | (uint32_t)(eno)) + 1)
@@ -453,8 +453,7 @@ cdef extern from *:
     #define PG_HASH_TAG(h) ((uint32_t)(h) & 15u)
     /* A code with another tag: the same entry. */
     #define PG_RETAG(c, tag) ((((c) - 1) & 0x0FFFFFFFu | ((uint32_t)(tag) << 28)) + 1)
-    #define PG_PENDING 0xFFFFFFFEu
-    _Static_assert(PG_CODE(15, PG_MAX_PNOS - 1, 63) < PG_PENDING, "codes below PG_PENDING");
+    _Static_assert(PG_CODE(15, PG_MAX_PNOS - 1, 63) < PG_MOVED, "codes below PG_MOVED");
     /* The lowest entry number a page does not use (it holds fewer than
        64 entries). */
     static inline uint32_t pg_free_eno(uint64_t used) {
@@ -1081,7 +1080,6 @@ cdef extern from *:
     size_t pg_home(uint64_t h, size_t n) nogil
     const uint32_t MOVED "PG_MOVED"
     const uint32_t MAX_PNOS "PG_MAX_PNOS"
-    const uint32_t PENDING "PG_PENDING"
     void pg_trim() nogil
     void pg_prefetch_rec(const uint32_t *rec) nogil
     void pg_prefetch_step(const pg_link *lv, int i, const double *firstkeys) nogil
@@ -1384,6 +1382,7 @@ cdef class RankIndex:
     cdef uint32_t nfree_pnos, pnos_used
     cdef uint32_t max_pnos          # page numbers are below it (MAX_PNOS; tests lower it)
     cdef size_t freed_bytes         # pages and tables freed since the last trim
+    cdef Py_ssize_t left_sparse     # merges out of memory left a page sparse (ever: _check)
     cdef pg_pool pool               # the page heap (see "Where pages live")
     cdef size_t evac_at             # dead page bytes from which a write looks for a sparse block
     cdef bint evacuating            # blocks are being evacuated, one after another
@@ -1490,8 +1489,14 @@ cdef class RankIndex:
         self.free_pnos = NULL
 
     cdef int _reset(self) except -1:
-        """An empty index (the memory of any previous state freed first)."""
+        """An empty index (the memory of any previous state freed first).
+        MemoryError changes nothing; a page table it could not make is
+        made by the first page (``_page_alloc``)."""
         cdef int i
+        cdef uint32_t *ids = <uint32_t *>calloc(MIN_TABLE_SIZE, 4)
+        if ids == NULL or self.arena.names == NULL:
+            free(ids)
+            raise MemoryError()
         self._free_all()
         for i in range(MAX_LEVEL):
             self.header.level[i].forward = NULL
@@ -1506,14 +1511,11 @@ cdef class RankIndex:
         self.peak_length = 0
         self.peak_member_bytes = 0
         self.nslots = MIN_TABLE_SIZE
-        self.slot_ids = <uint32_t *>calloc(MIN_TABLE_SIZE, 4)
+        self.slot_ids = ids
         self.pages_cap = self.keys_cap = self.free_cap = 0
         self.nfree_pnos = 0
         self.pnos_used = 0
-        if self._grow_page_table(16) == 0:
-            memset(self.pages, 0, 16 * sizeof(pg_page *))
-        if (self.arena.names == NULL or self.slot_ids == NULL or self.pages == NULL):
-            raise MemoryError()
+        self._grow_page_table(16)  # (out of memory: the first page makes it)
         return 0
 
     cdef int _random_height(self) noexcept nogil:
@@ -1581,10 +1583,12 @@ cdef class RankIndex:
         cdef void *grown
         if self.nfree_pnos == 0 and self.pnos_used >= self.max_pnos:
             return NULL  # every page number is taken (see Members)
-        if self.nfree_pnos == 0 and self.pnos_used == self.pages_cap:
+        if self.nfree_pnos == 0 and self.pnos_used >= self.pages_cap:
             # By 3/2, not 2: the table (20 bytes a page number) is then at
             # least 2/3 used, not 1/2.
             cap_pnos = <size_t>self.pages_cap + self.pages_cap // 2
+            if cap_pnos < 16:
+                cap_pnos = 16  # (a table _reset could not make)
             if cap_pnos > MAX_PNOS:
                 cap_pnos = MAX_PNOS
             if self._grow_page_table(cap_pnos) < 0:
@@ -2119,7 +2123,7 @@ cdef class RankIndex:
             code = self.slot_ids[i]
             if code == 0:
                 return 0
-            if PG_CODE_TAG(code) == tag and code != PENDING:
+            if PG_CODE_TAG(code) == tag:
                 p = self.pages[PG_CODE_PNO(code)]
                 pos = pg_find_eno(PG_ENOS(p), p.n, PG_CODE_ENO(code))
                 mid = PG_IDS(p)[pos]
@@ -2366,7 +2370,7 @@ cdef class RankIndex:
         for k in range(arena.nmembers):
             index = <RankIndex>arena.members[k]
             code = index._slot_code(index._slot(name, mlen, h))
-            if code == 0 or code == PENDING:
+            if code == 0:
                 continue
             p = index._locate(code, &pos)
             if PG_IDS(p)[pos] == old:
@@ -2406,9 +2410,8 @@ cdef class RankIndex:
             code = self.slot_ids[i]
             if code == 0:
                 return -1
-            # Another tag is another member: its page and name stay unread
-            # (a pending slot's tag is 15 and is skipped below).
-            if PG_CODE_TAG(code) == tag and code != PENDING:
+            # Another tag is another member: its page and name stay unread.
+            if PG_CODE_TAG(code) == tag:
                 name = self._code_name(code, &nlen)
                 if nlen == mlen and memcmp(name, member, mlen) == 0:
                     return <Py_ssize_t>i
@@ -2431,7 +2434,7 @@ cdef class RankIndex:
             code = self.old_ids[i]
             if code == 0:
                 return -1
-            if PG_CODE_TAG(code) == tag and code != MOVED and code != PENDING:
+            if PG_CODE_TAG(code) == tag and code != MOVED:
                 name = self._code_name(code, &nlen)
                 if nlen == mlen and memcmp(name, member, mlen) == 0:
                     return -2 - <Py_ssize_t>i
@@ -2451,7 +2454,7 @@ cdef class RankIndex:
             code = self.slot_ids[i]
             if code == 0:
                 return 0
-            if PG_CODE_TAG(code) == tag and code < PENDING:
+            if PG_CODE_TAG(code) == tag:
                 return code
             i = i + 1 if i + 1 < self.nslots else 0
         return 0
@@ -2480,7 +2483,7 @@ cdef class RankIndex:
         self.slot_ids[i] = code
 
     cdef inline void _hash_names(self, const uint32_t *ids, Py_ssize_t count,
-                                 uint64_t *hashes) noexcept:
+                                 uint64_t *hashes) noexcept nogil:
         """Hash the names of the records ``ids`` into ``hashes`` and ask for
         their home slots: in two passes, so that the names' misses overlap
         (all asked for first), then the slots'."""
@@ -2613,12 +2616,12 @@ cdef class RankIndex:
                 self._map_step()
                 steps -= 1
 
-    cdef void _map_finish(self) noexcept:
+    cdef void _map_finish(self) noexcept nogil:
         """Move what is left of an old table."""
         while self.old_ids != NULL:
             self._map_step()
 
-    cdef void _map_step(self) noexcept:
+    cdef void _map_step(self) noexcept nogil:
         """Move the codes of the next ``MAP_STEP`` slots of the old table to
         the new one (a moved slot reads ``MOVED``, so that probes for the
         codes past it still walk over it); free the old table at its end."""
@@ -2639,11 +2642,10 @@ cdef class RankIndex:
         # instead of queueing: ask for the pages the codes name (header
         # and entry numbers), then for the ids of the entries found there,
         # then for the names; hash them and ask for their new slots; put.
-        # (A slot pending a move, see _write, holds no code.)
         for i in range(self.migrate_pos, end):
             codes[k] = self.old_ids[i]
             self.old_ids[i] = MOVED
-            if codes[k] != 0 and codes[k] != MOVED and codes[k] != PENDING:
+            if codes[k] != 0 and codes[k] != MOVED:
                 p = self.pages[PG_CODE_PNO(codes[k])]
                 pgs[k] = p
                 rk_prefetch(p)
@@ -3239,7 +3241,7 @@ cdef class RankIndex:
 
     cdef void _remove(self, uint32_t code) noexcept:
         """Take a present member's entry out, by its code (its name stays,
-        and its map slot: the caller empties it or marks it pending first,
+        and its map slot: the caller empties it or gives it another code first,
         since the entries this moves are found in the map by code)."""
         cdef Py_ssize_t pos, mlen
         cdef pg_page *p = self._locate(code, &pos)
@@ -3296,11 +3298,13 @@ cdef class RankIndex:
             if a.n + b.n > a.cap:
                 a = self._resize(a, self._cap_for(a.n + b.n))
                 if a == NULL:
+                    self.left_sparse += 1
                     return  # out of memory: the page stays sparse
                 b = a.level[0].forward
             if not a.wide and not self._all_narrow(b, 0, b.n):
                 a = self._widen_page(a)
                 if a == NULL:
+                    self.left_sparse += 1
                     return  # out of memory: the page stays sparse
                 b = a.level[0].forward
             name = self._name(PG_IDS(b)[0], &mlen)
@@ -3312,7 +3316,8 @@ cdef class RankIndex:
             self._unlink_page(b, path.update)
             self._shrink(a)  # (the entry that left it may have been its last wide key)
             return
-        self._even(a, b)  # out of memory: the page stays sparse
+        if self._even(a, b) < 0:
+            self.left_sparse += 1  # out of memory: the page stays sparse
 
     cdef int _even(self, pg_page *a, pg_page *b) noexcept:
         """Share the entries of ``a`` and its next page ``b`` out evenly
@@ -3483,6 +3488,7 @@ cdef class RankIndex:
                                     PG_HASH_TAG(h))
             except MemoryError:
                 self._name_free(mid)
+                self.mutations += 1  # (a page may have moved: widened, or shared)
                 raise
             self._map_put(self.put_code, h)
             self.member_bytes += size
@@ -3491,18 +3497,37 @@ cdef class RankIndex:
             if size > self.peak_member_bytes:
                 self.peak_member_bytes = size
         else:
-            # The slot holds no code while its entry moves: the entries
-            # the move shifts to other pages may take its old code.
-            self._slot_set(slot, PENDING)
-            self._remove(code)
-            rank = self._insert(self._key(target), self._stamp(has_seq, seq), mid,
-                                PG_CODE_TAG(code))
-            self._slot_set(slot, self.put_code)
+            rank = self._move_entry(slot, code, self._key(target), self._stamp(has_seq, seq))
         new[0] = target
         has_new[0] = True
         changed[0] = True
         self.mutations += 1
         return self._remember(self.put_code, rank)
+
+    cdef Py_ssize_t _move_entry(self, Py_ssize_t slot, uint32_t code, double key,
+                                uint64_t seq) except -1:
+        """Give the member of ``slot`` (its entry ``code``) the place of
+        ``key`` and ``seq``; return its rank.  The new entry goes in first
+        and the old one out after: only the insert can need memory (a
+        split), and its MemoryError changes nothing; a removal needs none
+        (out of memory, a merge leaves a page sparse).  Meanwhile the
+        member has two entries: its slot follows the old one while the
+        insert moves entries (by code, as every moved entry's does), then
+        takes the new one's before the old one goes, whose removal may
+        move the new one in turn."""
+        cdef Py_ssize_t pos, mlen, rank
+        cdef pg_page *p = self._locate(code, &pos)
+        cdef uint32_t mid = PG_IDS(p)[pos]
+        cdef const char *name = self._name(mid, &mlen)
+        rank = self._insert(key, seq, mid, PG_CODE_TAG(code))
+        code = self._slot_code(slot)  # (the old entry's, wherever the insert moved it)
+        p = self._locate(code, &pos)
+        if self._cmp(p, pos, key, seq, name, mlen) < 0:
+            rank -= 1  # (it counted the old entry, which goes)
+        self._slot_set(slot, self.put_code)
+        self._remove(code)
+        self.put_code = self._slot_code(slot)
+        return rank
 
     cdef int _need_pno(self) except -1:
         """Before a write that may make a page (one at most): raise
@@ -3933,7 +3958,12 @@ cdef class RankIndex:
             if code == 0:
                 self._map_reserve(self.length + 1)
                 mid = self._name_new(data, size, h)
-                self._insert(self._key(score), s, mid, PG_HASH_TAG(h))
+                try:
+                    self._insert(self._key(score), s, mid, PG_HASH_TAG(h))
+                except MemoryError:
+                    self._name_free(mid)
+                    self.mutations += 1  # (the states before it were set)
+                    raise
                 self._map_put(self.put_code, h)
                 self.member_bytes += size
                 if self.length > self.peak_length:
@@ -3941,12 +3971,11 @@ cdef class RankIndex:
                 if size > self.peak_member_bytes:
                     self.peak_member_bytes = size
             else:
-                p = self._locate(code, &pos)
-                mid = PG_IDS(p)[pos]
-                self._slot_set(slot, PENDING)  # (see _write)
-                self._remove(code)
-                self._insert(self._key(score), s, mid, PG_CODE_TAG(code))
-                self._slot_set(slot, self.put_code)
+                try:
+                    self._move_entry(slot, code, self._key(score), s)
+                except MemoryError:
+                    self.mutations += 1  # (the states before it were set)
+                    raise
         if top >= self._next_seq:
             self._next_seq = top + 1
         self.mutations += 1
@@ -4819,7 +4848,7 @@ cdef class RankIndex:
         while p != NULL:
             assert p.prev == prevp, "prev link broken"
             assert 1 <= p.n <= p.cap <= self.page_size, f"page holds {p.n} entries"
-            if p.level[0].forward != NULL:
+            if p.level[0].forward != NULL and not self.left_sparse:
                 assert p.n >= self.min_fill, (
                     f"page below minimum fill: {p.n} < {self.min_fill}")
             assert self.pages[p.pno] == p, "page table does not point at the page"
@@ -4866,12 +4895,10 @@ cdef class RankIndex:
         for i in range(self.nslots):
             slots_used += self.slot_ids[i] != 0
             assert self.slot_ids[i] != MOVED, "a moved mark in the table"
-            assert self.slot_ids[i] != PENDING, "a slot left pending"
             self._check_tag(self.slot_ids[i])
         if self.old_ids != NULL:
             for i in range(self.old_nslots):
                 assert i >= self.migrate_pos or self.old_ids[i] == MOVED, "an id behind the step"
-                assert self.old_ids[i] != PENDING, "a slot left pending"
                 slots_used += self.old_ids[i] != 0 and self.old_ids[i] != MOVED
                 if self.old_ids[i] != MOVED:
                     self._check_tag(self.old_ids[i])
@@ -5141,9 +5168,14 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size, Names names):
     if ld.page != NULL:
         index._shrink(ld.page)  # the last page may be short
     # The map was sized for every record; a walked dump's repeats leave it
-    # roomier than its members need: shrink it as a removal would (the
-    # old table is moved by the writes that follow, see _map_advance).
+    # roomier than its members need: shrink it as a removal would, and
+    # move the old table now (without the GIL, as the records were): the
+    # load was already as long as its records, and a write after it would
+    # scan an old table of any size (a dump of many repeats).
     index._map_shrink()
+    if index.old_ids != NULL:
+        with nogil:
+            index._map_finish()
     index.peak_length = index.length
     index.reset_peaks()
     return index
