@@ -577,6 +577,17 @@ cdef extern from *:
         free(p);
         return q;
     }
+    /* Room for ``want`` items of ``width`` bytes in the array ``*p`` of
+       ``*cap`` items; -1 if out of memory (the array as it was). */
+    static int pg_array_reserve(void **p, uint32_t *cap, size_t want, size_t width) {
+        void *q;
+        if (*cap >= want) return 0;
+        q = pg_array_grow(*p, (size_t)*cap * width, want * width);
+        if (q == NULL) return -1;
+        *p = q;
+        *cap = (uint32_t)want;
+        return 0;
+    }
     static void pg_array_free(void *p, size_t n) {
         if (p == NULL) return;
         if (n >= PG_ARRAY_MAP_MIN) munmap(p, pg_array_span(n));
@@ -1086,7 +1097,7 @@ cdef extern from *:
     void pg_advise_huge(void *p, size_t n) nogil
     void pg_advise_huge_filled(void *p, size_t filled, size_t n) nogil
     void pg_release(void *p, size_t n) nogil
-    void *pg_array_grow(void *p, size_t old, size_t n) nogil
+    int pg_array_reserve(void **p, uint32_t *cap, size_t want, size_t width) nogil
     void pg_array_free(void *p, size_t n) nogil
     void *pg_huge_map(size_t n) nogil
     void pg_huge_unmap(void *p, size_t n) nogil
@@ -1552,24 +1563,10 @@ cdef class RankIndex:
         64 KiB on, by mremap, so that no growth copies a big table (the
         kernel moves its page-table entries, not its bytes) or leaves a
         freed copy resident."""
-        cdef void *grown
-        if self.keys_cap < cap:
-            grown = pg_array_grow(self.firstkeys, <size_t>self.keys_cap * 8, cap * 8)
-            if grown == NULL:
-                return -1
-            self.firstkeys = <double *>grown
-            self.keys_cap = <uint32_t>cap
-        if self.free_cap < cap:
-            grown = pg_array_grow(self.free_pnos, <size_t>self.free_cap * 4, cap * 4)
-            if grown == NULL:
-                return -1
-            self.free_pnos = <uint32_t *>grown
-            self.free_cap = <uint32_t>cap
-        grown = pg_array_grow(self.pages, <size_t>self.pages_cap * 8, cap * 8)
-        if grown == NULL:
+        if (pg_array_reserve(<void **>&self.firstkeys, &self.keys_cap, cap, 8) < 0
+                or pg_array_reserve(<void **>&self.free_pnos, &self.free_cap, cap, 4) < 0
+                or pg_array_reserve(<void **>&self.pages, &self.pages_cap, cap, 8) < 0):
             return -1
-        self.pages = <pg_page **>grown
-        self.pages_cap = <uint32_t>cap
         return 0
 
     cdef pg_page *_page_alloc(self, int cap, bint wide=False) noexcept nogil:
@@ -3481,21 +3478,7 @@ cdef class RankIndex:
         if code == 0:
             if self.length >= MAX_LENGTH:
                 raise OverflowError("a rank index holds fewer than 2**32 members")
-            self._map_reserve(self.length + 1)
-            mid = self._name_new(data, size, h)
-            try:
-                rank = self._insert(self._key(target), self._stamp(has_seq, seq), mid,
-                                    PG_HASH_TAG(h))
-            except MemoryError:
-                self._name_free(mid)
-                self.mutations += 1  # (a page may have moved: widened, or shared)
-                raise
-            self._map_put(self.put_code, h)
-            self.member_bytes += size
-            if self.length > self.peak_length:
-                self.peak_length = self.length
-            if size > self.peak_member_bytes:
-                self.peak_member_bytes = size
+            rank = self._add_member(data, size, h, self._key(target), has_seq, seq)
         else:
             rank = self._move_entry(slot, code, self._key(target), self._stamp(has_seq, seq))
         new[0] = target
@@ -3503,6 +3486,31 @@ cdef class RankIndex:
         changed[0] = True
         self.mutations += 1
         return self._remember(self.put_code, rank)
+
+    cdef Py_ssize_t _add_member(self, const char *data, Py_ssize_t size, uint64_t h,
+                                double key, bint has_seq, uint64_t seq) except -1:
+        """A member not in the index (its name ``data``, hashed ``h``) at
+        ``key``: its name, its entry, its slot; return its rank.  Its seq
+        is stamped once its name is stored.  MemoryError leaves no name
+        behind (a page may have moved meanwhile, widened or shared: the
+        mutation is counted)."""
+        cdef uint32_t mid
+        cdef Py_ssize_t rank
+        self._map_reserve(self.length + 1)
+        mid = self._name_new(data, size, h)
+        try:
+            rank = self._insert(key, self._stamp(has_seq, seq), mid, PG_HASH_TAG(h))
+        except MemoryError:
+            self._name_free(mid)
+            self.mutations += 1
+            raise
+        self._map_put(self.put_code, h)
+        self.member_bytes += size
+        if self.length > self.peak_length:
+            self.peak_length = self.length
+        if size > self.peak_member_bytes:
+            self.peak_member_bytes = size
+        return rank
 
     cdef Py_ssize_t _move_entry(self, Py_ssize_t slot, uint32_t code, double key,
                                 uint64_t seq) except -1:
@@ -3916,10 +3924,9 @@ cdef class RankIndex:
         cdef double score
         cdef uint64_t s, top = 0
         cdef const char *data
-        cdef uint32_t mid, code
-        cdef Py_ssize_t slot, pos
+        cdef uint32_t code
+        cdef Py_ssize_t slot
         cdef uint64_t h
-        cdef pg_page *p
         cdef list checked = []
         cdef set seen = set()
         if k == 0:
@@ -3948,37 +3955,22 @@ cdef class RankIndex:
         if (self.nfree_pnos + <Py_ssize_t>(self.max_pnos - self.pnos_used)) < k:
             raise _pages_full(self.max_pnos)
         self._fit_seq(top)
-        for member, score, s in checked:
-            _member_bytes(member, &data, &size)
-            if self.old_ids != NULL:
-                self._map_advance()  # as a write does (before the slot is found)
-            h = self._hash(data, size)
-            slot = self._slot(data, size, h)
-            code = self._slot_code(slot)
-            if code == 0:
-                self._map_reserve(self.length + 1)
-                mid = self._name_new(data, size, h)
-                try:
-                    self._insert(self._key(score), s, mid, PG_HASH_TAG(h))
-                except MemoryError:
-                    self._name_free(mid)
-                    self.mutations += 1  # (the states before it were set)
-                    raise
-                self._map_put(self.put_code, h)
-                self.member_bytes += size
-                if self.length > self.peak_length:
-                    self.peak_length = self.length
-                if size > self.peak_member_bytes:
-                    self.peak_member_bytes = size
-            else:
-                try:
+        try:
+            for member, score, s in checked:
+                _member_bytes(member, &data, &size)
+                if self.old_ids != NULL:
+                    self._map_advance()  # as a write does (before the slot is found)
+                h = self._hash(data, size)
+                slot = self._slot(data, size, h)
+                code = self._slot_code(slot)
+                if code == 0:
+                    self._add_member(data, size, h, self._key(score), True, s)
+                else:
                     self._move_entry(slot, code, self._key(score), s)
-                except MemoryError:
-                    self.mutations += 1  # (the states before it were set)
-                    raise
+        finally:  # (out of memory, the states before it were set)
+            self.mutations += 1
         if top >= self._next_seq:
             self._next_seq = top + 1
-        self.mutations += 1
         return None
 
     # --- properties -------------------------------------------------------------
