@@ -75,7 +75,7 @@ extensions = [
     # The rank index (its C declarations in _skiplist.pxd, for other modules).
     native("_skiplist"),
     # The compact paged rank index (issue 47); tests and bench_index.py --pages use it,
-    # the daemon does not yet (its native lanes cimport _skiplist's nodes).
+    # the daemon's default (rankd.index.kinds).
     native("_pages"),
     # The WAL's framing and frame scanner; they checksum with zlib's crc32
     # (zlib.h comes with Python's development headers on Debian).

@@ -1381,14 +1381,15 @@ cdef class RankIndex:
     # page table
     cdef pg_page **pages
     cdef double *firstkeys          # by page number: the key of its first entry
+    cdef pg_link **tops             # by page number: its top link (see _rank_of)
     # towers: the pages' links, packed in chunks that never move
     cdef pg_link *free_towers[MAX_LEVEL + 1]
     cdef pg_link *tower_next
     cdef size_t tower_room
     cdef void **chunks
     cdef size_t nchunks, chunks_cap
-    cdef uint32_t pages_cap         # room in pages (and at least in the two below)
-    cdef uint32_t keys_cap, free_cap  # room in firstkeys, in free_pnos
+    cdef uint32_t pages_cap         # room in pages (and at least in the three below)
+    cdef uint32_t keys_cap, tops_cap, free_cap  # room in firstkeys, tops, free_pnos
     cdef uint32_t *free_pnos
     cdef uint32_t nfree_pnos, pnos_used
     cdef uint32_t max_pnos          # page numbers are below it (MAX_PNOS; tests lower it)
@@ -1479,9 +1480,11 @@ cdef class RankIndex:
         self.old_nslots = self.migrate_pos = 0
         pg_array_free(self.pages, <size_t>self.pages_cap * 8)
         pg_array_free(self.firstkeys, <size_t>self.keys_cap * 8)
+        pg_array_free(self.tops, <size_t>self.tops_cap * 8)
         pg_array_free(self.free_pnos, <size_t>self.free_cap * 4)
-        self.pages_cap = self.keys_cap = self.free_cap = 0
+        self.pages_cap = self.keys_cap = self.tops_cap = self.free_cap = 0
         self.firstkeys = NULL
+        self.tops = NULL
         free(self.load_tags)
         self.load_tags = NULL
         for i in range(self.nchunks):
@@ -1523,7 +1526,7 @@ cdef class RankIndex:
         self.peak_member_bytes = 0
         self.nslots = MIN_TABLE_SIZE
         self.slot_ids = ids
-        self.pages_cap = self.keys_cap = self.free_cap = 0
+        self.pages_cap = self.keys_cap = self.tops_cap = self.free_cap = 0
         self.nfree_pnos = 0
         self.pnos_used = 0
         self._grow_page_table(16)  # (out of memory: the first page makes it)
@@ -1559,11 +1562,12 @@ cdef class RankIndex:
     cdef int _grow_page_table(self, size_t cap) noexcept nogil:
         """Room for ``cap`` page numbers; -1 if out of memory (the arrays
         grown so far keep their room: ``pages_cap``, grown last, says what
-        all three hold).  Each array grows by ``pg_array_grow``: from
+        all four hold).  Each array grows by ``pg_array_grow``: from
         64 KiB on, by mremap, so that no growth copies a big table (the
         kernel moves its page-table entries, not its bytes) or leaves a
         freed copy resident."""
         if (pg_array_reserve(<void **>&self.firstkeys, &self.keys_cap, cap, 8) < 0
+                or pg_array_reserve(<void **>&self.tops, &self.tops_cap, cap, 8) < 0
                 or pg_array_reserve(<void **>&self.free_pnos, &self.free_cap, cap, 4) < 0
                 or pg_array_reserve(<void **>&self.pages, &self.pages_cap, cap, 8) < 0):
             return -1
@@ -1581,7 +1585,7 @@ cdef class RankIndex:
         if self.nfree_pnos == 0 and self.pnos_used >= self.max_pnos:
             return NULL  # every page number is taken (see Members)
         if self.nfree_pnos == 0 and self.pnos_used >= self.pages_cap:
-            # By 3/2, not 2: the table (20 bytes a page number) is then at
+            # By 3/2, not 2: the table (28 bytes a page number) is then at
             # least 2/3 used, not 1/2.
             cap_pnos = <size_t>self.pages_cap + self.pages_cap // 2
             if cap_pnos < 16:
@@ -1615,6 +1619,7 @@ cdef class RankIndex:
         p.wide = wide
         p.cap = cap
         self.pages[pno] = p
+        self.tops[pno] = &tower[h - 1]  # (a page's tower never moves or changes height)
         return p
 
     cdef void _free_page(self, pg_page *p) noexcept:
@@ -2857,16 +2862,22 @@ cdef class RankIndex:
 
     cdef Py_ssize_t _rank_of(self, uint32_t code, Py_ssize_t *dense) noexcept:
         """Unique rank of a present member, by its code (and its dense
-        rank if asked)."""
+        rank if asked).  The walk to the rank starts at the page's top
+        link, which the page table's ``tops`` gives by the code's page
+        number: asked for before the page is read, the link's miss
+        overlaps the page's instead of following it (one dependent miss
+        fewer; bench/README.md, issue 47 step 13)."""
         cdef Py_ssize_t pos, rank, leaders
+        cdef const pg_link *top
         cdef pg_page *p
         if dense == NULL and code == self.memo_code and self.memo_mutations == self.mutations:
             return self.memo_rank
+        top = self.tops[PG_CODE_PNO(code)]
+        rk_prefetch(top)
         p = self._locate(code, &pos)
-        if dense == NULL:
-            return self._rank_in(code, p, pos)
-        rank = self._rank_at(p, pos, &leaders)
-        dense[0] = self.ndistinct - leaders + self._leaders_upto(p, pos)
+        rank = self.length - self._entries_from_top(top, &leaders) + pos + 1
+        if dense != NULL:
+            dense[0] = self.ndistinct - leaders + self._leaders_upto(p, pos)
         return rank
 
     cdef Py_ssize_t _rank_in(self, uint32_t code, pg_page *p, Py_ssize_t pos) noexcept:
@@ -2892,17 +2903,18 @@ cdef class RankIndex:
         search also reads the first key of each page it compares with, one
         more miss a step on a big board), with no key compared and no tie
         broken."""
-        cdef const pg_link *lv = p.level
-        cdef uint32_t top = p.height - 1, top_next
+        return self._entries_from_top(&p.level[p.height - 1], leaders)
+
+    cdef inline Py_ssize_t _entries_from_top(self, const pg_link *link,
+                                             Py_ssize_t *leaders) noexcept nogil:
+        """``_entries_from`` the page whose top link is ``link``."""
         cdef Py_ssize_t n = 0, d = 0
         while True:
-            n += lv[top].span
-            d += lv[top].dspan
-            if lv[top].fheight == 0:
+            n += link.span
+            d += link.dspan
+            if link.fheight == 0:
                 break
-            top_next = lv[top].fheight - 1
-            lv = lv[top].flevel
-            top = top_next
+            link = &link.flevel[link.fheight - 1]
         leaders[0] = d
         return n
 
@@ -3799,7 +3811,8 @@ cdef class RankIndex:
             rk_prefetch(&self.slot_ids[pg_home(hashes[lanes], self.nslots)])
             ops[lanes] = <int>op_code
             lanes += 1
-        # The member's page: its header and entry numbers ...
+        # The member's page: its header and entry numbers (and its top
+        # link's place in ``tops``) ...
         for j in range(lanes):
             pg[j] = NULL
             code = codes[j] = self._tagged_code(hashes[j])
@@ -3811,6 +3824,7 @@ cdef class RankIndex:
             page = self.pages[pno]
             pg[j] = page
             rk_prefetch(page)
+            rk_prefetch(&self.tops[pno])
             rk_prefetch(<char *>PG_ENOS(page) + PG_ENOS_BYTES(self.page_size) - 1)
             if sizeof(pg_page) > 64:
                 rk_prefetch(<char *>page + 64)
@@ -3823,6 +3837,8 @@ cdef class RankIndex:
                 pg[j] = NULL
                 continue
             entry[j] = pos
+            # (its top link: where a walk ahead starts, see below)
+            rk_prefetch(self.tops[PG_CODE_PNO(codes[j])])
             rk_prefetch(&PG_IDS(pg[j])[pos])
             rk_prefetch(<char *>PG_KEYS(pg[j]) + pos * PG_KEY_BYTES(pg[j]))
             rk_prefetch(<char *>PG_KEYS(pg[j]) + (pg[j].n - 1) * PG_KEY_BYTES(pg[j]))
@@ -4034,7 +4050,7 @@ cdef class RankIndex:
                 "names": self.arena.names_used * 4,  # (the arena's, shared)
                 "map": (self.nslots + (self.old_nslots if self.old_ids else 0)) * 4,
                 "page_table": <size_t>self.pages_cap * 8 + <size_t>self.keys_cap * 8
-                              + <size_t>self.free_cap * 4}
+                              + <size_t>self.tops_cap * 8 + <size_t>self.free_cap * 4}
 
     def _page_heap(self):
         """The page heap's state (for tests and benchmarks): ``{"bytes",
@@ -4426,9 +4442,9 @@ cdef class RankIndex:
         if code == 0:
             return None
         # The neighbours are read from the member's own entry on, back over
-        # ``prev`` links and forward: one search (for its rank), not two.
+        # ``prev`` links and forward: one walk (for its rank), not two.
+        rank = self._rank_of(code, NULL)
         p = self._locate(code, &pos)
-        rank = self._rank_in(code, p, pos)
         first = max(1, rank - above)
         back = rank - first
         while back > pos:
@@ -4844,6 +4860,7 @@ cdef class RankIndex:
                 assert p.n >= self.min_fill, (
                     f"page below minimum fill: {p.n} < {self.min_fill}")
             assert self.pages[p.pno] == p, "page table does not point at the page"
+            assert self.tops[p.pno] == &p.level[p.height - 1], "tops does not give the top link"
             assert self.firstkeys[p.pno] == self._key_at(p, 0), "first key not kept"
             assert signbit(self.firstkeys[p.pno]) == signbit(self._key_at(p, 0)), "first key's zero"
             index_of[<size_t>p] = len(pages)
