@@ -1187,6 +1187,65 @@ def test_check_finds_a_slot_with_another_tag(pages_cls):
         index._check()
 
 
+def _names_of_one_tag(index, count: int, prefix: str) -> list[str]:
+    """``count`` names whose hashes under ``index``'s key share a tag."""
+    names: list[str] = []
+    i = 0
+    while len(names) < count:
+        name = f"{prefix}{i}"
+        if index._hash_of(name) & 15 == 0:
+            names.append(name)
+        i += 1
+    return names
+
+
+def test_a_probe_resolves_slots_of_one_tag_together(pages_cls):
+    # Slots of other members with the member's tag, in the line the probe
+    # read, are resolved beside the member's own (their pages and names
+    # asked for at once), not one after the other before it.  Six members
+    # of one tag in a map of 8 slots: every probe meets several, more than
+    # it resolves at once (4), and must still find exactly its member,
+    # before and after removals, and no member for absent names of the tag.
+    index = pages_cls("desc", "first", page_size=4, seed=9)
+    members = _names_of_one_tag(index, 6, "m")
+    absent = _names_of_one_tag(index, 20, "x")
+    for score, member in enumerate(members):
+        index.set(member, score)
+    assert index._map_state()[0] == 8
+    before = index._shared_tags()
+    for score, member in enumerate(members):
+        assert index.score(member) == score
+        assert index.rank(member) == len(members) - score
+    assert all(index.score(name) is None for name in absent)
+    assert index._shared_tags() > before
+    index._check()
+    for gone in (members[2], members[0], members[5]):
+        index.remove(gone)
+        index._check()
+        for score, member in enumerate(members):
+            assert (member in index) == (index.score(member) == score)
+    assert [m for m in members if m in index] == [members[1], members[3], members[4]]
+
+
+def test_lookups_in_a_three_quarters_full_map(pages_cls):
+    # The member map at its fullest (3/4 of 131072 slots), where a probe
+    # most often passes slots of another member with the member's tag:
+    # every member's score and rank, and no absent name, as a sorted model
+    # says; some probes resolved shared tags together.
+    index = pages_cls("desc", "first", seed=4)
+    count = 98_000
+    rng = random.Random(5)
+    scores = {f"p:{i:014d}": rng.randrange(10**6) for i in range(count)}
+    index.apply_batch([(Op.SET, m, s) for m, s in scores.items()])
+    assert index._map_state()[0] == 131072
+    before = index._shared_tags()
+    ranked = sorted(scores, key=lambda m: -scores[m])  # ties: arrival order (stable)
+    assert all(index.score(m) == scores[m] for m in scores)
+    assert all(index.rank(m) == r for r, m in enumerate(ranked, 1))
+    assert all(index.score(f"q:{i:014d}") is None for i in range(count))
+    assert index._shared_tags() - before > 1000
+
+
 def test_the_page_number_limit_is_refused_clearly(pages_cls, pages_module):
     # Page numbers are 22-bit (the slot's code holds a tag, a page number
     # and an entry number): 2^22 - 1 pages, over 134M members at the
