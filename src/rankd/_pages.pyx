@@ -354,7 +354,7 @@ from cpython.ref cimport Py_INCREF
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.math cimport INFINITY, isfinite, signbit
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memmove, memset
 
@@ -1190,7 +1190,6 @@ DEF MIN_COMPACT_UNITS = 8192   # arenas below 32 KiB are not compacted
 DEF COMPACT_STEP = 128          # arena units a write's compaction step looks at
 DEF DEAD_SAMPLES = 64           # entries an index leaving a shared arena looks up
 DEF MAP_STEP = 16               # old-table slots a write's resize step moves
-DEF PROBE_AHEAD = 4             # slots of a member's tag a probe resolves at once
 DEF SHARE_ROOM_DIVISOR = 8   # a full page shares with a neighbour 1/8 empty
 DEF CAP_STEP = 4             # entries a page's allocation grows or shrinks by
 DEF EVAC_PAGES = 2           # pages a write's evacuation step moves
@@ -1383,7 +1382,6 @@ cdef class RankIndex:
     cdef uint32_t *old_ids          # a resize under way: the table being emptied
     cdef size_t old_nslots, migrate_pos
     cdef Py_ssize_t map_moves       # ids a resize moved, ever (for tests)
-    cdef Py_ssize_t shared_tags     # probes that resolved slots of one tag together (for tests)
     # page table
     cdef pg_page **pages
     cdef double *firstkeys          # by page number: the key of its first entry
@@ -2409,80 +2407,21 @@ cdef class RankIndex:
 
     cdef inline Py_ssize_t _probe_new(self, const char *member, Py_ssize_t mlen,
                                       uint64_t h) noexcept nogil:
-        """``_slot`` in the table only.
-
-        A slot of another member with the member's tag (one passed slot in
-        16) costs its page-table entry, page and name; read one after the
-        other, before the member's own, they made the tail of every call
-        that finds a member (at a 100M board's 3/4-full map, about 7% of
-        lookups pass one).  So at a slot of the member's tag the probe
-        looks on to an empty slot, in the line already read only: another
-        slot of the tag there is resolved with it, all at once
-        (``_named``); else (nearly always) the slot is resolved alone."""
-        cdef size_t i = pg_home(h, self.nslots), j
+        """``_slot`` in the table only."""
+        cdef size_t i = pg_home(h, self.nslots)
         cdef uint32_t code, tag = PG_HASH_TAG(h)
-        cdef size_t at[PROBE_AHEAD]
         cdef Py_ssize_t nlen
         cdef const char *name
-        cdef int n, k
         while True:
             code = self.slot_ids[i]
             if code == 0:
                 return -1
             # Another tag is another member: its page and name stay unread.
             if PG_CODE_TAG(code) == tag:
-                at[0] = i
-                n = 1
-                j = i + 1
-                while (j < self.nslots and n < PROBE_AHEAD and self.slot_ids[j] != 0
-                       and ((<uintptr_t>&self.slot_ids[j]) & 63) != 0):
-                    if PG_CODE_TAG(self.slot_ids[j]) == tag:
-                        at[n] = j
-                        n += 1
-                    j += 1
-                if n == 1:
-                    name = self._code_name(code, &nlen)
-                    if nlen == mlen and memcmp(name, member, mlen) == 0:
-                        return <Py_ssize_t>i
-                else:
-                    k = self._named(self.slot_ids, at, n, member, mlen)
-                    if k >= 0:
-                        return <Py_ssize_t>at[k]
-                    i = at[n - 1]
+                name = self._code_name(code, &nlen)
+                if nlen == mlen and memcmp(name, member, mlen) == 0:
+                    return <Py_ssize_t>i
             i = i + 1 if i + 1 < self.nslots else 0
-
-    cdef int _named(self, const uint32_t *table, const size_t *at, int n,
-                    const char *member, Py_ssize_t mlen) noexcept nogil:
-        """Which of the ``n`` slots ``at`` of ``table`` (codes of the
-        member's tag, in probe order) names ``member``: its index in
-        ``at``, or -1.  Stage by stage across all of them (page-table
-        entries, pages, names asked for at once), so that a false match of
-        a tag costs its misses beside the member's, not before them."""
-        cdef pg_page *pg[PROBE_AHEAD]
-        cdef Py_ssize_t pos[PROBE_AHEAD]
-        cdef uint32_t mid[PROBE_AHEAD]
-        cdef Py_ssize_t nlen, j
-        cdef const char *name
-        cdef uint32_t code
-        cdef int k
-        self.shared_tags += 1
-        for k in range(n):
-            rk_prefetch(&self.pages[PG_CODE_PNO(table[at[k]])])
-        for k in range(n):
-            pg[k] = self.pages[PG_CODE_PNO(table[at[k]])]
-            for j in range(0, self.locate_bytes, 64):
-                rk_prefetch(<char *>pg[k] + j)
-        for k in range(n):
-            code = table[at[k]]
-            pos[k] = pg_find_eno(PG_ENOS(pg[k]), pg[k].n, PG_CODE_ENO(code))
-            mid[k] = PG_IDS(pg[k])[pos[k]]
-            pg_prefetch_rec(&self.arena.names[mid[k]])
-        for k in range(n):
-            name = self._name(mid[k], &nlen)
-            if nlen == mlen and memcmp(name, member, mlen) == 0:
-                self.last_pos = pos[k]  # the caller's _locate tries it first
-                return k
-        return -1
 
     cdef Py_ssize_t _probe_old(self, const char *member, Py_ssize_t mlen,
                                uint64_t h) noexcept nogil:
@@ -4214,11 +4153,6 @@ cdef class RankIndex:
         if not self.pnos_used <= limit <= MAX_PNOS:
             raise ValueError(f"a page limit must be between {self.pnos_used} and {MAX_PNOS}")
         self.max_pnos = <uint32_t>limit
-
-    def _shared_tags(self):
-        """How many probes met slots of the member's tag in one line and
-        resolved them together (``_named``; for tests)."""
-        return self.shared_tags
 
     def _map_state(self):
         """``(slots, old slots or 0, old slots moved so far, ids moved ever)``
