@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Reads of the paged index at two (or more) commits, paired in one process.
+
+Why
+---
+A change to a lookup moves ``rank`` by a tenth of a microsecond or so, and
+this machine's noise between two runs is larger than that: two runs of
+``bench_huge.py`` on the same tree differed by 15 % at the median and 2x
+at p99.  So each commit's ``_pages.pyx`` is built here as a module of its
+own, each loads the same board into the same process, and the boards'
+reads alternate round by round on the same random members: whatever the
+machine does meanwhile, it does to both.
+
+How
+---
+For each ``--rev``, ``git archive`` gives that commit's ``src`` tree, and
+its ``_pages.pyx`` is compiled as ``_pages_ab<i>`` (with ``-O3``, as
+``setup.py`` does; needs a C compiler and Cython, skipped with a reason if
+either is missing).  The board is either ``--snapshot``, a dump file that
+``bench_huge.py --keep`` wrote (all revisions must read its format), or
+built here: ``--members`` members ``"p:%014d"`` with random integer scores
+by ``apply_batch``.  Then ``--rounds`` rounds; each draws ``--sample``
+random members and, board by board in an order rotated every round, times
+each ``rank(m)`` and then each ``score(m)`` call alone with
+``time.perf_counter_ns`` (the timer's cost is in every figure).
+
+Output: a line per round and board (p50/p99 in µs), then each revision's
+medians over the rounds and their ratio to the first revision's.  A board
+loaded earlier may read slower or faster than one loaded later (the
+machine's caches and huge pages are not handed out evenly), so compare
+runs with the ``--rev`` order swapped before trusting a small difference.
+
+::
+
+    python bench/bench_ab_reads.py --rev HEAD~1 --rev HEAD --members 10000000
+    python bench/bench_ab_reads.py --rev HEAD~1 --rev HEAD \\
+        --snapshot /tmp/huge/huge-pages-100000000.dump --members 100000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NAME = "p:%014d"
+SETUP = """
+from setuptools import Extension, setup
+from Cython.Build import cythonize
+setup(ext_modules=cythonize(
+    [Extension({name!r}, [{name!r} + ".pyx"], include_dirs=[{engine!r}],
+               extra_compile_args=["-O3"], define_macros=[("NDEBUG", "1")])],
+    include_path=[{src!r}], language_level=3, quiet=True),
+    script_args=["build_ext", "--inplace"])
+"""
+
+
+def build_module(rev: str, name: str, workdir: Path) -> None:
+    """Compile ``rev``'s ``src/rankd/_pages.pyx`` as module ``name`` in ``workdir``."""
+    tree = workdir / f"{name}-src"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"],
+                             check=True, capture_output=True).stdout
+    tar_path = workdir / f"{name}.tar"
+    tar_path.write_bytes(archive)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(tree, filter="data")
+    rankd = tree / "src" / "rankd"
+    for suffix in (".pyx", ".pxd"):
+        shutil.copy(rankd / f"_pages{suffix}", workdir / f"{name}{suffix}")
+    for pxi in rankd.glob("*.pxi"):
+        shutil.copy(pxi, workdir / pxi.name)
+    (workdir / f"setup_{name}.py").write_text(
+        SETUP.format(name=name, engine=str(rankd / "engine"), src=str(tree / "src")))
+    subprocess.run([sys.executable, f"setup_{name}.py"], cwd=workdir, check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def board(cls: type, args: argparse.Namespace):
+    """The board to read: the snapshot loaded, or ``--members`` set by batches."""
+    if args.snapshot:
+        def pieces():
+            with open(args.snapshot, "rb", buffering=0) as f:
+                while piece := f.read(1 << 20):
+                    yield piece
+
+        return cls.load_chunks(pieces(), os.path.getsize(args.snapshot))
+    from rankd.index import Op
+
+    index = cls("desc", "first")
+    rng = random.Random(47)
+    for start in range(0, args.members, 100_000):
+        stop = min(start + 100_000, args.members)
+        index.apply_batch([(Op.SET, NAME % i, rng.randrange(10**9)) for i in range(start, stop)])
+    return index
+
+
+def timed(call, names: list[str]) -> tuple[float, float]:
+    """p50 and p99 (µs) of ``call(name)`` for each name, each call timed alone."""
+    clock = time.perf_counter_ns
+    took = []
+    gc.disable()
+    for name in names:
+        t0 = clock()
+        call(name)
+        took.append(clock() - t0)
+    gc.enable()
+    took.sort()
+    return took[len(took) // 2] / 1000, took[len(took) * 99 // 100] / 1000
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rev", action="append", required=True, help="a commit (give two or more)")
+    p.add_argument("--members", type=int, default=1_000_000)
+    p.add_argument("--snapshot", help="a dump file to load instead of building")
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--sample", type=int, default=100_000)
+    p.add_argument("--json", action="store_true", help="print the medians as JSON at the end")
+    args = p.parse_args()
+    if len(args.rev) < 2:
+        p.error("give --rev at least twice")
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        print("skipped: no C compiler")
+        return 0
+    try:
+        import Cython  # noqa: F401
+    except ImportError:
+        print("skipped: Cython is not installed")
+        return 0
+    sys.path.insert(0, str(ROOT / "src"))
+    with tempfile.TemporaryDirectory(prefix="rankd-ab-") as tmp:
+        workdir = Path(tmp)
+        names = [f"_pages_ab{i}" for i in range(len(args.rev))]
+        # (a commit given twice is a control: each copy its own board)
+        labels = [rev if args.rev.count(rev) == 1 else f"{rev}#{i}"
+                  for i, rev in enumerate(args.rev)]
+        for rev, name in zip(args.rev, names, strict=True):
+            build_module(rev, name, workdir)
+        sys.path.insert(0, str(workdir))
+        boards = {}
+        for label, name in zip(labels, names, strict=True):
+            started = time.perf_counter()
+            boards[label] = board(importlib.import_module(name).RankIndex, args)
+            print(f"{label}: {len(boards[label]):,} members in "
+                  f"{time.perf_counter() - started:.1f} s", flush=True)
+        figures: dict[str, dict[str, list[float]]] = {
+            label: {"rank_p50": [], "rank_p99": [], "score_p50": [], "score_p99": []}
+            for label in labels}
+        size = len(next(iter(boards.values())))
+        for r in range(args.rounds):
+            rng = random.Random(1000 + r)
+            sample = [NAME % rng.randrange(size) for _ in range(args.sample)]
+            order = labels[r % len(labels):] + labels[:r % len(labels)]
+            for rev in order:
+                line = []
+                for op in ("rank", "score"):
+                    p50, p99 = timed(getattr(boards[rev], op), sample)
+                    figures[rev][f"{op}_p50"].append(p50)
+                    figures[rev][f"{op}_p99"].append(p99)
+                    line.append(f"{op} {p50:.2f}/{p99:.2f}")
+                print(f"round {r}: {rev:>12}  " + "  ".join(line), flush=True)
+    medians = {rev: {k: statistics.median(v) for k, v in f.items()} for rev, f in figures.items()}
+    base = medians[labels[0]]
+    for rev, m in medians.items():
+        print(f"median {rev:>12}  " + "  ".join(
+            f"{k} {v:.2f} ({v / base[k]:.2f}x)" for k, v in m.items()))
+    if args.json:
+        print(json.dumps(medians))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
