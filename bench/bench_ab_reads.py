@@ -84,8 +84,10 @@ def build_module(rev: str, name: str, workdir: Path) -> None:
         shutil.copy(pxi, workdir / pxi.name)
     (workdir / f"setup_{name}.py").write_text(
         SETUP.format(name=name, engine=str(rankd / "engine"), src=str(tree / "src")))
-    subprocess.run([sys.executable, f"setup_{name}.py"], cwd=workdir, check=True,
-                   stdout=subprocess.DEVNULL)
+    built = subprocess.run([sys.executable, f"setup_{name}.py"], cwd=workdir,
+                           capture_output=True, text=True)
+    if built.returncode != 0:  # (the compiler's warnings are shown only then)
+        sys.exit(f"building {rev} failed:\n{built.stdout}{built.stderr}")
 
 
 def board(cls: type, args: argparse.Namespace):
