@@ -531,14 +531,17 @@ cdef extern from *:
     #include <unistd.h>
     #define PG_HUGE_MIN ((size_t)32 << 20)
     #define PG_HUGE_PAGE ((uintptr_t)2 << 20)
-    static inline void pg_advise_huge(void *p, size_t n) {
+    static inline void pg_advise_huge_from(void *p, size_t n, size_t least) {
     #ifdef MADV_HUGEPAGE
         uintptr_t start, end;
-        if (p == NULL || n < PG_HUGE_MIN) return;
+        if (p == NULL || n < least) return;
         start = ((uintptr_t)p + PG_HUGE_PAGE - 1) & ~(PG_HUGE_PAGE - 1);
         end = ((uintptr_t)p + n) & ~(PG_HUGE_PAGE - 1);
         if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
     #endif
+    }
+    static inline void pg_advise_huge(void *p, size_t n) {
+        pg_advise_huge_from(p, n, PG_HUGE_MIN);
     }
     /* An array that fills from its start as it grows (the name arena):
        advised only once it holds PG_HUGE_MIN bytes (or a load will fill
@@ -568,17 +571,26 @@ cdef extern from *:
     static inline size_t pg_array_span(size_t n) {
         return (n + pg_os_page() - 1) & ~(pg_os_page() - 1);
     }
+    /* From 4 MiB (some 25M members), a page-table array asks for 2 MiB
+       pages: a rank reads two of them (the page's address and its top
+       link) at random places, and on 4 KiB pages each read also misses
+       the TLB.  It costs at most the huge page being filled, 2 MiB, under
+       1 % of what the board holds by then. */
+    #define PG_ARRAY_HUGE_MIN ((size_t)4 << 20)
     static void *pg_array_grow(void *p, size_t old, size_t n) {
         void *q;
         if (n < PG_ARRAY_MAP_MIN) return realloc(p, n);
         if (old >= PG_ARRAY_MAP_MIN) {
             q = mremap(p, pg_array_span(old), pg_array_span(n), MREMAP_MAYMOVE);
-            return q == MAP_FAILED ? NULL : q;
+            if (q == MAP_FAILED) return NULL;
+        } else {
+            q = mmap(NULL, pg_array_span(n), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (q == MAP_FAILED) return NULL;
+            if (old) memcpy(q, p, old);
+            free(p);
         }
-        q = mmap(NULL, pg_array_span(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (q == MAP_FAILED) return NULL;
-        if (old) memcpy(q, p, old);
-        free(p);
+        pg_advise_huge_from(q, pg_array_span(n), PG_ARRAY_HUGE_MIN);
         return q;
     }
     /* Room for ``want`` items of ``width`` bytes in the array ``*p`` of
