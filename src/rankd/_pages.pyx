@@ -531,17 +531,14 @@ cdef extern from *:
     #include <unistd.h>
     #define PG_HUGE_MIN ((size_t)32 << 20)
     #define PG_HUGE_PAGE ((uintptr_t)2 << 20)
-    static inline void pg_advise_huge_from(void *p, size_t n, size_t least) {
+    static inline void pg_advise_huge(void *p, size_t n) {
     #ifdef MADV_HUGEPAGE
         uintptr_t start, end;
-        if (p == NULL || n < least) return;
+        if (p == NULL || n < PG_HUGE_MIN) return;
         start = ((uintptr_t)p + PG_HUGE_PAGE - 1) & ~(PG_HUGE_PAGE - 1);
         end = ((uintptr_t)p + n) & ~(PG_HUGE_PAGE - 1);
         if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
     #endif
-    }
-    static inline void pg_advise_huge(void *p, size_t n) {
-        pg_advise_huge_from(p, n, PG_HUGE_MIN);
     }
     /* An array that fills from its start as it grows (the name arena):
        advised only once it holds PG_HUGE_MIN bytes (or a load will fill
@@ -590,7 +587,13 @@ cdef extern from *:
             if (old) memcpy(q, p, old);
             free(p);
         }
-        pg_advise_huge_from(q, pg_array_span(n), PG_ARRAY_HUGE_MIN);
+    #ifdef MADV_HUGEPAGE
+        /* The whole mapping, not the 2 MiB pages inside it: advice on a
+           part splits the mapping in the kernel, and mremap refuses to
+           grow a range that spans more than one (the next growth failed
+           as out of memory). */
+        if (n >= PG_ARRAY_HUGE_MIN) (void)madvise(q, pg_array_span(n), MADV_HUGEPAGE);
+    #endif
         return q;
     }
     /* Room for ``want`` items of ``width`` bytes in the array ``*p`` of
