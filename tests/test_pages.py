@@ -639,24 +639,6 @@ def test_the_page_table_grows_past_its_mapping_and_reuses_numbers(pages_cls):
     assert index._memory()["page_table"] <= 20 * (pages * 3 // 2 + 1)
 
 
-def test_the_page_table_grows_past_its_huge_page_advice(pages_cls):
-    # From 4 MiB an array of the page table asks for 2 MiB pages.  Advice
-    # on part of a mapping splits it in the kernel, and mremap cannot grow
-    # a range that spans two: the growth after the advice then failed as
-    # out of memory.  Over 600k page numbers (tiny pages) take every array
-    # past 4 MiB and through a growth beyond it.
-    index = pages_cls("desc", "first", page_size=4, seed=1)
-    rng = random.Random(3)
-    for start in range(0, 2_000_000, 100_000):
-        index.apply_batch([(Op.SET, f"m{i}", rng.randrange(10**9))
-                           for i in range(start, start + 100_000)])
-    assert len(index) == 2_000_000
-    # 28 bytes a page number, 8 of them in each of the three big arrays:
-    # each grew from past 4 MiB to past 6 MiB.
-    assert index._memory()["page_table"] // 28 * 8 > 6 << 20
-    assert index.rank("m0") is not None
-
-
 def test_every_page_and_name_is_freed(pages_cls, pages_module):
     gc.collect()
     pages0, names0 = pages_module.live_pages(), pages_module.live_names()

@@ -568,32 +568,17 @@ cdef extern from *:
     static inline size_t pg_array_span(size_t n) {
         return (n + pg_os_page() - 1) & ~(pg_os_page() - 1);
     }
-    /* From 4 MiB (some 25M members), a page-table array asks for 2 MiB
-       pages: a rank reads two of them (the page's address and its top
-       link) at random places, and on 4 KiB pages each read also misses
-       the TLB.  It costs at most the huge page being filled, 2 MiB, under
-       1 % of what the board holds by then. */
-    #define PG_ARRAY_HUGE_MIN ((size_t)4 << 20)
     static void *pg_array_grow(void *p, size_t old, size_t n) {
         void *q;
         if (n < PG_ARRAY_MAP_MIN) return realloc(p, n);
         if (old >= PG_ARRAY_MAP_MIN) {
             q = mremap(p, pg_array_span(old), pg_array_span(n), MREMAP_MAYMOVE);
-            if (q == MAP_FAILED) return NULL;
-        } else {
-            q = mmap(NULL, pg_array_span(n), PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (q == MAP_FAILED) return NULL;
-            if (old) memcpy(q, p, old);
-            free(p);
+            return q == MAP_FAILED ? NULL : q;
         }
-    #ifdef MADV_HUGEPAGE
-        /* The whole mapping, not the 2 MiB pages inside it: advice on a
-           part splits the mapping in the kernel, and mremap refuses to
-           grow a range that spans more than one (the next growth failed
-           as out of memory). */
-        if (n >= PG_ARRAY_HUGE_MIN) (void)madvise(q, pg_array_span(n), MADV_HUGEPAGE);
-    #endif
+        q = mmap(NULL, pg_array_span(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (q == MAP_FAILED) return NULL;
+        if (old) memcpy(q, p, old);
+        free(p);
         return q;
     }
     /* Room for ``want`` items of ``width`` bytes in the array ``*p`` of
