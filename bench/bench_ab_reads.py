@@ -25,10 +25,12 @@ each ``rank(m)`` and then each ``score(m)`` call alone with
 ``time.perf_counter_ns`` (the timer's cost is in every figure).
 
 Output: a line per round and board (p50/p99 in µs), then each revision's
-medians over the rounds and their ratio to the first revision's.  A board
-loaded earlier may read slower or faster than one loaded later (the
-machine's caches and huge pages are not handed out evenly), so compare
-runs with the ``--rev`` order swapped before trusting a small difference.
+medians over the rounds and their ratio to the first revision's.  At 100M
+a board loaded earlier often reads ``rank`` with a far worse p99 than one
+loaded later (bench/README.md, issue 47 step 14: likely the later board
+pushing the earlier one's towers out of cache), so compare boards in the
+same load position: run with the ``--rev`` order swapped, or give a
+revision twice, first, as a board to sacrifice (``--rev A --rev A --rev B``).
 
 ::
 
