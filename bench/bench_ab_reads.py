@@ -69,10 +69,13 @@ setup(ext_modules=cythonize(
 """
 
 
-def build_module(rev: str, name: str, workdir: Path) -> None:
-    """Compile ``rev``'s ``src/rankd/_pages.pyx`` as module ``name`` in ``workdir``."""
-    tree = workdir / f"{name}-src"
-    tree.mkdir()
+def build_module(rev: str, name: str, workdir: Path) -> Path:
+    """Compile ``rev``'s ``src/rankd/_pages.pyx`` as module ``name``, in a
+    directory of its own under ``workdir`` (each revision with its own
+    ``.pxi`` files); return that directory."""
+    workdir = workdir / name
+    tree = workdir / "tree"
+    tree.mkdir(parents=True)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"],
                              check=True, capture_output=True).stdout
     tar_path = workdir / f"{name}.tar"
@@ -90,6 +93,7 @@ def build_module(rev: str, name: str, workdir: Path) -> None:
                            capture_output=True, text=True)
     if built.returncode != 0:  # (the compiler's warnings are shown only then)
         sys.exit(f"building {rev} failed:\n{built.stdout}{built.stderr}")
+    return workdir
 
 
 def board(cls: type, args: argparse.Namespace):
@@ -152,8 +156,7 @@ def main() -> int:
         labels = [rev if args.rev.count(rev) == 1 else f"{rev}#{i}"
                   for i, rev in enumerate(args.rev)]
         for rev, name in zip(args.rev, names, strict=True):
-            build_module(rev, name, workdir)
-        sys.path.insert(0, str(workdir))
+            sys.path.insert(0, str(build_module(rev, name, workdir)))
         boards = {}
         for label, name in zip(labels, names, strict=True):
             started = time.perf_counter()
