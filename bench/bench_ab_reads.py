@@ -56,8 +56,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_huge import NAME, SEED, percentiles  # the same board as bench_huge's
+
 ROOT = Path(__file__).resolve().parent.parent
-NAME = "p:%014d"
 SETUP = """
 from setuptools import Extension, setup
 from Cython.Build import cythonize
@@ -108,7 +109,7 @@ def board(cls: type, args: argparse.Namespace):
     from rankd.index import Op
 
     index = cls("desc", "first")
-    rng = random.Random(47)
+    rng = random.Random(SEED)
     for start in range(0, args.members, 100_000):
         stop = min(start + 100_000, args.members)
         index.apply_batch([(Op.SET, NAME % i, rng.randrange(10**9)) for i in range(start, stop)])
@@ -125,8 +126,8 @@ def timed(call, names: list[str]) -> tuple[float, float]:
         call(name)
         took.append(clock() - t0)
     gc.enable()
-    took.sort()
-    return took[len(took) // 2] / 1000, took[len(took) * 99 // 100] / 1000
+    figures = percentiles(took)
+    return figures["p50_us"], figures["p99_us"]
 
 
 def main() -> int:
