@@ -342,7 +342,7 @@ def run_worker(impl: str, n: int, ops: int, repeats: int, load_repeats: int,
     return res
 
 
-INDEX_PARTS = ("pages", "page_heap", "names", "map", "page_table")
+INDEX_PARTS = ("pages", "page_heap", "names", "map", "page_table", "counts")
 
 
 def index_parts(index: Any, n: int) -> Results:
@@ -679,6 +679,7 @@ ROWS = (
     Row("  of which index names (arena)", "B", "idx_names_b", None, None),
     Row("  of which index member map", "B", "idx_map_b", None, None),
     Row("  of which index page table", "B", "idx_page_table_b", None, None),
+    Row("  of which index count tree", "B", "idx_counts_b", None, None),
     Row("  same, after removing a random half", "B", "half_mem_b", None, None),
 )
 

@@ -387,7 +387,7 @@ cdef extern from *:
        on without reading the forward page: its number (whose first key is
        in the dense first-key array), its tower of links (flevel) and its
        height (fheight, 0 with no forward page: a rank walks forward over
-       towers alone, see _entries_from). */
+       towers alone, see _entries_from_top). */
     typedef struct pg_link pg_link;
     struct pg_link {
         pg_page *forward;
@@ -1224,6 +1224,10 @@ def live_names():
 
 include "_index_common.pxi"
 
+# --- the count tree: entries before a page (see the .pxi) ---
+
+include "_pages_counts.pxi"
+
 
 # A search result: the page a target belongs to, with the links that
 # cover it and the entries and leaders before each.
@@ -1386,6 +1390,7 @@ cdef class RankIndex:
     cdef pg_page **pages
     cdef double *firstkeys          # by page number: the key of its first entry
     cdef pg_link **tops             # by page number: its top link (see _rank_of)
+    cdef pg_counts counts           # entries by page, for ranks (see _pages_counts.pxi)
     # towers: the pages' links, packed in chunks that never move
     cdef pg_link *free_towers[MAX_LEVEL + 1]
     cdef pg_link *tower_next
@@ -1412,12 +1417,13 @@ cdef class RankIndex:
     cdef uint64_t hint_hash
     cdef Py_ssize_t trims           # heap trims, ever (for tests)
     cdef Py_ssize_t warmed          # operations apply_batch warmed (for tests)
-    cdef Py_ssize_t warmed_ahead    # of which walked forward from their page (for tests)
+    cdef Py_ssize_t warmed_ahead    # of which stay in their page (for tests)
 
     def __cinit__(self, order="desc", tie_break="first", *, int max_level=MAX_LEVEL,
                   int branching=2, seed=None, int page_size=DEFAULT_PAGE_SIZE,
                   Names names=None):
         pg_pool_init(&self.pool)
+        ct_init(&self.counts, MIN_PAGE_SIZE)
         _options(order, tie_break, max_level, branching, seed)
         if not MIN_PAGE_SIZE <= page_size <= MAX_PAGE_SIZE:
             raise ValueError(f"page_size must be between {MIN_PAGE_SIZE} and "
@@ -1431,6 +1437,7 @@ cdef class RankIndex:
         self.branching = branching
         self.page_size = page_size
         self.min_fill = page_size // 2
+        ct_init(&self.counts, page_size)  # (a node of counts per page's worth of pages)
         self.max_pnos = MAX_PNOS
         self.evac_min_dead = EVAC_MIN_DEAD
         self._set_min_rest()
@@ -1486,9 +1493,13 @@ cdef class RankIndex:
         pg_array_free(self.firstkeys, <size_t>self.keys_cap * 8)
         pg_array_free(self.tops, <size_t>self.tops_cap * 8)
         pg_array_free(self.free_pnos, <size_t>self.free_cap * 4)
+        pg_array_free(self.counts.where, <size_t>self.counts.where_cap * 4)
         self.pages_cap = self.keys_cap = self.tops_cap = self.free_cap = 0
+        self.counts.where_cap = 0
         self.firstkeys = NULL
         self.tops = NULL
+        self.counts.where = NULL
+        ct_clear(&self.counts)
         free(self.load_tags)
         self.load_tags = NULL
         for i in range(self.nchunks):
@@ -1531,6 +1542,7 @@ cdef class RankIndex:
         self.nslots = MIN_TABLE_SIZE
         self.slot_ids = ids
         self.pages_cap = self.keys_cap = self.tops_cap = self.free_cap = 0
+        self.counts.where_cap = 0
         self.nfree_pnos = 0
         self.pnos_used = 0
         self._grow_page_table(16)  # (out of memory: the first page makes it)
@@ -1572,6 +1584,8 @@ cdef class RankIndex:
         freed copy resident."""
         if (pg_array_reserve(<void **>&self.firstkeys, &self.keys_cap, cap, 8) < 0
                 or pg_array_reserve(<void **>&self.tops, &self.tops_cap, cap, 8) < 0
+                or pg_array_reserve(<void **>&self.counts.where, &self.counts.where_cap,
+                                    cap, 4) < 0
                 or pg_array_reserve(<void **>&self.free_pnos, &self.free_cap, cap, 4) < 0
                 or pg_array_reserve(<void **>&self.pages, &self.pages_cap, cap, 8) < 0):
             return -1
@@ -1589,7 +1603,7 @@ cdef class RankIndex:
         if self.nfree_pnos == 0 and self.pnos_used >= self.max_pnos:
             return NULL  # every page number is taken (see Members)
         if self.nfree_pnos == 0 and self.pnos_used >= self.pages_cap:
-            # By 3/2, not 2: the table (28 bytes a page number) is then at
+            # By 3/2, not 2: the table (32 bytes a page number) is then at
             # least 2/3 used, not 1/2.
             cap_pnos = <size_t>self.pages_cap + self.pages_cap // 2
             if cap_pnos < 16:
@@ -1598,6 +1612,9 @@ cdef class RankIndex:
                 cap_pnos = MAX_PNOS
             if self._grow_page_table(cap_pnos) < 0:
                 return NULL
+        # (the nodes linking the page can make: a split a level and a root)
+        if ct_reserve(&self.counts, self.counts.depth + 2) < 0:
+            return NULL
         cdef pg_link *tower = self._tower_alloc(h)
         if tower == NULL:
             return NULL
@@ -2866,52 +2883,53 @@ cdef class RankIndex:
 
     cdef Py_ssize_t _rank_of(self, uint32_t code, Py_ssize_t *dense) noexcept:
         """Unique rank of a present member, by its code (and its dense
-        rank if asked).  The walk to the rank starts at the page's top
-        link, which the page table's ``tops`` gives by the code's page
-        number: asked for before the page is read, the link's miss
-        overlaps the page's instead of following it (one dependent miss
-        fewer; bench/README.md, issue 47 step 13)."""
+        rank if asked).  The rank is the count tree's entries before the
+        page, whose leaf is asked for with the page (one miss beside the
+        page's).  The dense rank needs leaders, which only the towers
+        count: its walk starts at the page's top link, which the page
+        table's ``tops`` gives by the code's page number, so that the
+        link's miss overlaps the page's instead of following it
+        (bench/README.md, issue 47 step 13)."""
         cdef Py_ssize_t pos, rank, leaders
         cdef const pg_link *top
         cdef pg_page *p
-        if dense == NULL and code == self.memo_code and self.memo_mutations == self.mutations:
-            return self.memo_rank
+        if dense == NULL:
+            if code == self.memo_code and self.memo_mutations == self.mutations:
+                return self.memo_rank
+            # The page's leaf in the count tree, asked for before the page
+            # is read: the two misses overlap (see _pages_counts.pxi).
+            ct_prefetch(&self.counts, PG_CODE_PNO(code))
+            self._locate(code, &pos)
+            return ct_before(&self.counts, PG_CODE_PNO(code)) + pos + 1
         top = self.tops[PG_CODE_PNO(code)]
         rk_prefetch(top)
         p = self._locate(code, &pos)
         rank = self.length - self._entries_from_top(top, &leaders) + pos + 1
-        if dense != NULL:
-            dense[0] = self.ndistinct - leaders + self._leaders_upto(p, pos)
+        dense[0] = self.ndistinct - leaders + self._leaders_upto(p, pos)
         return rank
 
     cdef Py_ssize_t _rank_in(self, uint32_t code, pg_page *p, Py_ssize_t pos) noexcept:
         """Unique rank of the entry whose code is ``code``, found at ``pos``
         of ``p``."""
-        cdef Py_ssize_t leaders
         if code == self.memo_code and self.memo_mutations == self.mutations:
             return self.memo_rank
-        return self._rank_at(p, pos, &leaders)
+        return self._rank_at(p, pos)
 
-    cdef inline Py_ssize_t _rank_at(self, pg_page *p, Py_ssize_t pos, Py_ssize_t *leaders) noexcept nogil:
-        """Unique rank of entry ``pos`` of ``p``, by the walk forward from
-        ``p`` (``_entries_from``, whose leaders it gives)."""
-        return self.length - self._entries_from(p, leaders) + pos + 1
-
-    cdef inline Py_ssize_t _entries_from(self, pg_page *p, Py_ssize_t *leaders) noexcept nogil:
-        """The entries of ``p`` and of every page after it, and their
-        leaders: the spans of ``p``'s top link and of the top link of each
-        page one leads to, up to the link to the end.  Each such link leads
-        to a page at least as tall, so the walk climbs to the tallest pages
-        and runs out along their top level: O(log n) towers expected, about
-        as many as a search from the header visits, and nothing else (a
-        search also reads the first key of each page it compares with, one
-        more miss a step on a big board), with no key compared and no tie
-        broken."""
-        return self._entries_from_top(&p.level[p.height - 1], leaders)
+    cdef inline Py_ssize_t _rank_at(self, pg_page *p, Py_ssize_t pos) noexcept nogil:
+        """Unique rank of entry ``pos`` of ``p``: the count tree's entries
+        before ``p`` and its position."""
+        return ct_before(&self.counts, p.pno) + pos + 1
 
     cdef inline Py_ssize_t _entries_from_top(self, const pg_link *link,
                                              Py_ssize_t *leaders) noexcept nogil:
-        """``_entries_from`` the page whose top link is ``link``."""
+        """The entries of the page whose top link is ``link`` and of every
+        page after it, and their leaders: the spans of that link and of the
+        top link of each page one leads to, up to the link to the end.
+        Each such link leads to a page at least as tall, so the walk climbs
+        to the tallest pages and runs out along their top level: O(log n)
+        towers expected, about as many as a search from the header visits,
+        and nothing else, with no key compared and no tie broken.  Dense
+        ranks use it (unique ranks use the count tree)."""
         cdef Py_ssize_t n = 0, d = 0
         while True:
             n += link.span
@@ -2994,6 +3012,8 @@ cdef class RankIndex:
         link per level that covers it (its own below its height)."""
         cdef int i
         cdef pg_link *link
+        if dn:
+            ct_add(&self.counts, p.pno, dn)
         for i in range(self.height):
             link = &p.level[i] if i < p.height else &cover[i].level[i]
             link.span = <uint32_t>(<int64_t>link.span + dn)
@@ -3130,12 +3150,17 @@ cdef class RankIndex:
         nxt = r.level[0].forward
         if nxt != NULL:
             nxt.prev = r
+        ct_insert_after(&self.counts, CT_NONE if p == self.header else p.pno, r.pno)
 
     cdef void _unlink_page(self, pg_page *r, pg_page **preds) noexcept:
         """Unlink ``r``, whose entries are gone or were moved into its
         previous page: ``preds[i]`` is the page before it on level ``i``."""
         cdef int i
         cdef pg_page *nxt = r.level[0].forward
+        # Its entries, if any, went to the page before it (as its spans do).
+        cdef uint32_t moved = ct_remove(&self.counts, r.pno)
+        if moved:
+            ct_add(&self.counts, r.prev.pno, moved)
         for i in range(self.height):
             if i < r.height:
                 preds[i].level[i].span += r.level[i].span
@@ -3587,7 +3612,7 @@ cdef class RankIndex:
         and its new key; return its new position.  ``rank`` gets its unique
         rank if ``want_rank`` or if a change of leaders made the search
         that finds it anyway, else 0."""
-        cdef Py_ssize_t mlen, t, leaders
+        cdef Py_ssize_t mlen, t
         cdef pg_path path
         cdef const char *name = self._name(mid, &mlen)
         cdef pg_page *nxt = p.level[0].forward
@@ -3615,7 +3640,7 @@ cdef class RankIndex:
             p.lead = <uint32_t>(p.lead + dl)
             rank[0] = path.rank[0] + t + 1
         elif want_rank:
-            rank[0] = self._rank_at(p, t, &leaders)
+            rank[0] = self._rank_at(p, t)
         if nxt != NULL:
             # The next page's first entry leads unless it ties p's last.
             new_last = self._key_at(p, p.n - 1)
@@ -3763,7 +3788,6 @@ cdef class RankIndex:
         cdef pg_link *lv[WARM_GROUP]
         cdef int level[WARM_GROUP]
         cdef bint keyed[WARM_GROUP]
-        cdef bint ahead[WARM_GROUP]     # walks forward from its page (see _entries_from)
         cdef bint phase[WARM_GROUP]
         cdef Py_ssize_t entry[WARM_GROUP]
         cdef int lanes = 0, walked = 0, active = 0, j, i, overflow
@@ -3828,7 +3852,7 @@ cdef class RankIndex:
             page = self.pages[pno]
             pg[j] = page
             rk_prefetch(page)
-            rk_prefetch(&self.tops[pno])
+            rk_prefetch(&self.counts.where[pno])
             rk_prefetch(<char *>PG_ENOS(page) + PG_ENOS_BYTES(self.page_size) - 1)
             if sizeof(pg_page) > 64:
                 rk_prefetch(<char *>page + 64)
@@ -3841,8 +3865,6 @@ cdef class RankIndex:
                 pg[j] = NULL
                 continue
             entry[j] = pos
-            # (its top link: where a walk ahead starts, see below)
-            rk_prefetch(self.tops[PG_CODE_PNO(codes[j])])
             rk_prefetch(&PG_IDS(pg[j])[pos])
             rk_prefetch(<char *>PG_KEYS(pg[j]) + pos * PG_KEY_BYTES(pg[j]))
             rk_prefetch(<char *>PG_KEYS(pg[j]) + (pg[j].n - 1) * PG_KEY_BYTES(pg[j]))
@@ -3868,16 +3890,13 @@ cdef class RankIndex:
                 keyed[j] = False
             lv[j] = self.header.level
             level[j] = self.height - 1
-            ahead[j] = False
             if (keyed[j] and pg[j] != NULL and ops[j] != OP_REMOVE
                     and self.firstkeys[pg[j].pno] <= target[j] <= self._key_at(pg[j], pg[j].n - 1)):
-                # It stays in its page: its rank is the walk forward over
-                # the towers from there (_entries_from), not a search.
-                ahead[j] = True
+                # It stays in its page: its rank is the count tree's, not
+                # a search (its leaf is the one thing to ask for).
                 self.warmed_ahead += 1
-                lv[j] = pg[j].level
-                level[j] = pg[j].height - 1
-                rk_prefetch(&lv[j][level[j]])
+                ct_prefetch(&self.counts, pg[j].pno)
+                level[j] = -1
         # The walks, one step of each per round: a lane asks for the first
         # key its link names and yields; in its next round (the group's
         # other lanes between) it reads the key, and either steps on,
@@ -3892,16 +3911,6 @@ cdef class RankIndex:
         while active > 0:
             for j in range(lanes):
                 i = level[j]
-                if ahead[j] and i >= 0:
-                    link = &lv[j][i]
-                    if link.fheight == 0:
-                        level[j] = -1
-                        active -= 1
-                    else:
-                        lv[j] = link.flevel
-                        level[j] = link.fheight - 1
-                        rk_prefetch(&lv[j][level[j]])
-                    continue
                 while i >= 0:
                     link = &lv[j][i]
                     if phase[j] == 0:
@@ -4036,8 +4045,9 @@ cdef class RankIndex:
 
     def _memory(self):
         """Bytes held, by part: ``{"pages", "page_heap", "names", "map",
-        "page_table"}`` (allocated sizes, without the C allocator's own
-        overhead): ``pages`` the pages at their sizes and their towers,
+        "page_table", "counts"}`` (allocated sizes, without the C
+        allocator's own overhead): ``pages`` the pages at their sizes and
+        their towers, ``counts`` the count tree's nodes,
         ``page_heap`` the rest of the page heap's blocks (chunk prefixes
         and holes, but not the end of the block allocations bump into);
         ``names`` counts the arena up to its high-water mark, free records
@@ -4054,7 +4064,9 @@ cdef class RankIndex:
                 "names": self.arena.names_used * 4,  # (the arena's, shared)
                 "map": (self.nslots + (self.old_nslots if self.old_ids else 0)) * 4,
                 "page_table": <size_t>self.pages_cap * 8 + <size_t>self.keys_cap * 8
-                              + <size_t>self.tops_cap * 8 + <size_t>self.free_cap * 4}
+                              + <size_t>self.tops_cap * 8 + <size_t>self.free_cap * 4
+                              + <size_t>self.counts.where_cap * 4,
+                "counts": ct_bytes(&self.counts)}
 
     def _page_heap(self):
         """The page heap's state (for tests and benchmarks): ``{"bytes",
@@ -4078,6 +4090,21 @@ cdef class RankIndex:
     def _warmed(self):
         """Operations whose walks apply_batch warmed (for tests)."""
         return self.warmed
+
+    def _count_tree(self):
+        """The count tree as nested lists (for tests): a leaf is a list of
+        (page number, entries), a node a list of (child, entries)."""
+        return [] if self.counts.root == CT_NONE else self._count_node(self.counts.root)
+
+    cdef object _count_node(self, uint32_t id):
+        cdef uint32_t *node = ct_node(&self.counts, id)
+        cdef uint32_t i
+        cdef list out = []
+        for i in range(node[1]):
+            child = ct_children(&self.counts, node)[i]
+            out.append((child if node[3] else self._count_node(child),
+                        ct_counts(&self.counts, node)[i]))
+        return out
 
     @property
     def _warmed_ahead(self):
@@ -4585,9 +4612,13 @@ cdef class RankIndex:
         return _load(cls, _DumpReader(pieces), -1 if size is None else size, names)
 
     cdef void _append_page(self, pg_page *r, pg_loading *ld) noexcept nogil:
-        """Link an empty page after every page (loading)."""
+        """Link an empty page after every page (loading).  The page before
+        it is full now: the count tree takes its entries."""
         cdef int i
         cdef pg_page *tail = ld.last[0]
+        if ld.page != NULL:
+            ct_add(&self.counts, ld.page.pno, ld.page.n)
+        ct_insert_after(&self.counts, CT_NONE if tail == self.header else tail.pno, r.pno)
         if r.height > self.height:
             self.height = r.height
         for i in range(r.height):
@@ -4949,7 +4980,64 @@ cdef class RankIndex:
                 got.append(<size_t>x)
                 x = x.level[level].forward
             assert got == expected, f"level {level} skips a tall page"
+        self._check_counts(pages)
 
+    cdef _check_counts(self, list pages):
+        """The count tree lists ``pages`` (addresses, in rank order) in its
+        leaves, left to right, each with its entries; every node counts the
+        entries under it, knows its parent and its slot there, and is not
+        empty; the tree is ``depth`` levels everywhere; ``where`` gives
+        each page's leaf; the free nodes are the ones not in the tree."""
+        cdef pg_counts *ct = &self.counts
+        cdef list level = [] if ct.root == CT_NONE else [ct.root]
+        cdef list below, listed = []
+        cdef uint32_t *node
+        cdef uint32_t *ids
+        cdef uint32_t *counts
+        cdef uint32_t id, i, free_id
+        cdef size_t depth = 0, seen = 0
+        cdef set nodes = set()
+        cdef pg_page *p
+        if not pages:
+            assert ct.root == CT_NONE and ct.depth == 0, "a count tree over no page"
+        else:
+            assert ct_node(ct, ct.root)[0] == CT_NONE, "the root has a parent"
+        while level:
+            depth += 1
+            below = []
+            for id in level:
+                assert id < ct.made and id not in nodes, "a node listed twice or never made"
+                nodes.add(id)
+                node = ct_node(ct, id)
+                ids = ct_children(ct, node)
+                counts = ct_counts(ct, node)
+                assert 1 <= node[1] <= ct.fanout, f"a node of {node[1]} children"
+                assert (node[3] != 0) == (depth == ct.depth), "leaves not all at the bottom"
+                for i in range(node[1]):
+                    if node[3]:
+                        listed.append((ids[i], counts[i]))
+                        assert ct.where[ids[i]] >> 6 == id, "where names another leaf"
+                    else:
+                        assert ct_node(ct, ids[i])[0] == id, "a child's parent is wrong"
+                        assert ct_node(ct, ids[i])[2] == i, "a child's slot is wrong"
+                        assert counts[i] == ct_sum(ct_counts(ct, ct_node(ct, ids[i])),
+                                                   ct_node(ct, ids[i])[1]), \
+                            "a node's count is not its children's sum"
+                        below.append(ids[i])
+            level = below
+        assert depth == ct.depth, f"count tree depth {ct.depth} != {depth}"
+        assert len(listed) == len(pages), "the count tree lists other pages"
+        for i in range(len(pages)):
+            p = <pg_page *><size_t>pages[i]
+            assert listed[i] == (p.pno, p.n), \
+                f"count tree: page {i} listed as {listed[i]}, is {(p.pno, p.n)}"
+        free_id = ct.free_list
+        while free_id != CT_NONE:
+            assert free_id < ct.made and free_id not in nodes, "a free node in use"
+            seen += 1
+            assert seen <= ct.nfree, "the free list runs on"
+            free_id = ct_node(ct, free_id)[0]
+        assert seen == ct.nfree and seen + len(nodes) == ct.made, "nodes lost"
 
     cdef _check_arena(self):
         """The free lists hold ``free_units`` units of records that no page
@@ -5179,6 +5267,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size, Names names):
         ld.last[level].level[level].span = <uint32_t>(index.length - ld.last_rank[level])
         ld.last[level].level[level].dspan = <uint32_t>(index.ndistinct - ld.last_drank[level])
     if ld.page != NULL:
+        ct_add(&index.counts, ld.page.pno, ld.page.n)  # (see _append_page)
         index._shrink(ld.page)  # the last page may be short
     # The map was sized for every record; a walked dump's repeats leave it
     # roomier than its members need: shrink it as a removal would, and
