@@ -4167,6 +4167,13 @@ cdef class RankIndex:
         if code != 0:
             self._slot_set(slot, PG_RETAG(code, (PG_CODE_TAG(code) + 1) & 15))
 
+    def _corrupt_count(self, member, int delta=1):
+        """Add ``delta`` to the count tree's entries for member's page (for
+        tests of ``_check`` and of which ranks read the tree)."""
+        cdef uint32_t code = self._find(member)
+        if code != 0:
+            ct_add(&self.counts, PG_CODE_PNO(code), delta)
+
     def _evacuate_from(self, size_t dead):
         """Evacuate the page heap's sparse blocks from ``dead`` bytes of
         holes on, not ``EVAC_MIN_DEAD`` (for tests: small boards then meet
