@@ -290,17 +290,23 @@ enough to stay in cache on a big board; a search touches a page only to
 break a tie of keys, and the one page it ends on.
 
 A member's rank needs no search at all: its page is known (the map names
-it), and the entries from that page to the end are the span of its top
-link plus the span of the top link of each page that link leads to, and
-so on to the link to the end (each link leads to a page at least as
-tall, so this walk climbs as a search descends: as many towers, from the
-other side).  A link keeps its forward page's height for it, so the walk
-reads towers only: no first key, no comparison, no tie broken
-(bench/README.md, issue 47 step 10, measures it).  Its first link comes
-from the page table, not the page: ``tops`` gives each page number its
-top link (8 bytes a page; a tower never moves or changes height), so
-that link's miss overlaps the page's instead of following it, one
-dependent miss fewer in a chain of seven or eight at 100M (step 13).
+it), and the entries before that page are what a *count tree* gives
+(``_pages_counts.pxi``): a B+ tree of entry counts over the pages in rank
+order, whose leaf for a page the page table's ``where`` names (4 bytes a
+page).  The leaf is asked for with the page, so its miss overlaps the
+page's; the nodes above the leaves (0.3 MB at 100M members) stay in
+cache.  The towers could give the same sum (the spans of the page's top
+link and of each top link it leads to, a walk that climbs as a search
+descends), but on a big board the lowest levels' towers are not in
+cache: three or four dependent misses after the page's at 100M (issue
+47, steps 10, 13 and 15 in bench/README.md).  The tree costs a write that
+changes a page's entry count a walk up its leaf's ancestors, and the
+pages' order (links and unlinks) an insert or removal in a leaf.
+
+A member's *dense* rank still walks the towers, since they alone count
+leaders: the walk's first link comes from the page table, not the page
+(``tops``, 8 bytes a page; a tower never moves or changes height), so
+that link's miss overlaps the page's instead of following it.
 
 The member map's table and the name arena are read at random places by
 every lookup; once one is 32 MiB or more (a mapping of its own), it asks
@@ -316,20 +322,21 @@ What it costs
 -------------
 Finding a member's entry is a slot, its page (by number: its header,
 entry numbers and ids are asked for at once), its name and the key found
-there: one or two more cache misses than the skip list's slot and node;
+there: one or two more cache misses than the skip list's slot and node
+(its rank adds the count tree's leaf, read beside the page);
 finding that a member is absent is its slots (their tags), as the skip
 list's is, but for a tag's false match one time in 16 per slot passed.  A name is read from
 the arena, away from its entry, by every read that returns members (which
 ask for the names of the window at once, so that their misses overlap)
 and by ``dump`` (which asks for the names of the entries ahead).
 ``around`` reads the neighbours from the member's own entry, back over
-``prev`` links and forward, so it needs its rank only (the walk forward,
+``prev`` links and forward, so it needs its rank only (the count tree,
 above), no search.  A batch warms its writes sixteen at a time: each
 group's member strs, map slots, pages, entries and names are asked for
-stage by stage across the group, then the walks its writes will make
-(the walk forward from its page for a write whose new key stays in it,
-the search for its new key otherwise) advance in lock step, so that the
-group's dependent misses overlap; each member is hashed once, the hash
+stage by stage across the group (and the count tree's leaf, for a write
+whose new key stays in its page), then the searches its other writes
+will make advance in lock step, so that the group's dependent misses
+overlap; each member is hashed once, the hash
 kept by the str's address for its write (the batch works on its own copy
 of the operations, so an address names one str for the whole batch).
 See bench/README.md for the measured price of each row.
@@ -340,9 +347,11 @@ Pugh's skip list holds one key per node; here a node is a page of many,
 and spans count entries, not nodes (Redis's zskiplist counts nodes).
 Valkey's and Dragonfly's B+ tree sets keep internal nodes with child
 counts and split and merge them too; here the levels above the pages are
-a randomised skip list, so only level 0 is split and merged, and there is
-no internal node to rebalance; the per-level distinct spans give dense
-rank in O(log n), which neither B+ tree offers.
+a randomised skip list, which searches by key use, and the per-level
+distinct spans give dense rank in O(log n), which neither B+ tree offers.
+The count tree beside it is such a B+ tree's counts without its keys: it
+answers "how many entries come before this page", nothing else, so its
+nodes hold page numbers and counts only, and the search never reads it.
 """
 
 cimport cython
@@ -3890,12 +3899,14 @@ cdef class RankIndex:
                 keyed[j] = False
             lv[j] = self.header.level
             level[j] = self.height - 1
+            if pg[j] != NULL:
+                # (the write changes its page's count, or reads its rank there)
+                ct_prefetch(&self.counts, pg[j].pno)
             if (keyed[j] and pg[j] != NULL and ops[j] != OP_REMOVE
                     and self.firstkeys[pg[j].pno] <= target[j] <= self._key_at(pg[j], pg[j].n - 1)):
                 # It stays in its page: its rank is the count tree's, not
-                # a search (its leaf is the one thing to ask for).
+                # a search.
                 self.warmed_ahead += 1
-                ct_prefetch(&self.counts, pg[j].pno)
                 level[j] = -1
         # The walks, one step of each per round: a lane asks for the first
         # key its link names and yields; in its next round (the group's
