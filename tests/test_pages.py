@@ -1262,23 +1262,27 @@ def test_a_load_fills_the_count_tree_whole(pages_cls):
         [index.rank(f"m{i}") for i in range(0, 300_000, 37)]
 
 
-def test_unique_ranks_read_the_count_tree(pages_cls):
-    # A count off by one shows in the unique rank of every member of a
-    # later page, and in no dense rank (which the towers give); _check()
-    # finds it.
+@pytest.mark.parametrize("kind", ["entries", "leaders"])
+def test_ranks_read_the_count_tree(pages_cls, kind):
+    # An entry count off by one shows in the unique rank of every member
+    # of a later page and in no dense rank; a leader count off by one, the
+    # other way round.  _check() finds either.
     index = pages_cls("desc", "first", page_size=8, seed=4)
-    index.apply_batch([(Op.SET, f"m{i}", 1000 - i) for i in range(200)])
+    index.apply_batch([(Op.SET, f"m{i}", 1000 - i // 2) for i in range(200)])
     index._check()
-    before = {f"m{i}": index.rank(f"m{i}") for i in range(200)}
-    dense = {f"m{i}": index.dense_rank(f"m{i}") for i in range(200)}
-    index._corrupt_count("m50")
-    shifted = [m for m in before if index.rank(m) == before[m] + 1]
-    same = [m for m in before if index.rank(m) == before[m]]
-    assert len(shifted) + len(same) == 200
-    # (m199, written last, has its rank remembered: not read from the tree)
+    members = [f"m{i}" for i in range(199)]  # (m199, written last: its rank is remembered)
+    ranks = {m: index.rank(m) for m in members}
+    dense = {m: index.dense_rank(m) for m in members}
+    shown, other = (ranks, dense) if kind == "entries" else (dense, ranks)
+    read = index.rank if kind == "entries" else index.dense_rank
+    index._corrupt_count("m50", *((1, 0) if kind == "entries" else (0, 1)))
+    shifted = [m for m in members if read(m) == shown[m] + 1]
+    same = [m for m in members if read(m) == shown[m]]
+    assert len(shifted) + len(same) == len(members)
     assert "m198" in shifted and "m0" in same and "m50" in same
-    assert all(before[m] > before["m50"] for m in shifted)
-    assert {m: index.dense_rank(m) for m in dense} == dense
+    assert all(ranks[m] > ranks["m50"] for m in shifted)
+    unread = index.dense_rank if kind == "entries" else index.rank
+    assert {m: unread(m) for m in members} == other
     with pytest.raises(AssertionError, match="count tree"):
         index._check()
 

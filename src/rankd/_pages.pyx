@@ -294,7 +294,7 @@ it), and the entries before that page are what a *count tree* gives
 (``_pages_counts.pxi``): a B+ tree of entry counts over the pages in rank
 order, whose leaf for a page the page table's ``where`` names (4 bytes a
 page).  The leaf is asked for with the page, so its miss overlaps the
-page's; the nodes above the leaves (0.3 MB at 100M members) stay in
+page's; the nodes above the leaves (some 0.5 MB at 100M members) stay in
 cache.  The towers could give the same sum (the spans of the page's top
 link and of each top link it leads to, a walk that climbs as a search
 descends), but on a big board the lowest levels' towers are not in
@@ -303,10 +303,10 @@ cache: three or four dependent misses after the page's at 100M (issue
 changes a page's entry count a walk up its leaf's ancestors, and the
 pages' order (links and unlinks) an insert or removal in a leaf.
 
-A member's *dense* rank still walks the towers, since they alone count
-leaders: the walk's first link comes from the page table, not the page
-(``tops``, 8 bytes a page; a tower never moves or changes height), so
-that link's miss overlaps the page's instead of following it.
+The tree counts leaders too, so a dense rank reads it as a rank does:
+the leaders before the page, and the page's own up to the member (its
+count less the runs that start after the member, read in the page, so
+that the page before is not read).
 
 The member map's table and the name arena are read at random places by
 every lookup; once one is 32 MiB or more (a mapping of its own), it asks
@@ -394,14 +394,12 @@ cdef extern from *:
     typedef struct pg_page pg_page;
     /* A link: the forward page, the spans, and what a search needs to go
        on without reading the forward page: its number (whose first key is
-       in the dense first-key array), its tower of links (flevel) and its
-       height (fheight, 0 with no forward page: a rank walks forward over
-       towers alone, see _entries_from_top). */
+       in the dense first-key array) and its tower of links (flevel). */
     typedef struct pg_link pg_link;
     struct pg_link {
         pg_page *forward;
         pg_link *flevel;
-        uint32_t span, dspan, fpno, fheight;
+        uint32_t span, dspan, fpno;
     };
     /* A page: header, then cap ids (the header and the first ids share a
        cache line, and finding a member scans the ids), cap keys and cap
@@ -1071,7 +1069,6 @@ cdef extern from *:
         uint32_t span
         uint32_t dspan
         uint32_t fpno
-        uint32_t fheight
     ctypedef struct pg_page:
         pg_page *prev
         uint32_t n
@@ -1398,7 +1395,6 @@ cdef class RankIndex:
     # page table
     cdef pg_page **pages
     cdef double *firstkeys          # by page number: the key of its first entry
-    cdef pg_link **tops             # by page number: its top link (see _rank_of)
     cdef pg_counts counts           # entries by page, for ranks (see _pages_counts.pxi)
     # towers: the pages' links, packed in chunks that never move
     cdef pg_link *free_towers[MAX_LEVEL + 1]
@@ -1407,7 +1403,7 @@ cdef class RankIndex:
     cdef void **chunks
     cdef size_t nchunks, chunks_cap
     cdef uint32_t pages_cap         # room in pages (and at least in the three below)
-    cdef uint32_t keys_cap, tops_cap, free_cap  # room in firstkeys, tops, free_pnos
+    cdef uint32_t keys_cap, free_cap  # room in firstkeys and free_pnos
     cdef uint32_t *free_pnos
     cdef uint32_t nfree_pnos, pnos_used
     cdef uint32_t max_pnos          # page numbers are below it (MAX_PNOS; tests lower it)
@@ -1500,13 +1496,11 @@ cdef class RankIndex:
         self.old_nslots = self.migrate_pos = 0
         pg_array_free(self.pages, <size_t>self.pages_cap * 8)
         pg_array_free(self.firstkeys, <size_t>self.keys_cap * 8)
-        pg_array_free(self.tops, <size_t>self.tops_cap * 8)
         pg_array_free(self.free_pnos, <size_t>self.free_cap * 4)
         pg_array_free(self.counts.where, <size_t>self.counts.where_cap * 4)
-        self.pages_cap = self.keys_cap = self.tops_cap = self.free_cap = 0
+        self.pages_cap = self.keys_cap = self.free_cap = 0
         self.counts.where_cap = 0
         self.firstkeys = NULL
-        self.tops = NULL
         self.counts.where = NULL
         ct_clear(&self.counts)
         free(self.load_tags)
@@ -1539,7 +1533,6 @@ cdef class RankIndex:
         for i in range(MAX_LEVEL):
             self.header.level[i].forward = NULL
             self.header.level[i].flevel = NULL
-            self.header.level[i].fheight = 0
             self.header.level[i].span = 0
             self.header.level[i].dspan = 0
         self.height = 1
@@ -1550,7 +1543,7 @@ cdef class RankIndex:
         self.peak_member_bytes = 0
         self.nslots = MIN_TABLE_SIZE
         self.slot_ids = ids
-        self.pages_cap = self.keys_cap = self.tops_cap = self.free_cap = 0
+        self.pages_cap = self.keys_cap = self.free_cap = 0
         self.counts.where_cap = 0
         self.nfree_pnos = 0
         self.pnos_used = 0
@@ -1592,7 +1585,6 @@ cdef class RankIndex:
         kernel moves its page-table entries, not its bytes) or leaves a
         freed copy resident."""
         if (pg_array_reserve(<void **>&self.firstkeys, &self.keys_cap, cap, 8) < 0
-                or pg_array_reserve(<void **>&self.tops, &self.tops_cap, cap, 8) < 0
                 or pg_array_reserve(<void **>&self.counts.where, &self.counts.where_cap,
                                     cap, 4) < 0
                 or pg_array_reserve(<void **>&self.free_pnos, &self.free_cap, cap, 4) < 0
@@ -1649,7 +1641,6 @@ cdef class RankIndex:
         p.wide = wide
         p.cap = cap
         self.pages[pno] = p
-        self.tops[pno] = &tower[h - 1]  # (a page's tower never moves or changes height)
         return p
 
     cdef void _free_page(self, pg_page *p) noexcept:
@@ -2892,29 +2883,23 @@ cdef class RankIndex:
 
     cdef Py_ssize_t _rank_of(self, uint32_t code, Py_ssize_t *dense) noexcept:
         """Unique rank of a present member, by its code (and its dense
-        rank if asked).  The rank is the count tree's entries before the
-        page, whose leaf is asked for with the page (one miss beside the
-        page's).  The dense rank needs leaders, which only the towers
-        count: its walk starts at the page's top link, which the page
-        table's ``tops`` gives by the code's page number, so that the
-        link's miss overlaps the page's instead of following it
-        (bench/README.md, issue 47 step 13)."""
+        rank if asked): the count tree's entries (and leaders) before the
+        page, whose leaf is asked for with the page, so that its miss
+        overlaps the page's (see _pages_counts.pxi), and the member's
+        place in the page."""
         cdef Py_ssize_t pos, rank, leaders
-        cdef const pg_link *top
         cdef pg_page *p
-        if dense == NULL:
-            if code == self.memo_code and self.memo_mutations == self.mutations:
-                return self.memo_rank
-            # The page's leaf in the count tree, asked for before the page
-            # is read: the two misses overlap (see _pages_counts.pxi).
-            ct_prefetch(&self.counts, PG_CODE_PNO(code))
-            self._locate(code, &pos)
-            return ct_before(&self.counts, PG_CODE_PNO(code)) + pos + 1
-        top = self.tops[PG_CODE_PNO(code)]
-        rk_prefetch(top)
+        cdef uint32_t pno = PG_CODE_PNO(code)
+        if dense == NULL and code == self.memo_code and self.memo_mutations == self.mutations:
+            return self.memo_rank
+        ct_prefetch(&self.counts, pno)
         p = self._locate(code, &pos)
-        rank = self.length - self._entries_from_top(top, &leaders) + pos + 1
-        dense[0] = self.ndistinct - leaders + self._leaders_upto(p, pos)
+        if dense == NULL:
+            return ct_before(&self.counts, pno, NULL) + pos + 1
+        rank = ct_before(&self.counts, pno, &leaders) + pos + 1
+        # (the page's leaders up to the member: its own count, less the
+        # runs that start after it; the page before is not read)
+        dense[0] = leaders + p.lead - self._key_changes_after(p, pos)
         return rank
 
     cdef Py_ssize_t _rank_in(self, uint32_t code, pg_page *p, Py_ssize_t pos) noexcept:
@@ -2927,27 +2912,7 @@ cdef class RankIndex:
     cdef inline Py_ssize_t _rank_at(self, pg_page *p, Py_ssize_t pos) noexcept nogil:
         """Unique rank of entry ``pos`` of ``p``: the count tree's entries
         before ``p`` and its position."""
-        return ct_before(&self.counts, p.pno) + pos + 1
-
-    cdef inline Py_ssize_t _entries_from_top(self, const pg_link *link,
-                                             Py_ssize_t *leaders) noexcept nogil:
-        """The entries of the page whose top link is ``link`` and of every
-        page after it, and their leaders: the spans of that link and of the
-        top link of each page one leads to, up to the link to the end.
-        Each such link leads to a page at least as tall, so the walk climbs
-        to the tallest pages and runs out along their top level: O(log n)
-        towers expected, about as many as a search from the header visits,
-        and nothing else, with no key compared and no tie broken.  Dense
-        ranks use it (unique ranks use the count tree)."""
-        cdef Py_ssize_t n = 0, d = 0
-        while True:
-            n += link.span
-            d += link.dspan
-            if link.fheight == 0:
-                break
-            link = &link.flevel[link.fheight - 1]
-        leaders[0] = d
-        return n
+        return ct_before(&self.counts, p.pno, NULL) + pos + 1
 
     # --- leaders ---------------------------------------------------------------
 
@@ -2993,6 +2958,22 @@ cdef class RankIndex:
                 count += keys[i] != keys[i - 1]
         return count
 
+    cdef inline uint32_t _key_changes_after(self, pg_page *p, Py_ssize_t pos) noexcept nogil:
+        """How many of entries pos+1..n-1 of ``p`` differ from the one before."""
+        cdef uint32_t count = 0
+        cdef Py_ssize_t i
+        cdef double *keys
+        cdef int32_t *narrow
+        if not p.wide:
+            narrow = PG_KEYS32(p)
+            for i in range(pos + 1, p.n):
+                count += narrow[i] != narrow[i - 1]
+        else:
+            keys = PG_KEYS(p)
+            for i in range(pos + 1, p.n):
+                count += keys[i] != keys[i - 1]
+        return count
+
     cdef inline bint _next_lead(self, pg_page *p) noexcept:
         """Whether the first entry of the page after ``p`` (non-empty)
         starts a run: from the first-key array, without reading that page."""
@@ -3009,10 +2990,6 @@ cdef class RankIndex:
             count = self._lead0(p)
         return count + self._key_changes(p, p.n)
 
-    cdef Py_ssize_t _leaders_upto(self, pg_page *p, Py_ssize_t pos) noexcept:
-        """Leaders among entries 0..pos of ``p``."""
-        return self._lead0(p) + self._key_changes(p, pos + 1)
-
     # --- accounting: keeping spans equal to the entries and leaders they cover ---
 
     cdef inline void _account(self, pg_page *p, pg_page **cover, int64_t dn,
@@ -3021,8 +2998,8 @@ cdef class RankIndex:
         link per level that covers it (its own below its height)."""
         cdef int i
         cdef pg_link *link
-        if dn:
-            ct_add(&self.counts, p.pno, dn)
+        if dn or dl:
+            ct_add(&self.counts, p.pno, dn, dl)
         for i in range(self.height):
             link = &p.level[i] if i < p.height else &cover[i].level[i]
             link.span = <uint32_t>(<int64_t>link.span + dn)
@@ -3129,7 +3106,6 @@ cdef class RankIndex:
             i = self.height
             self.header.level[i].forward = NULL
             self.header.level[i].flevel = NULL
-            self.header.level[i].fheight = 0
             self.header.level[i].span = <uint32_t>self.length
             self.header.level[i].dspan = <uint32_t>self.ndistinct
             path.update[i] = self.header
@@ -3146,13 +3122,11 @@ cdef class RankIndex:
             r.level[i].forward = x.level[i].forward
             r.level[i].flevel = x.level[i].flevel
             r.level[i].fpno = x.level[i].fpno
-            r.level[i].fheight = x.level[i].fheight
             r.level[i].span = <uint32_t>(x.level[i].span - before)
             r.level[i].dspan = <uint32_t>(x.level[i].dspan - dbefore)
             x.level[i].forward = r
             x.level[i].flevel = r.level
             x.level[i].fpno = r.pno
-            x.level[i].fheight = r.height
             x.level[i].span = <uint32_t>before
             x.level[i].dspan = <uint32_t>dbefore
         r.prev = NULL if p == self.header else p
@@ -3167,9 +3141,10 @@ cdef class RankIndex:
         cdef int i
         cdef pg_page *nxt = r.level[0].forward
         # Its entries, if any, went to the page before it (as its spans do).
-        cdef uint32_t moved = ct_remove(&self.counts, r.pno)
-        if moved:
-            ct_add(&self.counts, r.prev.pno, moved)
+        cdef uint32_t leads
+        cdef uint32_t moved = ct_remove(&self.counts, r.pno, &leads)
+        if moved or leads:
+            ct_add(&self.counts, r.prev.pno, moved, leads)
         for i in range(self.height):
             if i < r.height:
                 preds[i].level[i].span += r.level[i].span
@@ -3177,7 +3152,6 @@ cdef class RankIndex:
                 preds[i].level[i].forward = r.level[i].forward
                 preds[i].level[i].flevel = r.level[i].flevel
                 preds[i].level[i].fpno = r.level[i].fpno
-                preds[i].level[i].fheight = r.level[i].fheight
         if nxt != NULL:
             nxt.prev = r.prev
         while self.height > 1 and self.header.level[self.height - 1].forward == NULL:
@@ -3848,8 +3822,8 @@ cdef class RankIndex:
             rk_prefetch(&self.slot_ids[pg_home(hashes[lanes], self.nslots)])
             ops[lanes] = <int>op_code
             lanes += 1
-        # The member's page: its header and entry numbers (and its top
-        # link's place in ``tops``) ...
+        # The member's page: its header and entry numbers (and its leaf's
+        # place in the count tree's ``where``) ...
         for j in range(lanes):
             pg[j] = NULL
             code = codes[j] = self._tagged_code(hashes[j])
@@ -4075,7 +4049,7 @@ cdef class RankIndex:
                 "names": self.arena.names_used * 4,  # (the arena's, shared)
                 "map": (self.nslots + (self.old_nslots if self.old_ids else 0)) * 4,
                 "page_table": <size_t>self.pages_cap * 8 + <size_t>self.keys_cap * 8
-                              + <size_t>self.tops_cap * 8 + <size_t>self.free_cap * 4
+                              + <size_t>self.free_cap * 4
                               + <size_t>self.counts.where_cap * 4,
                 "counts": ct_bytes(&self.counts)}
 
@@ -4178,12 +4152,13 @@ cdef class RankIndex:
         if code != 0:
             self._slot_set(slot, PG_RETAG(code, (PG_CODE_TAG(code) + 1) & 15))
 
-    def _corrupt_count(self, member, int delta=1):
-        """Add ``delta`` to the count tree's entries for member's page (for
-        tests of ``_check`` and of which ranks read the tree)."""
+    def _corrupt_count(self, member, int entries=1, int leaders=0):
+        """Add ``entries`` and ``leaders`` to the count tree's counts for
+        member's page (for tests of ``_check`` and of which ranks read
+        the tree)."""
         cdef uint32_t code = self._find(member)
         if code != 0:
-            ct_add(&self.counts, PG_CODE_PNO(code), delta)
+            ct_add(&self.counts, PG_CODE_PNO(code), entries, leaders)
 
     def _evacuate_from(self, size_t dead):
         """Evacuate the page heap's sparse blocks from ``dead`` bytes of
@@ -4635,7 +4610,7 @@ cdef class RankIndex:
         cdef int i
         cdef pg_page *tail = ld.last[0]
         if ld.page != NULL:
-            ct_add(&self.counts, ld.page.pno, ld.page.n)
+            ct_add(&self.counts, ld.page.pno, ld.page.n, ld.page.lead)
         ct_insert_after(&self.counts, CT_NONE if tail == self.header else tail.pno, r.pno)
         if r.height > self.height:
             self.height = r.height
@@ -4643,7 +4618,6 @@ cdef class RankIndex:
             ld.last[i].level[i].forward = r
             ld.last[i].level[i].flevel = r.level
             ld.last[i].level[i].fpno = r.pno
-            ld.last[i].level[i].fheight = r.height
             ld.last[i].level[i].span = <uint32_t>(self.length - ld.last_rank[i])
             ld.last[i].level[i].dspan = <uint32_t>(self.ndistinct - ld.last_drank[i])
             ld.before[i] = ld.last[i]
@@ -4652,7 +4626,6 @@ cdef class RankIndex:
             ld.last_drank[i] = self.ndistinct
             r.level[i].forward = NULL
             r.level[i].flevel = NULL
-            r.level[i].fheight = 0
         r.prev = NULL if tail == self.header else tail
         ld.page = r
 
@@ -4913,7 +4886,6 @@ cdef class RankIndex:
                 assert p.n >= self.min_fill, (
                     f"page below minimum fill: {p.n} < {self.min_fill}")
             assert self.pages[p.pno] == p, "page table does not point at the page"
-            assert self.tops[p.pno] == &p.level[p.height - 1], "tops does not give the top link"
             assert self.firstkeys[p.pno] == self._key_at(p, 0), "first key not kept"
             assert signbit(self.firstkeys[p.pno]) == signbit(self._key_at(p, 0)), "first key's zero"
             index_of[<size_t>p] = len(pages)
@@ -4983,8 +4955,6 @@ cdef class RankIndex:
                 assert x.level[level].span == b_n - a_n, f"span wrong at level {level}"
                 assert nxt == NULL or x.level[level].fpno == nxt.pno, "link's page number"
                 assert nxt == NULL or x.level[level].flevel == nxt.level, "link's tower"
-                assert x.level[level].fheight == (0 if nxt == NULL else nxt.height), \
-                    "link's forward height"
                 assert x.level[level].dspan == b_l - a_l, f"dspan wrong at level {level}"
                 x = nxt
         for level in range(self.height, MAX_LEVEL):
@@ -5002,8 +4972,8 @@ cdef class RankIndex:
 
     cdef _check_counts(self, list pages):
         """The count tree lists ``pages`` (addresses, in rank order) in its
-        leaves, left to right, each with its entries; every node counts the
-        entries under it, knows its parent and its slot there, and is not
+        leaves, left to right, each with its entries and leaders; every
+        node counts the entries and leaders under it, knows its parent and its slot there, and is not
         empty; the tree is ``depth`` levels everywhere; ``where`` gives
         each page's leaf; the free nodes are the ones not in the tree."""
         cdef pg_counts *ct = &self.counts
@@ -5033,7 +5003,7 @@ cdef class RankIndex:
                 assert (node[3] != 0) == (depth == ct.depth), "leaves not all at the bottom"
                 for i in range(node[1]):
                     if node[3]:
-                        listed.append((ids[i], counts[i]))
+                        listed.append((ids[i], counts[i], ct_leads(ct, node)[i]))
                         assert ct.where[ids[i]] >> 6 == id, "where names another leaf"
                     else:
                         assert ct_node(ct, ids[i])[0] == id, "a child's parent is wrong"
@@ -5041,14 +5011,17 @@ cdef class RankIndex:
                         assert counts[i] == ct_sum(ct_counts(ct, ct_node(ct, ids[i])),
                                                    ct_node(ct, ids[i])[1]), \
                             "a node's count is not its children's sum"
+                        assert ct_leads(ct, node)[i] == ct_sum(
+                            ct_leads(ct, ct_node(ct, ids[i])), ct_node(ct, ids[i])[1]), \
+                            "a node's leaders are not its children's sum"
                         below.append(ids[i])
             level = below
         assert depth == ct.depth, f"count tree depth {ct.depth} != {depth}"
         assert len(listed) == len(pages), "the count tree lists other pages"
         for i in range(len(pages)):
             p = <pg_page *><size_t>pages[i]
-            assert listed[i] == (p.pno, p.n), \
-                f"count tree: page {i} listed as {listed[i]}, is {(p.pno, p.n)}"
+            assert listed[i] == (p.pno, p.n, p.lead), \
+                f"count tree: page {i} listed as {listed[i]}, is {(p.pno, p.n, p.lead)}"
         free_id = ct.free_list
         while free_id != CT_NONE:
             assert free_id < ct.made and free_id not in nodes, "a free node in use"
@@ -5285,7 +5258,7 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size, Names names):
         ld.last[level].level[level].span = <uint32_t>(index.length - ld.last_rank[level])
         ld.last[level].level[level].dspan = <uint32_t>(index.ndistinct - ld.last_drank[level])
     if ld.page != NULL:
-        ct_add(&index.counts, ld.page.pno, ld.page.n)  # (see _append_page)
+        ct_add(&index.counts, ld.page.pno, ld.page.n, ld.page.lead)  # (see _append_page)
         index._shrink(ld.page)  # the last page may be short
     # The map was sized for every record; a walked dump's repeats leave it
     # roomier than its members need: shrink it as a removal would, and

@@ -1,4 +1,4 @@
-# The paged index's count tree: the entries before a page, in one miss.
+# The paged index's count tree: the entries (and leaders) before a page, in one miss.
 #
 # Design
 # ------
@@ -7,16 +7,19 @@
 # (``_entries_from``), and on a big board the towers of its lowest
 # levels are not in cache: three or four dependent misses at 100M
 # members (bench/README.md, issue 47 step 13).  This tree gives it with
-# one: a B+ tree of counts over the pages in rank order.
+# one: a B+ tree of counts over the pages in rank order.  It counts
+# leaders too (first entries of a run of equal scores), for dense ranks.
 #
 # * A *leaf* lists up to ``fanout`` page numbers in rank order, each with
-#   its page's entry count; an *internal node* lists up to ``fanout``
-#   nodes, each with the entries under it.  ``fanout`` is the index's
-#   page size (64 by default; tests' tiny page sizes make deep trees).
+#   its page's entry and leader counts; an *internal node* lists up to
+#   ``fanout`` nodes, each with the entries and leaders under it.
+#   ``fanout`` is the index's page size (64 by default; tests' tiny page
+#   sizes make deep trees).
 # * A node is ``stride`` 32-bit words in one array (its id is its place):
 #   parent, children, slot in the parent, leaf flag, then the children's
-#   ids and then their counts, so that a prefix of counts is contiguous
-#   (and summed by vector instructions).
+#   ids, their entry counts and their leader counts, each array apart so
+#   that a prefix of counts is contiguous (and summed by vector
+#   instructions).
 # * ``where``, by page number (a page table array, 4 bytes a page),
 #   gives the page's leaf and its slot there.  The slot is a *hint*: an
 #   insert or removal in a leaf shifts its later pages without rewriting
@@ -25,10 +28,10 @@
 #   The leaf is exact: a leaf's split or merge rewrites the ``where`` of
 #   the pages it moves.
 # * Entries before a page: its leaf's counts before its slot, then at
-#   each level up the counts before the node's slot.  At 100M members
+#   each level up the counts before the node's slot (leaders alike).  At 100M members
 #   (1.9M pages) the leaves are some 20 MB and the nodes above them 0.3
-#   MB: the leaf is a miss, read beside the page (the caller asks for
-#   both at once), and the rest is in cache.
+#   MB (40 and 0.5 MB with leaders): the leaf is a miss, read beside the
+#   page (the caller asks for both at once), and the rest is in cache.
 # * Pages keep their numbers when they move (growth, evacuation,
 #   widening), so only writes that change a page's entry count
 #   (``ct_add``) or the order of pages (a page linked or unlinked) touch
@@ -43,8 +46,6 @@
 #   (one a level, and a new root) is reserved, so linking a page cannot
 #   fail, and unlinking one frees nodes only.
 #
-# Dense rank keeps the towers' walk: it needs leaders, not entries.
-
 cdef enum:
     CT_NONE = 0xFFFFFFFF
     CT_HEAD = 4            # words before a node's children
@@ -77,12 +78,16 @@ cdef inline uint32_t *ct_counts(pg_counts *ct, uint32_t *node) noexcept nogil:
     return node + CT_HEAD + ct.fanout
 
 
+cdef inline uint32_t *ct_leads(pg_counts *ct, uint32_t *node) noexcept nogil:
+    return node + CT_HEAD + 2 * ct.fanout
+
+
 cdef void ct_init(pg_counts *ct, uint32_t fanout) noexcept nogil:
     """An empty tree of nodes of ``fanout`` (4..64) children (its
     ``where`` is the index's, grown with the page table)."""
     ct.words = NULL
     ct.fanout = fanout
-    ct.stride = CT_HEAD + 2 * fanout
+    ct.stride = CT_HEAD + 3 * fanout
     ct.made = ct.cap = ct.nfree = ct.depth = 0
     ct.free_list = ct.root = CT_NONE
 
@@ -166,38 +171,37 @@ cdef inline uint32_t ct_sum(const uint32_t *counts, uint32_t n) noexcept nogil:
     return s
 
 
-cdef inline Py_ssize_t ct_before(pg_counts *ct, uint32_t pno) noexcept nogil:
-    """The entries of the pages before page ``pno``."""
+cdef inline Py_ssize_t ct_before(pg_counts *ct, uint32_t pno, Py_ssize_t *leaders) noexcept nogil:
+    """The entries of the pages before page ``pno`` (and their leaders,
+    if ``leaders`` is not NULL)."""
     cdef uint32_t *node
     cdef uint32_t slot = ct_slot(ct, pno, &node), parent
-    cdef Py_ssize_t total = 0
+    cdef Py_ssize_t total = 0, lead = 0
     while True:
         total += ct_sum(ct_counts(ct, node), slot)
+        if leaders != NULL:
+            lead += ct_sum(ct_leads(ct, node), slot)
         parent = node[0]
         if parent == CT_NONE:
+            if leaders != NULL:
+                leaders[0] = lead
             return total
         slot = node[2]
         node = ct_node(ct, parent)
 
 
-cdef inline void ct_add(pg_counts *ct, uint32_t pno, int64_t delta) noexcept nogil:
-    """Page ``pno`` gained ``delta`` entries."""
+cdef inline void ct_add(pg_counts *ct, uint32_t pno, int64_t dn, int64_t dl) noexcept nogil:
+    """Page ``pno`` gained ``dn`` entries and ``dl`` leaders."""
     cdef uint32_t *node
     cdef uint32_t slot = ct_slot(ct, pno, &node), parent
     while True:
-        ct_counts(ct, node)[slot] = <uint32_t>(<int64_t>ct_counts(ct, node)[slot] + delta)
+        ct_counts(ct, node)[slot] = <uint32_t>(<int64_t>ct_counts(ct, node)[slot] + dn)
+        ct_leads(ct, node)[slot] = <uint32_t>(<int64_t>ct_leads(ct, node)[slot] + dl)
         parent = node[0]
         if parent == CT_NONE:
             return
         slot = node[2]
         node = ct_node(ct, parent)
-
-
-cdef inline uint32_t ct_count(pg_counts *ct, uint32_t pno) noexcept nogil:
-    """The entries the tree counts for page ``pno``."""
-    cdef uint32_t *node
-    cdef uint32_t slot = ct_slot(ct, pno, &node)
-    return ct_counts(ct, node)[slot]
 
 
 cdef inline void ct_adopt(pg_counts *ct, uint32_t *node, uint32_t id, uint32_t start) noexcept nogil:
@@ -214,14 +218,16 @@ cdef inline void ct_adopt(pg_counts *ct, uint32_t *node, uint32_t id, uint32_t s
             child[2] = i
 
 
-cdef inline void ct_node_add(pg_counts *ct, uint32_t id, int64_t delta) noexcept nogil:
-    """The entries under node ``id`` changed by ``delta``: its ancestors count them."""
+cdef inline void ct_node_add(pg_counts *ct, uint32_t id, int64_t dn, int64_t dl) noexcept nogil:
+    """The entries and leaders under node ``id`` changed by ``dn`` and
+    ``dl``: its ancestors count them."""
     cdef uint32_t *node = ct_node(ct, id)
     cdef uint32_t *parent
     while node[0] != CT_NONE:
         parent = ct_node(ct, node[0])
         ct_counts(ct, parent)[node[2]] = <uint32_t>(<int64_t>ct_counts(ct, parent)[node[2]]
-                                                    + delta)
+                                                    + dn)
+        ct_leads(ct, parent)[node[2]] = <uint32_t>(<int64_t>ct_leads(ct, parent)[node[2]] + dl)
         node = parent
 
 
@@ -236,7 +242,7 @@ cdef void ct_insert_at(pg_counts *ct, uint32_t id, uint32_t at, uint32_t child) 
     cdef uint32_t *other
     cdef uint32_t *ids
     cdef uint32_t *counts
-    cdef uint32_t half, moved, total, sibling, root, n
+    cdef uint32_t half, moved, total, ltotal, sibling, root, n
     if node[1] == ct.fanout:
         sibling = ct_new_node(ct, node[3])
         node = ct_node(ct, id)
@@ -245,10 +251,12 @@ cdef void ct_insert_at(pg_counts *ct, uint32_t id, uint32_t at, uint32_t child) 
         moved = ct.fanout - half
         memcpy(ct_children(ct, other), ct_children(ct, node) + half, moved * 4)
         memcpy(ct_counts(ct, other), ct_counts(ct, node) + half, moved * 4)
+        memcpy(ct_leads(ct, other), ct_leads(ct, node) + half, moved * 4)
         other[1] = moved
         node[1] = half
         ct_adopt(ct, other, sibling, 0)
         total = ct_sum(ct_counts(ct, other), moved)
+        ltotal = ct_sum(ct_leads(ct, other), moved)
         if node[0] == CT_NONE:
             root = ct_new_node(ct, False)
             node = ct_node(ct, id)
@@ -258,14 +266,16 @@ cdef void ct_insert_at(pg_counts *ct, uint32_t id, uint32_t at, uint32_t child) 
             ids[0], ids[1] = id, sibling
             counts[0] = ct_sum(ct_counts(ct, node), half)
             counts[1] = total
+            ct_leads(ct, ct_node(ct, root))[0] = ct_sum(ct_leads(ct, node), half)
+            ct_leads(ct, ct_node(ct, root))[1] = ltotal
             ct_node(ct, root)[1] = 2
             ct_adopt(ct, ct_node(ct, root), root, 0)
             ct.root = root
             ct.depth += 1
         else:
-            ct_node_add(ct, id, -<int64_t>total)
+            ct_node_add(ct, id, -<int64_t>total, -<int64_t>ltotal)
             ct_insert_at(ct, node[0], node[2] + 1, sibling)
-            ct_node_add(ct, sibling, total)
+            ct_node_add(ct, sibling, total, ltotal)
         if at > half or moved == 0:
             id, at = sibling, at - half
         node = ct_node(ct, id)
@@ -274,8 +284,10 @@ cdef void ct_insert_at(pg_counts *ct, uint32_t id, uint32_t at, uint32_t child) 
     counts = ct_counts(ct, node)
     memmove(ids + at + 1, ids + at, (n - at) * 4)
     memmove(counts + at + 1, counts + at, (n - at) * 4)
+    memmove(ct_leads(ct, node) + at + 1, ct_leads(ct, node) + at, (n - at) * 4)
     ids[at] = child
     counts[at] = 0
+    ct_leads(ct, node)[at] = 0
     node[1] = n + 1
     if node[3]:
         ct.where[child] = id << 6 | at   # (the later pages' hints go stale)
@@ -316,6 +328,7 @@ cdef void ct_remove_at(pg_counts *ct, uint32_t id, uint32_t at) noexcept nogil:
     cdef uint32_t *counts = ct_counts(ct, node)
     memmove(ids + at, ids + at + 1, (n - at) * 4)
     memmove(counts + at, counts + at + 1, (n - at) * 4)
+    memmove(ct_leads(ct, node) + at, ct_leads(ct, node) + at + 1, (n - at) * 4)
     node[1] = n
     if not node[3]:
         ct_adopt(ct, node, id, at)
@@ -354,22 +367,27 @@ cdef void ct_remove_at(pg_counts *ct, uint32_t id, uint32_t at) noexcept nogil:
         return
     memcpy(ct_children(ct, left) + ln, ct_children(ct, right), right[1] * 4)
     memcpy(ct_counts(ct, left) + ln, ct_counts(ct, right), right[1] * 4)
+    memcpy(ct_leads(ct, left) + ln, ct_leads(ct, right), right[1] * 4)
     left[1] = ln + right[1]
     ct_adopt(ct, left, lid, ln)
     ct_counts(ct, parent)[slot] += ct_counts(ct, parent)[slot + 1]
     ct_counts(ct, parent)[slot + 1] = 0
+    ct_leads(ct, parent)[slot] += ct_leads(ct, parent)[slot + 1]
+    ct_leads(ct, parent)[slot + 1] = 0
     ct_free_node(ct, rid)
     ct_remove_at(ct, pid, slot + 1)
 
 
-cdef uint32_t ct_remove(pg_counts *ct, uint32_t pno) noexcept nogil:
-    """Take page ``pno`` out; return the entries the tree counted for it
-    (the caller gives them to the page that took them, if any)."""
+cdef uint32_t ct_remove(pg_counts *ct, uint32_t pno, uint32_t *leads) noexcept nogil:
+    """Take page ``pno`` out; return the entries the tree counted for it,
+    and its leaders in ``leads`` (the caller gives them to the page that
+    took them, if any)."""
     cdef uint32_t *node
     cdef uint32_t slot = ct_slot(ct, pno, &node)
     cdef uint32_t count = ct_counts(ct, node)[slot]
-    if count:
-        ct_add(ct, pno, -<int64_t>count)
+    leads[0] = ct_leads(ct, node)[slot]
+    if count or leads[0]:
+        ct_add(ct, pno, -<int64_t>count, -<int64_t>leads[0])
     ct_remove_at(ct, ct.where[pno] >> 6, slot)
     return count
 
