@@ -21,15 +21,17 @@ either is missing).  The board is either ``--snapshot``, a dump file that
 built here: ``--members`` members ``"p:%014d"`` with random integer scores
 by ``apply_batch``.  Then ``--rounds`` rounds; each draws ``--sample``
 random members and, board by board in an order rotated every round, times
-each ``rank(m)`` and then each ``score(m)`` call alone with
-``time.perf_counter_ns`` (the timer's cost is in every figure).
+each ``rank(m)``, then each ``dense_rank(m)`` (with ``--dense``) and
+then each ``score(m)`` call alone with ``time.perf_counter_ns`` (the
+timer's cost is in every figure).
 
 Output: a line per round and board (p50/p99 in µs), then each revision's
 medians over the rounds and their ratio to the first revision's.  At 100M
 a board loaded earlier often reads ``rank`` with a far worse p99 than one
 loaded later (bench/README.md, issue 47 step 14: likely the later board
-pushing the earlier one's towers out of cache), so compare boards in the
-same load position: run with the ``--rev`` order swapped, or give a
+pushing the earlier one's towers out of cache; since step 15 ranks read
+a count tree, not the towers, and the effect is much smaller), so
+compare boards in the same load position: run with the ``--rev`` order swapped, or give a
 revision twice, first, as a board to sacrifice (``--rev A --rev A --rev B``).
 
 ::
@@ -137,6 +139,7 @@ def main() -> int:
     p.add_argument("--snapshot", help="a dump file to load instead of building")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--sample", type=int, default=100_000)
+    p.add_argument("--dense", action="store_true", help="time dense_rank too")
     p.add_argument("--json", action="store_true", help="print the medians as JSON at the end")
     args = p.parse_args()
     if len(args.rev) < 2:
@@ -164,9 +167,9 @@ def main() -> int:
             boards[label] = board(importlib.import_module(name).RankIndex, args)
             print(f"{label}: {len(boards[label]):,} members in "
                   f"{time.perf_counter() - started:.1f} s", flush=True)
+        ops = ("rank", "dense_rank", "score") if args.dense else ("rank", "score")
         figures: dict[str, dict[str, list[float]]] = {
-            label: {"rank_p50": [], "rank_p99": [], "score_p50": [], "score_p99": []}
-            for label in labels}
+            label: {f"{op}_{q}": [] for op in ops for q in ("p50", "p99")} for label in labels}
         size = len(next(iter(boards.values())))
         for r in range(args.rounds):
             rng = random.Random(1000 + r)
@@ -174,7 +177,7 @@ def main() -> int:
             order = labels[r % len(labels):] + labels[:r % len(labels)]
             for rev in order:
                 line = []
-                for op in ("rank", "score"):
+                for op in ops:
                     p50, p99 = timed(getattr(boards[rev], op), sample)
                     figures[rev][f"{op}_p50"].append(p50)
                     figures[rev][f"{op}_p99"].append(p99)
