@@ -2892,7 +2892,7 @@ cdef class RankIndex:
         cdef uint32_t pno = PG_CODE_PNO(code)
         if dense == NULL and code == self.memo_code and self.memo_mutations == self.mutations:
             return self.memo_rank
-        ct_prefetch(&self.counts, pno)
+        ct_prefetch(&self.counts, pno, dense != NULL)
         p = self._locate(code, &pos)
         if dense == NULL:
             return ct_before(&self.counts, pno, NULL) + pos + 1
@@ -3875,7 +3875,7 @@ cdef class RankIndex:
             level[j] = self.height - 1
             if pg[j] != NULL:
                 # (the write changes its page's count, or reads its rank there)
-                ct_prefetch(&self.counts, pg[j].pno)
+                ct_prefetch(&self.counts, pg[j].pno, True)
             if (keyed[j] and pg[j] != NULL and ops[j] != OP_REMOVE
                     and self.firstkeys[pg[j].pno] <= target[j] <= self._key_at(pg[j], pg[j].n - 1)):
                 # It stays in its page: its rank is the count tree's, not

@@ -156,12 +156,19 @@ cdef inline uint32_t ct_slot(pg_counts *ct, uint32_t pno, uint32_t **leaf) noexc
     return i
 
 
-cdef inline void ct_prefetch(pg_counts *ct, uint32_t pno) noexcept nogil:
-    """Ask for page ``pno``'s leaf (its ``where`` must be at hand)."""
-    cdef char *node = <char *>ct_node(ct, ct.where[pno] >> 6)
-    cdef uint32_t i
-    for i in range(0, ct.stride * 4, 64):
-        rk_prefetch(node + i)
+cdef inline void ct_prefetch(pg_counts *ct, uint32_t pno, bint leaders) noexcept nogil:
+    """Ask for what ``ct_before`` reads of page ``pno``'s leaf, by its
+    hint: the header, the page's id, the counts up to its own (and the
+    leaders', if ``leaders``)."""
+    cdef uint32_t w = ct.where[pno]
+    cdef uint32_t *node = ct_node(ct, w >> 6)
+    cdef uint32_t slot = w & 63, i
+    rk_prefetch(node)
+    rk_prefetch(ct_children(ct, node) + slot)
+    for i in range(0, slot + 1, 16):
+        rk_prefetch(ct_counts(ct, node) + i)
+        if leaders:
+            rk_prefetch(ct_leads(ct, node) + i)
 
 
 cdef inline uint32_t ct_sum(const uint32_t *counts, uint32_t n) noexcept nogil:
