@@ -20,9 +20,10 @@ on one index kind (``--index pages``, the default, or ``skiplist``):
    ``--sample`` random members and ``range_by_rank(0, 100)`` (top-100) as
    many times, each call timed alone with ``time.perf_counter_ns`` (the
    timer's own cost, about 50-100 ns here, is in every figure); p50/p99/max.
-   ``score(m)`` of the same members is timed too: it finds the member's
-   entry as ``rank`` does (map slot, page, name) and stops there, so
-   ``rank`` less ``score`` is what the walk to the rank costs.
+   ``dense_rank(m)`` and ``score(m)`` of the same members are timed too:
+   ``score`` finds the member's entry as ``rank`` does (map slot, page,
+   name) and stops there, so ``rank`` less ``score`` is what counting the
+   entries before it costs.
 
 RSS figures are the process's whole resident set (the interpreter, about
 10 MiB, included).  The snapshot file goes to ``--dir`` (default a fresh
@@ -83,20 +84,27 @@ def percentiles(samples: list[int]) -> dict[str, float]:
 
 
 def reads(index, members: int, sample: int) -> dict[str, dict[str, float]]:
-    """Per-call ``rank`` and top-100 timings over ``sample`` random members."""
+    """Per-call ``rank``, ``dense_rank``, ``score`` and top-100 timings
+    over ``sample`` random members."""
     rng = random.Random(SEED + 1)
     names = [NAME % rng.randrange(members) for _ in range(sample)]
     clock = time.perf_counter_ns
     rank = index.rank
+    dense_rank = index.dense_rank
     score = index.score
     top = index.range_by_rank
-    rank_ns, score_ns, top_ns = [], [], []
+    rank_ns, dense_ns, score_ns, top_ns = [], [], [], []
     gc.disable()
     for name in names:
         t0 = clock()
         rank(name)
         t1 = clock()
         rank_ns.append(t1 - t0)
+    for name in names:
+        t0 = clock()
+        dense_rank(name)
+        t1 = clock()
+        dense_ns.append(t1 - t0)
     for name in names:
         t0 = clock()
         score(name)
@@ -108,7 +116,8 @@ def reads(index, members: int, sample: int) -> dict[str, dict[str, float]]:
         t1 = clock()
         top_ns.append(t1 - t0)
     gc.enable()
-    return {"rank": percentiles(rank_ns), "score": percentiles(score_ns),
+    return {"rank": percentiles(rank_ns), "dense_rank": percentiles(dense_ns),
+            "score": percentiles(score_ns),
             "top100": percentiles(top_ns)}
 
 
