@@ -3772,7 +3772,6 @@ cdef class RankIndex:
         cdef int level[WARM_GROUP]
         cdef bint keyed[WARM_GROUP]
         cdef bint phase[WARM_GROUP]
-        cdef uint32_t dest[WARM_GROUP]  # the page a search ended on (CT_NONE: none)
         cdef Py_ssize_t entry[WARM_GROUP]
         cdef int lanes = 0, walked = 0, active = 0, j, i, overflow
         cdef long long op_code
@@ -3889,7 +3888,6 @@ cdef class RankIndex:
         # asking for the next page's link, or goes down its own tower.
         for j in range(lanes):
             phase[j] = 0
-            dest[j] = CT_NONE
             walked += keyed[j]
             if not keyed[j] or level[j] < 0:
                 level[j] = -1
@@ -3910,21 +3908,12 @@ cdef class RankIndex:
                     phase[j] = 0
                     if self.firstkeys[link.fpno] <= target[j]:
                         lv[j] = link.flevel
-                        dest[j] = link.fpno
                         rk_prefetch(&lv[j][i])
                         break
                     i -= 1
                 if i < 0 and level[j] >= 0:
                     active -= 1
                 level[j] = i
-        # The page each search ended on takes (or gives) an entry: its
-        # leaf in the count tree, asked for in two stages across the group.
-        for j in range(lanes):
-            if dest[j] != CT_NONE:
-                rk_prefetch(&self.counts.where[dest[j]])
-        for j in range(lanes):
-            if dest[j] != CT_NONE:
-                ct_prefetch(&self.counts, dest[j], False)
         return walked
 
     def set_states_packed(self, states):
