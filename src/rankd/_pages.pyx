@@ -4975,7 +4975,7 @@ cdef class RankIndex:
         leaves, left to right, each with its entries and leaders; every
         node counts the entries and leaders under it, knows its parent and its slot there, and is not
         empty; the tree is ``depth`` levels everywhere; ``where`` gives
-        each page's leaf; the free nodes are the ones not in the tree."""
+        each page's leaf and slot; the free nodes are the ones not in the tree."""
         cdef pg_counts *ct = &self.counts
         cdef list level = [] if ct.root == CT_NONE else [ct.root]
         cdef list below, listed = []
@@ -5004,7 +5004,7 @@ cdef class RankIndex:
                 for i in range(node[1]):
                     if node[3]:
                         listed.append((ids[i], counts[i], ct_leads(ct, node)[i]))
-                        assert ct.where[ids[i]] >> 6 == id, "where names another leaf"
+                        assert ct.where[ids[i]] == id << 6 | i, "where names another place"
                     else:
                         assert ct_node(ct, ids[i])[0] == id, "a child's parent is wrong"
                         assert ct_node(ct, ids[i])[2] == i, "a child's slot is wrong"

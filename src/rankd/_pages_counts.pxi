@@ -21,12 +21,11 @@
 #   that a prefix of counts is contiguous (and summed by vector
 #   instructions).
 # * ``where``, by page number (a page table array, 4 bytes a page),
-#   gives the page's leaf and its slot there.  The slot is a *hint*: an
-#   insert or removal in a leaf shifts its later pages without rewriting
-#   their ``where`` (random writes into the table), and a read whose hint
-#   is stale finds the page by a scan of the leaf's ids and fixes it.
-#   The leaf is exact: a leaf's split or merge rewrites the ``where`` of
-#   the pages it moves.
+#   gives the page's leaf and its slot there, so that a read goes straight
+#   to the page's counts.  An insert or removal in a leaf rewrites the
+#   ``where`` of the pages it shifts (half a leaf on average, once per
+#   page split or merge), and a node's split or merge those of the pages
+#   it moves.
 # * Entries before a page: its leaf's counts before its slot, then at
 #   each level up the counts before the node's slot (leaders alike).  At 100M members
 #   (1.9M pages) the leaves are some 20 MB and the nodes above them 0.3
@@ -61,7 +60,7 @@ ctypedef struct pg_counts:
     uint32_t nfree
     uint32_t root          # CT_NONE: no page
     uint32_t depth         # levels (1: the root is a leaf)
-    uint32_t *where        # by page number: leaf << 6 | slot (a hint)
+    uint32_t *where        # by page number: leaf << 6 | slot
     uint32_t where_cap
 
 
@@ -141,30 +140,19 @@ cdef inline void ct_free_node(pg_counts *ct, uint32_t id) noexcept nogil:
 
 
 cdef inline uint32_t ct_slot(pg_counts *ct, uint32_t pno, uint32_t **leaf) noexcept nogil:
-    """The slot of page ``pno`` in its leaf (``leaf[0]``), its hint fixed."""
+    """The slot of page ``pno`` in its leaf (``leaf[0]``)."""
     cdef uint32_t w = ct.where[pno]
-    cdef uint32_t *node = ct_node(ct, w >> 6)
-    cdef uint32_t *ids = ct_children(ct, node)
-    cdef uint32_t i = w & 63
-    leaf[0] = node
-    if i < node[1] and ids[i] == pno:
-        return i
-    i = 0
-    while ids[i] != pno:   # (it is there: the leaf is exact)
-        i += 1
-    ct.where[pno] = (w & ~<uint32_t>63) | i
-    return i
+    leaf[0] = ct_node(ct, w >> 6)
+    return w & 63
 
 
 cdef inline void ct_prefetch(pg_counts *ct, uint32_t pno, bint leaders) noexcept nogil:
-    """Ask for what ``ct_before`` reads of page ``pno``'s leaf, by its
-    hint: the header, the page's id, the counts up to its own (and the
-    leaders', if ``leaders``)."""
+    """Ask for what ``ct_before`` reads of page ``pno``'s leaf: the
+    header and the counts up to its own (and the leaders', if ``leaders``)."""
     cdef uint32_t w = ct.where[pno]
     cdef uint32_t *node = ct_node(ct, w >> 6)
     cdef uint32_t slot = w & 63, i
     rk_prefetch(node)
-    rk_prefetch(ct_children(ct, node) + slot)
     for i in range(0, slot + 1, 16):
         rk_prefetch(ct_counts(ct, node) + i)
         if leaders:
@@ -296,10 +284,7 @@ cdef void ct_insert_at(pg_counts *ct, uint32_t id, uint32_t at, uint32_t child) 
     counts[at] = 0
     ct_leads(ct, node)[at] = 0
     node[1] = n + 1
-    if node[3]:
-        ct.where[child] = id << 6 | at   # (the later pages' hints go stale)
-    else:
-        ct_adopt(ct, node, id, at)
+    ct_adopt(ct, node, id, at)
 
 
 cdef void ct_insert_after(pg_counts *ct, uint32_t prev, uint32_t pno) noexcept nogil:
@@ -337,8 +322,7 @@ cdef void ct_remove_at(pg_counts *ct, uint32_t id, uint32_t at) noexcept nogil:
     memmove(counts + at, counts + at + 1, (n - at) * 4)
     memmove(ct_leads(ct, node) + at, ct_leads(ct, node) + at + 1, (n - at) * 4)
     node[1] = n
-    if not node[3]:
-        ct_adopt(ct, node, id, at)
+    ct_adopt(ct, node, id, at)
     if node[0] == CT_NONE:
         if n == 0:
             ct_free_node(ct, id)
