@@ -20,10 +20,12 @@ either is missing).  The board is either ``--snapshot``, a dump file that
 ``bench_huge.py --keep`` wrote (all revisions must read its format), or
 built here: ``--members`` members ``"p:%014d"`` with random integer scores
 by ``apply_batch``.  Then ``--rounds`` rounds; each draws ``--sample``
-random members and, board by board in an order rotated every round, times
-each ``rank(m)``, then each ``dense_rank(m)`` (with ``--dense``) and
-then each ``score(m)`` call alone with ``time.perf_counter_ns`` (the
-timer's cost is in every figure).
+random members for each call timed (the same for every board; each call
+on members of its own, since members another call just read would be in
+cache), and, board by board in an order rotated every round, times each
+``rank(m)``, then each ``dense_rank(m)`` (with ``--dense``) and then
+each ``score(m)`` call alone with ``time.perf_counter_ns`` (the timer's
+cost is in every figure).
 
 Output: a line per round and board (p50/p99 in µs), then each revision's
 medians over the rounds and their ratio to the first revision's.  At 100M
@@ -173,12 +175,16 @@ def main() -> int:
         size = len(next(iter(boards.values())))
         for r in range(args.rounds):
             rng = random.Random(1000 + r)
-            sample = [NAME % rng.randrange(size) for _ in range(args.sample)]
+            # A sample of its own for each call (the same for every
+            # board): a call timed on members another just read would
+            # find their lines in cache.
+            samples = {op: [NAME % rng.randrange(size) for _ in range(args.sample)]
+                       for op in ops}
             order = labels[r % len(labels):] + labels[:r % len(labels)]
             for rev in order:
                 line = []
                 for op in ops:
-                    p50, p99 = timed(getattr(boards[rev], op), sample)
+                    p50, p99 = timed(getattr(boards[rev], op), samples[op])
                     figures[rev][f"{op}_p50"].append(p50)
                     figures[rev][f"{op}_p99"].append(p99)
                     line.append(f"{op} {p50:.2f}/{p99:.2f}")
