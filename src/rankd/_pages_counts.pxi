@@ -3,11 +3,12 @@
 # Design
 # ------
 # A member's rank is the entries of the pages before its page plus its
-# position in it.  The skip list gives that sum by a walk over towers
-# (``_entries_from``), and on a big board the towers of its lowest
-# levels are not in cache: three or four dependent misses at 100M
-# members (bench/README.md, issue 47 step 13).  This tree gives it with
-# one: a B+ tree of counts over the pages in rank order.  It counts
+# position in it.  The skip list's spans give that sum by a walk over
+# towers (how ranks were read until issue 47's step 15), but on a big
+# board the towers of its lowest levels are not in cache: three or four
+# dependent misses at 100M members (bench/README.md, issue 47 step 13).
+# This tree gives it with one: a B+ tree of counts over the pages in
+# rank order.  It counts
 # leaders too (first entries of a run of equal scores), for dense ranks.
 #
 # * A *leaf* lists up to ``fanout`` page numbers in rank order, each with
@@ -27,10 +28,10 @@
 #   page split or merge), and a node's split or merge those of the pages
 #   it moves.
 # * Entries before a page: its leaf's counts before its slot, then at
-#   each level up the counts before the node's slot (leaders alike).  At 100M members
-#   (1.9M pages) the leaves are some 20 MB and the nodes above them 0.3
-#   MB (40 and 0.5 MB with leaders): the leaf is a miss, read beside the
-#   page (the caller asks for both at once), and the rest is in cache.
+#   each level up the counts before the node's slot (leaders alike).
+#   At 100M members (1.9M pages) the leaves are some 35 MB and the nodes
+#   above them under 1 MB: the leaf is a miss, read beside the page (the
+#   caller asks for both at once), and the rest is in cache.
 # * Pages keep their numbers when they move (growth, evacuation,
 #   widening), so only writes that change a page's entry count
 #   (``ct_add``) or the order of pages (a page linked or unlinked) touch
@@ -44,7 +45,7 @@
 #   (``_page_alloc``) only once room for the nodes its insert can make
 #   (one a level, and a new root) is reserved, so linking a page cannot
 #   fail, and unlinking one frees nodes only.
-#
+
 cdef enum:
     CT_NONE = 0xFFFFFFFF
     CT_HEAD = 4            # words before a node's children
