@@ -2899,7 +2899,7 @@ cdef class RankIndex:
         rank = ct_before(&self.counts, pno, &leaders) + pos + 1
         # (the page's leaders up to the member: its own count, less the
         # runs that start after it; the page before is not read)
-        dense[0] = leaders + p.lead - self._key_changes_after(p, pos)
+        dense[0] = leaders + p.lead - self._key_changes(p, pos + 1, p.n)
         return rank
 
     cdef Py_ssize_t _rank_in(self, uint32_t code, pg_page *p, Py_ssize_t pos) noexcept:
@@ -2942,35 +2942,21 @@ cdef class RankIndex:
             return PG_KEYS32(p)[i] == PG_KEYS32(q)[j]
         return self._key_at(p, i) == self._key_at(q, j)
 
-    cdef inline uint32_t _key_changes(self, pg_page *p, Py_ssize_t end) noexcept nogil:
-        """How many of entries 1..end-1 of ``p`` differ from the one before."""
+    cdef inline uint32_t _key_changes(self, pg_page *p, Py_ssize_t start,
+                                      Py_ssize_t end) noexcept nogil:
+        """How many of entries start..end-1 of ``p`` (start >= 1) differ
+        from the one before."""
         cdef uint32_t count = 0
         cdef Py_ssize_t i
         cdef double *keys
         cdef int32_t *narrow
         if not p.wide:
             narrow = PG_KEYS32(p)
-            for i in range(1, end):
+            for i in range(start, end):
                 count += narrow[i] != narrow[i - 1]
         else:
             keys = PG_KEYS(p)
-            for i in range(1, end):
-                count += keys[i] != keys[i - 1]
-        return count
-
-    cdef inline uint32_t _key_changes_after(self, pg_page *p, Py_ssize_t pos) noexcept nogil:
-        """How many of entries pos+1..n-1 of ``p`` differ from the one before."""
-        cdef uint32_t count = 0
-        cdef Py_ssize_t i
-        cdef double *keys
-        cdef int32_t *narrow
-        if not p.wide:
-            narrow = PG_KEYS32(p)
-            for i in range(pos + 1, p.n):
-                count += narrow[i] != narrow[i - 1]
-        else:
-            keys = PG_KEYS(p)
-            for i in range(pos + 1, p.n):
+            for i in range(start, end):
                 count += keys[i] != keys[i - 1]
         return count
 
@@ -2988,7 +2974,7 @@ cdef class RankIndex:
             return 0
         if first:
             count = self._lead0(p)
-        return count + self._key_changes(p, p.n)
+        return count + self._key_changes(p, 1, p.n)
 
     # --- accounting: keeping spans equal to the entries and leaders they cover ---
 
