@@ -186,18 +186,26 @@ cdef inline Py_ssize_t ct_before(pg_counts *ct, uint32_t pno, Py_ssize_t *leader
         node = ct_node(ct, parent)
 
 
+cdef inline void ct_node_add(pg_counts *ct, uint32_t id, int64_t dn, int64_t dl) noexcept nogil:
+    """The entries and leaders under node ``id`` changed by ``dn`` and
+    ``dl``: its ancestors count them."""
+    cdef uint32_t *node = ct_node(ct, id)
+    cdef uint32_t *parent
+    while node[0] != CT_NONE:
+        parent = ct_node(ct, node[0])
+        ct_counts(ct, parent)[node[2]] = <uint32_t>(<int64_t>ct_counts(ct, parent)[node[2]]
+                                                    + dn)
+        ct_leads(ct, parent)[node[2]] = <uint32_t>(<int64_t>ct_leads(ct, parent)[node[2]] + dl)
+        node = parent
+
+
 cdef inline void ct_add(pg_counts *ct, uint32_t pno, int64_t dn, int64_t dl) noexcept nogil:
     """Page ``pno`` gained ``dn`` entries and ``dl`` leaders."""
     cdef uint32_t *node
-    cdef uint32_t slot = ct_slot(ct, pno, &node), parent
-    while True:
-        ct_counts(ct, node)[slot] = <uint32_t>(<int64_t>ct_counts(ct, node)[slot] + dn)
-        ct_leads(ct, node)[slot] = <uint32_t>(<int64_t>ct_leads(ct, node)[slot] + dl)
-        parent = node[0]
-        if parent == CT_NONE:
-            return
-        slot = node[2]
-        node = ct_node(ct, parent)
+    cdef uint32_t slot = ct_slot(ct, pno, &node)
+    ct_counts(ct, node)[slot] = <uint32_t>(<int64_t>ct_counts(ct, node)[slot] + dn)
+    ct_leads(ct, node)[slot] = <uint32_t>(<int64_t>ct_leads(ct, node)[slot] + dl)
+    ct_node_add(ct, ct.where[pno] >> 6, dn, dl)
 
 
 cdef inline void ct_adopt(pg_counts *ct, uint32_t *node, uint32_t id, uint32_t start) noexcept nogil:
@@ -212,19 +220,6 @@ cdef inline void ct_adopt(pg_counts *ct, uint32_t *node, uint32_t id, uint32_t s
             child = ct_node(ct, ids[i])
             child[0] = id
             child[2] = i
-
-
-cdef inline void ct_node_add(pg_counts *ct, uint32_t id, int64_t dn, int64_t dl) noexcept nogil:
-    """The entries and leaders under node ``id`` changed by ``dn`` and
-    ``dl``: its ancestors count them."""
-    cdef uint32_t *node = ct_node(ct, id)
-    cdef uint32_t *parent
-    while node[0] != CT_NONE:
-        parent = ct_node(ct, node[0])
-        ct_counts(ct, parent)[node[2]] = <uint32_t>(<int64_t>ct_counts(ct, parent)[node[2]]
-                                                    + dn)
-        ct_leads(ct, parent)[node[2]] = <uint32_t>(<int64_t>ct_leads(ct, parent)[node[2]] + dl)
-        node = parent
 
 
 cdef void ct_insert_at(pg_counts *ct, uint32_t id, uint32_t at, uint32_t child) noexcept nogil:
