@@ -23,9 +23,10 @@ by ``apply_batch``.  Then ``--rounds`` rounds; each draws ``--sample``
 random members for each call timed (the same for every board; each call
 on members of its own, since members another call just read would be in
 cache), and, board by board in an order rotated every round, times each
-``rank(m)``, then each ``dense_rank(m)`` (with ``--dense``) and then
-each ``score(m)`` call alone with ``time.perf_counter_ns`` (the timer's
-cost is in every figure).
+``rank(m)``, then each ``dense_rank(m)`` (with ``--dense``), each
+``score(m)`` and, with ``--absent``, each ``score(m)`` of a member the
+board does not hold (``absent``: the probe alone, to its empty slot) call
+alone with ``time.perf_counter_ns`` (the timer's cost is in every figure).
 
 Output: a line per round and board (p50/p99 in µs), then each revision's
 medians over the rounds and their ratio to the first revision's.  At 100M
@@ -142,6 +143,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--sample", type=int, default=100_000)
     p.add_argument("--dense", action="store_true", help="time dense_rank too")
+    p.add_argument("--absent", action="store_true", help="time score of absent members too")
     p.add_argument("--json", action="store_true", help="print the medians as JSON at the end")
     args = p.parse_args()
     if len(args.rev) < 2:
@@ -169,7 +171,7 @@ def main() -> int:
             boards[label] = board(importlib.import_module(name).RankIndex, args)
             print(f"{label}: {len(boards[label]):,} members in "
                   f"{time.perf_counter() - started:.1f} s", flush=True)
-        ops = ("rank", "dense_rank", "score") if args.dense else ("rank", "score")
+        ops = ("rank",) + ("dense_rank",) * args.dense + ("score",) + ("absent",) * args.absent
         figures: dict[str, dict[str, list[float]]] = {
             label: {f"{op}_{q}": [] for op in ops for q in ("p50", "p99")} for label in labels}
         size = len(next(iter(boards.values())))
@@ -180,11 +182,15 @@ def main() -> int:
             # find their lines in cache.
             samples = {op: [NAME % rng.randrange(size) for _ in range(args.sample)]
                        for op in ops}
+            if args.absent:  # (names past the board's last: "p:%014d" of size and up)
+                samples["absent"] = [NAME % rng.randrange(size, 2 * size)
+                                     for _ in range(args.sample)]
             order = labels[r % len(labels):] + labels[:r % len(labels)]
             for rev in order:
                 line = []
                 for op in ops:
-                    p50, p99 = timed(getattr(boards[rev], op), samples[op])
+                    call = getattr(boards[rev], "score" if op == "absent" else op)
+                    p50, p99 = timed(call, samples[op])
                     figures[rev][f"{op}_p50"].append(p50)
                     figures[rev][f"{op}_p99"].append(p99)
                     line.append(f"{op} {p50:.2f}/{p99:.2f}")
