@@ -1180,8 +1180,6 @@ DEF DEFAULT_PAGE_SIZE = 64
 DEF MIN_PAGE_SIZE = 4
 DEF MAX_PAGE_SIZE = 64      # entry numbers are 6-bit (see Members)
 DEF MIN_TABLE_SIZE = 8
-# Slots a lookup's probe reads before it compares names (see _probe_new).
-DEF PROBE_AHEAD = 8
 DEF MAX_MEMBER_BYTES = 256
 DEF MAX_EXACT_INT = 9007199254740992
 DEF MAX_SEQ = 9223372036854775807
@@ -2426,43 +2424,11 @@ cdef class RankIndex:
 
     cdef inline Py_ssize_t _probe_new(self, const char *member, Py_ssize_t mlen,
                                       uint64_t h) noexcept nogil:
-        """``_slot`` in the table only.
-
-        A slot whose tag is the member's is most often the member's, but
-        one probe in 30 at half load passes another member's slot with the
-        same tag first (one in 12 for an absent member), and telling it
-        apart reads that entry's page-table entry, page and name: three
-        more misses, one after the other, in a tenth of the lookups' time
-        on a big board, which set the lookup's p99.  So the probe first
-        collects the tagged slots up to the run's end (an empty slot;
-        ``PROBE_AHEAD`` at most), asks for all their lines stage by
-        stage, and only then compares names: the candidates' misses
-        overlap.  One candidate, the usual case, is compared at once."""
+        """``_slot`` in the table only."""
         cdef size_t i = pg_home(h, self.nslots)
         cdef uint32_t code, tag = PG_HASH_TAG(h)
-        cdef uint32_t codes[PROBE_AHEAD]
-        cdef size_t at[PROBE_AHEAD]
-        cdef int found = 0, k, scanned
         cdef Py_ssize_t nlen
         cdef const char *name
-        for scanned in range(PROBE_AHEAD):
-            code = self.slot_ids[i]
-            if code == 0:
-                break
-            if PG_CODE_TAG(code) == tag:
-                codes[found] = code
-                at[found] = i
-                found += 1
-            i = i + 1 if i + 1 < self.nslots else 0
-        if found > 1:
-            self._ask_codes(codes, found)
-        for k in range(found):
-            name = self._code_name(codes[k], &nlen)
-            if nlen == mlen and memcmp(name, member, mlen) == 0:
-                return <Py_ssize_t>at[k]
-        if code == 0:
-            return -1
-        # (a run longer than PROBE_AHEAD slots: the rest one at a time)
         while True:
             code = self.slot_ids[i]
             if code == 0:
@@ -2473,22 +2439,6 @@ cdef class RankIndex:
                 if nlen == mlen and memcmp(name, member, mlen) == 0:
                     return <Py_ssize_t>i
             i = i + 1 if i + 1 < self.nslots else 0
-
-    cdef inline void _ask_codes(self, const uint32_t *codes, int count) noexcept nogil:
-        """Ask for the page-table entries, then the pages' first lines,
-        then the name records of the entries ``codes``: each stage's
-        loads are independent of each other, so their misses overlap."""
-        cdef int k
-        cdef Py_ssize_t pos
-        cdef pg_page *p
-        for k in range(count):
-            rk_prefetch(&self.pages[PG_CODE_PNO(codes[k])])
-        for k in range(count):
-            rk_prefetch(self.pages[PG_CODE_PNO(codes[k])])
-        for k in range(count):
-            p = self._locate(codes[k], &pos)
-            if pos >= 0:
-                pg_prefetch_rec(&self.arena.names[PG_IDS(p)[pos]])
 
     cdef Py_ssize_t _probe_old(self, const char *member, Py_ssize_t mlen,
                                uint64_t h) noexcept nogil:
@@ -4210,6 +4160,31 @@ cdef class RankIndex:
             raise ValueError(f"a page limit must be between {self.pnos_used} and {MAX_PNOS}")
         self.max_pnos = <uint32_t>limit
 
+    def _probe_info(self, member):
+        """``(slots read, slots of its tag)`` of a lookup of ``member`` up
+        to its own slot or the run's end (for benchmarks)."""
+        cdef const char *data
+        cdef Py_ssize_t size, nlen
+        cdef uint64_t h
+        cdef size_t i
+        cdef uint32_t code, tag
+        cdef int read = 0, tagged = 0
+        _member_bytes(member, &data, &size)
+        h = self._hash(data, size)
+        i = pg_home(h, self.nslots)
+        tag = PG_HASH_TAG(h)
+        while True:
+            code = self.slot_ids[i]
+            read += 1
+            if code == 0:
+                return read, tagged
+            if PG_CODE_TAG(code) == tag:
+                tagged += 1
+                name = self._code_name(code, &nlen)
+                if nlen == size and memcmp(name, data, size) == 0:
+                    return read, tagged
+            i = i + 1 if i + 1 < self.nslots else 0
+
     def _map_state(self):
         """``(slots, old slots or 0, old slots moved so far, ids moved ever)``
         of the member map (for tests: a resize moves ``MAP_STEP`` slots a
@@ -4292,6 +4267,22 @@ cdef class RankIndex:
         _member_bytes(member, &data, &size)
         return self._lookup(data, size)
 
+    cdef inline uint32_t _find_ranked(self, object member, bint leaders) except? 0:
+        """``_find`` for a read of ``member``'s rank: the count-tree leaf of
+        the first slot of the member's tag (its own slot but in one lookup
+        in 14) is asked for as soon as the map's line is read, so that the
+        leaf's misses overlap the page's and the name's, not follow them."""
+        cdef const char *data
+        cdef Py_ssize_t size
+        cdef uint64_t h
+        cdef uint32_t guess
+        _member_bytes(member, &data, &size)
+        h = self._hash(data, size)
+        guess = self._tagged_code(h)
+        if guess != 0:
+            ct_prefetch(&self.counts, PG_CODE_PNO(guess), leaders)
+        return self._slot_code(self._slot(data, size, h))
+
     def __contains__(self, member):
         if not isinstance(member, str):
             return False
@@ -4332,7 +4323,7 @@ cdef class RankIndex:
 
     def rank(self, member):
         """Unique 1-based rank, or ``None``.  Runtime complexity: O(log n)."""
-        cdef uint32_t code = self._find(member)
+        cdef uint32_t code = self._find_ranked(member, False)
         return None if code == 0 else self._rank_of(code, NULL)
 
     def competition_rank(self, member):
@@ -4347,7 +4338,7 @@ cdef class RankIndex:
 
     def dense_rank(self, member):
         """1 + distinct scores strictly better, or ``None``.  O(log n)."""
-        cdef uint32_t code = self._find(member)
+        cdef uint32_t code = self._find_ranked(member, True)
         cdef Py_ssize_t dense = 0
         if code == 0:
             return None
