@@ -399,7 +399,7 @@ cdef extern from *:
     struct pg_link {
         pg_page *forward;
         pg_link *flevel;
-        uint32_t span, dspan, fpno;
+        uint32_t fpno;
     };
     /* A page: header, then cap ids (the header and the first ids share a
        cache line, and finding a member scans the ids), cap keys and cap
@@ -1066,8 +1066,6 @@ cdef extern from *:
     ctypedef struct pg_link:
         pg_page *forward
         pg_link *flevel
-        uint32_t span
-        uint32_t dspan
         uint32_t fpno
     ctypedef struct pg_page:
         pg_page *prev
@@ -1235,17 +1233,16 @@ include "_index_common.pxi"
 include "_pages_counts.pxi"
 
 
-# A search result: the page a target belongs to, with the links that
-# cover it and the entries and leaders before each.
+# A search result: the page a target belongs to, with the page whose link
+# at each level leads to it or past it (the links a page linked after it
+# splices in, or one unlinked splices out).
 ctypedef struct pg_path:
     pg_page *update[MAX_LEVEL]
-    Py_ssize_t rank[MAX_LEVEL]
-    Py_ssize_t drank[MAX_LEVEL]
 
 
 # A load's place (see _load): the page being filled, the last page on each
-# level with the entries and leaders before it, the last entry's key, and
-# the pages made without the GIL not yet counted in _live_pages.
+# level, the last entry's key, and the pages made without the GIL not yet
+# counted in _live_pages.
 ctypedef struct pg_loading:
     pg_page *page
     int fill
@@ -1254,8 +1251,6 @@ ctypedef struct pg_loading:
     Py_ssize_t names             # names stored without the GIL, not yet counted in _live_names
     pg_page *last[MAX_LEVEL]
     pg_page *before[MAX_LEVEL]   # the page being filled: the page before it on each level
-    Py_ssize_t last_rank[MAX_LEVEL]
-    Py_ssize_t last_drank[MAX_LEVEL]
 
 
 @cython.final
@@ -1533,8 +1528,6 @@ cdef class RankIndex:
         for i in range(MAX_LEVEL):
             self.header.level[i].forward = NULL
             self.header.level[i].flevel = NULL
-            self.header.level[i].span = 0
-            self.header.level[i].dspan = 0
         self.height = 1
         self.length = 0
         self.ndistinct = 0
@@ -2765,11 +2758,10 @@ cdef class RankIndex:
         """The page the target belongs in: the last page whose first entry
         sorts before the target (``strict``) or at or before it, else the
         first page (NULL if there is none).  ``path`` gets, per level, the
-        page whose link covers it and the entries and leaders before that."""
+        last page before it (or the header) of those that level links."""
         cdef pg_page *x = self.header
         cdef pg_link *lv = x.level     # x's tower: a search reads no page but ties
         cdef pg_page *f
-        cdef Py_ssize_t rank = 0, drank = 0
         cdef int i, c
         cdef double k
         for i in range(self.height - 1, -1, -1):
@@ -2785,24 +2777,19 @@ cdef class RankIndex:
                     c = self._cmp(f, 0, key, seq, member, mlen)
                 if c > 0 or (strict and c == 0):
                     break
-                rank += lv[i].span
-                drank += lv[i].dspan
                 lv = lv[i].flevel
                 x = f
             path.update[i] = x
-            path.rank[i] = rank
-            path.drank[i] = drank
         if x == self.header:
             return x.level[0].forward
         return x
 
-    cdef pg_page *_search_key(self, double key, bint inclusive, Py_ssize_t *rank) noexcept:
+    cdef pg_page *_search_key(self, double key, bint inclusive) noexcept:
         """The last page whose first key is < ``key`` (<= if ``inclusive``),
-        or the header; ``rank`` gets the entries before it."""
+        or the header."""
         cdef pg_page *x = self.header
         cdef pg_link *lv = x.level
         cdef pg_page *f
-        cdef Py_ssize_t r = 0
         cdef int i
         cdef double k
         for i in range(self.height - 1, -1, -1):
@@ -2814,19 +2801,18 @@ cdef class RankIndex:
                 k = self.firstkeys[lv[i].fpno]
                 if k > key or (k == key and not inclusive):
                     break
-                r += lv[i].span
                 lv = lv[i].flevel
                 x = f
-        rank[0] = r
         return x
 
     cdef Py_ssize_t _count_before_key(self, double key, bint inclusive) noexcept:
         """Entries whose key is < ``key`` (<= with ``inclusive``)."""
-        cdef Py_ssize_t rank = 0, lo, hi, mid
-        cdef pg_page *p = self._search_key(key, inclusive, &rank)
+        cdef Py_ssize_t lo, hi, mid
+        cdef pg_page *p = self._search_key(key, inclusive)
         cdef double k
         if p == self.header:
             return 0
+        ct_prefetch(&self.counts, p.pno, False)  # (its miss overlaps the page's)
         lo = 0
         hi = p.n
         while lo < hi:
@@ -2836,21 +2822,15 @@ cdef class RankIndex:
                 lo = mid + 1
             else:
                 hi = mid
-        return rank + lo
+        return ct_before(&self.counts, p.pno, NULL) + lo
 
     cdef pg_page *_page_at(self, Py_ssize_t rank, Py_ssize_t *pos) noexcept:
-        """The page and position of 1-based ``rank`` (1 <= rank <= length)."""
-        cdef pg_page *x = self.header
-        cdef pg_link *lv = x.level
-        cdef Py_ssize_t traversed = 0
-        cdef int i
-        for i in range(self.height - 1, -1, -1):
-            while lv[i].forward != NULL and traversed + lv[i].span < rank:
-                traversed += lv[i].span
-                x = lv[i].forward
-                lv = lv[i].flevel
-        pos[0] = rank - traversed - 1
-        return x
+        """The page and position of 1-based ``rank`` (1 <= rank <= length):
+        down the count tree."""
+        cdef Py_ssize_t before = 0
+        cdef pg_page *p = self.pages[ct_page_at(&self.counts, rank - 1, &before)]
+        pos[0] = rank - before - 1
+        return p
 
     cdef inline pg_page *_locate(self, uint32_t code, Py_ssize_t *pos) noexcept nogil:
         """The page and position of the entry whose code is ``code``."""
@@ -2976,33 +2956,14 @@ cdef class RankIndex:
             count = self._lead0(p)
         return count + self._key_changes(p, 1, p.n)
 
-    # --- accounting: keeping spans equal to the entries and leaders they cover ---
+    # --- accounting: the count tree counts each page's entries and leaders ---
 
-    cdef inline void _account(self, pg_page *p, pg_page **cover, int64_t dn,
-                              int64_t dl) noexcept:
-        """``p`` gained ``dn`` entries and ``dl`` leaders: adjust the one
-        link per level that covers it (its own below its height)."""
-        cdef int i
-        cdef pg_link *link
+    cdef inline void _account(self, pg_page *p, int64_t dn, int64_t dl) noexcept:
+        """``p`` gained ``dn`` entries and ``dl`` leaders: the count tree
+        counts them (the only count kept above the pages)."""
         if dn or dl:
             ct_add(&self.counts, p.pno, dn, dl)
-        for i in range(self.height):
-            link = &p.level[i] if i < p.height else &cover[i].level[i]
-            link.span = <uint32_t>(<int64_t>link.span + dn)
-            link.dspan = <uint32_t>(<int64_t>link.dspan + dl)
         self.ndistinct += dl
-
-    cdef void _reaccount(self, pg_page *p, int64_t dn, int64_t dl) noexcept:
-        """``_account`` for a page whose covering links are not at hand:
-        found by searching its first entry (searches read keys, not spans)."""
-        cdef pg_path path
-        cdef Py_ssize_t mlen
-        cdef const char *name
-        if dn == 0 and dl == 0:
-            return
-        name = self._name(PG_IDS(p)[0], &mlen)
-        self._search(self._key_at(p, 0), self._seq(p, 0), name, mlen, False, &path)
-        self._account(p, path.update, dn, dl)
 
     cdef void _relead(self, pg_page *p) noexcept:
         """Re-count the leaders of ``p`` (non-empty) and account the change."""
@@ -3011,28 +2972,20 @@ cdef class RankIndex:
             return
         lead = self._leaders(p)
         if lead != p.lead:
-            self._reaccount(p, 0, <int64_t>lead - p.lead)
+            self._account(p, 0, <int64_t>lead - p.lead)
             p.lead = lead
 
-    cdef void _next_cover(self, pg_page *p, pg_page **cover, pg_page **out) noexcept:
-        """The covering links of the page after ``p``, from ``p``'s."""
-        cdef int i
-        for i in range(self.height):
-            out[i] = p if i < p.height else cover[i]
-
-    cdef void _relead_next(self, pg_page *p, pg_page **cover, bint before) noexcept:
+    cdef void _relead_next(self, pg_page *p, bint before) noexcept:
         """After a change at the end of ``p``: the next page's first entry
         was a leader (``before``); account any change of that."""
         cdef pg_page *q = p.level[0].forward
-        cdef pg_page *qcover[MAX_LEVEL]
         cdef bint after
         if q == NULL:
             return
         after = self._next_lead(p)
         if after != before:
-            self._next_cover(p, cover, qcover)
             q.lead += <int>after - <int>before
-            self._account(q, qcover, 0, <int>after - <int>before)
+            self._account(q, 0, <int>after - <int>before)
 
     # --- entries in pages ---------------------------------------------------------
 
@@ -3079,42 +3032,26 @@ cdef class RankIndex:
         memmove(&PG_IDS(p)[start + by], &PG_IDS(p)[start], (end - start) * 4)
         memmove(&PG_ENOS(p)[start + by], &PG_ENOS(p)[start], end - start)
 
-    cdef void _link_after(self, pg_page *p, pg_page *r, pg_path *path,
-                          Py_ssize_t rank_p, Py_ssize_t drank_p) noexcept:
+    cdef void _link_after(self, pg_page *p, pg_page *r, pg_path *path) noexcept:
         """Link the empty page ``r`` right after ``p`` (a page, or the
-        header of an empty index), ``p`` covered by ``path`` and preceded by
-        ``rank_p`` entries and ``drank_p`` leaders."""
+        header of an empty index), whose search gave ``path``."""
         cdef int i
         cdef pg_page *x
-        cdef Py_ssize_t rx, dx, before, dbefore
         cdef pg_page *nxt
         while self.height < r.height:
             i = self.height
             self.header.level[i].forward = NULL
             self.header.level[i].flevel = NULL
-            self.header.level[i].span = <uint32_t>self.length
-            self.header.level[i].dspan = <uint32_t>self.ndistinct
             path.update[i] = self.header
-            path.rank[i] = 0
-            path.drank[i] = 0
             self.height += 1
         for i in range(r.height):
-            if i < p.height:
-                x, rx, dx = p, rank_p, drank_p
-            else:
-                x, rx, dx = path.update[i], path.rank[i], path.drank[i]
-            before = rank_p + p.n - rx
-            dbefore = drank_p + p.lead - dx
+            x = p if i < p.height else path.update[i]
             r.level[i].forward = x.level[i].forward
             r.level[i].flevel = x.level[i].flevel
             r.level[i].fpno = x.level[i].fpno
-            r.level[i].span = <uint32_t>(x.level[i].span - before)
-            r.level[i].dspan = <uint32_t>(x.level[i].dspan - dbefore)
             x.level[i].forward = r
             x.level[i].flevel = r.level
             x.level[i].fpno = r.pno
-            x.level[i].span = <uint32_t>before
-            x.level[i].dspan = <uint32_t>dbefore
         r.prev = NULL if p == self.header else p
         nxt = r.level[0].forward
         if nxt != NULL:
@@ -3126,15 +3063,13 @@ cdef class RankIndex:
         previous page: ``preds[i]`` is the page before it on level ``i``."""
         cdef int i
         cdef pg_page *nxt = r.level[0].forward
-        # Its entries, if any, went to the page before it (as its spans do).
+        # Its entries, if any, went to the page before it.
         cdef uint32_t leads
         cdef uint32_t moved = ct_remove(&self.counts, r.pno, &leads)
         if moved or leads:
             ct_add(&self.counts, r.prev.pno, moved, leads)
         for i in range(self.height):
             if i < r.height:
-                preds[i].level[i].span += r.level[i].span
-                preds[i].level[i].dspan += r.level[i].dspan
                 preds[i].level[i].forward = r.level[i].forward
                 preds[i].level[i].flevel = r.level[i].flevel
                 preds[i].level[i].fpno = r.level[i].fpno
@@ -3149,36 +3084,32 @@ cdef class RankIndex:
         """Place a new entry for the name ``mid`` (whose hash's tag is
         ``tag``); return its unique rank (its code is left in
         ``put_code``: the caller puts it in the map)."""
-        cdef Py_ssize_t mlen, pos, rank_p, drank_p, half
+        cdef Py_ssize_t mlen, pos, half, rank
         cdef const char *name = self._name(mid, &mlen)
         cdef pg_path path
         cdef pg_page *p = self._search(key, seq, name, mlen, False, &path)
         cdef pg_page *r
         cdef pg_page *nxt
-        cdef pg_page *rcover[MAX_LEVEL]
         cdef uint32_t lead
         cdef int room
-        rank_p = path.rank[0]
-        drank_p = path.drank[0]
         cdef bint wide = not self._narrow(key)
         if p == NULL:  # empty index
             r = self._new_page(0, wide)
-            self._link_after(self.header, r, &path, 0, 0)
-            return self._put(r, path.update, 0, key, seq, mid, tag, 0)
+            self._link_after(self.header, r, &path)
+            return self._put(r, 0, key, seq, mid, tag)
         pos = self._lower(p, key, seq, name, mlen)
         if p.n < self.page_size:
             p = self._grow(p, path.update)
             if wide and not p.wide:  # (a key its int32 scores cannot hold)
                 p = self._widened(p, path.update)
-            return self._put(p, path.update, pos, key, seq, mid, tag, rank_p)
+            return self._put(p, pos, key, seq, mid, tag)
         nxt = p.level[0].forward
         if pos == p.n and nxt == NULL:
             # At the end of the last page, start an empty page (monotonic
             # arrivals then fill pages whole).
             r = self._new_page(0, wide)
-            self._link_after(p, r, &path, rank_p, drank_p)
-            self._next_cover(p, path.update, rcover)
-            return self._put(r, rcover, 0, key, seq, mid, tag, rank_p + p.n)
+            self._link_after(p, r, &path)
+            return self._put(r, 0, key, seq, mid, tag)
         # Full: a neighbour with room takes a share first (B*-tree style),
         # so that pages split only when both are nearly full and random
         # arrivals keep pages about 5/6 full, not 2/3; else split in halves.
@@ -3197,28 +3128,26 @@ cdef class RankIndex:
         # The new page is wide only if it takes a key a narrow one cannot hold.
         r = self._new_page(self._cap_for(p.n - half),
                            (wide and pos > half) or not self._all_narrow(p, half, p.n - half))
-        self._link_after(p, r, &path, rank_p, drank_p)
-        self._next_cover(p, path.update, rcover)
+        self._link_after(p, r, &path)
         self._move_entries(r, 0, p, half, p.n - half)
         self.firstkeys[r.pno] = self._key_at(r, 0)
         r.n = p.n - half
         p.n = half
         lead = self._leaders(p)
         r.lead = self._leaders(r)
-        self._account(p, path.update, -<int64_t>r.n, <int64_t>lead - p.lead)
-        self._account(r, rcover, r.n, r.lead)
+        self._account(p, -<int64_t>r.n, <int64_t>lead - p.lead)
+        self._account(r, r.n, r.lead)
         self.ndistinct -= <int64_t>lead - p.lead + r.lead  # moved, not new
         p.lead = lead
         if pos <= half:
-            rank_p = self._put(p, path.update, pos, key, seq, mid, tag, rank_p)
+            rank = self._put(p, pos, key, seq, mid, tag)
         else:
-            rank_p = self._put(r, rcover, pos - half, key, seq, mid, tag, rank_p + half)
+            rank = self._put(r, pos - half, key, seq, mid, tag)
         self._shrink(p)
-        return rank_p
+        return rank
 
-    cdef Py_ssize_t _put(self, pg_page *p, pg_page **cover, Py_ssize_t pos, double key,
-                         uint64_t seq, uint32_t mid, uint32_t tag,
-                         Py_ssize_t rank_p) noexcept:
+    cdef Py_ssize_t _put(self, pg_page *p, Py_ssize_t pos, double key,
+                         uint64_t seq, uint32_t mid, uint32_t tag) noexcept:
         """Insert an entry at ``pos`` of ``p`` (not full); return its rank.
         Its leaders change only around ``pos`` (the new entry and the one it
         pushes on): counted there, not over the page; the next page is read
@@ -3240,11 +3169,11 @@ cdef class RankIndex:
         p.n += 1
         self.length += 1
         dl = self._alone(p, pos)
-        self._account(p, cover, 1, dl)
+        self._account(p, 1, dl)
         p.lead = <uint32_t>(p.lead + dl)
         if pos == p.n - 1:
-            self._relead_next(p, cover, next_lead)
-        return rank_p + pos + 1
+            self._relead_next(p, next_lead)
+        return self._rank_at(p, pos)  # (the count tree's lines ct_add just read)
 
     cdef void _remove(self, uint32_t code) noexcept:
         """Take a present member's entry out, by its code (its name stays,
@@ -3264,25 +3193,22 @@ cdef class RankIndex:
         if p.n == 1:
             self._search(key, seq, name, mlen, True, &path)
             nxt = p.level[0].forward
-            # Its own links fold into its predecessors'; above its height the
-            # links over it lose its entry.
-            self._account(p, path.update, -1, -<int64_t>p.lead)
+            self._account(p, -1, -<int64_t>p.lead)
             p.n = 0
             p.lead = 0
             self._unlink_page(p, path.update)
             self._relead(nxt)
             return
-        self._search(key, seq, name, mlen, False, &path)
         if pos == p.n - 1:
             next_lead = self._next_lead(p)
         dl = -<int64_t>self._alone(p, pos)
         self._shift_entries(p, pos + 1, p.n, -1)
         p.n -= 1
         self.firstkeys[p.pno] = self._key_at(p, 0)
-        self._account(p, path.update, -1, dl)
+        self._account(p, -1, dl)
         p.lead = <uint32_t>(p.lead + dl)
         if pos == p.n:
-            self._relead_next(p, path.update, next_lead)
+            self._relead_next(p, next_lead)
         elif pos == 0:
             pass  # its own first entry's leadership was re-counted above
         if p.n < self.min_fill and p.level[0].forward != NULL:
@@ -3373,12 +3299,11 @@ cdef class RankIndex:
         b.n -= dn
         self.firstkeys[a.pno] = self._key_at(a, 0)
         self.firstkeys[b.pno] = self._key_at(b, 0)
-        # Entries moved between two neighbours: each page's links are
-        # re-found by its (new) first entry and adjusted.
+        # Entries moved between two neighbours: the count tree moves them.
         a.lead = self._leaders(a)
         b.lead = self._leaders(b)
-        self._reaccount(a, dn, <int64_t>a.lead - lead_a)
-        self._reaccount(b, -dn, <int64_t>b.lead - lead_b)
+        self._account(a, dn, <int64_t>a.lead - lead_a)
+        self._account(b, -dn, <int64_t>b.lead - lead_b)
         self.ndistinct -= (<int64_t>a.lead - lead_a) + (<int64_t>b.lead - lead_b)
         self._shrink(b if dn > 0 else a)
         # The page that gained may have lost its last wide key before (a
@@ -3481,7 +3406,7 @@ cdef class RankIndex:
                 pos = self._move_in_page(p, pos, key, seq, mid, want_rank, &rank)
                 if p.wide:  # (it may have left a page narrow keys fit again)
                     self._shrink(p)
-                if rank != 0:  # (found even unasked when the leaders changed)
+                if rank != 0:
                     self._remember(code, rank)
                 return rank if want_rank else 0
         self._need_pno()
@@ -3579,10 +3504,8 @@ cdef class RankIndex:
                                   uint32_t mid, bint want_rank, Py_ssize_t *rank) noexcept:
         """Give the entry at ``pos`` of ``p`` a new place in ``p`` (a memmove)
         and its new key; return its new position.  ``rank`` gets its unique
-        rank if ``want_rank`` or if a change of leaders made the search
-        that finds it anyway, else 0."""
+        rank if ``want_rank``."""
         cdef Py_ssize_t mlen, t
-        cdef pg_path path
         cdef const char *name = self._name(mid, &mlen)
         cdef pg_page *nxt = p.level[0].forward
         cdef double old_last = self._key_at(p, p.n - 1), new_last, first
@@ -3601,14 +3524,9 @@ cdef class RankIndex:
         self.firstkeys[p.pno] = self._key_at(p, 0)
         dl += self._alone(p, t)
         if dl != 0:
-            # One search serves both: the entry's own path ends at p with
-            # the same covering links as p's first entry's, and a change
-            # of leaders moves no span the rank sums.
-            self._search(key, seq, name, mlen, False, &path)
-            self._account(p, path.update, 0, dl)
+            self._account(p, 0, dl)
             p.lead = <uint32_t>(p.lead + dl)
-            rank[0] = path.rank[0] + t + 1
-        elif want_rank:
+        if want_rank:
             rank[0] = self._rank_at(p, t)
         if nxt != NULL:
             # The next page's first entry leads unless it ties p's last.
@@ -4162,14 +4080,17 @@ cdef class RankIndex:
 
     def _probe_info(self, member):
         """``(slots read, slots of its tag)`` of a lookup of ``member`` up
-        to its own slot or the run's end (for benchmarks)."""
+        to its own slot or the run's end (for benchmarks; a map resize
+        under way is finished first, so that there is one table)."""
         cdef const char *data
+        cdef const char *name
         cdef Py_ssize_t size, nlen
         cdef uint64_t h
         cdef size_t i
         cdef uint32_t code, tag
         cdef int read = 0, tagged = 0
         _member_bytes(member, &data, &size)
+        self._map_finish()
         h = self._hash(data, size)
         i = pg_home(h, self.nslots)
         tag = PG_HASH_TAG(h)
@@ -4267,22 +4188,6 @@ cdef class RankIndex:
         _member_bytes(member, &data, &size)
         return self._lookup(data, size)
 
-    cdef inline uint32_t _find_ranked(self, object member, bint leaders) except? 0:
-        """``_find`` for a read of ``member``'s rank: the count-tree leaf of
-        the first slot of the member's tag (its own slot but in one lookup
-        in 14) is asked for as soon as the map's line is read, so that the
-        leaf's misses overlap the page's and the name's, not follow them."""
-        cdef const char *data
-        cdef Py_ssize_t size
-        cdef uint64_t h
-        cdef uint32_t guess
-        _member_bytes(member, &data, &size)
-        h = self._hash(data, size)
-        guess = self._tagged_code(h)
-        if guess != 0:
-            ct_prefetch(&self.counts, PG_CODE_PNO(guess), leaders)
-        return self._slot_code(self._slot(data, size, h))
-
     def __contains__(self, member):
         if not isinstance(member, str):
             return False
@@ -4323,7 +4228,7 @@ cdef class RankIndex:
 
     def rank(self, member):
         """Unique 1-based rank, or ``None``.  Runtime complexity: O(log n)."""
-        cdef uint32_t code = self._find_ranked(member, False)
+        cdef uint32_t code = self._find(member)
         return None if code == 0 else self._rank_of(code, NULL)
 
     def competition_rank(self, member):
@@ -4338,7 +4243,7 @@ cdef class RankIndex:
 
     def dense_rank(self, member):
         """1 + distinct scores strictly better, or ``None``.  O(log n)."""
-        cdef uint32_t code = self._find_ranked(member, True)
+        cdef uint32_t code = self._find(member)
         cdef Py_ssize_t dense = 0
         if code == 0:
             return None
@@ -4645,12 +4550,8 @@ cdef class RankIndex:
             ld.last[i].level[i].forward = r
             ld.last[i].level[i].flevel = r.level
             ld.last[i].level[i].fpno = r.pno
-            ld.last[i].level[i].span = <uint32_t>(self.length - ld.last_rank[i])
-            ld.last[i].level[i].dspan = <uint32_t>(self.ndistinct - ld.last_drank[i])
             ld.before[i] = ld.last[i]
             ld.last[i] = r
-            ld.last_rank[i] = self.length
-            ld.last_drank[i] = self.ndistinct
             r.level[i].forward = NULL
             r.level[i].flevel = NULL
         r.prev = NULL if tail == self.header else tail
@@ -4901,8 +4802,6 @@ cdef class RankIndex:
         cdef uint32_t mid
         cdef uint64_t used, h
         cdef const char *name
-        cdef list starts = []     # per page: (entries before, leaders before)
-        cdef dict index_of = {}
         cdef list pages = []
         assert self.seq_bytes == 0 if self.tie_by_member else self.seq_bytes in (4, 8), \
             "seq width"
@@ -4915,9 +4814,7 @@ cdef class RankIndex:
             assert self.pages[p.pno] == p, "page table does not point at the page"
             assert self.firstkeys[p.pno] == self._key_at(p, 0), "first key not kept"
             assert signbit(self.firstkeys[p.pno]) == signbit(self._key_at(p, 0)), "first key's zero"
-            index_of[<size_t>p] = len(pages)
             pages.append(<size_t>p)
-            starts.append((n, leaders))
             count = 0
             used = 0
             for i in range(p.n):
@@ -4970,19 +4867,9 @@ cdef class RankIndex:
             x = self.header
             while x != NULL:
                 nxt = x.level[level].forward
-                if x == self.header:
-                    a_n, a_l = 0, 0
-                else:
-                    assert x.height > level
-                    a_n, a_l = starts[index_of[<size_t>x]]
-                if nxt == NULL:
-                    b_n, b_l = self.length, self.ndistinct
-                else:
-                    b_n, b_l = starts[index_of[<size_t>nxt]]
-                assert x.level[level].span == b_n - a_n, f"span wrong at level {level}"
+                assert x == self.header or x.height > level, f"a link above its page's height"
                 assert nxt == NULL or x.level[level].fpno == nxt.pno, "link's page number"
                 assert nxt == NULL or x.level[level].flevel == nxt.level, "link's tower"
-                assert x.level[level].dspan == b_l - a_l, f"dspan wrong at level {level}"
                 x = nxt
         for level in range(self.height, MAX_LEVEL):
             assert self.header.level[level].forward == NULL
@@ -5234,8 +5121,6 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size, Names names):
     ld.pages = ld.names = 0
     for level in range(MAX_LEVEL):
         ld.last[level] = index.header
-        ld.last_rank[level] = 0
-        ld.last_drank[level] = 0
     i = 0
     while i < count:
         # A big index is loaded in a worker thread (a cluster node taking a
@@ -5281,9 +5166,6 @@ cdef object _load(type cls, _DumpReader reader, Py_ssize_t size, Names names):
     reader.finish()
     free(index.load_tags)
     index.load_tags = NULL
-    for level in range(index.height):
-        ld.last[level].level[level].span = <uint32_t>(index.length - ld.last_rank[level])
-        ld.last[level].level[level].dspan = <uint32_t>(index.ndistinct - ld.last_drank[level])
     if ld.page != NULL:
         ct_add(&index.counts, ld.page.pno, ld.page.n, ld.page.lead)  # (see _append_page)
         index._shrink(ld.page)  # the last page may be short

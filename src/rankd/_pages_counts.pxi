@@ -186,6 +186,27 @@ cdef inline Py_ssize_t ct_before(pg_counts *ct, uint32_t pno, Py_ssize_t *leader
         node = ct_node(ct, parent)
 
 
+cdef uint32_t ct_page_at(pg_counts *ct, Py_ssize_t entries, Py_ssize_t *before) noexcept nogil:
+    """The page holding the entry with ``entries`` entries before it (0 <=
+    entries < the total); ``before`` gets the entries before that page.
+    Down from the root, each node's counts summed until the child that
+    holds it."""
+    cdef uint32_t *node = ct_node(ct, ct.root)
+    cdef uint32_t *counts
+    cdef uint32_t i
+    cdef Py_ssize_t passed = 0
+    while True:
+        counts = ct_counts(ct, node)
+        i = 0
+        while i + 1 < node[1] and passed + counts[i] <= entries:
+            passed += counts[i]
+            i += 1
+        if node[3]:
+            before[0] = passed
+            return ct_children(ct, node)[i]
+        node = ct_node(ct, ct_children(ct, node)[i])
+
+
 cdef inline void ct_node_add(pg_counts *ct, uint32_t id, int64_t dn, int64_t dl) noexcept nogil:
     """The entries and leaders under node ``id`` changed by ``dn`` and
     ``dl``: its ancestors count them."""
