@@ -5,9 +5,11 @@ What it is
 ----------
 The same index as :mod:`rankd._skiplist` (same contract, same results,
 the same dump format but for boards tied by member, which dump version 2,
-without seqs): a span-counting skip list ordered best-first plus a member
-hash map.  What changes is the memory layout, which is where an
-in-memory leaderboard spends its users' money.
+without seqs): a skip list ordered best-first plus a member hash map,
+with the entries before each page counted (once by the skip list's
+spans; since issue 47's step 16, by a count tree beside it alone).
+What changes is the memory layout, which is where an in-memory
+leaderboard spends its users' money.
 
 Why pages
 ---------
@@ -55,28 +57,31 @@ top-K, neighbours and range reads walk a few pages of contiguous arrays
 instead of one pointer per member, and an update that stays inside its
 page is a memmove, not an unlink and relink.
 
-How spans count entries
------------------------
-A page's link at level ``i`` spans the entries of every page from the page
-itself (inclusive) to its forward page at that level (exclusive); a link
-to NULL spans to the end.  Summing spans on a search path therefore gives
-the number of entries before the page the search ends on, and a member's
-rank is that sum + its position in the page + 1.  When a page gains or
-loses entries, exactly one link per level covers it: its own link below
-its height, and above it the link of the last taller page before it, which
-is the search path's ``update[i]``; ``_account`` adjusts those.  Splitting
-a page links the new page after it with the spans cut at the rank where
-the new page starts, as a Pugh insertion cuts them at the new node.
+How ranks are counted
+---------------------
+A member's rank is the entries of the pages before its page + its
+position in the page + 1.  The entries before a page are what the
+*count tree* gives (``_pages_counts.pxi``, below): a B+ tree of each
+page's entry count, in rank order.  The skip list's links once carried
+spans (the entries from their page to the next at their level, as a
+Pugh or Redis skip list's do), so that a search summed them on its way
+down.  With the count tree they were the same counts kept twice, and
+each write paid for both: an adjustment of one link per level, and a
+removal or a change of leaders a search for those links alone.  Since
+issue 47's step 16 the links hold no span: a search finds a place by
+key, and the count tree counts.  ``range_by_rank`` goes down the count
+tree to the page holding a rank; a count of entries below a score adds
+the count before the page its search ends on.
 
 How dense rank stays O(log n)
 -----------------------------
-Every link also carries a *distinct span*: how many *leaders* (first
-entries of a run of equal scores) the pages it covers hold.  A page keeps
-its leader count (``lead``), recomputed by one scan of its keys after a
-change (a page is a few cache lines); its first entry's leadership depends
-on the previous page's last key, so a change at a page's end re-counts the
-next page's first entry too.  Dense rank is the distinct spans summed on
-the search path plus the leaders in the page up to the member.
+The count tree counts *leaders* too (first entries of a run of equal
+scores).  A page keeps its leader count (``lead``), recomputed by one
+scan of its keys after a change (a page is a few cache lines); its first
+entry's leadership depends on the previous page's last key, so a change
+at a page's end re-counts the next page's first entry too.  Dense rank is
+the leaders before the page (the count tree) plus the page's own leaders
+up to the member.
 
 Minimum fill
 ------------
@@ -295,13 +300,13 @@ it), and the entries before that page are what a *count tree* gives
 order, whose leaf for a page the page table's ``where`` names (4 bytes a
 page).  The leaf is asked for with the page, so its miss overlaps the
 page's; the nodes above the leaves (some 0.5 MB at 100M members) stay in
-cache.  The towers could give the same sum (the spans of the page's top
-link and of each top link it leads to, a walk that climbs as a search
-descends), but on a big board the lowest levels' towers are not in
-cache: three or four dependent misses after the page's at 100M (issue
-47, steps 10, 13 and 15 in bench/README.md).  The tree costs a write that
-changes a page's entry count a walk up its leaf's ancestors, and the
-pages' order (links and unlinks) an insert or removal in a leaf.
+cache.  The towers' spans gave the same sum until step 16 (a walk that
+climbed as a search descends), but on a big board the lowest levels'
+towers are not in cache: three or four dependent misses after the
+page's at 100M (issue 47, steps 10, 13 and 15 in bench/README.md).  The
+tree costs a write that changes a page's entry count a walk up its
+leaf's ancestors, and the pages' order (links and unlinks) an insert or
+removal in a leaf.
 
 The tree counts leaders too, so a dense rank reads it as a rank does:
 the leaders before the page, and the page's own up to the member (its
@@ -343,15 +348,17 @@ See bench/README.md for the measured price of each row.
 
 How it differs from Pugh and from the B+ trees
 ----------------------------------------------
-Pugh's skip list holds one key per node; here a node is a page of many,
-and spans count entries, not nodes (Redis's zskiplist counts nodes).
-Valkey's and Dragonfly's B+ tree sets keep internal nodes with child
-counts and split and merge them too; here the levels above the pages are
-a randomised skip list, which searches by key use, and the per-level
-distinct spans give dense rank in O(log n), which neither B+ tree offers.
-The count tree beside it is such a B+ tree's counts without its keys: it
-answers "how many entries come before this page", nothing else, so its
-nodes hold page numbers and counts only, and the search never reads it.
+Pugh's skip list holds one key per node and counts nothing; Redis's
+zskiplist adds spans that count nodes.  Here a node is a page of many,
+and the skip list counts nothing either: searches by key use it, and the
+counts live in the count tree, a B+ tree's counts without its keys.
+Valkey's and Dragonfly's B+ tree sets keep keys and child counts in the
+same nodes and search them; here the two are apart: the skip list's
+towers, which a search reads, are a few bytes a page and stay in cache,
+and the count tree answers only "how many entries (and leaders) come
+before this page", so its nodes hold page numbers and counts, and the
+search never reads it.  Its leader counts give dense rank in O(log n),
+which neither B+ tree offers.
 """
 
 cimport cython
@@ -392,7 +399,7 @@ cdef extern from "Python.h":
 cdef extern from *:
     """
     typedef struct pg_page pg_page;
-    /* A link: the forward page, the spans, and what a search needs to go
+    /* A link: the forward page, and what a search needs to go
        on without reading the forward page: its number (whose first key is
        in the dense first-key array) and its tower of links (flevel). */
     typedef struct pg_link pg_link;
@@ -4784,9 +4791,9 @@ cdef class RankIndex:
         """Verify every invariant; ``AssertionError`` names the first broken one.
 
         Checks the strict order of all entries, page fills (1..page_size,
-        at least page_size // 2 but on the last page), every level's spans
-        and distinct spans against the entries and leaders they cover,
-        ``prev`` links, entry numbers, the member map (each member's slot holds
+        at least page_size // 2 but on the last page), every level's links
+        (page numbers and towers, each level linking its tall pages in
+        order), ``prev`` links, entry numbers, the member map (each member's slot holds
         its entry's code, and every slot's tag is its member's hash's) and
         counters.
         Runtime complexity: O(n * levels).

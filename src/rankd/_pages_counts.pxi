@@ -3,12 +3,14 @@
 # Design
 # ------
 # A member's rank is the entries of the pages before its page plus its
-# position in it.  The skip list's spans give that sum by a walk over
+# position in it.  The skip list's spans gave that sum by a walk over
 # towers (how ranks were read until issue 47's step 15), but on a big
 # board the towers of its lowest levels are not in cache: three or four
 # dependent misses at 100M members (bench/README.md, issue 47 step 13).
 # This tree gives it with one: a B+ tree of counts over the pages in
-# rank order.  It counts
+# rank order.  It is the only count kept above the pages (since step 16
+# the links carry no spans); ``ct_page_at`` goes down it to the page of
+# a rank.  It counts
 # leaders too (first entries of a run of equal scores), for dense ranks.
 #
 # * A *leaf* lists up to ``fanout`` page numbers in rank order, each with
