@@ -39,7 +39,6 @@ Cython; without them that part is skipped with a reason).
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import os
 import random
@@ -48,10 +47,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench_huge import NAME, SEED
+from bench_ab_reads import board, timings  # the same board as bench_ab_reads's
+from bench_huge import NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,38 +110,6 @@ def chase_module(workdir: Path):
     return importlib.import_module("_chase"), ""
 
 
-def board(args: argparse.Namespace):
-    from rankd._pages import RankIndex
-
-    if args.snapshot:
-        def pieces():
-            with open(args.snapshot, "rb", buffering=0) as f:
-                while piece := f.read(1 << 20):
-                    yield piece
-
-        return RankIndex.load_chunks(pieces(), os.path.getsize(args.snapshot))
-    from rankd.index import Op
-
-    index = RankIndex("desc", "first")
-    rng = random.Random(SEED)
-    for start in range(0, args.members, 100_000):
-        stop = min(start + 100_000, args.members)
-        index.apply_batch([(Op.SET, NAME % i, rng.randrange(10**9)) for i in range(start, stop)])
-    return index
-
-
-def timed(call, arguments: list) -> list[int]:
-    clock = time.perf_counter_ns
-    took = []
-    gc.disable()
-    for argument in arguments:
-        t0 = clock()
-        call(argument)
-        took.append(clock() - t0)
-    gc.enable()
-    return took
-
-
 def quantile(sorted_ns: list[int], q: float) -> float:
     return sorted_ns[min(len(sorted_ns) - 1, int(len(sorted_ns) * q))] / 1000
 
@@ -173,7 +140,9 @@ def main() -> int:
                    help="buffer of the pointer chase (about the board's size)")
     args = p.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    index = board(args)
+    from rankd._pages import RankIndex
+
+    index = board(RankIndex, args)
     size = len(index)
     index._probe_info(NAME % 0)  # (finishes a map resize under way: one table)
     print(f"{size:,} members; member map {index._map_state()[0]:,} slots "
@@ -190,7 +159,7 @@ def main() -> int:
             rng = random.Random(900 + r)
             for op in ("score", "rank"):
                 names = [NAME % rng.randrange(size) for _ in range(args.sample)]
-                took = timed(getattr(index, op), names)
+                took = timings(getattr(index, op), names)
                 tagged = [index._probe_info(name)[1] for name in names]
                 ordered = sorted(took)
                 overall.setdefault(op, []).append((quantile(ordered, 0.5), quantile(ordered, 0.99)))
@@ -199,7 +168,7 @@ def main() -> int:
             if chase is not None:
                 for k in (2, 3, 4, 5):
                     starts = [rng.getrandbits(63) for _ in range(args.sample)]
-                    ordered = sorted(timed(lambda s, k=k: chase.chase(s, k), starts))
+                    ordered = sorted(timings(lambda s, k=k: chase.chase(s, k), starts))
                     overall.setdefault(f"chase of {k} misses", []).append(
                         (quantile(ordered, 0.5), quantile(ordered, 0.99)))
             print(f"round {r} done", flush=True)
