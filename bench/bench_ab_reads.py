@@ -25,8 +25,10 @@ on members of its own, since members another call just read would be in
 cache), and, board by board in an order rotated every round, times each
 ``rank(m)``, then each ``dense_rank(m)`` (with ``--dense``), each
 ``score(m)`` and, with ``--absent``, each ``score(m)`` of a member the
-board does not hold (``absent``: the probe alone, to its empty slot) call
-alone with ``time.perf_counter_ns`` (the timer's cost is in every figure).
+board does not hold (``absent``: the probe alone, to its empty slot),
+and with ``--ranges`` each ``competition_rank(m)``, ``range_by_rank(r,
+10)`` from a random rank and top-10, each call alone with
+``time.perf_counter_ns`` (the timer's cost is in every figure).
 
 Output: a line per round and board (p50/p99 in µs), then each revision's
 medians over the rounds and their ratio to the first revision's.  At 100M
@@ -140,71 +142,122 @@ def timed(call, names: list[str]) -> tuple[float, float]:
     return figures["p50_us"], figures["p99_us"]
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def read_call(index, op: str):
+    """The call timed for ``op``, of one argument."""
+    if op == "absent":
+        return index.score
+    if op == "range_by_rank":
+        return lambda offset: index.range_by_rank(offset, 10)
+    if op == "top10":
+        return lambda _: index.range_by_rank(0, 10)
+    return getattr(index, op)
+
+
+def cannot_build() -> str:
+    """Why ``build_module`` cannot run here, or ``""``."""
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        return "no C compiler"
+    try:
+        import Cython  # noqa: F401
+    except ImportError:
+        return "Cython is not installed"
+    return ""
+
+
+def revision_boards(revs: list[str], args: argparse.Namespace, workdir: Path) -> dict:
+    """Each revision's module built in ``workdir`` and its board (``board``),
+    by label: the revision, or ``rev#i`` for one given twice (a control:
+    each copy its own board)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    names = [f"_pages_ab{i}" for i in range(len(revs))]
+    labels = [rev if revs.count(rev) == 1 else f"{rev}#{i}" for i, rev in enumerate(revs)]
+    for rev, name in zip(revs, names, strict=True):
+        sys.path.insert(0, str(build_module(rev, name, workdir)))
+    boards = {}
+    for label, name in zip(labels, names, strict=True):
+        started = time.perf_counter()
+        boards[label] = board(importlib.import_module(name).RankIndex, args)
+        print(f"{label}: {len(boards[label]):,} members in "
+              f"{time.perf_counter() - started:.1f} s", flush=True)
+    return boards
+
+
+def paired_boards(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict | None:
+    """``revision_boards`` of ``args.rev`` (two or more), or ``None`` when
+    the modules cannot be built here (the reason printed)."""
+    if len(args.rev) < 2:
+        p.error("give --rev at least twice")
+    why = cannot_build()
+    if why:
+        print(f"skipped: {why}")
+        return None
+    with tempfile.TemporaryDirectory(prefix="rankd-ab-") as tmp:
+        return revision_boards(args.rev, args, Path(tmp))
+
+
+def paired_arguments(description: str, sample: int) -> argparse.ArgumentParser:
+    """The arguments every paired benchmark takes (``--rev`` and the board)."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--rev", action="append", required=True, help="a commit (give two or more)")
     p.add_argument("--members", type=int, default=1_000_000)
     p.add_argument("--snapshot", help="a dump file to load instead of building")
     p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--sample", type=int, default=100_000)
+    p.add_argument("--sample", type=int, default=sample)
+    return p
+
+
+def print_medians(figures: dict[str, dict[str, list[float]]], show) -> dict:
+    """Each label's medians over the rounds (``show(value)`` as printed) and
+    their ratio to the first label's; return the medians."""
+    medians = {label: {k: statistics.median(v) for k, v in f.items()}
+               for label, f in figures.items()}
+    base = next(iter(medians.values()))
+    for label, m in medians.items():
+        print(f"median {label:>12}  " + "  ".join(
+            f"{k} {show(v)} ({v / base[k]:.2f}x)" for k, v in m.items()))
+    return medians
+
+
+def main() -> int:
+    p = paired_arguments(__doc__.split("\n")[0], 100_000)
     p.add_argument("--dense", action="store_true", help="time dense_rank too")
     p.add_argument("--absent", action="store_true", help="time score of absent members too")
+    p.add_argument("--ranges", action="store_true",
+                   help="time competition_rank, range_by_rank(r, 10) and top-10 too")
     p.add_argument("--json", action="store_true", help="print the medians as JSON at the end")
     args = p.parse_args()
-    if len(args.rev) < 2:
-        p.error("give --rev at least twice")
-    if shutil.which(os.environ.get("CC", "cc")) is None:
-        print("skipped: no C compiler")
+    boards = paired_boards(p, args)
+    if boards is None:
         return 0
-    try:
-        import Cython  # noqa: F401
-    except ImportError:
-        print("skipped: Cython is not installed")
-        return 0
-    sys.path.insert(0, str(ROOT / "src"))
-    with tempfile.TemporaryDirectory(prefix="rankd-ab-") as tmp:
-        workdir = Path(tmp)
-        names = [f"_pages_ab{i}" for i in range(len(args.rev))]
-        # (a commit given twice is a control: each copy its own board)
-        labels = [rev if args.rev.count(rev) == 1 else f"{rev}#{i}"
-                  for i, rev in enumerate(args.rev)]
-        for rev, name in zip(args.rev, names, strict=True):
-            sys.path.insert(0, str(build_module(rev, name, workdir)))
-        boards = {}
-        for label, name in zip(labels, names, strict=True):
-            started = time.perf_counter()
-            boards[label] = board(importlib.import_module(name).RankIndex, args)
-            print(f"{label}: {len(boards[label]):,} members in "
-                  f"{time.perf_counter() - started:.1f} s", flush=True)
-        ops = ("rank",) + ("dense_rank",) * args.dense + ("score",) + ("absent",) * args.absent
-        figures: dict[str, dict[str, list[float]]] = {
-            label: {f"{op}_{q}": [] for op in ops for q in ("p50", "p99")} for label in labels}
-        size = len(next(iter(boards.values())))
-        for r in range(args.rounds):
-            rng = random.Random(1000 + r)
-            # A sample of its own for each call (the same for every
-            # board): a call timed on members another just read would
-            # find their lines in cache.
-            samples = {op: [NAME % rng.randrange(size) for _ in range(args.sample)]
-                       for op in ops}
-            if args.absent:  # (names past the board's last: "p:%014d" of size and up)
-                samples["absent"] = [NAME % rng.randrange(size, 2 * size)
-                                     for _ in range(args.sample)]
-            order = labels[r % len(labels):] + labels[:r % len(labels)]
-            for rev in order:
-                line = []
-                for op in ops:
-                    call = getattr(boards[rev], "score" if op == "absent" else op)
-                    p50, p99 = timed(call, samples[op])
-                    figures[rev][f"{op}_p50"].append(p50)
-                    figures[rev][f"{op}_p99"].append(p99)
-                    line.append(f"{op} {p50:.2f}/{p99:.2f}")
-                print(f"round {r}: {rev:>12}  " + "  ".join(line), flush=True)
-    medians = {rev: {k: statistics.median(v) for k, v in f.items()} for rev, f in figures.items()}
-    base = medians[labels[0]]
-    for rev, m in medians.items():
-        print(f"median {rev:>12}  " + "  ".join(
-            f"{k} {v:.2f} ({v / base[k]:.2f}x)" for k, v in m.items()))
+    labels = list(boards)
+    ops = (("rank",) + ("dense_rank",) * args.dense + ("score",) + ("absent",) * args.absent
+           + ("competition_rank", "range_by_rank", "top10") * args.ranges)
+    figures: dict[str, dict[str, list[float]]] = {
+        label: {f"{op}_{q}": [] for op in ops for q in ("p50", "p99")} for label in labels}
+    size = len(next(iter(boards.values())))
+    for r in range(args.rounds):
+        rng = random.Random(1000 + r)
+        # A sample of its own for each call (the same for every
+        # board): a call timed on members another just read would
+        # find their lines in cache.
+        samples = {op: [NAME % rng.randrange(size) for _ in range(args.sample)]
+                   for op in ops}
+        if args.absent:  # (names past the board's last: "p:%014d" of size and up)
+            samples["absent"] = [NAME % rng.randrange(size, 2 * size)
+                                 for _ in range(args.sample)]
+        if args.ranges:  # (offsets, not names: 10 members from a random rank)
+            samples["range_by_rank"] = samples["top10"] = [
+                rng.randrange(size - 10) for _ in range(args.sample)]
+        order = labels[r % len(labels):] + labels[:r % len(labels)]
+        for rev in order:
+            line = []
+            for op in ops:
+                p50, p99 = timed(read_call(boards[rev], op), samples[op])
+                figures[rev][f"{op}_p50"].append(p50)
+                figures[rev][f"{op}_p99"].append(p99)
+                line.append(f"{op} {p50:.2f}/{p99:.2f}")
+            print(f"round {r}: {rev:>12}  " + "  ".join(line), flush=True)
+    medians = print_medians(figures, lambda v: f"{v:.2f}")
     if args.json:
         print(json.dumps(medians))
     return 0
