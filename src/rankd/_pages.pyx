@@ -1352,8 +1352,9 @@ cdef class RankIndex:
     """A leaderboard index in the compact paged layout: members ordered by
     score, best first.  See :mod:`rankd.index._contract` for the contract.
 
-    Besides the contract's knobs, ``page_size`` (4..64, default 64: entry numbers are 6 bits) sets
-    the entries a page holds; tests shrink it to force splits and merges.
+    Besides the contract's knobs, ``page_size`` (4..64, default 64: entry
+    numbers are 6 bits) sets the entries a page holds; tests shrink it to
+    force splits and merges.
     ``branching`` defaults to 2, not 4: a page is tall more often, but the
     levels are over pages, few enough that the height costs little, and a
     search steps onto fewer pages (each step onto a page is a cache miss).
