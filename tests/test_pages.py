@@ -1287,6 +1287,43 @@ def test_ranks_read_the_count_tree(pages_cls, kind):
         index._check()
 
 
+@pytest.mark.parametrize("order", ["desc", "asc"])
+def test_competition_rank_counts_runs_of_ties_across_pages(pages_cls, order):
+    # A competition rank counts the members before the member's run of
+    # equal scores: from the count tree when the run starts in the
+    # member's page (or at its first entry), by a search when it comes
+    # from an earlier page.  Runs of 1 to 13 ties on pages of 4 give all
+    # three, with -0.0 beside 0.0 (equal scores), checked against a count
+    # of the scores, then again after removals and increments.
+    rng = random.Random(11)
+    index = pages_cls(order, "first", page_size=4, seed=3)
+    scores = {}
+    value = 0
+    for run in range(60):
+        value += rng.choice([1, 2, 5])
+        for k in range(rng.choice([1, 1, 2, 3, 5, 8, 13])):
+            scores[f"r{run}:{k}"] = float(value)
+    scores.update({"z+": 0.0, "z-": -0.0, "z2": 0.0})
+    index.apply_batch([(Op.SET, m, s) for m, s in scores.items()])
+
+    def better(s: float) -> int:
+        return sum(1 for t in scores.values() if (t > s if order == "desc" else t < s))
+
+    for step in range(3):
+        index._check()
+        for m, s in scores.items():
+            assert index.competition_rank(m) == better(s) + 1, (step, m)
+            assert index.percentile(m) == pytest.approx(
+                100.0 * (len(scores) - better(s)) / len(scores))
+        for m in rng.sample(sorted(scores), 30):
+            if rng.random() < 0.5:
+                index.remove(m)
+                del scores[m]
+            else:
+                index.incr(m, 1)
+                scores[m] += 1
+
+
 def _names_of_one_tag(index, count: int, prefix: str) -> list[str]:
     """``count`` names whose hashes under ``index``'s key share a tag."""
     names: list[str] = []

@@ -2832,6 +2832,20 @@ cdef class RankIndex:
                 hi = mid
         return ct_before(&self.counts, p.pno, NULL) + lo
 
+    cdef Py_ssize_t _better_than(self, pg_page *p, Py_ssize_t pos) noexcept:
+        """Entries whose key is < entry ``pos`` of ``p``'s (``_count_before_key``
+        of its key): those before the run of equal keys it is in.  A run
+        that starts in ``p`` (or at its first entry) needs only the count
+        tree's entries before ``p``; one that comes from an earlier page,
+        a search by key."""
+        cdef Py_ssize_t i = pos
+        cdef pg_page *q = p.prev
+        while i > 0 and self._same_key(p, i - 1, p, pos):
+            i -= 1
+        if i > 0 or q == NULL or not self._same_key(q, q.n - 1, p, pos):
+            return ct_before(&self.counts, p.pno, NULL) + i
+        return self._count_before_key(self._key_at(p, pos), False)
+
     cdef pg_page *_page_at(self, Py_ssize_t rank, Py_ssize_t *pos) noexcept:
         """The page and position of 1-based ``rank`` (1 <= rank <= length):
         down the count tree."""
@@ -4247,7 +4261,7 @@ cdef class RankIndex:
         if code == 0:
             return None
         p = self._locate(code, &pos)
-        return self._count_before_key(self._key_at(p, pos), False) + 1
+        return self._better_than(p, pos) + 1
 
     def dense_rank(self, member):
         """1 + distinct scores strictly better, or ``None``.  O(log n)."""
@@ -4266,7 +4280,7 @@ cdef class RankIndex:
         if code == 0:
             return None
         p = self._locate(code, &pos)
-        return 100.0 * (self.length - self._count_before_key(self._key_at(p, pos), False)) / self.length
+        return 100.0 * (self.length - self._better_than(p, pos)) / self.length
 
     def ranks(self, members):
         """Unique ranks of many members (``None`` for absent ones).  O(k log n)."""

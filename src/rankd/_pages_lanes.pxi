@@ -97,7 +97,7 @@ cdef Py_ssize_t pg_standing(object index, const char *member, Py_ssize_t mlen, d
         return 0
     p = x._locate(code, &pos)
     score[0] = x._score_at(p, pos)
-    before[0] = x._count_before_key(x._key_at(p, pos), False)
+    before[0] = x._better_than(p, pos)
     rank = x._rank_of(code, dense)
     return rank
 
