@@ -4105,27 +4105,22 @@ cdef class RankIndex:
         to its own slot or the run's end (for benchmarks; a map resize
         under way is finished first, so that there is one table)."""
         cdef const char *data
-        cdef const char *name
-        cdef Py_ssize_t size, nlen
+        cdef Py_ssize_t size, found
         cdef uint64_t h
         cdef size_t i
-        cdef uint32_t code, tag
-        cdef int read = 0, tagged = 0
+        cdef uint32_t code
+        cdef int read = 1, tagged = 0
         _member_bytes(member, &data, &size)
         self._map_finish()
         h = self._hash(data, size)
+        found = self._probe_new(data, size, h)
         i = pg_home(h, self.nslots)
-        tag = PG_HASH_TAG(h)
-        while True:
+        while True:  # (the slots the probe read: to its own, or to an empty one)
             code = self.slot_ids[i]
-            read += 1
-            if code == 0:
+            tagged += code != 0 and PG_CODE_TAG(code) == PG_HASH_TAG(h)
+            if code == 0 or <Py_ssize_t>i == found:
                 return read, tagged
-            if PG_CODE_TAG(code) == tag:
-                tagged += 1
-                name = self._code_name(code, &nlen)
-                if nlen == size and memcmp(name, data, size) == 0:
-                    return read, tagged
+            read += 1
             i = i + 1 if i + 1 < self.nslots else 0
 
     def _map_state(self):
